@@ -1,0 +1,1 @@
+//! Benchmarks live in `benches/` and the whole-system scripts beside this crate.

@@ -1,0 +1,1 @@
+//! Thread-per-core runtime.

@@ -1,0 +1,99 @@
+//! The persisted ownership record and the two version types.
+//!
+//! The route version orders route caches between nodes; the CAS version
+//! protects persistent writes. They are different types on purpose: the seed
+//! warns that they are not interchangeable, and the compiler now refuses any
+//! comparison between them.
+
+use wire::ObjectKey;
+
+/// A node's identity in a cluster. `NodeId::NONE` (0) means "no owner".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u64);
+
+impl NodeId {
+    pub const NONE: NodeId = NodeId(0);
+
+    pub fn is_none(self) -> bool {
+        self == Self::NONE
+    }
+}
+
+/// Orders route caches: a higher route version is a newer statement of who
+/// owns an object. It only ever grows for a given key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteVersion(pub u64);
+
+impl RouteVersion {
+    pub fn next(self) -> RouteVersion {
+        RouteVersion(self.0 + 1)
+    }
+}
+
+/// The store's compare-and-set version of one record. Only the store
+/// assigns it; a writer presents the one it read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CasVersion(pub u64);
+
+/// One object's persisted ownership and state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteRecord {
+    pub key: ObjectKey,
+    pub owner_node: NodeId,
+    pub route_version: RouteVersion,
+    /// When the owner last saved, in unix milliseconds. Another node may
+    /// claim the record once `save_timepoint_ms + object_free_timeout_ms`
+    /// has passed.
+    pub save_timepoint_ms: u64,
+    pub cas_version: CasVersion,
+    pub state: Vec<u8>,
+}
+
+/// The condition a conditional write is applied under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteCondition {
+    /// Insert only if no record exists for the key.
+    Absent,
+    /// Update only if the stored record's CAS version is this one.
+    CasEquals(CasVersion),
+}
+
+/// What a conditional write should leave in the store. The store assigns the
+/// new CAS version itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordWrite {
+    pub key: ObjectKey,
+    pub condition: WriteCondition,
+    pub owner_node: NodeId,
+    pub route_version: RouteVersion,
+    pub save_timepoint_ms: u64,
+    pub state: Vec<u8>,
+}
+
+impl RecordWrite {
+    /// The record this write leaves behind when applied with `cas_version`.
+    pub fn applied(&self, cas_version: CasVersion) -> RouteRecord {
+        RouteRecord {
+            key: self.key,
+            owner_node: self.owner_node,
+            route_version: self.route_version,
+            save_timepoint_ms: self.save_timepoint_ms,
+            cas_version,
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// The outcome of one conditional write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The write is durable with this new CAS version.
+    Applied(CasVersion),
+    /// The condition did not hold; this is the record as it stands (`None`
+    /// when an update found no record), so the caller can act without a
+    /// second read.
+    Conflict(Option<RouteRecord>),
+    /// The store did not answer in time: the write may or may not have
+    /// happened. The caller must re-read, never assume.
+    Indeterminate,
+}
