@@ -60,10 +60,26 @@ mod tests {
         // reference XXH64: if this test fails, nodes of different versions
         // would disagree on object placement.
         let cases = [
-            (ObjectKey::new(1, 0, 1), 0xED7A_EAD4_B89A_B6FC, [0, 1, 2, 3, 7]),
-            (ObjectKey::new(1, 0, 2), 0x4B18_0FEC_3EF3_D4AC, [0, 0, 0, 1, 2]),
-            (ObjectKey::new(2, 7, 123_456_789), 0x502F_0038_8554_82A0, [0, 0, 0, 1, 2]),
-            (ObjectKey::new(10, 1, u64::MAX), 0x810B_EFFB_3CB8_F0BB, [0, 1, 1, 2, 4]),
+            (
+                ObjectKey::new(1, 0, 1),
+                0xED7A_EAD4_B89A_B6FC,
+                [0, 1, 2, 3, 7],
+            ),
+            (
+                ObjectKey::new(1, 0, 2),
+                0x4B18_0FEC_3EF3_D4AC,
+                [0, 0, 0, 1, 2],
+            ),
+            (
+                ObjectKey::new(2, 7, 123_456_789),
+                0x502F_0038_8554_82A0,
+                [0, 0, 0, 1, 2],
+            ),
+            (
+                ObjectKey::new(10, 1, u64::MAX),
+                0x810B_EFFB_3CB8_F0BB,
+                [0, 1, 1, 2, 4],
+            ),
         ];
         for (key, hash, shards) in cases {
             assert_eq!(key.stable_hash(), hash, "{key:?}");
