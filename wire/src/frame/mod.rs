@@ -168,7 +168,8 @@ impl std::fmt::Debug for FrameBuf {
 /// for bytes of unknown alignment.
 pub fn access(bytes: &[u8]) -> Result<&ArchivedMessage, FrameAccessError> {
     check_len(bytes.len())?;
-    if bytes.as_ptr() as usize % FRAME_ALIGN != 0 {
+    // Alignments are powers of two, so the low bits are the remainder.
+    if bytes.as_ptr() as usize & (FRAME_ALIGN - 1) != 0 {
         return Err(FrameAccessError::Misaligned);
     }
     let archive = check_checksum(bytes)?;
