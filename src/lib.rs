@@ -5,4 +5,6 @@
 //! snapshot), [`gateway`], [`router`], [`services`].
 
 pub mod config;
+pub mod router;
+pub mod services;
 pub mod store;
