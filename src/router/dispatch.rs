@@ -1,6 +1,8 @@
 //! The receive and send path: `filter_router_msg`, `mutable_cache`,
 //! `mutable_object` (its start), `send_msg`, and running the handler.
 
+use std::collections::btree_map;
+
 use wire::ObjectKey;
 
 use super::core::StoreWait;
@@ -25,19 +27,20 @@ impl RouterCore {
             ctx.reply(&waiter.request, Err(ErrorCode::BadRequest));
             return;
         };
-        if !manager.entries.contains_key(&key) {
-            if ctx.entries_total >= ctx.config.entries_max_per_core {
-                ctx.counters.entries_full_total += 1;
-                ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
-                return;
-            }
-            manager.entries.insert(key, Entry::new(now_ms));
-            ctx.entries_total += 1;
-        }
         let Manager { kind, entries } = manager;
-        if let Some(entry) = entries.get_mut(&key) {
-            dispatch_entry(ctx, kind.as_ref(), key, entry, now_ms, waiter);
-        }
+        let entry = match entries.entry(key) {
+            btree_map::Entry::Occupied(occupied) => occupied.into_mut(),
+            btree_map::Entry::Vacant(vacant) => {
+                if ctx.entries_total >= ctx.config.entries_max_per_core {
+                    ctx.counters.entries_full_total += 1;
+                    ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
+                    return;
+                }
+                ctx.entries_total += 1;
+                vacant.insert(Entry::new(now_ms))
+            }
+        };
+        dispatch_entry(ctx, kind.as_ref(), key, entry, now_ms, waiter);
     }
 }
 

@@ -1,6 +1,8 @@
 //! `transfer`, `remove_object` and `router_transfer`: the ordered handoff of a
 //! writable object to another node, shipping its state.
 
+use std::collections::btree_map;
+
 use wire::ObjectKey;
 
 use super::core::{Ctx, Manager, RouterCore, StoreWait};
@@ -73,15 +75,15 @@ impl RouterCore {
         let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
             return ack(ctx, from_node, key, transfer.transfer_id, false);
         };
-        if !entries.contains_key(&key) {
-            if ctx.is_shutting_down() || ctx.entries_total >= ctx.config.entries_max_per_core {
-                return ack(ctx, from_node, key, transfer.transfer_id, false);
+        let entry = match entries.entry(key) {
+            btree_map::Entry::Occupied(occupied) => occupied.into_mut(),
+            btree_map::Entry::Vacant(vacant) => {
+                if ctx.is_shutting_down() || ctx.entries_total >= ctx.config.entries_max_per_core {
+                    return ack(ctx, from_node, key, transfer.transfer_id, false);
+                }
+                ctx.entries_total += 1;
+                vacant.insert(Entry::new(now_ms))
             }
-            entries.insert(key, Entry::new(now_ms));
-            ctx.entries_total += 1;
-        }
-        let Some(entry) = entries.get_mut(&key) else {
-            return;
         };
         if entry.is_writable() {
             // A duplicate notification of a handoff already confirmed.
