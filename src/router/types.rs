@@ -67,6 +67,8 @@ pub struct Request {
 /// write them as they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
+    /// A login refused by the duplicate-login policy (`single`).
+    AuthFailed = 4,
     BadRequest = 5,
     Overloaded = 6,
     Unavailable = 7,
