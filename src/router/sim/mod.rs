@@ -15,6 +15,7 @@
 //!   phase after the faults every request gets a successful answer.
 
 mod check;
+mod clients;
 pub mod counter;
 mod world;
 

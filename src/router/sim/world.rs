@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use wire::{shard_of, ObjectKey};
 
 use super::check::Checker;
-use super::counter::{CounterType, COUNTER_TYPE_ID, OP_ADD, OP_GET};
+use super::counter::{CounterType, COUNTER_TYPE_ID, OP_ADD};
 use crate::config::{Persist, RouterConfig};
 use crate::router::{
     Effect, NodeMessage, Outcome, Request, RequestId, RouterCore, RouterHead, StoreFailure,
@@ -143,13 +143,13 @@ pub(super) struct World {
     pub rng: SmallRng,
     pub now_ms: u64,
     queue: BTreeMap<(u64, u64), Event>,
-    next_event: u64,
+    pub(super) next_event: u64,
     pub nodes: BTreeMap<u64, SimNode>,
     pub table: MemoryTable,
     pub partitions: BTreeSet<(u64, u64)>,
     pub faults: bool,
     pub ops: BTreeMap<RequestId, ClientOp>,
-    next_seq: u64,
+    pub(super) next_seq: u64,
     pub checker: Checker,
     pub report: SimReport,
 }
@@ -164,7 +164,7 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<SimReport, String> {
 }
 
 impl World {
-    fn new(seed: u64, config: SimConfig) -> World {
+    pub(super) fn new(seed: u64, config: SimConfig) -> World {
         let mut world = World {
             faults: config.faults,
             config,
@@ -186,7 +186,7 @@ impl World {
         world
     }
 
-    fn run(&mut self) -> Result<(), String> {
+    pub(super) fn run(&mut self) -> Result<(), String> {
         for _ in 0..self.config.steps {
             if self.rng.gen_range(0..100) < 25 {
                 self.client_step()?;
@@ -199,7 +199,7 @@ impl World {
         self.final_check()
     }
 
-    fn check(&mut self) -> Result<(), String> {
+    pub(super) fn check(&mut self) -> Result<(), String> {
         let mut checker = std::mem::take(&mut self.checker);
         let result = checker.check(self);
         self.checker = checker;
@@ -212,7 +212,7 @@ impl World {
     }
 
     /// Processes the next event; false when none is left.
-    fn next_step(&mut self) -> Result<bool, String> {
+    pub(super) fn next_step(&mut self) -> Result<bool, String> {
         let Some(((at_ms, _), event)) = self.queue.pop_first() else {
             return Ok(false);
         };
@@ -221,7 +221,7 @@ impl World {
         Ok(true)
     }
 
-    fn start_node(&mut self, node: u64, incarnation: u64) {
+    pub(super) fn start_node(&mut self, node: u64, incarnation: u64) {
         let now_ms = self.now_ms;
         let cores: Vec<RouterCore> = (0..self.config.cores)
             .map(|core| {
@@ -260,25 +260,25 @@ impl World {
         }
     }
 
-    fn with_cores(&mut self, node: u64, mut f: impl FnMut(&mut RouterCore)) {
+    pub(super) fn with_cores(&mut self, node: u64, mut f: impl FnMut(&mut RouterCore)) {
         if let Some(sim_node) = self.nodes.get_mut(&node).filter(|n| n.up) {
             sim_node.cores.iter_mut().for_each(&mut f);
         }
     }
 
-    fn incarnation(&self, node: u64) -> Option<u64> {
+    pub(super) fn incarnation(&self, node: u64) -> Option<u64> {
         self.nodes
             .get(&node)
             .filter(|n| n.up)
             .map(|n| n.incarnation)
     }
 
-    fn core_of(&self, key: ObjectKey) -> u32 {
+    pub(super) fn core_of(&self, key: ObjectKey) -> u32 {
         shard_of(key, self.config.cores)
     }
 
     /// Runs `f` on the core owning `key` at `node`, then performs its effects.
-    fn on_core(&mut self, node: u64, core: u32, f: impl FnOnce(&mut RouterCore, u64)) {
+    pub(super) fn on_core(&mut self, node: u64, core: u32, f: impl FnOnce(&mut RouterCore, u64)) {
         let now_ms = self.now_ms;
         let Some(sim_node) = self.nodes.get_mut(&node).filter(|n| n.up) else {
             return;
@@ -344,7 +344,7 @@ impl World {
     }
 
     /// Performs the effects of one core.
-    fn drain(&mut self, node: u64, core: u32) {
+    pub(super) fn drain(&mut self, node: u64, core: u32) {
         let Some(sim_node) = self.nodes.get_mut(&node) else {
             return;
         };
@@ -411,14 +411,14 @@ impl World {
     }
 
     /// Whether a message from `a` to `b` gets through (faults drop some).
-    fn link_ok(&mut self, a: u64, b: u64) -> bool {
+    pub(super) fn link_ok(&mut self, a: u64, b: u64) -> bool {
         if self.partitions.contains(&(a.min(b), a.max(b))) {
             return false;
         }
         !(self.faults && self.rng.gen_range(0..100) < 3)
     }
 
-    fn send(&mut self, from: u64, to: u64, message: NodeMessage) {
+    pub(super) fn send(&mut self, from: u64, to: u64, message: NodeMessage) {
         if !self.link_ok(from, to) {
             self.report.dropped_messages += 1;
             return;
@@ -459,7 +459,7 @@ impl World {
 
     /// Applies one write under a random fate; `None`: refused as busy,
     /// nothing applied.
-    fn write_one(&mut self, node: u64, write: &RecordWrite) -> Option<WriteOutcome> {
+    pub(super) fn write_one(&mut self, node: u64, write: &RecordWrite) -> Option<WriteOutcome> {
         let fate = self.write_fate();
         if fate != WriteFate::Normal {
             self.report.store_faults += 1;
@@ -491,7 +491,7 @@ impl World {
         }
     }
 
-    fn store_apply(
+    pub(super) fn store_apply(
         &mut self,
         node: u64,
         incarnation: u64,
@@ -540,7 +540,7 @@ impl World {
         );
     }
 
-    fn answer(&mut self, request: RequestId, outcome: Outcome) {
+    pub(super) fn answer(&mut self, request: RequestId, outcome: Outcome) {
         let Some(op) = self.ops.get_mut(&request) else {
             return;
         };
@@ -555,7 +555,7 @@ impl World {
         }
     }
 
-    fn lose(&mut self, request: RequestId) {
+    pub(super) fn lose(&mut self, request: RequestId) {
         if let Some(op) = self.ops.get_mut(&request) {
             if op.fate == Fate::Pending {
                 op.fate = Fate::Unknown;
@@ -601,148 +601,8 @@ impl World {
         self.on_core(origin, core, |c, now| c.on_request(now, head, request));
     }
 
-    fn random_key(&mut self) -> ObjectKey {
-        ObjectKey::new(COUNTER_TYPE_ID, 0, self.rng.gen_range(0..self.config.keys))
-    }
-
-    fn up_nodes(&self) -> Vec<u64> {
-        self.nodes
-            .iter()
-            .filter(|(_, n)| n.up && !n.shutting_down)
-            .map(|(id, _)| *id)
-            .collect()
-    }
-
-    fn client_step(&mut self) -> Result<(), String> {
-        let up = self.up_nodes();
-        let roll = self.rng.gen_range(0..100);
-        let faults = self.faults;
-        match roll {
-            0..=54 if !up.is_empty() => {
-                let origin = up[self.rng.gen_range(0..up.len())];
-                let key = self.random_key();
-                let delta = self.rng.gen_range(1..=5);
-                self.submit(origin, key, OP_ADD, delta, false);
-            }
-            55..=69 if !up.is_empty() => {
-                let origin = up[self.rng.gen_range(0..up.len())];
-                let key = self.random_key();
-                self.submit(origin, key, OP_GET, 0, false);
-            }
-            70..=84 => self.random_transfer(),
-            85..=88 if faults => self.crash_random(),
-            89..=91 if faults => self.restart_random(),
-            92..=93 if faults => self.shutdown_random(),
-            94..=96 if faults => {
-                let a = self.rng.gen_range(1..=self.config.nodes);
-                let b = self.rng.gen_range(1..=self.config.nodes);
-                if a != b {
-                    self.partitions.insert((a.min(b), a.max(b)));
-                }
-            }
-            97..=99 => self.partitions.clear(),
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn random_transfer(&mut self) {
-        let key = self.random_key();
-        let core = self.core_of(key);
-        let holder = self.nodes.iter().find_map(|(id, n)| {
-            let writable = n.up
-                && n.cores[core as usize]
-                    .entries()
-                    .any(|v| v.key == key && v.writable);
-            writable.then_some(*id)
-        });
-        let Some(holder) = holder else {
-            return;
-        };
-        let target = self.rng.gen_range(1..=self.config.nodes);
-        let notify = self.rng.gen_bool(0.8);
-        let mut started = false;
-        self.on_core(holder, core, |c, now| {
-            started = c.transfer(now, key, NodeId(target), notify).is_ok();
-        });
-        if started {
-            self.report.transfers += 1;
-        }
-    }
-
-    /// Takes `node` down (crash or end of shutdown): memory is lost, its
-    /// clients' requests lose their connection.
-    fn take_down(&mut self, node: u64) {
-        let Some(sim_node) = self.nodes.get_mut(&node) else {
-            return;
-        };
-        sim_node.up = false;
-        sim_node.shutting_down = false;
-        sim_node.cores.clear();
-        for (id, op) in self.ops.iter_mut() {
-            if id.origin_node == NodeId(node) && op.fate == Fate::Pending {
-                op.fate = Fate::Unknown;
-            }
-        }
-        self.checker.node_down(node);
-        let peers: Vec<u64> = self.nodes.keys().copied().collect();
-        for peer in peers {
-            self.with_cores(peer, |core| core.on_node_down(NodeId(node)));
-        }
-    }
-
-    fn crash_random(&mut self) {
-        let up = self.up_nodes();
-        if up.len() > 1 {
-            let node = up[self.rng.gen_range(0..up.len())];
-            self.report.crashes += 1;
-            self.take_down(node);
-        }
-    }
-
-    fn restart_random(&mut self) {
-        let down: Vec<u64> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| !n.up)
-            .map(|(id, _)| *id)
-            .collect();
-        if !down.is_empty() {
-            let node = down[self.rng.gen_range(0..down.len())];
-            let incarnation = self.nodes[&node].incarnation + 1;
-            self.start_node(node, incarnation);
-        }
-    }
-
-    fn shutdown_random(&mut self) {
-        let up = self.up_nodes();
-        if up.len() > 1 {
-            let node = up[self.rng.gen_range(0..up.len())];
-            if let Some(sim_node) = self.nodes.get_mut(&node) {
-                sim_node.shutting_down = true;
-            }
-            for core in 0..self.config.cores {
-                self.on_core(node, core, |c, now| c.shutdown(now, 2_000));
-            }
-        }
-    }
-
-    fn finish_shutdowns(&mut self) {
-        let done: Vec<u64> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| {
-                n.up && n.shutting_down && n.cores.iter().all(|c| c.is_shutdown_complete())
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for node in done {
-            self.take_down(node);
-        }
-    }
-
     /// Runs events until `until_ms`, checking after each.
-    fn run_until(&mut self, until_ms: u64) -> Result<(), String> {
+    pub(super) fn run_until(&mut self, until_ms: u64) -> Result<(), String> {
         while self
             .queue
             .first_key_value()
@@ -757,7 +617,7 @@ impl World {
 
     /// Faults off, partitions healed, every node up; after the old locks
     /// expire, every request must succeed.
-    fn calm_phase(&mut self) -> Result<(), String> {
+    pub(super) fn calm_phase(&mut self) -> Result<(), String> {
         self.faults = false;
         self.partitions.clear();
         // Shutdowns in progress end (by their deadline at the latest) first.
@@ -817,7 +677,7 @@ impl World {
     }
 
     /// Every node shuts down cleanly; then the store holds each counter.
-    fn final_check(&mut self) -> Result<(), String> {
+    pub(super) fn final_check(&mut self) -> Result<(), String> {
         let nodes: Vec<u64> = self.nodes.keys().copied().collect();
         for node in nodes {
             if let Some(sim_node) = self.nodes.get_mut(&node) {
