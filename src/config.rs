@@ -256,6 +256,9 @@ pub struct RouterConfig {
     pub pending_queue_max: usize,
     /// Objects and caches one core holds; past it new objects are refused.
     pub entries_max_per_core: usize,
+    /// How long a transfer's old owner waits for the target's
+    /// `router_transfer` ack before draining its pending queue anyway.
+    pub transfer_ack_timeout_ms: u64,
 }
 
 impl Default for RouterConfig {
@@ -271,6 +274,7 @@ impl Default for RouterConfig {
             transfer_max_ttl: 16,
             pending_queue_max: 1024,
             entries_max_per_core: 1_000_000,
+            transfer_ack_timeout_ms: 5_000,
         }
     }
 }

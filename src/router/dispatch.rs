@@ -1,0 +1,335 @@
+//! The receive and send path: `filter_router_msg`, `mutable_cache`,
+//! `mutable_object` (its start), `send_msg`, and running the handler.
+
+use std::collections::btree_map;
+
+use wire::ObjectKey;
+
+use super::core::StoreWait;
+use super::core::{Ctx, Manager, RouterCore, REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX};
+use super::entry::{Entry, Io, PendingWrite, Waiter};
+use super::object::{HandlerOutput, HandlerReply, ObjectType};
+use super::types::{Effect, ErrorCode, NodeMessage, Request, RouterHead, StoreOp};
+use crate::config::Persist;
+use crate::store::{NodeId, RecordWrite, WriteCondition};
+
+impl RouterCore {
+    /// Routes one request: runs it here, queues it, or sends it on. Every
+    /// path ends in exactly one of: queued, sent, answered.
+    pub(crate) fn dispatch(&mut self, now_ms: u64, waiter: Waiter) {
+        let ctx = &mut self.ctx;
+        let key = waiter.head.key;
+        if ctx.shutdown.as_ref().is_some_and(|s| s.expired) {
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            return;
+        }
+        let Some(manager) = self.managers.get_mut(&key.type_id) else {
+            ctx.reply(&waiter.request, Err(ErrorCode::BadRequest));
+            return;
+        };
+        let Manager { kind, entries } = manager;
+        let entry = match entries.entry(key) {
+            btree_map::Entry::Occupied(occupied) => occupied.into_mut(),
+            btree_map::Entry::Vacant(vacant) => {
+                if ctx.entries_total >= ctx.config.entries_max_per_core {
+                    ctx.counters.entries_full_total += 1;
+                    ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
+                    return;
+                }
+                ctx.entries_total += 1;
+                vacant.insert(Entry::new(now_ms))
+            }
+        };
+        dispatch_entry(ctx, kind.as_ref(), key, entry, now_ms, waiter);
+    }
+}
+
+/// `filter_router_msg` and `send_msg` for one entry, in the seed's order.
+pub(crate) fn dispatch_entry(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    mut waiter: Waiter,
+) {
+    entry.last_access_ms = now_ms;
+    if let Some(transferring) = entry.transferring.as_mut() {
+        // The seed's defect (a), fixed: a request meeting a migration is
+        // queued and this path returns; it is never also sent.
+        if transferring.transfer_pending.len() >= ctx.config.pending_queue_max {
+            ctx.counters.pending_queue_full_total += 1;
+            ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
+        } else {
+            transferring.transfer_pending.push_back(waiter);
+        }
+        return;
+    }
+    let on_write = kind.persist() == Persist::OnWrite;
+    if entry.io.is_some_and(|io| io.blocks_requests(on_write)) {
+        queue_io_waiter(ctx, entry, waiter);
+        return;
+    }
+    if entry.is_writable() {
+        run_handler(ctx, kind, key, entry, now_ms, waiter);
+        return;
+    }
+    let incoming_newer = waiter.head.route_version > entry.route_version;
+    if incoming_newer {
+        // A newer route exists somewhere: drop the stale cache, re-read.
+        entry.last_refresh_ms = None;
+        if !count_repair(ctx, &mut waiter) {
+            return;
+        }
+    }
+    if !entry.is_fresh(now_ms, ctx.config.cache_update_interval_ms) {
+        start_pull(ctx, key, entry, Io::PullCache);
+        queue_io_waiter(ctx, entry, waiter);
+        return;
+    }
+    route_by_owner(ctx, kind, key, entry, now_ms, waiter);
+}
+
+/// The decision on a fresh, non-writable route.
+fn route_by_owner(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    mut waiter: Waiter,
+) {
+    let fresh_pull = std::mem::take(&mut waiter.fresh_pull);
+    let owner = entry.owner_node;
+    if owner == ctx.node {
+        // Routed here but the object is missing: restart recovery.
+        return mutable_object(ctx, key, entry, waiter);
+    }
+    if owner.is_none() {
+        if !fresh_pull {
+            // The seed pulls once more before choosing a default node.
+            if count_repair(ctx, &mut waiter) {
+                start_pull(ctx, key, entry, Io::PullCache);
+                queue_io_waiter(ctx, entry, waiter);
+            }
+            return;
+        }
+        if !kind.auto_create() {
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            return;
+        }
+        return match ctx.default_node(key) {
+            Some(node) if node == ctx.node => mutable_object(ctx, key, entry, waiter),
+            Some(node) => send_to(ctx, entry, node, waiter),
+            None => ctx.reply(&waiter.request, Err(ErrorCode::Unavailable)),
+        };
+    }
+    if lock_expired(ctx, owner, entry.save_timepoint_ms, now_ms) {
+        return mutable_object(ctx, key, entry, waiter);
+    }
+    if !ctx.is_node_available(owner) {
+        // The seed's send_msg_raw: clear the local target and resolve once
+        // more, at most two attempts in all.
+        waiter.send_attempts += 1;
+        if waiter.send_attempts >= SEND_ATTEMPTS_MAX {
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        } else if count_repair(ctx, &mut waiter) {
+            start_pull(ctx, key, entry, Io::PullCache);
+            queue_io_waiter(ctx, entry, waiter);
+        }
+        return;
+    }
+    send_to(ctx, entry, owner, waiter)
+}
+
+/// Whether `owner`'s persisted lock (from its last save) has expired.
+pub(crate) fn lock_expired(ctx: &Ctx, owner: NodeId, save_timepoint_ms: u64, now_ms: u64) -> bool {
+    !owner.is_none()
+        && owner != ctx.node
+        && save_timepoint_ms.saturating_add(ctx.config.object_free_timeout_ms) < now_ms
+}
+
+/// `mutable_object`: read the record to claim it (the claim itself follows
+/// the read, in `io.rs`).
+fn mutable_object(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, mut waiter: Waiter) {
+    if ctx.is_shutting_down() {
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        return;
+    }
+    if !count_repair(ctx, &mut waiter) {
+        return;
+    }
+    start_pull(ctx, key, entry, Io::PullObject);
+    queue_io_waiter(ctx, entry, waiter);
+}
+
+/// Counts one repair attempt; past the bound the request is answered
+/// UNAVAILABLE and `false` says it was consumed.
+fn count_repair(ctx: &mut Ctx, waiter: &mut Waiter) -> bool {
+    waiter.repairs += 1;
+    ctx.counters.repair_attempts_total += 1;
+    if waiter.repairs > REPAIR_ATTEMPTS_MAX {
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        return false;
+    }
+    true
+}
+
+pub(crate) fn queue_io_waiter(ctx: &mut Ctx, entry: &mut Entry, waiter: Waiter) {
+    if entry.io_waiters.len() >= ctx.config.pending_queue_max {
+        ctx.counters.pending_queue_full_total += 1;
+        ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
+        return;
+    }
+    entry.io_waiters.push_back(waiter);
+}
+
+pub(crate) fn start_pull(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, io: Io) {
+    assert!(entry.io.is_none(), "one IO per object at a time");
+    entry.io = Some(io);
+    entry.pull_retries = 0;
+    ctx.counters.pulls_total += 1;
+    ctx.store(StoreWait::Entry(key), StoreOp::Load(key));
+}
+
+/// `send_msg` to `node`, with `router_update_sync` to the request's source
+/// when this node knows a newer route than the request carried.
+fn send_to(ctx: &mut Ctx, entry: &Entry, node: NodeId, waiter: Waiter) {
+    let next_ttl = waiter.head.transfer_ttl.saturating_add(1);
+    if next_ttl > ctx.config.transfer_max_ttl {
+        ctx.counters.transfer_ttl_exceeded_total += 1;
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        return;
+    }
+    let source_node = waiter.head.source_node;
+    let routed_here = source_node != ctx.node || waiter.head.transfer_ttl > 0;
+    if routed_here {
+        ctx.counters.forwards_total += 1;
+    } else {
+        ctx.counters.sends_total += 1;
+    }
+    let head = RouterHead {
+        key: waiter.head.key,
+        route_version: entry.route_version,
+        source_node,
+        transfer_ttl: next_ttl,
+    };
+    let received_version = waiter.head.route_version;
+    ctx.send(
+        node,
+        NodeMessage::Routed {
+            head,
+            request: waiter.request,
+        },
+    );
+    let syncs = entry.route_version > received_version
+        && entry.owner_node == node
+        && source_node != ctx.node
+        && source_node != node
+        && !source_node.is_none();
+    if syncs {
+        ctx.counters.update_syncs_sent_total += 1;
+        let message = NodeMessage::RouterUpdateSync {
+            key: head.key,
+            owner_node: entry.owner_node,
+            route_version: entry.route_version,
+        };
+        ctx.send(source_node, message);
+    }
+}
+
+/// Runs the request on the writable object. An `on_write` mutation is held
+/// until its save's CAS applies.
+fn run_handler(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    waiter: Waiter,
+) {
+    let Some(object) = entry.object.as_mut() else {
+        return;
+    };
+    let mut out = HandlerOutput::default();
+    object.state.handle(key, &waiter.request, &mut out);
+    ctx.counters.handled_total += 1;
+    if !out.mutated {
+        release(ctx, waiter.request, out);
+        return;
+    }
+    object.dirty = true;
+    if kind.persist() != Persist::OnWrite {
+        release(ctx, waiter.request, out);
+        return;
+    }
+    object.held = Some((waiter.request, out));
+    start_save(ctx, key, entry, now_ms, false);
+}
+
+/// Emits a handler's output.
+pub(crate) fn release(ctx: &mut Ctx, request: Request, out: HandlerOutput) {
+    if let HandlerReply::Answer(outcome) = out.reply {
+        ctx.reply(&request, outcome);
+    }
+    for (client, route_id, body) in out.pushes {
+        ctx.effects.push(Effect::Push {
+            client,
+            route_id,
+            body,
+        });
+    }
+    for (key, request) in out.sends {
+        let head = RouterHead::local(key, ctx.node);
+        ctx.effects.push(Effect::Submit { head, request });
+    }
+    for client in out.kicks {
+        ctx.effects.push(Effect::Kick { client });
+    }
+}
+
+/// Drops a held on_write output whose save did not apply: its request is
+/// answered UNAVAILABLE (it may or may not be durable: Indeterminate) and
+/// nothing else it produced is released.
+pub(crate) fn abandon(ctx: &mut Ctx, request: Request) {
+    ctx.reply(&request, Err(ErrorCode::Unavailable));
+}
+
+/// `save_object`: persist the state through CAS on the known record. With
+/// `degrade`, ownership is released (owner 0, next route version).
+pub(crate) fn start_save(
+    ctx: &mut Ctx,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    degrade: bool,
+) {
+    assert!(entry.io.is_none(), "one IO per object at a time");
+    let Some(object) = entry.object.as_mut() else {
+        return;
+    };
+    let cas_version = entry
+        .cas_version
+        .expect("a writable object always knows its record's CAS version");
+    let (owner_node, route_version) = if degrade {
+        (NodeId::NONE, entry.route_version.next())
+    } else {
+        (ctx.node, entry.route_version)
+    };
+    object.dirty = false;
+    let write = RecordWrite {
+        key,
+        condition: WriteCondition::CasEquals(cas_version),
+        owner_node,
+        route_version,
+        save_timepoint_ms: now_ms,
+        state: object.state.encode(),
+    };
+    entry.pending_write = Some(PendingWrite {
+        owner_node,
+        route_version,
+        save_timepoint_ms: now_ms,
+    });
+    entry.io = Some(Io::Save { degrade });
+    ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
+}

@@ -1,0 +1,180 @@
+//! One key's entry in a manager: a route cache, or a writable object (the
+//! same plus its state), with its IO guard and its queues.
+
+use std::collections::VecDeque;
+
+use super::object::{HandlerOutput, ObjectState};
+use super::types::{Request, RouterHead};
+use crate::store::{CasVersion, NodeId, RouteRecord, RouteVersion};
+
+/// A request waiting in an entry's queue, with its repair count.
+pub(crate) struct Waiter {
+    pub head: RouterHead,
+    pub request: Request,
+    /// Route repairs (re-reads, claims) started on this request's behalf.
+    pub repairs: u8,
+    /// The cache was pulled for this request since it last looked at it, so
+    /// an owner of 0 is not re-pulled (the seed pulls once more, not forever).
+    pub fresh_pull: bool,
+    /// Send attempts that found the target unavailable (at most two).
+    pub send_attempts: u8,
+}
+
+/// The IO in flight for one key: the seed's `io_task_guard`. At most one at
+/// a time; requests and later IO wait behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Io {
+    /// `pull_cache`: reading the route record.
+    PullCache,
+    /// `pull_object`: reading the record to claim it.
+    PullObject,
+    /// The claim write (CAS) of `pull_object`.
+    Claim,
+    /// `save_object` (periodic, on_write, or before degradation).
+    Save { degrade: bool },
+    /// `remove_object` of a transfer: persisting the new owner.
+    Remove,
+    /// The target of a `router_transfer` confirming ownership by CAS.
+    TransferClaim { from: NodeId, transfer_id: u64 },
+    /// Part of a shutdown batch.
+    Release,
+}
+
+impl Io {
+    /// Whether requests must wait for this IO. A periodic save of an
+    /// `interval` object does not block requests: the bytes being saved are
+    /// already taken, and a failed save downgrades the object anyway.
+    pub fn blocks_requests(self, on_write: bool) -> bool {
+        !matches!(self, Io::Save { degrade: false } if !on_write)
+    }
+}
+
+pub(crate) struct Writable {
+    pub state: Box<dyn ObjectState>,
+    /// Changed since the last applied save.
+    pub dirty: bool,
+    pub last_save_ms: u64,
+    /// Output of an on_write mutation, released when its save applies.
+    pub held: Option<(Request, HandlerOutput)>,
+}
+
+pub(crate) struct Transferring {
+    pub target: NodeId,
+    pub need_notify: bool,
+    pub transfer_id: u64,
+    /// Requests that arrived during the handoff (the seed's
+    /// `transfer_pending_`): queued, never also sent.
+    pub transfer_pending: VecDeque<Waiter>,
+    /// The state `remove_object` persisted, shipped in `router_transfer`.
+    pub shipped_state: Vec<u8>,
+}
+
+pub(crate) struct Entry {
+    pub owner_node: NodeId,
+    pub route_version: RouteVersion,
+    /// The record's CAS version as last known; `None`: no record known.
+    pub cas_version: Option<CasVersion>,
+    /// The record's `save_timepoint_ms` as last read.
+    pub save_timepoint_ms: u64,
+    /// When the route was last read from the store; `None`: never, or
+    /// known stale.
+    pub last_refresh_ms: Option<u64>,
+    pub last_access_ms: u64,
+    pub object: Option<Writable>,
+    pub io: Option<Io>,
+    pub io_waiters: VecDeque<Waiter>,
+    pub transferring: Option<Transferring>,
+    /// A transfer asked for while IO was in flight, started after it.
+    pub queued_transfer: Option<(NodeId, bool)>,
+    /// EAGAIN retries of the current pull.
+    pub pull_retries: u32,
+    /// The decoded state a claim will make writable once its CAS applies.
+    pub claiming: Option<Box<dyn ObjectState>>,
+    /// What the write in flight will make true once applied.
+    pub pending_write: Option<PendingWrite>,
+}
+
+/// The route and lock a write in flight persists.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PendingWrite {
+    pub owner_node: NodeId,
+    pub route_version: RouteVersion,
+    pub save_timepoint_ms: u64,
+}
+
+impl Entry {
+    pub fn new(now_ms: u64) -> Entry {
+        Entry {
+            owner_node: NodeId::NONE,
+            route_version: RouteVersion(0),
+            cas_version: None,
+            save_timepoint_ms: 0,
+            last_refresh_ms: None,
+            last_access_ms: now_ms,
+            object: None,
+            io: None,
+            io_waiters: VecDeque::new(),
+            transferring: None,
+            queued_transfer: None,
+            pull_retries: 0,
+            claiming: None,
+            pending_write: None,
+        }
+    }
+
+    pub fn is_writable(&self) -> bool {
+        self.object.is_some()
+    }
+
+    /// Sets the route; the route version never goes down.
+    pub fn set_route(&mut self, owner_node: NodeId, route_version: RouteVersion) {
+        assert!(
+            route_version >= self.route_version,
+            "route version must never decrease: {:?} -> {:?}",
+            self.route_version,
+            route_version
+        );
+        self.owner_node = owner_node;
+        self.route_version = route_version;
+    }
+
+    /// Adopts a record read from (or returned by) the store, unless it is
+    /// older than what this entry already knows (a late read). Returns
+    /// whether it was adopted.
+    pub fn adopt_record(&mut self, record: &RouteRecord, now_ms: u64) -> bool {
+        if record.route_version < self.route_version {
+            return false;
+        }
+        self.set_route(record.owner_node, record.route_version);
+        self.cas_version = Some(record.cas_version);
+        self.save_timepoint_ms = record.save_timepoint_ms;
+        self.last_refresh_ms = Some(now_ms);
+        true
+    }
+
+    /// Whether the route may be used without a pull at `now_ms`. A writable
+    /// object never expires on the route cache interval.
+    pub fn is_fresh(&self, now_ms: u64, cache_update_interval_ms: u64) -> bool {
+        if self.is_writable() {
+            return true;
+        }
+        match self.last_refresh_ms {
+            None => false,
+            Some(at) => at.saturating_add(cache_update_interval_ms) >= now_ms,
+        }
+    }
+
+    /// Whether this entry holds nothing the core must keep: no object, no IO,
+    /// no queued request, no handoff.
+    pub fn is_idle_cache(&self) -> bool {
+        self.object.is_none()
+            && self.io.is_none()
+            && self.io_waiters.is_empty()
+            && self.transferring.is_none()
+    }
+
+    /// Downgrades a writable object to a route cache, dropping its state.
+    pub fn downgrade(&mut self) -> Option<Writable> {
+        self.object.take()
+    }
+}

@@ -1,0 +1,347 @@
+//! Store replies: `pull_cache`, `pull_object` and its claim, `save_object`.
+
+use rand::Rng;
+use wire::ObjectKey;
+
+use super::core::{Ctx, Manager, RouterCore, StoreWait};
+use super::dispatch::{abandon, dispatch_entry, lock_expired, release};
+use super::entry::{Entry, Io, PendingWrite, Writable};
+use super::object::{ObjectState, ObjectType};
+use super::types::{ErrorCode, StoreFailure, StoreOp, StoreReply, StoreToken, Timer};
+use crate::store::{CasVersion, RecordWrite, RouteRecord, WriteCondition, WriteOutcome};
+
+impl RouterCore {
+    /// The store's answer to the request named `token`. A token this core
+    /// does not know (a reply to a previous life) is ignored.
+    pub fn on_store_reply(&mut self, now_ms: u64, token: StoreToken, reply: StoreReply) {
+        let Some(wait) = self.ctx.store_waits.remove(&token) else {
+            return;
+        };
+        match wait {
+            StoreWait::Entry(key) => {
+                self.entry_reply(now_ms, key, reply);
+                if self.ctx.is_shutting_down() {
+                    // An object busy when shutdown began is released now.
+                    self.release(now_ms, &[key]);
+                }
+            }
+            StoreWait::Batch(keys) => self.batch_reply(now_ms, keys, reply),
+        }
+    }
+
+    fn entry_reply(&mut self, now_ms: u64, key: ObjectKey, reply: StoreReply) {
+        let ctx = &mut self.ctx;
+        let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
+            return;
+        };
+        let Some(entry) = entries.get_mut(&key) else {
+            return;
+        };
+        let kind = kind.as_ref();
+        let Some(io) = entry.io else {
+            return;
+        };
+        match io {
+            Io::PullCache | Io::PullObject => pull_reply(ctx, kind, key, entry, now_ms, io, reply),
+            Io::Claim => claim_reply(ctx, kind, key, entry, now_ms, reply),
+            Io::Save { degrade } => save_reply(ctx, kind, key, entry, now_ms, degrade, reply),
+            Io::Remove => super::transfer::remove_reply(ctx, kind, key, entry, now_ms, reply),
+            Io::TransferClaim { from, transfer_id } => super::transfer::transfer_claim_reply(
+                ctx,
+                kind,
+                key,
+                entry,
+                now_ms,
+                (from, transfer_id),
+                reply,
+            ),
+            // Releases are only ever written in batches.
+            Io::Release => {}
+        }
+    }
+
+    /// Re-issues the read of a pull that got EAGAIN.
+    pub(crate) fn retry_pull(&mut self, _now_ms: u64, key: ObjectKey) {
+        let ctx = &mut self.ctx;
+        let Some(entry) = self
+            .managers
+            .get_mut(&key.type_id)
+            .and_then(|manager| manager.entries.get_mut(&key))
+        else {
+            return;
+        };
+        if matches!(entry.io, Some(Io::PullCache | Io::PullObject)) {
+            ctx.counters.pulls_total += 1;
+            ctx.store(StoreWait::Entry(key), StoreOp::Load(key));
+        }
+    }
+}
+
+/// Ends the entry's IO and re-dispatches everything that waited for it, in
+/// order. Then starts a transfer that was asked for meanwhile.
+pub(crate) fn finish_io(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    fresh_pull: bool,
+) {
+    entry.io = None;
+    entry.pending_write = None;
+    entry.claiming = None;
+    let waiters = std::mem::take(&mut entry.io_waiters);
+    for mut waiter in waiters {
+        waiter.fresh_pull = fresh_pull;
+        dispatch_entry(ctx, kind, key, entry, now_ms, waiter);
+    }
+    if entry.io.is_none() {
+        if let Some((target, need_notify)) = entry.queued_transfer.take() {
+            super::transfer::start_transfer(ctx, key, entry, now_ms, target, need_notify);
+        }
+    }
+}
+
+/// Answers every request waiting on the entry's IO with `code`.
+pub(crate) fn fail_waiters(ctx: &mut Ctx, entry: &mut Entry, code: ErrorCode) {
+    for waiter in std::mem::take(&mut entry.io_waiters) {
+        ctx.reply(&waiter.request, Err(code));
+    }
+}
+
+fn pull_reply(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    io: Io,
+    reply: StoreReply,
+) {
+    let record = match reply {
+        StoreReply::Loaded(record) => record,
+        StoreReply::Failed(StoreFailure::Busy) => {
+            entry.pull_retries += 1;
+            if entry.pull_retries < ctx.config.retry_max_ttl {
+                let bound = match io {
+                    Io::PullObject => ctx.config.object_retry_interval_ms,
+                    _ => ctx.config.cache_retry_interval_ms,
+                };
+                let wait_ms = ctx.rng.gen_range(1..=bound.max(1));
+                ctx.arm(now_ms + wait_ms, Timer::PullRetry { key });
+                return;
+            }
+            return give_up(ctx, entry);
+        }
+        // Terminal errors (and a reply of the wrong shape) return at once.
+        _ => return give_up(ctx, entry),
+    };
+    match &record {
+        Some(record) => {
+            entry.adopt_record(record, now_ms);
+        }
+        None => {
+            entry.cas_version = None;
+            entry.last_refresh_ms = Some(now_ms);
+        }
+    }
+    if io == Io::PullObject && claimable(ctx, kind, record.as_ref(), now_ms) {
+        return start_claim(ctx, kind, key, entry, now_ms, record);
+    }
+    finish_io(ctx, kind, key, entry, now_ms, true);
+}
+
+fn give_up(ctx: &mut Ctx, entry: &mut Entry) {
+    entry.io = None;
+    entry.pull_retries = 0;
+    fail_waiters(ctx, entry, ErrorCode::Unavailable);
+}
+
+/// The seed's claim rule: no record (auto-create types), owner 0
+/// (auto-create types), this node, or an expired owner.
+fn claimable(ctx: &Ctx, kind: &dyn ObjectType, record: Option<&RouteRecord>, now_ms: u64) -> bool {
+    if ctx.is_shutting_down() {
+        return false;
+    }
+    match record {
+        None => kind.auto_create(),
+        Some(record) if record.owner_node.is_none() => kind.auto_create(),
+        Some(record) if record.owner_node == ctx.node => true,
+        Some(record) => lock_expired(ctx, record.owner_node, record.save_timepoint_ms, now_ms),
+    }
+}
+
+/// The claim write: CAS on the record read, this node as owner, a route
+/// version above both the record's and the entry's.
+fn start_claim(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    record: Option<RouteRecord>,
+) {
+    let state = match kind.decode(key, record.as_ref().map(|r| r.state.as_slice())) {
+        Ok(state) => state,
+        Err(_) => {
+            entry.io = None;
+            return fail_waiters(ctx, entry, ErrorCode::Internal);
+        }
+    };
+    let known = record.as_ref().map_or(entry.route_version, |r| {
+        r.route_version.max(entry.route_version)
+    });
+    let route_version = known.next();
+    let (condition, bytes) = match record {
+        Some(record) => (WriteCondition::CasEquals(record.cas_version), record.state),
+        None => (WriteCondition::Absent, state.encode()),
+    };
+    let write = RecordWrite {
+        key,
+        condition,
+        owner_node: ctx.node,
+        route_version,
+        save_timepoint_ms: now_ms,
+        state: bytes,
+    };
+    entry.claiming = Some(state);
+    entry.pending_write = Some(PendingWrite {
+        owner_node: ctx.node,
+        route_version,
+        save_timepoint_ms: now_ms,
+    });
+    entry.io = Some(Io::Claim);
+    ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
+}
+
+/// Makes the entry writable. Only ever called with the CAS version of an
+/// Applied write that made this node the owner.
+pub(crate) fn become_writable(
+    entry: &mut Entry,
+    state: Box<dyn ObjectState>,
+    applied: CasVersion,
+    pending: PendingWrite,
+    now_ms: u64,
+) {
+    assert!(entry.object.is_none(), "a writable object is claimed once");
+    entry.set_route(pending.owner_node, pending.route_version);
+    entry.cas_version = Some(applied);
+    entry.save_timepoint_ms = pending.save_timepoint_ms;
+    entry.last_refresh_ms = Some(now_ms);
+    entry.object = Some(Writable {
+        state,
+        dirty: false,
+        last_save_ms: now_ms,
+        held: None,
+    });
+}
+
+/// Applies a non-Applied write outcome to the route: a conflict returns the
+/// current record; anything else leaves the route unknown. Returns whether
+/// the route is now known fresh.
+pub(crate) fn after_failed_write(
+    ctx: &mut Ctx,
+    entry: &mut Entry,
+    now_ms: u64,
+    outcome: &WriteOutcome,
+) -> bool {
+    match outcome {
+        WriteOutcome::Conflict(Some(record)) => {
+            ctx.counters.cas_conflicts_total += 1;
+            entry.adopt_record(record, now_ms)
+        }
+        WriteOutcome::Conflict(None) => {
+            ctx.counters.cas_conflicts_total += 1;
+            entry.last_refresh_ms = None;
+            false
+        }
+        WriteOutcome::Indeterminate => {
+            ctx.counters.store_indeterminate_total += 1;
+            entry.last_refresh_ms = None;
+            false
+        }
+        WriteOutcome::Applied(_) => true,
+    }
+}
+
+fn claim_reply(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    reply: StoreReply,
+) {
+    let mut fresh = false;
+    match reply {
+        StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
+            let pending = entry
+                .pending_write
+                .take()
+                .expect("a claim has a pending write");
+            let state = entry.claiming.take().expect("a claim has a decoded state");
+            become_writable(entry, state, cas_version, pending, now_ms);
+            ctx.counters.claims_total += 1;
+        }
+        StoreReply::Written(outcome) => fresh = after_failed_write(ctx, entry, now_ms, &outcome),
+        // Not applied: the route is unchanged; the waiters try again.
+        _ => {}
+    }
+    finish_io(ctx, kind, key, entry, now_ms, fresh);
+}
+
+fn save_reply(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    degrade: bool,
+    reply: StoreReply,
+) {
+    let held = entry.object.as_mut().and_then(|object| object.held.take());
+    match reply {
+        StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
+            let pending = entry
+                .pending_write
+                .take()
+                .expect("a save has a pending write");
+            entry.set_route(pending.owner_node, pending.route_version);
+            entry.cas_version = Some(cas_version);
+            entry.save_timepoint_ms = pending.save_timepoint_ms;
+            ctx.counters.saves_total += 1;
+            if let Some(object) = entry.object.as_mut() {
+                object.last_save_ms = now_ms;
+            }
+            if degrade {
+                entry.downgrade();
+                entry.last_refresh_ms = Some(now_ms);
+                ctx.counters.degrades_total += 1;
+            }
+            if let Some((request, out)) = held {
+                release(ctx, request, out);
+            }
+        }
+        StoreReply::Written(outcome) => {
+            // This node lost ownership (or cannot know it kept it): its copy
+            // becomes a cache, and a held mutation is not acknowledged.
+            entry.downgrade();
+            after_failed_write(ctx, entry, now_ms, &outcome);
+            if let Some((request, _)) = held {
+                abandon(ctx, request);
+            }
+        }
+        _ => {
+            // Not applied, ownership unchanged. A held on_write mutation is
+            // in memory only: drop the copy so the next access reloads the
+            // durable state. An interval object stays and saves again later.
+            if let Some((request, _)) = held {
+                entry.downgrade();
+                abandon(ctx, request);
+            } else if let Some(object) = entry.object.as_mut() {
+                object.dirty = true;
+            }
+        }
+    }
+    finish_io(ctx, kind, key, entry, now_ms, false);
+}

@@ -1,0 +1,42 @@
+//! The router: which node owns a stateful object, and how a message reaches
+//! it (seed `router-system.txt`).
+//!
+//! [`RouterCore`] is a sans-IO state machine, one per core, holding one
+//! manager per object type (keyed by `type_id`). Drivers feed it events with
+//! the current time (`on_request`, `on_node_message`, `on_store_reply`,
+//! `on_timer`, `on_node_up`/`on_node_down`, `transfer`, `shutdown`) and
+//! perform the [`Effect`]s it queues (`drain_effects`). It does no IO, reads
+//! no clock, and draws randomness only from the seed it was built with, so
+//! the simulator in [`sim`] can run many nodes of it deterministically.
+//!
+//! The seed's operations keep their names: `mutable_cache` / `pull_cache`
+//! and `filter_router_msg` / `send_msg` in `dispatch.rs`, `pull_object` and
+//! `save_object` in `io.rs`, `transfer` / `remove_object` /
+//! `router_transfer` in `transfer.rs`, timers and shutdown in `timers.rs`.
+//! The per-object `io_task_guard` is `Entry::io`: one store operation per
+//! object at a time, requests queued behind it (bounded).
+
+mod core;
+mod dispatch;
+mod entry;
+mod io;
+pub mod object;
+mod timers;
+mod transfer;
+pub mod types;
+
+pub mod sim;
+
+#[cfg(test)]
+mod tests;
+
+pub use self::core::{
+    rendezvous_score, sweep_interval_ms, EntryView, RouterCore, RouterCounters,
+    REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX, SHUTDOWN_BATCH_MAX,
+};
+pub use object::{DecodeError, HandlerOutput, HandlerReply, ObjectState, ObjectType};
+pub use transfer::TransferError;
+pub use types::{
+    ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
+    RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer,
+};

@@ -1,0 +1,677 @@
+//! Unit tests of the router state machine: one per seed operation and one
+//! per seed defect, driven by hand with an in-memory table.
+
+use std::collections::BTreeMap;
+
+use wire::ObjectKey;
+
+use super::sim::counter::{counter_value, CounterType, COUNTER_TYPE_ID, OP_ADD, OP_GET};
+use super::*;
+use crate::config::{Persist, RouterConfig};
+use crate::store::{MemoryTable, NodeId, RouteVersion, WriteOutcome};
+
+fn config() -> RouterConfig {
+    RouterConfig {
+        cache_update_interval_ms: 10_000,
+        cache_free_timeout_ms: 4_000,
+        object_free_timeout_ms: 6_000,
+        object_save_interval_ms: 2_000,
+        cache_retry_interval_ms: 50,
+        object_retry_interval_ms: 50,
+        retry_max_ttl: 3,
+        transfer_max_ttl: 4,
+        pending_queue_max: 8,
+        entries_max_per_core: 1_000,
+        transfer_ack_timeout_ms: 500,
+    }
+}
+
+const KEY: ObjectKey = ObjectKey::new(COUNTER_TYPE_ID, 0, 42);
+
+/// Nodes 1..=n, one core each, a shared table, effects kept per node.
+struct Harness {
+    table: MemoryTable,
+    cores: BTreeMap<u64, RouterCore>,
+    next_seq: u64,
+}
+
+impl Harness {
+    fn new(nodes: u64, persist: Persist) -> Harness {
+        let mut cores = BTreeMap::new();
+        for node in 1..=nodes {
+            let mut core = RouterCore::new(NodeId(node), config(), node, 0);
+            core.register(Box::new(CounterType { persist }));
+            for peer in 1..=nodes {
+                core.on_node_up(NodeId(peer));
+            }
+            core.drain_effects().for_each(drop);
+            cores.insert(node, core);
+        }
+        Harness {
+            table: MemoryTable::default(),
+            cores,
+            next_seq: 0,
+        }
+    }
+
+    fn core(&mut self, node: u64) -> &mut RouterCore {
+        self.cores.get_mut(&node).expect("node exists")
+    }
+
+    fn request(&mut self, node: u64, op: u32, body: Vec<u8>) -> RequestId {
+        self.next_seq += 1;
+        let id = RequestId {
+            origin_node: NodeId(node),
+            seq: self.next_seq,
+        };
+        let request = Request {
+            id,
+            op,
+            body,
+            client: None,
+            needs_reply: true,
+        };
+        self.core(node)
+            .on_request(0, RouterHead::local(KEY, NodeId(node)), request);
+        id
+    }
+
+    /// Answers every store request from the table at once, until none is
+    /// left; returns the other effects.
+    fn settle(&mut self, node: u64, now_ms: u64) -> Vec<Effect> {
+        let mut others = Vec::new();
+        loop {
+            let effects: Vec<Effect> = self.core(node).drain_effects().collect();
+            if effects.is_empty() {
+                return others;
+            }
+            for effect in effects {
+                match effect {
+                    Effect::Store { token, op } => {
+                        let reply = answer(&mut self.table, op);
+                        self.core(node).on_store_reply(now_ms, token, reply);
+                    }
+                    other => others.push(other),
+                }
+            }
+        }
+    }
+}
+
+fn answer(table: &mut MemoryTable, op: StoreOp) -> StoreReply {
+    match op {
+        StoreOp::Load(key) => StoreReply::Loaded(table.load(key)),
+        StoreOp::Write(write) => StoreReply::Written(table.write(&write)),
+        StoreOp::WriteBatch(writes) => {
+            StoreReply::WrittenBatch(writes.iter().map(|w| table.write(w)).collect())
+        }
+    }
+}
+
+fn replies(effects: &[Effect]) -> Vec<(RequestId, Outcome)> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Reply { request, outcome } => Some((*request, outcome.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn routed(effects: &[Effect]) -> Vec<(NodeId, RouterHead, RequestId)> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::SendToNode {
+                node,
+                message: NodeMessage::Routed { head, request },
+            } => Some((*node, *head, request.id)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn add(delta: i64) -> Vec<u8> {
+    delta.to_le_bytes().to_vec()
+}
+
+/// The node the rendezvous hash picks for KEY among 1..=n.
+fn default_of(n: u64) -> u64 {
+    (1..=n)
+        .max_by_key(|node| (rendezvous_score(KEY, NodeId(*node)), *node))
+        .unwrap_or(1)
+}
+
+fn claim_on_default(h: &mut Harness, n: u64) -> u64 {
+    let owner = default_of(n);
+    let id = h.request(owner, OP_ADD, add(5));
+    let effects = h.settle(owner, 0);
+    assert_eq!(replies(&effects), vec![(id, Ok(add(5)))]);
+    owner
+}
+
+#[test]
+fn first_access_claims_on_the_default_node_through_cas() {
+    let mut h = Harness::new(1, Persist::Interval);
+    claim_on_default(&mut h, 1);
+    let record = h.table.load(KEY).expect("claimed record");
+    assert_eq!(record.owner_node, NodeId(1));
+    assert_eq!(record.route_version, RouteVersion(1));
+    let view = h.core(1).entries().next().expect("entry");
+    assert!(view.writable);
+    assert_eq!(h.core(1).counters().claims_total, 1);
+}
+
+#[test]
+fn a_non_owner_forwards_and_neither_runs_nor_answers() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let other = 3 - owner;
+    let id = h.request(other, OP_GET, Vec::new());
+    let effects = h.settle(other, 0);
+    assert!(replies(&effects).is_empty());
+    let sent = routed(&effects);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, NodeId(owner));
+    assert_eq!(sent[0].1.transfer_ttl, 1);
+    assert_eq!(sent[0].1.route_version, RouteVersion(1));
+    assert_eq!(sent[0].2, id);
+    // The owner runs it and answers the origin.
+    let (_, head, _) = sent[0];
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(owner).on_request(0, head, request);
+    assert_eq!(replies(&h.settle(owner, 0)), vec![(id, Ok(add(5)))]);
+}
+
+#[test]
+fn forwarding_is_refused_past_transfer_max_ttl() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let other = 3 - owner;
+    let id = RequestId {
+        origin_node: NodeId(9),
+        seq: 1,
+    };
+    let head = RouterHead {
+        key: KEY,
+        route_version: RouteVersion(1),
+        source_node: NodeId(9),
+        transfer_ttl: config().transfer_max_ttl,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(other).on_request(0, head, request);
+    let effects = h.settle(other, 0);
+    assert!(routed(&effects).is_empty());
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert_eq!(h.core(other).counters().transfer_ttl_exceeded_total, 1);
+}
+
+#[test]
+fn forwarder_with_a_newer_route_syncs_the_source_which_updates_only_older_caches() {
+    let mut h = Harness::new(3, Persist::Interval);
+    let owner = claim_on_default(&mut h, 3);
+    let forwarder = if owner == 1 { 2 } else { 1 };
+    let source = 6 - owner - forwarder;
+    // The source has an old cache (route version 0) of the key.
+    h.request(source, OP_GET, Vec::new());
+    h.settle(source, 0);
+    let id = RequestId {
+        origin_node: NodeId(source),
+        seq: 77,
+    };
+    let head = RouterHead {
+        key: KEY,
+        route_version: RouteVersion(0),
+        source_node: NodeId(source),
+        transfer_ttl: 1,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(forwarder).on_request(0, head, request);
+    let effects = h.settle(forwarder, 0);
+    let sync = effects.iter().find_map(|effect| match effect {
+        Effect::SendToNode {
+            node,
+            message:
+                NodeMessage::RouterUpdateSync {
+                    route_version,
+                    owner_node,
+                    ..
+                },
+        } => Some((*node, *route_version, *owner_node)),
+        _ => None,
+    });
+    assert_eq!(sync, Some((NodeId(source), RouteVersion(1), NodeId(owner))));
+    // The receiver: a missing cache is ignored, an older one updated, a
+    // newer one kept.
+    let missing = ObjectKey::new(COUNTER_TYPE_ID, 0, 999);
+    let core = h.core(source);
+    core.on_router_update_sync(1, missing, NodeId(owner), RouteVersion(5));
+    assert!(core.entries().all(|view| view.key != missing));
+    core.on_router_update_sync(1, KEY, NodeId(owner), RouteVersion(3));
+    let view = core.entries().find(|view| view.key == KEY).expect("cache");
+    assert_eq!(view.route_version, RouteVersion(3));
+    core.on_router_update_sync(1, KEY, NodeId(9), RouteVersion(2));
+    let view = core.entries().find(|view| view.key == KEY).expect("cache");
+    assert_eq!(
+        (view.route_version, view.owner_node),
+        (RouteVersion(3), NodeId(owner))
+    );
+}
+
+/// Starts a transfer from the owner to the other node and answers its
+/// removal write; returns (owner, target) with the notification in flight.
+fn transfer_in_flight(h: &mut Harness) -> (u64, u64) {
+    let owner = claim_on_default(h, 2);
+    let target = 3 - owner;
+    h.core(owner)
+        .transfer(0, KEY, NodeId(target), true)
+        .expect("transfer starts");
+    (owner, target)
+}
+
+#[test]
+fn defect_a_a_request_meeting_a_migration_is_queued_and_not_sent() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, _) = transfer_in_flight(&mut h);
+    // The removal write is not answered yet: the migration flag is set.
+    let before: Vec<Effect> = h.core(owner).drain_effects().collect();
+    assert_eq!(before.len(), 1, "only the removal write: {before:?}");
+    h.request(owner, OP_GET, Vec::new());
+    let effects: Vec<Effect> = h.core(owner).drain_effects().collect();
+    assert!(effects.is_empty(), "queued, never also sent: {effects:?}");
+    assert_eq!(h.core(owner).gauges().2, 1);
+    // Put the removal back so the harness can answer it.
+    for effect in before {
+        if let Effect::Store { token, op } = effect {
+            let reply = answer(&mut h.table, op);
+            h.core(owner).on_store_reply(0, token, reply);
+        }
+    }
+}
+
+fn drain_after(h: &mut Harness, owner: u64, target: u64, end: impl FnOnce(&mut RouterCore, u64)) {
+    let ids: Vec<RequestId> = (0..3)
+        .map(|_| h.request(owner, OP_GET, Vec::new()))
+        .collect();
+    let effects = h.settle(owner, 0);
+    let transfer_id = effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::SendToNode {
+                message: NodeMessage::RouterTransfer(transfer),
+                ..
+            } => Some(transfer.transfer_id),
+            _ => None,
+        })
+        .expect("router_transfer sent");
+    assert!(routed(&effects).is_empty() && replies(&effects).is_empty());
+    end(h.core(owner), transfer_id);
+    let effects = h.settle(owner, 1);
+    // Every queued request is re-sent exactly once (to the new owner), and
+    // none is answered here.
+    let sent: Vec<RequestId> = routed(&effects)
+        .into_iter()
+        .map(|(n, _, id)| {
+            assert_eq!(n, NodeId(target));
+            id
+        })
+        .collect();
+    assert_eq!(sent, ids);
+    assert!(replies(&effects).is_empty());
+    assert_eq!(h.core(owner).gauges(), (0, 1, 0));
+}
+
+#[test]
+fn defect_b_pending_queue_drains_when_the_target_refuses() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target) = transfer_in_flight(&mut h);
+    drain_after(&mut h, owner, target, |core, id| {
+        core.on_transfer_ack(1, KEY, id, false)
+    });
+}
+
+#[test]
+fn defect_b_pending_queue_drains_when_the_ack_times_out() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target) = transfer_in_flight(&mut h);
+    drain_after(&mut h, owner, target, |core, id| {
+        core.on_timer(
+            600,
+            Timer::TransferAck {
+                key: KEY,
+                transfer_id: id,
+            },
+        )
+    });
+    assert_eq!(h.core(owner).counters().transfer_ack_timeouts_total, 1);
+}
+
+#[test]
+fn transfer_ships_state_and_the_target_confirms_by_cas() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target) = transfer_in_flight(&mut h);
+    let effects = h.settle(owner, 0);
+    let transfer = effects
+        .into_iter()
+        .find_map(|effect| match effect {
+            Effect::SendToNode {
+                message: NodeMessage::RouterTransfer(transfer),
+                ..
+            } => Some(transfer),
+            _ => None,
+        })
+        .expect("router_transfer sent");
+    assert_eq!(transfer.route_version, RouteVersion(2));
+    h.core(target)
+        .on_router_transfer(0, NodeId(owner), transfer);
+    let effects = h.settle(target, 0);
+    assert!(effects.iter().any(|effect| matches!(
+        effect,
+        Effect::SendToNode {
+            message: NodeMessage::TransferAck { accepted: true, .. },
+            ..
+        }
+    )));
+    assert_eq!(
+        h.core(target)
+            .object_state(KEY)
+            .and_then(|s| counter_value(&s)),
+        Some(5)
+    );
+    assert_eq!(
+        h.table.load(KEY).map(|r| r.owner_node),
+        Some(NodeId(target))
+    );
+}
+
+#[test]
+fn defect_c_node_availability_means_known_up() {
+    let mut core = RouterCore::new(NodeId(1), config(), 1, 0);
+    assert!(core.is_node_available(NodeId(1)));
+    assert!(
+        !core.is_node_available(NodeId(2)),
+        "unknown is not available"
+    );
+    assert!(!core.is_node_available(NodeId::NONE));
+    core.on_node_up(NodeId(2));
+    assert!(core.is_node_available(NodeId(2)));
+    core.on_node_down(NodeId(2));
+    assert!(!core.is_node_available(NodeId(2)));
+}
+
+#[test]
+fn a_save_by_a_node_that_lost_ownership_fails_is_counted_and_downgrades() {
+    let mut h = Harness::new(1, Persist::Interval);
+    claim_on_default(&mut h, 1);
+    // Another node steals the record behind this node's back.
+    let mut record = h.table.load(KEY).expect("record");
+    record.owner_node = NodeId(7);
+    let write = crate::store::RecordWrite {
+        key: KEY,
+        condition: crate::store::WriteCondition::CasEquals(record.cas_version),
+        owner_node: NodeId(7),
+        route_version: record.route_version.next(),
+        save_timepoint_ms: 0,
+        state: record.state,
+    };
+    assert!(matches!(h.table.write(&write), WriteOutcome::Applied(_)));
+    h.core(1).on_timer(2_000, Timer::Sweep);
+    h.settle(1, 2_000);
+    assert_eq!(h.core(1).counters().cas_conflicts_total, 1);
+    let view = h.core(1).entries().next().expect("entry");
+    assert!(!view.writable);
+    assert_eq!(view.owner_node, NodeId(7));
+}
+
+#[test]
+fn on_write_answers_only_after_the_save_applied() {
+    let mut h = Harness::new(1, Persist::OnWrite);
+    claim_on_default(&mut h, 1);
+    let id = h.request(1, OP_ADD, add(2));
+    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    assert!(replies(&effects).is_empty(), "no answer before the save");
+    let Some(Effect::Store { token, op }) = effects.into_iter().next() else {
+        panic!("a save");
+    };
+    // A concurrent get waits behind the save.
+    let get = h.request(1, OP_GET, Vec::new());
+    let reply = answer(&mut h.table, op);
+    h.core(1).on_store_reply(0, token, reply);
+    let effects = h.settle(1, 0);
+    assert_eq!(replies(&effects), vec![(id, Ok(add(7))), (get, Ok(add(7)))]);
+}
+
+#[test]
+fn on_write_save_indeterminate_is_not_acknowledged_and_drops_the_copy() {
+    let mut h = Harness::new(1, Persist::OnWrite);
+    claim_on_default(&mut h, 1);
+    let id = h.request(1, OP_ADD, add(2));
+    let token = match h.core(1).drain_effects().next() {
+        Some(Effect::Store { token, .. }) => token,
+        other => panic!("a save, got {other:?}"),
+    };
+    h.core(1)
+        .on_store_reply(0, token, StoreReply::Written(WriteOutcome::Indeterminate));
+    let effects = h.settle(1, 0);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert!(!h.core(1).entries().next().expect("entry").writable);
+    // The next access re-reads the durable state (5, the write was lost).
+    let get = h.request(1, OP_GET, Vec::new());
+    assert_eq!(replies(&h.settle(1, 0)), vec![(get, Ok(add(5)))]);
+}
+
+#[test]
+fn eagain_retries_with_bounded_random_waits_then_gives_up() {
+    let mut core = RouterCore::new(NodeId(1), config(), 1, 0);
+    core.register(Box::new(CounterType {
+        persist: Persist::Interval,
+    }));
+    core.drain_effects().for_each(drop);
+    let id = RequestId {
+        origin_node: NodeId(1),
+        seq: 1,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    core.on_request(0, RouterHead::local(KEY, NodeId(1)), request);
+    let mut now = 0;
+    for attempt in 1..=config().retry_max_ttl {
+        let effects: Vec<Effect> = core.drain_effects().collect();
+        let token = effects.iter().find_map(|e| match e {
+            Effect::Store { token, .. } => Some(*token),
+            _ => None,
+        });
+        let Some(token) = token else {
+            panic!("attempt {attempt}: a load, got {effects:?}");
+        };
+        core.on_store_reply(now, token, StoreReply::Failed(StoreFailure::Busy));
+        let effects: Vec<Effect> = core.drain_effects().collect();
+        if attempt == config().retry_max_ttl {
+            assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+            return;
+        }
+        let Some(Effect::ArmTimer { at_ms, timer }) = effects.into_iter().next() else {
+            panic!("a retry timer");
+        };
+        assert!(at_ms > now && at_ms <= now + config().cache_retry_interval_ms);
+        now = at_ms;
+        core.on_timer(now, timer);
+    }
+}
+
+#[test]
+fn a_terminal_store_error_answers_at_once() {
+    let mut core = RouterCore::new(NodeId(1), config(), 1, 0);
+    core.register(Box::new(CounterType {
+        persist: Persist::Interval,
+    }));
+    core.drain_effects().for_each(drop);
+    let id = RequestId {
+        origin_node: NodeId(1),
+        seq: 1,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    core.on_request(0, RouterHead::local(KEY, NodeId(1)), request);
+    let token = match core.drain_effects().next() {
+        Some(Effect::Store { token, .. }) => token,
+        other => panic!("a load, got {other:?}"),
+    };
+    core.on_store_reply(0, token, StoreReply::Failed(StoreFailure::Failed));
+    let effects: Vec<Effect> = core.drain_effects().collect();
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+}
+
+#[test]
+fn io_guard_queues_requests_of_one_object_only_and_bounds_the_queue() {
+    let mut h = Harness::new(1, Persist::Interval);
+    h.request(1, OP_GET, Vec::new());
+    let load: Vec<Effect> = h.core(1).drain_effects().collect();
+    assert_eq!(load.len(), 1);
+    let mut overloaded = 0;
+    for _ in 0..config().pending_queue_max + 2 {
+        h.request(1, OP_GET, Vec::new());
+        let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+        assert!(
+            effects.iter().all(|e| !matches!(e, Effect::Store { .. })),
+            "one IO at a time"
+        );
+        overloaded += replies(&effects).len();
+    }
+    assert_eq!(overloaded, 3, "the queue holds pending_queue_max requests");
+    assert_eq!(h.core(1).counters().pending_queue_full_total, 3);
+}
+
+#[test]
+fn an_expired_lock_is_claimed_with_a_higher_route_version() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let other = 3 - owner;
+    h.core(other).on_node_down(NodeId(owner));
+    // Long after the owner's last save, its lock has expired.
+    let now = config().object_free_timeout_ms + 10;
+    let id = h.request(other, OP_GET, Vec::new());
+    let effects: Vec<Effect> = {
+        let mut all = Vec::new();
+        loop {
+            let batch: Vec<Effect> = h.core(other).drain_effects().collect();
+            if batch.is_empty() {
+                break all;
+            }
+            for effect in batch {
+                match effect {
+                    Effect::Store { token, op } => {
+                        let reply = answer(&mut h.table, op);
+                        h.core(other).on_store_reply(now, token, reply);
+                    }
+                    effect => all.push(effect),
+                }
+            }
+        }
+    };
+    // The pull is answered at `now`, when the lock has expired.
+    let record = h.table.load(KEY).expect("record");
+    assert_eq!(record.owner_node, NodeId(other));
+    assert_eq!(record.route_version, RouteVersion(2));
+    // The old owner's +5 was never saved (interval persistence): the new
+    // owner serves the durable state.
+    assert_eq!(replies(&effects), vec![(id, Ok(add(0)))]);
+}
+
+#[test]
+fn shutdown_releases_every_object_in_batches() {
+    let mut h = Harness::new(1, Persist::Interval);
+    for object_id in 0..(SHUTDOWN_BATCH_MAX as u64 + 3) {
+        let key = ObjectKey::new(COUNTER_TYPE_ID, 0, object_id);
+        let request = Request {
+            id: RequestId {
+                origin_node: NodeId(1),
+                seq: object_id,
+            },
+            op: OP_ADD,
+            body: add(1),
+            client: None,
+            needs_reply: true,
+        };
+        h.core(1)
+            .on_request(0, RouterHead::local(key, NodeId(1)), request);
+    }
+    h.settle(1, 0);
+    assert_eq!(h.core(1).gauges().0, SHUTDOWN_BATCH_MAX + 3);
+    h.core(1).shutdown(10, 1_000);
+    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    let batches = effects
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Effect::Store {
+                    op: StoreOp::WriteBatch(_),
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(batches, 2);
+    for effect in effects {
+        if let Effect::Store { token, op } = effect {
+            let reply = answer(&mut h.table, op);
+            h.core(1).on_store_reply(10, token, reply);
+        }
+    }
+    assert!(h.core(1).is_shutdown_complete());
+    let record = h
+        .table
+        .load(ObjectKey::new(COUNTER_TYPE_ID, 0, 3))
+        .expect("saved");
+    assert_eq!(record.owner_node, NodeId::NONE);
+    assert_eq!(counter_value(&record.state), Some(1));
+}
+
+#[test]
+fn sweep_saves_degrades_idle_objects_and_frees_idle_caches() {
+    let mut h = Harness::new(1, Persist::Interval);
+    claim_on_default(&mut h, 1);
+    let c = config();
+    h.core(1).on_timer(c.object_save_interval_ms, Timer::Sweep);
+    h.settle(1, c.object_save_interval_ms);
+    assert_eq!(h.core(1).counters().saves_total, 1);
+    h.core(1).on_timer(c.object_free_timeout_ms, Timer::Sweep);
+    h.settle(1, c.object_free_timeout_ms);
+    assert_eq!(h.core(1).counters().degrades_total, 1);
+    assert_eq!(h.table.load(KEY).map(|r| r.owner_node), Some(NodeId::NONE));
+    assert_eq!(h.core(1).gauges(), (0, 1, 0));
+    let later = c.object_free_timeout_ms + c.cache_free_timeout_ms;
+    h.core(1).on_timer(later, Timer::Sweep);
+    h.settle(1, later);
+    assert_eq!(h.core(1).gauges(), (0, 0, 0));
+    assert_eq!(h.core(1).counters().caches_freed_total, 1);
+}

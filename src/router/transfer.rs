@@ -1,0 +1,334 @@
+//! `transfer`, `remove_object` and `router_transfer`: the ordered handoff of a
+//! writable object to another node, shipping its state.
+
+use std::collections::btree_map;
+
+use wire::ObjectKey;
+
+use super::core::{Ctx, Manager, RouterCore, StoreWait};
+use super::dispatch::dispatch_entry;
+use super::entry::{Entry, Io, PendingWrite, Transferring};
+use super::io::{after_failed_write, become_writable, finish_io};
+use super::object::ObjectType;
+use super::types::{NodeMessage, RouterTransfer, StoreOp, StoreReply, Timer};
+use crate::store::{NodeId, RecordWrite, WriteCondition, WriteOutcome};
+
+/// Why `transfer` refused to start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferError {
+    UnknownType,
+    /// This core holds no writable copy of the key.
+    NotWritable,
+    SameNode,
+    /// A transfer of this key is already in progress or queued.
+    InProgress,
+    ShuttingDown,
+}
+
+impl RouterCore {
+    /// `transfer(key, target, need_notify)`: persist `target` as the owner
+    /// with a higher route version, downgrade, then (with `need_notify`)
+    /// ship the state to `target` in `router_transfer` and wait for its ack.
+    /// Requests arriving meanwhile wait in the pending queue and are all
+    /// re-dispatched at the end, whatever the outcome. A `target` of 0
+    /// releases ownership. Starts after the object's in-flight IO.
+    pub fn transfer(
+        &mut self,
+        now_ms: u64,
+        key: ObjectKey,
+        target: NodeId,
+        need_notify: bool,
+    ) -> Result<(), TransferError> {
+        let ctx = &mut self.ctx;
+        if ctx.is_shutting_down() {
+            return Err(TransferError::ShuttingDown);
+        }
+        if target == ctx.node {
+            return Err(TransferError::SameNode);
+        }
+        let manager = self
+            .managers
+            .get_mut(&key.type_id)
+            .ok_or(TransferError::UnknownType)?;
+        let entry = manager
+            .entries
+            .get_mut(&key)
+            .filter(|entry| entry.is_writable())
+            .ok_or(TransferError::NotWritable)?;
+        if entry.transferring.is_some() || entry.queued_transfer.is_some() {
+            return Err(TransferError::InProgress);
+        }
+        if entry.io.is_some() {
+            entry.queued_transfer = Some((target, need_notify));
+            return Ok(());
+        }
+        start_transfer(ctx, key, entry, now_ms, target, need_notify);
+        Ok(())
+    }
+
+    /// `router_transfer` at the target: confirm the shipped state by CAS on
+    /// the CAS version the sender's write produced, then ack. Refuses (acks
+    /// false) when it knows a newer route or is busy with this key.
+    pub fn on_router_transfer(&mut self, now_ms: u64, from_node: NodeId, transfer: RouterTransfer) {
+        let ctx = &mut self.ctx;
+        let key = transfer.key;
+        let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
+            return ack(ctx, from_node, key, transfer.transfer_id, false);
+        };
+        let entry = match entries.entry(key) {
+            btree_map::Entry::Occupied(occupied) => occupied.into_mut(),
+            btree_map::Entry::Vacant(vacant) => {
+                if ctx.is_shutting_down() || ctx.entries_total >= ctx.config.entries_max_per_core {
+                    return ack(ctx, from_node, key, transfer.transfer_id, false);
+                }
+                ctx.entries_total += 1;
+                vacant.insert(Entry::new(now_ms))
+            }
+        };
+        if entry.is_writable() {
+            // A duplicate notification of a handoff already confirmed.
+            let accepted = entry.route_version >= transfer.route_version;
+            return ack(ctx, from_node, key, transfer.transfer_id, accepted);
+        }
+        let refused = ctx.is_shutting_down()
+            || entry.route_version > transfer.route_version
+            || entry.io.is_some()
+            || entry.transferring.is_some();
+        if refused {
+            return ack(ctx, from_node, key, transfer.transfer_id, false);
+        }
+        let Ok(state) = kind.decode(key, Some(&transfer.state)) else {
+            return ack(ctx, from_node, key, transfer.transfer_id, false);
+        };
+        entry.set_route(ctx.node, transfer.route_version);
+        entry.cas_version = Some(transfer.cas_version);
+        entry.save_timepoint_ms = transfer.save_timepoint_ms;
+        entry.last_refresh_ms = Some(now_ms);
+        entry.last_access_ms = now_ms;
+        let write = RecordWrite {
+            key,
+            condition: WriteCondition::CasEquals(transfer.cas_version),
+            owner_node: ctx.node,
+            route_version: transfer.route_version,
+            save_timepoint_ms: now_ms,
+            state: transfer.state,
+        };
+        entry.claiming = Some(state);
+        entry.pending_write = Some(PendingWrite {
+            owner_node: ctx.node,
+            route_version: transfer.route_version,
+            save_timepoint_ms: now_ms,
+        });
+        entry.io = Some(Io::TransferClaim {
+            from: from_node,
+            transfer_id: transfer.transfer_id,
+        });
+        ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
+    }
+
+    /// The target's answer to `router_transfer`: the handoff ends and the
+    /// pending queue drains either way.
+    pub fn on_transfer_ack(
+        &mut self,
+        now_ms: u64,
+        key: ObjectKey,
+        transfer_id: u64,
+        accepted: bool,
+    ) {
+        let _ = accepted;
+        self.end_notify(now_ms, key, transfer_id, false);
+    }
+
+    pub(crate) fn transfer_ack_timeout(&mut self, now_ms: u64, key: ObjectKey, transfer_id: u64) {
+        self.end_notify(now_ms, key, transfer_id, true);
+    }
+
+    fn end_notify(&mut self, now_ms: u64, key: ObjectKey, transfer_id: u64, timed_out: bool) {
+        let ctx = &mut self.ctx;
+        let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
+            return;
+        };
+        let Some(entry) = entries.get_mut(&key) else {
+            return;
+        };
+        let waiting = entry
+            .transferring
+            .as_ref()
+            .is_some_and(|t| t.transfer_id == transfer_id && entry.io.is_none());
+        if waiting {
+            if timed_out {
+                ctx.counters.transfer_ack_timeouts_total += 1;
+            }
+            finish_transfer(ctx, kind.as_ref(), key, entry, now_ms);
+        }
+    }
+}
+
+fn ack(ctx: &mut Ctx, to: NodeId, key: ObjectKey, transfer_id: u64, accepted: bool) {
+    if to != ctx.node && !to.is_none() {
+        let message = NodeMessage::TransferAck {
+            key,
+            transfer_id,
+            accepted,
+        };
+        ctx.send(to, message);
+    }
+}
+
+/// Steps 1 and 2 of the handoff: transferring flag, then `remove_object`
+/// persisting the new owner with the next route version through CAS.
+pub(crate) fn start_transfer(
+    ctx: &mut Ctx,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    target: NodeId,
+    need_notify: bool,
+) {
+    assert!(entry.io.is_none(), "one IO per object at a time");
+    assert!(
+        entry.transferring.is_none(),
+        "one transfer per object at a time"
+    );
+    let Some(object) = entry.object.as_ref() else {
+        return;
+    };
+    let cas_version = entry
+        .cas_version
+        .expect("a writable object always knows its record's CAS version");
+    let route_version = entry.route_version.next();
+    let state = object.state.encode();
+    let write = RecordWrite {
+        key,
+        condition: WriteCondition::CasEquals(cas_version),
+        owner_node: target,
+        route_version,
+        save_timepoint_ms: now_ms,
+        state: state.clone(),
+    };
+    ctx.next_transfer_id += 1;
+    entry.transferring = Some(Transferring {
+        target,
+        need_notify,
+        transfer_id: ctx.next_transfer_id,
+        transfer_pending: Default::default(),
+        shipped_state: state,
+    });
+    entry.pending_write = Some(PendingWrite {
+        owner_node: target,
+        route_version,
+        save_timepoint_ms: now_ms,
+    });
+    entry.io = Some(Io::Remove);
+    ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
+}
+
+/// The outcome of `remove_object`'s write.
+pub(crate) fn remove_reply(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    reply: StoreReply,
+) {
+    entry.io = None;
+    match reply {
+        StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
+            let pending = entry
+                .pending_write
+                .take()
+                .expect("a removal has a pending write");
+            entry.downgrade();
+            entry.set_route(pending.owner_node, pending.route_version);
+            entry.cas_version = Some(cas_version);
+            entry.save_timepoint_ms = pending.save_timepoint_ms;
+            entry.last_refresh_ms = Some(now_ms);
+            ctx.counters.transfers_total += 1;
+            let Some(t) = entry.transferring.as_mut() else {
+                return;
+            };
+            if t.need_notify && !t.target.is_none() {
+                let message = NodeMessage::RouterTransfer(RouterTransfer {
+                    key,
+                    transfer_id: t.transfer_id,
+                    route_version: pending.route_version,
+                    cas_version,
+                    save_timepoint_ms: pending.save_timepoint_ms,
+                    state: std::mem::take(&mut t.shipped_state),
+                });
+                let timer = Timer::TransferAck {
+                    key,
+                    transfer_id: t.transfer_id,
+                };
+                let target = t.target;
+                ctx.send(target, message);
+                ctx.arm(now_ms + ctx.config.transfer_ack_timeout_ms, timer);
+                return;
+            }
+        }
+        StoreReply::Written(outcome) => {
+            ctx.counters.transfers_failed_total += 1;
+            entry.downgrade();
+            after_failed_write(ctx, entry, now_ms, &outcome);
+        }
+        // Not applied: this node still owns the object and keeps it.
+        _ => ctx.counters.transfers_failed_total += 1,
+    }
+    entry.pending_write = None;
+    finish_transfer(ctx, kind, key, entry, now_ms);
+}
+
+/// The last step, on every outcome: release the migration flag, then
+/// re-dispatch every pending request exactly once with the route as it now
+/// is (forwarded to the new owner, run here, or answered). The seed's
+/// defect (b), fixed: no branch returns before this.
+fn finish_transfer(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+) {
+    let Some(transferring) = entry.transferring.take() else {
+        return;
+    };
+    for waiter in transferring.transfer_pending {
+        dispatch_entry(ctx, kind, key, entry, now_ms, waiter);
+    }
+    if entry.io.is_none() {
+        finish_io(ctx, kind, key, entry, now_ms, false);
+    }
+}
+
+/// The target's confirmation write of `router_transfer`.
+pub(crate) fn transfer_claim_reply(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    (from_node, transfer_id): (NodeId, u64),
+    reply: StoreReply,
+) {
+    let mut fresh = false;
+    let accepted = match reply {
+        StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
+            let pending = entry
+                .pending_write
+                .take()
+                .expect("a claim has a pending write");
+            let state = entry.claiming.take().expect("a claim has a decoded state");
+            become_writable(entry, state, cas_version, pending, now_ms);
+            ctx.counters.claims_total += 1;
+            true
+        }
+        StoreReply::Written(outcome) => {
+            fresh = after_failed_write(ctx, entry, now_ms, &outcome);
+            false
+        }
+        _ => false,
+    };
+    ack(ctx, from_node, key, transfer_id, accepted);
+    finish_io(ctx, kind, key, entry, now_ms, fresh);
+}

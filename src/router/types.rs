@@ -1,0 +1,206 @@
+//! The in-memory events and effects of the router state machine. Drivers
+//! translate them to and from wire frames (rkyv router heads, client frames).
+
+use wire::ObjectKey;
+
+use crate::store::{CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteOutcome};
+
+/// The router head every routed message carries (the seed's SSRouterHead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouterHead {
+    pub key: ObjectKey,
+    /// The sender's route version for `key`; 0 when it knew none.
+    pub route_version: RouteVersion,
+    /// The node the request entered the cluster at. Forwarding preserves it,
+    /// so `router_update_sync` reaches the original caller.
+    pub source_node: NodeId,
+    /// Forwarding hops taken so far; refused past `transfer_max_ttl`.
+    pub transfer_ttl: u32,
+}
+
+impl RouterHead {
+    /// The head of a request entering the cluster at `node` (from its gateway
+    /// or from an object's handler), before any routing decision.
+    pub fn local(key: ObjectKey, node: NodeId) -> RouterHead {
+        RouterHead {
+            key,
+            route_version: RouteVersion(0),
+            source_node: node,
+            transfer_ttl: 0,
+        }
+    }
+}
+
+/// A request's identity, unique in the cluster: the node whose gateway holds
+/// the client's session and a number that node chose. The answer goes there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId {
+    pub origin_node: NodeId,
+    pub seq: u64,
+}
+
+/// A reference to one client session, enough for the gateway's egress gate
+/// to accept or refuse a PUSH (a stale epoch is refused there, not here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClientRef {
+    pub gateway_node: NodeId,
+    pub session_id: u64,
+    pub session_epoch: u64,
+    pub player_id: u64,
+}
+
+/// What the object's handler is asked to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub id: RequestId,
+    /// Service-defined operation (a client route id or an internal message).
+    pub op: u32,
+    pub body: Vec<u8>,
+    /// The session the request came from, when it came from a client.
+    pub client: Option<ClientRef>,
+    /// False for one-way object-to-object notifications: nobody waits, so
+    /// the router emits no `Reply` for them.
+    pub needs_reply: bool,
+}
+
+/// Error answers, numbered as PROTOCOL.md's ERROR codes so the gateway can
+/// write them as they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// A login refused by the duplicate-login policy (`single`).
+    AuthFailed = 4,
+    BadRequest = 5,
+    Overloaded = 6,
+    Unavailable = 7,
+    Internal = 9,
+}
+
+/// The answer to one request: a RESPONSE body or an ERROR code.
+pub type Outcome = Result<Vec<u8>, ErrorCode>;
+
+/// A node-to-node message of the router.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeMessage {
+    /// A request sent or forwarded to the node believed to own `head.key`.
+    Routed { head: RouterHead, request: Request },
+    /// `router_update_sync`: a newer route for a cache the receiver may hold.
+    RouterUpdateSync {
+        key: ObjectKey,
+        owner_node: NodeId,
+        route_version: RouteVersion,
+    },
+    /// `router_transfer`: the sender persisted `owner_node = receiver` with
+    /// this route version and CAS version, and ships the state it wrote.
+    RouterTransfer(RouterTransfer),
+    /// The receiver of a `RouterTransfer` confirms (or refuses) ownership.
+    TransferAck {
+        key: ObjectKey,
+        transfer_id: u64,
+        accepted: bool,
+    },
+}
+
+impl NodeMessage {
+    /// The key this message is about: the receiving driver hands it to the
+    /// core `shard_of(key, cores)`.
+    pub fn key(&self) -> ObjectKey {
+        match self {
+            NodeMessage::Routed { head, .. } => head.key,
+            NodeMessage::RouterUpdateSync { key, .. } => *key,
+            NodeMessage::RouterTransfer(transfer) => transfer.key,
+            NodeMessage::TransferAck { key, .. } => *key,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouterTransfer {
+    pub key: ObjectKey,
+    pub transfer_id: u64,
+    pub route_version: RouteVersion,
+    pub cas_version: CasVersion,
+    pub save_timepoint_ms: u64,
+    pub state: Vec<u8>,
+}
+
+/// Names one store request of one core; the reply carries it back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StoreToken(pub u64);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreOp {
+    Load(ObjectKey),
+    Write(RecordWrite),
+    /// Applied independently (each its own CAS) but in one round trip.
+    WriteBatch(Vec<RecordWrite>),
+}
+
+/// Why a store request failed without an outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// Transient (the seed's EN_ROUTER_EAGAIN): retried after a randomised
+    /// wait. For a write, nothing was applied.
+    Busy,
+    /// Terminal for this attempt (timeout of a load, store down). For a
+    /// write, nothing was applied: a write that may have applied is
+    /// `WriteOutcome::Indeterminate` instead.
+    Failed,
+}
+
+/// The store's answer to a `StoreOp`, fed back with `on_store_reply`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreReply {
+    Loaded(Option<RouteRecord>),
+    Written(WriteOutcome),
+    /// One outcome per write of the batch, in order.
+    WrittenBatch(Vec<WriteOutcome>),
+    Failed(StoreFailure),
+}
+
+/// A timer the core asked for. Timers are never cancelled: a stale one finds
+/// nothing to do when it fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Timer {
+    /// The periodic sweep: saves, idle degradation, cache cleanup.
+    Sweep,
+    /// Retry a pull of `key` after a randomised wait (EAGAIN).
+    PullRetry { key: ObjectKey },
+    /// Give up waiting for the `TransferAck` of `transfer_id`.
+    TransferAck { key: ObjectKey, transfer_id: u64 },
+    /// The shutdown deadline passed.
+    ShutdownDeadline,
+}
+
+/// What the driver must do after an event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Send to another node. The receiving driver calls the matching `on_*`
+    /// method of core `shard_of(message.key(), its cores)`.
+    SendToNode { node: NodeId, message: NodeMessage },
+    /// Hand a new request to this node's router: the core
+    /// `shard_of(head.key, cores)` (possibly this one) gets `on_request`.
+    /// Objects use this to message other objects.
+    Submit { head: RouterHead, request: Request },
+    /// Ask the store; answer with `on_store_reply(token, ..)`. Every token
+    /// must get exactly one reply (a timeout is a reply: Indeterminate for a
+    /// write, `Failed` for a load).
+    Store { token: StoreToken, op: StoreOp },
+    /// Call `on_timer(timer)` at `at_ms` or later.
+    ArmTimer { at_ms: u64, timer: Timer },
+    /// The one answer to `request`: deliver it to the gateway of
+    /// `request.origin_node` (this node or another).
+    Reply {
+        request: RequestId,
+        outcome: Outcome,
+    },
+    /// A server-to-client PUSH (`route_id`, body) for one session; the
+    /// gateway of `client.gateway_node` checks the epoch before writing it.
+    Push {
+        client: ClientRef,
+        route_id: u32,
+        body: Vec<u8>,
+    },
+    /// Ask the gateway of `client.gateway_node` to kick (PUSH `sys.kicked`,
+    /// then close) that session: a duplicate-login decision.
+    Kick { client: ClientRef },
+}

@@ -1,0 +1,377 @@
+//! The player object: a counter, the current session's client reference, and
+//! the rooms it joined (so it can tell them of its presence).
+
+use wire::ObjectKey;
+
+use super::codec::{put_client, Reader};
+use super::{room, PLAYER_TYPE_ID, ROOM_TYPE_ID};
+use crate::config::{DuplicateLogin, Persist};
+use crate::router::{
+    ClientRef, DecodeError, ErrorCode, HandlerOutput, HandlerReply, ObjectState, ObjectType,
+    Request,
+};
+
+/// `sys.ping` after login: answers the body.
+pub const OP_PING: u32 = 1;
+/// `player.get`: answers `i64 counter`.
+pub const OP_GET: u32 = 10;
+/// `player.incr` (`i64 delta`): answers the new counter.
+pub const OP_INCR: u32 = 11;
+/// `room.join` (`u64 room_id`): recorded here, relayed to the room, which
+/// answers.
+pub const OP_ROOM_JOIN: u32 = 20;
+/// `room.leave` (`u64 room_id`): relayed to the room, which answers.
+pub const OP_ROOM_LEAVE: u32 = 21;
+/// Internal, from the gateway after `auth.login` verified the token, with
+/// `request.client` the new session. Answers `u64 player_id`, or
+/// AUTH_FAILED under `single`. A kick of the old session comes out as
+/// `Effect::Kick`, before the answer in effect order.
+pub const OP_BIND: u32 = 1000;
+/// Internal and one-way, from the gateway when a session closes.
+pub const OP_UNBIND: u32 = 1001;
+
+/// Rooms one player may be in: bounds the state and the presence fan-out.
+pub const PLAYER_ROOMS_MAX: usize = 256;
+
+pub fn player_key(player_id: u64) -> ObjectKey {
+    ObjectKey::new(PLAYER_TYPE_ID, 0, player_id)
+}
+
+/// The duplicate-login decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoginDecision {
+    /// Bind the new session; kick this old one first, if any.
+    Bind { kick: Option<ClientRef> },
+    /// Refuse the new login; the old session stays.
+    Refuse,
+}
+
+/// What to do when `new` logs in while `current` is this player's session.
+/// A re-bind of the same session (same gateway and session id) is never a
+/// duplicate.
+pub fn decide_login(
+    policy: DuplicateLogin,
+    current: Option<ClientRef>,
+    new: ClientRef,
+) -> LoginDecision {
+    let Some(current) = current else {
+        return LoginDecision::Bind { kick: None };
+    };
+    let same_session =
+        current.gateway_node == new.gateway_node && current.session_id == new.session_id;
+    if same_session {
+        return LoginDecision::Bind { kick: None };
+    }
+    match policy {
+        DuplicateLogin::KickOld => LoginDecision::Bind {
+            kick: Some(current),
+        },
+        DuplicateLogin::Single => LoginDecision::Refuse,
+        // Both stay bound at the gateway; this object pushes to the newest.
+        DuplicateLogin::Multi => LoginDecision::Bind { kick: None },
+    }
+}
+
+pub struct PlayerType {
+    pub persist: Persist,
+    pub duplicate_login: DuplicateLogin,
+}
+
+impl ObjectType for PlayerType {
+    fn type_id(&self) -> u32 {
+        PLAYER_TYPE_ID
+    }
+
+    fn auto_create(&self) -> bool {
+        true
+    }
+
+    fn persist(&self) -> Persist {
+        self.persist
+    }
+
+    fn decode(
+        &self,
+        key: ObjectKey,
+        state: Option<&[u8]>,
+    ) -> Result<Box<dyn ObjectState>, DecodeError> {
+        let mut player = match state {
+            None => Player::default(),
+            Some(bytes) => Player::decode(bytes).ok_or(DecodeError)?,
+        };
+        player.player_id = key.object_id;
+        player.duplicate_login = self.duplicate_login;
+        Ok(Box::new(player))
+    }
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Player {
+    player_id: u64,
+    duplicate_login: DuplicateLogin,
+    pub counter: i64,
+    pub client: Option<ClientRef>,
+    pub rooms: Vec<u64>,
+}
+
+impl Player {
+    fn decode(bytes: &[u8]) -> Option<Player> {
+        let mut reader = Reader::new(bytes);
+        let counter = reader.u64()? as i64;
+        let client = reader.client()?;
+        let count = reader.u32()? as usize;
+        if count > PLAYER_ROOMS_MAX {
+            return None;
+        }
+        let rooms = (0..count)
+            .map(|_| reader.u64())
+            .collect::<Option<Vec<u64>>>()?;
+        reader.is_empty().then_some(Player {
+            counter,
+            client,
+            rooms,
+            ..Player::default()
+        })
+    }
+
+    fn body_u64(request: &Request) -> Option<u64> {
+        Some(u64::from_le_bytes(request.body.as_slice().try_into().ok()?))
+    }
+
+    fn incr(&mut self, request: &Request, out: &mut HandlerOutput) {
+        let Some(delta) = Self::body_u64(request).map(|d| d as i64) else {
+            return out.bad_request();
+        };
+        // Overflow is BAD_REQUEST with the state unchanged.
+        let Some(counter) = self.counter.checked_add(delta) else {
+            return out.bad_request();
+        };
+        self.counter = counter;
+        out.mutated = true;
+        out.answer(Ok(counter.to_le_bytes().to_vec()));
+    }
+
+    fn bind(&mut self, request: &Request, out: &mut HandlerOutput) {
+        let Some(new) = request.client else {
+            return out.bad_request();
+        };
+        match decide_login(self.duplicate_login, self.client, new) {
+            LoginDecision::Refuse => out.answer(Err(ErrorCode::AuthFailed)),
+            LoginDecision::Bind { kick } => {
+                out.kicks.extend(kick);
+                self.client = Some(new);
+                out.mutated = true;
+                self.presence(out);
+                out.answer(Ok(self.player_id.to_le_bytes().to_vec()));
+            }
+        }
+    }
+
+    fn unbind(&mut self, request: &Request, out: &mut HandlerOutput) {
+        // Only the current session's close clears it: a kicked session's
+        // late close must not unbind its successor.
+        if request.client.is_some() && request.client == self.client {
+            self.client = None;
+            out.mutated = true;
+            self.presence(out);
+        }
+        out.reply = HandlerReply::Delegated;
+    }
+
+    /// One-way presence notices to every room this player joined.
+    fn presence(&self, out: &mut HandlerOutput) {
+        for room_id in &self.rooms {
+            let request = room::presence_request(self.player_id, self.client);
+            out.sends
+                .push((ObjectKey::new(ROOM_TYPE_ID, 0, *room_id), request));
+        }
+    }
+
+    fn relay_to_room(&mut self, request: &Request, out: &mut HandlerOutput, join: bool) {
+        let Some(room_id) = Self::body_u64(request) else {
+            return out.bad_request();
+        };
+        let known = self.rooms.contains(&room_id);
+        if join && !known {
+            if self.rooms.len() >= PLAYER_ROOMS_MAX {
+                return out.bad_request();
+            }
+            self.rooms.push(room_id);
+            out.mutated = true;
+        } else if !join && known {
+            self.rooms.retain(|id| *id != room_id);
+            out.mutated = true;
+        }
+        let op = if join { room::OP_JOIN } else { room::OP_LEAVE };
+        let relayed = Request {
+            op,
+            client: request.client.or(self.client),
+            ..request.clone()
+        };
+        out.sends
+            .push((ObjectKey::new(ROOM_TYPE_ID, 0, room_id), relayed));
+        out.reply = HandlerReply::Delegated;
+    }
+}
+
+impl ObjectState for Player {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + 33 + 4 + self.rooms.len() * 8);
+        out.extend_from_slice(&self.counter.to_le_bytes());
+        put_client(&mut out, self.client);
+        out.extend_from_slice(&(self.rooms.len() as u32).to_le_bytes());
+        for room_id in &self.rooms {
+            out.extend_from_slice(&room_id.to_le_bytes());
+        }
+        out
+    }
+
+    fn handle(&mut self, _key: ObjectKey, request: &Request, out: &mut HandlerOutput) {
+        match request.op {
+            OP_PING => out.answer(Ok(request.body.clone())),
+            OP_GET => out.answer(Ok(self.counter.to_le_bytes().to_vec())),
+            OP_INCR => self.incr(request, out),
+            OP_ROOM_JOIN => self.relay_to_room(request, out, true),
+            OP_ROOM_LEAVE => self.relay_to_room(request, out, false),
+            OP_BIND => self.bind(request, out),
+            OP_UNBIND => self.unbind(request, out),
+            _ => out.bad_request(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::router::RequestId;
+    use crate::store::NodeId;
+
+    fn client(session_id: u64) -> ClientRef {
+        ClientRef {
+            gateway_node: NodeId(1),
+            session_id,
+            session_epoch: 1,
+            player_id: 9,
+        }
+    }
+
+    fn request(op: u32, body: Vec<u8>, client: Option<ClientRef>) -> Request {
+        Request {
+            id: RequestId {
+                origin_node: NodeId(1),
+                seq: 1,
+            },
+            op,
+            body,
+            client,
+            needs_reply: true,
+        }
+    }
+
+    fn player() -> Box<dyn ObjectState> {
+        let kind = PlayerType {
+            persist: Persist::OnWrite,
+            duplicate_login: DuplicateLogin::KickOld,
+        };
+        kind.decode(player_key(9), None).expect("new player")
+    }
+
+    fn run(state: &mut Box<dyn ObjectState>, request: Request) -> HandlerOutput {
+        let mut out = HandlerOutput::default();
+        state.handle(player_key(9), &request, &mut out);
+        out
+    }
+
+    fn answer(out: &HandlerOutput) -> Option<&Result<Vec<u8>, ErrorCode>> {
+        match &out.reply {
+            HandlerReply::Answer(outcome) => Some(outcome),
+            HandlerReply::Delegated => None,
+        }
+    }
+
+    #[test]
+    fn incr_adds_and_overflow_is_bad_request_with_state_unchanged() {
+        let mut state = player();
+        let out = run(
+            &mut state,
+            request(OP_INCR, 5i64.to_le_bytes().to_vec(), None),
+        );
+        assert_eq!(answer(&out), Some(&Ok(5i64.to_le_bytes().to_vec())));
+        assert!(out.mutated);
+        let out = run(
+            &mut state,
+            request(OP_INCR, i64::MAX.to_le_bytes().to_vec(), None),
+        );
+        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest)));
+        assert!(!out.mutated);
+        let out = run(&mut state, request(OP_GET, Vec::new(), None));
+        assert_eq!(answer(&out), Some(&Ok(5i64.to_le_bytes().to_vec())));
+        let out = run(&mut state, request(OP_INCR, vec![1, 2, 3], None));
+        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest)));
+    }
+
+    #[test]
+    fn duplicate_login_policies() {
+        let (old, new) = (client(1), client(2));
+        let bind = |kick| LoginDecision::Bind { kick };
+        assert_eq!(decide_login(DuplicateLogin::KickOld, None, new), bind(None));
+        assert_eq!(
+            decide_login(DuplicateLogin::KickOld, Some(old), new),
+            bind(Some(old))
+        );
+        assert_eq!(
+            decide_login(DuplicateLogin::Single, Some(old), new),
+            LoginDecision::Refuse
+        );
+        assert_eq!(
+            decide_login(DuplicateLogin::Multi, Some(old), new),
+            bind(None)
+        );
+        // A re-bind of the same session (a new epoch) is not a duplicate.
+        let rebind = ClientRef {
+            session_epoch: 2,
+            ..old
+        };
+        assert_eq!(
+            decide_login(DuplicateLogin::Single, Some(old), rebind),
+            bind(None)
+        );
+    }
+
+    #[test]
+    fn bind_refreshes_the_client_kicks_the_old_and_tells_the_rooms() {
+        let mut state = player();
+        run(&mut state, request(OP_BIND, Vec::new(), Some(client(1))));
+        let out = run(
+            &mut state,
+            request(OP_ROOM_JOIN, 7u64.to_le_bytes().to_vec(), Some(client(1))),
+        );
+        assert!(matches!(out.reply, HandlerReply::Delegated));
+        assert_eq!(out.sends.len(), 1);
+        assert_eq!(out.sends[0].0, ObjectKey::new(ROOM_TYPE_ID, 0, 7));
+        assert_eq!(out.sends[0].1.op, room::OP_JOIN);
+        let out = run(&mut state, request(OP_BIND, Vec::new(), Some(client(2))));
+        assert_eq!(out.kicks, vec![client(1)]);
+        assert_eq!(answer(&out), Some(&Ok(9u64.to_le_bytes().to_vec())));
+        assert_eq!(out.sends.len(), 1, "presence to room 7");
+        assert!(!out.sends[0].1.needs_reply);
+        // The kicked session's late close does not unbind the new one.
+        let out = run(&mut state, request(OP_UNBIND, Vec::new(), Some(client(1))));
+        assert!(!out.mutated);
+        let bytes = state.encode();
+        let decoded = Player::decode(&bytes).expect("round trip");
+        assert_eq!(decoded.client, Some(client(2)));
+        assert_eq!(decoded.rooms, vec![7]);
+    }
+
+    #[test]
+    fn garbage_state_is_a_decode_error_not_a_panic() {
+        let kind = PlayerType {
+            persist: Persist::Interval,
+            duplicate_login: DuplicateLogin::KickOld,
+        };
+        for bytes in [&[][..], &[1, 2, 3], &[0; 8], &[0, 0, 0, 0, 0, 0, 0, 0, 9]] {
+            assert!(kind.decode(player_key(1), Some(bytes)).is_err());
+        }
+    }
+}
