@@ -500,7 +500,9 @@ mod tuning_tests {
     use super::*;
 
     fn profile(name: &str) -> Config {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning").join(name);
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tuning")
+            .join(name);
         Config::load(Some(&path)).unwrap_or_else(|error| panic!("{name}: {error}"))
     }
 
@@ -516,10 +518,13 @@ mod tuning_tests {
 
     #[test]
     fn shipped_profiles_are_valid() {
-        for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning")).unwrap() {
+        for entry in
+            std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning")).unwrap()
+        {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "toml") {
-                Config::load(Some(&path)).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+                Config::load(Some(&path))
+                    .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
             }
         }
     }

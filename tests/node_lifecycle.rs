@@ -9,13 +9,20 @@ use std::time::{Duration, Instant};
 const ROUTERD: &str = env!("CARGO_BIN_EXE_routerd");
 
 fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).expect("admin reachable");
-    stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut stream =
+        TcpStream::connect_timeout(&address, Duration::from_secs(2)).expect("admin reachable");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
     write!(stream, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let status = response[9..12].parse().expect("status code");
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    let body = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
     (status, body)
 }
 
@@ -45,12 +52,18 @@ fn serve(config: &std::path::Path) -> (Child, SocketAddr) {
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if let Some(admin) = line.split("admin=").nth(1) {
-                let address = admin.split_whitespace().next().unwrap_or_default().to_string();
+                let address = admin
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
                 let _ = tx.send(address);
             }
         }
     });
-    let admin = rx.recv_timeout(Duration::from_secs(20)).expect("routerd logs its addresses");
+    let admin = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("routerd logs its addresses");
     (child, admin.parse().expect("an address"))
 }
 
@@ -61,7 +74,10 @@ fn serve_reports_healthy_and_stops_on_sigterm_with_exit_0() {
     assert_eq!(http_get(admin, "/healthz"), (200, "ok".to_string()));
     let (status, metrics) = http_get(admin, "/metrics");
     assert_eq!(status, 200);
-    assert!(metrics.contains("routerd_gateway_sessions_accepted_total"), "{metrics}");
+    assert!(
+        metrics.contains("routerd_gateway_sessions_accepted_total"),
+        "{metrics}"
+    );
     assert!(metrics.contains("routerd_router_objects"), "{metrics}");
     assert_eq!(http_get(admin, "/nope").0, 404);
 
@@ -73,7 +89,10 @@ fn serve_reports_healthy_and_stops_on_sigterm_with_exit_0() {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "routerd did not stop on SIGTERM");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "routerd did not stop on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0), "clean shutdown exits 0");
@@ -83,7 +102,11 @@ fn serve_reports_healthy_and_stops_on_sigterm_with_exit_0() {
 fn check_config_names_a_misspelled_key() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "[router]\nretry_max_tll = 4\n");
-    let output = Command::new(ROUTERD).args(["check-config", "--config"]).arg(&config).output().unwrap();
+    let output = Command::new(ROUTERD)
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("retry_max_tll"), "{stderr}");
@@ -93,7 +116,11 @@ fn check_config_names_a_misspelled_key() {
 fn check_config_prints_the_effective_config() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "");
-    let output = Command::new(ROUTERD).args(["check-config", "--config"]).arg(&config).output().unwrap();
+    let output = Command::new(ROUTERD)
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
     assert!(output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
     // Defaults the file did not name are filled in.
@@ -113,7 +140,13 @@ fn token_verifies_with_the_configured_secret() {
         .unwrap();
     assert!(output.status.success());
     let token = String::from_utf8(output.stdout).unwrap();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    assert_eq!(wire::token::verify(b"s3cret", token.trim().as_bytes(), now), Ok(42));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(
+        wire::token::verify(b"s3cret", token.trim().as_bytes(), now),
+        Ok(42)
+    );
     assert!(wire::token::verify(b"other", token.trim().as_bytes(), now).is_err());
 }
