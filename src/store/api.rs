@@ -1,0 +1,152 @@
+//! `Store`: the cloneable handle every core holds, and the `Backend` trait
+//! behind it. Limits common to all backends are checked here, once.
+
+use std::sync::Arc;
+
+use wire::ObjectKey;
+
+use super::bridge::{ready, StoreFuture};
+use super::error::{LoadError, MembershipError, OpenError, WriteError};
+use super::membership::{self, MemberRow, MEMBER_ROW_BYTES_MAX};
+use super::record::{RecordWrite, RouteRecord, WriteOutcome};
+use crate::config::{Config, StoreBackend, StoreConfig};
+
+/// A store backend. Methods hand the request over before returning (so a
+/// full queue is reported at once) and return a future that resolves on
+/// any executor. `Store` has already checked the limits below.
+pub trait Backend: Send + Sync + 'static {
+    fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>>;
+    /// Applies `writes` in order, each under its own condition. Returns
+    /// one outcome per write, in order.
+    fn write_batch(
+        &self,
+        writes: Vec<RecordWrite>,
+    ) -> StoreFuture<Result<Vec<WriteOutcome>, WriteError>>;
+    fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>>;
+    /// Rows whose heartbeat is younger than the membership TTL at `now_ms`.
+    fn list_members(&self, now_ms: u64) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>>;
+}
+
+/// The store handle: cheap to clone, `Send + Sync`, one per core.
+#[derive(Clone)]
+pub struct Store {
+    backend: Arc<dyn Backend>,
+    state_max_bytes: usize,
+    batch_max: usize,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("state_max_bytes", &self.state_max_bytes)
+            .field("batch_max", &self.batch_max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens the backend `config.store.backend` names.
+    pub fn open(config: &Config) -> Result<Store, OpenError> {
+        match config.store.backend {
+            StoreBackend::Sqlite => super::sqlite::open_sqlite(
+                &config.sqlite_path(),
+                &config.store,
+                super::sqlite::GroupCommit::On,
+            ),
+            StoreBackend::Memory => Ok(super::memory::open_memory(&config.store).0),
+            StoreBackend::Scylla => super::scylla::open_scylla(&config.store),
+        }
+    }
+
+    /// Wraps a backend, enforcing `config`'s state and batch limits.
+    pub fn from_backend(backend: Arc<dyn Backend>, config: &StoreConfig) -> Store {
+        Store {
+            backend,
+            state_max_bytes: config.state_max_bytes,
+            batch_max: config.batch_max,
+        }
+    }
+
+    pub fn state_max_bytes(&self) -> usize {
+        self.state_max_bytes
+    }
+
+    pub fn batch_max(&self) -> usize {
+        self.batch_max
+    }
+
+    /// The record of `key`, `None` when there is none.
+    pub fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>> {
+        self.backend.load(key)
+    }
+
+    /// One conditional write. A timeout is `Ok(WriteOutcome::Indeterminate)`.
+    pub fn write(&self, write: RecordWrite) -> StoreFuture<Result<WriteOutcome, WriteError>> {
+        if let Err(error) = self.check_state(&write) {
+            return ready(Err(error));
+        }
+        let outcomes = self.backend.write_batch(vec![write]);
+        Box::pin(async move {
+            let mut outcomes = outcomes.await?;
+            // A backend answers one outcome per write; an empty answer
+            // would be a backend bug, and the only safe reading is "unknown".
+            debug_assert_eq!(outcomes.len(), 1);
+            Ok(outcomes.pop().unwrap_or(WriteOutcome::Indeterminate))
+        })
+    }
+
+    /// Several conditional writes (shutdown saves), at most `batch_max`.
+    /// Each write keeps its own condition and outcome; a backend error
+    /// fails the whole batch, and then none of it was applied.
+    pub fn write_batch(
+        &self,
+        writes: Vec<RecordWrite>,
+    ) -> StoreFuture<Result<Vec<WriteOutcome>, WriteError>> {
+        if writes.len() > self.batch_max {
+            return ready(Err(WriteError::BatchTooLarge {
+                len: writes.len(),
+                max: self.batch_max,
+            }));
+        }
+        if writes.is_empty() {
+            return ready(Ok(Vec::new()));
+        }
+        if let Some(error) = writes
+            .iter()
+            .find_map(|write| self.check_state(write).err())
+        {
+            return ready(Err(error));
+        }
+        self.backend.write_batch(writes)
+    }
+
+    /// Inserts or replaces this node's membership row.
+    pub fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>> {
+        let len = membership::encoded_len(&row);
+        if len > MEMBER_ROW_BYTES_MAX {
+            return ready(Err(MembershipError::RowTooLarge {
+                len,
+                max: MEMBER_ROW_BYTES_MAX,
+            }));
+        }
+        self.backend.upsert_member(row)
+    }
+
+    /// The live membership rows at `now_ms` (unix milliseconds), by node id.
+    pub fn list_members(
+        &self,
+        now_ms: u64,
+    ) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+        self.backend.list_members(now_ms)
+    }
+
+    fn check_state(&self, write: &RecordWrite) -> Result<(), WriteError> {
+        if write.state.len() > self.state_max_bytes {
+            return Err(WriteError::StateTooLarge {
+                len: write.state.len(),
+                max: self.state_max_bytes,
+            });
+        }
+        Ok(())
+    }
+}

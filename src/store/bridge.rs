@@ -1,0 +1,195 @@
+//! The bridge between callers on any executor and a backend's own thread
+//! (the SQLite store thread, the Scylla driver's tokio thread): a bounded
+//! crossbeam queue of requests, each carrying a futures-aware oneshot for
+//! its answer.
+//!
+//! A request is sent when the `Store` method is called, not when its future
+//! is first polled, and `try_send` never blocks: a full queue answers
+//! `Overloaded` at once, so a glommio core never waits on the store.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use futures_channel::oneshot;
+use wire::ObjectKey;
+
+use super::error::{BackendError, LoadError, MembershipError, WriteError};
+use super::membership::MemberRow;
+use super::record::{RecordWrite, RouteRecord, WriteOutcome};
+
+/// The future every store operation returns: boxed so the backend trait
+/// stays object-safe, `Send` so any executor (or thread) may await it.
+pub type StoreFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+pub(crate) fn ready<T: Send + 'static>(value: T) -> StoreFuture<T> {
+    Box::pin(std::future::ready(value))
+}
+
+pub(crate) type LoadReply = oneshot::Sender<Result<Option<RouteRecord>, LoadError>>;
+pub(crate) type WriteReply = oneshot::Sender<Result<Vec<WriteOutcome>, WriteError>>;
+pub(crate) type UpsertReply = oneshot::Sender<Result<(), MembershipError>>;
+pub(crate) type ListReply = oneshot::Sender<Result<Vec<MemberRow>, MembershipError>>;
+
+/// One queued operation. `deadline` is when the caller stops caring: a
+/// request still queued then is answered as timed out without being run.
+pub(crate) struct Request {
+    pub deadline: Instant,
+    pub op: Op,
+    reply: Reply,
+}
+
+pub(crate) enum Op {
+    Load(ObjectKey),
+    Write(Vec<RecordWrite>),
+    UpsertMember(MemberRow),
+    ListMembers { now_ms: u64 },
+}
+
+enum Reply {
+    Load(LoadReply),
+    Write(WriteReply),
+    Upsert(UpsertReply),
+    List(ListReply),
+}
+
+/// A backend's answer to one `Op`, in the same shape.
+pub(crate) enum Done {
+    Load(Option<RouteRecord>),
+    Write(Vec<WriteOutcome>),
+    Upsert,
+    List(Vec<MemberRow>),
+}
+
+impl Request {
+    /// How many writes this request adds to a group commit.
+    pub fn weight(&self) -> usize {
+        match &self.op {
+            Op::Write(writes) => writes.len().max(1),
+            _ => 1,
+        }
+    }
+
+    /// Answers the caller. A receiver that gave up is not an error.
+    pub fn answer(self, result: Result<Done, BackendError>) {
+        // A send fails only when the caller dropped its future: nobody
+        // waits for the answer, so there is nothing to do.
+        match (self.reply, result) {
+            (Reply::Load(reply), Ok(Done::Load(record))) => drop(reply.send(Ok(record))),
+            (Reply::Write(reply), Ok(Done::Write(outcomes))) => drop(reply.send(Ok(outcomes))),
+            (Reply::Upsert(reply), Ok(Done::Upsert)) => drop(reply.send(Ok(()))),
+            (Reply::List(reply), Ok(Done::List(rows))) => drop(reply.send(Ok(rows))),
+            (reply, Ok(_)) => {
+                debug_assert!(false, "a backend answered an op with another op's result");
+                reply.fail(BackendError::Corrupt(
+                    "backend answered with a mismatched result",
+                ));
+            }
+            (reply, Err(error)) => reply.fail(error),
+        }
+    }
+
+    /// Answers a request that ran out of time. A write becomes
+    /// `Indeterminate`: the caller must re-read, whether or not it ran.
+    pub fn expire(self) {
+        match self.reply {
+            Reply::Load(reply) => drop(reply.send(Err(LoadError::Timeout))),
+            Reply::Write(reply) => {
+                let count = match &self.op {
+                    Op::Write(writes) => writes.len(),
+                    _ => 0,
+                };
+                drop(reply.send(Ok(vec![WriteOutcome::Indeterminate; count])));
+            }
+            Reply::Upsert(reply) => drop(reply.send(Err(MembershipError::Timeout))),
+            Reply::List(reply) => drop(reply.send(Err(MembershipError::Timeout))),
+        }
+    }
+}
+
+impl Reply {
+    fn fail(self, error: BackendError) {
+        match self {
+            Reply::Load(reply) => drop(reply.send(Err(error.into()))),
+            Reply::Write(reply) => drop(reply.send(Err(error.into()))),
+            Reply::Upsert(reply) => drop(reply.send(Err(error.into()))),
+            Reply::List(reply) => drop(reply.send(Err(error.into()))),
+        }
+    }
+}
+
+/// The caller's side of a backend thread.
+pub(crate) struct Bridge {
+    sender: Sender<Request>,
+    timeout: Duration,
+}
+
+impl Bridge {
+    /// A bridge and the receiver its backend thread drains. `queue_max`
+    /// bounds the requests waiting.
+    pub fn new(queue_max: usize, timeout: Duration) -> (Bridge, Receiver<Request>) {
+        let (sender, receiver) = crossbeam_channel::bounded(queue_max);
+        (Bridge { sender, timeout }, receiver)
+    }
+
+    fn submit(&self, op: Op, reply: Reply) -> Result<(), TrySendError<Request>> {
+        let deadline = Instant::now() + self.timeout;
+        self.sender.try_send(Request {
+            deadline,
+            op,
+            reply,
+        })
+    }
+
+    pub fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>> {
+        let (reply, answer) = oneshot::channel();
+        match self.submit(Op::Load(key), Reply::Load(reply)) {
+            // A dropped reply means the backend thread died: for a read,
+            // that is simply a closed store.
+            Ok(()) => Box::pin(async move { answer.await.unwrap_or(Err(LoadError::Closed)) }),
+            Err(TrySendError::Full(_)) => ready(Err(LoadError::Overloaded)),
+            Err(TrySendError::Disconnected(_)) => ready(Err(LoadError::Closed)),
+        }
+    }
+
+    pub fn write_batch(
+        &self,
+        writes: Vec<RecordWrite>,
+    ) -> StoreFuture<Result<Vec<WriteOutcome>, WriteError>> {
+        let count = writes.len();
+        let (reply, answer) = oneshot::channel();
+        match self.submit(Op::Write(writes), Reply::Write(reply)) {
+            // The request was handed over, so a backend thread that died
+            // before answering may have committed it: Indeterminate.
+            Ok(()) => Box::pin(async move {
+                answer
+                    .await
+                    .unwrap_or_else(|_| Ok(vec![WriteOutcome::Indeterminate; count]))
+            }),
+            Err(TrySendError::Full(_)) => ready(Err(WriteError::Overloaded)),
+            Err(TrySendError::Disconnected(_)) => ready(Err(WriteError::Closed)),
+        }
+    }
+
+    pub fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>> {
+        let (reply, answer) = oneshot::channel();
+        match self.submit(Op::UpsertMember(row), Reply::Upsert(reply)) {
+            Ok(()) => Box::pin(async move { answer.await.unwrap_or(Err(MembershipError::Closed)) }),
+            Err(TrySendError::Full(_)) => ready(Err(MembershipError::Overloaded)),
+            Err(TrySendError::Disconnected(_)) => ready(Err(MembershipError::Closed)),
+        }
+    }
+
+    pub fn list_members(
+        &self,
+        now_ms: u64,
+    ) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+        let (reply, answer) = oneshot::channel();
+        match self.submit(Op::ListMembers { now_ms }, Reply::List(reply)) {
+            Ok(()) => Box::pin(async move { answer.await.unwrap_or(Err(MembershipError::Closed)) }),
+            Err(TrySendError::Full(_)) => ready(Err(MembershipError::Overloaded)),
+            Err(TrySendError::Disconnected(_)) => ready(Err(MembershipError::Closed)),
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! One narrow error enum per store operation. A timeout of a write is not an
+//! error: it is `WriteOutcome::Indeterminate`, because the write may have
+//! happened and the caller must re-read.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What a backend reported. Shared (`Arc`) so that one failed group-commit
+/// transaction can answer every caller it carried.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("sqlite: {0}")]
+    Sqlite(Arc<rusqlite::Error>),
+    #[error("scylla: {0}")]
+    Scylla(Arc<dyn std::error::Error + Send + Sync>),
+    /// A stored value this version cannot read (a bad blob, a negative
+    /// counter): never silently defaulted.
+    #[error("corrupt stored value: {0}")]
+    Corrupt(&'static str),
+    /// A fault the memory backend was told to inject.
+    #[error("injected fault")]
+    Injected,
+}
+
+impl From<rusqlite::Error> for BackendError {
+    fn from(error: rusqlite::Error) -> Self {
+        BackendError::Sqlite(Arc::new(error))
+    }
+}
+
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The request queue is full; nothing was sent. Retry later.
+    #[error("store overloaded: request queue full")]
+    Overloaded,
+    /// The store thread has stopped.
+    #[error("store closed")]
+    Closed,
+    /// No answer within `store.request_timeout_ms`.
+    #[error("store load timed out")]
+    Timeout,
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The request queue is full; the write was never sent, so it did not
+    /// happen.
+    #[error("store overloaded: request queue full")]
+    Overloaded,
+    /// The store thread has stopped before the write was sent, so it did
+    /// not happen.
+    #[error("store closed")]
+    Closed,
+    /// The state blob is larger than `store.state_max_bytes`; nothing was
+    /// written.
+    #[error("state of {len} bytes exceeds store.state_max_bytes = {max}")]
+    StateTooLarge { len: usize, max: usize },
+    /// A batch longer than `store.batch_max`; the caller splits it.
+    #[error("batch of {len} writes exceeds store.batch_max = {max}")]
+    BatchTooLarge { len: usize, max: usize },
+    /// The backend refused the write (the whole batch, for a batch): it
+    /// did not happen.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum MembershipError {
+    #[error("store overloaded: request queue full")]
+    Overloaded,
+    #[error("store closed")]
+    Closed,
+    /// No answer within `store.request_timeout_ms`; an upsert may or may
+    /// not have happened (the next heartbeat repeats it anyway).
+    #[error("membership request timed out")]
+    Timeout,
+    /// A row too large to store (see `membership::MEMBER_ROW_BYTES_MAX`).
+    #[error("member row of {len} bytes exceeds {max}")]
+    RowTooLarge { len: usize, max: usize },
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot create the store directory {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the SQLite store {path}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    /// The file was written by an incompatible routerd version.
+    #[error(
+        "store schema version {found} in {path} is not supported (this build uses version \
+         {expected}); use a matching routerd or a new store file"
+    )]
+    SchemaVersion {
+        path: PathBuf,
+        found: i64,
+        expected: i64,
+    },
+    #[error("cannot connect to the Scylla cluster: {0}")]
+    Scylla(String),
+    #[error("cannot start the store thread: {0}")]
+    Thread(std::io::Error),
+    #[error("invalid store configuration: {0}")]
+    Config(&'static str),
+}

@@ -1,0 +1,231 @@
+//! The in-memory backend for tests and the simulator: `MemoryTable` behind a
+//! mutex, plus faults a test injects into the next calls.
+//!
+//! Calls run synchronously inside the `Store` method; only a delayed answer
+//! uses a short-lived thread, so tests need no runtime.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_channel::oneshot;
+use wire::ObjectKey;
+
+use super::api::{Backend, Store};
+use super::bridge::{ready, StoreFuture};
+use super::error::{BackendError, LoadError, MembershipError, WriteError};
+use super::membership::{MemberRow, MEMBERS_MAX};
+use super::memory_table::MemoryTable;
+use super::record::{NodeId, RecordWrite, RouteRecord, WriteOutcome};
+use crate::config::StoreConfig;
+
+/// Faults waiting to be injected, at most this many: a bound on what a test
+/// can queue.
+pub const FAULTS_MAX: usize = 1024;
+
+/// What the next store call does instead of answering normally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The call fails with `BackendError::Injected`; a write is not applied.
+    Fail,
+    /// The call times out: a write is applied and answers `Indeterminate`;
+    /// a load or membership call answers `Timeout`.
+    TimeoutApplied,
+    /// The call times out without effect: a write answers `Indeterminate`
+    /// without being applied.
+    TimeoutNotApplied,
+    /// The call takes effect now and answers after this delay; a delay at
+    /// or past `request_timeout_ms` answers as timed out at the timeout.
+    Delay(Duration),
+}
+
+struct Shared {
+    table: MemoryTable,
+    members: BTreeMap<NodeId, MemberRow>,
+    faults: VecDeque<Fault>,
+}
+
+struct MemoryBackend {
+    shared: Arc<Mutex<Shared>>,
+    membership_ttl_ms: u64,
+    request_timeout: Duration,
+}
+
+/// A test's handle to inject faults into a memory store.
+#[derive(Clone)]
+pub struct MemoryFaults {
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl MemoryFaults {
+    /// Makes the next `count` calls (of any kind) behave as `fault`.
+    /// Returns false, injecting nothing, past `FAULTS_MAX` queued faults.
+    pub fn inject(&self, fault: Fault, count: usize) -> bool {
+        let mut shared = lock(&self.shared);
+        if shared.faults.len() + count > FAULTS_MAX {
+            return false;
+        }
+        shared.faults.extend(std::iter::repeat(fault).take(count));
+        true
+    }
+
+    /// Faults not yet consumed.
+    pub fn pending(&self) -> usize {
+        lock(&self.shared).faults.len()
+    }
+}
+
+/// Opens an empty memory store. Clones of the `Store` share one table.
+pub fn open_memory(config: &StoreConfig) -> (Store, MemoryFaults) {
+    let shared = Arc::new(Mutex::new(Shared {
+        table: MemoryTable::default(),
+        members: BTreeMap::new(),
+        faults: VecDeque::new(),
+    }));
+    let backend = MemoryBackend {
+        shared: shared.clone(),
+        membership_ttl_ms: config.membership_ttl_ms,
+        request_timeout: Duration::from_millis(config.request_timeout_ms),
+    };
+    (
+        Store::from_backend(Arc::new(backend), config),
+        MemoryFaults { shared },
+    )
+}
+
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    // A panic while holding the lock leaves a table that is still a valid
+    // map (every mutation is one insert), so poisoning is not fatal.
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// How a call answers once its effect (if any) is done.
+enum Answer {
+    Now,
+    TimedOut,
+    After(Duration),
+}
+
+impl MemoryBackend {
+    fn answer(&self, delay: Duration) -> Answer {
+        if delay >= self.request_timeout {
+            Answer::After(self.request_timeout)
+        } else {
+            Answer::After(delay)
+        }
+    }
+
+    /// Answers `value` now, or from a thread after a delay; a delay that
+    /// reaches the request timeout answers `timed_out` instead.
+    fn reply<T: Clone + Send + 'static>(
+        &self,
+        answer: Answer,
+        value: T,
+        timed_out: T,
+    ) -> StoreFuture<T> {
+        let (delay, value) = match answer {
+            Answer::Now => return ready(value),
+            Answer::TimedOut => return ready(timed_out),
+            Answer::After(delay) if delay >= self.request_timeout => (delay, timed_out.clone()),
+            Answer::After(delay) => (delay, value),
+        };
+        let (sender, receiver) = oneshot::channel();
+        // Without a thread for the delay the answer is lost, as a real
+        // backend's would be, and the caller sees the timeout answer.
+        let _ = std::thread::Builder::new()
+            .name("store-memory-delay".to_string())
+            .spawn(move || {
+                std::thread::sleep(delay);
+                // The caller may have dropped its future: nothing to do.
+                drop(sender.send(value));
+            });
+        Box::pin(async move { receiver.await.unwrap_or(timed_out) })
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>> {
+        let mut shared = lock(&self.shared);
+        let (answer, value) = match shared.faults.pop_front() {
+            Some(Fault::Fail) => return ready(Err(BackendError::Injected.into())),
+            Some(Fault::TimeoutApplied | Fault::TimeoutNotApplied) => (Answer::TimedOut, None),
+            Some(Fault::Delay(delay)) => (self.answer(delay), shared.table.load(key)),
+            None => (Answer::Now, shared.table.load(key)),
+        };
+        drop(shared);
+        self.reply(answer, Ok(value), Err(LoadError::Timeout))
+    }
+
+    fn write_batch(
+        &self,
+        writes: Vec<RecordWrite>,
+    ) -> StoreFuture<Result<Vec<WriteOutcome>, WriteError>> {
+        let mut shared = lock(&self.shared);
+        let fault = shared.faults.pop_front();
+        let answer = match fault {
+            Some(Fault::Fail) => return ready(Err(BackendError::Injected.into())),
+            Some(Fault::TimeoutApplied | Fault::TimeoutNotApplied) => Answer::TimedOut,
+            Some(Fault::Delay(delay)) => self.answer(delay),
+            None => Answer::Now,
+        };
+        let outcomes: Vec<WriteOutcome> = if fault == Some(Fault::TimeoutNotApplied) {
+            Vec::new()
+        } else {
+            writes
+                .iter()
+                .map(|write| shared.table.write(write))
+                .collect()
+        };
+        drop(shared);
+        let indeterminate = vec![WriteOutcome::Indeterminate; writes.len()];
+        self.reply(answer, Ok(outcomes), Ok(indeterminate))
+    }
+
+    fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>> {
+        let mut shared = lock(&self.shared);
+        let answer = match shared.faults.pop_front() {
+            Some(Fault::Fail) => return ready(Err(BackendError::Injected.into())),
+            Some(Fault::TimeoutNotApplied) => return ready(Err(MembershipError::Timeout)),
+            Some(Fault::TimeoutApplied) => Answer::TimedOut,
+            Some(Fault::Delay(delay)) => self.answer(delay),
+            None => Answer::Now,
+        };
+        // Rows of nodes that stopped heartbeating stay until replaced; the
+        // table is bounded like the other backends' by dropping the stalest
+        // row when full.
+        if shared.members.len() >= MEMBERS_MAX && !shared.members.contains_key(&row.node_id) {
+            let stalest = shared
+                .members
+                .values()
+                .min_by_key(|member| member.heartbeat_ms)
+                .map(|member| member.node_id);
+            if let Some(node_id) = stalest {
+                shared.members.remove(&node_id);
+            }
+        }
+        shared.members.insert(row.node_id, row);
+        drop(shared);
+        self.reply(answer, Ok(()), Err(MembershipError::Timeout))
+    }
+
+    fn list_members(&self, now_ms: u64) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+        let mut shared = lock(&self.shared);
+        let answer = match shared.faults.pop_front() {
+            Some(Fault::Fail) => return ready(Err(BackendError::Injected.into())),
+            Some(Fault::TimeoutApplied | Fault::TimeoutNotApplied) => Answer::TimedOut,
+            Some(Fault::Delay(delay)) => self.answer(delay),
+            None => Answer::Now,
+        };
+        let rows: Vec<MemberRow> = shared
+            .members
+            .values()
+            .filter(|row| row.is_live(now_ms, self.membership_ttl_ms))
+            .take(MEMBERS_MAX)
+            .cloned()
+            .collect();
+        drop(shared);
+        self.reply(answer, Ok(rows), Err(MembershipError::Timeout))
+    }
+}

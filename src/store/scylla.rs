@@ -1,0 +1,603 @@
+//! The ScyllaDB backend: ownership CAS as lightweight transactions.
+//!
+//! The driver runs on its own tokio runtime (a dispatcher thread feeding a
+//! one-worker runtime), fed by the same bridge as SQLite. Statement text and
+//! result mapping are pure functions below, unit-tested without a cluster.
+//!
+//! Writes: `INSERT ... IF NOT EXISTS` and `UPDATE ... IF cas_version = ?`.
+//! The LWT result row carries `[applied]` and, when not applied, the current
+//! columns (Scylla returns the whole row; Cassandra only the condition
+//! columns, in which case a SERIAL read fetches the record). A timeout, or
+//! an error after which the write may have reached a replica, answers
+//! `Indeterminate`. A batch runs its writes in order; after a failed write
+//! the rest are not attempted and are reported `Indeterminate`, unless the
+//! very first write fails, which fails the batch with nothing applied.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
+use scylla::statement::prepared::PreparedStatement;
+use scylla::statement::{Consistency, SerialConsistency};
+use scylla::value::{CqlValue, Row};
+use wire::ObjectKey;
+
+use super::api::{Backend, Store};
+use super::bridge::{Bridge, Done, Op, Request, StoreFuture};
+use super::error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
+use super::membership::{self, MemberRow, MEMBERS_MAX};
+use super::record::{
+    CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
+};
+use crate::config::StoreConfig;
+
+/// Connecting and creating the schema may take this long at most: schema
+/// agreement across a cluster is slow, but startup must not hang forever.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest keyspace name CQL accepts.
+const KEYSPACE_LEN_MAX: usize = 48;
+
+struct ScyllaBackend {
+    bridge: Bridge,
+}
+
+impl Backend for ScyllaBackend {
+    fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>> {
+        self.bridge.load(key)
+    }
+
+    fn write_batch(
+        &self,
+        writes: Vec<RecordWrite>,
+    ) -> StoreFuture<Result<Vec<WriteOutcome>, WriteError>> {
+        self.bridge.write_batch(writes)
+    }
+
+    fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>> {
+        self.bridge.upsert_member(row)
+    }
+
+    fn list_members(&self, now_ms: u64) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+        self.bridge.list_members(now_ms)
+    }
+}
+
+/// Connects to `config.nodes`, creates the keyspace and tables if absent,
+/// and starts the driver thread. Blocks the caller until connected.
+pub fn open_scylla(config: &StoreConfig) -> Result<Store, OpenError> {
+    validate_keyspace(&config.keyspace)?;
+    if config.nodes.is_empty() {
+        return Err(OpenError::Config("store.nodes is empty"));
+    }
+    let (bridge, receiver) = Bridge::new(
+        config.queue_max,
+        Duration::from_millis(config.request_timeout_ms),
+    );
+    let (ready_sender, ready_receiver) = std::sync::mpsc::sync_channel(1);
+    let thread_config = config.clone();
+    std::thread::Builder::new()
+        .name("store-scylla".to_string())
+        .spawn(move || driver_thread(thread_config, receiver, ready_sender))
+        .map_err(OpenError::Thread)?;
+    match ready_receiver.recv() {
+        Ok(Ok(())) => Ok(Store::from_backend(
+            Arc::new(ScyllaBackend { bridge }),
+            config,
+        )),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(OpenError::Scylla("the driver thread stopped".to_string())),
+    }
+}
+
+fn driver_thread(
+    config: StoreConfig,
+    receiver: Receiver<Request>,
+    ready: std::sync::mpsc::SyncSender<Result<(), OpenError>>,
+) {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("store-scylla-rt")
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            drop(ready.send(Err(OpenError::Thread(error))));
+            return;
+        }
+    };
+    let connected = runtime.block_on(async {
+        match tokio::time::timeout(OPEN_TIMEOUT, Statements::connect(&config)).await {
+            Ok(result) => result,
+            Err(_) => Err(OpenError::Scylla(format!(
+                "no connection and schema within {}s",
+                OPEN_TIMEOUT.as_secs()
+            ))),
+        }
+    });
+    let statements = match connected {
+        Ok(statements) => Arc::new(statements),
+        Err(error) => {
+            drop(ready.send(Err(error)));
+            return;
+        }
+    };
+    drop(ready.send(Ok(())));
+    // In-flight requests are bounded like a group commit: past `batch_max`
+    // the dispatcher waits, the bridge queue fills, and callers see
+    // Overloaded instead of piling tasks onto the runtime.
+    let inflight = Arc::new(tokio::sync::Semaphore::new(config.batch_max.max(1)));
+    while let Ok(request) = receiver.recv() {
+        let Ok(permit) = runtime.block_on(inflight.clone().acquire_owned()) else {
+            request.answer(Err(BackendError::Corrupt("scylla in-flight limit closed")));
+            continue;
+        };
+        let statements = statements.clone();
+        runtime.spawn(async move {
+            statements.serve(request).await;
+            drop(permit);
+        });
+    }
+}
+
+/// The session and its prepared statements.
+struct Statements {
+    session: Session,
+    membership_ttl_ms: u64,
+    insert_if_absent: PreparedStatement,
+    update_if_cas: PreparedStatement,
+    select_record: PreparedStatement,
+    upsert_member: PreparedStatement,
+    list_members: PreparedStatement,
+}
+
+fn scylla_error(error: impl std::error::Error + Send + Sync + 'static) -> BackendError {
+    BackendError::Scylla(Arc::new(error))
+}
+
+impl Statements {
+    async fn connect(config: &StoreConfig) -> Result<Statements, OpenError> {
+        let open = |error: &dyn std::fmt::Display| OpenError::Scylla(error.to_string());
+        let session = SessionBuilder::new()
+            .known_nodes(&config.nodes)
+            .build()
+            .await
+            .map_err(|e| open(&e))?;
+        for statement in schema_statements(&config.keyspace, config.replication_factor) {
+            session
+                .query_unpaged(statement, ())
+                .await
+                .map_err(|e| open(&e))?;
+        }
+        session
+            .await_schema_agreement()
+            .await
+            .map_err(|e| open(&e))?;
+        let keyspace = &config.keyspace;
+        let prepare = |text: String| {
+            let session = &session;
+            async move { session.prepare(text).await.map_err(|e| open(&e)) }
+        };
+        let mut insert_if_absent = prepare(insert_if_absent_cql(keyspace)).await?;
+        let mut update_if_cas = prepare(update_if_cas_cql(keyspace)).await?;
+        for lwt in [&mut insert_if_absent, &mut update_if_cas] {
+            lwt.set_consistency(Consistency::Quorum);
+            lwt.set_serial_consistency(Some(SerialConsistency::Serial));
+        }
+        let mut select_record = prepare(select_record_cql(keyspace)).await?;
+        // SERIAL reads see every committed LWT, and finish one in flight.
+        select_record.set_consistency(Consistency::Serial);
+        let mut upsert_member = prepare(upsert_member_cql(keyspace)).await?;
+        upsert_member.set_consistency(Consistency::Quorum);
+        let mut list_members = prepare(list_members_cql(keyspace)).await?;
+        list_members.set_consistency(Consistency::Quorum);
+        Ok(Statements {
+            session,
+            membership_ttl_ms: config.membership_ttl_ms,
+            insert_if_absent,
+            update_if_cas,
+            select_record,
+            upsert_member,
+            list_members,
+        })
+    }
+
+    async fn serve(&self, request: Request) {
+        let Some(remaining) = request.deadline.checked_duration_since(Instant::now()) else {
+            request.expire();
+            return;
+        };
+        let result = match &request.op {
+            Op::Write(writes) => Ok(self
+                .write_batch(writes, request.deadline)
+                .await
+                .map(Done::Write)),
+            Op::Load(key) => tokio::time::timeout(remaining, self.load(*key))
+                .await
+                .map(|result| result.map(Done::Load)),
+            Op::UpsertMember(row) => tokio::time::timeout(remaining, self.upsert_member(row))
+                .await
+                .map(|result| result.map(|()| Done::Upsert)),
+            Op::ListMembers { now_ms } => {
+                tokio::time::timeout(remaining, self.list_members(*now_ms))
+                    .await
+                    .map(|result| result.map(Done::List))
+            }
+        };
+        match result {
+            Ok(result) => request.answer(result),
+            Err(_elapsed) => request.expire(),
+        }
+    }
+
+    async fn load(&self, key: ObjectKey) -> Result<Option<RouteRecord>, BackendError> {
+        let result = self
+            .session
+            .execute_unpaged(&self.select_record, key_values(key))
+            .await
+            .map_err(scylla_error)?
+            .into_rows_result()
+            .map_err(scylla_error)?;
+        let mut rows = result
+            .rows::<(i64, i64, i64, i64, Option<Vec<u8>>)>()
+            .map_err(scylla_error)?;
+        match rows.next() {
+            None => Ok(None),
+            Some(row) => {
+                let (owner, route, saved, cas, state) = row.map_err(scylla_error)?;
+                Ok(Some(RouteRecord {
+                    key,
+                    owner_node: NodeId(owner as u64),
+                    route_version: RouteVersion(route as u64),
+                    save_timepoint_ms: saved as u64,
+                    cas_version: CasVersion(cas as u64),
+                    state: state.unwrap_or_default(),
+                }))
+            }
+        }
+    }
+
+    async fn write_batch(
+        &self,
+        writes: &[RecordWrite],
+        deadline: Instant,
+    ) -> Result<Vec<WriteOutcome>, BackendError> {
+        let mut outcomes = Vec::with_capacity(writes.len());
+        for (index, write) in writes.iter().enumerate() {
+            let Some(remaining) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            match tokio::time::timeout(remaining, self.write_one(write)).await {
+                Ok(Ok(outcome)) => outcomes.push(outcome),
+                Ok(Err(WriteFailure::Indeterminate)) | Err(_) => {
+                    outcomes.push(WriteOutcome::Indeterminate);
+                    break;
+                }
+                Ok(Err(WriteFailure::NotApplied(error))) if index == 0 => return Err(error),
+                Ok(Err(WriteFailure::NotApplied(_))) => break,
+            }
+        }
+        // Writes not attempted (deadline, or after a failure) are unknown
+        // to the caller, who must re-read them.
+        outcomes.resize(writes.len(), WriteOutcome::Indeterminate);
+        Ok(outcomes)
+    }
+
+    async fn write_one(&self, write: &RecordWrite) -> Result<WriteOutcome, WriteFailure> {
+        let key = write.key;
+        let result = match write.condition {
+            WriteCondition::Absent => {
+                let values = (
+                    key.type_id as i32,
+                    key.zone_id as i32,
+                    key.object_id as i64,
+                    write.owner_node.0 as i64,
+                    write.route_version.0 as i64,
+                    write.save_timepoint_ms as i64,
+                    &write.state,
+                );
+                self.session
+                    .execute_unpaged(&self.insert_if_absent, values)
+                    .await
+            }
+            WriteCondition::CasEquals(expected) => {
+                let values = (
+                    write.owner_node.0 as i64,
+                    write.route_version.0 as i64,
+                    write.save_timepoint_ms as i64,
+                    expected.0.wrapping_add(1) as i64,
+                    &write.state,
+                    key.type_id as i32,
+                    key.zone_id as i32,
+                    key.object_id as i64,
+                    expected.0 as i64,
+                );
+                self.session
+                    .execute_unpaged(&self.update_if_cas, values)
+                    .await
+            }
+        };
+        let result = result.map_err(WriteFailure::from_execution)?;
+        let rows = result
+            .into_rows_result()
+            .map_err(|e| WriteFailure::Indeterminate.logged(&e))?;
+        let columns: Vec<String> = rows
+            .column_specs()
+            .iter()
+            .map(|spec| spec.name().to_string())
+            .collect();
+        let row = rows
+            .maybe_first_row::<Row>()
+            .map_err(|e| WriteFailure::Indeterminate.logged(&e))?
+            .ok_or(WriteFailure::Indeterminate)?;
+        match map_lwt_row(&columns, &row.columns, write) {
+            Ok(LwtResult::Done(outcome)) => Ok(outcome),
+            Ok(LwtResult::ConflictNeedsRead) => match self.load(key).await {
+                Ok(current) => Ok(WriteOutcome::Conflict(current)),
+                // The write was refused; only the current record is unknown.
+                Err(error) => Err(WriteFailure::NotApplied(error)),
+            },
+            Err(error) => Err(WriteFailure::NotApplied(error)),
+        }
+    }
+
+    async fn upsert_member(&self, row: &MemberRow) -> Result<(), BackendError> {
+        let values = (
+            row.node_id.0 as i64,
+            membership::encode_addresses(&row.addresses),
+            row.core_count as i32,
+            membership::encode_actors(&row.actors),
+            row.heartbeat_ms as i64,
+            ttl_seconds(self.membership_ttl_ms),
+        );
+        self.session
+            .execute_unpaged(&self.upsert_member, values)
+            .await
+            .map_err(scylla_error)?;
+        Ok(())
+    }
+
+    async fn list_members(&self, now_ms: u64) -> Result<Vec<MemberRow>, BackendError> {
+        let result = self
+            .session
+            .execute_unpaged(&self.list_members, ())
+            .await
+            .map_err(scylla_error)?
+            .into_rows_result()
+            .map_err(scylla_error)?;
+        let mut members = Vec::new();
+        for row in result
+            .rows::<(i64, Vec<u8>, i32, Vec<u8>, i64)>()
+            .map_err(scylla_error)?
+        {
+            let (node_id, addresses, core_count, actors, heartbeat_ms) =
+                row.map_err(scylla_error)?;
+            let member = MemberRow {
+                node_id: NodeId(node_id as u64),
+                addresses: membership::decode_addresses(&addresses)
+                    .map_err(|e| BackendError::Corrupt(e.0))?,
+                core_count: u32::try_from(core_count)
+                    .map_err(|_| BackendError::Corrupt("negative core_count"))?,
+                actors: membership::decode_actors(&actors)
+                    .map_err(|e| BackendError::Corrupt(e.0))?,
+                heartbeat_ms: heartbeat_ms as u64,
+            };
+            // The TTL expires rows eventually; liveness is still decided by
+            // the heartbeat so every backend agrees on it.
+            if member.is_live(now_ms, self.membership_ttl_ms) {
+                members.push(member);
+            }
+        }
+        members.sort_by_key(|member| member.node_id);
+        members.truncate(MEMBERS_MAX);
+        Ok(members)
+    }
+}
+
+fn key_values(key: ObjectKey) -> (i32, i32, i64) {
+    // CQL has no unsigned integers: u32/u64 are stored bit for bit.
+    (key.type_id as i32, key.zone_id as i32, key.object_id as i64)
+}
+
+/// Why a conditional write did not produce an outcome.
+enum WriteFailure {
+    /// It may have been applied.
+    Indeterminate,
+    /// It was certainly not applied.
+    NotApplied(BackendError),
+}
+
+impl WriteFailure {
+    fn from_execution(error: ExecutionError) -> WriteFailure {
+        if write_error_is_indeterminate(&error) {
+            WriteFailure::Indeterminate
+        } else {
+            WriteFailure::NotApplied(scylla_error(error))
+        }
+    }
+
+    fn logged(self, error: &dyn std::fmt::Display) -> WriteFailure {
+        tracing::warn!(%error, "scylla LWT answer unreadable; write outcome unknown");
+        self
+    }
+}
+
+/// Whether a failed write may still have been applied. Errors raised
+/// before the request reached a coordinator, and refusals like
+/// `Unavailable`, prove it was not; timeouts and broken connections do not.
+pub(crate) fn write_error_is_indeterminate(error: &ExecutionError) -> bool {
+    match error {
+        ExecutionError::RequestTimeout(_) => true,
+        ExecutionError::LastAttemptError(attempt) => match attempt {
+            RequestAttemptError::DbError(db, _) => matches!(
+                db,
+                DbError::WriteTimeout { .. }
+                    | DbError::ReadTimeout { .. }
+                    | DbError::WriteFailure { .. }
+                    | DbError::ServerError
+                    | DbError::Other(_)
+            ),
+            RequestAttemptError::BrokenConnectionError(_) => true,
+            RequestAttemptError::SerializationError(_)
+            | RequestAttemptError::CqlRequestSerialization(_)
+            | RequestAttemptError::UnableToAllocStreamId => false,
+            // Anything else happened after the request was sent.
+            _ => true,
+        },
+        _ => false,
+    }
+}
+
+/// Keyspace names go into statement text, so only CQL identifiers pass.
+pub(crate) fn validate_keyspace(keyspace: &str) -> Result<(), OpenError> {
+    let mut chars = keyspace.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    if !first_ok
+        || keyspace.len() > KEYSPACE_LEN_MAX
+        || !keyspace
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(OpenError::Config(
+            "store.keyspace must be a letter then letters, digits or '_', at most 48",
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn schema_statements(keyspace: &str, replication_factor: u32) -> Vec<String> {
+    vec![
+        format!(
+            "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = \
+             {{'class': 'NetworkTopologyStrategy', 'replication_factor': {}}}",
+            replication_factor.max(1)
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {keyspace}.routes (type_id int, zone_id int, \
+             object_id bigint, owner_node bigint, route_version bigint, \
+             save_timepoint_ms bigint, cas_version bigint, state blob, \
+             PRIMARY KEY ((type_id, zone_id, object_id)))"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {keyspace}.members (node_id bigint PRIMARY KEY, \
+             addresses blob, core_count int, actors blob, heartbeat_ms bigint)"
+        ),
+    ]
+}
+
+pub(crate) fn insert_if_absent_cql(keyspace: &str) -> String {
+    format!(
+        "INSERT INTO {keyspace}.routes (type_id, zone_id, object_id, owner_node, \
+         route_version, save_timepoint_ms, cas_version, state) VALUES (?, ?, ?, ?, ?, ?, 1, ?) \
+         IF NOT EXISTS"
+    )
+}
+
+pub(crate) fn update_if_cas_cql(keyspace: &str) -> String {
+    format!(
+        "UPDATE {keyspace}.routes SET owner_node = ?, route_version = ?, \
+         save_timepoint_ms = ?, cas_version = ?, state = ? \
+         WHERE type_id = ? AND zone_id = ? AND object_id = ? IF cas_version = ?"
+    )
+}
+
+pub(crate) fn select_record_cql(keyspace: &str) -> String {
+    format!(
+        "SELECT owner_node, route_version, save_timepoint_ms, cas_version, state \
+         FROM {keyspace}.routes WHERE type_id = ? AND zone_id = ? AND object_id = ?"
+    )
+}
+
+pub(crate) fn upsert_member_cql(keyspace: &str) -> String {
+    format!(
+        "INSERT INTO {keyspace}.members (node_id, addresses, core_count, actors, heartbeat_ms) \
+         VALUES (?, ?, ?, ?, ?) USING TTL ?"
+    )
+}
+
+pub(crate) fn list_members_cql(keyspace: &str) -> String {
+    format!(
+        "SELECT node_id, addresses, core_count, actors, heartbeat_ms FROM {keyspace}.members \
+         LIMIT {MEMBERS_MAX}"
+    )
+}
+
+/// A membership row's TTL in whole seconds, rounded up so a row never
+/// expires before it stops being live; at least 1 (0 would mean "never").
+pub(crate) fn ttl_seconds(ttl_ms: u64) -> i32 {
+    let seconds = ttl_ms.div_ceil(1000).max(1);
+    i32::try_from(seconds).unwrap_or(i32::MAX)
+}
+
+/// What an LWT result row says.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum LwtResult {
+    Done(WriteOutcome),
+    /// Not applied, and the row lacks the current record's columns.
+    ConflictNeedsRead,
+}
+
+/// Maps an LWT result row (`[applied]` first, then the current columns when
+/// not applied) to an outcome for `write`.
+pub(crate) fn map_lwt_row(
+    columns: &[String],
+    values: &[Option<CqlValue>],
+    write: &RecordWrite,
+) -> Result<LwtResult, BackendError> {
+    let column = |name: &str| {
+        columns
+            .iter()
+            .position(|column| column == name)
+            .and_then(|index| values.get(index))
+            .and_then(Option::as_ref)
+    };
+    let applied = column("[applied]")
+        .and_then(CqlValue::as_boolean)
+        .ok_or(BackendError::Corrupt("LWT result without [applied]"))?;
+    if applied {
+        let cas_version = match write.condition {
+            WriteCondition::Absent => CasVersion(1),
+            WriteCondition::CasEquals(expected) => CasVersion(expected.0.wrapping_add(1)),
+        };
+        return Ok(LwtResult::Done(WriteOutcome::Applied(cas_version)));
+    }
+    let bigint = |name: &str| column(name).and_then(CqlValue::as_bigint);
+    let has = |name: &str| columns.iter().any(|column| column == name);
+    let full_row = [
+        "owner_node",
+        "route_version",
+        "save_timepoint_ms",
+        "cas_version",
+        "state",
+    ]
+    .iter()
+    .all(|name| has(name));
+    if !full_row {
+        return Ok(LwtResult::ConflictNeedsRead);
+    }
+    // Every column present but cas_version null: the row does not exist.
+    let Some(cas_version) = bigint("cas_version") else {
+        return Ok(LwtResult::Done(WriteOutcome::Conflict(None)));
+    };
+    let field = |name: &'static str| bigint(name).ok_or(BackendError::Corrupt(name));
+    let record = RouteRecord {
+        key: write.key,
+        owner_node: NodeId(field("owner_node")? as u64),
+        route_version: RouteVersion(field("route_version")? as u64),
+        save_timepoint_ms: field("save_timepoint_ms")? as u64,
+        cas_version: CasVersion(cas_version as u64),
+        state: column("state")
+            .and_then(CqlValue::as_blob)
+            .cloned()
+            .unwrap_or_default(),
+    };
+    Ok(LwtResult::Done(WriteOutcome::Conflict(Some(record))))
+}
+
+#[cfg(test)]
+#[path = "scylla_tests.rs"]
+mod tests;

@@ -1,0 +1,369 @@
+//! One set of behaviours every store backend must show. Memory and SQLite
+//! always run; Scylla runs when `ROUTERD_SCYLLA_NODES` names a cluster
+//! (comma-separated `host:port`) and otherwise prints why it skipped.
+
+use std::sync::{Arc, Barrier};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures_lite::future::block_on;
+use routerd::config::StoreConfig;
+use routerd::store::{
+    open_memory, open_scylla, open_sqlite, AdvertisedActor, CasVersion, GroupCommit, MemberRow,
+    NodeId, RecordWrite, RouteRecord, RouteVersion, Store, WriteCondition, WriteError,
+    WriteOutcome,
+};
+use wire::ObjectKey;
+
+/// A backend under test: `open` makes a new, independent handle (a new
+/// connection or session) on the same storage.
+struct Fixture {
+    open: Box<dyn Fn() -> Store>,
+    config: StoreConfig,
+    /// Added to object ids so runs against a persistent cluster never meet
+    /// records of an earlier run.
+    id_base: u64,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Fixture {
+    fn key(&self, type_id: u32, id: u64) -> ObjectKey {
+        ObjectKey::new(type_id, 1, self.id_base + id)
+    }
+}
+
+fn memory() -> Fixture {
+    let config = StoreConfig::default();
+    let (store, _faults) = open_memory(&config);
+    Fixture {
+        open: Box::new(move || store.clone()),
+        config,
+        id_base: 0,
+        _dir: None,
+    }
+}
+
+fn sqlite() -> Fixture {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let config = StoreConfig::default();
+    let open_config = config.clone();
+    Fixture {
+        open: Box::new(move || {
+            open_sqlite(&path, &open_config, GroupCommit::On).expect("open sqlite store")
+        }),
+        config,
+        id_base: 0,
+        _dir: Some(dir),
+    }
+}
+
+fn scylla() -> Option<Fixture> {
+    let Ok(nodes) = std::env::var("ROUTERD_SCYLLA_NODES") else {
+        println!("skipped: set ROUTERD_SCYLLA_NODES=host:port[,host:port] to run against Scylla");
+        return None;
+    };
+    let config = StoreConfig {
+        nodes: nodes.split(',').map(|node| node.trim().to_string()).collect(),
+        keyspace: "routerd_conformance".to_string(),
+        ..StoreConfig::default()
+    };
+    let open_config = config.clone();
+    Some(Fixture {
+        open: Box::new(move || open_scylla(&open_config).expect("open scylla store")),
+        config,
+        id_base: now_ms() * 1000,
+        _dir: None,
+    })
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn insert(key: ObjectKey, owner: u64, state: Vec<u8>) -> RecordWrite {
+    RecordWrite {
+        key,
+        condition: WriteCondition::Absent,
+        owner_node: NodeId(owner),
+        route_version: RouteVersion(1),
+        save_timepoint_ms: 1000,
+        state,
+    }
+}
+
+fn update(key: ObjectKey, expected: u64, owner: u64, route_version: u64) -> RecordWrite {
+    RecordWrite {
+        key,
+        condition: WriteCondition::CasEquals(CasVersion(expected)),
+        owner_node: NodeId(owner),
+        route_version: RouteVersion(route_version),
+        save_timepoint_ms: 2000 + expected,
+        state: vec![expected as u8; 3],
+    }
+}
+
+/// Many writers on several handles race insert-if-absent on each key:
+/// exactly one wins, and every loser is shown the winner's record.
+fn insert_race_has_one_winner(fixture: &Fixture) {
+    const WRITERS: usize = 16;
+    const KEYS: u64 = 8;
+    let stores: Vec<Store> = (0..2).map(|_| (fixture.open)()).collect();
+    let barrier = Arc::new(Barrier::new(WRITERS));
+    let keys: Vec<ObjectKey> = (0..KEYS).map(|id| fixture.key(1, id)).collect();
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let store = stores[writer % stores.len()].clone();
+            let barrier = barrier.clone();
+            let keys = keys.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let owner = writer as u64 + 1;
+                // Submit every key before awaiting any, so requests of all
+                // writers interleave in the store's queue.
+                let pending: Vec<_> = keys
+                    .iter()
+                    .map(|key| store.write(insert(*key, owner, vec![owner as u8])))
+                    .collect();
+                pending
+                    .into_iter()
+                    .map(|future| block_on(future).expect("insert answered"))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let results: Vec<Vec<WriteOutcome>> = threads
+        .into_iter()
+        .map(|thread| thread.join().expect("writer thread"))
+        .collect();
+    for (index, key) in keys.iter().enumerate() {
+        let winners: Vec<u64> = results
+            .iter()
+            .enumerate()
+            .filter(|(_, outcomes)| outcomes[index] == WriteOutcome::Applied(CasVersion(1)))
+            .map(|(writer, _)| writer as u64 + 1)
+            .collect();
+        assert_eq!(winners.len(), 1, "{key:?}: winners {winners:?}");
+        let winner = NodeId(winners[0]);
+        for outcomes in &results {
+            match &outcomes[index] {
+                WriteOutcome::Applied(version) => assert_eq!(*version, CasVersion(1)),
+                WriteOutcome::Conflict(Some(record)) => {
+                    assert_eq!(record.owner_node, winner);
+                    assert_eq!(record.cas_version, CasVersion(1));
+                }
+                other => panic!("{key:?}: loser saw {other:?}"),
+            }
+        }
+        let stored = block_on(stores[1].load(*key)).expect("load").expect("record");
+        assert_eq!(stored.owner_node, winner);
+        assert_eq!(stored.state, vec![winners[0] as u8]);
+    }
+}
+
+/// An update with a stale CAS version is refused and shown the record as it
+/// stands; an update of a missing record is refused with none.
+fn stale_cas_is_rejected_with_the_current_record(fixture: &Fixture) {
+    let store = (fixture.open)();
+    let key = fixture.key(2, 1);
+    let applied = block_on(store.write(insert(key, 1, vec![1]))).expect("insert");
+    assert_eq!(applied, WriteOutcome::Applied(CasVersion(1)));
+    let applied = block_on(store.write(update(key, 1, 2, 2))).expect("update");
+    assert_eq!(applied, WriteOutcome::Applied(CasVersion(2)));
+    let stale = block_on(store.write(update(key, 1, 3, 3))).expect("stale update");
+    let expected = RouteRecord {
+        key,
+        owner_node: NodeId(2),
+        route_version: RouteVersion(2),
+        save_timepoint_ms: 2001,
+        cas_version: CasVersion(2),
+        state: vec![1; 3],
+    };
+    assert_eq!(stale, WriteOutcome::Conflict(Some(expected.clone())));
+    assert_eq!(block_on(store.load(key)).expect("load"), Some(expected));
+    let missing = block_on(store.write(update(fixture.key(2, 2), 1, 1, 1))).expect("update");
+    assert_eq!(missing, WriteOutcome::Conflict(None));
+    assert_eq!(block_on(store.load(fixture.key(2, 2))).expect("load"), None);
+}
+
+/// The route version is whatever the writer says; the CAS version is the
+/// store's own counter. Neither moves the other.
+fn route_and_cas_versions_are_distinct(fixture: &Fixture) {
+    let store = (fixture.open)();
+    let key = fixture.key(3, 1);
+    let mut write = insert(key, 1, vec![]);
+    write.route_version = RouteVersion(100);
+    assert_eq!(
+        block_on(store.write(write)).expect("insert"),
+        WriteOutcome::Applied(CasVersion(1))
+    );
+    for expected in 1..=2 {
+        assert_eq!(
+            block_on(store.write(update(key, expected, 1, 100))).expect("update"),
+            WriteOutcome::Applied(CasVersion(expected + 1))
+        );
+    }
+    let record = block_on(store.load(key)).expect("load").expect("record");
+    assert_eq!(record.route_version, RouteVersion(100));
+    assert_eq!(record.cas_version, CasVersion(3));
+    // A route version may also go far ahead of the CAS version and back is
+    // never asked of the store: the CAS version alone guards the write.
+    assert_eq!(
+        block_on(store.write(update(key, 3, 1, 7))).expect("update"),
+        WriteOutcome::Applied(CasVersion(4))
+    );
+    let record = block_on(store.load(key)).expect("load").expect("record");
+    assert_eq!(record.route_version, RouteVersion(7));
+    assert_eq!(record.cas_version, CasVersion(4));
+}
+
+/// A batch keeps each write's own condition and outcome, in order.
+fn batch_save(fixture: &Fixture) {
+    let store = (fixture.open)();
+    let existing = fixture.key(4, 0);
+    assert_eq!(
+        block_on(store.write(insert(existing, 9, vec![9]))).expect("insert"),
+        WriteOutcome::Applied(CasVersion(1))
+    );
+    let mut writes: Vec<RecordWrite> = (1..=10)
+        .map(|id| insert(fixture.key(4, id), 1, vec![id as u8]))
+        .collect();
+    writes.push(insert(existing, 1, vec![1]));
+    writes.push(update(existing, 1, 1, 5));
+    let outcomes = block_on(store.write_batch(writes)).expect("batch");
+    assert_eq!(outcomes.len(), 12);
+    for outcome in &outcomes[..10] {
+        assert_eq!(*outcome, WriteOutcome::Applied(CasVersion(1)));
+    }
+    match &outcomes[10] {
+        WriteOutcome::Conflict(Some(record)) => assert_eq!(record.owner_node, NodeId(9)),
+        other => panic!("insert over an existing record gave {other:?}"),
+    }
+    assert_eq!(outcomes[11], WriteOutcome::Applied(CasVersion(2)));
+    for id in 1..=10 {
+        let record = block_on(store.load(fixture.key(4, id))).expect("load");
+        assert_eq!(record.map(|record| record.state), Some(vec![id as u8]));
+    }
+    let too_many: Vec<RecordWrite> = (0..=store.batch_max() as u64)
+        .map(|id| insert(fixture.key(4, 100 + id), 1, vec![]))
+        .collect();
+    assert!(matches!(
+        block_on(store.write_batch(too_many)),
+        Err(WriteError::BatchTooLarge { .. })
+    ));
+    assert_eq!(block_on(store.load(fixture.key(4, 100))).expect("load"), None);
+}
+
+fn member(node: u64, heartbeat_ms: u64) -> MemberRow {
+    MemberRow {
+        node_id: NodeId(node),
+        addresses: vec![format!("127.0.0.1:{}", 7000 + node)],
+        core_count: node as u32,
+        actors: vec![AdvertisedActor {
+            actor_id: node * 10,
+            actor_type: 2,
+            msg_ids: vec![1, 2, 3],
+            weight: 5,
+        }],
+        heartbeat_ms,
+    }
+}
+
+/// Upserts replace a node's row; listing returns the live rows only.
+fn membership_upsert_list_and_liveness(fixture: &Fixture) {
+    let store = (fixture.open)();
+    let ttl_ms = fixture.config.membership_ttl_ms;
+    // Real clock values, so Scylla's TTL and the heartbeat rule agree.
+    let now = now_ms();
+    let base = fixture.id_base + 1;
+    block_on(store.upsert_member(member(base, now - ttl_ms / 2))).expect("upsert");
+    block_on(store.upsert_member(member(base + 1, now))).expect("upsert");
+    let mut replaced = member(base, now);
+    replaced.addresses.push("10.0.0.1:1".to_string());
+    block_on(store.upsert_member(replaced.clone())).expect("upsert again");
+    let mine = |rows: Vec<MemberRow>| -> Vec<MemberRow> {
+        rows.into_iter()
+            .filter(|row| row.node_id.0 >= base && row.node_id.0 <= base + 2)
+            .collect()
+    };
+    let listed = mine(block_on(store.list_members(now)).expect("list"));
+    assert_eq!(listed, vec![replaced, member(base + 1, now)]);
+    // A stale heartbeat is not live.
+    block_on(store.upsert_member(member(base + 2, now - ttl_ms))).expect("upsert");
+    let listed = mine(block_on(store.list_members(now)).expect("list"));
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    let later = mine(block_on(store.list_members(now + ttl_ms)).expect("list"));
+    assert!(later.is_empty(), "{later:?}");
+}
+
+/// A state blob of exactly `state_max_bytes` is stored whole; one byte
+/// more is an error and writes nothing.
+fn large_state_at_the_maximum(fixture: &Fixture) {
+    let store = (fixture.open)();
+    let max = fixture.config.state_max_bytes;
+    let state: Vec<u8> = (0..max).map(|index| (index % 251) as u8).collect();
+    let key = fixture.key(5, 1);
+    assert_eq!(
+        block_on(store.write(insert(key, 1, state.clone()))).expect("insert"),
+        WriteOutcome::Applied(CasVersion(1))
+    );
+    let record = block_on(store.load(key)).expect("load").expect("record");
+    assert_eq!(record.state.len(), max);
+    assert!(record.state == state);
+    let too_big = fixture.key(5, 2);
+    match block_on(store.write(insert(too_big, 1, vec![0; max + 1]))) {
+        Err(WriteError::StateTooLarge { len, max: limit }) => {
+            assert_eq!(len, max + 1);
+            assert_eq!(limit, max);
+        }
+        other => panic!("max + 1 bytes gave {other:?}"),
+    }
+    assert_eq!(block_on(store.load(too_big)).expect("load"), None);
+}
+
+/// A record written through one handle is read through another one opened
+/// afterwards (for SQLite a second connection, for Scylla a second session).
+fn written_by_one_read_by_another(fixture: &Fixture) {
+    let key = fixture.key(6, 1);
+    {
+        let writer = (fixture.open)();
+        assert_eq!(
+            block_on(writer.write(insert(key, 4, vec![4, 4]))).expect("insert"),
+            WriteOutcome::Applied(CasVersion(1))
+        );
+    }
+    let reader = (fixture.open)();
+    let record = block_on(reader.load(key)).expect("load").expect("record");
+    assert_eq!(record.owner_node, NodeId(4));
+    assert_eq!(record.state, vec![4, 4]);
+}
+
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        mod memory {
+            $( #[test] fn $test() { super::$test(&super::memory()) } )*
+        }
+        mod sqlite {
+            $( #[test] fn $test() { super::$test(&super::sqlite()) } )*
+        }
+        mod scylla {
+            $( #[test] fn $test() {
+                if let Some(fixture) = super::scylla() {
+                    super::$test(&fixture)
+                }
+            } )*
+        }
+    };
+}
+
+conformance!(
+    insert_race_has_one_winner,
+    stale_cas_is_rejected_with_the_current_record,
+    route_and_cas_versions_are_distinct,
+    batch_save,
+    membership_upsert_list_and_liveness,
+    large_state_at_the_maximum,
+    written_by_one_read_by_another,
+);
