@@ -189,7 +189,8 @@ mod tests {
     }
 
     fn take(outbox: &Outbox) -> (Poll<WriterStep>, Vec<u8>) {
-        let mut cx = Context::from_waker(&noop());
+        let waker = noop();
+        let mut cx = Context::from_waker(&waker);
         let mut out = Vec::new();
         let step = outbox.poll_take(&mut cx, &mut out);
         (step, out)
@@ -222,7 +223,8 @@ mod tests {
         outbox.push_frame(FrameKind::Push, 101, 0, b"bye").unwrap();
         outbox.abort();
         assert_eq!(take(&outbox).0, Poll::Ready(WriterStep::Abort));
-        let mut cx = Context::from_waker(&noop());
+        let waker = noop();
+        let mut cx = Context::from_waker(&waker);
         assert_eq!(outbox.poll_aborted(&mut cx), Poll::Ready(()));
     }
 }
