@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod gateway;
 pub mod metrics;
 pub mod node;
 pub mod router;
