@@ -4,5 +4,6 @@
 //! [`config`], [`store`] (ownership persistence), [`catalog`] (the msgId
 //! snapshot), [`gateway`], [`router`], [`services`].
 
+pub mod catalog;
 pub mod config;
 pub mod store;
