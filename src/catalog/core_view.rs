@@ -160,6 +160,45 @@ mod tests {
     }
 
     #[test]
+    fn readers_racing_writers_see_whole_versions() {
+        const READERS: usize = 4;
+        const WRITES: u64 = 200;
+        let catalog = Arc::new(Catalog::new());
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for _ in 0..READERS {
+                let mut core = CoreCatalog::new(catalog.clone());
+                let done = &done;
+                scope.spawn(move || {
+                    let mut last_version = 0;
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                        let view = core.lookup_other_actor_configs_by_msg_id_view(1);
+                        // Every node advertises its generation's actors on
+                        // msgId 1 as a whole: a view holds 0 or 3 per node,
+                        // in stable order, never a torn mix.
+                        let keys: Vec<(u64, u64)> =
+                            view.iter().map(ActorConfig::stable_order_key).collect();
+                        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+                        assert_eq!(keys.len() % 3, 0, "{keys:?}");
+                        assert!(core.snapshot_version() >= last_version);
+                        last_version = core.snapshot_version();
+                    }
+                });
+            }
+            for write in 1..=WRITES {
+                let node = write % 3;
+                let actors = (0..3).map(|a| actor(node, write * 10 + a, &[1])).collect();
+                catalog.node_up(node, actors).unwrap();
+                // Let readers interleave with the writes.
+                std::thread::yield_now();
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        assert_eq!(catalog.other_actors_version(), WRITES);
+        assert!(catalog.rebuild_count() <= WRITES);
+    }
+
+    #[test]
     fn local_routes_reach_every_core() {
         let catalog = Arc::new(Catalog::new());
         let mut core_a = CoreCatalog::new(catalog.clone());

@@ -12,6 +12,8 @@
 mod actor;
 mod core_view;
 mod local;
+#[cfg(test)]
+mod model_tests;
 mod pick;
 mod registry;
 mod snapshot;
