@@ -11,7 +11,7 @@ pub const ACTORS_PER_NODE_MAX: usize = 4096;
 /// Most actors the remote registry holds over all nodes.
 pub const REGISTRY_ACTORS_MAX: usize = 8192;
 /// Most msgIds one actor may support. With [`REGISTRY_ACTORS_MAX`] this caps a
-/// snapshot at 2 Mi candidate entries of 56 bytes each (see [`ActorConfig`]);
+/// snapshot at 2 Mi candidate entries of 64 bytes each (see [`ActorConfig`]);
 /// a deployment of 500 actors x 20 msgIds uses 10 000.
 pub const MSG_IDS_PER_ACTOR_MAX: usize = 256;
 /// Longest advertised address, in bytes.
@@ -147,6 +147,12 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::actor;
     use super::*;
+
+    #[test]
+    fn a_snapshot_entry_is_64_bytes() {
+        // The memory bound quoted at MSG_IDS_PER_ACTOR_MAX relies on this.
+        assert_eq!(std::mem::size_of::<ActorConfig>(), 64);
+    }
 
     #[test]
     fn validation_sorts_by_actor_id() {
