@@ -1,12 +1,13 @@
 //! routerd: a thread-per-core stateful-object router and gateway.
 //!
 //! One folder a concern, each with a small public face: [`config`],
-//! [`store`] (ownership persistence), [`router`] (ownership, route caches,
-//! repair and transfer, as a sans-IO state machine), [`services`] (the
-//! business objects), [`node`] (assembly), [`admin`] and [`metrics`]
-//! (observability).
+//! [`store`] (ownership persistence), [`catalog`] (the msgId snapshot),
+//! [`router`] (ownership, route caches, repair and transfer, as a sans-IO
+//! state machine), [`services`] (the business objects), [`node`]
+//! (assembly), [`admin`] and [`metrics`] (observability).
 
 pub mod admin;
+pub mod catalog;
 pub mod config;
 pub mod gateway;
 pub mod metrics;
