@@ -307,11 +307,16 @@ pub struct PlayerConfig {
 pub struct RoomConfig {
     /// Members one room may have; a join past it is BAD_REQUEST.
     pub members_max: usize,
+    /// When membership changes become durable.
+    pub persist: Persist,
 }
 
 impl Default for RoomConfig {
     fn default() -> Self {
-        Self { members_max: 4096 }
+        Self {
+            members_max: 4096,
+            persist: Persist::Interval,
+        }
     }
 }
 

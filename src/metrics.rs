@@ -24,6 +24,12 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+
+    /// Copies a monotonic count kept elsewhere on the same core (a sans-IO
+    /// state machine's own counter).
+    pub fn mirror(&self, value: u64) {
+        self.0.store(value, Ordering::Relaxed);
+    }
 }
 
 /// A gauge written by one core.
@@ -90,6 +96,8 @@ pub struct RouterStats {
     pub pulls: Counter,
     pub repairs: Counter,
     pub update_syncs: Counter,
+    /// Messages for another node while no link to it exists.
+    pub unroutable: Counter,
 }
 
 /// Everything one core reports.
@@ -228,6 +236,7 @@ impl NodeMetrics {
             "routerd_router_update_syncs_total",
             r(|s| c(&s.update_syncs)),
         );
+        counter(&mut out, "routerd_router_unroutable_total", r(|s| c(&s.unroutable)));
         let mesh = |read: fn(&shards::MeshStats) -> &AtomicU64| -> i64 {
             self.mesh
                 .iter()

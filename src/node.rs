@@ -11,8 +11,13 @@ use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 use crate::admin::{Admin, AdminState};
 use crate::config::Config;
 use crate::gateway::driver::{self, GatewayShared};
-use crate::gateway::{GatewayHandle, InterimPlayer, NodeLogins};
+use crate::gateway::{GatewayHandle, NodeLogins};
 use crate::metrics::NodeMetrics;
+use crate::router::driver::{now_ms, DriverParts, RouterDriver};
+use crate::router::RouterCore;
+use crate::services::player::PlayerType;
+use crate::services::room::RoomType;
+use crate::store::{NodeId, OpenError, Store};
 
 /// How long the cores may take to bind their listeners and report ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,6 +37,8 @@ pub enum NodeError {
     },
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error(transparent)]
+    Store(#[from] OpenError),
     #[error(transparent)]
     Runtime(#[from] shards::RuntimeError),
 }
@@ -54,6 +61,7 @@ struct NodeShared {
     gateway_address: SocketAddr,
     metrics: Arc<NodeMetrics>,
     gateway: GatewayShared,
+    store: Store,
 }
 
 impl Node {
@@ -73,8 +81,10 @@ impl Node {
                     address: config.gateway.listen,
                     source,
                 })?;
+        let store = Store::open(&config)?;
         let shutdown = ShutdownHandle::new();
         let shared = Arc::new(NodeShared {
+            store,
             config: config.clone(),
             gateway_address,
             metrics: Arc::new(metrics.clone()),
@@ -209,19 +219,56 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         }
     };
     let metrics = shared.metrics.cores[core.id()].clone();
-    let _ = &shared.config;
-    let gateway = GatewayHandle::new(core.id(), core.mesh().clone(), &shared.gateway, metrics);
-    // INTERIM: until the router's player objects are plugged in here, the
-    // player target of a logged-in session is a per-core echo of sys.ping.
-    gateway.set_player_port(Rc::new(InterimPlayer::new(gateway.clone())));
+    let gateway = GatewayHandle::new(
+        core.id(),
+        core.mesh().clone(),
+        &shared.gateway,
+        metrics.clone(),
+    );
+    let router = RouterDriver::new(DriverParts {
+        node: NodeId(shared.config.node.id),
+        core_id: core.id(),
+        core_count: core.count(),
+        core: router_core(&shared.config, core.id()),
+        store: shared.store.clone(),
+        mesh: core.mesh().clone(),
+        gateway: gateway.clone(),
+        metrics,
+        request_timeout_ms: shared.config.gateway.request_timeout_ms,
+    });
+    gateway.set_player_port(Rc::new(router.clone()));
     if let Some(inbox) = core.take_inbox() {
-        let gateway = gateway.clone();
+        let (gateway, router) = (gateway.clone(), router.clone());
         inbox.serve(Rc::new(move |from, frame| {
-            if let Some(other) = gateway.handle_mesh(frame) {
-                tracing::debug!(from, message = ?other.message(), "mesh frame with no handler yet");
+            let unhandled = gateway
+                .handle_mesh(frame)
+                .and_then(|frame| router.handle_mesh(frame));
+            if let Some(frame) = unhandled {
+                tracing::warn!(from, message = ?frame.message(), "mesh frame nobody handles");
             }
         }));
     }
     core.ready();
     futures_lite::future::or(driver::serve(gateway, listener), core.shutdown().wait()).await;
+    // Client IO has stopped being accepted; save and release every object
+    // within most of the core's drain budget, leaving the rest for the
+    // runtime to close the mesh.
+    router.shutdown(core.shutdown_deadline() * 4 / 5).await;
+}
+
+/// One core's router state machine with the built-in object types.
+fn router_core(config: &Config, core_id: usize) -> RouterCore {
+    let node = NodeId(config.node.id);
+    // Retry jitter only: distinct per core and per start, no need to repeat.
+    let seed = now_ms() ^ ((core_id as u64) << 32) ^ config.node.id;
+    let mut core = RouterCore::new(node, config.router.clone(), seed, now_ms());
+    core.register(Box::new(PlayerType {
+        persist: config.services.player.persist,
+        duplicate_login: config.auth.duplicate_login,
+    }));
+    core.register(Box::new(RoomType {
+        persist: config.services.room.persist,
+        members_max: config.services.room.members_max,
+    }));
+    core
 }

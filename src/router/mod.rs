@@ -25,6 +25,8 @@ mod timers;
 mod transfer;
 pub mod types;
 
+pub mod driver;
+
 pub mod sim;
 
 #[cfg(test)]

@@ -105,4 +105,39 @@ pub enum Message {
         session_epoch: u32,
         player_id: u64,
     },
+    /// Gateway to a session's new target: `auth.login` bound the session
+    /// to `player_id` under `session_epoch`, so the player object learns
+    /// its current session (for PUSHes and room presence).
+    SessionBound {
+        gateway_node: u64,
+        session_id: u64,
+        session_epoch: u32,
+        player_id: u64,
+    },
+    /// A request for one router object, between cores (and nodes): the
+    /// router head, the request's identity (`origin_node`, `request_seq`:
+    /// where its answer goes), the service op and body, and the client
+    /// session it came from (`has_client` 0 or 1).
+    RouterRequest {
+        head: RouterHead,
+        origin_node: u64,
+        request_seq: u64,
+        op: u32,
+        needs_reply: u8,
+        has_client: u8,
+        client_gateway_node: u64,
+        client_session_id: u64,
+        client_session_epoch: u64,
+        client_player_id: u64,
+        body: Vec<u8>,
+    },
+    /// The one answer to a `RouterRequest`, sent to the core that made
+    /// `request_seq`: `error_code` 0 with a RESPONSE body, or a PROTOCOL.md
+    /// ERROR code.
+    RouterReply {
+        origin_node: u64,
+        request_seq: u64,
+        error_code: u16,
+        body: Vec<u8>,
+    },
 }

@@ -54,6 +54,38 @@ pub(crate) fn samples() -> Vec<Message> {
             object_id: 5,
             result: 1,
         },
+        Message::SessionBound {
+            gateway_node: 1,
+            session_id: 1 << 48 | 3,
+            session_epoch: 1,
+            player_id: 42,
+        },
+        Message::RouterRequest {
+            head: RouterHead {
+                type_id: 2,
+                zone_id: 0,
+                object_id: 42,
+                route_version: 3,
+                source_node: 1,
+                transfer_ttl: 1,
+            },
+            origin_node: 1,
+            request_seq: 1 << 48 | 9,
+            op: 11,
+            needs_reply: 1,
+            has_client: 1,
+            client_gateway_node: 1,
+            client_session_id: 7,
+            client_session_epoch: 2,
+            client_player_id: 42,
+            body: 5i64.to_le_bytes().to_vec(),
+        },
+        Message::RouterReply {
+            origin_node: 1,
+            request_seq: 9,
+            error_code: 0,
+            body: vec![1, 2, 3],
+        },
     ]
 }
 
