@@ -127,19 +127,46 @@ impl NodeMetrics {
         fn c(counter: &Counter) -> i64 {
             counter.get() as i64
         }
-        counter(&mut out, "routerd_gateway_sessions_accepted_total", g(|s| c(&s.sessions_accepted)));
-        counter(&mut out, "routerd_gateway_sessions_refused_total", g(|s| c(&s.sessions_refused)));
-        gauge(&mut out, "routerd_gateway_sessions_active", g(|s| s.sessions_active.get()));
-        header(&mut out, "routerd_gateway_ingress_rejected_total", "counter");
+        counter(
+            &mut out,
+            "routerd_gateway_sessions_accepted_total",
+            g(|s| c(&s.sessions_accepted)),
+        );
+        counter(
+            &mut out,
+            "routerd_gateway_sessions_refused_total",
+            g(|s| c(&s.sessions_refused)),
+        );
+        gauge(
+            &mut out,
+            "routerd_gateway_sessions_active",
+            g(|s| s.sessions_active.get()),
+        );
+        header(
+            &mut out,
+            "routerd_gateway_ingress_rejected_total",
+            "counter",
+        );
         for (reason, value) in [
             ("unknown_route", g(|s| c(&s.ingress_unknown_route))),
-            ("direction_rejected", g(|s| c(&s.ingress_direction_rejected))),
+            (
+                "direction_rejected",
+                g(|s| c(&s.ingress_direction_rejected)),
+            ),
             ("auth_required", g(|s| c(&s.ingress_auth_required))),
-            ("protocol_violation", g(|s| c(&s.ingress_protocol_violation))),
+            (
+                "protocol_violation",
+                g(|s| c(&s.ingress_protocol_violation)),
+            ),
             ("overloaded", g(|s| c(&s.ingress_overloaded))),
             ("bad_request", g(|s| c(&s.ingress_bad_request))),
         ] {
-            labelled(&mut out, "routerd_gateway_ingress_rejected_total", reason, value);
+            labelled(
+                &mut out,
+                "routerd_gateway_ingress_rejected_total",
+                reason,
+                value,
+            );
         }
         header(&mut out, "routerd_gateway_egress_rejected_total", "counter");
         for (reason, value) in [
@@ -150,34 +177,96 @@ impl NodeMetrics {
             ("direction_rejected", g(|s| c(&s.egress_direction_rejected))),
             ("send_failed", g(|s| c(&s.egress_send_failed))),
         ] {
-            labelled(&mut out, "routerd_gateway_egress_rejected_total", reason, value);
+            labelled(
+                &mut out,
+                "routerd_gateway_egress_rejected_total",
+                reason,
+                value,
+            );
         }
         counter(&mut out, "routerd_gateway_binds_total", g(|s| c(&s.binds)));
-        counter(&mut out, "routerd_gateway_binds_epoch_expired_total", g(|s| c(&s.binds_epoch_expired)));
+        counter(
+            &mut out,
+            "routerd_gateway_binds_epoch_expired_total",
+            g(|s| c(&s.binds_epoch_expired)),
+        );
         counter(&mut out, "routerd_gateway_kicks_total", g(|s| c(&s.kicks)));
-        counter(&mut out, "routerd_gateway_timeouts_total", g(|s| c(&s.timeouts)));
-        counter(&mut out, "routerd_gateway_late_answers_total", g(|s| c(&s.late_answers)));
-        counter(&mut out, "routerd_gateway_slow_readers_closed_total", g(|s| c(&s.slow_readers_closed)));
-        counter(&mut out, "routerd_gateway_idle_closed_total", g(|s| c(&s.idle_closed)));
+        counter(
+            &mut out,
+            "routerd_gateway_timeouts_total",
+            g(|s| c(&s.timeouts)),
+        );
+        counter(
+            &mut out,
+            "routerd_gateway_late_answers_total",
+            g(|s| c(&s.late_answers)),
+        );
+        counter(
+            &mut out,
+            "routerd_gateway_slow_readers_closed_total",
+            g(|s| c(&s.slow_readers_closed)),
+        );
+        counter(
+            &mut out,
+            "routerd_gateway_idle_closed_total",
+            g(|s| c(&s.idle_closed)),
+        );
         header(&mut out, "routerd_gateway_notices_total", "counter");
-        labelled_kind(&mut out, "routerd_gateway_notices_total", "unbound", g(|s| c(&s.notices_unbound)));
-        labelled_kind(&mut out, "routerd_gateway_notices_total", "disconnected", g(|s| c(&s.notices_disconnected)));
+        labelled_kind(
+            &mut out,
+            "routerd_gateway_notices_total",
+            "unbound",
+            g(|s| c(&s.notices_unbound)),
+        );
+        labelled_kind(
+            &mut out,
+            "routerd_gateway_notices_total",
+            "disconnected",
+            g(|s| c(&s.notices_disconnected)),
+        );
         gauge(&mut out, "routerd_router_objects", r(|s| s.objects.get()));
         gauge(&mut out, "routerd_router_caches", r(|s| s.caches.get()));
         gauge(&mut out, "routerd_router_pending", r(|s| s.pending.get()));
         counter(&mut out, "routerd_router_saves_total", r(|s| c(&s.saves)));
-        counter(&mut out, "routerd_router_cas_conflicts_total", r(|s| c(&s.cas_conflicts)));
-        counter(&mut out, "routerd_router_forwards_total", r(|s| c(&s.forwards)));
-        counter(&mut out, "routerd_router_transfers_total", r(|s| c(&s.transfers)));
+        counter(
+            &mut out,
+            "routerd_router_cas_conflicts_total",
+            r(|s| c(&s.cas_conflicts)),
+        );
+        counter(
+            &mut out,
+            "routerd_router_forwards_total",
+            r(|s| c(&s.forwards)),
+        );
+        counter(
+            &mut out,
+            "routerd_router_transfers_total",
+            r(|s| c(&s.transfers)),
+        );
         counter(&mut out, "routerd_router_pulls_total", r(|s| c(&s.pulls)));
-        counter(&mut out, "routerd_router_repairs_total", r(|s| c(&s.repairs)));
-        counter(&mut out, "routerd_router_update_syncs_total", r(|s| c(&s.update_syncs)));
+        counter(
+            &mut out,
+            "routerd_router_repairs_total",
+            r(|s| c(&s.repairs)),
+        );
+        counter(
+            &mut out,
+            "routerd_router_update_syncs_total",
+            r(|s| c(&s.update_syncs)),
+        );
         let mesh = |read: fn(&shards::MeshStats) -> &AtomicU64| -> i64 {
-            self.mesh.iter().map(|m| read(m).load(Ordering::Relaxed) as i64).sum()
+            self.mesh
+                .iter()
+                .map(|m| read(m).load(Ordering::Relaxed) as i64)
+                .sum()
         };
         counter(&mut out, "routerd_mesh_sent_total", mesh(|m| &m.sent_total));
         counter(&mut out, "routerd_mesh_full_total", mesh(|m| &m.full_total));
-        counter(&mut out, "routerd_mesh_closed_total", mesh(|m| &m.closed_total));
+        counter(
+            &mut out,
+            "routerd_mesh_closed_total",
+            mesh(|m| &m.closed_total),
+        );
         out
     }
 }
@@ -216,12 +305,17 @@ mod tests {
         metrics.cores[1].gateway.egress_stale_epoch.inc();
         metrics.cores[0].router.objects.set(5);
         let text = metrics.render();
-        assert!(text.contains("routerd_gateway_sessions_accepted_total 3\n"), "{text}");
+        assert!(
+            text.contains("routerd_gateway_sessions_accepted_total 3\n"),
+            "{text}"
+        );
         assert!(
             text.contains("routerd_gateway_egress_rejected_total{reason=\"stale_epoch\"} 1\n"),
             "{text}"
         );
         assert!(text.contains("routerd_router_objects 5\n"), "{text}");
-        assert!(text.contains("routerd_gateway_ingress_rejected_total{reason=\"unknown_route\"} 0\n"));
+        assert!(
+            text.contains("routerd_gateway_ingress_rejected_total{reason=\"unknown_route\"} 0\n")
+        );
     }
 }

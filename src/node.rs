@@ -66,10 +66,13 @@ impl Node {
         // Port 0 asks for any free port; every core must then bind the same
         // one, so reserve it first and hold it until the cores have bound.
         let reservation = reserve(config.gateway.listen)?;
-        let gateway_address = reservation.local_addr().map_err(|source| NodeError::GatewayBind {
-            address: config.gateway.listen,
-            source,
-        })?;
+        let gateway_address =
+            reservation
+                .local_addr()
+                .map_err(|source| NodeError::GatewayBind {
+                    address: config.gateway.listen,
+                    source,
+                })?;
         let shutdown = ShutdownHandle::new();
         let shared = Arc::new(NodeShared {
             config: config.clone(),
@@ -134,9 +137,11 @@ impl Node {
 
     /// Stops on SIGINT or SIGTERM.
     pub fn stop_on_signals(&self) -> Result<(), NodeError> {
-        let mut signals =
-            signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-                .map_err(NodeError::Signals)?;
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+        ])
+        .map_err(NodeError::Signals)?;
         let shutdown = self.shutdown.clone();
         std::thread::Builder::new()
             .name("routerd-signals".to_string())
@@ -162,7 +167,9 @@ impl Node {
 fn runtime_config(config: &Config) -> RuntimeConfig {
     let placement = match &config.cores.cpus {
         Some(cpus) => CorePlacement::Cpus(cpus.clone()),
-        None if config.cores.count == 0 => CorePlacement::Count(shards::allowed_cpus().len().max(1)),
+        None if config.cores.count == 0 => {
+            CorePlacement::Count(shards::allowed_cpus().len().max(1))
+        }
         None => CorePlacement::Count(config.cores.count),
     };
     let mut runtime = RuntimeConfig::new(placement);
