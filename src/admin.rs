@@ -102,17 +102,12 @@ fn answer(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
     }
     let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
     let mut parts = line.split(|&b| b == b' ');
-    let (method, path) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
+    let (method, path) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
     if method != b"GET" {
         return respond(&mut stream, 405, "text/plain", "only GET\n");
     }
     match path {
-        b"/healthz" if state.ready.load(Ordering::Acquire) => {
-            respond(&mut stream, 200, "text/plain", "ok")
-        }
+        b"/healthz" if state.ready.load(Ordering::Acquire) => respond(&mut stream, 200, "text/plain", "ok"),
         b"/healthz" => respond(&mut stream, 503, "text/plain", "starting"),
         b"/metrics" => {
             let body = state.metrics.render();
@@ -122,12 +117,7 @@ fn answer(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
     }
 }
 
-fn respond(
-    stream: &mut TcpStream,
-    status: u16,
-    content_type: &str,
-    body: &str,
-) -> std::io::Result<()> {
+fn respond(stream: &mut TcpStream, status: u16, content_type: &str, body: &str) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",

@@ -8,11 +8,7 @@ use routerd::config::Config;
 use routerd::node::Node;
 
 #[derive(Parser)]
-#[command(
-    name = "routerd",
-    version,
-    about = "A thread-per-core stateful-object router and gateway"
-)]
+#[command(name = "routerd", version, about = "A thread-per-core stateful-object router and gateway")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -97,9 +93,6 @@ fn token(player_id: u64, ttl_secs: u64, config: Option<PathBuf>) -> Result<(), S
         .map_err(|e| e.to_string())?
         .as_secs();
     let expiry = now.checked_add(ttl_secs).ok_or("--ttl-secs is too large")?;
-    println!(
-        "{}",
-        wire::token::mint(config.auth.secret.as_bytes(), player_id, expiry)
-    );
+    println!("{}", wire::token::mint(config.auth.secret.as_bytes(), player_id, expiry));
     Ok(())
 }
