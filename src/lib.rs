@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod catalog;
 pub mod config;
+pub mod gateway;
 pub mod metrics;
 pub mod node;
 pub mod router;

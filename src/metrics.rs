@@ -71,6 +71,10 @@ pub struct GatewayStats {
     pub late_answers: Counter,
     pub slow_readers_closed: Counter,
     pub idle_closed: Counter,
+    /// `Unbound` notices sent to a session's target (kicks of live sessions).
+    pub notices_unbound: Counter,
+    /// `Disconnected` notices (natural closes of live sessions).
+    pub notices_disconnected: Counter,
 }
 
 /// The router's counters and gauges.
@@ -207,6 +211,19 @@ impl NodeMetrics {
             "routerd_gateway_idle_closed_total",
             g(|s| c(&s.idle_closed)),
         );
+        header(&mut out, "routerd_gateway_notices_total", "counter");
+        labelled_kind(
+            &mut out,
+            "routerd_gateway_notices_total",
+            "unbound",
+            g(|s| c(&s.notices_unbound)),
+        );
+        labelled_kind(
+            &mut out,
+            "routerd_gateway_notices_total",
+            "disconnected",
+            g(|s| c(&s.notices_disconnected)),
+        );
         gauge(&mut out, "routerd_router_objects", r(|s| s.objects.get()));
         gauge(&mut out, "routerd_router_caches", r(|s| s.caches.get()));
         gauge(&mut out, "routerd_router_pending", r(|s| s.pending.get()));
@@ -270,6 +287,10 @@ fn gauge(out: &mut String, name: &str, value: i64) {
 
 fn labelled(out: &mut String, name: &str, reason: &str, value: i64) {
     let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {value}");
+}
+
+fn labelled_kind(out: &mut String, name: &str, kind: &str, value: i64) {
+    let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {value}");
 }
 
 #[cfg(test)]

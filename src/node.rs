@@ -1,7 +1,8 @@
 //! Assembly of one node: cores, gateway listeners, admin endpoint, signals.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,8 @@ use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 
 use crate::admin::{Admin, AdminState};
 use crate::config::Config;
+use crate::gateway::driver::{self, GatewayShared};
+use crate::gateway::{GatewayHandle, InterimPlayer, NodeLogins};
 use crate::metrics::NodeMetrics;
 
 /// How long the cores may take to bind their listeners and report ready.
@@ -33,8 +36,9 @@ pub enum NodeError {
     Runtime(#[from] shards::RuntimeError),
 }
 
-/// The message type cores exchange over the mesh.
-pub type MeshMessage = Vec<u8>;
+/// The message type cores exchange over the mesh: one rkyv frame in one
+/// aligned buffer, read in place by the receiving core without validation.
+pub type MeshMessage = wire::frame::FrameBuf;
 
 /// A running node.
 pub struct Node {
@@ -49,6 +53,7 @@ struct NodeShared {
     config: Config,
     gateway_address: SocketAddr,
     metrics: Arc<NodeMetrics>,
+    gateway: GatewayShared,
 }
 
 impl Node {
@@ -73,6 +78,14 @@ impl Node {
             config: config.clone(),
             gateway_address,
             metrics: Arc::new(metrics.clone()),
+            gateway: GatewayShared {
+                node_id: config.node.id,
+                config: config.gateway.clone(),
+                // `Config::load` already let ROUTERD_AUTH_SECRET win.
+                secret: config.auth.secret.clone().into_bytes(),
+                policy: Arc::new(NodeLogins::new(config.auth.duplicate_login)),
+                sessions_open: Arc::new(AtomicU32::new(0)),
+            },
         });
         let runtime = Runtime::start::<MeshMessage, _, _>(&runtime_config, shutdown.clone(), {
             let shared = shared.clone();
@@ -187,7 +200,7 @@ fn reserve(address: SocketAddr) -> Result<std::net::TcpListener, NodeError> {
     bind().map_err(|source| NodeError::GatewayBind { address, source })
 }
 
-async fn core_main(core: shards::Core<MeshMessage>, shared: Arc<NodeShared>) {
+async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>) {
     let listener = match glommio::net::TcpListener::bind(shared.gateway_address) {
         Ok(listener) => listener,
         Err(error) => {
@@ -197,17 +210,18 @@ async fn core_main(core: shards::Core<MeshMessage>, shared: Arc<NodeShared>) {
     };
     let metrics = shared.metrics.cores[core.id()].clone();
     let _ = &shared.config;
-    core.ready();
-    let accepting = async {
-        loop {
-            match listener.accept().await {
-                Ok(stream) => {
-                    metrics.gateway.sessions_accepted.inc();
-                    drop(stream);
-                }
-                Err(error) => tracing::warn!(%error, "accept failed"),
+    let gateway = GatewayHandle::new(core.id(), core.mesh().clone(), &shared.gateway, metrics);
+    // INTERIM: until the router's player objects are plugged in here, the
+    // player target of a logged-in session is a per-core echo of sys.ping.
+    gateway.set_player_port(Rc::new(InterimPlayer::new(gateway.clone())));
+    if let Some(inbox) = core.take_inbox() {
+        let gateway = gateway.clone();
+        inbox.serve(Rc::new(move |from, frame| {
+            if let Some(other) = gateway.handle_mesh(frame) {
+                tracing::debug!(from, message = ?other.message(), "mesh frame with no handler yet");
             }
-        }
-    };
-    futures_lite::future::or(accepting, core.shutdown().wait()).await;
+        }));
+    }
+    core.ready();
+    futures_lite::future::or(driver::serve(gateway, listener), core.shutdown().wait()).await;
 }

@@ -79,4 +79,30 @@ pub enum Message {
         object_id: u64,
         result: u32,
     },
+    /// Gateway control, to the core that owns `session_id`: close that
+    /// session in the kick order (PUSH `sys.kicked` with `reason`, `Unbound`
+    /// to its target, invalidate, remove, close), if it is still bound to
+    /// `player_id`. Sent by the duplicate-login policy (kick_old).
+    SessionKick {
+        session_id: u64,
+        player_id: u64,
+        reason: Vec<u8>,
+    },
+    /// Gateway to a session's target: the gateway closed (kicked) the
+    /// session; `session_epoch` is the last epoch before invalidation.
+    SessionUnbound {
+        gateway_node: u64,
+        session_id: u64,
+        session_epoch: u32,
+        player_id: u64,
+    },
+    /// Gateway to a session's target: the connection ended by itself (peer
+    /// closed, protocol violation, idle, slow reader). Sent only while the
+    /// binding is live, so a kick racing a disconnect notifies once.
+    SessionDisconnected {
+        gateway_node: u64,
+        session_id: u64,
+        session_epoch: u32,
+        player_id: u64,
+    },
 }

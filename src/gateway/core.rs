@@ -1,0 +1,550 @@
+//! The gateway's per-core state machine (sans-IO): the session registry,
+//! ingress validation, request accounting, the egress gate, kick and close.
+//!
+//! It does no IO and reads no clock: the driver passes `now` in, frames for
+//! a client go into each session's [`Outbox`], and notices for targets are
+//! queued for the driver to deliver ([`GatewayCore::take_notices`]).
+
+use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wire::client::{ErrorCode, FrameError, FrameKind, Header};
+
+use super::outbox::{Outbox, PushError};
+use super::routes::{self, Direction};
+use super::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
+use super::{session_core, Ingress, Notice, NoticeKind, SESSION_CORE_SHIFT};
+use crate::config::GatewayConfig;
+use crate::metrics::{CoreMetrics, GatewayStats};
+
+type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
+
+/// The limits the state machine enforces, from [`GatewayConfig`].
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_inflight: usize,
+    pub request_timeout: Duration,
+    pub send_queue_max: usize,
+}
+
+impl From<&GatewayConfig> for Limits {
+    fn from(config: &GatewayConfig) -> Self {
+        Limits {
+            max_inflight: config.max_inflight as usize,
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
+            send_queue_max: config.send_queue_max as usize,
+        }
+    }
+}
+
+/// A frame for a client, from a session's target (a RESPONSE, ERROR or
+/// PUSH), borrowed from a `ClientEgress` message or built locally.
+#[derive(Clone, Copy, Debug)]
+pub struct EgressRef<'a> {
+    pub session_id: u64,
+    pub session_epoch: u32,
+    pub player_id: u64,
+    pub kind: u8,
+    pub route_id: u32,
+    pub seq: u32,
+    pub body: &'a [u8],
+}
+
+/// Why the egress gate dropped a frame, in the gate's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EgressRejected {
+    #[error("unknown session")]
+    UnknownSession,
+    #[error("stale epoch")]
+    StaleEpoch,
+    #[error("owner mismatch")]
+    OwnerMismatch,
+    #[error("route not found")]
+    RouteNotFound,
+    #[error("direction rejected")]
+    DirectionRejected,
+    /// A RESPONSE or ERROR for a request that is no longer in flight (it
+    /// timed out, or was answered already): request accounting, not one of
+    /// the six checks.
+    #[error("late answer")]
+    LateAnswer,
+    #[error("send failed")]
+    SendFailed,
+}
+
+/// Why a bind failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BindError {
+    #[error("unknown session")]
+    UnknownSession,
+    #[error(transparent)]
+    EpochExpired(#[from] EpochExpired),
+}
+
+/// Why a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    PeerClosed,
+    ProtocolViolation,
+    Idle,
+    SlowReader,
+    Shutdown,
+}
+
+struct InFlight {
+    deadline: Instant,
+    route_id: u32,
+}
+
+struct Entry {
+    session: Session,
+    inflight: FastMap<u32, InFlight>,
+    outbox: Rc<Outbox>,
+}
+
+/// Logs a warning at most once per `WARN_INTERVAL` per reason, with the
+/// count suppressed since, so a flood of stale replies cannot flood the log.
+#[derive(Default)]
+struct WarnLimiter {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+const WARN_INTERVAL: Duration = Duration::from_secs(1);
+
+impl WarnLimiter {
+    fn warn(&mut self, now: Instant, reason: EgressRejected, session_id: u64, route_id: u32) {
+        match self.last {
+            Some(last) if now.saturating_duration_since(last) < WARN_INTERVAL => {
+                self.suppressed += 1;
+            }
+            _ => {
+                tracing::warn!(%reason, session_id, route_id, suppressed = self.suppressed, "egress dropped");
+                self.last = Some(now);
+                self.suppressed = 0;
+            }
+        }
+    }
+}
+
+/// One core's gateway state. See the module documentation.
+pub struct GatewayCore {
+    core_id: u64,
+    next_serial: u64,
+    limits: Limits,
+    sessions: FastMap<u64, Entry>,
+    /// Every in-flight request's deadline, ordered: `expire` pops from the
+    /// front. Bounded by sessions x `max_inflight`.
+    deadlines: BTreeSet<(Instant, u64, u32)>,
+    metrics: Arc<CoreMetrics>,
+    notices: Vec<Notice>,
+    warn: [WarnLimiter; 7],
+}
+
+impl GatewayCore {
+    pub fn new(core_id: usize, limits: Limits, metrics: Arc<CoreMetrics>) -> GatewayCore {
+        GatewayCore {
+            core_id: core_id as u64,
+            next_serial: 1,
+            limits,
+            sessions: FastMap::default(),
+            deadlines: BTreeSet::new(),
+            metrics,
+            notices: Vec::new(),
+            warn: Default::default(),
+        }
+    }
+
+    fn stats(&self) -> &GatewayStats {
+        &self.metrics.gateway
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Registers a new connection's session (epoch 0, bound to auth) and
+    /// returns its id: `core << 48 | serial`, unique on this node and
+    /// naming its owning core.
+    pub fn open_session(&mut self, outbox: Rc<Outbox>) -> u64 {
+        let session_id = self.core_id << SESSION_CORE_SHIFT | self.next_serial;
+        debug_assert_eq!(session_core(session_id), self.core_id as usize);
+        // 2^48 sessions on one core outlive any process; wrapping would
+        // skip 0 and keep ids unique among live sessions in practice.
+        self.next_serial = (self.next_serial + 1) & ((1 << SESSION_CORE_SHIFT) - 1);
+        self.sessions.insert(
+            session_id,
+            Entry {
+                session: Session::new(),
+                inflight: FastMap::default(),
+                outbox,
+            },
+        );
+        self.stats().sessions_accepted.inc();
+        self.stats().sessions_active.add(1);
+        session_id
+    }
+
+    pub fn session(&self, session_id: u64) -> Option<&Session> {
+        self.sessions.get(&session_id).map(|entry| &entry.session)
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn inflight_count(&self, session_id: u64) -> usize {
+        self.sessions
+            .get(&session_id)
+            .map_or(0, |entry| entry.inflight.len())
+    }
+
+    /// Ingress of one decoded REQUEST, checked in PROTOCOL.md's order: route
+    /// exists, direction, auth, then in-flight limits. A rejected request is
+    /// answered here with its ERROR (and counted) and never reaches a
+    /// service; an accepted one is recorded in flight and returned, with a
+    /// snapshot of the live binding, for the driver to deliver to
+    /// `binding.target`.
+    pub fn on_request(
+        &mut self,
+        session_id: u64,
+        header: Header,
+        body: &[u8],
+        now: Instant,
+    ) -> Option<Ingress> {
+        let limits = self.limits;
+        let entry = self.sessions.get_mut(&session_id)?;
+        let stats = &self.metrics.gateway;
+        let route_id = header.route_id;
+        let seq = header.seq;
+        let rejection = match routes::lookup(route_id) {
+            None => {
+                stats.ingress_unknown_route.inc();
+                Some((ErrorCode::UnknownRoute, "unknown route"))
+            }
+            Some(route) if route.direction != Direction::ClientToServer => {
+                stats.ingress_direction_rejected.inc();
+                Some((ErrorCode::DirectionRejected, "server-to-client route"))
+            }
+            Some(route) if route.requires_auth && !entry.session.is_logged_in() => {
+                stats.ingress_auth_required.inc();
+                Some((ErrorCode::AuthRequired, "login first"))
+            }
+            Some(_) if entry.inflight.contains_key(&seq) => {
+                stats.ingress_bad_request.inc();
+                Some((ErrorCode::BadRequest, "duplicate in-flight seq"))
+            }
+            Some(_) if entry.inflight.len() >= limits.max_inflight => {
+                stats.ingress_overloaded.inc();
+                Some((ErrorCode::Overloaded, "too many in-flight requests"))
+            }
+            Some(_)
+                if route_id == wire::client::route::AUTH_LOGIN && entry.session.is_logged_in() =>
+            {
+                stats.ingress_bad_request.inc();
+                Some((ErrorCode::BadRequest, "already logged in"))
+            }
+            Some(_) => None,
+        };
+        if let Some((code, reason)) = rejection {
+            self.push_error(session_id, route_id, seq, code, reason);
+            return None;
+        }
+        let deadline = now + limits.request_timeout;
+        entry.inflight.insert(seq, InFlight { deadline, route_id });
+        self.deadlines.insert((deadline, session_id, seq));
+        Some(Ingress {
+            session_id,
+            binding: entry.session.binding(),
+            route_id,
+            seq,
+            body: body.to_vec(),
+        })
+    }
+
+    /// The seed's `apply_binding` on one session, counted: `binds` for a
+    /// winner, `binds_epoch_expired` for a loser.
+    pub fn apply_binding(
+        &mut self,
+        session_id: u64,
+        target: Target,
+        player_id: u64,
+        expected_epoch: u32,
+    ) -> Result<Binding, BindError> {
+        let entry = self
+            .sessions
+            .get_mut(&session_id)
+            .ok_or(BindError::UnknownSession)?;
+        match entry
+            .session
+            .apply_binding(target, player_id, expected_epoch)
+        {
+            Ok(binding) => {
+                self.metrics.gateway.binds.inc();
+                Ok(binding)
+            }
+            Err(expired) => {
+                self.metrics.gateway.binds_epoch_expired.inc();
+                tracing::warn!(session_id, %expired, "bind lost the epoch race");
+                Err(expired.into())
+            }
+        }
+    }
+
+    /// The egress gate: the seed's six checks in order, then the write.
+    /// Fire-and-forget: a rejected frame is counted and logged (rate
+    /// limited), never answered.
+    pub fn egress(&mut self, egress: &EgressRef<'_>, now: Instant) -> Result<(), EgressRejected> {
+        let result = self.gate(egress);
+        if let Err(reason) = result {
+            let stats = &self.metrics.gateway;
+            let (counter, slot) = match reason {
+                EgressRejected::UnknownSession => (&stats.egress_unknown_session, 0),
+                EgressRejected::StaleEpoch => (&stats.egress_stale_epoch, 1),
+                EgressRejected::OwnerMismatch => (&stats.egress_owner_mismatch, 2),
+                EgressRejected::RouteNotFound => (&stats.egress_route_not_found, 3),
+                EgressRejected::DirectionRejected => (&stats.egress_direction_rejected, 4),
+                EgressRejected::LateAnswer => (&stats.late_answers, 5),
+                EgressRejected::SendFailed => (&stats.egress_send_failed, 6),
+            };
+            counter.inc();
+            self.warn[slot].warn(now, reason, egress.session_id, egress.route_id);
+        }
+        result
+    }
+
+    fn gate(&mut self, egress: &EgressRef<'_>) -> Result<(), EgressRejected> {
+        // 1. registry hit
+        let entry = self
+            .sessions
+            .get_mut(&egress.session_id)
+            .ok_or(EgressRejected::UnknownSession)?;
+        // 2. epoch equal
+        if egress.session_epoch != entry.session.session_epoch {
+            return Err(EgressRejected::StaleEpoch);
+        }
+        // 3. owner player_id equal
+        if egress.player_id != entry.session.player_id {
+            return Err(EgressRejected::OwnerMismatch);
+        }
+        // 4. route exists
+        let route = routes::lookup(egress.route_id).ok_or(EgressRejected::RouteNotFound)?;
+        // 5. direction allows server-to-client: a PUSH on a server-to-client
+        // route, or the RESPONSE/ERROR answering a client's REQUEST.
+        let kind = FrameKind::from_u8(egress.kind);
+        let allowed = match kind {
+            Some(FrameKind::Push) => route.direction == Direction::ServerToClient,
+            Some(FrameKind::Response) | Some(FrameKind::Error) => {
+                route.direction == Direction::ClientToServer
+            }
+            _ => false,
+        };
+        let Some(kind) = kind.filter(|_| allowed) else {
+            return Err(EgressRejected::DirectionRejected);
+        };
+        // Request accounting: an answer must close an in-flight request of
+        // the same route, else it is late (timed out already) and dropped.
+        if kind != FrameKind::Push {
+            match entry.inflight.get(&egress.seq) {
+                Some(inflight) if inflight.route_id == egress.route_id => {
+                    let deadline = inflight.deadline;
+                    entry.inflight.remove(&egress.seq);
+                    self.deadlines
+                        .remove(&(deadline, egress.session_id, egress.seq));
+                }
+                _ => return Err(EgressRejected::LateAnswer),
+            }
+        }
+        // 6. the session's bounded send queue
+        let pushed = entry
+            .outbox
+            .push_frame(kind, egress.route_id, egress.seq, egress.body);
+        match pushed {
+            Ok(()) => Ok(()),
+            Err(PushError::Closed) => Err(EgressRejected::SendFailed),
+            Err(PushError::Full) => {
+                self.close_slow_reader(egress.session_id);
+                Err(EgressRejected::SendFailed)
+            }
+        }
+    }
+
+    /// Answers an in-flight request with an ERROR from the gateway itself
+    /// (its target could not be reached, or it timed out).
+    pub fn answer_error(
+        &mut self,
+        session_id: u64,
+        seq: u32,
+        code: ErrorCode,
+        reason: &str,
+    ) -> bool {
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return false;
+        };
+        let Some(inflight) = entry.inflight.remove(&seq) else {
+            return false;
+        };
+        self.deadlines.remove(&(inflight.deadline, session_id, seq));
+        self.push_error(session_id, inflight.route_id, seq, code, reason);
+        true
+    }
+
+    /// Answers TIMEOUT to every request whose deadline is at or before
+    /// `now`; returns how many.
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let mut expired = 0;
+        while let Some(&(deadline, session_id, seq)) = self.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            let Some(entry) = self.sessions.get_mut(&session_id) else {
+                continue;
+            };
+            let Some(inflight) = entry.inflight.remove(&seq) else {
+                continue;
+            };
+            self.metrics.gateway.timeouts.inc();
+            expired += 1;
+            self.push_error(
+                session_id,
+                inflight.route_id,
+                seq,
+                ErrorCode::Timeout,
+                "no answer in time",
+            );
+        }
+        expired
+    }
+
+    /// When `expire` next has work.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.first().map(|&(deadline, _, _)| deadline)
+    }
+
+    /// `shield.client.close` in the seed's fixed order: PUSH `sys.kicked`
+    /// (PROTOCOL.md), then 1. `Unbound` to the current target with the last
+    /// epoch, 2. invalidate with `K_ANY_EPOCH`, 3. remove from the registry,
+    /// 4. close the connection (after the queued frames, so the client
+    /// reads `sys.kicked`); an empty reason is recorded as "kicked".
+    /// With `only_player`, the session is kicked only while bound to that
+    /// player. Returns whether a session was kicked.
+    pub fn kick(&mut self, session_id: u64, only_player: Option<u64>, reason: &str) -> bool {
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return false;
+        };
+        if only_player.is_some_and(|player| player != entry.session.player_id) {
+            return false;
+        }
+        let reason = if reason.is_empty() { "kicked" } else { reason };
+        // Best effort: a full queue still gets closed below.
+        let _ = entry.outbox.push_frame(
+            FrameKind::Push,
+            wire::client::route::SYS_KICKED,
+            0,
+            reason.as_bytes(),
+        );
+        self.metrics.gateway.kicks.inc();
+        tracing::info!(session_id, reason, "session kicked");
+        self.finish(session_id, NoticeKind::Unbound, false);
+        true
+    }
+
+    /// A connection that ended by itself (the bridge's `on_disconnect`).
+    /// Notifies the target with `Disconnected` only if the binding is still
+    /// live: after a kick the session is gone and nothing more is sent.
+    pub fn close(&mut self, session_id: u64, reason: CloseReason) -> bool {
+        if !self.sessions.contains_key(&session_id) {
+            return false;
+        }
+        match reason {
+            CloseReason::Idle => self.metrics.gateway.idle_closed.inc(),
+            CloseReason::SlowReader => self.metrics.gateway.slow_readers_closed.inc(),
+            _ => {}
+        }
+        let abort = matches!(reason, CloseReason::SlowReader);
+        self.finish(session_id, NoticeKind::Disconnected, abort);
+        true
+    }
+
+    /// A protocol violation: one ERROR frame saying why, then close.
+    pub fn protocol_violation(&mut self, session_id: u64, error: FrameError) {
+        self.metrics.gateway.ingress_protocol_violation.inc();
+        if let Some(entry) = self.sessions.get(&session_id) {
+            let _ = entry
+                .outbox
+                .push_error(0, 0, ErrorCode::BadRequest, &error.to_string());
+        }
+        self.close(session_id, CloseReason::ProtocolViolation);
+    }
+
+    /// Notices for targets queued since the last call, in order.
+    pub fn take_notices(&mut self, into: &mut Vec<Notice>) {
+        into.append(&mut self.notices);
+    }
+
+    fn close_slow_reader(&mut self, session_id: u64) {
+        tracing::warn!(session_id, "send queue full: closing a slow reader");
+        self.close(session_id, CloseReason::SlowReader);
+    }
+
+    /// Queues a gateway-originated ERROR; a full queue closes the session.
+    fn push_error(
+        &mut self,
+        session_id: u64,
+        route_id: u32,
+        seq: u32,
+        code: ErrorCode,
+        reason: &str,
+    ) {
+        let Some(entry) = self.sessions.get(&session_id) else {
+            return;
+        };
+        if entry.outbox.push_error(route_id, seq, code, reason) == Err(PushError::Full) {
+            self.close_slow_reader(session_id);
+        }
+    }
+
+    /// The common tail of kick and close: notify (if live), invalidate,
+    /// remove, close.
+    fn finish(&mut self, session_id: u64, notice: NoticeKind, abort: bool) {
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return;
+        };
+        let last = entry.session.binding();
+        if entry.session.is_live() {
+            match notice {
+                NoticeKind::Unbound => self.metrics.gateway.notices_unbound.inc(),
+                NoticeKind::Disconnected => self.metrics.gateway.notices_disconnected.inc(),
+            }
+            self.notices.push(Notice {
+                kind: notice,
+                session_id,
+                binding: last,
+            });
+        }
+        // Unconditional: from here every reference to the session is stale,
+        // before the socket is actually closed.
+        let invalidated = entry.session.apply_binding(Target::None, 0, K_ANY_EPOCH);
+        debug_assert!(invalidated.is_ok() || last.session_epoch == K_ANY_EPOCH - 1);
+        let Some(entry) = self.sessions.remove(&session_id) else {
+            return;
+        };
+        for (seq, inflight) in &entry.inflight {
+            self.deadlines
+                .remove(&(inflight.deadline, session_id, *seq));
+        }
+        self.metrics.gateway.sessions_active.add(-1);
+        if abort {
+            entry.outbox.abort();
+        } else {
+            entry.outbox.close();
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "core_tests.rs"]
+mod tests;

@@ -1,0 +1,467 @@
+//! The glommio driver of one core's gateway: the accept loop on the core's
+//! SO_REUSEPORT listener, a reader and a writer task per connection, the
+//! deadline timer, and mesh dispatch of gateway messages. All decisions are
+//! in [`GatewayCore`]; this file only performs IO and delivers effects.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_lite::{AsyncRead, AsyncWrite};
+use glommio::net::{TcpListener, TcpStream};
+use shards::{Mesh, SendError};
+use wire::client::{ErrorCode, FrameDecoder, Peer};
+use wire::frame::{ArchivedMessage, FrameBuf, Message};
+
+use super::auth::AuthService;
+use super::core::{CloseReason, EgressRef, GatewayCore, Limits};
+use super::login::LoginPolicy;
+use super::outbox::{Outbox, WriterStep};
+use super::player::PlayerPort;
+use super::session::Target;
+use super::{session_core, Ingress, Notice};
+use crate::config::GatewayConfig;
+use crate::metrics::CoreMetrics;
+
+/// Requests waiting for the auth service of one core. Auth runs at the end
+/// of each read batch, so this holds at most one batch per connection of
+/// the core in the worst case; past the bound, a login or ping is answered
+/// OVERLOADED at once.
+pub const AUTH_MAILBOX_MAX: usize = 65_536;
+
+/// The deadline timer's tick: TIMEOUT answers are at most this late.
+const MAX_TIMER_TICK: Duration = Duration::from_millis(50);
+
+/// What a core's gateway shares with everything else on the node.
+pub struct GatewayShared {
+    pub node_id: u64,
+    pub config: GatewayConfig,
+    pub secret: Vec<u8>,
+    pub policy: Arc<dyn LoginPolicy>,
+    /// Sessions open on the node, over all cores, against `max_sessions`.
+    pub sessions_open: Arc<AtomicU32>,
+}
+
+struct CoreGateway {
+    core_id: usize,
+    node_id: u64,
+    config: GatewayConfig,
+    state: RefCell<GatewayCore>,
+    auth: AuthService,
+    auth_mailbox: RefCell<VecDeque<Ingress>>,
+    player: RefCell<Option<Rc<dyn PlayerPort>>>,
+    mesh: Mesh<FrameBuf>,
+    policy: Arc<dyn LoginPolicy>,
+    sessions_open: Arc<AtomicU32>,
+    metrics: Arc<CoreMetrics>,
+}
+
+/// One core's gateway. Cheap to clone (an `Rc`); stays on its core.
+#[derive(Clone)]
+pub struct GatewayHandle(Rc<CoreGateway>);
+
+impl GatewayHandle {
+    pub fn new(
+        core_id: usize,
+        mesh: Mesh<FrameBuf>,
+        shared: &GatewayShared,
+        metrics: Arc<CoreMetrics>,
+    ) -> GatewayHandle {
+        let limits = Limits::from(&shared.config);
+        GatewayHandle(Rc::new(CoreGateway {
+            core_id,
+            node_id: shared.node_id,
+            config: shared.config.clone(),
+            state: RefCell::new(GatewayCore::new(core_id, limits, metrics.clone())),
+            auth: AuthService::new(&shared.secret, shared.policy.clone()),
+            auth_mailbox: RefCell::new(VecDeque::new()),
+            player: RefCell::new(None),
+            mesh,
+            policy: shared.policy.clone(),
+            sessions_open: shared.sessions_open.clone(),
+            metrics,
+        }))
+    }
+
+    /// Installs the player side of this core (see [`super::player`]).
+    pub fn set_player_port(&self, port: Rc<dyn PlayerPort>) {
+        *self.0.player.borrow_mut() = Some(port);
+    }
+
+    /// A `ClientEgress` frame from a session's target, on any core: routed
+    /// to the session's owning core and through the egress gate there.
+    /// Fire-and-forget; a frame that cannot reach the core is counted as
+    /// `send_failed`.
+    pub fn egress(&self, frame: FrameBuf) {
+        let session_id = match frame.message() {
+            ArchivedMessage::ClientEgress { session_id, .. } => session_id.to_native(),
+            _ => return,
+        };
+        self.route_to_owner(session_id, frame);
+    }
+
+    /// Kicks `session_id` (on whichever core owns it) if it is still bound
+    /// to `player_id`: PUSH `sys.kicked` with `reason`, then the seed's
+    /// close order.
+    pub fn kick(&self, session_id: u64, player_id: u64, reason: &str) {
+        if session_core(session_id) == self.0.core_id {
+            self.0
+                .state
+                .borrow_mut()
+                .kick(session_id, Some(player_id), reason);
+            self.flush_notices();
+            return;
+        }
+        let message = Message::SessionKick {
+            session_id,
+            player_id,
+            reason: reason.as_bytes().to_vec(),
+        };
+        match FrameBuf::encode(&message) {
+            Ok(frame) => self.route_to_owner(session_id, frame),
+            Err(error) => tracing::warn!(%error, "cannot encode a kick"),
+        }
+    }
+
+    /// The seed's bind CAS on a session this core owns (the player side
+    /// calls it on the session's core). Counted.
+    pub fn apply_binding(
+        &self,
+        session_id: u64,
+        target: Target,
+        player_id: u64,
+        expected_epoch: u32,
+    ) -> Result<super::Binding, super::BindError> {
+        self.0
+            .state
+            .borrow_mut()
+            .apply_binding(session_id, target, player_id, expected_epoch)
+    }
+
+    /// Handles a mesh frame if it is the gateway's (`ClientEgress`,
+    /// `SessionKick`); returns any other frame for the rest of the node.
+    pub fn handle_mesh(&self, frame: FrameBuf) -> Option<FrameBuf> {
+        match frame.message() {
+            ArchivedMessage::ClientEgress { .. } => {
+                self.gate(&frame);
+                None
+            }
+            ArchivedMessage::SessionKick {
+                session_id,
+                player_id,
+                reason,
+            } => {
+                let reason = String::from_utf8_lossy(reason.as_slice());
+                self.0.state.borrow_mut().kick(
+                    session_id.to_native(),
+                    Some(player_id.to_native()),
+                    &reason,
+                );
+                self.flush_notices();
+                None
+            }
+            _ => Some(frame),
+        }
+    }
+
+    fn route_to_owner(&self, session_id: u64, frame: FrameBuf) {
+        let owner = session_core(session_id);
+        if owner == self.0.core_id {
+            self.handle_mesh(frame);
+            return;
+        }
+        match self.0.mesh.try_send(owner, frame) {
+            Ok(()) => {}
+            Err(SendError::ToSelf(frame)) => {
+                self.handle_mesh(frame);
+            }
+            Err(_) => self.0.metrics.gateway.egress_send_failed.inc(),
+        }
+    }
+
+    fn gate(&self, frame: &FrameBuf) {
+        let ArchivedMessage::ClientEgress {
+            session_id,
+            session_epoch,
+            player_id,
+            kind,
+            route_id,
+            seq,
+            body,
+        } = frame.message()
+        else {
+            return;
+        };
+        let egress = EgressRef {
+            session_id: session_id.to_native(),
+            session_epoch: session_epoch.to_native(),
+            player_id: player_id.to_native(),
+            kind: *kind,
+            route_id: route_id.to_native(),
+            seq: seq.to_native(),
+            body: body.as_slice(),
+        };
+        let _ = self.0.state.borrow_mut().egress(&egress, Instant::now());
+        self.flush_notices();
+    }
+
+    /// Delivers one accepted ingress to its snapshotted target.
+    fn deliver(&self, ingress: Ingress) {
+        match ingress.binding.target {
+            Target::Auth => {
+                let mut mailbox = self.0.auth_mailbox.borrow_mut();
+                if mailbox.len() < AUTH_MAILBOX_MAX {
+                    mailbox.push_back(ingress);
+                } else {
+                    drop(mailbox);
+                    self.answer(&ingress, ErrorCode::Overloaded, "auth service busy");
+                }
+            }
+            Target::Player => {
+                let port = self.0.player.borrow().clone();
+                let frame = ingress.to_frame(self.0.node_id);
+                match (port, frame) {
+                    (Some(port), Ok(frame)) => {
+                        if port.deliver(frame).is_err() {
+                            self.answer(&ingress, ErrorCode::Unavailable, "player unavailable");
+                        }
+                    }
+                    (None, _) => self.answer(&ingress, ErrorCode::Unavailable, "no player service"),
+                    (_, Err(error)) => {
+                        tracing::warn!(%error, "cannot encode an ingress");
+                        self.answer(&ingress, ErrorCode::Internal, "");
+                    }
+                }
+            }
+            Target::None => {}
+        }
+    }
+
+    fn answer(&self, ingress: &Ingress, code: ErrorCode, reason: &str) {
+        self.0
+            .state
+            .borrow_mut()
+            .answer_error(ingress.session_id, ingress.seq, code, reason);
+    }
+
+    /// Runs the auth service over what its mailbox holds, then performs the
+    /// kicks it decided and the notices the state machine queued.
+    fn after_batch(&self, now: Instant) {
+        let mut kicks = Vec::new();
+        let now_unix_s = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs());
+        loop {
+            let Some(ingress) = self.0.auth_mailbox.borrow_mut().pop_front() else {
+                break;
+            };
+            let mut state = self.0.state.borrow_mut();
+            self.0
+                .auth
+                .handle(&mut state, &ingress, now, now_unix_s, &mut kicks);
+            drop(state);
+            let player_id = ingress_player(&self.0.state.borrow(), ingress.session_id);
+            for old in kicks.drain(..) {
+                self.kick(old, player_id, "logged in elsewhere");
+            }
+        }
+        self.flush_notices();
+    }
+
+    /// Delivers queued notices to the player side and releases ended
+    /// logins from the policy registry.
+    fn flush_notices(&self) {
+        let mut notices: Vec<Notice> = Vec::new();
+        self.0.state.borrow_mut().take_notices(&mut notices);
+        for notice in notices {
+            if notice.binding.target != Target::Player {
+                continue;
+            }
+            self.0
+                .policy
+                .release(notice.binding.player_id, notice.session_id);
+            let port = self.0.player.borrow().clone();
+            if let (Some(port), Ok(frame)) = (port, notice.to_frame(self.0.node_id)) {
+                let _ = port.deliver(frame);
+            }
+        }
+    }
+}
+
+/// The player a session is bound to now (0 if none).
+fn ingress_player(state: &GatewayCore, session_id: u64) -> u64 {
+    state
+        .session(session_id)
+        .map_or(0, |session| session.player_id)
+}
+
+/// Serves the gateway on `listener` until the future is dropped. Also
+/// starts the deadline timer.
+pub async fn serve(gateway: GatewayHandle, listener: TcpListener) {
+    glommio::spawn_local(expire_loop(gateway.clone())).detach();
+    loop {
+        let stream = match listener.accept().await {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                // Out of file descriptors and the like: do not spin.
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let max = gateway.0.config.max_sessions;
+        let admitted = gateway
+            .0
+            .sessions_open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < max).then_some(open + 1)
+            })
+            .is_ok();
+        if !admitted {
+            gateway.0.metrics.gateway.sessions_refused.inc();
+            drop(stream);
+            continue;
+        }
+        glommio::spawn_local(connection(gateway.clone(), stream)).detach();
+    }
+}
+
+async fn expire_loop(gateway: GatewayHandle) {
+    let tick =
+        (gateway.0.config.request_timeout_ms / 10).clamp(1, MAX_TIMER_TICK.as_millis() as u64);
+    loop {
+        glommio::timer::sleep(Duration::from_millis(tick)).await;
+        let now = Instant::now();
+        let mut state = gateway.0.state.borrow_mut();
+        if state
+            .next_deadline()
+            .is_some_and(|deadline| deadline <= now)
+        {
+            state.expire(now);
+        }
+        drop(state);
+        gateway.flush_notices();
+    }
+}
+
+/// One connection: registers its session, runs the writer task, reads and
+/// handles frames until the connection ends, then closes the session.
+async fn connection(gateway: GatewayHandle, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let outbox = Rc::new(Outbox::new(gateway.0.config.send_queue_max as usize));
+    let session_id = gateway.0.state.borrow_mut().open_session(outbox.clone());
+    let stream = Rc::new(RefCell::new(stream));
+    let writer = glommio::spawn_local(write_loop(stream.clone(), outbox)).detach();
+    let reason = read_loop(&gateway, session_id, &stream).await;
+    if let Some(reason) = reason {
+        gateway.0.state.borrow_mut().close(session_id, reason);
+        gateway.flush_notices();
+    }
+    let _ = writer.await;
+    drop(stream);
+    gateway.0.sessions_open.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Reads until the connection ends; returns how, or `None` if the session
+/// was already closed by the gateway (kick, slow reader).
+async fn read_loop(
+    gateway: &GatewayHandle,
+    session_id: u64,
+    stream: &RefCell<TcpStream>,
+) -> Option<CloseReason> {
+    let idle = Duration::from_millis(gateway.0.config.idle_timeout_ms.max(1));
+    let mut decoder = FrameDecoder::new(Peer::Client, gateway.0.config.max_body);
+    let mut last_frame = Instant::now();
+    loop {
+        let remaining = idle.saturating_sub(last_frame.elapsed());
+        if remaining.is_zero() {
+            return Some(CloseReason::Idle);
+        }
+        let _ = stream.borrow().set_read_timeout(Some(remaining));
+        let buf = decoder.read_buf();
+        let read = poll_fn(|cx| Pin::new(&mut *stream.borrow_mut()).poll_read(cx, buf)).await;
+        let n = match read {
+            Ok(0) => return Some(CloseReason::PeerClosed),
+            Ok(n) => n,
+            Err(error) if error.kind() == std::io::ErrorKind::TimedOut => continue,
+            Err(_) => return Some(CloseReason::PeerClosed),
+        };
+        decoder.advance(n);
+        let now = Instant::now();
+        loop {
+            let frame = match decoder.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(error) => {
+                    gateway
+                        .0
+                        .state
+                        .borrow_mut()
+                        .protocol_violation(session_id, error);
+                    gateway.after_batch(now);
+                    return None;
+                }
+            };
+            last_frame = now;
+            let ingress =
+                gateway
+                    .0
+                    .state
+                    .borrow_mut()
+                    .on_request(session_id, frame.header, frame.body, now);
+            if let Some(ingress) = ingress {
+                gateway.deliver(ingress);
+            }
+        }
+        gateway.after_batch(now);
+        // Closed by the gateway meanwhile (kick, slow reader): the writer
+        // shuts the socket down; nothing more to read.
+        gateway.0.state.borrow().session(session_id)?;
+    }
+}
+
+/// Drains the session's outbox into the socket, one write per batch, until
+/// the outbox closes; then shuts the socket down, which also ends the
+/// reader's pending read.
+async fn write_loop(stream: Rc<RefCell<TcpStream>>, outbox: Rc<Outbox>) {
+    let mut batch = Vec::new();
+    // Finish (flushed after close) and Abort both end the loop.
+    while let WriterStep::Write = poll_fn(|cx| outbox.poll_take(cx, &mut batch)).await {
+        let write = write_all(&stream, &batch);
+        let aborted = async {
+            poll_fn(|cx| outbox.poll_aborted(cx)).await;
+            Err(std::io::Error::other("aborted"))
+        };
+        let written = futures_lite::future::or(write, aborted).await;
+        batch.clear();
+        if written.is_err() {
+            outbox.abort();
+            break;
+        }
+    }
+    // shutdown(2) wakes the reader with end-of-stream and tells the peer
+    // we are done; the descriptor itself is closed when the stream drops.
+    let fd = stream.borrow().as_raw_fd();
+    // SAFETY: `fd` is the open socket `stream` owns; shutdown does not
+    // close or invalidate it.
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_RDWR);
+    }
+}
+
+async fn write_all(stream: &RefCell<TcpStream>, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        let n = poll_fn(|cx| Pin::new(&mut *stream.borrow_mut()).poll_write(cx, bytes)).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[n..];
+    }
+    Ok(())
+}

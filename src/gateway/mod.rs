@@ -1,0 +1,112 @@
+//! The gateway (seed `gateway-design.txt`, PROTOCOL.md's session side).
+//!
+//! Sans-IO parts, unit-tested without sockets:
+//! - [`session`]: `Session` and the epoch compare-and-set `apply_binding`;
+//! - [`routes`]: the route table, `route_id -> {direction, requires_auth}`;
+//! - [`core`]: the per-core registry, ingress checks, in-flight accounting
+//!   and TIMEOUT, the six-check egress gate, kick and close ordering;
+//! - [`outbox`]: a session's bounded send queue;
+//! - [`auth`]: the stateless per-core auth service (`auth.login`,
+//!   `sys.ping` before login);
+//! - [`login`]: the duplicate-login policy seam and its per-node registry.
+//!
+//! IO: [`driver`] runs the above on glommio (accept loop, a reader and a
+//! writer task per connection, the deadline timer, mesh dispatch), and
+//! [`player`] is the seam the player side plugs into.
+//!
+//! A `session_id` is `core << SESSION_CORE_SHIFT | serial`: unique on the
+//! node and naming the core that owns the session, so an egress frame finds
+//! its core with no table shared between cores.
+
+pub mod auth;
+pub mod core;
+pub mod driver;
+pub mod login;
+pub mod outbox;
+pub mod player;
+pub mod routes;
+pub mod session;
+
+use wire::frame::{FrameBuf, FrameEncodeError, Message};
+
+pub use self::core::{BindError, CloseReason, EgressRef, EgressRejected, GatewayCore, Limits};
+pub use self::driver::GatewayHandle;
+pub use self::login::{LoginDecision, LoginPolicy, NodeLogins};
+pub use self::player::{InterimPlayer, PlayerPort};
+pub use self::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
+
+/// Bits of a `session_id` below its owning core's index.
+pub const SESSION_CORE_SHIFT: u32 = 48;
+
+/// The core that owns `session_id`.
+pub fn session_core(session_id: u64) -> usize {
+    (session_id >> SESSION_CORE_SHIFT) as usize
+}
+
+/// An accepted client REQUEST with the binding snapshotted at ingress (the
+/// seed does not re-validate ingress epochs: the egress gate does).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ingress {
+    pub session_id: u64,
+    pub binding: Binding,
+    pub route_id: u32,
+    pub seq: u32,
+    pub body: Vec<u8>,
+}
+
+impl Ingress {
+    /// The `ClientIngress` frame for a target behind the mesh or the seam.
+    pub fn to_frame(&self, gateway_node: u64) -> Result<FrameBuf, FrameEncodeError> {
+        FrameBuf::encode(&Message::ClientIngress {
+            gateway_node,
+            session_id: self.session_id,
+            session_epoch: self.binding.session_epoch,
+            player_id: self.binding.player_id,
+            route_id: self.route_id,
+            seq: self.seq,
+            body: self.body.clone(),
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoticeKind {
+    /// The gateway kicked the session.
+    Unbound,
+    /// The connection ended by itself.
+    Disconnected,
+}
+
+/// A control notification for the target a session was bound to when it
+/// ended; at most one per session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Notice {
+    pub kind: NoticeKind,
+    pub session_id: u64,
+    /// The binding before invalidation: the target and the last epoch.
+    pub binding: Binding,
+}
+
+impl Notice {
+    pub fn to_frame(&self, gateway_node: u64) -> Result<FrameBuf, FrameEncodeError> {
+        let (session_id, session_epoch, player_id) = (
+            self.session_id,
+            self.binding.session_epoch,
+            self.binding.player_id,
+        );
+        FrameBuf::encode(&match self.kind {
+            NoticeKind::Unbound => Message::SessionUnbound {
+                gateway_node,
+                session_id,
+                session_epoch,
+                player_id,
+            },
+            NoticeKind::Disconnected => Message::SessionDisconnected {
+                gateway_node,
+                session_id,
+                session_epoch,
+                player_id,
+            },
+        })
+    }
+}

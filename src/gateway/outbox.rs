@@ -1,0 +1,248 @@
+//! A session's bounded send queue. The gateway appends encoded client
+//! frames; the connection's writer task takes everything queued in one swap
+//! and writes it with one syscall. No IO here: the writer is the driver's.
+//!
+//! The bound is in frames (`send_queue_max`), so a queue holds at most
+//! `send_queue_max * (HEADER_LEN + max_body)` bytes waiting, plus the one
+//! batch the writer is writing. A full queue means the client does not read:
+//! the gateway closes that session (a slow reader), it never waits for it.
+
+use std::cell::RefCell;
+use std::task::{Context, Poll, Waker};
+
+use wire::client::{encode_error_frame, encode_frame, ErrorCode, FrameKind};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutboxState {
+    Open,
+    /// Closed by the gateway: frames already queued are still written (so a
+    /// kicked client reads `sys.kicked`), then the socket is shut down.
+    Closing,
+    /// Closed with nothing more to write (a slow reader, a dead peer).
+    Aborted,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PushError {
+    #[error("send queue full")]
+    Full,
+    #[error("session closed")]
+    Closed,
+}
+
+/// What the writer should do next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WriterStep {
+    /// The writer's buffer now holds bytes to write.
+    Write,
+    /// Everything queued was written: shut the socket down.
+    Finish,
+    /// Drop whatever is pending and shut the socket down.
+    Abort,
+}
+
+#[derive(Debug)]
+struct Inner {
+    bytes: Vec<u8>,
+    frames: usize,
+    max_frames: usize,
+    state: OutboxState,
+    writer: Option<Waker>,
+    abort_watch: Option<Waker>,
+}
+
+/// One session's send queue. Lives on its core (`!Send` by intent: the
+/// session and its writer are on the same executor).
+#[derive(Debug)]
+pub struct Outbox {
+    inner: RefCell<Inner>,
+}
+
+impl Outbox {
+    pub fn new(max_frames: usize) -> Outbox {
+        Outbox {
+            inner: RefCell::new(Inner {
+                bytes: Vec::new(),
+                frames: 0,
+                max_frames: max_frames.max(1),
+                state: OutboxState::Open,
+                writer: None,
+                abort_watch: None,
+            }),
+        }
+    }
+
+    pub fn state(&self) -> OutboxState {
+        self.inner.borrow().state
+    }
+
+    /// Frames queued and not yet taken by the writer.
+    pub fn queued_frames(&self) -> usize {
+        self.inner.borrow().frames
+    }
+
+    /// Queues one frame.
+    pub fn push_frame(
+        &self,
+        kind: FrameKind,
+        route_id: u32,
+        seq: u32,
+        body: &[u8],
+    ) -> Result<(), PushError> {
+        self.push_with(|bytes| encode_frame(bytes, kind, route_id, seq, body))
+    }
+
+    /// Queues one ERROR frame.
+    pub fn push_error(
+        &self,
+        route_id: u32,
+        seq: u32,
+        code: ErrorCode,
+        reason: &str,
+    ) -> Result<(), PushError> {
+        self.push_with(|bytes| encode_error_frame(bytes, route_id, seq, code, reason))
+    }
+
+    fn push_with(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(), PushError> {
+        let mut inner = self.inner.borrow_mut();
+        if inner.state != OutboxState::Open {
+            return Err(PushError::Closed);
+        }
+        if inner.frames >= inner.max_frames {
+            return Err(PushError::Full);
+        }
+        encode(&mut inner.bytes);
+        inner.frames += 1;
+        if let Some(waker) = inner.writer.take() {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    /// Stops accepting frames; the writer flushes what is queued, then shuts
+    /// the connection down.
+    pub fn close(&self) {
+        let mut inner = self.inner.borrow_mut();
+        if inner.state == OutboxState::Open {
+            inner.state = OutboxState::Closing;
+        }
+        wake_all(&mut inner);
+    }
+
+    /// Stops at once: queued frames are dropped.
+    pub fn abort(&self) {
+        let mut inner = self.inner.borrow_mut();
+        inner.state = OutboxState::Aborted;
+        inner.bytes = Vec::new();
+        inner.frames = 0;
+        wake_all(&mut inner);
+    }
+
+    /// Writer side: moves every queued byte into `out` (which must be
+    /// empty; its allocation is kept for the next batch) or says why not.
+    pub fn poll_take(&self, cx: &mut Context<'_>, out: &mut Vec<u8>) -> Poll<WriterStep> {
+        debug_assert!(out.is_empty());
+        let mut inner = self.inner.borrow_mut();
+        if inner.state == OutboxState::Aborted {
+            return Poll::Ready(WriterStep::Abort);
+        }
+        if !inner.bytes.is_empty() {
+            std::mem::swap(&mut inner.bytes, out);
+            inner.frames = 0;
+            return Poll::Ready(WriterStep::Write);
+        }
+        if inner.state == OutboxState::Closing {
+            return Poll::Ready(WriterStep::Finish);
+        }
+        inner.writer = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Ready once the outbox is aborted: the writer races its socket write
+    /// against this, so a client that stopped reading cannot hold a write
+    /// (and its task) forever.
+    pub fn poll_aborted(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut inner = self.inner.borrow_mut();
+        if inner.state == OutboxState::Aborted {
+            return Poll::Ready(());
+        }
+        inner.abort_watch = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Test and diagnostics view of the queued bytes.
+    pub fn queued_bytes(&self) -> Vec<u8> {
+        self.inner.borrow().bytes.clone()
+    }
+}
+
+fn wake_all(inner: &mut Inner) {
+    if let Some(waker) = inner.writer.take() {
+        waker.wake();
+    }
+    if let Some(waker) = inner.abort_watch.take() {
+        waker.wake();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    fn noop() -> Waker {
+        Waker::from(Arc::new(Noop))
+    }
+
+    fn take(outbox: &Outbox) -> (Poll<WriterStep>, Vec<u8>) {
+        let waker = noop();
+        let mut cx = Context::from_waker(&waker);
+        let mut out = Vec::new();
+        let step = outbox.poll_take(&mut cx, &mut out);
+        (step, out)
+    }
+
+    #[test]
+    fn bounded_in_frames_and_reset_by_take() {
+        let outbox = Outbox::new(2);
+        outbox.push_frame(FrameKind::Response, 1, 1, b"a").unwrap();
+        outbox.push_frame(FrameKind::Response, 1, 2, b"b").unwrap();
+        assert_eq!(
+            outbox.push_frame(FrameKind::Response, 1, 3, b"c"),
+            Err(PushError::Full)
+        );
+        let (step, bytes) = take(&outbox);
+        assert_eq!(step, Poll::Ready(WriterStep::Write));
+        assert_eq!(bytes.len(), 2 * 17);
+        outbox.push_frame(FrameKind::Response, 1, 3, b"c").unwrap();
+        assert_eq!(outbox.queued_frames(), 1);
+    }
+
+    #[test]
+    fn close_flushes_then_finishes_and_abort_drops() {
+        let outbox = Outbox::new(4);
+        assert_eq!(take(&outbox).0, Poll::Pending);
+        outbox.push_frame(FrameKind::Push, 101, 0, b"bye").unwrap();
+        outbox.close();
+        assert_eq!(
+            outbox.push_frame(FrameKind::Push, 101, 0, b"x"),
+            Err(PushError::Closed)
+        );
+        assert_eq!(take(&outbox).0, Poll::Ready(WriterStep::Write));
+        assert_eq!(take(&outbox).0, Poll::Ready(WriterStep::Finish));
+
+        let outbox = Outbox::new(4);
+        outbox.push_frame(FrameKind::Push, 101, 0, b"bye").unwrap();
+        outbox.abort();
+        assert_eq!(take(&outbox).0, Poll::Ready(WriterStep::Abort));
+        let waker = noop();
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(outbox.poll_aborted(&mut cx), Poll::Ready(()));
+    }
+}

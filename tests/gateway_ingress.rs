@@ -1,0 +1,124 @@
+//! Every ingress rejection code, TIMEOUT, and a stale-epoch egress, over
+//! real TCP against a real node.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{token, TestNode};
+use wire::client::{encode_frame, route, ErrorCode, FrameKind};
+
+fn node() -> TestNode {
+    let mut config = support::config();
+    config.gateway.max_inflight = 4;
+    config.gateway.request_timeout_ms = 300;
+    TestNode::start(config)
+}
+
+#[test]
+fn rejections_overload_duplicate_and_timeout() {
+    let node = node();
+    let mut client = node.connect();
+    assert_eq!(
+        client.call(12345, 1, b"").error_code(),
+        ErrorCode::UnknownRoute as u16
+    );
+    assert_eq!(
+        client.call(route::ROOM_MESSAGE, 2, b"").error_code(),
+        ErrorCode::DirectionRejected as u16
+    );
+    assert_eq!(
+        client.call(route::SYS_KICKED, 3, b"").error_code(),
+        ErrorCode::DirectionRejected as u16
+    );
+    assert_eq!(
+        client.call(route::PLAYER_GET, 4, b"").error_code(),
+        ErrorCode::AuthRequired as u16
+    );
+    assert_eq!(
+        client.call(route::ROOM_SAY, 5, b"").error_code(),
+        ErrorCode::AuthRequired as u16
+    );
+    client.login(9, 6);
+
+    // The interim player leaves player.get unanswered: fill max_inflight.
+    let started = Instant::now();
+    for seq in 10..14 {
+        client.send(route::PLAYER_GET, seq, b"");
+    }
+    let dup = client.call(route::PLAYER_GET, 10, b"");
+    assert_eq!(
+        (dup.seq, dup.error_code()),
+        (10, ErrorCode::BadRequest as u16)
+    );
+    let over = client.call(route::PLAYER_GET, 14, b"");
+    assert_eq!(
+        (over.seq, over.error_code()),
+        (14, ErrorCode::Overloaded as u16)
+    );
+    // Each of the four gets exactly one TIMEOUT, after request_timeout.
+    let mut timed_out: Vec<u32> = (0..4)
+        .map(|_| {
+            let reply = client.recv();
+            assert_eq!(reply.error_code(), ErrorCode::Timeout as u16);
+            assert_eq!(reply.route_id, route::PLAYER_GET);
+            reply.seq
+        })
+        .collect();
+    timed_out.sort_unstable();
+    assert_eq!(timed_out, [10, 11, 12, 13]);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    // The slots are free again, and nothing else was queued.
+    assert_eq!(client.call(route::SYS_PING, 15, b"p").seq, 15);
+
+    let metric = |reason: &str| {
+        node.metric(&format!(
+            "routerd_gateway_ingress_rejected_total{{reason=\"{reason}\"}}"
+        ))
+    };
+    assert_eq!(metric("unknown_route"), 1);
+    assert_eq!(metric("direction_rejected"), 2);
+    assert_eq!(metric("auth_required"), 2);
+    assert_eq!(metric("overloaded"), 1);
+    assert_eq!(metric("bad_request"), 1);
+    assert_eq!(node.metric("routerd_gateway_timeouts_total"), 4);
+}
+
+#[test]
+fn stale_epoch_reply_is_dropped_and_counted() {
+    // A ping pipelined behind a login is snapshotted at epoch 0 and reaches
+    // the auth service after the login bound the session to epoch 1: auth's
+    // answer carries the old epoch, the gate drops it, and the ping gets
+    // its one answer from the gateway: TIMEOUT.
+    let node = node();
+    let mut client = node.connect();
+    let mut bytes = Vec::new();
+    encode_frame(
+        &mut bytes,
+        FrameKind::Request,
+        route::AUTH_LOGIN,
+        1,
+        token(3, 60).as_bytes(),
+    );
+    encode_frame(
+        &mut bytes,
+        FrameKind::Request,
+        route::SYS_PING,
+        2,
+        b"old epoch",
+    );
+    client.send_raw(&bytes);
+    let login = client.recv();
+    assert_eq!((login.kind, login.seq), (FrameKind::Response, 1));
+    let ping = client.recv();
+    assert_eq!(
+        (ping.seq, ping.error_code()),
+        (2, ErrorCode::Timeout as u16)
+    );
+    assert_eq!(
+        node.metric("routerd_gateway_egress_rejected_total{reason=\"stale_epoch\"}"),
+        1
+    );
+    // The session itself is fine at the new epoch.
+    assert_eq!(client.call(route::SYS_PING, 3, b"new").body, b"new");
+}

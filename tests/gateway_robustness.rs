@@ -1,0 +1,138 @@
+//! Protocol violations, idle and slow connections, and max_sessions: the
+//! offending connection is closed and counted, its neighbours keep working.
+
+mod support;
+
+use std::io::Write;
+use std::time::Duration;
+
+use support::TestNode;
+use wire::client::{encode_frame, route, ErrorCode, FrameKind, Header, HEADER_LEN};
+
+fn header(kind: u8, body_len: u32) -> [u8; HEADER_LEN] {
+    let mut bytes = Header {
+        kind: FrameKind::Request,
+        route_id: route::SYS_PING,
+        seq: 1,
+        body_len,
+    }
+    .encode();
+    bytes[3] = kind;
+    bytes
+}
+
+#[test]
+fn protocol_violations_close_only_the_offender() {
+    let mut config = support::config();
+    config.gateway.max_body = 1024;
+    let node = TestNode::start(config);
+    let mut neighbour = node.connect();
+    neighbour.login(1, 1);
+    let mut bad_magic = header(1, 0);
+    bad_magic[0] = b'X';
+    let mut bad_version = header(1, 0);
+    bad_version[2] = 2;
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
+        ("bad magic", bad_magic.to_vec()),
+        ("bad version", bad_version.to_vec()),
+        (
+            "response kind",
+            header(FrameKind::Response as u8, 0).to_vec(),
+        ),
+        ("unknown kind", header(9, 0).to_vec()),
+        ("oversized body_len", header(1, 1025).to_vec()),
+    ];
+    for (seq, (name, bytes)) in cases.iter().enumerate() {
+        let mut offender = node.connect();
+        // A valid request first: the violation must not lose its answer.
+        assert_eq!(
+            offender.call(route::SYS_PING, 100, b"ok").body,
+            b"ok",
+            "{name}"
+        );
+        offender.send_raw(bytes);
+        if let Some(reply) = offender.try_recv() {
+            assert_eq!(reply.error_code(), ErrorCode::BadRequest as u16, "{name}");
+        }
+        offender.expect_closed();
+        let ping = neighbour.call(route::SYS_PING, seq as u32 + 10, name.as_bytes());
+        assert_eq!(ping.body, name.as_bytes(), "neighbour after {name}");
+    }
+    node.wait_metric(
+        "routerd_gateway_ingress_rejected_total{reason=\"protocol_violation\"}",
+        cases.len() as i64,
+    );
+}
+
+#[test]
+fn idle_and_half_frame_connections_are_closed() {
+    let mut config = support::config();
+    config.gateway.idle_timeout_ms = 300;
+    let node = TestNode::start(config);
+    let mut silent = node.connect();
+    let mut half = node.connect();
+    // A slow writer: a header promising 8 body bytes, then only 2, dribbled.
+    let mut bytes = Vec::new();
+    encode_frame(
+        &mut bytes,
+        FrameKind::Request,
+        route::SYS_PING,
+        1,
+        b"12345678",
+    );
+    half.send_raw(&bytes[..HEADER_LEN]);
+    half.send_raw(&bytes[HEADER_LEN..HEADER_LEN + 1]);
+    std::thread::sleep(Duration::from_millis(150));
+    half.send_raw(&bytes[HEADER_LEN + 1..HEADER_LEN + 2]);
+    // A live client that keeps pinging survives the same period.
+    let mut live = node.connect();
+    for seq in 0..6 {
+        assert_eq!(live.call(route::SYS_PING, seq, b"k").body, b"k");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    silent.expect_closed();
+    half.expect_closed();
+    assert_eq!(live.call(route::SYS_PING, 99, b"k").body, b"k");
+    node.wait_metric("routerd_gateway_idle_closed_total", 2);
+}
+
+#[test]
+fn slow_reader_is_closed_and_max_sessions_refused() {
+    let mut config = support::config();
+    config.gateway.send_queue_max = 8;
+    config.gateway.max_sessions = 3;
+    let node = TestNode::start(config);
+    let mut neighbour = node.connect();
+    // A client that writes pings with large bodies and never reads: once
+    // the kernel buffers fill, its queue fills and the gateway closes it.
+    let slow = node.connect();
+    let address = node.gateway();
+    let writer = std::thread::spawn(move || {
+        let _keep = slow;
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        let body = vec![7u8; 60_000];
+        let mut frame = Vec::new();
+        encode_frame(&mut frame, FrameKind::Request, route::SYS_PING, 0, &body);
+        for seq in 0..2000u32 {
+            frame[8..12].copy_from_slice(&seq.to_le_bytes());
+            if stream.write_all(&frame).is_err() {
+                return true;
+            }
+        }
+        false
+    });
+    assert!(writer.join().unwrap(), "the slow reader was never closed");
+    node.wait_metric("routerd_gateway_slow_readers_closed_total", 1);
+    assert_eq!(neighbour.call(route::SYS_PING, 1, b"fine").body, b"fine");
+
+    // max_sessions = 3: the neighbour and two more; the fourth is refused.
+    node.wait_metric("routerd_gateway_sessions_active", 1);
+    let mut second = node.connect();
+    let mut third = node.connect();
+    assert_eq!(third.call(route::SYS_PING, 1, b"3").body, b"3");
+    let mut refused = node.connect();
+    refused.expect_closed();
+    node.wait_metric("routerd_gateway_sessions_refused_total", 1);
+    assert_eq!(second.call(route::SYS_PING, 1, b"2").body, b"2");
+}

@@ -1,0 +1,218 @@
+//! A tiny blocking client for integration tests, built on the wire codec,
+//! and a helper that starts a real node on loopback.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use routerd::config::{Config, DuplicateLogin, StoreBackend};
+use routerd::node::Node;
+use wire::client::{decode_error_body, encode_frame, FrameDecoder, FrameKind, Peer};
+
+pub const SECRET: &str = "gateway-test-secret";
+
+/// How long a test waits for any one frame before failing.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub fn config() -> Config {
+    let mut config = Config::default();
+    config.cores.count = 2;
+    config.cores.io_memory_bytes = 256 << 10;
+    config.cores.shutdown_deadline_ms = 1000;
+    config.gateway.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin.listen = "127.0.0.1:0".parse().unwrap();
+    config.store.backend = StoreBackend::Memory;
+    config.auth.secret = SECRET.to_string();
+    config.auth.duplicate_login = DuplicateLogin::KickOld;
+    config
+}
+
+/// A node that stops when dropped.
+pub struct TestNode {
+    node: Option<Node>,
+}
+
+impl TestNode {
+    pub fn start(config: Config) -> TestNode {
+        TestNode {
+            node: Some(Node::start(config).expect("node starts")),
+        }
+    }
+
+    pub fn gateway(&self) -> SocketAddr {
+        self.node.as_ref().unwrap().gateway_address()
+    }
+
+    pub fn connect(&self) -> Client {
+        Client::connect(self.gateway())
+    }
+
+    /// The value of one line of `/metrics`, e.g.
+    /// `routerd_gateway_egress_rejected_total{reason="stale_epoch"}`.
+    pub fn metric(&self, name: &str) -> i64 {
+        let text = self.metrics();
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
+    }
+
+    pub fn metrics(&self) -> String {
+        let address = self.node.as_ref().unwrap().admin_address();
+        let mut stream = TcpStream::connect(address).unwrap();
+        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+    }
+
+    /// Polls `metric` until it equals `want` (counters move on the cores a
+    /// little after the client sees the effect).
+    pub fn wait_metric(&self, name: &str, want: i64) {
+        let deadline = std::time::Instant::now() + READ_TIMEOUT;
+        loop {
+            let got = self.metric(name);
+            if got == want {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} = {got}, want {want}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        if let Some(node) = self.node.take() {
+            node.shutdown_handle().trigger();
+            let _ = node.wait();
+        }
+    }
+}
+
+/// One frame from the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub kind: FrameKind,
+    pub route_id: u32,
+    pub seq: u32,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// The ERROR code, or panics if this is not an ERROR.
+    pub fn error_code(&self) -> u16 {
+        assert_eq!(self.kind, FrameKind::Error, "{self:?}");
+        decode_error_body(&self.body).expect("error body").0
+    }
+
+    pub fn error_reason(&self) -> String {
+        decode_error_body(&self.body)
+            .expect("error body")
+            .1
+            .to_string()
+    }
+}
+
+pub struct Client {
+    stream: TcpStream,
+    decoder: FrameDecoder,
+}
+
+impl Client {
+    pub fn connect(address: SocketAddr) -> Client {
+        let stream = TcpStream::connect(address).expect("connect");
+        stream.set_nodelay(true).unwrap();
+        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        Client {
+            stream,
+            decoder: FrameDecoder::new(Peer::Server, 1 << 20),
+        }
+    }
+
+    pub fn send(&mut self, route_id: u32, seq: u32, body: &[u8]) {
+        let mut bytes = Vec::new();
+        encode_frame(&mut bytes, FrameKind::Request, route_id, seq, body);
+        self.stream.write_all(&bytes).expect("write");
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// The next frame; panics on timeout or end of stream.
+    pub fn recv(&mut self) -> Reply {
+        self.try_recv().expect("connection closed before a frame")
+    }
+
+    /// The next frame, or `None` at end of stream (or reset).
+    pub fn try_recv(&mut self) -> Option<Reply> {
+        loop {
+            if let Some(frame) = self.decoder.next_frame().expect("server frame") {
+                return Some(Reply {
+                    kind: frame.header.kind,
+                    route_id: frame.header.route_id,
+                    seq: frame.header.seq,
+                    body: frame.body.to_vec(),
+                });
+            }
+            match self.stream.read(self.decoder.read_buf()) {
+                Ok(0) => return None,
+                Ok(n) => self.decoder.advance(n),
+                Err(error)
+                    if error.kind() == std::io::ErrorKind::WouldBlock
+                        || error.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    panic!("no frame within {READ_TIMEOUT:?}")
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Sends one request and returns the next frame.
+    pub fn call(&mut self, route_id: u32, seq: u32, body: &[u8]) -> Reply {
+        self.send(route_id, seq, body);
+        self.recv()
+    }
+
+    /// Logs in as `player_id` with a fresh token; asserts success.
+    pub fn login(&mut self, player_id: u64, seq: u32) {
+        let reply = self.call(
+            wire::client::route::AUTH_LOGIN,
+            seq,
+            token(player_id, 3600).as_bytes(),
+        );
+        assert_eq!(reply.kind, FrameKind::Response, "{reply:?}");
+        assert_eq!(reply.body, player_id.to_le_bytes());
+    }
+
+    /// Asserts the server closes the connection (end of stream) soon.
+    pub fn expect_closed(&mut self) {
+        if let Some(reply) = self.try_recv() {
+            panic!("expected close, got {reply:?}");
+        }
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A token for `player_id` valid for `ttl_secs` from now.
+pub fn token(player_id: u64, ttl_secs: u64) -> String {
+    wire::token::mint(SECRET.as_bytes(), player_id, unix_now() + ttl_secs)
+}
