@@ -199,13 +199,39 @@ impl NodeMetrics {
             g(|s| c(&s.binds_epoch_expired)),
         );
         counter(&mut out, "routerd_gateway_kicks_total", g(|s| c(&s.kicks)));
-        counter(&mut out, "routerd_gateway_timeouts_total", g(|s| c(&s.timeouts)));
-        counter(&mut out, "routerd_gateway_late_answers_total", g(|s| c(&s.late_answers)));
-        counter(&mut out, "routerd_gateway_slow_readers_closed_total", g(|s| c(&s.slow_readers_closed)));
-        counter(&mut out, "routerd_gateway_idle_closed_total", g(|s| c(&s.idle_closed)));
+        counter(
+            &mut out,
+            "routerd_gateway_timeouts_total",
+            g(|s| c(&s.timeouts)),
+        );
+        counter(
+            &mut out,
+            "routerd_gateway_late_answers_total",
+            g(|s| c(&s.late_answers)),
+        );
+        counter(
+            &mut out,
+            "routerd_gateway_slow_readers_closed_total",
+            g(|s| c(&s.slow_readers_closed)),
+        );
+        counter(
+            &mut out,
+            "routerd_gateway_idle_closed_total",
+            g(|s| c(&s.idle_closed)),
+        );
         header(&mut out, "routerd_gateway_notices_total", "counter");
-        labelled_kind(&mut out, "routerd_gateway_notices_total", "unbound", g(|s| c(&s.notices_unbound)));
-        labelled_kind(&mut out, "routerd_gateway_notices_total", "disconnected", g(|s| c(&s.notices_disconnected)));
+        labelled_kind(
+            &mut out,
+            "routerd_gateway_notices_total",
+            "unbound",
+            g(|s| c(&s.notices_unbound)),
+        );
+        labelled_kind(
+            &mut out,
+            "routerd_gateway_notices_total",
+            "disconnected",
+            g(|s| c(&s.notices_disconnected)),
+        );
         gauge(&mut out, "routerd_router_objects", r(|s| s.objects.get()));
         gauge(&mut out, "routerd_router_caches", r(|s| s.caches.get()));
         gauge(&mut out, "routerd_router_pending", r(|s| s.pending.get()));
@@ -236,7 +262,11 @@ impl NodeMetrics {
             "routerd_router_update_syncs_total",
             r(|s| c(&s.update_syncs)),
         );
-        counter(&mut out, "routerd_router_unroutable_total", r(|s| c(&s.unroutable)));
+        counter(
+            &mut out,
+            "routerd_router_unroutable_total",
+            r(|s| c(&s.unroutable)),
+        );
         let mesh = |read: fn(&shards::MeshStats) -> &AtomicU64| -> i64 {
             self.mesh
                 .iter()

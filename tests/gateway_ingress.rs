@@ -19,11 +19,26 @@ fn node() -> TestNode {
 fn rejections_overload_duplicate_and_timeout() {
     let node = node();
     let mut client = node.connect();
-    assert_eq!(client.call(12345, 1, b"").error_code(), ErrorCode::UnknownRoute as u16);
-    assert_eq!(client.call(route::ROOM_MESSAGE, 2, b"").error_code(), ErrorCode::DirectionRejected as u16);
-    assert_eq!(client.call(route::SYS_KICKED, 3, b"").error_code(), ErrorCode::DirectionRejected as u16);
-    assert_eq!(client.call(route::PLAYER_GET, 4, b"").error_code(), ErrorCode::AuthRequired as u16);
-    assert_eq!(client.call(route::ROOM_SAY, 5, b"").error_code(), ErrorCode::AuthRequired as u16);
+    assert_eq!(
+        client.call(12345, 1, b"").error_code(),
+        ErrorCode::UnknownRoute as u16
+    );
+    assert_eq!(
+        client.call(route::ROOM_MESSAGE, 2, b"").error_code(),
+        ErrorCode::DirectionRejected as u16
+    );
+    assert_eq!(
+        client.call(route::SYS_KICKED, 3, b"").error_code(),
+        ErrorCode::DirectionRejected as u16
+    );
+    assert_eq!(
+        client.call(route::PLAYER_GET, 4, b"").error_code(),
+        ErrorCode::AuthRequired as u16
+    );
+    assert_eq!(
+        client.call(route::ROOM_SAY, 5, b"").error_code(),
+        ErrorCode::AuthRequired as u16
+    );
     client.login(9, 6);
 
     // The interim player leaves player.get unanswered: fill max_inflight.
@@ -32,9 +47,15 @@ fn rejections_overload_duplicate_and_timeout() {
         client.send(route::PLAYER_GET, seq, b"");
     }
     let dup = client.call(route::PLAYER_GET, 10, b"");
-    assert_eq!((dup.seq, dup.error_code()), (10, ErrorCode::BadRequest as u16));
+    assert_eq!(
+        (dup.seq, dup.error_code()),
+        (10, ErrorCode::BadRequest as u16)
+    );
     let over = client.call(route::PLAYER_GET, 14, b"");
-    assert_eq!((over.seq, over.error_code()), (14, ErrorCode::Overloaded as u16));
+    assert_eq!(
+        (over.seq, over.error_code()),
+        (14, ErrorCode::Overloaded as u16)
+    );
     // Each of the four gets exactly one TIMEOUT, after request_timeout.
     let mut timed_out: Vec<u32> = (0..4)
         .map(|_| {
@@ -50,7 +71,11 @@ fn rejections_overload_duplicate_and_timeout() {
     // The slots are free again, and nothing else was queued.
     assert_eq!(client.call(route::SYS_PING, 15, b"p").seq, 15);
 
-    let metric = |reason: &str| node.metric(&format!("routerd_gateway_ingress_rejected_total{{reason=\"{reason}\"}}"));
+    let metric = |reason: &str| {
+        node.metric(&format!(
+            "routerd_gateway_ingress_rejected_total{{reason=\"{reason}\"}}"
+        ))
+    };
     assert_eq!(metric("unknown_route"), 1);
     assert_eq!(metric("direction_rejected"), 2);
     assert_eq!(metric("auth_required"), 2);
@@ -68,14 +93,32 @@ fn stale_epoch_reply_is_dropped_and_counted() {
     let node = node();
     let mut client = node.connect();
     let mut bytes = Vec::new();
-    encode_frame(&mut bytes, FrameKind::Request, route::AUTH_LOGIN, 1, token(3, 60).as_bytes());
-    encode_frame(&mut bytes, FrameKind::Request, route::SYS_PING, 2, b"old epoch");
+    encode_frame(
+        &mut bytes,
+        FrameKind::Request,
+        route::AUTH_LOGIN,
+        1,
+        token(3, 60).as_bytes(),
+    );
+    encode_frame(
+        &mut bytes,
+        FrameKind::Request,
+        route::SYS_PING,
+        2,
+        b"old epoch",
+    );
     client.send_raw(&bytes);
     let login = client.recv();
     assert_eq!((login.kind, login.seq), (FrameKind::Response, 1));
     let ping = client.recv();
-    assert_eq!((ping.seq, ping.error_code()), (2, ErrorCode::Timeout as u16));
-    assert_eq!(node.metric("routerd_gateway_egress_rejected_total{reason=\"stale_epoch\"}"), 1);
+    assert_eq!(
+        (ping.seq, ping.error_code()),
+        (2, ErrorCode::Timeout as u16)
+    );
+    assert_eq!(
+        node.metric("routerd_gateway_egress_rejected_total{reason=\"stale_epoch\"}"),
+        1
+    );
     // The session itself is fine at the new epoch.
     assert_eq!(client.call(route::SYS_PING, 3, b"new").body, b"new");
 }

@@ -12,7 +12,10 @@ fn login_tokens_and_ping_before_and_after() {
     let mut client = node.connect();
 
     let ping = client.call(route::SYS_PING, 1, b"before");
-    assert_eq!((ping.kind, ping.seq, ping.body.as_slice()), (FrameKind::Response, 1, &b"before"[..]));
+    assert_eq!(
+        (ping.kind, ping.seq, ping.body.as_slice()),
+        (FrameKind::Response, 1, &b"before"[..])
+    );
 
     // Bad mac: a token signed with another secret.
     let forged = wire::token::mint(b"not-the-secret", 7, unix_now() + 60);
@@ -22,7 +25,11 @@ fn login_tokens_and_ping_before_and_after() {
     let expired = wire::token::mint(SECRET.as_bytes(), 7, unix_now() - 1);
     let reply = client.call(route::AUTH_LOGIN, 3, expired.as_bytes());
     assert_eq!(reply.error_code(), ErrorCode::AuthFailed as u16);
-    assert!(reply.error_reason().contains("expired"), "{}", reply.error_reason());
+    assert!(
+        reply.error_reason().contains("expired"),
+        "{}",
+        reply.error_reason()
+    );
     // Malformed.
     for (seq, bad) in [(4, &b"v1.7"[..]), (5, b""), (6, b"\xff\xfe garbage")] {
         let reply = client.call(route::AUTH_LOGIN, seq, bad);
@@ -35,7 +42,10 @@ fn login_tokens_and_ping_before_and_after() {
     client.login(7, 8);
     // After login, sys.ping goes to the player side (the interim player).
     let ping = client.call(route::SYS_PING, 9, b"after");
-    assert_eq!((ping.kind, ping.seq, ping.body.as_slice()), (FrameKind::Response, 9, &b"after"[..]));
+    assert_eq!(
+        (ping.kind, ping.seq, ping.body.as_slice()),
+        (FrameKind::Response, 9, &b"after"[..])
+    );
     // A second login on a logged-in session.
     let reply = client.call(route::AUTH_LOGIN, 10, token(7, 60).as_bytes());
     assert_eq!(reply.error_code(), ErrorCode::BadRequest as u16);
@@ -52,7 +62,10 @@ fn kick_old_kicks_the_old_session_and_binds_the_new() {
     let mut new = node.connect();
     new.login(42, 1);
     let kicked = old.recv();
-    assert_eq!((kicked.kind, kicked.route_id, kicked.seq), (FrameKind::Push, route::SYS_KICKED, 0));
+    assert_eq!(
+        (kicked.kind, kicked.route_id, kicked.seq),
+        (FrameKind::Push, route::SYS_KICKED, 0)
+    );
     assert!(!kicked.body.is_empty());
     old.expect_closed();
     let ping = new.call(route::SYS_PING, 2, b"still here");
@@ -97,7 +110,11 @@ fn kick_racing_disconnect_notifies_once() {
     node.wait_metric("routerd_gateway_sessions_active", ROUNDS as i64);
     let unbound = node.metric("routerd_gateway_notices_total{kind=\"unbound\"}");
     let disconnected = node.metric("routerd_gateway_notices_total{kind=\"disconnected\"}");
-    assert_eq!(unbound + disconnected, ROUNDS as i64, "unbound {unbound} disconnected {disconnected}");
+    assert_eq!(
+        unbound + disconnected,
+        ROUNDS as i64,
+        "unbound {unbound} disconnected {disconnected}"
+    );
     for mut client in survivors {
         assert_eq!(client.call(route::SYS_PING, 9, b"ok").body, b"ok");
     }

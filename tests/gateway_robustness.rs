@@ -36,14 +36,21 @@ fn protocol_violations_close_only_the_offender() {
         ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
         ("bad magic", bad_magic.to_vec()),
         ("bad version", bad_version.to_vec()),
-        ("response kind", header(FrameKind::Response as u8, 0).to_vec()),
+        (
+            "response kind",
+            header(FrameKind::Response as u8, 0).to_vec(),
+        ),
         ("unknown kind", header(9, 0).to_vec()),
         ("oversized body_len", header(1, 1025).to_vec()),
     ];
     for (seq, (name, bytes)) in cases.iter().enumerate() {
         let mut offender = node.connect();
         // A valid request first: the violation must not lose its answer.
-        assert_eq!(offender.call(route::SYS_PING, 100, b"ok").body, b"ok", "{name}");
+        assert_eq!(
+            offender.call(route::SYS_PING, 100, b"ok").body,
+            b"ok",
+            "{name}"
+        );
         offender.send_raw(bytes);
         if let Some(reply) = offender.try_recv() {
             assert_eq!(reply.error_code(), ErrorCode::BadRequest as u16, "{name}");
@@ -67,7 +74,13 @@ fn idle_and_half_frame_connections_are_closed() {
     let mut half = node.connect();
     // A slow writer: a header promising 8 body bytes, then only 2, dribbled.
     let mut bytes = Vec::new();
-    encode_frame(&mut bytes, FrameKind::Request, route::SYS_PING, 1, b"12345678");
+    encode_frame(
+        &mut bytes,
+        FrameKind::Request,
+        route::SYS_PING,
+        1,
+        b"12345678",
+    );
     half.send_raw(&bytes[..HEADER_LEN]);
     half.send_raw(&bytes[HEADER_LEN..HEADER_LEN + 1]);
     std::thread::sleep(Duration::from_millis(150));

@@ -38,7 +38,11 @@ impl AuthService {
         now_unix_s: u64,
         kicks: &mut Vec<u64>,
     ) {
-        let reply = |gateway: &mut GatewayCore, kind: FrameKind, epoch: u32, player_id: u64, body: &[u8]| {
+        let reply = |gateway: &mut GatewayCore,
+                     kind: FrameKind,
+                     epoch: u32,
+                     player_id: u64,
+                     body: &[u8]| {
             let _ = gateway.egress(
                 &EgressRef {
                     session_id: ingress.session_id,
@@ -55,7 +59,13 @@ impl AuthService {
         let epoch = ingress.binding.session_epoch;
         let player = ingress.binding.player_id;
         let fail = |gateway: &mut GatewayCore, code: ErrorCode, reason: &str| {
-            reply(gateway, FrameKind::Error, epoch, player, &encode_error_body(code, reason));
+            reply(
+                gateway,
+                FrameKind::Error,
+                epoch,
+                player,
+                &encode_error_body(code, reason),
+            );
         };
         match ingress.route_id {
             route::SYS_PING => reply(gateway, FrameKind::Response, epoch, player, &ingress.body),

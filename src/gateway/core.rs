@@ -196,7 +196,9 @@ impl GatewayCore {
     }
 
     pub fn inflight_count(&self, session_id: u64) -> usize {
-        self.sessions.get(&session_id).map_or(0, |entry| entry.inflight.len())
+        self.sessions
+            .get(&session_id)
+            .map_or(0, |entry| entry.inflight.len())
     }
 
     /// Ingress of one decoded REQUEST, checked in PROTOCOL.md's order: route
@@ -205,7 +207,13 @@ impl GatewayCore {
     /// service; an accepted one is recorded in flight and returned, with a
     /// snapshot of the live binding, for the driver to deliver to
     /// `binding.target`.
-    pub fn on_request(&mut self, session_id: u64, header: Header, body: &[u8], now: Instant) -> Option<Ingress> {
+    pub fn on_request(
+        &mut self,
+        session_id: u64,
+        header: Header,
+        body: &[u8],
+        now: Instant,
+    ) -> Option<Ingress> {
         let limits = self.limits;
         let entry = self.sessions.get_mut(&session_id)?;
         let stats = &self.metrics.gateway;
@@ -232,7 +240,9 @@ impl GatewayCore {
                 stats.ingress_overloaded.inc();
                 Some((ErrorCode::Overloaded, "too many in-flight requests"))
             }
-            Some(_) if route_id == wire::client::route::AUTH_LOGIN && entry.session.is_logged_in() => {
+            Some(_)
+                if route_id == wire::client::route::AUTH_LOGIN && entry.session.is_logged_in() =>
+            {
                 stats.ingress_bad_request.inc();
                 Some((ErrorCode::BadRequest, "already logged in"))
             }
@@ -263,8 +273,14 @@ impl GatewayCore {
         player_id: u64,
         expected_epoch: u32,
     ) -> Result<Binding, BindError> {
-        let entry = self.sessions.get_mut(&session_id).ok_or(BindError::UnknownSession)?;
-        match entry.session.apply_binding(target, player_id, expected_epoch) {
+        let entry = self
+            .sessions
+            .get_mut(&session_id)
+            .ok_or(BindError::UnknownSession)?;
+        match entry
+            .session
+            .apply_binding(target, player_id, expected_epoch)
+        {
             Ok(binding) => {
                 self.metrics.gateway.binds.inc();
                 Ok(binding)
@@ -335,7 +351,8 @@ impl GatewayCore {
                 Some(inflight) if inflight.route_id == egress.route_id => {
                     let deadline = inflight.deadline;
                     entry.inflight.remove(&egress.seq);
-                    self.deadlines.remove(&(deadline, egress.session_id, egress.seq));
+                    self.deadlines
+                        .remove(&(deadline, egress.session_id, egress.seq));
                 }
                 _ => return Err(EgressRejected::LateAnswer),
             }
@@ -356,7 +373,13 @@ impl GatewayCore {
 
     /// Answers an in-flight request with an ERROR from the gateway itself
     /// (its target could not be reached, or it timed out).
-    pub fn answer_error(&mut self, session_id: u64, seq: u32, code: ErrorCode, reason: &str) -> bool {
+    pub fn answer_error(
+        &mut self,
+        session_id: u64,
+        seq: u32,
+        code: ErrorCode,
+        reason: &str,
+    ) -> bool {
         let Some(entry) = self.sessions.get_mut(&session_id) else {
             return false;
         };
@@ -385,7 +408,13 @@ impl GatewayCore {
             };
             self.metrics.gateway.timeouts.inc();
             expired += 1;
-            self.push_error(session_id, inflight.route_id, seq, ErrorCode::Timeout, "no answer in time");
+            self.push_error(
+                session_id,
+                inflight.route_id,
+                seq,
+                ErrorCode::Timeout,
+                "no answer in time",
+            );
         }
         expired
     }
@@ -411,9 +440,12 @@ impl GatewayCore {
         }
         let reason = if reason.is_empty() { "kicked" } else { reason };
         // Best effort: a full queue still gets closed below.
-        let _ = entry
-            .outbox
-            .push_frame(FrameKind::Push, wire::client::route::SYS_KICKED, 0, reason.as_bytes());
+        let _ = entry.outbox.push_frame(
+            FrameKind::Push,
+            wire::client::route::SYS_KICKED,
+            0,
+            reason.as_bytes(),
+        );
         self.metrics.gateway.kicks.inc();
         tracing::info!(session_id, reason, "session kicked");
         self.finish(session_id, NoticeKind::Unbound, false);
@@ -441,7 +473,9 @@ impl GatewayCore {
     pub fn protocol_violation(&mut self, session_id: u64, error: FrameError) {
         self.metrics.gateway.ingress_protocol_violation.inc();
         if let Some(entry) = self.sessions.get(&session_id) {
-            let _ = entry.outbox.push_error(0, 0, ErrorCode::BadRequest, &error.to_string());
+            let _ = entry
+                .outbox
+                .push_error(0, 0, ErrorCode::BadRequest, &error.to_string());
         }
         self.close(session_id, CloseReason::ProtocolViolation);
     }
@@ -457,7 +491,14 @@ impl GatewayCore {
     }
 
     /// Queues a gateway-originated ERROR; a full queue closes the session.
-    fn push_error(&mut self, session_id: u64, route_id: u32, seq: u32, code: ErrorCode, reason: &str) {
+    fn push_error(
+        &mut self,
+        session_id: u64,
+        route_id: u32,
+        seq: u32,
+        code: ErrorCode,
+        reason: &str,
+    ) {
         let Some(entry) = self.sessions.get(&session_id) else {
             return;
         };
@@ -492,7 +533,8 @@ impl GatewayCore {
             return;
         };
         for (seq, inflight) in &entry.inflight {
-            self.deadlines.remove(&(inflight.deadline, session_id, *seq));
+            self.deadlines
+                .remove(&(inflight.deadline, session_id, *seq));
         }
         self.metrics.gateway.sessions_active.add(-1);
         if abort {

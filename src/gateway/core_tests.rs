@@ -41,7 +41,12 @@ impl Fixture {
         (self.core.open_session(outbox.clone()), outbox)
     }
 
-    fn request(&mut self, session_id: u64, route_id: u32, seq: u32) -> Option<crate::gateway::Ingress> {
+    fn request(
+        &mut self,
+        session_id: u64,
+        route_id: u32,
+        seq: u32,
+    ) -> Option<crate::gateway::Ingress> {
         let header = Header {
             kind: FrameKind::Request,
             route_id,
@@ -66,7 +71,12 @@ fn frames(outbox: &Outbox) -> Vec<(FrameKind, u32, u32, Vec<u8>)> {
     assert_eq!(decoder.extend(&bytes), bytes.len());
     let mut out = Vec::new();
     while let Some(frame) = decoder.next_frame().unwrap() {
-        out.push((frame.header.kind, frame.header.route_id, frame.header.seq, frame.body.to_vec()));
+        out.push((
+            frame.header.kind,
+            frame.header.route_id,
+            frame.header.seq,
+            frame.body.to_vec(),
+        ));
     }
     out
 }
@@ -96,22 +106,41 @@ fn ingress_rejections_in_order_and_counted() {
     assert!(f.request(s, route::PLAYER_GET, 3).is_none());
     let ok = f.request(s, route::SYS_PING, 4).unwrap();
     assert_eq!(ok.binding.target, Target::Auth);
-    assert_eq!((ok.route_id, ok.seq, ok.body.as_slice()), (route::SYS_PING, 4, &b"x"[..]));
+    assert_eq!(
+        (ok.route_id, ok.seq, ok.body.as_slice()),
+        (route::SYS_PING, 4, &b"x"[..])
+    );
     assert!(f.request(s, route::SYS_PING, 4).is_none(), "duplicate seq");
     assert!(f.request(s, route::SYS_PING, 5).is_some());
-    assert!(f.request(s, route::SYS_PING, 6).is_none(), "past max_inflight");
+    assert!(
+        f.request(s, route::SYS_PING, 6).is_none(),
+        "past max_inflight"
+    );
     let codes: Vec<u16> = frames(&outbox).iter().map(error_code).collect();
     assert_eq!(
         codes,
-        [ErrorCode::UnknownRoute, ErrorCode::DirectionRejected, ErrorCode::AuthRequired, ErrorCode::BadRequest, ErrorCode::Overloaded]
-            .map(|code| code as u16)
+        [
+            ErrorCode::UnknownRoute,
+            ErrorCode::DirectionRejected,
+            ErrorCode::AuthRequired,
+            ErrorCode::BadRequest,
+            ErrorCode::Overloaded
+        ]
+        .map(|code| code as u16)
     );
     let g = &f.metrics.gateway;
     assert_eq!(
-        (g.ingress_unknown_route.get(), g.ingress_direction_rejected.get(), g.ingress_auth_required.get()),
+        (
+            g.ingress_unknown_route.get(),
+            g.ingress_direction_rejected.get(),
+            g.ingress_auth_required.get()
+        ),
         (1, 1, 1)
     );
-    assert_eq!((g.ingress_bad_request.get(), g.ingress_overloaded.get()), (1, 1));
+    assert_eq!(
+        (g.ingress_bad_request.get(), g.ingress_overloaded.get()),
+        (1, 1)
+    );
 }
 
 #[test]
@@ -124,25 +153,44 @@ fn login_on_a_logged_in_session_is_bad_request_and_auth_routes_pass() {
     assert_eq!(ingress.binding.target, Target::Player);
     assert_eq!(ingress.binding.player_id, 7);
     assert_eq!(ingress.binding.session_epoch, 1);
-    assert_eq!(error_code(&frames(&outbox)[0]), ErrorCode::BadRequest as u16);
+    assert_eq!(
+        error_code(&frames(&outbox)[0]),
+        ErrorCode::BadRequest as u16
+    );
 }
 
 #[test]
 fn bind_winner_and_loser_are_counted() {
     let mut f = Fixture::new();
     let (s, _) = f.open();
-    assert_eq!(f.core.apply_binding(s, Target::Player, 7, 0).unwrap().session_epoch, 1);
+    assert_eq!(
+        f.core
+            .apply_binding(s, Target::Player, 7, 0)
+            .unwrap()
+            .session_epoch,
+        1
+    );
     assert!(matches!(
         f.core.apply_binding(s, Target::Player, 8, 0),
         Err(BindError::EpochExpired(_))
     ));
-    assert_eq!(f.core.apply_binding(99, Target::Player, 8, 0), Err(BindError::UnknownSession));
+    assert_eq!(
+        f.core.apply_binding(99, Target::Player, 8, 0),
+        Err(BindError::UnknownSession)
+    );
     assert_eq!(f.metrics.gateway.binds.get(), 1);
     assert_eq!(f.metrics.gateway.binds_epoch_expired.get(), 1);
     assert_eq!(f.core.session(s).unwrap().player_id, 7);
 }
 
-fn egress(session_id: u64, epoch: u32, player_id: u64, kind: FrameKind, route_id: u32, seq: u32) -> EgressRef<'static> {
+fn egress(
+    session_id: u64,
+    epoch: u32,
+    player_id: u64,
+    kind: FrameKind,
+    route_id: u32,
+    seq: u32,
+) -> EgressRef<'static> {
     EgressRef {
         session_id,
         session_epoch: epoch,
@@ -166,17 +214,41 @@ fn egress_gate_checks_in_order() {
     let now = f.now;
     let cases = [
         // unknown session, with a wrong epoch, owner, route and direction too
-        (egress(s + 1, epoch + 5, 8, FrameKind::Request, 9999, 1), EgressRejected::UnknownSession),
+        (
+            egress(s + 1, epoch + 5, 8, FrameKind::Request, 9999, 1),
+            EgressRejected::UnknownSession,
+        ),
         // stale epoch, also wrong owner, route and direction
-        (egress(s, epoch - 1, 8, FrameKind::Request, 9999, 1), EgressRejected::StaleEpoch),
-        (egress(s, epoch, 8, FrameKind::Request, 9999, 1), EgressRejected::OwnerMismatch),
-        (egress(s, epoch, 7, FrameKind::Request, 9999, 1), EgressRejected::RouteNotFound),
+        (
+            egress(s, epoch - 1, 8, FrameKind::Request, 9999, 1),
+            EgressRejected::StaleEpoch,
+        ),
+        (
+            egress(s, epoch, 8, FrameKind::Request, 9999, 1),
+            EgressRejected::OwnerMismatch,
+        ),
+        (
+            egress(s, epoch, 7, FrameKind::Request, 9999, 1),
+            EgressRejected::RouteNotFound,
+        ),
         // a PUSH on a client-to-server route, a RESPONSE on a push route
-        (egress(s, epoch, 7, FrameKind::Push, route::PLAYER_GET, 0), EgressRejected::DirectionRejected),
-        (egress(s, epoch, 7, FrameKind::Response, route::ROOM_MESSAGE, 1), EgressRejected::DirectionRejected),
-        (egress(s, epoch, 7, FrameKind::Request, route::PLAYER_GET, 1), EgressRejected::DirectionRejected),
+        (
+            egress(s, epoch, 7, FrameKind::Push, route::PLAYER_GET, 0),
+            EgressRejected::DirectionRejected,
+        ),
+        (
+            egress(s, epoch, 7, FrameKind::Response, route::ROOM_MESSAGE, 1),
+            EgressRejected::DirectionRejected,
+        ),
+        (
+            egress(s, epoch, 7, FrameKind::Request, route::PLAYER_GET, 1),
+            EgressRejected::DirectionRejected,
+        ),
         // an answer for a request not in flight
-        (egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 2), EgressRejected::LateAnswer),
+        (
+            egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 2),
+            EgressRejected::LateAnswer,
+        ),
     ];
     for (probe, expected) in &cases {
         assert_eq!(f.core.egress(probe, now), Err(*expected), "{probe:?}");
@@ -188,18 +260,34 @@ fn egress_gate_checks_in_order() {
     assert_eq!(g.egress_route_not_found.get(), 1);
     assert_eq!(g.egress_direction_rejected.get(), 3);
     assert_eq!(g.late_answers.get(), 1);
-    assert!(outbox.queued_bytes().is_empty(), "nothing rejected reached the queue");
+    assert!(
+        outbox.queued_bytes().is_empty(),
+        "nothing rejected reached the queue"
+    );
     // All checks pass: written, and the request leaves the in-flight table.
-    f.core.egress(&egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1), now).unwrap();
+    f.core
+        .egress(
+            &egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1),
+            now,
+        )
+        .unwrap();
     assert_eq!(f.core.inflight_count(s), 0);
-    f.core.egress(&egress(s, epoch, 7, FrameKind::Push, route::ROOM_MESSAGE, 0), now).unwrap();
+    f.core
+        .egress(
+            &egress(s, epoch, 7, FrameKind::Push, route::ROOM_MESSAGE, 0),
+            now,
+        )
+        .unwrap();
     let written = frames(&outbox);
     assert_eq!(written.len(), 2);
     assert_eq!((written[0].0, written[0].2), (FrameKind::Response, 1));
     assert_eq!(written[1].0, FrameKind::Push);
     // Answering twice: the second is late.
     assert_eq!(
-        f.core.egress(&egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1), now),
+        f.core.egress(
+            &egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1),
+            now
+        ),
         Err(EgressRejected::LateAnswer)
     );
 }
@@ -211,10 +299,18 @@ fn full_send_queue_fails_the_send_and_closes_the_slow_reader() {
     let epoch = f.login(s, 7);
     let now = f.now;
     for _ in 0..limits().send_queue_max {
-        f.core.egress(&egress(s, epoch, 7, FrameKind::Push, route::ROOM_MESSAGE, 0), now).unwrap();
+        f.core
+            .egress(
+                &egress(s, epoch, 7, FrameKind::Push, route::ROOM_MESSAGE, 0),
+                now,
+            )
+            .unwrap();
     }
     assert_eq!(
-        f.core.egress(&egress(s, epoch, 7, FrameKind::Push, route::ROOM_MESSAGE, 0), now),
+        f.core.egress(
+            &egress(s, epoch, 7, FrameKind::Push, route::ROOM_MESSAGE, 0),
+            now
+        ),
         Err(EgressRejected::SendFailed)
     );
     assert_eq!(f.metrics.gateway.egress_send_failed.get(), 1);
@@ -240,7 +336,10 @@ fn timeout_is_answered_once_and_the_late_answer_dropped() {
     assert_eq!(f.core.next_deadline(), None);
     let later = f.now + TIMEOUT * 2;
     assert_eq!(
-        f.core.egress(&egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1), later),
+        f.core.egress(
+            &egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1),
+            later
+        ),
         Err(EgressRejected::LateAnswer)
     );
     let written = frames(&outbox);
@@ -259,21 +358,33 @@ fn kick_order_pushes_kicked_notifies_unbound_invalidates_and_closes() {
     let (s, outbox) = f.open();
     let epoch = f.login(s, 7);
     f.request(s, route::PLAYER_GET, 1).unwrap();
-    assert!(!f.core.kick(s, Some(8), "wrong player"), "guarded by player");
+    assert!(
+        !f.core.kick(s, Some(8), "wrong player"),
+        "guarded by player"
+    );
     assert!(f.core.kick(s, Some(7), ""));
     let mut notices = Vec::new();
     f.core.take_notices(&mut notices);
     assert_eq!(notices.len(), 1);
     assert_eq!(notices[0].kind, NoticeKind::Unbound);
-    assert_eq!(notices[0].binding.session_epoch, epoch, "the last epoch before invalidation");
+    assert_eq!(
+        notices[0].binding.session_epoch, epoch,
+        "the last epoch before invalidation"
+    );
     assert_eq!(notices[0].binding.player_id, 7);
     assert!(f.core.session(s).is_none());
     assert_eq!(outbox.state(), crate::gateway::outbox::OutboxState::Closing);
     let written = frames(&outbox);
-    assert_eq!(written, vec![(FrameKind::Push, route::SYS_KICKED, 0, b"kicked".to_vec())]);
+    assert_eq!(
+        written,
+        vec![(FrameKind::Push, route::SYS_KICKED, 0, b"kicked".to_vec())]
+    );
     // The in-flight request's answer reaches nobody, and no TIMEOUT follows.
     assert_eq!(
-        f.core.egress(&egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1), f.now),
+        f.core.egress(
+            &egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1),
+            f.now
+        ),
         Err(EgressRejected::UnknownSession)
     );
     assert_eq!(f.core.expire(f.now + TIMEOUT), 0);
@@ -290,8 +401,14 @@ fn kick_then_disconnect_notifies_once() {
     assert!(!f.core.close(s, CloseReason::PeerClosed));
     let mut notices = Vec::new();
     f.core.take_notices(&mut notices);
-    assert_eq!(notices.iter().map(|n| n.kind).collect::<Vec<_>>(), [NoticeKind::Unbound]);
-    assert_eq!(f.metrics.gateway.notices_unbound.get() + f.metrics.gateway.notices_disconnected.get(), 1);
+    assert_eq!(
+        notices.iter().map(|n| n.kind).collect::<Vec<_>>(),
+        [NoticeKind::Unbound]
+    );
+    assert_eq!(
+        f.metrics.gateway.notices_unbound.get() + f.metrics.gateway.notices_disconnected.get(),
+        1
+    );
 }
 
 #[test]
@@ -303,16 +420,23 @@ fn disconnect_then_kick_notifies_once() {
     assert!(!f.core.kick(s, None, "dup"));
     let mut notices = Vec::new();
     f.core.take_notices(&mut notices);
-    assert_eq!(notices.iter().map(|n| n.kind).collect::<Vec<_>>(), [NoticeKind::Disconnected]);
+    assert_eq!(
+        notices.iter().map(|n| n.kind).collect::<Vec<_>>(),
+        [NoticeKind::Disconnected]
+    );
     assert_eq!(f.metrics.gateway.kicks.get(), 0);
-    assert_eq!(f.metrics.gateway.notices_unbound.get() + f.metrics.gateway.notices_disconnected.get(), 1);
+    assert_eq!(
+        f.metrics.gateway.notices_unbound.get() + f.metrics.gateway.notices_disconnected.get(),
+        1
+    );
 }
 
 #[test]
 fn protocol_violation_sends_one_error_and_closes() {
     let mut f = Fixture::new();
     let (s, outbox) = f.open();
-    f.core.protocol_violation(s, wire::client::FrameError::BadVersion(9));
+    f.core
+        .protocol_violation(s, wire::client::FrameError::BadVersion(9));
     assert!(f.core.session(s).is_none());
     assert_eq!(f.metrics.gateway.ingress_protocol_violation.get(), 1);
     let written = frames(&outbox);
@@ -328,8 +452,18 @@ fn stale_reply_after_rebind_never_reaches_the_wire() {
     let (s, outbox) = f.open();
     let ping = f.request(s, route::SYS_PING, 1).unwrap();
     f.login(s, 7);
-    let stale = egress(s, ping.binding.session_epoch, 0, FrameKind::Response, route::SYS_PING, 1);
-    assert_eq!(f.core.egress(&stale, f.now), Err(EgressRejected::StaleEpoch));
+    let stale = egress(
+        s,
+        ping.binding.session_epoch,
+        0,
+        FrameKind::Response,
+        route::SYS_PING,
+        1,
+    );
+    assert_eq!(
+        f.core.egress(&stale, f.now),
+        Err(EgressRejected::StaleEpoch)
+    );
     assert!(outbox.queued_bytes().is_empty());
     // The request still gets its one answer: TIMEOUT.
     assert_eq!(f.core.expire(f.now + TIMEOUT), 1);

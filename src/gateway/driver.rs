@@ -67,7 +67,12 @@ struct CoreGateway {
 pub struct GatewayHandle(Rc<CoreGateway>);
 
 impl GatewayHandle {
-    pub fn new(core_id: usize, mesh: Mesh<FrameBuf>, shared: &GatewayShared, metrics: Arc<CoreMetrics>) -> GatewayHandle {
+    pub fn new(
+        core_id: usize,
+        mesh: Mesh<FrameBuf>,
+        shared: &GatewayShared,
+        metrics: Arc<CoreMetrics>,
+    ) -> GatewayHandle {
         let limits = Limits::from(&shared.config);
         GatewayHandle(Rc::new(CoreGateway {
             core_id,
@@ -106,7 +111,10 @@ impl GatewayHandle {
     /// close order.
     pub fn kick(&self, session_id: u64, player_id: u64, reason: &str) {
         if session_core(session_id) == self.0.core_id {
-            self.0.state.borrow_mut().kick(session_id, Some(player_id), reason);
+            self.0
+                .state
+                .borrow_mut()
+                .kick(session_id, Some(player_id), reason);
             self.flush_notices();
             return;
         }
@@ -130,7 +138,10 @@ impl GatewayHandle {
         player_id: u64,
         expected_epoch: u32,
     ) -> Result<super::Binding, super::BindError> {
-        self.0.state.borrow_mut().apply_binding(session_id, target, player_id, expected_epoch)
+        self.0
+            .state
+            .borrow_mut()
+            .apply_binding(session_id, target, player_id, expected_epoch)
     }
 
     /// Handles a mesh frame if it is the gateway's (`ClientEgress`,
@@ -147,10 +158,11 @@ impl GatewayHandle {
                 reason,
             } => {
                 let reason = String::from_utf8_lossy(reason.as_slice());
-                self.0
-                    .state
-                    .borrow_mut()
-                    .kick(session_id.to_native(), Some(player_id.to_native()), &reason);
+                self.0.state.borrow_mut().kick(
+                    session_id.to_native(),
+                    Some(player_id.to_native()),
+                    &reason,
+                );
                 self.flush_notices();
                 None
             }
@@ -250,7 +262,9 @@ impl GatewayHandle {
                 break;
             };
             let mut state = self.0.state.borrow_mut();
-            self.0.auth.handle(&mut state, &ingress, now, now_unix_s, &mut kicks);
+            self.0
+                .auth
+                .handle(&mut state, &ingress, now, now_unix_s, &mut kicks);
             drop(state);
             let player_id = ingress_player(&self.0.state.borrow(), ingress.session_id);
             for old in kicks.drain(..) {
@@ -269,7 +283,9 @@ impl GatewayHandle {
             if notice.binding.target != Target::Player {
                 continue;
             }
-            self.0.policy.release(notice.binding.player_id, notice.session_id);
+            self.0
+                .policy
+                .release(notice.binding.player_id, notice.session_id);
             let port = self.0.player.borrow().clone();
             if let (Some(port), Ok(frame)) = (port, notice.to_frame(self.0.node_id)) {
                 let _ = port.deliver(frame);
@@ -280,7 +296,9 @@ impl GatewayHandle {
 
 /// The player a session is bound to now (0 if none).
 fn ingress_player(state: &GatewayCore, session_id: u64) -> u64 {
-    state.session(session_id).map_or(0, |session| session.player_id)
+    state
+        .session(session_id)
+        .map_or(0, |session| session.player_id)
 }
 
 /// Serves the gateway on `listener` until the future is dropped. Also
@@ -301,7 +319,9 @@ pub async fn serve(gateway: GatewayHandle, listener: TcpListener) {
         let admitted = gateway
             .0
             .sessions_open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| (open < max).then_some(open + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < max).then_some(open + 1)
+            })
             .is_ok();
         if !admitted {
             gateway.0.metrics.gateway.sessions_refused.inc();
@@ -313,12 +333,16 @@ pub async fn serve(gateway: GatewayHandle, listener: TcpListener) {
 }
 
 async fn expire_loop(gateway: GatewayHandle) {
-    let tick = (gateway.0.config.request_timeout_ms / 10).clamp(1, MAX_TIMER_TICK.as_millis() as u64);
+    let tick =
+        (gateway.0.config.request_timeout_ms / 10).clamp(1, MAX_TIMER_TICK.as_millis() as u64);
     loop {
         glommio::timer::sleep(Duration::from_millis(tick)).await;
         let now = Instant::now();
         let mut state = gateway.0.state.borrow_mut();
-        if state.next_deadline().is_some_and(|deadline| deadline <= now) {
+        if state
+            .next_deadline()
+            .is_some_and(|deadline| deadline <= now)
+        {
             state.expire(now);
         }
         drop(state);
@@ -346,7 +370,11 @@ async fn connection(gateway: GatewayHandle, stream: TcpStream) {
 
 /// Reads until the connection ends; returns how, or `None` if the session
 /// was already closed by the gateway (kick, slow reader).
-async fn read_loop(gateway: &GatewayHandle, session_id: u64, stream: &RefCell<TcpStream>) -> Option<CloseReason> {
+async fn read_loop(
+    gateway: &GatewayHandle,
+    session_id: u64,
+    stream: &RefCell<TcpStream>,
+) -> Option<CloseReason> {
     let idle = Duration::from_millis(gateway.0.config.idle_timeout_ms.max(1));
     let mut decoder = FrameDecoder::new(Peer::Client, gateway.0.config.max_body);
     let mut last_frame = Instant::now();
@@ -371,25 +399,30 @@ async fn read_loop(gateway: &GatewayHandle, session_id: u64, stream: &RefCell<Tc
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(error) => {
-                    gateway.0.state.borrow_mut().protocol_violation(session_id, error);
+                    gateway
+                        .0
+                        .state
+                        .borrow_mut()
+                        .protocol_violation(session_id, error);
                     gateway.after_batch(now);
                     return None;
                 }
             };
             last_frame = now;
-            let ingress = gateway
-                .0
-                .state
-                .borrow_mut()
-                .on_request(session_id, frame.header, frame.body, now);
+            let ingress =
+                gateway
+                    .0
+                    .state
+                    .borrow_mut()
+                    .on_request(session_id, frame.header, frame.body, now);
             if let Some(ingress) = ingress {
                 gateway.deliver(ingress);
             }
         }
         gateway.after_batch(now);
-        if gateway.0.state.borrow().session(session_id).is_none() {
-            return None;
-        }
+        // Closed by the gateway meanwhile (kick, slow reader): the writer
+        // shuts the socket down; nothing more to read.
+        gateway.0.state.borrow().session(session_id)?;
     }
 }
 
@@ -398,22 +431,18 @@ async fn read_loop(gateway: &GatewayHandle, session_id: u64, stream: &RefCell<Tc
 /// reader's pending read.
 async fn write_loop(stream: Rc<RefCell<TcpStream>>, outbox: Rc<Outbox>) {
     let mut batch = Vec::new();
-    loop {
-        match poll_fn(|cx| outbox.poll_take(cx, &mut batch)).await {
-            WriterStep::Write => {
-                let write = write_all(&stream, &batch);
-                let aborted = async {
-                    poll_fn(|cx| outbox.poll_aborted(cx)).await;
-                    Err(std::io::Error::other("aborted"))
-                };
-                let written = futures_lite::future::or(write, aborted).await;
-                batch.clear();
-                if written.is_err() {
-                    outbox.abort();
-                    break;
-                }
-            }
-            WriterStep::Finish | WriterStep::Abort => break,
+    // Finish (flushed after close) and Abort both end the loop.
+    while let WriterStep::Write = poll_fn(|cx| outbox.poll_take(cx, &mut batch)).await {
+        let write = write_all(&stream, &batch);
+        let aborted = async {
+            poll_fn(|cx| outbox.poll_aborted(cx)).await;
+            Err(std::io::Error::other("aborted"))
+        };
+        let written = futures_lite::future::or(write, aborted).await;
+        batch.clear();
+        if written.is_err() {
+            outbox.abort();
+            break;
         }
     }
     // shutdown(2) wakes the reader with end-of-stream and tells the peer

@@ -53,7 +53,9 @@ impl NodeLogins {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Vec<u64>>> {
         // A panic while holding this lock fail-stops the node (shards), so a
         // poisoned map is never observed by a live node; take it anyway.
-        self.players.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.players
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

@@ -89,8 +89,11 @@ pub struct Notice {
 
 impl Notice {
     pub fn to_frame(&self, gateway_node: u64) -> Result<FrameBuf, FrameEncodeError> {
-        let (session_id, session_epoch, player_id) =
-            (self.session_id, self.binding.session_epoch, self.binding.player_id);
+        let (session_id, session_epoch, player_id) = (
+            self.session_id,
+            self.binding.session_epoch,
+            self.binding.player_id,
+        );
         FrameBuf::encode(&match self.kind {
             NoticeKind::Unbound => Message::SessionUnbound {
                 gateway_node,

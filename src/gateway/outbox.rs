@@ -82,12 +82,24 @@ impl Outbox {
     }
 
     /// Queues one frame.
-    pub fn push_frame(&self, kind: FrameKind, route_id: u32, seq: u32, body: &[u8]) -> Result<(), PushError> {
+    pub fn push_frame(
+        &self,
+        kind: FrameKind,
+        route_id: u32,
+        seq: u32,
+        body: &[u8],
+    ) -> Result<(), PushError> {
         self.push_with(|bytes| encode_frame(bytes, kind, route_id, seq, body))
     }
 
     /// Queues one ERROR frame.
-    pub fn push_error(&self, route_id: u32, seq: u32, code: ErrorCode, reason: &str) -> Result<(), PushError> {
+    pub fn push_error(
+        &self,
+        route_id: u32,
+        seq: u32,
+        code: ErrorCode,
+        reason: &str,
+    ) -> Result<(), PushError> {
         self.push_with(|bytes| encode_error_frame(bytes, route_id, seq, code, reason))
     }
 
@@ -201,7 +213,10 @@ mod tests {
         let outbox = Outbox::new(2);
         outbox.push_frame(FrameKind::Response, 1, 1, b"a").unwrap();
         outbox.push_frame(FrameKind::Response, 1, 2, b"b").unwrap();
-        assert_eq!(outbox.push_frame(FrameKind::Response, 1, 3, b"c"), Err(PushError::Full));
+        assert_eq!(
+            outbox.push_frame(FrameKind::Response, 1, 3, b"c"),
+            Err(PushError::Full)
+        );
         let (step, bytes) = take(&outbox);
         assert_eq!(step, Poll::Ready(WriterStep::Write));
         assert_eq!(bytes.len(), 2 * 17);
@@ -215,7 +230,10 @@ mod tests {
         assert_eq!(take(&outbox).0, Poll::Pending);
         outbox.push_frame(FrameKind::Push, 101, 0, b"bye").unwrap();
         outbox.close();
-        assert_eq!(outbox.push_frame(FrameKind::Push, 101, 0, b"x"), Err(PushError::Closed));
+        assert_eq!(
+            outbox.push_frame(FrameKind::Push, 101, 0, b"x"),
+            Err(PushError::Closed)
+        );
         assert_eq!(take(&outbox).0, Poll::Ready(WriterStep::Write));
         assert_eq!(take(&outbox).0, Poll::Ready(WriterStep::Finish));
 

@@ -67,7 +67,10 @@ mod tests {
     #[test]
     fn table_matches_protocol() {
         let ping = lookup(1).unwrap();
-        assert_eq!((ping.direction, ping.requires_auth), (Direction::ClientToServer, false));
+        assert_eq!(
+            (ping.direction, ping.requires_auth),
+            (Direction::ClientToServer, false)
+        );
         assert!(!lookup(2).unwrap().requires_auth);
         for id in [10, 11, 20, 21, 22] {
             let route = lookup(id).unwrap();

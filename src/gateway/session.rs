@@ -126,7 +126,14 @@ mod tests {
     #[test]
     fn new_session_is_auth_at_epoch_zero() {
         let session = Session::new();
-        assert_eq!(session.binding(), Binding { target: Target::Auth, player_id: 0, session_epoch: 0 });
+        assert_eq!(
+            session.binding(),
+            Binding {
+                target: Target::Auth,
+                player_id: 0,
+                session_epoch: 0
+            }
+        );
         assert!(session.is_live());
         assert!(!session.is_logged_in());
     }
@@ -136,14 +143,33 @@ mod tests {
         let mut session = Session::new();
         // Two binds computed against epoch 0: the first wins.
         let won = session.apply_binding(Target::Player, 7, 0).unwrap();
-        assert_eq!(won, Binding { target: Target::Player, player_id: 7, session_epoch: 1 });
+        assert_eq!(
+            won,
+            Binding {
+                target: Target::Player,
+                player_id: 7,
+                session_epoch: 1
+            }
+        );
         let lost = session.apply_binding(Target::Player, 8, 0).unwrap_err();
-        assert_eq!(lost, EpochExpired { expected: 0, current: 1 });
+        assert_eq!(
+            lost,
+            EpochExpired {
+                expected: 0,
+                current: 1
+            }
+        );
         // The loser changed nothing.
         assert_eq!(session.player_id, 7);
         assert_eq!(session.session_epoch, 1);
         // Refreshing the reference and retrying succeeds.
-        assert_eq!(session.apply_binding(Target::Player, 8, 1).unwrap().session_epoch, 2);
+        assert_eq!(
+            session
+                .apply_binding(Target::Player, 8, 1)
+                .unwrap()
+                .session_epoch,
+            2
+        );
     }
 
     #[test]
@@ -158,7 +184,14 @@ mod tests {
         let mut session = Session::new();
         session.apply_binding(Target::Player, 7, 0).unwrap();
         let invalidated = session.apply_binding(Target::None, 0, K_ANY_EPOCH).unwrap();
-        assert_eq!(invalidated, Binding { target: Target::None, player_id: 0, session_epoch: 2 });
+        assert_eq!(
+            invalidated,
+            Binding {
+                target: Target::None,
+                player_id: 0,
+                session_epoch: 2
+            }
+        );
         assert!(!session.is_live());
         // Every reference taken before invalidation is now stale.
         assert!(session.apply_binding(Target::Player, 7, 1).is_err());
@@ -175,8 +208,12 @@ mod tests {
             last = binding.session_epoch;
         }
         session.session_epoch = K_ANY_EPOCH - 1;
-        assert!(session.apply_binding(Target::Player, 1, K_ANY_EPOCH - 1).is_err());
-        assert!(session.apply_binding(Target::Player, 1, K_ANY_EPOCH).is_err());
+        assert!(session
+            .apply_binding(Target::Player, 1, K_ANY_EPOCH - 1)
+            .is_err());
+        assert!(session
+            .apply_binding(Target::Player, 1, K_ANY_EPOCH)
+            .is_err());
         assert_eq!(session.session_epoch, K_ANY_EPOCH - 1);
     }
 }

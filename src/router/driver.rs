@@ -23,8 +23,8 @@ use wire::frame::{ArchivedMessage, FrameBuf, Message, RouterHead as WireHead};
 use wire::{shard_of, ObjectKey};
 
 use super::types::{
-    ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead, StoreFailure,
-    StoreOp, StoreReply, StoreToken, Timer,
+    ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
+    StoreFailure, StoreOp, StoreReply, StoreToken, Timer,
 };
 use super::RouterCore;
 use crate::gateway::{GatewayHandle, PlayerPort};
@@ -203,14 +203,19 @@ impl RouterDriver {
             route_id: ingress.route_id,
             client_seq: ingress.seq,
         };
-        let Some((key, op)) = target_of(ingress.route_id, ingress.client.player_id, &ingress.body) else {
+        let Some((key, op)) = target_of(ingress.route_id, ingress.client.player_id, &ingress.body)
+        else {
             return self.answer_route(reply_route, Err(ErrorCode::BadRequest));
         };
         let now = now_ms();
         let seq = {
             let mut replies = self.inner().replies.borrow_mut();
             replies.expire(now);
-            replies.insert(self.inner().core_id, reply_route, now + self.inner().request_timeout_ms)
+            replies.insert(
+                self.inner().core_id,
+                reply_route,
+                now + self.inner().request_timeout_ms,
+            )
         };
         let Some(seq) = seq else {
             return self.answer_route(reply_route, Err(ErrorCode::Overloaded));
@@ -265,7 +270,10 @@ impl RouterDriver {
     }
 
     fn submit_here(&self, head: RouterHead, request: Request) {
-        self.inner().core.borrow_mut().on_request(now_ms(), head, request);
+        self.inner()
+            .core
+            .borrow_mut()
+            .on_request(now_ms(), head, request);
         self.perform_effects();
     }
 
@@ -306,11 +314,11 @@ impl RouterDriver {
                 route_id,
                 body,
             } => self.push(client, route_id, body),
-            Effect::Kick { client } => {
-                self.inner()
-                    .gateway
-                    .kick(client.session_id, client.player_id, "logged in elsewhere")
-            }
+            Effect::Kick { client } => self.inner().gateway.kick(
+                client.session_id,
+                client.player_id,
+                "logged in elsewhere",
+            ),
             Effect::SendToNode { node, message } => self.unroutable(node, message),
         }
     }
@@ -369,7 +377,10 @@ impl RouterDriver {
     fn answer_route(&self, route: ReplyRoute, outcome: Outcome) {
         let (kind, body) = match outcome {
             Ok(body) => (FrameKind::Response, body),
-            Err(code) => (FrameKind::Error, encode_error_body(wire_error_code(code), "")),
+            Err(code) => (
+                FrameKind::Error,
+                encode_error_body(wire_error_code(code), ""),
+            ),
         };
         self.egress(Message::ClientEgress {
             session_id: route.session_id,
@@ -411,7 +422,11 @@ impl RouterDriver {
         let driver = self.clone();
         glommio::spawn_local(async move {
             let reply = perform_store_op(&store, op).await;
-            driver.inner().core.borrow_mut().on_store_reply(now_ms(), token, reply);
+            driver
+                .inner()
+                .core
+                .borrow_mut()
+                .on_store_reply(now_ms(), token, reply);
             driver.perform_effects();
         })
         .detach();
@@ -510,7 +525,10 @@ impl PlayerPort for RouterDriver {
                 session_id,
                 session_epoch,
                 player_id,
-            } => (player::OP_BIND, (gateway_node, session_id, session_epoch, player_id)),
+            } => (
+                player::OP_BIND,
+                (gateway_node, session_id, session_epoch, player_id),
+            ),
             ArchivedMessage::SessionUnbound {
                 gateway_node,
                 session_id,
@@ -522,7 +540,10 @@ impl PlayerPort for RouterDriver {
                 session_id,
                 session_epoch,
                 player_id,
-            } => (player::OP_UNBIND, (gateway_node, session_id, session_epoch, player_id)),
+            } => (
+                player::OP_UNBIND,
+                (gateway_node, session_id, session_epoch, player_id),
+            ),
             _ => return Err(frame),
         };
         let (gateway_node, session_id, session_epoch, player_id) = client;
@@ -703,7 +724,11 @@ mod tests {
         };
         let first = routes.insert(1, route, 100).unwrap();
         let second = routes.insert(1, route, 200).unwrap();
-        assert_eq!(first >> REQUEST_CORE_SHIFT, 1, "the core is in the high bits");
+        assert_eq!(
+            first >> REQUEST_CORE_SHIFT,
+            1,
+            "the core is in the high bits"
+        );
         routes.expire(150);
         assert!(routes.take(first).is_none(), "expired");
         assert!(routes.take(second).is_some());

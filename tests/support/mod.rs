@@ -78,7 +78,10 @@ impl TestNode {
             if got == want {
                 return;
             }
-            assert!(std::time::Instant::now() < deadline, "{name} = {got}, want {want}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} = {got}, want {want}"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -110,7 +113,10 @@ impl Reply {
     }
 
     pub fn error_reason(&self) -> String {
-        decode_error_body(&self.body).expect("error body").1.to_string()
+        decode_error_body(&self.body)
+            .expect("error body")
+            .1
+            .to_string()
     }
 }
 
@@ -159,7 +165,10 @@ impl Client {
             match self.stream.read(self.decoder.read_buf()) {
                 Ok(0) => return None,
                 Ok(n) => self.decoder.advance(n),
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock || error.kind() == std::io::ErrorKind::TimedOut => {
+                Err(error)
+                    if error.kind() == std::io::ErrorKind::WouldBlock
+                        || error.kind() == std::io::ErrorKind::TimedOut =>
+                {
                     panic!("no frame within {READ_TIMEOUT:?}")
                 }
                 Err(_) => return None,
@@ -175,14 +184,18 @@ impl Client {
 
     /// Logs in as `player_id` with a fresh token; asserts success.
     pub fn login(&mut self, player_id: u64, seq: u32) {
-        let reply = self.call(wire::client::route::AUTH_LOGIN, seq, token(player_id, 3600).as_bytes());
+        let reply = self.call(
+            wire::client::route::AUTH_LOGIN,
+            seq,
+            token(player_id, 3600).as_bytes(),
+        );
         assert_eq!(reply.kind, FrameKind::Response, "{reply:?}");
         assert_eq!(reply.body, player_id.to_le_bytes());
     }
 
     /// Asserts the server closes the connection (end of stream) soon.
     pub fn expect_closed(&mut self) {
-        while let Some(reply) = self.try_recv() {
+        if let Some(reply) = self.try_recv() {
             panic!("expected close, got {reply:?}");
         }
     }
@@ -193,7 +206,10 @@ impl Client {
 }
 
 pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 /// A token for `player_id` valid for `ttl_secs` from now.
