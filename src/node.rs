@@ -68,6 +68,13 @@ impl Node {
     /// Starts every core and the admin endpoint, and returns once every core
     /// serves.
     pub fn start(config: Config) -> Result<Node, NodeError> {
+        let store = Store::open(&config)?;
+        Node::start_with_store(config, store)
+    }
+
+    /// Starts a node on a store the caller opened: tests hand in a memory
+    /// store whose faults they control.
+    pub fn start_with_store(config: Config, store: Store) -> Result<Node, NodeError> {
         let runtime_config = runtime_config(&config);
         let core_count = runtime_config.placement.core_count();
         let mut metrics = NodeMetrics::new(core_count);
@@ -81,7 +88,6 @@ impl Node {
                     address: config.gateway.listen,
                     source,
                 })?;
-        let store = Store::open(&config)?;
         let shutdown = ShutdownHandle::new();
         let shared = Arc::new(NodeShared {
             store,

@@ -5,6 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use routerd::store::Fault;
 use support::{token, TestNode};
 use wire::client::{encode_frame, route, ErrorCode, FrameKind};
 
@@ -17,7 +18,14 @@ fn node() -> TestNode {
 
 #[test]
 fn rejections_overload_duplicate_and_timeout() {
-    let node = node();
+    let mut config = support::config();
+    config.gateway.max_inflight = 4;
+    config.gateway.request_timeout_ms = 300;
+    // The player object's first store call (its load at login) answers
+    // after a second: its requests wait behind it past request_timeout, as
+    // they would for an owner that died.
+    let (node, faults) = TestNode::start_with_faults(config);
+    assert!(faults.inject(Fault::Delay(Duration::from_secs(1)), 1));
     let mut client = node.connect();
     assert_eq!(
         client.call(12345, 1, b"").error_code(),
@@ -41,7 +49,7 @@ fn rejections_overload_duplicate_and_timeout() {
     );
     client.login(9, 6);
 
-    // The interim player leaves player.get unanswered: fill max_inflight.
+    // player.get waits for the delayed load: fill max_inflight.
     let started = Instant::now();
     for seq in 10..14 {
         client.send(route::PLAYER_GET, seq, b"");
@@ -68,8 +76,11 @@ fn rejections_overload_duplicate_and_timeout() {
     timed_out.sort_unstable();
     assert_eq!(timed_out, [10, 11, 12, 13]);
     assert!(started.elapsed() >= Duration::from_millis(300));
-    // The slots are free again, and nothing else was queued.
-    assert_eq!(client.call(route::SYS_PING, 15, b"p").seq, 15);
+    // The slots are free again, and nothing else was queued. Once the
+    // delayed load is done, the player object answers.
+    std::thread::sleep(Duration::from_millis(900));
+    let ping = client.call(route::SYS_PING, 15, b"p");
+    assert_eq!((ping.kind, ping.seq, ping.body.as_slice()), (FrameKind::Response, 15, &b"p"[..]));
 
     let metric = |reason: &str| {
         node.metric(&format!(
@@ -82,6 +93,10 @@ fn rejections_overload_duplicate_and_timeout() {
     assert_eq!(metric("overloaded"), 1);
     assert_eq!(metric("bad_request"), 1);
     assert_eq!(node.metric("routerd_gateway_timeouts_total"), 4);
+    // The four answers the player object produced after the TIMEOUTs were
+    // dropped, never written: the next frame is the ping's.
+    assert_eq!(client.call(route::SYS_PING, 16, b"q").body, b"q");
+    assert_eq!(node.metric("routerd_gateway_late_answers_total"), 4);
 }
 
 #[test]

@@ -40,7 +40,7 @@ fn login_tokens_and_ping_before_and_after() {
     assert_eq!(reply.error_code(), ErrorCode::AuthRequired as u16);
 
     client.login(7, 8);
-    // After login, sys.ping goes to the player side (the interim player).
+    // After login, sys.ping is answered by the player object.
     let ping = client.call(route::SYS_PING, 9, b"after");
     assert_eq!(
         (ping.kind, ping.seq, ping.body.as_slice()),

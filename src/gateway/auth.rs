@@ -26,7 +26,8 @@ impl AuthService {
         }
     }
 
-    /// Handles one ingress addressed to auth on the session's own core.
+    /// Handles one ingress addressed to auth on the session's own core, and
+    /// returns the new binding when it logged the session in.
     /// `now_unix_s` is the wall clock for token expiry; sessions the policy
     /// displaced are appended to `kicks` for the driver (they may live on
     /// other cores).
@@ -37,7 +38,7 @@ impl AuthService {
         now: Instant,
         now_unix_s: u64,
         kicks: &mut Vec<u64>,
-    ) {
+    ) -> Option<super::Binding> {
         let reply = |gateway: &mut GatewayCore,
                      kind: FrameKind,
                      epoch: u32,
@@ -68,16 +69,23 @@ impl AuthService {
             );
         };
         match ingress.route_id {
-            route::SYS_PING => reply(gateway, FrameKind::Response, epoch, player, &ingress.body),
+            route::SYS_PING => {
+                reply(gateway, FrameKind::Response, epoch, player, &ingress.body);
+                None
+            }
             route::AUTH_LOGIN => {
                 let player_id = match wire::token::verify(&self.secret, &ingress.body, now_unix_s) {
                     Ok(player_id) => player_id,
-                    Err(error) => return fail(gateway, ErrorCode::AuthFailed, &error.to_string()),
+                    Err(error) => {
+                        fail(gateway, ErrorCode::AuthFailed, &error.to_string());
+                        return None;
+                    }
                 };
                 let kick = match self.policy.admit(player_id, ingress.session_id) {
                     LoginDecision::Admit { kick } => kick,
                     LoginDecision::Reject { reason } => {
-                        return fail(gateway, ErrorCode::AuthFailed, reason);
+                        fail(gateway, ErrorCode::AuthFailed, reason);
+                        return None;
                     }
                 };
                 match gateway.apply_binding(ingress.session_id, Target::Player, player_id, epoch) {
@@ -90,18 +98,23 @@ impl AuthService {
                             player_id,
                             &player_id.to_le_bytes(),
                         );
+                        Some(binding)
                     }
                     Err(_) => {
                         // Lost the epoch race (counted by apply_binding): the
                         // answer would be stale anyway; the client gets
                         // TIMEOUT. Undo the registration, kick nobody.
                         self.policy.release(player_id, ingress.session_id);
+                        None
                     }
                 }
             }
             // The route table lets only the two routes above reach a
             // session that is not logged in.
-            _ => fail(gateway, ErrorCode::BadRequest, "not an auth route"),
+            _ => {
+                fail(gateway, ErrorCode::BadRequest, "not an auth route");
+                None
+            }
         }
     }
 }

@@ -262,7 +262,8 @@ impl GatewayHandle {
                 break;
             };
             let mut state = self.0.state.borrow_mut();
-            self.0
+            let bound = self
+                .0
                 .auth
                 .handle(&mut state, &ingress, now, now_unix_s, &mut kicks);
             drop(state);
@@ -270,8 +271,32 @@ impl GatewayHandle {
             for old in kicks.drain(..) {
                 self.kick(old, player_id, "logged in elsewhere");
             }
+            if let Some(binding) = bound {
+                self.notify_bound(ingress.session_id, binding);
+            }
         }
         self.flush_notices();
+    }
+
+    /// Tells the player side its object has a new current session, so it
+    /// can push to it (and tell its rooms).
+    fn notify_bound(&self, session_id: u64, binding: super::Binding) {
+        let port = self.0.player.borrow().clone();
+        let Some(port) = port else {
+            return;
+        };
+        let message = Message::SessionBound {
+            gateway_node: self.0.node_id,
+            session_id,
+            session_epoch: binding.session_epoch,
+            player_id: binding.player_id,
+        };
+        match FrameBuf::encode(&message) {
+            Ok(frame) => {
+                let _ = port.deliver(frame);
+            }
+            Err(error) => tracing::warn!(%error, "cannot encode a bound notice"),
+        }
     }
 
     /// Delivers queued notices to the player side and releases ended

@@ -32,7 +32,7 @@ use wire::frame::{FrameBuf, FrameEncodeError, Message};
 pub use self::core::{BindError, CloseReason, EgressRef, EgressRejected, GatewayCore, Limits};
 pub use self::driver::GatewayHandle;
 pub use self::login::{LoginDecision, LoginPolicy, NodeLogins};
-pub use self::player::{InterimPlayer, PlayerPort};
+pub use self::player::PlayerPort;
 pub use self::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
 
 /// Bits of a `session_id` below its owning core's index.

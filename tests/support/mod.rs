@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use routerd::config::{Config, DuplicateLogin, StoreBackend};
 use routerd::node::Node;
+use routerd::store::{open_memory, MemoryFaults};
 use wire::client::{decode_error_body, encode_frame, FrameDecoder, FrameKind, Peer};
 
 pub const SECRET: &str = "gateway-test-secret";
@@ -38,6 +39,13 @@ impl TestNode {
         TestNode {
             node: Some(Node::start(config).expect("node starts")),
         }
+    }
+
+    /// A node on a memory store whose faults the test injects.
+    pub fn start_with_faults(config: Config) -> (TestNode, MemoryFaults) {
+        let (store, faults) = open_memory(&config.store);
+        let node = Node::start_with_store(config, store).expect("node starts");
+        (TestNode { node: Some(node) }, faults)
     }
 
     pub fn gateway(&self) -> SocketAddr {
