@@ -1,9 +1,15 @@
 //! routerd's wire formats.
 //!
+//! - [`client`]: the client frame codec of PROTOCOL.md (header, stream
+//!   decoder, ERROR bodies, route ids).
+//! - [`token`]: PROTOCOL.md login tokens (`v1.<player_id>.<expiry>.<mac>`).
+//! - [`frame`]: the internal rkyv frame envelope between cores and nodes.
 //! - [`key`]: object keys and `shard_of`, the stable key-to-core partition.
 //! - [`hash`]: the stable hash every node agrees on.
 
+pub mod client;
 pub mod hash;
 pub mod key;
+pub mod token;
 
 pub use key::{shard_of, ObjectKey};

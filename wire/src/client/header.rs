@@ -1,0 +1,303 @@
+//! The 16-byte client frame header: layout, validation, encoding.
+
+use thiserror::Error;
+
+/// Bytes in every client frame header.
+pub const HEADER_LEN: usize = 16;
+/// The two bytes every frame starts with (ASCII "RT").
+pub const MAGIC: [u8; 2] = *b"RT";
+/// The only protocol version this codec speaks.
+pub const VERSION: u8 = 1;
+/// PROTOCOL.md's default `max_body`; the gateway reads the real value from
+/// config.
+pub const DEFAULT_MAX_BODY: u32 = 65536;
+
+/// The frame kind byte (offset 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// Client to server.
+    Request = 1,
+    /// Server to client: the answer to one REQUEST (same `route_id`, `seq`).
+    Response = 2,
+    /// Server to client, unsolicited; `seq` is 0.
+    Push = 3,
+    /// Server to client: the failed answer to one REQUEST; see `ErrorCode`.
+    Error = 4,
+}
+
+impl FrameKind {
+    pub const fn from_u8(kind: u8) -> Option<FrameKind> {
+        match kind {
+            1 => Some(FrameKind::Request),
+            2 => Some(FrameKind::Response),
+            3 => Some(FrameKind::Push),
+            4 => Some(FrameKind::Error),
+            _ => None,
+        }
+    }
+
+    /// Whether `sender` may send frames of this kind: clients send only
+    /// REQUEST, servers send everything else.
+    pub const fn sent_by(self, sender: Peer) -> bool {
+        match sender {
+            Peer::Client => matches!(self, FrameKind::Request),
+            Peer::Server => !matches!(self, FrameKind::Request),
+        }
+    }
+}
+
+/// Who sent the bytes being decoded. A server decodes bytes `from`
+/// `Peer::Client` and accepts only REQUEST; a client decodes bytes `from`
+/// `Peer::Server` and accepts only RESPONSE, PUSH and ERROR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Peer {
+    Client,
+    Server,
+}
+
+/// A decoded, validated frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Header {
+    pub kind: FrameKind,
+    pub route_id: u32,
+    pub seq: u32,
+    pub body_len: u32,
+}
+
+impl Header {
+    /// The header's wire bytes, integers little-endian.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut bytes = [0u8; HEADER_LEN];
+        bytes[0..2].copy_from_slice(&MAGIC);
+        bytes[2] = VERSION;
+        bytes[3] = self.kind as u8;
+        bytes[4..8].copy_from_slice(&self.route_id.to_le_bytes());
+        bytes[8..12].copy_from_slice(&self.seq.to_le_bytes());
+        bytes[12..16].copy_from_slice(&self.body_len.to_le_bytes());
+        bytes
+    }
+}
+
+/// A protocol violation in a frame header. Each one closes the connection
+/// (PROTOCOL.md, "Transport and framing").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum FrameError {
+    #[error("bad magic {0:02x?}, expected \"RT\" [52, 54]")]
+    BadMagic([u8; 2]),
+    #[error("unsupported protocol version {0}, expected 1")]
+    BadVersion(u8),
+    #[error("frame kind {0} is unknown or not allowed from this peer")]
+    BadKind(u8),
+    #[error("body_len {body_len} exceeds max_body {max_body}")]
+    BodyTooLarge { body_len: u32, max_body: u32 },
+}
+
+/// Validates a header sent by `from`. The checks run in wire order (magic,
+/// version, kind, length), so the error names the first bad field.
+pub fn decode_header(
+    bytes: &[u8; HEADER_LEN],
+    from: Peer,
+    max_body: u32,
+) -> Result<Header, FrameError> {
+    let magic = [bytes[0], bytes[1]];
+    if magic != MAGIC {
+        return Err(FrameError::BadMagic(magic));
+    }
+    if bytes[2] != VERSION {
+        return Err(FrameError::BadVersion(bytes[2]));
+    }
+    let kind = match FrameKind::from_u8(bytes[3]) {
+        Some(kind) if kind.sent_by(from) => kind,
+        _ => return Err(FrameError::BadKind(bytes[3])),
+    };
+    let body_len = read_u32_le(bytes, 12);
+    if body_len > max_body {
+        return Err(FrameError::BodyTooLarge { body_len, max_body });
+    }
+    Ok(Header {
+        kind,
+        route_id: read_u32_le(bytes, 4),
+        seq: read_u32_le(bytes, 8),
+        body_len,
+    })
+}
+
+fn read_u32_le(bytes: &[u8; HEADER_LEN], offset: usize) -> u32 {
+    u32::from_le_bytes([
+        bytes[offset],
+        bytes[offset + 1],
+        bytes[offset + 2],
+        bytes[offset + 3],
+    ])
+}
+
+/// Appends one frame (header, then `body`) to `out`.
+///
+/// # Panics
+///
+/// If `body` is longer than `u32::MAX` bytes: such a frame cannot be
+/// expressed, and every caller bounds its bodies far below that.
+pub fn encode_frame(out: &mut Vec<u8>, kind: FrameKind, route_id: u32, seq: u32, body: &[u8]) {
+    let body_len = u32::try_from(body.len()).expect("frame body longer than u32::MAX");
+    let header = Header {
+        kind,
+        route_id,
+        seq,
+        body_len,
+    };
+    out.reserve(HEADER_LEN + body.len());
+    out.extend_from_slice(&header.encode());
+    out.extend_from_slice(body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(kind: FrameKind, body_len: u32) -> Header {
+        Header {
+            kind,
+            route_id: 0x0102_0304,
+            seq: 0xA0B0_C0D0,
+            body_len,
+        }
+    }
+
+    #[test]
+    fn encode_is_little_endian_and_pinned() {
+        let bytes = header(FrameKind::Request, 5).encode();
+        assert_eq!(
+            bytes,
+            [0x52, 0x54, 1, 1, 0x04, 0x03, 0x02, 0x01, 0xD0, 0xC0, 0xB0, 0xA0, 5, 0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn round_trips_every_kind_in_its_direction() {
+        let kinds = [
+            (FrameKind::Request, Peer::Client),
+            (FrameKind::Response, Peer::Server),
+            (FrameKind::Push, Peer::Server),
+            (FrameKind::Error, Peer::Server),
+        ];
+        for (kind, from) in kinds {
+            let h = header(kind, 7);
+            assert_eq!(decode_header(&h.encode(), from, 7), Ok(h));
+            assert_eq!(FrameKind::from_u8(kind as u8), Some(kind));
+        }
+    }
+
+    #[test]
+    fn rejects_kind_from_the_wrong_direction() {
+        let request = header(FrameKind::Request, 0).encode();
+        assert_eq!(
+            decode_header(&request, Peer::Server, 0),
+            Err(FrameError::BadKind(1))
+        );
+        for kind in [FrameKind::Response, FrameKind::Push, FrameKind::Error] {
+            let bytes = header(kind, 0).encode();
+            assert_eq!(
+                decode_header(&bytes, Peer::Client, 0),
+                Err(FrameError::BadKind(kind as u8))
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_each_bad_field() {
+        let good = header(FrameKind::Request, 10).encode();
+
+        let mut bad_magic = good;
+        bad_magic[1] = b'X';
+        assert_eq!(
+            decode_header(&bad_magic, Peer::Client, 10),
+            Err(FrameError::BadMagic(*b"RX"))
+        );
+
+        let mut bad_version = good;
+        bad_version[2] = 2;
+        assert_eq!(
+            decode_header(&bad_version, Peer::Client, 10),
+            Err(FrameError::BadVersion(2))
+        );
+
+        for kind in [0u8, 5, 255] {
+            let mut bad_kind = good;
+            bad_kind[3] = kind;
+            assert_eq!(
+                decode_header(&bad_kind, Peer::Client, 10),
+                Err(FrameError::BadKind(kind))
+            );
+            assert_eq!(
+                decode_header(&bad_kind, Peer::Server, 10),
+                Err(FrameError::BadKind(kind))
+            );
+        }
+
+        assert!(decode_header(&good, Peer::Client, 10).is_ok());
+        assert_eq!(
+            decode_header(&good, Peer::Client, 9),
+            Err(FrameError::BodyTooLarge {
+                body_len: 10,
+                max_body: 9
+            })
+        );
+    }
+
+    #[test]
+    fn first_bad_field_wins() {
+        let mut bytes = [0xFFu8; HEADER_LEN];
+        assert_eq!(
+            decode_header(&bytes, Peer::Client, 0),
+            Err(FrameError::BadMagic([0xFF, 0xFF]))
+        );
+        bytes[0..2].copy_from_slice(&MAGIC);
+        assert_eq!(
+            decode_header(&bytes, Peer::Client, 0),
+            Err(FrameError::BadVersion(0xFF))
+        );
+        bytes[2] = VERSION;
+        assert_eq!(
+            decode_header(&bytes, Peer::Client, 0),
+            Err(FrameError::BadKind(0xFF))
+        );
+    }
+
+    #[test]
+    fn encode_frame_appends() {
+        let mut out = vec![9u8];
+        encode_frame(&mut out, FrameKind::Push, 100, 0, b"hi");
+        assert_eq!(out.len(), 1 + HEADER_LEN + 2);
+        assert_eq!(out[0], 9);
+        let mut head = [0u8; HEADER_LEN];
+        head.copy_from_slice(&out[1..1 + HEADER_LEN]);
+        let decoded = decode_header(&head, Peer::Server, 2).expect("valid header");
+        assert_eq!(decoded, header(FrameKind::Push, 2).with(100, 0));
+        assert_eq!(&out[1 + HEADER_LEN..], b"hi");
+    }
+
+    impl Header {
+        fn with(mut self, route_id: u32, seq: u32) -> Header {
+            self.route_id = route_id;
+            self.seq = seq;
+            self
+        }
+    }
+
+    #[test]
+    fn error_messages_are_clear() {
+        assert_eq!(
+            FrameError::BodyTooLarge {
+                body_len: 65537,
+                max_body: 65536
+            }
+            .to_string(),
+            "body_len 65537 exceeds max_body 65536"
+        );
+        assert_eq!(
+            FrameError::BadVersion(3).to_string(),
+            "unsupported protocol version 3, expected 1"
+        );
+    }
+}
