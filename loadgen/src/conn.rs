@@ -108,6 +108,10 @@ impl Conn {
         self.phase
     }
 
+    pub fn player_id(&self) -> u64 {
+        self.player_id
+    }
+
     pub fn room_id(&self) -> u64 {
         self.room_id
     }

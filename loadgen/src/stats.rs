@@ -116,11 +116,6 @@ impl Stats {
         self.kicked += other.kicked;
         self.connections_lost += other.connections_lost;
     }
-
-    /// Starts a new interval: returns what was counted so far and resets.
-    pub fn take(&mut self) -> Stats {
-        std::mem::take(self)
-    }
 }
 
 /// Name of an `errors_by_code` slot.
