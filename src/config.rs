@@ -490,3 +490,33 @@ mod tests {
         assert!(config.validate().is_err());
     }
 }
+
+#[cfg(test)]
+mod tuning_tests {
+    use super::*;
+
+    fn profile(name: &str) -> Config {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning").join(name);
+        Config::load(Some(&path)).unwrap_or_else(|error| panic!("{name}: {error}"))
+    }
+
+    #[test]
+    fn default_profile_is_the_built_in_default() {
+        // `routerd serve` without --config must mean tuning/default.toml.
+        let mut expected = Config::default();
+        if let Ok(secret) = std::env::var("ROUTERD_AUTH_SECRET") {
+            expected.auth.secret = secret;
+        }
+        assert_eq!(profile("default.toml"), expected);
+    }
+
+    #[test]
+    fn shipped_profiles_are_valid() {
+        for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Config::load(Some(&path)).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            }
+        }
+    }
+}

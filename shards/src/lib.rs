@@ -20,5 +20,5 @@ mod shutdown;
 
 pub use config::{CorePlacement, RuntimeConfig};
 pub use mesh::{Inbox, Mesh, MeshStats, SendError};
-pub use runtime::{Core, Runtime, RuntimeError};
+pub use runtime::{allowed_cpus, Core, Runtime, RuntimeError};
 pub use shutdown::{ShutdownHandle, ShutdownListener};

@@ -8,6 +8,7 @@
 //! - [`hash`]: the stable hash every node agrees on.
 
 pub mod client;
+pub mod frame;
 pub mod hash;
 pub mod key;
 pub mod token;

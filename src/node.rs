@@ -1,0 +1,206 @@
+//! Assembly of one node: cores, gateway listeners, admin endpoint, signals.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
+
+use crate::admin::{Admin, AdminState};
+use crate::config::Config;
+use crate::metrics::NodeMetrics;
+
+/// How long the cores may take to bind their listeners and report ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a node could not start or stopped badly.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("cannot reserve the gateway address {address}: {source}")]
+    GatewayBind {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot bind the admin address {address}: {source}")]
+    AdminBind {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error(transparent)]
+    Runtime(#[from] shards::RuntimeError),
+}
+
+/// The message type cores exchange over the mesh.
+pub type MeshMessage = Vec<u8>;
+
+/// A running node.
+pub struct Node {
+    runtime: Runtime,
+    admin: Admin,
+    gateway_address: SocketAddr,
+    shutdown: ShutdownHandle,
+}
+
+/// What every core shares, read-only.
+struct NodeShared {
+    config: Config,
+    gateway_address: SocketAddr,
+    metrics: Arc<NodeMetrics>,
+}
+
+impl Node {
+    /// Starts every core and the admin endpoint, and returns once every core
+    /// serves.
+    pub fn start(config: Config) -> Result<Node, NodeError> {
+        let runtime_config = runtime_config(&config);
+        let core_count = runtime_config.placement.core_count();
+        let mut metrics = NodeMetrics::new(core_count);
+        // Port 0 asks for any free port; every core must then bind the same
+        // one, so reserve it first and hold it until the cores have bound.
+        let reservation = reserve(config.gateway.listen)?;
+        let gateway_address = reservation.local_addr().map_err(|source| NodeError::GatewayBind {
+            address: config.gateway.listen,
+            source,
+        })?;
+        let shutdown = ShutdownHandle::new();
+        let shared = Arc::new(NodeShared {
+            config: config.clone(),
+            gateway_address,
+            metrics: Arc::new(metrics.clone()),
+        });
+        let runtime = Runtime::start::<MeshMessage, _, _>(&runtime_config, shutdown.clone(), {
+            let shared = shared.clone();
+            move |core| core_main(core, shared.clone())
+        })?;
+        metrics.mesh = runtime.mesh_stats().to_vec();
+        let ready = Arc::new(AtomicBool::new(false));
+        let admin = Admin::start(
+            config.admin.listen,
+            AdminState {
+                ready: ready.clone(),
+                metrics: Arc::new(metrics),
+            },
+        )
+        .map_err(|source| NodeError::AdminBind {
+            address: config.admin.listen,
+            source,
+        })?;
+        if let Err(error) = runtime.wait_ready(READY_TIMEOUT) {
+            shutdown.trigger();
+            let _ = runtime.join();
+            return Err(error.into());
+        }
+        drop(reservation);
+        ready.store(true, Ordering::Release);
+        Ok(Node {
+            runtime,
+            admin,
+            gateway_address,
+            shutdown,
+        })
+    }
+
+    pub fn gateway_address(&self) -> SocketAddr {
+        self.gateway_address
+    }
+
+    pub fn admin_address(&self) -> SocketAddr {
+        self.admin.address()
+    }
+
+    pub fn core_count(&self) -> usize {
+        self.runtime.core_count()
+    }
+
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Stops on SIGINT or SIGTERM.
+    pub fn stop_on_signals(&self) -> Result<(), NodeError> {
+        let mut signals =
+            signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+                .map_err(NodeError::Signals)?;
+        let shutdown = self.shutdown.clone();
+        std::thread::Builder::new()
+            .name("routerd-signals".to_string())
+            .spawn(move || {
+                if let Some(signal) = signals.forever().next() {
+                    tracing::info!(signal, "stopping");
+                    shutdown.trigger();
+                }
+            })
+            .map_err(NodeError::Signals)?;
+        Ok(())
+    }
+
+    /// Waits until every core has stopped (after a signal or
+    /// [`ShutdownHandle::trigger`]).
+    pub fn wait(self) -> Result<(), NodeError> {
+        let result = self.runtime.join();
+        drop(self.admin);
+        Ok(result?)
+    }
+}
+
+fn runtime_config(config: &Config) -> RuntimeConfig {
+    let placement = match &config.cores.cpus {
+        Some(cpus) => CorePlacement::Cpus(cpus.clone()),
+        None if config.cores.count == 0 => CorePlacement::Count(shards::allowed_cpus().len().max(1)),
+        None => CorePlacement::Count(config.cores.count),
+    };
+    let mut runtime = RuntimeConfig::new(placement);
+    runtime.io_memory_bytes = config.cores.io_memory_bytes;
+    runtime.ring_depth = config.cores.ring_depth;
+    runtime.spin_before_park = Duration::from_micros(config.cores.spin_before_park_us);
+    runtime.latency_shares = config.cores.latency_shares;
+    runtime.throughput_shares = config.cores.throughput_shares;
+    runtime.mesh_queue_max = config.cores.mesh_queue_max;
+    runtime.shutdown_deadline = Duration::from_millis(config.cores.shutdown_deadline_ms);
+    runtime
+}
+
+/// Binds `address` with SO_REUSEPORT so the cores can bind it beside this
+/// reservation.
+fn reserve(address: SocketAddr) -> Result<std::net::TcpListener, NodeError> {
+    let bind = || -> std::io::Result<std::net::TcpListener> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(address),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        socket.set_reuse_port(true)?;
+        socket.set_reuse_address(true)?;
+        socket.bind(&address.into())?;
+        Ok(socket.into())
+    };
+    bind().map_err(|source| NodeError::GatewayBind { address, source })
+}
+
+async fn core_main(core: shards::Core<MeshMessage>, shared: Arc<NodeShared>) {
+    let listener = match glommio::net::TcpListener::bind(shared.gateway_address) {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(core = core.id(), %error, "cannot bind the gateway listener");
+            return;
+        }
+    };
+    let metrics = shared.metrics.cores[core.id()].clone();
+    let _ = &shared.config;
+    core.ready();
+    let accepting = async {
+        loop {
+            match listener.accept().await {
+                Ok(stream) => {
+                    metrics.gateway.sessions_accepted.inc();
+                    drop(stream);
+                }
+                Err(error) => tracing::warn!(%error, "accept failed"),
+            }
+        }
+    };
+    futures_lite::future::or(accepting, core.shutdown().wait()).await;
+}

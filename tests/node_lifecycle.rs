@@ -1,0 +1,119 @@
+//! The `routerd` binary as an operator runs it: serve, health, metrics,
+//! SIGTERM, check-config and token.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROUTERD: &str = env!("CARGO_BIN_EXE_routerd");
+
+fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).expect("admin reachable");
+    stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().expect("status code");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    (status, body)
+}
+
+fn write_config(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
+    let path = dir.join("node.toml");
+    let text = format!(
+        "[node]\ndata_dir = \"{}\"\n[cores]\ncount = 1\nio_memory_bytes = 262144\n\
+         [gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [store]\nbackend = \"memory\"\n{extra}",
+        dir.join("data").display()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Starts `routerd serve` and returns it with the admin address from its
+/// start-up log line.
+fn serve(config: &std::path::Path) -> (Child, SocketAddr) {
+    let mut child = Command::new(ROUTERD)
+        .args(["serve", "--config"])
+        .arg(config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("routerd starts");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(admin) = line.split("admin=").nth(1) {
+                let address = admin.split_whitespace().next().unwrap_or_default().to_string();
+                let _ = tx.send(address);
+            }
+        }
+    });
+    let admin = rx.recv_timeout(Duration::from_secs(20)).expect("routerd logs its addresses");
+    (child, admin.parse().expect("an address"))
+}
+
+#[test]
+fn serve_reports_healthy_and_stops_on_sigterm_with_exit_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, admin) = serve(&write_config(dir.path(), ""));
+    assert_eq!(http_get(admin, "/healthz"), (200, "ok".to_string()));
+    let (status, metrics) = http_get(admin, "/metrics");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("routerd_gateway_sessions_accepted_total"), "{metrics}");
+    assert!(metrics.contains("routerd_router_objects"), "{metrics}");
+    assert_eq!(http_get(admin, "/nope").0, 404);
+
+    // SAFETY: kill(2) on the pid of a child we own and have not reaped.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(sent, 0);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "routerd did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "clean shutdown exits 0");
+}
+
+#[test]
+fn check_config_names_a_misspelled_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "[router]\nretry_max_tll = 4\n");
+    let output = Command::new(ROUTERD).args(["check-config", "--config"]).arg(&config).output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("retry_max_tll"), "{stderr}");
+}
+
+#[test]
+fn check_config_prints_the_effective_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let output = Command::new(ROUTERD).args(["check-config", "--config"]).arg(&config).output().unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // Defaults the file did not name are filled in.
+    assert!(stdout.contains("transfer_max_ttl = 16"), "{stdout}");
+    assert!(stdout.contains("backend = \"memory\""), "{stdout}");
+}
+
+#[test]
+fn token_verifies_with_the_configured_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "[auth]\nsecret = \"s3cret\"\n");
+    let output = Command::new(ROUTERD)
+        .args(["token", "--player-id", "42", "--ttl-secs", "60", "--config"])
+        .arg(&config)
+        .env_remove("ROUTERD_AUTH_SECRET")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let token = String::from_utf8(output.stdout).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    assert_eq!(wire::token::verify(b"s3cret", token.trim().as_bytes(), now), Ok(42));
+    assert!(wire::token::verify(b"other", token.trim().as_bytes(), now).is_err());
+}

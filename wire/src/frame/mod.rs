@@ -1,0 +1,204 @@
+//! The internal frame envelope for cross-core and cross-node messages.
+//!
+//! A frame is one [`Message`] archived with rkyv 0.8, followed by an 8-byte
+//! little-endian XXH64 checksum of the archive (seed [`CHECKSUM_SEED`]):
+//!
+//! ```text
+//! [ rkyv archive of Message, root at its end ][ xxh64(archive) u64 LE ]
+//! ```
+//!
+//! [`FrameBuf`] holds one frame in one 16-byte-aligned buffer, written once
+//! by its producer and immutable afterwards. There are two ways to get one,
+//! and they decide how it may be read:
+//!
+//! - [`FrameBuf::encode`] in this process: the bytes came from rkyv's own
+//!   serializer, so [`FrameBuf::message`] reads them without validation.
+//!   This is the cross-core path: encode on one core, move the `FrameBuf`
+//!   through a channel, read it on another with no copy and no check.
+//! - [`FrameBuf::from_network`] (copies once into aligned storage) or
+//!   [`FrameBuf::from_aligned`] (takes an aligned buffer the reader filled):
+//!   the checksum and then rkyv's bytecheck validation run first, and only a
+//!   frame that passes both becomes a `FrameBuf`.
+//!
+//! [`access`] validates bytes in place without copying, for a caller that
+//! already has them in aligned memory.
+//!
+//! Why a checksum on top of bytecheck: bytecheck proves the archive is
+//! structurally sound (tags, lengths, relative pointers, alignment), so
+//! reading it is memory-safe, but a flipped bit in an integer or payload byte
+//! still yields a valid, different message. The checksum turns that into an
+//! error, and it also rejects truncation, which could otherwise move the
+//! root onto bytes that happen to validate. It is not authentication:
+//! nodes trust their network peers.
+
+mod message;
+
+pub use message::{ArchivedMessage, ArchivedRouterHead, Message, RouterHead};
+
+use rkyv::rancor;
+use rkyv::util::AlignedVec;
+use thiserror::Error;
+
+use crate::hash::xxh64;
+
+/// The largest frame, checksum included. It bounds one message between
+/// cores or nodes, so it bounds what a node reads from a peer before
+/// checking it, and the largest object state that can migrate.
+pub const MAX_FRAME_LEN: usize = 1 << 20;
+
+/// Bytes of the checksum trailer.
+pub const CHECKSUM_LEN: usize = 8;
+
+/// The XXH64 seed of the trailer ("RTFR" and format version 1). A frame
+/// format change changes the seed, so old and new frames never validate as
+/// each other.
+pub const CHECKSUM_SEED: u64 = 0x5254_4652_0000_0001;
+
+/// The alignment a frame's bytes need for in-place access.
+pub const FRAME_ALIGN: usize = std::mem::align_of::<ArchivedMessage>();
+
+#[derive(Debug, Error)]
+pub enum FrameEncodeError {
+    #[error("encoded frame is {len} bytes, more than MAX_FRAME_LEN {max_len}")]
+    TooLarge { len: usize, max_len: usize },
+    #[error("rkyv serialization failed: {0}")]
+    Serialize(#[source] rancor::Error),
+}
+
+#[derive(Debug, Error)]
+pub enum FrameAccessError {
+    #[error("frame of {len} bytes is shorter than the smallest frame")]
+    TooShort { len: usize },
+    #[error("frame of {len} bytes exceeds MAX_FRAME_LEN {max_len}")]
+    TooLarge { len: usize, max_len: usize },
+    #[error("frame bytes are not aligned to {FRAME_ALIGN}")]
+    Misaligned,
+    #[error("frame checksum does not match its contents")]
+    BadChecksum,
+    #[error("frame failed validation: {0}")]
+    Invalid(#[source] rancor::Error),
+}
+
+/// One frame in one aligned buffer. See the module documentation.
+#[derive(Clone)]
+pub struct FrameBuf {
+    /// Invariant: holds a frame that either this process serialized or that
+    /// passed `access`, and is never mutated after construction.
+    bytes: AlignedVec,
+}
+
+impl FrameBuf {
+    /// Archives `message` into a new frame.
+    pub fn encode(message: &Message) -> Result<FrameBuf, FrameEncodeError> {
+        let mut bytes =
+            rkyv::to_bytes::<rancor::Error>(message).map_err(FrameEncodeError::Serialize)?;
+        let len = bytes.len() + CHECKSUM_LEN;
+        if len > MAX_FRAME_LEN {
+            return Err(FrameEncodeError::TooLarge {
+                len,
+                max_len: MAX_FRAME_LEN,
+            });
+        }
+        let checksum = xxh64(&bytes, CHECKSUM_SEED);
+        bytes.extend_from_slice(&checksum.to_le_bytes());
+        Ok(FrameBuf { bytes })
+    }
+
+    /// Validates `bytes` from a peer (any alignment) and copies them once
+    /// into aligned storage. The length is checked before anything is
+    /// allocated, and the checksum before anything is copied.
+    pub fn from_network(bytes: &[u8]) -> Result<FrameBuf, FrameAccessError> {
+        check_len(bytes.len())?;
+        check_checksum(bytes)?;
+        let mut aligned = AlignedVec::with_capacity(bytes.len());
+        aligned.extend_from_slice(bytes);
+        FrameBuf::from_aligned(aligned)
+    }
+
+    /// Validates a frame a reader already placed in aligned storage, without
+    /// copying it.
+    pub fn from_aligned(bytes: AlignedVec) -> Result<FrameBuf, FrameAccessError> {
+        access(&bytes)?;
+        Ok(FrameBuf { bytes })
+    }
+
+    /// The message, read in place without validation.
+    pub fn message(&self) -> &ArchivedMessage {
+        // SAFETY: `bytes` is only ever set by `encode`, where rkyv's own
+        // serializer wrote a `Message` archive into 16-byte-aligned storage
+        // followed by the trailer, or by `from_aligned`, after `access`
+        // validated exactly these bytes with bytecheck. No method hands out
+        // `&mut` to them, so they are unchanged since; the archive is
+        // `bytes` minus the trailer, as both constructors laid it out.
+        unsafe { rkyv::access_unchecked::<ArchivedMessage>(self.archive()) }
+    }
+
+    /// The frame's bytes, checksum included: what goes on the network.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Always false: even the smallest message archives to some bytes. Here
+    /// for the `len`/`is_empty` convention.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    fn archive(&self) -> &[u8] {
+        &self.bytes[..self.bytes.len() - CHECKSUM_LEN]
+    }
+}
+
+impl std::fmt::Debug for FrameBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameBuf")
+            .field("len", &self.len())
+            .field("message", self.message())
+            .finish()
+    }
+}
+
+/// Validates a frame in place: length, alignment, checksum, then rkyv's
+/// bytecheck over the archive. `bytes` must start at a multiple of
+/// [`FRAME_ALIGN`] (an `AlignedVec` does); use [`FrameBuf::from_network`]
+/// for bytes of unknown alignment.
+pub fn access(bytes: &[u8]) -> Result<&ArchivedMessage, FrameAccessError> {
+    check_len(bytes.len())?;
+    // Alignments are powers of two, so the low bits are the remainder.
+    if bytes.as_ptr() as usize & (FRAME_ALIGN - 1) != 0 {
+        return Err(FrameAccessError::Misaligned);
+    }
+    let archive = check_checksum(bytes)?;
+    rkyv::access::<ArchivedMessage, rancor::Error>(archive).map_err(FrameAccessError::Invalid)
+}
+
+fn check_len(len: usize) -> Result<(), FrameAccessError> {
+    if len > MAX_FRAME_LEN {
+        return Err(FrameAccessError::TooLarge {
+            len,
+            max_len: MAX_FRAME_LEN,
+        });
+    }
+    if len < CHECKSUM_LEN + std::mem::size_of::<ArchivedMessage>() {
+        return Err(FrameAccessError::TooShort { len });
+    }
+    Ok(())
+}
+
+/// Returns the archive part of a frame whose trailer matches it.
+fn check_checksum(bytes: &[u8]) -> Result<&[u8], FrameAccessError> {
+    let Some((archive, trailer)) = bytes.split_last_chunk::<CHECKSUM_LEN>() else {
+        return Err(FrameAccessError::TooShort { len: bytes.len() });
+    };
+    if xxh64(archive, CHECKSUM_SEED) != u64::from_le_bytes(*trailer) {
+        return Err(FrameAccessError::BadChecksum);
+    }
+    Ok(archive)
+}
+
+#[cfg(test)]
+mod tests;
