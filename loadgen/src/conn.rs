@@ -199,6 +199,7 @@ impl Conn {
 
     /// Feeds bytes that arrived (tests; the engine reads into the decoder
     /// directly). Returns how many fit.
+    #[cfg(test)]
     pub fn feed(&mut self, bytes: &[u8]) -> usize {
         self.decoder.extend(bytes)
     }

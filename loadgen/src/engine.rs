@@ -32,6 +32,8 @@ pub struct Slot {
     recv_posted: bool,
     /// Queued for a send at the next `pump`.
     flush_queued: bool,
+    /// Listed in `Engine::touched`.
+    touched: bool,
     /// The socket failed or the peer closed; nothing more is posted.
     pub dead: bool,
 }
@@ -47,9 +49,9 @@ pub struct Engine {
     pub slots: Vec<Slot>,
     /// Slots with new bytes in `conn.out`.
     flush: Vec<usize>,
-    /// Slots that received answers since the driver last looked, so a
-    /// closed loop refills only those.
-    pub touched: Vec<usize>,
+    /// Slots that received answers (or were given work) since the driver
+    /// last looked, each once, so a loop refills only those.
+    touched: Vec<usize>,
     pub events: Vec<(usize, Event)>,
     scratch_events: Vec<Event>,
     completions: Vec<(u64, i32)>,
@@ -92,6 +94,7 @@ impl Engine {
             send_posted: false,
             recv_posted: false,
             flush_queued: false,
+            touched: false,
             dead: false,
         });
         Ok(())
@@ -103,6 +106,25 @@ impl Engine {
         if !slot.flush_queued {
             slot.flush_queued = true;
             self.flush.push(index);
+        }
+    }
+
+    /// Lists a slot for the driver's next look (once, however often).
+    pub fn touch(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        if !slot.touched {
+            slot.touched = true;
+            self.touched.push(index);
+        }
+    }
+
+    /// Moves the touched slots into `into` (cleared first), in order; the
+    /// engine's list starts empty again. Swapping keeps both allocations.
+    pub fn take_touched(&mut self, into: &mut Vec<usize>) {
+        into.clear();
+        std::mem::swap(into, &mut self.touched);
+        for &index in into.iter() {
+            self.slots[index].touched = false;
         }
     }
 
@@ -233,7 +255,7 @@ impl Engine {
             stats.connections_lost += 1;
             return;
         }
-        self.touched.push(index);
+        self.touch(index);
     }
 
     fn on_send(&mut self, index: usize, result: i32, stats: &mut Stats) -> io::Result<()> {

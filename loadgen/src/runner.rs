@@ -187,7 +187,7 @@ fn setup_sessions(args: &Args, secret: &str, engine: &mut Engine) -> Result<(), 
                 Event::LoggedIn | Event::Joined => {}
             }
         }
-        engine.touched.clear();
+        engine.take_touched(&mut Vec::new());
         if engine.slots.iter().any(|s| s.dead) {
             return Err("a connection closed during setup".to_string());
         }
@@ -216,6 +216,8 @@ struct RunPhase {
     chooser: Chooser,
     waiting: Vec<std::collections::VecDeque<u64>>,
     body: Vec<u8>,
+    /// Reused list of the slots to look at this loop.
+    touched: Vec<usize>,
 }
 
 impl RunPhase {
@@ -239,6 +241,7 @@ impl RunPhase {
             pacer,
             waiting: vec![std::collections::VecDeque::new(); engine.slots.len()],
             body: Vec::with_capacity(args.body_bytes + 32),
+            touched: Vec::with_capacity(engine.slots.len()),
         }
     }
 
@@ -247,7 +250,9 @@ impl RunPhase {
         if self.senders.is_empty() && self.pacer.is_some() {
             return Err("open loop with no sending connection on this thread".to_string());
         }
-        engine.touched.extend(self.senders.iter().copied());
+        for &index in &self.senders {
+            engine.touch(index);
+        }
         let mut next_progress_ns = now_ns() + 1_000_000_000;
         loop {
             let now = now_ns();
@@ -257,9 +262,15 @@ impl RunPhase {
             if self.pacer.is_some() {
                 self.schedule(engine, now, stats);
             }
-            for index in std::mem::take(&mut engine.touched) {
+            let mut touched = std::mem::take(&mut self.touched);
+            engine.take_touched(&mut touched);
+            for &index in &touched {
                 self.top_up(engine, index, now, stats);
             }
+            self.touched = touched;
+            // Kicks are already counted in `stats`; nothing else happens
+            // after setup.
+            engine.events.clear();
             if now >= next_progress_ns {
                 next_progress_ns += 1_000_000_000;
                 if let Some(progress) = &ctx.progress {
@@ -296,7 +307,7 @@ impl RunPhase {
                 continue;
             }
             self.waiting[index].push_back(due);
-            engine.touched.push(index);
+            engine.touch(index);
         }
     }
 
@@ -334,7 +345,7 @@ impl RunPhase {
     /// Waits for the answers still outstanding, at most `--drain`.
     fn drain(&mut self, engine: &mut Engine, args: &Args, stats: &mut Stats) -> Result<(), String> {
         let deadline = now_ns() + args.drain.as_nanos() as u64;
-        engine.touched.clear();
+        engine.take_touched(&mut self.touched);
         loop {
             let pending = engine
                 .slots
@@ -347,7 +358,8 @@ impl RunPhase {
             engine
                 .pump(IDLE_WAIT_NS.min(deadline - now), now_ns, self.window, stats)
                 .map_err(|e| format!("io_uring: {e}"))?;
-            engine.touched.clear();
+            engine.take_touched(&mut self.touched);
+            engine.events.clear();
         }
     }
 }
