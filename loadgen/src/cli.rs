@@ -221,7 +221,7 @@ impl Args {
         if self.room_size == 0 || !(0.0..=1.0).contains(&self.say_fraction) {
             return Err("--room-size must be positive and --say-fraction in 0..=1".to_string());
         }
-        if !(self.zipf_s > 0.0) {
+        if !self.zipf_s.is_finite() || self.zipf_s <= 0.0 {
             return Err("--zipf-s must be positive".to_string());
         }
         Ok(())
@@ -307,6 +307,9 @@ mod tests {
     fn development_secret_matches_the_node() {
         let config = include_str!("../../src/config.rs");
         let needle = format!("DEVELOPMENT_SECRET: &str = \"{DEVELOPMENT_SECRET}\"");
-        assert!(config.contains(&needle), "secret drifted from src/config.rs");
+        assert!(
+            config.contains(&needle),
+            "secret drifted from src/config.rs"
+        );
     }
 }

@@ -241,13 +241,7 @@ impl Conn {
                         is_error: header.kind == FrameKind::Error,
                         body: frame.body,
                     };
-                    answer.apply(
-                        &mut self.phase,
-                        self.player_id,
-                        now_ns,
-                        stats,
-                        events,
-                    );
+                    answer.apply(&mut self.phase, self.player_id, now_ns, stats, events);
                 }
                 // The decoder accepts only server kinds (Peer::Server).
                 FrameKind::Request => stats.protocol_errors += 1,
@@ -306,7 +300,8 @@ impl Answer<'_> {
         events: &mut Vec<Event>,
     ) {
         let route_id = self.request.route_id;
-        if route_id == route::AUTH_LOGIN || (route_id == route::ROOM_JOIN && *phase == Phase::Joining)
+        if route_id == route::AUTH_LOGIN
+            || (route_id == route::ROOM_JOIN && *phase == Phase::Joining)
         {
             self.apply_setup(phase, player_id, events);
             return;

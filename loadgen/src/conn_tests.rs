@@ -48,7 +48,12 @@ fn answers_match_by_seq_in_any_order() {
     assert_ne!(seqs[0], seqs[1]);
     // Answered in reverse order, at 10 ms.
     for (header, body) in requests.iter().rev() {
-        conn.feed(&frame(FrameKind::Response, header.route_id, header.seq, body));
+        conn.feed(&frame(
+            FrameKind::Response,
+            header.route_id,
+            header.seq,
+            body,
+        ));
     }
     conn.receive(10 * MS, ALL, &mut stats, &mut events)
         .expect("valid frames");
@@ -73,7 +78,8 @@ fn unmatched_and_duplicate_answers_are_protocol_errors() {
     conn.feed(&answer);
     conn.feed(&answer); // the same seq twice: the second matches nothing
     conn.feed(&frame(FrameKind::Response, header.route_id, 999, &body));
-    conn.receive(MS, ALL, &mut stats, &mut events).expect("framing is fine");
+    conn.receive(MS, ALL, &mut stats, &mut events)
+        .expect("framing is fine");
     assert_eq!(stats.responses, 1);
     assert_eq!(stats.protocol_errors, 2);
 
@@ -83,9 +89,20 @@ fn unmatched_and_duplicate_answers_are_protocol_errors() {
     conn.send(route::SYS_PING, b"x", 0, true, &mut stats)
         .expect("room");
     let requests = drain_requests(&mut conn);
-    conn.feed(&frame(FrameKind::Response, route::PLAYER_GET, requests[0].0.seq, b""));
-    conn.feed(&frame(FrameKind::Response, route::SYS_PING, requests[1].0.seq, b"xy"));
-    conn.receive(MS, ALL, &mut stats, &mut events).expect("framing is fine");
+    conn.feed(&frame(
+        FrameKind::Response,
+        route::PLAYER_GET,
+        requests[0].0.seq,
+        b"",
+    ));
+    conn.feed(&frame(
+        FrameKind::Response,
+        route::SYS_PING,
+        requests[1].0.seq,
+        b"xy",
+    ));
+    conn.receive(MS, ALL, &mut stats, &mut events)
+        .expect("framing is fine");
     assert_eq!(stats.protocol_errors, 4);
     assert_eq!(stats.responses, 1);
 }
@@ -100,13 +117,30 @@ fn errors_are_counted_by_code_and_leftovers_are_unanswered() {
             .expect("room");
     }
     // Sent during warm-up: not measured, not counted when it goes unanswered.
-    conn.send(route::PLAYER_INCR, &1i64.to_le_bytes(), 0, false, &mut stats)
-        .expect("room");
+    conn.send(
+        route::PLAYER_INCR,
+        &1i64.to_le_bytes(),
+        0,
+        false,
+        &mut stats,
+    )
+    .expect("room");
     let requests = drain_requests(&mut conn);
     let overloaded = encode_error_body(ErrorCode::Overloaded, "busy");
-    conn.feed(&frame(FrameKind::Error, route::PLAYER_INCR, requests[0].0.seq, &overloaded));
-    conn.feed(&frame(FrameKind::Error, route::PLAYER_INCR, requests[1].0.seq, &[1]));
-    conn.receive(MS, ALL, &mut stats, &mut events).expect("framing is fine");
+    conn.feed(&frame(
+        FrameKind::Error,
+        route::PLAYER_INCR,
+        requests[0].0.seq,
+        &overloaded,
+    ));
+    conn.feed(&frame(
+        FrameKind::Error,
+        route::PLAYER_INCR,
+        requests[1].0.seq,
+        &[1],
+    ));
+    conn.receive(MS, ALL, &mut stats, &mut events)
+        .expect("framing is fine");
     assert_eq!(stats.errors_by_code[ErrorCode::Overloaded as usize], 1);
     assert_eq!(stats.protocol_errors, 1, "a 1-byte ERROR body is malformed");
     assert_eq!(stats.sent, 3);
@@ -118,8 +152,10 @@ fn errors_are_counted_by_code_and_leftovers_are_unanswered() {
 fn pipeline_depth_is_a_hard_bound() {
     let mut conn = ready_conn(2);
     let mut stats = Stats::default();
-    conn.send(route::SYS_PING, b"", 0, true, &mut stats).expect("1");
-    conn.send(route::SYS_PING, b"", 0, true, &mut stats).expect("2");
+    conn.send(route::SYS_PING, b"", 0, true, &mut stats)
+        .expect("1");
+    conn.send(route::SYS_PING, b"", 0, true, &mut stats)
+        .expect("2");
     assert_eq!(
         conn.send(route::SYS_PING, b"", 0, true, &mut stats),
         Err(SendError::Full)
@@ -151,13 +187,23 @@ fn login_and_join_then_pushes_are_timed() {
     let (login, token) = drain_requests(&mut conn).remove(0);
     assert_eq!(login.route_id, route::AUTH_LOGIN);
     assert_eq!(token, b"v1.42.9.mac");
-    conn.feed(&frame(FrameKind::Response, route::AUTH_LOGIN, login.seq, &42u64.to_le_bytes()));
+    conn.feed(&frame(
+        FrameKind::Response,
+        route::AUTH_LOGIN,
+        login.seq,
+        &42u64.to_le_bytes(),
+    ));
     conn.receive(0, ALL, &mut stats, &mut events).expect("ok");
     assert_eq!(events, vec![Event::LoggedIn]);
     conn.start_join(0);
     let (join, room) = drain_requests(&mut conn).remove(0);
     assert_eq!(room, 3u64.to_le_bytes());
-    conn.feed(&frame(FrameKind::Response, route::ROOM_JOIN, join.seq, &2u32.to_le_bytes()));
+    conn.feed(&frame(
+        FrameKind::Response,
+        route::ROOM_JOIN,
+        join.seq,
+        &2u32.to_le_bytes(),
+    ));
     conn.receive(0, ALL, &mut stats, &mut events).expect("ok");
     assert_eq!(events, vec![Event::LoggedIn, Event::Joined]);
     assert!(conn.can_send());
@@ -168,7 +214,8 @@ fn login_and_join_then_pushes_are_timed() {
     conn.feed(&frame(FrameKind::Push, route::ROOM_MESSAGE, 0, &push));
     conn.feed(&frame(FrameKind::Push, route::ROOM_MESSAGE, 0, b"garbage"));
     conn.feed(&frame(FrameKind::Push, route::SYS_KICKED, 0, b"bye"));
-    conn.receive(4 * MS, ALL, &mut stats, &mut events).expect("ok");
+    conn.receive(4 * MS, ALL, &mut stats, &mut events)
+        .expect("ok");
     assert_eq!(stats.pushes, 1);
     assert!(stats.push_latency_ns.max() >= 2_990_000);
     assert_eq!(stats.protocol_errors, 1);
@@ -184,7 +231,12 @@ fn failed_login_is_a_setup_failure() {
     conn.start_login("forged", 0);
     let (login, _) = drain_requests(&mut conn).remove(0);
     let body = encode_error_body(ErrorCode::AuthFailed, "bad mac");
-    conn.feed(&frame(FrameKind::Error, route::AUTH_LOGIN, login.seq, &body));
+    conn.feed(&frame(
+        FrameKind::Error,
+        route::AUTH_LOGIN,
+        login.seq,
+        &body,
+    ));
     conn.receive(0, ALL, &mut stats, &mut events).expect("ok");
     assert!(matches!(&events[0], Event::SetupFailed(reason) if reason.contains("code 4")));
     assert_eq!(conn.phase(), Phase::Closed);
@@ -222,8 +274,14 @@ fn coordinated_omission_is_corrected() {
             MS / 2
         };
         now = sent_at + service;
-        conn.feed(&frame(FrameKind::Response, route::SYS_PING, header.seq, b""));
-        conn.receive(now, ALL, &mut corrected, &mut events).expect("ok");
+        conn.feed(&frame(
+            FrameKind::Response,
+            route::SYS_PING,
+            header.seq,
+            b"",
+        ));
+        conn.receive(now, ALL, &mut corrected, &mut events)
+            .expect("ok");
         naive.record_latency(service);
     }
     let p50 = corrected.latency_ns.value_at_quantile(0.50);

@@ -154,7 +154,11 @@ impl Engine {
         let want = usize::from(wait_ns > 0);
         match self.ring.submitter().submit_with_args(want, &args) {
             Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                ) => {}
             Err(e) => return Err(e),
         }
         let now = now_ns();
@@ -230,7 +234,14 @@ impl Engine {
         self.push(entry)
     }
 
-    fn on_recv(&mut self, index: usize, result: i32, now_ns: u64, window: Window, stats: &mut Stats) {
+    fn on_recv(
+        &mut self,
+        index: usize,
+        result: i32,
+        now_ns: u64,
+        window: Window,
+        stats: &mut Stats,
+    ) {
         let slot = &mut self.slots[index];
         slot.recv_posted = false;
         if slot.dead {
@@ -246,7 +257,9 @@ impl Engine {
         }
         let n = result as usize;
         slot.conn.decoder_mut().advance(n);
-        let received = slot.conn.receive(now_ns, window, stats, &mut self.scratch_events);
+        let received = slot
+            .conn
+            .receive(now_ns, window, stats, &mut self.scratch_events);
         for event in self.scratch_events.drain(..) {
             self.events.push((index, event));
         }
@@ -295,7 +308,10 @@ impl Engine {
         }
         let mut scratch = Stats::default();
         while self.busy() && now_ns() < deadline_ns {
-            if self.pump(10_000_000, &now_ns, Window::NONE, &mut scratch).is_err() {
+            if self
+                .pump(10_000_000, &now_ns, Window::NONE, &mut scratch)
+                .is_err()
+            {
                 break;
             }
         }

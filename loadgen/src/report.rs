@@ -84,7 +84,11 @@ impl Summary {
         Summary {
             config: args.clone(),
             machine_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            mode: if args.rate.is_some() { "open" } else { "closed" },
+            mode: if args.rate.is_some() {
+                "open"
+            } else {
+                "closed"
+            },
             measured_s,
             offered_rate,
             sent_rate: stats.sent as f64 / measured_s,
@@ -100,7 +104,7 @@ impl Summary {
             latency: Percentiles::of(&stats.latency_ns),
             pushes: stats.pushes,
             pushes_expected: stats.pushes_expected,
-            push_latency: (stats.push_latency_ns.len() > 0)
+            push_latency: (!stats.push_latency_ns.is_empty())
                 .then(|| Percentiles::of(&stats.push_latency_ns)),
             failures,
         }
@@ -114,10 +118,12 @@ impl Summary {
     pub fn table(&self) -> String {
         let mut out = String::new();
         let c = &self.config;
+        let workload = clap::ValueEnum::to_possible_value(&c.workload)
+            .map_or_else(|| format!("{:?}", c.workload), |v| v.get_name().to_string());
         let _ = writeln!(
             out,
-            "loadgen: {:?} {} loop, {} connections x depth {}, {} thread(s), {:.1} s measured ({} CPUs on this machine)",
-            c.workload, self.mode, c.connections, c.pipeline, c.threads, self.measured_s, self.machine_cpus
+            "loadgen: {} {} loop, {} connections x depth {}, {} thread(s), {:.1} s measured ({} CPUs on this machine)",
+            workload, self.mode, c.connections, c.pipeline, c.threads, self.measured_s, self.machine_cpus
         );
         if let Some(rate) = self.offered_rate {
             let _ = writeln!(out, "  offered       {rate:>12.0} req/s");
@@ -137,11 +143,19 @@ impl Summary {
                 self.pushes, self.pushes_expected, p.p50_us, p.p99_us, p.max_us
             );
         }
-        let errors: Vec<String> = self.errors.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let errors: Vec<String> = self
+            .errors
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         let _ = writeln!(
             out,
             "  errors        {}",
-            if errors.is_empty() { "none".to_string() } else { errors.join(" ") }
+            if errors.is_empty() {
+                "none".to_string()
+            } else {
+                errors.join(" ")
+            }
         );
         let _ = writeln!(
             out,
@@ -188,11 +202,19 @@ pub fn verdict(stats: &Stats, offered_rate: Option<f64>, measured_s: f64) -> Vec
 /// (what HdrHistogram's plotter and wrk2 print).
 pub fn hgrm(histogram: &Histogram<u64>) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{:>12} {:>14} {:>10} {:>14}\n", "Value", "Percentile", "TotalCount", "1/(1-Percentile)");
+    let _ = writeln!(
+        out,
+        "{:>12} {:>14} {:>10} {:>14}\n",
+        "Value", "Percentile", "TotalCount", "1/(1-Percentile)"
+    );
     let ms = |ns: u64| ns as f64 / 1e6;
     for v in histogram.iter_quantiles(5) {
         let q = v.quantile_iterated_to();
-        let inverse = if q < 1.0 { 1.0 / (1.0 - q) } else { f64::INFINITY };
+        let inverse = if q < 1.0 {
+            1.0 / (1.0 - q)
+        } else {
+            f64::INFINITY
+        };
         let _ = writeln!(
             out,
             "{:>12.3} {:>14.12} {:>10} {:>14.2}",
@@ -225,9 +247,11 @@ mod tests {
     #[test]
     fn protocol_errors_and_missed_rate_fail_the_run() {
         let args = Args::parse_from(["loadgen", "--duration", "1s"]);
-        let mut stats = Stats::default();
-        stats.sent = 100;
-        stats.responses = 100;
+        let mut stats = Stats {
+            sent: 100,
+            responses: 100,
+            ..Stats::default()
+        };
         stats.record_latency(1000);
         assert!(Summary::new(&args, &stats, vec![]).passed());
 
@@ -239,7 +263,11 @@ mod tests {
         stats.protocol_errors = 0;
         let open = Args::parse_from(["loadgen", "--duration", "1s", "--rate", "1000"]);
         let summary = Summary::new(&open, &stats, vec![]);
-        assert!(summary.failures[0].contains("offered rate not kept"), "{:?}", summary.failures);
+        assert!(
+            summary.failures[0].contains("offered rate not kept"),
+            "{:?}",
+            summary.failures
+        );
         stats.sent = 990;
         assert!(Summary::new(&open, &stats, vec![]).passed());
         assert!(!Summary::new(&open, &stats, vec!["setup".into()]).passed());

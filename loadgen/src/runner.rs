@@ -126,7 +126,10 @@ fn pin_to_cpu(cpu: usize) -> Result<(), String> {
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
     };
     if rc != 0 {
-        return Err(format!("cannot pin to CPU {cpu}: {}", std::io::Error::last_os_error()));
+        return Err(format!(
+            "cannot pin to CPU {cpu}: {}",
+            std::io::Error::last_os_error()
+        ));
     }
     Ok(())
 }
@@ -145,8 +148,15 @@ fn connect_all(plan: &Plan, ctx: &Context, engine: &mut Engine) -> Result<(), St
         let (room_id, _) = room_role(global, args.room_size, args.say_fraction);
         let stream = TcpStream::connect_timeout(&args.addr, CONNECT_TIMEOUT)
             .map_err(|e| format!("connect {} (connection {global}): {e}", args.addr))?;
-        let conn = Conn::new(args.player_base + global as u64, room_id, args.pipeline, args.max_body);
-        engine.add(conn, stream).map_err(|e| format!("socket setup: {e}"))?;
+        let conn = Conn::new(
+            args.player_base + global as u64,
+            room_id,
+            args.pipeline,
+            args.max_body,
+        );
+        engine
+            .add(conn, stream)
+            .map_err(|e| format!("socket setup: {e}"))?;
     }
     Ok(())
 }
@@ -246,7 +256,12 @@ impl RunPhase {
     }
 
     /// Warm-up and the measured phase.
-    fn load(&mut self, engine: &mut Engine, ctx: &Context, stats: &mut Stats) -> Result<(), String> {
+    fn load(
+        &mut self,
+        engine: &mut Engine,
+        ctx: &Context,
+        stats: &mut Stats,
+    ) -> Result<(), String> {
         if self.senders.is_empty() && self.pacer.is_some() {
             return Err("open loop with no sending connection on this thread".to_string());
         }
@@ -330,9 +345,15 @@ impl RunPhase {
                 now
             };
             let room_id = slot.conn.room_id();
-            let route = self.generator.next(&mut self.rng, room_id, intended, &mut self.body);
+            let route = self
+                .generator
+                .next(&mut self.rng, room_id, intended, &mut self.body);
             let measured = self.window.contains(intended);
-            if slot.conn.send(route, &self.body, intended, measured, stats).is_err() {
+            if slot
+                .conn
+                .send(route, &self.body, intended, measured, stats)
+                .is_err()
+            {
                 break;
             }
             queued = true;

@@ -97,13 +97,21 @@ pub fn node_cpus(args: &Args, generator_cpus: &[usize], machine_cpus: usize) -> 
 impl Node {
     pub fn start(args: &Args, secret: &str, cpus: &[usize]) -> Result<Node, String> {
         let binary = routerd_path(args)?;
-        let dir = std::env::temp_dir().join(format!("loadgen-node-{}-{}", std::process::id(), now_ns()));
+        let dir =
+            std::env::temp_dir().join(format!("loadgen-node-{}-{}", std::process::id(), now_ns()));
         let data_dir = dir.join("data");
         std::fs::create_dir_all(&data_dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
         let client_addr = free_port()?;
         let admin_addr = free_port()?;
         let config = dir.join("routerd.toml");
-        let text = config_text(&data_dir, client_addr, admin_addr, secret, cpus, args.node_persist);
+        let text = config_text(
+            &data_dir,
+            client_addr,
+            admin_addr,
+            secret,
+            cpus,
+            args.node_persist,
+        );
         std::fs::write(&config, text).map_err(|e| format!("write config: {e}"))?;
         let log = std::fs::File::create(dir.join("node.log")).map_err(|e| e.to_string())?;
         let log_err = log.try_clone().map_err(|e| e.to_string())?;
@@ -172,7 +180,12 @@ impl Node {
         let result = loop {
             match self.child.try_wait() {
                 Ok(Some(status)) if status.success() => break Ok(()),
-                Ok(Some(status)) => break Err(format!("routerd exited with {status}:\n{}", self.log_tail())),
+                Ok(Some(status)) => {
+                    break Err(format!(
+                        "routerd exited with {status}:\n{}",
+                        self.log_tail()
+                    ))
+                }
                 Ok(None) if now_ns() > deadline => {
                     break Err("routerd did not exit within 15 s of SIGTERM; killed".to_string())
                 }
@@ -189,7 +202,10 @@ impl Node {
 pub fn healthz(admin: SocketAddr) -> std::io::Result<bool> {
     let mut stream = TcpStream::connect_timeout(&admin, Duration::from_millis(500))?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    write!(stream, "GET /healthz HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n")?;
+    write!(
+        stream,
+        "GET /healthz HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n"
+    )?;
     let mut response = Vec::with_capacity(512);
     // A healthy answer is tiny; a bounded read keeps a confused server from
     // filling memory.
@@ -215,7 +231,9 @@ mod tests {
 
     #[test]
     fn healthz_parsing() {
-        assert!(is_healthy_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"));
+        assert!(is_healthy_response(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        ));
         assert!(!is_healthy_response(b"HTTP/1.1 503 Unavailable\r\n\r\nok"));
         assert!(!is_healthy_response(b"HTTP/1.1 200 OK\r\n\r\nstarting"));
         assert!(!is_healthy_response(b"garbage"));
@@ -233,7 +251,10 @@ mod tests {
         );
         let value: toml::Table = toml::from_str(&text).expect("valid TOML");
         assert_eq!(value["gateway"]["listen"].as_str(), Some("127.0.0.1:1234"));
-        assert_eq!(value["services"]["player"]["persist"].as_str(), Some("on_write"));
+        assert_eq!(
+            value["services"]["player"]["persist"].as_str(),
+            Some("on_write")
+        );
         assert_eq!(value["auth"]["secret"].as_str(), Some("s\"ecret"));
         assert_eq!(value["node"]["data_dir"].as_str(), Some("/tmp/x \"y\""));
         assert_eq!(value["cores"]["cpus"].as_array().map(Vec::len), Some(1));
@@ -245,5 +266,4 @@ mod tests {
         assert_eq!(node_cpus(&args, &[1], 2), vec![0]);
         assert_eq!(node_cpus(&args, &[0], 1), vec![0]);
     }
-
 }

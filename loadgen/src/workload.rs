@@ -82,9 +82,13 @@ pub fn push_send_time_ns(body: &[u8]) -> Option<u64> {
 /// Picks a connection (one player each) for an open-loop request.
 #[derive(Clone, Debug)]
 pub enum Chooser {
-    Uniform { population: usize },
+    Uniform {
+        population: usize,
+    },
     /// Cumulative probabilities of ranks 0..n; rank 0 is the hottest.
-    Zipfian { cdf: Vec<f64> },
+    Zipfian {
+        cdf: Vec<f64>,
+    },
 }
 
 impl Chooser {
