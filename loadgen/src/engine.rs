@@ -18,6 +18,9 @@ use crate::stats::Stats;
 /// two operations each, up to this).
 pub const RING_ENTRIES_MAX: u32 = 4096;
 
+/// The kernel's largest completion queue (2 x IORING_MAX_ENTRIES).
+const CQ_ENTRIES_MAX: u32 = 65_536;
+
 const OP_RECV: u64 = 0;
 const OP_SEND: u64 = 1;
 
@@ -61,9 +64,13 @@ impl Engine {
     pub fn new(connections: usize) -> io::Result<Engine> {
         let want = u32::try_from(connections * 2 + 8).unwrap_or(u32::MAX);
         let entries = want.next_power_of_two().min(RING_ENTRIES_MAX);
-        // The completion queue must hold every operation that can be in
-        // flight at once (two per connection), so none is ever dropped.
-        let cq_entries = (want.next_power_of_two()).max(entries * 2);
+        // The completion queue should hold every operation that can be in
+        // flight at once (two per connection); past the kernel's limit,
+        // overflowed completions wait in the kernel (IORING_FEAT_NODROP)
+        // and are never lost.
+        let cq_entries = want
+            .next_power_of_two()
+            .clamp(entries * 2, CQ_ENTRIES_MAX);
         let ring = IoUring::builder()
             .setup_cqsize(cq_entries)
             .setup_coop_taskrun()
