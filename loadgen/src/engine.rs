@@ -68,9 +68,7 @@ impl Engine {
         // flight at once (two per connection); past the kernel's limit,
         // overflowed completions wait in the kernel (IORING_FEAT_NODROP)
         // and are never lost.
-        let cq_entries = want
-            .next_power_of_two()
-            .clamp(entries * 2, CQ_ENTRIES_MAX);
+        let cq_entries = want.next_power_of_two().clamp(entries * 2, CQ_ENTRIES_MAX);
         let ring = IoUring::builder()
             .setup_cqsize(cq_entries)
             .setup_coop_taskrun()
