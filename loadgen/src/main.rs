@@ -1,1 +1,192 @@
-fn main() {}
+//! loadgen: drives routerd over PROTOCOL.md and measures it honestly.
+//!
+//! One pinned thread per `--threads`, each an io_uring loop over its share
+//! of the connections (`engine.rs`), the protocol and the measurements in a
+//! sans-IO connection (`conn.rs`). Exit status: 0 pass, 1 the run failed
+//! (protocol errors, lost connections, an offered rate not kept, setup or
+//! node failure), 2 bad usage.
+
+mod cli;
+mod clock;
+mod conn;
+mod engine;
+mod progress;
+mod report;
+mod runner;
+mod spawn;
+mod stats;
+mod workload;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+
+use cli::Args;
+use report::Summary;
+use runner::{Context, Coordinator, Plan};
+use stats::Stats;
+
+/// Snapshots waiting for the progress display; a slow terminal drops
+/// snapshots rather than slowing the generator.
+const PROGRESS_QUEUE_MAX: usize = 64;
+
+fn main() -> ExitCode {
+    let mut args = Args::parse();
+    if let Err(message) = args.validate() {
+        eprintln!("loadgen: {message}");
+        return ExitCode::from(2);
+    }
+    let secret = args.effective_secret();
+    let machine_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let generator_cpus = args
+        .cpus
+        .clone()
+        .unwrap_or_else(|| default_cpus(args.threads, machine_cpus));
+
+    let node = if args.spawn_node {
+        let cpus = spawn::node_cpus(&args, &generator_cpus, machine_cpus);
+        match spawn::Node::start(&args, &secret, &cpus) {
+            Ok(node) => {
+                eprintln!(
+                    "loadgen: routerd node up on {} (admin {}), CPUs {cpus:?}",
+                    node.client_addr, node.admin_addr
+                );
+                args.addr = node.client_addr;
+                Some(node)
+            }
+            Err(message) => {
+                eprintln!("loadgen: --spawn-node: {message}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+
+    let (stats, mut failures) = execute(&args, &secret, &generator_cpus);
+    if let Some(node) = node {
+        if let Err(message) = node.stop() {
+            failures.push(format!("node stop: {message}"));
+        }
+    }
+    let summary = Summary::new(&args, &stats, failures);
+    print!("{}", summary.table());
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&summary).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("loadgen: write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(path) = &args.hgrm {
+        if let Err(e) = std::fs::write(path, report::hgrm(&stats.latency_ns)) {
+            eprintln!("loadgen: write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if summary.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The last `threads` CPUs: a node started first usually sits on CPU 0.
+fn default_cpus(threads: usize, machine_cpus: usize) -> Vec<usize> {
+    (0..threads)
+        .map(|t| (machine_cpus + machine_cpus * threads - threads + t) % machine_cpus)
+        .collect()
+}
+
+/// Runs every generator thread; returns the merged stats and the setup or
+/// runtime failures.
+fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>) {
+    let args_shared = Arc::new(args.clone());
+    let secret = Arc::new(secret.to_string());
+    let coordinator = Arc::new(Coordinator::default());
+    let show_progress = !args.quiet && std::io::stderr().is_terminal();
+    let (progress_tx, progress_rx) = mpsc::sync_channel(PROGRESS_QUEUE_MAX);
+
+    let mut handles = Vec::with_capacity(args.threads);
+    let mut first_conn = 0;
+    for thread_index in 0..args.threads {
+        // Spread the remainder over the first threads.
+        let conn_count = args.connections / args.threads
+            + usize::from(thread_index < args.connections % args.threads);
+        let plan = Plan {
+            thread_index,
+            cpu: cpus.get(thread_index).copied(),
+            first_conn,
+            conn_count,
+        };
+        first_conn += conn_count;
+        let ctx = Context {
+            args: Arc::clone(&args_shared),
+            secret: Arc::clone(&secret),
+            coordinator: Arc::clone(&coordinator),
+            progress: show_progress.then(|| progress_tx.clone()),
+        };
+        let spawned = std::thread::Builder::new()
+            .name(format!("loadgen-{thread_index}"))
+            .spawn(move || runner::run_thread(plan, ctx));
+        match spawned {
+            Ok(handle) => handles.push(handle),
+            Err(e) => {
+                coordinator.failed.store(true, Ordering::SeqCst);
+                eprintln!("loadgen: cannot start thread: {e}");
+            }
+        }
+    }
+    drop(progress_tx);
+
+    // Start every thread at once, after all are connected and logged in.
+    while coordinator.ready.load(Ordering::SeqCst) < handles.len()
+        && !coordinator.failed.load(Ordering::SeqCst)
+        && !handles.iter().all(|h| h.is_finished())
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if !coordinator.failed.load(Ordering::SeqCst) {
+        eprintln!(
+            "loadgen: {} connections ready; warm-up {:?}, measuring {:?}",
+            args.connections, args.warmup, args.duration
+        );
+        coordinator
+            .start_ns
+            .store(clock::now_ns() + 1_000_000, Ordering::SeqCst);
+    }
+    if show_progress {
+        progress::display(progress_rx, args.threads);
+    }
+
+    let mut stats = Stats::default();
+    let mut failures = Vec::new();
+    for handle in handles {
+        match handle.join() {
+            Ok(outcome) => {
+                stats.merge(&outcome.stats);
+                failures.extend(outcome.error);
+            }
+            Err(_) => failures.push("a generator thread panicked".to_string()),
+        }
+    }
+    (stats, failures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_cpus_are_the_last_ones() {
+        assert_eq!(default_cpus(1, 2), vec![1]);
+        assert_eq!(default_cpus(2, 2), vec![0, 1]);
+        assert_eq!(default_cpus(2, 8), vec![6, 7]);
+        assert_eq!(default_cpus(3, 2), vec![1, 0, 1]);
+    }
+}

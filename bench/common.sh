@@ -1,0 +1,70 @@
+# Shared helpers of the whole-system bench scripts (sourced, not run).
+# Every script measures routerd and its baseline in the same run with the
+# same connections, pipeline depth and duration, and prints the ratio.
+
+CONNECTIONS=${CONNECTIONS:-32}
+PIPELINE=${PIPELINE:-16}
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+# The server under test gets CPU 0, the generator CPU 1 (on a 2-CPU machine).
+SERVER_CPUS=${SERVER_CPUS:-0}
+LOADGEN_CPUS=${LOADGEN_CPUS:-1}
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN=$TARGET/release
+WORK=$(mktemp -d -t routerd-bench.XXXXXX)
+PIDS=()
+
+cleanup() {
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+header() {
+  echo "== $1"
+  echo "machine: $(nproc) CPUs ($(uname -m), $(uname -r)); server on CPU(s) $SERVER_CPUS, loadgen on CPU(s) $LOADGEN_CPUS"
+  echo "load: $CONNECTIONS connections x pipeline $PIPELINE, warm-up $WARMUP, $DURATION measured"
+  echo "WARNING: absolute figures drift on a shared 2-core machine (other work, turbo, noisy neighbours);"
+  echo "         the ratio measured in this run is the result."
+}
+
+build() {
+  (cd "$ROOT" && cargo build --release -q -p loadgen -p echo -p routerd "$@")
+}
+
+# json_number FILE KEY: the first numeric value of "KEY" in loadgen's JSON.
+json_number() {
+  grep -m1 "\"$2\":" "$1" | sed -E 's/.*: *([-0-9.eE+]+).*/\1/'
+}
+
+wait_port() {
+  local port=$1
+  for _ in $(seq 1 200); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.05
+  done
+  echo "nothing listens on port $port" >&2
+  return 1
+}
+
+# loadgen_run NAME ARGS...: runs loadgen with the common load, JSON into
+# $WORK/NAME.json; a failed run (exit 1) is reported and fails the script.
+loadgen_run() {
+  local name=$1
+  shift
+  echo "-- $name"
+  "$BIN/loadgen" --connections "$CONNECTIONS" --pipeline "$PIPELINE" \
+    --duration "$DURATION" --warmup "$WARMUP" --threads 1 --cpus "$LOADGEN_CPUS" \
+    --json "$WORK/$name.json" --quiet "$@"
+}
+
+ratio() {
+  awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'
+}

@@ -1,0 +1,315 @@
+//! Command line: every knob of a run, with defaults that are safe on a
+//! 2-core machine (one generator thread, leaving the other core to the node).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+
+/// The secret of a fresh routerd checkout (`routerd::config::DEVELOPMENT_SECRET`);
+/// kept as a copy so the generator does not link the whole node, and checked
+/// against the node's source by a test.
+pub const DEVELOPMENT_SECRET: &str = "routerd-development-secret";
+
+/// The environment variable that overrides the secret, as in the server.
+pub const SECRET_ENV: &str = "ROUTERD_AUTH_SECRET";
+
+/// Connections one run may open; each holds buffers and a player login.
+pub const CONNECTIONS_MAX: usize = 100_000;
+
+/// Pipeline depth per connection; the server's default `max_inflight` is 1024.
+pub const PIPELINE_MAX: usize = 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// `sys.ping` before login: answered by the gateway's auth service.
+    Ping,
+    /// `sys.ping` after login: answered by the player's object.
+    PingRouted,
+    /// `player.incr` by 1 on the session's player.
+    Incr,
+    /// A weighted mix of `player.get`, `player.incr` and `sys.ping`.
+    Mixed,
+    /// Members join rooms; a fraction of them `room.say`; PUSHes are timed.
+    Room,
+}
+
+impl Workload {
+    /// Whether sessions must log in before the measured phase.
+    pub fn needs_login(self) -> bool {
+        !matches!(self, Workload::Ping)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Distribution {
+    Uniform,
+    Zipfian,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Persist {
+    Interval,
+    OnWrite,
+}
+
+/// Drive a routerd node (or anything speaking PROTOCOL.md) and measure it.
+#[derive(Clone, Debug, Parser, Serialize)]
+#[command(name = "loadgen", version, about)]
+pub struct Args {
+    /// Client address of the node (ignored with --spawn-node).
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    pub addr: SocketAddr,
+
+    #[arg(long, value_enum, default_value_t = Workload::Ping)]
+    pub workload: Workload,
+
+    /// Connections, one logged-in player each (ids player_base..).
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
+
+    /// Closed loop: requests in flight per connection. Open loop: the most
+    /// in flight per connection; more wait (their latency still counts from
+    /// the intended send time).
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
+
+    /// Generator threads, each pinned to one CPU and driving its share of
+    /// the connections.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+
+    /// CPUs to pin the threads to, comma separated; default: the last
+    /// `threads` CPUs (the node usually starts on CPU 0).
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Option<Vec<usize>>,
+
+    /// Measured phase, e.g. `10s`, `500ms`, `1m`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[serde(serialize_with = "ser_duration")]
+    pub duration: Duration,
+
+    /// Load before the measured phase, excluded from the results.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[serde(serialize_with = "ser_duration")]
+    pub warmup: Duration,
+
+    /// Open loop: total requests per second, latency measured from each
+    /// request's intended send time. Absent: closed loop.
+    #[arg(long)]
+    pub rate: Option<u64>,
+
+    /// How long to wait for outstanding answers after the measured phase;
+    /// what is still unanswered then is counted.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[serde(serialize_with = "ser_duration")]
+    pub drain: Duration,
+
+    /// New connections per second (over all threads) during setup.
+    #[arg(long, default_value_t = 2000)]
+    pub connect_rate: u64,
+
+    /// HMAC secret for login tokens [default: $ROUTERD_AUTH_SECRET, else the
+    /// development secret].
+    #[arg(long)]
+    #[serde(skip)]
+    pub secret: Option<String>,
+
+    /// First player id; connection i logs in as player_base + i.
+    #[arg(long, default_value_t = 1)]
+    pub player_base: u64,
+
+    /// Which connection sends each open-loop request (one player per
+    /// connection): uniform, or zipfian (hot players).
+    #[arg(long, value_enum, default_value_t = Distribution::Uniform)]
+    pub dist: Distribution,
+
+    /// Zipfian exponent.
+    #[arg(long, default_value_t = 0.99)]
+    pub zipf_s: f64,
+
+    /// Mixed workload weights, `get,incr,ping`.
+    #[arg(long, default_value = "4,1,1", value_parser = parse_mix)]
+    pub mix: [u32; 3],
+
+    /// Bytes of each `sys.ping` body.
+    #[arg(long, default_value_t = 16)]
+    pub body_bytes: usize,
+
+    /// Room workload: members per room.
+    #[arg(long, default_value_t = 8)]
+    pub room_size: usize,
+
+    /// Room workload: fraction of members that say (the rest only listen).
+    #[arg(long, default_value_t = 0.25)]
+    pub say_fraction: f64,
+
+    /// Largest frame body accepted from the server.
+    #[arg(long, default_value_t = wire::client::DEFAULT_MAX_BODY)]
+    pub max_body: u32,
+
+    /// Write the figures and the full configuration as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// Write the latency percentile distribution (HdrHistogram text).
+    #[arg(long)]
+    pub hgrm: Option<PathBuf>,
+
+    /// Start a routerd node on free loopback ports, run, stop it.
+    #[arg(long)]
+    pub spawn_node: bool,
+
+    /// The routerd binary for --spawn-node [default: next to loadgen].
+    #[arg(long)]
+    pub routerd: Option<PathBuf>,
+
+    /// --spawn-node: the node's CPUs [default: those the generator leaves free].
+    #[arg(long, value_delimiter = ',')]
+    pub node_cpus: Option<Vec<usize>>,
+
+    /// --spawn-node: player persistence mode.
+    #[arg(long, value_enum, default_value_t = Persist::Interval)]
+    pub node_persist: Persist,
+
+    /// Never print the per-second progress line (it is off unless stderr
+    /// is a terminal anyway).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl Args {
+    /// Rejects combinations clap cannot express.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.connections == 0 || self.connections > CONNECTIONS_MAX {
+            return Err(format!("--connections must be in 1..={CONNECTIONS_MAX}"));
+        }
+        if self.pipeline == 0 || self.pipeline > PIPELINE_MAX {
+            return Err(format!("--pipeline must be in 1..={PIPELINE_MAX}"));
+        }
+        if self.threads == 0 || self.threads > self.connections {
+            return Err("--threads must be in 1..=connections".to_string());
+        }
+        if let Some(cpus) = &self.cpus {
+            if cpus.len() < self.threads {
+                return Err("--cpus must name at least one CPU per thread".to_string());
+            }
+        }
+        if self.duration.is_zero() {
+            return Err("--duration must be positive".to_string());
+        }
+        if self.rate == Some(0) {
+            return Err("--rate must be positive".to_string());
+        }
+        if self.connect_rate == 0 {
+            return Err("--connect-rate must be positive".to_string());
+        }
+        if self.player_base == 0 {
+            return Err("--player-base must not be 0 (player ids are never 0)".to_string());
+        }
+        if self.mix.iter().all(|w| *w == 0) {
+            return Err("--mix needs one positive weight".to_string());
+        }
+        if self.body_bytes > self.max_body as usize {
+            return Err("--body-bytes must be at most --max-body".to_string());
+        }
+        if self.room_size == 0 || !(0.0..=1.0).contains(&self.say_fraction) {
+            return Err("--room-size must be positive and --say-fraction in 0..=1".to_string());
+        }
+        if !self.zipf_s.is_finite() || self.zipf_s <= 0.0 {
+            return Err("--zipf-s must be positive".to_string());
+        }
+        Ok(())
+    }
+
+    /// The token secret: the environment wins, as in the server.
+    pub fn effective_secret(&self) -> String {
+        std::env::var(SECRET_ENV)
+            .ok()
+            .or_else(|| self.secret.clone())
+            .unwrap_or_else(|| DEVELOPMENT_SECRET.to_string())
+    }
+}
+
+/// `10s`, `250ms`, `2m`, `1.5s`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, scale_s) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = text.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?} (try 10s, 500ms, 1m)"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("invalid duration {text:?}"));
+    }
+    Ok(Duration::from_secs_f64(value * scale_s))
+}
+
+fn parse_mix(text: &str) -> Result<[u32; 3], String> {
+    let parts: Vec<&str> = text.split(',').collect();
+    if parts.len() != 3 {
+        return Err("--mix is three weights: get,incr,ping".to_string());
+    }
+    let mut mix = [0u32; 3];
+    for (slot, part) in mix.iter_mut().zip(parts) {
+        *slot = part
+            .trim()
+            .parse()
+            .map_err(|_| format!("invalid weight {part:?}"))?;
+    }
+    Ok(mix)
+}
+
+fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let args = Args::parse_from(["loadgen"]);
+        assert_eq!(args.threads, 1);
+        assert_eq!(args.mix, [4, 1, 1]);
+        assert!(args.validate().is_ok());
+        let bad = Args::parse_from(["loadgen", "--pipeline", "0"]);
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn development_secret_matches_the_node() {
+        let config = include_str!("../../src/config.rs");
+        let needle = format!("DEVELOPMENT_SECRET: &str = \"{DEVELOPMENT_SECRET}\"");
+        assert!(
+            config.contains(&needle),
+            "secret drifted from src/config.rs"
+        );
+    }
+}

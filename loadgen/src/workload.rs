@@ -1,0 +1,234 @@
+//! What to send: the request of each workload, the choice of connection in
+//! open loop (uniform or zipfian), and the open-loop schedule.
+
+use rand::rngs::SmallRng;
+use rand::Rng;
+use wire::client::route;
+
+use crate::cli::{Distribution, Workload};
+
+/// Population a zipfian table covers at most (one entry per connection).
+pub const ZIPF_POPULATION_MAX: usize = crate::cli::CONNECTIONS_MAX;
+
+/// The per-thread request generator.
+#[derive(Clone, Debug)]
+pub struct Generator {
+    workload: Workload,
+    /// Cumulative weights of get, incr, ping.
+    mix_cumulative: [u32; 3],
+    body_bytes: usize,
+}
+
+impl Generator {
+    pub fn new(workload: Workload, mix: [u32; 3], body_bytes: usize) -> Generator {
+        let mut mix_cumulative = [0u32; 3];
+        let mut total = 0u32;
+        for (slot, weight) in mix_cumulative.iter_mut().zip(mix) {
+            total = total.saturating_add(weight);
+            *slot = total;
+        }
+        Generator {
+            workload,
+            mix_cumulative,
+            body_bytes,
+        }
+    }
+
+    /// Writes the next request's body into `body` and returns its route.
+    /// `room_id` is the session's room (room workload); `now_ns` is carried
+    /// in a `room.say` text so receivers can time the fan-out.
+    pub fn next(&self, rng: &mut SmallRng, room_id: u64, now_ns: u64, body: &mut Vec<u8>) -> u32 {
+        body.clear();
+        match self.workload {
+            Workload::Ping | Workload::PingRouted => self.ping(body),
+            Workload::Incr => incr(body),
+            Workload::Mixed => {
+                let total = self.mix_cumulative[2];
+                let pick = rng.gen_range(0..total);
+                if pick < self.mix_cumulative[0] {
+                    route::PLAYER_GET
+                } else if pick < self.mix_cumulative[1] {
+                    incr(body)
+                } else {
+                    self.ping(body)
+                }
+            }
+            Workload::Room => {
+                body.extend_from_slice(&room_id.to_le_bytes());
+                body.extend_from_slice(now_ns.to_string().as_bytes());
+                route::ROOM_SAY
+            }
+        }
+    }
+
+    fn ping(&self, body: &mut Vec<u8>) -> u32 {
+        body.resize(self.body_bytes, 0x5a);
+        route::SYS_PING
+    }
+}
+
+fn incr(body: &mut Vec<u8>) -> u32 {
+    body.extend_from_slice(&1i64.to_le_bytes());
+    route::PLAYER_INCR
+}
+
+/// The send timestamp a `room.message` PUSH carries in its text, if the
+/// body is one this generator wrote: `u64 room`, `u64 from`, decimal ns.
+pub fn push_send_time_ns(body: &[u8]) -> Option<u64> {
+    let text = body.get(16..)?;
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
+/// Picks a connection (one player each) for an open-loop request.
+#[derive(Clone, Debug)]
+pub enum Chooser {
+    Uniform {
+        population: usize,
+    },
+    /// Cumulative probabilities of ranks 0..n; rank 0 is the hottest.
+    Zipfian {
+        cdf: Vec<f64>,
+    },
+}
+
+impl Chooser {
+    pub fn new(distribution: Distribution, population: usize, s: f64) -> Chooser {
+        assert!(population > 0, "a chooser needs a population");
+        assert!(population <= ZIPF_POPULATION_MAX);
+        match distribution {
+            Distribution::Uniform => Chooser::Uniform { population },
+            Distribution::Zipfian => {
+                let mut cdf = Vec::with_capacity(population);
+                let mut total = 0.0;
+                for rank in 1..=population {
+                    total += 1.0 / (rank as f64).powf(s);
+                    cdf.push(total);
+                }
+                for p in &mut cdf {
+                    *p /= total;
+                }
+                Chooser::Zipfian { cdf }
+            }
+        }
+    }
+
+    pub fn pick(&self, rng: &mut SmallRng) -> usize {
+        match self {
+            Chooser::Uniform { population } => rng.gen_range(0..*population),
+            Chooser::Zipfian { cdf } => {
+                let u: f64 = rng.gen();
+                cdf.partition_point(|p| *p < u).min(cdf.len() - 1)
+            }
+        }
+    }
+}
+
+/// The open-loop schedule: request k is due at `start + k * interval`,
+/// whatever happened before (this is what makes the latency honest).
+#[derive(Clone, Debug)]
+pub struct Pacer {
+    start_ns: u64,
+    rate_per_s: f64,
+    issued: u64,
+}
+
+impl Pacer {
+    pub fn new(start_ns: u64, rate_per_s: f64) -> Pacer {
+        assert!(rate_per_s > 0.0);
+        Pacer {
+            start_ns,
+            rate_per_s,
+            issued: 0,
+        }
+    }
+
+    /// The intended send time of the next request.
+    pub fn next_due_ns(&self) -> u64 {
+        self.start_ns + (self.issued as f64 * 1e9 / self.rate_per_s) as u64
+    }
+
+    /// Returns the next intended time if it is at or before `now_ns`.
+    pub fn pop_due(&mut self, now_ns: u64) -> Option<u64> {
+        let due = self.next_due_ns();
+        if due <= now_ns {
+            self.issued += 1;
+            Some(due)
+        } else {
+            None
+        }
+    }
+}
+
+/// The room a connection (global index) joins, and whether it says.
+pub fn room_role(conn_index: usize, room_size: usize, say_fraction: f64) -> (u64, bool) {
+    let room_id = (conn_index / room_size) as u64 + 1;
+    let member = conn_index % room_size;
+    let sayers = ((room_size as f64) * say_fraction).ceil() as usize;
+    (room_id, member < sayers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn zipfian_is_skewed_and_uniform_is_flat() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let zipf = Chooser::new(Distribution::Zipfian, 100, 0.99);
+        let uniform = Chooser::new(Distribution::Uniform, 100, 0.99);
+        let mut zipf_hits = [0u32; 100];
+        let mut uniform_hits = [0u32; 100];
+        for _ in 0..100_000 {
+            zipf_hits[zipf.pick(&mut rng)] += 1;
+            uniform_hits[uniform.pick(&mut rng)] += 1;
+        }
+        // Rank 0 of zipf(0.99) over 100 holds about 19% of the mass.
+        assert!(zipf_hits[0] > 15_000, "{}", zipf_hits[0]);
+        assert!(zipf_hits[0] > 20 * zipf_hits[99]);
+        assert!(uniform_hits.iter().all(|h| (700..1300).contains(h)));
+    }
+
+    #[test]
+    fn pacer_follows_the_clock_not_the_sender() {
+        let mut pacer = Pacer::new(1_000, 1000.0); // one per ms
+        assert_eq!(pacer.pop_due(999), None);
+        assert_eq!(pacer.pop_due(1_000), Some(1_000));
+        // The sender was away 10 ms: ten requests are due at once, each with
+        // its own intended time.
+        let due: Vec<u64> = std::iter::from_fn(|| pacer.pop_due(10_001_000)).collect();
+        assert_eq!(due.len(), 10);
+        assert_eq!(due[0], 1_001_000);
+        assert_eq!(due[9], 10_001_000);
+    }
+
+    #[test]
+    fn mixed_follows_weights_and_room_carries_time() {
+        let generator = Generator::new(Workload::Mixed, [1, 0, 1], 4);
+        let mut rng = SmallRng::seed_from_u64(1);
+        let mut body = Vec::new();
+        let mut counts = [0u32; 3];
+        for _ in 0..1000 {
+            match generator.next(&mut rng, 0, 0, &mut body) {
+                route::PLAYER_GET => counts[0] += 1,
+                route::PLAYER_INCR => counts[1] += 1,
+                route::SYS_PING => counts[2] += 1,
+                other => panic!("route {other}"),
+            }
+        }
+        assert_eq!(counts[1], 0);
+        assert!(counts[0] > 400 && counts[2] > 400);
+
+        let room = Generator::new(Workload::Room, [1, 1, 1], 0);
+        assert_eq!(room.next(&mut rng, 9, 123_456, &mut body), route::ROOM_SAY);
+        // The PUSH body is room, from, then the text the sender wrote.
+        let mut push = 9u64.to_le_bytes().to_vec();
+        push.extend_from_slice(&5u64.to_le_bytes());
+        push.extend_from_slice(&body[8..]);
+        assert_eq!(push_send_time_ns(&push), Some(123_456));
+        assert_eq!(push_send_time_ns(b"short"), None);
+        assert_eq!(room_role(0, 8, 0.25), (1, true));
+        assert_eq!(room_role(2, 8, 0.25), (1, false));
+        assert_eq!(room_role(9, 8, 0.25), (2, true));
+    }
+}
