@@ -80,7 +80,10 @@ fn rejections_overload_duplicate_and_timeout() {
     // delayed load is done, the player object answers.
     std::thread::sleep(Duration::from_millis(900));
     let ping = client.call(route::SYS_PING, 15, b"p");
-    assert_eq!((ping.kind, ping.seq, ping.body.as_slice()), (FrameKind::Response, 15, &b"p"[..]));
+    assert_eq!(
+        (ping.kind, ping.seq, ping.body.as_slice()),
+        (FrameKind::Response, 15, &b"p"[..])
+    );
 
     let metric = |reason: &str| {
         node.metric(&format!(

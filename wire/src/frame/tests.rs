@@ -179,11 +179,17 @@ fn structural_corruption_behind_a_valid_checksum_is_rejected_by_bytecheck() {
         Err(FrameAccessError::Invalid(_))
     ));
 
-    // The payload's length pointing past the buffer: the `ArchivedVec` is
-    // the last field of `Routed`, a relative pointer then a u32 length.
+    // The payload's length pointing past the buffer: the `ArchivedVec` of
+    // `Routed` is a relative pointer then a u32 length, inside the root
+    // (which is as large as the largest variant, so find it by value).
     let mut bad_len = aligned(frame.as_bytes());
-    let len_at = archive_len - 4;
-    bad_len[len_at..archive_len].copy_from_slice(&u32::MAX.to_le_bytes());
+    let payload_len = 1000u32.to_le_bytes();
+    let len_at = root
+        + bad_len[root..archive_len]
+            .windows(4)
+            .position(|w| w == payload_len)
+            .expect("the payload length is in the root");
+    bad_len[len_at..len_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
     reseal(&mut bad_len);
     assert!(matches!(
         access(&bad_len),
