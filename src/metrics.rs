@@ -98,6 +98,10 @@ pub struct RouterStats {
     pub update_syncs: Counter,
     /// Messages for another node while no link to it exists.
     pub unroutable: Counter,
+    /// Idle writable objects saved and downgraded to caches.
+    pub degrades: Counter,
+    /// Idle caches freed.
+    pub caches_freed: Counter,
 }
 
 /// Everything one core reports.
@@ -266,6 +270,16 @@ impl NodeMetrics {
             &mut out,
             "routerd_router_unroutable_total",
             r(|s| c(&s.unroutable)),
+        );
+        counter(
+            &mut out,
+            "routerd_router_degrades_total",
+            r(|s| c(&s.degrades)),
+        );
+        counter(
+            &mut out,
+            "routerd_router_caches_freed_total",
+            r(|s| c(&s.caches_freed)),
         );
         let mesh = |read: fn(&shards::MeshStats) -> &AtomicU64| -> i64 {
             self.mesh

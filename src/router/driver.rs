@@ -459,6 +459,8 @@ impl RouterDriver {
         stats.repairs.mirror(counters.repair_attempts_total);
         stats.update_syncs.mirror(counters.update_syncs_sent_total);
         stats.unroutable.mirror(self.inner().unroutable_total.get());
+        stats.degrades.mirror(counters.degrades_total);
+        stats.caches_freed.mirror(counters.caches_freed_total);
     }
 }
 

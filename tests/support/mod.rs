@@ -224,3 +224,105 @@ pub fn unix_now() -> u64 {
 pub fn token(player_id: u64, ttl_secs: u64) -> String {
     wire::token::mint(SECRET.as_bytes(), player_id, unix_now() + ttl_secs)
 }
+
+/// A `routerd serve` child process on loopback with its own config file.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    pub gateway: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+impl ServeProcess {
+    /// Starts `routerd serve --config <dir>/node.toml` with `body` as the
+    /// config (on port 0 for both listeners) and waits until it serves.
+    pub fn start(dir: &std::path::Path, body: &str) -> ServeProcess {
+        use std::io::BufRead;
+        let path = dir.join("node.toml");
+        let text = format!(
+            "{body}\n[gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             [auth]\nsecret = \"{SECRET}\"\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env_remove("ROUTERD_AUTH_SECRET")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("routerd starts");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let field = |name: &str| {
+                    let rest = line.split(name).nth(1)?;
+                    rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
+                };
+                if let (Some(gateway), Some(admin)) = (field("gateway="), field("admin=")) {
+                    let _ = tx.send((gateway, admin));
+                }
+            }
+        });
+        let (gateway, admin) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("routerd logs its addresses");
+        ServeProcess {
+            child,
+            gateway,
+            admin,
+        }
+    }
+
+    pub fn connect(&self) -> Client {
+        Client::connect(self.gateway)
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on the pid of a child this test owns and has not
+        // reaped, so the pid cannot have been reused.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        assert_eq!(sent, 0, "signal delivered");
+    }
+
+    /// SIGTERM, then waits for the exit status (which must come soon).
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.wait_exit()
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill_9(mut self) {
+        self.signal(libc::SIGKILL);
+        self.wait_exit();
+    }
+
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "routerd did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `i64` of a RESPONSE body (player.get / player.incr).
+pub fn counter_of(reply: &Reply) -> i64 {
+    assert_eq!(reply.kind, FrameKind::Response, "{reply:?}");
+    i64::from_le_bytes(reply.body.as_slice().try_into().expect("an i64 body"))
+}
