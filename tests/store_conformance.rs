@@ -63,7 +63,10 @@ fn scylla() -> Option<Fixture> {
         return None;
     };
     let config = StoreConfig {
-        nodes: nodes.split(',').map(|node| node.trim().to_string()).collect(),
+        nodes: nodes
+            .split(',')
+            .map(|node| node.trim().to_string())
+            .collect(),
         keyspace: "routerd_conformance".to_string(),
         ..StoreConfig::default()
     };
@@ -157,7 +160,9 @@ fn insert_race_has_one_winner(fixture: &Fixture) {
                 other => panic!("{key:?}: loser saw {other:?}"),
             }
         }
-        let stored = block_on(stores[1].load(*key)).expect("load").expect("record");
+        let stored = block_on(stores[1].load(*key))
+            .expect("load")
+            .expect("record");
         assert_eq!(stored.owner_node, winner);
         assert_eq!(stored.state, vec![winners[0] as u8]);
     }
@@ -253,7 +258,10 @@ fn batch_save(fixture: &Fixture) {
         block_on(store.write_batch(too_many)),
         Err(WriteError::BatchTooLarge { .. })
     ));
-    assert_eq!(block_on(store.load(fixture.key(4, 100))).expect("load"), None);
+    assert_eq!(
+        block_on(store.load(fixture.key(4, 100))).expect("load"),
+        None
+    );
 }
 
 fn member(node: u64, heartbeat_ms: u64) -> MemberRow {

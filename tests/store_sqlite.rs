@@ -10,7 +10,7 @@ use futures_lite::future::block_on;
 use routerd::config::{SqliteSynchronous, StoreConfig};
 use routerd::store::{
     open_sqlite, CasVersion, GroupCommit, LoadError, NodeId, OpenError, RecordWrite, RouteVersion,
-    WriteCondition, WriteError, WriteOutcome, SCHEMA_VERSION,
+    Store, WriteCondition, WriteError, WriteOutcome, SCHEMA_VERSION,
 };
 use wire::ObjectKey;
 
@@ -180,16 +180,18 @@ const RACE_ENV: &str = "ROUTERD_STORE_RACE_CHILD";
 const RACE_KEYS: u64 = 200;
 
 fn race_config() -> StoreConfig {
+    // Small transactions, so the two processes' writes interleave instead
+    // of one side taking every key in its first group commit.
     StoreConfig {
         synchronous: SqliteSynchronous::Normal,
+        batch_max: 2,
         ..StoreConfig::default()
     }
 }
 
 /// Inserts every race key as `owner`, several in flight at once; returns the
 /// keys this side won.
-fn race(path: &Path, owner: u64) -> Vec<u64> {
-    let store = open_sqlite(path, &race_config(), GroupCommit::On).expect("open");
+fn race(store: &Store, owner: u64) -> Vec<u64> {
     let pending: Vec<_> = (0..RACE_KEYS)
         .map(|id| (id, store.write(insert(id, owner))))
         .collect();
@@ -216,11 +218,11 @@ fn race_child() {
         return;
     };
     let path = Path::new(&path);
-    drop(open_sqlite(path, &race_config(), GroupCommit::On).expect("open"));
+    let store = open_sqlite(path, &race_config(), GroupCommit::On).expect("open");
     println!("READY");
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).expect("go line");
-    let won = race(path, 2);
+    let won = race(&store, 2);
     for id in won {
         println!("WON {id}");
     }
@@ -254,9 +256,10 @@ fn two_processes_race_insert_if_absent() {
         .map_while(Result::ok)
         .any(|line| line.ends_with("READY"));
     assert!(ready, "child never got ready");
+    let parent = open_sqlite(&path, &race_config(), GroupCommit::On).expect("open");
     let mut stdin = child.stdin.take().expect("child stdin");
     writeln!(stdin, "go").expect("tell child to go");
-    let parent_won = race(&path, 1);
+    let parent_won = race(&parent, 1);
     let mut child_won = Vec::new();
     let mut done = false;
     for line in lines.map_while(Result::ok) {
