@@ -101,8 +101,12 @@ fn main() {
         Ok("normal") => SqliteSynchronous::Normal,
         _ => SqliteSynchronous::Full,
     };
+    // One transaction per write with 256 writers queues each write behind
+    // 255 fsyncs: a long timeout keeps the baseline measuring throughput
+    // instead of expiring requests.
     let config = StoreConfig {
         synchronous,
+        request_timeout_ms: 120_000,
         ..StoreConfig::default()
     };
     println!(
