@@ -96,8 +96,10 @@ impl Store {
     }
 
     /// Several conditional writes (shutdown saves), at most `batch_max`.
-    /// Each write keeps its own condition and outcome; a backend error
-    /// fails the whole batch, and then none of it was applied.
+    /// Each write keeps its own condition and outcome, in order. On SQLite
+    /// and memory a backend error fails the whole batch with none of it
+    /// applied; Scylla applies writes one by one, so an error after the
+    /// first write reports that write and the rest `Indeterminate`.
     pub fn write_batch(
         &self,
         writes: Vec<RecordWrite>,

@@ -1,0 +1,293 @@
+//! SQLite-specific behaviour: schema versioning, a full queue, requests
+//! that expire in the queue, and CAS across processes sharing one file.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_lite::future::block_on;
+use routerd::config::{SqliteSynchronous, StoreConfig};
+use routerd::store::{
+    open_sqlite, CasVersion, GroupCommit, LoadError, NodeId, OpenError, RecordWrite, RouteVersion,
+    Store, WriteCondition, WriteError, WriteOutcome, SCHEMA_VERSION,
+};
+use wire::ObjectKey;
+
+fn insert(id: u64, owner: u64) -> RecordWrite {
+    RecordWrite {
+        key: ObjectKey::new(1, 0, id),
+        condition: WriteCondition::Absent,
+        owner_node: NodeId(owner),
+        route_version: RouteVersion(1),
+        save_timepoint_ms: 0,
+        state: owner.to_le_bytes().to_vec(),
+    }
+}
+
+#[test]
+fn an_incompatible_schema_version_is_a_clear_startup_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let config = StoreConfig::default();
+    drop(open_sqlite(&path, &config, GroupCommit::On).expect("create"));
+    // Reopening a file of this version works.
+    drop(open_sqlite(&path, &config, GroupCommit::On).expect("reopen"));
+    let connection = rusqlite::Connection::open(&path).expect("raw open");
+    connection
+        .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .expect("bump version");
+    drop(connection);
+    match open_sqlite(&path, &config, GroupCommit::On) {
+        Err(OpenError::SchemaVersion {
+            found, expected, ..
+        }) => {
+            assert_eq!(found, SCHEMA_VERSION + 1);
+            assert_eq!(expected, SCHEMA_VERSION);
+        }
+        other => panic!("expected a schema version error, got {other:?}"),
+    }
+    // A file with tables but no version is not ours either.
+    let foreign = dir.path().join("foreign.db");
+    let connection = rusqlite::Connection::open(&foreign).expect("raw open");
+    connection
+        .execute_batch("CREATE TABLE unrelated (x INTEGER)")
+        .expect("foreign table");
+    drop(connection);
+    let error = open_sqlite(&foreign, &config, GroupCommit::On).expect_err("foreign file");
+    assert!(error.to_string().contains("schema version 0"), "{error}");
+}
+
+/// Holds the file's write lock from another connection, so the store
+/// thread blocks inside its first transaction.
+fn hold_write_lock(path: &Path) -> rusqlite::Connection {
+    let connection = rusqlite::Connection::open(path).expect("raw open");
+    connection
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect("take write lock");
+    connection
+}
+
+#[test]
+fn a_full_queue_answers_overloaded_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let config = StoreConfig {
+        queue_max: 2,
+        ..StoreConfig::default()
+    };
+    let store = open_sqlite(&path, &config, GroupCommit::On).expect("open");
+    let lock = hold_write_lock(&path);
+    let first = store.write(insert(1, 1));
+    // Let the store thread take the first request and block on the lock.
+    std::thread::sleep(Duration::from_millis(200));
+    let queued: Vec<_> = (2..=3).map(|id| store.write(insert(id, 1))).collect();
+    let started = Instant::now();
+    let refused = block_on(store.write(insert(4, 1)));
+    assert!(
+        matches!(refused, Err(WriteError::Overloaded)),
+        "{refused:?}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(100));
+    let refused_load = block_on(store.load(ObjectKey::new(1, 0, 1)));
+    assert!(refused_load.is_err());
+    lock.execute_batch("COMMIT").expect("release lock");
+    assert_eq!(
+        block_on(first).expect("first"),
+        WriteOutcome::Applied(CasVersion(1))
+    );
+    for write in queued {
+        assert_eq!(
+            block_on(write).expect("queued"),
+            WriteOutcome::Applied(CasVersion(1))
+        );
+    }
+    assert_eq!(
+        block_on(store.load(ObjectKey::new(1, 0, 4))).expect("load"),
+        None
+    );
+}
+
+#[test]
+fn a_request_that_outlives_its_timeout_in_the_queue_is_indeterminate() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    // One request per transaction, so requests wait in the queue behind
+    // the blocked ones.
+    let config = StoreConfig {
+        request_timeout_ms: 300,
+        batch_max: 1,
+        ..StoreConfig::default()
+    };
+    let store = open_sqlite(&path, &config, GroupCommit::On).expect("open");
+    let lock = hold_write_lock(&path);
+    // t = 0: blocks the thread until busy_timeout (300 ms) gives up.
+    let blocker = store.write(insert(1, 1));
+    std::thread::sleep(Duration::from_millis(100));
+    // t = 100: deadlines at t = 400. `second` runs at t = 300 and blocks
+    // until t = 600; `queued` and `queued_load` are past their deadline by
+    // then and are answered without running.
+    let second = store.write(insert(2, 1));
+    let queued = store.write(insert(3, 1));
+    let queued_load = store.load(ObjectKey::new(1, 0, 3));
+    // Waiting for the lock up to busy_timeout is a definite failure:
+    // nothing was written.
+    assert!(matches!(block_on(blocker), Err(WriteError::Backend(_))));
+    assert!(matches!(block_on(second), Err(WriteError::Backend(_))));
+    assert_eq!(
+        block_on(queued).expect("queued"),
+        WriteOutcome::Indeterminate
+    );
+    assert!(matches!(block_on(queued_load), Err(LoadError::Timeout)));
+    lock.execute_batch("COMMIT").expect("release lock");
+    // Indeterminate means "re-read": here the re-read shows it never ran.
+    for id in 1..=3 {
+        assert_eq!(
+            block_on(store.load(ObjectKey::new(1, 0, id))).expect("load"),
+            None
+        );
+    }
+    assert_eq!(
+        block_on(store.write(insert(3, 1))).expect("retry"),
+        WriteOutcome::Applied(CasVersion(1))
+    );
+}
+
+/// Kills the child after `limit` unless `finished` is set first, so a
+/// stuck child fails the test instead of hanging it.
+fn watchdog(pid: u32, limit: Duration) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let finished = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = finished.clone();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if flag.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: kill(2) with a pid we spawned and have not reaped (the
+        // test reaps it only after setting `finished`) has no memory effects.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+    });
+    finished
+}
+
+const RACE_ENV: &str = "ROUTERD_STORE_RACE_CHILD";
+const RACE_KEYS: u64 = 200;
+
+fn race_config() -> StoreConfig {
+    // Small transactions, so the two processes' writes interleave instead
+    // of one side taking every key in its first group commit.
+    StoreConfig {
+        synchronous: SqliteSynchronous::Normal,
+        batch_max: 2,
+        ..StoreConfig::default()
+    }
+}
+
+/// Inserts every race key as `owner`, several in flight at once; returns the
+/// keys this side won.
+fn race(store: &Store, owner: u64) -> Vec<u64> {
+    let pending: Vec<_> = (0..RACE_KEYS)
+        .map(|id| (id, store.write(insert(id, owner))))
+        .collect();
+    let mut won = Vec::new();
+    for (id, outcome) in pending {
+        match block_on(outcome).expect("race insert") {
+            WriteOutcome::Applied(version) => {
+                assert_eq!(version, CasVersion(1));
+                won.push(id);
+            }
+            WriteOutcome::Conflict(Some(record)) => assert_ne!(record.owner_node, NodeId(owner)),
+            other => panic!("race insert gave {other:?}"),
+        }
+    }
+    won
+}
+
+/// The other process of `two_processes_race_insert_if_absent`: waits for
+/// "go" on stdin, races, prints the keys it won.
+#[test]
+#[ignore = "run as a child process by two_processes_race_insert_if_absent"]
+fn race_child() {
+    let Some(path) = std::env::var_os(RACE_ENV) else {
+        return;
+    };
+    let path = Path::new(&path);
+    let store = open_sqlite(path, &race_config(), GroupCommit::On).expect("open");
+    println!("READY");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("go line");
+    let won = race(&store, 2);
+    for id in won {
+        println!("WON {id}");
+    }
+    println!("DONE");
+}
+
+#[test]
+fn two_processes_race_insert_if_absent() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    drop(open_sqlite(&path, &race_config(), GroupCommit::On).expect("create"));
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "race_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(RACE_ENV, &path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let finished = watchdog(child.id(), Duration::from_secs(120));
+    let mut lines = BufReader::new(child.stdout.take().expect("child stdout")).lines();
+    // libtest may print "test race_child ... " before the child's own
+    // output on the same line, so markers are searched, not matched whole.
+    let ready = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.ends_with("READY"));
+    assert!(ready, "child never got ready");
+    let parent = open_sqlite(&path, &race_config(), GroupCommit::On).expect("open");
+    let mut stdin = child.stdin.take().expect("child stdin");
+    writeln!(stdin, "go").expect("tell child to go");
+    let parent_won = race(&parent, 1);
+    let mut child_won = Vec::new();
+    let mut done = false;
+    for line in lines.map_while(Result::ok) {
+        if let Some((_, id)) = line.split_once("WON ") {
+            child_won.push(id.trim().parse::<u64>().expect("key id"));
+        }
+        if line.ends_with("DONE") {
+            done = true;
+        }
+    }
+    let status = child.wait().expect("child exit");
+    finished.store(true, std::sync::atomic::Ordering::Release);
+    assert!(status.success());
+    assert!(done, "child did not finish its race");
+    println!(
+        "parent won {}, child won {}",
+        parent_won.len(),
+        child_won.len()
+    );
+    assert_eq!(parent_won.len() + child_won.len(), RACE_KEYS as usize);
+    let store = open_sqlite(&path, &race_config(), GroupCommit::On).expect("reopen");
+    for (owner, won) in [(1u64, &parent_won), (2, &child_won)] {
+        for id in won {
+            let record = block_on(store.load(ObjectKey::new(1, 0, *id)))
+                .expect("load")
+                .expect("record");
+            assert_eq!(record.owner_node, NodeId(owner), "key {id}");
+            assert_eq!(record.cas_version, CasVersion(1));
+        }
+    }
+}
