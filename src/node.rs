@@ -9,12 +9,14 @@ use std::time::Duration;
 use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 
 use crate::admin::{Admin, AdminState};
+use crate::catalog::{Catalog, CoreCatalog};
 use crate::config::Config;
 use crate::gateway::driver::{self, GatewayShared};
 use crate::gateway::{GatewayHandle, NodeLogins};
 use crate::metrics::NodeMetrics;
 use crate::router::driver::{now_ms, DriverParts, RouterDriver};
 use crate::router::RouterCore;
+use crate::services::local_actors;
 use crate::services::player::PlayerType;
 use crate::services::room::RoomType;
 use crate::store::{NodeId, OpenError, Store};
@@ -39,6 +41,8 @@ pub enum NodeError {
     Signals(std::io::Error),
     #[error(transparent)]
     Store(#[from] OpenError),
+    #[error("cannot register this node's services in the catalog: {0}")]
+    Catalog(#[from] crate::catalog::AdvertiseError),
     #[error(transparent)]
     Runtime(#[from] shards::RuntimeError),
 }
@@ -62,6 +66,7 @@ struct NodeShared {
     metrics: Arc<NodeMetrics>,
     gateway: GatewayShared,
     store: Store,
+    catalog: Arc<Catalog>,
 }
 
 impl Node {
@@ -88,9 +93,16 @@ impl Node {
                     address: config.gateway.listen,
                     source,
                 })?;
+        // The node's own services feed the catalog's local routes; the
+        // remote registry is fed by cluster membership.
+        let catalog = Arc::new(Catalog::new());
+        for actor in local_actors(config.node.id, &gateway_address.to_string()) {
+            catalog.register_routes(actor)?;
+        }
         let shutdown = ShutdownHandle::new();
         let shared = Arc::new(NodeShared {
             store,
+            catalog,
             config: config.clone(),
             gateway_address,
             metrics: Arc::new(metrics.clone()),
@@ -241,6 +253,7 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         gateway: gateway.clone(),
         metrics,
         request_timeout_ms: shared.config.gateway.request_timeout_ms,
+        catalog: CoreCatalog::new(shared.catalog.clone()),
     });
     gateway.set_player_port(Rc::new(router.clone()));
     if let Some(inbox) = core.take_inbox() {

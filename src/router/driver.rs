@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hashbrown::HashMap;
 use shards::{Mesh, SendError};
-use wire::client::{encode_error_body, route, ErrorCode as WireErrorCode, FrameKind};
+use wire::client::{encode_error_body, ErrorCode as WireErrorCode, FrameKind};
 use wire::frame::{ArchivedMessage, FrameBuf, Message, RouterHead as WireHead};
 use wire::{shard_of, ObjectKey};
 
@@ -27,9 +27,10 @@ use super::types::{
     StoreFailure, StoreOp, StoreReply, StoreToken, Timer,
 };
 use super::RouterCore;
+use crate::catalog::CoreCatalog;
 use crate::gateway::{GatewayHandle, PlayerPort};
 use crate::metrics::{CoreMetrics, RouterStats};
-use crate::services::{player, room};
+use crate::services::{player, room, PLAYER_TYPE_ID, ROOM_TYPE_ID};
 use crate::store::{LoadError, NodeId, RouteVersion, Store, WriteError, WriteOutcome};
 
 /// Requests of one core waiting for their answer. Each is also in the
@@ -98,6 +99,9 @@ pub struct DriverParts {
     pub gateway: GatewayHandle,
     pub metrics: Arc<CoreMetrics>,
     pub request_timeout_ms: u64,
+    /// This core's view of the node's catalog: which local service takes
+    /// each client route.
+    pub catalog: CoreCatalog,
 }
 
 struct Inner {
@@ -111,6 +115,7 @@ struct Inner {
     replies: RefCell<ReplyRoutes>,
     metrics: Arc<CoreMetrics>,
     request_timeout_ms: u64,
+    catalog: RefCell<CoreCatalog>,
     /// Effects are performed by one loop at a time; an event that arrives
     /// while it runs (a local Submit) only queues its effects for it.
     performing: Cell<bool>,
@@ -142,6 +147,7 @@ impl RouterDriver {
             replies: RefCell::new(ReplyRoutes::default()),
             metrics: parts.metrics,
             request_timeout_ms: parts.request_timeout_ms,
+            catalog: RefCell::new(parts.catalog),
             performing: Cell::new(false),
             unroutable_total: Cell::new(0),
         }));
@@ -203,8 +209,13 @@ impl RouterDriver {
             route_id: ingress.route_id,
             client_seq: ingress.seq,
         };
-        let Some((key, op)) = target_of(ingress.route_id, ingress.client.player_id, &ingress.body)
-        else {
+        let target = target_of(
+            &mut self.inner().catalog.borrow_mut(),
+            ingress.route_id,
+            ingress.client.player_id,
+            &ingress.body,
+        );
+        let Some((key, op)) = target else {
             return self.answer_route(reply_route, Err(ErrorCode::BadRequest));
         };
         let now = now_ms();
@@ -569,24 +580,25 @@ struct ClientIngress {
     body: Vec<u8>,
 }
 
-/// The object and service op a client route addresses: a player's own
-/// routes go to the player object (which relays room membership to the
-/// room), `room.say` goes to the room. `None` when the body cannot name
-/// the room.
-fn target_of(route_id: u32, player_id: u64, body: &[u8]) -> Option<(ObjectKey, u32)> {
-    let player = player::player_key(player_id);
-    match route_id {
-        route::SYS_PING => Some((player, player::OP_PING)),
-        route::PLAYER_GET => Some((player, player::OP_GET)),
-        route::PLAYER_INCR => Some((player, player::OP_INCR)),
-        route::ROOM_JOIN => Some((player, player::OP_ROOM_JOIN)),
-        route::ROOM_LEAVE => Some((player, player::OP_ROOM_LEAVE)),
-        route::ROOM_SAY => {
-            let room_id = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
-            Some((room::room_key(room_id), room::OP_SAY))
-        }
-        _ => None,
-    }
+/// The object and service op a client route addresses. The catalog's
+/// local routes say which service takes the route; the service says which
+/// object: a player's own routes go to the player object (which relays room
+/// membership to the room), `room.say` to the room named by the body's first
+/// eight bytes. Ops are numbered as the routes they serve. `None` when no
+/// local service takes the route or the body cannot name the room.
+fn target_of(
+    catalog: &mut CoreCatalog,
+    route_id: u32,
+    player_id: u64,
+    body: &[u8],
+) -> Option<(ObjectKey, u32)> {
+    let actor_type = catalog.lookup_local_routes(route_id).first()?.actor_type;
+    let key = match actor_type {
+        PLAYER_TYPE_ID => player::player_key(player_id),
+        ROOM_TYPE_ID => room::room_key(u64::from_le_bytes(body.get(..8)?.try_into().ok()?)),
+        _ => return None,
+    };
+    Some((key, route_id))
 }
 
 fn wire_error_code(code: ErrorCode) -> WireErrorCode {
@@ -676,15 +688,21 @@ fn decode_request(message: &ArchivedMessage) -> Option<(RouterHead, Request)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wire::client::route;
 
     #[test]
     fn routes_map_to_their_objects() {
-        let (key, op) = target_of(route::PLAYER_INCR, 42, &[]).unwrap();
+        let catalog = std::sync::Arc::new(crate::catalog::Catalog::new());
+        for actor in crate::services::local_actors(1, "127.0.0.1:1") {
+            catalog.register_routes(actor).unwrap();
+        }
+        let mut view = CoreCatalog::new(catalog);
+        let (key, op) = target_of(&mut view, route::PLAYER_INCR, 42, &[]).unwrap();
         assert_eq!((key, op), (player::player_key(42), player::OP_INCR));
-        let (key, op) = target_of(route::ROOM_SAY, 42, &7u64.to_le_bytes()).unwrap();
+        let (key, op) = target_of(&mut view, route::ROOM_SAY, 42, &7u64.to_le_bytes()).unwrap();
         assert_eq!((key, op), (room::room_key(7), room::OP_SAY));
-        assert_eq!(target_of(route::ROOM_SAY, 42, &[1, 2]), None);
-        assert_eq!(target_of(route::AUTH_LOGIN, 42, &[]), None);
+        assert_eq!(target_of(&mut view, route::ROOM_SAY, 42, &[1, 2]), None);
+        assert_eq!(target_of(&mut view, route::AUTH_LOGIN, 42, &[]), None);
     }
 
     #[test]

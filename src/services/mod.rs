@@ -16,10 +16,78 @@ pub mod room;
 
 mod codec;
 
+use std::sync::Arc;
+
+use wire::client::route;
+
+use crate::catalog::ActorConfig;
+
 /// The router type ids of the built-in objects (type 1 is the router's own
 /// test counter).
 pub const PLAYER_TYPE_ID: u32 = 2;
 pub const ROOM_TYPE_ID: u32 = 3;
+
+/// The actors this node hosts, as the catalog's local routes: which client
+/// routes (msgIds) each built-in service takes. Service ops are numbered as
+/// the client routes they serve, so a route's op is its id.
+pub fn local_actors(node_id: u64, address: &str) -> Vec<ActorConfig> {
+    let actor = |index: u64, actor_type: u32, msg_ids: &[u32]| ActorConfig {
+        // One actor per service and node: the node id in the high bits keeps
+        // ids unique across a cluster.
+        actor_id: node_id << 16 | index,
+        node_id,
+        actor_type,
+        shard: 0,
+        supported_msg_ids: msg_ids.into(),
+        weight: 1,
+        address: Arc::from(address),
+    };
+    vec![
+        actor(
+            1,
+            PLAYER_TYPE_ID,
+            &[
+                route::SYS_PING,
+                route::PLAYER_GET,
+                route::PLAYER_INCR,
+                route::ROOM_JOIN,
+                route::ROOM_LEAVE,
+            ],
+        ),
+        actor(2, ROOM_TYPE_ID, &[route::ROOM_SAY]),
+    ]
+}
+
+#[cfg(test)]
+mod actor_tests {
+    use super::*;
+
+    #[test]
+    fn service_ops_are_the_routes_they_serve() {
+        assert_eq!(player::OP_PING, route::SYS_PING);
+        assert_eq!(player::OP_GET, route::PLAYER_GET);
+        assert_eq!(player::OP_INCR, route::PLAYER_INCR);
+        assert_eq!(player::OP_ROOM_JOIN, route::ROOM_JOIN);
+        assert_eq!(player::OP_ROOM_LEAVE, route::ROOM_LEAVE);
+        assert_eq!(room::OP_SAY, route::ROOM_SAY);
+    }
+
+    #[test]
+    fn every_client_route_after_login_has_one_local_actor() {
+        let actors = local_actors(3, "127.0.0.1:7400");
+        for route_id in [
+            route::SYS_PING,
+            route::PLAYER_GET,
+            route::PLAYER_INCR,
+            route::ROOM_JOIN,
+            route::ROOM_LEAVE,
+            route::ROOM_SAY,
+        ] {
+            let serving = actors.iter().filter(|a| a.supports(route_id)).count();
+            assert_eq!(serving, 1, "route {route_id}");
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
