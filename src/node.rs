@@ -254,6 +254,7 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         metrics,
         request_timeout_ms: shared.config.gateway.request_timeout_ms,
         catalog: CoreCatalog::new(shared.catalog.clone()),
+        background_queue: core.throughput_queue(),
     });
     gateway.set_player_port(Rc::new(router.clone()));
     if let Some(inbox) = core.take_inbox() {

@@ -102,6 +102,9 @@ pub struct DriverParts {
     /// This core's view of the node's catalog: which local service takes
     /// each client route.
     pub catalog: CoreCatalog,
+    /// The core's throughput task queue: the periodic sweep (saves,
+    /// degradation, cleanup) runs there so it yields to client traffic.
+    pub background_queue: glommio::TaskQueueHandle,
 }
 
 struct Inner {
@@ -116,6 +119,7 @@ struct Inner {
     metrics: Arc<CoreMetrics>,
     request_timeout_ms: u64,
     catalog: RefCell<CoreCatalog>,
+    background_queue: glommio::TaskQueueHandle,
     /// Effects are performed by one loop at a time; an event that arrives
     /// while it runs (a local Submit) only queues its effects for it.
     performing: Cell<bool>,
@@ -148,6 +152,7 @@ impl RouterDriver {
             metrics: parts.metrics,
             request_timeout_ms: parts.request_timeout_ms,
             catalog: RefCell::new(parts.catalog),
+            background_queue: parts.background_queue,
             performing: Cell::new(false),
             unroutable_total: Cell::new(0),
         }));
@@ -446,12 +451,20 @@ impl RouterDriver {
     fn arm(&self, at_ms: u64, timer: Timer) {
         let driver = self.clone();
         let wait = Duration::from_millis(at_ms.saturating_sub(now_ms()));
-        glommio::spawn_local(async move {
+        let fire = async move {
             glommio::timer::sleep(wait).await;
             driver.inner().core.borrow_mut().on_timer(now_ms(), timer);
             driver.perform_effects();
-        })
-        .detach();
+        };
+        let spawned = match timer {
+            Timer::Sweep => glommio::spawn_local_into(fire, self.inner().background_queue),
+            _ => Ok(glommio::spawn_local(fire)),
+        };
+        match spawned {
+            Ok(task) => drop(task.detach()),
+            // The queue belongs to this executor for its whole life.
+            Err(error) => tracing::error!(%error, "cannot arm a router timer"),
+        };
     }
 
     fn mirror_metrics(&self) {
