@@ -193,3 +193,26 @@ impl Bridge {
         }
     }
 }
+
+/// The SQLite and Scylla backends are each a thread behind a bridge: the
+/// bridge is their `Backend`.
+impl super::api::Backend for Bridge {
+    fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>> {
+        Bridge::load(self, key)
+    }
+
+    fn write_batch(
+        &self,
+        writes: Vec<RecordWrite>,
+    ) -> StoreFuture<Result<Vec<WriteOutcome>, WriteError>> {
+        Bridge::write_batch(self, writes)
+    }
+
+    fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>> {
+        Bridge::upsert_member(self, row)
+    }
+
+    fn list_members(&self, now_ms: u64) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+        Bridge::list_members(self, now_ms)
+    }
+}

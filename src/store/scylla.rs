@@ -25,9 +25,9 @@ use scylla::statement::{Consistency, SerialConsistency};
 use scylla::value::{CqlValue, Row};
 use wire::ObjectKey;
 
-use super::api::{Backend, Store};
-use super::bridge::{Bridge, Done, Op, Request, StoreFuture};
-use super::error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
+use super::api::Store;
+use super::bridge::{Bridge, Done, Op, Request};
+use super::error::{BackendError, OpenError};
 use super::membership::{self, MemberRow, MEMBERS_MAX};
 use super::record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
@@ -40,31 +40,6 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Longest keyspace name CQL accepts.
 const KEYSPACE_LEN_MAX: usize = 48;
-
-struct ScyllaBackend {
-    bridge: Bridge,
-}
-
-impl Backend for ScyllaBackend {
-    fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>> {
-        self.bridge.load(key)
-    }
-
-    fn write_batch(
-        &self,
-        writes: Vec<RecordWrite>,
-    ) -> StoreFuture<Result<Vec<WriteOutcome>, WriteError>> {
-        self.bridge.write_batch(writes)
-    }
-
-    fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>> {
-        self.bridge.upsert_member(row)
-    }
-
-    fn list_members(&self, now_ms: u64) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
-        self.bridge.list_members(now_ms)
-    }
-}
 
 /// Connects to `config.nodes`, creates the keyspace and tables if absent,
 /// and starts the driver thread. Blocks the caller until connected.
@@ -84,10 +59,7 @@ pub fn open_scylla(config: &StoreConfig) -> Result<Store, OpenError> {
         .spawn(move || driver_thread(thread_config, receiver, ready_sender))
         .map_err(OpenError::Thread)?;
     match ready_receiver.recv() {
-        Ok(Ok(())) => Ok(Store::from_backend(
-            Arc::new(ScyllaBackend { bridge }),
-            config,
-        )),
+        Ok(Ok(())) => Ok(Store::from_backend(Arc::new(bridge), config)),
         Ok(Err(error)) => Err(error),
         Err(_) => Err(OpenError::Scylla("the driver thread stopped".to_string())),
     }

@@ -23,9 +23,9 @@ use crossbeam_channel::Receiver;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use wire::ObjectKey;
 
-use super::api::{Backend, Store};
-use super::bridge::{Bridge, Done, Op, Request, StoreFuture};
-use super::error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
+use super::api::Store;
+use super::bridge::{Bridge, Done, Op, Request};
+use super::error::{BackendError, OpenError};
 use super::membership::{self, MemberRow, MEMBERS_MAX};
 use super::record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
@@ -64,10 +64,6 @@ CREATE TABLE members (
 );
 ";
 
-struct SqliteBackend {
-    bridge: Bridge,
-}
-
 /// Opens (creating if needed) the SQLite store at `path` and starts its
 /// thread. Fails at once on a schema from another version.
 pub fn open_sqlite(
@@ -98,10 +94,7 @@ pub fn open_sqlite(
         .name("store-sqlite".to_string())
         .spawn(move || worker.run(receiver))
         .map_err(OpenError::Thread)?;
-    Ok(Store::from_backend(
-        Arc::new(SqliteBackend { bridge }),
-        config,
-    ))
+    Ok(Store::from_backend(Arc::new(bridge), config))
 }
 
 fn open_connection(path: &Path, config: &StoreConfig) -> Result<Connection, OpenError> {
@@ -168,27 +161,6 @@ fn ensure_schema(connection: &mut Connection, path: &Path) -> Result<(), OpenErr
         }
     }
     transaction.commit().map_err(sqlite)
-}
-
-impl Backend for SqliteBackend {
-    fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>> {
-        self.bridge.load(key)
-    }
-
-    fn write_batch(
-        &self,
-        writes: Vec<RecordWrite>,
-    ) -> StoreFuture<Result<Vec<WriteOutcome>, WriteError>> {
-        self.bridge.write_batch(writes)
-    }
-
-    fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>> {
-        self.bridge.upsert_member(row)
-    }
-
-    fn list_members(&self, now_ms: u64) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
-        self.bridge.list_members(now_ms)
-    }
 }
 
 struct Worker {
