@@ -11,17 +11,20 @@
 //! UNAVAILABLE rather than left to time out.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hashbrown::HashMap;
 use shards::{Mesh, SendError};
-use wire::client::{encode_error_body, ErrorCode as WireErrorCode, FrameKind};
-use wire::frame::{ArchivedMessage, FrameBuf, Message, RouterHead as WireHead};
+use wire::client::{encode_error_body, FrameKind};
+use wire::frame::{ArchivedMessage, FrameBuf, Message};
 use wire::{shard_of, ObjectKey};
 
+mod frames;
+mod replies;
+
+use self::frames::{decode_request, encode_request, error_code_from_wire, wire_error_code};
+use self::replies::{ReplyRoute, ReplyRoutes, REQUEST_CORE_SHIFT};
 use super::types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
     StoreFailure, StoreOp, StoreReply, StoreToken, Timer,
@@ -31,62 +34,7 @@ use crate::catalog::CoreCatalog;
 use crate::gateway::{GatewayHandle, PlayerPort};
 use crate::metrics::{CoreMetrics, RouterStats};
 use crate::services::{player, room, PLAYER_TYPE_ID, ROOM_TYPE_ID};
-use crate::store::{LoadError, NodeId, RouteVersion, Store, WriteError, WriteOutcome};
-
-/// Requests of one core waiting for their answer. Each is also in the
-/// gateway's in-flight table (bounded by `max_inflight` per session); this
-/// bound only guards the driver's own memory.
-pub const REPLY_ROUTES_MAX: usize = 1 << 20;
-
-/// Bits of a request sequence number below the index of the core that made
-/// it, so an answer finds its core without a shared table.
-const REQUEST_CORE_SHIFT: u32 = 48;
-
-/// Where the answer to one client request goes.
-#[derive(Clone, Copy, Debug)]
-struct ReplyRoute {
-    session_id: u64,
-    session_epoch: u32,
-    player_id: u64,
-    route_id: u32,
-    client_seq: u32,
-}
-
-/// The answers this core waits for, expired after the gateway's request
-/// timeout (the gateway has answered TIMEOUT by then).
-#[derive(Default)]
-struct ReplyRoutes {
-    routes: HashMap<u64, ReplyRoute>,
-    expiry: VecDeque<(u64, u64)>,
-    next_serial: u64,
-}
-
-impl ReplyRoutes {
-    fn insert(&mut self, core_id: usize, route: ReplyRoute, expires_ms: u64) -> Option<u64> {
-        if self.routes.len() >= REPLY_ROUTES_MAX {
-            return None;
-        }
-        self.next_serial = (self.next_serial + 1) & ((1 << REQUEST_CORE_SHIFT) - 1);
-        let seq = (core_id as u64) << REQUEST_CORE_SHIFT | self.next_serial;
-        self.routes.insert(seq, route);
-        self.expiry.push_back((expires_ms, seq));
-        Some(seq)
-    }
-
-    fn take(&mut self, seq: u64) -> Option<ReplyRoute> {
-        self.routes.remove(&seq)
-    }
-
-    fn expire(&mut self, now_ms: u64) {
-        while let Some(&(expires_ms, seq)) = self.expiry.front() {
-            if expires_ms > now_ms {
-                break;
-            }
-            self.expiry.pop_front();
-            self.routes.remove(&seq);
-        }
-    }
-}
+use crate::store::{LoadError, NodeId, Store, WriteError, WriteOutcome};
 
 /// What a driver needs from the node.
 pub struct DriverParts {
@@ -614,90 +562,6 @@ fn target_of(
     Some((key, route_id))
 }
 
-fn wire_error_code(code: ErrorCode) -> WireErrorCode {
-    WireErrorCode::from_u16(code as u16).unwrap_or(WireErrorCode::Internal)
-}
-
-fn error_code_from_wire(code: u16) -> ErrorCode {
-    match code {
-        4 => ErrorCode::AuthFailed,
-        5 => ErrorCode::BadRequest,
-        6 => ErrorCode::Overloaded,
-        7 => ErrorCode::Unavailable,
-        _ => ErrorCode::Internal,
-    }
-}
-
-fn encode_request(head: &RouterHead, request: &Request) -> Message {
-    let client = request.client;
-    Message::RouterRequest {
-        head: WireHead {
-            type_id: head.key.type_id,
-            zone_id: head.key.zone_id,
-            object_id: head.key.object_id,
-            route_version: head.route_version.0,
-            source_node: head.source_node.0,
-            transfer_ttl: head.transfer_ttl,
-        },
-        origin_node: request.id.origin_node.0,
-        request_seq: request.id.seq,
-        op: request.op,
-        needs_reply: u8::from(request.needs_reply),
-        has_client: u8::from(client.is_some()),
-        client_gateway_node: client.map_or(0, |c| c.gateway_node.0),
-        client_session_id: client.map_or(0, |c| c.session_id),
-        client_session_epoch: client.map_or(0, |c| c.session_epoch),
-        client_player_id: client.map_or(0, |c| c.player_id),
-        body: request.body.clone(),
-    }
-}
-
-fn decode_request(message: &ArchivedMessage) -> Option<(RouterHead, Request)> {
-    let ArchivedMessage::RouterRequest {
-        head,
-        origin_node,
-        request_seq,
-        op,
-        needs_reply,
-        has_client,
-        client_gateway_node,
-        client_session_id,
-        client_session_epoch,
-        client_player_id,
-        body,
-    } = message
-    else {
-        return None;
-    };
-    let head = RouterHead {
-        key: ObjectKey::new(
-            head.type_id.to_native(),
-            head.zone_id.to_native(),
-            head.object_id.to_native(),
-        ),
-        route_version: RouteVersion(head.route_version.to_native()),
-        source_node: NodeId(head.source_node.to_native()),
-        transfer_ttl: head.transfer_ttl.to_native(),
-    };
-    let client = (*has_client != 0).then(|| ClientRef {
-        gateway_node: NodeId(client_gateway_node.to_native()),
-        session_id: client_session_id.to_native(),
-        session_epoch: client_session_epoch.to_native(),
-        player_id: client_player_id.to_native(),
-    });
-    let request = Request {
-        id: RequestId {
-            origin_node: NodeId(origin_node.to_native()),
-            seq: request_seq.to_native(),
-        },
-        op: op.to_native(),
-        body: body.to_vec(),
-        client,
-        needs_reply: *needs_reply != 0,
-    };
-    Some((head, request))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -716,55 +580,5 @@ mod tests {
         assert_eq!((key, op), (room::room_key(7), room::OP_SAY));
         assert_eq!(target_of(&mut view, route::ROOM_SAY, 42, &[1, 2]), None);
         assert_eq!(target_of(&mut view, route::AUTH_LOGIN, 42, &[]), None);
-    }
-
-    #[test]
-    fn request_frames_round_trip() {
-        let head = RouterHead {
-            key: ObjectKey::new(2, 0, 42),
-            route_version: RouteVersion(3),
-            source_node: NodeId(1),
-            transfer_ttl: 2,
-        };
-        let request = Request {
-            id: RequestId {
-                origin_node: NodeId(1),
-                seq: 1 << REQUEST_CORE_SHIFT | 5,
-            },
-            op: player::OP_INCR,
-            body: 9i64.to_le_bytes().to_vec(),
-            client: Some(ClientRef {
-                gateway_node: NodeId(1),
-                session_id: 77,
-                session_epoch: 2,
-                player_id: 42,
-            }),
-            needs_reply: true,
-        };
-        let frame = FrameBuf::encode(&encode_request(&head, &request)).unwrap();
-        assert_eq!(decode_request(frame.message()), Some((head, request)));
-    }
-
-    #[test]
-    fn reply_routes_expire_and_bound() {
-        let mut routes = ReplyRoutes::default();
-        let route = ReplyRoute {
-            session_id: 1,
-            session_epoch: 1,
-            player_id: 1,
-            route_id: 10,
-            client_seq: 1,
-        };
-        let first = routes.insert(1, route, 100).unwrap();
-        let second = routes.insert(1, route, 200).unwrap();
-        assert_eq!(
-            first >> REQUEST_CORE_SHIFT,
-            1,
-            "the core is in the high bits"
-        );
-        routes.expire(150);
-        assert!(routes.take(first).is_none(), "expired");
-        assert!(routes.take(second).is_some());
-        assert!(routes.take(second).is_none(), "answered once");
     }
 }
