@@ -17,6 +17,7 @@
 mod check;
 mod clients;
 pub mod counter;
+mod faults;
 mod world;
 
 #[cfg(test)]
