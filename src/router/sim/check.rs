@@ -11,8 +11,10 @@ use crate::store::{CasVersion, NodeId, RouteVersion};
 
 #[derive(Default)]
 pub(super) struct Checker {
-    /// Highest route version seen per (node, incarnation, key).
-    route_versions: BTreeMap<(u64, u64, ObjectKey), RouteVersion>,
+    /// Route version seen per (node, incarnation, key), with the generation
+    /// of the check that saw it.
+    route_versions: BTreeMap<(u64, u64, ObjectKey), (RouteVersion, u64)>,
+    generation: u64,
     store_versions: BTreeMap<ObjectKey, RouteVersion>,
     /// Writes reported Applied to a node: (node, key, cas).
     applied: BTreeSet<(u64, ObjectKey, CasVersion)>,
@@ -39,33 +41,42 @@ impl Checker {
         if let Some(request) = self.double_reply {
             return Err(format!("request {request:?} answered twice"));
         }
-        let keys = (0..world.config.keys).map(|id| ObjectKey::new(COUNTER_TYPE_ID, 0, id));
-        for (key, record) in keys.filter_map(|key| Some((key, world.table.load(key)?))) {
+        // Each record is read once per check: the store side of the
+        // writable check below uses the same snapshot.
+        let mut store = BTreeMap::new();
+        for key in world.tracked_keys() {
+            let Some(record) = world.table.load(key) else {
+                continue;
+            };
             let seen = self.store_versions.entry(key).or_default();
             if record.route_version < *seen {
                 return Err(format!("store route version of {key:?} went down"));
             }
             *seen = record.route_version;
+            store.insert(key, (record.cas_version, record.owner_node));
         }
-        // A freed cache starts over: only entries present at both checks
-        // are compared.
-        let previous = std::mem::take(&mut self.route_versions);
+        // A freed cache starts over: only entries present at the previous
+        // check (stamped with its generation) are compared.
+        let previous = self.generation;
+        self.generation += 1;
         for (node, sim_node) in world.nodes.iter().filter(|(_, n)| n.up) {
             for core in &sim_node.cores {
                 for view in core.entries() {
                     let id = (*node, sim_node.incarnation, view.key);
-                    if previous
-                        .get(&id)
-                        .is_some_and(|seen| view.route_version < *seen)
-                    {
+                    let seen = self
+                        .route_versions
+                        .insert(id, (view.route_version, self.generation));
+                    if seen.is_some_and(|(version, generation)| {
+                        generation == previous && view.route_version < version
+                    }) {
                         return Err(format!(
                             "node {node}: route version of {:?} went down",
                             view.key
                         ));
                     }
-                    self.route_versions.insert(id, view.route_version);
                     if view.writable {
-                        self.check_writable(world, *node, view.key, view.cas_version)?;
+                        let stored = store.get(&view.key).copied();
+                        self.check_writable(stored, *node, view.key, view.cas_version)?;
                     }
                 }
             }
@@ -75,7 +86,7 @@ impl Checker {
 
     fn check_writable(
         &self,
-        world: &World,
+        stored: Option<(CasVersion, NodeId)>,
         node: u64,
         key: ObjectKey,
         cas: Option<CasVersion>,
@@ -90,11 +101,10 @@ impl Checker {
                 "node {node}: writable {key:?} at {cas:?} without an Applied write"
             ));
         }
-        if let Some(record) = world.table.load(key) {
-            if record.cas_version == cas && record.owner_node != NodeId(node) {
+        if let Some((cas_version, owner_node)) = stored {
+            if cas_version == cas && owner_node != NodeId(node) {
                 return Err(format!(
-                    "node {node}: writable {key:?} can commit but the store owner is {:?}",
-                    record.owner_node
+                    "node {node}: writable {key:?} can commit but the store owner is {owner_node:?}"
                 ));
             }
         }
@@ -105,7 +115,11 @@ impl Checker {
     /// positive, so it lies between the two sums).
     pub fn check_counters(&self, world: &World) -> Result<(), String> {
         let mut sums: BTreeMap<ObjectKey, (i64, i64)> = BTreeMap::new();
-        for op in world.ops.values() {
+        for op in world
+            .ops
+            .values()
+            .filter(|op| op.key.type_id == COUNTER_TYPE_ID)
+        {
             let sum = sums.entry(op.key).or_default();
             match op.fate {
                 Fate::Acked => sum.0 += op.delta,

@@ -26,18 +26,19 @@ impl World {
         let roll = self.rng.gen_range(0..100);
         let faults = self.faults;
         match roll {
-            0..=54 if !up.is_empty() => {
+            0..=29 if !up.is_empty() => {
                 let origin = up[self.rng.gen_range(0..up.len())];
                 let key = self.random_key();
                 let delta = self.rng.gen_range(1..=5);
                 self.submit(origin, key, OP_ADD, delta, false);
             }
-            55..=69 if !up.is_empty() => {
+            30..=39 if !up.is_empty() => {
                 let origin = up[self.rng.gen_range(0..up.len())];
                 let key = self.random_key();
                 self.submit(origin, key, OP_GET, 0, false);
             }
-            70..=84 => self.random_transfer(),
+            40..=74 => self.room_step(),
+            75..=84 => self.random_transfer(),
             85..=88 if faults => self.crash_random(),
             89..=91 if faults => self.restart_random(),
             92..=93 if faults => self.shutdown_random(),
@@ -55,7 +56,8 @@ impl World {
     }
 
     pub(super) fn random_transfer(&mut self) {
-        let key = self.random_key();
+        let keys: Vec<ObjectKey> = self.tracked_keys().collect();
+        let key = keys[self.rng.gen_range(0..keys.len())];
         let core = self.core_of(key);
         let holder = self.nodes.iter().find_map(|(id, n)| {
             let writable = n.up

@@ -12,14 +12,26 @@
 //! - the router emits at most one answer per request;
 //! - at the end: no acknowledged `on_write` increment is lost, none counted
 //!   twice (final = acked + a subset of unacknowledged deltas), and in a calm
-//!   phase after the faults every request gets a successful answer.
+//!   phase after the faults every request gets a successful answer;
+//! - the real `player` and `room` services run beside the counter: logins
+//!   with fresh sessions, joins, leaves and says. Every push goes to a
+//!   session that player bound, belongs to a say, at most once per player;
+//!   a say answered Ok(n) pushed exactly n times; no push goes to a player
+//!   certainly out of the room (`room_model.rs` says what is certain under
+//!   faults); in the calm phase a say reaches exactly the members, each on
+//!   its newest session.
 
 mod check;
 mod clients;
 pub mod counter;
+mod faults;
+mod phases;
+mod room_model;
+mod room_ops;
 mod world;
 
 #[cfg(test)]
 mod tests;
 
+pub use room_model::RoomStats;
 pub use world::{run, SimConfig, SimReport};

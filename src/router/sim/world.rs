@@ -7,13 +7,16 @@ use rand::{Rng, SeedableRng};
 use wire::{shard_of, ObjectKey};
 
 use super::check::Checker;
-use super::counter::{CounterType, COUNTER_TYPE_ID, OP_ADD};
-use crate::config::{Persist, RouterConfig};
+use super::counter::{CounterType, OP_ADD};
+use super::room_model::{RoomModel, RoomOp, RoomStats, PLAYERS};
+use crate::config::{DuplicateLogin, Persist, RouterConfig};
 use crate::router::{
-    Effect, NodeMessage, Outcome, Request, RequestId, RouterCore, RouterHead, StoreFailure,
-    StoreOp, StoreReply, StoreToken, Timer,
+    ClientRef, Effect, NodeMessage, Outcome, Request, RequestId, RouterCore, RouterHead, StoreOp,
+    StoreReply, StoreToken, Timer,
 };
-use crate::store::{MemoryTable, NodeId, RecordWrite, WriteOutcome};
+use crate::services::player::PlayerType;
+use crate::services::room::RoomType;
+use crate::store::{MemoryTable, NodeId, RecordWrite};
 
 /// The shape of one simulated run.
 #[derive(Clone, Debug)]
@@ -61,20 +64,11 @@ pub struct SimReport {
     pub transfers: u64,
     pub store_faults: u64,
     pub dropped_messages: u64,
+    pub rooms: RoomStats,
+    pub events: u64,
 }
 
-/// How the fake store treats one write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WriteFate {
-    Normal,
-    Busy,
-    IndeterminateApplied,
-    IndeterminateNotApplied,
-    /// Answered Indeterminate now, applied (if its CAS still holds) later.
-    IndeterminateLate,
-}
-
-enum Event {
+pub(super) enum Event {
     Deliver {
         to: u64,
         from: u64,
@@ -138,11 +132,20 @@ pub(super) struct ClientOp {
     pub calm: bool,
 }
 
+/// One request as a gateway hands it to its node's router.
+pub(super) struct Submission {
+    pub origin: u64,
+    pub key: ObjectKey,
+    pub op: u32,
+    pub body: Vec<u8>,
+    pub client: Option<ClientRef>,
+}
+
 pub(super) struct World {
     pub config: SimConfig,
     pub rng: SmallRng,
     pub now_ms: u64,
-    queue: BTreeMap<(u64, u64), Event>,
+    pub(super) queue: BTreeMap<(u64, u64), Event>,
     pub(super) next_event: u64,
     pub nodes: BTreeMap<u64, SimNode>,
     pub table: MemoryTable,
@@ -151,6 +154,10 @@ pub(super) struct World {
     pub ops: BTreeMap<RequestId, ClientOp>,
     pub(super) next_seq: u64,
     pub checker: Checker,
+    pub rooms: RoomModel,
+    /// Persistence of the player and room types in this run (the counter is
+    /// always `on_write`: its check needs it).
+    pub services_persist: (Persist, Persist),
     pub report: SimReport,
 }
 
@@ -160,15 +167,27 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<SimReport, String> {
     world
         .run()
         .map_err(|error| format!("seed {seed}: {error}"))?;
+    world.report.rooms = world.rooms.stats;
     Ok(world.report)
 }
 
 impl World {
     pub(super) fn new(seed: u64, config: SimConfig) -> World {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut persist = || {
+            if rng.gen_bool(0.5) {
+                Persist::OnWrite
+            } else {
+                Persist::Interval
+            }
+        };
+        let services_persist = (persist(), persist());
+        let mut rooms = RoomModel::default();
+        rooms.leaves_durable = services_persist.1 == Persist::OnWrite || !config.faults;
         let mut world = World {
             faults: config.faults,
             config,
-            rng: SmallRng::seed_from_u64(seed),
+            rng,
             now_ms: 0,
             queue: BTreeMap::new(),
             next_event: 0,
@@ -178,6 +197,8 @@ impl World {
             ops: BTreeMap::new(),
             next_seq: 0,
             checker: Checker::default(),
+            rooms,
+            services_persist,
             report: SimReport::default(),
         };
         for node in 1..=world.config.nodes {
@@ -200,19 +221,23 @@ impl World {
     }
 
     pub(super) fn check(&mut self) -> Result<(), String> {
+        if let Some(error) = self.rooms.error() {
+            return Err(error.to_string());
+        }
         let mut checker = std::mem::take(&mut self.checker);
         let result = checker.check(self);
         self.checker = checker;
         result
     }
 
-    fn schedule(&mut self, at_ms: u64, event: Event) {
+    pub(super) fn schedule(&mut self, at_ms: u64, event: Event) {
         self.next_event += 1;
         self.queue.insert((at_ms, self.next_event), event);
     }
 
     /// Processes the next event; false when none is left.
     pub(super) fn next_step(&mut self) -> Result<bool, String> {
+        self.report.events += 1;
         let Some(((at_ms, _), event)) = self.queue.pop_first() else {
             return Ok(false);
         };
@@ -230,6 +255,14 @@ impl World {
                     RouterCore::new(NodeId(node), self.config.router.clone(), seed, now_ms);
                 router.register(Box::new(CounterType {
                     persist: Persist::OnWrite,
+                }));
+                router.register(Box::new(PlayerType {
+                    persist: self.services_persist.0,
+                    duplicate_login: DuplicateLogin::KickOld,
+                }));
+                router.register(Box::new(RoomType {
+                    persist: self.services_persist.1,
+                    members_max: PLAYERS as usize,
                 }));
                 router
             })
@@ -391,6 +424,7 @@ impl World {
                 ),
                 Effect::Reply { request, outcome } => {
                     self.checker.reply_produced(request);
+                    self.rooms.replied(request, &outcome);
                     let origin = request.origin_node.0;
                     if origin != node && !self.link_ok(node, origin) {
                         self.report.dropped_messages += 1;
@@ -405,139 +439,15 @@ impl World {
                         };
                     self.schedule(at, Event::Answer { request, outcome });
                 }
-                Effect::Push { .. } | Effect::Kick { .. } => {}
+                Effect::Push {
+                    client,
+                    route_id,
+                    body,
+                } => self.rooms.push(client, route_id, &body),
+                Effect::Kick { client } => self.rooms.kick(client),
             }
         }
-    }
-
-    /// Whether a message from `a` to `b` gets through (faults drop some).
-    pub(super) fn link_ok(&mut self, a: u64, b: u64) -> bool {
-        if self.partitions.contains(&(a.min(b), a.max(b))) {
-            return false;
-        }
-        !(self.faults && self.rng.gen_range(0..100) < 3)
-    }
-
-    pub(super) fn send(&mut self, from: u64, to: u64, message: NodeMessage) {
-        if !self.link_ok(from, to) {
-            self.report.dropped_messages += 1;
-            return;
-        }
-        // Delays up to 20 ms reorder messages. Requests are never duplicated:
-        // node links are TCP and requests are not idempotent; the other
-        // messages are, and are sometimes delivered twice.
-        let duplicate = self.faults
-            && !matches!(message, NodeMessage::Routed { .. })
-            && self.rng.gen_range(0..100) < 3;
-        if duplicate {
-            let at = self.now_ms + self.rng.gen_range(1..=20);
-            self.schedule(
-                at,
-                Event::Deliver {
-                    to,
-                    from,
-                    message: message.clone(),
-                },
-            );
-        }
-        let at = self.now_ms + self.rng.gen_range(1..=20);
-        self.schedule(at, Event::Deliver { to, from, message });
-    }
-
-    fn write_fate(&mut self) -> WriteFate {
-        if !self.faults {
-            return WriteFate::Normal;
-        }
-        match self.rng.gen_range(0..100) {
-            0..=2 => WriteFate::Busy,
-            3..=4 => WriteFate::IndeterminateApplied,
-            5..=6 => WriteFate::IndeterminateNotApplied,
-            7 => WriteFate::IndeterminateLate,
-            _ => WriteFate::Normal,
-        }
-    }
-
-    /// Applies one write under a random fate; `None`: refused as busy,
-    /// nothing applied.
-    pub(super) fn write_one(&mut self, node: u64, write: &RecordWrite) -> Option<WriteOutcome> {
-        let fate = self.write_fate();
-        if fate != WriteFate::Normal {
-            self.report.store_faults += 1;
-        }
-        match fate {
-            WriteFate::Normal => {
-                let outcome = self.table.write(write);
-                if let WriteOutcome::Applied(cas) = outcome {
-                    self.checker.applied(node, write.key, cas);
-                }
-                Some(outcome)
-            }
-            WriteFate::Busy => None,
-            WriteFate::IndeterminateApplied => {
-                self.table.write(write);
-                Some(WriteOutcome::Indeterminate)
-            }
-            WriteFate::IndeterminateNotApplied => Some(WriteOutcome::Indeterminate),
-            WriteFate::IndeterminateLate => {
-                let at = self.now_ms + self.rng.gen_range(20..=200);
-                self.schedule(
-                    at,
-                    Event::LateApply {
-                        write: write.clone(),
-                    },
-                );
-                Some(WriteOutcome::Indeterminate)
-            }
-        }
-    }
-
-    pub(super) fn store_apply(
-        &mut self,
-        node: u64,
-        incarnation: u64,
-        core: u32,
-        token: StoreToken,
-        op: StoreOp,
-    ) {
-        let reply = match op {
-            StoreOp::Load(key) => {
-                if self.faults && self.rng.gen_range(0..100) < 4 {
-                    self.report.store_faults += 1;
-                    let busy = self.rng.gen_bool(0.5);
-                    StoreReply::Failed(if busy {
-                        StoreFailure::Busy
-                    } else {
-                        StoreFailure::Failed
-                    })
-                } else {
-                    StoreReply::Loaded(self.table.load(key))
-                }
-            }
-            StoreOp::Write(write) => match self.write_one(node, &write) {
-                Some(outcome) => StoreReply::Written(outcome),
-                None => StoreReply::Failed(StoreFailure::Busy),
-            },
-            StoreOp::WriteBatch(writes) => StoreReply::WrittenBatch(
-                writes
-                    .iter()
-                    .map(|w| {
-                        self.write_one(node, w)
-                            .unwrap_or(WriteOutcome::Indeterminate)
-                    })
-                    .collect(),
-            ),
-        };
-        let at = self.now_ms + self.rng.gen_range(1..=10);
-        self.schedule(
-            at,
-            Event::StoreReply {
-                node,
-                incarnation,
-                core,
-                token,
-                reply,
-            },
-        );
+        self.rooms.settle();
     }
 
     pub(super) fn answer(&mut self, request: RequestId, outcome: Outcome) {
@@ -563,135 +473,83 @@ impl World {
         }
     }
 
+    /// A counter request (`OP_ADD` adds `delta`).
     pub(super) fn submit(&mut self, origin: u64, key: ObjectKey, op: u32, delta: i64, calm: bool) {
+        let (body, delta) = if op == OP_ADD {
+            (delta.to_le_bytes().to_vec(), delta)
+        } else {
+            (Vec::new(), 0)
+        };
+        let submission = Submission {
+            origin,
+            key,
+            op,
+            body,
+            client: None,
+        };
+        self.submit_request(submission, delta, calm, None);
+    }
+
+    /// Sends one client request through its gateway node `origin`; the
+    /// services model follows it when `room_op` (with a say's room) is given.
+    pub(super) fn submit_request(
+        &mut self,
+        submission: Submission,
+        delta: i64,
+        calm: bool,
+        room_op: Option<(RoomOp, u64)>,
+    ) -> RequestId {
+        let id = self.next_request_id(submission.origin);
+        let op = ClientOp {
+            key: submission.key,
+            delta,
+            fate: Fate::Pending,
+            calm,
+        };
+        self.ops.insert(id, op);
+        if let Some((room_op, say_room)) = room_op {
+            self.rooms.sent(id, room_op, say_room);
+        }
+        self.report.requests += 1;
+        if self.incarnation(submission.origin).is_none() {
+            self.lose(id);
+            return id;
+        }
+        self.deliver_request(submission, id, true);
+        id
+    }
+
+    /// A one-way request: nobody waits for an answer.
+    pub(super) fn notify(&mut self, submission: Submission) {
+        let id = self.next_request_id(submission.origin);
+        self.deliver_request(submission, id, false);
+    }
+
+    fn next_request_id(&mut self, origin: u64) -> RequestId {
         self.next_seq += 1;
-        let id = RequestId {
+        RequestId {
             origin_node: NodeId(origin),
             seq: self.next_seq,
-        };
-        let body = if op == OP_ADD {
-            delta.to_le_bytes().to_vec()
-        } else {
-            Vec::new()
-        };
-        let delta = if op == OP_ADD { delta } else { 0 };
-        self.ops.insert(
-            id,
-            ClientOp {
-                key,
-                delta,
-                fate: Fate::Pending,
-                calm,
-            },
-        );
-        self.report.requests += 1;
-        if self.incarnation(origin).is_none() {
-            self.lose(id);
-            return;
         }
+    }
+
+    fn deliver_request(&mut self, submission: Submission, id: RequestId, needs_reply: bool) {
+        let Submission {
+            origin,
+            key,
+            op,
+            body,
+            client,
+        } = submission;
         let request = Request {
             id,
             op,
             body,
-            client: None,
-            needs_reply: true,
+            client,
+            needs_reply,
         };
         let head = RouterHead::local(key, NodeId(origin));
         let core = self.core_of(key);
         self.on_core(origin, core, |c, now| c.on_request(now, head, request));
-    }
-
-    /// Runs events until `until_ms`, checking after each.
-    pub(super) fn run_until(&mut self, until_ms: u64) -> Result<(), String> {
-        while self
-            .queue
-            .first_key_value()
-            .is_some_and(|((at, _), _)| *at <= until_ms)
-        {
-            self.next_step()?;
-            self.check()?;
-        }
-        self.now_ms = self.now_ms.max(until_ms);
-        Ok(())
-    }
-
-    /// Faults off, partitions healed, every node up; after the old locks
-    /// expire, every request must succeed.
-    pub(super) fn calm_phase(&mut self) -> Result<(), String> {
-        self.faults = false;
-        self.partitions.clear();
-        // Shutdowns in progress end (by their deadline at the latest) first.
-        let until = self.now_ms + 3_000;
-        while self.nodes.values().any(|n| n.shutting_down) && self.now_ms < until {
-            if !self.next_step()? {
-                break;
-            }
-            self.check()?;
-        }
-        let down: Vec<u64> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| !n.up)
-            .map(|(id, _)| *id)
-            .collect();
-        for node in down {
-            let incarnation = self.nodes[&node].incarnation + 1;
-            self.start_node(node, incarnation);
-        }
-        let settle = self.now_ms + self.config.router.object_free_timeout_ms * 2;
-        self.run_until(settle)?;
-        for object_id in 0..self.config.keys {
-            let key = ObjectKey::new(COUNTER_TYPE_ID, 0, object_id);
-            for origin in 1..=self.config.nodes {
-                self.submit(origin, key, OP_ADD, 1, true);
-            }
-        }
-        let until = self.now_ms + 2_000;
-        self.run_until(until)?;
-        for (id, op) in &self.ops {
-            if op.calm && op.fate != Fate::Acked {
-                if std::env::var("ROUTERD_SIM_DEBUG").is_ok() {
-                    eprintln!("store {:?}", self.table.load(op.key));
-                    for (node, n) in &self.nodes {
-                        for (c, core) in n.cores.iter().enumerate() {
-                            for v in core.entries().filter(|v| v.key == op.key) {
-                                eprintln!("node {node} core {c} {v:?} {:?}", core.counters());
-                            }
-                        }
-                    }
-                    eprintln!("now {}", self.now_ms);
-                    for (id, n) in &self.nodes {
-                        eprintln!(
-                            "node {id} up {} shutting {} inc {}",
-                            n.up, n.shutting_down, n.incarnation
-                        );
-                    }
-                }
-                return Err(format!(
-                    "calm request {id:?} for {:?} ended {:?}",
-                    op.key, op.fate
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Every node shuts down cleanly; then the store holds each counter.
-    pub(super) fn final_check(&mut self) -> Result<(), String> {
-        let nodes: Vec<u64> = self.nodes.keys().copied().collect();
-        for node in nodes {
-            if let Some(sim_node) = self.nodes.get_mut(&node) {
-                sim_node.shutting_down = true;
-            }
-            for core in 0..self.config.cores {
-                self.on_core(node, core, |c, now| c.shutdown(now, 2_000));
-            }
-        }
-        let until = self.now_ms + 5_000;
-        self.run_until(until)?;
-        if let Some((id, _)) = self.nodes.iter().find(|(_, n)| n.up) {
-            return Err(format!("node {id} did not finish its shutdown"));
-        }
-        self.checker.check_counters(self)
     }
 }
