@@ -34,7 +34,10 @@ fn idle_objects_are_saved_degraded_and_their_caches_freed() {
         counter_of(&client.call(route::PLAYER_INCR, 2, &5i64.to_le_bytes())),
         5
     );
-    assert_eq!(node.metric("routerd_router_objects"), 1);
+    // Gauges are recomputed periodically, so wait for them.
+    wait_until(&node, "the object gauge", |n| {
+        n.metric("routerd_router_objects") == 1
+    });
 
     // Periodic saves happen while the object lives.
     wait_until(&node, "a periodic save", |n| {
@@ -42,15 +45,18 @@ fn idle_objects_are_saved_degraded_and_their_caches_freed() {
     });
     // Left alone, it is saved and degraded, and its cache freed after.
     wait_until(&node, "degradation", |n| {
-        n.metric("routerd_router_objects") == 0
+        n.metric("routerd_router_degrades_total") == 1
     });
     wait_until(&node, "cache cleanup", |n| {
-        n.metric("routerd_router_caches") == 0
+        n.metric("routerd_router_caches_freed_total") == 1
     });
-    assert_eq!(node.metric("routerd_router_degrades_total"), 1);
-    assert_eq!(node.metric("routerd_router_caches_freed_total"), 1);
+    wait_until(&node, "empty gauges", |n| {
+        n.metric("routerd_router_objects") == 0 && n.metric("routerd_router_caches") == 0
+    });
 
     // The next request loads it back with its state.
     assert_eq!(counter_of(&client.call(route::PLAYER_GET, 3, b"")), 5);
-    assert_eq!(node.metric("routerd_router_objects"), 1);
+    wait_until(&node, "the reload", |n| {
+        n.metric("routerd_router_objects") == 1
+    });
 }

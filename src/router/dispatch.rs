@@ -254,17 +254,19 @@ fn run_handler(
     let mut out = HandlerOutput::default();
     object.state.handle(key, &waiter.request, &mut out);
     ctx.counters.handled_total += 1;
-    if !out.mutated {
+    if out.mutated {
+        object.dirty = true;
+    }
+    if kind.persist() != Persist::OnWrite || (!out.mutated && object.held.is_empty()) {
         release(ctx, waiter.request, out);
         return;
     }
-    object.dirty = true;
-    if kind.persist() != Persist::OnWrite {
-        release(ctx, waiter.request, out);
-        return;
+    // An on_write mutation waits for its save; so does a read gathered
+    // after one (it saw state that is not durable yet), in order.
+    object.held.push((waiter.request, out));
+    if !entry.gathering {
+        start_save(ctx, key, entry, now_ms, false);
     }
-    object.held = Some((waiter.request, out));
-    start_save(ctx, key, entry, now_ms, false);
 }
 
 /// Emits a handler's output.

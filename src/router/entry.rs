@@ -54,8 +54,12 @@ pub(crate) struct Writable {
     /// Changed since the last applied save.
     pub dirty: bool,
     pub last_save_ms: u64,
-    /// Output of an on_write mutation, released when its save applies.
-    pub held: Option<(Request, HandlerOutput)>,
+    /// Outputs of on_write requests, in arrival order, released together
+    /// when the save covering them applies (all abandoned if it does not).
+    /// Non-empty only while that save is in flight, or while `finish_io`
+    /// gathers the requests that waited for the previous one; bounded by
+    /// one plus `pending_queue_max` (the waiters a batch can hold).
+    pub held: Vec<(Request, HandlerOutput)>,
 }
 
 pub(crate) struct Transferring {
@@ -92,6 +96,10 @@ pub(crate) struct Entry {
     pub claiming: Option<Box<dyn ObjectState>>,
     /// What the write in flight will make true once applied.
     pub pending_write: Option<PendingWrite>,
+    /// Set while `finish_io` re-runs an on_write object's waiters: their
+    /// mutations share ONE save started after the last of them (per-object
+    /// group commit) instead of one save, and one commit, per request.
+    pub gathering: bool,
 }
 
 /// The route and lock a write in flight persists.
@@ -119,6 +127,7 @@ impl Entry {
             pull_retries: 0,
             claiming: None,
             pending_write: None,
+            gathering: false,
         }
     }
 

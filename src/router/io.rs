@@ -4,10 +4,11 @@ use rand::Rng;
 use wire::ObjectKey;
 
 use super::core::{Ctx, Manager, RouterCore, StoreWait};
-use super::dispatch::{abandon, dispatch_entry, lock_expired, release};
+use super::dispatch::{abandon, dispatch_entry, lock_expired, release, start_save};
 use super::entry::{Entry, Io, PendingWrite, Writable};
 use super::object::{ObjectState, ObjectType};
 use super::types::{ErrorCode, StoreFailure, StoreOp, StoreReply, StoreToken, Timer};
+use crate::config::Persist;
 use crate::store::{CasVersion, RecordWrite, RouteRecord, WriteCondition, WriteOutcome};
 
 impl RouterCore {
@@ -91,9 +92,30 @@ pub(crate) fn finish_io(
     entry.pending_write = None;
     entry.claiming = None;
     let waiters = std::mem::take(&mut entry.io_waiters);
+    // The waiters of an on_write object run one after the other on the
+    // writable state with no IO between them, and their mutations are
+    // saved together below: the store commits each object once per round
+    // trip whatever the pipelining, instead of once per request.
+    entry.gathering = entry.is_writable() && kind.persist() == Persist::OnWrite;
     for mut waiter in waiters {
         waiter.fresh_pull = fresh_pull;
         dispatch_entry(ctx, kind, key, entry, now_ms, waiter);
+    }
+    entry.gathering = false;
+    let gathered = entry.object.as_ref().is_some_and(|o| !o.held.is_empty());
+    if gathered {
+        if entry.io.is_none() {
+            start_save(ctx, key, entry, now_ms, false);
+        } else {
+            // Unreachable: while gathering every waiter ran on the writable
+            // object, which starts no IO. Should it happen, the held
+            // requests are still answered exactly once.
+            debug_assert!(false, "IO started while gathering on_write outputs");
+            let held = entry.object.as_mut().map(|o| std::mem::take(&mut o.held));
+            for (request, _) in held.into_iter().flatten() {
+                abandon(ctx, request);
+            }
+        }
     }
     if entry.io.is_none() {
         if let Some((target, need_notify)) = entry.queued_transfer.take() {
@@ -232,7 +254,7 @@ pub(crate) fn become_writable(
         state,
         dirty: false,
         last_save_ms: now_ms,
-        held: None,
+        held: Vec::new(),
     });
 }
 
@@ -299,7 +321,11 @@ fn save_reply(
     degrade: bool,
     reply: StoreReply,
 ) {
-    let held = entry.object.as_mut().and_then(|object| object.held.take());
+    let held = entry
+        .object
+        .as_mut()
+        .map(|object| std::mem::take(&mut object.held))
+        .unwrap_or_default();
     match reply {
         StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
             let pending = entry
@@ -318,7 +344,7 @@ fn save_reply(
                 entry.last_refresh_ms = Some(now_ms);
                 ctx.counters.degrades_total += 1;
             }
-            if let Some((request, out)) = held {
+            for (request, out) in held {
                 release(ctx, request, out);
             }
         }
@@ -327,7 +353,7 @@ fn save_reply(
             // becomes a cache, and a held mutation is not acknowledged.
             entry.downgrade();
             after_failed_write(ctx, entry, now_ms, &outcome);
-            if let Some((request, _)) = held {
+            for (request, _) in held {
                 abandon(ctx, request);
             }
         }
@@ -335,9 +361,11 @@ fn save_reply(
             // Not applied, ownership unchanged. A held on_write mutation is
             // in memory only: drop the copy so the next access reloads the
             // durable state. An interval object stays and saves again later.
-            if let Some((request, _)) = held {
+            if !held.is_empty() {
                 entry.downgrade();
-                abandon(ctx, request);
+                for (request, _) in held {
+                    abandon(ctx, request);
+                }
             } else if let Some(object) = entry.object.as_mut() {
                 object.dirty = true;
             }

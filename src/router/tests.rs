@@ -675,3 +675,75 @@ fn sweep_saves_degrades_idle_objects_and_frees_idle_caches() {
     assert_eq!(h.core(1).gauges(), (0, 0, 0));
     assert_eq!(h.core(1).counters().caches_freed_total, 1);
 }
+
+/// Pulls the single store write out of `effects`, failing on anything else.
+fn only_save(effects: Vec<Effect>) -> (StoreToken, StoreOp) {
+    let mut saves = effects.into_iter().filter_map(|effect| match effect {
+        Effect::Store { token, op } => Some((token, op)),
+        _ => None,
+    });
+    let save = saves.next().expect("a save");
+    assert!(saves.next().is_none(), "exactly one save");
+    save
+}
+
+#[test]
+fn on_write_mutations_queued_behind_a_save_share_the_next_save() {
+    let mut h = Harness::new(1, Persist::OnWrite);
+    claim_on_default(&mut h, 1);
+    let saves_before = h.core(1).counters().saves_total;
+    let first = h.request(1, OP_ADD, add(1));
+    let (token, op) = only_save(h.core(1).drain_effects().collect());
+    // Pipelined behind the first save: two increments and a read between.
+    let second = h.request(1, OP_ADD, add(10));
+    let get = h.request(1, OP_GET, Vec::new());
+    let third = h.request(1, OP_ADD, add(100));
+    assert!(h.core(1).drain_effects().next().is_none(), "queued, no IO");
+    let reply = answer(&mut h.table, op);
+    h.core(1).on_store_reply(0, token, reply);
+    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    assert_eq!(replies(&effects), vec![(first, Ok(add(6)))]);
+    // One save carries both queued increments; nothing of them (the read
+    // included: it saw 16) is answered before it applies.
+    let (token, op) = only_save(effects);
+    let reply = answer(&mut h.table, op);
+    h.core(1).on_store_reply(0, token, reply);
+    let effects = h.settle(1, 0);
+    assert_eq!(
+        replies(&effects),
+        vec![
+            (second, Ok(add(16))),
+            (get, Ok(add(16))),
+            (third, Ok(add(116)))
+        ]
+    );
+    assert_eq!(h.core(1).counters().saves_total, saves_before + 2);
+}
+
+#[test]
+fn on_write_gathered_save_indeterminate_answers_every_held_request_once() {
+    let mut h = Harness::new(1, Persist::OnWrite);
+    claim_on_default(&mut h, 1);
+    let first = h.request(1, OP_ADD, add(1));
+    let (token, op) = only_save(h.core(1).drain_effects().collect());
+    let second = h.request(1, OP_ADD, add(10));
+    let get = h.request(1, OP_GET, Vec::new());
+    let reply = answer(&mut h.table, op);
+    h.core(1).on_store_reply(0, token, reply);
+    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    assert_eq!(replies(&effects), vec![(first, Ok(add(6)))]);
+    let (token, _) = only_save(effects);
+    h.core(1)
+        .on_store_reply(0, token, StoreReply::Written(WriteOutcome::Indeterminate));
+    let effects = h.settle(1, 0);
+    assert_eq!(
+        replies(&effects),
+        vec![
+            (second, Err(ErrorCode::Unavailable)),
+            (get, Err(ErrorCode::Unavailable))
+        ]
+    );
+    // The durable state is the first increment's: 5 + 1.
+    let read = h.request(1, OP_GET, Vec::new());
+    assert_eq!(replies(&h.settle(1, 0)), vec![(read, Ok(add(6)))]);
+}

@@ -36,6 +36,12 @@ use crate::metrics::{CoreMetrics, RouterStats};
 use crate::services::{player, room, PLAYER_TYPE_ID, ROOM_TYPE_ID};
 use crate::store::{LoadError, NodeId, Store, WriteError, WriteOutcome};
 
+/// How often the router gauges (objects, caches, queued requests) are
+/// recomputed for `/metrics`. Counting them walks every entry of the core,
+/// so it runs on this period, not per request (which made each request
+/// O(entries)); the gauges are at most this stale. Counters stay exact.
+const GAUGES_MIRROR_INTERVAL: Duration = Duration::from_millis(250);
+
 /// What a driver needs from the node.
 pub struct DriverParts {
     pub node: NodeId,
@@ -106,6 +112,18 @@ impl RouterDriver {
         }));
         // RouterCore::new queued its first sweep timer.
         driver.perform_effects();
+        driver.mirror_gauges();
+        let weak = Rc::downgrade(&driver.0);
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(GAUGES_MIRROR_INTERVAL).await;
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                RouterDriver(inner).mirror_gauges();
+            }
+        })
+        .detach();
         driver
     }
 
@@ -415,14 +433,21 @@ impl RouterDriver {
         };
     }
 
-    fn mirror_metrics(&self) {
-        let core = self.inner().core.borrow();
-        let counters = core.counters();
-        let (objects, caches, queued) = core.gauges();
+    /// The gauges: a walk over every entry, so periodic (see
+    /// `GAUGES_MIRROR_INTERVAL`).
+    fn mirror_gauges(&self) {
+        let (objects, caches, queued) = self.inner().core.borrow().gauges();
         let stats: &RouterStats = &self.inner().metrics.router;
         stats.objects.set(objects as i64);
         stats.caches.set(caches as i64);
         stats.pending.set(queued as i64);
+    }
+
+    /// The counters: a few field copies, after every batch of effects.
+    fn mirror_metrics(&self) {
+        let core = self.inner().core.borrow();
+        let counters = core.counters();
+        let stats: &RouterStats = &self.inner().metrics.router;
         stats.saves.mirror(counters.saves_total);
         stats.cas_conflicts.mirror(counters.cas_conflicts_total);
         stats.forwards.mirror(counters.forwards_total);
