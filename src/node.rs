@@ -127,11 +127,19 @@ impl Node {
                 ready: ready.clone(),
                 metrics: Arc::new(metrics),
             },
-        )
-        .map_err(|source| NodeError::AdminBind {
-            address: config.admin.listen,
-            source,
-        })?;
+        );
+        let admin = match admin {
+            Ok(admin) => admin,
+            Err(source) => {
+                // The cores are up: stop them rather than leave them behind.
+                shutdown.trigger();
+                let _ = runtime.join();
+                return Err(NodeError::AdminBind {
+                    address: config.admin.listen,
+                    source,
+                });
+            }
+        };
         if let Err(error) = runtime.wait_ready(READY_TIMEOUT) {
             shutdown.trigger();
             let _ = runtime.join();

@@ -150,3 +150,19 @@ fn token_verifies_with_the_configured_secret() {
     );
     assert!(wire::token::verify(b"other", token.trim().as_bytes(), now).is_err());
 }
+
+#[test]
+fn a_taken_admin_port_fails_start_up_cleanly() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut config = routerd::config::Config::default();
+    config.cores.count = 1;
+    config.cores.io_memory_bytes = 256 * 1024;
+    config.gateway.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin.listen = taken.local_addr().unwrap();
+    config.store.backend = routerd::config::StoreBackend::Memory;
+    let error = match routerd::node::Node::start(config) {
+        Ok(_) => panic!("the admin port is taken"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("admin"), "{error}");
+}
