@@ -302,7 +302,21 @@ impl RouterDriver {
                 "logged in elsewhere",
             ),
             Effect::SendToNode { node, message } => self.unroutable(node, message),
+            Effect::FlushSavesAfterBatch => self.flush_after_batch(),
         }
+    }
+
+    /// Starts the held on_write saves once the task delivering the current
+    /// batch (a connection's read of pipelined frames, a store reply) has
+    /// yielded: a spawned task runs after it, so every request of that
+    /// batch shares its object's save.
+    fn flush_after_batch(&self) {
+        let driver = self.clone();
+        glommio::spawn_local(async move {
+            driver.inner().core.borrow_mut().on_flush(now_ms());
+            driver.perform_effects();
+        })
+        .detach();
     }
 
     /// No link to `node` exists yet: a request in the message is answered
