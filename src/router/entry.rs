@@ -58,8 +58,9 @@ pub(crate) struct Writable {
     /// when the save covering them applies (all abandoned if it does not).
     /// Non-empty while that save is in flight, or from the first of them
     /// until `on_flush` starts it (the key is then in `Ctx::flush_keys`).
-    /// Bounded: between two flushes only one batch of events runs against
-    /// the object, and a save in flight queues requests (bounded) instead.
+    /// Bounded by the requests in flight: those a batch of events delivers
+    /// before its flush (a driver bounds its outstanding requests), then
+    /// the waiters of a save in flight (`pending_queue_max`).
     pub held: Vec<(Request, HandlerOutput)>,
 }
 
