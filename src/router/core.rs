@@ -84,6 +84,10 @@ pub(crate) struct Ctx {
     pub next_transfer_id: u64,
     pub entries_total: usize,
     pub shutdown: Option<ShutdownState>,
+    /// on_write objects whose held outputs wait for `on_flush` to start
+    /// their save. At most one per entry, so bounded by
+    /// `entries_max_per_core`; a set, so a key appears once.
+    pub flush_keys: BTreeSet<ObjectKey>,
 }
 
 pub(crate) struct Manager {
@@ -125,6 +129,15 @@ impl Ctx {
 
     pub fn arm(&mut self, at_ms: u64, timer: Timer) {
         self.effects.push(Effect::ArmTimer { at_ms, timer });
+    }
+
+    /// Saves `key`'s held outputs in the next `on_flush`, asking the driver
+    /// for one (`Effect::FlushSavesAfterBatch`) if none is pending yet.
+    pub fn flush_later(&mut self, key: ObjectKey) {
+        if self.flush_keys.is_empty() {
+            self.effects.push(Effect::FlushSavesAfterBatch);
+        }
+        self.flush_keys.insert(key);
     }
 
     pub fn is_shutting_down(&self) -> bool {
@@ -190,6 +203,7 @@ impl RouterCore {
                 next_transfer_id: 0,
                 entries_total: 0,
                 shutdown: None,
+                flush_keys: BTreeSet::new(),
             },
             managers: BTreeMap::new(),
         };
@@ -301,6 +315,28 @@ impl RouterCore {
                 self.transfer_ack_timeout(now_ms, key, transfer_id)
             }
             Timer::ShutdownDeadline => self.shutdown_deadline(now_ms),
+        }
+    }
+
+    /// The end of a batch of events (`Effect::FlushSavesAfterBatch`): every
+    /// on_write object that held outputs since the last flush starts one
+    /// save covering all of them (released in order when its CAS applies,
+    /// all answered UNAVAILABLE when it does not). An object whose IO
+    /// already started (a periodic save, a shutdown release) is covered by
+    /// that write: its reply settles the held outputs.
+    pub fn on_flush(&mut self, now_ms: u64) {
+        let ctx = &mut self.ctx;
+        for key in std::mem::take(&mut ctx.flush_keys) {
+            let Some(entry) = self
+                .managers
+                .get_mut(&key.type_id)
+                .and_then(|manager| manager.entries.get_mut(&key))
+            else {
+                continue;
+            };
+            if entry.io.is_none() && entry.holds_outputs() {
+                super::dispatch::start_save(ctx, key, entry, now_ms, false);
+            }
         }
     }
 

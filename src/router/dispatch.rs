@@ -71,7 +71,7 @@ pub(crate) fn dispatch_entry(
         return;
     }
     if entry.is_writable() {
-        run_handler(ctx, kind, key, entry, now_ms, waiter);
+        run_handler(ctx, kind, key, entry, waiter);
         return;
     }
     let incoming_newer = waiter.head.route_version > entry.route_version;
@@ -239,13 +239,12 @@ fn send_to(ctx: &mut Ctx, entry: &Entry, node: NodeId, waiter: Waiter) {
 }
 
 /// Runs the request on the writable object. An `on_write` mutation is held
-/// until its save's CAS applies.
+/// until its save's CAS applies; that save starts in `on_flush`.
 fn run_handler(
     ctx: &mut Ctx,
     kind: &dyn ObjectType,
     key: ObjectKey,
     entry: &mut Entry,
-    now_ms: u64,
     waiter: Waiter,
 ) {
     let Some(object) = entry.object.as_mut() else {
@@ -261,12 +260,15 @@ fn run_handler(
         release(ctx, waiter.request, out);
         return;
     }
-    // An on_write mutation waits for its save; so does a read gathered
-    // after one (it saw state that is not durable yet), in order.
+    // An on_write mutation waits for its save; so does a read that came
+    // after one (it saw state that is not durable yet), in order. The save
+    // starts at the end of the batch of events (`on_flush`), so requests
+    // pipelined in one batch share it: one store commit per object and
+    // batch instead of one per request. A save in flight queues requests
+    // (`blocks_requests`), so here no IO is running.
+    debug_assert!(entry.io.is_none(), "on_write requests wait for IO");
     object.held.push((waiter.request, out));
-    if !entry.gathering {
-        start_save(ctx, key, entry, now_ms, false);
-    }
+    ctx.flush_later(key);
 }
 
 /// Emits a handler's output.

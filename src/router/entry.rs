@@ -56,9 +56,11 @@ pub(crate) struct Writable {
     pub last_save_ms: u64,
     /// Outputs of on_write requests, in arrival order, released together
     /// when the save covering them applies (all abandoned if it does not).
-    /// Non-empty only while that save is in flight, or while `finish_io`
-    /// gathers the requests that waited for the previous one; bounded by
-    /// one plus `pending_queue_max` (the waiters a batch can hold).
+    /// Non-empty while that save is in flight, or from the first of them
+    /// until `on_flush` starts it (the key is then in `Ctx::flush_keys`).
+    /// Bounded by the requests in flight: those a batch of events delivers
+    /// before its flush (a driver bounds its outstanding requests), then
+    /// the waiters of a save in flight (`pending_queue_max`).
     pub held: Vec<(Request, HandlerOutput)>,
 }
 
@@ -96,10 +98,6 @@ pub(crate) struct Entry {
     pub claiming: Option<Box<dyn ObjectState>>,
     /// What the write in flight will make true once applied.
     pub pending_write: Option<PendingWrite>,
-    /// Set while `finish_io` re-runs an on_write object's waiters: their
-    /// mutations share ONE save started after the last of them (per-object
-    /// group commit) instead of one save, and one commit, per request.
-    pub gathering: bool,
 }
 
 /// The route and lock a write in flight persists.
@@ -127,12 +125,17 @@ impl Entry {
             pull_retries: 0,
             claiming: None,
             pending_write: None,
-            gathering: false,
         }
     }
 
     pub fn is_writable(&self) -> bool {
         self.object.is_some()
+    }
+
+    /// Whether on_write outputs wait for a save (in flight or not started
+    /// yet): a transfer must not start before that save settles them.
+    pub fn holds_outputs(&self) -> bool {
+        self.object.as_ref().is_some_and(|o| !o.held.is_empty())
     }
 
     /// Sets the route; the route version never goes down.

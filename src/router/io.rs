@@ -4,11 +4,10 @@ use rand::Rng;
 use wire::ObjectKey;
 
 use super::core::{Ctx, Manager, RouterCore, StoreWait};
-use super::dispatch::{abandon, dispatch_entry, lock_expired, release, start_save};
+use super::dispatch::{abandon, dispatch_entry, lock_expired, release};
 use super::entry::{Entry, Io, PendingWrite, Writable};
-use super::object::{ObjectState, ObjectType};
-use super::types::{ErrorCode, StoreFailure, StoreOp, StoreReply, StoreToken, Timer};
-use crate::config::Persist;
+use super::object::{HandlerOutput, ObjectState, ObjectType};
+use super::types::{ErrorCode, Request, StoreFailure, StoreOp, StoreReply, StoreToken, Timer};
 use crate::store::{CasVersion, RecordWrite, RouteRecord, WriteCondition, WriteOutcome};
 
 impl RouterCore {
@@ -93,31 +92,16 @@ pub(crate) fn finish_io(
     entry.claiming = None;
     let waiters = std::mem::take(&mut entry.io_waiters);
     // The waiters of an on_write object run one after the other on the
-    // writable state with no IO between them, and their mutations are
-    // saved together below: the store commits each object once per round
-    // trip whatever the pipelining, instead of once per request.
-    entry.gathering = entry.is_writable() && kind.persist() == Persist::OnWrite;
+    // writable state; their outputs are held and ONE save for all of them
+    // starts in the next `on_flush`: the store commits each object once per
+    // round trip whatever the pipelining, instead of once per request.
     for mut waiter in waiters {
         waiter.fresh_pull = fresh_pull;
         dispatch_entry(ctx, kind, key, entry, now_ms, waiter);
     }
-    entry.gathering = false;
-    let gathered = entry.object.as_ref().is_some_and(|o| !o.held.is_empty());
-    if gathered {
-        if entry.io.is_none() {
-            start_save(ctx, key, entry, now_ms, false);
-        } else {
-            // Unreachable: while gathering every waiter ran on the writable
-            // object, which starts no IO. Should it happen, the held
-            // requests are still answered exactly once.
-            debug_assert!(false, "IO started while gathering on_write outputs");
-            let held = entry.object.as_mut().map(|o| std::mem::take(&mut o.held));
-            for (request, _) in held.into_iter().flatten() {
-                abandon(ctx, request);
-            }
-        }
-    }
-    if entry.io.is_none() {
+    // A transfer waits for the save of held outputs: `on_flush` starts it,
+    // and its `finish_io` comes back here.
+    if entry.io.is_none() && !entry.holds_outputs() {
         if let Some((target, need_notify)) = entry.queued_transfer.take() {
             super::transfer::start_transfer(ctx, key, entry, now_ms, target, need_notify);
         }
@@ -321,11 +305,7 @@ fn save_reply(
     degrade: bool,
     reply: StoreReply,
 ) {
-    let held = entry
-        .object
-        .as_mut()
-        .map(|object| std::mem::take(&mut object.held))
-        .unwrap_or_default();
+    let held = take_held(entry);
     match reply {
         StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
             let pending = entry
@@ -344,18 +324,14 @@ fn save_reply(
                 entry.last_refresh_ms = Some(now_ms);
                 ctx.counters.degrades_total += 1;
             }
-            for (request, out) in held {
-                release(ctx, request, out);
-            }
+            settle_held(ctx, held, true);
         }
         StoreReply::Written(outcome) => {
             // This node lost ownership (or cannot know it kept it): its copy
             // becomes a cache, and a held mutation is not acknowledged.
             entry.downgrade();
             after_failed_write(ctx, entry, now_ms, &outcome);
-            for (request, _) in held {
-                abandon(ctx, request);
-            }
+            settle_held(ctx, held, false);
         }
         _ => {
             // Not applied, ownership unchanged. A held on_write mutation is
@@ -363,13 +339,34 @@ fn save_reply(
             // durable state. An interval object stays and saves again later.
             if !held.is_empty() {
                 entry.downgrade();
-                for (request, _) in held {
-                    abandon(ctx, request);
-                }
+                settle_held(ctx, held, false);
             } else if let Some(object) = entry.object.as_mut() {
                 object.dirty = true;
             }
         }
     }
     finish_io(ctx, kind, key, entry, now_ms, false);
+}
+
+/// Takes the on_write outputs held on `entry`'s object, for the reply of the
+/// write that covers them.
+pub(crate) fn take_held(entry: &mut Entry) -> Vec<(Request, HandlerOutput)> {
+    entry
+        .object
+        .as_mut()
+        .map(|object| std::mem::take(&mut object.held))
+        .unwrap_or_default()
+}
+
+/// Settles held on_write outputs once the write covering them replied: all
+/// released in order when it applied, all answered UNAVAILABLE (nothing
+/// else released) when it did not.
+pub(crate) fn settle_held(ctx: &mut Ctx, held: Vec<(Request, HandlerOutput)>, applied: bool) {
+    for (request, out) in held {
+        if applied {
+            release(ctx, request, out);
+        } else {
+            abandon(ctx, request);
+        }
+    }
 }

@@ -4,10 +4,12 @@
 //! [`RouterCore`] is a sans-IO state machine, one per core, holding one
 //! manager per object type (keyed by `type_id`). Drivers feed it events with
 //! the current time (`on_request`, `on_node_message`, `on_store_reply`,
-//! `on_timer`, `on_node_up`/`on_node_down`, `transfer`, `shutdown`) and
-//! perform the [`Effect`]s it queues (`drain_effects`). It does no IO, reads
-//! no clock, and draws randomness only from the seed it was built with, so
-//! the simulator in [`sim`] can run many nodes of it deterministically.
+//! `on_timer`, `on_node_up`/`on_node_down`, `transfer`, `shutdown`, and
+//! `on_flush` at the end of a batch of events when asked by
+//! `Effect::FlushSavesAfterBatch`) and perform the [`Effect`]s it queues
+//! (`drain_effects`). It does no IO, reads no clock, and draws randomness
+//! only from the seed it was built with, so the simulator in [`sim`] can run
+//! many nodes of it deterministically.
 //!
 //! The seed's operations keep their names: `mutable_cache` / `pull_cache`
 //! and `filter_router_msg` / `send_msg` in `dispatch.rs`, `pull_object` and

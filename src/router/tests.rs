@@ -85,14 +85,20 @@ impl Harness {
             if effects.is_empty() {
                 return others;
             }
+            // Like the driver: the flush runs after the batch was delivered.
+            let mut flush = false;
             for effect in effects {
                 match effect {
                     Effect::Store { token, op } => {
                         let reply = answer(&mut self.table, op);
                         self.core(node).on_store_reply(now_ms, token, reply);
                     }
+                    Effect::FlushSavesAfterBatch => flush = true,
                     other => others.push(other),
                 }
+            }
+            if flush {
+                self.core(node).on_flush(now_ms);
             }
         }
     }
@@ -446,11 +452,9 @@ fn on_write_answers_only_after_the_save_applied() {
     let mut h = Harness::new(1, Persist::OnWrite);
     claim_on_default(&mut h, 1);
     let id = h.request(1, OP_ADD, add(2));
-    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    let effects = flush(&mut h, 1);
     assert!(replies(&effects).is_empty(), "no answer before the save");
-    let Some(Effect::Store { token, op }) = effects.into_iter().next() else {
-        panic!("a save");
-    };
+    let (token, op) = only_save(effects);
     // A concurrent get waits behind the save.
     let get = h.request(1, OP_GET, Vec::new());
     let reply = answer(&mut h.table, op);
@@ -464,10 +468,7 @@ fn on_write_save_indeterminate_is_not_acknowledged_and_drops_the_copy() {
     let mut h = Harness::new(1, Persist::OnWrite);
     claim_on_default(&mut h, 1);
     let id = h.request(1, OP_ADD, add(2));
-    let token = match h.core(1).drain_effects().next() {
-        Some(Effect::Store { token, .. }) => token,
-        other => panic!("a save, got {other:?}"),
-    };
+    let (token, _) = only_save(flush(&mut h, 1));
     h.core(1)
         .on_store_reply(0, token, StoreReply::Written(WriteOutcome::Indeterminate));
     let effects = h.settle(1, 0);
@@ -676,6 +677,25 @@ fn sweep_saves_degrades_idle_objects_and_frees_idle_caches() {
     assert_eq!(h.core(1).counters().caches_freed_total, 1);
 }
 
+/// Ends the batch of events delivered to `node` since the last drain, as the
+/// driver does: checks the batch asked for exactly one flush and started no
+/// save itself, then runs `on_flush`. Returns the batch's other effects
+/// followed by the flush's.
+fn flush(h: &mut Harness, node: u64) -> Vec<Effect> {
+    let (flushes, mut effects): (Vec<Effect>, Vec<Effect>) = h
+        .core(node)
+        .drain_effects()
+        .partition(|effect| matches!(effect, Effect::FlushSavesAfterBatch));
+    assert_eq!(flushes.len(), 1, "one flush per batch: {effects:?}");
+    assert!(
+        !effects.iter().any(|e| matches!(e, Effect::Store { .. })),
+        "no save before the flush: {effects:?}"
+    );
+    h.core(node).on_flush(0);
+    effects.extend(h.core(node).drain_effects());
+    effects
+}
+
 /// Pulls the single store write out of `effects`, failing on anything else.
 fn only_save(effects: Vec<Effect>) -> (StoreToken, StoreOp) {
     let mut saves = effects.into_iter().filter_map(|effect| match effect {
@@ -693,7 +713,7 @@ fn on_write_mutations_queued_behind_a_save_share_the_next_save() {
     claim_on_default(&mut h, 1);
     let saves_before = h.core(1).counters().saves_total;
     let first = h.request(1, OP_ADD, add(1));
-    let (token, op) = only_save(h.core(1).drain_effects().collect());
+    let (token, op) = only_save(flush(&mut h, 1));
     // Pipelined behind the first save: two increments and a read between.
     let second = h.request(1, OP_ADD, add(10));
     let get = h.request(1, OP_GET, Vec::new());
@@ -701,7 +721,7 @@ fn on_write_mutations_queued_behind_a_save_share_the_next_save() {
     assert!(h.core(1).drain_effects().next().is_none(), "queued, no IO");
     let reply = answer(&mut h.table, op);
     h.core(1).on_store_reply(0, token, reply);
-    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    let effects = flush(&mut h, 1);
     assert_eq!(replies(&effects), vec![(first, Ok(add(6)))]);
     // One save carries both queued increments; nothing of them (the read
     // included: it saw 16) is answered before it applies.
@@ -725,12 +745,12 @@ fn on_write_gathered_save_indeterminate_answers_every_held_request_once() {
     let mut h = Harness::new(1, Persist::OnWrite);
     claim_on_default(&mut h, 1);
     let first = h.request(1, OP_ADD, add(1));
-    let (token, op) = only_save(h.core(1).drain_effects().collect());
+    let (token, op) = only_save(flush(&mut h, 1));
     let second = h.request(1, OP_ADD, add(10));
     let get = h.request(1, OP_GET, Vec::new());
     let reply = answer(&mut h.table, op);
     h.core(1).on_store_reply(0, token, reply);
-    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    let effects = flush(&mut h, 1);
     assert_eq!(replies(&effects), vec![(first, Ok(add(6)))]);
     let (token, _) = only_save(effects);
     h.core(1)
@@ -746,4 +766,98 @@ fn on_write_gathered_save_indeterminate_answers_every_held_request_once() {
     // The durable state is the first increment's: 5 + 1.
     let read = h.request(1, OP_GET, Vec::new());
     assert_eq!(replies(&h.settle(1, 0)), vec![(read, Ok(add(6)))]);
+}
+
+#[test]
+fn on_write_requests_of_one_batch_share_one_save_started_by_the_flush() {
+    let mut h = Harness::new(1, Persist::OnWrite);
+    claim_on_default(&mut h, 1);
+    let saves_before = h.core(1).counters().saves_total;
+    // One batch (a connection's pipelined frames): three increments and a
+    // read between them, before the flush.
+    let a = h.request(1, OP_ADD, add(1));
+    let get = h.request(1, OP_GET, Vec::new());
+    let b = h.request(1, OP_ADD, add(10));
+    let c = h.request(1, OP_ADD, add(100));
+    let effects = flush(&mut h, 1);
+    assert!(
+        replies(&effects).is_empty(),
+        "nothing answered before the save"
+    );
+    let (token, op) = only_save(effects);
+    let StoreOp::Write(write) = &op else {
+        panic!("a single write, got {op:?}");
+    };
+    assert_eq!(counter_value(&write.state), Some(116), "one write has all");
+    let reply = answer(&mut h.table, op);
+    h.core(1).on_store_reply(0, token, reply);
+    let effects = h.settle(1, 0);
+    assert_eq!(
+        replies(&effects),
+        vec![
+            (a, Ok(add(6))),
+            (get, Ok(add(6))),
+            (b, Ok(add(16))),
+            (c, Ok(add(116)))
+        ]
+    );
+    assert_eq!(h.core(1).counters().saves_total, saves_before + 1);
+    // The flush was used up: the next batch asks for one of its own.
+    let d = h.request(1, OP_ADD, add(1000));
+    let (token, op) = only_save(flush(&mut h, 1));
+    let reply = answer(&mut h.table, op);
+    h.core(1).on_store_reply(0, token, reply);
+    assert_eq!(replies(&h.settle(1, 0)), vec![(d, Ok(add(1116)))]);
+}
+
+#[test]
+fn on_write_read_of_a_saved_state_is_answered_at_once_without_a_flush() {
+    let mut h = Harness::new(1, Persist::OnWrite);
+    claim_on_default(&mut h, 1);
+    let get = h.request(1, OP_GET, Vec::new());
+    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    assert_eq!(replies(&effects), vec![(get, Ok(add(5)))]);
+    assert_eq!(effects.len(), 1, "no flush, no save: {effects:?}");
+}
+
+#[test]
+fn transfer_asked_before_the_flush_starts_after_the_held_outputs_saved() {
+    let mut h = Harness::new(2, Persist::OnWrite);
+    let owner = claim_on_default(&mut h, 2);
+    let target = if owner == 1 { 2 } else { 1 };
+    let id = h.request(owner, OP_ADD, add(2));
+    h.core(owner)
+        .transfer(0, KEY, NodeId(target), false)
+        .expect("transfer queued");
+    // The save of the held increment goes first, the handoff after it.
+    let (token, op) = only_save(flush(&mut h, owner));
+    let StoreOp::Write(write) = &op else {
+        panic!("a single write, got {op:?}");
+    };
+    assert_eq!(write.owner_node, NodeId(owner), "a save, not the handoff");
+    let reply = answer(&mut h.table, op);
+    h.core(owner).on_store_reply(0, token, reply);
+    let effects = h.settle(owner, 0);
+    assert_eq!(replies(&effects), vec![(id, Ok(add(7)))]);
+    let record = h.table.load(KEY).expect("record");
+    assert_eq!(record.owner_node, NodeId(target));
+    assert_eq!(counter_value(&record.state), Some(7));
+}
+
+#[test]
+fn shutdown_before_the_flush_releases_held_outputs_with_the_object() {
+    let mut h = Harness::new(1, Persist::OnWrite);
+    claim_on_default(&mut h, 1);
+    let saves_before = h.core(1).counters().saves_total;
+    let id = h.request(1, OP_ADD, add(2));
+    h.core(1).shutdown(0, 1_000);
+    // The release writes the state with the increment in it; the flush that
+    // follows finds nothing left to save.
+    let effects = h.settle(1, 0);
+    assert_eq!(replies(&effects), vec![(id, Ok(add(7)))]);
+    assert_eq!(h.core(1).counters().saves_total, saves_before + 1);
+    assert!(h.core(1).is_shutdown_complete());
+    let record = h.table.load(KEY).expect("record");
+    assert_eq!(record.owner_node, NodeId::NONE);
+    assert_eq!(counter_value(&record.state), Some(7));
 }

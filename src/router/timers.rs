@@ -9,7 +9,7 @@ use super::core::{
 };
 use super::dispatch::start_save;
 use super::entry::{Io, PendingWrite};
-use super::io::{after_failed_write, fail_waiters, finish_io};
+use super::io::{after_failed_write, fail_waiters, finish_io, settle_held, take_held};
 use super::types::{ErrorCode, StoreOp, StoreReply, Timer};
 use crate::store::{NodeId, RecordWrite, WriteCondition, WriteOutcome};
 
@@ -160,7 +160,12 @@ impl RouterCore {
             if entry.io != Some(Io::Release) {
                 continue;
             }
+            // The release wrote the state with every held on_write output
+            // in it (their flush had not started a save yet).
+            let held = take_held(entry);
+            let applied = matches!(outcome, Some(WriteOutcome::Applied(_)));
             entry.downgrade();
+            settle_held(ctx, held, applied);
             match outcome {
                 Some(WriteOutcome::Applied(cas_version)) => {
                     let pending = entry

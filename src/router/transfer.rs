@@ -58,7 +58,9 @@ impl RouterCore {
         if entry.transferring.is_some() || entry.queued_transfer.is_some() {
             return Err(TransferError::InProgress);
         }
-        if entry.io.is_some() {
+        // Held on_write outputs are settled by their save first (`on_flush`
+        // starts it, its `finish_io` starts the transfer).
+        if entry.io.is_some() || entry.holds_outputs() {
             entry.queued_transfer = Some((target, need_notify));
             return Ok(());
         }

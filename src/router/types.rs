@@ -203,4 +203,9 @@ pub enum Effect {
     /// Ask the gateway of `client.gateway_node` to kick (PUSH `sys.kicked`,
     /// then close) that session: a duplicate-login decision.
     Kick { client: ClientRef },
+    /// Call `on_flush` once the events already being delivered to this core
+    /// were delivered (the end of the current batch), not from inside them.
+    /// Emitted at most once until that `on_flush`: `on_write` objects whose
+    /// mutations are held then start one save each covering all of them.
+    FlushSavesAfterBatch,
 }

@@ -41,6 +41,15 @@ use crate::store::{LoadError, NodeId, Store, WriteError, WriteOutcome};
 /// so it runs on this period, not per request (which made each request
 /// O(entries)); the gauges are at most this stale. Counters stay exact.
 const GAUGES_MIRROR_INTERVAL: Duration = Duration::from_millis(250);
+/// How long an on_write flush waits after the batch that asked for it. A
+/// task spawned without a wait runs before the executor polls the other
+/// connections' sockets, so each connection's saves reached the store
+/// alone, just after its group commit began, and waited a whole commit
+/// more (32 connections x 16 pipelined incr: 55k/s). Waiting through one
+/// reactor poll lets the reads that arrived meanwhile join the same flush
+/// and the same commit (130k-315k/s on the same machine); the cost is this
+/// much latency on a reply that waits for an fsync anyway.
+const FLUSH_LINGER: Duration = Duration::from_micros(100);
 
 /// What a driver needs from the node.
 pub struct DriverParts {
@@ -302,7 +311,23 @@ impl RouterDriver {
                 "logged in elsewhere",
             ),
             Effect::SendToNode { node, message } => self.unroutable(node, message),
+            Effect::FlushSavesAfterBatch => self.flush_after_batch(),
         }
+    }
+
+    /// Starts the held on_write saves once the task delivering the current
+    /// batch (a connection's read of pipelined frames, a store reply) has
+    /// yielded and `FLUSH_LINGER` passed: every request of that batch, and
+    /// of the other connections' reads polled meanwhile, shares its
+    /// object's save, and the saves reach the store together.
+    fn flush_after_batch(&self) {
+        let driver = self.clone();
+        glommio::spawn_local(async move {
+            glommio::timer::sleep(FLUSH_LINGER).await;
+            driver.inner().core.borrow_mut().on_flush(now_ms());
+            driver.perform_effects();
+        })
+        .detach();
     }
 
     /// No link to `node` exists yet: a request in the message is answered

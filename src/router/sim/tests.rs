@@ -30,6 +30,7 @@ fn add(total: &mut SimReport, report: &SimReport) {
     total.store_faults += report.store_faults;
     total.dropped_messages += report.dropped_messages;
     total.events += report.events;
+    total.flushes += report.flushes;
     total.rooms.says_ok += report.rooms.says_ok;
     total.rooms.pushes += report.rooms.pushes;
     total.rooms.certain_non_members += report.rooms.certain_non_members;
@@ -49,6 +50,7 @@ fn five_hundred_seeds_with_faults() {
     assert!(total.rooms.says_ok > 1_500, "{total:?}");
     assert!(total.rooms.pushes > 3_000, "{total:?}");
     assert!(total.rooms.certain_non_members > 400, "{total:?}");
+    assert!(total.flushes > 5_000, "{total:?}");
 }
 
 #[test]

@@ -66,6 +66,8 @@ pub struct SimReport {
     pub dropped_messages: u64,
     pub rooms: RoomStats,
     pub events: u64,
+    /// `on_flush` calls delivered (each after a random further delay).
+    pub flushes: u64,
 }
 
 pub(super) enum Event {
@@ -106,6 +108,12 @@ pub(super) enum Event {
         incarnation: u64,
         core: u32,
         timer: Timer,
+    },
+    /// `on_flush`, asked for by `Effect::FlushSavesAfterBatch`.
+    Flush {
+        node: u64,
+        incarnation: u64,
+        core: u32,
     },
 }
 
@@ -371,6 +379,16 @@ impl World {
                     self.on_core(node, core, |c, now| c.on_timer(now, timer));
                 }
             }
+            Event::Flush {
+                node,
+                incarnation,
+                core,
+            } => {
+                if self.incarnation(node) == Some(incarnation) {
+                    self.report.flushes += 1;
+                    self.on_core(node, core, |c, now| c.on_flush(now));
+                }
+            }
         }
         self.finish_shutdowns();
         Ok(())
@@ -410,6 +428,20 @@ impl World {
                             core,
                             token,
                             op,
+                        },
+                    );
+                }
+                Effect::FlushSavesAfterBatch => {
+                    // After the events already due now, and sometimes after
+                    // later ones too: requests, store replies, timers and
+                    // transfers interleave with the pending flush.
+                    let at = self.now_ms + self.rng.gen_range(0..=3);
+                    self.schedule(
+                        at,
+                        Event::Flush {
+                            node,
+                            incarnation,
+                            core,
                         },
                     );
                 }
