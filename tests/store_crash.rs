@@ -5,6 +5,8 @@
 //! acknowledged one; the parent reads a while, SIGKILLs it mid-stream,
 //! reopens the file and checks every acknowledged record.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -22,29 +24,6 @@ const WRITER_ENV: &str = "ROUTERD_STORE_CRASH_WRITER";
 const WRITERS: u64 = 4;
 /// Acknowledgements the parent waits for before killing the child.
 const ACKS_BEFORE_KILL: usize = 400;
-
-/// Kills the child after `limit` unless `finished` is set first, so a
-/// stuck child fails the test instead of hanging it.
-fn watchdog(pid: u32, limit: Duration) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let finished = std::sync::Arc::new(AtomicBool::new(false));
-    let flag = finished.clone();
-    std::thread::spawn(move || {
-        let started = Instant::now();
-        while started.elapsed() < limit {
-            if flag.load(Ordering::Acquire) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // SAFETY: kill(2) with a pid we spawned and have not reaped (the
-        // test reaps it only after setting `finished`) has no memory effects.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGKILL);
-        }
-    });
-    finished
-}
 
 fn key(id: u64) -> ObjectKey {
     ObjectKey::new(9, 0, id)
@@ -102,7 +81,7 @@ fn acknowledged_writes_survive_kill_9() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn writer");
-    let finished = watchdog(child.id(), Duration::from_secs(120));
+    let finished = support::watchdog(child.id(), Duration::from_secs(120));
     let stdout = child.stdout.take().expect("child stdout");
     let mut acked = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);

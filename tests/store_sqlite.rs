@@ -1,6 +1,8 @@
 //! SQLite-specific behaviour: schema versioning, a full queue, requests
 //! that expire in the queue, and CAS across processes sharing one file.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -153,29 +155,6 @@ fn a_request_that_outlives_its_timeout_in_the_queue_is_indeterminate() {
     );
 }
 
-/// Kills the child after `limit` unless `finished` is set first, so a
-/// stuck child fails the test instead of hanging it.
-fn watchdog(pid: u32, limit: Duration) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let finished = std::sync::Arc::new(AtomicBool::new(false));
-    let flag = finished.clone();
-    std::thread::spawn(move || {
-        let started = Instant::now();
-        while started.elapsed() < limit {
-            if flag.load(Ordering::Acquire) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // SAFETY: kill(2) with a pid we spawned and have not reaped (the
-        // test reaps it only after setting `finished`) has no memory effects.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGKILL);
-        }
-    });
-    finished
-}
-
 const RACE_ENV: &str = "ROUTERD_STORE_RACE_CHILD";
 const RACE_KEYS: u64 = 200;
 
@@ -247,7 +226,7 @@ fn two_processes_race_insert_if_absent() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn child");
-    let finished = watchdog(child.id(), Duration::from_secs(120));
+    let finished = support::watchdog(child.id(), Duration::from_secs(120));
     let mut lines = BufReader::new(child.stdout.take().expect("child stdout")).lines();
     // libtest may print "test race_child ... " before the child's own
     // output on the same line, so markers are searched, not matched whole.

@@ -326,3 +326,26 @@ pub fn counter_of(reply: &Reply) -> i64 {
     assert_eq!(reply.kind, FrameKind::Response, "{reply:?}");
     i64::from_le_bytes(reply.body.as_slice().try_into().expect("an i64 body"))
 }
+
+/// Kills the child after `limit` unless `finished` is set first, so a
+/// stuck child fails the test instead of hanging it.
+pub fn watchdog(pid: u32, limit: Duration) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let finished = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = finished.clone();
+    std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        while started.elapsed() < limit {
+            if flag.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: kill(2) with a pid we spawned and have not reaped (the
+        // test reaps it only after setting `finished`) has no memory effects.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+    });
+    finished
+}
