@@ -106,6 +106,32 @@ impl GatewayHandle {
         self.route_to_owner(session_id, frame);
     }
 
+    /// A frame for a client from a session's target on this core, as a
+    /// plain struct: a session of this core goes straight into the egress
+    /// gate (an in-core call, so no frame: DESIGN.md's rkyv frames are for
+    /// messages that cross cores), any other is encoded as a `ClientEgress`
+    /// frame for its owning core. Fire-and-forget, like [`Self::egress`].
+    pub fn egress_ref(&self, egress: &EgressRef<'_>) {
+        if session_core(egress.session_id) == self.0.core_id {
+            let _ = self.0.state.borrow_mut().egress(egress, Instant::now());
+            self.flush_notices();
+            return;
+        }
+        let message = Message::ClientEgress {
+            session_id: egress.session_id,
+            session_epoch: egress.session_epoch,
+            player_id: egress.player_id,
+            kind: egress.kind,
+            route_id: egress.route_id,
+            seq: egress.seq,
+            body: egress.body.to_vec(),
+        };
+        match FrameBuf::encode(&message) {
+            Ok(frame) => self.route_to_owner(egress.session_id, frame),
+            Err(error) => tracing::warn!(%error, "cannot encode a client egress"),
+        }
+    }
+
     /// Kicks `session_id` (on whichever core owns it) if it is still bound
     /// to `player_id`: PUSH `sys.kicked` with `reason`, then the seed's
     /// close order.
@@ -225,18 +251,13 @@ impl GatewayHandle {
             }
             Target::Player => {
                 let port = self.0.player.borrow().clone();
-                let frame = ingress.to_frame(self.0.node_id);
-                match (port, frame) {
-                    (Some(port), Ok(frame)) => {
-                        if port.deliver(frame).is_err() {
-                            self.answer(&ingress, ErrorCode::Unavailable, "player unavailable");
-                        }
-                    }
-                    (None, _) => self.answer(&ingress, ErrorCode::Unavailable, "no player service"),
-                    (_, Err(error)) => {
-                        tracing::warn!(%error, "cannot encode an ingress");
-                        self.answer(&ingress, ErrorCode::Internal, "");
-                    }
+                let Some(port) = port else {
+                    return self.answer(&ingress, ErrorCode::Unavailable, "no player service");
+                };
+                // The port is this core's player side: a plain call, no
+                // frame (see `super::player`).
+                if let Err(ingress) = port.deliver_ingress(self.0.node_id, ingress) {
+                    self.answer(&ingress, ErrorCode::Unavailable, "player unavailable");
                 }
             }
             Target::None => {}
