@@ -346,6 +346,17 @@ impl GatewayCore {
     /// Fire-and-forget: a rejected frame is counted and logged (rate
     /// limited), never answered.
     pub fn egress(&mut self, egress: &EgressRef<'_>, now: Instant) -> Result<(), EgressRejected> {
+        self.egress_with_clock(egress, || now)
+    }
+
+    /// [`Self::egress`] that reads `clock` only when it must log a drop:
+    /// the driver passes `Instant::now`, so an accepted frame (the common
+    /// case) costs no clock read.
+    pub fn egress_with_clock(
+        &mut self,
+        egress: &EgressRef<'_>,
+        clock: impl FnOnce() -> Instant,
+    ) -> Result<(), EgressRejected> {
         let result = self.gate(egress);
         if let Err(reason) = result {
             let stats = &self.metrics.gateway;
@@ -359,7 +370,7 @@ impl GatewayCore {
                 EgressRejected::SendFailed => (&stats.egress_send_failed, 6),
             };
             counter.inc();
-            self.warn[slot].warn(now, reason, egress.session_id, egress.route_id);
+            self.warn[slot].warn(clock(), reason, egress.session_id, egress.route_id);
         }
         result
     }

@@ -215,7 +215,8 @@ impl RouterDriver {
             client: Some(ingress.client),
             needs_reply: true,
         };
-        self.submit(RouterHead::local(key, self.inner().node), request);
+        // The clock read above serves the core too: one per request.
+        self.submit_with(RouterHead::local(key, self.inner().node), request, || now);
     }
 
     /// A one-way notification to a player object (bind, unbind).
@@ -236,9 +237,15 @@ impl RouterDriver {
 
     /// Hands a request to the core that owns its key.
     fn submit(&self, head: RouterHead, request: Request) {
+        self.submit_with(head, request, now_ms);
+    }
+
+    /// [`Self::submit`] with the clock to read if the request stays here
+    /// (a caller that has read it already passes its reading).
+    fn submit_with(&self, head: RouterHead, request: Request, clock: impl FnOnce() -> u64) {
         let core = shard_of(head.key, self.inner().core_count) as usize;
         if core == self.inner().core_id {
-            return self.submit_here(head, request);
+            return self.submit_here_at(clock(), head, request);
         }
         let frame = match FrameBuf::encode(&encode_request(&head, &request)) {
             Ok(frame) => frame,
@@ -255,10 +262,14 @@ impl RouterDriver {
     }
 
     fn submit_here(&self, head: RouterHead, request: Request) {
+        self.submit_here_at(now_ms(), head, request);
+    }
+
+    fn submit_here_at(&self, now: u64, head: RouterHead, request: Request) {
         self.inner()
             .core
             .borrow_mut()
-            .on_request(now_ms(), head, request);
+            .on_request(now, head, request);
         self.perform_effects();
     }
 
