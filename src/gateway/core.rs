@@ -5,7 +5,7 @@
 //! a client go into each session's [`Outbox`], and notices for targets are
 //! queued for the driver to deliver ([`GatewayCore::take_notices`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,9 +94,25 @@ pub enum CloseReason {
 }
 
 struct InFlight {
-    deadline: Instant,
     route_id: u32,
+    /// Names this request's entry in `GatewayCore::deadlines`: a seq can be
+    /// reused once answered, so the (session, seq) pair alone is not enough
+    /// to tell a live entry from a stale one.
+    ticket: u64,
 }
+
+/// One request's deadline in `GatewayCore::deadlines`.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    session_id: u64,
+    seq: u32,
+    ticket: u64,
+}
+
+/// Stale deadline entries tolerated beyond the live ones before the queue is
+/// compacted (see `GatewayCore::trim_deadlines`).
+const DEADLINES_SLACK: usize = 64;
 
 struct Entry {
     session: Session,
@@ -135,9 +151,18 @@ pub struct GatewayCore {
     next_serial: u64,
     limits: Limits,
     sessions: FastMap<u64, Entry>,
-    /// Every in-flight request's deadline, ordered: `expire` pops from the
-    /// front. Bounded by sessions x `max_inflight`.
-    deadlines: BTreeSet<(Instant, u64, u32)>,
+    /// Every in-flight request's deadline, ordered by `at`: `expire` pops
+    /// from the front. The timeout is one constant, so a new deadline is
+    /// almost always the latest and is pushed at the back in O(1) (a tree
+    /// insert and remove per request was a measurable share of the ping
+    /// path). An answered request leaves its entry behind (removed lazily,
+    /// recognised by its ticket); the front is kept live, and the queue is
+    /// compacted past `2 * inflight_total + DEADLINES_SLACK` entries, so it
+    /// stays bounded by sessions x `max_inflight`.
+    deadlines: VecDeque<Deadline>,
+    /// Requests in flight over all sessions of the core.
+    inflight_total: usize,
+    next_ticket: u64,
     metrics: Arc<CoreMetrics>,
     notices: Vec<Notice>,
     warn: [WarnLimiter; 7],
@@ -150,7 +175,9 @@ impl GatewayCore {
             next_serial: 1,
             limits,
             sessions: FastMap::default(),
-            deadlines: BTreeSet::new(),
+            deadlines: VecDeque::new(),
+            inflight_total: 0,
+            next_ticket: 0,
             metrics,
             notices: Vec::new(),
             warn: Default::default(),
@@ -193,6 +220,12 @@ impl GatewayCore {
 
     pub fn session_count(&self) -> usize {
         self.sessions.len()
+    }
+
+    /// Entries in the deadline queue, live or stale (for tests of its bound).
+    #[cfg(test)]
+    fn deadline_entries(&self) -> usize {
+        self.deadlines.len()
     }
 
     pub fn inflight_count(&self, session_id: u64) -> usize {
@@ -252,9 +285,25 @@ impl GatewayCore {
             self.push_error(session_id, route_id, seq, code, reason);
             return None;
         }
-        let deadline = now + limits.request_timeout;
-        entry.inflight.insert(seq, InFlight { deadline, route_id });
-        self.deadlines.insert((deadline, session_id, seq));
+        let at = now + limits.request_timeout;
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        entry.inflight.insert(seq, InFlight { route_id, ticket });
+        self.inflight_total += 1;
+        let deadline = Deadline {
+            at,
+            session_id,
+            seq,
+            ticket,
+        };
+        // Callers pass a monotonic `now`, so this is the back; an earlier
+        // one (allowed, just not expected) is inserted in order.
+        if self.deadlines.back().map_or(true, |last| last.at <= at) {
+            self.deadlines.push_back(deadline);
+        } else {
+            let index = self.deadlines.partition_point(|other| other.at <= at);
+            self.deadlines.insert(index, deadline);
+        }
         Some(Ingress {
             session_id,
             binding: entry.session.binding(),
@@ -297,6 +346,17 @@ impl GatewayCore {
     /// Fire-and-forget: a rejected frame is counted and logged (rate
     /// limited), never answered.
     pub fn egress(&mut self, egress: &EgressRef<'_>, now: Instant) -> Result<(), EgressRejected> {
+        self.egress_with_clock(egress, || now)
+    }
+
+    /// [`Self::egress`] that reads `clock` only when it must log a drop:
+    /// the driver passes `Instant::now`, so an accepted frame (the common
+    /// case) costs no clock read.
+    pub fn egress_with_clock(
+        &mut self,
+        egress: &EgressRef<'_>,
+        clock: impl FnOnce() -> Instant,
+    ) -> Result<(), EgressRejected> {
         let result = self.gate(egress);
         if let Err(reason) = result {
             let stats = &self.metrics.gateway;
@@ -310,7 +370,7 @@ impl GatewayCore {
                 EgressRejected::SendFailed => (&stats.egress_send_failed, 6),
             };
             counter.inc();
-            self.warn[slot].warn(now, reason, egress.session_id, egress.route_id);
+            self.warn[slot].warn(clock(), reason, egress.session_id, egress.route_id);
         }
         result
     }
@@ -346,13 +406,12 @@ impl GatewayCore {
         };
         // Request accounting: an answer must close an in-flight request of
         // the same route, else it is late (timed out already) and dropped.
-        if kind != FrameKind::Push {
+        let answer = kind != FrameKind::Push;
+        if answer {
             match entry.inflight.get(&egress.seq) {
                 Some(inflight) if inflight.route_id == egress.route_id => {
-                    let deadline = inflight.deadline;
                     entry.inflight.remove(&egress.seq);
-                    self.deadlines
-                        .remove(&(deadline, egress.session_id, egress.seq));
+                    self.inflight_total -= 1;
                 }
                 _ => return Err(EgressRejected::LateAnswer),
             }
@@ -361,6 +420,9 @@ impl GatewayCore {
         let pushed = entry
             .outbox
             .push_frame(kind, egress.route_id, egress.seq, egress.body);
+        if answer {
+            trim_deadlines(&mut self.deadlines, &self.sessions, self.inflight_total);
+        }
         match pushed {
             Ok(()) => Ok(()),
             Err(PushError::Closed) => Err(EgressRejected::SendFailed),
@@ -386,7 +448,8 @@ impl GatewayCore {
         let Some(inflight) = entry.inflight.remove(&seq) else {
             return false;
         };
-        self.deadlines.remove(&(inflight.deadline, session_id, seq));
+        self.inflight_total -= 1;
+        trim_deadlines(&mut self.deadlines, &self.sessions, self.inflight_total);
         self.push_error(session_id, inflight.route_id, seq, code, reason);
         true
     }
@@ -395,17 +458,31 @@ impl GatewayCore {
     /// `now`; returns how many.
     pub fn expire(&mut self, now: Instant) -> usize {
         let mut expired = 0;
-        while let Some(&(deadline, session_id, seq)) = self.deadlines.first() {
-            if deadline > now {
+        while let Some(&deadline) = self.deadlines.front() {
+            if deadline.at > now {
                 break;
             }
-            self.deadlines.pop_first();
+            self.deadlines.pop_front();
+            let Deadline {
+                session_id,
+                seq,
+                ticket,
+                ..
+            } = deadline;
             let Some(entry) = self.sessions.get_mut(&session_id) else {
                 continue;
             };
+            if entry
+                .inflight
+                .get(&seq)
+                .map_or(true, |inflight| inflight.ticket != ticket)
+            {
+                continue; // answered already; its seq may be reused
+            }
             let Some(inflight) = entry.inflight.remove(&seq) else {
                 continue;
             };
+            self.inflight_total -= 1;
             self.metrics.gateway.timeouts.inc();
             expired += 1;
             self.push_error(
@@ -416,12 +493,14 @@ impl GatewayCore {
                 "no answer in time",
             );
         }
+        trim_deadlines(&mut self.deadlines, &self.sessions, self.inflight_total);
         expired
     }
 
     /// When `expire` next has work.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.deadlines.first().map(|&(deadline, _, _)| deadline)
+        // `trim_deadlines` keeps the front live.
+        self.deadlines.front().map(|deadline| deadline.at)
     }
 
     /// `shield.client.close` in the seed's fixed order: PUSH `sys.kicked`
@@ -532,16 +611,39 @@ impl GatewayCore {
         let Some(entry) = self.sessions.remove(&session_id) else {
             return;
         };
-        for (seq, inflight) in &entry.inflight {
-            self.deadlines
-                .remove(&(inflight.deadline, session_id, *seq));
-        }
+        self.inflight_total -= entry.inflight.len();
+        trim_deadlines(&mut self.deadlines, &self.sessions, self.inflight_total);
         self.metrics.gateway.sessions_active.add(-1);
         if abort {
             entry.outbox.abort();
         } else {
             entry.outbox.close();
         }
+    }
+}
+
+/// Drops stale entries (answered requests, closed sessions) from the front
+/// of `deadlines`, so its front is live for `next_deadline`, and compacts
+/// the whole queue when stale entries outnumber live ones (plus a slack),
+/// which bounds it by `2 * inflight_total + DEADLINES_SLACK`. Amortised
+/// O(1) per request: a compaction removes at least as many entries as the
+/// requests answered since the last one.
+fn trim_deadlines(
+    deadlines: &mut VecDeque<Deadline>,
+    sessions: &FastMap<u64, Entry>,
+    inflight_total: usize,
+) {
+    let live = |deadline: &Deadline| {
+        sessions
+            .get(&deadline.session_id)
+            .and_then(|entry| entry.inflight.get(&deadline.seq))
+            .is_some_and(|inflight| inflight.ticket == deadline.ticket)
+    };
+    while deadlines.front().is_some_and(|front| !live(front)) {
+        deadlines.pop_front();
+    }
+    if deadlines.len() > 2 * inflight_total + DEADLINES_SLACK {
+        deadlines.retain(live);
     }
 }
 

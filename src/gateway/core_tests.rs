@@ -468,3 +468,63 @@ fn stale_reply_after_rebind_never_reaches_the_wire() {
     // The request still gets its one answer: TIMEOUT.
     assert_eq!(f.core.expire(f.now + TIMEOUT), 1);
 }
+
+#[test]
+fn a_reused_seq_keeps_its_own_deadline() {
+    let mut f = Fixture::new();
+    let (s, outbox) = f.open();
+    let epoch = f.login(s, 7);
+    f.request(s, route::PLAYER_GET, 1).unwrap();
+    f.core
+        .egress(
+            &egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1),
+            f.now,
+        )
+        .unwrap();
+    assert_eq!(f.core.next_deadline(), None, "answered: no deadline left");
+    // The same seq again, later: the first request's deadline must not
+    // time the second one out.
+    let first = f.now;
+    f.now += TIMEOUT / 2;
+    f.request(s, route::PLAYER_GET, 1).unwrap();
+    assert_eq!(f.core.next_deadline(), Some(f.now + TIMEOUT));
+    assert_eq!(f.core.expire(first + TIMEOUT), 0);
+    assert_eq!(f.core.inflight_count(s), 1);
+    assert_eq!(f.core.expire(f.now + TIMEOUT), 1);
+    assert_eq!(f.core.inflight_count(s), 0);
+    let written = frames(&outbox);
+    assert_eq!(written.len(), 2);
+    assert_eq!(error_code(&written[1]), ErrorCode::Timeout as u16);
+    assert_eq!(f.metrics.gateway.timeouts.get(), 1);
+}
+
+#[test]
+fn answered_deadlines_stay_bounded_behind_a_live_one() {
+    let mut f = Fixture::new();
+    let outbox = Rc::new(Outbox::new(1 << 20));
+    let s = f.core.open_session(outbox.clone());
+    let epoch = f.login(s, 7);
+    // A request that is never answered holds the front of the queue.
+    f.request(s, route::PLAYER_GET, 2).unwrap();
+    let held = f.now + TIMEOUT;
+    for round in 0..1_000u32 {
+        f.now += Duration::from_micros(1);
+        f.request(s, route::PLAYER_GET, 1).unwrap();
+        f.core
+            .egress(
+                &egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1),
+                f.now,
+            )
+            .unwrap();
+        assert!(
+            f.core.deadline_entries() <= 2 + DEADLINES_SLACK + 1,
+            "round {round}: {} entries",
+            f.core.deadline_entries()
+        );
+    }
+    assert_eq!(f.core.next_deadline(), Some(held));
+    assert_eq!(f.core.expire(f.now + TIMEOUT), 1, "only the held one");
+    assert_eq!(f.core.next_deadline(), None);
+    assert_eq!(f.core.deadline_entries(), 0);
+    assert_eq!(f.metrics.gateway.timeouts.get(), 1);
+}

@@ -106,6 +106,36 @@ impl GatewayHandle {
         self.route_to_owner(session_id, frame);
     }
 
+    /// A frame for a client from a session's target on this core, as a
+    /// plain struct: a session of this core goes straight into the egress
+    /// gate (an in-core call, so no frame: DESIGN.md's rkyv frames are for
+    /// messages that cross cores), any other is encoded as a `ClientEgress`
+    /// frame for its owning core. Fire-and-forget, like [`Self::egress`].
+    pub fn egress_ref(&self, egress: &EgressRef<'_>) {
+        if session_core(egress.session_id) == self.0.core_id {
+            let _ = self
+                .0
+                .state
+                .borrow_mut()
+                .egress_with_clock(egress, Instant::now);
+            self.flush_notices();
+            return;
+        }
+        let message = Message::ClientEgress {
+            session_id: egress.session_id,
+            session_epoch: egress.session_epoch,
+            player_id: egress.player_id,
+            kind: egress.kind,
+            route_id: egress.route_id,
+            seq: egress.seq,
+            body: egress.body.to_vec(),
+        };
+        match FrameBuf::encode(&message) {
+            Ok(frame) => self.route_to_owner(egress.session_id, frame),
+            Err(error) => tracing::warn!(%error, "cannot encode a client egress"),
+        }
+    }
+
     /// Kicks `session_id` (on whichever core owns it) if it is still bound
     /// to `player_id`: PUSH `sys.kicked` with `reason`, then the seed's
     /// close order.
@@ -207,7 +237,11 @@ impl GatewayHandle {
             seq: seq.to_native(),
             body: body.as_slice(),
         };
-        let _ = self.0.state.borrow_mut().egress(&egress, Instant::now());
+        let _ = self
+            .0
+            .state
+            .borrow_mut()
+            .egress_with_clock(&egress, Instant::now);
         self.flush_notices();
     }
 
@@ -225,18 +259,13 @@ impl GatewayHandle {
             }
             Target::Player => {
                 let port = self.0.player.borrow().clone();
-                let frame = ingress.to_frame(self.0.node_id);
-                match (port, frame) {
-                    (Some(port), Ok(frame)) => {
-                        if port.deliver(frame).is_err() {
-                            self.answer(&ingress, ErrorCode::Unavailable, "player unavailable");
-                        }
-                    }
-                    (None, _) => self.answer(&ingress, ErrorCode::Unavailable, "no player service"),
-                    (_, Err(error)) => {
-                        tracing::warn!(%error, "cannot encode an ingress");
-                        self.answer(&ingress, ErrorCode::Internal, "");
-                    }
+                let Some(port) = port else {
+                    return self.answer(&ingress, ErrorCode::Unavailable, "no player service");
+                };
+                // The port is this core's player side: a plain call, no
+                // frame (see `super::player`).
+                if let Err(ingress) = port.deliver_ingress(self.0.node_id, ingress) {
+                    self.answer(&ingress, ErrorCode::Unavailable, "player unavailable");
                 }
             }
             Target::None => {}
@@ -254,12 +283,17 @@ impl GatewayHandle {
     /// kicks it decided and the notices the state machine queued.
     fn after_batch(&self, now: Instant) {
         let mut kicks = Vec::new();
-        let now_unix_s = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_secs());
+        // The wall clock matters only to a login's token expiry: read it
+        // once per batch, and only if the batch has a login.
+        let mut wall_clock = None;
         loop {
             let Some(ingress) = self.0.auth_mailbox.borrow_mut().pop_front() else {
                 break;
+            };
+            let now_unix_s = if ingress.route_id == wire::client::route::AUTH_LOGIN {
+                *wall_clock.get_or_insert_with(unix_now_s)
+            } else {
+                0
             };
             let mut state = self.0.state.borrow_mut();
             let bound = self
@@ -317,6 +351,12 @@ impl GatewayHandle {
             }
         }
     }
+}
+
+fn unix_now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
 }
 
 /// The player a session is bound to now (0 if none).
@@ -402,9 +442,13 @@ async fn read_loop(
 ) -> Option<CloseReason> {
     let idle = Duration::from_millis(gateway.0.config.idle_timeout_ms.max(1));
     let mut decoder = FrameDecoder::new(Peer::Client, gateway.0.config.max_body);
-    let mut last_frame = Instant::now();
+    // One clock read per read: `clock` is when the last read completed (or
+    // timed out); the idle check uses it rather than reading the clock
+    // again before the next read.
+    let mut clock = Instant::now();
+    let mut last_frame = clock;
     loop {
-        let remaining = idle.saturating_sub(last_frame.elapsed());
+        let remaining = idle.saturating_sub(clock.saturating_duration_since(last_frame));
         if remaining.is_zero() {
             return Some(CloseReason::Idle);
         }
@@ -414,11 +458,15 @@ async fn read_loop(
         let n = match read {
             Ok(0) => return Some(CloseReason::PeerClosed),
             Ok(n) => n,
-            Err(error) if error.kind() == std::io::ErrorKind::TimedOut => continue,
+            Err(error) if error.kind() == std::io::ErrorKind::TimedOut => {
+                clock = Instant::now();
+                continue;
+            }
             Err(_) => return Some(CloseReason::PeerClosed),
         };
         decoder.advance(n);
         let now = Instant::now();
+        clock = now;
         loop {
             let frame = match decoder.next_frame() {
                 Ok(Some(frame)) => frame,

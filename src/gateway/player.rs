@@ -1,24 +1,36 @@
 //! The seam between the gateway and the player side (the router's player
 //! objects). Per core:
 //!
-//! - ingress: the gateway calls [`PlayerPort::deliver`] on the session's
-//!   core with a `ClientIngress` frame for every accepted request of a
-//!   session bound to [`Target::Player`](super::Target::Player), and with a
-//!   `SessionBound` frame when `auth.login` bound a session to its player,
+//! - ingress: the gateway calls [`PlayerPort::deliver_ingress`] on the
+//!   session's core with every accepted request of a session bound to
+//!   [`Target::Player`](super::Target::Player), as a plain [`Ingress`]: the
+//!   port is this core's, so the call stays on the core and needs no frame
+//!   (DESIGN.md's rkyv frames are for messages that cross cores; encoding
+//!   and decoding one here was a measurable share of a routed request).
+//!   It calls [`PlayerPort::deliver`] with a `SessionBound` frame when `auth.login` bound a session to its player,
 //!   and a `SessionUnbound` / `SessionDisconnected` frame when such a
 //!   session ends;
-//! - egress: the player side answers with a `ClientEgress` frame (echoing
-//!   `session_id`, `session_epoch` and `player_id` of the ingress) passed to
-//!   [`GatewayHandle::egress`](super::GatewayHandle::egress) on ANY core:
-//!   the handle routes it to the owning core (directly when local, else over
-//!   the mesh) and into the egress gate;
+//! - egress: the player side answers with an [`EgressRef`](super::EgressRef)
+//!   (echoing `session_id`, `session_epoch` and `player_id` of the ingress)
+//!   passed to [`GatewayHandle::egress_ref`](super::GatewayHandle::egress_ref)
+//!   on ANY core: a session of that core goes straight into the egress gate
+//!   by a plain call, any other is encoded as a `ClientEgress` frame for its
+//!   owning core over the mesh. A `ClientEgress` frame may also be passed to
+//!   [`GatewayHandle::egress`](super::GatewayHandle::egress);
 //! - kick: [`GatewayHandle::kick`](super::GatewayHandle::kick) from any core.
 
 use wire::frame::FrameBuf;
+
+use super::Ingress;
 
 /// The player side's per-core entry point.
 pub trait PlayerPort {
     /// Takes a frame for the player side, or hands it back when it cannot
     /// (the gateway then answers an ingress with UNAVAILABLE).
     fn deliver(&self, frame: FrameBuf) -> Result<(), FrameBuf>;
+
+    /// Takes an accepted client request of a session of this core (an
+    /// in-core call: no frame), or hands it back when it cannot (the
+    /// gateway then answers UNAVAILABLE). `gateway_node` is this node.
+    fn deliver_ingress(&self, gateway_node: u64, ingress: Ingress) -> Result<(), Ingress>;
 }

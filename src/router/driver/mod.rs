@@ -3,7 +3,10 @@
 //! gateway (it is the gateway's [`PlayerPort`]), requests for objects of
 //! other cores travel the mesh as `RouterRequest` frames, store requests go
 //! through [`Store`] futures, timers are glommio timers, and answers go back
-//! to the gateway core that holds the session as `ClientEgress` frames.
+//! to the gateway: by a plain call for a session of this core (the gateway
+//! and this driver share the core, so no frame is needed: DESIGN.md's rkyv
+//! frames are for messages that cross cores), as `ClientEgress` frames over
+//! the mesh for a session of another core.
 //!
 //! All decisions stay in the state machine; this file only moves bytes.
 //! This node runs alone for now (cluster links are a later piece of work):
@@ -31,7 +34,7 @@ use super::types::{
 };
 use super::RouterCore;
 use crate::catalog::CoreCatalog;
-use crate::gateway::{GatewayHandle, PlayerPort};
+use crate::gateway::{EgressRef, GatewayHandle, Ingress, PlayerPort};
 use crate::metrics::{CoreMetrics, RouterStats};
 use crate::services::{player, room, PLAYER_TYPE_ID, ROOM_TYPE_ID};
 use crate::store::{LoadError, NodeId, Store, WriteError, WriteOutcome};
@@ -221,7 +224,8 @@ impl RouterDriver {
             client: Some(ingress.client),
             needs_reply: true,
         };
-        self.submit(RouterHead::local(key, self.inner().node), request);
+        // The clock read above serves the core too: one per request.
+        self.submit_with(RouterHead::local(key, self.inner().node), request, || now);
     }
 
     /// A one-way notification to a player object (bind, unbind).
@@ -242,9 +246,15 @@ impl RouterDriver {
 
     /// Hands a request to the core that owns its key.
     fn submit(&self, head: RouterHead, request: Request) {
+        self.submit_with(head, request, now_ms);
+    }
+
+    /// [`Self::submit`] with the clock to read if the request stays here
+    /// (a caller that has read it already passes its reading).
+    fn submit_with(&self, head: RouterHead, request: Request, clock: impl FnOnce() -> u64) {
         let core = shard_of(head.key, self.inner().core_count) as usize;
         if core == self.inner().core_id {
-            return self.submit_here(head, request);
+            return self.submit_here_at(clock(), head, request);
         }
         let frame = match FrameBuf::encode(&encode_request(&head, &request)) {
             Ok(frame) => frame,
@@ -261,10 +271,14 @@ impl RouterDriver {
     }
 
     fn submit_here(&self, head: RouterHead, request: Request) {
+        self.submit_here_at(now_ms(), head, request);
+    }
+
+    fn submit_here_at(&self, now: u64, head: RouterHead, request: Request) {
         self.inner()
             .core
             .borrow_mut()
-            .on_request(now_ms(), head, request);
+            .on_request(now, head, request);
         self.perform_effects();
     }
 
@@ -389,14 +403,14 @@ impl RouterDriver {
                 encode_error_body(wire_error_code(code), ""),
             ),
         };
-        self.egress(Message::ClientEgress {
+        self.inner().gateway.egress_ref(&EgressRef {
             session_id: route.session_id,
             session_epoch: route.session_epoch,
             player_id: route.player_id,
             kind: kind as u8,
             route_id: route.route_id,
             seq: route.client_seq,
-            body,
+            body: &body,
         });
     }
 
@@ -406,22 +420,15 @@ impl RouterDriver {
             unroutable.set(unroutable.get() + 1);
             return;
         }
-        self.egress(Message::ClientEgress {
+        self.inner().gateway.egress_ref(&EgressRef {
             session_id: client.session_id,
             session_epoch: client.session_epoch as u32,
             player_id: client.player_id,
             kind: FrameKind::Push as u8,
             route_id,
             seq: 0,
-            body,
+            body: &body,
         });
-    }
-
-    fn egress(&self, message: Message) {
-        match FrameBuf::encode(&message) {
-            Ok(frame) => self.inner().gateway.egress(frame),
-            Err(error) => tracing::warn!(%error, "cannot encode a client egress"),
-        }
     }
 
     fn store(&self, token: StoreToken, op: StoreOp) {
@@ -520,6 +527,23 @@ fn write_failure(error: &WriteError) -> StoreFailure {
 }
 
 impl PlayerPort for RouterDriver {
+    /// The in-core ingress: the gateway of this core hands the request over
+    /// as a plain struct, the body moved, not copied.
+    fn deliver_ingress(&self, gateway_node: u64, ingress: Ingress) -> Result<(), Ingress> {
+        self.on_client_ingress(ClientIngress {
+            client: ClientRef {
+                gateway_node: NodeId(gateway_node),
+                session_id: ingress.session_id,
+                session_epoch: u64::from(ingress.binding.session_epoch),
+                player_id: ingress.binding.player_id,
+            },
+            route_id: ingress.route_id,
+            seq: ingress.seq,
+            body: ingress.body,
+        });
+        Ok(())
+    }
+
     fn deliver(&self, frame: FrameBuf) -> Result<(), FrameBuf> {
         let (op, client) = match frame.message() {
             ArchivedMessage::ClientIngress {
