@@ -11,7 +11,7 @@ use super::entry::{Entry, Io, PendingWrite, Waiter};
 use super::object::{HandlerOutput, HandlerReply, ObjectType};
 use super::types::{Effect, ErrorCode, NodeMessage, Request, RouterHead, StoreOp};
 use crate::config::Persist;
-use crate::store::{NodeId, RecordWrite, WriteCondition};
+use crate::store::{NodeId, WriteCondition};
 
 impl RouterCore {
     /// Routes one request: runs it here, queues it, or sends it on. Every
@@ -321,19 +321,13 @@ pub(crate) fn start_save(
         (ctx.node, entry.route_version)
     };
     object.dirty = false;
-    let write = RecordWrite {
-        key,
-        condition: WriteCondition::CasEquals(cas_version),
+    let state = object.state.encode();
+    let pending = PendingWrite {
         owner_node,
         route_version,
         save_timepoint_ms: now_ms,
-        state: object.state.encode(),
     };
-    entry.pending_write = Some(PendingWrite {
-        owner_node,
-        route_version,
-        save_timepoint_ms: now_ms,
-    });
-    entry.io = Some(Io::Save { degrade });
+    let condition = WriteCondition::CasEquals(cas_version);
+    let write = entry.begin_write(Io::Save { degrade }, key, condition, pending, state);
     ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
 }

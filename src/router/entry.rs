@@ -5,7 +5,9 @@ use std::collections::VecDeque;
 
 use super::object::{HandlerOutput, ObjectState};
 use super::types::{Request, RouterHead};
-use crate::store::{CasVersion, NodeId, RouteRecord, RouteVersion};
+use wire::ObjectKey;
+
+use crate::store::{CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition};
 
 /// A request waiting in an entry's queue, with its repair count.
 pub(crate) struct Waiter {
@@ -109,6 +111,30 @@ pub(crate) struct PendingWrite {
 }
 
 impl Entry {
+    /// Starts the store write this entry has in flight (`io` replaces any
+    /// earlier step of the same operation, such as a claim's pull): records
+    /// the route and lock it persists (applied when the CAS applies) and
+    /// returns the write to send.
+    pub(crate) fn begin_write(
+        &mut self,
+        io: Io,
+        key: ObjectKey,
+        condition: WriteCondition,
+        pending: PendingWrite,
+        state: Vec<u8>,
+    ) -> RecordWrite {
+        self.pending_write = Some(pending);
+        self.io = Some(io);
+        RecordWrite {
+            key,
+            condition,
+            owner_node: pending.owner_node,
+            route_version: pending.route_version,
+            save_timepoint_ms: pending.save_timepoint_ms,
+            state,
+        }
+    }
+
     pub fn new(now_ms: u64) -> Entry {
         Entry {
             owner_node: NodeId::NONE,

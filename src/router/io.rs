@@ -8,7 +8,7 @@ use super::dispatch::{abandon, dispatch_entry, lock_expired, release};
 use super::entry::{Entry, Io, PendingWrite, Writable};
 use super::object::{HandlerOutput, ObjectState, ObjectType};
 use super::types::{ErrorCode, Request, StoreFailure, StoreOp, StoreReply, StoreToken, Timer};
-use crate::store::{CasVersion, RecordWrite, RouteRecord, WriteCondition, WriteOutcome};
+use crate::store::{CasVersion, RouteRecord, WriteCondition, WriteOutcome};
 
 impl RouterCore {
     /// The store's answer to the request named `token`. A token this core
@@ -202,21 +202,13 @@ fn start_claim(
         Some(record) => (WriteCondition::CasEquals(record.cas_version), record.state),
         None => (WriteCondition::Absent, state.encode()),
     };
-    let write = RecordWrite {
-        key,
-        condition,
-        owner_node: ctx.node,
-        route_version,
-        save_timepoint_ms: now_ms,
-        state: bytes,
-    };
     entry.claiming = Some(state);
-    entry.pending_write = Some(PendingWrite {
+    let pending = PendingWrite {
         owner_node: ctx.node,
         route_version,
         save_timepoint_ms: now_ms,
-    });
-    entry.io = Some(Io::Claim);
+    };
+    let write = entry.begin_write(Io::Claim, key, condition, pending, bytes);
     ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
 }
 

@@ -11,7 +11,7 @@ use super::dispatch::start_save;
 use super::entry::{Io, PendingWrite};
 use super::io::{after_failed_write, fail_waiters, finish_io, settle_held, take_held};
 use super::types::{ErrorCode, StoreOp, StoreReply, Timer};
-use crate::store::{NodeId, RecordWrite, WriteCondition, WriteOutcome};
+use crate::store::{NodeId, WriteCondition, WriteOutcome};
 
 impl RouterCore {
     pub(crate) fn sweep(&mut self, now_ms: u64) {
@@ -110,21 +110,14 @@ impl RouterCore {
             let cas_version = entry
                 .cas_version
                 .expect("a writable object always knows its record's CAS version");
-            let route_version = entry.route_version.next();
-            writes.push(RecordWrite {
-                key: *key,
-                condition: WriteCondition::CasEquals(cas_version),
+            let pending = PendingWrite {
                 owner_node: NodeId::NONE,
-                route_version,
+                route_version: entry.route_version.next(),
                 save_timepoint_ms: now_ms,
-                state: object.state.encode(),
-            });
-            entry.pending_write = Some(PendingWrite {
-                owner_node: NodeId::NONE,
-                route_version,
-                save_timepoint_ms: now_ms,
-            });
-            entry.io = Some(Io::Release);
+            };
+            let state = object.state.encode();
+            let condition = WriteCondition::CasEquals(cas_version);
+            writes.push(entry.begin_write(Io::Release, *key, condition, pending, state));
             batch_keys.push(*key);
             if writes.len() == SHUTDOWN_BATCH_MAX {
                 let keys = std::mem::take(&mut batch_keys);

@@ -11,7 +11,7 @@ use super::entry::{Entry, Io, PendingWrite, Transferring};
 use super::io::{after_failed_write, become_writable, finish_io};
 use super::object::ObjectType;
 use super::types::{NodeMessage, RouterTransfer, StoreOp, StoreReply, Timer};
-use crate::store::{NodeId, RecordWrite, WriteCondition, WriteOutcome};
+use crate::store::{NodeId, WriteCondition, WriteOutcome};
 
 /// Why `transfer` refused to start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,24 +107,18 @@ impl RouterCore {
         entry.save_timepoint_ms = transfer.save_timepoint_ms;
         entry.last_refresh_ms = Some(now_ms);
         entry.last_access_ms = now_ms;
-        let write = RecordWrite {
-            key,
-            condition: WriteCondition::CasEquals(transfer.cas_version),
-            owner_node: ctx.node,
-            route_version: transfer.route_version,
-            save_timepoint_ms: now_ms,
-            state: transfer.state,
-        };
         entry.claiming = Some(state);
-        entry.pending_write = Some(PendingWrite {
+        let pending = PendingWrite {
             owner_node: ctx.node,
             route_version: transfer.route_version,
             save_timepoint_ms: now_ms,
-        });
-        entry.io = Some(Io::TransferClaim {
+        };
+        let io = Io::TransferClaim {
             from: from_node,
             transfer_id: transfer.transfer_id,
-        });
+        };
+        let condition = WriteCondition::CasEquals(transfer.cas_version);
+        let write = entry.begin_write(io, key, condition, pending, transfer.state);
         ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
     }
 
@@ -200,14 +194,13 @@ pub(crate) fn start_transfer(
         .expect("a writable object always knows its record's CAS version");
     let route_version = entry.route_version.next();
     let state = object.state.encode();
-    let write = RecordWrite {
-        key,
-        condition: WriteCondition::CasEquals(cas_version),
+    let pending = PendingWrite {
         owner_node: target,
         route_version,
         save_timepoint_ms: now_ms,
-        state: state.clone(),
     };
+    let condition = WriteCondition::CasEquals(cas_version);
+    let write = entry.begin_write(Io::Remove, key, condition, pending, state.clone());
     ctx.next_transfer_id += 1;
     entry.transferring = Some(Transferring {
         target,
@@ -216,12 +209,6 @@ pub(crate) fn start_transfer(
         transfer_pending: Default::default(),
         shipped_state: state,
     });
-    entry.pending_write = Some(PendingWrite {
-        owner_node: target,
-        route_version,
-        save_timepoint_ms: now_ms,
-    });
-    entry.io = Some(Io::Remove);
     ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
 }
 
