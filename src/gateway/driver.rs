@@ -1,5 +1,6 @@
 //! The glommio driver of one core's gateway: the accept loop on the core's
-//! SO_REUSEPORT listener, a reader and a writer task per connection, the
+//! SO_REUSEPORT listener, a reader (which also sends its batch's answers
+//! when it can) and a writer task per connection, the
 //! deadline timer, and mesh dispatch of gateway messages. All decisions are
 //! in [`GatewayCore`]; this file only performs IO and delivers effects.
 
@@ -422,8 +423,8 @@ async fn connection(gateway: GatewayHandle, stream: TcpStream) {
     let outbox = Rc::new(Outbox::new(gateway.0.config.send_queue_max as usize));
     let session_id = gateway.0.state.borrow_mut().open_session(outbox.clone());
     let stream = Rc::new(RefCell::new(stream));
-    let writer = glommio::spawn_local(write_loop(stream.clone(), outbox)).detach();
-    let reason = read_loop(&gateway, session_id, &stream).await;
+    let writer = glommio::spawn_local(write_loop(stream.clone(), outbox.clone())).detach();
+    let reason = read_loop(&gateway, session_id, &stream, &outbox).await;
     if let Some(reason) = reason {
         gateway.0.state.borrow_mut().close(session_id, reason);
         gateway.flush_notices();
@@ -439,7 +440,9 @@ async fn read_loop(
     gateway: &GatewayHandle,
     session_id: u64,
     stream: &RefCell<TcpStream>,
+    outbox: &Outbox,
 ) -> Option<CloseReason> {
+    let mut inline = Vec::new();
     let idle = Duration::from_millis(gateway.0.config.idle_timeout_ms.max(1));
     let mut decoder = FrameDecoder::new(Peer::Client, gateway.0.config.max_body);
     // One clock read per read: `clock` is when the last read completed (or
@@ -493,10 +496,39 @@ async fn read_loop(
             }
         }
         gateway.after_batch(now);
+        write_inline(stream, outbox, &mut inline);
         // Closed by the gateway meanwhile (kick, slow reader): the writer
         // shuts the socket down; nothing more to read.
         gateway.0.state.borrow().session(session_id)?;
     }
+}
+
+/// Sends the answers a read batch produced from the reader's own task turn,
+/// with one non-blocking send: in the common case they leave before the
+/// reader's next read instead of after a writer wake-up. What the socket
+/// does not take (or an error) goes back to the outbox for the writer task,
+/// which waits for writability and handles failures.
+fn write_inline(stream: &RefCell<TcpStream>, outbox: &Outbox, buf: &mut Vec<u8>) {
+    let frames = outbox.take_inline(buf);
+    if frames == 0 {
+        return;
+    }
+    let fd = stream.borrow().as_raw_fd();
+    // SAFETY: `fd` is the open socket `stream` owns; `buf` is a live,
+    // initialised buffer of `buf.len()` bytes that send(2) only reads.
+    let sent = unsafe {
+        libc::send(
+            fd,
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    let sent = usize::try_from(sent).unwrap_or(0);
+    if sent < buf.len() {
+        outbox.give_back(&buf[sent..], frames);
+    }
+    buf.clear();
 }
 
 /// Drains the session's outbox into the socket, one write per batch, until

@@ -1,6 +1,9 @@
 //! A session's bounded send queue. The gateway appends encoded client
-//! frames; the connection's writer task takes everything queued in one swap
-//! and writes it with one syscall. No IO here: the writer is the driver's.
+//! frames; after each read batch the reader sends what the batch produced
+//! with one non-blocking send when the writer holds nothing
+//! (`take_inline` / `give_back`), and otherwise the connection's writer task
+//! takes everything queued in one swap and writes it with one syscall. No
+//! IO here: both writers are the driver's.
 //!
 //! The bound is in frames (`send_queue_max`), so a queue holds at most
 //! `send_queue_max * (HEADER_LEN + max_body)` bytes waiting, plus the one
@@ -49,6 +52,8 @@ struct Inner {
     state: OutboxState,
     writer: Option<Waker>,
     abort_watch: Option<Waker>,
+    /// The writer holds a taken batch it has not finished writing.
+    writer_busy: bool,
 }
 
 /// One session's send queue. Lives on its core (`!Send` by intent: the
@@ -68,6 +73,7 @@ impl Outbox {
                 state: OutboxState::Open,
                 writer: None,
                 abort_watch: None,
+                writer_busy: false,
             }),
         }
     }
@@ -143,12 +149,15 @@ impl Outbox {
     pub fn poll_take(&self, cx: &mut Context<'_>, out: &mut Vec<u8>) -> Poll<WriterStep> {
         debug_assert!(out.is_empty());
         let mut inner = self.inner.borrow_mut();
+        // Asking again means the previous batch is written.
+        inner.writer_busy = false;
         if inner.state == OutboxState::Aborted {
             return Poll::Ready(WriterStep::Abort);
         }
         if !inner.bytes.is_empty() {
             std::mem::swap(&mut inner.bytes, out);
             inner.frames = 0;
+            inner.writer_busy = true;
             return Poll::Ready(WriterStep::Write);
         }
         if inner.state == OutboxState::Closing {
@@ -156,6 +165,39 @@ impl Outbox {
         }
         inner.writer = Some(cx.waker().clone());
         Poll::Pending
+    }
+
+    /// Reader side: takes everything queued for a write in the reader's own
+    /// task turn, so answers leave right after the read that caused them
+    /// instead of after a writer wake-up. Only while the writer holds no
+    /// batch (order is kept) and the outbox is open. Returns the frames
+    /// taken; 0 when nothing was taken.
+    pub fn take_inline(&self, out: &mut Vec<u8>) -> usize {
+        debug_assert!(out.is_empty());
+        let mut inner = self.inner.borrow_mut();
+        if inner.writer_busy || inner.state != OutboxState::Open || inner.bytes.is_empty() {
+            return 0;
+        }
+        std::mem::swap(&mut inner.bytes, out);
+        std::mem::take(&mut inner.frames)
+    }
+
+    /// Puts back what an inline write did not send, ahead of anything
+    /// queued since, and wakes the writer to finish it. `frames` (those
+    /// taken) count against the bound again until the writer takes them.
+    pub fn give_back(&self, rest: &[u8], frames: usize) {
+        let mut inner = self.inner.borrow_mut();
+        if inner.state == OutboxState::Aborted {
+            return;
+        }
+        let mut bytes = Vec::with_capacity(rest.len() + inner.bytes.len());
+        bytes.extend_from_slice(rest);
+        bytes.extend_from_slice(&inner.bytes);
+        inner.bytes = bytes;
+        inner.frames += frames;
+        if let Some(waker) = inner.writer.take() {
+            waker.wake();
+        }
     }
 
     /// Ready once the outbox is aborted: the writer races its socket write
@@ -244,5 +286,46 @@ mod tests {
         let waker = noop();
         let mut cx = Context::from_waker(&waker);
         assert_eq!(outbox.poll_aborted(&mut cx), Poll::Ready(()));
+    }
+
+    #[test]
+    fn inline_takes_only_while_the_writer_holds_nothing_and_gives_back_in_order() {
+        let outbox = Outbox::new(8);
+        let waker = noop();
+        let mut cx = Context::from_waker(&waker);
+        outbox.push_frame(FrameKind::Response, 1, 1, b"a").unwrap();
+        // The writer took a batch and is writing it: inline must not jump
+        // ahead of it.
+        let mut writer = Vec::new();
+        assert_eq!(
+            outbox.poll_take(&mut cx, &mut writer),
+            Poll::Ready(WriterStep::Write)
+        );
+        outbox.push_frame(FrameKind::Response, 1, 2, b"b").unwrap();
+        let mut inline = Vec::new();
+        assert_eq!(outbox.take_inline(&mut inline), 0);
+        assert!(inline.is_empty());
+        // The writer finished and asks again: it takes "b"; then nothing is
+        // queued, and a new frame may go inline.
+        writer.clear();
+        assert_eq!(
+            outbox.poll_take(&mut cx, &mut writer),
+            Poll::Ready(WriterStep::Write)
+        );
+        writer.clear();
+        assert!(outbox.poll_take(&mut cx, &mut writer).is_pending());
+        outbox.push_frame(FrameKind::Response, 1, 3, b"c").unwrap();
+        outbox.push_frame(FrameKind::Response, 1, 4, b"d").unwrap();
+        assert_eq!(outbox.take_inline(&mut inline), 2);
+        assert_eq!(outbox.queued_frames(), 0);
+        // A partial send gives the rest back ahead of what came since, and
+        // it counts against the bound again.
+        outbox.push_frame(FrameKind::Response, 1, 5, b"e").unwrap();
+        let unsent = inline[10..].to_vec();
+        outbox.give_back(&unsent, 2);
+        assert_eq!(outbox.queued_frames(), 3);
+        let mut expected = unsent.clone();
+        encode_frame(&mut expected, FrameKind::Response, 1, 5, b"e");
+        assert_eq!(outbox.queued_bytes(), expected);
     }
 }
