@@ -262,6 +262,18 @@ pub(crate) fn after_failed_write(
     }
 }
 
+/// A claim's write applied (a pull's claim, or a transfer target's): the
+/// entry becomes writable with the state decoded for it.
+pub(crate) fn claimed(ctx: &mut Ctx, entry: &mut Entry, applied: CasVersion, now_ms: u64) {
+    let pending = entry
+        .pending_write
+        .take()
+        .expect("a claim has a pending write");
+    let state = entry.claiming.take().expect("a claim has a decoded state");
+    become_writable(entry, state, applied, pending, now_ms);
+    ctx.counters.claims_total += 1;
+}
+
 fn claim_reply(
     ctx: &mut Ctx,
     kind: &dyn ObjectType,
@@ -273,13 +285,7 @@ fn claim_reply(
     let mut fresh = false;
     match reply {
         StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
-            let pending = entry
-                .pending_write
-                .take()
-                .expect("a claim has a pending write");
-            let state = entry.claiming.take().expect("a claim has a decoded state");
-            become_writable(entry, state, cas_version, pending, now_ms);
-            ctx.counters.claims_total += 1;
+            claimed(ctx, entry, cas_version, now_ms)
         }
         StoreReply::Written(outcome) => fresh = after_failed_write(ctx, entry, now_ms, &outcome),
         // Not applied: the route is unchanged; the waiters try again.

@@ -479,8 +479,9 @@ fn on_write_save_indeterminate_is_not_acknowledged_and_drops_the_copy() {
     assert_eq!(replies(&h.settle(1, 0)), vec![(get, Ok(add(5)))]);
 }
 
-#[test]
-fn eagain_retries_with_bounded_random_waits_then_gives_up() {
+/// One core of node 1 with the counter type, and one OP_GET for KEY just
+/// received (its first load is the next effect).
+fn one_core_with_a_get() -> (RouterCore, RequestId) {
     let mut core = RouterCore::new(NodeId(1), config(), 1, 0);
     core.register(Box::new(CounterType {
         persist: Persist::Interval,
@@ -498,6 +499,12 @@ fn eagain_retries_with_bounded_random_waits_then_gives_up() {
         needs_reply: true,
     };
     core.on_request(0, RouterHead::local(KEY, NodeId(1)), request);
+    (core, id)
+}
+
+#[test]
+fn eagain_retries_with_bounded_random_waits_then_gives_up() {
+    let (mut core, id) = one_core_with_a_get();
     let mut now = 0;
     for attempt in 1..=config().retry_max_ttl {
         let effects: Vec<Effect> = core.drain_effects().collect();
@@ -525,23 +532,7 @@ fn eagain_retries_with_bounded_random_waits_then_gives_up() {
 
 #[test]
 fn a_terminal_store_error_answers_at_once() {
-    let mut core = RouterCore::new(NodeId(1), config(), 1, 0);
-    core.register(Box::new(CounterType {
-        persist: Persist::Interval,
-    }));
-    core.drain_effects().for_each(drop);
-    let id = RequestId {
-        origin_node: NodeId(1),
-        seq: 1,
-    };
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
-    core.on_request(0, RouterHead::local(KEY, NodeId(1)), request);
+    let (mut core, id) = one_core_with_a_get();
     let token = match core.drain_effects().next() {
         Some(Effect::Store { token, .. }) => token,
         other => panic!("a load, got {other:?}"),

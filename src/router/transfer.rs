@@ -8,7 +8,7 @@ use wire::ObjectKey;
 use super::core::{Ctx, Manager, RouterCore, StoreWait};
 use super::dispatch::dispatch_entry;
 use super::entry::{Entry, Io, PendingWrite, Transferring};
-use super::io::{after_failed_write, become_writable, finish_io};
+use super::io::{after_failed_write, claimed, finish_io};
 use super::object::ObjectType;
 use super::types::{NodeMessage, RouterTransfer, StoreOp, StoreReply, Timer};
 use crate::store::{NodeId, WriteCondition, WriteOutcome};
@@ -303,13 +303,7 @@ pub(crate) fn transfer_claim_reply(
     let mut fresh = false;
     let accepted = match reply {
         StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
-            let pending = entry
-                .pending_write
-                .take()
-                .expect("a claim has a pending write");
-            let state = entry.claiming.take().expect("a claim has a decoded state");
-            become_writable(entry, state, cas_version, pending, now_ms);
-            ctx.counters.claims_total += 1;
+            claimed(ctx, entry, cas_version, now_ms);
             true
         }
         StoreReply::Written(outcome) => {
