@@ -34,7 +34,7 @@ impl AuthService {
     pub fn handle(
         &self,
         gateway: &mut GatewayCore,
-        ingress: &Ingress,
+        ingress: &Ingress<'_>,
         now: Instant,
         now_unix_s: u64,
         kicks: &mut Vec<u64>,
@@ -70,11 +70,11 @@ impl AuthService {
         };
         match ingress.route_id {
             route::SYS_PING => {
-                reply(gateway, FrameKind::Response, epoch, player, &ingress.body);
+                reply(gateway, FrameKind::Response, epoch, player, ingress.body);
                 None
             }
             route::AUTH_LOGIN => {
-                let player_id = match wire::token::verify(&self.secret, &ingress.body, now_unix_s) {
+                let player_id = match wire::token::verify(&self.secret, ingress.body, now_unix_s) {
                     Ok(player_id) => player_id,
                     Err(error) => {
                         fail(gateway, ErrorCode::AuthFailed, &error.to_string());

@@ -5,7 +5,8 @@
 //! a client go into each session's [`Outbox`], and notices for targets are
 //! queued for the driver to deliver ([`GatewayCore::take_notices`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,28 +96,15 @@ pub enum CloseReason {
 
 struct InFlight {
     route_id: u32,
-    /// Names this request's entry in `GatewayCore::deadlines`: a seq can be
-    /// reused once answered, so the (session, seq) pair alone is not enough
-    /// to tell a live entry from a stale one.
-    ticket: u64,
+    /// When the gateway answers TIMEOUT itself.
+    deadline: Instant,
 }
-
-/// One request's deadline in `GatewayCore::deadlines`.
-#[derive(Clone, Copy)]
-struct Deadline {
-    at: Instant,
-    session_id: u64,
-    seq: u32,
-    ticket: u64,
-}
-
-/// Stale deadline entries tolerated beyond the live ones before the queue is
-/// compacted (see `GatewayCore::trim_deadlines`).
-const DEADLINES_SLACK: usize = 64;
 
 struct Entry {
     session: Session,
     inflight: FastMap<u32, InFlight>,
+    /// Whether the session has its one entry in `GatewayCore::deadlines`.
+    armed: bool,
     outbox: Rc<Outbox>,
 }
 
@@ -151,18 +139,20 @@ pub struct GatewayCore {
     next_serial: u64,
     limits: Limits,
     sessions: FastMap<u64, Entry>,
-    /// Every in-flight request's deadline, ordered by `at`: `expire` pops
-    /// from the front. The timeout is one constant, so a new deadline is
-    /// almost always the latest and is pushed at the back in O(1) (a tree
-    /// insert and remove per request was a measurable share of the ping
-    /// path). An answered request leaves its entry behind (removed lazily,
-    /// recognised by its ticket); the front is kept live, and the queue is
-    /// compacted past `2 * inflight_total + DEADLINES_SLACK` entries, so it
-    /// stays bounded by sessions x `max_inflight`.
-    deadlines: VecDeque<Deadline>,
-    /// Requests in flight over all sessions of the core.
-    inflight_total: usize,
-    next_ticket: u64,
+    /// When to look at a session's in-flight table for TIMEOUTs: at most
+    /// one entry per session (`Entry::armed`), at or before the earliest
+    /// deadline it had when armed. A request arms its session only if it is
+    /// not armed already, and an answer touches nothing here, so the ping
+    /// path costs no deadline bookkeeping beyond the in-flight table (a
+    /// queue entry per request, trimmed per answer, was a measurable share
+    /// of it). `expire` re-arms a session that still has requests in flight
+    /// at its earliest remaining deadline: a session costs one heap push per
+    /// `request_timeout` however many requests it sends. Entries of closed
+    /// sessions stay until due, so the heap holds at most the live sessions
+    /// plus those closed within the last `request_timeout`.
+    deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// Scratch for `expire`: the seqs of one session that are due.
+    due: Vec<(u32, u32)>,
     metrics: Arc<CoreMetrics>,
     notices: Vec<Notice>,
     warn: [WarnLimiter; 7],
@@ -175,9 +165,8 @@ impl GatewayCore {
             next_serial: 1,
             limits,
             sessions: FastMap::default(),
-            deadlines: VecDeque::new(),
-            inflight_total: 0,
-            next_ticket: 0,
+            deadlines: BinaryHeap::new(),
+            due: Vec::new(),
             metrics,
             notices: Vec::new(),
             warn: Default::default(),
@@ -206,6 +195,7 @@ impl GatewayCore {
             Entry {
                 session: Session::new(),
                 inflight: FastMap::default(),
+                armed: false,
                 outbox,
             },
         );
@@ -222,7 +212,7 @@ impl GatewayCore {
         self.sessions.len()
     }
 
-    /// Entries in the deadline queue, live or stale (for tests of its bound).
+    /// Entries in the deadline heap, due or not (for tests of its bound).
     #[cfg(test)]
     fn deadline_entries(&self) -> usize {
         self.deadlines.len()
@@ -240,13 +230,13 @@ impl GatewayCore {
     /// service; an accepted one is recorded in flight and returned, with a
     /// snapshot of the live binding, for the driver to deliver to
     /// `binding.target`.
-    pub fn on_request(
+    pub fn on_request<'a>(
         &mut self,
         session_id: u64,
         header: Header,
-        body: &[u8],
+        body: &'a [u8],
         now: Instant,
-    ) -> Option<Ingress> {
+    ) -> Option<Ingress<'a>> {
         let limits = self.limits;
         let entry = self.sessions.get_mut(&session_id)?;
         let stats = &self.metrics.gateway;
@@ -285,31 +275,18 @@ impl GatewayCore {
             self.push_error(session_id, route_id, seq, code, reason);
             return None;
         }
-        let at = now + limits.request_timeout;
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
-        entry.inflight.insert(seq, InFlight { route_id, ticket });
-        self.inflight_total += 1;
-        let deadline = Deadline {
-            at,
-            session_id,
-            seq,
-            ticket,
-        };
-        // Callers pass a monotonic `now`, so this is the back; an earlier
-        // one (allowed, just not expected) is inserted in order.
-        if self.deadlines.back().map_or(true, |last| last.at <= at) {
-            self.deadlines.push_back(deadline);
-        } else {
-            let index = self.deadlines.partition_point(|other| other.at <= at);
-            self.deadlines.insert(index, deadline);
+        let deadline = now + limits.request_timeout;
+        entry.inflight.insert(seq, InFlight { route_id, deadline });
+        if !entry.armed {
+            entry.armed = true;
+            self.deadlines.push(Reverse((deadline, session_id)));
         }
         Some(Ingress {
             session_id,
             binding: entry.session.binding(),
             route_id,
             seq,
-            body: body.to_vec(),
+            body,
         })
     }
 
@@ -408,21 +385,20 @@ impl GatewayCore {
         // the same route, else it is late (timed out already) and dropped.
         let answer = kind != FrameKind::Push;
         if answer {
-            match entry.inflight.get(&egress.seq) {
-                Some(inflight) if inflight.route_id == egress.route_id => {
-                    entry.inflight.remove(&egress.seq);
-                    self.inflight_total -= 1;
+            match entry.inflight.remove(&egress.seq) {
+                Some(inflight) if inflight.route_id == egress.route_id => {}
+                Some(other) => {
+                    // Another route's request under this seq stays in flight.
+                    entry.inflight.insert(egress.seq, other);
+                    return Err(EgressRejected::LateAnswer);
                 }
-                _ => return Err(EgressRejected::LateAnswer),
+                None => return Err(EgressRejected::LateAnswer),
             }
         }
         // 6. the session's bounded send queue
         let pushed = entry
             .outbox
             .push_frame(kind, egress.route_id, egress.seq, egress.body);
-        if answer {
-            trim_deadlines(&mut self.deadlines, &self.sessions, self.inflight_total);
-        }
         match pushed {
             Ok(()) => Ok(()),
             Err(PushError::Closed) => Err(EgressRejected::SendFailed),
@@ -448,8 +424,6 @@ impl GatewayCore {
         let Some(inflight) = entry.inflight.remove(&seq) else {
             return false;
         };
-        self.inflight_total -= 1;
-        trim_deadlines(&mut self.deadlines, &self.sessions, self.inflight_total);
         self.push_error(session_id, inflight.route_id, seq, code, reason);
         true
     }
@@ -458,49 +432,55 @@ impl GatewayCore {
     /// `now`; returns how many.
     pub fn expire(&mut self, now: Instant) -> usize {
         let mut expired = 0;
-        while let Some(&deadline) = self.deadlines.front() {
-            if deadline.at > now {
+        while let Some(&Reverse((at, session_id))) = self.deadlines.peek() {
+            if at > now {
                 break;
             }
-            self.deadlines.pop_front();
-            let Deadline {
-                session_id,
-                seq,
-                ticket,
-                ..
-            } = deadline;
+            self.deadlines.pop();
             let Some(entry) = self.sessions.get_mut(&session_id) else {
-                continue;
+                continue; // closed since it was armed
             };
-            if entry
-                .inflight
-                .get(&seq)
-                .map_or(true, |inflight| inflight.ticket != ticket)
-            {
-                continue; // answered already; its seq may be reused
+            entry.armed = false;
+            let mut earliest_left: Option<Instant> = None;
+            for (&seq, inflight) in &entry.inflight {
+                if inflight.deadline <= now {
+                    self.due.push((seq, inflight.route_id));
+                } else if earliest_left.map_or(true, |left| inflight.deadline < left) {
+                    earliest_left = Some(inflight.deadline);
+                }
             }
-            let Some(inflight) = entry.inflight.remove(&seq) else {
-                continue;
-            };
-            self.inflight_total -= 1;
-            self.metrics.gateway.timeouts.inc();
-            expired += 1;
-            self.push_error(
-                session_id,
-                inflight.route_id,
-                seq,
-                ErrorCode::Timeout,
-                "no answer in time",
-            );
+            for &(seq, _) in &self.due {
+                entry.inflight.remove(&seq);
+            }
+            if let Some(left) = earliest_left {
+                entry.armed = true;
+                self.deadlines.push(Reverse((left, session_id)));
+            }
+            let mut due = std::mem::take(&mut self.due);
+            // Answer in seq order: a map's iteration order is arbitrary.
+            due.sort_unstable();
+            for &(seq, route_id) in &due {
+                self.metrics.gateway.timeouts.inc();
+                expired += 1;
+                self.push_error(
+                    session_id,
+                    route_id,
+                    seq,
+                    ErrorCode::Timeout,
+                    "no answer in time",
+                );
+            }
+            due.clear();
+            self.due = due;
         }
-        trim_deadlines(&mut self.deadlines, &self.sessions, self.inflight_total);
         expired
     }
 
-    /// When `expire` next has work.
+    /// When `expire` may next have work: at or before the earliest deadline
+    /// of a request in flight (a request answered since its session was
+    /// armed can leave it earlier).
     pub fn next_deadline(&self) -> Option<Instant> {
-        // `trim_deadlines` keeps the front live.
-        self.deadlines.front().map(|deadline| deadline.at)
+        self.deadlines.peek().map(|Reverse((at, _))| *at)
     }
 
     /// `shield.client.close` in the seed's fixed order: PUSH `sys.kicked`
@@ -611,39 +591,12 @@ impl GatewayCore {
         let Some(entry) = self.sessions.remove(&session_id) else {
             return;
         };
-        self.inflight_total -= entry.inflight.len();
-        trim_deadlines(&mut self.deadlines, &self.sessions, self.inflight_total);
         self.metrics.gateway.sessions_active.add(-1);
         if abort {
             entry.outbox.abort();
         } else {
             entry.outbox.close();
         }
-    }
-}
-
-/// Drops stale entries (answered requests, closed sessions) from the front
-/// of `deadlines`, so its front is live for `next_deadline`, and compacts
-/// the whole queue when stale entries outnumber live ones (plus a slack),
-/// which bounds it by `2 * inflight_total + DEADLINES_SLACK`. Amortised
-/// O(1) per request: a compaction removes at least as many entries as the
-/// requests answered since the last one.
-fn trim_deadlines(
-    deadlines: &mut VecDeque<Deadline>,
-    sessions: &FastMap<u64, Entry>,
-    inflight_total: usize,
-) {
-    let live = |deadline: &Deadline| {
-        sessions
-            .get(&deadline.session_id)
-            .and_then(|entry| entry.inflight.get(&deadline.seq))
-            .is_some_and(|inflight| inflight.ticket == deadline.ticket)
-    };
-    while deadlines.front().is_some_and(|front| !live(front)) {
-        deadlines.pop_front();
-    }
-    if deadlines.len() > 2 * inflight_total + DEADLINES_SLACK {
-        deadlines.retain(live);
     }
 }
 

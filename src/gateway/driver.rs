@@ -1,11 +1,10 @@
 //! The glommio driver of one core's gateway: the accept loop on the core's
-//! SO_REUSEPORT listener, a reader (which also sends its batch's answers
-//! when it can) and a writer task per connection, the
-//! deadline timer, and mesh dispatch of gateway messages. All decisions are
+//! SO_REUSEPORT listener, a reader (which also runs the auth service and
+//! sends its batch's answers when it can) and a writer task per connection,
+//! the deadline timer, and mesh dispatch of gateway messages. All decisions are
 //! in [`GatewayCore`]; this file only performs IO and delivers effects.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
@@ -30,12 +29,6 @@ use super::{session_core, Ingress, Notice};
 use crate::config::GatewayConfig;
 use crate::metrics::CoreMetrics;
 
-/// Requests waiting for the auth service of one core. Auth runs at the end
-/// of each read batch, so this holds at most one batch per connection of
-/// the core in the worst case; past the bound, a login or ping is answered
-/// OVERLOADED at once.
-pub const AUTH_MAILBOX_MAX: usize = 65_536;
-
 /// The deadline timer's tick: TIMEOUT answers are at most this late.
 const MAX_TIMER_TICK: Duration = Duration::from_millis(50);
 
@@ -55,7 +48,6 @@ struct CoreGateway {
     config: GatewayConfig,
     state: RefCell<GatewayCore>,
     auth: AuthService,
-    auth_mailbox: RefCell<VecDeque<Ingress>>,
     player: RefCell<Option<Rc<dyn PlayerPort>>>,
     mesh: Mesh<FrameBuf>,
     policy: Arc<dyn LoginPolicy>,
@@ -81,7 +73,6 @@ impl GatewayHandle {
             config: shared.config.clone(),
             state: RefCell::new(GatewayCore::new(core_id, limits, metrics.clone())),
             auth: AuthService::new(&shared.secret, shared.policy.clone()),
-            auth_mailbox: RefCell::new(VecDeque::new()),
             player: RefCell::new(None),
             mesh,
             policy: shared.policy.clone(),
@@ -246,18 +237,13 @@ impl GatewayHandle {
         self.flush_notices();
     }
 
-    /// Delivers one accepted ingress to its snapshotted target.
-    fn deliver(&self, ingress: Ingress) {
+    /// Delivers one accepted ingress to its snapshotted target. The auth
+    /// service answers in place, before the next frame of the batch is
+    /// read: a request pipelined behind `auth.login` sees the session
+    /// logged in.
+    fn deliver(&self, ingress: Ingress<'_>, now: Instant) {
         match ingress.binding.target {
-            Target::Auth => {
-                let mut mailbox = self.0.auth_mailbox.borrow_mut();
-                if mailbox.len() < AUTH_MAILBOX_MAX {
-                    mailbox.push_back(ingress);
-                } else {
-                    drop(mailbox);
-                    self.answer(&ingress, ErrorCode::Overloaded, "auth service busy");
-                }
-            }
+            Target::Auth => self.authenticate(&ingress, now),
             Target::Player => {
                 let port = self.0.player.borrow().clone();
                 let Some(port) = port else {
@@ -273,44 +259,39 @@ impl GatewayHandle {
         }
     }
 
-    fn answer(&self, ingress: &Ingress, code: ErrorCode, reason: &str) {
+    fn answer(&self, ingress: &Ingress<'_>, code: ErrorCode, reason: &str) {
         self.0
             .state
             .borrow_mut()
             .answer_error(ingress.session_id, ingress.seq, code, reason);
     }
 
-    /// Runs the auth service over what its mailbox holds, then performs the
-    /// kicks it decided and the notices the state machine queued.
-    fn after_batch(&self, now: Instant) {
+    /// Runs the auth service on one ingress, then performs the kicks it
+    /// decided and tells the player side about a new binding.
+    fn authenticate(&self, ingress: &Ingress<'_>, now: Instant) {
+        // The wall clock matters only to a login's token expiry.
+        let now_unix_s = if ingress.route_id == wire::client::route::AUTH_LOGIN {
+            unix_now_s()
+        } else {
+            0
+        };
         let mut kicks = Vec::new();
-        // The wall clock matters only to a login's token expiry: read it
-        // once per batch, and only if the batch has a login.
-        let mut wall_clock = None;
-        loop {
-            let Some(ingress) = self.0.auth_mailbox.borrow_mut().pop_front() else {
-                break;
-            };
-            let now_unix_s = if ingress.route_id == wire::client::route::AUTH_LOGIN {
-                *wall_clock.get_or_insert_with(unix_now_s)
-            } else {
-                0
-            };
-            let mut state = self.0.state.borrow_mut();
-            let bound = self
-                .0
-                .auth
-                .handle(&mut state, &ingress, now, now_unix_s, &mut kicks);
-            drop(state);
+        let bound = self.0.auth.handle(
+            &mut self.0.state.borrow_mut(),
+            ingress,
+            now,
+            now_unix_s,
+            &mut kicks,
+        );
+        if !kicks.is_empty() {
             let player_id = ingress_player(&self.0.state.borrow(), ingress.session_id);
-            for old in kicks.drain(..) {
+            for old in kicks {
                 self.kick(old, player_id, "logged in elsewhere");
             }
-            if let Some(binding) = bound {
-                self.notify_bound(ingress.session_id, binding);
-            }
         }
-        self.flush_notices();
+        if let Some(binding) = bound {
+            self.notify_bound(ingress.session_id, binding);
+        }
     }
 
     /// Tells the player side its object has a new current session, so it
@@ -480,7 +461,7 @@ async fn read_loop(
                         .state
                         .borrow_mut()
                         .protocol_violation(session_id, error);
-                    gateway.after_batch(now);
+                    gateway.flush_notices();
                     return None;
                 }
             };
@@ -492,10 +473,10 @@ async fn read_loop(
                     .borrow_mut()
                     .on_request(session_id, frame.header, frame.body, now);
             if let Some(ingress) = ingress {
-                gateway.deliver(ingress);
+                gateway.deliver(ingress, now);
             }
         }
-        gateway.after_batch(now);
+        gateway.flush_notices();
         write_inline(stream, outbox, &mut inline);
         // Closed by the gateway meanwhile (kick, slow reader): the writer
         // shuts the socket down; nothing more to read.

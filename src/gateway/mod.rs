@@ -44,29 +44,17 @@ pub fn session_core(session_id: u64) -> usize {
 }
 
 /// An accepted client REQUEST with the binding snapshotted at ingress (the
-/// seed does not re-validate ingress epochs: the egress gate does).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ingress {
+/// seed does not re-validate ingress epochs: the egress gate does). The
+/// body is borrowed from the connection's read buffer: the auth service
+/// answers from it in place, and only a target that keeps the request
+/// copies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ingress<'a> {
     pub session_id: u64,
     pub binding: Binding,
     pub route_id: u32,
     pub seq: u32,
-    pub body: Vec<u8>,
-}
-
-impl Ingress {
-    /// The `ClientIngress` frame for a target behind the mesh or the seam.
-    pub fn to_frame(&self, gateway_node: u64) -> Result<FrameBuf, FrameEncodeError> {
-        FrameBuf::encode(&Message::ClientIngress {
-            gateway_node,
-            session_id: self.session_id,
-            session_epoch: self.binding.session_epoch,
-            player_id: self.binding.player_id,
-            route_id: self.route_id,
-            seq: self.seq,
-            body: self.body.clone(),
-        })
-    }
+    pub body: &'a [u8],
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -32,5 +32,9 @@ pub trait PlayerPort {
     /// Takes an accepted client request of a session of this core (an
     /// in-core call: no frame), or hands it back when it cannot (the
     /// gateway then answers UNAVAILABLE). `gateway_node` is this node.
-    fn deliver_ingress(&self, gateway_node: u64, ingress: Ingress) -> Result<(), Ingress>;
+    fn deliver_ingress<'a>(
+        &self,
+        gateway_node: u64,
+        ingress: Ingress<'a>,
+    ) -> Result<(), Ingress<'a>>;
 }

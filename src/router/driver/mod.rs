@@ -529,7 +529,11 @@ fn write_failure(error: &WriteError) -> StoreFailure {
 impl PlayerPort for RouterDriver {
     /// The in-core ingress: the gateway of this core hands the request over
     /// as a plain struct, the body moved, not copied.
-    fn deliver_ingress(&self, gateway_node: u64, ingress: Ingress) -> Result<(), Ingress> {
+    fn deliver_ingress<'a>(
+        &self,
+        gateway_node: u64,
+        ingress: Ingress<'a>,
+    ) -> Result<(), Ingress<'a>> {
         self.on_client_ingress(ClientIngress {
             client: ClientRef {
                 gateway_node: NodeId(gateway_node),
@@ -539,7 +543,7 @@ impl PlayerPort for RouterDriver {
             },
             route_id: ingress.route_id,
             seq: ingress.seq,
-            body: ingress.body,
+            body: ingress.body.to_vec(),
         });
         Ok(())
     }
