@@ -251,7 +251,7 @@ impl GatewayHandle {
                 };
                 // The port is this core's player side: a plain call, no
                 // frame (see `super::player`).
-                if let Err(ingress) = port.deliver_ingress(self.0.node_id, ingress) {
+                if let Err(ingress) = port.deliver_ingress(self.0.node_id, ingress, now) {
                     self.answer(&ingress, ErrorCode::Unavailable, "player unavailable");
                 }
             }

@@ -19,6 +19,8 @@
 //!   [`GatewayHandle::egress`](super::GatewayHandle::egress);
 //! - kick: [`GatewayHandle::kick`](super::GatewayHandle::kick) from any core.
 
+use std::time::Instant;
+
 use wire::frame::FrameBuf;
 
 use super::Ingress;
@@ -31,10 +33,13 @@ pub trait PlayerPort {
 
     /// Takes an accepted client request of a session of this core (an
     /// in-core call: no frame), or hands it back when it cannot (the
-    /// gateway then answers UNAVAILABLE). `gateway_node` is this node.
+    /// gateway then answers UNAVAILABLE). `gateway_node` is this node;
+    /// `now` is when the request's read completed (the gateway's one clock
+    /// reading per read batch).
     fn deliver_ingress<'a>(
         &self,
         gateway_node: u64,
         ingress: Ingress<'a>,
+        now: Instant,
     ) -> Result<(), Ingress<'a>>;
 }

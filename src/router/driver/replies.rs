@@ -1,9 +1,5 @@
 //! Where the answers to this core's client requests go.
 
-use std::collections::VecDeque;
-
-use hashbrown::HashMap;
-
 /// Requests of one core waiting for their answer. Each is also in the
 /// gateway's in-flight table (bounded by `max_inflight` per session); this
 /// bound only guards the driver's own memory.
@@ -12,6 +8,12 @@ pub const REPLY_ROUTES_MAX: usize = 1 << 20;
 /// Bits of a request sequence number below the index of the core that made
 /// it, so an answer finds its core without a shared table.
 pub(super) const REQUEST_CORE_SHIFT: u32 = 48;
+
+/// Below the core: a slot's generation, then its index.
+const SLOT_BITS: u32 = 24;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+const GENERATION_MASK: u64 = (1 << (REQUEST_CORE_SHIFT - SLOT_BITS)) - 1;
+const _: () = assert!(REPLY_ROUTES_MAX as u64 <= SLOT_MASK + 1);
 
 /// Where the answer to one client request goes.
 #[derive(Clone, Copy, Debug)]
@@ -23,44 +25,116 @@ pub(super) struct ReplyRoute {
     pub(super) client_seq: u32,
 }
 
-/// The answers this core waits for, expired after the gateway's request
-/// timeout (the gateway has answered TIMEOUT by then).
-#[derive(Default)]
+struct Slot {
+    /// Bumped when the slot is freed, so a sequence number names one use
+    /// of the slot: an answer for an earlier use finds nothing.
+    generation: u64,
+    waiting: Option<(ReplyRoute, u64)>,
+}
+
+/// The answers this core waits for: a slab whose slot index and generation
+/// are the request's sequence number, so inserting and taking are an index
+/// each (no hashing, no per-request queue entry). A request that is never
+/// answered is dropped by a sweep after the gateway's request timeout (the
+/// gateway has answered TIMEOUT by then); the sweep walks the slab once per
+/// `sweep_interval_ms`, so memory is bounded by the requests in flight.
 pub(super) struct ReplyRoutes {
-    routes: HashMap<u64, ReplyRoute>,
-    expiry: VecDeque<(u64, u64)>,
-    next_serial: u64,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    waiting: usize,
+    sweep_interval_ms: u64,
+    next_sweep_ms: u64,
 }
 
 impl ReplyRoutes {
+    /// Unanswered routes are dropped between `request_timeout_ms` and
+    /// 1.25 times that after they were made.
+    pub(super) fn new(request_timeout_ms: u64) -> ReplyRoutes {
+        ReplyRoutes {
+            slots: Vec::new(),
+            free: Vec::new(),
+            waiting: 0,
+            sweep_interval_ms: (request_timeout_ms / 4).max(1),
+            next_sweep_ms: 0,
+        }
+    }
+
+    /// Records where a request's answer goes; returns the request's
+    /// sequence number, or `None` when `REPLY_ROUTES_MAX` are waiting.
     pub(super) fn insert(
         &mut self,
         core_id: usize,
         route: ReplyRoute,
         expires_ms: u64,
     ) -> Option<u64> {
-        if self.routes.len() >= REPLY_ROUTES_MAX {
+        if self.waiting >= REPLY_ROUTES_MAX {
             return None;
         }
-        self.next_serial = (self.next_serial + 1) & ((1 << REQUEST_CORE_SHIFT) - 1);
-        let seq = (core_id as u64) << REQUEST_CORE_SHIFT | self.next_serial;
-        self.routes.insert(seq, route);
-        self.expiry.push_back((expires_ms, seq));
-        Some(seq)
-    }
-
-    pub(super) fn take(&mut self, seq: u64) -> Option<ReplyRoute> {
-        self.routes.remove(&seq)
-    }
-
-    pub(super) fn expire(&mut self, now_ms: u64) {
-        while let Some(&(expires_ms, seq)) = self.expiry.front() {
-            if expires_ms > now_ms {
-                break;
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                // Generations start at 1: no request of core 0 is seq 0,
+                // the sequence number of one-way notifications.
+                self.slots.push(Slot {
+                    generation: 1,
+                    waiting: None,
+                });
+                (self.slots.len() - 1) as u32
             }
-            self.expiry.pop_front();
-            self.routes.remove(&seq);
+        };
+        let slot = &mut self.slots[index as usize];
+        slot.waiting = Some((route, expires_ms));
+        self.waiting += 1;
+        Some(
+            (core_id as u64) << REQUEST_CORE_SHIFT
+                | (slot.generation & GENERATION_MASK) << SLOT_BITS
+                | u64::from(index),
+        )
+    }
+
+    /// The route of request `seq`, once: `None` if it was answered or
+    /// dropped already.
+    pub(super) fn take(&mut self, seq: u64) -> Option<ReplyRoute> {
+        let index = (seq & SLOT_MASK) as usize;
+        let generation = (seq >> SLOT_BITS) & GENERATION_MASK;
+        let slot = self.slots.get_mut(index)?;
+        if slot.generation & GENERATION_MASK != generation {
+            return None;
         }
+        let (route, _) = slot.waiting.take()?;
+        self.release(index);
+        Some(route)
+    }
+
+    /// Drops the routes that expired by `now_ms`; cheap until the next
+    /// sweep is due.
+    pub(super) fn expire(&mut self, now_ms: u64) {
+        if now_ms < self.next_sweep_ms {
+            return;
+        }
+        self.next_sweep_ms = now_ms + self.sweep_interval_ms;
+        for index in 0..self.slots.len() {
+            let slot = &mut self.slots[index];
+            if slot
+                .waiting
+                .is_some_and(|(_, expires_ms)| expires_ms <= now_ms)
+            {
+                slot.waiting = None;
+                self.release(index);
+            }
+        }
+    }
+
+    /// Routes waiting for an answer.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.waiting
+    }
+
+    fn release(&mut self, index: usize) {
+        self.slots[index].generation += 1;
+        self.free.push(index as u32);
+        self.waiting -= 1;
     }
 }
 
@@ -68,18 +142,19 @@ impl ReplyRoutes {
 mod tests {
     use super::*;
 
+    const ROUTE: ReplyRoute = ReplyRoute {
+        session_id: 1,
+        session_epoch: 1,
+        player_id: 1,
+        route_id: 10,
+        client_seq: 1,
+    };
+
     #[test]
-    fn reply_routes_expire_and_bound() {
-        let mut routes = ReplyRoutes::default();
-        let route = ReplyRoute {
-            session_id: 1,
-            session_epoch: 1,
-            player_id: 1,
-            route_id: 10,
-            client_seq: 1,
-        };
-        let first = routes.insert(1, route, 100).unwrap();
-        let second = routes.insert(1, route, 200).unwrap();
+    fn reply_routes_are_taken_once_and_expire() {
+        let mut routes = ReplyRoutes::new(100);
+        let first = routes.insert(1, ROUTE, 100).unwrap();
+        let second = routes.insert(1, ROUTE, 200).unwrap();
         assert_eq!(
             first >> REQUEST_CORE_SHIFT,
             1,
@@ -89,5 +164,48 @@ mod tests {
         assert!(routes.take(first).is_none(), "expired");
         assert!(routes.take(second).is_some());
         assert!(routes.take(second).is_none(), "answered once");
+        assert_eq!(routes.len(), 0);
+    }
+
+    #[test]
+    fn a_reused_slot_does_not_answer_its_earlier_use() {
+        let mut routes = ReplyRoutes::new(100);
+        let first = routes.insert(0, ROUTE, 100).unwrap();
+        assert!(routes.take(first).is_some());
+        let reused = routes.insert(0, ROUTE, 100).unwrap();
+        assert_eq!(reused & SLOT_MASK, first & SLOT_MASK, "same slot");
+        assert!(routes.take(first).is_none(), "the earlier use is gone");
+        assert!(routes.take(reused).is_some());
+        assert!(routes.take(u64::MAX).is_none(), "no such slot");
+    }
+
+    #[test]
+    fn the_slab_grows_only_with_requests_waiting() {
+        let mut routes = ReplyRoutes::new(100);
+        for _ in 0..10_000 {
+            let seq = routes.insert(0, ROUTE, 100).unwrap();
+            assert!(routes.take(seq).is_some());
+        }
+        assert_eq!(routes.slots.len(), 1);
+        // A sweep is due at most once per interval, and frees what expired.
+        let held: Vec<u64> = (0..3)
+            .map(|_| routes.insert(0, ROUTE, 10).unwrap())
+            .collect();
+        routes.expire(5);
+        assert_eq!(routes.len(), 3, "not expired yet");
+        routes.expire(10);
+        assert_eq!(routes.len(), 3, "the next sweep is not due before 5 + 25");
+        routes.expire(30);
+        assert_eq!(routes.len(), 0);
+        assert!(held.iter().all(|&seq| routes.take(seq).is_none()));
+    }
+
+    #[test]
+    fn the_bound_refuses_more() {
+        let mut routes = ReplyRoutes::new(100);
+        for _ in 0..REPLY_ROUTES_MAX {
+            routes.insert(0, ROUTE, 100).unwrap();
+        }
+        assert!(routes.insert(0, ROUTE, 100).is_none());
     }
 }
