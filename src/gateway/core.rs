@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use wire::client::{ErrorCode, FrameError, FrameKind, Header};
 
+use super::inflight::{InFlight, InFlightTable};
 use super::outbox::{Outbox, PushError};
 use super::routes::{self, Direction};
 use super::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
@@ -94,15 +95,9 @@ pub enum CloseReason {
     Shutdown,
 }
 
-struct InFlight {
-    route_id: u32,
-    /// When the gateway answers TIMEOUT itself.
-    deadline: Instant,
-}
-
 struct Entry {
     session: Session,
-    inflight: FastMap<u32, InFlight>,
+    inflight: InFlightTable,
     /// Whether the session has its one entry in `GatewayCore::deadlines`.
     armed: bool,
     outbox: Rc<Outbox>,
@@ -194,7 +189,7 @@ impl GatewayCore {
             session_id,
             Entry {
                 session: Session::new(),
-                inflight: FastMap::default(),
+                inflight: InFlightTable::default(),
                 armed: false,
                 outbox,
             },
@@ -255,7 +250,7 @@ impl GatewayCore {
                 stats.ingress_auth_required.inc();
                 Some((ErrorCode::AuthRequired, "login first"))
             }
-            Some(_) if entry.inflight.contains_key(&seq) => {
+            Some(_) if entry.inflight.contains(seq) => {
                 stats.ingress_bad_request.inc();
                 Some((ErrorCode::BadRequest, "duplicate in-flight seq"))
             }
@@ -385,7 +380,7 @@ impl GatewayCore {
         // the same route, else it is late (timed out already) and dropped.
         let answer = kind != FrameKind::Push;
         if answer {
-            match entry.inflight.remove(&egress.seq) {
+            match entry.inflight.remove(egress.seq) {
                 Some(inflight) if inflight.route_id == egress.route_id => {}
                 Some(other) => {
                     // Another route's request under this seq stays in flight.
@@ -421,7 +416,7 @@ impl GatewayCore {
         let Some(entry) = self.sessions.get_mut(&session_id) else {
             return false;
         };
-        let Some(inflight) = entry.inflight.remove(&seq) else {
+        let Some(inflight) = entry.inflight.remove(seq) else {
             return false;
         };
         self.push_error(session_id, inflight.route_id, seq, code, reason);
@@ -442,7 +437,7 @@ impl GatewayCore {
             };
             entry.armed = false;
             let mut earliest_left: Option<Instant> = None;
-            for (&seq, inflight) in &entry.inflight {
+            for (seq, inflight) in entry.inflight.iter() {
                 if inflight.deadline <= now {
                     self.due.push((seq, inflight.route_id));
                 } else if earliest_left.map_or(true, |left| inflight.deadline < left) {
@@ -450,7 +445,7 @@ impl GatewayCore {
                 }
             }
             for &(seq, _) in &self.due {
-                entry.inflight.remove(&seq);
+                entry.inflight.remove(seq);
             }
             if let Some(left) = earliest_left {
                 entry.armed = true;

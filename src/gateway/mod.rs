@@ -5,6 +5,7 @@
 //! - [`routes`]: the route table, `route_id -> {direction, requires_auth}`;
 //! - [`core`]: the per-core registry, ingress checks, in-flight accounting
 //!   and TIMEOUT, the six-check egress gate, kick and close ordering;
+//! - [`inflight`]: a session's table of requests in flight;
 //! - [`outbox`]: a session's bounded send queue;
 //! - [`auth`]: the stateless per-core auth service (`auth.login`,
 //!   `sys.ping` before login);
@@ -21,6 +22,7 @@
 pub mod auth;
 pub mod core;
 pub mod driver;
+pub mod inflight;
 pub mod login;
 pub mod outbox;
 pub mod player;
