@@ -198,10 +198,10 @@ mod tests {
             for (step, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Insert(seq) => {
-                        if !model.contains_key(&seq) {
+                        if let std::collections::hash_map::Entry::Vacant(vacant) = model.entry(seq) {
                             let value = request(step as u32);
                             table.insert(seq, value);
-                            model.insert(seq, value);
+                            vacant.insert(value);
                         }
                     }
                     Op::Remove(seq) => {
