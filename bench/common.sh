@@ -68,3 +68,15 @@ loadgen_run() {
 ratio() {
   awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'
 }
+
+# Rounds of a paired comparison: the baseline and the subject alternate,
+# each round gives its own ratio, and the median ratio is the result, so a
+# drift of the machine during one run does not decide it.
+ROUNDS=${ROUNDS:-3}
+
+# median NUMBERS...: the median (the mean of the middle two for an even count).
+median() {
+  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "n/a"; exit }
+    if (NR % 2) printf "%.3f", v[(NR + 1) / 2]; else printf "%.3f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
