@@ -232,6 +232,17 @@ impl RouterCore {
         self.ctx.effects.drain(..)
     }
 
+    /// Moves the effects produced since the last call to the end of `into`:
+    /// a swap of the two vectors when `into` is empty, so a driver that
+    /// keeps one vector moves no effect and allocates nothing per batch.
+    pub fn take_effects(&mut self, into: &mut Vec<Effect>) {
+        if into.is_empty() {
+            std::mem::swap(into, &mut self.ctx.effects);
+        } else {
+            into.append(&mut self.ctx.effects);
+        }
+    }
+
     pub fn counters(&self) -> &RouterCounters {
         &self.ctx.counters
     }

@@ -336,7 +336,7 @@ impl RouterDriver {
         }
         let mut effects = self.inner().effects.take();
         loop {
-            effects.extend(self.inner().core.borrow_mut().drain_effects());
+            self.inner().core.borrow_mut().take_effects(&mut effects);
             if effects.is_empty() {
                 break;
             }
