@@ -1,13 +1,23 @@
-//! Every ingress rejection code, TIMEOUT, and a stale-epoch egress, over
-//! real TCP against a real node.
+//! Every ingress rejection code, TIMEOUT, a request pipelined behind login,
+//! and a stale-epoch egress, over real TCP against a real node (the last
+//! against the real gateway driver with a test player side).
 
 mod support;
 
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use routerd::gateway::driver::{serve, GatewayShared};
+use routerd::gateway::{EgressRef, GatewayHandle, Ingress, NodeLogins, PlayerPort};
+use routerd::metrics::CoreMetrics;
 use routerd::store::Fault;
+use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 use support::{token, TestNode};
 use wire::client::{encode_frame, route, ErrorCode, FrameKind};
+use wire::frame::{ArchivedMessage, FrameBuf};
 
 fn node() -> TestNode {
     let mut config = support::config();
@@ -134,4 +144,117 @@ fn a_request_pipelined_behind_login_sees_the_new_binding() {
         node.metric("routerd_gateway_egress_rejected_total{reason=\"stale_epoch\"}"),
         0
     );
+}
+
+/// The player side of the gateway in `stale_epoch_egress_is_dropped_and_counted`:
+/// records the bindings the gateway reports and takes no requests.
+struct RecordingPort(Rc<RefCell<Vec<(u64, u32, u64)>>>);
+
+impl PlayerPort for RecordingPort {
+    fn deliver(&self, frame: FrameBuf) -> Result<(), FrameBuf> {
+        if let ArchivedMessage::SessionBound {
+            session_id,
+            session_epoch,
+            player_id,
+            ..
+        } = frame.message()
+        {
+            self.0.borrow_mut().push((
+                session_id.to_native(),
+                session_epoch.to_native(),
+                player_id.to_native(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn deliver_ingress<'a>(
+        &self,
+        _gateway_node: u64,
+        ingress: Ingress<'a>,
+        _now: Instant,
+    ) -> Result<(), Ingress<'a>> {
+        Err(ingress)
+    }
+}
+
+#[test]
+fn stale_epoch_egress_is_dropped_and_counted() {
+    // A reply computed under an older binding must never reach the wire.
+    // With one node no client can produce one (the auth service binds
+    // before the next frame is read, and a session's epoch changes again
+    // only when it ends), so the player side here is a test port that
+    // sends, over the real gateway driver and a real TCP connection, a
+    // PUSH under the epoch before login and then one under the current.
+    let mut runtime_config = RuntimeConfig::new(CorePlacement::Unpinned(1));
+    runtime_config.io_memory_bytes = 256 << 10;
+    runtime_config.shutdown_deadline = Duration::from_secs(1);
+    let config = support::config();
+    let shared = Arc::new(GatewayShared {
+        node_id: config.node.id,
+        config: config.gateway.clone(),
+        secret: support::SECRET.as_bytes().to_vec(),
+        policy: Arc::new(NodeLogins::new(config.auth.duplicate_login)),
+        sessions_open: Arc::new(AtomicU32::new(0)),
+    });
+    let metrics = Arc::new(CoreMetrics::default());
+    let (address_tx, address_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Arc::new(Mutex::new(go_rx));
+    let shutdown = ShutdownHandle::new();
+    let core_metrics = metrics.clone();
+    let runtime =
+        Runtime::start::<FrameBuf, _, _>(&runtime_config, shutdown.clone(), move |core| {
+            let (shared, metrics, address_tx, go_rx) = (
+                shared.clone(),
+                core_metrics.clone(),
+                address_tx.clone(),
+                go_rx.clone(),
+            );
+            async move {
+                let listener = glommio::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+                address_tx.send(listener.local_addr().unwrap()).unwrap();
+                let gateway = GatewayHandle::new(core.id(), core.mesh().clone(), &shared, metrics);
+                let bound = Rc::new(RefCell::new(Vec::new()));
+                gateway.set_player_port(Rc::new(RecordingPort(bound.clone())));
+                glommio::spawn_local(serve(gateway.clone(), listener)).detach();
+                core.ready();
+                // Wait (polling: the test thread is not on this executor) for
+                // the client's login.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while go_rx.lock().unwrap().try_recv().is_err() && Instant::now() < deadline {
+                    glommio::timer::sleep(Duration::from_millis(2)).await;
+                }
+                let (session_id, epoch, player_id) = bound.borrow()[0];
+                for (session_epoch, body) in [(epoch - 1, &b"stale"[..]), (epoch, &b"current"[..])]
+                {
+                    gateway.egress_ref(&EgressRef {
+                        session_id,
+                        session_epoch,
+                        player_id,
+                        kind: FrameKind::Push as u8,
+                        route_id: route::ROOM_MESSAGE,
+                        seq: 0,
+                        body,
+                    });
+                }
+                core.shutdown().wait().await;
+            }
+        })
+        .expect("runtime starts");
+    let address = address_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the core listens");
+    let mut client = support::Client::connect(address);
+    client.login(5, 1);
+    go_tx.send(()).unwrap();
+    let push = client.recv();
+    assert_eq!(
+        (push.kind, push.route_id, push.body.as_slice()),
+        (FrameKind::Push, route::ROOM_MESSAGE, &b"current"[..]),
+        "the stale PUSH never reached the wire"
+    );
+    assert_eq!(metrics.gateway.egress_stale_epoch.get(), 1);
+    shutdown.trigger();
+    runtime.join().expect("the core exits cleanly");
 }
