@@ -73,6 +73,22 @@ ratio() {
 # each round gives its own ratio, and the median ratio is the result, so a
 # drift of the machine during one run does not decide it.
 ROUNDS=${ROUNDS:-3}
+RATIOS=()
+
+# paired_round ROUND BASE SUBJECT: from $WORK/BASE-ROUND.json and
+# $WORK/SUBJECT-ROUND.json, prints the round's figures and appends the
+# throughput ratio SUBJECT/BASE to RATIOS.
+paired_round() {
+  local round=$1 base=$2 subject=$3
+  local base_rps subject_rps base_p99 subject_p99
+  base_rps=$(json_number "$WORK/$base-$round.json" throughput)
+  subject_rps=$(json_number "$WORK/$subject-$round.json" throughput)
+  base_p99=$(json_number "$WORK/$base-$round.json" p99_us)
+  subject_p99=$(json_number "$WORK/$subject-$round.json" p99_us)
+  RATIOS+=("$(ratio "$subject_rps" "$base_rps")")
+  printf 'round %d: %s %10.0f req/s p99 %7.1f us | %s %10.0f req/s p99 %7.1f us | ratio %s\n' \
+    "$round" "$base" "$base_rps" "$base_p99" "$subject" "$subject_rps" "$subject_p99" "${RATIOS[-1]}"
+}
 
 # median NUMBERS...: the median (the mean of the middle two for an even count).
 median() {

@@ -100,6 +100,9 @@ struct Entry {
     inflight: InFlightTable,
     /// Whether the session has its one entry in `GatewayCore::deadlines`.
     armed: bool,
+    /// When its last complete frame arrived (or it opened): a session
+    /// silent for `idle_timeout` is closed by `close_idle`.
+    last_frame: Instant,
     outbox: Rc<Outbox>,
 }
 
@@ -179,7 +182,7 @@ impl GatewayCore {
     /// Registers a new connection's session (epoch 0, bound to auth) and
     /// returns its id: `core << 48 | serial`, unique on this node and
     /// naming its owning core.
-    pub fn open_session(&mut self, outbox: Rc<Outbox>) -> u64 {
+    pub fn open_session(&mut self, outbox: Rc<Outbox>, now: Instant) -> u64 {
         let session_id = self.core_id << SESSION_CORE_SHIFT | self.next_serial;
         debug_assert_eq!(session_core(session_id), self.core_id as usize);
         // 2^48 sessions on one core outlive any process; wrapping would
@@ -191,6 +194,7 @@ impl GatewayCore {
                 session: Session::new(),
                 inflight: InFlightTable::default(),
                 armed: false,
+                last_frame: now,
                 outbox,
             },
         );
@@ -234,6 +238,7 @@ impl GatewayCore {
     ) -> Option<Ingress<'a>> {
         let limits = self.limits;
         let entry = self.sessions.get_mut(&session_id)?;
+        entry.last_frame = now;
         let stats = &self.metrics.gateway;
         let route_id = header.route_id;
         let seq = header.seq;
@@ -469,6 +474,23 @@ impl GatewayCore {
             self.due = due;
         }
         expired
+    }
+
+    /// Closes every session whose last complete frame is `idle` or more
+    /// before `now` (a silent client, or one stuck in a half frame);
+    /// returns how many. A walk over the core's sessions, so the driver
+    /// runs it on a period (a fraction of `idle`), not per read.
+    pub fn close_idle(&mut self, now: Instant, idle: Duration) -> usize {
+        let idle_sessions: Vec<u64> = self
+            .sessions
+            .iter()
+            .filter(|(_, entry)| now.saturating_duration_since(entry.last_frame) >= idle)
+            .map(|(&session_id, _)| session_id)
+            .collect();
+        for &session_id in &idle_sessions {
+            self.close(session_id, CloseReason::Idle);
+        }
+        idle_sessions.len()
     }
 
     /// When `expire` may next have work: at or before the earliest deadline

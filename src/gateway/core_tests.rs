@@ -38,7 +38,7 @@ impl Fixture {
 
     fn open(&mut self) -> (u64, Rc<Outbox>) {
         let outbox = Rc::new(Outbox::new(limits().send_queue_max));
-        (self.core.open_session(outbox.clone()), outbox)
+        (self.core.open_session(outbox.clone(), self.now), outbox)
     }
 
     fn request(
@@ -511,7 +511,7 @@ fn a_reused_seq_keeps_its_own_deadline() {
 fn a_session_keeps_one_deadline_entry_however_many_requests() {
     let mut f = Fixture::new();
     let outbox = Rc::new(Outbox::new(1 << 20));
-    let s = f.core.open_session(outbox.clone());
+    let s = f.core.open_session(outbox.clone(), f.now);
     let epoch = f.login(s, 7);
     // A request that is never answered, and a stream of answered ones.
     f.request(s, route::PLAYER_GET, 2).unwrap();
@@ -546,7 +546,7 @@ fn expiry_answers_every_due_request_in_seq_order_and_rearms_for_the_rest() {
         f.metrics.clone(),
     );
     let outbox = Rc::new(Outbox::new(1 << 20));
-    let s = f.core.open_session(outbox.clone());
+    let s = f.core.open_session(outbox.clone(), f.now);
     f.login(s, 7);
     let start = f.now;
     for seq in [9, 3, 5] {
@@ -575,4 +575,33 @@ fn a_closed_sessions_deadline_entry_expires_harmlessly() {
     assert_eq!(f.core.expire(f.now + TIMEOUT), 0);
     assert_eq!(f.core.deadline_entries(), 0);
     assert_eq!(f.metrics.gateway.timeouts.get(), 0);
+}
+
+#[test]
+fn close_idle_closes_only_sessions_silent_for_the_whole_period() {
+    let mut f = Fixture::new();
+    let idle = Duration::from_millis(500);
+    let (quiet, quiet_outbox) = f.open();
+    let (busy, _) = f.open();
+    f.now += idle / 2;
+    f.request(busy, route::SYS_PING, 1).unwrap();
+    f.now += idle / 2;
+    assert_eq!(f.core.close_idle(f.now, idle), 1);
+    assert!(f.core.session(quiet).is_none());
+    assert_eq!(
+        quiet_outbox.state(),
+        crate::gateway::outbox::OutboxState::Closing
+    );
+    assert!(f.core.session(busy).is_some(), "a frame half a period ago");
+    assert_eq!(f.metrics.gateway.idle_closed.get(), 1);
+    let mut notices = Vec::new();
+    f.core.take_notices(&mut notices);
+    assert_eq!(notices.len(), 1);
+    assert_eq!(
+        (notices[0].kind, notices[0].session_id),
+        (NoticeKind::Disconnected, quiet)
+    );
+    f.now += idle / 2;
+    assert_eq!(f.core.close_idle(f.now, idle), 1);
+    assert_eq!(f.core.session_count(), 0);
 }

@@ -31,6 +31,9 @@ use crate::metrics::CoreMetrics;
 
 /// The deadline timer's tick: TIMEOUT answers are at most this late.
 const MAX_TIMER_TICK: Duration = Duration::from_millis(50);
+/// The idle sweep's longest period: an idle session is closed at most
+/// this late (and at most a tenth of `idle_timeout_ms` late below it).
+const MAX_IDLE_TICK: Duration = Duration::from_secs(1);
 
 /// What a core's gateway shares with everything else on the node.
 pub struct GatewayShared {
@@ -349,9 +352,10 @@ fn ingress_player(state: &GatewayCore, session_id: u64) -> u64 {
 }
 
 /// Serves the gateway on `listener` until the future is dropped. Also
-/// starts the deadline timer.
+/// starts the deadline timer and the idle sweep.
 pub async fn serve(gateway: GatewayHandle, listener: TcpListener) {
     glommio::spawn_local(expire_loop(gateway.clone())).detach();
+    glommio::spawn_local(idle_loop(gateway.clone())).detach();
     loop {
         let stream = match listener.accept().await {
             Ok(stream) => stream,
@@ -397,12 +401,35 @@ async fn expire_loop(gateway: GatewayHandle) {
     }
 }
 
+/// Closes sessions silent for `idle_timeout_ms`. A sweep on a period
+/// rather than a timeout on every read: a read timeout is a timer insert
+/// and removal plus a clock read per read, on the ping path's every batch.
+async fn idle_loop(gateway: GatewayHandle) {
+    let idle = Duration::from_millis(gateway.0.config.idle_timeout_ms.max(1));
+    let tick = (idle / 10).clamp(Duration::from_millis(1), MAX_IDLE_TICK);
+    loop {
+        glommio::timer::sleep(tick).await;
+        let closed = gateway
+            .0
+            .state
+            .borrow_mut()
+            .close_idle(Instant::now(), idle);
+        if closed > 0 {
+            gateway.flush_notices();
+        }
+    }
+}
+
 /// One connection: registers its session, runs the writer task, reads and
 /// handles frames until the connection ends, then closes the session.
 async fn connection(gateway: GatewayHandle, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let outbox = Rc::new(Outbox::new(gateway.0.config.send_queue_max as usize));
-    let session_id = gateway.0.state.borrow_mut().open_session(outbox.clone());
+    let session_id = gateway
+        .0
+        .state
+        .borrow_mut()
+        .open_session(outbox.clone(), Instant::now());
     let stream = Rc::new(RefCell::new(stream));
     let writer = glommio::spawn_local(write_loop(stream.clone(), outbox.clone())).detach();
     let reason = read_loop(&gateway, session_id, &stream, &outbox).await;
@@ -416,7 +443,7 @@ async fn connection(gateway: GatewayHandle, stream: TcpStream) {
 }
 
 /// Reads until the connection ends; returns how, or `None` if the session
-/// was already closed by the gateway (kick, slow reader).
+/// was already closed by the gateway (kick, slow reader, idle sweep).
 async fn read_loop(
     gateway: &GatewayHandle,
     session_id: u64,
@@ -424,33 +451,19 @@ async fn read_loop(
     outbox: &Outbox,
 ) -> Option<CloseReason> {
     let mut inline = Vec::new();
-    let idle = Duration::from_millis(gateway.0.config.idle_timeout_ms.max(1));
     let mut decoder = FrameDecoder::new(Peer::Client, gateway.0.config.max_body);
-    // One clock read per read: `clock` is when the last read completed (or
-    // timed out); the idle check uses it rather than reading the clock
-    // again before the next read.
-    let mut clock = Instant::now();
-    let mut last_frame = clock;
     loop {
-        let remaining = idle.saturating_sub(clock.saturating_duration_since(last_frame));
-        if remaining.is_zero() {
-            return Some(CloseReason::Idle);
-        }
-        let _ = stream.borrow().set_read_timeout(Some(remaining));
         let buf = decoder.read_buf();
         let read = poll_fn(|cx| Pin::new(&mut *stream.borrow_mut()).poll_read(cx, buf)).await;
         let n = match read {
-            Ok(0) => return Some(CloseReason::PeerClosed),
+            Ok(0) | Err(_) => return Some(CloseReason::PeerClosed),
             Ok(n) => n,
-            Err(error) if error.kind() == std::io::ErrorKind::TimedOut => {
-                clock = Instant::now();
-                continue;
-            }
-            Err(_) => return Some(CloseReason::PeerClosed),
         };
         decoder.advance(n);
+        // The one clock reading of the batch: deadlines, idleness and the
+        // router's clock all use it.
         let now = Instant::now();
-        clock = now;
+        outbox.begin_reader_batch();
         loop {
             let frame = match decoder.next_frame() {
                 Ok(Some(frame)) => frame,
@@ -465,7 +478,6 @@ async fn read_loop(
                     return None;
                 }
             };
-            last_frame = now;
             let ingress =
                 gateway
                     .0

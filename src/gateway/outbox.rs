@@ -54,6 +54,9 @@ struct Inner {
     abort_watch: Option<Waker>,
     /// The writer holds a taken batch it has not finished writing.
     writer_busy: bool,
+    /// The reader is handling a read batch and sends what it produces
+    /// itself (`take_inline`): a push then does not wake the writer.
+    reader_batch: bool,
 }
 
 /// One session's send queue. Lives on its core (`!Send` by intent: the
@@ -74,6 +77,7 @@ impl Outbox {
                 writer: None,
                 abort_watch: None,
                 writer_busy: false,
+                reader_batch: false,
             }),
         }
     }
@@ -119,8 +123,13 @@ impl Outbox {
         }
         encode(&mut inner.bytes);
         inner.frames += 1;
-        if let Some(waker) = inner.writer.take() {
-            waker.wake();
+        // During a reader batch the reader sends this itself when the batch
+        // ends; waking the writer would only poll a task that finds the
+        // queue empty (a task switch per read batch on the ping path).
+        if !inner.reader_batch {
+            if let Some(waker) = inner.writer.take() {
+                waker.wake();
+            }
         }
         Ok(())
     }
@@ -167,15 +176,28 @@ impl Outbox {
         Poll::Pending
     }
 
-    /// Reader side: takes everything queued for a write in the reader's own
-    /// task turn, so answers leave right after the read that caused them
-    /// instead of after a writer wake-up. Only while the writer holds no
-    /// batch (order is kept) and the outbox is open. Returns the frames
-    /// taken; 0 when nothing was taken.
+    /// Reader side: a read batch starts; what it queues waits for
+    /// [`Self::take_inline`] at its end instead of waking the writer.
+    pub fn begin_reader_batch(&self) {
+        self.inner.borrow_mut().reader_batch = true;
+    }
+
+    /// Reader side, at the end of a read batch: takes everything queued for
+    /// a write in the reader's own task turn, so answers leave right after
+    /// the read that caused them instead of after a writer wake-up. Only
+    /// while the writer holds no batch (order is kept) and the outbox is
+    /// open; otherwise what is queued stays for the writer, woken if it
+    /// waits. Returns the frames taken; 0 when nothing was taken.
     pub fn take_inline(&self, out: &mut Vec<u8>) -> usize {
         debug_assert!(out.is_empty());
         let mut inner = self.inner.borrow_mut();
+        inner.reader_batch = false;
         if inner.writer_busy || inner.state != OutboxState::Open || inner.bytes.is_empty() {
+            if !inner.bytes.is_empty() {
+                if let Some(waker) = inner.writer.take() {
+                    waker.wake();
+                }
+            }
             return 0;
         }
         std::mem::swap(&mut inner.bytes, out);
@@ -286,6 +308,79 @@ mod tests {
         let waker = noop();
         let mut cx = Context::from_waker(&waker);
         assert_eq!(outbox.poll_aborted(&mut cx), Poll::Ready(()));
+    }
+
+    /// A waker that counts its wakes.
+    struct Counting(std::sync::atomic::AtomicUsize);
+    impl Wake for Counting {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_reader_batch_does_not_wake_the_writer_and_sends_inline() {
+        let outbox = Outbox::new(8);
+        let counting = Arc::new(Counting(Default::default()));
+        let waker = Waker::from(counting.clone());
+        let wakes = || counting.0.load(std::sync::atomic::Ordering::SeqCst);
+        let mut cx = Context::from_waker(&waker);
+        let mut writer = Vec::new();
+        assert!(outbox.poll_take(&mut cx, &mut writer).is_pending());
+        outbox.begin_reader_batch();
+        outbox.push_frame(FrameKind::Response, 1, 1, b"a").unwrap();
+        outbox.push_frame(FrameKind::Response, 1, 2, b"b").unwrap();
+        assert_eq!(wakes(), 0, "the reader sends these itself");
+        let mut inline = Vec::new();
+        assert_eq!(outbox.take_inline(&mut inline), 2);
+        assert_eq!(wakes(), 0);
+        // Outside a batch, a push wakes the writer.
+        outbox.push_frame(FrameKind::Push, 100, 0, b"c").unwrap();
+        assert_eq!(wakes(), 1);
+    }
+
+    #[test]
+    fn a_reader_batch_that_cannot_send_inline_leaves_it_to_the_writer() {
+        let outbox = Outbox::new(8);
+        let counting = Arc::new(Counting(Default::default()));
+        let waker = Waker::from(counting.clone());
+        let wakes = || counting.0.load(std::sync::atomic::Ordering::SeqCst);
+        let mut cx = Context::from_waker(&waker);
+        // The writer holds a batch: inline would jump ahead of it.
+        outbox.push_frame(FrameKind::Response, 1, 1, b"a").unwrap();
+        let mut writer = Vec::new();
+        assert_eq!(
+            outbox.poll_take(&mut cx, &mut writer),
+            Poll::Ready(WriterStep::Write)
+        );
+        outbox.begin_reader_batch();
+        outbox.push_frame(FrameKind::Response, 1, 2, b"b").unwrap();
+        let mut inline = Vec::new();
+        assert_eq!(outbox.take_inline(&mut inline), 0);
+        // The writer comes back for it when its write is done.
+        writer.clear();
+        assert_eq!(
+            outbox.poll_take(&mut cx, &mut writer),
+            Poll::Ready(WriterStep::Write)
+        );
+        assert_eq!(writer.len(), 17);
+        // And a writer that waits is woken for what a batch left.
+        writer.clear();
+        assert!(outbox.poll_take(&mut cx, &mut writer).is_pending());
+        outbox.begin_reader_batch();
+        outbox.push_frame(FrameKind::Response, 1, 3, b"c").unwrap();
+        outbox.close();
+        let before = wakes();
+        assert_eq!(
+            outbox.take_inline(&mut inline),
+            0,
+            "closing: the writer flushes"
+        );
+        assert!(wakes() >= before);
+        assert_eq!(
+            outbox.poll_take(&mut cx, &mut writer),
+            Poll::Ready(WriterStep::Write)
+        );
     }
 
     #[test]
