@@ -1,7 +1,8 @@
 //! The glommio driver of one core's gateway: the accept loop on the core's
 //! SO_REUSEPORT listener, a reader (which also runs the auth service and
 //! sends its batch's answers when it can) and a writer task per connection,
-//! the deadline timer, and mesh dispatch of gateway messages. All decisions are
+//! the deadline timer, the idle sweep, and mesh dispatch of gateway
+//! messages. All decisions are
 //! in [`GatewayCore`]; this file only performs IO and delivers effects.
 
 use std::cell::RefCell;
