@@ -4,7 +4,8 @@
 # and pipeline depth. Goal: throughput ratio >= 1.0 with a p99 no worse.
 # redis-benchmark runs a request count, not a duration, so it is given the
 # count routerd answered in DURATION: both runs then last about as long.
-# Run by hand: bench/incr_vs_redis.sh
+# Run by hand: bench/incr_vs_redis.sh (ROUNDS pairs, 3 by default; the
+# median ratios are the result).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -18,31 +19,36 @@ if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/nu
 fi
 
 build
-header "routerd incr vs redis-server INCR ($(redis-server --version | awk '{print $3}'))"
-
-loadgen_run routerd --spawn-node --node-cpus "$SERVER_CPUS" --workload incr
-routerd_rps=$(json_number "$WORK/routerd.json" throughput)
-routerd_p99=$(json_number "$WORK/routerd.json" p99_us)
-duration_s=$(json_number "$WORK/routerd.json" measured_s)
-requests=$(awk -v r="$routerd_rps" -v d="$duration_s" 'BEGIN { n = int(r * d); if (n < 100000) n = 100000; print n }')
+header "routerd incr vs redis-server INCR ($(redis-server --version | awk '{print $3}')), $ROUNDS rounds"
 
 # No persistence in Redis: the comparison is against its in-memory INCR.
 taskset -c "$SERVER_CPUS" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 \
   --save '' --appendonly no --daemonize no --logfile "$WORK/redis.log" &
 PIDS+=($!)
 wait_port "$REDIS_PORT"
-echo "-- redis ($requests requests)"
-# Keys spread over as many counters as routerd has players (one per connection).
-taskset -c "$LOADGEN_CPUS" redis-benchmark -p "$REDIS_PORT" -c "$CONNECTIONS" -P "$PIPELINE" \
-  -n "$requests" -r "$CONNECTIONS" -t incr --csv > "$WORK/redis.csv"
-# CSV: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-redis_line=$(grep -m1 '^"INCR"' "$WORK/redis.csv")
-redis_rps=$(echo "$redis_line" | awk -F'","' '{print $2}')
-redis_p99_ms=$(echo "$redis_line" | awk -F'","' '{print $7}')
-redis_p99=$(awk -v ms="$redis_p99_ms" 'BEGIN { printf "%.1f", ms * 1000 }')
 
-echo
-printf 'redis    %12.0f req/s  p99 %10.1f us\n' "$redis_rps" "$redis_p99"
-printf 'routerd  %12.0f req/s  p99 %10.1f us\n' "$routerd_rps" "$routerd_p99"
-echo "RATIO routerd/redis throughput = $(ratio "$routerd_rps" "$redis_rps")  (goal >= 1.0)"
-echo "RATIO routerd/redis p99        = $(ratio "$routerd_p99" "$redis_p99")  (goal <= 1.0)"
+p99_ratios=()
+for round in $(seq 1 "$ROUNDS"); do
+  loadgen_run "routerd-$round" --spawn-node --node-cpus "$SERVER_CPUS" --workload incr
+  routerd_rps=$(json_number "$WORK/routerd-$round.json" throughput)
+  routerd_p99=$(json_number "$WORK/routerd-$round.json" p99_us)
+  duration_s=$(json_number "$WORK/routerd-$round.json" measured_s)
+  requests=$(awk -v r="$routerd_rps" -v d="$duration_s" 'BEGIN { n = int(r * d); if (n < 100000) n = 100000; print n }')
+
+  echo "-- redis-$round ($requests requests)"
+  # Keys spread over as many counters as routerd has players (one per connection).
+  taskset -c "$LOADGEN_CPUS" redis-benchmark -p "$REDIS_PORT" -c "$CONNECTIONS" -P "$PIPELINE" \
+    -n "$requests" -r "$CONNECTIONS" -t incr --csv > "$WORK/redis-$round.csv"
+  # CSV: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+  redis_line=$(grep -m1 '^"INCR"' "$WORK/redis-$round.csv")
+  redis_rps=$(echo "$redis_line" | awk -F'","' '{print $2}')
+  redis_p99_ms=$(echo "$redis_line" | awk -F'","' '{print $7}')
+  redis_p99=$(awk -v ms="$redis_p99_ms" 'BEGIN { printf "%.1f", ms * 1000 }')
+
+  RATIOS+=("$(ratio "$routerd_rps" "$redis_rps")")
+  p99_ratios+=("$(ratio "$routerd_p99" "$redis_p99")")
+  printf 'round %d: redis %10.0f req/s p99 %7.1f us | routerd %10.0f req/s p99 %7.1f us | ratio %s, p99 ratio %s\n' \
+    "$round" "$redis_rps" "$redis_p99" "$routerd_rps" "$routerd_p99" "${RATIOS[-1]}" "${p99_ratios[-1]}"
+done
+echo "RATIO routerd/redis throughput = $(median "${RATIOS[@]}") median of ${RATIOS[*]}  (goal >= 1.0)"
+echo "RATIO routerd/redis p99        = $(median "${p99_ratios[@]}") median of ${p99_ratios[*]}  (goal <= 1.0)"
