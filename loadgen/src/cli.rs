@@ -79,6 +79,14 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub pipeline: usize,
 
+    /// Closed loop: send the pipeline depth at once and wait for every
+    /// answer before the next batch (what `redis-benchmark -P` does),
+    /// instead of keeping the depth in flight. Fewer requests are in flight
+    /// on average, so latency at a given throughput is lower: use it to
+    /// compare with a tool that pipelines this way.
+    #[arg(long)]
+    pub batch: bool,
+
     /// Generator threads, each pinned to one CPU and driving its share of
     /// the connections.
     #[arg(long, default_value_t = 1)]
@@ -205,6 +213,11 @@ impl Args {
         }
         if self.rate == Some(0) {
             return Err("--rate must be positive".to_string());
+        }
+        if self.batch && self.rate.is_some() {
+            return Err(
+                "--batch is a closed-loop discipline; it does not go with --rate".to_string(),
+            );
         }
         if self.connect_rate == 0 {
             return Err("--connect-rate must be positive".to_string());

@@ -86,6 +86,8 @@ impl Summary {
             machine_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             mode: if args.rate.is_some() {
                 "open"
+            } else if args.batch {
+                "closed (batched)"
             } else {
                 "closed"
             },

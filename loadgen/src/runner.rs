@@ -223,6 +223,8 @@ struct RunPhase {
     senders: Vec<usize>,
     /// Open loop only.
     pacer: Option<Pacer>,
+    /// `--batch`: a connection sends only when all its answers are in.
+    batch: bool,
     chooser: Chooser,
     waiting: Vec<std::collections::VecDeque<u64>>,
     body: Vec<u8>,
@@ -249,6 +251,7 @@ impl RunPhase {
             chooser: Chooser::new(args.dist, senders.len().max(1), args.zipf_s),
             senders,
             pacer,
+            batch: args.batch,
             waiting: vec![std::collections::VecDeque::new(); engine.slots.len()],
             body: Vec::with_capacity(args.body_bytes + 32),
             touched: Vec::with_capacity(engine.slots.len()),
@@ -332,6 +335,9 @@ impl RunPhase {
         let open_loop = self.pacer.is_some();
         let slot = &mut engine.slots[index];
         if slot.dead || (!open_loop && !self.senders.contains_sorted(index)) {
+            return;
+        }
+        if self.batch && slot.conn.outstanding() > 0 {
             return;
         }
         let mut queued = false;

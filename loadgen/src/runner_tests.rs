@@ -230,3 +230,82 @@ fn login_then_mixed_and_room_workloads() {
     assert!(stats.pushes >= stats.responses);
     assert_eq!(stats.push_latency_ns.len(), stats.pushes);
 }
+
+/// A server that tells the two closed-loop disciplines apart: it reads one
+/// full pipeline of pings, answers only the first, waits, and records
+/// whether a new request arrived meanwhile (the default discipline refills
+/// the pipeline at once; `--batch` waits for all its answers); then it
+/// answers the rest and goes on. Reports each batch's finding.
+fn batch_probe_server(depth: usize) -> (std::net::SocketAddr, std::sync::mpsc::Receiver<bool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let addr = listener.local_addr().expect("addr");
+    let (found_tx, found_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
+        let _ = stream.set_nodelay(true);
+        let mut decoder = FrameDecoder::new(Peer::Client, 1 << 16);
+        let mut pending: Vec<(u32, Vec<u8>)> = Vec::new();
+        loop {
+            while pending.len() < depth {
+                match decoder.next_frame() {
+                    Ok(Some(frame)) => pending.push((frame.header.seq, frame.body.to_vec())),
+                    Ok(None) => match stream.read(decoder.read_buf()) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => decoder.advance(n),
+                    },
+                    Err(_) => return,
+                }
+            }
+            let mut out = Vec::new();
+            let (seq, body) = pending.remove(0);
+            encode_frame(&mut out, FrameKind::Response, route::SYS_PING, seq, &body);
+            if stream.write_all(&out).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            stream.set_nonblocking(true).expect("nonblocking");
+            let refilled = match stream.read(decoder.read_buf()) {
+                Ok(0) => return,
+                Ok(n) => {
+                    decoder.advance(n);
+                    true
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => false,
+                Err(_) => return,
+            };
+            stream.set_nonblocking(false).expect("blocking");
+            if found_tx.send(refilled).is_err() {
+                return;
+            }
+            out.clear();
+            for (seq, body) in pending.drain(..) {
+                encode_frame(&mut out, FrameKind::Response, route::SYS_PING, seq, &body);
+            }
+            if stream.write_all(&out).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, found_rx)
+}
+
+#[test]
+fn batch_waits_for_every_answer_and_the_default_refills_at_once() {
+    for (batch, refills) in [(false, true), (true, false)] {
+        let (addr, found) = batch_probe_server(4);
+        let mut extra = vec!["--connections", "1", "--pipeline", "4", "--drain", "200ms"];
+        if batch {
+            extra.push("--batch");
+        }
+        let outcome = run_against(addr, &extra);
+        assert_eq!(outcome.stats.protocol_errors, 0);
+        let findings: Vec<bool> = found.try_iter().collect();
+        assert!(findings.len() >= 5, "only {} batches", findings.len());
+        assert!(
+            findings.iter().all(|&refilled| refilled == refills),
+            "batch {batch}: {findings:?}"
+        );
+    }
+}
