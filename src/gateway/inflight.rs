@@ -24,6 +24,10 @@ struct Slot {
 }
 
 const MIN_CAPACITY: usize = 8;
+/// An empty table larger than this gives its slots back: a session that
+/// once had `max_inflight` requests in flight should not keep the room for
+/// them while it idles.
+const IDLE_CAPACITY_MAX: usize = 64;
 
 #[derive(Default)]
 pub struct InFlightTable {
@@ -65,6 +69,10 @@ impl InFlightTable {
         let mut hole = self.find(seq)?;
         let removed = self.slots[hole].take().map(|slot| slot.request);
         self.len -= 1;
+        if self.len == 0 && self.slots.len() > IDLE_CAPACITY_MAX {
+            self.slots = Vec::new();
+            return removed;
+        }
         // Backward shift: move later members of the probe run into the
         // hole when that keeps them reachable from their home slot.
         let mask = self.slots.len() - 1;
@@ -172,6 +180,23 @@ mod tests {
         }
         assert_eq!(table.len(), 16);
         assert!(table.slots.len() <= 64, "{}", table.slots.len());
+    }
+
+    #[test]
+    fn an_emptied_large_table_gives_its_slots_back() {
+        let mut table = InFlightTable::default();
+        for seq in 0..1024 {
+            table.insert(seq, request(1));
+        }
+        assert!(table.slots.len() >= 2048);
+        for seq in 0..1024 {
+            assert!(table.remove(seq).is_some());
+        }
+        assert!(table.is_empty());
+        assert_eq!(table.slots.len(), 0);
+        table.insert(5, request(1));
+        assert!(table.contains(5));
+        assert_eq!(table.slots.len(), MIN_CAPACITY);
     }
 
     #[derive(Clone, Debug)]
