@@ -318,12 +318,19 @@ mod tests {
         }
     }
 
+    /// A counting waker, and a reader of its count.
+    fn counting_waker() -> (Waker, impl Fn() -> usize) {
+        let counting = Arc::new(Counting(Default::default()));
+        let waker = Waker::from(counting.clone());
+        (waker, move || {
+            counting.0.load(std::sync::atomic::Ordering::SeqCst)
+        })
+    }
+
     #[test]
     fn a_reader_batch_does_not_wake_the_writer_and_sends_inline() {
         let outbox = Outbox::new(8);
-        let counting = Arc::new(Counting(Default::default()));
-        let waker = Waker::from(counting.clone());
-        let wakes = || counting.0.load(std::sync::atomic::Ordering::SeqCst);
+        let (waker, wakes) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         let mut writer = Vec::new();
         assert!(outbox.poll_take(&mut cx, &mut writer).is_pending());
@@ -339,20 +346,25 @@ mod tests {
         assert_eq!(wakes(), 1);
     }
 
-    #[test]
-    fn a_reader_batch_that_cannot_send_inline_leaves_it_to_the_writer() {
-        let outbox = Outbox::new(8);
-        let counting = Arc::new(Counting(Default::default()));
-        let waker = Waker::from(counting.clone());
-        let wakes = || counting.0.load(std::sync::atomic::Ordering::SeqCst);
-        let mut cx = Context::from_waker(&waker);
-        // The writer holds a batch: inline would jump ahead of it.
+    /// Queues one frame and has the writer take it: the writer then holds
+    /// a batch it has not finished writing.
+    fn writer_takes_a_frame(outbox: &Outbox, cx: &mut Context<'_>) -> Vec<u8> {
         outbox.push_frame(FrameKind::Response, 1, 1, b"a").unwrap();
         let mut writer = Vec::new();
         assert_eq!(
-            outbox.poll_take(&mut cx, &mut writer),
+            outbox.poll_take(cx, &mut writer),
             Poll::Ready(WriterStep::Write)
         );
+        writer
+    }
+
+    #[test]
+    fn a_reader_batch_that_cannot_send_inline_leaves_it_to_the_writer() {
+        let outbox = Outbox::new(8);
+        let (waker, wakes) = counting_waker();
+        let mut cx = Context::from_waker(&waker);
+        // The writer holds a batch: inline would jump ahead of it.
+        let mut writer = writer_takes_a_frame(&outbox, &mut cx);
         outbox.begin_reader_batch();
         outbox.push_frame(FrameKind::Response, 1, 2, b"b").unwrap();
         let mut inline = Vec::new();
@@ -388,14 +400,9 @@ mod tests {
         let outbox = Outbox::new(8);
         let waker = noop();
         let mut cx = Context::from_waker(&waker);
-        outbox.push_frame(FrameKind::Response, 1, 1, b"a").unwrap();
         // The writer took a batch and is writing it: inline must not jump
         // ahead of it.
-        let mut writer = Vec::new();
-        assert_eq!(
-            outbox.poll_take(&mut cx, &mut writer),
-            Poll::Ready(WriterStep::Write)
-        );
+        let mut writer = writer_takes_a_frame(&outbox, &mut cx);
         outbox.push_frame(FrameKind::Response, 1, 2, b"b").unwrap();
         let mut inline = Vec::new();
         assert_eq!(outbox.take_inline(&mut inline), 0);
