@@ -126,7 +126,7 @@ impl GatewayHandle {
             seq: egress.seq,
             body: egress.body.to_vec(),
         };
-        match FrameBuf::encode(&message) {
+        match FrameBuf::encode_local(&message) {
             Ok(frame) => self.route_to_owner(egress.session_id, frame),
             Err(error) => tracing::warn!(%error, "cannot encode a client egress"),
         }
@@ -149,7 +149,7 @@ impl GatewayHandle {
             player_id,
             reason: reason.as_bytes().to_vec(),
         };
-        match FrameBuf::encode(&message) {
+        match FrameBuf::encode_local(&message) {
             Ok(frame) => self.route_to_owner(session_id, frame),
             Err(error) => tracing::warn!(%error, "cannot encode a kick"),
         }
@@ -311,7 +311,7 @@ impl GatewayHandle {
             session_epoch: binding.session_epoch,
             player_id: binding.player_id,
         };
-        match FrameBuf::encode(&message) {
+        match FrameBuf::encode_local(&message) {
             Ok(frame) => {
                 let _ = port.deliver(frame);
             }

@@ -84,7 +84,7 @@ impl Notice {
             self.binding.session_epoch,
             self.binding.player_id,
         );
-        FrameBuf::encode(&match self.kind {
+        FrameBuf::encode_local(&match self.kind {
             NoticeKind::Unbound => Message::SessionUnbound {
                 gateway_node,
                 session_id,

@@ -295,7 +295,7 @@ impl RouterDriver {
         if core == self.inner().core_id {
             return self.submit_here_at(clock(), head, request);
         }
-        let frame = match FrameBuf::encode(&encode_request(&head, &request)) {
+        let frame = match FrameBuf::encode_local(&encode_request(&head, &request)) {
             Ok(frame) => frame,
             Err(error) => {
                 tracing::warn!(%error, "cannot encode a router request");
@@ -418,7 +418,7 @@ impl RouterDriver {
             error_code,
             body,
         };
-        match FrameBuf::encode(&message) {
+        match FrameBuf::encode_local(&message) {
             // A reply that cannot cross is answered TIMEOUT by the gateway;
             // the mesh has counted it.
             Ok(frame) => drop(self.inner().mesh.try_send(core, frame)),

@@ -13,8 +13,12 @@
 //!
 //! - [`FrameBuf::encode`] in this process: the bytes came from rkyv's own
 //!   serializer, so [`FrameBuf::message`] reads them without validation.
-//!   This is the cross-core path: encode on one core, move the `FrameBuf`
-//!   through a channel, read it on another with no copy and no check.
+//!   [`FrameBuf::encode_local`] is the cross-core path: encode on one core,
+//!   move the `FrameBuf` through a channel, read it on another with no
+//!   copy and no check, and no checksum computed either (it guards bytes
+//!   that cross a network; memory handed between threads needs none). Only
+//!   a frame from `encode` (or one that passed validation) carries its
+//!   checksum and may be sent: [`FrameBuf::as_bytes`] refuses a local one.
 //! - [`FrameBuf::from_network`] (copies once into aligned storage) or
 //!   [`FrameBuf::from_aligned`] (takes an aligned buffer the reader filled):
 //!   the checksum and then rkyv's bytecheck validation run first, and only a
@@ -85,11 +89,27 @@ pub struct FrameBuf {
     /// Invariant: holds a frame that either this process serialized or that
     /// passed `access`, and is never mutated after construction.
     bytes: AlignedVec,
+    /// Whether the trailer holds the archive's checksum (zeros otherwise:
+    /// an `encode_local` frame, which never leaves the process).
+    sealed: bool,
 }
 
 impl FrameBuf {
-    /// Archives `message` into a new frame.
+    /// Archives `message` into a new frame, checksum included: one that
+    /// may be sent to a peer ([`Self::as_bytes`]).
     pub fn encode(message: &Message) -> Result<FrameBuf, FrameEncodeError> {
+        let mut frame = FrameBuf::encode_local(message)?;
+        let checksum = xxh64(frame.archive(), CHECKSUM_SEED);
+        let at = frame.bytes.len() - CHECKSUM_LEN;
+        frame.bytes[at..].copy_from_slice(&checksum.to_le_bytes());
+        frame.sealed = true;
+        Ok(frame)
+    }
+
+    /// Archives `message` into a frame for another core of this process:
+    /// the same layout, but the checksum is not computed (the trailer is
+    /// zero), which saves hashing every frame twice per cross-core request.
+    pub fn encode_local(message: &Message) -> Result<FrameBuf, FrameEncodeError> {
         let mut bytes =
             rkyv::to_bytes::<rancor::Error>(message).map_err(FrameEncodeError::Serialize)?;
         let len = bytes.len() + CHECKSUM_LEN;
@@ -99,9 +119,11 @@ impl FrameBuf {
                 max_len: MAX_FRAME_LEN,
             });
         }
-        let checksum = xxh64(&bytes, CHECKSUM_SEED);
-        bytes.extend_from_slice(&checksum.to_le_bytes());
-        Ok(FrameBuf { bytes })
+        bytes.extend_from_slice(&[0; CHECKSUM_LEN]);
+        Ok(FrameBuf {
+            bytes,
+            sealed: false,
+        })
     }
 
     /// Validates `bytes` from a peer (any alignment) and copies them once
@@ -119,7 +141,10 @@ impl FrameBuf {
     /// copying it.
     pub fn from_aligned(bytes: AlignedVec) -> Result<FrameBuf, FrameAccessError> {
         access(&bytes)?;
-        Ok(FrameBuf { bytes })
+        Ok(FrameBuf {
+            bytes,
+            sealed: true,
+        })
     }
 
     /// The message, read in place without validation.
@@ -134,8 +159,21 @@ impl FrameBuf {
     }
 
     /// The frame's bytes, checksum included: what goes on the network.
+    ///
+    /// # Panics
+    /// For a frame from [`Self::encode_local`], which has no checksum: a
+    /// peer would reject it, so sending one is a bug in this process.
     pub fn as_bytes(&self) -> &[u8] {
+        assert!(
+            self.sealed,
+            "an encode_local frame has no checksum and must not leave the process"
+        );
         &self.bytes
+    }
+
+    /// Whether the frame carries its checksum (see [`Self::encode_local`]).
+    pub fn is_sealed(&self) -> bool {
+        self.sealed
     }
 
     pub fn len(&self) -> usize {

@@ -124,6 +124,27 @@ fn round_trip_every_variant() {
 }
 
 #[test]
+fn a_local_frame_reads_the_same_and_has_no_checksum() {
+    for message in samples() {
+        let local = FrameBuf::encode_local(&message).expect("encodes");
+        let sealed = FrameBuf::encode(&message).expect("encodes");
+        assert!(!local.is_sealed());
+        assert!(sealed.is_sealed());
+        assert_eq!(*local.message(), message);
+        assert_eq!(local.len(), sealed.len(), "the same layout");
+        let received = FrameBuf::from_network(sealed.as_bytes()).expect("valid frame");
+        assert!(received.is_sealed());
+    }
+}
+
+#[test]
+#[should_panic(expected = "must not leave the process")]
+fn a_local_frame_refuses_to_be_sent() {
+    let local = FrameBuf::encode_local(&samples()[0]).expect("encodes");
+    let _ = local.as_bytes();
+}
+
+#[test]
 fn unaligned_input_is_copied_by_from_network_and_refused_by_access() {
     let frame = FrameBuf::encode(&samples()[0]).expect("encodes");
     let mut shifted = AlignedVec::<16>::with_capacity(frame.len() + 1);
