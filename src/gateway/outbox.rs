@@ -1,9 +1,10 @@
 //! A session's bounded send queue. The gateway appends encoded client
 //! frames; after each read batch the reader sends what the batch produced
 //! with one non-blocking send when the writer holds nothing
-//! (`take_inline` / `give_back`), and otherwise the connection's writer task
-//! takes everything queued in one swap and writes it with one syscall. No
-//! IO here: both writers are the driver's.
+//! (`begin_reader_batch`, then `take_inline` / `give_back`; frames queued
+//! during the batch do not wake the writer), and otherwise the
+//! connection's writer task takes everything queued in one swap and
+//! writes it with one syscall. No IO here: both writers are the driver's.
 //!
 //! The bound is in frames (`send_queue_max`), so a queue holds at most
 //! `send_queue_max * (HEADER_LEN + max_body)` bytes waiting, plus the one
