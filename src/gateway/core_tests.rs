@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use wire::client::{decode_error_body, route, ErrorCode, FrameDecoder, FrameKind, Header, Peer};
 
 use super::*;
-use crate::gateway::{NoticeKind, Target};
+use crate::gateway::{Notice, NoticeKind, Target};
 use crate::metrics::CoreMetrics;
 
 const TIMEOUT: Duration = Duration::from_millis(100);
@@ -54,6 +54,19 @@ impl Fixture {
             body_len: 1,
         };
         self.core.on_request(session_id, header, b"x", self.now)
+    }
+
+    /// The notices queued for targets since the last call.
+    fn notices(&mut self) -> Vec<Notice> {
+        let mut notices = Vec::new();
+        self.core.take_notices(&mut notices);
+        notices
+    }
+
+    /// Unbound and Disconnected notices counted in the metrics.
+    fn notices_counted(&self) -> u64 {
+        let gateway = &self.metrics.gateway;
+        gateway.notices_unbound.get() + gateway.notices_disconnected.get()
     }
 
     fn login(&mut self, session_id: u64, player_id: u64) -> u32 {
@@ -317,8 +330,7 @@ fn full_send_queue_fails_the_send_and_closes_the_slow_reader() {
     assert_eq!(f.metrics.gateway.slow_readers_closed.get(), 1);
     assert!(f.core.session(s).is_none());
     assert_eq!(outbox.state(), crate::gateway::outbox::OutboxState::Aborted);
-    let mut notices = Vec::new();
-    f.core.take_notices(&mut notices);
+    let notices = f.notices();
     assert_eq!(notices.len(), 1);
     assert_eq!(notices[0].kind, NoticeKind::Disconnected);
 }
@@ -363,8 +375,7 @@ fn kick_order_pushes_kicked_notifies_unbound_invalidates_and_closes() {
         "guarded by player"
     );
     assert!(f.core.kick(s, Some(7), ""));
-    let mut notices = Vec::new();
-    f.core.take_notices(&mut notices);
+    let notices = f.notices();
     assert_eq!(notices.len(), 1);
     assert_eq!(notices[0].kind, NoticeKind::Unbound);
     assert_eq!(
@@ -399,16 +410,12 @@ fn kick_then_disconnect_notifies_once() {
     f.login(s, 7);
     assert!(f.core.kick(s, None, "dup"));
     assert!(!f.core.close(s, CloseReason::PeerClosed));
-    let mut notices = Vec::new();
-    f.core.take_notices(&mut notices);
+    let notices = f.notices();
     assert_eq!(
         notices.iter().map(|n| n.kind).collect::<Vec<_>>(),
         [NoticeKind::Unbound]
     );
-    assert_eq!(
-        f.metrics.gateway.notices_unbound.get() + f.metrics.gateway.notices_disconnected.get(),
-        1
-    );
+    assert_eq!(f.notices_counted(), 1);
 }
 
 #[test]
@@ -418,17 +425,13 @@ fn disconnect_then_kick_notifies_once() {
     f.login(s, 7);
     assert!(f.core.close(s, CloseReason::PeerClosed));
     assert!(!f.core.kick(s, None, "dup"));
-    let mut notices = Vec::new();
-    f.core.take_notices(&mut notices);
+    let notices = f.notices();
     assert_eq!(
         notices.iter().map(|n| n.kind).collect::<Vec<_>>(),
         [NoticeKind::Disconnected]
     );
     assert_eq!(f.metrics.gateway.kicks.get(), 0);
-    assert_eq!(
-        f.metrics.gateway.notices_unbound.get() + f.metrics.gateway.notices_disconnected.get(),
-        1
-    );
+    assert_eq!(f.notices_counted(), 1);
 }
 
 #[test]
@@ -594,8 +597,7 @@ fn close_idle_closes_only_sessions_silent_for_the_whole_period() {
     );
     assert!(f.core.session(busy).is_some(), "a frame half a period ago");
     assert_eq!(f.metrics.gateway.idle_closed.get(), 1);
-    let mut notices = Vec::new();
-    f.core.take_notices(&mut notices);
+    let notices = f.notices();
     assert_eq!(notices.len(), 1);
     assert_eq!(
         (notices[0].kind, notices[0].session_id),
