@@ -209,8 +209,6 @@ pub struct StoreConfig {
     pub nodes: Vec<String>,
     pub keyspace: String,
     pub replication_factor: u32,
-    /// Membership rows older than this are not live (and expire in Scylla).
-    pub membership_ttl_ms: u64,
 }
 
 impl Default for StoreConfig {
@@ -226,7 +224,6 @@ impl Default for StoreConfig {
             nodes: Vec::new(),
             keyspace: "routerd".to_string(),
             replication_factor: 1,
-            membership_ttl_ms: 15_000,
         }
     }
 }

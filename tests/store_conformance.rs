@@ -8,9 +8,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use futures_lite::future::block_on;
 use routerd::config::StoreConfig;
 use routerd::store::{
-    open_memory, open_scylla, open_sqlite, AdvertisedActor, CasVersion, GroupCommit, MemberRow,
-    NodeId, RecordWrite, RouteRecord, RouteVersion, Store, WriteCondition, WriteError,
-    WriteOutcome,
+    open_memory, open_scylla, open_sqlite, AdvertisedActor, CasVersion, GroupCommit,
+    MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion, MemberWrite, NodeId,
+    RecordWrite, RouteRecord, RouteVersion, Store, WriteCondition, WriteError, WriteOutcome,
 };
 use wire::ObjectKey;
 
@@ -91,6 +91,7 @@ fn insert(key: ObjectKey, owner: u64, state: Vec<u8>) -> RecordWrite {
         key,
         condition: WriteCondition::Absent,
         owner_node: NodeId(owner),
+        owner_incarnation: 1,
         route_version: RouteVersion(1),
         save_timepoint_ms: 1000,
         state,
@@ -102,6 +103,8 @@ fn update(key: ObjectKey, expected: u64, owner: u64, route_version: u64) -> Reco
         key,
         condition: WriteCondition::CasEquals(CasVersion(expected)),
         owner_node: NodeId(owner),
+        // Distinct from every other field, so a swapped column shows.
+        owner_incarnation: 40 + expected,
         route_version: RouteVersion(route_version),
         save_timepoint_ms: 2000 + expected,
         state: vec![expected as u8; 3],
@@ -181,6 +184,7 @@ fn stale_cas_is_rejected_with_the_current_record(fixture: &Fixture) {
     let expected = RouteRecord {
         key,
         owner_node: NodeId(2),
+        owner_incarnation: 41,
         route_version: RouteVersion(2),
         save_timepoint_ms: 2001,
         cas_version: CasVersion(2),
@@ -264,46 +268,105 @@ fn batch_save(fixture: &Fixture) {
     );
 }
 
-fn member(node: u64, heartbeat_ms: u64) -> MemberRow {
+fn member(node: u64, incarnation: u64, heartbeat: u64) -> MemberRow {
     MemberRow {
         node_id: NodeId(node),
-        addresses: vec![format!("127.0.0.1:{}", 7000 + node)],
-        core_count: node as u32,
+        incarnation,
+        state: MemberState::Up,
+        heartbeat,
+        gateway: format!("127.0.0.1:{}", 7000 + node),
+        admin: format!("127.0.0.1:{}", 9000 + node),
+        cluster: vec![
+            format!("127.0.0.1:{}", 8000 + node),
+            "[::1]:8001".to_string(),
+        ],
+        core_count: 2,
         actors: vec![AdvertisedActor {
             actor_id: node * 10,
             actor_type: 2,
             msg_ids: vec![1, 2, 3],
             weight: 5,
         }],
-        heartbeat_ms,
+        version: MemberVersion(0),
     }
 }
 
-/// Upserts replace a node's row; listing returns the live rows only.
-fn membership_upsert_list_and_liveness(fixture: &Fixture) {
+fn write_member(store: &Store, row: MemberRow, condition: MemberCondition) -> MemberOutcome {
+    block_on(store.write_member(MemberWrite { row, condition })).expect("member write")
+}
+
+/// Membership rows are written under CAS on their version: an insert has
+/// one winner, a stale version is refused with the row as it stands, two
+/// handles racing for the next incarnation of one node get one winner, and
+/// a row written by one handle is listed, whole, by another.
+fn membership_and_incarnations(fixture: &Fixture) {
     let store = (fixture.open)();
-    let ttl_ms = fixture.config.membership_ttl_ms;
-    // Real clock values, so Scylla's TTL and the heartbeat rule agree.
-    let now = now_ms();
+    let other = (fixture.open)();
     let base = fixture.id_base + 1;
-    block_on(store.upsert_member(member(base, now - ttl_ms / 2))).expect("upsert");
-    block_on(store.upsert_member(member(base + 1, now))).expect("upsert");
-    let mut replaced = member(base, now);
-    replaced.addresses.push("10.0.0.1:1".to_string());
-    block_on(store.upsert_member(replaced.clone())).expect("upsert again");
-    let mine = |rows: Vec<MemberRow>| -> Vec<MemberRow> {
-        rows.into_iter()
-            .filter(|row| row.node_id.0 >= base && row.node_id.0 <= base + 2)
-            .collect()
+    let first = member(base, 1, 0);
+    assert_eq!(
+        write_member(&store, first.clone(), MemberCondition::Absent),
+        MemberOutcome::Applied(MemberVersion(1))
+    );
+    let stored = MemberRow {
+        version: MemberVersion(1),
+        ..first.clone()
     };
-    let listed = mine(block_on(store.list_members(now)).expect("list"));
-    assert_eq!(listed, vec![replaced, member(base + 1, now)]);
-    // A stale heartbeat is not live.
-    block_on(store.upsert_member(member(base + 2, now - ttl_ms))).expect("upsert");
-    let listed = mine(block_on(store.list_members(now)).expect("list"));
-    assert_eq!(listed.len(), 2, "{listed:?}");
-    let later = mine(block_on(store.list_members(now + ttl_ms)).expect("list"));
-    assert!(later.is_empty(), "{later:?}");
+    assert_eq!(
+        write_member(&other, member(base, 9, 0), MemberCondition::Absent),
+        MemberOutcome::Conflict(Some(stored.clone()))
+    );
+    // Heartbeats: each conditioned on the version the writer last saw.
+    let mut beat = member(base, 1, 1);
+    beat.state = MemberState::Draining;
+    let condition = MemberCondition::VersionEquals(MemberVersion(1));
+    assert_eq!(
+        write_member(&store, beat.clone(), condition),
+        MemberOutcome::Applied(MemberVersion(2))
+    );
+    let current = MemberRow {
+        version: MemberVersion(2),
+        ..beat
+    };
+    assert_eq!(
+        write_member(&other, member(base, 1, 5), condition),
+        MemberOutcome::Conflict(Some(current.clone()))
+    );
+    // Two starts race for incarnation 2 on the version both read.
+    let racers: Vec<MemberOutcome> = [&store, &other]
+        .iter()
+        .map(|handle| {
+            let next = MemberCondition::VersionEquals(MemberVersion(2));
+            write_member(handle, member(base, 2, 0), next)
+        })
+        .collect();
+    let winners = racers
+        .iter()
+        .filter(|outcome| matches!(outcome, MemberOutcome::Applied(_)))
+        .count();
+    assert_eq!(winners, 1, "{racers:?}");
+    // An update of a node without a row is refused without one.
+    assert_eq!(
+        write_member(&store, member(base + 1, 1, 0), condition),
+        MemberOutcome::Conflict(None)
+    );
+    write_member(&store, member(base + 2, 4, 7), MemberCondition::Absent);
+    let mine: Vec<MemberRow> = block_on(other.list_members())
+        .expect("list")
+        .into_iter()
+        .filter(|row| row.node_id.0 >= base && row.node_id.0 <= base + 2)
+        .collect();
+    let expected = vec![
+        MemberRow {
+            version: MemberVersion(3),
+            ..member(base, 2, 0)
+        },
+        MemberRow {
+            version: MemberVersion(1),
+            ..member(base + 2, 4, 7)
+        },
+    ];
+    assert_eq!(mine, expected);
 }
 
 /// A state blob of exactly `state_max_bytes` is stored whole; one byte
@@ -371,7 +434,7 @@ conformance!(
     stale_cas_is_rejected_with_the_current_record,
     route_and_cas_versions_are_distinct,
     batch_save,
-    membership_upsert_list_and_liveness,
+    membership_and_incarnations,
     large_state_at_the_maximum,
     written_by_one_read_by_another,
 );

@@ -53,6 +53,7 @@ fn crash_writer_child() {
                         key: key(id),
                         condition: WriteCondition::Absent,
                         owner_node: NodeId(1),
+                        owner_incarnation: 1,
                         route_version: RouteVersion(id),
                         save_timepoint_ms: id,
                         state: state(id),

@@ -15,6 +15,7 @@ fn insert(id: u64) -> RecordWrite {
         key: ObjectKey::new(1, 0, id),
         condition: WriteCondition::Absent,
         owner_node: NodeId(1),
+        owner_incarnation: 1,
         route_version: RouteVersion(1),
         save_timepoint_ms: 0,
         state: vec![1],
@@ -63,7 +64,7 @@ fn a_timeout_is_indeterminate_applied_or_not_as_chosen() {
     ));
     faults.inject(Fault::TimeoutApplied, 1);
     assert!(matches!(
-        block_on(store.list_members(0)),
+        block_on(store.list_members()),
         Err(MembershipError::Timeout)
     ));
 }

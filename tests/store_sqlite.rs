@@ -21,6 +21,7 @@ fn insert(id: u64, owner: u64) -> RecordWrite {
         key: ObjectKey::new(1, 0, id),
         condition: WriteCondition::Absent,
         owner_node: NodeId(owner),
+        owner_incarnation: 1,
         route_version: RouteVersion(1),
         save_timepoint_ms: 0,
         state: owner.to_le_bytes().to_vec(),
@@ -58,6 +59,53 @@ fn an_incompatible_schema_version_is_a_clear_startup_error() {
     drop(connection);
     let error = open_sqlite(&foreign, &config, GroupCommit::On).expect_err("foreign file");
     assert!(error.to_string().contains("schema version 0"), "{error}");
+}
+
+/// A file of schema version 1 (before incarnations) is migrated in place:
+/// its records keep their state and read as written by incarnation 0,
+/// which every real incarnation outranks, and membership works.
+#[test]
+fn a_version_1_file_is_migrated() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v1.db");
+    let connection = rusqlite::Connection::open(&path).expect("raw open");
+    connection
+        .execute_batch(
+            "CREATE TABLE routes (type_id INTEGER NOT NULL, zone_id INTEGER NOT NULL, \
+             object_id INTEGER NOT NULL, owner_node INTEGER NOT NULL, \
+             route_version INTEGER NOT NULL, save_timepoint_ms INTEGER NOT NULL, \
+             cas_version INTEGER NOT NULL, state BLOB NOT NULL, \
+             PRIMARY KEY (type_id, zone_id, object_id));
+             CREATE TABLE members (node_id INTEGER PRIMARY KEY, addresses BLOB NOT NULL, \
+             core_count INTEGER NOT NULL, actors BLOB NOT NULL, heartbeat_ms INTEGER NOT NULL);
+             INSERT INTO routes VALUES (2, 0, 42, 3, 5, 1000, 7, x'0102');
+             PRAGMA user_version = 1;",
+        )
+        .expect("version 1 file");
+    drop(connection);
+    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("migrate");
+    let record = block_on(store.load(ObjectKey::new(2, 0, 42)))
+        .expect("load")
+        .expect("record kept");
+    assert_eq!(
+        (
+            record.owner_node,
+            record.owner_incarnation,
+            record.route_version
+        ),
+        (NodeId(3), 0, RouteVersion(5))
+    );
+    assert_eq!(
+        (record.cas_version, record.state),
+        (CasVersion(7), vec![1, 2])
+    );
+    assert!(block_on(store.list_members()).expect("list").is_empty());
+    drop(store);
+    let connection = rusqlite::Connection::open(&path).expect("raw open");
+    let version: i64 = connection
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .expect("version");
+    assert_eq!(version, SCHEMA_VERSION);
 }
 
 /// Holds the file's write lock from another connection, so the store

@@ -31,6 +31,7 @@ fn write(writer: usize, condition: WriteCondition, round: u64) -> RecordWrite {
         key: ObjectKey::new(1, 0, writer as u64),
         condition,
         owner_node: NodeId(1),
+        owner_incarnation: 1,
         route_version: RouteVersion(round),
         save_timepoint_ms: round,
         state: vec![7; 64],

@@ -74,6 +74,9 @@ pub(crate) struct ShutdownState {
 /// kept apart from the managers so both can be borrowed at once.
 pub(crate) struct Ctx {
     pub node: NodeId,
+    /// This start of the node (see `store::MemberRow::incarnation`); the
+    /// records it writes as owner carry it.
+    pub incarnation: u64,
     pub config: RouterConfig,
     pub live_nodes: BTreeSet<NodeId>,
     pub rng: SmallRng,
@@ -193,6 +196,7 @@ impl RouterCore {
         let mut core = RouterCore {
             ctx: Ctx {
                 node,
+                incarnation: 1,
                 config,
                 live_nodes: BTreeSet::new(),
                 rng: SmallRng::seed_from_u64(rng_seed),
@@ -225,6 +229,11 @@ impl RouterCore {
 
     pub fn node(&self) -> NodeId {
         self.ctx.node
+    }
+
+    /// Sets the incarnation the records this core writes as owner carry.
+    pub fn set_incarnation(&mut self, incarnation: u64) {
+        self.ctx.incarnation = incarnation;
     }
 
     /// The effects produced since the last drain, in order.

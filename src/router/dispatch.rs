@@ -315,15 +315,16 @@ pub(crate) fn start_save(
     let cas_version = entry
         .cas_version
         .expect("a writable object always knows its record's CAS version");
-    let (owner_node, route_version) = if degrade {
-        (NodeId::NONE, entry.route_version.next())
+    let (owner_node, owner_incarnation, route_version) = if degrade {
+        (NodeId::NONE, 0, entry.route_version.next())
     } else {
-        (ctx.node, entry.route_version)
+        (ctx.node, ctx.incarnation, entry.route_version)
     };
     object.dirty = false;
     let state = object.state.encode();
     let pending = PendingWrite {
         owner_node,
+        owner_incarnation,
         route_version,
         save_timepoint_ms: now_ms,
     };

@@ -106,6 +106,7 @@ pub(crate) struct Entry {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PendingWrite {
     pub owner_node: NodeId,
+    pub owner_incarnation: u64,
     pub route_version: RouteVersion,
     pub save_timepoint_ms: u64,
 }
@@ -129,6 +130,7 @@ impl Entry {
             key,
             condition,
             owner_node: pending.owner_node,
+            owner_incarnation: pending.owner_incarnation,
             route_version: pending.route_version,
             save_timepoint_ms: pending.save_timepoint_ms,
             state,

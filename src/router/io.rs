@@ -205,6 +205,7 @@ fn start_claim(
     entry.claiming = Some(state);
     let pending = PendingWrite {
         owner_node: ctx.node,
+        owner_incarnation: ctx.incarnation,
         route_version,
         save_timepoint_ms: now_ms,
     };

@@ -434,6 +434,7 @@ fn a_save_by_a_node_that_lost_ownership_fails_is_counted_and_downgrades() {
         key: KEY,
         condition: crate::store::WriteCondition::CasEquals(record.cas_version),
         owner_node: NodeId(7),
+        owner_incarnation: 1,
         route_version: record.route_version.next(),
         save_timepoint_ms: 0,
         state: record.state,

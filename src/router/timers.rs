@@ -112,6 +112,7 @@ impl RouterCore {
                 .expect("a writable object always knows its record's CAS version");
             let pending = PendingWrite {
                 owner_node: NodeId::NONE,
+                owner_incarnation: 0,
                 route_version: entry.route_version.next(),
                 save_timepoint_ms: now_ms,
             };

@@ -110,6 +110,7 @@ impl RouterCore {
         entry.claiming = Some(state);
         let pending = PendingWrite {
             owner_node: ctx.node,
+            owner_incarnation: ctx.incarnation,
             route_version: transfer.route_version,
             save_timepoint_ms: now_ms,
         };
@@ -194,8 +195,11 @@ pub(crate) fn start_transfer(
         .expect("a writable object always knows its record's CAS version");
     let route_version = entry.route_version.next();
     let state = object.state.encode();
+    // The target confirms with its own incarnation (`on_router_transfer`);
+    // until then the record names the target without one.
     let pending = PendingWrite {
         owner_node: target,
+        owner_incarnation: 0,
         route_version,
         save_timepoint_ms: now_ms,
     };

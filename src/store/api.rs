@@ -7,7 +7,7 @@ use wire::ObjectKey;
 
 use super::bridge::{ready, StoreFuture};
 use super::error::{LoadError, MembershipError, OpenError, WriteError};
-use super::membership::{self, MemberRow, MEMBER_ROW_BYTES_MAX};
+use super::membership::{self, MemberOutcome, MemberRow, MemberWrite, MEMBER_ROW_BYTES_MAX};
 use super::record::{RecordWrite, RouteRecord, WriteOutcome};
 use crate::config::{Config, StoreBackend, StoreConfig};
 
@@ -22,9 +22,13 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         writes: Vec<RecordWrite>,
     ) -> StoreFuture<Result<Vec<WriteOutcome>, WriteError>>;
-    fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>>;
-    /// Rows whose heartbeat is younger than the membership TTL at `now_ms`.
-    fn list_members(&self, now_ms: u64) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>>;
+    /// One conditional membership write (see `membership`).
+    fn write_member(
+        &self,
+        write: MemberWrite,
+    ) -> StoreFuture<Result<MemberOutcome, MembershipError>>;
+    /// Every membership row, by node id, at most `MEMBERS_MAX`.
+    fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>>;
 }
 
 /// The store handle: cheap to clone, `Send + Sync`, one per core.
@@ -122,24 +126,26 @@ impl Store {
         self.backend.write_batch(writes)
     }
 
-    /// Inserts or replaces this node's membership row.
-    pub fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>> {
-        let len = membership::encoded_len(&row);
+    /// One conditional write of a membership row. A timeout is
+    /// `Ok(MemberOutcome::Indeterminate)`.
+    pub fn write_member(
+        &self,
+        write: MemberWrite,
+    ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
+        let len = membership::encoded_len(&write.row);
         if len > MEMBER_ROW_BYTES_MAX {
             return ready(Err(MembershipError::RowTooLarge {
                 len,
                 max: MEMBER_ROW_BYTES_MAX,
             }));
         }
-        self.backend.upsert_member(row)
+        self.backend.write_member(write)
     }
 
-    /// The live membership rows at `now_ms` (unix milliseconds), by node id.
-    pub fn list_members(
-        &self,
-        now_ms: u64,
-    ) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
-        self.backend.list_members(now_ms)
+    /// Every membership row, by node id (live or not: liveness is the
+    /// observer's judgement, on its own clock).
+    pub fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+        self.backend.list_members()
     }
 
     fn check_state(&self, write: &RecordWrite) -> Result<(), WriteError> {

@@ -16,7 +16,7 @@ use futures_channel::oneshot;
 use wire::ObjectKey;
 
 use super::error::{BackendError, LoadError, MembershipError, WriteError};
-use super::membership::MemberRow;
+use super::membership::{MemberOutcome, MemberRow, MemberWrite};
 use super::record::{RecordWrite, RouteRecord, WriteOutcome};
 
 /// The future every store operation returns: boxed so the backend trait
@@ -29,7 +29,7 @@ pub(crate) fn ready<T: Send + 'static>(value: T) -> StoreFuture<T> {
 
 pub(crate) type LoadReply = oneshot::Sender<Result<Option<RouteRecord>, LoadError>>;
 pub(crate) type WriteReply = oneshot::Sender<Result<Vec<WriteOutcome>, WriteError>>;
-pub(crate) type UpsertReply = oneshot::Sender<Result<(), MembershipError>>;
+pub(crate) type MemberWriteReply = oneshot::Sender<Result<MemberOutcome, MembershipError>>;
 pub(crate) type ListReply = oneshot::Sender<Result<Vec<MemberRow>, MembershipError>>;
 
 /// One queued operation. `deadline` is when the caller stops caring: a
@@ -43,14 +43,15 @@ pub(crate) struct Request {
 pub(crate) enum Op {
     Load(ObjectKey),
     Write(Vec<RecordWrite>),
-    UpsertMember(MemberRow),
-    ListMembers { now_ms: u64 },
+    /// Boxed: a row is several times larger than the other ops.
+    WriteMember(Box<MemberWrite>),
+    ListMembers,
 }
 
 enum Reply {
     Load(LoadReply),
     Write(WriteReply),
-    Upsert(UpsertReply),
+    WriteMember(MemberWriteReply),
     List(ListReply),
 }
 
@@ -58,7 +59,7 @@ enum Reply {
 pub(crate) enum Done {
     Load(Option<RouteRecord>),
     Write(Vec<WriteOutcome>),
-    Upsert,
+    WriteMember(MemberOutcome),
     List(Vec<MemberRow>),
 }
 
@@ -78,7 +79,9 @@ impl Request {
         match (self.reply, result) {
             (Reply::Load(reply), Ok(Done::Load(record))) => drop(reply.send(Ok(record))),
             (Reply::Write(reply), Ok(Done::Write(outcomes))) => drop(reply.send(Ok(outcomes))),
-            (Reply::Upsert(reply), Ok(Done::Upsert)) => drop(reply.send(Ok(()))),
+            (Reply::WriteMember(reply), Ok(Done::WriteMember(outcome))) => {
+                drop(reply.send(Ok(outcome)))
+            }
             (Reply::List(reply), Ok(Done::List(rows))) => drop(reply.send(Ok(rows))),
             (reply, Ok(_)) => {
                 debug_assert!(false, "a backend answered an op with another op's result");
@@ -102,7 +105,7 @@ impl Request {
                 };
                 drop(reply.send(Ok(vec![WriteOutcome::Indeterminate; count])));
             }
-            Reply::Upsert(reply) => drop(reply.send(Err(MembershipError::Timeout))),
+            Reply::WriteMember(reply) => drop(reply.send(Ok(MemberOutcome::Indeterminate))),
             Reply::List(reply) => drop(reply.send(Err(MembershipError::Timeout))),
         }
     }
@@ -113,7 +116,7 @@ impl Reply {
         match self {
             Reply::Load(reply) => drop(reply.send(Err(error.into()))),
             Reply::Write(reply) => drop(reply.send(Err(error.into()))),
-            Reply::Upsert(reply) => drop(reply.send(Err(error.into()))),
+            Reply::WriteMember(reply) => drop(reply.send(Err(error.into()))),
             Reply::List(reply) => drop(reply.send(Err(error.into()))),
         }
     }
@@ -172,21 +175,24 @@ impl Bridge {
         }
     }
 
-    pub fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>> {
+    pub fn write_member(
+        &self,
+        write: MemberWrite,
+    ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
         let (reply, answer) = oneshot::channel();
-        match self.submit(Op::UpsertMember(row), Reply::Upsert(reply)) {
-            Ok(()) => Box::pin(async move { answer.await.unwrap_or(Err(MembershipError::Closed)) }),
+        match self.submit(Op::WriteMember(Box::new(write)), Reply::WriteMember(reply)) {
+            // Handed over: a backend thread that died may have applied it.
+            Ok(()) => {
+                Box::pin(async move { answer.await.unwrap_or(Ok(MemberOutcome::Indeterminate)) })
+            }
             Err(TrySendError::Full(_)) => ready(Err(MembershipError::Overloaded)),
             Err(TrySendError::Disconnected(_)) => ready(Err(MembershipError::Closed)),
         }
     }
 
-    pub fn list_members(
-        &self,
-        now_ms: u64,
-    ) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+    pub fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
         let (reply, answer) = oneshot::channel();
-        match self.submit(Op::ListMembers { now_ms }, Reply::List(reply)) {
+        match self.submit(Op::ListMembers, Reply::List(reply)) {
             Ok(()) => Box::pin(async move { answer.await.unwrap_or(Err(MembershipError::Closed)) }),
             Err(TrySendError::Full(_)) => ready(Err(MembershipError::Overloaded)),
             Err(TrySendError::Disconnected(_)) => ready(Err(MembershipError::Closed)),
@@ -208,11 +214,14 @@ impl super::api::Backend for Bridge {
         Bridge::write_batch(self, writes)
     }
 
-    fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>> {
-        Bridge::upsert_member(self, row)
+    fn write_member(
+        &self,
+        write: MemberWrite,
+    ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
+        Bridge::write_member(self, write)
     }
 
-    fn list_members(&self, now_ms: u64) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
-        Bridge::list_members(self, now_ms)
+    fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+        Bridge::list_members(self)
     }
 }

@@ -72,8 +72,8 @@ pub enum MembershipError {
     Overloaded,
     #[error("store closed")]
     Closed,
-    /// No answer within `store.request_timeout_ms`; an upsert may or may
-    /// not have happened (the next heartbeat repeats it anyway).
+    /// No answer within `store.request_timeout_ms` to a list (a write that
+    /// timed out is `MemberOutcome::Indeterminate`).
     #[error("membership request timed out")]
     Timeout,
     /// A row too large to store (see `membership::MEMBER_ROW_BYTES_MAX`).

@@ -1,6 +1,19 @@
-//! The membership table's row and its byte encoding. Addresses and actors
-//! are stored as one explicit little-endian blob so that SQLite and Scylla
-//! keep the same bytes and decoding is one bounds-checked function.
+//! The membership table: one row per node id, written under compare-and-set
+//! like the route records, so that incarnations, heartbeats and declarations
+//! of death never overwrite each other.
+//!
+//! Every write of a row is conditioned on the row's `version` (or on its
+//! absence), and the store assigns the next version. The cluster builds its
+//! rules on that one primitive (see `cluster::membership`):
+//! - a start takes the next incarnation with a CAS on the version it read;
+//! - the owner heartbeats with a CAS on the version it wrote last, so a
+//!   write by anyone else (a declaration of death) fails its next heartbeat;
+//! - an observer declares a member `down` with a CAS on the version it saw
+//!   unchanged for `down_after_ms`, so a late heartbeat wins over it.
+//!
+//! Variable parts (the per-core cluster addresses and the actors) are
+//! stored as explicit little-endian blobs so every backend keeps the same
+//! bytes and decoding is one bounds-checked function.
 
 use super::record::NodeId;
 
@@ -12,15 +25,77 @@ pub const MEMBER_ROW_BYTES_MAX: usize = 256 * 1024;
 /// `list_members` returns at most this many rows: a bound on one poll.
 pub const MEMBERS_MAX: usize = 4096;
 
-/// One node's advertisement in the membership table.
+/// A member's lifecycle state, stored as its number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MemberState {
+    /// Took its incarnation; its cores are starting.
+    Joining = 1,
+    /// Serves clients and owns objects.
+    Up = 2,
+    /// Moving its objects and sessions away before it leaves.
+    Draining = 3,
+    /// Left cleanly: it owns nothing and will not write again in this
+    /// incarnation.
+    Left = 4,
+    /// Declared dead by another node (or found itself declared so): its
+    /// incarnation owns nothing any more, whatever the records say.
+    Down = 5,
+}
+
+impl MemberState {
+    pub fn from_u8(value: u8) -> Option<MemberState> {
+        Some(match value {
+            1 => MemberState::Joining,
+            2 => MemberState::Up,
+            3 => MemberState::Draining,
+            4 => MemberState::Left,
+            5 => MemberState::Down,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberState::Joining => "joining",
+            MemberState::Up => "up",
+            MemberState::Draining => "draining",
+            MemberState::Left => "left",
+            MemberState::Down => "down",
+        }
+    }
+
+    /// Whether the incarnation in this state may still write: it is gone
+    /// for good once `left` or `down`.
+    pub fn is_ended(self) -> bool {
+        matches!(self, MemberState::Left | MemberState::Down)
+    }
+}
+
+/// The store's compare-and-set version of one membership row. Only the
+/// store assigns it; a writer presents the one it read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MemberVersion(pub u64);
+
+/// One node's row in the membership table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberRow {
     pub node_id: NodeId,
-    pub addresses: Vec<String>,
+    /// Assigned at each start of the node by CAS; only grows.
+    pub incarnation: u64,
+    pub state: MemberState,
+    /// Bumped by the node at every heartbeat write. Observers compare it
+    /// over their own monotonic time; it is never compared with a clock.
+    pub heartbeat: u64,
+    /// Where clients connect (`host:port`).
+    pub gateway: String,
+    /// The admin HTTP endpoint (`host:port`).
+    pub admin: String,
+    /// Core `i`'s cluster link address is `cluster[i]`.
+    pub cluster: Vec<String>,
     pub core_count: u32,
     pub actors: Vec<AdvertisedActor>,
-    /// When the node last wrote its row, in unix milliseconds.
-    pub heartbeat_ms: u64,
+    /// The row's CAS version as stored; ignored in a write.
+    pub version: MemberVersion,
 }
 
 /// An actor the node hosts, the message ids it serves and its weight for
@@ -33,15 +108,54 @@ pub struct AdvertisedActor {
     pub weight: u32,
 }
 
-impl MemberRow {
-    /// A row is live while its heartbeat is younger than `ttl_ms`. A
-    /// heartbeat from the future (clock skew) counts as live.
-    pub fn is_live(&self, now_ms: u64, ttl_ms: u64) -> bool {
-        now_ms.saturating_sub(self.heartbeat_ms) < ttl_ms
+/// The condition a membership write is applied under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberCondition {
+    /// Insert only if the node id has no row.
+    Absent,
+    /// Update only if the stored row's version is this one.
+    VersionEquals(MemberVersion),
+}
+
+/// A conditional write of one membership row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberWrite {
+    pub row: MemberRow,
+    pub condition: MemberCondition,
+}
+
+impl MemberWrite {
+    /// The row this write leaves behind when applied with `version`.
+    pub fn applied(&self, version: MemberVersion) -> MemberRow {
+        MemberRow {
+            version,
+            ..self.row.clone()
+        }
+    }
+
+    /// The version this write produces when applied: versions start at 1
+    /// and grow by one per applied write of a row.
+    pub fn next_version(&self) -> MemberVersion {
+        match self.condition {
+            MemberCondition::Absent => MemberVersion(1),
+            MemberCondition::VersionEquals(expected) => MemberVersion(expected.0.wrapping_add(1)),
+        }
     }
 }
 
-/// Encodes the addresses: `count: u32`, then `len: u32, utf8 bytes` each.
+/// The outcome of one conditional membership write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberOutcome {
+    Applied(MemberVersion),
+    /// The condition did not hold; this is the row as it stands (`None`
+    /// when an update found no row).
+    Conflict(Option<MemberRow>),
+    /// No answer in time: the write may or may not have happened.
+    Indeterminate,
+}
+
+/// Encodes a list of addresses: `count: u32`, then `len: u32, utf8 bytes`
+/// each.
 pub(crate) fn encode_addresses(addresses: &[String]) -> Vec<u8> {
     let mut bytes = Vec::new();
     put_u32(&mut bytes, addresses.len());
@@ -76,7 +190,7 @@ fn put_u32(bytes: &mut Vec<u8>, value: usize) {
     bytes.extend_from_slice(&value.to_le_bytes());
 }
 
-/// Why a stored membership blob could not be decoded.
+/// Why a stored membership value could not be decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DecodeError(pub &'static str);
 
@@ -165,11 +279,19 @@ pub(crate) fn decode_actors(bytes: &[u8]) -> Result<Vec<AdvertisedActor>, Decode
     Ok(actors)
 }
 
+pub(crate) fn decode_state(value: i64) -> Result<MemberState, DecodeError> {
+    u8::try_from(value)
+        .ok()
+        .and_then(MemberState::from_u8)
+        .ok_or(DecodeError("unknown member state"))
+}
+
 /// The encoded size of a row's variable parts, checked before a write.
 pub(crate) fn encoded_len(row: &MemberRow) -> usize {
-    let addresses: usize = row.addresses.iter().map(|a| 4 + a.len()).sum();
+    let strings = row.gateway.len() + row.admin.len();
+    let cluster: usize = row.cluster.iter().map(|a| 4 + a.len()).sum();
     let actors: usize = row.actors.iter().map(|a| 20 + 4 * a.msg_ids.len()).sum();
-    8 + addresses + actors
+    8 + strings + cluster + actors
 }
 
 #[cfg(test)]
@@ -200,14 +322,6 @@ mod tests {
         assert_eq!(decode_addresses(&encoded), Ok(addresses.clone()));
         let encoded_actors = encode_actors(&actors());
         assert_eq!(decode_actors(&encoded_actors), Ok(actors()));
-        let row = MemberRow {
-            node_id: NodeId(1),
-            addresses,
-            core_count: 2,
-            actors: actors(),
-            heartbeat_ms: 0,
-        };
-        assert_eq!(encoded_len(&row), encoded.len() + encoded_actors.len());
     }
 
     #[test]
@@ -233,17 +347,46 @@ mod tests {
     }
 
     #[test]
-    fn liveness_uses_the_ttl() {
+    fn states_round_trip_and_unknown_ones_are_refused() {
+        for state in [
+            MemberState::Joining,
+            MemberState::Up,
+            MemberState::Draining,
+            MemberState::Left,
+            MemberState::Down,
+        ] {
+            assert_eq!(decode_state(state as i64), Ok(state));
+        }
+        assert!(decode_state(0).is_err());
+        assert!(decode_state(6).is_err());
+        assert!(decode_state(-1).is_err());
+        assert!(decode_state(258).is_err());
+    }
+
+    #[test]
+    fn versions_start_at_one_and_follow_the_condition() {
         let row = MemberRow {
             node_id: NodeId(1),
-            addresses: vec![],
+            incarnation: 1,
+            state: MemberState::Joining,
+            heartbeat: 0,
+            gateway: String::new(),
+            admin: String::new(),
+            cluster: Vec::new(),
             core_count: 1,
-            actors: vec![],
-            heartbeat_ms: 1000,
+            actors: Vec::new(),
+            version: MemberVersion(99),
         };
-        assert!(row.is_live(1000, 10));
-        assert!(row.is_live(1009, 10));
-        assert!(!row.is_live(1010, 10));
-        assert!(row.is_live(0, 10), "a heartbeat from the future is live");
+        let insert = MemberWrite {
+            row: row.clone(),
+            condition: MemberCondition::Absent,
+        };
+        assert_eq!(insert.next_version(), MemberVersion(1));
+        assert_eq!(insert.applied(MemberVersion(1)).version, MemberVersion(1));
+        let update = MemberWrite {
+            row,
+            condition: MemberCondition::VersionEquals(MemberVersion(4)),
+        };
+        assert_eq!(update.next_version(), MemberVersion(5));
     }
 }

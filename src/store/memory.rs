@@ -4,7 +4,7 @@
 //! Calls run synchronously inside the `Store` method; only a delayed answer
 //! uses a short-lived thread, so tests need no runtime.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -14,9 +14,9 @@ use wire::ObjectKey;
 use super::api::{Backend, Store};
 use super::bridge::{ready, StoreFuture};
 use super::error::{BackendError, LoadError, MembershipError, WriteError};
-use super::membership::{MemberRow, MEMBERS_MAX};
-use super::memory_table::MemoryTable;
-use super::record::{NodeId, RecordWrite, RouteRecord, WriteOutcome};
+use super::membership::{MemberOutcome, MemberRow, MemberWrite};
+use super::memory_table::{MemberTable, MemoryTable};
+use super::record::{RecordWrite, RouteRecord, WriteOutcome};
 use crate::config::StoreConfig;
 
 /// Faults waiting to be injected, at most this many: a bound on what a test
@@ -29,7 +29,7 @@ pub enum Fault {
     /// The call fails with `BackendError::Injected`; a write is not applied.
     Fail,
     /// The call times out: a write is applied and answers `Indeterminate`;
-    /// a load or membership call answers `Timeout`.
+    /// a load or a membership list answers `Timeout`.
     TimeoutApplied,
     /// The call times out without effect: a write answers `Indeterminate`
     /// without being applied.
@@ -41,13 +41,12 @@ pub enum Fault {
 
 struct Shared {
     table: MemoryTable,
-    members: BTreeMap<NodeId, MemberRow>,
+    members: MemberTable,
     faults: VecDeque<Fault>,
 }
 
 struct MemoryBackend {
     shared: Arc<Mutex<Shared>>,
-    membership_ttl_ms: u64,
     request_timeout: Duration,
 }
 
@@ -79,12 +78,11 @@ impl MemoryFaults {
 pub fn open_memory(config: &StoreConfig) -> (Store, MemoryFaults) {
     let shared = Arc::new(Mutex::new(Shared {
         table: MemoryTable::default(),
-        members: BTreeMap::new(),
+        members: MemberTable::default(),
         faults: VecDeque::new(),
     }));
     let backend = MemoryBackend {
         shared: shared.clone(),
-        membership_ttl_ms: config.membership_ttl_ms,
         request_timeout: Duration::from_millis(config.request_timeout_ms),
     };
     (
@@ -183,34 +181,28 @@ impl Backend for MemoryBackend {
         self.reply(answer, Ok(outcomes), Ok(indeterminate))
     }
 
-    fn upsert_member(&self, row: MemberRow) -> StoreFuture<Result<(), MembershipError>> {
+    fn write_member(
+        &self,
+        write: MemberWrite,
+    ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
         let mut shared = lock(&self.shared);
-        let answer = match shared.faults.pop_front() {
+        let fault = shared.faults.pop_front();
+        let answer = match fault {
             Some(Fault::Fail) => return ready(Err(BackendError::Injected.into())),
-            Some(Fault::TimeoutNotApplied) => return ready(Err(MembershipError::Timeout)),
-            Some(Fault::TimeoutApplied) => Answer::TimedOut,
+            Some(Fault::TimeoutApplied | Fault::TimeoutNotApplied) => Answer::TimedOut,
             Some(Fault::Delay(delay)) => self.answer(delay),
             None => Answer::Now,
         };
-        // Rows of nodes that stopped heartbeating stay until replaced; the
-        // table is bounded like the other backends' by dropping the stalest
-        // row when full.
-        if shared.members.len() >= MEMBERS_MAX && !shared.members.contains_key(&row.node_id) {
-            let stalest = shared
-                .members
-                .values()
-                .min_by_key(|member| member.heartbeat_ms)
-                .map(|member| member.node_id);
-            if let Some(node_id) = stalest {
-                shared.members.remove(&node_id);
-            }
-        }
-        shared.members.insert(row.node_id, row);
+        let outcome = if fault == Some(Fault::TimeoutNotApplied) {
+            MemberOutcome::Indeterminate
+        } else {
+            shared.members.write(&write)
+        };
         drop(shared);
-        self.reply(answer, Ok(()), Err(MembershipError::Timeout))
+        self.reply(answer, Ok(outcome), Ok(MemberOutcome::Indeterminate))
     }
 
-    fn list_members(&self, now_ms: u64) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+    fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
         let mut shared = lock(&self.shared);
         let answer = match shared.faults.pop_front() {
             Some(Fault::Fail) => return ready(Err(BackendError::Injected.into())),
@@ -218,13 +210,7 @@ impl Backend for MemoryBackend {
             Some(Fault::Delay(delay)) => self.answer(delay),
             None => Answer::Now,
         };
-        let rows: Vec<MemberRow> = shared
-            .members
-            .values()
-            .filter(|row| row.is_live(now_ms, self.membership_ttl_ms))
-            .take(MEMBERS_MAX)
-            .cloned()
-            .collect();
+        let rows = shared.members.list();
         drop(shared);
         self.reply(answer, Ok(rows), Err(MembershipError::Timeout))
     }

@@ -1,12 +1,16 @@
-//! The synchronous heart of the in-memory store: one map and the CAS rule.
-//! The memory backend wraps it with fault injection, and the deterministic
-//! simulator drives it directly.
+//! The synchronous heart of the in-memory store: the records and the
+//! membership rows, each with its CAS rule. The memory backend wraps them
+//! with fault injection, and the deterministic simulator drives them
+//! directly.
 
 use std::collections::BTreeMap;
 
 use wire::ObjectKey;
 
-use super::record::{CasVersion, RecordWrite, RouteRecord, WriteCondition, WriteOutcome};
+use super::membership::{
+    MemberCondition, MemberOutcome, MemberRow, MemberVersion, MemberWrite, MEMBERS_MAX,
+};
+use super::record::{CasVersion, NodeId, RecordWrite, RouteRecord, WriteCondition, WriteOutcome};
 
 /// Records by key. A `BTreeMap` keeps iteration order deterministic, which
 /// the simulator relies on to replay a seed exactly.
@@ -46,16 +50,53 @@ impl MemoryTable {
     }
 }
 
+/// Membership rows by node id, under the same CAS rule as the records.
+#[derive(Clone, Debug, Default)]
+pub struct MemberTable {
+    rows: BTreeMap<NodeId, MemberRow>,
+}
+
+impl MemberTable {
+    /// Every row, by node id, at most `MEMBERS_MAX`.
+    pub fn list(&self) -> Vec<MemberRow> {
+        self.rows.values().take(MEMBERS_MAX).cloned().collect()
+    }
+
+    pub fn get(&self, node_id: NodeId) -> Option<&MemberRow> {
+        self.rows.get(&node_id)
+    }
+
+    /// Applies `write` if its condition holds. A new row past `MEMBERS_MAX`
+    /// rows is refused as a conflict with no current row.
+    pub fn write(&mut self, write: &MemberWrite) -> MemberOutcome {
+        let node_id = write.row.node_id;
+        let current = self.rows.get(&node_id);
+        let holds = match (write.condition, current) {
+            (MemberCondition::Absent, None) => self.rows.len() < MEMBERS_MAX,
+            (MemberCondition::VersionEquals(expected), Some(row)) => row.version == expected,
+            _ => false,
+        };
+        if !holds {
+            return MemberOutcome::Conflict(current.cloned());
+        }
+        let version: MemberVersion = write.next_version();
+        self.rows.insert(node_id, write.applied(version));
+        MemberOutcome::Applied(version)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::record::{NodeId, RouteVersion};
+    use crate::store::membership::MemberState;
+    use crate::store::record::RouteVersion;
 
     fn write(condition: WriteCondition, owner: u64) -> RecordWrite {
         RecordWrite {
             key: ObjectKey::new(1, 0, 7),
             condition,
             owner_node: NodeId(owner),
+            owner_incarnation: 1,
             route_version: RouteVersion(1),
             save_timepoint_ms: 0,
             state: vec![owner as u8],
@@ -90,5 +131,49 @@ mod tests {
             }
             other => panic!("stale CAS must conflict, got {other:?}"),
         }
+    }
+
+    fn member(incarnation: u64, condition: MemberCondition) -> MemberWrite {
+        MemberWrite {
+            row: MemberRow {
+                node_id: NodeId(3),
+                incarnation,
+                state: MemberState::Up,
+                heartbeat: 0,
+                gateway: String::new(),
+                admin: String::new(),
+                cluster: Vec::new(),
+                core_count: 1,
+                actors: Vec::new(),
+                version: MemberVersion(0),
+            },
+            condition,
+        }
+    }
+
+    #[test]
+    fn member_rows_follow_the_cas_rule() {
+        let mut members = MemberTable::default();
+        assert_eq!(
+            members.write(&member(1, MemberCondition::Absent)),
+            MemberOutcome::Applied(MemberVersion(1))
+        );
+        // A second insert and a stale update both see the current row.
+        for condition in [
+            MemberCondition::Absent,
+            MemberCondition::VersionEquals(MemberVersion(7)),
+        ] {
+            match members.write(&member(2, condition)) {
+                MemberOutcome::Conflict(Some(row)) => assert_eq!(row.incarnation, 1),
+                other => panic!("must conflict, got {other:?}"),
+            }
+        }
+        let next = member(2, MemberCondition::VersionEquals(MemberVersion(1)));
+        assert_eq!(
+            members.write(&next),
+            MemberOutcome::Applied(MemberVersion(2))
+        );
+        assert_eq!(members.get(NodeId(3)).map(|r| r.incarnation), Some(2));
+        assert_eq!(members.list().len(), 1);
     }
 }

@@ -17,9 +17,12 @@ mod sqlite;
 pub use api::{Backend, Store};
 pub use bridge::StoreFuture;
 pub use error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
-pub use membership::{AdvertisedActor, MemberRow, MEMBERS_MAX, MEMBER_ROW_BYTES_MAX};
+pub use membership::{
+    AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,
+    MemberWrite, MEMBERS_MAX, MEMBER_ROW_BYTES_MAX,
+};
 pub use memory::{open_memory, Fault, MemoryFaults, FAULTS_MAX};
-pub use memory_table::MemoryTable;
+pub use memory_table::{MemberTable, MemoryTable};
 pub use record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };

@@ -40,10 +40,15 @@ pub struct CasVersion(pub u64);
 pub struct RouteRecord {
     pub key: ObjectKey,
     pub owner_node: NodeId,
+    /// The incarnation of `owner_node` that wrote the record: once the
+    /// membership table shows that incarnation ended (`down` or `left`, or
+    /// the node restarted with a higher one), the record is claimable at
+    /// once. 0 for records without an owner or written before incarnations.
+    pub owner_incarnation: u64,
     pub route_version: RouteVersion,
-    /// When the owner last saved, in unix milliseconds. Another node may
-    /// claim the record once `save_timepoint_ms + object_free_timeout_ms`
-    /// has passed.
+    /// When the owner last saved, in the owner's unix milliseconds. For
+    /// operators only: no node compares it with its own clock, because two
+    /// nodes' wall clocks may disagree.
     pub save_timepoint_ms: u64,
     pub cas_version: CasVersion,
     pub state: Vec<u8>,
@@ -65,6 +70,7 @@ pub struct RecordWrite {
     pub key: ObjectKey,
     pub condition: WriteCondition,
     pub owner_node: NodeId,
+    pub owner_incarnation: u64,
     pub route_version: RouteVersion,
     pub save_timepoint_ms: u64,
     pub state: Vec<u8>,
@@ -76,6 +82,7 @@ impl RecordWrite {
         RouteRecord {
             key: self.key,
             owner_node: self.owner_node,
+            owner_incarnation: self.owner_incarnation,
             route_version: self.route_version,
             save_timepoint_ms: self.save_timepoint_ms,
             cas_version,

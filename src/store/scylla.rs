@@ -28,7 +28,9 @@ use wire::ObjectKey;
 use super::api::Store;
 use super::bridge::{Bridge, Done, Op, Request};
 use super::error::{BackendError, OpenError};
-use super::membership::{self, MemberRow, MEMBERS_MAX};
+use super::membership::{
+    self, MemberCondition, MemberOutcome, MemberRow, MemberVersion, MemberWrite, MEMBERS_MAX,
+};
 use super::record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };
@@ -119,11 +121,12 @@ fn driver_thread(
 /// The session and its prepared statements.
 struct Statements {
     session: Session,
-    membership_ttl_ms: u64,
     insert_if_absent: PreparedStatement,
     update_if_cas: PreparedStatement,
     select_record: PreparedStatement,
-    upsert_member: PreparedStatement,
+    insert_member: PreparedStatement,
+    update_member: PreparedStatement,
+    select_member: PreparedStatement,
     list_members: PreparedStatement,
 }
 
@@ -156,24 +159,32 @@ impl Statements {
         };
         let mut insert_if_absent = prepare(insert_if_absent_cql(keyspace)).await?;
         let mut update_if_cas = prepare(update_if_cas_cql(keyspace)).await?;
-        for lwt in [&mut insert_if_absent, &mut update_if_cas] {
+        let mut insert_member = prepare(insert_member_cql(keyspace)).await?;
+        let mut update_member = prepare(update_member_cql(keyspace)).await?;
+        for lwt in [
+            &mut insert_if_absent,
+            &mut update_if_cas,
+            &mut insert_member,
+            &mut update_member,
+        ] {
             lwt.set_consistency(Consistency::Quorum);
             lwt.set_serial_consistency(Some(SerialConsistency::Serial));
         }
         let mut select_record = prepare(select_record_cql(keyspace)).await?;
-        // SERIAL reads see every committed LWT, and finish one in flight.
-        select_record.set_consistency(Consistency::Serial);
-        let mut upsert_member = prepare(upsert_member_cql(keyspace)).await?;
-        upsert_member.set_consistency(Consistency::Quorum);
+        let mut select_member = prepare(select_member_cql(keyspace)).await?;
         let mut list_members = prepare(list_members_cql(keyspace)).await?;
-        list_members.set_consistency(Consistency::Quorum);
+        // SERIAL reads see every committed LWT, and finish one in flight.
+        for read in [&mut select_record, &mut select_member, &mut list_members] {
+            read.set_consistency(Consistency::Serial);
+        }
         Ok(Statements {
             session,
-            membership_ttl_ms: config.membership_ttl_ms,
             insert_if_absent,
             update_if_cas,
             select_record,
-            upsert_member,
+            insert_member,
+            update_member,
+            select_member,
             list_members,
         })
     }
@@ -191,14 +202,12 @@ impl Statements {
             Op::Load(key) => tokio::time::timeout(remaining, self.load(*key))
                 .await
                 .map(|result| result.map(Done::Load)),
-            Op::UpsertMember(row) => tokio::time::timeout(remaining, self.upsert_member(row))
+            Op::WriteMember(write) => tokio::time::timeout(remaining, self.write_member(write))
                 .await
-                .map(|result| result.map(|()| Done::Upsert)),
-            Op::ListMembers { now_ms } => {
-                tokio::time::timeout(remaining, self.list_members(*now_ms))
-                    .await
-                    .map(|result| result.map(Done::List))
-            }
+                .map(|result| result.map(Done::WriteMember)),
+            Op::ListMembers => tokio::time::timeout(remaining, self.list_members())
+                .await
+                .map(|result| result.map(Done::List)),
         };
         match result {
             Ok(result) => request.answer(result),
@@ -215,15 +224,16 @@ impl Statements {
             .into_rows_result()
             .map_err(scylla_error)?;
         let mut rows = result
-            .rows::<(i64, i64, i64, i64, Option<Vec<u8>>)>()
+            .rows::<(i64, i64, i64, i64, Option<Vec<u8>>, Option<i64>)>()
             .map_err(scylla_error)?;
         match rows.next() {
             None => Ok(None),
             Some(row) => {
-                let (owner, route, saved, cas, state) = row.map_err(scylla_error)?;
+                let (owner, route, saved, cas, state, incarnation) = row.map_err(scylla_error)?;
                 Ok(Some(RouteRecord {
                     key,
                     owner_node: NodeId(owner as u64),
+                    owner_incarnation: incarnation.unwrap_or(0) as u64,
                     route_version: RouteVersion(route as u64),
                     save_timepoint_ms: saved as u64,
                     cas_version: CasVersion(cas as u64),
@@ -271,6 +281,7 @@ impl Statements {
                     write.route_version.0 as i64,
                     write.save_timepoint_ms as i64,
                     &write.state,
+                    write.owner_incarnation as i64,
                 );
                 self.session
                     .execute_unpaged(&self.insert_if_absent, values)
@@ -283,6 +294,7 @@ impl Statements {
                     write.save_timepoint_ms as i64,
                     expected.0.wrapping_add(1) as i64,
                     &write.state,
+                    write.owner_incarnation as i64,
                     key.type_id as i32,
                     key.zone_id as i32,
                     key.object_id as i64,
@@ -317,55 +329,121 @@ impl Statements {
         }
     }
 
-    async fn upsert_member(&self, row: &MemberRow) -> Result<(), BackendError> {
-        let values = (
-            row.node_id.0 as i64,
-            membership::encode_addresses(&row.addresses),
+    async fn write_member(&self, write: &MemberWrite) -> Result<MemberOutcome, BackendError> {
+        let row = &write.row;
+        let next = write.next_version();
+        let fields = (
+            row.incarnation as i64,
+            row.state as i32,
+            row.heartbeat as i64,
+            row.gateway.as_str(),
+            row.admin.as_str(),
+            membership::encode_addresses(&row.cluster),
             row.core_count as i32,
             membership::encode_actors(&row.actors),
-            row.heartbeat_ms as i64,
-            ttl_seconds(self.membership_ttl_ms),
+            next.0 as i64,
         );
-        self.session
-            .execute_unpaged(&self.upsert_member, values)
-            .await
-            .map_err(scylla_error)?;
-        Ok(())
+        let result = match write.condition {
+            MemberCondition::Absent => {
+                let values = (row.node_id.0 as i64, fields);
+                self.session
+                    .execute_unpaged(&self.insert_member, values)
+                    .await
+            }
+            MemberCondition::VersionEquals(expected) => {
+                let values = (fields, row.node_id.0 as i64, expected.0 as i64);
+                self.session
+                    .execute_unpaged(&self.update_member, values)
+                    .await
+            }
+        };
+        let result = match result {
+            Ok(result) => result,
+            Err(error) if write_error_is_indeterminate(&error) => {
+                return Ok(MemberOutcome::Indeterminate)
+            }
+            Err(error) => return Err(scylla_error(error)),
+        };
+        let applied = result
+            .into_rows_result()
+            .map_err(scylla_error)?
+            .maybe_first_row::<Row>()
+            .map_err(scylla_error)?
+            .and_then(|row| row.columns.into_iter().next().flatten())
+            .and_then(|value| value.as_boolean());
+        match applied {
+            Some(true) => Ok(MemberOutcome::Applied(next)),
+            // The LWT row's other columns differ between Scylla and
+            // Cassandra: read the row that refused the write instead.
+            Some(false) => Ok(MemberOutcome::Conflict(
+                self.select_members(&self.select_member, (row.node_id.0 as i64,))
+                    .await?
+                    .pop(),
+            )),
+            None => Err(BackendError::Corrupt("LWT result without [applied]")),
+        }
     }
 
-    async fn list_members(&self, now_ms: u64) -> Result<Vec<MemberRow>, BackendError> {
+    async fn list_members(&self) -> Result<Vec<MemberRow>, BackendError> {
+        let mut members = self.select_members(&self.list_members, ()).await?;
+        members.sort_by_key(|member| member.node_id);
+        members.truncate(MEMBERS_MAX);
+        Ok(members)
+    }
+
+    async fn select_members(
+        &self,
+        statement: &PreparedStatement,
+        values: impl scylla::serialize::row::SerializeRow,
+    ) -> Result<Vec<MemberRow>, BackendError> {
         let result = self
             .session
-            .execute_unpaged(&self.list_members, ())
+            .execute_unpaged(statement, values)
             .await
             .map_err(scylla_error)?
             .into_rows_result()
             .map_err(scylla_error)?;
         let mut members = Vec::new();
-        for row in result
-            .rows::<(i64, Vec<u8>, i32, Vec<u8>, i64)>()
-            .map_err(scylla_error)?
-        {
-            let (node_id, addresses, core_count, actors, heartbeat_ms) =
-                row.map_err(scylla_error)?;
-            let member = MemberRow {
+        type Columns = (
+            i64,
+            i64,
+            i32,
+            i64,
+            String,
+            String,
+            Vec<u8>,
+            i32,
+            Vec<u8>,
+            i64,
+        );
+        for row in result.rows::<Columns>().map_err(scylla_error)? {
+            let (
+                node_id,
+                incarnation,
+                state,
+                heartbeat,
+                gateway,
+                admin,
+                cluster,
+                cores,
+                actors,
+                version,
+            ) = row.map_err(scylla_error)?;
+            let corrupt = |error: membership::DecodeError| BackendError::Corrupt(error.0);
+            members.push(MemberRow {
                 node_id: NodeId(node_id as u64),
-                addresses: membership::decode_addresses(&addresses)
-                    .map_err(|e| BackendError::Corrupt(e.0))?,
-                core_count: u32::try_from(core_count)
+                incarnation: incarnation as u64,
+                state: membership::decode_state(i64::from(state)).map_err(corrupt)?,
+                heartbeat: heartbeat as u64,
+                gateway,
+                admin,
+                cluster: membership::decode_addresses(&cluster).map_err(corrupt)?,
+                core_count: u32::try_from(cores)
                     .map_err(|_| BackendError::Corrupt("negative core_count"))?,
-                actors: membership::decode_actors(&actors)
-                    .map_err(|e| BackendError::Corrupt(e.0))?,
-                heartbeat_ms: heartbeat_ms as u64,
-            };
-            // The TTL expires rows eventually; liveness is still decided by
-            // the heartbeat so every backend agrees on it.
-            if member.is_live(now_ms, self.membership_ttl_ms) {
-                members.push(member);
-            }
+                actors: membership::decode_actors(&actors).map_err(corrupt)?,
+                version: MemberVersion(version as u64),
+            });
         }
-        members.sort_by_key(|member| member.node_id);
-        members.truncate(MEMBERS_MAX);
         Ok(members)
     }
 }
@@ -452,11 +530,12 @@ pub(crate) fn schema_statements(keyspace: &str, replication_factor: u32) -> Vec<
             "CREATE TABLE IF NOT EXISTS {keyspace}.routes (type_id int, zone_id int, \
              object_id bigint, owner_node bigint, route_version bigint, \
              save_timepoint_ms bigint, cas_version bigint, state blob, \
-             PRIMARY KEY ((type_id, zone_id, object_id)))"
+             owner_incarnation bigint, PRIMARY KEY ((type_id, zone_id, object_id)))"
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS {keyspace}.members (node_id bigint PRIMARY KEY, \
-             addresses blob, core_count int, actors blob, heartbeat_ms bigint)"
+             incarnation bigint, state int, heartbeat bigint, gateway text, admin text, \
+             cluster blob, core_count int, actors blob, version bigint)"
         ),
     ]
 }
@@ -464,45 +543,52 @@ pub(crate) fn schema_statements(keyspace: &str, replication_factor: u32) -> Vec<
 pub(crate) fn insert_if_absent_cql(keyspace: &str) -> String {
     format!(
         "INSERT INTO {keyspace}.routes (type_id, zone_id, object_id, owner_node, \
-         route_version, save_timepoint_ms, cas_version, state) VALUES (?, ?, ?, ?, ?, ?, 1, ?) \
-         IF NOT EXISTS"
+         route_version, save_timepoint_ms, cas_version, state, owner_incarnation) \
+         VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?) IF NOT EXISTS"
     )
 }
 
 pub(crate) fn update_if_cas_cql(keyspace: &str) -> String {
     format!(
         "UPDATE {keyspace}.routes SET owner_node = ?, route_version = ?, \
-         save_timepoint_ms = ?, cas_version = ?, state = ? \
+         save_timepoint_ms = ?, cas_version = ?, state = ?, owner_incarnation = ? \
          WHERE type_id = ? AND zone_id = ? AND object_id = ? IF cas_version = ?"
     )
 }
 
 pub(crate) fn select_record_cql(keyspace: &str) -> String {
     format!(
-        "SELECT owner_node, route_version, save_timepoint_ms, cas_version, state \
-         FROM {keyspace}.routes WHERE type_id = ? AND zone_id = ? AND object_id = ?"
+        "SELECT owner_node, route_version, save_timepoint_ms, cas_version, state, \
+         owner_incarnation FROM {keyspace}.routes \
+         WHERE type_id = ? AND zone_id = ? AND object_id = ?"
     )
 }
 
-pub(crate) fn upsert_member_cql(keyspace: &str) -> String {
+/// The columns of a membership row after its key, in statement order.
+const MEMBER_COLUMNS: &str =
+    "incarnation, state, heartbeat, gateway, admin, cluster, core_count, actors, version";
+
+pub(crate) fn insert_member_cql(keyspace: &str) -> String {
     format!(
-        "INSERT INTO {keyspace}.members (node_id, addresses, core_count, actors, heartbeat_ms) \
-         VALUES (?, ?, ?, ?, ?) USING TTL ?"
+        "INSERT INTO {keyspace}.members (node_id, {MEMBER_COLUMNS}) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
     )
+}
+
+pub(crate) fn update_member_cql(keyspace: &str) -> String {
+    format!(
+        "UPDATE {keyspace}.members SET incarnation = ?, state = ?, heartbeat = ?, gateway = ?, \
+         admin = ?, cluster = ?, core_count = ?, actors = ?, version = ? \
+         WHERE node_id = ? IF version = ?"
+    )
+}
+
+pub(crate) fn select_member_cql(keyspace: &str) -> String {
+    format!("SELECT node_id, {MEMBER_COLUMNS} FROM {keyspace}.members WHERE node_id = ?")
 }
 
 pub(crate) fn list_members_cql(keyspace: &str) -> String {
-    format!(
-        "SELECT node_id, addresses, core_count, actors, heartbeat_ms FROM {keyspace}.members \
-         LIMIT {MEMBERS_MAX}"
-    )
-}
-
-/// A membership row's TTL in whole seconds, rounded up so a row never
-/// expires before it stops being live; at least 1 (0 would mean "never").
-pub(crate) fn ttl_seconds(ttl_ms: u64) -> i32 {
-    let seconds = ttl_ms.div_ceil(1000).max(1);
-    i32::try_from(seconds).unwrap_or(i32::MAX)
+    format!("SELECT node_id, {MEMBER_COLUMNS} FROM {keyspace}.members LIMIT {MEMBERS_MAX}")
 }
 
 /// What an LWT result row says.
@@ -559,6 +645,7 @@ pub(crate) fn map_lwt_row(
     let record = RouteRecord {
         key: write.key,
         owner_node: NodeId(field("owner_node")? as u64),
+        owner_incarnation: bigint("owner_incarnation").unwrap_or(0) as u64,
         route_version: RouteVersion(field("route_version")? as u64),
         save_timepoint_ms: field("save_timepoint_ms")? as u64,
         cas_version: CasVersion(cas_version as u64),

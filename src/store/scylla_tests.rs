@@ -5,6 +5,7 @@ fn write(condition: WriteCondition) -> RecordWrite {
         key: ObjectKey::new(3, 4, u64::MAX),
         condition,
         owner_node: NodeId(2),
+        owner_incarnation: 3,
         route_version: RouteVersion(100),
         save_timepoint_ms: 5,
         state: vec![1, 2],
@@ -15,7 +16,7 @@ fn names(names: &[&str]) -> Vec<String> {
     names.iter().map(|name| name.to_string()).collect()
 }
 
-const FULL: [&str; 9] = [
+const FULL: [&str; 10] = [
     "[applied]",
     "type_id",
     "zone_id",
@@ -25,6 +26,7 @@ const FULL: [&str; 9] = [
     "route_version",
     "save_timepoint_ms",
     "state",
+    "owner_incarnation",
 ];
 
 #[test]
@@ -61,6 +63,7 @@ fn refused_write_returns_the_current_record_from_the_row() {
         Some(CqlValue::BigInt(42)),
         Some(CqlValue::BigInt(77)),
         Some(CqlValue::Blob(vec![9, 9])),
+        Some(CqlValue::BigInt(6)),
     ];
     let outcome = map_lwt_row(
         &columns,
@@ -70,6 +73,7 @@ fn refused_write_returns_the_current_record_from_the_row() {
     let expected = RouteRecord {
         key: ObjectKey::new(3, 4, u64::MAX),
         owner_node: NodeId(1),
+        owner_incarnation: 6,
         route_version: RouteVersion(42),
         save_timepoint_ms: 77,
         cas_version: CasVersion(9),
@@ -130,13 +134,17 @@ fn a_refused_row_with_a_null_field_is_an_error_not_a_default() {
 }
 
 #[test]
-fn statements_use_lwt_ttl_and_the_keyspace() {
+fn statements_use_lwt_and_the_keyspace() {
     assert!(insert_if_absent_cql("ks").ends_with("IF NOT EXISTS"));
     assert!(insert_if_absent_cql("ks").contains("INSERT INTO ks.routes"));
     assert!(update_if_cas_cql("ks").ends_with("IF cas_version = ?"));
-    assert_eq!(update_if_cas_cql("ks").matches('?').count(), 9);
-    assert_eq!(insert_if_absent_cql("ks").matches('?').count(), 7);
-    assert!(upsert_member_cql("ks").ends_with("USING TTL ?"));
+    assert_eq!(update_if_cas_cql("ks").matches('?').count(), 10);
+    assert_eq!(insert_if_absent_cql("ks").matches('?').count(), 8);
+    assert!(insert_member_cql("ks").ends_with("IF NOT EXISTS"));
+    assert_eq!(insert_member_cql("ks").matches('?').count(), 10);
+    assert!(update_member_cql("ks").ends_with("WHERE node_id = ? IF version = ?"));
+    assert_eq!(update_member_cql("ks").matches('?').count(), 11);
+    assert!(select_member_cql("ks").ends_with("WHERE node_id = ?"));
     assert!(list_members_cql("ks").contains(&format!("LIMIT {MEMBERS_MAX}")));
     assert!(select_record_cql("ks").contains("FROM ks.routes"));
     let schema = schema_statements("ks", 3);
@@ -155,16 +163,6 @@ fn keyspace_names_are_identifiers_only() {
     for bad in ["", "1abc", "a-b", "a b", "ks; DROP", "a.b", &"k".repeat(49)] {
         assert!(validate_keyspace(bad).is_err(), "{bad:?}");
     }
-}
-
-#[test]
-fn ttl_rounds_up_and_is_never_zero() {
-    assert_eq!(ttl_seconds(0), 1);
-    assert_eq!(ttl_seconds(1), 1);
-    assert_eq!(ttl_seconds(1000), 1);
-    assert_eq!(ttl_seconds(1001), 2);
-    assert_eq!(ttl_seconds(15_000), 15);
-    assert_eq!(ttl_seconds(u64::MAX), i32::MAX);
 }
 
 #[test]

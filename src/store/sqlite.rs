@@ -26,14 +26,17 @@ use wire::ObjectKey;
 use super::api::Store;
 use super::bridge::{Bridge, Done, Op, Request};
 use super::error::{BackendError, OpenError};
-use super::membership::{self, MemberRow, MEMBERS_MAX};
+use super::membership::{
+    self, MemberCondition, MemberOutcome, MemberRow, MemberVersion, MemberWrite, MEMBERS_MAX,
+};
 use super::record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };
 use crate::config::{SqliteSynchronous, StoreConfig};
 
 /// The schema this build reads and writes, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 1;
+/// Version 1 (no incarnations) is migrated in place at open.
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Whether the store thread groups queued requests into one transaction.
 /// `Off` (one transaction per request) exists for the benchmark baseline.
@@ -53,15 +56,34 @@ CREATE TABLE routes (
     save_timepoint_ms INTEGER NOT NULL,
     cas_version INTEGER NOT NULL,
     state BLOB NOT NULL,
+    owner_incarnation INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (type_id, zone_id, object_id)
 );
+";
+
+/// The membership table of schema version 2 (version 1 had a TTL-based
+/// table without incarnations, which is dropped: it held only heartbeats).
+const MEMBERS_SCHEMA: &str = "
 CREATE TABLE members (
     node_id INTEGER PRIMARY KEY,
-    addresses BLOB NOT NULL,
+    incarnation INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    heartbeat INTEGER NOT NULL,
+    gateway TEXT NOT NULL,
+    admin TEXT NOT NULL,
+    cluster BLOB NOT NULL,
     core_count INTEGER NOT NULL,
     actors BLOB NOT NULL,
-    heartbeat_ms INTEGER NOT NULL
+    version INTEGER NOT NULL
 );
+";
+
+/// Version 1 to 2: records learn their owner's incarnation (0: unknown,
+/// which every real incarnation outranks), and membership becomes a CAS
+/// table.
+const MIGRATE_1_TO_2: &str = "
+ALTER TABLE routes ADD COLUMN owner_incarnation INTEGER NOT NULL DEFAULT 0;
+DROP TABLE members;
 ";
 
 /// Opens (creating if needed) the SQLite store at `path` and starts its
@@ -88,7 +110,6 @@ pub fn open_sqlite(
             GroupCommit::On => config.batch_max,
             GroupCommit::Off => 1,
         },
-        membership_ttl_ms: config.membership_ttl_ms,
     };
     std::thread::Builder::new()
         .name("store-sqlite".to_string())
@@ -147,9 +168,18 @@ fn ensure_schema(connection: &mut Connection, path: &Path) -> Result<(), OpenErr
     match (found, tables) {
         (0, 0) => {
             transaction.execute_batch(SCHEMA).map_err(sqlite)?;
+            transaction.execute_batch(MEMBERS_SCHEMA).map_err(sqlite)?;
             transaction
                 .pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sqlite)?;
+        }
+        (1, _) => {
+            transaction.execute_batch(MIGRATE_1_TO_2).map_err(sqlite)?;
+            transaction.execute_batch(MEMBERS_SCHEMA).map_err(sqlite)?;
+            transaction
+                .pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(sqlite)?;
+            tracing::info!(path = %path.display(), "store schema migrated from version 1 to 2");
         }
         (SCHEMA_VERSION, _) => {}
         (found, _) => {
@@ -167,7 +197,6 @@ struct Worker {
     connection: Connection,
     /// Writes one transaction carries at most (1 without group commit).
     batch_max: usize,
-    membership_ttl_ms: u64,
 }
 
 impl Worker {
@@ -231,13 +260,8 @@ impl Worker {
                     }
                     Done::Write(outcomes)
                 }
-                Op::UpsertMember(row) => {
-                    upsert_member(&transaction, row)?;
-                    Done::Upsert
-                }
-                Op::ListMembers { now_ms } => {
-                    Done::List(list_members(&transaction, *now_ms, self.membership_ttl_ms)?)
-                }
+                Op::WriteMember(write) => Done::WriteMember(write_member(&transaction, write)?),
+                Op::ListMembers => Done::List(list_members(&transaction)?),
             });
         }
         transaction.commit()?;
@@ -256,8 +280,8 @@ fn uint(value: i64) -> u64 {
 
 fn load(transaction: &Transaction, key: ObjectKey) -> Result<Option<RouteRecord>, BackendError> {
     let mut statement = transaction.prepare_cached(
-        "SELECT owner_node, route_version, save_timepoint_ms, cas_version, state FROM routes \
-         WHERE type_id = ?1 AND zone_id = ?2 AND object_id = ?3",
+        "SELECT owner_node, route_version, save_timepoint_ms, cas_version, state, \
+         owner_incarnation FROM routes WHERE type_id = ?1 AND zone_id = ?2 AND object_id = ?3",
     )?;
     let record = statement
         .query_row(
@@ -266,6 +290,7 @@ fn load(transaction: &Transaction, key: ObjectKey) -> Result<Option<RouteRecord>
                 Ok(RouteRecord {
                     key,
                     owner_node: NodeId(uint(row.get(0)?)),
+                    owner_incarnation: uint(row.get(5)?),
                     route_version: RouteVersion(uint(row.get(1)?)),
                     save_timepoint_ms: uint(row.get(2)?),
                     cas_version: CasVersion(uint(row.get(3)?)),
@@ -286,8 +311,8 @@ fn write_one(transaction: &Transaction, write: &RecordWrite) -> Result<WriteOutc
         WriteCondition::Absent => transaction
             .prepare_cached(
                 "INSERT INTO routes (type_id, zone_id, object_id, owner_node, route_version, \
-                 save_timepoint_ms, cas_version, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7) \
-                 ON CONFLICT DO NOTHING",
+                 save_timepoint_ms, cas_version, state, owner_incarnation) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8) ON CONFLICT DO NOTHING",
             )?
             .execute(params![
                 key.type_id,
@@ -297,11 +322,12 @@ fn write_one(transaction: &Transaction, write: &RecordWrite) -> Result<WriteOutc
                 int(write.route_version.0),
                 int(write.save_timepoint_ms),
                 write.state,
+                int(write.owner_incarnation),
             ])?,
         WriteCondition::CasEquals(expected) => transaction
             .prepare_cached(
                 "UPDATE routes SET owner_node = ?4, route_version = ?5, save_timepoint_ms = ?6, \
-                 cas_version = cas_version + 1, state = ?7 \
+                 cas_version = cas_version + 1, state = ?7, owner_incarnation = ?9 \
                  WHERE type_id = ?1 AND zone_id = ?2 AND object_id = ?3 AND cas_version = ?8",
             )?
             .execute(params![
@@ -313,6 +339,7 @@ fn write_one(transaction: &Transaction, write: &RecordWrite) -> Result<WriteOutc
                 int(write.save_timepoint_ms),
                 write.state,
                 int(expected.0),
+                int(write.owner_incarnation),
             ])?,
     };
     if changed == 1 {
@@ -326,52 +353,89 @@ fn write_one(transaction: &Transaction, write: &RecordWrite) -> Result<WriteOutc
     Ok(WriteOutcome::Conflict(load(transaction, key)?))
 }
 
-fn upsert_member(transaction: &Transaction, row: &MemberRow) -> Result<(), BackendError> {
-    transaction
-        .prepare_cached(
-            "INSERT INTO members (node_id, addresses, core_count, actors, heartbeat_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (node_id) DO UPDATE SET \
-             addresses = excluded.addresses, core_count = excluded.core_count, \
-             actors = excluded.actors, heartbeat_ms = excluded.heartbeat_ms",
-        )?
-        .execute(params![
-            int(row.node_id.0),
-            membership::encode_addresses(&row.addresses),
-            row.core_count,
-            membership::encode_actors(&row.actors),
-            int(row.heartbeat_ms),
-        ])?;
-    Ok(())
+/// One conditional membership write inside the batch's transaction, as
+/// one statement: the condition is in the statement's WHERE (or its
+/// ON CONFLICT), and a refusal reads the row that refused it.
+fn write_member(
+    transaction: &Transaction,
+    write: &MemberWrite,
+) -> Result<MemberOutcome, BackendError> {
+    let row = &write.row;
+    let next = write.next_version();
+    let cluster = membership::encode_addresses(&row.cluster);
+    let actors = membership::encode_actors(&row.actors);
+    // Both statements take the same eleven values (?11 is the expected
+    // version, 0 for an insert), so they share one parameter list.
+    let expected = match write.condition {
+        MemberCondition::Absent => 0,
+        MemberCondition::VersionEquals(expected) => int(expected.0),
+    };
+    let values = params![
+        int(row.node_id.0),
+        int(row.incarnation),
+        row.state as i64,
+        int(row.heartbeat),
+        row.gateway,
+        row.admin,
+        cluster,
+        row.core_count,
+        actors,
+        int(next.0),
+        expected,
+    ];
+    let statement = match write.condition {
+        MemberCondition::Absent => {
+            "INSERT INTO members (node_id, incarnation, state, heartbeat, gateway, admin, \
+             cluster, core_count, actors, version) \
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 WHERE ?11 = 0 \
+             ON CONFLICT DO NOTHING"
+        }
+        MemberCondition::VersionEquals(_) => {
+            "UPDATE members SET incarnation = ?2, state = ?3, heartbeat = ?4, gateway = ?5, \
+             admin = ?6, cluster = ?7, core_count = ?8, actors = ?9, version = ?10 \
+             WHERE node_id = ?1 AND version = ?11"
+        }
+    };
+    let changed = transaction.prepare_cached(statement)?.execute(values)?;
+    if changed == 1 {
+        return Ok(MemberOutcome::Applied(next));
+    }
+    let current = select_members(transaction, Some(row.node_id))?.pop();
+    Ok(MemberOutcome::Conflict(current))
 }
 
-fn list_members(
+fn list_members(transaction: &Transaction) -> Result<Vec<MemberRow>, BackendError> {
+    select_members(transaction, None)
+}
+
+/// The rows of `node_id`, or every row (at most `MEMBERS_MAX`), by node id.
+fn select_members(
     transaction: &Transaction,
-    now_ms: u64,
-    ttl_ms: u64,
+    node_id: Option<NodeId>,
 ) -> Result<Vec<MemberRow>, BackendError> {
-    // Live means `now - heartbeat < ttl`, i.e. `heartbeat > now - ttl`.
-    let oldest_dead = i128::from(now_ms) - i128::from(ttl_ms);
-    let oldest_dead = i64::try_from(oldest_dead.max(-1)).unwrap_or(i64::MAX);
     let mut statement = transaction.prepare_cached(
-        "SELECT node_id, addresses, core_count, actors, heartbeat_ms FROM members \
-         WHERE heartbeat_ms > ?1 ORDER BY node_id LIMIT ?2",
+        "SELECT node_id, incarnation, state, heartbeat, gateway, admin, cluster, core_count, \
+         actors, version FROM members WHERE ?1 IS NULL OR node_id = ?1 \
+         ORDER BY node_id LIMIT ?2",
     )?;
-    let mut rows = statement.query(params![oldest_dead, MEMBERS_MAX as i64])?;
+    let mut rows = statement.query(params![node_id.map(|node| int(node.0)), MEMBERS_MAX as i64])?;
     let mut members = Vec::new();
+    let corrupt = |error: membership::DecodeError| BackendError::Corrupt(error.0);
     while let Some(row) = rows.next()? {
-        let addresses: Vec<u8> = row.get(1)?;
-        let actors: Vec<u8> = row.get(3)?;
-        let member = MemberRow {
+        let cluster: Vec<u8> = row.get(6)?;
+        let actors: Vec<u8> = row.get(8)?;
+        members.push(MemberRow {
             node_id: NodeId(uint(row.get(0)?)),
-            addresses: membership::decode_addresses(&addresses)
-                .map_err(|error| BackendError::Corrupt(error.0))?,
-            core_count: row.get(2)?,
-            actors: membership::decode_actors(&actors)
-                .map_err(|error| BackendError::Corrupt(error.0))?,
-            heartbeat_ms: uint(row.get(4)?),
-        };
-        debug_assert!(member.is_live(now_ms, ttl_ms));
-        members.push(member);
+            incarnation: uint(row.get(1)?),
+            state: membership::decode_state(row.get(2)?).map_err(corrupt)?,
+            heartbeat: uint(row.get(3)?),
+            gateway: row.get(4)?,
+            admin: row.get(5)?,
+            cluster: membership::decode_addresses(&cluster).map_err(corrupt)?,
+            core_count: row.get(7)?,
+            actors: membership::decode_actors(&actors).map_err(corrupt)?,
+            version: MemberVersion(uint(row.get(9)?)),
+        });
     }
     Ok(members)
 }
