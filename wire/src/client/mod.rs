@@ -76,4 +76,7 @@ pub mod route {
     /// `sys.kicked`: server to client PUSH, sent before closing a session
     /// replaced by a duplicate login.
     pub const SYS_KICKED: u32 = 101;
+    /// `sys.redirect`: server to client PUSH from a draining node (`u32
+    /// grace_ms`, then a gateway's `host:port`).
+    pub const SYS_REDIRECT: u32 = 102;
 }
