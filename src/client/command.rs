@@ -38,8 +38,8 @@ pub enum Command {
     Quit,
 }
 
-/// A request on the wire: the route and its body (PROTOCOL.md's route
-/// table, as docs/protocol.md lays it out).
+/// A request on the wire: the route and its body (docs/protocol.md, "5.
+/// Route table").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
     pub route_id: u32,

@@ -1,5 +1,5 @@
-//! The gateway's route table: PROTOCOL.md's routes reduced to what the
-//! gateway validates, `route_id -> {direction, requires_auth}`, and nothing
+//! The gateway's route table: docs/protocol.md's routes reduced to what
+//! the gateway validates, `route_id -> {direction, requires_auth}`, and nothing
 //! else (no handler, schema or service address: the gateway does no business
 //! dispatch).
 
@@ -41,7 +41,8 @@ const fn s2c(route_id: u32, name: &'static str) -> RouteDescriptor {
     }
 }
 
-/// The descriptor table, in code, exactly PROTOCOL.md's route table.
+/// The descriptor table, in code, exactly docs/protocol.md's route table
+/// (tests/protocol_doc.rs holds the two equal).
 pub const ROUTES: [RouteDescriptor; 10] = [
     c2s(route::SYS_PING, "sys.ping", false),
     c2s(route::AUTH_LOGIN, "auth.login", false),
