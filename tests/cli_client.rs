@@ -261,3 +261,32 @@ fn a_refused_connection_exits_non_zero() {
         stderr(&output)
     );
 }
+
+#[test]
+fn keepalives_hold_an_idle_session_open_and_a_server_close_exits_non_zero() {
+    let mut config = support::config();
+    config.gateway.idle_timeout_ms = 1000;
+    let node = TestNode::start(config);
+    // Silent for over two idle timeouts: the client's own pings (a fifth of
+    // the idle timeout apart, leaving room for a slow machine) keep the
+    // session, and they print nothing.
+    let output = run_script(
+        client(&node, &["--player-id", "5", "--keepalive-ms", "200"]),
+        "wait 2500\nping still here\n",
+    );
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(stdout(&output), "OK login 5\nOK ping still here\n");
+    // Without them the server closes the idle session, and the client says
+    // so and fails.
+    let output = run_script(
+        client(&node, &["--player-id", "5", "--keepalive-ms", "0"]),
+        "wait 2500\nping too late\n",
+    );
+    assert!(!output.status.success(), "{output:?}");
+    assert_eq!(stdout(&output), "OK login 5\n");
+    assert!(
+        stderr(&output).contains("the server closed the connection"),
+        "{}",
+        stderr(&output)
+    );
+}

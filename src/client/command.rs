@@ -38,16 +38,9 @@ pub enum Command {
     Quit,
 }
 
-/// A request on the wire: the route and its body (docs/protocol.md, "5.
-/// Route table").
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
-    pub route_id: u32,
-    pub body: Vec<u8>,
-}
-
-/// What is in flight: enough of the command to print its answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What is in flight: enough of the command to print its answer, and the
+/// route it went on (docs/protocol.md, "5. Route table").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sent {
     Login,
     Ping,
@@ -91,32 +84,20 @@ impl Sent {
 }
 
 impl Command {
-    /// The request this command sends, or `None` for the local commands
+    /// The request this command sends (what it is, and its body; the
+    /// route is [`Sent::route_id`]), or `None` for the local commands
     /// (`wait`, `help`, `quit`).
-    pub fn request(&self) -> Option<(Sent, Request)> {
-        let request = |route_id: u32, body: Vec<u8>| Request { route_id, body };
+    pub fn request(&self) -> Option<(Sent, Vec<u8>)> {
         Some(match self {
-            Command::Ping(text) => (
-                Sent::Ping,
-                request(route::SYS_PING, text.as_bytes().to_vec()),
-            ),
-            Command::Get => (Sent::Get, request(route::PLAYER_GET, Vec::new())),
-            Command::Incr(delta) => (
-                Sent::Incr,
-                request(route::PLAYER_INCR, delta.to_le_bytes().to_vec()),
-            ),
-            Command::Join(room) => (
-                Sent::Join(*room),
-                request(route::ROOM_JOIN, room.to_le_bytes().to_vec()),
-            ),
-            Command::Leave(room) => (
-                Sent::Leave(*room),
-                request(route::ROOM_LEAVE, room.to_le_bytes().to_vec()),
-            ),
+            Command::Ping(text) => (Sent::Ping, text.as_bytes().to_vec()),
+            Command::Get => (Sent::Get, Vec::new()),
+            Command::Incr(delta) => (Sent::Incr, delta.to_le_bytes().to_vec()),
+            Command::Join(room) => (Sent::Join(*room), room.to_le_bytes().to_vec()),
+            Command::Leave(room) => (Sent::Leave(*room), room.to_le_bytes().to_vec()),
             Command::Say(room, text) => {
                 let mut body = room.to_le_bytes().to_vec();
                 body.extend_from_slice(text.as_bytes());
-                (Sent::Say(*room), request(route::ROOM_SAY, body))
+                (Sent::Say(*room), body)
             }
             Command::Wait(_) | Command::Help | Command::Quit => return None,
         })
@@ -285,23 +266,24 @@ mod tests {
 
     #[test]
     fn requests_follow_the_route_table() {
-        let (sent, request) = ok("incr -2").request().unwrap();
-        assert_eq!(sent, Sent::Incr);
-        assert_eq!(request.route_id, 11);
-        assert_eq!(request.body, (-2i64).to_le_bytes());
-        let (sent, request) = ok("say 7 hi").request().unwrap();
+        let (sent, body) = ok("incr -2").request().unwrap();
+        assert_eq!((sent, sent.route_id()), (Sent::Incr, 11));
+        assert_eq!(body, (-2i64).to_le_bytes());
+        let (sent, body) = ok("say 7 hi").request().unwrap();
         assert_eq!((sent.route_id(), sent.name()), (22, "say"));
-        assert_eq!(&request.body[..8], &7u64.to_le_bytes());
-        assert_eq!(&request.body[8..], b"hi");
-        let (_, request) = ok("get").request().unwrap();
-        assert_eq!((request.route_id, request.body.len()), (10, 0));
-        let (_, request) = ok("ping hi").request().unwrap();
-        assert_eq!((request.route_id, request.body), (1, b"hi".to_vec()));
+        assert_eq!(&body[..8], &7u64.to_le_bytes());
+        assert_eq!(&body[8..], b"hi");
+        let (sent, body) = ok("get").request().unwrap();
+        assert_eq!((sent.route_id(), body.len()), (10, 0));
+        let (sent, body) = ok("ping hi").request().unwrap();
+        assert_eq!((sent.route_id(), body), (1, b"hi".to_vec()));
         for (line, route_id) in [("join 3", 20), ("leave 3", 21)] {
-            let (sent, request) = ok(line).request().unwrap();
-            assert_eq!((sent.route_id(), request.route_id), (route_id, route_id));
-            assert_eq!(request.body, 3u64.to_le_bytes());
+            let (sent, body) = ok(line).request().unwrap();
+            assert_eq!(sent.route_id(), route_id);
+            assert_eq!(body, 3u64.to_le_bytes());
         }
+        assert_eq!(Sent::Login.route_id(), 2);
+        assert_eq!(Sent::Keepalive.route_id(), 1);
         for line in ["wait 1", "help", "quit"] {
             assert!(ok(line).request().is_none(), "{line}");
         }

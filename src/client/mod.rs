@@ -37,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use wire::client::{encode_frame, route, FrameDecoder, FrameKind, FrameRef, Peer};
 
-use self::command::{Command, Request, Sent, HELP, LINE_MAX};
+use self::command::{Command, Sent, HELP, LINE_MAX};
 use self::input::Line;
 use crate::config::Config;
 
@@ -49,9 +49,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const SERVER_BODY_MAX: u32 = wire::client::DEFAULT_MAX_BODY;
 /// Lifetime of a token minted for `--player-id`.
 const TOKEN_TTL_SECS: u64 = 3600;
+/// Longest `--timeout-ms` and `--keepalive-ms`: an hour.
+const TIME_MAX_MS: u64 = 3_600_000;
 
 /// `routerd client`'s arguments.
 #[derive(Clone, Debug, clap::Args)]
+#[command(after_help = HELP)]
 pub struct ClientArgs {
     /// The gateway to connect to, HOST:PORT.
     #[arg(long)]
@@ -66,14 +69,15 @@ pub struct ClientArgs {
     /// Config file whose secret signs the `--player-id` token.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// How long to wait for each answer; the server answers within its
-    /// `request_timeout_ms` (10 s by default), so keep this above it.
-    #[arg(long, default_value_t = 15_000)]
+    /// How long to wait for each answer (1 ms to an hour); the server
+    /// answers within its `request_timeout_ms` (10 s by default), so keep
+    /// this above it.
+    #[arg(long, default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(1..=TIME_MAX_MS))]
     pub timeout_ms: u64,
-    /// Send a silent `sys.ping` after this long without a request, so the
-    /// server's `idle_timeout_ms` (60 s by default) does not close a session
-    /// waiting for the next command; 0 never does.
-    #[arg(long, default_value_t = 20_000)]
+    /// Send a silent `sys.ping` after this long without a request (up to an
+    /// hour), so the server's `idle_timeout_ms` (60 s by default) does not
+    /// close a session waiting for the next command; 0 never does.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(0..=TIME_MAX_MS))]
     pub keepalive_ms: u64,
 }
 
@@ -98,6 +102,8 @@ pub enum ClientError {
     Closed(Closed),
     #[error("cannot send to the server: {0}")]
     Send(io::Error),
+    #[error("cannot start the client: {0}")]
+    Setup(io::Error),
     #[error("cannot read stdin: {0}")]
     Stdin(io::Error),
 }
@@ -235,14 +241,20 @@ struct Session {
 impl Session {
     fn start(stream: TcpStream, args: &ClientArgs) -> Result<Session, ClientError> {
         let (events_tx, events) = mpsc::channel();
-        let read_side = stream.try_clone().map_err(ClientError::Send)?;
+        let timeout = Duration::from_millis(args.timeout_ms);
+        // A request is a few bytes; a server that will not take them within
+        // the answer timeout will not answer either.
+        stream
+            .set_write_timeout(Some(timeout))
+            .map_err(ClientError::Setup)?;
+        let read_side = stream.try_clone().map_err(ClientError::Setup)?;
         let pending: Pending = Arc::default();
         let reader = {
             let (pending, events) = (pending.clone(), events_tx.clone());
             std::thread::Builder::new()
                 .name("client-reader".into())
                 .spawn(move || read_loop(read_side, &pending, &events))
-                .map_err(ClientError::Send)?
+                .map_err(ClientError::Setup)?
         };
         let (stdin_tokens, tokens) = mpsc::sync_channel(1);
         // Not joined: it may be blocked reading a terminal when the client
@@ -250,7 +262,7 @@ impl Session {
         std::thread::Builder::new()
             .name("client-stdin".into())
             .spawn(move || stdin_loop(&tokens, &events_tx))
-            .map_err(ClientError::Stdin)?;
+            .map_err(ClientError::Setup)?;
         Ok(Session {
             stream,
             pending,
@@ -259,7 +271,7 @@ impl Session {
             token_given: false,
             stashed: None,
             next_seq: 1,
-            timeout: Duration::from_millis(args.timeout_ms),
+            timeout,
             keepalive: (args.keepalive_ms > 0).then(|| Duration::from_millis(args.keepalive_ms)),
             last_sent: Instant::now(),
             reader: Some(reader),
@@ -270,7 +282,7 @@ impl Session {
         let Some(token) = token else {
             return Ok(());
         };
-        match self.call(Sent::Login, route::AUTH_LOGIN, token.into_bytes())? {
+        match self.call(Sent::Login, token.into_bytes())? {
             true => Ok(()),
             false => Err(ClientError::LoginFailed),
         }
@@ -304,8 +316,8 @@ impl Session {
                 Command::Help => eprintln!("{HELP}"),
                 Command::Wait(duration) => self.listen(duration)?,
                 command => {
-                    if let Some((sent, Request { route_id, body })) = command.request() {
-                        self.call(sent, route_id, body)?;
+                    if let Some((sent, body)) = command.request() {
+                        self.call(sent, body)?;
                     }
                 }
             }
@@ -314,8 +326,8 @@ impl Session {
 
     /// Sends one request and waits for the reader to print its answer.
     /// Returns whether it was a RESPONSE (not an ERROR).
-    fn call(&mut self, sent: Sent, route_id: u32, body: Vec<u8>) -> Result<bool, ClientError> {
-        debug_assert_eq!(sent.route_id(), route_id);
+    fn call(&mut self, sent: Sent, body: Vec<u8>) -> Result<bool, ClientError> {
+        let route_id = sent.route_id();
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         let name = sent.name();
@@ -418,7 +430,7 @@ impl Session {
             Err(RecvTimeoutError::Disconnected) => Err(self.reader_gone()),
             Err(RecvTimeoutError::Timeout) => {
                 if keepalive_at.is_some_and(|at| at <= Instant::now()) {
-                    self.call(Sent::Keepalive, route::SYS_PING, Vec::new())?;
+                    self.call(Sent::Keepalive, Vec::new())?;
                 }
                 Ok(None)
             }
