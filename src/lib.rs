@@ -4,10 +4,12 @@
 //! [`store`] (ownership persistence), [`catalog`] (the msgId snapshot),
 //! [`router`] (ownership, route caches, repair and transfer, as a sans-IO
 //! state machine), [`services`] (the business objects), [`node`]
-//! (assembly), [`admin`] and [`metrics`] (observability).
+//! (assembly), [`admin`] and [`metrics`] (observability), and [`client`]
+//! (`routerd client`, a line-oriented client to try a node with).
 
 pub mod admin;
 pub mod catalog;
+pub mod client;
 pub mod config;
 pub mod gateway;
 pub mod metrics;

@@ -41,6 +41,9 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Connect to a gateway and send commands read from stdin, one a line
+    /// (`help` lists them); print every answer and push as it arrives.
+    Client(routerd::client::ClientArgs),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
             ttl_secs,
             config,
         } => token(player_id, ttl_secs, config),
+        Command::Client(args) => routerd::client::run(&args).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -52,7 +52,7 @@ impl Gauge {
 }
 
 /// The gateway's counters (`GatewayStats` of the seed), named as
-/// PROTOCOL.md lists them.
+/// docs/protocol.md lists them.
 #[derive(Debug, Default)]
 pub struct GatewayStats {
     pub sessions_accepted: Counter,

@@ -223,8 +223,8 @@ impl GatewayCore {
             .map_or(0, |entry| entry.inflight.len())
     }
 
-    /// Ingress of one decoded REQUEST, checked in PROTOCOL.md's order: route
-    /// exists, direction, auth, then in-flight limits. A rejected request is
+    /// Ingress of one decoded REQUEST, checked in docs/protocol.md's order:
+    /// route exists, direction, auth, then in-flight limits. A rejected request is
     /// answered here with its ERROR (and counted) and never reaches a
     /// service; an accepted one is recorded in flight and returned, with a
     /// snapshot of the live binding, for the driver to deliver to
@@ -501,7 +501,7 @@ impl GatewayCore {
     }
 
     /// `shield.client.close` in the seed's fixed order: PUSH `sys.kicked`
-    /// (PROTOCOL.md), then 1. `Unbound` to the current target with the last
+    /// (docs/protocol.md), then 1. `Unbound` to the current target with the last
     /// epoch, 2. invalidate with `K_ANY_EPOCH`, 3. remove from the registry,
     /// 4. close the connection (after the queued frames, so the client
     /// reads `sys.kicked`); an empty reason is recorded as "kicked".

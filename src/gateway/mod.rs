@@ -1,4 +1,5 @@
-//! The gateway (seed `gateway-design.txt`, PROTOCOL.md's session side).
+//! The gateway (seed `gateway-design.txt`, docs/protocol.md's session
+//! side).
 //!
 //! Sans-IO parts, unit-tested without sockets:
 //! - [`session`]: `Session` and the epoch compare-and-set `apply_binding`;

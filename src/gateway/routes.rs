@@ -1,5 +1,5 @@
-//! The gateway's route table: PROTOCOL.md's routes reduced to what the
-//! gateway validates, `route_id -> {direction, requires_auth}`, and nothing
+//! The gateway's route table: docs/protocol.md's routes reduced to what
+//! the gateway validates, `route_id -> {direction, requires_auth}`, and nothing
 //! else (no handler, schema or service address: the gateway does no business
 //! dispatch).
 
@@ -41,8 +41,9 @@ const fn s2c(route_id: u32, name: &'static str) -> RouteDescriptor {
     }
 }
 
-/// The descriptor table, in code, exactly PROTOCOL.md's route table.
-pub const ROUTES: [RouteDescriptor; 9] = [
+/// The descriptor table, in code, exactly docs/protocol.md's route table
+/// (tests/protocol_doc.rs holds the two equal).
+pub const ROUTES: [RouteDescriptor; 10] = [
     c2s(route::SYS_PING, "sys.ping", false),
     c2s(route::AUTH_LOGIN, "auth.login", false),
     c2s(route::PLAYER_GET, "player.get", true),
@@ -52,10 +53,11 @@ pub const ROUTES: [RouteDescriptor; 9] = [
     c2s(route::ROOM_SAY, "room.say", true),
     s2c(route::ROOM_MESSAGE, "room.message"),
     s2c(route::SYS_KICKED, "sys.kicked"),
+    s2c(route::SYS_REDIRECT, "sys.redirect"),
 ];
 
-/// The descriptor of `route_id`, if the route exists. Nine routes: a
-/// linear scan over one cache line pair beats any hashing.
+/// The descriptor of `route_id`, if the route exists. Ten routes: a linear
+/// scan over a few cache lines beats any hashing.
 pub fn lookup(route_id: u32) -> Option<&'static RouteDescriptor> {
     ROUTES.iter().find(|route| route.route_id == route_id)
 }
@@ -77,7 +79,7 @@ mod tests {
             assert!(route.requires_auth, "{}", route.name);
             assert_eq!(route.direction, Direction::ClientToServer);
         }
-        for id in [100, 101] {
+        for id in [100, 101, 102] {
             assert_eq!(lookup(id).unwrap().direction, Direction::ServerToClient);
         }
         assert!(lookup(0).is_none());

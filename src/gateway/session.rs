@@ -23,7 +23,7 @@ pub enum Target {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Binding {
     pub target: Target,
-    /// 0 means "no player" (PROTOCOL.md: player ids are never 0).
+    /// 0 means "no player" (docs/protocol.md: player ids are never 0).
     pub player_id: u64,
     pub session_epoch: u32,
 }

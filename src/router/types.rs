@@ -63,8 +63,8 @@ pub struct Request {
     pub needs_reply: bool,
 }
 
-/// Error answers, numbered as PROTOCOL.md's ERROR codes so the gateway can
-/// write them as they are.
+/// Error answers, numbered as docs/protocol.md's ERROR codes so the gateway
+/// can write them as they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
     /// A login refused by the duplicate-login policy (`single`).

@@ -1,5 +1,5 @@
-//! The built-in business objects PROTOCOL.md describes, as sans-IO router
-//! object types. Each reaches the router only through its public manager
+//! The built-in business objects docs/protocol.md describes, as sans-IO
+//! router object types. Each reaches the router only through its public manager
 //! API (`router::ObjectType` / `ObjectState`); the gateway turns client
 //! frames into `router::Request`s with these op codes and back.
 //!

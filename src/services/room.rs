@@ -26,7 +26,7 @@ pub const OP_SAY: u32 = 22;
 pub const OP_PRESENCE: u32 = 1100;
 /// The PUSH route of a room message.
 pub const ROUTE_ROOM_MESSAGE: u32 = 100;
-/// Longest `room.say` text, in bytes (PROTOCOL.md).
+/// Longest `room.say` text, in bytes (docs/protocol.md).
 pub const SAY_TEXT_MAX: usize = 1024;
 
 pub fn room_key(room_id: u64) -> ObjectKey {

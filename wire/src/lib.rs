@@ -1,8 +1,9 @@
 //! routerd's wire formats.
 //!
-//! - [`client`]: the client frame codec of PROTOCOL.md (header, stream
-//!   decoder, ERROR bodies, route ids).
-//! - [`token`]: PROTOCOL.md login tokens (`v1.<player_id>.<expiry>.<mac>`).
+//! - [`client`]: the client frame codec of docs/protocol.md (header,
+//!   stream decoder, ERROR bodies, route ids).
+//! - [`token`]: docs/protocol.md login tokens
+//!   (`v1.<player_id>.<expiry>.<mac>`).
 //! - [`frame`]: the internal rkyv frame envelope between cores and nodes.
 //! - [`key`]: object keys and `shard_of`, the stable key-to-core partition.
 //! - [`hash`]: the stable hash every node agrees on.

@@ -1,4 +1,4 @@
-//! Login tokens of PROTOCOL.md: `v1.<player_id>.<expiry>.<mac>`.
+//! Login tokens of docs/protocol.md: `v1.<player_id>.<expiry>.<mac>`.
 //!
 //! `player_id` (never 0) and `expiry` (unix seconds) are decimal without
 //! leading zeros; `mac` is the lowercase hex HMAC-SHA256 of the ASCII string
@@ -44,8 +44,8 @@ pub enum TokenError {
 ///
 /// # Panics
 ///
-/// If `player_id` is 0, which PROTOCOL.md reserves: callers validate user
-/// input before minting.
+/// If `player_id` is 0, which docs/protocol.md reserves: callers validate
+/// user input before minting.
 pub fn mint(secret: &[u8], player_id: u64, expiry_unix_s: u64) -> String {
     assert_ne!(player_id, 0, "player id 0 is reserved");
     let signed = format!("v1.{player_id}.{expiry_unix_s}");

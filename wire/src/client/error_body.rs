@@ -6,7 +6,7 @@ use super::header::{FrameKind, Header, HEADER_LEN};
 /// Bytes of the code that starts every ERROR body.
 pub const ERROR_CODE_LEN: usize = 2;
 
-/// PROTOCOL.md's ERROR codes.
+/// docs/protocol.md's ERROR codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u16)]
 pub enum ErrorCode {
@@ -103,7 +103,7 @@ pub fn encode_error_frame(
 /// Splits an ERROR body into its raw code and reason. The code stays raw
 /// (map it with [`ErrorCode::from_u16`]) so a client survives codes added by
 /// a newer server. `None` if the body is shorter than the code or the
-/// reason is not UTF-8, both violations of PROTOCOL.md.
+/// reason is not UTF-8, both violations of docs/protocol.md.
 pub fn decode_error_body(body: &[u8]) -> Option<(u16, &str)> {
     let (code, reason) = body.split_first_chunk::<ERROR_CODE_LEN>()?;
     let reason = std::str::from_utf8(reason).ok()?;

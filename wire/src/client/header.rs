@@ -8,8 +8,8 @@ pub const HEADER_LEN: usize = 16;
 pub const MAGIC: [u8; 2] = *b"RT";
 /// The only protocol version this codec speaks.
 pub const VERSION: u8 = 1;
-/// PROTOCOL.md's default `max_body`; the gateway reads the real value from
-/// config.
+/// docs/protocol.md's default `max_body`; the gateway reads the real value
+/// from config.
 pub const DEFAULT_MAX_BODY: u32 = 65536;
 
 /// The frame kind byte (offset 3).
@@ -80,7 +80,7 @@ impl Header {
 }
 
 /// A protocol violation in a frame header. Each one closes the connection
-/// (PROTOCOL.md, "Transport and framing").
+/// (docs/protocol.md, "1. Transport and framing").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 pub enum FrameError {
     #[error("bad magic {0:02x?}, expected \"RT\" [52, 54]")]

@@ -1,4 +1,4 @@
-//! The client frame codec of PROTOCOL.md (version 1), sans-IO.
+//! The client frame codec of docs/protocol.md (version 1), sans-IO.
 //!
 //! Every frame is a 16-byte little-endian [`Header`] (magic `"RT"`, version,
 //! kind, `route_id`, `seq`, `body_len`) followed by `body_len` body bytes.
@@ -38,7 +38,7 @@
 //! 0-byte read always means end of stream. Consumed bytes are compacted
 //! lazily (a memmove of at most one partial frame, only when the tail is
 //! short), and nothing allocates once the buffer has grown to the largest
-//! frame seen. Any [`FrameError`] is final: PROTOCOL.md closes the
+//! frame seen. Any [`FrameError`] is final: docs/protocol.md closes the
 //! connection, and the decoder keeps returning the same error.
 
 mod decoder;
@@ -54,8 +54,8 @@ pub use header::{
     MAGIC, VERSION,
 };
 
-/// PROTOCOL.md's route ids. Direction and auth live in the gateway's route
-/// table; these are only the numbers both sides agree on.
+/// docs/protocol.md's route ids. Direction and auth live in the gateway's
+/// route table; these are only the numbers both sides agree on.
 pub mod route {
     /// `sys.ping`: client to server, no auth; echoes the body.
     pub const SYS_PING: u32 = 1;
@@ -76,4 +76,7 @@ pub mod route {
     /// `sys.kicked`: server to client PUSH, sent before closing a session
     /// replaced by a duplicate login.
     pub const SYS_KICKED: u32 = 101;
+    /// `sys.redirect`: server to client PUSH from a draining node (`u32
+    /// grace_ms`, then a gateway's `host:port`).
+    pub const SYS_REDIRECT: u32 = 102;
 }

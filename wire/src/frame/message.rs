@@ -132,8 +132,8 @@ pub enum Message {
         body: Vec<u8>,
     },
     /// The one answer to a `RouterRequest`, sent to the core that made
-    /// `request_seq`: `error_code` 0 with a RESPONSE body, or a PROTOCOL.md
-    /// ERROR code.
+    /// `request_seq`: `error_code` 0 with a RESPONSE body, or a
+    /// docs/protocol.md ERROR code.
     RouterReply {
         origin_node: u64,
         request_seq: u64,
