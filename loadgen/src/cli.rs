@@ -240,13 +240,19 @@ impl Args {
         Ok(())
     }
 
-    /// The token secret: the environment wins, as in the server.
+    /// The token secret: `--secret`, else `$ROUTERD_AUTH_SECRET`, else the
+    /// development secret. A flag on the command line is the most specific
+    /// thing a user said, so it wins over the environment (the server's
+    /// order, environment over config file, is about a different pair).
     pub fn effective_secret(&self) -> String {
-        std::env::var(SECRET_ENV)
-            .ok()
-            .or_else(|| self.secret.clone())
-            .unwrap_or_else(|| DEVELOPMENT_SECRET.to_string())
+        secret_from(self.secret.as_deref(), std::env::var(SECRET_ENV).ok())
     }
+}
+
+fn secret_from(flag: Option<&str>, env: Option<String>) -> String {
+    flag.map(str::to_string)
+        .or(env)
+        .unwrap_or_else(|| DEVELOPMENT_SECRET.to_string())
 }
 
 /// `10s`, `250ms`, `2m`, `1.5s`, or a bare number of seconds.
@@ -314,6 +320,14 @@ mod tests {
         assert!(args.validate().is_ok());
         let bad = Args::parse_from(["loadgen", "--pipeline", "0"]);
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn the_secret_flag_wins_over_the_environment() {
+        let env = Some("from-env".to_string());
+        assert_eq!(secret_from(Some("from-flag"), env.clone()), "from-flag");
+        assert_eq!(secret_from(None, env), "from-env");
+        assert_eq!(secret_from(None, None), DEVELOPMENT_SECRET);
     }
 
     #[test]
