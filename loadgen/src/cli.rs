@@ -132,8 +132,10 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub player_base: u64,
 
-    /// Which connection sends each open-loop request (one player per
-    /// connection): uniform, or zipfian (hot players).
+    /// Which connection sends each open-loop request, and so which player:
+    /// uniform, or zipfian (hot players). Open loop only: in closed loop
+    /// every connection sends as fast as its pipeline allows, and zipfian
+    /// without --rate is refused.
     #[arg(long, value_enum, default_value_t = Distribution::Uniform)]
     pub dist: Distribution,
 
@@ -234,6 +236,14 @@ impl Args {
         if self.room_size == 0 || !(0.0..=1.0).contains(&self.say_fraction) {
             return Err("--room-size must be positive and --say-fraction in 0..=1".to_string());
         }
+        if self.dist == Distribution::Zipfian && self.rate.is_none() {
+            return Err(
+                "--dist zipfian needs --rate: it picks which connection sends each \
+                        open-loop request, and in closed loop every connection sends as fast \
+                        as its pipeline allows, so there is nothing to skew"
+                    .to_string(),
+            );
+        }
         if !self.zipf_s.is_finite() || self.zipf_s <= 0.0 {
             return Err("--zipf-s must be positive".to_string());
         }
@@ -320,6 +330,15 @@ mod tests {
         assert!(args.validate().is_ok());
         let bad = Args::parse_from(["loadgen", "--pipeline", "0"]);
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn zipfian_is_refused_in_closed_loop() {
+        let closed = Args::parse_from(["loadgen", "--dist", "zipfian"]);
+        let refusal = closed.validate().expect_err("zipfian without --rate");
+        assert!(refusal.contains("--rate"), "{refusal}");
+        let open = Args::parse_from(["loadgen", "--dist", "zipfian", "--rate", "1000"]);
+        assert_eq!(open.validate(), Ok(()));
     }
 
     #[test]
