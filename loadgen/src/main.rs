@@ -12,6 +12,9 @@ mod conn;
 mod engine;
 mod progress;
 mod report;
+// Used by `--proto resp`, which the next commit adds.
+#[allow(dead_code)]
+mod resp;
 mod runner;
 mod spawn;
 mod stats;
