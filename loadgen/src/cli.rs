@@ -13,7 +13,8 @@ use serde::Serialize;
 /// against the node's source by a test.
 pub const DEVELOPMENT_SECRET: &str = "routerd-development-secret";
 
-/// The environment variable that overrides the secret, as in the server.
+/// The environment variable that gives the secret when `--secret` does not
+/// (the server reads the same one).
 pub const SECRET_ENV: &str = "ROUTERD_AUTH_SECRET";
 
 /// Connections one run may open; each holds buffers and a player login.
@@ -122,8 +123,8 @@ pub struct Args {
     #[arg(long, default_value_t = 2000)]
     pub connect_rate: u64,
 
-    /// HMAC secret for login tokens [default: $ROUTERD_AUTH_SECRET, else the
-    /// development secret].
+    /// HMAC secret for login tokens; wins over $ROUTERD_AUTH_SECRET
+    /// [default: $ROUTERD_AUTH_SECRET, else the development secret].
     #[arg(long)]
     #[serde(skip)]
     pub secret: Option<String>,
@@ -163,11 +164,16 @@ pub struct Args {
     #[arg(long, default_value_t = wire::client::DEFAULT_MAX_BODY)]
     pub max_body: u32,
 
-    /// Write the figures and the full configuration as JSON.
+    /// Write the figures and the full configuration as JSON: totals, each
+    /// kind of request under `ops`, failed requests by code, and one entry
+    /// per second of the measured phase under `series` (by intended send
+    /// time).
     #[arg(long)]
     pub json: Option<PathBuf>,
 
-    /// Write the latency percentile distribution (HdrHistogram text).
+    /// Write the latency percentile distribution (HdrHistogram text) of
+    /// every answer; when several kinds of request were measured (mixed),
+    /// each kind's also goes beside it (run.hgrm: run.get.hgrm, ...).
     #[arg(long)]
     pub hgrm: Option<PathBuf>,
 

@@ -1,4 +1,6 @@
-use wire::client::{encode_error_body, ErrorCode, FrameDecoder, Header};
+use wire::client::{
+    encode_error_body, encode_frame, route, ErrorCode, FrameDecoder, FrameKind, Header, Peer,
+};
 
 use super::*;
 use crate::workload::Pacer;
@@ -39,7 +41,7 @@ fn answers_match_by_seq_in_any_order() {
     let mut stats = Stats::default();
     let mut events = Vec::new();
     for i in 0..3u64 {
-        conn.send(route::SYS_PING, b"abcd", i * MS, true, &mut stats)
+        conn.send(Op::Ping, b"abcd", i * MS, true, &mut stats)
             .expect("room for three");
     }
     let requests = drain_requests(&mut conn);
@@ -57,13 +59,14 @@ fn answers_match_by_seq_in_any_order() {
     }
     conn.receive(10 * MS, ALL, &mut stats, &mut events)
         .expect("valid frames");
-    assert_eq!(stats.responses, 3);
+    assert_eq!(stats.responses(), 3);
     assert_eq!(stats.protocol_errors, 0);
     assert_eq!(conn.outstanding(), 0);
     // Latency counts from each request's intended time: 10, 9, 8 ms.
-    assert_eq!(stats.latency_ns.len(), 3);
-    assert!(stats.latency_ns.max() >= 9_990_000);
-    assert!(stats.latency_ns.min() <= 8_010_000);
+    let latency = &stats.ops[Op::Ping.index()].latency_ns;
+    assert_eq!(latency.len(), 3);
+    assert!(latency.max() >= 9_990_000);
+    assert!(latency.min() <= 8_010_000);
 }
 
 #[test]
@@ -71,7 +74,7 @@ fn unmatched_and_duplicate_answers_are_protocol_errors() {
     let mut conn = ready_conn(4);
     let mut stats = Stats::default();
     let mut events = Vec::new();
-    conn.send(route::SYS_PING, b"x", 0, true, &mut stats)
+    conn.send(Op::Ping, b"x", 0, true, &mut stats)
         .expect("room");
     let (header, body) = drain_requests(&mut conn).remove(0);
     let answer = frame(FrameKind::Response, header.route_id, header.seq, &body);
@@ -80,13 +83,13 @@ fn unmatched_and_duplicate_answers_are_protocol_errors() {
     conn.feed(&frame(FrameKind::Response, header.route_id, 999, &body));
     conn.receive(MS, ALL, &mut stats, &mut events)
         .expect("framing is fine");
-    assert_eq!(stats.responses, 1);
+    assert_eq!(stats.responses(), 1);
     assert_eq!(stats.protocol_errors, 2);
 
     // Right seq, wrong route; and a ping echo of the wrong length.
-    conn.send(route::SYS_PING, b"x", 0, true, &mut stats)
+    conn.send(Op::Ping, b"x", 0, true, &mut stats)
         .expect("room");
-    conn.send(route::SYS_PING, b"x", 0, true, &mut stats)
+    conn.send(Op::Ping, b"x", 0, true, &mut stats)
         .expect("room");
     let requests = drain_requests(&mut conn);
     conn.feed(&frame(
@@ -104,7 +107,7 @@ fn unmatched_and_duplicate_answers_are_protocol_errors() {
     conn.receive(MS, ALL, &mut stats, &mut events)
         .expect("framing is fine");
     assert_eq!(stats.protocol_errors, 4);
-    assert_eq!(stats.responses, 1);
+    assert_eq!(stats.responses(), 1);
 }
 
 #[test]
@@ -113,18 +116,11 @@ fn errors_are_counted_by_code_and_leftovers_are_unanswered() {
     let mut stats = Stats::default();
     let mut events = Vec::new();
     for _ in 0..3 {
-        conn.send(route::PLAYER_INCR, &1i64.to_le_bytes(), 0, true, &mut stats)
-            .expect("room");
+        conn.send(Op::Incr, &[], 0, true, &mut stats).expect("room");
     }
     // Sent during warm-up: not measured, not counted when it goes unanswered.
-    conn.send(
-        route::PLAYER_INCR,
-        &1i64.to_le_bytes(),
-        0,
-        false,
-        &mut stats,
-    )
-    .expect("room");
+    conn.send(Op::Incr, &[], 0, false, &mut stats)
+        .expect("room");
     let requests = drain_requests(&mut conn);
     let overloaded = encode_error_body(ErrorCode::Overloaded, "busy");
     conn.feed(&frame(
@@ -141,9 +137,11 @@ fn errors_are_counted_by_code_and_leftovers_are_unanswered() {
     ));
     conn.receive(MS, ALL, &mut stats, &mut events)
         .expect("framing is fine");
-    assert_eq!(stats.errors_by_code[ErrorCode::Overloaded as usize], 1);
+    let incr = &stats.ops[Op::Incr.index()];
+    assert_eq!(incr.failed[ErrorCode::Overloaded as usize], 1);
+    assert_eq!(stats.failures(), 1);
     assert_eq!(stats.protocol_errors, 1, "a 1-byte ERROR body is malformed");
-    assert_eq!(stats.sent, 3);
+    assert_eq!(stats.sent(), 3);
     conn.abandon(&mut stats);
     assert_eq!(stats.unanswered, 1);
 }
@@ -152,15 +150,13 @@ fn errors_are_counted_by_code_and_leftovers_are_unanswered() {
 fn pipeline_depth_is_a_hard_bound() {
     let mut conn = ready_conn(2);
     let mut stats = Stats::default();
-    conn.send(route::SYS_PING, b"", 0, true, &mut stats)
-        .expect("1");
-    conn.send(route::SYS_PING, b"", 0, true, &mut stats)
-        .expect("2");
+    conn.send(Op::Ping, b"", 0, true, &mut stats).expect("1");
+    conn.send(Op::Ping, b"", 0, true, &mut stats).expect("2");
     assert_eq!(
-        conn.send(route::SYS_PING, b"", 0, true, &mut stats),
+        conn.send(Op::Ping, b"", 0, true, &mut stats),
         Err(SendError::Full)
     );
-    assert_eq!(stats.sent, 2);
+    assert_eq!(stats.sent(), 2);
 }
 
 #[test]
@@ -173,8 +169,8 @@ fn bad_framing_closes_and_counts() {
     assert_eq!(stats.protocol_errors, 1);
     assert_eq!(conn.phase(), Phase::Closed);
     assert_eq!(
-        conn.send(route::SYS_PING, b"", 0, true, &mut stats),
-        Err(SendError::Closed)
+        conn.send(Op::Ping, b"", 0, true, &mut stats),
+        Err(SendError::NotReady)
     );
 }
 
@@ -265,7 +261,7 @@ fn coordinated_omission_is_corrected() {
             continue;
         };
         let sent_at = now;
-        conn.send(route::SYS_PING, b"", intended, true, &mut corrected)
+        conn.send(Op::Ping, b"", intended, true, &mut corrected)
             .expect("one in flight at a time");
         let (header, _) = drain_requests(&mut conn).remove(0);
         let service = if (5_000 * MS..5_001 * MS).contains(&sent_at) {
@@ -282,14 +278,14 @@ fn coordinated_omission_is_corrected() {
         ));
         conn.receive(now, ALL, &mut corrected, &mut events)
             .expect("ok");
-        naive.record_latency(service);
+        naive.record_response(Op::Ping, 0, service);
     }
-    let p50 = corrected.latency_ns.value_at_quantile(0.50);
-    let p99 = corrected.latency_ns.value_at_quantile(0.99);
-    let naive_p99 = naive.latency_ns.value_at_quantile(0.99);
+    let p50 = corrected.latency_ns().value_at_quantile(0.50);
+    let p99 = corrected.latency_ns().value_at_quantile(0.99);
+    let naive_p99 = naive.latency_ns().value_at_quantile(0.99);
     assert!(p50 < 3 * MS, "p50 {p50}");
     assert!(p99 > 500 * MS, "corrected p99 {p99} hides the stall");
     assert!(naive_p99 < 2 * MS, "naive p99 {naive_p99}");
     assert_eq!(corrected.protocol_errors, 0);
-    assert!(corrected.responses >= 9_900);
+    assert!(corrected.responses() >= 9_900);
 }

@@ -38,12 +38,16 @@ pub struct Slot {
     /// Listed in `Engine::touched`.
     touched: bool,
     /// The socket failed or the peer closed; nothing more is posted.
-    pub dead: bool,
+    dead: bool,
 }
 
 impl Slot {
     pub fn idle(&self) -> bool {
         !self.send_posted && !self.recv_posted
+    }
+
+    pub fn is_open(&self) -> bool {
+        !self.dead
     }
 }
 
@@ -199,7 +203,7 @@ impl Engine {
     fn post_recv(&mut self, index: usize, stats: &mut Stats) -> io::Result<()> {
         let slot = &mut self.slots[index];
         let fd = slot.stream.as_raw_fd();
-        let buf = slot.conn.decoder_mut().read_buf();
+        let buf = slot.conn.read_buf();
         if buf.is_empty() {
             // The decoder failed earlier; its connection is done.
             slot.dead = true;
@@ -261,7 +265,7 @@ impl Engine {
             return;
         }
         let n = result as usize;
-        slot.conn.decoder_mut().advance(n);
+        slot.conn.advance(n);
         let received = slot
             .conn
             .receive(now_ns, window, stats, &mut self.scratch_events);

@@ -2,22 +2,28 @@
 //!
 //! One pinned thread per `--threads`, each an io_uring loop over its share
 //! of the connections (`engine.rs`), the protocol and the measurements in a
-//! sans-IO connection (`conn.rs`). Exit status: 0 pass, 1 the run failed
-//! (protocol errors, lost connections, an offered rate not kept, setup or
-//! node failure), 2 bad usage.
+//! sans-IO connection (`conn.rs`, `conn_routerd.rs`).
+//! Exit status: 0 pass, 1 the run failed (protocol errors, lost
+//! connections, an offered rate not kept, setup or node failure), 2 bad
+//! usage.
 
 mod cli;
 mod clock;
 mod conn;
+mod conn_routerd;
 mod engine;
+mod hgrm;
+mod load;
 mod progress;
 mod report;
-// Used by `--proto resp`, which the next commit adds.
+// Used by `--proto resp`, which a later commit adds.
 #[allow(dead_code)]
 mod resp;
 mod runner;
 mod spawn;
 mod stats;
+#[cfg(test)]
+mod testing;
 mod workload;
 
 use std::io::IsTerminal;
@@ -33,6 +39,7 @@ use cli::Args;
 use report::Summary;
 use runner::{Context, Coordinator, Plan};
 use stats::Stats;
+use workload::Op;
 
 /// Snapshots waiting for the progress display; a slow terminal drops
 /// snapshots rather than slowing the generator.
@@ -87,8 +94,8 @@ fn main() -> ExitCode {
         }
     }
     if let Some(path) = &args.hgrm {
-        if let Err(e) = std::fs::write(path, report::hgrm(&stats.latency_ns)) {
-            eprintln!("loadgen: write {}: {e}", path.display());
+        if let Err(message) = write_hgrm(path, &stats) {
+            eprintln!("loadgen: {message}");
             return ExitCode::FAILURE;
         }
     }
@@ -97,6 +104,27 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Writes every answer's latency distribution to `path` and, when more
+/// than one kind of request was measured, each kind's beside it
+/// (`run.hgrm`, `run.get.hgrm`, `run.incr.hgrm`, ...).
+fn write_hgrm(path: &std::path::Path, stats: &Stats) -> Result<(), String> {
+    let write = |path: &std::path::Path, text: String| {
+        std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))
+    };
+    write(path, hgrm::hgrm(&stats.latency_ns()))?;
+    let measured: Vec<Op> = Op::ALL
+        .into_iter()
+        .filter(|op| stats.ops[op.index()].sent > 0)
+        .collect();
+    if measured.len() > 1 {
+        for op in measured {
+            let text = hgrm::hgrm(&stats.ops[op.index()].latency_ns);
+            write(&hgrm::op_path(path, op.name()), text)?;
+        }
+    }
+    Ok(())
 }
 
 /// The last `threads` CPUs: a node started first usually sits on CPU 0.
@@ -184,6 +212,47 @@ fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A mixed run writes the total and one file per kind of request, each
+    /// holding exactly that kind's answers.
+    #[test]
+    fn hgrm_files_per_op() {
+        let dir = std::env::temp_dir().join(format!(
+            "loadgen-hgrm-{}-{}",
+            std::process::id(),
+            clock::now_ns()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut stats = Stats::default();
+        for (op, count) in [(Op::Get, 30u64), (Op::Incr, 7)] {
+            for i in 0..count {
+                stats.record_sent(op, 0);
+                stats.record_response(op, 0, 1_000 * (i + 1));
+            }
+        }
+        let path = dir.join("run.hgrm");
+        write_hgrm(&path, &stats).expect("written");
+        let total_count = |name: &str| -> u64 {
+            let text = std::fs::read_to_string(dir.join(name)).expect("file");
+            let line = text
+                .lines()
+                .find(|l| l.contains("Total count"))
+                .expect("footer");
+            line.trim_end_matches(']')
+                .rsplit('=')
+                .next()
+                .and_then(|n| n.trim().parse().ok())
+                .expect("a count")
+        };
+        assert_eq!(total_count("run.hgrm"), 37);
+        assert_eq!(total_count("run.get.hgrm"), 30);
+        assert_eq!(total_count("run.incr.hgrm"), 7);
+        assert!(
+            !dir.join("run.ping.hgrm").exists(),
+            "no file for an op never sent"
+        );
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
 
     #[test]
     fn default_cpus_are_the_last_ones() {

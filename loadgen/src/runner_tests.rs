@@ -1,154 +1,46 @@
-//! The real io_uring engine against an in-test echo server on loopback.
+//! The real io_uring engine against in-test servers on loopback
+//! (`testing.rs`), closed and open loop.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 
-use clap::Parser;
 use wire::client::{encode_frame, route, FrameDecoder, FrameKind, Peer};
 
 use super::*;
-
-/// Answers every REQUEST with a RESPONSE of the same route and body; the
-/// seq is shifted by `seq_skew` (0 for a correct server). It also plays a
-/// one-connection routerd: `auth.login` verifies the token (secret `test`)
-/// and answers the player id, `player.incr` a counter, `room.join` one
-/// member, and `room.say` one member plus a `room.message` PUSH to the
-/// sender itself.
-fn echo_server(seq_skew: u32) -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            std::thread::spawn(move || serve(stream, seq_skew));
-        }
-    });
-    addr
-}
-
-fn serve(mut stream: TcpStream, seq_skew: u32) {
-    let _ = stream.set_nodelay(true);
-    let mut decoder = FrameDecoder::new(Peer::Client, 1 << 16);
-    let mut out = Vec::new();
-    let mut player_id = 0u64;
-    let mut counter = 0i64;
-    loop {
-        let n = match stream.read(decoder.read_buf()) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        decoder.advance(n);
-        out.clear();
-        while let Ok(Some(frame)) = decoder.next_frame() {
-            let h = frame.header;
-            let seq = h.seq.wrapping_add(seq_skew);
-            let body = frame.body;
-            match h.route_id {
-                route::AUTH_LOGIN => {
-                    let player = wire::token::verify(b"test", body, 0).expect("minted token");
-                    player_id = player;
-                    encode_frame(
-                        &mut out,
-                        FrameKind::Response,
-                        h.route_id,
-                        seq,
-                        &player.to_le_bytes(),
-                    );
-                }
-                route::PLAYER_INCR | route::PLAYER_GET => {
-                    counter += 1;
-                    encode_frame(
-                        &mut out,
-                        FrameKind::Response,
-                        h.route_id,
-                        seq,
-                        &counter.to_le_bytes(),
-                    );
-                }
-                route::ROOM_JOIN => {
-                    encode_frame(
-                        &mut out,
-                        FrameKind::Response,
-                        h.route_id,
-                        seq,
-                        &1u32.to_le_bytes(),
-                    );
-                }
-                route::ROOM_SAY => {
-                    let mut push = body[..8].to_vec();
-                    push.extend_from_slice(&player_id.to_le_bytes());
-                    push.extend_from_slice(&body[8..]);
-                    encode_frame(&mut out, FrameKind::Push, route::ROOM_MESSAGE, 0, &push);
-                    encode_frame(
-                        &mut out,
-                        FrameKind::Response,
-                        h.route_id,
-                        seq,
-                        &1u32.to_le_bytes(),
-                    );
-                }
-                _ => encode_frame(&mut out, FrameKind::Response, h.route_id, seq, body),
-            }
-        }
-        if stream.write_all(&out).is_err() {
-            return;
-        }
-    }
-}
-
-fn run_against(addr: std::net::SocketAddr, extra: &[&str]) -> Outcome {
-    let mut argv = vec!["loadgen", "--warmup", "200ms", "--duration", "1s"];
-    argv.extend_from_slice(extra);
-    let mut args = Args::parse_from(argv);
-    args.addr = addr;
-    args.validate().expect("valid test args");
-    let coordinator = Arc::new(Coordinator::default());
-    let ctx = Context {
-        args: Arc::new(args.clone()),
-        secret: Arc::new("test".to_string()),
-        coordinator: Arc::clone(&coordinator),
-        progress: None,
-    };
-    let plan = Plan {
-        thread_index: 0,
-        cpu: None,
-        first_conn: 0,
-        conn_count: args.connections,
-    };
-    let handle = std::thread::spawn(move || run_thread(plan, ctx));
-    let deadline = now_ns() + 10_000_000_000;
-    while coordinator.ready.load(Ordering::SeqCst) == 0
-        && !coordinator.failed.load(Ordering::SeqCst)
-    {
-        assert!(now_ns() < deadline, "setup did not finish");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    coordinator.start_ns.store(now_ns(), Ordering::SeqCst);
-    handle.join().expect("generator thread")
-}
+use crate::testing::{gateway, run_against, Behaviour};
+use crate::workload::Op;
 
 #[test]
 fn closed_loop_against_echo_for_one_second() {
-    let addr = echo_server(0);
+    let addr = gateway(Behaviour::default());
     let outcome = run_against(
         addr,
         &["--connections", "4", "--pipeline", "8", "--drain", "1s"],
     );
     assert_eq!(outcome.error, None);
     let stats = outcome.stats;
-    assert!(stats.responses > 1000, "only {} answers", stats.responses);
+    assert!(
+        stats.responses() > 1000,
+        "only {} answers",
+        stats.responses()
+    );
     assert_eq!(stats.protocol_errors, 0);
     assert_eq!(stats.connections_lost, 0);
-    assert_eq!(stats.errors(), 0);
+    assert_eq!(stats.failures(), 0);
     // Every measured request was answered: the drain waited for them.
-    assert_eq!(stats.sent, stats.responses + stats.unanswered);
+    assert_eq!(stats.sent(), stats.responses() + stats.unanswered);
     assert_eq!(stats.unanswered, 0);
-    assert_eq!(stats.latency_ns.len(), stats.responses);
+    assert_eq!(stats.latency_ns().len(), stats.responses());
+    // One entry a second, together holding every measured request.
+    let series = stats.series();
+    assert_eq!(series.len(), 1);
+    assert_eq!(series[0].sent, stats.sent());
+    assert_eq!(series[0].responses, stats.responses());
 }
 
 #[test]
 fn open_loop_keeps_the_offered_rate() {
-    let addr = echo_server(0);
+    let addr = gateway(Behaviour::default());
     let outcome = run_against(
         addr,
         &[
@@ -165,28 +57,32 @@ fn open_loop_keeps_the_offered_rate() {
     assert_eq!(outcome.error, None);
     let stats = outcome.stats;
     // 2000/s for 1 s, intended times in the window: 2000 exactly scheduled.
-    assert!((1990..=2000).contains(&stats.sent), "sent {}", stats.sent);
+    assert!(
+        (1990..=2000).contains(&stats.sent()),
+        "sent {}",
+        stats.sent()
+    );
     assert_eq!(stats.schedule_overflow, 0);
-    assert_eq!(stats.responses, stats.sent);
+    assert_eq!(stats.responses(), stats.sent());
     assert!(crate::report::verdict(&stats, Some(2000.0), 1.0).is_empty());
 }
 
 #[test]
 fn a_server_answering_wrong_seqs_is_caught() {
-    let addr = echo_server(1000);
+    let addr = gateway(Behaviour { seq_skew: 1000 });
     let outcome = run_against(
         addr,
         &["--connections", "1", "--pipeline", "1", "--drain", "200ms"],
     );
     let stats = outcome.stats;
     assert!(stats.protocol_errors > 0);
-    assert_eq!(stats.responses, 0);
+    assert_eq!(stats.responses(), 0);
     assert!(!crate::report::verdict(&stats, None, 1.0).is_empty());
 }
 
 #[test]
 fn login_then_mixed_and_room_workloads() {
-    let addr = echo_server(0);
+    let addr = gateway(Behaviour::default());
     let outcome = run_against(
         addr,
         &[
@@ -201,8 +97,17 @@ fn login_then_mixed_and_room_workloads() {
         ],
     );
     assert_eq!(outcome.error, None);
-    assert!(outcome.stats.responses > 100);
-    assert_eq!(outcome.stats.protocol_errors, 0);
+    let stats = &outcome.stats;
+    assert!(stats.responses() > 100);
+    assert_eq!(stats.protocol_errors, 0);
+    // Each kind of request is measured on its own (mix 4,1,1).
+    let get = stats.ops[Op::Get.index()].responses;
+    let incr = stats.ops[Op::Incr.index()].responses;
+    let ping = stats.ops[Op::Ping.index()].responses;
+    assert_eq!(get + incr + ping, stats.responses());
+    assert!(get > 2 * incr && get > 2 * ping, "{get} {incr} {ping}");
+    assert!(incr > 0 && ping > 0);
+    assert_eq!(stats.ops[Op::Get.index()].latency_ns.len(), get);
 
     let outcome = run_against(
         addr,
@@ -223,11 +128,11 @@ fn login_then_mixed_and_room_workloads() {
     );
     assert_eq!(outcome.error, None);
     let stats = outcome.stats;
-    assert!(stats.responses > 100);
+    assert!(stats.responses() > 100);
     assert_eq!(stats.protocol_errors, 0);
     // Each say promised one push (to its sender), and each was timed.
-    assert_eq!(stats.pushes_expected, stats.responses);
-    assert!(stats.pushes >= stats.responses);
+    assert_eq!(stats.pushes_expected, stats.responses());
+    assert!(stats.pushes >= stats.responses());
     assert_eq!(stats.push_latency_ns.len(), stats.pushes);
 }
 
