@@ -23,6 +23,16 @@ pub const CONNECTIONS_MAX: usize = 100_000;
 /// Pipeline depth per connection; the server's default `max_inflight` is 1024.
 pub const PIPELINE_MAX: usize = 1024;
 
+/// The wire protocol spoken to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Proto {
+    /// routerd's client protocol (PROTOCOL.md).
+    Routerd,
+    /// Redis's RESP2: PING, INCR and GET on the key `player:<id>`.
+    Resp,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
@@ -59,13 +69,21 @@ pub enum Persist {
     OnWrite,
 }
 
-/// Drive a routerd node (or anything speaking PROTOCOL.md) and measure it.
+/// Drive a routerd node (or anything speaking PROTOCOL.md), or a Redis
+/// server with the same client (--proto resp), and measure it.
 #[derive(Clone, Debug, Parser, Serialize)]
 #[command(name = "loadgen", version, about)]
 pub struct Args {
     /// Client address of the node (ignored with --spawn-node).
     #[arg(long, default_value = "127.0.0.1:7400")]
     pub addr: SocketAddr,
+
+    /// routerd: PROTOCOL.md. resp: Redis's RESP2, with `sys.ping` as
+    /// `PING <body>` (a bare `PING` when --body-bytes is 0), `player.incr`
+    /// as `INCR player:<id>` and `player.get` as `GET player:<id>`;
+    /// workloads ping, incr and mixed; no login.
+    #[arg(long, value_enum, default_value_t = Proto::Routerd)]
+    pub proto: Proto,
 
     #[arg(long, value_enum, default_value_t = Workload::Ping)]
     pub workload: Workload,
@@ -160,7 +178,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0.25)]
     pub say_fraction: f64,
 
-    /// Largest frame body accepted from the server.
+    /// Largest frame body (RESP: bulk string) accepted from the server.
     #[arg(long, default_value_t = wire::client::DEFAULT_MAX_BODY)]
     pub max_body: u32,
 
@@ -205,6 +223,7 @@ impl Args {
         if self.connections == 0 || self.connections > CONNECTIONS_MAX {
             return Err(format!("--connections must be in 1..={CONNECTIONS_MAX}"));
         }
+        self.validate_proto()?;
         if self.pipeline == 0 || self.pipeline > PIPELINE_MAX {
             return Err(format!("--pipeline must be in 1..={PIPELINE_MAX}"));
         }
@@ -254,6 +273,33 @@ impl Args {
             return Err("--zipf-s must be positive".to_string());
         }
         Ok(())
+    }
+
+    fn validate_proto(&self) -> Result<(), String> {
+        if self.proto == Proto::Routerd {
+            return Ok(());
+        }
+        if !matches!(
+            self.workload,
+            Workload::Ping | Workload::Incr | Workload::Mixed
+        ) {
+            return Err(
+                "--proto resp has no login or rooms: use --workload ping, incr or mixed"
+                    .to_string(),
+            );
+        }
+        if self.spawn_node {
+            return Err(
+                "--spawn-node starts routerd; with --proto resp point --addr at a Redis server"
+                    .to_string(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether sessions must log in before they send.
+    pub fn needs_login(&self) -> bool {
+        self.proto == Proto::Routerd && self.workload.needs_login()
     }
 
     /// The token secret: `--secret`, else `$ROUTERD_AUTH_SECRET`, else the
@@ -336,6 +382,23 @@ mod tests {
         assert!(args.validate().is_ok());
         let bad = Args::parse_from(["loadgen", "--pipeline", "0"]);
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn resp_takes_only_what_redis_can_answer() {
+        for workload in ["ping", "incr", "mixed"] {
+            let args = Args::parse_from(["loadgen", "--proto", "resp", "--workload", workload]);
+            assert_eq!(args.validate(), Ok(()), "{workload}");
+            assert!(!args.needs_login());
+        }
+        for workload in ["ping-routed", "room"] {
+            let args = Args::parse_from(["loadgen", "--proto", "resp", "--workload", workload]);
+            assert!(args.validate().is_err(), "{workload}");
+        }
+        let spawn = Args::parse_from(["loadgen", "--proto", "resp", "--spawn-node"]);
+        assert!(spawn.validate().expect_err("no routerd").contains("Redis"));
+        let routed = Args::parse_from(["loadgen", "--workload", "incr"]);
+        assert!(routed.needs_login());
     }
 
     #[test]

@@ -1,16 +1,19 @@
 //! One client connection as a sans-IO state machine: requests to send go
 //! into `out`, received bytes go into the protocol's decoder, and every
-//! answer is matched to its outstanding request by seq. The io_uring
-//! driver (`engine.rs`) only moves bytes; everything measured is decided
-//! here, so tests need no socket.
+//! answer is matched to its outstanding request (by seq for routerd, in
+//! order for Redis). The io_uring driver (`engine.rs`) only moves bytes;
+//! everything measured is decided here, so tests need no socket.
 //!
-//! The protocol lives beside it: `conn_routerd.rs` (PROTOCOL.md frames)
-//! turns bytes into [`Message`]s; this file turns messages into phases,
-//! events and statistics, per kind of request.
+//! The protocols live beside it: `conn_routerd.rs` (PROTOCOL.md frames) and
+//! `conn_resp.rs` (RESP2). Each turns bytes into [`Message`]s; this file
+//! turns messages into phases, events and statistics, the same way for both.
 
 use wire::client::FrameError;
 
+use crate::cli::Proto;
+use crate::conn_resp::RespWire;
 use crate::conn_routerd::RouterdWire;
+use crate::resp::RespError;
 use crate::stats::{Failure, Stats};
 use crate::workload::Op;
 
@@ -84,8 +87,8 @@ pub enum Verdict {
     /// The answer fits the request; a `room.say` answer also says how many
     /// PUSHes the server sent.
     Ok { pushes_promised: u32 },
-    /// An ERROR frame. The reason is kept only for setup requests, whose
-    /// failure is reported in words.
+    /// An ERROR frame or error reply. The reason is kept only for setup
+    /// requests, whose failure is reported in words.
     Failed {
         failure: Failure,
         reason: Option<String>,
@@ -116,6 +119,8 @@ pub enum Message {
 pub enum StreamError {
     #[error("routerd framing: {0:?}")]
     Frame(FrameError),
+    #[error("RESP: {0}")]
+    Resp(#[from] RespError),
 }
 
 /// Why a request could not be queued.
@@ -125,6 +130,14 @@ pub enum SendError {
     Full,
     #[error("the connection is not ready to send")]
     NotReady,
+    #[error("the protocol has no such request")]
+    Unsupported,
+}
+
+/// The protocol half of a connection.
+enum Wire {
+    Routerd(RouterdWire),
+    Resp(RespWire),
 }
 
 pub struct Conn {
@@ -135,13 +148,22 @@ pub struct Conn {
     /// Encoded requests not yet handed to the kernel; bounded because each
     /// request in it is also outstanding.
     out: Vec<u8>,
-    wire: RouterdWire,
+    wire: Wire,
 }
 
 impl Conn {
-    pub fn new(player_id: u64, room_id: u64, inflight_max: usize, max_body: u32) -> Conn {
+    pub fn new(
+        proto: Proto,
+        player_id: u64,
+        room_id: u64,
+        inflight_max: usize,
+        max_body: u32,
+    ) -> Conn {
         assert!(inflight_max > 0);
-        let wire = RouterdWire::new(inflight_max, max_body);
+        let wire = match proto {
+            Proto::Routerd => Wire::Routerd(RouterdWire::new(inflight_max, max_body)),
+            Proto::Resp => Wire::Resp(RespWire::new(inflight_max, max_body, player_id)),
+        };
         Conn {
             player_id,
             room_id,
@@ -161,7 +183,10 @@ impl Conn {
     }
 
     pub fn outstanding(&self) -> usize {
-        self.wire.outstanding_len()
+        match &self.wire {
+            Wire::Routerd(wire) => wire.outstanding_len(),
+            Wire::Resp(wire) => wire.outstanding_len(),
+        }
     }
 
     pub fn can_send(&self) -> bool {
@@ -176,13 +201,21 @@ impl Conn {
 
     pub fn start_login(&mut self, token: &str, now_ns: u64) {
         assert_eq!(self.phase, Phase::Idle);
-        self.queue(Kind::Login, token.as_bytes(), now_ns, false);
+        let queued = self.queue(Kind::Login, token.as_bytes(), now_ns, false);
+        assert!(
+            queued,
+            "login is refused by validation for protocols without it"
+        );
         self.phase = Phase::LoggingIn;
     }
 
     pub fn start_join(&mut self, now_ns: u64) {
         assert_eq!(self.phase, Phase::Ready);
-        self.queue(Kind::Join, &[], now_ns, false);
+        let queued = self.queue(Kind::Join, &[], now_ns, false);
+        assert!(
+            queued,
+            "rooms are refused by validation for protocols without them"
+        );
         self.phase = Phase::Joining;
     }
 
@@ -202,22 +235,29 @@ impl Conn {
         if !self.can_send() {
             return Err(SendError::Full);
         }
-        self.queue(Kind::Work(op), payload, intended_ns, measured);
+        if !self.queue(Kind::Work(op), payload, intended_ns, measured) {
+            return Err(SendError::Unsupported);
+        }
         if measured {
             stats.record_sent(op, intended_ns);
         }
         Ok(())
     }
 
-    fn queue(&mut self, kind: Kind, payload: &[u8], intended_ns: u64, measured: bool) {
+    fn queue(&mut self, kind: Kind, payload: &[u8], intended_ns: u64, measured: bool) -> bool {
         let request = Outstanding {
             kind,
             intended_ns,
             payload_len: u32::try_from(payload.len()).expect("payloads are bounded by max_body"),
             measured,
         };
-        self.wire
-            .queue(&mut self.out, request, payload, self.room_id);
+        match &mut self.wire {
+            Wire::Routerd(wire) => {
+                wire.queue(&mut self.out, request, payload, self.room_id);
+                true
+            }
+            Wire::Resp(wire) => wire.queue(&mut self.out, request, payload),
+        }
     }
 
     /// Bytes waiting to be written; the driver takes them (swapping in an
@@ -228,12 +268,18 @@ impl Conn {
 
     /// Spare space for the next read; empty once the stream has failed.
     pub fn read_buf(&mut self) -> &mut [u8] {
-        self.wire.read_buf()
+        match &mut self.wire {
+            Wire::Routerd(wire) => wire.read_buf(),
+            Wire::Resp(wire) => wire.read_buf(),
+        }
     }
 
     /// Marks `n` bytes of the last `read_buf` as received.
     pub fn advance(&mut self, n: usize) {
-        self.wire.advance(n);
+        match &mut self.wire {
+            Wire::Routerd(wire) => wire.advance(n),
+            Wire::Resp(wire) => wire.advance(n),
+        }
     }
 
     /// Feeds bytes that arrived (tests; the engine reads into `read_buf`
@@ -257,7 +303,10 @@ impl Conn {
         events: &mut Vec<Event>,
     ) -> Result<(), StreamError> {
         loop {
-            let next = self.wire.next(self.player_id).map_err(StreamError::Frame);
+            let next = match &mut self.wire {
+                Wire::Routerd(wire) => wire.next(self.player_id).map_err(StreamError::Frame),
+                Wire::Resp(wire) => wire.next().map_err(StreamError::Resp),
+            };
             let message = match next {
                 Ok(Some(message)) => message,
                 Ok(None) => return Ok(()),
@@ -327,7 +376,10 @@ impl Conn {
             }
             Verdict::Failed { failure, reason } => {
                 self.phase = Phase::Closed;
-                let Failure::Code(code) = failure;
+                let code = match failure {
+                    Failure::Code(code) => code.to_string(),
+                    other => format!("{other:?}"),
+                };
                 events.push(Event::SetupFailed(format!(
                     "{step} failed: code {code} {}",
                     reason.unwrap_or_default()
@@ -357,7 +409,10 @@ impl Conn {
 
     /// Takes every outstanding request out and hands it to `f`.
     fn for_each_outstanding(&mut self, f: impl FnMut(Outstanding)) {
-        self.wire.take_outstanding().for_each(f);
+        match &mut self.wire {
+            Wire::Routerd(wire) => wire.take_outstanding().for_each(f),
+            Wire::Resp(wire) => wire.take_outstanding().for_each(f),
+        }
     }
 }
 

@@ -30,7 +30,7 @@ fn frame(kind: FrameKind, route_id: u32, seq: u32, body: &[u8]) -> Vec<u8> {
 }
 
 fn ready_conn(inflight_max: usize) -> Conn {
-    let mut conn = Conn::new(7, 1, inflight_max, 1 << 16);
+    let mut conn = Conn::new(Proto::Routerd, 7, 1, inflight_max, 1 << 16);
     conn.skip_setup();
     conn
 }
@@ -176,7 +176,7 @@ fn bad_framing_closes_and_counts() {
 
 #[test]
 fn login_and_join_then_pushes_are_timed() {
-    let mut conn = Conn::new(42, 3, 4, 1 << 16);
+    let mut conn = Conn::new(Proto::Routerd, 42, 3, 4, 1 << 16);
     let mut stats = Stats::default();
     let mut events = Vec::new();
     conn.start_login("v1.42.9.mac", 0);
@@ -221,7 +221,7 @@ fn login_and_join_then_pushes_are_timed() {
 
 #[test]
 fn failed_login_is_a_setup_failure() {
-    let mut conn = Conn::new(42, 0, 4, 1 << 16);
+    let mut conn = Conn::new(Proto::Routerd, 42, 0, 4, 1 << 16);
     let mut stats = Stats::default();
     let mut events = Vec::new();
     conn.start_login("forged", 0);

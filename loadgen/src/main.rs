@@ -1,8 +1,9 @@
-//! loadgen: drives routerd over PROTOCOL.md and measures it honestly.
+//! loadgen: drives routerd over PROTOCOL.md (or Redis over RESP2, with the
+//! same client) and measures it honestly.
 //!
 //! One pinned thread per `--threads`, each an io_uring loop over its share
 //! of the connections (`engine.rs`), the protocol and the measurements in a
-//! sans-IO connection (`conn.rs`, `conn_routerd.rs`).
+//! sans-IO connection (`conn.rs`, `conn_routerd.rs`, `conn_resp.rs`).
 //! Exit status: 0 pass, 1 the run failed (protocol errors, lost
 //! connections, an offered rate not kept, setup or node failure), 2 bad
 //! usage.
@@ -10,14 +11,13 @@
 mod cli;
 mod clock;
 mod conn;
+mod conn_resp;
 mod conn_routerd;
 mod engine;
 mod hgrm;
 mod load;
 mod progress;
 mod report;
-// Used by `--proto resp`, which a later commit adds.
-#[allow(dead_code)]
 mod resp;
 mod runner;
 mod spawn;

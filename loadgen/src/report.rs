@@ -50,7 +50,7 @@ pub struct OpSummary {
     pub sent: u64,
     pub responses: u64,
     pub throughput: f64,
-    /// Failed requests by ERROR code.
+    /// Failed requests by reason: ERROR codes, `RESP_ERROR`.
     pub failed: BTreeMap<&'static str, u64>,
     pub latency: Percentiles,
 }
@@ -79,7 +79,7 @@ pub struct Summary {
     pub throughput: f64,
     pub sent: u64,
     pub responses: u64,
-    /// ERROR answers by code.
+    /// Error answers (ERROR frames, Redis error replies) by code.
     pub errors: BTreeMap<&'static str, u64>,
     pub protocol_errors: u64,
     pub unanswered: u64,
@@ -199,9 +199,10 @@ impl Summary {
         let mut out = String::new();
         let c = &self.config;
         let workload = value_name(&c.workload);
+        let proto = value_name(&c.proto);
         let _ = writeln!(
             out,
-            "loadgen: {workload} {} loop, {} connections x depth {}, {} thread(s), {:.1} s measured ({} CPUs on this machine)",
+            "loadgen: {workload} ({proto}) {} loop, {} connections x depth {}, {} thread(s), {:.1} s measured ({} CPUs on this machine)",
             self.mode,
             c.connections,
             c.pipeline,
@@ -367,7 +368,7 @@ mod tests {
         answered(&mut stats, Op::Ping, 900, 100_000); // 100 us
         answered(&mut stats, Op::Get, 100, 5_000_000); // 5 ms
         stats.record_sent(Op::Incr, 0);
-        stats.record_failure(Op::Incr, 0, Failure::Code(6));
+        stats.record_failure(Op::Incr, 0, Failure::RespError);
         stats.record_sent(Op::Incr, 0);
         stats.record_failure(Op::Incr, 0, Failure::Code(7));
         let summary = Summary::new(&args, &stats, vec![]);
@@ -379,7 +380,7 @@ mod tests {
         assert!(summary.ops["ping"].latency.p99_us < 110.0);
         // Over all ops the gets are only the top 10%.
         assert!(summary.latency.p50_us < 110.0);
-        assert_eq!(summary.ops["incr"].failed["OVERLOADED"], 1);
+        assert_eq!(summary.ops["incr"].failed["RESP_ERROR"], 1);
         assert_eq!(summary.ops["incr"].failed["UNAVAILABLE"], 1);
         assert_eq!(summary.errors.get("UNAVAILABLE"), Some(&1));
 
@@ -389,7 +390,7 @@ mod tests {
             .find(|l| l.trim_start().starts_with("get "))
             .expect("a get row");
         assert!(get_row.contains("5"), "{get_row}");
-        assert!(table.contains("OVERLOADED=1"), "{table}");
+        assert!(table.contains("RESP_ERROR=1"), "{table}");
 
         let json: serde_json::Value =
             serde_json::from_str(&serde_json::to_string(&summary).expect("json")).expect("parse");

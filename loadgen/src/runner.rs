@@ -153,6 +153,7 @@ fn connect_all(plan: &Plan, ctx: &Context, engine: &mut Engine) -> Result<(), St
         let stream = TcpStream::connect_timeout(&args.addr, CONNECT_TIMEOUT)
             .map_err(|e| format!("connect {} (connection {global}): {e}", args.addr))?;
         let conn = Conn::new(
+            args.proto,
             args.player_base + global as u64,
             room_id,
             args.pipeline,
@@ -172,7 +173,7 @@ fn setup_sessions(
     token_expiry_unix_s: u64,
     engine: &mut Engine,
 ) -> Result<(), String> {
-    if !args.workload.needs_login() {
+    if !args.needs_login() {
         for slot in &mut engine.slots {
             slot.conn.skip_setup();
         }

@@ -18,30 +18,37 @@ pub const LATENCY_MAX_NS: u64 = 120_000_000_000;
 pub const SERIES_SECONDS_MAX: usize = 3600;
 
 /// Slots of a failure count: index = code for PROTOCOL.md's codes 1..=9,
-/// 0 for a code this generator does not know.
-pub const FAILURE_SLOTS: usize = 10;
+/// 0 for a code this generator does not know, then a Redis error reply.
+pub const FAILURE_SLOTS: usize = 11;
+const SLOT_RESP_ERROR: usize = 10;
 
 /// Why a measured request did not get its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failure {
     /// An ERROR frame with this code.
     Code(u16),
+    /// A Redis error reply (`-ERR ...`).
+    RespError,
 }
 
 impl Failure {
     pub fn slot(self) -> usize {
         match self {
             Failure::Code(code) => ErrorCode::from_u16(code).map_or(0, |known| known as usize),
+            Failure::RespError => SLOT_RESP_ERROR,
         }
     }
 }
 
 /// Name of a failure slot, as the table and the JSON print it.
 pub fn failure_slot_name(slot: usize) -> &'static str {
-    u16::try_from(slot)
-        .ok()
-        .and_then(ErrorCode::from_u16)
-        .map_or("UNKNOWN_CODE", ErrorCode::name)
+    match slot {
+        SLOT_RESP_ERROR => "RESP_ERROR",
+        _ => u16::try_from(slot)
+            .ok()
+            .and_then(ErrorCode::from_u16)
+            .map_or("UNKNOWN_CODE", ErrorCode::name),
+    }
 }
 
 /// What one kind of request got.
@@ -360,6 +367,7 @@ mod tests {
         assert_eq!(other_order.latency_ns(), latency);
         assert_eq!(failure_slot_name(6), "OVERLOADED");
         assert_eq!(failure_slot_name(0), "UNKNOWN_CODE");
+        assert_eq!(failure_slot_name(Failure::RespError.slot()), "RESP_ERROR");
     }
 
     #[test]

@@ -1,12 +1,13 @@
-//! An in-test server on loopback and a one-thread run against it: a fake
-//! routerd gateway (that can answer wrong seqs). It speaks the protocol for
-//! real, so the io_uring engine and the sans-IO connections are tested
-//! together without a node.
+//! In-test servers on loopback and a one-thread run against them: a fake
+//! routerd gateway (that can answer wrong seqs) and a fake Redis. They
+//! speak the protocols for real, so the io_uring engine and the sans-IO
+//! connections are tested together without a node or a redis-server.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
@@ -14,6 +15,7 @@ use wire::client::{encode_frame, route, FrameDecoder, FrameKind, Peer};
 
 use crate::cli::Args;
 use crate::clock::now_ns;
+use crate::resp::{encode_command, Reply, RespDecoder};
 use crate::runner::{run_thread, Context, Coordinator, Outcome, Plan};
 
 /// The login secret of every fake server.
@@ -104,6 +106,136 @@ impl Session {
             _ => encode_frame(out, FrameKind::Response, route_id, seq, body),
         }
     }
+}
+
+/// What a fake Redis saw: each key's counter and the commands by name.
+#[derive(Debug, Default)]
+pub struct RedisRecord {
+    pub counters: Mutex<HashMap<Vec<u8>, i64>>,
+    pub commands: Mutex<HashMap<String, u64>>,
+}
+
+/// A fake Redis on a free loopback port: PING [msg], INCR key, GET key,
+/// and `-ERR` for anything else. Commands are arrays, which the client's
+/// decoder refuses by design, so it parses them by hand.
+pub fn redis() -> (SocketAddr, Arc<RedisRecord>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let addr = listener.local_addr().expect("addr");
+    let record = Arc::new(RedisRecord::default());
+    let shared = Arc::clone(&record);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let record = Arc::clone(&shared);
+            std::thread::spawn(move || serve_redis(stream, &record));
+        }
+    });
+    (addr, record)
+}
+
+fn serve_redis(mut stream: TcpStream, record: &RedisRecord) {
+    let _ = stream.set_nodelay(true);
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        let mut out = Vec::new();
+        while let Some((args, used)) = parse_command(&pending) {
+            pending.drain(..used);
+            answer_redis(&args, record, &mut out);
+        }
+        if stream.write_all(&out).is_err() {
+            return;
+        }
+    }
+}
+
+fn answer_redis(args: &[Vec<u8>], record: &RedisRecord, out: &mut Vec<u8>) {
+    let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+    *record
+        .commands
+        .lock()
+        .expect("lock")
+        .entry(name.clone())
+        .or_default() += 1;
+    match (name.as_str(), args.len()) {
+        ("PING", 1) => out.extend_from_slice(b"+PONG\r\n"),
+        ("PING", 2) => {
+            out.extend_from_slice(format!("${}\r\n", args[1].len()).as_bytes());
+            out.extend_from_slice(&args[1]);
+            out.extend_from_slice(b"\r\n");
+        }
+        ("INCR", 2) => {
+            let mut counters = record.counters.lock().expect("lock");
+            let counter = counters.entry(args[1].clone()).or_default();
+            *counter += 1;
+            out.extend_from_slice(format!(":{counter}\r\n").as_bytes());
+        }
+        ("GET", 2) => match record.counters.lock().expect("lock").get(&args[1]) {
+            Some(value) => {
+                let text = value.to_string();
+                out.extend_from_slice(format!("${}\r\n{text}\r\n", text.len()).as_bytes());
+            }
+            None => out.extend_from_slice(b"$-1\r\n"),
+        },
+        _ => out.extend_from_slice(b"-ERR unknown command\r\n"),
+    }
+}
+
+/// One `*<n>\r\n($<len>\r\n<bytes>\r\n)*` command, if complete.
+fn parse_command(bytes: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
+    fn line(bytes: &[u8], from: usize) -> Option<(&[u8], usize)> {
+        let end = bytes[from..].windows(2).position(|w| w == b"\r\n")? + from;
+        Some((&bytes[from..end], end + 2))
+    }
+    let (head, mut at) = line(bytes, 0)?;
+    let count: usize = std::str::from_utf8(head.strip_prefix(b"*")?)
+        .ok()?
+        .parse()
+        .ok()?;
+    let mut args = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (len_line, data) = line(bytes, at)?;
+        let len: usize = std::str::from_utf8(len_line.strip_prefix(b"$")?)
+            .ok()?
+            .parse()
+            .ok()?;
+        if bytes.len() < data + len + 2 {
+            return None;
+        }
+        args.push(bytes[data..data + len].to_vec());
+        at = data + len + 2;
+    }
+    Some((args, at))
+}
+
+/// The fake Redis speaks the codec's own reply format back: checked once
+/// here so a broken fake cannot pass the other tests.
+#[test]
+fn the_fake_redis_answers_in_resp() {
+    let record = RedisRecord::default();
+    let mut out = Vec::new();
+    let mut commands = Vec::new();
+    encode_command(&mut commands, &[b"INCR", b"k"]);
+    encode_command(&mut commands, &[b"GET", b"k"]);
+    encode_command(&mut commands, &[b"GET", b"none"]);
+    encode_command(&mut commands, &[b"PING"]);
+    let mut at = 0;
+    while let Some((args, used)) = parse_command(&commands[at..]) {
+        answer_redis(&args, &record, &mut out);
+        at += used;
+    }
+    assert_eq!(at, commands.len());
+    let mut decoder = RespDecoder::new(64);
+    decoder.extend(&out);
+    assert_eq!(decoder.next_reply(), Ok(Some(Reply::Integer(1))));
+    assert_eq!(decoder.next_reply(), Ok(Some(Reply::Bulk(Some(b"1")))));
+    assert_eq!(decoder.next_reply(), Ok(Some(Reply::Bulk(None))));
+    assert_eq!(decoder.next_reply(), Ok(Some(Reply::Simple(b"PONG"))));
 }
 
 /// Runs one generator thread (all connections) with `extra` flags against
