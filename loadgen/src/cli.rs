@@ -23,6 +23,12 @@ pub const CONNECTIONS_MAX: usize = 100_000;
 /// Pipeline depth per connection; the server's default `max_inflight` is 1024.
 pub const PIPELINE_MAX: usize = 1024;
 
+/// Players one run may spread its requests over.
+pub const PLAYERS_MAX: u64 = 100_000_000;
+
+/// Gateways one run may name with `--addr`.
+pub const ADDRS_MAX: usize = 64;
+
 /// The wire protocol spoken to the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -74,9 +80,12 @@ pub enum Persist {
 #[derive(Clone, Debug, Parser, Serialize)]
 #[command(name = "loadgen", version, about)]
 pub struct Args {
-    /// Client address of the node (ignored with --spawn-node).
-    #[arg(long, default_value = "127.0.0.1:7400")]
-    pub addr: SocketAddr,
+    /// Client address of a gateway (ignored with --spawn-node). Give it
+    /// several times to spread the connections over several gateways
+    /// (connection i goes to the (i mod n)-th); redirects and reconnects
+    /// may use any of them.
+    #[arg(long = "addr", default_value = "127.0.0.1:7400")]
+    pub addrs: Vec<SocketAddr>,
 
     /// routerd: PROTOCOL.md. resp: Redis's RESP2, with `sys.ping` as
     /// `PING <body>` (a bare `PING` when --body-bytes is 0), `player.incr`
@@ -88,9 +97,37 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Workload::Ping)]
     pub workload: Workload,
 
-    /// Connections, one logged-in player each (ids player_base..).
+    /// Connections, one logged-in player at a time each.
     #[arg(long, default_value_t = 16)]
     pub connections: usize,
+
+    /// Players, ids player_base.. [default: one per connection]. A
+    /// request acts on its session's own player, and a second login of a
+    /// player kicks the first (kick_old), so players are dealt out to
+    /// connections: connection i owns players i, i+C, i+2C, ... (C =
+    /// --connections), and no player is ever on two connections at once.
+    /// A connection logs in as its first player; after
+    /// --requests-per-login requests it finishes what it has in flight,
+    /// reconnects to the same gateway and logs in as its next player
+    /// (round robin), so every player gets requests and each switch costs
+    /// a reconnect and a login, as on a real gateway. With --proto resp
+    /// the connection only moves to the next player's key.
+    #[arg(long)]
+    pub players: Option<u64>,
+
+    /// With --players above --connections: requests a connection sends as
+    /// one player before it moves to its next one.
+    #[arg(long, default_value_t = 1000)]
+    pub requests_per_login: u64,
+
+    /// When a connection closes under the run, reconnect (the same gateway
+    /// first, then the other --addr in turn) after a jittered exponential
+    /// backoff (10 ms doubling to 1 s, at most 64 attempts), log in again
+    /// and go on; requests in flight on it count as lost. Without it a
+    /// closed connection stays closed and fails the run. A `sys.redirect`
+    /// is followed either way; a kicked session is never reconnected.
+    #[arg(long)]
+    pub reconnect: bool,
 
     /// Closed loop: requests in flight per connection. Open loop: the most
     /// in flight per connection; more wait (their latency still counts from
@@ -147,7 +184,8 @@ pub struct Args {
     #[serde(skip)]
     pub secret: Option<String>,
 
-    /// First player id; connection i logs in as player_base + i.
+    /// First player id: player index p (see --players) is player_base + p,
+    /// and connection i first logs in as player_base + i.
     #[arg(long, default_value_t = 1)]
     pub player_base: u64,
 
@@ -183,9 +221,9 @@ pub struct Args {
     pub max_body: u32,
 
     /// Write the figures and the full configuration as JSON: totals, each
-    /// kind of request under `ops`, failed requests by code, and one entry
-    /// per second of the measured phase under `series` (by intended send
-    /// time).
+    /// kind of request under `ops`, failed requests by code, moves
+    /// (redirects, reconnects), and one entry per second of the measured
+    /// phase under `series` (by intended send time).
     #[arg(long)]
     pub json: Option<PathBuf>,
 
@@ -223,6 +261,10 @@ impl Args {
         if self.connections == 0 || self.connections > CONNECTIONS_MAX {
             return Err(format!("--connections must be in 1..={CONNECTIONS_MAX}"));
         }
+        if self.addrs.is_empty() || self.addrs.len() > ADDRS_MAX {
+            return Err(format!("--addr may be given 1 to {ADDRS_MAX} times"));
+        }
+        self.validate_players()?;
         self.validate_proto()?;
         if self.pipeline == 0 || self.pipeline > PIPELINE_MAX {
             return Err(format!("--pipeline must be in 1..={PIPELINE_MAX}"));
@@ -275,6 +317,37 @@ impl Args {
         Ok(())
     }
 
+    fn validate_players(&self) -> Result<(), String> {
+        let players = self.player_count();
+        if players < self.connections as u64 || players > PLAYERS_MAX {
+            return Err(format!(
+                "--players must be in --connections..={PLAYERS_MAX} (each connection needs a player)"
+            ));
+        }
+        if self.player_base.checked_add(players).is_none() {
+            return Err("--player-base + --players overflows a player id".to_string());
+        }
+        if self.requests_per_login == 0 {
+            return Err("--requests-per-login must be positive".to_string());
+        }
+        if players > self.connections as u64 {
+            match self.workload {
+                Workload::Ping => {
+                    return Err("--players needs a workload that acts on players; \
+                                ping before login has none"
+                        .to_string())
+                }
+                Workload::Room => {
+                    return Err("--players does not go with --workload room: \
+                                room members are connections"
+                        .to_string())
+                }
+                Workload::PingRouted | Workload::Incr | Workload::Mixed => {}
+            }
+        }
+        Ok(())
+    }
+
     fn validate_proto(&self) -> Result<(), String> {
         if self.proto == Proto::Routerd {
             return Ok(());
@@ -295,6 +368,11 @@ impl Args {
             );
         }
         Ok(())
+    }
+
+    /// Players the run spreads its requests over.
+    pub fn player_count(&self) -> u64 {
+        self.players.unwrap_or(self.connections as u64)
     }
 
     /// Whether sessions must log in before they send.
@@ -399,6 +477,45 @@ mod tests {
         assert!(spawn.validate().expect_err("no routerd").contains("Redis"));
         let routed = Args::parse_from(["loadgen", "--workload", "incr"]);
         assert!(routed.needs_login());
+    }
+
+    #[test]
+    fn players_and_addrs_are_bounded() {
+        let args = Args::parse_from(["loadgen", "--connections", "4"]);
+        assert_eq!(args.player_count(), 4);
+        assert_eq!(args.addrs, vec![SocketAddr::from(([127, 0, 0, 1], 7400))]);
+        let many = Args::parse_from([
+            "loadgen",
+            "--workload",
+            "incr",
+            "--connections",
+            "4",
+            "--players",
+            "1000",
+            "--addr",
+            "127.0.0.1:1",
+            "--addr",
+            "127.0.0.1:2",
+        ]);
+        assert_eq!(many.validate(), Ok(()));
+        assert_eq!(many.addrs.len(), 2);
+        for bad in [
+            vec!["--workload", "incr", "--connections", "4", "--players", "3"],
+            vec!["--workload", "incr", "--players", "1000000000"],
+            vec![
+                "--workload",
+                "incr",
+                "--player-base",
+                "18446744073709551615",
+            ],
+            vec!["--workload", "incr", "--requests-per-login", "0"],
+            vec!["--workload", "ping", "--players", "100"],
+            vec!["--workload", "room", "--players", "100"],
+        ] {
+            let mut argv = vec!["loadgen"];
+            argv.extend(bad.iter());
+            assert!(Args::parse_from(&argv).validate().is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub enum Phase {
     Joining,
     /// Set up: the workload may send.
     Ready,
+    /// Told to move (`sys.redirect`) or moving to its next player: it sends
+    /// nothing new and waits for the answers it is owed.
+    Draining,
     /// Failed or closed; sends nothing more.
     Closed,
 }
@@ -52,6 +55,14 @@ impl Window {
     };
 }
 
+/// A `sys.redirect` PUSH: move to `target` (`host:port`, may be empty)
+/// within `grace_ms`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Redirect {
+    pub grace_ms: u32,
+    pub target: String,
+}
+
 /// What the driver must know about an answer or a PUSH.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -61,6 +72,8 @@ pub enum Event {
     SetupFailed(String),
     /// The server replaced this session (duplicate login).
     Kicked,
+    /// The server asked this connection to move; it is now `Draining`.
+    Redirect(Redirect),
 }
 
 /// What a request was for.
@@ -112,6 +125,8 @@ pub enum Message {
         sent_ns: Option<u64>,
     },
     Kicked,
+    /// A `sys.redirect` PUSH; `None` if its body is malformed.
+    Redirect(Option<Redirect>),
 }
 
 /// Why the server's byte stream cannot be read any further.
@@ -145,6 +160,8 @@ pub struct Conn {
     room_id: u64,
     phase: Phase,
     inflight_max: usize,
+    /// Workload requests queued since the last login (or key change).
+    sent_since_login: u64,
     /// Encoded requests not yet handed to the kernel; bounded because each
     /// request in it is also outstanding.
     out: Vec<u8>,
@@ -169,6 +186,7 @@ impl Conn {
             room_id,
             phase: Phase::Idle,
             inflight_max,
+            sent_since_login: 0,
             out: Vec::with_capacity(4096),
             wire,
         }
@@ -187,6 +205,10 @@ impl Conn {
             Wire::Routerd(wire) => wire.outstanding_len(),
             Wire::Resp(wire) => wire.outstanding_len(),
         }
+    }
+
+    pub fn sent_since_login(&self) -> u64 {
+        self.sent_since_login
     }
 
     pub fn can_send(&self) -> bool {
@@ -238,6 +260,7 @@ impl Conn {
         if !self.queue(Kind::Work(op), payload, intended_ns, measured) {
             return Err(SendError::Unsupported);
         }
+        self.sent_since_login += 1;
         if measured {
             stats.record_sent(op, intended_ns);
         }
@@ -333,7 +356,7 @@ impl Conn {
                 Kind::Work(op) => apply_work(op, request, verdict, now_ns, stats),
                 Kind::Login | Kind::Join => self.apply_setup(request.kind, verdict, events),
             },
-            Message::Stray => stats.protocol_errors += 1,
+            Message::Stray | Message::Redirect(None) => stats.protocol_errors += 1,
             Message::RoomPush { sent_ns } => match sent_ns {
                 Some(sent_ns) if window.contains(sent_ns) => {
                     stats.pushes += 1;
@@ -345,6 +368,13 @@ impl Conn {
             Message::Kicked => {
                 stats.kicked += 1;
                 events.push(Event::Kicked);
+            }
+            Message::Redirect(Some(redirect)) => {
+                stats.redirects += 1;
+                if self.phase != Phase::Closed {
+                    self.phase = Phase::Draining;
+                }
+                events.push(Event::Redirect(redirect));
             }
         }
     }
@@ -361,8 +391,8 @@ impl Conn {
             Phase::Joining
         };
         if self.phase != expected_phase {
-            // A second answer to a setup step: it matched an outstanding
-            // request, so it is not stray, and it changes nothing.
+            // Moved on meanwhile (a redirect while logging in): the answer
+            // changes nothing, but it is not an error either.
             return;
         }
         match verdict {
@@ -394,6 +424,39 @@ impl Conn {
         }
     }
 
+    /// Stops queueing new requests; the answers owed still count.
+    pub fn begin_drain(&mut self) {
+        if self.phase != Phase::Closed {
+            self.phase = Phase::Draining;
+        }
+    }
+
+    /// The connection was closed (or replaced): what is still outstanding
+    /// and measured is lost. The next connection starts as `player_id`
+    /// with an empty stream, `Idle`.
+    pub fn reset(&mut self, player_id: u64, stats: &mut Stats) {
+        self.count_outstanding(stats, Failure::Lost);
+        self.player_id = player_id;
+        self.phase = Phase::Idle;
+        self.sent_since_login = 0;
+        self.out.clear();
+        match &mut self.wire {
+            Wire::Routerd(wire) => wire.reset(),
+            Wire::Resp(wire) => wire.reset(player_id),
+        }
+    }
+
+    /// Redis has no sessions: the next requests go to `player_id`'s key on
+    /// the same connection, and what is in flight is still owed.
+    pub fn rekey(&mut self, player_id: u64) {
+        let Wire::Resp(wire) = &mut self.wire else {
+            panic!("only a RESP connection changes player without a new session");
+        };
+        wire.set_key(player_id);
+        self.player_id = player_id;
+        self.sent_since_login = 0;
+    }
+
     /// Ends the connection's run: what is still outstanding and measured
     /// was never answered.
     pub fn abandon(&mut self, stats: &mut Stats) {
@@ -405,6 +468,14 @@ impl Conn {
         });
         stats.unanswered += unanswered;
         self.phase = Phase::Closed;
+    }
+
+    fn count_outstanding(&mut self, stats: &mut Stats, failure: Failure) {
+        self.for_each_outstanding(|request| {
+            if let (Kind::Work(op), true) = (request.kind, request.measured) {
+                stats.record_failure(op, request.intended_ns, failure);
+            }
+        });
     }
 
     /// Takes every outstanding request out and hands it to `f`.

@@ -18,6 +18,7 @@ pub struct RespWire {
     /// In send order; bounded by `inflight_max`.
     outstanding: VecDeque<Outstanding>,
     decoder: RespDecoder,
+    bulk_max: usize,
     key: Vec<u8>,
 }
 
@@ -32,12 +33,17 @@ impl RespWire {
         RespWire {
             outstanding: VecDeque::with_capacity(inflight_max),
             decoder: RespDecoder::new(bulk_max),
+            bulk_max,
             key: player_key(player_id),
         }
     }
 
     pub fn outstanding_len(&self) -> usize {
         self.outstanding.len()
+    }
+
+    pub fn set_key(&mut self, player_id: u64) {
+        self.key = player_key(player_id);
     }
 
     /// Encodes `request` into `out`; false for a request Redis has no
@@ -99,6 +105,13 @@ impl RespWire {
     pub fn take_outstanding(&mut self) -> impl Iterator<Item = Outstanding> + '_ {
         self.outstanding.drain(..)
     }
+
+    /// A new connection: an empty stream and no requests.
+    pub fn reset(&mut self, player_id: u64) {
+        self.outstanding.clear();
+        self.decoder = RespDecoder::new(self.bulk_max);
+        self.set_key(player_id);
+    }
 }
 
 fn is_decimal_i64(text: &[u8]) -> bool {
@@ -147,6 +160,9 @@ mod tests {
             conn.send(Op::Say, b"", 0, true, &mut stats),
             Err(SendError::Unsupported)
         );
+        conn.rekey(9);
+        conn.send(Op::Incr, &[], 0, true, &mut stats).expect("room");
+        assert!(std::mem::take(conn.out_mut()).ends_with(b"$8\r\nplayer:9\r\n"));
     }
 
     /// Pipelined replies, cut anywhere, match their commands in order, each
@@ -207,7 +223,7 @@ mod tests {
     }
 
     #[test]
-    fn a_broken_stream_closes_the_connection() {
+    fn a_broken_stream_closes_and_what_was_in_flight_is_lost_on_reset() {
         let mut conn = ready_conn(4);
         let mut stats = Stats::default();
         let mut events = Vec::new();
@@ -218,9 +234,9 @@ mod tests {
         assert_eq!(conn.phase(), Phase::Closed);
         assert_eq!(stats.ops[Op::Incr.index()].responses, 1);
         assert!(conn.read_buf().is_empty());
-        assert_eq!(
-            conn.send(Op::Incr, &[], 0, true, &mut stats),
-            Err(SendError::NotReady)
-        );
+        conn.reset(7, &mut stats);
+        assert_eq!(stats.lost(), 1);
+        assert_eq!(conn.phase(), Phase::Idle);
+        assert!(!conn.read_buf().is_empty(), "a fresh decoder after reset");
     }
 }

@@ -8,15 +8,21 @@ use wire::client::{
     decode_error_body, encode_frame, route, FrameDecoder, FrameError, FrameKind, Peer,
 };
 
-use crate::conn::{Kind, Message, Outstanding, Verdict};
+use crate::conn::{Kind, Message, Outstanding, Redirect, Verdict};
 use crate::stats::Failure;
 use crate::workload::{push_send_time_ns, Op};
+
+/// PROTOCOL.md's route 102, `sys.redirect` (server to client PUSH): `u32
+/// grace_ms`, then the UTF-8 `host:port` of another gateway. Kept here
+/// because `wire::client::route` does not name it yet.
+pub const SYS_REDIRECT: u32 = 102;
 
 pub struct RouterdWire {
     seq_next: u32,
     /// Bounded by `inflight_max` plus the one setup request.
     outstanding: HashMap<u32, Outstanding>,
     decoder: FrameDecoder,
+    max_body: u32,
     /// Reused request body.
     body: Vec<u8>,
 }
@@ -27,6 +33,7 @@ impl RouterdWire {
             seq_next: 1,
             outstanding: HashMap::with_capacity(inflight_max + 1),
             decoder: FrameDecoder::new(Peer::Server, max_body),
+            max_body,
             body: Vec::with_capacity(64),
         }
     }
@@ -95,6 +102,7 @@ impl RouterdWire {
                     sent_ns: push_send_time_ns(body),
                 },
                 route::SYS_KICKED => Message::Kicked,
+                SYS_REDIRECT => Message::Redirect(parse_redirect(body)),
                 _ => Message::Stray,
             },
             FrameKind::Response | FrameKind::Error => {
@@ -121,6 +129,12 @@ impl RouterdWire {
     /// Every outstanding request, taken out.
     pub fn take_outstanding(&mut self) -> impl Iterator<Item = Outstanding> + '_ {
         self.outstanding.drain().map(|(_, request)| request)
+    }
+
+    /// A new connection: an empty stream and no requests.
+    pub fn reset(&mut self) {
+        self.outstanding.clear();
+        self.decoder = FrameDecoder::new(Peer::Server, self.max_body);
     }
 }
 
@@ -166,4 +180,14 @@ fn response_verdict(request: Outstanding, body: &[u8], player_id: u64) -> Verdic
     } else {
         Verdict::Malformed
     }
+}
+
+/// `u32 grace_ms` then UTF-8 `host:port` (possibly empty).
+pub fn parse_redirect(body: &[u8]) -> Option<Redirect> {
+    let (grace, target) = body.split_first_chunk::<4>()?;
+    let target = std::str::from_utf8(target).ok()?;
+    Some(Redirect {
+        grace_ms: u32::from_le_bytes(*grace),
+        target: target.to_string(),
+    })
 }

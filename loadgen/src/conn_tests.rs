@@ -3,6 +3,7 @@ use wire::client::{
 };
 
 use super::*;
+use crate::conn_routerd::SYS_REDIRECT;
 use crate::workload::Pacer;
 
 const MS: u64 = 1_000_000;
@@ -288,4 +289,119 @@ fn coordinated_omission_is_corrected() {
     assert!(naive_p99 < 2 * MS, "naive p99 {naive_p99}");
     assert_eq!(corrected.protocol_errors, 0);
     assert!(corrected.responses() >= 9_900);
+}
+
+/// `sys.redirect` stops new requests at once; the answers owed still
+/// count; a malformed redirect is a protocol error and changes nothing.
+#[test]
+fn a_redirect_drains_the_connection() {
+    let mut conn = ready_conn(4);
+    let mut stats = Stats::default();
+    let mut events = Vec::new();
+    conn.send(Op::Incr, &[], 0, true, &mut stats).expect("room");
+    let (incr, _) = drain_requests(&mut conn).remove(0);
+
+    conn.feed(&frame(FrameKind::Push, SYS_REDIRECT, 0, &[1, 0]));
+    conn.receive(MS, ALL, &mut stats, &mut events).expect("ok");
+    assert_eq!(
+        stats.protocol_errors, 1,
+        "a 2-byte redirect body is malformed"
+    );
+    assert_eq!(conn.phase(), Phase::Ready);
+
+    let mut body = 1500u32.to_le_bytes().to_vec();
+    body.extend_from_slice(b"10.0.0.2:7400");
+    conn.feed(&frame(FrameKind::Push, SYS_REDIRECT, 0, &body));
+    conn.receive(MS, ALL, &mut stats, &mut events).expect("ok");
+    assert_eq!(
+        events,
+        vec![Event::Redirect(Redirect {
+            grace_ms: 1500,
+            target: "10.0.0.2:7400".to_string(),
+        })]
+    );
+    assert_eq!(stats.redirects, 1);
+    assert_eq!(conn.phase(), Phase::Draining);
+    assert!(!conn.can_send());
+    assert_eq!(
+        conn.send(Op::Incr, &[], 0, true, &mut stats),
+        Err(SendError::NotReady)
+    );
+    // The answer owed arrives on the old connection and counts.
+    conn.feed(&frame(
+        FrameKind::Response,
+        route::PLAYER_INCR,
+        incr.seq,
+        &5i64.to_le_bytes(),
+    ));
+    conn.receive(2 * MS, ALL, &mut stats, &mut events)
+        .expect("ok");
+    assert_eq!(stats.ops[Op::Incr.index()].responses, 1);
+    assert_eq!(conn.outstanding(), 0);
+
+    // An empty target is allowed: the client picks another gateway.
+    let mut empty = ready_conn(1);
+    empty.feed(&frame(
+        FrameKind::Push,
+        SYS_REDIRECT,
+        0,
+        &0u32.to_le_bytes(),
+    ));
+    let mut events = Vec::new();
+    empty.receive(0, ALL, &mut stats, &mut events).expect("ok");
+    assert!(matches!(&events[0], Event::Redirect(r) if r.target.is_empty()));
+}
+
+/// A connection that closes loses what it had in flight, each request
+/// counted under its own kind as CONNECTION_LOST; the next connection
+/// starts clean, as the next player, and logs in again.
+#[test]
+fn a_reset_counts_the_lost_requests_and_starts_over() {
+    let mut conn = ready_conn(8);
+    let mut stats = Stats::default();
+    let mut events = Vec::new();
+    conn.send(Op::Incr, &[], 0, true, &mut stats).expect("room");
+    conn.send(Op::Ping, b"ab", 0, true, &mut stats)
+        .expect("room");
+    conn.send(Op::Ping, b"ab", 0, false, &mut stats)
+        .expect("room");
+    assert_eq!(conn.sent_since_login(), 3);
+    let requests = drain_requests(&mut conn);
+    // Half a frame of an answer is in the decoder when the socket closes.
+    let answer = frame(
+        FrameKind::Response,
+        route::PLAYER_INCR,
+        requests[0].0.seq,
+        &[0; 8],
+    );
+    conn.feed(&answer[..10]);
+    conn.receive(MS, ALL, &mut stats, &mut events).expect("ok");
+
+    conn.reset(8, &mut stats);
+    assert_eq!(stats.lost(), 2, "the unmeasured ping is not counted");
+    assert_eq!(stats.ops[Op::Incr.index()].failed[Failure::Lost.slot()], 1);
+    assert_eq!(stats.ops[Op::Ping.index()].failed[Failure::Lost.slot()], 1);
+    assert_eq!(conn.outstanding(), 0);
+    assert_eq!(conn.phase(), Phase::Idle);
+    assert_eq!(conn.player_id(), 8);
+    assert_eq!(conn.sent_since_login(), 0);
+
+    // The old half frame is gone: a whole new answer stream decodes.
+    conn.start_login("v1.8.9.mac", 2 * MS);
+    let (login, _) = drain_requests(&mut conn).remove(0);
+    conn.feed(&frame(
+        FrameKind::Response,
+        route::AUTH_LOGIN,
+        login.seq,
+        &8u64.to_le_bytes(),
+    ));
+    conn.receive(3 * MS, ALL, &mut stats, &mut events)
+        .expect("ok");
+    assert_eq!(events, vec![Event::LoggedIn]);
+    assert_eq!(stats.protocol_errors, 0);
+    // abandon() at the end counts what is left as unanswered, not lost.
+    conn.send(Op::Get, &[], 0, true, &mut stats).expect("room");
+    conn.abandon(&mut stats);
+    assert_eq!(stats.unanswered, 1);
+    assert_eq!(stats.lost(), 2);
 }

@@ -1,5 +1,6 @@
 //! The load phases of one generator thread: warm-up and the measured phase
-//! (closed or open loop), then the drain of outstanding answers.
+//! (closed or open loop), then the drain of outstanding answers. Moving
+//! connections (redirects, reconnects, the next player) is `moves.rs`'s.
 
 use std::collections::VecDeque;
 
@@ -8,8 +9,9 @@ use rand::SeedableRng;
 
 use crate::cli::{Args, Workload};
 use crate::clock::now_ns;
-use crate::conn::Window;
+use crate::conn::{Phase, Window};
 use crate::engine::Engine;
+use crate::moves::Moves;
 use crate::runner::{Context, Plan, Snapshot, IDLE_WAIT_NS};
 use crate::stats::Stats;
 use crate::workload::{room_role, Chooser, Generator, Pacer};
@@ -34,6 +36,7 @@ pub struct RunPhase {
     payload: Vec<u8>,
     /// Reused list of the slots to look at this loop.
     touched: Vec<usize>,
+    moves: Moves,
 }
 
 impl RunPhase {
@@ -43,6 +46,7 @@ impl RunPhase {
         engine: &Engine,
         start_ns: u64,
         window: Window,
+        token_expiry_unix_s: u64,
     ) -> RunPhase {
         let args = &ctx.args;
         let senders: Vec<usize> = (0..engine.slots.len())
@@ -66,7 +70,12 @@ impl RunPhase {
             waiting: vec![VecDeque::new(); engine.slots.len()],
             payload: Vec::with_capacity(args.body_bytes + 32),
             touched: Vec::with_capacity(engine.slots.len()),
+            moves: Moves::new(plan, ctx, engine, token_expiry_unix_s),
         }
+    }
+
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        self.moves.take_warnings()
     }
 
     /// Warm-up and the measured phase.
@@ -91,8 +100,7 @@ impl RunPhase {
             if self.pacer.is_some() {
                 self.schedule(engine, now, stats);
             }
-            // Kicks are counted in `stats`; nothing else happens after setup.
-            engine.events.clear();
+            self.moves.handle(engine, now, stats)?;
             let mut touched = std::mem::take(&mut self.touched);
             engine.take_touched(&mut touched);
             for &index in &touched {
@@ -113,6 +121,9 @@ impl RunPhase {
             let mut wait = IDLE_WAIT_NS.min(self.window.end_ns - now);
             if let Some(pacer) = &self.pacer {
                 wait = wait.min(pacer.next_due_ns().saturating_sub(now));
+            }
+            if let Some(due) = self.moves.next_due_ns() {
+                wait = wait.min(due.saturating_sub(now));
             }
             engine
                 .pump(wait, now_ns, self.window, stats)
@@ -140,12 +151,18 @@ impl RunPhase {
     }
 
     /// Sends what a connection may: up to the pipeline depth in closed
-    /// loop, its waiting scheduled requests in open loop.
+    /// loop, its waiting scheduled requests in open loop; or, once it has
+    /// sent its share as one player, starts the move to the next.
     fn top_up(&mut self, engine: &mut Engine, index: usize, now: u64, stats: &mut Stats) {
         let open_loop = self.pacer.is_some();
-        if !engine.slots[index].is_open()
-            || (!open_loop && self.senders.binary_search(&index).is_err())
-        {
+        if !engine.slots[index].is_open() {
+            return;
+        }
+        if engine.slots[index].conn.phase() == Phase::Draining {
+            self.moves.close_if_drained(engine, index);
+            return;
+        }
+        if !open_loop && self.senders.binary_search(&index).is_err() {
             return;
         }
         if self.batch && engine.slots[index].conn.outstanding() > 0 {
@@ -153,6 +170,11 @@ impl RunPhase {
         }
         let mut queued = false;
         while engine.slots[index].conn.can_send() {
+            if self.moves.switch_due(&engine.slots[index].conn)
+                && !self.moves.begin_switch(engine, index, stats)
+            {
+                break;
+            }
             let intended = if open_loop {
                 match self.waiting[index].pop_front() {
                     Some(due) => due,
@@ -178,7 +200,9 @@ impl RunPhase {
         }
     }
 
-    /// Waits for the answers still outstanding, at most `--drain`.
+    /// Waits for the answers still outstanding, at most `--drain`. No
+    /// connection moves any more: one that closes now loses what it had in
+    /// flight.
     pub fn drain(
         &mut self,
         engine: &mut Engine,
@@ -186,8 +210,10 @@ impl RunPhase {
         stats: &mut Stats,
     ) -> Result<(), String> {
         let deadline = now_ns() + args.drain.as_nanos() as u64;
+        self.moves.stop();
         engine.take_touched(&mut self.touched);
         loop {
+            self.moves.handle(engine, now_ns(), stats)?;
             let pending = engine
                 .slots
                 .iter()
@@ -200,7 +226,6 @@ impl RunPhase {
                 .pump(IDLE_WAIT_NS.min(deadline - now), now_ns, self.window, stats)
                 .map_err(|e| format!("io_uring: {e}"))?;
             engine.take_touched(&mut self.touched);
-            engine.events.clear();
         }
     }
 }

@@ -3,10 +3,11 @@
 //!
 //! One pinned thread per `--threads`, each an io_uring loop over its share
 //! of the connections (`engine.rs`), the protocol and the measurements in a
-//! sans-IO connection (`conn.rs`, `conn_routerd.rs`, `conn_resp.rs`).
-//! Exit status: 0 pass, 1 the run failed (protocol errors, lost
-//! connections, an offered rate not kept, setup or node failure), 2 bad
-//! usage.
+//! sans-IO connection (`conn.rs`, `conn_routerd.rs`, `conn_resp.rs`), the
+//! moves of connections (redirects, reconnects, players) decided sans-IO
+//! in `link.rs`. Exit status: 0 pass, 1 the run failed (protocol errors,
+//! lost connections, an offered rate not kept, setup or node failure), 2
+//! bad usage.
 
 mod cli;
 mod clock;
@@ -15,11 +16,14 @@ mod conn_resp;
 mod conn_routerd;
 mod engine;
 mod hgrm;
+mod link;
 mod load;
+mod moves;
 mod progress;
 mod report;
 mod resp;
 mod runner;
+mod socket;
 mod spawn;
 mod stats;
 #[cfg(test)]
@@ -66,7 +70,7 @@ fn main() -> ExitCode {
                     "loadgen: routerd node up on {} (admin {}), CPUs {cpus:?}",
                     node.client_addr, node.admin_addr
                 );
-                args.addr = node.client_addr;
+                args.addrs = vec![node.client_addr];
                 Some(node)
             }
             Err(message) => {
@@ -78,13 +82,13 @@ fn main() -> ExitCode {
         None
     };
 
-    let (stats, mut failures) = execute(&args, &secret, &generator_cpus);
+    let (stats, mut failures, warnings) = execute(&args, &secret, &generator_cpus);
     if let Some(node) = node {
         if let Err(message) = node.stop() {
             failures.push(format!("node stop: {message}"));
         }
     }
-    let summary = Summary::new(&args, &stats, failures);
+    let summary = Summary::new(&args, &stats, failures, warnings);
     print!("{}", summary.table());
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&summary).unwrap_or_default();
@@ -134,9 +138,10 @@ fn default_cpus(threads: usize, machine_cpus: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Runs every generator thread; returns the merged stats and the setup or
-/// runtime failures.
-fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>) {
+/// Runs every generator thread; returns the merged stats, the setup or
+/// runtime failures, and the warnings about connections that could not go
+/// on.
+fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>, Vec<String>) {
     let args_shared = Arc::new(args.clone());
     let secret = Arc::new(secret.to_string());
     let coordinator = Arc::new(Coordinator::default());
@@ -197,16 +202,18 @@ fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>) {
 
     let mut stats = Stats::default();
     let mut failures = Vec::new();
+    let mut warnings = Vec::new();
     for handle in handles {
         match handle.join() {
             Ok(outcome) => {
                 stats.merge(&outcome.stats);
                 failures.extend(outcome.error);
+                warnings.extend(outcome.warnings);
             }
             Err(_) => failures.push("a generator thread panicked".to_string()),
         }
     }
-    (stats, failures)
+    (stats, failures, warnings)
 }
 
 #[cfg(test)]

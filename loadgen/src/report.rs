@@ -10,7 +10,7 @@ use hdrhistogram::{Counter, Histogram};
 use serde::Serialize;
 
 use crate::cli::Args;
-use crate::stats::{failure_slot_name, OpStats, Stats, FAILURE_SLOTS};
+use crate::stats::{failure_slot_name, Failure, OpStats, Stats, FAILURE_SLOTS};
 use crate::workload::Op;
 
 /// Open loop: below this fraction of the offered sends, the generator (or
@@ -50,7 +50,8 @@ pub struct OpSummary {
     pub sent: u64,
     pub responses: u64,
     pub throughput: f64,
-    /// Failed requests by reason: ERROR codes, `RESP_ERROR`.
+    /// Failed requests by reason: ERROR codes, `RESP_ERROR`,
+    /// `CONNECTION_LOST`.
     pub failed: BTreeMap<&'static str, u64>,
     pub latency: Percentiles,
 }
@@ -81,11 +82,19 @@ pub struct Summary {
     pub responses: u64,
     /// Error answers (ERROR frames, Redis error replies) by code.
     pub errors: BTreeMap<&'static str, u64>,
+    /// Requests lost with a connection that closed before their answer.
+    pub lost: u64,
+    /// Every request that failed: `errors` plus `lost`.
+    pub failed: u64,
     pub protocol_errors: u64,
     pub unanswered: u64,
     pub schedule_overflow: u64,
     pub connections_lost: u64,
     pub kicked: u64,
+    pub redirects: u64,
+    pub reconnects: u64,
+    pub connect_failures: u64,
+    pub player_switches: u64,
     pub latency: Percentiles,
     pub pushes: u64,
     pub pushes_expected: u64,
@@ -93,6 +102,8 @@ pub struct Summary {
     /// Per kind of request sent (`ping`, `get`, `incr`, `say`).
     pub ops: BTreeMap<&'static str, OpSummary>,
     pub series: Vec<SecondSummary>,
+    /// Connections that could not go on, in words.
+    pub warnings: Vec<String>,
     /// Why the run failed; empty means it passed.
     pub failures: Vec<String>,
 }
@@ -127,8 +138,15 @@ fn op_summary(stats: &OpStats, measured_s: f64) -> OpSummary {
 }
 
 impl Summary {
-    pub fn new(args: &Args, stats: &Stats, setup_errors: Vec<String>) -> Summary {
+    pub fn new(
+        args: &Args,
+        stats: &Stats,
+        setup_errors: Vec<String>,
+        warnings: Vec<String>,
+    ) -> Summary {
         let measured_s = args.duration.as_secs_f64();
+        let failed = stats.failed();
+        let lost_slot = Failure::Lost.slot();
         let offered_rate = args.rate.map(|r| r as f64);
         let mut failures = setup_errors;
         if failures.is_empty() {
@@ -173,12 +191,18 @@ impl Summary {
             throughput: stats.responses() as f64 / measured_s,
             sent: stats.sent(),
             responses: stats.responses(),
-            errors: by_name(&stats.failed(), |_| true),
+            errors: by_name(&failed, |slot| slot != lost_slot),
+            lost: failed[lost_slot],
+            failed: failed.iter().sum(),
             protocol_errors: stats.protocol_errors,
             unanswered: stats.unanswered,
             schedule_overflow: stats.schedule_overflow,
             connections_lost: stats.connections_lost,
             kicked: stats.kicked,
+            redirects: stats.redirects,
+            reconnects: stats.reconnects,
+            connect_failures: stats.connect_failures,
+            player_switches: stats.player_switches,
             latency: Percentiles::of(&stats.latency_ns()),
             pushes: stats.pushes,
             pushes_expected: stats.pushes_expected,
@@ -186,6 +210,7 @@ impl Summary {
                 .then(|| Percentiles::of(&stats.push_latency_ns)),
             ops,
             series,
+            warnings,
             failures,
         }
     }
@@ -202,10 +227,11 @@ impl Summary {
         let proto = value_name(&c.proto);
         let _ = writeln!(
             out,
-            "loadgen: {workload} ({proto}) {} loop, {} connections x depth {}, {} thread(s), {:.1} s measured ({} CPUs on this machine)",
+            "loadgen: {workload} ({proto}) {} loop, {} connections x depth {}, {} player(s), {} thread(s), {:.1} s measured ({} CPUs on this machine)",
             self.mode,
             c.connections,
             c.pipeline,
+            c.player_count(),
             c.threads,
             self.measured_s,
             self.machine_cpus
@@ -231,18 +257,21 @@ impl Summary {
                 self.pushes, self.pushes_expected, p.p50_us, p.p99_us, p.max_us
             );
         }
-        let errors: Vec<String> = self
+        let mut failed: Vec<String> = self
             .errors
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
+        if self.lost > 0 {
+            failed.push(format!("CONNECTION_LOST={}", self.lost));
+        }
         let _ = writeln!(
             out,
-            "  errors        {}",
-            if errors.is_empty() {
+            "  failed        {}",
+            if failed.is_empty() {
                 "none".to_string()
             } else {
-                errors.join(" ")
+                format!("{}: {}", self.failed, failed.join(" "))
             }
         );
         let _ = writeln!(
@@ -250,6 +279,16 @@ impl Summary {
             "  unanswered {}  protocol errors {}  connections lost {}  kicked {}",
             self.unanswered, self.protocol_errors, self.connections_lost, self.kicked
         );
+        if c.reconnect || self.redirects + self.reconnects + self.player_switches > 0 {
+            let _ = writeln!(
+                out,
+                "  moves         redirects {}  reconnects {}  connect failures {}  player switches {}",
+                self.redirects, self.reconnects, self.connect_failures, self.player_switches
+            );
+        }
+        for warning in &self.warnings {
+            let _ = writeln!(out, "  warning       {warning}");
+        }
         if self.passed() {
             let _ = writeln!(out, "  result        PASS");
         } else {
@@ -322,24 +361,24 @@ mod tests {
         let args = Args::parse_from(["loadgen", "--duration", "1s"]);
         let mut stats = Stats::default();
         answered(&mut stats, Op::Ping, 100, 1000);
-        assert!(Summary::new(&args, &stats, vec![]).passed());
+        assert!(Summary::new(&args, &stats, vec![], vec![]).passed());
 
         stats.protocol_errors = 1;
-        let summary = Summary::new(&args, &stats, vec![]);
+        let summary = Summary::new(&args, &stats, vec![], vec![]);
         assert!(!summary.passed());
         assert!(summary.table().contains("FAIL"));
 
         stats.protocol_errors = 0;
         let open = Args::parse_from(["loadgen", "--duration", "1s", "--rate", "1000"]);
-        let summary = Summary::new(&open, &stats, vec![]);
+        let summary = Summary::new(&open, &stats, vec![], vec![]);
         assert!(
             summary.failures[0].contains("offered rate not kept"),
             "{:?}",
             summary.failures
         );
         answered(&mut stats, Op::Ping, 890, 1000);
-        assert!(Summary::new(&open, &stats, vec![]).passed());
-        assert!(!Summary::new(&open, &stats, vec!["setup".into()]).passed());
+        assert!(Summary::new(&open, &stats, vec![], vec![]).passed());
+        assert!(!Summary::new(&open, &stats, vec!["setup".into()], vec![]).passed());
     }
 
     #[test]
@@ -351,7 +390,7 @@ mod tests {
             stats.record_response(Op::Ping, 0, v * 10_000);
         }
         stats.record_failure(Op::Ping, 0, Failure::Code(6));
-        let summary = Summary::new(&args, &stats, vec![]);
+        let summary = Summary::new(&args, &stats, vec![], vec![]);
         let json = serde_json::to_string(&summary).expect("serializable");
         assert!(json.contains("\"OVERLOADED\":1"));
         assert!(json.contains("\"connections\":16"));
@@ -368,10 +407,10 @@ mod tests {
         answered(&mut stats, Op::Ping, 900, 100_000); // 100 us
         answered(&mut stats, Op::Get, 100, 5_000_000); // 5 ms
         stats.record_sent(Op::Incr, 0);
-        stats.record_failure(Op::Incr, 0, Failure::RespError);
+        stats.record_failure(Op::Incr, 0, Failure::Lost);
         stats.record_sent(Op::Incr, 0);
         stats.record_failure(Op::Incr, 0, Failure::Code(7));
-        let summary = Summary::new(&args, &stats, vec![]);
+        let summary = Summary::new(&args, &stats, vec![], vec![]);
         assert_eq!(summary.ops.len(), 3);
         let get = &summary.ops["get"];
         assert_eq!(get.responses, 100);
@@ -380,9 +419,12 @@ mod tests {
         assert!(summary.ops["ping"].latency.p99_us < 110.0);
         // Over all ops the gets are only the top 10%.
         assert!(summary.latency.p50_us < 110.0);
-        assert_eq!(summary.ops["incr"].failed["RESP_ERROR"], 1);
+        assert_eq!(summary.ops["incr"].failed["CONNECTION_LOST"], 1);
         assert_eq!(summary.ops["incr"].failed["UNAVAILABLE"], 1);
+        assert_eq!(summary.lost, 1);
+        assert_eq!(summary.failed, 2);
         assert_eq!(summary.errors.get("UNAVAILABLE"), Some(&1));
+        assert!(!summary.errors.contains_key("CONNECTION_LOST"));
 
         let table = summary.table();
         let get_row = table
@@ -390,7 +432,7 @@ mod tests {
             .find(|l| l.trim_start().starts_with("get "))
             .expect("a get row");
         assert!(get_row.contains("5"), "{get_row}");
-        assert!(table.contains("RESP_ERROR=1"), "{table}");
+        assert!(table.contains("CONNECTION_LOST=1"), "{table}");
 
         let json: serde_json::Value =
             serde_json::from_str(&serde_json::to_string(&summary).expect("json")).expect("parse");
@@ -417,7 +459,7 @@ mod tests {
                 stats.record_response(Op::Ping, intended, intended + (second + 1) * 1_000_000);
             }
         }
-        let summary = Summary::new(&args, &stats, vec![]);
+        let summary = Summary::new(&args, &stats, vec![], vec![]);
         let json: serde_json::Value =
             serde_json::from_str(&serde_json::to_string(&summary).expect("json")).expect("parse");
         let series = json["series"].as_array().expect("series");

@@ -14,17 +14,21 @@ use crate::conn::{Conn, Event, Phase, Window};
 use crate::engine::Engine;
 use crate::load::RunPhase;
 use crate::stats::{Progress, Stats};
-use crate::workload::room_role;
+use crate::workload::{room_role, PlayerRing};
 
 /// Longest a connection attempt may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Longest login and room joins may take, after the connections are open.
 const SETUP_TIMEOUT_NS: u64 = 30_000_000_000;
 
 /// The longest a thread sleeps in the kernel between looks at the clock
-/// (progress, end of phase).
+/// (progress, end of phase, reconnect backoffs).
 pub const IDLE_WAIT_NS: u64 = 20_000_000;
+
+/// Warnings one thread reports at most (each names a connection that could
+/// not go on); the counters hold the rest.
+pub const WARNINGS_MAX: usize = 8;
 
 /// How the threads agree on one start time.
 #[derive(Default)]
@@ -54,6 +58,9 @@ pub struct Outcome {
     pub stats: Stats,
     /// The run could not be measured (connect, login, ring, socket).
     pub error: Option<String>,
+    /// Connections that could not go on during the run, in words (at most
+    /// `WARNINGS_MAX`).
+    pub warnings: Vec<String>,
 }
 
 pub struct Context {
@@ -65,24 +72,35 @@ pub struct Context {
 
 pub fn run_thread(plan: Plan, ctx: Context) -> Outcome {
     let mut stats = Stats::default();
-    let error = match run(&plan, &ctx, &mut stats) {
+    let mut warnings = Vec::new();
+    let error = match run(&plan, &ctx, &mut stats, &mut warnings) {
         Ok(()) => None,
         Err(message) => {
             ctx.coordinator.failed.store(true, Ordering::SeqCst);
             Some(format!("thread {}: {message}", plan.thread_index))
         }
     };
-    Outcome { stats, error }
+    Outcome {
+        stats,
+        error,
+        warnings,
+    }
 }
 
-fn run(plan: &Plan, ctx: &Context, stats: &mut Stats) -> Result<(), String> {
+fn run(
+    plan: &Plan,
+    ctx: &Context,
+    stats: &mut Stats,
+    warnings: &mut Vec<String>,
+) -> Result<(), String> {
     if let Some(cpu) = plan.cpu {
         pin_to_cpu(cpu)?;
     }
     let args = &ctx.args;
     let mut engine = Engine::new(plan.conn_count).map_err(|e| format!("io_uring setup: {e}"))?;
     connect_all(plan, ctx, &mut engine)?;
-    setup_sessions(args, &ctx.secret, token_expiry(args), &mut engine)?;
+    let token_expiry_unix_s = token_expiry(args);
+    setup_sessions(args, &ctx.secret, token_expiry_unix_s, &mut engine)?;
 
     ctx.coordinator.ready.fetch_add(1, Ordering::SeqCst);
     let start_ns = loop {
@@ -101,9 +119,11 @@ fn run(plan: &Plan, ctx: &Context, stats: &mut Stats) -> Result<(), String> {
         end_ns: measure_start_ns + args.duration.as_nanos() as u64,
     };
     stats.start_series(window.start_ns);
-    let mut phase = RunPhase::new(plan, ctx, &engine, start_ns, window);
-    phase.load(&mut engine, ctx, stats)?;
-    phase.drain(&mut engine, args, stats)?;
+    let mut phase = RunPhase::new(plan, ctx, &engine, start_ns, window, token_expiry_unix_s);
+    let loaded = phase.load(&mut engine, ctx, stats);
+    let drained = loaded.and_then(|()| phase.drain(&mut engine, args, stats));
+    warnings.extend(phase.take_warnings());
+    drained?;
     for slot in &mut engine.slots {
         slot.conn.abandon(stats);
     }
@@ -112,7 +132,7 @@ fn run(plan: &Plan, ctx: &Context, stats: &mut Stats) -> Result<(), String> {
 }
 
 /// Login tokens stay valid through setup, warm-up, the run and an hour of
-/// slack.
+/// slack, so a login after a reconnect uses the same expiry.
 fn token_expiry(args: &Args) -> u64 {
     let now_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -150,11 +170,13 @@ fn connect_all(plan: &Plan, ctx: &Context, engine: &mut Engine) -> Result<(), St
         }
         let global = plan.first_conn + i;
         let (room_id, _) = room_role(global, args.room_size, args.say_fraction);
-        let stream = TcpStream::connect_timeout(&args.addr, CONNECT_TIMEOUT)
-            .map_err(|e| format!("connect {} (connection {global}): {e}", args.addr))?;
+        let addr = args.addrs[global % args.addrs.len()];
+        let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+            .map_err(|e| format!("connect {addr} (connection {global}): {e}"))?;
+        let player = PlayerRing::new(global, args.connections, args.player_count()).current();
         let conn = Conn::new(
             args.proto,
-            args.player_base + global as u64,
+            args.player_base + player,
             room_id,
             args.pipeline,
             args.max_body,
@@ -199,11 +221,14 @@ fn setup_sessions(
                 }
                 Event::SetupFailed(reason) => return Err(reason),
                 Event::Kicked => return Err("a session was kicked during setup".to_string()),
+                Event::Redirect(_) => {
+                    return Err("a session was redirected during setup".to_string())
+                }
                 Event::LoggedIn | Event::Joined => {}
             }
         }
         engine.take_touched(&mut Vec::new());
-        if engine.slots.iter().any(|s| !s.is_open()) {
+        if engine.slots.iter().any(|s| !s.is_open()) || !engine.link_events.is_empty() {
             return Err("a connection closed during setup".to_string());
         }
         if scratch.protocol_errors > 0 {

@@ -12,9 +12,9 @@ use crate::workload::Op;
 
 #[test]
 fn closed_loop_against_echo_for_one_second() {
-    let addr = gateway(Behaviour::default());
+    let (addr, _) = gateway(Behaviour::default());
     let outcome = run_against(
-        addr,
+        &[addr],
         &["--connections", "4", "--pipeline", "8", "--drain", "1s"],
     );
     assert_eq!(outcome.error, None);
@@ -40,9 +40,9 @@ fn closed_loop_against_echo_for_one_second() {
 
 #[test]
 fn open_loop_keeps_the_offered_rate() {
-    let addr = gateway(Behaviour::default());
+    let (addr, _) = gateway(Behaviour::default());
     let outcome = run_against(
-        addr,
+        &[addr],
         &[
             "--connections",
             "2",
@@ -69,9 +69,12 @@ fn open_loop_keeps_the_offered_rate() {
 
 #[test]
 fn a_server_answering_wrong_seqs_is_caught() {
-    let addr = gateway(Behaviour { seq_skew: 1000 });
+    let (addr, _) = gateway(Behaviour {
+        seq_skew: 1000,
+        ..Behaviour::default()
+    });
     let outcome = run_against(
-        addr,
+        &[addr],
         &["--connections", "1", "--pipeline", "1", "--drain", "200ms"],
     );
     let stats = outcome.stats;
@@ -82,9 +85,9 @@ fn a_server_answering_wrong_seqs_is_caught() {
 
 #[test]
 fn login_then_mixed_and_room_workloads() {
-    let addr = gateway(Behaviour::default());
+    let (addr, _) = gateway(Behaviour::default());
     let outcome = run_against(
-        addr,
+        &[addr],
         &[
             "--workload",
             "mixed",
@@ -110,7 +113,7 @@ fn login_then_mixed_and_room_workloads() {
     assert_eq!(stats.ops[Op::Get.index()].latency_ns.len(), get);
 
     let outcome = run_against(
-        addr,
+        &[addr],
         &[
             "--workload",
             "room",
@@ -143,7 +146,7 @@ fn login_then_mixed_and_room_workloads() {
 fn resp_closed_loop_against_a_fake_redis() {
     let (addr, record) = redis();
     let outcome = run_against(
-        addr,
+        &[addr],
         &[
             "--proto",
             "resp",
@@ -187,7 +190,7 @@ fn resp_closed_loop_against_a_fake_redis() {
 fn resp_open_loop_keeps_the_offered_rate_with_bare_pings() {
     let (addr, record) = redis();
     let outcome = run_against(
-        addr,
+        &[addr],
         &[
             "--proto",
             "resp",
@@ -213,6 +216,48 @@ fn resp_open_loop_keeps_the_offered_rate_with_bare_pings() {
     assert_eq!(stats.responses(), stats.sent());
     assert_eq!(stats.protocol_errors, 0);
     assert!(record.commands.lock().expect("lock")["PING"] >= 2000);
+}
+
+/// With more players than connections, a RESP connection moves its
+/// commands to its next player's key every --requests-per-login.
+#[test]
+fn resp_players_spread_over_many_keys() {
+    let (addr, record) = redis();
+    let outcome = run_against(
+        &[addr],
+        &[
+            "--proto",
+            "resp",
+            "--workload",
+            "incr",
+            "--connections",
+            "2",
+            "--players",
+            "10",
+            "--requests-per-login",
+            "20",
+            "--player-base",
+            "100",
+            "--drain",
+            "1s",
+        ],
+    );
+    assert_eq!(outcome.error, None);
+    assert_eq!(outcome.stats.protocol_errors, 0);
+    assert!(
+        outcome.stats.player_switches >= 10,
+        "{} switches",
+        outcome.stats.player_switches
+    );
+    let counters = record.counters.lock().expect("lock");
+    let mut keys: Vec<String> = counters
+        .keys()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    keys.sort();
+    let mut want: Vec<String> = (100..110).map(|p| format!("player:{p}")).collect();
+    want.sort();
+    assert_eq!(keys, want);
 }
 
 /// A server that tells the two closed-loop disciplines apart: it reads one
@@ -283,7 +328,7 @@ fn batch_waits_for_every_answer_and_the_default_refills_at_once() {
         if batch {
             extra.push("--batch");
         }
-        let outcome = run_against(addr, &extra);
+        let outcome = run_against(&[addr], &extra);
         assert_eq!(outcome.stats.protocol_errors, 0);
         let findings: Vec<bool> = found.try_iter().collect();
         assert!(findings.len() >= 5, "only {} batches", findings.len());
@@ -367,7 +412,7 @@ fn resp_batch_waits_for_every_answer() {
         if batch {
             extra.push("--batch");
         }
-        let outcome = run_against(addr, &extra);
+        let outcome = run_against(&[addr], &extra);
         assert_eq!(outcome.stats.protocol_errors, 0);
         let findings: Vec<bool> = found.try_iter().collect();
         assert!(findings.len() >= 5, "only {} batches", findings.len());

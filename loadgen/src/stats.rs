@@ -18,9 +18,11 @@ pub const LATENCY_MAX_NS: u64 = 120_000_000_000;
 pub const SERIES_SECONDS_MAX: usize = 3600;
 
 /// Slots of a failure count: index = code for PROTOCOL.md's codes 1..=9,
-/// 0 for a code this generator does not know, then a Redis error reply.
-pub const FAILURE_SLOTS: usize = 11;
+/// 0 for a code this generator does not know, then a Redis error reply and
+/// a request lost with its connection.
+pub const FAILURE_SLOTS: usize = 12;
 const SLOT_RESP_ERROR: usize = 10;
+const SLOT_LOST: usize = 11;
 
 /// Why a measured request did not get its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +31,8 @@ pub enum Failure {
     Code(u16),
     /// A Redis error reply (`-ERR ...`).
     RespError,
+    /// Its connection closed before the answer came.
+    Lost,
 }
 
 impl Failure {
@@ -36,6 +40,7 @@ impl Failure {
         match self {
             Failure::Code(code) => ErrorCode::from_u16(code).map_or(0, |known| known as usize),
             Failure::RespError => SLOT_RESP_ERROR,
+            Failure::Lost => SLOT_LOST,
         }
     }
 }
@@ -44,6 +49,7 @@ impl Failure {
 pub fn failure_slot_name(slot: usize) -> &'static str {
     match slot {
         SLOT_RESP_ERROR => "RESP_ERROR",
+        SLOT_LOST => "CONNECTION_LOST",
         _ => u16::try_from(slot)
             .ok()
             .and_then(ErrorCode::from_u16)
@@ -126,7 +132,8 @@ pub struct Stats {
     /// Answers that matched no outstanding request, malformed bodies,
     /// undecodable bytes, unexpected PUSH routes. Any of them fails the run.
     pub protocol_errors: u64,
-    /// Measured requests still unanswered at the end of the drain.
+    /// Measured requests still unanswered at the end of the drain, on a
+    /// connection that was still open.
     pub unanswered: u64,
     /// Open-loop requests whose intended time came while the connection's
     /// waiting queue was full: the offered rate was not kept.
@@ -138,8 +145,18 @@ pub struct Stats {
     pub pushes_expected: u64,
     /// `sys.kicked` PUSHes received.
     pub kicked: u64,
-    /// Connections that closed or failed before the end.
+    /// Connections that closed or failed and were not (or could no longer
+    /// be) reconnected. Any of them fails the run.
     pub connections_lost: u64,
+    /// Connections re-established after they closed (`--reconnect`).
+    pub reconnects: u64,
+    /// `sys.redirect` PUSHes received (and followed).
+    pub redirects: u64,
+    /// Connect attempts that failed after setup.
+    pub connect_failures: u64,
+    /// Logins after setup that moved a connection to its next player
+    /// (`--players`).
+    pub player_switches: u64,
     /// Second 0 of the series (the start of the measured phase).
     series_origin_ns: u64,
     series: Vec<Second>,
@@ -163,6 +180,10 @@ impl Default for Stats {
             pushes_expected: 0,
             kicked: 0,
             connections_lost: 0,
+            reconnects: 0,
+            redirects: 0,
+            connect_failures: 0,
+            player_switches: 0,
             series_origin_ns: u64::MAX,
             series: Vec::new(),
         }
@@ -271,6 +292,12 @@ impl Stats {
         self.failed().iter().sum()
     }
 
+    /// Requests lost with their connection.
+    #[cfg(test)]
+    pub fn lost(&self) -> u64 {
+        self.failed()[SLOT_LOST]
+    }
+
     /// The latency of every successful answer, whatever its kind.
     pub fn latency_ns(&self) -> Histogram<u64> {
         let mut total = latency_histogram();
@@ -312,6 +339,10 @@ impl Stats {
         self.pushes_expected += other.pushes_expected;
         self.kicked += other.kicked;
         self.connections_lost += other.connections_lost;
+        self.reconnects += other.reconnects;
+        self.redirects += other.redirects;
+        self.connect_failures += other.connect_failures;
+        self.player_switches += other.player_switches;
         if self.series.len() < other.series.len() {
             self.series.resize_with(other.series.len(), Second::default);
         }
@@ -367,6 +398,7 @@ mod tests {
         assert_eq!(other_order.latency_ns(), latency);
         assert_eq!(failure_slot_name(6), "OVERLOADED");
         assert_eq!(failure_slot_name(0), "UNKNOWN_CODE");
+        assert_eq!(failure_slot_name(Failure::Lost.slot()), "CONNECTION_LOST");
         assert_eq!(failure_slot_name(Failure::RespError.slot()), "RESP_ERROR");
     }
 
@@ -394,7 +426,7 @@ mod tests {
             a.record_sent(Op::Incr, intended);
             a.record_response(Op::Incr, intended, intended + latency_ms * 1_000_000);
         }
-        a.record_failure(Op::Incr, origin + S, Failure::Code(7));
+        a.record_failure(Op::Incr, origin + S, Failure::Lost);
         let mut b = Stats::default();
         b.start_series(origin);
         b.record_sent(Op::Get, origin + 3 * S);

@@ -1,12 +1,13 @@
 //! In-test servers on loopback and a one-thread run against them: a fake
-//! routerd gateway (that can answer wrong seqs) and a fake Redis. They
-//! speak the protocols for real, so the io_uring engine and the sans-IO
-//! connections are tested together without a node or a redis-server.
+//! routerd gateway (that can answer wrong seqs, redirect its sessions or
+//! drop them), and a fake Redis. They speak the protocols for real, so the
+//! io_uring engine, the sans-IO connections and the moves are tested
+//! together without a node or a redis-server.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use wire::client::{encode_frame, route, FrameDecoder, FrameKind, Peer};
 
 use crate::cli::Args;
 use crate::clock::now_ns;
+use crate::conn_routerd::SYS_REDIRECT;
 use crate::resp::{encode_command, Reply, RespDecoder};
 use crate::runner::{run_thread, Context, Coordinator, Outcome, Plan};
 
@@ -26,26 +28,61 @@ pub const SECRET: &str = "test";
 pub struct Behaviour {
     /// Added to every answer's seq (0 for a correct server).
     pub seq_skew: u32,
+    /// After this many workload requests on a connection, push a
+    /// `sys.redirect` with this target (and keep answering).
+    pub redirect_after: Option<(u64, String)>,
+    /// After this many workload requests on a connection, drop it without
+    /// answering the last ones read.
+    pub close_after: Option<u64>,
+}
+
+/// What every connection of a fake gateway saw.
+#[derive(Debug, Default)]
+pub struct Record {
+    /// Every successful login's player, in order.
+    pub logins: Mutex<Vec<u64>>,
+    /// Players with a live session right now.
+    live: Mutex<HashSet<u64>>,
+    /// Logins of a player that already had a live session: each would
+    /// have kicked the other under `kick_old`.
+    pub overlaps: AtomicU64,
+    /// Workload requests answered.
+    pub answered: AtomicU64,
+    /// `sys.redirect` PUSHes sent.
+    pub redirects: AtomicU64,
+    /// Workload requests read after this connection's redirect was sent.
+    pub after_redirect: AtomicU64,
 }
 
 /// A fake gateway on a free loopback port, one thread a connection.
-pub fn gateway(behaviour: Behaviour) -> SocketAddr {
+pub fn gateway(behaviour: Behaviour) -> (SocketAddr, Arc<Record>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let addr = listener.local_addr().expect("addr");
+    let record = Arc::new(Record::default());
+    let shared = Arc::clone(&record);
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { return };
             let behaviour = behaviour.clone();
-            std::thread::spawn(move || Session::default().serve(stream, &behaviour));
+            let record = Arc::clone(&shared);
+            std::thread::spawn(move || {
+                let mut session = Session::default();
+                session.serve(stream, &behaviour, &record);
+                if let Some(player) = session.player_id {
+                    record.live.lock().expect("lock").remove(&player);
+                }
+            });
         }
     });
-    addr
+    (addr, record)
 }
 
 #[derive(Default)]
 struct Session {
     player_id: Option<u64>,
     counter: i64,
+    requests: u64,
+    redirected: bool,
 }
 
 impl Session {
@@ -54,7 +91,7 @@ impl Session {
     /// `player.get` a counter, `room.join` one member, `room.say` one
     /// member plus a `room.message` PUSH to the sender itself, anything
     /// else an echo.
-    fn serve(&mut self, mut stream: TcpStream, behaviour: &Behaviour) {
+    fn serve(&mut self, mut stream: TcpStream, behaviour: &Behaviour, record: &Record) {
         let _ = stream.set_nodelay(true);
         let mut decoder = FrameDecoder::new(Peer::Client, 1 << 16);
         let mut out = Vec::new();
@@ -73,11 +110,33 @@ impl Session {
                     let player = wire::token::verify(SECRET.as_bytes(), body, 0)
                         .expect("a token minted with the test secret");
                     self.player_id = Some(player);
+                    record.logins.lock().expect("lock").push(player);
+                    if !record.live.lock().expect("lock").insert(player) {
+                        record.overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
                     let id = player.to_le_bytes();
                     encode_frame(&mut out, FrameKind::Response, h.route_id, seq, &id);
                     continue;
                 }
+                self.requests += 1;
+                if self.redirected {
+                    record.after_redirect.fetch_add(1, Ordering::SeqCst);
+                }
+                if behaviour.close_after.is_some_and(|n| self.requests >= n) {
+                    // Gone, with whatever was read and not yet answered.
+                    return;
+                }
                 self.answer(&mut out, h.route_id, seq, body);
+                record.answered.fetch_add(1, Ordering::SeqCst);
+                if let Some((after, target)) = &behaviour.redirect_after {
+                    if self.requests == *after && !self.redirected {
+                        self.redirected = true;
+                        let mut push = 2_000u32.to_le_bytes().to_vec();
+                        push.extend_from_slice(target.as_bytes());
+                        encode_frame(&mut out, FrameKind::Push, SYS_REDIRECT, 0, &push);
+                        record.redirects.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
             }
             if stream.write_all(&out).is_err() {
                 return;
@@ -239,8 +298,8 @@ fn the_fake_redis_answers_in_resp() {
 }
 
 /// Runs one generator thread (all connections) with `extra` flags against
-/// `addr`: 200 ms of warm-up and 1 s measured unless `extra` says.
-pub fn run_against(addr: SocketAddr, extra: &[&str]) -> Outcome {
+/// `addrs`: 200 ms of warm-up and 1 s measured unless `extra` says.
+pub fn run_against(addrs: &[SocketAddr], extra: &[&str]) -> Outcome {
     let mut argv = vec!["loadgen"];
     if !extra.contains(&"--warmup") {
         argv.extend(["--warmup", "200ms"]);
@@ -250,7 +309,7 @@ pub fn run_against(addr: SocketAddr, extra: &[&str]) -> Outcome {
     }
     argv.extend_from_slice(extra);
     let mut args = Args::parse_from(argv);
-    args.addr = addr;
+    args.addrs = addrs.to_vec();
     args.validate().expect("valid test args");
     let coordinator = Arc::new(Coordinator::default());
     let ctx = Context {

@@ -185,6 +185,48 @@ impl Pacer {
     }
 }
 
+/// The players one connection owns under `--players`: connection `i` of
+/// `C` owns player indexes i, i+C, i+2C, ... below the player count, so no
+/// two connections ever hold one player, and it visits them round robin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlayerRing {
+    first: u64,
+    stride: u64,
+    len: u64,
+    cursor: u64,
+}
+
+impl PlayerRing {
+    pub fn new(conn_index: usize, connections: usize, players: u64) -> PlayerRing {
+        let first = conn_index as u64;
+        let stride = connections as u64;
+        assert!(first < players, "every connection owns a player");
+        PlayerRing {
+            first,
+            stride,
+            len: (players - first).div_ceil(stride),
+            cursor: 0,
+        }
+    }
+
+    /// Players this connection owns.
+    #[cfg(test)]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// The index (from 0; ids add `--player-base`) of the current player.
+    pub fn current(&self) -> u64 {
+        self.first + self.cursor * self.stride
+    }
+
+    /// Moves to the next player and returns its index.
+    pub fn advance(&mut self) -> u64 {
+        self.cursor = (self.cursor + 1) % self.len;
+        self.current()
+    }
+}
+
 /// The room a connection (global index) joins, and whether it says.
 pub fn room_role(conn_index: usize, room_size: usize, say_fraction: f64) -> (u64, bool) {
     let room_id = (conn_index / room_size) as u64 + 1;
@@ -226,6 +268,35 @@ mod tests {
         assert_eq!(due.len(), 10);
         assert_eq!(due[0], 1_001_000);
         assert_eq!(due[9], 10_001_000);
+    }
+
+    /// Every player belongs to exactly one connection, each connection
+    /// visits all of its own in turn, and none is left without one.
+    #[test]
+    fn players_are_dealt_out_without_overlap() {
+        for (connections, players) in [(1usize, 1u64), (3, 3), (3, 10), (4, 1000), (7, 8)] {
+            let mut owner = vec![None; players as usize];
+            for conn in 0..connections {
+                let mut ring = PlayerRing::new(conn, connections, players);
+                assert!(ring.len() >= 1);
+                assert_eq!(ring.current(), conn as u64);
+                for step in 0..ring.len() {
+                    let player = if step == 0 {
+                        ring.current()
+                    } else {
+                        ring.advance()
+                    };
+                    assert_eq!(owner[player as usize], None, "player {player} dealt twice");
+                    owner[player as usize] = Some(conn);
+                }
+                // Round robin: back at the first one.
+                assert_eq!(ring.advance(), conn as u64);
+            }
+            assert!(
+                owner.iter().all(Option::is_some),
+                "{connections} x {players}"
+            );
+        }
     }
 
     #[test]
