@@ -13,7 +13,8 @@ use serde::Serialize;
 /// against the node's source by a test.
 pub const DEVELOPMENT_SECRET: &str = "routerd-development-secret";
 
-/// The environment variable that overrides the secret, as in the server.
+/// The environment variable that gives the secret when `--secret` does not
+/// (the server reads the same one).
 pub const SECRET_ENV: &str = "ROUTERD_AUTH_SECRET";
 
 /// Connections one run may open; each holds buffers and a player login.
@@ -21,6 +22,22 @@ pub const CONNECTIONS_MAX: usize = 100_000;
 
 /// Pipeline depth per connection; the server's default `max_inflight` is 1024.
 pub const PIPELINE_MAX: usize = 1024;
+
+/// Players one run may spread its requests over.
+pub const PLAYERS_MAX: u64 = 100_000_000;
+
+/// Gateways one run may name with `--addr`.
+pub const ADDRS_MAX: usize = 64;
+
+/// The wire protocol spoken to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Proto {
+    /// routerd's client protocol (PROTOCOL.md).
+    Routerd,
+    /// Redis's RESP2: PING, INCR and GET on the key `player:<id>`.
+    Resp,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -58,20 +75,59 @@ pub enum Persist {
     OnWrite,
 }
 
-/// Drive a routerd node (or anything speaking PROTOCOL.md) and measure it.
+/// Drive a routerd node (or anything speaking PROTOCOL.md), or a Redis
+/// server with the same client (--proto resp), and measure it.
 #[derive(Clone, Debug, Parser, Serialize)]
 #[command(name = "loadgen", version, about)]
 pub struct Args {
-    /// Client address of the node (ignored with --spawn-node).
-    #[arg(long, default_value = "127.0.0.1:7400")]
-    pub addr: SocketAddr,
+    /// Client address of a gateway (ignored with --spawn-node). Give it
+    /// several times to spread the connections over several gateways
+    /// (connection i goes to the (i mod n)-th); redirects and reconnects
+    /// may use any of them.
+    #[arg(long = "addr", default_value = "127.0.0.1:7400")]
+    pub addrs: Vec<SocketAddr>,
+
+    /// routerd: PROTOCOL.md. resp: Redis's RESP2, with `sys.ping` as
+    /// `PING <body>` (a bare `PING` when --body-bytes is 0), `player.incr`
+    /// as `INCR player:<id>` and `player.get` as `GET player:<id>`;
+    /// workloads ping, incr and mixed; no login.
+    #[arg(long, value_enum, default_value_t = Proto::Routerd)]
+    pub proto: Proto,
 
     #[arg(long, value_enum, default_value_t = Workload::Ping)]
     pub workload: Workload,
 
-    /// Connections, one logged-in player each (ids player_base..).
+    /// Connections, one logged-in player at a time each.
     #[arg(long, default_value_t = 16)]
     pub connections: usize,
+
+    /// Players, ids player_base.. [default: one per connection]. A
+    /// request acts on its session's own player, and a second login of a
+    /// player kicks the first (kick_old), so players are dealt out to
+    /// connections: connection i owns players i, i+C, i+2C, ... (C =
+    /// --connections), and no player is ever on two connections at once.
+    /// A connection logs in as its first player; after
+    /// --requests-per-login requests it finishes what it has in flight,
+    /// reconnects to the same gateway and logs in as its next player
+    /// (round robin), so every player gets requests and each switch costs
+    /// a reconnect and a login, as on a real gateway. With --proto resp
+    /// the connection only moves to the next player's key.
+    #[arg(long)]
+    pub players: Option<u64>,
+
+    /// With --players above --connections: requests a connection sends as
+    /// one player before it moves to its next one.
+    #[arg(long, default_value_t = 1000)]
+    pub requests_per_login: u64,
+
+    /// When a connection closes under the run, reconnect (the same gateway
+    /// first, then the other --addr in turn) after a jittered exponential
+    /// backoff (10 ms doubling to 1 s, at most 64 attempts), log in again
+    /// and go on; requests in flight on it count as lost. Without it a
+    /// closed connection stays closed and fails the run. A `sys.redirect`
+    /// is followed either way; a kicked session is never reconnected.
+    #[arg(long)]
+    pub reconnect: bool,
 
     /// Closed loop: requests in flight per connection. Open loop: the most
     /// in flight per connection; more wait (their latency still counts from
@@ -122,18 +178,21 @@ pub struct Args {
     #[arg(long, default_value_t = 2000)]
     pub connect_rate: u64,
 
-    /// HMAC secret for login tokens [default: $ROUTERD_AUTH_SECRET, else the
-    /// development secret].
+    /// HMAC secret for login tokens; wins over $ROUTERD_AUTH_SECRET
+    /// [default: $ROUTERD_AUTH_SECRET, else the development secret].
     #[arg(long)]
     #[serde(skip)]
     pub secret: Option<String>,
 
-    /// First player id; connection i logs in as player_base + i.
+    /// First player id: player index p (see --players) is player_base + p,
+    /// and connection i first logs in as player_base + i.
     #[arg(long, default_value_t = 1)]
     pub player_base: u64,
 
-    /// Which connection sends each open-loop request (one player per
-    /// connection): uniform, or zipfian (hot players).
+    /// Which connection sends each open-loop request, and so which player:
+    /// uniform, or zipfian (hot players). Open loop only: in closed loop
+    /// every connection sends as fast as its pipeline allows, and zipfian
+    /// without --rate is refused.
     #[arg(long, value_enum, default_value_t = Distribution::Uniform)]
     pub dist: Distribution,
 
@@ -157,15 +216,20 @@ pub struct Args {
     #[arg(long, default_value_t = 0.25)]
     pub say_fraction: f64,
 
-    /// Largest frame body accepted from the server.
+    /// Largest frame body (RESP: bulk string) accepted from the server.
     #[arg(long, default_value_t = wire::client::DEFAULT_MAX_BODY)]
     pub max_body: u32,
 
-    /// Write the figures and the full configuration as JSON.
+    /// Write the figures and the full configuration as JSON: totals, each
+    /// kind of request under `ops`, failed requests by code, moves
+    /// (redirects, reconnects), and one entry per second of the measured
+    /// phase under `series` (by intended send time).
     #[arg(long)]
     pub json: Option<PathBuf>,
 
-    /// Write the latency percentile distribution (HdrHistogram text).
+    /// Write the latency percentile distribution (HdrHistogram text) of
+    /// every answer; when several kinds of request were measured (mixed),
+    /// each kind's also goes beside it (run.hgrm: run.get.hgrm, ...).
     #[arg(long)]
     pub hgrm: Option<PathBuf>,
 
@@ -197,6 +261,11 @@ impl Args {
         if self.connections == 0 || self.connections > CONNECTIONS_MAX {
             return Err(format!("--connections must be in 1..={CONNECTIONS_MAX}"));
         }
+        if self.addrs.is_empty() || self.addrs.len() > ADDRS_MAX {
+            return Err(format!("--addr may be given 1 to {ADDRS_MAX} times"));
+        }
+        self.validate_players()?;
+        self.validate_proto()?;
         if self.pipeline == 0 || self.pipeline > PIPELINE_MAX {
             return Err(format!("--pipeline must be in 1..={PIPELINE_MAX}"));
         }
@@ -234,19 +303,96 @@ impl Args {
         if self.room_size == 0 || !(0.0..=1.0).contains(&self.say_fraction) {
             return Err("--room-size must be positive and --say-fraction in 0..=1".to_string());
         }
+        if self.dist == Distribution::Zipfian && self.rate.is_none() {
+            return Err(
+                "--dist zipfian needs --rate: it picks which connection sends each \
+                        open-loop request, and in closed loop every connection sends as fast \
+                        as its pipeline allows, so there is nothing to skew"
+                    .to_string(),
+            );
+        }
         if !self.zipf_s.is_finite() || self.zipf_s <= 0.0 {
             return Err("--zipf-s must be positive".to_string());
         }
         Ok(())
     }
 
-    /// The token secret: the environment wins, as in the server.
-    pub fn effective_secret(&self) -> String {
-        std::env::var(SECRET_ENV)
-            .ok()
-            .or_else(|| self.secret.clone())
-            .unwrap_or_else(|| DEVELOPMENT_SECRET.to_string())
+    fn validate_players(&self) -> Result<(), String> {
+        let players = self.player_count();
+        if players < self.connections as u64 || players > PLAYERS_MAX {
+            return Err(format!(
+                "--players must be in --connections..={PLAYERS_MAX} (each connection needs a player)"
+            ));
+        }
+        if self.player_base.checked_add(players).is_none() {
+            return Err("--player-base + --players overflows a player id".to_string());
+        }
+        if self.requests_per_login == 0 {
+            return Err("--requests-per-login must be positive".to_string());
+        }
+        if players > self.connections as u64 {
+            match self.workload {
+                Workload::Ping => {
+                    return Err("--players needs a workload that acts on players; \
+                                ping before login has none"
+                        .to_string())
+                }
+                Workload::Room => {
+                    return Err("--players does not go with --workload room: \
+                                room members are connections"
+                        .to_string())
+                }
+                Workload::PingRouted | Workload::Incr | Workload::Mixed => {}
+            }
+        }
+        Ok(())
     }
+
+    fn validate_proto(&self) -> Result<(), String> {
+        if self.proto == Proto::Routerd {
+            return Ok(());
+        }
+        if !matches!(
+            self.workload,
+            Workload::Ping | Workload::Incr | Workload::Mixed
+        ) {
+            return Err(
+                "--proto resp has no login or rooms: use --workload ping, incr or mixed"
+                    .to_string(),
+            );
+        }
+        if self.spawn_node {
+            return Err(
+                "--spawn-node starts routerd; with --proto resp point --addr at a Redis server"
+                    .to_string(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Players the run spreads its requests over.
+    pub fn player_count(&self) -> u64 {
+        self.players.unwrap_or(self.connections as u64)
+    }
+
+    /// Whether sessions must log in before they send.
+    pub fn needs_login(&self) -> bool {
+        self.proto == Proto::Routerd && self.workload.needs_login()
+    }
+
+    /// The token secret: `--secret`, else `$ROUTERD_AUTH_SECRET`, else the
+    /// development secret. A flag on the command line is the most specific
+    /// thing a user said, so it wins over the environment (the server's
+    /// order, environment over config file, is about a different pair).
+    pub fn effective_secret(&self) -> String {
+        secret_from(self.secret.as_deref(), std::env::var(SECRET_ENV).ok())
+    }
+}
+
+fn secret_from(flag: Option<&str>, env: Option<String>) -> String {
+    flag.map(str::to_string)
+        .or(env)
+        .unwrap_or_else(|| DEVELOPMENT_SECRET.to_string())
 }
 
 /// `10s`, `250ms`, `2m`, `1.5s`, or a bare number of seconds.
@@ -314,6 +460,79 @@ mod tests {
         assert!(args.validate().is_ok());
         let bad = Args::parse_from(["loadgen", "--pipeline", "0"]);
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn resp_takes_only_what_redis_can_answer() {
+        for workload in ["ping", "incr", "mixed"] {
+            let args = Args::parse_from(["loadgen", "--proto", "resp", "--workload", workload]);
+            assert_eq!(args.validate(), Ok(()), "{workload}");
+            assert!(!args.needs_login());
+        }
+        for workload in ["ping-routed", "room"] {
+            let args = Args::parse_from(["loadgen", "--proto", "resp", "--workload", workload]);
+            assert!(args.validate().is_err(), "{workload}");
+        }
+        let spawn = Args::parse_from(["loadgen", "--proto", "resp", "--spawn-node"]);
+        assert!(spawn.validate().expect_err("no routerd").contains("Redis"));
+        let routed = Args::parse_from(["loadgen", "--workload", "incr"]);
+        assert!(routed.needs_login());
+    }
+
+    #[test]
+    fn players_and_addrs_are_bounded() {
+        let args = Args::parse_from(["loadgen", "--connections", "4"]);
+        assert_eq!(args.player_count(), 4);
+        assert_eq!(args.addrs, vec![SocketAddr::from(([127, 0, 0, 1], 7400))]);
+        let many = Args::parse_from([
+            "loadgen",
+            "--workload",
+            "incr",
+            "--connections",
+            "4",
+            "--players",
+            "1000",
+            "--addr",
+            "127.0.0.1:1",
+            "--addr",
+            "127.0.0.1:2",
+        ]);
+        assert_eq!(many.validate(), Ok(()));
+        assert_eq!(many.addrs.len(), 2);
+        for bad in [
+            vec!["--workload", "incr", "--connections", "4", "--players", "3"],
+            vec!["--workload", "incr", "--players", "1000000000"],
+            vec![
+                "--workload",
+                "incr",
+                "--player-base",
+                "18446744073709551615",
+            ],
+            vec!["--workload", "incr", "--requests-per-login", "0"],
+            vec!["--workload", "ping", "--players", "100"],
+            vec!["--workload", "room", "--players", "100"],
+        ] {
+            let mut argv = vec!["loadgen"];
+            argv.extend(bad.iter());
+            assert!(Args::parse_from(&argv).validate().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn zipfian_is_refused_in_closed_loop() {
+        let closed = Args::parse_from(["loadgen", "--dist", "zipfian"]);
+        let refusal = closed.validate().expect_err("zipfian without --rate");
+        assert!(refusal.contains("--rate"), "{refusal}");
+        let open = Args::parse_from(["loadgen", "--dist", "zipfian", "--rate", "1000"]);
+        assert_eq!(open.validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_secret_flag_wins_over_the_environment() {
+        let env = Some("from-env".to_string());
+        assert_eq!(secret_from(Some("from-flag"), env.clone()), "from-flag");
+        assert_eq!(secret_from(None, env), "from-env");
+        assert_eq!(secret_from(None, None), DEVELOPMENT_SECRET);
     }
 
     #[test]

@@ -1,16 +1,21 @@
-//! One client connection as a sans-IO state machine: frames to send go into
-//! `out`, received bytes go into the decoder, and every answer is matched to
-//! an outstanding request by seq. The io_uring driver (`engine.rs`) only
-//! moves bytes; everything measured is decided here, so tests need no socket.
+//! One client connection as a sans-IO state machine: requests to send go
+//! into `out`, received bytes go into the protocol's decoder, and every
+//! answer is matched to its outstanding request (by seq for routerd, in
+//! order for Redis). The io_uring driver (`engine.rs`) only moves bytes;
+//! everything measured is decided here, so tests need no socket.
+//!
+//! The protocols live beside it: `conn_routerd.rs` (PROTOCOL.md frames) and
+//! `conn_resp.rs` (RESP2). Each turns bytes into [`Message`]s; this file
+//! turns messages into phases, events and statistics, the same way for both.
 
-use std::collections::HashMap;
+use wire::client::FrameError;
 
-use wire::client::{
-    decode_error_body, encode_frame, route, FrameDecoder, FrameError, FrameKind, Header, Peer,
-};
-
-use crate::stats::Stats;
-use crate::workload::push_send_time_ns;
+use crate::cli::Proto;
+use crate::conn_resp::RespWire;
+use crate::conn_routerd::RouterdWire;
+use crate::resp::RespError;
+use crate::stats::{Failure, Stats};
+use crate::workload::Op;
 
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +28,9 @@ pub enum Phase {
     Joining,
     /// Set up: the workload may send.
     Ready,
+    /// Told to move (`sys.redirect`) or moving to its next player: it sends
+    /// nothing new and waits for the answers it is owed.
+    Draining,
     /// Failed or closed; sends nothing more.
     Closed,
 }
@@ -47,7 +55,15 @@ impl Window {
     };
 }
 
-/// What the driver must know about an answer.
+/// A `sys.redirect` PUSH: move to `target` (`host:port`, may be empty)
+/// within `grace_ms`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Redirect {
+    pub grace_ms: u32,
+    pub target: String,
+}
+
+/// What the driver must know about an answer or a PUSH.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     LoggedIn,
@@ -56,14 +72,70 @@ pub enum Event {
     SetupFailed(String),
     /// The server replaced this session (duplicate login).
     Kicked,
+    /// The server asked this connection to move; it is now `Draining`.
+    Redirect(Redirect),
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Outstanding {
-    route_id: u32,
-    intended_ns: u64,
-    body_len: u32,
-    measured: bool,
+/// What a request was for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Work(Op),
+    Login,
+    Join,
+}
+
+/// A request waiting for its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outstanding {
+    pub kind: Kind,
+    pub intended_ns: u64,
+    /// Bytes of the workload payload (a ping echoes exactly these).
+    pub payload_len: u32,
+    pub measured: bool,
+}
+
+/// A protocol's judgement of one answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The answer fits the request; a `room.say` answer also says how many
+    /// PUSHes the server sent.
+    Ok { pushes_promised: u32 },
+    /// An ERROR frame or error reply. The reason is kept only for setup
+    /// requests, whose failure is reported in words.
+    Failed {
+        failure: Failure,
+        reason: Option<String>,
+    },
+    /// The answer's body does not fit the request: a protocol error.
+    Malformed,
+}
+
+/// One thing a protocol decoded from the server's bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    Answer {
+        request: Outstanding,
+        verdict: Verdict,
+    },
+    /// An answer that matched no outstanding request, or a message a server
+    /// must not send: a protocol error.
+    Stray,
+    /// A `room.message` PUSH and the send time its text carries, if any.
+    RoomPush {
+        sent_ns: Option<u64>,
+    },
+    Kicked,
+    /// A `sys.redirect` PUSH; `None` if its body is malformed.
+    Redirect(Option<Redirect>),
+}
+
+/// Why the server's byte stream cannot be read any further.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    #[error("routerd framing: {0:?}")]
+    Frame(FrameError),
+    #[error("RESP: {0}")]
+    Resp(#[from] RespError),
 }
 
 /// Why a request could not be queued.
@@ -71,36 +143,52 @@ struct Outstanding {
 pub enum SendError {
     #[error("the connection has inflight_max requests outstanding")]
     Full,
-    #[error("the connection is closed")]
-    Closed,
+    #[error("the connection is not ready to send")]
+    NotReady,
+    #[error("the protocol has no such request")]
+    Unsupported,
+}
+
+/// The protocol half of a connection.
+enum Wire {
+    Routerd(RouterdWire),
+    Resp(RespWire),
 }
 
 pub struct Conn {
     player_id: u64,
     room_id: u64,
     phase: Phase,
-    seq_next: u32,
-    /// Bounded by `inflight_max` plus the one setup request.
-    outstanding: HashMap<u32, Outstanding>,
     inflight_max: usize,
-    /// Encoded frames not yet handed to the kernel; bounded because each
-    /// frame in it is also outstanding.
+    /// Workload requests queued since the last login (or key change).
+    sent_since_login: u64,
+    /// Encoded requests not yet handed to the kernel; bounded because each
+    /// request in it is also outstanding.
     out: Vec<u8>,
-    decoder: FrameDecoder,
+    wire: Wire,
 }
 
 impl Conn {
-    pub fn new(player_id: u64, room_id: u64, inflight_max: usize, max_body: u32) -> Conn {
+    pub fn new(
+        proto: Proto,
+        player_id: u64,
+        room_id: u64,
+        inflight_max: usize,
+        max_body: u32,
+    ) -> Conn {
         assert!(inflight_max > 0);
+        let wire = match proto {
+            Proto::Routerd => Wire::Routerd(RouterdWire::new(inflight_max, max_body)),
+            Proto::Resp => Wire::Resp(RespWire::new(inflight_max, max_body, player_id)),
+        };
         Conn {
             player_id,
             room_id,
             phase: Phase::Idle,
-            seq_next: 1,
-            outstanding: HashMap::with_capacity(inflight_max + 1),
             inflight_max,
+            sent_since_login: 0,
             out: Vec::with_capacity(4096),
-            decoder: FrameDecoder::new(Peer::Server, max_body),
+            wire,
         }
     }
 
@@ -112,16 +200,19 @@ impl Conn {
         self.player_id
     }
 
-    pub fn room_id(&self) -> u64 {
-        self.room_id
+    pub fn outstanding(&self) -> usize {
+        match &self.wire {
+            Wire::Routerd(wire) => wire.outstanding_len(),
+            Wire::Resp(wire) => wire.outstanding_len(),
+        }
     }
 
-    pub fn outstanding(&self) -> usize {
-        self.outstanding.len()
+    pub fn sent_since_login(&self) -> u64 {
+        self.sent_since_login
     }
 
     pub fn can_send(&self) -> bool {
-        self.phase == Phase::Ready && self.outstanding.len() < self.inflight_max
+        self.phase == Phase::Ready && self.outstanding() < self.inflight_max
     }
 
     /// Skips to `Ready` for workloads without login.
@@ -132,14 +223,21 @@ impl Conn {
 
     pub fn start_login(&mut self, token: &str, now_ns: u64) {
         assert_eq!(self.phase, Phase::Idle);
-        self.queue(route::AUTH_LOGIN, token.as_bytes(), now_ns, false);
+        let queued = self.queue(Kind::Login, token.as_bytes(), now_ns, false);
+        assert!(
+            queued,
+            "login is refused by validation for protocols without it"
+        );
         self.phase = Phase::LoggingIn;
     }
 
     pub fn start_join(&mut self, now_ns: u64) {
         assert_eq!(self.phase, Phase::Ready);
-        let room = self.room_id.to_le_bytes();
-        self.queue(route::ROOM_JOIN, &room, now_ns, false);
+        let queued = self.queue(Kind::Join, &[], now_ns, false);
+        assert!(
+            queued,
+            "rooms are refused by validation for protocols without them"
+        );
         self.phase = Phase::Joining;
     }
 
@@ -147,44 +245,42 @@ impl Conn {
     /// been sent (now in closed loop, the schedule's time in open loop).
     pub fn send(
         &mut self,
-        route_id: u32,
-        body: &[u8],
+        op: Op,
+        payload: &[u8],
         intended_ns: u64,
         measured: bool,
         stats: &mut Stats,
     ) -> Result<(), SendError> {
-        if self.phase == Phase::Closed {
-            return Err(SendError::Closed);
+        if self.phase != Phase::Ready {
+            return Err(SendError::NotReady);
         }
         if !self.can_send() {
             return Err(SendError::Full);
         }
-        self.queue(route_id, body, intended_ns, measured);
+        if !self.queue(Kind::Work(op), payload, intended_ns, measured) {
+            return Err(SendError::Unsupported);
+        }
+        self.sent_since_login += 1;
         if measured {
-            stats.sent += 1;
+            stats.record_sent(op, intended_ns);
         }
         Ok(())
     }
 
-    fn queue(&mut self, route_id: u32, body: &[u8], intended_ns: u64, measured: bool) {
-        // Seqs wrap; at most inflight_max are taken, so a free one is near.
-        while self.outstanding.contains_key(&self.seq_next) {
-            self.seq_next = self.seq_next.wrapping_add(1);
+    fn queue(&mut self, kind: Kind, payload: &[u8], intended_ns: u64, measured: bool) -> bool {
+        let request = Outstanding {
+            kind,
+            intended_ns,
+            payload_len: u32::try_from(payload.len()).expect("payloads are bounded by max_body"),
+            measured,
+        };
+        match &mut self.wire {
+            Wire::Routerd(wire) => {
+                wire.queue(&mut self.out, request, payload, self.room_id);
+                true
+            }
+            Wire::Resp(wire) => wire.queue(&mut self.out, request, payload),
         }
-        let seq = self.seq_next;
-        self.seq_next = self.seq_next.wrapping_add(1);
-        encode_frame(&mut self.out, FrameKind::Request, route_id, seq, body);
-        let body_len = u32::try_from(body.len()).expect("bodies are bounded by max_body");
-        let previous = self.outstanding.insert(
-            seq,
-            Outstanding {
-                route_id,
-                intended_ns,
-                body_len,
-                measured,
-            },
-        );
-        assert!(previous.is_none(), "seq {seq} reused while outstanding");
     }
 
     /// Bytes waiting to be written; the driver takes them (swapping in an
@@ -193,30 +289,49 @@ impl Conn {
         &mut self.out
     }
 
-    pub fn decoder_mut(&mut self) -> &mut FrameDecoder {
-        &mut self.decoder
+    /// Spare space for the next read; empty once the stream has failed.
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        match &mut self.wire {
+            Wire::Routerd(wire) => wire.read_buf(),
+            Wire::Resp(wire) => wire.read_buf(),
+        }
     }
 
-    /// Feeds bytes that arrived (tests; the engine reads into the decoder
+    /// Marks `n` bytes of the last `read_buf` as received.
+    pub fn advance(&mut self, n: usize) {
+        match &mut self.wire {
+            Wire::Routerd(wire) => wire.advance(n),
+            Wire::Resp(wire) => wire.advance(n),
+        }
+    }
+
+    /// Feeds bytes that arrived (tests; the engine reads into `read_buf`
     /// directly). Returns how many fit.
     #[cfg(test)]
     pub fn feed(&mut self, bytes: &[u8]) -> usize {
-        self.decoder.extend(bytes)
+        let spare = self.read_buf();
+        let n = spare.len().min(bytes.len());
+        spare[..n].copy_from_slice(&bytes[..n]);
+        self.advance(n);
+        n
     }
 
-    /// Handles every complete frame in the decoder. A framing error is
-    /// final: the connection must be closed, and it counts as a protocol
-    /// error.
+    /// Handles every complete message received. A decoding error is final:
+    /// the connection must be closed, and it counts as a protocol error.
     pub fn receive(
         &mut self,
         now_ns: u64,
         window: Window,
         stats: &mut Stats,
         events: &mut Vec<Event>,
-    ) -> Result<(), FrameError> {
+    ) -> Result<(), StreamError> {
         loop {
-            let frame = match self.decoder.next_frame() {
-                Ok(Some(frame)) => frame,
+            let next = match &mut self.wire {
+                Wire::Routerd(wire) => wire.next(self.player_id).map_err(StreamError::Frame),
+                Wire::Resp(wire) => wire.next().map_err(StreamError::Resp),
+            };
+            let message = match next {
+                Ok(Some(message)) => message,
                 Ok(None) => return Ok(()),
                 Err(error) => {
                     stats.protocol_errors += 1;
@@ -224,161 +339,168 @@ impl Conn {
                     return Err(error);
                 }
             };
-            let header = frame.header;
-            match header.kind {
-                FrameKind::Push => on_push(&header, frame.body, now_ns, window, stats, events),
-                FrameKind::Response | FrameKind::Error => {
-                    let Some(request) = self.outstanding.remove(&header.seq) else {
-                        stats.protocol_errors += 1;
-                        continue;
-                    };
-                    if request.route_id != header.route_id {
-                        stats.protocol_errors += 1;
-                        continue;
-                    }
-                    let answer = Answer {
-                        request,
-                        is_error: header.kind == FrameKind::Error,
-                        body: frame.body,
-                    };
-                    answer.apply(&mut self.phase, self.player_id, now_ns, stats, events);
+            self.apply(message, now_ns, window, stats, events);
+        }
+    }
+
+    fn apply(
+        &mut self,
+        message: Message,
+        now_ns: u64,
+        window: Window,
+        stats: &mut Stats,
+        events: &mut Vec<Event>,
+    ) {
+        match message {
+            Message::Answer { request, verdict } => match request.kind {
+                Kind::Work(op) => apply_work(op, request, verdict, now_ns, stats),
+                Kind::Login | Kind::Join => self.apply_setup(request.kind, verdict, events),
+            },
+            Message::Stray | Message::Redirect(None) => stats.protocol_errors += 1,
+            Message::RoomPush { sent_ns } => match sent_ns {
+                Some(sent_ns) if window.contains(sent_ns) => {
+                    stats.pushes += 1;
+                    stats.record_push_latency(now_ns.saturating_sub(sent_ns));
                 }
-                // The decoder accepts only server kinds (Peer::Server).
-                FrameKind::Request => stats.protocol_errors += 1,
+                Some(_) => {}
+                None => stats.protocol_errors += 1,
+            },
+            Message::Kicked => {
+                stats.kicked += 1;
+                events.push(Event::Kicked);
+            }
+            Message::Redirect(Some(redirect)) => {
+                stats.redirects += 1;
+                if self.phase != Phase::Closed {
+                    self.phase = Phase::Draining;
+                }
+                events.push(Event::Redirect(redirect));
             }
         }
+    }
+
+    fn apply_setup(&mut self, kind: Kind, verdict: Verdict, events: &mut Vec<Event>) {
+        let step = if kind == Kind::Login {
+            "auth.login"
+        } else {
+            "room.join"
+        };
+        let expected_phase = if kind == Kind::Login {
+            Phase::LoggingIn
+        } else {
+            Phase::Joining
+        };
+        if self.phase != expected_phase {
+            // Moved on meanwhile (a redirect while logging in): the answer
+            // changes nothing, but it is not an error either.
+            return;
+        }
+        match verdict {
+            Verdict::Ok { .. } => {
+                self.phase = Phase::Ready;
+                events.push(if kind == Kind::Login {
+                    Event::LoggedIn
+                } else {
+                    Event::Joined
+                });
+            }
+            Verdict::Failed { failure, reason } => {
+                self.phase = Phase::Closed;
+                let code = match failure {
+                    Failure::Code(code) => code.to_string(),
+                    other => format!("{other:?}"),
+                };
+                events.push(Event::SetupFailed(format!(
+                    "{step} failed: code {code} {}",
+                    reason.unwrap_or_default()
+                )));
+            }
+            Verdict::Malformed => {
+                self.phase = Phase::Closed;
+                events.push(Event::SetupFailed(format!(
+                    "{step}: an answer that does not fit the request"
+                )));
+            }
+        }
+    }
+
+    /// Stops queueing new requests; the answers owed still count.
+    pub fn begin_drain(&mut self) {
+        if self.phase != Phase::Closed {
+            self.phase = Phase::Draining;
+        }
+    }
+
+    /// The connection was closed (or replaced): what is still outstanding
+    /// and measured is lost. The next connection starts as `player_id`
+    /// with an empty stream, `Idle`.
+    pub fn reset(&mut self, player_id: u64, stats: &mut Stats) {
+        self.count_outstanding(stats, Failure::Lost);
+        self.player_id = player_id;
+        self.phase = Phase::Idle;
+        self.sent_since_login = 0;
+        self.out.clear();
+        match &mut self.wire {
+            Wire::Routerd(wire) => wire.reset(),
+            Wire::Resp(wire) => wire.reset(player_id),
+        }
+    }
+
+    /// Redis has no sessions: the next requests go to `player_id`'s key on
+    /// the same connection, and what is in flight is still owed.
+    pub fn rekey(&mut self, player_id: u64) {
+        let Wire::Resp(wire) = &mut self.wire else {
+            panic!("only a RESP connection changes player without a new session");
+        };
+        wire.set_key(player_id);
+        self.player_id = player_id;
+        self.sent_since_login = 0;
     }
 
     /// Ends the connection's run: what is still outstanding and measured
     /// was never answered.
     pub fn abandon(&mut self, stats: &mut Stats) {
-        stats.unanswered += self.outstanding.values().filter(|o| o.measured).count() as u64;
-        self.outstanding.clear();
+        let mut unanswered = 0;
+        self.for_each_outstanding(|request| {
+            if request.measured {
+                unanswered += 1;
+            }
+        });
+        stats.unanswered += unanswered;
         self.phase = Phase::Closed;
     }
-}
 
-fn on_push(
-    header: &Header,
-    body: &[u8],
-    now_ns: u64,
-    window: Window,
-    stats: &mut Stats,
-    events: &mut Vec<Event>,
-) {
-    match header.route_id {
-        route::ROOM_MESSAGE => match push_send_time_ns(body) {
-            Some(sent_ns) if window.contains(sent_ns) => {
-                stats.pushes += 1;
-                stats.record_push_latency(now_ns.saturating_sub(sent_ns));
+    fn count_outstanding(&mut self, stats: &mut Stats, failure: Failure) {
+        self.for_each_outstanding(|request| {
+            if let (Kind::Work(op), true) = (request.kind, request.measured) {
+                stats.record_failure(op, request.intended_ns, failure);
             }
-            Some(_) => {}
-            None => stats.protocol_errors += 1,
-        },
-        route::SYS_KICKED => {
-            stats.kicked += 1;
-            events.push(Event::Kicked);
+        });
+    }
+
+    /// Takes every outstanding request out and hands it to `f`.
+    fn for_each_outstanding(&mut self, f: impl FnMut(Outstanding)) {
+        match &mut self.wire {
+            Wire::Routerd(wire) => wire.take_outstanding().for_each(f),
+            Wire::Resp(wire) => wire.take_outstanding().for_each(f),
         }
-        _ => stats.protocol_errors += 1,
     }
 }
 
-/// One RESPONSE or ERROR matched to its request.
-struct Answer<'a> {
-    request: Outstanding,
-    is_error: bool,
-    body: &'a [u8],
-}
-
-impl Answer<'_> {
-    fn apply(
-        self,
-        phase: &mut Phase,
-        player_id: u64,
-        now_ns: u64,
-        stats: &mut Stats,
-        events: &mut Vec<Event>,
-    ) {
-        let route_id = self.request.route_id;
-        if route_id == route::AUTH_LOGIN
-            || (route_id == route::ROOM_JOIN && *phase == Phase::Joining)
-        {
-            self.apply_setup(phase, player_id, events);
-            return;
-        }
-        if self.is_error {
-            match decode_error_body(self.body) {
-                Some((code, _reason)) if self.request.measured => stats.record_error(code),
-                Some(_) => {}
-                None => stats.protocol_errors += 1,
-            }
-            return;
-        }
-        if !self.body_fits(stats) {
-            stats.protocol_errors += 1;
-            return;
-        }
-        if self.request.measured {
-            stats.responses += 1;
-            stats.record_latency(now_ns.saturating_sub(self.request.intended_ns));
-        }
-    }
-
-    /// Checks the RESPONSE body against PROTOCOL.md's route table, and
-    /// counts the PUSHes a `room.say` answer promises.
-    fn body_fits(&self, stats: &mut Stats) -> bool {
-        match self.request.route_id {
-            route::SYS_PING => self.body.len() == self.request.body_len as usize,
-            route::PLAYER_GET | route::PLAYER_INCR => self.body.len() == 8,
-            route::ROOM_SAY => match <[u8; 4]>::try_from(self.body) {
-                Ok(count) => {
-                    if self.request.measured {
-                        stats.pushes_expected += u64::from(u32::from_le_bytes(count));
-                    }
-                    true
-                }
-                Err(_) => false,
-            },
-            route::ROOM_JOIN => self.body.len() == 4,
-            route::ROOM_LEAVE => self.body.is_empty(),
-            _ => true,
-        }
-    }
-
-    fn apply_setup(self, phase: &mut Phase, player_id: u64, events: &mut Vec<Event>) {
-        let step = if self.request.route_id == route::AUTH_LOGIN {
-            "auth.login"
-        } else {
-            "room.join"
-        };
-        if self.is_error {
-            let reason = match decode_error_body(self.body) {
-                Some((code, reason)) => format!("{step} failed: code {code} {reason}"),
-                None => format!("{step} failed with a malformed ERROR body"),
-            };
-            *phase = Phase::Closed;
-            events.push(Event::SetupFailed(reason));
-            return;
-        }
-        match (self.request.route_id, *phase) {
-            (route::AUTH_LOGIN, Phase::LoggingIn)
-                if self.body == player_id.to_le_bytes().as_slice() =>
-            {
-                *phase = Phase::Ready;
-                events.push(Event::LoggedIn);
-            }
-            (route::ROOM_JOIN, Phase::Joining) if self.body.len() == 4 => {
-                *phase = Phase::Ready;
-                events.push(Event::Joined);
-            }
-            _ => {
-                *phase = Phase::Closed;
-                events.push(Event::SetupFailed(format!(
-                    "{step}: unexpected answer body {:02x?}",
-                    self.body
-                )));
+fn apply_work(op: Op, request: Outstanding, verdict: Verdict, now_ns: u64, stats: &mut Stats) {
+    match verdict {
+        Verdict::Ok { pushes_promised } => {
+            if request.measured {
+                stats.record_response(op, request.intended_ns, now_ns);
+                stats.pushes_expected += u64::from(pushes_promised);
             }
         }
+        Verdict::Failed { failure, .. } => {
+            if request.measured {
+                stats.record_failure(op, request.intended_ns, failure);
+            }
+        }
+        Verdict::Malformed => stats.protocol_errors += 1,
     }
 }
 

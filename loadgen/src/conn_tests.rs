@@ -1,6 +1,9 @@
-use wire::client::{encode_error_body, ErrorCode, FrameDecoder, Header};
+use wire::client::{
+    encode_error_body, encode_frame, route, ErrorCode, FrameDecoder, FrameKind, Header, Peer,
+};
 
 use super::*;
+use crate::conn_routerd::SYS_REDIRECT;
 use crate::workload::Pacer;
 
 const MS: u64 = 1_000_000;
@@ -28,7 +31,7 @@ fn frame(kind: FrameKind, route_id: u32, seq: u32, body: &[u8]) -> Vec<u8> {
 }
 
 fn ready_conn(inflight_max: usize) -> Conn {
-    let mut conn = Conn::new(7, 1, inflight_max, 1 << 16);
+    let mut conn = Conn::new(Proto::Routerd, 7, 1, inflight_max, 1 << 16);
     conn.skip_setup();
     conn
 }
@@ -39,7 +42,7 @@ fn answers_match_by_seq_in_any_order() {
     let mut stats = Stats::default();
     let mut events = Vec::new();
     for i in 0..3u64 {
-        conn.send(route::SYS_PING, b"abcd", i * MS, true, &mut stats)
+        conn.send(Op::Ping, b"abcd", i * MS, true, &mut stats)
             .expect("room for three");
     }
     let requests = drain_requests(&mut conn);
@@ -57,13 +60,14 @@ fn answers_match_by_seq_in_any_order() {
     }
     conn.receive(10 * MS, ALL, &mut stats, &mut events)
         .expect("valid frames");
-    assert_eq!(stats.responses, 3);
+    assert_eq!(stats.responses(), 3);
     assert_eq!(stats.protocol_errors, 0);
     assert_eq!(conn.outstanding(), 0);
     // Latency counts from each request's intended time: 10, 9, 8 ms.
-    assert_eq!(stats.latency_ns.len(), 3);
-    assert!(stats.latency_ns.max() >= 9_990_000);
-    assert!(stats.latency_ns.min() <= 8_010_000);
+    let latency = &stats.ops[Op::Ping.index()].latency_ns;
+    assert_eq!(latency.len(), 3);
+    assert!(latency.max() >= 9_990_000);
+    assert!(latency.min() <= 8_010_000);
 }
 
 #[test]
@@ -71,7 +75,7 @@ fn unmatched_and_duplicate_answers_are_protocol_errors() {
     let mut conn = ready_conn(4);
     let mut stats = Stats::default();
     let mut events = Vec::new();
-    conn.send(route::SYS_PING, b"x", 0, true, &mut stats)
+    conn.send(Op::Ping, b"x", 0, true, &mut stats)
         .expect("room");
     let (header, body) = drain_requests(&mut conn).remove(0);
     let answer = frame(FrameKind::Response, header.route_id, header.seq, &body);
@@ -80,13 +84,13 @@ fn unmatched_and_duplicate_answers_are_protocol_errors() {
     conn.feed(&frame(FrameKind::Response, header.route_id, 999, &body));
     conn.receive(MS, ALL, &mut stats, &mut events)
         .expect("framing is fine");
-    assert_eq!(stats.responses, 1);
+    assert_eq!(stats.responses(), 1);
     assert_eq!(stats.protocol_errors, 2);
 
     // Right seq, wrong route; and a ping echo of the wrong length.
-    conn.send(route::SYS_PING, b"x", 0, true, &mut stats)
+    conn.send(Op::Ping, b"x", 0, true, &mut stats)
         .expect("room");
-    conn.send(route::SYS_PING, b"x", 0, true, &mut stats)
+    conn.send(Op::Ping, b"x", 0, true, &mut stats)
         .expect("room");
     let requests = drain_requests(&mut conn);
     conn.feed(&frame(
@@ -104,7 +108,7 @@ fn unmatched_and_duplicate_answers_are_protocol_errors() {
     conn.receive(MS, ALL, &mut stats, &mut events)
         .expect("framing is fine");
     assert_eq!(stats.protocol_errors, 4);
-    assert_eq!(stats.responses, 1);
+    assert_eq!(stats.responses(), 1);
 }
 
 #[test]
@@ -113,18 +117,11 @@ fn errors_are_counted_by_code_and_leftovers_are_unanswered() {
     let mut stats = Stats::default();
     let mut events = Vec::new();
     for _ in 0..3 {
-        conn.send(route::PLAYER_INCR, &1i64.to_le_bytes(), 0, true, &mut stats)
-            .expect("room");
+        conn.send(Op::Incr, &[], 0, true, &mut stats).expect("room");
     }
     // Sent during warm-up: not measured, not counted when it goes unanswered.
-    conn.send(
-        route::PLAYER_INCR,
-        &1i64.to_le_bytes(),
-        0,
-        false,
-        &mut stats,
-    )
-    .expect("room");
+    conn.send(Op::Incr, &[], 0, false, &mut stats)
+        .expect("room");
     let requests = drain_requests(&mut conn);
     let overloaded = encode_error_body(ErrorCode::Overloaded, "busy");
     conn.feed(&frame(
@@ -141,9 +138,11 @@ fn errors_are_counted_by_code_and_leftovers_are_unanswered() {
     ));
     conn.receive(MS, ALL, &mut stats, &mut events)
         .expect("framing is fine");
-    assert_eq!(stats.errors_by_code[ErrorCode::Overloaded as usize], 1);
+    let incr = &stats.ops[Op::Incr.index()];
+    assert_eq!(incr.failed[ErrorCode::Overloaded as usize], 1);
+    assert_eq!(stats.failures(), 1);
     assert_eq!(stats.protocol_errors, 1, "a 1-byte ERROR body is malformed");
-    assert_eq!(stats.sent, 3);
+    assert_eq!(stats.sent(), 3);
     conn.abandon(&mut stats);
     assert_eq!(stats.unanswered, 1);
 }
@@ -152,15 +151,13 @@ fn errors_are_counted_by_code_and_leftovers_are_unanswered() {
 fn pipeline_depth_is_a_hard_bound() {
     let mut conn = ready_conn(2);
     let mut stats = Stats::default();
-    conn.send(route::SYS_PING, b"", 0, true, &mut stats)
-        .expect("1");
-    conn.send(route::SYS_PING, b"", 0, true, &mut stats)
-        .expect("2");
+    conn.send(Op::Ping, b"", 0, true, &mut stats).expect("1");
+    conn.send(Op::Ping, b"", 0, true, &mut stats).expect("2");
     assert_eq!(
-        conn.send(route::SYS_PING, b"", 0, true, &mut stats),
+        conn.send(Op::Ping, b"", 0, true, &mut stats),
         Err(SendError::Full)
     );
-    assert_eq!(stats.sent, 2);
+    assert_eq!(stats.sent(), 2);
 }
 
 #[test]
@@ -173,14 +170,14 @@ fn bad_framing_closes_and_counts() {
     assert_eq!(stats.protocol_errors, 1);
     assert_eq!(conn.phase(), Phase::Closed);
     assert_eq!(
-        conn.send(route::SYS_PING, b"", 0, true, &mut stats),
-        Err(SendError::Closed)
+        conn.send(Op::Ping, b"", 0, true, &mut stats),
+        Err(SendError::NotReady)
     );
 }
 
 #[test]
 fn login_and_join_then_pushes_are_timed() {
-    let mut conn = Conn::new(42, 3, 4, 1 << 16);
+    let mut conn = Conn::new(Proto::Routerd, 42, 3, 4, 1 << 16);
     let mut stats = Stats::default();
     let mut events = Vec::new();
     conn.start_login("v1.42.9.mac", 0);
@@ -225,7 +222,7 @@ fn login_and_join_then_pushes_are_timed() {
 
 #[test]
 fn failed_login_is_a_setup_failure() {
-    let mut conn = Conn::new(42, 0, 4, 1 << 16);
+    let mut conn = Conn::new(Proto::Routerd, 42, 0, 4, 1 << 16);
     let mut stats = Stats::default();
     let mut events = Vec::new();
     conn.start_login("forged", 0);
@@ -265,7 +262,7 @@ fn coordinated_omission_is_corrected() {
             continue;
         };
         let sent_at = now;
-        conn.send(route::SYS_PING, b"", intended, true, &mut corrected)
+        conn.send(Op::Ping, b"", intended, true, &mut corrected)
             .expect("one in flight at a time");
         let (header, _) = drain_requests(&mut conn).remove(0);
         let service = if (5_000 * MS..5_001 * MS).contains(&sent_at) {
@@ -282,14 +279,129 @@ fn coordinated_omission_is_corrected() {
         ));
         conn.receive(now, ALL, &mut corrected, &mut events)
             .expect("ok");
-        naive.record_latency(service);
+        naive.record_response(Op::Ping, 0, service);
     }
-    let p50 = corrected.latency_ns.value_at_quantile(0.50);
-    let p99 = corrected.latency_ns.value_at_quantile(0.99);
-    let naive_p99 = naive.latency_ns.value_at_quantile(0.99);
+    let p50 = corrected.latency_ns().value_at_quantile(0.50);
+    let p99 = corrected.latency_ns().value_at_quantile(0.99);
+    let naive_p99 = naive.latency_ns().value_at_quantile(0.99);
     assert!(p50 < 3 * MS, "p50 {p50}");
     assert!(p99 > 500 * MS, "corrected p99 {p99} hides the stall");
     assert!(naive_p99 < 2 * MS, "naive p99 {naive_p99}");
     assert_eq!(corrected.protocol_errors, 0);
-    assert!(corrected.responses >= 9_900);
+    assert!(corrected.responses() >= 9_900);
+}
+
+/// `sys.redirect` stops new requests at once; the answers owed still
+/// count; a malformed redirect is a protocol error and changes nothing.
+#[test]
+fn a_redirect_drains_the_connection() {
+    let mut conn = ready_conn(4);
+    let mut stats = Stats::default();
+    let mut events = Vec::new();
+    conn.send(Op::Incr, &[], 0, true, &mut stats).expect("room");
+    let (incr, _) = drain_requests(&mut conn).remove(0);
+
+    conn.feed(&frame(FrameKind::Push, SYS_REDIRECT, 0, &[1, 0]));
+    conn.receive(MS, ALL, &mut stats, &mut events).expect("ok");
+    assert_eq!(
+        stats.protocol_errors, 1,
+        "a 2-byte redirect body is malformed"
+    );
+    assert_eq!(conn.phase(), Phase::Ready);
+
+    let mut body = 1500u32.to_le_bytes().to_vec();
+    body.extend_from_slice(b"10.0.0.2:7400");
+    conn.feed(&frame(FrameKind::Push, SYS_REDIRECT, 0, &body));
+    conn.receive(MS, ALL, &mut stats, &mut events).expect("ok");
+    assert_eq!(
+        events,
+        vec![Event::Redirect(Redirect {
+            grace_ms: 1500,
+            target: "10.0.0.2:7400".to_string(),
+        })]
+    );
+    assert_eq!(stats.redirects, 1);
+    assert_eq!(conn.phase(), Phase::Draining);
+    assert!(!conn.can_send());
+    assert_eq!(
+        conn.send(Op::Incr, &[], 0, true, &mut stats),
+        Err(SendError::NotReady)
+    );
+    // The answer owed arrives on the old connection and counts.
+    conn.feed(&frame(
+        FrameKind::Response,
+        route::PLAYER_INCR,
+        incr.seq,
+        &5i64.to_le_bytes(),
+    ));
+    conn.receive(2 * MS, ALL, &mut stats, &mut events)
+        .expect("ok");
+    assert_eq!(stats.ops[Op::Incr.index()].responses, 1);
+    assert_eq!(conn.outstanding(), 0);
+
+    // An empty target is allowed: the client picks another gateway.
+    let mut empty = ready_conn(1);
+    empty.feed(&frame(
+        FrameKind::Push,
+        SYS_REDIRECT,
+        0,
+        &0u32.to_le_bytes(),
+    ));
+    let mut events = Vec::new();
+    empty.receive(0, ALL, &mut stats, &mut events).expect("ok");
+    assert!(matches!(&events[0], Event::Redirect(r) if r.target.is_empty()));
+}
+
+/// A connection that closes loses what it had in flight, each request
+/// counted under its own kind as CONNECTION_LOST; the next connection
+/// starts clean, as the next player, and logs in again.
+#[test]
+fn a_reset_counts_the_lost_requests_and_starts_over() {
+    let mut conn = ready_conn(8);
+    let mut stats = Stats::default();
+    let mut events = Vec::new();
+    conn.send(Op::Incr, &[], 0, true, &mut stats).expect("room");
+    conn.send(Op::Ping, b"ab", 0, true, &mut stats)
+        .expect("room");
+    conn.send(Op::Ping, b"ab", 0, false, &mut stats)
+        .expect("room");
+    assert_eq!(conn.sent_since_login(), 3);
+    let requests = drain_requests(&mut conn);
+    // Half a frame of an answer is in the decoder when the socket closes.
+    let answer = frame(
+        FrameKind::Response,
+        route::PLAYER_INCR,
+        requests[0].0.seq,
+        &[0; 8],
+    );
+    conn.feed(&answer[..10]);
+    conn.receive(MS, ALL, &mut stats, &mut events).expect("ok");
+
+    conn.reset(8, &mut stats);
+    assert_eq!(stats.lost(), 2, "the unmeasured ping is not counted");
+    assert_eq!(stats.ops[Op::Incr.index()].failed[Failure::Lost.slot()], 1);
+    assert_eq!(stats.ops[Op::Ping.index()].failed[Failure::Lost.slot()], 1);
+    assert_eq!(conn.outstanding(), 0);
+    assert_eq!(conn.phase(), Phase::Idle);
+    assert_eq!(conn.player_id(), 8);
+    assert_eq!(conn.sent_since_login(), 0);
+
+    // The old half frame is gone: a whole new answer stream decodes.
+    conn.start_login("v1.8.9.mac", 2 * MS);
+    let (login, _) = drain_requests(&mut conn).remove(0);
+    conn.feed(&frame(
+        FrameKind::Response,
+        route::AUTH_LOGIN,
+        login.seq,
+        &8u64.to_le_bytes(),
+    ));
+    conn.receive(3 * MS, ALL, &mut stats, &mut events)
+        .expect("ok");
+    assert_eq!(events, vec![Event::LoggedIn]);
+    assert_eq!(stats.protocol_errors, 0);
+    // abandon() at the end counts what is left as unanswered, not lost.
+    conn.send(Op::Get, &[], 0, true, &mut stats).expect("room");
+    conn.abandon(&mut stats);
+    assert_eq!(stats.unanswered, 1);
+    assert_eq!(stats.lost(), 2);
 }

@@ -1,17 +1,19 @@
 //! The io_uring driver of one generator thread: it owns the sockets, keeps
-//! one recv posted per connection, batches every connection's new frames
-//! into at most one send each, and enters the kernel once per loop
-//! (`submit_with_args`: submit everything queued, wait for at least one
-//! completion or a timeout). It moves bytes only; `conn.rs` decides what
-//! they mean.
+//! one recv posted per open connection, batches every connection's new
+//! requests into at most one send each, connects (and reconnects) without
+//! blocking, and enters the kernel once per loop (`submit_with_args`:
+//! submit everything queued, wait for at least one completion or a
+//! timeout). It moves bytes only; `conn.rs` decides what they mean and the
+//! runner decides where a closed connection goes next.
 
 use std::io;
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, squeue, types, IoUring};
 
 use crate::conn::{Conn, Event, Window};
+use crate::socket::{new_socket, prepare, sockaddr};
 use crate::stats::Stats;
 
 /// Submission queue entries at most (the ring is sized to the connections,
@@ -23,27 +25,77 @@ const CQ_ENTRIES_MAX: u32 = 65_536;
 
 const OP_RECV: u64 = 0;
 const OP_SEND: u64 = 1;
+const OP_CONNECT: u64 = 2;
+const OP_CONNECT_TIMEOUT: u64 = 3;
+const OP_BITS: u32 = 2;
+
+/// Whether a slot has a socket, and what it is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// Connected: requests and answers flow.
+    Open,
+    /// Shut down, waiting for its posted operations before it is closed.
+    /// `by_peer`: the peer closed it or it failed, rather than the runner.
+    Closing { by_peer: bool },
+    /// No socket; the runner decides whether and where to connect.
+    Down,
+    /// A connect is posted.
+    Connecting,
+}
+
+/// What happened to a slot's socket, for the runner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// The socket is closed and gone; the slot is `Down`.
+    Down { by_peer: bool },
+    /// A connect succeeded; the slot is `Open` with an empty stream.
+    Connected,
+    /// A connect failed (errno, `ECANCELED` when it timed out).
+    ConnectFailed { errno: i32 },
+}
+
+/// The kernel reads these while a connect is posted; boxed so their address
+/// stays put until both its completions are in.
+struct PendingConnect {
+    socket: TcpStream,
+    addr: libc::sockaddr_storage,
+    addr_len: libc::socklen_t,
+    timeout: types::Timespec,
+    /// The connect's result, once its completion came.
+    result: Option<i32>,
+}
 
 /// One connection and the buffers the kernel may be using for it.
 pub struct Slot {
     pub conn: Conn,
-    stream: TcpStream,
+    socket: Option<TcpStream>,
+    link: Link,
     /// Bytes handed to the kernel; untouched until the send completes.
     sending: Vec<u8>,
     sent_len: usize,
     send_posted: bool,
     recv_posted: bool,
+    connect: Option<Box<PendingConnect>>,
+    connect_posted: bool,
+    timeout_posted: bool,
     /// Queued for a send at the next `pump`.
     flush_queued: bool,
     /// Listed in `Engine::touched`.
     touched: bool,
-    /// The socket failed or the peer closed; nothing more is posted.
-    pub dead: bool,
 }
 
 impl Slot {
     pub fn idle(&self) -> bool {
-        !self.send_posted && !self.recv_posted
+        !self.send_posted && !self.recv_posted && !self.connect_posted && !self.timeout_posted
+    }
+
+    #[cfg(test)]
+    pub fn link(&self) -> Link {
+        self.link
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.link == Link::Open
     }
 }
 
@@ -56,6 +108,7 @@ pub struct Engine {
     /// last looked, each once, so a loop refills only those.
     touched: Vec<usize>,
     pub events: Vec<(usize, Event)>,
+    pub link_events: Vec<(usize, LinkEvent)>,
     scratch_events: Vec<Event>,
     completions: Vec<(u64, i32)>,
 }
@@ -81,26 +134,28 @@ impl Engine {
             flush: Vec::with_capacity(connections),
             touched: Vec::with_capacity(connections),
             events: Vec::new(),
+            link_events: Vec::new(),
             scratch_events: Vec::new(),
             completions: Vec::with_capacity(cq_entries as usize),
         })
     }
 
+    /// Adds a connection whose socket is already connected (setup).
     pub fn add(&mut self, conn: Conn, stream: TcpStream) -> io::Result<()> {
-        stream.set_nodelay(true)?;
-        // Non-blocking sockets let io_uring poll them instead of parking a
-        // kernel worker thread per blocked recv.
-        stream.set_nonblocking(true)?;
+        prepare(&stream)?;
         self.slots.push(Slot {
             conn,
-            stream,
+            socket: Some(stream),
+            link: Link::Open,
             sending: Vec::with_capacity(4096),
             sent_len: 0,
             send_posted: false,
             recv_posted: false,
+            connect: None,
+            connect_posted: false,
+            timeout_posted: false,
             flush_queued: false,
             touched: false,
-            dead: false,
         });
         Ok(())
     }
@@ -133,6 +188,110 @@ impl Engine {
         }
     }
 
+    /// Closes an open slot's socket on purpose; a `LinkEvent::Down` with
+    /// `by_peer: false` follows once the kernel is done with it.
+    pub fn close(&mut self, index: usize) {
+        if self.slots[index].link == Link::Open {
+            self.begin_close(index, false);
+        }
+    }
+
+    fn begin_close(&mut self, index: usize, by_peer: bool) {
+        let slot = &mut self.slots[index];
+        slot.link = Link::Closing { by_peer };
+        if let Some(socket) = &slot.socket {
+            // SAFETY: shutdown(2) on a socket fd this slot owns; it only
+            // changes socket state and makes posted operations complete.
+            unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+        self.settle(index);
+    }
+
+    /// Finishes a close or a connect once no operation references the
+    /// slot's socket or buffers any more.
+    fn settle(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        if !slot.idle() {
+            return;
+        }
+        match slot.link {
+            Link::Closing { by_peer } => {
+                slot.socket = None;
+                slot.sending.clear();
+                slot.sent_len = 0;
+                slot.link = Link::Down;
+                self.link_events.push((index, LinkEvent::Down { by_peer }));
+            }
+            Link::Connecting => {
+                let Some(pending) = slot.connect.take() else {
+                    return;
+                };
+                match pending.result {
+                    Some(0) => {
+                        slot.socket = Some(pending.socket);
+                        slot.link = Link::Open;
+                        self.link_events.push((index, LinkEvent::Connected));
+                    }
+                    result => {
+                        slot.link = Link::Down;
+                        let errno = result.map_or(libc::ECANCELED, |r| -r);
+                        self.link_events
+                            .push((index, LinkEvent::ConnectFailed { errno }));
+                    }
+                }
+            }
+            Link::Open | Link::Down => {}
+        }
+    }
+
+    /// Starts connecting a `Down` slot to `addr`, giving up after
+    /// `timeout_ns`. The outcome comes as a `LinkEvent`.
+    pub fn connect(&mut self, index: usize, addr: SocketAddr, timeout_ns: u64) -> io::Result<()> {
+        assert_eq!(self.slots[index].link, Link::Down, "connect on a live slot");
+        assert!(self.slots[index].idle());
+        let socket = match new_socket(&addr) {
+            Ok(socket) => socket,
+            Err(error) => {
+                // No socket, no operation: report it the way a failed
+                // connect is reported.
+                let errno = error.raw_os_error().unwrap_or(libc::EIO);
+                self.link_events
+                    .push((index, LinkEvent::ConnectFailed { errno }));
+                return Ok(());
+            }
+        };
+        let (addr_storage, addr_len) = sockaddr(&addr);
+        let mut pending = Box::new(PendingConnect {
+            socket,
+            addr: addr_storage,
+            addr_len,
+            timeout: types::Timespec::new()
+                .sec(timeout_ns / 1_000_000_000)
+                .nsec((timeout_ns % 1_000_000_000) as u32),
+            result: None,
+        });
+        let fd = pending.socket.as_raw_fd();
+        let connect = opcode::Connect::new(
+            types::Fd(fd),
+            std::ptr::addr_of!(pending.addr).cast::<libc::sockaddr>(),
+            pending.addr_len,
+        )
+        .build()
+        .flags(squeue::Flags::IO_LINK)
+        .user_data(user_data(index, OP_CONNECT));
+        let timeout = opcode::LinkTimeout::new(std::ptr::addr_of_mut!(pending.timeout))
+            .build()
+            .user_data(user_data(index, OP_CONNECT_TIMEOUT));
+        let slot = &mut self.slots[index];
+        slot.connect = Some(pending);
+        slot.connect_posted = true;
+        slot.timeout_posted = true;
+        slot.link = Link::Connecting;
+        slot.sending.clear();
+        slot.sent_len = 0;
+        self.push_linked(&[connect, timeout])
+    }
+
     /// Posts pending sends and missing recvs, enters the kernel once
     /// (waiting at most `wait_ns`, or not at all when 0), then handles every
     /// completion. `stats` and `window` go to the connections' answers.
@@ -148,8 +307,8 @@ impl Engine {
             self.post_send(i)?;
         }
         for i in 0..self.slots.len() {
-            if !self.slots[i].recv_posted && !self.slots[i].dead {
-                self.post_recv(i, stats)?;
+            if !self.slots[i].recv_posted && self.slots[i].link == Link::Open {
+                self.post_recv(i)?;
             }
         }
         let timespec = types::Timespec::new()
@@ -170,11 +329,22 @@ impl Engine {
         let mut completions = std::mem::take(&mut self.completions);
         completions.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
         for &(user_data, result) in &completions {
-            let index = (user_data >> 1) as usize;
-            if user_data & 1 == OP_RECV {
-                self.on_recv(index, result, now, window, stats);
-            } else {
-                self.on_send(index, result, stats)?;
+            let index = (user_data >> OP_BITS) as usize;
+            match user_data & ((1 << OP_BITS) - 1) {
+                OP_RECV => self.on_recv(index, result, now, window, stats),
+                OP_SEND => self.on_send(index, result)?,
+                OP_CONNECT => {
+                    let slot = &mut self.slots[index];
+                    slot.connect_posted = false;
+                    if let Some(pending) = &mut slot.connect {
+                        pending.result = Some(result);
+                    }
+                    self.settle(index);
+                }
+                _ => {
+                    self.slots[index].timeout_posted = false;
+                    self.settle(index);
+                }
             }
         }
         completions.clear();
@@ -183,11 +353,19 @@ impl Engine {
     }
 
     fn push(&mut self, entry: io_uring::squeue::Entry) -> io::Result<()> {
+        self.push_linked(std::slice::from_ref(&entry))
+    }
+
+    /// Pushes entries as one group (a linked chain must not be split
+    /// across two submissions).
+    fn push_linked(&mut self, entries: &[io_uring::squeue::Entry]) -> io::Result<()> {
         loop {
             // SAFETY: every entry built here points into a buffer owned by a
-            // `Slot` that stays alive and untouched until its completion
-            // (`recv_posted` / `send_posted` guard them; `shutdown` waits).
-            let pushed = unsafe { self.ring.submission().push(&entry) };
+            // `Slot` (or its boxed `PendingConnect`) that stays alive and
+            // untouched until its completion (`recv_posted`, `send_posted`,
+            // `connect_posted` and `timeout_posted` guard them; `shutdown`
+            // waits or leaks).
+            let pushed = unsafe { self.ring.submission().push_multiple(entries) };
             if pushed.is_ok() {
                 return Ok(());
             }
@@ -196,29 +374,36 @@ impl Engine {
         }
     }
 
-    fn post_recv(&mut self, index: usize, stats: &mut Stats) -> io::Result<()> {
+    fn post_recv(&mut self, index: usize) -> io::Result<()> {
         let slot = &mut self.slots[index];
-        let fd = slot.stream.as_raw_fd();
-        let buf = slot.conn.decoder_mut().read_buf();
+        let Some(socket) = &slot.socket else {
+            return Ok(());
+        };
+        let fd = socket.as_raw_fd();
+        let buf = slot.conn.read_buf();
         if buf.is_empty() {
-            // The decoder failed earlier; its connection is done.
-            slot.dead = true;
-            stats.connections_lost += 1;
+            // The decoder failed earlier (counted there); the connection
+            // is done.
+            self.begin_close(index, true);
             return Ok(());
         }
         let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
         let entry = opcode::Recv::new(types::Fd(fd), buf.as_mut_ptr(), len)
             .build()
-            .user_data(((index as u64) << 1) | OP_RECV);
+            .user_data(user_data(index, OP_RECV));
         slot.recv_posted = true;
         self.push(entry)
     }
 
     fn post_send(&mut self, index: usize) -> io::Result<()> {
         let slot = &mut self.slots[index];
-        if slot.send_posted || slot.dead {
+        if slot.send_posted || slot.link != Link::Open {
             return Ok(());
         }
+        let Some(socket) = &slot.socket else {
+            return Ok(());
+        };
+        let fd = socket.as_raw_fd();
         if slot.sending.len() == slot.sent_len {
             slot.sending.clear();
             slot.sent_len = 0;
@@ -231,10 +416,10 @@ impl Engine {
         }
         let rest = &slot.sending[slot.sent_len..];
         let len = u32::try_from(rest.len()).unwrap_or(u32::MAX);
-        let entry = opcode::Send::new(types::Fd(slot.stream.as_raw_fd()), rest.as_ptr(), len)
+        let entry = opcode::Send::new(types::Fd(fd), rest.as_ptr(), len)
             .flags(libc::MSG_NOSIGNAL)
             .build()
-            .user_data(((index as u64) << 1) | OP_SEND);
+            .user_data(user_data(index, OP_SEND));
         slot.send_posted = true;
         self.push(entry)
     }
@@ -249,19 +434,19 @@ impl Engine {
     ) {
         let slot = &mut self.slots[index];
         slot.recv_posted = false;
-        if slot.dead {
+        if slot.link != Link::Open {
+            self.settle(index);
             return;
         }
         if result == -libc::EAGAIN || result == -libc::EINTR {
             return; // reposted by the next pump
         }
         if result <= 0 {
-            slot.dead = true;
-            stats.connections_lost += 1;
+            self.begin_close(index, true);
             return;
         }
         let n = result as usize;
-        slot.conn.decoder_mut().advance(n);
+        slot.conn.advance(n);
         let received = slot
             .conn
             .receive(now_ns, window, stats, &mut self.scratch_events);
@@ -269,25 +454,24 @@ impl Engine {
             self.events.push((index, event));
         }
         if received.is_err() {
-            slot.dead = true;
-            stats.connections_lost += 1;
+            self.begin_close(index, true);
             return;
         }
         self.touch(index);
     }
 
-    fn on_send(&mut self, index: usize, result: i32, stats: &mut Stats) -> io::Result<()> {
+    fn on_send(&mut self, index: usize, result: i32) -> io::Result<()> {
         let slot = &mut self.slots[index];
         slot.send_posted = false;
-        if slot.dead {
+        if slot.link != Link::Open {
+            self.settle(index);
             return Ok(());
         }
         if result == -libc::EAGAIN || result == -libc::EINTR {
             return self.post_send(index);
         }
         if result <= 0 {
-            slot.dead = true;
-            stats.connections_lost += 1;
+            self.begin_close(index, true);
             return Ok(());
         }
         slot.sent_len += result as usize;
@@ -306,10 +490,19 @@ impl Engine {
     /// complete are leaked rather than freed under the kernel.
     pub fn shutdown(mut self, now_ns: impl Fn() -> u64, deadline_ns: u64) {
         for slot in &mut self.slots {
-            slot.dead = true;
-            // SAFETY: shutdown(2) on a socket fd this slot owns; it only
-            // changes socket state and makes pending operations complete.
-            unsafe { libc::shutdown(slot.stream.as_raw_fd(), libc::SHUT_RDWR) };
+            let sockets = slot
+                .socket
+                .iter()
+                .chain(slot.connect.as_ref().map(|p| &p.socket));
+            for socket in sockets {
+                // SAFETY: shutdown(2) on a socket fd this slot owns; it only
+                // changes socket state and makes pending operations complete
+                // (a connect in progress is aborted).
+                unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_RDWR) };
+            }
+            if slot.link == Link::Open {
+                slot.link = Link::Closing { by_peer: false };
+            }
         }
         let mut scratch = Stats::default();
         while self.busy() && now_ns() < deadline_ns {
@@ -327,3 +520,11 @@ impl Engine {
         }
     }
 }
+
+fn user_data(index: usize, op: u64) -> u64 {
+    ((index as u64) << OP_BITS) | op
+}
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

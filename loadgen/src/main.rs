@@ -1,20 +1,33 @@
-//! loadgen: drives routerd over PROTOCOL.md and measures it honestly.
+//! loadgen: drives routerd over PROTOCOL.md (or Redis over RESP2, with the
+//! same client) and measures it honestly.
 //!
 //! One pinned thread per `--threads`, each an io_uring loop over its share
 //! of the connections (`engine.rs`), the protocol and the measurements in a
-//! sans-IO connection (`conn.rs`). Exit status: 0 pass, 1 the run failed
-//! (protocol errors, lost connections, an offered rate not kept, setup or
-//! node failure), 2 bad usage.
+//! sans-IO connection (`conn.rs`, `conn_routerd.rs`, `conn_resp.rs`), the
+//! moves of connections (redirects, reconnects, players) decided sans-IO
+//! in `link.rs`. Exit status: 0 pass, 1 the run failed (protocol errors,
+//! lost connections, an offered rate not kept, setup or node failure), 2
+//! bad usage.
 
 mod cli;
 mod clock;
 mod conn;
+mod conn_resp;
+mod conn_routerd;
 mod engine;
+mod hgrm;
+mod link;
+mod load;
+mod moves;
 mod progress;
 mod report;
+mod resp;
 mod runner;
+mod socket;
 mod spawn;
 mod stats;
+#[cfg(test)]
+mod testing;
 mod workload;
 
 use std::io::IsTerminal;
@@ -30,6 +43,7 @@ use cli::Args;
 use report::Summary;
 use runner::{Context, Coordinator, Plan};
 use stats::Stats;
+use workload::Op;
 
 /// Snapshots waiting for the progress display; a slow terminal drops
 /// snapshots rather than slowing the generator.
@@ -56,7 +70,7 @@ fn main() -> ExitCode {
                     "loadgen: routerd node up on {} (admin {}), CPUs {cpus:?}",
                     node.client_addr, node.admin_addr
                 );
-                args.addr = node.client_addr;
+                args.addrs = vec![node.client_addr];
                 Some(node)
             }
             Err(message) => {
@@ -68,13 +82,13 @@ fn main() -> ExitCode {
         None
     };
 
-    let (stats, mut failures) = execute(&args, &secret, &generator_cpus);
+    let (stats, mut failures, warnings) = execute(&args, &secret, &generator_cpus);
     if let Some(node) = node {
         if let Err(message) = node.stop() {
             failures.push(format!("node stop: {message}"));
         }
     }
-    let summary = Summary::new(&args, &stats, failures);
+    let summary = Summary::new(&args, &stats, failures, warnings);
     print!("{}", summary.table());
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&summary).unwrap_or_default();
@@ -84,8 +98,8 @@ fn main() -> ExitCode {
         }
     }
     if let Some(path) = &args.hgrm {
-        if let Err(e) = std::fs::write(path, report::hgrm(&stats.latency_ns)) {
-            eprintln!("loadgen: write {}: {e}", path.display());
+        if let Err(message) = write_hgrm(path, &stats) {
+            eprintln!("loadgen: {message}");
             return ExitCode::FAILURE;
         }
     }
@@ -96,6 +110,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes every answer's latency distribution to `path` and, when more
+/// than one kind of request was measured, each kind's beside it
+/// (`run.hgrm`, `run.get.hgrm`, `run.incr.hgrm`, ...).
+fn write_hgrm(path: &std::path::Path, stats: &Stats) -> Result<(), String> {
+    let write = |path: &std::path::Path, text: String| {
+        std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))
+    };
+    write(path, hgrm::hgrm(&stats.latency_ns()))?;
+    let measured: Vec<Op> = Op::ALL
+        .into_iter()
+        .filter(|op| stats.ops[op.index()].sent > 0)
+        .collect();
+    if measured.len() > 1 {
+        for op in measured {
+            let text = hgrm::hgrm(&stats.ops[op.index()].latency_ns);
+            write(&hgrm::op_path(path, op.name()), text)?;
+        }
+    }
+    Ok(())
+}
+
 /// The last `threads` CPUs: a node started first usually sits on CPU 0.
 fn default_cpus(threads: usize, machine_cpus: usize) -> Vec<usize> {
     (0..threads)
@@ -103,9 +138,10 @@ fn default_cpus(threads: usize, machine_cpus: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Runs every generator thread; returns the merged stats and the setup or
-/// runtime failures.
-fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>) {
+/// Runs every generator thread; returns the merged stats, the setup or
+/// runtime failures, and the warnings about connections that could not go
+/// on.
+fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>, Vec<String>) {
     let args_shared = Arc::new(args.clone());
     let secret = Arc::new(secret.to_string());
     let coordinator = Arc::new(Coordinator::default());
@@ -166,21 +202,64 @@ fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>) {
 
     let mut stats = Stats::default();
     let mut failures = Vec::new();
+    let mut warnings = Vec::new();
     for handle in handles {
         match handle.join() {
             Ok(outcome) => {
                 stats.merge(&outcome.stats);
                 failures.extend(outcome.error);
+                warnings.extend(outcome.warnings);
             }
             Err(_) => failures.push("a generator thread panicked".to_string()),
         }
     }
-    (stats, failures)
+    (stats, failures, warnings)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A mixed run writes the total and one file per kind of request, each
+    /// holding exactly that kind's answers.
+    #[test]
+    fn hgrm_files_per_op() {
+        let dir = std::env::temp_dir().join(format!(
+            "loadgen-hgrm-{}-{}",
+            std::process::id(),
+            clock::now_ns()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut stats = Stats::default();
+        for (op, count) in [(Op::Get, 30u64), (Op::Incr, 7)] {
+            for i in 0..count {
+                stats.record_sent(op, 0);
+                stats.record_response(op, 0, 1_000 * (i + 1));
+            }
+        }
+        let path = dir.join("run.hgrm");
+        write_hgrm(&path, &stats).expect("written");
+        let total_count = |name: &str| -> u64 {
+            let text = std::fs::read_to_string(dir.join(name)).expect("file");
+            let line = text
+                .lines()
+                .find(|l| l.contains("Total count"))
+                .expect("footer");
+            line.trim_end_matches(']')
+                .rsplit('=')
+                .next()
+                .and_then(|n| n.trim().parse().ok())
+                .expect("a count")
+        };
+        assert_eq!(total_count("run.hgrm"), 37);
+        assert_eq!(total_count("run.get.hgrm"), 30);
+        assert_eq!(total_count("run.incr.hgrm"), 7);
+        assert!(
+            !dir.join("run.ping.hgrm").exists(),
+            "no file for an op never sent"
+        );
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
 
     #[test]
     fn default_cpus_are_the_last_ones() {

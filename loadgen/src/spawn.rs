@@ -115,7 +115,11 @@ impl Node {
         std::fs::write(&config, text).map_err(|e| format!("write config: {e}"))?;
         let log = std::fs::File::create(dir.join("node.log")).map_err(|e| e.to_string())?;
         let log_err = log.try_clone().map_err(|e| e.to_string())?;
+        // The node would let $ROUTERD_AUTH_SECRET override the config's
+        // secret; the config holds the one loadgen signs with, so the
+        // variable must not reach the child.
         let child = Command::new(&binary)
+            .env_remove(crate::cli::SECRET_ENV)
             .arg("serve")
             .arg("--config")
             .arg(&config)

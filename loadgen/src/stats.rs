@@ -1,36 +1,139 @@
 //! Per-thread measurements, merged once at the end (and per second for the
 //! progress line). Latencies are nanoseconds in HdrHistograms with 3
-//! significant digits; merging two histograms is exact at that precision.
+//! significant digits, one per kind of request; merging two histograms is
+//! exact at that precision. A per-second series (by intended send time)
+//! keeps coarser histograms, so a stall shows where it happened.
 
 use hdrhistogram::Histogram;
 use wire::client::ErrorCode;
+
+use crate::workload::Op;
 
 /// Largest latency a histogram tracks; larger values are clamped to it (and
 /// still counted) so a pathological stall cannot lose a sample.
 pub const LATENCY_MAX_NS: u64 = 120_000_000_000;
 
-/// Slots of `errors_by_code`: index = code for codes 1..=9, index 0 for a
-/// code this generator does not know.
-pub const ERROR_SLOTS: usize = 10;
+/// Seconds the series keeps: an hour. Later seconds are still measured in
+/// the totals, only not broken down by second.
+pub const SERIES_SECONDS_MAX: usize = 3600;
+
+/// Slots of a failure count: index = code for PROTOCOL.md's codes 1..=9,
+/// 0 for a code this generator does not know, then a Redis error reply and
+/// a request lost with its connection.
+pub const FAILURE_SLOTS: usize = 12;
+const SLOT_RESP_ERROR: usize = 10;
+const SLOT_LOST: usize = 11;
+
+/// Why a measured request did not get its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// An ERROR frame with this code.
+    Code(u16),
+    /// A Redis error reply (`-ERR ...`).
+    RespError,
+    /// Its connection closed before the answer came.
+    Lost,
+}
+
+impl Failure {
+    pub fn slot(self) -> usize {
+        match self {
+            Failure::Code(code) => ErrorCode::from_u16(code).map_or(0, |known| known as usize),
+            Failure::RespError => SLOT_RESP_ERROR,
+            Failure::Lost => SLOT_LOST,
+        }
+    }
+}
+
+/// Name of a failure slot, as the table and the JSON print it.
+pub fn failure_slot_name(slot: usize) -> &'static str {
+    match slot {
+        SLOT_RESP_ERROR => "RESP_ERROR",
+        SLOT_LOST => "CONNECTION_LOST",
+        _ => u16::try_from(slot)
+            .ok()
+            .and_then(ErrorCode::from_u16)
+            .map_or("UNKNOWN_CODE", ErrorCode::name),
+    }
+}
+
+/// What one kind of request got.
+#[derive(Clone, Debug)]
+pub struct OpStats {
+    /// Successful answers, from intended send time to receipt.
+    pub latency_ns: Histogram<u64>,
+    /// Requests queued whose intended send time fell in the measured phase.
+    pub sent: u64,
+    /// Successful answers to them.
+    pub responses: u64,
+    /// Failed ones, by `Failure::slot`.
+    pub failed: [u64; FAILURE_SLOTS],
+}
+
+impl Default for OpStats {
+    fn default() -> Self {
+        OpStats {
+            latency_ns: latency_histogram(),
+            sent: 0,
+            responses: 0,
+            failed: [0; FAILURE_SLOTS],
+        }
+    }
+}
+
+impl OpStats {
+    pub fn failures(&self) -> u64 {
+        self.failed.iter().sum()
+    }
+
+    fn merge(&mut self, other: &OpStats) {
+        self.latency_ns
+            .add(&other.latency_ns)
+            .expect("histograms with equal bounds merge");
+        self.sent += other.sent;
+        self.responses += other.responses;
+        for (mine, theirs) in self.failed.iter_mut().zip(other.failed) {
+            *mine += theirs;
+        }
+    }
+}
+
+/// One second of the measured phase, by intended send time.
+#[derive(Clone, Debug)]
+pub struct Second {
+    pub sent: u64,
+    pub responses: u64,
+    pub failed: u64,
+    /// 2 significant digits and u32 counts: 11 KiB a second, so an hour of
+    /// series stays within tens of MiB per thread.
+    pub latency_ns: Histogram<u32>,
+}
+
+impl Default for Second {
+    fn default() -> Self {
+        Second {
+            sent: 0,
+            responses: 0,
+            failed: 0,
+            // Constant bounds hdrhistogram accepts; 1 us resolution.
+            latency_ns: Histogram::new_with_bounds(1_000, LATENCY_MAX_NS, 2)
+                .expect("constant histogram bounds"),
+        }
+    }
+}
 
 /// Everything one thread counted during the measured phase.
 #[derive(Clone, Debug)]
 pub struct Stats {
-    /// Successful answers, from intended send time to receipt.
-    pub latency_ns: Histogram<u64>,
+    /// Per kind of request, indexed by `Op::index`.
+    pub ops: [OpStats; Op::COUNT],
     /// `room.message` PUSHes, from the sender's timestamp to receipt.
     pub push_latency_ns: Histogram<u64>,
-    /// Requests handed to the kernel whose intended send time fell in the
-    /// measured phase.
-    pub sent: u64,
-    /// RESPONSE frames to measured requests.
-    pub responses: u64,
-    /// ERROR frames to measured requests, by code (see `ERROR_SLOTS`).
-    pub errors_by_code: [u64; ERROR_SLOTS],
-    /// Answers that matched no outstanding seq or route, malformed bodies,
-    /// undecodable frames, unexpected PUSH routes. Any of them fails the run.
+    /// Answers that matched no outstanding request, malformed bodies,
+    /// undecodable bytes, unexpected PUSH routes. Any of them fails the run.
     pub protocol_errors: u64,
-    /// Measured requests still unanswered at the end of the drain.
+    /// Measured requests still unanswered at the end of the drain, on a
+    /// connection that was still open.
     pub unanswered: u64,
     /// Open-loop requests whose intended time came while the connection's
     /// waiting queue was full: the offered rate was not kept.
@@ -42,8 +145,21 @@ pub struct Stats {
     pub pushes_expected: u64,
     /// `sys.kicked` PUSHes received.
     pub kicked: u64,
-    /// Connections that closed or failed before the end.
+    /// Connections that closed or failed and were not (or could no longer
+    /// be) reconnected. Any of them fails the run.
     pub connections_lost: u64,
+    /// Connections re-established after they closed (`--reconnect`).
+    pub reconnects: u64,
+    /// `sys.redirect` PUSHes received (and followed).
+    pub redirects: u64,
+    /// Connect attempts that failed after setup.
+    pub connect_failures: u64,
+    /// Logins after setup that moved a connection to its next player
+    /// (`--players`).
+    pub player_switches: u64,
+    /// Second 0 of the series (the start of the measured phase).
+    series_origin_ns: u64,
+    series: Vec<Second>,
 }
 
 fn latency_histogram() -> Histogram<u64> {
@@ -55,11 +171,8 @@ fn latency_histogram() -> Histogram<u64> {
 impl Default for Stats {
     fn default() -> Self {
         Stats {
-            latency_ns: latency_histogram(),
+            ops: Default::default(),
             push_latency_ns: latency_histogram(),
-            sent: 0,
-            responses: 0,
-            errors_by_code: [0; ERROR_SLOTS],
             protocol_errors: 0,
             unanswered: 0,
             schedule_overflow: 0,
@@ -67,14 +180,88 @@ impl Default for Stats {
             pushes_expected: 0,
             kicked: 0,
             connections_lost: 0,
+            reconnects: 0,
+            redirects: 0,
+            connect_failures: 0,
+            player_switches: 0,
+            series_origin_ns: u64::MAX,
+            series: Vec::new(),
         }
     }
 }
 
-impl Stats {
-    pub fn record_latency(&mut self, latency_ns: u64) {
+/// The few figures the progress line needs, cheap to send each second.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    pub responses: u64,
+    pub failures: u64,
+    pub protocol_errors: u64,
+    pub latency_ns: Histogram<u64>,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            responses: 0,
+            failures: 0,
+            protocol_errors: 0,
+            latency_ns: latency_histogram(),
+        }
+    }
+}
+
+impl Progress {
+    pub fn merge(&mut self, other: &Progress) {
+        self.responses += other.responses;
+        self.failures += other.failures;
+        self.protocol_errors += other.protocol_errors;
         self.latency_ns
-            .saturating_record(latency_ns.clamp(1, LATENCY_MAX_NS));
+            .add(&other.latency_ns)
+            .expect("histograms with equal bounds merge");
+    }
+}
+
+impl Stats {
+    /// Starts the per-second series at the measured phase's start.
+    pub fn start_series(&mut self, origin_ns: u64) {
+        self.series_origin_ns = origin_ns;
+    }
+
+    fn second(&mut self, intended_ns: u64) -> Option<&mut Second> {
+        let index = intended_ns.checked_sub(self.series_origin_ns)? / 1_000_000_000;
+        let index = usize::try_from(index).ok()?;
+        if index >= SERIES_SECONDS_MAX {
+            return None;
+        }
+        if self.series.len() <= index {
+            self.series.resize_with(index + 1, Second::default);
+        }
+        Some(&mut self.series[index])
+    }
+
+    pub fn record_sent(&mut self, op: Op, intended_ns: u64) {
+        self.ops[op.index()].sent += 1;
+        if let Some(second) = self.second(intended_ns) {
+            second.sent += 1;
+        }
+    }
+
+    pub fn record_response(&mut self, op: Op, intended_ns: u64, now_ns: u64) {
+        let latency_ns = now_ns.saturating_sub(intended_ns).clamp(1, LATENCY_MAX_NS);
+        let stats = &mut self.ops[op.index()];
+        stats.responses += 1;
+        stats.latency_ns.saturating_record(latency_ns);
+        if let Some(second) = self.second(intended_ns) {
+            second.responses += 1;
+            second.latency_ns.saturating_record(latency_ns);
+        }
+    }
+
+    pub fn record_failure(&mut self, op: Op, intended_ns: u64, failure: Failure) {
+        self.ops[op.index()].failed[failure.slot()] += 1;
+        if let Some(second) = self.second(intended_ns) {
+            second.failed += 1;
+        }
     }
 
     pub fn record_push_latency(&mut self, latency_ns: u64) {
@@ -82,32 +269,69 @@ impl Stats {
             .saturating_record(latency_ns.clamp(1, LATENCY_MAX_NS));
     }
 
-    pub fn record_error(&mut self, code: u16) {
-        let slot = match ErrorCode::from_u16(code) {
-            Some(known) => known as usize,
-            None => 0,
-        };
-        self.errors_by_code[slot] += 1;
+    pub fn sent(&self) -> u64 {
+        self.ops.iter().map(|o| o.sent).sum()
     }
 
-    pub fn errors(&self) -> u64 {
-        self.errors_by_code.iter().sum()
+    pub fn responses(&self) -> u64 {
+        self.ops.iter().map(|o| o.responses).sum()
+    }
+
+    /// Failed requests of every kind, by slot.
+    pub fn failed(&self) -> [u64; FAILURE_SLOTS] {
+        let mut failed = [0; FAILURE_SLOTS];
+        for op in &self.ops {
+            for (total, count) in failed.iter_mut().zip(op.failed) {
+                *total += count;
+            }
+        }
+        failed
+    }
+
+    pub fn failures(&self) -> u64 {
+        self.failed().iter().sum()
+    }
+
+    /// Requests lost with their connection.
+    #[cfg(test)]
+    pub fn lost(&self) -> u64 {
+        self.failed()[SLOT_LOST]
+    }
+
+    /// The latency of every successful answer, whatever its kind.
+    pub fn latency_ns(&self) -> Histogram<u64> {
+        let mut total = latency_histogram();
+        for op in &self.ops {
+            total
+                .add(&op.latency_ns)
+                .expect("histograms with equal bounds merge");
+        }
+        total
+    }
+
+    pub fn series(&self) -> &[Second] {
+        &self.series
+    }
+
+    pub fn progress(&self) -> Progress {
+        Progress {
+            responses: self.responses(),
+            failures: self.failures(),
+            protocol_errors: self.protocol_errors,
+            latency_ns: self.latency_ns(),
+        }
     }
 
     /// Adds `other` into `self`. Histograms share bounds, so `add` cannot
-    /// fail on range; an error would be a bug here.
+    /// fail on range; an error would be a bug here. Threads share one
+    /// measured phase, so their series line up second by second.
     pub fn merge(&mut self, other: &Stats) {
-        self.latency_ns
-            .add(&other.latency_ns)
-            .expect("histograms with equal bounds merge");
+        for (mine, theirs) in self.ops.iter_mut().zip(&other.ops) {
+            mine.merge(theirs);
+        }
         self.push_latency_ns
             .add(&other.push_latency_ns)
             .expect("histograms with equal bounds merge");
-        self.sent += other.sent;
-        self.responses += other.responses;
-        for (mine, theirs) in self.errors_by_code.iter_mut().zip(other.errors_by_code) {
-            *mine += theirs;
-        }
         self.protocol_errors += other.protocol_errors;
         self.unanswered += other.unanswered;
         self.schedule_overflow += other.schedule_overflow;
@@ -115,60 +339,121 @@ impl Stats {
         self.pushes_expected += other.pushes_expected;
         self.kicked += other.kicked;
         self.connections_lost += other.connections_lost;
+        self.reconnects += other.reconnects;
+        self.redirects += other.redirects;
+        self.connect_failures += other.connect_failures;
+        self.player_switches += other.player_switches;
+        if self.series.len() < other.series.len() {
+            self.series.resize_with(other.series.len(), Second::default);
+        }
+        for (mine, theirs) in self.series.iter_mut().zip(&other.series) {
+            mine.sent += theirs.sent;
+            mine.responses += theirs.responses;
+            mine.failed += theirs.failed;
+            mine.latency_ns
+                .add(&theirs.latency_ns)
+                .expect("histograms with equal bounds merge");
+        }
     }
-}
-
-/// Name of an `errors_by_code` slot.
-pub fn error_slot_name(slot: usize) -> &'static str {
-    u16::try_from(slot)
-        .ok()
-        .and_then(ErrorCode::from_u16)
-        .map_or("UNKNOWN_CODE", ErrorCode::name)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const S: u64 = 1_000_000_000;
+
     #[test]
     fn merge_is_exact_and_keeps_extremes() {
         let mut a = Stats::default();
         let mut b = Stats::default();
         for v in 1..=1000u64 {
-            a.record_latency(v * 1000); // 1 µs .. 1 ms
+            a.record_sent(Op::Ping, 0);
+            a.record_response(Op::Ping, 0, v * 1000); // 1 us .. 1 ms
         }
-        b.record_latency(5_000_000_000); // one 5 s outlier on another thread
-        b.record_error(6);
-        b.record_error(77);
-        b.sent = 3;
-        a.sent = 1000;
+        // One 5 s outlier on another thread, and two failures.
+        b.record_response(Op::Incr, 0, 5_000_000_000);
+        b.record_failure(Op::Incr, 0, Failure::Code(6));
+        b.record_failure(Op::Get, 0, Failure::Code(77));
         let mut merged = Stats::default();
         merged.merge(&a);
         merged.merge(&b);
-        assert_eq!(merged.latency_ns.len(), 1001);
-        assert_eq!(merged.sent, 1003);
-        assert_eq!(merged.errors_by_code[6], 1);
-        assert_eq!(merged.errors_by_code[0], 1);
-        assert_eq!(merged.errors(), 2);
-        let max = merged.latency_ns.max();
+        let latency = merged.latency_ns();
+        assert_eq!(latency.len(), 1001);
+        assert_eq!(merged.sent(), 1000);
+        assert_eq!(merged.responses(), 1001);
+        assert_eq!(merged.failed()[6], 1);
+        assert_eq!(merged.failed()[0], 1);
+        assert_eq!(merged.failures(), 2);
+        assert_eq!(merged.ops[Op::Incr.index()].failures(), 1);
+        assert_eq!(merged.ops[Op::Get.index()].failed[0], 1);
+        let max = latency.max();
         assert!((4_990_000_000..=5_010_000_000).contains(&max), "max {max}");
-        let p50 = merged.latency_ns.value_at_quantile(0.5);
+        let p50 = latency.value_at_quantile(0.5);
         assert!((499_000..=502_000).contains(&p50), "p50 {p50}");
         // Merging in the other order gives the same distribution.
         let mut other_order = Stats::default();
         other_order.merge(&b);
         other_order.merge(&a);
-        assert_eq!(other_order.latency_ns, merged.latency_ns);
-        assert_eq!(error_slot_name(6), "OVERLOADED");
-        assert_eq!(error_slot_name(0), "UNKNOWN_CODE");
+        assert_eq!(other_order.latency_ns(), latency);
+        assert_eq!(failure_slot_name(6), "OVERLOADED");
+        assert_eq!(failure_slot_name(0), "UNKNOWN_CODE");
+        assert_eq!(failure_slot_name(Failure::Lost.slot()), "CONNECTION_LOST");
+        assert_eq!(failure_slot_name(Failure::RespError.slot()), "RESP_ERROR");
     }
 
     #[test]
     fn out_of_range_latencies_are_clamped_not_lost() {
         let mut stats = Stats::default();
-        stats.record_latency(0);
-        stats.record_latency(u64::MAX);
-        assert_eq!(stats.latency_ns.len(), 2);
-        assert!(stats.latency_ns.max() >= LATENCY_MAX_NS);
+        stats.record_response(Op::Ping, 10, 10);
+        stats.record_response(Op::Ping, 0, u64::MAX);
+        assert_eq!(stats.latency_ns().len(), 2);
+        assert!(stats.latency_ns().max() >= LATENCY_MAX_NS);
+    }
+
+    /// Each answer lands in the second its request was due in, and two
+    /// threads' series add up second by second.
+    #[test]
+    fn the_series_follows_intended_send_time() {
+        let origin = 100 * S;
+        let mut a = Stats::default();
+        a.start_series(origin);
+        // Before the series: counted in the totals, not in a second.
+        a.record_sent(Op::Ping, origin - 1);
+        a.record_response(Op::Ping, origin - 1, origin + 5);
+        for (second, latency_ms) in [(0u64, 1u64), (0, 1), (2, 300)] {
+            let intended = origin + second * S + S / 2;
+            a.record_sent(Op::Incr, intended);
+            a.record_response(Op::Incr, intended, intended + latency_ms * 1_000_000);
+        }
+        a.record_failure(Op::Incr, origin + S, Failure::Lost);
+        let mut b = Stats::default();
+        b.start_series(origin);
+        b.record_sent(Op::Get, origin + 3 * S);
+        let mut merged = Stats::default();
+        merged.merge(&a);
+        merged.merge(&b);
+        let series = merged.series();
+        assert_eq!(series.len(), 4);
+        assert_eq!(
+            series.iter().map(|s| s.sent).collect::<Vec<_>>(),
+            [2, 0, 1, 1]
+        );
+        assert_eq!(
+            series.iter().map(|s| s.responses).collect::<Vec<_>>(),
+            [2, 0, 1, 0]
+        );
+        assert_eq!(series[1].failed, 1);
+        let p99_second_2 = series[2].latency_ns.value_at_quantile(0.99);
+        assert!((297_000_000..=303_000_000).contains(&p99_second_2));
+        assert!(series[0].latency_ns.max() < 1_100_000);
+        assert_eq!(merged.responses(), 4);
+
+        // The series is bounded.
+        let mut far = Stats::default();
+        far.start_series(0);
+        far.record_sent(Op::Ping, SERIES_SECONDS_MAX as u64 * S);
+        assert!(far.series().is_empty());
+        assert_eq!(far.sent(), 1);
     }
 }

@@ -3,12 +3,43 @@
 
 use rand::rngs::SmallRng;
 use rand::Rng;
-use wire::client::route;
 
 use crate::cli::{Distribution, Workload};
 
 /// Population a zipfian table covers at most (one entry per connection).
 pub const ZIPF_POPULATION_MAX: usize = crate::cli::CONNECTIONS_MAX;
+
+/// A kind of request the workloads send, measured apart from the others.
+/// Both protocols speak these; `Say` is routerd's alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// routerd `sys.ping` (echoes the payload); Redis `PING [payload]`.
+    Ping,
+    /// routerd `player.get`; Redis `GET player:<id>`.
+    Get,
+    /// routerd `player.incr` by 1; Redis `INCR player:<id>`.
+    Incr,
+    /// routerd `room.say` with the send time as text.
+    Say,
+}
+
+impl Op {
+    pub const COUNT: usize = 4;
+    pub const ALL: [Op; Op::COUNT] = [Op::Ping, Op::Get, Op::Incr, Op::Say];
+
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Op::Ping => "ping",
+            Op::Get => "get",
+            Op::Incr => "incr",
+            Op::Say => "say",
+        }
+    }
+}
 
 /// The per-thread request generator.
 #[derive(Clone, Debug)]
@@ -34,42 +65,37 @@ impl Generator {
         }
     }
 
-    /// Writes the next request's body into `body` and returns its route.
-    /// `room_id` is the session's room (room workload); `now_ns` is carried
-    /// in a `room.say` text so receivers can time the fan-out.
-    pub fn next(&self, rng: &mut SmallRng, room_id: u64, now_ns: u64, body: &mut Vec<u8>) -> u32 {
-        body.clear();
+    /// Picks the next request and writes its payload into `payload`: the
+    /// ping bytes, or the send time a `room.say` carries as text (so
+    /// receivers can time the fan-out). The protocol adds the rest (the
+    /// delta, the key, the room).
+    pub fn next(&self, rng: &mut SmallRng, now_ns: u64, payload: &mut Vec<u8>) -> Op {
+        payload.clear();
         match self.workload {
-            Workload::Ping | Workload::PingRouted => self.ping(body),
-            Workload::Incr => incr(body),
+            Workload::Ping | Workload::PingRouted => self.ping(payload),
+            Workload::Incr => Op::Incr,
             Workload::Mixed => {
                 let total = self.mix_cumulative[2];
                 let pick = rng.gen_range(0..total);
                 if pick < self.mix_cumulative[0] {
-                    route::PLAYER_GET
+                    Op::Get
                 } else if pick < self.mix_cumulative[1] {
-                    incr(body)
+                    Op::Incr
                 } else {
-                    self.ping(body)
+                    self.ping(payload)
                 }
             }
             Workload::Room => {
-                body.extend_from_slice(&room_id.to_le_bytes());
-                body.extend_from_slice(now_ns.to_string().as_bytes());
-                route::ROOM_SAY
+                payload.extend_from_slice(now_ns.to_string().as_bytes());
+                Op::Say
             }
         }
     }
 
-    fn ping(&self, body: &mut Vec<u8>) -> u32 {
-        body.resize(self.body_bytes, 0x5a);
-        route::SYS_PING
+    fn ping(&self, payload: &mut Vec<u8>) -> Op {
+        payload.resize(self.body_bytes, 0x5a);
+        Op::Ping
     }
-}
-
-fn incr(body: &mut Vec<u8>) -> u32 {
-    body.extend_from_slice(&1i64.to_le_bytes());
-    route::PLAYER_INCR
 }
 
 /// The send timestamp a `room.message` PUSH carries in its text, if the
@@ -159,6 +185,48 @@ impl Pacer {
     }
 }
 
+/// The players one connection owns under `--players`: connection `i` of
+/// `C` owns player indexes i, i+C, i+2C, ... below the player count, so no
+/// two connections ever hold one player, and it visits them round robin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlayerRing {
+    first: u64,
+    stride: u64,
+    len: u64,
+    cursor: u64,
+}
+
+impl PlayerRing {
+    pub fn new(conn_index: usize, connections: usize, players: u64) -> PlayerRing {
+        let first = conn_index as u64;
+        let stride = connections as u64;
+        assert!(first < players, "every connection owns a player");
+        PlayerRing {
+            first,
+            stride,
+            len: (players - first).div_ceil(stride),
+            cursor: 0,
+        }
+    }
+
+    /// Players this connection owns.
+    #[cfg(test)]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// The index (from 0; ids add `--player-base`) of the current player.
+    pub fn current(&self) -> u64 {
+        self.first + self.cursor * self.stride
+    }
+
+    /// Moves to the next player and returns its index.
+    pub fn advance(&mut self) -> u64 {
+        self.cursor = (self.cursor + 1) % self.len;
+        self.current()
+    }
+}
+
 /// The room a connection (global index) joins, and whether it says.
 pub fn room_role(conn_index: usize, room_size: usize, say_fraction: f64) -> (u64, bool) {
     let room_id = (conn_index / room_size) as u64 + 1;
@@ -202,29 +270,60 @@ mod tests {
         assert_eq!(due[9], 10_001_000);
     }
 
+    /// Every player belongs to exactly one connection, each connection
+    /// visits all of its own in turn, and none is left without one.
+    #[test]
+    fn players_are_dealt_out_without_overlap() {
+        for (connections, players) in [(1usize, 1u64), (3, 3), (3, 10), (4, 1000), (7, 8)] {
+            let mut owner = vec![None; players as usize];
+            for conn in 0..connections {
+                let mut ring = PlayerRing::new(conn, connections, players);
+                assert!(ring.len() >= 1);
+                assert_eq!(ring.current(), conn as u64);
+                for step in 0..ring.len() {
+                    let player = if step == 0 {
+                        ring.current()
+                    } else {
+                        ring.advance()
+                    };
+                    assert_eq!(owner[player as usize], None, "player {player} dealt twice");
+                    owner[player as usize] = Some(conn);
+                }
+                // Round robin: back at the first one.
+                assert_eq!(ring.advance(), conn as u64);
+            }
+            assert!(
+                owner.iter().all(Option::is_some),
+                "{connections} x {players}"
+            );
+        }
+    }
+
     #[test]
     fn mixed_follows_weights_and_room_carries_time() {
         let generator = Generator::new(Workload::Mixed, [1, 0, 1], 4);
         let mut rng = SmallRng::seed_from_u64(1);
-        let mut body = Vec::new();
-        let mut counts = [0u32; 3];
+        let mut payload = Vec::new();
+        let mut counts = [0u32; Op::COUNT];
         for _ in 0..1000 {
-            match generator.next(&mut rng, 0, 0, &mut body) {
-                route::PLAYER_GET => counts[0] += 1,
-                route::PLAYER_INCR => counts[1] += 1,
-                route::SYS_PING => counts[2] += 1,
-                other => panic!("route {other}"),
+            let op = generator.next(&mut rng, 0, &mut payload);
+            counts[op.index()] += 1;
+            if op == Op::Ping {
+                assert_eq!(payload, [0x5a; 4]);
+            } else {
+                assert!(payload.is_empty());
             }
         }
-        assert_eq!(counts[1], 0);
-        assert!(counts[0] > 400 && counts[2] > 400);
+        assert_eq!(counts[Op::Incr.index()], 0);
+        assert_eq!(counts[Op::Say.index()], 0);
+        assert!(counts[Op::Get.index()] > 400 && counts[Op::Ping.index()] > 400);
 
         let room = Generator::new(Workload::Room, [1, 1, 1], 0);
-        assert_eq!(room.next(&mut rng, 9, 123_456, &mut body), route::ROOM_SAY);
+        assert_eq!(room.next(&mut rng, 123_456, &mut payload), Op::Say);
         // The PUSH body is room, from, then the text the sender wrote.
         let mut push = 9u64.to_le_bytes().to_vec();
         push.extend_from_slice(&5u64.to_le_bytes());
-        push.extend_from_slice(&body[8..]);
+        push.extend_from_slice(&payload);
         assert_eq!(push_send_time_ns(&push), Some(123_456));
         assert_eq!(push_send_time_ns(b"short"), None);
         assert_eq!(room_role(0, 8, 0.25), (1, true));

@@ -1,0 +1,193 @@
+//! routerd's half of a connection: PROTOCOL.md frames out, answers matched
+//! to their requests by seq, PUSHes recognised, every body checked against
+//! the route table.
+
+use std::collections::HashMap;
+
+use wire::client::{
+    decode_error_body, encode_frame, route, FrameDecoder, FrameError, FrameKind, Peer,
+};
+
+use crate::conn::{Kind, Message, Outstanding, Redirect, Verdict};
+use crate::stats::Failure;
+use crate::workload::{push_send_time_ns, Op};
+
+/// PROTOCOL.md's route 102, `sys.redirect` (server to client PUSH): `u32
+/// grace_ms`, then the UTF-8 `host:port` of another gateway. Kept here
+/// because `wire::client::route` does not name it yet.
+pub const SYS_REDIRECT: u32 = 102;
+
+pub struct RouterdWire {
+    seq_next: u32,
+    /// Bounded by `inflight_max` plus the one setup request.
+    outstanding: HashMap<u32, Outstanding>,
+    decoder: FrameDecoder,
+    max_body: u32,
+    /// Reused request body.
+    body: Vec<u8>,
+}
+
+impl RouterdWire {
+    pub fn new(inflight_max: usize, max_body: u32) -> RouterdWire {
+        RouterdWire {
+            seq_next: 1,
+            outstanding: HashMap::with_capacity(inflight_max + 1),
+            decoder: FrameDecoder::new(Peer::Server, max_body),
+            max_body,
+            body: Vec::with_capacity(64),
+        }
+    }
+
+    pub fn outstanding_len(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    /// Encodes `request` into `out` and remembers it under a free seq.
+    pub fn queue(&mut self, out: &mut Vec<u8>, request: Outstanding, payload: &[u8], room_id: u64) {
+        // Seqs wrap; at most inflight_max are taken, so a free one is near.
+        while self.outstanding.contains_key(&self.seq_next) {
+            self.seq_next = self.seq_next.wrapping_add(1);
+        }
+        let seq = self.seq_next;
+        self.seq_next = self.seq_next.wrapping_add(1);
+        self.body.clear();
+        let route_id = match request.kind {
+            Kind::Work(Op::Ping) => {
+                self.body.extend_from_slice(payload);
+                route::SYS_PING
+            }
+            Kind::Work(Op::Get) => route::PLAYER_GET,
+            Kind::Work(Op::Incr) => {
+                self.body.extend_from_slice(&1i64.to_le_bytes());
+                route::PLAYER_INCR
+            }
+            Kind::Work(Op::Say) => {
+                self.body.extend_from_slice(&room_id.to_le_bytes());
+                self.body.extend_from_slice(payload);
+                route::ROOM_SAY
+            }
+            Kind::Login => {
+                self.body.extend_from_slice(payload);
+                route::AUTH_LOGIN
+            }
+            Kind::Join => {
+                self.body.extend_from_slice(&room_id.to_le_bytes());
+                route::ROOM_JOIN
+            }
+        };
+        encode_frame(out, FrameKind::Request, route_id, seq, &self.body);
+        let previous = self.outstanding.insert(seq, request);
+        assert!(previous.is_none(), "seq {seq} reused while outstanding");
+    }
+
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        self.decoder.read_buf()
+    }
+
+    pub fn advance(&mut self, n: usize) {
+        self.decoder.advance(n);
+    }
+
+    /// The next decoded message, `Ok(None)` when more bytes are needed, or
+    /// the first framing violation (final).
+    pub fn next(&mut self, player_id: u64) -> Result<Option<Message>, FrameError> {
+        let Some(frame) = self.decoder.next_frame()? else {
+            return Ok(None);
+        };
+        let header = frame.header;
+        let body = frame.body;
+        let message = match header.kind {
+            FrameKind::Push => match header.route_id {
+                route::ROOM_MESSAGE => Message::RoomPush {
+                    sent_ns: push_send_time_ns(body),
+                },
+                route::SYS_KICKED => Message::Kicked,
+                SYS_REDIRECT => Message::Redirect(parse_redirect(body)),
+                _ => Message::Stray,
+            },
+            FrameKind::Response | FrameKind::Error => {
+                match self.outstanding.remove(&header.seq) {
+                    Some(request) if route_of(request.kind) == header.route_id => {
+                        let verdict = if header.kind == FrameKind::Error {
+                            error_verdict(request.kind, body)
+                        } else {
+                            response_verdict(request, body, player_id)
+                        };
+                        Message::Answer { request, verdict }
+                    }
+                    // Right seq, wrong route: the request is consumed and
+                    // the answer is a protocol error.
+                    Some(_) | None => Message::Stray,
+                }
+            }
+            // The decoder accepts only server kinds (Peer::Server).
+            FrameKind::Request => Message::Stray,
+        };
+        Ok(Some(message))
+    }
+
+    /// Every outstanding request, taken out.
+    pub fn take_outstanding(&mut self) -> impl Iterator<Item = Outstanding> + '_ {
+        self.outstanding.drain().map(|(_, request)| request)
+    }
+
+    /// A new connection: an empty stream and no requests.
+    pub fn reset(&mut self) {
+        self.outstanding.clear();
+        self.decoder = FrameDecoder::new(Peer::Server, self.max_body);
+    }
+}
+
+fn route_of(kind: Kind) -> u32 {
+    match kind {
+        Kind::Work(Op::Ping) => route::SYS_PING,
+        Kind::Work(Op::Get) => route::PLAYER_GET,
+        Kind::Work(Op::Incr) => route::PLAYER_INCR,
+        Kind::Work(Op::Say) => route::ROOM_SAY,
+        Kind::Login => route::AUTH_LOGIN,
+        Kind::Join => route::ROOM_JOIN,
+    }
+}
+
+fn error_verdict(kind: Kind, body: &[u8]) -> Verdict {
+    match decode_error_body(body) {
+        Some((code, reason)) => Verdict::Failed {
+            failure: Failure::Code(code),
+            reason: matches!(kind, Kind::Login | Kind::Join).then(|| reason.to_string()),
+        },
+        None => Verdict::Malformed,
+    }
+}
+
+/// Checks a RESPONSE body against PROTOCOL.md's route table.
+fn response_verdict(request: Outstanding, body: &[u8], player_id: u64) -> Verdict {
+    let fits = match request.kind {
+        Kind::Work(Op::Ping) => body.len() == request.payload_len as usize,
+        Kind::Work(Op::Get | Op::Incr) => body.len() == 8,
+        Kind::Work(Op::Say) => {
+            return match <[u8; 4]>::try_from(body) {
+                Ok(count) => Verdict::Ok {
+                    pushes_promised: u32::from_le_bytes(count),
+                },
+                Err(_) => Verdict::Malformed,
+            }
+        }
+        Kind::Login => body == player_id.to_le_bytes().as_slice(),
+        Kind::Join => body.len() == 4,
+    };
+    if fits {
+        Verdict::Ok { pushes_promised: 0 }
+    } else {
+        Verdict::Malformed
+    }
+}
+
+/// `u32 grace_ms` then UTF-8 `host:port` (possibly empty).
+pub fn parse_redirect(body: &[u8]) -> Option<Redirect> {
+    let (grace, target) = body.split_first_chunk::<4>()?;
+    let target = std::str::from_utf8(target).ok()?;
+    Some(Redirect {
+        grace_ms: u32::from_le_bytes(*grace),
+        target: target.to_string(),
+    })
+}

@@ -1,0 +1,369 @@
+//! Moving connections during the run: following `sys.redirect`,
+//! reconnecting a connection that closed (`--reconnect`), and moving a
+//! connection to its next player (`--players`). The engine reports what
+//! happened to sockets; `link.rs` decides where and when to go; this file
+//! wires the two to the connections' sessions and counts everything.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use crate::cli::{Proto, Workload};
+use crate::conn::{Conn, Event, Phase};
+use crate::engine::{Engine, LinkEvent};
+use crate::link::{Mover, Step};
+use crate::runner::{Context, Plan, CONNECT_TIMEOUT, WARNINGS_MAX};
+use crate::stats::Stats;
+use crate::workload::PlayerRing;
+
+/// How long past a redirect's `grace_ms` a connection waits for the
+/// answers it is owed before it closes itself (the server should have
+/// closed it by then).
+pub const REDIRECT_SLACK_NS: u64 = 1_000_000_000;
+
+/// One connection's moving parts.
+struct SlotMoves {
+    mover: Mover,
+    players: PlayerRing,
+    /// Where the posted connect goes.
+    connecting_to: Option<SocketAddr>,
+    /// The connection is moving to its next player.
+    switching: bool,
+    /// The connection closed under the run: the next successful connect is
+    /// a reconnect.
+    after_loss: bool,
+    /// Kicked by a duplicate login, or its login failed: never reconnected.
+    no_return: bool,
+}
+
+pub struct Moves {
+    first_conn: usize,
+    addrs: Vec<SocketAddr>,
+    reconnect: bool,
+    proto: Proto,
+    needs_login: bool,
+    join_room: bool,
+    player_base: u64,
+    /// `Some(k)` when connections change player every k requests.
+    requests_per_login: Option<u64>,
+    secret: Arc<String>,
+    token_expiry_unix_s: u64,
+    rng: SmallRng,
+    slots: Vec<SlotMoves>,
+    /// Connections waiting out a backoff: due time, slot, address.
+    waits: Vec<(u64, usize, SocketAddr)>,
+    /// Redirected connections and when they stop waiting for answers.
+    deadlines: Vec<(u64, usize)>,
+    /// The run is over: nothing moves any more.
+    stopping: bool,
+    warnings: Vec<String>,
+}
+
+impl Moves {
+    pub fn new(plan: &Plan, ctx: &Context, engine: &Engine, token_expiry_unix_s: u64) -> Moves {
+        let args = &ctx.args;
+        let slots = (0..engine.slots.len())
+            .map(|i| {
+                let global = plan.first_conn + i;
+                SlotMoves {
+                    mover: Mover::new(args.addrs[global % args.addrs.len()]),
+                    players: PlayerRing::new(global, args.connections, args.player_count()),
+                    connecting_to: None,
+                    switching: false,
+                    after_loss: false,
+                    no_return: false,
+                }
+            })
+            .collect();
+        Moves {
+            first_conn: plan.first_conn,
+            addrs: args.addrs.clone(),
+            reconnect: args.reconnect,
+            proto: args.proto,
+            needs_login: args.needs_login(),
+            join_room: args.workload == Workload::Room,
+            player_base: args.player_base,
+            requests_per_login: (args.player_count() > args.connections as u64)
+                .then_some(args.requests_per_login),
+            secret: Arc::clone(&ctx.secret),
+            token_expiry_unix_s,
+            rng: SmallRng::seed_from_u64(0x11fe ^ plan.thread_index as u64),
+            slots,
+            waits: Vec::new(),
+            deadlines: Vec::new(),
+            stopping: false,
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    fn warn(&mut self, index: usize, what: &str) {
+        if self.warnings.len() < WARNINGS_MAX {
+            let global = self.first_conn + index;
+            self.warnings.push(format!("connection {global}: {what}"));
+        }
+    }
+
+    /// The run is over: no new connection, no more waiting.
+    pub fn stop(&mut self) {
+        self.stopping = true;
+        self.waits.clear();
+        self.deadlines.clear();
+    }
+
+    /// The earliest time something here must happen.
+    pub fn next_due_ns(&self) -> Option<u64> {
+        let waits = self.waits.iter().map(|w| w.0);
+        let deadlines = self.deadlines.iter().map(|d| d.0);
+        waits.chain(deadlines).min()
+    }
+
+    /// Whether a connection has sent its share as its current player.
+    pub fn switch_due(&self, conn: &Conn) -> bool {
+        self.requests_per_login
+            .is_some_and(|k| conn.sent_since_login() >= k)
+    }
+
+    /// Moves a connection to its next player: on Redis at once (a key),
+    /// on routerd by draining, reconnecting and logging in again. Returns
+    /// whether the connection may go on sending now.
+    pub fn begin_switch(&mut self, engine: &mut Engine, index: usize, stats: &mut Stats) -> bool {
+        let slot = &mut self.slots[index];
+        if self.proto == Proto::Resp {
+            let next = self.player_base + slot.players.advance();
+            engine.slots[index].conn.rekey(next);
+            stats.player_switches += 1;
+            return true;
+        }
+        slot.switching = true;
+        slot.mover.on_switch();
+        engine.slots[index].conn.begin_drain();
+        self.close_if_drained(engine, index);
+        false
+    }
+
+    /// Closes a draining connection once every answer it is owed came.
+    pub fn close_if_drained(&mut self, engine: &mut Engine, index: usize) {
+        let slot = &engine.slots[index];
+        if slot.is_open() && slot.conn.phase() == Phase::Draining && slot.conn.outstanding() == 0 {
+            engine.close(index);
+        }
+    }
+
+    /// Handles what the engine reported since the last look, the ends of
+    /// redirect grace periods, and the backoffs that ran out.
+    pub fn handle(
+        &mut self,
+        engine: &mut Engine,
+        now: u64,
+        stats: &mut Stats,
+    ) -> Result<(), String> {
+        for (index, event) in std::mem::take(&mut engine.events) {
+            self.on_event(engine, index, event, now, stats);
+        }
+        if !self.deadlines.is_empty() {
+            let mut deadlines = std::mem::take(&mut self.deadlines);
+            deadlines.retain(|&(due, index)| {
+                let slot = &engine.slots[index];
+                let draining = slot.is_open() && slot.conn.phase() == Phase::Draining;
+                if draining && due <= now {
+                    // What is still owed is lost with the connection.
+                    engine.close(index);
+                }
+                draining && due > now
+            });
+            self.deadlines = deadlines;
+        }
+        for (index, event) in std::mem::take(&mut engine.link_events) {
+            self.on_link_event(engine, index, event, now, stats)?;
+        }
+        if !self.waits.is_empty() {
+            let mut due_now = Vec::new();
+            self.waits.retain(|&(due, index, addr)| {
+                if due <= now {
+                    due_now.push((index, addr));
+                }
+                due > now
+            });
+            for (index, addr) in due_now {
+                self.connect(engine, index, addr)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_event(
+        &mut self,
+        engine: &mut Engine,
+        index: usize,
+        event: Event,
+        now: u64,
+        stats: &mut Stats,
+    ) {
+        match event {
+            Event::Redirect(redirect) => {
+                if self.stopping {
+                    return;
+                }
+                self.slots[index]
+                    .mover
+                    .on_redirect(&redirect.target, &self.addrs);
+                let grace_ns = u64::from(redirect.grace_ms) * 1_000_000;
+                self.deadlines
+                    .push((now + grace_ns + REDIRECT_SLACK_NS, index));
+                self.close_if_drained(engine, index);
+            }
+            Event::Kicked => self.slots[index].no_return = true,
+            Event::LoggedIn if self.join_room => {
+                engine.slots[index].conn.start_join(now);
+                engine.queue_flush(index);
+            }
+            Event::LoggedIn | Event::Joined => {
+                let slot = &mut self.slots[index];
+                if slot.switching {
+                    slot.switching = false;
+                    stats.player_switches += 1;
+                }
+                engine.touch(index);
+            }
+            Event::SetupFailed(reason) => {
+                self.slots[index].no_return = true;
+                self.warn(index, &format!("{reason}; not reconnected"));
+                engine.close(index);
+            }
+        }
+    }
+
+    fn on_link_event(
+        &mut self,
+        engine: &mut Engine,
+        index: usize,
+        event: LinkEvent,
+        now: u64,
+        stats: &mut Stats,
+    ) -> Result<(), String> {
+        match event {
+            LinkEvent::Down { by_peer } => {
+                let slot = &mut self.slots[index];
+                if slot.switching {
+                    slot.players.advance();
+                }
+                let player_id = self.player_base + slot.players.current();
+                engine.slots[index].conn.reset(player_id, stats);
+                let planned = slot.mover.planned() && !slot.no_return;
+                if !planned {
+                    slot.after_loss = true;
+                }
+                if self.stopping {
+                    if by_peer && !planned && !self.reconnect {
+                        stats.connections_lost += 1;
+                    }
+                    return Ok(());
+                }
+                let step = if slot.no_return {
+                    Step::GiveUp
+                } else {
+                    slot.mover.on_down(self.reconnect, now, &mut self.rng)
+                };
+                self.apply(engine, index, step, stats)
+            }
+            LinkEvent::Connected => {
+                let slot = &mut self.slots[index];
+                let addr = slot
+                    .connecting_to
+                    .take()
+                    .expect("a connect completes only when one was posted");
+                slot.mover.on_connected(addr);
+                if std::mem::take(&mut slot.after_loss) {
+                    stats.reconnects += 1;
+                }
+                if self.stopping {
+                    // Too late to send anything on it.
+                    engine.close(index);
+                } else {
+                    self.start_session(engine, index, now);
+                }
+                Ok(())
+            }
+            LinkEvent::ConnectFailed { errno } => {
+                stats.connect_failures += 1;
+                self.slots[index].connecting_to = None;
+                if self.stopping {
+                    return Ok(());
+                }
+                let step = self.slots[index].mover.on_connect_failed(
+                    self.reconnect,
+                    &self.addrs,
+                    now,
+                    &mut self.rng,
+                );
+                if step == Step::GiveUp {
+                    let error = std::io::Error::from_raw_os_error(errno);
+                    self.warn(index, &format!("connect failed ({error}); given up"));
+                }
+                self.apply(engine, index, step, stats)
+            }
+        }
+    }
+
+    fn apply(
+        &mut self,
+        engine: &mut Engine,
+        index: usize,
+        step: Step,
+        stats: &mut Stats,
+    ) -> Result<(), String> {
+        match step {
+            Step::Connect(addr) => self.connect(engine, index, addr),
+            Step::Wait { due_ns, addr } => {
+                self.waits.push((due_ns, index, addr));
+                Ok(())
+            }
+            Step::GiveUp => {
+                stats.connections_lost += 1;
+                Ok(())
+            }
+        }
+    }
+
+    fn connect(
+        &mut self,
+        engine: &mut Engine,
+        index: usize,
+        addr: SocketAddr,
+    ) -> Result<(), String> {
+        self.slots[index].connecting_to = Some(addr);
+        engine
+            .connect(index, addr, CONNECT_TIMEOUT.as_nanos() as u64)
+            .map_err(|e| format!("io_uring: {e}"))
+    }
+
+    /// A fresh connection: log in again (as the slot's current player) or,
+    /// without login, go straight on sending.
+    fn start_session(&mut self, engine: &mut Engine, index: usize, now: u64) {
+        let conn = &mut engine.slots[index].conn;
+        if self.needs_login {
+            let token = wire::token::mint(
+                self.secret.as_bytes(),
+                conn.player_id(),
+                self.token_expiry_unix_s,
+            );
+            conn.start_login(&token, now);
+            engine.queue_flush(index);
+        } else {
+            // Only routerd sessions switch players by reconnecting, and
+            // they log in: nothing else to finish here.
+            conn.skip_setup();
+            engine.touch(index);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "moves_tests.rs"]
+mod tests;
