@@ -48,11 +48,18 @@ pub struct CoresConfig {
     pub count: usize,
     /// An explicit CPU list, one executor pinned to each.
     pub cpus: Option<Vec<usize>>,
-    /// Bytes of io_uring registered buffer memory per executor. Locked
-    /// memory is scarce (`ulimit -l`), so the default is small.
-    pub io_memory_bytes: usize,
-    /// Submission queue depth of each executor's rings.
-    pub ring_depth: usize,
+    /// Submission queue entries of each core's io_uring ring (a power of
+    /// two); its completion queue is eight times longer.
+    pub ring_depth: u32,
+    /// How each ring runs completion work: `defer` (Linux 6.1) or `coop`
+    /// (Linux 6.0); see the runtime's notes on why it matters.
+    pub ring_taskrun: RingTaskrun,
+    /// Receive buffers in each core's buffer ring (a power of two): reads
+    /// land there and are copied out at once, so this bounds bytes in
+    /// flight per core, not per connection.
+    pub recv_buffers: u16,
+    /// Bytes of each receive buffer.
+    pub recv_buffer_bytes: usize,
     /// Busy-spin this long before an idle executor parks; 0 parks at once.
     /// A dedicated benchmark node trades CPU for latency here.
     pub spin_before_park_us: u64,
@@ -72,8 +79,10 @@ impl Default for CoresConfig {
         Self {
             count: 0,
             cpus: None,
-            io_memory_bytes: 512 * 1024,
-            ring_depth: 128,
+            ring_depth: 256,
+            ring_taskrun: RingTaskrun::Defer,
+            recv_buffers: 512,
+            recv_buffer_bytes: 16 * 1024,
             spin_before_park_us: 0,
             latency_shares: 1000,
             throughput_shares: 100,
@@ -130,6 +139,18 @@ impl Default for AdminConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
         }
     }
+}
+
+/// How a core's io_uring runs completion work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RingTaskrun {
+    /// `SINGLE_ISSUER | DEFER_TASKRUN`: completion work runs only when the
+    /// core reaps, once per loop turn.
+    #[default]
+    Defer,
+    /// `SINGLE_ISSUER | COOP_TASKRUN`: at the core's next system call.
+    Coop,
 }
 
 /// What happens when a player logs in while already logged in elsewhere.
@@ -371,6 +392,15 @@ impl Config {
             if cpus.is_empty() {
                 return invalid("cores.cpus must name at least one CPU");
             }
+        }
+        if !self.cores.ring_depth.is_power_of_two() || self.cores.ring_depth > 32_768 {
+            return invalid("cores.ring_depth must be a power of two, at most 32768");
+        }
+        if !self.cores.recv_buffers.is_power_of_two() || self.cores.recv_buffers > 32_768 {
+            return invalid("cores.recv_buffers must be a power of two, at most 32768");
+        }
+        if self.cores.recv_buffer_bytes == 0 || self.cores.recv_buffer_bytes > 1 << 20 {
+            return invalid("cores.recv_buffer_bytes must be between 1 and 1048576");
         }
         if self.gateway.max_body == 0 || self.gateway.max_inflight == 0 {
             return invalid("gateway.max_body and gateway.max_inflight must be positive");

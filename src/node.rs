@@ -10,7 +10,7 @@ use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 
 use crate::admin::{Admin, AdminState};
 use crate::catalog::{Catalog, CoreCatalog};
-use crate::config::Config;
+use crate::config::{Config, RingTaskrun};
 use crate::gateway::driver::{self, GatewayShared};
 use crate::gateway::{GatewayHandle, NodeLogins};
 use crate::metrics::NodeMetrics;
@@ -209,8 +209,13 @@ fn runtime_config(config: &Config) -> RuntimeConfig {
         None => CorePlacement::Count(config.cores.count),
     };
     let mut runtime = RuntimeConfig::new(placement);
-    runtime.io_memory_bytes = config.cores.io_memory_bytes;
     runtime.ring_depth = config.cores.ring_depth;
+    runtime.ring_taskrun = match config.cores.ring_taskrun {
+        RingTaskrun::Defer => shards::TaskRun::Defer,
+        RingTaskrun::Coop => shards::TaskRun::Coop,
+    };
+    runtime.recv_buffers = config.cores.recv_buffers;
+    runtime.recv_buffer_bytes = config.cores.recv_buffer_bytes;
     runtime.spin_before_park = Duration::from_micros(config.cores.spin_before_park_us);
     runtime.latency_shares = config.cores.latency_shares;
     runtime.throughput_shares = config.cores.throughput_shares;
@@ -237,7 +242,7 @@ fn reserve(address: SocketAddr) -> Result<std::net::TcpListener, NodeError> {
 }
 
 async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>) {
-    let listener = match glommio::net::TcpListener::bind(shared.gateway_address) {
+    let listener = match shards::net::TcpListener::bind(shared.gateway_address) {
         Ok(listener) => listener,
         Err(error) => {
             tracing::error!(core = core.id(), %error, "cannot bind the gateway listener");
@@ -262,7 +267,6 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         metrics,
         request_timeout_ms: shared.config.gateway.request_timeout_ms,
         catalog: CoreCatalog::new(shared.catalog.clone()),
-        background_queue: core.throughput_queue(),
     });
     gateway.set_player_port(Rc::new(router.clone()));
     if let Some(inbox) = core.take_inbox() {

@@ -187,7 +187,7 @@ fn stale_epoch_egress_is_dropped_and_counted() {
     // sends, over the real gateway driver and a real TCP connection, a
     // PUSH under the epoch before login and then one under the current.
     let mut runtime_config = RuntimeConfig::new(CorePlacement::Unpinned(1));
-    runtime_config.io_memory_bytes = 256 << 10;
+    runtime_config.recv_buffers = 64;
     runtime_config.shutdown_deadline = Duration::from_secs(1);
     let config = support::config();
     let shared = Arc::new(GatewayShared {
@@ -212,18 +212,19 @@ fn stale_epoch_egress_is_dropped_and_counted() {
                 go_rx.clone(),
             );
             async move {
-                let listener = glommio::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-                address_tx.send(listener.local_addr().unwrap()).unwrap();
+                let listener =
+                    shards::net::TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+                address_tx.send(listener.local_addr()).unwrap();
                 let gateway = GatewayHandle::new(core.id(), core.mesh().clone(), &shared, metrics);
                 let bound = Rc::new(RefCell::new(Vec::new()));
                 gateway.set_player_port(Rc::new(RecordingPort(bound.clone())));
-                glommio::spawn_local(serve(gateway.clone(), listener)).detach();
+                shards::spawn(serve(gateway.clone(), listener)).detach();
                 core.ready();
                 // Wait (polling: the test thread is not on this executor) for
                 // the client's login.
                 let deadline = Instant::now() + Duration::from_secs(10);
                 while go_rx.lock().unwrap().try_recv().is_err() && Instant::now() < deadline {
-                    glommio::timer::sleep(Duration::from_millis(2)).await;
+                    shards::sleep(Duration::from_millis(2)).await;
                 }
                 let (session_id, epoch, player_id) = bound.borrow()[0];
                 for (session_epoch, body) in [(epoch - 1, &b"stale"[..]), (epoch, &b"current"[..])]

@@ -29,7 +29,7 @@ fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
 fn write_config(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
     let path = dir.join("node.toml");
     let text = format!(
-        "[node]\ndata_dir = \"{}\"\n[cores]\ncount = 1\nio_memory_bytes = 262144\n\
+        "[node]\ndata_dir = \"{}\"\n[cores]\ncount = 1\nrecv_buffers = 64\n\
          [gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
          [store]\nbackend = \"memory\"\n{extra}",
         dir.join("data").display()
@@ -156,7 +156,7 @@ fn a_taken_admin_port_fails_start_up_cleanly() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut config = routerd::config::Config::default();
     config.cores.count = 1;
-    config.cores.io_memory_bytes = 256 * 1024;
+    config.cores.recv_buffers = 64;
     config.gateway.listen = "127.0.0.1:0".parse().unwrap();
     config.admin.listen = taken.local_addr().unwrap();
     config.store.backend = routerd::config::StoreBackend::Memory;

@@ -9,7 +9,7 @@ use wire::client::{route, FrameKind};
 
 fn sqlite_node(dir: &std::path::Path, persist: &str) -> String {
     format!(
-        "[node]\ndata_dir = \"{}\"\n[cores]\ncount = 2\nio_memory_bytes = 262144\n\
+        "[node]\ndata_dir = \"{}\"\n[cores]\ncount = 2\nrecv_buffers = 64\n\
          [services.player]\npersist = \"{persist}\"\n",
         dir.join("data").display()
     )

@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+pub use crate::ring::TaskRun;
+
 /// Which CPUs the runtime's cores run on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CorePlacement {
@@ -25,21 +27,30 @@ impl CorePlacement {
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
     pub placement: CorePlacement,
-    /// io_uring registered buffer memory per executor. Locked memory is
-    /// scarce (`ulimit -l`), so keep it small when many executors start.
-    pub io_memory_bytes: usize,
-    pub ring_depth: usize,
-    /// Busy-spin before parking an idle executor; zero parks at once.
+    /// Submission queue entries of each core's ring (a power of two); the
+    /// completion queue is `cq_factor` times longer.
+    pub ring_depth: u32,
+    /// Completion queue length as a multiple of `ring_depth`: multishot
+    /// receives complete many times per submission.
+    pub cq_factor: u32,
+    /// How completion work runs on the ring (see [`TaskRun`]).
+    pub ring_taskrun: TaskRun,
+    /// Buffers in each core's receive buffer ring (a power of two).
+    pub recv_buffers: u16,
+    /// Bytes of each receive buffer.
+    pub recv_buffer_bytes: usize,
+    /// Busy-poll the ring this long before an idle core sleeps; zero
+    /// sleeps at once.
     pub spin_before_park: Duration,
     /// Scheduler shares of the latency-sensitive task queue.
     pub latency_shares: usize,
-    /// Scheduler shares of the throughput task queue.
+    /// Scheduler shares of the background task queue.
     pub throughput_shares: usize,
     /// Messages one core-to-core channel holds before sends to it fail.
     pub mesh_queue_max: usize,
     /// How long a core may take to drain after shutdown is triggered.
     pub shutdown_deadline: Duration,
-    /// How executor threads are named: `<prefix>-<core index>`.
+    /// How core threads are named: `<prefix>-<core index>`.
     pub thread_name_prefix: String,
 }
 
@@ -47,8 +58,11 @@ impl RuntimeConfig {
     pub fn new(placement: CorePlacement) -> Self {
         Self {
             placement,
-            io_memory_bytes: 512 * 1024,
-            ring_depth: 128,
+            ring_depth: 256,
+            cq_factor: 8,
+            ring_taskrun: TaskRun::Defer,
+            recv_buffers: 512,
+            recv_buffer_bytes: 16 * 1024,
             spin_before_park: Duration::ZERO,
             latency_shares: 1000,
             throughput_shares: 100,

@@ -1,24 +1,40 @@
 //! routerd's thread-per-core runtime.
 //!
-//! [`Runtime::start`] runs one glommio `LocalExecutor` per configured core,
-//! pinned to its CPU, and hands each a [`Core`]: its index, a [`Mesh`] to send
-//! messages to every other core over bounded channels, its two task queues
-//! (latency-sensitive and throughput), and a [`ShutdownListener`].
+//! [`Runtime::start`] runs one executor thread per configured core, pinned
+//! to its CPU, each with its own io_uring ring set up for a single issuer
+//! with deferred completion work (see `ring.rs` for why), and hands each a
+//! [`Core`]: its index, a [`Mesh`] to send messages to every other core over
+//! bounded channels, and a [`ShutdownListener`]. On a core, [`spawn`] and
+//! [`spawn_background`] run tasks, [`sleep`] waits, and [`net`] does TCP
+//! through the ring.
 //!
 //! The runtime owns three node-wide behaviours:
-//! - coordinated start: [`Runtime::wait_ready`] returns once every core has
-//!   called [`Core::ready`], so a node reports healthy only when all serve;
+//! - coordinated start: [`Runtime::start`] fails if a core cannot set up its
+//!   ring, and [`Runtime::wait_ready`] returns once every core has called
+//!   [`Core::ready`], so a node reports healthy only when all serve;
 //! - coordinated shutdown: [`ShutdownHandle::trigger`] reaches every core,
 //!   each drains its work, and [`Runtime::join`] reports how they ended;
 //! - fail-stop: a core that panics takes the whole process down with a clear
 //!   log line, rather than leaving a half-alive node behind.
 
+mod bufring;
 mod config;
+mod executor;
 mod mesh;
+pub mod net;
+mod reactor;
+mod remote;
+mod ring;
 mod runtime;
 mod shutdown;
+mod task;
+mod timer;
 
-pub use config::{CorePlacement, RuntimeConfig};
+pub use bufring::RecvBuf;
+pub use config::{CorePlacement, RuntimeConfig, TaskRun};
+pub use executor::{kernel_entries, ring_mode, spawn, spawn_background, yield_now, JoinHandle};
 pub use mesh::{Inbox, Mesh, MeshStats, SendError};
+pub use ring::RingError;
 pub use runtime::{allowed_cpus, Core, Runtime, RuntimeError};
 pub use shutdown::{ShutdownHandle, ShutdownListener};
+pub use timer::{sleep, sleep_until, Sleep};

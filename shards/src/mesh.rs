@@ -1,10 +1,13 @@
-use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+//! The channel mesh between cores: one bounded channel per ordered pair of
+//! cores, and per receiving core one signal its inbox task waits on.
 
-use glommio::channels::channel_mesh::{Receivers, Senders};
-use glommio::channels::shared_channel::ConnectedReceiver;
-use glommio::{GlommioError, ResourceType};
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 
 /// Why a message could not be queued for another core. The message comes
 /// back so the caller can answer it (OVERLOADED, UNAVAILABLE) instead of
@@ -46,113 +49,245 @@ fn bump(counter: &AtomicU64) {
     counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
+/// Wakes a receiving core's inbox task after a send. The sender pays one
+/// load when the task is busy draining (not registered), and the task is
+/// woken once per drain however many messages arrive meanwhile.
+#[derive(Default)]
+pub(crate) struct Signal {
+    registered: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Signal {
+    fn wake(&self) {
+        // Pairs with the fence in `register`: either the receiver sees the
+        // message on its re-check, or this sees it registered.
+        fence(Ordering::SeqCst);
+        if self.registered.load(Ordering::Relaxed) && self.registered.swap(false, Ordering::AcqRel)
+        {
+            let waker = self.lock().take();
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    }
+
+    fn register(&self, waker: &Waker) {
+        *self.lock() = Some(waker.clone());
+        self.registered.store(true, Ordering::Release);
+        fence(Ordering::SeqCst);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
+        self.waker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The channels of `count` cores: `senders[from][to]`, `receivers[to][from]`.
+pub(crate) struct Wiring<T> {
+    pub senders: Vec<Vec<Option<Sender<T>>>>,
+    pub receivers: Vec<Vec<Option<Receiver<T>>>>,
+    pub signals: Vec<Arc<Signal>>,
+}
+
+impl<T> Wiring<T> {
+    pub fn new(count: usize, queue_max: usize) -> Wiring<T> {
+        let mut senders: Vec<Vec<Option<Sender<T>>>> = (0..count)
+            .map(|_| (0..count).map(|_| None).collect())
+            .collect();
+        let mut receivers: Vec<Vec<Option<Receiver<T>>>> = (0..count)
+            .map(|_| (0..count).map(|_| None).collect())
+            .collect();
+        for (from, row) in senders.iter_mut().enumerate() {
+            for (to, slot) in row.iter_mut().enumerate() {
+                if from != to {
+                    let (sender, receiver) = crossbeam_channel::bounded(queue_max);
+                    *slot = Some(sender);
+                    receivers[to][from] = Some(receiver);
+                }
+            }
+        }
+        Wiring {
+            senders,
+            receivers,
+            signals: (0..count).map(|_| Arc::default()).collect(),
+        }
+    }
+}
+
 /// A core's handle for sending to the other cores. Cheap to clone within
-/// the core (it is `Rc`-based and stays on its executor).
+/// the core (`Rc`-based; it stays on its core).
 pub struct Mesh<T: Send> {
-    senders: Rc<Senders<T>>,
+    inner: Rc<MeshInner<T>>,
+}
+
+struct MeshInner<T: Send> {
+    id: usize,
+    senders: Vec<Option<Sender<T>>>,
+    signals: Vec<Arc<Signal>>,
     stats: Arc<MeshStats>,
 }
 
 impl<T: Send> Clone for Mesh<T> {
     fn clone(&self) -> Self {
         Self {
-            senders: self.senders.clone(),
-            stats: self.stats.clone(),
+            inner: self.inner.clone(),
         }
     }
 }
 
 impl<T: Send + 'static> Mesh<T> {
-    pub(crate) fn new(senders: Senders<T>, stats: Arc<MeshStats>) -> Self {
+    pub(crate) fn new(
+        id: usize,
+        senders: Vec<Option<Sender<T>>>,
+        signals: Vec<Arc<Signal>>,
+        stats: Arc<MeshStats>,
+    ) -> Self {
         Self {
-            senders: Rc::new(senders),
-            stats,
+            inner: Rc::new(MeshInner {
+                id,
+                senders,
+                signals,
+                stats,
+            }),
         }
     }
 
     /// This core's index.
     pub fn core_id(&self) -> usize {
-        self.senders.peer_id()
+        self.inner.id
     }
 
     pub fn core_count(&self) -> usize {
-        self.senders.nr_consumers()
+        self.inner.senders.len()
     }
 
     /// Queues `message` for core `to` without waiting. A full queue is
     /// counted and reported, never waited on: a core must not stall
     /// because another is slow.
     pub fn try_send(&self, to: usize, message: T) -> Result<(), SendError<T>> {
-        if to == self.core_id() {
+        if to == self.inner.id {
             return Err(SendError::ToSelf(message));
         }
-        if to >= self.core_count() {
+        let Some(Some(sender)) = self.inner.senders.get(to) else {
             return Err(SendError::NoSuchCore(message));
-        }
-        match self.senders.try_send_to(to, message) {
+        };
+        match sender.try_send(message) {
             Ok(()) => {
-                bump(&self.stats.sent_total);
+                bump(&self.inner.stats.sent_total);
+                self.inner.signals[to].wake();
                 Ok(())
             }
-            Err(GlommioError::WouldBlock(ResourceType::Channel(message))) => {
-                bump(&self.stats.full_total);
+            Err(TrySendError::Full(message)) => {
+                bump(&self.inner.stats.full_total);
                 Err(SendError::Full(message))
             }
-            Err(GlommioError::Closed(ResourceType::Channel(message))) => {
-                bump(&self.stats.closed_total);
+            Err(TrySendError::Disconnected(message)) => {
+                bump(&self.inner.stats.closed_total);
                 Err(SendError::Closed(message))
-            }
-            Err(other) => {
-                // try_send_to returns only the variants above for a valid
-                // peer index; anything else is a glommio contract change.
-                panic!("unexpected mesh send error: {other:?}")
             }
         }
     }
 
     pub fn stats(&self) -> &Arc<MeshStats> {
-        &self.stats
-    }
-
-    /// Closes this core's sending side, so peers see their inboxes end.
-    pub(crate) fn close(&self) {
-        self.senders.close();
+        &self.inner.stats
     }
 }
+
+/// Messages one inbox task hands to its handler before it yields, so a
+/// flood from other cores cannot monopolise this one.
+const INBOX_BATCH_MAX: usize = 256;
 
 /// A core's incoming mesh channels, one per peer core.
 pub struct Inbox<T: Send> {
-    streams: Vec<(usize, ConnectedReceiver<T>)>,
+    receivers: Vec<(usize, Receiver<T>)>,
+    signal: Arc<Signal>,
 }
 
 impl<T: Send + 'static> Inbox<T> {
-    pub(crate) fn new(mut receivers: Receivers<T>) -> Self {
+    pub(crate) fn new(receivers: Vec<Option<Receiver<T>>>, signal: Arc<Signal>) -> Self {
         Self {
-            streams: receivers.streams(),
+            receivers: receivers
+                .into_iter()
+                .enumerate()
+                .filter_map(|(from, receiver)| Some((from, receiver?)))
+                .collect(),
+            signal,
         }
     }
 
-    /// Runs `handler(from_core, message)` for every message from every peer,
-    /// one task per peer on the current task queue. The tasks end when the
-    /// peers close their side (at shutdown).
-    pub fn serve(self, handler: Rc<dyn Fn(usize, T)>) -> Vec<glommio::task::JoinHandle<()>> {
-        self.streams
-            .into_iter()
-            .map(|(from, receiver)| {
-                let handler = handler.clone();
-                glommio::spawn_local(async move {
-                    while let Some(message) = receiver.recv().await {
-                        handler(from, message);
+    /// Runs `handler(from_core, message)` for every message from every
+    /// peer, in one task on this core. The task ends when every peer has
+    /// stopped (their channels disconnect).
+    pub fn serve(self, handler: Rc<dyn Fn(usize, T)>) -> crate::JoinHandle<()> {
+        crate::spawn(async move {
+            let next = Cell::new(0usize);
+            loop {
+                let served = std::future::poll_fn(|cx| {
+                    let mut served = 0;
+                    let mut open = 0;
+                    let start = next.get();
+                    for offset in 0..self.receivers.len() {
+                        let (from, receiver) =
+                            &self.receivers[(start + offset) % self.receivers.len()];
+                        loop {
+                            match receiver.try_recv() {
+                                Ok(message) => {
+                                    handler(*from, message);
+                                    served += 1;
+                                    if served >= INBOX_BATCH_MAX {
+                                        next.set((start + offset + 1) % self.receivers.len());
+                                        return Poll::Ready(Some(served));
+                                    }
+                                }
+                                Err(TryRecvError::Empty) => {
+                                    open += 1;
+                                    break;
+                                }
+                                Err(TryRecvError::Disconnected) => break,
+                            }
+                        }
                     }
+                    if served > 0 {
+                        return Poll::Ready(Some(served));
+                    }
+                    if open == 0 {
+                        return Poll::Ready(None);
+                    }
+                    self.signal.register(cx.waker());
+                    // A message sent before the registration was published
+                    // is seen here.
+                    if self.receivers.iter().any(|(_, r)| !r.is_empty()) {
+                        cx.waker().wake_by_ref();
+                    }
+                    Poll::Pending
                 })
-                .detach()
-            })
-            .collect()
+                .await;
+                match served {
+                    Some(_) => crate::yield_now().await,
+                    None => return,
+                }
+            }
+        })
     }
 
-    /// Waits for the next message from core `from`; `None` once it closed.
+    /// Waits for the next message from core `from`; `None` once it stopped.
     pub async fn recv_from(&self, from: usize) -> Option<T> {
-        let (_, receiver) = self.streams.iter().find(|(peer, _)| *peer == from)?;
-        receiver.recv().await
+        let (_, receiver) = self.receivers.iter().find(|(peer, _)| *peer == from)?;
+        std::future::poll_fn(|cx| match receiver.try_recv() {
+            Ok(message) => Poll::Ready(Some(message)),
+            Err(TryRecvError::Disconnected) => Poll::Ready(None),
+            Err(TryRecvError::Empty) => {
+                self.signal.register(cx.waker());
+                match receiver.try_recv() {
+                    Ok(message) => Poll::Ready(Some(message)),
+                    Err(TryRecvError::Disconnected) => Poll::Ready(None),
+                    Err(TryRecvError::Empty) => Poll::Pending,
+                }
+            }
+        })
+        .await
     }
 }

@@ -1,17 +1,17 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::sync::{Arc, Once};
+use std::thread::JoinHandle as ThreadHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use futures_lite::future;
-use glommio::channels::channel_mesh::MeshBuilder;
-use glommio::{
-    ExecutorJoinHandle, Latency, LocalExecutorBuilder, Placement, Shares, TaskQueueHandle,
-};
 
 use crate::config::{CorePlacement, RuntimeConfig};
-use crate::mesh::{Inbox, Mesh, MeshStats};
+use crate::executor::{Executor, ExecutorConfig};
+use crate::mesh::{Inbox, Mesh, MeshStats, Wiring};
+use crate::reactor::RingConfig;
+use crate::ring::{RingError, TaskRun};
 use crate::shutdown::{ShutdownHandle, ShutdownListener};
 
 /// Why the runtime could not start, or how it ended badly.
@@ -23,6 +23,8 @@ pub enum RuntimeError {
     NotEnoughCpus { wanted: usize, available: usize },
     #[error("cannot start core {core}: {message}")]
     Spawn { core: usize, message: String },
+    #[error("core {core} cannot set up its io_uring: {source}")]
+    Ring { core: usize, source: RingError },
     #[error("core {core} stopped before it was ready")]
     ExitedBeforeReady { core: usize },
     #[error("cores not ready within {0:?}")]
@@ -31,18 +33,20 @@ pub enum RuntimeError {
     CoreFailed { core: usize, message: String },
 }
 
-/// What a core's body gets: who it is, how to reach the other cores, its
-/// task queues and the shutdown signal.
+/// How long `Runtime::start` waits for every core to set up its ring.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a core's body gets: who it is, how to reach the other cores and
+/// the shutdown signal.
 pub struct Core<T: Send + 'static> {
     id: usize,
     count: usize,
     mesh: Mesh<T>,
     inbox: Option<Inbox<T>>,
     shutdown: ShutdownListener,
-    latency_queue: TaskQueueHandle,
-    throughput_queue: TaskQueueHandle,
     events: Sender<CoreEvent>,
     shutdown_deadline: Duration,
+    ring_taskrun: TaskRun,
 }
 
 impl<T: Send + 'static> Core<T> {
@@ -72,14 +76,9 @@ impl<T: Send + 'static> Core<T> {
         self.shutdown_deadline
     }
 
-    /// The queue for client IO and routing: work whose latency matters.
-    pub fn latency_queue(&self) -> TaskQueueHandle {
-        self.latency_queue
-    }
-
-    /// The queue for background work: periodic saves, cleanup sweeps.
-    pub fn throughput_queue(&self) -> TaskQueueHandle {
-        self.throughput_queue
+    /// How this core's ring runs completion work.
+    pub fn ring_taskrun(&self) -> TaskRun {
+        self.ring_taskrun
     }
 
     /// Reports this core ready to serve. The node is healthy once every
@@ -92,18 +91,22 @@ impl<T: Send + 'static> Core<T> {
 }
 
 enum CoreEvent {
+    /// The core's ring is set up; its body runs.
+    Started,
+    SetupFailed(usize, RingError),
     Ready(usize),
     Exited(usize),
-    /// Stopped before joining the mesh, so before it had an index.
-    Aborted,
 }
 
 /// A running set of cores.
 pub struct Runtime {
-    handles: Vec<ExecutorJoinHandle<()>>,
+    threads: Vec<ThreadHandle<()>>,
     events: Receiver<CoreEvent>,
+    /// Events that arrived while `start` waited for the rings.
+    early: std::sync::Mutex<Vec<CoreEvent>>,
     shutdown: ShutdownHandle,
     mesh_stats: Vec<Arc<MeshStats>>,
+    ring_taskrun: TaskRun,
 }
 
 thread_local! {
@@ -170,10 +173,40 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: as in `allowed_cpus`: a zeroed bitmask set through libc's
+    // accessors and passed with its exact size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn executor_config(config: &RuntimeConfig) -> ExecutorConfig {
+    ExecutorConfig {
+        ring: RingConfig {
+            entries: config.ring_depth.max(8),
+            cq_entries: config.ring_depth.max(8) * config.cq_factor.max(2),
+            mode: config.ring_taskrun,
+            recv_buffers: config.recv_buffers,
+            recv_buffer_bytes: config.recv_buffer_bytes,
+        },
+        spin_before_park: config.spin_before_park,
+        latency_shares: config.latency_shares as u64,
+        background_shares: config.throughput_shares as u64,
+    }
+}
+
 impl Runtime {
-    /// Starts one executor per configured core and runs `core_main` on
-    /// each. `core_main` should call [`Core::ready`] once it serves, and
-    /// return once it has drained after shutdown.
+    /// Starts one executor thread per configured core and runs `core_main`
+    /// on each. Returns once every core has set up its ring (or with the
+    /// first core's setup error). `core_main` should call [`Core::ready`]
+    /// once it serves, and return once it has drained after shutdown.
     pub fn start<T, F, Fut>(
         config: &RuntimeConfig,
         shutdown: ShutdownHandle,
@@ -187,52 +220,81 @@ impl Runtime {
         install_fail_stop_hook();
         let cpus = resolve_cpus(&config.placement)?;
         let count = cpus.len();
-        let mesh_builder = MeshBuilder::<T, _>::full(count, config.mesh_queue_max);
-        let (events_tx, events) = crossbeam_channel::bounded(count * 4);
-        let mut handles = Vec::with_capacity(count);
+        let mut wiring = Wiring::<T>::new(count, config.mesh_queue_max);
+        let (events_tx, events) = crossbeam_channel::bounded(count * 8);
+        let mut threads = Vec::with_capacity(count);
         let mut mesh_stats = Vec::with_capacity(count);
         for (index, cpu) in cpus.into_iter().enumerate() {
-            let placement = cpu.map_or(Placement::Unbound, Placement::Fixed);
             let stats = Arc::new(MeshStats::default());
             mesh_stats.push(stats.clone());
             let body = CoreBody {
-                mesh_builder: mesh_builder.clone(),
+                index,
+                count,
+                cpu,
+                senders: std::mem::take(&mut wiring.senders[index]),
+                receivers: std::mem::take(&mut wiring.receivers[index]),
+                signals: wiring.signals.clone(),
                 listener: shutdown.listener(),
                 events: events_tx.clone(),
                 config: config.clone(),
                 stats,
                 core_main: core_main.clone(),
             };
-            let handle = LocalExecutorBuilder::new(placement)
-                .name(&config.thread_name_prefix)
-                .io_memory(config.io_memory_bytes)
-                .ring_depth(config.ring_depth)
-                .spin_before_park(config.spin_before_park)
-                .spawn(move || body.run())
-                .map_err(|error| RuntimeError::Spawn {
-                    core: index,
-                    message: error.to_string(),
-                });
-            match handle {
-                Ok(handle) => handles.push(handle),
+            let spawned = std::thread::Builder::new()
+                .name(format!("{}-{index}", config.thread_name_prefix))
+                .spawn(move || body.run());
+            match spawned {
+                Ok(thread) => threads.push(thread),
                 Err(error) => {
-                    // Cores already started wait in the mesh join for a
-                    // peer that will never come: release them.
                     shutdown.trigger();
-                    return Err(error);
+                    return Err(RuntimeError::Spawn {
+                        core: index,
+                        message: error.to_string(),
+                    });
                 }
             }
         }
-        Ok(Runtime {
-            handles,
+        let mut runtime = Runtime {
+            threads,
             events,
+            early: std::sync::Mutex::new(Vec::new()),
             shutdown,
             mesh_stats,
-        })
+            ring_taskrun: config.ring_taskrun,
+        };
+        if let Err(error) = runtime.wait_started(count) {
+            runtime.shutdown.trigger();
+            for thread in runtime.threads.drain(..) {
+                let _ = thread.join();
+            }
+            return Err(error);
+        }
+        Ok(runtime)
+    }
+
+    fn wait_started(&self, count: usize) -> Result<(), RuntimeError> {
+        let deadline = std::time::Instant::now() + SETUP_TIMEOUT;
+        let mut started = 0;
+        let mut early_ready = Vec::new();
+        while started < count {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(CoreEvent::Started) => started += 1,
+                Ok(CoreEvent::SetupFailed(core, source)) => {
+                    return Err(RuntimeError::Ring { core, source })
+                }
+                // Kept for `wait_ready`: a body may report before every
+                // core has started.
+                Ok(event) => early_ready.push(event),
+                Err(_) => return Err(RuntimeError::ReadyTimeout(SETUP_TIMEOUT)),
+            }
+        }
+        *self.early.lock().unwrap_or_else(|e| e.into_inner()) = early_ready;
+        Ok(())
     }
 
     pub fn core_count(&self) -> usize {
-        self.handles.len()
+        self.threads.len()
     }
 
     pub fn shutdown_handle(&self) -> ShutdownHandle {
@@ -244,18 +306,29 @@ impl Runtime {
         &self.mesh_stats
     }
 
+    /// How every core's ring runs completion work.
+    pub fn ring_taskrun(&self) -> TaskRun {
+        self.ring_taskrun
+    }
+
     /// Waits until every core has reported ready.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), RuntimeError> {
         let deadline = std::time::Instant::now() + timeout;
-        let mut ready = vec![false; self.handles.len()];
+        let mut ready = vec![false; self.threads.len()];
+        let mut early = std::mem::take(&mut *self.early.lock().unwrap_or_else(|e| e.into_inner()));
+        early.reverse();
         while ready.iter().any(|r| !r) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.events.recv_timeout(left) {
+            let event = match early.pop() {
+                Some(event) => Ok(event),
+                None => self.events.recv_timeout(left),
+            };
+            match event {
                 Ok(CoreEvent::Ready(core)) => ready[core] = true,
                 Ok(CoreEvent::Exited(core)) => {
                     return Err(RuntimeError::ExitedBeforeReady { core })
                 }
-                Ok(CoreEvent::Aborted) => return Err(RuntimeError::ExitedBeforeReady { core: 0 }),
+                Ok(CoreEvent::Started) | Ok(CoreEvent::SetupFailed(..)) => {}
                 Err(RecvTimeoutError::Timeout) => return Err(RuntimeError::ReadyTimeout(timeout)),
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(RuntimeError::ExitedBeforeReady { core: 0 })
@@ -269,11 +342,11 @@ impl Runtime {
     /// to serve until something else does).
     pub fn join(self) -> Result<(), RuntimeError> {
         let mut first_error = None;
-        for (core, handle) in self.handles.into_iter().enumerate() {
-            if let Err(error) = handle.join() {
+        for (core, thread) in self.threads.into_iter().enumerate() {
+            if thread.join().is_err() {
                 first_error.get_or_insert(RuntimeError::CoreFailed {
                     core,
-                    message: error.to_string(),
+                    message: "the core thread panicked".to_string(),
                 });
             }
         }
@@ -282,7 +355,12 @@ impl Runtime {
 }
 
 struct CoreBody<T: Send + 'static, F> {
-    mesh_builder: MeshBuilder<T, glommio::channels::channel_mesh::Full>,
+    index: usize,
+    count: usize,
+    cpu: Option<usize>,
+    senders: Vec<Option<Sender<T>>>,
+    receivers: Vec<Option<Receiver<T>>>,
+    signals: Vec<Arc<crate::mesh::Signal>>,
     listener: ShutdownListener,
     events: Sender<CoreEvent>,
     config: RuntimeConfig,
@@ -296,66 +374,60 @@ where
     F: Fn(Core<T>) -> Fut + Send + Clone + 'static,
     Fut: Future<Output = ()> + 'static,
 {
-    async fn run(self) {
+    fn run(self) {
         FAIL_STOP.with(|flag| flag.set(true));
-        let joined = future::or(async { Some(self.mesh_builder.join().await) }, async {
-            self.listener.wait().await;
-            None
-        })
-        .await;
-        let Some(Ok((senders, receivers))) = joined else {
-            // Shutdown before every peer joined (another core failed to
-            // start): there is nothing to serve.
-            let _ = self.events.try_send(CoreEvent::Aborted);
-            return;
-        };
-        let executor = glommio::executor();
-        let latency_queue = executor.create_task_queue(
-            Shares::Static(self.config.latency_shares),
-            Latency::Matters(Duration::from_millis(1)),
-            "latency",
-        );
-        let throughput_queue = executor.create_task_queue(
-            Shares::Static(self.config.throughput_shares),
-            Latency::NotImportant,
-            "throughput",
-        );
-        let id = senders.peer_id();
-        let mesh = Mesh::new(senders, self.stats);
-        let core = Core {
-            id,
-            count: mesh.core_count(),
-            mesh: mesh.clone(),
-            inbox: Some(Inbox::new(receivers)),
-            shutdown: self.listener.clone(),
-            latency_queue,
-            throughput_queue,
-            events: self.events.clone(),
-            shutdown_deadline: self.config.shutdown_deadline,
-        };
-        let body = glommio::spawn_local_into((self.core_main)(core), latency_queue)
-            .expect("the latency queue was just created on this executor");
-        let deadline = self.config.shutdown_deadline;
-        let finished = future::or(
-            async {
-                body.await;
-                true
-            },
-            async {
-                self.listener.wait().await;
-                glommio::timer::sleep(deadline).await;
-                false
-            },
-        )
-        .await;
-        if !finished {
-            tracing::warn!(
-                core = id,
-                ?deadline,
-                "core did not drain within the shutdown deadline"
-            );
+        let index = self.index;
+        if let Some(cpu) = self.cpu {
+            if let Err(error) = pin_to(cpu) {
+                tracing::warn!(core = index, cpu, %error, "cannot pin the core to its CPU");
+            }
         }
-        mesh.close();
-        let _ = self.events.try_send(CoreEvent::Exited(id));
+        let executor = match Executor::new(executor_config(&self.config)) {
+            Ok(executor) => executor,
+            Err(error) => {
+                let _ = self.events.try_send(CoreEvent::SetupFailed(index, error));
+                return;
+            }
+        };
+        let _ = self.events.try_send(CoreEvent::Started);
+        let ring_taskrun = executor.mode();
+        let events = self.events.clone();
+        let deadline = self.config.shutdown_deadline;
+        let listener = self.listener.clone();
+        let signal = self.signals[index].clone();
+        let core = Core {
+            id: index,
+            count: self.count,
+            mesh: Mesh::new(index, self.senders, self.signals, self.stats),
+            inbox: Some(Inbox::new(self.receivers, signal)),
+            shutdown: self.listener,
+            events: self.events,
+            shutdown_deadline: deadline,
+            ring_taskrun,
+        };
+        let core_main = self.core_main;
+        executor.run(async move {
+            let body = crate::spawn(core_main(core));
+            let finished = future::or(
+                async {
+                    body.await;
+                    true
+                },
+                async {
+                    listener.wait().await;
+                    crate::sleep(deadline).await;
+                    false
+                },
+            )
+            .await;
+            if !finished {
+                tracing::warn!(
+                    core = index,
+                    ?deadline,
+                    "core did not drain within the shutdown deadline"
+                );
+            }
+        });
+        let _ = events.try_send(CoreEvent::Exited(index));
     }
 }

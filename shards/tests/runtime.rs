@@ -11,7 +11,7 @@ use shards::{CorePlacement, Runtime, RuntimeConfig, SendError, ShutdownHandle};
 
 fn two_cores() -> RuntimeConfig {
     let mut config = RuntimeConfig::new(CorePlacement::Unpinned(2));
-    config.io_memory_bytes = 256 * 1024;
+    config.recv_buffers = 64;
     config.mesh_queue_max = 4;
     config.shutdown_deadline = Duration::from_secs(2);
     config
@@ -124,7 +124,7 @@ fn shutdown_reaches_every_core_and_each_drains() {
             let pending = Rc::new(RefCell::new(3));
             core.shutdown().wait().await;
             while *pending.borrow() > 0 {
-                glommio::timer::sleep(Duration::from_millis(1)).await;
+                shards::sleep(Duration::from_millis(1)).await;
                 *pending.borrow_mut() -= 1;
             }
             count.fetch_add(1, Ordering::SeqCst);

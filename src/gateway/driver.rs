@@ -1,21 +1,25 @@
-//! The glommio driver of one core's gateway: the accept loop on the core's
-//! SO_REUSEPORT listener, a reader (which also runs the auth service and
-//! sends its batch's answers when it can) and a writer task per connection,
-//! the deadline timer, the idle sweep, and mesh dispatch of gateway
-//! messages. All decisions are
-//! in [`GatewayCore`]; this file only performs IO and delivers effects.
+//! The driver of one core's gateway on the core's runtime (`shards`): the
+//! accept loop on the core's SO_REUSEPORT listener, a reader (which also
+//! runs the auth service) and a writer task per connection, the deadline
+//! timer, the idle sweep, and mesh dispatch of gateway messages. All
+//! decisions are in [`GatewayCore`]; this file only performs IO and
+//! delivers effects.
+//!
+//! IO goes through the core's ring: the reader's one multishot receive
+//! delivers every read into a buffer of the core's buffer ring (copied
+//! into the frame decoder, then given back), and the writer sends each
+//! batch of answers with one send operation. Both are queued and submitted
+//! with every other connection's in the core's one kernel entry per loop
+//! turn: no system call per connection or per batch.
 
 use std::cell::RefCell;
 use std::future::poll_fn;
-use std::os::fd::AsRawFd;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use futures_lite::{AsyncRead, AsyncWrite};
-use glommio::net::{TcpListener, TcpStream};
+use shards::net::{TcpListener, TcpStream};
 use shards::{Mesh, SendError};
 use wire::client::{ErrorCode, FrameDecoder, Peer};
 use wire::frame::{ArchivedMessage, FrameBuf, Message};
@@ -355,15 +359,15 @@ fn ingress_player(state: &GatewayCore, session_id: u64) -> u64 {
 /// Serves the gateway on `listener` until the future is dropped. Also
 /// starts the deadline timer and the idle sweep.
 pub async fn serve(gateway: GatewayHandle, listener: TcpListener) {
-    glommio::spawn_local(expire_loop(gateway.clone())).detach();
-    glommio::spawn_local(idle_loop(gateway.clone())).detach();
+    shards::spawn(expire_loop(gateway.clone())).detach();
+    shards::spawn(idle_loop(gateway.clone())).detach();
     loop {
         let stream = match listener.accept().await {
             Ok(stream) => stream,
             Err(error) => {
                 tracing::warn!(%error, "accept failed");
                 // Out of file descriptors and the like: do not spin.
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+                shards::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
@@ -380,7 +384,7 @@ pub async fn serve(gateway: GatewayHandle, listener: TcpListener) {
             drop(stream);
             continue;
         }
-        glommio::spawn_local(connection(gateway.clone(), stream)).detach();
+        shards::spawn(connection(gateway.clone(), stream)).detach();
     }
 }
 
@@ -388,7 +392,7 @@ async fn expire_loop(gateway: GatewayHandle) {
     let tick =
         (gateway.0.config.request_timeout_ms / 10).clamp(1, MAX_TIMER_TICK.as_millis() as u64);
     loop {
-        glommio::timer::sleep(Duration::from_millis(tick)).await;
+        shards::sleep(Duration::from_millis(tick)).await;
         let now = Instant::now();
         let mut state = gateway.0.state.borrow_mut();
         if state
@@ -409,7 +413,7 @@ async fn idle_loop(gateway: GatewayHandle) {
     let idle = Duration::from_millis(gateway.0.config.idle_timeout_ms.max(1));
     let tick = (idle / 10).clamp(Duration::from_millis(1), MAX_IDLE_TICK);
     loop {
-        glommio::timer::sleep(tick).await;
+        shards::sleep(tick).await;
         let closed = gateway
             .0
             .state
@@ -431,14 +435,14 @@ async fn connection(gateway: GatewayHandle, stream: TcpStream) {
         .state
         .borrow_mut()
         .open_session(outbox.clone(), Instant::now());
-    let stream = Rc::new(RefCell::new(stream));
-    let writer = glommio::spawn_local(write_loop(stream.clone(), outbox.clone())).detach();
+    let stream = Rc::new(stream);
+    let writer = shards::spawn(write_loop(stream.clone(), outbox.clone()));
     let reason = read_loop(&gateway, session_id, &stream, &outbox).await;
     if let Some(reason) = reason {
         gateway.0.state.borrow_mut().close(session_id, reason);
         gateway.flush_notices();
     }
-    let _ = writer.await;
+    writer.await;
     drop(stream);
     gateway.0.sessions_open.fetch_sub(1, Ordering::AcqRel);
 }
@@ -448,119 +452,86 @@ async fn connection(gateway: GatewayHandle, stream: TcpStream) {
 async fn read_loop(
     gateway: &GatewayHandle,
     session_id: u64,
-    stream: &RefCell<TcpStream>,
+    stream: &TcpStream,
     outbox: &Outbox,
 ) -> Option<CloseReason> {
-    let mut inline = Vec::new();
     let mut decoder = FrameDecoder::new(Peer::Client, gateway.0.config.max_body);
     loop {
-        let buf = decoder.read_buf();
-        let read = poll_fn(|cx| Pin::new(&mut *stream.borrow_mut()).poll_read(cx, buf)).await;
-        let n = match read {
-            Ok(0) | Err(_) => return Some(CloseReason::PeerClosed),
-            Ok(n) => n,
+        let received = match stream.recv().await {
+            Ok(Some(received)) => received,
+            Ok(None) | Err(_) => return Some(CloseReason::PeerClosed),
         };
-        decoder.advance(n);
         // The one clock reading of the batch: deadlines, idleness and the
         // router's clock all use it.
         let now = Instant::now();
         outbox.begin_reader_batch();
-        loop {
-            let frame = match decoder.next_frame() {
-                Ok(Some(frame)) => frame,
-                Ok(None) => break,
-                Err(error) => {
-                    gateway
-                        .0
-                        .state
-                        .borrow_mut()
-                        .protocol_violation(session_id, error);
-                    gateway.flush_notices();
-                    return None;
+        let mut rest: &[u8] = &received;
+        while !rest.is_empty() {
+            // Takes what fits; after the frames below are drained, the
+            // decoder always has room again (or has failed).
+            let taken = decoder.extend(rest);
+            rest = &rest[taken..];
+            loop {
+                let frame = match decoder.next_frame() {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => break,
+                    Err(error) => {
+                        gateway
+                            .0
+                            .state
+                            .borrow_mut()
+                            .protocol_violation(session_id, error);
+                        gateway.flush_notices();
+                        return None;
+                    }
+                };
+                let ingress = gateway.0.state.borrow_mut().on_request(
+                    session_id,
+                    frame.header,
+                    frame.body,
+                    now,
+                );
+                if let Some(ingress) = ingress {
+                    gateway.deliver(ingress, now);
                 }
-            };
-            let ingress =
-                gateway
-                    .0
-                    .state
-                    .borrow_mut()
-                    .on_request(session_id, frame.header, frame.body, now);
-            if let Some(ingress) = ingress {
-                gateway.deliver(ingress, now);
             }
         }
+        // The buffer goes back to the core's ring before anything waits.
+        drop(received);
         gateway.flush_notices();
-        write_inline(stream, outbox, &mut inline);
+        outbox.end_reader_batch();
         // Closed by the gateway meanwhile (kick, slow reader): the writer
         // shuts the socket down; nothing more to read.
         gateway.0.state.borrow().session(session_id)?;
     }
 }
 
-/// Sends the answers a read batch produced from the reader's own task turn,
-/// with one non-blocking send: in the common case they leave before the
-/// reader's next read instead of after a writer wake-up. What the socket
-/// does not take (or an error) goes back to the outbox for the writer task,
-/// which waits for writability and handles failures.
-fn write_inline(stream: &RefCell<TcpStream>, outbox: &Outbox, buf: &mut Vec<u8>) {
-    let frames = outbox.take_inline(buf);
-    if frames == 0 {
-        return;
-    }
-    let fd = stream.borrow().as_raw_fd();
-    // SAFETY: `fd` is the open socket `stream` owns; `buf` is a live,
-    // initialised buffer of `buf.len()` bytes that send(2) only reads.
-    let sent = unsafe {
-        libc::send(
-            fd,
-            buf.as_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
-    let sent = usize::try_from(sent).unwrap_or(0);
-    if sent < buf.len() {
-        outbox.give_back(&buf[sent..], frames);
-    }
-    buf.clear();
-}
-
-/// Drains the session's outbox into the socket, one write per batch, until
+/// Drains the session's outbox into the socket, one send per batch, until
 /// the outbox closes; then shuts the socket down, which also ends the
-/// reader's pending read.
-async fn write_loop(stream: Rc<RefCell<TcpStream>>, outbox: Rc<Outbox>) {
+/// reader's pending receive.
+async fn write_loop(stream: Rc<TcpStream>, outbox: Rc<Outbox>) {
     let mut batch = Vec::new();
     // Finish (flushed after close) and Abort both end the loop.
     while let WriterStep::Write = poll_fn(|cx| outbox.poll_take(cx, &mut batch)).await {
-        let write = write_all(&stream, &batch);
+        let write = async { Some(stream.send_all(std::mem::take(&mut batch)).await) };
         let aborted = async {
             poll_fn(|cx| outbox.poll_aborted(cx)).await;
-            Err(std::io::Error::other("aborted"))
+            None
         };
-        let written = futures_lite::future::or(write, aborted).await;
-        batch.clear();
-        if written.is_err() {
-            outbox.abort();
-            break;
+        match futures_lite::future::or(write, aborted).await {
+            Some((Ok(()), sent)) => {
+                batch = sent;
+                batch.clear();
+            }
+            // A failed send, or an abort while it was in flight (its
+            // buffer stays with the kernel's operation until it ends).
+            _ => {
+                outbox.abort();
+                break;
+            }
         }
     }
     // shutdown(2) wakes the reader with end-of-stream and tells the peer
     // we are done; the descriptor itself is closed when the stream drops.
-    let fd = stream.borrow().as_raw_fd();
-    // SAFETY: `fd` is the open socket `stream` owns; shutdown does not
-    // close or invalidate it.
-    unsafe {
-        libc::shutdown(fd, libc::SHUT_RDWR);
-    }
-}
-
-async fn write_all(stream: &RefCell<TcpStream>, mut bytes: &[u8]) -> std::io::Result<()> {
-    while !bytes.is_empty() {
-        let n = poll_fn(|cx| Pin::new(&mut *stream.borrow_mut()).poll_write(cx, bytes)).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        bytes = &bytes[n..];
-    }
-    Ok(())
+    stream.shutdown();
 }

@@ -1,10 +1,9 @@
 //! A session's bounded send queue. The gateway appends encoded client
-//! frames; after each read batch the reader sends what the batch produced
-//! with one non-blocking send when the writer holds nothing
-//! (`begin_reader_batch`, then `take_inline` / `give_back`; frames queued
-//! during the batch do not wake the writer), and otherwise the
-//! connection's writer task takes everything queued in one swap and
-//! writes it with one syscall. No IO here: both writers are the driver's.
+//! frames; the connection's writer task takes everything queued in one swap
+//! and sends it as one operation. Frames queued during a read batch
+//! (`begin_reader_batch` .. `end_reader_batch`) wake the writer once, at the
+//! batch's end, so all of a batch's answers leave in one send. No IO here:
+//! the writer is the driver's.
 //!
 //! The bound is in frames (`send_queue_max`), so a queue holds at most
 //! `send_queue_max * (HEADER_LEN + max_body)` bytes waiting, plus the one
@@ -53,10 +52,8 @@ struct Inner {
     state: OutboxState,
     writer: Option<Waker>,
     abort_watch: Option<Waker>,
-    /// The writer holds a taken batch it has not finished writing.
-    writer_busy: bool,
-    /// The reader is handling a read batch and sends what it produces
-    /// itself (`take_inline`): a push then does not wake the writer.
+    /// The reader is handling a read batch: a push then does not wake the
+    /// writer; `end_reader_batch` does, once.
     reader_batch: bool,
 }
 
@@ -77,7 +74,6 @@ impl Outbox {
                 state: OutboxState::Open,
                 writer: None,
                 abort_watch: None,
-                writer_busy: false,
                 reader_batch: false,
             }),
         }
@@ -124,9 +120,8 @@ impl Outbox {
         }
         encode(&mut inner.bytes);
         inner.frames += 1;
-        // During a reader batch the reader sends this itself when the batch
-        // ends; waking the writer would only poll a task that finds the
-        // queue empty (a task switch per read batch on the ping path).
+        // During a reader batch the writer is woken once when the batch
+        // ends, so the batch's answers leave in one send, not one per frame.
         if !inner.reader_batch {
             if let Some(waker) = inner.writer.take() {
                 waker.wake();
@@ -159,15 +154,12 @@ impl Outbox {
     pub fn poll_take(&self, cx: &mut Context<'_>, out: &mut Vec<u8>) -> Poll<WriterStep> {
         debug_assert!(out.is_empty());
         let mut inner = self.inner.borrow_mut();
-        // Asking again means the previous batch is written.
-        inner.writer_busy = false;
         if inner.state == OutboxState::Aborted {
             return Poll::Ready(WriterStep::Abort);
         }
         if !inner.bytes.is_empty() {
             std::mem::swap(&mut inner.bytes, out);
             inner.frames = 0;
-            inner.writer_busy = true;
             return Poll::Ready(WriterStep::Write);
         }
         if inner.state == OutboxState::Closing {
@@ -177,49 +169,21 @@ impl Outbox {
         Poll::Pending
     }
 
-    /// Reader side: a read batch starts; what it queues waits for
-    /// [`Self::take_inline`] at its end instead of waking the writer.
+    /// Reader side: a read batch starts; what it queues wakes the writer
+    /// at [`Self::end_reader_batch`], not frame by frame.
     pub fn begin_reader_batch(&self) {
         self.inner.borrow_mut().reader_batch = true;
     }
 
-    /// Reader side, at the end of a read batch: takes everything queued for
-    /// a write in the reader's own task turn, so answers leave right after
-    /// the read that caused them instead of after a writer wake-up. Only
-    /// while the writer holds no batch (order is kept) and the outbox is
-    /// open; otherwise what is queued stays for the writer, woken if it
-    /// waits. Returns the frames taken; 0 when nothing was taken.
-    pub fn take_inline(&self, out: &mut Vec<u8>) -> usize {
-        debug_assert!(out.is_empty());
+    /// Reader side, at the end of a read batch: wakes the writer if the
+    /// batch queued anything, so it goes out in one send.
+    pub fn end_reader_batch(&self) {
         let mut inner = self.inner.borrow_mut();
         inner.reader_batch = false;
-        if inner.writer_busy || inner.state != OutboxState::Open || inner.bytes.is_empty() {
-            if !inner.bytes.is_empty() {
-                if let Some(waker) = inner.writer.take() {
-                    waker.wake();
-                }
+        if !inner.bytes.is_empty() {
+            if let Some(waker) = inner.writer.take() {
+                waker.wake();
             }
-            return 0;
-        }
-        std::mem::swap(&mut inner.bytes, out);
-        std::mem::take(&mut inner.frames)
-    }
-
-    /// Puts back what an inline write did not send, ahead of anything
-    /// queued since, and wakes the writer to finish it. `frames` (those
-    /// taken) count against the bound again until the writer takes them.
-    pub fn give_back(&self, rest: &[u8], frames: usize) {
-        let mut inner = self.inner.borrow_mut();
-        if inner.state == OutboxState::Aborted {
-            return;
-        }
-        let mut bytes = Vec::with_capacity(rest.len() + inner.bytes.len());
-        bytes.extend_from_slice(rest);
-        bytes.extend_from_slice(&inner.bytes);
-        inner.bytes = bytes;
-        inner.frames += frames;
-        if let Some(waker) = inner.writer.take() {
-            waker.wake();
         }
     }
 
@@ -329,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reader_batch_does_not_wake_the_writer_and_sends_inline() {
+    fn a_reader_batch_wakes_the_writer_once_at_its_end() {
         let outbox = Outbox::new(8);
         let (waker, wakes) = counting_waker();
         let mut cx = Context::from_waker(&waker);
@@ -338,97 +302,50 @@ mod tests {
         outbox.begin_reader_batch();
         outbox.push_frame(FrameKind::Response, 1, 1, b"a").unwrap();
         outbox.push_frame(FrameKind::Response, 1, 2, b"b").unwrap();
-        assert_eq!(wakes(), 0, "the reader sends these itself");
-        let mut inline = Vec::new();
-        assert_eq!(outbox.take_inline(&mut inline), 2);
-        assert_eq!(wakes(), 0);
+        assert_eq!(wakes(), 0, "not per frame");
+        outbox.end_reader_batch();
+        assert_eq!(wakes(), 1, "once, at the end");
+        assert_eq!(
+            outbox.poll_take(&mut cx, &mut writer),
+            Poll::Ready(WriterStep::Write)
+        );
+        assert_eq!(writer.len(), 2 * 17, "both frames in one batch");
+        // A batch that queued nothing wakes nobody.
+        writer.clear();
+        assert!(outbox.poll_take(&mut cx, &mut writer).is_pending());
+        outbox.begin_reader_batch();
+        outbox.end_reader_batch();
+        assert_eq!(wakes(), 1);
         // Outside a batch, a push wakes the writer.
         outbox.push_frame(FrameKind::Push, 100, 0, b"c").unwrap();
-        assert_eq!(wakes(), 1);
+        assert_eq!(wakes(), 2);
     }
 
-    /// Queues one frame and has the writer take it: the writer then holds
-    /// a batch it has not finished writing.
-    fn writer_takes_a_frame(outbox: &Outbox, cx: &mut Context<'_>) -> Vec<u8> {
+    #[test]
+    fn a_batch_queued_while_the_writer_writes_waits_for_it_in_order() {
+        let outbox = Outbox::new(8);
+        let (waker, _wakes) = counting_waker();
+        let mut cx = Context::from_waker(&waker);
         outbox.push_frame(FrameKind::Response, 1, 1, b"a").unwrap();
         let mut writer = Vec::new();
         assert_eq!(
-            outbox.poll_take(cx, &mut writer),
+            outbox.poll_take(&mut cx, &mut writer),
             Poll::Ready(WriterStep::Write)
         );
-        writer
-    }
-
-    #[test]
-    fn a_reader_batch_that_cannot_send_inline_leaves_it_to_the_writer() {
-        let outbox = Outbox::new(8);
-        let (waker, wakes) = counting_waker();
-        let mut cx = Context::from_waker(&waker);
-        // The writer holds a batch: inline would jump ahead of it.
-        let mut writer = writer_takes_a_frame(&outbox, &mut cx);
         outbox.begin_reader_batch();
         outbox.push_frame(FrameKind::Response, 1, 2, b"b").unwrap();
-        let mut inline = Vec::new();
-        assert_eq!(outbox.take_inline(&mut inline), 0);
+        outbox.end_reader_batch();
         // The writer comes back for it when its write is done.
+        let mut first = Vec::new();
+        encode_frame(&mut first, FrameKind::Response, 1, 1, b"a");
+        assert_eq!(writer, first);
         writer.clear();
         assert_eq!(
             outbox.poll_take(&mut cx, &mut writer),
             Poll::Ready(WriterStep::Write)
         );
-        assert_eq!(writer.len(), 17);
-        // And a writer that waits is woken for what a batch left.
-        writer.clear();
-        assert!(outbox.poll_take(&mut cx, &mut writer).is_pending());
-        outbox.begin_reader_batch();
-        outbox.push_frame(FrameKind::Response, 1, 3, b"c").unwrap();
-        outbox.close();
-        let before = wakes();
-        assert_eq!(
-            outbox.take_inline(&mut inline),
-            0,
-            "closing: the writer flushes"
-        );
-        assert!(wakes() >= before);
-        assert_eq!(
-            outbox.poll_take(&mut cx, &mut writer),
-            Poll::Ready(WriterStep::Write)
-        );
-    }
-
-    #[test]
-    fn inline_takes_only_while_the_writer_holds_nothing_and_gives_back_in_order() {
-        let outbox = Outbox::new(8);
-        let waker = noop();
-        let mut cx = Context::from_waker(&waker);
-        // The writer took a batch and is writing it: inline must not jump
-        // ahead of it.
-        let mut writer = writer_takes_a_frame(&outbox, &mut cx);
-        outbox.push_frame(FrameKind::Response, 1, 2, b"b").unwrap();
-        let mut inline = Vec::new();
-        assert_eq!(outbox.take_inline(&mut inline), 0);
-        assert!(inline.is_empty());
-        // The writer finished and asks again: it takes "b"; then nothing is
-        // queued, and a new frame may go inline.
-        writer.clear();
-        assert_eq!(
-            outbox.poll_take(&mut cx, &mut writer),
-            Poll::Ready(WriterStep::Write)
-        );
-        writer.clear();
-        assert!(outbox.poll_take(&mut cx, &mut writer).is_pending());
-        outbox.push_frame(FrameKind::Response, 1, 3, b"c").unwrap();
-        outbox.push_frame(FrameKind::Response, 1, 4, b"d").unwrap();
-        assert_eq!(outbox.take_inline(&mut inline), 2);
-        assert_eq!(outbox.queued_frames(), 0);
-        // A partial send gives the rest back ahead of what came since, and
-        // it counts against the bound again.
-        outbox.push_frame(FrameKind::Response, 1, 5, b"e").unwrap();
-        let unsent = inline[10..].to_vec();
-        outbox.give_back(&unsent, 2);
-        assert_eq!(outbox.queued_frames(), 3);
-        let mut expected = unsent.clone();
-        encode_frame(&mut expected, FrameKind::Response, 1, 5, b"e");
-        assert_eq!(outbox.queued_bytes(), expected);
+        let mut second = Vec::new();
+        encode_frame(&mut second, FrameKind::Response, 1, 2, b"b");
+        assert_eq!(writer, second);
     }
 }

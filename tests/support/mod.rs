@@ -19,7 +19,7 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(3);
 pub fn config() -> Config {
     let mut config = Config::default();
     config.cores.count = 2;
-    config.cores.io_memory_bytes = 256 << 10;
+    config.cores.recv_buffers = 64;
     config.cores.shutdown_deadline_ms = 1000;
     config.gateway.listen = "127.0.0.1:0".parse().unwrap();
     config.admin.listen = "127.0.0.1:0".parse().unwrap();

@@ -1,12 +1,18 @@
-//! `echo --listen ADDR --cpus 0[,1...]`: one pinned glommio executor per CPU,
-//! each accepting on ADDR (SO_REUSEPORT) and echoing PROTOCOL.md frames.
+//! `echo --listen ADDR --cpus 0[,1...] [--runtime shards|glommio]`: one
+//! pinned executor per CPU, each accepting on ADDR (SO_REUSEPORT) and
+//! echoing client-protocol frames (docs/protocol.md).
 //!
-//! It is the ceiling any server on this stack can reach: the same framing,
-//! codec and runtime as routerd's gateway, and no routing, sessions or
-//! objects. `bench/ping_vs_echo.sh` compares routerd's `ping` against it.
+//! On `shards` (the default) it is the ceiling any server on routerd's
+//! stack can reach: the same framing, codec and runtime (rings set up as
+//! routerd's cores set them up) as routerd's gateway, and no routing,
+//! sessions or objects. `bench/ping_vs_echo.sh` compares routerd's `ping`
+//! against it. On `glommio` it is the same server on glommio 0.9, whose
+//! rings cannot be given those flags: `bench/runtime_vs_glommio.sh` keeps
+//! the measurement that moved routerd off it.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
@@ -22,13 +28,98 @@ const IO_MEMORY_BYTES: usize = 512 << 10;
 const OUT_FLUSH_BYTES: usize = 64 << 10;
 
 fn main() -> ExitCode {
-    let (listen, cpus) = match parse_args() {
+    let (listen, cpus, runtime) = match parse_args() {
         Ok(parsed) => parsed,
         Err(message) => {
-            eprintln!("echo: {message}\nusage: echo [--listen 127.0.0.1:7500] [--cpus 0,1]");
+            eprintln!(
+                "echo: {message}\nusage: echo [--listen 127.0.0.1:7500] [--cpus 0,1] \
+                 [--runtime shards|glommio] [--spin-us N]"
+            );
             return ExitCode::from(2);
         }
     };
+    match runtime {
+        Runtime::Shards { spin } => serve_on_shards(listen, cpus, spin),
+        Runtime::Glommio => serve_on_glommio(listen, cpus),
+    }
+}
+
+enum Runtime {
+    Shards { spin: Duration },
+    Glommio,
+}
+
+fn serve_on_shards(listen: SocketAddr, cpus: Vec<usize>, spin: Duration) -> ExitCode {
+    let mut config = shards::RuntimeConfig::new(shards::CorePlacement::Cpus(cpus));
+    config.spin_before_park = spin;
+    config.thread_name_prefix = "echo".to_string();
+    let shutdown = shards::ShutdownHandle::new();
+    let runtime = shards::Runtime::start::<(), _, _>(&config, shutdown, move |core| async move {
+        let listener = match shards::net::TcpListener::bind(listen) {
+            Ok(listener) => listener,
+            Err(error) => {
+                eprintln!("echo: cannot bind {listen}: {error}");
+                return;
+            }
+        };
+        core.ready();
+        loop {
+            match listener.accept().await {
+                Ok(stream) => shards::spawn(serve_shards(stream)).detach(),
+                Err(error) => eprintln!("echo: accept: {error}"),
+            }
+        }
+    });
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("echo: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!(
+        "echo: listening on {listen} (shards, {})",
+        runtime.ring_taskrun().name()
+    );
+    let _ = runtime.join();
+    ExitCode::SUCCESS
+}
+
+/// What `serve` does, on routerd's runtime: every frame of a receive is
+/// answered, the answers leave in one send.
+async fn serve_shards(stream: shards::net::TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let mut decoder = FrameDecoder::new(Peer::Client, DEFAULT_MAX_BODY);
+    let mut out = Vec::with_capacity(OUT_FLUSH_BYTES);
+    while let Ok(Some(received)) = stream.recv().await {
+        let mut rest: &[u8] = &received;
+        while !rest.is_empty() {
+            let taken = decoder.extend(rest);
+            rest = &rest[taken..];
+            loop {
+                match decoder.next_frame() {
+                    Ok(Some(frame)) => {
+                        let h = frame.header;
+                        encode_frame(&mut out, FrameKind::Response, h.route_id, h.seq, frame.body);
+                    }
+                    Ok(None) => break,
+                    Err(_) => return,
+                }
+            }
+        }
+        drop(received);
+        if !out.is_empty() {
+            let (sent, back) = stream.send_all(std::mem::take(&mut out)).await;
+            if sent.is_err() {
+                return;
+            }
+            out = back;
+            out.clear();
+        }
+    }
+}
+
+fn serve_on_glommio(listen: SocketAddr, cpus: Vec<usize>) -> ExitCode {
     let mut handles = Vec::new();
     for cpu in cpus {
         let spawned = LocalExecutorBuilder::new(Placement::Fixed(cpu))
@@ -43,16 +134,18 @@ fn main() -> ExitCode {
             }
         }
     }
-    eprintln!("echo: listening on {listen}");
+    eprintln!("echo: listening on {listen} (glommio)");
     for handle in handles {
         let _ = handle.join();
     }
     ExitCode::SUCCESS
 }
 
-fn parse_args() -> Result<(SocketAddr, Vec<usize>), String> {
+fn parse_args() -> Result<(SocketAddr, Vec<usize>, Runtime), String> {
     let mut listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 7500));
     let mut cpus = vec![0];
+    let mut glommio = false;
+    let mut spin = Duration::ZERO;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -64,10 +157,24 @@ fn parse_args() -> Result<(SocketAddr, Vec<usize>), String> {
                     .map(|c| c.trim().parse().map_err(|e| format!("--cpus: {e}")))
                     .collect::<Result<_, _>>()?;
             }
+            "--runtime" => match value.as_str() {
+                "shards" => glommio = false,
+                "glommio" => glommio = true,
+                other => return Err(format!("--runtime: unknown runtime {other}")),
+            },
+            "--spin-us" => {
+                let us: u64 = value.parse().map_err(|e| format!("--spin-us: {e}"))?;
+                spin = Duration::from_micros(us);
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
-    Ok((listen, cpus))
+    let runtime = if glommio {
+        Runtime::Glommio
+    } else {
+        Runtime::Shards { spin }
+    };
+    Ok((listen, cpus, runtime))
 }
 
 async fn accept_loop(listen: SocketAddr) {

@@ -1,8 +1,8 @@
-//! The router's glommio driver: one per core, it performs the effects of
+//! The router's driver: one per core, it performs the effects of
 //! that core's [`RouterCore`] for real. Client requests come in from the
 //! gateway (it is the gateway's [`PlayerPort`]), requests for objects of
 //! other cores travel the mesh as `RouterRequest` frames, store requests go
-//! through [`Store`] futures, timers are glommio timers, and answers go back
+//! through [`Store`] futures, timers are the core's timers, and answers go back
 //! to the gateway: by a plain call for a session of this core (the gateway
 //! and this driver share the core, so no frame is needed: DESIGN.md's rkyv
 //! frames are for messages that cross cores), as `ClientEgress` frames over
@@ -68,9 +68,6 @@ pub struct DriverParts {
     /// This core's view of the node's catalog: which local service takes
     /// each client route.
     pub catalog: CoreCatalog,
-    /// The core's throughput task queue: the periodic sweep (saves,
-    /// degradation, cleanup) runs there so it yields to client traffic.
-    pub background_queue: glommio::TaskQueueHandle,
 }
 
 struct Inner {
@@ -85,7 +82,6 @@ struct Inner {
     metrics: Arc<CoreMetrics>,
     request_timeout_ms: u64,
     catalog: RefCell<CoreCatalog>,
-    background_queue: glommio::TaskQueueHandle,
     /// Effects are performed by one loop at a time; an event that arrives
     /// while it runs (a local Submit) only queues its effects for it.
     performing: Cell<bool>,
@@ -153,7 +149,6 @@ impl RouterDriver {
             metrics: parts.metrics,
             request_timeout_ms: parts.request_timeout_ms,
             catalog: RefCell::new(parts.catalog),
-            background_queue: parts.background_queue,
             performing: Cell::new(false),
             effects: RefCell::new(Vec::new()),
             wall_clock: WallClock::new(),
@@ -163,9 +158,9 @@ impl RouterDriver {
         driver.perform_effects();
         driver.mirror_gauges();
         let weak = Rc::downgrade(&driver.0);
-        glommio::spawn_local(async move {
+        shards::spawn(async move {
             loop {
-                glommio::timer::sleep(GAUGES_MIRROR_INTERVAL).await;
+                shards::sleep(GAUGES_MIRROR_INTERVAL).await;
                 let Some(inner) = weak.upgrade() else {
                     return;
                 };
@@ -214,7 +209,7 @@ impl RouterDriver {
         self.perform_effects();
         let started = std::time::Instant::now();
         while !self.0.core.borrow().is_shutdown_complete() && started.elapsed() < deadline {
-            glommio::timer::sleep(Duration::from_millis(5)).await;
+            shards::sleep(Duration::from_millis(5)).await;
         }
     }
 
@@ -377,8 +372,8 @@ impl RouterDriver {
     /// object's save, and the saves reach the store together.
     fn flush_after_batch(&self) {
         let driver = self.clone();
-        glommio::spawn_local(async move {
-            glommio::timer::sleep(FLUSH_LINGER).await;
+        shards::spawn(async move {
+            shards::sleep(FLUSH_LINGER).await;
             driver.inner().core.borrow_mut().on_flush(now_ms());
             driver.perform_effects();
         })
@@ -475,7 +470,7 @@ impl RouterDriver {
     fn store(&self, token: StoreToken, op: StoreOp) {
         let store = self.inner().store.clone();
         let driver = self.clone();
-        glommio::spawn_local(async move {
+        shards::spawn(async move {
             let reply = perform_store_op(&store, op).await;
             driver
                 .inner()
@@ -491,19 +486,16 @@ impl RouterDriver {
         let driver = self.clone();
         let wait = Duration::from_millis(at_ms.saturating_sub(now_ms()));
         let fire = async move {
-            glommio::timer::sleep(wait).await;
+            shards::sleep(wait).await;
             driver.inner().core.borrow_mut().on_timer(now_ms(), timer);
             driver.perform_effects();
         };
-        let spawned = match timer {
-            Timer::Sweep => glommio::spawn_local_into(fire, self.inner().background_queue),
-            _ => Ok(glommio::spawn_local(fire)),
-        };
-        match spawned {
-            Ok(task) => drop(task.detach()),
-            // The queue belongs to this executor for its whole life.
-            Err(error) => tracing::error!(%error, "cannot arm a router timer"),
-        };
+        // The periodic sweep (saves, degradation, cleanup) runs on the
+        // background queue, so it yields to client traffic.
+        match timer {
+            Timer::Sweep => shards::spawn_background(fire).detach(),
+            _ => shards::spawn(fire).detach(),
+        }
     }
 
     /// The gauges: a walk over every entry, so periodic (see

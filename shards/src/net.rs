@@ -1,0 +1,339 @@
+//! TCP on the core's ring: a listener with a multishot accept, and a
+//! stream with one multishot receive into the provided-buffer ring and
+//! owned-buffer sends.
+//!
+//! Descriptors are closed through the ring (`IORING_OP_CLOSE`) after any
+//! operation still queued for them, so a descriptor number is never reused
+//! under a submission that has not reached the kernel yet.
+
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::task::Poll;
+
+use io_uring::{cqueue, opcode, types};
+use socket2::{Domain, SockAddr, Socket, Type};
+
+use crate::bufring::{RecvBuf, BUF_GROUP};
+use crate::executor;
+
+/// Connections a listener lets wait for `accept` in the kernel.
+const LISTEN_BACKLOG: i32 = 1024;
+
+fn result(res: i32) -> io::Result<u32> {
+    if res < 0 {
+        Err(io::Error::from_raw_os_error(-res))
+    } else {
+        Ok(res as u32)
+    }
+}
+
+/// Closes `fd` through the ring, after what is already queued for it.
+fn close_in_ring(fd: RawFd) {
+    let close = opcode::Close::new(types::Fd(fd)).build();
+    let queued = executor::try_with_reactor(|reactor| reactor.submit_ignored(close));
+    if queued.is_none() {
+        // Off a core (the executor has ended): nothing can be queued for it.
+        // SAFETY: `fd` is owned by the caller, which gives it up here.
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}
+
+/// A TCP listener served by a multishot accept.
+pub struct TcpListener {
+    fd: RawFd,
+    local: SocketAddr,
+    accept: std::cell::Cell<Option<usize>>,
+}
+
+impl TcpListener {
+    /// Binds `address` with SO_REUSEADDR and SO_REUSEPORT, so every core
+    /// can listen on the same address and the kernel spreads connections.
+    pub fn bind(address: SocketAddr) -> io::Result<TcpListener> {
+        let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&address.into())?;
+        socket.listen(LISTEN_BACKLOG)?;
+        let local = socket
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("listener without an IP address"))?;
+        Ok(TcpListener {
+            fd: socket.into_raw_fd(),
+            local,
+            accept: std::cell::Cell::new(None),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The next accepted connection.
+    pub async fn accept(&self) -> io::Result<TcpStream> {
+        poll_fn(|cx| {
+            executor::with_reactor(|reactor| loop {
+                let index = match self.accept.get() {
+                    Some(index) => index,
+                    None => {
+                        let entry = opcode::AcceptMulti::new(types::Fd(self.fd))
+                            .flags(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)
+                            .build();
+                        let index = reactor.submit_multi(entry);
+                        self.accept.set(Some(index));
+                        index
+                    }
+                };
+                match reactor.poll_multi(index, cx) {
+                    Poll::Pending => return Poll::Pending,
+                    // The kernel ended the multishot (it may, under memory
+                    // pressure): arm a new one.
+                    Poll::Ready(None) => self.accept.set(None),
+                    Poll::Ready(Some((res, _))) => {
+                        return Poll::Ready(result(res).map(|fd| TcpStream::from_fd(fd as RawFd)))
+                    }
+                }
+            })
+        })
+        .await
+    }
+}
+
+impl Drop for TcpListener {
+    fn drop(&mut self) {
+        if let Some(index) = self.accept.take() {
+            executor::try_with_reactor(|reactor| reactor.orphan(index, None));
+        }
+        close_in_ring(self.fd);
+    }
+}
+
+/// A TCP connection on this core. One task receives at a time; sends may
+/// come from another task, one at a time (each `send` is one operation).
+pub struct TcpStream {
+    fd: RawFd,
+    recv: std::cell::Cell<Option<usize>>,
+}
+
+impl TcpStream {
+    fn from_fd(fd: RawFd) -> TcpStream {
+        TcpStream {
+            fd,
+            recv: std::cell::Cell::new(None),
+        }
+    }
+
+    /// Connects to `address` through the ring.
+    pub async fn connect(address: SocketAddr) -> io::Result<TcpStream> {
+        let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
+        socket.set_nonblocking(true)?;
+        let stream = TcpStream::from_fd(socket.into_raw_fd());
+        // Boxed: the kernel reads the address while the connect runs, so it
+        // must not move, and stays with the operation if the future drops.
+        let address = Box::new(SockAddr::from(address));
+        let entry =
+            opcode::Connect::new(types::Fd(stream.fd), address.as_ptr(), address.len()).build();
+        let mut op = OwnedOp::submit(entry, Some(Box::new(address)));
+        let (res, _) = poll_fn(|cx| op.poll(cx)).await;
+        result(res)?;
+        Ok(stream)
+    }
+
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.socket_ref().set_nodelay(nodelay)
+    }
+
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.socket_ref()
+            .peer_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("peer without an IP address"))
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket_ref()
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("socket without an IP address"))
+    }
+
+    fn socket_ref(&self) -> socket2::SockRef<'_> {
+        socket2::SockRef::from(self)
+    }
+
+    /// The next bytes received, in a buffer lent from the core's ring
+    /// (return it soon: drop it); `None` at end of stream.
+    pub async fn recv(&self) -> io::Result<Option<RecvBuf>> {
+        poll_fn(|cx| {
+            executor::with_reactor(|reactor| loop {
+                let index = match self.recv.get() {
+                    Some(index) => index,
+                    None => {
+                        let entry = opcode::RecvMulti::new(types::Fd(self.fd), BUF_GROUP).build();
+                        let index = reactor.submit_multi(entry);
+                        self.recv.set(Some(index));
+                        index
+                    }
+                };
+                let (res, flags) = match reactor.poll_multi(index, cx) {
+                    Poll::Pending => return Poll::Pending,
+                    // Ended without an error (the kernel may end a multishot
+                    // after a completion): arm a new one.
+                    Poll::Ready(None) => {
+                        self.recv.set(None);
+                        continue;
+                    }
+                    Poll::Ready(Some(completion)) => completion,
+                };
+                if res > 0 {
+                    let Some(bid) = cqueue::buffer_select(flags) else {
+                        return Poll::Ready(Err(io::Error::other("receive without a buffer")));
+                    };
+                    return Poll::Ready(Ok(Some(RecvBuf {
+                        ring: reactor.bufs.clone(),
+                        bid,
+                        len: res as usize,
+                    })));
+                }
+                if res == -libc::ENOBUFS {
+                    // Every buffer is lent out: the multishot ended. Let the
+                    // readers of this turn give theirs back, then re-arm.
+                    if !cqueue::more(flags) {
+                        reactor.orphan(index, None);
+                        self.recv.set(None);
+                    }
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                // End of stream or an error ends the multishot.
+                reactor.orphan(index, None);
+                self.recv.set(None);
+                return Poll::Ready(if res == 0 {
+                    Ok(None)
+                } else {
+                    Err(io::Error::from_raw_os_error(-res))
+                });
+            })
+        })
+        .await
+    }
+
+    /// Sends from `buf` (one operation; it may send less than all of it).
+    /// The buffer comes back with the result.
+    pub async fn send(&self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+        let entry = opcode::Send::new(types::Fd(self.fd), buf.as_ptr(), len)
+            .flags(libc::MSG_NOSIGNAL)
+            .build();
+        let mut op = OwnedOp::submit(entry, Some(Box::new(buf)));
+        let (res, _) = poll_fn(|cx| op.poll(cx)).await;
+        let buf = op.take::<Vec<u8>>();
+        (result(res).map(|n| n as usize), buf)
+    }
+
+    /// Sends all of `buf`, one operation at a time.
+    pub async fn send_all(&self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
+        let mut sent = 0;
+        let mut buf = buf;
+        while sent < buf.len() {
+            let rest = if sent == 0 {
+                std::mem::take(&mut buf)
+            } else {
+                buf[sent..].to_vec()
+            };
+            let (written, back) = self.send(rest).await;
+            if sent == 0 {
+                buf = back;
+            }
+            match written {
+                Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), buf),
+                Ok(n) => sent += n,
+                Err(error) => return (Err(error), buf),
+            }
+        }
+        (Ok(()), buf)
+    }
+
+    /// Shuts both directions down now: the peer sees the end of the stream
+    /// and this side's pending receive ends.
+    pub fn shutdown(&self) {
+        // SAFETY: `fd` is the open socket this stream owns; shutdown does
+        // not close or invalidate it.
+        unsafe {
+            libc::shutdown(self.fd, libc::SHUT_RDWR);
+        }
+    }
+}
+
+impl AsRawFd for TcpStream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
+impl std::os::fd::AsFd for TcpStream {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the descriptor stays open for as long as `self` lives.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) }
+    }
+}
+
+impl Drop for TcpStream {
+    fn drop(&mut self) {
+        if let Some(index) = self.recv.take() {
+            executor::try_with_reactor(|reactor| reactor.orphan(index, None));
+        }
+        close_in_ring(self.fd);
+    }
+}
+
+/// A one-shot operation and the memory it lends the kernel.
+struct OwnedOp {
+    index: Option<usize>,
+    keep: Option<Box<dyn std::any::Any>>,
+}
+
+impl OwnedOp {
+    fn submit(entry: io_uring::squeue::Entry, keep: Option<Box<dyn std::any::Any>>) -> OwnedOp {
+        let index = executor::with_reactor(|reactor| reactor.submit(entry));
+        OwnedOp {
+            index: Some(index),
+            keep,
+        }
+    }
+
+    fn poll(&mut self, cx: &mut std::task::Context<'_>) -> Poll<(i32, u32)> {
+        let Some(index) = self.index else {
+            unreachable!("an operation polled after it completed");
+        };
+        let done = executor::with_reactor(|reactor| reactor.poll_op(index, cx));
+        if done.is_ready() {
+            self.index = None;
+        }
+        done
+    }
+
+    /// The memory lent, once the operation completed.
+    fn take<T: 'static>(&mut self) -> T {
+        debug_assert!(self.index.is_none());
+        *self
+            .keep
+            .take()
+            .and_then(|keep| keep.downcast::<T>().ok())
+            .expect("the operation's memory, of the type it was given as")
+    }
+}
+
+impl Drop for OwnedOp {
+    fn drop(&mut self) {
+        if let Some(index) = self.index.take() {
+            let keep = self.keep.take();
+            executor::try_with_reactor(|reactor| reactor.orphan(index, keep));
+        }
+    }
+}

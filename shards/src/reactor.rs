@@ -1,0 +1,426 @@
+//! The core's io_uring: submissions, completions, and the operations in
+//! flight between them.
+//!
+//! Every operation has a slot; a submission carries the slot index as its
+//! `user_data`, and its completion is stored there for the future that
+//! waits on it. A slot outlives its future when the kernel may still use
+//! memory the future owned (a send buffer, an address): the future hands
+//! that memory to the slot as it is dropped (`orphan`), and the slot frees
+//! it with the final completion. Multishot operations (accept, receive)
+//! keep one slot for all their completions.
+
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::io;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use crate::bufring::BufRing;
+use crate::ring::{self, RingError, TaskRun};
+
+/// `user_data` of submissions whose completion nobody waits for (close,
+/// cancel): their results are dropped.
+const IGNORED: u64 = u64::MAX;
+/// `user_data` of the executor's read of its wake-up eventfd.
+const WAKE_READ: u64 = u64::MAX - 1;
+
+/// Completions reaped per kernel entry at most before tasks run again.
+const REAP_BATCH_MAX: usize = 4096;
+
+enum Slot {
+    /// Submitted, not completed.
+    Waiting(Option<Waker>),
+    /// Completed; the future has not looked yet.
+    Done(i32, u32),
+    /// A multishot operation: completions in arrival order; `more` false
+    /// once the kernel said no more will come.
+    Multi {
+        results: VecDeque<(i32, u32)>,
+        waker: Option<Waker>,
+        more: bool,
+    },
+    /// The future is gone; the slot keeps what the kernel may still use
+    /// until the operation's last completion.
+    Orphan {
+        _keep: Option<Box<dyn Any>>,
+        multishot: bool,
+    },
+}
+
+pub(crate) struct Reactor {
+    ring: RefCell<IoUring>,
+    slots: RefCell<Vec<Option<Slot>>>,
+    free: RefCell<Vec<usize>>,
+    pub bufs: Rc<BufRing>,
+    mode: TaskRun,
+    wake_buf: Box<Cell<u64>>,
+    wake_armed: Cell<bool>,
+    wake_fd: i32,
+    reaped: RefCell<Vec<(u64, i32, u32)>>,
+    /// Kernel entries made (for tests and metrics of syscall counts).
+    pub enters: Cell<u64>,
+}
+
+/// The ring's sizes and setup, from the runtime config.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RingConfig {
+    pub entries: u32,
+    pub cq_entries: u32,
+    pub mode: TaskRun,
+    pub recv_buffers: u16,
+    pub recv_buffer_bytes: usize,
+}
+
+impl Reactor {
+    pub fn new(config: RingConfig, wake_fd: i32) -> Result<Reactor, RingError> {
+        let ring = ring::build(config.entries, config.cq_entries, config.mode)?;
+        let bufs = BufRing::register(&ring, config.recv_buffers, config.recv_buffer_bytes)
+            .map_err(RingError::BufRing)?;
+        Ok(Reactor {
+            ring: RefCell::new(ring),
+            slots: RefCell::new(Vec::new()),
+            free: RefCell::new(Vec::new()),
+            bufs: Rc::new(bufs),
+            mode: config.mode,
+            wake_buf: Box::new(Cell::new(0)),
+            wake_armed: Cell::new(false),
+            wake_fd,
+            reaped: RefCell::new(Vec::with_capacity(256)),
+            enters: Cell::new(0),
+        })
+    }
+
+    pub fn mode(&self) -> TaskRun {
+        self.mode
+    }
+
+    /// Queues `entry` for the next kernel entry; submits at once when the
+    /// submission queue is full.
+    fn push(&self, entry: squeue::Entry) {
+        let mut ring = self.ring.borrow_mut();
+        // SAFETY: every entry pushed here points only at memory its slot
+        // (or the executor, for the wake read) keeps alive until the
+        // operation's last completion.
+        while unsafe { ring.submission().push(&entry) }.is_err() {
+            // A full queue: hand what is queued to the kernel, then retry.
+            self.enters.set(self.enters.get() + 1);
+            if let Err(error) = ring.submit() {
+                if error.raw_os_error() != Some(libc::EBUSY) {
+                    // Nothing sensible can continue if the ring is broken.
+                    panic!("io_uring submit failed: {error}");
+                }
+            }
+        }
+    }
+
+    fn alloc(&self, slot: Slot) -> usize {
+        let mut slots = self.slots.borrow_mut();
+        match self.free.borrow_mut().pop() {
+            Some(index) => {
+                slots[index] = Some(slot);
+                index
+            }
+            None => {
+                slots.push(Some(slot));
+                slots.len() - 1
+            }
+        }
+    }
+
+    fn release(&self, index: usize) {
+        self.slots.borrow_mut()[index] = None;
+        self.free.borrow_mut().push(index);
+    }
+
+    /// Submits a one-shot operation; poll it with `poll_op`.
+    pub fn submit(&self, entry: squeue::Entry) -> usize {
+        let index = self.alloc(Slot::Waiting(None));
+        self.push(entry.user_data(index as u64));
+        index
+    }
+
+    /// Submits a multishot operation; poll it with `poll_multi`.
+    pub fn submit_multi(&self, entry: squeue::Entry) -> usize {
+        let index = self.alloc(Slot::Multi {
+            results: VecDeque::new(),
+            waker: None,
+            more: true,
+        });
+        self.push(entry.user_data(index as u64));
+        index
+    }
+
+    /// Submits an operation whose completion nobody waits for.
+    pub fn submit_ignored(&self, entry: squeue::Entry) {
+        self.push(entry.user_data(IGNORED));
+    }
+
+    /// The result of one-shot operation `index` (`res`, `flags`); the slot
+    /// is freed when it is returned.
+    pub fn poll_op(&self, index: usize, cx: &mut Context<'_>) -> Poll<(i32, u32)> {
+        let mut slots = self.slots.borrow_mut();
+        match slots[index].as_mut() {
+            Some(Slot::Done(result, flags)) => {
+                let done = (*result, *flags);
+                drop(slots);
+                self.release(index);
+                Poll::Ready(done)
+            }
+            Some(Slot::Waiting(waker)) => {
+                match waker {
+                    Some(waker) if waker.will_wake(cx.waker()) => {}
+                    _ => *waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            _ => unreachable!("poll_op on a slot that is not a one-shot operation"),
+        }
+    }
+
+    /// The next completion of multishot operation `index`, or `None` once
+    /// it ended (the slot is then freed).
+    pub fn poll_multi(&self, index: usize, cx: &mut Context<'_>) -> Poll<Option<(i32, u32)>> {
+        let mut slots = self.slots.borrow_mut();
+        let Some(Slot::Multi {
+            results,
+            waker,
+            more,
+        }) = slots[index].as_mut()
+        else {
+            unreachable!("poll_multi on a slot that is not a multishot operation")
+        };
+        if let Some(result) = results.pop_front() {
+            return Poll::Ready(Some(result));
+        }
+        if !*more {
+            drop(slots);
+            self.release(index);
+            return Poll::Ready(None);
+        }
+        match waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            _ => *waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// The future of operation `index` is dropped: keep `keep` (memory the
+    /// kernel may still touch) until its last completion, and cancel a
+    /// multishot operation that would otherwise run forever.
+    pub fn orphan(&self, index: usize, keep: Option<Box<dyn Any>>) {
+        let mut slots = self.slots.borrow_mut();
+        let Some(slot) = slots[index].take() else {
+            return;
+        };
+        match slot {
+            Slot::Done(_, flags) => {
+                self.give_back_buffer(flags);
+                drop(slots);
+                self.free.borrow_mut().push(index);
+            }
+            Slot::Waiting(_) => {
+                slots[index] = Some(Slot::Orphan {
+                    _keep: keep,
+                    multishot: false,
+                })
+            }
+            Slot::Multi { results, more, .. } => {
+                for (_, flags) in results {
+                    self.give_back_buffer(flags);
+                }
+                if more {
+                    slots[index] = Some(Slot::Orphan {
+                        _keep: keep,
+                        multishot: true,
+                    });
+                    drop(slots);
+                    self.submit_ignored(opcode::AsyncCancel::new(index as u64).build());
+                } else {
+                    drop(slots);
+                    self.free.borrow_mut().push(index);
+                }
+            }
+            Slot::Orphan { .. } => unreachable!("a slot is orphaned once"),
+        }
+    }
+
+    fn give_back_buffer(&self, flags: u32) {
+        if let Some(bid) = cqueue::buffer_select(flags) {
+            self.bufs.give_back(bid);
+        }
+    }
+
+    /// Keeps a read of the wake-up eventfd armed, so a wake from another
+    /// thread completes it and ends a wait in the kernel.
+    pub fn arm_wake(&self) {
+        if self.wake_armed.replace(true) {
+            return;
+        }
+        let entry = opcode::Read::new(
+            types::Fd(self.wake_fd),
+            self.wake_buf.as_ptr().cast(),
+            std::mem::size_of::<u64>() as u32,
+        )
+        .build()
+        .user_data(WAKE_READ);
+        self.push(entry);
+    }
+
+    /// Whether an entry into the kernel has work to do without waiting:
+    /// queued submissions, deferred completion work, or overflowed
+    /// completions.
+    pub fn needs_enter(&self) -> bool {
+        let mut ring = self.ring.borrow_mut();
+        let sq = ring.submission();
+        !sq.is_empty() || sq.taskrun() || sq.cq_overflow()
+    }
+
+    /// Enters the kernel once: submits what is queued, runs deferred work,
+    /// and waits for a completion up to `wait` (`None`: do not wait).
+    pub fn enter(&self, wait: Option<Option<Duration>>) -> io::Result<()> {
+        self.enters.set(self.enters.get() + 1);
+        let mut ring = self.ring.borrow_mut();
+        let to_submit = ring.submission().len() as u32;
+        let submitter = ring.submitter();
+        let result = match wait {
+            None => {
+                // GETEVENTS is what runs deferred task work.
+                // SAFETY: no argument pointer is passed.
+                unsafe {
+                    submitter.enter::<libc::sigset_t>(
+                        to_submit,
+                        0,
+                        io_uring::EnterFlags::GETEVENTS.bits(),
+                        None,
+                    )
+                }
+            }
+            Some(None) => submitter.submit_and_wait(1),
+            Some(Some(timeout)) => {
+                let timespec = types::Timespec::from(timeout);
+                let args = types::SubmitArgs::new().timespec(&timespec);
+                submitter.submit_with_args(1, &args)
+            }
+        };
+        match result {
+            Ok(_) => Ok(()),
+            // A timeout, a signal, or a busy completion queue: the caller
+            // reaps what there is and loops.
+            Err(error)
+                if matches!(
+                    error.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Moves every completion into its slot and wakes the futures that
+    /// wait; returns how many completions there were.
+    pub fn reap(&self) -> usize {
+        let mut reaped = self.reaped.borrow_mut();
+        {
+            let mut ring = self.ring.borrow_mut();
+            let completion = ring.completion();
+            for cqe in completion.take(REAP_BATCH_MAX) {
+                reaped.push((cqe.user_data(), cqe.result(), cqe.flags()));
+            }
+        }
+        let count = reaped.len();
+        let mut wakers: Vec<Waker> = Vec::new();
+        for (user_data, result, flags) in reaped.drain(..) {
+            match user_data {
+                IGNORED => {}
+                WAKE_READ => self.wake_armed.set(false),
+                index => {
+                    if let Some(waker) = self.complete(index as usize, result, flags) {
+                        wakers.push(waker);
+                    }
+                }
+            }
+        }
+        drop(reaped);
+        for waker in wakers {
+            waker.wake();
+        }
+        count
+    }
+
+    fn complete(&self, index: usize, result: i32, flags: u32) -> Option<Waker> {
+        let mut slots = self.slots.borrow_mut();
+        let slot = slots.get_mut(index).and_then(Option::as_mut)?;
+        match slot {
+            Slot::Waiting(waker) => {
+                let waker = waker.take();
+                *slot = Slot::Done(result, flags);
+                waker
+            }
+            Slot::Multi {
+                results,
+                waker,
+                more,
+            } => {
+                results.push_back((result, flags));
+                if !cqueue::more(flags) {
+                    *more = false;
+                }
+                waker.take()
+            }
+            Slot::Orphan { multishot, .. } => {
+                let last = !*multishot || !cqueue::more(flags);
+                drop(slots);
+                self.give_back_buffer(flags);
+                if last {
+                    self.release(index);
+                }
+                None
+            }
+            Slot::Done(..) => {
+                debug_assert!(false, "a second completion of a one-shot operation");
+                None
+            }
+        }
+    }
+
+    /// Operations still owned by the kernel (slots not free).
+    pub fn in_flight(&self) -> usize {
+        self.slots
+            .borrow()
+            .iter()
+            .filter(|slot| slot.is_some())
+            .count()
+    }
+
+    /// Keeps every buffer the kernel may still use allocated for the life
+    /// of the process: for a ring whose operations would not finish.
+    pub fn leak(&self) {
+        std::mem::forget(std::mem::take(&mut *self.slots.borrow_mut()));
+        std::mem::forget(self.bufs.clone());
+    }
+
+    /// Cancels everything in flight and reaps until the kernel has let go
+    /// of every slot's memory, or `deadline` passes. Returns whether it
+    /// did: if not, the caller must leak what slots and buffers hold.
+    pub fn quiesce(&self, deadline: Instant) -> bool {
+        let cancel_all = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build();
+        self.submit_ignored(cancel_all);
+        loop {
+            let _ = self.enter(Some(Some(Duration::from_millis(10))));
+            self.reap();
+            // The wake read is cancelled too and never re-armed here.
+            if self.in_flight() == 0 && !self.wake_armed.get() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! TCP through a core's ring, wakes from other threads, and a core that
+//! sleeps when idle.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shards::net::{TcpListener, TcpStream};
+use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle, TaskRun};
+
+fn one_core() -> RuntimeConfig {
+    let mut config = RuntimeConfig::new(CorePlacement::Unpinned(1));
+    config.recv_buffers = 8;
+    config.recv_buffer_bytes = 64;
+    config.shutdown_deadline = Duration::from_secs(2);
+    config
+}
+
+/// Runs `main` on one core until it returns; gives back the runtime's
+/// shutdown handle for the caller's side of the test.
+fn on_a_core<F, Fut>(config: RuntimeConfig, main: F) -> (Runtime, ShutdownHandle)
+where
+    F: Fn() -> Fut + Send + Clone + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let shutdown = ShutdownHandle::new();
+    let runtime = Runtime::start::<(), _, _>(&config, shutdown.clone(), move |core| {
+        let main = main.clone();
+        async move {
+            core.ready();
+            futures_lite::future::or(main(), core.shutdown().wait()).await;
+        }
+    })
+    .expect("runtime starts");
+    runtime
+        .wait_ready(Duration::from_secs(10))
+        .expect("core ready");
+    (runtime, shutdown)
+}
+
+/// An echo server on the core: many small receives through the buffer
+/// ring (8 buffers of 64 bytes, so they are reused), sends of owned
+/// buffers, and the end of stream when the client closes.
+#[test]
+fn echo_through_the_ring_reuses_receive_buffers() {
+    let address = Arc::new(Mutex::new(None::<SocketAddr>));
+    let published = address.clone();
+    let served = Arc::new(AtomicUsize::new(0));
+    let counted = served.clone();
+    let (runtime, shutdown) = on_a_core(one_core(), move || {
+        let published = published.clone();
+        let counted = counted.clone();
+        async move {
+            let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+            *published.lock().unwrap() = Some(listener.local_addr());
+            loop {
+                let stream = listener.accept().await.expect("accept");
+                let counted = counted.clone();
+                shards::spawn(async move {
+                    stream.set_nodelay(true).unwrap();
+                    while let Some(buf) = stream.recv().await.expect("recv") {
+                        let (sent, _) = stream.send_all(buf.to_vec()).await;
+                        sent.expect("send");
+                    }
+                    counted.fetch_add(1, Ordering::SeqCst);
+                })
+                .detach();
+            }
+        }
+    });
+    let address = wait_for(&address);
+    for _ in 0..3 {
+        let mut client = std::net::TcpStream::connect(address).expect("connect");
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let payload: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let writer = {
+            let mut client = client.try_clone().unwrap();
+            let payload = payload.clone();
+            std::thread::spawn(move || client.write_all(&payload).unwrap())
+        };
+        let mut echoed = vec![0u8; payload.len()];
+        client.read_exact(&mut echoed).expect("echo");
+        writer.join().unwrap();
+        assert_eq!(echoed, payload);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while served.load(Ordering::SeqCst) < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(served.load(Ordering::SeqCst), 3, "each end of stream seen");
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
+
+/// A connection made through the ring, and a refused one.
+#[test]
+fn connect_through_the_ring() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let refused = {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        closed.local_addr().unwrap()
+    };
+    let outcome = Arc::new(Mutex::new(None::<(bool, bool)>));
+    let record = outcome.clone();
+    let (runtime, shutdown) = on_a_core(one_core(), move || {
+        let record = record.clone();
+        async move {
+            let ok = match TcpStream::connect(address).await {
+                Ok(stream) => {
+                    let (sent, _) = stream.send_all(b"hi".to_vec()).await;
+                    sent.is_ok()
+                }
+                Err(_) => false,
+            };
+            let refused_ok = TcpStream::connect(refused).await.is_err();
+            *record.lock().unwrap() = Some((ok, refused_ok));
+            futures_lite::future::pending::<()>().await;
+        }
+    });
+    let (mut accepted, _) = listener.accept().unwrap();
+    let mut hi = [0u8; 2];
+    accepted.read_exact(&mut hi).unwrap();
+    assert_eq!(&hi, b"hi");
+    assert_eq!(wait_for(&outcome), (true, true));
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
+
+/// A future completed on another thread (as a store reply is) wakes a core
+/// that sleeps in the kernel, and an idle core uses almost no CPU.
+#[test]
+fn a_sleeping_core_wakes_for_another_thread_and_idles_cheaply() {
+    for mode in [TaskRun::Defer, TaskRun::Coop] {
+        let mut config = one_core();
+        config.ring_taskrun = mode;
+        let (sender, receiver) =
+            std::sync::mpsc::channel::<futures_channel::oneshot::Sender<u32>>();
+        let sender = Arc::new(Mutex::new(sender));
+        let got = Arc::new(Mutex::new(None::<u32>));
+        let record = got.clone();
+        let (runtime, shutdown) = on_a_core(config, move || {
+            let sender = sender.clone();
+            let record = record.clone();
+            async move {
+                let (reply, answer) = futures_channel::oneshot::channel();
+                sender.lock().unwrap().send(reply).unwrap();
+                *record.lock().unwrap() = answer.await.ok();
+                futures_lite::future::pending::<()>().await;
+            }
+        });
+        let reply = receiver.recv().unwrap();
+        // Let the core park, and measure what it costs meanwhile.
+        std::thread::sleep(Duration::from_millis(50));
+        let before = process_cpu();
+        std::thread::sleep(Duration::from_millis(300));
+        let idle_cpu = process_cpu() - before;
+        assert!(
+            idle_cpu < Duration::from_millis(60),
+            "{mode:?}: an idle core used {idle_cpu:?} of CPU in 300 ms"
+        );
+        reply.send(42).unwrap();
+        assert_eq!(wait_for(&got), 42, "{mode:?}");
+        shutdown.trigger();
+        runtime.join().expect("clean stop");
+    }
+}
+
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let micros = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+}
+
+fn wait_for<T: Clone>(slot: &Mutex<Option<T>>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(value) = slot.lock().unwrap().clone() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "nothing arrived in time");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
