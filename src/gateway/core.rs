@@ -26,7 +26,7 @@ type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 /// The limits the state machine enforces, from [`GatewayConfig`].
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    pub max_inflight: usize,
+    pub inflight_max: usize,
     pub request_timeout: Duration,
     pub send_queue_max: usize,
 }
@@ -34,7 +34,7 @@ pub struct Limits {
 impl From<&GatewayConfig> for Limits {
     fn from(config: &GatewayConfig) -> Self {
         Limits {
-            max_inflight: config.max_inflight as usize,
+            inflight_max: config.inflight_max as usize,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             send_queue_max: config.send_queue_max as usize,
         }
@@ -259,7 +259,7 @@ impl GatewayCore {
                 stats.ingress_bad_request.inc();
                 Some((ErrorCode::BadRequest, "duplicate in-flight seq"))
             }
-            Some(_) if entry.inflight.len() >= limits.max_inflight => {
+            Some(_) if entry.inflight.len() >= limits.inflight_max => {
                 stats.ingress_overloaded.inc();
                 Some((ErrorCode::Overloaded, "too many in-flight requests"))
             }

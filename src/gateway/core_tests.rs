@@ -14,7 +14,7 @@ const TIMEOUT: Duration = Duration::from_millis(100);
 
 fn limits() -> Limits {
     Limits {
-        max_inflight: 2,
+        inflight_max: 2,
         request_timeout: TIMEOUT,
         send_queue_max: 8,
     }
@@ -127,7 +127,7 @@ fn ingress_rejections_in_order_and_counted() {
     assert!(f.request(s, route::SYS_PING, 5).is_some());
     assert!(
         f.request(s, route::SYS_PING, 6).is_none(),
-        "past max_inflight"
+        "past inflight_max"
     );
     let codes: Vec<u16> = frames(&outbox).iter().map(error_code).collect();
     assert_eq!(
@@ -543,7 +543,7 @@ fn expiry_answers_every_due_request_in_seq_order_and_rearms_for_the_rest() {
     f.core = GatewayCore::new(
         3,
         Limits {
-            max_inflight: 16,
+            inflight_max: 16,
             ..limits()
         },
         f.metrics.clone(),

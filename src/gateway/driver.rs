@@ -42,7 +42,7 @@ pub struct GatewayShared {
     pub config: GatewayConfig,
     pub secret: Vec<u8>,
     pub policy: Arc<dyn LoginPolicy>,
-    /// Sessions open on the node, over all cores, against `max_sessions`.
+    /// Sessions open on the node, over all cores, against `sessions_max`.
     pub sessions_open: Arc<AtomicU32>,
 }
 
@@ -367,7 +367,7 @@ pub async fn serve(gateway: GatewayHandle, listener: TcpListener) {
                 continue;
             }
         };
-        let max = gateway.0.config.max_sessions;
+        let max = gateway.0.config.sessions_max;
         let admitted = gateway
             .0
             .sessions_open
@@ -452,7 +452,7 @@ async fn read_loop(
     outbox: &Outbox,
 ) -> Option<CloseReason> {
     let mut inline = Vec::new();
-    let mut decoder = FrameDecoder::new(Peer::Client, gateway.0.config.max_body);
+    let mut decoder = FrameDecoder::new(Peer::Client, gateway.0.config.body_max_bytes);
     loop {
         let buf = decoder.read_buf();
         let read = poll_fn(|cx| Pin::new(&mut *stream.borrow_mut()).poll_read(cx, buf)).await;

@@ -25,7 +25,7 @@ struct Slot {
 
 const MIN_CAPACITY: usize = 8;
 /// An empty table larger than this gives its slots back: a session that
-/// once had `max_inflight` requests in flight should not keep the room for
+/// once had `inflight_max` requests in flight should not keep the room for
 /// them while it idles.
 const IDLE_CAPACITY_MAX: usize = 64;
 

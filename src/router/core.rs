@@ -86,7 +86,7 @@ pub(crate) struct Ctx {
     pub shutdown: Option<ShutdownState>,
     /// on_write objects whose held outputs wait for `on_flush` to start
     /// their save. At most one per entry, so bounded by
-    /// `entries_max_per_core`; a set, so a key appears once.
+    /// `entries_per_core_max`; a set, so a key appears once.
     pub flush_keys: BTreeSet<ObjectKey>,
 }
 
