@@ -11,9 +11,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
 use wire::client::{ErrorCode, FrameError, FrameKind, Header};
 
-use super::inflight::{InFlight, InFlightTable};
+use super::inflight::{InFlight, InFlightTable, SeqHash};
 use super::outbox::{Outbox, PushError};
 use super::routes::{self, Direction};
 use super::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
@@ -154,6 +156,9 @@ pub struct GatewayCore {
     metrics: Arc<CoreMetrics>,
     notices: Vec<Notice>,
     warn: [WarnLimiter; 7],
+    /// Seeds of the sessions' in-flight tables: a generator seeded from the
+    /// OS once per core, so no client can predict its table's hash.
+    hash_seeds: SmallRng,
 }
 
 impl GatewayCore {
@@ -168,6 +173,7 @@ impl GatewayCore {
             metrics,
             notices: Vec::new(),
             warn: Default::default(),
+            hash_seeds: SmallRng::from_entropy(),
         }
     }
 
@@ -192,7 +198,7 @@ impl GatewayCore {
             session_id,
             Entry {
                 session: Session::new(),
-                inflight: InFlightTable::default(),
+                inflight: InFlightTable::new(SeqHash::random(&mut self.hash_seeds)),
                 armed: false,
                 last_frame: now,
                 outbox,
