@@ -451,7 +451,7 @@ impl GatewayCore {
             for (seq, inflight) in entry.inflight.iter() {
                 if inflight.deadline <= now {
                     self.due.push((seq, inflight.route_id));
-                } else if earliest_left.map_or(true, |left| inflight.deadline < left) {
+                } else if earliest_left.is_none_or(|left| inflight.deadline < left) {
                     earliest_left = Some(inflight.deadline);
                 }
             }
