@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod secret;
+
+use self::secret::SecretKey;
+pub use self::secret::{Secret, SecretError, MASK};
+
 /// The effective configuration of one node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -149,7 +154,7 @@ pub enum DuplicateLogin {
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// HMAC-SHA256 key of login tokens. `ROUTERD_AUTH_SECRET` wins over it.
-    pub secret: String,
+    pub secret: Secret,
     pub duplicate_login: DuplicateLogin,
 }
 
@@ -157,10 +162,13 @@ pub struct AuthConfig {
 /// started without a config agree. A real deployment sets its own.
 pub const DEVELOPMENT_SECRET: &str = "routerd-development-secret";
 
+/// The environment variable that wins over `auth.secret`.
+pub const AUTH_SECRET_ENV: &str = "ROUTERD_AUTH_SECRET";
+
 impl Default for AuthConfig {
     fn default() -> Self {
         Self {
-            secret: DEVELOPMENT_SECRET.to_string(),
+            secret: Secret::new(DEVELOPMENT_SECRET),
             duplicate_login: DuplicateLogin::KickOld,
         }
     }
@@ -385,6 +393,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("invalid config: {0}")]
     Invalid(String),
+    #[error("unsafe config: {0}")]
+    Secret(#[from] SecretError),
 }
 
 impl Config {
@@ -405,8 +415,8 @@ impl Config {
             }
             None => Config::default(),
         };
-        if let Ok(secret) = std::env::var("ROUTERD_AUTH_SECRET") {
-            config.auth.secret = secret;
+        if let Ok(secret) = std::env::var(AUTH_SECRET_ENV) {
+            config.auth.secret = Secret::new(secret);
         }
         config.validate()?;
         Ok(config)
@@ -445,9 +455,7 @@ impl Config {
         if self.gateway.send_queue_max == 0 || self.cores.mesh_queue_max == 0 {
             return invalid("queue bounds must be positive");
         }
-        if self.auth.secret.is_empty() {
-            return invalid("auth.secret must not be empty");
-        }
+        self.check_secrets()?;
         if self.store.backend == StoreBackend::Scylla && self.store.nodes.is_empty() {
             return invalid("store.backend = \"scylla\" needs store.nodes");
         }
@@ -466,6 +474,35 @@ impl Config {
             );
         }
         Ok(())
+    }
+
+    /// Every secret of the config. A new secret (the cluster's) is added
+    /// here, and the rules of [`secret`] then hold for it too: not empty,
+    /// not `check-config`'s mask, and not its development value on a node
+    /// that other machines can reach.
+    fn secrets(&self) -> [SecretKey<'_>; 1] {
+        [SecretKey {
+            key: "auth.secret",
+            env: AUTH_SECRET_ENV,
+            development: DEVELOPMENT_SECRET,
+            value: &self.auth.secret,
+        }]
+    }
+
+    /// Every address this node listens on, by config key: a development
+    /// secret is refused when any of them is not a loopback address.
+    fn listeners(&self) -> [(&'static str, SocketAddr); 2] {
+        [
+            ("gateway.listen", self.gateway.listen),
+            ("admin.listen", self.admin.listen),
+        ]
+    }
+
+    /// The rules for secrets alone; [`Self::validate`] checks them too. A
+    /// node checks them at start, so a config built in code cannot skip
+    /// them.
+    pub fn check_secrets(&self) -> Result<(), SecretError> {
+        secret::check(&self.secrets(), &self.listeners())
     }
 
     /// The SQLite file this node uses.
@@ -571,10 +608,33 @@ mod tests {
     }
 
     #[test]
-    fn effective_config_round_trips() {
-        let config = Config::default();
+    fn effective_config_round_trips_but_for_its_secrets() {
+        let mut config = Config::default();
+        config.auth.secret = Secret::new("hunter2-but-longer");
         let text = config.to_toml();
-        assert_eq!(Config::from_toml(&text).unwrap(), config);
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains(MASK), "{text}");
+        let mut parsed = Config::from_toml(&text).unwrap();
+        // Read back, the mask is refused rather than used as a key.
+        assert_eq!(
+            parsed.check_secrets(),
+            Err(SecretError::Masked { key: "auth.secret" })
+        );
+        parsed.auth.secret = config.auth.secret.clone();
+        assert_eq!(parsed, config);
+        assert!(!format!("{config:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn the_development_secret_is_refused_on_a_public_listener() {
+        let mut config = Config::default();
+        config.gateway.listen = "0.0.0.0:7400".parse().unwrap();
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("auth.secret"), "{error}");
+        assert!(error.contains("ROUTERD_AUTH_SECRET"), "{error}");
+        assert!(error.contains("gateway.listen"), "{error}");
+        config.auth.secret = Secret::new("an operator's own secret");
+        config.validate().unwrap();
     }
 
     #[test]
@@ -725,8 +785,8 @@ mod tuning_tests {
     fn default_profile_is_the_built_in_default() {
         // `routerd serve` without --config must mean tuning/default.toml.
         let mut expected = Config::default();
-        if let Ok(secret) = std::env::var("ROUTERD_AUTH_SECRET") {
-            expected.auth.secret = secret;
+        if let Ok(secret) = std::env::var(AUTH_SECRET_ENV) {
+            expected.auth.secret = Secret::new(secret);
         }
         assert_eq!(profile("default.toml"), expected);
     }

@@ -45,6 +45,8 @@ pub enum NodeError {
     Catalog(#[from] crate::catalog::AdvertiseError),
     #[error(transparent)]
     Runtime(#[from] shards::RuntimeError),
+    #[error("refusing to start: {0}")]
+    Secret(#[from] crate::config::SecretError),
 }
 
 /// The message type cores exchange over the mesh: one rkyv frame in one
@@ -73,6 +75,7 @@ impl Node {
     /// Starts every core and the admin endpoint, and returns once every core
     /// serves.
     pub fn start(config: Config) -> Result<Node, NodeError> {
+        config.check_secrets()?;
         let store = Store::open(&config)?;
         Node::start_with_store(config, store)
     }
@@ -80,6 +83,9 @@ impl Node {
     /// Starts a node on a store the caller opened: tests hand in a memory
     /// store whose faults they control.
     pub fn start_with_store(config: Config, store: Store) -> Result<Node, NodeError> {
+        // Here as well as in `Config::load`: a config built in code (tests,
+        // embedders) must not skip the rules for secrets.
+        config.check_secrets()?;
         let runtime_config = runtime_config(&config);
         let core_count = runtime_config.placement.core_count();
         let mut metrics = NodeMetrics::new(core_count);

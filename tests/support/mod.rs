@@ -24,7 +24,7 @@ pub fn config() -> Config {
     config.gateway.listen = "127.0.0.1:0".parse().unwrap();
     config.admin.listen = "127.0.0.1:0".parse().unwrap();
     config.store.backend = StoreBackend::Memory;
-    config.auth.secret = SECRET.to_string();
+    config.auth.secret = SECRET.into();
     config.auth.duplicate_login = DuplicateLogin::KickOld;
     config
 }
