@@ -89,6 +89,7 @@ impl Node {
         let runtime_config = runtime_config(&config);
         let core_count = runtime_config.placement.core_count();
         let mut metrics = NodeMetrics::new(core_count);
+        metrics.store = Some(store.probe());
         // Port 0 asks for any free port; every core must then bind the same
         // one, so reserve it first and hold it until the cores have bound.
         let reservation = reserve(config.gateway.listen)?;

@@ -2,6 +2,8 @@
 //! and a helper that starts a real node on loopback.
 #![allow(dead_code)]
 
+pub mod prometheus;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -65,6 +67,7 @@ impl TestNode {
             .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
     }
 
+    /// The whole HTTP response to `GET /metrics`, head and body.
     pub fn metrics(&self) -> String {
         let address = self.node.as_ref().unwrap().admin_address();
         let mut stream = TcpStream::connect(address).unwrap();
