@@ -2,13 +2,13 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 
-use crate::admin::{Admin, AdminState};
+use crate::admin::{Admin, AdminState, NodePhase};
 use crate::catalog::{Catalog, CoreCatalog};
 use crate::config::Config;
 use crate::gateway::driver::{self, GatewayShared};
@@ -59,6 +59,7 @@ pub struct Node {
     admin: Admin,
     gateway_address: SocketAddr,
     shutdown: ShutdownHandle,
+    phase: NodePhase,
 }
 
 /// What every core shares, read-only.
@@ -127,11 +128,11 @@ impl Node {
             move |core| core_main(core, shared.clone())
         })?;
         metrics.mesh = runtime.mesh_stats().to_vec();
-        let ready = Arc::new(AtomicBool::new(false));
+        let phase = NodePhase::new(shutdown.clone());
         let admin = Admin::start(
             config.admin.listen,
             AdminState {
-                ready: ready.clone(),
+                phase: phase.clone(),
                 metrics: Arc::new(metrics),
             },
         );
@@ -153,13 +154,19 @@ impl Node {
             return Err(error.into());
         }
         drop(reservation);
-        ready.store(true, Ordering::Release);
+        phase.set_serving();
         Ok(Node {
             runtime,
             admin,
             gateway_address,
             shutdown,
+            phase,
         })
+    }
+
+    /// The node's phase as `/healthz` reports it; draining sets it.
+    pub fn phase(&self) -> &NodePhase {
+        &self.phase
     }
 
     pub fn gateway_address(&self) -> SocketAddr {

@@ -54,6 +54,14 @@ impl TestNode {
         self.node.as_ref().unwrap().gateway_address()
     }
 
+    pub fn admin(&self) -> SocketAddr {
+        self.node.as_ref().unwrap().admin_address()
+    }
+
+    pub fn shutdown_handle(&self) -> shards::ShutdownHandle {
+        self.node.as_ref().unwrap().shutdown_handle()
+    }
+
     pub fn connect(&self) -> Client {
         Client::connect(self.gateway())
     }
