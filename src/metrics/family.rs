@@ -209,9 +209,7 @@ fn write_histogram<'s, S: 'static>(
 }
 
 /// The `Option` of a family's label name, from an optional identifier.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __metric_label {
+macro_rules! metric_label {
     () => {
         None
     };
@@ -221,9 +219,7 @@ macro_rules! __metric_label {
 }
 
 /// The `Option` of a series' label value, from an optional literal.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __metric_label_value {
+macro_rules! metric_label_value {
     () => {
         None
     };
@@ -252,7 +248,6 @@ macro_rules! __metric_label_value {
 ///     }
 /// }
 /// ```
-#[macro_export]
 macro_rules! metric_set {
     (
         $(#[$meta:meta])*
@@ -277,10 +272,10 @@ macro_rules! metric_set {
                     name: $family,
                     help: concat!($($help),+),
                     kind: <$crate::metrics::$kind as $crate::metrics::Metric>::KIND,
-                    label: $crate::__metric_label!($($label)?),
+                    label: $crate::metrics::metric_label!($($label)?),
                     series: &[$(
                         $crate::metrics::Series {
-                            label_value: $crate::__metric_label_value!($($value)?),
+                            label_value: $crate::metrics::metric_label_value!($($value)?),
                             read: |set: &$name| $crate::metrics::Metric::value(&set.$field),
                         },
                     )+],
@@ -295,7 +290,6 @@ macro_rules! metric_set {
 /// simulator can clone and compare it), and `$cells`, its twin of
 /// [`Counter`](super::Counter)s with the families, which the machine's
 /// driver fills with `$cells::mirror` after each batch of work.
-#[macro_export]
 macro_rules! counter_set {
     (
         $(#[$meta:meta])*
@@ -314,7 +308,7 @@ macro_rules! counter_set {
             $($(pub $field: u64,)+)*
         }
 
-        $crate::metric_set! {
+        $crate::metrics::metric_set! {
             #[doc = concat!("The exported twin of [`", stringify!($plain), "`].")]
             $vis struct $cells {
                 $(
@@ -334,3 +328,5 @@ macro_rules! counter_set {
         }
     };
 }
+
+pub(crate) use {counter_set, metric_label, metric_label_value, metric_set};

@@ -7,7 +7,7 @@ use super::family::{Families, Family, Kind, Series, Value};
 use super::histogram::Histogram;
 use crate::gateway::routes::ROUTES;
 
-crate::metric_set! {
+super::metric_set! {
     /// The gateway's counters and gauges, one set per core.
     pub struct GatewayStats {
         /// Client connections accepted.

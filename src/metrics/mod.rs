@@ -4,10 +4,10 @@
 //! the admin thread's reads may lag by a few updates, never tear.
 //!
 //! Every metric is declared once, with its name, help and type, by
-//! [`metric_set!`](crate::metric_set) or [`counter_set!`](crate::counter_set)
-//! in this folder: [`gateway`], [`router`], [`store`]; the node-level ones
-//! (mesh, store queue, build) are in this file. PROTOCOL.md lists the names
-//! clients' operators rely on; a test keeps them.
+//! `metric_set!` or `counter_set!` (family.rs) in this folder: gateway.rs,
+//! router.rs, store.rs; the node-level ones (mesh, store queue, build) are
+//! in this file. PROTOCOL.md lists the names operators rely on; a test
+//! keeps them.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,6 +19,7 @@ mod router;
 mod store;
 
 use self::family::write_family_list;
+pub(crate) use self::family::{counter_set, metric_label, metric_label_value, metric_set};
 pub use self::family::{write_families, Families, Family, Kind, Metric, Series, Value};
 pub use self::gateway::{GatewayStats, RequestLatency};
 pub use self::histogram::{Histogram, BUCKET_BOUNDS};

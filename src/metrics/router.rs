@@ -1,7 +1,7 @@
 //! The router's metrics: the counters its sans-IO core keeps, the gauges
 //! its driver computes, and what the driver counts itself.
 
-crate::counter_set! {
+super::counter_set! {
     /// The router core's counters: plain fields the state machine
     /// increments (the simulator clones and compares them); the driver
     /// mirrors them into [`RouterCounterCells`] after each batch of effects.
@@ -53,7 +53,7 @@ crate::counter_set! {
     }
 }
 
-crate::metric_set! {
+super::metric_set! {
     /// What the router's driver keeps itself: gauges it recomputes on a
     /// period and the messages it could not send.
     pub struct RouterStats {

@@ -1,7 +1,7 @@
 //! The store's metrics, recorded where every backend's requests pass: the
 //! bridge to the backend's thread.
 
-crate::metric_set! {
+super::metric_set! {
     /// Store operation latencies, one set per store. Written by whichever
     /// core awaited the operation, so with atomic additions
     /// ([`Histogram::record_shared`](super::Histogram::record_shared)).
