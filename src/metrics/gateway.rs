@@ -61,7 +61,10 @@ super::metric_set! {
 /// Client requests from arrival at the gateway to their answer (or the
 /// gateway's TIMEOUT), per route: the latency a client sees, less the
 /// network. Indexed like [`ROUTES`]; only client-to-server routes are
-/// requests, so the others stay empty and are not exported.
+/// requests, so the others stay empty and are not exported. Not timed:
+/// requests refused at ingress (counted by reason instead) and the rare
+/// ERROR the gateway answers itself when a session's target is gone
+/// (`GatewayCore::answer_error`, which is given no clock reading).
 #[derive(Debug, Default)]
 pub struct RequestLatency {
     by_route: [Histogram; ROUTES.len()],
