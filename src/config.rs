@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod secret;
+
+use self::secret::SecretKey;
+pub use self::secret::{Secret, SecretError, MASK};
+
 /// The effective configuration of one node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -98,15 +103,15 @@ pub struct GatewayConfig {
     /// Client listen address; every core binds it with SO_REUSEPORT.
     pub listen: SocketAddr,
     /// Largest accepted frame body, in bytes.
-    pub max_body: u32,
+    pub body_max_bytes: u32,
     /// Unanswered requests one session may have.
-    pub max_inflight: u32,
+    pub inflight_max: u32,
     /// A request unanswered this long gets ERROR TIMEOUT from the gateway.
     pub request_timeout_ms: u64,
     /// A connection that sends nothing this long is closed.
     pub idle_timeout_ms: u64,
     /// Sessions this node holds at once, over all cores; more are refused.
-    pub max_sessions: u32,
+    pub sessions_max: u32,
     /// Frames waiting to be written to one session; a session whose queue
     /// is full is a slow reader and is closed.
     pub send_queue_max: u32,
@@ -116,11 +121,11 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 7400)),
-            max_body: 65536,
-            max_inflight: 1024,
+            body_max_bytes: 65536,
+            inflight_max: 1024,
             request_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
-            max_sessions: 100_000,
+            sessions_max: 100_000,
             send_queue_max: 4096,
         }
     }
@@ -170,7 +175,7 @@ pub enum DuplicateLogin {
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// HMAC-SHA256 key of login tokens. `ROUTERD_AUTH_SECRET` wins over it.
-    pub secret: String,
+    pub secret: Secret,
     pub duplicate_login: DuplicateLogin,
 }
 
@@ -178,10 +183,13 @@ pub struct AuthConfig {
 /// started without a config agree. A real deployment sets its own.
 pub const DEVELOPMENT_SECRET: &str = "routerd-development-secret";
 
+/// The environment variable that wins over `auth.secret`.
+pub const AUTH_SECRET_ENV: &str = "ROUTERD_AUTH_SECRET";
+
 impl Default for AuthConfig {
     fn default() -> Self {
         Self {
-            secret: DEVELOPMENT_SECRET.to_string(),
+            secret: Secret::new(DEVELOPMENT_SECRET),
             duplicate_login: DuplicateLogin::KickOld,
         }
     }
@@ -200,6 +208,51 @@ pub enum StoreBackend {
     Scylla,
 }
 
+/// `[store]` keys every backend reads (the `Store` handle's limits and the
+/// bridge's queue).
+const STORE_COMMON_KEYS: [&str; 5] = [
+    "backend",
+    "queue_max",
+    "batch_max",
+    "state_max_bytes",
+    "request_timeout_ms",
+];
+
+impl StoreBackend {
+    /// Every backend, for the key check's messages.
+    pub const ALL: [StoreBackend; 3] = [
+        StoreBackend::Sqlite,
+        StoreBackend::Memory,
+        StoreBackend::Scylla,
+    ];
+
+    /// The `[store]` keys this backend reads beyond the common ones. A key
+    /// of another backend in a config file is an error naming it, so a
+    /// setting never looks applied when it is not; a new backend lists its
+    /// keys here.
+    pub const fn keys(self) -> &'static [&'static str] {
+        match self {
+            StoreBackend::Sqlite => &["path", "synchronous"],
+            StoreBackend::Memory => &[],
+            StoreBackend::Scylla => &["nodes", "keyspace", "replication_factor"],
+        }
+    }
+
+    /// The name `store.backend` takes in a config file.
+    pub const fn name(self) -> &'static str {
+        match self {
+            StoreBackend::Sqlite => "sqlite",
+            StoreBackend::Memory => "memory",
+            StoreBackend::Scylla => "scylla",
+        }
+    }
+
+    /// Whether this backend reads `[store]` key `key`.
+    pub fn uses(self, key: &str) -> bool {
+        STORE_COMMON_KEYS.contains(&key) || self.keys().contains(&key)
+    }
+}
+
 /// SQLite's `synchronous` pragma. `full` makes every acknowledged commit
 /// survive power loss; `normal` (in WAL mode) survives a process crash but
 /// may lose the last commits on power loss.
@@ -214,9 +267,12 @@ pub enum SqliteSynchronous {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
+    /// Which backend; the keys below marked with a backend apply to it only
+    /// (see [`StoreBackend::keys`]).
     pub backend: StoreBackend,
-    /// SQLite file; defaults to `<node.data_dir>/routerd.db`.
+    /// sqlite: the database file; defaults to `<node.data_dir>/routerd.db`.
     pub path: Option<PathBuf>,
+    /// sqlite: the `synchronous` pragma.
     pub synchronous: SqliteSynchronous,
     /// Requests waiting for the store thread; more are answered "overloaded".
     pub queue_max: usize,
@@ -226,9 +282,11 @@ pub struct StoreConfig {
     pub state_max_bytes: usize,
     /// A store request unanswered this long is Indeterminate.
     pub request_timeout_ms: u64,
-    /// Scylla contact points, `host:port`.
+    /// scylla: contact points, `host:port`.
     pub nodes: Vec<String>,
+    /// scylla: the keyspace, created if absent.
     pub keyspace: String,
+    /// scylla: the replication factor of a keyspace it creates.
     pub replication_factor: u32,
 }
 
@@ -266,14 +324,16 @@ pub struct RouterConfig {
     pub cache_retry_interval_ms: u64,
     /// Upper bound of the randomised wait before an object pull is retried.
     pub object_retry_interval_ms: u64,
-    /// Pull attempts of one `mutable_cache` / `mutable_object` call.
-    pub retry_max_ttl: u32,
-    /// Forwarding hops a routed request may take.
-    pub transfer_max_ttl: u32,
+    /// Pull attempts of one `mutable_cache` / `mutable_object` call (the
+    /// seed's `retry_max_ttl`: a count of attempts, not a time).
+    pub pull_attempts_max: u32,
+    /// Forwarding hops a routed request may take (the seed's
+    /// `transfer_max_ttl`: a count of hops, not a time).
+    pub forward_hops_max: u32,
     /// Requests queued behind one migrating object; more are refused.
     pub pending_queue_max: usize,
     /// Objects and caches one core holds; past it new objects are refused.
-    pub entries_max_per_core: usize,
+    pub entries_per_core_max: usize,
     /// How long a transfer's old owner waits for the target's
     /// `router_transfer` ack before draining its pending queue anyway.
     pub transfer_ack_timeout_ms: u64,
@@ -288,10 +348,10 @@ impl Default for RouterConfig {
             object_save_interval_ms: 600_000,
             cache_retry_interval_ms: 256,
             object_retry_interval_ms: 256,
-            retry_max_ttl: 3,
-            transfer_max_ttl: 16,
+            pull_attempts_max: 3,
+            forward_hops_max: 16,
             pending_queue_max: 1024,
-            entries_max_per_core: 1_000_000,
+            entries_per_core_max: 1_000_000,
             transfer_ack_timeout_ms: 5_000,
         }
     }
@@ -350,6 +410,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("invalid config: {0}")]
     Invalid(String),
+    #[error("unsafe config: {0}")]
+    Secret(#[from] SecretError),
 }
 
 impl Config {
@@ -370,8 +432,8 @@ impl Config {
             }
             None => Config::default(),
         };
-        if let Ok(secret) = std::env::var("ROUTERD_AUTH_SECRET") {
-            config.auth.secret = secret;
+        if let Ok(secret) = std::env::var(AUTH_SECRET_ENV) {
+            config.auth.secret = Secret::new(secret);
         }
         config.validate()?;
         Ok(config)
@@ -379,7 +441,15 @@ impl Config {
 
     /// Parses TOML text; the error names the offending key.
     pub fn from_toml(text: &str) -> Result<Config, String> {
-        toml::from_str(text).map_err(|error| error.to_string())
+        let table: toml::Table = text
+            .parse()
+            .map_err(|error: toml::de::Error| error.to_string())?;
+        check_renamed_keys(&table)?;
+        let config: Config = toml::from_str(text).map_err(|error| error.to_string())?;
+        if let Some(toml::Value::Table(store)) = table.get("store") {
+            check_store_keys(config.store.backend, store)?;
+        }
+        Ok(config)
     }
 
     /// Checks the relations between keys that serde alone cannot.
@@ -402,8 +472,8 @@ impl Config {
         if self.cores.recv_buffer_bytes == 0 || self.cores.recv_buffer_bytes > 1 << 20 {
             return invalid("cores.recv_buffer_bytes must be between 1 and 1048576");
         }
-        if self.gateway.max_body == 0 || self.gateway.max_inflight == 0 {
-            return invalid("gateway.max_body and gateway.max_inflight must be positive");
+        if self.gateway.body_max_bytes == 0 || self.gateway.inflight_max == 0 {
+            return invalid("gateway.body_max_bytes and gateway.inflight_max must be positive");
         }
         if self.gateway.request_timeout_ms == 0 || self.gateway.idle_timeout_ms == 0 {
             return invalid("gateway timeouts must be positive");
@@ -411,17 +481,17 @@ impl Config {
         if self.gateway.send_queue_max == 0 || self.cores.mesh_queue_max == 0 {
             return invalid("queue bounds must be positive");
         }
-        if self.auth.secret.is_empty() {
-            return invalid("auth.secret must not be empty");
-        }
+        self.check_secrets()?;
         if self.store.backend == StoreBackend::Scylla && self.store.nodes.is_empty() {
             return invalid("store.backend = \"scylla\" needs store.nodes");
         }
         if self.store.queue_max == 0 || self.store.batch_max == 0 {
             return invalid("store.queue_max and store.batch_max must be positive");
         }
-        if self.router.retry_max_ttl == 0 || self.router.transfer_max_ttl == 0 {
-            return invalid("router.retry_max_ttl and router.transfer_max_ttl must be positive");
+        if self.router.pull_attempts_max == 0 || self.router.forward_hops_max == 0 {
+            return invalid(
+                "router.pull_attempts_max and router.forward_hops_max must be positive",
+            );
         }
         if self.router.object_save_interval_ms >= self.router.object_free_timeout_ms {
             return invalid(
@@ -432,6 +502,35 @@ impl Config {
         Ok(())
     }
 
+    /// Every secret of the config. A new secret (the cluster's) is added
+    /// here, and the rules of [`secret`] then hold for it too: not empty,
+    /// not `check-config`'s mask, and not its development value on a node
+    /// that other machines can reach.
+    fn secrets(&self) -> [SecretKey<'_>; 1] {
+        [SecretKey {
+            key: "auth.secret",
+            env: AUTH_SECRET_ENV,
+            development: DEVELOPMENT_SECRET,
+            value: &self.auth.secret,
+        }]
+    }
+
+    /// Every address this node listens on, by config key: a development
+    /// secret is refused when any of them is not a loopback address.
+    fn listeners(&self) -> [(&'static str, SocketAddr); 2] {
+        [
+            ("gateway.listen", self.gateway.listen),
+            ("admin.listen", self.admin.listen),
+        ]
+    }
+
+    /// The rules for secrets alone; [`Self::validate`] checks them too. A
+    /// node checks them at start, so a config built in code cannot skip
+    /// them.
+    pub fn check_secrets(&self) -> Result<(), SecretError> {
+        secret::check(&self.secrets(), &self.listeners())
+    }
+
     /// The SQLite file this node uses.
     pub fn sqlite_path(&self) -> PathBuf {
         self.store
@@ -440,10 +539,66 @@ impl Config {
             .unwrap_or_else(|| self.node.data_dir.join("routerd.db"))
     }
 
-    /// The effective configuration as TOML, defaults filled in.
+    /// The effective configuration as TOML, defaults filled in, without
+    /// the keys of store backends other than the chosen one (so the output
+    /// loads back).
     pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("a Config always serializes")
+        let mut table = toml::Table::try_from(self).expect("a Config always serializes");
+        if let Some(toml::Value::Table(store)) = table.get_mut("store") {
+            store.retain(|key, _| self.store.backend.uses(key));
+        }
+        let mut text = toml::to_string_pretty(&table).expect("a TOML table always serializes");
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text
     }
+}
+
+/// Keys renamed when the file's names were made uniform (`x_max`, unit
+/// last, counts named as counts): an old config fails naming the new key
+/// rather than only "unknown field".
+const RENAMED_KEYS: [(&str, &str, &str); 6] = [
+    ("gateway", "max_body", "body_max_bytes"),
+    ("gateway", "max_inflight", "inflight_max"),
+    ("gateway", "max_sessions", "sessions_max"),
+    ("router", "retry_max_ttl", "pull_attempts_max"),
+    ("router", "transfer_max_ttl", "forward_hops_max"),
+    ("router", "entries_max_per_core", "entries_per_core_max"),
+];
+
+fn check_renamed_keys(table: &toml::Table) -> Result<(), String> {
+    for (section, old, new) in RENAMED_KEYS {
+        let present = table
+            .get(section)
+            .and_then(toml::Value::as_table)
+            .is_some_and(|keys| keys.contains_key(old));
+        if present {
+            return Err(format!("{section}.{old} was renamed to {section}.{new}"));
+        }
+    }
+    Ok(())
+}
+
+/// A `[store]` key the chosen backend does not read is an error naming it.
+/// Unknown keys were reported by serde already.
+fn check_store_keys(backend: StoreBackend, store: &toml::Table) -> Result<(), String> {
+    for key in store.keys() {
+        if backend.uses(key) {
+            continue;
+        }
+        let owners: Vec<&str> = StoreBackend::ALL
+            .iter()
+            .filter(|other| other.keys().contains(&key.as_str()))
+            .map(|other| other.name())
+            .collect();
+        return Err(format!(
+            "store.{key} does not apply to store.backend = \"{}\" (it is read by: {})",
+            backend.name(),
+            owners.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -467,10 +622,10 @@ mod tests {
         assert_eq!(config.router.object_save_interval_ms, 600_000);
         assert_eq!(config.router.cache_retry_interval_ms, 256);
         assert_eq!(config.router.object_retry_interval_ms, 256);
-        assert_eq!(config.router.retry_max_ttl, 3);
-        assert_eq!(config.router.transfer_max_ttl, 16);
-        assert_eq!(config.gateway.max_body, 65536);
-        assert_eq!(config.gateway.max_inflight, 1024);
+        assert_eq!(config.router.pull_attempts_max, 3);
+        assert_eq!(config.router.forward_hops_max, 16);
+        assert_eq!(config.gateway.body_max_bytes, 65536);
+        assert_eq!(config.gateway.inflight_max, 1024);
         assert_eq!(config.gateway.request_timeout_ms, 10_000);
         assert_eq!(config.gateway.idle_timeout_ms, 60_000);
         assert_eq!(config.services.player.persist, Persist::Interval);
@@ -479,10 +634,33 @@ mod tests {
     }
 
     #[test]
-    fn effective_config_round_trips() {
-        let config = Config::default();
+    fn effective_config_round_trips_but_for_its_secrets() {
+        let mut config = Config::default();
+        config.auth.secret = Secret::new("hunter2-but-longer");
         let text = config.to_toml();
-        assert_eq!(Config::from_toml(&text).unwrap(), config);
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains(MASK), "{text}");
+        let mut parsed = Config::from_toml(&text).unwrap();
+        // Read back, the mask is refused rather than used as a key.
+        assert_eq!(
+            parsed.check_secrets(),
+            Err(SecretError::Masked { key: "auth.secret" })
+        );
+        parsed.auth.secret = config.auth.secret.clone();
+        assert_eq!(parsed, config);
+        assert!(!format!("{config:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn the_development_secret_is_refused_on_a_public_listener() {
+        let mut config = Config::default();
+        config.gateway.listen = "0.0.0.0:7400".parse().unwrap();
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("auth.secret"), "{error}");
+        assert!(error.contains("ROUTERD_AUTH_SECRET"), "{error}");
+        assert!(error.contains("gateway.listen"), "{error}");
+        config.auth.secret = Secret::new("an operator's own secret");
+        config.validate().unwrap();
     }
 
     #[test]
@@ -495,14 +673,14 @@ mod tests {
             cpus = [0, 1]
             [gateway]
             listen = "127.0.0.1:7500"
-            max_body = 1024
+            body_max_bytes = 1024
             [auth]
             secret = "s"
             duplicate_login = "multi"
             [store]
             backend = "memory"
             [router]
-            retry_max_ttl = 5
+            pull_attempts_max = 5
             [services.player]
             persist = "on_write"
         "#;
@@ -513,7 +691,7 @@ mod tests {
         assert_eq!(config.auth.duplicate_login, DuplicateLogin::Multi);
         assert_eq!(config.store.backend, StoreBackend::Memory);
         assert_eq!(config.services.player.persist, Persist::OnWrite);
-        assert_eq!(config.router.retry_max_ttl, 5);
+        assert_eq!(config.router.pull_attempts_max, 5);
     }
 
     #[test]
@@ -524,6 +702,97 @@ mod tests {
         let mut config = Config::default();
         config.router.object_save_interval_ms = config.router.object_free_timeout_ms;
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn renamed_keys_parse_and_old_names_are_refused_naming_both() {
+        let text = "[gateway]\nbody_max_bytes = 10\ninflight_max = 11\nsessions_max = 12\n\
+                    [router]\npull_attempts_max = 13\nforward_hops_max = 14\n\
+                    entries_per_core_max = 15\n";
+        let config = Config::from_toml(text).unwrap();
+        assert_eq!(config.gateway.body_max_bytes, 10);
+        assert_eq!(config.gateway.inflight_max, 11);
+        assert_eq!(config.gateway.sessions_max, 12);
+        assert_eq!(config.router.pull_attempts_max, 13);
+        assert_eq!(config.router.forward_hops_max, 14);
+        assert_eq!(config.router.entries_per_core_max, 15);
+        for (section, old, new) in RENAMED_KEYS {
+            let error = Config::from_toml(&format!("[{section}]\n{old} = 1\n")).unwrap_err();
+            assert!(error.contains(&format!("{section}.{old}")), "{error}");
+            assert!(error.contains(&format!("{section}.{new}")), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_key_of_another_store_backend_is_an_error_naming_it() {
+        let cases = [
+            ("sqlite", "keyspace = \"k\"", "store.keyspace"),
+            ("sqlite", "nodes = []", "store.nodes"),
+            ("memory", "path = \"x.db\"", "store.path"),
+            ("scylla", "synchronous = \"normal\"", "store.synchronous"),
+            ("scylla", "path = \"x.db\"", "store.path"),
+        ];
+        for (backend, line, key) in cases {
+            let text = format!("[store]\nbackend = \"{backend}\"\nnodes = [\"h:1\"]\n{line}\n");
+            let text = if backend == "scylla" {
+                text
+            } else {
+                text.replace("nodes = [\"h:1\"]\n", "")
+            };
+            let error = Config::from_toml(&text).unwrap_err();
+            assert!(error.contains(key), "{backend}: {error}");
+        }
+        // The default backend is sqlite, named or not.
+        let error = Config::from_toml("[store]\nreplication_factor = 3\n").unwrap_err();
+        assert!(error.contains("store.replication_factor"), "{error}");
+        // Each backend's own keys and the common ones are accepted.
+        Config::from_toml("[store]\npath = \"x.db\"\nsynchronous = \"normal\"\nqueue_max = 5\n")
+            .unwrap();
+        Config::from_toml(
+            "[store]\nbackend = \"scylla\"\nnodes = [\"h:1\"]\nkeyspace = \"k\"\n\
+             replication_factor = 3\nbatch_max = 7\n",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn every_store_key_is_common_or_declared_by_a_backend() {
+        // A new [store] field must say which backend reads it, or the key
+        // check above would refuse it for every backend.
+        let store = StoreConfig {
+            path: Some(PathBuf::from("x.db")),
+            ..StoreConfig::default()
+        };
+        let table = toml::Table::try_from(&store).unwrap();
+        for key in table.keys() {
+            assert!(
+                StoreBackend::ALL.iter().any(|backend| backend.uses(key)),
+                "store.{key} is read by no backend"
+            );
+        }
+        for backend in StoreBackend::ALL {
+            let named = toml::Value::try_from(backend).unwrap();
+            assert_eq!(named.as_str(), Some(backend.name()));
+        }
+    }
+
+    #[test]
+    fn effective_config_of_each_backend_loads_back() {
+        for backend in StoreBackend::ALL {
+            let mut config = Config::default();
+            config.store.backend = backend;
+            config.store.nodes = vec!["h:9042".to_string()];
+            let text = config.to_toml();
+            let parsed = Config::from_toml(&text).unwrap_or_else(|e| panic!("{text}\n{e}"));
+            assert_eq!(parsed.store.backend, backend);
+            // `path` is shown only when set.
+            for key in ["synchronous", "nodes", "keyspace", "replication_factor"] {
+                let shown = text
+                    .lines()
+                    .any(|line| line.starts_with(&format!("{key} =")));
+                assert_eq!(shown, backend.keys().contains(&key), "{backend:?} {key}");
+            }
+        }
     }
 }
 
@@ -542,8 +811,8 @@ mod tuning_tests {
     fn default_profile_is_the_built_in_default() {
         // `routerd serve` without --config must mean tuning/default.toml.
         let mut expected = Config::default();
-        if let Ok(secret) = std::env::var("ROUTERD_AUTH_SECRET") {
-            expected.auth.secret = secret;
+        if let Ok(secret) = std::env::var(AUTH_SECRET_ENV) {
+            expected.auth.secret = Secret::new(secret);
         }
         assert_eq!(profile("default.toml"), expected);
     }

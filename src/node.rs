@@ -2,13 +2,13 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 
-use crate::admin::{Admin, AdminState};
+use crate::admin::{Admin, AdminState, NodePhase};
 use crate::catalog::{Catalog, CoreCatalog};
 use crate::config::{Config, RingTaskrun};
 use crate::gateway::driver::{self, GatewayShared};
@@ -45,6 +45,8 @@ pub enum NodeError {
     Catalog(#[from] crate::catalog::AdvertiseError),
     #[error(transparent)]
     Runtime(#[from] shards::RuntimeError),
+    #[error("refusing to start: {0}")]
+    Secret(#[from] crate::config::SecretError),
 }
 
 /// The message type cores exchange over the mesh: one rkyv frame in one
@@ -57,6 +59,7 @@ pub struct Node {
     admin: Admin,
     gateway_address: SocketAddr,
     shutdown: ShutdownHandle,
+    phase: NodePhase,
 }
 
 /// What every core shares, read-only.
@@ -73,6 +76,7 @@ impl Node {
     /// Starts every core and the admin endpoint, and returns once every core
     /// serves.
     pub fn start(config: Config) -> Result<Node, NodeError> {
+        config.check_secrets()?;
         let store = Store::open(&config)?;
         Node::start_with_store(config, store)
     }
@@ -80,9 +84,13 @@ impl Node {
     /// Starts a node on a store the caller opened: tests hand in a memory
     /// store whose faults they control.
     pub fn start_with_store(config: Config, store: Store) -> Result<Node, NodeError> {
+        // Here as well as in `Config::load`: a config built in code (tests,
+        // embedders) must not skip the rules for secrets.
+        config.check_secrets()?;
         let runtime_config = runtime_config(&config);
         let core_count = runtime_config.placement.core_count();
         let mut metrics = NodeMetrics::new(core_count);
+        metrics.store = Some(store.probe());
         // Port 0 asks for any free port; every core must then bind the same
         // one, so reserve it first and hold it until the cores have bound.
         let reservation = reserve(config.gateway.listen)?;
@@ -120,11 +128,11 @@ impl Node {
             move |core| core_main(core, shared.clone())
         })?;
         metrics.mesh = runtime.mesh_stats().to_vec();
-        let ready = Arc::new(AtomicBool::new(false));
+        let phase = NodePhase::new(shutdown.clone());
         let admin = Admin::start(
             config.admin.listen,
             AdminState {
-                ready: ready.clone(),
+                phase: phase.clone(),
                 metrics: Arc::new(metrics),
             },
         );
@@ -146,13 +154,19 @@ impl Node {
             return Err(error.into());
         }
         drop(reservation);
-        ready.store(true, Ordering::Release);
+        phase.set_serving();
         Ok(Node {
             runtime,
             admin,
             gateway_address,
             shutdown,
+            phase,
         })
+    }
+
+    /// The node's phase as `/healthz` reports it; draining sets it.
+    pub fn phase(&self) -> &NodePhase {
+        &self.phase
     }
 
     pub fn gateway_address(&self) -> SocketAddr {

@@ -21,7 +21,7 @@ use wire::frame::{ArchivedMessage, FrameBuf};
 
 fn node() -> TestNode {
     let mut config = support::config();
-    config.gateway.max_inflight = 4;
+    config.gateway.inflight_max = 4;
     config.gateway.request_timeout_ms = 300;
     TestNode::start(config)
 }
@@ -29,7 +29,7 @@ fn node() -> TestNode {
 #[test]
 fn rejections_overload_duplicate_and_timeout() {
     let mut config = support::config();
-    config.gateway.max_inflight = 4;
+    config.gateway.inflight_max = 4;
     config.gateway.request_timeout_ms = 300;
     // The player object's first store call (its load at login) answers
     // after a second: its requests wait behind it past request_timeout, as
@@ -59,7 +59,7 @@ fn rejections_overload_duplicate_and_timeout() {
     );
     client.login(9, 6);
 
-    // player.get waits for the delayed load: fill max_inflight.
+    // player.get waits for the delayed load: fill inflight_max.
     let started = Instant::now();
     for seq in 10..14 {
         client.send(route::PLAYER_GET, seq, b"");

@@ -1,4 +1,4 @@
-//! Protocol violations, idle and slow connections, and max_sessions: the
+//! Protocol violations, idle and slow connections, and sessions_max: the
 //! offending connection is closed and counted, its neighbours keep working.
 
 mod support;
@@ -24,7 +24,7 @@ fn header(kind: u8, body_len: u32) -> [u8; HEADER_LEN] {
 #[test]
 fn protocol_violations_close_only_the_offender() {
     let mut config = support::config();
-    config.gateway.max_body = 1024;
+    config.gateway.body_max_bytes = 1024;
     let node = TestNode::start(config);
     let mut neighbour = node.connect();
     neighbour.login(1, 1);
@@ -101,7 +101,7 @@ fn idle_and_half_frame_connections_are_closed() {
 fn slow_reader_is_closed_and_max_sessions_refused() {
     let mut config = support::config();
     config.gateway.send_queue_max = 8;
-    config.gateway.max_sessions = 3;
+    config.gateway.sessions_max = 3;
     let node = TestNode::start(config);
     let mut neighbour = node.connect();
     // A client that writes pings with large bodies and never reads: once
@@ -126,7 +126,7 @@ fn slow_reader_is_closed_and_max_sessions_refused() {
     node.wait_metric("routerd_gateway_slow_readers_closed_total", 1);
     assert_eq!(neighbour.call(route::SYS_PING, 1, b"fine").body, b"fine");
 
-    // max_sessions = 3: the neighbour and two more; the fourth is refused.
+    // sessions_max = 3: the neighbour and two more; the fourth is refused.
     node.wait_metric("routerd_gateway_sessions_active", 1);
     let mut second = node.connect();
     let mut third = node.connect();

@@ -113,6 +113,34 @@ fn check_config_names_a_misspelled_key() {
 }
 
 #[test]
+fn check_config_names_a_renamed_key_and_a_key_of_another_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    for (body, names) in [
+        (
+            "[gateway]\nmax_inflight = 4\n",
+            ["gateway.max_inflight", "gateway.inflight_max"],
+        ),
+        (
+            "[store]\nbackend = \"sqlite\"\nkeyspace = \"k\"\n",
+            ["store.keyspace", "sqlite"],
+        ),
+    ] {
+        let path = dir.path().join("renamed.toml");
+        std::fs::write(&path, body).unwrap();
+        let output = Command::new(ROUTERD)
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for name in names {
+            assert!(stderr.contains(name), "{name}: {stderr}");
+        }
+    }
+}
+
+#[test]
 fn check_config_prints_the_effective_config() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "");
@@ -124,7 +152,7 @@ fn check_config_prints_the_effective_config() {
     assert!(output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
     // Defaults the file did not name are filled in.
-    assert!(stdout.contains("transfer_max_ttl = 16"), "{stdout}");
+    assert!(stdout.contains("forward_hops_max = 16"), "{stdout}");
     assert!(stdout.contains("backend = \"memory\""), "{stdout}");
 }
 

@@ -50,7 +50,7 @@ impl PickOne for RendezvousHash {
         let mut best: Option<(usize, u64)> = None;
         for (index, candidate) in candidates.iter().enumerate() {
             let score = rendezvous_score(msg_key, candidate);
-            if best.map_or(true, |(_, top)| score > top) {
+            if best.is_none_or(|(_, top)| score > top) {
                 best = Some((index, score));
             }
         }
@@ -69,7 +69,7 @@ impl PickOne for WeightedStrategy {
                 continue;
             }
             let score = weighted_score(rendezvous_score(msg_key, candidate), candidate.weight);
-            if best.map_or(true, |(_, top)| score > top) {
+            if best.is_none_or(|(_, top)| score > top) {
                 best = Some((index, score));
             }
         }

@@ -11,9 +11,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
 use wire::client::{ErrorCode, FrameError, FrameKind, Header};
 
-use super::inflight::{InFlight, InFlightTable};
+use super::inflight::{InFlight, InFlightTable, SeqHash};
 use super::outbox::{Outbox, PushError};
 use super::routes::{self, Direction};
 use super::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
@@ -26,7 +28,7 @@ type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 /// The limits the state machine enforces, from [`GatewayConfig`].
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    pub max_inflight: usize,
+    pub inflight_max: usize,
     pub request_timeout: Duration,
     pub send_queue_max: usize,
 }
@@ -34,7 +36,7 @@ pub struct Limits {
 impl From<&GatewayConfig> for Limits {
     fn from(config: &GatewayConfig) -> Self {
         Limits {
-            max_inflight: config.max_inflight as usize,
+            inflight_max: config.inflight_max as usize,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             send_queue_max: config.send_queue_max as usize,
         }
@@ -106,6 +108,14 @@ struct Entry {
     outbox: Rc<Outbox>,
 }
 
+/// A request the egress gate saw answered, for the latency histogram.
+#[derive(Clone, Copy)]
+struct Answered {
+    /// The route's index in `routes::ROUTES`.
+    route_index: usize,
+    deadline: Instant,
+}
+
 /// Logs a warning at most once per `WARN_INTERVAL` per reason, with the
 /// count suppressed since, so a flood of stale replies cannot flood the log.
 #[derive(Default)]
@@ -149,11 +159,15 @@ pub struct GatewayCore {
     /// sessions stay until due, so the heap holds at most the live sessions
     /// plus those closed within the last `request_timeout`.
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
-    /// Scratch for `expire`: the seqs of one session that are due.
-    due: Vec<(u32, u32)>,
+    /// Scratch for `expire`: the seqs of one session that are due, with
+    /// their route and deadline.
+    due: Vec<(u32, u32, Instant)>,
     metrics: Arc<CoreMetrics>,
     notices: Vec<Notice>,
     warn: [WarnLimiter; 7],
+    /// Seeds of the sessions' in-flight tables: a generator seeded from the
+    /// OS once per core, so no client can predict its table's hash.
+    hash_seeds: SmallRng,
 }
 
 impl GatewayCore {
@@ -168,6 +182,7 @@ impl GatewayCore {
             metrics,
             notices: Vec::new(),
             warn: Default::default(),
+            hash_seeds: SmallRng::from_entropy(),
         }
     }
 
@@ -192,7 +207,7 @@ impl GatewayCore {
             session_id,
             Entry {
                 session: Session::new(),
-                inflight: InFlightTable::default(),
+                inflight: InFlightTable::new(SeqHash::random(&mut self.hash_seeds)),
                 armed: false,
                 last_frame: now,
                 outbox,
@@ -259,7 +274,7 @@ impl GatewayCore {
                 stats.ingress_bad_request.inc();
                 Some((ErrorCode::BadRequest, "duplicate in-flight seq"))
             }
-            Some(_) if entry.inflight.len() >= limits.max_inflight => {
+            Some(_) if entry.inflight.len() >= limits.inflight_max => {
                 stats.ingress_overloaded.inc();
                 Some((ErrorCode::Overloaded, "too many in-flight requests"))
             }
@@ -326,15 +341,19 @@ impl GatewayCore {
         self.egress_with_clock(egress, || now)
     }
 
-    /// [`Self::egress`] that reads `clock` only when it must log a drop:
-    /// the driver passes `Instant::now`, so an accepted frame (the common
-    /// case) costs no clock read.
+    /// [`Self::egress`] that reads `clock` only when it answers a request
+    /// (for the request latency histogram) or must log a drop: the driver
+    /// passes `Instant::now`, so a PUSH costs no clock read.
     pub fn egress_with_clock(
         &mut self,
         egress: &EgressRef<'_>,
         clock: impl FnOnce() -> Instant,
     ) -> Result<(), EgressRejected> {
         let result = self.gate(egress);
+        if let Ok(Some(answered)) = result {
+            self.record_latency(answered, clock());
+            return Ok(());
+        }
         if let Err(reason) = result {
             let stats = &self.metrics.gateway;
             let (counter, slot) = match reason {
@@ -349,10 +368,21 @@ impl GatewayCore {
             counter.inc();
             self.warn[slot].warn(clock(), reason, egress.session_id, egress.route_id);
         }
-        result
+        result.map(drop)
     }
 
-    fn gate(&mut self, egress: &EgressRef<'_>) -> Result<(), EgressRejected> {
+    /// Records how long an answered request took, from its arrival (its
+    /// deadline less the request timeout: the in-flight table keeps no
+    /// second timestamp) to `now`.
+    fn record_latency(&self, answered: Answered, now: Instant) {
+        if let Some(arrival) = answered.deadline.checked_sub(self.limits.request_timeout) {
+            let elapsed = now.saturating_duration_since(arrival);
+            self.metrics.requests.record(answered.route_index, elapsed);
+        }
+    }
+
+    /// The egress gate; `Some` when the frame answered a request in flight.
+    fn gate(&mut self, egress: &EgressRef<'_>) -> Result<Option<Answered>, EgressRejected> {
         // 1. registry hit
         let entry = self
             .sessions
@@ -367,7 +397,8 @@ impl GatewayCore {
             return Err(EgressRejected::OwnerMismatch);
         }
         // 4. route exists
-        let route = routes::lookup(egress.route_id).ok_or(EgressRejected::RouteNotFound)?;
+        let (route_index, route) =
+            routes::lookup_indexed(egress.route_id).ok_or(EgressRejected::RouteNotFound)?;
         // 5. direction allows server-to-client: a PUSH on a server-to-client
         // route, or the RESPONSE/ERROR answering a client's REQUEST.
         let kind = FrameKind::from_u8(egress.kind);
@@ -383,10 +414,15 @@ impl GatewayCore {
         };
         // Request accounting: an answer must close an in-flight request of
         // the same route, else it is late (timed out already) and dropped.
-        let answer = kind != FrameKind::Push;
-        if answer {
+        let mut answered = None;
+        if kind != FrameKind::Push {
             match entry.inflight.remove(egress.seq) {
-                Some(inflight) if inflight.route_id == egress.route_id => {}
+                Some(inflight) if inflight.route_id == egress.route_id => {
+                    answered = Some(Answered {
+                        route_index,
+                        deadline: inflight.deadline,
+                    });
+                }
                 Some(other) => {
                     // Another route's request under this seq stays in flight.
                     entry.inflight.insert(egress.seq, other);
@@ -400,7 +436,7 @@ impl GatewayCore {
             .outbox
             .push_frame(kind, egress.route_id, egress.seq, egress.body);
         match pushed {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(answered),
             Err(PushError::Closed) => Err(EgressRejected::SendFailed),
             Err(PushError::Full) => {
                 self.close_slow_reader(egress.session_id);
@@ -444,12 +480,12 @@ impl GatewayCore {
             let mut earliest_left: Option<Instant> = None;
             for (seq, inflight) in entry.inflight.iter() {
                 if inflight.deadline <= now {
-                    self.due.push((seq, inflight.route_id));
-                } else if earliest_left.map_or(true, |left| inflight.deadline < left) {
+                    self.due.push((seq, inflight.route_id, inflight.deadline));
+                } else if earliest_left.is_none_or(|left| inflight.deadline < left) {
                     earliest_left = Some(inflight.deadline);
                 }
             }
-            for &(seq, _) in &self.due {
+            for &(seq, _, _) in &self.due {
                 entry.inflight.remove(seq);
             }
             if let Some(left) = earliest_left {
@@ -459,8 +495,15 @@ impl GatewayCore {
             let mut due = std::mem::take(&mut self.due);
             // Answer in seq order: a map's iteration order is arbitrary.
             due.sort_unstable();
-            for &(seq, route_id) in &due {
+            for &(seq, route_id, deadline) in &due {
                 self.metrics.gateway.timeouts.inc();
+                if let Some((route_index, _)) = routes::lookup_indexed(route_id) {
+                    let answered = Answered {
+                        route_index,
+                        deadline,
+                    };
+                    self.record_latency(answered, now);
+                }
                 expired += 1;
                 self.push_error(
                     session_id,

@@ -14,7 +14,7 @@ const TIMEOUT: Duration = Duration::from_millis(100);
 
 fn limits() -> Limits {
     Limits {
-        max_inflight: 2,
+        inflight_max: 2,
         request_timeout: TIMEOUT,
         send_queue_max: 8,
     }
@@ -127,7 +127,7 @@ fn ingress_rejections_in_order_and_counted() {
     assert!(f.request(s, route::SYS_PING, 5).is_some());
     assert!(
         f.request(s, route::SYS_PING, 6).is_none(),
-        "past max_inflight"
+        "past inflight_max"
     );
     let codes: Vec<u16> = frames(&outbox).iter().map(error_code).collect();
     assert_eq!(
@@ -365,6 +365,35 @@ fn timeout_is_answered_once_and_the_late_answer_dropped() {
 }
 
 #[test]
+fn answers_and_timeouts_are_timed_from_arrival_per_route() {
+    let mut f = Fixture::new();
+    let (s, _outbox) = f.open();
+    let epoch = f.login(s, 7);
+    f.request(s, route::PLAYER_GET, 1).unwrap();
+    f.request(s, route::PLAYER_INCR, 2).unwrap();
+    // player.get answered 3 ms after it arrived; a PUSH is no answer.
+    let answer = egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1);
+    f.core
+        .egress(&answer, f.now + Duration::from_millis(3))
+        .unwrap();
+    let push = egress(s, epoch, 7, FrameKind::Push, route::ROOM_MESSAGE, 0);
+    f.core.egress(&push, f.now).unwrap();
+    // player.incr timed out.
+    assert_eq!(f.core.expire(f.now + TIMEOUT), 1);
+    let index = |route_id| crate::gateway::routes::lookup_indexed(route_id).unwrap().0;
+    let get = f.metrics.requests.route(index(route::PLAYER_GET));
+    assert_eq!(get.count(), 1);
+    assert_eq!(get.sum_ns(), 3_000_000);
+    let incr = f.metrics.requests.route(index(route::PLAYER_INCR));
+    assert_eq!(incr.count(), 1);
+    assert_eq!(incr.sum_ns(), TIMEOUT.as_nanos() as u64);
+    assert_eq!(
+        f.metrics.requests.route(index(route::ROOM_MESSAGE)).count(),
+        0
+    );
+}
+
+#[test]
 fn kick_order_pushes_kicked_notifies_unbound_invalidates_and_closes() {
     let mut f = Fixture::new();
     let (s, outbox) = f.open();
@@ -543,7 +572,7 @@ fn expiry_answers_every_due_request_in_seq_order_and_rearms_for_the_rest() {
     f.core = GatewayCore::new(
         3,
         Limits {
-            max_inflight: 16,
+            inflight_max: 16,
             ..limits()
         },
         f.metrics.clone(),

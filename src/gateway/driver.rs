@@ -46,7 +46,7 @@ pub struct GatewayShared {
     pub config: GatewayConfig,
     pub secret: Vec<u8>,
     pub policy: Arc<dyn LoginPolicy>,
-    /// Sessions open on the node, over all cores, against `max_sessions`.
+    /// Sessions open on the node, over all cores, against `sessions_max`.
     pub sessions_open: Arc<AtomicU32>,
 }
 
@@ -371,7 +371,7 @@ pub async fn serve(gateway: GatewayHandle, listener: TcpListener) {
                 continue;
             }
         };
-        let max = gateway.0.config.max_sessions;
+        let max = gateway.0.config.sessions_max;
         let admitted = gateway
             .0
             .sessions_open
@@ -455,7 +455,7 @@ async fn read_loop(
     stream: &TcpStream,
     outbox: &Outbox,
 ) -> Option<CloseReason> {
-    let mut decoder = FrameDecoder::new(Peer::Client, gateway.0.config.max_body);
+    let mut decoder = FrameDecoder::new(Peer::Client, gateway.0.config.body_max_bytes);
     loop {
         let received = match stream.recv().await {
             Ok(Some(received)) => received,

@@ -5,8 +5,20 @@
 //! SIMD probe and, under the constant churn of fresh seqs, left tombstones
 //! that forced periodic rehashes (3% of a routed request's CPU). This is an
 //! open-addressing table with linear probing and backward-shift deletion:
-//! no tombstones, and for the common increasing seqs a Fibonacci hash puts
-//! each key in its home slot, so an operation is one or two slot reads.
+//! no tombstones, and a multiply-shift hash spreads the common increasing
+//! seqs over distinct slots, so an operation is one or two slot reads.
+//!
+//! The client chooses the keys, so the hash must not be one it can predict:
+//! with the public Fibonacci multiplier this table used first, a logged-in
+//! client could send seqs that all share one home slot and make every
+//! insert, lookup and removal walk the whole run (about a thousand slots at
+//! `inflight_max`). Each table now hashes with its own two random 64-bit
+//! keys ([`SeqHash`]), so seqs chosen without them collide no more than
+//! random ones. A random multiplier alone (multiply-shift) would not do:
+//! about one multiplier in a hundred clusters plain counting seqs into a
+//! few runs. The price against Fibonacci hashing is random placement for
+//! the honest increasing seqs too: 1.5 slot reads per lookup at the table's
+//! worst load of one half instead of one, and two multiplications.
 
 use std::time::Instant;
 
@@ -25,18 +37,62 @@ struct Slot {
 
 const MIN_CAPACITY: usize = 8;
 /// An empty table larger than this gives its slots back: a session that
-/// once had `max_inflight` requests in flight should not keep the room for
+/// once had `inflight_max` requests in flight should not keep the room for
 /// them while it idles.
 const IDLE_CAPACITY_MAX: usize = 64;
 
-#[derive(Default)]
 pub struct InFlightTable {
     /// A power of two long (or empty), at most half full.
     slots: Vec<Option<Slot>>,
     len: usize,
+    /// The hash's keys, random per table (see the module note).
+    hash: SeqHash,
+}
+
+/// The keys of one table's hash.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqHash {
+    xor: u64,
+    multiplier: u64,
+}
+
+/// The second multiplier of [`SeqHash::of`] (MurmurHash3's `fmix64`): the
+/// keys come before it, so it need not be secret.
+const MIX: u64 = 0xC4CE_B9FE_1A85_EC53;
+
+impl SeqHash {
+    /// Keys drawn from `rng`, which must be seeded from a source the client
+    /// cannot observe.
+    pub fn random(rng: &mut impl rand::RngCore) -> SeqHash {
+        SeqHash {
+            xor: rng.next_u64(),
+            // Odd: multiplying by it is then a bijection, losing no bits.
+            multiplier: rng.next_u64() | 1,
+        }
+    }
+
+    /// The 64-bit hash of `seq`; a table uses its top bits. The keyed
+    /// multiplication moves the seq's bits up, the shift folds the high
+    /// half back over the low one, and the second multiplication moves
+    /// everything up again: each top bit depends on every bit of the seq
+    /// and of the keys.
+    fn of(self, seq: u32) -> u64 {
+        let mut z = (u64::from(seq) ^ self.xor).wrapping_mul(self.multiplier);
+        z ^= z >> 32;
+        z.wrapping_mul(MIX)
+    }
 }
 
 impl InFlightTable {
+    /// An empty table hashing with `hash`.
+    pub fn new(hash: SeqHash) -> InFlightTable {
+        InFlightTable {
+            slots: Vec::new(),
+            len: 0,
+            hash,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -57,7 +113,7 @@ impl InFlightTable {
             self.grow();
         }
         let mask = self.slots.len() - 1;
-        let mut index = home(seq, mask);
+        let mut index = self.home(seq, mask);
         while self.slots[index].is_some() {
             index = (index + 1) & mask;
         }
@@ -78,7 +134,7 @@ impl InFlightTable {
         let mask = self.slots.len() - 1;
         let mut next = (hole + 1) & mask;
         while let Some(slot) = self.slots[next] {
-            let home = home(slot.seq, mask);
+            let home = self.home(slot.seq, mask);
             // `slot` may move to `hole` iff its home is not cyclically
             // within (hole, next].
             let distance_to_home = next.wrapping_sub(home) & mask;
@@ -106,7 +162,7 @@ impl InFlightTable {
             return None;
         }
         let mask = self.slots.len() - 1;
-        let mut index = home(seq, mask);
+        let mut index = self.home(seq, mask);
         loop {
             match &self.slots[index] {
                 None => return None,
@@ -124,17 +180,25 @@ impl InFlightTable {
             self.insert(slot.seq, slot.request);
         }
     }
-}
 
-/// Fibonacci hashing (the top bits of `seq` times 2^32 / phi): consecutive
-/// seqs land in distinct, spread-out slots. `mask` is the slot count minus
-/// one, at most `u32::MAX`.
-fn home(seq: u32, mask: usize) -> usize {
-    let bits = mask.count_ones();
-    if bits == 0 {
-        return 0;
+    /// The top bits of the seq's hash. `mask` is the slot count minus one,
+    /// a power of two minus one.
+    fn home(&self, seq: u32, mask: usize) -> usize {
+        let bits = mask.count_ones();
+        if bits == 0 {
+            return 0;
+        }
+        (self.hash.of(seq) >> (64 - bits)) as usize
     }
-    (seq.wrapping_mul(0x9E37_79B9) >> (32 - bits)) as usize
+
+    /// Slots an operation on `seq` reads: its distance from its home slot
+    /// plus one (for the collision tests).
+    #[cfg(test)]
+    fn probes(&self, seq: u32) -> Option<usize> {
+        let found = self.find(seq)?;
+        let mask = self.slots.len() - 1;
+        Some((found.wrapping_sub(self.home(seq, mask)) & mask) + 1)
+    }
 }
 
 #[cfg(test)]
@@ -143,8 +207,14 @@ mod tests {
     use std::time::Duration;
 
     use proptest::prelude::*;
+    use rand::{Rng, SeedableRng};
 
     use super::*;
+
+    /// Keys for the tests that are not about hashing.
+    fn hash() -> SeqHash {
+        SeqHash::random(&mut rand::rngs::SmallRng::seed_from_u64(1))
+    }
 
     fn request(route_id: u32) -> InFlight {
         InFlight {
@@ -155,7 +225,7 @@ mod tests {
 
     #[test]
     fn insert_find_remove() {
-        let mut table = InFlightTable::default();
+        let mut table = InFlightTable::new(hash());
         assert!(!table.contains(7));
         assert_eq!(table.remove(7), None);
         let seven = request(70);
@@ -171,7 +241,7 @@ mod tests {
 
     #[test]
     fn a_stream_of_fresh_seqs_keeps_the_table_small() {
-        let mut table = InFlightTable::default();
+        let mut table = InFlightTable::new(hash());
         for seq in 0..100_000u32 {
             table.insert(seq, request(1));
             if seq >= 16 {
@@ -184,7 +254,7 @@ mod tests {
 
     #[test]
     fn an_emptied_large_table_gives_its_slots_back() {
-        let mut table = InFlightTable::default();
+        let mut table = InFlightTable::new(hash());
         for seq in 0..1024 {
             table.insert(seq, request(1));
         }
@@ -215,10 +285,17 @@ mod tests {
         ]
     }
 
+    fn seeded_hash() -> impl Strategy<Value = SeqHash> {
+        (any::<u64>(), any::<u64>()).prop_map(|(xor, multiplier)| SeqHash {
+            xor,
+            multiplier: multiplier | 1,
+        })
+    }
+
     proptest! {
         #[test]
-        fn behaves_like_a_map(ops in proptest::collection::vec(op(), 1..400)) {
-            let mut table = InFlightTable::default();
+        fn behaves_like_a_map(hash in seeded_hash(), ops in proptest::collection::vec(op(), 1..400)) {
+            let mut table = InFlightTable::new(hash);
             let mut model: HashMap<u32, InFlight> = HashMap::new();
             for (step, op) in ops.into_iter().enumerate() {
                 match op {
@@ -242,5 +319,102 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `inflight_max`'s default: the most a session can hold.
+    const KEYS: usize = 1024;
+    /// The slots a table holding `KEYS` seqs has: it stays at most half full.
+    const SLOTS: usize = KEYS * 2;
+
+    /// Slot reads of finding each of `seqs`, in a linear-probing table of
+    /// `SLOTS` slots that places them with `home`: a model of this table
+    /// for hashes it no longer has.
+    fn model_probes(seqs: &[u32], home: impl Fn(u32) -> usize) -> f64 {
+        let mut taken = vec![false; SLOTS];
+        let mut total = 0;
+        for &seq in seqs {
+            let mut index = home(seq) % SLOTS;
+            let mut reads = 1;
+            while taken[index] {
+                index = (index + 1) % SLOTS;
+                reads += 1;
+            }
+            taken[index] = true;
+            total += reads;
+        }
+        total as f64 / seqs.len() as f64
+    }
+
+    /// Mean and worst slot reads of finding each of `seqs` in a real table
+    /// hashing with `hash`.
+    fn probes(hash: SeqHash, seqs: &[u32]) -> (f64, usize) {
+        let mut table = InFlightTable::new(hash);
+        for &seq in seqs {
+            table.insert(seq, request(1));
+        }
+        assert_eq!(table.slots.len(), SLOTS);
+        let probes: Vec<usize> = seqs.iter().map(|&seq| table.probes(seq).unwrap()).collect();
+        let total: usize = probes.iter().sum();
+        (
+            total as f64 / seqs.len() as f64,
+            *probes.iter().max().unwrap(),
+        )
+    }
+
+    #[test]
+    fn chosen_seqs_cost_a_seeded_table_a_few_probes_per_operation() {
+        // The hash this table had before it was seeded: Fibonacci, one
+        // public multiplier. A client that knows it picks seqs that all
+        // share home slot 0.
+        let fibonacci = |seq: u32| (seq.wrapping_mul(0x9E37_79B9) >> 21) as usize;
+        let attack: Vec<u32> = (0..=u32::MAX)
+            .filter(|&seq| fibonacci(seq) == 0)
+            .take(KEYS)
+            .collect();
+        assert_eq!(attack.len(), KEYS);
+        // Against that hash the attack works: an operation walks hundreds
+        // of slots.
+        let mean = model_probes(&attack, fibonacci);
+        assert!(mean > 400.0, "the attack must be measurable: {mean}");
+        // Against a random multiplier alone (multiply-shift) nobody can
+        // aim, but some multipliers cluster plain counting seqs.
+        let counting: Vec<u32> = (0..KEYS as u32).collect();
+        let multiply_shift = |multiplier: u64| {
+            move |seq: u32| (u64::from(seq).wrapping_mul(multiplier | 1) >> 53) as usize
+        };
+        let mean = model_probes(&counting, multiply_shift(0x745d_17b7_665d_2d3d));
+        assert!(mean > 20.0, "a bad multiplier for counting seqs: {mean}");
+        // Against seeded tables, the attack, counting seqs and
+        // progressions all cost what random seqs cost.
+        let mut shapes = vec![attack, counting];
+        // Progressions with power-of-two strides and with an odd one.
+        for shift in [1, 5, 11, 16, 21, 22] {
+            shapes.push((0..KEYS as u32).map(|i| i << shift).collect());
+        }
+        shapes.push((0..KEYS as u32).map(|i| i.wrapping_mul(0x7FFF)).collect());
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        let mut random: Vec<u32> = (0..KEYS * 2).map(|_| rng.gen()).collect();
+        random.sort_unstable();
+        random.dedup();
+        random.truncate(KEYS);
+        shapes.push(random);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let (mut sum, mut worst_mean, mut worst_single) = (0.0, 0.0f64, 0);
+        let tables = 100;
+        for _ in 0..tables {
+            let hash = SeqHash::random(&mut rng);
+            for seqs in &shapes {
+                let (mean, worst) = probes(hash, seqs);
+                sum += mean;
+                worst_mean = worst_mean.max(mean);
+                worst_single = worst_single.max(worst);
+            }
+        }
+        let mean = sum / (tables * shapes.len()) as f64;
+        // Random placement at load one half averages 1.5 reads per lookup;
+        // the bounds leave room for variance, not for an attack.
+        assert!(mean < 1.7, "mean probes per operation {mean}");
+        assert!(worst_mean < 2.5, "worst mean over tables {worst_mean}");
+        assert!(worst_single < 128, "worst single operation {worst_single}");
     }
 }

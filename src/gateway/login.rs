@@ -30,7 +30,7 @@ pub trait LoginPolicy: Send + Sync {
 
 /// The per-node registry `player_id -> live sessions`, applying the
 /// configured [`DuplicateLogin`] policy. Bounded: a session appears at most
-/// once and is released when it ends, so it holds at most `max_sessions`
+/// once and is released when it ends, so it holds at most `sessions_max`
 /// entries. The mutex is held for a map lookup only, at login and logout.
 pub struct NodeLogins {
     policy: DuplicateLogin,

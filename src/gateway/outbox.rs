@@ -6,7 +6,7 @@
 //! the writer is the driver's.
 //!
 //! The bound is in frames (`send_queue_max`), so a queue holds at most
-//! `send_queue_max * (HEADER_LEN + max_body)` bytes waiting, plus the one
+//! `send_queue_max * (HEADER_LEN + body_max_bytes)` bytes waiting, plus the one
 //! batch the writer is writing. A full queue means the client does not read:
 //! the gateway closes that session (a slow reader), it never waits for it.
 

@@ -59,7 +59,16 @@ pub const ROUTES: [RouteDescriptor; 10] = [
 /// The descriptor of `route_id`, if the route exists. Ten routes: a linear
 /// scan over a few cache lines beats any hashing.
 pub fn lookup(route_id: u32) -> Option<&'static RouteDescriptor> {
-    ROUTES.iter().find(|route| route.route_id == route_id)
+    lookup_indexed(route_id).map(|(_, route)| route)
+}
+
+/// [`lookup`] with the route's index in [`ROUTES`], by which per-route
+/// metrics are kept.
+pub fn lookup_indexed(route_id: u32) -> Option<(usize, &'static RouteDescriptor)> {
+    ROUTES
+        .iter()
+        .enumerate()
+        .find(|(_, route)| route.route_id == route_id)
 }
 
 #[cfg(test)]

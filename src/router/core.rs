@@ -21,33 +21,9 @@ pub const REPAIR_ATTEMPTS_MAX: u8 = 3;
 /// Send attempts of one request that finds its target unavailable.
 pub const SEND_ATTEMPTS_MAX: u8 = 2;
 
-/// The router's counters and gauges, plain fields read by the metrics code.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RouterCounters {
-    pub requests_total: u64,
-    pub replies_total: u64,
-    pub handled_total: u64,
-    /// Requests sent to another node from their entry node.
-    pub sends_total: u64,
-    /// Requests passed on by a node that received them routed.
-    pub forwards_total: u64,
-    pub pulls_total: u64,
-    pub claims_total: u64,
-    pub saves_total: u64,
-    pub cas_conflicts_total: u64,
-    pub store_indeterminate_total: u64,
-    pub transfers_total: u64,
-    pub transfers_failed_total: u64,
-    pub transfer_ack_timeouts_total: u64,
-    pub repair_attempts_total: u64,
-    pub update_syncs_sent_total: u64,
-    pub update_syncs_applied_total: u64,
-    pub pending_queue_full_total: u64,
-    pub entries_full_total: u64,
-    pub transfer_ttl_exceeded_total: u64,
-    pub degrades_total: u64,
-    pub caches_freed_total: u64,
-}
+/// The router's counters: plain fields this state machine increments,
+/// declared with their metric names in `crate::metrics`.
+pub use crate::metrics::RouterCounters;
 
 /// A read-only view of one entry, for metrics, tests and the simulator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +65,7 @@ pub(crate) struct Ctx {
     pub shutdown: Option<ShutdownState>,
     /// on_write objects whose held outputs wait for `on_flush` to start
     /// their save. At most one per entry, so bounded by
-    /// `entries_max_per_core`; a set, so a key appears once.
+    /// `entries_per_core_max`; a set, so a key appears once.
     pub flush_keys: BTreeSet<ObjectKey>,
 }
 

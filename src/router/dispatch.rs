@@ -31,7 +31,7 @@ impl RouterCore {
         let entry = match entries.entry(key) {
             btree_map::Entry::Occupied(occupied) => occupied.into_mut(),
             btree_map::Entry::Vacant(vacant) => {
-                if ctx.entries_total >= ctx.config.entries_max_per_core {
+                if ctx.entries_total >= ctx.config.entries_per_core_max {
                     ctx.counters.entries_full_total += 1;
                     ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
                     return;
@@ -196,7 +196,7 @@ pub(crate) fn start_pull(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, io: I
 /// when this node knows a newer route than the request carried.
 fn send_to(ctx: &mut Ctx, entry: &Entry, node: NodeId, waiter: Waiter) {
     let next_ttl = waiter.head.transfer_ttl.saturating_add(1);
-    if next_ttl > ctx.config.transfer_max_ttl {
+    if next_ttl > ctx.config.forward_hops_max {
         ctx.counters.transfer_ttl_exceeded_total += 1;
         ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
         return;

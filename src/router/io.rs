@@ -128,7 +128,7 @@ fn pull_reply(
         StoreReply::Loaded(record) => record,
         StoreReply::Failed(StoreFailure::Busy) => {
             entry.pull_retries += 1;
-            if entry.pull_retries < ctx.config.retry_max_ttl {
+            if entry.pull_retries < ctx.config.pull_attempts_max {
                 let bound = match io {
                     Io::PullObject => ctx.config.object_retry_interval_ms,
                     _ => ctx.config.cache_retry_interval_ms,

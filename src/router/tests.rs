@@ -18,10 +18,10 @@ fn config() -> RouterConfig {
         object_save_interval_ms: 2_000,
         cache_retry_interval_ms: 50,
         object_retry_interval_ms: 50,
-        retry_max_ttl: 3,
-        transfer_max_ttl: 4,
+        pull_attempts_max: 3,
+        forward_hops_max: 4,
         pending_queue_max: 8,
-        entries_max_per_core: 1_000,
+        entries_per_core_max: 1_000,
         transfer_ack_timeout_ms: 500,
     }
 }
@@ -208,7 +208,7 @@ fn forwarding_is_refused_past_transfer_max_ttl() {
         key: KEY,
         route_version: RouteVersion(1),
         source_node: NodeId(9),
-        transfer_ttl: config().transfer_max_ttl,
+        transfer_ttl: config().forward_hops_max,
     };
     let request = Request {
         id,
@@ -507,7 +507,7 @@ fn one_core_with_a_get() -> (RouterCore, RequestId) {
 fn eagain_retries_with_bounded_random_waits_then_gives_up() {
     let (mut core, id) = one_core_with_a_get();
     let mut now = 0;
-    for attempt in 1..=config().retry_max_ttl {
+    for attempt in 1..=config().pull_attempts_max {
         let effects: Vec<Effect> = core.drain_effects().collect();
         let token = effects.iter().find_map(|e| match e {
             Effect::Store { token, .. } => Some(*token),
@@ -518,7 +518,7 @@ fn eagain_retries_with_bounded_random_waits_then_gives_up() {
         };
         core.on_store_reply(now, token, StoreReply::Failed(StoreFailure::Busy));
         let effects: Vec<Effect> = core.drain_effects().collect();
-        if attempt == config().retry_max_ttl {
+        if attempt == config().pull_attempts_max {
             assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
             return;
         }

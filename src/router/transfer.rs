@@ -80,7 +80,7 @@ impl RouterCore {
         let entry = match entries.entry(key) {
             btree_map::Entry::Occupied(occupied) => occupied.into_mut(),
             btree_map::Entry::Vacant(vacant) => {
-                if ctx.is_shutting_down() || ctx.entries_total >= ctx.config.entries_max_per_core {
+                if ctx.is_shutting_down() || ctx.entries_total >= ctx.config.entries_per_core_max {
                     return ack(ctx, from_node, key, transfer.transfer_id, false);
                 }
                 ctx.entries_total += 1;

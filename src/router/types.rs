@@ -14,7 +14,7 @@ pub struct RouterHead {
     /// The node the request entered the cluster at. Forwarding preserves it,
     /// so `router_update_sync` reaches the original caller.
     pub source_node: NodeId,
-    /// Forwarding hops taken so far; refused past `transfer_max_ttl`.
+    /// Forwarding hops taken so far; refused past `forward_hops_max`.
     pub transfer_ttl: u32,
 }
 

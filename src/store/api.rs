@@ -1,7 +1,7 @@
 //! `Store`: the cloneable handle every core holds, and the `Backend` trait
 //! behind it. Limits common to all backends are checked here, once.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use wire::ObjectKey;
 
@@ -10,6 +10,7 @@ use super::error::{LoadError, MembershipError, OpenError, WriteError};
 use super::membership::{self, MemberOutcome, MemberRow, MemberWrite, MEMBER_ROW_BYTES_MAX};
 use super::record::{RecordWrite, RouteRecord, WriteOutcome};
 use crate::config::{Config, StoreBackend, StoreConfig};
+use crate::metrics::StoreStats;
 
 /// A store backend. Methods hand the request over before returning (so a
 /// full queue is reported at once) and return a future that resolves on
@@ -29,6 +30,47 @@ pub trait Backend: Send + Sync + 'static {
     ) -> StoreFuture<Result<MemberOutcome, MembershipError>>;
     /// Every membership row, by node id, at most `MEMBERS_MAX`.
     fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>>;
+
+    /// The operation latencies this backend records, if it records any
+    /// (every backend behind a bridge does).
+    fn stats(&self) -> Option<Arc<StoreStats>> {
+        None
+    }
+
+    /// Requests waiting for the backend's thread, read when `/metrics` is
+    /// scraped.
+    fn queue_depth(&self) -> usize {
+        0
+    }
+}
+
+/// What `/metrics` reads of a store. It holds the backend weakly, so the
+/// store still closes when the last [`Store`] handle goes.
+#[derive(Clone)]
+pub struct StoreProbe {
+    stats: Arc<StoreStats>,
+    backend: Weak<dyn Backend>,
+}
+
+impl StoreProbe {
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
+    /// 0 once the store has closed.
+    pub fn queue_depth(&self) -> usize {
+        self.backend
+            .upgrade()
+            .map_or(0, |backend| backend.queue_depth())
+    }
+}
+
+impl std::fmt::Debug for StoreProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreProbe")
+            .field("queue_depth", &self.queue_depth())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The store handle: cheap to clone, `Send + Sync`, one per core.
@@ -68,6 +110,14 @@ impl Store {
             backend,
             state_max_bytes: config.state_max_bytes,
             batch_max: config.batch_max,
+        }
+    }
+
+    /// The store's metrics, for the node's `/metrics`.
+    pub fn probe(&self) -> StoreProbe {
+        StoreProbe {
+            stats: self.backend.stats().unwrap_or_default(),
+            backend: Arc::downgrade(&self.backend),
         }
     }
 

@@ -9,6 +9,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -18,6 +19,7 @@ use wire::ObjectKey;
 use super::error::{BackendError, LoadError, MembershipError, WriteError};
 use super::membership::{MemberOutcome, MemberRow, MemberWrite};
 use super::record::{RecordWrite, RouteRecord, WriteOutcome};
+use crate::metrics::{Histogram, StoreStats};
 
 /// The future every store operation returns: boxed so the backend trait
 /// stays object-safe, `Send` so any executor (or thread) may await it.
@@ -126,6 +128,23 @@ impl Reply {
 pub(crate) struct Bridge {
     sender: Sender<Request>,
     timeout: Duration,
+    /// Latencies of the operations that reached the queue, recorded by the
+    /// core that awaited them (every backend with a thread has a bridge,
+    /// so this is the one place that sees them all).
+    stats: Arc<StoreStats>,
+}
+
+/// Records into `histogram` how long the operation that started at
+/// `started` took, once its answer is in.
+async fn timed<T>(
+    answer: impl Future<Output = T>,
+    stats: Arc<StoreStats>,
+    histogram: fn(&StoreStats) -> &Histogram,
+    started: Instant,
+) -> T {
+    let result = answer.await;
+    histogram(&stats).record_shared(started.elapsed());
+    result
 }
 
 impl Bridge {
@@ -133,16 +152,27 @@ impl Bridge {
     /// bounds the requests waiting.
     pub fn new(queue_max: usize, timeout: Duration) -> (Bridge, Receiver<Request>) {
         let (sender, receiver) = crossbeam_channel::bounded(queue_max);
-        (Bridge { sender, timeout }, receiver)
+        let stats = Arc::default();
+        (
+            Bridge {
+                sender,
+                timeout,
+                stats,
+            },
+            receiver,
+        )
     }
 
-    fn submit(&self, op: Op, reply: Reply) -> Result<(), TrySendError<Request>> {
-        let deadline = Instant::now() + self.timeout;
-        self.sender.try_send(Request {
-            deadline,
-            op,
-            reply,
-        })
+    /// Queues `op`; returns when it was queued.
+    fn submit(&self, op: Op, reply: Reply) -> Result<Instant, TrySendError<Request>> {
+        let now = Instant::now();
+        self.sender
+            .try_send(Request {
+                deadline: now + self.timeout,
+                op,
+                reply,
+            })
+            .map(|()| now)
     }
 
     pub fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>> {
@@ -150,7 +180,12 @@ impl Bridge {
         match self.submit(Op::Load(key), Reply::Load(reply)) {
             // A dropped reply means the backend thread died: for a read,
             // that is simply a closed store.
-            Ok(()) => Box::pin(async move { answer.await.unwrap_or(Err(LoadError::Closed)) }),
+            Ok(started) => Box::pin(timed(
+                async move { answer.await.unwrap_or(Err(LoadError::Closed)) },
+                self.stats.clone(),
+                |stats| &stats.load,
+                started,
+            )),
             Err(TrySendError::Full(_)) => ready(Err(LoadError::Overloaded)),
             Err(TrySendError::Disconnected(_)) => ready(Err(LoadError::Closed)),
         }
@@ -165,11 +200,16 @@ impl Bridge {
         match self.submit(Op::Write(writes), Reply::Write(reply)) {
             // The request was handed over, so a backend thread that died
             // before answering may have committed it: Indeterminate.
-            Ok(()) => Box::pin(async move {
-                answer
-                    .await
-                    .unwrap_or_else(|_| Ok(vec![WriteOutcome::Indeterminate; count]))
-            }),
+            Ok(started) => Box::pin(timed(
+                async move {
+                    answer
+                        .await
+                        .unwrap_or_else(|_| Ok(vec![WriteOutcome::Indeterminate; count]))
+                },
+                self.stats.clone(),
+                |stats| &stats.write,
+                started,
+            )),
             Err(TrySendError::Full(_)) => ready(Err(WriteError::Overloaded)),
             Err(TrySendError::Disconnected(_)) => ready(Err(WriteError::Closed)),
         }
@@ -182,9 +222,12 @@ impl Bridge {
         let (reply, answer) = oneshot::channel();
         match self.submit(Op::WriteMember(Box::new(write)), Reply::WriteMember(reply)) {
             // Handed over: a backend thread that died may have applied it.
-            Ok(()) => {
-                Box::pin(async move { answer.await.unwrap_or(Ok(MemberOutcome::Indeterminate)) })
-            }
+            Ok(started) => Box::pin(timed(
+                async move { answer.await.unwrap_or(Ok(MemberOutcome::Indeterminate)) },
+                self.stats.clone(),
+                |stats| &stats.write_member,
+                started,
+            )),
             Err(TrySendError::Full(_)) => ready(Err(MembershipError::Overloaded)),
             Err(TrySendError::Disconnected(_)) => ready(Err(MembershipError::Closed)),
         }
@@ -193,7 +236,12 @@ impl Bridge {
     pub fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
         let (reply, answer) = oneshot::channel();
         match self.submit(Op::ListMembers, Reply::List(reply)) {
-            Ok(()) => Box::pin(async move { answer.await.unwrap_or(Err(MembershipError::Closed)) }),
+            Ok(started) => Box::pin(timed(
+                async move { answer.await.unwrap_or(Err(MembershipError::Closed)) },
+                self.stats.clone(),
+                |stats| &stats.list_members,
+                started,
+            )),
             Err(TrySendError::Full(_)) => ready(Err(MembershipError::Overloaded)),
             Err(TrySendError::Disconnected(_)) => ready(Err(MembershipError::Closed)),
         }
@@ -223,5 +271,13 @@ impl super::api::Backend for Bridge {
 
     fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
         Bridge::list_members(self)
+    }
+
+    fn stats(&self) -> Option<Arc<StoreStats>> {
+        Some(self.stats.clone())
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.sender.len()
     }
 }

@@ -64,7 +64,7 @@ impl MemoryFaults {
         if shared.faults.len() + count > FAULTS_MAX {
             return false;
         }
-        shared.faults.extend(std::iter::repeat(fault).take(count));
+        shared.faults.extend(std::iter::repeat_n(fault, count));
         true
     }
 

@@ -14,7 +14,7 @@ pub mod record;
 mod scylla;
 mod sqlite;
 
-pub use api::{Backend, Store};
+pub use api::{Backend, Store, StoreProbe};
 pub use bridge::StoreFuture;
 pub use error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
 pub use membership::{

@@ -2,6 +2,8 @@
 //! and a helper that starts a real node on loopback.
 #![allow(dead_code)]
 
+pub mod prometheus;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -24,7 +26,7 @@ pub fn config() -> Config {
     config.gateway.listen = "127.0.0.1:0".parse().unwrap();
     config.admin.listen = "127.0.0.1:0".parse().unwrap();
     config.store.backend = StoreBackend::Memory;
-    config.auth.secret = SECRET.to_string();
+    config.auth.secret = SECRET.into();
     config.auth.duplicate_login = DuplicateLogin::KickOld;
     config
 }
@@ -52,6 +54,14 @@ impl TestNode {
         self.node.as_ref().unwrap().gateway_address()
     }
 
+    pub fn admin(&self) -> SocketAddr {
+        self.node.as_ref().unwrap().admin_address()
+    }
+
+    pub fn shutdown_handle(&self) -> shards::ShutdownHandle {
+        self.node.as_ref().unwrap().shutdown_handle()
+    }
+
     pub fn connect(&self) -> Client {
         Client::connect(self.gateway())
     }
@@ -65,6 +75,7 @@ impl TestNode {
             .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
     }
 
+    /// The whole HTTP response to `GET /metrics`, head and body.
     pub fn metrics(&self) -> String {
         let address = self.node.as_ref().unwrap().admin_address();
         let mut stream = TcpStream::connect(address).unwrap();

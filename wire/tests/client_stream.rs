@@ -42,7 +42,7 @@ fn split_reads(
     while !rest.is_empty() {
         let chunk_len = chunk_lens[round % chunk_lens.len()].min(rest.len());
         let chunk = &rest[..chunk_len];
-        let taken = if round % 2 == 0 {
+        let taken = if round.is_multiple_of(2) {
             decoder.extend(chunk)
         } else {
             let spare = decoder.read_buf();

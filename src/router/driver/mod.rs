@@ -511,18 +511,12 @@ impl RouterDriver {
     /// The counters: a few field copies, after every batch of effects.
     fn mirror_metrics(&self) {
         let core = self.inner().core.borrow();
-        let counters = core.counters();
-        let stats: &RouterStats = &self.inner().metrics.router;
-        stats.saves.mirror(counters.saves_total);
-        stats.cas_conflicts.mirror(counters.cas_conflicts_total);
-        stats.forwards.mirror(counters.forwards_total);
-        stats.transfers.mirror(counters.transfers_total);
-        stats.pulls.mirror(counters.pulls_total);
-        stats.repairs.mirror(counters.repair_attempts_total);
-        stats.update_syncs.mirror(counters.update_syncs_sent_total);
-        stats.unroutable.mirror(self.inner().unroutable_total.get());
-        stats.degrades.mirror(counters.degrades_total);
-        stats.caches_freed.mirror(counters.caches_freed_total);
+        let metrics = &self.inner().metrics;
+        metrics.router_counters.mirror(core.counters());
+        metrics
+            .router
+            .unroutable
+            .mirror(self.inner().unroutable_total.get());
     }
 }
 

@@ -14,7 +14,7 @@ use crate::services::room::{self, room_key};
 /// Who joins which room in the calm phase: overlapping, every room has
 /// members, player 1 is in room 1 only.
 fn calm_member(player: u64, room: u64) -> bool {
-    (player + room) % 3 != 0
+    !(player + room).is_multiple_of(3)
 }
 
 impl World {

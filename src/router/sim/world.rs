@@ -45,10 +45,10 @@ impl Default for SimConfig {
                 object_save_interval_ms: 1_000,
                 cache_retry_interval_ms: 40,
                 object_retry_interval_ms: 40,
-                retry_max_ttl: 3,
-                transfer_max_ttl: 8,
+                pull_attempts_max: 3,
+                forward_hops_max: 8,
                 pending_queue_max: 64,
-                entries_max_per_core: 1_000,
+                entries_per_core_max: 1_000,
                 transfer_ack_timeout_ms: 300,
             },
         }

@@ -1,0 +1,184 @@
+//! The admin HTTP endpoint: `/healthz` and `/metrics` (see [`routes`]).
+//!
+//! It runs on a thread of its own, not on a core: it is cold, it must
+//! answer even when every core is saturated, and a scrape must never add
+//! latency to client traffic. The thread runs a current-thread tokio
+//! runtime and hyper's HTTP/1.1 server, so connections are served
+//! concurrently: a client that connects and says nothing holds one task,
+//! not the endpoint. Everything is bounded: connections at once, the
+//! request head and body, the time to send a head, a handler's time and a
+//! connection's life.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+
+use crate::metrics::NodeMetrics;
+
+mod phase;
+mod routes;
+
+pub use self::phase::{NodePhase, Phase};
+use self::routes::{text, Body};
+
+/// Connections served at once; a connection past it is closed unanswered.
+/// An admin port has a few scrapers and probes, never this many.
+pub const CONNECTIONS_MAX: usize = 64;
+/// How long a client may take to send its request head: a silent client is
+/// dropped.
+pub const HEAD_READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest a connection lives, whatever it does: also bounds a client
+/// that reads its answer too slowly.
+const CONNECTION_LIFETIME_MAX: Duration = Duration::from_secs(30);
+/// The longest a handler may take before the server answers 503 for it (a
+/// handler that waits for the cores must not hang its client).
+const HANDLER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest request head, in bytes (hyper's floor is 8 KiB).
+const REQUEST_HEAD_MAX_BYTES: usize = 16 * 1024;
+/// The largest request body, in bytes.
+const REQUEST_BODY_MAX_BYTES: usize = 64 * 1024;
+
+/// State the endpoint reports.
+#[derive(Clone)]
+pub struct AdminState {
+    pub phase: NodePhase,
+    pub metrics: Arc<NodeMetrics>,
+}
+
+/// A running admin endpoint; dropping it stops the thread and closes every
+/// connection.
+pub struct Admin {
+    address: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Admin {
+    /// Binds `listen` now (so a bad address fails start-up) and serves on a
+    /// thread of its own.
+    pub fn start(listen: SocketAddr, state: AdminState) -> std::io::Result<Admin> {
+        let listener = std::net::TcpListener::bind(listen)?;
+        listener.set_nonblocking(true)?;
+        let address = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let (stop, stopped) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("routerd-admin".to_string())
+            .spawn(move || {
+                runtime.block_on(serve(listener, Arc::new(state), stopped));
+                // Dropping the runtime here cancels the connections still
+                // open.
+            })?;
+        Ok(Admin {
+            address,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+}
+
+impl Drop for Admin {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            // The thread may have ended already (it logged why).
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    state: Arc<AdminState>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(%error, "the admin endpoint cannot serve");
+            return;
+        }
+    };
+    let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                tracing::warn!(%error, "admin accept failed");
+                // Out of file descriptors and the like: do not spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        match slots.clone().try_acquire_owned() {
+            Ok(slot) => drop(tokio::spawn(connection(stream, state.clone(), slot))),
+            Err(_) => tracing::debug!("admin connections at their maximum; one refused"),
+        }
+    }
+}
+
+/// Serves the one request of a connection, unless a limit ends it first.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    state: Arc<AdminState>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let service = service_fn(move |request| {
+        let state = state.clone();
+        async move { Ok::<_, Infallible>(handle(&state, request).await) }
+    });
+    let served = http1::Builder::new()
+        .timer(TokioTimer::new())
+        // One request per connection, as before hyper: keep-alive saves
+        // nothing at a scrape every few seconds, and an idle kept-alive
+        // connection would hold a slot.
+        .keep_alive(false)
+        .header_read_timeout(HEAD_READ_TIMEOUT)
+        .max_buf_size(REQUEST_HEAD_MAX_BYTES)
+        .serve_connection(TokioIo::new(stream), service);
+    match tokio::time::timeout(CONNECTION_LIFETIME_MAX, served).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::debug!(%error, "admin connection failed"),
+        Err(_) => tracing::debug!("admin connection closed at its lifetime limit"),
+    }
+}
+
+/// Reads the body (bounded), then routes within the handler timeout.
+async fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, REQUEST_BODY_MAX_BYTES).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(error) if error.is::<LengthLimitError>() => {
+            return text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n")
+        }
+        Err(_) => return text(StatusCode::BAD_REQUEST, "unreadable request body\n"),
+    };
+    let request = Request::from_parts(parts, body);
+    match tokio::time::timeout(HANDLER_TIMEOUT, routes::route(state, request)).await {
+        Ok(response) => response,
+        Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "timed out\n"),
+    }
+}

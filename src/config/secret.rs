@@ -1,0 +1,203 @@
+//! Secret config values, and the rules every secret obeys.
+//!
+//! A secret is a [`Secret`]: its `Debug` and its serialized form are a mask,
+//! so neither a log line that prints the config nor `routerd check-config`
+//! shows it. The only serialization of a config is that output; a config
+//! that is read back from it carries the mask, which validation refuses.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+/// What a secret shows instead of its value.
+pub const MASK: &str = "<secret: not shown>";
+
+/// A config value that must not leave the process: a key that signs or
+/// authenticates.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The value, for the code that signs or verifies with it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0.into_bytes()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Secret {
+        Secret::new(value)
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Secret {
+        Secret::new(value)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(MASK)
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(MASK)
+    }
+}
+
+/// One secret of a config, with what the rules need to know about it.
+pub(crate) struct SecretKey<'a> {
+    /// Its config key, as a message names it: `auth.secret`.
+    pub key: &'static str,
+    /// The environment variable that wins over the key.
+    pub env: &'static str,
+    /// The value a fresh checkout uses, known to everyone.
+    pub development: &'static str,
+    pub value: &'a Secret,
+}
+
+/// Why a config's secrets cannot be used.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("{key} must not be empty")]
+    Empty { key: &'static str },
+    #[error("{key} holds the mask `check-config` prints, not a secret: set the real value")]
+    Masked { key: &'static str },
+    #[error(
+        "{key} is the development secret, which everyone knows, and {listen_key} = {address} \
+         is reachable from other machines: set {key} (or {env}) to a secret of your own, \
+         or listen on a loopback address"
+    )]
+    DevelopmentSecretExposed {
+        key: &'static str,
+        env: &'static str,
+        listen_key: &'static str,
+        address: SocketAddr,
+    },
+}
+
+/// The rules for every secret: not empty, not the mask, and not the
+/// development value while any of `listeners` (config key and address) is
+/// reachable from another machine.
+pub(crate) fn check(
+    secrets: &[SecretKey<'_>],
+    listeners: &[(&'static str, SocketAddr)],
+) -> Result<(), SecretError> {
+    for secret in secrets {
+        if secret.value.is_empty() {
+            return Err(SecretError::Empty { key: secret.key });
+        }
+        if secret.value.expose() == MASK {
+            return Err(SecretError::Masked { key: secret.key });
+        }
+    }
+    let Some(&(listen_key, address)) = listeners
+        .iter()
+        .find(|(_, address)| !address.ip().is_loopback())
+    else {
+        return Ok(());
+    };
+    match secrets
+        .iter()
+        .find(|secret| secret.value.expose() == secret.development)
+    {
+        Some(secret) => Err(SecretError::DevelopmentSecretExposed {
+            key: secret.key,
+            env: secret.env,
+            listen_key,
+            address,
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_and_serialized_forms_are_the_mask() {
+        let secret = Secret::new("hunter2");
+        assert_eq!(format!("{secret:?}"), MASK);
+        let shown = toml::Value::try_from(&secret).unwrap();
+        assert_eq!(shown.as_str(), Some(MASK));
+        let read: Secret = toml::Value::String("hunter2".to_string())
+            .try_into()
+            .unwrap();
+        assert_eq!(read.expose(), "hunter2");
+    }
+
+    fn key<'a>(value: &'a Secret) -> SecretKey<'a> {
+        SecretKey {
+            key: "auth.secret",
+            env: "ROUTERD_AUTH_SECRET",
+            development: "dev",
+            value,
+        }
+    }
+
+    #[test]
+    fn the_development_secret_is_refused_on_a_reachable_address_only() {
+        let development = Secret::new("dev");
+        let own = Secret::new("own");
+        let loopback: SocketAddr = "127.0.0.1:7400".parse().unwrap();
+        let loopback6: SocketAddr = "[::1]:7400".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:7400".parse().unwrap();
+        let public: SocketAddr = "192.0.2.1:9464".parse().unwrap();
+        let reachable = [("gateway.listen", loopback), ("admin.listen", public)];
+        assert_eq!(
+            check(&[key(&development)], &reachable),
+            Err(SecretError::DevelopmentSecretExposed {
+                key: "auth.secret",
+                env: "ROUTERD_AUTH_SECRET",
+                listen_key: "admin.listen",
+                address: public,
+            })
+        );
+        assert!(check(&[key(&development)], &[("gateway.listen", any)]).is_err());
+        assert_eq!(check(&[key(&own)], &reachable), Ok(()));
+        assert_eq!(
+            check(
+                &[key(&development)],
+                &[("gateway.listen", loopback), ("admin.listen", loopback6)]
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn an_empty_or_masked_secret_is_refused() {
+        let listeners = [("gateway.listen", "127.0.0.1:1".parse().unwrap())];
+        let empty = Secret::new("");
+        assert_eq!(
+            check(&[key(&empty)], &listeners),
+            Err(SecretError::Empty { key: "auth.secret" })
+        );
+        let masked = Secret::new(MASK);
+        assert_eq!(
+            check(&[key(&masked)], &listeners),
+            Err(SecretError::Masked { key: "auth.secret" })
+        );
+    }
+}

@@ -1,0 +1,136 @@
+//! The gateway's metrics: its counters (`GatewayStats` of the seed, named
+//! as PROTOCOL.md lists them) and the request latency per route.
+
+use std::time::Duration;
+
+use super::family::{Families, Family, Kind, Series, Value};
+use super::histogram::Histogram;
+use crate::gateway::routes::ROUTES;
+
+super::metric_set! {
+    /// The gateway's counters and gauges, one set per core.
+    pub struct GatewayStats {
+        /// Client connections accepted.
+        "routerd_gateway_sessions_accepted_total" Counter { sessions_accepted }
+        /// Client connections refused because gateway.sessions_max sessions were open.
+        "routerd_gateway_sessions_refused_total" Counter { sessions_refused }
+        /// Client sessions open.
+        "routerd_gateway_sessions_active" Gauge { sessions_active }
+        /// Client requests the gateway answered with an error before any service saw them, by
+        /// reason.
+        "routerd_gateway_ingress_rejected_total" Counter (reason) {
+            ingress_unknown_route = "unknown_route",
+            ingress_direction_rejected = "direction_rejected",
+            ingress_auth_required = "auth_required",
+            ingress_protocol_violation = "protocol_violation",
+            ingress_overloaded = "overloaded",
+            ingress_bad_request = "bad_request",
+        }
+        /// Frames for clients that the egress gate dropped, by the check that failed.
+        "routerd_gateway_egress_rejected_total" Counter (reason) {
+            egress_unknown_session = "unknown_session",
+            egress_stale_epoch = "stale_epoch",
+            egress_owner_mismatch = "owner_mismatch",
+            egress_route_not_found = "route_not_found",
+            egress_direction_rejected = "direction_rejected",
+            egress_send_failed = "send_failed",
+        }
+        /// Sessions bound to a player by a bind that won the epoch compare-and-set.
+        "routerd_gateway_binds_total" Counter { binds }
+        /// Binds that lost the epoch compare-and-set to another bind.
+        "routerd_gateway_binds_epoch_expired_total" Counter { binds_epoch_expired }
+        /// Sessions kicked (sys.kicked, then closed).
+        "routerd_gateway_kicks_total" Counter { kicks }
+        /// Requests the gateway answered TIMEOUT after gateway.request_timeout_ms.
+        "routerd_gateway_timeouts_total" Counter { timeouts }
+        /// Answers that arrived after their request was answered (timed out) and were dropped.
+        "routerd_gateway_late_answers_total" Counter { late_answers }
+        /// Sessions closed because gateway.send_queue_max frames waited for them.
+        "routerd_gateway_slow_readers_closed_total" Counter { slow_readers_closed }
+        /// Sessions closed after gateway.idle_timeout_ms without a complete frame.
+        "routerd_gateway_idle_closed_total" Counter { idle_closed }
+        /// Notices sent to the target of a session that ended, by kind (unbound: kicked,
+        /// disconnected: the connection ended).
+        "routerd_gateway_notices_total" Counter (kind) {
+            notices_unbound = "unbound",
+            notices_disconnected = "disconnected",
+        }
+    }
+}
+
+/// Client requests from arrival at the gateway to their answer (or the
+/// gateway's TIMEOUT), per route: the latency a client sees, less the
+/// network. Indexed like [`ROUTES`]; only client-to-server routes are
+/// requests, so the others stay empty and are not exported. Not timed:
+/// requests refused at ingress (counted by reason instead) and the rare
+/// ERROR the gateway answers itself when a session's target is gone
+/// (`GatewayCore::answer_error`, which is given no clock reading).
+#[derive(Debug, Default)]
+pub struct RequestLatency {
+    by_route: [Histogram; ROUTES.len()],
+}
+
+impl RequestLatency {
+    /// Records one answered request of the route at `route_index` in
+    /// [`ROUTES`], on the core that owns its session.
+    pub fn record(&self, route_index: usize, elapsed: Duration) {
+        if let Some(histogram) = self.by_route.get(route_index) {
+            histogram.record(elapsed);
+        }
+    }
+
+    #[cfg(test)]
+    pub fn route(&self, route_index: usize) -> &Histogram {
+        &self.by_route[route_index]
+    }
+}
+
+/// One series of the request latency family: the route at `$index` of
+/// `ROUTES`, labelled with its name.
+macro_rules! route_series {
+    ($($index:literal)*) => {
+        &[$(Series {
+            label_value: Some(ROUTES[$index].name),
+            read: |latency: &RequestLatency| Value::Distribution(&latency.by_route[$index]),
+        },)*]
+    };
+}
+
+/// The client-to-server routes, which [`ROUTES`] lists first (a test keeps
+/// the series and the table in step).
+const REQUEST_ROUTES: &[Series<RequestLatency>] = route_series!(0 1 2 3 4 5 6);
+
+impl Families for RequestLatency {
+    const FAMILIES: &'static [Family<Self>] = &[Family {
+        name: "routerd_gateway_request_duration_seconds",
+        help: "Client requests from their arrival at the gateway to their answer or TIMEOUT, by \
+               route.",
+        kind: Kind::Histogram,
+        label: Some("route"),
+        series: REQUEST_ROUTES,
+    }];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::routes::Direction;
+
+    #[test]
+    fn request_latency_has_one_series_per_client_route() {
+        let requests: Vec<&str> = ROUTES
+            .iter()
+            .filter(|route| route.direction == Direction::ClientToServer)
+            .map(|route| route.name)
+            .collect();
+        let series: Vec<&str> = REQUEST_ROUTES
+            .iter()
+            .filter_map(|series| series.label_value)
+            .collect();
+        assert_eq!(series, requests);
+        // ... and they are the first entries, so the indexes agree.
+        for (index, route) in ROUTES.iter().enumerate().take(series.len()) {
+            assert_eq!(route.direction, Direction::ClientToServer, "{index}");
+        }
+    }
+}

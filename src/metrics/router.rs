@@ -1,0 +1,70 @@
+//! The router's metrics: the counters its sans-IO core keeps, the gauges
+//! its driver computes, and what the driver counts itself.
+
+super::counter_set! {
+    /// The router core's counters: plain fields the state machine
+    /// increments (the simulator clones and compares them); the driver
+    /// mirrors them into [`RouterCounterCells`] after each batch of effects.
+    pub struct RouterCounters mirrored by RouterCounterCells {
+        /// Requests that entered the router: from a client, a service, or another node.
+        "routerd_router_requests_total" { requests_total }
+        /// Answers the router emitted for requests that wait for one.
+        "routerd_router_replies_total" { replies_total }
+        /// Requests an object's handler ran on this node.
+        "routerd_router_handled_total" { handled_total }
+        /// Requests sent to the owning node by the node where they entered.
+        "routerd_router_sends_total" { sends_total }
+        /// Requests passed on by a node that received them routed (a stale route repaired by
+        /// forwarding).
+        "routerd_router_forwards_total" { forwards_total }
+        /// Requests refused because they had taken router.forward_hops_max hops.
+        "routerd_router_forward_hops_exceeded_total" { transfer_ttl_exceeded_total }
+        /// Reads of an ownership record from the store, retries included.
+        "routerd_router_pulls_total" { pulls_total }
+        /// Route repairs (re-reads, claims) requests caused.
+        "routerd_router_repairs_total" { repair_attempts_total }
+        /// Objects this node claimed: ownership written with a store compare-and-set.
+        "routerd_router_claims_total" { claims_total }
+        /// Saves of writable objects that the store applied.
+        "routerd_router_saves_total" { saves_total }
+        /// Store writes refused because another write changed the record first.
+        "routerd_router_cas_conflicts_total" { cas_conflicts_total }
+        /// Store writes whose outcome is unknown (a timeout, a lost connection).
+        "routerd_router_store_indeterminate_total" { store_indeterminate_total }
+        /// Objects moved to another node.
+        "routerd_router_transfers_total" { transfers_total }
+        /// Transfers whose ownership write the store did not apply; the object stays here or its
+        /// route is re-read.
+        "routerd_router_transfers_failed_total" { transfers_failed_total }
+        /// Transfers whose target did not confirm within router.transfer_ack_timeout_ms.
+        "routerd_router_transfer_ack_timeouts_total" { transfer_ack_timeouts_total }
+        /// Route updates sent to the node a request came from.
+        "routerd_router_update_syncs_total" { update_syncs_sent_total }
+        /// Route updates received and applied.
+        "routerd_router_update_syncs_applied_total" { update_syncs_applied_total }
+        /// Requests refused because router.pending_queue_max requests waited on one object.
+        "routerd_router_pending_queue_full_total" { pending_queue_full_total }
+        /// Objects refused because a core held router.entries_per_core_max entries.
+        "routerd_router_entries_full_total" { entries_full_total }
+        /// Idle writable objects saved and released (kept as route caches).
+        "routerd_router_degrades_total" { degrades_total }
+        /// Idle route caches freed.
+        "routerd_router_caches_freed_total" { caches_freed_total }
+    }
+}
+
+super::metric_set! {
+    /// What the router's driver keeps itself: gauges it recomputes on a
+    /// period and the messages it could not send.
+    pub struct RouterStats {
+        /// Writable objects held.
+        "routerd_router_objects" Gauge { objects }
+        /// Route caches held.
+        "routerd_router_caches" Gauge { caches }
+        /// Requests queued behind objects that are loading, saving or moving.
+        "routerd_router_pending" Gauge { pending }
+        /// Messages for another node dropped because no link to it exists (requests among them
+        /// are answered UNAVAILABLE).
+        "routerd_router_unroutable_total" Counter { unroutable }
+    }
+}
