@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # routerd `ping` (before login: gateway + auth service) against a minimal
-# glommio echo server with the same framing: the ceiling for any server on
-# this stack. Goal: ratio >= 0.85. Run by hand: bench/ping_vs_echo.sh
+# echo server with the same framing on the same runtime and ring setup: the
+# ceiling for any server on this stack. Goal: ratio >= 0.85. Run by hand: bench/ping_vs_echo.sh
 # (ROUNDS alternating pairs, 3 by default; the median ratio is the result).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 ECHO_PORT=${ECHO_PORT:-17500}
 build
-header "routerd ping vs glommio echo (same framing), $ROUNDS rounds"
+header "routerd ping vs echo (same framing, same runtime), $ROUNDS rounds"
 
 for round in $(seq 1 "$ROUNDS"); do
   taskset -c "$SERVER_CPUS" "$BIN/echo" --listen "127.0.0.1:$ECHO_PORT" --cpus "${SERVER_CPUS%%,*}" 2>/dev/null &

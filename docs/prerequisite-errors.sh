@@ -17,11 +17,11 @@ routerd=$(cd "$(dirname "$routerd")" && pwd)/$(basename "$routerd")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-config() { # cores io_memory_bytes
+config() { # cores recv_buffers
     cat > "$work/node.toml" <<EOF
 [cores]
 count = $1
-io_memory_bytes = $2
+recv_buffers = $2
 [gateway]
 listen = "127.0.0.1:0"
 [admin]
@@ -76,18 +76,18 @@ gcc -O2 -o "$work/no_uring" "$work/no_uring.c" || exit 1
 
 cd "$work" || exit 1
 echo "== io_uring blocked by seccomp (EPERM, as Docker's default profile)"
-config 1 524288
+config 1 512
 show ./no_uring 1 "$routerd" serve --config node.toml
 
 echo "== no io_uring in the kernel (ENOSYS)"
 show ./no_uring 38 "$routerd" serve --config node.toml
 
-echo "== locked-memory limit below 512 KiB"
-show bash -c "ulimit -l 256 && exec \"$routerd\" serve --config node.toml"
+echo "== a tiny locked-memory limit, no CAP_IPC_LOCK (2 cores, 4096 receive buffers each)"
+config 2 4096
+show bash -c "ulimit -l 16 && exec setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \"$routerd\" serve --config node.toml"
 
-echo "== locked memory too small for cores.io_memory_bytes (2 cores, 512 KiB each), no CAP_IPC_LOCK"
-config 2 524288
-show bash -c "ulimit -l 1024 && exec setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \"$routerd\" serve --config node.toml"
+echo "== no locked memory at all, no CAP_IPC_LOCK"
+show bash -c "ulimit -l 0 && exec setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \"$routerd\" serve --config node.toml"
 
-echo "== the same with enough locked memory"
-show bash -c "ulimit -l 4096 && exec setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \"$routerd\" serve --config node.toml"
+echo "== an old kernel's refusal of the ring flags (EINVAL from io_uring_setup)"
+show ./no_uring 22 "$routerd" serve --config node.toml

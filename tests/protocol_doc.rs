@@ -63,7 +63,7 @@ fn hex(text: &str) -> Vec<u8> {
         .filter(|b| !b.is_ascii_whitespace() && *b != b'|')
         .collect();
     assert!(
-        digits.len() % 2 == 0,
+        digits.len().is_multiple_of(2),
         "odd number of hex digits in {text:?}"
     );
     digits

@@ -33,25 +33,34 @@ fn main() -> ExitCode {
         Err(message) => {
             eprintln!(
                 "echo: {message}\nusage: echo [--listen 127.0.0.1:7500] [--cpus 0,1] \
-                 [--runtime shards|glommio] [--spin-us N]"
+                 [--runtime shards|glommio] [--taskrun defer|coop] [--spin-us N]"
             );
             return ExitCode::from(2);
         }
     };
     match runtime {
-        Runtime::Shards { spin } => serve_on_shards(listen, cpus, spin),
+        Runtime::Shards { spin, taskrun } => serve_on_shards(listen, cpus, spin, taskrun),
         Runtime::Glommio => serve_on_glommio(listen, cpus),
     }
 }
 
 enum Runtime {
-    Shards { spin: Duration },
+    Shards {
+        spin: Duration,
+        taskrun: shards::TaskRun,
+    },
     Glommio,
 }
 
-fn serve_on_shards(listen: SocketAddr, cpus: Vec<usize>, spin: Duration) -> ExitCode {
+fn serve_on_shards(
+    listen: SocketAddr,
+    cpus: Vec<usize>,
+    spin: Duration,
+    taskrun: shards::TaskRun,
+) -> ExitCode {
     let mut config = shards::RuntimeConfig::new(shards::CorePlacement::Cpus(cpus));
     config.spin_before_park = spin;
+    config.ring_taskrun = taskrun;
     config.thread_name_prefix = "echo".to_string();
     let shutdown = shards::ShutdownHandle::new();
     let runtime = shards::Runtime::start::<(), _, _>(&config, shutdown, move |core| async move {
@@ -146,6 +155,7 @@ fn parse_args() -> Result<(SocketAddr, Vec<usize>, Runtime), String> {
     let mut cpus = vec![0];
     let mut glommio = false;
     let mut spin = Duration::ZERO;
+    let mut taskrun = shards::TaskRun::Defer;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -162,6 +172,13 @@ fn parse_args() -> Result<(SocketAddr, Vec<usize>, Runtime), String> {
                 "glommio" => glommio = true,
                 other => return Err(format!("--runtime: unknown runtime {other}")),
             },
+            "--taskrun" => {
+                taskrun = match value.as_str() {
+                    "defer" => shards::TaskRun::Defer,
+                    "coop" => shards::TaskRun::Coop,
+                    other => return Err(format!("--taskrun: unknown mode {other}")),
+                }
+            }
             "--spin-us" => {
                 let us: u64 = value.parse().map_err(|e| format!("--spin-us: {e}"))?;
                 spin = Duration::from_micros(us);
@@ -172,7 +189,7 @@ fn parse_args() -> Result<(SocketAddr, Vec<usize>, Runtime), String> {
     let runtime = if glommio {
         Runtime::Glommio
     } else {
-        Runtime::Shards { spin }
+        Runtime::Shards { spin, taskrun }
     };
     Ok((listen, cpus, runtime))
 }
