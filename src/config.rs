@@ -177,6 +177,9 @@ pub enum StoreBackend {
     Memory,
     /// A ScyllaDB cluster, ownership CAS as lightweight transactions.
     Scylla,
+    /// A PostgreSQL database (`store.url`), ownership CAS as conditional
+    /// statements, group-committed over a small connection pool.
+    Postgres,
 }
 
 /// SQLite's `synchronous` pragma. `full` makes every acknowledged commit
@@ -209,6 +212,12 @@ pub struct StoreConfig {
     pub nodes: Vec<String>,
     pub keyspace: String,
     pub replication_factor: u32,
+    /// PostgreSQL connection URL, `postgresql://user@host:5432/db`;
+    /// `ROUTERD_STORE_URL` wins over it.
+    pub url: String,
+    /// PostgreSQL connections the store thread keeps, at most
+    /// `store::POSTGRES_POOL_SIZE_MAX`.
+    pub pool_size: usize,
 }
 
 impl Default for StoreConfig {
@@ -224,6 +233,8 @@ impl Default for StoreConfig {
             nodes: Vec::new(),
             keyspace: "routerd".to_string(),
             replication_factor: 1,
+            url: String::new(),
+            pool_size: 4,
         }
     }
 }
@@ -352,6 +363,9 @@ impl Config {
         if let Ok(secret) = std::env::var("ROUTERD_AUTH_SECRET") {
             config.auth.secret = secret;
         }
+        if let Ok(url) = std::env::var("ROUTERD_STORE_URL") {
+            config.store.url = url;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -386,6 +400,13 @@ impl Config {
         }
         if self.store.backend == StoreBackend::Scylla && self.store.nodes.is_empty() {
             return invalid("store.backend = \"scylla\" needs store.nodes");
+        }
+        if self.store.backend == StoreBackend::Postgres && self.store.url.is_empty() {
+            return invalid("store.backend = \"postgres\" needs store.url (or ROUTERD_STORE_URL)");
+        }
+        if self.store.pool_size == 0 || self.store.pool_size > crate::store::POSTGRES_POOL_SIZE_MAX
+        {
+            return invalid("store.pool_size must be between 1 and 64");
         }
         if self.store.queue_max == 0 || self.store.batch_max == 0 {
             return invalid("store.queue_max and store.batch_max must be positive");
@@ -494,6 +515,15 @@ mod tests {
         let mut config = Config::default();
         config.router.object_save_interval_ms = config.router.object_free_timeout_ms;
         assert!(config.validate().is_err());
+        let mut config = Config::default();
+        config.store.backend = StoreBackend::Postgres;
+        assert!(config.validate().is_err(), "postgres without a url");
+        config.store.url = "postgresql://routerd@127.0.0.1:5432/routerd".to_string();
+        config.validate().unwrap();
+        config.store.pool_size = 0;
+        assert!(config.validate().is_err());
+        config.store.pool_size = crate::store::POSTGRES_POOL_SIZE_MAX + 1;
+        assert!(config.validate().is_err());
     }
 }
 
@@ -514,6 +544,9 @@ mod tuning_tests {
         let mut expected = Config::default();
         if let Ok(secret) = std::env::var("ROUTERD_AUTH_SECRET") {
             expected.auth.secret = secret;
+        }
+        if let Ok(url) = std::env::var("ROUTERD_STORE_URL") {
+            expected.store.url = url;
         }
         assert_eq!(profile("default.toml"), expected);
     }
