@@ -348,7 +348,13 @@ impl Dispatcher {
                     continue;
                 }
             };
-            let batch = self.collect(first);
+            // Spread the queue over every idle connection: writers that
+            // were answered together come back together, and one
+            // connection taking them all would leave the others idle while
+            // it runs a batch several times as long.
+            let idle = self.idle.len() + 1;
+            let share = (self.receiver.len() + 1).div_ceil(idle);
+            let batch = self.collect(first, share.clamp(1, self.batch_max));
             if batch.is_empty() {
                 self.idle.push(worker);
                 continue;
@@ -376,14 +382,15 @@ impl Dispatcher {
         }
     }
 
-    /// The first request and every request queued behind it, up to the
-    /// batch's bounds; requests past their deadline are answered here.
-    fn collect(&self, first: Request) -> Vec<Request> {
+    /// The first request and the requests queued behind it, up to
+    /// `weight_max` writes and `BATCH_BYTES_MAX`; requests past their
+    /// deadline are answered here.
+    fn collect(&self, first: Request, weight_max: usize) -> Vec<Request> {
         let now = Instant::now();
         let mut weight = first.weight();
         let mut bytes = state_bytes(&first);
         let mut batch = vec![first];
-        while weight < self.batch_max && bytes < BATCH_BYTES_MAX {
+        while weight < weight_max && bytes < BATCH_BYTES_MAX {
             let Ok(request) = self.receiver.try_recv() else {
                 break;
             };
@@ -416,7 +423,11 @@ impl Dispatcher {
                 return Wait::Unavailable;
             }
             let deadline = tokio::time::Instant::from_std(deadline);
-            let event = runtime.block_on(tokio::time::timeout_at(deadline, self.events.recv()));
+            let events = &mut self.events;
+            // The timer is made inside `block_on`: tokio timers need the
+            // runtime's context when they are created.
+            let event =
+                runtime.block_on(async { tokio::time::timeout_at(deadline, events.recv()).await });
             match event {
                 Ok(Some(Event::Idle(worker))) => return Wait::Worker(worker),
                 Ok(Some(Event::Down)) => {}
