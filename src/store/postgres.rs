@@ -21,9 +21,10 @@
 //! not committed.
 //!
 //! Connections: a worker whose connection is lost reconnects by itself,
-//! with exponential backoff and jitter. While no connection is up, requests
-//! are answered at once with `BackendError::Unavailable`: they were never
-//! sent, so a write did not happen.
+//! with exponential backoff and jitter. While no connection is up (for
+//! longer than `RECONNECT_GRACE` after the last was lost), requests are
+//! answered at once with `BackendError::Unavailable`: they were never sent,
+//! so a write did not happen.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -63,6 +64,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// first to the last, each wait drawn in [delay / 2, delay].
 const RECONNECT_DELAY_FIRST: Duration = Duration::from_millis(50);
 const RECONNECT_DELAY_LAST: Duration = Duration::from_secs(2);
+
+/// How long after the last connection was lost requests still wait for a
+/// reconnect instead of being answered `Unavailable` at once.
+const RECONNECT_GRACE: Duration = Duration::from_secs(1);
 
 /// Opens the PostgreSQL store at `config.url` with `config.pool_size`
 /// connections, creating the tables if absent. Blocks the caller until
@@ -290,6 +295,7 @@ fn driver_thread(
         senders,
         idle: Vec::with_capacity(pool_size),
         connected,
+        down_at: None,
         batch_max,
     };
     dispatcher.run(&runtime);
@@ -327,6 +333,8 @@ struct Dispatcher {
     /// Workers that said `Idle` and have not been given a batch since.
     idle: Vec<usize>,
     connected: Arc<AtomicUsize>,
+    /// When a worker last said it lost its connection.
+    down_at: Option<Instant>,
     batch_max: usize,
 }
 
@@ -412,29 +420,43 @@ impl Dispatcher {
     fn wait_for_worker(&mut self, runtime: &tokio::runtime::Runtime, deadline: Instant) -> Wait {
         loop {
             while let Ok(event) = self.events.try_recv() {
-                if let Event::Idle(worker) = event {
-                    self.idle.push(worker);
-                }
+                self.note(event);
             }
             if let Some(worker) = self.idle.pop() {
                 return Wait::Worker(worker);
             }
+            let mut until = deadline;
             if self.connected.load(Ordering::Acquire) == 0 {
-                return Wait::Unavailable;
+                // A connection lost a moment ago is usually back within a
+                // few milliseconds (a terminated backend, a restarted
+                // server): wait that long for it. Past the grace the outage
+                // is real, and every request is answered at once instead of
+                // each waiting out its timeout in turn.
+                match self.down_at.map(|down_at| down_at + RECONNECT_GRACE) {
+                    Some(grace_end) if grace_end > Instant::now() => until = until.min(grace_end),
+                    _ => return Wait::Unavailable,
+                }
             }
-            let deadline = tokio::time::Instant::from_std(deadline);
+            let until = tokio::time::Instant::from_std(until);
             let events = &mut self.events;
             // The timer is made inside `block_on`: tokio timers need the
             // runtime's context when they are created.
             let event =
-                runtime.block_on(async { tokio::time::timeout_at(deadline, events.recv()).await });
+                runtime.block_on(async { tokio::time::timeout_at(until, events.recv()).await });
             match event {
-                Ok(Some(Event::Idle(worker))) => return Wait::Worker(worker),
-                Ok(Some(Event::Down)) => {}
+                Ok(Some(event)) => self.note(event),
                 // Every worker is gone: nothing will ever be sent.
                 Ok(None) => return Wait::Unavailable,
-                Err(_elapsed) => return Wait::Expired,
+                Err(_elapsed) if Instant::now() >= deadline => return Wait::Expired,
+                Err(_elapsed) => {}
             }
+        }
+    }
+
+    fn note(&mut self, event: Event) {
+        match event {
+            Event::Idle(worker) => self.idle.push(worker),
+            Event::Down => self.down_at = Some(Instant::now()),
         }
     }
 }
