@@ -83,8 +83,7 @@ fn a_newer_or_foreign_schema_is_a_clear_startup_error() {
         .psql("unversioned", "CREATE TABLE routerd_routes (x INTEGER)")
         .expect("foreign table");
     let error = open_postgres(&config(server.url("unversioned")), GroupCommit::On)
-        .err()
-        .expect("foreign database refused");
+        .expect_err("foreign database refused");
     assert!(error.to_string().contains("schema version 0"), "{error}");
 }
 
@@ -106,8 +105,7 @@ fn a_server_that_is_not_there_is_a_clear_startup_error() {
     }
     assert!(started.elapsed() < Duration::from_secs(10));
     let error = open_postgres(&config("not a url=".to_string()), GroupCommit::On)
-        .err()
-        .expect("bad url refused");
+        .expect_err("bad url refused");
     assert!(error.to_string().contains("store.url"), "{error}");
 }
 
