@@ -206,6 +206,9 @@ pub enum StoreBackend {
     Memory,
     /// A ScyllaDB cluster, ownership CAS as lightweight transactions.
     Scylla,
+    /// A PostgreSQL database (`store.url`), ownership CAS as conditional
+    /// statements, group-committed over a small connection pool.
+    Postgres,
 }
 
 /// `[store]` keys every backend reads (the `Store` handle's limits and the
@@ -220,10 +223,11 @@ const STORE_COMMON_KEYS: [&str; 5] = [
 
 impl StoreBackend {
     /// Every backend, for the key check's messages.
-    pub const ALL: [StoreBackend; 3] = [
+    pub const ALL: [StoreBackend; 4] = [
         StoreBackend::Sqlite,
         StoreBackend::Memory,
         StoreBackend::Scylla,
+        StoreBackend::Postgres,
     ];
 
     /// The `[store]` keys this backend reads beyond the common ones. A key
@@ -235,6 +239,7 @@ impl StoreBackend {
             StoreBackend::Sqlite => &["path", "synchronous"],
             StoreBackend::Memory => &[],
             StoreBackend::Scylla => &["nodes", "keyspace", "replication_factor"],
+            StoreBackend::Postgres => &["url", "pool_size"],
         }
     }
 
@@ -244,6 +249,7 @@ impl StoreBackend {
             StoreBackend::Sqlite => "sqlite",
             StoreBackend::Memory => "memory",
             StoreBackend::Scylla => "scylla",
+            StoreBackend::Postgres => "postgres",
         }
     }
 
@@ -288,6 +294,12 @@ pub struct StoreConfig {
     pub keyspace: String,
     /// scylla: the replication factor of a keyspace it creates.
     pub replication_factor: u32,
+    /// PostgreSQL connection URL, `postgresql://user@host:5432/db`;
+    /// `ROUTERD_STORE_URL` wins over it.
+    pub url: String,
+    /// PostgreSQL connections the store thread keeps, at most
+    /// `store::POSTGRES_POOL_SIZE_MAX`.
+    pub pool_size: usize,
 }
 
 impl Default for StoreConfig {
@@ -303,6 +315,8 @@ impl Default for StoreConfig {
             nodes: Vec::new(),
             keyspace: "routerd".to_string(),
             replication_factor: 1,
+            url: String::new(),
+            pool_size: 4,
         }
     }
 }
@@ -435,6 +449,9 @@ impl Config {
         if let Ok(secret) = std::env::var(AUTH_SECRET_ENV) {
             config.auth.secret = Secret::new(secret);
         }
+        if let Ok(url) = std::env::var("ROUTERD_STORE_URL") {
+            config.store.url = url;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -484,6 +501,13 @@ impl Config {
         self.check_secrets()?;
         if self.store.backend == StoreBackend::Scylla && self.store.nodes.is_empty() {
             return invalid("store.backend = \"scylla\" needs store.nodes");
+        }
+        if self.store.backend == StoreBackend::Postgres && self.store.url.is_empty() {
+            return invalid("store.backend = \"postgres\" needs store.url (or ROUTERD_STORE_URL)");
+        }
+        if self.store.pool_size == 0 || self.store.pool_size > crate::store::POSTGRES_POOL_SIZE_MAX
+        {
+            return invalid("store.pool_size must be between 1 and 64");
         }
         if self.store.queue_max == 0 || self.store.batch_max == 0 {
             return invalid("store.queue_max and store.batch_max must be positive");
@@ -702,6 +726,15 @@ mod tests {
         let mut config = Config::default();
         config.router.object_save_interval_ms = config.router.object_free_timeout_ms;
         assert!(config.validate().is_err());
+        let mut config = Config::default();
+        config.store.backend = StoreBackend::Postgres;
+        assert!(config.validate().is_err(), "postgres without a url");
+        config.store.url = "postgresql://routerd@127.0.0.1:5432/routerd".to_string();
+        config.validate().unwrap();
+        config.store.pool_size = 0;
+        assert!(config.validate().is_err());
+        config.store.pool_size = crate::store::POSTGRES_POOL_SIZE_MAX + 1;
+        assert!(config.validate().is_err());
     }
 
     #[test]
@@ -813,6 +846,9 @@ mod tuning_tests {
         let mut expected = Config::default();
         if let Ok(secret) = std::env::var(AUTH_SECRET_ENV) {
             expected.auth.secret = Secret::new(secret);
+        }
+        if let Ok(url) = std::env::var("ROUTERD_STORE_URL") {
+            expected.store.url = url;
         }
         assert_eq!(profile("default.toml"), expected);
     }

@@ -1,14 +1,16 @@
 //! One set of behaviours every store backend must show. Memory and SQLite
-//! always run; Scylla runs when `ROUTERD_SCYLLA_NODES` names a cluster
-//! (comma-separated `host:port`) and otherwise prints why it skipped.
+//! always run; PostgreSQL runs when `ROUTERD_POSTGRES_URL` names a database
+//! (CI starts a server and sets it), Scylla when `ROUTERD_SCYLLA_NODES`
+//! names a cluster (comma-separated `host:port`); each otherwise prints why
+//! it skipped.
 
 use std::sync::{Arc, Barrier};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures_lite::future::block_on;
-use routerd::config::StoreConfig;
+use routerd::config::{StoreBackend, StoreConfig};
 use routerd::store::{
-    open_memory, open_scylla, open_sqlite, AdvertisedActor, CasVersion, GroupCommit,
+    open_memory, open_postgres, open_scylla, open_sqlite, AdvertisedActor, CasVersion, GroupCommit,
     MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion, MemberWrite, NodeId,
     RecordWrite, RouteRecord, RouteVersion, Store, WriteCondition, WriteError, WriteOutcome,
 };
@@ -74,6 +76,31 @@ fn scylla() -> Option<Fixture> {
     Some(Fixture {
         open: Box::new(move || open_scylla(&open_config).expect("open scylla store")),
         config,
+        id_base: now_ms() * 1000,
+        _dir: None,
+    })
+}
+
+fn postgres() -> Option<Fixture> {
+    let Ok(url) = std::env::var("ROUTERD_POSTGRES_URL") else {
+        println!(
+            "skipped: set ROUTERD_POSTGRES_URL=postgresql://user@host:port/db to run against \
+             PostgreSQL"
+        );
+        return None;
+    };
+    let config = StoreConfig {
+        backend: StoreBackend::Postgres,
+        url,
+        ..StoreConfig::default()
+    };
+    let open_config = config.clone();
+    Some(Fixture {
+        open: Box::new(move || {
+            open_postgres(&open_config, GroupCommit::On).expect("open postgres store")
+        }),
+        config,
+        // The database outlives the run, like a Scylla cluster.
         id_base: now_ms() * 1000,
         _dir: None,
     })
@@ -395,7 +422,8 @@ fn large_state_at_the_maximum(fixture: &Fixture) {
 }
 
 /// A record written through one handle is read through another one opened
-/// afterwards (for SQLite a second connection, for Scylla a second session).
+/// afterwards (for SQLite a second connection, for Scylla a second session,
+/// for PostgreSQL a second pool).
 fn written_by_one_read_by_another(fixture: &Fixture) {
     let key = fixture.key(6, 1);
     {
@@ -422,6 +450,13 @@ macro_rules! conformance {
         mod scylla {
             $( #[test] fn $test() {
                 if let Some(fixture) = super::scylla() {
+                    super::$test(&fixture)
+                }
+            } )*
+        }
+        mod postgres {
+            $( #[test] fn $test() {
+                if let Some(fixture) = super::postgres() {
                     super::$test(&fixture)
                 }
             } )*

@@ -1,6 +1,7 @@
-//! Conditional (CAS) writes per second on the SQLite store, with 1, 16 and
-//! 256 concurrent writers, group commit on versus one transaction per
-//! write, measured in the same run and printed as ratios.
+//! Conditional (CAS) writes per second on the SQLite and PostgreSQL
+//! stores, with 1, 16 and 256 concurrent writers, group commit on versus
+//! one request per transaction (SQLite) or per round trip (PostgreSQL),
+//! measured in the same run and printed as ratios.
 //!
 //! Writers are tasks on one glommio executor, as on a routerd core: each
 //! owns one key and advances it by CAS (`CasEquals(v)` -> `Applied(v+1)`),
@@ -8,17 +9,22 @@
 //!
 //! `cargo bench -p bench --bench store`; `ROUTERD_BENCH_STORE_SECS` sets
 //! the measured seconds per case (default 1), `ROUTERD_BENCH_STORE_SYNC`
-//! = `normal` measures `synchronous = NORMAL` instead of FULL.
+//! = `normal` measures SQLite's `synchronous = NORMAL` instead of FULL,
+//! `ROUTERD_BENCH_STORE` = `sqlite` or `postgres` runs one backend only.
+//! PostgreSQL runs on `ROUTERD_POSTGRES_URL` when set, else on a throwaway
+//! server of its own; `synchronous_commit` is on either way (the store sets
+//! it on every connection). `ROUTERD_BENCH_PG_POOL` sets `store.pool_size`.
 
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use glommio::{LocalExecutorBuilder, Placement};
-use routerd::config::{SqliteSynchronous, StoreConfig};
+use routerd::config::{SqliteSynchronous, StoreBackend, StoreConfig};
+use routerd::store::postgres_server::PgServer;
 use routerd::store::{
-    open_sqlite, CasVersion, GroupCommit, NodeId, RecordWrite, RouteVersion, Store, WriteCondition,
-    WriteOutcome,
+    open_postgres, open_sqlite, CasVersion, GroupCommit, NodeId, RecordWrite, RouteVersion, Store,
+    WriteCondition, WriteOutcome,
 };
 use wire::ObjectKey;
 
@@ -26,9 +32,9 @@ const WRITER_COUNTS: [usize; 3] = [1, 16, 256];
 /// A short warm-up before each measurement fills caches and the WAL.
 const WARMUP: Duration = Duration::from_millis(200);
 
-fn write(writer: usize, condition: WriteCondition, round: u64) -> RecordWrite {
+fn write(key: ObjectKey, condition: WriteCondition, round: u64) -> RecordWrite {
     RecordWrite {
-        key: ObjectKey::new(1, 0, writer as u64),
+        key,
         condition,
         owner_node: NodeId(1),
         owner_incarnation: 1,
@@ -38,9 +44,10 @@ fn write(writer: usize, condition: WriteCondition, round: u64) -> RecordWrite {
     }
 }
 
-/// Runs `writers` CAS loops for `warmup + measure`; returns writes per
-/// second during `measure`.
-fn measure(store: &Store, writers: usize, measure: Duration) -> f64 {
+/// Runs `writers` CAS loops for `warmup + measure` on keys `(1, zone,
+/// id_base + writer)`, which must not exist yet; returns writes per second
+/// during `measure`.
+fn measure(store: &Store, writers: usize, measure: Duration, zone: u32, id_base: u64) -> f64 {
     let executor = LocalExecutorBuilder::new(Placement::Unbound)
         .io_memory(512 << 10)
         .make()
@@ -53,17 +60,16 @@ fn measure(store: &Store, writers: usize, measure: Duration) -> f64 {
             .map(|writer| {
                 let store = store.clone();
                 let (counted, counting, stop) = (counted.clone(), counting.clone(), stop.clone());
+                let key = ObjectKey::new(1, zone, id_base + writer as u64);
                 glommio::spawn_local(async move {
-                    // Each case starts from a fresh file, so the key is new.
-                    let mut cas = match store.write(write(writer, WriteCondition::Absent, 0)).await
-                    {
+                    let mut cas = match store.write(write(key, WriteCondition::Absent, 0)).await {
                         Ok(WriteOutcome::Applied(version)) => version,
                         other => panic!("initial insert gave {other:?}"),
                     };
                     let mut round = 1;
                     while !stop.get() {
                         let condition = WriteCondition::CasEquals(cas);
-                        match store.write(write(writer, condition, round)).await {
+                        match store.write(write(key, condition, round)).await {
                             Ok(WriteOutcome::Applied(version)) => {
                                 assert_eq!(version, CasVersion(cas.0 + 1));
                                 cas = version;
@@ -98,6 +104,25 @@ fn main() {
         .ok()
         .and_then(|value| value.parse().ok())
         .unwrap_or(1.0);
+    let only = std::env::var("ROUTERD_BENCH_STORE").unwrap_or_default();
+    if only.is_empty() || only == "sqlite" {
+        sqlite(secs);
+    }
+    if only.is_empty() || only == "postgres" {
+        postgres(secs);
+    }
+}
+
+fn print_row(writers: usize, rates: [f64; 2]) {
+    println!(
+        "{writers:>8} {:>16.0} {:>16.0} {:>7.1}x",
+        rates[0],
+        rates[1],
+        rates[0] / rates[1].max(f64::MIN_POSITIVE)
+    );
+}
+
+fn sqlite(secs: f64) {
     let synchronous = match std::env::var("ROUTERD_BENCH_STORE_SYNC").as_deref() {
         Ok("normal") => SqliteSynchronous::Normal,
         _ => SqliteSynchronous::Full,
@@ -125,13 +150,68 @@ fn main() {
             let dir = tempfile::tempdir().expect("temp dir");
             let store = open_sqlite(&dir.path().join("bench.db"), &config, group_commit)
                 .expect("open store");
-            rates[slot] = measure(&store, writers, Duration::from_secs_f64(secs));
+            rates[slot] = measure(&store, writers, Duration::from_secs_f64(secs), 0, 0);
         }
-        println!(
-            "{writers:>8} {:>16.0} {:>16.0} {:>7.1}x",
-            rates[0],
-            rates[1],
-            rates[0] / rates[1].max(f64::MIN_POSITIVE)
-        );
+        print_row(writers, rates);
+    }
+}
+
+fn postgres(secs: f64) {
+    let (url, _server) = match std::env::var("ROUTERD_POSTGRES_URL") {
+        Ok(url) => (url, None),
+        Err(_) => match PgServer::start() {
+            Ok(server) => {
+                server
+                    .psql("postgres", "CREATE DATABASE routerd_bench")
+                    .expect("create the bench database");
+                (server.url("routerd_bench"), Some(server))
+            }
+            Err(error) => {
+                println!("store bench: PostgreSQL skipped: {error}");
+                return;
+            }
+        },
+    };
+    let pool_size = std::env::var("ROUTERD_BENCH_PG_POOL")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(StoreConfig::default().pool_size);
+    let config = StoreConfig {
+        backend: StoreBackend::Postgres,
+        url,
+        pool_size,
+        request_timeout_ms: 120_000,
+        ..StoreConfig::default()
+    };
+    println!(
+        "store bench: PostgreSQL CAS writes/s, synchronous_commit = on, {secs} s per case, \
+         batch_max = {}, pool_size = {pool_size}",
+        config.batch_max
+    );
+    println!(
+        "{:>8} {:>16} {:>16} {:>8}",
+        "writers", "batched", "1 per trip", "ratio"
+    );
+    // A persistent database keeps earlier runs' keys: start past them.
+    let id_base = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_micros() as u64)
+        .unwrap_or(0)
+        << 10;
+    let mut zone = 0;
+    for writers in WRITER_COUNTS {
+        let mut rates = [0.0f64; 2];
+        for (slot, group_commit) in [GroupCommit::On, GroupCommit::Off].into_iter().enumerate() {
+            let store = open_postgres(&config, group_commit).expect("open postgres store");
+            zone += 1;
+            rates[slot] = measure(
+                &store,
+                writers,
+                Duration::from_secs_f64(secs),
+                zone,
+                id_base,
+            );
+        }
+        print_row(writers, rates);
     }
 }

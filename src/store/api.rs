@@ -101,6 +101,9 @@ impl Store {
             ),
             StoreBackend::Memory => Ok(super::memory::open_memory(&config.store).0),
             StoreBackend::Scylla => super::scylla::open_scylla(&config.store),
+            StoreBackend::Postgres => {
+                super::postgres::open_postgres(&config.store, super::sqlite::GroupCommit::On)
+            }
         }
     }
 
@@ -150,9 +153,10 @@ impl Store {
     }
 
     /// Several conditional writes (shutdown saves), at most `batch_max`.
-    /// Each write keeps its own condition and outcome, in order. On SQLite
-    /// and memory a backend error fails the whole batch with none of it
-    /// applied; Scylla applies writes one by one, so an error after the
+    /// Each write keeps its own condition and outcome, in order. On SQLite,
+    /// PostgreSQL and memory a backend error fails the whole batch with none
+    /// of it applied (a lost PostgreSQL connection makes every write of the
+    /// batch `Indeterminate`); Scylla applies writes one by one, so an error after the
     /// first write reports that write and the rest `Indeterminate`.
     pub fn write_batch(
         &self,

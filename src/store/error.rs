@@ -13,6 +13,12 @@ pub enum BackendError {
     Sqlite(Arc<rusqlite::Error>),
     #[error("scylla: {0}")]
     Scylla(Arc<dyn std::error::Error + Send + Sync>),
+    #[error("postgres: {}", super::postgres_sql::describe(.0))]
+    Postgres(Arc<tokio_postgres::Error>),
+    /// No connection to the store server could be had: the request was
+    /// never sent, so a write did not happen.
+    #[error("store server unavailable: no connection, request not sent")]
+    Unavailable,
     /// A stored value this version cannot read (a bad blob, a negative
     /// counter): never silently defaulted.
     #[error("corrupt stored value: {0}")]
@@ -20,6 +26,12 @@ pub enum BackendError {
     /// A fault the memory backend was told to inject.
     #[error("injected fault")]
     Injected,
+}
+
+impl From<tokio_postgres::Error> for BackendError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        BackendError::Postgres(Arc::new(error))
+    }
 }
 
 impl From<rusqlite::Error> for BackendError {
@@ -107,6 +119,15 @@ pub enum OpenError {
     },
     #[error("cannot connect to the Scylla cluster: {0}")]
     Scylla(String),
+    #[error("cannot open the PostgreSQL store: {0}")]
+    Postgres(String),
+    /// The database holds routerd tables of another version (0: tables
+    /// without a version, not a routerd store).
+    #[error(
+        "PostgreSQL store schema version {found} is not supported (this build uses version \
+         {expected}); use a matching routerd or another database"
+    )]
+    PostgresSchemaVersion { found: i64, expected: i64 },
     #[error("cannot start the store thread: {0}")]
     Thread(std::io::Error),
     #[error("invalid store configuration: {0}")]

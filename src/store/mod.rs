@@ -1,7 +1,8 @@
 //! Ownership persistence: route records under compare-and-set, and the
 //! membership table, behind one executor-agnostic handle, [`Store`].
 //!
-//! Backends: SQLite (embedded default, group commit), ScyllaDB
+//! Backends: SQLite (embedded default, group commit), PostgreSQL
+//! (conditional statements, group commit over a pool), ScyllaDB
 //! (lightweight transactions) and memory (tests, with fault injection).
 
 mod api;
@@ -10,6 +11,10 @@ mod error;
 mod membership;
 mod memory;
 pub mod memory_table;
+mod postgres;
+mod postgres_batch;
+pub mod postgres_server;
+mod postgres_sql;
 pub mod record;
 mod scylla;
 mod sqlite;
@@ -23,6 +28,8 @@ pub use membership::{
 };
 pub use memory::{open_memory, Fault, MemoryFaults, FAULTS_MAX};
 pub use memory_table::{MemberTable, MemoryTable};
+pub use postgres::{open_postgres, BATCH_BYTES_MAX, POSTGRES_POOL_SIZE_MAX};
+pub use postgres_sql::POSTGRES_SCHEMA_VERSION;
 pub use record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };

@@ -1,0 +1,594 @@
+//! The PostgreSQL backend: ownership CAS as conditional statements,
+//! group-committed and pipelined over a small pool of connections.
+//!
+//! Shape: the bridge's bounded queue feeds one dispatcher thread
+//! (`store-postgres`), which hands batches to `store.pool_size` connection
+//! workers running tokio-postgres on a one-worker tokio runtime. No core
+//! ever waits: a full queue answers `Overloaded` in the bridge.
+//!
+//! Group commit: the dispatcher takes the first queued request, waits for
+//! an idle connection, and only then drains the queue (up to `batch_max`
+//! writes and `BATCH_BYTES_MAX` bytes of state), so a batch holds every
+//! request that arrived while all connections were busy: under load the
+//! batches grow, and one fsync commits many writes. One batch runs as one
+//! pipelined transaction (see `postgres_batch` for its exact semantics).
+//!
+//! Time: every request carries its deadline (`request_timeout_ms` after it
+//! was sent). A request still queued at its deadline is answered as timed
+//! out (a write `Indeterminate`); a batch runs under the earliest deadline
+//! in it, and a batch cut short answers its writes `Indeterminate` and
+//! drops its connection, which makes the server roll back whatever had
+//! not committed.
+//!
+//! Connections: a worker whose connection is lost reconnects by itself,
+//! with exponential backoff and jitter. While no connection is up (for
+//! longer than `RECONNECT_GRACE` after the last was lost), requests are
+//! answered at once with `BackendError::Unavailable`: they were never sent,
+//! so a write did not happen.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::mpsc;
+use tokio_postgres::{Client, NoTls};
+
+use super::api::Store;
+use super::bridge::{Bridge, Op, Request};
+use super::error::{BackendError, OpenError};
+use super::postgres_batch::{self, Statements};
+use super::postgres_sql::{self as sql, describe, POSTGRES_SCHEMA_VERSION};
+use super::sqlite::GroupCommit;
+use crate::config::StoreConfig;
+
+/// Connections one store keeps at most: a PostgreSQL backend process each,
+/// and a server's `max_connections` is shared by every routerd node.
+pub const POSTGRES_POOL_SIZE_MAX: usize = 64;
+
+/// State bytes one batch carries at most, so that a batch of large states
+/// never holds more than this in flight on one connection. A single
+/// request larger than this still runs, alone.
+pub const BATCH_BYTES_MAX: usize = 16 << 20;
+
+/// Connecting every pool connection and checking the schema at open may
+/// take this long at most.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One reconnect attempt may take this long at most.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Backoff between reconnect attempts of one worker: doubles from the
+/// first to the last, each wait drawn in [delay / 2, delay].
+const RECONNECT_DELAY_FIRST: Duration = Duration::from_millis(50);
+const RECONNECT_DELAY_LAST: Duration = Duration::from_secs(2);
+
+/// How long after the last connection was lost requests still wait for a
+/// reconnect instead of being answered `Unavailable` at once.
+const RECONNECT_GRACE: Duration = Duration::from_secs(1);
+
+/// Opens the PostgreSQL store at `config.url` with `config.pool_size`
+/// connections, creating the tables if absent. Blocks the caller until
+/// every connection is up; fails at once on a schema of another version.
+/// `GroupCommit::Off` runs one request per round trip (the benchmark's
+/// baseline).
+pub fn open_postgres(config: &StoreConfig, group_commit: GroupCommit) -> Result<Store, OpenError> {
+    let target = Target::new(config)?;
+    let (bridge, receiver) = Bridge::new(
+        config.queue_max,
+        Duration::from_millis(config.request_timeout_ms),
+    );
+    let batch_max = match group_commit {
+        GroupCommit::On => config.batch_max.max(1),
+        GroupCommit::Off => 1,
+    };
+    let pool_size = config.pool_size;
+    let (ready_sender, ready_receiver) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("store-postgres".to_string())
+        .spawn(move || driver_thread(target, pool_size, batch_max, receiver, ready_sender))
+        .map_err(OpenError::Thread)?;
+    match ready_receiver.recv() {
+        Ok(Ok(())) => Ok(Store::from_backend(Arc::new(bridge), config)),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(OpenError::Postgres("the store thread stopped".to_string())),
+    }
+}
+
+/// Where and how to connect.
+struct Target {
+    config: tokio_postgres::Config,
+    session_sql: String,
+}
+
+/// One live connection and its prepared statements.
+struct Conn {
+    client: Client,
+    statements: Statements,
+}
+
+impl Target {
+    fn new(config: &StoreConfig) -> Result<Target, OpenError> {
+        if config.url.is_empty() {
+            return Err(OpenError::Config("store.url is empty"));
+        }
+        if config.pool_size == 0 || config.pool_size > POSTGRES_POOL_SIZE_MAX {
+            return Err(OpenError::Config(
+                "store.pool_size must be between 1 and 64",
+            ));
+        }
+        // The message never echoes the URL: it may hold a password.
+        let mut pg: tokio_postgres::Config = config
+            .url
+            .parse()
+            .map_err(|error| OpenError::Postgres(format!("store.url: {}", describe(&error))))?;
+        if pg.get_application_name().is_none() {
+            // Lets an operator tell routerd's connections apart in
+            // pg_stat_activity.
+            pg.application_name("routerd");
+        }
+        pg.connect_timeout(CONNECT_TIMEOUT);
+        // A peer that vanished without a FIN is found by keepalives while
+        // the connection is idle, and by the request deadline otherwise.
+        pg.keepalives_idle(Duration::from_secs(10));
+        Ok(Target {
+            config: pg,
+            session_sql: sql::session_sql(config.request_timeout_ms),
+        })
+    }
+
+    /// A connection with the session settings, not yet prepared.
+    async fn connect_raw(&self) -> Result<Client, tokio_postgres::Error> {
+        let (client, connection) = self.config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(error = %describe(&error), "postgres connection ended");
+            }
+        });
+        client.batch_execute(&self.session_sql).await?;
+        Ok(client)
+    }
+
+    async fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
+        let client = self.connect_raw().await?;
+        let statements = Statements::prepare(&client).await?;
+        Ok(Conn { client, statements })
+    }
+}
+
+fn open_error(error: tokio_postgres::Error) -> OpenError {
+    OpenError::Postgres(describe(&error))
+}
+
+/// Creates the tables in a database that has none of them, or checks the
+/// version of one that has. Runs under an advisory lock, so two processes
+/// opening a new database at once create the tables once.
+async fn ensure_schema(client: &mut Client) -> Result<(), OpenError> {
+    let transaction = client.transaction().await.map_err(open_error)?;
+    transaction
+        .execute("SELECT pg_advisory_xact_lock($1)", &[&sql::SCHEMA_LOCK_KEY])
+        .await
+        .map_err(open_error)?;
+    let mut present = [false; 3];
+    for (table, present) in sql::TABLES.iter().zip(present.iter_mut()) {
+        let row = transaction
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[table])
+            .await
+            .map_err(open_error)?;
+        *present = row.try_get(0).map_err(open_error)?;
+    }
+    match present {
+        [false, false, false] => {
+            transaction
+                .batch_execute(&sql::create_schema_sql())
+                .await
+                .map_err(open_error)?;
+            tracing::info!("postgres store: tables created");
+        }
+        [true, true, true] => {
+            let rows = transaction
+                .query("SELECT version FROM routerd_schema", &[])
+                .await
+                .map_err(open_error)?;
+            // Anything but one row holding this build's version is a store
+            // this build cannot vouch for.
+            let found = match rows.as_slice() {
+                [row] => row.try_get::<_, i64>(0).map_err(open_error)?,
+                _ => 0,
+            };
+            if found != POSTGRES_SCHEMA_VERSION {
+                return Err(OpenError::PostgresSchemaVersion {
+                    found,
+                    expected: POSTGRES_SCHEMA_VERSION,
+                });
+            }
+        }
+        // Some of routerd's tables without the others: not a store this
+        // build wrote.
+        _ => {
+            return Err(OpenError::PostgresSchemaVersion {
+                found: 0,
+                expected: POSTGRES_SCHEMA_VERSION,
+            })
+        }
+    }
+    transaction.commit().await.map_err(open_error)
+}
+
+/// Connects the whole pool, the first connection checking the schema.
+async fn open_pool(target: &Target, pool_size: usize) -> Result<Vec<Conn>, OpenError> {
+    let mut first = target.connect_raw().await.map_err(open_error)?;
+    ensure_schema(&mut first).await?;
+    let statements = Statements::prepare(&first).await.map_err(open_error)?;
+    let mut pool = vec![Conn {
+        client: first,
+        statements,
+    }];
+    while pool.len() < pool_size {
+        pool.push(target.connect().await.map_err(open_error)?);
+    }
+    Ok(pool)
+}
+
+fn driver_thread(
+    target: Target,
+    pool_size: usize,
+    batch_max: usize,
+    receiver: Receiver<Request>,
+    ready: std::sync::mpsc::SyncSender<Result<(), OpenError>>,
+) {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("store-postgres-rt")
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            drop(ready.send(Err(OpenError::Thread(error))));
+            return;
+        }
+    };
+    let pool = runtime.block_on(async {
+        match tokio::time::timeout(OPEN_TIMEOUT, open_pool(&target, pool_size)).await {
+            Ok(result) => result,
+            Err(_) => Err(OpenError::Postgres(format!(
+                "no connection pool within {}s",
+                OPEN_TIMEOUT.as_secs()
+            ))),
+        }
+    });
+    let pool = match pool {
+        Ok(pool) => pool,
+        Err(error) => {
+            drop(ready.send(Err(error)));
+            return;
+        }
+    };
+    let target = Arc::new(target);
+    let connected = Arc::new(AtomicUsize::new(pool.len()));
+    // Each worker has at most one `Idle` and one `Down` unread at a time.
+    let (events, events_receiver) = mpsc::channel(2 * pool.len());
+    let mut senders = Vec::with_capacity(pool.len());
+    let mut handles = Vec::with_capacity(pool.len());
+    for (id, conn) in pool.into_iter().enumerate() {
+        let (sender, batches) = mpsc::channel(1);
+        senders.push(sender);
+        let worker = Worker {
+            id,
+            target: target.clone(),
+            conn: Some(conn),
+            batches,
+            events: events.clone(),
+            connected: connected.clone(),
+            rng: SmallRng::seed_from_u64(id as u64 ^ 0x5eed),
+        };
+        handles.push(runtime.spawn(worker.run()));
+    }
+    drop(events);
+    drop(ready.send(Ok(())));
+    let mut dispatcher = Dispatcher {
+        receiver,
+        events: events_receiver,
+        senders,
+        idle: Vec::with_capacity(pool_size),
+        connected,
+        down_at: None,
+        batch_max,
+    };
+    dispatcher.run(&runtime);
+    // Every Store handle is gone: close the workers' channels and let each
+    // finish the batch it holds (bounded by that batch's deadline).
+    drop(dispatcher);
+    runtime.block_on(async {
+        for handle in handles {
+            drop(handle.await);
+        }
+    });
+}
+
+/// What a worker tells the dispatcher.
+enum Event {
+    /// Connected and waiting for a batch.
+    Idle(usize),
+    /// Lost its connection: the dispatcher re-checks whether any is up.
+    Down,
+}
+
+/// What waiting for a connection gave.
+enum Wait {
+    Worker(usize),
+    /// The request's deadline passed first.
+    Expired,
+    /// No connection is up: nothing can be sent.
+    Unavailable,
+}
+
+struct Dispatcher {
+    receiver: Receiver<Request>,
+    events: mpsc::Receiver<Event>,
+    senders: Vec<mpsc::Sender<Vec<Request>>>,
+    /// Workers that said `Idle` and have not been given a batch since.
+    idle: Vec<usize>,
+    connected: Arc<AtomicUsize>,
+    /// When a worker last said it lost its connection.
+    down_at: Option<Instant>,
+    batch_max: usize,
+}
+
+impl Dispatcher {
+    fn run(&mut self, runtime: &tokio::runtime::Runtime) {
+        while let Ok(first) = self.receiver.recv() {
+            if first.deadline <= Instant::now() {
+                first.expire();
+                continue;
+            }
+            let worker = match self.wait_for_worker(runtime, first.deadline) {
+                Wait::Worker(worker) => worker,
+                Wait::Expired => {
+                    first.expire();
+                    continue;
+                }
+                Wait::Unavailable => {
+                    first.answer(Err(BackendError::Unavailable));
+                    continue;
+                }
+            };
+            // Spread the queue over every idle connection: writers that
+            // were answered together come back together, and one
+            // connection taking them all would leave the others idle while
+            // it runs a batch several times as long.
+            let idle = self.idle.len() + 1;
+            let share = (self.receiver.len() + 1).div_ceil(idle);
+            let batch = self.collect(first, share.clamp(1, self.batch_max));
+            if batch.is_empty() {
+                self.idle.push(worker);
+                continue;
+            }
+            match self
+                .senders
+                .get(worker)
+                .map(|sender| sender.try_send(batch))
+            {
+                Some(Ok(())) => {}
+                // A worker that said Idle holds no batch, so its one slot
+                // is free; this is a worker that has stopped. The batch was
+                // never sent.
+                Some(Err(
+                    mpsc::error::TrySendError::Full(batch)
+                    | mpsc::error::TrySendError::Closed(batch),
+                )) => {
+                    tracing::error!(worker, "postgres store worker stopped");
+                    for request in batch {
+                        request.answer(Err(BackendError::Unavailable));
+                    }
+                }
+                None => debug_assert!(false, "an idle event named no worker"),
+            }
+        }
+    }
+
+    /// The first request and the requests queued behind it, up to
+    /// `weight_max` writes and `BATCH_BYTES_MAX`; requests past their
+    /// deadline are answered here.
+    fn collect(&self, first: Request, weight_max: usize) -> Vec<Request> {
+        let now = Instant::now();
+        let mut weight = first.weight();
+        let mut bytes = state_bytes(&first);
+        let mut batch = vec![first];
+        while weight < weight_max && bytes < BATCH_BYTES_MAX {
+            let Ok(request) = self.receiver.try_recv() else {
+                break;
+            };
+            weight += request.weight();
+            bytes += state_bytes(&request);
+            batch.push(request);
+        }
+        let mut live = Vec::with_capacity(batch.len());
+        for request in batch {
+            if request.deadline <= now {
+                request.expire();
+            } else {
+                live.push(request);
+            }
+        }
+        live
+    }
+
+    fn wait_for_worker(&mut self, runtime: &tokio::runtime::Runtime, deadline: Instant) -> Wait {
+        loop {
+            while let Ok(event) = self.events.try_recv() {
+                self.note(event);
+            }
+            if let Some(worker) = self.idle.pop() {
+                return Wait::Worker(worker);
+            }
+            let mut until = deadline;
+            if self.connected.load(Ordering::Acquire) == 0 {
+                // A connection lost a moment ago is usually back within a
+                // few milliseconds (a terminated backend, a restarted
+                // server): wait that long for it. Past the grace the outage
+                // is real, and every request is answered at once instead of
+                // each waiting out its timeout in turn.
+                match self.down_at.map(|down_at| down_at + RECONNECT_GRACE) {
+                    Some(grace_end) if grace_end > Instant::now() => until = until.min(grace_end),
+                    _ => return Wait::Unavailable,
+                }
+            }
+            let until = tokio::time::Instant::from_std(until);
+            let events = &mut self.events;
+            // The timer is made inside `block_on`: tokio timers need the
+            // runtime's context when they are created.
+            let event =
+                runtime.block_on(async { tokio::time::timeout_at(until, events.recv()).await });
+            match event {
+                Ok(Some(event)) => self.note(event),
+                // Every worker is gone: nothing will ever be sent.
+                Ok(None) => return Wait::Unavailable,
+                Err(_elapsed) if Instant::now() >= deadline => return Wait::Expired,
+                Err(_elapsed) => {}
+            }
+        }
+    }
+
+    fn note(&mut self, event: Event) {
+        match event {
+            Event::Idle(worker) => self.idle.push(worker),
+            Event::Down => self.down_at = Some(Instant::now()),
+        }
+    }
+}
+
+fn state_bytes(request: &Request) -> usize {
+    match &request.op {
+        Op::Write(writes) => writes.iter().map(|write| write.state.len()).sum(),
+        _ => 0,
+    }
+}
+
+struct Worker {
+    id: usize,
+    target: Arc<Target>,
+    conn: Option<Conn>,
+    batches: mpsc::Receiver<Vec<Request>>,
+    events: mpsc::Sender<Event>,
+    /// Workers with a connection, shared with the dispatcher.
+    connected: Arc<AtomicUsize>,
+    rng: SmallRng,
+}
+
+impl Worker {
+    async fn run(mut self) {
+        loop {
+            if self.conn.is_none() && !self.reconnect().await {
+                return;
+            }
+            if self.events.send(Event::Idle(self.id)).await.is_err() {
+                return;
+            }
+            let Some(batch) = self.batches.recv().await else {
+                return;
+            };
+            self.serve(batch).await;
+        }
+    }
+
+    async fn serve(&mut self, batch: Vec<Request>) {
+        let Some(deadline) = batch.iter().map(|request| request.deadline).min() else {
+            return;
+        };
+        let deadline = tokio::time::Instant::from_std(deadline);
+        if self
+            .conn
+            .as_ref()
+            .is_some_and(|conn| conn.client.is_closed())
+        {
+            // Closed while idle (a server restart, a terminated backend):
+            // one attempt to replace it within the batch's time.
+            self.drop_conn();
+            if let Ok(Ok(conn)) = tokio::time::timeout_at(deadline, self.target.connect()).await {
+                self.set_conn(conn);
+            }
+        }
+        let Some(conn) = self.conn.as_ref() else {
+            // Nothing was sent.
+            for request in batch {
+                request.answer(Err(BackendError::Unavailable));
+            }
+            return;
+        };
+        let run = postgres_batch::run(&conn.client, &conn.statements, &batch);
+        match tokio::time::timeout_at(deadline, run).await {
+            Ok(result) => {
+                let drop_conn = result.connection_suspect || conn.client.is_closed();
+                for (request, answer) in batch.into_iter().zip(result.answers) {
+                    request.answer(answer);
+                }
+                if drop_conn {
+                    self.drop_conn();
+                }
+            }
+            Err(_elapsed) => {
+                // The batch may be anywhere, its COMMIT included: every
+                // write is Indeterminate, and the connection is dropped so
+                // the server rolls back whatever did not commit.
+                for request in batch {
+                    request.expire();
+                }
+                self.drop_conn();
+            }
+        }
+    }
+
+    fn set_conn(&mut self, conn: Conn) {
+        debug_assert!(self.conn.is_none());
+        self.conn = Some(conn);
+        self.connected.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn drop_conn(&mut self) {
+        if self.conn.take().is_some() {
+            self.connected.fetch_sub(1, Ordering::AcqRel);
+            // A full channel already holds events that wake the dispatcher.
+            drop(self.events.try_send(Event::Down));
+        }
+    }
+
+    /// Reconnects with backoff until connected (true) or the dispatcher is
+    /// gone (false).
+    async fn reconnect(&mut self) -> bool {
+        let mut delay = RECONNECT_DELAY_FIRST;
+        let mut attempts: u64 = 0;
+        loop {
+            if self.batches.is_closed() {
+                return false;
+            }
+            attempts += 1;
+            match tokio::time::timeout(CONNECT_TIMEOUT, self.target.connect()).await {
+                Ok(Ok(conn)) => {
+                    self.set_conn(conn);
+                    if attempts > 1 {
+                        tracing::info!(worker = self.id, attempts, "postgres store reconnected");
+                    }
+                    return true;
+                }
+                Ok(Err(error)) if attempts == 1 => {
+                    tracing::warn!(worker = self.id, error = %describe(&error),
+                        "postgres store connection lost; reconnecting with backoff");
+                }
+                Err(_) if attempts == 1 => {
+                    tracing::warn!(
+                        worker = self.id,
+                        "postgres store connect timed out; retrying"
+                    );
+                }
+                _ => {}
+            }
+            let wait = self.rng.gen_range(delay / 2..=delay);
+            tokio::time::sleep(wait).await;
+            delay = (delay * 2).min(RECONNECT_DELAY_LAST);
+        }
+    }
+}

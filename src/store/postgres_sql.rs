@@ -1,0 +1,276 @@
+//! The PostgreSQL backend's statement text, schema, value mapping and error
+//! classification: pure functions, unit-tested without a server.
+//!
+//! Every integer is a `BIGINT`: PostgreSQL has no unsigned types, so `u32`
+//! values are stored exactly and `u64` values bit for bit (as SQLite does).
+
+use tokio_postgres::error::{DbError, Severity};
+use tokio_postgres::Row;
+use wire::ObjectKey;
+
+use super::error::BackendError;
+use super::membership::{self, MemberRow, MemberVersion, MEMBERS_MAX};
+use super::record::{CasVersion, NodeId, RouteRecord, RouteVersion};
+
+/// The schema this build writes and reads, kept in `routerd_schema`.
+pub const POSTGRES_SCHEMA_VERSION: i64 = 1;
+
+/// Serialises schema creation between processes opening one new database
+/// at once: an arbitrary constant, the same in every routerd build.
+pub(crate) const SCHEMA_LOCK_KEY: i64 = 0x0072_6f75_7465_7264; // "routerd" in ASCII
+
+/// Tables routerd owns. Prefixed, so a database shared with other
+/// applications never mixes their tables with ours.
+pub(crate) const TABLES: [&str; 3] = ["routerd_schema", "routerd_routes", "routerd_members"];
+
+/// Creates every table of version 1 and records the version. Run once, in
+/// the transaction that found none of `TABLES`.
+pub(crate) fn create_schema_sql() -> String {
+    format!(
+        "CREATE TABLE routerd_schema (version BIGINT NOT NULL);
+         INSERT INTO routerd_schema (version) VALUES ({POSTGRES_SCHEMA_VERSION});
+         CREATE TABLE routerd_routes (
+             type_id BIGINT NOT NULL,
+             zone_id BIGINT NOT NULL,
+             object_id BIGINT NOT NULL,
+             owner_node BIGINT NOT NULL,
+             owner_incarnation BIGINT NOT NULL,
+             route_version BIGINT NOT NULL,
+             save_timepoint_ms BIGINT NOT NULL,
+             cas_version BIGINT NOT NULL,
+             state BYTEA NOT NULL,
+             PRIMARY KEY (type_id, zone_id, object_id)
+         ) WITH (fillfactor = 90);
+         CREATE TABLE routerd_members (
+             node_id BIGINT PRIMARY KEY,
+             incarnation BIGINT NOT NULL,
+             state BIGINT NOT NULL,
+             heartbeat BIGINT NOT NULL,
+             gateway TEXT NOT NULL,
+             admin TEXT NOT NULL,
+             cluster BYTEA NOT NULL,
+             core_count BIGINT NOT NULL,
+             actors BYTEA NOT NULL,
+             version BIGINT NOT NULL
+         );"
+    )
+}
+
+// Route statements. `$1..$3` are the key in every one of them.
+pub(crate) const INSERT_ROUTE: &str = "INSERT INTO routerd_routes (type_id, zone_id, object_id, \
+     owner_node, owner_incarnation, route_version, save_timepoint_ms, cas_version, state) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8) ON CONFLICT DO NOTHING";
+
+/// The condition is part of the statement, so PostgreSQL re-checks it on
+/// the newest committed row version after waiting for a concurrent writer
+/// (READ COMMITTED): two updates from the same CAS version never both
+/// apply, in one process or many.
+pub(crate) const UPDATE_ROUTE: &str = "UPDATE routerd_routes SET owner_node = $4, \
+     owner_incarnation = $5, route_version = $6, save_timepoint_ms = $7, state = $8, \
+     cas_version = $9 WHERE type_id = $1 AND zone_id = $2 AND object_id = $3 AND cas_version = $10";
+
+pub(crate) const SELECT_ROUTE: &str = "SELECT owner_node, owner_incarnation, route_version, \
+     save_timepoint_ms, cas_version, state FROM routerd_routes \
+     WHERE type_id = $1 AND zone_id = $2 AND object_id = $3";
+
+/// The columns of a membership row after its key, in statement order.
+const MEMBER_COLUMNS: &str =
+    "incarnation, state, heartbeat, gateway, admin, cluster, core_count, actors, version";
+
+pub(crate) fn insert_member_sql() -> String {
+    format!(
+        "INSERT INTO routerd_members (node_id, {MEMBER_COLUMNS}) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING"
+    )
+}
+
+/// `$10` is the version the write produces, `$11` the one it expects.
+pub(crate) const UPDATE_MEMBER: &str = "UPDATE routerd_members SET incarnation = $2, state = $3, \
+     heartbeat = $4, gateway = $5, admin = $6, cluster = $7, core_count = $8, actors = $9, \
+     version = $10 WHERE node_id = $1 AND version = $11";
+
+pub(crate) fn select_member_sql() -> String {
+    format!("SELECT node_id, {MEMBER_COLUMNS} FROM routerd_members WHERE node_id = $1")
+}
+
+pub(crate) fn list_members_sql() -> String {
+    format!(
+        "SELECT node_id, {MEMBER_COLUMNS} FROM routerd_members ORDER BY node_id \
+         LIMIT {MEMBERS_MAX}"
+    )
+}
+
+/// Session settings of every connection. `synchronous_commit` is set
+/// explicitly so that an acknowledged write is durable whatever the
+/// server's default; the timeouts make the server drop a statement or a
+/// transaction that the store has already answered as timed out, so it
+/// does not hold row locks after its caller gave up.
+pub(crate) fn session_sql(request_timeout_ms: u64) -> String {
+    let idle_ms = request_timeout_ms.saturating_mul(2);
+    format!(
+        "SET synchronous_commit = on; \
+         SET statement_timeout = {request_timeout_ms}; \
+         SET idle_in_transaction_session_timeout = {idle_ms}; \
+         SET default_transaction_isolation = 'read committed'"
+    )
+}
+
+// PostgreSQL integers are i64; u64 values are stored bit for bit.
+pub(crate) fn int(value: u64) -> i64 {
+    value as i64
+}
+
+pub(crate) fn uint(value: i64) -> u64 {
+    value as u64
+}
+
+/// The key as the three BIGINT parameters of every route statement.
+pub(crate) fn key_values(key: ObjectKey) -> [i64; 3] {
+    [
+        i64::from(key.type_id),
+        i64::from(key.zone_id),
+        int(key.object_id),
+    ]
+}
+
+fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    index: usize,
+) -> Result<T, BackendError> {
+    row.try_get(index).map_err(BackendError::from)
+}
+
+/// A `SELECT_ROUTE` row as the record of `key`.
+pub(crate) fn route_from_row(key: ObjectKey, row: &Row) -> Result<RouteRecord, BackendError> {
+    Ok(RouteRecord {
+        key,
+        owner_node: NodeId(uint(column(row, 0)?)),
+        owner_incarnation: uint(column(row, 1)?),
+        route_version: RouteVersion(uint(column(row, 2)?)),
+        save_timepoint_ms: uint(column(row, 3)?),
+        cas_version: CasVersion(uint(column(row, 4)?)),
+        state: column(row, 5)?,
+    })
+}
+
+/// A members row (`node_id` then `MEMBER_COLUMNS`) as a `MemberRow`. A value
+/// this build cannot read is `Corrupt`, never a default.
+pub(crate) fn member_from_row(row: &Row) -> Result<MemberRow, BackendError> {
+    let corrupt = |error: membership::DecodeError| BackendError::Corrupt(error.0);
+    let cluster: Vec<u8> = column(row, 6)?;
+    let actors: Vec<u8> = column(row, 8)?;
+    let core_count: i64 = column(row, 7)?;
+    Ok(MemberRow {
+        node_id: NodeId(uint(column(row, 0)?)),
+        incarnation: uint(column(row, 1)?),
+        state: membership::decode_state(column(row, 2)?).map_err(corrupt)?,
+        heartbeat: uint(column(row, 3)?),
+        gateway: column(row, 4)?,
+        admin: column(row, 5)?,
+        cluster: membership::decode_addresses(&cluster).map_err(corrupt)?,
+        core_count: u32::try_from(core_count)
+            .map_err(|_| BackendError::Corrupt("core_count out of range"))?,
+        actors: membership::decode_actors(&actors).map_err(corrupt)?,
+        version: MemberVersion(uint(column(row, 9)?)),
+    })
+}
+
+/// Whether an error is a plain statement failure that the server reported
+/// on a live connection (severity ERROR): the statement did not take
+/// effect and its transaction can no longer commit.
+///
+/// Everything else may hide a write that happened: a closed or broken
+/// connection, a FATAL or PANIC (the backend died, perhaps after its
+/// commit), the operator-intervention class `57` (a backend terminated or
+/// a statement cancelled), the connection-exception class `08`, and errors
+/// of this client that did not come from the server at all.
+pub(crate) fn is_plain_failure(error: &tokio_postgres::Error) -> bool {
+    error
+        .as_db_error()
+        .is_some_and(|db: &DbError| is_plain(db.parsed_severity(), db.code().code()))
+}
+
+fn is_plain(severity: Option<Severity>, code: &str) -> bool {
+    severity == Some(Severity::Error) && !code.starts_with("57") && !code.starts_with("08")
+}
+
+/// An error with the server's own words when it has them; the driver's
+/// `Display` alone says only "db error".
+pub fn describe(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{} {}: {}", db.severity(), db.code().code(), db.message()),
+        None => match std::error::Error::source(error) {
+            Some(source) => format!("{error}: {source}"),
+            None => error.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_condition_every_write() {
+        assert!(INSERT_ROUTE.ends_with("ON CONFLICT DO NOTHING"));
+        assert!(UPDATE_ROUTE.ends_with("AND cas_version = $10"));
+        assert!(insert_member_sql().ends_with("ON CONFLICT DO NOTHING"));
+        assert!(UPDATE_MEMBER.ends_with("AND version = $11"));
+        assert!(list_members_sql().ends_with(&format!("LIMIT {MEMBERS_MAX}")));
+        // Every parameter a statement names is one the code binds.
+        for (sql, count) in [
+            (INSERT_ROUTE.to_string(), 8),
+            (UPDATE_ROUTE.to_string(), 10),
+            (SELECT_ROUTE.to_string(), 3),
+            (insert_member_sql(), 10),
+            (UPDATE_MEMBER.to_string(), 11),
+            (select_member_sql(), 1),
+        ] {
+            assert!(sql.contains(&format!("${count}")), "{sql}");
+            assert!(!sql.contains(&format!("${}", count + 1)), "{sql}");
+        }
+    }
+
+    #[test]
+    fn schema_creates_every_table_and_records_the_version() {
+        let sql = create_schema_sql();
+        for table in TABLES {
+            assert!(sql.contains(&format!("CREATE TABLE {table} (")), "{table}");
+        }
+        assert!(sql.contains(&format!("VALUES ({POSTGRES_SCHEMA_VERSION})")));
+    }
+
+    #[test]
+    fn session_keeps_synchronous_commit_and_bounds_statements() {
+        let sql = session_sql(5000);
+        assert!(sql.contains("synchronous_commit = on"));
+        assert!(sql.contains("statement_timeout = 5000"));
+        assert!(sql.contains("idle_in_transaction_session_timeout = 10000"));
+    }
+
+    #[test]
+    fn keys_and_counters_round_trip_bit_for_bit() {
+        let key = ObjectKey::new(u32::MAX, 7, u64::MAX);
+        assert_eq!(key_values(key), [i64::from(u32::MAX), 7, -1]);
+        for value in [0, 1, u64::MAX, 1 << 63] {
+            assert_eq!(uint(int(value)), value);
+        }
+    }
+
+    #[test]
+    fn only_errors_on_a_live_connection_are_plain_failures() {
+        // A unique violation or a serialization failure: the statement
+        // failed and the server said so; the transaction cannot commit.
+        assert!(is_plain(Some(Severity::Error), "23505"));
+        assert!(is_plain(Some(Severity::Error), "40001"));
+        // pg_terminate_backend, a shutdown, a crash: the backend may have
+        // committed before it died.
+        assert!(!is_plain(Some(Severity::Fatal), "57P01"));
+        assert!(!is_plain(Some(Severity::Fatal), "57P02"));
+        assert!(!is_plain(Some(Severity::Panic), "XX000"));
+        // A cancelled statement and a connection failure are not refusals.
+        assert!(!is_plain(Some(Severity::Error), "57014"));
+        assert!(!is_plain(Some(Severity::Error), "08006"));
+        assert!(!is_plain(None, "23505"));
+    }
+}

@@ -1,0 +1,216 @@
+//! PostgreSQL-specific behaviour: schema versioning, a clear error for a
+//! server that is not there, and CAS across two processes sharing one
+//! database. Runs on a throwaway server of its own; says it skipped when
+//! PostgreSQL is not installed.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_lite::future::block_on;
+use routerd::config::{StoreBackend, StoreConfig};
+use routerd::store::postgres_server::{PgServer, PgServerError};
+use routerd::store::{
+    open_postgres, CasVersion, GroupCommit, NodeId, OpenError, RecordWrite, RouteVersion, Store,
+    WriteCondition, WriteOutcome, POSTGRES_SCHEMA_VERSION,
+};
+use wire::ObjectKey;
+
+fn server() -> Option<PgServer> {
+    match PgServer::start() {
+        Ok(server) => Some(server),
+        Err(PgServerError::Unavailable(why)) => {
+            println!("skipped: {why}");
+            None
+        }
+        Err(error) => panic!("{error}"),
+    }
+}
+
+fn config(url: String) -> StoreConfig {
+    StoreConfig {
+        backend: StoreBackend::Postgres,
+        url,
+        ..StoreConfig::default()
+    }
+}
+
+fn insert(id: u64, owner: u64) -> RecordWrite {
+    RecordWrite {
+        key: ObjectKey::new(1, 0, id),
+        condition: WriteCondition::Absent,
+        owner_node: NodeId(owner),
+        owner_incarnation: 1,
+        route_version: RouteVersion(1),
+        save_timepoint_ms: 0,
+        state: owner.to_le_bytes().to_vec(),
+    }
+}
+
+#[test]
+fn a_newer_or_foreign_schema_is_a_clear_startup_error() {
+    let Some(server) = server() else { return };
+    for database in ["newer", "unversioned"] {
+        server
+            .psql("postgres", &format!("CREATE DATABASE {database}"))
+            .expect("create database");
+    }
+    let newer = config(server.url("newer"));
+    drop(open_postgres(&newer, GroupCommit::On).expect("create"));
+    // Reopening a database of this version works.
+    drop(open_postgres(&newer, GroupCommit::On).expect("reopen"));
+    server
+        .psql(
+            "newer",
+            &format!(
+                "UPDATE routerd_schema SET version = {}",
+                POSTGRES_SCHEMA_VERSION + 1
+            ),
+        )
+        .expect("bump version");
+    match open_postgres(&newer, GroupCommit::On) {
+        Err(OpenError::PostgresSchemaVersion { found, expected }) => {
+            assert_eq!(found, POSTGRES_SCHEMA_VERSION + 1);
+            assert_eq!(expected, POSTGRES_SCHEMA_VERSION);
+        }
+        Err(other) => panic!("expected a schema version error, got {other}"),
+        Ok(_) => panic!("a newer schema opened"),
+    }
+    // A table of routerd's name without a version is not ours either.
+    server
+        .psql("unversioned", "CREATE TABLE routerd_routes (x INTEGER)")
+        .expect("foreign table");
+    let error = open_postgres(&config(server.url("unversioned")), GroupCommit::On)
+        .expect_err("foreign database refused");
+    assert!(error.to_string().contains("schema version 0"), "{error}");
+}
+
+#[test]
+fn a_server_that_is_not_there_is_a_clear_startup_error() {
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("free port")
+        .port();
+    let started = Instant::now();
+    let url = format!("postgresql://routerd@127.0.0.1:{port}/routerd");
+    match open_postgres(&config(url), GroupCommit::On) {
+        Err(OpenError::Postgres(message)) => {
+            assert!(!message.is_empty());
+        }
+        Err(other) => panic!("expected a connection error, got {other}"),
+        Ok(_) => panic!("opened a store on a closed port"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let error = open_postgres(&config("not a url=".to_string()), GroupCommit::On)
+        .expect_err("bad url refused");
+    assert!(error.to_string().contains("store.url"), "{error}");
+}
+
+const RACE_ENV: &str = "ROUTERD_PG_RACE_URL";
+const RACE_KEYS: u64 = 300;
+
+/// Inserts every race key as `owner`, all in flight at once; returns the
+/// keys this side won.
+fn race(store: &Store, owner: u64) -> Vec<u64> {
+    let pending: Vec<_> = (0..RACE_KEYS)
+        .map(|id| (id, store.write(insert(id, owner))))
+        .collect();
+    let mut won = Vec::new();
+    for (id, outcome) in pending {
+        match block_on(outcome).expect("race insert") {
+            WriteOutcome::Applied(version) => {
+                assert_eq!(version, CasVersion(1));
+                won.push(id);
+            }
+            WriteOutcome::Conflict(Some(record)) => assert_ne!(record.owner_node, NodeId(owner)),
+            other => panic!("race insert gave {other:?}"),
+        }
+    }
+    won
+}
+
+/// The other process of `two_processes_race_insert_if_absent`.
+#[test]
+#[ignore = "run as a child process by two_processes_race_insert_if_absent"]
+fn race_child() {
+    let Ok(url) = std::env::var(RACE_ENV) else {
+        return;
+    };
+    let store = open_postgres(&config(url), GroupCommit::On).expect("open");
+    println!("READY");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("go line");
+    for id in race(&store, 2) {
+        println!("WON {id}");
+    }
+    println!("DONE");
+}
+
+/// Two processes, each with its own pool, race insert-if-absent on the
+/// same keys: every key has exactly one winner, and the stored record is
+/// the winner's.
+#[test]
+fn two_processes_race_insert_if_absent() {
+    let Some(server) = server() else { return };
+    server
+        .psql("postgres", "CREATE DATABASE race")
+        .expect("create database");
+    let url = server.url("race");
+    drop(open_postgres(&config(url.clone()), GroupCommit::On).expect("create"));
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "race_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(RACE_ENV, &url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let finished = support::watchdog(child.id(), Duration::from_secs(60));
+    let mut lines = BufReader::new(child.stdout.take().expect("child stdout")).lines();
+    let ready = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.ends_with("READY"));
+    assert!(ready, "child never got ready");
+    let parent = open_postgres(&config(url.clone()), GroupCommit::On).expect("open");
+    let mut stdin = child.stdin.take().expect("child stdin");
+    writeln!(stdin, "go").expect("tell child to go");
+    let parent_won = race(&parent, 1);
+    let mut child_won = Vec::new();
+    let mut done = false;
+    for line in lines.map_while(Result::ok) {
+        if let Some((_, id)) = line.split_once("WON ") {
+            child_won.push(id.trim().parse::<u64>().expect("key id"));
+        }
+        if line.ends_with("DONE") {
+            done = true;
+        }
+    }
+    let status = child.wait().expect("child exit");
+    finished.store(true, std::sync::atomic::Ordering::Release);
+    assert!(status.success());
+    assert!(done, "child did not finish its race");
+    println!(
+        "parent won {}, child won {}",
+        parent_won.len(),
+        child_won.len()
+    );
+    assert_eq!(parent_won.len() + child_won.len(), RACE_KEYS as usize);
+    for (owner, won) in [(1u64, &parent_won), (2, &child_won)] {
+        for id in won {
+            let record = block_on(parent.load(ObjectKey::new(1, 0, *id)))
+                .expect("load")
+                .expect("record");
+            assert_eq!(record.owner_node, NodeId(owner), "key {id}");
+            assert_eq!(record.cas_version, CasVersion(1));
+        }
+    }
+}
