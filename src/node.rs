@@ -12,12 +12,13 @@ use crate::admin::{Admin, AdminState, NodePhase};
 use crate::catalog::{Catalog, CoreCatalog};
 use crate::config::{Config, RingTaskrun};
 use crate::gateway::driver::{self, GatewayShared};
-use crate::gateway::{GatewayHandle, NodeLogins};
+use crate::gateway::GatewayHandle;
 use crate::metrics::NodeMetrics;
-use crate::router::driver::{now_ms, DriverParts, RouterDriver};
+use crate::router::driver::{clock, DriverParts, FrameSource, NoLinks, RouterDriver};
 use crate::router::RouterCore;
 use crate::services::local_actors;
 use crate::services::player::PlayerType;
+use crate::services::port::ServicesPort;
 use crate::services::room::RoomType;
 use crate::store::{NodeId, OpenError, Store};
 
@@ -116,10 +117,10 @@ impl Node {
             metrics: Arc::new(metrics.clone()),
             gateway: GatewayShared {
                 node_id: config.node.id,
+                boot_incarnation: 1,
                 config: config.gateway.clone(),
                 // `Config::load` already let ROUTERD_AUTH_SECRET win.
                 secret: config.auth.secret.clone().into_bytes(),
-                policy: Arc::new(NodeLogins::new(config.auth.duplicate_login)),
                 sessions_open: Arc::new(AtomicU32::new(0)),
             },
         });
@@ -272,27 +273,33 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
     );
     let router = RouterDriver::new(DriverParts {
         node: NodeId(shared.config.node.id),
+        boot_incarnation: shared.gateway.boot_incarnation,
         core_id: core.id(),
         core_count: core.count(),
         core: router_core(&shared.config, core.id()),
         store: shared.store.clone(),
         mesh: core.mesh().clone(),
-        gateway: gateway.clone(),
+        links: Rc::new(NoLinks),
         metrics,
         request_timeout_ms: shared.config.gateway.request_timeout_ms,
-        catalog: CoreCatalog::new(shared.catalog.clone()),
     });
-    gateway.set_player_port(Rc::new(router.clone()));
+    let _port = ServicesPort::connect(
+        router.clone(),
+        gateway.clone(),
+        CoreCatalog::new(shared.catalog.clone()),
+    );
     if let Some(inbox) = core.take_inbox() {
         let (gateway, router) = (gateway.clone(), router.clone());
-        inbox.serve(Rc::new(move |from, frame| {
-            let unhandled = gateway
-                .handle_mesh(frame)
-                .and_then(|frame| router.handle_mesh(frame));
-            if let Some(frame) = unhandled {
-                tracing::warn!(from, message = ?frame.message(), "mesh frame nobody handles");
-            }
-        }));
+        inbox
+            .serve(Rc::new(move |from, frame| {
+                let unhandled = gateway
+                    .handle_mesh(frame)
+                    .and_then(|frame| router.handle_frame(FrameSource::Core, frame));
+                if let Some(frame) = unhandled {
+                    tracing::warn!(from, message = ?frame.message(), "mesh frame nobody handles");
+                }
+            }))
+            .detach();
     }
     core.ready();
     futures_lite::future::or(driver::serve(gateway, listener), core.shutdown().wait()).await;
@@ -305,9 +312,14 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
 /// One core's router state machine with the built-in object types.
 fn router_core(config: &Config, core_id: usize) -> RouterCore {
     let node = NodeId(config.node.id);
+    let now = clock::now_ms();
     // Retry jitter only: distinct per core and per start, no need to repeat.
-    let seed = now_ms() ^ ((core_id as u64) << 32) ^ config.node.id;
-    let mut core = RouterCore::new(node, config.router.clone(), seed, now_ms());
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos() as u64)
+        ^ ((core_id as u64) << 32)
+        ^ config.node.id;
+    let mut core = RouterCore::new(node, config.router.clone(), seed, now);
     core.register(Box::new(PlayerType {
         persist: config.services.player.persist,
         duplicate_login: config.auth.duplicate_login,

@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use routerd::gateway::driver::{serve, GatewayShared};
-use routerd::gateway::{EgressRef, GatewayHandle, Ingress, NodeLogins, PlayerPort};
+use routerd::gateway::{EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, PlayerPort};
 use routerd::metrics::CoreMetrics;
 use routerd::store::Fault;
 use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 use support::{token, TestNode};
 use wire::client::{encode_frame, route, ErrorCode, FrameKind};
-use wire::frame::{ArchivedMessage, FrameBuf};
+use wire::frame::FrameBuf;
 
 fn node() -> TestNode {
     let mut config = support::config();
@@ -31,11 +31,7 @@ fn rejections_overload_duplicate_and_timeout() {
     let mut config = support::config();
     config.gateway.inflight_max = 4;
     config.gateway.request_timeout_ms = 300;
-    // The player object's first store call (its load at login) answers
-    // after a second: its requests wait behind it past request_timeout, as
-    // they would for an owner that died.
     let (node, faults) = TestNode::start_with_faults(config);
-    assert!(faults.inject(Fault::Delay(Duration::from_secs(1)), 1));
     let mut client = node.connect();
     assert_eq!(
         client.call(12345, 1, b"").error_code(),
@@ -59,17 +55,21 @@ fn rejections_overload_duplicate_and_timeout() {
     );
     client.login(9, 6);
 
-    // player.get waits for the delayed load: fill inflight_max.
+    // The room's first store call (its load) answers after a second: the
+    // joins relayed to it wait behind it past request_timeout, as they
+    // would for an owner that died. Fill inflight_max with them.
+    assert!(faults.inject(Fault::Delay(Duration::from_secs(1)), 1));
+    let room = 77u64.to_le_bytes();
     let started = Instant::now();
     for seq in 10..14 {
-        client.send(route::PLAYER_GET, seq, b"");
+        client.send(route::ROOM_JOIN, seq, &room);
     }
-    let dup = client.call(route::PLAYER_GET, 10, b"");
+    let dup = client.call(route::ROOM_JOIN, 10, &room);
     assert_eq!(
         (dup.seq, dup.error_code()),
         (10, ErrorCode::BadRequest as u16)
     );
-    let over = client.call(route::PLAYER_GET, 14, b"");
+    let over = client.call(route::ROOM_JOIN, 14, &room);
     assert_eq!(
         (over.seq, over.error_code()),
         (14, ErrorCode::Overloaded as u16)
@@ -79,7 +79,7 @@ fn rejections_overload_duplicate_and_timeout() {
         .map(|_| {
             let reply = client.recv();
             assert_eq!(reply.error_code(), ErrorCode::Timeout as u16);
-            assert_eq!(reply.route_id, route::PLAYER_GET);
+            assert_eq!(reply.route_id, route::ROOM_JOIN);
             reply.seq
         })
         .collect();
@@ -87,7 +87,7 @@ fn rejections_overload_duplicate_and_timeout() {
     assert_eq!(timed_out, [10, 11, 12, 13]);
     assert!(started.elapsed() >= Duration::from_millis(300));
     // The slots are free again, and nothing else was queued. Once the
-    // delayed load is done, the player object answers.
+    // delayed load is done, the player object answers too.
     std::thread::sleep(Duration::from_millis(900));
     let ping = client.call(route::SYS_PING, 15, b"p");
     assert_eq!(
@@ -147,24 +147,23 @@ fn a_request_pipelined_behind_login_sees_the_new_binding() {
 }
 
 /// The player side of the gateway in `stale_epoch_egress_is_dropped_and_counted`:
-/// records the bindings the gateway reports and takes no requests.
-struct RecordingPort(Rc<RefCell<Vec<(u64, u32, u64)>>>);
+/// admits every login at once, records the bindings, and takes no requests.
+struct RecordingPort {
+    bound: Rc<RefCell<Vec<(u64, u32, u64)>>>,
+    gateway: RefCell<Option<GatewayHandle>>,
+}
 
 impl PlayerPort for RecordingPort {
-    fn deliver(&self, frame: FrameBuf) -> Result<(), FrameBuf> {
-        if let ArchivedMessage::SessionBound {
-            session_id,
-            session_epoch,
-            player_id,
-            ..
-        } = frame.message()
-        {
-            self.0.borrow_mut().push((
-                session_id.to_native(),
-                session_epoch.to_native(),
-                player_id.to_native(),
-            ));
-        }
+    fn login(&self, login: LoginRequest, _now: Instant) -> Result<(), LoginRequest> {
+        self.bound
+            .borrow_mut()
+            .push((login.session_id, login.bound_epoch, login.player_id));
+        let gateway = self.gateway.borrow().clone().expect("plugged in");
+        gateway.complete_login(login.session_id, login.seq, LoginOutcome::Admitted);
+        Ok(())
+    }
+
+    fn deliver(&self, _frame: FrameBuf) -> Result<(), FrameBuf> {
         Ok(())
     }
 
@@ -194,7 +193,7 @@ fn stale_epoch_egress_is_dropped_and_counted() {
         node_id: config.node.id,
         config: config.gateway.clone(),
         secret: support::SECRET.as_bytes().to_vec(),
-        policy: Arc::new(NodeLogins::new(config.auth.duplicate_login)),
+        boot_incarnation: 1,
         sessions_open: Arc::new(AtomicU32::new(0)),
     });
     let metrics = Arc::new(CoreMetrics::default());
@@ -217,7 +216,10 @@ fn stale_epoch_egress_is_dropped_and_counted() {
                 address_tx.send(listener.local_addr()).unwrap();
                 let gateway = GatewayHandle::new(core.id(), core.mesh().clone(), &shared, metrics);
                 let bound = Rc::new(RefCell::new(Vec::new()));
-                gateway.set_player_port(Rc::new(RecordingPort(bound.clone())));
+                gateway.set_player_port(Rc::new(RecordingPort {
+                    bound: bound.clone(),
+                    gateway: RefCell::new(Some(gateway.clone())),
+                }));
                 shards::spawn(serve(gateway.clone(), listener)).detach();
                 core.ready();
                 // Wait (polling: the test thread is not on this executor) for

@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use wire::client::{ErrorCode, FrameError, FrameKind, Header};
+use wire::client::{encode_error_body, ErrorCode, FrameError, FrameKind, Header};
 
 use super::inflight::{InFlight, InFlightTable, SeqHash};
 use super::outbox::{Outbox, PushError};
 use super::routes::{self, Direction};
 use super::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
-use super::{session_core, Ingress, Notice, NoticeKind, SESSION_CORE_SHIFT};
+use super::{session_core, Ingress, Notice, NoticeKind};
 use crate::config::GatewayConfig;
 use crate::metrics::{CoreMetrics, GatewayStats};
 
@@ -99,6 +99,12 @@ pub enum CloseReason {
 
 struct Entry {
     session: Session,
+    /// A login waiting for its player object's decision (see
+    /// `begin_login`); requests that arrive meanwhile wait in `held`.
+    login: Option<PendingLogin>,
+    /// Requests read while a login was pending, replayed in order once it
+    /// ends (bounded by `inflight_max`).
+    held: Vec<HeldFrame>,
     inflight: InFlightTable,
     /// Whether the session has its one entry in `GatewayCore::deadlines`.
     armed: bool,
@@ -106,6 +112,31 @@ struct Entry {
     /// silent for `idle_timeout` is closed by `close_idle`.
     last_frame: Instant,
     outbox: Rc<Outbox>,
+}
+
+/// A login of one session waiting for the player object.
+#[derive(Clone, Copy, Debug)]
+struct PendingLogin {
+    /// The `auth.login` request's seq.
+    seq: u32,
+    player_id: u64,
+}
+
+/// A request read while its session's login was pending: header and body,
+/// replayed through `on_request` when the login ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldFrame {
+    pub header: Header,
+    pub body: Vec<u8>,
+}
+
+/// How a login the player object decided ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoginOutcome<'a> {
+    /// Bind the session to the player.
+    Admitted,
+    /// Answer this ERROR; the session stays logged out.
+    Refused(ErrorCode, &'a str),
 }
 
 /// A request the egress gate saw answered, for the latency histogram.
@@ -168,11 +199,34 @@ pub struct GatewayCore {
     /// Seeds of the sessions' in-flight tables: a generator seeded from the
     /// OS once per core, so no client can predict its table's hash.
     hash_seeds: SmallRng,
+    /// The node's incarnation at start, in every session id: a reference to
+    /// a session of an earlier run of this node never names a session of
+    /// this one.
+    boot_incarnation: u64,
+    /// Sessions whose login ended with requests held: the driver replays
+    /// them (`take_released`).
+    released: Vec<u64>,
 }
 
 impl GatewayCore {
     pub fn new(core_id: usize, limits: Limits, metrics: Arc<CoreMetrics>) -> GatewayCore {
+        GatewayCore::with_incarnation(core_id, 1, limits, metrics)
+    }
+
+    /// A core of a node that started with incarnation `boot_incarnation`.
+    pub fn with_incarnation(
+        core_id: usize,
+        boot_incarnation: u64,
+        limits: Limits,
+        metrics: Arc<CoreMetrics>,
+    ) -> GatewayCore {
+        assert!(
+            core_id <= wire::ids::CORE_MAX,
+            "a session id names its core"
+        );
         GatewayCore {
+            boot_incarnation,
+            released: Vec::new(),
             core_id: core_id as u64,
             next_serial: 1,
             limits,
@@ -195,18 +249,24 @@ impl GatewayCore {
     }
 
     /// Registers a new connection's session (epoch 0, bound to auth) and
-    /// returns its id: `core << 48 | serial`, unique on this node and
-    /// naming its owning core.
+    /// returns its id (`wire::ids`): naming its owning core, unique on this
+    /// node and not reused by a later run of it.
     pub fn open_session(&mut self, outbox: Rc<Outbox>, now: Instant) -> u64 {
-        let session_id = self.core_id << SESSION_CORE_SHIFT | self.next_serial;
+        let session_id = wire::ids::make(
+            self.core_id as usize,
+            self.boot_incarnation,
+            self.next_serial,
+        );
         debug_assert_eq!(session_core(session_id), self.core_id as usize);
-        // 2^48 sessions on one core outlive any process; wrapping would
+        // 2^40 sessions on one core outlive any process; wrapping would
         // skip 0 and keep ids unique among live sessions in practice.
-        self.next_serial = (self.next_serial + 1) & ((1 << SESSION_CORE_SHIFT) - 1);
+        self.next_serial = (self.next_serial + 1) & wire::ids::LOCAL_MASK;
         self.sessions.insert(
             session_id,
             Entry {
                 session: Session::new(),
+                login: None,
+                held: Vec::new(),
                 inflight: InFlightTable::new(SeqHash::random(&mut self.hash_seeds)),
                 armed: false,
                 last_frame: now,
@@ -254,6 +314,26 @@ impl GatewayCore {
         let limits = self.limits;
         let entry = self.sessions.get_mut(&session_id)?;
         entry.last_frame = now;
+        if entry.login.is_some() {
+            // The login's outcome decides how these are checked: hold them
+            // until it ends, in order, within the session's in-flight bound.
+            if entry.held.len() + entry.inflight.len() >= limits.inflight_max {
+                self.metrics.gateway.ingress_overloaded.inc();
+                self.push_error(
+                    session_id,
+                    header.route_id,
+                    header.seq,
+                    ErrorCode::Overloaded,
+                    "too many requests behind a login",
+                );
+            } else {
+                entry.held.push(HeldFrame {
+                    header,
+                    body: body.to_vec(),
+                });
+            }
+            return None;
+        }
         let stats = &self.metrics.gateway;
         let route_id = header.route_id;
         let seq = header.seq;
@@ -303,6 +383,106 @@ impl GatewayCore {
             seq,
             body,
         })
+    }
+
+    /// Starts the login of `session_id` as `player_id` by its in-flight
+    /// `auth.login` request `seq` (the token was verified): the player
+    /// object decides (duplicate logins are decided there, cluster-wide),
+    /// and until `complete_login` the session's further requests wait.
+    /// Returns the epoch the session will have once bound (the player
+    /// object addresses its pushes with it), or `None` if the session is
+    /// gone or already logging in.
+    pub fn begin_login(&mut self, session_id: u64, seq: u32, player_id: u64) -> Option<u32> {
+        let entry = self.sessions.get_mut(&session_id)?;
+        if entry.login.is_some() || !entry.session.is_live() {
+            return None;
+        }
+        entry.login = Some(PendingLogin { seq, player_id });
+        entry.session.session_epoch.checked_add(1)
+    }
+
+    /// The player object's decision on the login `seq` of `session_id`:
+    /// binds the session (the epoch compare-and-set) and answers the login
+    /// with the player id, or answers the refusal. Requests held meanwhile
+    /// are released for the driver to replay (`take_released`). Returns the
+    /// new binding, if the session was bound. A decision for a login that
+    /// is no longer pending (timed out, session closed) is dropped and
+    /// counted as a late answer.
+    pub fn complete_login(
+        &mut self,
+        session_id: u64,
+        seq: u32,
+        outcome: LoginOutcome<'_>,
+        now: Instant,
+    ) -> Option<Binding> {
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            self.metrics.gateway.late_answers.inc();
+            return None;
+        };
+        let pending = match entry.login {
+            Some(pending) if pending.seq == seq => pending,
+            _ => {
+                self.metrics.gateway.late_answers.inc();
+                return None;
+            }
+        };
+        entry.login = None;
+        if !entry.held.is_empty() {
+            self.released.push(session_id);
+        }
+        let Some(inflight) = entry.inflight.remove(seq) else {
+            self.metrics.gateway.late_answers.inc();
+            return None;
+        };
+        let epoch = entry.session.session_epoch;
+        if let Some((route_index, _)) = routes::lookup_indexed(inflight.route_id) {
+            let answered = Answered {
+                route_index,
+                deadline: inflight.deadline,
+            };
+            self.record_latency(answered, now);
+        }
+        let (kind, body, binding) = match outcome {
+            LoginOutcome::Admitted => {
+                match self.apply_binding(session_id, Target::Player, pending.player_id, epoch) {
+                    Ok(binding) => (
+                        FrameKind::Response,
+                        pending.player_id.to_le_bytes().to_vec(),
+                        Some(binding),
+                    ),
+                    // Nothing else binds a session while its login is
+                    // pending; a failed bind is a bug, answered as one.
+                    Err(_) => (
+                        FrameKind::Error,
+                        encode_error_body(ErrorCode::Internal, ""),
+                        None,
+                    ),
+                }
+            }
+            LoginOutcome::Refused(code, reason) => {
+                (FrameKind::Error, encode_error_body(code, reason), None)
+            }
+        };
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return binding;
+        };
+        let pushed = entry.outbox.push_frame(kind, inflight.route_id, seq, &body);
+        if pushed == Err(PushError::Full) {
+            self.close_slow_reader(session_id);
+        }
+        binding
+    }
+
+    /// Sessions whose held requests the driver must replay now, with the
+    /// requests, in arrival order.
+    pub fn take_released(&mut self, into: &mut Vec<(u64, Vec<HeldFrame>)>) {
+        for session_id in std::mem::take(&mut self.released) {
+            if let Some(entry) = self.sessions.get_mut(&session_id) {
+                if entry.login.is_none() {
+                    into.push((session_id, std::mem::take(&mut entry.held)));
+                }
+            }
+        }
     }
 
     /// The seed's `apply_binding` on one session, counted: `binds` for a
@@ -487,6 +667,14 @@ impl GatewayCore {
             }
             for &(seq, _, _) in &self.due {
                 entry.inflight.remove(seq);
+                // A login that timed out ends: its session stays logged
+                // out, and what waited behind it is released.
+                if entry.login.is_some_and(|login| login.seq == seq) {
+                    entry.login = None;
+                    if !entry.held.is_empty() {
+                        self.released.push(session_id);
+                    }
+                }
             }
             if let Some(left) = earliest_left {
                 entry.armed = true;

@@ -24,11 +24,10 @@ use shards::{Mesh, SendError};
 use wire::client::{ErrorCode, FrameDecoder, Peer};
 use wire::frame::{ArchivedMessage, FrameBuf, Message};
 
-use super::auth::AuthService;
-use super::core::{CloseReason, EgressRef, GatewayCore, Limits};
-use super::login::LoginPolicy;
+use super::auth::{AuthService, AuthStep};
+use super::core::{CloseReason, EgressRef, GatewayCore, HeldFrame, Limits, LoginOutcome};
 use super::outbox::{Outbox, WriterStep};
-use super::player::PlayerPort;
+use super::player::{LoginRequest, PlayerPort};
 use super::session::Target;
 use super::{session_core, Ingress, Notice};
 use crate::config::GatewayConfig;
@@ -43,9 +42,10 @@ const MAX_IDLE_TICK: Duration = Duration::from_secs(1);
 /// What a core's gateway shares with everything else on the node.
 pub struct GatewayShared {
     pub node_id: u64,
+    /// The node's incarnation when it started (in every session id).
+    pub boot_incarnation: u64,
     pub config: GatewayConfig,
     pub secret: Vec<u8>,
-    pub policy: Arc<dyn LoginPolicy>,
     /// Sessions open on the node, over all cores, against `sessions_max`.
     pub sessions_open: Arc<AtomicU32>,
 }
@@ -58,7 +58,6 @@ struct CoreGateway {
     auth: AuthService,
     player: RefCell<Option<Rc<dyn PlayerPort>>>,
     mesh: Mesh<FrameBuf>,
-    policy: Arc<dyn LoginPolicy>,
     sessions_open: Arc<AtomicU32>,
     metrics: Arc<CoreMetrics>,
 }
@@ -79,11 +78,15 @@ impl GatewayHandle {
             core_id,
             node_id: shared.node_id,
             config: shared.config.clone(),
-            state: RefCell::new(GatewayCore::new(core_id, limits, metrics.clone())),
-            auth: AuthService::new(&shared.secret, shared.policy.clone()),
+            state: RefCell::new(GatewayCore::with_incarnation(
+                core_id,
+                shared.boot_incarnation,
+                limits,
+                metrics.clone(),
+            )),
+            auth: AuthService::new(&shared.secret),
             player: RefCell::new(None),
             mesh,
-            policy: shared.policy.clone(),
             sessions_open: shared.sessions_open.clone(),
             metrics,
         }))
@@ -274,8 +277,8 @@ impl GatewayHandle {
             .answer_error(ingress.session_id, ingress.seq, code, reason);
     }
 
-    /// Runs the auth service on one ingress, then performs the kicks it
-    /// decided and tells the player side about a new binding.
+    /// Runs the auth service on one ingress; a verified login goes to its
+    /// player object, which decides it (see `complete_login`).
     fn authenticate(&self, ingress: &Ingress<'_>, now: Instant) {
         // The wall clock matters only to a login's token expiry.
         let now_unix_s = if ingress.route_id == wire::client::route::AUTH_LOGIN {
@@ -283,48 +286,75 @@ impl GatewayHandle {
         } else {
             0
         };
-        let mut kicks = Vec::new();
-        let bound = self.0.auth.handle(
-            &mut self.0.state.borrow_mut(),
-            ingress,
-            now,
-            now_unix_s,
-            &mut kicks,
-        );
-        if !kicks.is_empty() {
-            let player_id = ingress_player(&self.0.state.borrow(), ingress.session_id);
-            for old in kicks {
-                self.kick(old, player_id, "logged in elsewhere");
-            }
-        }
-        if let Some(binding) = bound {
-            self.notify_bound(ingress.session_id, binding);
-        }
-    }
-
-    /// Tells the player side its object has a new current session, so it
-    /// can push to it (and tell its rooms).
-    fn notify_bound(&self, session_id: u64, binding: super::Binding) {
-        let port = self.0.player.borrow().clone();
-        let Some(port) = port else {
+        let step = self
+            .0
+            .auth
+            .handle(&mut self.0.state.borrow_mut(), ingress, now, now_unix_s);
+        let AuthStep::Verified { player_id } = step else {
             return;
         };
-        let message = Message::SessionBound {
-            gateway_node: self.0.node_id,
-            session_id,
-            session_epoch: binding.session_epoch,
-            player_id: binding.player_id,
+        let bound_epoch =
+            self.0
+                .state
+                .borrow_mut()
+                .begin_login(ingress.session_id, ingress.seq, player_id);
+        let Some(bound_epoch) = bound_epoch else {
+            return self.answer(ingress, ErrorCode::BadRequest, "login in progress");
         };
-        match FrameBuf::encode_local(&message) {
-            Ok(frame) => {
-                let _ = port.deliver(frame);
-            }
-            Err(error) => tracing::warn!(%error, "cannot encode a bound notice"),
+        let login = LoginRequest {
+            gateway_node: self.0.node_id,
+            session_id: ingress.session_id,
+            session_epoch: ingress.binding.session_epoch,
+            bound_epoch,
+            player_id,
+            seq: ingress.seq,
+        };
+        let port = self.0.player.borrow().clone();
+        let handed = port.map(|port| port.login(login, now));
+        if !matches!(handed, Some(Ok(()))) {
+            self.complete_login(
+                login.session_id,
+                login.seq,
+                LoginOutcome::Refused(ErrorCode::Unavailable, "player unavailable"),
+            );
         }
     }
 
-    /// Delivers queued notices to the player side and releases ended
-    /// logins from the policy registry.
+    /// The player object's decision on a login this core handed it: binds
+    /// the session or answers the refusal, then replays what the session
+    /// sent meanwhile.
+    pub fn complete_login(&self, session_id: u64, seq: u32, outcome: LoginOutcome<'_>) {
+        self.0
+            .state
+            .borrow_mut()
+            .complete_login(session_id, seq, outcome, Instant::now());
+        self.flush_notices();
+        self.replay_released();
+    }
+
+    /// Replays, through the ingress checks and in order, the requests that
+    /// waited behind logins that have ended.
+    fn replay_released(&self) {
+        let mut released: Vec<(u64, Vec<HeldFrame>)> = Vec::new();
+        self.0.state.borrow_mut().take_released(&mut released);
+        let now = Instant::now();
+        for (session_id, frames) in released {
+            for frame in frames {
+                let ingress = self.0.state.borrow_mut().on_request(
+                    session_id,
+                    frame.header,
+                    &frame.body,
+                    now,
+                );
+                if let Some(ingress) = ingress {
+                    self.deliver(ingress, now);
+                }
+            }
+        }
+        self.flush_notices();
+    }
+
+    /// Delivers queued notices to the player side.
     fn flush_notices(&self) {
         let mut notices: Vec<Notice> = Vec::new();
         self.0.state.borrow_mut().take_notices(&mut notices);
@@ -332,9 +362,6 @@ impl GatewayHandle {
             if notice.binding.target != Target::Player {
                 continue;
             }
-            self.0
-                .policy
-                .release(notice.binding.player_id, notice.session_id);
             let port = self.0.player.borrow().clone();
             if let (Some(port), Ok(frame)) = (port, notice.to_frame(self.0.node_id)) {
                 let _ = port.deliver(frame);
@@ -347,13 +374,6 @@ fn unix_now_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
-}
-
-/// The player a session is bound to now (0 if none).
-fn ingress_player(state: &GatewayCore, session_id: u64) -> u64 {
-    state
-        .session(session_id)
-        .map_or(0, |session| session.player_id)
 }
 
 /// Serves the gateway on `listener` until the future is dropped. Also
@@ -403,6 +423,8 @@ async fn expire_loop(gateway: GatewayHandle) {
         }
         drop(state);
         gateway.flush_notices();
+        // Logins that timed out release the requests held behind them.
+        gateway.replay_released();
     }
 }
 

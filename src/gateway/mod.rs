@@ -10,40 +10,38 @@
 //! - [`outbox`]: a session's bounded send queue;
 //! - [`auth`]: the stateless per-core auth service (`auth.login`,
 //!   `sys.ping` before login);
-//! - [`login`]: the duplicate-login policy seam and its per-node registry.
 //!
 //! IO: [`driver`] runs the above on glommio (accept loop, a reader and a
 //! writer task per connection, the deadline timer, mesh dispatch), and
 //! [`player`] is the seam the player side plugs into.
 //!
-//! A `session_id` is `core << SESSION_CORE_SHIFT | serial`: unique on the
-//! node and naming the core that owns the session, so an egress frame finds
-//! its core with no table shared between cores.
+//! A `session_id` is made by `wire::ids::make(core, incarnation, serial)`:
+//! it names the core that owns the session, so an egress frame finds its
+//! core with no table shared between cores or nodes, and carries the node's
+//! incarnation at start, so a reference kept from an earlier run of the
+//! node (a player object's, a room's) never reaches a session of this run.
 
 pub mod auth;
 pub mod core;
 pub mod driver;
 pub mod inflight;
-pub mod login;
 pub mod outbox;
 pub mod player;
 pub mod routes;
 pub mod session;
 
-use wire::frame::{FrameBuf, FrameEncodeError, Message};
+use wire::frame::{ClientWire, FrameBuf, FrameEncodeError, Message};
 
-pub use self::core::{BindError, CloseReason, EgressRef, EgressRejected, GatewayCore, Limits};
+pub use self::core::{
+    BindError, CloseReason, EgressRef, EgressRejected, GatewayCore, HeldFrame, Limits, LoginOutcome,
+};
 pub use self::driver::GatewayHandle;
-pub use self::login::{LoginDecision, LoginPolicy, NodeLogins};
-pub use self::player::PlayerPort;
+pub use self::player::{LoginRequest, PlayerPort};
 pub use self::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
 
-/// Bits of a `session_id` below its owning core's index.
-pub const SESSION_CORE_SHIFT: u32 = 48;
-
-/// The core that owns `session_id`.
+/// The core that owns `session_id` (see `wire::ids`).
 pub fn session_core(session_id: u64) -> usize {
-    (session_id >> SESSION_CORE_SHIFT) as usize
+    wire::ids::core_of(session_id)
 }
 
 /// An accepted client REQUEST with the binding snapshotted at ingress (the
@@ -80,24 +78,15 @@ pub struct Notice {
 
 impl Notice {
     pub fn to_frame(&self, gateway_node: u64) -> Result<FrameBuf, FrameEncodeError> {
-        let (session_id, session_epoch, player_id) = (
-            self.session_id,
-            self.binding.session_epoch,
-            self.binding.player_id,
-        );
+        let client = ClientWire {
+            gateway_node,
+            session_id: self.session_id,
+            session_epoch: self.binding.session_epoch,
+            player_id: self.binding.player_id,
+        };
         FrameBuf::encode_local(&match self.kind {
-            NoticeKind::Unbound => Message::SessionUnbound {
-                gateway_node,
-                session_id,
-                session_epoch,
-                player_id,
-            },
-            NoticeKind::Disconnected => Message::SessionDisconnected {
-                gateway_node,
-                session_id,
-                session_epoch,
-                player_id,
-            },
+            NoticeKind::Unbound => Message::SessionUnbound { client },
+            NoticeKind::Disconnected => Message::SessionDisconnected { client },
         })
     }
 }

@@ -7,9 +7,12 @@
 //!   port is this core's, so the call stays on the core and needs no frame
 //!   (DESIGN.md's rkyv frames are for messages that cross cores; encoding
 //!   and decoding one here was a measurable share of a routed request).
-//!   It calls [`PlayerPort::deliver`] with a `SessionBound` frame when `auth.login` bound a session to its player,
-//!   and a `SessionUnbound` / `SessionDisconnected` frame when such a
-//!   session ends;
+//!   It calls [`PlayerPort::login`] when `auth.login` verified a token: the
+//!   player object decides the login (duplicate logins are decided there,
+//!   cluster-wide) and the answer comes back through
+//!   [`GatewayHandle::complete_login`](super::GatewayHandle::complete_login);
+//!   and [`PlayerPort::deliver`] with a `SessionUnbound` /
+//!   `SessionDisconnected` frame when a logged-in session ends;
 //! - egress: the player side answers with an [`EgressRef`](super::EgressRef)
 //!   (echoing `session_id`, `session_epoch` and `player_id` of the ingress)
 //!   passed to [`GatewayHandle::egress_ref`](super::GatewayHandle::egress_ref)
@@ -25,8 +28,29 @@ use wire::frame::FrameBuf;
 
 use super::Ingress;
 
+/// A login whose token was verified, for the player object to decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoginRequest {
+    pub gateway_node: u64,
+    pub session_id: u64,
+    /// The session's epoch now (the answer is gated on it).
+    pub session_epoch: u32,
+    /// The epoch the session will have once bound: the player object
+    /// addresses its pushes to the session with it.
+    pub bound_epoch: u32,
+    pub player_id: u64,
+    /// The `auth.login` request's seq.
+    pub seq: u32,
+}
+
 /// The player side's per-core entry point.
 pub trait PlayerPort {
+    /// Hands a verified login to the player object of `login.player_id`;
+    /// its decision comes back through `GatewayHandle::complete_login` on
+    /// this core. Gives the login back when it cannot (the gateway then
+    /// answers UNAVAILABLE).
+    fn login(&self, login: LoginRequest, now: Instant) -> Result<(), LoginRequest>;
+
     /// Takes a frame for the player side, or hands it back when it cannot
     /// (the gateway then answers an ingress with UNAVAILABLE).
     fn deliver(&self, frame: FrameBuf) -> Result<(), FrameBuf>;

@@ -50,6 +50,15 @@ super::counter_set! {
         "routerd_router_degrades_total" { degrades_total }
         /// Idle route caches freed.
         "routerd_router_caches_freed_total" { caches_freed_total }
+        /// Times this core fenced: its membership lease ran out or the node was declared down, so
+        /// it dropped every writable object and served none until it rejoined.
+        "routerd_router_fences_total" { fences_total }
+        /// Objects claimed at once because the owner's incarnation had ended (declared down or
+        /// left), without waiting for a lock to expire.
+        "routerd_router_claims_of_ended_owners_total" { dead_owner_claims_total }
+        /// Messages to another node that its link could not take (queue full, link down); requests
+        /// among them were retried or answered.
+        "routerd_router_send_failures_total" { send_failures_total }
     }
 }
 

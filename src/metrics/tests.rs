@@ -136,8 +136,11 @@ fn router_counters_are_all_exported_and_mirrored() {
         entries_full_total: 19,
         degrades_total: 20,
         caches_freed_total: 21,
+        fences_total: 22,
+        dead_owner_claims_total: 23,
+        send_failures_total: 24,
     };
-    assert_eq!(series, 21);
+    assert_eq!(series, 24);
     let cells = RouterCounterCells::default();
     cells.mirror(&plain);
     let mut seen: Vec<u64> = families
@@ -149,5 +152,5 @@ fn router_counters_are_all_exported_and_mirrored() {
         })
         .collect();
     seen.sort_unstable();
-    assert_eq!(seen, (1..=21).collect::<Vec<u64>>());
+    assert_eq!(seen, (1..=24).collect::<Vec<u64>>());
 }

@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::store::MemberState;
+
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use wire::ObjectKey;
@@ -46,6 +48,18 @@ pub(crate) struct ShutdownState {
     pub expired: bool,
 }
 
+/// What this core knows of another node from membership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Member {
+    /// The node's live incarnation, if it has one.
+    pub live: Option<u64>,
+    /// Every incarnation up to this one has ended (declared down, left, or
+    /// outranked by a later start): records they own are claimable at once.
+    pub dead_through: u64,
+    /// Draining: no new object is placed there.
+    pub draining: bool,
+}
+
 /// The part of the core every operation needs beside the entry it works on,
 /// kept apart from the managers so both can be borrowed at once.
 pub(crate) struct Ctx {
@@ -54,7 +68,18 @@ pub(crate) struct Ctx {
     /// records it writes as owner carry it.
     pub incarnation: u64,
     pub config: RouterConfig,
-    pub live_nodes: BTreeSet<NodeId>,
+    /// Other nodes as membership reported them.
+    pub members: BTreeMap<NodeId, Member>,
+    /// Until when (this core's clock) the node's membership lease holds:
+    /// past it the node may have been declared down, so it accepts no
+    /// write and serves no object (`None`: a node outside any cluster, as
+    /// in unit tests, whose lease never ends).
+    pub lease_until_ms: Option<u64>,
+    /// Fenced: the lease ran out or the node was declared down; nothing is
+    /// served here until `rejoin` with a new incarnation.
+    pub fenced: bool,
+    /// This node drains: no new object is placed here.
+    pub draining: bool,
     pub rng: SmallRng,
     pub effects: Vec<Effect>,
     pub counters: RouterCounters,
@@ -123,25 +148,64 @@ impl Ctx {
         self.shutdown.is_some()
     }
 
-    /// True iff `node` is known up (this node always is, until shutdown).
-    /// The seed negated this check; here it means what its name says.
+    /// True iff `node` is known up (this node is, until shutdown or a
+    /// fence). The seed negated this check; here it means what its name
+    /// says.
     pub fn is_node_available(&self, node: NodeId) -> bool {
         if node.is_none() {
             return false;
         }
         if node == self.node {
-            return !self.is_shutting_down();
+            return !self.is_shutting_down() && !self.fenced;
         }
-        self.live_nodes.contains(&node)
+        self.members
+            .get(&node)
+            .is_some_and(|member| member.live.is_some())
+    }
+
+    /// Whether incarnation `incarnation` of `node` has ended for good: its
+    /// records are claimable at once (by CAS, as always).
+    pub fn is_incarnation_dead(&self, node: NodeId, incarnation: u64) -> bool {
+        self.members
+            .get(&node)
+            .is_some_and(|member| incarnation <= member.dead_through)
+    }
+
+    /// The live incarnation of `node`, if membership knows one.
+    pub fn live_incarnation(&self, node: NodeId) -> Option<u64> {
+        if node == self.node {
+            return Some(self.incarnation);
+        }
+        self.members.get(&node).and_then(|member| member.live)
+    }
+
+    /// Whether membership knows anything of `node`.
+    pub fn knows(&self, node: NodeId) -> bool {
+        self.members.contains_key(&node)
+    }
+
+    /// Whether new objects may be placed on `node`.
+    fn accepts_objects(&self, node: NodeId) -> bool {
+        if node == self.node {
+            return !self.draining && self.is_node_available(node);
+        }
+        self.is_node_available(node) && self.members.get(&node).is_some_and(|m| !m.draining)
     }
 
     /// The default node of an unowned key: rendezvous hashing over the
-    /// available nodes, so every node with the same view picks the same one.
+    /// available nodes that take new objects, so every node with the same
+    /// view picks the same one.
     pub fn default_node(&self, key: ObjectKey) -> Option<NodeId> {
-        let candidates = self.live_nodes.iter().copied().chain([self.node]);
+        let candidates = self.members.keys().copied().chain([self.node]);
         candidates
-            .filter(|node| self.is_node_available(*node))
+            .filter(|node| self.accepts_objects(*node))
             .max_by_key(|node| (rendezvous_score(key, *node), node.0))
+    }
+
+    /// Whether this node may serve objects at `now_ms`: not fenced, and its
+    /// lease (if it has one) still holds.
+    pub fn may_serve(&self, now_ms: u64) -> bool {
+        !self.fenced && self.lease_until_ms.is_none_or(|until| now_ms < until)
     }
 }
 
@@ -174,7 +238,10 @@ impl RouterCore {
                 node,
                 incarnation: 1,
                 config,
-                live_nodes: BTreeSet::new(),
+                members: BTreeMap::new(),
+                lease_until_ms: None,
+                fenced: false,
+                draining: false,
                 rng: SmallRng::seed_from_u64(rng_seed),
                 effects: Vec::new(),
                 counters: RouterCounters::default(),
@@ -207,9 +274,19 @@ impl RouterCore {
         self.ctx.node
     }
 
-    /// Sets the incarnation the records this core writes as owner carry.
+    /// Sets the incarnation the records this core writes as owner carry
+    /// (before the core serves; later changes go through `rejoin`).
     pub fn set_incarnation(&mut self, incarnation: u64) {
         self.ctx.incarnation = incarnation;
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.ctx.incarnation
+    }
+
+    /// Whether the core is fenced (see `fence`).
+    pub fn is_fenced(&self) -> bool {
+        self.ctx.fenced
     }
 
     /// The effects produced since the last drain, in order.
@@ -236,28 +313,131 @@ impl RouterCore {
         self.ctx.is_node_available(node)
     }
 
-    /// Discovery reports `node` up. It does not touch any route.
-    pub fn on_node_up(&mut self, node: NodeId) {
-        if node != self.ctx.node && !node.is_none() {
-            self.ctx.live_nodes.insert(node);
+    /// Membership reports incarnation `incarnation` of `node` up (joining,
+    /// up or draining). Earlier incarnations of the node have ended: a node
+    /// gets a new incarnation only after its previous one was down or left.
+    /// It does not touch any route.
+    pub fn on_node_up(&mut self, node: NodeId, incarnation: u64) {
+        self.on_member(node, incarnation, MemberState::Up);
+    }
+
+    /// Membership reports incarnation `incarnation` of `node` down (or
+    /// left): records it owns are claimable at once, by CAS as always.
+    /// Routes to it are kept until a request finds them stale.
+    pub fn on_node_down(&mut self, node: NodeId, incarnation: u64) {
+        self.on_member(node, incarnation, MemberState::Down);
+    }
+
+    /// Membership's view of one node: its incarnation and state.
+    pub fn on_member(&mut self, node: NodeId, incarnation: u64, state: MemberState) {
+        if node == self.ctx.node || node.is_none() {
+            return;
+        }
+        let member = self.ctx.members.entry(node).or_insert(Member {
+            live: None,
+            dead_through: 0,
+            draining: false,
+        });
+        // Reports can arrive late: nothing moves an incarnation backwards.
+        if incarnation <= member.dead_through {
+            return;
+        }
+        member.dead_through = member.dead_through.max(incarnation.saturating_sub(1));
+        if state.is_ended() {
+            member.dead_through = incarnation;
+            member.live = None;
+            member.draining = false;
+        } else {
+            member.live = Some(incarnation);
+            member.draining = state == MemberState::Draining;
         }
     }
 
-    /// Discovery reports `node` down. Routes to it are kept: a node going
-    /// down does not release its persisted ownership (the lock expires).
-    pub fn on_node_down(&mut self, node: NodeId) {
-        self.ctx.live_nodes.remove(&node);
+    /// Extends the node's membership lease to `until_ms` (this core's
+    /// clock): the driver calls it after each heartbeat the store applied.
+    /// A shorter lease than the current one is ignored.
+    pub fn extend_lease(&mut self, now_ms: u64, until_ms: u64) {
+        if self.ctx.fenced {
+            return;
+        }
+        let current = self.ctx.lease_until_ms.unwrap_or(0);
+        if until_ms > current {
+            self.ctx.lease_until_ms = Some(until_ms);
+            self.ctx.arm(until_ms, Timer::Lease);
+        }
+        self.check_lease(now_ms);
+    }
+
+    /// Fences the node: every writable object is dropped (its held
+    /// on_write answers become UNAVAILABLE), and from now on nothing is
+    /// served or claimed here until `rejoin`. Called when the lease ran out
+    /// or the node found itself declared down.
+    pub fn fence(&mut self, now_ms: u64) {
+        if self.ctx.fenced {
+            return;
+        }
+        self.ctx.fenced = true;
+        self.ctx.counters.fences_total += 1;
+        let ctx = &mut self.ctx;
+        for manager in self.managers.values_mut() {
+            for entry in manager.entries.values_mut() {
+                let held = super::io::take_held(entry);
+                super::io::settle_held(ctx, held, false);
+                if entry.downgrade().is_some() {
+                    // The route stays (owner: this node) but is stale: the
+                    // next request re-reads it.
+                    entry.last_refresh_ms = None;
+                }
+                entry.queued_transfer = None;
+            }
+        }
+        let _ = now_ms;
+    }
+
+    /// The node rejoined with incarnation `incarnation` (higher than any it
+    /// had): it serves again, claiming objects afresh through the store.
+    pub fn rejoin(&mut self, now_ms: u64, incarnation: u64, lease_until_ms: u64) {
+        assert!(
+            incarnation > self.ctx.incarnation,
+            "a rejoin takes a higher incarnation"
+        );
+        self.ctx.incarnation = incarnation;
+        self.ctx.fenced = false;
+        self.ctx.lease_until_ms = None;
+        self.extend_lease(now_ms, lease_until_ms);
+    }
+
+    /// Marks this node draining (no new objects placed here) or not.
+    pub fn set_draining(&mut self, draining: bool) {
+        self.ctx.draining = draining;
+    }
+
+    /// Fences the node if its lease has run out at `now_ms`. Every event
+    /// calls it first, so a node that was frozen past its lease never
+    /// serves an event before it notices.
+    pub(crate) fn check_lease(&mut self, now_ms: u64) {
+        if !self.ctx.fenced && !self.ctx.may_serve(now_ms) {
+            self.fence(now_ms);
+        }
     }
 
     /// Every node-to-node message, from `from_node`.
     pub fn on_node_message(&mut self, now_ms: u64, from_node: NodeId, message: NodeMessage) {
+        self.check_lease(now_ms);
         match message {
             NodeMessage::Routed { head, request } => self.on_request(now_ms, head, request),
             NodeMessage::RouterUpdateSync {
                 key,
                 owner_node,
+                owner_incarnation,
                 route_version,
-            } => self.on_router_update_sync(now_ms, key, owner_node, route_version),
+            } => self.on_router_update_sync(
+                now_ms,
+                key,
+                owner_node,
+                owner_incarnation,
+                route_version,
+            ),
             NodeMessage::RouterTransfer(transfer) => {
                 self.on_router_transfer(now_ms, from_node, transfer)
             }
@@ -272,6 +452,7 @@ impl RouterCore {
     /// A request entering at this core: from the gateway or a handler
     /// (`RouterHead::local`) or routed from another node.
     pub fn on_request(&mut self, now_ms: u64, head: RouterHead, request: Request) {
+        self.check_lease(now_ms);
         self.ctx.counters.requests_total += 1;
         let waiter = super::entry::Waiter {
             head,
@@ -279,8 +460,48 @@ impl RouterCore {
             repairs: 0,
             fresh_pull: false,
             send_attempts: 0,
+            unreachable: None,
         };
         self.dispatch(now_ms, waiter);
+    }
+
+    /// A message `SendToNode` emitted did not leave: the link to `node`
+    /// refused it (queue full, link down). A request is re-resolved once,
+    /// from a fresh read of its route, and sent again only to another node
+    /// (else answered UNAVAILABLE); a transfer notification ends the
+    /// handoff at once (its pending queue drains, as on an ack timeout);
+    /// acks and route syncs are left to the peer's timeouts and later
+    /// requests.
+    pub fn on_send_failed(&mut self, now_ms: u64, node: NodeId, message: NodeMessage) {
+        self.check_lease(now_ms);
+        self.ctx.counters.send_failures_total += 1;
+        match message {
+            NodeMessage::Routed { head, request } => {
+                let key = head.key;
+                if let Some(entry) = self.entry_mut(key) {
+                    // The route that sent it there is suspect: re-read it.
+                    if !entry.is_writable() {
+                        entry.last_refresh_ms = None;
+                    }
+                }
+                let waiter = super::entry::Waiter {
+                    head: RouterHead {
+                        transfer_ttl: head.transfer_ttl.saturating_sub(1),
+                        ..head
+                    },
+                    request,
+                    repairs: 0,
+                    fresh_pull: false,
+                    send_attempts: 1,
+                    unreachable: Some(node),
+                };
+                self.dispatch(now_ms, waiter);
+            }
+            NodeMessage::RouterTransfer(transfer) => {
+                self.transfer_ack_timeout(now_ms, transfer.key, transfer.transfer_id)
+            }
+            NodeMessage::TransferAck { .. } | NodeMessage::RouterUpdateSync { .. } => {}
+        }
     }
 
     /// `router_update_sync`: updates only an existing cache with an older
@@ -290,6 +511,7 @@ impl RouterCore {
         now_ms: u64,
         key: ObjectKey,
         owner_node: NodeId,
+        owner_incarnation: u64,
         route_version: RouteVersion,
     ) {
         let Some(entry) = self.entry_mut(key) else {
@@ -298,13 +520,16 @@ impl RouterCore {
         if entry.is_writable() || entry.route_version >= route_version {
             return;
         }
-        entry.set_route(owner_node, route_version);
+        entry.set_route(owner_node, owner_incarnation, route_version);
         entry.last_refresh_ms = Some(now_ms);
         self.ctx.counters.update_syncs_applied_total += 1;
     }
 
     pub fn on_timer(&mut self, now_ms: u64, timer: Timer) {
+        self.check_lease(now_ms);
         match timer {
+            // `check_lease` above did the work.
+            Timer::Lease => {}
             Timer::Sweep => self.sweep(now_ms),
             Timer::PullRetry { key } => self.retry_pull(now_ms, key),
             Timer::TransferAck { key, transfer_id } => {
@@ -321,6 +546,7 @@ impl RouterCore {
     /// already started (a periodic save, a shutdown release) is covered by
     /// that write: its reply settles the held outputs.
     pub fn on_flush(&mut self, now_ms: u64) {
+        self.check_lease(now_ms);
         let ctx = &mut self.ctx;
         for key in std::mem::take(&mut ctx.flush_keys) {
             let Some(entry) = self

@@ -124,8 +124,14 @@ fn route_by_owner(
             None => ctx.reply(&waiter.request, Err(ErrorCode::Unavailable)),
         };
     }
-    if lock_expired(ctx, owner, entry.save_timepoint_ms, now_ms) {
+    if lock_expired(ctx, entry, now_ms) {
         return mutable_object(ctx, key, entry, waiter);
+    }
+    if waiter.unreachable == Some(owner) && fresh_pull {
+        // Re-read, and the owner is still the node a send just failed to
+        // reach: the second attempt would fail the same way.
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        return;
     }
     if !ctx.is_node_available(owner) {
         // The seed's send_msg_raw: clear the local target and resolve once
@@ -142,17 +148,36 @@ fn route_by_owner(
     send_to(ctx, entry, owner, waiter)
 }
 
-/// Whether `owner`'s persisted lock (from its last save) has expired.
-pub(crate) fn lock_expired(ctx: &Ctx, owner: NodeId, save_timepoint_ms: u64, now_ms: u64) -> bool {
-    !owner.is_none()
-        && owner != ctx.node
-        && save_timepoint_ms.saturating_add(ctx.config.object_free_timeout_ms) < now_ms
+/// Whether the ownership lock of the route `entry` holds has ended, so the
+/// record may be claimed (by CAS). Decided on this node's own facts only,
+/// never by comparing another node's clock with this one:
+/// - the owner's incarnation ended (declared down, left, or outranked by a
+///   later start): at once;
+/// - the owner is unknown to membership (its row is gone) and the record's
+///   CAS version has not changed for `object_free_timeout_ms` of this
+///   node's time, while a live owner re-saves every
+///   `object_save_interval_ms`. An owner membership knows alive is never
+///   claimed from: it may still be writing.
+pub(crate) fn lock_expired(ctx: &Ctx, entry: &Entry, now_ms: u64) -> bool {
+    let owner = entry.owner_node;
+    if owner.is_none() || owner == ctx.node {
+        return false;
+    }
+    if ctx.is_incarnation_dead(owner, entry.owner_incarnation) {
+        return true;
+    }
+    !ctx.knows(owner)
+        && entry.cas_version.is_some()
+        && entry
+            .cas_seen_at_ms
+            .saturating_add(ctx.config.object_free_timeout_ms)
+            <= now_ms
 }
 
 /// `mutable_object`: read the record to claim it (the claim itself follows
 /// the read, in `io.rs`).
 fn mutable_object(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, mut waiter: Waiter) {
-    if ctx.is_shutting_down() {
+    if ctx.is_shutting_down() || ctx.fenced {
         ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
         return;
     }
@@ -232,6 +257,7 @@ fn send_to(ctx: &mut Ctx, entry: &Entry, node: NodeId, waiter: Waiter) {
         let message = NodeMessage::RouterUpdateSync {
             key: head.key,
             owner_node: entry.owner_node,
+            owner_incarnation: entry.owner_incarnation,
             route_version: entry.route_version,
         };
         ctx.send(source_node, message);

@@ -20,6 +20,10 @@ pub(crate) struct Waiter {
     pub fresh_pull: bool,
     /// Send attempts that found the target unavailable (at most two).
     pub send_attempts: u8,
+    /// A node a send of this request failed to reach: once the route is
+    /// re-read, the request is not sent there again (the seed's
+    /// send_msg_raw makes two attempts, the second after re-resolving).
+    pub unreachable: Option<NodeId>,
 }
 
 /// The IO in flight for one key: the seed's `io_task_guard`. At most one at
@@ -79,11 +83,16 @@ pub(crate) struct Transferring {
 
 pub(crate) struct Entry {
     pub owner_node: NodeId,
+    /// The incarnation of `owner_node` the route names (0: none or unknown).
+    pub owner_incarnation: u64,
     pub route_version: RouteVersion,
     /// The record's CAS version as last known; `None`: no record known.
     pub cas_version: Option<CasVersion>,
-    /// The record's `save_timepoint_ms` as last read.
-    pub save_timepoint_ms: u64,
+    /// When (this core's clock) `cas_version` was first seen at its value:
+    /// a record unchanged for `object_free_timeout_ms` of this node's own
+    /// time has an owner that stopped saving. No other node's clock is
+    /// ever compared with this one.
+    pub cas_seen_at_ms: u64,
     /// When the route was last read from the store; `None`: never, or
     /// known stale.
     pub last_refresh_ms: Option<u64>,
@@ -140,9 +149,10 @@ impl Entry {
     pub fn new(now_ms: u64) -> Entry {
         Entry {
             owner_node: NodeId::NONE,
+            owner_incarnation: 0,
             route_version: RouteVersion(0),
             cas_version: None,
-            save_timepoint_ms: 0,
+            cas_seen_at_ms: now_ms,
             last_refresh_ms: None,
             last_access_ms: now_ms,
             object: None,
@@ -167,7 +177,12 @@ impl Entry {
     }
 
     /// Sets the route; the route version never goes down.
-    pub fn set_route(&mut self, owner_node: NodeId, route_version: RouteVersion) {
+    pub fn set_route(
+        &mut self,
+        owner_node: NodeId,
+        owner_incarnation: u64,
+        route_version: RouteVersion,
+    ) {
         assert!(
             route_version >= self.route_version,
             "route version must never decrease: {:?} -> {:?}",
@@ -175,7 +190,17 @@ impl Entry {
             route_version
         );
         self.owner_node = owner_node;
+        self.owner_incarnation = owner_incarnation;
         self.route_version = route_version;
+    }
+
+    /// Records the record's CAS version as known at `now_ms`, noting when
+    /// it changed.
+    pub fn set_cas(&mut self, cas_version: CasVersion, now_ms: u64) {
+        if self.cas_version != Some(cas_version) {
+            self.cas_seen_at_ms = now_ms;
+        }
+        self.cas_version = Some(cas_version);
     }
 
     /// Adopts a record read from (or returned by) the store, unless it is
@@ -185,11 +210,26 @@ impl Entry {
         if record.route_version < self.route_version {
             return false;
         }
-        self.set_route(record.owner_node, record.route_version);
-        self.cas_version = Some(record.cas_version);
-        self.save_timepoint_ms = record.save_timepoint_ms;
+        self.set_route(
+            record.owner_node,
+            record.owner_incarnation,
+            record.route_version,
+        );
+        self.set_cas(record.cas_version, now_ms);
         self.last_refresh_ms = Some(now_ms);
         true
+    }
+
+    /// Adopts what this entry's own write persisted, now that the store
+    /// applied it with `cas_version`.
+    pub fn apply_write(&mut self, pending: PendingWrite, cas_version: CasVersion, now_ms: u64) {
+        self.set_route(
+            pending.owner_node,
+            pending.owner_incarnation,
+            pending.route_version,
+        );
+        self.set_cas(cas_version, now_ms);
+        self.last_refresh_ms = Some(now_ms);
     }
 
     /// Whether the route may be used without a pull at `now_ms`. A writable

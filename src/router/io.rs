@@ -14,6 +14,7 @@ impl RouterCore {
     /// The store's answer to the request named `token`. A token this core
     /// does not know (a reply to a previous life) is ignored.
     pub fn on_store_reply(&mut self, now_ms: u64, token: StoreToken, reply: StoreReply) {
+        self.check_lease(now_ms);
         let Some(wait) = self.ctx.store_waits.remove(&token) else {
             return;
         };
@@ -151,7 +152,7 @@ fn pull_reply(
             entry.last_refresh_ms = Some(now_ms);
         }
     }
-    if io == Io::PullObject && claimable(ctx, kind, record.as_ref(), now_ms) {
+    if io == Io::PullObject && claimable(ctx, kind, entry, record.as_ref(), now_ms) {
         return start_claim(ctx, kind, key, entry, now_ms, record);
     }
     finish_io(ctx, kind, key, entry, now_ms, true);
@@ -163,17 +164,27 @@ fn give_up(ctx: &mut Ctx, entry: &mut Entry) {
     fail_waiters(ctx, entry, ErrorCode::Unavailable);
 }
 
-/// The seed's claim rule: no record (auto-create types), owner 0
-/// (auto-create types), this node, or an expired owner.
-fn claimable(ctx: &Ctx, kind: &dyn ObjectType, record: Option<&RouteRecord>, now_ms: u64) -> bool {
-    if ctx.is_shutting_down() {
+/// The claim rule: no record or owner 0 (auto-create types); this node in
+/// this or an earlier incarnation; or another owner whose lock ended
+/// (`lock_expired`: its incarnation ended, or it is unknown to membership
+/// and stopped saving). Never while shutting down or fenced.
+fn claimable(
+    ctx: &Ctx,
+    kind: &dyn ObjectType,
+    entry: &Entry,
+    record: Option<&RouteRecord>,
+    now_ms: u64,
+) -> bool {
+    if ctx.is_shutting_down() || !ctx.may_serve(now_ms) {
         return false;
     }
     match record {
         None => kind.auto_create(),
         Some(record) if record.owner_node.is_none() => kind.auto_create(),
-        Some(record) if record.owner_node == ctx.node => true,
-        Some(record) => lock_expired(ctx, record.owner_node, record.save_timepoint_ms, now_ms),
+        Some(record) if record.owner_node == ctx.node => {
+            record.owner_incarnation <= ctx.incarnation
+        }
+        Some(_) => lock_expired(ctx, entry, now_ms),
     }
 }
 
@@ -223,10 +234,7 @@ pub(crate) fn become_writable(
     now_ms: u64,
 ) {
     assert!(entry.object.is_none(), "a writable object is claimed once");
-    entry.set_route(pending.owner_node, pending.route_version);
-    entry.cas_version = Some(applied);
-    entry.save_timepoint_ms = pending.save_timepoint_ms;
-    entry.last_refresh_ms = Some(now_ms);
+    entry.apply_write(pending, applied, now_ms);
     entry.object = Some(Writable {
         state,
         dirty: false,
@@ -264,15 +272,27 @@ pub(crate) fn after_failed_write(
 }
 
 /// A claim's write applied (a pull's claim, or a transfer target's): the
-/// entry becomes writable with the state decoded for it.
-pub(crate) fn claimed(ctx: &mut Ctx, entry: &mut Entry, applied: CasVersion, now_ms: u64) {
+/// entry becomes writable with the state decoded for it, unless the node
+/// fenced meanwhile: then the record names this node's ended incarnation,
+/// which any node may claim, and nothing is served from it here.
+pub(crate) fn claimed(ctx: &mut Ctx, entry: &mut Entry, applied: CasVersion, now_ms: u64) -> bool {
     let pending = entry
         .pending_write
         .take()
         .expect("a claim has a pending write");
     let state = entry.claiming.take().expect("a claim has a decoded state");
+    if !ctx.may_serve(now_ms) || ctx.incarnation != pending.owner_incarnation {
+        entry.apply_write(pending, applied, now_ms);
+        entry.last_refresh_ms = None;
+        return false;
+    }
+    let previous_owner = entry.owner_node;
+    if !previous_owner.is_none() && previous_owner != ctx.node {
+        ctx.counters.dead_owner_claims_total += 1;
+    }
     become_writable(entry, state, applied, pending, now_ms);
     ctx.counters.claims_total += 1;
+    true
 }
 
 fn claim_reply(
@@ -286,7 +306,7 @@ fn claim_reply(
     let mut fresh = false;
     match reply {
         StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
-            claimed(ctx, entry, cas_version, now_ms)
+            claimed(ctx, entry, cas_version, now_ms);
         }
         StoreReply::Written(outcome) => fresh = after_failed_write(ctx, entry, now_ms, &outcome),
         // Not applied: the route is unchanged; the waiters try again.
@@ -311,9 +331,7 @@ fn save_reply(
                 .pending_write
                 .take()
                 .expect("a save has a pending write");
-            entry.set_route(pending.owner_node, pending.route_version);
-            entry.cas_version = Some(cas_version);
-            entry.save_timepoint_ms = pending.save_timepoint_ms;
+            entry.apply_write(pending, cas_version, now_ms);
             ctx.counters.saves_total += 1;
             if let Some(object) = entry.object.as_mut() {
                 object.last_save_ms = now_ms;

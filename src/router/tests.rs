@@ -42,7 +42,7 @@ impl Harness {
             let mut core = RouterCore::new(NodeId(node), config(), node, 0);
             core.register(Box::new(CounterType { persist }));
             for peer in 1..=nodes {
-                core.on_node_up(NodeId(peer));
+                core.on_node_up(NodeId(peer), 1);
             }
             core.drain_effects().for_each(drop);
             cores.insert(node, core);
@@ -269,12 +269,12 @@ fn forwarder_with_a_newer_route_syncs_the_source_which_updates_only_older_caches
     // newer one kept.
     let missing = ObjectKey::new(COUNTER_TYPE_ID, 0, 999);
     let core = h.core(source);
-    core.on_router_update_sync(1, missing, NodeId(owner), RouteVersion(5));
+    core.on_router_update_sync(1, missing, NodeId(owner), 1, RouteVersion(5));
     assert!(core.entries().all(|view| view.key != missing));
-    core.on_router_update_sync(1, KEY, NodeId(owner), RouteVersion(3));
+    core.on_router_update_sync(1, KEY, NodeId(owner), 1, RouteVersion(3));
     let view = core.entries().find(|view| view.key == KEY).expect("cache");
     assert_eq!(view.route_version, RouteVersion(3));
-    core.on_router_update_sync(1, KEY, NodeId(9), RouteVersion(2));
+    core.on_router_update_sync(1, KEY, NodeId(9), 1, RouteVersion(2));
     let view = core.entries().find(|view| view.key == KEY).expect("cache");
     assert_eq!(
         (view.route_version, view.owner_node),
@@ -417,10 +417,15 @@ fn defect_c_node_availability_means_known_up() {
         "unknown is not available"
     );
     assert!(!core.is_node_available(NodeId::NONE));
-    core.on_node_up(NodeId(2));
+    core.on_node_up(NodeId(2), 1);
     assert!(core.is_node_available(NodeId(2)));
-    core.on_node_down(NodeId(2));
+    core.on_node_down(NodeId(2), 1);
     assert!(!core.is_node_available(NodeId(2)));
+    // A later incarnation is up again; a late report of the ended one
+    // changes nothing.
+    core.on_node_up(NodeId(2), 2);
+    core.on_node_down(NodeId(2), 1);
+    assert!(core.is_node_available(NodeId(2)));
 }
 
 #[test]
@@ -563,40 +568,194 @@ fn io_guard_queues_requests_of_one_object_only_and_bounds_the_queue() {
     assert_eq!(h.core(1).counters().pending_queue_full_total, 3);
 }
 
+/// Answers the store requests of `node`'s core at `now` until none is
+/// left; returns the other effects.
+fn settle_at(h: &mut Harness, node: u64, now: u64) -> Vec<Effect> {
+    let mut all = Vec::new();
+    loop {
+        let batch: Vec<Effect> = h.core(node).drain_effects().collect();
+        if batch.is_empty() {
+            return all;
+        }
+        for effect in batch {
+            match effect {
+                Effect::Store { token, op } => {
+                    let reply = answer(&mut h.table, op);
+                    h.core(node).on_store_reply(now, token, reply);
+                }
+                Effect::FlushSavesAfterBatch => h.core(node).on_flush(now),
+                effect => all.push(effect),
+            }
+        }
+    }
+}
+
 #[test]
-fn an_expired_lock_is_claimed_with_a_higher_route_version() {
+fn a_record_of_an_ended_incarnation_is_claimed_at_once() {
     let mut h = Harness::new(2, Persist::Interval);
     let owner = claim_on_default(&mut h, 2);
     let other = 3 - owner;
-    h.core(other).on_node_down(NodeId(owner));
-    // Long after the owner's last save, its lock has expired.
-    let now = config().object_free_timeout_ms + 10;
+    // Membership declares the owner's incarnation down: no lock to wait
+    // for, however recent its last save.
+    h.core(other).on_node_down(NodeId(owner), 1);
     let id = h.request(other, OP_GET, Vec::new());
-    let effects: Vec<Effect> = {
-        let mut all = Vec::new();
-        loop {
-            let batch: Vec<Effect> = h.core(other).drain_effects().collect();
-            if batch.is_empty() {
-                break all;
-            }
-            for effect in batch {
-                match effect {
-                    Effect::Store { token, op } => {
-                        let reply = answer(&mut h.table, op);
-                        h.core(other).on_store_reply(now, token, reply);
-                    }
-                    effect => all.push(effect),
-                }
-            }
-        }
-    };
-    // The pull is answered at `now`, when the lock has expired.
+    let effects = settle_at(&mut h, other, 1);
     let record = h.table.load(KEY).expect("record");
     assert_eq!(record.owner_node, NodeId(other));
     assert_eq!(record.route_version, RouteVersion(2));
+    assert_eq!(h.core(other).counters().dead_owner_claims_total, 1);
     // The old owner's +5 was never saved (interval persistence): the new
     // owner serves the durable state.
     assert_eq!(replies(&effects), vec![(id, Ok(add(0)))]);
+}
+
+#[test]
+fn a_live_owner_is_never_claimed_from_whatever_the_clocks_say() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let other = 3 - owner;
+    // Far past any lock lifetime on the other node's clock, with the owner
+    // still up in membership: the request is forwarded, never claimed.
+    let far = 100 * config().object_free_timeout_ms;
+    h.next_seq += 1;
+    let request = Request {
+        id: RequestId {
+            origin_node: NodeId(other),
+            seq: h.next_seq,
+        },
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(other)
+        .on_request(far, RouterHead::local(KEY, NodeId(other)), request);
+    let effects = settle_at(&mut h, other, far);
+    assert_eq!(routed(&effects).len(), 1, "{effects:?}");
+    assert_eq!(h.table.load(KEY).expect("record").owner_node, NodeId(owner));
+}
+
+#[test]
+fn an_owner_unknown_to_membership_is_claimed_after_its_record_stood_still() {
+    // Node 1 knows no other node; the record names node 7 (say, a row
+    // lost with an old membership table).
+    let mut core = RouterCore::new(NodeId(1), config(), 1, 0);
+    core.register(Box::new(CounterType {
+        persist: Persist::Interval,
+    }));
+    core.drain_effects().for_each(drop);
+    let mut table = MemoryTable::default();
+    let stale = crate::store::RecordWrite {
+        key: KEY,
+        condition: crate::store::WriteCondition::Absent,
+        owner_node: NodeId(7),
+        owner_incarnation: 3,
+        route_version: RouteVersion(4),
+        save_timepoint_ms: 0,
+        state: 9i64.to_le_bytes().to_vec(),
+    };
+    table.write(&stale);
+    let mut h = Harness {
+        table,
+        cores: [(1, core)].into_iter().collect(),
+        next_seq: 0,
+    };
+    // First seen at 1000: not claimable yet, and node 7 is not available.
+    let first = h.request(1, OP_GET, Vec::new());
+    let effects = settle_at(&mut h, 1, 1_000);
+    assert_eq!(
+        replies(&effects),
+        vec![(first, Err(ErrorCode::Unavailable))]
+    );
+    // The record has not changed for object_free_timeout_ms of this
+    // node's own time: claimed, with the state it holds.
+    let later = 1_000 + config().object_free_timeout_ms;
+    h.next_seq += 1;
+    let request = Request {
+        id: RequestId {
+            origin_node: NodeId(1),
+            seq: h.next_seq,
+        },
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    let id = request.id;
+    h.core(1)
+        .on_request(later, RouterHead::local(KEY, NodeId(1)), request);
+    let effects = settle_at(&mut h, 1, later);
+    assert_eq!(replies(&effects), vec![(id, Ok(add(9)))]);
+    assert_eq!(h.table.load(KEY).expect("record").owner_node, NodeId(1));
+}
+
+#[test]
+fn a_node_past_its_lease_serves_nothing_until_it_rejoins() {
+    let mut h = Harness::new(1, Persist::OnWrite);
+    claim_on_default(&mut h, 1);
+    h.core(1).extend_lease(10, 1_000);
+    // A mutation held for its save, then the lease runs out before the
+    // flush: the held answer is UNAVAILABLE, the copy is dropped, and new
+    // requests are refused.
+    h.next_seq += 1;
+    let held = RequestId {
+        origin_node: NodeId(1),
+        seq: h.next_seq,
+    };
+    h.core(1).on_request(
+        500,
+        RouterHead::local(KEY, NodeId(1)),
+        Request {
+            id: held,
+            op: OP_ADD,
+            body: add(1),
+            client: None,
+            needs_reply: true,
+        },
+    );
+    h.core(1).on_timer(1_000, Timer::Lease);
+    assert!(h.core(1).is_fenced());
+    assert!(h.core(1).entries().all(|view| !view.writable));
+    let effects = settle_at(&mut h, 1, 1_000);
+    assert_eq!(replies(&effects), vec![(held, Err(ErrorCode::Unavailable))]);
+    let refused = h.request(1, OP_GET, Vec::new());
+    let effects = settle_at(&mut h, 1, 1_001);
+    assert_eq!(
+        replies(&effects),
+        vec![(refused, Err(ErrorCode::Unavailable))]
+    );
+    assert_eq!(h.core(1).counters().fences_total, 1);
+    // Rejoined as incarnation 2: the record of incarnation 1 is its own
+    // earlier life, claimed again through the store.
+    h.core(1).rejoin(1_002, 2, 5_000);
+    let again = h.request(1, OP_GET, Vec::new());
+    let effects = settle_at(&mut h, 1, 1_003);
+    // The durable +5 of the claim, not the +1 that was never saved.
+    assert_eq!(replies(&effects), vec![(again, Ok(add(5)))]);
+    assert_eq!(h.table.load(KEY).expect("record").owner_incarnation, 2);
+}
+
+#[test]
+fn a_failed_send_is_resolved_again_once_and_not_resent_to_the_same_node() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let other = 3 - owner;
+    let id = h.request(other, OP_GET, Vec::new());
+    let effects = settle_at(&mut h, other, 1);
+    let sent = effects
+        .into_iter()
+        .find_map(|effect| match effect {
+            Effect::SendToNode { node, message } => Some((node, message)),
+            _ => None,
+        })
+        .expect("sent to the owner");
+    // The link refuses it: the route is read again, still names the same
+    // owner, and the request is answered instead of sent there again.
+    h.core(other).on_send_failed(2, sent.0, sent.1);
+    let effects = settle_at(&mut h, other, 2);
+    assert!(routed(&effects).is_empty(), "{effects:?}");
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert_eq!(h.core(other).counters().send_failures_total, 1);
 }
 
 #[test]

@@ -166,10 +166,7 @@ impl RouterCore {
                         .pending_write
                         .take()
                         .expect("a release has a pending write");
-                    entry.set_route(pending.owner_node, pending.route_version);
-                    entry.cas_version = Some(cas_version);
-                    entry.save_timepoint_ms = pending.save_timepoint_ms;
-                    entry.last_refresh_ms = Some(now_ms);
+                    entry.apply_write(pending, cas_version, now_ms);
                     ctx.counters.saves_total += 1;
                 }
                 Some(outcome) => {

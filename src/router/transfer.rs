@@ -23,6 +23,10 @@ pub enum TransferError {
     /// A transfer of this key is already in progress or queued.
     InProgress,
     ShuttingDown,
+    /// Membership does not know the target up (or it drains).
+    TargetUnavailable,
+    /// This node is fenced: it owns nothing until it rejoins.
+    Fenced,
 }
 
 impl RouterCore {
@@ -39,12 +43,22 @@ impl RouterCore {
         target: NodeId,
         need_notify: bool,
     ) -> Result<(), TransferError> {
+        self.check_lease(now_ms);
         let ctx = &mut self.ctx;
         if ctx.is_shutting_down() {
             return Err(TransferError::ShuttingDown);
         }
+        if ctx.fenced {
+            return Err(TransferError::Fenced);
+        }
         if target == ctx.node {
             return Err(TransferError::SameNode);
+        }
+        // The record names the target with its live incarnation; a target
+        // without one could never confirm.
+        let target_available = target.is_none() || ctx.live_incarnation(target).is_some();
+        if !target_available {
+            return Err(TransferError::TargetUnavailable);
         }
         let manager = self
             .managers
@@ -72,6 +86,7 @@ impl RouterCore {
     /// the CAS version the sender's write produced, then ack. Refuses (acks
     /// false) when it knows a newer route or is busy with this key.
     pub fn on_router_transfer(&mut self, now_ms: u64, from_node: NodeId, transfer: RouterTransfer) {
+        self.check_lease(now_ms);
         let ctx = &mut self.ctx;
         let key = transfer.key;
         let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
@@ -93,6 +108,7 @@ impl RouterCore {
             return ack(ctx, from_node, key, transfer.transfer_id, accepted);
         }
         let refused = ctx.is_shutting_down()
+            || !ctx.may_serve(now_ms)
             || entry.route_version > transfer.route_version
             || entry.io.is_some()
             || entry.transferring.is_some();
@@ -102,9 +118,10 @@ impl RouterCore {
         let Ok(state) = kind.decode(key, Some(&transfer.state)) else {
             return ack(ctx, from_node, key, transfer.transfer_id, false);
         };
-        entry.set_route(ctx.node, transfer.route_version);
-        entry.cas_version = Some(transfer.cas_version);
-        entry.save_timepoint_ms = transfer.save_timepoint_ms;
+        // The sender's write named this node (incarnation as the sender knew
+        // it); the confirmation below rewrites it with this incarnation.
+        entry.set_route(ctx.node, transfer.owner_incarnation, transfer.route_version);
+        entry.set_cas(transfer.cas_version, now_ms);
         entry.last_refresh_ms = Some(now_ms);
         entry.last_access_ms = now_ms;
         entry.claiming = Some(state);
@@ -195,11 +212,11 @@ pub(crate) fn start_transfer(
         .expect("a writable object always knows its record's CAS version");
     let route_version = entry.route_version.next();
     let state = object.state.encode();
-    // The target confirms with its own incarnation (`on_router_transfer`);
-    // until then the record names the target without one.
+    // The record names the target at its live incarnation, so that a
+    // target that dies before confirming leaves a claimable record.
     let pending = PendingWrite {
         owner_node: target,
-        owner_incarnation: 0,
+        owner_incarnation: ctx.live_incarnation(target).unwrap_or(0),
         route_version,
         save_timepoint_ms: now_ms,
     };
@@ -233,10 +250,7 @@ pub(crate) fn remove_reply(
                 .take()
                 .expect("a removal has a pending write");
             entry.downgrade();
-            entry.set_route(pending.owner_node, pending.route_version);
-            entry.cas_version = Some(cas_version);
-            entry.save_timepoint_ms = pending.save_timepoint_ms;
-            entry.last_refresh_ms = Some(now_ms);
+            entry.apply_write(pending, cas_version, now_ms);
             ctx.counters.transfers_total += 1;
             let Some(t) = entry.transferring.as_mut() else {
                 return;
@@ -245,6 +259,7 @@ pub(crate) fn remove_reply(
                 let message = NodeMessage::RouterTransfer(RouterTransfer {
                     key,
                     transfer_id: t.transfer_id,
+                    owner_incarnation: pending.owner_incarnation,
                     route_version: pending.route_version,
                     cas_version,
                     save_timepoint_ms: pending.save_timepoint_ms,
@@ -307,8 +322,7 @@ pub(crate) fn transfer_claim_reply(
     let mut fresh = false;
     let accepted = match reply {
         StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
-            claimed(ctx, entry, cas_version, now_ms);
-            true
+            claimed(ctx, entry, cas_version, now_ms)
         }
         StoreReply::Written(outcome) => {
             fresh = after_failed_write(ctx, entry, now_ms, &outcome);

@@ -44,8 +44,11 @@ pub struct RequestId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ClientRef {
     pub gateway_node: NodeId,
+    /// Unique on its gateway node across restarts (the gateway puts the
+    /// node's incarnation at start in it).
     pub session_id: u64,
-    pub session_epoch: u64,
+    /// The session's binding epoch (the gateway's `u32`).
+    pub session_epoch: u32,
     pub player_id: u64,
 }
 
@@ -87,6 +90,7 @@ pub enum NodeMessage {
     RouterUpdateSync {
         key: ObjectKey,
         owner_node: NodeId,
+        owner_incarnation: u64,
         route_version: RouteVersion,
     },
     /// `router_transfer`: the sender persisted `owner_node = receiver` with
@@ -117,6 +121,8 @@ impl NodeMessage {
 pub struct RouterTransfer {
     pub key: ObjectKey,
     pub transfer_id: u64,
+    /// The receiver's incarnation as the sender wrote it into the record.
+    pub owner_incarnation: u64,
     pub route_version: RouteVersion,
     pub cas_version: CasVersion,
     pub save_timepoint_ms: u64,
@@ -169,6 +175,8 @@ pub enum Timer {
     TransferAck { key: ObjectKey, transfer_id: u64 },
     /// The shutdown deadline passed.
     ShutdownDeadline,
+    /// The membership lease may have run out (see `RouterCore::extend_lease`).
+    Lease,
 }
 
 /// What the driver must do after an event.

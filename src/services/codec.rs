@@ -37,7 +37,9 @@ impl<'a> Reader<'a> {
             1 => Some(Some(ClientRef {
                 gateway_node: NodeId(self.u64()?),
                 session_id: self.u64()?,
-                session_epoch: self.u64()?,
+                // Stored as 8 bytes (the format predates u32 epochs); a
+                // value past u32 is not an epoch a gateway gave.
+                session_epoch: u32::try_from(self.u64()?).ok()?,
                 player_id: self.u64()?,
             })),
             _ => None,
@@ -60,7 +62,7 @@ pub(crate) fn put_client(out: &mut Vec<u8>, client: Option<ClientRef>) {
             out.push(1);
             out.extend_from_slice(&client.gateway_node.0.to_le_bytes());
             out.extend_from_slice(&client.session_id.to_le_bytes());
-            out.extend_from_slice(&client.session_epoch.to_le_bytes());
+            out.extend_from_slice(&u64::from(client.session_epoch).to_le_bytes());
             out.extend_from_slice(&client.player_id.to_le_bytes());
         }
     }

@@ -12,6 +12,7 @@
 //! still refuses a PUSH to a stale epoch, so a late presence is harmless.
 
 pub mod player;
+pub mod port;
 pub mod room;
 
 mod codec;

@@ -7,10 +7,12 @@
 //! - [`frame`]: the internal rkyv frame envelope between cores and nodes.
 //! - [`key`]: object keys and `shard_of`, the stable key-to-core partition.
 //! - [`hash`]: the stable hash every node agrees on.
+//! - [`ids`]: how session ids and request numbers name their core.
 
 pub mod client;
 pub mod frame;
 pub mod hash;
+pub mod ids;
 pub mod key;
 pub mod token;
 

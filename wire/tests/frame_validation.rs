@@ -4,19 +4,38 @@
 use proptest::prelude::*;
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
-use wire::frame::{access, FrameBuf, Message, RouterHead, CHECKSUM_LEN, CHECKSUM_SEED};
+use wire::frame::{
+    access, ClientWire, FrameBuf, KeyWire, Message, RouterHead, CHECKSUM_LEN, CHECKSUM_SEED,
+};
 use wire::hash::xxh64;
 
 fn bytes_strategy() -> impl Strategy<Value = Vec<u8>> {
     proptest::collection::vec(any::<u8>(), 0..300)
 }
 
+fn key_strategy() -> impl Strategy<Value = KeyWire> {
+    any::<(u32, u32, u64)>().prop_map(|(type_id, zone_id, object_id)| KeyWire {
+        type_id,
+        zone_id,
+        object_id,
+    })
+}
+
+fn client_strategy() -> impl Strategy<Value = ClientWire> {
+    any::<(u64, u64, u32, u64)>().prop_map(
+        |(gateway_node, session_id, session_epoch, player_id)| ClientWire {
+            gateway_node,
+            session_id,
+            session_epoch,
+            player_id,
+        },
+    )
+}
+
 fn head_strategy() -> impl Strategy<Value = RouterHead> {
-    (any::<(u32, u32, u64, u64, u64, u32)>()).prop_map(
-        |(type_id, zone_id, object_id, route_version, source_node, transfer_ttl)| RouterHead {
-            type_id,
-            zone_id,
-            object_id,
+    (key_strategy(), any::<(u64, u64, u32)>()).prop_map(
+        |(key, (route_version, source_node, transfer_ttl))| RouterHead {
+            key,
             route_version,
             source_node,
             transfer_ttl,
@@ -26,17 +45,12 @@ fn head_strategy() -> impl Strategy<Value = RouterHead> {
 
 fn message_strategy() -> impl Strategy<Value = Message> {
     prop_oneof![
-        (any::<(u64, u64, u32, u64, u32, u32)>(), bytes_strategy()).prop_map(
-            |((gateway_node, session_id, session_epoch, player_id, route_id, seq), body)| {
-                Message::ClientIngress {
-                    gateway_node,
-                    session_id,
-                    session_epoch,
-                    player_id,
-                    route_id,
-                    seq,
-                    body,
-                }
+        (client_strategy(), any::<(u32, u32)>(), bytes_strategy()).prop_map(
+            |(client, (route_id, seq), body)| Message::ClientIngress {
+                client,
+                route_id,
+                seq,
+                body,
             }
         ),
         (any::<(u64, u32, u64, u8, u32, u32)>(), bytes_strategy()).prop_map(
@@ -52,38 +66,78 @@ fn message_strategy() -> impl Strategy<Value = Message> {
                 }
             }
         ),
-        (head_strategy(), bytes_strategy())
-            .prop_map(|(head, payload)| Message::Routed { head, payload }),
-        any::<(u32, u32, u64, u64, u64)>().prop_map(
-            |(type_id, zone_id, object_id, owner_node, route_version)| {
-                Message::RouterUpdateSync {
-                    type_id,
-                    zone_id,
-                    object_id,
-                    owner_node,
-                    route_version,
+        (any::<(u64, u64)>(), bytes_strategy()).prop_map(|((session_id, player_id), reason)| {
+            Message::SessionKick {
+                session_id,
+                player_id,
+                reason,
+            }
+        }),
+        client_strategy().prop_map(|client| Message::SessionUnbound { client }),
+        client_strategy().prop_map(|client| Message::SessionDisconnected { client }),
+        (
+            head_strategy(),
+            any::<(u64, u64, u32, u8, u8)>(),
+            client_strategy(),
+            bytes_strategy()
+        )
+            .prop_map(
+                |(head, (origin_node, request_seq, op, needs_reply, has_client), client, body)| {
+                    Message::RouterRequest {
+                        head,
+                        origin_node,
+                        request_seq,
+                        op,
+                        needs_reply,
+                        has_client,
+                        client,
+                        body,
+                    }
                 }
+            ),
+        (any::<(u64, u64, u16)>(), bytes_strategy()).prop_map(
+            |((origin_node, request_seq, error_code), body)| Message::RouterReply {
+                origin_node,
+                request_seq,
+                error_code,
+                body,
             }
         ),
-        (any::<(u32, u32, u64, u64, u64, u64)>(), bytes_strategy()).prop_map(
-            |((type_id, zone_id, object_id, owner_node, route_version, cas_version), state)| {
-                Message::RouterTransfer {
-                    type_id,
-                    zone_id,
-                    object_id,
-                    owner_node,
-                    route_version,
-                    cas_version,
+        (key_strategy(), any::<(u64, u64, u64)>()).prop_map(
+            |(key, (owner_node, owner_incarnation, route_version))| Message::RouterUpdateSync {
+                key,
+                owner_node,
+                owner_incarnation,
+                route_version,
+            }
+        ),
+        (
+            key_strategy(),
+            any::<(u64, u64, u64, u64, u64)>(),
+            bytes_strategy()
+        )
+            .prop_map(
+                |(
+                    key,
+                    (transfer_id, owner_incarnation, route_version, cas_version, save),
                     state,
+                )| {
+                    Message::RouterTransfer {
+                        key,
+                        transfer_id,
+                        owner_incarnation,
+                        route_version,
+                        cas_version,
+                        save_timepoint_ms: save,
+                        state,
+                    }
                 }
-            }
-        ),
-        any::<(u32, u32, u64, u32)>().prop_map(|(type_id, zone_id, object_id, result)| {
+            ),
+        (key_strategy(), any::<(u64, u8)>()).prop_map(|(key, (transfer_id, accepted))| {
             Message::RouterTransferAck {
-                type_id,
-                zone_id,
-                object_id,
-                result,
+                key,
+                transfer_id,
+                accepted,
             }
         }),
     ]

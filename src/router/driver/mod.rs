@@ -1,73 +1,179 @@
-//! The router's driver: one per core, it performs the effects of
-//! that core's [`RouterCore`] for real. Client requests come in from the
-//! gateway (it is the gateway's [`PlayerPort`]), requests for objects of
-//! other cores travel the mesh as `RouterRequest` frames, store requests go
-//! through [`Store`] futures, timers are the core's timers, and answers go back
-//! to the gateway: by a plain call for a session of this core (the gateway
-//! and this driver share the core, so no frame is needed: DESIGN.md's rkyv
-//! frames are for messages that cross cores), as `ClientEgress` frames over
-//! the mesh for a session of another core.
+//! The router's driver: one per core, it performs the effects of that
+//! core's [`RouterCore`] for real. All decisions stay in the state machine;
+//! this module only moves events in and effects out:
 //!
-//! All decisions stay in the state machine; this file only moves bytes.
-//! This node runs alone for now (cluster links are a later piece of work):
-//! a `SendToNode` effect finds no link, and a request in it is answered
-//! UNAVAILABLE rather than left to time out.
+//! - inputs (client requests, node messages, store replies, timers,
+//!   membership) are queued by whoever has them and handled by one router
+//!   task, so nothing ever calls into the core while it is handling
+//!   something else: no re-entrant call, whatever the caller;
+//! - requests for objects of other cores travel the mesh as
+//!   `RouterRequest` frames, answers as `RouterReply` frames to the core
+//!   that made the request (its number names the core, `wire::ids`);
+//! - messages for other nodes go through [`NodeLinks`], which the cluster
+//!   implements; a message a link refuses goes back to the core as a send
+//!   failure;
+//! - answers, pushes and kicks for this node's client sessions go through
+//!   [`ClientSide`], which the services implement over the gateway;
+//! - store requests are [`Store`] futures; timers are the core's timers.
+
+pub mod clock;
+pub(crate) mod frames;
+mod replies;
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 
 use shards::{Mesh, SendError};
-use wire::client::{encode_error_body, FrameKind};
 use wire::frame::{ArchivedMessage, FrameBuf, Message};
 use wire::{shard_of, ObjectKey};
 
-mod frames;
-mod replies;
-
-use self::frames::{decode_request, encode_request, error_code_from_wire, wire_error_code};
-use self::replies::{ReplyRoute, ReplyRoutes, REQUEST_CORE_SHIFT};
+use self::frames::{
+    decode_node_message, decode_reply, decode_request, encode_node_message, encode_reply,
+    encode_request,
+};
+use self::replies::ReplyRoutes;
+pub use self::replies::{ReplyRoute, REPLY_ROUTES_MAX};
 use super::types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
     StoreFailure, StoreOp, StoreReply, StoreToken, Timer,
 };
 use super::RouterCore;
-use crate::catalog::CoreCatalog;
-use crate::gateway::{EgressRef, GatewayHandle, Ingress, PlayerPort};
 use crate::metrics::{CoreMetrics, RouterStats};
-use crate::services::{player, room, PLAYER_TYPE_ID, ROOM_TYPE_ID};
-use crate::store::{LoadError, NodeId, Store, WriteError, WriteOutcome};
+use crate::store::{LoadError, MemberState, NodeId, Store, WriteError, WriteOutcome};
 
 /// How often the router gauges (objects, caches, queued requests) are
 /// recomputed for `/metrics`. Counting them walks every entry of the core,
-/// so it runs on this period, not per request (which made each request
-/// O(entries)); the gauges are at most this stale. Counters stay exact.
+/// so it runs on this period, not per request; the gauges are at most this
+/// stale. Counters stay exact.
 const GAUGES_MIRROR_INTERVAL: Duration = Duration::from_millis(250);
-/// How long an on_write flush waits after the batch that asked for it. A
-/// task spawned without a wait runs before the executor polls the other
-/// connections' sockets, so each connection's saves reached the store
-/// alone, just after its group commit began, and waited a whole commit
-/// more (32 connections x 16 pipelined incr: 55k/s). Waiting through one
-/// reactor poll lets the reads that arrived meanwhile join the same flush
-/// and the same commit (130k-315k/s on the same machine); the cost is this
-/// much latency on a reply that waits for an fsync anyway.
+/// How long an on_write flush waits after the batch that asked for it, so
+/// that the reads other connections completed in the same loop turn join
+/// the same flush and the same store commit (one commit per object per
+/// batch instead of one per connection); the cost is this much latency on
+/// a reply that waits for a commit anyway.
 const FLUSH_LINGER: Duration = Duration::from_micros(100);
+/// Inputs the router task handles before it lets other tasks run.
+const INPUTS_PER_TURN_MAX: usize = 1024;
+
+/// Where answers, pushes and kicks for this node's client sessions go.
+/// The services implement it over the gateway.
+pub trait ClientSide {
+    /// The one answer to a client request this core submitted.
+    fn answer(&self, route: ReplyRoute, outcome: Outcome);
+    /// A server-to-client PUSH for a session of this node (any core).
+    fn push(&self, client: ClientRef, route_id: u32, body: &[u8]);
+    /// Closes a session of this node (any core) in the kick order.
+    fn kick(&self, client: ClientRef);
+}
+
+/// Where a message goes on another node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// The core that owns this key there (`shard_of` over its cores).
+    Object(ObjectKey),
+    /// That core.
+    Core(usize),
+}
+
+/// Why a link did not take a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkRefusal {
+    /// The link's bounded send queue is full.
+    Full,
+    /// The link is down (connecting after a failure, or backing off).
+    Down,
+    /// Membership knows no such node (or its cores).
+    UnknownNode,
+}
+
+impl LinkRefusal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkRefusal::Full => "queue_full",
+            LinkRefusal::Down => "link_down",
+            LinkRefusal::UnknownNode => "unknown_node",
+        }
+    }
+}
+
+/// How the driver reaches other nodes; the cluster implements it. A send
+/// never waits: the message is queued or refused at once.
+pub trait NodeLinks {
+    fn send(&self, node: NodeId, to: Destination, message: &Message) -> Result<(), LinkRefusal>;
+}
+
+/// Links of a node that has none: every message is refused.
+pub struct NoLinks;
+
+impl NodeLinks for NoLinks {
+    fn send(&self, _node: NodeId, _to: Destination, _message: &Message) -> Result<(), LinkRefusal> {
+        Err(LinkRefusal::UnknownNode)
+    }
+}
+
+/// Where a frame came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameSource {
+    /// Another core of this node.
+    Core,
+    /// A link from another node.
+    Node(NodeId),
+}
 
 /// What a driver needs from the node.
 pub struct DriverParts {
     pub node: NodeId,
+    /// The node's incarnation when it started, in every request number.
+    pub boot_incarnation: u64,
     pub core_id: usize,
     pub core_count: usize,
     pub core: RouterCore,
     pub store: Store,
     pub mesh: Mesh<FrameBuf>,
-    pub gateway: GatewayHandle,
+    pub links: Rc<dyn NodeLinks>,
     pub metrics: Arc<CoreMetrics>,
     pub request_timeout_ms: u64,
-    /// This core's view of the node's catalog: which local service takes
-    /// each client route.
-    pub catalog: CoreCatalog,
+}
+
+/// One event for the core.
+enum Input {
+    Request {
+        now_ms: u64,
+        head: RouterHead,
+        request: Request,
+    },
+    Node {
+        from: NodeId,
+        message: NodeMessage,
+    },
+    StoreReply {
+        token: StoreToken,
+        reply: StoreReply,
+    },
+    Timer(Timer),
+    Flush,
+    Member {
+        node: NodeId,
+        incarnation: u64,
+        state: MemberState,
+    },
+    Lease {
+        until_ms: u64,
+    },
+    Fence,
+    Rejoin {
+        incarnation: u64,
+        lease_until_ms: u64,
+    },
+    Draining(bool),
+    Shutdown {
+        deadline_ms: u64,
+    },
 }
 
 struct Inner {
@@ -75,87 +181,52 @@ struct Inner {
     core_id: usize,
     core_count: u32,
     core: RefCell<RouterCore>,
+    inputs: RefCell<VecDeque<Input>>,
+    task: RefCell<Option<Waker>>,
     store: Store,
     mesh: Mesh<FrameBuf>,
-    gateway: GatewayHandle,
+    links: Rc<dyn NodeLinks>,
+    client_side: RefCell<Option<Rc<dyn ClientSide>>>,
     replies: RefCell<ReplyRoutes>,
     metrics: Arc<CoreMetrics>,
     request_timeout_ms: u64,
-    catalog: RefCell<CoreCatalog>,
-    /// Effects are performed by one loop at a time; an event that arrives
-    /// while it runs (a local Submit) only queues its effects for it.
-    performing: Cell<bool>,
     /// The effects being performed, reused so a batch allocates nothing.
     effects: RefCell<Vec<Effect>>,
-    wall_clock: WallClock,
     unroutable_total: Cell<u64>,
-}
-
-/// The wall clock (unix milliseconds) at an `Instant` the caller has read
-/// already, from an anchor pair of readings: a `SystemTime` read per
-/// request was 3.5% of a routed request's CPU. Re-anchored with the gauges
-/// (every `GAUGES_MIRROR_INTERVAL`), so it follows a step of the wall clock
-/// within that period and drifts from it by microseconds in between.
-struct WallClock {
-    instant: Cell<Instant>,
-    unix_ms: Cell<u64>,
-}
-
-impl WallClock {
-    fn new() -> WallClock {
-        WallClock {
-            instant: Cell::new(Instant::now()),
-            unix_ms: Cell::new(now_ms()),
-        }
-    }
-
-    fn reanchor(&self) {
-        self.instant.set(Instant::now());
-        self.unix_ms.set(now_ms());
-    }
-
-    fn ms_at(&self, at: Instant) -> u64 {
-        let (anchor, unix_ms) = (self.instant.get(), self.unix_ms.get());
-        match at.checked_duration_since(anchor) {
-            Some(ahead) => unix_ms + ahead.as_millis() as u64,
-            None => unix_ms.saturating_sub(anchor.duration_since(at).as_millis() as u64),
-        }
-    }
 }
 
 /// One core's router driver. Cheap to clone (an `Rc`); stays on its core.
 #[derive(Clone)]
 pub struct RouterDriver(Rc<Inner>);
 
-/// Unix milliseconds: ownership lock expiry compares save timepoints
-/// across nodes, so the router's clock is the wall clock.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 impl RouterDriver {
+    /// A driver and its router task; answers for clients need
+    /// [`Self::set_client_side`] before the first request.
     pub fn new(parts: DriverParts) -> RouterDriver {
         let driver = RouterDriver(Rc::new(Inner {
             node: parts.node,
             core_id: parts.core_id,
             core_count: parts.core_count as u32,
             core: RefCell::new(parts.core),
+            inputs: RefCell::new(VecDeque::new()),
+            task: RefCell::new(None),
             store: parts.store,
             mesh: parts.mesh,
-            gateway: parts.gateway,
-            replies: RefCell::new(ReplyRoutes::new(parts.request_timeout_ms)),
+            links: parts.links,
+            client_side: RefCell::new(None),
+            replies: RefCell::new(ReplyRoutes::new(
+                parts.core_id,
+                parts.boot_incarnation,
+                parts.request_timeout_ms,
+            )),
             metrics: parts.metrics,
             request_timeout_ms: parts.request_timeout_ms,
-            catalog: RefCell::new(parts.catalog),
-            performing: Cell::new(false),
             effects: RefCell::new(Vec::new()),
-            wall_clock: WallClock::new(),
             unroutable_total: Cell::new(0),
         }));
+        shards::spawn(run(driver.clone())).detach();
         // RouterCore::new queued its first sweep timer.
-        driver.perform_effects();
+        driver.wake();
         driver.mirror_gauges();
         let weak = Rc::downgrade(&driver.0);
         shards::spawn(async move {
@@ -164,109 +235,73 @@ impl RouterDriver {
                 let Some(inner) = weak.upgrade() else {
                     return;
                 };
-                let driver = RouterDriver(inner);
-                driver.inner().wall_clock.reanchor();
-                driver.mirror_gauges();
+                RouterDriver(inner).mirror_gauges();
             }
         })
         .detach();
         driver
     }
 
-    /// Handles a mesh frame if it is the router's; returns any other.
-    pub fn handle_mesh(&self, frame: FrameBuf) -> Option<FrameBuf> {
-        match frame.message() {
-            ArchivedMessage::RouterRequest { .. } => {
-                if let Some((head, request)) = decode_request(frame.message()) {
-                    self.submit_here(head, request);
-                }
-                None
-            }
-            ArchivedMessage::RouterReply {
-                request_seq,
-                error_code,
-                body,
-                ..
-            } => {
-                let outcome = match error_code.to_native() {
-                    0 => Ok(body.to_vec()),
-                    code => Err(error_code_from_wire(code)),
-                };
-                self.answer_local(request_seq.to_native(), outcome);
-                None
-            }
-            _ => Some(frame),
+    /// Where answers, pushes and kicks for this node's sessions go.
+    pub fn set_client_side(&self, client_side: Rc<dyn ClientSide>) {
+        *self.0.client_side.borrow_mut() = Some(client_side);
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.0.node
+    }
+
+    fn enqueue(&self, input: Input) {
+        self.0.inputs.borrow_mut().push_back(input);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if let Some(waker) = self.0.task.borrow_mut().take() {
+            waker.wake();
         }
     }
 
-    /// Starts shutdown: every writable object is saved and released within
-    /// `deadline`. Resolves when done or when the deadline passed.
-    pub async fn shutdown(&self, deadline: Duration) {
-        self.0
-            .core
-            .borrow_mut()
-            .shutdown(now_ms(), deadline.as_millis() as u64);
-        self.perform_effects();
-        let started = std::time::Instant::now();
-        while !self.0.core.borrow().is_shutdown_complete() && started.elapsed() < deadline {
-            shards::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    fn inner(&self) -> &Inner {
-        &self.0
-    }
-
-    /// A client request of a session on this core, bound to its player.
-    fn on_client_ingress(&self, ingress: ClientIngress, now: Instant) {
-        let reply_route = ReplyRoute {
-            session_id: ingress.client.session_id,
-            session_epoch: ingress.client.session_epoch as u32,
-            player_id: ingress.client.player_id,
-            route_id: ingress.route_id,
-            client_seq: ingress.seq,
-        };
-        let target = target_of(
-            &mut self.inner().catalog.borrow_mut(),
-            ingress.route_id,
-            ingress.client.player_id,
-            &ingress.body,
-        );
-        let Some((key, op)) = target else {
-            return self.answer_route(reply_route, Err(ErrorCode::BadRequest));
-        };
-        let now = self.inner().wall_clock.ms_at(now);
+    /// A client request of a session of this core for `key`: records where
+    /// its answer goes (`route`) and hands it to the key's core. `now` is
+    /// when its read completed. Refused (OVERLOADED) when this core already
+    /// waits for `REPLY_ROUTES_MAX` answers.
+    pub fn client_request(
+        &self,
+        key: ObjectKey,
+        op: u32,
+        body: Vec<u8>,
+        client: ClientRef,
+        route: ReplyRoute,
+        now: Instant,
+    ) -> Result<(), ErrorCode> {
+        let now_ms = clock::ms_at(now);
         let seq = {
-            let mut replies = self.inner().replies.borrow_mut();
-            replies.expire(now);
-            replies.insert(
-                self.inner().core_id,
-                reply_route,
-                now + self.inner().request_timeout_ms,
-            )
+            let mut replies = self.0.replies.borrow_mut();
+            replies.expire(now_ms);
+            replies.insert(route, now_ms + self.0.request_timeout_ms)
         };
-        let Some(seq) = seq else {
-            return self.answer_route(reply_route, Err(ErrorCode::Overloaded));
-        };
+        let seq = seq.ok_or(ErrorCode::Overloaded)?;
         let request = Request {
             id: RequestId {
-                origin_node: self.inner().node,
+                origin_node: self.0.node,
                 seq,
             },
             op,
-            body: ingress.body,
-            client: Some(ingress.client),
+            body,
+            client: Some(client),
             needs_reply: true,
         };
-        // The gateway's clock reading serves the core too.
-        self.submit_with(RouterHead::local(key, self.inner().node), request, || now);
+        self.submit_at(now_ms, RouterHead::local(key, self.0.node), request);
+        Ok(())
     }
 
-    /// A one-way notification to a player object (bind, unbind).
-    fn notify_player(&self, op: u32, client: ClientRef) {
+    /// A one-way notification to the object `key` (a session's end, a
+    /// presence change): nobody waits for an answer.
+    pub fn notify(&self, key: ObjectKey, op: u32, client: ClientRef) {
         let request = Request {
             id: RequestId {
-                origin_node: self.inner().node,
+                origin_node: self.0.node,
                 seq: 0,
             },
             op,
@@ -274,21 +309,22 @@ impl RouterDriver {
             client: Some(client),
             needs_reply: false,
         };
-        let key = player::player_key(client.player_id);
-        self.submit(RouterHead::local(key, self.inner().node), request);
+        self.submit_at(
+            clock::now_ms(),
+            RouterHead::local(key, self.0.node),
+            request,
+        );
     }
 
-    /// Hands a request to the core that owns its key.
-    fn submit(&self, head: RouterHead, request: Request) {
-        self.submit_with(head, request, now_ms);
-    }
-
-    /// [`Self::submit`] with the clock to read if the request stays here
-    /// (a caller that has read it already passes its reading).
-    fn submit_with(&self, head: RouterHead, request: Request, clock: impl FnOnce() -> u64) {
-        let core = shard_of(head.key, self.inner().core_count) as usize;
-        if core == self.inner().core_id {
-            return self.submit_here_at(clock(), head, request);
+    /// Hands a request to the core that owns its key on this node.
+    fn submit_at(&self, now_ms: u64, head: RouterHead, request: Request) {
+        let core = shard_of(head.key, self.0.core_count) as usize;
+        if core == self.0.core_id {
+            return self.enqueue(Input::Request {
+                now_ms,
+                head,
+                request,
+            });
         }
         let frame = match FrameBuf::encode_local(&encode_request(&head, &request)) {
             Ok(frame) => frame,
@@ -297,23 +333,11 @@ impl RouterDriver {
                 return self.fail_request(&request, ErrorCode::Internal);
             }
         };
-        match self.inner().mesh.try_send(core, frame) {
+        match self.0.mesh.try_send(core, frame) {
             Ok(()) => {}
             Err(SendError::Full(_)) => self.fail_request(&request, ErrorCode::Overloaded),
             Err(_) => self.fail_request(&request, ErrorCode::Unavailable),
         }
-    }
-
-    fn submit_here(&self, head: RouterHead, request: Request) {
-        self.submit_here_at(now_ms(), head, request);
-    }
-
-    fn submit_here_at(&self, now: u64, head: RouterHead, request: Request) {
-        self.inner()
-            .core
-            .borrow_mut()
-            .on_request(now, head, request);
-        self.perform_effects();
     }
 
     fn fail_request(&self, request: &Request, code: ErrorCode) {
@@ -322,16 +346,138 @@ impl RouterDriver {
         }
     }
 
-    /// Performs queued effects until the core is quiet. Re-entrant calls
-    /// (an effect that feeds the core again) return at once: the running
-    /// loop picks their effects up.
-    fn perform_effects(&self) {
-        if self.inner().performing.replace(true) {
-            return;
+    /// Takes a frame for the router, from another core or another node;
+    /// returns any other frame.
+    pub fn handle_frame(&self, source: FrameSource, frame: FrameBuf) -> Option<FrameBuf> {
+        let message = frame.message();
+        if let Some((origin, seq, outcome)) = decode_reply(message) {
+            if origin == self.0.node {
+                self.answer_local(seq, outcome);
+            }
+            return None;
         }
-        let mut effects = self.inner().effects.take();
+        match source {
+            // Another core's submission: a request entering the cluster here.
+            FrameSource::Core => {
+                if let ArchivedMessage::RouterRequest { .. } = message {
+                    if let Some((head, request)) = decode_request(message) {
+                        self.enqueue(Input::Request {
+                            now_ms: clock::now_ms(),
+                            head,
+                            request,
+                        });
+                    }
+                    return None;
+                }
+                Some(frame)
+            }
+            FrameSource::Node(from) => match decode_node_message(message) {
+                Some(message) => {
+                    self.enqueue(Input::Node { from, message });
+                    None
+                }
+                None => Some(frame),
+            },
+        }
+    }
+
+    /// Membership's view of another node.
+    pub fn on_member(&self, node: NodeId, incarnation: u64, state: MemberState) {
+        self.enqueue(Input::Member {
+            node,
+            incarnation,
+            state,
+        });
+    }
+
+    /// The node's membership lease now runs until `until_ms` (this node's
+    /// router clock).
+    pub fn extend_lease(&self, until_ms: u64) {
+        self.enqueue(Input::Lease { until_ms });
+    }
+
+    /// The node was declared down: serve nothing until `rejoin`.
+    pub fn fence(&self) {
+        self.enqueue(Input::Fence);
+    }
+
+    /// The node rejoined as `incarnation`.
+    pub fn rejoin(&self, incarnation: u64, lease_until_ms: u64) {
+        self.enqueue(Input::Rejoin {
+            incarnation,
+            lease_until_ms,
+        });
+    }
+
+    /// No new object is placed on this node while it drains.
+    pub fn set_draining(&self, draining: bool) {
+        self.enqueue(Input::Draining(draining));
+    }
+
+    /// Starts shutdown: every writable object is saved and released within
+    /// `deadline`. Resolves when done or when the deadline passed.
+    pub async fn shutdown(&self, deadline: Duration) {
+        self.enqueue(Input::Shutdown {
+            deadline_ms: deadline.as_millis() as u64,
+        });
+        let started = Instant::now();
         loop {
-            self.inner().core.borrow_mut().take_effects(&mut effects);
+            shards::sleep(Duration::from_millis(5)).await;
+            let done = self.0.core.borrow().is_shutdown_complete();
+            if done || started.elapsed() >= deadline {
+                return;
+            }
+        }
+    }
+
+    /// Handles the queued inputs, performing the effects of each before the
+    /// next; returns once the queue is empty or a turn's worth was handled.
+    fn handle_inputs(&self) {
+        for _ in 0..INPUTS_PER_TURN_MAX {
+            let Some(input) = self.0.inputs.borrow_mut().pop_front() else {
+                return;
+            };
+            self.apply(input);
+            self.perform_effects();
+        }
+    }
+
+    fn apply(&self, input: Input) {
+        let now = clock::now_ms();
+        let mut core = self.0.core.borrow_mut();
+        match input {
+            Input::Request {
+                now_ms,
+                head,
+                request,
+            } => core.on_request(now_ms, head, request),
+            Input::Node { from, message } => core.on_node_message(now, from, message),
+            Input::StoreReply { token, reply } => core.on_store_reply(now, token, reply),
+            Input::Timer(timer) => core.on_timer(now, timer),
+            Input::Flush => core.on_flush(now),
+            Input::Member {
+                node,
+                incarnation,
+                state,
+            } => core.on_member(node, incarnation, state),
+            Input::Lease { until_ms } => core.extend_lease(now, until_ms),
+            Input::Fence => core.fence(now),
+            Input::Rejoin {
+                incarnation,
+                lease_until_ms,
+            } => core.rejoin(now, incarnation, lease_until_ms),
+            Input::Draining(draining) => core.set_draining(draining),
+            Input::Shutdown { deadline_ms } => core.shutdown(now, deadline_ms),
+        }
+    }
+
+    /// Performs the core's queued effects until it is quiet. Effects that
+    /// feed this core again (a submission to itself) queue inputs, handled
+    /// after the current one.
+    fn perform_effects(&self) {
+        let mut effects = self.0.effects.take();
+        loop {
+            self.0.core.borrow_mut().take_effects(&mut effects);
             if effects.is_empty() {
                 break;
             }
@@ -339,14 +485,12 @@ impl RouterDriver {
                 self.perform(effect);
             }
         }
-        self.inner().effects.replace(effects);
-        self.inner().performing.set(false);
-        self.mirror_metrics();
+        self.0.effects.replace(effects);
     }
 
     fn perform(&self, effect: Effect) {
         match effect {
-            Effect::Submit { head, request } => self.submit(head, request),
+            Effect::Submit { head, request } => self.submit_at(clock::now_ms(), head, request),
             Effect::Store { token, op } => self.store(token, op),
             Effect::ArmTimer { at_ms, timer } => self.arm(at_ms, timer),
             Effect::Reply { request, outcome } => self.reply(request, outcome),
@@ -355,143 +499,146 @@ impl RouterDriver {
                 route_id,
                 body,
             } => self.push(client, route_id, body),
-            Effect::Kick { client } => self.inner().gateway.kick(
-                client.session_id,
-                client.player_id,
-                "logged in elsewhere",
-            ),
-            Effect::SendToNode { node, message } => self.unroutable(node, message),
+            Effect::Kick { client } => self.kick(client),
+            Effect::SendToNode { node, message } => self.send_to_node(node, message),
             Effect::FlushSavesAfterBatch => self.flush_after_batch(),
         }
     }
 
-    /// Starts the held on_write saves once the task delivering the current
-    /// batch (a connection's read of pipelined frames, a store reply) has
-    /// yielded and `FLUSH_LINGER` passed: every request of that batch, and
-    /// of the other connections' reads polled meanwhile, shares its
-    /// object's save, and the saves reach the store together.
+    /// Starts the held on_write saves once `FLUSH_LINGER` passed: every
+    /// request of the current batch, and of the other connections' reads
+    /// of the same loop turn, shares its object's save.
     fn flush_after_batch(&self) {
         let driver = self.clone();
         shards::spawn(async move {
             shards::sleep(FLUSH_LINGER).await;
-            driver.inner().core.borrow_mut().on_flush(now_ms());
-            driver.perform_effects();
+            driver.enqueue(Input::Flush);
         })
         .detach();
     }
 
-    /// No link to `node` exists yet: a request in the message is answered
-    /// UNAVAILABLE at once, anything else is dropped and counted.
-    fn unroutable(&self, node: NodeId, message: NodeMessage) {
-        let unroutable = &self.inner().unroutable_total;
-        unroutable.set(unroutable.get() + 1);
-        tracing::debug!(node = node.0, "no link to node; message not sent");
-        if let NodeMessage::Routed { request, .. } = message {
-            self.fail_request(&request, ErrorCode::Unavailable);
+    fn send_to_node(&self, node: NodeId, message: NodeMessage) {
+        let frame = encode_node_message(&message);
+        let sent = self
+            .0
+            .links
+            .send(node, Destination::Object(message.key()), &frame);
+        if let Err(refusal) = sent {
+            self.count_unroutable(node, refusal);
+            // Back to the core, which answers or re-resolves per the seed.
+            self.0
+                .core
+                .borrow_mut()
+                .on_send_failed(clock::now_ms(), node, message);
         }
     }
 
+    fn count_unroutable(&self, node: NodeId, refusal: LinkRefusal) {
+        let unroutable = &self.0.unroutable_total;
+        unroutable.set(unroutable.get() + 1);
+        tracing::debug!(node = node.0, reason = refusal.as_str(), "message not sent");
+    }
+
     fn reply(&self, request: RequestId, outcome: Outcome) {
-        if request.origin_node != self.inner().node {
-            // Answers to other nodes need cluster links; count and drop
-            // (their gateway answers TIMEOUT).
-            let unroutable = &self.inner().unroutable_total;
-            unroutable.set(unroutable.get() + 1);
+        let core = wire::ids::core_of(request.seq);
+        if request.origin_node != self.0.node {
+            let sent = self.0.links.send(
+                request.origin_node,
+                Destination::Core(core),
+                &encode_reply(request, outcome),
+            );
+            // The client's gateway answers TIMEOUT for it.
+            if let Err(refusal) = sent {
+                self.count_unroutable(request.origin_node, refusal);
+            }
             return;
         }
-        let core = (request.seq >> REQUEST_CORE_SHIFT) as usize;
-        if core == self.inner().core_id {
+        if core == self.0.core_id {
             return self.answer_local(request.seq, outcome);
         }
-        let (error_code, body) = match outcome {
-            Ok(body) => (0, body),
-            Err(code) => (code as u16, Vec::new()),
-        };
-        let message = Message::RouterReply {
-            origin_node: request.origin_node.0,
-            request_seq: request.seq,
-            error_code,
-            body,
-        };
-        match FrameBuf::encode_local(&message) {
+        match FrameBuf::encode_local(&encode_reply(request, outcome)) {
             // A reply that cannot cross is answered TIMEOUT by the gateway;
             // the mesh has counted it.
-            Ok(frame) => drop(self.inner().mesh.try_send(core, frame)),
+            Ok(frame) => drop(self.0.mesh.try_send(core, frame)),
             Err(error) => tracing::warn!(%error, "cannot encode a router reply"),
         }
     }
 
     /// An answer for a request this core made.
     fn answer_local(&self, request_seq: u64, outcome: Outcome) {
-        let route = self.inner().replies.borrow_mut().take(request_seq);
-        match route {
-            Some(route) => self.answer_route(route, outcome),
+        let route = self.0.replies.borrow_mut().take(request_seq);
+        let client_side = self.0.client_side.borrow().clone();
+        match (route, client_side) {
+            (Some(route), Some(client_side)) => client_side.answer(route, outcome),
             // Expired: the gateway answered TIMEOUT already.
-            None => self.inner().metrics.gateway.late_answers.inc(),
+            _ => self.0.metrics.gateway.late_answers.inc(),
         }
-    }
-
-    fn answer_route(&self, route: ReplyRoute, outcome: Outcome) {
-        let (kind, body) = match outcome {
-            Ok(body) => (FrameKind::Response, body),
-            Err(code) => (
-                FrameKind::Error,
-                encode_error_body(wire_error_code(code), ""),
-            ),
-        };
-        self.inner().gateway.egress_ref(&EgressRef {
-            session_id: route.session_id,
-            session_epoch: route.session_epoch,
-            player_id: route.player_id,
-            kind: kind as u8,
-            route_id: route.route_id,
-            seq: route.client_seq,
-            body: &body,
-        });
     }
 
     fn push(&self, client: ClientRef, route_id: u32, body: Vec<u8>) {
-        if client.gateway_node != self.inner().node {
-            let unroutable = &self.inner().unroutable_total;
-            unroutable.set(unroutable.get() + 1);
+        if client.gateway_node == self.0.node {
+            if let Some(client_side) = self.0.client_side.borrow().clone() {
+                client_side.push(client, route_id, &body);
+            }
             return;
         }
-        self.inner().gateway.egress_ref(&EgressRef {
+        let message = Message::ClientEgress {
             session_id: client.session_id,
-            session_epoch: client.session_epoch as u32,
+            session_epoch: client.session_epoch,
             player_id: client.player_id,
-            kind: FrameKind::Push as u8,
+            kind: wire::client::FrameKind::Push as u8,
             route_id,
             seq: 0,
-            body: &body,
-        });
+            body,
+        };
+        self.send_to_session(client, &message);
+    }
+
+    fn kick(&self, client: ClientRef) {
+        if client.gateway_node == self.0.node {
+            if let Some(client_side) = self.0.client_side.borrow().clone() {
+                client_side.kick(client);
+            }
+            return;
+        }
+        let message = Message::SessionKick {
+            session_id: client.session_id,
+            player_id: client.player_id,
+            reason: b"logged in elsewhere".to_vec(),
+        };
+        self.send_to_session(client, &message);
+    }
+
+    /// Sends `message` to the core of another node that owns the session.
+    fn send_to_session(&self, client: ClientRef, message: &Message) {
+        let core = wire::ids::core_of(client.session_id);
+        let sent = self
+            .0
+            .links
+            .send(client.gateway_node, Destination::Core(core), message);
+        if let Err(refusal) = sent {
+            self.count_unroutable(client.gateway_node, refusal);
+        }
     }
 
     fn store(&self, token: StoreToken, op: StoreOp) {
-        let store = self.inner().store.clone();
+        let reply = perform_store_op(self.0.store.clone(), op);
         let driver = self.clone();
         shards::spawn(async move {
-            let reply = perform_store_op(&store, op).await;
-            driver
-                .inner()
-                .core
-                .borrow_mut()
-                .on_store_reply(now_ms(), token, reply);
-            driver.perform_effects();
+            let reply = reply.await;
+            driver.enqueue(Input::StoreReply { token, reply });
         })
         .detach();
     }
 
     fn arm(&self, at_ms: u64, timer: Timer) {
         let driver = self.clone();
-        let wait = Duration::from_millis(at_ms.saturating_sub(now_ms()));
+        let at = clock::instant_at(at_ms);
         let fire = async move {
-            shards::sleep(wait).await;
-            driver.inner().core.borrow_mut().on_timer(now_ms(), timer);
-            driver.perform_effects();
+            shards::sleep_until(at).await;
+            driver.enqueue(Input::Timer(timer));
         };
-        // The periodic sweep (saves, degradation, cleanup) runs on the
-        // background queue, so it yields to client traffic.
+        // The periodic sweep's wake-up yields to client traffic.
         match timer {
             Timer::Sweep => shards::spawn_background(fire).detach(),
             _ => shards::spawn(fire).detach(),
@@ -501,45 +648,83 @@ impl RouterDriver {
     /// The gauges: a walk over every entry, so periodic (see
     /// `GAUGES_MIRROR_INTERVAL`).
     fn mirror_gauges(&self) {
-        let (objects, caches, queued) = self.inner().core.borrow().gauges();
-        let stats: &RouterStats = &self.inner().metrics.router;
+        let (objects, caches, queued) = self.0.core.borrow().gauges();
+        let stats: &RouterStats = &self.0.metrics.router;
         stats.objects.set(objects as i64);
         stats.caches.set(caches as i64);
         stats.pending.set(queued as i64);
     }
 
-    /// The counters: a few field copies, after every batch of effects.
+    /// The counters: a few field copies, after every batch of inputs.
     fn mirror_metrics(&self) {
-        let core = self.inner().core.borrow();
-        let metrics = &self.inner().metrics;
-        metrics.router_counters.mirror(core.counters());
-        metrics
+        let core = self.0.core.borrow();
+        self.0.metrics.router_counters.mirror(core.counters());
+        self.0
+            .metrics
             .router
             .unroutable
-            .mirror(self.inner().unroutable_total.get());
+            .mirror(self.0.unroutable_total.get());
     }
 }
 
-async fn perform_store_op(store: &Store, op: StoreOp) -> StoreReply {
+/// The router task: handles inputs as they are queued.
+async fn run(driver: RouterDriver) {
+    loop {
+        poll_fn(|cx| {
+            if driver.0.inputs.borrow().is_empty() {
+                *driver.0.task.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+        .await;
+        driver.handle_inputs();
+        driver.mirror_metrics();
+        if !driver.0.inputs.borrow().is_empty() {
+            shards::yield_now().await;
+        }
+    }
+}
+
+/// Starts `op` at once (a full store queue answers at once) and returns its
+/// reply's future.
+fn perform_store_op(
+    store: Store,
+    op: StoreOp,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = StoreReply>>> {
     match op {
-        StoreOp::Load(key) => match store.load(key).await {
-            Ok(record) => StoreReply::Loaded(record),
-            Err(LoadError::Overloaded) => StoreReply::Failed(StoreFailure::Busy),
-            Err(_) => StoreReply::Failed(StoreFailure::Failed),
-        },
-        StoreOp::Write(write) => match store.write(write).await {
-            Ok(outcome) => StoreReply::Written(outcome),
-            Err(error) => StoreReply::Failed(write_failure(&error)),
-        },
+        StoreOp::Load(key) => {
+            let load = store.load(key);
+            Box::pin(async move {
+                match load.await {
+                    Ok(record) => StoreReply::Loaded(record),
+                    Err(LoadError::Overloaded) => StoreReply::Failed(StoreFailure::Busy),
+                    Err(_) => StoreReply::Failed(StoreFailure::Failed),
+                }
+            })
+        }
+        StoreOp::Write(write) => {
+            let written = store.write(write);
+            Box::pin(async move {
+                match written.await {
+                    Ok(outcome) => StoreReply::Written(outcome),
+                    Err(error) => StoreReply::Failed(write_failure(&error)),
+                }
+            })
+        }
         StoreOp::WriteBatch(writes) => {
             let len = writes.len();
-            match store.write_batch(writes).await {
-                Ok(outcomes) if outcomes.len() == len => StoreReply::WrittenBatch(outcomes),
-                // A short answer is a backend fault; the safe reading of
-                // every write in it is "unknown".
-                Ok(_) => StoreReply::WrittenBatch(vec![WriteOutcome::Indeterminate; len]),
-                Err(error) => StoreReply::Failed(write_failure(&error)),
-            }
+            let written = store.write_batch(writes);
+            Box::pin(async move {
+                match written.await {
+                    Ok(outcomes) if outcomes.len() == len => StoreReply::WrittenBatch(outcomes),
+                    // A short answer is a backend fault; the safe reading of
+                    // every write in it is "unknown".
+                    Ok(_) => StoreReply::WrittenBatch(vec![WriteOutcome::Indeterminate; len]),
+                    Err(error) => StoreReply::Failed(write_failure(&error)),
+                }
+            })
         }
     }
 }
@@ -550,147 +735,5 @@ fn write_failure(error: &WriteError) -> StoreFailure {
     match error {
         WriteError::Overloaded => StoreFailure::Busy,
         _ => StoreFailure::Failed,
-    }
-}
-
-impl PlayerPort for RouterDriver {
-    /// The in-core ingress: the gateway of this core hands the request over
-    /// as a plain struct; its body is copied once, into the request.
-    fn deliver_ingress<'a>(
-        &self,
-        gateway_node: u64,
-        ingress: Ingress<'a>,
-        now: Instant,
-    ) -> Result<(), Ingress<'a>> {
-        self.on_client_ingress(
-            ClientIngress {
-                client: ClientRef {
-                    gateway_node: NodeId(gateway_node),
-                    session_id: ingress.session_id,
-                    session_epoch: u64::from(ingress.binding.session_epoch),
-                    player_id: ingress.binding.player_id,
-                },
-                route_id: ingress.route_id,
-                seq: ingress.seq,
-                body: ingress.body.to_vec(),
-            },
-            now,
-        );
-        Ok(())
-    }
-
-    fn deliver(&self, frame: FrameBuf) -> Result<(), FrameBuf> {
-        let (op, client) = match frame.message() {
-            ArchivedMessage::ClientIngress {
-                gateway_node,
-                session_id,
-                session_epoch,
-                player_id,
-                route_id,
-                seq,
-                body,
-            } => {
-                self.on_client_ingress(
-                    ClientIngress {
-                        client: ClientRef {
-                            gateway_node: NodeId(gateway_node.to_native()),
-                            session_id: session_id.to_native(),
-                            session_epoch: u64::from(session_epoch.to_native()),
-                            player_id: player_id.to_native(),
-                        },
-                        route_id: route_id.to_native(),
-                        seq: seq.to_native(),
-                        body: body.to_vec(),
-                    },
-                    Instant::now(),
-                );
-                return Ok(());
-            }
-            ArchivedMessage::SessionBound {
-                gateway_node,
-                session_id,
-                session_epoch,
-                player_id,
-            } => (
-                player::OP_BIND,
-                (gateway_node, session_id, session_epoch, player_id),
-            ),
-            ArchivedMessage::SessionUnbound {
-                gateway_node,
-                session_id,
-                session_epoch,
-                player_id,
-            }
-            | ArchivedMessage::SessionDisconnected {
-                gateway_node,
-                session_id,
-                session_epoch,
-                player_id,
-            } => (
-                player::OP_UNBIND,
-                (gateway_node, session_id, session_epoch, player_id),
-            ),
-            _ => return Err(frame),
-        };
-        let (gateway_node, session_id, session_epoch, player_id) = client;
-        self.notify_player(
-            op,
-            ClientRef {
-                gateway_node: NodeId(gateway_node.to_native()),
-                session_id: session_id.to_native(),
-                session_epoch: u64::from(session_epoch.to_native()),
-                player_id: player_id.to_native(),
-            },
-        );
-        Ok(())
-    }
-}
-
-struct ClientIngress {
-    client: ClientRef,
-    route_id: u32,
-    seq: u32,
-    body: Vec<u8>,
-}
-
-/// The object and service op a client route addresses. The catalog's
-/// local routes say which service takes the route; the service says which
-/// object: a player's own routes go to the player object (which relays room
-/// membership to the room), `room.say` to the room named by the body's first
-/// eight bytes. Ops are numbered as the routes they serve. `None` when no
-/// local service takes the route or the body cannot name the room.
-fn target_of(
-    catalog: &mut CoreCatalog,
-    route_id: u32,
-    player_id: u64,
-    body: &[u8],
-) -> Option<(ObjectKey, u32)> {
-    let actor_type = catalog.lookup_local_routes(route_id).first()?.actor_type;
-    let key = match actor_type {
-        PLAYER_TYPE_ID => player::player_key(player_id),
-        ROOM_TYPE_ID => room::room_key(u64::from_le_bytes(body.get(..8)?.try_into().ok()?)),
-        _ => return None,
-    };
-    Some((key, route_id))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use wire::client::route;
-
-    #[test]
-    fn routes_map_to_their_objects() {
-        let catalog = std::sync::Arc::new(crate::catalog::Catalog::new());
-        for actor in crate::services::local_actors(1, "127.0.0.1:1") {
-            catalog.register_routes(actor).unwrap();
-        }
-        let mut view = CoreCatalog::new(catalog);
-        let (key, op) = target_of(&mut view, route::PLAYER_INCR, 42, &[]).unwrap();
-        assert_eq!((key, op), (player::player_key(42), player::OP_INCR));
-        let (key, op) = target_of(&mut view, route::ROOM_SAY, 42, &7u64.to_le_bytes()).unwrap();
-        assert_eq!((key, op), (room::room_key(7), room::OP_SAY));
-        assert_eq!(target_of(&mut view, route::ROOM_SAY, 42, &[1, 2]), None);
-        assert_eq!(target_of(&mut view, route::AUTH_LOGIN, 42, &[]), None);
     }
 }

@@ -1,35 +1,36 @@
-//! Where the answers to this core's client requests go.
+//! Where the answers to this core's client requests go, and the request
+//! numbers that name them.
 
 /// Requests of one core waiting for their answer. Each is also in the
 /// gateway's in-flight table (bounded by `max_inflight` per session); this
 /// bound only guards the driver's own memory.
 pub const REPLY_ROUTES_MAX: usize = 1 << 20;
 
-/// Bits of a request sequence number below the index of the core that made
-/// it, so an answer finds its core without a shared table.
-pub(super) const REQUEST_CORE_SHIFT: u32 = 48;
-
-/// Below the core: a slot's generation, then its index.
+/// The low 40 bits of a request number (`wire::ids` holds the core and the
+/// node's incarnation above them): a slot's generation, then its index.
 const SLOT_BITS: u32 = 24;
 const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
-const GENERATION_MASK: u64 = (1 << (REQUEST_CORE_SHIFT - SLOT_BITS)) - 1;
+const GENERATION_MASK: u64 = (1 << (wire::ids::INCARNATION_SHIFT - SLOT_BITS)) - 1;
 const _: () = assert!(REPLY_ROUTES_MAX as u64 <= SLOT_MASK + 1);
 
-/// Where the answer to one client request goes.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct ReplyRoute {
-    pub(super) session_id: u64,
-    pub(super) session_epoch: u32,
-    pub(super) player_id: u64,
-    pub(super) route_id: u32,
-    pub(super) client_seq: u32,
+/// Where the answer to one client request goes: the session it came from
+/// (as the gateway's egress gate checks it) and the client's route and seq.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyRoute {
+    pub session_id: u64,
+    pub session_epoch: u32,
+    pub player_id: u64,
+    pub route_id: u32,
+    pub client_seq: u32,
 }
 
 struct Slot {
     /// Bumped when the slot is freed, so a sequence number names one use
     /// of the slot: an answer for an earlier use finds nothing.
     generation: u64,
-    waiting: Option<(ReplyRoute, u64)>,
+    /// The full number of the use waiting, compared whole: a number made
+    /// by an earlier run of the node (another incarnation) never matches.
+    waiting: Option<(ReplyRoute, u64, u64)>,
 }
 
 /// The answers this core waits for: a slab whose slot index and generation
@@ -39,6 +40,8 @@ struct Slot {
 /// gateway has answered TIMEOUT by then); the sweep walks the slab once per
 /// `sweep_interval_ms`, so memory is bounded by the requests in flight.
 pub(super) struct ReplyRoutes {
+    core_id: usize,
+    incarnation: u64,
     slots: Vec<Slot>,
     free: Vec<u32>,
     waiting: usize,
@@ -49,8 +52,10 @@ pub(super) struct ReplyRoutes {
 impl ReplyRoutes {
     /// Unanswered routes are dropped between `request_timeout_ms` and
     /// 1.25 times that after they were made.
-    pub(super) fn new(request_timeout_ms: u64) -> ReplyRoutes {
+    pub(super) fn new(core_id: usize, incarnation: u64, request_timeout_ms: u64) -> ReplyRoutes {
         ReplyRoutes {
+            core_id,
+            incarnation,
             slots: Vec::new(),
             free: Vec::new(),
             waiting: 0,
@@ -61,12 +66,7 @@ impl ReplyRoutes {
 
     /// Records where a request's answer goes; returns the request's
     /// sequence number, or `None` when `REPLY_ROUTES_MAX` are waiting.
-    pub(super) fn insert(
-        &mut self,
-        core_id: usize,
-        route: ReplyRoute,
-        expires_ms: u64,
-    ) -> Option<u64> {
+    pub(super) fn insert(&mut self, route: ReplyRoute, expires_ms: u64) -> Option<u64> {
         if self.waiting >= REPLY_ROUTES_MAX {
             return None;
         }
@@ -83,27 +83,26 @@ impl ReplyRoutes {
             }
         };
         let slot = &mut self.slots[index as usize];
-        slot.waiting = Some((route, expires_ms));
+        let local = (slot.generation & GENERATION_MASK) << SLOT_BITS | u64::from(index);
+        let seq = wire::ids::make(self.core_id, self.incarnation, local);
+        slot.waiting = Some((route, expires_ms, seq));
         self.waiting += 1;
-        Some(
-            (core_id as u64) << REQUEST_CORE_SHIFT
-                | (slot.generation & GENERATION_MASK) << SLOT_BITS
-                | u64::from(index),
-        )
+        Some(seq)
     }
 
     /// The route of request `seq`, once: `None` if it was answered or
     /// dropped already.
     pub(super) fn take(&mut self, seq: u64) -> Option<ReplyRoute> {
         let index = (seq & SLOT_MASK) as usize;
-        let generation = (seq >> SLOT_BITS) & GENERATION_MASK;
         let slot = self.slots.get_mut(index)?;
-        if slot.generation & GENERATION_MASK != generation {
-            return None;
+        match slot.waiting {
+            Some((route, _, waiting_seq)) if waiting_seq == seq => {
+                slot.waiting = None;
+                self.release(index);
+                Some(route)
+            }
+            _ => None,
         }
-        let (route, _) = slot.waiting.take()?;
-        self.release(index);
-        Some(route)
     }
 
     /// Drops the routes that expired by `now_ms`; cheap until the next
@@ -117,7 +116,7 @@ impl ReplyRoutes {
             let slot = &mut self.slots[index];
             if slot
                 .waiting
-                .is_some_and(|(_, expires_ms)| expires_ms <= now_ms)
+                .is_some_and(|(_, expires_ms, _)| expires_ms <= now_ms)
             {
                 slot.waiting = None;
                 self.release(index);
@@ -152,14 +151,14 @@ mod tests {
 
     #[test]
     fn reply_routes_are_taken_once_and_expire() {
-        let mut routes = ReplyRoutes::new(100);
-        let first = routes.insert(1, ROUTE, 100).unwrap();
-        let second = routes.insert(1, ROUTE, 200).unwrap();
-        assert_eq!(
-            first >> REQUEST_CORE_SHIFT,
-            1,
-            "the core is in the high bits"
-        );
+        let mut routes = ReplyRoutes::new(1, 7, 100);
+        let first = routes.insert(ROUTE, 100).unwrap();
+        let second = routes.insert(ROUTE, 200).unwrap();
+        assert_eq!(wire::ids::core_of(first), 1, "the core is in the high bits");
+        // The same slot and generation under another incarnation's number
+        // (an answer to an earlier run of this node) finds nothing.
+        let other_run = wire::ids::make(1, 6, second & wire::ids::LOCAL_MASK);
+        assert!(routes.take(other_run).is_none());
         routes.expire(150);
         assert!(routes.take(first).is_none(), "expired");
         assert!(routes.take(second).is_some());
@@ -169,10 +168,10 @@ mod tests {
 
     #[test]
     fn a_reused_slot_does_not_answer_its_earlier_use() {
-        let mut routes = ReplyRoutes::new(100);
-        let first = routes.insert(0, ROUTE, 100).unwrap();
+        let mut routes = ReplyRoutes::new(0, 1, 100);
+        let first = routes.insert(ROUTE, 100).unwrap();
         assert!(routes.take(first).is_some());
-        let reused = routes.insert(0, ROUTE, 100).unwrap();
+        let reused = routes.insert(ROUTE, 100).unwrap();
         assert_eq!(reused & SLOT_MASK, first & SLOT_MASK, "same slot");
         assert!(routes.take(first).is_none(), "the earlier use is gone");
         assert!(routes.take(reused).is_some());
@@ -181,16 +180,14 @@ mod tests {
 
     #[test]
     fn the_slab_grows_only_with_requests_waiting() {
-        let mut routes = ReplyRoutes::new(100);
+        let mut routes = ReplyRoutes::new(0, 1, 100);
         for _ in 0..10_000 {
-            let seq = routes.insert(0, ROUTE, 100).unwrap();
+            let seq = routes.insert(ROUTE, 100).unwrap();
             assert!(routes.take(seq).is_some());
         }
         assert_eq!(routes.slots.len(), 1);
         // A sweep is due at most once per interval, and frees what expired.
-        let held: Vec<u64> = (0..3)
-            .map(|_| routes.insert(0, ROUTE, 10).unwrap())
-            .collect();
+        let held: Vec<u64> = (0..3).map(|_| routes.insert(ROUTE, 10).unwrap()).collect();
         routes.expire(5);
         assert_eq!(routes.len(), 3, "not expired yet");
         routes.expire(10);
@@ -202,10 +199,10 @@ mod tests {
 
     #[test]
     fn the_bound_refuses_more() {
-        let mut routes = ReplyRoutes::new(100);
+        let mut routes = ReplyRoutes::new(0, 1, 100);
         for _ in 0..REPLY_ROUTES_MAX {
-            routes.insert(0, ROUTE, 100).unwrap();
+            routes.insert(ROUTE, 100).unwrap();
         }
-        assert!(routes.insert(0, ROUTE, 100).is_none());
+        assert!(routes.insert(ROUTE, 100).is_none());
     }
 }

@@ -89,6 +89,7 @@ impl World {
         sim_node.up = false;
         sim_node.shutting_down = false;
         sim_node.cores.clear();
+        let incarnation = sim_node.incarnation + 1;
         for (id, op) in self.ops.iter_mut() {
             if id.origin_node == NodeId(node) && op.fate == Fate::Pending {
                 op.fate = Fate::Unknown;
@@ -97,7 +98,7 @@ impl World {
         self.checker.node_down(node);
         let peers: Vec<u64> = self.nodes.keys().copied().collect();
         for peer in peers {
-            self.with_cores(peer, |core| core.on_node_down(NodeId(node)));
+            self.with_cores(peer, |core| core.on_node_down(NodeId(node), incarnation));
         }
     }
 

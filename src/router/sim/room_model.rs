@@ -71,7 +71,7 @@ pub(super) struct RoomModel {
     /// (player, room) whose last join or leave sent was a join: where the
     /// player's says most likely succeed.
     pub joined: BTreeSet<(u64, u64)>,
-    epochs: BTreeMap<u64, u64>,
+    epochs: BTreeMap<u64, u32>,
     next_session: u64,
     /// Every session a bind was sent for.
     bound: BTreeSet<ClientRef>,

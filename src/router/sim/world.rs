@@ -261,6 +261,9 @@ impl World {
                 let seed = node * 1_000_003 + incarnation * 7919 + u64::from(core);
                 let mut router =
                     RouterCore::new(NodeId(node), self.config.router.clone(), seed, now_ms);
+                // Membership incarnations start at 1; the simulator counts
+                // restarts from 0.
+                router.set_incarnation(incarnation + 1);
                 router.register(Box::new(CounterType {
                     persist: Persist::OnWrite,
                 }));
@@ -284,16 +287,18 @@ impl World {
                 shutting_down: false,
             },
         );
-        let peers: Vec<u64> = self
+        let peers: Vec<(u64, u64)> = self
             .nodes
             .iter()
             .filter(|(_, n)| n.up)
-            .map(|(id, _)| *id)
+            .map(|(id, n)| (*id, n.incarnation))
             .collect();
-        for peer in &peers {
-            self.with_cores(*peer, |core| core.on_node_up(NodeId(node)));
+        for (peer, peer_incarnation) in &peers {
+            self.with_cores(*peer, |core| core.on_node_up(NodeId(node), incarnation + 1));
             if *peer != node {
-                self.with_cores(node, |core| core.on_node_up(NodeId(*peer)));
+                self.with_cores(node, |core| {
+                    core.on_node_up(NodeId(*peer), peer_incarnation + 1)
+                });
             }
         }
         for core in 0..self.config.cores {

@@ -37,7 +37,10 @@
 
 mod message;
 
-pub use message::{ArchivedMessage, ArchivedRouterHead, Message, RouterHead};
+pub use message::{
+    ArchivedClientWire, ArchivedKeyWire, ArchivedMessage, ArchivedRouterHead, ClientWire, KeyWire,
+    Message, RouterHead,
+};
 
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
@@ -53,10 +56,10 @@ pub const MAX_FRAME_LEN: usize = 1 << 20;
 /// Bytes of the checksum trailer.
 pub const CHECKSUM_LEN: usize = 8;
 
-/// The XXH64 seed of the trailer ("RTFR" and format version 1). A frame
+/// The XXH64 seed of the trailer ("RTFR" and format version 2). A frame
 /// format change changes the seed, so old and new frames never validate as
 /// each other.
-pub const CHECKSUM_SEED: u64 = 0x5254_4652_0000_0001;
+pub const CHECKSUM_SEED: u64 = 0x5254_4652_0000_0002;
 
 /// The alignment a frame's bytes need for in-place access.
 pub const FRAME_ALIGN: usize = std::mem::align_of::<ArchivedMessage>();

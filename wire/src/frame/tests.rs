@@ -1,20 +1,20 @@
 use super::*;
 
 pub(crate) fn samples() -> Vec<Message> {
-    let head = RouterHead {
+    let key = KeyWire {
         type_id: 1,
         zone_id: 2,
         object_id: u64::MAX,
-        route_version: 7,
-        source_node: 3,
-        transfer_ttl: 4,
+    };
+    let client = ClientWire {
+        gateway_node: 1,
+        session_id: (3 << 56) | 17,
+        session_epoch: 2,
+        player_id: 42,
     };
     vec![
         Message::ClientIngress {
-            gateway_node: 1,
-            session_id: (3 << 48) | 17,
-            session_epoch: 2,
-            player_id: 42,
+            client,
             route_id: 11,
             seq: 9,
             body: 5i64.to_le_bytes().to_vec(),
@@ -28,63 +28,53 @@ pub(crate) fn samples() -> Vec<Message> {
             seq: 9,
             body: Vec::new(),
         },
-        Message::Routed {
-            head,
-            payload: vec![0xAB; 1000],
-        },
-        Message::RouterUpdateSync {
-            type_id: 1,
-            zone_id: 0,
-            object_id: 5,
-            owner_node: 2,
-            route_version: 3,
-        },
-        Message::RouterTransfer {
-            type_id: 1,
-            zone_id: 0,
-            object_id: 5,
-            owner_node: 2,
-            route_version: 4,
-            cas_version: 9,
-            state: b"state".to_vec(),
-        },
-        Message::RouterTransferAck {
-            type_id: 1,
-            zone_id: 0,
-            object_id: 5,
-            result: 1,
-        },
-        Message::SessionBound {
-            gateway_node: 1,
-            session_id: 1 << 48 | 3,
-            session_epoch: 1,
+        Message::SessionKick {
+            session_id: 17,
             player_id: 42,
+            reason: b"logged in elsewhere".to_vec(),
         },
+        Message::SessionUnbound { client },
+        Message::SessionDisconnected { client },
         Message::RouterRequest {
             head: RouterHead {
-                type_id: 2,
-                zone_id: 0,
-                object_id: 42,
+                key,
                 route_version: 3,
                 source_node: 1,
                 transfer_ttl: 1,
             },
             origin_node: 1,
-            request_seq: 1 << 48 | 9,
+            request_seq: 1 << 56 | 9,
             op: 11,
             needs_reply: 1,
             has_client: 1,
-            client_gateway_node: 1,
-            client_session_id: 7,
-            client_session_epoch: 2,
-            client_player_id: 42,
-            body: 5i64.to_le_bytes().to_vec(),
+            client,
+            body: vec![0xAB; 1000],
         },
         Message::RouterReply {
             origin_node: 1,
             request_seq: 9,
             error_code: 0,
             body: vec![1, 2, 3],
+        },
+        Message::RouterUpdateSync {
+            key,
+            owner_node: 2,
+            owner_incarnation: 4,
+            route_version: 3,
+        },
+        Message::RouterTransfer {
+            key,
+            transfer_id: 7,
+            owner_incarnation: 4,
+            route_version: 4,
+            cas_version: 9,
+            save_timepoint_ms: 123,
+            state: b"state".to_vec(),
+        },
+        Message::RouterTransferAck {
+            key,
+            transfer_id: 7,
+            accepted: 1,
         },
     ]
 }
@@ -187,7 +177,12 @@ fn every_single_bit_flip_is_rejected() {
 
 #[test]
 fn structural_corruption_behind_a_valid_checksum_is_rejected_by_bytecheck() {
-    let frame = FrameBuf::encode(&samples()[2]).expect("encodes");
+    // The request with a 1000-byte body.
+    let request = samples()
+        .into_iter()
+        .find(|message| matches!(message, Message::RouterRequest { .. }))
+        .expect("a request sample");
+    let frame = FrameBuf::encode(&request).expect("encodes");
     let archive_len = frame.len() - CHECKSUM_LEN;
     let root = archive_len - std::mem::size_of::<ArchivedMessage>();
 
@@ -200,8 +195,8 @@ fn structural_corruption_behind_a_valid_checksum_is_rejected_by_bytecheck() {
         Err(FrameAccessError::Invalid(_))
     ));
 
-    // The payload's length pointing past the buffer: the `ArchivedVec` of
-    // `Routed` is a relative pointer then a u32 length, inside the root
+    // The body's length pointing past the buffer: the `ArchivedVec` of
+    // `RouterRequest` is a relative pointer then a u32 length, inside the root
     // (which is as large as the largest variant, so find it by value).
     let mut bad_len = aligned(frame.as_bytes());
     let payload_len = 1000u32.to_le_bytes();
@@ -229,16 +224,11 @@ fn length_bounds() {
         FrameBuf::from_network(&huge),
         Err(FrameAccessError::TooLarge { .. })
     ));
-    let too_big = Message::Routed {
-        head: RouterHead {
-            type_id: 0,
-            zone_id: 0,
-            object_id: 0,
-            route_version: 0,
-            source_node: 0,
-            transfer_ttl: 0,
-        },
-        payload: vec![0; MAX_FRAME_LEN],
+    let too_big = Message::RouterReply {
+        origin_node: 0,
+        request_seq: 0,
+        error_code: 0,
+        body: vec![0; MAX_FRAME_LEN],
     };
     assert!(matches!(
         FrameBuf::encode(&too_big),
