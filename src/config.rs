@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod cluster;
 mod secret;
 
+pub use self::cluster::{ClusterConfig, CLUSTER_SECRET_ENV, DEVELOPMENT_CLUSTER_SECRET};
 use self::secret::SecretKey;
 pub use self::secret::{Secret, SecretError, MASK};
 
@@ -22,6 +24,7 @@ pub struct Config {
     pub admin: AdminConfig,
     pub auth: AuthConfig,
     pub store: StoreConfig,
+    pub cluster: ClusterConfig,
     pub router: RouterConfig,
     pub services: ServicesConfig,
 }
@@ -452,6 +455,9 @@ impl Config {
         if let Ok(url) = std::env::var("ROUTERD_STORE_URL") {
             config.store.url = url;
         }
+        if let Ok(secret) = std::env::var(CLUSTER_SECRET_ENV) {
+            config.cluster.secret = Secret::new(secret);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -523,6 +529,7 @@ impl Config {
                  or a live owner's ownership lock would expire between saves",
             );
         }
+        self.cluster.check_timing().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 
@@ -530,21 +537,30 @@ impl Config {
     /// here, and the rules of [`secret`] then hold for it too: not empty,
     /// not `check-config`'s mask, and not its development value on a node
     /// that other machines can reach.
-    fn secrets(&self) -> [SecretKey<'_>; 1] {
-        [SecretKey {
-            key: "auth.secret",
-            env: AUTH_SECRET_ENV,
-            development: DEVELOPMENT_SECRET,
-            value: &self.auth.secret,
-        }]
+    fn secrets(&self) -> [SecretKey<'_>; 2] {
+        [
+            SecretKey {
+                key: "auth.secret",
+                env: AUTH_SECRET_ENV,
+                development: DEVELOPMENT_SECRET,
+                value: &self.auth.secret,
+            },
+            SecretKey {
+                key: "cluster.secret",
+                env: CLUSTER_SECRET_ENV,
+                development: DEVELOPMENT_CLUSTER_SECRET,
+                value: &self.cluster.secret,
+            },
+        ]
     }
 
     /// Every address this node listens on, by config key: a development
     /// secret is refused when any of them is not a loopback address.
-    fn listeners(&self) -> [(&'static str, SocketAddr); 2] {
+    fn listeners(&self) -> [(&'static str, SocketAddr); 3] {
         [
             ("gateway.listen", self.gateway.listen),
             ("admin.listen", self.admin.listen),
+            ("cluster.listen", self.cluster.listen),
         ]
     }
 
@@ -671,6 +687,7 @@ mod tests {
             Err(SecretError::Masked { key: "auth.secret" })
         );
         parsed.auth.secret = config.auth.secret.clone();
+        parsed.cluster.secret = config.cluster.secret.clone();
         assert_eq!(parsed, config);
         assert!(!format!("{config:?}").contains("hunter2"));
     }
@@ -684,7 +701,17 @@ mod tests {
         assert!(error.contains("ROUTERD_AUTH_SECRET"), "{error}");
         assert!(error.contains("gateway.listen"), "{error}");
         config.auth.secret = Secret::new("an operator's own secret");
+        // The cluster secret obeys the same rule, named by its own key.
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("cluster.secret"), "{error}");
+        assert!(error.contains("ROUTERD_CLUSTER_SECRET"), "{error}");
+        config.cluster.secret = Secret::new("the cluster's own secret");
         config.validate().unwrap();
+        // A public cluster listener alone is enough to refuse it.
+        let mut config = Config::default();
+        config.cluster.listen = "10.1.2.3:7600".parse().unwrap();
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("cluster.listen"), "{error}");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod catalog;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod gateway;
 pub mod metrics;

@@ -1,0 +1,761 @@
+//! Membership, as a sans-IO state machine: this node's join, heartbeat and
+//! lease, and its view of the other members, all through the store's
+//! membership table (`store::membership`) and this node's own monotonic
+//! clock. The driver performs its actions (table reads and writes) and
+//! feeds back their answers and the time; the simulator drives the same
+//! machine.
+//!
+//! - Join: a start reads its row. No row: insert incarnation 1. A row that
+//!   ended (`left`, `down`): take the next incarnation by CAS on the
+//!   version read. A live row: watch it; its heartbeat advancing means a
+//!   live process holds the id, and the start is refused; standing still
+//!   for `down_after_ms` means that process is gone, and the start takes
+//!   the next incarnation as an observer would declare it down.
+//! - Heartbeat: every `heartbeat_interval_ms`, a CAS on the version this
+//!   node wrote last. Applied: the lease runs to the write's send time +
+//!   `fence_after_ms`. Refused by a row someone else wrote (declared down,
+//!   or the id taken over): the node fences at once and rejoins with a
+//!   higher incarnation.
+//! - Observing: every row is re-read every half interval; a live member
+//!   whose heartbeat stood still for `down_after_ms` since this node first
+//!   saw its value is declared down by CAS on the version seen, so a late
+//!   heartbeat wins and the declaration fails.
+//!
+//! See `ClusterConfig::check_timing` for why a fenced node has stopped
+//! serving before anyone may declare it down.
+
+use std::collections::BTreeMap;
+
+use crate::config::ClusterConfig;
+use crate::store::{
+    AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,
+    MemberWrite, NodeId,
+};
+
+/// What this node advertises in its row.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Advertisement {
+    pub gateway: String,
+    pub admin: String,
+    pub cluster: Vec<String>,
+    pub core_count: u32,
+    pub actors: Vec<AdvertisedActor>,
+}
+
+/// Why a membership write was made; its answer comes back with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteTag {
+    /// Taking an incarnation (a start or a rejoin).
+    Join { sent_at_ms: u64 },
+    /// A heartbeat (or a state change riding one).
+    Heartbeat { heartbeat: u64, sent_at_ms: u64 },
+    /// Declaring `node` down.
+    DeclareDown { node: NodeId },
+}
+
+/// What the driver must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Read every row; answer with `on_listed` or `on_list_failed`.
+    List,
+    /// One conditional write; answer with `on_written`.
+    Write { tag: WriteTag, write: MemberWrite },
+}
+
+/// What happened, for the driver to pass on (to every core's router, the
+/// catalog, the links, the admin view).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// This node holds `incarnation` (first start).
+    Joined { incarnation: u64 },
+    /// A live process holds this node's id: the start must fail.
+    Refused { node: NodeId },
+    /// The lease now runs until `until_ms`.
+    Lease { until_ms: u64 },
+    /// Declared down (or the id taken over): serve nothing.
+    Fenced,
+    /// Rejoined as `incarnation` after a fence; the lease runs to
+    /// `lease_until_ms`.
+    Rejoined {
+        incarnation: u64,
+        lease_until_ms: u64,
+    },
+    /// Another member's incarnation or state changed.
+    Member { row: MemberRow },
+}
+
+#[derive(Clone, Debug)]
+enum Phase {
+    /// Reading this node's own row to take an incarnation; `watching` a
+    /// live row: its version and when it was first seen so.
+    Starting {
+        watching: Option<(MemberVersion, u64, u64)>,
+    },
+    /// A join write is in flight.
+    Joining,
+    Serving(Serving),
+    /// Declared down: rejoining. `row` is the row that told us.
+    Fenced {
+        row: Option<MemberRow>,
+    },
+    /// Refused: another process holds the id. Terminal.
+    Refused,
+}
+
+#[derive(Clone, Debug)]
+struct Serving {
+    incarnation: u64,
+    version: MemberVersion,
+    heartbeat: u64,
+    state: MemberState,
+    /// A heartbeat write in flight: its heartbeat value.
+    in_flight: Option<u64>,
+    next_heartbeat_ms: u64,
+    /// A state to write with the next heartbeat.
+    wanted_state: MemberState,
+}
+
+/// What this node saw of another member.
+#[derive(Clone, Debug)]
+struct Observed {
+    row: MemberRow,
+    /// When this node first read the row's current heartbeat (its clock).
+    since_ms: u64,
+    declaring: bool,
+}
+
+/// One node's membership machine.
+pub struct Membership {
+    me: NodeId,
+    interval_ms: u64,
+    fence_after_ms: u64,
+    down_after_ms: u64,
+    advert: Advertisement,
+    phase: Phase,
+    observed: BTreeMap<NodeId, Observed>,
+    listing: bool,
+    next_list_ms: u64,
+    /// Whether this node took an incarnation before (a later one is a
+    /// rejoin).
+    ever_joined: bool,
+    actions: Vec<Action>,
+    events: Vec<Event>,
+}
+
+impl Membership {
+    pub fn new(me: NodeId, config: &ClusterConfig, advert: Advertisement) -> Membership {
+        Membership {
+            me,
+            interval_ms: config.heartbeat_interval_ms,
+            fence_after_ms: config.fence_after_ms,
+            down_after_ms: config.down_after_ms,
+            advert,
+            phase: Phase::Starting { watching: None },
+            observed: BTreeMap::new(),
+            listing: false,
+            next_list_ms: 0,
+            ever_joined: false,
+            actions: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// How often the driver should call `on_tick`.
+    pub fn tick_ms(&self) -> u64 {
+        (self.interval_ms / 2).max(1)
+    }
+
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// This node's incarnation, once it has one.
+    pub fn incarnation(&self) -> Option<u64> {
+        match &self.phase {
+            Phase::Serving(serving) => Some(serving.incarnation),
+            _ => None,
+        }
+    }
+
+    /// This node's state as written (or to be written).
+    pub fn state(&self) -> Option<MemberState> {
+        match &self.phase {
+            Phase::Serving(serving) => Some(serving.wanted_state),
+            Phase::Fenced { .. } => Some(MemberState::Down),
+            _ => None,
+        }
+    }
+
+    /// Every other member as last read.
+    pub fn members(&self) -> impl Iterator<Item = &MemberRow> {
+        self.observed.values().map(|observed| &observed.row)
+    }
+
+    /// How long ago (this node's clock) the heartbeat of `node` last moved.
+    pub fn heartbeat_age_ms(&self, node: NodeId, now_ms: u64) -> Option<u64> {
+        self.observed
+            .get(&node)
+            .map(|observed| now_ms.saturating_sub(observed.since_ms))
+    }
+
+    /// Changes the state this node advertises (`up` once it serves,
+    /// `draining`, `left` at a clean exit); written at the next heartbeat.
+    pub fn set_state(&mut self, now_ms: u64, state: MemberState) {
+        if let Phase::Serving(serving) = &mut self.phase {
+            serving.wanted_state = state;
+            serving.next_heartbeat_ms = now_ms;
+        }
+        self.on_tick(now_ms);
+    }
+
+    /// The driver's periodic call: writes a heartbeat when one is due and
+    /// reads the table when a read is due.
+    pub fn on_tick(&mut self, now_ms: u64) {
+        if !self.listing && now_ms >= self.next_list_ms {
+            if matches!(self.phase, Phase::Refused) {
+                return;
+            }
+            self.listing = true;
+            self.next_list_ms = now_ms + self.tick_ms();
+            self.actions.push(Action::List);
+        }
+        let Phase::Serving(serving) = &mut self.phase else {
+            return;
+        };
+        if serving.in_flight.is_some() || now_ms < serving.next_heartbeat_ms {
+            return;
+        }
+        let heartbeat = serving.heartbeat + 1;
+        serving.in_flight = Some(heartbeat);
+        serving.next_heartbeat_ms = now_ms + self.interval_ms;
+        let (incarnation, state, version) =
+            (serving.incarnation, serving.wanted_state, serving.version);
+        let row = self.row(incarnation, state, heartbeat, version);
+        let write = MemberWrite {
+            row,
+            condition: MemberCondition::VersionEquals(version),
+        };
+        self.actions.push(Action::Write {
+            tag: WriteTag::Heartbeat {
+                heartbeat,
+                sent_at_ms: now_ms,
+            },
+            write,
+        });
+    }
+
+    fn row(
+        &self,
+        incarnation: u64,
+        state: MemberState,
+        heartbeat: u64,
+        version: MemberVersion,
+    ) -> MemberRow {
+        MemberRow {
+            node_id: self.me,
+            incarnation,
+            state,
+            heartbeat,
+            gateway: self.advert.gateway.clone(),
+            admin: self.advert.admin.clone(),
+            cluster: self.advert.cluster.clone(),
+            core_count: self.advert.core_count,
+            actors: self.advert.actors.clone(),
+            version,
+        }
+    }
+
+    /// A read of the table could not be made; the next tick tries again.
+    pub fn on_list_failed(&mut self) {
+        self.listing = false;
+    }
+
+    /// The table as read at `now_ms`.
+    pub fn on_listed(&mut self, now_ms: u64, rows: Vec<MemberRow>) {
+        self.listing = false;
+        let mut own = None;
+        for row in rows {
+            if row.node_id == self.me {
+                own = Some(row);
+            } else if !row.node_id.is_none() {
+                self.observe(now_ms, row);
+            }
+        }
+        match self.phase.clone() {
+            Phase::Starting { watching } => self.start_from(now_ms, own, watching),
+            Phase::Serving(serving) => {
+                // Declared down, or the id taken by a later start.
+                let lost = match &own {
+                    Some(row) => {
+                        row.incarnation > serving.incarnation
+                            || (row.incarnation == serving.incarnation
+                                && row.state == MemberState::Down)
+                    }
+                    None => true,
+                };
+                if lost {
+                    self.fence(now_ms, own);
+                }
+            }
+            Phase::Fenced { row: None } if own.is_some() => {
+                self.phase = Phase::Fenced { row: own };
+                self.rejoin(now_ms);
+            }
+            _ => {}
+        }
+    }
+
+    /// Decides a start from this node's own row.
+    fn start_from(
+        &mut self,
+        now_ms: u64,
+        own: Option<MemberRow>,
+        watching: Option<(MemberVersion, u64, u64)>,
+    ) {
+        let Some(row) = own else {
+            return self.join(now_ms, 1, MemberCondition::Absent);
+        };
+        if row.state.is_ended() {
+            let condition = MemberCondition::VersionEquals(row.version);
+            return self.join(now_ms, row.incarnation + 1, condition);
+        }
+        match watching {
+            Some((version, heartbeat, since)) => {
+                if row.version != version || row.heartbeat != heartbeat {
+                    self.phase = Phase::Refused;
+                    self.events.push(Event::Refused { node: self.me });
+                } else if now_ms.saturating_sub(since) >= self.down_after_ms {
+                    // The holder of the id stopped heartbeating as long as
+                    // an observer waits before declaring it down.
+                    let condition = MemberCondition::VersionEquals(row.version);
+                    self.join(now_ms, row.incarnation + 1, condition);
+                }
+            }
+            None => {
+                self.phase = Phase::Starting {
+                    watching: Some((row.version, row.heartbeat, now_ms)),
+                };
+            }
+        }
+    }
+
+    fn join(&mut self, now_ms: u64, incarnation: u64, condition: MemberCondition) {
+        self.phase = Phase::Joining;
+        let row = self.row(incarnation, MemberState::Joining, 0, MemberVersion(0));
+        self.actions.push(Action::Write {
+            tag: WriteTag::Join { sent_at_ms: now_ms },
+            write: MemberWrite { row, condition },
+        });
+    }
+
+    /// Declared down (or the id taken over): fence, and rejoin as soon as
+    /// the row that says so is known.
+    fn fence(&mut self, now_ms: u64, row: Option<MemberRow>) {
+        let was_serving = matches!(self.phase, Phase::Serving(_));
+        let known = row.is_some();
+        self.phase = Phase::Fenced { row };
+        if was_serving {
+            self.events.push(Event::Fenced);
+        }
+        if known {
+            self.rejoin(now_ms);
+        } else {
+            self.next_list_ms = now_ms;
+        }
+    }
+
+    /// Takes the next incarnation after a fence.
+    fn rejoin(&mut self, now_ms: u64) {
+        let Phase::Fenced { row } = &self.phase else {
+            return;
+        };
+        let (incarnation, condition) = match row {
+            Some(row) => (
+                row.incarnation + 1,
+                MemberCondition::VersionEquals(row.version),
+            ),
+            None => (1, MemberCondition::Absent),
+        };
+        self.join(now_ms, incarnation, condition);
+    }
+
+    fn observe(&mut self, now_ms: u64, row: MemberRow) {
+        let node = row.node_id;
+        let changed = match self.observed.get(&node) {
+            None => true,
+            Some(seen) => seen.row.incarnation != row.incarnation || seen.row.state != row.state,
+        };
+        let moved = self
+            .observed
+            .get(&node)
+            .is_none_or(|seen| changed || seen.row.heartbeat != row.heartbeat);
+        let entry = self.observed.entry(node).or_insert_with(|| Observed {
+            row: row.clone(),
+            since_ms: now_ms,
+            declaring: false,
+        });
+        if moved {
+            entry.since_ms = now_ms;
+        }
+        entry.row = row.clone();
+        if changed {
+            self.events.push(Event::Member { row: row.clone() });
+        }
+        let stalled = now_ms.saturating_sub(entry.since_ms) >= self.down_after_ms;
+        if !row.state.is_ended() && stalled && !entry.declaring {
+            entry.declaring = true;
+            let write = MemberWrite {
+                row: MemberRow {
+                    state: MemberState::Down,
+                    ..row.clone()
+                },
+                condition: MemberCondition::VersionEquals(row.version),
+            };
+            self.actions.push(Action::Write {
+                tag: WriteTag::DeclareDown { node },
+                write,
+            });
+        }
+    }
+
+    /// The answer to a write (`Err`: no answer in time, or a store error:
+    /// the write may or may not have happened).
+    pub fn on_written(
+        &mut self,
+        now_ms: u64,
+        tag: WriteTag,
+        write: &MemberWrite,
+        outcome: Result<MemberOutcome, ()>,
+    ) {
+        let outcome = outcome.unwrap_or(MemberOutcome::Indeterminate);
+        match tag {
+            WriteTag::Join { sent_at_ms } => self.joined(now_ms, sent_at_ms, write, outcome),
+            WriteTag::Heartbeat {
+                heartbeat,
+                sent_at_ms,
+            } => self.heartbeat_written(now_ms, heartbeat, sent_at_ms, outcome),
+            WriteTag::DeclareDown { node } => {
+                if let Some(seen) = self.observed.get_mut(&node) {
+                    seen.declaring = false;
+                    if let MemberOutcome::Applied(version) = outcome {
+                        seen.row = write.applied(version);
+                        self.events.push(Event::Member {
+                            row: seen.row.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn joined(
+        &mut self,
+        now_ms: u64,
+        sent_at_ms: u64,
+        write: &MemberWrite,
+        outcome: MemberOutcome,
+    ) {
+        let MemberOutcome::Applied(version) = outcome else {
+            // Someone else wrote the row first, or the answer was lost (it
+            // may be ours: a live-looking row is watched as any other).
+            self.phase = Phase::Starting { watching: None };
+            self.next_list_ms = now_ms;
+            return;
+        };
+        let incarnation = write.row.incarnation;
+        let lease_until_ms = sent_at_ms + self.fence_after_ms;
+        let first = !std::mem::replace(&mut self.ever_joined, true);
+        self.phase = Phase::Serving(Serving {
+            incarnation,
+            version,
+            heartbeat: 0,
+            state: MemberState::Joining,
+            in_flight: None,
+            next_heartbeat_ms: now_ms + self.interval_ms,
+            wanted_state: if first {
+                MemberState::Joining
+            } else {
+                MemberState::Up
+            },
+        });
+        if first {
+            self.events.push(Event::Joined { incarnation });
+            self.events.push(Event::Lease {
+                until_ms: lease_until_ms,
+            });
+        } else {
+            self.events.push(Event::Rejoined {
+                incarnation,
+                lease_until_ms,
+            });
+        }
+        self.on_tick(now_ms);
+    }
+
+    fn heartbeat_written(
+        &mut self,
+        now_ms: u64,
+        heartbeat: u64,
+        sent_at_ms: u64,
+        outcome: MemberOutcome,
+    ) {
+        let Phase::Serving(serving) = &mut self.phase else {
+            return;
+        };
+        if serving.in_flight == Some(heartbeat) {
+            serving.in_flight = None;
+        }
+        match outcome {
+            MemberOutcome::Applied(version) => {
+                serving.version = version;
+                serving.heartbeat = heartbeat;
+                serving.state = serving.wanted_state;
+                self.events.push(Event::Lease {
+                    until_ms: sent_at_ms + self.fence_after_ms,
+                });
+            }
+            MemberOutcome::Conflict(Some(row))
+                if row.incarnation == serving.incarnation
+                    && row.state != MemberState::Down
+                    && row.heartbeat >= serving.heartbeat =>
+            {
+                // Our own earlier heartbeat, applied though its answer was
+                // lost: adopt its version. It extends no lease (which one
+                // applied is unknown); the next heartbeat will.
+                serving.version = row.version;
+                serving.heartbeat = row.heartbeat;
+                serving.next_heartbeat_ms = now_ms;
+            }
+            MemberOutcome::Conflict(row) => self.fence(now_ms, row),
+            // Unknown: no lease extension; the next heartbeat tells.
+            MemberOutcome::Indeterminate => {}
+        }
+        self.on_tick(now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemberTable;
+
+    fn config() -> ClusterConfig {
+        ClusterConfig::default()
+    }
+
+    fn node(id: u64) -> Membership {
+        let advert = Advertisement {
+            gateway: format!("127.0.0.1:{}", 7400 + id),
+            core_count: 1,
+            ..Advertisement::default()
+        };
+        Membership::new(NodeId(id), &config(), advert)
+    }
+
+    /// Performs `m`'s actions against `table` at `now`, answering each at
+    /// once; returns the events.
+    fn run(m: &mut Membership, table: &mut MemberTable, now: u64) -> Vec<Event> {
+        m.on_tick(now);
+        loop {
+            let actions = m.take_actions();
+            if actions.is_empty() {
+                return m.take_events();
+            }
+            for action in actions {
+                match action {
+                    Action::List => m.on_listed(now, table.list()),
+                    Action::Write { tag, write } => {
+                        let outcome = table.write(&write);
+                        m.on_written(now, tag, &write, Ok(outcome));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ticks `m` every half interval from `from` to `to`.
+    fn run_until(m: &mut Membership, table: &mut MemberTable, from: u64, to: u64) -> Vec<Event> {
+        let mut events = Vec::new();
+        let mut now = from;
+        while now <= to {
+            events.extend(run(m, table, now));
+            now += m.tick_ms();
+        }
+        events
+    }
+
+    #[test]
+    fn a_first_start_takes_incarnation_one_and_a_lease() {
+        let mut table = MemberTable::default();
+        let mut m = node(1);
+        let events = run(&mut m, &mut table, 1000);
+        assert!(events.contains(&Event::Joined { incarnation: 1 }));
+        assert!(events.contains(&Event::Lease {
+            until_ms: 1000 + config().fence_after_ms
+        }));
+        // Heartbeats renew the lease from their send time.
+        let events = run_until(&mut m, &mut table, 1250, 1600);
+        assert!(events.contains(&Event::Lease {
+            until_ms: 1500 + config().fence_after_ms
+        }));
+        m.set_state(1600, MemberState::Up);
+        run(&mut m, &mut table, 1600);
+        assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Up);
+    }
+
+    #[test]
+    fn a_start_with_the_id_of_a_live_node_is_refused() {
+        let mut table = MemberTable::default();
+        let mut live = node(1);
+        run(&mut live, &mut table, 0);
+        let mut second = node(1);
+        run(&mut second, &mut table, 100);
+        // The live node heartbeats; the second start sees it advance.
+        run_until(&mut live, &mut table, 250, 600);
+        let events = run(&mut second, &mut table, 700);
+        assert_eq!(events, vec![Event::Refused { node: NodeId(1) }]);
+        assert_eq!(table.get(NodeId(1)).unwrap().incarnation, 1);
+    }
+
+    #[test]
+    fn a_restart_after_a_crash_takes_the_next_incarnation_once_the_row_stood_still() {
+        let mut table = MemberTable::default();
+        let mut crashed = node(1);
+        run(&mut crashed, &mut table, 0);
+        // Crashed: it writes no more. A new start watches the row for
+        // down_after before it takes the id.
+        let mut restart = node(1);
+        let early = run_until(
+            &mut restart,
+            &mut table,
+            100,
+            100 + config().down_after_ms - 1,
+        );
+        assert!(early.is_empty(), "{early:?}");
+        let events = run(&mut restart, &mut table, 100 + config().down_after_ms);
+        assert!(
+            events.contains(&Event::Joined { incarnation: 2 }),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn a_restart_after_a_clean_leave_or_a_declaration_joins_at_once() {
+        let mut table = MemberTable::default();
+        let mut first = node(1);
+        run(&mut first, &mut table, 0);
+        first.set_state(10, MemberState::Left);
+        run(&mut first, &mut table, 10);
+        assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Left);
+        let mut again = node(1);
+        let events = run(&mut again, &mut table, 20);
+        assert!(
+            events.contains(&Event::Joined { incarnation: 2 }),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn an_observer_declares_a_stalled_member_down_after_down_after_of_its_own_clock() {
+        let mut table = MemberTable::default();
+        let mut a = node(1);
+        let mut b = node(2);
+        run(&mut a, &mut table, 0);
+        run(&mut b, &mut table, 0);
+        // Both heartbeat for a while; then `a` stops (a crash or a pause).
+        for now in (250..=1000).step_by(250) {
+            run(&mut a, &mut table, now);
+            run(&mut b, &mut table, now);
+        }
+        // b's clock: it saw a's last heartbeat at 1000 (or 1250).
+        let before = run_until(&mut b, &mut table, 1250, 1000 + config().down_after_ms - 1);
+        assert!(
+            before
+                .iter()
+                .all(|e| !matches!(e, Event::Member { row } if row.state == MemberState::Down)),
+            "declared too early: {before:?}"
+        );
+        let after = run_until(
+            &mut b,
+            &mut table,
+            1000 + config().down_after_ms,
+            1500 + config().down_after_ms,
+        );
+        let down = after.iter().any(|e| {
+            matches!(e, Event::Member { row } if row.node_id == NodeId(1) && row.state == MemberState::Down)
+        });
+        assert!(down, "{after:?}");
+        // `a` resumes: its next heartbeat is refused, it fences and rejoins
+        // with a higher incarnation.
+        let events = run(&mut a, &mut table, 9000);
+        assert!(events.contains(&Event::Fenced), "{events:?}");
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, Event::Rejoined { incarnation: 2, .. })),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn a_late_heartbeat_wins_over_a_declaration() {
+        let mut table = MemberTable::default();
+        let mut a = node(1);
+        let mut b = node(2);
+        run(&mut a, &mut table, 0);
+        run(&mut b, &mut table, 0);
+        // b decides to declare a down on what it read...
+        b.on_tick(0);
+        b.take_actions();
+        b.on_listed(config().down_after_ms + 1, table.list());
+        let declare = b.take_actions();
+        let Some(Action::Write { tag, write }) = declare.first().cloned() else {
+            panic!("no declaration: {declare:?}");
+        };
+        // ...but a's heartbeat lands first: the declaration's CAS fails.
+        run(&mut a, &mut table, 500);
+        let outcome = table.write(&write);
+        assert!(matches!(outcome, MemberOutcome::Conflict(_)));
+        b.on_written(config().down_after_ms + 1, tag, &write, Ok(outcome));
+        assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Joining);
+        assert!(!b
+            .take_events()
+            .iter()
+            .any(|e| matches!(e, Event::Member { row } if row.state == MemberState::Down)));
+    }
+
+    #[test]
+    fn a_lost_heartbeat_answer_extends_nothing_and_its_write_is_adopted() {
+        let mut table = MemberTable::default();
+        let mut m = node(1);
+        run(&mut m, &mut table, 0);
+        m.on_tick(500);
+        let actions = m.take_actions();
+        let (tag, write) = actions
+            .into_iter()
+            .find_map(|action| match action {
+                Action::Write { tag, write } => Some((tag, write)),
+                _ => None,
+            })
+            .expect("a heartbeat");
+        // Applied in the store, but the answer never came.
+        assert!(matches!(table.write(&write), MemberOutcome::Applied(_)));
+        m.on_written(500, tag, &write, Err(()));
+        assert!(
+            m.take_events().is_empty(),
+            "no lease from an unknown outcome"
+        );
+        // The next heartbeat conflicts with that write, adopts it, and the
+        // one after extends the lease: no fence.
+        let events = run_until(&mut m, &mut table, 1000, 1500);
+        assert!(!events.contains(&Event::Fenced), "{events:?}");
+        assert!(
+            events.iter().any(|e| matches!(e, Event::Lease { .. })),
+            "{events:?}"
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! `[cluster]`: where a node's cores listen for links, who may link, and
+//! the membership timers, with the rule that makes them safe.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::secret::Secret;
+
+/// The cluster secret a fresh checkout uses, so that nodes started without
+/// a config can form a local cluster. Refused off loopback.
+pub const DEVELOPMENT_CLUSTER_SECRET: &str = "routerd-development-cluster-secret";
+
+/// The environment variable that wins over `cluster.secret`.
+pub const CLUSTER_SECRET_ENV: &str = "ROUTERD_CLUSTER_SECRET";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Core `i` listens for links on this address's port + `i`; port 0:
+    /// each core binds a free port and advertises it.
+    pub listen: SocketAddr,
+    /// The address other nodes dial (core `i`: its port + `i`, or the port
+    /// each core bound when `listen` has port 0); default: `listen`.
+    pub advertise: Option<SocketAddr>,
+    /// The cluster's name: a link from a node of another cluster is refused.
+    pub name: String,
+    /// HMAC-SHA256 key of the link handshake. `ROUTERD_CLUSTER_SECRET` wins.
+    pub secret: Secret,
+    /// How often a node writes its heartbeat into the membership table.
+    pub heartbeat_interval_ms: u64,
+    /// A node whose heartbeat writes have not succeeded for this long
+    /// (its own clock, from the send of the last applied one) stops
+    /// serving: its lease ended.
+    pub fence_after_ms: u64,
+    /// Another node that sees a member's heartbeat unchanged for this long
+    /// (its own clock) declares it down.
+    pub down_after_ms: u64,
+    /// Frames one link queues before a send to it fails.
+    pub link_queue_max: usize,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7600)),
+            advertise: None,
+            name: "routerd".to_string(),
+            secret: Secret::new(DEVELOPMENT_CLUSTER_SECRET),
+            heartbeat_interval_ms: 500,
+            fence_after_ms: 2000,
+            down_after_ms: 4000,
+            link_queue_max: 4096,
+        }
+    }
+}
+
+/// Cluster names go into handshakes and logs: short and printable.
+pub const CLUSTER_NAME_LEN_MAX: usize = 64;
+
+impl ClusterConfig {
+    /// How long one heartbeat write may take before it counts as failed:
+    /// inside the interval, so at most one is in flight and "the last
+    /// applied heartbeat" is never in doubt at its writer.
+    pub fn heartbeat_deadline_ms(&self) -> u64 {
+        (self.heartbeat_interval_ms * 3 / 4).max(1)
+    }
+
+    /// The timing rule, checked at start:
+    ///
+    /// `heartbeat_interval_ms < fence_after_ms` and
+    /// `down_after_ms >= fence_after_ms + 2 * heartbeat_interval_ms`.
+    ///
+    /// Why it is safe. Let `s` be the time a node N sent the last heartbeat
+    /// the store applied and answered. N's lease ends at `s +
+    /// fence_after_ms` on N's monotonic clock, and from then on N serves
+    /// nothing. An observer O declares N down only after reading N's row
+    /// unchanged for `down_after_ms` of O's monotonic clock, counted from
+    /// O's first read of that row, which returned after the write was
+    /// applied, so after `s`: the declaration comes at `s +
+    /// down_after_ms` or later, `2 * heartbeat_interval_ms` after N
+    /// stopped. That margin covers what the two clocks cannot agree on
+    /// (their rates differ by parts per million), and the time a busy core
+    /// of N takes to look at its lease again (it checks it at every event,
+    /// so at most a loop turn). O's poll period only makes the declaration
+    /// later. A heartbeat write whose answer N never got extends nothing,
+    /// which only makes N stop earlier. The first condition lets N write at
+    /// least one heartbeat per lease. With the defaults (500, 2000, 4000)
+    /// the margin is 2000 ms.
+    pub fn check_timing(&self) -> Result<(), String> {
+        if self.heartbeat_interval_ms == 0 {
+            return Err("cluster.heartbeat_interval_ms must be positive".into());
+        }
+        if self.heartbeat_interval_ms >= self.fence_after_ms {
+            return Err(format!(
+                "cluster.heartbeat_interval_ms ({}) must be below cluster.fence_after_ms ({}): a \
+                 node must renew its lease at least once before it ends",
+                self.heartbeat_interval_ms, self.fence_after_ms
+            ));
+        }
+        let needed = self.fence_after_ms + 2 * self.heartbeat_interval_ms;
+        if self.down_after_ms < needed {
+            return Err(format!(
+                "cluster.down_after_ms ({}) must be at least cluster.fence_after_ms + 2 x \
+                 cluster.heartbeat_interval_ms ({needed}): a node must have stopped serving \
+                 before another may declare it down",
+                self.down_after_ms
+            ));
+        }
+        if self.name.is_empty()
+            || self.name.len() > CLUSTER_NAME_LEN_MAX
+            || !self.name.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(format!(
+                "cluster.name must be 1 to {CLUSTER_NAME_LEN_MAX} printable ASCII characters"
+            ));
+        }
+        if self.link_queue_max == 0 {
+            return Err("cluster.link_queue_max must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// The address others dial for core `core`, given the port it bound.
+    pub fn advertised(&self, core: usize, bound_port: u16) -> SocketAddr {
+        let mut address = self.advertise.unwrap_or(self.listen);
+        if address.port() == 0 || self.listen.port() == 0 {
+            address.set_port(bound_port);
+        } else {
+            address.set_port(address.port().saturating_add(core as u16));
+        }
+        address
+    }
+
+    /// The address core `core` binds.
+    pub fn listen_for(&self, core: usize) -> SocketAddr {
+        let mut address = self.listen;
+        if address.port() != 0 {
+            address.set_port(address.port().saturating_add(core as u16));
+        }
+        address
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_keep_the_timing_rule() {
+        ClusterConfig::default().check_timing().unwrap();
+        let config = ClusterConfig::default();
+        assert!(config.heartbeat_deadline_ms() < config.heartbeat_interval_ms);
+    }
+
+    #[test]
+    fn the_timing_rule_refuses_what_could_overlap() {
+        let mut config = ClusterConfig {
+            down_after_ms: 2999,
+            ..ClusterConfig::default()
+        };
+        let error = config.check_timing().unwrap_err();
+        assert!(error.contains("cluster.down_after_ms"), "{error}");
+        config.down_after_ms = 3000;
+        config.check_timing().unwrap();
+        config.heartbeat_interval_ms = 2000;
+        assert!(config.check_timing().unwrap_err().contains("heartbeat"));
+        config = ClusterConfig {
+            name: "two words".into(),
+            ..ClusterConfig::default()
+        };
+        assert!(config.check_timing().unwrap_err().contains("cluster.name"));
+    }
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn core_addresses_follow_the_port_or_what_was_bound() {
+        let config = ClusterConfig {
+            listen: "0.0.0.0:7600".parse().unwrap(),
+            advertise: Some("10.0.0.5:7600".parse().unwrap()),
+            ..ClusterConfig::default()
+        };
+        assert_eq!(config.listen_for(2), addr("0.0.0.0:7602"));
+        assert_eq!(config.advertised(2, 7602), addr("10.0.0.5:7602"));
+        let any = ClusterConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..ClusterConfig::default()
+        };
+        assert_eq!(any.listen_for(1), addr("127.0.0.1:0"));
+        assert_eq!(any.advertised(1, 40123), addr("127.0.0.1:40123"));
+    }
+}
