@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 mod cluster;
 mod secret;
 
-pub use self::cluster::{ClusterConfig, CLUSTER_SECRET_ENV, DEVELOPMENT_CLUSTER_SECRET};
+pub use self::cluster::{
+    ClusterConfig, CLUSTER_NAME_LEN_MAX, CLUSTER_SECRET_ENV, DEVELOPMENT_CLUSTER_SECRET,
+};
 use self::secret::SecretKey;
 pub use self::secret::{Secret, SecretError, MASK};
 

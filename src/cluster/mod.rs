@@ -5,4 +5,7 @@
 //! Sans-IO: [`membership`] (the join, heartbeat, lease and observer state
 //! machine). The drivers that run it on the cores live beside it.
 
+pub mod codec;
+pub mod handshake;
+pub mod link;
 pub mod membership;

@@ -12,12 +12,14 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod cluster;
 mod family;
 mod gateway;
 mod histogram;
 mod router;
 mod store;
 
+pub use self::cluster::ClusterStats;
 use self::family::write_family_list;
 pub(crate) use self::family::{counter_set, metric_label, metric_label_value, metric_set};
 pub use self::family::{write_families, Families, Family, Kind, Metric, Series, Value};
@@ -94,6 +96,7 @@ pub struct CoreMetrics {
     pub requests: RequestLatency,
     pub router: RouterStats,
     pub router_counters: RouterCounterCells,
+    pub cluster: ClusterStats,
 }
 
 /// The node's metrics: one [`CoreMetrics`] per core, the runtime's mesh
@@ -186,7 +189,8 @@ impl NodeMetrics {
         write_families(out, cores.clone().map(|core| &core.gateway));
         write_families(out, cores.clone().map(|core| &core.requests));
         write_families(out, cores.clone().map(|core| &core.router));
-        write_families(out, cores.map(|core| &core.router_counters));
+        write_families(out, cores.clone().map(|core| &core.router_counters));
+        write_families(out, cores.map(|core| &core.cluster));
         let store = self.store.iter();
         write_families(out, store.clone().map(StoreProbe::stats));
         write_family_list(out, STORE_QUEUE_FAMILIES, store);

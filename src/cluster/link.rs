@@ -1,0 +1,176 @@
+//! One outgoing link's state, sans-IO: from this core to one core of one
+//! other node. Links open lazily (the first frame for a peer core dials
+//! it), stay open, and are dialled again after a failure with a jittered
+//! exponential backoff. The queue is bounded: a frame is queued or refused
+//! at once, so memory stays bounded and no core ever waits for a peer.
+
+use std::collections::VecDeque;
+
+use wire::frame::FrameBuf;
+
+use super::handshake::Refusal;
+use crate::router::driver::LinkRefusal;
+
+/// The shortest and longest wait before a link is dialled again.
+pub const BACKOFF_MIN_MS: u64 = 100;
+pub const BACKOFF_MAX_MS: u64 = 5_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkState {
+    /// Dialling and handshaking; frames queue.
+    Connecting,
+    /// Handshake done; the writer sends what queues.
+    Up,
+    /// The last attempt failed; frames are refused until `until_ms`, when
+    /// the next frame dials again.
+    Backoff { until_ms: u64 },
+}
+
+pub struct Link {
+    state: LinkState,
+    queue: VecDeque<FrameBuf>,
+    queue_max: usize,
+    /// Consecutive failed attempts, for the backoff.
+    failures: u32,
+    /// The peer's incarnation the link was opened for.
+    pub peer_incarnation: u64,
+    /// Why the last handshake was refused, if it was.
+    pub refused: Option<Refusal>,
+}
+
+impl Link {
+    /// A link to open now (its first frame is on its way).
+    pub fn new(queue_max: usize, peer_incarnation: u64) -> Link {
+        Link {
+            state: LinkState::Connecting,
+            queue: VecDeque::new(),
+            queue_max: queue_max.max(1),
+            failures: 0,
+            peer_incarnation,
+            refused: None,
+        }
+    }
+
+    pub fn state(&self) -> LinkState {
+        self.state
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Queues `frame` for the peer, or says why not. Returns whether the
+    /// link must be dialled (it was backing off and the wait is over).
+    pub fn offer(&mut self, now_ms: u64, frame: FrameBuf) -> Result<bool, (LinkRefusal, FrameBuf)> {
+        let dial = match self.state {
+            LinkState::Backoff { until_ms } if now_ms < until_ms => {
+                return Err((LinkRefusal::Down, frame))
+            }
+            LinkState::Backoff { .. } => {
+                self.state = LinkState::Connecting;
+                true
+            }
+            LinkState::Connecting | LinkState::Up => false,
+        };
+        if self.queue.len() >= self.queue_max {
+            return Err((LinkRefusal::Full, frame));
+        }
+        self.queue.push_back(frame);
+        Ok(dial)
+    }
+
+    /// The handshake succeeded.
+    pub fn connected(&mut self) {
+        self.state = LinkState::Up;
+        self.failures = 0;
+        self.refused = None;
+    }
+
+    /// The dial, the handshake or the connection failed at `now_ms`:
+    /// back off (by `jitter` in [0, 1) of the wait), and give back every
+    /// frame still queued: none of them was written, so the sender may
+    /// answer or re-route them.
+    pub fn failed(&mut self, now_ms: u64, jitter: f64) -> Vec<FrameBuf> {
+        let wait = backoff_ms(self.failures, jitter);
+        self.failures = self.failures.saturating_add(1);
+        self.state = LinkState::Backoff {
+            until_ms: now_ms + wait,
+        };
+        self.queue.drain(..).collect()
+    }
+
+    /// Every queued frame, for the writer.
+    pub fn take_all(&mut self, out: &mut Vec<FrameBuf>) {
+        out.extend(self.queue.drain(..));
+    }
+}
+
+/// The wait after `failures` consecutive failures: doubling from
+/// `BACKOFF_MIN_MS` to `BACKOFF_MAX_MS`, then spread over its upper half by
+/// `jitter` so that peers that failed together do not dial together.
+pub fn backoff_ms(failures: u32, jitter: f64) -> u64 {
+    let base = BACKOFF_MIN_MS
+        .saturating_mul(1u64 << failures.min(16))
+        .min(BACKOFF_MAX_MS);
+    base / 2 + ((base / 2) as f64 * jitter.clamp(0.0, 1.0)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::frame::Message;
+
+    fn frame() -> FrameBuf {
+        FrameBuf::encode(&Message::RouterReply {
+            origin_node: 1,
+            request_seq: 2,
+            error_code: 0,
+            body: Vec::new(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn backoff_doubles_from_100_ms_to_5_s_with_jitter() {
+        assert_eq!(backoff_ms(0, 0.0), 50);
+        assert_eq!(backoff_ms(0, 0.999), 99);
+        assert_eq!(backoff_ms(1, 0.0), 100);
+        assert_eq!(backoff_ms(3, 0.0), 400);
+        assert_eq!(backoff_ms(10, 0.0), 2_500);
+        assert_eq!(backoff_ms(40, 0.999), 4_997);
+        assert!((0..60).all(|n| backoff_ms(n, 1.0) <= BACKOFF_MAX_MS));
+    }
+
+    #[test]
+    fn the_queue_is_bounded_and_a_failure_gives_every_frame_back() {
+        let mut link = Link::new(2, 1);
+        assert_eq!(link.offer(0, frame()).ok(), Some(false));
+        assert_eq!(link.offer(0, frame()).ok(), Some(false));
+        assert!(matches!(
+            link.offer(0, frame()),
+            Err((LinkRefusal::Full, _))
+        ));
+        let back = link.failed(100, 0.0);
+        assert_eq!(back.len(), 2);
+        assert_eq!(link.queued(), 0);
+        // Backing off: refused as down until the wait is over, then the
+        // next frame dials again.
+        assert!(matches!(
+            link.offer(120, frame()),
+            Err((LinkRefusal::Down, _))
+        ));
+        assert_eq!(link.offer(150, frame()).ok(), Some(true));
+        assert_eq!(link.state(), LinkState::Connecting);
+        link.connected();
+        assert_eq!(link.state(), LinkState::Up);
+        let mut taken = Vec::new();
+        link.take_all(&mut taken);
+        assert_eq!(taken.len(), 1);
+        // Consecutive failures back off longer; a success resets it.
+        link.failed(1_000, 0.0);
+        assert_eq!(link.state(), LinkState::Backoff { until_ms: 1_050 });
+        link.offer(1_050, frame()).unwrap();
+        link.failed(1_050, 0.0);
+        assert_eq!(link.state(), LinkState::Backoff { until_ms: 1_150 });
+    }
+}

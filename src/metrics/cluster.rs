@@ -1,0 +1,49 @@
+//! The cluster's metrics: links between the cores of different nodes,
+//! their handshakes, and membership as this node sees it. Link counters
+//! are per core (each core has its own links); membership gauges are
+//! written by the core that runs membership (core 0) only, so the sum over
+//! cores is its view.
+
+super::metric_set! {
+    /// One core's links and, on core 0, the node's membership view.
+    pub struct ClusterStats {
+        /// Members of the cluster as this node last read the membership table, by state (this
+        /// node included).
+        "routerd_cluster_members" Gauge (state) {
+            members_joining = "joining",
+            members_up = "up",
+            members_draining = "draining",
+            members_left = "left",
+            members_down = "down",
+        }
+        /// 1 while this node is fenced (its membership lease ended, or it was declared down):
+        /// it serves no object until it rejoins with a new incarnation.
+        "routerd_cluster_fenced" Gauge { fenced }
+        /// Frames this core sent to other nodes' cores.
+        "routerd_cluster_link_frames_sent_total" Counter { frames_sent }
+        /// Frames this core received from other nodes, validated (checksum and structure).
+        "routerd_cluster_link_frames_received_total" Counter { frames_received }
+        /// Frames from another node that failed validation; each closed its link.
+        "routerd_cluster_link_frames_invalid_total" Counter { frames_invalid }
+        /// Messages for another node that no link took, by reason.
+        "routerd_cluster_link_send_failed_total" Counter (reason) {
+            send_failed_queue_full = "queue_full",
+            send_failed_link_down = "link_down",
+            send_failed_unknown_node = "unknown_node",
+        }
+        /// Links this core dialled again after one failed or closed.
+        "routerd_cluster_link_reconnects_total" Counter { reconnects }
+        /// Link handshakes refused (by this core, or by the peer this core dialled), by reason.
+        "routerd_cluster_handshakes_refused_total" Counter (reason) {
+            refused_version = "version",
+            refused_cluster_name = "cluster_name",
+            refused_bad_secret = "bad_secret",
+            refused_stale_incarnation = "stale_incarnation",
+            refused_wrong_node = "wrong_node",
+            refused_malformed = "malformed",
+            refused_timeout = "timeout",
+        }
+        /// Round trips of link pings (sent by a dialling core, answered by the peer's core).
+        "routerd_cluster_link_rtt_seconds" Histogram { link_rtt }
+    }
+}
