@@ -535,34 +535,37 @@ impl Config {
         Ok(())
     }
 
-    /// Every secret of the config. A new secret (the cluster's) is added
-    /// here, and the rules of [`secret`] then hold for it too: not empty,
-    /// not `check-config`'s mask, and not its development value on a node
-    /// that other machines can reach.
+    /// Every secret of the config, with the listeners it guards. A new
+    /// secret is added here, and the rules of [`secret`] then hold for it
+    /// too: not empty, not `check-config`'s mask, and not its development
+    /// value where other machines can reach what it guards. The cluster's
+    /// guards only the link listeners: a node whose gateway is public but
+    /// whose links stay on loopback forms no cluster beyond the machine.
     fn secrets(&self) -> [SecretKey<'_>; 2] {
+        let mut cluster = vec![("cluster.listen", self.cluster.listen)];
+        cluster.extend(
+            self.cluster
+                .advertise
+                .map(|address| ("cluster.advertise", address)),
+        );
         [
             SecretKey {
                 key: "auth.secret",
                 env: AUTH_SECRET_ENV,
                 development: DEVELOPMENT_SECRET,
                 value: &self.auth.secret,
+                listeners: vec![
+                    ("gateway.listen", self.gateway.listen),
+                    ("admin.listen", self.admin.listen),
+                ],
             },
             SecretKey {
                 key: "cluster.secret",
                 env: CLUSTER_SECRET_ENV,
                 development: DEVELOPMENT_CLUSTER_SECRET,
                 value: &self.cluster.secret,
+                listeners: cluster,
             },
-        ]
-    }
-
-    /// Every address this node listens on, by config key: a development
-    /// secret is refused when any of them is not a loopback address.
-    fn listeners(&self) -> [(&'static str, SocketAddr); 3] {
-        [
-            ("gateway.listen", self.gateway.listen),
-            ("admin.listen", self.admin.listen),
-            ("cluster.listen", self.cluster.listen),
         ]
     }
 
@@ -570,7 +573,7 @@ impl Config {
     /// node checks them at start, so a config built in code cannot skip
     /// them.
     pub fn check_secrets(&self) -> Result<(), SecretError> {
-        secret::check(&self.secrets(), &self.listeners())
+        secret::check(&self.secrets())
     }
 
     /// The SQLite file this node uses.
@@ -703,17 +706,22 @@ mod tests {
         assert!(error.contains("ROUTERD_AUTH_SECRET"), "{error}");
         assert!(error.contains("gateway.listen"), "{error}");
         config.auth.secret = Secret::new("an operator's own secret");
-        // The cluster secret obeys the same rule, named by its own key.
+        // Links on loopback: the cluster's development secret guards
+        // nothing other machines reach.
+        config.validate().unwrap();
+        // The cluster secret obeys the same rule, named by its own key,
+        // for the link listener and for the address advertised.
+        config.cluster.listen = "10.1.2.3:7600".parse().unwrap();
         let error = config.validate().unwrap_err().to_string();
         assert!(error.contains("cluster.secret"), "{error}");
         assert!(error.contains("ROUTERD_CLUSTER_SECRET"), "{error}");
+        assert!(error.contains("cluster.listen"), "{error}");
+        config.cluster.listen = "127.0.0.1:7600".parse().unwrap();
+        config.cluster.advertise = Some("10.1.2.3:7600".parse().unwrap());
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("cluster.advertise"), "{error}");
         config.cluster.secret = Secret::new("the cluster's own secret");
         config.validate().unwrap();
-        // A public cluster listener alone is enough to refuse it.
-        let mut config = Config::default();
-        config.cluster.listen = "10.1.2.3:7600".parse().unwrap();
-        let error = config.validate().unwrap_err().to_string();
-        assert!(error.contains("cluster.listen"), "{error}");
     }
 
     #[test]

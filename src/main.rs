@@ -82,6 +82,8 @@ fn serve(config: Option<PathBuf>) -> Result<(), String> {
     let node = Node::start(config).map_err(|e| e.to_string())?;
     node.stop_on_signals().map_err(|e| e.to_string())?;
     tracing::info!(
+        node = node.cluster().me().0,
+        incarnation = node.cluster().snapshot().me.incarnation,
         gateway = %node.gateway_address(),
         admin = %node.admin_address(),
         cores = node.core_count(),

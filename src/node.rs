@@ -3,27 +3,38 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::AtomicU32;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 
 use crate::admin::{Admin, AdminState, NodePhase};
 use crate::catalog::{Catalog, CoreCatalog};
+use crate::cluster::agent::{self, Agent, AgentParts, JoinError};
+use crate::cluster::follow::Follower;
+use crate::cluster::incoming::Incoming;
+use crate::cluster::membership::{Advertisement, Membership};
+use crate::cluster::outgoing::{CoreLinks, LinkSettings};
+use crate::cluster::view::{ClusterView, Peer, Standing};
 use crate::config::{Config, RingTaskrun};
 use crate::gateway::driver::{self, GatewayShared};
 use crate::gateway::GatewayHandle;
 use crate::metrics::NodeMetrics;
-use crate::router::driver::{clock, DriverParts, FrameSource, NoLinks, RouterDriver};
+use crate::router::driver::{clock, DriverParts, FrameSource, RouterDriver};
 use crate::router::RouterCore;
 use crate::services::local_actors;
 use crate::services::player::PlayerType;
 use crate::services::port::ServicesPort;
 use crate::services::room::RoomType;
-use crate::store::{NodeId, OpenError, Store};
+use crate::store::{MemberState, NodeId, OpenError, Store};
 
 /// How long the cores may take to bind their listeners and report ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a start may wait for the store to give it an incarnation (a
+/// restart after a crash waits `down_after_ms` of it).
+const JOIN_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a dial and its link handshake may take.
+const LINK_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why a node could not start or stopped badly.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +49,14 @@ pub enum NodeError {
         address: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot bind the cluster address {address} (core {core}): {source}")]
+    ClusterBind {
+        address: SocketAddr,
+        core: usize,
+        source: std::io::Error,
+    },
+    #[error("cannot join the cluster: {0}")]
+    Join(#[from] JoinError),
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
     #[error(transparent)]
@@ -61,9 +80,10 @@ pub struct Node {
     gateway_address: SocketAddr,
     shutdown: ShutdownHandle,
     phase: NodePhase,
+    view: Arc<ClusterView>,
 }
 
-/// What every core shares, read-only.
+/// What every core shares.
 struct NodeShared {
     config: Config,
     gateway_address: SocketAddr,
@@ -71,6 +91,12 @@ struct NodeShared {
     gateway: GatewayShared,
     store: Store,
     catalog: Arc<Catalog>,
+    view: Arc<ClusterView>,
+    /// Membership, for core 0 to take and run.
+    membership: Mutex<Option<Membership>>,
+    /// Each core's cluster listener, bound before the join so its address
+    /// could be advertised; each core takes its own.
+    cluster_listeners: Mutex<Vec<Option<std::net::TcpListener>>>,
 }
 
 impl Node {
@@ -102,11 +128,65 @@ impl Node {
                     address: config.gateway.listen,
                     source,
                 })?;
+        // Bound before the join: the membership row advertises where the
+        // admin endpoint and each core's links are.
+        let admin_listener =
+            std::net::TcpListener::bind(config.admin.listen).map_err(|source| {
+                NodeError::AdminBind {
+                    address: config.admin.listen,
+                    source,
+                }
+            })?;
+        let admin_address = admin_listener
+            .local_addr()
+            .map_err(|source| NodeError::AdminBind {
+                address: config.admin.listen,
+                source,
+            })?;
+        let cluster_listeners = bind_cluster(&config, core_count)?;
         // The node's own services feed the catalog's local routes; the
         // remote registry is fed by cluster membership.
         let catalog = Arc::new(Catalog::new());
-        for actor in local_actors(config.node.id, &gateway_address.to_string()) {
+        let actors = local_actors(config.node.id, &gateway_address.to_string());
+        for actor in actors.clone() {
             catalog.register_routes(actor)?;
+        }
+        let advertisement = Advertisement {
+            gateway: gateway_address.to_string(),
+            admin: admin_address.to_string(),
+            cluster: cluster_listeners
+                .iter()
+                .enumerate()
+                .map(|(core, (_, port))| config.cluster.advertised(core, *port).to_string())
+                .collect(),
+            core_count: core_count as u32,
+            actors: agent::advertised(&actors),
+        };
+        let me = NodeId(config.node.id);
+        let membership = Membership::new(me, &config.cluster, advertisement);
+        let joined = agent::join(&store, membership, JOIN_TIMEOUT)?;
+        tracing::info!(
+            node = me.0,
+            incarnation = joined.incarnation,
+            "joined the cluster"
+        );
+        let view = Arc::new(ClusterView::new(
+            me,
+            core_count,
+            Standing {
+                incarnation: joined.incarnation,
+                lease_until_ms: joined.lease_until_ms,
+                fenced: false,
+                state: MemberState::Joining,
+            },
+        ));
+        view.update(|_, peers| {
+            for row in &joined.peers {
+                peers.insert(row.node_id, Peer::from_row(row));
+            }
+        });
+        for row in &joined.peers {
+            agent::feed_catalog(&catalog, row);
         }
         let shutdown = ShutdownHandle::new();
         let shared = Arc::new(NodeShared {
@@ -117,24 +197,41 @@ impl Node {
             metrics: Arc::new(metrics.clone()),
             gateway: GatewayShared {
                 node_id: config.node.id,
-                boot_incarnation: 1,
+                boot_incarnation: joined.incarnation,
                 config: config.gateway.clone(),
                 // `Config::load` already let ROUTERD_AUTH_SECRET win.
                 secret: config.auth.secret.clone().into_bytes(),
                 sessions_open: Arc::new(AtomicU32::new(0)),
             },
+            view: view.clone(),
+            membership: Mutex::new(Some(joined.membership)),
+            cluster_listeners: Mutex::new(
+                cluster_listeners
+                    .into_iter()
+                    .map(|(listener, _)| Some(listener))
+                    .collect(),
+            ),
         });
         let runtime = Runtime::start::<MeshMessage, _, _>(&runtime_config, shutdown.clone(), {
             let shared = shared.clone();
             move |core| core_main(core, shared.clone())
-        })?;
+        });
+        let runtime = match runtime {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                shared.leave_unstarted();
+                return Err(error.into());
+            }
+        };
         metrics.mesh = runtime.mesh_stats().to_vec();
         let phase = NodePhase::new(shutdown.clone());
-        let admin = Admin::start(
-            config.admin.listen,
+        let admin = Admin::serve(
+            admin_listener,
             AdminState {
                 phase: phase.clone(),
                 metrics: Arc::new(metrics),
+                cluster: Some(view.clone()),
+                store: Some(shared.store.clone()),
             },
         );
         let admin = match admin {
@@ -155,6 +252,7 @@ impl Node {
             return Err(error.into());
         }
         drop(reservation);
+        view.request_state(MemberState::Up);
         phase.set_serving();
         Ok(Node {
             runtime,
@@ -162,7 +260,13 @@ impl Node {
             gateway_address,
             shutdown,
             phase,
+            view,
         })
+    }
+
+    /// The node's view of the cluster: members, its incarnation and lease.
+    pub fn cluster(&self) -> &Arc<ClusterView> {
+        &self.view
     }
 
     /// The node's phase as `/healthz` reports it; draining sets it.
@@ -239,6 +343,48 @@ fn runtime_config(config: &Config) -> RuntimeConfig {
     runtime
 }
 
+impl NodeShared {
+    /// The cores never ran: take this incarnation out of the cluster now,
+    /// so a retry does not wait for it to be declared down.
+    fn leave_unstarted(&self) {
+        let membership = self.membership.lock().ok().and_then(|mut m| m.take());
+        if let Some(membership) = membership {
+            agent::leave_blocking(&self.store, membership);
+        }
+    }
+}
+
+/// Binds each core's cluster listener: `cluster.listen`'s port + core, or
+/// any free port each (port 0). Returns each with the port it bound.
+fn bind_cluster(
+    config: &Config,
+    core_count: usize,
+) -> Result<Vec<(std::net::TcpListener, u16)>, NodeError> {
+    (0..core_count)
+        .map(|core| {
+            let address = config.cluster.listen_for(core);
+            let bind = || -> std::io::Result<(std::net::TcpListener, u16)> {
+                let socket = socket2::Socket::new(
+                    socket2::Domain::for_address(address),
+                    socket2::Type::STREAM,
+                    None,
+                )?;
+                socket.set_reuse_address(true)?;
+                socket.bind(&address.into())?;
+                socket.listen(1024)?;
+                let listener: std::net::TcpListener = socket.into();
+                let port = listener.local_addr()?.port();
+                Ok((listener, port))
+            };
+            bind().map_err(|source| NodeError::ClusterBind {
+                address,
+                core,
+                source,
+            })
+        })
+        .collect()
+}
+
 /// Binds `address` with SO_REUSEPORT so the cores can bind it beside this
 /// reservation.
 fn reserve(address: SocketAddr) -> Result<std::net::TcpListener, NodeError> {
@@ -264,6 +410,24 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
             return;
         }
     };
+    let cluster_listener = shared
+        .cluster_listeners
+        .lock()
+        .ok()
+        .and_then(|mut listeners| listeners.get_mut(core.id())?.take())
+        .map(shards::net::TcpListener::from_std);
+    let cluster_listener = match cluster_listener {
+        Some(Ok(listener)) => listener,
+        other => {
+            let error = other.and_then(Result::err);
+            tracing::error!(
+                core = core.id(),
+                ?error,
+                "cannot serve the cluster listener"
+            );
+            return;
+        }
+    };
     let metrics = shared.metrics.cores[core.id()].clone();
     let gateway = GatewayHandle::new(
         core.id(),
@@ -271,6 +435,17 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         &shared.gateway,
         metrics.clone(),
     );
+    let cluster = &shared.config.cluster;
+    let settings = LinkSettings {
+        cluster: cluster.name.clone(),
+        secret: cluster.secret.as_bytes().to_vec(),
+        me: NodeId(shared.config.node.id),
+        core: core.id(),
+        queue_max: cluster.link_queue_max,
+        ping_interval: Duration::from_millis(cluster.heartbeat_interval_ms),
+        handshake_timeout: LINK_HANDSHAKE_TIMEOUT,
+    };
+    let links = CoreLinks::new(settings.clone(), shared.view.clone(), metrics.clone());
     let router = RouterDriver::new(DriverParts {
         node: NodeId(shared.config.node.id),
         boot_incarnation: shared.gateway.boot_incarnation,
@@ -279,10 +454,14 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         core: router_core(&shared.config, core.id()),
         store: shared.store.clone(),
         mesh: core.mesh().clone(),
-        links: Rc::new(NoLinks),
-        metrics,
+        links: Rc::new(links.clone()),
+        metrics: metrics.clone(),
         request_timeout_ms: shared.config.gateway.request_timeout_ms,
     });
+    links.set_returned(Rc::new({
+        let router = router.clone();
+        move |node, frame| router.send_failed(node, frame)
+    }));
     let _port = ServicesPort::connect(
         router.clone(),
         gateway.clone(),
@@ -301,12 +480,67 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
             }))
             .detach();
     }
+    let incoming = Incoming::new(
+        settings,
+        shared.view.clone(),
+        Rc::new({
+            let (gateway, router, metrics) = (gateway.clone(), router.clone(), metrics.clone());
+            move |from, frame| {
+                let unhandled = gateway
+                    .handle_mesh(frame)
+                    .and_then(|frame| router.handle_frame(FrameSource::Node(from), frame));
+                if let Some(frame) = unhandled {
+                    // Valid, but not a message one node sends another.
+                    metrics.cluster.frames_invalid.inc();
+                    tracing::warn!(node = from.0, message = ?frame.message(), "link frame nobody handles");
+                }
+            }
+        }),
+        metrics.clone(),
+    );
+    shards::spawn(incoming.clone().serve(cluster_listener)).detach();
+    shards::spawn(
+        Follower {
+            core: core.id(),
+            view: shared.view.clone(),
+            links,
+            incoming,
+            router: router.clone(),
+        }
+        .run(),
+    )
+    .detach();
+    let agent = (core.id() == 0)
+        .then(|| shared.membership.lock().ok()?.take())
+        .flatten()
+        .map(|membership| {
+            Agent::new(AgentParts {
+                membership,
+                store: shared.store.clone(),
+                view: shared.view.clone(),
+                catalog: shared.catalog.clone(),
+                metrics: metrics.clone(),
+                heartbeat_deadline: Duration::from_millis(cluster.heartbeat_deadline_ms()),
+                request_deadline: Duration::from_millis(shared.config.store.request_timeout_ms),
+                core_count: core.count(),
+            })
+        });
+    if let Some(agent) = &agent {
+        shards::spawn(agent.clone().run()).detach();
+    }
     core.ready();
     futures_lite::future::or(driver::serve(gateway, listener), core.shutdown().wait()).await;
     // Client IO has stopped being accepted; save and release every object
-    // within most of the core's drain budget, leaving the rest for the
-    // runtime to close the mesh.
-    router.shutdown(core.shutdown_deadline() * 4 / 5).await;
+    // within most of the core's drain budget, then (the core that runs
+    // membership) leave the cluster, leaving the rest for the runtime to
+    // close the mesh.
+    let stopping = Instant::now();
+    let budget = core.shutdown_deadline();
+    router.shutdown(budget * 4 / 5).await;
+    shared.view.core_released();
+    if let Some(agent) = agent {
+        agent.leave(stopping + budget * 19 / 20).await;
+    }
 }
 
 /// One core's router state machine with the built-in object types.

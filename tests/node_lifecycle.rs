@@ -31,7 +31,7 @@ fn write_config(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
     let text = format!(
         "[node]\ndata_dir = \"{}\"\n[cores]\ncount = 1\nrecv_buffers = 64\n\
          [gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [store]\nbackend = \"memory\"\n{extra}",
+         [cluster]\nlisten = \"127.0.0.1:0\"\n[store]\nbackend = \"memory\"\n{extra}",
         dir.join("data").display()
     );
     std::fs::write(&path, text).unwrap();
@@ -187,6 +187,7 @@ fn a_taken_admin_port_fails_start_up_cleanly() {
     config.cores.recv_buffers = 64;
     config.gateway.listen = "127.0.0.1:0".parse().unwrap();
     config.admin.listen = taken.local_addr().unwrap();
+    config.cluster.listen = "127.0.0.1:0".parse().unwrap();
     config.store.backend = routerd::config::StoreBackend::Memory;
     let error = match routerd::node::Node::start(config) {
         Ok(_) => panic!("the admin port is taken"),

@@ -87,6 +87,7 @@ fn public_config() -> Config {
     config.cores.shutdown_deadline_ms = 1000;
     config.gateway.listen = "0.0.0.0:0".parse().unwrap();
     config.admin.listen = "127.0.0.1:0".parse().unwrap();
+    config.cluster.listen = "127.0.0.1:0".parse().unwrap();
     config.store.backend = StoreBackend::Memory;
     config
 }

@@ -70,6 +70,18 @@ impl TcpListener {
         })
     }
 
+    /// Serves a listener bound and listening already (one reserved before
+    /// the cores started, so its port was known to advertise).
+    pub fn from_std(listener: std::net::TcpListener) -> io::Result<TcpListener> {
+        listener.set_nonblocking(true)?;
+        let local = listener.local_addr()?;
+        Ok(TcpListener {
+            fd: listener.into_raw_fd(),
+            local,
+            accept: std::cell::Cell::new(None),
+        })
+    }
+
     pub fn local_addr(&self) -> SocketAddr {
         self.local
     }

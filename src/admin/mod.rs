@@ -23,7 +23,9 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
+use crate::cluster::view::ClusterView;
 use crate::metrics::NodeMetrics;
+use crate::store::Store;
 
 mod phase;
 mod routes;
@@ -53,6 +55,10 @@ const REQUEST_BODY_MAX_BYTES: usize = 64 * 1024;
 pub struct AdminState {
     pub phase: NodePhase,
     pub metrics: Arc<NodeMetrics>,
+    /// For `GET /cluster`; `None` answers 404.
+    pub cluster: Option<Arc<ClusterView>>,
+    /// For `GET /objects/...`, read directly (no core is involved).
+    pub store: Option<Store>,
 }
 
 /// A running admin endpoint; dropping it stops the thread and closes every
@@ -67,7 +73,12 @@ impl Admin {
     /// Binds `listen` now (so a bad address fails start-up) and serves on a
     /// thread of its own.
     pub fn start(listen: SocketAddr, state: AdminState) -> std::io::Result<Admin> {
-        let listener = std::net::TcpListener::bind(listen)?;
+        Admin::serve(std::net::TcpListener::bind(listen)?, state)
+    }
+
+    /// Serves on a listener bound already (the node binds it before it
+    /// joins the cluster, to advertise its address).
+    pub fn serve(listener: std::net::TcpListener, state: AdminState) -> std::io::Result<Admin> {
         listener.set_nonblocking(true)?;
         let address = listener.local_addr()?;
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -14,7 +14,12 @@ use http_body_util::Full;
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 
+use serde_json::json;
+use wire::ObjectKey;
+
 use super::AdminState;
+use crate::router::driver::clock;
+use crate::services::{player, room};
 
 pub(super) type Body = Full<Bytes>;
 
@@ -25,7 +30,11 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
     match (request.method(), segments.as_slice()) {
         (&Method::GET, ["healthz"]) => healthz(state).await,
         (&Method::GET, ["metrics"]) => metrics(state).await,
-        (_, ["healthz"] | ["metrics"]) => method_not_allowed("GET"),
+        (&Method::GET, ["cluster"]) => cluster(state).await,
+        (&Method::GET, ["objects", kind, id]) => objects(state, kind, id).await,
+        (_, ["healthz"] | ["metrics"] | ["cluster"] | ["objects", _, _]) => {
+            method_not_allowed("GET")
+        }
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
@@ -50,6 +59,127 @@ async fn metrics(state: &AdminState) -> Response<Body> {
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
+    response
+}
+
+/// The cluster as this node sees it: itself (incarnation, state, lease,
+/// fence), every other member, and each core's links.
+async fn cluster(state: &AdminState) -> Response<Body> {
+    let Some(view) = &state.cluster else {
+        return text(StatusCode::NOT_FOUND, "no cluster\n");
+    };
+    let snapshot = view.snapshot();
+    let now = clock::now_ms();
+    let members: Vec<_> = snapshot
+        .peers
+        .values()
+        .map(|peer| {
+            json!({
+                "node_id": peer.node.0,
+                "incarnation": peer.incarnation,
+                "state": peer.state.as_str(),
+                "gateway": peer.gateway,
+                "admin": peer.admin,
+                "cores": peer.cores.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let links: Vec<_> = view
+        .links()
+        .into_iter()
+        .enumerate()
+        .flat_map(|(core, links)| {
+            links.into_iter().map(move |link| {
+                json!({
+                    "core": core,
+                    "node_id": link.node.0,
+                    "peer_core": link.core,
+                    "state": link.state,
+                    "queued": link.queued,
+                    "last_refusal": link.last_refusal,
+                })
+            })
+        })
+        .collect();
+    let me = snapshot.me;
+    json_response(json!({
+        "node_id": view.me().0,
+        "incarnation": me.incarnation,
+        "state": me.state.as_str(),
+        "fenced": me.fenced,
+        "lease_remaining_ms": me.lease_until_ms.saturating_sub(now),
+        "members": members,
+        "links": links,
+    }))
+}
+
+/// One object's ownership record, read from the store: `kind` is `player`,
+/// `room` or a numeric type id (zone 0), `id` the object id.
+async fn objects(state: &AdminState, kind: &str, id: &str) -> Response<Body> {
+    let Some(store) = &state.store else {
+        return text(StatusCode::NOT_FOUND, "no store\n");
+    };
+    let Ok(id) = id.parse::<u64>() else {
+        return text(StatusCode::BAD_REQUEST, "the object id must be a number\n");
+    };
+    let key = match kind {
+        "player" => player::player_key(id),
+        "room" => room::room_key(id),
+        _ => match kind.parse::<u32>() {
+            Ok(type_id) => ObjectKey {
+                type_id,
+                zone_id: 0,
+                object_id: id,
+            },
+            Err(_) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    "the kind must be player, room or a type id\n",
+                )
+            }
+        },
+    };
+    let record = match store.load(key).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return text(StatusCode::NOT_FOUND, "no such object\n"),
+        Err(error) => {
+            let mut response = text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n");
+            *response.body_mut() = Full::new(Bytes::from(format!("store unavailable: {error}\n")));
+            return response;
+        }
+    };
+    let owner_live = state.cluster.as_ref().map(|view| {
+        let snapshot = view.snapshot();
+        if record.owner_node == view.me() {
+            record.owner_incarnation == snapshot.me.incarnation && !snapshot.me.fenced
+        } else {
+            snapshot
+                .peers
+                .get(&record.owner_node)
+                .is_some_and(|peer| peer.is_live() && peer.incarnation == record.owner_incarnation)
+        }
+    });
+    json_response(json!({
+        "type_id": key.type_id,
+        "zone_id": key.zone_id,
+        "object_id": key.object_id,
+        "owner_node": record.owner_node.0,
+        "owner_incarnation": record.owner_incarnation,
+        "owner_live": owner_live,
+        "route_version": record.route_version.0,
+        "cas_version": record.cas_version.0,
+        "save_timepoint_ms": record.save_timepoint_ms,
+        "state_bytes": record.state.len(),
+    }))
+}
+
+fn json_response(value: serde_json::Value) -> Response<Body> {
+    let mut body = value.to_string();
+    body.push('\n');
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
@@ -106,6 +236,8 @@ mod tests {
         let state = AdminState {
             phase: NodePhase::new(shutdown.clone()),
             metrics: Arc::new(NodeMetrics::new(1)),
+            cluster: None,
+            store: None,
         };
         let healthz = || call(&state, Method::GET, "/healthz");
         assert_eq!(
@@ -131,6 +263,8 @@ mod tests {
         let state = AdminState {
             phase: NodePhase::new(ShutdownHandle::new()),
             metrics: Arc::new(NodeMetrics::new(1)),
+            cluster: None,
+            store: None,
         };
         let (status, body) = call(&state, Method::GET, "/metrics");
         assert_eq!(status, StatusCode::OK);

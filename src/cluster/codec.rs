@@ -163,12 +163,18 @@ mod tests {
         assert!(matches!(decoder.next_frame(), Err(LinkError::Frame(_))));
         let mut decoder = LinkDecoder::default();
         decoder.extend(&[9, 0, 0, 0, 0]);
-        assert!(matches!(decoder.next_frame(), Err(LinkError::UnknownKind(9))));
+        assert!(matches!(
+            decoder.next_frame(),
+            Err(LinkError::UnknownKind(9))
+        ));
         let mut decoder = LinkDecoder::default();
         decoder.extend(&[1, 0xff, 0xff, 0xff, 0x7f]);
         assert!(matches!(decoder.next_frame(), Err(LinkError::TooLarge(_))));
         let mut decoder = LinkDecoder::default();
         decoder.extend(&[2, 9, 0, 0, 0]);
-        assert!(matches!(decoder.next_frame(), Err(LinkError::BadControl(9))));
+        assert!(matches!(
+            decoder.next_frame(),
+            Err(LinkError::BadControl(9))
+        ));
     }
 }

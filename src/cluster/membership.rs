@@ -113,6 +113,11 @@ struct Serving {
     next_heartbeat_ms: u64,
     /// A state to write with the next heartbeat.
     wanted_state: MemberState,
+    /// Where the lease ends (this node's clock). Past it the node has
+    /// stopped serving, so it takes a new incarnation: its objects were
+    /// dropped, and an incarnation that served, stopped and served again
+    /// could not be told apart from one that never stopped.
+    lease_until_ms: u64,
 }
 
 /// What this node saw of another member.
@@ -190,6 +195,14 @@ impl Membership {
         }
     }
 
+    /// The state the store last applied for this node.
+    pub fn written_state(&self) -> Option<MemberState> {
+        match &self.phase {
+            Phase::Serving(serving) => Some(serving.state),
+            _ => None,
+        }
+    }
+
     /// Every other member as last read.
     pub fn members(&self) -> impl Iterator<Item = &MemberRow> {
         self.observed.values().map(|observed| &observed.row)
@@ -215,6 +228,14 @@ impl Membership {
     /// The driver's periodic call: writes a heartbeat when one is due and
     /// reads the table when a read is due.
     pub fn on_tick(&mut self, now_ms: u64) {
+        if let Phase::Serving(serving) = &self.phase {
+            if now_ms >= serving.lease_until_ms {
+                // No heartbeat applied for `fence_after_ms`: the cores fenced
+                // on their own at the lease end. Rejoin from the row as the
+                // store has it now (it may have been declared down).
+                self.fence(now_ms, None);
+            }
+        }
         if !self.listing && now_ms >= self.next_list_ms {
             if matches!(self.phase, Phase::Refused) {
                 return;
@@ -481,6 +502,7 @@ impl Membership {
             } else {
                 MemberState::Up
             },
+            lease_until_ms,
         });
         if first {
             self.events.push(Event::Joined { incarnation });
@@ -514,9 +536,9 @@ impl Membership {
                 serving.version = version;
                 serving.heartbeat = heartbeat;
                 serving.state = serving.wanted_state;
-                self.events.push(Event::Lease {
-                    until_ms: sent_at_ms + self.fence_after_ms,
-                });
+                let until_ms = sent_at_ms + self.fence_after_ms;
+                serving.lease_until_ms = serving.lease_until_ms.max(until_ms);
+                self.events.push(Event::Lease { until_ms });
             }
             MemberOutcome::Conflict(Some(row))
                 if row.incarnation == serving.incarnation
@@ -757,5 +779,39 @@ mod tests {
             events.iter().any(|e| matches!(e, Event::Lease { .. })),
             "{events:?}"
         );
+    }
+
+    #[test]
+    fn a_lease_that_lapsed_fences_and_rejoins_with_the_next_incarnation() {
+        let mut table = MemberTable::default();
+        let mut m = node(1);
+        run(&mut m, &mut table, 0);
+        // The store stops answering: every write fails, nothing extends the
+        // lease that the join gave (until fence_after).
+        let mut now = m.tick_ms();
+        let mut events = Vec::new();
+        while now <= config().fence_after_ms {
+            m.on_tick(now);
+            for action in m.take_actions() {
+                match action {
+                    Action::List => m.on_list_failed(),
+                    Action::Write { tag, write } => m.on_written(now, tag, &write, Err(())),
+                }
+            }
+            events.extend(m.take_events());
+            now += m.tick_ms();
+        }
+        assert!(events.contains(&Event::Fenced), "{events:?}");
+        assert_eq!(m.incarnation(), None);
+        // The store answers again: the next incarnation, with a new lease.
+        let events = run(&mut m, &mut table, now);
+        assert!(
+            events.contains(&Event::Rejoined {
+                incarnation: 2,
+                lease_until_ms: now + config().fence_after_ms
+            }),
+            "{events:?}"
+        );
+        assert_eq!(table.get(NodeId(1)).unwrap().incarnation, 2);
     }
 }

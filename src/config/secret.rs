@@ -75,6 +75,10 @@ pub(crate) struct SecretKey<'a> {
     /// The value a fresh checkout uses, known to everyone.
     pub development: &'static str,
     pub value: &'a Secret,
+    /// The listeners (config key and address) through which the secret
+    /// guards something: the development value is refused while any of
+    /// them is reachable from another machine.
+    pub listeners: Vec<(&'static str, SocketAddr)>,
 }
 
 /// Why a config's secrets cannot be used.
@@ -98,12 +102,9 @@ pub enum SecretError {
 }
 
 /// The rules for every secret: not empty, not the mask, and not the
-/// development value while any of `listeners` (config key and address) is
-/// reachable from another machine.
-pub(crate) fn check(
-    secrets: &[SecretKey<'_>],
-    listeners: &[(&'static str, SocketAddr)],
-) -> Result<(), SecretError> {
+/// development value while any of its listeners is reachable from another
+/// machine.
+pub(crate) fn check(secrets: &[SecretKey<'_>]) -> Result<(), SecretError> {
     for secret in secrets {
         if secret.value.is_empty() {
             return Err(SecretError::Empty { key: secret.key });
@@ -112,24 +113,24 @@ pub(crate) fn check(
             return Err(SecretError::Masked { key: secret.key });
         }
     }
-    let Some(&(listen_key, address)) = listeners
-        .iter()
-        .find(|(_, address)| !address.ip().is_loopback())
-    else {
-        return Ok(());
-    };
-    match secrets
-        .iter()
-        .find(|secret| secret.value.expose() == secret.development)
-    {
-        Some(secret) => Err(SecretError::DevelopmentSecretExposed {
-            key: secret.key,
-            env: secret.env,
-            listen_key,
-            address,
-        }),
-        None => Ok(()),
+    for secret in secrets {
+        if secret.value.expose() != secret.development {
+            continue;
+        }
+        let exposed = secret
+            .listeners
+            .iter()
+            .find(|(_, address)| !address.ip().is_loopback());
+        if let Some(&(listen_key, address)) = exposed {
+            return Err(SecretError::DevelopmentSecretExposed {
+                key: secret.key,
+                env: secret.env,
+                listen_key,
+                address,
+            });
+        }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -154,7 +155,18 @@ mod tests {
             env: "ROUTERD_AUTH_SECRET",
             development: "dev",
             value,
+            listeners: Vec::new(),
         }
+    }
+
+    /// `check` of one secret guarding `listeners`.
+    fn check_on(
+        value: &Secret,
+        listeners: &[(&'static str, SocketAddr)],
+    ) -> Result<(), SecretError> {
+        let mut secret = key(value);
+        secret.listeners = listeners.to_vec();
+        check(&[secret])
     }
 
     #[test]
@@ -167,7 +179,7 @@ mod tests {
         let public: SocketAddr = "192.0.2.1:9464".parse().unwrap();
         let reachable = [("gateway.listen", loopback), ("admin.listen", public)];
         assert_eq!(
-            check(&[key(&development)], &reachable),
+            check_on(&development, &reachable),
             Err(SecretError::DevelopmentSecretExposed {
                 key: "auth.secret",
                 env: "ROUTERD_AUTH_SECRET",
@@ -175,11 +187,11 @@ mod tests {
                 address: public,
             })
         );
-        assert!(check(&[key(&development)], &[("gateway.listen", any)]).is_err());
-        assert_eq!(check(&[key(&own)], &reachable), Ok(()));
+        assert!(check_on(&development, &[("gateway.listen", any)]).is_err());
+        assert_eq!(check_on(&own, &reachable), Ok(()));
         assert_eq!(
-            check(
-                &[key(&development)],
+            check_on(
+                &development,
                 &[("gateway.listen", loopback), ("admin.listen", loopback6)]
             ),
             Ok(())
@@ -191,12 +203,12 @@ mod tests {
         let listeners = [("gateway.listen", "127.0.0.1:1".parse().unwrap())];
         let empty = Secret::new("");
         assert_eq!(
-            check(&[key(&empty)], &listeners),
+            check_on(&empty, &listeners),
             Err(SecretError::Empty { key: "auth.secret" })
         );
         let masked = Secret::new(MASK);
         assert_eq!(
-            check(&[key(&masked)], &listeners),
+            check_on(&masked, &listeners),
             Err(SecretError::Masked { key: "auth.secret" })
         );
     }

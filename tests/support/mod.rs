@@ -2,6 +2,7 @@
 //! and a helper that starts a real node on loopback.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod prometheus;
 
 use std::io::{Read, Write};
@@ -25,6 +26,7 @@ pub fn config() -> Config {
     config.cores.shutdown_deadline_ms = 1000;
     config.gateway.listen = "127.0.0.1:0".parse().unwrap();
     config.admin.listen = "127.0.0.1:0".parse().unwrap();
+    config.cluster.listen = "127.0.0.1:0".parse().unwrap();
     config.store.backend = StoreBackend::Memory;
     config.auth.secret = SECRET.into();
     config.auth.duplicate_login = DuplicateLogin::KickOld;
@@ -249,9 +251,16 @@ impl ServeProcess {
     pub fn start(dir: &std::path::Path, body: &str) -> ServeProcess {
         use std::io::BufRead;
         let path = dir.join("node.toml");
+        // Every core's link listener on a free port, unless the test set
+        // its own [cluster].
+        let cluster = if body.contains("[cluster]") {
+            ""
+        } else {
+            "[cluster]\nlisten = \"127.0.0.1:0\"\n"
+        };
         let text = format!(
             "{body}\n[gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
-             [auth]\nsecret = \"{SECRET}\"\n"
+             [auth]\nsecret = \"{SECRET}\"\n{cluster}"
         );
         std::fs::write(&path, text).unwrap();
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))

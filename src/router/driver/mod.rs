@@ -151,6 +151,11 @@ enum Input {
         from: NodeId,
         message: NodeMessage,
     },
+    /// A message a link took and then could not deliver.
+    SendFailed {
+        node: NodeId,
+        message: NodeMessage,
+    },
     StoreReply {
         token: StoreToken,
         reply: StoreReply,
@@ -381,6 +386,16 @@ impl RouterDriver {
         }
     }
 
+    /// A frame a link took for `node` and gave back undelivered (the link
+    /// failed before writing it): the core answers or re-resolves it as
+    /// any send failure. Replies and session frames are dropped: their
+    /// requests time out at the gateway that made them.
+    pub fn send_failed(&self, node: NodeId, frame: FrameBuf) {
+        if let Some(message) = decode_node_message(frame.message()) {
+            self.enqueue(Input::SendFailed { node, message });
+        }
+    }
+
     /// Membership's view of another node.
     pub fn on_member(&self, node: NodeId, incarnation: u64, state: MemberState) {
         self.enqueue(Input::Member {
@@ -452,6 +467,7 @@ impl RouterDriver {
                 request,
             } => core.on_request(now_ms, head, request),
             Input::Node { from, message } => core.on_node_message(now, from, message),
+            Input::SendFailed { node, message } => core.on_send_failed(now, node, message),
             Input::StoreReply { token, reply } => core.on_store_reply(now, token, reply),
             Input::Timer(timer) => core.on_timer(now, timer),
             Input::Flush => core.on_flush(now),

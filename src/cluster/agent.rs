@@ -1,0 +1,384 @@
+//! Membership's driver. At start-up, [`join`] takes this node's
+//! incarnation before any core runs, blocking on the store (the cores'
+//! request numbers carry the incarnation, so it must be known first).
+//! Then an [`Agent`] on core 0 keeps membership going: it performs the
+//! machine's table reads and writes with their deadlines, feeds back their
+//! answers on this node's monotonic clock, and publishes what happened to
+//! the [`ClusterView`] every core follows, to the catalog and to the
+//! metrics. At a clean stop it writes `left`, once every core has saved
+//! and released its objects.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::conn::before;
+use super::membership::{Action, Event, Membership, WriteTag};
+use super::view::{ClusterView, Peer};
+use crate::catalog::{ActorConfig, ActorEvents, Catalog};
+use crate::metrics::CoreMetrics;
+use crate::router::driver::clock;
+use crate::store::{AdvertisedActor, MemberRow, MemberState, Store};
+
+/// What a start-up join gives.
+pub struct Joined {
+    pub membership: Membership,
+    pub incarnation: u64,
+    pub lease_until_ms: u64,
+    /// The other members as the join read them.
+    pub peers: Vec<MemberRow>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error(
+        "node id {0} is held by a live process (its heartbeat advances in the membership \
+         table): stop that process or give this one another node.id"
+    )]
+    Refused(u64),
+    #[error("could not take an incarnation within {0:?}: the store did not answer")]
+    Unreachable(Duration),
+}
+
+/// Takes this node's incarnation, blocking the calling thread. A start
+/// after a crash waits until the crashed process's row stood still for
+/// `down_after_ms` (or someone declared it down).
+pub fn join(
+    store: &Store,
+    mut membership: Membership,
+    give_up: Duration,
+) -> Result<Joined, JoinError> {
+    let started = Instant::now();
+    let mut incarnation = None;
+    let mut lease_until_ms = None;
+    loop {
+        let now = clock::now_ms();
+        membership.on_tick(now);
+        loop {
+            let actions = membership.take_actions();
+            if actions.is_empty() {
+                break;
+            }
+            for action in actions {
+                // The store's own request timeout bounds each wait.
+                match action {
+                    Action::List => match futures_lite::future::block_on(store.list_members()) {
+                        Ok(rows) => membership.on_listed(clock::now_ms(), rows),
+                        Err(_) => membership.on_list_failed(),
+                    },
+                    Action::Write { tag, write } => {
+                        let outcome =
+                            futures_lite::future::block_on(store.write_member(write.clone()));
+                        membership.on_written(clock::now_ms(), tag, &write, outcome.map_err(drop));
+                    }
+                }
+            }
+        }
+        for event in membership.take_events() {
+            match event {
+                Event::Joined { incarnation: taken } => incarnation = Some(taken),
+                Event::Lease { until_ms } => lease_until_ms = Some(until_ms),
+                Event::Refused { node } => return Err(JoinError::Refused(node.0)),
+                _ => {}
+            }
+        }
+        if let (Some(incarnation), Some(lease_until_ms)) = (incarnation, lease_until_ms) {
+            let peers = membership.members().cloned().collect();
+            return Ok(Joined {
+                membership,
+                incarnation,
+                lease_until_ms,
+                peers,
+            });
+        }
+        if started.elapsed() >= give_up {
+            return Err(JoinError::Unreachable(give_up));
+        }
+        std::thread::sleep(Duration::from_millis(membership.tick_ms()));
+    }
+}
+
+/// Writes `left` for a node whose cores never ran (a start that failed
+/// after its join), blocking; best effort within a few heartbeats.
+pub fn leave_blocking(store: &Store, mut membership: Membership) {
+    let started = Instant::now();
+    membership.set_state(clock::now_ms(), MemberState::Left);
+    while membership.written_state() != Some(MemberState::Left)
+        && started.elapsed() < Duration::from_secs(5)
+    {
+        for action in membership.take_actions() {
+            match action {
+                Action::List => membership.on_list_failed(),
+                Action::Write { tag, write } => {
+                    let outcome = futures_lite::future::block_on(store.write_member(write.clone()));
+                    membership.on_written(clock::now_ms(), tag, &write, outcome.map_err(drop));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        membership.on_tick(clock::now_ms());
+    }
+}
+
+/// The catalog's form of what a member advertises.
+pub fn actor_configs(row: &MemberRow) -> Vec<ActorConfig> {
+    row.actors
+        .iter()
+        .map(|actor| ActorConfig {
+            actor_id: actor.actor_id,
+            node_id: row.node_id.0,
+            actor_type: actor.actor_type,
+            shard: 0,
+            supported_msg_ids: actor.msg_ids.clone().into(),
+            weight: actor.weight,
+            address: row.gateway.as_str().into(),
+        })
+        .collect()
+}
+
+/// The membership row's form of this node's actors.
+pub fn advertised(actors: &[ActorConfig]) -> Vec<AdvertisedActor> {
+    actors
+        .iter()
+        .map(|actor| AdvertisedActor {
+            actor_id: actor.actor_id,
+            actor_type: actor.actor_type,
+            msg_ids: actor.supported_msg_ids.to_vec(),
+            weight: actor.weight,
+        })
+        .collect()
+}
+
+/// Passes a member's row to the catalog: a live member's actors are
+/// candidates, an ended member's are not.
+pub fn feed_catalog(catalog: &Catalog, row: &MemberRow) {
+    if row.state.is_ended() {
+        catalog.node_down(row.node_id.0);
+    } else if let Err(error) = catalog.node_up(row.node_id.0, actor_configs(row)) {
+        tracing::warn!(node = row.node_id.0, %error, "advertisement refused");
+    }
+}
+
+/// Membership on core 0.
+pub struct Agent {
+    membership: RefCell<Membership>,
+    store: Store,
+    view: Arc<ClusterView>,
+    catalog: Arc<Catalog>,
+    metrics: Arc<CoreMetrics>,
+    /// A heartbeat write unanswered this long counts as failed (it may
+    /// still apply: see `Membership::on_written`).
+    heartbeat_deadline: Duration,
+    /// Any other table operation.
+    request_deadline: Duration,
+    core_count: usize,
+}
+
+pub struct AgentParts {
+    pub membership: Membership,
+    pub store: Store,
+    pub view: Arc<ClusterView>,
+    pub catalog: Arc<Catalog>,
+    pub metrics: Arc<CoreMetrics>,
+    pub heartbeat_deadline: Duration,
+    pub request_deadline: Duration,
+    pub core_count: usize,
+}
+
+impl Agent {
+    pub fn new(parts: AgentParts) -> Rc<Agent> {
+        Rc::new(Agent {
+            membership: RefCell::new(parts.membership),
+            store: parts.store,
+            view: parts.view,
+            catalog: parts.catalog,
+            metrics: parts.metrics,
+            heartbeat_deadline: parts.heartbeat_deadline,
+            request_deadline: parts.request_deadline,
+            core_count: parts.core_count,
+        })
+    }
+
+    /// Ticks membership until the core stops.
+    pub async fn run(self: Rc<Self>) {
+        let tick = Duration::from_millis(self.membership.borrow().tick_ms());
+        loop {
+            let seen = self.view.version();
+            let wanted = self.view.take_wanted_state();
+            {
+                let mut membership = self.membership.borrow_mut();
+                if let Some(state) = wanted {
+                    membership.set_state(clock::now_ms(), state);
+                }
+                membership.on_tick(clock::now_ms());
+            }
+            self.pump();
+            // Any change of the view (a state asked for, among others)
+            // ticks early; ticking more often than due does nothing.
+            futures_lite::future::or(shards::sleep(tick), self.view.changed(seen)).await;
+        }
+    }
+
+    /// Writes `left` once every core released its objects (or `deadline`
+    /// passed), and waits for the store to apply it: from then on other
+    /// nodes may claim this node's objects at once.
+    pub async fn leave(self: &Rc<Self>, deadline: Instant) {
+        while self.view.cores_released() < self.core_count && Instant::now() < deadline {
+            let seen = self.view.version();
+            before(deadline, self.view.changed(seen)).await;
+        }
+        if self.view.cores_released() < self.core_count {
+            // A core still holds objects it could not save: leaving now
+            // would let others claim them while it may serve. Let the
+            // observers declare this incarnation down after `down_after`.
+            tracing::warn!("not every core released its objects; leaving without `left`");
+            return;
+        }
+        self.membership
+            .borrow_mut()
+            .set_state(clock::now_ms(), MemberState::Left);
+        self.pump();
+        while Instant::now() < deadline {
+            if self.membership.borrow().written_state() != Some(MemberState::Left) {
+                shards::sleep(Duration::from_millis(5)).await;
+                // Ticks retry a write that failed.
+                self.membership.borrow_mut().on_tick(clock::now_ms());
+                self.pump();
+                continue;
+            }
+            tracing::info!("left the cluster");
+            return;
+        }
+        tracing::warn!("could not write `left` before the shutdown deadline");
+    }
+
+    /// Performs every action membership asked for and publishes its
+    /// events.
+    fn pump(self: &Rc<Self>) {
+        let actions = self.membership.borrow_mut().take_actions();
+        for action in actions {
+            let agent = self.clone();
+            match action {
+                Action::List => {
+                    let listed = self.store.list_members();
+                    let deadline = Instant::now() + self.request_deadline;
+                    shards::spawn(async move {
+                        let rows = before(deadline, listed).await;
+                        {
+                            let mut membership = agent.membership.borrow_mut();
+                            match rows {
+                                Some(Ok(rows)) => membership.on_listed(clock::now_ms(), rows),
+                                _ => membership.on_list_failed(),
+                            }
+                        }
+                        agent.pump();
+                    })
+                    .detach();
+                }
+                Action::Write { tag, write } => {
+                    let wait = match tag {
+                        WriteTag::Heartbeat { .. } => self.heartbeat_deadline,
+                        _ => self.request_deadline,
+                    };
+                    let written = self.store.write_member(write.clone());
+                    let deadline = Instant::now() + wait;
+                    shards::spawn(async move {
+                        let outcome = match before(deadline, written).await {
+                            Some(Ok(outcome)) => Ok(outcome),
+                            _ => Err(()),
+                        };
+                        agent.membership.borrow_mut().on_written(
+                            clock::now_ms(),
+                            tag,
+                            &write,
+                            outcome,
+                        );
+                        agent.pump();
+                    })
+                    .detach();
+                }
+            }
+        }
+        self.publish();
+    }
+
+    fn publish(&self) {
+        let events = self.membership.borrow_mut().take_events();
+        if events.is_empty() {
+            return;
+        }
+        for event in &events {
+            match event {
+                Event::Member { row } => {
+                    tracing::info!(
+                        node = row.node_id.0,
+                        incarnation = row.incarnation,
+                        state = row.state.as_str(),
+                        "member"
+                    );
+                    feed_catalog(&self.catalog, row);
+                }
+                Event::Fenced => {
+                    tracing::warn!("fenced: this node serves nothing until it rejoins")
+                }
+                Event::Rejoined { incarnation, .. } => {
+                    tracing::warn!(incarnation, "rejoined with a new incarnation")
+                }
+                _ => {}
+            }
+        }
+        let state = self.membership.borrow().written_state();
+        self.view.update(|me, peers| {
+            for event in events {
+                match event {
+                    Event::Joined { incarnation } => me.incarnation = incarnation,
+                    Event::Lease { until_ms } => {
+                        me.lease_until_ms = me.lease_until_ms.max(until_ms)
+                    }
+                    Event::Fenced => me.fenced = true,
+                    Event::Rejoined {
+                        incarnation,
+                        lease_until_ms,
+                    } => {
+                        me.incarnation = incarnation;
+                        me.lease_until_ms = lease_until_ms;
+                        me.fenced = false;
+                    }
+                    Event::Member { row } => {
+                        peers.insert(row.node_id, Peer::from_row(&row));
+                    }
+                    Event::Refused { .. } => {}
+                }
+            }
+            if let Some(state) = state {
+                me.state = state;
+            }
+        });
+        self.mirror_gauges();
+    }
+
+    fn mirror_gauges(&self) {
+        let snapshot = self.view.snapshot();
+        let stats = &self.metrics.cluster;
+        let mut counts = [0i64; 5];
+        let states = snapshot
+            .peers
+            .values()
+            .map(|peer| peer.state)
+            .chain(std::iter::once(if snapshot.me.fenced {
+                MemberState::Down
+            } else {
+                snapshot.me.state
+            }));
+        for state in states {
+            counts[state as usize - 1] += 1;
+        }
+        stats.members_joining.set(counts[0]);
+        stats.members_up.set(counts[1]);
+        stats.members_draining.set(counts[2]);
+        stats.members_left.set(counts[3]);
+        stats.members_down.set(counts[4]);
+        stats.fenced.set(i64::from(snapshot.me.fenced));
+    }
+}

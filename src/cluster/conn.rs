@@ -1,0 +1,188 @@
+//! A link connection's bytes: the handshake on both sides, each message
+//! read under one deadline, and what follows it handed to the frame
+//! decoder. Shared by the dialling side (`links`) and the accepting side
+//! (`accept`).
+
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Instant;
+
+use shards::net::TcpStream;
+
+use super::codec::LinkDecoder;
+use super::handshake::{self, Challenge, Hello, Refusal, LINK_VERSION, MESSAGE_LEN_MAX};
+use crate::store::NodeId;
+
+/// `future`, or `None` once `deadline` passed.
+pub async fn before<T>(deadline: Instant, future: impl Future<Output = T>) -> Option<T> {
+    futures_lite::future::or(async { Some(future.await) }, async {
+        shards::sleep_until(deadline).await;
+        None
+    })
+    .await
+}
+
+/// A connection during its handshake.
+pub struct Conn {
+    pub stream: Rc<TcpStream>,
+    /// Bytes received past the last handshake message.
+    pending: Vec<u8>,
+    deadline: Instant,
+}
+
+/// Who this side is, for a handshake.
+pub struct LocalEnd<'a> {
+    pub cluster: &'a str,
+    pub secret: &'a [u8],
+    pub node: NodeId,
+    pub incarnation: u64,
+    pub core: usize,
+}
+
+/// The peer a dialler reached.
+pub struct Accepted {
+    pub incarnation: u64,
+}
+
+/// What an acceptor knows of a dialler that proved itself.
+pub struct Dialler {
+    pub node: NodeId,
+    pub incarnation: u64,
+    pub core: usize,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, deadline: Instant) -> Conn {
+        Conn {
+            stream: Rc::new(stream),
+            pending: Vec::new(),
+            deadline,
+        }
+    }
+
+    /// The frame decoder, with whatever came after the handshake.
+    pub fn into_decoder(self) -> (Rc<TcpStream>, LinkDecoder) {
+        let mut decoder = LinkDecoder::default();
+        decoder.extend(&self.pending);
+        (self.stream, decoder)
+    }
+
+    async fn send(&self, bytes: Vec<u8>) -> Result<(), Refusal> {
+        let sent = before(self.deadline, self.stream.send_all(bytes)).await;
+        match sent {
+            Some((Ok(()), _)) => Ok(()),
+            Some((Err(_), _)) => Err(Refusal::Malformed),
+            None => Err(Refusal::Timeout),
+        }
+    }
+
+    /// The next handshake message, whole.
+    async fn read(&mut self) -> Result<Vec<u8>, Refusal> {
+        loop {
+            if let Some(len) = handshake::message_len(&self.pending)? {
+                if len > MESSAGE_LEN_MAX {
+                    return Err(Refusal::Malformed);
+                }
+                if self.pending.len() >= len {
+                    let rest = self.pending.split_off(len);
+                    return Ok(std::mem::replace(&mut self.pending, rest));
+                }
+            }
+            if self.pending.len() > MESSAGE_LEN_MAX {
+                return Err(Refusal::Malformed);
+            }
+            match before(self.deadline, self.stream.recv()).await {
+                None => return Err(Refusal::Timeout),
+                Some(Ok(Some(bytes))) => self.pending.extend_from_slice(&bytes),
+                // Closed or failed mid-handshake: the peer went away.
+                Some(Ok(None) | Err(_)) => return Err(Refusal::Malformed),
+            }
+        }
+    }
+
+    /// The dialler's side: Hello, check the Challenge, Proof, Verdict.
+    /// `expected` is the peer's incarnation as membership knows it; an
+    /// older one answering is a stale process.
+    pub async fn dial(
+        &mut self,
+        local: &LocalEnd<'_>,
+        to: (NodeId, usize),
+        expected: u64,
+    ) -> Result<Accepted, Refusal> {
+        let hello = Hello {
+            version: LINK_VERSION,
+            cluster: local.cluster.to_string(),
+            from_node: local.node.0,
+            from_incarnation: local.incarnation,
+            from_core: local.core as u16,
+            to_node: to.0 .0,
+            to_core: to.1 as u16,
+            nonce: handshake::nonce(),
+        }
+        .encode();
+        self.send(hello.clone()).await?;
+        let challenge_bytes = self.read().await?;
+        let challenge = Challenge::decode(&challenge_bytes)?;
+        let incarnation = match challenge {
+            Challenge::Refused(reason) => return Err(reason),
+            Challenge::Proceed { incarnation, .. } => incarnation,
+        };
+        if !challenge.verify(local.secret, &hello) {
+            return Err(Refusal::BadSecret);
+        }
+        if incarnation < expected {
+            return Err(Refusal::StaleIncarnation);
+        }
+        self.send(handshake::proof(local.secret, &hello, &challenge_bytes))
+            .await?;
+        handshake::decode_verdict(&self.read().await?)?;
+        Ok(Accepted { incarnation })
+    }
+
+    /// The acceptor's side. `admit` judges the dialler's incarnation
+    /// (membership may know it ended). A refusal is sent to the peer
+    /// before it is returned.
+    pub async fn accept(
+        &mut self,
+        local: &LocalEnd<'_>,
+        admit: impl Fn(NodeId, u64) -> Result<(), Refusal>,
+    ) -> Result<Dialler, Refusal> {
+        let hello_bytes = self.read().await?;
+        let hello = Hello::decode(&hello_bytes)?;
+        let checked = if hello.version != LINK_VERSION {
+            Err(Refusal::Version)
+        } else if hello.cluster != local.cluster {
+            Err(Refusal::ClusterName)
+        } else if hello.to_node != local.node.0
+            || usize::from(hello.to_core) != local.core
+            || hello.from_node == local.node.0
+        {
+            Err(Refusal::WrongNode)
+        } else {
+            admit(NodeId(hello.from_node), hello.from_incarnation)
+        };
+        if let Err(reason) = checked {
+            let _ = self.send(Challenge::Refused(reason).encode()).await;
+            return Err(reason);
+        }
+        let challenge = Challenge::new(
+            local.secret,
+            &hello_bytes,
+            local.incarnation,
+            handshake::nonce(),
+        )
+        .encode();
+        self.send(challenge.clone()).await?;
+        let proof = self.read().await?;
+        if !handshake::check_proof(local.secret, &hello_bytes, &challenge, &proof) {
+            let _ = self.send(handshake::verdict(Err(Refusal::BadSecret))).await;
+            return Err(Refusal::BadSecret);
+        }
+        self.send(handshake::verdict(Ok(()))).await?;
+        Ok(Dialler {
+            node: NodeId(hello.from_node),
+            incarnation: hello.from_incarnation,
+            core: usize::from(hello.from_core),
+        })
+    }
+}

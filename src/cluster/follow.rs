@@ -1,0 +1,85 @@
+//! Each core follows the [`ClusterView`] into its own router and links:
+//! another member's new incarnation or state reaches the router (which
+//! decides what becomes claimable) and closes the links of an incarnation
+//! that ended; this node's lease, fence and rejoin reach the router in
+//! that order. A rejoin fences first, whatever was seen before: a core
+//! that missed the fence must still drop what the old incarnation held.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::incoming::Incoming;
+use super::outgoing::CoreLinks;
+use super::view::{ClusterView, Snapshot};
+use crate::router::driver::RouterDriver;
+
+/// How often a core reports its links for `/cluster` when nothing changes.
+const LINK_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+pub struct Follower {
+    pub core: usize,
+    pub view: Arc<ClusterView>,
+    pub links: CoreLinks,
+    pub incoming: Incoming,
+    pub router: RouterDriver,
+}
+
+impl Follower {
+    /// Follows the view until the core stops.
+    pub async fn run(self) {
+        let mut seen = self.view.snapshot();
+        for peer in seen.peers.values() {
+            self.router
+                .on_member(peer.node, peer.incarnation, peer.state);
+        }
+        self.router.extend_lease(seen.me.lease_until_ms);
+        if seen.me.fenced {
+            self.router.fence();
+        }
+        loop {
+            futures_lite::future::or(self.view.changed(seen.version), async {
+                shards::sleep(LINK_REPORT_INTERVAL).await;
+            })
+            .await;
+            if self.view.version() != seen.version {
+                let now = self.view.snapshot();
+                self.apply(&seen, &now);
+                seen = now;
+            }
+            self.view.report_links(self.core, self.links.statuses());
+        }
+    }
+
+    fn apply(&self, seen: &Snapshot, now: &Snapshot) {
+        let (before, me) = (seen.me, now.me);
+        if me.incarnation != before.incarnation {
+            self.router.fence();
+            self.router.rejoin(me.incarnation, me.lease_until_ms);
+            // Links announce the incarnation in their handshake: open
+            // them again as the new one.
+            self.links.close_node(None);
+            self.incoming.close_all();
+        } else if me.fenced && !before.fenced {
+            self.router.fence();
+        } else if me.lease_until_ms > before.lease_until_ms && !me.fenced {
+            self.router.extend_lease(me.lease_until_ms);
+        }
+        for (node, peer) in now.peers.iter() {
+            let old = seen.peers.get(node);
+            if old == Some(peer) {
+                continue;
+            }
+            let replaced = old.is_some_and(|old| old.incarnation != peer.incarnation);
+            if old.is_none_or(|old| old.incarnation != peer.incarnation || old.state != peer.state)
+            {
+                self.router
+                    .on_member(peer.node, peer.incarnation, peer.state);
+            }
+            if replaced || !peer.is_live() {
+                self.links.close_node(Some(*node));
+                let live = peer.is_live().then_some(peer.incarnation);
+                self.incoming.close_older(*node, live);
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! One core's listener for links from other nodes' cores. A connection
+//! must finish its handshake within the handshake timeout, and at most
+//! `HANDSHAKES_MAX` may be handshaking at once, so connections that never
+//! prove themselves cost a bounded amount. After it, every frame is
+//! validated (length, checksum, archive) before it is handed on; a frame
+//! that fails closes the link and is counted. The dialling side sends the
+//! messages; this side only answers its pings.
+
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shards::net::{TcpListener, TcpStream};
+use wire::frame::FrameBuf;
+
+use super::codec::{self, LinkFrame};
+use super::conn::{before, Conn, LocalEnd};
+use super::handshake::Refusal;
+use super::outgoing::{count_refusal, LinkSettings};
+use super::view::ClusterView;
+use crate::metrics::CoreMetrics;
+use crate::store::NodeId;
+
+/// Connections handshaking at once on one core; more are closed at once.
+pub const HANDSHAKES_MAX: usize = 64;
+
+/// Where a validated frame from another node goes.
+pub type Dispatch = Rc<dyn Fn(NodeId, FrameBuf)>;
+
+/// One core's accepting side. Cheap to clone; stays on its core.
+#[derive(Clone)]
+pub struct Incoming(Rc<Inner>);
+
+struct Inner {
+    settings: LinkSettings,
+    view: Arc<ClusterView>,
+    dispatch: Dispatch,
+    metrics: Arc<CoreMetrics>,
+    handshaking: Cell<usize>,
+    /// Live links in: the dialler and its incarnation.
+    links: RefCell<Vec<(NodeId, u64, Weak<TcpStream>)>>,
+}
+
+impl Incoming {
+    pub fn new(
+        settings: LinkSettings,
+        view: Arc<ClusterView>,
+        dispatch: Dispatch,
+        metrics: Arc<CoreMetrics>,
+    ) -> Incoming {
+        Incoming(Rc::new(Inner {
+            settings,
+            view,
+            dispatch,
+            metrics,
+            handshaking: Cell::new(0),
+            links: RefCell::default(),
+        }))
+    }
+
+    /// Accepts links until the listener fails.
+    pub async fn serve(self, listener: TcpListener) {
+        loop {
+            let stream = match listener.accept().await {
+                Ok(stream) => stream,
+                Err(error) => {
+                    // Out of descriptors, typically: wait rather than spin.
+                    tracing::warn!(%error, "cannot accept a link");
+                    shards::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            if self.0.handshaking.get() >= HANDSHAKES_MAX {
+                tracing::debug!("too many link handshakes at once; connection closed");
+                continue;
+            }
+            let incoming = self.clone();
+            shards::spawn(async move { incoming.serve_link(stream).await }).detach();
+        }
+    }
+
+    /// Closes every link in from `node` at an incarnation below `live`
+    /// (or at all, with `None`: the node ended).
+    pub fn close_older(&self, node: NodeId, live: Option<u64>) {
+        self.0
+            .links
+            .borrow_mut()
+            .retain(|(from, incarnation, stream)| {
+                let Some(stream) = stream.upgrade() else {
+                    return false;
+                };
+                let stale = *from == node && live.is_none_or(|live| *incarnation < live);
+                if stale {
+                    stream.shutdown();
+                }
+                !stale
+            });
+    }
+
+    /// Closes every link in (this node took a new incarnation).
+    pub fn close_all(&self) {
+        for (_, _, stream) in self.0.links.borrow_mut().drain(..) {
+            if let Some(stream) = stream.upgrade() {
+                stream.shutdown();
+            }
+        }
+    }
+
+    async fn serve_link(&self, stream: TcpStream) {
+        let inner = &self.0;
+        inner.handshaking.set(inner.handshaking.get() + 1);
+        let _ = stream.set_nodelay(true);
+        let mut conn = Conn::new(stream, Instant::now() + inner.settings.handshake_timeout);
+        let incarnation = inner.view.snapshot().me.incarnation;
+        let local = LocalEnd {
+            cluster: &inner.settings.cluster,
+            secret: &inner.settings.secret,
+            node: inner.settings.me,
+            incarnation,
+            core: inner.settings.core,
+        };
+        let admitted = conn.accept(&local, |node, incarnation| self.admit(node, incarnation));
+        let admitted = admitted.await;
+        inner.handshaking.set(inner.handshaking.get() - 1);
+        let dialler = match admitted {
+            Ok(dialler) => dialler,
+            Err(reason) => {
+                count_refusal(&inner.metrics.cluster, reason);
+                tracing::debug!(reason = reason.as_str(), "link refused");
+                conn.stream.shutdown();
+                return;
+            }
+        };
+        let (stream, decoder) = conn.into_decoder();
+        inner
+            .links
+            .borrow_mut()
+            .push((dialler.node, dialler.incarnation, Rc::downgrade(&stream)));
+        tracing::debug!(
+            node = dialler.node.0,
+            incarnation = dialler.incarnation,
+            core = dialler.core,
+            "link in"
+        );
+        self.read(dialler.node, &stream, decoder).await;
+        stream.shutdown();
+    }
+
+    /// A link from an incarnation membership knows ended (or a newer one
+    /// replaced) is refused; one it does not know yet is let in, since a
+    /// node links before its row reached everyone.
+    fn admit(&self, node: NodeId, incarnation: u64) -> Result<(), Refusal> {
+        let snapshot = self.0.view.snapshot();
+        match snapshot.peers.get(&node) {
+            Some(peer)
+                if incarnation < peer.incarnation
+                    || (incarnation == peer.incarnation && !peer.is_live()) =>
+            {
+                Err(Refusal::StaleIncarnation)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn read(&self, from: NodeId, stream: &TcpStream, mut decoder: codec::LinkDecoder) {
+        let stats = &self.0.metrics.cluster;
+        let mut pong = Vec::new();
+        loop {
+            loop {
+                match decoder.next_frame() {
+                    Ok(None) => break,
+                    Ok(Some(LinkFrame::Message(frame))) => {
+                        stats.frames_received.inc();
+                        (self.0.dispatch)(from, frame);
+                    }
+                    Ok(Some(LinkFrame::Ping(nonce))) => {
+                        pong.clear();
+                        codec::encode_pong(&mut pong, nonce);
+                        let deadline = Instant::now() + self.0.settings.handshake_timeout;
+                        match before(deadline, stream.send_all(std::mem::take(&mut pong))).await {
+                            Some((Ok(()), back)) => pong = back,
+                            _ => return,
+                        }
+                    }
+                    Ok(Some(LinkFrame::Pong(_))) | Err(_) => {
+                        stats.frames_invalid.inc();
+                        tracing::warn!(node = from.0, "invalid frame on a link; closed");
+                        return;
+                    }
+                }
+            }
+            match stream.recv().await {
+                Ok(Some(bytes)) => decoder.extend(&bytes),
+                Ok(None) | Err(_) => return,
+            }
+        }
+    }
+}

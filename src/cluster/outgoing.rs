@@ -1,0 +1,482 @@
+//! One core's links to other nodes' cores: the router's [`NodeLinks`].
+//!
+//! A message for another node goes to the core that handles it there
+//! (`shard_of` over that node's cores for an object, the named core for a
+//! session's answer), on this core's own link to that core: frames land
+//! where they are handled, and no link is shared between cores. A link is
+//! dialled by the first frame for its peer core and then kept; one writer
+//! task per connection batches what queued into one send. The sender
+//! never waits: a frame is queued (bounded by `link_queue_max`) or refused
+//! at once, and the frames a failed link still held go back to the router
+//! as send failures.
+//!
+//! The writer pings every heartbeat interval; a peer that answers no ping
+//! for `SUSPECT_AFTER_PINGS` intervals, or takes that long to take bytes,
+//! is closed as dead: direct link heartbeats find a frozen or cut-off peer
+//! long before membership declares it down, so its frames fail fast
+//! instead of queueing. Declaring a node down stays membership's decision.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use shards::net::TcpStream;
+use wire::frame::{FrameBuf, Message};
+
+use super::codec::{self, LinkFrame};
+use super::conn::{before, Conn, LocalEnd};
+use super::handshake::Refusal;
+use super::link::{Link, LinkState};
+use super::view::{ClusterView, LinkStatus, Snapshot};
+use crate::metrics::{ClusterStats, CoreMetrics};
+use crate::router::driver::{clock, Destination, LinkRefusal, NodeLinks};
+use crate::store::NodeId;
+
+/// Pings a peer may leave unanswered before its link is closed.
+pub const SUSPECT_AFTER_PINGS: u32 = 3;
+
+/// What every link of a node shares.
+#[derive(Clone, Debug)]
+pub struct LinkSettings {
+    pub cluster: String,
+    pub secret: Vec<u8>,
+    pub me: NodeId,
+    pub core: usize,
+    pub queue_max: usize,
+    pub ping_interval: Duration,
+    /// How long a dial and its handshake may take.
+    pub handshake_timeout: Duration,
+}
+
+impl LinkSettings {
+    fn suspect_after(&self) -> Duration {
+        self.ping_interval * SUSPECT_AFTER_PINGS
+    }
+}
+
+/// Where frames a failed link gave back go (the router, as send failures).
+pub type Returned = Rc<dyn Fn(NodeId, FrameBuf)>;
+
+/// One core's outgoing links. Cheap to clone; stays on its core.
+#[derive(Clone)]
+pub struct CoreLinks(Rc<Inner>);
+
+struct Inner {
+    settings: LinkSettings,
+    view: Arc<ClusterView>,
+    /// The view as this core last read it.
+    seen: RefCell<Snapshot>,
+    links: RefCell<HashMap<(NodeId, usize), Rc<Slot>>>,
+    returned: RefCell<Option<Returned>>,
+    metrics: Arc<CoreMetrics>,
+}
+
+/// One link and the connection serving it, if any.
+struct Slot {
+    node: NodeId,
+    core: usize,
+    address: SocketAddr,
+    link: RefCell<Link>,
+    /// The writer's waker, and whether it has something new to look at.
+    waker: Cell<Option<Waker>>,
+    notified: Cell<bool>,
+    stream: RefCell<Option<Rc<TcpStream>>>,
+    /// Replaced (the peer restarted or was declared down): the writer
+    /// stops.
+    retired: Cell<bool>,
+}
+
+impl Slot {
+    fn notify(&self) {
+        self.notified.set(true);
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+
+    async fn notified(&self) {
+        poll_fn(|cx| {
+            if self.notified.replace(false) {
+                Poll::Ready(())
+            } else {
+                self.waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    fn close(&self) {
+        self.retired.set(true);
+        if let Some(stream) = self.stream.borrow().as_ref() {
+            stream.shutdown();
+        }
+        self.notify();
+    }
+}
+
+/// Why a connection ended.
+enum Ended {
+    Refused(Refusal),
+    Io,
+    /// The peer answered no ping, or took no bytes, for too long.
+    Silent,
+    Retired,
+}
+
+impl CoreLinks {
+    pub fn new(settings: LinkSettings, view: Arc<ClusterView>, metrics: Arc<CoreMetrics>) -> Self {
+        let seen = view.snapshot();
+        CoreLinks(Rc::new(Inner {
+            settings,
+            view,
+            seen: RefCell::new(seen),
+            links: RefCell::default(),
+            returned: RefCell::new(None),
+            metrics,
+        }))
+    }
+
+    /// Where the frames of failed links go.
+    pub fn set_returned(&self, returned: Returned) {
+        *self.0.returned.borrow_mut() = Some(returned);
+    }
+
+    /// Closes every link to `node`: it restarted, was declared down, or
+    /// this node took a new incarnation (links announce the incarnation in
+    /// their handshake). Frames they held go back as send failures.
+    pub fn close_node(&self, node: Option<NodeId>) {
+        self.0.links.borrow_mut().retain(|&(peer, _), slot| {
+            let close = node.is_none_or(|node| node == peer);
+            if close {
+                slot.close();
+            }
+            !close
+        });
+    }
+
+    /// How each link stands, for `/cluster`.
+    pub fn statuses(&self) -> Vec<LinkStatus> {
+        let mut statuses: Vec<LinkStatus> = self
+            .0
+            .links
+            .borrow()
+            .values()
+            .map(|slot| {
+                let link = slot.link.borrow();
+                LinkStatus {
+                    node: slot.node,
+                    core: slot.core,
+                    state: match link.state() {
+                        LinkState::Connecting => "connecting",
+                        LinkState::Up => "up",
+                        LinkState::Backoff { .. } => "backoff",
+                    },
+                    queued: link.queued(),
+                    last_refusal: link.refused.map(Refusal::as_str),
+                }
+            })
+            .collect();
+        statuses.sort_by_key(|status| (status.node, status.core));
+        statuses
+    }
+
+    /// The view, read again if it moved.
+    fn refresh(&self) {
+        if self.0.view.version() != self.0.seen.borrow().version {
+            *self.0.seen.borrow_mut() = self.0.view.snapshot();
+        }
+    }
+
+    /// The link to `core` of `node`, opened for its incarnation now.
+    fn slot(&self, node: NodeId, core: usize, incarnation: u64, address: SocketAddr) -> Rc<Slot> {
+        let key = (node, core);
+        if let Some(slot) = self.0.links.borrow().get(&key) {
+            if slot.link.borrow().peer_incarnation == incarnation && slot.address == address {
+                return slot.clone();
+            }
+            slot.close();
+        }
+        let slot = Rc::new(Slot {
+            node,
+            core,
+            address,
+            link: RefCell::new(Link::new(self.0.settings.queue_max, incarnation)),
+            waker: Cell::new(None),
+            notified: Cell::new(false),
+            stream: RefCell::new(None),
+            retired: Cell::new(false),
+        });
+        self.0.links.borrow_mut().insert(key, slot.clone());
+        self.start_writer(slot.clone());
+        slot
+    }
+
+    fn start_writer(&self, slot: Rc<Slot>) {
+        let links = self.clone();
+        shards::spawn(async move { links.drive(slot).await }).detach();
+    }
+
+    /// One connection of `slot`, from dial to failure.
+    async fn drive(&self, slot: Rc<Slot>) {
+        let ended = self.connect_and_write(&slot).await;
+        let stats = &self.0.metrics.cluster;
+        if let Ended::Silent = ended {
+            tracing::warn!(
+                node = slot.node.0,
+                core = slot.core,
+                "link peer silent; closed"
+            );
+        }
+        if let Ended::Refused(reason) = ended {
+            count_refusal(stats, reason);
+            slot.link.borrow_mut().refused = Some(reason);
+            tracing::warn!(
+                node = slot.node.0,
+                core = slot.core,
+                reason = reason.as_str(),
+                "link handshake refused"
+            );
+        }
+        if let Some(stream) = slot.stream.borrow_mut().take() {
+            stream.shutdown();
+        }
+        let jitter = rand::random::<f64>();
+        let frames = slot.link.borrow_mut().failed(clock::now_ms(), jitter);
+        let returned = self.0.returned.borrow().clone();
+        for frame in frames {
+            count_failure(stats, LinkRefusal::Down);
+            if let Some(returned) = &returned {
+                returned(slot.node, frame);
+            }
+        }
+    }
+
+    async fn connect_and_write(&self, slot: &Rc<Slot>) -> Ended {
+        let settings = &self.0.settings;
+        let deadline = Instant::now() + settings.handshake_timeout;
+        let stream = match before(deadline, TcpStream::connect(slot.address)).await {
+            None => return Ended::Refused(Refusal::Timeout),
+            Some(Err(_)) => return Ended::Io,
+            Some(Ok(stream)) => stream,
+        };
+        let _ = stream.set_nodelay(true);
+        let mut conn = Conn::new(stream, deadline);
+        let incarnation = self.0.view.snapshot().me.incarnation;
+        let local = LocalEnd {
+            cluster: &settings.cluster,
+            secret: &settings.secret,
+            node: settings.me,
+            incarnation,
+            core: settings.core,
+        };
+        let expected = slot.link.borrow().peer_incarnation;
+        let accepted = match conn.dial(&local, (slot.node, slot.core), expected).await {
+            Ok(accepted) => accepted,
+            // A peer that went away mid-handshake is an IO failure, not a
+            // refusal worth counting.
+            Err(Refusal::Malformed) => return Ended::Io,
+            Err(reason) => return Ended::Refused(reason),
+        };
+        tracing::debug!(
+            node = slot.node.0,
+            core = slot.core,
+            incarnation = accepted.incarnation,
+            "link out"
+        );
+        if slot.retired.get() {
+            return Ended::Retired;
+        }
+        let (stream, decoder) = conn.into_decoder();
+        *slot.stream.borrow_mut() = Some(stream.clone());
+        slot.link.borrow_mut().connected();
+        self.write(slot.clone(), stream, decoder).await
+    }
+
+    /// Writes what queues, pings, and watches the pongs.
+    async fn write(
+        &self,
+        slot: Rc<Slot>,
+        stream: Rc<TcpStream>,
+        decoder: codec::LinkDecoder,
+    ) -> Ended {
+        let settings = &self.0.settings;
+        let stats = &self.0.metrics.cluster;
+        let base = Instant::now();
+        let last_pong = Rc::new(Cell::new(base));
+        let reader_done = Rc::new(Cell::new(false));
+        shards::spawn(read_pongs(
+            slot.clone(),
+            stream.clone(),
+            decoder,
+            base,
+            last_pong.clone(),
+            reader_done.clone(),
+            self.0.metrics.clone(),
+        ))
+        .detach();
+        let mut frames = Vec::new();
+        let mut buf = Vec::new();
+        let mut next_ping = base;
+        loop {
+            if slot.retired.get() {
+                return Ended::Retired;
+            }
+            if reader_done.get() {
+                return Ended::Io;
+            }
+            let now = Instant::now();
+            buf.clear();
+            slot.link.borrow_mut().take_all(&mut frames);
+            let sent = frames.len() as u64;
+            for frame in frames.drain(..) {
+                codec::encode_message(&mut buf, &frame);
+            }
+            if now >= next_ping {
+                codec::encode_ping(&mut buf, base.elapsed().as_micros() as u64);
+                next_ping = now + settings.ping_interval;
+            }
+            if !buf.is_empty() {
+                let written = before(
+                    now + settings.suspect_after(),
+                    stream.send_all(std::mem::take(&mut buf)),
+                )
+                .await;
+                match written {
+                    None => return Ended::Silent,
+                    Some((Err(_), _)) => return Ended::Io,
+                    Some((Ok(()), back)) => buf = back,
+                }
+                stats.frames_sent.add(sent);
+                continue;
+            }
+            if now.duration_since(last_pong.get()) > settings.suspect_after() {
+                return Ended::Silent;
+            }
+            futures_lite::future::or(slot.notified(), async {
+                shards::sleep_until(next_ping).await;
+            })
+            .await;
+        }
+    }
+}
+
+/// The dialling side's reader: only pongs come back on a link.
+async fn read_pongs(
+    slot: Rc<Slot>,
+    stream: Rc<TcpStream>,
+    mut decoder: codec::LinkDecoder,
+    base: Instant,
+    last_pong: Rc<Cell<Instant>>,
+    done: Rc<Cell<bool>>,
+    metrics: Arc<CoreMetrics>,
+) {
+    loop {
+        let bytes = match stream.recv().await {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) | Err(_) => break,
+        };
+        decoder.extend(&bytes);
+        drop(bytes);
+        let mut bad = false;
+        loop {
+            match decoder.next_frame() {
+                Ok(None) => break,
+                Ok(Some(LinkFrame::Pong(sent_us))) => {
+                    let rtt = base
+                        .elapsed()
+                        .saturating_sub(Duration::from_micros(sent_us));
+                    metrics.cluster.link_rtt.record(rtt);
+                    last_pong.set(Instant::now());
+                }
+                Ok(Some(_)) | Err(_) => {
+                    metrics.cluster.frames_invalid.inc();
+                    bad = true;
+                    break;
+                }
+            }
+        }
+        if bad {
+            break;
+        }
+    }
+    done.set(true);
+    stream.shutdown();
+    slot.notify();
+}
+
+pub(super) fn count_refusal(stats: &ClusterStats, reason: Refusal) {
+    match reason {
+        Refusal::Version => stats.refused_version.inc(),
+        Refusal::ClusterName => stats.refused_cluster_name.inc(),
+        Refusal::BadSecret => stats.refused_bad_secret.inc(),
+        Refusal::StaleIncarnation => stats.refused_stale_incarnation.inc(),
+        Refusal::WrongNode => stats.refused_wrong_node.inc(),
+        Refusal::Malformed => stats.refused_malformed.inc(),
+        Refusal::Timeout => stats.refused_timeout.inc(),
+    }
+}
+
+fn count_failure(stats: &ClusterStats, refusal: LinkRefusal) {
+    match refusal {
+        LinkRefusal::Full => stats.send_failed_queue_full.inc(),
+        LinkRefusal::Down => stats.send_failed_link_down.inc(),
+        LinkRefusal::UnknownNode => stats.send_failed_unknown_node.inc(),
+    }
+}
+
+impl NodeLinks for CoreLinks {
+    fn send(&self, node: NodeId, to: Destination, message: &Message) -> Result<(), LinkRefusal> {
+        let sent = self.offer(node, to, message);
+        if let Err(refusal) = sent {
+            count_failure(&self.0.metrics.cluster, refusal);
+        }
+        sent
+    }
+}
+
+impl CoreLinks {
+    fn offer(&self, node: NodeId, to: Destination, message: &Message) -> Result<(), LinkRefusal> {
+        self.refresh();
+        let (incarnation, address, core) = {
+            let seen = self.0.seen.borrow();
+            let peer = seen.peers.get(&node).ok_or(LinkRefusal::UnknownNode)?;
+            if !peer.is_live() {
+                return Err(LinkRefusal::Down);
+            }
+            if peer.cores.is_empty() {
+                return Err(LinkRefusal::UnknownNode);
+            }
+            let core = match to {
+                Destination::Object(key) => wire::shard_of(key, peer.cores.len() as u32) as usize,
+                Destination::Core(core) => core,
+            };
+            let address = *peer.cores.get(core).ok_or(LinkRefusal::UnknownNode)?;
+            (peer.incarnation, address, core)
+        };
+        let frame = FrameBuf::encode(message).map_err(|error| {
+            // Only a message past the frame limit fails to encode; the
+            // router treats it as any message no link took.
+            tracing::warn!(%error, "cannot encode a message for another node");
+            LinkRefusal::Full
+        })?;
+        let slot = self.slot(node, core, incarnation, address);
+        let offered = slot.link.borrow_mut().offer(clock::now_ms(), frame);
+        match offered {
+            Ok(dial) => {
+                if dial {
+                    self.0.metrics.cluster.reconnects.inc();
+                    self.start_writer(slot.clone());
+                }
+                slot.notify();
+                Ok(())
+            }
+            Err((refusal, _)) => Err(refusal),
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! A cluster of real `routerd serve` processes on loopback, sharing one
+//! SQLite file (the embedded store's local-cluster mode), with fast
+//! membership timers so that failures are detected in about a second.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{Client, ServeProcess};
+
+/// Membership timers of the test clusters (the rule: down_after >=
+/// fence_after + 2 x heartbeat).
+pub const HEARTBEAT_MS: u64 = 100;
+pub const FENCE_AFTER_MS: u64 = 400;
+pub const DOWN_AFTER_MS: u64 = 800;
+
+/// Where the nodes of one test keep their configs and their shared store.
+pub struct LocalCluster {
+    dir: tempfile::TempDir,
+    starts: std::cell::Cell<u32>,
+    /// Extra TOML for every node (sections after the defaults).
+    pub extra: String,
+}
+
+impl Default for LocalCluster {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LocalCluster {
+    pub fn new() -> LocalCluster {
+        LocalCluster {
+            dir: tempfile::tempdir().unwrap(),
+            starts: std::cell::Cell::new(0),
+            extra: String::new(),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("cluster.db")
+    }
+
+    /// The config of node `id`, whose cluster secret is `secret`.
+    pub fn body(&self, id: u64, secret: &str) -> String {
+        format!(
+            "[node]\nid = {id}\ndata_dir = {data:?}\n\
+             [cores]\ncount = 2\nrecv_buffers = 64\nshutdown_deadline_ms = 3000\n\
+             [store]\nbackend = \"sqlite\"\npath = {db:?}\nsynchronous = \"normal\"\n\
+             [cluster]\nlisten = \"127.0.0.1:0\"\nsecret = {secret:?}\n\
+             heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\n\
+             down_after_ms = {DOWN_AFTER_MS}\n\
+             [services.player]\npersist = \"on_write\"\n{extra}",
+            data = self
+                .dir
+                .path()
+                .join(format!("data-{id}"))
+                .display()
+                .to_string(),
+            db = self.db().display().to_string(),
+            extra = self.extra,
+        )
+    }
+
+    /// Starts node `id` and waits until it serves.
+    pub fn start(&self, id: u64) -> ServeProcess {
+        self.start_with_secret(id, "the test cluster's secret")
+    }
+
+    pub fn start_with_secret(&self, id: u64, secret: &str) -> ServeProcess {
+        let start = self.starts.get() + 1;
+        self.starts.set(start);
+        let dir = self.dir.path().join(format!("start-{start}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        ServeProcess::start(&dir, &self.body(id, secret))
+    }
+}
+
+/// `GET path` on an admin endpoint: the status and the body.
+pub fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream =
+        TcpStream::connect_timeout(&address, Duration::from_secs(2)).expect("admin reachable");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().expect("status code");
+    let body = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (status, body)
+}
+
+/// `GET path` as JSON.
+pub fn get_json(address: SocketAddr, path: &str) -> serde_json::Value {
+    let (status, body) = http_get(address, path);
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|error| panic!("{path}: {error}: {body}"))
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics with
+/// `what` after `limit`.
+pub fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `node` sees every one of `peers` up (and itself serving).
+pub fn wait_members_up(node: &ServeProcess, peers: &[u64]) {
+    eventually(Duration::from_secs(10), "members up", || {
+        let cluster = get_json(node.admin, "/cluster");
+        let up = |id: u64| {
+            cluster["members"]
+                .as_array()?
+                .iter()
+                .find(|m| m["node_id"] == id)
+                .filter(|m| m["state"] == "up")
+                .map(|_| ())
+        };
+        (cluster["state"] == "up" && peers.iter().all(|&id| up(id).is_some())).then_some(())
+    })
+}
+
+/// The node id and incarnation `/objects/player/<id>` names as owner.
+pub fn player_owner(admin: SocketAddr, player_id: u64) -> Option<(u64, u64)> {
+    let (status, body) = http_get(admin, &format!("/objects/player/{player_id}"));
+    if status != 200 {
+        return None;
+    }
+    let record: serde_json::Value = serde_json::from_str(&body).ok()?;
+    Some((
+        record["owner_node"].as_u64()?,
+        record["owner_incarnation"].as_u64()?,
+    ))
+}
+
+/// Logs in (a fresh connection each try) until the login is answered OK,
+/// or panics after `limit`; returns the client and how long it took.
+pub fn login_eventually(
+    gateway: SocketAddr,
+    player_id: u64,
+    limit: Duration,
+) -> (Client, Duration) {
+    let started = Instant::now();
+    loop {
+        let mut client = Client::connect(gateway);
+        let reply = client.call(
+            wire::client::route::AUTH_LOGIN,
+            1,
+            super::token(player_id, 3600).as_bytes(),
+        );
+        if reply.kind == wire::client::FrameKind::Response {
+            return (client, started.elapsed());
+        }
+        assert!(
+            started.elapsed() < limit,
+            "login of {player_id} still failing after {limit:?}: {reply:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
