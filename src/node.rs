@@ -14,7 +14,7 @@ use crate::cluster::agent::{self, Agent, AgentParts, JoinError};
 use crate::cluster::follow::Follower;
 use crate::cluster::incoming::Incoming;
 use crate::cluster::membership::{Advertisement, Membership};
-use crate::cluster::outgoing::{CoreLinks, LinkSettings};
+use crate::cluster::outgoing::{CoreLinks, LinkSettings, SUSPECT_AFTER_PINGS};
 use crate::cluster::view::{ClusterView, Peer, Standing};
 use crate::config::{Config, RingTaskrun};
 use crate::gateway::driver::{self, GatewayShared};
@@ -33,8 +33,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a start may wait for the store to give it an incarnation (a
 /// restart after a crash waits `down_after_ms` of it).
 const JOIN_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a dial and its link handshake may take.
-const LINK_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why a node could not start or stopped badly.
 #[derive(Debug, thiserror::Error)]
@@ -443,7 +441,10 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         core: core.id(),
         queue_max: cluster.link_queue_max,
         ping_interval: Duration::from_millis(cluster.heartbeat_interval_ms),
-        handshake_timeout: LINK_HANDSHAKE_TIMEOUT,
+        // As long as a silent peer may stay linked: a handshake on a live
+        // network takes a round trip or two.
+        handshake_timeout: Duration::from_millis(cluster.heartbeat_interval_ms)
+            * SUSPECT_AFTER_PINGS,
     };
     let links = CoreLinks::new(settings.clone(), shared.view.clone(), metrics.clone());
     let router = RouterDriver::new(DriverParts {
@@ -496,6 +497,7 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
                 }
             }
         }),
+        links.clone(),
         metrics.clone(),
     );
     shards::spawn(incoming.clone().serve(cluster_listener)).detach();

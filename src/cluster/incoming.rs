@@ -17,7 +17,7 @@ use wire::frame::FrameBuf;
 use super::codec::{self, LinkFrame};
 use super::conn::{before, Conn, LocalEnd};
 use super::handshake::Refusal;
-use super::outgoing::{count_refusal, LinkSettings};
+use super::outgoing::{count_refusal, CoreLinks, LinkSettings};
 use super::view::ClusterView;
 use crate::metrics::CoreMetrics;
 use crate::store::NodeId;
@@ -36,10 +36,12 @@ struct Inner {
     settings: LinkSettings,
     view: Arc<ClusterView>,
     dispatch: Dispatch,
+    /// This core's links out, told when a peer links in.
+    links: CoreLinks,
     metrics: Arc<CoreMetrics>,
     handshaking: Cell<usize>,
     /// Live links in: the dialler and its incarnation.
-    links: RefCell<Vec<(NodeId, u64, Weak<TcpStream>)>>,
+    incoming: RefCell<Vec<(NodeId, u64, Weak<TcpStream>)>>,
 }
 
 impl Incoming {
@@ -47,15 +49,17 @@ impl Incoming {
         settings: LinkSettings,
         view: Arc<ClusterView>,
         dispatch: Dispatch,
+        links: CoreLinks,
         metrics: Arc<CoreMetrics>,
     ) -> Incoming {
         Incoming(Rc::new(Inner {
             settings,
             view,
             dispatch,
+            links,
             metrics,
             handshaking: Cell::new(0),
-            links: RefCell::default(),
+            incoming: RefCell::default(),
         }))
     }
 
@@ -84,7 +88,7 @@ impl Incoming {
     /// (or at all, with `None`: the node ended).
     pub fn close_older(&self, node: NodeId, live: Option<u64>) {
         self.0
-            .links
+            .incoming
             .borrow_mut()
             .retain(|(from, incarnation, stream)| {
                 let Some(stream) = stream.upgrade() else {
@@ -100,7 +104,7 @@ impl Incoming {
 
     /// Closes every link in (this node took a new incarnation).
     pub fn close_all(&self) {
-        for (_, _, stream) in self.0.links.borrow_mut().drain(..) {
+        for (_, _, stream) in self.0.incoming.borrow_mut().drain(..) {
             if let Some(stream) = stream.upgrade() {
                 stream.shutdown();
             }
@@ -133,10 +137,12 @@ impl Incoming {
             }
         };
         let (stream, decoder) = conn.into_decoder();
-        inner
-            .links
-            .borrow_mut()
-            .push((dialler.node, dialler.incarnation, Rc::downgrade(&stream)));
+        inner.links.peer_alive(dialler.node, dialler.incarnation);
+        inner.incoming.borrow_mut().push((
+            dialler.node,
+            dialler.incarnation,
+            Rc::downgrade(&stream),
+        ));
         tracing::debug!(
             node = dialler.node.0,
             incarnation = dialler.incarnation,

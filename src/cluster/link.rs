@@ -99,6 +99,14 @@ impl Link {
         self.queue.drain(..).collect()
     }
 
+    /// The peer proved itself alive (it linked to this node): end the
+    /// backoff, so the next frame dials at once.
+    pub fn retry_now(&mut self) {
+        if let LinkState::Backoff { .. } = self.state {
+            self.state = LinkState::Backoff { until_ms: 0 };
+        }
+    }
+
     /// Every queued frame, for the writer.
     pub fn take_all(&mut self, out: &mut Vec<FrameBuf>) {
         out.extend(self.queue.drain(..));
@@ -172,5 +180,8 @@ mod tests {
         link.offer(1_050, frame()).unwrap();
         link.failed(1_050, 0.0);
         assert_eq!(link.state(), LinkState::Backoff { until_ms: 1_150 });
+        // A sign of life from the peer ends the wait.
+        link.retry_now();
+        assert_eq!(link.offer(1_060, frame()).ok(), Some(true));
     }
 }

@@ -72,6 +72,10 @@ struct Inner {
     /// The view as this core last read it.
     seen: RefCell<Snapshot>,
     links: RefCell<HashMap<(NodeId, usize), Rc<Slot>>>,
+    /// Incarnations peers proved by linking in, newer than the view knew
+    /// then: a node that rejoined is reachable before this node's next
+    /// read of the membership table says so.
+    learned: RefCell<HashMap<NodeId, u64>>,
     returned: RefCell<Option<Returned>>,
     metrics: Arc<CoreMetrics>,
 }
@@ -87,8 +91,9 @@ struct Slot {
     notified: Cell<bool>,
     stream: RefCell<Option<Rc<TcpStream>>>,
     /// Replaced (the peer restarted or was declared down): the writer
-    /// stops.
+    /// stops, also mid-handshake (woken through `retired_waker`).
     retired: Cell<bool>,
+    retired_waker: Cell<Option<Waker>>,
 }
 
 impl Slot {
@@ -117,6 +122,21 @@ impl Slot {
             stream.shutdown();
         }
         self.notify();
+        if let Some(waker) = self.retired_waker.take() {
+            waker.wake();
+        }
+    }
+
+    async fn until_retired(&self) -> Ended {
+        poll_fn(|cx| {
+            if self.retired.get() {
+                Poll::Ready(Ended::Retired)
+            } else {
+                self.retired_waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        })
+        .await
     }
 }
 
@@ -137,6 +157,7 @@ impl CoreLinks {
             view,
             seen: RefCell::new(seen),
             links: RefCell::default(),
+            learned: RefCell::default(),
             returned: RefCell::new(None),
             metrics,
         }))
@@ -158,6 +179,21 @@ impl CoreLinks {
             }
             !close
         });
+    }
+
+    /// `node` linked to this core as `incarnation`, proving it: it is alive
+    /// and reachable, so links to it that are backing off dial again with
+    /// the next frame, and an incarnation newer than the view's counts as
+    /// live (it may have just rejoined, before membership says so).
+    pub fn peer_alive(&self, node: NodeId, incarnation: u64) {
+        let mut learned = self.0.learned.borrow_mut();
+        let known = learned.entry(node).or_insert(incarnation);
+        *known = (*known).max(incarnation);
+        for ((peer, _), slot) in self.0.links.borrow().iter() {
+            if *peer == node {
+                slot.link.borrow_mut().retry_now();
+            }
+        }
     }
 
     /// How each link stands, for `/cluster`.
@@ -211,6 +247,7 @@ impl CoreLinks {
             notified: Cell::new(false),
             stream: RefCell::new(None),
             retired: Cell::new(false),
+            retired_waker: Cell::new(None),
         });
         self.0.links.borrow_mut().insert(key, slot.clone());
         self.start_writer(slot.clone());
@@ -224,7 +261,8 @@ impl CoreLinks {
 
     /// One connection of `slot`, from dial to failure.
     async fn drive(&self, slot: Rc<Slot>) {
-        let ended = self.connect_and_write(&slot).await;
+        let ended =
+            futures_lite::future::or(self.connect_and_write(&slot), slot.until_retired()).await;
         let stats = &self.0.metrics.cluster;
         if let Ended::Silent = ended {
             tracing::warn!(
@@ -446,9 +484,20 @@ impl CoreLinks {
         let (incarnation, address, core) = {
             let seen = self.0.seen.borrow();
             let peer = seen.peers.get(&node).ok_or(LinkRefusal::UnknownNode)?;
-            if !peer.is_live() {
+            let mut learned = self.0.learned.borrow_mut();
+            let newer = match learned.get(&node) {
+                Some(&learned) if learned > peer.incarnation => Some(learned),
+                Some(_) => {
+                    // The view caught up.
+                    learned.remove(&node);
+                    None
+                }
+                None => None,
+            };
+            if !peer.is_live() && newer.is_none() {
                 return Err(LinkRefusal::Down);
             }
+            let incarnation = newer.unwrap_or(peer.incarnation);
             if peer.cores.is_empty() {
                 return Err(LinkRefusal::UnknownNode);
             }
@@ -457,7 +506,7 @@ impl CoreLinks {
                 Destination::Core(core) => core,
             };
             let address = *peer.cores.get(core).ok_or(LinkRefusal::UnknownNode)?;
-            (peer.incarnation, address, core)
+            (incarnation, address, core)
         };
         let frame = FrameBuf::encode(message).map_err(|error| {
             // Only a message past the frame limit fails to encode; the

@@ -134,6 +134,21 @@ impl Player {
         })
     }
 
+    /// The session of `request` if it is not this player's bound one: its
+    /// login was superseded, and the kick that should have closed it was
+    /// lost (its node was cut off or frozen when the kick was sent). Under
+    /// `multi` every session that logged in stays served.
+    fn superseded(&self, request: &Request) -> Option<ClientRef> {
+        let client = request.client?;
+        if self.duplicate_login == DuplicateLogin::Multi {
+            return None;
+        }
+        let bound = self.client.is_some_and(|bound| {
+            bound.gateway_node == client.gateway_node && bound.session_id == client.session_id
+        });
+        (!bound).then_some(client)
+    }
+
     fn body_u64(request: &Request) -> Option<u64> {
         Some(u64::from_le_bytes(request.body.as_slice().try_into().ok()?))
     }
@@ -227,6 +242,15 @@ impl ObjectState for Player {
     }
 
     fn handle(&mut self, _key: ObjectKey, request: &Request, out: &mut HandlerOutput) {
+        if !matches!(request.op, OP_BIND | OP_UNBIND) {
+            if let Some(stale) = self.superseded(request) {
+                // Kicked again, and not served: nothing a superseded
+                // session asks reaches either connection (PROTOCOL.md).
+                out.kicks.push(stale);
+                out.reply = HandlerReply::Delegated;
+                return;
+            }
+        }
         match request.op {
             OP_PING => out.answer(Ok(request.body.clone())),
             OP_GET => out.answer(Ok(self.counter.to_le_bytes().to_vec())),
@@ -373,5 +397,25 @@ mod tests {
         for bytes in [&[][..], &[1, 2, 3], &[0; 8], &[0, 0, 0, 0, 0, 0, 0, 0, 9]] {
             assert!(kind.decode(player_key(1), Some(bytes)).is_err());
         }
+    }
+
+    #[test]
+    fn a_superseded_session_is_kicked_again_and_not_served() {
+        let mut state = player();
+        run(&mut state, request(OP_BIND, Vec::new(), Some(client(1))));
+        run(&mut state, request(OP_BIND, Vec::new(), Some(client(2))));
+        // Session 1's kick was lost; its next request is not served.
+        let out = run(
+            &mut state,
+            request(OP_INCR, 1i64.to_le_bytes().to_vec(), Some(client(1))),
+        );
+        assert_eq!(out.kicks, vec![client(1)]);
+        assert_eq!(answer(&out), None);
+        assert!(!out.mutated);
+        let out = run(
+            &mut state,
+            request(OP_INCR, 1i64.to_le_bytes().to_vec(), Some(client(2))),
+        );
+        assert_eq!(answer(&out), Some(&Ok(1i64.to_le_bytes().to_vec())));
     }
 }

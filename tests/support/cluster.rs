@@ -81,6 +81,48 @@ impl LocalCluster {
     }
 }
 
+impl LocalCluster {
+    /// Runs node `id` expecting it to exit on its own (a refused start):
+    /// its exit status and what it printed on stderr.
+    pub fn run_to_exit(&self, id: u64, limit: Duration) -> (std::process::ExitStatus, String) {
+        let dir = self.dir.path().join(format!("exit-{id}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("node.toml");
+        let body = format!(
+            "{}\n[gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             [auth]\nsecret = \"{}\"\n",
+            self.body(id, "the test cluster's secret"),
+            super::SECRET
+        );
+        std::fs::write(&path, body).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut stderr = String::new();
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut stderr)
+                    .unwrap();
+                return (status, stderr);
+            }
+            if started.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("node {id} still running after {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// `GET path` on an admin endpoint: the status and the body.
 pub fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
     let mut stream =

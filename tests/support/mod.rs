@@ -272,11 +272,17 @@ impl ServeProcess {
             .expect("routerd starts");
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
+        // ROUTERD_TEST_LOGS=1 passes the node's log through, for debugging.
+        let echo = std::env::var_os("ROUTERD_TEST_LOGS").is_some();
+        let pid = child.id();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stderr)
                 .lines()
                 .map_while(Result::ok)
             {
+                if echo {
+                    eprintln!("[{pid}] {line}");
+                }
                 let field = |name: &str| {
                     let rest = line.split(name).nth(1)?;
                     rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
@@ -311,6 +317,16 @@ impl ServeProcess {
     pub fn stop(mut self) -> std::process::ExitStatus {
         self.signal(libc::SIGTERM);
         self.wait_exit()
+    }
+
+    /// SIGSTOP: the process stays, frozen, with its sockets open.
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after `freeze`.
+    pub fn thaw(&self) {
+        self.signal(libc::SIGCONT);
     }
 
     /// SIGKILL: no shutdown path runs.

@@ -1,0 +1,145 @@
+//! A node that dies, freezes or leaves: its objects move to the nodes that
+//! remain within the membership timers, their durable state intact, and a
+//! node that comes back does so as a new incarnation that never serves
+//! what it held before.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::cluster::{
+    eventually, get_json, login_eventually, player_owner, wait_members_up, LocalCluster,
+    DOWN_AFTER_MS,
+};
+use support::{counter_of, Client, ServeProcess};
+use wire::client::{route, FrameKind};
+
+fn incr(client: &mut Client, seq: u32) -> i64 {
+    counter_of(&client.call(route::PLAYER_INCR, seq, &1i64.to_le_bytes()))
+}
+
+fn pair(cluster: &LocalCluster) -> (ServeProcess, ServeProcess) {
+    let a = cluster.start(1);
+    let b = cluster.start(2);
+    wait_members_up(&a, &[2]);
+    wait_members_up(&b, &[1]);
+    (a, b)
+}
+
+fn member_state(node: &ServeProcess, id: u64) -> Option<(String, u64)> {
+    let cluster = get_json(node.admin, "/cluster");
+    let member = cluster["members"]
+        .as_array()?
+        .iter()
+        .find(|m| m["node_id"] == id)?
+        .clone();
+    Some((
+        member["state"].as_str()?.to_string(),
+        member["incarnation"].as_u64()?,
+    ))
+}
+
+#[test]
+fn a_killed_node_is_declared_down_and_its_objects_move_within_down_after() {
+    let cluster = LocalCluster::new();
+    let (a, b) = pair(&cluster);
+    let mut client = a.connect();
+    client.login(7, 1);
+    assert_eq!(incr(&mut client, 2), 1);
+    assert_eq!(incr(&mut client, 3), 2);
+    a.kill_9();
+    let killed = Instant::now();
+
+    let limit = Duration::from_millis(DOWN_AFTER_MS + 1000);
+    let (mut moved, _) = login_eventually(b.gateway, 7, limit);
+    let failover = killed.elapsed();
+    println!("failover took {failover:?} (down_after {DOWN_AFTER_MS} ms)");
+    assert!(failover < limit, "{failover:?}");
+    assert_eq!(incr(&mut moved, 2), 3, "the durable counter moved with it");
+    assert_eq!(member_state(&b, 1), Some(("down".into(), 1)));
+    assert_eq!(player_owner(b.admin, 7), Some((2, 1)));
+
+    // Node 1 restarts: it was declared down, so it joins at once, as
+    // incarnation 2, and serves player 7 through node 2.
+    let again = cluster.start(1);
+    assert_eq!(get_json(again.admin, "/cluster")["incarnation"], 2);
+    wait_members_up(&b, &[1]);
+    let mut through = again.connect();
+    through.login(7, 1);
+    assert_eq!(incr(&mut through, 2), 4);
+}
+
+#[test]
+fn a_second_process_with_the_id_of_a_live_node_is_refused() {
+    let cluster = LocalCluster::new();
+    let a = cluster.start(1);
+    let (status, stderr) = cluster.run_to_exit(1, Duration::from_secs(20));
+    assert!(!status.success());
+    assert!(
+        stderr.contains("node id 1 is held by a live process"),
+        "{stderr}"
+    );
+    // The live node was not disturbed.
+    let mut client = a.connect();
+    client.login(3, 1);
+    assert_eq!(incr(&mut client, 2), 1);
+    assert_eq!(get_json(a.admin, "/cluster")["incarnation"], 1);
+}
+
+#[test]
+fn a_frozen_node_is_fenced_and_comes_back_as_a_new_incarnation() {
+    let cluster = LocalCluster::new();
+    let (a, b) = pair(&cluster);
+    let mut old = a.connect();
+    old.login(7, 1);
+    assert_eq!(incr(&mut old, 2), 1);
+
+    a.freeze();
+    let frozen = Instant::now();
+    let (mut moved, _) = login_eventually(b.gateway, 7, Duration::from_secs(5));
+    println!("moved after {:?} frozen", frozen.elapsed());
+    assert_eq!(incr(&mut moved, 2), 2);
+    a.thaw();
+
+    // Node 1 finds itself declared down, fences, and rejoins.
+    eventually(Duration::from_secs(5), "node 1 rejoins", || {
+        let view = get_json(a.admin, "/cluster");
+        (view["incarnation"] == 2 && view["fenced"] == false).then_some(())
+    });
+    // The old session's login was superseded while its node was frozen
+    // (the kick could not reach it): it is refused or closed, never served.
+    old.send(route::PLAYER_INCR, 3, &1i64.to_le_bytes());
+    match old.try_recv() {
+        None => {}
+        Some(reply) if reply.kind == FrameKind::Error => {}
+        Some(reply) if reply.kind == FrameKind::Push && reply.route_id == route::SYS_KICKED => {}
+        Some(reply) => panic!("the superseded session was served: {reply:?}"),
+    }
+    let mut again = a.connect();
+    again.login(7, 1);
+    assert_eq!(incr(&mut again, 2), 3);
+    assert_eq!(player_owner(a.admin, 7).map(|(node, _)| node), Some(2));
+}
+
+#[test]
+fn a_node_that_leaves_cleanly_hands_its_objects_over_at_once() {
+    let cluster = LocalCluster::new();
+    let (a, b) = pair(&cluster);
+    let mut client = a.connect();
+    client.login(9, 1);
+    assert_eq!(incr(&mut client, 2), 1);
+    drop(client);
+    assert!(a.stop().success());
+    let stopped = Instant::now();
+    eventually(Duration::from_secs(2), "node 2 sees node 1 left", || {
+        (member_state(&b, 1)?.0 == "left").then_some(())
+    });
+    let (mut moved, _) = login_eventually(b.gateway, 9, Duration::from_secs(5));
+    let handover = stopped.elapsed();
+    println!("handover took {handover:?}");
+    assert!(
+        handover < Duration::from_millis(DOWN_AFTER_MS),
+        "{handover:?}: a left node's objects are claimable without waiting"
+    );
+    assert_eq!(incr(&mut moved, 2), 2);
+}
