@@ -63,6 +63,34 @@ fn a_player_owned_by_one_node_is_served_through_another_and_kicked_across() {
     assert!(metric(&a, "routerd_cluster_link_frames_received_total") >= 3.0);
     let view = get_json(a.admin, "/cluster");
     assert_eq!(view["incarnation"], 1, "{view}");
+    // Each member once, itself included; node 2 reached node 1 over links
+    // that are up (links report every second).
+    support::cluster::eventually(Duration::from_secs(3), "node 2 links up", || {
+        let view = get_json(b.admin, "/cluster");
+        let members = view["members"].as_array()?.clone();
+        let ids: Vec<_> = members.iter().map(|m| m["node_id"].as_u64()).collect();
+        assert_eq!(ids, vec![Some(1), Some(2)], "{view}");
+        let me = &members[1];
+        assert_eq!(
+            (me["link"].as_str(), me["state"].as_str()),
+            (Some("self"), Some("up"))
+        );
+        (members[0]["link"] == "up").then_some(())
+    });
+    let record = get_json(b.admin, "/objects/player/7");
+    assert_eq!(
+        (
+            &record["type"],
+            &record["id"],
+            &record["owner"],
+            &record["owner_incarnation"]
+        ),
+        (&"player".into(), &7.into(), &1.into(), &1.into()),
+        "{record}"
+    );
+    assert!(record["route_version"].as_u64().is_some(), "{record}");
+    let (status, _) = support::cluster::http_get(b.admin, "/objects/player/123456");
+    assert_eq!(status, 404);
 }
 
 #[test]

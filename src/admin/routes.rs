@@ -18,6 +18,7 @@ use serde_json::json;
 use wire::ObjectKey;
 
 use super::AdminState;
+use crate::cluster::view::LinkStatus;
 use crate::router::driver::clock;
 use crate::services::{player, room};
 
@@ -70,22 +71,28 @@ async fn cluster(state: &AdminState) -> Response<Body> {
     };
     let snapshot = view.snapshot();
     let now = clock::now_ms();
-    let members: Vec<_> = snapshot
-        .peers
-        .values()
-        .map(|peer| {
-            json!({
-                "node_id": peer.node.0,
-                "incarnation": peer.incarnation,
-                "state": peer.state.as_str(),
-                "gateway": peer.gateway,
-                "admin": peer.admin,
-                "cores": peer.cores.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            })
+    let links = view.links();
+    let me = snapshot.me;
+    let mut members = vec![json!({
+        "node_id": view.me().0,
+        "incarnation": me.incarnation,
+        "state": if me.fenced { "down" } else { me.state.as_str() },
+        "link": "self",
+    })];
+    members.extend(snapshot.peers.values().map(|peer| {
+        let to_peer = links.iter().flatten().filter(|link| link.node == peer.node);
+        json!({
+            "node_id": peer.node.0,
+            "incarnation": peer.incarnation,
+            "state": peer.state.as_str(),
+            "gateway": peer.gateway,
+            "admin": peer.admin,
+            "cores": peer.cores.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "link": link_summary(to_peer),
         })
-        .collect();
-    let links: Vec<_> = view
-        .links()
+    }));
+    members.sort_by_key(|member| member["node_id"].as_u64());
+    let links: Vec<_> = links
         .into_iter()
         .enumerate()
         .flat_map(|(core, links)| {
@@ -101,7 +108,6 @@ async fn cluster(state: &AdminState) -> Response<Body> {
             })
         })
         .collect();
-    let me = snapshot.me;
     json_response(json!({
         "node_id": view.me().0,
         "incarnation": me.incarnation,
@@ -111,6 +117,26 @@ async fn cluster(state: &AdminState) -> Response<Body> {
         "members": members,
         "links": links,
     }))
+}
+
+/// How this node's links to one peer stand, over all its cores: `up` when
+/// every link it has is up, `refused` when a handshake was refused,
+/// `connecting` while one dials or backs off, `none` before any frame was
+/// sent there.
+fn link_summary<'a>(links: impl Iterator<Item = &'a LinkStatus>) -> &'static str {
+    let (mut any, mut all_up) = (false, true);
+    for link in links {
+        if link.last_refusal.is_some() {
+            return "refused";
+        }
+        any = true;
+        all_up &= link.state == "up";
+    }
+    match (any, all_up) {
+        (false, _) => "none",
+        (true, true) => "up",
+        (true, false) => "connecting",
+    }
 }
 
 /// One object's ownership record, read from the store: `kind` is `player`,
@@ -160,10 +186,11 @@ async fn objects(state: &AdminState, kind: &str, id: &str) -> Response<Body> {
         }
     });
     json_response(json!({
+        "type": kind,
+        "id": id,
         "type_id": key.type_id,
         "zone_id": key.zone_id,
-        "object_id": key.object_id,
-        "owner_node": record.owner_node.0,
+        "owner": record.owner_node.0,
         "owner_incarnation": record.owner_incarnation,
         "owner_live": owner_live,
         "route_version": record.route_version.0,

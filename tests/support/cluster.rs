@@ -190,7 +190,7 @@ pub fn player_owner(admin: SocketAddr, player_id: u64) -> Option<(u64, u64)> {
     }
     let record: serde_json::Value = serde_json::from_str(&body).ok()?;
     Some((
-        record["owner_node"].as_u64()?,
+        record["owner"].as_u64()?,
         record["owner_incarnation"].as_u64()?,
     ))
 }
