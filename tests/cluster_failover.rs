@@ -143,3 +143,137 @@ fn a_node_that_leaves_cleanly_hands_its_objects_over_at_once() {
     );
     assert_eq!(incr(&mut moved, 2), 2);
 }
+
+/// What one client saw of its player while the owner was killed.
+struct Trace {
+    player: u64,
+    /// Acknowledged counter values, in order.
+    acked: Vec<i64>,
+    /// When the first answer after the kill came, from the kill.
+    recovered_after: Option<Duration>,
+    errors: u32,
+}
+
+#[test]
+fn under_load_a_killed_owner_loses_no_acknowledged_increment_and_no_two_nodes_serve_one_player() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let cluster = LocalCluster::new();
+    let a = cluster.start(1);
+    let b = cluster.start(2);
+    let c = cluster.start(3);
+    for node in [&a, &b, &c] {
+        let others: Vec<u64> = [1, 2, 3]
+            .into_iter()
+            .filter(|&id| get_json(node.admin, "/cluster")["node_id"] != id)
+            .collect();
+        wait_members_up(node, &others);
+    }
+    // Players are placed by rendezvous over the members: keep six that
+    // landed on node 1.
+    let players: Vec<u64> = (1..)
+        .filter(|&player| {
+            a.connect().login(player, 1);
+            player_owner(b.admin, player).map(|(node, _)| node) == Some(1)
+        })
+        .take(6)
+        .collect();
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let gateways = [b.gateway, c.gateway];
+    let workers: Vec<_> = players
+        .iter()
+        .map(|&player| {
+            let gateway = gateways[player as usize % 2];
+            let (killed_at, stop) = (killed_at.clone(), stop.clone());
+            std::thread::spawn(move || {
+                // The session moves to a surviving node's gateway (the old
+                // one on node 1 is kicked); the player stays on node 1.
+                let (mut client, _) = login_eventually(gateway, player, Duration::from_secs(5));
+                let mut trace = Trace {
+                    player,
+                    acked: Vec::new(),
+                    recovered_after: None,
+                    errors: 0,
+                };
+                let mut seq = 2;
+                while !stop.load(Ordering::Relaxed) {
+                    seq += 1;
+                    client.send(route::PLAYER_INCR, seq, &1i64.to_le_bytes());
+                    let reply = match client.try_recv() {
+                        Some(reply) => reply,
+                        None => {
+                            // Closed (a kick while the player moved): log in
+                            // again on the same gateway.
+                            client = login_eventually(gateway, player, Duration::from_secs(5)).0;
+                            continue;
+                        }
+                    };
+                    assert_eq!(reply.seq, seq, "answers come in order: {reply:?}");
+                    match reply.kind {
+                        FrameKind::Response => {
+                            trace.acked.push(counter_of(&reply));
+                            let killed = *killed_at.lock().unwrap();
+                            if let (Some(killed), None) = (killed, trace.recovered_after) {
+                                if trace.errors > 0 {
+                                    trace.recovered_after = Some(killed.elapsed());
+                                }
+                            }
+                        }
+                        FrameKind::Error => {
+                            trace.errors += 1;
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        _ => panic!("unexpected {reply:?}"),
+                    }
+                }
+                trace
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    a.kill_9();
+    *killed_at.lock().unwrap() = Some(Instant::now());
+    std::thread::sleep(Duration::from_millis(DOWN_AFTER_MS + 1500));
+    stop.store(true, Ordering::Relaxed);
+    let traces: Vec<Trace> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+
+    let limit = Duration::from_millis(DOWN_AFTER_MS + 1000);
+    for trace in &traces {
+        assert!(trace.acked.len() > 5, "player {} barely ran", trace.player);
+        // Strictly increasing: no acknowledged increment lost, and never
+        // two nodes serving one player (their answers would repeat or go
+        // back).
+        for pair in trace.acked.windows(2) {
+            assert!(
+                pair[1] > pair[0],
+                "player {}: {} then {}",
+                trace.player,
+                pair[0],
+                pair[1]
+            );
+        }
+        if trace.errors > 0 {
+            let recovered = trace.recovered_after.expect("served again after the kill");
+            println!(
+                "player {} served again {recovered:?} after the kill",
+                trace.player
+            );
+            assert!(recovered <= limit, "player {}: {recovered:?}", trace.player);
+        }
+        // The durable value holds every acknowledged increment.
+        let node = [&b, &c][trace.player as usize % 2];
+        let (mut client, _) = login_eventually(node.gateway, trace.player, Duration::from_secs(5));
+        let now = counter_of(&client.call(route::PLAYER_GET, 2, &[]));
+        assert!(
+            now >= *trace.acked.last().unwrap(),
+            "player {}",
+            trace.player
+        );
+        assert_ne!(
+            player_owner(b.admin, trace.player).map(|(node, _)| node),
+            Some(1)
+        );
+    }
+}

@@ -75,6 +75,9 @@ pub enum ErrorCode {
     BadRequest = 5,
     Overloaded = 6,
     Unavailable = 7,
+    /// No answer will come: the node that held the request died, and
+    /// whether it applied the request is unknown.
+    Timeout = 8,
     Internal = 9,
 }
 

@@ -27,6 +27,7 @@ pub(crate) fn error_code_from_wire(code: u16) -> ErrorCode {
         5 => ErrorCode::BadRequest,
         6 => ErrorCode::Overloaded,
         7 => ErrorCode::Unavailable,
+        8 => ErrorCode::Timeout,
         _ => ErrorCode::Internal,
     }
 }
@@ -335,8 +336,12 @@ mod tests {
         };
         for outcome in [
             Ok(vec![1, 2, 3]),
-            Err(ErrorCode::Unavailable),
             Err(ErrorCode::AuthFailed),
+            Err(ErrorCode::BadRequest),
+            Err(ErrorCode::Overloaded),
+            Err(ErrorCode::Unavailable),
+            Err(ErrorCode::Timeout),
+            Err(ErrorCode::Internal),
         ] {
             let frame = FrameBuf::encode(&encode_reply(id, outcome.clone())).unwrap();
             let received = FrameBuf::from_network(frame.as_bytes()).unwrap();

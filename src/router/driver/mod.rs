@@ -17,6 +17,7 @@
 //! - store requests are [`Store`] futures; timers are the core's timers.
 
 pub mod clock;
+mod forwarded;
 pub(crate) mod frames;
 mod replies;
 
@@ -32,6 +33,7 @@ use shards::{Mesh, SendError};
 use wire::frame::{ArchivedMessage, FrameBuf, Message};
 use wire::{shard_of, ObjectKey};
 
+use self::forwarded::Forwarded;
 use self::frames::{
     decode_node_message, decode_reply, decode_request, encode_node_message, encode_reply,
     encode_request,
@@ -193,6 +195,7 @@ struct Inner {
     links: Rc<dyn NodeLinks>,
     client_side: RefCell<Option<Rc<dyn ClientSide>>>,
     replies: RefCell<ReplyRoutes>,
+    forwarded: RefCell<Forwarded>,
     metrics: Arc<CoreMetrics>,
     request_timeout_ms: u64,
     /// The effects being performed, reused so a batch allocates nothing.
@@ -219,6 +222,7 @@ impl RouterDriver {
             mesh: parts.mesh,
             links: parts.links,
             client_side: RefCell::new(None),
+            forwarded: RefCell::new(Forwarded::new(parts.request_timeout_ms)),
             replies: RefCell::new(ReplyRoutes::new(
                 parts.core_id,
                 parts.boot_incarnation,
@@ -459,6 +463,16 @@ impl RouterDriver {
 
     fn apply(&self, input: Input) {
         let now = clock::now_ms();
+        if let Input::Member {
+            node,
+            state,
+            incarnation,
+        } = &input
+        {
+            if state.is_ended() {
+                self.abandon_requests_to(now, *node, *incarnation);
+            }
+        }
         let mut core = self.0.core.borrow_mut();
         match input {
             Input::Request {
@@ -533,7 +547,32 @@ impl RouterDriver {
         .detach();
     }
 
+    /// `node`'s incarnation ended: the requests this core sent it will get
+    /// no answer from it. Answered TIMEOUT now (see `forwarded`).
+    fn abandon_requests_to(&self, now_ms: u64, node: NodeId, incarnation: u64) {
+        let abandoned = self.0.forwarded.borrow_mut().take_node(now_ms, node);
+        if !abandoned.is_empty() {
+            tracing::debug!(
+                node = node.0,
+                incarnation,
+                requests = abandoned.len(),
+                "answering the requests a dead node held"
+            );
+        }
+        for request in abandoned {
+            self.reply(request, Err(ErrorCode::Timeout));
+        }
+    }
+
     fn send_to_node(&self, node: NodeId, message: NodeMessage) {
+        if let NodeMessage::Routed { request, .. } = &message {
+            if request.needs_reply {
+                self.0
+                    .forwarded
+                    .borrow_mut()
+                    .sent(clock::now_ms(), request.id, node);
+            }
+        }
         let frame = encode_node_message(&message);
         let sent = self
             .0
@@ -586,6 +625,9 @@ impl RouterDriver {
         let client_side = self.0.client_side.borrow().clone();
         match (route, client_side) {
             (Some(route), Some(client_side)) => client_side.answer(route, outcome),
+            // A request abandoned when its node died had mostly been
+            // answered long before (`forwarded` keeps no answers): not late.
+            _ if outcome == Err(ErrorCode::Timeout) => {}
             // Expired: the gateway answered TIMEOUT already.
             _ => self.0.metrics.gateway.late_answers.inc(),
         }
