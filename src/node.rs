@@ -459,10 +459,16 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         metrics: metrics.clone(),
         request_timeout_ms: shared.config.gateway.request_timeout_ms,
     });
-    links.set_returned(Rc::new({
-        let router = router.clone();
-        move |node, frame| router.send_failed(node, frame)
-    }));
+    links.set_router_hooks(
+        Rc::new({
+            let router = router.clone();
+            move |node, frame| router.send_failed(node, frame)
+        }),
+        Rc::new({
+            let router = router.clone();
+            move |node| router.link_lost(node)
+        }),
+    );
     let _port = ServicesPort::connect(
         router.clone(),
         gateway.clone(),

@@ -61,6 +61,9 @@ impl LinkSettings {
 
 /// Where frames a failed link gave back go (the router, as send failures).
 pub type Returned = Rc<dyn Fn(NodeId, FrameBuf)>;
+/// Told when a link that was up fails: what it wrote lately may never have
+/// arrived (the router answers the requests waiting on that node).
+pub type Lost = Rc<dyn Fn(NodeId)>;
 
 /// One core's outgoing links. Cheap to clone; stays on its core.
 #[derive(Clone)]
@@ -77,6 +80,7 @@ struct Inner {
     /// read of the membership table says so.
     learned: RefCell<HashMap<NodeId, u64>>,
     returned: RefCell<Option<Returned>>,
+    lost: RefCell<Option<Lost>>,
     metrics: Arc<CoreMetrics>,
 }
 
@@ -159,13 +163,16 @@ impl CoreLinks {
             links: RefCell::default(),
             learned: RefCell::default(),
             returned: RefCell::new(None),
+            lost: RefCell::new(None),
             metrics,
         }))
     }
 
-    /// Where the frames of failed links go.
-    pub fn set_returned(&self, returned: Returned) {
+    /// Where the frames of failed links go, and who hears of a link that
+    /// failed after it was up.
+    pub fn set_router_hooks(&self, returned: Returned, lost: Lost) {
         *self.0.returned.borrow_mut() = Some(returned);
+        *self.0.lost.borrow_mut() = Some(lost);
     }
 
     /// Closes every link to `node`: it restarted, was declared down, or
@@ -281,6 +288,7 @@ impl CoreLinks {
                 "link handshake refused"
             );
         }
+        let was_up = slot.link.borrow().state() == LinkState::Up;
         if let Some(stream) = slot.stream.borrow_mut().take() {
             stream.shutdown();
         }
@@ -291,6 +299,11 @@ impl CoreLinks {
             count_failure(stats, LinkRefusal::Down);
             if let Some(returned) = &returned {
                 returned(slot.node, frame);
+            }
+        }
+        if was_up {
+            if let Some(lost) = self.0.lost.borrow().clone() {
+                lost(slot.node);
             }
         }
     }

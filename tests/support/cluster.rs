@@ -21,6 +21,18 @@ pub struct LocalCluster {
     starts: std::cell::Cell<u32>,
     /// Extra TOML for every node (sections after the defaults).
     pub extra: String,
+    /// The `[store]` section; default: the shared SQLite file.
+    pub store: Option<String>,
+}
+
+/// The TOML of the client-facing listeners on `host` (any free port) and
+/// the test auth secret: what `ServeProcess::start` adds on loopback.
+pub fn listeners_on(host: &str) -> String {
+    format!(
+        "[gateway]\nlisten = \"{host}:0\"\n[admin]\nlisten = \"{host}:0\"\n\
+         [auth]\nsecret = \"{}\"\n",
+        super::SECRET
+    )
 }
 
 impl Default for LocalCluster {
@@ -35,6 +47,7 @@ impl LocalCluster {
             dir: tempfile::tempdir().unwrap(),
             starts: std::cell::Cell::new(0),
             extra: String::new(),
+            store: None,
         }
     }
 
@@ -48,11 +61,16 @@ impl LocalCluster {
 
     /// The config of node `id`, whose cluster secret is `secret`.
     pub fn body(&self, id: u64, secret: &str) -> String {
+        self.body_on(id, secret, "127.0.0.1")
+    }
+
+    /// The config of node `id` whose links listen on `host`.
+    pub fn body_on(&self, id: u64, secret: &str, host: &str) -> String {
         format!(
             "[node]\nid = {id}\ndata_dir = {data:?}\n\
              [cores]\ncount = 2\nrecv_buffers = 64\nshutdown_deadline_ms = 3000\n\
-             [store]\nbackend = \"sqlite\"\npath = {db:?}\nsynchronous = \"normal\"\n\
-             [cluster]\nlisten = \"127.0.0.1:0\"\nsecret = {secret:?}\n\
+             {store}\
+             [cluster]\nlisten = \"{host}:0\"\nsecret = {secret:?}\n\
              heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\n\
              down_after_ms = {DOWN_AFTER_MS}\n\
              [services.player]\npersist = \"on_write\"\n{extra}",
@@ -62,7 +80,10 @@ impl LocalCluster {
                 .join(format!("data-{id}"))
                 .display()
                 .to_string(),
-            db = self.db().display().to_string(),
+            store = self.store.clone().unwrap_or_else(|| format!(
+                "[store]\nbackend = \"sqlite\"\npath = {:?}\nsynchronous = \"normal\"\n",
+                self.db().display().to_string()
+            )),
             extra = self.extra,
         )
     }
@@ -89,10 +110,9 @@ impl LocalCluster {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("node.toml");
         let body = format!(
-            "{}\n[gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
-             [auth]\nsecret = \"{}\"\n",
+            "{}\n{}",
             self.body(id, "the test cluster's secret"),
-            super::SECRET
+            listeners_on("127.0.0.1")
         );
         std::fs::write(&path, body).unwrap();
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))

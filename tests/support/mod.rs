@@ -249,7 +249,6 @@ impl ServeProcess {
     /// Starts `routerd serve --config <dir>/node.toml` with `body` as the
     /// config (on port 0 for both listeners) and waits until it serves.
     pub fn start(dir: &std::path::Path, body: &str) -> ServeProcess {
-        use std::io::BufRead;
         let path = dir.join("node.toml");
         // Every core's link listener on a free port, unless the test set
         // its own [cluster].
@@ -263,9 +262,16 @@ impl ServeProcess {
              [auth]\nsecret = \"{SECRET}\"\n{cluster}"
         );
         std::fs::write(&path, text).unwrap();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))
-            .args(["serve", "--config"])
-            .arg(&path)
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
+        command.args(["serve", "--config"]).arg(&path);
+        ServeProcess::spawn(command)
+    }
+
+    /// Runs `command` (a `routerd serve` with its config, maybe wrapped,
+    /// e.g. in `ip netns exec`) and waits until it serves.
+    pub fn spawn(mut command: std::process::Command) -> ServeProcess {
+        use std::io::BufRead;
+        let mut child = command
             .env_remove("ROUTERD_AUTH_SECRET")
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -1,10 +1,12 @@
-//! Requests this core sent to other nodes and whose answers someone on
-//! this node waits for. When membership declares one of those nodes down,
-//! its incarnation will never answer: the requests waiting on it are
-//! answered TIMEOUT at once (their outcome is unknown: the node may have
-//! applied them before it died) instead of at the gateway's request
-//! timeout, so a client that waits for each answer is served again as soon
-//! as the dead node's objects are claimable.
+//! Requests this core sent to other nodes and whose answers someone
+//! waits for. When membership declares one of those nodes down, its
+//! incarnation will never answer; when this core's link to it breaks
+//! (silent peer, cut network), what the link carried lately may never have
+//! arrived. Either way the requests waiting on that node are answered
+//! TIMEOUT at once (their outcome is unknown: the node may have applied
+//! them) instead of at the gateway's request timeout, so a client that
+//! waits for each answer is served again as soon as the objects are
+//! reachable or claimable.
 //!
 //! Bounded: the newest `FORWARDED_MAX` are kept, which at any rate this
 //! core reaches covers the requests in flight when a node dies. The table

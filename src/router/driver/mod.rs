@@ -158,6 +158,10 @@ enum Input {
         node: NodeId,
         message: NodeMessage,
     },
+    /// A link to `node` failed after it was up.
+    LinkLost {
+        node: NodeId,
+    },
     StoreReply {
         token: StoreToken,
         reply: StoreReply,
@@ -400,6 +404,15 @@ impl RouterDriver {
         }
     }
 
+    /// A link of this core to `node` failed after it was up (the peer went
+    /// silent, or the connection broke): requests it carried may never
+    /// have arrived, so the ones waiting on `node` are answered TIMEOUT now
+    /// rather than at the gateway's timeout (their outcome is unknown
+    /// either way).
+    pub fn link_lost(&self, node: NodeId) {
+        self.enqueue(Input::LinkLost { node });
+    }
+
     /// Membership's view of another node.
     pub fn on_member(&self, node: NodeId, incarnation: u64, state: MemberState) {
         self.enqueue(Input::Member {
@@ -463,15 +476,12 @@ impl RouterDriver {
 
     fn apply(&self, input: Input) {
         let now = clock::now_ms();
-        if let Input::Member {
-            node,
-            state,
-            incarnation,
-        } = &input
-        {
-            if state.is_ended() {
-                self.abandon_requests_to(now, *node, *incarnation);
+        match &input {
+            Input::Member { node, state, .. } if state.is_ended() => {
+                return self.abandon_then(now, *node, input);
             }
+            Input::LinkLost { node } => return self.abandon_requests_to(now, *node),
+            _ => {}
         }
         let mut core = self.0.core.borrow_mut();
         match input {
@@ -497,6 +507,7 @@ impl RouterDriver {
                 lease_until_ms,
             } => core.rejoin(now, incarnation, lease_until_ms),
             Input::Draining(draining) => core.set_draining(draining),
+            Input::LinkLost { .. } => {}
             Input::Shutdown { deadline_ms } => core.shutdown(now, deadline_ms),
         }
     }
@@ -547,16 +558,30 @@ impl RouterDriver {
         .detach();
     }
 
-    /// `node`'s incarnation ended: the requests this core sent it will get
-    /// no answer from it. Answered TIMEOUT now (see `forwarded`).
-    fn abandon_requests_to(&self, now_ms: u64, node: NodeId, incarnation: u64) {
+    /// Abandons the requests waiting on `node`, then applies `input` (its
+    /// end in membership).
+    fn abandon_then(&self, now_ms: u64, node: NodeId, input: Input) {
+        self.abandon_requests_to(now_ms, node);
+        if let Input::Member {
+            node,
+            incarnation,
+            state,
+        } = input
+        {
+            self.0.core.borrow_mut().on_member(node, incarnation, state);
+        }
+    }
+
+    /// The requests this core sent `node` will get no answer from it (it
+    /// ended, or the link that carried them broke): answered TIMEOUT now
+    /// (see `forwarded`).
+    fn abandon_requests_to(&self, now_ms: u64, node: NodeId) {
         let abandoned = self.0.forwarded.borrow_mut().take_node(now_ms, node);
         if !abandoned.is_empty() {
             tracing::debug!(
                 node = node.0,
-                incarnation,
                 requests = abandoned.len(),
-                "answering the requests a dead node held"
+                "answering the requests a lost node held"
             );
         }
         for request in abandoned {
