@@ -787,7 +787,8 @@ fn perform_store_op(
                 }
             })
         }
-        StoreOp::Write(write) => {
+        StoreOp::Write(mut write) => {
+            write.save_timepoint_ms = unix_now_ms();
             let written = store.write(write);
             Box::pin(async move {
                 match written.await {
@@ -796,7 +797,11 @@ fn perform_store_op(
                 }
             })
         }
-        StoreOp::WriteBatch(writes) => {
+        StoreOp::WriteBatch(mut writes) => {
+            let now = unix_now_ms();
+            for write in &mut writes {
+                write.save_timepoint_ms = now;
+            }
             let len = writes.len();
             let written = store.write_batch(writes);
             Box::pin(async move {
@@ -810,6 +815,16 @@ fn perform_store_op(
             })
         }
     }
+}
+
+/// The record's save time is for operators reading the store (`GET
+/// /objects/...`): wall-clock unix milliseconds, stamped here because the
+/// state machine runs on its monotonic clock. No node decides anything by
+/// it: two nodes' wall clocks may disagree.
+fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
 /// Every `WriteError` means the write did not happen (a write that may
