@@ -39,9 +39,7 @@ fn member_state(node: &ServeProcess, id: u64) -> Option<(String, u64)> {
     ))
 }
 
-#[test]
-fn a_killed_node_is_declared_down_and_its_objects_move_within_down_after() {
-    let cluster = LocalCluster::new();
+fn a_killed_node_is_declared_down_and_its_objects_move_within_down_after(cluster: LocalCluster) {
     let (a, b) = pair(&cluster);
     let mut client = a.connect();
     client.login(7, 1);
@@ -69,9 +67,7 @@ fn a_killed_node_is_declared_down_and_its_objects_move_within_down_after() {
     assert_eq!(incr(&mut through, 2), 4);
 }
 
-#[test]
-fn a_second_process_with_the_id_of_a_live_node_is_refused() {
-    let cluster = LocalCluster::new();
+fn a_second_process_with_the_id_of_a_live_node_is_refused(cluster: LocalCluster) {
     let a = cluster.start(1);
     let (status, stderr) = cluster.run_to_exit(1, Duration::from_secs(20));
     assert!(!status.success());
@@ -86,9 +82,7 @@ fn a_second_process_with_the_id_of_a_live_node_is_refused() {
     assert_eq!(get_json(a.admin, "/cluster")["incarnation"], 1);
 }
 
-#[test]
-fn a_frozen_node_is_fenced_and_comes_back_as_a_new_incarnation() {
-    let cluster = LocalCluster::new();
+fn a_frozen_node_is_fenced_and_comes_back_as_a_new_incarnation(cluster: LocalCluster) {
     let (a, b) = pair(&cluster);
     let mut old = a.connect();
     old.login(7, 1);
@@ -121,9 +115,7 @@ fn a_frozen_node_is_fenced_and_comes_back_as_a_new_incarnation() {
     assert_eq!(player_owner(a.admin, 7).map(|(node, _)| node), Some(2));
 }
 
-#[test]
-fn a_node_that_leaves_cleanly_hands_its_objects_over_at_once() {
-    let cluster = LocalCluster::new();
+fn a_node_that_leaves_cleanly_hands_its_objects_over_at_once(cluster: LocalCluster) {
     let (a, b) = pair(&cluster);
     let mut client = a.connect();
     client.login(9, 1);
@@ -154,12 +146,12 @@ struct Trace {
     errors: u32,
 }
 
-#[test]
-fn under_load_a_killed_owner_loses_no_acknowledged_increment_and_no_two_nodes_serve_one_player() {
+fn under_load_a_killed_owner_loses_no_acknowledged_increment_and_no_two_nodes_serve_one_player(
+    cluster: LocalCluster,
+) {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
 
-    let cluster = LocalCluster::new();
     let a = cluster.start(1);
     let b = cluster.start(2);
     let c = cluster.start(3);
@@ -277,3 +269,11 @@ fn under_load_a_killed_owner_loses_no_acknowledged_increment_and_no_two_nodes_se
         );
     }
 }
+
+on_every_store!(
+    a_killed_node_is_declared_down_and_its_objects_move_within_down_after,
+    a_second_process_with_the_id_of_a_live_node_is_refused,
+    a_frozen_node_is_fenced_and_comes_back_as_a_new_incarnation,
+    a_node_that_leaves_cleanly_hands_its_objects_over_at_once,
+    under_load_a_killed_owner_loses_no_acknowledged_increment_and_no_two_nodes_serve_one_player,
+);

@@ -26,9 +26,7 @@ fn incr(client: &mut Client, seq: u32) -> i64 {
     counter_of(&client.call(route::PLAYER_INCR, seq, &1i64.to_le_bytes()))
 }
 
-#[test]
-fn a_player_owned_by_one_node_is_served_through_another_and_kicked_across() {
-    let cluster = LocalCluster::new();
+fn a_player_owned_by_one_node_is_served_through_another_and_kicked_across(cluster: LocalCluster) {
     let a = cluster.start(1);
     let b = cluster.start(2);
     wait_members_up(&a, &[2]);
@@ -93,9 +91,7 @@ fn a_player_owned_by_one_node_is_served_through_another_and_kicked_across() {
     assert_eq!(status, 404);
 }
 
-#[test]
-fn a_room_fans_out_to_sessions_on_three_nodes() {
-    let cluster = LocalCluster::new();
+fn a_room_fans_out_to_sessions_on_three_nodes(cluster: LocalCluster) {
     let nodes: Vec<_> = (1..=3).map(|id| cluster.start(id)).collect();
     for (index, node) in nodes.iter().enumerate() {
         let others: Vec<u64> = (1..=3).filter(|&id| id != index as u64 + 1).collect();
@@ -144,9 +140,7 @@ fn a_room_fans_out_to_sessions_on_three_nodes() {
     }
 }
 
-#[test]
-fn a_node_with_another_secret_never_links() {
-    let cluster = LocalCluster::new();
+fn a_node_with_another_secret_never_links(cluster: LocalCluster) {
     let a = cluster.start(1);
     let mut owner = a.connect();
     owner.login(5, 1);
@@ -181,3 +175,9 @@ fn a_node_with_another_secret_never_links() {
     drop(client);
     std::thread::sleep(Duration::from_millis(50));
 }
+
+on_every_store!(
+    a_player_owned_by_one_node_is_served_through_another_and_kicked_across,
+    a_room_fans_out_to_sessions_on_three_nodes,
+    a_node_with_another_secret_never_links,
+);

@@ -17,6 +17,8 @@ pub const DOWN_AFTER_MS: u64 = 800;
 
 /// Where the nodes of one test keep their configs and their shared store.
 pub struct LocalCluster {
+    /// The PostgreSQL server of a cluster on PostgreSQL (dropped last).
+    postgres: Option<routerd::store::postgres_server::PgServer>,
     dir: tempfile::TempDir,
     starts: std::cell::Cell<u32>,
     /// Extra TOML for every node (sections after the defaults).
@@ -44,11 +46,37 @@ impl Default for LocalCluster {
 impl LocalCluster {
     pub fn new() -> LocalCluster {
         LocalCluster {
+            postgres: None,
             dir: tempfile::tempdir().unwrap(),
             starts: std::cell::Cell::new(0),
             extra: String::new(),
             store: None,
         }
+    }
+
+    /// A cluster whose nodes share a database on a throwaway PostgreSQL
+    /// server of its own, or `None` (and a line saying so) when PostgreSQL
+    /// is not installed.
+    pub fn postgres() -> Option<LocalCluster> {
+        use routerd::store::postgres_server::{PgServer, PgServerError};
+        let server = match PgServer::start() {
+            Ok(server) => server,
+            Err(PgServerError::Unavailable(why)) => {
+                println!("skipped: {why}");
+                return None;
+            }
+            Err(error) => panic!("{error}"),
+        };
+        server
+            .psql("postgres", "CREATE DATABASE cluster")
+            .expect("database created");
+        let mut cluster = LocalCluster::new();
+        cluster.store = Some(format!(
+            "[store]\nbackend = \"postgres\"\nurl = {:?}\n",
+            server.url("cluster")
+        ));
+        cluster.postgres = Some(server);
+        Some(cluster)
     }
 
     pub fn dir(&self) -> &Path {
@@ -239,4 +267,26 @@ pub fn login_eventually(
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Runs each scenario (a `fn(LocalCluster)`) twice: on a shared SQLite
+/// file (`<scenario>::on_sqlite`) and on a throwaway PostgreSQL server
+/// (`<scenario>::on_postgres`, which says it skipped without PostgreSQL).
+#[macro_export]
+macro_rules! on_every_store {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[test]
+            fn on_sqlite() {
+                super::$scenario($crate::support::cluster::LocalCluster::new());
+            }
+
+            #[test]
+            fn on_postgres() {
+                if let Some(cluster) = $crate::support::cluster::LocalCluster::postgres() {
+                    super::$scenario(cluster);
+                }
+            }
+        }
+    )*};
 }
