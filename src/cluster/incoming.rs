@@ -24,6 +24,9 @@ use crate::store::NodeId;
 
 /// Connections handshaking at once on one core; more are closed at once.
 pub const HANDSHAKES_MAX: usize = 64;
+/// Refused handshakes are logged at most once per this period per core
+/// (each is counted): a misconfigured or hostile peer cannot flood the log.
+const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// Where a validated frame from another node goes.
 pub type Dispatch = Rc<dyn Fn(NodeId, FrameBuf)>;
@@ -40,6 +43,8 @@ struct Inner {
     links: CoreLinks,
     metrics: Arc<CoreMetrics>,
     handshaking: Cell<usize>,
+    /// When a refusal was last logged, and how many went unlogged since.
+    refusals_logged: Cell<(Option<Instant>, u64)>,
     /// Live links in: the dialler and its incarnation.
     incoming: RefCell<Vec<(NodeId, u64, Weak<TcpStream>)>>,
 }
@@ -59,6 +64,7 @@ impl Incoming {
             links,
             metrics,
             handshaking: Cell::new(0),
+            refusals_logged: Cell::new((None, 0)),
             incoming: RefCell::default(),
         }))
     }
@@ -131,7 +137,7 @@ impl Incoming {
             Ok(dialler) => dialler,
             Err(reason) => {
                 count_refusal(&inner.metrics.cluster, reason);
-                tracing::debug!(reason = reason.as_str(), "link refused");
+                self.log_refusal(&conn, reason);
                 conn.stream.shutdown();
                 return;
             }
@@ -151,6 +157,23 @@ impl Incoming {
         );
         self.read(dialler.node, &stream, decoder).await;
         stream.shutdown();
+    }
+
+    fn log_refusal(&self, conn: &Conn, reason: Refusal) {
+        let (last, unlogged) = self.0.refusals_logged.get();
+        let now = Instant::now();
+        if last.is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_PERIOD) {
+            self.0.refusals_logged.set((last, unlogged + 1));
+            return;
+        }
+        self.0.refusals_logged.set((Some(now), 0));
+        let peer = conn.stream.peer_addr().ok();
+        tracing::warn!(
+            ?peer,
+            reason = reason.as_str(),
+            unlogged_since_last = unlogged,
+            "link refused"
+        );
     }
 
     /// A link from an incarnation membership knows ended (or a newer one

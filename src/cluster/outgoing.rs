@@ -281,6 +281,7 @@ impl CoreLinks {
         if let Ended::Refused(reason) = ended {
             count_refusal(stats, reason);
             slot.link.borrow_mut().refused = Some(reason);
+            // One line per attempt: the backoff (up to 5 s) bounds the rate.
             tracing::warn!(
                 node = slot.node.0,
                 core = slot.core,
