@@ -59,6 +59,10 @@ super::counter_set! {
         /// Messages to another node that its link could not take (queue full, link down); requests
         /// among them were retried or answered.
         "routerd_router_send_failures_total" { send_failures_total }
+        /// Requests a stateless service ran on this node.
+        "routerd_router_service_requests_total" { service_requests_total }
+        /// Timer events delivered to the objects that armed them.
+        "routerd_router_object_timers_total" { object_timers_total }
     }
 }
 

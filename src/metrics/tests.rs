@@ -139,8 +139,10 @@ fn router_counters_are_all_exported_and_mirrored() {
         fences_total: 22,
         dead_owner_claims_total: 23,
         send_failures_total: 24,
+        service_requests_total: 25,
+        object_timers_total: 26,
     };
-    assert_eq!(series, 24);
+    assert_eq!(series, 26);
     let cells = RouterCounterCells::default();
     cells.mirror(&plain);
     let mut seen: Vec<u64> = families
@@ -152,5 +154,5 @@ fn router_counters_are_all_exported_and_mirrored() {
         })
         .collect();
     seen.sort_unstable();
-    assert_eq!(seen, (1..=24).collect::<Vec<u64>>());
+    assert_eq!(seen, (1..=26).collect::<Vec<u64>>());
 }

@@ -11,8 +11,10 @@ use rand::SeedableRng;
 use wire::ObjectKey;
 
 use super::entry::Entry;
-use super::object::ObjectType;
-use super::types::{Effect, NodeMessage, Outcome, Request, RouterHead, StoreOp, StoreToken, Timer};
+use super::object::{ObjectType, ServiceHandler};
+use super::types::{
+    Effect, ErrorCode, NodeMessage, Outcome, Request, RouterHead, StoreOp, StoreToken, Timer,
+};
 use crate::config::RouterConfig;
 use crate::store::{CasVersion, NodeId, RouteVersion};
 
@@ -99,10 +101,12 @@ pub(crate) struct Manager {
     pub entries: BTreeMap<ObjectKey, Entry>,
 }
 
-/// One core's router: managers keyed by type id.
+/// One core's router: managers keyed by type id, and the stateless
+/// services this node runs, by type id.
 pub struct RouterCore {
     pub(crate) ctx: Ctx,
     pub(crate) managers: BTreeMap<u32, Manager>,
+    pub(crate) services: BTreeMap<u32, Box<dyn ServiceHandler>>,
 }
 
 impl Ctx {
@@ -253,6 +257,7 @@ impl RouterCore {
                 flush_keys: BTreeSet::new(),
             },
             managers: BTreeMap::new(),
+            services: BTreeMap::new(),
         };
         core.ctx.arm(sweep_at, Timer::Sweep);
         core
@@ -262,12 +267,28 @@ impl RouterCore {
     /// programming error of the assembly, not a runtime condition.
     pub fn register(&mut self, kind: Box<dyn ObjectType>) {
         let type_id = kind.type_id();
+        assert!(
+            !self.services.contains_key(&type_id),
+            "type {type_id} is a service"
+        );
         let manager = Manager {
             kind,
             entries: BTreeMap::new(),
         };
         let previous = self.managers.insert(type_id, manager);
         assert!(previous.is_none(), "type {type_id} registered twice");
+    }
+
+    /// Registers a stateless service. Panics on a type id already taken by
+    /// a service or an object type, like `register`.
+    pub fn register_service(&mut self, service: Box<dyn ServiceHandler>) {
+        let type_id = service.type_id();
+        assert!(
+            !self.managers.contains_key(&type_id),
+            "type {type_id} is an object type"
+        );
+        let previous = self.services.insert(type_id, service);
+        assert!(previous.is_none(), "service {type_id} registered twice");
     }
 
     pub fn node(&self) -> NodeId {
@@ -446,6 +467,9 @@ impl RouterCore {
                 transfer_id,
                 accepted,
             } => self.on_transfer_ack(now_ms, key, transfer_id, accepted),
+            NodeMessage::ServiceRequest { key, request } => {
+                self.on_service_request(now_ms, key, request)
+            }
         }
     }
 
@@ -500,6 +524,11 @@ impl RouterCore {
             NodeMessage::RouterTransfer(transfer) => {
                 self.transfer_ack_timeout(now_ms, transfer.key, transfer.transfer_id)
             }
+            // The catalog picked that node; this core has no catalog to
+            // pick another, so the request is answered now.
+            NodeMessage::ServiceRequest { request, .. } => {
+                self.ctx.reply(&request, Err(ErrorCode::Unavailable))
+            }
             NodeMessage::TransferAck { .. } | NodeMessage::RouterUpdateSync { .. } => {}
         }
     }
@@ -536,6 +565,11 @@ impl RouterCore {
                 self.transfer_ack_timeout(now_ms, key, transfer_id)
             }
             Timer::ShutdownDeadline => self.shutdown_deadline(now_ms),
+            Timer::Object {
+                key,
+                activation,
+                tag,
+            } => self.on_object_timer(now_ms, key, activation, tag),
         }
     }
 

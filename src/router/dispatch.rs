@@ -9,7 +9,9 @@ use super::core::StoreWait;
 use super::core::{Ctx, Manager, RouterCore, REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX};
 use super::entry::{Entry, Io, PendingWrite, Waiter};
 use super::object::{HandlerOutput, HandlerReply, ObjectType};
-use super::types::{Effect, ErrorCode, NodeMessage, Request, RouterHead, StoreOp};
+use super::types::{
+    Effect, ErrorCode, NodeMessage, Request, RequestId, RouterHead, StoreOp, Timer,
+};
 use crate::config::Persist;
 use crate::store::{NodeId, WriteCondition};
 
@@ -71,7 +73,7 @@ pub(crate) fn dispatch_entry(
         return;
     }
     if entry.is_writable() {
-        run_handler(ctx, kind, key, entry, waiter);
+        run_handler(ctx, kind, key, entry, now_ms, waiter);
         return;
     }
     let incoming_newer = waiter.head.route_version > entry.route_version;
@@ -271,6 +273,7 @@ fn run_handler(
     kind: &dyn ObjectType,
     key: ObjectKey,
     entry: &mut Entry,
+    now_ms: u64,
     waiter: Waiter,
 ) {
     let Some(object) = entry.object.as_mut() else {
@@ -279,6 +282,7 @@ fn run_handler(
     let mut out = HandlerOutput::default();
     object.state.handle(key, &waiter.request, &mut out);
     ctx.counters.handled_total += 1;
+    arm_object_timers(key, now_ms, &mut out);
     if out.mutated {
         object.dirty = true;
     }
@@ -297,10 +301,51 @@ fn run_handler(
     ctx.flush_later(key);
 }
 
+/// Turns the timers a handler of `key` asked for at `now_ms` into timers
+/// the core arms when the output is released (a held on_write output arms
+/// them only once its save applied, like everything else it produced).
+pub(crate) fn arm_object_timers(key: ObjectKey, now_ms: u64, out: &mut HandlerOutput) {
+    for timer in out.timers.drain(..) {
+        let at_ms = now_ms.saturating_add(timer.after_ms);
+        let timer = Timer::Object {
+            key,
+            activation: timer.activation,
+            tag: timer.tag,
+        };
+        out.armed.push((at_ms, timer));
+    }
+}
+
 /// Emits a handler's output.
 pub(crate) fn release(ctx: &mut Ctx, request: Request, out: HandlerOutput) {
     if let HandlerReply::Answer(outcome) = out.reply {
         ctx.reply(&request, outcome);
+    }
+    for (request, outcome) in out.late_answers {
+        ctx.counters.replies_total += 1;
+        ctx.effects.push(Effect::Reply { request, outcome });
+    }
+    for call in out.calls {
+        let request = Request {
+            // The driver numbers it (see `Effect::Call`).
+            id: RequestId {
+                origin_node: ctx.node,
+                seq: 0,
+            },
+            op: call.op,
+            body: call.body,
+            client: None,
+            needs_reply: true,
+        };
+        ctx.effects.push(Effect::Call {
+            head: RouterHead::local(call.to, ctx.node),
+            request,
+            caller: call.caller,
+            tag: call.tag,
+        });
+    }
+    for (at_ms, timer) in out.armed {
+        ctx.arm(at_ms, timer);
     }
     for (client, route_id, body) in out.pushes {
         ctx.effects.push(Effect::Push {

@@ -23,6 +23,7 @@ mod dispatch;
 mod entry;
 mod io;
 pub mod object;
+mod service;
 mod timers;
 mod transfer;
 pub mod types;
@@ -38,7 +39,10 @@ pub use self::core::{
     rendezvous_score, sweep_interval_ms, EntryView, RouterCore, RouterCounters,
     REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX, SHUTDOWN_BATCH_MAX,
 };
-pub use object::{DecodeError, HandlerOutput, HandlerReply, ObjectState, ObjectType};
+pub use object::{
+    DecodeError, HandlerOutput, HandlerReply, ObjectCall, ObjectState, ObjectTimer, ObjectType,
+    ServiceHandler,
+};
 pub use transfer::TransferError;
 pub use types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,

@@ -105,6 +105,10 @@ pub enum NodeMessage {
         transfer_id: u64,
         accepted: bool,
     },
+    /// A request for a stateless service, sent to the node the sender's
+    /// catalog picked: the receiver runs it (no ownership, no forwarding),
+    /// or answers UNAVAILABLE when it does not run that service.
+    ServiceRequest { key: ObjectKey, request: Request },
 }
 
 impl NodeMessage {
@@ -116,6 +120,7 @@ impl NodeMessage {
             NodeMessage::RouterUpdateSync { key, .. } => *key,
             NodeMessage::RouterTransfer(transfer) => transfer.key,
             NodeMessage::TransferAck { key, .. } => *key,
+            NodeMessage::ServiceRequest { key, .. } => *key,
         }
     }
 }
@@ -180,6 +185,13 @@ pub enum Timer {
     ShutdownDeadline,
     /// The membership lease may have run out (see `RouterCore::extend_lease`).
     Lease,
+    /// A timer an object asked for (`HandlerOutput::timers`): the object
+    /// gets a timer event if it is still writable here.
+    Object {
+        key: ObjectKey,
+        activation: u64,
+        tag: u64,
+    },
 }
 
 /// What the driver must do after an event.
@@ -214,6 +226,16 @@ pub enum Effect {
     /// Ask the gateway of `client.gateway_node` to kick (PUSH `sys.kicked`,
     /// then close) that session: a duplicate-login decision.
     Kick { client: ClientRef },
+    /// Like `Submit`, for a request whose answer goes back to the object
+    /// `caller` as an answer event (`object::answer_event(tag, ..)`): the
+    /// driver gives `request` an id of its own and keeps where its answer
+    /// goes, answering TIMEOUT to the caller if none comes in time.
+    Call {
+        head: RouterHead,
+        request: Request,
+        caller: ObjectKey,
+        tag: u64,
+    },
     /// Call `on_flush` once the events already being delivered to this core
     /// were delivered (the end of the current batch), not from inside them.
     /// Emitted at most once until that `on_flush`: `on_write` objects whose

@@ -140,6 +140,26 @@ fn message_strategy() -> impl Strategy<Value = Message> {
                 accepted,
             }
         }),
+        (
+            key_strategy(),
+            any::<(u64, u64, u32, u8, u8)>(),
+            client_strategy(),
+            bytes_strategy()
+        )
+            .prop_map(
+                |(key, (origin_node, request_seq, op, needs_reply, has_client), client, body)| {
+                    Message::ServiceRequest {
+                        key,
+                        origin_node,
+                        request_seq,
+                        op,
+                        needs_reply,
+                        has_client,
+                        client,
+                        body,
+                    }
+                }
+            ),
     ]
 }
 

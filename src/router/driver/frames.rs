@@ -66,6 +66,16 @@ pub(crate) fn client_native(client: &ArchivedClientWire) -> ClientRef {
     }
 }
 
+/// The session of a request as its frame carries it (zeros without one).
+fn request_client(request: &Request) -> ClientWire {
+    request.client.map(client_wire).unwrap_or(ClientWire {
+        gateway_node: 0,
+        session_id: 0,
+        session_epoch: 0,
+        player_id: 0,
+    })
+}
+
 pub(crate) fn encode_request(head: &RouterHead, request: &Request) -> Message {
     Message::RouterRequest {
         head: WireHead {
@@ -79,12 +89,7 @@ pub(crate) fn encode_request(head: &RouterHead, request: &Request) -> Message {
         op: request.op,
         needs_reply: u8::from(request.needs_reply),
         has_client: u8::from(request.client.is_some()),
-        client: request.client.map(client_wire).unwrap_or(ClientWire {
-            gateway_node: 0,
-            session_id: 0,
-            session_epoch: 0,
-            player_id: 0,
-        }),
+        client: request_client(request),
         body: request.body.clone(),
     }
 }
@@ -192,6 +197,16 @@ pub(crate) fn encode_node_message(message: &NodeMessage) -> Message {
             transfer_id: *transfer_id,
             accepted: u8::from(*accepted),
         },
+        NodeMessage::ServiceRequest { key, request } => Message::ServiceRequest {
+            key: key_wire(*key),
+            origin_node: request.id.origin_node.0,
+            request_seq: request.id.seq,
+            op: request.op,
+            needs_reply: u8::from(request.needs_reply),
+            has_client: u8::from(request.client.is_some()),
+            client: request_client(request),
+            body: request.body.clone(),
+        },
     }
 }
 
@@ -238,6 +253,28 @@ pub(crate) fn decode_node_message(message: &ArchivedMessage) -> Option<NodeMessa
             key: key_native(key),
             transfer_id: transfer_id.to_native(),
             accepted: *accepted != 0,
+        },
+        ArchivedMessage::ServiceRequest {
+            key,
+            origin_node,
+            request_seq,
+            op,
+            needs_reply,
+            has_client,
+            client,
+            body,
+        } => NodeMessage::ServiceRequest {
+            key: key_native(key),
+            request: Request {
+                id: RequestId {
+                    origin_node: NodeId(origin_node.to_native()),
+                    seq: request_seq.to_native(),
+                },
+                op: op.to_native(),
+                body: body.to_vec(),
+                client: (*has_client != 0).then(|| client_native(client)),
+                needs_reply: *needs_reply != 0,
+            },
         },
         _ => return None,
     })
@@ -313,6 +350,14 @@ mod tests {
                 key: key(),
                 transfer_id: 42,
                 accepted: false,
+            },
+            NodeMessage::ServiceRequest {
+                key: ObjectKey::new(101, 0, 51),
+                request: request(Some(client()), true),
+            },
+            NodeMessage::ServiceRequest {
+                key: ObjectKey::new(101, 0, 52),
+                request: request(None, false),
             },
         ]
     }

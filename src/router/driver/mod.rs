@@ -38,8 +38,9 @@ use self::frames::{
     decode_node_message, decode_reply, decode_request, encode_node_message, encode_reply,
     encode_request,
 };
-use self::replies::ReplyRoutes;
+use self::replies::{ReplyRoutes, RouteKind};
 pub use self::replies::{ReplyRoute, REPLY_ROUTES_MAX};
+use super::object::answer_event;
 use super::types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
     StoreFailure, StoreOp, StoreReply, StoreToken, Timer,
@@ -61,6 +62,17 @@ const GAUGES_MIRROR_INTERVAL: Duration = Duration::from_millis(250);
 const FLUSH_LINGER: Duration = Duration::from_micros(100);
 /// Inputs the router task handles before it lets other tasks run.
 const INPUTS_PER_TURN_MAX: usize = 1024;
+/// Calls of one core's objects waiting for their answer. Beyond it a call
+/// is answered OVERLOADED at once (to its caller, as an event).
+pub const CALLS_MAX: usize = 1 << 16;
+
+/// Where the answer to one object's call goes: the caller, and its number
+/// for the call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CallRoute {
+    caller: ObjectKey,
+    tag: u64,
+}
 
 /// Where answers, pushes and kicks for this node's client sessions go.
 /// The services implement it over the gateway.
@@ -149,6 +161,14 @@ enum Input {
         head: RouterHead,
         request: Request,
     },
+    /// A request for a stateless service, to run on `node` (this one, or
+    /// another the catalog picked).
+    Service {
+        now_ms: u64,
+        node: NodeId,
+        key: ObjectKey,
+        request: Request,
+    },
     Node {
         from: NodeId,
         message: NodeMessage,
@@ -199,6 +219,7 @@ struct Inner {
     links: Rc<dyn NodeLinks>,
     client_side: RefCell<Option<Rc<dyn ClientSide>>>,
     replies: RefCell<ReplyRoutes>,
+    calls: RefCell<ReplyRoutes<CallRoute>>,
     forwarded: RefCell<Forwarded>,
     metrics: Arc<CoreMetrics>,
     request_timeout_ms: u64,
@@ -232,6 +253,12 @@ impl RouterDriver {
                 parts.boot_incarnation,
                 parts.request_timeout_ms,
             )),
+            calls: RefCell::new(ReplyRoutes::of_kind(
+                RouteKind::Call,
+                parts.core_id,
+                parts.boot_incarnation,
+                parts.request_timeout_ms,
+            )),
             metrics: parts.metrics,
             request_timeout_ms: parts.request_timeout_ms,
             effects: RefCell::new(Vec::new()),
@@ -249,6 +276,20 @@ impl RouterDriver {
                     return;
                 };
                 RouterDriver(inner).mirror_gauges();
+            }
+        })
+        .detach();
+        // Calls whose answer never came (a reply a link dropped) are
+        // answered TIMEOUT to their caller: every call gets one answer.
+        let weak = Rc::downgrade(&driver.0);
+        let tick = Duration::from_millis((driver.0.request_timeout_ms / 8).max(1));
+        shards::spawn_background(async move {
+            loop {
+                shards::sleep(tick).await;
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                RouterDriver(inner).expire_calls();
             }
         })
         .detach();
@@ -306,6 +347,46 @@ impl RouterDriver {
             needs_reply: true,
         };
         self.submit_at(now_ms, RouterHead::local(key, self.0.node), request);
+        Ok(())
+    }
+
+    /// A client request of a session of this core for the stateless
+    /// service of `key.type_id`, to run on `node` (picked from the catalog:
+    /// this node or another that advertises the service). Its answer comes
+    /// back like a client request's (`ClientSide::answer`).
+    pub fn service_request(
+        &self,
+        node: NodeId,
+        key: ObjectKey,
+        request: (u32, Vec<u8>),
+        client: ClientRef,
+        route: ReplyRoute,
+        now: Instant,
+    ) -> Result<(), ErrorCode> {
+        let now_ms = clock::ms_at(now);
+        let seq = {
+            let mut replies = self.0.replies.borrow_mut();
+            replies.expire(now_ms);
+            replies.insert(route, now_ms + self.0.request_timeout_ms)
+        };
+        let seq = seq.ok_or(ErrorCode::Overloaded)?;
+        let (op, body) = request;
+        let request = Request {
+            id: RequestId {
+                origin_node: self.0.node,
+                seq,
+            },
+            op,
+            body,
+            client: Some(client),
+            needs_reply: true,
+        };
+        self.enqueue(Input::Service {
+            now_ms,
+            node,
+            key,
+            request,
+        });
         Ok(())
     }
 
@@ -490,6 +571,18 @@ impl RouterDriver {
                 head,
                 request,
             } => core.on_request(now_ms, head, request),
+            Input::Service {
+                now_ms,
+                node,
+                key,
+                request,
+            } if node == self.0.node => core.on_service_request(now_ms, key, request),
+            Input::Service {
+                node, key, request, ..
+            } => {
+                drop(core);
+                self.send_to_node(node, NodeMessage::ServiceRequest { key, request });
+            }
             Input::Node { from, message } => core.on_node_message(now, from, message),
             Input::SendFailed { node, message } => core.on_send_failed(now, node, message),
             Input::StoreReply { token, reply } => core.on_store_reply(now, token, reply),
@@ -541,6 +634,12 @@ impl RouterDriver {
                 body,
             } => self.push(client, route_id, body),
             Effect::Kick { client } => self.kick(client),
+            Effect::Call {
+                head,
+                request,
+                caller,
+                tag,
+            } => self.call(head, request, CallRoute { caller, tag }),
             Effect::SendToNode { node, message } => self.send_to_node(node, message),
             Effect::FlushSavesAfterBatch => self.flush_after_batch(),
         }
@@ -589,14 +688,60 @@ impl RouterDriver {
         }
     }
 
+    /// Submits an object's call with a number of this core's call slab, so
+    /// its answer finds its way back to the caller (`answer_local`).
+    fn call(&self, head: RouterHead, mut request: Request, route: CallRoute) {
+        let now_ms = clock::now_ms();
+        let seq = self
+            .0
+            .calls
+            .borrow_mut()
+            .insert(route, now_ms + self.0.request_timeout_ms);
+        let Some(seq) = seq else {
+            return self.answer_call(route, Err(ErrorCode::Overloaded));
+        };
+        request.id = RequestId {
+            origin_node: self.0.node,
+            seq,
+        };
+        self.submit_at(now_ms, head, request);
+    }
+
+    /// Hands the answer to a call to its caller, as an event routed by key
+    /// like any request (the caller may have moved meanwhile).
+    fn answer_call(&self, route: CallRoute, outcome: Outcome) {
+        let event = answer_event(route.tag, outcome);
+        self.submit_at(
+            clock::now_ms(),
+            RouterHead::local(route.caller, self.0.node),
+            event,
+        );
+    }
+
+    /// Answers TIMEOUT to the calls that waited `request_timeout_ms`.
+    fn expire_calls(&self) {
+        let mut expired = Vec::new();
+        self.0
+            .calls
+            .borrow_mut()
+            .expire_each(clock::now_ms(), |route| expired.push(route));
+        for route in expired {
+            self.answer_call(route, Err(ErrorCode::Timeout));
+        }
+    }
+
     fn send_to_node(&self, node: NodeId, message: NodeMessage) {
-        if let NodeMessage::Routed { request, .. } = &message {
-            if request.needs_reply {
-                self.0
-                    .forwarded
-                    .borrow_mut()
-                    .sent(clock::now_ms(), request.id, node);
+        let waits = match &message {
+            NodeMessage::Routed { request, .. } | NodeMessage::ServiceRequest { request, .. } => {
+                request.needs_reply.then_some(request.id)
             }
+            _ => None,
+        };
+        if let Some(request) = waits {
+            self.0
+                .forwarded
+                .borrow_mut()
+                .sent(clock::now_ms(), request, node);
         }
         let frame = encode_node_message(&message);
         let sent = self
@@ -644,8 +789,17 @@ impl RouterDriver {
         }
     }
 
-    /// An answer for a request this core made.
+    /// An answer for a request this core made: a client's, or a call of
+    /// one of its objects.
     fn answer_local(&self, request_seq: u64, outcome: Outcome) {
+        if RouteKind::of(request_seq) == RouteKind::Call {
+            // None: answered TIMEOUT at expiry already, or abandoned.
+            let route = self.0.calls.borrow_mut().take(request_seq);
+            if let Some(route) = route {
+                self.answer_call(route, outcome);
+            }
+            return;
+        }
         let route = self.0.replies.borrow_mut().take(request_seq);
         let client_side = self.0.client_side.borrow().clone();
         match (route, client_side) {

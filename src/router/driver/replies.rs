@@ -1,5 +1,7 @@
-//! Where the answers to this core's client requests go, and the request
-//! numbers that name them.
+//! Where the answers to this core's requests go, and the request numbers
+//! that name them: client requests (answered to a session) and object calls
+//! (answered to the calling object as an event). One slab type serves both;
+//! a bit of the number says which slab made it.
 
 /// Requests of one core waiting for their answer. Each is also in the
 /// gateway's in-flight table (bounded by `max_inflight` per session); this
@@ -7,11 +9,40 @@
 pub const REPLY_ROUTES_MAX: usize = 1 << 20;
 
 /// The low 40 bits of a request number (`wire::ids` holds the core and the
-/// node's incarnation above them): a slot's generation, then its index.
+/// node's incarnation above them): the slab's kind bit, a slot's
+/// generation, then its index.
 const SLOT_BITS: u32 = 24;
 const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
-const GENERATION_MASK: u64 = (1 << (wire::ids::INCARNATION_SHIFT - SLOT_BITS)) - 1;
+const KIND_BIT: u64 = 1 << (wire::ids::INCARNATION_SHIFT - 1);
+const GENERATION_MASK: u64 = (1 << (wire::ids::INCARNATION_SHIFT - 1 - SLOT_BITS)) - 1;
 const _: () = assert!(REPLY_ROUTES_MAX as u64 <= SLOT_MASK + 1);
+
+/// Which slab made a request number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RouteKind {
+    /// A client request: its answer goes to a session.
+    Client,
+    /// An object's call: its answer goes to the calling object.
+    Call,
+}
+
+impl RouteKind {
+    fn bit(self) -> u64 {
+        match self {
+            RouteKind::Client => 0,
+            RouteKind::Call => KIND_BIT,
+        }
+    }
+
+    /// The kind of slab that made `seq`.
+    pub(super) fn of(seq: u64) -> RouteKind {
+        if seq & KIND_BIT == 0 {
+            RouteKind::Client
+        } else {
+            RouteKind::Call
+        }
+    }
+}
 
 /// Where the answer to one client request goes: the session it came from
 /// (as the gateway's egress gate checks it) and the client's route and seq.
@@ -24,13 +55,13 @@ pub struct ReplyRoute {
     pub client_seq: u32,
 }
 
-struct Slot {
+struct Slot<T> {
     /// Bumped when the slot is freed, so a sequence number names one use
     /// of the slot: an answer for an earlier use finds nothing.
     generation: u64,
     /// The full number of the use waiting, compared whole: a number made
     /// by an earlier run of the node (another incarnation) never matches.
-    waiting: Option<(ReplyRoute, u64, u64)>,
+    waiting: Option<(T, u64, u64)>,
 }
 
 /// The answers this core waits for: a slab whose slot index and generation
@@ -39,21 +70,35 @@ struct Slot {
 /// answered is dropped by a sweep after the gateway's request timeout (the
 /// gateway has answered TIMEOUT by then); the sweep walks the slab once per
 /// `sweep_interval_ms`, so memory is bounded by the requests in flight.
-pub(super) struct ReplyRoutes {
+pub(super) struct ReplyRoutes<T = ReplyRoute> {
+    kind: RouteKind,
     core_id: usize,
     incarnation: u64,
-    slots: Vec<Slot>,
+    slots: Vec<Slot<T>>,
     free: Vec<u32>,
     waiting: usize,
     sweep_interval_ms: u64,
     next_sweep_ms: u64,
 }
 
-impl ReplyRoutes {
+impl ReplyRoutes<ReplyRoute> {
     /// Unanswered routes are dropped between `request_timeout_ms` and
     /// 1.25 times that after they were made.
     pub(super) fn new(core_id: usize, incarnation: u64, request_timeout_ms: u64) -> ReplyRoutes {
+        ReplyRoutes::of_kind(RouteKind::Client, core_id, incarnation, request_timeout_ms)
+    }
+}
+
+impl<T: Copy> ReplyRoutes<T> {
+    /// An empty slab of `kind`; see [`ReplyRoutes::new`].
+    pub(super) fn of_kind(
+        kind: RouteKind,
+        core_id: usize,
+        incarnation: u64,
+        request_timeout_ms: u64,
+    ) -> ReplyRoutes<T> {
         ReplyRoutes {
+            kind,
             core_id,
             incarnation,
             slots: Vec::new(),
@@ -66,7 +111,7 @@ impl ReplyRoutes {
 
     /// Records where a request's answer goes; returns the request's
     /// sequence number, or `None` when `REPLY_ROUTES_MAX` are waiting.
-    pub(super) fn insert(&mut self, route: ReplyRoute, expires_ms: u64) -> Option<u64> {
+    pub(super) fn insert(&mut self, route: T, expires_ms: u64) -> Option<u64> {
         if self.waiting >= REPLY_ROUTES_MAX {
             return None;
         }
@@ -83,7 +128,8 @@ impl ReplyRoutes {
             }
         };
         let slot = &mut self.slots[index as usize];
-        let local = (slot.generation & GENERATION_MASK) << SLOT_BITS | u64::from(index);
+        let local =
+            self.kind.bit() | (slot.generation & GENERATION_MASK) << SLOT_BITS | u64::from(index);
         let seq = wire::ids::make(self.core_id, self.incarnation, local);
         slot.waiting = Some((route, expires_ms, seq));
         self.waiting += 1;
@@ -92,7 +138,7 @@ impl ReplyRoutes {
 
     /// The route of request `seq`, once: `None` if it was answered or
     /// dropped already.
-    pub(super) fn take(&mut self, seq: u64) -> Option<ReplyRoute> {
+    pub(super) fn take(&mut self, seq: u64) -> Option<T> {
         let index = (seq & SLOT_MASK) as usize;
         let slot = self.slots.get_mut(index)?;
         match slot.waiting {
@@ -108,18 +154,23 @@ impl ReplyRoutes {
     /// Drops the routes that expired by `now_ms`; cheap until the next
     /// sweep is due.
     pub(super) fn expire(&mut self, now_ms: u64) {
+        self.expire_each(now_ms, |_| {});
+    }
+
+    /// [`Self::expire`], handing each expired route to `expired`.
+    pub(super) fn expire_each(&mut self, now_ms: u64, mut expired: impl FnMut(T)) {
         if now_ms < self.next_sweep_ms {
             return;
         }
         self.next_sweep_ms = now_ms + self.sweep_interval_ms;
         for index in 0..self.slots.len() {
             let slot = &mut self.slots[index];
-            if slot
-                .waiting
-                .is_some_and(|(_, expires_ms, _)| expires_ms <= now_ms)
-            {
-                slot.waiting = None;
-                self.release(index);
+            if let Some((route, expires_ms, _)) = slot.waiting {
+                if expires_ms <= now_ms {
+                    slot.waiting = None;
+                    self.release(index);
+                    expired(route);
+                }
             }
         }
     }
@@ -195,6 +246,29 @@ mod tests {
         routes.expire(30);
         assert_eq!(routes.len(), 0);
         assert!(held.iter().all(|&seq| routes.take(seq).is_none()));
+    }
+
+    #[test]
+    fn a_call_number_is_never_a_client_number() {
+        let mut clients = ReplyRoutes::new(2, 7, 100);
+        let mut calls: ReplyRoutes<u64> = ReplyRoutes::of_kind(RouteKind::Call, 2, 7, 100);
+        let client = clients.insert(ROUTE, 100).unwrap();
+        let call = calls.insert(99, 100).unwrap();
+        assert_eq!(RouteKind::of(client), RouteKind::Client);
+        assert_eq!(RouteKind::of(call), RouteKind::Call);
+        assert_eq!(wire::ids::core_of(call), 2);
+        // Same slot and generation, another slab: never confused.
+        assert_eq!(call & SLOT_MASK, client & SLOT_MASK);
+        assert!(clients.take(call).is_none());
+        assert!(calls.take(client).is_none());
+        assert_eq!(calls.take(call), Some(99));
+        // Expiry hands back what it drops, once.
+        let late = calls.insert(5, 10).unwrap();
+        let mut expired = Vec::new();
+        calls.expire_each(10, |tag| expired.push(tag));
+        assert_eq!(expired, vec![5]);
+        assert!(calls.take(late).is_none());
+        assert!(clients.take(client).is_some());
     }
 
     #[test]

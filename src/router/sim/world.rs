@@ -414,6 +414,9 @@ impl World {
         for effect in effects {
             match effect {
                 Effect::SendToNode { node: to, message } => self.send(node, to.0, message),
+                // Counter, player and room never call another object: a
+                // call here is a router bug the run must not hide.
+                Effect::Call { .. } => panic!("n{node}.{core}: a call from a simulated object"),
                 Effect::Submit { head, request } => self.schedule(
                     self.now_ms,
                     Event::Submit {

@@ -132,4 +132,17 @@ pub enum Message {
         transfer_id: u64,
         accepted: u8,
     },
+    /// The router's `NodeMessage::ServiceRequest`: a request for a stateless
+    /// service on the node the sender picked; no route head (nothing is
+    /// owned or forwarded). Its answer is a `RouterReply` like any other.
+    ServiceRequest {
+        key: KeyWire,
+        origin_node: u64,
+        request_seq: u64,
+        op: u32,
+        needs_reply: u8,
+        has_client: u8,
+        client: ClientWire,
+        body: Vec<u8>,
+    },
 }

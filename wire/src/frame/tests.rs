@@ -76,6 +76,16 @@ pub(crate) fn samples() -> Vec<Message> {
             transfer_id: 7,
             accepted: 1,
         },
+        Message::ServiceRequest {
+            key,
+            origin_node: 1,
+            request_seq: 2 << 56 | 5,
+            op: 201,
+            needs_reply: 1,
+            has_client: 1,
+            client,
+            body: b"name".to_vec(),
+        },
     ]
 }
 
