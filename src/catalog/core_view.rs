@@ -61,6 +61,19 @@ impl CoreCatalog {
         self.local.routes(msg_id)
     }
 
+    /// This node's own actors and the remote candidates for `msg_id`, both
+    /// at once (a pick over a node's own and the others' actors reads both).
+    #[inline]
+    pub fn lookup_local_and_remote(&mut self, msg_id: u32) -> (&[ActorConfig], &[ActorConfig]) {
+        if self.catalog.local_version() != self.local.version() {
+            self.local = self.catalog.local_table();
+        }
+        if self.catalog.other_actors_version() != self.snapshot.version() {
+            self.refresh_snapshot();
+        }
+        (self.local.routes(msg_id), self.snapshot.candidates(msg_id))
+    }
+
     /// The version of the snapshot this core read last.
     pub fn snapshot_version(&self) -> u64 {
         self.snapshot.version()

@@ -23,7 +23,7 @@ pub use actor::{
     NODES_MAX, REGISTRY_ACTORS_MAX,
 };
 pub use core_view::CoreCatalog;
-pub use pick::{PickOne, RendezvousHash, WeightedStrategy};
+pub use pick::{pick_among, PickOne, RendezvousHash, WeightedStrategy};
 pub use registry::{ActorEvents, Catalog};
 pub use snapshot::{lookup_linear_scan, Snapshot};
 

@@ -47,34 +47,66 @@ pub(crate) fn rendezvous_score(msg_key: u64, candidate: &ActorConfig) -> u64 {
 
 impl PickOne for RendezvousHash {
     fn pick_one(&self, msg_key: u64, candidates: &[ActorConfig]) -> Option<usize> {
-        let mut best: Option<(usize, u64)> = None;
-        for (index, candidate) in candidates.iter().enumerate() {
-            let score = rendezvous_score(msg_key, candidate);
-            if best.is_none_or(|(_, top)| score > top) {
-                best = Some((index, score));
-            }
-        }
-        best.map(|(index, _)| index)
+        pick_index(false, msg_key, candidates.iter())
     }
 }
 
 impl PickOne for WeightedStrategy {
     fn pick_one(&self, msg_key: u64, candidates: &[ActorConfig]) -> Option<usize> {
-        if candidates.iter().all(|c| c.weight == 0) {
-            return RendezvousHash.pick_one(msg_key, candidates);
-        }
-        let mut best: Option<(usize, f64)> = None;
-        for (index, candidate) in candidates.iter().enumerate() {
-            if candidate.weight == 0 {
-                continue;
-            }
-            let score = weighted_score(rendezvous_score(msg_key, candidate), candidate.weight);
-            if best.is_none_or(|(_, top)| score > top) {
-                best = Some((index, score));
-            }
-        }
-        best.map(|(index, _)| index)
+        pick_index(true, msg_key, candidates.iter())
     }
+}
+
+/// The candidate that gets `msg_key` among `candidates` in any order (a
+/// node's own actors and its snapshot's, say): the same one as
+/// [`RendezvousHash`] (or [`WeightedStrategy`] when `weighted`) picks from
+/// the same candidates sorted by `(node_id, actor_id)`, ties included.
+pub fn pick_among<'a>(
+    weighted: bool,
+    msg_key: u64,
+    candidates: impl Iterator<Item = &'a ActorConfig> + Clone,
+) -> Option<&'a ActorConfig> {
+    let index = pick_index(weighted, msg_key, candidates.clone())?;
+    candidates.into_iter().nth(index)
+}
+
+/// The index of the best-scoring candidate; on equal scores, the one with
+/// the lower `(node_id, actor_id)`.
+fn pick_index<'a>(
+    weighted: bool,
+    msg_key: u64,
+    candidates: impl Iterator<Item = &'a ActorConfig> + Clone,
+) -> Option<usize> {
+    // Weight 0 everywhere: plain rendezvous over all, rather than nothing.
+    let weighted = weighted && candidates.clone().any(|c| c.weight > 0);
+    let mut best: Option<(usize, f64, u64, (u64, u64))> = None;
+    for (index, candidate) in candidates.enumerate() {
+        if weighted && candidate.weight == 0 {
+            continue;
+        }
+        let hash = rendezvous_score(msg_key, candidate);
+        let score = if weighted {
+            weighted_score(hash, candidate.weight)
+        } else {
+            0.0
+        };
+        let order = candidate.stable_order_key();
+        let better = match best {
+            None => true,
+            Some((_, top_score, top_hash, top_order)) => {
+                let ordering = if weighted {
+                    score.total_cmp(&top_score)
+                } else {
+                    hash.cmp(&top_hash)
+                };
+                ordering.is_gt() || (ordering.is_eq() && order < top_order)
+            }
+        };
+        if better {
+            best = Some((index, score, hash, order));
+        }
+    }
+    best.map(|(index, ..)| index)
 }
 
 /// `weight / -ln(u)` with `u` uniform in (0, 1) from the top 52 bits of the

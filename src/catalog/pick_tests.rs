@@ -187,3 +187,33 @@ fn ln_stable_matches_libm() {
     assert!(weighted_score(0, 1).is_finite() && weighted_score(0, 1) > 0.0);
     assert!(weighted_score(u64::MAX, 1).is_finite() && weighted_score(u64::MAX, 1) > 0.0);
 }
+
+#[test]
+fn pick_among_any_order_agrees_with_the_sorted_pick() {
+    let set = pinned_set();
+    // The set split in two (a node's own actors and the snapshot's) and in
+    // reverse order: the same actor wins every key.
+    let (local, remote) = set.split_at(2);
+    for key in PINNED_KEYS.iter().copied().chain(100..400) {
+        for weighted in [false, true] {
+            let sorted = if weighted {
+                WeightedStrategy.pick_one(key, &set)
+            } else {
+                RendezvousHash.pick_one(key, &set)
+            };
+            let among = pick_among(weighted, key, remote.iter().rev().chain(local.iter()));
+            assert_eq!(
+                among.map(ActorConfig::stable_order_key),
+                sorted.map(|index| set[index].stable_order_key()),
+                "key {key} weighted {weighted}"
+            );
+        }
+    }
+    assert!(pick_among(true, 1, [].iter()).is_none());
+    // Every weight 0: plain rendezvous over all.
+    let zeros = vec![weighted(1, 1, 0), weighted(2, 2, 0)];
+    assert_eq!(
+        pick_among(true, 9, zeros.iter()).map(|a| a.node_id),
+        RendezvousHash.pick_one(9, &zeros).map(|i| zeros[i].node_id)
+    );
+}

@@ -150,10 +150,12 @@ pub fn advertised(actors: &[ActorConfig]) -> Vec<AdvertisedActor> {
         .collect()
 }
 
-/// Passes a member's row to the catalog: a live member's actors are
-/// candidates, an ended member's are not.
+/// Passes a member's row to the catalog: the actors of a member that is
+/// up are candidates; a joining member's are not yet (its cores may not
+/// serve), and a draining or ended member's are not any more, so that its
+/// keys, and only its keys, move to the others.
 pub fn feed_catalog(catalog: &Catalog, row: &MemberRow) {
-    if row.state.is_ended() {
+    if row.state != MemberState::Up {
         catalog.node_down(row.node_id.0);
     } else if let Err(error) = catalog.node_up(row.node_id.0, actor_configs(row)) {
         tracing::warn!(node = row.node_id.0, %error, "advertisement refused");
