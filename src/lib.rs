@@ -1,13 +1,17 @@
 //! routerd: a thread-per-core stateful-object router and gateway.
 //!
+//! Writing your own object types and services: [`object`] (the API) and
+//! [`NodeBuilder`] (registering them); `examples/guild/` is a whole one.
+//!
 //! One folder a concern, each with a small public face: [`config`],
 //! [`store`] (ownership persistence), [`catalog`] (the msgId snapshot),
 //! [`router`] (ownership, route caches, repair and transfer, as a sans-IO
-//! state machine), [`services`] (the business objects), [`node`]
+//! state machine), [`services`] (the built-in business objects), [`node`]
 //! (assembly), [`admin`] and [`metrics`] (observability), and [`client`]
 //! (`routerd client`, a line-oriented client to try a node with).
 
 pub mod admin;
+mod builder;
 pub mod catalog;
 pub mod client;
 pub mod cluster;
@@ -15,6 +19,9 @@ pub mod config;
 pub mod gateway;
 pub mod metrics;
 pub mod node;
+pub mod object;
 pub mod router;
 pub mod services;
 pub mod store;
+
+pub use builder::NodeBuilder;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use routerd::config::Config;
-use routerd::node::Node;
+use routerd::NodeBuilder;
 
 #[derive(Parser)]
 #[command(
@@ -79,19 +79,7 @@ fn main() -> ExitCode {
 
 fn serve(config: Option<PathBuf>) -> Result<(), String> {
     let config = Config::load(config.as_deref()).map_err(|e| e.to_string())?;
-    let node = Node::start(config).map_err(|e| e.to_string())?;
-    node.stop_on_signals().map_err(|e| e.to_string())?;
-    tracing::info!(
-        node = node.cluster().me().0,
-        incarnation = node.cluster().snapshot().me.incarnation,
-        gateway = %node.gateway_address(),
-        admin = %node.admin_address(),
-        cores = node.core_count(),
-        "routerd serving"
-    );
-    node.wait().map_err(|e| e.to_string())?;
-    tracing::info!("routerd stopped");
-    Ok(())
+    NodeBuilder::new(config).serve().map_err(|e| e.to_string())
 }
 
 fn token(player_id: u64, ttl_secs: u64, config: Option<PathBuf>) -> Result<(), String> {

@@ -18,14 +18,13 @@ use crate::cluster::outgoing::{CoreLinks, LinkSettings, SUSPECT_AFTER_PINGS};
 use crate::cluster::view::{ClusterView, Peer, Standing};
 use crate::config::{Config, RingTaskrun};
 use crate::gateway::driver::{self, GatewayShared};
+use crate::gateway::routes::RouteTable;
 use crate::gateway::GatewayHandle;
 use crate::metrics::NodeMetrics;
+use crate::object::{Registry, RegistryError};
 use crate::router::driver::{clock, DriverParts, FrameSource, RouterDriver};
 use crate::router::RouterCore;
-use crate::services::local_actors;
-use crate::services::player::PlayerType;
-use crate::services::port::ServicesPort;
-use crate::services::room::RoomType;
+use crate::services::port::{PortParts, ServicesPort};
 use crate::store::{MemberState, NodeId, OpenError, Store};
 
 /// How long the cores may take to bind their listeners and report ready.
@@ -65,6 +64,8 @@ pub enum NodeError {
     Runtime(#[from] shards::RuntimeError),
     #[error("refusing to start: {0}")]
     Secret(#[from] crate::config::SecretError),
+    #[error("cannot serve these object types and services: {0}")]
+    Objects(#[from] RegistryError),
 }
 
 /// The message type cores exchange over the mesh: one rkyv frame in one
@@ -95,26 +96,43 @@ struct NodeShared {
     /// Each core's cluster listener, bound before the join so its address
     /// could be advertised; each core takes its own.
     cluster_listeners: Mutex<Vec<Option<std::net::TcpListener>>>,
+    /// The object types and services every core registers.
+    registry: Registry,
+    /// The routes they declared, with the system's.
+    routes: Arc<RouteTable>,
 }
 
 impl Node {
-    /// Starts every core and the admin endpoint, and returns once every core
-    /// serves.
+    /// Starts a node serving the built-in object types, with every core
+    /// and the admin endpoint, and returns once every core serves. The
+    /// same as `NodeBuilder::new(config).start()`.
     pub fn start(config: Config) -> Result<Node, NodeError> {
-        config.check_secrets()?;
-        let store = Store::open(&config)?;
-        Node::start_with_store(config, store)
+        crate::NodeBuilder::new(config).start()
     }
 
     /// Starts a node on a store the caller opened: tests hand in a memory
     /// store whose faults they control.
     pub fn start_with_store(config: Config, store: Store) -> Result<Node, NodeError> {
+        crate::NodeBuilder::new(config).store(store).start()
+    }
+
+    /// Starts a node serving what `registry` holds (`NodeBuilder::start`).
+    pub(crate) fn start_registered(
+        config: Config,
+        store: Option<Store>,
+        registry: Registry,
+    ) -> Result<Node, NodeError> {
         // Here as well as in `Config::load`: a config built in code (tests,
         // embedders) must not skip the rules for secrets.
         config.check_secrets()?;
+        let routes = Arc::new(registry.route_table().map_err(RegistryError::from)?);
+        let store = match store {
+            Some(store) => store,
+            None => Store::open(&config)?,
+        };
         let runtime_config = runtime_config(&config);
         let core_count = runtime_config.placement.core_count();
-        let mut metrics = NodeMetrics::new(core_count);
+        let mut metrics = NodeMetrics::with_routes(core_count, routes.clone());
         metrics.store = Some(store.probe());
         // Port 0 asks for any free port; every core must then bind the same
         // one, so reserve it first and hold it until the cores have bound.
@@ -145,7 +163,7 @@ impl Node {
         // The node's own services feed the catalog's local routes; the
         // remote registry is fed by cluster membership.
         let catalog = Arc::new(Catalog::new());
-        let actors = local_actors(config.node.id, &gateway_address.to_string());
+        let actors = registry.local_actors(config.node.id, &gateway_address.to_string());
         for actor in actors.clone() {
             catalog.register_routes(actor)?;
         }
@@ -200,6 +218,7 @@ impl Node {
                 // `Config::load` already let ROUTERD_AUTH_SECRET win.
                 secret: config.auth.secret.clone().into_bytes(),
                 sessions_open: Arc::new(AtomicU32::new(0)),
+                routes: routes.clone(),
             },
             view: view.clone(),
             membership: Mutex::new(Some(joined.membership)),
@@ -209,6 +228,8 @@ impl Node {
                     .map(|(listener, _)| Some(listener))
                     .collect(),
             ),
+            registry,
+            routes,
         });
         let runtime = Runtime::start::<MeshMessage, _, _>(&runtime_config, shutdown.clone(), {
             let shared = shared.clone();
@@ -452,7 +473,7 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         boot_incarnation: shared.gateway.boot_incarnation,
         core_id: core.id(),
         core_count: core.count(),
-        core: router_core(&shared.config, core.id()),
+        core: router_core(&shared.config, core.id(), &shared.registry),
         store: shared.store.clone(),
         mesh: core.mesh().clone(),
         links: Rc::new(links.clone()),
@@ -469,11 +490,13 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
             move |node| router.link_lost(node)
         }),
     );
-    let _port = ServicesPort::connect(
-        router.clone(),
-        gateway.clone(),
-        CoreCatalog::new(shared.catalog.clone()),
-    );
+    let _port = ServicesPort::connect(PortParts {
+        router: router.clone(),
+        gateway: gateway.clone(),
+        catalog: CoreCatalog::new(shared.catalog.clone()),
+        routes: shared.routes.clone(),
+        view: shared.view.clone(),
+    });
     if let Some(inbox) = core.take_inbox() {
         let (gateway, router) = (gateway.clone(), router.clone());
         inbox
@@ -551,8 +574,9 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
     }
 }
 
-/// One core's router state machine with the built-in object types.
-fn router_core(config: &Config, core_id: usize) -> RouterCore {
+/// One core's router state machine with the node's object types and
+/// services: the registry is the only way a type reaches a core.
+fn router_core(config: &Config, core_id: usize, registry: &Registry) -> RouterCore {
     let node = NodeId(config.node.id);
     let now = clock::now_ms();
     // Retry jitter only: distinct per core and per start, no need to repeat.
@@ -562,13 +586,6 @@ fn router_core(config: &Config, core_id: usize) -> RouterCore {
         ^ ((core_id as u64) << 32)
         ^ config.node.id;
     let mut core = RouterCore::new(node, config.router.clone(), seed, now);
-    core.register(Box::new(PlayerType {
-        persist: config.services.player.persist,
-        duplicate_login: config.auth.duplicate_login,
-    }));
-    core.register(Box::new(RoomType {
-        persist: config.services.room.persist,
-        members_max: config.services.room.members_max,
-    }));
+    registry.register_all(&mut core);
     core
 }

@@ -17,7 +17,7 @@ use wire::client::{encode_error_body, ErrorCode, FrameError, FrameKind, Header};
 
 use super::inflight::{InFlight, InFlightTable, SeqHash};
 use super::outbox::{Outbox, PushError};
-use super::routes::{self, Direction};
+use super::routes::{Direction, RouteTable};
 use super::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
 use super::{session_core, Ingress, Notice, NoticeKind};
 use crate::config::GatewayConfig;
@@ -142,7 +142,7 @@ pub enum LoginOutcome<'a> {
 /// A request the egress gate saw answered, for the latency histogram.
 #[derive(Clone, Copy)]
 struct Answered {
-    /// The route's index in `routes::ROUTES`.
+    /// The route's index in the node's `RouteTable`.
     route_index: usize,
     deadline: Instant,
 }
@@ -206,19 +206,26 @@ pub struct GatewayCore {
     /// Sessions whose login ended with requests held: the driver replays
     /// them (`take_released`).
     released: Vec<u64>,
+    /// The node's routes: what the ingress checks and the egress gate
+    /// check against.
+    routes: Arc<RouteTable>,
 }
 
 impl GatewayCore {
+    /// A core of a node with the built-in routes (player and room).
     pub fn new(core_id: usize, limits: Limits, metrics: Arc<CoreMetrics>) -> GatewayCore {
-        GatewayCore::with_incarnation(core_id, 1, limits, metrics)
+        let routes = Arc::new(crate::services::builtin_routes());
+        GatewayCore::with_incarnation(core_id, 1, limits, metrics, routes)
     }
 
-    /// A core of a node that started with incarnation `boot_incarnation`.
+    /// A core of a node that started with incarnation `boot_incarnation`
+    /// and serves `routes`.
     pub fn with_incarnation(
         core_id: usize,
         boot_incarnation: u64,
         limits: Limits,
         metrics: Arc<CoreMetrics>,
+        routes: Arc<RouteTable>,
     ) -> GatewayCore {
         assert!(
             core_id <= wire::ids::CORE_MAX,
@@ -237,6 +244,7 @@ impl GatewayCore {
             notices: Vec::new(),
             warn: Default::default(),
             hash_seeds: SmallRng::from_entropy(),
+            routes,
         }
     }
 
@@ -337,7 +345,7 @@ impl GatewayCore {
         let stats = &self.metrics.gateway;
         let route_id = header.route_id;
         let seq = header.seq;
-        let rejection = match routes::lookup(route_id) {
+        let rejection = match self.routes.lookup(route_id) {
             None => {
                 stats.ingress_unknown_route.inc();
                 Some((ErrorCode::UnknownRoute, "unknown route"))
@@ -435,7 +443,7 @@ impl GatewayCore {
             return None;
         };
         let epoch = entry.session.session_epoch;
-        if let Some((route_index, _)) = routes::lookup_indexed(inflight.route_id) {
+        if let Some((route_index, _)) = self.routes.lookup_indexed(inflight.route_id) {
             let answered = Answered {
                 route_index,
                 deadline: inflight.deadline,
@@ -577,8 +585,10 @@ impl GatewayCore {
             return Err(EgressRejected::OwnerMismatch);
         }
         // 4. route exists
-        let (route_index, route) =
-            routes::lookup_indexed(egress.route_id).ok_or(EgressRejected::RouteNotFound)?;
+        let (route_index, route) = self
+            .routes
+            .lookup_indexed(egress.route_id)
+            .ok_or(EgressRejected::RouteNotFound)?;
         // 5. direction allows server-to-client: a PUSH on a server-to-client
         // route, or the RESPONSE/ERROR answering a client's REQUEST.
         let kind = FrameKind::from_u8(egress.kind);
@@ -685,7 +695,7 @@ impl GatewayCore {
             due.sort_unstable();
             for &(seq, route_id, deadline) in &due {
                 self.metrics.gateway.timeouts.inc();
-                if let Some((route_index, _)) = routes::lookup_indexed(route_id) {
+                if let Some((route_index, _)) = self.routes.lookup_indexed(route_id) {
                     let answered = Answered {
                         route_index,
                         deadline,

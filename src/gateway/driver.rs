@@ -48,6 +48,8 @@ pub struct GatewayShared {
     pub secret: Vec<u8>,
     /// Sessions open on the node, over all cores, against `sessions_max`.
     pub sessions_open: Arc<AtomicU32>,
+    /// The node's routes (system routes and those its types declared).
+    pub routes: Arc<super::routes::RouteTable>,
 }
 
 struct CoreGateway {
@@ -83,6 +85,7 @@ impl GatewayHandle {
                 shared.boot_incarnation,
                 limits,
                 metrics.clone(),
+                shared.routes.clone(),
             )),
             auth: AuthService::new(&shared.secret),
             player: RefCell::new(None),

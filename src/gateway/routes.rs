@@ -1,9 +1,14 @@
-//! The gateway's route table: docs/protocol.md's routes reduced to what
-//! the gateway validates, `route_id -> {direction, requires_auth}`, and nothing
-//! else (no handler, schema or service address: the gateway does no business
-//! dispatch).
+//! The gateway's route table: `route_id -> {direction, requires_auth}` for
+//! the ingress checks and the egress gate, and where the requests of each
+//! route go (an object type or a stateless service, and how the key comes
+//! out of the request) for the services' port. A node builds it once, at
+//! start, from routerd's system routes and the routes its object types and
+//! services declare (`object::ClientRoute`); every core shares it.
 
 use wire::client::route;
+
+use crate::object::{ClientRoute, KeyFrom, Pick, RouteKind};
+use crate::router::object::OP_RESERVED_MIN;
 
 /// Who may initiate a frame on a route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +26,24 @@ pub struct RouteDescriptor {
     pub name: &'static str,
     pub direction: Direction,
     pub requires_auth: bool,
+}
+
+/// What serves the requests of a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// An object type: the request goes to the object's owner.
+    Object,
+    /// A stateless service: the request goes to one node that runs it,
+    /// picked this way.
+    Service(Pick),
+}
+
+/// Where the requests of one route go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteTarget {
+    pub type_id: u32,
+    pub key: KeyFrom,
+    pub served: Served,
 }
 
 const fn c2s(route_id: u32, name: &'static str, requires_auth: bool) -> RouteDescriptor {
@@ -41,67 +64,220 @@ const fn s2c(route_id: u32, name: &'static str) -> RouteDescriptor {
     }
 }
 
-/// The descriptor table, in code, exactly docs/protocol.md's route table
-/// (tests/protocol_doc.rs holds the two equal).
-pub const ROUTES: [RouteDescriptor; 10] = [
-    c2s(route::SYS_PING, "sys.ping", false),
+/// The routes of the gateway itself, on every node whatever it serves:
+/// login (answered by the auth service) and the two pushes the gateway
+/// writes. (`sys.ping` is the player type's: before login the auth service
+/// echoes it, after login the player object does.)
+pub const SYSTEM_ROUTES: [RouteDescriptor; 3] = [
     c2s(route::AUTH_LOGIN, "auth.login", false),
-    c2s(route::PLAYER_GET, "player.get", true),
-    c2s(route::PLAYER_INCR, "player.incr", true),
-    c2s(route::ROOM_JOIN, "room.join", true),
-    c2s(route::ROOM_LEAVE, "room.leave", true),
-    c2s(route::ROOM_SAY, "room.say", true),
-    s2c(route::ROOM_MESSAGE, "room.message"),
     s2c(route::SYS_KICKED, "sys.kicked"),
     s2c(route::SYS_REDIRECT, "sys.redirect"),
 ];
 
-/// The descriptor of `route_id`, if the route exists. Ten routes: a linear
-/// scan over a few cache lines beats any hashing.
-pub fn lookup(route_id: u32) -> Option<&'static RouteDescriptor> {
-    lookup_indexed(route_id).map(|(_, route)| route)
+/// Routes one node serves at most, system routes included: bounds the
+/// table and the per-route latency histograms of every core.
+pub const ROUTES_MAX: usize = 256;
+
+/// Why a set of declared routes cannot make a table.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("route {route_id} is declared twice: as {first} and as {second}")]
+    Duplicate {
+        route_id: u32,
+        first: &'static str,
+        second: &'static str,
+    },
+    #[error("route {route_id} ({name}): route ids must be between 1 and {}", OP_RESERVED_MIN - 1)]
+    OutOfRange { route_id: u32, name: &'static str },
+    #[error("route {route_id} has an empty name")]
+    Unnamed { route_id: u32 },
+    #[error("{count} routes, more than the {ROUTES_MAX} a node serves")]
+    TooMany { count: usize },
 }
 
-/// [`lookup`] with the route's index in [`ROUTES`], by which per-route
-/// metrics are kept.
-pub fn lookup_indexed(route_id: u32) -> Option<(usize, &'static RouteDescriptor)> {
-    ROUTES
-        .iter()
-        .enumerate()
-        .find(|(_, route)| route.route_id == route_id)
+/// The routes of one node, sorted by id. Immutable once built.
+#[derive(Clone, Debug)]
+pub struct RouteTable {
+    routes: Box<[RouteDescriptor]>,
+    /// Beside `routes`, index for index.
+    targets: Box<[Option<RouteTarget>]>,
+}
+
+impl RouteTable {
+    /// The system routes and `declared`, each with what serves it (push
+    /// routes have no target). Refuses duplicate ids, ids outside
+    /// `1..OP_RESERVED_MIN`, empty names, and more than `ROUTES_MAX`.
+    pub fn build(
+        declared: impl IntoIterator<Item = (ClientRoute, u32, Served)>,
+    ) -> Result<RouteTable, RouteError> {
+        let mut entries: Vec<(RouteDescriptor, Option<RouteTarget>)> =
+            SYSTEM_ROUTES.iter().map(|route| (*route, None)).collect();
+        for (route, type_id, served) in declared {
+            if route.id == 0 || route.id >= OP_RESERVED_MIN {
+                return Err(RouteError::OutOfRange {
+                    route_id: route.id,
+                    name: route.name,
+                });
+            }
+            if route.name.is_empty() {
+                return Err(RouteError::Unnamed { route_id: route.id });
+            }
+            let entry = match route.kind {
+                RouteKind::Request { key, requires_auth } => (
+                    c2s(route.id, route.name, requires_auth),
+                    Some(RouteTarget {
+                        type_id,
+                        key,
+                        served,
+                    }),
+                ),
+                RouteKind::Push => (s2c(route.id, route.name), None),
+            };
+            entries.push(entry);
+        }
+        if entries.len() > ROUTES_MAX {
+            return Err(RouteError::TooMany {
+                count: entries.len(),
+            });
+        }
+        entries.sort_by_key(|(route, _)| route.route_id);
+        if let Some(pair) = entries
+            .windows(2)
+            .find(|w| w[0].0.route_id == w[1].0.route_id)
+        {
+            return Err(RouteError::Duplicate {
+                route_id: pair[0].0.route_id,
+                first: pair[0].0.name,
+                second: pair[1].0.name,
+            });
+        }
+        let (routes, targets): (Vec<_>, Vec<_>) = entries.into_iter().unzip();
+        Ok(RouteTable {
+            routes: routes.into(),
+            targets: targets.into(),
+        })
+    }
+
+    /// The descriptor of `route_id`, if the route exists.
+    pub fn lookup(&self, route_id: u32) -> Option<&RouteDescriptor> {
+        self.lookup_indexed(route_id).map(|(_, route)| route)
+    }
+
+    /// [`Self::lookup`] with the route's index in [`Self::routes`], by
+    /// which per-route metrics are kept. A binary search over a few cache
+    /// lines: the table is sorted by id.
+    pub fn lookup_indexed(&self, route_id: u32) -> Option<(usize, &RouteDescriptor)> {
+        let index = self
+            .routes
+            .binary_search_by_key(&route_id, |route| route.route_id)
+            .ok()?;
+        Some((index, &self.routes[index]))
+    }
+
+    /// Where the requests of `route_id` go; `None` for a route no object
+    /// or service serves (login, pushes, unknown ids).
+    pub fn target(&self, route_id: u32) -> Option<RouteTarget> {
+        let (index, _) = self.lookup_indexed(route_id)?;
+        self.targets[index]
+    }
+
+    /// Every route, sorted by id.
+    pub fn routes(&self) -> &[RouteDescriptor] {
+        &self.routes
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn table() -> RouteTable {
+        crate::services::builtin_routes()
+    }
+
     #[test]
     fn table_matches_protocol() {
-        let ping = lookup(1).unwrap();
+        let table = table();
+        let ping = table.lookup(1).unwrap();
         assert_eq!(
             (ping.direction, ping.requires_auth),
             (Direction::ClientToServer, false)
         );
-        assert!(!lookup(2).unwrap().requires_auth);
+        assert!(!table.lookup(2).unwrap().requires_auth);
         for id in [10, 11, 20, 21, 22] {
-            let route = lookup(id).unwrap();
+            let route = table.lookup(id).unwrap();
             assert!(route.requires_auth, "{}", route.name);
             assert_eq!(route.direction, Direction::ClientToServer);
+            assert!(table.target(id).is_some(), "{}", route.name);
         }
         for id in [100, 101, 102] {
-            assert_eq!(lookup(id).unwrap().direction, Direction::ServerToClient);
+            assert_eq!(
+                table.lookup(id).unwrap().direction,
+                Direction::ServerToClient
+            );
+            assert_eq!(table.target(id), None);
         }
-        assert!(lookup(0).is_none());
-        assert!(lookup(3).is_none());
-        assert!(lookup(u32::MAX).is_none());
+        assert_eq!(table.target(2), None, "login is the auth service's");
+        assert!(table.lookup(0).is_none());
+        assert!(table.lookup(3).is_none());
+        assert!(table.lookup(u32::MAX).is_none());
+        assert_eq!(table.routes().len(), 10);
     }
 
     #[test]
-    fn route_ids_are_unique() {
-        for (i, a) in ROUTES.iter().enumerate() {
-            for b in &ROUTES[i + 1..] {
-                assert_ne!(a.route_id, b.route_id);
+    fn a_bad_declaration_is_refused_with_its_reason() {
+        let route = |id, name| {
+            (
+                ClientRoute::request(id, name, KeyFrom::BodyU64),
+                100,
+                Served::Object,
+            )
+        };
+        assert_eq!(
+            RouteTable::build([route(200, "a"), route(200, "b")]).unwrap_err(),
+            RouteError::Duplicate {
+                route_id: 200,
+                first: "a",
+                second: "b"
             }
+        );
+        assert!(matches!(
+            RouteTable::build([route(2, "my.login")]),
+            Err(RouteError::Duplicate { route_id: 2, .. })
+        ));
+        assert!(matches!(
+            RouteTable::build([route(0, "zero")]),
+            Err(RouteError::OutOfRange { route_id: 0, .. })
+        ));
+        assert!(matches!(
+            RouteTable::build([route(OP_RESERVED_MIN, "events")]),
+            Err(RouteError::OutOfRange { .. })
+        ));
+        assert_eq!(
+            RouteTable::build([route(300, "")]).unwrap_err(),
+            RouteError::Unnamed { route_id: 300 }
+        );
+        let many = (1000..1000 + ROUTES_MAX as u32).map(|id| route(id, "r"));
+        assert!(matches!(
+            RouteTable::build(many),
+            Err(RouteError::TooMany { .. })
+        ));
+        let table = RouteTable::build([route(300, "guild.join")]).unwrap();
+        assert_eq!(
+            table.target(300),
+            Some(RouteTarget {
+                type_id: 100,
+                key: KeyFrom::BodyU64,
+                served: Served::Object
+            })
+        );
+    }
+
+    #[test]
+    fn route_ids_are_unique_and_sorted() {
+        let table = table();
+        for pair in table.routes().windows(2) {
+            assert!(pair[0].route_id < pair[1].route_id);
         }
     }
 }

@@ -88,9 +88,7 @@ pub fn write_family_list<'s, S: 'static>(
     instances: impl Iterator<Item = &'s S> + Clone,
 ) {
     for family in families {
-        // Writing into a String cannot fail.
-        let _ = writeln!(out, "# HELP {} {}", family.name, family.help.trim());
-        let _ = writeln!(out, "# TYPE {} {}", family.name, family.kind.name());
+        write_family_head(out, family);
         for series in family.series {
             let labels = Labels {
                 name: family.label,
@@ -108,6 +106,32 @@ pub fn write_family_list<'s, S: 'static>(
     }
 }
 
+/// The `# HELP` and `# TYPE` lines of `family`.
+pub(crate) fn write_family_head<S: 'static>(out: &mut String, family: &Family<S>) {
+    // Writing into a String cannot fail.
+    let _ = writeln!(out, "# HELP {} {}", family.name, family.help.trim());
+    let _ = writeln!(out, "# TYPE {} {}", family.name, family.kind.name());
+}
+
+/// One histogram series whose label value is known only at run time (a
+/// route of the node's table), summed over `histograms`.
+pub(crate) fn write_histogram_of<'h>(
+    out: &mut String,
+    name: &str,
+    label: Option<&'static str>,
+    label_value: &str,
+    histograms: impl Iterator<Item = &'h Histogram> + Clone,
+) {
+    let labels = Labels {
+        name: label,
+        value: None,
+    };
+    let write_labels = |out: &mut String, le: Option<&str>| {
+        labels.write_with(out, Some(label_value), le);
+    };
+    write_distribution(out, name, write_labels, histograms);
+}
+
 /// A series' label pair, and `le` for a histogram bucket.
 #[derive(Clone, Copy)]
 struct Labels {
@@ -117,7 +141,11 @@ struct Labels {
 
 impl Labels {
     fn write(self, out: &mut String, le: Option<&str>) {
-        let pair = self.name.zip(self.value);
+        self.write_with(out, self.value, le);
+    }
+
+    fn write_with(self, out: &mut String, value: Option<&str>, le: Option<&str>) {
+        let pair = self.name.zip(value);
         if pair.is_none() && le.is_none() {
             return;
         }
@@ -175,36 +203,45 @@ fn write_histogram<'s, S: 'static>(
     series: &Series<S>,
     instances: impl Iterator<Item = &'s S> + Clone,
 ) {
+    let histograms = instances.filter_map(|instance| distribution(series, instance));
+    write_distribution(out, name, |out, le| labels.write(out, le), histograms);
+}
+
+/// The buckets, sum and count of one histogram series summed over
+/// `histograms`; `labels` writes the series' labels (with `le` for a
+/// bucket).
+fn write_distribution<'h>(
+    out: &mut String,
+    name: &str,
+    labels: impl Fn(&mut String, Option<&str>),
+    histograms: impl Iterator<Item = &'h Histogram> + Clone,
+) {
     // Each bucket is read once, and the count is the last cumulative
     // bucket: the exposition stays consistent (`+Inf` = `_count`, buckets
     // never decrease) while cores keep recording.
     let mut cumulative = 0u64;
     let bucket_count = |bucket: usize| -> u64 {
-        instances
+        histograms
             .clone()
-            .filter_map(|instance| distribution(series, instance))
             .map(|histogram| histogram.bucket(bucket))
             .sum()
     };
     for (bucket, (_, le)) in BUCKET_BOUNDS.iter().enumerate() {
         cumulative += bucket_count(bucket);
         let _ = write!(out, "{name}_bucket");
-        labels.write(out, Some(le));
+        labels(out, Some(le));
         let _ = writeln!(out, " {cumulative}");
     }
     cumulative += bucket_count(BUCKET_BOUNDS.len());
     let _ = write!(out, "{name}_bucket");
-    labels.write(out, Some("+Inf"));
+    labels(out, Some("+Inf"));
     let _ = writeln!(out, " {cumulative}");
-    let sum_ns: u64 = instances
-        .filter_map(|instance| distribution(series, instance))
-        .map(Histogram::sum_ns)
-        .sum();
+    let sum_ns: u64 = histograms.map(Histogram::sum_ns).sum();
     let _ = write!(out, "{name}_sum");
-    labels.write(out, None);
+    labels(out, None);
     let _ = writeln!(out, " {}", sum_ns as f64 / 1e9);
     let _ = write!(out, "{name}_count");
-    labels.write(out, None);
+    labels(out, None);
     let _ = writeln!(out, " {cumulative}");
 }
 

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use super::family::{Families, Family, Kind, Series, Value};
+use super::family::{write_family_head, write_histogram_of, Family, Kind};
 use super::histogram::Histogram;
-use crate::gateway::routes::ROUTES;
+use crate::gateway::routes::{Direction, RouteTable, ROUTES_MAX};
 
 super::metric_set! {
     /// The gateway's counters and gauges, one set per core.
@@ -60,77 +60,82 @@ super::metric_set! {
 
 /// Client requests from arrival at the gateway to their answer (or the
 /// gateway's TIMEOUT), per route: the latency a client sees, less the
-/// network. Indexed like [`ROUTES`]; only client-to-server routes are
-/// requests, so the others stay empty and are not exported. Not timed:
-/// requests refused at ingress (counted by reason instead) and the rare
-/// ERROR the gateway answers itself when a session's target is gone
+/// network. Indexed like the node's `RouteTable` (one histogram per route
+/// the table can hold); only client-to-server routes are requests, so the
+/// others stay empty and are not exported. Not timed: requests refused at
+/// ingress (counted by reason instead) and the rare ERROR the gateway
+/// answers itself when a session's target is gone
 /// (`GatewayCore::answer_error`, which is given no clock reading).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RequestLatency {
-    by_route: [Histogram; ROUTES.len()],
+    by_route: Box<[Histogram]>,
+}
+
+impl Default for RequestLatency {
+    fn default() -> Self {
+        RequestLatency {
+            by_route: (0..ROUTES_MAX).map(|_| Histogram::default()).collect(),
+        }
+    }
 }
 
 impl RequestLatency {
-    /// Records one answered request of the route at `route_index` in
-    /// [`ROUTES`], on the core that owns its session.
+    /// Records one answered request of the route at `route_index` in the
+    /// node's route table, on the core that owns its session.
     pub fn record(&self, route_index: usize, elapsed: Duration) {
         if let Some(histogram) = self.by_route.get(route_index) {
             histogram.record(elapsed);
         }
     }
 
-    #[cfg(test)]
-    pub fn route(&self, route_index: usize) -> &Histogram {
-        &self.by_route[route_index]
+    /// The histogram of the route at `route_index`.
+    pub fn route(&self, route_index: usize) -> Option<&Histogram> {
+        self.by_route.get(route_index)
     }
 }
 
-/// One series of the request latency family: the route at `$index` of
-/// `ROUTES`, labelled with its name.
-macro_rules! route_series {
-    ($($index:literal)*) => {
-        &[$(Series {
-            label_value: Some(ROUTES[$index].name),
-            read: |latency: &RequestLatency| Value::Distribution(&latency.by_route[$index]),
-        },)*]
-    };
-}
+/// The name, help and label of the request latency family.
+pub(super) const REQUEST_LATENCY: Family<RequestLatency> = Family {
+    name: "routerd_gateway_request_duration_seconds",
+    help: "Client requests from their arrival at the gateway to their answer or TIMEOUT, by \
+           route.",
+    kind: Kind::Histogram,
+    label: Some("route"),
+    series: &[],
+};
 
-/// The client-to-server routes, which [`ROUTES`] lists first (a test keeps
-/// the series and the table in step).
-const REQUEST_ROUTES: &[Series<RequestLatency>] = route_series!(0 1 2 3 4 5 6);
-
-impl Families for RequestLatency {
-    const FAMILIES: &'static [Family<Self>] = &[Family {
-        name: "routerd_gateway_request_duration_seconds",
-        help: "Client requests from their arrival at the gateway to their answer or TIMEOUT, by \
-               route.",
-        kind: Kind::Histogram,
-        label: Some("route"),
-        series: REQUEST_ROUTES,
-    }];
+/// Renders the request latency of every client-to-server route of
+/// `routes`, summed over `cores`; allocates nothing but `out`'s growth.
+pub(super) fn write_request_latency<'s>(
+    out: &mut String,
+    routes: &RouteTable,
+    cores: impl Iterator<Item = &'s RequestLatency> + Clone,
+) {
+    write_family_head(out, &REQUEST_LATENCY);
+    for (index, route) in routes.routes().iter().enumerate() {
+        if route.direction != Direction::ClientToServer {
+            continue;
+        }
+        let histograms = cores.clone().filter_map(move |core| core.route(index));
+        write_histogram_of(
+            out,
+            REQUEST_LATENCY.name,
+            REQUEST_LATENCY.label,
+            route.name,
+            histograms,
+        );
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::routes::Direction;
 
     #[test]
-    fn request_latency_has_one_series_per_client_route() {
-        let requests: Vec<&str> = ROUTES
-            .iter()
-            .filter(|route| route.direction == Direction::ClientToServer)
-            .map(|route| route.name)
-            .collect();
-        let series: Vec<&str> = REQUEST_ROUTES
-            .iter()
-            .filter_map(|series| series.label_value)
-            .collect();
-        assert_eq!(series, requests);
-        // ... and they are the first entries, so the indexes agree.
-        for (index, route) in ROUTES.iter().enumerate().take(series.len()) {
-            assert_eq!(route.direction, Direction::ClientToServer, "{index}");
-        }
+    fn every_route_the_table_can_hold_has_a_histogram() {
+        let latency = RequestLatency::default();
+        assert!(latency.route(ROUTES_MAX - 1).is_some());
+        assert!(latency.route(ROUTES_MAX).is_none());
+        latency.record(ROUTES_MAX, Duration::from_millis(1));
     }
 }

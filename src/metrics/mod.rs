@@ -27,6 +27,7 @@ pub use self::gateway::{GatewayStats, RequestLatency};
 pub use self::histogram::{Histogram, BUCKET_BOUNDS};
 pub use self::router::{RouterCounterCells, RouterCounters, RouterStats};
 pub use self::store::StoreStats;
+use crate::gateway::routes::RouteTable;
 use crate::store::StoreProbe;
 
 /// A monotonic counter written by one core.
@@ -100,12 +101,14 @@ pub struct CoreMetrics {
 }
 
 /// The node's metrics: one [`CoreMetrics`] per core, the runtime's mesh
-/// counters and the store's.
-#[derive(Clone, Debug, Default)]
+/// counters and the store's, and the routes the per-route histograms are
+/// kept for.
+#[derive(Clone, Debug)]
 pub struct NodeMetrics {
     pub cores: Vec<Arc<CoreMetrics>>,
     pub mesh: Vec<Arc<shards::MeshStats>>,
     pub store: Option<StoreProbe>,
+    pub routes: Arc<RouteTable>,
 }
 
 /// The runtime's core-to-core channels (declared here: the counters live
@@ -168,11 +171,18 @@ const BUILD_FAMILIES: &[Family<()>] = &[Family {
 }];
 
 impl NodeMetrics {
+    /// The metrics of a node with the built-in routes.
     pub fn new(core_count: usize) -> Self {
+        Self::with_routes(core_count, Arc::new(crate::services::builtin_routes()))
+    }
+
+    /// The metrics of a node that serves `routes`.
+    pub fn with_routes(core_count: usize, routes: Arc<RouteTable>) -> Self {
         Self {
             cores: (0..core_count).map(|_| Arc::default()).collect(),
             mesh: Vec::new(),
             store: None,
+            routes,
         }
     }
 
@@ -187,7 +197,7 @@ impl NodeMetrics {
     pub fn render_into(&self, out: &mut String) {
         let cores = self.cores.iter().map(|core| &**core);
         write_families(out, cores.clone().map(|core| &core.gateway));
-        write_families(out, cores.clone().map(|core| &core.requests));
+        gateway::write_request_latency(out, &self.routes, cores.clone().map(|core| &core.requests));
         write_families(out, cores.clone().map(|core| &core.router));
         write_families(out, cores.clone().map(|core| &core.router_counters));
         write_families(out, cores.map(|core| &core.cluster));

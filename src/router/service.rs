@@ -40,7 +40,13 @@ impl RouterCore {
     /// object gets a timer event, in order with its requests, if it is
     /// still writable on this core. A copy dropped since (degraded, moved,
     /// fenced) took its timers with it.
-    pub(crate) fn on_object_timer(&mut self, now_ms: u64, key: ObjectKey, activation: u64, tag: u64) {
+    pub(crate) fn on_object_timer(
+        &mut self,
+        now_ms: u64,
+        key: ObjectKey,
+        activation: u64,
+        tag: u64,
+    ) {
         let ctx = &mut self.ctx;
         let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
             return;

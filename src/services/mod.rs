@@ -1,7 +1,9 @@
-//! The built-in business objects docs/protocol.md describes, as sans-IO
-//! router object types. Each reaches the router only through its public manager
-//! API (`router::ObjectType` / `ObjectState`); the gateway turns client
-//! frames into `router::Request`s with these op codes and back.
+//! The built-in business objects docs/protocol.md describes. Each is
+//! written with routerd's public object API ([`crate::object`]) and
+//! nothing else, and registered the way a user's type is ([`builtins`],
+//! which `NodeBuilder::new` starts from); `tests/builtins_public_api.rs`
+//! holds them to it. [`port`] is the seam between the gateway and the
+//! router: which object or service each client route addresses.
 //!
 //! Room presence (who of a room's members is logged in, on which session):
 //! the player object is told of every bind and unbind by the gateway, keeps
@@ -15,53 +17,51 @@ pub mod player;
 pub mod port;
 pub mod room;
 
-mod codec;
-
-use std::sync::Arc;
-
-use wire::client::route;
-
-use crate::catalog::ActorConfig;
+use crate::config::Config;
+use crate::gateway::routes::RouteTable;
+use crate::object::Registry;
 
 /// The router type ids of the built-in objects (type 1 is the router's own
 /// test counter).
 pub const PLAYER_TYPE_ID: u32 = 2;
 pub const ROOM_TYPE_ID: u32 = 3;
 
-/// The actors this node hosts, as the catalog's local routes: which client
-/// routes (msgIds) each built-in service takes. Service ops are numbered as
-/// the client routes they serve, so a route's op is its id.
-pub fn local_actors(node_id: u64, address: &str) -> Vec<ActorConfig> {
-    let actor = |index: u64, actor_type: u32, msg_ids: &[u32]| ActorConfig {
-        // One actor per service and node: the node id in the high bits keeps
-        // ids unique across a cluster.
-        actor_id: node_id << 16 | index,
-        node_id,
-        actor_type,
-        shard: 0,
-        supported_msg_ids: msg_ids.into(),
-        weight: 1,
-        address: Arc::from(address),
-    };
-    vec![
-        actor(
-            1,
-            PLAYER_TYPE_ID,
-            &[
-                route::SYS_PING,
-                route::PLAYER_GET,
-                route::PLAYER_INCR,
-                route::ROOM_JOIN,
-                route::ROOM_LEAVE,
-            ],
-        ),
-        actor(2, ROOM_TYPE_ID, &[route::ROOM_SAY]),
-    ]
+/// The built-in object types as `config` sets them up, registered exactly
+/// as a user's types are (`NodeBuilder::new` starts from this).
+pub(crate) fn builtins(config: &Config) -> Registry {
+    let mut registry = Registry::default();
+    let added = registry
+        .add_object_type(player::PlayerType {
+            persist: config.services.player.persist,
+            duplicate_login: config.auth.duplicate_login,
+        })
+        .and_then(|()| {
+            registry.add_object_type(room::RoomType {
+                persist: config.services.room.persist,
+                members_max: config.services.room.members_max,
+            })
+        });
+    // Two fixed types with fixed, distinct ids and routes.
+    added.expect("the built-in types register");
+    registry
+}
+
+/// The route table of a node that serves the built-in types only:
+/// docs/protocol.md's table (`tests/protocol_doc.rs` holds the two equal).
+pub fn builtin_routes() -> RouteTable {
+    builtins(&Config::default())
+        .route_table()
+        .expect("the built-in routes make a table")
 }
 
 #[cfg(test)]
 mod actor_tests {
     use super::*;
+    use wire::client::route;
+
+    fn local_actors(node_id: u64, address: &str) -> Vec<crate::catalog::ActorConfig> {
+        builtins(&Config::default()).local_actors(node_id, address)
+    }
 
     #[test]
     fn service_ops_are_the_routes_they_serve() {
@@ -165,14 +165,20 @@ mod tests {
     fn login_join_and_say_through_the_router() {
         let mut table = MemoryTable::default();
         let mut core = RouterCore::new(NodeId(1), RouterConfig::default(), 1, 0);
-        core.register(Box::new(PlayerType {
-            persist: Persist::OnWrite,
-            duplicate_login: DuplicateLogin::KickOld,
-        }));
-        core.register(Box::new(RoomType {
-            persist: Persist::Interval,
-            members_max: 8,
-        }));
+        let mut registry = crate::object::Registry::default();
+        registry
+            .add_object_type(PlayerType {
+                persist: Persist::OnWrite,
+                duplicate_login: DuplicateLogin::KickOld,
+            })
+            .unwrap();
+        registry
+            .add_object_type(RoomType {
+                persist: Persist::Interval,
+                members_max: 8,
+            })
+            .unwrap();
+        registry.register_all(&mut core);
         for player_id in [1, 2] {
             send(
                 &mut core,

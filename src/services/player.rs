@@ -1,14 +1,13 @@
 //! The player object: a counter, the current session's client reference, and
-//! the rooms it joined (so it can tell them of its presence).
+//! the rooms it joined (so it can tell them of its presence). Written with
+//! the public object API only, like any user type.
 
-use wire::ObjectKey;
-
-use super::codec::{put_client, Reader};
-use super::{room, PLAYER_TYPE_ID, ROOM_TYPE_ID};
-use crate::config::{DuplicateLogin, Persist};
-use crate::router::{
-    ClientRef, DecodeError, ErrorCode, HandlerOutput, HandlerReply, ObjectState, ObjectType,
-    Request,
+use super::{room, PLAYER_TYPE_ID};
+use crate::config::DuplicateLogin;
+use crate::object::codec::{put_client, Reader};
+use crate::object::{
+    ClientRef, ClientRoute, Context, DecodeError, ErrorCode, KeyFrom, Object, ObjectKey,
+    ObjectType, Persist,
 };
 
 /// `sys.ping` after login: answers the body.
@@ -23,15 +22,18 @@ pub const OP_ROOM_JOIN: u32 = 20;
 /// `room.leave` (`u64 room_id`): relayed to the room, which answers.
 pub const OP_ROOM_LEAVE: u32 = 21;
 /// Internal, from the gateway after `auth.login` verified the token, with
-/// `request.client` the new session. Answers `u64 player_id`, or
-/// AUTH_FAILED under `single`. A kick of the old session comes out as
-/// `Effect::Kick`, before the answer in effect order.
+/// the request's client the new session. Answers `u64 player_id`, or
+/// AUTH_FAILED under `single`. A kick of the old session is emitted before
+/// the answer.
 pub const OP_BIND: u32 = 1000;
 /// Internal and one-way, from the gateway when a session closes.
 pub const OP_UNBIND: u32 = 1001;
 
 /// Rooms one player may be in: bounds the state and the presence fan-out.
 pub const PLAYER_ROOMS_MAX: usize = 256;
+
+/// The layout `encode` writes: `i64 counter | client | u32 n | n x u64 room`.
+const STATE_VERSION: u16 = 1;
 
 pub fn player_key(player_id: u64) -> ObjectKey {
     ObjectKey::new(PLAYER_TYPE_ID, 0, player_id)
@@ -78,30 +80,53 @@ pub struct PlayerType {
 }
 
 impl ObjectType for PlayerType {
+    type Object = Player;
+
     fn type_id(&self) -> u32 {
         PLAYER_TYPE_ID
     }
 
-    fn auto_create(&self) -> bool {
-        true
+    fn name(&self) -> &'static str {
+        "player"
+    }
+
+    /// The player's own routes, keyed by the session's player. `sys.ping`
+    /// is open before login (the auth service echoes it there).
+    fn routes(&self) -> Vec<ClientRoute> {
+        let own = |id, name| ClientRoute::request(id, name, KeyFrom::Session);
+        vec![
+            own(OP_PING, "sys.ping").without_auth(),
+            own(OP_GET, "player.get"),
+            own(OP_INCR, "player.incr"),
+            own(OP_ROOM_JOIN, "room.join"),
+            own(OP_ROOM_LEAVE, "room.leave"),
+        ]
     }
 
     fn persist(&self) -> Persist {
         self.persist
     }
 
-    fn decode(
-        &self,
-        key: ObjectKey,
-        state: Option<&[u8]>,
-    ) -> Result<Box<dyn ObjectState>, DecodeError> {
-        let mut player = match state {
-            None => Player::default(),
-            Some(bytes) => Player::decode(bytes).ok_or(DecodeError)?,
-        };
+    fn state_version(&self) -> u16 {
+        STATE_VERSION
+    }
+
+    fn create(&self, key: ObjectKey) -> Player {
+        Player {
+            player_id: key.object_id,
+            duplicate_login: self.duplicate_login,
+            ..Player::default()
+        }
+    }
+
+    fn decode(&self, key: ObjectKey, version: u16, state: &[u8]) -> Result<Player, DecodeError> {
+        if version != STATE_VERSION {
+            return Err(DecodeError);
+        }
+        let mut player = Player::decode(state).ok_or(DecodeError)?;
         player.player_id = key.object_id;
         player.duplicate_login = self.duplicate_login;
-        Ok(Box::new(player))
+        Ok(player)
     }
 }
 
@@ -117,7 +142,7 @@ pub struct Player {
 impl Player {
     fn decode(bytes: &[u8]) -> Option<Player> {
         let mut reader = Reader::new(bytes);
-        let counter = reader.u64()? as i64;
+        let counter = reader.i64()?;
         let client = reader.client()?;
         let count = reader.u32()? as usize;
         if count > PLAYER_ROOMS_MAX {
@@ -134,12 +159,12 @@ impl Player {
         })
     }
 
-    /// The session of `request` if it is not this player's bound one: its
+    /// The session of the request if it is not this player's bound one: its
     /// login was superseded, and the kick that should have closed it was
     /// lost (its node was cut off or frozen when the kick was sent). Under
     /// `multi` every session that logged in stays served.
-    fn superseded(&self, request: &Request) -> Option<ClientRef> {
-        let client = request.client?;
+    fn superseded(&self, ctx: &Context<'_>) -> Option<ClientRef> {
+        let client = ctx.client()?;
         if self.duplicate_login == DuplicateLogin::Multi {
             return None;
         }
@@ -149,117 +174,113 @@ impl Player {
         (!bound).then_some(client)
     }
 
-    fn body_u64(request: &Request) -> Option<u64> {
-        Some(u64::from_le_bytes(request.body.as_slice().try_into().ok()?))
+    fn body_u64(ctx: &Context<'_>) -> Option<u64> {
+        Some(u64::from_le_bytes(ctx.body().try_into().ok()?))
     }
 
-    fn incr(&mut self, request: &Request, out: &mut HandlerOutput) {
-        let Some(delta) = Self::body_u64(request).map(|d| d as i64) else {
-            return out.bad_request();
+    fn incr(&mut self, ctx: &mut Context<'_>) {
+        let Some(delta) = Self::body_u64(ctx).map(|d| d as i64) else {
+            return ctx.bad_request();
         };
         // Overflow is BAD_REQUEST with the state unchanged.
         let Some(counter) = self.counter.checked_add(delta) else {
-            return out.bad_request();
+            return ctx.bad_request();
         };
         self.counter = counter;
-        out.mutated = true;
-        out.answer(Ok(counter.to_le_bytes().to_vec()));
+        ctx.mark_changed();
+        ctx.answer(Ok(counter.to_le_bytes().to_vec()));
     }
 
-    fn bind(&mut self, request: &Request, out: &mut HandlerOutput) {
-        let Some(new) = request.client else {
-            return out.bad_request();
+    fn bind(&mut self, ctx: &mut Context<'_>) {
+        let Some(new) = ctx.client() else {
+            return ctx.bad_request();
         };
         match decide_login(self.duplicate_login, self.client, new) {
-            LoginDecision::Refuse => out.answer(Err(ErrorCode::AuthFailed)),
+            LoginDecision::Refuse => ctx.fail(ErrorCode::AuthFailed),
             LoginDecision::Bind { kick } => {
-                out.kicks.extend(kick);
+                if let Some(old) = kick {
+                    ctx.kick(old);
+                }
                 self.client = Some(new);
-                out.mutated = true;
-                self.presence(out);
-                out.answer(Ok(self.player_id.to_le_bytes().to_vec()));
+                ctx.mark_changed();
+                self.presence(ctx);
+                ctx.answer(Ok(self.player_id.to_le_bytes().to_vec()));
             }
         }
     }
 
-    fn unbind(&mut self, request: &Request, out: &mut HandlerOutput) {
+    fn unbind(&mut self, ctx: &mut Context<'_>) {
         // Only the current session's close clears it: a kicked session's
         // late close must not unbind its successor.
-        if request.client.is_some() && request.client == self.client {
+        if ctx.client().is_some() && ctx.client() == self.client {
             self.client = None;
-            out.mutated = true;
-            self.presence(out);
+            ctx.mark_changed();
+            self.presence(ctx);
         }
-        out.reply = HandlerReply::Delegated;
     }
 
     /// One-way presence notices to every room this player joined.
-    fn presence(&self, out: &mut HandlerOutput) {
+    fn presence(&self, ctx: &mut Context<'_>) {
         for room_id in &self.rooms {
-            let request = room::presence_request(self.player_id, self.client);
-            out.sends
-                .push((ObjectKey::new(ROOM_TYPE_ID, 0, *room_id), request));
+            let body = room::presence_body(self.player_id, self.client);
+            ctx.send(room::room_key(*room_id), room::OP_PRESENCE, body);
         }
     }
 
-    fn relay_to_room(&mut self, request: &Request, out: &mut HandlerOutput, join: bool) {
-        let Some(room_id) = Self::body_u64(request) else {
-            return out.bad_request();
+    fn relay_to_room(&mut self, ctx: &mut Context<'_>, join: bool) {
+        let Some(room_id) = Self::body_u64(ctx) else {
+            return ctx.bad_request();
         };
         let known = self.rooms.contains(&room_id);
         if join && !known {
             if self.rooms.len() >= PLAYER_ROOMS_MAX {
-                return out.bad_request();
+                return ctx.bad_request();
             }
             self.rooms.push(room_id);
-            out.mutated = true;
+            ctx.mark_changed();
         } else if !join && known {
             self.rooms.retain(|id| *id != room_id);
-            out.mutated = true;
+            ctx.mark_changed();
         }
         let op = if join { room::OP_JOIN } else { room::OP_LEAVE };
-        let relayed = Request {
-            op,
-            client: request.client.or(self.client),
-            ..request.clone()
-        };
-        out.sends
-            .push((ObjectKey::new(ROOM_TYPE_ID, 0, room_id), relayed));
-        out.reply = HandlerReply::Delegated;
+        let body = ctx.body().to_vec();
+        ctx.forward(room::room_key(room_id), op, body);
     }
 }
 
-impl ObjectState for Player {
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(8 + 33 + 4 + self.rooms.len() * 8);
+impl Object for Player {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.reserve(8 + 33 + 4 + self.rooms.len() * 8);
         out.extend_from_slice(&self.counter.to_le_bytes());
-        put_client(&mut out, self.client);
+        put_client(out, self.client);
         out.extend_from_slice(&(self.rooms.len() as u32).to_le_bytes());
         for room_id in &self.rooms {
             out.extend_from_slice(&room_id.to_le_bytes());
         }
-        out
     }
 
-    fn handle(&mut self, _key: ObjectKey, request: &Request, out: &mut HandlerOutput) {
-        if !matches!(request.op, OP_BIND | OP_UNBIND) {
-            if let Some(stale) = self.superseded(request) {
+    fn handle(&mut self, ctx: &mut Context<'_>) {
+        if !matches!(ctx.op(), OP_BIND | OP_UNBIND) {
+            if let Some(stale) = self.superseded(ctx) {
                 // Kicked again, and not served: nothing a superseded
                 // session asks reaches either connection (PROTOCOL.md).
-                out.kicks.push(stale);
-                out.reply = HandlerReply::Delegated;
+                ctx.kick(stale);
+                ctx.leave_unanswered();
                 return;
             }
         }
-        match request.op {
-            OP_PING => out.answer(Ok(request.body.clone())),
-            OP_GET => out.answer(Ok(self.counter.to_le_bytes().to_vec())),
-            OP_INCR => self.incr(request, out),
-            OP_ROOM_JOIN => self.relay_to_room(request, out, true),
-            OP_ROOM_LEAVE => self.relay_to_room(request, out, false),
-            OP_BIND => self.bind(request, out),
-            OP_UNBIND => self.unbind(request, out),
-            _ => out.bad_request(),
+        match ctx.op() {
+            OP_PING => {
+                let body = ctx.body().to_vec();
+                ctx.answer(Ok(body))
+            }
+            OP_GET => ctx.answer(Ok(self.counter.to_le_bytes().to_vec())),
+            OP_INCR => self.incr(ctx),
+            OP_ROOM_JOIN => self.relay_to_room(ctx, true),
+            OP_ROOM_LEAVE => self.relay_to_room(ctx, false),
+            OP_BIND => self.bind(ctx),
+            OP_UNBIND => self.unbind(ctx),
+            _ => ctx.bad_request(),
         }
     }
 }
@@ -267,7 +288,7 @@ impl ObjectState for Player {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::router::RequestId;
+    use crate::router::{HandlerOutput, HandlerReply, ObjectState, Request, RequestId};
     use crate::store::NodeId;
 
     fn client(session_id: u64) -> ClientRef {
@@ -297,7 +318,7 @@ mod tests {
             persist: Persist::OnWrite,
             duplicate_login: DuplicateLogin::KickOld,
         };
-        kind.decode(player_key(9), None).expect("new player")
+        crate::router::ObjectType::decode(&kind, player_key(9), None).expect("new player")
     }
 
     fn run(state: &mut Box<dyn ObjectState>, request: Request) -> HandlerOutput {
@@ -372,7 +393,7 @@ mod tests {
         );
         assert!(matches!(out.reply, HandlerReply::Delegated));
         assert_eq!(out.sends.len(), 1);
-        assert_eq!(out.sends[0].0, ObjectKey::new(ROOM_TYPE_ID, 0, 7));
+        assert_eq!(out.sends[0].0, room::room_key(7));
         assert_eq!(out.sends[0].1.op, room::OP_JOIN);
         let out = run(&mut state, request(OP_BIND, Vec::new(), Some(client(2))));
         assert_eq!(out.kicks, vec![client(1)]);
@@ -383,7 +404,8 @@ mod tests {
         let out = run(&mut state, request(OP_UNBIND, Vec::new(), Some(client(1))));
         assert!(!out.mutated);
         let bytes = state.encode();
-        let decoded = Player::decode(&bytes).expect("round trip");
+        assert_eq!(bytes[..2], STATE_VERSION.to_le_bytes(), "versioned");
+        let decoded = Player::decode(&bytes[2..]).expect("round trip");
         assert_eq!(decoded.client, Some(client(2)));
         assert_eq!(decoded.rooms, vec![7]);
     }
@@ -394,9 +416,26 @@ mod tests {
             persist: Persist::Interval,
             duplicate_login: DuplicateLogin::KickOld,
         };
-        for bytes in [&[][..], &[1, 2, 3], &[0; 8], &[0, 0, 0, 0, 0, 0, 0, 0, 9]] {
-            assert!(kind.decode(player_key(1), Some(bytes)).is_err());
+        let decode = |bytes: &[u8]| {
+            crate::router::ObjectType::decode(&kind, player_key(1), Some(bytes)).is_err()
+        };
+        // Garbage after a good version, and versions this build never wrote.
+        for bytes in [
+            &[1, 0][..],
+            &[1, 0, 1, 2, 3],
+            &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9],
+        ] {
+            assert!(decode(bytes), "{bytes:?}");
         }
+        let mut good = STATE_VERSION.to_le_bytes().to_vec();
+        Player::default().encode(&mut good);
+        assert!(!decode(&good), "a good state decodes");
+        for version in [0u16, 2, u16::MAX] {
+            let mut other = good.clone();
+            other[..2].copy_from_slice(&version.to_le_bytes());
+            assert!(decode(&other), "version {version}");
+        }
+        assert!(decode(&[]) && decode(&[1]));
     }
 
     #[test]

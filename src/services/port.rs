@@ -5,45 +5,67 @@
 //! (answers, pushes and kicks out). Neither the gateway nor the router
 //! knows the other, or what a route means.
 
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use wire::client::{encode_error_body, route, ErrorCode as WireErrorCode, FrameKind};
 use wire::frame::{ArchivedMessage, FrameBuf};
+use wire::hash::stable_hash64;
 use wire::ObjectKey;
 
-use super::{player, room, PLAYER_TYPE_ID, ROOM_TYPE_ID};
-use crate::catalog::CoreCatalog;
+use super::player;
+use crate::catalog::{pick_among, CoreCatalog};
+use crate::cluster::view::ClusterView;
+use crate::gateway::routes::{RouteTable, RouteTarget, Served};
 use crate::gateway::{EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, PlayerPort};
+use crate::object::Pick;
 use crate::router::driver::frames::{client_native, wire_error_code};
 use crate::router::driver::{ClientSide, ReplyRoute, RouterDriver};
 use crate::router::{ClientRef, ErrorCode, Outcome};
-use crate::store::NodeId;
+use crate::store::{MemberState, NodeId};
 
 /// The reason a refused login is answered with (`single` policy).
 pub const ALREADY_LOGGED_IN: &str = "player already logged in";
+
+/// What one core's port needs of its node.
+pub struct PortParts {
+    pub router: RouterDriver,
+    pub gateway: GatewayHandle,
+    pub catalog: CoreCatalog,
+    pub routes: Arc<RouteTable>,
+    /// Whether this node takes service keys now (up, not draining, not
+    /// fenced) comes from here.
+    pub view: Arc<ClusterView>,
+}
 
 /// One core's port between its gateway and its router.
 pub struct ServicesPort {
     router: RouterDriver,
     gateway: GatewayHandle,
-    catalog: std::cell::RefCell<CoreCatalog>,
+    catalog: RefCell<CoreCatalog>,
+    routes: Arc<RouteTable>,
+    view: Arc<ClusterView>,
+    /// The view version `serving` was read at, and whether this node's own
+    /// service actors are candidates: one atomic load per service request
+    /// while the view stands still.
+    serving: Cell<(u64, bool)>,
 }
 
 impl ServicesPort {
     /// Plugs `gateway` and `router` of one core together.
-    pub fn connect(
-        router: RouterDriver,
-        gateway: GatewayHandle,
-        catalog: CoreCatalog,
-    ) -> Rc<ServicesPort> {
+    pub fn connect(parts: PortParts) -> Rc<ServicesPort> {
         let port = Rc::new(ServicesPort {
-            router: router.clone(),
-            gateway: gateway.clone(),
-            catalog: std::cell::RefCell::new(catalog),
+            router: parts.router.clone(),
+            gateway: parts.gateway.clone(),
+            catalog: RefCell::new(parts.catalog),
+            routes: parts.routes,
+            view: parts.view,
+            serving: Cell::new((0, false)),
         });
-        gateway.set_player_port(port.clone());
-        router.set_client_side(port.clone());
+        parts.gateway.set_player_port(port.clone());
+        parts.router.set_client_side(port.clone());
         port
     }
 
@@ -65,6 +87,45 @@ impl ServicesPort {
             body: &body,
         });
     }
+
+    /// Whether this node's own service actors take keys: it joined or is
+    /// up, and it neither drains nor is fenced. The other nodes stop
+    /// counting on a node's services when its row leaves `up`
+    /// (`cluster::agent::feed_catalog`), so a draining node hands its keys
+    /// over everywhere at once.
+    fn serving_here(&self) -> bool {
+        let version = self.view.version();
+        let (seen, serving) = self.serving.get();
+        if seen == version {
+            return serving;
+        }
+        let me = self.view.snapshot().me;
+        let serving = !me.fenced && matches!(me.state, MemberState::Joining | MemberState::Up);
+        self.serving.set((version, serving));
+        serving
+    }
+
+    /// The node that runs the service request for `key` on `route_id`:
+    /// the pick of `how` over this node's own actor of the service (when it
+    /// serves) and the other nodes' in the catalog's snapshot.
+    fn pick_service_node(&self, route_id: u32, key: ObjectKey, how: Pick) -> Option<NodeId> {
+        let me = self.router.node();
+        let serving_here = self.serving_here();
+        let mut catalog = self.catalog.borrow_mut();
+        let (local, remote) = catalog.lookup_local_and_remote(route_id);
+        let of_service = |actor: &&crate::catalog::ActorConfig| actor.actor_type == key.type_id;
+        let local = local.iter().filter(of_service).filter(|_| serving_here);
+        // A snapshot built from the membership table never lists this node
+        // (its own actors are the local ones), but a stale row must not
+        // make it a candidate twice.
+        let remote = remote
+            .iter()
+            .filter(of_service)
+            .filter(|actor| actor.node_id != me.0);
+        let msg_key = stable_hash64(&key.to_le_bytes());
+        let picked = pick_among(how == Pick::Weighted, msg_key, local.chain(remote))?;
+        Some(NodeId(picked.node_id))
+    }
 }
 
 impl PlayerPort for ServicesPort {
@@ -82,13 +143,13 @@ impl PlayerPort for ServicesPort {
             route_id: ingress.route_id,
             client_seq: ingress.seq,
         };
-        let target = target_of(
-            &mut self.catalog.borrow_mut(),
-            ingress.route_id,
-            ingress.binding.player_id,
-            ingress.body,
-        );
-        let Some((key, op)) = target else {
+        let target = self.routes.target(ingress.route_id).and_then(|target| {
+            let object_id = target
+                .key
+                .object_id(ingress.binding.player_id, ingress.body)?;
+            Some((target, ObjectKey::new(target.type_id, 0, object_id)))
+        });
+        let Some((target, key)) = target else {
             self.egress(&reply_route, Err(ErrorCode::BadRequest));
             return Ok(());
         };
@@ -98,11 +159,28 @@ impl PlayerPort for ServicesPort {
             session_epoch: ingress.binding.session_epoch,
             player_id: ingress.binding.player_id,
         };
-        let body = ingress.body.to_vec();
-        if let Err(code) = self
-            .router
-            .client_request(key, op, body, client, reply_route, now)
-        {
+        // Ops are numbered as the routes they serve.
+        let (op, body) = (ingress.route_id, ingress.body.to_vec());
+        let sent = match target {
+            RouteTarget {
+                served: Served::Object,
+                ..
+            } => self
+                .router
+                .client_request(key, op, body, client, reply_route, now),
+            RouteTarget {
+                served: Served::Service(how),
+                ..
+            } => match self.pick_service_node(ingress.route_id, key, how) {
+                Some(node) => {
+                    self.router
+                        .service_request(node, key, (op, body), client, reply_route, now)
+                }
+                // No node serves it now (none advertises it, or all drain).
+                None => Err(ErrorCode::Unavailable),
+            },
+        };
+        if let Err(code) = sent {
             self.egress(&reply_route, Err(code));
         }
         Ok(())
@@ -181,43 +259,34 @@ impl ClientSide for ServicesPort {
     }
 }
 
-/// The object and service op a client route addresses. The catalog's
-/// local routes say which service takes the route; the service says which
-/// object: a player's own routes go to the player object (which relays room
-/// membership to the room), `room.say` to the room named by the body's first
-/// eight bytes. Ops are numbered as the routes they serve. `None` when no
-/// local service takes the route or the body cannot name the room.
-fn target_of(
-    catalog: &mut CoreCatalog,
-    route_id: u32,
-    player_id: u64,
-    body: &[u8],
-) -> Option<(ObjectKey, u32)> {
-    let actor_type = catalog.lookup_local_routes(route_id).first()?.actor_type;
-    let key = match actor_type {
-        PLAYER_TYPE_ID => player::player_key(player_id),
-        ROOM_TYPE_ID => room::room_key(u64::from_le_bytes(body.get(..8)?.try_into().ok()?)),
-        _ => return None,
-    };
-    Some((key, route_id))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The routes of the built-in types address the objects the protocol
+    /// says: a player's own routes its player, `room.say` the room its body
+    /// names; a body that cannot name a room has no target.
     #[test]
     fn routes_map_to_their_objects() {
-        let catalog = std::sync::Arc::new(crate::catalog::Catalog::new());
-        for actor in crate::services::local_actors(1, "127.0.0.1:1") {
-            catalog.register_routes(actor).unwrap();
-        }
-        let mut view = CoreCatalog::new(catalog);
-        let (key, op) = target_of(&mut view, route::PLAYER_INCR, 42, &[]).unwrap();
-        assert_eq!((key, op), (player::player_key(42), player::OP_INCR));
-        let (key, op) = target_of(&mut view, route::ROOM_SAY, 42, &7u64.to_le_bytes()).unwrap();
-        assert_eq!((key, op), (room::room_key(7), room::OP_SAY));
-        assert_eq!(target_of(&mut view, route::ROOM_SAY, 42, &[1, 2]), None);
-        assert_eq!(target_of(&mut view, route::AUTH_LOGIN, 42, &[]), None);
+        let table = crate::services::builtin_routes();
+        let key_of = |route_id, player_id, body: &[u8]| {
+            let target = table.target(route_id)?;
+            let id = target.key.object_id(player_id, body)?;
+            Some(ObjectKey::new(target.type_id, 0, id))
+        };
+        assert_eq!(
+            key_of(route::PLAYER_INCR, 42, &[]),
+            Some(player::player_key(42))
+        );
+        assert_eq!(
+            key_of(route::SYS_PING, 42, b"x"),
+            Some(player::player_key(42))
+        );
+        assert_eq!(
+            key_of(route::ROOM_SAY, 42, &7u64.to_le_bytes()),
+            Some(super::super::room::room_key(7))
+        );
+        assert_eq!(key_of(route::ROOM_SAY, 42, &[1, 2]), None);
+        assert_eq!(key_of(route::AUTH_LOGIN, 42, &[]), None);
     }
 }

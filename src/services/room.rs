@@ -1,21 +1,16 @@
 //! The room object: persistent membership bounded by `members_max`, and each
 //! member's current session while logged in (told by the player object, see
-//! the module docs of `services`).
+//! the module docs of `services`). Written with the public object API only.
 
 use std::collections::BTreeMap;
 
-use wire::ObjectKey;
-
-use super::codec::{put_client, Reader};
 use super::ROOM_TYPE_ID;
-use crate::config::Persist;
-use crate::router::{
-    ClientRef, DecodeError, HandlerOutput, HandlerReply, ObjectState, ObjectType, Request,
-    RequestId,
+use crate::object::codec::{put_client, Reader};
+use crate::object::{
+    ClientRef, ClientRoute, Context, DecodeError, KeyFrom, Object, ObjectKey, ObjectType, Persist,
 };
-use crate::store::NodeId;
 
-/// Relayed `room.join` (body `u64 room_id`, `client` the joining session):
+/// Relayed `room.join` (body `u64 room_id`, client the joining session):
 /// answers `u32 member_count`.
 pub const OP_JOIN: u32 = 20;
 /// Relayed `room.leave`: answers an empty body.
@@ -29,25 +24,19 @@ pub const ROUTE_ROOM_MESSAGE: u32 = 100;
 /// Longest `room.say` text, in bytes (docs/protocol.md).
 pub const SAY_TEXT_MAX: usize = 1024;
 
+/// The layout `encode` writes: `u32 n | n x (u64 player | client)`.
+const STATE_VERSION: u16 = 1;
+
 pub fn room_key(room_id: u64) -> ObjectKey {
     ObjectKey::new(ROOM_TYPE_ID, 0, room_id)
 }
 
-/// The one-way presence notice a player sends to a room it joined.
-pub fn presence_request(player_id: u64, client: Option<ClientRef>) -> Request {
+/// The body of the one-way presence notice a player sends to a room it
+/// joined (`OP_PRESENCE`).
+pub fn presence_body(player_id: u64, client: Option<ClientRef>) -> Vec<u8> {
     let mut body = player_id.to_le_bytes().to_vec();
     put_client(&mut body, client);
-    Request {
-        // One-way: the id is never answered; 0 is no gateway's node.
-        id: RequestId {
-            origin_node: NodeId::NONE,
-            seq: 0,
-        },
-        op: OP_PRESENCE,
-        body,
-        client: None,
-        needs_reply: false,
-    }
+    body
 }
 
 pub struct RoomType {
@@ -56,44 +45,60 @@ pub struct RoomType {
 }
 
 impl ObjectType for RoomType {
+    type Object = Room;
+
     fn type_id(&self) -> u32 {
         ROOM_TYPE_ID
     }
 
-    fn auto_create(&self) -> bool {
-        true
+    fn name(&self) -> &'static str {
+        "room"
+    }
+
+    /// `room.say` goes to the room its body names; `room.join` and
+    /// `room.leave` are the player's routes (it relays them here).
+    fn routes(&self) -> Vec<ClientRoute> {
+        vec![
+            ClientRoute::request(OP_SAY, "room.say", KeyFrom::BodyU64),
+            ClientRoute::push(ROUTE_ROOM_MESSAGE, "room.message"),
+        ]
     }
 
     fn persist(&self) -> Persist {
         self.persist
     }
 
-    fn decode(
-        &self,
-        key: ObjectKey,
-        state: Option<&[u8]>,
-    ) -> Result<Box<dyn ObjectState>, DecodeError> {
-        let mut room = Room {
+    fn state_version(&self) -> u16 {
+        STATE_VERSION
+    }
+
+    fn create(&self, key: ObjectKey) -> Room {
+        Room {
             room_id: key.object_id,
             members_max: self.members_max,
             members: BTreeMap::new(),
-        };
-        if let Some(bytes) = state {
-            let mut reader = Reader::new(bytes);
-            let count = reader.u32().ok_or(DecodeError)? as usize;
-            if count > self.members_max {
-                return Err(DecodeError);
-            }
-            for _ in 0..count {
-                let player_id = reader.u64().ok_or(DecodeError)?;
-                let client = reader.client().ok_or(DecodeError)?;
-                room.members.insert(player_id, client);
-            }
-            if !reader.is_empty() {
-                return Err(DecodeError);
-            }
         }
-        Ok(Box::new(room))
+    }
+
+    fn decode(&self, key: ObjectKey, version: u16, state: &[u8]) -> Result<Room, DecodeError> {
+        if version != STATE_VERSION {
+            return Err(DecodeError);
+        }
+        let mut room = self.create(key);
+        let mut reader = Reader::new(state);
+        let count = reader.u32().ok_or(DecodeError)? as usize;
+        if count > self.members_max {
+            return Err(DecodeError);
+        }
+        for _ in 0..count {
+            let player_id = reader.u64().ok_or(DecodeError)?;
+            let client = reader.client().ok_or(DecodeError)?;
+            room.members.insert(player_id, client);
+        }
+        if !reader.is_empty() {
+            return Err(DecodeError);
+        }
+        Ok(room)
     }
 }
 
@@ -105,51 +110,54 @@ pub struct Room {
 }
 
 impl Room {
-    fn join(&mut self, request: &Request, out: &mut HandlerOutput) {
-        let Some(client) = request.client else {
-            return out.bad_request();
+    fn join(&mut self, ctx: &mut Context<'_>) {
+        let Some(client) = ctx.client() else {
+            return ctx.bad_request();
         };
         let known = self.members.contains_key(&client.player_id);
         if !known && self.members.len() >= self.members_max {
-            return out.bad_request();
+            return ctx.bad_request();
         }
         self.members.insert(client.player_id, Some(client));
-        out.mutated = true;
-        out.answer(Ok((self.members.len() as u32).to_le_bytes().to_vec()));
+        ctx.mark_changed();
+        ctx.answer(Ok((self.members.len() as u32).to_le_bytes().to_vec()));
     }
 
-    fn leave(&mut self, request: &Request, out: &mut HandlerOutput) {
-        let Some(client) = request.client else {
-            return out.bad_request();
+    fn leave(&mut self, ctx: &mut Context<'_>) {
+        let Some(client) = ctx.client() else {
+            return ctx.bad_request();
         };
-        out.mutated = self.members.remove(&client.player_id).is_some();
-        out.answer(Ok(Vec::new()));
+        if self.members.remove(&client.player_id).is_some() {
+            ctx.mark_changed();
+        }
+        ctx.answer(Ok(Vec::new()));
     }
 
-    fn say(&mut self, request: &Request, out: &mut HandlerOutput) {
-        let Some(client) = request.client else {
-            return out.bad_request();
+    fn say(&mut self, ctx: &mut Context<'_>) {
+        let Some(client) = ctx.client() else {
+            return ctx.bad_request();
         };
-        let mut reader = Reader::new(&request.body);
+        let mut reader = Reader::new(ctx.body());
         let text_ok = reader.u64() == Some(self.room_id)
             && reader.rest().len() <= SAY_TEXT_MAX
             && std::str::from_utf8(reader.rest()).is_ok();
         if !text_ok || !self.members.contains_key(&client.player_id) {
-            return out.bad_request();
+            return ctx.bad_request();
         }
         let mut body = self.room_id.to_le_bytes().to_vec();
         body.extend_from_slice(&client.player_id.to_le_bytes());
         body.extend_from_slice(reader.rest());
+        let mut pushed = 0u32;
         for member in self.members.values().flatten() {
-            out.pushes.push((*member, ROUTE_ROOM_MESSAGE, body.clone()));
+            ctx.push(*member, ROUTE_ROOM_MESSAGE, body.clone());
+            pushed += 1;
         }
-        out.answer(Ok((out.pushes.len() as u32).to_le_bytes().to_vec()));
+        ctx.answer(Ok(pushed.to_le_bytes().to_vec()));
     }
 
-    fn presence(&mut self, request: &Request, out: &mut HandlerOutput) {
-        let mut reader = Reader::new(&request.body);
+    fn presence(&mut self, ctx: &mut Context<'_>) {
+        let mut reader = Reader::new(ctx.body());
         let (Some(player_id), Some(client)) = (reader.u64(), reader.client()) else {
-            out.reply = HandlerReply::Delegated;
             return;
         };
         // Only members are tracked; a notice from a player who left (or whose
@@ -158,28 +166,26 @@ impl Room {
         if let Some(slot) = self.members.get_mut(&player_id) {
             *slot = client;
         }
-        out.reply = HandlerReply::Delegated;
     }
 }
 
-impl ObjectState for Room {
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4 + self.members.len() * 41);
+impl Object for Room {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.reserve(4 + self.members.len() * 41);
         out.extend_from_slice(&(self.members.len() as u32).to_le_bytes());
         for (player_id, client) in &self.members {
             out.extend_from_slice(&player_id.to_le_bytes());
-            put_client(&mut out, *client);
+            put_client(out, *client);
         }
-        out
     }
 
-    fn handle(&mut self, _key: ObjectKey, request: &Request, out: &mut HandlerOutput) {
-        match request.op {
-            OP_JOIN => self.join(request, out),
-            OP_LEAVE => self.leave(request, out),
-            OP_SAY => self.say(request, out),
-            OP_PRESENCE => self.presence(request, out),
-            _ => out.bad_request(),
+    fn handle(&mut self, ctx: &mut Context<'_>) {
+        match ctx.op() {
+            OP_JOIN => self.join(ctx),
+            OP_LEAVE => self.leave(ctx),
+            OP_SAY => self.say(ctx),
+            OP_PRESENCE => self.presence(ctx),
+            _ => ctx.bad_request(),
         }
     }
 }
@@ -187,7 +193,23 @@ impl ObjectState for Room {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::router::ErrorCode;
+    use crate::object::ErrorCode;
+    use crate::router::{HandlerOutput, HandlerReply, ObjectState, Request, RequestId};
+    use crate::store::NodeId;
+
+    /// The one-way notice the player object sends (see `Player::presence`).
+    fn presence_request(player_id: u64, client: Option<ClientRef>) -> Request {
+        Request {
+            id: RequestId {
+                origin_node: NodeId::NONE,
+                seq: 0,
+            },
+            op: OP_PRESENCE,
+            body: presence_body(player_id, client),
+            client: None,
+            needs_reply: false,
+        }
+    }
 
     fn client(player_id: u64, session_id: u64) -> ClientRef {
         ClientRef {
@@ -216,7 +238,7 @@ mod tests {
             persist: Persist::Interval,
             members_max,
         };
-        kind.decode(room_key(7), None).expect("new room")
+        crate::router::ObjectType::decode(&kind, room_key(7), None).expect("new room")
     }
 
     fn run(state: &mut Box<dyn ObjectState>, request: Request) -> HandlerOutput {
@@ -302,11 +324,12 @@ mod tests {
             persist: Persist::Interval,
             members_max: 10,
         };
-        let mut decoded = kind
-            .decode(room_key(7), Some(&state.encode()))
-            .expect("decodes");
+        let mut decoded =
+            crate::router::ObjectType::decode(&kind, room_key(7), Some(&state.encode()))
+                .expect("decodes");
         let out = run(&mut decoded, request(OP_SAY, say("x"), Some(client(2, 2))));
         assert_eq!(answer(&out), Some(Ok(1u32.to_le_bytes().to_vec())));
-        assert!(kind.decode(room_key(7), Some(&[5, 0, 0, 0])).is_err());
+        let bad = [1, 0, 5, 0, 0, 0];
+        assert!(crate::router::ObjectType::decode(&kind, room_key(7), Some(&bad)).is_err());
     }
 }

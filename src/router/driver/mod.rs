@@ -38,8 +38,8 @@ use self::frames::{
     decode_node_message, decode_reply, decode_request, encode_node_message, encode_reply,
     encode_request,
 };
-use self::replies::{ReplyRoutes, RouteKind};
 pub use self::replies::{ReplyRoute, REPLY_ROUTES_MAX};
+use self::replies::{ReplyRoutes, RouteKind};
 use super::object::answer_event;
 use super::types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,

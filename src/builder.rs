@@ -1,0 +1,111 @@
+//! [`NodeBuilder`]: the one place a node's object types and services are
+//! registered, built-in or yours.
+
+use crate::config::Config;
+use crate::node::{Node, NodeError};
+use crate::object::{ObjectType, Registry, RegistryError, Service};
+use crate::store::Store;
+
+/// Assembles a node: its config, its object types and services, and
+/// optionally a store opened by the caller.
+///
+/// ```ignore
+/// routerd::NodeBuilder::new(config)   // the built-in player and room
+///     .object_type(Guild)
+///     .service(GuildNames::default())
+///     .serve()?;                      // until SIGINT or SIGTERM
+/// ```
+///
+/// A clash (two types with one type id or name, two declarations of one
+/// route id, a route id out of range) is an error of [`Self::start`] that
+/// names both sides.
+pub struct NodeBuilder {
+    config: Config,
+    store: Option<Store>,
+    registry: Registry,
+    /// The first registration refused; `start` returns it.
+    refused: Option<RegistryError>,
+}
+
+impl NodeBuilder {
+    /// A node serving the built-in object types (player, room), set up by
+    /// `config`, and what is added to it. Sessions log in to the player
+    /// type: a node without it cannot log anyone in.
+    pub fn new(config: Config) -> NodeBuilder {
+        let registry = crate::services::builtins(&config);
+        NodeBuilder {
+            config,
+            store: None,
+            registry,
+            refused: None,
+        }
+    }
+
+    /// A node serving only what is added to it (tests, or a node that
+    /// brings its own player type with type id 2).
+    pub fn without_builtins(config: Config) -> NodeBuilder {
+        NodeBuilder {
+            config,
+            store: None,
+            registry: Registry::default(),
+            refused: None,
+        }
+    }
+
+    /// Serves the object type `kind` on every core.
+    pub fn object_type<T: ObjectType>(mut self, kind: T) -> NodeBuilder {
+        if self.refused.is_none() {
+            self.refused = self.registry.add_object_type(kind).err();
+        }
+        self
+    }
+
+    /// Runs the stateless service `service` on every core, and advertises
+    /// it in the membership table so that every node can send it requests.
+    pub fn service<S: Service>(mut self, service: S) -> NodeBuilder {
+        if self.refused.is_none() {
+            self.refused = self.registry.add_service(service).err();
+        }
+        self
+    }
+
+    /// Uses `store` instead of opening the one `config` names.
+    pub fn store(mut self, store: Store) -> NodeBuilder {
+        self.store = Some(store);
+        self
+    }
+
+    /// The names of the object types and services registered so far, in
+    /// order.
+    pub fn registered(&self) -> Vec<&'static str> {
+        self.registry.names()
+    }
+
+    /// Starts every core and the admin endpoint; returns once every core
+    /// serves.
+    pub fn start(self) -> Result<Node, NodeError> {
+        if let Some(refused) = self.refused {
+            return Err(refused.into());
+        }
+        Node::start_registered(self.config, self.store, self.registry)
+    }
+
+    /// Starts the node and serves until SIGINT or SIGTERM, then stops it
+    /// cleanly (every object saved and released, the cluster left): what
+    /// `routerd serve` does.
+    pub fn serve(self) -> Result<(), NodeError> {
+        let node = self.start()?;
+        node.stop_on_signals()?;
+        tracing::info!(
+            node = node.cluster().me().0,
+            incarnation = node.cluster().snapshot().me.incarnation,
+            gateway = %node.gateway_address(),
+            admin = %node.admin_address(),
+            cores = node.core_count(),
+            "routerd serving"
+        );
+        node.wait()?;
+        tracing::info!("routerd stopped");
+        Ok(())
+    }
+}

@@ -1,0 +1,232 @@
+//! What a node serves: the object types and services registered with the
+//! `NodeBuilder`, checked together, and everything derived from them (the
+//! route table, the actors the node advertises, each core's router
+//! registrations).
+
+use std::sync::Arc;
+
+use super::adapter::ServiceAdapter;
+use super::{ClientRoute, ObjectType, Pick, RouteKind, Service};
+use crate::catalog::ActorConfig;
+use crate::gateway::routes::{RouteError, RouteTable, Served};
+use crate::router::RouterCore;
+
+/// Why a set of object types and services cannot be served together.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("type id {type_id} is taken twice: by {first} and by {second}")]
+    DuplicateTypeId {
+        type_id: u32,
+        first: &'static str,
+        second: &'static str,
+    },
+    #[error("type id 0 ({name}) is not a type id")]
+    ZeroTypeId { name: &'static str },
+    #[error("the name {name} is taken twice")]
+    DuplicateName { name: &'static str },
+    #[error(transparent)]
+    Routes(#[from] RouteError),
+}
+
+type RegisterFn = Arc<dyn Fn(&mut RouterCore) + Send + Sync>;
+
+/// One registered type or service.
+#[derive(Clone)]
+struct Registered {
+    type_id: u32,
+    name: &'static str,
+    routes: Vec<ClientRoute>,
+    /// `Some` for a service: how its nodes share keys, and this node's
+    /// weight.
+    service: Option<(Pick, u32)>,
+    register: RegisterFn,
+}
+
+/// The object types and services of one node, in registration order.
+#[derive(Clone, Default)]
+pub struct Registry {
+    entries: Vec<Registered>,
+}
+
+impl Registry {
+    pub fn add_object_type<T: ObjectType>(&mut self, kind: T) -> Result<(), RegistryError> {
+        let kind = Arc::new(kind);
+        let entry = Registered {
+            type_id: kind.type_id(),
+            name: kind.name(),
+            routes: kind.routes(),
+            service: None,
+            register: Arc::new(move |core: &mut RouterCore| core.register(Box::new(kind.clone()))),
+        };
+        self.add(entry)
+    }
+
+    pub fn add_service<S: Service>(&mut self, service: S) -> Result<(), RegistryError> {
+        let service = Arc::new(service);
+        let entry = Registered {
+            type_id: service.type_id(),
+            name: service.name(),
+            routes: service.routes(),
+            service: Some((service.pick(), service.weight())),
+            register: Arc::new(move |core: &mut RouterCore| {
+                core.register_service(Box::new(ServiceAdapter(service.clone())))
+            }),
+        };
+        self.add(entry)
+    }
+
+    fn add(&mut self, entry: Registered) -> Result<(), RegistryError> {
+        if entry.type_id == 0 {
+            return Err(RegistryError::ZeroTypeId { name: entry.name });
+        }
+        for other in &self.entries {
+            if other.type_id == entry.type_id {
+                return Err(RegistryError::DuplicateTypeId {
+                    type_id: entry.type_id,
+                    first: other.name,
+                    second: entry.name,
+                });
+            }
+            if other.name == entry.name {
+                return Err(RegistryError::DuplicateName { name: entry.name });
+            }
+        }
+        self.entries.push(entry);
+        // Checked at each addition, so the error names the one that clashed.
+        if let Err(error) = self.route_table() {
+            self.entries.pop();
+            return Err(error.into());
+        }
+        Ok(())
+    }
+
+    /// The names of what is registered, object types and services, in
+    /// registration order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.entries.iter().map(|entry| entry.name).collect()
+    }
+
+    /// The gateway's table: the system routes and every declared route.
+    pub fn route_table(&self) -> Result<RouteTable, RouteError> {
+        RouteTable::build(self.entries.iter().flat_map(|entry| {
+            let served = match entry.service {
+                None => Served::Object,
+                Some((pick, _)) => Served::Service(pick),
+            };
+            entry
+                .routes
+                .iter()
+                .map(move |route| (*route, entry.type_id, served))
+        }))
+    }
+
+    /// Registers every object type and service with one core's router.
+    pub fn register_all(&self, core: &mut RouterCore) {
+        for entry in &self.entries {
+            (entry.register)(core);
+        }
+    }
+
+    /// What node `node_id` (its gateway at `address`) advertises to the
+    /// catalog: one actor per type or service, with the request routes it
+    /// takes as msgIds (a route's op is its id) and its weight.
+    pub fn local_actors(&self, node_id: u64, address: &str) -> Vec<ActorConfig> {
+        let address: Arc<str> = Arc::from(address);
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(index, entry)| ActorConfig {
+                // One actor per type and node: the node id in the high bits
+                // keeps ids unique across a cluster.
+                actor_id: node_id << 16 | (index as u64 + 1),
+                node_id,
+                actor_type: entry.type_id,
+                shard: 0,
+                supported_msg_ids: entry
+                    .routes
+                    .iter()
+                    .filter(|route| matches!(route.kind, RouteKind::Request { .. }))
+                    .map(|route| route.id)
+                    .collect::<Vec<u32>>()
+                    .into(),
+                weight: entry.service.map_or(1, |(_, weight)| weight),
+                address: address.clone(),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::{KeyFrom, ServiceContext};
+
+    struct Echo(u32, &'static str, u32);
+
+    impl Service for Echo {
+        fn type_id(&self) -> u32 {
+            self.0
+        }
+        fn name(&self) -> &'static str {
+            self.1
+        }
+        fn routes(&self) -> Vec<ClientRoute> {
+            vec![ClientRoute::request(self.2, "echo", KeyFrom::BodyHash)]
+        }
+        fn weight(&self) -> u32 {
+            7
+        }
+        fn handle(&self, ctx: &mut ServiceContext<'_>) {
+            let body = ctx.body().to_vec();
+            ctx.answer(Ok(body));
+        }
+    }
+
+    #[test]
+    fn clashes_are_refused_naming_both() {
+        let mut registry = crate::services::builtins(&crate::config::Config::default());
+        assert_eq!(registry.names(), vec!["player", "room"]);
+        assert_eq!(
+            registry.add_service(Echo(2, "echo", 300)),
+            Err(RegistryError::DuplicateTypeId {
+                type_id: 2,
+                first: "player",
+                second: "echo"
+            })
+        );
+        assert_eq!(
+            registry.add_service(Echo(0, "echo", 300)),
+            Err(RegistryError::ZeroTypeId { name: "echo" })
+        );
+        assert_eq!(
+            registry.add_service(Echo(200, "room", 300)),
+            Err(RegistryError::DuplicateName { name: "room" })
+        );
+        assert!(matches!(
+            registry.add_service(Echo(200, "echo", 22)),
+            Err(RegistryError::Routes(RouteError::Duplicate {
+                route_id: 22,
+                ..
+            }))
+        ));
+        assert_eq!(
+            registry.names(),
+            vec!["player", "room"],
+            "nothing half-added"
+        );
+        registry.add_service(Echo(200, "echo", 300)).unwrap();
+        let actors = registry.local_actors(5, "127.0.0.1:1");
+        assert_eq!(actors.len(), 3);
+        assert_eq!(actors[2].actor_type, 200);
+        assert_eq!(actors[2].weight, 7);
+        assert_eq!(&*actors[2].supported_msg_ids, &[300]);
+        assert_eq!(
+            registry
+                .route_table()
+                .unwrap()
+                .target(300)
+                .map(|t| t.served),
+            Some(Served::Service(Pick::Rendezvous))
+        );
+    }
+}
