@@ -12,7 +12,7 @@ use crate::store::Store;
 /// ```ignore
 /// routerd::NodeBuilder::new(config)   // the built-in player and room
 ///     .object_type(Guild)
-///     .service(GuildNames::default())
+///     .service(GuildSearch { node_id: 1, weight: 1 })
 ///     .serve()?;                      // until SIGINT or SIGTERM
 /// ```
 ///
@@ -65,6 +65,17 @@ impl NodeBuilder {
     pub fn service<S: Service>(mut self, service: S) -> NodeBuilder {
         if self.refused.is_none() {
             self.refused = self.registry.add_service(service).err();
+        }
+        self
+    }
+
+    /// Knows the routes of `service` without running it here: this node's
+    /// clients may call it, and their requests go to the nodes that run it
+    /// (UNAVAILABLE while none does). Every node of a cluster should know
+    /// the same routes, whichever nodes run them.
+    pub fn remote_service<S: Service>(mut self, service: S) -> NodeBuilder {
+        if self.refused.is_none() {
+            self.refused = self.registry.add_remote_service(&service).err();
         }
         self
     }

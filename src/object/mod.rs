@@ -40,7 +40,7 @@
 //! ```ignore
 //! routerd::NodeBuilder::new(config)   // the built-in player and room
 //!     .object_type(Guild)
-//!     .service(GuildNames)
+//!     .service(GuildSearch { node_id: 1, weight: 1 })
 //!     .serve()?;                      // until SIGINT or SIGTERM
 //! ```
 //!

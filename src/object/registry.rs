@@ -39,7 +39,9 @@ struct Registered {
     /// `Some` for a service: how its nodes share keys, and this node's
     /// weight.
     service: Option<(Pick, u32)>,
-    register: RegisterFn,
+    /// `None` for a service other nodes run: this node knows its routes
+    /// (so its clients may call it) but neither runs nor advertises it.
+    register: Option<RegisterFn>,
 }
 
 /// The object types and services of one node, in registration order.
@@ -56,7 +58,9 @@ impl Registry {
             name: kind.name(),
             routes: kind.routes(),
             service: None,
-            register: Arc::new(move |core: &mut RouterCore| core.register(Box::new(kind.clone()))),
+            register: Some(Arc::new(move |core: &mut RouterCore| {
+                core.register(Box::new(kind.clone()))
+            })),
         };
         self.add(entry)
     }
@@ -68,9 +72,22 @@ impl Registry {
             name: service.name(),
             routes: service.routes(),
             service: Some((service.pick(), service.weight())),
-            register: Arc::new(move |core: &mut RouterCore| {
+            register: Some(Arc::new(move |core: &mut RouterCore| {
                 core.register_service(Box::new(ServiceAdapter(service.clone())))
-            }),
+            })),
+        };
+        self.add(entry)
+    }
+
+    /// The routes of a service that other nodes run: requests for them are
+    /// sent to those nodes, and this node runs none of them.
+    pub fn add_remote_service<S: Service>(&mut self, service: &S) -> Result<(), RegistryError> {
+        let entry = Registered {
+            type_id: service.type_id(),
+            name: service.name(),
+            routes: service.routes(),
+            service: Some((service.pick(), service.weight())),
+            register: None,
         };
         self.add(entry)
     }
@@ -122,8 +139,12 @@ impl Registry {
 
     /// Registers every object type and service with one core's router.
     pub fn register_all(&self, core: &mut RouterCore) {
-        for entry in &self.entries {
-            (entry.register)(core);
+        for register in self
+            .entries
+            .iter()
+            .filter_map(|entry| entry.register.as_ref())
+        {
+            register(core);
         }
     }
 
@@ -135,6 +156,9 @@ impl Registry {
         self.entries
             .iter()
             .enumerate()
+            // A service that runs elsewhere is not advertised; the others
+            // keep the actor id of their position all the same.
+            .filter(|(_, entry)| entry.register.is_some())
             .map(|(index, entry)| ActorConfig {
                 // One actor per type and node: the node id in the high bits
                 // keeps ids unique across a cluster.
@@ -227,6 +251,37 @@ mod tests {
                 .target(300)
                 .map(|t| t.served),
             Some(Served::Service(Pick::Rendezvous))
+        );
+    }
+
+    /// A service other nodes run: its routes are in the table (requests go
+    /// to its nodes), but this node neither runs nor advertises it, and
+    /// what comes after it keeps the actor id of its position.
+    #[test]
+    fn a_remote_service_has_routes_and_no_actor() {
+        let mut registry = crate::services::builtins(&crate::config::Config::default());
+        registry
+            .add_remote_service(&Echo(200, "echo", 300))
+            .unwrap();
+        registry.add_service(Echo(201, "echo2", 301)).unwrap();
+        let table = registry.route_table().unwrap();
+        assert!(table.target(300).is_some());
+        assert!(table.target(301).is_some());
+        let actors = registry.local_actors(5, "127.0.0.1:1");
+        let types: Vec<u32> = actors.iter().map(|actor| actor.actor_type).collect();
+        assert_eq!(types, vec![2, 3, 201]);
+        assert_eq!(actors[2].actor_id, 5 << 16 | 4);
+        let mut core = RouterCore::new(
+            crate::store::NodeId(5),
+            crate::config::RouterConfig::default(),
+            1,
+            0,
+        );
+        registry.register_all(&mut core);
+        assert_eq!(
+            registry.add_remote_service(&Echo(202, "echo", 302)),
+            Err(RegistryError::DuplicateName { name: "echo" }),
+            "a remote service's name is taken like any other"
         );
     }
 }
