@@ -249,6 +249,11 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Persist::Interval)]
     pub node_persist: Persist,
 
+    /// --spawn-node: microseconds an idle core of the node busy-polls its
+    /// ring before it sleeps (`cores.spin_before_park_us`).
+    #[arg(long, default_value_t = 0)]
+    pub node_spin_us: u64,
+
     /// Never print the per-second progress line (it is off unless stderr
     /// is a terminal anyway).
     #[arg(long)]
