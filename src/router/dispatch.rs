@@ -67,7 +67,14 @@ pub(crate) fn dispatch_entry(
         return;
     }
     let on_write = kind.persist() == Persist::OnWrite;
-    if entry.io.is_some_and(|io| io.blocks_requests(on_write)) {
+    // A periodic save lets requests run on the writable copy beside it; a
+    // copy dropped meanwhile (a fence) leaves nothing to run on, and the
+    // pull a request would start must wait for that save.
+    let writable = entry.is_writable();
+    if entry
+        .io
+        .is_some_and(|io| !writable || io.blocks_requests(on_write))
+    {
         queue_io_waiter(ctx, entry, waiter);
         return;
     }

@@ -1012,3 +1012,25 @@ fn shutdown_before_the_flush_releases_held_outputs_with_the_object() {
     assert_eq!(record.owner_node, NodeId::NONE);
     assert_eq!(counter_value(&record.state), Some(7));
 }
+
+#[test]
+fn a_request_after_a_fence_waits_for_the_periodic_save_in_flight() {
+    // An interval object's periodic save does not hold requests back while
+    // the copy is writable; once a fence dropped the copy, a request must
+    // wait for that save instead of starting a pull beside it.
+    let mut h = Harness::new(1, Persist::Interval);
+    claim_on_default(&mut h, 1);
+    let save_at = config().object_save_interval_ms;
+    h.core(1).on_timer(save_at, Timer::Sweep);
+    let (token, op) = only_save(h.core(1).drain_effects().collect());
+    h.core(1).fence(save_at + 1);
+    let id = h.request(1, OP_GET, Vec::new());
+    assert!(
+        replies(&h.core(1).drain_effects().collect::<Vec<_>>()).is_empty(),
+        "the request waits for the save"
+    );
+    let reply = answer(&mut h.table, op);
+    h.core(1).on_store_reply(save_at + 2, token, reply);
+    let effects = settle_at(&mut h, 1, save_at + 2);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+}
