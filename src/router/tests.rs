@@ -1034,3 +1034,61 @@ fn a_request_after_a_fence_waits_for_the_periodic_save_in_flight() {
     let effects = settle_at(&mut h, 1, save_at + 2);
     assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
 }
+
+#[test]
+fn a_migration_queues_at_most_pending_queue_max_requests() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, _) = transfer_in_flight(&mut h);
+    // The removal write is not answered: every request meets the migration.
+    let removal: Vec<Effect> = h.core(owner).drain_effects().collect();
+    assert_eq!(removal.len(), 1, "{removal:?}");
+    let mut refused = Vec::new();
+    for _ in 0..config().pending_queue_max + 2 {
+        h.request(owner, OP_GET, Vec::new());
+        let effects: Vec<Effect> = h.core(owner).drain_effects().collect();
+        refused.extend(replies(&effects).into_iter().map(|(_, outcome)| outcome));
+    }
+    assert_eq!(refused, vec![Err(ErrorCode::Overloaded); 2]);
+    assert_eq!(h.core(owner).counters().pending_queue_full_total, 2);
+    assert_eq!(h.core(owner).gauges().2, config().pending_queue_max);
+}
+
+#[test]
+fn a_core_holds_at_most_entries_per_core_max_keys() {
+    let bounded = RouterConfig {
+        entries_per_core_max: 1,
+        ..config()
+    };
+    let mut core = RouterCore::new(NodeId(1), bounded, 1, 0);
+    core.register(Box::new(CounterType {
+        persist: Persist::Interval,
+    }));
+    core.drain_effects().for_each(drop);
+    let mut h = Harness {
+        table: MemoryTable::default(),
+        cores: [(1, core)].into_iter().collect(),
+        next_seq: 0,
+    };
+    let first = h.request(1, OP_ADD, add(1));
+    assert_eq!(replies(&h.settle(1, 0)), vec![(first, Ok(add(1)))]);
+    // A second key finds the core full: refused, nothing read or claimed.
+    let other = ObjectKey::new(COUNTER_TYPE_ID, 0, 43);
+    let id = RequestId {
+        origin_node: NodeId(1),
+        seq: 1_000,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(1)
+        .on_request(1, RouterHead::local(other, NodeId(1)), request);
+    let effects = h.settle(1, 1);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Overloaded))]);
+    assert!(h.table.load(other).is_none());
+    assert_eq!(h.core(1).counters().entries_full_total, 1);
+    assert_eq!(h.core(1).entries().count(), 1);
+}
