@@ -33,14 +33,18 @@ pub enum Mutant {
     /// `core::fence`: fencing keeps the writable objects (extra: shows the
     /// simulator's fenced-write check failing).
     FenceKeepsObjects,
-    /// `core::check_lease`: the lease is never checked (extra: shows the
-    /// two-writers check failing).
+    /// `core::check_lease`: the lease is never checked (extra: shows how
+    /// much membership's own fencing covers for it).
     LeaseIgnored,
+    /// `transfer::remove_reply`: the old owner keeps its copy writable once
+    /// the record names the target (extra: shows the writable-not-store-
+    /// owner check failing).
+    RemoveKeepsObject,
 }
 
 #[cfg(test)]
 impl Mutant {
-    pub const ALL: [Mutant; 9] = [
+    pub const ALL: [Mutant; 10] = [
         Mutant::ClaimFromLiveOwner,
         Mutant::ConflictKeepsWritable,
         Mutant::ClaimKeepsRouteVersion,
@@ -50,6 +54,7 @@ impl Mutant {
         Mutant::IndeterminateAsApplied,
         Mutant::FenceKeepsObjects,
         Mutant::LeaseIgnored,
+        Mutant::RemoveKeepsObject,
     ];
 }
 

@@ -263,7 +263,9 @@ pub(crate) fn remove_reply(
                 .pending_write
                 .take()
                 .expect("a removal has a pending write");
-            entry.downgrade();
+            if !mutant::active(Mutant::RemoveKeepsObject) {
+                entry.downgrade();
+            }
             entry.apply_write(pending, cas_version, now_ms);
             ctx.counters.transfers_total += 1;
             let Some(t) = entry.transferring.as_mut() else {
