@@ -718,12 +718,15 @@ fn a_node_past_its_lease_serves_nothing_until_it_rejoins() {
     assert!(h.core(1).entries().all(|view| !view.writable));
     let effects = settle_at(&mut h, 1, 1_000);
     assert_eq!(replies(&effects), vec![(held, Err(ErrorCode::Unavailable))]);
+    let pulls = h.core(1).counters().pulls_total;
     let refused = h.request(1, OP_GET, Vec::new());
     let effects = settle_at(&mut h, 1, 1_001);
     assert_eq!(
         replies(&effects),
         vec![(refused, Err(ErrorCode::Unavailable))]
     );
+    // One read of the stale route, no attempt to claim.
+    assert_eq!(h.core(1).counters().pulls_total, pulls + 1);
     assert_eq!(h.core(1).counters().fences_total, 1);
     // Rejoined as incarnation 2: the record of incarnation 1 is its own
     // earlier life, claimed again through the store.
@@ -1091,4 +1094,92 @@ fn a_core_holds_at_most_entries_per_core_max_keys() {
     assert!(h.table.load(other).is_none());
     assert_eq!(h.core(1).counters().entries_full_total, 1);
     assert_eq!(h.core(1).entries().count(), 1);
+}
+
+#[test]
+fn a_first_access_elsewhere_goes_to_the_default_node_which_claims() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let default = default_of(2);
+    let other = 3 - default;
+    let id = h.request(other, OP_ADD, add(1));
+    let effects = h.settle(other, 0);
+    assert_eq!(
+        routed(&effects),
+        vec![(NodeId(default), routed(&effects)[0].1, id)]
+    );
+    assert!(h.table.load(KEY).is_none(), "the other node claims nothing");
+    assert_eq!(h.core(other).counters().claims_total, 0);
+}
+
+/// Node 1 alone, with a record of KEY owned by node 7, which membership
+/// does not know.
+fn harness_with_unknown_owner() -> Harness {
+    let mut core = RouterCore::new(NodeId(1), config(), 1, 0);
+    core.register(Box::new(CounterType {
+        persist: Persist::Interval,
+    }));
+    core.drain_effects().for_each(drop);
+    let mut table = MemoryTable::default();
+    table.write(&crate::store::RecordWrite {
+        key: KEY,
+        condition: crate::store::WriteCondition::Absent,
+        owner_node: NodeId(7),
+        owner_incarnation: 3,
+        route_version: RouteVersion(4),
+        save_timepoint_ms: 0,
+        state: 9i64.to_le_bytes().to_vec(),
+    });
+    Harness {
+        table,
+        cores: [(1, core)].into_iter().collect(),
+        next_seq: 0,
+    }
+}
+
+#[test]
+fn an_unavailable_owner_is_read_once_more_then_answered_unavailable() {
+    // The seed's send_msg_raw: two attempts, the second after re-reading
+    // the route.
+    let mut h = harness_with_unknown_owner();
+    let id = h.request(1, OP_GET, Vec::new());
+    let effects = settle_at(&mut h, 1, 1_000);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert_eq!(h.core(1).counters().pulls_total, 2);
+    assert!(routed(&effects).is_empty());
+}
+
+#[test]
+fn a_request_naming_a_newer_route_than_the_store_is_repaired_three_times_at_most() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let other = 3 - owner;
+    // A head newer than anything stored: every re-read finds it older.
+    let head = RouterHead {
+        key: KEY,
+        route_version: RouteVersion(100),
+        source_node: NodeId(owner),
+        transfer_ttl: 1,
+    };
+    let id = RequestId {
+        origin_node: NodeId(owner),
+        seq: 77,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(other).on_request(1, head, request);
+    let effects = settle_at(&mut h, other, 1);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert_eq!(
+        h.core(other).counters().pulls_total,
+        u64::from(REPAIR_ATTEMPTS_MAX)
+    );
+    assert_eq!(
+        h.core(other).counters().repair_attempts_total,
+        u64::from(REPAIR_ATTEMPTS_MAX) + 1
+    );
 }
