@@ -38,9 +38,6 @@ impl World {
     }
 
     pub(super) fn member_tick(&mut self, node: u64, process: u64) {
-        if self.process_of(node) != Some(process) {
-            return;
-        }
         let mut next = None;
         self.with_membership(node, |m, now| {
             m.on_tick(now);
@@ -201,10 +198,7 @@ impl World {
         }
     }
 
-    pub(super) fn member_reply(&mut self, node: u64, process: u64, reply: MemberReply) {
-        if self.process_of(node) != Some(process) {
-            return;
-        }
+    pub(super) fn member_reply(&mut self, node: u64, reply: MemberReply) {
         self.with_membership(node, |m, now| match reply {
             MemberReply::Listed(rows) => m.on_listed(now, rows),
             MemberReply::ListFailed => m.on_list_failed(),

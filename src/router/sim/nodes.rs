@@ -261,13 +261,9 @@ impl World {
 
     /// The process runs again: what was addressed to it arrives now, in
     /// order.
-    pub(super) fn resume(&mut self, node: u64, process: u64) {
+    pub(super) fn resume(&mut self, node: u64) {
         let now = self.now_ms;
-        let Some(sim_node) = self
-            .nodes
-            .get_mut(&node)
-            .filter(|n| n.up && n.process == process)
-        else {
+        let Some(sim_node) = self.nodes.get_mut(&node).filter(|n| n.up) else {
             return;
         };
         let Some(pause) = sim_node.paused.take() else {
@@ -283,14 +279,14 @@ impl World {
 
     /// Resumes every paused process now (the calm phase).
     pub(super) fn resume_all(&mut self) {
-        let paused: Vec<(u64, u64)> = self
+        let paused: Vec<u64> = self
             .nodes
             .iter()
             .filter(|(_, n)| n.up && n.paused.is_some())
-            .map(|(id, n)| (*id, n.process))
+            .map(|(id, _)| *id)
             .collect();
-        for (node, process) in paused {
-            self.resume(node, process);
+        for node in paused {
+            self.resume(node);
         }
     }
 

@@ -178,6 +178,28 @@ pub(super) enum Event {
 }
 
 impl Event {
+    /// The process this event is for, as (node, process): once that process
+    /// ended, the event is dropped. A store operation in flight is not: the
+    /// store performs it whatever became of its sender.
+    pub(super) fn process(&self) -> Option<(u64, u64)> {
+        match self {
+            Event::Submit { node, process, .. }
+            | Event::StoreReply { node, process, .. }
+            | Event::Timer { node, process, .. }
+            | Event::Flush { node, process, .. }
+            | Event::MemberTick { node, process }
+            | Event::MemberReply { node, process, .. }
+            | Event::Resume { node, process } => Some((*node, *process)),
+            Event::Deliver { .. }
+            | Event::Answer { .. }
+            | Event::StoreApply { .. }
+            | Event::LateApply { .. }
+            | Event::MemberApply { .. }
+            | Event::MemberLateApply { .. }
+            | Event::ClientStep => None,
+        }
+    }
+
     /// The node whose process handles this event: held while it is paused.
     pub(super) fn addressee(&self) -> Option<u64> {
         match self {
@@ -417,6 +439,12 @@ impl World {
     }
 
     pub(super) fn process(&mut self, event: Event) {
+        if let Some((node, process)) = event.process() {
+            if self.process_of(node) != Some(process) {
+                // For a process that ended: nobody reads it.
+                return;
+            }
+        }
         if let Some(node) = event.addressee() {
             if self.is_paused(node) {
                 return self.hold(node, event);
@@ -427,15 +455,13 @@ impl World {
             Event::Answer { request, outcome } => self.answer(request, outcome),
             Event::Submit {
                 node,
-                process,
                 head,
                 request,
+                ..
             } => {
-                if self.process_of(node) == Some(process) {
-                    self.answers.moved(request.id, node);
-                    let core = self.core_of(head.key);
-                    self.on_core(node, core, |c, now| c.on_request(now, head, request));
-                }
+                self.answers.moved(request.id, node);
+                let core = self.core_of(head.key);
+                self.on_core(node, core, |c, now| c.on_request(now, head, request));
             }
             Event::StoreApply {
                 node,
@@ -446,37 +472,20 @@ impl World {
             } => self.store_apply(node, process, core, token, op),
             Event::StoreReply {
                 node,
-                process,
                 core,
                 token,
                 reply,
-            } => {
-                if self.process_of(node) == Some(process) {
-                    self.store_reply(node, core, token, reply);
-                }
-            }
+                ..
+            } => self.store_reply(node, core, token, reply),
             Event::LateApply { node, write } => {
                 self.apply_write(node, &write);
             }
             Event::Timer {
-                node,
-                process,
-                core,
-                timer,
-            } => {
-                if self.process_of(node) == Some(process) {
-                    self.on_core(node, core, |c, now| c.on_timer(now, timer));
-                }
-            }
-            Event::Flush {
-                node,
-                process,
-                core,
-            } => {
-                if self.process_of(node) == Some(process) {
-                    self.report.flushes += 1;
-                    self.on_core(node, core, |c, now| c.on_flush(now));
-                }
+                node, core, timer, ..
+            } => self.on_core(node, core, |c, now| c.on_timer(now, timer)),
+            Event::Flush { node, core, .. } => {
+                self.report.flushes += 1;
+                self.on_core(node, core, |c, now| c.on_flush(now));
             }
             Event::MemberTick { node, process } => self.member_tick(node, process),
             Event::MemberApply {
@@ -484,13 +493,9 @@ impl World {
                 process,
                 action,
             } => self.member_apply(node, process, action),
-            Event::MemberReply {
-                node,
-                process,
-                reply,
-            } => self.member_reply(node, process, reply),
+            Event::MemberReply { node, reply, .. } => self.member_reply(node, reply),
             Event::MemberLateApply { tag, write } => self.member_late_apply(tag, &write),
-            Event::Resume { node, process } => self.resume(node, process),
+            Event::Resume { node, .. } => self.resume(node),
             Event::ClientStep => {
                 if self.now_ms < self.fault_end_ms {
                     self.client_step();
