@@ -113,10 +113,9 @@ struct Serving {
     next_heartbeat_ms: u64,
     /// A state to write with the next heartbeat.
     wanted_state: MemberState,
-    /// Where the lease ends (this node's clock). Past it the node has
-    /// stopped serving, so it takes a new incarnation: its objects were
-    /// dropped, and an incarnation that served, stopped and served again
-    /// could not be told apart from one that never stopped.
+    /// The lease this node's router holds: the send time of the last
+    /// applied join or heartbeat + `fence_after_ms`. Once it has run out
+    /// the router fenced, and only a new incarnation serves again.
     lease_until_ms: u64,
 }
 
@@ -228,14 +227,7 @@ impl Membership {
     /// The driver's periodic call: writes a heartbeat when one is due and
     /// reads the table when a read is due.
     pub fn on_tick(&mut self, now_ms: u64) {
-        if let Phase::Serving(serving) = &self.phase {
-            if now_ms >= serving.lease_until_ms {
-                // No heartbeat applied for `fence_after_ms`: the cores fenced
-                // on their own at the lease end. Rejoin from the row as the
-                // store has it now (it may have been declared down).
-                self.fence(now_ms, None);
-            }
-        }
+        self.check_lease(now_ms);
         if !self.listing && now_ms >= self.next_list_ms {
             if matches!(self.phase, Phase::Refused) {
                 return;
@@ -298,6 +290,7 @@ impl Membership {
     /// The table as read at `now_ms`.
     pub fn on_listed(&mut self, now_ms: u64, rows: Vec<MemberRow>) {
         self.listing = false;
+        self.check_lease(now_ms);
         let mut own = None;
         for row in rows {
             if row.node_id == self.me {
@@ -387,6 +380,26 @@ impl Membership {
         } else {
             self.next_list_ms = now_ms;
         }
+    }
+
+    /// A lease that ran out fences the node even if nobody declared it
+    /// down (its heartbeats failed for `fence_after_ms`, then the store came
+    /// back): its router stopped serving for good, so it rejoins with the
+    /// next incarnation, by CAS on the row as this node last wrote it.
+    fn check_lease(&mut self, now_ms: u64) {
+        let Phase::Serving(serving) = &self.phase else {
+            return;
+        };
+        if now_ms < serving.lease_until_ms {
+            return;
+        }
+        let row = self.row(
+            serving.incarnation,
+            serving.state,
+            serving.heartbeat,
+            serving.version,
+        );
+        self.fence(now_ms, Some(row));
     }
 
     /// Takes the next incarnation after a fence.
@@ -481,10 +494,17 @@ impl Membership {
         outcome: MemberOutcome,
     ) {
         let MemberOutcome::Applied(version) = outcome else {
-            // Someone else wrote the row first, or the answer was lost (it
-            // may be ours: a live-looking row is watched as any other).
-            self.phase = Phase::Starting { watching: None };
             self.next_list_ms = now_ms;
+            self.phase = if self.ever_joined {
+                // A rejoin lost its CAS (a late write of this node's, or a
+                // declaration): rejoin on the row as read next.
+                Phase::Fenced { row: None }
+            } else {
+                // Someone else wrote the row first, or the answer was lost
+                // (it may be ours: a live-looking row is watched as any
+                // other).
+                Phase::Starting { watching: None }
+            };
             return;
         };
         let incarnation = write.row.incarnation;
@@ -525,6 +545,9 @@ impl Membership {
         sent_at_ms: u64,
         outcome: MemberOutcome,
     ) {
+        // An answer that comes after the lease ran out extends nothing: the
+        // router has fenced (or will at its next event).
+        self.check_lease(now_ms);
         let Phase::Serving(serving) = &mut self.phase else {
             return;
         };
@@ -730,12 +753,20 @@ mod tests {
         let mut b = node(2);
         run(&mut a, &mut table, 0);
         run(&mut b, &mut table, 0);
-        // b decides to declare a down on what it read...
+        // b decides to declare a down on what it read (b's own lease ran
+        // out meanwhile too: it also rejoins, which is not this test's
+        // business)...
         b.on_tick(0);
         b.take_actions();
         b.on_listed(config().down_after_ms + 1, table.list());
         let declare = b.take_actions();
-        let Some(Action::Write { tag, write }) = declare.first().cloned() else {
+        let Some((tag, write)) = declare.iter().find_map(|action| match action {
+            Action::Write {
+                tag: tag @ WriteTag::DeclareDown { .. },
+                write,
+            } => Some((*tag, write.clone())),
+            _ => None,
+        }) else {
             panic!("no declaration: {declare:?}");
         };
         // ...but a's heartbeat lands first: the declaration's CAS fails.
@@ -748,6 +779,69 @@ mod tests {
             .take_events()
             .iter()
             .any(|e| matches!(e, Event::Member { row } if row.state == MemberState::Down)));
+    }
+
+    /// Performs `m`'s actions at `now`, answering every heartbeat write as
+    /// failed (not applied); lists and other writes go to `table`.
+    fn run_with_failing_heartbeats(
+        m: &mut Membership,
+        table: &mut MemberTable,
+        now: u64,
+    ) -> Vec<Event> {
+        m.on_tick(now);
+        loop {
+            let actions = m.take_actions();
+            if actions.is_empty() {
+                return m.take_events();
+            }
+            for action in actions {
+                match action {
+                    Action::List => m.on_listed(now, table.list()),
+                    Action::Write {
+                        tag: tag @ WriteTag::Heartbeat { .. },
+                        write,
+                    } => m.on_written(now, tag, &write, Err(())),
+                    Action::Write { tag, write } => {
+                        let outcome = table.write(&write);
+                        m.on_written(now, tag, &write, Ok(outcome));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_lease_that_ran_out_fences_and_rejoins_even_if_nobody_declared_it() {
+        // The router fences for good once the lease runs out (it serves
+        // again only under a new incarnation), so membership must rejoin
+        // even when the store comes back before anyone declared the node
+        // down and its heartbeats apply again.
+        let mut table = MemberTable::default();
+        let mut m = node(1);
+        let events = run(&mut m, &mut table, 0);
+        assert!(events.contains(&Event::Joined { incarnation: 1 }));
+        let lease_end = config().fence_after_ms;
+        let mut failing = Vec::new();
+        let mut now = m.tick_ms();
+        while now <= lease_end + m.tick_ms() {
+            failing.extend(run_with_failing_heartbeats(&mut m, &mut table, now));
+            now += m.tick_ms();
+        }
+        assert!(
+            failing.iter().all(|e| !matches!(e, Event::Lease { .. })),
+            "{failing:?}"
+        );
+        // The store answers again, well before down_after: the lease had
+        // run out, so the node fences and takes incarnation 2.
+        let mut events = failing;
+        events.extend(run_until(&mut m, &mut table, now, now + 1_000));
+        let fenced = events.iter().position(|e| *e == Event::Fenced);
+        let rejoined = events
+            .iter()
+            .position(|e| matches!(e, Event::Rejoined { incarnation: 2, .. }));
+        assert!(fenced.is_some() && rejoined > fenced, "{events:?}");
+        assert_eq!(table.get(NodeId(1)).map(|r| r.incarnation), Some(2));
+        assert_eq!(m.incarnation(), Some(2));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use wire::ObjectKey;
 use super::entry::Entry;
 use super::object::ObjectType;
 use super::types::{Effect, NodeMessage, Outcome, Request, RouterHead, StoreOp, StoreToken, Timer};
-use crate::config::RouterConfig;
+use crate::config::{Persist, RouterConfig};
 use crate::store::{CasVersion, NodeId, RouteVersion};
 
 /// Writes in one shutdown batch at most (one store round trip each).
@@ -35,6 +35,11 @@ pub struct EntryView {
     pub route_version: RouteVersion,
     pub cas_version: Option<CasVersion>,
     pub writable: bool,
+    /// Writable and free to run a request now: no IO that holds requests
+    /// back, no handoff in progress.
+    pub accepting: bool,
+    /// A store operation is in flight for this key.
+    pub io_in_flight: bool,
     pub queued: usize,
 }
 
@@ -289,6 +294,13 @@ impl RouterCore {
         self.ctx.fenced
     }
 
+    /// Whether the core may serve objects at `now_ms` (its clock): not
+    /// fenced, and its lease, if it has one, holds. A core past its lease
+    /// that has had no event since is not fenced yet, but may not serve.
+    pub fn may_serve(&self, now_ms: u64) -> bool {
+        self.ctx.may_serve(now_ms)
+    }
+
     /// The effects produced since the last drain, in order.
     pub fn drain_effects(&mut self) -> std::vec::Drain<'_, Effect> {
         self.ctx.effects.drain(..)
@@ -378,6 +390,9 @@ impl RouterCore {
         }
         self.ctx.fenced = true;
         self.ctx.counters.fences_total += 1;
+        if super::mutant::active(super::mutant::Mutant::FenceKeepsObjects) {
+            return;
+        }
         let ctx = &mut self.ctx;
         for manager in self.managers.values_mut() {
             for entry in manager.entries.values_mut() {
@@ -416,6 +431,9 @@ impl RouterCore {
     /// calls it first, so a node that was frozen past its lease never
     /// serves an event before it notices.
     pub(crate) fn check_lease(&mut self, now_ms: u64) {
+        if super::mutant::active(super::mutant::Mutant::LeaseIgnored) {
+            return;
+        }
         if !self.ctx.fenced && !self.ctx.may_serve(now_ms) {
             self.fence(now_ms);
         }
@@ -569,12 +587,17 @@ impl RouterCore {
     /// Views of every entry, in key order.
     pub fn entries(&self) -> impl Iterator<Item = EntryView> + '_ {
         self.managers.values().flat_map(|manager| {
-            manager.entries.iter().map(|(key, entry)| EntryView {
+            let on_write = manager.kind.persist() == Persist::OnWrite;
+            manager.entries.iter().map(move |(key, entry)| EntryView {
                 key: *key,
                 owner_node: entry.owner_node,
                 route_version: entry.route_version,
                 cas_version: entry.cas_version,
                 writable: entry.is_writable(),
+                accepting: entry.is_writable()
+                    && entry.transferring.is_none()
+                    && !entry.io.is_some_and(|io| io.blocks_requests(on_write)),
+                io_in_flight: entry.io.is_some(),
                 queued: entry.io_waiters.len()
                     + entry
                         .transferring

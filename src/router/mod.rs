@@ -22,6 +22,7 @@ mod core;
 mod dispatch;
 mod entry;
 mod io;
+pub(crate) mod mutant;
 pub mod object;
 mod timers;
 mod transfer;

@@ -9,6 +9,7 @@ use super::core::{Ctx, Manager, RouterCore, StoreWait};
 use super::dispatch::dispatch_entry;
 use super::entry::{Entry, Io, PendingWrite, Transferring};
 use super::io::{after_failed_write, claimed, finish_io};
+use super::mutant::{self, Mutant};
 use super::object::ObjectType;
 use super::types::{NodeMessage, RouterTransfer, StoreOp, StoreReply, Timer};
 use crate::store::{NodeId, WriteCondition, WriteOutcome};
@@ -149,15 +150,21 @@ impl RouterCore {
         transfer_id: u64,
         accepted: bool,
     ) {
-        let _ = accepted;
-        self.end_notify(now_ms, key, transfer_id, false);
+        self.end_notify(now_ms, key, transfer_id, false, accepted);
     }
 
     pub(crate) fn transfer_ack_timeout(&mut self, now_ms: u64, key: ObjectKey, transfer_id: u64) {
-        self.end_notify(now_ms, key, transfer_id, true);
+        self.end_notify(now_ms, key, transfer_id, true, false);
     }
 
-    fn end_notify(&mut self, now_ms: u64, key: ObjectKey, transfer_id: u64, timed_out: bool) {
+    fn end_notify(
+        &mut self,
+        now_ms: u64,
+        key: ObjectKey,
+        transfer_id: u64,
+        timed_out: bool,
+        accepted: bool,
+    ) {
         let ctx = &mut self.ctx;
         let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
             return;
@@ -172,6 +179,13 @@ impl RouterCore {
         if waiting {
             if timed_out {
                 ctx.counters.transfer_ack_timeouts_total += 1;
+            }
+            if !accepted && mutant::active(Mutant::PendingNotRedispatched) {
+                return;
+            }
+            if !accepted && mutant::active(Mutant::PendingDropped) {
+                entry.transferring = None;
+                return;
             }
             finish_transfer(ctx, kind.as_ref(), key, entry, now_ms);
         }
@@ -249,7 +263,9 @@ pub(crate) fn remove_reply(
                 .pending_write
                 .take()
                 .expect("a removal has a pending write");
-            entry.downgrade();
+            if !mutant::active(Mutant::RemoveKeepsObject) {
+                entry.downgrade();
+            }
             entry.apply_write(pending, cas_version, now_ms);
             ctx.counters.transfers_total += 1;
             let Some(t) = entry.transferring.as_mut() else {

@@ -134,19 +134,19 @@ impl Player {
         })
     }
 
-    /// The session of `request` if it is not this player's bound one: its
-    /// login was superseded, and the kick that should have closed it was
-    /// lost (its node was cut off or frozen when the kick was sent). Under
-    /// `multi` every session that logged in stays served.
+    /// The session of `request` if another session is bound to this player
+    /// now: its login was superseded, and the kick that should have closed
+    /// it was lost (its node was cut off or frozen when the kick was sent).
+    /// Under `multi` every session that logged in stays served, and with no
+    /// session bound (all closed) there is nobody to protect.
     fn superseded(&self, request: &Request) -> Option<ClientRef> {
         let client = request.client?;
+        let bound = self.client?;
         if self.duplicate_login == DuplicateLogin::Multi {
             return None;
         }
-        let bound = self.client.is_some_and(|bound| {
-            bound.gateway_node == client.gateway_node && bound.session_id == client.session_id
-        });
-        (!bound).then_some(client)
+        let same = bound.gateway_node == client.gateway_node && bound.session_id == client.session_id;
+        (!same).then_some(client)
     }
 
     fn body_u64(request: &Request) -> Option<u64> {
@@ -245,10 +245,12 @@ impl ObjectState for Player {
         if !matches!(request.op, OP_BIND | OP_UNBIND) {
             if let Some(stale) = self.superseded(request) {
                 // Kicked again, and not served: nothing a superseded
-                // session asks reaches either connection (PROTOCOL.md).
+                // session asks reaches the player (docs/protocol.md). The
+                // request is still answered, so its origin never waits for
+                // an answer that cannot come; the gateway drops the answer
+                // once the kick has closed the session.
                 out.kicks.push(stale);
-                out.reply = HandlerReply::Delegated;
-                return;
+                return out.answer(Err(ErrorCode::Unavailable));
             }
         }
         match request.op {
@@ -410,7 +412,7 @@ mod tests {
             request(OP_INCR, 1i64.to_le_bytes().to_vec(), Some(client(1))),
         );
         assert_eq!(out.kicks, vec![client(1)]);
-        assert_eq!(answer(&out), None);
+        assert_eq!(answer(&out), Some(&Err(ErrorCode::Unavailable)));
         assert!(!out.mutated);
         let out = run(
             &mut state,
