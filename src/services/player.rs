@@ -145,7 +145,8 @@ impl Player {
         if self.duplicate_login == DuplicateLogin::Multi {
             return None;
         }
-        let same = bound.gateway_node == client.gateway_node && bound.session_id == client.session_id;
+        let same =
+            bound.gateway_node == client.gateway_node && bound.session_id == client.session_id;
         (!same).then_some(client)
     }
 
