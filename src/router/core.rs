@@ -10,9 +10,13 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use wire::ObjectKey;
 
+use super::drain::DrainState;
 use super::entry::Entry;
 use super::object::ObjectType;
-use super::types::{Effect, NodeMessage, Outcome, Request, RouterHead, StoreOp, StoreToken, Timer};
+use super::types::{
+    Effect, NodeMessage, Outcome, Request, RouterHead, StoreOp, StoreToken, Timer, TransferDone,
+    TransferOutcome,
+};
 use crate::config::RouterConfig;
 use crate::store::{CasVersion, NodeId, RouteVersion};
 
@@ -92,6 +96,8 @@ pub(crate) struct Ctx {
     /// their save. At most one per entry, so bounded by
     /// `entries_per_core_max`; a set, so a key appears once.
     pub flush_keys: BTreeSet<ObjectKey>,
+    /// The drain under way (`RouterCore::start_drain`), if any.
+    pub drain: Option<DrainState>,
 }
 
 pub(crate) struct Manager {
@@ -129,6 +135,15 @@ impl Ctx {
         self.store_waits.insert(token, wait);
         self.effects.push(Effect::Store { token, op });
         token
+    }
+
+    /// Reports the end of a transfer: to the drain (which then has room
+    /// for another) and, as an effect, to whoever else waits for it.
+    pub fn transfer_done(&mut self, done: TransferDone) {
+        if let Some(drain) = self.drain.as_mut() {
+            drain.on_transfer_done(&done);
+        }
+        self.effects.push(Effect::TransferDone(done));
     }
 
     pub fn arm(&mut self, at_ms: u64, timer: Timer) {
@@ -251,6 +266,7 @@ impl RouterCore {
                 entries_total: 0,
                 shutdown: None,
                 flush_keys: BTreeSet::new(),
+                drain: None,
             },
             managers: BTreeMap::new(),
         };
@@ -380,7 +396,7 @@ impl RouterCore {
         self.ctx.counters.fences_total += 1;
         let ctx = &mut self.ctx;
         for manager in self.managers.values_mut() {
-            for entry in manager.entries.values_mut() {
+            for (key, entry) in manager.entries.iter_mut() {
                 let held = super::io::take_held(entry);
                 super::io::settle_held(ctx, held, false);
                 if entry.downgrade().is_some() {
@@ -388,7 +404,14 @@ impl RouterCore {
                     // next request re-reads it.
                     entry.last_refresh_ms = None;
                 }
-                entry.queued_transfer = None;
+                if let Some((target, _)) = entry.queued_transfer.take() {
+                    ctx.transfer_done(TransferDone {
+                        key: *key,
+                        target,
+                        outcome: TransferOutcome::NotMoved,
+                        route_version: entry.route_version,
+                    });
+                }
             }
         }
         let _ = now_ms;
@@ -410,6 +433,11 @@ impl RouterCore {
     /// Marks this node draining (no new objects placed here) or not.
     pub fn set_draining(&mut self, draining: bool) {
         self.ctx.draining = draining;
+    }
+
+    /// Whether this node drains.
+    pub fn is_draining(&self) -> bool {
+        self.ctx.draining
     }
 
     /// Fences the node if its lease has run out at `now_ms`. Every event

@@ -1012,3 +1012,6 @@ fn shutdown_before_the_flush_releases_held_outputs_with_the_object() {
     assert_eq!(record.owner_node, NodeId::NONE);
     assert_eq!(counter_value(&record.state), Some(7));
 }
+
+#[path = "drain_tests.rs"]
+mod drain_tests;
