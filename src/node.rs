@@ -467,7 +467,7 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         boot_incarnation: shared.gateway.boot_incarnation,
         core_id: core.id(),
         core_count: core.count(),
-        core: router_core(&shared.config, core.id()),
+        core: router_core(&shared.config, core.id(), shared.gateway.boot_incarnation),
         store: shared.store.clone(),
         mesh: core.mesh().clone(),
         links: Rc::new(links.clone()),
@@ -577,8 +577,11 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
     }
 }
 
-/// One core's router state machine with the built-in object types.
-fn router_core(config: &Config, core_id: usize) -> RouterCore {
+/// One core's router state machine with the built-in object types, owning
+/// as `incarnation`: the records it writes name this start of the node,
+/// not an earlier one (which the other nodes know ended, and would claim
+/// from at once while this start still serves).
+fn router_core(config: &Config, core_id: usize, incarnation: u64) -> RouterCore {
     let node = NodeId(config.node.id);
     let now = clock::now_ms();
     // Retry jitter only: distinct per core and per start, no need to repeat.
@@ -588,6 +591,7 @@ fn router_core(config: &Config, core_id: usize) -> RouterCore {
         ^ ((core_id as u64) << 32)
         ^ config.node.id;
     let mut core = RouterCore::new(node, config.router.clone(), seed, now);
+    core.set_incarnation(incarnation);
     core.register(Box::new(PlayerType {
         persist: config.services.player.persist,
         duplicate_login: config.auth.duplicate_login,
