@@ -21,6 +21,8 @@ pub struct LocalCluster {
     starts: std::cell::Cell<u32>,
     /// Extra TOML for every node (sections after the defaults).
     pub extra: String,
+    /// Extra `[cluster]` keys for every node.
+    pub cluster_extra: String,
 }
 
 impl Default for LocalCluster {
@@ -35,6 +37,7 @@ impl LocalCluster {
             dir: tempfile::tempdir().unwrap(),
             starts: std::cell::Cell::new(0),
             extra: String::new(),
+            cluster_extra: String::new(),
         }
     }
 
@@ -54,7 +57,7 @@ impl LocalCluster {
              [store]\nbackend = \"sqlite\"\npath = {db:?}\nsynchronous = \"normal\"\n\
              [cluster]\nlisten = \"127.0.0.1:0\"\nsecret = {secret:?}\n\
              heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\n\
-             down_after_ms = {DOWN_AFTER_MS}\n\
+             down_after_ms = {DOWN_AFTER_MS}\n{cluster_extra}\n\
              [services.player]\npersist = \"on_write\"\n{extra}",
             data = self
                 .dir
@@ -64,6 +67,7 @@ impl LocalCluster {
                 .to_string(),
             db = self.db().display().to_string(),
             extra = self.extra,
+            cluster_extra = self.cluster_extra,
         )
     }
 
@@ -125,14 +129,31 @@ impl LocalCluster {
 
 /// `GET path` on an admin endpoint: the status and the body.
 pub fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
+    http(address, "GET", path)
+}
+
+/// `POST path` (empty body) on an admin endpoint: the status and the body.
+pub fn http_post(address: SocketAddr, path: &str) -> (u16, String) {
+    http(address, "POST", path)
+}
+
+/// `POST path` as JSON, whatever the status.
+pub fn post_json(address: SocketAddr, path: &str) -> (u16, serde_json::Value) {
+    let (status, body) = http_post(address, path);
+    let json =
+        serde_json::from_str(&body).unwrap_or_else(|error| panic!("{path}: {error}: {body}"));
+    (status, json)
+}
+
+fn http(address: SocketAddr, method: &str, path: &str) -> (u16, String) {
     let mut stream =
         TcpStream::connect_timeout(&address, Duration::from_secs(2)).expect("admin reachable");
     stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
+        .set_read_timeout(Some(Duration::from_secs(15)))
         .unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();
@@ -151,6 +172,17 @@ pub fn get_json(address: SocketAddr, path: &str) -> serde_json::Value {
     let (status, body) = http_get(address, path);
     assert_eq!(status, 200, "{path}: {body}");
     serde_json::from_str(&body).unwrap_or_else(|error| panic!("{path}: {error}: {body}"))
+}
+
+/// The state node `node` sees member `id` in.
+pub fn member_state(node: SocketAddr, id: u64) -> Option<String> {
+    let cluster = get_json(node, "/cluster");
+    let member = cluster["members"]
+        .as_array()?
+        .iter()
+        .find(|m| m["node_id"] == id)?
+        .clone();
+    Some(member["state"].as_str()?.to_string())
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, or panics with
