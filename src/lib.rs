@@ -5,7 +5,7 @@
 //! [`router`] (ownership, route caches, repair and transfer, as a sans-IO
 //! state machine), [`services`] (the business objects), [`node`]
 //! (assembly), [`admin`] and [`metrics`] (observability), [`ops`] (transfer
-//! one object, drain a node), and [`client`] (`routerd client`, a
+//! one object, drain a node) with [`ctl`] their command line, and [`client`] (`routerd client`, a
 //! line-oriented client to try a node with).
 
 pub mod admin;
@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod ctl;
 pub mod gateway;
 pub mod metrics;
 pub mod node;
