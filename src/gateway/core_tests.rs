@@ -770,7 +770,11 @@ fn a_draining_gateway_redirects_every_session_answers_within_the_grace_then_clos
             )]
         );
     }
-    assert_eq!(&redirect_body(grace, "h:1")[..4], &500u32.to_le_bytes());
+    // docs/protocol.md's vector.
+    assert_eq!(
+        redirect_body(Duration::from_millis(5000), "10.0.0.2:7400"),
+        b"\x88\x13\x00\x0010.0.0.2:7400".to_vec()
+    );
     // Within the grace: requests are accepted and answered as before, and
     // a second redirect_all sends nothing again.
     f.core.redirect_all(f.now, grace, targets);
