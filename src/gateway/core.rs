@@ -99,16 +99,6 @@ pub enum CloseReason {
     Redirected,
 }
 
-/// The body of `sys.redirect`: `u32 grace_ms` (LE), then the UTF-8
-/// `host:port` of another gateway (empty: any other the client knows).
-pub fn redirect_body(grace: Duration, target: &str) -> Vec<u8> {
-    let grace_ms = u32::try_from(grace.as_millis()).unwrap_or(u32::MAX);
-    let mut body = Vec::with_capacity(4 + target.len());
-    body.extend_from_slice(&grace_ms.to_le_bytes());
-    body.extend_from_slice(target.as_bytes());
-    body
-}
-
 struct Entry {
     session: Session,
     /// A login waiting for its player object's decision (see
@@ -129,15 +119,6 @@ struct Entry {
     /// The grace ended with answers still owed: new requests are refused,
     /// and the session closes once nothing is owed.
     closing: bool,
-}
-
-/// Sessions are being moved away: the node drains.
-#[derive(Clone, Debug)]
-struct Redirecting {
-    grace: Duration,
-    /// Gateways of other nodes (`host:port`), spread over by session id;
-    /// empty when there is none.
-    targets: Vec<String>,
 }
 
 /// A login of one session waiting for the player object.
@@ -309,79 +290,6 @@ impl GatewayCore {
         // A client that connects to a draining node is told to move at once.
         self.redirect(session_id, now);
         session_id
-    }
-
-    /// The node drains: every session, and every one opened from now on,
-    /// gets PUSH `sys.redirect` naming one of `targets` (another node's
-    /// gateway, spread by session id; empty when there is none) and
-    /// `grace`. Its requests are answered as before until the client closes
-    /// the connection or the grace ends (`close_redirected`).
-    pub fn redirect_all(&mut self, now: Instant, grace: Duration, targets: Vec<String>) {
-        self.redirecting = Some(Redirecting { grace, targets });
-        let sessions: Vec<u64> = self.sessions.keys().copied().collect();
-        for session_id in sessions {
-            self.redirect(session_id, now);
-        }
-    }
-
-    /// The gateways later redirects name (the up members change).
-    pub fn set_redirect_targets(&mut self, targets: Vec<String>) {
-        if let Some(redirecting) = self.redirecting.as_mut() {
-            redirecting.targets = targets;
-        }
-    }
-
-    /// Sends `sys.redirect` to one session, once.
-    fn redirect(&mut self, session_id: u64, now: Instant) {
-        let Some(redirecting) = self.redirecting.as_ref() else {
-            return;
-        };
-        let Some(entry) = self.sessions.get_mut(&session_id) else {
-            return;
-        };
-        if entry.redirect_until.is_some() {
-            return;
-        }
-        entry.redirect_until = Some(now + redirecting.grace);
-        let target = match redirecting.targets.len() {
-            0 => "",
-            n => redirecting.targets[(session_id % n as u64) as usize].as_str(),
-        };
-        let body = redirect_body(redirecting.grace, target);
-        self.metrics.gateway.redirects.inc();
-        let pushed =
-            entry
-                .outbox
-                .push_frame(FrameKind::Push, wire::client::route::SYS_REDIRECT, 0, &body);
-        if pushed == Err(PushError::Full) {
-            self.close_slow_reader(session_id);
-        }
-    }
-
-    /// Ends the grace of redirected sessions at `now`: a session that owes
-    /// nothing is closed (its queued frames flushed first); one that does
-    /// refuses new requests and closes once answered (each answer comes
-    /// within `request_timeout`: TIMEOUT at worst). Returns how many
-    /// sessions are still open on this core.
-    pub fn close_redirected(&mut self, now: Instant) -> usize {
-        if self.redirecting.is_none() {
-            return self.sessions.len();
-        }
-        let mut done = Vec::new();
-        for (&session_id, entry) in self.sessions.iter_mut() {
-            if entry.redirect_until.is_none_or(|until| now < until) {
-                continue;
-            }
-            entry.closing = true;
-            if entry.inflight.is_empty() && entry.login.is_none() {
-                done.push(session_id);
-            }
-        }
-        for session_id in done {
-            self.metrics.gateway.redirect_closed.inc();
-            self.close(session_id, CloseReason::Redirected);
-        }
-        self.sessions.len()
     }
 
     pub fn session(&self, session_id: u64) -> Option<&Session> {
@@ -965,6 +873,11 @@ impl GatewayCore {
         }
     }
 }
+
+#[path = "core_redirect.rs"]
+mod redirect;
+pub use self::redirect::redirect_body;
+use self::redirect::Redirecting;
 
 #[cfg(test)]
 #[path = "core_tests.rs"]
