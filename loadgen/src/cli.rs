@@ -227,6 +227,16 @@ pub struct Args {
     #[arg(long)]
     pub json: Option<PathBuf>,
 
+    /// Write, for each player that sent `player.incr`, one line `player
+    /// acked max_counter uncertain`: the increments answered OK (each added
+    /// one), the highest counter an answer showed, and the increments whose
+    /// outcome is unknown (answered UNAVAILABLE, TIMEOUT or INTERNAL, lost
+    /// with a connection, or unanswered at the end), counted over the whole
+    /// run, warm-up included. A player's counter must then be at least
+    /// `acked` and at most `acked + uncertain` above where it started.
+    #[arg(long)]
+    pub ledger: Option<PathBuf>,
+
     /// Write the latency percentile distribution (HdrHistogram text) of
     /// every answer; when several kinds of request were measured (mixed),
     /// each kind's also goes beside it (run.hgrm: run.get.hgrm, ...).

@@ -214,6 +214,14 @@ impl Membership {
             .map(|observed| now_ms.saturating_sub(observed.since_ms))
     }
 
+    /// When (this node's clock) each member's heartbeat last moved.
+    pub fn heartbeats_moved_at(&self) -> BTreeMap<NodeId, u64> {
+        self.observed
+            .iter()
+            .map(|(node, observed)| (*node, observed.since_ms))
+            .collect()
+    }
+
     /// Changes the state this node advertises (`up` once it serves,
     /// `draining`, `left` at a clean exit); written at the next heartbeat.
     pub fn set_state(&mut self, now_ms: u64, state: MemberState) {
@@ -471,7 +479,7 @@ impl Membership {
             WriteTag::Heartbeat {
                 heartbeat,
                 sent_at_ms,
-            } => self.heartbeat_written(now_ms, heartbeat, sent_at_ms, outcome),
+            } => self.heartbeat_written(now_ms, heartbeat, sent_at_ms, write.row.state, outcome),
             WriteTag::DeclareDown { node } => {
                 if let Some(seen) = self.observed.get_mut(&node) {
                     seen.declaring = false;
@@ -538,11 +546,14 @@ impl Membership {
         self.on_tick(now_ms);
     }
 
+    /// The answer to a heartbeat that carried `carried` as this node's
+    /// state.
     fn heartbeat_written(
         &mut self,
         now_ms: u64,
         heartbeat: u64,
         sent_at_ms: u64,
+        carried: MemberState,
         outcome: MemberOutcome,
     ) {
         // An answer that comes after the lease ran out extends nothing: the
@@ -558,7 +569,12 @@ impl Membership {
             MemberOutcome::Applied(version) => {
                 serving.version = version;
                 serving.heartbeat = heartbeat;
-                serving.state = serving.wanted_state;
+                // What this write carried, not what is wanted now: a state
+                // asked for while it was in flight is written by the next
+                // heartbeat (`set_state` made it due), and until then the
+                // store does not have it (`leave` waits for `left` to be
+                // written, not merely wanted).
+                serving.state = carried;
                 let until_ms = sent_at_ms + self.fence_after_ms;
                 serving.lease_until_ms = serving.lease_until_ms.max(until_ms);
                 self.events.push(Event::Lease { until_ms });
@@ -686,6 +702,34 @@ mod tests {
             events.contains(&Event::Joined { incarnation: 2 }),
             "{events:?}"
         );
+    }
+
+    #[test]
+    fn a_state_asked_for_during_a_heartbeat_counts_as_written_only_once_written() {
+        let mut table = MemberTable::default();
+        let mut m = node(1);
+        run(&mut m, &mut table, 0);
+        // A heartbeat leaves carrying `joining`...
+        m.on_tick(config().heartbeat_interval_ms);
+        let in_flight = m.take_actions();
+        let Some(Action::Write { tag, write }) = in_flight
+            .into_iter()
+            .find(|action| matches!(action, Action::Write { .. }))
+        else {
+            panic!("a heartbeat is due");
+        };
+        assert_eq!(write.row.state, MemberState::Joining);
+        // ... `left` is asked for meanwhile, and then that heartbeat applies:
+        // the store holds `joining`, so `left` is not written yet.
+        let now = config().heartbeat_interval_ms + 1;
+        m.set_state(now, MemberState::Left);
+        let outcome = table.write(&write);
+        m.on_written(now, tag, &write, Ok(outcome));
+        assert_eq!(m.written_state(), Some(MemberState::Joining));
+        // The next heartbeat carries it.
+        run(&mut m, &mut table, now + 1);
+        assert_eq!(m.written_state(), Some(MemberState::Left));
+        assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Left);
     }
 
     #[test]

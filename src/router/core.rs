@@ -10,9 +10,13 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use wire::ObjectKey;
 
+use super::drain::DrainState;
 use super::entry::Entry;
 use super::object::ObjectType;
-use super::types::{Effect, NodeMessage, Outcome, Request, RouterHead, StoreOp, StoreToken, Timer};
+use super::types::{
+    Effect, NodeMessage, Outcome, Request, RouterHead, StoreOp, StoreToken, Timer, TransferDone,
+    TransferOutcome,
+};
 use crate::config::{Persist, RouterConfig};
 use crate::store::{CasVersion, NodeId, RouteVersion};
 
@@ -97,6 +101,8 @@ pub(crate) struct Ctx {
     /// their save. At most one per entry, so bounded by
     /// `entries_per_core_max`; a set, so a key appears once.
     pub flush_keys: BTreeSet<ObjectKey>,
+    /// The drain under way (`RouterCore::start_drain`), if any.
+    pub drain: Option<DrainState>,
 }
 
 pub(crate) struct Manager {
@@ -134,6 +140,15 @@ impl Ctx {
         self.store_waits.insert(token, wait);
         self.effects.push(Effect::Store { token, op });
         token
+    }
+
+    /// Reports the end of a transfer: to the drain (which then has room
+    /// for another) and, as an effect, to whoever else waits for it.
+    pub fn transfer_done(&mut self, done: TransferDone) {
+        if let Some(drain) = self.drain.as_mut() {
+            drain.on_transfer_done(&done);
+        }
+        self.effects.push(Effect::TransferDone(done));
     }
 
     pub fn arm(&mut self, at_ms: u64, timer: Timer) {
@@ -256,6 +271,7 @@ impl RouterCore {
                 entries_total: 0,
                 shutdown: None,
                 flush_keys: BTreeSet::new(),
+                drain: None,
             },
             managers: BTreeMap::new(),
         };
@@ -395,7 +411,7 @@ impl RouterCore {
         }
         let ctx = &mut self.ctx;
         for manager in self.managers.values_mut() {
-            for entry in manager.entries.values_mut() {
+            for (key, entry) in manager.entries.iter_mut() {
                 let held = super::io::take_held(entry);
                 super::io::settle_held(ctx, held, false);
                 if entry.downgrade().is_some() {
@@ -403,7 +419,14 @@ impl RouterCore {
                     // next request re-reads it.
                     entry.last_refresh_ms = None;
                 }
-                entry.queued_transfer = None;
+                if let Some((target, _)) = entry.queued_transfer.take() {
+                    ctx.transfer_done(TransferDone {
+                        key: *key,
+                        target,
+                        outcome: TransferOutcome::NotMoved,
+                        route_version: entry.route_version,
+                    });
+                }
             }
         }
         let _ = now_ms;
@@ -425,6 +448,11 @@ impl RouterCore {
     /// Marks this node draining (no new objects placed here) or not.
     pub fn set_draining(&mut self, draining: bool) {
         self.ctx.draining = draining;
+    }
+
+    /// Whether this node drains.
+    pub fn is_draining(&self) -> bool {
+        self.ctx.draining
     }
 
     /// Fences the node if its lease has run out at `now_ms`. Every event

@@ -133,6 +133,13 @@ fn route_by_owner(
         };
     }
     if lock_expired(ctx, entry, now_ms) {
+        // A draining node places nothing new on itself: the object of a
+        // dead owner goes to the node that would be its default.
+        if ctx.draining {
+            if let Some(node) = ctx.default_node(key).filter(|node| *node != ctx.node) {
+                return send_to(ctx, entry, node, waiter);
+            }
+        }
         return mutable_object(ctx, key, entry, waiter);
     }
     if waiter.unreachable == Some(owner) && fresh_pull {

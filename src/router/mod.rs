@@ -20,6 +20,7 @@
 
 mod core;
 mod dispatch;
+mod drain;
 mod entry;
 mod io;
 pub(crate) mod mutant;
@@ -39,9 +40,11 @@ pub use self::core::{
     rendezvous_score, sweep_interval_ms, EntryView, RouterCore, RouterCounters,
     REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX, SHUTDOWN_BATCH_MAX,
 };
+pub use drain::DrainProgress;
 pub use object::{DecodeError, HandlerOutput, HandlerReply, ObjectState, ObjectType};
 pub use transfer::TransferError;
 pub use types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
-    RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer,
+    RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer, TransferDone,
+    TransferOutcome,
 };

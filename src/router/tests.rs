@@ -1183,3 +1183,6 @@ fn a_request_naming_a_newer_route_than_the_store_is_repaired_three_times_at_most
         u64::from(REPAIR_ATTEMPTS_MAX) + 1
     );
 }
+
+#[path = "drain_tests.rs"]
+mod drain_tests;

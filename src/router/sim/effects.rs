@@ -97,6 +97,8 @@ impl World {
                 body,
             } => self.rooms.push(client, route_id, &body),
             Effect::Kick { client } => self.rooms.kick(client),
+            // Nobody waits for a transfer's end in the simulator.
+            Effect::TransferDone(_) => {}
         }
     }
 
