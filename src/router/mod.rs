@@ -31,7 +31,8 @@ pub mod types;
 
 pub mod driver;
 
-pub mod sim;
+#[cfg(test)]
+mod sim;
 
 #[cfg(test)]
 mod tests;

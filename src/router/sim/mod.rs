@@ -64,5 +64,4 @@ mod world;
 #[cfg(test)]
 mod tests;
 
-pub use room_model::RoomStats;
 pub use world::{run, SimConfig, SimReport};
