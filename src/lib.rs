@@ -7,8 +7,10 @@
 //! [`store`] (ownership persistence), [`catalog`] (the msgId snapshot),
 //! [`router`] (ownership, route caches, repair and transfer, as a sans-IO
 //! state machine), [`services`] (the built-in business objects), [`node`]
-//! (assembly), [`admin`] and [`metrics`] (observability), and [`client`]
-//! (`routerd client`, a line-oriented client to try a node with).
+//! (assembly), [`admin`] and [`metrics`] (observability), [`ops`] (transfer
+//! one object, drain a node) with [`ctl`] their command line, and
+//! [`client`] (`routerd client`, a line-oriented client to try a node
+//! with).
 
 pub mod admin;
 mod builder;
@@ -16,10 +18,12 @@ pub mod catalog;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod ctl;
 pub mod gateway;
 pub mod metrics;
 pub mod node;
 pub mod object;
+pub mod ops;
 pub mod router;
 pub mod services;
 pub mod store;

@@ -1,4 +1,5 @@
-//! The `routerd` command: serve a node, check a config, mint a token.
+//! The `routerd` command: serve a node, check a config, mint a token, talk
+//! to a node as a client, and operate a cluster (status, transfer, drain).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +45,18 @@ enum Command {
     /// Connect to a gateway and send commands read from stdin, one a line
     /// (`help` lists them); print every answer and push as it arrives.
     Client(routerd::client::ClientArgs),
+    /// The cluster as a node sees it (`routerd cluster status --admin ADDR`).
+    #[command(subcommand)]
+    Cluster(routerd::ctl::ClusterCommand),
+    /// Move one object to another node, through any node's admin endpoint.
+    /// Exit 0 moved (or there already), 1 admin unreachable, 2 refused,
+    /// 3 unavailable or timed out.
+    Transfer(routerd::ctl::TransferArgs),
+    /// Drain a node: its objects move to the others, its clients are told
+    /// where to reconnect, then it leaves the cluster and exits; follows it
+    /// to the end. Exit 0 drained, 1 admin unreachable, 2 refused,
+    /// 3 not finished in time.
+    Drain(routerd::ctl::DrainArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,12 +80,26 @@ fn main() -> ExitCode {
             config,
         } => token(player_id, ttl_secs, config),
         Command::Client(args) => routerd::client::run(&args).map_err(|e| e.to_string()),
+        Command::Cluster(command) => return ctl_exit(routerd::ctl::cluster(&command)),
+        Command::Transfer(args) => return ctl_exit(routerd::ctl::transfer(&args)),
+        Command::Drain(args) => return ctl_exit(routerd::ctl::drain(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("routerd: {message}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The exit of a cluster operation: its own codes (see `routerd::ctl`).
+fn ctl_exit(result: Result<(), routerd::ctl::Failed>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failed) => {
+            eprintln!("routerd: {}", failed.message);
+            ExitCode::from(failed.exit as u8)
         }
     }
 }

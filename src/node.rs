@@ -22,6 +22,8 @@ use crate::gateway::routes::RouteTable;
 use crate::gateway::GatewayHandle;
 use crate::metrics::NodeMetrics;
 use crate::object::{Registry, RegistryError};
+use crate::ops::drain::DrainStatus;
+use crate::ops::{self, CoreCommands, CoreOps, Ops, OpsParts};
 use crate::router::driver::{clock, DriverParts, FrameSource, RouterDriver};
 use crate::router::RouterCore;
 use crate::services::port::{PortParts, ServicesPort};
@@ -100,6 +102,9 @@ struct NodeShared {
     registry: Registry,
     /// The routes they declared, with the system's.
     routes: Arc<RouteTable>,
+    /// Each core's end of the operations channel; each core takes its own.
+    ops_commands: Mutex<Vec<Option<CoreCommands>>>,
+    drain: Arc<DrainStatus>,
 }
 
 impl Node {
@@ -205,6 +210,14 @@ impl Node {
             agent::feed_catalog(&catalog, row);
         }
         let shutdown = ShutdownHandle::new();
+        let phase = NodePhase::new(shutdown.clone());
+        let (ops, ops_commands) = Ops::new(OpsParts {
+            core_count,
+            view: view.clone(),
+            store: store.clone(),
+            phase: phase.clone(),
+            shutdown: shutdown.clone(),
+        });
         let shared = Arc::new(NodeShared {
             store,
             catalog,
@@ -230,6 +243,8 @@ impl Node {
             ),
             registry,
             routes,
+            ops_commands: Mutex::new(ops_commands.into_iter().map(Some).collect()),
+            drain: ops.drain_status().clone(),
         });
         let runtime = Runtime::start::<MeshMessage, _, _>(&runtime_config, shutdown.clone(), {
             let shared = shared.clone();
@@ -243,7 +258,6 @@ impl Node {
             }
         };
         metrics.mesh = runtime.mesh_stats().to_vec();
-        let phase = NodePhase::new(shutdown.clone());
         let admin = Admin::serve(
             admin_listener,
             AdminState {
@@ -251,6 +265,7 @@ impl Node {
                 metrics: Arc::new(metrics),
                 cluster: Some(view.clone()),
                 store: Some(shared.store.clone()),
+                ops: Some(ops),
             },
         );
         let admin = match admin {
@@ -473,7 +488,12 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         boot_incarnation: shared.gateway.boot_incarnation,
         core_id: core.id(),
         core_count: core.count(),
-        core: router_core(&shared.config, core.id(), &shared.registry),
+        core: router_core(
+            &shared.config,
+            core.id(),
+            shared.gateway.boot_incarnation,
+            &shared.registry,
+        ),
         store: shared.store.clone(),
         mesh: core.mesh().clone(),
         links: Rc::new(links.clone()),
@@ -530,6 +550,23 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
         metrics.clone(),
     );
     shards::spawn(incoming.clone().serve(cluster_listener)).detach();
+    let commands = shared
+        .ops_commands
+        .lock()
+        .ok()
+        .and_then(|mut commands| commands.get_mut(core.id())?.take());
+    if let Some(commands) = commands {
+        let core_ops = CoreOps {
+            core: core.id(),
+            core_count: core.count(),
+            router: router.clone(),
+            gateway: gateway.clone(),
+            view: shared.view.clone(),
+            drain: shared.drain.clone(),
+            cluster: shared.config.cluster.clone(),
+        };
+        shards::spawn(ops::serve_core(commands, core_ops)).detach();
+    }
     shards::spawn(
         Follower {
             core: core.id(),
@@ -575,8 +612,16 @@ async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>)
 }
 
 /// One core's router state machine with the node's object types and
-/// services: the registry is the only way a type reaches a core.
-fn router_core(config: &Config, core_id: usize, registry: &Registry) -> RouterCore {
+/// services (the registry is the only way a type reaches a core), owning
+/// as `incarnation`: the records it writes name this start of the node,
+/// not an earlier one (which the other nodes know ended, and would claim
+/// from at once while this start still serves).
+fn router_core(
+    config: &Config,
+    core_id: usize,
+    incarnation: u64,
+    registry: &Registry,
+) -> RouterCore {
     let node = NodeId(config.node.id);
     let now = clock::now_ms();
     // Retry jitter only: distinct per core and per start, no need to repeat.
@@ -586,6 +631,7 @@ fn router_core(config: &Config, core_id: usize, registry: &Registry) -> RouterCo
         ^ ((core_id as u64) << 32)
         ^ config.node.id;
     let mut core = RouterCore::new(node, config.router.clone(), seed, now);
+    core.set_incarnation(incarnation);
     registry.register_all(&mut core);
     core
 }

@@ -100,6 +100,10 @@ fn a_frozen_node_is_fenced_and_comes_back_as_a_new_incarnation(cluster: LocalClu
         let view = get_json(a.admin, "/cluster");
         (view["incarnation"] == 2 && view["fenced"] == false).then_some(())
     });
+    // Node 2 sees the new incarnation up too: before that it refuses the
+    // links of an incarnation it does not know, and the request below
+    // would wait for a link retry.
+    wait_members_up(&b, &[1]);
     // The old session's login was superseded while its node was frozen
     // (the kick could not reach it): it is refused or closed, never served.
     old.send(route::PLAYER_INCR, 3, &1i64.to_le_bytes());

@@ -227,6 +227,16 @@ pub struct Args {
     #[arg(long)]
     pub json: Option<PathBuf>,
 
+    /// Write, for each player that sent `player.incr`, one line `player
+    /// acked max_counter uncertain`: the increments answered OK (each added
+    /// one), the highest counter an answer showed, and the increments whose
+    /// outcome is unknown (answered UNAVAILABLE, TIMEOUT or INTERNAL, lost
+    /// with a connection, or unanswered at the end), counted over the whole
+    /// run, warm-up included. A player's counter must then be at least
+    /// `acked` and at most `acked + uncertain` above where it started.
+    #[arg(long)]
+    pub ledger: Option<PathBuf>,
+
     /// Write the latency percentile distribution (HdrHistogram text) of
     /// every answer; when several kinds of request were measured (mixed),
     /// each kind's also goes beside it (run.hgrm: run.get.hgrm, ...).
@@ -248,6 +258,11 @@ pub struct Args {
     /// --spawn-node: player persistence mode.
     #[arg(long, value_enum, default_value_t = Persist::Interval)]
     pub node_persist: Persist,
+
+    /// --spawn-node: microseconds an idle core of the node busy-polls its
+    /// ring before it sleeps (`cores.spin_before_park_us`).
+    #[arg(long, default_value_t = 0)]
+    pub node_spin_us: u64,
 
     /// Never print the per-second progress line (it is off unless stderr
     /// is a terminal anyway).

@@ -68,8 +68,13 @@ pub struct Redirect {
 pub enum Event {
     LoggedIn,
     Joined,
-    /// Setup could not complete; the run cannot be measured.
-    SetupFailed(String),
+    /// Setup could not complete; the run cannot be measured. `transient`:
+    /// the server could not answer it now (OVERLOADED, UNAVAILABLE,
+    /// TIMEOUT), so a new connection may succeed.
+    SetupFailed {
+        reason: String,
+        transient: bool,
+    },
     /// The server replaced this session (duplicate login).
     Kicked,
     /// The server asked this connection to move; it is now `Draining`.
@@ -98,8 +103,11 @@ pub struct Outstanding {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// The answer fits the request; a `room.say` answer also says how many
-    /// PUSHes the server sent.
-    Ok { pushes_promised: u32 },
+    /// PUSHes the server sent, a `get` or `incr` answer the counter.
+    Ok {
+        pushes_promised: u32,
+        counter: Option<i64>,
+    },
     /// An ERROR frame or error reply. The reason is kept only for setup
     /// requests, whose failure is reported in words.
     Failed {
@@ -166,6 +174,9 @@ pub struct Conn {
     /// request in it is also outstanding.
     out: Vec<u8>,
     wire: Wire,
+    /// When the last measured answer came, across reconnects: the gap to
+    /// the next one is what a client of this connection waited.
+    last_answer_ns: Option<u64>,
 }
 
 impl Conn {
@@ -189,6 +200,7 @@ impl Conn {
             sent_since_login: 0,
             out: Vec::with_capacity(4096),
             wire,
+            last_answer_ns: None,
         }
     }
 
@@ -353,7 +365,18 @@ impl Conn {
     ) {
         match message {
             Message::Answer { request, verdict } => match request.kind {
-                Kind::Work(op) => apply_work(op, request, verdict, now_ns, stats),
+                Kind::Work(op) => {
+                    let answered = Answered {
+                        player_id: self.player_id,
+                        now_ns,
+                    };
+                    if let (Verdict::Ok { .. }, true) = (&verdict, request.measured) {
+                        if let Some(last) = self.last_answer_ns.replace(now_ns) {
+                            stats.record_answer_gap(now_ns.saturating_sub(last));
+                        }
+                    }
+                    apply_work(op, request, verdict, answered, stats)
+                }
                 Kind::Login | Kind::Join => self.apply_setup(request.kind, verdict, events),
             },
             Message::Stray | Message::Redirect(None) => stats.protocol_errors += 1,
@@ -406,20 +429,25 @@ impl Conn {
             }
             Verdict::Failed { failure, reason } => {
                 self.phase = Phase::Closed;
+                let transient = matches!(
+                    failure,
+                    Failure::Code(6..=8) // OVERLOADED, UNAVAILABLE, TIMEOUT
+                );
                 let code = match failure {
                     Failure::Code(code) => code.to_string(),
                     other => format!("{other:?}"),
                 };
-                events.push(Event::SetupFailed(format!(
-                    "{step} failed: code {code} {}",
-                    reason.unwrap_or_default()
-                )));
+                events.push(Event::SetupFailed {
+                    reason: format!("{step} failed: code {code} {}", reason.unwrap_or_default()),
+                    transient,
+                });
             }
             Verdict::Malformed => {
                 self.phase = Phase::Closed;
-                events.push(Event::SetupFailed(format!(
-                    "{step}: an answer that does not fit the request"
-                )));
+                events.push(Event::SetupFailed {
+                    reason: format!("{step}: an answer that does not fit the request"),
+                    transient: false,
+                });
             }
         }
     }
@@ -435,7 +463,17 @@ impl Conn {
     /// and measured is lost. The next connection starts as `player_id`
     /// with an empty stream, `Idle`.
     pub fn reset(&mut self, player_id: u64, stats: &mut Stats) {
-        self.count_outstanding(stats, Failure::Lost);
+        let lost_player = self.player_id;
+        self.for_each_outstanding(|request| {
+            if let Kind::Work(op) = request.kind {
+                if request.measured {
+                    stats.record_failure(op, request.intended_ns, Failure::Lost);
+                }
+                if op == Op::Incr {
+                    stats.ledger_uncertain(lost_player);
+                }
+            }
+        });
         self.player_id = player_id;
         self.phase = Phase::Idle;
         self.sent_since_login = 0;
@@ -461,21 +499,17 @@ impl Conn {
     /// was never answered.
     pub fn abandon(&mut self, stats: &mut Stats) {
         let mut unanswered = 0;
+        let player_id = self.player_id;
         self.for_each_outstanding(|request| {
             if request.measured {
                 unanswered += 1;
             }
+            if request.kind == Kind::Work(Op::Incr) {
+                stats.ledger_uncertain(player_id);
+            }
         });
         stats.unanswered += unanswered;
         self.phase = Phase::Closed;
-    }
-
-    fn count_outstanding(&mut self, stats: &mut Stats, failure: Failure) {
-        self.for_each_outstanding(|request| {
-            if let (Kind::Work(op), true) = (request.kind, request.measured) {
-                stats.record_failure(op, request.intended_ns, failure);
-            }
-        });
     }
 
     /// Takes every outstanding request out and hands it to `f`.
@@ -487,17 +521,37 @@ impl Conn {
     }
 }
 
-fn apply_work(op: Op, request: Outstanding, verdict: Verdict, now_ns: u64, stats: &mut Stats) {
+/// Who got an answer, and when.
+#[derive(Clone, Copy)]
+struct Answered {
+    player_id: u64,
+    now_ns: u64,
+}
+
+fn apply_work(op: Op, request: Outstanding, verdict: Verdict, at: Answered, stats: &mut Stats) {
     match verdict {
-        Verdict::Ok { pushes_promised } => {
+        Verdict::Ok {
+            pushes_promised,
+            counter,
+        } => {
             if request.measured {
-                stats.record_response(op, request.intended_ns, now_ns);
+                stats.record_response(op, request.intended_ns, at.now_ns);
                 stats.pushes_expected += u64::from(pushes_promised);
+            }
+            // The ledger counts every acknowledged increment, measured or
+            // not: the server's counter must hold all of them.
+            if op == Op::Incr {
+                stats.ledger_acked(at.player_id, counter);
             }
         }
         Verdict::Failed { failure, .. } => {
             if request.measured {
                 stats.record_failure(op, request.intended_ns, failure);
+            }
+            // An error after the request may have reached the object:
+            // it may or may not have taken effect (docs/protocol.md).
+            if op == Op::Incr && matches!(failure, Failure::Code(7..=9) | Failure::Lost) {
+                stats.ledger_uncertain(at.player_id);
             }
         }
         Verdict::Malformed => stats.protocol_errors += 1,

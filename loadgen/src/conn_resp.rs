@@ -83,18 +83,33 @@ impl RespWire {
                 reason: None,
             },
             (Kind::Work(Op::Ping), Reply::Simple(b"PONG")) if request.payload_len == 0 => {
-                Verdict::Ok { pushes_promised: 0 }
+                Verdict::Ok {
+                    pushes_promised: 0,
+                    counter: None,
+                }
             }
             (Kind::Work(Op::Ping), Reply::Bulk(Some(echo)))
                 if echo.len() == request.payload_len as usize =>
             {
-                Verdict::Ok { pushes_promised: 0 }
+                Verdict::Ok {
+                    pushes_promised: 0,
+                    counter: None,
+                }
             }
-            (Kind::Work(Op::Incr), Reply::Integer(_)) => Verdict::Ok { pushes_promised: 0 },
+            (Kind::Work(Op::Incr), Reply::Integer(counter)) => Verdict::Ok {
+                pushes_promised: 0,
+                counter: Some(counter),
+            },
             // A key never incremented does not exist yet: a null bulk.
-            (Kind::Work(Op::Get), Reply::Bulk(None)) => Verdict::Ok { pushes_promised: 0 },
+            (Kind::Work(Op::Get), Reply::Bulk(None)) => Verdict::Ok {
+                pushes_promised: 0,
+                counter: None,
+            },
             (Kind::Work(Op::Get), Reply::Bulk(Some(digits))) if is_decimal_i64(digits) => {
-                Verdict::Ok { pushes_promised: 0 }
+                Verdict::Ok {
+                    pushes_promised: 0,
+                    counter: None,
+                }
             }
             _ => Verdict::Malformed,
         };

@@ -12,11 +12,6 @@ use crate::conn::{Kind, Message, Outstanding, Redirect, Verdict};
 use crate::stats::Failure;
 use crate::workload::{push_send_time_ns, Op};
 
-/// PROTOCOL.md's route 102, `sys.redirect` (server to client PUSH): `u32
-/// grace_ms`, then the UTF-8 `host:port` of another gateway. Kept here
-/// because `wire::client::route` does not name it yet.
-pub const SYS_REDIRECT: u32 = 102;
-
 pub struct RouterdWire {
     seq_next: u32,
     /// Bounded by `inflight_max` plus the one setup request.
@@ -102,7 +97,7 @@ impl RouterdWire {
                     sent_ns: push_send_time_ns(body),
                 },
                 route::SYS_KICKED => Message::Kicked,
-                SYS_REDIRECT => Message::Redirect(parse_redirect(body)),
+                route::SYS_REDIRECT => Message::Redirect(parse_redirect(body)),
                 _ => Message::Stray,
             },
             FrameKind::Response | FrameKind::Error => {
@@ -163,11 +158,20 @@ fn error_verdict(kind: Kind, body: &[u8]) -> Verdict {
 fn response_verdict(request: Outstanding, body: &[u8], player_id: u64) -> Verdict {
     let fits = match request.kind {
         Kind::Work(Op::Ping) => body.len() == request.payload_len as usize,
-        Kind::Work(Op::Get | Op::Incr) => body.len() == 8,
+        Kind::Work(Op::Get | Op::Incr) => {
+            return match <[u8; 8]>::try_from(body) {
+                Ok(counter) => Verdict::Ok {
+                    pushes_promised: 0,
+                    counter: Some(i64::from_le_bytes(counter)),
+                },
+                Err(_) => Verdict::Malformed,
+            }
+        }
         Kind::Work(Op::Say) => {
             return match <[u8; 4]>::try_from(body) {
                 Ok(count) => Verdict::Ok {
                     pushes_promised: u32::from_le_bytes(count),
+                    counter: None,
                 },
                 Err(_) => Verdict::Malformed,
             }
@@ -176,7 +180,10 @@ fn response_verdict(request: Outstanding, body: &[u8], player_id: u64) -> Verdic
         Kind::Join => body.len() == 4,
     };
     if fits {
-        Verdict::Ok { pushes_promised: 0 }
+        Verdict::Ok {
+            pushes_promised: 0,
+            counter: None,
+        }
     } else {
         Verdict::Malformed
     }

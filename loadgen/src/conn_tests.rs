@@ -3,8 +3,8 @@ use wire::client::{
 };
 
 use super::*;
-use crate::conn_routerd::SYS_REDIRECT;
 use crate::workload::Pacer;
+use wire::client::route::SYS_REDIRECT;
 
 const MS: u64 = 1_000_000;
 const ALL: Window = Window {
@@ -235,8 +235,98 @@ fn failed_login_is_a_setup_failure() {
         &body,
     ));
     conn.receive(0, ALL, &mut stats, &mut events).expect("ok");
-    assert!(matches!(&events[0], Event::SetupFailed(reason) if reason.contains("code 4")));
+    assert!(matches!(
+        &events[0],
+        Event::SetupFailed { reason, transient: false } if reason.contains("code 4")
+    ));
     assert_eq!(conn.phase(), Phase::Closed);
+    // A login the server could not answer now may be tried again.
+    let mut conn = Conn::new(Proto::Routerd, 42, 0, 4, 1 << 16);
+    conn.start_login("v1.42.9.mac", 0);
+    let (login, _) = drain_requests(&mut conn).remove(0);
+    let body = encode_error_body(ErrorCode::Unavailable, "player unavailable");
+    conn.feed(&frame(
+        FrameKind::Error,
+        route::AUTH_LOGIN,
+        login.seq,
+        &body,
+    ));
+    let mut events = Vec::new();
+    conn.receive(0, ALL, &mut stats, &mut events).expect("ok");
+    assert!(matches!(
+        &events[0],
+        Event::SetupFailed {
+            transient: true,
+            ..
+        }
+    ));
+}
+
+/// The ledger counts every increment answered OK (measured or not) with
+/// the counter it showed, and every increment whose outcome is unknown;
+/// the longest wait between two answers spans a reconnect.
+#[test]
+fn the_ledger_and_the_longest_gap() {
+    let mut conn = ready_conn(8);
+    let mut stats = Stats::default();
+    stats.enable_ledger();
+    let mut events = Vec::new();
+    for measured in [true, false, true, true] {
+        conn.send(Op::Incr, &[], 0, measured, &mut stats)
+            .expect("room");
+    }
+    let requests = drain_requests(&mut conn);
+    let answers = [
+        frame(
+            FrameKind::Response,
+            route::PLAYER_INCR,
+            requests[0].0.seq,
+            &5i64.to_le_bytes(),
+        ),
+        frame(
+            FrameKind::Response,
+            route::PLAYER_INCR,
+            requests[1].0.seq,
+            &6i64.to_le_bytes(),
+        ),
+        frame(
+            FrameKind::Error,
+            route::PLAYER_INCR,
+            requests[2].0.seq,
+            &encode_error_body(ErrorCode::Unavailable, ""),
+        ),
+    ];
+    conn.feed(&answers.concat());
+    conn.receive(10 * MS, ALL, &mut stats, &mut events)
+        .expect("ok");
+    // The fourth is lost with the connection.
+    conn.reset(7, &mut stats);
+    conn.skip_setup();
+    conn.send(Op::Incr, &[], 0, true, &mut stats).expect("room");
+    let requests = drain_requests(&mut conn);
+    conn.feed(&frame(
+        FrameKind::Response,
+        route::PLAYER_INCR,
+        requests[0].0.seq,
+        &7i64.to_le_bytes(),
+    ));
+    conn.receive(250 * MS, ALL, &mut stats, &mut events)
+        .expect("ok");
+    let ledger = stats.ledger.as_ref().expect("enabled");
+    assert_eq!(
+        ledger[&7],
+        crate::stats::PlayerLedger {
+            acked: 3,
+            max_counter: Some(7),
+            uncertain: 2,
+        }
+    );
+    assert_eq!(stats.longest_answer_gap_ns, 240 * MS);
+    let mut merged = Stats::default();
+    merged.merge(&stats);
+    merged.merge(&stats);
+    assert_eq!(merged.ledger.as_ref().unwrap()[&7].acked, 6);
+    assert_eq!(merged.longest_answer_gap_ns, 240 * MS);
 }
 
 /// One connection, one request in flight, open loop at 1000/s for 10 s.

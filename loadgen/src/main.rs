@@ -97,6 +97,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    if let (Some(path), Some(ledger)) = (&args.ledger, &stats.ledger) {
+        if let Err(e) = std::fs::write(path, ledger_text(ledger)) {
+            eprintln!("loadgen: write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
     if let Some(path) = &args.hgrm {
         if let Err(message) = write_hgrm(path, &stats) {
             eprintln!("loadgen: {message}");
@@ -136,6 +142,22 @@ fn default_cpus(threads: usize, machine_cpus: usize) -> Vec<usize> {
     (0..threads)
         .map(|t| (machine_cpus + machine_cpus * threads - threads + t) % machine_cpus)
         .collect()
+}
+
+/// The `--ledger` file: a header line, then `player acked max_counter
+/// uncertain` per player (`-` when no answer showed a counter).
+fn ledger_text(ledger: &std::collections::BTreeMap<u64, stats::PlayerLedger>) -> String {
+    let mut text = String::from("# player acked max_counter uncertain\n");
+    for (player, entry) in ledger {
+        let max = entry
+            .max_counter
+            .map_or_else(|| "-".to_string(), |counter| counter.to_string());
+        text.push_str(&format!(
+            "{player} {} {max} {}\n",
+            entry.acked, entry.uncertain
+        ));
+    }
+    text
 }
 
 /// Runs every generator thread; returns the merged stats, the setup or

@@ -231,7 +231,17 @@ impl Moves {
                 }
                 engine.touch(index);
             }
-            Event::SetupFailed(reason) => {
+            // A login the server could not answer now (the player moving
+            // between nodes, a node draining): a new connection tries again
+            // after a backoff.
+            Event::SetupFailed {
+                transient: true, ..
+            } if self.reconnect && !self.stopping => {
+                stats.login_retries += 1;
+                self.slots[index].after_loss = true;
+                engine.close(index);
+            }
+            Event::SetupFailed { reason, .. } => {
                 self.slots[index].no_return = true;
                 self.warn(index, &format!("{reason}; not reconnected"));
                 engine.close(index);

@@ -95,6 +95,10 @@ pub struct Summary {
     pub reconnects: u64,
     pub connect_failures: u64,
     pub player_switches: u64,
+    pub login_retries: u64,
+    /// The longest one connection waited between two successful answers
+    /// in the measured phase, reconnects and redirects included.
+    pub longest_answer_gap_ms: f64,
     pub latency: Percentiles,
     pub pushes: u64,
     pub pushes_expected: u64,
@@ -203,6 +207,8 @@ impl Summary {
             reconnects: stats.reconnects,
             connect_failures: stats.connect_failures,
             player_switches: stats.player_switches,
+            login_retries: stats.login_retries,
+            longest_answer_gap_ms: stats.longest_answer_gap_ns as f64 / 1e6,
             latency: Percentiles::of(&stats.latency_ns()),
             pushes: stats.pushes,
             pushes_expected: stats.pushes_expected,
@@ -282,8 +288,17 @@ impl Summary {
         if c.reconnect || self.redirects + self.reconnects + self.player_switches > 0 {
             let _ = writeln!(
                 out,
-                "  moves         redirects {}  reconnects {}  connect failures {}  player switches {}",
-                self.redirects, self.reconnects, self.connect_failures, self.player_switches
+                "  moves         redirects {}  reconnects {}  connect failures {}  player switches {}  login retries {}",
+                self.redirects,
+                self.reconnects,
+                self.connect_failures,
+                self.player_switches,
+                self.login_retries
+            );
+            let _ = writeln!(
+                out,
+                "  longest gap   {:.1} ms between two answers on one connection",
+                self.longest_answer_gap_ms
             );
         }
         for warning in &self.warnings {

@@ -72,6 +72,9 @@ pub struct Context {
 
 pub fn run_thread(plan: Plan, ctx: Context) -> Outcome {
     let mut stats = Stats::default();
+    if ctx.args.ledger.is_some() {
+        stats.enable_ledger();
+    }
     let mut warnings = Vec::new();
     let error = match run(&plan, &ctx, &mut stats, &mut warnings) {
         Ok(()) => None,
@@ -219,7 +222,7 @@ fn setup_sessions(
                     engine.slots[index].conn.start_join(now_ns());
                     engine.queue_flush(index);
                 }
-                Event::SetupFailed(reason) => return Err(reason),
+                Event::SetupFailed { reason, .. } => return Err(reason),
                 Event::Kicked => return Err("a session was kicked during setup".to_string()),
                 Event::Redirect(_) => {
                     return Err("a session was redirected during setup".to_string())

@@ -4,6 +4,8 @@
 //! exact at that precision. A per-second series (by intended send time)
 //! keeps coarser histograms, so a stall shows where it happened.
 
+use std::collections::BTreeMap;
+
 use hdrhistogram::Histogram;
 use wire::client::ErrorCode;
 
@@ -157,6 +159,14 @@ pub struct Stats {
     /// Logins after setup that moved a connection to its next player
     /// (`--players`).
     pub player_switches: u64,
+    /// Logins after setup answered OVERLOADED, UNAVAILABLE or TIMEOUT and
+    /// tried again on a new connection (`--reconnect`).
+    pub login_retries: u64,
+    /// The longest time one connection waited between two measured
+    /// successful answers, across its reconnects and redirects.
+    pub longest_answer_gap_ns: u64,
+    /// Per player, its increments (`--ledger`); `None` when not asked for.
+    pub ledger: Option<BTreeMap<u64, PlayerLedger>>,
     /// Second 0 of the series (the start of the measured phase).
     series_origin_ns: u64,
     series: Vec<Second>,
@@ -184,6 +194,9 @@ impl Default for Stats {
             redirects: 0,
             connect_failures: 0,
             player_switches: 0,
+            login_retries: 0,
+            longest_answer_gap_ns: 0,
+            ledger: None,
             series_origin_ns: u64::MAX,
             series: Vec::new(),
         }
@@ -221,7 +234,46 @@ impl Progress {
     }
 }
 
+/// What one player's increments came to: every `player.incr` answered OK
+/// added one (the counter must hold `acked`, plus at most `uncertain`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlayerLedger {
+    pub acked: u64,
+    /// The highest counter an answer showed.
+    pub max_counter: Option<i64>,
+    /// Increments whose outcome is unknown: answered UNAVAILABLE, TIMEOUT
+    /// or INTERNAL, or lost with their connection, or unanswered at the
+    /// end.
+    pub uncertain: u64,
+}
+
 impl Stats {
+    /// Keeps a ledger of every player's increments from now on.
+    pub fn enable_ledger(&mut self) {
+        self.ledger.get_or_insert_with(BTreeMap::new);
+    }
+
+    /// An increment of `player_id` answered OK, showing `counter`.
+    pub fn ledger_acked(&mut self, player_id: u64, counter: Option<i64>) {
+        if let Some(ledger) = self.ledger.as_mut() {
+            let entry = ledger.entry(player_id).or_default();
+            entry.acked += 1;
+            entry.max_counter = entry.max_counter.max(counter);
+        }
+    }
+
+    /// An increment of `player_id` whose outcome is unknown.
+    pub fn ledger_uncertain(&mut self, player_id: u64) {
+        if let Some(ledger) = self.ledger.as_mut() {
+            ledger.entry(player_id).or_default().uncertain += 1;
+        }
+    }
+
+    /// One connection waited `gap_ns` between two answers.
+    pub fn record_answer_gap(&mut self, gap_ns: u64) {
+        self.longest_answer_gap_ns = self.longest_answer_gap_ns.max(gap_ns);
+    }
+
     /// Starts the per-second series at the measured phase's start.
     pub fn start_series(&mut self, origin_ns: u64) {
         self.series_origin_ns = origin_ns;
@@ -343,6 +395,17 @@ impl Stats {
         self.redirects += other.redirects;
         self.connect_failures += other.connect_failures;
         self.player_switches += other.player_switches;
+        self.login_retries += other.login_retries;
+        self.longest_answer_gap_ns = self.longest_answer_gap_ns.max(other.longest_answer_gap_ns);
+        if let Some(theirs) = &other.ledger {
+            let mine = self.ledger.get_or_insert_with(BTreeMap::new);
+            for (player, their) in theirs {
+                let entry = mine.entry(*player).or_default();
+                entry.acked += their.acked;
+                entry.uncertain += their.uncertain;
+                entry.max_counter = entry.max_counter.max(their.max_counter);
+            }
+        }
         if self.series.len() < other.series.len() {
             self.series.resize_with(other.series.len(), Second::default);
         }

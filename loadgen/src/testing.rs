@@ -16,9 +16,9 @@ use wire::client::{encode_frame, route, FrameDecoder, FrameKind, Peer};
 
 use crate::cli::Args;
 use crate::clock::now_ns;
-use crate::conn_routerd::SYS_REDIRECT;
 use crate::resp::{encode_command, Reply, RespDecoder};
 use crate::runner::{run_thread, Context, Coordinator, Outcome, Plan};
+use wire::client::route::SYS_REDIRECT;
 
 /// The login secret of every fake server.
 pub const SECRET: &str = "test";

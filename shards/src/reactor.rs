@@ -411,6 +411,22 @@ impl Reactor {
     pub fn quiesce(&self, deadline: Instant) -> bool {
         let cancel_all = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build();
         self.submit_ignored(cancel_all);
+        if self.wake_armed.get() {
+            // The wake read of a blocking eventfd runs on an io-wq worker,
+            // which a cancel does not interrupt: it would hold the ring
+            // until the deadline. One write completes it.
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to the executor's own
+            // eventfd, which outlives the reactor; a failure (a saturated
+            // counter) still leaves the read completable.
+            unsafe {
+                libc::write(
+                    self.wake_fd,
+                    (&one as *const u64).cast(),
+                    std::mem::size_of::<u64>(),
+                );
+            }
+        }
         loop {
             let _ = self.enter(Some(Some(Duration::from_millis(10))));
             self.reap();

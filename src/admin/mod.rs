@@ -25,8 +25,10 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::cluster::view::ClusterView;
 use crate::metrics::NodeMetrics;
+use crate::ops::Ops;
 use crate::store::Store;
 
+pub mod client;
 mod phase;
 mod routes;
 
@@ -59,6 +61,8 @@ pub struct AdminState {
     pub cluster: Option<Arc<ClusterView>>,
     /// For `GET /objects/...`, read directly (no core is involved).
     pub store: Option<Store>,
+    /// Transfers and the drain; `None` answers 404.
+    pub ops: Option<Ops>,
 }
 
 /// A running admin endpoint; dropping it stops the thread and closes every

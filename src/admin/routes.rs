@@ -3,9 +3,10 @@
 //! A handler gets the state and the request with its body already read
 //! (bounded by `REQUEST_BODY_MAX`), and answers within `HANDLER_TIMEOUT`
 //! or the server answers 503 for it. An endpoint that needs the cores
-//! (`GET /cluster`, `POST /drain`) sends them a message through a channel
-//! in [`AdminState`] and awaits the answer on a oneshot: the admin thread
-//! waits without blocking, and other connections are served meanwhile.
+//! (`POST /objects/../transfer`, `POST /drain`) goes through
+//! [`crate::ops::Ops`], which sends them a message through a channel and
+//! awaits the answer on a oneshot: the admin thread waits without
+//! blocking, and other connections are served meanwhile.
 //! A path parameter is a slice pattern in [`route`]:
 //! `(&Method::GET, ["objects", kind, id]) => objects(state, kind, id).await`.
 
@@ -19,8 +20,11 @@ use wire::ObjectKey;
 
 use super::AdminState;
 use crate::cluster::view::LinkStatus;
+use crate::ops::drain::DrainRefused;
+use crate::ops::transfer::{OpAnswer, TransferCall};
 use crate::router::driver::clock;
 use crate::services::{player, room};
+use crate::store::NodeId;
 
 pub(super) type Body = Full<Bytes>;
 
@@ -33,9 +37,16 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         (&Method::GET, ["metrics"]) => metrics(state).await,
         (&Method::GET, ["cluster"]) => cluster(state).await,
         (&Method::GET, ["objects", kind, id]) => objects(state, kind, id).await,
+        (&Method::POST, ["objects", kind, id, "transfer"]) => {
+            transfer(state, kind, id, request.uri().query()).await
+        }
+        (&Method::POST, ["drain"]) => drain(state, true).await,
+        (&Method::GET, ["drain"]) => drain(state, false).await,
         (_, ["healthz"] | ["metrics"] | ["cluster"] | ["objects", _, _]) => {
             method_not_allowed("GET")
         }
+        (_, ["objects", _, _, "transfer"]) => method_not_allowed("POST"),
+        (_, ["drain"]) => method_not_allowed("GET, POST"),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
@@ -72,12 +83,21 @@ async fn cluster(state: &AdminState) -> Response<Body> {
     let snapshot = view.snapshot();
     let now = clock::now_ms();
     let links = view.links();
+    let heartbeats = view.heartbeats_seen();
     let me = snapshot.me;
+    // The router gauges, mirrored by each core every quarter second.
+    let objects: i64 = state
+        .metrics
+        .cores
+        .iter()
+        .map(|core| core.router.objects.get())
+        .sum();
     let mut members = vec![json!({
         "node_id": view.me().0,
         "incarnation": me.incarnation,
         "state": if me.fenced { "down" } else { me.state.as_str() },
         "link": "self",
+        "objects": objects,
     })];
     members.extend(snapshot.peers.values().map(|peer| {
         let to_peer = links.iter().flatten().filter(|link| link.node == peer.node);
@@ -89,6 +109,7 @@ async fn cluster(state: &AdminState) -> Response<Body> {
             "admin": peer.admin,
             "cores": peer.cores.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "link": link_summary(to_peer),
+            "heartbeat_age_ms": heartbeats.get(&peer.node).map(|since| now.saturating_sub(*since)),
         })
     }));
     members.sort_by_key(|member| member["node_id"].as_u64());
@@ -114,6 +135,7 @@ async fn cluster(state: &AdminState) -> Response<Body> {
         "state": me.state.as_str(),
         "fenced": me.fenced,
         "lease_remaining_ms": me.lease_until_ms.saturating_sub(now),
+        "objects": objects,
         "members": members,
         "links": links,
     }))
@@ -145,26 +167,11 @@ async fn objects(state: &AdminState, kind: &str, id: &str) -> Response<Body> {
     let Some(store) = &state.store else {
         return text(StatusCode::NOT_FOUND, "no store\n");
     };
-    let Ok(id) = id.parse::<u64>() else {
-        return text(StatusCode::BAD_REQUEST, "the object id must be a number\n");
+    let key = match parse_key(kind, id) {
+        Ok(key) => key,
+        Err(reason) => return text(StatusCode::BAD_REQUEST, reason),
     };
-    let key = match kind {
-        "player" => player::player_key(id),
-        "room" => room::room_key(id),
-        _ => match kind.parse::<u32>() {
-            Ok(type_id) => ObjectKey {
-                type_id,
-                zone_id: 0,
-                object_id: id,
-            },
-            Err(_) => {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    "the kind must be player, room or a type id\n",
-                )
-            }
-        },
-    };
+    let id = key.object_id;
     let record = match store.load(key).await {
         Ok(Some(record)) => record,
         Ok(None) => return text(StatusCode::NOT_FOUND, "no such object\n"),
@@ -198,6 +205,101 @@ async fn objects(state: &AdminState, kind: &str, id: &str) -> Response<Body> {
         "save_timepoint_ms": record.save_timepoint_ms,
         "state_bytes": record.state.len(),
     }))
+}
+
+/// The key a path names: `kind` is `player`, `room` or a numeric type id
+/// (zone 0), `id` the object id.
+fn parse_key(kind: &str, id: &str) -> Result<ObjectKey, &'static str> {
+    let Ok(id) = id.parse::<u64>() else {
+        return Err("the object id must be a number\n");
+    };
+    match kind {
+        "player" => Ok(player::player_key(id)),
+        "room" => Ok(room::room_key(id)),
+        _ => match kind.parse::<u32>() {
+            Ok(type_id) => Ok(ObjectKey {
+                type_id,
+                zone_id: 0,
+                object_id: id,
+            }),
+            Err(_) => Err("the kind must be player, room or a type id\n"),
+        },
+    }
+}
+
+/// `POST /objects/{kind}/{id}/transfer?to=N`: moves the object to node
+/// `N` (see `ops::transfer`); JSON either way.
+async fn transfer(state: &AdminState, kind: &str, id: &str, query: Option<&str>) -> Response<Body> {
+    let Some(ops) = &state.ops else {
+        return text(StatusCode::NOT_FOUND, "no cluster\n");
+    };
+    let bad = |reason: &str| {
+        answer(OpAnswer {
+            status: 400,
+            body: json!({ "error": "bad_request", "reason": reason }),
+        })
+    };
+    let key = match parse_key(kind, id) {
+        Ok(key) => key,
+        Err(reason) => return bad(reason.trim_end()),
+    };
+    let (mut target, mut forwarded) = (None, false);
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=') {
+            Some(("to", value)) => match value.parse::<u64>() {
+                Ok(node) if node != 0 => target = Some(NodeId(node)),
+                _ => return bad("to must be a node id (a positive number)"),
+            },
+            Some(("forwarded", "1")) => forwarded = true,
+            _ => return bad("the query takes to=N (and forwarded=1 between nodes)"),
+        }
+    }
+    let Some(target) = target else {
+        return bad("say where to: ?to=N");
+    };
+    let call = TransferCall {
+        key,
+        kind,
+        target,
+        forwarded,
+    };
+    answer(ops.transfer(call).await)
+}
+
+/// `POST /drain` starts draining the node (`202` and its status; again:
+/// the same); `GET /drain` reports how far it is.
+async fn drain(state: &AdminState, start: bool) -> Response<Body> {
+    let Some(ops) = &state.ops else {
+        return text(StatusCode::NOT_FOUND, "no cluster\n");
+    };
+    if !start {
+        return json_response(ops.drain_status().to_json());
+    }
+    let refused = |status: u16, error: &str, reason: &str| {
+        answer(OpAnswer {
+            status,
+            body: json!({ "error": error, "reason": reason }),
+        })
+    };
+    match ops.drain() {
+        Ok(status) => answer(OpAnswer {
+            status: 202,
+            body: status,
+        }),
+        Err(DrainRefused::Starting) => refused(503, "starting", "the node does not serve yet"),
+        Err(DrainRefused::Stopping) => refused(409, "stopping", "the node is stopping already"),
+    }
+}
+
+fn answer(op: OpAnswer) -> Response<Body> {
+    let mut response = json_response(op.body);
+    *response.status_mut() =
+        StatusCode::from_u16(op.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response
 }
 
 fn json_response(value: serde_json::Value) -> Response<Body> {
@@ -265,6 +367,7 @@ mod tests {
             metrics: Arc::new(NodeMetrics::new(1)),
             cluster: None,
             store: None,
+            ops: None,
         };
         let healthz = || call(&state, Method::GET, "/healthz");
         assert_eq!(
@@ -292,6 +395,7 @@ mod tests {
             metrics: Arc::new(NodeMetrics::new(1)),
             cluster: None,
             store: None,
+            ops: None,
         };
         let (status, body) = call(&state, Method::GET, "/metrics");
         assert_eq!(status, StatusCode::OK);

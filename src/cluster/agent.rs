@@ -214,6 +214,8 @@ impl Agent {
                     membership.set_state(clock::now_ms(), state);
                 }
                 membership.on_tick(clock::now_ms());
+                self.view
+                    .report_heartbeats(membership.heartbeats_moved_at());
             }
             self.pump();
             // Any change of the view (a state asked for, among others)

@@ -113,10 +113,9 @@ struct Serving {
     next_heartbeat_ms: u64,
     /// A state to write with the next heartbeat.
     wanted_state: MemberState,
-    /// Where the lease ends (this node's clock). Past it the node has
-    /// stopped serving, so it takes a new incarnation: its objects were
-    /// dropped, and an incarnation that served, stopped and served again
-    /// could not be told apart from one that never stopped.
+    /// The lease this node's router holds: the send time of the last
+    /// applied join or heartbeat + `fence_after_ms`. Once it has run out
+    /// the router fenced, and only a new incarnation serves again.
     lease_until_ms: u64,
 }
 
@@ -215,6 +214,14 @@ impl Membership {
             .map(|observed| now_ms.saturating_sub(observed.since_ms))
     }
 
+    /// When (this node's clock) each member's heartbeat last moved.
+    pub fn heartbeats_moved_at(&self) -> BTreeMap<NodeId, u64> {
+        self.observed
+            .iter()
+            .map(|(node, observed)| (*node, observed.since_ms))
+            .collect()
+    }
+
     /// Changes the state this node advertises (`up` once it serves,
     /// `draining`, `left` at a clean exit); written at the next heartbeat.
     pub fn set_state(&mut self, now_ms: u64, state: MemberState) {
@@ -228,14 +235,7 @@ impl Membership {
     /// The driver's periodic call: writes a heartbeat when one is due and
     /// reads the table when a read is due.
     pub fn on_tick(&mut self, now_ms: u64) {
-        if let Phase::Serving(serving) = &self.phase {
-            if now_ms >= serving.lease_until_ms {
-                // No heartbeat applied for `fence_after_ms`: the cores fenced
-                // on their own at the lease end. Rejoin from the row as the
-                // store has it now (it may have been declared down).
-                self.fence(now_ms, None);
-            }
-        }
+        self.check_lease(now_ms);
         if !self.listing && now_ms >= self.next_list_ms {
             if matches!(self.phase, Phase::Refused) {
                 return;
@@ -298,6 +298,7 @@ impl Membership {
     /// The table as read at `now_ms`.
     pub fn on_listed(&mut self, now_ms: u64, rows: Vec<MemberRow>) {
         self.listing = false;
+        self.check_lease(now_ms);
         let mut own = None;
         for row in rows {
             if row.node_id == self.me {
@@ -389,6 +390,26 @@ impl Membership {
         }
     }
 
+    /// A lease that ran out fences the node even if nobody declared it
+    /// down (its heartbeats failed for `fence_after_ms`, then the store came
+    /// back): its router stopped serving for good, so it rejoins with the
+    /// next incarnation, by CAS on the row as this node last wrote it.
+    fn check_lease(&mut self, now_ms: u64) {
+        let Phase::Serving(serving) = &self.phase else {
+            return;
+        };
+        if now_ms < serving.lease_until_ms {
+            return;
+        }
+        let row = self.row(
+            serving.incarnation,
+            serving.state,
+            serving.heartbeat,
+            serving.version,
+        );
+        self.fence(now_ms, Some(row));
+    }
+
     /// Takes the next incarnation after a fence.
     fn rejoin(&mut self, now_ms: u64) {
         let Phase::Fenced { row } = &self.phase else {
@@ -458,7 +479,7 @@ impl Membership {
             WriteTag::Heartbeat {
                 heartbeat,
                 sent_at_ms,
-            } => self.heartbeat_written(now_ms, heartbeat, sent_at_ms, outcome),
+            } => self.heartbeat_written(now_ms, heartbeat, sent_at_ms, write.row.state, outcome),
             WriteTag::DeclareDown { node } => {
                 if let Some(seen) = self.observed.get_mut(&node) {
                     seen.declaring = false;
@@ -481,10 +502,17 @@ impl Membership {
         outcome: MemberOutcome,
     ) {
         let MemberOutcome::Applied(version) = outcome else {
-            // Someone else wrote the row first, or the answer was lost (it
-            // may be ours: a live-looking row is watched as any other).
-            self.phase = Phase::Starting { watching: None };
             self.next_list_ms = now_ms;
+            self.phase = if self.ever_joined {
+                // A rejoin lost its CAS (a late write of this node's, or a
+                // declaration): rejoin on the row as read next.
+                Phase::Fenced { row: None }
+            } else {
+                // Someone else wrote the row first, or the answer was lost
+                // (it may be ours: a live-looking row is watched as any
+                // other).
+                Phase::Starting { watching: None }
+            };
             return;
         };
         let incarnation = write.row.incarnation;
@@ -518,13 +546,19 @@ impl Membership {
         self.on_tick(now_ms);
     }
 
+    /// The answer to a heartbeat that carried `carried` as this node's
+    /// state.
     fn heartbeat_written(
         &mut self,
         now_ms: u64,
         heartbeat: u64,
         sent_at_ms: u64,
+        carried: MemberState,
         outcome: MemberOutcome,
     ) {
+        // An answer that comes after the lease ran out extends nothing: the
+        // router has fenced (or will at its next event).
+        self.check_lease(now_ms);
         let Phase::Serving(serving) = &mut self.phase else {
             return;
         };
@@ -535,7 +569,12 @@ impl Membership {
             MemberOutcome::Applied(version) => {
                 serving.version = version;
                 serving.heartbeat = heartbeat;
-                serving.state = serving.wanted_state;
+                // What this write carried, not what is wanted now: a state
+                // asked for while it was in flight is written by the next
+                // heartbeat (`set_state` made it due), and until then the
+                // store does not have it (`leave` waits for `left` to be
+                // written, not merely wanted).
+                serving.state = carried;
                 let until_ms = sent_at_ms + self.fence_after_ms;
                 serving.lease_until_ms = serving.lease_until_ms.max(until_ms);
                 self.events.push(Event::Lease { until_ms });
@@ -666,6 +705,34 @@ mod tests {
     }
 
     #[test]
+    fn a_state_asked_for_during_a_heartbeat_counts_as_written_only_once_written() {
+        let mut table = MemberTable::default();
+        let mut m = node(1);
+        run(&mut m, &mut table, 0);
+        // A heartbeat leaves carrying `joining`...
+        m.on_tick(config().heartbeat_interval_ms);
+        let in_flight = m.take_actions();
+        let Some(Action::Write { tag, write }) = in_flight
+            .into_iter()
+            .find(|action| matches!(action, Action::Write { .. }))
+        else {
+            panic!("a heartbeat is due");
+        };
+        assert_eq!(write.row.state, MemberState::Joining);
+        // ... `left` is asked for meanwhile, and then that heartbeat applies:
+        // the store holds `joining`, so `left` is not written yet.
+        let now = config().heartbeat_interval_ms + 1;
+        m.set_state(now, MemberState::Left);
+        let outcome = table.write(&write);
+        m.on_written(now, tag, &write, Ok(outcome));
+        assert_eq!(m.written_state(), Some(MemberState::Joining));
+        // The next heartbeat carries it.
+        run(&mut m, &mut table, now + 1);
+        assert_eq!(m.written_state(), Some(MemberState::Left));
+        assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Left);
+    }
+
+    #[test]
     fn a_restart_after_a_clean_leave_or_a_declaration_joins_at_once() {
         let mut table = MemberTable::default();
         let mut first = node(1);
@@ -730,12 +797,20 @@ mod tests {
         let mut b = node(2);
         run(&mut a, &mut table, 0);
         run(&mut b, &mut table, 0);
-        // b decides to declare a down on what it read...
+        // b decides to declare a down on what it read (b's own lease ran
+        // out meanwhile too: it also rejoins, which is not this test's
+        // business)...
         b.on_tick(0);
         b.take_actions();
         b.on_listed(config().down_after_ms + 1, table.list());
         let declare = b.take_actions();
-        let Some(Action::Write { tag, write }) = declare.first().cloned() else {
+        let Some((tag, write)) = declare.iter().find_map(|action| match action {
+            Action::Write {
+                tag: tag @ WriteTag::DeclareDown { .. },
+                write,
+            } => Some((*tag, write.clone())),
+            _ => None,
+        }) else {
             panic!("no declaration: {declare:?}");
         };
         // ...but a's heartbeat lands first: the declaration's CAS fails.
@@ -748,6 +823,69 @@ mod tests {
             .take_events()
             .iter()
             .any(|e| matches!(e, Event::Member { row } if row.state == MemberState::Down)));
+    }
+
+    /// Performs `m`'s actions at `now`, answering every heartbeat write as
+    /// failed (not applied); lists and other writes go to `table`.
+    fn run_with_failing_heartbeats(
+        m: &mut Membership,
+        table: &mut MemberTable,
+        now: u64,
+    ) -> Vec<Event> {
+        m.on_tick(now);
+        loop {
+            let actions = m.take_actions();
+            if actions.is_empty() {
+                return m.take_events();
+            }
+            for action in actions {
+                match action {
+                    Action::List => m.on_listed(now, table.list()),
+                    Action::Write {
+                        tag: tag @ WriteTag::Heartbeat { .. },
+                        write,
+                    } => m.on_written(now, tag, &write, Err(())),
+                    Action::Write { tag, write } => {
+                        let outcome = table.write(&write);
+                        m.on_written(now, tag, &write, Ok(outcome));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_lease_that_ran_out_fences_and_rejoins_even_if_nobody_declared_it() {
+        // The router fences for good once the lease runs out (it serves
+        // again only under a new incarnation), so membership must rejoin
+        // even when the store comes back before anyone declared the node
+        // down and its heartbeats apply again.
+        let mut table = MemberTable::default();
+        let mut m = node(1);
+        let events = run(&mut m, &mut table, 0);
+        assert!(events.contains(&Event::Joined { incarnation: 1 }));
+        let lease_end = config().fence_after_ms;
+        let mut failing = Vec::new();
+        let mut now = m.tick_ms();
+        while now <= lease_end + m.tick_ms() {
+            failing.extend(run_with_failing_heartbeats(&mut m, &mut table, now));
+            now += m.tick_ms();
+        }
+        assert!(
+            failing.iter().all(|e| !matches!(e, Event::Lease { .. })),
+            "{failing:?}"
+        );
+        // The store answers again, well before down_after: the lease had
+        // run out, so the node fences and takes incarnation 2.
+        let mut events = failing;
+        events.extend(run_until(&mut m, &mut table, now, now + 1_000));
+        let fenced = events.iter().position(|e| *e == Event::Fenced);
+        let rejoined = events
+            .iter()
+            .position(|e| matches!(e, Event::Rejoined { incarnation: 2, .. }));
+        assert!(fenced.is_some() && rejoined > fenced, "{events:?}");
+        assert_eq!(table.get(NodeId(1)).map(|r| r.incarnation), Some(2));
+        assert_eq!(m.incarnation(), Some(2));
     }
 
     #[test]

@@ -90,6 +90,9 @@ pub struct ClusterView {
     released: AtomicUsize,
     /// A state for membership to write (`up` once serving, `draining`).
     wanted: Mutex<Option<MemberState>>,
+    /// Per member: when (router clock) membership last saw its heartbeat
+    /// move, for `/cluster`.
+    heartbeats: Mutex<BTreeMap<NodeId, u64>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -114,6 +117,7 @@ impl ClusterView {
             links: Mutex::new(vec![Vec::new(); core_count]),
             released: AtomicUsize::new(0),
             wanted: Mutex::new(None),
+            heartbeats: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -173,6 +177,16 @@ impl ClusterView {
 
     pub fn links(&self) -> Vec<Vec<LinkStatus>> {
         lock(&self.links).clone()
+    }
+
+    /// Membership's record of when each member's heartbeat last moved
+    /// (router clock). Not a version change: nothing acts on it.
+    pub fn report_heartbeats(&self, moved_at_ms: BTreeMap<NodeId, u64>) {
+        *lock(&self.heartbeats) = moved_at_ms;
+    }
+
+    pub fn heartbeats_seen(&self) -> BTreeMap<NodeId, u64> {
+        lock(&self.heartbeats).clone()
     }
 
     /// Asks membership to write `state` for this node.

@@ -38,7 +38,20 @@ pub struct ClusterConfig {
     pub down_after_ms: u64,
     /// Frames one link queues before a send to it fails.
     pub link_queue_max: usize,
+    /// Transfers in flight at once while the node drains, over the node
+    /// (split between its cores, at least one each).
+    pub drain_concurrency: usize,
+    /// How long a draining node keeps answering a session after it told it
+    /// to move (`sys.redirect`), before it closes it.
+    pub redirect_grace_ms: u64,
+    /// How long a drain may take before the node stops anyway: what is
+    /// left is saved and released as at any stop.
+    pub drain_timeout_ms: u64,
 }
+
+/// The longest `redirect_grace_ms`: it travels as a `u32` in
+/// `sys.redirect`, and a client should not wait longer than this to move.
+pub const REDIRECT_GRACE_MS_MAX: u64 = 600_000;
 
 impl Default for ClusterConfig {
     fn default() -> Self {
@@ -51,6 +64,9 @@ impl Default for ClusterConfig {
             fence_after_ms: 2000,
             down_after_ms: 4000,
             link_queue_max: 4096,
+            drain_concurrency: 16,
+            redirect_grace_ms: 5000,
+            drain_timeout_ms: 60_000,
         }
     }
 }
@@ -118,6 +134,28 @@ impl ClusterConfig {
         if self.link_queue_max == 0 {
             return Err("cluster.link_queue_max must be positive".into());
         }
+        self.check_drain()
+    }
+
+    /// The drain's keys: a positive concurrency, a grace that fits the
+    /// redirect's `u32`, and a timeout that leaves the grace room.
+    fn check_drain(&self) -> Result<(), String> {
+        if self.drain_concurrency == 0 {
+            return Err("cluster.drain_concurrency must be positive".into());
+        }
+        if self.redirect_grace_ms > REDIRECT_GRACE_MS_MAX {
+            return Err(format!(
+                "cluster.redirect_grace_ms ({}) must be at most {REDIRECT_GRACE_MS_MAX}",
+                self.redirect_grace_ms
+            ));
+        }
+        if self.drain_timeout_ms <= self.redirect_grace_ms {
+            return Err(format!(
+                "cluster.drain_timeout_ms ({}) must be above cluster.redirect_grace_ms ({}): \
+                 sessions are closed only after their grace",
+                self.drain_timeout_ms, self.redirect_grace_ms
+            ));
+        }
         Ok(())
     }
 
@@ -170,6 +208,35 @@ mod tests {
             ..ClusterConfig::default()
         };
         assert!(config.check_timing().unwrap_err().contains("cluster.name"));
+    }
+
+    #[test]
+    fn the_drain_keys_are_bounded() {
+        let zero = ClusterConfig {
+            drain_concurrency: 0,
+            ..ClusterConfig::default()
+        };
+        assert!(zero
+            .check_timing()
+            .unwrap_err()
+            .contains("cluster.drain_concurrency"));
+        let long = ClusterConfig {
+            redirect_grace_ms: REDIRECT_GRACE_MS_MAX + 1,
+            drain_timeout_ms: u64::MAX,
+            ..ClusterConfig::default()
+        };
+        assert!(long
+            .check_timing()
+            .unwrap_err()
+            .contains("cluster.redirect_grace_ms"));
+        let short = ClusterConfig {
+            drain_timeout_ms: 5000,
+            ..ClusterConfig::default()
+        };
+        assert!(short
+            .check_timing()
+            .unwrap_err()
+            .contains("cluster.drain_timeout_ms"));
     }
 
     fn addr(text: &str) -> SocketAddr {

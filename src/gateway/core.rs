@@ -95,6 +95,8 @@ pub enum CloseReason {
     Idle,
     SlowReader,
     Shutdown,
+    /// The grace of a `sys.redirect` ended.
+    Redirected,
 }
 
 struct Entry {
@@ -112,6 +114,11 @@ struct Entry {
     /// silent for `idle_timeout` is closed by `close_idle`.
     last_frame: Instant,
     outbox: Rc<Outbox>,
+    /// Told to move (`sys.redirect`): its grace ends then.
+    redirect_until: Option<Instant>,
+    /// The grace ended with answers still owed: new requests are refused,
+    /// and the session closes once nothing is owed.
+    closing: bool,
 }
 
 /// A login of one session waiting for the player object.
@@ -209,6 +216,8 @@ pub struct GatewayCore {
     /// The node's routes: what the ingress checks and the egress gate
     /// check against.
     routes: Arc<RouteTable>,
+    /// Set once the node drains (`redirect_all`).
+    redirecting: Option<Redirecting>,
 }
 
 impl GatewayCore {
@@ -245,6 +254,7 @@ impl GatewayCore {
             warn: Default::default(),
             hash_seeds: SmallRng::from_entropy(),
             routes,
+            redirecting: None,
         }
     }
 
@@ -279,10 +289,14 @@ impl GatewayCore {
                 armed: false,
                 last_frame: now,
                 outbox,
+                redirect_until: None,
+                closing: false,
             },
         );
         self.stats().sessions_accepted.inc();
         self.stats().sessions_active.add(1);
+        // A client that connects to a draining node is told to move at once.
+        self.redirect(session_id, now);
         session_id
     }
 
@@ -322,6 +336,18 @@ impl GatewayCore {
         let limits = self.limits;
         let entry = self.sessions.get_mut(&session_id)?;
         entry.last_frame = now;
+        if entry.closing {
+            // The redirect's grace is over: the client was told where to go.
+            self.metrics.gateway.redirect_refused.inc();
+            self.push_error(
+                session_id,
+                header.route_id,
+                header.seq,
+                ErrorCode::Unavailable,
+                "node draining: reconnect to another gateway",
+            );
+            return None;
+        }
         if entry.login.is_some() {
             // The login's outcome decides how these are checked: hold them
             // until it ends, in order, within the session's in-flight bound.
@@ -857,6 +883,11 @@ impl GatewayCore {
         }
     }
 }
+
+#[path = "core_redirect.rs"]
+mod redirect;
+pub use self::redirect::redirect_body;
+use self::redirect::Redirecting;
 
 #[cfg(test)]
 #[path = "core_tests.rs"]

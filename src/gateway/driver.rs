@@ -180,6 +180,26 @@ impl GatewayHandle {
             .apply_binding(session_id, target, player_id, expected_epoch)
     }
 
+    /// The node drains: tells every session of this core (and every one
+    /// opened from now on) to move to one of `targets` within `grace`, and
+    /// closes each when its grace ended and nothing is owed to it.
+    pub fn redirect_all(&self, grace: Duration, targets: Vec<String>) {
+        self.0
+            .state
+            .borrow_mut()
+            .redirect_all(Instant::now(), grace, targets);
+    }
+
+    /// The gateways later redirects name.
+    pub fn set_redirect_targets(&self, targets: Vec<String>) {
+        self.0.state.borrow_mut().set_redirect_targets(targets);
+    }
+
+    /// Sessions open on this core.
+    pub fn session_count(&self) -> usize {
+        self.0.state.borrow().session_count()
+    }
+
     /// Handles a mesh frame if it is the gateway's (`ClientEgress`,
     /// `SessionKick`); returns any other frame for the rest of the node.
     pub fn handle_mesh(&self, frame: FrameBuf) -> Option<FrameBuf> {
@@ -424,6 +444,8 @@ async fn expire_loop(gateway: GatewayHandle) {
         {
             state.expire(now);
         }
+        // Redirected sessions whose grace ended (nothing when not draining).
+        state.close_redirected(now);
         drop(state);
         gateway.flush_notices();
         // Logins that timed out release the requests held behind them.

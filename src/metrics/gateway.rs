@@ -41,6 +41,13 @@ super::metric_set! {
         "routerd_gateway_binds_epoch_expired_total" Counter { binds_epoch_expired }
         /// Sessions kicked (sys.kicked, then closed).
         "routerd_gateway_kicks_total" Counter { kicks }
+        /// Sessions told to move to another gateway (sys.redirect) because this node drains.
+        "routerd_gateway_redirects_total" Counter { redirects }
+        /// Redirected sessions the gateway closed when cluster.redirect_grace_ms had passed (the
+        /// others closed themselves first).
+        "routerd_gateway_redirect_closed_total" Counter { redirect_closed }
+        /// Requests refused with UNAVAILABLE because their session's redirect grace had passed.
+        "routerd_gateway_redirect_refused_total" Counter { redirect_refused }
         /// Requests the gateway answered TIMEOUT after gateway.request_timeout_ms.
         "routerd_gateway_timeouts_total" Counter { timeouts }
         /// Answers that arrived after their request was answered (timed out) and were dropped.

@@ -37,7 +37,7 @@ pub struct Deferred {
 enum Answer {
     /// Not answered yet.
     Owed,
-    /// Answered, forwarded, deferred, or left unanswered on purpose.
+    /// Answered, forwarded, or deferred.
     Settled,
     /// Nothing to answer: an event, or a one-way message.
     None,
@@ -162,15 +162,6 @@ impl<'a> Context<'a> {
             needs_reply: request.needs_reply,
         };
         self.out.sends.push((key, forwarded));
-    }
-
-    /// Leaves this request unanswered on purpose: its client's gateway
-    /// answers TIMEOUT. Only for a session that is being closed anyway
-    /// (the player type's answer to a superseded session, which it kicks).
-    pub fn leave_unanswered(&mut self) {
-        if self.answer == Answer::Owed {
-            self.answer = Answer::Settled;
-        }
     }
 
     /// A PUSH on server-to-client route `route_id` to one session. The

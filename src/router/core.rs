@@ -10,12 +10,14 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use wire::ObjectKey;
 
+use super::drain::DrainState;
 use super::entry::Entry;
 use super::object::{ObjectType, ServiceHandler};
 use super::types::{
     Effect, ErrorCode, NodeMessage, Outcome, Request, RouterHead, StoreOp, StoreToken, Timer,
+    TransferDone, TransferOutcome,
 };
-use crate::config::RouterConfig;
+use crate::config::{Persist, RouterConfig};
 use crate::store::{CasVersion, NodeId, RouteVersion};
 
 /// Writes in one shutdown batch at most (one store round trip each).
@@ -37,6 +39,11 @@ pub struct EntryView {
     pub route_version: RouteVersion,
     pub cas_version: Option<CasVersion>,
     pub writable: bool,
+    /// Writable and free to run a request now: no IO that holds requests
+    /// back, no handoff in progress.
+    pub accepting: bool,
+    /// A store operation is in flight for this key.
+    pub io_in_flight: bool,
     pub queued: usize,
 }
 
@@ -94,6 +101,8 @@ pub(crate) struct Ctx {
     /// their save. At most one per entry, so bounded by
     /// `entries_per_core_max`; a set, so a key appears once.
     pub flush_keys: BTreeSet<ObjectKey>,
+    /// The drain under way (`RouterCore::start_drain`), if any.
+    pub drain: Option<DrainState>,
 }
 
 pub(crate) struct Manager {
@@ -133,6 +142,15 @@ impl Ctx {
         self.store_waits.insert(token, wait);
         self.effects.push(Effect::Store { token, op });
         token
+    }
+
+    /// Reports the end of a transfer: to the drain (which then has room
+    /// for another) and, as an effect, to whoever else waits for it.
+    pub fn transfer_done(&mut self, done: TransferDone) {
+        if let Some(drain) = self.drain.as_mut() {
+            drain.on_transfer_done(&done);
+        }
+        self.effects.push(Effect::TransferDone(done));
     }
 
     pub fn arm(&mut self, at_ms: u64, timer: Timer) {
@@ -255,6 +273,7 @@ impl RouterCore {
                 entries_total: 0,
                 shutdown: None,
                 flush_keys: BTreeSet::new(),
+                drain: None,
             },
             managers: BTreeMap::new(),
             services: BTreeMap::new(),
@@ -308,6 +327,13 @@ impl RouterCore {
     /// Whether the core is fenced (see `fence`).
     pub fn is_fenced(&self) -> bool {
         self.ctx.fenced
+    }
+
+    /// Whether the core may serve objects at `now_ms` (its clock): not
+    /// fenced, and its lease, if it has one, holds. A core past its lease
+    /// that has had no event since is not fenced yet, but may not serve.
+    pub fn may_serve(&self, now_ms: u64) -> bool {
+        self.ctx.may_serve(now_ms)
     }
 
     /// The effects produced since the last drain, in order.
@@ -399,9 +425,12 @@ impl RouterCore {
         }
         self.ctx.fenced = true;
         self.ctx.counters.fences_total += 1;
+        if super::mutant::active(super::mutant::Mutant::FenceKeepsObjects) {
+            return;
+        }
         let ctx = &mut self.ctx;
         for manager in self.managers.values_mut() {
-            for entry in manager.entries.values_mut() {
+            for (key, entry) in manager.entries.iter_mut() {
                 let held = super::io::take_held(entry);
                 super::io::settle_held(ctx, held, false);
                 if entry.downgrade().is_some() {
@@ -409,7 +438,14 @@ impl RouterCore {
                     // next request re-reads it.
                     entry.last_refresh_ms = None;
                 }
-                entry.queued_transfer = None;
+                if let Some((target, _)) = entry.queued_transfer.take() {
+                    ctx.transfer_done(TransferDone {
+                        key: *key,
+                        target,
+                        outcome: TransferOutcome::NotMoved,
+                        route_version: entry.route_version,
+                    });
+                }
             }
         }
         let _ = now_ms;
@@ -433,10 +469,18 @@ impl RouterCore {
         self.ctx.draining = draining;
     }
 
+    /// Whether this node drains.
+    pub fn is_draining(&self) -> bool {
+        self.ctx.draining
+    }
+
     /// Fences the node if its lease has run out at `now_ms`. Every event
     /// calls it first, so a node that was frozen past its lease never
     /// serves an event before it notices.
     pub(crate) fn check_lease(&mut self, now_ms: u64) {
+        if super::mutant::active(super::mutant::Mutant::LeaseIgnored) {
+            return;
+        }
         if !self.ctx.fenced && !self.ctx.may_serve(now_ms) {
             self.fence(now_ms);
         }
@@ -603,12 +647,17 @@ impl RouterCore {
     /// Views of every entry, in key order.
     pub fn entries(&self) -> impl Iterator<Item = EntryView> + '_ {
         self.managers.values().flat_map(|manager| {
-            manager.entries.iter().map(|(key, entry)| EntryView {
+            let on_write = manager.kind.persist() == Persist::OnWrite;
+            manager.entries.iter().map(move |(key, entry)| EntryView {
                 key: *key,
                 owner_node: entry.owner_node,
                 route_version: entry.route_version,
                 cas_version: entry.cas_version,
                 writable: entry.is_writable(),
+                accepting: entry.is_writable()
+                    && entry.transferring.is_none()
+                    && !entry.io.is_some_and(|io| io.blocks_requests(on_write)),
+                io_in_flight: entry.io.is_some(),
                 queued: entry.io_waiters.len()
                     + entry
                         .transferring

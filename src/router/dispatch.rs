@@ -8,6 +8,7 @@ use wire::ObjectKey;
 use super::core::StoreWait;
 use super::core::{Ctx, Manager, RouterCore, REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX};
 use super::entry::{Entry, Io, PendingWrite, Waiter};
+use super::mutant::{self, Mutant};
 use super::object::{HandlerOutput, HandlerReply, ObjectType};
 use super::types::{
     Effect, ErrorCode, NodeMessage, Request, RequestId, RouterHead, StoreOp, Timer,
@@ -68,7 +69,14 @@ pub(crate) fn dispatch_entry(
         return;
     }
     let on_write = kind.persist() == Persist::OnWrite;
-    if entry.io.is_some_and(|io| io.blocks_requests(on_write)) {
+    // A periodic save lets requests run on the writable copy beside it; a
+    // copy dropped meanwhile (a fence) leaves nothing to run on, and the
+    // pull a request would start must wait for that save.
+    let writable = entry.is_writable();
+    if entry
+        .io
+        .is_some_and(|io| !writable || io.blocks_requests(on_write))
+    {
         queue_io_waiter(ctx, entry, waiter);
         return;
     }
@@ -127,6 +135,13 @@ fn route_by_owner(
         };
     }
     if lock_expired(ctx, entry, now_ms) {
+        // A draining node places nothing new on itself: the object of a
+        // dead owner goes to the node that would be its default.
+        if ctx.draining {
+            if let Some(node) = ctx.default_node(key).filter(|node| *node != ctx.node) {
+                return send_to(ctx, entry, node, waiter);
+            }
+        }
         return mutable_object(ctx, key, entry, waiter);
     }
     if waiter.unreachable == Some(owner) && fresh_pull {
@@ -164,6 +179,9 @@ pub(crate) fn lock_expired(ctx: &Ctx, entry: &Entry, now_ms: u64) -> bool {
     let owner = entry.owner_node;
     if owner.is_none() || owner == ctx.node {
         return false;
+    }
+    if mutant::active(Mutant::ClaimFromLiveOwner) {
+        return true;
     }
     if ctx.is_incarnation_dead(owner, entry.owner_incarnation) {
         return true;
@@ -402,4 +420,8 @@ pub(crate) fn start_save(
     let condition = WriteCondition::CasEquals(cas_version);
     let write = entry.begin_write(Io::Save { degrade }, key, condition, pending, state);
     ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
+    if mutant::active(Mutant::AnswerOnSubmit) {
+        let held = super::io::take_held(entry);
+        super::io::settle_held(ctx, held, true);
+    }
 }

@@ -6,6 +6,7 @@ use wire::ObjectKey;
 use super::core::{Ctx, Manager, RouterCore, StoreWait};
 use super::dispatch::{abandon, dispatch_entry, lock_expired, release};
 use super::entry::{Entry, Io, PendingWrite, Writable};
+use super::mutant::{self, Mutant};
 use super::object::{HandlerOutput, ObjectState, ObjectType};
 use super::types::{ErrorCode, Request, StoreFailure, StoreOp, StoreReply, StoreToken, Timer};
 use crate::store::{CasVersion, RouteRecord, WriteCondition, WriteOutcome};
@@ -41,6 +42,15 @@ impl RouterCore {
         let kind = kind.as_ref();
         let Some(io) = entry.io else {
             return;
+        };
+        let reply = match reply {
+            StoreReply::Written(WriteOutcome::Indeterminate)
+                if mutant::active(Mutant::IndeterminateAsApplied) =>
+            {
+                let next = entry.cas_version.map_or(1, |cas| cas.0 + 1);
+                StoreReply::Written(WriteOutcome::Applied(CasVersion(next)))
+            }
+            reply => reply,
         };
         match io {
             Io::PullCache | Io::PullObject => pull_reply(ctx, kind, key, entry, now_ms, io, reply),
@@ -208,7 +218,11 @@ fn start_claim(
     let known = record.as_ref().map_or(entry.route_version, |r| {
         r.route_version.max(entry.route_version)
     });
-    let route_version = known.next();
+    let route_version = if mutant::active(Mutant::ClaimKeepsRouteVersion) {
+        known
+    } else {
+        known.next()
+    };
     let (condition, bytes) = match record {
         Some(record) => (WriteCondition::CasEquals(record.cas_version), record.state),
         None => (WriteCondition::Absent, state.encode()),
@@ -342,6 +356,14 @@ fn save_reply(
                 ctx.counters.degrades_total += 1;
             }
             settle_held(ctx, held, true);
+        }
+        StoreReply::Written(WriteOutcome::Conflict(_))
+            if mutant::active(Mutant::ConflictKeepsWritable) =>
+        {
+            settle_held(ctx, held, false);
+            if let Some(object) = entry.object.as_mut() {
+                object.dirty = true;
+            }
         }
         StoreReply::Written(outcome) => {
             // This node lost ownership (or cannot know it kept it): its copy

@@ -20,8 +20,10 @@
 
 mod core;
 mod dispatch;
+mod drain;
 mod entry;
 mod io;
+pub(crate) mod mutant;
 pub mod object;
 mod service;
 mod timers;
@@ -30,7 +32,8 @@ pub mod types;
 
 pub mod driver;
 
-pub mod sim;
+#[cfg(test)]
+mod sim;
 
 #[cfg(test)]
 mod tests;
@@ -39,6 +42,7 @@ pub use self::core::{
     rendezvous_score, sweep_interval_ms, EntryView, RouterCore, RouterCounters,
     REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX, SHUTDOWN_BATCH_MAX,
 };
+pub use drain::DrainProgress;
 pub use object::{
     DecodeError, HandlerOutput, HandlerReply, ObjectCall, ObjectState, ObjectTimer, ObjectType,
     ServiceHandler,
@@ -46,5 +50,6 @@ pub use object::{
 pub use transfer::TransferError;
 pub use types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
-    RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer,
+    RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer, TransferDone,
+    TransferOutcome,
 };

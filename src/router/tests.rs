@@ -718,12 +718,15 @@ fn a_node_past_its_lease_serves_nothing_until_it_rejoins() {
     assert!(h.core(1).entries().all(|view| !view.writable));
     let effects = settle_at(&mut h, 1, 1_000);
     assert_eq!(replies(&effects), vec![(held, Err(ErrorCode::Unavailable))]);
+    let pulls = h.core(1).counters().pulls_total;
     let refused = h.request(1, OP_GET, Vec::new());
     let effects = settle_at(&mut h, 1, 1_001);
     assert_eq!(
         replies(&effects),
         vec![(refused, Err(ErrorCode::Unavailable))]
     );
+    // One read of the stale route, no attempt to claim.
+    assert_eq!(h.core(1).counters().pulls_total, pulls + 1);
     assert_eq!(h.core(1).counters().fences_total, 1);
     // Rejoined as incarnation 2: the record of incarnation 1 is its own
     // earlier life, claimed again through the store.
@@ -1012,3 +1015,174 @@ fn shutdown_before_the_flush_releases_held_outputs_with_the_object() {
     assert_eq!(record.owner_node, NodeId::NONE);
     assert_eq!(counter_value(&record.state), Some(7));
 }
+
+#[test]
+fn a_request_after_a_fence_waits_for_the_periodic_save_in_flight() {
+    // An interval object's periodic save does not hold requests back while
+    // the copy is writable; once a fence dropped the copy, a request must
+    // wait for that save instead of starting a pull beside it.
+    let mut h = Harness::new(1, Persist::Interval);
+    claim_on_default(&mut h, 1);
+    let save_at = config().object_save_interval_ms;
+    h.core(1).on_timer(save_at, Timer::Sweep);
+    let (token, op) = only_save(h.core(1).drain_effects().collect());
+    h.core(1).fence(save_at + 1);
+    let id = h.request(1, OP_GET, Vec::new());
+    assert!(
+        replies(&h.core(1).drain_effects().collect::<Vec<_>>()).is_empty(),
+        "the request waits for the save"
+    );
+    let reply = answer(&mut h.table, op);
+    h.core(1).on_store_reply(save_at + 2, token, reply);
+    let effects = settle_at(&mut h, 1, save_at + 2);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+}
+
+#[test]
+fn a_migration_queues_at_most_pending_queue_max_requests() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, _) = transfer_in_flight(&mut h);
+    // The removal write is not answered: every request meets the migration.
+    let removal: Vec<Effect> = h.core(owner).drain_effects().collect();
+    assert_eq!(removal.len(), 1, "{removal:?}");
+    let mut refused = Vec::new();
+    for _ in 0..config().pending_queue_max + 2 {
+        h.request(owner, OP_GET, Vec::new());
+        let effects: Vec<Effect> = h.core(owner).drain_effects().collect();
+        refused.extend(replies(&effects).into_iter().map(|(_, outcome)| outcome));
+    }
+    assert_eq!(refused, vec![Err(ErrorCode::Overloaded); 2]);
+    assert_eq!(h.core(owner).counters().pending_queue_full_total, 2);
+    assert_eq!(h.core(owner).gauges().2, config().pending_queue_max);
+}
+
+#[test]
+fn a_core_holds_at_most_entries_per_core_max_keys() {
+    let bounded = RouterConfig {
+        entries_per_core_max: 1,
+        ..config()
+    };
+    let mut core = RouterCore::new(NodeId(1), bounded, 1, 0);
+    core.register(Box::new(CounterType {
+        persist: Persist::Interval,
+    }));
+    core.drain_effects().for_each(drop);
+    let mut h = Harness {
+        table: MemoryTable::default(),
+        cores: [(1, core)].into_iter().collect(),
+        next_seq: 0,
+    };
+    let first = h.request(1, OP_ADD, add(1));
+    assert_eq!(replies(&h.settle(1, 0)), vec![(first, Ok(add(1)))]);
+    // A second key finds the core full: refused, nothing read or claimed.
+    let other = ObjectKey::new(COUNTER_TYPE_ID, 0, 43);
+    let id = RequestId {
+        origin_node: NodeId(1),
+        seq: 1_000,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(1)
+        .on_request(1, RouterHead::local(other, NodeId(1)), request);
+    let effects = h.settle(1, 1);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Overloaded))]);
+    assert!(h.table.load(other).is_none());
+    assert_eq!(h.core(1).counters().entries_full_total, 1);
+    assert_eq!(h.core(1).entries().count(), 1);
+}
+
+#[test]
+fn a_first_access_elsewhere_goes_to_the_default_node_which_claims() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let default = default_of(2);
+    let other = 3 - default;
+    let id = h.request(other, OP_ADD, add(1));
+    let effects = h.settle(other, 0);
+    assert_eq!(
+        routed(&effects),
+        vec![(NodeId(default), routed(&effects)[0].1, id)]
+    );
+    assert!(h.table.load(KEY).is_none(), "the other node claims nothing");
+    assert_eq!(h.core(other).counters().claims_total, 0);
+}
+
+/// Node 1 alone, with a record of KEY owned by node 7, which membership
+/// does not know.
+fn harness_with_unknown_owner() -> Harness {
+    let mut core = RouterCore::new(NodeId(1), config(), 1, 0);
+    core.register(Box::new(CounterType {
+        persist: Persist::Interval,
+    }));
+    core.drain_effects().for_each(drop);
+    let mut table = MemoryTable::default();
+    table.write(&crate::store::RecordWrite {
+        key: KEY,
+        condition: crate::store::WriteCondition::Absent,
+        owner_node: NodeId(7),
+        owner_incarnation: 3,
+        route_version: RouteVersion(4),
+        save_timepoint_ms: 0,
+        state: 9i64.to_le_bytes().to_vec(),
+    });
+    Harness {
+        table,
+        cores: [(1, core)].into_iter().collect(),
+        next_seq: 0,
+    }
+}
+
+#[test]
+fn an_unavailable_owner_is_read_once_more_then_answered_unavailable() {
+    // The seed's send_msg_raw: two attempts, the second after re-reading
+    // the route.
+    let mut h = harness_with_unknown_owner();
+    let id = h.request(1, OP_GET, Vec::new());
+    let effects = settle_at(&mut h, 1, 1_000);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert_eq!(h.core(1).counters().pulls_total, 2);
+    assert!(routed(&effects).is_empty());
+}
+
+#[test]
+fn a_request_naming_a_newer_route_than_the_store_is_repaired_three_times_at_most() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let other = 3 - owner;
+    // A head newer than anything stored: every re-read finds it older.
+    let head = RouterHead {
+        key: KEY,
+        route_version: RouteVersion(100),
+        source_node: NodeId(owner),
+        transfer_ttl: 1,
+    };
+    let id = RequestId {
+        origin_node: NodeId(owner),
+        seq: 77,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(other).on_request(1, head, request);
+    let effects = settle_at(&mut h, other, 1);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert_eq!(
+        h.core(other).counters().pulls_total,
+        u64::from(REPAIR_ATTEMPTS_MAX)
+    );
+    assert_eq!(
+        h.core(other).counters().repair_attempts_total,
+        u64::from(REPAIR_ATTEMPTS_MAX) + 1
+    );
+}
+
+#[path = "drain_tests.rs"]
+mod drain_tests;

@@ -9,8 +9,11 @@ use super::core::{Ctx, Manager, RouterCore, StoreWait};
 use super::dispatch::dispatch_entry;
 use super::entry::{Entry, Io, PendingWrite, Transferring};
 use super::io::{after_failed_write, claimed, finish_io};
+use super::mutant::{self, Mutant};
 use super::object::ObjectType;
-use super::types::{NodeMessage, RouterTransfer, StoreOp, StoreReply, Timer};
+use super::types::{
+    NodeMessage, RouterTransfer, StoreOp, StoreReply, Timer, TransferDone, TransferOutcome,
+};
 use crate::store::{NodeId, WriteCondition, WriteOutcome};
 
 /// Why `transfer` refused to start.
@@ -23,8 +26,10 @@ pub enum TransferError {
     /// A transfer of this key is already in progress or queued.
     InProgress,
     ShuttingDown,
-    /// Membership does not know the target up (or it drains).
+    /// Membership does not know the target up (unknown, down or left).
     TargetUnavailable,
+    /// The target drains: no object is placed on it.
+    TargetDraining,
     /// This node is fenced: it owns nothing until it rejoins.
     Fenced,
 }
@@ -59,6 +64,13 @@ impl RouterCore {
         let target_available = target.is_none() || ctx.live_incarnation(target).is_some();
         if !target_available {
             return Err(TransferError::TargetUnavailable);
+        }
+        if ctx
+            .members
+            .get(&target)
+            .is_some_and(|member| member.draining)
+        {
+            return Err(TransferError::TargetDraining);
         }
         let manager = self
             .managers
@@ -149,15 +161,25 @@ impl RouterCore {
         transfer_id: u64,
         accepted: bool,
     ) {
-        let _ = accepted;
-        self.end_notify(now_ms, key, transfer_id, false);
+        let outcome = if accepted {
+            TransferOutcome::Confirmed
+        } else {
+            TransferOutcome::Refused
+        };
+        self.end_notify(now_ms, key, transfer_id, outcome);
     }
 
     pub(crate) fn transfer_ack_timeout(&mut self, now_ms: u64, key: ObjectKey, transfer_id: u64) {
-        self.end_notify(now_ms, key, transfer_id, true);
+        self.end_notify(now_ms, key, transfer_id, TransferOutcome::NoAnswer);
     }
 
-    fn end_notify(&mut self, now_ms: u64, key: ObjectKey, transfer_id: u64, timed_out: bool) {
+    fn end_notify(
+        &mut self,
+        now_ms: u64,
+        key: ObjectKey,
+        transfer_id: u64,
+        outcome: TransferOutcome,
+    ) {
         let ctx = &mut self.ctx;
         let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
             return;
@@ -170,10 +192,18 @@ impl RouterCore {
             .as_ref()
             .is_some_and(|t| t.transfer_id == transfer_id && entry.io.is_none());
         if waiting {
-            if timed_out {
+            if outcome == TransferOutcome::NoAnswer {
                 ctx.counters.transfer_ack_timeouts_total += 1;
             }
-            finish_transfer(ctx, kind.as_ref(), key, entry, now_ms);
+            let accepted = outcome == TransferOutcome::Confirmed;
+            if !accepted && mutant::active(Mutant::PendingNotRedispatched) {
+                return;
+            }
+            if !accepted && mutant::active(Mutant::PendingDropped) {
+                entry.transferring = None;
+                return;
+            }
+            finish_transfer(ctx, kind.as_ref(), key, entry, now_ms, outcome);
         }
     }
 }
@@ -205,6 +235,14 @@ pub(crate) fn start_transfer(
         "one transfer per object at a time"
     );
     let Some(object) = entry.object.as_ref() else {
+        // Asked for while IO ran, and the IO lost the object meanwhile.
+        let done = TransferDone {
+            key,
+            target,
+            outcome: TransferOutcome::NotMoved,
+            route_version: entry.route_version,
+        };
+        ctx.transfer_done(done);
         return;
     };
     let cas_version = entry
@@ -243,13 +281,15 @@ pub(crate) fn remove_reply(
     reply: StoreReply,
 ) {
     entry.io = None;
-    match reply {
+    let outcome = match reply {
         StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
             let pending = entry
                 .pending_write
                 .take()
                 .expect("a removal has a pending write");
-            entry.downgrade();
+            if !mutant::active(Mutant::RemoveKeepsObject) {
+                entry.downgrade();
+            }
             entry.apply_write(pending, cas_version, now_ms);
             ctx.counters.transfers_total += 1;
             let Some(t) = entry.transferring.as_mut() else {
@@ -274,33 +314,46 @@ pub(crate) fn remove_reply(
                 ctx.arm(now_ms + ctx.config.transfer_ack_timeout_ms, timer);
                 return;
             }
+            TransferOutcome::Written
         }
         StoreReply::Written(outcome) => {
             ctx.counters.transfers_failed_total += 1;
             entry.downgrade();
             after_failed_write(ctx, entry, now_ms, &outcome);
+            TransferOutcome::NotMoved
         }
         // Not applied: this node still owns the object and keeps it.
-        _ => ctx.counters.transfers_failed_total += 1,
-    }
+        _ => {
+            ctx.counters.transfers_failed_total += 1;
+            TransferOutcome::NotMoved
+        }
+    };
     entry.pending_write = None;
-    finish_transfer(ctx, kind, key, entry, now_ms);
+    finish_transfer(ctx, kind, key, entry, now_ms, outcome);
 }
 
 /// The last step, on every outcome: release the migration flag, then
 /// re-dispatch every pending request exactly once with the route as it now
 /// is (forwarded to the new owner, run here, or answered). The seed's
-/// defect (b), fixed: no branch returns before this.
+/// defect (b), fixed: no branch returns before this. Whoever waits for the
+/// transfer learns `outcome` first.
 fn finish_transfer(
     ctx: &mut Ctx,
     kind: &dyn ObjectType,
     key: ObjectKey,
     entry: &mut Entry,
     now_ms: u64,
+    outcome: TransferOutcome,
 ) {
     let Some(transferring) = entry.transferring.take() else {
         return;
     };
+    ctx.transfer_done(TransferDone {
+        key,
+        target: transferring.target,
+        outcome,
+        route_version: entry.route_version,
+    });
     for waiter in transferring.transfer_pending {
         dispatch_entry(ctx, kind, key, entry, now_ms, waiter);
     }

@@ -241,4 +241,46 @@ pub enum Effect {
     /// Emitted at most once until that `on_flush`: `on_write` objects whose
     /// mutations are held then start one save each covering all of them.
     FlushSavesAfterBatch,
+    /// A transfer asked for with `RouterCore::transfer` ended (whoever
+    /// waits for it, an operator's call or a drain, learns how). Emitted
+    /// exactly once per transfer that `transfer` accepted.
+    TransferDone(TransferDone),
+}
+
+/// How one transfer ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransferDone {
+    pub key: ObjectKey,
+    pub target: NodeId,
+    pub outcome: TransferOutcome,
+    /// The route version the record has now: the one that names `target`
+    /// when the record was written, else the one this node knows.
+    pub route_version: RouteVersion,
+}
+
+/// The end of a transfer, seen from the old owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferOutcome {
+    /// The record names the target and the target confirmed it by CAS: it
+    /// serves the object now.
+    Confirmed,
+    /// The record names the target, which refused to confirm (it knew a
+    /// newer route, was busy with the key, or cannot serve): it loads the
+    /// object from the store on its next request.
+    Refused,
+    /// The record names the target, which did not answer within
+    /// `transfer_ack_timeout_ms` (or could not be sent to).
+    NoAnswer,
+    /// The record names the target; nobody was told (`need_notify` off).
+    Written,
+    /// The record was not written: the object did not move (this node
+    /// still owns it, or lost it to a newer owner meanwhile).
+    NotMoved,
+}
+
+impl TransferOutcome {
+    /// Whether the record now names the target.
+    pub fn moved(self) -> bool {
+        !matches!(self, TransferOutcome::NotMoved)
+    }
 }

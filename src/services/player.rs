@@ -159,19 +159,20 @@ impl Player {
         })
     }
 
-    /// The session of the request if it is not this player's bound one: its
-    /// login was superseded, and the kick that should have closed it was
-    /// lost (its node was cut off or frozen when the kick was sent). Under
-    /// `multi` every session that logged in stays served.
+    /// The session of the request if another session is bound to this
+    /// player now: its login was superseded, and the kick that should have
+    /// closed it was lost (its node was cut off or frozen when the kick was
+    /// sent). Under `multi` every session that logged in stays served, and
+    /// with no session bound (all closed) there is nobody to protect.
     fn superseded(&self, ctx: &Context<'_>) -> Option<ClientRef> {
         let client = ctx.client()?;
+        let bound = self.client?;
         if self.duplicate_login == DuplicateLogin::Multi {
             return None;
         }
-        let bound = self.client.is_some_and(|bound| {
-            bound.gateway_node == client.gateway_node && bound.session_id == client.session_id
-        });
-        (!bound).then_some(client)
+        let same =
+            bound.gateway_node == client.gateway_node && bound.session_id == client.session_id;
+        (!same).then_some(client)
     }
 
     fn body_u64(ctx: &Context<'_>) -> Option<u64> {
@@ -263,10 +264,12 @@ impl Object for Player {
         if !matches!(ctx.op(), OP_BIND | OP_UNBIND) {
             if let Some(stale) = self.superseded(ctx) {
                 // Kicked again, and not served: nothing a superseded
-                // session asks reaches either connection (PROTOCOL.md).
+                // session asks reaches the player (docs/protocol.md). The
+                // request is still answered, so its origin never waits for
+                // an answer that cannot come; the gateway drops the answer
+                // once the kick has closed the session.
                 ctx.kick(stale);
-                ctx.leave_unanswered();
-                return;
+                return ctx.fail(ErrorCode::Unavailable);
             }
         }
         match ctx.op() {
@@ -449,7 +452,7 @@ mod tests {
             request(OP_INCR, 1i64.to_le_bytes().to_vec(), Some(client(1))),
         );
         assert_eq!(out.kicks, vec![client(1)]);
-        assert_eq!(answer(&out), None);
+        assert_eq!(answer(&out), Some(&Err(ErrorCode::Unavailable)));
         assert!(!out.mutated);
         let out = run(
             &mut state,

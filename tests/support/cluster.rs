@@ -25,6 +25,8 @@ pub struct LocalCluster {
     pub extra: String,
     /// The `[store]` section; default: the shared SQLite file.
     pub store: Option<String>,
+    /// Extra `[cluster]` keys for every node.
+    pub cluster_extra: String,
 }
 
 /// The TOML of the client-facing listeners on `host` (any free port) and
@@ -51,6 +53,7 @@ impl LocalCluster {
             starts: std::cell::Cell::new(0),
             extra: String::new(),
             store: None,
+            cluster_extra: String::new(),
         }
     }
 
@@ -100,7 +103,7 @@ impl LocalCluster {
              {store}\
              [cluster]\nlisten = \"{host}:0\"\nsecret = {secret:?}\n\
              heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\n\
-             down_after_ms = {DOWN_AFTER_MS}\n\
+             down_after_ms = {DOWN_AFTER_MS}\n{cluster_extra}\n\
              [services.player]\npersist = \"on_write\"\n{extra}",
             data = self
                 .dir
@@ -113,6 +116,7 @@ impl LocalCluster {
                 self.db().display().to_string()
             )),
             extra = self.extra,
+            cluster_extra = self.cluster_extra,
         )
     }
 
@@ -173,14 +177,31 @@ impl LocalCluster {
 
 /// `GET path` on an admin endpoint: the status and the body.
 pub fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
+    http(address, "GET", path)
+}
+
+/// `POST path` (empty body) on an admin endpoint: the status and the body.
+pub fn http_post(address: SocketAddr, path: &str) -> (u16, String) {
+    http(address, "POST", path)
+}
+
+/// `POST path` as JSON, whatever the status.
+pub fn post_json(address: SocketAddr, path: &str) -> (u16, serde_json::Value) {
+    let (status, body) = http_post(address, path);
+    let json =
+        serde_json::from_str(&body).unwrap_or_else(|error| panic!("{path}: {error}: {body}"));
+    (status, json)
+}
+
+fn http(address: SocketAddr, method: &str, path: &str) -> (u16, String) {
     let mut stream =
         TcpStream::connect_timeout(&address, Duration::from_secs(2)).expect("admin reachable");
     stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
+        .set_read_timeout(Some(Duration::from_secs(15)))
         .unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();
@@ -199,6 +220,17 @@ pub fn get_json(address: SocketAddr, path: &str) -> serde_json::Value {
     let (status, body) = http_get(address, path);
     assert_eq!(status, 200, "{path}: {body}");
     serde_json::from_str(&body).unwrap_or_else(|error| panic!("{path}: {error}: {body}"))
+}
+
+/// The state node `node` sees member `id` in.
+pub fn member_state(node: SocketAddr, id: u64) -> Option<String> {
+    let cluster = get_json(node, "/cluster");
+    let member = cluster["members"]
+        .as_array()?
+        .iter()
+        .find(|m| m["node_id"] == id)?
+        .clone();
+    Some(member["state"].as_str()?.to_string())
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, or panics with

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod follower;
 pub mod prometheus;
 
 use std::io::{Read, Write};
@@ -221,6 +222,13 @@ impl Client {
         }
     }
 
+    /// Asserts the server closes the connection within `limit`.
+    pub fn expect_closed_within(&mut self, limit: Duration) {
+        self.stream.set_read_timeout(Some(limit)).unwrap();
+        self.expect_closed();
+        self.stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+    }
+
     pub fn shutdown(&self) {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
@@ -323,6 +331,27 @@ impl ServeProcess {
     pub fn stop(mut self) -> std::process::ExitStatus {
         self.signal(libc::SIGTERM);
         self.wait_exit()
+    }
+
+    /// Waits for the process to exit on its own (a drain): its status, or
+    /// a panic after `limit`.
+    pub fn wait_exit_within(mut self, limit: Duration) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "routerd did not exit within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The OS process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGSTOP: the process stays, frozen, with its sockets open.

@@ -22,7 +22,7 @@ pub(crate) mod frames;
 mod replies;
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -43,9 +43,9 @@ use self::replies::{ReplyRoutes, RouteKind};
 use super::object::answer_event;
 use super::types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
-    StoreFailure, StoreOp, StoreReply, StoreToken, Timer,
+    StoreFailure, StoreOp, StoreReply, StoreToken, Timer, TransferDone,
 };
-use super::RouterCore;
+use super::{DrainProgress, RouterCore, TransferError};
 use crate::metrics::{CoreMetrics, RouterStats};
 use crate::store::{LoadError, MemberState, NodeId, Store, WriteError, WriteOutcome};
 
@@ -205,7 +205,30 @@ enum Input {
     Shutdown {
         deadline_ms: u64,
     },
+    /// An operator's transfer: `done` learns how it ended.
+    Transfer {
+        key: ObjectKey,
+        target: NodeId,
+        done: TransferWaiter,
+    },
+    /// Starts draining the core.
+    Drain {
+        concurrency: usize,
+    },
+    /// The drain has room for more transfers (or may have).
+    DrainStep,
 }
+
+/// How a transfer asked for through the driver ended: `Err` when it never
+/// started.
+pub type TransferReply = Result<TransferDone, TransferError>;
+
+/// Who waits for a transfer's end.
+type TransferWaiter = Box<dyn FnOnce(TransferReply)>;
+
+/// Transfers waited for at once on one core at most (operators' calls: a
+/// handful at a time).
+pub const TRANSFER_WAITERS_MAX: usize = 1024;
 
 struct Inner {
     node: NodeId,
@@ -226,6 +249,9 @@ struct Inner {
     /// The effects being performed, reused so a batch allocates nothing.
     effects: RefCell<Vec<Effect>>,
     unroutable_total: Cell<u64>,
+    /// Operators' transfers in flight, by key (at most one per key: the
+    /// core refuses a second while one runs).
+    transfer_waiters: RefCell<HashMap<ObjectKey, TransferWaiter>>,
 }
 
 /// One core's router driver. Cheap to clone (an `Rc`); stays on its core.
@@ -263,6 +289,7 @@ impl RouterDriver {
             request_timeout_ms: parts.request_timeout_ms,
             effects: RefCell::new(Vec::new()),
             unroutable_total: Cell::new(0),
+            transfer_waiters: RefCell::new(HashMap::new()),
         }));
         shards::spawn(run(driver.clone())).detach();
         // RouterCore::new queued its first sweep timer.
@@ -527,6 +554,39 @@ impl RouterDriver {
         self.enqueue(Input::Draining(draining));
     }
 
+    /// Transfers `key` (owned by this core) to `target`, shipping its state;
+    /// `done` is called once, when the target confirmed, refused or did
+    /// not answer, or at once when the transfer cannot start.
+    pub fn transfer(
+        &self,
+        key: ObjectKey,
+        target: NodeId,
+        done: impl FnOnce(TransferReply) + 'static,
+    ) {
+        self.enqueue(Input::Transfer {
+            key,
+            target,
+            done: Box::new(done),
+        });
+    }
+
+    /// Starts draining this core: nothing new is placed here and every
+    /// object is transferred away, `concurrency` at a time.
+    pub fn start_drain(&self, concurrency: usize) {
+        self.enqueue(Input::Drain { concurrency });
+    }
+
+    /// Lets the drain start transfers that a change elsewhere (a member
+    /// up again) made possible; the drain's own transfers step it already.
+    pub fn drain_step(&self) {
+        self.enqueue(Input::DrainStep);
+    }
+
+    /// How far this core's drain is (a walk over its entries).
+    pub fn drain_progress(&self) -> DrainProgress {
+        self.0.core.borrow().drain_progress()
+    }
+
     /// Starts shutdown: every writable object is saved and released within
     /// `deadline`. Resolves when done or when the deadline passed.
     pub async fn shutdown(&self, deadline: Duration) {
@@ -602,6 +662,28 @@ impl RouterDriver {
             Input::Draining(draining) => core.set_draining(draining),
             Input::LinkLost { .. } => {}
             Input::Shutdown { deadline_ms } => core.shutdown(now, deadline_ms),
+            Input::Transfer { key, target, done } => {
+                let busy = self.0.transfer_waiters.borrow().len() >= TRANSFER_WAITERS_MAX;
+                let started = if busy {
+                    Err(TransferError::InProgress)
+                } else {
+                    core.transfer(now, key, target, true)
+                };
+                match started {
+                    Ok(()) => {
+                        self.0.transfer_waiters.borrow_mut().insert(key, done);
+                    }
+                    Err(error) => {
+                        drop(core);
+                        done(Err(error));
+                    }
+                }
+            }
+            Input::Drain { concurrency } => {
+                core.start_drain(concurrency);
+                core.drain_step(now);
+            }
+            Input::DrainStep => core.drain_step(now),
         }
     }
 
@@ -642,6 +724,18 @@ impl RouterDriver {
             } => self.call(head, request, CallRoute { caller, tag }),
             Effect::SendToNode { node, message } => self.send_to_node(node, message),
             Effect::FlushSavesAfterBatch => self.flush_after_batch(),
+            Effect::TransferDone(done) => self.transfer_done(done),
+        }
+    }
+
+    fn transfer_done(&self, done: TransferDone) {
+        let waiter = self.0.transfer_waiters.borrow_mut().remove(&done.key);
+        if let Some(waiter) = waiter {
+            waiter(Ok(done));
+        }
+        // A drain has room for the next transfer.
+        if self.0.core.borrow().is_draining() {
+            self.enqueue(Input::DrainStep);
         }
     }
 

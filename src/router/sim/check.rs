@@ -1,4 +1,6 @@
-//! The simulator's invariants.
+//! The simulator's invariants: their names, and the ones checked after
+//! every step on the store and the route caches (the cluster's are in
+//! `safety.rs`, the answers' in `answers.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,13 +11,130 @@ use super::world::{Fate, World};
 use crate::router::RequestId;
 use crate::store::{CasVersion, NodeId, RouteVersion};
 
+/// Every invariant the simulator checks. Its name starts the failure
+/// message, in brackets, so a failing seed says which one broke.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Invariant {
+    /// A claim applied while the previous owner's incarnation was live
+    /// (running, unfenced, its lease not run out on its own clock).
+    ClaimOfLiveLock,
+    /// One route version of a key names one owner, in the store and in
+    /// every route cache.
+    RouteVersionOwner,
+    /// No writable copy the store showed stale (a conflict, a newer
+    /// record); once the cluster settled, every writable copy is the
+    /// store's current record, owned by its node and incarnation.
+    StaleWritable,
+    /// Every request is answered unless its loss is provable.
+    RequestUnanswered,
+    /// At no instant do two nodes accept a write for one object.
+    TwoWriters,
+    /// Every counter answer is no lower than what was acknowledged before
+    /// the request was sent.
+    ReadBelowAcked,
+    /// A fenced node (or one past its lease) accepts no write.
+    FencedWrite,
+    /// A writable copy came from an Applied write of its node.
+    WritableWithoutAppliedWrite,
+    /// A writable copy whose CAS version is the store's belongs to the
+    /// store's owner.
+    WritableNotStoreOwner,
+    /// Route versions never decrease, in the store or in a node's caches.
+    RouteVersionDown,
+    /// The router emits at most one answer per request.
+    DoubleAnswer,
+    /// No acknowledged `on_write` increment is lost, none applied twice.
+    CounterSum,
+    /// In the calm phase every request succeeds and the cluster settles.
+    Calm,
+    /// The push invariants of the player and room services.
+    Rooms,
+    /// A router assertion (or the simulator's) panicked.
+    Panic,
+}
+
+impl Invariant {
+    pub const ALL: [Invariant; 15] = [
+        Invariant::ClaimOfLiveLock,
+        Invariant::RouteVersionOwner,
+        Invariant::StaleWritable,
+        Invariant::RequestUnanswered,
+        Invariant::TwoWriters,
+        Invariant::ReadBelowAcked,
+        Invariant::FencedWrite,
+        Invariant::WritableWithoutAppliedWrite,
+        Invariant::WritableNotStoreOwner,
+        Invariant::RouteVersionDown,
+        Invariant::DoubleAnswer,
+        Invariant::CounterSum,
+        Invariant::Calm,
+        Invariant::Rooms,
+        Invariant::Panic,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Invariant::ClaimOfLiveLock => "claim-of-live-lock",
+            Invariant::RouteVersionOwner => "route-version-owner",
+            Invariant::StaleWritable => "stale-writable",
+            Invariant::RequestUnanswered => "request-unanswered",
+            Invariant::TwoWriters => "two-writers",
+            Invariant::ReadBelowAcked => "read-below-acked",
+            Invariant::FencedWrite => "fenced-write",
+            Invariant::WritableWithoutAppliedWrite => "writable-without-applied-write",
+            Invariant::WritableNotStoreOwner => "writable-not-store-owner",
+            Invariant::RouteVersionDown => "route-version-down",
+            Invariant::DoubleAnswer => "double-answer",
+            Invariant::CounterSum => "counter-sum",
+            Invariant::Calm => "calm",
+            Invariant::Rooms => "rooms",
+            Invariant::Panic => "panic",
+        }
+    }
+
+    /// The invariant a failure message names.
+    pub fn of_failure(message: &str) -> Option<Invariant> {
+        let start = message.find('[')? + 1;
+        let end = start + message[start..].find(']')?;
+        let name = &message[start..end];
+        Invariant::ALL.into_iter().find(|i| i.name() == name)
+    }
+
+    /// `message` with the invariant's name in front.
+    pub fn fail(self, message: impl std::fmt::Display) -> String {
+        format!("[{}] {message}", self.name())
+    }
+}
+
+/// What changed since the last check: the records, and which cores ran.
+/// A check looks only at what may have changed; what did not change
+/// passed the previous check.
+#[derive(Default)]
+pub(super) struct Changes {
+    pub store: bool,
+    pub cores: BTreeSet<(u64, u32)>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        !self.store && self.cores.is_empty()
+    }
+
+    /// Whether the entries of `node`'s core `core` must be looked at.
+    pub fn touches(&self, node: u64, core: u32) -> bool {
+        self.store || self.cores.contains(&(node, core))
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Checker {
-    /// Route version seen per (node, incarnation, key), with the generation
-    /// of the check that saw it.
-    route_versions: BTreeMap<(u64, u64, ObjectKey), (RouteVersion, u64)>,
-    generation: u64,
+    /// Route versions per (node, process, core) as its last check saw
+    /// them. A freed cache starts over: only keys present at both checks
+    /// are compared.
+    route_versions: BTreeMap<(u64, u64, u32), BTreeMap<ObjectKey, RouteVersion>>,
     store_versions: BTreeMap<ObjectKey, RouteVersion>,
+    /// The records' (CAS version, owner) as of the last check.
+    store: BTreeMap<ObjectKey, (CasVersion, NodeId)>,
     /// Writes reported Applied to a node: (node, key, cas).
     applied: BTreeSet<(u64, ObjectKey, CasVersion)>,
     replies: BTreeSet<RequestId>,
@@ -37,49 +156,57 @@ impl Checker {
         self.route_versions.retain(|(n, _, _), _| *n != node);
     }
 
-    pub fn check(&mut self, world: &World) -> Result<(), String> {
+    pub fn check(&mut self, world: &World, changes: &Changes) -> Result<(), String> {
         if let Some(request) = self.double_reply {
-            return Err(format!("request {request:?} answered twice"));
+            return Err(Invariant::DoubleAnswer.fail(format!("request {request:?} answered twice")));
         }
-        // Each record is read once per check: the store side of the
-        // writable check below uses the same snapshot.
-        let mut store = BTreeMap::new();
+        if changes.store {
+            self.check_store(world)?;
+        }
+        for (node, sim_node) in world.nodes.iter().filter(|(_, n)| n.up) {
+            for (index, core) in sim_node.cores.iter().enumerate() {
+                let index = index as u32;
+                if !changes.touches(*node, index) {
+                    continue;
+                }
+                if changes.cores.contains(&(*node, index)) {
+                    let id = (*node, sim_node.process, index);
+                    let versions: BTreeMap<ObjectKey, RouteVersion> =
+                        core.entries().map(|v| (v.key, v.route_version)).collect();
+                    let previous = self.route_versions.insert(id, versions);
+                    let went_down = previous.iter().flatten().find(|(key, version)| {
+                        self.route_versions[&id]
+                            .get(key)
+                            .is_some_and(|now| now < version)
+                    });
+                    if let Some((key, _)) = went_down {
+                        return Err(Invariant::RouteVersionDown
+                            .fail(format!("node {node}: route version of {key:?} went down")));
+                    }
+                }
+                for view in core.entries().filter(|v| v.writable) {
+                    let stored = self.store.get(&view.key).copied();
+                    self.check_writable(stored, *node, view.key, view.cas_version)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The records: route versions never go down.
+    fn check_store(&mut self, world: &World) -> Result<(), String> {
         for key in world.tracked_keys() {
             let Some(record) = world.table.load(key) else {
                 continue;
             };
             let seen = self.store_versions.entry(key).or_default();
             if record.route_version < *seen {
-                return Err(format!("store route version of {key:?} went down"));
+                return Err(Invariant::RouteVersionDown
+                    .fail(format!("store route version of {key:?} went down")));
             }
             *seen = record.route_version;
-            store.insert(key, (record.cas_version, record.owner_node));
-        }
-        // A freed cache starts over: only entries present at the previous
-        // check (stamped with its generation) are compared.
-        let previous = self.generation;
-        self.generation += 1;
-        for (node, sim_node) in world.nodes.iter().filter(|(_, n)| n.up) {
-            for core in &sim_node.cores {
-                for view in core.entries() {
-                    let id = (*node, sim_node.incarnation, view.key);
-                    let seen = self
-                        .route_versions
-                        .insert(id, (view.route_version, self.generation));
-                    if seen.is_some_and(|(version, generation)| {
-                        generation == previous && view.route_version < version
-                    }) {
-                        return Err(format!(
-                            "node {node}: route version of {:?} went down",
-                            view.key
-                        ));
-                    }
-                    if view.writable {
-                        let stored = store.get(&view.key).copied();
-                        self.check_writable(stored, *node, view.key, view.cas_version)?;
-                    }
-                }
-            }
+            self.store
+                .insert(key, (record.cas_version, record.owner_node));
         }
         Ok(())
     }
@@ -92,20 +219,20 @@ impl Checker {
         cas: Option<CasVersion>,
     ) -> Result<(), String> {
         let Some(cas) = cas else {
-            return Err(format!(
+            return Err(Invariant::WritableWithoutAppliedWrite.fail(format!(
                 "node {node}: writable {key:?} without a CAS version"
-            ));
+            )));
         };
         if !self.applied.contains(&(node, key, cas)) {
-            return Err(format!(
+            return Err(Invariant::WritableWithoutAppliedWrite.fail(format!(
                 "node {node}: writable {key:?} at {cas:?} without an Applied write"
-            ));
+            )));
         }
         if let Some((cas_version, owner_node)) = stored {
             if cas_version == cas && owner_node != NodeId(node) {
-                return Err(format!(
+                return Err(Invariant::WritableNotStoreOwner.fail(format!(
                     "node {node}: writable {key:?} can commit but the store owner is {owner_node:?}"
-                ));
+                )));
             }
         }
         Ok(())
@@ -133,14 +260,14 @@ impl Checker {
                 .and_then(|record| counter_value(&record.state))
                 .unwrap_or(0);
             if value < acked {
-                return Err(format!(
+                return Err(Invariant::CounterSum.fail(format!(
                     "{key:?}: acknowledged increments lost: {value} < {acked}"
-                ));
+                )));
             }
             if value > acked + maybe {
-                return Err(format!(
+                return Err(Invariant::CounterSum.fail(format!(
                     "{key:?}: increments applied twice: {value} > {acked} + {maybe}"
-                ));
+                )));
             }
         }
         Ok(())

@@ -1,11 +1,12 @@
-//! The simulator's random client operations and node lifecycle: requests,
-//! transfers, crashes, restarts, shutdowns, partitions.
+//! The fault phase's random steps: client requests and transfers, and the
+//! faults of the cluster: crashes, restarts, shutdowns, pauses,
+//! partitions, store cut-offs and outside writes.
 
 use rand::Rng;
 use wire::ObjectKey;
 
 use super::counter::{COUNTER_TYPE_ID, OP_ADD, OP_GET};
-use super::world::{Fate, World};
+use super::world::World;
 use crate::store::NodeId;
 
 impl World {
@@ -13,54 +14,67 @@ impl World {
         ObjectKey::new(COUNTER_TYPE_ID, 0, self.rng.gen_range(0..self.config.keys))
     }
 
+    /// Nodes whose gateway takes clients: serving, not shutting down (a
+    /// paused one too: its clients do not know).
     pub(super) fn up_nodes(&self) -> Vec<u64> {
         self.nodes
             .iter()
-            .filter(|(_, n)| n.up && !n.shutting_down)
+            .filter(|(_, n)| n.serving() && !n.shutting_down)
             .map(|(id, _)| *id)
             .collect()
     }
 
-    pub(super) fn client_step(&mut self) -> Result<(), String> {
+    /// One random step, in per mille.
+    pub(super) fn client_step(&mut self) {
         let up = self.up_nodes();
-        let roll = self.rng.gen_range(0..100);
+        let roll = self.rng.gen_range(0..1000);
         let faults = self.faults;
         match roll {
-            0..=29 if !up.is_empty() => {
+            0..=299 if !up.is_empty() => {
                 let origin = up[self.rng.gen_range(0..up.len())];
                 let key = self.random_key();
                 let delta = self.rng.gen_range(1..=5);
                 self.submit(origin, key, OP_ADD, delta, false);
             }
-            30..=39 if !up.is_empty() => {
+            300..=399 if !up.is_empty() => {
                 let origin = up[self.rng.gen_range(0..up.len())];
                 let key = self.random_key();
                 self.submit(origin, key, OP_GET, 0, false);
             }
-            40..=74 => self.room_step(),
-            75..=84 => self.random_transfer(),
-            85..=88 if faults => self.crash_random(),
-            89..=91 if faults => self.restart_random(),
-            92..=93 if faults => self.shutdown_random(),
-            94..=96 if faults => {
+            400..=749 => self.room_step(),
+            750..=809 => self.random_transfer(),
+            810..=817 if faults => self.crash_random(),
+            818..=829 if faults => self.restart_random(),
+            830..=833 if faults => self.shutdown_random(),
+            834..=841 if faults => self.pause_random(),
+            842..=845 if faults => self.cut_random(),
+            846..=853 if faults => {
+                let key = self.random_tracked_key();
+                self.outside_write(key);
+            }
+            854..=859 if faults => {
                 let a = self.rng.gen_range(1..=self.config.nodes);
                 let b = self.rng.gen_range(1..=self.config.nodes);
                 if a != b {
                     self.partitions.insert((a.min(b), a.max(b)));
                 }
             }
-            97..=99 => self.partitions.clear(),
+            860..=869 => self.partitions.clear(),
             _ => {}
         }
-        Ok(())
+    }
+
+    fn random_tracked_key(&mut self) -> ObjectKey {
+        let keys: Vec<ObjectKey> = self.tracked_keys().collect();
+        keys[self.rng.gen_range(0..keys.len())]
     }
 
     pub(super) fn random_transfer(&mut self) {
-        let keys: Vec<ObjectKey> = self.tracked_keys().collect();
-        let key = keys[self.rng.gen_range(0..keys.len())];
+        let key = self.random_tracked_key();
         let core = self.core_of(key);
         let holder = self.nodes.iter().find_map(|(id, n)| {
-            let writable = n.up
+            let writable = n.serving()
+                && n.paused.is_none()
                 && n.cores[core as usize]
                     .entries()
                     .any(|v| v.key == key && v.writable);
@@ -77,28 +91,6 @@ impl World {
         });
         if started {
             self.report.transfers += 1;
-        }
-    }
-
-    /// Takes `node` down (crash or end of shutdown): memory is lost, its
-    /// clients' requests lose their connection.
-    pub(super) fn take_down(&mut self, node: u64) {
-        let Some(sim_node) = self.nodes.get_mut(&node) else {
-            return;
-        };
-        sim_node.up = false;
-        sim_node.shutting_down = false;
-        sim_node.cores.clear();
-        let incarnation = sim_node.incarnation + 1;
-        for (id, op) in self.ops.iter_mut() {
-            if id.origin_node == NodeId(node) && op.fate == Fate::Pending {
-                op.fate = Fate::Unknown;
-            }
-        }
-        self.checker.node_down(node);
-        let peers: Vec<u64> = self.nodes.keys().copied().collect();
-        for peer in peers {
-            self.with_cores(peer, |core| core.on_node_down(NodeId(node), incarnation));
         }
     }
 
@@ -120,8 +112,7 @@ impl World {
             .collect();
         if !down.is_empty() {
             let node = down[self.rng.gen_range(0..down.len())];
-            let incarnation = self.nodes[&node].incarnation + 1;
-            self.start_node(node, incarnation);
+            self.start_node(node);
         }
     }
 
@@ -129,26 +120,33 @@ impl World {
         let up = self.up_nodes();
         if up.len() > 1 {
             let node = up[self.rng.gen_range(0..up.len())];
-            if let Some(sim_node) = self.nodes.get_mut(&node) {
-                sim_node.shutting_down = true;
-            }
-            for core in 0..self.config.cores {
-                self.on_core(node, core, |c, now| c.shutdown(now, 2_000));
-            }
+            self.shut_down(node);
         }
     }
 
-    pub(super) fn finish_shutdowns(&mut self) {
-        let done: Vec<u64> = self
+    /// Freezes a running process: shorter than its lease, between the lease
+    /// and a declaration, longer than `down_after_ms`, or longer than the
+    /// lock lifetime (`object_free_timeout_ms`).
+    pub(super) fn pause_random(&mut self) {
+        let running: Vec<u64> = self
             .nodes
             .iter()
-            .filter(|(_, n)| {
-                n.up && n.shutting_down && n.cores.iter().all(|c| c.is_shutdown_complete())
-            })
+            .filter(|(_, n)| n.up && n.paused.is_none())
             .map(|(id, _)| *id)
             .collect();
-        for node in done {
-            self.take_down(node);
+        if running.is_empty() {
+            return;
         }
+        let node = running[self.rng.gen_range(0..running.len())];
+        let cluster = &self.config.cluster;
+        let (fence, down) = (cluster.fence_after_ms, cluster.down_after_ms);
+        let lock = self.config.router.object_free_timeout_ms;
+        let duration = match self.rng.gen_range(0..4) {
+            0 => self.rng.gen_range(10..fence),
+            1 => self.rng.gen_range(fence..down),
+            2 => self.rng.gen_range(down..lock),
+            _ => self.rng.gen_range(lock..=lock + down * 2),
+        };
+        self.pause(node, duration);
     }
 }

@@ -1,16 +1,22 @@
-//! Fault injection: the fake network (drop, delay, reorder, duplicate,
-//! partition) and the fake store (busy, Indeterminate writes applied now, never
-//! or later, failed loads) between the simulated nodes.
+//! The fake store between the simulated nodes and its faults: busy
+//! answers, Indeterminate writes applied now, never or later, failed
+//! loads, nodes cut off from the store, and an outside writer that
+//! re-saves records behind their owners' backs.
 
 use rand::Rng;
+use wire::ObjectKey;
 
 use super::world::{Event, World};
-use crate::router::{NodeMessage, StoreFailure, StoreOp, StoreReply, StoreToken};
-use crate::store::{RecordWrite, WriteOutcome};
+use crate::router::{StoreFailure, StoreOp, StoreReply, StoreToken};
+use crate::store::{RecordWrite, WriteCondition, WriteOutcome};
+
+/// How long a node cut off from the store waits before an operation counts
+/// as failed (the driver's request timeout, shortened like every timer).
+const CUT_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 30..=60;
 
 /// How the fake store treats one write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WriteFate {
+pub(super) enum WriteFate {
     Normal,
     Busy,
     IndeterminateApplied,
@@ -20,41 +26,7 @@ enum WriteFate {
 }
 
 impl World {
-    /// Whether a message from `a` to `b` gets through (faults drop some).
-    pub(super) fn link_ok(&mut self, a: u64, b: u64) -> bool {
-        if self.partitions.contains(&(a.min(b), a.max(b))) {
-            return false;
-        }
-        !(self.faults && self.rng.gen_range(0..100) < 3)
-    }
-
-    pub(super) fn send(&mut self, from: u64, to: u64, message: NodeMessage) {
-        if !self.link_ok(from, to) {
-            self.report.dropped_messages += 1;
-            return;
-        }
-        // Delays up to 20 ms reorder messages. Requests are never duplicated:
-        // node links are TCP and requests are not idempotent; the other
-        // messages are, and are sometimes delivered twice.
-        let duplicate = self.faults
-            && !matches!(message, NodeMessage::Routed { .. })
-            && self.rng.gen_range(0..100) < 3;
-        if duplicate {
-            let at = self.now_ms + self.rng.gen_range(1..=20);
-            self.schedule(
-                at,
-                Event::Deliver {
-                    to,
-                    from,
-                    message: message.clone(),
-                },
-            );
-        }
-        let at = self.now_ms + self.rng.gen_range(1..=20);
-        self.schedule(at, Event::Deliver { to, from, message });
-    }
-
-    fn write_fate(&mut self) -> WriteFate {
+    pub(super) fn write_fate(&mut self) -> WriteFate {
         if !self.faults {
             return WriteFate::Normal;
         }
@@ -67,16 +39,16 @@ impl World {
         }
     }
 
-    /// Applies one write under a random fate; `None`: refused as busy,
-    /// nothing applied.
-    pub(super) fn write_one(&mut self, node: u64, write: &RecordWrite) -> Option<WriteOutcome> {
+    /// Applies one write of `node` under a random fate; `None`: refused as
+    /// busy, nothing applied.
+    fn write_one(&mut self, node: u64, write: &RecordWrite) -> Option<WriteOutcome> {
         let fate = self.write_fate();
         if fate != WriteFate::Normal {
             self.report.store_faults += 1;
         }
         match fate {
             WriteFate::Normal => {
-                let outcome = self.table.write(write);
+                let outcome = self.apply_write(node, write);
                 if let WriteOutcome::Applied(cas) = outcome {
                     self.checker.applied(node, write.key, cas);
                 }
@@ -84,32 +56,44 @@ impl World {
             }
             WriteFate::Busy => None,
             WriteFate::IndeterminateApplied => {
-                self.table.write(write);
+                self.apply_write(node, write);
                 Some(WriteOutcome::Indeterminate)
             }
             WriteFate::IndeterminateNotApplied => Some(WriteOutcome::Indeterminate),
             WriteFate::IndeterminateLate => {
                 let at = self.now_ms + self.rng.gen_range(20..=200);
-                self.schedule(
-                    at,
-                    Event::LateApply {
-                        write: write.clone(),
-                    },
-                );
+                let write = write.clone();
+                self.schedule(at, Event::LateApply { node, write });
                 Some(WriteOutcome::Indeterminate)
             }
         }
     }
 
+    /// Applies `write` of `node` to the table, checking at the write the
+    /// invariants a write can break.
+    pub(super) fn apply_write(&mut self, node: u64, write: &RecordWrite) -> WriteOutcome {
+        let previous = self.table.load(write.key);
+        let outcome = self.table.write(write);
+        self.changes.store = true;
+        match &outcome {
+            WriteOutcome::Applied(_) => self.check_applied(node, previous.as_ref(), write),
+            WriteOutcome::Conflict(_) => self.report.cas_conflicts += 1,
+            WriteOutcome::Indeterminate => {}
+        }
+        outcome
+    }
+
     pub(super) fn store_apply(
         &mut self,
         node: u64,
-        incarnation: u64,
+        process: u64,
         core: u32,
         token: StoreToken,
         op: StoreOp,
     ) {
+        let cut = self.store_cut(node);
         let reply = match op {
+            StoreOp::Load(_) if cut => StoreReply::Failed(StoreFailure::Failed),
             StoreOp::Load(key) => {
                 if self.faults && self.rng.gen_range(0..100) < 4 {
                     self.report.store_faults += 1;
@@ -123,6 +107,7 @@ impl World {
                     StoreReply::Loaded(self.table.load(key))
                 }
             }
+            StoreOp::Write(_) if cut => StoreReply::Written(WriteOutcome::Indeterminate),
             StoreOp::Write(write) => match self.write_one(node, &write) {
                 Some(outcome) => StoreReply::Written(outcome),
                 None => StoreReply::Failed(StoreFailure::Busy),
@@ -131,22 +116,106 @@ impl World {
                 writes
                     .iter()
                     .map(|w| {
+                        if cut {
+                            return WriteOutcome::Indeterminate;
+                        }
                         self.write_one(node, w)
                             .unwrap_or(WriteOutcome::Indeterminate)
                     })
                     .collect(),
             ),
         };
-        let at = self.now_ms + self.rng.gen_range(1..=10);
+        let delay = if cut {
+            self.rng.gen_range(CUT_TIMEOUT_MS)
+        } else {
+            self.rng.gen_range(1..=10)
+        };
         self.schedule(
-            at,
+            self.now_ms + delay,
             Event::StoreReply {
                 node,
-                incarnation,
+                process,
                 core,
                 token,
                 reply,
             },
         );
     }
+
+    /// Delivers a store answer, then checks that no copy the answer showed
+    /// stale is still writable.
+    pub(super) fn store_reply(
+        &mut self,
+        node: u64,
+        core: u32,
+        token: StoreToken,
+        reply: StoreReply,
+    ) {
+        let shown = shown_records(&reply);
+        self.on_core(node, core, |c, now| c.on_store_reply(now, token, reply));
+        for (key, cas) in shown {
+            self.check_told_stale(node, core, key, cas);
+        }
+    }
+
+    /// Cuts a random serving node off from the store (not from its peers)
+    /// for a while: its heartbeats fail, its lease runs out, the others
+    /// declare it down and claim its objects while it still forwards.
+    pub(super) fn cut_random(&mut self) {
+        let serving: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.serving())
+            .map(|(id, _)| *id)
+            .collect();
+        if serving.is_empty() {
+            return;
+        }
+        let node = serving[self.rng.gen_range(0..serving.len())];
+        let cluster = &self.config.cluster;
+        let longest = 2 * cluster.down_after_ms;
+        let duration = self.rng.gen_range(cluster.heartbeat_interval_ms..=longest);
+        if let Some(sim_node) = self.nodes.get_mut(&node) {
+            sim_node.store_cut_until_ms = self.now_ms + duration;
+            self.report.store_cuts += 1;
+        }
+    }
+
+    /// An outside writer (an operator's repair, a migration) re-saves a
+    /// record as it is: same owner, route and state, a new CAS version.
+    /// Its owner's next save conflicts and must drop the copy.
+    pub(super) fn outside_write(&mut self, key: ObjectKey) {
+        let Some(record) = self.table.load(key) else {
+            return;
+        };
+        let write = RecordWrite {
+            key,
+            condition: WriteCondition::CasEquals(record.cas_version),
+            owner_node: record.owner_node,
+            owner_incarnation: record.owner_incarnation,
+            route_version: record.route_version,
+            save_timepoint_ms: record.save_timepoint_ms,
+            state: record.state,
+        };
+        self.apply_write(0, &write);
+        self.report.outside_writes += 1;
+    }
+}
+
+/// The records a store answer shows its receiver: a CAS conflict's current
+/// record, or a load's.
+fn shown_records(reply: &StoreReply) -> Vec<(ObjectKey, crate::store::CasVersion)> {
+    let mut shown = Vec::new();
+    let mut add = |outcome: &WriteOutcome| {
+        if let WriteOutcome::Conflict(Some(record)) = outcome {
+            shown.push((record.key, record.cas_version));
+        }
+    };
+    match reply {
+        StoreReply::Loaded(Some(record)) => shown.push((record.key, record.cas_version)),
+        StoreReply::Written(outcome) => add(outcome),
+        StoreReply::WrittenBatch(outcomes) => outcomes.iter().for_each(add),
+        StoreReply::Loaded(None) | StoreReply::Failed(_) => {}
+    }
+    shown
 }

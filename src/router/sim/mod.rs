@@ -1,37 +1,67 @@
-//! The deterministic simulator: several nodes of real `RouterCore`s, a fake
-//! clock, a fake store (`MemoryTable`) with faults, a fake network with
-//! faults, crashes and restarts, driven by one seed. `run(seed, &config)`
-//! replays exactly; its error names the seed and the broken invariant.
+//! The deterministic simulator: several nodes of real `RouterCore`s and
+//! real membership machines (`cluster::membership`), a fake clock per node,
+//! a fake store (`MemoryTable` and `MemberTable`) with faults, a fake
+//! network with faults, crashes, restarts, pauses and partitions, driven by
+//! one seed. `run(seed, &config)` replays exactly; its error names the seed
+//! and, in brackets, the broken invariant (`check::Invariant`).
 //!
-//! Invariants checked after every step (`check.rs`):
-//! - a writable copy whose CAS version is the store's current one belongs to
-//!   the record's owner (so at most one node holds a writable copy whose
-//!   saves can commit), and every writable copy came from an Applied write
-//!   of that node;
-//! - route versions never decrease, in any core's entries or in the store;
-//! - the router emits at most one answer per request;
+//! What a run does (`world.rs`): three nodes of two cores each start and
+//! join through the membership table; clients send counter requests and
+//! the real `player` and `room` services' requests; for a fault phase
+//! longer than the lock lifetime everything can go wrong: store writes are
+//! busy, Indeterminate and applied or not or late; messages are delayed,
+//! reordered, duplicated, lost, or refused by their link (`on_send_failed`);
+//! nodes crash, restart, shut down, are partitioned, are cut off from the
+//! store but not from their peers, and freeze for up to longer than
+//! `down_after_ms` and than the lock lifetime while their clocks run on,
+//! each at its own rate; an outside writer re-saves records. Nobody is told
+//! of a crash: peers learn through membership, declare the node down, and
+//! claim its objects; a node past its lease fences and rejoins. Then a calm
+//! phase checks that everything recovers, and every node shuts down.
+//!
+//! Invariants (each with its name, `check::Invariant`):
+//! - at each applied write: no claim of another node's live lock
+//!   (`claim-of-live-lock`); one route version names one owner
+//!   (`route-version-owner`, also checked on every route cache);
+//! - at each accepted write (a handler run that mutated its object): the
+//!   node may serve (`fenced-write`) and no other node's copy could accept
+//!   a write at that instant (`two-writers`);
+//! - no copy the store showed stale stays writable, and once the cluster
+//!   settled every writable copy is the store's current record
+//!   (`stale-writable`);
+//! - every request is answered, within a deadline that leaves out pauses,
+//!   unless its loss is provable (`request-unanswered`);
+//! - every counter answer is no lower than the value acknowledged before
+//!   the request was sent (`read-below-acked`);
+//! - after every step: a writable copy came from an Applied write of its
+//!   node, and one whose CAS version is current belongs to the store's
+//!   owner; route versions never decrease; at most one answer per request;
 //! - at the end: no acknowledged `on_write` increment is lost, none counted
-//!   twice (final = acked + a subset of unacknowledged deltas), and in a calm
-//!   phase after the faults every request gets a successful answer;
-//! - the real `player` and `room` services run beside the counter: logins
-//!   with fresh sessions, joins, leaves and says. Every push goes to a
-//!   session that player bound, belongs to a say, at most once per player;
-//!   a say answered Ok(n) pushed exactly n times; no push goes to a player
-//!   certainly out of the room (`room_model.rs` says what is certain under
-//!   faults); in the calm phase a say reaches exactly the members, each on
-//!   its newest session.
+//!   twice; in the calm phase every request succeeds;
+//! - the player and room services' push invariants (`room_model.rs`).
+//!
+//! `mutants.rs` puts known bugs into the router one at a time and counts
+//! the seeds each invariant catches.
 
+mod answers;
 mod check;
 mod clients;
 pub mod counter;
+mod effects;
 mod faults;
+mod members;
+#[cfg(test)]
+mod mutants;
+mod network;
+mod nodes;
 mod phases;
+mod recorder;
 mod room_model;
 mod room_ops;
+mod safety;
 mod world;
 
 #[cfg(test)]
 mod tests;
 
-pub use room_model::RoomStats;
 pub use world::{run, SimConfig, SimReport};

@@ -5,8 +5,10 @@
 use rand::Rng;
 use wire::ObjectKey;
 
+use super::check::Invariant;
+use super::effects::Submission;
 use super::room_model::{RoomOp, PLAYERS, ROOMS};
-use super::world::{Fate, Submission, World};
+use super::world::{Fate, World};
 use crate::router::ClientRef;
 use crate::services::player::{self, player_key};
 use crate::services::room::{self, room_key};
@@ -177,10 +179,10 @@ impl World {
                 .unwrap_or_default();
             let answer = self.rooms.answer(token);
             if pushed != expected || answer != Some(Some(expected.len() as u32)) {
-                return Err(format!(
+                return Err(Invariant::Calm.fail(format!(
                     "calm say {token} in room {room} answered {answer:?}, pushed to \
                      {pushed:?}, expected {expected:?}"
-                ));
+                )));
             }
         }
         Ok(())
@@ -193,10 +195,10 @@ impl World {
             .iter()
             .find(|(_, op)| op.calm && op.fate != Fate::Acked)
         {
-            Some((id, op)) => Err(format!(
+            Some((id, op)) => Err(Invariant::Calm.fail(format!(
                 "calm request {id:?} for {:?} ended {:?}",
                 op.key, op.fate
-            )),
+            ))),
             None => Ok(()),
         }
     }

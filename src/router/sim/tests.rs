@@ -34,10 +34,24 @@ fn add(total: &mut SimReport, report: &SimReport) {
     total.rooms.says_ok += report.rooms.says_ok;
     total.rooms.pushes += report.rooms.pushes;
     total.rooms.certain_non_members += report.rooms.certain_non_members;
+    total.pauses += report.pauses;
+    total.long_pauses += report.long_pauses;
+    total.held_events += report.held_events;
+    total.declarations += report.declarations;
+    total.fences += report.fences;
+    total.rejoins += report.rejoins;
+    total.refused_starts += report.refused_starts;
+    total.send_failures += report.send_failures;
+    total.store_cuts += report.store_cuts;
+    total.outside_writes += report.outside_writes;
+    total.cas_conflicts += report.cas_conflicts;
+    total.dead_owner_claims += report.dead_owner_claims;
+    total.writes_checked += report.writes_checked;
+    total.reads_checked += report.reads_checked;
 }
 
-/// The 500 seeds, and proof that they exercised the faults and the room
-/// invariants (a check that never has a case to look at proves nothing).
+/// The 500 seeds, and proof that they exercised every fault and every
+/// check (a check that never has a case to look at proves nothing).
 #[test]
 fn five_hundred_seeds_with_faults() {
     let total = run_seeds(0..500, &SimConfig::default());
@@ -51,6 +65,23 @@ fn five_hundred_seeds_with_faults() {
     assert!(total.rooms.pushes > 3_000, "{total:?}");
     assert!(total.rooms.certain_non_members > 400, "{total:?}");
     assert!(total.flushes > 5_000, "{total:?}");
+    // The cluster's faults: pauses (many past down_after_ms and the lock),
+    // with events held for the frozen process; members declared down,
+    // fenced and rejoined inside the fault phase; links refusing sends;
+    // nodes cut off from the store; outside writers making saves conflict.
+    assert!(total.pauses > 500, "{total:?}");
+    assert!(total.long_pauses > 200, "{total:?}");
+    assert!(total.held_events > 5_000, "{total:?}");
+    assert!(total.declarations > 500, "{total:?}");
+    assert!(total.fences > 500, "{total:?}");
+    assert!(total.rejoins > 300, "{total:?}");
+    assert!(total.send_failures > 5_000, "{total:?}");
+    assert!(total.store_cuts > 200, "{total:?}");
+    assert!(total.outside_writes > 300, "{total:?}");
+    assert!(total.cas_conflicts > 500, "{total:?}");
+    assert!(total.dead_owner_claims > 1_000, "{total:?}");
+    assert!(total.writes_checked > 10_000, "{total:?}");
+    assert!(total.reads_checked > 10_000, "{total:?}");
 }
 
 #[test]
@@ -59,15 +90,27 @@ fn fault_free_runs_acknowledge_everything() {
         faults: false,
         ..SimConfig::default()
     };
-    run_seeds(1_000..1_050, &config);
+    let total = run_seeds(1_000..1_050, &config);
+    assert_eq!(total.fences, 0, "{total:?}");
+    assert_eq!(total.declarations, 0, "{total:?}");
 }
 
 #[test]
 fn a_seed_replays_exactly() {
     let config = SimConfig::default();
-    let first = run(7, &config).map(|r| (r.requests, r.acked, r.crashes, r.transfers));
-    let second = run(7, &config).map(|r| (r.requests, r.acked, r.crashes, r.transfers));
+    let first = run(7, &config).map(|report| format!("{report:?}"));
+    let second = run(7, &config).map(|report| format!("{report:?}"));
     assert_eq!(first, second);
+}
+
+#[test]
+fn the_simulated_timers_keep_the_cluster_timing_rule() {
+    let config = SimConfig::default();
+    config.cluster.check_timing().expect("timing rule");
+    // The fault phase outlasts the lock, and pauses reach past both it
+    // and down_after_ms (clients.rs picks them up to lock + 2 x down).
+    assert!(config.fault_phase_ms.0 > config.router.object_free_timeout_ms);
+    assert!(config.router.object_free_timeout_ms > config.cluster.down_after_ms);
 }
 
 #[test]
@@ -77,7 +120,8 @@ fn many_seeds() {
         .ok()
         .and_then(|value| value.parse().ok())
         .unwrap_or(20_000u64);
-    run_seeds(10_000..10_000 + count, &SimConfig::default());
+    let total = run_seeds(10_000..10_000 + count, &SimConfig::default());
+    eprintln!("{total:?}");
 }
 
 #[test]

@@ -1,22 +1,24 @@
-//! The simulated world: nodes, clock, network, store, clients.
+//! The simulated world: its shape (`SimConfig`), its events, and the loop
+//! that runs them in order of simulated time.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use wire::{shard_of, ObjectKey};
+use wire::ObjectKey;
 
-use super::check::Checker;
-use super::counter::{CounterType, OP_ADD};
-use super::room_model::{RoomModel, RoomOp, RoomStats, PLAYERS};
-use crate::config::{DuplicateLogin, Persist, RouterConfig};
-use crate::router::{
-    ClientRef, Effect, NodeMessage, Outcome, Request, RequestId, RouterCore, RouterHead, StoreOp,
-    StoreReply, StoreToken, Timer,
-};
-use crate::services::player::PlayerType;
-use crate::services::room::RoomType;
-use crate::store::{MemoryTable, NodeId, RecordWrite};
+use super::answers::Answers;
+use super::check::{Changes, Checker, Invariant};
+use super::members::MemberReply;
+use super::nodes::SimNode;
+use super::room_model::{RoomModel, RoomStats};
+use super::safety::Safety;
+use crate::cluster::membership::{Action, WriteTag};
+use crate::config::{ClusterConfig, Persist, RouterConfig};
+use crate::router::{NodeMessage, Outcome, Request, RequestId, RouterHead, StoreOp, StoreReply};
+use crate::router::{StoreToken, Timer};
+use crate::store::{MemberTable, MemberWrite, MemoryTable, RecordWrite};
 
 /// The shape of one simulated run.
 #[derive(Clone, Debug)]
@@ -24,25 +26,34 @@ pub struct SimConfig {
     pub nodes: u64,
     pub cores: u32,
     pub keys: u64,
-    pub steps: usize,
-    /// Store faults, network faults, crashes, partitions.
+    /// The fault phase lasts a random time in this range of simulated
+    /// milliseconds; then the calm phase checks that everything recovers.
+    pub fault_phase_ms: (u64, u64),
+    /// Store faults, network faults, crashes, pauses, partitions, clock
+    /// drift, store cut-offs, outside writers.
     pub faults: bool,
     pub router: RouterConfig,
+    /// Membership timers (the rest of the section is unused here).
+    pub cluster: ClusterConfig,
 }
 
 impl Default for SimConfig {
+    /// Short timers, so a run of a few simulated seconds sees heartbeats,
+    /// declarations, fences and the end of several lock lifetimes: the
+    /// fault phase (2 to 4 s) is longer than `object_free_timeout_ms`
+    /// (1.5 s), and pauses reach past both it and `down_after_ms`.
     fn default() -> Self {
         SimConfig {
             nodes: 3,
             cores: 2,
             keys: 4,
-            steps: 400,
+            fault_phase_ms: (2_000, 4_000),
             faults: true,
             router: RouterConfig {
-                cache_update_interval_ms: 1_500,
-                cache_free_timeout_ms: 2_000,
-                object_free_timeout_ms: 3_000,
-                object_save_interval_ms: 1_000,
+                cache_update_interval_ms: 1_000,
+                cache_free_timeout_ms: 1_200,
+                object_free_timeout_ms: 1_500,
+                object_save_interval_ms: 500,
                 cache_retry_interval_ms: 40,
                 object_retry_interval_ms: 40,
                 pull_attempts_max: 3,
@@ -51,11 +62,18 @@ impl Default for SimConfig {
                 entries_per_core_max: 1_000,
                 transfer_ack_timeout_ms: 300,
             },
+            cluster: ClusterConfig {
+                heartbeat_interval_ms: 50,
+                fence_after_ms: 200,
+                down_after_ms: 400,
+                ..ClusterConfig::default()
+            },
         }
     }
 }
 
-/// What a run did, for the caller to look at.
+/// What a run did, for the caller to look at (and for the tests to prove
+/// that each fault and each check had cases to look at).
 #[derive(Clone, Debug, Default)]
 pub struct SimReport {
     pub requests: u64,
@@ -68,6 +86,33 @@ pub struct SimReport {
     pub events: u64,
     /// `on_flush` calls delivered (each after a random further delay).
     pub flushes: u64,
+    /// Processes frozen, and those frozen longer than `down_after_ms`.
+    pub pauses: u64,
+    pub long_pauses: u64,
+    /// Events held for a paused process and delivered when it resumed.
+    pub held_events: u64,
+    /// Members declared down by another node's CAS.
+    pub declarations: u64,
+    /// Router cores fenced (lease run out, or declared down).
+    pub fences: u64,
+    /// Rejoins with a higher incarnation after a fence.
+    pub rejoins: u64,
+    /// Starts refused because the id looked alive.
+    pub refused_starts: u64,
+    /// `SendToNode` refused by a link and given back (`on_send_failed`).
+    pub send_failures: u64,
+    /// Nodes cut off from the store (not from their peers) for a while.
+    pub store_cuts: u64,
+    /// Records re-saved as they were by an outside writer.
+    pub outside_writes: u64,
+    /// Save or claim writes answered with a CAS conflict.
+    pub cas_conflicts: u64,
+    /// Records claimed from an owner whose incarnation had ended.
+    pub dead_owner_claims: u64,
+    /// Mutating handler runs checked against every other copy.
+    pub writes_checked: u64,
+    /// Counter answers checked against the highest acknowledged value.
+    pub reads_checked: u64,
 }
 
 pub(super) enum Event {
@@ -82,46 +127,98 @@ pub(super) enum Event {
     },
     Submit {
         node: u64,
-        incarnation: u64,
+        process: u64,
         head: RouterHead,
         request: Request,
     },
     StoreApply {
         node: u64,
-        incarnation: u64,
+        process: u64,
         core: u32,
         token: StoreToken,
         op: StoreOp,
     },
     StoreReply {
         node: u64,
-        incarnation: u64,
+        process: u64,
         core: u32,
         token: StoreToken,
         reply: StoreReply,
     },
-    LateApply {
-        write: RecordWrite,
-    },
+    /// A write answered Indeterminate reaches the store now.
+    LateApply { node: u64, write: RecordWrite },
     Timer {
         node: u64,
-        incarnation: u64,
+        process: u64,
         core: u32,
         timer: Timer,
     },
     /// `on_flush`, asked for by `Effect::FlushSavesAfterBatch`.
-    Flush {
+    Flush { node: u64, process: u64, core: u32 },
+    /// The membership machine's periodic call.
+    MemberTick { node: u64, process: u64 },
+    /// A membership table operation reaches the store.
+    MemberApply {
         node: u64,
-        incarnation: u64,
-        core: u32,
+        process: u64,
+        action: Action,
     },
+    /// Its answer reaches the node.
+    MemberReply {
+        node: u64,
+        process: u64,
+        reply: MemberReply,
+    },
+    /// A membership write answered Indeterminate reaches the table now.
+    MemberLateApply { tag: WriteTag, write: MemberWrite },
+    /// A paused process runs again.
+    Resume { node: u64, process: u64 },
+    /// The next random client operation (or fault) of the fault phase.
+    ClientStep,
 }
 
-pub(super) struct SimNode {
-    pub incarnation: u64,
-    pub up: bool,
-    pub cores: Vec<RouterCore>,
-    pub shutting_down: bool,
+impl Event {
+    /// The process this event is for, as (node, process): once that process
+    /// ended, the event is dropped. A store operation in flight is not: the
+    /// store performs it whatever became of its sender.
+    pub(super) fn process(&self) -> Option<(u64, u64)> {
+        match self {
+            Event::Submit { node, process, .. }
+            | Event::StoreReply { node, process, .. }
+            | Event::Timer { node, process, .. }
+            | Event::Flush { node, process, .. }
+            | Event::MemberTick { node, process }
+            | Event::MemberReply { node, process, .. }
+            | Event::Resume { node, process } => Some((*node, *process)),
+            Event::Deliver { .. }
+            | Event::Answer { .. }
+            | Event::StoreApply { .. }
+            | Event::LateApply { .. }
+            | Event::MemberApply { .. }
+            | Event::MemberLateApply { .. }
+            | Event::ClientStep => None,
+        }
+    }
+
+    /// The node whose process handles this event: held while it is paused.
+    pub(super) fn addressee(&self) -> Option<u64> {
+        match self {
+            Event::Deliver { to, .. } => Some(*to),
+            Event::Answer { request, .. } => Some(request.origin_node.0),
+            Event::Submit { node, .. }
+            | Event::StoreReply { node, .. }
+            | Event::Timer { node, .. }
+            | Event::Flush { node, .. }
+            | Event::MemberTick { node, .. }
+            | Event::MemberReply { node, .. } => Some(*node),
+            Event::StoreApply { .. }
+            | Event::LateApply { .. }
+            | Event::MemberApply { .. }
+            | Event::MemberLateApply { .. }
+            | Event::Resume { .. }
+            | Event::ClientStep => None,
+        }
+    }
 }
 
 /// One client request's fate, as the gateway saw it.
@@ -135,52 +232,93 @@ pub(super) enum Fate {
 
 pub(super) struct ClientOp {
     pub key: ObjectKey,
+    pub op: u32,
     pub delta: i64,
     pub fate: Fate,
     pub calm: bool,
-}
-
-/// One request as a gateway hands it to its node's router.
-pub(super) struct Submission {
-    pub origin: u64,
-    pub key: ObjectKey,
-    pub op: u32,
-    pub body: Vec<u8>,
-    pub client: Option<ClientRef>,
+    /// For a counter: the highest value acknowledged to any client when
+    /// this request was sent; its answer may not be lower.
+    pub floor: i64,
 }
 
 pub(super) struct World {
     pub config: SimConfig,
     pub rng: SmallRng,
+    /// The simulation's true time. Nodes read their own clocks (`Clock`).
     pub now_ms: u64,
     pub(super) queue: BTreeMap<(u64, u64), Event>,
     pub(super) next_event: u64,
     pub nodes: BTreeMap<u64, SimNode>,
     pub table: MemoryTable,
+    pub members: MemberTable,
     pub partitions: BTreeSet<(u64, u64)>,
     pub faults: bool,
+    /// When the fault phase ends (true time).
+    pub fault_end_ms: u64,
+    /// From this time on the cluster has settled: the checks that hold
+    /// only without faults apply.
+    pub settled_from_ms: Option<u64>,
     pub ops: BTreeMap<RequestId, ClientOp>,
     pub(super) next_seq: u64,
+    /// Per counter: the highest value an ADD was acknowledged with.
+    pub acked_values: BTreeMap<ObjectKey, i64>,
     pub checker: Checker,
+    pub safety: Safety,
+    pub answers: Answers,
     pub rooms: RoomModel,
     /// Persistence of the player and room types in this run (the counter is
     /// always `on_write`: its check needs it).
     pub services_persist: (Persist, Persist),
     pub report: SimReport,
+    pub trace: bool,
+    /// What changed since the last check: steps that touch neither a
+    /// router nor the records (membership ticks and reads, loads) skip the
+    /// checks whose answer cannot have changed.
+    pub changes: Changes,
 }
 
-/// Runs one seed; the error says which invariant broke, with the seed.
+/// Runs one seed; the error says which invariant broke, with the seed. A
+/// panic inside the run (a router assertion) is caught and reported the
+/// same way.
 pub fn run(seed: u64, config: &SimConfig) -> Result<SimReport, String> {
-    let mut world = World::new(seed, config.clone());
-    world
-        .run()
-        .map_err(|error| format!("seed {seed}: {error}"))?;
-    world.report.rooms = world.rooms.stats;
-    Ok(world.report)
+    run_checked(seed, config, &BTreeSet::new())
+}
+
+/// `run` with some invariants switched off, so that a later check can be
+/// shown catching a broken router on its own (`mutants.rs`).
+pub(super) fn run_checked(
+    seed: u64,
+    config: &SimConfig,
+    disabled: &BTreeSet<Invariant>,
+) -> Result<SimReport, String> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let mut world = World::new(seed, config.clone());
+        world.safety.disabled = disabled.clone();
+        world.run().map(|()| {
+            world.report.rooms = world.rooms.stats;
+            world.report.clone()
+        })
+    }));
+    match outcome {
+        Ok(Ok(report)) => Ok(report),
+        Ok(Err(error)) => Err(format!("seed {seed}: {error}")),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            Err(format!(
+                "seed {seed}: [{}] {message}",
+                Invariant::Panic.name()
+            ))
+        }
+    }
 }
 
 impl World {
     pub(super) fn new(seed: u64, config: SimConfig) -> World {
+        assert!(config.cluster.check_timing().is_ok(), "sim cluster timing");
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut persist = || {
             if rng.gen_bool(0.5) {
@@ -192,6 +330,8 @@ impl World {
         let services_persist = (persist(), persist());
         let mut rooms = RoomModel::default();
         rooms.leaves_durable = services_persist.1 == Persist::OnWrite || !config.faults;
+        let (low, high) = config.fault_phase_ms;
+        let fault_end_ms = rng.gen_range(low..=high.max(low));
         let mut world = World {
             faults: config.faults,
             config,
@@ -201,46 +341,90 @@ impl World {
             next_event: 0,
             nodes: BTreeMap::new(),
             table: MemoryTable::default(),
+            members: MemberTable::default(),
             partitions: BTreeSet::new(),
+            fault_end_ms,
+            settled_from_ms: None,
             ops: BTreeMap::new(),
             next_seq: 0,
+            acked_values: BTreeMap::new(),
             checker: Checker::default(),
+            safety: Safety::default(),
+            answers: Answers::default(),
             rooms,
             services_persist,
             report: SimReport::default(),
+            trace: std::env::var("ROUTERD_SIM_TRACE").is_ok(),
+            changes: Changes {
+                store: true,
+                ..Changes::default()
+            },
         };
         for node in 1..=world.config.nodes {
-            world.start_node(node, 0);
+            world.start_node(node);
         }
+        world.schedule(0, Event::ClientStep);
         world
     }
 
     pub(super) fn run(&mut self) -> Result<(), String> {
-        for _ in 0..self.config.steps {
-            if self.rng.gen_range(0..100) < 25 {
-                self.client_step()?;
-            } else if !self.next_step()? {
-                break;
-            }
-            self.check()?;
-        }
+        let fault_end_ms = self.fault_end_ms;
+        self.run_until(fault_end_ms)?;
         self.calm_phase()?;
         self.final_check()
     }
 
+    /// Every invariant checked after each step.
     pub(super) fn check(&mut self) -> Result<(), String> {
         if let Some(error) = self.rooms.error() {
-            return Err(error.to_string());
+            let error = Invariant::Rooms.fail(error);
+            self.unless_disabled(Err(error))?;
         }
+        if let Some(error) = self.safety.error.take() {
+            return Err(error);
+        }
+        self.check_answers()?;
+        if self.changes.is_empty() {
+            return Ok(());
+        }
+        let changes = std::mem::take(&mut self.changes);
         let mut checker = std::mem::take(&mut self.checker);
-        let result = checker.check(self);
+        let result = checker.check(self, &changes);
         self.checker = checker;
-        result
+        self.unless_disabled(result)?;
+        self.check_entries(&changes)
+    }
+
+    /// `result`, or Ok when the invariant its error names is switched off.
+    pub(super) fn unless_disabled(&self, result: Result<(), String>) -> Result<(), String> {
+        match result {
+            Err(error)
+                if Invariant::of_failure(&error)
+                    .is_some_and(|invariant| self.safety.is_disabled(invariant)) =>
+            {
+                Ok(())
+            }
+            result => result,
+        }
     }
 
     pub(super) fn schedule(&mut self, at_ms: u64, event: Event) {
         self.next_event += 1;
         self.queue.insert((at_ms, self.next_event), event);
+    }
+
+    /// Runs events until `until_ms`, checking after each.
+    pub(super) fn run_until(&mut self, until_ms: u64) -> Result<(), String> {
+        while self
+            .queue
+            .first_key_value()
+            .is_some_and(|((at, _), _)| *at <= until_ms)
+        {
+            self.next_step()?;
+            self.check()?;
+        }
+        self.now_ms = self.now_ms.max(until_ms);
+        Ok(())
     }
 
     /// Processes the next event; false when none is left.
@@ -250,346 +434,76 @@ impl World {
             return Ok(false);
         };
         self.now_ms = self.now_ms.max(at_ms);
-        self.process(event)?;
+        self.process(event);
         Ok(true)
     }
 
-    pub(super) fn start_node(&mut self, node: u64, incarnation: u64) {
-        let now_ms = self.now_ms;
-        let cores: Vec<RouterCore> = (0..self.config.cores)
-            .map(|core| {
-                let seed = node * 1_000_003 + incarnation * 7919 + u64::from(core);
-                let mut router =
-                    RouterCore::new(NodeId(node), self.config.router.clone(), seed, now_ms);
-                // Membership incarnations start at 1; the simulator counts
-                // restarts from 0.
-                router.set_incarnation(incarnation + 1);
-                router.register(Box::new(CounterType {
-                    persist: Persist::OnWrite,
-                }));
-                router.register(Box::new(PlayerType {
-                    persist: self.services_persist.0,
-                    duplicate_login: DuplicateLogin::KickOld,
-                }));
-                router.register(Box::new(RoomType {
-                    persist: self.services_persist.1,
-                    members_max: PLAYERS as usize,
-                }));
-                router
-            })
-            .collect();
-        self.nodes.insert(
-            node,
-            SimNode {
-                incarnation,
-                up: true,
-                cores,
-                shutting_down: false,
-            },
-        );
-        let peers: Vec<(u64, u64)> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.up)
-            .map(|(id, n)| (*id, n.incarnation))
-            .collect();
-        for (peer, peer_incarnation) in &peers {
-            self.with_cores(*peer, |core| core.on_node_up(NodeId(node), incarnation + 1));
-            if *peer != node {
-                self.with_cores(node, |core| {
-                    core.on_node_up(NodeId(*peer), peer_incarnation + 1)
-                });
+    pub(super) fn process(&mut self, event: Event) {
+        if let Some((node, process)) = event.process() {
+            if self.process_of(node) != Some(process) {
+                // For a process that ended: nobody reads it.
+                return;
             }
         }
-        for core in 0..self.config.cores {
-            self.drain(node, core);
+        if let Some(node) = event.addressee() {
+            if self.is_paused(node) {
+                return self.hold(node, event);
+            }
         }
-    }
-
-    pub(super) fn with_cores(&mut self, node: u64, mut f: impl FnMut(&mut RouterCore)) {
-        if let Some(sim_node) = self.nodes.get_mut(&node).filter(|n| n.up) {
-            sim_node.cores.iter_mut().for_each(&mut f);
-        }
-    }
-
-    pub(super) fn incarnation(&self, node: u64) -> Option<u64> {
-        self.nodes
-            .get(&node)
-            .filter(|n| n.up)
-            .map(|n| n.incarnation)
-    }
-
-    pub(super) fn core_of(&self, key: ObjectKey) -> u32 {
-        shard_of(key, self.config.cores)
-    }
-
-    /// Runs `f` on the core owning `key` at `node`, then performs its effects.
-    pub(super) fn on_core(&mut self, node: u64, core: u32, f: impl FnOnce(&mut RouterCore, u64)) {
-        let now_ms = self.now_ms;
-        let Some(sim_node) = self.nodes.get_mut(&node).filter(|n| n.up) else {
-            return;
-        };
-        f(&mut sim_node.cores[core as usize], now_ms);
-        self.drain(node, core);
-    }
-
-    fn process(&mut self, event: Event) -> Result<(), String> {
         match event {
-            Event::Deliver { to, from, message } => {
-                let core = self.core_of(message.key());
-                self.on_core(to, core, |c, now| {
-                    c.on_node_message(now, NodeId(from), message)
-                });
-            }
+            Event::Deliver { to, from, message } => self.deliver(to, from, message),
             Event::Answer { request, outcome } => self.answer(request, outcome),
             Event::Submit {
                 node,
-                incarnation,
                 head,
                 request,
+                ..
             } => {
-                if self.incarnation(node) == Some(incarnation) {
-                    let core = self.core_of(head.key);
-                    self.on_core(node, core, |c, now| c.on_request(now, head, request));
-                }
+                self.answers.moved(request.id, node);
+                let core = self.core_of(head.key);
+                self.on_core(node, core, |c, now| c.on_request(now, head, request));
             }
             Event::StoreApply {
                 node,
-                incarnation,
+                process,
                 core,
                 token,
                 op,
-            } => self.store_apply(node, incarnation, core, token, op),
+            } => self.store_apply(node, process, core, token, op),
             Event::StoreReply {
                 node,
-                incarnation,
                 core,
                 token,
                 reply,
-            } => {
-                if self.incarnation(node) == Some(incarnation) {
-                    self.on_core(node, core, |c, now| c.on_store_reply(now, token, reply));
-                }
-            }
-            Event::LateApply { write } => {
-                self.table.write(&write);
+                ..
+            } => self.store_reply(node, core, token, reply),
+            Event::LateApply { node, write } => {
+                self.apply_write(node, &write);
             }
             Event::Timer {
-                node,
-                incarnation,
-                core,
-                timer,
-            } => {
-                if self.incarnation(node) == Some(incarnation) {
-                    self.on_core(node, core, |c, now| c.on_timer(now, timer));
-                }
+                node, core, timer, ..
+            } => self.on_core(node, core, |c, now| c.on_timer(now, timer)),
+            Event::Flush { node, core, .. } => {
+                self.report.flushes += 1;
+                self.on_core(node, core, |c, now| c.on_flush(now));
             }
-            Event::Flush {
+            Event::MemberTick { node, process } => self.member_tick(node, process),
+            Event::MemberApply {
                 node,
-                incarnation,
-                core,
-            } => {
-                if self.incarnation(node) == Some(incarnation) {
-                    self.report.flushes += 1;
-                    self.on_core(node, core, |c, now| c.on_flush(now));
+                process,
+                action,
+            } => self.member_apply(node, process, action),
+            Event::MemberReply { node, reply, .. } => self.member_reply(node, reply),
+            Event::MemberLateApply { tag, write } => self.member_late_apply(tag, &write),
+            Event::Resume { node, .. } => self.resume(node),
+            Event::ClientStep => {
+                if self.now_ms < self.fault_end_ms {
+                    self.client_step();
+                    let at = self.now_ms + self.rng.gen_range(1..=16);
+                    self.schedule(at, Event::ClientStep);
                 }
             }
         }
         self.finish_shutdowns();
-        Ok(())
-    }
-
-    /// Performs the effects of one core.
-    pub(super) fn drain(&mut self, node: u64, core: u32) {
-        let Some(sim_node) = self.nodes.get_mut(&node) else {
-            return;
-        };
-        let incarnation = sim_node.incarnation;
-        let effects: Vec<Effect> = sim_node.cores[core as usize].drain_effects().collect();
-        if std::env::var("ROUTERD_SIM_TRACE").is_ok() {
-            for effect in &effects {
-                eprintln!("{} n{node}.{core}: {effect:?}", self.now_ms);
-            }
-        }
-        for effect in effects {
-            match effect {
-                Effect::SendToNode { node: to, message } => self.send(node, to.0, message),
-                // Counter, player and room never call another object: a
-                // call here is a router bug the run must not hide.
-                Effect::Call { .. } => panic!("n{node}.{core}: a call from a simulated object"),
-                Effect::Submit { head, request } => self.schedule(
-                    self.now_ms,
-                    Event::Submit {
-                        node,
-                        incarnation,
-                        head,
-                        request,
-                    },
-                ),
-                Effect::Store { token, op } => {
-                    let at = self.now_ms + self.rng.gen_range(1..=10);
-                    self.schedule(
-                        at,
-                        Event::StoreApply {
-                            node,
-                            incarnation,
-                            core,
-                            token,
-                            op,
-                        },
-                    );
-                }
-                Effect::FlushSavesAfterBatch => {
-                    // After the events already due now, and sometimes after
-                    // later ones too: requests, store replies, timers and
-                    // transfers interleave with the pending flush.
-                    let at = self.now_ms + self.rng.gen_range(0..=3);
-                    self.schedule(
-                        at,
-                        Event::Flush {
-                            node,
-                            incarnation,
-                            core,
-                        },
-                    );
-                }
-                Effect::ArmTimer { at_ms, timer } => self.schedule(
-                    at_ms,
-                    Event::Timer {
-                        node,
-                        incarnation,
-                        core,
-                        timer,
-                    },
-                ),
-                Effect::Reply { request, outcome } => {
-                    self.checker.reply_produced(request);
-                    self.rooms.replied(request, &outcome);
-                    let origin = request.origin_node.0;
-                    if origin != node && !self.link_ok(node, origin) {
-                        self.report.dropped_messages += 1;
-                        self.lose(request);
-                        continue;
-                    }
-                    let at = self.now_ms
-                        + if origin == node {
-                            0
-                        } else {
-                            self.rng.gen_range(1..=20)
-                        };
-                    self.schedule(at, Event::Answer { request, outcome });
-                }
-                Effect::Push {
-                    client,
-                    route_id,
-                    body,
-                } => self.rooms.push(client, route_id, &body),
-                Effect::Kick { client } => self.rooms.kick(client),
-            }
-        }
-        self.rooms.settle();
-    }
-
-    pub(super) fn answer(&mut self, request: RequestId, outcome: Outcome) {
-        let Some(op) = self.ops.get_mut(&request) else {
-            return;
-        };
-        if op.fate != Fate::Pending {
-            return;
-        }
-        if outcome.is_ok() {
-            op.fate = Fate::Acked;
-            self.report.acked += 1;
-        } else {
-            op.fate = Fate::Unknown;
-        }
-    }
-
-    pub(super) fn lose(&mut self, request: RequestId) {
-        if let Some(op) = self.ops.get_mut(&request) {
-            if op.fate == Fate::Pending {
-                op.fate = Fate::Unknown;
-            }
-        }
-    }
-
-    /// A counter request (`OP_ADD` adds `delta`).
-    pub(super) fn submit(&mut self, origin: u64, key: ObjectKey, op: u32, delta: i64, calm: bool) {
-        let (body, delta) = if op == OP_ADD {
-            (delta.to_le_bytes().to_vec(), delta)
-        } else {
-            (Vec::new(), 0)
-        };
-        let submission = Submission {
-            origin,
-            key,
-            op,
-            body,
-            client: None,
-        };
-        self.submit_request(submission, delta, calm, None);
-    }
-
-    /// Sends one client request through its gateway node `origin`; the
-    /// services model follows it when `room_op` (with a say's room) is given.
-    pub(super) fn submit_request(
-        &mut self,
-        submission: Submission,
-        delta: i64,
-        calm: bool,
-        room_op: Option<(RoomOp, u64)>,
-    ) -> RequestId {
-        let id = self.next_request_id(submission.origin);
-        let op = ClientOp {
-            key: submission.key,
-            delta,
-            fate: Fate::Pending,
-            calm,
-        };
-        self.ops.insert(id, op);
-        if let Some((room_op, say_room)) = room_op {
-            self.rooms.sent(id, room_op, say_room);
-        }
-        self.report.requests += 1;
-        if self.incarnation(submission.origin).is_none() {
-            self.lose(id);
-            return id;
-        }
-        self.deliver_request(submission, id, true);
-        id
-    }
-
-    /// A one-way request: nobody waits for an answer.
-    pub(super) fn notify(&mut self, submission: Submission) {
-        let id = self.next_request_id(submission.origin);
-        self.deliver_request(submission, id, false);
-    }
-
-    fn next_request_id(&mut self, origin: u64) -> RequestId {
-        self.next_seq += 1;
-        RequestId {
-            origin_node: NodeId(origin),
-            seq: self.next_seq,
-        }
-    }
-
-    fn deliver_request(&mut self, submission: Submission, id: RequestId, needs_reply: bool) {
-        let Submission {
-            origin,
-            key,
-            op,
-            body,
-            client,
-        } = submission;
-        let request = Request {
-            id,
-            op,
-            body,
-            client,
-            needs_reply,
-        };
-        let head = RouterHead::local(key, NodeId(origin));
-        let core = self.core_of(key);
-        self.on_core(origin, core, |c, now| c.on_request(now, head, request));
     }
 }

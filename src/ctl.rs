@@ -1,0 +1,375 @@
+//! `routerd cluster status`, `routerd transfer` and `routerd drain`: the
+//! admin endpoint's cluster operations from a terminal or a script, with
+//! plain output and exit codes a script can act on.
+//!
+//! Exit codes: 0 done; 1 the admin endpoint could not be reached or
+//! answered nonsense; 2 refused (the object, the target or the node is not
+//! in a state that allows it; the reason is printed); 3 not finished in
+//! time or the cluster is unavailable for it (try again).
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::admin::client::{self, Answer};
+
+/// How long one admin call may take (a transfer waits up to 8 s at the
+/// owner, 9 s when forwarded).
+const CALL_TIMEOUT: Duration = Duration::from_secs(12);
+/// How long `cluster status` waits for each peer's own count of objects.
+const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often `drain` looks at the drain's progress.
+const DRAIN_POLL: Duration = Duration::from_millis(250);
+
+/// How a command ended, as its exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Done = 0,
+    Unreachable = 1,
+    Refused = 2,
+    Unavailable = 3,
+}
+
+/// A failed command: what to print and how to exit.
+#[derive(Debug)]
+pub struct Failed {
+    pub exit: Exit,
+    pub message: String,
+}
+
+fn unreachable(message: impl Into<String>) -> Failed {
+    Failed {
+        exit: Exit::Unreachable,
+        message: message.into(),
+    }
+}
+
+/// `routerd cluster ...`
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum ClusterCommand {
+    /// Print the members table as the node at --admin sees it: id,
+    /// incarnation, state, gateway, how long ago its heartbeat last moved,
+    /// the link to it, and the objects it holds (asked of each member).
+    Status {
+        /// A node's admin endpoint, HOST:PORT.
+        #[arg(long)]
+        admin: String,
+    },
+}
+
+/// `routerd transfer`'s arguments.
+#[derive(Clone, Debug, clap::Args)]
+pub struct TransferArgs {
+    /// Any node's admin endpoint, HOST:PORT (the call reaches the owner).
+    #[arg(long)]
+    pub admin: String,
+    /// The object's type: `player`, `room` or a numeric type id.
+    #[arg(long = "type", default_value = "player")]
+    pub kind: String,
+    /// The object's id.
+    #[arg(long)]
+    pub id: u64,
+    /// The node to move it to.
+    #[arg(long)]
+    pub to: u64,
+}
+
+/// `routerd drain`'s arguments.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DrainArgs {
+    /// The admin endpoint of the node to drain, HOST:PORT.
+    #[arg(long)]
+    pub admin: String,
+    /// Return once the drain started instead of following it to the
+    /// node's exit.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to follow the drain before giving up (exit 3).
+    #[arg(long, default_value_t = 120)]
+    pub timeout_secs: u64,
+}
+
+fn call(admin: &str, method: &str, path: &str, timeout: Duration) -> Result<Answer, Failed> {
+    client::call(admin, method, path, timeout).map_err(|error| unreachable(error.to_string()))
+}
+
+fn json_of(answer: &Answer, what: &str) -> Result<Value, Failed> {
+    answer
+        .json()
+        .ok_or_else(|| unreachable(format!("{what}: {} {}", answer.status, answer.body.trim())))
+}
+
+/// The table `cluster status` prints.
+pub fn cluster(command: &ClusterCommand) -> Result<(), Failed> {
+    let ClusterCommand::Status { admin } = command;
+    let answer = call(admin, "GET", "/cluster", CALL_TIMEOUT)?;
+    if answer.status != 200 {
+        return Err(unreachable(format!(
+            "GET /cluster: {} {}",
+            answer.status,
+            answer.body.trim()
+        )));
+    }
+    let view = json_of(&answer, "GET /cluster")?;
+    print!("{}", render_status(&view, objects_of_peers(&view)));
+    Ok(())
+}
+
+/// Each live peer's own count of the objects it holds (`None`: it did not
+/// answer in time).
+fn objects_of_peers(view: &Value) -> Vec<(u64, Option<i64>)> {
+    let members = view["members"].as_array().cloned().unwrap_or_default();
+    let asks: Vec<_> = members
+        .into_iter()
+        .filter(|member| member["link"] != "self")
+        .filter(|member| {
+            matches!(
+                member["state"].as_str(),
+                Some("up" | "joining" | "draining")
+            )
+        })
+        .filter_map(|member| {
+            let node = member["node_id"].as_u64()?;
+            let admin = member["admin"].as_str()?.to_string();
+            Some(std::thread::spawn(move || {
+                let objects = client::call(&admin, "GET", "/cluster", PEER_TIMEOUT)
+                    .ok()
+                    .and_then(|answer| answer.json())
+                    .and_then(|peer| peer["objects"].as_i64());
+                (node, objects)
+            }))
+        })
+        .collect();
+    asks.into_iter().filter_map(|ask| ask.join().ok()).collect()
+}
+
+fn render_status(view: &Value, peer_objects: Vec<(u64, Option<i64>)>) -> String {
+    let mut out = format!(
+        "node {} (incarnation {}, {}{}), as it sees the cluster:\n",
+        view["node_id"],
+        view["incarnation"],
+        view["state"].as_str().unwrap_or("?"),
+        if view["fenced"] == true {
+            ", FENCED"
+        } else {
+            ""
+        }
+    );
+    let header = [
+        "NODE",
+        "INCARNATION",
+        "STATE",
+        "GATEWAY",
+        "HEARTBEAT",
+        "LINK",
+        "OBJECTS",
+    ];
+    let mut rows = vec![header.map(String::from).to_vec()];
+    for member in view["members"].as_array().into_iter().flatten() {
+        let node = member["node_id"].as_u64().unwrap_or(0);
+        let is_self = member["link"] == "self";
+        let objects = if is_self {
+            member["objects"].as_i64()
+        } else {
+            peer_objects
+                .iter()
+                .find(|(id, _)| *id == node)
+                .and_then(|(_, objects)| *objects)
+        };
+        let heartbeat = match member["heartbeat_age_ms"].as_u64() {
+            Some(age) => format!("{age} ms ago"),
+            None => "-".to_string(),
+        };
+        let text = |value: &Value| value.as_str().unwrap_or("-").to_string();
+        rows.push(vec![
+            node.to_string(),
+            member["incarnation"].to_string(),
+            text(&member["state"]),
+            if is_self {
+                "-".to_string()
+            } else {
+                text(&member["gateway"])
+            },
+            heartbeat,
+            text(&member["link"]),
+            objects.map_or("-".to_string(), |n| n.to_string()),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|column| rows.iter().map(|row| row[column].len()).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Moves one object; prints where it went.
+pub fn transfer(args: &TransferArgs) -> Result<(), Failed> {
+    let path = format!("/objects/{}/{}/transfer?to={}", args.kind, args.id, args.to);
+    let started = Instant::now();
+    let answer = call(&args.admin, "POST", &path, CALL_TIMEOUT)?;
+    let body = json_of(&answer, "POST transfer")?;
+    let elapsed = started.elapsed();
+    let what = format!("{} {}", args.kind, args.id);
+    match answer.status {
+        200 if body["moved"] == false => {
+            println!("{what} is on node {} already", body["owner"]);
+            Ok(())
+        }
+        200 => {
+            println!(
+                "moved {what} to node {} (route version {}) in {} ms",
+                body["owner"],
+                body["route_version"],
+                elapsed.as_millis()
+            );
+            Ok(())
+        }
+        status => Err(Failed {
+            exit: if status == 503 {
+                Exit::Unavailable
+            } else {
+                Exit::Refused
+            },
+            message: format!(
+                "{what} not moved: {} ({})",
+                body["error"].as_str().unwrap_or("error"),
+                body["reason"].as_str().unwrap_or("no reason given")
+            ),
+        }),
+    }
+}
+
+/// Starts a drain and, unless told not to, follows it until the node
+/// stopped.
+pub fn drain(args: &DrainArgs) -> Result<(), Failed> {
+    let answer = call(&args.admin, "POST", "/drain", CALL_TIMEOUT)?;
+    let body = json_of(&answer, "POST /drain")?;
+    if answer.status != 202 {
+        return Err(Failed {
+            exit: if answer.status == 503 {
+                Exit::Unavailable
+            } else {
+                Exit::Refused
+            },
+            message: format!(
+                "not draining: {} ({})",
+                body["error"].as_str().unwrap_or("error"),
+                body["reason"].as_str().unwrap_or("no reason given")
+            ),
+        });
+    }
+    println!("draining {}: {}", args.admin, progress_line(&body));
+    if args.no_wait {
+        return Ok(());
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    let mut last = body;
+    let mut last_line = String::new();
+    loop {
+        std::thread::sleep(DRAIN_POLL);
+        let polled = client::call(&args.admin, "GET", "/drain", PEER_TIMEOUT)
+            .ok()
+            .and_then(|answer| answer.json());
+        let Some(status) = polled else {
+            // The endpoint went away with the process: fine once every
+            // core had finished.
+            return if drain_finished(&last) {
+                println!("drained: the node left the cluster and stopped");
+                Ok(())
+            } else {
+                Err(unreachable(format!(
+                    "lost contact with {} before the drain finished (last: {})",
+                    args.admin,
+                    progress_line(&last)
+                )))
+            };
+        };
+        let line = progress_line(&status);
+        if line != last_line {
+            println!("  {line}");
+            last_line = line;
+        }
+        last = status;
+        if Instant::now() >= deadline {
+            return Err(Failed {
+                exit: Exit::Unavailable,
+                message: format!("still draining after {} s", args.timeout_secs),
+            });
+        }
+    }
+}
+
+fn drain_finished(status: &Value) -> bool {
+    status["cores"].as_u64().is_some_and(|cores| cores > 0)
+        && status["cores_done"] == status["cores"]
+}
+
+fn progress_line(status: &Value) -> String {
+    format!(
+        "objects {} moving {} moved {} not moved {} sessions {} (cores done {}/{})",
+        status["objects"],
+        status["moving"],
+        status["moved"],
+        status["not_moved"],
+        status["sessions"],
+        status["cores_done"],
+        status["cores"]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_status_table_lines_up_and_says_what_it_does_not_know() {
+        let view = json!({
+            "node_id": 1, "incarnation": 2, "state": "up", "fenced": false,
+            "members": [
+                {"node_id": 1, "incarnation": 2, "state": "up", "link": "self", "objects": 12},
+                {"node_id": 2, "incarnation": 1, "state": "up", "gateway": "127.0.0.1:7401",
+                 "admin": "127.0.0.1:9465", "link": "up", "heartbeat_age_ms": 120},
+                {"node_id": 3, "incarnation": 4, "state": "down", "gateway": "127.0.0.1:7402",
+                 "admin": "127.0.0.1:9466", "link": "connecting", "heartbeat_age_ms": 9000}
+            ]
+        });
+        let table = render_status(&view, vec![(2, Some(8))]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines[0],
+            "node 1 (incarnation 2, up), as it sees the cluster:"
+        );
+        assert_eq!(
+            lines[1],
+            "NODE  INCARNATION  STATE  GATEWAY         HEARTBEAT    LINK        OBJECTS"
+        );
+        assert_eq!(
+            lines[2],
+            "1     2            up     -               -            self        12"
+        );
+        assert_eq!(
+            lines[3],
+            "2     1            up     127.0.0.1:7401  120 ms ago   up          8"
+        );
+        assert_eq!(
+            lines[4],
+            "3     4            down   127.0.0.1:7402  9000 ms ago  connecting  -"
+        );
+    }
+
+    #[test]
+    fn a_drain_is_finished_when_every_core_is() {
+        assert!(drain_finished(&json!({"cores": 2, "cores_done": 2})));
+        assert!(!drain_finished(&json!({"cores": 2, "cores_done": 1})));
+        assert!(!drain_finished(&json!({})));
+    }
+}

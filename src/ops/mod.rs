@@ -1,0 +1,172 @@
+//! Operations on a running node, asked for on the admin endpoint: move one
+//! object to another node ([`transfer`]), and drain the node ([`drain`]:
+//! its objects to the others, its clients told where to reconnect, then a
+//! clean exit).
+//!
+//! The admin endpoint runs on a thread of its own and the objects live on
+//! the cores, so [`Ops`] (the admin side) reaches a core through a bounded
+//! channel per core; each core's [`serve_core`] task performs what arrives
+//! on its router and gateway, and answers on a oneshot the admin thread
+//! awaits. Nothing here blocks a core: a full channel is answered at once
+//! (503), and every wait on the admin side has a deadline.
+
+pub mod drain;
+pub mod transfer;
+
+use std::sync::{Arc, Mutex};
+
+use futures_channel::{mpsc, oneshot};
+use futures_lite::StreamExt;
+use wire::ObjectKey;
+
+use self::drain::{CoreDrainParts, DrainStatus};
+use crate::admin::NodePhase;
+use crate::cluster::view::ClusterView;
+use crate::config::ClusterConfig;
+use crate::gateway::GatewayHandle;
+use crate::router::driver::{RouterDriver, TransferReply};
+use crate::store::{NodeId, Store};
+
+/// Commands queued for one core at most; past it a call is answered busy.
+pub const CORE_COMMANDS_MAX: usize = 64;
+
+/// What the admin side asks of a core.
+enum Command {
+    /// Transfer `key` (owned by this core) to `target`; answer on `reply`.
+    Transfer {
+        key: ObjectKey,
+        target: NodeId,
+        reply: oneshot::Sender<TransferReply>,
+    },
+}
+
+/// The receiving end of one core's commands, for [`serve_core`].
+pub struct CoreCommands(mpsc::Receiver<Command>);
+
+/// The admin side of operations: cheap to clone, used from the admin
+/// thread.
+#[derive(Clone)]
+pub struct Ops(Arc<Inner>);
+
+struct Inner {
+    /// One sender per core; a `Mutex` so every call shares the channel's
+    /// one bound (a clone of a sender would bring a slot of its own).
+    cores: Vec<Mutex<mpsc::Sender<Command>>>,
+    view: Arc<ClusterView>,
+    store: Store,
+    phase: NodePhase,
+    drain: Arc<DrainStatus>,
+}
+
+/// What the node gives operations.
+pub struct OpsParts {
+    pub core_count: usize,
+    pub view: Arc<ClusterView>,
+    pub store: Store,
+    pub phase: NodePhase,
+    pub shutdown: shards::ShutdownHandle,
+}
+
+/// Why a command did not reach its core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unreached {
+    /// The core's channel is full.
+    Busy,
+    /// The core stopped.
+    Stopped,
+}
+
+impl Ops {
+    /// The admin side, and each core's receiving end (in core order).
+    pub fn new(parts: OpsParts) -> (Ops, Vec<CoreCommands>) {
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..parts.core_count)
+            .map(|_| {
+                let (sender, receiver) = mpsc::channel(CORE_COMMANDS_MAX);
+                (Mutex::new(sender), CoreCommands(receiver))
+            })
+            .unzip();
+        let drain = Arc::new(DrainStatus::new(parts.core_count, parts.shutdown));
+        let ops = Ops(Arc::new(Inner {
+            cores: senders,
+            view: parts.view,
+            store: parts.store,
+            phase: parts.phase,
+            drain,
+        }));
+        (ops, receivers)
+    }
+
+    pub(crate) fn drain_status(&self) -> &Arc<DrainStatus> {
+        &self.0.drain
+    }
+
+    /// Hands a transfer to the core that owns `key` on this node.
+    fn send_transfer(
+        &self,
+        key: ObjectKey,
+        target: NodeId,
+    ) -> Result<oneshot::Receiver<TransferReply>, Unreached> {
+        let core = wire::shard_of(key, self.0.cores.len() as u32) as usize;
+        let (reply, answer) = oneshot::channel();
+        let mut sender = self.0.cores[core]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match sender.try_send(Command::Transfer { key, target, reply }) {
+            Ok(()) => Ok(answer),
+            Err(error) if error.is_full() => Err(Unreached::Busy),
+            Err(_) => Err(Unreached::Stopped),
+        }
+    }
+}
+
+/// What one core's operations need.
+pub struct CoreOps {
+    pub core: usize,
+    pub core_count: usize,
+    pub router: RouterDriver,
+    pub gateway: GatewayHandle,
+    pub view: Arc<ClusterView>,
+    pub drain: Arc<DrainStatus>,
+    pub cluster: ClusterConfig,
+}
+
+/// One core's operations task: performs the commands of its channel, and
+/// starts this core's drain once the node drains (the drain is asked for
+/// through the cluster view, which every core watches already, so it
+/// needs no room in a channel that transfers may have filled).
+pub async fn serve_core(commands: CoreCommands, ops: CoreOps) {
+    let mut commands = commands.0;
+    let mut draining = false;
+    loop {
+        let seen = ops.view.version();
+        if !draining && ops.drain.is_requested() {
+            draining = true;
+            shards::spawn(drain::drain_core(CoreDrainParts {
+                core: ops.core,
+                core_count: ops.core_count,
+                router: ops.router.clone(),
+                gateway: ops.gateway.clone(),
+                view: ops.view.clone(),
+                status: ops.drain.clone(),
+                cluster: ops.cluster.clone(),
+            }))
+            .detach();
+        }
+        let next = futures_lite::future::or(async { Some(commands.next().await) }, async {
+            ops.view.changed(seen).await;
+            None
+        })
+        .await;
+        match next {
+            Some(Some(Command::Transfer { key, target, reply })) => {
+                ops.router.transfer(key, target, move |answer| {
+                    // The caller may have given up waiting.
+                    let _ = reply.send(answer);
+                });
+            }
+            // Every sender is gone: the node is going away.
+            Some(None) => return,
+            None => {}
+        }
+    }
+}

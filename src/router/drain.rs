@@ -1,0 +1,212 @@
+//! Draining one core: every writable object is transferred to the node
+//! rendezvous hashing picks among the others (the node that would be its
+//! default if it were new), a bounded number at a time. The driver calls
+//! `drain_step` when the drain starts, after every transfer that ends and
+//! on a period; `drain_progress` says how far it is.
+//!
+//! The walk over the entries resumes after the last key it started, so one
+//! pass over a core costs O(entries) however many steps it takes; a key
+//! whose transfer did not move it is tried again on a later pass, at most
+//! `DRAIN_ATTEMPTS_MAX` times (after that it stays, and the shutdown that
+//! follows the drain saves and releases it like any other).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+
+use wire::ObjectKey;
+
+use super::core::RouterCore;
+use super::transfer::TransferError;
+use super::types::TransferDone;
+
+/// Transfers of one key a drain starts at most.
+pub const DRAIN_ATTEMPTS_MAX: u8 = 3;
+
+/// The drain of one core, inside its state machine.
+pub(crate) struct DrainState {
+    /// Transfers the drain keeps in flight at most.
+    concurrency: usize,
+    in_flight: BTreeSet<ObjectKey>,
+    /// The last key a step started: the next step goes on after it.
+    cursor: Option<ObjectKey>,
+    /// Drain transfers of a key that did not move it.
+    failures: BTreeMap<ObjectKey, u8>,
+    moved: u64,
+    not_moved: u64,
+    /// The last step found an object to move and no other node to take it.
+    no_target: bool,
+}
+
+impl DrainState {
+    pub(crate) fn on_transfer_done(&mut self, done: &TransferDone) {
+        if !self.in_flight.remove(&done.key) {
+            // An operator's transfer, not one of the drain's.
+            return;
+        }
+        if done.outcome.moved() {
+            self.moved += 1;
+        } else {
+            self.not_moved += 1;
+            *self.failures.entry(done.key).or_default() += 1;
+        }
+    }
+
+    fn may_try(&self, key: &ObjectKey) -> bool {
+        self.failures.get(key).copied().unwrap_or(0) < DRAIN_ATTEMPTS_MAX
+    }
+}
+
+/// How far the drain of one core is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrainProgress {
+    /// A drain started on this core.
+    pub started: bool,
+    /// Writable objects still here, not moving.
+    pub objects: usize,
+    /// Transfers in flight (the drain's and any other).
+    pub moving: usize,
+    /// Transfers of the drain that moved their object.
+    pub moved: u64,
+    /// Transfers of the drain that did not.
+    pub not_moved: u64,
+    /// Objects the drain gave up on after `DRAIN_ATTEMPTS_MAX` transfers.
+    pub given_up: usize,
+    /// No other node takes objects now: what is left stays.
+    pub no_target: bool,
+}
+
+impl DrainProgress {
+    /// Nothing more will move: no transfer is in flight, and every object
+    /// left was given up on, or there is nowhere to send it.
+    pub fn finished(&self) -> bool {
+        self.started && self.moving == 0 && (self.objects == self.given_up || self.no_target)
+    }
+}
+
+impl RouterCore {
+    /// Starts draining this core: no new object is placed here, and every
+    /// writable object is transferred away, at most `concurrency` at once
+    /// (at least one). Call `drain_step` to make progress.
+    pub fn start_drain(&mut self, concurrency: usize) {
+        self.ctx.draining = true;
+        if self.ctx.drain.is_none() {
+            self.ctx.drain = Some(DrainState {
+                concurrency: concurrency.max(1),
+                in_flight: BTreeSet::new(),
+                cursor: None,
+                failures: BTreeMap::new(),
+                moved: 0,
+                not_moved: 0,
+                no_target: false,
+            });
+        }
+    }
+
+    /// Starts transfers until the drain's concurrency is reached or no
+    /// object is left to start.
+    pub fn drain_step(&mut self, now_ms: u64) {
+        self.check_lease(now_ms);
+        if self.ctx.is_shutting_down() || self.ctx.fenced {
+            return;
+        }
+        let Some(drain) = self.ctx.drain.as_ref() else {
+            return;
+        };
+        let room = drain.concurrency.saturating_sub(drain.in_flight.len());
+        if room == 0 {
+            return;
+        }
+        let candidates = self.drain_candidates(room);
+        let mut no_target = false;
+        for key in candidates {
+            let target = self
+                .ctx
+                .default_node(key)
+                .filter(|node| *node != self.ctx.node);
+            let Some(target) = target else {
+                no_target = true;
+                break;
+            };
+            let started = self.transfer(now_ms, key, target, true);
+            let Some(drain) = self.ctx.drain.as_mut() else {
+                return;
+            };
+            drain.cursor = Some(key);
+            match started {
+                Ok(()) => {
+                    drain.in_flight.insert(key);
+                }
+                // Someone else moves it (an operator's transfer).
+                Err(TransferError::InProgress) => {}
+                Err(_) => {
+                    drain.not_moved += 1;
+                    *drain.failures.entry(key).or_default() += 1;
+                }
+            }
+        }
+        if let Some(drain) = self.ctx.drain.as_mut() {
+            drain.no_target = no_target;
+        }
+    }
+
+    /// Up to `room` writable, idle objects to move, in key order after the
+    /// cursor, then from the start up to it.
+    fn drain_candidates(&self, room: usize) -> Vec<ObjectKey> {
+        let Some(drain) = self.ctx.drain.as_ref() else {
+            return Vec::new();
+        };
+        let after = drain.cursor.map_or(Bound::Unbounded, Bound::Excluded);
+        let up_to = drain.cursor.map_or(Bound::Unbounded, Bound::Included);
+        let wrap = drain.cursor.is_some();
+        let startable = |(key, entry): (&ObjectKey, &super::entry::Entry)| {
+            let idle = entry.is_writable()
+                && entry.transferring.is_none()
+                && entry.queued_transfer.is_none()
+                && !drain.in_flight.contains(key)
+                && drain.may_try(key);
+            idle.then_some(*key)
+        };
+        let ahead = self
+            .managers
+            .values()
+            .flat_map(|manager| manager.entries.range((after, Bound::Unbounded)))
+            .filter_map(startable);
+        let behind = self
+            .managers
+            .values()
+            .flat_map(|manager| manager.entries.range((Bound::Unbounded, up_to)))
+            .filter_map(startable)
+            .take_while(|_| wrap);
+        ahead.chain(behind).take(room).collect()
+    }
+
+    /// How far the drain is (a walk over every entry: call it on a period,
+    /// not per event). All zero when no drain started.
+    pub fn drain_progress(&self) -> DrainProgress {
+        let Some(drain) = self.ctx.drain.as_ref() else {
+            return DrainProgress::default();
+        };
+        let mut progress = DrainProgress {
+            started: true,
+            moved: drain.moved,
+            not_moved: drain.not_moved,
+            no_target: drain.no_target,
+            ..DrainProgress::default()
+        };
+        for (key, entry) in self
+            .managers
+            .values()
+            .flat_map(|manager| manager.entries.iter())
+        {
+            if entry.transferring.is_some() || entry.queued_transfer.is_some() {
+                progress.moving += 1;
+            } else if entry.is_writable() {
+                progress.objects += 1;
+                if !drain.may_try(key) {
+                    progress.given_up += 1;
+                }
+            }
+        }
+        progress
+    }
+}

@@ -1,0 +1,223 @@
+//! Unit tests of transfers' ends (`Effect::TransferDone`) and of a drain:
+//! every object leaves a draining core, a bounded number at a time, for
+//! the node rendezvous hashing picks among the others, and nothing new is
+//! placed on it.
+
+use super::*;
+
+fn done_of(effects: &[Effect]) -> Vec<TransferDone> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::TransferDone(done) => Some(*done),
+            _ => None,
+        })
+        .collect()
+}
+
+fn transfers_sent(effects: &[Effect]) -> Vec<(NodeId, RouterTransfer)> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::SendToNode {
+                node,
+                message: NodeMessage::RouterTransfer(transfer),
+            } => Some((*node, transfer.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_transfer_reports_its_end_once_confirmed_refused_or_unanswered() {
+    for end in ["confirmed", "refused", "no answer"] {
+        let mut h = Harness::new(2, Persist::Interval);
+        let (owner, target) = transfer_in_flight(&mut h);
+        let effects = h.settle(owner, 0);
+        assert!(done_of(&effects).is_empty(), "not over before the ack");
+        let (_, transfer) = transfers_sent(&effects).remove(0);
+        match end {
+            "confirmed" => h
+                .core(owner)
+                .on_transfer_ack(1, KEY, transfer.transfer_id, true),
+            "refused" => h
+                .core(owner)
+                .on_transfer_ack(1, KEY, transfer.transfer_id, false),
+            _ => h.core(owner).on_timer(
+                600,
+                Timer::TransferAck {
+                    key: KEY,
+                    transfer_id: transfer.transfer_id,
+                },
+            ),
+        }
+        let outcome = match end {
+            "confirmed" => TransferOutcome::Confirmed,
+            "refused" => TransferOutcome::Refused,
+            _ => TransferOutcome::NoAnswer,
+        };
+        let effects = h.settle(owner, 1);
+        assert_eq!(
+            done_of(&effects),
+            vec![TransferDone {
+                key: KEY,
+                target: NodeId(target),
+                outcome,
+                route_version: RouteVersion(2),
+            }],
+            "{end}"
+        );
+        // A late or repeated ack ends nothing twice.
+        h.core(owner)
+            .on_transfer_ack(2, KEY, transfer.transfer_id, true);
+        assert!(done_of(&h.settle(owner, 2)).is_empty(), "{end}");
+    }
+}
+
+#[test]
+fn a_transfer_whose_write_does_not_apply_reports_not_moved() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target) = transfer_in_flight(&mut h);
+    let removal: Vec<Effect> = h.core(owner).drain_effects().collect();
+    let [Effect::Store { token, .. }] = removal.as_slice() else {
+        panic!("one removal write: {removal:?}");
+    };
+    h.core(owner)
+        .on_store_reply(1, *token, StoreReply::Written(WriteOutcome::Indeterminate));
+    let effects = h.settle(owner, 1);
+    let done = done_of(&effects);
+    assert_eq!(done.len(), 1, "{effects:?}");
+    assert_eq!(done[0].outcome, TransferOutcome::NotMoved);
+    assert_eq!(done[0].target, NodeId(target));
+    assert!(!done[0].outcome.moved());
+}
+
+#[test]
+fn a_transfer_to_a_draining_or_down_node_is_refused_and_the_object_stays() {
+    let mut h = Harness::new(3, Persist::Interval);
+    let owner = claim_on_default(&mut h, 3);
+    let (draining, down) = match owner {
+        1 => (2, 3),
+        2 => (1, 3),
+        _ => (1, 2),
+    };
+    h.core(owner)
+        .on_member(NodeId(draining), 1, crate::store::MemberState::Draining);
+    h.core(owner)
+        .on_member(NodeId(down), 1, crate::store::MemberState::Down);
+    assert_eq!(
+        h.core(owner).transfer(0, KEY, NodeId(draining), true),
+        Err(TransferError::TargetDraining)
+    );
+    assert_eq!(
+        h.core(owner).transfer(0, KEY, NodeId(down), true),
+        Err(TransferError::TargetUnavailable)
+    );
+    assert_eq!(
+        h.core(owner).transfer(0, KEY, NodeId(owner), true),
+        Err(TransferError::SameNode)
+    );
+    assert!(h.core(owner).drain_effects().next().is_none());
+    let id = h.request(owner, OP_ADD, add(1));
+    assert_eq!(replies(&h.settle(owner, 0)), vec![(id, Ok(add(6)))]);
+}
+
+/// Object ids whose default node among 1..=3 is node 1.
+fn keys_of_node_1(count: usize) -> Vec<ObjectKey> {
+    (1..)
+        .map(|id| ObjectKey::new(COUNTER_TYPE_ID, 0, id))
+        .filter(|key| {
+            (1..=3u64).max_by_key(|node| (rendezvous_score(*key, NodeId(*node)), *node)) == Some(1)
+        })
+        .take(count)
+        .collect()
+}
+
+fn request_key(h: &mut Harness, node: u64, key: ObjectKey, op: u32, body: Vec<u8>) -> RequestId {
+    h.next_seq += 1;
+    let id = RequestId {
+        origin_node: NodeId(node),
+        seq: h.next_seq,
+    };
+    let request = Request {
+        id,
+        op,
+        body,
+        client: None,
+        needs_reply: true,
+    };
+    h.core(node)
+        .on_request(0, RouterHead::local(key, NodeId(node)), request);
+    id
+}
+
+#[test]
+fn a_drain_moves_every_object_to_the_others_a_bounded_number_at_a_time() {
+    const CONCURRENCY: usize = 3;
+    let mut h = Harness::new(3, Persist::Interval);
+    let keys = keys_of_node_1(10);
+    for key in &keys {
+        let id = request_key(&mut h, 1, *key, OP_ADD, add(1));
+        assert_eq!(replies(&h.settle(1, 0)), vec![(id, Ok(add(1)))]);
+    }
+    assert_eq!(h.core(1).gauges().0, keys.len());
+    assert!(!h.core(1).drain_progress().started);
+    h.core(1).start_drain(CONCURRENCY);
+    let mut now = 1;
+    let mut targets = BTreeMap::new();
+    for _round in 0..20 {
+        h.core(1).drain_step(now);
+        let progress = h.core(1).drain_progress();
+        assert!(progress.moving <= CONCURRENCY, "{progress:?}");
+        let effects = h.settle(1, now);
+        let sent = transfers_sent(&effects);
+        assert!(sent.len() <= CONCURRENCY);
+        for (target, transfer) in sent {
+            assert_ne!(target, NodeId(1), "never to itself");
+            let others = [2u64, 3];
+            let expected = others
+                .into_iter()
+                .max_by_key(|node| (rendezvous_score(transfer.key, NodeId(*node)), *node));
+            assert_eq!(Some(target.0), expected, "the default among the others");
+            targets.insert(transfer.key, target);
+            h.core(1)
+                .on_transfer_ack(now, transfer.key, transfer.transfer_id, true);
+        }
+        h.settle(1, now);
+        now += 1;
+        if h.core(1).drain_progress().finished() {
+            break;
+        }
+    }
+    let progress = h.core(1).drain_progress();
+    assert!(progress.finished(), "{progress:?}");
+    assert_eq!((progress.objects, progress.moving), (0, 0));
+    assert_eq!(progress.moved, keys.len() as u64);
+    assert_eq!(targets.len(), keys.len());
+    assert_eq!(h.core(1).gauges().0, 0, "no writable object left");
+    for key in &keys {
+        assert_eq!(h.table.load(*key).unwrap().owner_node, targets[key]);
+    }
+
+    // Nothing new is placed on a draining node: a new key whose default
+    // would be node 1 goes to another node.
+    let fresh = keys_of_node_1(11)[10];
+    request_key(&mut h, 1, fresh, OP_GET, Vec::new());
+    let effects = h.settle(1, now);
+    let sent = routed(&effects);
+    assert_eq!(sent.len(), 1, "{effects:?}");
+    assert_ne!(sent[0].0, NodeId(1));
+    assert!(h.table.load(fresh).is_none(), "not claimed here");
+}
+
+#[test]
+fn a_drain_with_no_other_node_finishes_with_its_objects_left() {
+    let mut h = Harness::new(1, Persist::Interval);
+    claim_on_default(&mut h, 1);
+    h.core(1).start_drain(4);
+    h.core(1).drain_step(1);
+    assert!(h.core(1).drain_effects().next().is_none(), "nothing to do");
+    let progress = h.core(1).drain_progress();
+    assert!(progress.no_target && progress.finished(), "{progress:?}");
+    assert_eq!(progress.objects, 1);
+}

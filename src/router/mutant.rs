@@ -1,0 +1,98 @@
+//! Test-only bugs, put into the router one at a time so the simulator can
+//! show it catches each (`sim/mutants.rs`). Outside `cfg(test)` `active`
+//! is a constant `false`: the checks compile away and nothing changes.
+//!
+//! Each variant names one place in the router where the bug goes; the
+//! comment there says what the bug does.
+
+/// One deliberate bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mutant {
+    /// `dispatch::lock_expired`: another node's record is claimable even
+    /// while its owner is live in membership.
+    ClaimFromLiveOwner,
+    /// `io::save_reply`: a save's CAS Conflict leaves the object writable,
+    /// as it was (its CAS version and route untouched).
+    ConflictKeepsWritable,
+    /// `io::start_claim`: a claim writes the record's route version again
+    /// instead of the next one.
+    ClaimKeepsRouteVersion,
+    /// `transfer::end_notify`: the seed's defect (b): when the target's
+    /// notification failed (refused, timed out, not sent) the handoff never
+    /// ends and its pending queue is never re-dispatched.
+    PendingNotRedispatched,
+    /// `transfer::end_notify`: as above, but the handoff ends and its
+    /// queued requests are dropped without an answer.
+    PendingDropped,
+    /// `dispatch::start_save`: an `on_write` answer is released when its
+    /// save is sent, not when the save applied.
+    AnswerOnSubmit,
+    /// `io::entry_reply`: a write answered Indeterminate is taken as
+    /// Applied (with the CAS version it would have produced).
+    IndeterminateAsApplied,
+    /// `core::fence`: fencing keeps the writable objects (extra: shows the
+    /// simulator's fenced-write check failing).
+    FenceKeepsObjects,
+    /// `core::check_lease`: the lease is never checked (extra: shows how
+    /// much membership's own fencing covers for it).
+    LeaseIgnored,
+    /// `transfer::remove_reply`: the old owner keeps its copy writable once
+    /// the record names the target (extra: shows the writable-not-store-
+    /// owner check failing).
+    RemoveKeepsObject,
+}
+
+#[cfg(test)]
+impl Mutant {
+    pub const ALL: [Mutant; 10] = [
+        Mutant::ClaimFromLiveOwner,
+        Mutant::ConflictKeepsWritable,
+        Mutant::ClaimKeepsRouteVersion,
+        Mutant::PendingNotRedispatched,
+        Mutant::PendingDropped,
+        Mutant::AnswerOnSubmit,
+        Mutant::IndeterminateAsApplied,
+        Mutant::FenceKeepsObjects,
+        Mutant::LeaseIgnored,
+        Mutant::RemoveKeepsObject,
+    ];
+}
+
+#[cfg(test)]
+thread_local! {
+    static ACTIVE: std::cell::Cell<Option<Mutant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether `mutant` is put in on this thread.
+#[cfg(test)]
+#[inline]
+pub(crate) fn active(mutant: Mutant) -> bool {
+    ACTIVE.with(|active| active.get() == Some(mutant))
+}
+
+/// Never: release and non-test builds carry no bug.
+#[cfg(not(test))]
+#[inline(always)]
+pub(crate) const fn active(_mutant: Mutant) -> bool {
+    false
+}
+
+/// Puts `mutant` in on this thread (`None`: the router as written) until
+/// the returned guard drops.
+#[cfg(test)]
+pub(crate) fn put_in(mutant: Option<Mutant>) -> Guard {
+    let previous = ACTIVE.with(|active| active.replace(mutant));
+    Guard { previous }
+}
+
+#[cfg(test)]
+pub(crate) struct Guard {
+    previous: Option<Mutant>,
+}
+
+#[cfg(test)]
+impl Drop for Guard {
+    fn drop(&mut self) {
+        ACTIVE.with(|active| active.set(self.previous));
+    }
+}
