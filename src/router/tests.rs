@@ -1186,3 +1186,6 @@ fn a_request_naming_a_newer_route_than_the_store_is_repaired_three_times_at_most
 
 #[path = "drain_tests.rs"]
 mod drain_tests;
+
+#[path = "tests_refusals.rs"]
+mod refusals;

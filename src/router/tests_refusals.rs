@@ -1,0 +1,260 @@
+//! Unit tests of the router's refusals and bounds, each at the edge where
+//! a guard decides: a handoff's target that must say no, a forward one hop
+//! short of the limit, a repair loop that must end, a claim a fenced node
+//! must not write, and a claim that lost its race.
+
+use super::*;
+use crate::store::CasVersion;
+
+/// Claims KEY on its default node among two and hands it over to the
+/// other; returns (owner, target, the `router_transfer` in flight). With
+/// `target_caches`, the target read the route first (route version 1).
+fn notification(h: &mut Harness, target_caches: bool) -> (u64, u64, RouterTransfer) {
+    let owner = claim_on_default(h, 2);
+    let target = 3 - owner;
+    if target_caches {
+        h.request(target, OP_GET, Vec::new());
+        let effects = h.settle(target, 0);
+        assert_eq!(routed(&effects).len(), 1, "forwarded: {effects:?}");
+    }
+    h.core(owner)
+        .transfer(0, KEY, NodeId(target), true)
+        .expect("transfer starts");
+    let transfer = h
+        .settle(owner, 0)
+        .into_iter()
+        .find_map(|effect| match effect {
+            Effect::SendToNode {
+                message: NodeMessage::RouterTransfer(transfer),
+                ..
+            } => Some(transfer),
+            _ => None,
+        })
+        .expect("router_transfer sent");
+    assert_eq!(transfer.route_version, RouteVersion(2));
+    (owner, target, transfer)
+}
+
+fn acks(effects: &[Effect]) -> Vec<(NodeId, bool)> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::SendToNode {
+                node,
+                message: NodeMessage::TransferAck { accepted, .. },
+            } => Some((*node, *accepted)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn store_ops(effects: &[Effect]) -> usize {
+    effects
+        .iter()
+        .filter(|effect| matches!(effect, Effect::Store { .. }))
+        .count()
+}
+
+/// Delivers `transfer` from `owner` to `target` at `now`; returns what the
+/// target did at once (its store requests are not answered).
+fn deliver(
+    h: &mut Harness,
+    owner: u64,
+    target: u64,
+    now: u64,
+    transfer: RouterTransfer,
+) -> Vec<Effect> {
+    h.core(target)
+        .on_router_transfer(now, NodeId(owner), transfer);
+    h.core(target).drain_effects().collect()
+}
+
+#[test]
+fn a_second_transfer_of_a_key_is_refused_while_one_is_queued_or_under_way() {
+    let mut h = Harness::new(2, Persist::OnWrite);
+    let owner = claim_on_default(&mut h, 2);
+    let target = 3 - owner;
+    // Queued behind a held increment's save: a second one would overwrite
+    // the first's target.
+    h.request(owner, OP_ADD, add(1));
+    h.core(owner)
+        .transfer(0, KEY, NodeId(target), true)
+        .expect("transfer queued");
+    assert_eq!(
+        h.core(owner).transfer(0, KEY, NodeId(target), true),
+        Err(TransferError::InProgress)
+    );
+    // Under way (its removal write in flight, the copy still writable): a
+    // second one would queue a handoff of an object already leaving.
+    let (token, save) = only_save(flush(&mut h, owner));
+    let reply = answer(&mut h.table, save);
+    h.core(owner).on_store_reply(0, token, reply);
+    let (_, removal) = only_save(h.core(owner).drain_effects().collect());
+    let StoreOp::Write(write) = &removal else {
+        panic!("the removal write, got {removal:?}");
+    };
+    assert_eq!(write.owner_node, NodeId(target));
+    assert_eq!(
+        h.core(owner).transfer(1, KEY, NodeId(target), true),
+        Err(TransferError::InProgress)
+    );
+}
+
+#[test]
+fn a_target_shutting_down_refuses_a_transfer_and_keeps_no_entry_for_it() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target, transfer) = notification(&mut h, false);
+    h.core(target).shutdown(0, 1_000);
+    h.core(target).drain_effects().for_each(drop);
+    let effects = deliver(&mut h, owner, target, 1, transfer);
+    assert_eq!(acks(&effects), vec![(NodeId(owner), false)]);
+    assert_eq!(store_ops(&effects), 0, "{effects:?}");
+    // A refused key takes no room in a core that is going away.
+    assert_eq!(h.core(target).entries().count(), 0);
+}
+
+#[test]
+fn a_target_shutting_down_refuses_a_transfer_of_a_route_it_caches() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target, transfer) = notification(&mut h, true);
+    h.core(target).shutdown(0, 1_000);
+    h.core(target).drain_effects().for_each(drop);
+    // Shutdown alone refuses: the route is older than the notification,
+    // no IO runs and the lease holds.
+    let effects = deliver(&mut h, owner, target, 1, transfer);
+    assert_eq!(acks(&effects), vec![(NodeId(owner), false)]);
+    assert_eq!(store_ops(&effects), 0, "{effects:?}");
+    let view = h.core(target).entries().next().expect("the cached route");
+    assert!(!view.writable);
+    assert_eq!(view.route_version, RouteVersion(1));
+}
+
+#[test]
+fn a_target_past_its_lease_refuses_a_transfer_and_writes_nothing() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target, transfer) = notification(&mut h, false);
+    h.core(target).extend_lease(0, 100);
+    h.core(target).drain_effects().for_each(drop);
+    // The lease ran out: the target may have been declared down, so it
+    // confirms nothing (the record stays claimable by anyone).
+    let effects = deliver(&mut h, owner, target, 100, transfer);
+    assert!(h.core(target).is_fenced());
+    assert_eq!(acks(&effects), vec![(NodeId(owner), false)]);
+    assert_eq!(store_ops(&effects), 0, "{effects:?}");
+}
+
+#[test]
+fn a_target_knowing_a_newer_route_refuses_the_transfer() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target, transfer) = notification(&mut h, true);
+    // The target has heard of route version 3 meanwhile: the handoff of
+    // version 2 is stale and confirming it would move the route back.
+    h.core(target)
+        .on_router_update_sync(0, KEY, NodeId(owner), 1, RouteVersion(3));
+    let effects = deliver(&mut h, owner, target, 1, transfer);
+    assert_eq!(acks(&effects), vec![(NodeId(owner), false)]);
+    assert_eq!(store_ops(&effects), 0, "{effects:?}");
+    let view = h.core(target).entries().next().expect("the cached route");
+    assert_eq!(
+        (view.owner_node, view.route_version, view.writable),
+        (NodeId(owner), RouteVersion(3), false)
+    );
+}
+
+#[test]
+fn a_target_busy_with_the_key_refuses_the_transfer_and_claims_it_on_its_read() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target, transfer) = notification(&mut h, false);
+    // A request's read of the route is in flight on the target: one IO per
+    // object at a time, so the confirmation cannot start.
+    let get = h.request(target, OP_GET, Vec::new());
+    let read: Vec<Effect> = h.core(target).drain_effects().collect();
+    assert_eq!(store_ops(&read), 1);
+    let effects = deliver(&mut h, owner, target, 1, transfer);
+    assert_eq!(acks(&effects), vec![(NodeId(owner), false)]);
+    assert_eq!(store_ops(&effects), 0, "{effects:?}");
+    // Nothing is lost: the record already names the target, which claims
+    // it by CAS once the read returns, with the state the owner shipped.
+    for effect in read {
+        if let Effect::Store { token, op } = effect {
+            let reply = answer(&mut h.table, op);
+            h.core(target).on_store_reply(2, token, reply);
+        }
+    }
+    let effects = settle_at(&mut h, target, 2);
+    assert_eq!(replies(&effects), vec![(get, Ok(add(5)))]);
+    assert!(h.core(target).entries().next().expect("entry").writable);
+}
+
+#[test]
+fn a_full_target_refuses_a_transfer_of_a_key_it_does_not_hold() {
+    let bounded = RouterConfig {
+        entries_per_core_max: 1,
+        ..config()
+    };
+    let mut core = RouterCore::new(NodeId(2), bounded, 2, 0);
+    core.register(Box::new(CounterType {
+        persist: Persist::Interval,
+    }));
+    core.on_node_up(NodeId(1), 1);
+    core.drain_effects().for_each(drop);
+    let mut h = Harness {
+        table: MemoryTable::default(),
+        cores: [(2, core)].into_iter().collect(),
+        next_seq: 0,
+    };
+    // One key fills the core.
+    let other = ObjectKey::new(COUNTER_TYPE_ID, 0, 43);
+    let request = Request {
+        id: RequestId {
+            origin_node: NodeId(2),
+            seq: 1,
+        },
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(2)
+        .on_request(0, RouterHead::local(other, NodeId(2)), request);
+    h.settle(2, 0);
+    assert_eq!(h.core(2).entries().count(), 1);
+    let transfer = RouterTransfer {
+        key: KEY,
+        transfer_id: 1,
+        owner_incarnation: 1,
+        route_version: RouteVersion(2),
+        cas_version: CasVersion(2),
+        save_timepoint_ms: 0,
+        state: add(5),
+    };
+    let effects = deliver(&mut h, 1, 2, 1, transfer);
+    assert_eq!(acks(&effects), vec![(NodeId(1), false)]);
+    assert_eq!(store_ops(&effects), 0, "{effects:?}");
+    assert_eq!(h.core(2).entries().count(), 1, "the bound holds");
+}
+
+#[test]
+fn a_duplicate_notification_is_acked_again_and_a_newer_unknown_one_refused() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target, transfer) = notification(&mut h, false);
+    h.core(target)
+        .on_router_transfer(0, NodeId(owner), transfer.clone());
+    let effects = h.settle(target, 0);
+    assert_eq!(acks(&effects), vec![(NodeId(owner), true)]);
+    // The first ack was lost and the owner asks again: the handoff is
+    // confirmed already, so the answer is yes and nothing is written.
+    let effects = deliver(&mut h, owner, target, 1, transfer.clone());
+    assert_eq!(acks(&effects), vec![(NodeId(owner), true)]);
+    assert_eq!(store_ops(&effects), 0, "{effects:?}");
+    // A handoff of a route newer than the one confirmed here is not this
+    // copy's: refused.
+    let newer = RouterTransfer {
+        route_version: RouteVersion(3),
+        ..transfer
+    };
+    let effects = deliver(&mut h, owner, target, 2, newer);
+    assert_eq!(acks(&effects), vec![(NodeId(owner), false)]);
+    assert_eq!(store_ops(&effects), 0, "{effects:?}");
+    assert!(h.core(target).entries().next().expect("entry").writable);
+}
