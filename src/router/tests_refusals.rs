@@ -258,3 +258,152 @@ fn a_duplicate_notification_is_acked_again_and_a_newer_unknown_one_refused() {
     assert_eq!(store_ops(&effects), 0, "{effects:?}");
     assert!(h.core(target).entries().next().expect("entry").writable);
 }
+
+#[test]
+fn a_request_one_hop_short_of_the_bound_is_still_forwarded_and_counted() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let other = 3 - owner;
+    // It left `other` once already, and comes back over a stale route.
+    let head = RouterHead {
+        key: KEY,
+        route_version: RouteVersion(1),
+        source_node: NodeId(other),
+        transfer_ttl: config().forward_hops_max - 1,
+    };
+    let id = RequestId {
+        origin_node: NodeId(other),
+        seq: 77,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(other).on_request(0, head, request);
+    let effects = h.settle(other, 0);
+    assert!(replies(&effects).is_empty(), "{effects:?}");
+    let sent = routed(&effects);
+    assert_eq!(sent.len(), 1, "{effects:?}");
+    assert_eq!(
+        (sent[0].0, sent[0].1.transfer_ttl, sent[0].2),
+        (NodeId(owner), config().forward_hops_max, id)
+    );
+    assert_eq!(h.core(other).counters().transfer_ttl_exceeded_total, 0);
+    // A request back at its source after a hop is a forward, not a send:
+    // forwards are what a stale route costs.
+    assert_eq!(h.core(other).counters().forwards_total, 1);
+    assert_eq!(h.core(other).counters().sends_total, 0);
+}
+
+#[test]
+fn a_local_request_sent_to_its_owner_counts_as_a_send() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let other = 3 - owner;
+    h.request(other, OP_GET, Vec::new());
+    assert_eq!(routed(&h.settle(other, 0)).len(), 1);
+    assert_eq!(h.core(other).counters().sends_total, 1);
+    assert_eq!(h.core(other).counters().forwards_total, 0);
+}
+
+#[test]
+fn a_forwarder_whose_route_is_no_newer_than_the_request_sends_no_sync() {
+    let mut h = Harness::new(3, Persist::Interval);
+    let owner = claim_on_default(&mut h, 3);
+    let forwarder = if owner == 1 { 2 } else { 1 };
+    let source = 6 - owner - forwarder;
+    let head = RouterHead {
+        key: KEY,
+        route_version: RouteVersion(1),
+        source_node: NodeId(source),
+        transfer_ttl: 1,
+    };
+    let id = RequestId {
+        origin_node: NodeId(source),
+        seq: 77,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(forwarder).on_request(0, head, request);
+    let effects = h.settle(forwarder, 0);
+    assert_eq!(routed(&effects).len(), 1, "{effects:?}");
+    // The source already knows route version 1: a sync would be noise on
+    // the link for every forwarded request.
+    assert!(
+        !effects.iter().any(|effect| matches!(
+            effect,
+            Effect::SendToNode {
+                message: NodeMessage::RouterUpdateSync { .. },
+                ..
+            }
+        )),
+        "{effects:?}"
+    );
+    assert_eq!(h.core(forwarder).counters().update_syncs_sent_total, 0);
+}
+
+/// Like `settle_at`, but fails instead of spinning when the core still asks
+/// the store after `rounds_max` rounds of answers.
+fn settle_within(h: &mut Harness, node: u64, now: u64, rounds_max: usize) -> Vec<Effect> {
+    let mut all = Vec::new();
+    for _ in 0..rounds_max {
+        let batch: Vec<Effect> = h.core(node).drain_effects().collect();
+        if batch.is_empty() {
+            return all;
+        }
+        for effect in batch {
+            match effect {
+                Effect::Store { token, op } => {
+                    let reply = answer(&mut h.table, op);
+                    h.core(node).on_store_reply(now, token, reply);
+                }
+                Effect::FlushSavesAfterBatch => h.core(node).on_flush(now),
+                effect => all.push(effect),
+            }
+        }
+    }
+    panic!("node {node} still asks the store after {rounds_max} rounds: {all:?}");
+}
+
+#[test]
+fn a_route_that_never_catches_up_ends_in_unavailable_within_the_repair_bound() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let other = 3 - owner;
+    // Route version 100 is nowhere in the store: each re-read finds an
+    // older route, and only the repair bound ends the loop.
+    let head = RouterHead {
+        key: KEY,
+        route_version: RouteVersion(100),
+        source_node: NodeId(owner),
+        transfer_ttl: 1,
+    };
+    let id = RequestId {
+        origin_node: NodeId(owner),
+        seq: 77,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    h.core(other).on_request(1, head, request);
+    let rounds_max = 2 * usize::from(REPAIR_ATTEMPTS_MAX) + 2;
+    let effects = settle_within(&mut h, other, 1, rounds_max);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert!(routed(&effects).is_empty(), "{effects:?}");
+    assert_eq!(
+        h.core(other).counters().pulls_total,
+        u64::from(REPAIR_ATTEMPTS_MAX)
+    );
+}
