@@ -407,3 +407,177 @@ fn a_route_that_never_catches_up_ends_in_unavailable_within_the_repair_bound() {
         u64::from(REPAIR_ATTEMPTS_MAX)
     );
 }
+
+/// One core of node 1, alone, with `config`, and one OP_GET for KEY whose
+/// first load is the next effect.
+fn lone_core_with_a_get(config: RouterConfig) -> (RouterCore, RequestId) {
+    let mut core = RouterCore::new(NodeId(1), config, 1, 0);
+    core.register(Box::new(CounterType {
+        persist: Persist::Interval,
+    }));
+    core.drain_effects().for_each(drop);
+    let id = RequestId {
+        origin_node: NodeId(1),
+        seq: 1,
+    };
+    let request = Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    };
+    core.on_request(0, RouterHead::local(KEY, NodeId(1)), request);
+    (core, id)
+}
+
+/// The token of the one load among `effects`.
+fn only_load(effects: &[Effect]) -> StoreToken {
+    let loads: Vec<StoreToken> = effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Store {
+                token,
+                op: StoreOp::Load(_),
+            } => Some(*token),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(loads.len(), 1, "one load: {effects:?}");
+    loads[0]
+}
+
+#[test]
+fn an_object_pull_retries_within_the_object_retry_interval() {
+    // The two bounds far apart, so the one used shows in the timer.
+    let retries = RouterConfig {
+        cache_retry_interval_ms: 1_000,
+        object_retry_interval_ms: 1,
+        ..config()
+    };
+    let (mut core, id) = lone_core_with_a_get(retries);
+    let mut table = MemoryTable::default();
+    // The route read finds no record: node 1 is the default, and reads the
+    // object to claim it.
+    let effects: Vec<Effect> = core.drain_effects().collect();
+    core.on_store_reply(0, only_load(&effects), StoreReply::Loaded(None));
+    let effects: Vec<Effect> = core.drain_effects().collect();
+    let token = only_load(&effects);
+    core.on_store_reply(10, token, StoreReply::Failed(StoreFailure::Busy));
+    let effects: Vec<Effect> = core.drain_effects().collect();
+    let Some(Effect::ArmTimer { at_ms, timer }) = effects.into_iter().next() else {
+        panic!("a retry timer");
+    };
+    assert_eq!(at_ms, 10 + 1, "waits at most object_retry_interval_ms");
+    core.on_timer(at_ms, timer);
+    let effects: Vec<Effect> = core.drain_effects().collect();
+    let reply = StoreReply::Loaded(table.load(KEY));
+    core.on_store_reply(at_ms, only_load(&effects), reply);
+    // The claim, then the answer.
+    let mut answered = Vec::new();
+    loop {
+        let effects: Vec<Effect> = core.drain_effects().collect();
+        if effects.is_empty() {
+            break;
+        }
+        for effect in effects {
+            match effect {
+                Effect::Store { token, op } => {
+                    let reply = answer(&mut table, op);
+                    core.on_store_reply(at_ms, token, reply);
+                }
+                other => answered.push(other),
+            }
+        }
+    }
+    assert_eq!(replies(&answered), vec![(id, Ok(add(0)))]);
+    let counters = core.counters();
+    // The route read, the object read and its retry.
+    assert_eq!(counters.pulls_total, 3);
+    assert_eq!(counters.claims_total, 1);
+    // A first claim takes over from no one.
+    assert_eq!(counters.dead_owner_claims_total, 0);
+}
+
+#[test]
+fn a_node_whose_lease_ran_out_during_its_read_does_not_claim() {
+    let (mut core, id) = lone_core_with_a_get(config());
+    core.extend_lease(0, 100);
+    let effects: Vec<Effect> = core.drain_effects().collect();
+    core.on_store_reply(0, only_load(&effects), StoreReply::Loaded(None));
+    let effects: Vec<Effect> = core.drain_effects().collect();
+    let token = only_load(&effects);
+    // The object read returns after the lease: the node may have been
+    // declared down and the key claimed elsewhere, so it writes nothing.
+    core.on_store_reply(100, token, StoreReply::Loaded(None));
+    assert!(core.is_fenced());
+    let effects: Vec<Effect> = core.drain_effects().collect();
+    assert_eq!(store_ops(&effects), 0, "{effects:?}");
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert_eq!(core.counters().claims_total, 0);
+}
+
+#[test]
+fn a_claim_that_lost_its_race_adopts_the_winners_route_and_forwards_at_once() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let default = default_of(2);
+    let winner = 3 - default;
+    let id = h.request(default, OP_GET, Vec::new());
+    // The route read and the object read both find no record.
+    for _ in 0..2 {
+        let effects: Vec<Effect> = h.core(default).drain_effects().collect();
+        let token = only_load(&effects);
+        h.core(default)
+            .on_store_reply(0, token, StoreReply::Loaded(None));
+    }
+    let (token, claim) = only_save(h.core(default).drain_effects().collect());
+    // The other node claimed first (it saw another membership).
+    let won = crate::store::RecordWrite {
+        key: KEY,
+        condition: crate::store::WriteCondition::Absent,
+        owner_node: NodeId(winner),
+        owner_incarnation: 1,
+        route_version: RouteVersion(1),
+        save_timepoint_ms: 0,
+        state: add(3),
+    };
+    assert!(matches!(h.table.write(&won), WriteOutcome::Applied(_)));
+    let reply = answer(&mut h.table, claim);
+    assert!(matches!(
+        reply,
+        StoreReply::Written(WriteOutcome::Conflict(Some(_)))
+    ));
+    h.core(default).on_store_reply(0, token, reply);
+    let effects = settle_at(&mut h, default, 0);
+    // The conflict carried the winner's record: the request goes there with
+    // its route version, and no third read is needed.
+    let sent = routed(&effects);
+    assert_eq!(sent.len(), 1, "{effects:?}");
+    assert_eq!(
+        (sent[0].0, sent[0].1.route_version, sent[0].2),
+        (NodeId(winner), RouteVersion(1), id)
+    );
+    assert_eq!(h.core(default).counters().pulls_total, 2);
+    assert_eq!(h.core(default).counters().cas_conflicts_total, 1);
+    assert_eq!(h.core(default).counters().claims_total, 0);
+}
+
+#[test]
+fn a_claim_whose_record_vanished_is_counted_and_read_again() {
+    let mut h = Harness::new(1, Persist::Interval);
+    let id = h.request(1, OP_GET, Vec::new());
+    for _ in 0..2 {
+        let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+        let token = only_load(&effects);
+        h.core(1).on_store_reply(0, token, StoreReply::Loaded(None));
+    }
+    let (token, _) = only_save(h.core(1).drain_effects().collect());
+    // A conflict without the current record says nothing of the route: it
+    // is read again (the record is still absent, so it is claimed anew).
+    let conflict = StoreReply::Written(WriteOutcome::Conflict(None));
+    h.core(1).on_store_reply(0, token, conflict);
+    assert_eq!(h.core(1).counters().cas_conflicts_total, 1);
+    let effects = settle_at(&mut h, 1, 0);
+    assert_eq!(replies(&effects), vec![(id, Ok(add(0)))]);
+    assert_eq!(h.core(1).counters().pulls_total, 4);
+}
