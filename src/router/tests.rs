@@ -480,6 +480,7 @@ fn on_write_save_indeterminate_is_not_acknowledged_and_drops_the_copy() {
     let effects = h.settle(1, 0);
     assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
     assert!(!h.core(1).entries().next().expect("entry").writable);
+    assert_eq!(h.core(1).counters().store_indeterminate_total, 1);
     // The next access re-reads the durable state (5, the write was lost).
     let get = h.request(1, OP_GET, Vec::new());
     assert_eq!(replies(&h.settle(1, 0)), vec![(get, Ok(add(5)))]);
@@ -1186,3 +1187,6 @@ fn a_request_naming_a_newer_route_than_the_store_is_repaired_three_times_at_most
 
 #[path = "drain_tests.rs"]
 mod drain_tests;
+
+#[path = "tests_refusals.rs"]
+mod refusals;
