@@ -71,11 +71,12 @@ start_node() {
 
 # Waits until every node sees all three members up (and links them).
 wait_cluster_up() {
+  local node
   for _ in $(seq 1 200); do
     local ready=0
-    for id in "${NODES[@]}"; do
+    for node in "${NODES[@]}"; do
       local up
-      up=$(curl -s "http://$(admin_of "$id")/cluster" | grep -o '"state":"up"' | wc -l || true)
+      up=$(curl -s "http://$(admin_of "$node")/cluster" | grep -o '"state":"up"' | wc -l || true)
       [ "$up" -ge 4 ] && ready=$((ready + 1))
     done
     [ "$ready" = 3 ] && return 0
