@@ -581,3 +581,41 @@ fn a_claim_whose_record_vanished_is_counted_and_read_again() {
     assert_eq!(replies(&effects), vec![(id, Ok(add(0)))]);
     assert_eq!(h.core(1).counters().pulls_total, 4);
 }
+
+#[test]
+fn an_ack_of_another_transfer_leaves_the_handoff_waiting() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target) = transfer_in_flight(&mut h);
+    drain_after(&mut h, owner, target, |core, id| {
+        // A late ack of an earlier handoff of this key must not end this
+        // one: its queued requests stay queued until their own ack.
+        core.on_transfer_ack(1, KEY, id + 1, true);
+        assert_eq!(core.gauges().2, 3, "the queue waits for its own ack");
+        core.on_transfer_ack(1, KEY, id, false)
+    });
+}
+
+#[test]
+fn a_transfer_that_needs_no_notification_sends_none() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let target = 3 - owner;
+    h.core(owner)
+        .transfer(0, KEY, NodeId(target), false)
+        .expect("transfer starts");
+    let effects = h.settle(owner, 0);
+    assert!(
+        !effects.iter().any(|effect| matches!(
+            effect,
+            Effect::SendToNode {
+                message: NodeMessage::RouterTransfer(_),
+                ..
+            }
+        )),
+        "{effects:?}"
+    );
+    assert_eq!(
+        h.table.load(KEY).map(|record| record.owner_node),
+        Some(NodeId(target))
+    );
+}
