@@ -357,13 +357,28 @@ impl RouterDriver {
         now: Instant,
     ) -> Result<(), ErrorCode> {
         let now_ms = clock::ms_at(now);
+        let request = self.client_side_request(now_ms, op, body, client, route)?;
+        self.submit_at(now_ms, RouterHead::local(key, self.0.node), request);
+        Ok(())
+    }
+
+    /// A request whose answer goes back to a session of this core through
+    /// `route`; OVERLOADED when the core has `REPLY_ROUTES_MAX` waiting.
+    fn client_side_request(
+        &self,
+        now_ms: u64,
+        op: u32,
+        body: Vec<u8>,
+        client: ClientRef,
+        route: ReplyRoute,
+    ) -> Result<Request, ErrorCode> {
         let seq = {
             let mut replies = self.0.replies.borrow_mut();
             replies.expire(now_ms);
             replies.insert(route, now_ms + self.0.request_timeout_ms)
         };
         let seq = seq.ok_or(ErrorCode::Overloaded)?;
-        let request = Request {
+        Ok(Request {
             id: RequestId {
                 origin_node: self.0.node,
                 seq,
@@ -372,9 +387,7 @@ impl RouterDriver {
             body,
             client: Some(client),
             needs_reply: true,
-        };
-        self.submit_at(now_ms, RouterHead::local(key, self.0.node), request);
-        Ok(())
+        })
     }
 
     /// A client request of a session of this core for the stateless
@@ -391,23 +404,8 @@ impl RouterDriver {
         now: Instant,
     ) -> Result<(), ErrorCode> {
         let now_ms = clock::ms_at(now);
-        let seq = {
-            let mut replies = self.0.replies.borrow_mut();
-            replies.expire(now_ms);
-            replies.insert(route, now_ms + self.0.request_timeout_ms)
-        };
-        let seq = seq.ok_or(ErrorCode::Overloaded)?;
         let (op, body) = request;
-        let request = Request {
-            id: RequestId {
-                origin_node: self.0.node,
-                seq,
-            },
-            op,
-            body,
-            client: Some(client),
-            needs_reply: true,
-        };
+        let request = self.client_side_request(now_ms, op, body, client, route)?;
         self.enqueue(Input::Service {
             now_ms,
             node,
