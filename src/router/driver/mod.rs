@@ -19,7 +19,9 @@
 pub mod clock;
 mod forwarded;
 pub(crate) mod frames;
+mod ports;
 mod replies;
+mod store_ops;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -38,16 +40,18 @@ use self::frames::{
     decode_node_message, decode_reply, decode_request, encode_node_message, encode_reply,
     encode_request,
 };
+pub use self::ports::{ClientSide, Destination, FrameSource, LinkRefusal, NoLinks, NodeLinks};
 pub use self::replies::{ReplyRoute, REPLY_ROUTES_MAX};
 use self::replies::{ReplyRoutes, RouteKind};
+use self::store_ops::perform_store_op;
 use super::object::answer_event;
 use super::types::{
-    ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
-    StoreFailure, StoreOp, StoreReply, StoreToken, Timer, TransferDone,
+    ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead, StoreOp,
+    StoreReply, StoreToken, Timer, TransferDone,
 };
 use super::{DrainProgress, RouterCore, TransferError};
 use crate::metrics::{CoreMetrics, RouterStats};
-use crate::store::{LoadError, MemberState, NodeId, Store, WriteError, WriteOutcome};
+use crate::store::{MemberState, NodeId, Store};
 
 /// How often the router gauges (objects, caches, queued requests) are
 /// recomputed for `/metrics`. Counting them walks every entry of the core,
@@ -72,71 +76,6 @@ pub const CALLS_MAX: usize = 1 << 16;
 struct CallRoute {
     caller: ObjectKey,
     tag: u64,
-}
-
-/// Where answers, pushes and kicks for this node's client sessions go.
-/// The services implement it over the gateway.
-pub trait ClientSide {
-    /// The one answer to a client request this core submitted.
-    fn answer(&self, route: ReplyRoute, outcome: Outcome);
-    /// A server-to-client PUSH for a session of this node (any core).
-    fn push(&self, client: ClientRef, route_id: u32, body: &[u8]);
-    /// Closes a session of this node (any core) in the kick order.
-    fn kick(&self, client: ClientRef);
-}
-
-/// Where a message goes on another node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Destination {
-    /// The core that owns this key there (`shard_of` over its cores).
-    Object(ObjectKey),
-    /// That core.
-    Core(usize),
-}
-
-/// Why a link did not take a message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinkRefusal {
-    /// The link's bounded send queue is full.
-    Full,
-    /// The link is down (connecting after a failure, or backing off).
-    Down,
-    /// Membership knows no such node (or its cores).
-    UnknownNode,
-}
-
-impl LinkRefusal {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LinkRefusal::Full => "queue_full",
-            LinkRefusal::Down => "link_down",
-            LinkRefusal::UnknownNode => "unknown_node",
-        }
-    }
-}
-
-/// How the driver reaches other nodes; the cluster implements it. A send
-/// never waits: the message is queued or refused at once.
-pub trait NodeLinks {
-    fn send(&self, node: NodeId, to: Destination, message: &Message) -> Result<(), LinkRefusal>;
-}
-
-/// Links of a node that has none: every message is refused.
-pub struct NoLinks;
-
-impl NodeLinks for NoLinks {
-    fn send(&self, _node: NodeId, _to: Destination, _message: &Message) -> Result<(), LinkRefusal> {
-        Err(LinkRefusal::UnknownNode)
-    }
-}
-
-/// Where a frame came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FrameSource {
-    /// Another core of this node.
-    Core,
-    /// A link from another node.
-    Node(NodeId),
 }
 
 /// What a driver needs from the node.
@@ -1013,71 +952,5 @@ async fn run(driver: RouterDriver) {
         if !driver.0.inputs.borrow().is_empty() {
             shards::yield_now().await;
         }
-    }
-}
-
-/// Starts `op` at once (a full store queue answers at once) and returns its
-/// reply's future.
-fn perform_store_op(
-    store: Store,
-    op: StoreOp,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = StoreReply>>> {
-    match op {
-        StoreOp::Load(key) => {
-            let load = store.load(key);
-            Box::pin(async move {
-                match load.await {
-                    Ok(record) => StoreReply::Loaded(record),
-                    Err(LoadError::Overloaded) => StoreReply::Failed(StoreFailure::Busy),
-                    Err(_) => StoreReply::Failed(StoreFailure::Failed),
-                }
-            })
-        }
-        StoreOp::Write(mut write) => {
-            write.save_timepoint_ms = unix_now_ms();
-            let written = store.write(write);
-            Box::pin(async move {
-                match written.await {
-                    Ok(outcome) => StoreReply::Written(outcome),
-                    Err(error) => StoreReply::Failed(write_failure(&error)),
-                }
-            })
-        }
-        StoreOp::WriteBatch(mut writes) => {
-            let now = unix_now_ms();
-            for write in &mut writes {
-                write.save_timepoint_ms = now;
-            }
-            let len = writes.len();
-            let written = store.write_batch(writes);
-            Box::pin(async move {
-                match written.await {
-                    Ok(outcomes) if outcomes.len() == len => StoreReply::WrittenBatch(outcomes),
-                    // A short answer is a backend fault; the safe reading of
-                    // every write in it is "unknown".
-                    Ok(_) => StoreReply::WrittenBatch(vec![WriteOutcome::Indeterminate; len]),
-                    Err(error) => StoreReply::Failed(write_failure(&error)),
-                }
-            })
-        }
-    }
-}
-
-/// The record's save time is for operators reading the store (`GET
-/// /objects/...`): wall-clock unix milliseconds, stamped here because the
-/// state machine runs on its monotonic clock. No node decides anything by
-/// it: two nodes' wall clocks may disagree.
-fn unix_now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as u64)
-}
-
-/// Every `WriteError` means the write did not happen (a write that may
-/// have happened is `WriteOutcome::Indeterminate`), so the router may retry.
-fn write_failure(error: &WriteError) -> StoreFailure {
-    match error {
-        WriteError::Overloaded => StoreFailure::Busy,
-        _ => StoreFailure::Failed,
     }
 }
