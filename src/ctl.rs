@@ -270,6 +270,13 @@ pub fn drain(args: &DrainArgs) -> Result<(), Failed> {
     if args.no_wait {
         return Ok(());
     }
+    // Who else can tell, once the node is gone, whether it left: a node with
+    // nothing to move may finish and exit before the first poll.
+    let witnesses = client::call(&args.admin, "GET", "/cluster", PEER_TIMEOUT)
+        .ok()
+        .and_then(|answer| answer.json())
+        .map(|cluster| witnesses(&cluster))
+        .unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
     let mut last = body;
     let mut last_line = String::new();
@@ -280,8 +287,8 @@ pub fn drain(args: &DrainArgs) -> Result<(), Failed> {
             .and_then(|answer| answer.json());
         let Some(status) = polled else {
             // The endpoint went away with the process: fine once every
-            // core had finished.
-            return if drain_finished(&last) {
+            // core had finished, or once the membership table says `left`.
+            return if drain_finished(&last) || left_per_witnesses(&witnesses) {
                 println!("drained: the node left the cluster and stopped");
                 Ok(())
             } else {
@@ -305,6 +312,49 @@ pub fn drain(args: &DrainArgs) -> Result<(), Failed> {
             });
         }
     }
+}
+
+/// The node's id and the admin endpoints of the other members, from its
+/// `GET /cluster`.
+fn witnesses(cluster: &Value) -> (u64, Vec<String>) {
+    let me = cluster["node_id"].as_u64().unwrap_or(0);
+    let admins = cluster["members"]
+        .as_array()
+        .map(|members| {
+            members
+                .iter()
+                .filter(|member| member["node_id"].as_u64() != Some(me))
+                .filter_map(|member| member["admin"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    (me, admins)
+}
+
+/// Whether any other member's view of the membership table has the node
+/// `left` (written by the node itself as the drain's last step).
+fn left_per_witnesses((me, admins): &(u64, Vec<String>)) -> bool {
+    let deadline = Instant::now() + PEER_TIMEOUT * 2;
+    while Instant::now() < deadline {
+        for admin in admins {
+            let view = client::call(admin, "GET", "/cluster", PEER_TIMEOUT)
+                .ok()
+                .and_then(|answer| answer.json());
+            let left = view.as_ref().and_then(|view| {
+                view["members"]
+                    .as_array()?
+                    .iter()
+                    .find(|member| member["node_id"].as_u64() == Some(*me))
+                    .map(|member| member["state"] == "left")
+            });
+            if left == Some(true) {
+                return true;
+            }
+        }
+        // A peer reads the table every heartbeat interval: ask again.
+        std::thread::sleep(DRAIN_POLL);
+    }
+    false
 }
 
 fn drain_finished(status: &Value) -> bool {
