@@ -1,6 +1,8 @@
 //! [`NodeBuilder`]: the one place a node's object types and services are
 //! registered, built-in or yours.
 
+use std::net::SocketAddr;
+
 use crate::config::Config;
 use crate::node::{Node, NodeError};
 use crate::object::{ObjectType, Registry, RegistryError, Service};
@@ -119,4 +121,15 @@ impl NodeBuilder {
         tracing::info!("routerd stopped");
         Ok(())
     }
+}
+
+/// The gateway and admin addresses of the `routerd serving` log line that
+/// [`NodeBuilder::serve`] writes once every core serves, for a program that
+/// starts a node on port 0 and reads where it listens from its log.
+pub fn serving_addresses(line: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let field = |name: &str| {
+        let rest = line.split(name).nth(1)?;
+        rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
+    };
+    Some((field("gateway=")?, field("admin=")?))
 }

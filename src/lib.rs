@@ -28,4 +28,4 @@ pub mod router;
 pub mod services;
 pub mod store;
 
-pub use builder::NodeBuilder;
+pub use builder::{serving_addresses, NodeBuilder};

@@ -297,12 +297,8 @@ impl ServeProcess {
                 if echo {
                     eprintln!("[{pid}] {line}");
                 }
-                let field = |name: &str| {
-                    let rest = line.split(name).nth(1)?;
-                    rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
-                };
-                if let (Some(gateway), Some(admin)) = (field("gateway="), field("admin=")) {
-                    let _ = tx.send((gateway, admin));
+                if let Some(addresses) = routerd::serving_addresses(&line) {
+                    let _ = tx.send(addresses);
                 }
             }
         });

@@ -57,12 +57,8 @@ fn start(routerd: &str, dir: &std::path::Path, id: u64) -> Node {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let field = |name: &str| {
-                let rest = line.split(name).nth(1)?;
-                rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
-            };
-            if let (Some(gateway), Some(admin)) = (field("gateway="), field("admin=")) {
-                let _ = tx.send((gateway, admin));
+            if let Some(addresses) = routerd::serving_addresses(&line) {
+                let _ = tx.send(addresses);
             }
         }
     });

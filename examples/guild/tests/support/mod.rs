@@ -91,13 +91,8 @@ impl GuildNode {
                 if echo {
                     eprintln!("[{pid}] {line}");
                 }
-                let field = |name: &str| {
-                    let rest = line.split(name).nth(1)?;
-                    rest.split_whitespace().next()?.parse::<SocketAddr>().ok()
-                };
-                // routerd logs both addresses on one line once it serves.
-                if let (Some(gateway), Some(admin)) = (field("gateway="), field("admin=")) {
-                    let _ = tx.send((gateway, admin));
+                if let Some(addresses) = routerd::serving_addresses(&line) {
+                    let _ = tx.send(addresses);
                 }
             }
         });
