@@ -295,6 +295,83 @@ fn batch_save(fixture: &Fixture) {
     );
 }
 
+/// Writers on two handles advance shared keys by CAS in batches that name
+/// the keys in opposite orders: every write is answered (no deadlock, no
+/// error), an applied write moved its key by exactly one version, a refusal
+/// shows a newer record, and each key ends at one version per applied
+/// write.
+fn contended_cas_batches_apply_each_write_once(fixture: &Fixture) {
+    const WRITERS: usize = 8;
+    const KEYS: u64 = 6;
+    const ROUNDS: usize = 40;
+    const PER_BATCH: u64 = 3;
+    let stores: Vec<Store> = (0..2).map(|_| (fixture.open)()).collect();
+    let keys: Vec<ObjectKey> = (0..KEYS).map(|id| fixture.key(7, id)).collect();
+    for key in &keys {
+        assert_eq!(
+            block_on(stores[0].write(insert(*key, 1, vec![]))).expect("insert"),
+            WriteOutcome::Applied(CasVersion(1))
+        );
+    }
+    let barrier = Arc::new(Barrier::new(WRITERS));
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let store = stores[writer % stores.len()].clone();
+            let barrier = barrier.clone();
+            let keys = keys.clone();
+            std::thread::spawn(move || {
+                let mut known = vec![1u64; keys.len()];
+                let mut applied = vec![0u64; keys.len()];
+                barrier.wait();
+                for round in 0..ROUNDS {
+                    let start = (writer + round) as u64;
+                    let mut chosen: Vec<usize> = (0..PER_BATCH)
+                        .map(|offset| ((start + offset * 2) % KEYS) as usize)
+                        .collect();
+                    if writer % 2 == 1 {
+                        chosen.reverse();
+                    }
+                    let writes = chosen
+                        .iter()
+                        .map(|&slot| update(keys[slot], known[slot], writer as u64, round as u64))
+                        .collect();
+                    let outcomes = block_on(store.write_batch(writes)).expect("batch answered");
+                    for (&slot, outcome) in chosen.iter().zip(outcomes) {
+                        match outcome {
+                            WriteOutcome::Applied(version) => {
+                                assert_eq!(version, CasVersion(known[slot] + 1));
+                                known[slot] = version.0;
+                                applied[slot] += 1;
+                            }
+                            WriteOutcome::Conflict(Some(record)) => {
+                                assert!(record.cas_version.0 > known[slot], "{record:?}");
+                                known[slot] = record.cas_version.0;
+                            }
+                            other => panic!("writer {writer} round {round}: {other:?}"),
+                        }
+                    }
+                }
+                applied
+            })
+        })
+        .collect();
+    let mut applied = vec![0u64; keys.len()];
+    for thread in threads {
+        for (total, own) in applied
+            .iter_mut()
+            .zip(thread.join().expect("writer thread"))
+        {
+            *total += own;
+        }
+    }
+    for (key, applied) in keys.iter().zip(applied) {
+        let record = block_on(stores[1].load(*key))
+            .expect("load")
+            .expect("record");
+        assert_eq!(record.cas_version, CasVersion(1 + applied), "{key:?}");
+    }
+}
+
 fn member(node: u64, incarnation: u64, heartbeat: u64) -> MemberRow {
     MemberRow {
         node_id: NodeId(node),
@@ -469,6 +546,7 @@ conformance!(
     stale_cas_is_rejected_with_the_current_record,
     route_and_cas_versions_are_distinct,
     batch_save,
+    contended_cas_batches_apply_each_write_once,
     membership_and_incarnations,
     large_state_at_the_maximum,
     written_by_one_read_by_another,

@@ -15,6 +15,7 @@ mod postgres;
 mod postgres_batch;
 pub mod postgres_server;
 mod postgres_sql;
+mod postgres_statements;
 pub mod record;
 mod scylla;
 mod sqlite;

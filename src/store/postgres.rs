@@ -39,8 +39,9 @@ use tokio_postgres::{Client, NoTls};
 use super::api::Store;
 use super::bridge::{Bridge, Op, Request};
 use super::error::{BackendError, OpenError};
-use super::postgres_batch::{self, Statements};
+use super::postgres_batch;
 use super::postgres_sql::{self as sql, describe, POSTGRES_SCHEMA_VERSION};
+use super::postgres_statements::Statements;
 use super::sqlite::GroupCommit;
 use crate::config::StoreConfig;
 

@@ -5,10 +5,18 @@
 //! answer is awaited, so one round trip carries `BEGIN`, every conditional
 //! write, `COMMIT` and the reads. The server runs them in order.
 //!
+//! Statements: consecutive route writes of one kind (inserts of absent
+//! keys, or CAS updates) go as one multi-row statement, a run; a
+//! membership write is a statement of its own. A run of updates is
+//! preceded by a statement that locks its rows in key order.
+//!
 //! Transaction semantics (every write keeps its own condition and outcome):
-//! - Writes run in lock order (membership rows, then routes, by key), so
-//!   two group transactions, of this process or another, never wait for
-//!   each other in a cycle; writes of one key keep their request order.
+//! - Writes run in lock order (membership rows, then routes, by key in the
+//!   order PostgreSQL sorts the key columns), so two group transactions,
+//!   of this process or another, never wait for each other in a cycle;
+//!   writes of one key keep their request order. Runs keep that order:
+//!   each run holds consecutive writes of the sorted list, and a run of
+//!   updates locks its rows sorted before it writes them.
 //! - A refused write must answer the record that refused it. It is read in
 //!   the same transaction right after the refusal, which a pipelined read
 //!   cannot do when a later write of the same batch changes that key; so
@@ -30,59 +38,19 @@
 //! - A batch of one write runs as one autocommit statement (no `BEGIN`):
 //!   the same rules, one statement fewer.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
+use std::ops::Range;
 
-use tokio_postgres::{Client, Row, Statement};
+use tokio_postgres::{Client, Row};
 
 use super::bridge::{Done, Op, Request};
 use super::error::BackendError;
-use super::membership::{self, MemberCondition, MemberOutcome, MemberWrite};
-use super::postgres_sql::{self as sql, int, is_plain_failure, key_values};
-use super::record::{CasVersion, RecordWrite, WriteCondition, WriteOutcome};
-
-/// Every statement of the backend, prepared once per connection.
-pub(crate) struct Statements {
-    insert_route: Statement,
-    update_route: Statement,
-    select_route: Statement,
-    insert_member: Statement,
-    update_member: Statement,
-    select_member: Statement,
-    list_members: Statement,
-}
-
-impl Statements {
-    /// Prepares every statement in one pipelined round trip.
-    pub async fn prepare(client: &Client) -> Result<Statements, tokio_postgres::Error> {
-        let (insert_member, select_member, list_members) = (
-            sql::insert_member_sql(),
-            sql::select_member_sql(),
-            sql::list_members_sql(),
-        );
-        let (insert_route, update_route, select_route, insert_member, update_member) = tokio::try_join!(
-            client.prepare(sql::INSERT_ROUTE),
-            client.prepare(sql::UPDATE_ROUTE),
-            client.prepare(sql::SELECT_ROUTE),
-            client.prepare(&insert_member),
-            client.prepare(sql::UPDATE_MEMBER),
-        )?;
-        let (select_member, list_members) = tokio::try_join!(
-            client.prepare(&select_member),
-            client.prepare(&list_members),
-        )?;
-        Ok(Statements {
-            insert_route,
-            update_route,
-            select_route,
-            insert_member,
-            update_member,
-            select_member,
-            list_members,
-        })
-    }
-}
+use super::membership::{MemberOutcome, MemberWrite};
+use super::postgres_sql::{self as sql, is_plain_failure, key_values};
+use super::postgres_statements::{
+    applied_cas, insert_routes, list_members, lock_routes, pipeline, select_member, select_route,
+    simple, update_routes, write_member, Pending, Reply, RouteColumns, Statements,
+};
+use super::record::{RecordWrite, WriteCondition, WriteOutcome};
 
 /// What a batch answers, one entry per request in order, and whether the
 /// connection must be dropped (its state is unknown).
@@ -91,11 +59,13 @@ pub(crate) struct BatchResult {
     pub connection_suspect: bool,
 }
 
-/// The order in which writes take row locks; `Member` sorts first.
+/// The order in which writes take row locks; `Member` sorts first. A route
+/// key is its column values (`key_values`), which sort as PostgreSQL sorts
+/// them in `LOCK_ROUTES`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum LockKey {
     Member(u64),
-    Route(u32, u32, u64),
+    Route([i64; 3]),
 }
 
 #[derive(Clone, Copy)]
@@ -120,181 +90,16 @@ enum Outcome {
     Member(MemberOutcome),
 }
 
-/// A statement's answer in the pipeline.
-enum Reply {
-    Count(Result<u64, tokio_postgres::Error>),
-    Rows(Result<Vec<Row>, tokio_postgres::Error>),
-    Done(Result<(), tokio_postgres::Error>),
-}
-
-impl Reply {
-    fn error(&self) -> Option<&tokio_postgres::Error> {
-        match self {
-            Reply::Count(Err(error)) | Reply::Rows(Err(error)) | Reply::Done(Err(error)) => {
-                Some(error)
-            }
-            _ => None,
-        }
-    }
-}
-
-type Pending<'a> = Pin<Box<dyn Future<Output = Reply> + Send + 'a>>;
-
-/// Awaits `pending` with each request sent in list order: every future is
-/// polled once, in order, before any is awaited (the driver hands a
-/// request to its connection on the first poll), and then they are awaited
-/// in order, which is the order the server answers in.
-async fn pipeline(mut pending: Vec<Pending<'_>>) -> Vec<Reply> {
-    let mut early: Vec<Option<Reply>> = pending.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        for (future, slot) in pending.iter_mut().zip(early.iter_mut()) {
-            if let Poll::Ready(reply) = future.as_mut().poll(cx) {
-                *slot = Some(reply);
-            }
-        }
-        Poll::Ready(())
-    })
-    .await;
-    let mut replies = Vec::with_capacity(pending.len());
-    for (future, early) in pending.into_iter().zip(early) {
-        replies.push(match early {
-            Some(reply) => reply,
-            None => future.await,
-        });
-    }
-    replies
-}
-
-fn simple<'a>(client: &'a Client, query: &'static str) -> Pending<'a> {
-    Box::pin(async move { Reply::Done(client.batch_execute(query).await) })
-}
-
-fn select_route<'a>(client: &'a Client, st: &'a Statements, key: wire::ObjectKey) -> Pending<'a> {
-    let [type_id, zone_id, object_id] = key_values(key);
-    Box::pin(async move {
-        Reply::Rows(
-            client
-                .query(&st.select_route, &[&type_id, &zone_id, &object_id])
-                .await,
-        )
-    })
-}
-
-fn select_member<'a>(client: &'a Client, st: &'a Statements, node_id: u64) -> Pending<'a> {
-    let node_id = int(node_id);
-    Box::pin(async move { Reply::Rows(client.query(&st.select_member, &[&node_id]).await) })
-}
-
-fn list_members<'a>(client: &'a Client, st: &'a Statements) -> Pending<'a> {
-    Box::pin(async move { Reply::Rows(client.query(&st.list_members, &[]).await) })
-}
-
-fn write_route<'a>(client: &'a Client, st: &'a Statements, write: &'a RecordWrite) -> Pending<'a> {
-    let [type_id, zone_id, object_id] = key_values(write.key);
-    let owner = int(write.owner_node.0);
-    let incarnation = int(write.owner_incarnation);
-    let route_version = int(write.route_version.0);
-    let saved = int(write.save_timepoint_ms);
-    let state = write.state.as_slice();
-    match write.condition {
-        WriteCondition::Absent => Box::pin(async move {
-            Reply::Count(
-                client
-                    .execute(
-                        &st.insert_route,
-                        &[
-                            &type_id,
-                            &zone_id,
-                            &object_id,
-                            &owner,
-                            &incarnation,
-                            &route_version,
-                            &saved,
-                            &state,
-                        ],
-                    )
-                    .await,
-            )
-        }),
-        WriteCondition::CasEquals(expected) => {
-            let next = int(applied_cas(write).0);
-            let expected = int(expected.0);
-            Box::pin(async move {
-                Reply::Count(
-                    client
-                        .execute(
-                            &st.update_route,
-                            &[
-                                &type_id,
-                                &zone_id,
-                                &object_id,
-                                &owner,
-                                &incarnation,
-                                &route_version,
-                                &saved,
-                                &state,
-                                &next,
-                                &expected,
-                            ],
-                        )
-                        .await,
-                )
-            })
-        }
-    }
-}
-
-fn write_member<'a>(client: &'a Client, st: &'a Statements, write: &'a MemberWrite) -> Pending<'a> {
-    let row = &write.row;
-    let node_id = int(row.node_id.0);
-    let incarnation = int(row.incarnation);
-    let state = row.state as i64;
-    let heartbeat = int(row.heartbeat);
-    let cluster = membership::encode_addresses(&row.cluster);
-    let core_count = i64::from(row.core_count);
-    let actors = membership::encode_actors(&row.actors);
-    let next = int(write.next_version().0);
-    let (statement, expected) = match write.condition {
-        MemberCondition::Absent => (&st.insert_member, None),
-        MemberCondition::VersionEquals(expected) => (&st.update_member, Some(int(expected.0))),
-    };
-    Box::pin(async move {
-        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
-            &node_id,
-            &incarnation,
-            &state,
-            &heartbeat,
-            &row.gateway,
-            &row.admin,
-            &cluster,
-            &core_count,
-            &actors,
-            &next,
-        ];
-        if let Some(expected) = &expected {
-            params.push(expected);
-        }
-        Reply::Count(client.execute(statement, &params).await)
-    })
-}
-
-/// The CAS version an applied route write leaves.
-fn applied_cas(write: &RecordWrite) -> CasVersion {
-    match write.condition {
-        WriteCondition::Absent => CasVersion(1),
-        WriteCondition::CasEquals(expected) => CasVersion(expected.0.wrapping_add(1)),
-    }
-}
-
-fn plan(requests: &[Request]) -> Vec<Planned<'_>> {
+/// The writes of a batch's requests (by their ops, in request order),
+/// sorted in lock order.
+fn plan<'r>(ops: impl Iterator<Item = &'r Op>) -> Vec<Planned<'r>> {
     let mut planned = Vec::new();
-    for (request, item) in requests.iter().enumerate() {
-        match &item.op {
+    for (request, op) in ops.enumerate() {
+        match op {
             Op::Write(writes) => {
                 for (index, write) in writes.iter().enumerate() {
-                    let key = write.key;
                     planned.push(Planned {
-                        lock: LockKey::Route(key.type_id, key.zone_id, key.object_id),
+                        lock: LockKey::Route(key_values(write.key)),
                         write: WriteRef::Route(write),
                         request,
                         index,
@@ -349,7 +154,7 @@ enum Commit {
 /// short by that bound is answered by the caller, and its connection
 /// dropped.
 pub(crate) async fn run(client: &Client, st: &Statements, requests: &[Request]) -> BatchResult {
-    let planned = plan(requests);
+    let planned = plan(requests.iter().map(|request| &request.op));
     let reads: Vec<usize> = requests
         .iter()
         .enumerate()
@@ -430,6 +235,64 @@ fn single_route(
     }
 }
 
+/// One statement of a segment's writes.
+enum Step<'p> {
+    /// A membership write and its index in `planned`.
+    Member(usize, &'p MemberWrite),
+    /// Consecutive route writes of one kind: their range in `planned`, and
+    /// their statement's columns (boxed: ten vectors).
+    Routes {
+        update: bool,
+        range: Range<usize>,
+        columns: Box<RouteColumns<'p>>,
+    },
+}
+
+/// Cuts a segment into steps: runs of consecutive route writes of one
+/// kind, and each membership write alone.
+fn steps<'p>(planned: &[Planned<'p>], segment: Range<usize>) -> Vec<Step<'p>> {
+    let mut steps: Vec<Step<'p>> = Vec::new();
+    for index in segment {
+        let write = match planned[index].write {
+            WriteRef::Member(write) => {
+                steps.push(Step::Member(index, write));
+                continue;
+            }
+            WriteRef::Route(write) => write,
+        };
+        let update = matches!(write.condition, WriteCondition::CasEquals(_));
+        match steps.last_mut() {
+            Some(Step::Routes {
+                update: run_update,
+                range,
+                columns,
+            }) if *run_update == update => {
+                range.end = index + 1;
+                columns.push(write);
+            }
+            _ => {
+                let mut columns = Box::<RouteColumns<'p>>::default();
+                columns.push(write);
+                steps.push(Step::Routes {
+                    update,
+                    range: index..index + 1,
+                    columns,
+                });
+            }
+        }
+    }
+    steps
+}
+
+/// What each reply of a segment's pipeline answers.
+enum Role {
+    Begin,
+    Member(usize),
+    Lock,
+    Routes(Range<usize>),
+    Commit,
+}
+
 /// Runs every write segment; returns how the writes ended and, when the
 /// reads rode along with the last segment, their replies.
 async fn run_writes(
@@ -449,18 +312,40 @@ async fn run_writes(
     for (number, segment) in segments.iter().enumerate() {
         let first = number == 0;
         let last = number + 1 == segments.len();
-        let mut pending: Vec<Pending<'_>> = Vec::with_capacity(segment.len() + 2 + reads.len());
+        let steps = steps(planned, segment.clone());
+        let mut pending: Vec<Pending<'_>> = Vec::with_capacity(steps.len() * 2 + 2 + reads.len());
+        let mut roles = Vec::with_capacity(steps.len() * 2 + 2);
         if transactional && first {
             pending.push(simple(client, "BEGIN"));
+            roles.push(Role::Begin);
         }
-        for planned in &planned[segment.clone()] {
-            pending.push(match planned.write {
-                WriteRef::Route(write) => write_route(client, st, write),
-                WriteRef::Member(write) => write_member(client, st, write),
-            });
+        for step in &steps {
+            match step {
+                Step::Member(index, write) => {
+                    pending.push(write_member(client, st, write));
+                    roles.push(Role::Member(*index));
+                }
+                Step::Routes {
+                    update,
+                    range,
+                    columns,
+                } => {
+                    if *update && range.len() > 1 {
+                        pending.push(lock_routes(client, st, columns));
+                        roles.push(Role::Lock);
+                    }
+                    pending.push(if *update {
+                        update_routes(client, st, columns)
+                    } else {
+                        insert_routes(client, st, columns)
+                    });
+                    roles.push(Role::Routes(range.clone()));
+                }
+            }
         }
         if transactional && last {
             pending.push(simple(client, "COMMIT"));
+            roles.push(Role::Commit);
         }
         if last {
             pending.extend(
@@ -471,15 +356,11 @@ async fn run_writes(
         }
         let mut replies = pipeline(pending).await;
         if last {
-            read_replies = Some(replies.split_off(replies.len() - reads.len()));
+            read_replies = Some(replies.split_off(roles.len()));
         }
-        let begin_ok = !(transactional && first) || replies[0].error().is_none();
-        let statements = if transactional && first {
-            &mut replies[1..]
-        } else {
-            &mut replies[..]
-        };
-        match judge(begin_ok, statements) {
+        let begin_ok = !matches!(roles.first(), Some(Role::Begin)) || replies[0].error().is_none();
+        let statements_from = usize::from(matches!(roles.first(), Some(Role::Begin)));
+        match judge(begin_ok, &mut replies[statements_from..]) {
             Judgement::Ok => {}
             Judgement::RolledBack(error) => {
                 let clean = end_transaction(client, transactional, last).await;
@@ -488,14 +369,35 @@ async fn run_writes(
             Judgement::Unknown => return (Commit::Unknown, read_replies),
         }
         let mut refused = Vec::new();
-        for (offset, reply) in statements.iter().take(segment.len()).enumerate() {
-            let index = segment.start + offset;
-            match reply {
-                Reply::Count(Ok(1)) => outcomes[index] = Some(applied(&planned[index])),
-                Reply::Count(Ok(0)) => refused.push(index),
-                // A key is the primary key: more than one row is impossible,
-                // and nothing but "unknown" can be said of such a write.
-                _ => outcomes[index] = Some(indeterminate(&planned[index])),
+        for (role, reply) in roles.iter().zip(&replies) {
+            match (role, reply) {
+                (Role::Member(index), Reply::Count(Ok(1))) => {
+                    outcomes[*index] = Some(applied(&planned[*index]))
+                }
+                (Role::Member(index), Reply::Count(Ok(0))) => refused.push(*index),
+                (Role::Routes(range), Reply::Rows(Ok(rows))) => {
+                    let written =
+                        written_in_run(&planned[range.clone()], rows.iter().map(answered_key));
+                    for (index, written) in range.clone().zip(written) {
+                        match written {
+                            Some(true) => outcomes[index] = Some(applied(&planned[index])),
+                            Some(false) => refused.push(index),
+                            None => outcomes[index] = Some(indeterminate(&planned[index])),
+                        }
+                    }
+                }
+                // A key is the primary key: a membership write counting more
+                // than one row is impossible, and nothing but "unknown" can
+                // be said of it.
+                (Role::Member(index), _) => {
+                    outcomes[*index] = Some(indeterminate(&planned[*index]))
+                }
+                (Role::Routes(range), _) => {
+                    for index in range.clone() {
+                        outcomes[index] = Some(indeterminate(&planned[index]));
+                    }
+                }
+                (Role::Begin | Role::Lock | Role::Commit, _) => {}
             }
         }
         if refused.is_empty() {
@@ -528,6 +430,35 @@ async fn run_writes(
         }
     }
     (Commit::Committed(outcomes), read_replies)
+}
+
+/// The key a run's statement answered for a row it wrote.
+fn answered_key(row: &Row) -> Option<[i64; 3]> {
+    let [type_id, zone_id, object_id] = [0, 1, 2].map(|column| row.try_get::<_, i64>(column).ok());
+    Some([type_id?, zone_id?, object_id?])
+}
+
+/// Which writes of a run its statement wrote, from the keys it answered:
+/// `Some(true)` written, `Some(false)` refused. A run's keys are distinct
+/// and sorted, so each answered key is found by binary search. An answer
+/// this run cannot have given (a key twice, or one it did not send) makes
+/// every write of the run unknown (`None`).
+fn written_in_run(
+    run: &[Planned<'_>],
+    answered: impl IntoIterator<Item = Option<[i64; 3]>>,
+) -> Vec<Option<bool>> {
+    let mut written = vec![Some(false); run.len()];
+    for key in answered {
+        let position = key.and_then(|key| {
+            run.binary_search_by_key(&LockKey::Route(key), |planned| planned.lock)
+                .ok()
+        });
+        match position {
+            Some(position) if written[position] == Some(false) => written[position] = Some(true),
+            _ => return vec![None; run.len()],
+        }
+    }
+    written
 }
 
 enum Judgement {
@@ -670,9 +601,12 @@ fn fold_writes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::membership::{MemberCondition, MemberRow, MemberState, MemberVersion};
+    use crate::store::record::{CasVersion, NodeId, RouteVersion};
+    use wire::ObjectKey;
 
     fn lock(id: u64) -> LockKey {
-        LockKey::Route(1, 0, id)
+        LockKey::Route(key_values(ObjectKey::new(1, 0, id)))
     }
 
     #[test]
@@ -683,6 +617,99 @@ mod tests {
             keys,
             vec![LockKey::Member(1), LockKey::Member(9), lock(1), lock(2)]
         );
-        assert!(LockKey::Route(0, 5, 0) < LockKey::Route(1, 0, 0));
+        assert!(LockKey::Route([0, 5, 0]) < LockKey::Route([1, 0, 0]));
+        // Object ids are stored bit for bit in a signed BIGINT, and the
+        // lock statement sorts them as PostgreSQL does: the upper half of
+        // u64 first.
+        assert!(lock(u64::MAX) < lock(0));
+        assert!(lock(1 << 63) < lock(u64::MAX));
+    }
+
+    fn route(id: u64, condition: WriteCondition) -> RecordWrite {
+        RecordWrite {
+            key: ObjectKey::new(1, 0, id),
+            condition,
+            owner_node: NodeId(1),
+            owner_incarnation: 1,
+            route_version: RouteVersion(1),
+            save_timepoint_ms: 0,
+            state: vec![id as u8],
+        }
+    }
+
+    fn member(node: u64) -> MemberWrite {
+        MemberWrite {
+            condition: MemberCondition::Absent,
+            row: MemberRow {
+                node_id: NodeId(node),
+                incarnation: 1,
+                state: MemberState::Joining,
+                heartbeat: 0,
+                gateway: String::new(),
+                admin: String::new(),
+                cluster: Vec::new(),
+                core_count: 1,
+                actors: Vec::new(),
+                version: MemberVersion(0),
+            },
+        }
+    }
+
+    #[test]
+    fn runs_hold_consecutive_writes_of_one_kind_in_lock_order() {
+        let update = WriteCondition::CasEquals(CasVersion(3));
+        let ops = [
+            Op::Write(vec![route(4, update), route(3, WriteCondition::Absent)]),
+            Op::WriteMember(Box::new(member(7))),
+            Op::Write(vec![route(1, update), route(2, update)]),
+            Op::Load(ObjectKey::new(1, 0, 9)),
+        ];
+        let planned = plan(ops.iter());
+        let order: Vec<LockKey> = planned.iter().map(|planned| planned.lock).collect();
+        assert_eq!(
+            order,
+            vec![LockKey::Member(7), lock(1), lock(2), lock(3), lock(4)]
+        );
+        let steps = steps(&planned, 0..planned.len());
+        let shape: Vec<(Option<bool>, Range<usize>)> = steps
+            .iter()
+            .map(|step| match step {
+                Step::Member(index, _) => (None, *index..*index + 1),
+                Step::Routes { update, range, .. } => (Some(*update), range.clone()),
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (None, 0..1),
+                (Some(true), 1..3),
+                (Some(false), 3..4),
+                (Some(true), 4..5),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_run_answers_each_write_from_the_keys_written() {
+        let update = WriteCondition::CasEquals(CasVersion(3));
+        let ops = [Op::Write(vec![
+            route(1, update),
+            route(2, update),
+            route(u64::MAX, update),
+        ])];
+        let planned = plan(ops.iter());
+        let key = |id: u64| Some(key_values(ObjectKey::new(1, 0, id)));
+        assert_eq!(
+            written_in_run(&planned, [key(2), key(u64::MAX)]),
+            vec![Some(true), Some(false), Some(true)]
+        );
+        assert_eq!(
+            written_in_run(&planned, []),
+            vec![Some(false), Some(false), Some(false)]
+        );
+        // An answer the statement cannot have given leaves the run unknown.
+        for answer in [vec![key(2), key(2)], vec![key(5)], vec![None]] {
+            assert_eq!(written_in_run(&planned, answer), vec![None, None, None]);
+        }
     }
 }

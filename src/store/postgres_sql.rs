@@ -56,18 +56,46 @@ pub(crate) fn create_schema_sql() -> String {
     )
 }
 
-// Route statements. `$1..$3` are the key in every one of them.
-pub(crate) const INSERT_ROUTE: &str = "INSERT INTO routerd_routes (type_id, zone_id, object_id, \
-     owner_node, owner_incarnation, route_version, save_timepoint_ms, cas_version, state) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8) ON CONFLICT DO NOTHING";
+// Route statements. A segment's route writes go in one statement per kind,
+// each write a row of parallel arrays (`unnest`), so one statement carries
+// many conditional writes: PostgreSQL's cost per statement (bind, plan
+// lookup, executor start, a protocol reply) is paid once per batch, not
+// once per write. The keys of one statement are distinct (see
+// `postgres_batch`), and each answers the keys it wrote.
 
-/// The condition is part of the statement, so PostgreSQL re-checks it on
-/// the newest committed row version after waiting for a concurrent writer
-/// (READ COMMITTED): two updates from the same CAS version never both
-/// apply, in one process or many.
-pub(crate) const UPDATE_ROUTE: &str = "UPDATE routerd_routes SET owner_node = $4, \
-     owner_incarnation = $5, route_version = $6, save_timepoint_ms = $7, state = $8, \
-     cas_version = $9 WHERE type_id = $1 AND zone_id = $2 AND object_id = $3 AND cas_version = $10";
+/// Locks the rows of `$1..$3` (the keys' columns) in key order, so that the
+/// update after it takes no lock in another order than every other group
+/// transaction: `FOR UPDATE` locks the rows as they leave the sort.
+pub(crate) const LOCK_ROUTES: &str = "SELECT 1 FROM routerd_routes \
+     WHERE (type_id, zone_id, object_id) IN \
+     (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])) \
+     ORDER BY type_id, zone_id, object_id FOR UPDATE";
+
+/// Inserts the rows whose key is absent; answers the keys it inserted.
+pub(crate) const INSERT_ROUTES: &str = "INSERT INTO routerd_routes (type_id, zone_id, object_id, \
+     owner_node, owner_incarnation, route_version, save_timepoint_ms, cas_version, state) \
+     SELECT type_id, zone_id, object_id, owner_node, owner_incarnation, route_version, \
+     save_timepoint_ms, 1, state FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], \
+     $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bytea[]) AS input (type_id, \
+     zone_id, object_id, owner_node, owner_incarnation, route_version, save_timepoint_ms, state) \
+     ON CONFLICT DO NOTHING RETURNING type_id, zone_id, object_id";
+
+/// Each row's condition (`expected_cas`) is part of the statement, so
+/// PostgreSQL re-checks it on the newest committed row version after
+/// waiting for a concurrent writer (READ COMMITTED): two updates from the
+/// same CAS version never both apply, in one process or many. Answers the
+/// keys it updated.
+pub(crate) const UPDATE_ROUTES: &str = "UPDATE routerd_routes AS route SET \
+     owner_node = input.owner_node, owner_incarnation = input.owner_incarnation, \
+     route_version = input.route_version, save_timepoint_ms = input.save_timepoint_ms, \
+     state = input.state, cas_version = input.next_cas \
+     FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], \
+     $6::bigint[], $7::bigint[], $8::bytea[], $9::bigint[], $10::bigint[]) AS input (type_id, \
+     zone_id, object_id, owner_node, owner_incarnation, route_version, save_timepoint_ms, state, \
+     next_cas, expected_cas) \
+     WHERE route.type_id = input.type_id AND route.zone_id = input.zone_id \
+     AND route.object_id = input.object_id AND route.cas_version = input.expected_cas \
+     RETURNING route.type_id, route.zone_id, route.object_id";
 
 pub(crate) const SELECT_ROUTE: &str = "SELECT owner_node, owner_incarnation, route_version, \
      save_timepoint_ms, cas_version, state FROM routerd_routes \
@@ -111,7 +139,8 @@ pub(crate) fn session_sql(request_timeout_ms: u64) -> String {
         "SET synchronous_commit = on; \
          SET statement_timeout = {request_timeout_ms}; \
          SET idle_in_transaction_session_timeout = {idle_ms}; \
-         SET default_transaction_isolation = 'read committed'"
+         SET default_transaction_isolation = 'read committed'; \
+         SET plan_cache_mode = force_generic_plan"
     )
 }
 
@@ -212,15 +241,17 @@ mod tests {
 
     #[test]
     fn statements_condition_every_write() {
-        assert!(INSERT_ROUTE.ends_with("ON CONFLICT DO NOTHING"));
-        assert!(UPDATE_ROUTE.ends_with("AND cas_version = $10"));
+        assert!(INSERT_ROUTES.contains("ON CONFLICT DO NOTHING"));
+        assert!(UPDATE_ROUTES.contains("AND route.cas_version = input.expected_cas"));
+        assert!(LOCK_ROUTES.ends_with("ORDER BY type_id, zone_id, object_id FOR UPDATE"));
         assert!(insert_member_sql().ends_with("ON CONFLICT DO NOTHING"));
         assert!(UPDATE_MEMBER.ends_with("AND version = $11"));
         assert!(list_members_sql().ends_with(&format!("LIMIT {MEMBERS_MAX}")));
         // Every parameter a statement names is one the code binds.
         for (sql, count) in [
-            (INSERT_ROUTE.to_string(), 8),
-            (UPDATE_ROUTE.to_string(), 10),
+            (LOCK_ROUTES.to_string(), 3),
+            (INSERT_ROUTES.to_string(), 8),
+            (UPDATE_ROUTES.to_string(), 10),
             (SELECT_ROUTE.to_string(), 3),
             (insert_member_sql(), 10),
             (UPDATE_MEMBER.to_string(), 11),
