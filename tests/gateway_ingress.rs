@@ -232,15 +232,18 @@ fn stale_epoch_egress_is_dropped_and_counted() {
                 let (session_id, epoch, player_id) = bound.borrow()[0];
                 for (session_epoch, body) in [(epoch - 1, &b"stale"[..]), (epoch, &b"current"[..])]
                 {
-                    gateway.egress_ref(&EgressRef {
-                        session_id,
-                        session_epoch,
-                        player_id,
-                        kind: FrameKind::Push as u8,
-                        route_id: route::ROOM_MESSAGE,
-                        seq: 0,
-                        body,
-                    });
+                    gateway.egress_ref(
+                        &EgressRef {
+                            session_id,
+                            session_epoch,
+                            player_id,
+                            kind: FrameKind::Push as u8,
+                            route_id: route::ROOM_MESSAGE,
+                            seq: 0,
+                            body,
+                        },
+                        Instant::now,
+                    );
                 }
                 core.shutdown().wait().await;
             }

@@ -117,13 +117,9 @@ impl GatewayHandle {
     /// gate (an in-core call, so no frame: DESIGN.md's rkyv frames are for
     /// messages that cross cores), any other is encoded as a `ClientEgress`
     /// frame for its owning core. Fire-and-forget, like [`Self::egress`].
-    pub fn egress_ref(&self, egress: &EgressRef<'_>) {
+    pub fn egress_ref(&self, egress: &EgressRef<'_>, clock: impl FnOnce() -> Instant) {
         if session_core(egress.session_id) == self.0.core_id {
-            let _ = self
-                .0
-                .state
-                .borrow_mut()
-                .egress_with_clock(egress, Instant::now);
+            let _ = self.0.state.borrow_mut().egress_with_clock(egress, clock);
             self.flush_notices();
             return;
         }

@@ -69,7 +69,7 @@ impl ServicesPort {
         port
     }
 
-    fn egress(&self, route: &ReplyRoute, outcome: Outcome) {
+    fn egress(&self, route: &ReplyRoute, outcome: Outcome, answered_at: Instant) {
         let (kind, body) = match outcome {
             Ok(body) => (FrameKind::Response, body),
             Err(code) => (
@@ -77,15 +77,18 @@ impl ServicesPort {
                 encode_error_body(wire_error_code(code), ""),
             ),
         };
-        self.gateway.egress_ref(&EgressRef {
-            session_id: route.session_id,
-            session_epoch: route.session_epoch,
-            player_id: route.player_id,
-            kind: kind as u8,
-            route_id: route.route_id,
-            seq: route.client_seq,
-            body: &body,
-        });
+        self.gateway.egress_ref(
+            &EgressRef {
+                session_id: route.session_id,
+                session_epoch: route.session_epoch,
+                player_id: route.player_id,
+                kind: kind as u8,
+                route_id: route.route_id,
+                seq: route.client_seq,
+                body: &body,
+            },
+            || answered_at,
+        );
     }
 
     /// Whether this node's own service actors take keys: it joined or is
@@ -150,7 +153,7 @@ impl PlayerPort for ServicesPort {
             Some((target, ObjectKey::new(target.type_id, 0, object_id)))
         });
         let Some((target, key)) = target else {
-            self.egress(&reply_route, Err(ErrorCode::BadRequest));
+            self.egress(&reply_route, Err(ErrorCode::BadRequest), now);
             return Ok(());
         };
         let client = ClientRef {
@@ -181,7 +184,7 @@ impl PlayerPort for ServicesPort {
             },
         };
         if let Err(code) = sent {
-            self.egress(&reply_route, Err(code));
+            self.egress(&reply_route, Err(code), now);
         }
         Ok(())
     }
@@ -226,9 +229,9 @@ impl PlayerPort for ServicesPort {
 }
 
 impl ClientSide for ServicesPort {
-    fn answer(&self, route: ReplyRoute, outcome: Outcome) {
+    fn answer(&self, route: ReplyRoute, outcome: Outcome, answered_at: Instant) {
         if route.route_id != route::AUTH_LOGIN {
-            return self.egress(&route, outcome);
+            return self.egress(&route, outcome, answered_at);
         }
         let outcome = match outcome {
             Ok(_) => LoginOutcome::Admitted,
@@ -242,15 +245,19 @@ impl ClientSide for ServicesPort {
     }
 
     fn push(&self, client: ClientRef, route_id: u32, body: &[u8]) {
-        self.gateway.egress_ref(&EgressRef {
-            session_id: client.session_id,
-            session_epoch: client.session_epoch,
-            player_id: client.player_id,
-            kind: FrameKind::Push as u8,
-            route_id,
-            seq: 0,
-            body,
-        });
+        // A PUSH answers no request: the gateway reads no clock for it.
+        self.gateway.egress_ref(
+            &EgressRef {
+                session_id: client.session_id,
+                session_epoch: client.session_epoch,
+                player_id: client.player_id,
+                kind: FrameKind::Push as u8,
+                route_id,
+                seq: 0,
+                body,
+            },
+            Instant::now,
+        );
     }
 
     fn kick(&self, client: ClientRef) {

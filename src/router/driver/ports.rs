@@ -2,6 +2,8 @@
 //! through the services) and the links to other nodes (the cluster). Both
 //! are traits the router defines, so it depends on neither.
 
+use std::time::Instant;
+
 use wire::frame::Message;
 use wire::ObjectKey;
 
@@ -12,8 +14,9 @@ use crate::store::NodeId;
 /// Where answers, pushes and kicks for this node's client sessions go.
 /// The services implement it over the gateway.
 pub trait ClientSide {
-    /// The one answer to a client request this core submitted.
-    fn answer(&self, route: ReplyRoute, outcome: Outcome);
+    /// The one answer to a client request this core submitted, timed at
+    /// `answered_at` (a reading of this core's clock taken while answering).
+    fn answer(&self, route: ReplyRoute, outcome: Outcome, answered_at: Instant);
     /// A server-to-client PUSH for a session of this node (any core).
     fn push(&self, client: ClientRef, route_id: u32, body: &[u8]);
     /// Closes a session of this node (any core) in the kick order.
