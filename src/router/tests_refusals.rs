@@ -4,7 +4,7 @@
 //! must not write, and a claim that lost its race.
 
 use super::*;
-use crate::store::CasVersion;
+use crate::store::{CasVersion, RecordWrite, WriteCondition};
 
 /// Claims KEY on its default node among two and hands it over to the
 /// other; returns (owner, target, the `router_transfer` in flight). With
@@ -618,4 +618,138 @@ fn a_transfer_that_needs_no_notification_sends_none() {
         h.table.load(KEY).map(|record| record.owner_node),
         Some(NodeId(target))
     );
+}
+
+/// Hands KEY from `from` to `to` completely (removal, state shipped, the
+/// target's claim) and returns the handoff's `router_transfer` and the ack
+/// the target sent, which the caller delivers (or holds back).
+fn hand_over(h: &mut Harness, from: u64, to: u64, now: u64) -> (RouterTransfer, NodeMessage) {
+    h.core(from)
+        .transfer(now, KEY, NodeId(to), true)
+        .expect("transfer starts");
+    let transfer = h
+        .settle(from, now)
+        .into_iter()
+        .find_map(|effect| match effect {
+            Effect::SendToNode {
+                message: NodeMessage::RouterTransfer(transfer),
+                ..
+            } => Some(transfer),
+            _ => None,
+        })
+        .expect("router_transfer sent");
+    h.core(to)
+        .on_router_transfer(now, NodeId(from), transfer.clone());
+    let ack = h
+        .settle(to, now)
+        .into_iter()
+        .find_map(|effect| match effect {
+            Effect::SendToNode {
+                message: message @ NodeMessage::TransferAck { accepted: true, .. },
+                ..
+            } => Some(message),
+            _ => None,
+        })
+        .expect("the target accepted");
+    (transfer, ack)
+}
+
+fn deliver_ack(h: &mut Harness, node: u64, now: u64, ack: NodeMessage) -> Vec<Effect> {
+    let NodeMessage::TransferAck {
+        key,
+        transfer_id,
+        accepted,
+    } = ack
+    else {
+        panic!("not an ack: {ack:?}");
+    };
+    h.core(node)
+        .on_transfer_ack(now, key, transfer_id, accepted);
+    h.settle(node, now)
+}
+
+fn transfers_done(effects: &[Effect]) -> Vec<TransferOutcome> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::TransferDone(done) => Some(done.outcome),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_late_ack_of_an_earlier_handoff_of_the_key_does_not_end_a_later_one() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let owner = claim_on_default(&mut h, 2);
+    let target = 3 - owner;
+    // The first handoff's ack is held back; its timer ends it.
+    let (first, late_ack) = hand_over(&mut h, owner, target, 0);
+    h.core(owner).on_timer(
+        600,
+        Timer::TransferAck {
+            key: KEY,
+            transfer_id: first.transfer_id,
+        },
+    );
+    let effects = h.settle(owner, 600);
+    assert_eq!(transfers_done(&effects), vec![TransferOutcome::NoAnswer]);
+    // The key comes back, and the owner hands it over a second time.
+    let (_, back_ack) = hand_over(&mut h, target, owner, 700);
+    deliver_ack(&mut h, target, 700, back_ack);
+    let (second, ack) = hand_over(&mut h, owner, target, 800);
+    assert_ne!(second.transfer_id, first.transfer_id);
+    // A request meeting the second handoff waits for its end.
+    let id = h.request(owner, OP_GET, Vec::new());
+    assert!(routed(&h.settle(owner, 800)).is_empty());
+    // The first handoff's ack, late: it ends nothing.
+    let effects = deliver_ack(&mut h, owner, 900, late_ack);
+    assert!(transfers_done(&effects).is_empty(), "{effects:?}");
+    assert!(routed(&effects).is_empty(), "{effects:?}");
+    // The second's own ack ends it, and the waiting request follows the key.
+    let effects = deliver_ack(&mut h, owner, 900, ack);
+    assert_eq!(transfers_done(&effects), vec![TransferOutcome::Confirmed]);
+    let sent: Vec<(NodeId, RequestId)> = routed(&effects)
+        .into_iter()
+        .map(|(node, _, request)| (node, request))
+        .collect();
+    assert_eq!(sent, vec![(NodeId(target), id)]);
+}
+
+#[test]
+fn a_target_whose_claim_lost_its_race_adopts_the_winners_record_at_once() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target, transfer) = notification(&mut h, false);
+    // Another write lands after the removal: the target's claim, conditioned
+    // on the removal's CAS version, must lose to it.
+    let current = h.table.load(KEY).expect("the removal's record");
+    let winner = RecordWrite {
+        key: KEY,
+        condition: WriteCondition::CasEquals(current.cas_version),
+        owner_node: NodeId(owner),
+        owner_incarnation: 1,
+        route_version: RouteVersion(current.route_version.0 + 1),
+        save_timepoint_ms: 0,
+        state: current.state.clone(),
+    };
+    assert!(matches!(h.table.write(&winner), WriteOutcome::Applied(_)));
+    let (token, claim) = only_save(deliver(&mut h, owner, target, 1, transfer));
+    let reply = answer(&mut h.table, claim);
+    assert!(
+        matches!(reply, StoreReply::Written(WriteOutcome::Conflict(_))),
+        "{reply:?}"
+    );
+    h.core(target).on_store_reply(1, token, reply);
+    let effects: Vec<Effect> = h.core(target).drain_effects().collect();
+    assert_eq!(acks(&effects), vec![(NodeId(owner), false)]);
+    // The target knows the winner from the refusal: a request goes there
+    // at once, with the winner's route version, and reads nothing first.
+    h.request(target, OP_GET, Vec::new());
+    let effects: Vec<Effect> = h.core(target).drain_effects().collect();
+    assert_eq!(store_ops(&effects), 0, "{effects:?}");
+    let sent: Vec<(NodeId, RouteVersion)> = routed(&effects)
+        .into_iter()
+        .map(|(node, head, _)| (node, head.route_version))
+        .collect();
+    assert_eq!(sent, vec![(NodeId(owner), winner.route_version)]);
 }
