@@ -1,33 +1,31 @@
 //! Assembly of one node: cores, gateway listeners, admin endpoint, signals.
 
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 
+use self::core::core_main;
+use self::listeners::{bind_cluster, reserve};
+
 use crate::admin::{Admin, AdminState, NodePhase};
-use crate::catalog::{Catalog, CoreCatalog};
-use crate::cluster::agent::{self, Agent, AgentParts, JoinError};
-use crate::cluster::follow::Follower;
-use crate::cluster::incoming::Incoming;
+use crate::catalog::Catalog;
+use crate::cluster::agent::{self, JoinError};
 use crate::cluster::membership::{Advertisement, Membership};
-use crate::cluster::outgoing::{CoreLinks, LinkSettings, SUSPECT_AFTER_PINGS};
 use crate::cluster::view::{ClusterView, Peer, Standing};
 use crate::config::{Config, RingTaskrun};
-use crate::gateway::driver::{self, GatewayShared};
+use crate::gateway::driver::GatewayShared;
 use crate::gateway::routes::RouteTable;
-use crate::gateway::GatewayHandle;
 use crate::metrics::NodeMetrics;
 use crate::object::{Registry, RegistryError};
 use crate::ops::drain::DrainStatus;
-use crate::ops::{self, CoreCommands, CoreOps, Ops, OpsParts};
-use crate::router::driver::{clock, DriverParts, FrameSource, RouterDriver};
-use crate::router::RouterCore;
-use crate::services::port::{PortParts, ServicesPort};
+use crate::ops::{CoreCommands, Ops, OpsParts};
 use crate::store::{MemberState, NodeId, OpenError, Store};
+
+mod core;
+mod listeners;
 
 /// How long the cores may take to bind their listeners and report ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -85,26 +83,26 @@ pub struct Node {
 }
 
 /// What every core shares.
-struct NodeShared {
-    config: Config,
-    gateway_address: SocketAddr,
-    metrics: Arc<NodeMetrics>,
-    gateway: GatewayShared,
-    store: Store,
-    catalog: Arc<Catalog>,
-    view: Arc<ClusterView>,
+pub(super) struct NodeShared {
+    pub(super) config: Config,
+    pub(super) gateway_address: SocketAddr,
+    pub(super) metrics: Arc<NodeMetrics>,
+    pub(super) gateway: GatewayShared,
+    pub(super) store: Store,
+    pub(super) catalog: Arc<Catalog>,
+    pub(super) view: Arc<ClusterView>,
     /// Membership, for core 0 to take and run.
-    membership: Mutex<Option<Membership>>,
+    pub(super) membership: Mutex<Option<Membership>>,
     /// Each core's cluster listener, bound before the join so its address
     /// could be advertised; each core takes its own.
-    cluster_listeners: Mutex<Vec<Option<std::net::TcpListener>>>,
+    pub(super) cluster_listeners: Mutex<Vec<Option<std::net::TcpListener>>>,
     /// The object types and services every core registers.
-    registry: Registry,
+    pub(super) registry: Registry,
     /// The routes they declared, with the system's.
-    routes: Arc<RouteTable>,
+    pub(super) routes: Arc<RouteTable>,
     /// Each core's end of the operations channel; each core takes its own.
-    ops_commands: Mutex<Vec<Option<CoreCommands>>>,
-    drain: Arc<DrainStatus>,
+    pub(super) ops_commands: Mutex<Vec<Option<CoreCommands>>>,
+    pub(super) drain: Arc<DrainStatus>,
 }
 
 impl Node {
@@ -386,252 +384,4 @@ impl NodeShared {
             agent::leave_blocking(&self.store, membership);
         }
     }
-}
-
-/// Binds each core's cluster listener: `cluster.listen`'s port + core, or
-/// any free port each (port 0). Returns each with the port it bound.
-fn bind_cluster(
-    config: &Config,
-    core_count: usize,
-) -> Result<Vec<(std::net::TcpListener, u16)>, NodeError> {
-    (0..core_count)
-        .map(|core| {
-            let address = config.cluster.listen_for(core);
-            let bind = || -> std::io::Result<(std::net::TcpListener, u16)> {
-                let socket = socket2::Socket::new(
-                    socket2::Domain::for_address(address),
-                    socket2::Type::STREAM,
-                    None,
-                )?;
-                socket.set_reuse_address(true)?;
-                socket.bind(&address.into())?;
-                socket.listen(1024)?;
-                let listener: std::net::TcpListener = socket.into();
-                let port = listener.local_addr()?.port();
-                Ok((listener, port))
-            };
-            bind().map_err(|source| NodeError::ClusterBind {
-                address,
-                core,
-                source,
-            })
-        })
-        .collect()
-}
-
-/// Binds `address` with SO_REUSEPORT so the cores can bind it beside this
-/// reservation.
-fn reserve(address: SocketAddr) -> Result<std::net::TcpListener, NodeError> {
-    let bind = || -> std::io::Result<std::net::TcpListener> {
-        let socket = socket2::Socket::new(
-            socket2::Domain::for_address(address),
-            socket2::Type::STREAM,
-            None,
-        )?;
-        socket.set_reuse_port(true)?;
-        socket.set_reuse_address(true)?;
-        socket.bind(&address.into())?;
-        Ok(socket.into())
-    };
-    bind().map_err(|source| NodeError::GatewayBind { address, source })
-}
-
-async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>) {
-    let listener = match shards::net::TcpListener::bind(shared.gateway_address) {
-        Ok(listener) => listener,
-        Err(error) => {
-            tracing::error!(core = core.id(), %error, "cannot bind the gateway listener");
-            return;
-        }
-    };
-    let cluster_listener = shared
-        .cluster_listeners
-        .lock()
-        .ok()
-        .and_then(|mut listeners| listeners.get_mut(core.id())?.take())
-        .map(shards::net::TcpListener::from_std);
-    let cluster_listener = match cluster_listener {
-        Some(Ok(listener)) => listener,
-        other => {
-            let error = other.and_then(Result::err);
-            tracing::error!(
-                core = core.id(),
-                ?error,
-                "cannot serve the cluster listener"
-            );
-            return;
-        }
-    };
-    let metrics = shared.metrics.cores[core.id()].clone();
-    let gateway = GatewayHandle::new(
-        core.id(),
-        core.mesh().clone(),
-        &shared.gateway,
-        metrics.clone(),
-    );
-    let cluster = &shared.config.cluster;
-    let settings = LinkSettings {
-        cluster: cluster.name.clone(),
-        secret: cluster.secret.as_bytes().to_vec(),
-        me: NodeId(shared.config.node.id),
-        core: core.id(),
-        queue_max: cluster.link_queue_max,
-        ping_interval: Duration::from_millis(cluster.heartbeat_interval_ms),
-        // As long as a silent peer may stay linked: a handshake on a live
-        // network takes a round trip or two.
-        handshake_timeout: Duration::from_millis(cluster.heartbeat_interval_ms)
-            * SUSPECT_AFTER_PINGS,
-    };
-    let links = CoreLinks::new(settings.clone(), shared.view.clone(), metrics.clone());
-    let router = RouterDriver::new(DriverParts {
-        node: NodeId(shared.config.node.id),
-        boot_incarnation: shared.gateway.boot_incarnation,
-        core_id: core.id(),
-        core_count: core.count(),
-        core: router_core(
-            &shared.config,
-            core.id(),
-            shared.gateway.boot_incarnation,
-            &shared.registry,
-        ),
-        store: shared.store.clone(),
-        mesh: core.mesh().clone(),
-        links: Rc::new(links.clone()),
-        metrics: metrics.clone(),
-        request_timeout_ms: shared.config.gateway.request_timeout_ms,
-    });
-    links.set_router_hooks(
-        Rc::new({
-            let router = router.clone();
-            move |node, frame| router.send_failed(node, frame)
-        }),
-        Rc::new({
-            let router = router.clone();
-            move |node| router.link_lost(node)
-        }),
-    );
-    let _port = ServicesPort::connect(PortParts {
-        router: router.clone(),
-        gateway: gateway.clone(),
-        catalog: CoreCatalog::new(shared.catalog.clone()),
-        routes: shared.routes.clone(),
-        view: shared.view.clone(),
-    });
-    if let Some(inbox) = core.take_inbox() {
-        let (gateway, router) = (gateway.clone(), router.clone());
-        inbox
-            .serve(Rc::new(move |from, frame| {
-                let unhandled = gateway
-                    .handle_mesh(frame)
-                    .and_then(|frame| router.handle_frame(FrameSource::Core, frame));
-                if let Some(frame) = unhandled {
-                    tracing::warn!(from, message = ?frame.message(), "mesh frame nobody handles");
-                }
-            }))
-            .detach();
-    }
-    let incoming = Incoming::new(
-        settings,
-        shared.view.clone(),
-        Rc::new({
-            let (gateway, router, metrics) = (gateway.clone(), router.clone(), metrics.clone());
-            move |from, frame| {
-                let unhandled = gateway
-                    .handle_mesh(frame)
-                    .and_then(|frame| router.handle_frame(FrameSource::Node(from), frame));
-                if let Some(frame) = unhandled {
-                    // Valid, but not a message one node sends another.
-                    metrics.cluster.frames_invalid.inc();
-                    tracing::warn!(node = from.0, message = ?frame.message(), "link frame nobody handles");
-                }
-            }
-        }),
-        links.clone(),
-        metrics.clone(),
-    );
-    shards::spawn(incoming.clone().serve(cluster_listener)).detach();
-    let commands = shared
-        .ops_commands
-        .lock()
-        .ok()
-        .and_then(|mut commands| commands.get_mut(core.id())?.take());
-    if let Some(commands) = commands {
-        let core_ops = CoreOps {
-            core: core.id(),
-            core_count: core.count(),
-            router: router.clone(),
-            gateway: gateway.clone(),
-            view: shared.view.clone(),
-            drain: shared.drain.clone(),
-            cluster: shared.config.cluster.clone(),
-        };
-        shards::spawn(ops::serve_core(commands, core_ops)).detach();
-    }
-    shards::spawn(
-        Follower {
-            core: core.id(),
-            view: shared.view.clone(),
-            links,
-            incoming,
-            router: router.clone(),
-        }
-        .run(),
-    )
-    .detach();
-    let agent = (core.id() == 0)
-        .then(|| shared.membership.lock().ok()?.take())
-        .flatten()
-        .map(|membership| {
-            Agent::new(AgentParts {
-                membership,
-                store: shared.store.clone(),
-                view: shared.view.clone(),
-                catalog: shared.catalog.clone(),
-                metrics: metrics.clone(),
-                heartbeat_deadline: Duration::from_millis(cluster.heartbeat_deadline_ms()),
-                request_deadline: Duration::from_millis(shared.config.store.request_timeout_ms),
-                core_count: core.count(),
-            })
-        });
-    if let Some(agent) = &agent {
-        shards::spawn(agent.clone().run()).detach();
-    }
-    core.ready();
-    futures_lite::future::or(driver::serve(gateway, listener), core.shutdown().wait()).await;
-    // Client IO has stopped being accepted; save and release every object
-    // within most of the core's drain budget, then (the core that runs
-    // membership) leave the cluster, leaving the rest for the runtime to
-    // close the mesh.
-    let stopping = Instant::now();
-    let budget = core.shutdown_deadline();
-    router.shutdown(budget * 4 / 5).await;
-    shared.view.core_released();
-    if let Some(agent) = agent {
-        agent.leave(stopping + budget * 19 / 20).await;
-    }
-}
-
-/// One core's router state machine with the node's object types and
-/// services (the registry is the only way a type reaches a core), owning
-/// as `incarnation`: the records it writes name this start of the node,
-/// not an earlier one (which the other nodes know ended, and would claim
-/// from at once while this start still serves).
-fn router_core(
-    config: &Config,
-    core_id: usize,
-    incarnation: u64,
-    registry: &Registry,
-) -> RouterCore {
-    let node = NodeId(config.node.id);
-    let now = clock::now_ms();
-    // Retry jitter only: distinct per core and per start, no need to repeat.
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_nanos() as u64)
-        ^ ((core_id as u64) << 32)
-        ^ config.node.id;
-    let mut core = RouterCore::new(node, config.router.clone(), seed, now);
-    core.set_incarnation(incarnation);
-    registry.register_all(&mut core);
-    core
 }
