@@ -20,8 +20,14 @@ fn notification(h: &mut Harness, target_caches: bool) -> (u64, u64, RouterTransf
     h.core(owner)
         .transfer(0, KEY, NodeId(target), true)
         .expect("transfer starts");
-    let transfer = h
-        .settle(owner, 0)
+    let transfer = sent_transfer(h.settle(owner, 0));
+    assert_eq!(transfer.route_version, RouteVersion(2));
+    (owner, target, transfer)
+}
+
+/// The `router_transfer` among `effects`.
+fn sent_transfer(effects: Vec<Effect>) -> RouterTransfer {
+    effects
         .into_iter()
         .find_map(|effect| match effect {
             Effect::SendToNode {
@@ -30,9 +36,7 @@ fn notification(h: &mut Harness, target_caches: bool) -> (u64, u64, RouterTransf
             } => Some(transfer),
             _ => None,
         })
-        .expect("router_transfer sent");
-    assert_eq!(transfer.route_version, RouteVersion(2));
-    (owner, target, transfer)
+        .expect("router_transfer sent")
 }
 
 fn acks(effects: &[Effect]) -> Vec<(NodeId, bool)> {
@@ -627,17 +631,7 @@ fn hand_over(h: &mut Harness, from: u64, to: u64, now: u64) -> (RouterTransfer, 
     h.core(from)
         .transfer(now, KEY, NodeId(to), true)
         .expect("transfer starts");
-    let transfer = h
-        .settle(from, now)
-        .into_iter()
-        .find_map(|effect| match effect {
-            Effect::SendToNode {
-                message: NodeMessage::RouterTransfer(transfer),
-                ..
-            } => Some(transfer),
-            _ => None,
-        })
-        .expect("router_transfer sent");
+    let transfer = sent_transfer(h.settle(from, now));
     h.core(to)
         .on_router_transfer(now, NodeId(from), transfer.clone());
     let ack = h
