@@ -43,8 +43,9 @@ pub struct Record {
     pub logins: Mutex<Vec<u64>>,
     /// Players with a live session right now.
     live: Mutex<HashSet<u64>>,
-    /// Logins of a player that already had a live session: each would
-    /// have kicked the other under `kick_old`.
+    /// Logins of a player whose earlier session stayed live (see
+    /// `Record::take_live`): each would have kicked the other under
+    /// `kick_old`.
     pub overlaps: AtomicU64,
     /// Workload requests answered.
     pub answered: AtomicU64,
@@ -52,6 +53,33 @@ pub struct Record {
     pub redirects: AtomicU64,
     /// Workload requests read after this connection's redirect was sent.
     pub after_redirect: AtomicU64,
+}
+
+/// How long a login waits for the player's previous connection to be seen
+/// closed before it counts as an overlap.
+const HANDOVER_WAIT: Duration = Duration::from_secs(2);
+
+impl Record {
+    /// Marks `player` live for a new login; false if another connection
+    /// still holds it. A client hands a player to another connection after
+    /// closing the old one, and this gateway learns of that close on the
+    /// old connection's own thread, at its own time (a real gateway too):
+    /// so an overlap is a player still held `HANDOVER_WAIT` later, not one
+    /// whose close has not been read yet.
+    fn take_live(&self, player: u64) -> bool {
+        let deadline = std::time::Instant::now() + HANDOVER_WAIT;
+        loop {
+            let mut live = self.live.lock().expect("lock");
+            if live.insert(player) {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            drop(live);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 /// A fake gateway on a free loopback port, one thread a connection.
@@ -111,7 +139,7 @@ impl Session {
                         .expect("a token minted with the test secret");
                     self.player_id = Some(player);
                     record.logins.lock().expect("lock").push(player);
-                    if !record.live.lock().expect("lock").insert(player) {
+                    if !record.take_live(player) {
                         record.overlaps.fetch_add(1, Ordering::SeqCst);
                     }
                     let id = player.to_le_bytes();
