@@ -106,7 +106,8 @@ struct RowLock {
 }
 
 impl RowLock {
-    fn take(server: &PgServer, id: u64) -> RowLock {
+    /// Locks the rows of `ids` in one transaction of a `psql` session.
+    fn take(server: &PgServer, ids: &[u64]) -> RowLock {
         let mut child = server
             .psql_command(DATABASE)
             .env("PGAPPNAME", "routerd-test-lock")
@@ -115,10 +116,15 @@ impl RowLock {
             .spawn()
             .expect("psql");
         let stdin = child.stdin.as_mut().expect("psql stdin");
+        let ids = ids
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
         writeln!(
             stdin,
             "BEGIN; SELECT 1 FROM routerd_routes WHERE type_id = 3 AND zone_id = 0 \
-             AND object_id = {id} FOR UPDATE;"
+             AND object_id IN ({ids}) FOR UPDATE;"
         )
         .expect("lock statement");
         stdin.flush().expect("flush");
@@ -274,7 +280,7 @@ fn a_backend_terminated_mid_batch_gives_indeterminate_and_the_next_read_tells_th
         block_on(store.write(insert(2))).expect("insert"),
         WriteOutcome::Applied(CasVersion(1))
     );
-    let lock = RowLock::take(&server, 2);
+    let lock = RowLock::take(&server, &[2]);
     // Lock order is key order: insert 1 runs, update 2 waits on the lock,
     // insert 3 is queued behind it in the same transaction.
     let batch = store.write_batch(vec![insert(1), update(2, 1), insert(3)]);
@@ -307,8 +313,8 @@ fn a_backend_terminated_mid_batch_gives_indeterminate_and_the_next_read_tells_th
 }
 
 /// A write blocked past `request_timeout_ms` is answered Indeterminate at
-/// its deadline, not when the server gets to it; the store drops that
-/// connection, so the blocked write never happens.
+/// its deadline, not when the server gets to it; the store terminates
+/// that connection's backend, so the blocked write never happens.
 #[test]
 fn a_write_blocked_past_its_timeout_is_indeterminate_on_time_and_never_happens() {
     let Some(server) = server() else { return };
@@ -317,7 +323,7 @@ fn a_write_blocked_past_its_timeout_is_indeterminate_on_time_and_never_happens()
         block_on(store.write(insert(5))).expect("insert"),
         WriteOutcome::Applied(CasVersion(1))
     );
-    let lock = RowLock::take(&server, 5);
+    let lock = RowLock::take(&server, &[5]);
     let started = Instant::now();
     let outcome = block_on(store.write(update(5, 1))).expect("answered");
     let elapsed = started.elapsed();
@@ -336,4 +342,50 @@ fn a_write_blocked_past_its_timeout_is_indeterminate_on_time_and_never_happens()
         CasVersion(1),
         "the timed-out write happened"
     );
+}
+
+/// The server's `statement_timeout` starts when a statement arrives, not
+/// when its request was made, so a write that first waited for a
+/// connection is still waiting on the server when the store answers it
+/// timed out. Dropping the connection does not stop it (the server holds
+/// the pipeline, COMMIT included); the write must still never happen when
+/// its row is unlocked right after that answer.
+#[test]
+fn a_timed_out_write_that_waited_for_a_connection_never_happens() {
+    let Some(server) = server() else { return };
+    let store = open_postgres(&config(&server, 1000, 1), GroupCommit::On).expect("open");
+    for id in [7, 8] {
+        assert_eq!(
+            block_on(store.write(insert(id))).expect("insert"),
+            WriteOutcome::Applied(CasVersion(1))
+        );
+    }
+    let lock = RowLock::take(&server, &[7, 8]);
+    // The first write holds the only connection until its deadline.
+    let first = {
+        let store = store.clone();
+        std::thread::spawn(move || block_on(store.write(update(7, 1))))
+    };
+    std::thread::sleep(Duration::from_millis(600));
+    // The second is sent only after the first was given up, about 400 ms
+    // before its own deadline.
+    let outcome = block_on(store.write(update(8, 1))).expect("answered");
+    lock.release();
+    assert_eq!(outcome, WriteOutcome::Indeterminate);
+    assert_eq!(
+        first.join().expect("first writer").expect("answered"),
+        WriteOutcome::Indeterminate
+    );
+    // Time for a write that survived to take the freed lock and commit.
+    std::thread::sleep(Duration::from_millis(500));
+    for id in [7, 8] {
+        let record = block_on(store.load(key(id)))
+            .expect("load")
+            .expect("record");
+        assert_eq!(
+            record.cas_version,
+            CasVersion(1),
+            "timed-out write {id} happened"
+        );
+    }
 }

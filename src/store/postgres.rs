@@ -16,9 +16,9 @@
 //! Time: every request carries its deadline (`request_timeout_ms` after it
 //! was sent). A request still queued at its deadline is answered as timed
 //! out (a write `Indeterminate`); a batch runs under the earliest deadline
-//! in it, and a batch cut short answers its writes `Indeterminate` and
-//! drops its connection, which makes the server roll back whatever had
-//! not committed.
+//! in it. A batch cut short by its deadline has its backend terminated
+//! before its writes are answered `Indeterminate` (see `Worker::abandon`),
+//! so such a write either committed before the answer or never will.
 //!
 //! Connections: a worker whose connection is lost reconnects by itself,
 //! with exponential backoff and jitter. While no connection is up (for
@@ -53,6 +53,13 @@ pub const POSTGRES_POOL_SIZE_MAX: usize = 64;
 /// never holds more than this in flight on one connection. A single
 /// request larger than this still runs, alone.
 pub const BATCH_BYTES_MAX: usize = 16 << 20;
+
+/// The oldest server the store runs on, as `server_version_num` spells it.
+pub const POSTGRES_SERVER_VERSION_MIN: i64 = 140_000;
+
+/// Terminating an abandoned batch's backend may take this long at most,
+/// connecting included; past it the batch's writes are answered anyway.
+const ABANDON_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Connecting every pool connection and checking the schema at open may
 /// take this long at most.
@@ -108,6 +115,9 @@ struct Target {
 struct Conn {
     client: Client,
     statements: Statements,
+    /// The server process serving this connection, which `Worker::abandon`
+    /// terminates.
+    backend_pid: i32,
 }
 
 impl Target {
@@ -154,13 +164,45 @@ impl Target {
 
     async fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
         let client = self.connect_raw().await?;
+        Conn::prepare(client).await
+    }
+}
+
+impl Conn {
+    async fn prepare(client: Client) -> Result<Conn, tokio_postgres::Error> {
         let statements = Statements::prepare(&client).await?;
-        Ok(Conn { client, statements })
+        let backend_pid = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await?
+            .try_get(0)?;
+        Ok(Conn {
+            client,
+            statements,
+            backend_pid,
+        })
     }
 }
 
 fn open_error(error: tokio_postgres::Error) -> OpenError {
     OpenError::Postgres(describe(&error))
+}
+
+/// Refuses a server older than `POSTGRES_SERVER_VERSION_MIN`: an abandoned
+/// batch's backend is terminated with `pg_terminate_backend(pid, timeout)`,
+/// whose waiting form came with PostgreSQL 14.
+async fn check_server_version(client: &Client) -> Result<(), OpenError> {
+    let row = client
+        .query_one("SELECT current_setting('server_version_num')::bigint", &[])
+        .await
+        .map_err(open_error)?;
+    let found: i64 = row.try_get(0).map_err(open_error)?;
+    if found < POSTGRES_SERVER_VERSION_MIN {
+        return Err(OpenError::Postgres(format!(
+            "PostgreSQL {} or newer is needed, the server is version {found}",
+            POSTGRES_SERVER_VERSION_MIN / 10_000
+        )));
+    }
+    Ok(())
 }
 
 /// Creates the tables in a database that has none of them, or checks the
@@ -221,12 +263,9 @@ async fn ensure_schema(client: &mut Client) -> Result<(), OpenError> {
 /// Connects the whole pool, the first connection checking the schema.
 async fn open_pool(target: &Target, pool_size: usize) -> Result<Vec<Conn>, OpenError> {
     let mut first = target.connect_raw().await.map_err(open_error)?;
+    check_server_version(&first).await?;
     ensure_schema(&mut first).await?;
-    let statements = Statements::prepare(&first).await.map_err(open_error)?;
-    let mut pool = vec![Conn {
-        client: first,
-        statements,
-    }];
+    let mut pool = vec![Conn::prepare(first).await.map_err(open_error)?];
     while pool.len() < pool_size {
         pool.push(target.connect().await.map_err(open_error)?);
     }
@@ -533,12 +572,49 @@ impl Worker {
             }
             Err(_elapsed) => {
                 // The batch may be anywhere, its COMMIT included: every
-                // write is Indeterminate, and the connection is dropped so
-                // the server rolls back whatever did not commit.
+                // write is Indeterminate.
+                self.abandon().await;
                 for request in batch {
                     request.expire();
                 }
-                self.drop_conn();
+            }
+        }
+    }
+
+    /// Stops the batch this worker's connection is running, for good, and
+    /// drops the connection. Dropping it alone would not do: the server
+    /// holds the whole pipeline, `COMMIT` included, in its socket buffer,
+    /// and a backend waiting for a row lock does not notice a closed
+    /// socket, so the batch would still commit once the lock is free. A
+    /// terminated backend rolls back whatever it has not committed, and
+    /// `pg_terminate_backend` with a timeout returns once it has exited.
+    /// If the server cannot be reached within `ABANDON_TIMEOUT`, the batch
+    /// is left to the server's own `statement_timeout` and
+    /// `idle_in_transaction_session_timeout` (see `session_sql`).
+    async fn abandon(&mut self) {
+        let Some(pid) = self.conn.as_ref().map(|conn| conn.backend_pid) else {
+            return;
+        };
+        self.drop_conn();
+        let wait_ms = ABANDON_TIMEOUT.as_millis() as i64;
+        let terminate = async {
+            let client = self.target.connect_raw().await?;
+            client
+                .query_one("SELECT pg_terminate_backend($1, $2)", &[&pid, &wait_ms])
+                .await?
+                .try_get::<_, bool>(0)
+        };
+        match tokio::time::timeout(ABANDON_TIMEOUT, terminate).await {
+            Ok(Ok(_terminated_or_already_gone)) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(worker = self.id, error = %describe(&error),
+                    "postgres store could not terminate a timed-out batch's backend");
+            }
+            Err(_) => {
+                tracing::warn!(
+                    worker = self.id,
+                    "postgres store could not reach the server to terminate a timed-out batch"
+                );
             }
         }
     }
