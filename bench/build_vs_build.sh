@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Two builds of routerd through one client: the same loadgen binary drives
+# a node of BASE and a node of SUBJECT in alternating rounds, so the ratio
+# is the builds' and not the clients'. For a change to the release profile
+# or to the code: build the baseline into another target directory first.
+#
+#   CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=4 \
+#     cargo build --release -p routerd --target-dir /tmp/base
+#   BASE=/tmp/base/release/routerd bench/build_vs_build.sh
+#
+# SUBJECT defaults to this tree's release build. The shape is the routed
+# `player.incr` of incr_vs_redis.sh at pipeline 16 in batches unless
+# CONNECTIONS, PIPELINE and WORKLOAD say otherwise (BATCH=0 for a steady
+# pipeline). Prints each round and the median ratio SUBJECT / BASE.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+: "${BASE:?BASE=path of the baseline routerd binary}"
+CONNECTIONS=${CONNECTIONS:-16}
+WORKLOAD=${WORKLOAD:-incr}
+BATCH=${BATCH:-1}
+ROUNDS=${ROUNDS:-5}
+
+build
+SUBJECT=${SUBJECT:-$BIN/routerd}
+header "routerd $SUBJECT vs routerd $BASE, workload $WORKLOAD, one client (loadgen)"
+
+shape_flags=(--workload "$WORKLOAD")
+if [ "$BATCH" = 1 ]; then shape_flags+=(--batch); fi
+
+p99_ratios=()
+for round in $(seq 1 "$ROUNDS"); do
+  # Alternate who goes first, so a drift of the machine does not always
+  # favour the same side.
+  if [ $((round % 2)) -eq 1 ]; then order=(base subject); else order=(subject base); fi
+  for side in "${order[@]}"; do
+    if [ "$side" = base ]; then binary=$BASE; else binary=$SUBJECT; fi
+    loadgen_run "$side-$round" --spawn-node --routerd "$binary" --node-cpus "$SERVER_CPUS" \
+      "${shape_flags[@]}" > "$WORK/$side-$round.log"
+  done
+  paired_round "$round" base subject
+  p99_ratios+=("$(ratio "$(json_number "$WORK/subject-$round.json" p99_us)" \
+    "$(json_number "$WORK/base-$round.json" p99_us)")")
+done
+echo "RATIO subject/base throughput = $(median "${RATIOS[@]}"), p99 = $(median "${p99_ratios[@]}");" \
+  "rounds: ${RATIOS[*]} | p99 ${p99_ratios[*]}"
