@@ -219,7 +219,7 @@ impl Harness {
                     };
                     self.core.on_store_reply(now, token, reply);
                 }
-                Effect::Submit { head, request } => self.core.on_request(now, head, request),
+                Effect::Submit { head, request } => self.core.on_request(now, head, *request),
                 Effect::Call {
                     head,
                     mut request,
@@ -229,7 +229,7 @@ impl Harness {
                     self.next_seq += 1;
                     request.id.seq = self.next_seq;
                     self.calls.insert(self.next_seq, (caller, tag));
-                    self.core.on_request(now, head, request);
+                    self.core.on_request(now, head, *request);
                 }
                 Effect::Reply { request, outcome } => match self.calls.remove(&request.seq) {
                     Some((caller, tag)) => self.core.on_request(

@@ -133,7 +133,10 @@ impl Ctx {
     pub fn send(&mut self, node: NodeId, message: NodeMessage) {
         assert_ne!(node, self.node, "a node never sends to itself");
         assert!(!node.is_none(), "no message goes to node 0");
-        self.effects.push(Effect::SendToNode { node, message });
+        self.effects.push(Effect::SendToNode {
+            node,
+            message: Box::new(message),
+        });
     }
 
     pub fn store(&mut self, wait: StoreWait, op: StoreOp) -> StoreToken {

@@ -305,7 +305,7 @@ fn run_handler(
         object.dirty = true;
     }
     if kind.persist() != Persist::OnWrite || (!out.mutated && object.held.is_empty()) {
-        release(ctx, waiter.request, out);
+        release(ctx, &waiter.request, &mut out);
         return;
     }
     // An on_write mutation waits for its save; so does a read that came
@@ -334,16 +334,17 @@ pub(crate) fn arm_object_timers(key: ObjectKey, now_ms: u64, out: &mut HandlerOu
     }
 }
 
-/// Emits a handler's output.
-pub(crate) fn release(ctx: &mut Ctx, request: Request, out: HandlerOutput) {
-    if let HandlerReply::Answer(outcome) = out.reply {
-        ctx.reply(&request, outcome);
+/// Emits a handler's output, leaving `out` empty. By reference: the output
+/// is 200 bytes, and moving it costs a `memcpy` call per request.
+pub(crate) fn release(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput) {
+    if let HandlerReply::Answer(outcome) = std::mem::take(&mut out.reply) {
+        ctx.reply(request, outcome);
     }
-    for (request, outcome) in out.late_answers {
+    for (request, outcome) in out.late_answers.drain(..) {
         ctx.counters.replies_total += 1;
         ctx.effects.push(Effect::Reply { request, outcome });
     }
-    for call in out.calls {
+    for call in out.calls.drain(..) {
         let request = Request {
             // The driver numbers it (see `Effect::Call`).
             id: RequestId {
@@ -357,26 +358,29 @@ pub(crate) fn release(ctx: &mut Ctx, request: Request, out: HandlerOutput) {
         };
         ctx.effects.push(Effect::Call {
             head: RouterHead::local(call.to, ctx.node),
-            request,
+            request: Box::new(request),
             caller: call.caller,
             tag: call.tag,
         });
     }
-    for (at_ms, timer) in out.armed {
+    for (at_ms, timer) in out.armed.drain(..) {
         ctx.arm(at_ms, timer);
     }
-    for (client, route_id, body) in out.pushes {
+    for (client, route_id, body) in out.pushes.drain(..) {
         ctx.effects.push(Effect::Push {
             client,
             route_id,
             body,
         });
     }
-    for (key, request) in out.sends {
+    for (key, request) in out.sends.drain(..) {
         let head = RouterHead::local(key, ctx.node);
-        ctx.effects.push(Effect::Submit { head, request });
+        ctx.effects.push(Effect::Submit {
+            head,
+            request: Box::new(request),
+        });
     }
-    for client in out.kicks {
+    for client in out.kicks.drain(..) {
         ctx.effects.push(Effect::Kick { client });
     }
 }

@@ -18,11 +18,8 @@ fn done_of(effects: &[Effect]) -> Vec<TransferDone> {
 fn transfers_sent(effects: &[Effect]) -> Vec<(NodeId, RouterTransfer)> {
     effects
         .iter()
-        .filter_map(|effect| match effect {
-            Effect::SendToNode {
-                node,
-                message: NodeMessage::RouterTransfer(transfer),
-            } => Some((*node, transfer.clone())),
+        .filter_map(|effect| match effect.sent() {
+            Some((node, NodeMessage::RouterTransfer(transfer))) => Some((node, transfer.clone())),
             _ => None,
         })
         .collect()

@@ -401,9 +401,9 @@ pub(crate) fn take_held(entry: &mut Entry) -> Vec<(Request, HandlerOutput)> {
 /// released in order when it applied, all answered UNAVAILABLE (nothing
 /// else released) when it did not.
 pub(crate) fn settle_held(ctx: &mut Ctx, held: Vec<(Request, HandlerOutput)>, applied: bool) {
-    for (request, out) in held {
+    for (request, mut out) in held {
         if applied {
-            release(ctx, request, out);
+            release(ctx, &request, &mut out);
         } else {
             abandon(ctx, request);
         }

@@ -33,7 +33,7 @@ impl RouterCore {
         debug_assert!(out.calls.is_empty() && out.timers.is_empty());
         out.calls.clear();
         out.timers.clear();
-        release(ctx, request, out);
+        release(ctx, &request, &mut out);
     }
 
     /// Timer `tag` of the activation `activation` of `key` fired: the

@@ -127,11 +127,8 @@ fn replies(effects: &[Effect]) -> Vec<(RequestId, Outcome)> {
 fn routed(effects: &[Effect]) -> Vec<(NodeId, RouterHead, RequestId)> {
     effects
         .iter()
-        .filter_map(|effect| match effect {
-            Effect::SendToNode {
-                node,
-                message: NodeMessage::Routed { head, request },
-            } => Some((*node, *head, request.id)),
+        .filter_map(|effect| match effect.sent() {
+            Some((node, NodeMessage::Routed { head, request })) => Some((node, *head, request.id)),
             _ => None,
         })
         .collect()
@@ -252,16 +249,15 @@ fn forwarder_with_a_newer_route_syncs_the_source_which_updates_only_older_caches
     };
     h.core(forwarder).on_request(0, head, request);
     let effects = h.settle(forwarder, 0);
-    let sync = effects.iter().find_map(|effect| match effect {
-        Effect::SendToNode {
+    let sync = effects.iter().find_map(|effect| match effect.sent() {
+        Some((
             node,
-            message:
-                NodeMessage::RouterUpdateSync {
-                    route_version,
-                    owner_node,
-                    ..
-                },
-        } => Some((*node, *route_version, *owner_node)),
+            NodeMessage::RouterUpdateSync {
+                route_version,
+                owner_node,
+                ..
+            },
+        )) => Some((node, *route_version, *owner_node)),
         _ => None,
     });
     assert_eq!(sync, Some((NodeId(source), RouteVersion(1), NodeId(owner))));
@@ -320,11 +316,8 @@ fn drain_after(h: &mut Harness, owner: u64, target: u64, end: impl FnOnce(&mut R
     let effects = h.settle(owner, 0);
     let transfer_id = effects
         .iter()
-        .find_map(|effect| match effect {
-            Effect::SendToNode {
-                message: NodeMessage::RouterTransfer(transfer),
-                ..
-            } => Some(transfer.transfer_id),
+        .find_map(|effect| match effect.sent() {
+            Some((_, NodeMessage::RouterTransfer(transfer))) => Some(transfer.transfer_id),
             _ => None,
         })
         .expect("router_transfer sent");
@@ -377,11 +370,8 @@ fn transfer_ships_state_and_the_target_confirms_by_cas() {
     let effects = h.settle(owner, 0);
     let transfer = effects
         .into_iter()
-        .find_map(|effect| match effect {
-            Effect::SendToNode {
-                message: NodeMessage::RouterTransfer(transfer),
-                ..
-            } => Some(transfer),
+        .find_map(|effect| match effect.into_sent() {
+            Some((_, NodeMessage::RouterTransfer(transfer))) => Some(transfer),
             _ => None,
         })
         .expect("router_transfer sent");
@@ -390,11 +380,8 @@ fn transfer_ships_state_and_the_target_confirms_by_cas() {
         .on_router_transfer(0, NodeId(owner), transfer);
     let effects = h.settle(target, 0);
     assert!(effects.iter().any(|effect| matches!(
-        effect,
-        Effect::SendToNode {
-            message: NodeMessage::TransferAck { accepted: true, .. },
-            ..
-        }
+        effect.sent(),
+        Some((_, NodeMessage::TransferAck { accepted: true, .. }))
     )));
     assert_eq!(
         h.core(target)
@@ -748,10 +735,7 @@ fn a_failed_send_is_resolved_again_once_and_not_resent_to_the_same_node() {
     let effects = settle_at(&mut h, other, 1);
     let sent = effects
         .into_iter()
-        .find_map(|effect| match effect {
-            Effect::SendToNode { node, message } => Some((node, message)),
-            _ => None,
-        })
+        .find_map(Effect::into_sent)
         .expect("sent to the owner");
     // The link refuses it: the route is read again, still names the same
     // owner, and the request is answered instead of sent there again.

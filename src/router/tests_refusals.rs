@@ -29,11 +29,8 @@ fn notification(h: &mut Harness, target_caches: bool) -> (u64, u64, RouterTransf
 fn sent_transfer(effects: Vec<Effect>) -> RouterTransfer {
     effects
         .into_iter()
-        .find_map(|effect| match effect {
-            Effect::SendToNode {
-                message: NodeMessage::RouterTransfer(transfer),
-                ..
-            } => Some(transfer),
+        .find_map(|effect| match effect.into_sent() {
+            Some((_, NodeMessage::RouterTransfer(transfer))) => Some(transfer),
             _ => None,
         })
         .expect("router_transfer sent")
@@ -42,11 +39,8 @@ fn sent_transfer(effects: Vec<Effect>) -> RouterTransfer {
 fn acks(effects: &[Effect]) -> Vec<(NodeId, bool)> {
     effects
         .iter()
-        .filter_map(|effect| match effect {
-            Effect::SendToNode {
-                node,
-                message: NodeMessage::TransferAck { accepted, .. },
-            } => Some((*node, *accepted)),
+        .filter_map(|effect| match effect.sent() {
+            Some((node, NodeMessage::TransferAck { accepted, .. })) => Some((node, *accepted)),
             _ => None,
         })
         .collect()
@@ -343,11 +337,8 @@ fn a_forwarder_whose_route_is_no_newer_than_the_request_sends_no_sync() {
     // the link for every forwarded request.
     assert!(
         !effects.iter().any(|effect| matches!(
-            effect,
-            Effect::SendToNode {
-                message: NodeMessage::RouterUpdateSync { .. },
-                ..
-            }
+            effect.sent(),
+            Some((_, NodeMessage::RouterUpdateSync { .. }))
         )),
         "{effects:?}"
     );
@@ -609,13 +600,9 @@ fn a_transfer_that_needs_no_notification_sends_none() {
         .expect("transfer starts");
     let effects = h.settle(owner, 0);
     assert!(
-        !effects.iter().any(|effect| matches!(
-            effect,
-            Effect::SendToNode {
-                message: NodeMessage::RouterTransfer(_),
-                ..
-            }
-        )),
+        !effects
+            .iter()
+            .any(|effect| matches!(effect.sent(), Some((_, NodeMessage::RouterTransfer(_))))),
         "{effects:?}"
     );
     assert_eq!(
@@ -637,11 +624,8 @@ fn hand_over(h: &mut Harness, from: u64, to: u64, now: u64) -> (RouterTransfer, 
     let ack = h
         .settle(to, now)
         .into_iter()
-        .find_map(|effect| match effect {
-            Effect::SendToNode {
-                message: message @ NodeMessage::TransferAck { accepted: true, .. },
-                ..
-            } => Some(message),
+        .find_map(|effect| match effect.into_sent() {
+            Some((_, message @ NodeMessage::TransferAck { accepted: true, .. })) => Some(message),
             _ => None,
         })
         .expect("the target accepted");

@@ -119,7 +119,7 @@ mod tests {
                     };
                     core.on_store_reply(0, token, reply);
                 }
-                Effect::Submit { head, request } => core.on_request(0, head, request),
+                Effect::Submit { head, request } => core.on_request(0, head, *request),
                 Effect::FlushSavesAfterBatch => core.on_flush(0),
                 effect @ (Effect::Reply { .. } | Effect::Push { .. } | Effect::Kick { .. }) => {
                     out.push(effect)

@@ -37,7 +37,7 @@ impl RouterDriver {
 
     fn perform(&self, effect: Effect, answered_at: Instant) {
         match effect {
-            Effect::Submit { head, request } => self.submit_at(clock::now_ms(), head, request),
+            Effect::Submit { head, request } => self.submit_at(clock::now_ms(), head, *request),
             Effect::Store { token, op } => self.store(token, op),
             Effect::ArmTimer { at_ms, timer } => self.arm(at_ms, timer),
             Effect::Reply { request, outcome } => self.reply(request, outcome, answered_at),
@@ -52,8 +52,8 @@ impl RouterDriver {
                 request,
                 caller,
                 tag,
-            } => self.call(head, request, CallRoute { caller, tag }),
-            Effect::SendToNode { node, message } => self.send_to_node(node, message),
+            } => self.call(head, *request, CallRoute { caller, tag }),
+            Effect::SendToNode { node, message } => self.send_to_node(node, *message),
             Effect::FlushSavesAfterBatch => self.flush_after_batch(),
             Effect::TransferDone(done) => self.transfer_done(done),
         }

@@ -44,7 +44,7 @@ impl World {
             return;
         };
         match effect {
-            Effect::SendToNode { node: to, message } => self.send(node, core, to.0, message),
+            Effect::SendToNode { node: to, message } => self.send(node, core, to.0, *message),
             // Counter, player and room never call another object: a call
             // here is a router bug the run must not hide.
             Effect::Call { .. } => panic!("n{node}.{core}: a call from a simulated object"),
@@ -54,7 +54,7 @@ impl World {
                     node,
                     process,
                     head,
-                    request,
+                    request: *request,
                 },
             ),
             Effect::Store { token, op } => {
