@@ -8,6 +8,13 @@ use clap::{Parser, Subcommand};
 use routerd::config::Config;
 use routerd::NodeBuilder;
 
+/// Every request allocates its body and its answer, so the allocator is on
+/// the path of every request: glibc's malloc and free took 3.5% of a core
+/// at pipeline 16, and with mimalloc's per-thread free lists the routed
+/// path ran 1.04x as fast (bench/build_vs_build.sh, median of 7 rounds).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "routerd",
