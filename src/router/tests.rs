@@ -134,6 +134,17 @@ fn routed(effects: &[Effect]) -> Vec<(NodeId, RouterHead, RequestId)> {
         .collect()
 }
 
+/// The `router_transfer` among `effects`.
+fn sent_transfer(effects: &[Effect]) -> RouterTransfer {
+    effects
+        .iter()
+        .find_map(|effect| match effect.sent() {
+            Some((_, NodeMessage::RouterTransfer(transfer))) => Some(transfer.clone()),
+            _ => None,
+        })
+        .expect("router_transfer sent")
+}
+
 fn add(delta: i64) -> Vec<u8> {
     delta.to_le_bytes().to_vec()
 }
@@ -314,13 +325,7 @@ fn drain_after(h: &mut Harness, owner: u64, target: u64, end: impl FnOnce(&mut R
         .map(|_| h.request(owner, OP_GET, Vec::new()))
         .collect();
     let effects = h.settle(owner, 0);
-    let transfer_id = effects
-        .iter()
-        .find_map(|effect| match effect.sent() {
-            Some((_, NodeMessage::RouterTransfer(transfer))) => Some(transfer.transfer_id),
-            _ => None,
-        })
-        .expect("router_transfer sent");
+    let transfer_id = sent_transfer(&effects).transfer_id;
     assert!(routed(&effects).is_empty() && replies(&effects).is_empty());
     end(h.core(owner), transfer_id);
     let effects = h.settle(owner, 1);
@@ -367,14 +372,7 @@ fn defect_b_pending_queue_drains_when_the_ack_times_out() {
 fn transfer_ships_state_and_the_target_confirms_by_cas() {
     let mut h = Harness::new(2, Persist::Interval);
     let (owner, target) = transfer_in_flight(&mut h);
-    let effects = h.settle(owner, 0);
-    let transfer = effects
-        .into_iter()
-        .find_map(|effect| match effect.into_sent() {
-            Some((_, NodeMessage::RouterTransfer(transfer))) => Some(transfer),
-            _ => None,
-        })
-        .expect("router_transfer sent");
+    let transfer = sent_transfer(&h.settle(owner, 0));
     assert_eq!(transfer.route_version, RouteVersion(2));
     h.core(target)
         .on_router_transfer(0, NodeId(owner), transfer);

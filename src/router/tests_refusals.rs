@@ -20,20 +20,9 @@ fn notification(h: &mut Harness, target_caches: bool) -> (u64, u64, RouterTransf
     h.core(owner)
         .transfer(0, KEY, NodeId(target), true)
         .expect("transfer starts");
-    let transfer = sent_transfer(h.settle(owner, 0));
+    let transfer = sent_transfer(&h.settle(owner, 0));
     assert_eq!(transfer.route_version, RouteVersion(2));
     (owner, target, transfer)
-}
-
-/// The `router_transfer` among `effects`.
-fn sent_transfer(effects: Vec<Effect>) -> RouterTransfer {
-    effects
-        .into_iter()
-        .find_map(|effect| match effect.into_sent() {
-            Some((_, NodeMessage::RouterTransfer(transfer))) => Some(transfer),
-            _ => None,
-        })
-        .expect("router_transfer sent")
 }
 
 fn acks(effects: &[Effect]) -> Vec<(NodeId, bool)> {
@@ -618,7 +607,7 @@ fn hand_over(h: &mut Harness, from: u64, to: u64, now: u64) -> (RouterTransfer, 
     h.core(from)
         .transfer(now, KEY, NodeId(to), true)
         .expect("transfer starts");
-    let transfer = sent_transfer(h.settle(from, now));
+    let transfer = sent_transfer(&h.settle(from, now));
     h.core(to)
         .on_router_transfer(now, NodeId(from), transfer.clone());
     let ack = h
