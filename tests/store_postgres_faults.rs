@@ -100,7 +100,7 @@ fn wait_for(server: &PgServer, sql: &str, want: &str, limit: Duration) {
     }
 }
 
-/// A psql session that holds `key(id)`'s row lock until `release`.
+/// A psql session that holds the row locks of some keys until `release`.
 struct RowLock {
     child: Child,
 }
