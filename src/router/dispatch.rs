@@ -1,8 +1,6 @@
 //! The receive and send path: `filter_router_msg`, `mutable_cache`,
 //! `mutable_object` (its start), `send_msg`, and running the handler.
 
-use std::collections::btree_map;
-
 use wire::ObjectKey;
 
 use super::core::StoreWait;
@@ -32,8 +30,8 @@ impl RouterCore {
         };
         let Manager { kind, entries } = manager;
         let entry = match entries.entry(key) {
-            btree_map::Entry::Occupied(occupied) => occupied.into_mut(),
-            btree_map::Entry::Vacant(vacant) => {
+            hashbrown::hash_map::Entry::Occupied(occupied) => occupied.into_mut(),
+            hashbrown::hash_map::Entry::Vacant(vacant) => {
                 if ctx.entries_total >= ctx.config.entries_per_core_max {
                     ctx.counters.entries_full_total += 1;
                     ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));

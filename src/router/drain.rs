@@ -4,14 +4,16 @@
 //! `drain_step` when the drain starts, after every transfer that ends and
 //! on a period; `drain_progress` says how far it is.
 //!
-//! The walk over the entries resumes after the last key it started, so one
-//! pass over a core costs O(entries) however many steps it takes; a key
-//! whose transfer did not move it is tried again on a later pass, at most
+//! The drain walks a snapshot of the core's keys taken when a pass starts,
+//! each step going on where the last one stopped, so one pass over a core
+//! costs O(entries) however many steps it takes (the entries are a hash
+//! map, without an order to resume in); an object placed during a pass
+//! waits for the next one. A key whose transfer did not move it is tried
+//! again on a later pass, at most
 //! `DRAIN_ATTEMPTS_MAX` times (after that it stays, and the shutdown that
 //! follows the drain saves and releases it like any other).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Bound;
 
 use wire::ObjectKey;
 
@@ -27,8 +29,8 @@ pub(crate) struct DrainState {
     /// Transfers the drain keeps in flight at most.
     concurrency: usize,
     in_flight: BTreeSet<ObjectKey>,
-    /// The last key a step started: the next step goes on after it.
-    cursor: Option<ObjectKey>,
+    /// The keys of the current pass not yet looked at, the next one last.
+    pass: Vec<ObjectKey>,
     /// Drain transfers of a key that did not move it.
     failures: BTreeMap<ObjectKey, u8>,
     moved: u64,
@@ -93,7 +95,7 @@ impl RouterCore {
             self.ctx.drain = Some(DrainState {
                 concurrency: concurrency.max(1),
                 in_flight: BTreeSet::new(),
-                cursor: None,
+                pass: Vec::new(),
                 failures: BTreeMap::new(),
                 moved: 0,
                 not_moved: 0,
@@ -131,7 +133,6 @@ impl RouterCore {
             let Some(drain) = self.ctx.drain.as_mut() else {
                 return;
             };
-            drain.cursor = Some(key);
             match started {
                 Ok(()) => {
                     drain.in_flight.insert(key);
@@ -149,35 +150,46 @@ impl RouterCore {
         }
     }
 
-    /// Up to `room` writable, idle objects to move, in key order after the
-    /// cursor, then from the start up to it.
-    fn drain_candidates(&self, room: usize) -> Vec<ObjectKey> {
-        let Some(drain) = self.ctx.drain.as_ref() else {
+    /// Up to `room` writable, idle objects to move: the next ones of the
+    /// current pass, then of a new pass (at most one new pass per step, so
+    /// a step where nothing can move walks the entries once).
+    fn drain_candidates(&mut self, room: usize) -> Vec<ObjectKey> {
+        let Some(drain) = self.ctx.drain.as_mut() else {
             return Vec::new();
         };
-        let after = drain.cursor.map_or(Bound::Unbounded, Bound::Excluded);
-        let up_to = drain.cursor.map_or(Bound::Unbounded, Bound::Included);
-        let wrap = drain.cursor.is_some();
-        let startable = |(key, entry): (&ObjectKey, &super::entry::Entry)| {
-            let idle = entry.is_writable()
-                && entry.transferring.is_none()
-                && entry.queued_transfer.is_none()
-                && !drain.in_flight.contains(key)
-                && drain.may_try(key);
-            idle.then_some(*key)
-        };
-        let ahead = self
-            .managers
-            .values()
-            .flat_map(|manager| manager.entries.range((after, Bound::Unbounded)))
-            .filter_map(startable);
-        let behind = self
-            .managers
-            .values()
-            .flat_map(|manager| manager.entries.range((Bound::Unbounded, up_to)))
-            .filter_map(startable)
-            .take_while(|_| wrap);
-        ahead.chain(behind).take(room).collect()
+        let mut candidates = Vec::new();
+        let mut passes_started = 0;
+        while candidates.len() < room {
+            let Some(key) = drain.pass.pop() else {
+                if passes_started == 1 {
+                    break;
+                }
+                passes_started += 1;
+                drain.pass = self
+                    .managers
+                    .values()
+                    .flat_map(|manager| manager.entries.keys().copied())
+                    .collect();
+                continue;
+            };
+            let startable = self
+                .managers
+                .get(&key.type_id)
+                .and_then(|manager| manager.entries.get(&key))
+                .is_some_and(|entry| {
+                    entry.is_writable()
+                        && entry.transferring.is_none()
+                        && entry.queued_transfer.is_none()
+                        && !drain.in_flight.contains(&key)
+                        && drain.may_try(&key)
+                        // A key the old pass gave this step may come again.
+                        && !candidates.contains(&key)
+                });
+            if startable {
+                candidates.push(key);
+            }
+        }
+        candidates
     }
 
     /// How far the drain is (a walk over every entry: call it on a period,

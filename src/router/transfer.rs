@@ -1,8 +1,6 @@
 //! `transfer`, `remove_object` and `router_transfer`: the ordered handoff of a
 //! writable object to another node, shipping its state.
 
-use std::collections::btree_map;
-
 use wire::ObjectKey;
 
 use super::core::{Ctx, Manager, RouterCore, StoreWait};
@@ -105,8 +103,8 @@ impl RouterCore {
             return ack(ctx, from_node, key, transfer.transfer_id, false);
         };
         let entry = match entries.entry(key) {
-            btree_map::Entry::Occupied(occupied) => occupied.into_mut(),
-            btree_map::Entry::Vacant(vacant) => {
+            hashbrown::hash_map::Entry::Occupied(occupied) => occupied.into_mut(),
+            hashbrown::hash_map::Entry::Vacant(vacant) => {
                 if ctx.is_shutting_down() || ctx.entries_total >= ctx.config.entries_per_core_max {
                     return ack(ctx, from_node, key, transfer.transfer_id, false);
                 }
