@@ -37,7 +37,7 @@ impl RouterDriver {
 
     fn perform(&self, effect: Effect, answered_at: Instant) {
         match effect {
-            Effect::Submit { head, request } => self.submit_at(clock::now_ms(), head, *request),
+            Effect::Submit { head, request } => self.submit(head, *request),
             Effect::Store { token, op } => self.store(token, op),
             Effect::ArmTimer { at_ms, timer } => self.arm(at_ms, timer),
             Effect::Reply { request, outcome } => self.reply(request, outcome, answered_at),
@@ -98,18 +98,14 @@ impl RouterDriver {
             origin_node: self.0.node,
             seq,
         };
-        self.submit_at(now_ms, head, request);
+        self.submit(head, request);
     }
 
     /// Hands the answer to a call to its caller, as an event routed by key
     /// like any request (the caller may have moved meanwhile).
     fn answer_call(&self, route: CallRoute, outcome: Outcome) {
         let event = answer_event(route.tag, outcome);
-        self.submit_at(
-            clock::now_ms(),
-            RouterHead::local(route.caller, self.0.node),
-            event,
-        );
+        self.submit(RouterHead::local(route.caller, self.0.node), event);
     }
 
     /// Answers TIMEOUT to the calls that waited `request_timeout_ms`.

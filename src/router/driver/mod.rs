@@ -90,28 +90,34 @@ pub struct DriverParts {
 }
 
 /// One event for the core.
+///
+/// Requests are handled at the clock reading of the router's poll (see
+/// `handle_inputs`), so they carry none. Every input is moved into the
+/// queue and out again: at 128 bytes or less the compiler moves it with
+/// inline register moves instead of a `memcpy` call (the test
+/// `an_input_fits_in_128_bytes` keeps it there), so a node message, which
+/// comes from another node's link, not from this core's sessions, is
+/// boxed.
 enum Input {
     Request {
-        now_ms: u64,
         head: RouterHead,
         request: Request,
     },
     /// A request for a stateless service, to run on `node` (this one, or
     /// another the catalog picked).
     Service {
-        now_ms: u64,
         node: NodeId,
         key: ObjectKey,
         request: Request,
     },
     Node {
         from: NodeId,
-        message: NodeMessage,
+        message: Box<NodeMessage>,
     },
     /// A message a link took and then could not deliver.
     SendFailed {
         node: NodeId,
-        message: NodeMessage,
+        message: Box<NodeMessage>,
     },
     /// A link to `node` failed after it was up.
     LinkLost {
@@ -293,7 +299,7 @@ impl RouterDriver {
     ) -> Result<(), ErrorCode> {
         let now_ms = clock::ms_at(now);
         let request = self.client_side_request(now_ms, op, body, client, route)?;
-        self.submit_at(now_ms, RouterHead::local(key, self.0.node), request);
+        self.submit(RouterHead::local(key, self.0.node), request);
         Ok(())
     }
 
@@ -341,12 +347,7 @@ impl RouterDriver {
         let now_ms = clock::ms_at(now);
         let (op, body) = request;
         let request = self.client_side_request(now_ms, op, body, client, route)?;
-        self.enqueue(Input::Service {
-            now_ms,
-            node,
-            key,
-            request,
-        });
+        self.enqueue(Input::Service { node, key, request });
         Ok(())
     }
 
@@ -363,22 +364,14 @@ impl RouterDriver {
             client: Some(client),
             needs_reply: false,
         };
-        self.submit_at(
-            clock::now_ms(),
-            RouterHead::local(key, self.0.node),
-            request,
-        );
+        self.submit(RouterHead::local(key, self.0.node), request);
     }
 
     /// Hands a request to the core that owns its key on this node.
-    fn submit_at(&self, now_ms: u64, head: RouterHead, request: Request) {
+    fn submit(&self, head: RouterHead, request: Request) {
         let core = shard_of(head.key, self.0.core_count) as usize;
         if core == self.0.core_id {
-            return self.enqueue(Input::Request {
-                now_ms,
-                head,
-                request,
-            });
+            return self.enqueue(Input::Request { head, request });
         }
         let frame = match FrameBuf::encode_local(&encode_request(&head, &request)) {
             Ok(frame) => frame,
@@ -415,11 +408,7 @@ impl RouterDriver {
             FrameSource::Core => {
                 if let ArchivedMessage::RouterRequest { .. } = message {
                     if let Some((head, request)) = decode_request(message) {
-                        self.enqueue(Input::Request {
-                            now_ms: clock::now_ms(),
-                            head,
-                            request,
-                        });
+                        self.enqueue(Input::Request { head, request });
                     }
                     return None;
                 }
@@ -427,7 +416,10 @@ impl RouterDriver {
             }
             FrameSource::Node(from) => match decode_node_message(message) {
                 Some(message) => {
-                    self.enqueue(Input::Node { from, message });
+                    self.enqueue(Input::Node {
+                        from,
+                        message: Box::new(message),
+                    });
                     None
                 }
                 None => Some(frame),
@@ -441,7 +433,10 @@ impl RouterDriver {
     /// requests time out at the gateway that made them.
     pub fn send_failed(&self, node: NodeId, frame: FrameBuf) {
         if let Some(message) = decode_node_message(frame.message()) {
-            self.enqueue(Input::SendFailed { node, message });
+            self.enqueue(Input::SendFailed {
+                node,
+                message: Box::new(message),
+            });
         }
     }
 
@@ -543,22 +538,25 @@ impl RouterDriver {
         // latency histogram): every request they answer arrived before it,
         // and one clock reading per poll instead of one per answer is a
         // few percent of the core at high rates.
-        let answered_at = Instant::now();
+        let polled_at = Instant::now();
+        let polled_ms = clock::ms_at(polled_at);
         for _ in 0..INPUTS_PER_TURN_MAX {
             let Some(input) = self.0.inputs.borrow_mut().pop_front() else {
                 return;
             };
-            self.apply(input);
-            self.perform_effects(answered_at);
+            self.apply(input, polled_ms);
+            self.perform_effects(polled_at);
         }
     }
 
-    fn apply(&self, input: Input) {
-        // A client's request carries the clock reading of its read batch;
-        // every other input reads the clock here (one reading per
-        // request would be a few percent of the core at high rates).
+    /// Applies one input; `polled_ms` is the clock reading of this poll.
+    fn apply(&self, input: Input, polled_ms: u64) {
+        // Requests are applied at the poll's reading (each arrived before
+        // it; one reading per request would be a few percent of the core
+        // at high rates); every other input, rare beside them, reads the
+        // clock here, so a lease or a timer is judged at the latest time.
         let now = match &input {
-            Input::Request { now_ms, .. } => *now_ms,
+            Input::Request { .. } | Input::Service { .. } => polled_ms,
             _ => clock::now_ms(),
         };
         match &input {
@@ -570,25 +568,16 @@ impl RouterDriver {
         }
         let mut core = self.0.core.borrow_mut();
         match input {
-            Input::Request {
-                now_ms,
-                head,
-                request,
-            } => core.on_request(now_ms, head, request),
-            Input::Service {
-                now_ms,
-                node,
-                key,
-                request,
-            } if node == self.0.node => core.on_service_request(now_ms, key, request),
-            Input::Service {
-                node, key, request, ..
-            } => {
+            Input::Request { head, request } => core.on_request(now, head, request),
+            Input::Service { node, key, request } if node == self.0.node => {
+                core.on_service_request(now, key, request)
+            }
+            Input::Service { node, key, request } => {
                 drop(core);
                 self.send_to_node(node, NodeMessage::ServiceRequest { key, request });
             }
-            Input::Node { from, message } => core.on_node_message(now, from, message),
-            Input::SendFailed { node, message } => core.on_send_failed(now, node, message),
+            Input::Node { from, message } => core.on_node_message(now, from, *message),
+            Input::SendFailed { node, message } => core.on_send_failed(now, node, *message),
             Input::StoreReply { token, reply } => core.on_store_reply(now, token, reply),
             Input::Timer(timer) => core.on_timer(now, timer),
             Input::Flush => core.on_flush(now),
@@ -701,5 +690,14 @@ async fn run(driver: RouterDriver) {
         if !driver.0.inputs.borrow().is_empty() {
             shards::yield_now().await;
         }
+    }
+}
+#[cfg(test)]
+mod tests {
+    /// See `Input`: past 128 bytes every request costs two `memcpy` calls
+    /// more (into the queue and out of it).
+    #[test]
+    fn an_input_fits_in_128_bytes() {
+        assert!(std::mem::size_of::<super::Input>() <= 128);
     }
 }
