@@ -76,7 +76,6 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
         core_count: core.count(),
         core: router_core(
             &shared.config,
-            core.id(),
             shared.gateway.boot_incarnation,
             &shared.registry,
         ),
@@ -202,20 +201,13 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
 /// as `incarnation`: the records it writes name this start of the node,
 /// not an earlier one (which the other nodes know ended, and would claim
 /// from at once while this start still serves).
-fn router_core(
-    config: &Config,
-    core_id: usize,
-    incarnation: u64,
-    registry: &Registry,
-) -> RouterCore {
+fn router_core(config: &Config, incarnation: u64, registry: &Registry) -> RouterCore {
     let node = NodeId(config.node.id);
     let now = clock::now_ms();
-    // Retry jitter only: distinct per core and per start, no need to repeat.
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_nanos() as u64)
-        ^ ((core_id as u64) << 32)
-        ^ config.node.id;
+    // Retry jitter and the keys of the entries' hash (`router::core::
+    // Entries`): from the operating system's generator, so a client that
+    // chooses object ids cannot predict where they land.
+    let seed = rand::random::<u64>();
     let mut core = RouterCore::new(node, config.router.clone(), seed, now);
     core.set_incarnation(incarnation);
     registry.register_all(&mut core);
