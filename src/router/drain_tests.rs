@@ -4,6 +4,7 @@
 //! placed on it.
 
 use super::*;
+use crate::router::drain::DRAIN_ATTEMPTS_MAX;
 
 fn done_of(effects: &[Effect]) -> Vec<TransferDone> {
     effects
@@ -217,4 +218,59 @@ fn a_drain_with_no_other_node_finishes_with_its_objects_left() {
     let progress = h.core(1).drain_progress();
     assert!(progress.no_target && progress.finished(), "{progress:?}");
     assert_eq!(progress.objects, 1);
+}
+
+#[test]
+fn a_drain_tries_an_object_that_did_not_move_again_on_later_passes_then_gives_up() {
+    let mut h = Harness::new(3, Persist::Interval);
+    let keys = keys_of_node_1(3);
+    for key in &keys {
+        let id = request_key(&mut h, 1, *key, OP_ADD, add(1));
+        assert_eq!(replies(&h.settle(1, 0)), vec![(id, Ok(add(1)))]);
+    }
+    h.core(1).start_drain(1);
+    let mut order = Vec::new();
+    for now in 1..100 {
+        h.core(1).drain_step(now);
+        let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+        let writes: Vec<(StoreToken, ObjectKey)> = effects
+            .iter()
+            .filter_map(|effect| match effect {
+                Effect::Store {
+                    token,
+                    op: StoreOp::Write(write),
+                } => Some((*token, write.key)),
+                _ => None,
+            })
+            .collect();
+        if writes.is_empty() {
+            break;
+        }
+        assert_eq!(writes.len(), 1, "one at a time: {effects:?}");
+        let (token, key) = writes[0];
+        order.push(key);
+        // The transfer's record write never reaches the store: the object
+        // did not move, and the record still names this node.
+        h.core(1)
+            .on_store_reply(now, token, StoreReply::Written(WriteOutcome::Indeterminate));
+        let done = done_of(&h.settle(1, now));
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].outcome, TransferOutcome::NotMoved);
+        // The next request reads the record and takes the object back (as
+        // last saved: interval persistence had not saved the add).
+        let id = request_key(&mut h, 1, key, OP_GET, Vec::new());
+        let answered = replies(&h.settle(1, now));
+        assert!(matches!(answered.as_slice(), [(answered_id, Ok(_))] if *answered_id == id));
+    }
+    let progress = h.core(1).drain_progress();
+    assert!(progress.finished(), "{progress:?}");
+    assert_eq!(progress.given_up, keys.len(), "{progress:?}");
+    let attempts = usize::from(DRAIN_ATTEMPTS_MAX);
+    assert_eq!(progress.not_moved, (keys.len() * attempts) as u64);
+    assert_eq!(order.len(), keys.len() * attempts, "{order:?}");
+    // A pass goes over every key once before any is tried again.
+    for pass in order.chunks(keys.len()) {
+        let distinct: std::collections::BTreeSet<_> = pass.iter().collect();
+        assert_eq!(distinct.len(), keys.len(), "{order:?}");
+    }
 }
