@@ -551,10 +551,12 @@ impl RouterDriver {
 
     /// Applies one input; `polled_ms` is the clock reading of this poll.
     fn apply(&self, input: Input, polled_ms: u64) {
-        // Requests are applied at the poll's reading (each arrived before
-        // it; one reading per request would be a few percent of the core
-        // at high rates); every other input, rare beside them, reads the
-        // clock here, so a lease or a timer is judged at the latest time.
+        // Requests are applied at the poll's reading (one reading per
+        // request would be a few percent of the core at high rates): a
+        // client's arrived before it, a handler's submit during this poll,
+        // so it is at most one poll late. Every other input, rare beside
+        // them, reads the clock here: a lease or a timer is judged at the
+        // latest time.
         let now = match &input {
             Input::Request { .. } | Input::Service { .. } => polled_ms,
             _ => clock::now_ms(),
@@ -692,6 +694,7 @@ async fn run(driver: RouterDriver) {
         }
     }
 }
+
 #[cfg(test)]
 mod tests {
     /// See `Input`: past 128 bytes every request costs two `memcpy` calls
