@@ -28,7 +28,6 @@ header "routerd $SUBJECT vs routerd $BASE, workload $WORKLOAD, one client (loadg
 shape_flags=(--workload "$WORKLOAD")
 if [ "$BATCH" = 1 ]; then shape_flags+=(--batch); fi
 
-p99_ratios=()
 for round in $(seq 1 "$ROUNDS"); do
   # Alternate who goes first, so a drift of the machine does not always
   # favour the same side.
@@ -39,8 +38,6 @@ for round in $(seq 1 "$ROUNDS"); do
       "${shape_flags[@]}" > "$WORK/$side-$round.log"
   done
   paired_round "$round" base subject
-  p99_ratios+=("$(ratio "$(json_number "$WORK/subject-$round.json" p99_us)" \
-    "$(json_number "$WORK/base-$round.json" p99_us)")")
 done
-echo "RATIO subject/base throughput = $(median "${RATIOS[@]}"), p99 = $(median "${p99_ratios[@]}");" \
-  "rounds: ${RATIOS[*]} | p99 ${p99_ratios[*]}"
+echo "RATIO subject/base throughput = $(median "${RATIOS[@]}"), p99 = $(median "${P99_RATIOS[@]}");" \
+  "rounds: ${RATIOS[*]} | p99 ${P99_RATIOS[*]}"

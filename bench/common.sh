@@ -74,10 +74,11 @@ ratio() {
 # drift of the machine during one run does not decide it.
 ROUNDS=${ROUNDS:-3}
 RATIOS=()
+P99_RATIOS=()
 
 # paired_round ROUND BASE SUBJECT: from $WORK/BASE-ROUND.json and
 # $WORK/SUBJECT-ROUND.json, prints the round's figures and appends the
-# throughput ratio SUBJECT/BASE to RATIOS.
+# ratios SUBJECT/BASE of throughput to RATIOS and of p99 to P99_RATIOS.
 paired_round() {
   local round=$1 base=$2 subject=$3
   local base_rps subject_rps base_p99 subject_p99
@@ -86,6 +87,7 @@ paired_round() {
   base_p99=$(json_number "$WORK/$base-$round.json" p99_us)
   subject_p99=$(json_number "$WORK/$subject-$round.json" p99_us)
   RATIOS+=("$(ratio "$subject_rps" "$base_rps")")
+  P99_RATIOS+=("$(ratio "$subject_p99" "$base_p99")")
   printf 'round %d: %s %10.0f req/s p99 %7.1f us | %s %10.0f req/s p99 %7.1f us | ratio %s\n' \
     "$round" "$base" "$base_rps" "$base_p99" "$subject" "$subject_rps" "$subject_p99" "${RATIOS[-1]}"
 }

@@ -56,8 +56,9 @@ SUMMARY=()
 compare_shape() {
   local shape=$1 connections=$2 pipeline=$3 goals=$4 routerd_flags=$5 redis_flags=$6
   shift 6
-  local round first second p99_ratios=() rounds_ratios
+  local round first second rounds_ratios
   RATIOS=()
+  P99_RATIOS=()
   echo
   echo "== shape $shape: $connections connections x pipeline $pipeline $*"
   for round in $(seq 1 "$ROUNDS"); do
@@ -76,13 +77,11 @@ compare_shape() {
       fi
     done
     paired_round "$round" "redis-$shape" "routerd-$shape"
-    p99_ratios+=("$(ratio "$(json_number "$WORK/routerd-$shape-$round.json" p99_us)" \
-      "$(json_number "$WORK/redis-$shape-$round.json" p99_us)")")
   done
   rounds_ratios="${RATIOS[*]}"
   local line
   line=$(printf 'RATIO %-6s routerd/redis throughput = %s, p99 = %s (%s); rounds: %s | p99 %s' \
-    "$shape" "$(median "${RATIOS[@]}")" "$(median "${p99_ratios[@]}")" "$goals" "$rounds_ratios" "${p99_ratios[*]}")
+    "$shape" "$(median "${RATIOS[@]}")" "$(median "${P99_RATIOS[@]}")" "$goals" "$rounds_ratios" "${P99_RATIOS[*]}")
   echo "$line"
   SUMMARY+=("$line")
   if [ "$REDIS_BENCHMARK" = 1 ]; then
