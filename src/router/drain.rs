@@ -158,13 +158,13 @@ impl RouterCore {
             return Vec::new();
         };
         let mut candidates = Vec::new();
-        let mut passes_started = 0;
+        let mut new_pass_taken = false;
         while candidates.len() < room {
             let Some(key) = drain.pass.pop() else {
-                if passes_started == 1 {
+                if new_pass_taken {
                     break;
                 }
-                passes_started += 1;
+                new_pass_taken = true;
                 drain.pass = self
                     .managers
                     .values()
