@@ -367,8 +367,9 @@ fn a_timed_out_write_that_waited_for_a_connection_never_happens() {
         std::thread::spawn(move || block_on(store.write(update(7, 1))))
     };
     std::thread::sleep(Duration::from_millis(600));
-    // The second is sent only after the first was given up, about 400 ms
-    // before its own deadline.
+    // The second is made 400 ms before the first's deadline and reaches
+    // the server only once the first was given up, about 600 ms before
+    // its own deadline.
     let outcome = block_on(store.write(update(8, 1))).expect("answered");
     lock.release();
     assert_eq!(outcome, WriteOutcome::Indeterminate);
