@@ -47,6 +47,11 @@ pub struct InFlightTable {
     len: usize,
     /// The hash's keys, random per table (see the module note).
     hash: SeqHash,
+    /// 64 minus log2 of the slot count: a seq's home slot is the top bits
+    /// of its hash (meaningful only while `slots` is not empty). Kept, not
+    /// computed from the length on each probe: without a `popcnt` in the
+    /// baseline target that was a dozen instructions per slot visited.
+    home_shift: u32,
 }
 
 /// The keys of one table's hash.
@@ -90,6 +95,7 @@ impl InFlightTable {
             slots: Vec::new(),
             len: 0,
             hash,
+            home_shift: 64,
         }
     }
 
@@ -113,7 +119,7 @@ impl InFlightTable {
             self.grow();
         }
         let mask = self.slots.len() - 1;
-        let mut index = self.home(seq, mask);
+        let mut index = self.home(seq);
         while self.slots[index].is_some() {
             index = (index + 1) & mask;
         }
@@ -134,7 +140,7 @@ impl InFlightTable {
         let mask = self.slots.len() - 1;
         let mut next = (hole + 1) & mask;
         while let Some(slot) = self.slots[next] {
-            let home = self.home(slot.seq, mask);
+            let home = self.home(slot.seq);
             // `slot` may move to `hole` iff its home is not cyclically
             // within (hole, next].
             let distance_to_home = next.wrapping_sub(home) & mask;
@@ -162,7 +168,7 @@ impl InFlightTable {
             return None;
         }
         let mask = self.slots.len() - 1;
-        let mut index = self.home(seq, mask);
+        let mut index = self.home(seq);
         loop {
             match &self.slots[index] {
                 None => return None,
@@ -175,20 +181,17 @@ impl InFlightTable {
     fn grow(&mut self) {
         let capacity = (self.slots.len() * 2).max(MIN_CAPACITY);
         let old = std::mem::replace(&mut self.slots, vec![None; capacity]);
+        self.home_shift = 64 - capacity.trailing_zeros();
         self.len = 0;
         for slot in old.into_iter().flatten() {
             self.insert(slot.seq, slot.request);
         }
     }
 
-    /// The top bits of the seq's hash. `mask` is the slot count minus one,
-    /// a power of two minus one.
-    fn home(&self, seq: u32, mask: usize) -> usize {
-        let bits = mask.count_ones();
-        if bits == 0 {
-            return 0;
-        }
-        (self.hash.of(seq) >> (64 - bits)) as usize
+    /// The top bits of the seq's hash: as many as index the slots (at
+    /// least `MIN_CAPACITY` of them whenever this is called).
+    fn home(&self, seq: u32) -> usize {
+        (self.hash.of(seq) >> self.home_shift) as usize
     }
 
     /// Slots an operation on `seq` reads: its distance from its home slot
@@ -197,7 +200,7 @@ impl InFlightTable {
     fn probes(&self, seq: u32) -> Option<usize> {
         let found = self.find(seq)?;
         let mask = self.slots.len() - 1;
-        Some((found.wrapping_sub(self.home(seq, mask)) & mask) + 1)
+        Some((found.wrapping_sub(self.home(seq)) & mask) + 1)
     }
 }
 
