@@ -587,12 +587,16 @@ impl GatewayCore {
 
     /// Records how long an answered request took, from its arrival (its
     /// deadline less the request timeout: the in-flight table keeps no
-    /// second timestamp) to `now`.
+    /// second timestamp) to `now`. One `Instant` subtraction: the request
+    /// timeout less the time left before the deadline, or plus the time
+    /// past it (an answer the timer has not expired yet).
     fn record_latency(&self, answered: Answered, now: Instant) {
-        if let Some(arrival) = answered.deadline.checked_sub(self.limits.request_timeout) {
-            let elapsed = now.saturating_duration_since(arrival);
-            self.metrics.requests.record(answered.route_index, elapsed);
-        }
+        let timeout = self.limits.request_timeout;
+        let elapsed = match answered.deadline.checked_duration_since(now) {
+            Some(left) => timeout.saturating_sub(left),
+            None => timeout + now.duration_since(answered.deadline),
+        };
+        self.metrics.requests.record(answered.route_index, elapsed);
     }
 
     /// The egress gate; `Some` when the frame answered a request in flight.

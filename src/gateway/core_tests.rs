@@ -824,3 +824,25 @@ fn a_draining_gateway_redirects_every_session_answers_within_the_grace_then_clos
         )]
     );
 }
+
+/// An answer's latency is from the request's arrival to the clock reading
+/// of its answer, whether the answer comes before the deadline or after it
+/// (before the timer expired the request).
+#[test]
+fn an_answer_records_its_latency_from_the_request_arrival() {
+    let mut f = Fixture::new();
+    let (s, _outbox) = f.open();
+    let epoch = f.login(s, 7);
+    f.request(s, route::PLAYER_GET, 1).unwrap();
+    f.request(s, route::PLAYER_GET, 2).unwrap();
+    let answer = |seq| egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, seq);
+    let early = f.now + Duration::from_micros(300);
+    f.core.egress_with_clock(&answer(1), || early).unwrap();
+    let late = f.now + TIMEOUT + Duration::from_millis(50);
+    f.core.egress_with_clock(&answer(2), || late).unwrap();
+
+    let (index, _) = f.core.routes.lookup_indexed(route::PLAYER_GET).unwrap();
+    let latency = f.metrics.requests.route(index).unwrap();
+    assert_eq!(latency.count(), 2);
+    assert_eq!(latency.sum_ns(), 300_000 + 150_000_000);
+}
