@@ -189,6 +189,10 @@ struct Inner {
     request_timeout_ms: u64,
     /// The effects being performed, reused so a batch allocates nothing.
     effects: RefCell<Vec<Effect>>,
+    /// The last reading `client_request` converted to the router's clock:
+    /// the requests of one read batch share their batch's reading, so
+    /// all but the first reuse its conversion.
+    last_reading: Cell<(Instant, u64)>,
     unroutable_total: Cell<u64>,
     /// Operators' transfers in flight, by key (at most one per key: the
     /// core refuses a second while one runs).
@@ -229,6 +233,7 @@ impl RouterDriver {
             metrics: parts.metrics,
             request_timeout_ms: parts.request_timeout_ms,
             effects: RefCell::new(Vec::new()),
+            last_reading: Cell::new((Instant::now(), clock::now_ms())),
             unroutable_total: Cell::new(0),
             transfer_waiters: RefCell::new(HashMap::new()),
         }));
@@ -297,10 +302,21 @@ impl RouterDriver {
         route: ReplyRoute,
         now: Instant,
     ) -> Result<(), ErrorCode> {
-        let now_ms = clock::ms_at(now);
+        let now_ms = self.ms_at(now);
         let request = self.client_side_request(now_ms, op, body, client, route)?;
         self.submit(RouterHead::local(key, self.0.node), request);
         Ok(())
+    }
+
+    /// `clock::ms_at(now)`, converted once per reading.
+    fn ms_at(&self, now: Instant) -> u64 {
+        let (last, last_ms) = self.0.last_reading.get();
+        if now == last {
+            return last_ms;
+        }
+        let now_ms = clock::ms_at(now);
+        self.0.last_reading.set((now, now_ms));
+        now_ms
     }
 
     /// A request whose answer goes back to a session of this core through
@@ -344,7 +360,7 @@ impl RouterDriver {
         route: ReplyRoute,
         now: Instant,
     ) -> Result<(), ErrorCode> {
-        let now_ms = clock::ms_at(now);
+        let now_ms = self.ms_at(now);
         let (op, body) = request;
         let request = self.client_side_request(now_ms, op, body, client, route)?;
         self.enqueue(Input::Service { node, key, request });
