@@ -13,10 +13,11 @@
 # CONNECTIONS, PIPELINE and WORKLOAD say otherwise (BATCH=0 for a steady
 # pipeline). Prints each round and the median ratio SUBJECT / BASE.
 set -euo pipefail
+# Before common.sh, whose defaults (32 connections) give way to these.
+CONNECTIONS=${CONNECTIONS:-16}
 source "$(dirname "$0")/common.sh"
 
 : "${BASE:?BASE=path of the baseline routerd binary}"
-CONNECTIONS=${CONNECTIONS:-16}
 WORKLOAD=${WORKLOAD:-incr}
 BATCH=${BATCH:-1}
 ROUNDS=${ROUNDS:-5}
