@@ -278,6 +278,7 @@ impl RouterDriver {
         self.0.node
     }
 
+    #[inline(always)]
     fn enqueue(&self, input: Input) {
         self.0.inputs.borrow_mut().push_back(input);
         self.wake();
@@ -303,7 +304,13 @@ impl RouterDriver {
         now: Instant,
     ) -> Result<(), ErrorCode> {
         let now_ms = self.ms_at(now);
-        let request = self.client_side_request(now_ms, op, body, client, route)?;
+        let request = Request {
+            id: self.reply_id(now_ms, route)?,
+            op,
+            body,
+            client: Some(client),
+            needs_reply: true,
+        };
         self.submit(RouterHead::local(key, self.0.node), request);
         Ok(())
     }
@@ -319,31 +326,22 @@ impl RouterDriver {
         now_ms
     }
 
-    /// A request whose answer goes back to a session of this core through
-    /// `route`; OVERLOADED when the core has `REPLY_ROUTES_MAX` waiting.
-    fn client_side_request(
-        &self,
-        now_ms: u64,
-        op: u32,
-        body: Vec<u8>,
-        client: ClientRef,
-        route: ReplyRoute,
-    ) -> Result<Request, ErrorCode> {
-        let seq = {
-            let mut replies = self.0.replies.borrow_mut();
-            replies.expire(now_ms);
-            replies.insert(route, now_ms + self.0.request_timeout_ms)
-        };
-        let seq = seq.ok_or(ErrorCode::Overloaded)?;
-        Ok(Request {
-            id: RequestId {
-                origin_node: self.0.node,
-                seq,
-            },
-            op,
-            body,
-            client: Some(client),
-            needs_reply: true,
+    /// The id of a request whose answer goes back to a session of this
+    /// core through `route`; OVERLOADED when the core has
+    /// `REPLY_ROUTES_MAX` waiting. Only the id: the caller writes the
+    /// request where it goes, since returning a whole `Request` cost a
+    /// stalled copy of it on every client request (a wide load of what
+    /// narrow stores had just written).
+    #[inline(always)]
+    fn reply_id(&self, now_ms: u64, route: ReplyRoute) -> Result<RequestId, ErrorCode> {
+        let mut replies = self.0.replies.borrow_mut();
+        replies.expire(now_ms);
+        let seq = replies
+            .insert(route, now_ms + self.0.request_timeout_ms)
+            .ok_or(ErrorCode::Overloaded)?;
+        Ok(RequestId {
+            origin_node: self.0.node,
+            seq,
         })
     }
 
@@ -362,7 +360,13 @@ impl RouterDriver {
     ) -> Result<(), ErrorCode> {
         let now_ms = self.ms_at(now);
         let (op, body) = request;
-        let request = self.client_side_request(now_ms, op, body, client, route)?;
+        let request = Request {
+            id: self.reply_id(now_ms, route)?,
+            op,
+            body,
+            client: Some(client),
+            needs_reply: true,
+        };
         self.enqueue(Input::Service { node, key, request });
         Ok(())
     }
@@ -384,11 +388,24 @@ impl RouterDriver {
     }
 
     /// Hands a request to the core that owns its key on this node.
+    ///
+    /// This and `enqueue` are inlined into every caller, and the remote
+    /// path is not: a request handed through calls was written to the
+    /// stack field by field and read back whole at each one, a stalled
+    /// copy (the store buffer cannot forward a wide load from narrow
+    /// stores) per call on the path of every client request.
+    #[inline(always)]
     fn submit(&self, head: RouterHead, request: Request) {
         let core = shard_of(head.key, self.0.core_count) as usize;
         if core == self.0.core_id {
             return self.enqueue(Input::Request { head, request });
         }
+        self.submit_to_core(core, head, request);
+    }
+
+    /// [`Self::submit`] to another core of this node, over the mesh.
+    #[inline(never)]
+    fn submit_to_core(&self, core: usize, head: RouterHead, request: Request) {
         let frame = match FrameBuf::encode_local(&encode_request(&head, &request)) {
             Ok(frame) => frame,
             Err(error) => {
