@@ -340,6 +340,10 @@ pub(crate) fn release(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput)
     if let HandlerReply::Answer(outcome) = std::mem::take(&mut out.reply) {
         ctx.reply(request, outcome);
     }
+    if out.is_answer_only() {
+        // Most runs: no list to walk.
+        return;
+    }
     for (request, outcome) in out.late_answers.drain(..) {
         ctx.counters.replies_total += 1;
         ctx.effects.push(Effect::Reply { request, outcome });

@@ -126,6 +126,18 @@ impl HandlerOutput {
     pub fn bad_request(&mut self) {
         self.reply = HandlerReply::Answer(Err(ErrorCode::BadRequest));
     }
+
+    /// Nothing but the reply (and the mutated flag): no push, send, kick,
+    /// call, late answer or timer.
+    pub(crate) fn is_answer_only(&self) -> bool {
+        self.pushes.is_empty()
+            && self.sends.is_empty()
+            && self.kicks.is_empty()
+            && self.calls.is_empty()
+            && self.late_answers.is_empty()
+            && self.timers.is_empty()
+            && self.armed.is_empty()
+    }
 }
 
 /// Ops at or above this are the router's own events; no client route and
