@@ -233,7 +233,10 @@ impl RouterDriver {
             metrics: parts.metrics,
             request_timeout_ms: parts.request_timeout_ms,
             effects: RefCell::new(Vec::new()),
-            last_reading: Cell::new((Instant::now(), clock::now_ms())),
+            last_reading: Cell::new({
+                let now = Instant::now();
+                (now, clock::ms_at(now))
+            }),
             unroutable_total: Cell::new(0),
             transfer_waiters: RefCell::new(HashMap::new()),
         }));
