@@ -306,14 +306,7 @@ impl RouterDriver {
         route: ReplyRoute,
         now: Instant,
     ) -> Result<(), ErrorCode> {
-        let now_ms = self.ms_at(now);
-        let request = Request {
-            id: self.reply_id(now_ms, route)?,
-            op,
-            body,
-            client: Some(client),
-            needs_reply: true,
-        };
+        let request = self.client_side_request(now, op, body, client, route)?;
         self.submit(RouterHead::local(key, self.0.node), request);
         Ok(())
     }
@@ -329,22 +322,37 @@ impl RouterDriver {
         now_ms
     }
 
-    /// The id of a request whose answer goes back to a session of this
+    /// A request read at `now` whose answer goes back to a session of this
     /// core through `route`; OVERLOADED when the core has
-    /// `REPLY_ROUTES_MAX` waiting. Only the id: the caller writes the
-    /// request where it goes, since returning a whole `Request` cost a
-    /// stalled copy of it on every client request (a wide load of what
-    /// narrow stores had just written).
+    /// `REPLY_ROUTES_MAX` waiting. Inlined: returned through memory, the
+    /// request was written to the stack field by field and read back whole
+    /// by the caller, a stalled copy (a wide load of what narrow stores had
+    /// just written) on every client request.
     #[inline(always)]
-    fn reply_id(&self, now_ms: u64, route: ReplyRoute) -> Result<RequestId, ErrorCode> {
-        let mut replies = self.0.replies.borrow_mut();
-        replies.expire(now_ms);
-        let seq = replies
-            .insert(route, now_ms + self.0.request_timeout_ms)
-            .ok_or(ErrorCode::Overloaded)?;
-        Ok(RequestId {
-            origin_node: self.0.node,
-            seq,
+    fn client_side_request(
+        &self,
+        now: Instant,
+        op: u32,
+        body: Vec<u8>,
+        client: ClientRef,
+        route: ReplyRoute,
+    ) -> Result<Request, ErrorCode> {
+        let now_ms = self.ms_at(now);
+        let seq = {
+            let mut replies = self.0.replies.borrow_mut();
+            replies.expire(now_ms);
+            replies.insert(route, now_ms + self.0.request_timeout_ms)
+        };
+        let seq = seq.ok_or(ErrorCode::Overloaded)?;
+        Ok(Request {
+            id: RequestId {
+                origin_node: self.0.node,
+                seq,
+            },
+            op,
+            body,
+            client: Some(client),
+            needs_reply: true,
         })
     }
 
@@ -361,15 +369,8 @@ impl RouterDriver {
         route: ReplyRoute,
         now: Instant,
     ) -> Result<(), ErrorCode> {
-        let now_ms = self.ms_at(now);
         let (op, body) = request;
-        let request = Request {
-            id: self.reply_id(now_ms, route)?,
-            op,
-            body,
-            client: Some(client),
-            needs_reply: true,
-        };
+        let request = self.client_side_request(now, op, body, client, route)?;
         self.enqueue(Input::Service { node, key, request });
         Ok(())
     }
