@@ -28,6 +28,20 @@ fn edition_release(edition: &str) -> &'static str {
     }
 }
 
+/// The triple of the toolchain that builds the tests (`rustc -vV`).
+fn host_triple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let output = Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV runs");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_string()
+}
+
 #[test]
 fn declared_rust_version_is_what_the_lockfile_needs() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -39,9 +53,14 @@ fn declared_rust_version_is_what_the_lockfile_needs() {
         .as_str()
         .expect("workspace.package.rust-version");
 
+    // The host's dependencies only: routerd builds for Linux alone, and a
+    // fresh machine has downloaded nothing else (other platforms' crates
+    // would make an offline `cargo metadata` fail).
+    let host = host_triple();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let output = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["--filter-platform", &host])
         .current_dir(root)
         .output()
         .expect("cargo metadata runs");
