@@ -41,11 +41,16 @@ pub fn routerd_path(args: &Args) -> Result<PathBuf, String> {
     }
 }
 
-fn free_port() -> Result<SocketAddr, String> {
-    // The port is free now; a race with another process binding it before
-    // the node does is possible but shows as a clear startup failure.
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    listener.local_addr().map_err(|e| e.to_string())
+/// Two distinct loopback ports that are free now. Both listeners are held
+/// until both are bound: released one at a time, the kernel could hand
+/// the first port out again for the second, and the node's gateway and
+/// admin would collide. A race with another process binding one before
+/// the node does is still possible, and shows as a clear startup failure.
+fn free_ports() -> Result<(SocketAddr, SocketAddr), String> {
+    let bind = || TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"));
+    let (first, second) = (bind()?, bind()?);
+    let address = |listener: &TcpListener| listener.local_addr().map_err(|e| e.to_string());
+    Ok((address(&first)?, address(&second)?))
 }
 
 /// The node's config file text.
@@ -104,8 +109,7 @@ impl Node {
             std::env::temp_dir().join(format!("loadgen-node-{}-{}", std::process::id(), now_ns()));
         let data_dir = dir.join("data");
         std::fs::create_dir_all(&data_dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        let client_addr = free_port()?;
-        let admin_addr = free_port()?;
+        let (client_addr, admin_addr) = free_ports()?;
         let config = dir.join("routerd.toml");
         let text = config_text(
             &data_dir,
