@@ -128,15 +128,28 @@ impl HandlerOutput {
     }
 
     /// Nothing but the reply (and the mutated flag): no push, send, kick,
-    /// call, late answer or timer.
+    /// call, late answer or timer. Every field is named, so a list added
+    /// to the output cannot be forgotten here (`dispatch::release` skips
+    /// its lists when this holds).
     pub(crate) fn is_answer_only(&self) -> bool {
-        self.pushes.is_empty()
-            && self.sends.is_empty()
-            && self.kicks.is_empty()
-            && self.calls.is_empty()
-            && self.late_answers.is_empty()
-            && self.timers.is_empty()
-            && self.armed.is_empty()
+        let HandlerOutput {
+            reply: _,
+            mutated: _,
+            pushes,
+            sends,
+            kicks,
+            calls,
+            late_answers,
+            timers,
+            armed,
+        } = self;
+        pushes.is_empty()
+            && sends.is_empty()
+            && kicks.is_empty()
+            && calls.is_empty()
+            && late_answers.is_empty()
+            && timers.is_empty()
+            && armed.is_empty()
     }
 }
 
