@@ -189,9 +189,9 @@ struct Inner {
     request_timeout_ms: u64,
     /// The effects being performed, reused so a batch allocates nothing.
     effects: RefCell<Vec<Effect>>,
-    /// The last reading `client_request` converted to the router's clock:
-    /// the requests of one read batch share their batch's reading, so
-    /// all but the first reuse its conversion.
+    /// The last reading `client_side_request` converted to the router's
+    /// clock: the requests of one read batch share their batch's reading,
+    /// so all but the first reuse its conversion.
     last_reading: Cell<(Instant, u64)>,
     unroutable_total: Cell<u64>,
     /// Operators' transfers in flight, by key (at most one per key: the
@@ -324,10 +324,8 @@ impl RouterDriver {
 
     /// A request read at `now` whose answer goes back to a session of this
     /// core through `route`; OVERLOADED when the core has
-    /// `REPLY_ROUTES_MAX` waiting. Inlined: returned through memory, the
-    /// request was written to the stack field by field and read back whole
-    /// by the caller, a stalled copy (a wide load of what narrow stores had
-    /// just written) on every client request.
+    /// `REPLY_ROUTES_MAX` waiting. Inlined for the reason `submit` is: a
+    /// request returned through memory cost a stalled copy.
     #[inline(always)]
     fn client_side_request(
         &self,
