@@ -60,11 +60,6 @@ pub struct InFlightTable {
     len: usize,
     /// The hash's keys, random per table (see the module note).
     hash: SeqHash,
-    /// 64 minus log2 of the slot count: a seq's home slot is the top bits
-    /// of its hash (meaningful only while `slots` is not empty). Kept, not
-    /// computed from the length on each probe: without a `popcnt` in the
-    /// baseline target that was a dozen instructions per slot visited.
-    home_shift: u32,
 }
 
 /// The keys of one table's hash.
@@ -108,7 +103,6 @@ impl InFlightTable {
             slots: Vec::new(),
             len: 0,
             hash,
-            home_shift: 64,
         }
     }
 
@@ -200,7 +194,6 @@ impl InFlightTable {
     fn grow(&mut self) {
         let capacity = (self.slots.len() * 2).max(MIN_CAPACITY);
         let old = std::mem::replace(&mut self.slots, vec![None; capacity]);
-        self.home_shift = 64 - capacity.trailing_zeros();
         self.len = 0;
         for slot in old.into_iter().flatten() {
             self.insert(slot.seq, slot.request);
@@ -208,9 +201,13 @@ impl InFlightTable {
     }
 
     /// The top bits of the seq's hash: as many as index the slots (at
-    /// least `MIN_CAPACITY` of them whenever this is called).
+    /// least `MIN_CAPACITY` of them whenever this is called). The count
+    /// is the length's trailing zeros (one `bsf`), not the mask's ones:
+    /// the release target has no `popcnt`, and `count_ones` was a dozen
+    /// instructions per slot visited.
     fn home(&self, seq: u32) -> usize {
-        (self.hash.of(seq) >> self.home_shift) as usize
+        let bits = self.slots.len().trailing_zeros();
+        (self.hash.of(seq) >> (64 - bits)) as usize
     }
 
     /// Slots an operation on `seq` reads: its distance from its home slot
