@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod config;
 pub mod ctl;
 pub mod gateway;
+mod in_place;
 pub mod metrics;
 pub mod node;
 pub mod object;

@@ -259,6 +259,11 @@ impl<'a> Context<'a> {
 
     /// Ends the run: a request still owed an answer gets INTERNAL, so that
     /// every request is answered exactly once whatever the handler did.
+    ///
+    /// Inlined: called, it took the context by value through a copy on the
+    /// stack, and re-reading the answer flag just written in that copy
+    /// stalled every request (see `crate::in_place`).
+    #[inline(always)]
     pub(super) fn finish(self, type_name: &str) {
         if self.answer == Answer::Owed {
             tracing::warn!(

@@ -133,7 +133,8 @@ impl Ctx {
     pub fn reply(&mut self, request: &Request, outcome: Outcome) {
         if request.needs_reply {
             self.counters.replies_total += 1;
-            self.effects.push(Effect::Reply {
+            // Every answer passes here: built in place (`crate::in_place`).
+            crate::in_place::push_in_place(&mut self.effects, || Effect::Reply {
                 request: request.id,
                 outcome,
             });

@@ -286,6 +286,11 @@ fn send_to(ctx: &mut Ctx, entry: &Entry, node: NodeId, waiter: Waiter) {
 
 /// Runs the request on the writable object. An `on_write` mutation is held
 /// until its save's CAS applies; that save starts in `on_flush`.
+///
+/// Inlined into `dispatch_entry`, so the request is read where the waiter
+/// holds it: passed by value, it was copied to the stack, and read back
+/// whole before its pieces had left the store buffer, a stall per request.
+#[inline(always)]
 fn run_handler(
     ctx: &mut Ctx,
     kind: &dyn ObjectType,

@@ -21,11 +21,12 @@ mod effects;
 mod forwarded;
 pub(crate) mod frames;
 mod ports;
+mod queue;
 mod replies;
 mod store_ops;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -39,6 +40,7 @@ use wire::{shard_of, ObjectKey};
 use self::forwarded::Forwarded;
 use self::frames::{decode_node_message, decode_reply, decode_request, encode_request};
 pub use self::ports::{ClientSide, Destination, FrameSource, LinkRefusal, NoLinks, NodeLinks};
+use self::queue::InputQueue;
 pub use self::replies::{ReplyRoute, REPLY_ROUTES_MAX};
 use self::replies::{ReplyRoutes, RouteKind};
 use super::types::{
@@ -92,8 +94,9 @@ pub struct DriverParts {
 /// One event for the core.
 ///
 /// Requests are handled at the clock reading of the router's poll (see
-/// `handle_inputs`), so they carry none. Every input is moved into the
-/// queue and out again: at 128 bytes or less the compiler moves it with
+/// `handle_inputs`), so they carry none. A client request is built in its
+/// slot of the queue; every input is moved out of it again, and the rarer
+/// ones into it too: at 128 bytes or less the compiler moves it with
 /// inline register moves instead of a `memcpy` call (the test
 /// `an_input_fits_in_128_bytes` keeps it there), so a node message, which
 /// comes from another node's link, not from this core's sessions, is
@@ -176,7 +179,7 @@ struct Inner {
     core_id: usize,
     core_count: u32,
     core: RefCell<RouterCore>,
-    inputs: RefCell<VecDeque<Input>>,
+    inputs: InputQueue<Input>,
     task: RefCell<Option<Waker>>,
     store: Store,
     mesh: Mesh<FrameBuf>,
@@ -212,7 +215,7 @@ impl RouterDriver {
             core_id: parts.core_id,
             core_count: parts.core_count as u32,
             core: RefCell::new(parts.core),
-            inputs: RefCell::new(VecDeque::new()),
+            inputs: InputQueue::new(),
             task: RefCell::new(None),
             store: parts.store,
             mesh: parts.mesh,
@@ -283,7 +286,13 @@ impl RouterDriver {
 
     #[inline(always)]
     fn enqueue(&self, input: Input) {
-        self.0.inputs.borrow_mut().push_back(input);
+        self.enqueue_with(|| input);
+    }
+
+    /// Queues the input `build` makes, built in its slot of the queue.
+    #[inline(always)]
+    fn enqueue_with(&self, build: impl FnOnce() -> Input) {
+        self.0.inputs.push_with(build);
         self.wake();
     }
 
@@ -400,7 +409,7 @@ impl RouterDriver {
     fn submit(&self, head: RouterHead, request: Request) {
         let core = shard_of(head.key, self.0.core_count) as usize;
         if core == self.0.core_id {
-            return self.enqueue(Input::Request { head, request });
+            return self.enqueue_with(|| Input::Request { head, request });
         }
         self.submit_to_core(core, head, request);
     }
@@ -575,13 +584,10 @@ impl RouterDriver {
         // few percent of the core at high rates.
         let polled_at = Instant::now();
         let polled_ms = clock::ms_at(polled_at);
-        for _ in 0..INPUTS_PER_TURN_MAX {
-            let Some(input) = self.0.inputs.borrow_mut().pop_front() else {
-                return;
-            };
+        self.0.inputs.handle_turn(INPUTS_PER_TURN_MAX, |input| {
             self.apply(input, polled_ms);
             self.perform_effects(polled_at);
-        }
+        });
     }
 
     /// Applies one input; `polled_ms` is the clock reading of this poll.
@@ -714,7 +720,7 @@ impl RouterDriver {
 async fn run(driver: RouterDriver) {
     loop {
         poll_fn(|cx| {
-            if driver.0.inputs.borrow().is_empty() {
+            if driver.0.inputs.is_empty() {
                 *driver.0.task.borrow_mut() = Some(cx.waker().clone());
                 Poll::Pending
             } else {
@@ -724,7 +730,7 @@ async fn run(driver: RouterDriver) {
         .await;
         driver.handle_inputs();
         driver.mirror_metrics();
-        if !driver.0.inputs.borrow().is_empty() {
+        if !driver.0.inputs.is_empty() {
             shards::yield_now().await;
         }
     }
