@@ -42,6 +42,28 @@ json_number() {
   grep -m1 "\"$2\":" "$1" | sed -E 's/.*: *([-0-9.eE+]+).*/\1/'
 }
 
+# start_echo ARGS...: the echo baseline (bench/echo) with ARGS on
+# $ECHO_PORT, pinned like routerd, its stderr appended to $WORK/echo.log;
+# known to the exit trap, so a failed run does not leave it listening.
+start_echo() {
+  taskset -c "$SERVER_CPUS" "$BIN/echo" --listen "127.0.0.1:$ECHO_PORT" --cpus "${SERVER_CPUS%%,*}" "$@" \
+    2>>"$WORK/echo.log" &
+  ECHO_PID=$!
+  PIDS+=("$ECHO_PID")
+  wait_port "$ECHO_PORT"
+}
+
+# stop_echo: stops the echo start_echo started.
+stop_echo() {
+  kill "$ECHO_PID"
+  wait "$ECHO_PID" 2>/dev/null || true
+  local pid others=()
+  for pid in "${PIDS[@]}"; do
+    if [ "$pid" != "$ECHO_PID" ]; then others+=("$pid"); fi
+  done
+  PIDS=("${others[@]}")
+}
+
 wait_port() {
   local port=$1
   for _ in $(seq 1 200); do

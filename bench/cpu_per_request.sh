@@ -99,9 +99,7 @@ build
 header "CPU time and TCP segments per request on the server's CPU, $ROUNDS rounds"
 echo "batches: $BATCH"
 start_redis
-taskset -c "$SERVER_CPUS" "$BIN/echo" --listen "127.0.0.1:$ECHO_PORT" --cpus "${SERVER_CPUS%%,*}" 2>/dev/null &
-PIDS+=($!)
-wait_port "$ECHO_PORT"
+start_echo
 
 for round in $(seq 1 "$ROUNDS"); do
   measure redis --proto resp --addr "127.0.0.1:$REDIS_PORT" --workload incr > /dev/null

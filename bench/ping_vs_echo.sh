@@ -11,11 +11,9 @@ build
 header "routerd ping vs echo (same framing, same runtime), $ROUNDS rounds"
 
 for round in $(seq 1 "$ROUNDS"); do
-  taskset -c "$SERVER_CPUS" "$BIN/echo" --listen "127.0.0.1:$ECHO_PORT" --cpus "${SERVER_CPUS%%,*}" 2>/dev/null &
-  PIDS+=($!)
-  wait_port "$ECHO_PORT"
+  start_echo
   loadgen_run "echo-$round" --addr "127.0.0.1:$ECHO_PORT" --workload ping
-  kill "${PIDS[0]}"; wait "${PIDS[0]}" 2>/dev/null || true; PIDS=()
+  stop_echo
 
   loadgen_run "routerd-$round" --spawn-node --node-cpus "$SERVER_CPUS" --workload ping
 

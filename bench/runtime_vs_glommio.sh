@@ -18,16 +18,9 @@ header "echo on routerd's runtime (defer, coop) vs echo on glommio, $ROUNDS roun
 run_echo() {
   local name=$1
   shift
-  taskset -c "$SERVER_CPUS" "$BIN/echo" --listen "127.0.0.1:$ECHO_PORT" --cpus "${SERVER_CPUS%%,*}" "$@" \
-    2>>"$WORK/echo.log" &
-  local pid=$!
-  # Known to the exit trap, so a failed run does not leave it listening.
-  PIDS=("$pid")
-  wait_port "$ECHO_PORT"
+  start_echo "$@"
   loadgen_run "$name" --addr "127.0.0.1:$ECHO_PORT" --workload ping
-  kill "$pid"
-  wait "$pid" 2>/dev/null || true
-  PIDS=()
+  stop_echo
 }
 
 for shape in "16 1" "32 16"; do
