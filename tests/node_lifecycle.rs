@@ -195,3 +195,100 @@ fn a_taken_admin_port_fails_start_up_cleanly() {
     };
     assert!(error.contains("admin"), "{error}");
 }
+
+/// A free port of 127.0.0.1 (free when this returns; a test that must
+/// reuse its address across restarts cannot ask for port 0).
+fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap().port()
+}
+
+/// A `sys.ping` on a new connection: whether its answer came back.
+fn ping_answered(gateway: SocketAddr) -> bool {
+    use wire::client::{encode_frame, FrameDecoder, FrameKind, Peer};
+    let Ok(mut stream) = TcpStream::connect_timeout(&gateway, Duration::from_secs(2)) else {
+        return false;
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut request = Vec::new();
+    encode_frame(
+        &mut request,
+        FrameKind::Request,
+        wire::client::route::SYS_PING,
+        7,
+        b"alive?",
+    );
+    if stream.write_all(&request).is_err() {
+        return false;
+    }
+    let mut decoder = FrameDecoder::new(Peer::Server, 1 << 16);
+    loop {
+        if let Ok(Some(frame)) = decoder.next_frame() {
+            return frame.header.seq == 7 && frame.body == b"alive?";
+        }
+        match stream.read(decoder.read_buf()) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => decoder.advance(n),
+        }
+    }
+}
+
+#[test]
+fn a_node_restarted_at_once_after_a_kill_answers_every_connection() {
+    // A killed node's listeners outlive it by milliseconds (its rings hold
+    // them). Restarted at once on the same ports, the new node must wait
+    // them out: not fail to bind its cluster port, and not share its
+    // gateway port with a listener nobody accepts on (whose connections
+    // the kernel resets).
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let gateway: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let text = text
+        .replacen(
+            "[gateway]\nlisten = \"127.0.0.1:0\"",
+            &format!("[gateway]\nlisten = \"{gateway}\""),
+            1,
+        )
+        .replacen(
+            "[cluster]\nlisten = \"127.0.0.1:0\"",
+            &format!("[cluster]\nlisten = \"127.0.0.1:{}\"", free_port()),
+            1,
+        );
+    std::fs::write(&config, text).unwrap();
+    for start in 1..=3 {
+        let (mut child, _admin) = serve(&config);
+        let answered = (0..32).filter(|_| ping_answered(gateway)).count();
+        assert_eq!(answered, 32, "start {start}: connections not answered");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
+
+#[test]
+fn a_gateway_address_another_process_listens_on_fails_start_up_cleanly() {
+    // SO_REUSEPORT would let the node join that listener's group and
+    // silently take a share of its connections.
+    let other = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    other.set_reuse_address(true).unwrap();
+    other.set_reuse_port(true).unwrap();
+    let address: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    other.bind(&address.into()).unwrap();
+    other.listen(16).unwrap();
+    let taken = other.local_addr().unwrap().as_socket().unwrap();
+    let mut config = routerd::config::Config::default();
+    config.cores.count = 1;
+    config.cores.recv_buffers = 64;
+    config.gateway.listen = taken;
+    config.admin.listen = "127.0.0.1:0".parse().unwrap();
+    config.cluster.listen = "127.0.0.1:0".parse().unwrap();
+    config.store.backend = routerd::config::StoreBackend::Memory;
+    let error = match routerd::node::Node::start(config) {
+        Ok(_) => panic!("another process listens on the gateway address"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("gateway"), "{error}");
+    assert!(error.contains("still listens"), "{error}");
+}

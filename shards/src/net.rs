@@ -18,6 +18,10 @@ use socket2::{Domain, SockAddr, Socket, Type};
 use crate::bufring::{RecvBuf, BUF_GROUP};
 use crate::executor;
 
+mod claim;
+
+pub use claim::wait_until_free;
+
 /// Connections a listener lets wait for `accept` in the kernel.
 const LISTEN_BACKLOG: i32 = 1024;
 
@@ -52,6 +56,8 @@ pub struct TcpListener {
 impl TcpListener {
     /// Binds `address` with SO_REUSEADDR and SO_REUSEPORT, so every core
     /// can listen on the same address and the kernel spreads connections.
+    /// Call [`wait_until_free`] once before the first core binds: this
+    /// bind also joins another process's listeners on the address.
     pub fn bind(address: SocketAddr) -> io::Result<TcpListener> {
         let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
         socket.set_reuse_address(true)?;

@@ -2,11 +2,22 @@
 //! gateway's address reserved (with port 0 every core must bind the one
 //! free port the reservation found), and each core's cluster listener (so
 //! its address can be advertised in the membership row).
+//!
+//! Each address is claimed first (`shards::net::wait_until_free`): a node
+//! restarted at once after a crash would otherwise share its gateway port
+//! with the dead process's listener, whose share of the connections is
+//! reset, and fail to bind its cluster port while that listener lingers.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use super::NodeError;
 use crate::config::Config;
+
+/// How long a bind waits for another listener on its address to go away:
+/// a dead process's goes within milliseconds; one that stays is a running
+/// process, and the node refuses to start beside it.
+const RELEASE_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Binds each core's cluster listener: `cluster.listen`'s port + core, or
 /// any free port each (port 0). Returns each with the port it bound.
@@ -18,6 +29,7 @@ pub(super) fn bind_cluster(
         .map(|core| {
             let address = config.cluster.listen_for(core);
             let bind = || -> std::io::Result<(std::net::TcpListener, u16)> {
+                shards::net::wait_until_free(address, RELEASE_PATIENCE)?;
                 let socket = socket2::Socket::new(
                     socket2::Domain::for_address(address),
                     socket2::Type::STREAM,
@@ -43,6 +55,7 @@ pub(super) fn bind_cluster(
 /// reservation.
 pub(super) fn reserve(address: SocketAddr) -> Result<std::net::TcpListener, NodeError> {
     let bind = || -> std::io::Result<std::net::TcpListener> {
+        shards::net::wait_until_free(address, RELEASE_PATIENCE)?;
         let socket = socket2::Socket::new(
             socket2::Domain::for_address(address),
             socket2::Type::STREAM,

@@ -62,6 +62,12 @@ fn serve_on_shards(
     config.spin_before_park = spin;
     config.ring_taskrun = taskrun;
     config.thread_name_prefix = "echo".to_string();
+    // A benchmark restarts the echo on the same port at once: the last
+    // run's listener must be gone before this one's cores join its group.
+    if let Err(error) = shards::net::wait_until_free(listen, Duration::from_secs(2)) {
+        eprintln!("echo: cannot listen on {listen}: {error}");
+        return ExitCode::FAILURE;
+    }
     let shutdown = shards::ShutdownHandle::new();
     let runtime = shards::Runtime::start::<(), _, _>(&config, shutdown, move |core| async move {
         let listener = match shards::net::TcpListener::bind(listen) {
