@@ -53,15 +53,32 @@ start_echo() {
   wait_port "$ECHO_PORT"
 }
 
-# stop_echo: stops the echo start_echo started.
+# stop_echo: stops the echo start_echo started, and waits until its
+# listener is gone: it outlives the process by milliseconds (its ring holds
+# it; shards/src/net/claim.rs), long enough for the next start_echo's
+# wait_port to connect to it instead of the new echo.
 stop_echo() {
   kill "$ECHO_PID"
   wait "$ECHO_PID" 2>/dev/null || true
+  wait_port_closed "$ECHO_PORT"
   local pid others=()
   for pid in "${PIDS[@]}"; do
     if [ "$pid" != "$ECHO_PID" ]; then others+=("$pid"); fi
   done
   PIDS=("${others[@]}")
+}
+
+# wait_port_closed PORT: returns once nothing accepts connections on PORT.
+wait_port_closed() {
+  local port=$1
+  for _ in $(seq 1 200); do
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.01
+  done
+  echo "something still listens on port $port" >&2
+  return 1
 }
 
 wait_port() {
