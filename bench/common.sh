@@ -13,6 +13,9 @@ LOADGEN_CPUS=${LOADGEN_CPUS:-1}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 BIN=$TARGET/release
+# The routerd binary the scripts run: this tree's release build, or
+# ROUTERD=PATH (the profile-guided build of tuning/pgo_build.sh, say).
+ROUTERD=${ROUTERD:-$BIN/routerd}
 WORK=$(mktemp -d -t routerd-bench.XXXXXX)
 PIDS=()
 
@@ -27,6 +30,7 @@ trap cleanup EXIT
 
 header() {
   echo "== $1"
+  echo "routerd: $ROUTERD"
   echo "machine: $(nproc) CPUs ($(uname -m), $(uname -r)); server on CPU(s) $SERVER_CPUS, loadgen on CPU(s) $LOADGEN_CPUS"
   echo "load: $CONNECTIONS connections x pipeline $PIPELINE, warm-up $WARMUP, $DURATION measured"
   echo "WARNING: absolute figures drift on a shared 2-core machine (other work, turbo, noisy neighbours);"
@@ -95,13 +99,18 @@ wait_port() {
 
 # loadgen_run NAME ARGS...: runs loadgen with the common load, JSON into
 # $WORK/NAME.json; a failed run (exit 1) is reported and fails the script.
+# A node it spawns runs $ROUTERD unless ARGS name another (--routerd).
 loadgen_run() {
   local name=$1
   shift
+  local node=()
+  if [[ " $* " == *" --spawn-node "* && " $* " != *" --routerd "* ]]; then
+    node=(--routerd "$ROUTERD")
+  fi
   echo "-- $name"
   "$BIN/loadgen" --connections "$CONNECTIONS" --pipeline "$PIPELINE" \
     --duration "$DURATION" --warmup "$WARMUP" --threads 1 --cpus "$LOADGEN_CPUS" \
-    --json "$WORK/$name.json" --quiet "$@"
+    --json "$WORK/$name.json" --quiet "${node[@]}" "$@"
 }
 
 ratio() {

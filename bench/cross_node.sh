@@ -34,7 +34,7 @@ backend = "sqlite"
 path = "$WORK/cluster.db"
 synchronous = "normal"
 TOML
-  "$BIN/routerd" serve --config "$WORK/node-$id.toml" 2>"$WORK/node-$id.log" &
+  "$ROUTERD" serve --config "$WORK/node-$id.toml" 2>"$WORK/node-$id.log" &
   PIDS+=($!)
   wait_port "$gateway"
 }

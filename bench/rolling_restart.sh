@@ -55,7 +55,7 @@ EOF
 
 start_node() {
   local id=$1
-  "$BIN/routerd" serve --config "$WORK/node$id.toml" 2>>"$WORK/node$id.log" &
+  "$ROUTERD" serve --config "$WORK/node$id.toml" 2>>"$WORK/node$id.log" &
   NODE_PID[$id]=$!
   PIDS+=("$!")
   for _ in $(seq 1 400); do
