@@ -30,7 +30,7 @@ trap cleanup EXIT
 
 header() {
   echo "== $1"
-  echo "routerd: $ROUTERD"
+  echo "routerd: $ROUTERD ($("$ROUTERD" --version 2>/dev/null || echo "not built"))"
   echo "machine: $(nproc) CPUs ($(uname -m), $(uname -r)); server on CPU(s) $SERVER_CPUS, loadgen on CPU(s) $LOADGEN_CPUS"
   echo "load: $CONNECTIONS connections x pipeline $PIPELINE, warm-up $WARMUP, $DURATION measured"
   echo "WARNING: absolute figures drift on a shared 2-core machine (other work, turbo, noisy neighbours);"

@@ -30,3 +30,11 @@ pub mod services;
 pub mod store;
 
 pub use builder::{serving_addresses, NodeBuilder};
+
+/// routerd's version, with `+pgo` for a profile-guided build (the variable
+/// is set by `tuning/pgo_build.sh`), so `--version` and the
+/// `routerd_build_info` metric say which build runs.
+pub const VERSION: &str = match option_env!("ROUTERD_PGO_BUILD") {
+    Some(_) => concat!(env!("CARGO_PKG_VERSION"), "+pgo"),
+    None => env!("CARGO_PKG_VERSION"),
+};

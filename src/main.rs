@@ -18,7 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(
     name = "routerd",
-    version,
+    version = routerd::VERSION,
     about = "A thread-per-core stateful-object router and gateway"
 )]
 struct Cli {

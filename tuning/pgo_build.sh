@@ -66,6 +66,7 @@ echo "== 3/4 merging the profiles"
 "$profdata" merge -o "$PGO/routerd.profdata" "$PGO/profiles"
 
 echo "== 4/4 routerd optimized with the profile"
-RUSTFLAGS="-Cprofile-use=$PGO/routerd.profdata" \
+# ROUTERD_PGO_BUILD marks the build: `routerd --version` says 0.1.0+pgo.
+ROUTERD_PGO_BUILD=1 RUSTFLAGS="-Cprofile-use=$PGO/routerd.profdata" \
   cargo build --release -q -p routerd --target-dir "$PGO/use"
 echo "$PGO/use/release/routerd"

@@ -161,11 +161,11 @@ const STORE_QUEUE_FAMILIES: &[Family<StoreProbe>] = &[Family {
 
 const BUILD_FAMILIES: &[Family<()>] = &[Family {
     name: "routerd_build_info",
-    help: "Always 1; the label says which routerd version runs.",
+    help: "Always 1; the label says which routerd version runs (+pgo: a profile-guided build).",
     kind: Kind::Gauge,
     label: Some("version"),
     series: &[Series {
-        label_value: Some(env!("CARGO_PKG_VERSION")),
+        label_value: Some(crate::VERSION),
         read: |_| Value::Level(1),
     }],
 }];

@@ -28,7 +28,7 @@ fn render_sums_over_cores() {
     assert!(text.contains("routerd_gateway_ingress_rejected_total{reason=\"unknown_route\"} 0\n"));
     assert!(text.contains(&format!(
         "routerd_build_info{{version=\"{}\"}} 1\n",
-        env!("CARGO_PKG_VERSION")
+        crate::VERSION
     )));
 }
 
