@@ -39,7 +39,7 @@ start_redis() {
 redis_header() {
   echo "== $1"
   echo "machine: $(nproc) CPUs ($(uname -m), $(uname -r)); server on CPU(s) $SERVER_CPUS, loadgen on CPU(s) $LOADGEN_CPUS"
-  echo "servers: routerd (one core, spawned per run) and redis-server $(redis-server --version | awk '{print $3}'), both driven by loadgen"
+  echo "servers: routerd $("$ROUTERD" --version 2>/dev/null | awk '{print $2}') ($ROUTERD; one core, spawned per run) and redis-server $(redis-server --version | awk '{print $3}'), both driven by loadgen"
   echo "shapes: p1 = $SMALL_CONNECTIONS connections x pipeline 1; p16 = $SMALL_CONNECTIONS x 16 in batches (as redis-benchmark -P);"
   echo "        c$MANY_CONNECTIONS = $MANY_CONNECTIONS connections x pipeline 1; warm-up $WARMUP, $DURATION measured, $ROUNDS rounds each"
   echo "WARNING: absolute figures drift on a shared 2-core machine (other work, turbo, noisy neighbours);"

@@ -1,7 +1,7 @@
 //! Waiting for a listening address to be free before a process joins it.
 //!
-//! Every core listens on the gateway's address with SO_REUSEPORT, so the
-//! kernel spreads connections over them. SO_REUSEPORT admits any listener
+//! Every core listens on one address with SO_REUSEPORT (routerd's
+//! gateway, the bench echo), so the kernel spreads connections over them. SO_REUSEPORT admits any listener
 //! of the same user into that group, not only this process's cores:
 //! - a node started twice on one address by mistake would silently take
 //!   a share of the other's connections;
@@ -16,6 +16,9 @@
 //! So before its listeners bind, a process claims the address: it binds a
 //! socket without SO_REUSEPORT, which fails while any other socket listens
 //! there, and retries until that listener is gone or patience runs out.
+//! The claim is let go before the listeners bind, so a process that starts
+//! in that instant can still slip in; the wait is for the common mistakes
+//! and the dead listener, not a lock.
 
 use std::io;
 use std::net::SocketAddr;
