@@ -182,18 +182,26 @@ fn token_verifies_with_the_configured_secret() {
 #[test]
 fn a_taken_admin_port_fails_start_up_cleanly() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut config = routerd::config::Config::default();
-    config.cores.count = 1;
-    config.cores.recv_buffers = 64;
-    config.gateway.listen = "127.0.0.1:0".parse().unwrap();
+    let mut config = in_process_config();
     config.admin.listen = taken.local_addr().unwrap();
-    config.cluster.listen = "127.0.0.1:0".parse().unwrap();
-    config.store.backend = routerd::config::StoreBackend::Memory;
     let error = match routerd::node::Node::start(config) {
         Ok(_) => panic!("the admin port is taken"),
         Err(error) => error.to_string(),
     };
     assert!(error.contains("admin"), "{error}");
+}
+
+/// One core on free loopback ports, with the memory store: a node started
+/// in the test's own process.
+fn in_process_config() -> routerd::config::Config {
+    let mut config = routerd::config::Config::default();
+    config.cores.count = 1;
+    config.cores.recv_buffers = 64;
+    config.gateway.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin.listen = "127.0.0.1:0".parse().unwrap();
+    config.cluster.listen = "127.0.0.1:0".parse().unwrap();
+    config.store.backend = routerd::config::StoreBackend::Memory;
+    config
 }
 
 /// A free port of 127.0.0.1 (free when this returns; a test that must
@@ -278,13 +286,8 @@ fn a_gateway_address_another_process_listens_on_fails_start_up_cleanly() {
     other.bind(&address.into()).unwrap();
     other.listen(16).unwrap();
     let taken = other.local_addr().unwrap().as_socket().unwrap();
-    let mut config = routerd::config::Config::default();
-    config.cores.count = 1;
-    config.cores.recv_buffers = 64;
+    let mut config = in_process_config();
     config.gateway.listen = taken;
-    config.admin.listen = "127.0.0.1:0".parse().unwrap();
-    config.cluster.listen = "127.0.0.1:0".parse().unwrap();
-    config.store.backend = routerd::config::StoreBackend::Memory;
     let error = match routerd::node::Node::start(config) {
         Ok(_) => panic!("another process listens on the gateway address"),
         Err(error) => error.to_string(),
