@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A release build of routerd optimized with the profile of a training run
 # (profile-guided optimization, PGO): the compiler lays out and inlines the
-# code for the branches a loaded node takes. Measured against the plain
-# release build of the same tree with bench/build_vs_build.sh (16
-# connections x pipeline 16 in batches, player.incr): 1.12x the throughput.
+# code for the branches a loaded node takes. Measured against a plain
+# release build with bench/build_vs_build.sh (16 connections x pipeline 16
+# in batches, player.incr): 1.04x to 1.14x the throughput, depending on
+# the build (see README.md, "A profile-guided build").
 #
 #   tuning/pgo_build.sh      # prints the binary's path: target/pgo/use/release/routerd
 #
