@@ -6,6 +6,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use wire::client::{route, FrameKind};
+
+mod support;
+
 const ROUTERD: &str = env!("CARGO_BIN_EXE_routerd");
 
 fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
@@ -211,38 +215,6 @@ fn free_port() -> u16 {
     probe.local_addr().unwrap().port()
 }
 
-/// A `sys.ping` on a new connection: whether its answer came back.
-fn ping_answered(gateway: SocketAddr) -> bool {
-    use wire::client::{encode_frame, FrameDecoder, FrameKind, Peer};
-    let Ok(mut stream) = TcpStream::connect_timeout(&gateway, Duration::from_secs(2)) else {
-        return false;
-    };
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut request = Vec::new();
-    encode_frame(
-        &mut request,
-        FrameKind::Request,
-        wire::client::route::SYS_PING,
-        7,
-        b"alive?",
-    );
-    if stream.write_all(&request).is_err() {
-        return false;
-    }
-    let mut decoder = FrameDecoder::new(Peer::Server, 1 << 16);
-    loop {
-        if let Ok(Some(frame)) = decoder.next_frame() {
-            return frame.header.seq == 7 && frame.body == b"alive?";
-        }
-        match stream.read(decoder.read_buf()) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => decoder.advance(n),
-        }
-    }
-}
-
 #[test]
 fn a_node_restarted_at_once_after_a_kill_answers_every_connection() {
     // A killed node's listeners outlive it by milliseconds (its rings hold
@@ -268,8 +240,17 @@ fn a_node_restarted_at_once_after_a_kill_answers_every_connection() {
     std::fs::write(&config, text).unwrap();
     for start in 1..=3 {
         let (mut child, _admin) = serve(&config);
-        let answered = (0..32).filter(|_| ping_answered(gateway)).count();
-        assert_eq!(answered, 32, "start {start}: connections not answered");
+        for connection in 0..32 {
+            let mut client = support::Client::connect(gateway);
+            client.send(route::SYS_PING, 7, b"alive?");
+            let reply = client.try_recv();
+            assert!(
+                matches!(&reply, Some(reply) if reply.kind == FrameKind::Response
+                    && reply.seq == 7
+                    && reply.body == b"alive?"),
+                "start {start}, connection {connection}: {reply:?}"
+            );
+        }
         child.kill().unwrap();
         child.wait().unwrap();
     }
