@@ -51,11 +51,9 @@ impl<T> InputQueue<T> {
                 handle(input);
                 handled += 1;
             }
-            let rest: Vec<T> = inputs.collect();
-            if !rest.is_empty() {
-                let mut queued = self.queued.borrow_mut();
-                let later = std::mem::replace(&mut *queued, rest);
-                queued.extend(later);
+            if inputs.len() > 0 {
+                // The turn is over: what it left goes ahead of what came later.
+                self.queued.borrow_mut().splice(0..0, inputs);
             }
         }
         *self.handling.borrow_mut() = batch;
