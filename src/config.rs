@@ -70,6 +70,12 @@ pub struct CoresConfig {
     pub recv_buffers: u16,
     /// Bytes of each receive buffer.
     pub recv_buffer_bytes: usize,
+    /// Entries of each core's registered file table: a connection in it
+    /// is named by index in the ring's operations, which saves the kernel
+    /// a descriptor lookup per receive and send. Connections beyond it use
+    /// their descriptor. Lowered to the open-file limit (`ulimit -n`); 0
+    /// registers no table.
+    pub registered_files: u32,
     /// Busy-spin this long before an idle executor parks; 0 parks at once.
     /// A dedicated benchmark node trades CPU for latency here.
     pub spin_before_park_us: u64,
@@ -93,6 +99,7 @@ impl Default for CoresConfig {
             ring_taskrun: RingTaskrun::Defer,
             recv_buffers: 512,
             recv_buffer_bytes: 16 * 1024,
+            registered_files: 16 * 1024,
             spin_before_park_us: 0,
             latency_shares: 1000,
             throughput_shares: 100,

@@ -39,6 +39,11 @@ pub struct RuntimeConfig {
     pub recv_buffers: u16,
     /// Bytes of each receive buffer.
     pub recv_buffer_bytes: usize,
+    /// Entries of each core's registered file table: this many of a
+    /// core's sockets are named by index in its ring's operations, the rest
+    /// by descriptor (a little slower). Lowered to the open-file limit;
+    /// zero registers no table.
+    pub registered_files: u32,
     /// Busy-poll the ring this long before an idle core sleeps; zero
     /// sleeps at once.
     pub spin_before_park: Duration,
@@ -63,6 +68,7 @@ impl RuntimeConfig {
             ring_taskrun: TaskRun::Defer,
             recv_buffers: 512,
             recv_buffer_bytes: 16 * 1024,
+            registered_files: 16 * 1024,
             spin_before_park: Duration::ZERO,
             latency_shares: 1000,
             throughput_shares: 100,

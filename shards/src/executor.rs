@@ -475,6 +475,23 @@ pub fn kernel_entries() -> u64 {
     with(|executor| executor.reactor.enters.get())
 }
 
+/// This core's registered file table: indexes in use (a stream's socket,
+/// or a close not yet completed) and streams that found it full and use
+/// their descriptor instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileTableStats {
+    pub in_use: u32,
+    pub unregistered: u64,
+}
+
+/// A snapshot of this core's registered file table.
+pub fn file_table() -> FileTableStats {
+    with(|executor| FileTableStats {
+        in_use: executor.reactor.files_in_use(),
+        unregistered: executor.reactor.files_unregistered(),
+    })
+}
+
 /// How this core's ring was set up.
 pub fn ring_mode() -> TaskRun {
     with(Executor::mode)
@@ -542,6 +559,7 @@ mod run_tests {
                 mode: TaskRun::Defer,
                 recv_buffers: 16,
                 recv_buffer_bytes: 1024,
+                registered_files: 64,
             },
             spin_before_park: Duration::ZERO,
             latency_shares: 1000,

@@ -20,6 +20,7 @@
 mod bufring;
 mod config;
 mod executor;
+mod files;
 mod mesh;
 pub mod net;
 mod reactor;
@@ -32,7 +33,10 @@ mod timer;
 
 pub use bufring::RecvBuf;
 pub use config::{CorePlacement, RuntimeConfig, TaskRun};
-pub use executor::{kernel_entries, ring_mode, spawn, spawn_background, yield_now, JoinHandle};
+pub use executor::{
+    file_table, kernel_entries, ring_mode, spawn, spawn_background, yield_now, FileTableStats,
+    JoinHandle,
+};
 pub use mesh::{Inbox, Mesh, MeshStats, SendError};
 pub use ring::RingError;
 pub use runtime::{allowed_cpus, Core, Runtime, RuntimeError};

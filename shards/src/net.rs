@@ -1,6 +1,8 @@
 //! TCP on the core's ring: a listener with a multishot accept, and a
 //! stream with one multishot receive into the provided-buffer ring and
-//! owned-buffer sends.
+//! owned-buffer sends. A stream's receives and sends name its socket by
+//! its index in the ring's registered file table when it has one
+//! (`files.rs`), by its descriptor otherwise.
 //!
 //! Descriptors are closed through the ring (`IORING_OP_CLOSE`) after any
 //! operation still queued for them, so a descriptor number is never reused
@@ -17,6 +19,7 @@ use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::bufring::{RecvBuf, BUF_GROUP};
 use crate::executor;
+use crate::reactor::Reactor;
 
 mod claim;
 
@@ -113,7 +116,9 @@ impl TcpListener {
                     // pressure): arm a new one.
                     Poll::Ready(None) => self.accept.set(None),
                     Poll::Ready(Some((res, _))) => {
-                        return Poll::Ready(result(res).map(|fd| TcpStream::from_fd(fd as RawFd)))
+                        return Poll::Ready(
+                            result(res).map(|fd| TcpStream::on_core(fd as RawFd, reactor)),
+                        )
                     }
                 }
             })
@@ -135,14 +140,34 @@ impl Drop for TcpListener {
 /// come from another task, one at a time (each `send` is one operation).
 pub struct TcpStream {
     fd: RawFd,
+    /// The socket's index in this core's registered file table.
+    file: Option<u32>,
     recv: std::cell::Cell<Option<usize>>,
+    /// A stream's file index belongs to the ring of the core that made it.
+    _on_this_core: std::marker::PhantomData<*const ()>,
+}
+
+/// Builds the operation `$op::new(<the stream's socket>, args...)`: by its
+/// registered file index if it has one, by descriptor otherwise (the two
+/// are different types to the io-uring crate).
+macro_rules! on_socket {
+    ($stream:expr, $op:ident ( $($arg:expr),* )) => {
+        match $stream.file {
+            Some(index) => opcode::$op::new(types::Fixed(index), $($arg),*),
+            None => opcode::$op::new(types::Fd($stream.fd), $($arg),*),
+        }
+    };
 }
 
 impl TcpStream {
-    fn from_fd(fd: RawFd) -> TcpStream {
+    /// Takes ownership of socket `fd` on this core, entering it in the
+    /// core's registered file table if there is room.
+    fn on_core(fd: RawFd, reactor: &Reactor) -> TcpStream {
         TcpStream {
             fd,
+            file: reactor.register_file(fd),
             recv: std::cell::Cell::new(None),
+            _on_this_core: std::marker::PhantomData,
         }
     }
 
@@ -150,7 +175,8 @@ impl TcpStream {
     pub async fn connect(address: SocketAddr) -> io::Result<TcpStream> {
         let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
         socket.set_nonblocking(true)?;
-        let stream = TcpStream::from_fd(socket.into_raw_fd());
+        let stream =
+            executor::with_reactor(|reactor| TcpStream::on_core(socket.into_raw_fd(), reactor));
         // Boxed: the kernel reads the address while the connect runs, so it
         // must not move, and stays with the operation if the future drops.
         let address = Box::new(SockAddr::from(address));
@@ -192,7 +218,7 @@ impl TcpStream {
                 let index = match self.recv.get() {
                     Some(index) => index,
                     None => {
-                        let entry = opcode::RecvMulti::new(types::Fd(self.fd), BUF_GROUP).build();
+                        let entry = on_socket!(self, RecvMulti(BUF_GROUP)).build();
                         let index = reactor.submit_multi(entry);
                         self.recv.set(Some(index));
                         index
@@ -245,7 +271,7 @@ impl TcpStream {
     /// The buffer comes back with the result.
     pub async fn send(&self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
         let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
-        let entry = opcode::Send::new(types::Fd(self.fd), buf.as_ptr(), len)
+        let entry = on_socket!(self, Send(buf.as_ptr(), len))
             .flags(libc::MSG_NOSIGNAL)
             .build();
         let mut op = OwnedOp::submit(entry, Some(Box::new(buf)));
@@ -303,9 +329,16 @@ impl std::os::fd::AsFd for TcpStream {
 
 impl Drop for TcpStream {
     fn drop(&mut self) {
-        if let Some(index) = self.recv.take() {
-            executor::try_with_reactor(|reactor| reactor.orphan(index, None));
-        }
+        let recv = self.recv.take();
+        let file = self.file;
+        executor::try_with_reactor(|reactor| {
+            if let Some(index) = recv {
+                reactor.orphan(index, None);
+            }
+            if let Some(file) = file {
+                reactor.close_file(file);
+            }
+        });
         close_in_ring(self.fd);
     }
 }

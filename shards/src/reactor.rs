@@ -8,6 +8,10 @@
 //! that memory to the slot as it is dropped (`orphan`), and the slot frees
 //! it with the final completion. Multishot operations (accept, receive)
 //! keep one slot for all their completions.
+//!
+//! The reactor also owns the ring's registered file table (`files.rs`):
+//! a stream's socket is put in it when the stream is made, and its index
+//! is freed when the ring completes the index's close.
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
@@ -20,6 +24,7 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::bufring::BufRing;
+use crate::files::FileTable;
 use crate::ring::{self, RingError, TaskRun};
 
 /// `user_data` of submissions whose completion nobody waits for (close,
@@ -49,6 +54,9 @@ enum Slot {
         _keep: Option<Box<dyn Any>>,
         multishot: bool,
     },
+    /// The close of registered file index `0`: the index is free for
+    /// another file once it completes.
+    FileClose(u32),
 }
 
 pub(crate) struct Reactor {
@@ -56,6 +64,7 @@ pub(crate) struct Reactor {
     slots: RefCell<Vec<Option<Slot>>>,
     free: RefCell<Vec<usize>>,
     pub bufs: Rc<BufRing>,
+    files: FileTable,
     mode: TaskRun,
     wake_buf: Box<Cell<u64>>,
     wake_armed: Cell<bool>,
@@ -73,6 +82,9 @@ pub(crate) struct RingConfig {
     pub mode: TaskRun,
     pub recv_buffers: u16,
     pub recv_buffer_bytes: usize,
+    /// Entries of the registered file table (lowered to the open-file
+    /// limit); zero registers no table.
+    pub registered_files: u32,
 }
 
 impl Reactor {
@@ -80,11 +92,14 @@ impl Reactor {
         let ring = ring::build(config.entries, config.cq_entries, config.mode)?;
         let bufs = BufRing::register(&ring, config.recv_buffers, config.recv_buffer_bytes)
             .map_err(RingError::BufRing)?;
+        let files =
+            FileTable::register(&ring, config.registered_files).map_err(RingError::FileTable)?;
         Ok(Reactor {
             ring: RefCell::new(ring),
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             bufs: Rc::new(bufs),
+            files,
             mode: config.mode,
             wake_buf: Box::new(Cell::new(0)),
             wake_armed: Cell::new(false),
@@ -152,6 +167,36 @@ impl Reactor {
         });
         self.push(entry.user_data(index as u64));
         index
+    }
+
+    /// Puts socket `fd` in the registered file table: operations may then
+    /// name it by the index returned. `None` when the table is full (the
+    /// socket is used by its descriptor, counted).
+    pub fn register_file(&self, fd: std::os::fd::RawFd) -> Option<u32> {
+        self.files.insert(&self.ring.borrow(), fd)
+    }
+
+    /// Closes registered file `index` through the ring, after everything
+    /// already queued (which may still name the index); the index is
+    /// reused only once that close completes.
+    pub fn close_file(&self, index: u32) {
+        let slot = self.alloc(Slot::FileClose(index));
+        self.push(
+            opcode::Close::new(types::Fixed(index))
+                .build()
+                .user_data(slot as u64),
+        );
+    }
+
+    /// Registered file indexes in use (holding a file or closing it).
+    pub fn files_in_use(&self) -> u32 {
+        self.files.in_use()
+    }
+
+    /// Streams made while the file table was full, which use their
+    /// descriptor for every operation.
+    pub fn files_unregistered(&self) -> u64 {
+        self.files.unregistered()
     }
 
     /// Submits an operation whose completion nobody waits for.
@@ -245,6 +290,7 @@ impl Reactor {
                 }
             }
             Slot::Orphan { .. } => unreachable!("a slot is orphaned once"),
+            Slot::FileClose(_) => unreachable!("a file close has no future"),
         }
     }
 
@@ -380,6 +426,15 @@ impl Reactor {
                 if last {
                     self.release(index);
                 }
+                None
+            }
+            Slot::FileClose(file) => {
+                // Whatever the result: after this completion the kernel
+                // holds nothing at the index (a failure means it was empty).
+                let file = *file;
+                drop(slots);
+                self.release(index);
+                self.files.release(file);
                 None
             }
             Slot::Done(..) => {

@@ -58,6 +58,11 @@ pub enum RingError {
     Other(io::Error),
     #[error("cannot register the receive buffer ring: {0}")]
     BufRing(io::Error),
+    #[error(
+        "cannot register the ring's file table ({0}): lower cores.registered_files, \
+         or set it to 0 to use descriptors only"
+    )]
+    FileTable(io::Error),
 }
 
 /// Builds a ring with `entries` submission entries and a completion queue

@@ -195,6 +195,7 @@ fn executor_config(config: &RuntimeConfig) -> ExecutorConfig {
             mode: config.ring_taskrun,
             recv_buffers: config.recv_buffers,
             recv_buffer_bytes: config.recv_buffer_bytes,
+            registered_files: config.registered_files,
         },
         spin_before_park: config.spin_before_park,
         latency_shares: config.latency_shares as u64,

@@ -131,6 +131,170 @@ fn connect_through_the_ring() {
     runtime.join().expect("clean stop");
 }
 
+/// Streams past the registered file table's size use their descriptor and
+/// work the same; a closed stream's index returns to the table once its
+/// close completes, and the next stream takes it.
+#[test]
+fn streams_past_the_file_table_use_descriptors_and_indexes_come_back() {
+    let mut config = one_core();
+    config.registered_files = 4;
+    let address = Arc::new(Mutex::new(None::<SocketAddr>));
+    let published = address.clone();
+    let stats = Arc::new(Mutex::new(None::<shards::FileTableStats>));
+    let report = stats.clone();
+    let (runtime, shutdown) = on_a_core(config, move || {
+        let published = published.clone();
+        let report = report.clone();
+        async move {
+            let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+            *published.lock().unwrap() = Some(listener.local_addr());
+            shards::spawn(async move {
+                loop {
+                    *report.lock().unwrap() = Some(shards::file_table());
+                    shards::sleep(Duration::from_millis(2)).await;
+                }
+            })
+            .detach();
+            loop {
+                let stream = listener.accept().await.expect("accept");
+                shards::spawn(async move {
+                    while let Some(buf) = stream.recv().await.expect("recv") {
+                        let (sent, _) = stream.send_all(buf.to_vec()).await;
+                        sent.expect("send");
+                    }
+                })
+                .detach();
+            }
+        }
+    });
+    let address = wait_for(&address);
+    let expect = |in_use: u32, unregistered: u64| {
+        let want = shards::FileTableStats {
+            in_use,
+            unregistered,
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let seen = stats.lock().unwrap().unwrap_or(shards::FileTableStats {
+                in_use: u32::MAX,
+                unregistered: u64::MAX,
+            });
+            if seen == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "file table {seen:?}, want {want:?}"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    let echo = |client: &mut std::net::TcpStream, tag: u8| {
+        let payload = vec![tag; 300];
+        client.write_all(&payload).unwrap();
+        let mut back = vec![0u8; payload.len()];
+        client.read_exact(&mut back).unwrap();
+        assert_eq!(back, payload, "connection {tag}");
+    };
+    let connect = || {
+        let client = std::net::TcpStream::connect(address).expect("connect");
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        client
+    };
+
+    let mut first: Vec<std::net::TcpStream> = (0..6).map(|_| connect()).collect();
+    for (tag, client) in first.iter_mut().enumerate() {
+        echo(client, tag as u8);
+    }
+    expect(4, 2);
+    drop(first);
+    expect(0, 2);
+    let mut second: Vec<std::net::TcpStream> = (0..4).map(|_| connect()).collect();
+    for (tag, client) in second.iter_mut().enumerate() {
+        echo(client, 10 + tag as u8);
+    }
+    expect(4, 2);
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
+
+/// A send still queued for a stream that is then dropped goes to that
+/// stream's socket, never to the next stream's: the dropped stream's index
+/// stays taken until the ring has closed it, so a stream made meanwhile
+/// gets another index (here, with a table of one, none).
+#[test]
+fn a_queued_send_of_a_dropped_stream_never_reaches_the_next_stream() {
+    let mut config = one_core();
+    config.registered_files = 1;
+    let first_peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let second_peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let first_address = first_peer.local_addr().unwrap();
+    let second_address = second_peer.local_addr().unwrap();
+    // What the core saw: the table after the second stream was made, each
+    // later send's outcome (a send through another stream's index fails),
+    // and the table at the end.
+    type Seen = (shards::FileTableStats, Vec<String>, shards::FileTableStats);
+    let seen = Arc::new(Mutex::new(None::<Seen>));
+    let record = seen.clone();
+    let (runtime, shutdown) = on_a_core(config, move || {
+        let record = record.clone();
+        async move {
+            let first = TcpStream::connect(first_address).await.expect("first");
+            {
+                // Queue the send (one poll pushes its submission) and drop
+                // it and its stream before the ring sees the queue.
+                let mut send = Box::pin(first.send(b"first".to_vec()));
+                assert!(futures_lite::future::poll_once(&mut send).await.is_none());
+            }
+            drop(first);
+            let second = TcpStream::connect(second_address).await.expect("second");
+            let while_closing = shards::file_table();
+            let mut sends = Vec::new();
+            let (sent, _) = second.send_all(b"second".to_vec()).await;
+            sends.push(format!("second: {sent:?}"));
+            drop(second);
+            let third = TcpStream::connect(second_address).await.expect("third");
+            let (sent, _) = third.send_all(b"third".to_vec()).await;
+            sends.push(format!("third: {sent:?}"));
+            *record.lock().unwrap() = Some((while_closing, sends, shards::file_table()));
+            futures_lite::future::pending::<()>().await;
+        }
+    });
+    let read_all = |listener: &std::net::TcpListener| {
+        let (mut accepted, _) = listener.accept().unwrap();
+        accepted
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut got = Vec::new();
+        accepted.read_to_end(&mut got).unwrap();
+        got
+    };
+    let to_first = read_all(&first_peer);
+    assert!(
+        to_first.is_empty() || to_first == b"first",
+        "the first peer got {to_first:?}"
+    );
+    let (while_closing, sends, after) = wait_for(&seen);
+    assert_eq!(sends, ["second: Ok(())", "third: Ok(())"]);
+    assert_eq!(read_all(&second_peer), b"second");
+    assert_eq!(
+        while_closing.unregistered, 1,
+        "the second stream found the only index still closing: {while_closing:?}"
+    );
+    assert_eq!(
+        after,
+        shards::FileTableStats {
+            in_use: 1,
+            unregistered: 1
+        },
+        "the third stream took the index back"
+    );
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
+
 /// A future completed on another thread (as a store reply is) wakes a core
 /// that sleeps in the kernel, and an idle core uses almost no CPU.
 #[test]
