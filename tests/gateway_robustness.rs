@@ -1,5 +1,6 @@
 //! Protocol violations, idle and slow connections, and sessions_max: the
 //! offending connection is closed and counted, its neighbours keep working.
+//! Connections past the registered file table: served, and counted.
 
 mod support;
 
@@ -135,4 +136,24 @@ fn slow_reader_is_closed_and_max_sessions_refused() {
     refused.expect_closed();
     node.wait_metric("routerd_gateway_sessions_refused_total", 1);
     assert_eq!(second.call(route::SYS_PING, 1, b"2").body, b"2");
+}
+
+/// Connections past the core's registered file table are served the same
+/// (by descriptor) and counted.
+#[test]
+fn connections_past_the_registered_file_table_are_served_and_counted() {
+    let mut config = support::config();
+    // One core, so all four connections meet the same table of two.
+    config.cores.count = 1;
+    config.cores.registered_files = 2;
+    let node = TestNode::start(config);
+    let mut clients: Vec<_> = (0..4).map(|_| node.connect()).collect();
+    for (index, client) in clients.iter_mut().enumerate() {
+        let body = format!("client {index}");
+        assert_eq!(
+            client.call(route::SYS_PING, 1, body.as_bytes()).body,
+            body.as_bytes()
+        );
+    }
+    node.wait_metric("routerd_gateway_sessions_unregistered_total", 2);
 }

@@ -188,6 +188,12 @@ impl TcpStream {
         Ok(stream)
     }
 
+    /// Whether the socket is in the core's registered file table (else the
+    /// table was full, and operations name it by descriptor).
+    pub fn is_registered(&self) -> bool {
+        self.file.is_some()
+    }
+
     pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
         self.socket_ref().set_nodelay(nodelay)
     }

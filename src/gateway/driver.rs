@@ -423,6 +423,9 @@ pub async fn serve(gateway: GatewayHandle, listener: TcpListener) {
             drop(stream);
             continue;
         }
+        if !stream.is_registered() {
+            gateway.0.metrics.gateway.sessions_unregistered.inc();
+        }
         shards::spawn(connection(gateway.clone(), stream)).detach();
     }
 }

@@ -16,6 +16,10 @@ super::metric_set! {
         "routerd_gateway_sessions_refused_total" Counter { sessions_refused }
         /// Client sessions open.
         "routerd_gateway_sessions_active" Gauge { sessions_active }
+        /// Client connections accepted while the core's registered file table
+        /// (cores.registered_files) was full: they work, with a descriptor lookup per receive
+        /// and send.
+        "routerd_gateway_sessions_unregistered_total" Counter { sessions_unregistered }
         /// Client requests the gateway answered with an error before any service saw them, by
         /// reason.
         "routerd_gateway_ingress_rejected_total" Counter (reason) {

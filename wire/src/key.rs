@@ -82,7 +82,10 @@ mod tests {
         let hashes: std::collections::HashSet<u64> =
             keys.iter().map(|key| state.hash_one(key)).collect();
         assert_eq!(hashes.len(), keys.len());
-        assert_eq!(state.hash_one(keys[0]), state.hash_one(ObjectKey::new(1, 2, 3)));
+        assert_eq!(
+            state.hash_one(keys[0]),
+            state.hash_one(ObjectKey::new(1, 2, 3))
+        );
     }
 
     #[test]
