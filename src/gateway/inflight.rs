@@ -28,6 +28,15 @@
 //! 32-byte slots per request in flight, 128 KiB for a session at the
 //! default `inflight_max` of 1024, given back when the session idles
 //! (`IDLE_CAPACITY_MAX`).
+//!
+//! In front of that table sits one slot inside the session's own entry
+//! (`solo`), filled first. A client that waits for each answer (pipeline
+//! 1, the shape of most game clients) never has more than that one
+//! request in flight, so its requests never touch the table: no hash, no
+//! second allocation, no cache miss on the table's slots. With 1000
+//! connections at pipeline 1 that miss was the largest cost of the
+//! gateway's accept step. Deeper pipelines pay one comparison more per
+//! operation.
 
 use std::time::Instant;
 
@@ -54,7 +63,15 @@ const MIN_CAPACITY: usize = 8;
 /// them while it idles.
 const IDLE_CAPACITY_MAX: usize = 64;
 
+/// A session's requests in flight: the first in `solo`, the others in the
+/// table (see the module note).
 pub struct InFlightTable {
+    solo: Option<(u32, InFlight)>,
+    table: SeqTable,
+}
+
+/// The open-addressing table of the module note.
+struct SeqTable {
     /// A power of two long (or empty), at most a quarter full.
     slots: Vec<Option<Slot>>,
     len: usize,
@@ -100,28 +117,64 @@ impl InFlightTable {
     /// An empty table hashing with `hash`.
     pub fn new(hash: SeqHash) -> InFlightTable {
         InFlightTable {
-            slots: Vec::new(),
-            len: 0,
-            hash,
+            solo: None,
+            table: SeqTable::new(hash),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        usize::from(self.solo.is_some()) + self.table.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     pub fn contains(&self, seq: u32) -> bool {
-        self.find(seq).is_some()
+        matches!(self.solo, Some((solo, _)) if solo == seq) || self.table.find(seq).is_some()
     }
 
     /// Records `seq`, which must not be in flight already (the caller has
     /// checked with [`Self::contains`]).
     pub fn insert(&mut self, seq: u32, request: InFlight) {
         debug_assert!(!self.contains(seq));
+        if self.solo.is_none() {
+            self.solo = Some((seq, request));
+        } else {
+            self.table.insert(seq, request);
+        }
+    }
+
+    pub fn remove(&mut self, seq: u32) -> Option<InFlight> {
+        match self.solo {
+            Some((solo, request)) if solo == seq => {
+                self.solo = None;
+                Some(request)
+            }
+            _ => self.table.remove(seq),
+        }
+    }
+
+    /// Every request in flight, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &InFlight)> {
+        self.solo
+            .iter()
+            .map(|(seq, request)| (*seq, request))
+            .chain(self.table.iter())
+    }
+}
+
+impl SeqTable {
+    fn new(hash: SeqHash) -> SeqTable {
+        SeqTable {
+            slots: Vec::new(),
+            len: 0,
+            hash,
+        }
+    }
+
+    fn insert(&mut self, seq: u32, request: InFlight) {
+        debug_assert!(self.find(seq).is_none());
         if (self.len + 1) * 4 > self.slots.len() {
             self.grow();
         }
@@ -140,7 +193,7 @@ impl InFlightTable {
         self.len += 1;
     }
 
-    pub fn remove(&mut self, seq: u32) -> Option<InFlight> {
+    fn remove(&mut self, seq: u32) -> Option<InFlight> {
         let mut hole = self.find(seq)?;
         let removed = self.slots[hole].take().map(|slot| slot.request);
         self.len -= 1;
@@ -168,8 +221,7 @@ impl InFlightTable {
         removed
     }
 
-    /// Every request in flight, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (u32, &InFlight)> {
+    fn iter(&self) -> impl Iterator<Item = (u32, &InFlight)> {
         self.slots
             .iter()
             .flatten()
@@ -259,15 +311,41 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_of_fresh_seqs_keeps_the_table_small() {
+    fn one_request_at_a_time_never_touches_the_table() {
         let mut table = InFlightTable::new(hash());
+        for seq in 0..1000u32 {
+            assert!(!table.contains(seq));
+            let value = request(seq);
+            table.insert(seq, value);
+            assert_eq!(table.len(), 1);
+            assert!(table.contains(seq));
+            assert_eq!(table.remove(seq), Some(value));
+        }
+        assert!(table.is_empty());
+        assert_eq!(table.table.slots.len(), 0, "no slots were ever allocated");
+        // A second request in flight goes to the table; the solo slot is
+        // refilled first once it is free.
+        table.insert(1, request(1));
+        table.insert(2, request(2));
+        assert_eq!(table.table.len, 1);
+        assert!(table.remove(1).is_some());
+        table.insert(3, request(3));
+        assert_eq!(table.table.len, 1);
+        let mut seqs: Vec<u32> = table.iter().map(|(seq, _)| seq).collect();
+        seqs.sort_unstable();
+        assert_eq!(seqs, [2, 3]);
+    }
+
+    #[test]
+    fn a_stream_of_fresh_seqs_keeps_the_table_small() {
+        let mut table = SeqTable::new(hash());
         for seq in 0..100_000u32 {
             table.insert(seq, request(1));
             if seq >= 16 {
                 assert!(table.remove(seq - 16).is_some());
             }
         }
-        assert_eq!(table.len(), 16);
+        assert_eq!(table.len, 16);
         // 17 at most at once (each insert comes before its removal): a
         // quarter of 128 slots at most, whatever the churn.
         assert!(table.slots.len() <= 128, "{}", table.slots.len());
@@ -275,7 +353,7 @@ mod tests {
 
     #[test]
     fn an_emptied_large_table_gives_its_slots_back() {
-        let mut table = InFlightTable::new(hash());
+        let mut table = SeqTable::new(hash());
         for seq in 0..1024 {
             table.insert(seq, request(1));
         }
@@ -283,10 +361,10 @@ mod tests {
         for seq in 0..1024 {
             assert!(table.remove(seq).is_some());
         }
-        assert!(table.is_empty());
+        assert_eq!(table.len, 0);
         assert_eq!(table.slots.len(), 0);
         table.insert(5, request(1));
-        assert!(table.contains(5));
+        assert!(table.find(5).is_some());
         assert_eq!(table.slots.len(), MIN_CAPACITY);
     }
 
@@ -370,7 +448,7 @@ mod tests {
     /// Mean and worst slot reads of finding each of `seqs` in a real table
     /// hashing with `hash`.
     fn probes(hash: SeqHash, seqs: &[u32]) -> (f64, usize) {
-        let mut table = InFlightTable::new(hash);
+        let mut table = SeqTable::new(hash);
         for &seq in seqs {
             table.insert(seq, request(1));
         }
