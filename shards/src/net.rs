@@ -276,14 +276,24 @@ impl TcpStream {
     /// Sends from `buf` (one operation; it may send less than all of it).
     /// The buffer comes back with the result.
     pub async fn send(&self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
+        self.start_send(buf).await
+    }
+
+    /// Queues a send from `buf` now, before anything awaits it (one
+    /// operation; it may send less than all of it). The returned future
+    /// gives the result and the buffer back. A caller that awaits it only
+    /// when it has the next thing to send saves a task wake-up per send:
+    /// the send usually completes meanwhile, and its completion wakes no
+    /// one. Dropping the future leaves the send running, its buffer kept
+    /// until the kernel is done with it.
+    pub fn start_send(&self, buf: Vec<u8>) -> SendOp {
         let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
         let entry = on_socket!(self, Send(buf.as_ptr(), len))
             .flags(libc::MSG_NOSIGNAL)
             .build();
-        let mut op = OwnedOp::submit(entry, Some(Box::new(buf)));
-        let (res, _) = poll_fn(|cx| op.poll(cx)).await;
-        let buf = op.take::<Vec<u8>>();
-        (result(res).map(|n| n as usize), buf)
+        SendOp {
+            op: OwnedOp::submit(entry, Some(Box::new(buf))),
+        }
     }
 
     /// Sends all of `buf`, one operation at a time.
@@ -346,6 +356,24 @@ impl Drop for TcpStream {
             }
         });
         close_in_ring(self.fd);
+    }
+}
+
+/// A send in flight (see [`TcpStream::start_send`]).
+pub struct SendOp {
+    op: OwnedOp,
+}
+
+impl std::future::Future for SendOp {
+    type Output = (io::Result<usize>, Vec<u8>);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Self::Output> {
+        let (res, _) = std::task::ready!(self.op.poll(cx));
+        let buf = self.op.take::<Vec<u8>>();
+        Poll::Ready((result(res).map(|n| n as usize), buf))
     }
 }
 

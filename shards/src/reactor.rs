@@ -54,8 +54,8 @@ enum Slot {
         _keep: Option<Box<dyn Any>>,
         multishot: bool,
     },
-    /// The close of registered file index `0`: the index is free for
-    /// another file once it completes.
+    /// The close of the registered file at this index: the index is free
+    /// for another file once it completes.
     FileClose(u32),
 }
 

@@ -131,6 +131,46 @@ fn connect_through_the_ring() {
     runtime.join().expect("clean stop");
 }
 
+/// A send started and awaited later (or never) still goes out, in the
+/// order started, and its buffer comes back to whoever awaits it.
+#[test]
+fn a_started_send_completes_without_being_awaited() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let outcome = Arc::new(Mutex::new(None::<Vec<String>>));
+    let record = outcome.clone();
+    let (runtime, shutdown) = on_a_core(one_core(), move || {
+        let record = record.clone();
+        async move {
+            let stream = TcpStream::connect(address).await.expect("connect");
+            let mut seen = Vec::new();
+            let first = stream.start_send(b"one,".to_vec());
+            // Turns pass and the send completes with nobody waiting on it.
+            shards::sleep(Duration::from_millis(5)).await;
+            let (sent, buf) = first.await;
+            seen.push(format!("{sent:?} {}", String::from_utf8_lossy(&buf)));
+            let (sent, buf) = stream.start_send(b"two,".to_vec()).await;
+            seen.push(format!("{sent:?} {}", String::from_utf8_lossy(&buf)));
+            // Dropped at once: the kernel keeps the buffer and sends it.
+            drop(stream.start_send(b"three".to_vec()));
+            shards::sleep(Duration::from_millis(5)).await;
+            drop(stream);
+            *record.lock().unwrap() = Some(seen);
+            futures_lite::future::pending::<()>().await;
+        }
+    });
+    let (mut accepted, _) = listener.accept().unwrap();
+    accepted
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut got = Vec::new();
+    accepted.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"one,two,three");
+    assert_eq!(wait_for(&outcome), ["Ok(4) one,", "Ok(4) two,"]);
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
+
 /// Streams past the registered file table's size use their descriptor and
 /// work the same; a closed stream's index returns to the table once its
 /// close completes, and the next stream takes it.

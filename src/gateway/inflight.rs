@@ -34,8 +34,8 @@
 //! 1, the shape of most game clients) never has more than that one
 //! request in flight, so its requests never touch the table: no hash, no
 //! second allocation, no cache miss on the table's slots. With 1000
-//! connections at pipeline 1 that miss was the largest cost of the
-//! gateway's accept step. Deeper pipelines pay one comparison more per
+//! connections at pipeline 1 that miss was the largest cost of
+//! `GatewayCore::on_request`. Deeper pipelines pay one comparison more per
 //! operation.
 
 use std::time::Instant;
