@@ -159,13 +159,7 @@ fn a_started_send_completes_without_being_awaited() {
             futures_lite::future::pending::<()>().await;
         }
     });
-    let (mut accepted, _) = listener.accept().unwrap();
-    accepted
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut got = Vec::new();
-    accepted.read_to_end(&mut got).unwrap();
-    assert_eq!(got, b"one,two,three");
+    assert_eq!(accept_and_read_all(&listener), b"one,two,three");
     assert_eq!(wait_for(&outcome), ["Ok(4) one,", "Ok(4) two,"]);
     shutdown.trigger();
     runtime.join().expect("clean stop");
@@ -302,23 +296,14 @@ fn a_queued_send_of_a_dropped_stream_never_reaches_the_next_stream() {
             futures_lite::future::pending::<()>().await;
         }
     });
-    let read_all = |listener: &std::net::TcpListener| {
-        let (mut accepted, _) = listener.accept().unwrap();
-        accepted
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let mut got = Vec::new();
-        accepted.read_to_end(&mut got).unwrap();
-        got
-    };
-    let to_first = read_all(&first_peer);
+    let to_first = accept_and_read_all(&first_peer);
     assert!(
         to_first.is_empty() || to_first == b"first",
         "the first peer got {to_first:?}"
     );
     let (while_closing, sends, after) = wait_for(&seen);
     assert_eq!(sends, ["second: Ok(())", "third: Ok(())"]);
-    assert_eq!(read_all(&second_peer), b"second");
+    assert_eq!(accept_and_read_all(&second_peer), b"second");
     assert_eq!(
         while_closing.unregistered, 1,
         "the second stream found the only index still closing: {while_closing:?}"
@@ -383,6 +368,17 @@ fn process_cpu() -> Duration {
     };
     let micros = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
     Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+}
+
+/// Accepts one connection and reads it to its end (5 s at most per read).
+fn accept_and_read_all(listener: &std::net::TcpListener) -> Vec<u8> {
+    let (mut accepted, _) = listener.accept().unwrap();
+    accepted
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut got = Vec::new();
+    accepted.read_to_end(&mut got).unwrap();
+    got
 }
 
 fn wait_for<T: Clone>(slot: &Mutex<Option<T>>) -> T {
