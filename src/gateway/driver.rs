@@ -570,27 +570,24 @@ async fn write_loop(stream: Rc<TcpStream>, outbox: Rc<Outbox>) {
             // kernel (its buffer stays with the operation until it ends).
             break;
         }
-        if let Some(send) = in_flight.take() {
-            match finish_send(&stream, &outbox, send).await {
-                Some(mut spare) => {
-                    spare.clear();
-                    if matches!(step, WriterStep::Write) {
-                        // The sent buffer carries the next batch after this.
-                        in_flight = Some(stream.start_send(std::mem::replace(&mut batch, spare)));
-                        continue;
-                    }
-                }
+        // A batch or the end needs the socket: the send before must be done.
+        let mut spare = match in_flight.take() {
+            None => Vec::new(),
+            Some(send) => match finish_send(&stream, &outbox, send).await {
+                Some(sent) => sent,
                 None => {
                     outbox.abort();
                     break;
                 }
-            }
-        } else if matches!(step, WriterStep::Write) {
-            in_flight = Some(stream.start_send(std::mem::take(&mut batch)));
-            continue;
-        }
-        // Finish: everything queued before the close is sent.
-        break;
+            },
+        };
+        let WriterStep::Write = step else {
+            // Finish: everything queued before the close is sent.
+            break;
+        };
+        // The sent buffer carries the batch after this one.
+        spare.clear();
+        in_flight = Some(stream.start_send(std::mem::replace(&mut batch, spare)));
     }
     // shutdown(2) wakes the reader with end-of-stream and tells the peer
     // we are done; the descriptor itself is closed when the stream drops.
