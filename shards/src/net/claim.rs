@@ -1,8 +1,9 @@
 //! Waiting for a listening address to be free before a process joins it.
 //!
 //! Every core listens on one address with SO_REUSEPORT (routerd's
-//! gateway, the bench echo), so the kernel spreads connections over them. SO_REUSEPORT admits any listener
-//! of the same user into that group, not only this process's cores:
+//! gateway, the bench echo), so the kernel spreads connections over them.
+//! SO_REUSEPORT admits any listener of the same user into that group, not
+//! only this process's cores:
 //! - a node started twice on one address by mistake would silently take
 //!   a share of the other's connections;
 //! - a process that has just died (killed, crashed) leaves its listener
