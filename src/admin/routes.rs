@@ -129,12 +129,28 @@ async fn cluster(state: &AdminState) -> Response<Body> {
             })
         })
         .collect();
+    let cores: Vec<_> = view
+        .cores()
+        .into_iter()
+        .enumerate()
+        .map(|(core, standing)| {
+            json!({
+                "core": core,
+                "incarnation": standing.incarnation,
+                "serving": standing.is_serving(now),
+                "fenced": standing.fenced,
+                "lease_remaining_ms": standing.lease_until_ms.saturating_sub(now),
+            })
+        })
+        .collect();
     json_response(json!({
         "node_id": view.me().0,
         "incarnation": me.incarnation,
         "state": me.state.as_str(),
         "fenced": me.fenced,
+        "serving": !me.fenced && now < me.lease_until_ms,
         "lease_remaining_ms": me.lease_until_ms.saturating_sub(now),
+        "cores": cores,
         "objects": objects,
         "members": members,
         "links": links,

@@ -70,7 +70,8 @@ pub fn join(
                     Action::Write { tag, write } => {
                         let outcome =
                             futures_lite::future::block_on(store.write_member(write.clone()));
-                        membership.on_written(clock::now_ms(), tag, &write, outcome.map_err(drop));
+                        let outcome = outcome.map_err(|error| error.to_string());
+                        membership.on_written(clock::now_ms(), tag, &write, outcome);
                     }
                 }
             }
@@ -112,7 +113,8 @@ pub fn leave_blocking(store: &Store, mut membership: Membership) {
                 Action::List => membership.on_list_failed(),
                 Action::Write { tag, write } => {
                     let outcome = futures_lite::future::block_on(store.write_member(write.clone()));
-                    membership.on_written(clock::now_ms(), tag, &write, outcome.map_err(drop));
+                    let outcome = outcome.map_err(|error| error.to_string());
+                    membership.on_written(clock::now_ms(), tag, &write, outcome);
                 }
             }
         }
@@ -204,12 +206,20 @@ impl Agent {
 
     /// Ticks membership until the core stops.
     pub async fn run(self: Rc<Self>) {
-        let tick = Duration::from_millis(self.membership.borrow().tick_ms());
+        let tick_ms = self.membership.borrow().tick_ms();
+        let tick = Duration::from_millis(tick_ms);
+        // Time unseen by the monotonic clock eats into the timing rule's
+        // margin (`ClusterConfig::check_timing`); a jump of more than one
+        // tick ends the lease at once.
+        let mut jumps = clock::JumpWatch::new(tick_ms);
         loop {
             let seen = self.view.version();
             let wanted = self.view.take_wanted_state();
             {
                 let mut membership = self.membership.borrow_mut();
+                if let Some(cause) = jumps.observe(clock::Readings::now()) {
+                    membership.clock_jumped(clock::now_ms(), cause);
+                }
                 if let Some(state) = wanted {
                     membership.set_state(clock::now_ms(), state);
                 }
@@ -290,7 +300,11 @@ impl Agent {
                     shards::spawn(async move {
                         let outcome = match before(deadline, written).await {
                             Some(Ok(outcome)) => Ok(outcome),
-                            _ => Err(()),
+                            Some(Err(error)) => Err(format!("the store answered: {error}")),
+                            None => Err(format!(
+                                "no answer within {} ms",
+                                wait.as_millis()
+                            )),
                         };
                         agent.membership.borrow_mut().on_written(
                             clock::now_ms(),
@@ -323,11 +337,31 @@ impl Agent {
                     );
                     feed_catalog(&self.catalog, row);
                 }
-                Event::Fenced => {
-                    tracing::warn!("fenced: this node serves nothing until it rejoins")
+                Event::LeaseLapsed { cause, .. } => {
+                    tracing::warn!(
+                        "lease lapsed: this node serves nothing until a heartbeat applies: {cause}"
+                    )
                 }
+                Event::LeaseRenewed { lapsed_for_ms } => tracing::warn!(
+                    lapsed_for_ms,
+                    "lease renewed: serving again with the same incarnation, nothing lost"
+                ),
+                Event::Fenced { cause } => tracing::warn!(
+                    "fenced: {cause}; this node serves nothing until it rejoins, its objects kept \
+                     aside to be written back by compare-and-set"
+                ),
                 Event::Rejoined { incarnation, .. } => {
                     tracing::warn!(incarnation, "rejoined with a new incarnation")
+                }
+                Event::TakenOver { incarnation } => {
+                    let message = format!(
+                        "node id {} was taken by another process (incarnation {incarnation}): \
+                         this process exits without serving again",
+                        self.view.me().0
+                    );
+                    tracing::error!("{message}");
+                    eprintln!("routerd: {message}");
+                    std::process::exit(1);
                 }
                 _ => {}
             }
@@ -340,7 +374,13 @@ impl Agent {
                     Event::Lease { until_ms } => {
                         me.lease_until_ms = me.lease_until_ms.max(until_ms)
                     }
-                    Event::Fenced => me.fenced = true,
+                    // A lapse at the lease's end changes nothing the cores
+                    // do not see themselves; one at a clock jump cuts the
+                    // lease short, and the cores follow it down.
+                    Event::LeaseLapsed { at_ms, .. } => {
+                        me.lease_until_ms = me.lease_until_ms.min(at_ms)
+                    }
+                    Event::Fenced { .. } => me.fenced = true,
                     Event::Rejoined {
                         incarnation,
                         lease_until_ms,
@@ -352,7 +392,9 @@ impl Agent {
                     Event::Member { row } => {
                         peers.insert(row.node_id, Peer::from_row(&row));
                     }
-                    Event::Refused { .. } => {}
+                    Event::Refused { .. }
+                    | Event::TakenOver { .. }
+                    | Event::LeaseRenewed { .. } => {}
                 }
             }
             if let Some(state) = state {
@@ -383,6 +425,7 @@ impl Agent {
         stats.members_draining.set(counts[2]);
         stats.members_left.set(counts[3]);
         stats.members_down.set(counts[4]);
-        stats.fenced.set(i64::from(snapshot.me.fenced));
+        let serving = !snapshot.me.fenced && clock::now_ms() < snapshot.me.lease_until_ms;
+        stats.fenced.set(i64::from(!serving));
     }
 }

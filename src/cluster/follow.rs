@@ -2,8 +2,12 @@
 //! another member's new incarnation or state reaches the router (which
 //! decides what becomes claimable) and closes the links of an incarnation
 //! that ended; this node's lease, fence and rejoin reach the router in
-//! that order. A rejoin fences first, whatever was seen before: a core
-//! that missed the fence must still drop what the old incarnation held.
+//! that order. Fencing is membership's one decision for the whole node: a
+//! core never fences on its own (a lapsed lease only pauses it until the
+//! next heartbeat), and a rejoin fences first, whatever was seen before,
+//! so a core that missed the fence still sets aside what the old
+//! incarnation held. Each core reports what its router really does, for
+//! `/cluster`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +17,9 @@ use super::outgoing::CoreLinks;
 use super::view::{ClusterView, Snapshot};
 use crate::router::driver::RouterDriver;
 
-/// How often a core reports its links for `/cluster` when nothing changes.
-const LINK_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a core reports its links and standing for `/cluster` when
+/// nothing changes.
+const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 
 pub struct Follower {
     pub core: usize,
@@ -38,7 +43,7 @@ impl Follower {
         }
         loop {
             futures_lite::future::or(self.view.changed(seen.version), async {
-                shards::sleep(LINK_REPORT_INTERVAL).await;
+                shards::sleep(REPORT_INTERVAL).await;
             })
             .await;
             if self.view.version() != seen.version {
@@ -47,6 +52,7 @@ impl Follower {
                 seen = now;
             }
             self.view.report_links(self.core, self.links.statuses());
+            self.view.report_core(self.core, self.router.standing());
         }
     }
 
@@ -63,6 +69,9 @@ impl Follower {
             self.router.fence();
         } else if me.lease_until_ms > before.lease_until_ms && !me.fenced {
             self.router.extend_lease(me.lease_until_ms);
+        } else if me.lease_until_ms < before.lease_until_ms {
+            // Membership cut the lease short (time jumped).
+            self.router.end_lease(me.lease_until_ms);
         }
         for (node, peer) in now.peers.iter() {
             let old = seen.peers.get(node);

@@ -13,9 +13,14 @@
 //!   the next incarnation as an observer would declare it down.
 //! - Heartbeat: every `heartbeat_interval_ms`, a CAS on the version this
 //!   node wrote last. Applied: the lease runs to the write's send time +
-//!   `fence_after_ms`. Refused by a row someone else wrote (declared down,
-//!   or the id taken over): the node fences at once and rejoins with a
-//!   higher incarnation.
+//!   `fence_after_ms`. A lease that runs out stops the node serving (it
+//!   keeps everything) until a later heartbeat applies: that CAS on the
+//!   version it wrote proves nobody declared it down meanwhile. Refused
+//!   because an observer declared it down: the node fences (its
+//!   incarnation is over) and rejoins with a higher one. Refused because
+//!   the row shows an incarnation this process did not take: another
+//!   process took the id; this one watches the row as a start does, and
+//!   exits if that heartbeat moves (it never takes a live process's id).
 //! - Observing: every row is re-read every half interval; a live member
 //!   whose heartbeat stood still for `down_after_ms` since this node first
 //!   saw its value is declared down by CAS on the version seen, so a late
@@ -72,8 +77,18 @@ pub enum Event {
     Refused { node: NodeId },
     /// The lease now runs until `until_ms`.
     Lease { until_ms: u64 },
-    /// Declared down (or the id taken over): serve nothing.
-    Fenced,
+    /// The lease ends at `at_ms` (its end, or now when time jumped) with no
+    /// heartbeat applied to renew it: serve nothing from then until one
+    /// does. `cause` says why, for the log.
+    LeaseLapsed { at_ms: u64, cause: String },
+    /// A heartbeat applied after a lapse: serving again, same incarnation.
+    LeaseRenewed { lapsed_for_ms: u64 },
+    /// Declared down: this incarnation is over; serve nothing until the
+    /// rejoin.
+    Fenced { cause: String },
+    /// Another process took this node's id and heartbeats as
+    /// `incarnation`: this process must exit without serving again.
+    TakenOver { incarnation: u64 },
     /// Rejoined as `incarnation` after a fence; the lease runs to
     /// `lease_until_ms`.
     Rejoined {
@@ -98,6 +113,12 @@ enum Phase {
     Fenced {
         row: Option<MemberRow>,
     },
+    /// The row shows an incarnation this process did not take, not ended:
+    /// watched as a start watches a live row (its version and heartbeat,
+    /// and when they were first seen so).
+    Displaced {
+        watching: (MemberVersion, u64, u64),
+    },
     /// Refused: another process holds the id. Terminal.
     Refused,
 }
@@ -114,9 +135,18 @@ struct Serving {
     /// A state to write with the next heartbeat.
     wanted_state: MemberState,
     /// The lease this node's router holds: the send time of the last
-    /// applied join or heartbeat + `fence_after_ms`. Once it has run out
-    /// the router fenced, and only a new incarnation serves again.
+    /// applied join or heartbeat + `fence_after_ms`. Past it the node
+    /// serves nothing until a later heartbeat applies.
     lease_until_ms: u64,
+    /// Since when the lease has been out (`None`: it holds).
+    lapsed_at_ms: Option<u64>,
+    /// Heartbeats sent before this time extend nothing: time jumped
+    /// after them (`clock_jumped`), so their send time undercounts.
+    renew_from_ms: u64,
+    /// The send time of the last heartbeat the store applied.
+    last_applied_ms: u64,
+    /// What went wrong with the last heartbeat that did not apply.
+    last_failure: Option<String>,
 }
 
 /// What this node saw of another member.
@@ -142,6 +172,9 @@ pub struct Membership {
     /// Whether this node took an incarnation before (a later one is a
     /// rejoin).
     ever_joined: bool,
+    /// The highest incarnation this process has held: a row showing a
+    /// higher one was written by another process.
+    held_incarnation: u64,
     actions: Vec<Action>,
     events: Vec<Event>,
 }
@@ -159,6 +192,7 @@ impl Membership {
             listing: false,
             next_list_ms: 0,
             ever_joined: false,
+            held_incarnation: 0,
             actions: Vec::new(),
             events: Vec::new(),
         }
@@ -189,9 +223,36 @@ impl Membership {
     pub fn state(&self) -> Option<MemberState> {
         match &self.phase {
             Phase::Serving(serving) => Some(serving.wanted_state),
-            Phase::Fenced { .. } => Some(MemberState::Down),
+            Phase::Fenced { .. } | Phase::Displaced { .. } => Some(MemberState::Down),
             _ => None,
         }
+    }
+
+    /// Whether this node may serve at `now_ms`: it holds an incarnation
+    /// and its lease runs.
+    pub fn is_serving(&self, now_ms: u64) -> bool {
+        matches!(&self.phase, Phase::Serving(serving) if now_ms < serving.lease_until_ms)
+    }
+
+    /// Time passed that the monotonic clock did not see (`cause` says
+    /// which clock saw it): the lease may already have run out in real
+    /// time, so it ends now, and only a heartbeat sent from now on renews
+    /// it (one is sent at once).
+    pub fn clock_jumped(&mut self, now_ms: u64, cause: String) {
+        let Phase::Serving(serving) = &mut self.phase else {
+            return;
+        };
+        serving.renew_from_ms = now_ms;
+        serving.lease_until_ms = serving.lease_until_ms.min(now_ms);
+        serving.next_heartbeat_ms = now_ms;
+        if serving.lapsed_at_ms.is_none() {
+            serving.lapsed_at_ms = Some(now_ms);
+        }
+        self.events.push(Event::LeaseLapsed {
+            at_ms: now_ms,
+            cause,
+        });
+        self.on_tick(now_ms);
     }
 
     /// The state the store last applied for this node.
@@ -320,14 +381,73 @@ impl Membership {
                     None => true,
                 };
                 if lost {
-                    self.fence(now_ms, own);
+                    self.lose(now_ms, own, "the membership table shows it");
                 }
             }
             Phase::Fenced { row: None } if own.is_some() => {
                 self.phase = Phase::Fenced { row: own };
                 self.rejoin(now_ms);
             }
+            Phase::Displaced { watching } => self.watch_displaced(now_ms, own, watching),
             _ => {}
+        }
+    }
+
+    /// The row that refused or outranked this node's: declared down (its
+    /// own incarnation, `down`), or written by another process (an
+    /// incarnation this one never took). `how` says how it was found.
+    fn lose(&mut self, now_ms: u64, row: Option<MemberRow>, how: &str) {
+        let cause = match &row {
+            Some(row) if row.incarnation > self.held_incarnation && !row.state.is_ended() => {
+                // Another process holds the id (or this one's own join
+                // whose answer was lost: it stands still, and is taken
+                // after `down_after_ms` like any stalled row).
+                format!(
+                    "node id {} is held by incarnation {}, which this process did not take                      ({how})",
+                    self.me.0, row.incarnation
+                )
+            }
+            Some(row) if row.state == MemberState::Down => format!(
+                "declared down by another node: incarnation {} is `down` ({how})",
+                row.incarnation
+            ),
+            Some(row) => format!(
+                "incarnation {} of this node is `{}` ({how})",
+                row.incarnation,
+                row.state.as_str()
+            ),
+            None => format!("this node's membership row is gone ({how})"),
+        };
+        self.fence(now_ms, row, cause);
+    }
+
+    /// Watches a row another process wrote: its heartbeat moving means
+    /// that process lives, and this one must go; standing still for
+    /// `down_after_ms` means it is gone, and this one takes the next
+    /// incarnation as any start would.
+    fn watch_displaced(
+        &mut self,
+        now_ms: u64,
+        own: Option<MemberRow>,
+        watching: (MemberVersion, u64, u64),
+    ) {
+        let Some(row) = own else {
+            // The row went away: join as a first start would.
+            return self.join(now_ms, 1, MemberCondition::Absent);
+        };
+        let (version, heartbeat, since) = watching;
+        if row.state.is_ended() {
+            let condition = MemberCondition::VersionEquals(row.version);
+            return self.join(now_ms, row.incarnation + 1, condition);
+        }
+        if row.version != version || row.heartbeat != heartbeat {
+            self.phase = Phase::Refused;
+            self.events.push(Event::TakenOver {
+                incarnation: row.incarnation,
+            });
+        } else if now_ms.saturating_sub(since) >= self.down_after_ms {
+            let condition = MemberCondition::VersionEquals(row.version);
+            self.join(now_ms, row.incarnation + 1, condition);
         }
     }
 
@@ -374,14 +494,14 @@ impl Membership {
         });
     }
 
-    /// Declared down (or the id taken over): fence, and rejoin as soon as
-    /// the row that says so is known.
-    fn fence(&mut self, now_ms: u64, row: Option<MemberRow>) {
+    /// This incarnation is over (declared down, or the id taken over):
+    /// fence, and rejoin as soon as the row that says so is known.
+    fn fence(&mut self, now_ms: u64, row: Option<MemberRow>, cause: String) {
         let was_serving = matches!(self.phase, Phase::Serving(_));
         let known = row.is_some();
         self.phase = Phase::Fenced { row };
         if was_serving {
-            self.events.push(Event::Fenced);
+            self.events.push(Event::Fenced { cause });
         }
         if known {
             self.rejoin(now_ms);
@@ -390,32 +510,49 @@ impl Membership {
         }
     }
 
-    /// A lease that ran out fences the node even if nobody declared it
-    /// down (its heartbeats failed for `fence_after_ms`, then the store came
-    /// back): its router stopped serving for good, so it rejoins with the
-    /// next incarnation, by CAS on the row as this node last wrote it.
+    /// A lease that ran out stops the node serving; it keeps its
+    /// incarnation and its objects, and serves again once a heartbeat (a
+    /// CAS on the version it wrote, so nobody declared it down meanwhile)
+    /// applies. Reported once per lapse, with its cause.
     fn check_lease(&mut self, now_ms: u64) {
-        let Phase::Serving(serving) = &self.phase else {
+        let Phase::Serving(serving) = &mut self.phase else {
             return;
         };
-        if now_ms < serving.lease_until_ms {
+        if now_ms < serving.lease_until_ms || serving.lapsed_at_ms.is_some() {
             return;
         }
-        let row = self.row(
-            serving.incarnation,
-            serving.state,
-            serving.heartbeat,
-            serving.version,
+        serving.lapsed_at_ms = Some(serving.lease_until_ms);
+        let failure = match (&serving.last_failure, serving.in_flight) {
+            (Some(failure), _) => failure.clone(),
+            (None, Some(heartbeat)) => format!("heartbeat #{heartbeat} is still unanswered"),
+            (None, None) => "no heartbeat was sent (this process did not run)".to_string(),
+        };
+        let cause = format!(
+            "no heartbeat applied for {} ms (cluster.fence_after_ms = {}): {failure}",
+            now_ms.saturating_sub(serving.last_applied_ms),
+            self.fence_after_ms
         );
-        self.fence(now_ms, Some(row));
+        self.events.push(Event::LeaseLapsed {
+            at_ms: serving.lease_until_ms,
+            cause,
+        });
     }
 
-    /// Takes the next incarnation after a fence.
+    /// Takes the next incarnation after a fence, unless the row shows an
+    /// incarnation this process never took that has not ended: that one
+    /// is watched first (`Phase::Displaced`), never taken over.
     fn rejoin(&mut self, now_ms: u64) {
         let Phase::Fenced { row } = &self.phase else {
             return;
         };
         let (incarnation, condition) = match row {
+            Some(row) if row.incarnation > self.held_incarnation && !row.state.is_ended() => {
+                self.phase = Phase::Displaced {
+                    watching: (row.version, row.heartbeat, now_ms),
+                };
+                self.next_list_ms = now_ms;
+                return;
+            }
             Some(row) => (
                 row.incarnation + 1,
                 MemberCondition::VersionEquals(row.version),
@@ -464,22 +601,35 @@ impl Membership {
         }
     }
 
-    /// The answer to a write (`Err`: no answer in time, or a store error:
-    /// the write may or may not have happened).
+    /// The answer to a write (`Err`: no answer in time, or a store error,
+    /// described for the log: the write may or may not have happened).
     pub fn on_written(
         &mut self,
         now_ms: u64,
         tag: WriteTag,
         write: &MemberWrite,
-        outcome: Result<MemberOutcome, ()>,
+        outcome: Result<MemberOutcome, String>,
     ) {
+        let failure = match &outcome {
+            Err(failure) => Some(failure.clone()),
+            Ok(MemberOutcome::Indeterminate) => Some("its outcome is unknown".to_string()),
+            Ok(_) => None,
+        };
         let outcome = outcome.unwrap_or(MemberOutcome::Indeterminate);
         match tag {
             WriteTag::Join { sent_at_ms } => self.joined(now_ms, sent_at_ms, write, outcome),
             WriteTag::Heartbeat {
                 heartbeat,
                 sent_at_ms,
-            } => self.heartbeat_written(now_ms, heartbeat, sent_at_ms, write.row.state, outcome),
+            } => {
+                if let (Some(failure), Phase::Serving(serving)) = (failure, &mut self.phase) {
+                    serving.last_failure = Some(format!(
+                        "heartbeat #{heartbeat}, sent {} ms ago, failed: {failure}",
+                        now_ms.saturating_sub(sent_at_ms)
+                    ));
+                }
+                self.heartbeat_written(now_ms, heartbeat, sent_at_ms, write.row.state, outcome)
+            }
             WriteTag::DeclareDown { node } => {
                 if let Some(seen) = self.observed.get_mut(&node) {
                     seen.declaring = false;
@@ -518,6 +668,7 @@ impl Membership {
         let incarnation = write.row.incarnation;
         let lease_until_ms = sent_at_ms + self.fence_after_ms;
         let first = !std::mem::replace(&mut self.ever_joined, true);
+        self.held_incarnation = self.held_incarnation.max(incarnation);
         self.phase = Phase::Serving(Serving {
             incarnation,
             version,
@@ -531,6 +682,10 @@ impl Membership {
                 MemberState::Up
             },
             lease_until_ms,
+            lapsed_at_ms: None,
+            renew_from_ms: 0,
+            last_applied_ms: sent_at_ms,
+            last_failure: None,
         });
         if first {
             self.events.push(Event::Joined { incarnation });
@@ -556,8 +711,6 @@ impl Membership {
         carried: MemberState,
         outcome: MemberOutcome,
     ) {
-        // An answer that comes after the lease ran out extends nothing: the
-        // router has fenced (or will at its next event).
         self.check_lease(now_ms);
         let Phase::Serving(serving) = &mut self.phase else {
             return;
@@ -575,9 +728,22 @@ impl Membership {
                 // store does not have it (`leave` waits for `left` to be
                 // written, not merely wanted).
                 serving.state = carried;
-                let until_ms = sent_at_ms + self.fence_after_ms;
-                serving.lease_until_ms = serving.lease_until_ms.max(until_ms);
-                self.events.push(Event::Lease { until_ms });
+                serving.last_applied_ms = serving.last_applied_ms.max(sent_at_ms);
+                serving.last_failure = None;
+                // A heartbeat sent before time jumped renews nothing: its
+                // send time undercounts.
+                if sent_at_ms >= serving.renew_from_ms {
+                    let until_ms = sent_at_ms + self.fence_after_ms;
+                    serving.lease_until_ms = serving.lease_until_ms.max(until_ms);
+                    self.events.push(Event::Lease { until_ms });
+                    if now_ms < serving.lease_until_ms {
+                        if let Some(lapsed_at) = serving.lapsed_at_ms.take() {
+                            self.events.push(Event::LeaseRenewed {
+                                lapsed_for_ms: now_ms.saturating_sub(lapsed_at),
+                            });
+                        }
+                    }
+                }
             }
             MemberOutcome::Conflict(Some(row))
                 if row.incarnation == serving.incarnation
@@ -591,7 +757,7 @@ impl Membership {
                 serving.heartbeat = row.heartbeat;
                 serving.next_heartbeat_ms = now_ms;
             }
-            MemberOutcome::Conflict(row) => self.fence(now_ms, row),
+            MemberOutcome::Conflict(row) => self.lose(now_ms, row, "a heartbeat was refused"),
             // Unknown: no lease extension; the next heartbeat tells.
             MemberOutcome::Indeterminate => {}
         }

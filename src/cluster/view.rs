@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
+pub use crate::router::driver::CoreStanding;
 use crate::store::{MemberRow, MemberState, NodeId};
 
 /// Another member as this node knows it.
@@ -86,6 +87,8 @@ pub struct ClusterView {
     watchers: Mutex<Vec<Waker>>,
     /// Per core: its outgoing links, as it last reported them.
     links: Mutex<Vec<Vec<LinkStatus>>>,
+    /// Per core: what its router does, as it last reported it.
+    cores: Mutex<Vec<CoreStanding>>,
     /// Cores whose router finished its shutdown (saved and released).
     released: AtomicUsize,
     /// A state for membership to write (`up` once serving, `draining`).
@@ -115,6 +118,7 @@ impl ClusterView {
             }),
             watchers: Mutex::new(Vec::new()),
             links: Mutex::new(vec![Vec::new(); core_count]),
+            cores: Mutex::new(vec![CoreStanding::default(); core_count]),
             released: AtomicUsize::new(0),
             wanted: Mutex::new(None),
             heartbeats: Mutex::new(BTreeMap::new()),
@@ -177,6 +181,16 @@ impl ClusterView {
 
     pub fn links(&self) -> Vec<Vec<LinkStatus>> {
         lock(&self.links).clone()
+    }
+
+    pub fn report_core(&self, core: usize, standing: CoreStanding) {
+        if let Some(slot) = lock(&self.cores).get_mut(core) {
+            *slot = standing;
+        }
+    }
+
+    pub fn cores(&self) -> Vec<CoreStanding> {
+        lock(&self.cores).clone()
     }
 
     /// Membership's record of when each member's heartbeat last moved

@@ -16,8 +16,8 @@ super::metric_set! {
             members_left = "left",
             members_down = "down",
         }
-        /// 1 while this node is fenced (its membership lease ended, or it was declared down):
-        /// it serves no object until it rejoins with a new incarnation.
+        /// 1 while this node serves no object: its membership lease ran out (until a heartbeat
+        /// applies again), or it was declared down (until it rejoins with a new incarnation).
         "routerd_cluster_fenced" Gauge { fenced }
         /// Frames this core sent to other nodes' cores.
         "routerd_cluster_link_frames_sent_total" Counter { frames_sent }

@@ -50,9 +50,24 @@ super::counter_set! {
         "routerd_router_degrades_total" { degrades_total }
         /// Idle route caches freed.
         "routerd_router_caches_freed_total" { caches_freed_total }
-        /// Times this core fenced: its membership lease ran out or the node was declared down, so
-        /// it dropped every writable object and served none until it rejoined.
+        /// Times this core fenced: the node was declared down (or its id taken), so it served
+        /// nothing and kept its writable objects aside until it rejoined.
         "routerd_router_fences_total" { fences_total }
+        /// Requests for a writable object answered UNAVAILABLE because the node's membership lease
+        /// had run out (it serves again once a heartbeat applies, or after a rejoin).
+        "routerd_router_lease_lapsed_refusals_total" { lease_lapsed_refusals_total }
+        /// Copies kept aside through a fence that were written back by compare-and-set under the
+        /// node's new incarnation: nothing of theirs was lost.
+        "routerd_router_readopts_total" { readopts_total }
+        /// Writes of a copy retried after a failure or an unknown outcome (a save, a release, a
+        /// readopt): the copy is kept, never silently forgotten.
+        "routerd_router_write_retries_total" { write_retries_total }
+        /// Copies with unsaved changes dropped because another node owned the record by the time
+        /// they could be written (this node had been declared down), or a shutdown's deadline
+        /// passed before their write applied.
+        "routerd_router_unsaved_objects_dropped_total" { unsaved_objects_dropped_total }
+        /// The changes those dropped copies held that no save had made durable.
+        "routerd_router_unsaved_changes_dropped_total" { unsaved_changes_dropped_total }
         /// Objects claimed at once because the owner's incarnation had ended (declared down or
         /// left), without waiting for a lock to expire.
         "routerd_router_claims_of_ended_owners_total" { dead_owner_claims_total }

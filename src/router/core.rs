@@ -39,6 +39,9 @@ pub struct EntryView {
     pub route_version: RouteVersion,
     pub cas_version: Option<CasVersion>,
     pub writable: bool,
+    /// A copy kept aside by a fence, not served until written back under
+    /// the new incarnation (`writable` is false meanwhile).
+    pub aside: bool,
     /// Writable and free to run a request now: no IO that holds requests
     /// back, no handoff in progress.
     pub accepting: bool,
@@ -241,6 +244,9 @@ impl Ctx {
     /// Whether this node may serve objects at `now_ms`: not fenced, and its
     /// lease (if it has one) still holds.
     pub fn may_serve(&self, now_ms: u64) -> bool {
+        if super::mutant::active(super::mutant::Mutant::LeaseIgnored) {
+            return !self.fenced;
+        }
         !self.fenced && self.lease_until_ms.is_none_or(|until| now_ms < until)
     }
 }
@@ -340,14 +346,18 @@ impl RouterCore {
         self.ctx.incarnation
     }
 
+    /// The lease end this core holds (`None`: outside any cluster).
+    pub fn lease_until_ms(&self) -> Option<u64> {
+        self.ctx.lease_until_ms
+    }
+
     /// Whether the core is fenced (see `fence`).
     pub fn is_fenced(&self) -> bool {
         self.ctx.fenced
     }
 
     /// Whether the core may serve objects at `now_ms` (its clock): not
-    /// fenced, and its lease, if it has one, holds. A core past its lease
-    /// that has had no event since is not fenced yet, but may not serve.
+    /// fenced, and its lease, if it has one, holds.
     pub fn may_serve(&self, now_ms: u64) -> bool {
         self.ctx.may_serve(now_ms)
     }
@@ -418,41 +428,48 @@ impl RouterCore {
 
     /// Extends the node's membership lease to `until_ms` (this core's
     /// clock): the driver calls it after each heartbeat the store applied.
-    /// A shorter lease than the current one is ignored.
-    pub fn extend_lease(&mut self, now_ms: u64, until_ms: u64) {
+    /// A shorter lease than the current one is ignored. A core whose lease
+    /// had run out serves again once a later heartbeat extends it: its
+    /// copies were kept, and nobody could claim them meanwhile, since a
+    /// claim needs this incarnation declared down, and a declaration makes
+    /// that heartbeat's compare-and-set fail (`ClusterConfig::check_timing`).
+    pub fn extend_lease(&mut self, _now_ms: u64, until_ms: u64) {
         if self.ctx.fenced {
             return;
         }
         let current = self.ctx.lease_until_ms.unwrap_or(0);
         if until_ms > current {
             self.ctx.lease_until_ms = Some(until_ms);
-            self.ctx.arm(until_ms, Timer::Lease);
         }
-        self.check_lease(now_ms);
     }
 
-    /// Fences the node: every writable object is dropped (its held
-    /// on_write answers become UNAVAILABLE), and from now on nothing is
-    /// served or claimed here until `rejoin`. Called when the lease ran out
-    /// or the node found itself declared down.
-    pub fn fence(&mut self, now_ms: u64) {
+    /// Ends the lease at `at_ms` at the latest: membership saw time jump
+    /// (a suspend, a paused virtual machine), so the lease it gave may
+    /// already have run out in real time.
+    pub fn end_lease(&mut self, at_ms: u64) {
+        let until = self.ctx.lease_until_ms.map_or(at_ms, |until| until.min(at_ms));
+        self.ctx.lease_until_ms = Some(until);
+    }
+
+    /// Fences the node: membership found it declared down, or its id taken
+    /// over, so this incarnation is over. Nothing is served or claimed here
+    /// from now on; every writable object is kept aside with its unsaved
+    /// changes, to be written back by compare-and-set on `rejoin` (kept if
+    /// nobody took it over meanwhile, dropped and counted if somebody did).
+    /// Saves already in flight still settle their held answers by their
+    /// outcome: an applied CAS made those changes durable whoever claims
+    /// the object next.
+    pub fn fence(&mut self, _now_ms: u64) {
         if self.ctx.fenced {
             return;
         }
         self.ctx.fenced = true;
         self.ctx.counters.fences_total += 1;
-        if super::mutant::active(super::mutant::Mutant::FenceKeepsObjects) {
-            return;
-        }
         let ctx = &mut self.ctx;
         for manager in self.managers.values_mut() {
             for (key, entry) in manager.entries.iter_mut() {
-                let held = super::io::take_held(entry);
-                super::io::settle_held(ctx, held, false);
-                if entry.downgrade().is_some() {
-                    // The route stays (owner: this node) but is stale: the
-                    // next request re-reads it.
-                    entry.last_refresh_ms = None;
+                if let Some(object) = entry.object.as_mut() {
+                    object.aside = true;
                 }
                 if let Some((target, _)) = entry.queued_transfer.take() {
                     ctx.transfer_done(TransferDone {
@@ -464,20 +481,33 @@ impl RouterCore {
                 }
             }
         }
-        let _ = now_ms;
     }
 
     /// The node rejoined with incarnation `incarnation` (higher than any it
-    /// had): it serves again, claiming objects afresh through the store.
+    /// had): it serves again. Every copy kept aside is written back under
+    /// the new incarnation by CAS on the record it last knew; until that
+    /// applies its requests wait, and if another node owns the record by
+    /// then the copy is dropped and counted.
     pub fn rejoin(&mut self, now_ms: u64, incarnation: u64, lease_until_ms: u64) {
         assert!(
             incarnation > self.ctx.incarnation,
             "a rejoin takes a higher incarnation"
         );
+        // A core that missed the fence must still set its copies aside:
+        // they belong to the incarnation that ended.
+        self.fence(now_ms);
         self.ctx.incarnation = incarnation;
         self.ctx.fenced = false;
         self.ctx.lease_until_ms = None;
         self.extend_lease(now_ms, lease_until_ms);
+        let ctx = &mut self.ctx;
+        for manager in self.managers.values_mut() {
+            for (key, entry) in manager.entries.iter_mut() {
+                if entry.is_aside() && entry.io.is_none() {
+                    super::io::start_readopt(ctx, *key, entry, now_ms);
+                }
+            }
+        }
     }
 
     /// Marks this node draining (no new objects placed here) or not.
@@ -490,21 +520,8 @@ impl RouterCore {
         self.ctx.draining
     }
 
-    /// Fences the node if its lease has run out at `now_ms`. Every event
-    /// calls it first, so a node that was frozen past its lease never
-    /// serves an event before it notices.
-    pub(crate) fn check_lease(&mut self, now_ms: u64) {
-        if super::mutant::active(super::mutant::Mutant::LeaseIgnored) {
-            return;
-        }
-        if !self.ctx.fenced && !self.ctx.may_serve(now_ms) {
-            self.fence(now_ms);
-        }
-    }
-
     /// Every node-to-node message, from `from_node`.
     pub fn on_node_message(&mut self, now_ms: u64, from_node: NodeId, message: NodeMessage) {
-        self.check_lease(now_ms);
         match message {
             NodeMessage::Routed { head, request } => self.on_request(now_ms, head, request),
             NodeMessage::RouterUpdateSync {
@@ -536,7 +553,6 @@ impl RouterCore {
     /// A request entering at this core: from the gateway or a handler
     /// (`RouterHead::local`) or routed from another node.
     pub fn on_request(&mut self, now_ms: u64, head: RouterHead, request: Request) {
-        self.check_lease(now_ms);
         self.ctx.counters.requests_total += 1;
         let waiter = super::entry::Waiter {
             head,
@@ -557,7 +573,6 @@ impl RouterCore {
     /// acks and route syncs are left to the peer's timeouts and later
     /// requests.
     pub fn on_send_failed(&mut self, now_ms: u64, node: NodeId, message: NodeMessage) {
-        self.check_lease(now_ms);
         self.ctx.counters.send_failures_total += 1;
         match message {
             NodeMessage::Routed { head, request } => {
@@ -615,10 +630,8 @@ impl RouterCore {
     }
 
     pub fn on_timer(&mut self, now_ms: u64, timer: Timer) {
-        self.check_lease(now_ms);
         match timer {
-            // `check_lease` above did the work.
-            Timer::Lease => {}
+            Timer::WriteRetry { key } => self.retry_write(now_ms, key),
             Timer::Sweep => self.sweep(now_ms),
             Timer::PullRetry { key } => self.retry_pull(now_ms, key),
             Timer::TransferAck { key, transfer_id } => {
@@ -640,7 +653,6 @@ impl RouterCore {
     /// already started (a periodic save, a shutdown release) is covered by
     /// that write: its reply settles the held outputs.
     pub fn on_flush(&mut self, now_ms: u64) {
-        self.check_lease(now_ms);
         let ctx = &mut self.ctx;
         for key in std::mem::take(&mut ctx.flush_keys) {
             let Some(entry) = self
@@ -651,7 +663,12 @@ impl RouterCore {
                 continue;
             };
             if entry.io.is_none() && entry.holds_outputs() {
-                super::dispatch::start_save(ctx, key, entry, now_ms, false);
+                if entry.is_aside() && !ctx.fenced {
+                    // Rejoined before this flush: the write-back covers them.
+                    super::io::start_readopt(ctx, key, entry, now_ms);
+                } else {
+                    super::dispatch::start_save(ctx, key, entry, now_ms, false);
+                }
             }
         }
     }
@@ -669,8 +686,10 @@ impl RouterCore {
                 owner_node: entry.owner_node,
                 route_version: entry.route_version,
                 cas_version: entry.cas_version,
-                writable: entry.is_writable(),
+                writable: entry.is_writable() && !entry.is_aside(),
+                aside: entry.is_aside(),
                 accepting: entry.is_writable()
+                    && !entry.is_aside()
                     && entry.transferring.is_none()
                     && !entry.io.is_some_and(|io| io.blocks_requests(on_write)),
                 io_in_flight: entry.io.is_some(),
@@ -687,7 +706,7 @@ impl RouterCore {
     pub fn gauges(&self) -> (usize, usize, usize) {
         let mut gauges = (0, 0, 0);
         for view in self.entries() {
-            if view.writable {
+            if view.writable || view.aside {
                 gauges.0 += 1;
             } else {
                 gauges.1 += 1;

@@ -78,7 +78,24 @@ pub(crate) fn dispatch_entry(
         queue_io_waiter(ctx, entry, waiter);
         return;
     }
-    if entry.is_writable() {
+    if writable {
+        if !ctx.may_serve(now_ms) {
+            // The lease ran out (or the node is fenced): the copy is kept,
+            // but no handler runs until a heartbeat extends the lease or
+            // the node rejoins.
+            ctx.counters.lease_lapsed_refusals_total += 1;
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            return;
+        }
+        if entry.is_aside() && !mutant::active(Mutant::AsideServed) {
+            // Kept through a fence: served again once its write-back under
+            // this incarnation applied.
+            if entry.io.is_none() {
+                super::io::start_readopt(ctx, key, entry, now_ms);
+            }
+            queue_io_waiter(ctx, entry, waiter);
+            return;
+        }
         // Only the request goes on: moving the whole waiter (152 bytes)
         // cost a `memcpy` call per request.
         run_handler(ctx, kind, key, entry, now_ms, waiter.request);
@@ -113,7 +130,7 @@ fn route_by_owner(
     let owner = entry.owner_node;
     if owner == ctx.node {
         // Routed here but the object is missing: restart recovery.
-        return mutable_object(ctx, key, entry, waiter);
+        return mutable_object(ctx, key, entry, now_ms, waiter);
     }
     if owner.is_none() {
         if !fresh_pull {
@@ -129,7 +146,7 @@ fn route_by_owner(
             return;
         }
         return match ctx.default_node(key) {
-            Some(node) if node == ctx.node => mutable_object(ctx, key, entry, waiter),
+            Some(node) if node == ctx.node => mutable_object(ctx, key, entry, now_ms, waiter),
             Some(node) => send_to(ctx, entry, node, waiter),
             None => ctx.reply(&waiter.request, Err(ErrorCode::Unavailable)),
         };
@@ -142,7 +159,7 @@ fn route_by_owner(
                 return send_to(ctx, entry, node, waiter);
             }
         }
-        return mutable_object(ctx, key, entry, waiter);
+        return mutable_object(ctx, key, entry, now_ms, waiter);
     }
     if waiter.unreachable == Some(owner) && fresh_pull {
         // Re-read, and the owner is still the node a send just failed to
@@ -196,8 +213,14 @@ pub(crate) fn lock_expired(ctx: &Ctx, entry: &Entry, now_ms: u64) -> bool {
 
 /// `mutable_object`: read the record to claim it (the claim itself follows
 /// the read, in `io.rs`).
-fn mutable_object(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, mut waiter: Waiter) {
-    if ctx.is_shutting_down() || ctx.fenced {
+fn mutable_object(
+    ctx: &mut Ctx,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    mut waiter: Waiter,
+) {
+    if ctx.is_shutting_down() || !ctx.may_serve(now_ms) {
         ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
         return;
     }
@@ -307,7 +330,7 @@ fn run_handler(
     ctx.counters.handled_total += 1;
     arm_object_timers(key, now_ms, &mut out);
     if out.mutated {
-        object.dirty = true;
+        object.changes_unsaved += 1;
     }
     if kind.persist() != Persist::OnWrite || (!out.mutated && object.held.is_empty()) {
         release(ctx, &request, &mut out);
@@ -422,7 +445,7 @@ pub(crate) fn start_save(
     } else {
         (ctx.node, ctx.incarnation, entry.route_version)
     };
-    object.dirty = false;
+    object.changes_in_write = object.changes_unsaved;
     let state = object.state.encode();
     let pending = PendingWrite {
         owner_node,

@@ -107,8 +107,7 @@ impl RouterCore {
     /// Starts transfers until the drain's concurrency is reached or no
     /// object is left to start.
     pub fn drain_step(&mut self, now_ms: u64) {
-        self.check_lease(now_ms);
-        if self.ctx.is_shutting_down() || self.ctx.fenced {
+        if self.ctx.is_shutting_down() || !self.ctx.may_serve(now_ms) {
             return;
         }
         let Some(drain) = self.ctx.drain.as_ref() else {

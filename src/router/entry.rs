@@ -38,6 +38,9 @@ pub(crate) enum Io {
     Claim,
     /// `save_object` (periodic, on_write, or before degradation).
     Save { degrade: bool },
+    /// A copy kept aside through a fence, written back under the node's new
+    /// incarnation by CAS on the record it last knew (see `RouterCore::rejoin`).
+    Readopt,
     /// `remove_object` of a transfer: persisting the new owner.
     Remove,
     /// The target of a `router_transfer` confirming ownership by CAS.
@@ -57,9 +60,17 @@ impl Io {
 
 pub(crate) struct Writable {
     pub state: Box<dyn ObjectState>,
-    /// Changed since the last applied save.
-    pub dirty: bool,
+    /// Mutations since the last applied save: what a lost copy loses, and
+    /// what `routerd_router_unsaved_changes_dropped_total` counts then.
+    pub changes_unsaved: u64,
+    /// How many of `changes_unsaved` the write in flight carries (taken
+    /// off once it applies).
+    pub changes_in_write: u64,
     pub last_save_ms: u64,
+    /// Kept aside by a fence: the copy is not served until it is written
+    /// back under the new incarnation (`Io::Readopt`), or dropped when
+    /// another node owns the record by then.
+    pub aside: bool,
     /// Outputs of on_write requests, in arrival order, released together
     /// when the save covering them applies (all abandoned if it does not).
     /// Non-empty while that save is in flight, or from the first of them
@@ -109,6 +120,51 @@ pub(crate) struct Entry {
     pub claiming: Option<Box<dyn ObjectState>>,
     /// What the write in flight will make true once applied.
     pub pending_write: Option<PendingWrite>,
+    /// A write of this entry whose outcome is unknown (Indeterminate): if
+    /// a later CAS conflicts with exactly this record, it was this write
+    /// that applied, and the copy is still the owner's.
+    pub unknown_write: Option<WriteFingerprint>,
+    /// The write `begin_write` started, until its answer.
+    pub write_in_flight: Option<WriteFingerprint>,
+    /// Failed or unknown writes of the copy since its last applied one:
+    /// the retry waits longer each time (`save_retry_after_ms`).
+    pub write_retries: u32,
+}
+
+/// What identifies one record write among all writes of a key: a record
+/// equal to it in every field but the CAS version came from that write
+/// (another writer names another owner, incarnation or route version).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WriteFingerprint {
+    pub owner_node: NodeId,
+    pub owner_incarnation: u64,
+    pub route_version: RouteVersion,
+    pub save_timepoint_ms: u64,
+    pub state_len: usize,
+    pub state_hash: u64,
+}
+
+impl WriteFingerprint {
+    pub fn of(write: &RecordWrite) -> WriteFingerprint {
+        WriteFingerprint {
+            owner_node: write.owner_node,
+            owner_incarnation: write.owner_incarnation,
+            route_version: write.route_version,
+            save_timepoint_ms: write.save_timepoint_ms,
+            state_len: write.state.len(),
+            state_hash: wire::hash::stable_hash64(&write.state),
+        }
+    }
+
+    /// Whether `record` is what this write left.
+    pub fn left(&self, record: &RouteRecord) -> bool {
+        self.owner_node == record.owner_node
+            && self.owner_incarnation == record.owner_incarnation
+            && self.route_version == record.route_version
+            && self.save_timepoint_ms == record.save_timepoint_ms
+            && self.state_len == record.state.len()
+            && self.state_hash == wire::hash::stable_hash64(&record.state)
+    }
 }
 
 /// The route and lock a write in flight persists.
@@ -135,7 +191,7 @@ impl Entry {
     ) -> RecordWrite {
         self.pending_write = Some(pending);
         self.io = Some(io);
-        RecordWrite {
+        let write = RecordWrite {
             key,
             condition,
             owner_node: pending.owner_node,
@@ -143,7 +199,24 @@ impl Entry {
             route_version: pending.route_version,
             save_timepoint_ms: pending.save_timepoint_ms,
             state,
+        };
+        self.write_in_flight = Some(WriteFingerprint::of(&write));
+        write
+    }
+
+    /// The write in flight had no known outcome: remember it, so that a
+    /// later conflict with the record it left is known for what it is.
+    pub(crate) fn write_unknown(&mut self) {
+        if let Some(write) = self.write_in_flight.take() {
+            self.unknown_write = Some(write);
         }
+    }
+
+    /// Whether `record` (returned by a conflicting CAS) was left by this
+    /// entry's own write whose outcome was unknown: then the copy is still
+    /// the owner's, at `record`'s CAS version.
+    pub(crate) fn left_by_unknown_write(&self, record: &RouteRecord) -> bool {
+        self.unknown_write.is_some_and(|write| write.left(record))
     }
 
     pub fn new(now_ms: u64) -> Entry {
@@ -163,11 +236,21 @@ impl Entry {
             pull_retries: 0,
             claiming: None,
             pending_write: None,
+            unknown_write: None,
+            write_in_flight: None,
+            write_retries: 0,
         }
     }
 
+    /// Whether the entry holds a copy of the object (served, or kept
+    /// aside by a fence).
     pub fn is_writable(&self) -> bool {
         self.object.is_some()
+    }
+
+    /// Whether the entry holds a copy kept aside by a fence.
+    pub fn is_aside(&self) -> bool {
+        self.object.as_ref().is_some_and(|object| object.aside)
     }
 
     /// Whether on_write outputs wait for a save (in flight or not started
@@ -223,6 +306,10 @@ impl Entry {
     /// Adopts what this entry's own write persisted, now that the store
     /// applied it with `cas_version`.
     pub fn apply_write(&mut self, pending: PendingWrite, cas_version: CasVersion, now_ms: u64) {
+        // An applied write supersedes any earlier one of unknown outcome.
+        self.unknown_write = None;
+        self.write_in_flight = None;
+        self.write_retries = 0;
         self.set_route(
             pending.owner_node,
             pending.owner_incarnation,

@@ -4,7 +4,7 @@ use rand::Rng;
 use wire::ObjectKey;
 
 use super::core::{Ctx, Manager, RouterCore, StoreWait};
-use super::dispatch::{abandon, dispatch_entry, lock_expired, release};
+use super::dispatch::{abandon, dispatch_entry, lock_expired, release, start_save};
 use super::entry::{Entry, Io, PendingWrite, Writable};
 use super::mutant::{self, Mutant};
 use super::object::{HandlerOutput, ObjectState, ObjectType};
@@ -15,7 +15,6 @@ impl RouterCore {
     /// The store's answer to the request named `token`. A token this core
     /// does not know (a reply to a previous life) is ignored.
     pub fn on_store_reply(&mut self, now_ms: u64, token: StoreToken, reply: StoreReply) {
-        self.check_lease(now_ms);
         let Some(wait) = self.ctx.store_waits.remove(&token) else {
             return;
         };
@@ -55,7 +54,7 @@ impl RouterCore {
         match io {
             Io::PullCache | Io::PullObject => pull_reply(ctx, kind, key, entry, now_ms, io, reply),
             Io::Claim => claim_reply(ctx, kind, key, entry, now_ms, reply),
-            Io::Save { degrade } => save_reply(ctx, kind, key, entry, now_ms, degrade, reply),
+            Io::Save { .. } | Io::Readopt => save_reply(ctx, kind, key, entry, now_ms, io, reply),
             Io::Remove => super::transfer::remove_reply(ctx, kind, key, entry, now_ms, reply),
             Io::TransferClaim { from, transfer_id } => super::transfer::transfer_claim_reply(
                 ctx,
@@ -68,6 +67,34 @@ impl RouterCore {
             ),
             // Releases are only ever written in batches.
             Io::Release => {}
+        }
+    }
+
+    /// A copy's write failed or had no known outcome a while ago: write it
+    /// again, unless another write started meanwhile. At shutdown it is
+    /// the release that goes again; a fenced node waits for its rejoin.
+    pub(crate) fn retry_write(&mut self, now_ms: u64, key: ObjectKey) {
+        if self.ctx.is_shutting_down() {
+            return self.release(now_ms, &[key]);
+        }
+        let ctx = &mut self.ctx;
+        let Some(entry) = self
+            .managers
+            .get_mut(&key.type_id)
+            .and_then(|manager| manager.entries.get_mut(&key))
+        else {
+            return;
+        };
+        let Some(object) = entry.object.as_ref() else {
+            return;
+        };
+        if entry.io.is_some() || entry.transferring.is_some() || ctx.fenced {
+            return;
+        }
+        if object.aside {
+            start_readopt(ctx, key, entry, now_ms);
+        } else if object.changes_unsaved > 0 || !object.held.is_empty() {
+            start_save(ctx, key, entry, now_ms, false);
         }
     }
 
@@ -109,6 +136,11 @@ pub(crate) fn finish_io(
     for mut waiter in waiters {
         waiter.fresh_pull = fresh_pull;
         dispatch_entry(ctx, kind, key, entry, now_ms, waiter);
+    }
+    // A copy set aside by a fence while this IO ran is written back now
+    // (unless a retry of its write is already armed).
+    if entry.io.is_none() && entry.is_aside() && !ctx.fenced && entry.write_retries == 0 {
+        start_readopt(ctx, key, entry, now_ms);
     }
     // A transfer waits for the save of held outputs: `on_flush` starts it,
     // and its `finish_io` comes back here.
@@ -251,8 +283,10 @@ pub(crate) fn become_writable(
     entry.apply_write(pending, applied, now_ms);
     entry.object = Some(Writable {
         state,
-        dirty: false,
+        changes_unsaved: 0,
+        changes_in_write: 0,
         last_save_ms: now_ms,
+        aside: false,
         held: Vec::new(),
     });
 }
@@ -335,56 +369,179 @@ fn save_reply(
     key: ObjectKey,
     entry: &mut Entry,
     now_ms: u64,
-    degrade: bool,
+    io: Io,
     reply: StoreReply,
 ) {
-    let held = take_held(entry);
     match reply {
         StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
+            let held = take_held(entry);
             let pending = entry
                 .pending_write
                 .take()
                 .expect("a save has a pending write");
             entry.apply_write(pending, cas_version, now_ms);
-            ctx.counters.saves_total += 1;
             if let Some(object) = entry.object.as_mut() {
                 object.last_save_ms = now_ms;
+                object.changes_unsaved -= object.changes_in_write;
+                object.changes_in_write = 0;
             }
-            if degrade {
-                entry.downgrade();
-                entry.last_refresh_ms = Some(now_ms);
-                ctx.counters.degrades_total += 1;
+            match io {
+                Io::Readopt => {
+                    if let Some(object) = entry.object.as_mut() {
+                        object.aside = false;
+                    }
+                    ctx.counters.readopts_total += 1;
+                }
+                Io::Save { degrade: true } => {
+                    entry.downgrade();
+                    entry.last_refresh_ms = Some(now_ms);
+                    ctx.counters.degrades_total += 1;
+                    ctx.counters.saves_total += 1;
+                }
+                _ => ctx.counters.saves_total += 1,
             }
             settle_held(ctx, held, true);
         }
         StoreReply::Written(WriteOutcome::Conflict(_))
             if mutant::active(Mutant::ConflictKeepsWritable) =>
         {
+            let held = take_held(entry);
             settle_held(ctx, held, false);
-            if let Some(object) = entry.object.as_mut() {
-                object.dirty = true;
-            }
         }
-        StoreReply::Written(outcome) => {
-            // This node lost ownership (or cannot know it kept it): its copy
-            // becomes a cache, and a held mutation is not acknowledged.
-            entry.downgrade();
+        StoreReply::Written(WriteOutcome::Conflict(Some(record)))
+            if entry.left_by_unknown_write(&record) =>
+        {
+            // An earlier write of this copy whose answer was lost did
+            // apply: the copy is still the owner's, one CAS version on.
+            // The same write goes again at once, its held answers with it.
+            ctx.counters.cas_conflicts_total += 1;
+            entry.adopt_record(&record, now_ms);
+            entry.unknown_write = None;
+            entry.io = None;
+            entry.pending_write = None;
+            return rewrite(ctx, key, entry, now_ms, io);
+        }
+        StoreReply::Written(outcome @ WriteOutcome::Conflict(_)) => {
+            // Another node owns the record now (this node was declared down
+            // and the object taken over): the copy is dropped, with what no
+            // save made durable, and its held mutations are not
+            // acknowledged.
+            let held = take_held(entry);
+            let owner = match &outcome {
+                WriteOutcome::Conflict(Some(record)) => Some(record.owner_node),
+                _ => None,
+            };
+            drop_copy(ctx, key, entry, owner, "another node owns it now");
             after_failed_write(ctx, entry, now_ms, &outcome);
             settle_held(ctx, held, false);
         }
-        _ => {
-            // Not applied, ownership unchanged. A held on_write mutation is
-            // in memory only: drop the copy so the next access reloads the
-            // durable state. An interval object stays and saves again later.
-            if !held.is_empty() {
-                entry.downgrade();
-                settle_held(ctx, held, false);
-            } else if let Some(object) = entry.object.as_mut() {
-                object.dirty = true;
+        reply => {
+            // Not applied, or not known to be: the copy stays (ownership
+            // cannot have moved while this node's lease held) and is
+            // written again after a backoff; its held answers wait for the
+            // write that covers them. A later conflict with the record this
+            // write would leave shows it did apply.
+            if matches!(reply, StoreReply::Written(WriteOutcome::Indeterminate)) {
+                ctx.counters.store_indeterminate_total += 1;
+                entry.write_unknown();
             }
+            entry.pending_write = None;
+            if let Some(object) = entry.object.as_mut() {
+                object.changes_in_write = 0;
+            }
+            schedule_write_retry(ctx, key, entry, now_ms);
         }
     }
     finish_io(ctx, kind, key, entry, now_ms, false);
+}
+
+/// Starts again the write `io` of a copy (after its earlier write was
+/// found applied).
+fn rewrite(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, now_ms: u64, io: Io) {
+    match io {
+        Io::Readopt => start_readopt(ctx, key, entry, now_ms),
+        Io::Save { degrade } => start_save(ctx, key, entry, now_ms, degrade),
+        _ => unreachable!("only saves and readopts are rewritten"),
+    }
+}
+
+/// `rejoin`'s write-back of a copy kept aside through a fence: the state
+/// with its unsaved changes, under this node's new incarnation, by CAS on
+/// the record this copy last knew. Applied: nobody took the object over
+/// and nothing is lost. A conflict: another node owns it, and the copy is
+/// dropped and counted.
+pub(crate) fn start_readopt(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, now_ms: u64) {
+    assert!(entry.io.is_none(), "one IO per object at a time");
+    assert!(!ctx.fenced, "a fenced node writes no copy back");
+    let Some(object) = entry.object.as_mut() else {
+        return;
+    };
+    assert!(object.aside, "only a copy kept aside is written back");
+    let cas_version = entry
+        .cas_version
+        .expect("a writable object always knows its record's CAS version");
+    object.changes_in_write = object.changes_unsaved;
+    let state = object.state.encode();
+    let pending = PendingWrite {
+        owner_node: ctx.node,
+        owner_incarnation: ctx.incarnation,
+        route_version: entry.route_version.next(),
+        save_timepoint_ms: now_ms,
+    };
+    let condition = WriteCondition::CasEquals(cas_version);
+    let write = entry.begin_write(Io::Readopt, key, condition, pending, state);
+    ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
+}
+
+/// The longest wait before a failed write of a copy is tried again.
+pub(crate) const WRITE_RETRY_MAX_MS: u64 = 5_000;
+
+/// The wait before the `retries`-th retry of a copy's write: doubling from
+/// `router.object_retry_interval_ms` up to `WRITE_RETRY_MAX_MS`, so a store
+/// that is down is not hammered by every copy at once.
+pub(crate) fn write_retry_after_ms(base_ms: u64, retries: u32) -> u64 {
+    base_ms
+        .max(1)
+        .saturating_mul(1 << retries.min(16))
+        .min(WRITE_RETRY_MAX_MS)
+}
+
+/// Arms the retry of a copy's write that failed or had no known outcome.
+pub(crate) fn schedule_write_retry(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, now_ms: u64) {
+    entry.write_retries = entry.write_retries.saturating_add(1);
+    ctx.counters.write_retries_total += 1;
+    let wait_ms = write_retry_after_ms(ctx.config.object_retry_interval_ms, entry.write_retries);
+    let jittered_ms = ctx.rng.gen_range(wait_ms / 2..=wait_ms.max(1));
+    ctx.arm(now_ms + jittered_ms.max(1), Timer::WriteRetry { key });
+}
+
+/// Drops a copy this node can no longer write (another node owns the
+/// record, or a shutdown's deadline passed), counting and logging what no
+/// save had made durable. `owner` is the record's owner now, when known.
+pub(crate) fn drop_copy(
+    ctx: &mut Ctx,
+    key: ObjectKey,
+    entry: &mut Entry,
+    owner: Option<crate::store::NodeId>,
+    why: &'static str,
+) {
+    let Some(object) = entry.downgrade() else {
+        return;
+    };
+    let changes = object.changes_unsaved;
+    if changes == 0 {
+        return;
+    }
+    ctx.counters.unsaved_objects_dropped_total += 1;
+    ctx.counters.unsaved_changes_dropped_total += changes;
+    tracing::warn!(
+        object_type = key.type_id,
+        zone = key.zone_id,
+        object = key.object_id,
+        changes,
+        owner = owner.map(|node| node.0),
+        "unsaved changes dropped: {why}"
+    );
 }
 
 /// Takes the on_write outputs held on `entry`'s object, for the reply of the

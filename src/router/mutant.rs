@@ -30,11 +30,12 @@ pub enum Mutant {
     /// `io::entry_reply`: a write answered Indeterminate is taken as
     /// Applied (with the CAS version it would have produced).
     IndeterminateAsApplied,
-    /// `core::fence`: fencing keeps the writable objects (extra: shows the
-    /// simulator's fenced-write check failing).
-    FenceKeepsObjects,
-    /// `core::check_lease`: the lease is never checked (extra: shows how
-    /// much membership's own fencing covers for it).
+    /// `dispatch::dispatch_entry`: a copy kept aside through a fence is
+    /// served again after the rejoin without being written back by CAS
+    /// first (it may be another node's object by then).
+    AsideServed,
+    /// `core::Ctx::may_serve`: the lease is never checked, only the fence
+    /// (extra: shows how much membership's own fencing covers for it).
     LeaseIgnored,
     /// `transfer::remove_reply`: the old owner keeps its copy writable once
     /// the record names the target (extra: shows the writable-not-store-
@@ -52,7 +53,7 @@ impl Mutant {
         Mutant::PendingDropped,
         Mutant::AnswerOnSubmit,
         Mutant::IndeterminateAsApplied,
-        Mutant::FenceKeepsObjects,
+        Mutant::AsideServed,
         Mutant::LeaseIgnored,
         Mutant::RemoveKeepsObject,
     ];

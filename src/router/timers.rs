@@ -9,7 +9,10 @@ use super::core::{
 };
 use super::dispatch::start_save;
 use super::entry::{Io, PendingWrite};
-use super::io::{after_failed_write, fail_waiters, finish_io, settle_held, take_held};
+use super::io::{
+    after_failed_write, drop_copy, fail_waiters, finish_io, schedule_write_retry, settle_held,
+    take_held,
+};
 use super::types::{ErrorCode, StoreOp, StoreReply, Timer};
 use crate::store::{NodeId, WriteCondition, WriteOutcome};
 
@@ -22,7 +25,9 @@ impl RouterCore {
             for (key, entry) in manager.entries.iter_mut() {
                 if let Some(object) = entry.object.as_ref() {
                     let busy = entry.io.is_some() || entry.transferring.is_some();
-                    if busy || ctx.is_shutting_down() {
+                    // A copy kept aside by a fence is written back by its
+                    // readopt, not by a save of the ended incarnation.
+                    if busy || ctx.is_shutting_down() || object.aside {
                         continue;
                     }
                     let idle_at = entry.last_access_ms + config.object_free_timeout_ms;
@@ -133,9 +138,12 @@ impl RouterCore {
         }
     }
 
-    /// The outcomes of a shutdown batch. Every object of the batch becomes a
-    /// cache whatever its outcome: shutdown is best effort, and a copy whose
-    /// release did not apply still holds a lock that expires.
+    /// The outcomes of a shutdown batch. An applied release leaves a route
+    /// cache. A conflict means another node owns the object now: the copy
+    /// is dropped and counted. A release that failed or has no known
+    /// outcome keeps its copy and goes again after a backoff, until the
+    /// shutdown deadline (and a later conflict with the record it would
+    /// leave shows it applied).
     pub(crate) fn batch_reply(&mut self, now_ms: u64, keys: Vec<ObjectKey>, reply: StoreReply) {
         let outcomes: Vec<Option<WriteOutcome>> = match reply {
             StoreReply::WrittenBatch(outcomes) if outcomes.len() == keys.len() => {
@@ -143,6 +151,7 @@ impl RouterCore {
             }
             _ => vec![None; keys.len()],
         };
+        let mut again = Vec::new();
         let ctx = &mut self.ctx;
         for (key, outcome) in keys.into_iter().zip(outcomes) {
             let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
@@ -156,12 +165,11 @@ impl RouterCore {
             }
             // The release wrote the state with every held on_write output
             // in it (their flush had not started a save yet).
-            let held = take_held(entry);
-            let applied = matches!(outcome, Some(WriteOutcome::Applied(_)));
-            entry.downgrade();
-            settle_held(ctx, held, applied);
             match outcome {
                 Some(WriteOutcome::Applied(cas_version)) => {
+                    let held = take_held(entry);
+                    entry.downgrade();
+                    settle_held(ctx, held, true);
                     let pending = entry
                         .pending_write
                         .take()
@@ -169,12 +177,38 @@ impl RouterCore {
                     entry.apply_write(pending, cas_version, now_ms);
                     ctx.counters.saves_total += 1;
                 }
-                Some(outcome) => {
+                Some(WriteOutcome::Conflict(Some(record)))
+                    if entry.left_by_unknown_write(&record) =>
+                {
+                    ctx.counters.cas_conflicts_total += 1;
+                    entry.adopt_record(&record, now_ms);
+                    entry.unknown_write = None;
+                    entry.pending_write = None;
+                    again.push(key);
+                }
+                Some(outcome @ WriteOutcome::Conflict(_)) => {
+                    let held = take_held(entry);
+                    let owner = match &outcome {
+                        WriteOutcome::Conflict(Some(record)) => Some(record.owner_node),
+                        _ => None,
+                    };
+                    drop_copy(ctx, key, entry, owner, "another node owns it now");
+                    settle_held(ctx, held, false);
                     after_failed_write(ctx, entry, now_ms, &outcome);
                 }
-                None => entry.last_refresh_ms = None,
+                failed => {
+                    if matches!(failed, Some(WriteOutcome::Indeterminate)) {
+                        ctx.counters.store_indeterminate_total += 1;
+                        entry.write_unknown();
+                    }
+                    entry.pending_write = None;
+                    schedule_write_retry(ctx, key, entry, now_ms);
+                }
             }
             finish_io(ctx, kind.as_ref(), key, entry, now_ms, false);
+        }
+        if !again.is_empty() {
+            self.release(now_ms, &again);
         }
     }
 
@@ -185,7 +219,11 @@ impl RouterCore {
         };
         shutdown.expired = true;
         for manager in self.managers.values_mut() {
-            for entry in manager.entries.values_mut() {
+            for (key, entry) in manager.entries.iter_mut() {
+                if entry.io.is_none() {
+                    // Its release never applied: what it held is lost.
+                    drop_copy(ctx, *key, entry, None, "the shutdown deadline passed");
+                }
                 fail_waiters(ctx, entry, ErrorCode::Unavailable);
                 if let Some(transferring) = entry.transferring.as_mut() {
                     for waiter in std::mem::take(&mut transferring.transfer_pending) {

@@ -28,7 +28,8 @@ pub enum TransferError {
     TargetUnavailable,
     /// The target drains: no object is placed on it.
     TargetDraining,
-    /// This node is fenced: it owns nothing until it rejoins.
+    /// This node is fenced, or its lease ran out: it moves nothing until
+    /// it serves again.
     Fenced,
 }
 
@@ -46,12 +47,11 @@ impl RouterCore {
         target: NodeId,
         need_notify: bool,
     ) -> Result<(), TransferError> {
-        self.check_lease(now_ms);
         let ctx = &mut self.ctx;
         if ctx.is_shutting_down() {
             return Err(TransferError::ShuttingDown);
         }
-        if ctx.fenced {
+        if !ctx.may_serve(now_ms) {
             return Err(TransferError::Fenced);
         }
         if target == ctx.node {
@@ -77,7 +77,7 @@ impl RouterCore {
         let entry = manager
             .entries
             .get_mut(&key)
-            .filter(|entry| entry.is_writable())
+            .filter(|entry| entry.is_writable() && !entry.is_aside())
             .ok_or(TransferError::NotWritable)?;
         if entry.transferring.is_some() || entry.queued_transfer.is_some() {
             return Err(TransferError::InProgress);
@@ -96,7 +96,6 @@ impl RouterCore {
     /// the CAS version the sender's write produced, then ack. Refuses (acks
     /// false) when it knows a newer route or is busy with this key.
     pub fn on_router_transfer(&mut self, now_ms: u64, from_node: NodeId, transfer: RouterTransfer) {
-        self.check_lease(now_ms);
         let ctx = &mut self.ctx;
         let key = transfer.key;
         let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {

@@ -183,8 +183,9 @@ pub enum Timer {
     TransferAck { key: ObjectKey, transfer_id: u64 },
     /// The shutdown deadline passed.
     ShutdownDeadline,
-    /// The membership lease may have run out (see `RouterCore::extend_lease`).
-    Lease,
+    /// Write a copy again whose last write failed or had no known outcome
+    /// (a save, a release at shutdown, or a fenced copy's readopt).
+    WriteRetry { key: ObjectKey },
     /// A timer an object asked for (`HandlerOutput::timers`): the object
     /// gets a timer event if it is still writable here.
     Object {

@@ -1,39 +1,134 @@
-//! The router's clock: milliseconds of the monotonic clock since a
+//! The router's clock: milliseconds of `CLOCK_BOOTTIME` since a
 //! process-wide anchor, the same on every core of the node.
 //!
 //! Every duration the router measures (lock observation, route cache age,
-//! the membership lease) is measured on this node's own monotonic clock,
-//! so no decision compares two nodes' clocks, and a wall-clock step (NTP,
-//! an operator) changes none of them.
+//! the membership lease) is measured on this node's own clock, so no
+//! decision compares two nodes' clocks, and a wall-clock step (NTP, an
+//! operator) changes none of them. It is the boot-time clock rather than
+//! the monotonic one because the lease must count the time the machine was
+//! suspended: `CLOCK_MONOTONIC` stops during a suspend, so a node that
+//! slept past its lease would wake believing it still holds it.
+//! `CLOCK_BOOTTIME` counts the suspend; a pause neither clock counts (some
+//! hypervisors' paused or migrated guests) is caught by [`JumpWatch`]
+//! comparing them with the wall clock.
 
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-static ANCHOR: OnceLock<Instant> = OnceLock::new();
+static ANCHOR_BOOT_MS: OnceLock<u64> = OnceLock::new();
 
-fn anchor() -> Instant {
-    *ANCHOR.get_or_init(Instant::now)
+/// Milliseconds of `clock` (a `CLOCK_*` id).
+fn read_ms(clock: libc::clockid_t) -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec for the call's duration,
+    // and the clock ids passed here exist on every Linux routerd runs on
+    // (BOOTTIME since 2.6.39).
+    let result = unsafe { libc::clock_gettime(clock, &mut now) };
+    assert_eq!(result, 0, "clock_gettime({clock}) failed");
+    now.tv_sec as u64 * 1000 + now.tv_nsec as u64 / 1_000_000
+}
+
+fn boot_ms() -> u64 {
+    read_ms(libc::CLOCK_BOOTTIME)
+}
+
+fn anchor_ms() -> u64 {
+    *ANCHOR_BOOT_MS.get_or_init(boot_ms)
 }
 
 /// Milliseconds since the anchor, at least 1 (0 is never a time).
 pub fn now_ms() -> u64 {
-    ms_at(Instant::now())
+    let anchor = anchor_ms();
+    boot_ms().saturating_sub(anchor) + 1
 }
 
-/// The clock's reading at `at` (an `Instant` the caller read already).
+/// The clock's reading at `at`, an `Instant` the caller read already (the
+/// monotonic clock): now, less how long ago `at` was. Read fresh, so a
+/// suspend between `at` and now is counted.
 pub fn ms_at(at: Instant) -> u64 {
-    at.saturating_duration_since(anchor()).as_millis() as u64 + 1
+    let since = Instant::now().saturating_duration_since(at).as_millis() as u64;
+    now_ms().saturating_sub(since).max(1)
 }
 
-/// The `Instant` of reading `ms`.
+/// The `Instant` at which this clock will read `ms` (now, if it already
+/// has): timers are armed on the monotonic clock.
 pub fn instant_at(ms: u64) -> Instant {
-    anchor() + std::time::Duration::from_millis(ms.saturating_sub(1))
+    let now = now_ms();
+    Instant::now() + Duration::from_millis(ms.saturating_sub(now))
+}
+
+/// Watches for time that passed unseen by the monotonic clock: a suspend
+/// (the boot-time clock ran on) or a pause no local clock counted (a
+/// virtual machine stopped by its hypervisor, whose wall clock is set
+/// forward when it resumes). Fed a reading every membership tick, it says
+/// when the boot-time or the wall clock advanced more than `threshold_ms`
+/// beyond the monotonic clock since the last one. A wall-clock step
+/// forward by an operator or NTP looks the same and costs one needless
+/// lapse of the lease; a step backward is ignored.
+pub struct JumpWatch {
+    threshold_ms: u64,
+    last: Option<Readings>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Readings {
+    pub monotonic_ms: u64,
+    pub boot_ms: u64,
+    pub wall_ms: u64,
+}
+
+impl Readings {
+    /// The three clocks now.
+    pub fn now() -> Readings {
+        Readings {
+            monotonic_ms: read_ms(libc::CLOCK_MONOTONIC),
+            boot_ms: read_ms(libc::CLOCK_BOOTTIME),
+            wall_ms: read_ms(libc::CLOCK_REALTIME),
+        }
+    }
+}
+
+impl JumpWatch {
+    pub fn new(threshold_ms: u64) -> JumpWatch {
+        JumpWatch {
+            threshold_ms,
+            last: None,
+        }
+    }
+
+    /// Takes a reading; returns what jumped, and by how much, if a clock
+    /// ran ahead of the monotonic one by more than the threshold since the
+    /// last reading.
+    pub fn observe(&mut self, now: Readings) -> Option<String> {
+        let Some(last) = self.last.replace(now) else {
+            return None;
+        };
+        let monotonic = now.monotonic_ms.saturating_sub(last.monotonic_ms);
+        let boot = now.boot_ms.saturating_sub(last.boot_ms);
+        let wall = now.wall_ms.saturating_sub(last.wall_ms);
+        if boot.saturating_sub(monotonic) > self.threshold_ms {
+            return Some(format!(
+                "the boot-time clock ran {} ms ahead of the monotonic clock (a suspend)",
+                boot - monotonic
+            ));
+        }
+        if wall.saturating_sub(monotonic) > self.threshold_ms {
+            return Some(format!(
+                "the wall clock ran {} ms ahead of the monotonic clock (a pause no local clock \
+                 counted, or a wall-clock step)",
+                wall - monotonic
+            ));
+        }
+        None
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn readings_grow_and_convert_both_ways() {
@@ -42,6 +137,43 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         let later = now_ms();
         assert!(later >= first + 5);
-        assert_eq!(ms_at(instant_at(later)), later);
+        let at = Instant::now();
+        let converted = ms_at(at);
+        assert!(converted >= later && converted <= now_ms());
+        assert!(instant_at(now_ms() + 50) > Instant::now() + Duration::from_millis(40));
+        assert!(instant_at(1) <= Instant::now());
+    }
+
+    fn readings(monotonic_ms: u64, boot_ms: u64, wall_ms: u64) -> Readings {
+        Readings {
+            monotonic_ms,
+            boot_ms,
+            wall_ms,
+        }
+    }
+
+    #[test]
+    fn a_jump_of_the_boot_or_wall_clock_past_the_threshold_is_reported() {
+        let mut watch = JumpWatch::new(100);
+        assert_eq!(watch.observe(readings(1_000, 5_000, 90_000)), None);
+        // Clocks that advance together (a busy core: 400 ms late) are fine.
+        assert_eq!(watch.observe(readings(1_400, 5_400, 90_400)), None);
+        // A suspend of 2 s: boot time runs on, monotonic does not.
+        let suspend = watch.observe(readings(1_650, 7_650, 92_650)).unwrap();
+        assert!(suspend.contains("boot-time"), "{suspend}");
+        // A hypervisor pause of 3 s: only the wall clock saw it.
+        let pause = watch.observe(readings(1_900, 7_900, 95_900)).unwrap();
+        assert!(pause.contains("wall clock"), "{pause}");
+        // Under the threshold, and a wall clock stepped back: nothing.
+        assert_eq!(watch.observe(readings(2_150, 8_150, 96_240)), None);
+        assert_eq!(watch.observe(readings(2_400, 8_400, 10_000)), None);
+    }
+
+    #[test]
+    fn the_three_clocks_of_this_machine_advance_together() {
+        let mut watch = JumpWatch::new(1_000);
+        watch.observe(Readings::now());
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(watch.observe(Readings::now()), None);
     }
 }

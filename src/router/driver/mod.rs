@@ -91,6 +91,24 @@ pub struct DriverParts {
     pub request_timeout_ms: u64,
 }
 
+/// What one core's router does (its incarnation, fence and lease), for
+/// `/cluster`: every core follows the node's one membership decision, and
+/// this shows that it really did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoreStanding {
+    pub incarnation: u64,
+    pub fenced: bool,
+    /// The lease end the core holds (router clock); 0: none yet.
+    pub lease_until_ms: u64,
+}
+
+impl CoreStanding {
+    /// Whether the core may serve objects at `now_ms`.
+    pub fn is_serving(&self, now_ms: u64) -> bool {
+        !self.fenced && now_ms < self.lease_until_ms
+    }
+}
+
 /// One event for the core.
 ///
 /// Requests are handled at the clock reading of the router's poll (see
@@ -139,6 +157,9 @@ enum Input {
     },
     Lease {
         until_ms: u64,
+    },
+    LeaseEnd {
+        at_ms: u64,
     },
     Fence,
     Rejoin {
@@ -508,6 +529,21 @@ impl RouterDriver {
         self.enqueue(Input::Lease { until_ms });
     }
 
+    /// Membership ended the lease at `at_ms` at the latest (time jumped).
+    pub fn end_lease(&self, at_ms: u64) {
+        self.enqueue(Input::LeaseEnd { at_ms });
+    }
+
+    /// What the core's router does now: its incarnation, fence and lease.
+    pub fn standing(&self) -> CoreStanding {
+        let core = self.0.core.borrow();
+        CoreStanding {
+            incarnation: core.incarnation(),
+            fenced: core.is_fenced(),
+            lease_until_ms: core.lease_until_ms().unwrap_or(u64::MAX),
+        }
+    }
+
     /// The node was declared down: serve nothing until `rejoin`.
     pub fn fence(&self) {
         self.enqueue(Input::Fence);
@@ -630,6 +666,7 @@ impl RouterDriver {
                 state,
             } => core.on_member(node, incarnation, state),
             Input::Lease { until_ms } => core.extend_lease(now, until_ms),
+            Input::LeaseEnd { at_ms } => core.end_lease(at_ms),
             Input::Fence => core.fence(now),
             Input::Rejoin {
                 incarnation,
