@@ -145,8 +145,13 @@ fn router_counters_are_all_exported_and_mirrored() {
         send_failures_total: 24,
         service_requests_total: 25,
         object_timers_total: 26,
+        lease_lapsed_refusals_total: 27,
+        readopts_total: 28,
+        write_retries_total: 29,
+        unsaved_objects_dropped_total: 30,
+        unsaved_changes_dropped_total: 31,
     };
-    assert_eq!(series, 26);
+    assert_eq!(series, 31);
     let cells = RouterCounterCells::default();
     cells.mirror(&plain);
     let mut seen: Vec<u64> = families

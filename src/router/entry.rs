@@ -47,6 +47,11 @@ pub(crate) enum Io {
     TransferClaim { from: NodeId, transfer_id: u64 },
     /// Part of a shutdown batch.
     Release,
+    /// A write that gives ownership up (a degradation's save, a shutdown
+    /// release) failed or has no known outcome: whether this node still
+    /// owns the object is unknown, so nothing runs on the copy until the
+    /// write, armed to go again (`Timer::WriteRetry`), settles it.
+    ReleaseRetry,
 }
 
 impl Io {
@@ -131,11 +136,14 @@ pub(crate) struct Entry {
     pub write_retries: u32,
 }
 
-/// What identifies one record write among all writes of a key: a record
-/// equal to it in every field but the CAS version came from that write
-/// (another writer names another owner, incarnation or route version).
+/// What identifies one record write among all writes of a key: the CAS
+/// version it produces when applied (its condition's plus one: see
+/// `CasVersion`) and the content it writes. A record with that version and
+/// that content was left by that write, since any later write would have
+/// moved the version on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct WriteFingerprint {
+    pub cas_version: CasVersion,
     pub owner_node: NodeId,
     pub owner_incarnation: u64,
     pub route_version: RouteVersion,
@@ -147,6 +155,7 @@ pub(crate) struct WriteFingerprint {
 impl WriteFingerprint {
     pub fn of(write: &RecordWrite) -> WriteFingerprint {
         WriteFingerprint {
+            cas_version: write.condition.applied_version(),
             owner_node: write.owner_node,
             owner_incarnation: write.owner_incarnation,
             route_version: write.route_version,
@@ -156,9 +165,19 @@ impl WriteFingerprint {
         }
     }
 
+    /// Whether `other` writes what this write wrote (the time aside).
+    pub fn same_content(&self, other: &WriteFingerprint) -> bool {
+        self.owner_node == other.owner_node
+            && self.owner_incarnation == other.owner_incarnation
+            && self.route_version == other.route_version
+            && self.state_len == other.state_len
+            && self.state_hash == other.state_hash
+    }
+
     /// Whether `record` is what this write left.
     pub fn left(&self, record: &RouteRecord) -> bool {
-        self.owner_node == record.owner_node
+        self.cas_version == record.cas_version
+            && self.owner_node == record.owner_node
             && self.owner_incarnation == record.owner_incarnation
             && self.route_version == record.route_version
             && self.save_timepoint_ms == record.save_timepoint_ms
@@ -217,6 +236,16 @@ impl Entry {
     /// the owner's, at `record`'s CAS version.
     pub(crate) fn left_by_unknown_write(&self, record: &RouteRecord) -> bool {
         self.unknown_write.is_some_and(|write| write.left(record))
+    }
+
+    /// Whether the write in flight is another attempt of the unknown one:
+    /// the same owner, route and state (only its time differs), so the
+    /// record the unknown one left is what this one would leave.
+    pub(crate) fn retries_unknown_write(&self) -> bool {
+        match (self.unknown_write, self.write_in_flight) {
+            (Some(unknown), Some(now)) => unknown.same_content(&now),
+            _ => false,
+        }
     }
 
     pub fn new(now_ms: u64) -> Entry {

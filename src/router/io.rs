@@ -65,8 +65,9 @@ impl RouterCore {
                 (from, transfer_id),
                 reply,
             ),
-            // Releases are only ever written in batches.
-            Io::Release => {}
+            // Releases are only ever written in batches, and a release
+            // waiting for its retry has no write in flight.
+            Io::Release | Io::ReleaseRetry => {}
         }
     }
 
@@ -74,9 +75,6 @@ impl RouterCore {
     /// again, unless another write started meanwhile. At shutdown it is
     /// the release that goes again; a fenced node waits for its rejoin.
     pub(crate) fn retry_write(&mut self, now_ms: u64, key: ObjectKey) {
-        if self.ctx.is_shutting_down() {
-            return self.release(now_ms, &[key]);
-        }
         let ctx = &mut self.ctx;
         let Some(entry) = self
             .managers
@@ -85,14 +83,25 @@ impl RouterCore {
         else {
             return;
         };
+        let giving_up = entry.io == Some(Io::ReleaseRetry);
+        if giving_up {
+            entry.io = None;
+        } else if entry.io.is_some() || entry.transferring.is_some() {
+            // Another write started meanwhile: its answer decides.
+            return;
+        }
         let Some(object) = entry.object.as_ref() else {
             return;
         };
-        if entry.io.is_some() || entry.transferring.is_some() || ctx.fenced {
-            return;
+        if ctx.is_shutting_down() {
+            return self.release(now_ms, &[key]);
         }
-        if object.aside {
-            start_readopt(ctx, key, entry, now_ms);
+        if giving_up {
+            start_save(ctx, key, entry, now_ms, true);
+        } else if object.aside {
+            if !ctx.fenced {
+                start_readopt(ctx, key, entry, now_ms);
+            }
         } else if object.changes_unsaved > 0 || !object.held.is_empty() {
             start_save(ctx, key, entry, now_ms, false);
         }
@@ -372,6 +381,19 @@ fn save_reply(
     io: Io,
     reply: StoreReply,
 ) {
+    let reply = match reply {
+        // A degradation whose earlier attempt's answer was lost, and which
+        // did apply: nothing ran on the copy since (requests waited), so
+        // this one would have written the same; it is done.
+        StoreReply::Written(WriteOutcome::Conflict(Some(record)))
+            if io == (Io::Save { degrade: true })
+                && entry.retries_unknown_write()
+                && entry.left_by_unknown_write(&record) =>
+        {
+            StoreReply::Written(WriteOutcome::Applied(record.cas_version))
+        }
+        reply => reply,
+    };
     match reply {
         StoreReply::Written(WriteOutcome::Applied(cas_version)) => {
             let held = take_held(entry);
@@ -379,6 +401,10 @@ fn save_reply(
                 .pending_write
                 .take()
                 .expect("a save has a pending write");
+            // A readopt names the incarnation it was sent under: if the node
+            // fenced or rejoined again meanwhile, that one ended too, and the
+            // copy stays aside for the write-back under the current one.
+            let current = !ctx.fenced && pending.owner_incarnation == ctx.incarnation;
             entry.apply_write(pending, cas_version, now_ms);
             if let Some(object) = entry.object.as_mut() {
                 object.last_save_ms = now_ms;
@@ -387,10 +413,10 @@ fn save_reply(
             }
             match io {
                 Io::Readopt => {
-                    if let Some(object) = entry.object.as_mut() {
+                    if let Some(object) = entry.object.as_mut().filter(|_| current) {
                         object.aside = false;
+                        ctx.counters.readopts_total += 1;
                     }
-                    ctx.counters.readopts_total += 1;
                 }
                 Io::Save { degrade: true } => {
                     entry.downgrade();
@@ -413,7 +439,9 @@ fn save_reply(
         {
             // An earlier write of this copy whose answer was lost did
             // apply: the copy is still the owner's, one CAS version on.
-            // The same write goes again at once, its held answers with it.
+            // The same write goes again at once, its held answers with it
+            // (the copy may have changed since, and a readopt must name
+            // the incarnation of now).
             ctx.counters.cas_conflicts_total += 1;
             entry.adopt_record(&record, now_ms);
             entry.unknown_write = None;
@@ -450,6 +478,12 @@ fn save_reply(
                 object.changes_in_write = 0;
             }
             schedule_write_retry(ctx, key, entry, now_ms);
+            if io == (Io::Save { degrade: true }) {
+                // It may have given ownership up: requests wait for the
+                // retry to tell.
+                entry.io = Some(Io::ReleaseRetry);
+                return;
+            }
         }
     }
     finish_io(ctx, kind, key, entry, now_ms, false);

@@ -454,21 +454,41 @@ fn on_write_answers_only_after_the_save_applied() {
     assert_eq!(replies(&effects), vec![(id, Ok(add(7))), (get, Ok(add(7)))]);
 }
 
+/// Fires the write retry `effects` armed, answering its store writes from
+/// the table; returns what followed.
+fn fire_write_retry(h: &mut Harness, node: u64, effects: &[Effect]) -> Vec<Effect> {
+    let (at_ms, timer) = effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::ArmTimer {
+                at_ms,
+                timer: timer @ Timer::WriteRetry { .. },
+            } => Some((*at_ms, *timer)),
+            _ => None,
+        })
+        .expect("a write retry is armed");
+    h.core(node).on_timer(at_ms, timer);
+    settle_at(h, node, at_ms)
+}
+
 #[test]
-fn on_write_save_indeterminate_is_not_acknowledged_and_drops_the_copy() {
+fn on_write_save_indeterminate_is_not_acknowledged_until_a_retry_applies() {
     let mut h = Harness::new(1, Persist::OnWrite);
     claim_on_default(&mut h, 1);
     let id = h.request(1, OP_ADD, add(2));
     let (token, _) = only_save(flush(&mut h, 1));
+    // The write did not apply, but nobody can know that.
     h.core(1)
         .on_store_reply(0, token, StoreReply::Written(WriteOutcome::Indeterminate));
-    let effects = h.settle(1, 0);
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
-    assert!(!h.core(1).entries().next().expect("entry").writable);
+    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    assert!(replies(&effects).is_empty(), "{effects:?}");
+    assert!(h.core(1).entries().next().expect("entry").writable);
     assert_eq!(h.core(1).counters().store_indeterminate_total, 1);
-    // The next access re-reads the durable state (5, the write was lost).
-    let get = h.request(1, OP_GET, Vec::new());
-    assert_eq!(replies(&h.settle(1, 0)), vec![(get, Ok(add(5)))]);
+    // The copy is written again; once that applies, the answer goes.
+    let effects = fire_write_retry(&mut h, 1, &effects);
+    assert_eq!(replies(&effects), vec![(id, Ok(add(7)))]);
+    let record = h.table.load(KEY).expect("record");
+    assert_eq!(counter_value(&record.state), Some(7));
 }
 
 /// One core of node 1 with the counter type, and one OP_GET for KEY just
@@ -676,55 +696,6 @@ fn an_owner_unknown_to_membership_is_claimed_after_its_record_stood_still() {
 }
 
 #[test]
-fn a_node_past_its_lease_serves_nothing_until_it_rejoins() {
-    let mut h = Harness::new(1, Persist::OnWrite);
-    claim_on_default(&mut h, 1);
-    h.core(1).extend_lease(10, 1_000);
-    // A mutation held for its save, then the lease runs out before the
-    // flush: the held answer is UNAVAILABLE, the copy is dropped, and new
-    // requests are refused.
-    h.next_seq += 1;
-    let held = RequestId {
-        origin_node: NodeId(1),
-        seq: h.next_seq,
-    };
-    h.core(1).on_request(
-        500,
-        RouterHead::local(KEY, NodeId(1)),
-        Request {
-            id: held,
-            op: OP_ADD,
-            body: add(1),
-            client: None,
-            needs_reply: true,
-        },
-    );
-    h.core(1).on_timer(1_000, Timer::Lease);
-    assert!(h.core(1).is_fenced());
-    assert!(h.core(1).entries().all(|view| !view.writable));
-    let effects = settle_at(&mut h, 1, 1_000);
-    assert_eq!(replies(&effects), vec![(held, Err(ErrorCode::Unavailable))]);
-    let pulls = h.core(1).counters().pulls_total;
-    let refused = h.request(1, OP_GET, Vec::new());
-    let effects = settle_at(&mut h, 1, 1_001);
-    assert_eq!(
-        replies(&effects),
-        vec![(refused, Err(ErrorCode::Unavailable))]
-    );
-    // One read of the stale route, no attempt to claim.
-    assert_eq!(h.core(1).counters().pulls_total, pulls + 1);
-    assert_eq!(h.core(1).counters().fences_total, 1);
-    // Rejoined as incarnation 2: the record of incarnation 1 is its own
-    // earlier life, claimed again through the store.
-    h.core(1).rejoin(1_002, 2, 5_000);
-    let again = h.request(1, OP_GET, Vec::new());
-    let effects = settle_at(&mut h, 1, 1_003);
-    // The durable +5 of the claim, not the +1 that was never saved.
-    assert_eq!(replies(&effects), vec![(again, Ok(add(5)))]);
-    assert_eq!(h.table.load(KEY).expect("record").owner_incarnation, 2);
-}
-
-#[test]
 fn a_failed_send_is_resolved_again_once_and_not_resent_to_the_same_node() {
     let mut h = Harness::new(2, Persist::Interval);
     let owner = claim_on_default(&mut h, 2);
@@ -878,7 +849,7 @@ fn on_write_mutations_queued_behind_a_save_share_the_next_save() {
 }
 
 #[test]
-fn on_write_gathered_save_indeterminate_answers_every_held_request_once() {
+fn on_write_gathered_save_indeterminate_answers_every_held_request_once_its_retry_applies() {
     let mut h = Harness::new(1, Persist::OnWrite);
     claim_on_default(&mut h, 1);
     let first = h.request(1, OP_ADD, add(1));
@@ -892,17 +863,15 @@ fn on_write_gathered_save_indeterminate_answers_every_held_request_once() {
     let (token, _) = only_save(effects);
     h.core(1)
         .on_store_reply(0, token, StoreReply::Written(WriteOutcome::Indeterminate));
-    let effects = h.settle(1, 0);
+    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    assert!(replies(&effects).is_empty(), "{effects:?}");
+    let effects = fire_write_retry(&mut h, 1, &effects);
     assert_eq!(
         replies(&effects),
-        vec![
-            (second, Err(ErrorCode::Unavailable)),
-            (get, Err(ErrorCode::Unavailable))
-        ]
+        vec![(second, Ok(add(16))), (get, Ok(add(16)))]
     );
-    // The durable state is the first increment's: 5 + 1.
     let read = h.request(1, OP_GET, Vec::new());
-    assert_eq!(replies(&h.settle(1, 0)), vec![(read, Ok(add(6)))]);
+    assert_eq!(replies(&h.settle(1, 0)), vec![(read, Ok(add(16)))]);
 }
 
 #[test]
@@ -997,28 +966,6 @@ fn shutdown_before_the_flush_releases_held_outputs_with_the_object() {
     let record = h.table.load(KEY).expect("record");
     assert_eq!(record.owner_node, NodeId::NONE);
     assert_eq!(counter_value(&record.state), Some(7));
-}
-
-#[test]
-fn a_request_after_a_fence_waits_for_the_periodic_save_in_flight() {
-    // An interval object's periodic save does not hold requests back while
-    // the copy is writable; once a fence dropped the copy, a request must
-    // wait for that save instead of starting a pull beside it.
-    let mut h = Harness::new(1, Persist::Interval);
-    claim_on_default(&mut h, 1);
-    let save_at = config().object_save_interval_ms;
-    h.core(1).on_timer(save_at, Timer::Sweep);
-    let (token, op) = only_save(h.core(1).drain_effects().collect());
-    h.core(1).fence(save_at + 1);
-    let id = h.request(1, OP_GET, Vec::new());
-    assert!(
-        replies(&h.core(1).drain_effects().collect::<Vec<_>>()).is_empty(),
-        "the request waits for the save"
-    );
-    let reply = answer(&mut h.table, op);
-    h.core(1).on_store_reply(save_at + 2, token, reply);
-    let effects = settle_at(&mut h, 1, save_at + 2);
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
 }
 
 #[test]
@@ -1172,3 +1119,6 @@ mod drain_tests;
 
 #[path = "tests_refusals.rs"]
 mod refusals;
+
+#[path = "tests_fence.rs"]
+mod fence;

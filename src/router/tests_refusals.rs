@@ -125,7 +125,7 @@ fn a_target_past_its_lease_refuses_a_transfer_and_writes_nothing() {
     // The lease ran out: the target may have been declared down, so it
     // confirms nothing (the record stays claimable by anyone).
     let effects = deliver(&mut h, owner, target, 100, transfer);
-    assert!(h.core(target).is_fenced());
+    assert!(!h.core(target).may_serve(100));
     assert_eq!(acks(&effects), vec![(NodeId(owner), false)]);
     assert_eq!(store_ops(&effects), 0, "{effects:?}");
 }
@@ -494,7 +494,7 @@ fn a_node_whose_lease_ran_out_during_its_read_does_not_claim() {
     // The object read returns after the lease: the node may have been
     // declared down and the key claimed elsewhere, so it writes nothing.
     core.on_store_reply(100, token, StoreReply::Loaded(None));
-    assert!(core.is_fenced());
+    assert!(!core.may_serve(100));
     let effects: Vec<Effect> = core.drain_effects().collect();
     assert_eq!(store_ops(&effects), 0, "{effects:?}");
     assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);

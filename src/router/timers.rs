@@ -141,9 +141,10 @@ impl RouterCore {
     /// The outcomes of a shutdown batch. An applied release leaves a route
     /// cache. A conflict means another node owns the object now: the copy
     /// is dropped and counted. A release that failed or has no known
-    /// outcome keeps its copy and goes again after a backoff, until the
-    /// shutdown deadline (and a later conflict with the record it would
-    /// leave shows it applied).
+    /// outcome keeps its copy (nothing runs on it: it may have given
+    /// ownership up) and goes again after a backoff, until the shutdown
+    /// deadline; a later conflict with the record it would have left shows
+    /// that it applied.
     pub(crate) fn batch_reply(&mut self, now_ms: u64, keys: Vec<ObjectKey>, reply: StoreReply) {
         let outcomes: Vec<Option<WriteOutcome>> = match reply {
             StoreReply::WrittenBatch(outcomes) if outcomes.len() == keys.len() => {
@@ -163,6 +164,16 @@ impl RouterCore {
             if entry.io != Some(Io::Release) {
                 continue;
             }
+            // A release whose earlier attempt's answer was lost, and which
+            // did apply: nothing ran on the copy since, so it is done.
+            let outcome = match outcome {
+                Some(WriteOutcome::Conflict(Some(record)))
+                    if entry.retries_unknown_write() && entry.left_by_unknown_write(&record) =>
+                {
+                    Some(WriteOutcome::Applied(record.cas_version))
+                }
+                outcome => outcome,
+            };
             // The release wrote the state with every held on_write output
             // in it (their flush had not started a save yet).
             match outcome {
@@ -180,11 +191,16 @@ impl RouterCore {
                 Some(WriteOutcome::Conflict(Some(record)))
                     if entry.left_by_unknown_write(&record) =>
                 {
+                    // An earlier save whose answer was lost did apply: the
+                    // copy is still this node's, one version on; the
+                    // release goes again on it.
                     ctx.counters.cas_conflicts_total += 1;
                     entry.adopt_record(&record, now_ms);
                     entry.unknown_write = None;
                     entry.pending_write = None;
+                    entry.io = None;
                     again.push(key);
+                    continue;
                 }
                 Some(outcome @ WriteOutcome::Conflict(_)) => {
                     let held = take_held(entry);
@@ -197,12 +213,16 @@ impl RouterCore {
                     after_failed_write(ctx, entry, now_ms, &outcome);
                 }
                 failed => {
+                    // It may have given ownership up: nothing runs on the
+                    // copy until its retry tells.
                     if matches!(failed, Some(WriteOutcome::Indeterminate)) {
                         ctx.counters.store_indeterminate_total += 1;
                         entry.write_unknown();
                     }
                     entry.pending_write = None;
                     schedule_write_retry(ctx, key, entry, now_ms);
+                    entry.io = Some(Io::ReleaseRetry);
+                    continue;
                 }
             }
             finish_io(ctx, kind.as_ref(), key, entry, now_ms, false);

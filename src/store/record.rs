@@ -31,7 +31,11 @@ impl RouteVersion {
 }
 
 /// The store's compare-and-set version of one record. Only the store
-/// assigns it; a writer presents the one it read.
+/// assigns it; a writer presents the one it read. Every backend assigns
+/// the version the condition names plus one (1 for an insert), so the
+/// version an applied write produced is known from the write alone: a
+/// writer whose answer was lost recognises its own write in a later
+/// conflict (`WriteCondition::applied_version`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CasVersion(pub u64);
 
@@ -61,6 +65,16 @@ pub enum WriteCondition {
     Absent,
     /// Update only if the stored record's CAS version is this one.
     CasEquals(CasVersion),
+}
+
+impl WriteCondition {
+    /// The CAS version a write under this condition has once applied.
+    pub fn applied_version(self) -> CasVersion {
+        match self {
+            WriteCondition::Absent => CasVersion(1),
+            WriteCondition::CasEquals(expected) => CasVersion(expected.0 + 1),
+        }
+    }
 }
 
 /// What a conditional write should leave in the store. The store assigns the

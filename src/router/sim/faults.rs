@@ -47,13 +47,7 @@ impl World {
             self.report.store_faults += 1;
         }
         match fate {
-            WriteFate::Normal => {
-                let outcome = self.apply_write(node, write);
-                if let WriteOutcome::Applied(cas) = outcome {
-                    self.checker.applied(node, write.key, cas);
-                }
-                Some(outcome)
-            }
+            WriteFate::Normal => Some(self.apply_write(node, write)),
             WriteFate::Busy => None,
             WriteFate::IndeterminateApplied => {
                 self.apply_write(node, write);
@@ -76,7 +70,13 @@ impl World {
         let outcome = self.table.write(write);
         self.changes.store = true;
         match &outcome {
-            WriteOutcome::Applied(_) => self.check_applied(node, previous.as_ref(), write),
+            WriteOutcome::Applied(cas) => {
+                // Applied, whether or not its answer says so: a node that
+                // later finds the record this write left (a conflict that
+                // returns it) may rightly hold its copy at this version.
+                self.checker.applied(node, write.key, *cas);
+                self.check_applied(node, previous.as_ref(), write)
+            }
             WriteOutcome::Conflict(_) => self.report.cas_conflicts += 1,
             WriteOutcome::Indeterminate => {}
         }

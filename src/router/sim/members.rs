@@ -97,7 +97,17 @@ impl World {
             MemberEvent::Lease { until_ms } => {
                 self.with_cores(node, |c, now| c.extend_lease(now, until_ms))
             }
-            MemberEvent::Fenced => self.with_cores(node, |c, now| c.fence(now)),
+            MemberEvent::Fenced { .. } => self.with_cores(node, |c, now| c.fence(now)),
+            MemberEvent::LeaseLapsed { at_ms, .. } => {
+                self.report.lapses += 1;
+                self.with_cores(node, |c, _| c.end_lease(at_ms))
+            }
+            MemberEvent::LeaseRenewed { .. } => {}
+            MemberEvent::TakenOver { .. } => {
+                // The process exits, as a refused start does.
+                self.report.refused_starts += 1;
+                self.take_down(node);
+            }
             MemberEvent::Rejoined {
                 incarnation,
                 lease_until_ms,
@@ -206,7 +216,12 @@ impl World {
                 tag,
                 write,
                 outcome,
-            } => m.on_written(now, tag, &write, outcome),
+            } => m.on_written(
+                now,
+                tag,
+                &write,
+                outcome.map_err(|()| "cut off from the store".to_string()),
+            ),
         });
     }
 

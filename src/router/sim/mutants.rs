@@ -75,7 +75,7 @@ fn demonstrations() -> Vec<(Invariant, Mutant, Vec<Invariant>)> {
             vec![I::ClaimOfLiveLock],
         ),
         (I::ReadBelowAcked, Mutant::AnswerOnSubmit, vec![]),
-        (I::FencedWrite, Mutant::FenceKeepsObjects, vec![]),
+        (I::FencedWrite, Mutant::LeaseIgnored, vec![]),
         (
             I::WritableWithoutAppliedWrite,
             Mutant::IndeterminateAsApplied,

@@ -40,6 +40,7 @@ fn add(total: &mut SimReport, report: &SimReport) {
     total.declarations += report.declarations;
     total.fences += report.fences;
     total.rejoins += report.rejoins;
+    total.lapses += report.lapses;
     total.refused_starts += report.refused_starts;
     total.send_failures += report.send_failures;
     total.store_cuts += report.store_cuts;

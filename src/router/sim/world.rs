@@ -97,6 +97,10 @@ pub struct SimReport {
     pub fences: u64,
     /// Rejoins with a higher incarnation after a fence.
     pub rejoins: u64,
+    /// Leases that ran out (or were cut short) before a heartbeat renewed
+    /// them: the node paused, kept everything, and served again after the
+    /// next applied heartbeat unless it was declared down meanwhile.
+    pub lapses: u64,
     /// Starts refused because the id looked alive.
     pub refused_starts: u64,
     /// `SendToNode` refused by a link and given back (`on_send_failed`).

@@ -1,0 +1,491 @@
+//! Tests of the membership machine against the in-memory table.
+
+use super::*;
+use crate::store::MemberTable;
+
+fn fenced(events: &[Event]) -> bool {
+    events.iter().any(|e| matches!(e, Event::Fenced { .. }))
+}
+
+fn config() -> ClusterConfig {
+    ClusterConfig::default()
+}
+
+fn node(id: u64) -> Membership {
+    let advert = Advertisement {
+        gateway: format!("127.0.0.1:{}", 7400 + id),
+        core_count: 1,
+        ..Advertisement::default()
+    };
+    Membership::new(NodeId(id), &config(), advert)
+}
+
+/// Performs `m`'s actions against `table` at `now`, answering each at
+/// once; returns the events.
+fn run(m: &mut Membership, table: &mut MemberTable, now: u64) -> Vec<Event> {
+    m.on_tick(now);
+    loop {
+        let actions = m.take_actions();
+        if actions.is_empty() {
+            return m.take_events();
+        }
+        for action in actions {
+            match action {
+                Action::List => m.on_listed(now, table.list()),
+                Action::Write { tag, write } => {
+                    let outcome = table.write(&write);
+                    m.on_written(now, tag, &write, Ok(outcome));
+                }
+            }
+        }
+    }
+}
+
+/// Ticks `m` every half interval from `from` to `to`.
+fn run_until(m: &mut Membership, table: &mut MemberTable, from: u64, to: u64) -> Vec<Event> {
+    let mut events = Vec::new();
+    let mut now = from;
+    while now <= to {
+        events.extend(run(m, table, now));
+        now += m.tick_ms();
+    }
+    events
+}
+
+#[test]
+fn a_first_start_takes_incarnation_one_and_a_lease() {
+    let mut table = MemberTable::default();
+    let mut m = node(1);
+    let events = run(&mut m, &mut table, 1000);
+    assert!(events.contains(&Event::Joined { incarnation: 1 }));
+    assert!(events.contains(&Event::Lease {
+        until_ms: 1000 + config().fence_after_ms
+    }));
+    // Heartbeats renew the lease from their send time.
+    let events = run_until(&mut m, &mut table, 1250, 1600);
+    assert!(events.contains(&Event::Lease {
+        until_ms: 1500 + config().fence_after_ms
+    }));
+    m.set_state(1600, MemberState::Up);
+    run(&mut m, &mut table, 1600);
+    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Up);
+}
+
+#[test]
+fn a_start_with_the_id_of_a_live_node_is_refused() {
+    let mut table = MemberTable::default();
+    let mut live = node(1);
+    run(&mut live, &mut table, 0);
+    let mut second = node(1);
+    run(&mut second, &mut table, 100);
+    // The live node heartbeats; the second start sees it advance.
+    run_until(&mut live, &mut table, 250, 600);
+    let events = run(&mut second, &mut table, 700);
+    assert_eq!(events, vec![Event::Refused { node: NodeId(1) }]);
+    assert_eq!(table.get(NodeId(1)).unwrap().incarnation, 1);
+}
+
+#[test]
+fn a_restart_after_a_crash_takes_the_next_incarnation_once_the_row_stood_still() {
+    let mut table = MemberTable::default();
+    let mut crashed = node(1);
+    run(&mut crashed, &mut table, 0);
+    // Crashed: it writes no more. A new start watches the row for
+    // down_after before it takes the id.
+    let mut restart = node(1);
+    let early = run_until(
+        &mut restart,
+        &mut table,
+        100,
+        100 + config().down_after_ms - 1,
+    );
+    assert!(early.is_empty(), "{early:?}");
+    let events = run(&mut restart, &mut table, 100 + config().down_after_ms);
+    assert!(
+        events.contains(&Event::Joined { incarnation: 2 }),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_state_asked_for_during_a_heartbeat_counts_as_written_only_once_written() {
+    let mut table = MemberTable::default();
+    let mut m = node(1);
+    run(&mut m, &mut table, 0);
+    // A heartbeat leaves carrying `joining`...
+    m.on_tick(config().heartbeat_interval_ms);
+    let in_flight = m.take_actions();
+    let Some(Action::Write { tag, write }) = in_flight
+        .into_iter()
+        .find(|action| matches!(action, Action::Write { .. }))
+    else {
+        panic!("a heartbeat is due");
+    };
+    assert_eq!(write.row.state, MemberState::Joining);
+    // ... `left` is asked for meanwhile, and then that heartbeat applies:
+    // the store holds `joining`, so `left` is not written yet.
+    let now = config().heartbeat_interval_ms + 1;
+    m.set_state(now, MemberState::Left);
+    let outcome = table.write(&write);
+    m.on_written(now, tag, &write, Ok(outcome));
+    assert_eq!(m.written_state(), Some(MemberState::Joining));
+    // The next heartbeat carries it.
+    run(&mut m, &mut table, now + 1);
+    assert_eq!(m.written_state(), Some(MemberState::Left));
+    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Left);
+}
+
+#[test]
+fn a_restart_after_a_clean_leave_or_a_declaration_joins_at_once() {
+    let mut table = MemberTable::default();
+    let mut first = node(1);
+    run(&mut first, &mut table, 0);
+    first.set_state(10, MemberState::Left);
+    run(&mut first, &mut table, 10);
+    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Left);
+    let mut again = node(1);
+    let events = run(&mut again, &mut table, 20);
+    assert!(
+        events.contains(&Event::Joined { incarnation: 2 }),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn an_observer_declares_a_stalled_member_down_after_down_after_of_its_own_clock() {
+    let mut table = MemberTable::default();
+    let mut a = node(1);
+    let mut b = node(2);
+    run(&mut a, &mut table, 0);
+    run(&mut b, &mut table, 0);
+    // Both heartbeat for a while; then `a` stops (a crash or a pause).
+    for now in (250..=1000).step_by(250) {
+        run(&mut a, &mut table, now);
+        run(&mut b, &mut table, now);
+    }
+    // b's clock: it saw a's last heartbeat at 1000 (or 1250).
+    let before = run_until(&mut b, &mut table, 1250, 1000 + config().down_after_ms - 1);
+    assert!(
+        before
+            .iter()
+            .all(|e| !matches!(e, Event::Member { row } if row.state == MemberState::Down)),
+        "declared too early: {before:?}"
+    );
+    let after = run_until(
+        &mut b,
+        &mut table,
+        1000 + config().down_after_ms,
+        1500 + config().down_after_ms,
+    );
+    let down = after.iter().any(|e| {
+        matches!(e, Event::Member { row } if row.node_id == NodeId(1) && row.state == MemberState::Down)
+    });
+    assert!(down, "{after:?}");
+    // `a` resumes: its next heartbeat is refused, it fences and rejoins
+    // with a higher incarnation.
+    let events = run(&mut a, &mut table, 9000);
+    assert!(fenced(&events), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Rejoined { incarnation: 2, .. })),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_late_heartbeat_wins_over_a_declaration() {
+    let mut table = MemberTable::default();
+    let mut a = node(1);
+    let mut b = node(2);
+    run(&mut a, &mut table, 0);
+    run(&mut b, &mut table, 0);
+    // b decides to declare a down on what it read (b's own lease ran
+    // out meanwhile too: it also rejoins, which is not this test's
+    // business)...
+    b.on_tick(0);
+    b.take_actions();
+    b.on_listed(config().down_after_ms + 1, table.list());
+    let declare = b.take_actions();
+    let Some((tag, write)) = declare.iter().find_map(|action| match action {
+        Action::Write {
+            tag: tag @ WriteTag::DeclareDown { .. },
+            write,
+        } => Some((*tag, write.clone())),
+        _ => None,
+    }) else {
+        panic!("no declaration: {declare:?}");
+    };
+    // ...but a's heartbeat lands first: the declaration's CAS fails.
+    run(&mut a, &mut table, 500);
+    let outcome = table.write(&write);
+    assert!(matches!(outcome, MemberOutcome::Conflict(_)));
+    b.on_written(config().down_after_ms + 1, tag, &write, Ok(outcome));
+    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Joining);
+    assert!(!b
+        .take_events()
+        .iter()
+        .any(|e| matches!(e, Event::Member { row } if row.state == MemberState::Down)));
+}
+
+/// Performs `m`'s actions at `now`, answering every heartbeat write as
+/// failed (not applied); lists and other writes go to `table`.
+fn run_with_failing_heartbeats(
+    m: &mut Membership,
+    table: &mut MemberTable,
+    now: u64,
+) -> Vec<Event> {
+    m.on_tick(now);
+    loop {
+        let actions = m.take_actions();
+        if actions.is_empty() {
+            return m.take_events();
+        }
+        for action in actions {
+            match action {
+                Action::List => m.on_listed(now, table.list()),
+                Action::Write {
+                    tag: tag @ WriteTag::Heartbeat { .. },
+                    write,
+                } => m.on_written(now, tag, &write, Err("no answer".into())),
+                Action::Write { tag, write } => {
+                    let outcome = table.write(&write);
+                    m.on_written(now, tag, &write, Ok(outcome));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_lease_that_ran_out_pauses_the_node_and_a_later_heartbeat_renews_it() {
+    // The store stops answering heartbeats for longer than fence_after,
+    // then answers again before anyone declared the node down: the node
+    // stopped serving at the lease's end, keeps its incarnation (and so its
+    // objects), and serves again once a heartbeat applies.
+    let mut table = MemberTable::default();
+    let mut m = node(1);
+    let events = run(&mut m, &mut table, 0);
+    assert!(events.contains(&Event::Joined { incarnation: 1 }));
+    let lease_end = config().fence_after_ms;
+    let mut failing = Vec::new();
+    let mut now = m.tick_ms();
+    while now <= lease_end + m.tick_ms() {
+        failing.extend(run_with_failing_heartbeats(&mut m, &mut table, now));
+        now += m.tick_ms();
+    }
+    assert!(
+        failing.iter().all(|e| !matches!(e, Event::Lease { .. })),
+        "{failing:?}"
+    );
+    let lapse = failing.iter().find_map(|e| match e {
+        Event::LeaseLapsed { at_ms, cause } => Some((*at_ms, cause.clone())),
+        _ => None,
+    });
+    let (at_ms, cause) = lapse.expect("the lapse is reported");
+    assert_eq!(at_ms, lease_end);
+    assert!(cause.contains("no answer"), "the cause names the failure: {cause}");
+    assert!(!m.is_serving(now));
+    assert!(!fenced(&failing), "a lapse is not a fence: {failing:?}");
+    let events = run_until(&mut m, &mut table, now, now + 1_000);
+    assert!(!fenced(&events), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::LeaseRenewed { .. })),
+        "{events:?}"
+    );
+    assert!(m.is_serving(now + 1_000));
+    assert_eq!(m.incarnation(), Some(1));
+    assert_eq!(table.get(NodeId(1)).map(|r| r.incarnation), Some(1));
+}
+
+#[test]
+fn a_lost_heartbeat_answer_extends_nothing_and_its_write_is_adopted() {
+    let mut table = MemberTable::default();
+    let mut m = node(1);
+    run(&mut m, &mut table, 0);
+    m.on_tick(500);
+    let actions = m.take_actions();
+    let (tag, write) = actions
+        .into_iter()
+        .find_map(|action| match action {
+            Action::Write { tag, write } => Some((tag, write)),
+            _ => None,
+        })
+        .expect("a heartbeat");
+    // Applied in the store, but the answer never came.
+    assert!(matches!(table.write(&write), MemberOutcome::Applied(_)));
+    m.on_written(500, tag, &write, Err("no answer".into()));
+    assert!(
+        m.take_events().is_empty(),
+        "no lease from an unknown outcome"
+    );
+    // The next heartbeat conflicts with that write, adopts it, and the
+    // one after extends the lease: no fence.
+    let events = run_until(&mut m, &mut table, 1000, 1500);
+    assert!(!fenced(&events), "{events:?}");
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Lease { .. })),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_node_cut_from_the_store_and_declared_down_meanwhile_rejoins_with_the_next_incarnation() {
+    let mut table = MemberTable::default();
+    let mut m = node(1);
+    let mut observer = node(2);
+    run(&mut m, &mut table, 0);
+    run(&mut observer, &mut table, 0);
+    // The store stops answering `m`: every write fails, its lease lapses.
+    let mut now = m.tick_ms();
+    let mut events = Vec::new();
+    while now <= config().down_after_ms + 1_000 {
+        m.on_tick(now);
+        for action in m.take_actions() {
+            match action {
+                Action::List => m.on_list_failed(),
+                Action::Write { tag, write } => {
+                    m.on_written(now, tag, &write, Err("no answer".into()))
+                }
+            }
+        }
+        events.extend(m.take_events());
+        run(&mut observer, &mut table, now);
+        now += m.tick_ms();
+    }
+    assert!(
+        events.iter().any(|e| matches!(e, Event::LeaseLapsed { .. })),
+        "{events:?}"
+    );
+    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Down);
+    // The store answers again: the heartbeat is refused, the node fences
+    // and takes the next incarnation.
+    let events = run(&mut m, &mut table, now);
+    assert!(fenced(&events), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Rejoined { incarnation: 2, .. })),
+        "{events:?}"
+    );
+    assert_eq!(table.get(NodeId(1)).unwrap().incarnation, 2);
+}
+
+/// Starts a second process with `m`'s id once `m`'s row stood still for
+/// `down_after` (as `m` frozen or cut off from the store would leave it),
+/// from `from`; returns it serving, and the time.
+fn take_over(table: &mut MemberTable, from: u64) -> (Membership, u64) {
+    let mut second = node(1);
+    let mut now = from;
+    loop {
+        let events = run(&mut second, table, now);
+        if events.iter().any(|e| matches!(e, Event::Joined { .. })) {
+            return (second, now);
+        }
+        assert!(now < from + 10 * config().down_after_ms, "no takeover");
+        now += second.tick_ms();
+    }
+}
+
+#[test]
+fn a_process_whose_id_was_taken_by_a_live_process_exits_instead_of_rejoining() {
+    let mut table = MemberTable::default();
+    let mut first = node(1);
+    run(&mut first, &mut table, 0);
+    // `first` is cut off from the store; another process takes the id.
+    let (mut second, now) = take_over(&mut table, 100);
+    assert_eq!(second.incarnation(), Some(2));
+    // The cut heals: `first`'s heartbeat is refused by incarnation 2, a
+    // row it never wrote. It watches instead of taking incarnation 3...
+    let events = run(&mut first, &mut table, now);
+    assert!(fenced(&events), "{events:?}");
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Rejoined { .. })),
+        "{events:?}"
+    );
+    assert_eq!(table.get(NodeId(1)).unwrap().incarnation, 2);
+    // ...and the live process heartbeats: `first` must go.
+    let events = run_until(&mut second, &mut table, now, now + 1_000);
+    assert!(!fenced(&events), "{events:?}");
+    let events = run(&mut first, &mut table, now + 1_000);
+    assert_eq!(events, vec![Event::TakenOver { incarnation: 2 }]);
+    assert_eq!(table.get(NodeId(1)).unwrap().incarnation, 2);
+    assert_eq!(second.incarnation(), Some(2));
+}
+
+#[test]
+fn a_process_whose_id_was_taken_by_a_process_that_died_rejoins_after_down_after() {
+    let mut table = MemberTable::default();
+    let mut first = node(1);
+    run(&mut first, &mut table, 0);
+    let (_second, now) = take_over(&mut table, 100);
+    // The second process dies at once; `first` watches its still row.
+    let events = run(&mut first, &mut table, now);
+    assert!(fenced(&events), "{events:?}");
+    let early = run_until(&mut first, &mut table, now + 250, now + config().down_after_ms - 250);
+    assert!(
+        !early
+            .iter()
+            .any(|e| matches!(e, Event::Rejoined { .. } | Event::TakenOver { .. })),
+        "{early:?}"
+    );
+    let events = run_until(
+        &mut first,
+        &mut table,
+        now + config().down_after_ms,
+        now + config().down_after_ms + 500,
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Rejoined { incarnation: 3, .. })),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_clock_jump_ends_the_lease_and_only_a_later_heartbeat_renews_it() {
+    let mut table = MemberTable::default();
+    let mut m = node(1);
+    run(&mut m, &mut table, 0);
+    // A heartbeat leaves at 500...
+    m.on_tick(500);
+    let (tag, write) = m
+        .take_actions()
+        .into_iter()
+        .find_map(|action| match action {
+            Action::Write { tag, write } => Some((tag, write)),
+            _ => None,
+        })
+        .expect("a heartbeat");
+    // ...time jumps at 600 (a suspend), then that heartbeat's answer comes.
+    m.clock_jumped(600, "a suspend".into());
+    let events = m.take_events();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::LeaseLapsed { at_ms: 600, .. })),
+        "{events:?}"
+    );
+    assert!(!m.is_serving(600));
+    let outcome = table.write(&write);
+    m.on_written(601, tag, &write, Ok(outcome));
+    let events = m.take_events();
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Lease { .. })),
+        "a heartbeat sent before the jump renews nothing: {events:?}"
+    );
+    assert!(!m.is_serving(601));
+    // The heartbeat sent at the jump does.
+    let events = run(&mut m, &mut table, 602);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::LeaseRenewed { .. })),
+        "{events:?}"
+    );
+    assert!(m.is_serving(602));
+    assert_eq!(m.incarnation(), Some(1));
+}
