@@ -387,6 +387,10 @@ impl Default for RouterConfig {
 #[serde(rename_all = "snake_case")]
 pub enum Persist {
     /// Saved every `object_save_interval`, at degradation and at shutdown.
+    /// Loses the changes since an object's last save only when this node
+    /// was declared down and another node took the object over (a pause or
+    /// a store outage shorter than `down_after_ms` loses nothing: see
+    /// docs/cluster.md, "What each persistence policy can lose").
     #[default]
     Interval,
     /// A mutating request is acknowledged only after its save committed.
