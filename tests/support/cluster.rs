@@ -27,6 +27,8 @@ pub struct LocalCluster {
     pub store: Option<String>,
     /// Extra `[cluster]` keys for every node.
     pub cluster_extra: String,
+    /// The players' persistence policy (`[services.player] persist`).
+    pub persist: &'static str,
 }
 
 /// The TOML of the client-facing listeners on `host` (any free port) and
@@ -54,6 +56,7 @@ impl LocalCluster {
             extra: String::new(),
             store: None,
             cluster_extra: String::new(),
+            persist: "on_write",
         }
     }
 
@@ -104,7 +107,7 @@ impl LocalCluster {
              [cluster]\nlisten = \"{host}:0\"\nsecret = {secret:?}\n\
              heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\n\
              down_after_ms = {DOWN_AFTER_MS}\n{cluster_extra}\n\
-             [services.player]\npersist = \"on_write\"\n{extra}",
+             [services.player]\npersist = {persist:?}\n{extra}",
             data = self
                 .dir
                 .path()
@@ -117,6 +120,7 @@ impl LocalCluster {
             )),
             extra = self.extra,
             cluster_extra = self.cluster_extra,
+            persist = self.persist,
         )
     }
 

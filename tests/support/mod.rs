@@ -350,6 +350,13 @@ impl ServeProcess {
         self.child.id()
     }
 
+    /// SIGHUP (what a closed terminal sends), then waits for the exit
+    /// status.
+    pub fn hang_up(mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGHUP);
+        self.wait_exit()
+    }
+
     /// SIGSTOP: the process stays, frozen, with its sockets open.
     pub fn freeze(&self) {
         self.signal(libc::SIGSTOP);
