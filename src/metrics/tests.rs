@@ -163,5 +163,5 @@ fn router_counters_are_all_exported_and_mirrored() {
         })
         .collect();
     seen.sort_unstable();
-    assert_eq!(seen, (1..=26).collect::<Vec<u64>>());
+    assert_eq!(seen, (1..=31).collect::<Vec<u64>>());
 }

@@ -74,7 +74,7 @@ impl ServicesPort {
             Ok(body) => (FrameKind::Response, body),
             Err(code) => (
                 FrameKind::Error,
-                encode_error_body(wire_error_code(code), ""),
+                encode_error_body(wire_error_code(code), router_error_reason(code)),
             ),
         };
         self.gateway.egress_ref(
@@ -228,6 +228,23 @@ impl PlayerPort for ServicesPort {
     }
 }
 
+/// The reason an ERROR the router decided carries: the router answers
+/// with a code alone, so the reason says what that code means there, and
+/// where to look (the node's log, `/healthz`, `/cluster`).
+pub(crate) fn router_error_reason(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::AuthFailed => ALREADY_LOGGED_IN,
+        ErrorCode::BadRequest => "the object refused the request",
+        ErrorCode::Overloaded => "too many requests wait for this object or this node's router",
+        ErrorCode::Unavailable => {
+            "object unavailable: its owner cannot be reached, the store is failing, or this node \
+             does not serve now (see /healthz and /cluster)"
+        }
+        ErrorCode::Timeout => "the node holding the request was lost before it answered",
+        ErrorCode::Internal => "server fault: see the server log",
+    }
+}
+
 impl ClientSide for ServicesPort {
     fn answer(&self, route: ReplyRoute, outcome: Outcome, answered_at: Instant) {
         if route.route_id != route::AUTH_LOGIN {
@@ -238,7 +255,7 @@ impl ClientSide for ServicesPort {
             Err(ErrorCode::AuthFailed) => {
                 LoginOutcome::Refused(WireErrorCode::AuthFailed, ALREADY_LOGGED_IN)
             }
-            Err(code) => LoginOutcome::Refused(wire_error_code(code), ""),
+            Err(code) => LoginOutcome::Refused(wire_error_code(code), router_error_reason(code)),
         };
         self.gateway
             .complete_login(route.session_id, route.client_seq, outcome);
