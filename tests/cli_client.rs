@@ -166,7 +166,7 @@ fn errors_print_their_code_name_and_reason() {
     assert!(output.status.success(), "{output:?}");
     assert_eq!(
         stdout(&output),
-        "OK login 7\nOK incr 9223372036854775807\nERROR BAD_REQUEST\nOK get 9223372036854775807\n"
+        "OK login 7\nOK incr 9223372036854775807\nERROR BAD_REQUEST: the object refused the request\nOK get 9223372036854775807\n"
     );
     // A token signed with another secret: AUTH_FAILED, and the client
     // stops with a failure instead of running the script logged out.
