@@ -95,3 +95,35 @@ fn sighup_stops_the_node_cleanly_and_saves_what_it_held() {
     client.login(42, 1);
     assert_eq!(get(&mut client, 2), 100, "saved at the stop");
 }
+
+#[test]
+fn a_frozen_process_whose_id_was_taken_meanwhile_exits_instead_of_serving_it_twice() {
+    let cluster = LocalCluster::new();
+    let first = cluster.start(1);
+    let mut client = first.connect();
+    client.login(5, 1);
+    assert_eq!(incr(&mut client, 2), 1);
+    // Frozen long enough that a new process with the same id takes it
+    // (its row stood still for down_after_ms).
+    first.freeze();
+    let second = cluster.start(1);
+    assert_eq!(get_json(second.admin, "/cluster")["incarnation"], 2);
+    let log = first.log.clone();
+    first.thaw();
+    // The first process finds incarnation 2 heartbeating on its id: it
+    // must not take incarnation 3 over it, and exits.
+    let status = first.wait_exit_within(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let said = log.lock().unwrap().iter().cloned().collect::<Vec<_>>();
+    assert!(
+        said.iter()
+            .any(|line| line.contains("node id 1 was taken by another process (incarnation 2)")),
+        "{said:#?}"
+    );
+    let view = get_json(second.admin, "/cluster");
+    assert_eq!(view["incarnation"], 2, "{view}");
+    assert!(serving_everywhere(&view), "{view}");
+    let mut client = second.connect();
+    client.login(5, 1);
+    assert_eq!(incr(&mut client, 2), 2, "the durable count, served once");
+}

@@ -251,7 +251,12 @@ pub struct ServeProcess {
     pub child: std::process::Child,
     pub gateway: SocketAddr,
     pub admin: SocketAddr,
+    /// The last lines the process wrote on stderr (at most `LOG_LINES_MAX`).
+    pub log: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
+
+/// Lines of a process's stderr a test keeps.
+const LOG_LINES_MAX: usize = 2_000;
 
 impl ServeProcess {
     /// Starts `routerd serve --config <dir>/node.toml` with `body` as the
@@ -289,6 +294,8 @@ impl ServeProcess {
         // ROUTERD_TEST_LOGS=1 passes the node's log through, for debugging.
         let echo = std::env::var_os("ROUTERD_TEST_LOGS").is_some();
         let pid = child.id();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let kept = log.clone();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stderr)
                 .lines()
@@ -300,6 +307,11 @@ impl ServeProcess {
                 if let Some(addresses) = routerd::serving_addresses(&line) {
                     let _ = tx.send(addresses);
                 }
+                let mut kept = kept.lock().unwrap();
+                if kept.len() == LOG_LINES_MAX {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
             }
         });
         let (gateway, admin) = rx
@@ -309,6 +321,7 @@ impl ServeProcess {
             child,
             gateway,
             admin,
+            log,
         }
     }
 
