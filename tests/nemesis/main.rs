@@ -127,6 +127,15 @@ fn open_store(kind: &str, dir: &std::path::Path, net: Option<&Net>) -> Option<St
     }
 }
 
+/// Stops the clients and pollers when a run ends, also by a panic.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// One whole run on `kind` (`sqlite` or `postgres`).
 fn nemesis(kind: &str) {
     if !store_selected(kind) {
@@ -169,6 +178,7 @@ fn nemesis(kind: &str) {
     }
 
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop_on_panic = StopOnDrop(stop.clone());
     let players: Vec<u64> = (1..=settings.players).collect();
     let owners = observe::poll_owners(
         players.clone(),
@@ -207,8 +217,11 @@ fn nemesis(kind: &str) {
         }
     }
     cluster.heal_all();
-    // A quiet end: the last fault's effects settle while clients go on.
-    std::thread::sleep(faults::ms(DOWN_AFTER_MS));
+    // A quiet end, to the run's length and at least `down_after_ms`: the
+    // last fault's effects settle while the clients go on.
+    let quiet_until = (clock + Duration::from_secs(settings.seconds))
+        .max(Instant::now() + faults::ms(DOWN_AFTER_MS));
+    std::thread::sleep(quiet_until.saturating_duration_since(Instant::now()));
     let settled = cluster.settle(SETTLE_TIMEOUT);
     stop.store(true, Ordering::Release);
     let ops: Vec<client::Op> = sessions
@@ -323,6 +336,19 @@ fn takeover(kind: &str) {
         interval: false,
     };
     let verdict = history.check();
+    // How far the incarnations of node 1 went: two processes that keep
+    // taking the row from each other climb fast.
+    let mut climbed: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
+    for poll in history.polls.iter().filter(|poll| poll.node_id == 1) {
+        let seen = climbed
+            .entry(poll.pid)
+            .or_insert((poll.incarnation, poll.incarnation));
+        seen.0 = seen.0.min(poll.incarnation);
+        seen.1 = seen.1.max(poll.incarnation);
+    }
+    for (pid, (low, high)) in climbed {
+        println!("node 1 pid {pid}: incarnations {low} to {high}");
+    }
     println!("{}", verdict.render());
     drop(cluster);
     let outcome = &history.takeovers[0];

@@ -87,7 +87,9 @@ pub fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-fn parse_cluster(body: &str) -> Option<(u64, u64, bool, Vec<MemberView>, Option<Vec<CoreView>>)> {
+/// The poll a `/cluster` body describes; `base` has the process and the
+/// times filled in.
+fn parse_cluster(body: &str, base: Poll) -> Option<Poll> {
     let json: serde_json::Value = serde_json::from_str(body).ok()?;
     let members = json["members"]
         .as_array()?
@@ -111,13 +113,14 @@ fn parse_cluster(body: &str) -> Option<(u64, u64, bool, Vec<MemberView>, Option<
             })
             .collect()
     });
-    Some((
-        json["node_id"].as_u64()?,
-        json["incarnation"].as_u64()?,
-        json["fenced"].as_bool()?,
+    Some(Poll {
+        node_id: json["node_id"].as_u64()?,
+        incarnation: json["incarnation"].as_u64()?,
+        fenced: json["fenced"].as_bool()?,
         members,
         cores,
-    ))
+        ..base
+    })
 }
 
 /// Polls one process until it is retired.
@@ -136,18 +139,19 @@ pub fn poll_process(
             let answer = http_get(admin, "/cluster");
             let answered = Instant::now();
             if let Some((200, body)) = answer {
-                if let Some((node_id, incarnation, fenced, members, cores)) = parse_cluster(&body) {
-                    into.polls.lock().unwrap().push(Poll {
-                        pid,
-                        serial,
-                        send_us: us(sent),
-                        answer_us: us(answered),
-                        node_id,
-                        incarnation,
-                        fenced,
-                        members,
-                        cores,
-                    });
+                let base = Poll {
+                    pid,
+                    serial,
+                    send_us: us(sent),
+                    answer_us: us(answered),
+                    node_id: 0,
+                    incarnation: 0,
+                    fenced: true,
+                    members: Vec::new(),
+                    cores: None,
+                };
+                if let Some(poll) = parse_cluster(&body, base) {
+                    into.polls.lock().unwrap().push(poll);
                 }
             }
             std::thread::sleep(POLL_INTERVAL.saturating_sub(answered - sent));
