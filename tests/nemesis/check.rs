@@ -43,6 +43,9 @@ pub struct Verdict {
     pub violations: BTreeMap<&'static str, Vec<String>>,
     pub allowances: Vec<String>,
     pub notes: Vec<String>,
+    /// Per player: acknowledged increments a later request did not see
+    /// (not excused), of all acknowledged.
+    pub lost: Vec<(u64, usize, usize)>,
 }
 
 impl Verdict {
@@ -237,6 +240,45 @@ impl History {
         }
     }
 
+    /// How many of a player's acknowledged increments some later request
+    /// did not see (a get below it, an increment at or below it), not
+    /// excused: the size of a loss, where the order rule lists pairs.
+    fn count_lost(&self, ops: &[&Op]) -> (usize, usize) {
+        // A reader's key: the smallest acknowledged value it contradicts.
+        let mut readers: Vec<(u64, i64, &Op)> = ops
+            .iter()
+            .filter_map(|op| {
+                let value = ok_value(op)?;
+                Some(match op.kind {
+                    Kind::Incr => (op.send_us, value, *op),
+                    Kind::Get => (op.send_us, value + 1, *op),
+                })
+            })
+            .collect();
+        readers.sort_by_key(|reader| reader.0);
+        let mut lowest: Vec<(i64, &Op)> = Vec::with_capacity(readers.len());
+        for reader in readers.iter().rev() {
+            match lowest.last() {
+                Some(&(key, _)) if key <= reader.1 => lowest.push(*lowest.last().unwrap()),
+                _ => lowest.push((reader.1, reader.2)),
+            }
+        }
+        lowest.reverse();
+        let (mut lost, mut acked) = (0, 0);
+        for op in ops.iter().filter(|op| op.kind == Kind::Incr) {
+            let Some(value) = ok_value(op) else { continue };
+            acked += 1;
+            let first = readers.partition_point(|reader| reader.0 <= op.answer_us);
+            let Some(&(key, reader)) = lowest.get(first) else {
+                continue;
+            };
+            if key <= value && self.excuse(op, reader.answer_us).is_none() {
+                lost += 1;
+            }
+        }
+        (lost, acked)
+    }
+
     /// The final counters: every node agrees, no acknowledged increment
     /// is missing, and none counted more than was sent.
     fn check_finals(&self, verdict: &mut Verdict, by_player: &BTreeMap<u64, Vec<&Op>>) {
@@ -410,6 +452,12 @@ impl History {
         }
         self.check_unique(&mut verdict, &by_player);
         self.check_order(&mut verdict, &by_player);
+        for (player, ops) in &by_player {
+            let (lost, acked) = self.count_lost(ops);
+            if lost > 0 {
+                verdict.lost.push((*player, lost, acked));
+            }
+        }
         self.check_finals(&mut verdict, &by_player);
         self.check_one_process_per_id(&mut verdict);
         self.check_cores(&mut verdict);
@@ -485,6 +533,15 @@ impl Verdict {
             out += &format!("interval allowances used ({}):\n", self.allowances.len());
             for allowance in self.allowances.iter().take(SHOWN_MAX) {
                 out += &format!("  {allowance}\n");
+            }
+        }
+        if !self.lost.is_empty() {
+            out += "acknowledged increments a later request did not see (not excused):\n";
+            for &(player, lost, acked) in &self.lost {
+                out += &format!(
+                    "  player {player}: {lost} of {acked} ({:.1}%)\n",
+                    100.0 * lost as f64 / acked.max(1) as f64
+                );
             }
         }
         for (rule, offences) in &self.violations {
