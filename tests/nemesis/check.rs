@@ -109,18 +109,21 @@ impl History {
         owners.sort_unstable();
         owners.dedup();
         for &node in &owners {
-            let declared = self.polls.iter().find_map(|poll| {
-                if poll.node_id == node
-                    || poll.answer_us <= lost.send_us
-                    || poll.send_us >= later_us
-                {
+            // A poll shows a declaration some time after it was made: it
+            // may have come before `later_us` if the observer's previous
+            // poll (which did not show it, or did) was sent before then.
+            let declared = self.polls.iter().enumerate().find_map(|(at, poll)| {
+                if poll.node_id == node || poll.answer_us <= lost.send_us {
                     return None;
                 }
                 let member = poll
                     .members
                     .iter()
                     .find(|member| member.node_id == node && member.state == "down")?;
-                Some((poll, member.incarnation))
+                // Each process's polls are pushed in the order it made them.
+                let previous = self.polls[..at].iter().rev().find(|p| p.pid == poll.pid);
+                let possible_from = previous.map_or(0, |previous| previous.send_us);
+                (possible_from < later_us).then_some((poll, member.incarnation))
             });
             if let Some((poll, incarnation)) = declared {
                 return Some(format!(
@@ -523,6 +526,74 @@ impl History {
     }
 }
 
+impl History {
+    /// Every operation, fault, poll and ownership read, one a line, in
+    /// the order of their times, for reading a failed run.
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let mut lines: Vec<(u64, String)> = Vec::new();
+        lines.extend(self.ops.iter().map(|op| (op.send_us, format!("op {op}"))));
+        lines.extend(self.injected.iter().map(|injected| {
+            (
+                injected.start_us,
+                format!(
+                    "fault {} .. {} {} {}",
+                    secs(injected.start_us),
+                    secs(injected.end_us),
+                    injected.fault,
+                    injected.notes.join("; ")
+                ),
+            )
+        }));
+        lines.extend(self.polls.iter().map(|poll| {
+            let members: Vec<String> = poll
+                .members
+                .iter()
+                .map(|m| format!("{}#{}={}", m.node_id, m.incarnation, m.state))
+                .collect();
+            (
+                poll.send_us,
+                format!(
+                    "poll {}..{} pid {} node {} incarnation {} fenced {} members {}",
+                    secs(poll.send_us),
+                    secs(poll.answer_us),
+                    poll.pid,
+                    poll.node_id,
+                    poll.incarnation,
+                    poll.fenced,
+                    members.join(" ")
+                ),
+            )
+        }));
+        lines.extend(self.owners.iter().map(|seen| {
+            (
+                seen.at_us,
+                format!(
+                    "owner {} player {} node {} incarnation {}",
+                    secs(seen.at_us),
+                    seen.player,
+                    seen.owner,
+                    seen.owner_incarnation
+                ),
+            )
+        }));
+        lines.extend(self.finals.iter().map(|read| {
+            (
+                read.at_us,
+                format!(
+                    "final {} player {} node {}: {:?}",
+                    secs(read.at_us),
+                    read.player,
+                    read.slot + 1,
+                    read.value
+                ),
+            )
+        }));
+        lines.sort_by_key(|line| line.0);
+        let text: String = lines.into_iter().map(|(_, line)| line + "\n").collect();
+        std::fs::write(path, text)
+    }
+}
+
 impl Verdict {
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -726,6 +797,34 @@ mod tests {
         on_write.owners = owners;
         on_write.polls.push(seen_down);
         assert!(!on_write.check().is_clean());
+    }
+
+    #[test]
+    fn a_declaration_a_poll_saw_late_still_allows_the_loss() {
+        let ops = vec![incr(0, 1, 1), incr(100, 101, 2), incr(3000, 3001, 1)];
+        let mut history = history(ops, true);
+        history.owners = vec![OwnerSeen {
+            player: 1,
+            at_us: 50_000,
+            owner: 2,
+            owner_incarnation: 1,
+        }];
+        let down = |at_ms| {
+            let mut poll = poll(7, 1, at_ms, 1, false);
+            poll.members.push(MemberView {
+                node_id: 2,
+                incarnation: 1,
+                state: "down".into(),
+            });
+            poll
+        };
+        // The poll before the one that shows it was sent before the
+        // increment that went back: the declaration may have preceded it.
+        history.polls = vec![poll(7, 1, 2950, 1, false), down(3050)];
+        assert!(history.check().is_clean());
+        // Seen only by polls that all came after it: no allowance.
+        history.polls = vec![poll(7, 1, 3010, 1, false), down(3110)];
+        assert!(!history.check().is_clean());
     }
 
     #[test]

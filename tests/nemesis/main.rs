@@ -11,8 +11,11 @@
 //! `NEMESIS_SECONDS` (default 60), `NEMESIS_STORE` = `sqlite`, `postgres`
 //! or `both` (default), `NEMESIS_PERSIST` = `interval` (default) or
 //! `on_write`, `NEMESIS_NODES` (3 to 5, default 3), `NEMESIS_PLAYERS`
-//! (default 6). Partitions need root and `ip netns`; without them the run
-//! says so and does the rest. `bench/nemesis.sh` runs longer schedules.
+//! (default 6), `NEMESIS_NETNS=false` (loopback even as root),
+//! `NEMESIS_HISTORY=FILE` (every operation, fault and poll written there,
+//! one a line, in time order). Partitions need root and `ip netns`;
+//! without them the run says so and does the rest. `bench/nemesis.sh`
+//! runs longer schedules.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -102,7 +105,12 @@ fn store_selected(store: &str) -> bool {
 }
 
 /// Namespaces for `hosts` hosts, or `None` after saying why not.
+/// `NEMESIS_NETNS=0` runs on loopback even where namespaces work.
 fn namespaces(hosts: usize) -> Option<Net> {
+    if !env_or("NEMESIS_NETNS", true) {
+        println!("partitions skipped: NEMESIS_NETNS=false; nodes run on loopback");
+        return None;
+    }
     match Net::build(hosts) {
         Ok(net) => Some(net),
         Err(why) => {
@@ -269,6 +277,12 @@ fn nemesis(kind: &str) {
         verdict.render()
     );
     println!("{report}");
+    if let Ok(path) = std::env::var("NEMESIS_HISTORY") {
+        match history.write(std::path::Path::new(&path)) {
+            Ok(()) => println!("history written to {path}"),
+            Err(error) => println!("history not written to {path}: {error}"),
+        }
+    }
     drop(cluster);
     if let Some(failure) = failure {
         panic!("a fault could not be injected: {failure}\n{report}");
