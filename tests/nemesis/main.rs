@@ -21,12 +21,14 @@
 mod support;
 
 mod check;
+mod check_tests;
 mod client;
 mod cluster;
 mod faults;
 mod net;
 mod observe;
 mod procs;
+mod report;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -144,6 +146,104 @@ impl Drop for StopOnDrop {
     }
 }
 
+/// Two or three sessions a player, each on another node slot.
+fn start_sessions(
+    cluster: &Cluster,
+    settings: &Settings,
+    players: &[u64],
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Vec<client::Op>>> {
+    let mut sessions = Vec::new();
+    for &player in players {
+        let count = 2 + (player as usize % 2);
+        for session in 0..count {
+            let worker = Session {
+                player,
+                session,
+                slot: (player as usize + session) % settings.nodes,
+                seed: settings.seed ^ (player << 8) ^ session as u64,
+            };
+            let (gateways, stop, clock) = (cluster.gateways.clone(), stop.clone(), cluster.clock);
+            sessions.push(std::thread::spawn(move || {
+                worker.run(gateways, clock, stop)
+            }));
+        }
+    }
+    sessions
+}
+
+/// Injects every planned fault in turn: what happened, and the fault that
+/// could not be injected, if one could not.
+fn run_schedule(
+    cluster: &mut Cluster,
+    schedule: &[faults::Planned],
+) -> (Vec<cluster::Injected>, Option<String>) {
+    let mut injected = Vec::new();
+    for planned in schedule {
+        std::thread::sleep(faults::ms(planned.gap_ms));
+        match cluster.inject(&planned.fault) {
+            Ok(done) => injected.push(done),
+            Err(error) => return (injected, Some(format!("{}: {error}", planned.fault))),
+        }
+    }
+    (injected, None)
+}
+
+/// Every player's counter through a fresh session on every node.
+fn final_reads(cluster: &Cluster, players: &[u64]) -> Vec<FinalRead> {
+    let mut finals = Vec::new();
+    for slot in 0..cluster.nodes.len() {
+        let gateway = cluster.gateways.read().unwrap()[slot];
+        for &player in players {
+            let value = client::read_counter(gateway, player, FINAL_READ_LIMIT);
+            finals.push(FinalRead {
+                slot,
+                player,
+                at_us: cluster.us(),
+                value,
+            });
+        }
+    }
+    finals
+}
+
+/// Prints the run's report; fails the test on a violation or on a fault
+/// that could not be injected, with the seed that reproduces it.
+fn judge(
+    kind: &str,
+    settings: &Settings,
+    history: &History,
+    verdict: &check::Verdict,
+    failure: Option<String>,
+) {
+    let report = format!(
+        "nemesis on {kind}, seed {}, persist {}:\n{}{}",
+        settings.seed,
+        settings.persist,
+        history.summary(),
+        verdict.render()
+    );
+    println!("{report}");
+    if let Ok(path) = std::env::var("NEMESIS_HISTORY") {
+        match history.write(std::path::Path::new(&path)) {
+            Ok(()) => println!("history written to {path}"),
+            Err(error) => println!("history not written to {path}: {error}"),
+        }
+    }
+    if let Some(failure) = failure {
+        panic!("a fault could not be injected: {failure}\n{report}");
+    }
+    assert!(
+        verdict.is_clean(),
+        "violations found (seed {}); reproduce with NEMESIS_SEED={} NEMESIS_SECONDS={} \
+         NEMESIS_PERSIST={} NEMESIS_STORE={kind}",
+        settings.seed,
+        settings.seed,
+        settings.seconds,
+        settings.persist
+    );
+}
+
 /// One whole run on `kind` (`sqlite` or `postgres`).
 fn nemesis(kind: &str) {
     if !store_selected(kind) {
@@ -195,35 +295,9 @@ fn nemesis(kind: &str) {
         cluster.observations.clone(),
         stop.clone(),
     );
-    let mut sessions = Vec::new();
-    for &player in &players {
-        let count = 2 + (player as usize % 2);
-        for session in 0..count {
-            let worker = Session {
-                player,
-                session,
-                slot: (player as usize + session) % settings.nodes,
-                seed: settings.seed ^ (player << 8) ^ session as u64,
-            };
-            let (gateways, stop) = (cluster.gateways.clone(), stop.clone());
-            sessions.push(std::thread::spawn(move || {
-                worker.run(gateways, clock, stop)
-            }));
-        }
-    }
+    let sessions = start_sessions(&cluster, &settings, &players, &stop);
 
-    let mut injected = Vec::new();
-    let mut failure = None;
-    for planned in &schedule {
-        std::thread::sleep(faults::ms(planned.gap_ms));
-        match cluster.inject(&planned.fault) {
-            Ok(done) => injected.push(done),
-            Err(error) => {
-                failure = Some(format!("{}: {error}", planned.fault));
-                break;
-            }
-        }
-    }
+    let (injected, failure) = run_schedule(&mut cluster, &schedule);
     cluster.heal_all();
     // A quiet end, to the run's length and at least `down_after_ms`: the
     // last fault's effects settle while the clients go on.
@@ -239,19 +313,7 @@ fn nemesis(kind: &str) {
     owners.join().unwrap();
     // Answers in flight when the clients stopped have landed by now.
     std::thread::sleep(Duration::from_secs(1));
-    let mut finals = Vec::new();
-    for slot in 0..settings.nodes {
-        let gateway = cluster.gateways.read().unwrap()[slot];
-        for &player in &players {
-            let value = client::read_counter(gateway, player, FINAL_READ_LIMIT);
-            finals.push(FinalRead {
-                slot,
-                player,
-                at_us: cluster.us(),
-                value,
-            });
-        }
-    }
+    let finals = final_reads(&cluster, &players);
     cluster.retire_all();
     let history = History {
         ops,
@@ -269,33 +331,8 @@ fn nemesis(kind: &str) {
             "the cluster did not settle within {SETTLE_TIMEOUT:?} after the last fault"
         ));
     }
-    let report = format!(
-        "nemesis on {kind}, seed {}, persist {}:\n{}{}",
-        settings.seed,
-        settings.persist,
-        history.summary(),
-        verdict.render()
-    );
-    println!("{report}");
-    if let Ok(path) = std::env::var("NEMESIS_HISTORY") {
-        match history.write(std::path::Path::new(&path)) {
-            Ok(()) => println!("history written to {path}"),
-            Err(error) => println!("history not written to {path}: {error}"),
-        }
-    }
     drop(cluster);
-    if let Some(failure) = failure {
-        panic!("a fault could not be injected: {failure}\n{report}");
-    }
-    assert!(
-        verdict.is_clean(),
-        "violations found (seed {}); reproduce with NEMESIS_SEED={} NEMESIS_SECONDS={} \
-         NEMESIS_PERSIST={} NEMESIS_STORE={kind}",
-        settings.seed,
-        settings.seed,
-        settings.seconds,
-        settings.persist
-    );
+    judge(kind, &settings, &history, &verdict, failure);
 }
 
 #[test]
