@@ -9,15 +9,48 @@ use rand::{Rng, SeedableRng};
 
 use super::procs::{DOWN_AFTER_MS, FENCE_AFTER_MS};
 
-/// What the run can do here.
-#[derive(Clone, Copy, Debug)]
+/// What the run can do here, and what it was asked to do.
+#[derive(Clone, Debug)]
 pub struct Abilities {
     /// Nodes run in namespaces: partitions can be cut.
     pub partitions: bool,
     /// The store is a server of the run's own (PostgreSQL): it can be
     /// stopped, frozen, and cut from a node.
     pub store_server: bool,
+    /// The kinds of fault asked for (`NEMESIS_FAULTS`), `None` for all. A
+    /// name also stands for the kinds it prefixes: `freeze` for
+    /// `freeze_short`, `freeze_mid` and `freeze_long`.
+    pub kinds: Option<Vec<String>>,
 }
+
+/// Every kind of fault, as `NEMESIS_FAULTS` names them.
+pub const KINDS: &[&str] = &[
+    "kill",
+    "freeze_short",
+    "freeze_mid",
+    "freeze_long",
+    "cut_peers",
+    "cut_pair",
+    "cut_store",
+    "store_stop",
+    "store_freeze",
+    "starve",
+    "takeover",
+];
+
+impl Abilities {
+    fn asked(&self, kind: &str) -> bool {
+        self.kinds.as_ref().is_none_or(|kinds| {
+            kinds
+                .iter()
+                .any(|asked| kind == asked || kind.starts_with(&format!("{asked}_")))
+        })
+    }
+}
+
+/// Draws tried for one fault before the plan ends: the kinds asked for
+/// may be none this run can do.
+const DRAWS_MAX: usize = 1000;
 
 #[derive(Clone, Debug)]
 pub enum Fault {
@@ -43,6 +76,23 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// The fault's kind, one of `KINDS`.
+    pub fn kind(&self) -> &'static str {
+        match *self {
+            Fault::Kill { .. } => "kill",
+            Fault::Freeze { ms, .. } if ms < FENCE_AFTER_MS => "freeze_short",
+            Fault::Freeze { ms, .. } if ms < DOWN_AFTER_MS => "freeze_mid",
+            Fault::Freeze { .. } => "freeze_long",
+            Fault::CutPeers { .. } => "cut_peers",
+            Fault::CutPair { .. } => "cut_pair",
+            Fault::CutStore { .. } => "cut_store",
+            Fault::StoreStop { .. } => "store_stop",
+            Fault::StoreFreeze { .. } => "store_freeze",
+            Fault::Starve { .. } => "starve",
+            Fault::Takeover { .. } => "takeover",
+        }
+    }
+
     /// How long the fault lasts, about (for planning).
     pub fn planned_ms(&self) -> u64 {
         match *self {
@@ -122,9 +172,9 @@ const WARMUP_MS: u64 = 2000;
 const GAP_MS: std::ops::RangeInclusive<u64> = 500..=2500;
 
 /// Draws one fault.
-fn draw(rng: &mut SmallRng, nodes: usize, can: Abilities, takeover_done: bool) -> Fault {
+fn draw(rng: &mut SmallRng, nodes: usize, can: &Abilities, takeover_done: bool) -> Option<Fault> {
     let slot = rng.gen_range(0..nodes);
-    loop {
+    for _ in 0..DRAWS_MAX {
         // Weights: pauses (the interval-persistence loss) most often.
         let fault = match rng.gen_range(0..16) {
             0 => Fault::Freeze {
@@ -172,13 +222,16 @@ fn draw(rng: &mut SmallRng, nodes: usize, can: Abilities, takeover_done: bool) -
             15 if !takeover_done => Fault::Takeover { slot },
             _ => continue,
         };
-        return fault;
+        if can.asked(fault.kind()) {
+            return Some(fault);
+        }
     }
+    None
 }
 
 /// The faults of a run of `seconds` from `seed`. The last
 /// `down_after_ms` of the run stay quiet.
-pub fn plan(seed: u64, seconds: u64, nodes: usize, can: Abilities) -> Vec<Planned> {
+pub fn plan(seed: u64, seconds: u64, nodes: usize, can: &Abilities) -> Vec<Planned> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let end_ms = seconds * 1000;
     let mut at_ms = WARMUP_MS;
@@ -186,7 +239,9 @@ pub fn plan(seed: u64, seconds: u64, nodes: usize, can: Abilities) -> Vec<Planne
     let mut takeover_done = false;
     let mut planned = Vec::new();
     loop {
-        let fault = draw(&mut rng, nodes, can, takeover_done);
+        let Some(fault) = draw(&mut rng, nodes, can, takeover_done) else {
+            return planned;
+        };
         if at_ms + fault.planned_ms() + DOWN_AFTER_MS > end_ms {
             return planned;
         }
@@ -200,4 +255,63 @@ pub fn plan(seed: u64, seconds: u64, nodes: usize, can: Abilities) -> Vec<Planne
 
 pub fn ms(ms: u64) -> Duration {
     Duration::from_millis(ms)
+}
+
+#[test]
+fn a_plan_is_the_seed_s_and_keeps_to_what_was_asked() {
+    let all = Abilities {
+        partitions: true,
+        store_server: true,
+        kinds: None,
+    };
+    let text = |plan: &[Planned]| format!("{plan:?}");
+    assert_eq!(text(&plan(42, 60, 3, &all)), text(&plan(42, 60, 3, &all)));
+    assert_ne!(text(&plan(42, 60, 3, &all)), text(&plan(43, 60, 3, &all)));
+    for seed in 0..20 {
+        let planned = plan(seed, 60, 3, &all);
+        assert!(!planned.is_empty());
+        let total: u64 = planned
+            .iter()
+            .map(|p| p.gap_ms + p.fault.planned_ms())
+            .sum();
+        assert!(total + DOWN_AFTER_MS <= 60_000, "seed {seed}: {total} ms");
+        let takeovers = planned
+            .iter()
+            .filter(|p| p.fault.kind() == "takeover")
+            .count();
+        assert!(takeovers <= 1, "seed {seed}: {takeovers} takeovers");
+    }
+    // Without namespaces or a store server, none of their faults.
+    let bare = Abilities {
+        partitions: false,
+        store_server: false,
+        kinds: None,
+    };
+    for seed in 0..20 {
+        for planned in plan(seed, 60, 3, &bare) {
+            assert!(
+                !planned.fault.kind().starts_with("cut"),
+                "{}",
+                planned.fault
+            );
+            assert!(
+                !planned.fault.kind().starts_with("store"),
+                "{}",
+                planned.fault
+            );
+        }
+    }
+    // Only what NEMESIS_FAULTS names; nothing when it names what cannot be.
+    let mid = Abilities {
+        kinds: Some(vec!["freeze_mid".into()]),
+        ..bare.clone()
+    };
+    let planned = plan(7, 60, 3, &mid);
+    assert!(!planned.is_empty());
+    assert!(planned.iter().all(|p| p.fault.kind() == "freeze_mid"));
+    let impossible = Abilities {
+        kinds: Some(vec!["store".into()]),
+        ..bare
+    };
+    assert!(plan(7, 60, 3, &impossible).is_empty());
 }

@@ -12,7 +12,8 @@
 //! or `both` (default), `NEMESIS_PERSIST` = `interval` (default) or
 //! `on_write`, `NEMESIS_NODES` (3 to 5, default 3), `NEMESIS_PLAYERS`
 //! (default 6), `NEMESIS_NETNS=false` (loopback even as root),
-//! `NEMESIS_HISTORY=FILE` (every operation, fault and poll written there,
+//! `NEMESIS_FAULTS=freeze_mid,kill` (the kinds of fault drawn, default
+//! all; see `faults::KINDS`), `NEMESIS_HISTORY=FILE` (every operation, fault and poll written there,
 //! one a line, in time order). Partitions need root and `ip netns`;
 //! without them the run says so and does the rest. `bench/nemesis.sh`
 //! runs longer schedules.
@@ -71,6 +72,22 @@ struct Settings {
     persist: String,
     nodes: usize,
     players: u64,
+    /// `NEMESIS_FAULTS`: the kinds of fault to draw from, or all.
+    faults: Option<Vec<String>>,
+}
+
+impl Settings {
+    /// The environment that replays this run on `kind`.
+    fn reproduce(&self, kind: &str) -> String {
+        let faults = self.faults.as_ref().map_or(String::new(), |faults| {
+            format!(" NEMESIS_FAULTS={}", faults.join(","))
+        });
+        format!(
+            "NEMESIS_SEED={} NEMESIS_SECONDS={} NEMESIS_PERSIST={} NEMESIS_STORE={kind} \
+             NEMESIS_NODES={} NEMESIS_PLAYERS={}{faults}",
+            self.seed, self.seconds, self.persist, self.nodes, self.players
+        )
+    }
 }
 
 impl Settings {
@@ -91,7 +108,24 @@ impl Settings {
             (1..=PLAYERS_MAX).contains(&players),
             "NEMESIS_PLAYERS is 1 to {PLAYERS_MAX}"
         );
+        let faults = std::env::var("NEMESIS_FAULTS").ok().map(|list| {
+            let kinds: Vec<String> = list
+                .split(',')
+                .map(|kind| kind.trim().to_string())
+                .collect();
+            for kind in &kinds {
+                assert!(
+                    faults::KINDS
+                        .iter()
+                        .any(|known| known == kind || known.starts_with(&format!("{kind}_"))),
+                    "NEMESIS_FAULTS names {kind:?}, not one of {}",
+                    faults::KINDS.join(", ")
+                );
+            }
+            kinds
+        });
         Settings {
+            faults,
             seed,
             seconds: env_or("NEMESIS_SECONDS", 60),
             persist,
@@ -235,12 +269,9 @@ fn judge(
     }
     assert!(
         verdict.is_clean(),
-        "violations found (seed {}); reproduce with NEMESIS_SEED={} NEMESIS_SECONDS={} \
-         NEMESIS_PERSIST={} NEMESIS_STORE={kind}",
+        "violations found (seed {}); reproduce with {}",
         settings.seed,
-        settings.seed,
-        settings.seconds,
-        settings.persist
+        settings.reproduce(kind)
     );
 }
 
@@ -255,16 +286,13 @@ fn nemesis(kind: &str) {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let settings = Settings::from_env();
     println!(
-        "nemesis on {kind}: seed {} ({} s, persist {}, {} nodes, {} players); \
-         reproduce with NEMESIS_SEED={} NEMESIS_SECONDS={} NEMESIS_PERSIST={} NEMESIS_STORE={kind}",
+        "nemesis on {kind}: seed {} ({} s, persist {}, {} nodes, {} players); reproduce with {}",
         settings.seed,
         settings.seconds,
         settings.persist,
         settings.nodes,
         settings.players,
-        settings.seed,
-        settings.seconds,
-        settings.persist
+        settings.reproduce(kind)
     );
     let dir = tempfile::tempdir().unwrap();
     let net = namespaces(settings.nodes + 1);
@@ -274,12 +302,13 @@ fn nemesis(kind: &str) {
     let can = Abilities {
         partitions: net.is_some(),
         store_server: matches!(store, Store::Postgres(_)),
+        kinds: settings.faults.clone(),
     };
     let spec = NodeSpec::new(dir.path(), &settings.persist, &store);
     let clock = Instant::now();
     let mut cluster =
         Cluster::start(settings.nodes, spec, store, net, clock).expect("cluster starts");
-    let schedule = plan(settings.seed, settings.seconds, settings.nodes, can);
+    let schedule = plan(settings.seed, settings.seconds, settings.nodes, &can);
     println!("schedule ({} faults):", schedule.len());
     for planned in &schedule {
         println!("  after {} ms: {}", planned.gap_ms, planned.fault);
