@@ -9,8 +9,8 @@
 #   PERSIST: interval (default) or on_write
 #   STORE:   sqlite, postgres or both (default)
 # NEMESIS_SEED=N replays a schedule; NEMESIS_FAULTS (say freeze_mid,kill),
-# NEMESIS_NODES (3-5) and
-# NEMESIS_PLAYERS pass through. Partitions need root and `ip netns`.
+# NEMESIS_NODES (3-5), NEMESIS_PLAYERS and NEMESIS_HISTORY=FILE pass
+# through. Partitions need root and `ip netns`.
 set -euo pipefail
 if [ $# -lt 1 ] || ! [[ $1 =~ ^[0-9]+$ ]] || [ "$1" -lt 1 ]; then
   echo "usage: $0 MINUTES [interval|on_write] [sqlite|postgres|both]" >&2
