@@ -1,0 +1,477 @@
+//! The checker: what a run's history must show, and the summary printed
+//! after every run.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::client::{Kind, Op, Outcome};
+use super::cluster::{Injected, Killed, TakeoverOutcome};
+use super::observe::{OwnerSeen, Poll};
+
+/// Violations printed per rule; the count says how many there were.
+pub const SHOWN_MAX: usize = 8;
+
+/// How far around an acknowledgement an ownership read still tells who
+/// owned the player then (ownership reads come every 300 ms).
+const OWNER_WINDOW_US: u64 = 1_000_000;
+
+/// How long a core may stay fenced while its node serves.
+const CORE_FENCED_MAX_US: u64 = 1_000_000;
+
+/// The final read of one player through one node.
+#[derive(Clone, Debug)]
+pub struct FinalRead {
+    pub slot: usize,
+    pub player: u64,
+    pub at_us: u64,
+    pub value: Result<i64, String>,
+}
+
+pub struct History {
+    pub ops: Vec<Op>,
+    pub polls: Vec<Poll>,
+    pub owners: Vec<OwnerSeen>,
+    pub kills: Vec<Killed>,
+    pub injected: Vec<Injected>,
+    pub takeovers: Vec<TakeoverOutcome>,
+    pub finals: Vec<FinalRead>,
+    pub interval: bool,
+}
+
+#[derive(Default)]
+pub struct Verdict {
+    /// Rule name, then one text per offence.
+    pub violations: BTreeMap<&'static str, Vec<String>>,
+    pub allowances: Vec<String>,
+    pub notes: Vec<String>,
+    /// Per player: acknowledged increments a later request did not see
+    /// (not excused), of all acknowledged.
+    pub lost: Vec<(u64, usize, usize)>,
+}
+
+impl Verdict {
+    fn violate(&mut self, rule: &'static str, text: String) {
+        self.violations.entry(rule).or_default().push(text);
+    }
+
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+pub fn secs(us: u64) -> String {
+    format!("{:.3}s", us as f64 / 1e6)
+}
+
+pub fn ok_value(op: &Op) -> Option<i64> {
+    match op.outcome {
+        Outcome::Ok(value) => Some(value),
+        _ => None,
+    }
+}
+
+impl History {
+    /// Why an increment acknowledged by `lost` may be missing from what
+    /// the player shows at `later_us`: with `interval` persistence, the
+    /// node that owned the player then was declared down (another node saw
+    /// it `down`) or killed, after the increment was sent.
+    fn excuse(&self, lost: &Op, later_us: u64) -> Option<String> {
+        if !self.interval {
+            return None;
+        }
+        let window =
+            lost.send_us.saturating_sub(OWNER_WINDOW_US)..=lost.answer_us + OWNER_WINDOW_US;
+        let seen: Vec<&OwnerSeen> = self
+            .owners
+            .iter()
+            .filter(|seen| seen.player == lost.player)
+            .collect();
+        let mut owners: Vec<u64> = seen
+            .iter()
+            .filter(|seen| window.contains(&seen.at_us))
+            .map(|seen| seen.owner)
+            .collect();
+        if let Some(before) = seen.iter().rev().find(|seen| seen.at_us < *window.start()) {
+            owners.push(before.owner);
+        }
+        if owners.is_empty() {
+            // No ownership read near it: any node may have owned it.
+            owners.extend(self.polls.iter().map(|poll| poll.node_id));
+        }
+        let incarnations = |node: u64| {
+            let mut seen: Vec<String> = seen
+                .iter()
+                .filter(|seen| seen.owner == node && window.contains(&seen.at_us))
+                .map(|seen| seen.owner_incarnation.to_string())
+                .collect();
+            seen.dedup();
+            seen.join(", ")
+        };
+        owners.sort_unstable();
+        owners.dedup();
+        for &node in &owners {
+            // A poll shows a declaration some time after it was made: it
+            // may have come before `later_us` if the observer's previous
+            // poll (which did not show it, or did) was sent before then.
+            let declared = self.polls.iter().enumerate().find_map(|(at, poll)| {
+                if poll.node_id == node || poll.answer_us <= lost.send_us {
+                    return None;
+                }
+                let member = poll
+                    .members
+                    .iter()
+                    .find(|member| member.node_id == node && member.state == "down")?;
+                // Each process's polls are pushed in the order it made them.
+                let previous = self.polls[..at].iter().rev().find(|p| p.pid == poll.pid);
+                let possible_from = previous.map_or(0, |previous| previous.send_us);
+                (possible_from < later_us).then_some((poll, member.incarnation))
+            });
+            if let Some((poll, incarnation)) = declared {
+                return Some(format!(
+                    "node {node} (owner incarnation {}), owner of player {} then, was seen down (incarnation {incarnation}) by node {} at {}",
+                    incarnations(node),
+                    lost.player,
+                    poll.node_id,
+                    secs(poll.answer_us)
+                ));
+            }
+            let killed = self.kills.iter().find(|kill| {
+                kill.node_id == node && kill.at_us > lost.send_us && kill.at_us < later_us
+            });
+            if let Some(kill) = killed {
+                return Some(format!(
+                    "node {node}, owner of player {} then, was killed at {}",
+                    lost.player,
+                    secs(kill.at_us)
+                ));
+            }
+        }
+        None
+    }
+
+    fn allow(
+        &self,
+        verdict: &mut Verdict,
+        rule: &'static str,
+        lost: &Op,
+        later: String,
+        why: String,
+    ) {
+        verdict
+            .allowances
+            .push(format!("{rule}: {lost} then {later}: allowed, {why}"));
+    }
+
+    /// Every acknowledged increment value is unique per player.
+    fn check_unique(&self, verdict: &mut Verdict, by_player: &BTreeMap<u64, Vec<&Op>>) {
+        for ops in by_player.values() {
+            let mut by_value: HashMap<i64, Vec<&Op>> = HashMap::new();
+            for op in ops.iter().filter(|op| op.kind == Kind::Incr) {
+                if let Some(value) = ok_value(op) {
+                    by_value.entry(value).or_default().push(op);
+                }
+            }
+            let mut repeated: Vec<_> = by_value.into_values().filter(|ops| ops.len() > 1).collect();
+            repeated.sort_by_key(|ops| ops[0].answer_us);
+            for mut ops in repeated {
+                ops.sort_by_key(|op| op.answer_us);
+                let first = ops[0];
+                for later in &ops[1..] {
+                    match self.excuse(first, later.answer_us) {
+                        Some(why) => self.allow(verdict, "unique", first, later.to_string(), why),
+                        None => verdict.violate(
+                            "every acknowledged value unique per player",
+                            format!("{first}\n      and {later}"),
+                        ),
+                    }
+                }
+            }
+        }
+    }
+
+    /// An increment (a get) sent after another increment was acknowledged
+    /// returns a larger (no smaller) value.
+    fn check_order(&self, verdict: &mut Verdict, by_player: &BTreeMap<u64, Vec<&Op>>) {
+        for ops in by_player.values() {
+            let mut acked: Vec<&Op> = ops
+                .iter()
+                .copied()
+                .filter(|op| op.kind == Kind::Incr && ok_value(op).is_some())
+                .collect();
+            acked.sort_by_key(|op| op.answer_us);
+            let mut readers: Vec<&Op> = ops
+                .iter()
+                .copied()
+                .filter(|op| ok_value(op).is_some())
+                .collect();
+            readers.sort_by_key(|op| op.send_us);
+            // Sweep: `best` is the largest acknowledged value answered
+            // before the reader was sent.
+            let mut next = 0;
+            let mut best: Option<&Op> = None;
+            for reader in readers {
+                while next < acked.len() && acked[next].answer_us < reader.send_us {
+                    if best.is_none_or(|best| ok_value(acked[next]) > ok_value(best)) {
+                        best = Some(acked[next]);
+                    }
+                    next += 1;
+                }
+                let Some(top) = best else { continue };
+                let value = ok_value(reader).unwrap();
+                let too_small = |earlier: &Op| match reader.kind {
+                    Kind::Incr => value <= ok_value(earlier).unwrap(),
+                    Kind::Get => value < ok_value(earlier).unwrap(),
+                };
+                if !too_small(top) {
+                    continue;
+                }
+                // Every earlier acknowledgement it is below must be excused.
+                let offending = acked[..next]
+                    .iter()
+                    .filter(|earlier| too_small(earlier))
+                    .find(|earlier| self.excuse(earlier, reader.answer_us).is_none());
+                match offending {
+                    Some(earlier) => verdict.violate(
+                        "a request sent after an increment was acknowledged sees it",
+                        format!("{earlier}\n      then {reader}"),
+                    ),
+                    None => {
+                        let why = self.excuse(top, reader.answer_us).unwrap();
+                        self.allow(verdict, "order", top, reader.to_string(), why);
+                    }
+                }
+            }
+        }
+    }
+
+    /// How many of a player's acknowledged increments some later request
+    /// did not see (a get below it, an increment at or below it), not
+    /// excused: the size of a loss, where the order rule lists pairs.
+    fn count_lost(&self, ops: &[&Op]) -> (usize, usize) {
+        // A reader's key: the smallest acknowledged value it contradicts.
+        let mut readers: Vec<(u64, i64, &Op)> = ops
+            .iter()
+            .filter_map(|op| {
+                let value = ok_value(op)?;
+                Some(match op.kind {
+                    Kind::Incr => (op.send_us, value, *op),
+                    Kind::Get => (op.send_us, value + 1, *op),
+                })
+            })
+            .collect();
+        readers.sort_by_key(|reader| reader.0);
+        let mut lowest: Vec<(i64, &Op)> = Vec::with_capacity(readers.len());
+        for reader in readers.iter().rev() {
+            match lowest.last() {
+                Some(&(key, _)) if key <= reader.1 => lowest.push(*lowest.last().unwrap()),
+                _ => lowest.push((reader.1, reader.2)),
+            }
+        }
+        lowest.reverse();
+        let (mut lost, mut acked) = (0, 0);
+        for op in ops.iter().filter(|op| op.kind == Kind::Incr) {
+            let Some(value) = ok_value(op) else { continue };
+            acked += 1;
+            let first = readers.partition_point(|reader| reader.0 <= op.answer_us);
+            let Some(&(key, reader)) = lowest.get(first) else {
+                continue;
+            };
+            if key <= value && self.excuse(op, reader.answer_us).is_none() {
+                lost += 1;
+            }
+        }
+        (lost, acked)
+    }
+
+    /// The final counters: every node agrees, no acknowledged increment
+    /// is missing, and none counted more than was sent.
+    fn check_finals(&self, verdict: &mut Verdict, by_player: &BTreeMap<u64, Vec<&Op>>) {
+        let mut finals: BTreeMap<u64, Vec<&FinalRead>> = BTreeMap::new();
+        for read in &self.finals {
+            finals.entry(read.player).or_default().push(read);
+        }
+        for (player, reads) in finals {
+            let ops = by_player.get(&player).cloned().unwrap_or_default();
+            let incrs = ops.iter().filter(|op| op.kind == Kind::Incr);
+            let acked = incrs.clone().filter(|op| ok_value(op).is_some()).count() as i64;
+            let uncertain = incrs
+                .clone()
+                .filter(|op| matches!(op.outcome, Outcome::Uncertain(_)))
+                .count() as i64;
+            let top = incrs
+                .filter(|op| ok_value(op).is_some())
+                .max_by_key(|op| ok_value(op));
+            let values: Vec<String> = reads
+                .iter()
+                .map(|read| match &read.value {
+                    Ok(value) => format!("node {}: {value}", read.slot + 1),
+                    Err(error) => format!("node {}: unread ({error})", read.slot + 1),
+                })
+                .collect();
+            let read_values: Vec<i64> = reads
+                .iter()
+                .filter_map(|read| read.value.clone().ok())
+                .collect();
+            if read_values.len() < reads.len() || read_values.windows(2).any(|w| w[0] != w[1]) {
+                verdict.violate(
+                    "all nodes agree on the final counter",
+                    format!("player {player}: {}", values.join(", ")),
+                );
+            }
+            for read in reads {
+                let Ok(value) = read.value else { continue };
+                if value > acked + uncertain {
+                    verdict.violate(
+                        "final <= acknowledged + uncertain increments",
+                        format!(
+                            "player {player} node {}: final {value} > {acked} acknowledged + {uncertain} uncertain",
+                            read.slot + 1
+                        ),
+                    );
+                }
+                let Some(top) = top else { continue };
+                if value >= ok_value(top).unwrap() {
+                    continue;
+                }
+                let later = format!(
+                    "final read {value} through node {} at {}",
+                    read.slot + 1,
+                    secs(read.at_us)
+                );
+                match self.excuse(top, read.at_us) {
+                    Some(why) => self.allow(verdict, "final", top, later, why),
+                    None => verdict.violate(
+                        "final counter >= the largest acknowledged value",
+                        format!("{top}\n      then {later}"),
+                    ),
+                }
+            }
+        }
+    }
+
+    /// Never two unfenced processes with one node id at once. A process
+    /// polled unfenced twice in one incarnation was unfenced in between
+    /// (a fence ends only with a new incarnation), so only such spans are
+    /// compared: the rule cannot see what was not, only miss what was.
+    fn check_one_process_per_id(&self, verdict: &mut Verdict) {
+        let mut by_pid: BTreeMap<u32, Vec<&Poll>> = BTreeMap::new();
+        for poll in &self.polls {
+            by_pid.entry(poll.pid).or_default().push(poll);
+        }
+        // (node id, pid, serial, incarnation, from, to)
+        let mut spans: Vec<(u64, u32, u32, u64, u64, u64)> = Vec::new();
+        for polls in by_pid.values_mut() {
+            polls.sort_by_key(|poll| poll.send_us);
+            for pair in polls.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                if !a.fenced
+                    && !b.fenced
+                    && a.incarnation == b.incarnation
+                    && a.answer_us < b.send_us
+                {
+                    spans.push((
+                        a.node_id,
+                        a.pid,
+                        a.serial,
+                        a.incarnation,
+                        a.answer_us,
+                        b.send_us,
+                    ));
+                }
+            }
+        }
+        let mut reported = std::collections::HashSet::new();
+        for (i, a) in spans.iter().enumerate() {
+            for b in &spans[i + 1..] {
+                if a.0 != b.0 || a.1 == b.1 || a.4.max(b.4) >= a.5.min(b.5) {
+                    continue;
+                }
+                if !reported.insert((a.1.min(b.1), a.1.max(b.1))) {
+                    continue;
+                }
+                verdict.violate(
+                    "never two unfenced processes with one id",
+                    format!(
+                        "node id {}: pid {} (start {}, incarnation {}) unfenced {}..{} and pid {} (start {}, incarnation {}) unfenced {}..{}",
+                        a.0, a.1, a.2, a.3, secs(a.4), secs(a.5), b.1, b.2, b.3, secs(b.4), secs(b.5)
+                    ),
+                );
+            }
+        }
+    }
+
+    /// No core fenced for longer than `CORE_FENCED_MAX_US` while its
+    /// node's top-level fence is off.
+    fn check_cores(&self, verdict: &mut Verdict) {
+        if self.polls.iter().all(|poll| poll.cores.is_none()) {
+            verdict.notes.push(
+                "skipped \"no core fenced while its node serves\": /cluster reports no cores"
+                    .into(),
+            );
+            return;
+        }
+        let mut by_pid: BTreeMap<u32, Vec<&Poll>> = BTreeMap::new();
+        for poll in &self.polls {
+            by_pid.entry(poll.pid).or_default().push(poll);
+        }
+        for polls in by_pid.values_mut() {
+            polls.sort_by_key(|poll| poll.send_us);
+            // core -> (first poll that saw it fenced while the node serves)
+            let mut since: HashMap<u64, &Poll> = HashMap::new();
+            for poll in polls.iter() {
+                let fenced_cores: Vec<u64> = match (&poll.cores, poll.fenced) {
+                    (Some(cores), false) => {
+                        cores.iter().filter(|c| c.fenced).map(|c| c.core).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                since.retain(|core, first| {
+                    fenced_cores.contains(core) && first.incarnation == poll.incarnation
+                });
+                for core in fenced_cores {
+                    let first = *since.entry(core).or_insert(poll);
+                    if poll.send_us > first.answer_us + CORE_FENCED_MAX_US {
+                        verdict.violate(
+                            "no core fenced while its node serves",
+                            format!(
+                                "node id {} pid {} core {core}: fenced from {} to {} while the node was not",
+                                poll.node_id,
+                                poll.pid,
+                                secs(first.answer_us),
+                                secs(poll.send_us)
+                            ),
+                        );
+                        since.remove(&core);
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn check(&self) -> Verdict {
+        let mut verdict = Verdict::default();
+        let mut by_player: BTreeMap<u64, Vec<&Op>> = BTreeMap::new();
+        for op in &self.ops {
+            by_player.entry(op.player).or_default().push(op);
+        }
+        self.check_unique(&mut verdict, &by_player);
+        self.check_order(&mut verdict, &by_player);
+        for (player, ops) in &by_player {
+            let (lost, acked) = self.count_lost(ops);
+            if lost > 0 {
+                verdict.lost.push((*player, lost, acked));
+            }
+        }
+        self.check_finals(&mut verdict, &by_player);
+        self.check_one_process_per_id(&mut verdict);
+        self.check_cores(&mut verdict);
+        for takeover in &self.takeovers {
+            if !takeover.first_exited_as_fixed {
+                verdict.violate(
+                    "a process whose id was taken exits",
+                    format!("node {}: {}", takeover.node_id, takeover.description),
+                );
+            }
+        }
+        verdict
+    }
+}

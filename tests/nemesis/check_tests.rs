@@ -1,0 +1,259 @@
+//! The checker on small made-up histories: each rule fires on the history
+//! that breaks it and stays quiet on the one that does not.
+
+use super::check::{FinalRead, History};
+use super::client::{Kind, Op, Outcome};
+use super::observe::{CoreView, MemberView, OwnerSeen, Poll};
+
+fn op(player: u64, kind: Kind, send_ms: u64, answer_ms: u64, outcome: Outcome) -> Op {
+    Op {
+        player,
+        session: 0,
+        slot: 0,
+        kind,
+        send_us: send_ms * 1000,
+        answer_us: answer_ms * 1000,
+        outcome,
+    }
+}
+
+fn incr(send_ms: u64, answer_ms: u64, value: i64) -> Op {
+    op(1, Kind::Incr, send_ms, answer_ms, Outcome::Ok(value))
+}
+
+fn history(ops: Vec<Op>, interval: bool) -> History {
+    History {
+        ops,
+        polls: Vec::new(),
+        owners: Vec::new(),
+        kills: Vec::new(),
+        injected: Vec::new(),
+        takeovers: Vec::new(),
+        finals: Vec::new(),
+        interval,
+    }
+}
+
+fn final_read(value: i64) -> FinalRead {
+    FinalRead {
+        slot: 0,
+        player: 1,
+        at_us: 10_000_000,
+        value: Ok(value),
+    }
+}
+
+fn poll(pid: u32, node_id: u64, at_ms: u64, incarnation: u64, fenced: bool) -> Poll {
+    Poll {
+        pid,
+        serial: pid,
+        send_us: at_ms * 1000,
+        answer_us: at_ms * 1000 + 1000,
+        node_id,
+        incarnation,
+        fenced,
+        members: Vec::new(),
+        cores: None,
+    }
+}
+
+#[test]
+fn a_clean_history_passes() {
+    let mut history = history(
+        vec![
+            incr(0, 1, 1),
+            incr(2, 3, 2),
+            op(1, Kind::Get, 4, 5, Outcome::Ok(2)),
+            op(1, Kind::Incr, 6, 7, Outcome::Uncertain("TIMEOUT".into())),
+            incr(8, 9, 4),
+        ],
+        false,
+    );
+    history.finals = vec![final_read(4)];
+    let verdict = history.check();
+    assert!(verdict.is_clean(), "{}", verdict.render());
+    assert!(verdict.lost.is_empty());
+}
+
+#[test]
+fn a_value_that_goes_back_is_found() {
+    let history = history(vec![incr(0, 1, 1), incr(2, 3, 2), incr(4, 5, 2)], false);
+    let verdict = history.check();
+    assert!(verdict
+        .violations
+        .contains_key("every acknowledged value unique per player"));
+    assert!(verdict
+        .violations
+        .contains_key("a request sent after an increment was acknowledged sees it"));
+    assert_eq!(verdict.lost, vec![(1, 1, 3)]);
+}
+
+#[test]
+fn a_get_below_an_acknowledged_increment_is_found() {
+    let history = history(
+        vec![incr(0, 1, 5), op(1, Kind::Get, 2, 3, Outcome::Ok(4))],
+        false,
+    );
+    assert!(!history.check().is_clean());
+}
+
+#[test]
+fn concurrent_requests_may_answer_in_any_order() {
+    // The second increment was sent before the first was answered.
+    let mut history = history(vec![incr(0, 5, 2), incr(1, 2, 1)], false);
+    history.finals = vec![final_read(2)];
+    let verdict = history.check();
+    assert!(verdict.is_clean(), "{}", verdict.render());
+}
+
+#[test]
+fn final_counters_are_bounded_both_ways() {
+    let mut low = history(vec![incr(0, 1, 1), incr(2, 3, 2)], false);
+    low.finals = vec![final_read(1)];
+    assert!(low
+        .check()
+        .violations
+        .contains_key("final counter >= the largest acknowledged value"));
+    let mut high = history(
+        vec![
+            incr(0, 1, 1),
+            op(1, Kind::Incr, 2, 3, Outcome::Uncertain("closed".into())),
+        ],
+        false,
+    );
+    high.finals = vec![final_read(3)];
+    assert!(high
+        .check()
+        .violations
+        .contains_key("final <= acknowledged + uncertain increments"));
+    let mut disagree = history(vec![incr(0, 1, 1)], false);
+    disagree.finals = vec![
+        final_read(1),
+        FinalRead {
+            slot: 1,
+            ..final_read(0)
+        },
+    ];
+    assert!(disagree
+        .check()
+        .violations
+        .contains_key("all nodes agree on the final counter"));
+}
+
+#[test]
+fn an_interval_loss_is_allowed_only_after_the_owner_was_declared_down() {
+    let ops = vec![incr(0, 1, 1), incr(100, 101, 2), incr(3000, 3001, 1)];
+    let owners = vec![OwnerSeen {
+        player: 1,
+        at_us: 50_000,
+        owner: 2,
+        owner_incarnation: 1,
+    }];
+    // No declaration: a violation even with interval persistence.
+    let mut undeclared = history(ops.clone(), true);
+    undeclared.owners = owners.clone();
+    assert!(!undeclared.check().is_clean());
+    // Node 1 saw node 2 down after the lost acknowledgement.
+    let mut declared = history(ops.clone(), true);
+    declared.owners = owners.clone();
+    let mut seen_down = poll(7, 1, 2000, 1, false);
+    seen_down.members.push(MemberView {
+        node_id: 2,
+        incarnation: 1,
+        state: "down".into(),
+    });
+    declared.polls.push(seen_down.clone());
+    let verdict = declared.check();
+    assert!(verdict.is_clean(), "{}", verdict.render());
+    assert!(!verdict.allowances.is_empty());
+    // The same with on_write: never allowed.
+    let mut on_write = history(ops, false);
+    on_write.owners = owners;
+    on_write.polls.push(seen_down);
+    assert!(!on_write.check().is_clean());
+}
+
+#[test]
+fn a_declaration_a_poll_saw_late_still_allows_the_loss() {
+    let ops = vec![incr(0, 1, 1), incr(100, 101, 2), incr(3000, 3001, 1)];
+    let mut history = history(ops, true);
+    history.owners = vec![OwnerSeen {
+        player: 1,
+        at_us: 50_000,
+        owner: 2,
+        owner_incarnation: 1,
+    }];
+    let down = |at_ms| {
+        let mut poll = poll(7, 1, at_ms, 1, false);
+        poll.members.push(MemberView {
+            node_id: 2,
+            incarnation: 1,
+            state: "down".into(),
+        });
+        poll
+    };
+    // The poll before the one that shows it was sent before the
+    // increment that went back: the declaration may have preceded it.
+    history.polls = vec![poll(7, 1, 2950, 1, false), down(3050)];
+    assert!(history.check().is_clean());
+    // Seen only by polls that all came after it: no allowance.
+    history.polls = vec![poll(7, 1, 3010, 1, false), down(3110)];
+    assert!(!history.check().is_clean());
+}
+
+#[test]
+fn two_unfenced_processes_with_one_id_are_found() {
+    let mut history = history(Vec::new(), false);
+    history.polls = vec![
+        poll(10, 1, 0, 3, false),
+        poll(10, 1, 100, 3, false),
+        poll(11, 1, 50, 4, false),
+        poll(11, 1, 150, 4, false),
+    ];
+    assert!(history
+        .check()
+        .violations
+        .contains_key("never two unfenced processes with one id"));
+    // One fenced while the other serves is the handover done right.
+    history.polls[3].fenced = true;
+    history.polls[2].fenced = true;
+    assert!(history.check().is_clean());
+}
+
+#[test]
+fn a_restart_after_a_kill_is_not_two_processes() {
+    let mut history = history(Vec::new(), false);
+    history.polls = vec![
+        poll(10, 1, 0, 3, false),
+        poll(10, 1, 100, 3, false),
+        poll(11, 1, 200, 4, false),
+        poll(11, 1, 300, 4, false),
+    ];
+    assert!(history.check().is_clean());
+}
+
+#[test]
+fn a_core_fenced_while_its_node_serves_is_found_past_a_second() {
+    let fenced_core = |pid, at_ms| Poll {
+        cores: Some(vec![
+            CoreView {
+                core: 0,
+                fenced: false,
+            },
+            CoreView {
+                core: 1,
+                fenced: true,
+            },
+        ]),
+        ..poll(pid, 1, at_ms, 1, false)
+    };
+    let mut brief = history(Vec::new(), false);
+    brief.polls = (0..5).map(|i| fenced_core(10, i * 100)).collect();
+    assert!(brief.check().is_clean());
+    let mut long = history(Vec::new(), false);
+    long.polls = (0..15).map(|i| fenced_core(10, i * 100)).collect();
+    assert!(long
+        .check()
+        .violations
+        .contains_key("no core fenced while its node serves"));
+}

@@ -1,0 +1,451 @@
+//! A Jepsen-style test of routerd on real processes: 3 to 5 `routerd
+//! serve` nodes on one store (a SQLite file, or a throwaway PostgreSQL
+//! server), clients with two or three sessions per player on different
+//! nodes (`duplicate_login = "multi"`) sending +1 increments and gets, and a
+//! nemesis drawn from a seed that kills, freezes, cuts off and starves
+//! nodes, stops and freezes the store, and starts a second process with a
+//! live node's id. The checker then holds the history to what the
+//! protocol promises (see `check.rs`).
+//!
+//! Knobs (environment): `NEMESIS_SEED` (default: random, printed),
+//! `NEMESIS_SECONDS` (default 60), `NEMESIS_STORE` = `sqlite`, `postgres`
+//! or `both` (default), `NEMESIS_PERSIST` = `interval` (default) or
+//! `on_write`, `NEMESIS_NODES` (3 to 5, default 3), `NEMESIS_PLAYERS`
+//! (default 6), `NEMESIS_NETNS=false` (loopback even as root),
+//! `NEMESIS_FAULTS=freeze_mid,kill` (the kinds of fault drawn, default
+//! all; see `faults::KINDS`), `NEMESIS_HISTORY=FILE` (every operation, fault and poll written there,
+//! one a line, in time order). Partitions need root and `ip netns`;
+//! without them the run says so and does the rest. `bench/nemesis.sh`
+//! runs longer schedules.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod check;
+mod check_tests;
+mod client;
+mod cluster;
+mod faults;
+mod net;
+mod observe;
+mod procs;
+mod report;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use check::{FinalRead, History};
+use client::Session;
+use cluster::{Cluster, SETTLE_TIMEOUT, TAKEN_MESSAGE};
+use faults::{plan, Abilities, Fault};
+use net::{Net, HOSTS_MAX};
+use procs::{NodeSpec, Postgres, Store, DOWN_AFTER_MS};
+
+/// Runs never overlap: each needs the machine's two CPUs to itself, as
+/// far as timing goes.
+static ONE_RUN: Mutex<()> = Mutex::new(());
+
+/// Node counts a run accepts.
+const NODES_MIN: usize = 3;
+const NODES_MAX: usize = 5;
+
+/// Players a run accepts at most (each has two or three sessions).
+const PLAYERS_MAX: u64 = 32;
+
+/// How long a final read may keep trying one node.
+const FINAL_READ_LIMIT: Duration = Duration::from_secs(15);
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={text:?} is not valid")),
+        Err(_) => default,
+    }
+}
+
+/// A run's settings, from the environment.
+struct Settings {
+    seed: u64,
+    seconds: u64,
+    persist: String,
+    nodes: usize,
+    players: u64,
+    /// `NEMESIS_FAULTS`: the kinds of fault to draw from, or all.
+    faults: Option<Vec<String>>,
+}
+
+impl Settings {
+    /// The environment that replays this run on `kind`.
+    fn reproduce(&self, kind: &str) -> String {
+        let faults = self.faults.as_ref().map_or(String::new(), |faults| {
+            format!(" NEMESIS_FAULTS={}", faults.join(","))
+        });
+        format!(
+            "NEMESIS_SEED={} NEMESIS_SECONDS={} NEMESIS_PERSIST={} NEMESIS_STORE={kind} \
+             NEMESIS_NODES={} NEMESIS_PLAYERS={}{faults}",
+            self.seed, self.seconds, self.persist, self.nodes, self.players
+        )
+    }
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let seed = env_or("NEMESIS_SEED", rand::random::<u64>() % 1_000_000);
+        let persist: String = env_or("NEMESIS_PERSIST", "interval".to_string());
+        assert!(
+            persist == "interval" || persist == "on_write",
+            "NEMESIS_PERSIST is interval or on_write, not {persist:?}"
+        );
+        let nodes = env_or("NEMESIS_NODES", NODES_MIN);
+        assert!(
+            (NODES_MIN..=NODES_MAX).contains(&nodes) && nodes < HOSTS_MAX,
+            "NEMESIS_NODES is {NODES_MIN} to {NODES_MAX}"
+        );
+        let players = env_or("NEMESIS_PLAYERS", 6u64);
+        assert!(
+            (1..=PLAYERS_MAX).contains(&players),
+            "NEMESIS_PLAYERS is 1 to {PLAYERS_MAX}"
+        );
+        let faults = std::env::var("NEMESIS_FAULTS").ok().map(|list| {
+            let kinds: Vec<String> = list
+                .split(',')
+                .map(|kind| kind.trim().to_string())
+                .collect();
+            for kind in &kinds {
+                assert!(
+                    faults::KINDS
+                        .iter()
+                        .any(|known| known == kind || known.starts_with(&format!("{kind}_"))),
+                    "NEMESIS_FAULTS names {kind:?}, not one of {}",
+                    faults::KINDS.join(", ")
+                );
+            }
+            kinds
+        });
+        Settings {
+            faults,
+            seed,
+            seconds: env_or("NEMESIS_SECONDS", 60),
+            persist,
+            nodes,
+            players,
+        }
+    }
+}
+
+fn store_selected(store: &str) -> bool {
+    let chosen: String = env_or("NEMESIS_STORE", "both".to_string());
+    chosen == "both" || chosen == store
+}
+
+/// Namespaces for `hosts` hosts, or `None` after saying why not.
+/// `NEMESIS_NETNS=0` runs on loopback even where namespaces work.
+fn namespaces(hosts: usize) -> Option<Net> {
+    if !env_or("NEMESIS_NETNS", true) {
+        println!("partitions skipped: NEMESIS_NETNS=false; nodes run on loopback");
+        return None;
+    }
+    match Net::build(hosts) {
+        Ok(net) => Some(net),
+        Err(why) => {
+            println!(
+                "partitions skipped: network namespaces unavailable ({why}); nodes run on loopback"
+            );
+            None
+        }
+    }
+}
+
+/// The store of a run on `kind`, or `None` when it is not installed.
+fn open_store(kind: &str, dir: &std::path::Path, net: Option<&Net>) -> Option<Store> {
+    match kind {
+        "sqlite" => {
+            println!("with SQLite, \"node from store\" and \"store stopped\" faults do not apply");
+            Some(Store::Sqlite(dir.join("cluster.db")))
+        }
+        _ => Postgres::start(net)
+            .expect("PostgreSQL starts")
+            .map(|pg| Store::Postgres(Box::new(pg))),
+    }
+}
+
+/// Stops the clients and pollers when a run ends, also by a panic.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Two or three sessions a player, each on another node slot.
+fn start_sessions(
+    cluster: &Cluster,
+    settings: &Settings,
+    players: &[u64],
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Vec<client::Op>>> {
+    let mut sessions = Vec::new();
+    for &player in players {
+        let count = 2 + (player as usize % 2);
+        for session in 0..count {
+            let worker = Session {
+                player,
+                session,
+                slot: (player as usize + session) % settings.nodes,
+                seed: settings.seed ^ (player << 8) ^ session as u64,
+            };
+            let (gateways, stop, clock) = (cluster.gateways.clone(), stop.clone(), cluster.clock);
+            sessions.push(std::thread::spawn(move || {
+                worker.run(gateways, clock, stop)
+            }));
+        }
+    }
+    sessions
+}
+
+/// Injects every planned fault in turn: what happened, and the fault that
+/// could not be injected, if one could not.
+fn run_schedule(
+    cluster: &mut Cluster,
+    schedule: &[faults::Planned],
+) -> (Vec<cluster::Injected>, Option<String>) {
+    let mut injected = Vec::new();
+    for planned in schedule {
+        std::thread::sleep(faults::ms(planned.gap_ms));
+        match cluster.inject(&planned.fault) {
+            Ok(done) => injected.push(done),
+            Err(error) => return (injected, Some(format!("{}: {error}", planned.fault))),
+        }
+    }
+    (injected, None)
+}
+
+/// Every player's counter through a fresh session on every node.
+fn final_reads(cluster: &Cluster, players: &[u64]) -> Vec<FinalRead> {
+    let mut finals = Vec::new();
+    for slot in 0..cluster.nodes.len() {
+        let gateway = cluster.gateways.read().unwrap()[slot];
+        for &player in players {
+            let value = client::read_counter(gateway, player, FINAL_READ_LIMIT);
+            finals.push(FinalRead {
+                slot,
+                player,
+                at_us: cluster.us(),
+                value,
+            });
+        }
+    }
+    finals
+}
+
+/// Prints the run's report; fails the test on a violation or on a fault
+/// that could not be injected, with the seed that reproduces it.
+fn judge(
+    kind: &str,
+    settings: &Settings,
+    history: &History,
+    verdict: &check::Verdict,
+    failure: Option<String>,
+) {
+    let report = format!(
+        "nemesis on {kind}, seed {}, persist {}:\n{}{}",
+        settings.seed,
+        settings.persist,
+        history.summary(),
+        verdict.render()
+    );
+    println!("{report}");
+    if let Ok(path) = std::env::var("NEMESIS_HISTORY") {
+        match history.write(std::path::Path::new(&path)) {
+            Ok(()) => println!("history written to {path}"),
+            Err(error) => println!("history not written to {path}: {error}"),
+        }
+    }
+    if let Some(failure) = failure {
+        panic!("a fault could not be injected: {failure}\n{report}");
+    }
+    assert!(
+        verdict.is_clean(),
+        "violations found (seed {}); reproduce with {}",
+        settings.seed,
+        settings.reproduce(kind)
+    );
+}
+
+/// One whole run on `kind` (`sqlite` or `postgres`).
+fn nemesis(kind: &str) {
+    if !store_selected(kind) {
+        println!("skipped: NEMESIS_STORE does not select {kind}");
+        return;
+    }
+    let _one = ONE_RUN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let settings = Settings::from_env();
+    println!(
+        "nemesis on {kind}: seed {} ({} s, persist {}, {} nodes, {} players); reproduce with {}",
+        settings.seed,
+        settings.seconds,
+        settings.persist,
+        settings.nodes,
+        settings.players,
+        settings.reproduce(kind)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let net = namespaces(settings.nodes + 1);
+    let Some(store) = open_store(kind, dir.path(), net.as_ref()) else {
+        return;
+    };
+    let can = Abilities {
+        partitions: net.is_some(),
+        store_server: matches!(store, Store::Postgres(_)),
+        kinds: settings.faults.clone(),
+    };
+    let spec = NodeSpec::new(dir.path(), &settings.persist, &store);
+    let clock = Instant::now();
+    let mut cluster =
+        Cluster::start(settings.nodes, spec, store, net, clock).expect("cluster starts");
+    let schedule = plan(settings.seed, settings.seconds, settings.nodes, &can);
+    println!("schedule ({} faults):", schedule.len());
+    for planned in &schedule {
+        println!("  after {} ms: {}", planned.gap_ms, planned.fault);
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let _stop_on_panic = StopOnDrop(stop.clone());
+    let players: Vec<u64> = (1..=settings.players).collect();
+    let owners = observe::poll_owners(
+        players.clone(),
+        cluster.admins.clone(),
+        clock,
+        cluster.observations.clone(),
+        stop.clone(),
+    );
+    let sessions = start_sessions(&cluster, &settings, &players, &stop);
+
+    let (injected, failure) = run_schedule(&mut cluster, &schedule);
+    cluster.heal_all();
+    // A quiet end, to the run's length and at least `down_after_ms`: the
+    // last fault's effects settle while the clients go on.
+    let quiet_until = (clock + Duration::from_secs(settings.seconds))
+        .max(Instant::now() + faults::ms(DOWN_AFTER_MS));
+    std::thread::sleep(quiet_until.saturating_duration_since(Instant::now()));
+    let settled = cluster.settle(SETTLE_TIMEOUT);
+    stop.store(true, Ordering::Release);
+    let ops: Vec<client::Op> = sessions
+        .into_iter()
+        .flat_map(|session| session.join().expect("session thread"))
+        .collect();
+    owners.join().unwrap();
+    // Answers in flight when the clients stopped have landed by now.
+    std::thread::sleep(Duration::from_secs(1));
+    let finals = final_reads(&cluster, &players);
+    cluster.retire_all();
+    let history = History {
+        ops,
+        polls: std::mem::take(&mut *cluster.observations.polls.lock().unwrap()),
+        owners: std::mem::take(&mut *cluster.observations.owners.lock().unwrap()),
+        kills: cluster.kills.clone(),
+        injected,
+        takeovers: cluster.takeovers.clone(),
+        finals,
+        interval: settings.persist == "interval",
+    };
+    let mut verdict = history.check();
+    if !settled {
+        verdict.notes.push(format!(
+            "the cluster did not settle within {SETTLE_TIMEOUT:?} after the last fault"
+        ));
+    }
+    drop(cluster);
+    judge(kind, &settings, &history, &verdict, failure);
+}
+
+#[test]
+fn nemesis_on_sqlite() {
+    nemesis("sqlite");
+}
+
+#[test]
+fn nemesis_on_postgres() {
+    nemesis("postgres");
+}
+
+/// Item 2 alone: node 1's first process is cut off (frozen on SQLite, cut
+/// from the store on PostgreSQL) until its row stood still for
+/// `down_after_ms`, a second process starts with id 1, the first is let
+/// back: it must exit 1 saying its id was taken, and never serve beside
+/// the second.
+fn takeover(kind: &str) {
+    if !store_selected(kind) {
+        println!("skipped: NEMESIS_STORE does not select {kind}");
+        return;
+    }
+    let _one = ONE_RUN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = NODES_MIN;
+    let net = namespaces(nodes + 1);
+    let Some(store) = open_store(kind, dir.path(), net.as_ref()) else {
+        return;
+    };
+    let spec = NodeSpec::new(dir.path(), "on_write", &store);
+    let clock = Instant::now();
+    let mut cluster = Cluster::start(nodes, spec, store, net, clock).expect("cluster starts");
+    let done = cluster
+        .inject(&Fault::Takeover { slot: 0 })
+        .expect("takeover runs");
+    for note in &done.notes {
+        println!("{note}");
+    }
+    // The survivor serves node 1 and the cluster settles around it.
+    assert!(cluster.settle(SETTLE_TIMEOUT), "the cluster settles");
+    cluster.retire_all();
+    let history = History {
+        ops: Vec::new(),
+        polls: std::mem::take(&mut *cluster.observations.polls.lock().unwrap()),
+        owners: Vec::new(),
+        kills: cluster.kills.clone(),
+        injected: vec![done],
+        takeovers: cluster.takeovers.clone(),
+        finals: Vec::new(),
+        interval: false,
+    };
+    let verdict = history.check();
+    // How far the incarnations of node 1 went: two processes that keep
+    // taking the row from each other climb fast.
+    let mut climbed: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
+    for poll in history.polls.iter().filter(|poll| poll.node_id == 1) {
+        let seen = climbed
+            .entry(poll.pid)
+            .or_insert((poll.incarnation, poll.incarnation));
+        seen.0 = seen.0.min(poll.incarnation);
+        seen.1 = seen.1.max(poll.incarnation);
+    }
+    for (pid, (low, high)) in climbed {
+        println!("node 1 pid {pid}: incarnations {low} to {high}");
+    }
+    println!("{}", verdict.render());
+    drop(cluster);
+    let outcome = &history.takeovers[0];
+    assert!(
+        outcome.first_exited_as_fixed,
+        "the first process of node 1 should exit 1 saying its id {TAKEN_MESSAGE}: {}",
+        outcome.description
+    );
+    assert!(verdict.is_clean(), "{}", verdict.render());
+}
+
+#[test]
+fn takeover_on_sqlite() {
+    takeover("sqlite");
+}
+
+#[test]
+fn takeover_on_postgres() {
+    takeover("postgres");
+}
