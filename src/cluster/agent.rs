@@ -301,10 +301,7 @@ impl Agent {
                         let outcome = match before(deadline, written).await {
                             Some(Ok(outcome)) => Ok(outcome),
                             Some(Err(error)) => Err(format!("the store answered: {error}")),
-                            None => Err(format!(
-                                "no answer within {} ms",
-                                wait.as_millis()
-                            )),
+                            None => Err(format!("no answer within {} ms", wait.as_millis())),
                         };
                         agent.membership.borrow_mut().on_written(
                             clock::now_ms(),

@@ -284,7 +284,10 @@ fn a_lease_that_ran_out_pauses_the_node_and_a_later_heartbeat_renews_it() {
     });
     let (at_ms, cause) = lapse.expect("the lapse is reported");
     assert_eq!(at_ms, lease_end);
-    assert!(cause.contains("no answer"), "the cause names the failure: {cause}");
+    assert!(
+        cause.contains("no answer"),
+        "the cause names the failure: {cause}"
+    );
     assert!(!m.is_serving(now));
     assert!(!fenced(&failing), "a lapse is not a fence: {failing:?}");
     let events = run_until(&mut m, &mut table, now, now + 1_000);
@@ -356,7 +359,9 @@ fn a_node_cut_from_the_store_and_declared_down_meanwhile_rejoins_with_the_next_i
         now += m.tick_ms();
     }
     assert!(
-        events.iter().any(|e| matches!(e, Event::LeaseLapsed { .. })),
+        events
+            .iter()
+            .any(|e| matches!(e, Event::LeaseLapsed { .. })),
         "{events:?}"
     );
     assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Down);
@@ -424,7 +429,12 @@ fn a_process_whose_id_was_taken_by_a_process_that_died_rejoins_after_down_after(
     // The second process dies at once; `first` watches its still row.
     let events = run(&mut first, &mut table, now);
     assert!(fenced(&events), "{events:?}");
-    let early = run_until(&mut first, &mut table, now + 250, now + config().down_after_ms - 250);
+    let early = run_until(
+        &mut first,
+        &mut table,
+        now + 250,
+        now + config().down_after_ms - 250,
+    );
     assert!(
         !early
             .iter()

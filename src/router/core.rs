@@ -447,7 +447,10 @@ impl RouterCore {
     /// (a suspend, a paused virtual machine), so the lease it gave may
     /// already have run out in real time.
     pub fn end_lease(&mut self, at_ms: u64) {
-        let until = self.ctx.lease_until_ms.map_or(at_ms, |until| until.min(at_ms));
+        let until = self
+            .ctx
+            .lease_until_ms
+            .map_or(at_ms, |until| until.min(at_ms));
         self.ctx.lease_until_ms = Some(until);
     }
 
@@ -468,7 +471,9 @@ impl RouterCore {
         let ctx = &mut self.ctx;
         for manager in self.managers.values_mut() {
             for (key, entry) in manager.entries.iter_mut() {
-                if let Some(object) = entry.object.as_mut() {
+                let leave =
+                    super::mutant::active(super::mutant::Mutant::FenceLeavesCopiesInService);
+                if let Some(object) = entry.object.as_mut().filter(|_| !leave) {
                     object.aside = true;
                 }
                 if let Some((target, _)) = entry.queued_transfer.take() {

@@ -87,7 +87,7 @@ pub(crate) fn dispatch_entry(
             ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
             return;
         }
-        if entry.is_aside() && !mutant::active(Mutant::AsideServed) {
+        if entry.is_aside() {
             // Kept through a fence: served again once its write-back under
             // this incarnation applied.
             if entry.io.is_none() {

@@ -30,10 +30,10 @@ pub enum Mutant {
     /// `io::entry_reply`: a write answered Indeterminate is taken as
     /// Applied (with the CAS version it would have produced).
     IndeterminateAsApplied,
-    /// `dispatch::dispatch_entry`: a copy kept aside through a fence is
-    /// served again after the rejoin without being written back by CAS
-    /// first (it may be another node's object by then).
-    AsideServed,
+    /// `core::fence`: copies stay in service instead of aside, so after the
+    /// rejoin they serve at once, with no write-back, while their records
+    /// name the ended incarnation that any node may claim.
+    FenceLeavesCopiesInService,
     /// `core::Ctx::may_serve`: the lease is never checked, only the fence
     /// (extra: shows how much membership's own fencing covers for it).
     LeaseIgnored,
@@ -53,7 +53,7 @@ impl Mutant {
         Mutant::PendingDropped,
         Mutant::AnswerOnSubmit,
         Mutant::IndeterminateAsApplied,
-        Mutant::AsideServed,
+        Mutant::FenceLeavesCopiesInService,
         Mutant::LeaseIgnored,
         Mutant::RemoveKeepsObject,
     ];

@@ -192,7 +192,10 @@ fn a_copy_another_node_took_over_during_the_fence_is_dropped_and_counted() {
     let record = h.table.load(KEY).expect("record");
     assert_eq!(record.owner_node, NodeId(2));
     assert_eq!(counter_value(&record.state), Some(0));
-    assert!(h.core(1).entries().all(|view| !view.writable && !view.aside));
+    assert!(h
+        .core(1)
+        .entries()
+        .all(|view| !view.writable && !view.aside));
     request_at(&mut h, 1, 301, OP_GET, Vec::new());
     let effects = settle_at(&mut h, 1, 301);
     assert_eq!(routed(&effects).len(), 1, "{effects:?}");
@@ -250,7 +253,8 @@ fn a_failed_save_keeps_the_copy_and_its_held_answers_wait_for_the_retry() {
     h.core(1).on_flush(100);
     let (mut ops, _) = store_ops(h.core(1).drain_effects().collect());
     let (token, _) = ops.pop().expect("the save");
-    h.core(1).on_store_reply(101, token, StoreReply::Failed(StoreFailure::Busy));
+    h.core(1)
+        .on_store_reply(101, token, StoreReply::Failed(StoreFailure::Busy));
     let (ops, others) = store_ops(h.core(1).drain_effects().collect());
     assert!(ops.is_empty());
     assert!(replies(&others).is_empty(), "the answer waits: {others:?}");
@@ -300,7 +304,8 @@ fn a_shutdown_release_that_failed_goes_again_until_it_applies() {
     h.core(1).shutdown(200, 10_000);
     let (mut ops, _) = store_ops(h.core(1).drain_effects().collect());
     let (token, _) = ops.pop().expect("the release batch");
-    h.core(1).on_store_reply(201, token, StoreReply::Failed(StoreFailure::Busy));
+    h.core(1)
+        .on_store_reply(201, token, StoreReply::Failed(StoreFailure::Busy));
     assert!(!h.core(1).is_shutdown_complete(), "the copy is kept");
     let (_, others) = store_ops(h.core(1).drain_effects().collect());
     let (at_ms, timer) = others

@@ -75,7 +75,11 @@ fn demonstrations() -> Vec<(Invariant, Mutant, Vec<Invariant>)> {
             vec![I::ClaimOfLiveLock],
         ),
         (I::ReadBelowAcked, Mutant::AnswerOnSubmit, vec![]),
-        (I::FencedWrite, Mutant::LeaseIgnored, vec![]),
+        (
+            I::FencedWrite,
+            Mutant::LeaseIgnored,
+            vec![I::ClaimOfLiveLock],
+        ),
         (
             I::WritableWithoutAppliedWrite,
             Mutant::IndeterminateAsApplied,

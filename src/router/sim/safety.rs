@@ -52,6 +52,13 @@ impl Safety {
     }
 }
 
+/// Whether `router` may serve at `now` (its clock) by the rule itself, not
+/// by the router's own judgement of it (which a planted bug may break): not
+/// fenced, and its lease holding.
+fn may_serve(router: &crate::router::RouterCore, now: u64) -> bool {
+    !router.is_fenced() && router.lease_until_ms().is_none_or(|until| now < until)
+}
+
 impl World {
     /// Whether incarnation `incarnation` of `node` holds a live lock on
     /// `key` now: its process runs with that incarnation and the core that
@@ -62,7 +69,7 @@ impl World {
             return false;
         };
         let core = &sim_node.cores[self.core_of(key) as usize];
-        core.incarnation() == incarnation && core.may_serve(sim_node.clock.local(self.now_ms))
+        core.incarnation() == incarnation && may_serve(core, sim_node.clock.local(self.now_ms))
     }
 
     /// The invariants an applied write can break, checked at the write.
@@ -119,7 +126,7 @@ impl World {
             };
             let router = &sim_node.cores[core as usize];
             let now = sim_node.clock.local(self.now_ms);
-            if !router.may_serve(now) {
+            if !may_serve(router, now) {
                 let message = format!(
                     "node {node} (incarnation {}, fenced {}) accepted a write of {key:?} at \
                      {} (its clock {now})",
@@ -148,7 +155,7 @@ impl World {
             .filter(|(id, n)| **id != node && n.serving())
             .find(|(_, n)| {
                 let router = &n.cores[core];
-                router.may_serve(n.clock.local(self.now_ms))
+                may_serve(router, n.clock.local(self.now_ms))
                     && router.entries().any(|v| v.key == key && v.accepting)
             })
             .map(|(id, _)| *id)
