@@ -127,6 +127,12 @@ pub struct GatewayConfig {
     /// Frames waiting to be written to one session; a session whose queue
     /// is full is a slow reader and is closed.
     pub send_queue_max: u32,
+    /// Requests one session may send a second, sustained; one more is
+    /// answered OVERLOADED before it reaches a service. 0: unlimited.
+    pub session_requests_per_sec_max: u32,
+    /// Requests one session may send at once above the sustained rate (the
+    /// depth of its token bucket).
+    pub session_request_burst_max: u32,
 }
 
 impl Default for GatewayConfig {
@@ -139,6 +145,13 @@ impl Default for GatewayConfig {
             idle_timeout_ms: 60_000,
             sessions_max: 100_000,
             send_queue_max: 4096,
+            // Generous: one session of the benchmarks' busiest shape (16
+            // sessions at pipeline 16, about 2.2M requests a second in all)
+            // sends about 140,000 a second.
+            session_requests_per_sec_max: 250_000,
+            // Two windows of inflight_max: a client that pipelines up to
+            // its in-flight bound is never refused for bursting.
+            session_request_burst_max: 2 * 1024,
         }
     }
 }
@@ -509,6 +522,14 @@ impl Config {
         }
         if self.gateway.request_timeout_ms == 0 || self.gateway.idle_timeout_ms == 0 {
             return invalid("gateway timeouts must be positive");
+        }
+        if self.gateway.session_requests_per_sec_max > 0
+            && self.gateway.session_request_burst_max == 0
+        {
+            return invalid(
+                "gateway.session_request_burst_max must be positive when \
+                 gateway.session_requests_per_sec_max is set",
+            );
         }
         if self.gateway.send_queue_max == 0 || self.cores.mesh_queue_max == 0 {
             return invalid("queue bounds must be positive");
