@@ -426,6 +426,15 @@ pub struct RoomConfig {
     pub members_max: usize,
     /// When membership changes become durable.
     pub persist: Persist,
+    /// Joins of rooms it is not in that one session may make with the
+    /// right to create the room; past it, joining a room that exists still
+    /// works and one that does not is OVERLOADED. 0: clients create no
+    /// rooms.
+    pub created_per_session_max: u32,
+    /// Rooms a node may hold in memory and still create another; past it a
+    /// join that would create one is OVERLOADED (rooms that exist still
+    /// load, up to `router.entries_per_core_max`).
+    pub rooms_per_node_max: usize,
 }
 
 impl Default for RoomConfig {
@@ -433,6 +442,8 @@ impl Default for RoomConfig {
         Self {
             members_max: 4096,
             persist: Persist::Interval,
+            created_per_session_max: 64,
+            rooms_per_node_max: 100_000,
         }
     }
 }

@@ -128,6 +128,14 @@ fn route_by_owner(
             ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
             return;
         }
+        // No record (the pull found none): only a request that may create
+        // the object goes on to create it.
+        if entry.cas_version.is_none() {
+            if let Err(code) = kind.may_create(waiter.request.op) {
+                ctx.reply(&waiter.request, Err(code));
+                return;
+            }
+        }
         return match ctx.default_node(key) {
             Some(node) if node == ctx.node => mutable_object(ctx, key, entry, waiter),
             Some(node) => send_to(ctx, entry, node, waiter),
