@@ -32,6 +32,10 @@ pub const OP_BIND: u32 = 1000;
 /// Internal and one-way, from the gateway when a session closes.
 pub const OP_UNBIND: u32 = 1001;
 
+/// From a room, forwarding a join it took (`u64 room_id | u32
+/// member_count`): the player records the room and answers the count.
+pub const OP_ROOM_JOINED: u32 = 1002;
+
 /// Rooms one player may be in: bounds the state and the presence fan-out.
 pub const PLAYER_ROOMS_MAX: usize = 256;
 
@@ -247,9 +251,10 @@ impl Player {
         }
     }
 
-    /// `room.join`: records the room and relays the join; a room the
-    /// player is not in is joined with the right to create it only while
-    /// the session has made fewer than `created_per_session_max` such joins.
+    /// `room.join`: relayed to the room, which forwards it back here once
+    /// joined (`joined_room`). A room the player is not in is joined with
+    /// the right to create it only while the session has made fewer than
+    /// `created_per_session_max` such joins.
     fn join_room(&mut self, ctx: &mut Context<'_>) {
         let Some(room_id) = Self::body_u64(ctx) else {
             return ctx.bad_request();
@@ -263,11 +268,29 @@ impl Player {
                 self.creating_joins += 1;
                 op = room::OP_JOIN_CREATING;
             }
-            self.rooms.push(room_id);
-            ctx.mark_changed();
         }
         let body = ctx.body().to_vec();
         ctx.forward(room::room_key(room_id), op, body);
+    }
+
+    /// A join the room took: the room goes on the list (what `room.say`
+    /// and presence go by) and the client gets the member count.
+    fn joined_room(&mut self, ctx: &mut Context<'_>) {
+        let mut reader = Reader::new(ctx.body());
+        let (Some(room_id), Some(member_count)) = (reader.u64(), reader.u32()) else {
+            return ctx.bad_request();
+        };
+        // Joins of rooms not listed yet may be in flight together; the
+        // bound holds over the list, and one past it is refused though the
+        // room took it (the player leaves it by `room.leave`).
+        if !self.rooms.contains(&room_id) {
+            if self.rooms.len() >= PLAYER_ROOMS_MAX {
+                return ctx.bad_request();
+            }
+            self.rooms.push(room_id);
+            ctx.mark_changed();
+        }
+        ctx.answer(Ok(member_count.to_le_bytes().to_vec()));
     }
 
     /// `room.leave`: relayed to the room whether or not this player's list
@@ -333,6 +356,7 @@ impl Object for Player {
             OP_ROOM_JOIN => self.join_room(ctx),
             OP_ROOM_LEAVE => self.leave_room(ctx),
             OP_ROOM_SAY => self.say_in_room(ctx),
+            OP_ROOM_JOINED => self.joined_room(ctx),
             OP_BIND => self.bind(ctx),
             OP_UNBIND => self.unbind(ctx),
             _ => ctx.bad_request(),
@@ -366,6 +390,13 @@ mod tests {
             client,
             needs_reply: true,
         }
+    }
+
+    /// The room's forward of a join it took (`OP_ROOM_JOINED`).
+    fn room_took(state: &mut Box<dyn ObjectState>, room_id: u64, session: u64) -> HandlerOutput {
+        let mut body = room_id.to_le_bytes().to_vec();
+        body.extend_from_slice(&1u32.to_le_bytes());
+        run(state, request(OP_ROOM_JOINED, body, Some(client(session))))
     }
 
     fn player() -> Box<dyn ObjectState> {
@@ -451,6 +482,9 @@ mod tests {
         assert_eq!(out.sends.len(), 1);
         assert_eq!(out.sends[0].0, room::room_key(7));
         assert_eq!(out.sends[0].1.op, room::OP_JOIN_CREATING);
+        // The room took the join: the player lists it and answers.
+        let out = room_took(&mut state, 7, 1);
+        assert_eq!(answer(&out), Some(&Ok(1u32.to_le_bytes().to_vec())));
         let out = run(&mut state, request(OP_BIND, Vec::new(), Some(client(2))));
         assert_eq!(out.kicks, vec![client(1)]);
         assert_eq!(answer(&out), Some(&Ok(9u64.to_le_bytes().to_vec())));
@@ -533,9 +567,11 @@ mod tests {
         let mut state = player();
         run(&mut state, request(OP_BIND, Vec::new(), Some(client(1))));
         assert_eq!(relayed(&join(&mut state, 1, 1)), Some((1, room::OP_JOIN_CREATING)));
+        room_took(&mut state, 1, 1);
         assert_eq!(relayed(&join(&mut state, 2, 1)), Some((2, room::OP_JOIN_CREATING)));
+        room_took(&mut state, 2, 1);
         // Past the bound: a plain join, which joins a room that exists and
-        // creates none.
+        // creates none; a room that refused it is not listed.
         assert_eq!(relayed(&join(&mut state, 3, 1)), Some((3, room::OP_JOIN)));
         // A room it is in costs nothing and never creates.
         assert_eq!(relayed(&join(&mut state, 1, 1)), Some((1, room::OP_JOIN)));
@@ -549,6 +585,8 @@ mod tests {
         assert_eq!(relayed(&join(&mut state, 4, 1)), Some((4, room::OP_JOIN)));
         run(&mut state, request(OP_BIND, Vec::new(), Some(client(5))));
         assert_eq!(relayed(&join(&mut state, 5, 5)), Some((5, room::OP_JOIN_CREATING)));
+        let bytes = state.encode();
+        assert_eq!(Player::decode(&bytes[2..]).unwrap().rooms, vec![1]);
     }
 
     #[test]
@@ -556,6 +594,7 @@ mod tests {
         let mut state = player();
         run(&mut state, request(OP_BIND, Vec::new(), Some(client(1))));
         join(&mut state, 7, 1);
+        room_took(&mut state, 7, 1);
         let mut body = 7u64.to_le_bytes().to_vec();
         body.extend_from_slice(b"hi");
         let out = run(&mut state, request(OP_ROOM_SAY, body, Some(client(1))));

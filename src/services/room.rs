@@ -13,15 +13,16 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::ROOM_TYPE_ID;
+use super::{player, ROOM_TYPE_ID};
 use crate::object::codec::{put_client, Reader};
 use crate::object::{
     ClientRef, ClientRoute, Context, DecodeError, ErrorCode, Object, ObjectKey, ObjectType, Persist,
 };
 
 /// Relayed `room.join` (body `u64 room_id`, client the joining session):
-/// answers `u32 member_count`. Joins a room that exists; for one that does
-/// not, it is answered OVERLOADED and creates nothing.
+/// forwards `player::OP_ROOM_JOINED` back to the player, which answers.
+/// Joins a room that exists; for one that does not, it is answered
+/// OVERLOADED and creates nothing.
 pub const OP_JOIN: u32 = 20;
 /// `OP_JOIN` that may create the room: the player sends it for a room it
 /// is not in while its session may still create rooms.
@@ -191,7 +192,11 @@ impl Room {
         }
         self.members.insert(client.player_id, Some(client));
         ctx.mark_changed();
-        ctx.answer(Ok((self.members.len() as u32).to_le_bytes().to_vec()));
+        // Back to the player, which records the room and answers: a player
+        // lists only rooms that exist and took it in.
+        let mut body = self.room_id.to_le_bytes().to_vec();
+        body.extend_from_slice(&(self.members.len() as u32).to_le_bytes());
+        ctx.forward(player::player_key(client.player_id), player::OP_ROOM_JOINED, body);
     }
 
     fn leave(&mut self, ctx: &mut Context<'_>) {
@@ -332,18 +337,28 @@ mod tests {
         body
     }
 
+    /// The member count a join forwarded back to the player.
+    fn joined(out: &HandlerOutput, player_id: u64) -> Option<u32> {
+        assert!(matches!(out.reply, HandlerReply::Delegated), "{:?}", out.reply);
+        let (key, request) = out.sends.first()?;
+        assert_eq!(*key, player::player_key(player_id));
+        assert_eq!(request.op, player::OP_ROOM_JOINED);
+        assert_eq!(request.body[..8], 7u64.to_le_bytes());
+        Some(u32::from_le_bytes(request.body[8..].try_into().ok()?))
+    }
+
     #[test]
     fn join_counts_and_is_bounded_by_members_max() {
         let mut state = room(2);
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(1, 1))));
-        assert_eq!(answer(&out), Some(Ok(1u32.to_le_bytes().to_vec())));
+        assert_eq!(joined(&out, 1), Some(1));
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(2, 2))));
-        assert_eq!(answer(&out), Some(Ok(2u32.to_le_bytes().to_vec())));
+        assert_eq!(joined(&out, 2), Some(2));
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(3, 3))));
         assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest)));
         // A member joining again is not a new member.
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(1, 1))));
-        assert_eq!(answer(&out), Some(Ok(2u32.to_le_bytes().to_vec())));
+        assert_eq!(joined(&out, 1), Some(2));
     }
 
     #[test]
