@@ -138,8 +138,14 @@ fn a_client_joining_fresh_room_ids_is_stopped_at_the_bounds() {
     assert_eq!(refused, 10_000 - PER_SESSION);
     // The node holds the flooder's player and the rooms it created, no more.
     std::thread::sleep(std::time::Duration::from_millis(600));
-    assert_eq!(node.metric("routerd_router_objects"), 1 + PER_SESSION as i64);
-    assert_eq!(node.metric("routerd_router_claims_total"), 1 + PER_SESSION as i64);
+    assert_eq!(
+        node.metric("routerd_router_objects"),
+        1 + PER_SESSION as i64
+    );
+    assert_eq!(
+        node.metric("routerd_router_claims_total"),
+        1 + PER_SESSION as i64
+    );
 
     // A say in a room that does not exist is BAD_REQUEST and creates none.
     let mut say = 7u64.to_le_bytes().to_vec();
@@ -157,7 +163,10 @@ fn a_client_joining_fresh_room_ids_is_stopped_at_the_bounds() {
     let left = PER_NODE - 2 * PER_SESSION;
     assert_eq!(join_each(&mut third, 3_000_000..3_000_100, 2), left);
     // Joining rooms that exist is limited by neither bound.
-    assert_eq!(join_each(&mut third, created.iter().copied().take(3), 200), 3);
+    assert_eq!(
+        join_each(&mut third, created.iter().copied().take(3), 200),
+        3
+    );
     std::thread::sleep(std::time::Duration::from_millis(600));
     // Players 1 and 3 and the rooms: the node's bound.
     assert_eq!(node.metric("routerd_router_objects"), 2 + PER_NODE as i64);

@@ -878,7 +878,10 @@ fn a_burst_over_the_bucket_is_answered_overloaded_and_counted() {
     for frame in &refused {
         let (code, reason) = decode_error_body(&frame.3).unwrap();
         assert_eq!(code, ErrorCode::Overloaded as u16);
-        assert!(reason.contains("gateway.session_requests_per_sec_max"), "{reason}");
+        assert!(
+            reason.contains("gateway.session_requests_per_sec_max"),
+            "{reason}"
+        );
     }
     assert_eq!(refused[0].2, 4);
     assert_eq!(f.metrics.gateway.ingress_rate_limited.get(), 2);
@@ -907,7 +910,10 @@ fn the_bucket_refills_with_the_drivers_time_only() {
     for seq in 8..=10 {
         assert!(f.request(s, route::SYS_PING, seq).is_some(), "seq {seq}");
     }
-    assert!(f.request(s, route::SYS_PING, 11).is_none(), "never fuller than the burst");
+    assert!(
+        f.request(s, route::SYS_PING, 11).is_none(),
+        "never fuller than the burst"
+    );
     assert_eq!(f.metrics.gateway.ingress_rate_limited.get(), 4);
 }
 
@@ -924,7 +930,10 @@ fn one_sessions_empty_bucket_leaves_the_others_served() {
     }
     assert_eq!(f.metrics.gateway.ingress_rate_limited.get(), 47);
     for seq in 1..=3 {
-        assert!(f.request(other, route::SYS_PING, seq).is_some(), "seq {seq}");
+        assert!(
+            f.request(other, route::SYS_PING, seq).is_some(),
+            "seq {seq}"
+        );
     }
     assert!(frames(&other_outbox).is_empty());
     assert_eq!(frames(&flooded).len(), 47);

@@ -254,7 +254,10 @@ mod tests {
     }
 
     /// The reply `effects` hold for request `seq`.
-    fn outcome_of(effects: &[Effect], seq: u64) -> Option<Result<Vec<u8>, crate::router::ErrorCode>> {
+    fn outcome_of(
+        effects: &[Effect],
+        seq: u64,
+    ) -> Option<Result<Vec<u8>, crate::router::ErrorCode>> {
         effects.iter().find_map(|effect| match effect {
             Effect::Reply { request, outcome } if request.seq == seq => Some(outcome.clone()),
             _ => None,
@@ -296,13 +299,19 @@ mod tests {
         send(&mut core, 4, player(1), player::OP_ROOM_JOIN, body(5), one);
         let effects = settle(&mut core, &mut table);
         assert_eq!(outcome_of(&effects, 3), Some(Err(ErrorCode::BadRequest)));
-        assert_eq!(outcome_of(&effects, 4), Some(Ok(1u32.to_le_bytes().to_vec())));
+        assert_eq!(
+            outcome_of(&effects, 4),
+            Some(Ok(1u32.to_le_bytes().to_vec()))
+        );
         assert!(table.load(room::room_key(5)).is_some());
         // Player 2 creates room 7 with its one right: the node holds two
         // rooms now, its bound.
         send(&mut core, 5, player(2), player::OP_ROOM_JOIN, body(7), two);
         let effects = settle(&mut core, &mut table);
-        assert_eq!(outcome_of(&effects, 5), Some(Ok(1u32.to_le_bytes().to_vec())));
+        assert_eq!(
+            outcome_of(&effects, 5),
+            Some(Ok(1u32.to_le_bytes().to_vec()))
+        );
         assert_eq!(rooms_live.get(), 2);
         // Past their sessions' bound: room 6 is not created, but room 5,
         // which exists, is still joined.
@@ -311,11 +320,21 @@ mod tests {
         let effects = settle(&mut core, &mut table);
         assert_eq!(outcome_of(&effects, 6), Some(Err(ErrorCode::Overloaded)));
         assert!(table.load(room::room_key(6)).is_none());
-        assert_eq!(outcome_of(&effects, 7), Some(Ok(2u32.to_le_bytes().to_vec())));
+        assert_eq!(
+            outcome_of(&effects, 7),
+            Some(Ok(2u32.to_le_bytes().to_vec()))
+        );
         // A new session of player 1 may create again, but the node may not.
         let again = client(1, 10);
         send(&mut core, 8, player(1), player::OP_BIND, Vec::new(), again);
-        send(&mut core, 9, player(1), player::OP_ROOM_JOIN, body(8), again);
+        send(
+            &mut core,
+            9,
+            player(1),
+            player::OP_ROOM_JOIN,
+            body(8),
+            again,
+        );
         let effects = settle(&mut core, &mut table);
         assert_eq!(outcome_of(&effects, 9), Some(Err(ErrorCode::Overloaded)));
         assert!(table.load(room::room_key(8)).is_none());

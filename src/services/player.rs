@@ -219,8 +219,7 @@ impl Player {
                     ctx.kick(old);
                 }
                 let same_session = self.client.is_some_and(|current| {
-                    current.gateway_node == new.gateway_node
-                        && current.session_id == new.session_id
+                    current.gateway_node == new.gateway_node && current.session_id == new.session_id
                 });
                 if !same_session {
                     self.creating_joins = 0;
@@ -566,9 +565,15 @@ mod tests {
         // The fixture's type: created_per_session_max = 2.
         let mut state = player();
         run(&mut state, request(OP_BIND, Vec::new(), Some(client(1))));
-        assert_eq!(relayed(&join(&mut state, 1, 1)), Some((1, room::OP_JOIN_CREATING)));
+        assert_eq!(
+            relayed(&join(&mut state, 1, 1)),
+            Some((1, room::OP_JOIN_CREATING))
+        );
         room_took(&mut state, 1, 1);
-        assert_eq!(relayed(&join(&mut state, 2, 1)), Some((2, room::OP_JOIN_CREATING)));
+        assert_eq!(
+            relayed(&join(&mut state, 2, 1)),
+            Some((2, room::OP_JOIN_CREATING))
+        );
         room_took(&mut state, 2, 1);
         // Past the bound: a plain join, which joins a room that exists and
         // creates none; a room that refused it is not listed.
@@ -584,7 +589,10 @@ mod tests {
         run(&mut state, request(OP_BIND, Vec::new(), Some(client(1))));
         assert_eq!(relayed(&join(&mut state, 4, 1)), Some((4, room::OP_JOIN)));
         run(&mut state, request(OP_BIND, Vec::new(), Some(client(5))));
-        assert_eq!(relayed(&join(&mut state, 5, 5)), Some((5, room::OP_JOIN_CREATING)));
+        assert_eq!(
+            relayed(&join(&mut state, 5, 5)),
+            Some((5, room::OP_JOIN_CREATING))
+        );
         let bytes = state.encode();
         assert_eq!(Player::decode(&bytes[2..]).unwrap().rooms, vec![1]);
     }
@@ -604,7 +612,10 @@ mod tests {
         let out = run(&mut state, request(OP_ROOM_SAY, body, Some(client(1))));
         assert_eq!(relayed(&out), None, "room 8 is never touched");
         assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest)));
-        let out = run(&mut state, request(OP_ROOM_SAY, vec![7, 0], Some(client(1))));
+        let out = run(
+            &mut state,
+            request(OP_ROOM_SAY, vec![7, 0], Some(client(1))),
+        );
         assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest)));
     }
 }

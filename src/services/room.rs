@@ -196,7 +196,11 @@ impl Room {
         // lists only rooms that exist and took it in.
         let mut body = self.room_id.to_le_bytes().to_vec();
         body.extend_from_slice(&(self.members.len() as u32).to_le_bytes());
-        ctx.forward(player::player_key(client.player_id), player::OP_ROOM_JOINED, body);
+        ctx.forward(
+            player::player_key(client.player_id),
+            player::OP_ROOM_JOINED,
+            body,
+        );
     }
 
     fn leave(&mut self, ctx: &mut Context<'_>) {
@@ -339,7 +343,11 @@ mod tests {
 
     /// The member count a join forwarded back to the player.
     fn joined(out: &HandlerOutput, player_id: u64) -> Option<u32> {
-        assert!(matches!(out.reply, HandlerReply::Delegated), "{:?}", out.reply);
+        assert!(
+            matches!(out.reply, HandlerReply::Delegated),
+            "{:?}",
+            out.reply
+        );
         let (key, request) = out.sends.first()?;
         assert_eq!(*key, player::player_key(player_id));
         assert_eq!(request.op, player::OP_ROOM_JOINED);
