@@ -811,6 +811,27 @@ mod tests {
         assert!(config.validate().is_err());
         config.store.pool_size = crate::store::POSTGRES_POOL_SIZE_MAX + 1;
         assert!(config.validate().is_err());
+        // A request rate needs a bucket to hold its tokens; no rate needs none.
+        let mut config = Config::default();
+        config.gateway.session_request_burst_max = 0;
+        let error = config.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("gateway.session_request_burst_max"),
+            "{error}"
+        );
+        config.gateway.session_requests_per_sec_max = 0;
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn the_client_limits_parse_from_their_keys() {
+        let text = "[gateway]\nsession_requests_per_sec_max = 10\nsession_request_burst_max = 3\n\
+                    [services.room]\ncreated_per_session_max = 4\nrooms_per_node_max = 5\n";
+        let config = Config::from_toml(text).unwrap();
+        assert_eq!(config.gateway.session_requests_per_sec_max, 10);
+        assert_eq!(config.gateway.session_request_burst_max, 3);
+        assert_eq!(config.services.room.created_per_session_max, 4);
+        assert_eq!(config.services.room.rooms_per_node_max, 5);
     }
 
     #[test]
