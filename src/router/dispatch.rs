@@ -128,15 +128,16 @@ fn route_by_owner(
             ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
             return;
         }
-        // No record (the pull found none): only a request that may create
-        // the object goes on to create it.
-        if entry.cas_version.is_none() {
-            if let Err(code) = kind.may_create(waiter.request.op) {
-                ctx.reply(&waiter.request, Err(code));
-                return;
-            }
-        }
         return match ctx.default_node(key) {
+            // No record (the pull found none): the node that would create
+            // the object asks whether this request may (it may count what
+            // it holds), and answers it if not.
+            Some(node) if node == ctx.node && entry.cas_version.is_none() => {
+                match kind.may_create(waiter.request.op) {
+                    Ok(()) => mutable_object(ctx, key, entry, waiter),
+                    Err(code) => ctx.reply(&waiter.request, Err(code)),
+                }
+            }
             Some(node) if node == ctx.node => mutable_object(ctx, key, entry, waiter),
             Some(node) => send_to(ctx, entry, node, waiter),
             None => ctx.reply(&waiter.request, Err(ErrorCode::Unavailable)),
