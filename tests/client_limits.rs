@@ -172,3 +172,62 @@ fn a_client_joining_fresh_room_ids_is_stopped_at_the_bounds() {
     assert_eq!(node.metric("routerd_router_objects"), 2 + PER_NODE as i64);
     node.wait_metric(RATE_LIMITED, 0);
 }
+
+#[test]
+fn in_a_cluster_only_joins_within_the_bound_create_rooms_on_any_node() {
+    use support::cluster::{http_get, wait_members_up, LocalCluster};
+    const PER_SESSION: usize = 4;
+    let mut cluster = LocalCluster::new();
+    cluster.extra = format!("[services.room]\ncreated_per_session_max = {PER_SESSION}\n");
+    let a = cluster.start(1);
+    let b = cluster.start(2);
+    wait_members_up(&a, &[2]);
+    wait_members_up(&b, &[1]);
+    let exists = |room_id: u64| http_get(a.admin, &format!("/objects/room/{room_id}")).0 == 200;
+
+    // 40 fresh rooms through node 1: rendezvous hashing places about half
+    // on node 2, and the bound holds over both.
+    let mut flooder = a.connect();
+    flooder.login(1, 1);
+    let mut created = Vec::new();
+    for (seq, room_id) in (2..).zip(500..540u64) {
+        let reply = flooder.call(route::ROOM_JOIN, seq, &join_body(room_id));
+        if reply.kind == FrameKind::Response {
+            created.push(room_id);
+        } else {
+            assert!(is_overloaded(&reply), "room {room_id}: {reply:?}");
+        }
+    }
+    assert_eq!(created, (500..500 + PER_SESSION as u64).collect::<Vec<_>>());
+    for room_id in 500..540u64 {
+        assert_eq!(
+            exists(room_id),
+            created.contains(&room_id),
+            "room {room_id}"
+        );
+    }
+    let owners: Vec<u64> = created
+        .iter()
+        .map(|room_id| {
+            let body = http_get(a.admin, &format!("/objects/room/{room_id}")).1;
+            let record: serde_json::Value = serde_json::from_str(&body).unwrap();
+            record["owner"].as_u64().unwrap()
+        })
+        .collect();
+    // Rendezvous hashing of these ids over nodes 1 and 2 places the
+    // created rooms on both: the bound holds for creations on either.
+    assert!(owners.contains(&1) && owners.contains(&2), "{owners:?}");
+    // A say in a room that does not exist creates it on no node.
+    let mut say = 999u64.to_le_bytes().to_vec();
+    say.extend_from_slice(b"anyone?");
+    let reply = flooder.call(route::ROOM_SAY, 100, &say);
+    assert_eq!(reply.error_code(), ErrorCode::BadRequest as u16);
+    assert!(!exists(999));
+
+    // Through node 2, a room node 1's player created is joined.
+    let mut other = b.connect();
+    other.login(2, 1);
+    let reply = other.call(route::ROOM_JOIN, 2, &join_body(created[0]));
+    assert_eq!(reply.kind, FrameKind::Response, "{reply:?}");
+    assert_eq!(reply.body, 2u32.to_le_bytes());
+}
