@@ -152,6 +152,13 @@ fn a_client_joining_fresh_room_ids_is_stopped_at_the_bounds() {
     say.extend_from_slice(b"hello?");
     let reply = flooder.call(route::ROOM_SAY, 20_000, &say);
     assert_eq!(reply.error_code(), ErrorCode::BadRequest as u16);
+    // Leaving it is done (one is not a member) and creates none either.
+    let reply = flooder.call(route::ROOM_LEAVE, 20_001, &join_body(7));
+    assert_eq!((reply.kind, reply.body.len()), (FrameKind::Response, 0));
+    assert_eq!(
+        node.metric("routerd_router_claims_total"),
+        1 + PER_SESSION as i64
+    );
 
     // Reconnecting gives a new session's bound, but the node's bound holds:
     // 16 + 16 rooms, then 8 more of a third session's, then none.

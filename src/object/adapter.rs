@@ -37,7 +37,7 @@ impl<T: ObjectType> crate::router::ObjectType for T {
         ObjectType::auto_create(self)
     }
 
-    fn may_create(&self, op: u32) -> Result<(), crate::router::ErrorCode> {
+    fn may_create(&self, op: u32) -> Result<(), crate::router::Outcome> {
         ObjectType::may_create(self, op)
     }
 

@@ -93,10 +93,11 @@ pub trait ObjectType: Send + Sync + 'static {
     }
     /// Whether a request of `op` (a client route's id, or the op another
     /// object sent) for a key with no persisted state may create the
-    /// object, when the type is `auto_create`; `Err(code)` answers the
-    /// request with `code` and creates nothing. Every op may, by default:
-    /// a room, for one, is created by a join only.
-    fn may_create(&self, op: u32) -> Result<(), ErrorCode> {
+    /// object, when the type is `auto_create`; `Err(answer)` answers the
+    /// request so (an error, or what the object would answer when it has
+    /// nothing) and creates nothing. Every op may, by default: a room, for
+    /// one, is created by a join only.
+    fn may_create(&self, op: u32) -> Result<(), Outcome> {
         let _ = op;
         Ok(())
     }
@@ -195,7 +196,7 @@ impl<T: ObjectType> ObjectType for Arc<T> {
     fn auto_create(&self) -> bool {
         (**self).auto_create()
     }
-    fn may_create(&self, op: u32) -> Result<(), ErrorCode> {
+    fn may_create(&self, op: u32) -> Result<(), Outcome> {
         (**self).may_create(op)
     }
     fn state_version(&self) -> u16 {

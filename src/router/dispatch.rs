@@ -135,7 +135,7 @@ fn route_by_owner(
             Some(node) if node == ctx.node && entry.cas_version.is_none() => {
                 match kind.may_create(waiter.request.op) {
                     Ok(()) => mutable_object(ctx, key, entry, waiter),
-                    Err(code) => ctx.reply(&waiter.request, Err(code)),
+                    Err(answer) => ctx.reply(&waiter.request, answer),
                 }
             }
             Some(node) if node == ctx.node => mutable_object(ctx, key, entry, waiter),

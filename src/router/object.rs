@@ -22,9 +22,9 @@ pub trait ObjectType {
     /// default node (rendezvous hash over live nodes).
     fn auto_create(&self) -> bool;
     /// Whether a request of `op` for a key with no record may create the
-    /// object (asked of `auto_create` types only); `Err(code)` answers the
-    /// request with `code` instead, and nothing is created.
-    fn may_create(&self, op: u32) -> Result<(), ErrorCode> {
+    /// object (asked of `auto_create` types only); `Err(answer)` answers the
+    /// request so instead, and nothing is created.
+    fn may_create(&self, op: u32) -> Result<(), Outcome> {
         let _ = op;
         Ok(())
     }

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use super::{player, ROOM_TYPE_ID};
 use crate::object::codec::{put_client, Reader};
 use crate::object::{
-    ClientRef, ClientRoute, Context, DecodeError, ErrorCode, Object, ObjectKey, ObjectType, Persist,
+    ClientRef, ClientRoute, Context, DecodeError, ErrorCode, Object, ObjectKey, ObjectType,
+    Outcome, Persist,
 };
 
 /// Relayed `room.join` (body `u64 room_id`, client the joining session):
@@ -124,13 +125,15 @@ impl ObjectType for RoomType {
     /// and only while the node holds fewer than `rooms_per_node_max` rooms
     /// (checked and counted on one core at a time, so cores creating at the
     /// same instant may pass it by one each). A plain join past the
-    /// session's creation bound is OVERLOADED; anything else asked of a
-    /// room that does not exist is BAD_REQUEST, as from a non-member.
-    fn may_create(&self, op: u32) -> Result<(), ErrorCode> {
+    /// session's creation bound is OVERLOADED; the rest is answered as a
+    /// room with no members would answer it: a leave is done, a say is
+    /// BAD_REQUEST.
+    fn may_create(&self, op: u32) -> Result<(), Outcome> {
         match op {
             OP_JOIN_CREATING if self.rooms_live.get() < self.rooms_per_node_max => Ok(()),
-            OP_JOIN_CREATING | OP_JOIN => Err(ErrorCode::Overloaded),
-            _ => Err(ErrorCode::BadRequest),
+            OP_JOIN_CREATING | OP_JOIN => Err(Err(ErrorCode::Overloaded)),
+            OP_LEAVE => Err(Ok(Vec::new())),
+            _ => Err(Err(ErrorCode::BadRequest)),
         }
     }
 
@@ -437,9 +440,10 @@ mod tests {
         };
         let may_create = |op| crate::object::ObjectType::may_create(&kind, op);
         assert_eq!(may_create(OP_JOIN_CREATING), Ok(()));
-        assert_eq!(may_create(OP_JOIN), Err(ErrorCode::Overloaded));
-        for op in [OP_SAY, OP_LEAVE, OP_PRESENCE] {
-            assert_eq!(may_create(op), Err(ErrorCode::BadRequest), "op {op}");
+        assert_eq!(may_create(OP_JOIN), Err(Err(ErrorCode::Overloaded)));
+        assert_eq!(may_create(OP_LEAVE), Err(Ok(Vec::new())), "not a member");
+        for op in [OP_SAY, OP_PRESENCE] {
+            assert_eq!(may_create(op), Err(Err(ErrorCode::BadRequest)), "op {op}");
         }
         // Every room the node holds counts, created or loaded, until it is
         // dropped.
@@ -447,7 +451,10 @@ mod tests {
         let first = decode(&kind, room_key(1), None).expect("new room");
         let second = decode(&kind, room_key(2), Some(&first.encode())).expect("loads");
         assert_eq!(kind.rooms_live.get(), 2);
-        assert_eq!(may_create(OP_JOIN_CREATING), Err(ErrorCode::Overloaded));
+        assert_eq!(
+            may_create(OP_JOIN_CREATING),
+            Err(Err(ErrorCode::Overloaded))
+        );
         drop(second);
         assert_eq!(kind.rooms_live.get(), 1);
         assert_eq!(may_create(OP_JOIN_CREATING), Ok(()));
