@@ -127,6 +127,12 @@ pub struct GatewayConfig {
     /// Frames waiting to be written to one session; a session whose queue
     /// is full is a slow reader and is closed.
     pub send_queue_max: u32,
+    /// Requests one session may send a second, sustained; one more is
+    /// answered OVERLOADED before it reaches a service. 0: unlimited.
+    pub session_requests_per_sec_max: u32,
+    /// Requests one session may send at once above the sustained rate (the
+    /// depth of its token bucket).
+    pub session_request_burst_max: u32,
 }
 
 impl Default for GatewayConfig {
@@ -139,6 +145,13 @@ impl Default for GatewayConfig {
             idle_timeout_ms: 60_000,
             sessions_max: 100_000,
             send_queue_max: 4096,
+            // Generous: one session of the benchmarks' busiest shape (16
+            // sessions at pipeline 16, about 2.2M requests a second in all)
+            // sends about 140,000 a second.
+            session_requests_per_sec_max: 250_000,
+            // Two windows of inflight_max: a client that pipelines up to
+            // its in-flight bound is never refused for bursting.
+            session_request_burst_max: 2 * 1024,
         }
     }
 }
@@ -417,6 +430,15 @@ pub struct RoomConfig {
     pub members_max: usize,
     /// When membership changes become durable.
     pub persist: Persist,
+    /// Joins of rooms it is not in that one session may make with the
+    /// right to create the room; past it, joining a room that exists still
+    /// works and one that does not is OVERLOADED. 0: clients create no
+    /// rooms.
+    pub created_per_session_max: u32,
+    /// Rooms a node may hold in memory and still create another; past it a
+    /// join that would create one is OVERLOADED (rooms that exist still
+    /// load, up to `router.entries_per_core_max`).
+    pub rooms_per_node_max: usize,
 }
 
 impl Default for RoomConfig {
@@ -424,6 +446,8 @@ impl Default for RoomConfig {
         Self {
             members_max: 4096,
             persist: Persist::Interval,
+            created_per_session_max: 64,
+            rooms_per_node_max: 100_000,
         }
     }
 }
@@ -513,6 +537,14 @@ impl Config {
         }
         if self.gateway.request_timeout_ms == 0 || self.gateway.idle_timeout_ms == 0 {
             return invalid("gateway timeouts must be positive");
+        }
+        if self.gateway.session_requests_per_sec_max > 0
+            && self.gateway.session_request_burst_max == 0
+        {
+            return invalid(
+                "gateway.session_request_burst_max must be positive when \
+                 gateway.session_requests_per_sec_max is set",
+            );
         }
         if self.gateway.send_queue_max == 0 || self.cores.mesh_queue_max == 0 {
             return invalid("queue bounds must be positive");
@@ -783,6 +815,27 @@ mod tests {
         assert!(config.validate().is_err());
         config.store.pool_size = crate::store::POSTGRES_POOL_SIZE_MAX + 1;
         assert!(config.validate().is_err());
+        // A request rate needs a bucket to hold its tokens; no rate needs none.
+        let mut config = Config::default();
+        config.gateway.session_request_burst_max = 0;
+        let error = config.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("gateway.session_request_burst_max"),
+            "{error}"
+        );
+        config.gateway.session_requests_per_sec_max = 0;
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn the_client_limits_parse_from_their_keys() {
+        let text = "[gateway]\nsession_requests_per_sec_max = 10\nsession_request_burst_max = 3\n\
+                    [services.room]\ncreated_per_session_max = 4\nrooms_per_node_max = 5\n";
+        let config = Config::from_toml(text).unwrap();
+        assert_eq!(config.gateway.session_requests_per_sec_max, 10);
+        assert_eq!(config.gateway.session_request_burst_max, 3);
+        assert_eq!(config.services.room.created_per_session_max, 4);
+        assert_eq!(config.services.room.rooms_per_node_max, 5);
     }
 
     #[test]

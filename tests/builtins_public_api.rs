@@ -23,10 +23,12 @@ fn the_builtins_are_registered_as_public_object_types() {
     let player = public_type(PlayerType {
         persist: Persist::OnWrite,
         duplicate_login: DuplicateLogin::KickOld,
+        created_per_session_max: 64,
     });
     let room = public_type(RoomType {
         persist: Persist::Interval,
         members_max: 8,
+        ..RoomType::default()
     });
     assert_eq!((player.type_id(), player.name()), (2, "player"));
     assert_eq!((room.type_id(), room.name()), (3, "room"));
@@ -43,6 +45,7 @@ fn the_builtins_are_registered_as_public_object_types() {
     let twice = NodeBuilder::new(support::config()).object_type(PlayerType {
         persist: Persist::OnWrite,
         duplicate_login: DuplicateLogin::KickOld,
+        created_per_session_max: 64,
     });
     let error = twice
         .start()
@@ -95,10 +98,12 @@ fn a_node_built_from_the_public_types_alone_serves_the_protocol() {
         .object_type(PlayerType {
             persist: Persist::Interval,
             duplicate_login: DuplicateLogin::KickOld,
+            created_per_session_max: 64,
         })
         .object_type(RoomType {
             persist: Persist::Interval,
             members_max: 8,
+            ..RoomType::default()
         })
         .start()
         .expect("node starts");

@@ -17,6 +17,7 @@ use wire::client::{encode_error_body, ErrorCode, FrameError, FrameKind, Header};
 
 use super::inflight::{InFlight, InFlightTable, SeqHash};
 use super::outbox::{Outbox, PushError};
+use super::rate::{RequestBucket, RequestRate};
 use super::routes::{Direction, RouteTable};
 use super::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
 use super::{session_core, Ingress, Notice, NoticeKind};
@@ -31,6 +32,8 @@ pub struct Limits {
     pub inflight_max: usize,
     pub request_timeout: Duration,
     pub send_queue_max: usize,
+    /// The per-session request rate limit; `None`: unlimited.
+    pub request_rate: Option<RequestRate>,
 }
 
 impl From<&GatewayConfig> for Limits {
@@ -39,6 +42,10 @@ impl From<&GatewayConfig> for Limits {
             inflight_max: config.inflight_max as usize,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             send_queue_max: config.send_queue_max as usize,
+            request_rate: RequestRate::new(
+                config.session_requests_per_sec_max,
+                config.session_request_burst_max,
+            ),
         }
     }
 }
@@ -119,6 +126,8 @@ struct Entry {
     /// The grace ended with answers still owed: new requests are refused,
     /// and the session closes once nothing is owed.
     closing: bool,
+    /// The session's request rate limit (`Limits::request_rate`).
+    bucket: RequestBucket,
 }
 
 /// A login of one session waiting for the player object.
@@ -291,6 +300,7 @@ impl GatewayCore {
                 outbox,
                 redirect_until: None,
                 closing: false,
+                bucket: RequestBucket::new(now),
             },
         );
         self.stats().sessions_accepted.inc();
@@ -320,13 +330,53 @@ impl GatewayCore {
             .map_or(0, |entry| entry.inflight.len())
     }
 
-    /// Ingress of one decoded REQUEST, checked in docs/protocol.md's order:
-    /// route exists, direction, auth, then in-flight limits. A rejected request is
-    /// answered here with its ERROR (and counted) and never reaches a
-    /// service; an accepted one is recorded in flight and returned, with a
-    /// snapshot of the live binding, for the driver to deliver to
-    /// `binding.target`.
+    /// Ingress of one decoded REQUEST read from the session's connection,
+    /// checked in docs/protocol.md's order: the session's request rate
+    /// first, then route exists, direction, auth, then in-flight limits. A
+    /// rejected request is answered here with its ERROR (and counted) and
+    /// never reaches a service; an accepted one is recorded in flight and
+    /// returned, with a snapshot of the live binding, for the driver to
+    /// deliver to `binding.target`.
     pub fn on_request<'a>(
+        &mut self,
+        session_id: u64,
+        header: Header,
+        body: &'a [u8],
+        now: Instant,
+    ) -> Option<Ingress<'a>> {
+        let entry = self.sessions.get_mut(&session_id)?;
+        entry.last_frame = now;
+        if let Some(rate) = &self.limits.request_rate {
+            if !entry.bucket.admit(rate, now) {
+                self.metrics.gateway.ingress_rate_limited.inc();
+                self.push_error(
+                    session_id,
+                    header.route_id,
+                    header.seq,
+                    ErrorCode::Overloaded,
+                    "session request rate over gateway.session_requests_per_sec_max",
+                );
+                return None;
+            }
+        }
+        self.admit(session_id, header, body, now)
+    }
+
+    /// A request that waited behind a login, replayed once it ended
+    /// (`take_released`): checked like [`Self::on_request`] but for the
+    /// rate, which it was charged when it was read.
+    pub fn on_held_request<'a>(
+        &mut self,
+        session_id: u64,
+        header: Header,
+        body: &'a [u8],
+        now: Instant,
+    ) -> Option<Ingress<'a>> {
+        self.admit(session_id, header, body, now)
+    }
+
+    /// The ingress checks after the rate.
+    fn admit<'a>(
         &mut self,
         session_id: u64,
         header: Header,
@@ -335,7 +385,6 @@ impl GatewayCore {
     ) -> Option<Ingress<'a>> {
         let limits = self.limits;
         let entry = self.sessions.get_mut(&session_id)?;
-        entry.last_frame = now;
         if entry.closing {
             // The redirect's grace is over: the client was told where to go.
             self.metrics.gateway.redirect_refused.inc();

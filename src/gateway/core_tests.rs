@@ -17,6 +17,7 @@ fn limits() -> Limits {
         inflight_max: 2,
         request_timeout: TIMEOUT,
         send_queue_max: 8,
+        request_rate: None,
     }
 }
 
@@ -699,7 +700,7 @@ fn requests_behind_a_pending_login_wait_then_replay_in_order() {
     let frame = &held[0];
     let ingress = f
         .core
-        .on_request(s, frame.header, &frame.body, f.now)
+        .on_held_request(s, frame.header, &frame.body, f.now)
         .unwrap();
     assert_eq!(ingress.binding.player_id, 7);
 }
@@ -845,4 +846,131 @@ fn an_answer_records_its_latency_from_the_request_arrival() {
     let latency = f.metrics.requests.route(index).unwrap();
     assert_eq!(latency.count(), 2);
     assert_eq!(latency.sum_ns(), 300_000 + 150_000_000);
+}
+
+/// A core whose sessions may send 1000 requests a second in bursts of 3
+/// (and keep 16 in flight, so only the rate refuses).
+fn rate_limited() -> Fixture {
+    let mut f = Fixture::new();
+    f.core = GatewayCore::new(
+        3,
+        Limits {
+            inflight_max: 16,
+            request_rate: crate::gateway::rate::RequestRate::new(1000, 3),
+            ..limits()
+        },
+        f.metrics.clone(),
+    );
+    f
+}
+
+#[test]
+fn a_burst_over_the_bucket_is_answered_overloaded_and_counted() {
+    let mut f = rate_limited();
+    let (s, outbox) = f.open();
+    for seq in 1..=3 {
+        assert!(f.request(s, route::SYS_PING, seq).is_some(), "seq {seq}");
+    }
+    assert!(f.request(s, route::SYS_PING, 4).is_none());
+    assert!(f.request(s, route::SYS_PING, 5).is_none());
+    let refused = frames(&outbox);
+    assert_eq!(refused.len(), 2);
+    for frame in &refused {
+        let (code, reason) = decode_error_body(&frame.3).unwrap();
+        assert_eq!(code, ErrorCode::Overloaded as u16);
+        assert!(
+            reason.contains("gateway.session_requests_per_sec_max"),
+            "{reason}"
+        );
+    }
+    assert_eq!(refused[0].2, 4);
+    assert_eq!(f.metrics.gateway.ingress_rate_limited.get(), 2);
+    assert_eq!(f.metrics.gateway.ingress_overloaded.get(), 0);
+    // Refused requests never entered the in-flight table.
+    assert_eq!(f.core.inflight_count(s), 3);
+}
+
+#[test]
+fn the_bucket_refills_with_the_drivers_time_only() {
+    let mut f = rate_limited();
+    let (s, _outbox) = f.open();
+    for seq in 1..=3 {
+        f.request(s, route::SYS_PING, seq).unwrap();
+    }
+    assert!(f.request(s, route::SYS_PING, 4).is_none());
+    // The core reads no clock: without a later `now`, nothing refills,
+    // however much real time passes.
+    std::thread::sleep(Duration::from_millis(5));
+    assert!(f.request(s, route::SYS_PING, 5).is_none());
+    // One token a millisecond of the driver's time.
+    f.now += Duration::from_millis(1);
+    assert!(f.request(s, route::SYS_PING, 6).is_some());
+    assert!(f.request(s, route::SYS_PING, 7).is_none());
+    f.now += Duration::from_secs(1);
+    for seq in 8..=10 {
+        assert!(f.request(s, route::SYS_PING, seq).is_some(), "seq {seq}");
+    }
+    assert!(
+        f.request(s, route::SYS_PING, 11).is_none(),
+        "never fuller than the burst"
+    );
+    assert_eq!(f.metrics.gateway.ingress_rate_limited.get(), 4);
+}
+
+#[test]
+fn one_sessions_empty_bucket_leaves_the_others_served() {
+    let mut f = rate_limited();
+    // A queue deep enough for every refusal: the flooder is not closed
+    // as a slow reader before it has met the rate.
+    let flooded = Rc::new(Outbox::new(1 << 20));
+    let flooder = f.core.open_session(flooded.clone(), f.now);
+    let (other, other_outbox) = f.open();
+    for seq in 1..=50 {
+        f.request(flooder, route::SYS_PING, seq);
+    }
+    assert_eq!(f.metrics.gateway.ingress_rate_limited.get(), 47);
+    for seq in 1..=3 {
+        assert!(
+            f.request(other, route::SYS_PING, seq).is_some(),
+            "seq {seq}"
+        );
+    }
+    assert!(frames(&other_outbox).is_empty());
+    assert_eq!(frames(&flooded).len(), 47);
+}
+
+#[test]
+fn a_held_request_is_charged_once() {
+    let mut f = rate_limited();
+    let (s, _outbox) = f.open();
+    f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    f.core.begin_login(s, 1, 7);
+    // Two more read behind the login: the bucket is empty now.
+    assert!(f.request(s, route::PLAYER_GET, 2).is_none());
+    assert!(f.request(s, route::PLAYER_GET, 3).is_none());
+    f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    let mut released = Vec::new();
+    f.core.take_released(&mut released);
+    let (_, held) = released.pop().unwrap();
+    assert_eq!(held.len(), 2);
+    // Replayed at the same instant, they pass: they paid when read.
+    for frame in &held {
+        assert!(f
+            .core
+            .on_held_request(s, frame.header, &frame.body, f.now)
+            .is_some());
+    }
+    assert_eq!(f.metrics.gateway.ingress_rate_limited.get(), 0);
+    assert!(f.request(s, route::PLAYER_GET, 4).is_none(), "still empty");
+}
+
+#[test]
+fn no_rate_limit_when_it_is_zero() {
+    let config = GatewayConfig {
+        session_requests_per_sec_max: 0,
+        ..GatewayConfig::default()
+    };
+    assert_eq!(Limits::from(&config).request_rate, None);
+    let defaults = Limits::from(&GatewayConfig::default());
+    assert!(defaults.request_rate.is_some());
 }

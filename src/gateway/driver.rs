@@ -359,7 +359,7 @@ impl GatewayHandle {
         let now = Instant::now();
         for (session_id, frames) in released {
             for frame in frames {
-                let ingress = self.0.state.borrow_mut().on_request(
+                let ingress = self.0.state.borrow_mut().on_held_request(
                     session_id,
                     frame.header,
                     &frame.body,

@@ -8,6 +8,7 @@
 //!   and TIMEOUT, the six-check egress gate, kick and close ordering;
 //! - [`inflight`]: a session's table of requests in flight;
 //! - [`outbox`]: a session's bounded send queue;
+//! - [`rate`]: a session's request rate limit (a token bucket);
 //! - [`auth`]: the stateless per-core auth service (`auth.login`,
 //!   `sys.ping` before login);
 //!
@@ -27,6 +28,7 @@ pub mod driver;
 pub mod inflight;
 pub mod outbox;
 pub mod player;
+pub mod rate;
 pub mod routes;
 pub mod session;
 

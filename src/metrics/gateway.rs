@@ -29,6 +29,7 @@ super::metric_set! {
             ingress_protocol_violation = "protocol_violation",
             ingress_overloaded = "overloaded",
             ingress_bad_request = "bad_request",
+            ingress_rate_limited = "rate_limited",
         }
         /// Frames for clients that the egress gate dropped, by the check that failed.
         "routerd_gateway_egress_rejected_total" Counter (reason) {

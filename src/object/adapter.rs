@@ -37,6 +37,10 @@ impl<T: ObjectType> crate::router::ObjectType for T {
         ObjectType::auto_create(self)
     }
 
+    fn may_create(&self, op: u32) -> Result<(), crate::router::Outcome> {
+        ObjectType::may_create(self, op)
+    }
+
     fn persist(&self) -> Persist {
         ObjectType::persist(self)
     }

@@ -91,6 +91,16 @@ pub trait ObjectType: Send + Sync + 'static {
     fn auto_create(&self) -> bool {
         true
     }
+    /// Whether a request of `op` (a client route's id, or the op another
+    /// object sent) for a key with no persisted state may create the
+    /// object, when the type is `auto_create`; `Err(answer)` answers the
+    /// request so (an error, or what the object would answer when it has
+    /// nothing) and creates nothing. Every op may, by default: a room, for
+    /// one, is created by a join only.
+    fn may_create(&self, op: u32) -> Result<(), Outcome> {
+        let _ = op;
+        Ok(())
+    }
     /// The version [`Object::encode`] writes, stored with the state. Bump it
     /// when the encoding changes, and keep decoding the versions before it.
     fn state_version(&self) -> u16 {
@@ -185,6 +195,9 @@ impl<T: ObjectType> ObjectType for Arc<T> {
     }
     fn auto_create(&self) -> bool {
         (**self).auto_create()
+    }
+    fn may_create(&self, op: u32) -> Result<(), Outcome> {
+        (**self).may_create(op)
     }
     fn state_version(&self) -> u16 {
         (**self).state_version()

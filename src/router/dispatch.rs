@@ -146,6 +146,15 @@ fn route_by_owner(
             return;
         }
         return match ctx.default_node(key) {
+            // No record (the pull found none): the node that would create
+            // the object asks whether this request may (it may count what
+            // it holds), and answers it if not.
+            Some(node) if node == ctx.node && entry.cas_version.is_none() => {
+                match kind.may_create(waiter.request.op) {
+                    Ok(()) => mutable_object(ctx, key, entry, now_ms, waiter),
+                    Err(answer) => ctx.reply(&waiter.request, answer),
+                }
+            }
             Some(node) if node == ctx.node => mutable_object(ctx, key, entry, now_ms, waiter),
             Some(node) => send_to(ctx, entry, node, waiter),
             None => ctx.reply(&waiter.request, Err(ErrorCode::Unavailable)),

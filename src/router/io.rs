@@ -230,7 +230,12 @@ fn claimable(
         return false;
     }
     match record {
-        None => kind.auto_create(),
+        // Only a waiter that may create the object makes the claim; the
+        // others are answered by `route_by_owner`.
+        None => {
+            kind.auto_create()
+                && (entry.io_waiters.iter()).any(|w| kind.may_create(w.request.op).is_ok())
+        }
         Some(record) if record.owner_node.is_none() => kind.auto_create(),
         Some(record) if record.owner_node == ctx.node => {
             record.owner_incarnation <= ctx.incarnation

@@ -21,6 +21,13 @@ pub trait ObjectType {
     /// Whether a request for a key nobody owns may create the object on the
     /// default node (rendezvous hash over live nodes).
     fn auto_create(&self) -> bool;
+    /// Whether a request of `op` for a key with no record may create the
+    /// object (asked of `auto_create` types only); `Err(answer)` answers the
+    /// request so instead, and nothing is created.
+    fn may_create(&self, op: u32) -> Result<(), Outcome> {
+        let _ = op;
+        Ok(())
+    }
     fn persist(&self) -> Persist;
     /// Decodes persisted state; `None` is a new object (no record yet). A
     /// decoding error makes the claim fail with INTERNAL rather than run on

@@ -34,11 +34,14 @@ pub(crate) fn builtins(config: &Config) -> Registry {
         .add_object_type(player::PlayerType {
             persist: config.services.player.persist,
             duplicate_login: config.auth.duplicate_login,
+            created_per_session_max: config.services.room.created_per_session_max,
         })
         .and_then(|()| {
             registry.add_object_type(room::RoomType {
                 persist: config.services.room.persist,
                 members_max: config.services.room.members_max,
+                rooms_per_node_max: config.services.room.rooms_per_node_max,
+                rooms_live: room::RoomCount::default(),
             })
         });
     // Two fixed types with fixed, distinct ids and routes.
@@ -170,12 +173,14 @@ mod tests {
             .add_object_type(PlayerType {
                 persist: Persist::OnWrite,
                 duplicate_login: DuplicateLogin::KickOld,
+                created_per_session_max: 64,
             })
             .unwrap();
         registry
             .add_object_type(RoomType {
                 persist: Persist::Interval,
                 members_max: 8,
+                ..RoomType::default()
             })
             .unwrap();
         registry.register_all(&mut core);
@@ -246,5 +251,93 @@ mod tests {
         // The player's on_write state (room list) is durable.
         let record = table.load(player::player_key(2)).expect("player saved");
         assert!(!record.state.is_empty());
+    }
+
+    /// The reply `effects` hold for request `seq`.
+    fn outcome_of(
+        effects: &[Effect],
+        seq: u64,
+    ) -> Option<Result<Vec<u8>, crate::router::ErrorCode>> {
+        effects.iter().find_map(|effect| match effect {
+            Effect::Reply { request, outcome } if request.seq == seq => Some(outcome.clone()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn only_a_join_within_both_bounds_creates_a_room() {
+        use crate::router::ErrorCode;
+        let mut table = MemoryTable::default();
+        let mut core = RouterCore::new(NodeId(1), RouterConfig::default(), 1, 0);
+        let rooms = RoomType {
+            rooms_per_node_max: 2,
+            ..RoomType::default()
+        };
+        let rooms_live = rooms.rooms_live.clone();
+        let mut registry = crate::object::Registry::default();
+        registry
+            .add_object_type(PlayerType {
+                persist: Persist::OnWrite,
+                duplicate_login: DuplicateLogin::KickOld,
+                created_per_session_max: 1,
+            })
+            .unwrap();
+        registry.add_object_type(rooms).unwrap();
+        registry.register_all(&mut core);
+        let (one, two) = (client(1, 1), client(2, 2));
+        let player = player::player_key;
+        send(&mut core, 1, player(1), player::OP_BIND, Vec::new(), one);
+        send(&mut core, 2, player(2), player::OP_BIND, Vec::new(), two);
+        settle(&mut core, &mut table);
+        // A say in a room that does not exist, sent straight to it as the
+        // router would route it: refused, nothing created.
+        let mut say = 5u64.to_le_bytes().to_vec();
+        say.extend_from_slice(b"hi");
+        send(&mut core, 3, room::room_key(5), room::OP_SAY, say, one);
+        // Player 1's one creating join creates room 5.
+        let body = |room_id: u64| room_id.to_le_bytes().to_vec();
+        send(&mut core, 4, player(1), player::OP_ROOM_JOIN, body(5), one);
+        let effects = settle(&mut core, &mut table);
+        assert_eq!(outcome_of(&effects, 3), Some(Err(ErrorCode::BadRequest)));
+        assert_eq!(
+            outcome_of(&effects, 4),
+            Some(Ok(1u32.to_le_bytes().to_vec()))
+        );
+        assert!(table.load(room::room_key(5)).is_some());
+        // Player 2 creates room 7 with its one right: the node holds two
+        // rooms now, its bound.
+        send(&mut core, 5, player(2), player::OP_ROOM_JOIN, body(7), two);
+        let effects = settle(&mut core, &mut table);
+        assert_eq!(
+            outcome_of(&effects, 5),
+            Some(Ok(1u32.to_le_bytes().to_vec()))
+        );
+        assert_eq!(rooms_live.get(), 2);
+        // Past their sessions' bound: room 6 is not created, but room 5,
+        // which exists, is still joined.
+        send(&mut core, 6, player(1), player::OP_ROOM_JOIN, body(6), one);
+        send(&mut core, 7, player(2), player::OP_ROOM_JOIN, body(5), two);
+        let effects = settle(&mut core, &mut table);
+        assert_eq!(outcome_of(&effects, 6), Some(Err(ErrorCode::Overloaded)));
+        assert!(table.load(room::room_key(6)).is_none());
+        assert_eq!(
+            outcome_of(&effects, 7),
+            Some(Ok(2u32.to_le_bytes().to_vec()))
+        );
+        // A new session of player 1 may create again, but the node may not.
+        let again = client(1, 10);
+        send(&mut core, 8, player(1), player::OP_BIND, Vec::new(), again);
+        send(
+            &mut core,
+            9,
+            player(1),
+            player::OP_ROOM_JOIN,
+            body(8),
+            again,
+        );
+        let effects = settle(&mut core, &mut table);
+        assert_eq!(outcome_of(&effects, 9), Some(Err(ErrorCode::Overloaded)));
+        assert!(table.load(room::room_key(8)).is_none());
+        assert_eq!(rooms_live.get(), 2);
     }
 }

@@ -21,6 +21,9 @@ pub const OP_INCR: u32 = 11;
 pub const OP_ROOM_JOIN: u32 = 20;
 /// `room.leave` (`u64 room_id`): relayed to the room, which answers.
 pub const OP_ROOM_LEAVE: u32 = 21;
+/// `room.say` (`u64 room_id`, text): relayed to the room, which answers,
+/// if the player is in it; BAD_REQUEST here if not.
+pub const OP_ROOM_SAY: u32 = 22;
 /// Internal, from the gateway after `auth.login` verified the token, with
 /// the request's client the new session. Answers `u64 player_id`, or
 /// AUTH_FAILED under `single`. A kick of the old session is emitted before
@@ -28,6 +31,10 @@ pub const OP_ROOM_LEAVE: u32 = 21;
 pub const OP_BIND: u32 = 1000;
 /// Internal and one-way, from the gateway when a session closes.
 pub const OP_UNBIND: u32 = 1001;
+
+/// From a room, forwarding a join it took (`u64 room_id | u32
+/// member_count`): the player records the room and answers the count.
+pub const OP_ROOM_JOINED: u32 = 1002;
 
 /// Rooms one player may be in: bounds the state and the presence fan-out.
 pub const PLAYER_ROOMS_MAX: usize = 256;
@@ -77,6 +84,8 @@ pub fn decide_login(
 pub struct PlayerType {
     pub persist: Persist,
     pub duplicate_login: DuplicateLogin,
+    /// `services.room.created_per_session_max`.
+    pub created_per_session_max: u32,
 }
 
 impl ObjectType for PlayerType {
@@ -100,6 +109,7 @@ impl ObjectType for PlayerType {
             own(OP_INCR, "player.incr"),
             own(OP_ROOM_JOIN, "room.join"),
             own(OP_ROOM_LEAVE, "room.leave"),
+            own(OP_ROOM_SAY, "room.say"),
         ]
     }
 
@@ -115,6 +125,7 @@ impl ObjectType for PlayerType {
         Player {
             player_id: key.object_id,
             duplicate_login: self.duplicate_login,
+            created_per_session_max: self.created_per_session_max,
             ..Player::default()
         }
     }
@@ -126,6 +137,7 @@ impl ObjectType for PlayerType {
         let mut player = Player::decode(state).ok_or(DecodeError)?;
         player.player_id = key.object_id;
         player.duplicate_login = self.duplicate_login;
+        player.created_per_session_max = self.created_per_session_max;
         Ok(player)
     }
 }
@@ -137,6 +149,10 @@ pub struct Player {
     pub counter: i64,
     pub client: Option<ClientRef>,
     pub rooms: Vec<u64>,
+    created_per_session_max: u32,
+    /// Joins relayed as `room::OP_JOIN_CREATING` since the current session
+    /// logged in. Not persisted: a bound on one session, not on the player.
+    creating_joins: u32,
 }
 
 impl Player {
@@ -202,6 +218,12 @@ impl Player {
                 if let Some(old) = kick {
                     ctx.kick(old);
                 }
+                let same_session = self.client.is_some_and(|current| {
+                    current.gateway_node == new.gateway_node && current.session_id == new.session_id
+                });
+                if !same_session {
+                    self.creating_joins = 0;
+                }
                 self.client = Some(new);
                 ctx.mark_changed();
                 self.presence(ctx);
@@ -228,24 +250,75 @@ impl Player {
         }
     }
 
-    fn relay_to_room(&mut self, ctx: &mut Context<'_>, join: bool) {
+    /// `room.join`: relayed to the room, which forwards it back here once
+    /// joined (`joined_room`). A room the player is not in is joined with
+    /// the right to create it only while the session has made fewer than
+    /// `created_per_session_max` such joins.
+    fn join_room(&mut self, ctx: &mut Context<'_>) {
         let Some(room_id) = Self::body_u64(ctx) else {
             return ctx.bad_request();
         };
-        let known = self.rooms.contains(&room_id);
-        if join && !known {
+        let mut op = room::OP_JOIN;
+        if !self.rooms.contains(&room_id) {
+            if self.rooms.len() >= PLAYER_ROOMS_MAX {
+                return ctx.bad_request();
+            }
+            if self.creating_joins < self.created_per_session_max {
+                self.creating_joins += 1;
+                op = room::OP_JOIN_CREATING;
+            }
+        }
+        let body = ctx.body().to_vec();
+        ctx.forward(room::room_key(room_id), op, body);
+    }
+
+    /// A join the room took: the room goes on the list (what `room.say`
+    /// and presence go by) and the client gets the member count.
+    fn joined_room(&mut self, ctx: &mut Context<'_>) {
+        let mut reader = Reader::new(ctx.body());
+        let (Some(room_id), Some(member_count)) = (reader.u64(), reader.u32()) else {
+            return ctx.bad_request();
+        };
+        // Joins of rooms not listed yet may be in flight together; the
+        // bound holds over the list, and one past it is refused though the
+        // room took it (the player leaves it by `room.leave`).
+        if !self.rooms.contains(&room_id) {
             if self.rooms.len() >= PLAYER_ROOMS_MAX {
                 return ctx.bad_request();
             }
             self.rooms.push(room_id);
             ctx.mark_changed();
-        } else if !join && known {
+        }
+        ctx.answer(Ok(member_count.to_le_bytes().to_vec()));
+    }
+
+    /// `room.leave`: relayed to the room whether or not this player's list
+    /// has it, so a membership the list lost (a state saved before the
+    /// join) can still be ended. The room does not create itself for it.
+    fn leave_room(&mut self, ctx: &mut Context<'_>) {
+        let Some(room_id) = Self::body_u64(ctx) else {
+            return ctx.bad_request();
+        };
+        if self.rooms.contains(&room_id) {
             self.rooms.retain(|id| *id != room_id);
             ctx.mark_changed();
         }
-        let op = if join { room::OP_JOIN } else { room::OP_LEAVE };
         let body = ctx.body().to_vec();
-        ctx.forward(room::room_key(room_id), op, body);
+        ctx.forward(room::room_key(room_id), room::OP_LEAVE, body);
+    }
+
+    /// `room.say`: relayed to a room the player is in (which checks the
+    /// text); in any other the player is not a member: BAD_REQUEST here.
+    fn say_in_room(&mut self, ctx: &mut Context<'_>) {
+        let room_id = match ctx.body().first_chunk::<8>() {
+            Some(id) => u64::from_le_bytes(*id),
+            None => return ctx.bad_request(),
+        };
+        if !self.rooms.contains(&room_id) {
+            return ctx.bad_request();
+        }
+        let body = ctx.body().to_vec();
+        ctx.forward(room::room_key(room_id), room::OP_SAY, body);
     }
 }
 
@@ -279,8 +352,10 @@ impl Object for Player {
             }
             OP_GET => ctx.answer(Ok(self.counter.to_le_bytes().to_vec())),
             OP_INCR => self.incr(ctx),
-            OP_ROOM_JOIN => self.relay_to_room(ctx, true),
-            OP_ROOM_LEAVE => self.relay_to_room(ctx, false),
+            OP_ROOM_JOIN => self.join_room(ctx),
+            OP_ROOM_LEAVE => self.leave_room(ctx),
+            OP_ROOM_SAY => self.say_in_room(ctx),
+            OP_ROOM_JOINED => self.joined_room(ctx),
             OP_BIND => self.bind(ctx),
             OP_UNBIND => self.unbind(ctx),
             _ => ctx.bad_request(),
@@ -316,10 +391,18 @@ mod tests {
         }
     }
 
+    /// The room's forward of a join it took (`OP_ROOM_JOINED`).
+    fn room_took(state: &mut Box<dyn ObjectState>, room_id: u64, session: u64) -> HandlerOutput {
+        let mut body = room_id.to_le_bytes().to_vec();
+        body.extend_from_slice(&1u32.to_le_bytes());
+        run(state, request(OP_ROOM_JOINED, body, Some(client(session))))
+    }
+
     fn player() -> Box<dyn ObjectState> {
         let kind = PlayerType {
             persist: Persist::OnWrite,
             duplicate_login: DuplicateLogin::KickOld,
+            created_per_session_max: 2,
         };
         crate::router::ObjectType::decode(&kind, player_key(9), None).expect("new player")
     }
@@ -397,7 +480,10 @@ mod tests {
         assert!(matches!(out.reply, HandlerReply::Delegated));
         assert_eq!(out.sends.len(), 1);
         assert_eq!(out.sends[0].0, room::room_key(7));
-        assert_eq!(out.sends[0].1.op, room::OP_JOIN);
+        assert_eq!(out.sends[0].1.op, room::OP_JOIN_CREATING);
+        // The room took the join: the player lists it and answers.
+        let out = room_took(&mut state, 7, 1);
+        assert_eq!(answer(&out), Some(&Ok(1u32.to_le_bytes().to_vec())));
         let out = run(&mut state, request(OP_BIND, Vec::new(), Some(client(2))));
         assert_eq!(out.kicks, vec![client(1)]);
         assert_eq!(answer(&out), Some(&Ok(9u64.to_le_bytes().to_vec())));
@@ -418,6 +504,7 @@ mod tests {
         let kind = PlayerType {
             persist: Persist::Interval,
             duplicate_login: DuplicateLogin::KickOld,
+            created_per_session_max: 2,
         };
         let decode = |bytes: &[u8]| {
             crate::router::ObjectType::decode(&kind, player_key(1), Some(bytes)).is_err()
@@ -459,5 +546,76 @@ mod tests {
             request(OP_INCR, 1i64.to_le_bytes().to_vec(), Some(client(2))),
         );
         assert_eq!(answer(&out), Some(&Ok(1i64.to_le_bytes().to_vec())));
+    }
+
+    /// The op the player relayed its request as, and to which room.
+    fn relayed(out: &HandlerOutput) -> Option<(u64, u32)> {
+        assert!(out.sends.len() <= 1);
+        let (key, request) = out.sends.first()?;
+        Some((key.object_id, request.op))
+    }
+
+    fn join(state: &mut Box<dyn ObjectState>, room_id: u64, session: u64) -> HandlerOutput {
+        let body = room_id.to_le_bytes().to_vec();
+        run(state, request(OP_ROOM_JOIN, body, Some(client(session))))
+    }
+
+    #[test]
+    fn a_session_joins_with_the_right_to_create_up_to_its_bound() {
+        // The fixture's type: created_per_session_max = 2.
+        let mut state = player();
+        run(&mut state, request(OP_BIND, Vec::new(), Some(client(1))));
+        assert_eq!(
+            relayed(&join(&mut state, 1, 1)),
+            Some((1, room::OP_JOIN_CREATING))
+        );
+        room_took(&mut state, 1, 1);
+        assert_eq!(
+            relayed(&join(&mut state, 2, 1)),
+            Some((2, room::OP_JOIN_CREATING))
+        );
+        room_took(&mut state, 2, 1);
+        // Past the bound: a plain join, which joins a room that exists and
+        // creates none; a room that refused it is not listed.
+        assert_eq!(relayed(&join(&mut state, 3, 1)), Some((3, room::OP_JOIN)));
+        // A room it is in costs nothing and never creates.
+        assert_eq!(relayed(&join(&mut state, 1, 1)), Some((1, room::OP_JOIN)));
+        // Leaving and joining again does not give the right back.
+        let leave = 2u64.to_le_bytes().to_vec();
+        run(&mut state, request(OP_ROOM_LEAVE, leave, Some(client(1))));
+        assert_eq!(relayed(&join(&mut state, 2, 1)), Some((2, room::OP_JOIN)));
+        // A re-bind of the same session keeps its count; a new session
+        // starts at zero.
+        run(&mut state, request(OP_BIND, Vec::new(), Some(client(1))));
+        assert_eq!(relayed(&join(&mut state, 4, 1)), Some((4, room::OP_JOIN)));
+        run(&mut state, request(OP_BIND, Vec::new(), Some(client(5))));
+        assert_eq!(
+            relayed(&join(&mut state, 5, 5)),
+            Some((5, room::OP_JOIN_CREATING))
+        );
+        let bytes = state.encode();
+        assert_eq!(Player::decode(&bytes[2..]).unwrap().rooms, vec![1]);
+    }
+
+    #[test]
+    fn say_reaches_only_a_room_the_player_joined() {
+        let mut state = player();
+        run(&mut state, request(OP_BIND, Vec::new(), Some(client(1))));
+        join(&mut state, 7, 1);
+        room_took(&mut state, 7, 1);
+        let mut body = 7u64.to_le_bytes().to_vec();
+        body.extend_from_slice(b"hi");
+        let out = run(&mut state, request(OP_ROOM_SAY, body, Some(client(1))));
+        assert_eq!(relayed(&out), Some((7, room::OP_SAY)));
+        let mut body = 8u64.to_le_bytes().to_vec();
+        body.extend_from_slice(b"hi");
+        let out = run(&mut state, request(OP_ROOM_SAY, body, Some(client(1))));
+        assert_eq!(relayed(&out), None, "room 8 is never touched");
+        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest)));
+        let out = run(
+            &mut state,
+            request(OP_ROOM_SAY, vec![7, 0], Some(client(1))),
+        );
+        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest)));
     }
 }

@@ -1,18 +1,33 @@
 //! The room object: persistent membership bounded by `members_max`, and each
 //! member's current session while logged in (told by the player object, see
 //! the module docs of `services`). Written with the public object API only.
+//!
+//! Who may create a room: only a join the player object relays as
+//! [`OP_JOIN_CREATING`] (it does so within its session's
+//! `created_per_session_max`), and only while the node holds fewer than
+//! `rooms_per_node_max` rooms ([`RoomType::may_create`]). Every other
+//! request for a room that does not exist is answered without creating it,
+//! so the router's `entries_per_core_max` is left to rooms someone joined.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use super::ROOM_TYPE_ID;
+use super::{player, ROOM_TYPE_ID};
 use crate::object::codec::{put_client, Reader};
 use crate::object::{
-    ClientRef, ClientRoute, Context, DecodeError, KeyFrom, Object, ObjectKey, ObjectType, Persist,
+    ClientRef, ClientRoute, Context, DecodeError, ErrorCode, Object, ObjectKey, ObjectType,
+    Outcome, Persist,
 };
 
 /// Relayed `room.join` (body `u64 room_id`, client the joining session):
-/// answers `u32 member_count`.
+/// forwards `player::OP_ROOM_JOINED` back to the player, which answers.
+/// Joins a room that exists; for one that does not, it is answered
+/// OVERLOADED and creates nothing.
 pub const OP_JOIN: u32 = 20;
+/// `OP_JOIN` that may create the room: the player sends it for a room it
+/// is not in while its session may still create rooms.
+pub const OP_JOIN_CREATING: u32 = 1101;
 /// Relayed `room.leave`: answers an empty body.
 pub const OP_LEAVE: u32 = 21;
 /// `room.say` (`u64 room_id`, UTF-8 text): answers `u32` pushes sent.
@@ -42,6 +57,50 @@ pub fn presence_body(player_id: u64, client: Option<ClientRef>) -> Vec<u8> {
 pub struct RoomType {
     pub persist: Persist,
     pub members_max: usize,
+    /// Rooms the node may hold in memory (over its cores) and still create
+    /// one more; rooms that exist are loaded whatever the count.
+    pub rooms_per_node_max: usize,
+    /// The rooms this node holds now: one node's type is shared by its
+    /// cores, so this is the node's count.
+    pub rooms_live: RoomCount,
+}
+
+/// How many room objects a node holds: each [`Room`] counts itself from
+/// its creation (or load) to its drop (saved and released, or moved).
+#[derive(Clone, Debug, Default)]
+pub struct RoomCount(Arc<AtomicUsize>);
+
+impl RoomCount {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn hold(&self) -> RoomHeld {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        RoomHeld(self.0.clone())
+    }
+}
+
+/// One room's share of its node's [`RoomCount`].
+struct RoomHeld(Arc<AtomicUsize>);
+
+impl Drop for RoomHeld {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Default for RoomType {
+    /// The type as the default configuration sets it up.
+    fn default() -> Self {
+        let config = crate::config::RoomConfig::default();
+        RoomType {
+            persist: config.persist,
+            members_max: config.members_max,
+            rooms_per_node_max: config.rooms_per_node_max,
+            rooms_live: RoomCount::default(),
+        }
+    }
 }
 
 impl ObjectType for RoomType {
@@ -55,13 +114,27 @@ impl ObjectType for RoomType {
         "room"
     }
 
-    /// `room.say` goes to the room its body names; `room.join` and
-    /// `room.leave` are the player's routes (it relays them here).
+    /// `room.join`, `room.leave` and `room.say` are the player's routes (it
+    /// relays them here, `room.say` only to a room it joined, so a client
+    /// cannot name a room into existence by saying in it).
     fn routes(&self) -> Vec<ClientRoute> {
-        vec![
-            ClientRoute::request(OP_SAY, "room.say", KeyFrom::BodyU64),
-            ClientRoute::push(ROUTE_ROOM_MESSAGE, "room.message"),
-        ]
+        vec![ClientRoute::push(ROUTE_ROOM_MESSAGE, "room.message")]
+    }
+
+    /// A room that does not exist is created only by `OP_JOIN_CREATING`,
+    /// and only while the node holds fewer than `rooms_per_node_max` rooms
+    /// (checked and counted on one core at a time, so cores creating at the
+    /// same instant may pass it by one each). A plain join past the
+    /// session's creation bound is OVERLOADED; the rest is answered as a
+    /// room with no members would answer it: a leave is done, a say is
+    /// BAD_REQUEST.
+    fn may_create(&self, op: u32) -> Result<(), Outcome> {
+        match op {
+            OP_JOIN_CREATING if self.rooms_live.get() < self.rooms_per_node_max => Ok(()),
+            OP_JOIN_CREATING | OP_JOIN => Err(Err(ErrorCode::Overloaded)),
+            OP_LEAVE => Err(Ok(Vec::new())),
+            _ => Err(Err(ErrorCode::BadRequest)),
+        }
     }
 
     fn persist(&self) -> Persist {
@@ -77,6 +150,7 @@ impl ObjectType for RoomType {
             room_id: key.object_id,
             members_max: self.members_max,
             members: BTreeMap::new(),
+            _held: self.rooms_live.hold(),
         }
     }
 
@@ -107,6 +181,7 @@ pub struct Room {
     members_max: usize,
     /// Member -> current session while logged in.
     members: BTreeMap<u64, Option<ClientRef>>,
+    _held: RoomHeld,
 }
 
 impl Room {
@@ -120,7 +195,15 @@ impl Room {
         }
         self.members.insert(client.player_id, Some(client));
         ctx.mark_changed();
-        ctx.answer(Ok((self.members.len() as u32).to_le_bytes().to_vec()));
+        // Back to the player, which records the room and answers: a player
+        // lists only rooms that exist and took it in.
+        let mut body = self.room_id.to_le_bytes().to_vec();
+        body.extend_from_slice(&(self.members.len() as u32).to_le_bytes());
+        ctx.forward(
+            player::player_key(client.player_id),
+            player::OP_ROOM_JOINED,
+            body,
+        );
     }
 
     fn leave(&mut self, ctx: &mut Context<'_>) {
@@ -181,7 +264,7 @@ impl Object for Room {
 
     fn handle(&mut self, ctx: &mut Context<'_>) {
         match ctx.op() {
-            OP_JOIN => self.join(ctx),
+            OP_JOIN | OP_JOIN_CREATING => self.join(ctx),
             OP_LEAVE => self.leave(ctx),
             OP_SAY => self.say(ctx),
             OP_PRESENCE => self.presence(ctx),
@@ -237,6 +320,7 @@ mod tests {
         let kind = RoomType {
             persist: Persist::Interval,
             members_max,
+            ..RoomType::default()
         };
         crate::router::ObjectType::decode(&kind, room_key(7), None).expect("new room")
     }
@@ -260,18 +344,32 @@ mod tests {
         body
     }
 
+    /// The member count a join forwarded back to the player.
+    fn joined(out: &HandlerOutput, player_id: u64) -> Option<u32> {
+        assert!(
+            matches!(out.reply, HandlerReply::Delegated),
+            "{:?}",
+            out.reply
+        );
+        let (key, request) = out.sends.first()?;
+        assert_eq!(*key, player::player_key(player_id));
+        assert_eq!(request.op, player::OP_ROOM_JOINED);
+        assert_eq!(request.body[..8], 7u64.to_le_bytes());
+        Some(u32::from_le_bytes(request.body[8..].try_into().ok()?))
+    }
+
     #[test]
     fn join_counts_and_is_bounded_by_members_max() {
         let mut state = room(2);
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(1, 1))));
-        assert_eq!(answer(&out), Some(Ok(1u32.to_le_bytes().to_vec())));
+        assert_eq!(joined(&out, 1), Some(1));
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(2, 2))));
-        assert_eq!(answer(&out), Some(Ok(2u32.to_le_bytes().to_vec())));
+        assert_eq!(joined(&out, 2), Some(2));
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(3, 3))));
         assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest)));
         // A member joining again is not a new member.
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(1, 1))));
-        assert_eq!(answer(&out), Some(Ok(2u32.to_le_bytes().to_vec())));
+        assert_eq!(joined(&out, 1), Some(2));
     }
 
     #[test]
@@ -323,6 +421,7 @@ mod tests {
         let kind = RoomType {
             persist: Persist::Interval,
             members_max: 10,
+            ..RoomType::default()
         };
         let mut decoded =
             crate::router::ObjectType::decode(&kind, room_key(7), Some(&state.encode()))
@@ -331,5 +430,35 @@ mod tests {
         assert_eq!(answer(&out), Some(Ok(1u32.to_le_bytes().to_vec())));
         let bad = [1, 0, 5, 0, 0, 0];
         assert!(crate::router::ObjectType::decode(&kind, room_key(7), Some(&bad)).is_err());
+    }
+
+    #[test]
+    fn only_a_creating_join_creates_and_only_below_the_node_bound() {
+        let kind = RoomType {
+            rooms_per_node_max: 2,
+            ..RoomType::default()
+        };
+        let may_create = |op| crate::object::ObjectType::may_create(&kind, op);
+        assert_eq!(may_create(OP_JOIN_CREATING), Ok(()));
+        assert_eq!(may_create(OP_JOIN), Err(Err(ErrorCode::Overloaded)));
+        assert_eq!(may_create(OP_LEAVE), Err(Ok(Vec::new())), "not a member");
+        for op in [OP_SAY, OP_PRESENCE] {
+            assert_eq!(may_create(op), Err(Err(ErrorCode::BadRequest)), "op {op}");
+        }
+        // Every room the node holds counts, created or loaded, until it is
+        // dropped.
+        let decode = crate::router::ObjectType::decode;
+        let first = decode(&kind, room_key(1), None).expect("new room");
+        let second = decode(&kind, room_key(2), Some(&first.encode())).expect("loads");
+        assert_eq!(kind.rooms_live.get(), 2);
+        assert_eq!(
+            may_create(OP_JOIN_CREATING),
+            Err(Err(ErrorCode::Overloaded))
+        );
+        drop(second);
+        assert_eq!(kind.rooms_live.get(), 1);
+        assert_eq!(may_create(OP_JOIN_CREATING), Ok(()));
+        drop(first);
+        assert_eq!(kind.rooms_live.get(), 0);
     }
 }

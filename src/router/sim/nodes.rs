@@ -159,10 +159,12 @@ impl World {
                 let player = PlayerType {
                     persist: persist.0,
                     duplicate_login: DuplicateLogin::KickOld,
+                    created_per_session_max: u32::MAX,
                 };
                 let room = RoomType {
                     persist: persist.1,
                     members_max: PLAYERS as usize,
+                    ..RoomType::default()
                 };
                 router.register(Recorded::wrap(Box::new(counter), &log));
                 router.register(Recorded::wrap(Box::new(player), &log));

@@ -37,6 +37,10 @@ impl ObjectType for Recorded {
         self.inner.auto_create()
     }
 
+    fn may_create(&self, op: u32) -> Result<(), super::super::types::Outcome> {
+        self.inner.may_create(op)
+    }
+
     fn persist(&self) -> Persist {
         self.inner.persist()
     }
