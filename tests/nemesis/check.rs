@@ -112,6 +112,26 @@ impl History {
             seen.dedup();
             seen.join(", ")
         };
+        // Who owned the player next: the other side of the allowance.
+        let taken_over = |node: u64| {
+            let last = seen
+                .iter()
+                .filter(|seen| seen.owner == node && seen.at_us <= lost.answer_us)
+                .map(|seen| seen.owner_incarnation)
+                .max()
+                .unwrap_or(0);
+            match seen.iter().find(|seen| {
+                seen.at_us > lost.answer_us && (seen.owner != node || seen.owner_incarnation > last)
+            }) {
+                Some(next) => format!(
+                    "; then node {} (incarnation {}) owned it at {}",
+                    next.owner,
+                    next.owner_incarnation,
+                    secs(next.at_us)
+                ),
+                None => "; no later owner was read".to_string(),
+            }
+        };
         owners.sort_unstable();
         owners.dedup();
         for &node in &owners {
@@ -133,11 +153,12 @@ impl History {
             });
             if let Some((poll, incarnation)) = declared {
                 return Some(format!(
-                    "node {node} (owner incarnation {}), owner of player {} then, was seen down (incarnation {incarnation}) by node {} at {}",
+                    "node {node} (owner incarnation {}), owner of player {} then, was seen down (incarnation {incarnation}) by node {} at {}{}",
                     incarnations(node),
                     lost.player,
                     poll.node_id,
-                    secs(poll.answer_us)
+                    secs(poll.answer_us),
+                    taken_over(node)
                 ));
             }
             let killed = self.kills.iter().find(|kill| {
@@ -145,9 +166,10 @@ impl History {
             });
             if let Some(kill) = killed {
                 return Some(format!(
-                    "node {node}, owner of player {} then, was killed at {}",
+                    "node {node}, owner of player {} then, was killed at {}{}",
                     lost.player,
-                    secs(kill.at_us)
+                    secs(kill.at_us),
+                    taken_over(node)
                 ));
             }
         }
