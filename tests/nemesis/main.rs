@@ -137,6 +137,10 @@ impl Settings {
 
 fn store_selected(store: &str) -> bool {
     let chosen: String = env_or("NEMESIS_STORE", "both".to_string());
+    assert!(
+        ["sqlite", "postgres", "both"].contains(&chosen.as_str()),
+        "NEMESIS_STORE is sqlite, postgres or both, not {chosen:?}"
+    );
     chosen == "both" || chosen == store
 }
 
