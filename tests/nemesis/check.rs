@@ -14,6 +14,12 @@ pub const SHOWN_MAX: usize = 8;
 /// owned the player then (ownership reads come every 300 ms).
 const OWNER_WINDOW_US: u64 = 1_000_000;
 
+/// The longest gap between two polls of one process that still shows it
+/// unfenced in between: across a longer one (a frozen process answers no
+/// poll) it may have been stopped, and a stopped process serves nothing
+/// and checks its lease before it serves again.
+const SPAN_GAP_MAX_US: u64 = 3 * super::observe::POLL_INTERVAL.as_micros() as u64;
+
 /// How long a core may stay fenced while its node serves.
 const CORE_FENCED_MAX_US: u64 = 1_000_000;
 
@@ -106,6 +112,26 @@ impl History {
             seen.dedup();
             seen.join(", ")
         };
+        // Who owned the player next: the other side of the allowance.
+        let taken_over = |node: u64| {
+            let last = seen
+                .iter()
+                .filter(|seen| seen.owner == node && seen.at_us <= lost.answer_us)
+                .map(|seen| seen.owner_incarnation)
+                .max()
+                .unwrap_or(0);
+            match seen.iter().find(|seen| {
+                seen.at_us > lost.answer_us && (seen.owner != node || seen.owner_incarnation > last)
+            }) {
+                Some(next) => format!(
+                    "; then node {} (incarnation {}) owned it at {}",
+                    next.owner,
+                    next.owner_incarnation,
+                    secs(next.at_us)
+                ),
+                None => "; no later owner was read".to_string(),
+            }
+        };
         owners.sort_unstable();
         owners.dedup();
         for &node in &owners {
@@ -127,11 +153,12 @@ impl History {
             });
             if let Some((poll, incarnation)) = declared {
                 return Some(format!(
-                    "node {node} (owner incarnation {}), owner of player {} then, was seen down (incarnation {incarnation}) by node {} at {}",
+                    "node {node} (owner incarnation {}), owner of player {} then, was seen down (incarnation {incarnation}) by node {} at {}{}",
                     incarnations(node),
                     lost.player,
                     poll.node_id,
-                    secs(poll.answer_us)
+                    secs(poll.answer_us),
+                    taken_over(node)
                 ));
             }
             let killed = self.kills.iter().find(|kill| {
@@ -139,9 +166,10 @@ impl History {
             });
             if let Some(kill) = killed {
                 return Some(format!(
-                    "node {node}, owner of player {} then, was killed at {}",
+                    "node {node}, owner of player {} then, was killed at {}{}",
                     lost.player,
-                    secs(kill.at_us)
+                    secs(kill.at_us),
+                    taken_over(node)
                 ));
             }
         }
@@ -349,9 +377,10 @@ impl History {
     }
 
     /// Never two unfenced processes with one node id at once. A process
-    /// polled unfenced twice in one incarnation was unfenced in between
-    /// (a fence ends only with a new incarnation), so only such spans are
-    /// compared: the rule cannot see what was not, only miss what was.
+    /// polled unfenced twice in one incarnation, shortly one after the
+    /// other, was unfenced in between (a fence ends only with a new
+    /// incarnation), so only such spans are compared: the rule cannot see
+    /// what was not, only miss what was.
     fn check_one_process_per_id(&self, verdict: &mut Verdict) {
         let mut by_pid: BTreeMap<u32, Vec<&Poll>> = BTreeMap::new();
         for poll in &self.polls {
@@ -367,6 +396,7 @@ impl History {
                     && !b.fenced
                     && a.incarnation == b.incarnation
                     && a.answer_us < b.send_us
+                    && b.send_us - a.answer_us <= SPAN_GAP_MAX_US
                 {
                     spans.push((
                         a.node_id,
@@ -417,7 +447,14 @@ impl History {
             polls.sort_by_key(|poll| poll.send_us);
             // core -> (first poll that saw it fenced while the node serves)
             let mut since: HashMap<u64, &Poll> = HashMap::new();
+            let mut previous: Option<&Poll> = None;
             for poll in polls.iter() {
+                // Across a gap in the polls the process may have been
+                // stopped: what it showed before says nothing of the gap.
+                if previous.is_some_and(|p| poll.send_us > p.answer_us + SPAN_GAP_MAX_US) {
+                    since.clear();
+                }
+                previous = Some(poll);
                 let fenced_cores: Vec<u64> = match (&poll.cores, poll.fenced) {
                     (Some(cores), false) => {
                         cores.iter().filter(|c| c.fenced).map(|c| c.core).collect()

@@ -221,6 +221,25 @@ fn two_unfenced_processes_with_one_id_are_found() {
 }
 
 #[test]
+fn a_frozen_process_is_not_serving_beside_its_successor() {
+    // pid 10 answers no poll from 100 ms to 3 s (frozen) while pid 11
+    // serves; thawed, it is polled once unfenced, then fenced.
+    let mut history = history(Vec::new(), false);
+    history.polls = vec![
+        poll(10, 1, 0, 3, false),
+        poll(10, 1, 100, 3, false),
+        poll(11, 1, 1000, 4, false),
+        poll(11, 1, 1100, 4, false),
+        poll(10, 1, 3000, 3, false),
+        poll(11, 1, 3050, 4, false),
+        poll(10, 1, 3100, 3, true),
+        poll(11, 1, 3150, 4, false),
+    ];
+    let verdict = history.check();
+    assert!(verdict.is_clean(), "{}", verdict.render());
+}
+
+#[test]
 fn a_restart_after_a_kill_is_not_two_processes() {
     let mut history = history(Vec::new(), false);
     history.polls = vec![

@@ -395,8 +395,11 @@ impl Cluster {
         }
         if let Store::Postgres(pg) = &self.store {
             pg.thaw();
-            // Already running is an error worth nothing here.
-            let _ = pg.restart();
+            if !pg.running() {
+                if let Err(error) = pg.restart() {
+                    println!("the store did not start again: {error}");
+                }
+            }
         }
     }
 

@@ -213,6 +213,13 @@ impl Postgres {
         }
     }
 
+    /// True while the postmaster runs.
+    pub fn running(&self) -> bool {
+        self.server
+            .postmaster_pid()
+            .is_some_and(|pid| signal(pid as u32, 0))
+    }
+
     pub fn stop(&self) -> Result<(), String> {
         self.server.stop_immediate()
     }
