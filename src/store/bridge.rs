@@ -1,7 +1,13 @@
 //! The bridge between callers on any executor and a backend's own thread
-//! (the SQLite store thread, the Scylla driver's tokio thread): a bounded
-//! crossbeam queue of requests, each carrying a futures-aware oneshot for
+//! (the SQLite store thread, the Scylla driver's tokio thread): bounded
+//! crossbeam queues of requests, each carrying a futures-aware oneshot for
 //! its answer.
+//!
+//! Two lanes: object traffic (`load`, `write_batch`) and membership traffic
+//! (`write_member`, `list_members`) have a queue each, and every backend
+//! serves the membership queue on its own connection, beside the object
+//! one. A heartbeat then never waits behind object reads and writes, nor
+//! rides in their group commit: a node under store load keeps its lease.
 //!
 //! A request is sent when the `Store` method is called, not when its future
 //! is first polled, and `try_send` never blocks: a full queue answers
@@ -124,9 +130,23 @@ impl Reply {
     }
 }
 
+/// Membership requests waiting at most: one node has one heartbeat and at
+/// most a list and a state change in flight, so a full membership queue
+/// means the membership connection is stuck, and a caller is told at once.
+pub const MEMBER_QUEUE_MAX: usize = 64;
+
+/// The receivers a backend drains, one a lane.
+pub(crate) struct Lanes {
+    /// `Load` and `Write`.
+    pub objects: Receiver<Request>,
+    /// `WriteMember` and `ListMembers`.
+    pub members: Receiver<Request>,
+}
+
 /// The caller's side of a backend thread.
 pub(crate) struct Bridge {
-    sender: Sender<Request>,
+    objects: Sender<Request>,
+    members: Sender<Request>,
     timeout: Duration,
     /// Latencies of the operations that reached the queue, recorded by the
     /// core that awaited them (every backend with a thread has a bridge,
@@ -148,26 +168,34 @@ async fn timed<T>(
 }
 
 impl Bridge {
-    /// A bridge and the receiver its backend thread drains. `queue_max`
-    /// bounds the requests waiting.
-    pub fn new(queue_max: usize, timeout: Duration) -> (Bridge, Receiver<Request>) {
-        let (sender, receiver) = crossbeam_channel::bounded(queue_max);
+    /// A bridge and the receivers its backend drains. `queue_max` bounds
+    /// the object requests waiting, `MEMBER_QUEUE_MAX` the membership ones.
+    pub fn new(queue_max: usize, timeout: Duration) -> (Bridge, Lanes) {
+        let (objects, objects_receiver) = crossbeam_channel::bounded(queue_max);
+        let (members, members_receiver) = crossbeam_channel::bounded(MEMBER_QUEUE_MAX);
         let stats = Arc::default();
         (
             Bridge {
-                sender,
+                objects,
+                members,
                 timeout,
                 stats,
             },
-            receiver,
+            Lanes {
+                objects: objects_receiver,
+                members: members_receiver,
+            },
         )
     }
 
-    /// Queues `op`; returns when it was queued.
+    /// Queues `op` on its lane; returns when it was queued.
     fn submit(&self, op: Op, reply: Reply) -> Result<Instant, TrySendError<Request>> {
         let now = Instant::now();
-        self.sender
-            .try_send(Request {
+        let lane = match op {
+            Op::Load(_) | Op::Write(_) => &self.objects,
+            Op::WriteMember(_) | Op::ListMembers => &self.members,
+        };
+        lane.try_send(Request {
                 deadline: now + self.timeout,
                 op,
                 reply,
@@ -278,6 +306,6 @@ impl super::api::Backend for Bridge {
     }
 
     fn queue_depth(&self) -> usize {
-        self.sender.len()
+        self.objects.len() + self.members.len()
     }
 }

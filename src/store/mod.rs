@@ -8,6 +8,7 @@
 mod api;
 mod bridge;
 mod error;
+pub mod health;
 mod membership;
 mod memory;
 pub mod memory_table;
@@ -22,6 +23,9 @@ mod sqlite;
 
 pub use api::{Backend, Store, StoreProbe};
 pub use bridge::StoreFuture;
+pub use health::StoreHealth;
+pub use sqlite::INTEGRITY_CHECK_MS_MAX;
+pub use bridge::MEMBER_QUEUE_MAX;
 pub use error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
 pub use membership::{
     AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,

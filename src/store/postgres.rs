@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::{Client, NoTls};
 
 use super::api::Store;
-use super::bridge::{Bridge, Op, Request};
+use super::bridge::{Bridge, Lanes, Op, Request};
 use super::error::{BackendError, OpenError};
 use super::postgres_batch;
 use super::postgres_sql::{self as sql, describe, POSTGRES_SCHEMA_VERSION};
@@ -84,7 +84,7 @@ const RECONNECT_GRACE: Duration = Duration::from_secs(1);
 /// baseline).
 pub fn open_postgres(config: &StoreConfig, group_commit: GroupCommit) -> Result<Store, OpenError> {
     let target = Target::new(config)?;
-    let (bridge, receiver) = Bridge::new(
+    let (bridge, lanes) = Bridge::new(
         config.queue_max,
         Duration::from_millis(config.request_timeout_ms),
     );
@@ -96,7 +96,7 @@ pub fn open_postgres(config: &StoreConfig, group_commit: GroupCommit) -> Result<
     let (ready_sender, ready_receiver) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("store-postgres".to_string())
-        .spawn(move || driver_thread(target, pool_size, batch_max, receiver, ready_sender))
+        .spawn(move || driver_thread(target, pool_size, batch_max, lanes, ready_sender))
         .map_err(OpenError::Thread)?;
     match ready_receiver.recv() {
         Ok(Ok(())) => Ok(Store::from_backend(Arc::new(bridge), config)),
@@ -260,8 +260,10 @@ async fn ensure_schema(client: &mut Client) -> Result<(), OpenError> {
     transaction.commit().await.map_err(open_error)
 }
 
-/// Connects the whole pool, the first connection checking the schema.
+/// Connects the whole pool, the first connection checking the schema,
+/// and then the membership connection, which is the last one returned.
 async fn open_pool(target: &Target, pool_size: usize) -> Result<Vec<Conn>, OpenError> {
+    let pool_size = pool_size + 1;
     let mut first = target.connect_raw().await.map_err(open_error)?;
     check_server_version(&first).await?;
     ensure_schema(&mut first).await?;
@@ -276,7 +278,7 @@ fn driver_thread(
     target: Target,
     pool_size: usize,
     batch_max: usize,
-    receiver: Receiver<Request>,
+    lanes: Lanes,
     ready: std::sync::mpsc::SyncSender<Result<(), OpenError>>,
 ) {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -300,7 +302,7 @@ fn driver_thread(
             ))),
         }
     });
-    let pool = match pool {
+    let mut pool = match pool {
         Ok(pool) => pool,
         Err(error) => {
             drop(ready.send(Err(error)));
@@ -308,16 +310,64 @@ fn driver_thread(
         }
     };
     let target = Arc::new(target);
+    let Lanes { objects, members } = lanes;
+    // The membership lane: its own connection, outside the pool, behind its
+    // own dispatcher, one request a round trip. A heartbeat then never
+    // waits for a pool connection nor rides in a group commit.
+    let Some(members_conn) = pool.pop() else {
+        drop(ready.send(Err(OpenError::Postgres(
+            "no membership connection".to_string(),
+        ))));
+        return;
+    };
+    let (mut dispatcher, mut handles) = start_lane(&runtime, &target, pool, 0, objects, batch_max);
+    let (mut members_dispatcher, members_handles) =
+        start_lane(&runtime, &target, vec![members_conn], pool_size, members, 1);
+    handles.extend(members_handles);
+    drop(ready.send(Ok(())));
+    std::thread::scope(|scope| {
+        let runtime = &runtime;
+        let members_thread = std::thread::Builder::new()
+            .name("store-postgres-members".to_string())
+            .spawn_scoped(scope, move || members_dispatcher.run(runtime));
+        if let Err(error) = members_thread {
+            tracing::error!(%error, "cannot start the postgres membership thread");
+        }
+        dispatcher.run(runtime);
+        // Every Store handle is gone: close the workers' channels and let
+        // each finish the batch it holds (bounded by that batch's
+        // deadline).
+        drop(dispatcher);
+    });
+    runtime.block_on(async {
+        for handle in handles {
+            drop(handle.await);
+        }
+    });
+}
+
+/// Starts a worker for each of `pool`'s connections (ids from `id_first`)
+/// and the dispatcher that feeds them from `receiver`.
+fn start_lane(
+    runtime: &tokio::runtime::Runtime,
+    target: &Arc<Target>,
+    pool: Vec<Conn>,
+    id_first: usize,
+    receiver: Receiver<Request>,
+    batch_max: usize,
+) -> (Dispatcher, Vec<tokio::task::JoinHandle<()>>) {
     let connected = Arc::new(AtomicUsize::new(pool.len()));
     // Each worker has at most one `Idle` and one `Down` unread at a time.
-    let (events, events_receiver) = mpsc::channel(2 * pool.len());
+    let (events, events_receiver) = mpsc::channel(2 * pool.len().max(1));
     let mut senders = Vec::with_capacity(pool.len());
     let mut handles = Vec::with_capacity(pool.len());
-    for (id, conn) in pool.into_iter().enumerate() {
+    let size = pool.len();
+    for (index, conn) in pool.into_iter().enumerate() {
         let (sender, batches) = mpsc::channel(1);
         senders.push(sender);
+        let id = id_first + index;
         let worker = Worker {
-            id,
+            id: index,
             target: target.clone(),
             conn: Some(conn),
             batches,
@@ -327,26 +377,16 @@ fn driver_thread(
         };
         handles.push(runtime.spawn(worker.run()));
     }
-    drop(events);
-    drop(ready.send(Ok(())));
-    let mut dispatcher = Dispatcher {
+    let dispatcher = Dispatcher {
         receiver,
         events: events_receiver,
         senders,
-        idle: Vec::with_capacity(pool_size),
+        idle: Vec::with_capacity(size),
         connected,
         down_at: None,
         batch_max,
     };
-    dispatcher.run(&runtime);
-    // Every Store handle is gone: close the workers' channels and let each
-    // finish the batch it holds (bounded by that batch's deadline).
-    drop(dispatcher);
-    runtime.block_on(async {
-        for handle in handles {
-            drop(handle.await);
-        }
-    });
+    (dispatcher, handles)
 }
 
 /// What a worker tells the dispatcher.

@@ -26,7 +26,7 @@ use scylla::value::{CqlValue, Row};
 use wire::ObjectKey;
 
 use super::api::Store;
-use super::bridge::{Bridge, Done, Op, Request};
+use super::bridge::{Bridge, Done, Lanes, Op, Request};
 use super::error::{BackendError, OpenError};
 use super::membership::{
     self, MemberCondition, MemberOutcome, MemberRow, MemberVersion, MemberWrite, MEMBERS_MAX,
@@ -50,7 +50,7 @@ pub fn open_scylla(config: &StoreConfig) -> Result<Store, OpenError> {
     if config.nodes.is_empty() {
         return Err(OpenError::Config("store.nodes is empty"));
     }
-    let (bridge, receiver) = Bridge::new(
+    let (bridge, lanes) = Bridge::new(
         config.queue_max,
         Duration::from_millis(config.request_timeout_ms),
     );
@@ -58,7 +58,7 @@ pub fn open_scylla(config: &StoreConfig) -> Result<Store, OpenError> {
     let thread_config = config.clone();
     std::thread::Builder::new()
         .name("store-scylla".to_string())
-        .spawn(move || driver_thread(thread_config, receiver, ready_sender))
+        .spawn(move || driver_thread(thread_config, lanes, ready_sender))
         .map_err(OpenError::Thread)?;
     match ready_receiver.recv() {
         Ok(Ok(())) => Ok(Store::from_backend(Arc::new(bridge), config)),
@@ -69,7 +69,7 @@ pub fn open_scylla(config: &StoreConfig) -> Result<Store, OpenError> {
 
 fn driver_thread(
     config: StoreConfig,
-    receiver: Receiver<Request>,
+    lanes: Lanes,
     ready: std::sync::mpsc::SyncSender<Result<(), OpenError>>,
 ) {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -101,10 +101,51 @@ fn driver_thread(
         }
     };
     drop(ready.send(Ok(())));
+    let Lanes { objects, members } = lanes;
+    // The membership lane has its own dispatcher and in-flight bound, so a
+    // heartbeat never waits for an object request's permit. Both share
+    // the session: the driver keeps a connection per shard of each node
+    // and multiplexes requests on it, so no request waits for another's
+    // answer there.
+    let members_handle = runtime.handle().clone();
+    let members_statements = statements.clone();
+    let members_thread = std::thread::Builder::new()
+        .name("store-scylla-members".to_string())
+        .spawn(move || {
+            dispatch(
+                &members_handle,
+                &members_statements,
+                &members,
+                MEMBER_INFLIGHT_MAX,
+            )
+        });
     // In-flight requests are bounded like a group commit: past `batch_max`
     // the dispatcher waits, the bridge queue fills, and callers see
     // Overloaded instead of piling tasks onto the runtime.
-    let inflight = Arc::new(tokio::sync::Semaphore::new(config.batch_max.max(1)));
+    dispatch(
+        runtime.handle(),
+        &statements,
+        &objects,
+        config.batch_max.max(1),
+    );
+    if let Ok(thread) = members_thread {
+        drop(thread.join());
+    }
+}
+
+/// Membership requests in flight at once on Scylla: a heartbeat, a list
+/// and a state change.
+const MEMBER_INFLIGHT_MAX: usize = 4;
+
+/// Serves `receiver` until every `Store` handle is gone, at most
+/// `inflight_max` requests at once.
+fn dispatch(
+    runtime: &tokio::runtime::Handle,
+    statements: &Arc<Statements>,
+    receiver: &Receiver<Request>,
+    inflight_max: usize,
+) {
+    let inflight = Arc::new(tokio::sync::Semaphore::new(inflight_max));
     while let Ok(request) = receiver.recv() {
         let Ok(permit) = runtime.block_on(inflight.clone().acquire_owned()) else {
             request.answer(Err(BackendError::Corrupt("scylla in-flight limit closed")));
