@@ -183,7 +183,8 @@ impl Statements {
             .build()
             .await
             .map_err(|e| open(&e))?;
-        for statement in schema_statements(&config.keyspace, config.replication_factor) {
+        create_keyspace(&session, &config.keyspace, config.replication_factor).await?;
+        for statement in table_statements(&config.keyspace) {
             session
                 .query_unpaged(statement, ())
                 .await
@@ -193,31 +194,20 @@ impl Statements {
             .await_schema_agreement()
             .await
             .map_err(|e| open(&e))?;
-        let keyspace = &config.keyspace;
-        let prepare = |text: String| {
-            let session = &session;
-            async move { session.prepare(text).await.map_err(|e| open(&e)) }
+        warn_if_tablets(&session, &config.keyspace).await;
+        let mut prepared = Vec::with_capacity(STATEMENT_COUNT);
+        for spec in statement_specs(&config.keyspace) {
+            let mut statement = session.prepare(spec.cql).await.map_err(|e| open(&e))?;
+            statement.set_consistency(spec.consistency);
+            statement.set_serial_consistency(spec.serial_consistency);
+            prepared.push(statement);
+        }
+        let Ok(
+            [insert_if_absent, update_if_cas, select_record, insert_member, update_member, select_member, list_members],
+        ) = <[PreparedStatement; STATEMENT_COUNT]>::try_from(prepared)
+        else {
+            return Err(OpenError::Scylla("a statement was not prepared".to_string()));
         };
-        let mut insert_if_absent = prepare(insert_if_absent_cql(keyspace)).await?;
-        let mut update_if_cas = prepare(update_if_cas_cql(keyspace)).await?;
-        let mut insert_member = prepare(insert_member_cql(keyspace)).await?;
-        let mut update_member = prepare(update_member_cql(keyspace)).await?;
-        for lwt in [
-            &mut insert_if_absent,
-            &mut update_if_cas,
-            &mut insert_member,
-            &mut update_member,
-        ] {
-            lwt.set_consistency(Consistency::Quorum);
-            lwt.set_serial_consistency(Some(SerialConsistency::Serial));
-        }
-        let mut select_record = prepare(select_record_cql(keyspace)).await?;
-        let mut select_member = prepare(select_member_cql(keyspace)).await?;
-        let mut list_members = prepare(list_members_cql(keyspace)).await?;
-        // SERIAL reads see every committed LWT, and finish one in flight.
-        for read in [&mut select_record, &mut select_member, &mut list_members] {
-            read.set_consistency(Consistency::Serial);
-        }
         Ok(Statements {
             session,
             insert_if_absent,
@@ -560,13 +550,33 @@ pub(crate) fn validate_keyspace(keyspace: &str) -> Result<(), OpenError> {
     Ok(())
 }
 
-pub(crate) fn schema_statements(keyspace: &str, replication_factor: u32) -> Vec<String> {
+/// Whether `CREATE KEYSPACE` says `tablets = {'enabled': false}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tablets {
+    Disabled,
+    /// Left to the server: for a server that does not know the option
+    /// (Cassandra, ScyllaDB before tablets), which has no tablets anyway.
+    Unspecified,
+}
+
+/// The keyspace statement. ScyllaDB 2025.1 and later create a keyspace
+/// with tablets unless told otherwise, and document lightweight
+/// transactions as unsupported on a tablet keyspace: every routerd write
+/// is one, so the keyspace asks for vnodes.
+pub(crate) fn create_keyspace_cql(keyspace: &str, replication_factor: u32, tablets: Tablets) -> String {
+    let mut cql = format!(
+        "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = \
+         {{'class': 'NetworkTopologyStrategy', 'replication_factor': {}}}",
+        replication_factor.max(1)
+    );
+    if tablets == Tablets::Disabled {
+        cql.push_str(" AND tablets = {'enabled': false}");
+    }
+    cql
+}
+
+pub(crate) fn table_statements(keyspace: &str) -> Vec<String> {
     vec![
-        format!(
-            "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = \
-             {{'class': 'NetworkTopologyStrategy', 'replication_factor': {}}}",
-            replication_factor.max(1)
-        ),
         format!(
             "CREATE TABLE IF NOT EXISTS {keyspace}.routes (type_id int, zone_id int, \
              object_id bigint, owner_node bigint, route_version bigint, \
@@ -578,6 +588,123 @@ pub(crate) fn schema_statements(keyspace: &str, replication_factor: u32) -> Vec<
              incarnation bigint, state int, heartbeat bigint, gateway text, admin text, \
              cluster blob, core_count int, actors blob, version bigint)"
         ),
+    ]
+}
+
+/// Creates the keyspace with tablets disabled, or, when the server refuses
+/// the option as unknown (a server without tablets: the option is a
+/// syntax or configuration error there), without it. Deciding by the
+/// server's answer rather than its version string holds for ScyllaDB and
+/// Cassandra alike, and for versions not yet released; a refusal for
+/// another reason comes back again from the second statement, and is
+/// reported.
+async fn create_keyspace(
+    session: &Session,
+    keyspace: &str,
+    replication_factor: u32,
+) -> Result<(), OpenError> {
+    let open = |error: &dyn std::fmt::Display| OpenError::Scylla(error.to_string());
+    let disabled = create_keyspace_cql(keyspace, replication_factor, Tablets::Disabled);
+    match session.query_unpaged(disabled, ()).await {
+        Ok(_) => Ok(()),
+        Err(error) if refuses_an_option(&error) => {
+            tracing::info!(%error, "the store server does not know the tablets option: \
+                creating the keyspace without it");
+            let plain = create_keyspace_cql(keyspace, replication_factor, Tablets::Unspecified);
+            session
+                .query_unpaged(plain, ())
+                .await
+                .map(drop)
+                .map_err(|e| open(&e))
+        }
+        Err(error) => Err(open(&error)),
+    }
+}
+
+/// Whether the server refused a statement's text or options (as opposed to
+/// failing to run it).
+pub(crate) fn refuses_an_option(error: &ExecutionError) -> bool {
+    matches!(
+        error,
+        ExecutionError::LastAttemptError(RequestAttemptError::DbError(
+            DbError::SyntaxError | DbError::Invalid | DbError::ConfigError,
+            _
+        ))
+    )
+}
+
+/// A keyspace that existed before (`IF NOT EXISTS` left it as it was) may
+/// use tablets; say so, since its lightweight transactions may then be
+/// refused. The table read is ScyllaDB's; on a server without it there
+/// are no tablets, and nothing is said.
+async fn warn_if_tablets(session: &Session, keyspace: &str) {
+    let read = session
+        .query_unpaged(
+            "SELECT initial_tablets FROM system_schema.scylla_keyspaces WHERE keyspace_name = ?",
+            (keyspace,),
+        )
+        .await;
+    let Ok(result) = read else { return };
+    let Ok(rows) = result.into_rows_result() else {
+        return;
+    };
+    let Ok(Some((initial_tablets,))) = rows.maybe_first_row::<(Option<i32>,)>() else {
+        return;
+    };
+    if initial_tablets.is_some() {
+        tracing::warn!(
+            keyspace,
+            "the store keyspace uses tablets: ScyllaDB releases that do not support lightweight \
+             transactions on tablets refuse every routerd write there; create the keyspace \
+             WITH tablets = {{'enabled': false}} or name a new one in store.keyspace"
+        );
+    }
+}
+
+/// How many statements `statement_specs` gives.
+const STATEMENT_COUNT: usize = 7;
+
+/// One prepared statement: its text, and the consistency it runs at.
+#[derive(Clone, Debug)]
+pub(crate) struct StatementSpec {
+    pub cql: String,
+    pub consistency: Consistency,
+    /// The Paxos round's consistency, for a lightweight transaction only.
+    pub serial_consistency: Option<SerialConsistency>,
+}
+
+/// Every statement the store prepares, in `Statements` field order:
+/// - The four writes are lightweight transactions on one partition each:
+///   QUORUM for the commit, SERIAL for the Paxos round.
+/// - The reads of one record or one member row are SERIAL: they see every
+///   committed LWT and finish one in flight, which a CAS needs.
+/// - The member list reads every partition of `members`, which SERIAL
+///   cannot do (ScyllaDB refuses SERIAL over more than one partition), so
+///   it reads at QUORUM. A list a moment stale is safe: every declaration
+///   made from it is a CAS on the row's version, refused if the row moved.
+pub(crate) fn statement_specs(keyspace: &str) -> [StatementSpec; STATEMENT_COUNT] {
+    let lwt = |cql: String| StatementSpec {
+        cql,
+        consistency: Consistency::Quorum,
+        serial_consistency: Some(SerialConsistency::Serial),
+    };
+    let serial_read = |cql: String| StatementSpec {
+        cql,
+        consistency: Consistency::Serial,
+        serial_consistency: None,
+    };
+    [
+        lwt(insert_if_absent_cql(keyspace)),
+        lwt(update_if_cas_cql(keyspace)),
+        serial_read(select_record_cql(keyspace)),
+        lwt(insert_member_cql(keyspace)),
+        lwt(update_member_cql(keyspace)),
+        serial_read(select_member_cql(keyspace)),
+        StatementSpec {
+            cql: list_members_cql(keyspace),
+            consistency: Consistency::Quorum,
+            serial_consistency: None,
+        },
     ]
 }
 
