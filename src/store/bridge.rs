@@ -135,6 +135,15 @@ impl Reply {
 /// means the membership connection is stuck, and a caller is told at once.
 pub const MEMBER_QUEUE_MAX: usize = 64;
 
+/// Whether membership has a lane of its own. `Shared` puts it in the
+/// object queue, behind object traffic and in its group commits, as
+/// before the lanes existed: it exists for the benchmark's baseline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberLane {
+    Own,
+    Shared,
+}
+
 /// The receivers a backend drains, one a lane.
 pub(crate) struct Lanes {
     /// `Load` and `Write`.
@@ -170,9 +179,14 @@ async fn timed<T>(
 impl Bridge {
     /// A bridge and the receivers its backend drains. `queue_max` bounds
     /// the object requests waiting, `MEMBER_QUEUE_MAX` the membership ones.
-    pub fn new(queue_max: usize, timeout: Duration) -> (Bridge, Lanes) {
+    pub fn new(queue_max: usize, timeout: Duration, lane: MemberLane) -> (Bridge, Lanes) {
         let (objects, objects_receiver) = crossbeam_channel::bounded(queue_max);
-        let (members, members_receiver) = crossbeam_channel::bounded(MEMBER_QUEUE_MAX);
+        let (mut members, members_receiver) = crossbeam_channel::bounded(MEMBER_QUEUE_MAX);
+        if lane == MemberLane::Shared {
+            // The membership receiver's sender is gone: its worker stops
+            // at once, and membership requests go to the object queue.
+            members = objects.clone();
+        }
         let stats = Arc::default();
         (
             Bridge {
@@ -306,6 +320,9 @@ impl super::api::Backend for Bridge {
     }
 
     fn queue_depth(&self) -> usize {
+        if self.members.same_channel(&self.objects) {
+            return self.objects.len();
+        }
         self.objects.len() + self.members.len()
     }
 }

@@ -25,7 +25,7 @@ pub use api::{Backend, Store, StoreProbe};
 pub use bridge::StoreFuture;
 pub use health::StoreHealth;
 pub use sqlite::INTEGRITY_CHECK_MS_MAX;
-pub use bridge::MEMBER_QUEUE_MAX;
+pub use bridge::{MemberLane, MEMBER_QUEUE_MAX};
 pub use error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
 pub use membership::{
     AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,
@@ -33,10 +33,10 @@ pub use membership::{
 };
 pub use memory::{open_memory, Fault, MemoryFaults, FAULTS_MAX};
 pub use memory_table::{MemberTable, MemoryTable};
-pub use postgres::{open_postgres, BATCH_BYTES_MAX, POSTGRES_POOL_SIZE_MAX};
+pub use postgres::{open_postgres, open_postgres_lanes, BATCH_BYTES_MAX, POSTGRES_POOL_SIZE_MAX};
 pub use postgres_sql::POSTGRES_SCHEMA_VERSION;
 pub use record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };
 pub use scylla::open_scylla;
-pub use sqlite::{open_sqlite, GroupCommit, SCHEMA_VERSION};
+pub use sqlite::{open_sqlite, open_sqlite_lanes, GroupCommit, SCHEMA_VERSION};

@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::{Client, NoTls};
 
 use super::api::Store;
-use super::bridge::{Bridge, Lanes, Op, Request};
+use super::bridge::{Bridge, Lanes, MemberLane, Op, Request};
 use super::error::{BackendError, OpenError};
 use super::postgres_batch;
 use super::postgres_sql::{self as sql, describe, POSTGRES_SCHEMA_VERSION};
@@ -83,10 +83,21 @@ const RECONNECT_GRACE: Duration = Duration::from_secs(1);
 /// `GroupCommit::Off` runs one request per round trip (the benchmark's
 /// baseline).
 pub fn open_postgres(config: &StoreConfig, group_commit: GroupCommit) -> Result<Store, OpenError> {
+    open_postgres_lanes(config, group_commit, MemberLane::Own)
+}
+
+/// [`open_postgres`] with membership on its own connection or, for a
+/// benchmark's baseline, in the pool's queue and group commits.
+pub fn open_postgres_lanes(
+    config: &StoreConfig,
+    group_commit: GroupCommit,
+    lane: MemberLane,
+) -> Result<Store, OpenError> {
     let target = Target::new(config)?;
     let (bridge, lanes) = Bridge::new(
         config.queue_max,
         Duration::from_millis(config.request_timeout_ms),
+        lane,
     );
     let batch_max = match group_commit {
         GroupCommit::On => config.batch_max.max(1),

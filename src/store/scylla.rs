@@ -26,7 +26,7 @@ use scylla::value::{CqlValue, Row};
 use wire::ObjectKey;
 
 use super::api::Store;
-use super::bridge::{Bridge, Done, Lanes, Op, Request};
+use super::bridge::{Bridge, Done, Lanes, MemberLane, Op, Request};
 use super::error::{BackendError, OpenError};
 use super::membership::{
     self, MemberCondition, MemberOutcome, MemberRow, MemberVersion, MemberWrite, MEMBERS_MAX,
@@ -53,6 +53,7 @@ pub fn open_scylla(config: &StoreConfig) -> Result<Store, OpenError> {
     let (bridge, lanes) = Bridge::new(
         config.queue_max,
         Duration::from_millis(config.request_timeout_ms),
+        MemberLane::Own,
     );
     let (ready_sender, ready_receiver) = std::sync::mpsc::sync_channel(1);
     let thread_config = config.clone();
@@ -128,8 +129,9 @@ fn driver_thread(
         &objects,
         config.batch_max.max(1),
     );
-    if let Ok(thread) = members_thread {
-        drop(thread.join());
+    match members_thread {
+        Ok(thread) => drop(thread.join()),
+        Err(error) => tracing::error!(%error, "cannot start the scylla membership thread"),
     }
 }
 

@@ -36,7 +36,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBe
 use wire::ObjectKey;
 
 use super::api::Store;
-use super::bridge::{Bridge, Done, Lanes, Op, Request};
+use super::bridge::{Bridge, Done, Lanes, MemberLane, Op, Request};
 use super::error::{BackendError, OpenError};
 use super::membership::{
     self, MemberCondition, MemberOutcome, MemberRow, MemberVersion, MemberWrite, MEMBERS_MAX,
@@ -115,6 +115,17 @@ pub fn open_sqlite(
     config: &StoreConfig,
     group_commit: GroupCommit,
 ) -> Result<Store, OpenError> {
+    open_sqlite_lanes(path, config, group_commit, MemberLane::Own)
+}
+
+/// [`open_sqlite`] with membership on its own lane or, for a benchmark's
+/// baseline, in the object queue.
+pub fn open_sqlite_lanes(
+    path: &Path,
+    config: &StoreConfig,
+    group_commit: GroupCommit,
+    lane: MemberLane,
+) -> Result<Store, OpenError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| OpenError::CreateDir {
             path: parent.to_path_buf(),
@@ -127,6 +138,7 @@ pub fn open_sqlite(
     let (bridge, lanes) = Bridge::new(
         config.queue_max,
         Duration::from_millis(config.request_timeout_ms),
+        lane,
     );
     let Lanes { objects, members } = lanes;
     let gate = Arc::new(WriteGate::default());
