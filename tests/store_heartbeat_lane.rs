@@ -100,8 +100,7 @@ fn run(store: &Store, zone: u32) -> Run {
                             };
                             let mut round = 1;
                             while !stop.load(Ordering::Relaxed) {
-                                let write =
-                                    route_write(key, WriteCondition::CasEquals(cas), round);
+                                let write = route_write(key, WriteCondition::CasEquals(cas), round);
                                 match store.write(write).await {
                                     Ok(WriteOutcome::Applied(version)) => cas = version,
                                     other => panic!("a CAS write gave {other:?}"),
@@ -166,7 +165,10 @@ fn check(backend: &str, mut run: Run) {
         "{backend}: the object lane was not saturated (queue depth up to {})",
         run.queue_depth_max
     );
-    assert!(run.object_writes > 0, "{backend}: no object write completed");
+    assert!(
+        run.object_writes > 0,
+        "{backend}: no object write completed"
+    );
     assert!(
         p99 < HEARTBEAT_P99_MAX,
         "{backend}: heartbeat p99 {p99:?} is not under {HEARTBEAT_P99_MAX:?}"

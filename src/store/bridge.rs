@@ -210,11 +210,11 @@ impl Bridge {
             Op::WriteMember(_) | Op::ListMembers => &self.members,
         };
         lane.try_send(Request {
-                deadline: now + self.timeout,
-                op,
-                reply,
-            })
-            .map(|()| now)
+            deadline: now + self.timeout,
+            op,
+            reply,
+        })
+        .map(|()| now)
     }
 
     pub fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>> {

@@ -373,7 +373,10 @@ mod tests {
         fail(&health, ErrorKind::Corrupt);
         assert_eq!(health.failing().as_deref(), Some("Corrupt"));
         health.note(ErrorOp::Load, Verdict::Neither);
-        assert!(health.failing().is_some(), "a caller's mistake is no answer");
+        assert!(
+            health.failing().is_some(),
+            "a caller's mistake is no answer"
+        );
         health.note(ErrorOp::Load, Verdict::Answered);
         assert_eq!(health.failing(), None);
         assert_eq!(

@@ -23,10 +23,9 @@ mod sqlite;
 
 pub use api::{Backend, Store, StoreProbe};
 pub use bridge::StoreFuture;
-pub use health::StoreHealth;
-pub use sqlite::INTEGRITY_CHECK_MS_MAX;
 pub use bridge::{MemberLane, MEMBER_QUEUE_MAX};
 pub use error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
+pub use health::StoreHealth;
 pub use membership::{
     AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,
     MemberWrite, MEMBERS_MAX, MEMBER_ROW_BYTES_MAX,
@@ -39,4 +38,5 @@ pub use record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };
 pub use scylla::open_scylla;
+pub use sqlite::INTEGRITY_CHECK_MS_MAX;
 pub use sqlite::{open_sqlite, open_sqlite_lanes, GroupCommit, SCHEMA_VERSION};

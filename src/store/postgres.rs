@@ -1,10 +1,17 @@
 //! The PostgreSQL backend: ownership CAS as conditional statements,
 //! group-committed and pipelined over a small pool of connections.
 //!
-//! Shape: the bridge's bounded queue feeds one dispatcher thread
+//! Shape: the bridge's bounded object queue feeds one dispatcher thread
 //! (`store-postgres`), which hands batches to `store.pool_size` connection
 //! workers running tokio-postgres on a one-worker tokio runtime. No core
 //! ever waits: a full queue answers `Overloaded` in the bridge.
+//!
+//! Membership has a lane of its own: the bridge's membership queue feeds a
+//! second dispatcher (`store-postgres-members`) with one connection outside
+//! the pool, one request a round trip (a membership write is one
+//! autocommit statement). A heartbeat never waits for a pool connection and
+//! never rides in an object group commit, so a slow batch (a lock wait, a
+//! big state) cannot delay it. A node holds `pool_size + 1` connections.
 //!
 //! Group commit: the dispatcher takes the first queued request, waits for
 //! an idle connection, and only then drains the queue (up to `batch_max`
@@ -45,8 +52,9 @@ use super::postgres_statements::Statements;
 use super::sqlite::GroupCommit;
 use crate::config::StoreConfig;
 
-/// Connections one store keeps at most: a PostgreSQL backend process each,
-/// and a server's `max_connections` is shared by every routerd node.
+/// Pool connections one store keeps at most (plus its membership
+/// connection): a PostgreSQL backend process each, and a server's
+/// `max_connections` is shared by every routerd node.
 pub const POSTGRES_POOL_SIZE_MAX: usize = 64;
 
 /// State bytes one batch carries at most, so that a batch of large states

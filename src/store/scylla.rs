@@ -1,7 +1,8 @@
 //! The ScyllaDB backend: ownership CAS as lightweight transactions.
 //!
-//! The driver runs on its own tokio runtime (a dispatcher thread feeding a
-//! one-worker runtime), fed by the same bridge as SQLite. Statement text and
+//! The driver runs on its own tokio runtime (a dispatcher thread a lane,
+//! objects and membership, feeding a one-worker runtime), fed by the same
+//! bridge as SQLite. Statement text and
 //! result mapping are pure functions below, unit-tested without a cluster.
 //!
 //! Writes: `INSERT ... IF NOT EXISTS` and `UPDATE ... IF cas_version = ?`.
@@ -208,7 +209,9 @@ impl Statements {
             [insert_if_absent, update_if_cas, select_record, insert_member, update_member, select_member, list_members],
         ) = <[PreparedStatement; STATEMENT_COUNT]>::try_from(prepared)
         else {
-            return Err(OpenError::Scylla("a statement was not prepared".to_string()));
+            return Err(OpenError::Scylla(
+                "a statement was not prepared".to_string(),
+            ));
         };
         Ok(Statements {
             session,
@@ -565,7 +568,11 @@ pub(crate) enum Tablets {
 /// with tablets unless told otherwise, and document lightweight
 /// transactions as unsupported on a tablet keyspace: every routerd write
 /// is one, so the keyspace asks for vnodes.
-pub(crate) fn create_keyspace_cql(keyspace: &str, replication_factor: u32, tablets: Tablets) -> String {
+pub(crate) fn create_keyspace_cql(
+    keyspace: &str,
+    replication_factor: u32,
+    tablets: Tablets,
+) -> String {
     let mut cql = format!(
         "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = \
          {{'class': 'NetworkTopologyStrategy', 'replication_factor': {}}}",

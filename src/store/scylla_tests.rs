@@ -246,13 +246,21 @@ fn every_statement_has_its_consistency_and_partition_rule() {
                 "{}",
                 spec.cql
             );
-            assert!(names_one_partition(&spec.cql), "LWT on one partition: {}", spec.cql);
+            assert!(
+                names_one_partition(&spec.cql),
+                "LWT on one partition: {}",
+                spec.cql
+            );
         } else {
             assert_eq!(spec.serial_consistency, None, "{}", spec.cql);
         }
         // ScyllaDB refuses SERIAL over more than one partition.
         if serial {
-            assert!(names_one_partition(&spec.cql), "SERIAL on one partition: {}", spec.cql);
+            assert!(
+                names_one_partition(&spec.cql),
+                "SERIAL on one partition: {}",
+                spec.cql
+            );
         }
     }
     // The reads a CAS relies on are SERIAL; the member list, which spans
@@ -269,7 +277,9 @@ fn every_statement_has_its_consistency_and_partition_rule() {
     assert!(!names_one_partition(
         "UPDATE ks.routes SET a = ? WHERE type_id = ? AND zone_id = ? IF a = ?"
     ));
-    assert!(!names_one_partition("INSERT INTO ks.routes (type_id, zone_id) VALUES (?, ?)"));
+    assert!(!names_one_partition(
+        "INSERT INTO ks.routes (type_id, zone_id) VALUES (?, ?)"
+    ));
 }
 
 #[test]

@@ -133,7 +133,11 @@ pub fn open_sqlite_lanes(
         })?;
     }
     let connection = open_connection(path, config)?;
-    check_integrity(&connection, path, Duration::from_millis(INTEGRITY_CHECK_MS_MAX))?;
+    check_integrity(
+        &connection,
+        path,
+        Duration::from_millis(INTEGRITY_CHECK_MS_MAX),
+    )?;
     let members_connection = open_connection(path, config)?;
     let (bridge, lanes) = Bridge::new(
         config.queue_max,
@@ -220,9 +224,8 @@ fn check_integrity(connection: &Connection, path: &Path, limit: Duration) -> Res
 
 /// The first lines of `quick_check`'s report (`ok` alone when sound).
 fn quick_check(connection: &Connection) -> Result<Vec<String>, rusqlite::Error> {
-    let mut statement = connection.prepare(&format!(
-        "PRAGMA quick_check({INTEGRITY_REPORT_LINES_MAX})"
-    ))?;
+    let mut statement =
+        connection.prepare(&format!("PRAGMA quick_check({INTEGRITY_REPORT_LINES_MAX})"))?;
     let mut rows = statement.query([])?;
     let mut lines = Vec::new();
     while let Some(row) = rows.next()? {

@@ -76,6 +76,10 @@ struct Measured {
     writes_per_sec: f64,
 }
 
+/// Opens a fresh store of the chosen backend, membership on `MemberLane`;
+/// the name tells the cases' SQLite files apart.
+type OpenStore = dyn Fn(MemberLane, &str) -> Store;
+
 fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     let rank = ((sorted.len() as f64) * fraction).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
@@ -86,8 +90,12 @@ fn measure(store: &Store, zone: u32, seconds: u64) -> Measured {
     let counting = Arc::new(AtomicBool::new(false));
     let writes = Arc::new(AtomicU64::new(0));
     let writers = {
-        let (store, stop, counting, writes) =
-            (store.clone(), stop.clone(), counting.clone(), writes.clone());
+        let (store, stop, counting, writes) = (
+            store.clone(),
+            stop.clone(),
+            counting.clone(),
+            writes.clone(),
+        );
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .build()
@@ -95,8 +103,12 @@ fn measure(store: &Store, zone: u32, seconds: u64) -> Measured {
             runtime.block_on(async move {
                 let tasks: Vec<_> = (0..WRITERS)
                     .map(|writer| {
-                        let (store, stop, counting, writes) =
-                            (store.clone(), stop.clone(), counting.clone(), writes.clone());
+                        let (store, stop, counting, writes) = (
+                            store.clone(),
+                            stop.clone(),
+                            counting.clone(),
+                            writes.clone(),
+                        );
                         let key = ObjectKey::new(1, zone, writer as u64);
                         tokio::spawn(async move {
                             let first = route_write(key, WriteCondition::Absent, 0);
@@ -106,8 +118,7 @@ fn measure(store: &Store, zone: u32, seconds: u64) -> Measured {
                             };
                             let mut round = 1;
                             while !stop.load(Ordering::Relaxed) {
-                                let write =
-                                    route_write(key, WriteCondition::CasEquals(cas), round);
+                                let write = route_write(key, WriteCondition::CasEquals(cas), round);
                                 match store.write(write).await {
                                     Ok(WriteOutcome::Applied(version)) => cas = version,
                                     other => panic!("a CAS write gave {other:?}"),
@@ -197,7 +208,7 @@ fn main() {
     let seconds: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(10);
     let dir = std::env::temp_dir().join(format!("routerd-heartbeat-lane-{}", std::process::id()));
     let mut server = None;
-    let open: Box<dyn Fn(MemberLane, &str) -> Store> = match backend.as_str() {
+    let open: Box<OpenStore> = match backend.as_str() {
         "sqlite" => {
             std::fs::create_dir_all(&dir).expect("bench directory");
             let dir = dir.clone();
