@@ -4,8 +4,11 @@
 //! nodes' heartbeats commit while it is stopped, and they never fence.
 //!
 //! Three real `routerd serve` processes share the file; node 3 is kept
-//! busy with object loads (`GET /objects/player/N`) and is frozen, again
-//! and again, for longer than `fence_after_ms`.
+//! busy with object loads (`GET /objects/100/N` of records with large
+//! states, so that its store thread spends most of its time reading) and
+//! is frozen, again and again, for longer than `fence_after_ms`. A store
+//! that read under the write lock would be frozen holding it, and the
+//! other nodes' heartbeats could not commit until it resumed.
 
 mod support;
 
@@ -19,12 +22,18 @@ use support::cluster::{get_json, http_get, wait_members_up, LocalCluster, FENCE_
 
 /// Freezes of node 3, each this long: past `fence_after_ms`, so a node
 /// whose heartbeats waited for node 3 would fence.
-const FREEZES: usize = 6;
+const FREEZES: usize = 10;
 const FREEZE: Duration = Duration::from_millis(FENCE_AFTER_MS + 300);
 /// Between freezes: node 3 runs (and takes its load again).
 const THAW: Duration = Duration::from_millis(400);
 /// Threads loading objects on node 3.
-const LOADERS: usize = 4;
+const LOADERS: usize = 16;
+/// Records the loads read, and the size of each one's state: a load then
+/// takes long beside the HTTP request around it.
+const RECORDS: u64 = 32;
+const STATE_BYTES: usize = 1024 * 1024;
+/// A type id no service uses: the records are only ever read.
+const TYPE_ID: u32 = 100;
 
 /// A load on `admin` that gives up quickly on a frozen node; its answer
 /// does not matter, only that node 3 keeps reading.
@@ -34,8 +43,10 @@ fn load_once(admin: SocketAddr, player: u64) -> bool {
     };
     let _ = stream.set_read_timeout(Some(Duration::from_millis(300)));
     let _ = stream.set_write_timeout(Some(Duration::from_millis(300)));
-    let request =
-        format!("GET /objects/player/{player} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    let request = format!(
+        "GET /objects/{TYPE_ID}/{} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        player % RECORDS
+    );
     if stream.write_all(request.as_bytes()).is_err() {
         return false;
     }
@@ -69,6 +80,31 @@ fn a_frozen_reader_does_not_fence_the_other_nodes() {
     for (node, peers) in [(&one, [2, 3]), (&two, [1, 3]), (&three, [1, 2])] {
         wait_members_up(node, &peers);
     }
+    // Records with large states, written beside the nodes as another
+    // process would.
+    {
+        let connection = rusqlite::Connection::open(cluster.db()).expect("the shared file");
+        connection
+            .busy_timeout(Duration::from_secs(5))
+            .expect("busy timeout");
+        let state = vec![0x5a_u8; STATE_BYTES];
+        for id in 0..RECORDS {
+            connection
+                .execute(
+                    "INSERT INTO routes (type_id, zone_id, object_id, owner_node, route_version, \
+                     save_timepoint_ms, cas_version, state, owner_incarnation) \
+                     VALUES (?1, 0, ?2, 99, 1, 0, 1, ?3, 1)",
+                    rusqlite::params![TYPE_ID, id as i64, state],
+                )
+                .expect("a record inserted");
+        }
+    }
+    let (status, body) = http_get(three.admin, &format!("/objects/{TYPE_ID}/1"));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(&format!("\"state_bytes\":{STATE_BYTES}")),
+        "{body}"
+    );
     let before = [fences(one.admin), fences(two.admin)];
     let stop = Arc::new(AtomicBool::new(false));
     let loads = Arc::new(AtomicU64::new(0));
@@ -111,6 +147,10 @@ fn a_frozen_reader_does_not_fence_the_other_nodes() {
     for loader in loaders {
         loader.join().expect("loader");
     }
+    println!(
+        "{} loads on node 3 over {FREEZES} freezes of {FREEZE:?}; {watched} checks",
+        loads.load(Ordering::Relaxed)
+    );
     assert!(
         loads.load(Ordering::Relaxed) > 0,
         "node 3 served no load at all"
