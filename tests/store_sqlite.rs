@@ -203,6 +203,51 @@ fn a_request_that_outlives_its_timeout_in_the_queue_is_indeterminate() {
     );
 }
 
+#[test]
+fn reads_and_member_lists_do_not_wait_for_the_write_lock() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let config = StoreConfig {
+        request_timeout_ms: 300,
+        ..StoreConfig::default()
+    };
+    let store = open_sqlite(&path, &config, GroupCommit::On).expect("open");
+    assert_eq!(
+        block_on(store.write(insert(1, 1))).expect("write"),
+        WriteOutcome::Applied(CasVersion(1))
+    );
+    // Another process holds the write lock (frozen inside a commit, say).
+    let lock = hold_write_lock(&path);
+    let started = Instant::now();
+    let record = block_on(store.load(ObjectKey::new(1, 0, 1))).expect("a load under the lock");
+    assert_eq!(record.map(|record| record.owner_node), Some(NodeId(1)));
+    assert!(block_on(store.list_members())
+        .expect("a list under the lock")
+        .is_empty());
+    // Reads are WAL read transactions: they never waited for busy_timeout.
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        started.elapsed()
+    );
+    // A write waits for the lock up to busy_timeout, and fails: counted.
+    let refused = block_on(store.write(insert(2, 1)));
+    assert!(
+        matches!(refused, Err(WriteError::Backend(_))),
+        "{refused:?}"
+    );
+    let probe = store.probe();
+    let health = probe.health();
+    use routerd::store::health::{ErrorKind, ErrorOp};
+    assert_eq!(health.errors(ErrorOp::Write, ErrorKind::Timeout), 1);
+    assert_eq!(health.errors(ErrorOp::Load, ErrorKind::Timeout), 0);
+    lock.execute_batch("COMMIT").expect("release lock");
+    assert_eq!(
+        block_on(store.write(insert(2, 1))).expect("write"),
+        WriteOutcome::Applied(CasVersion(1))
+    );
+}
+
 const RACE_ENV: &str = "ROUTERD_STORE_RACE_CHILD";
 const RACE_KEYS: u64 = 200;
 

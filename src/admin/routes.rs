@@ -53,15 +53,46 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
 
 /// `200 ok` while the node serves; `503` and the phase (`starting`,
 /// `draining`, `stopping`) otherwise, so a load balancer sends new clients
-/// elsewhere.
+/// elsewhere. A serving node whose store keeps failing answers `503` with
+/// `store: <cause>`: it cannot load or save an object, and a client sent
+/// there would only be refused.
 async fn healthz(state: &AdminState) -> Response<Body> {
     let phase = state.phase.get();
-    let status = match phase {
-        super::Phase::Serving => StatusCode::OK,
-        _ => StatusCode::SERVICE_UNAVAILABLE,
+    if phase != super::Phase::Serving {
+        return text(StatusCode::SERVICE_UNAVAILABLE, phase.name());
+    }
+    let Some(store) = &state.store else {
+        return text(StatusCode::OK, phase.name());
     };
-    text(status, phase.name())
+    if store.failing().is_some() {
+        // The failing mark clears only when an operation succeeds, and an
+        // idle node makes none: try one, so a store that answers again is
+        // reported healthy at once. A missing record is an answer.
+        let probe = store.load(STORE_PROBE_KEY);
+        drop(tokio::time::timeout(STORE_PROBE_TIMEOUT, probe).await);
+    }
+    match store.failing() {
+        None => text(StatusCode::OK, phase.name()),
+        Some(cause) => {
+            let mut response = text(StatusCode::SERVICE_UNAVAILABLE, "store");
+            *response.body_mut() = Full::new(Bytes::from(format!("store: {cause}")));
+            response
+        }
+    }
 }
+
+/// The record `/healthz` loads to see whether a failing store answers
+/// again: type 0 is no service's, so the load reads, finds nothing and
+/// changes nothing.
+const STORE_PROBE_KEY: ObjectKey = ObjectKey {
+    type_id: 0,
+    zone_id: 0,
+    object_id: 0,
+};
+
+/// How long `/healthz` waits for that load: a load balancer's check
+/// should not hang on a store that does not answer.
+const STORE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The Prometheus text exposition. The rendered buffer becomes the body
 /// without a copy.
@@ -365,6 +396,7 @@ mod tests {
             .body(Bytes::new())
             .unwrap();
         let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
             .build()
             .unwrap();
         runtime.block_on(async {
@@ -402,6 +434,39 @@ mod tests {
             healthz(),
             (StatusCode::SERVICE_UNAVAILABLE, "stopping".to_string())
         );
+    }
+
+    #[test]
+    fn healthz_says_the_store_fails_until_it_answers_again() {
+        let config = crate::config::StoreConfig::default();
+        let (store, faults) = crate::store::open_memory(&config);
+        let state = AdminState {
+            phase: NodePhase::new(ShutdownHandle::new()),
+            metrics: Arc::new(NodeMetrics::new(1)),
+            cluster: None,
+            store: Some(store.clone()),
+            ops: None,
+        };
+        state.phase.set_serving();
+        let healthz = || call(&state, Method::GET, "/healthz");
+        assert_eq!(healthz(), (StatusCode::OK, "ok".to_string()));
+        // The failures, then the probe healthz makes: all fail.
+        let runs = crate::store::health::FAILURES_UNHEALTHY_MIN as usize;
+        assert!(faults.inject(crate::store::Fault::Fail, runs + 1));
+        for _ in 0..runs {
+            let loaded = futures_lite::future::block_on(store.load(STORE_PROBE_KEY));
+            assert!(loaded.is_err());
+        }
+        assert_eq!(
+            healthz(),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store: injected fault".to_string()
+            )
+        );
+        // The store answers again: the probe sees it.
+        assert_eq!(faults.pending(), 0);
+        assert_eq!(healthz(), (StatusCode::OK, "ok".to_string()));
     }
 
     #[test]

@@ -203,6 +203,7 @@ impl NodeMetrics {
         write_families(out, cores.map(|core| &core.cluster));
         let store = self.store.iter();
         write_families(out, store.clone().map(StoreProbe::stats));
+        self::store::write_store_errors(out, store.clone());
         write_family_list(out, STORE_QUEUE_FAMILIES, store);
         write_family_list(out, MESH_FAMILIES, self.mesh.iter().map(|mesh| &**mesh));
         write_family_list(out, BUILD_FAMILIES, std::iter::once(&()));

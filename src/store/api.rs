@@ -7,6 +7,7 @@ use wire::ObjectKey;
 
 use super::bridge::{ready, StoreFuture};
 use super::error::{LoadError, MembershipError, OpenError, WriteError};
+use super::health::{self, ErrorOp, StoreHealth, Verdict};
 use super::membership::{self, MemberOutcome, MemberRow, MemberWrite, MEMBER_ROW_BYTES_MAX};
 use super::record::{RecordWrite, RouteRecord, WriteOutcome};
 use crate::config::{Config, StoreBackend, StoreConfig};
@@ -49,12 +50,18 @@ pub trait Backend: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct StoreProbe {
     stats: Arc<StoreStats>,
+    health: Arc<StoreHealth>,
     backend: Weak<dyn Backend>,
 }
 
 impl StoreProbe {
     pub fn stats(&self) -> &StoreStats {
         &self.stats
+    }
+
+    /// Error counts and whether the store is failing.
+    pub fn health(&self) -> &StoreHealth {
+        &self.health
     }
 
     /// 0 once the store has closed.
@@ -77,6 +84,8 @@ impl std::fmt::Debug for StoreProbe {
 #[derive(Clone)]
 pub struct Store {
     backend: Arc<dyn Backend>,
+    /// Every answer passes here (see `health`), whichever the backend.
+    health: Arc<StoreHealth>,
     state_max_bytes: usize,
     batch_max: usize,
 }
@@ -111,6 +120,7 @@ impl Store {
     pub fn from_backend(backend: Arc<dyn Backend>, config: &StoreConfig) -> Store {
         Store {
             backend,
+            health: Arc::default(),
             state_max_bytes: config.state_max_bytes,
             batch_max: config.batch_max,
         }
@@ -120,8 +130,14 @@ impl Store {
     pub fn probe(&self) -> StoreProbe {
         StoreProbe {
             stats: self.backend.stats().unwrap_or_default(),
+            health: self.health.clone(),
             backend: Arc::downgrade(&self.backend),
         }
+    }
+
+    /// `Some(cause)` while the store is failing (see `health`).
+    pub fn failing(&self) -> Option<String> {
+        self.health.failing()
     }
 
     pub fn state_max_bytes(&self) -> usize {
@@ -134,7 +150,7 @@ impl Store {
 
     /// The record of `key`, `None` when there is none.
     pub fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>> {
-        self.backend.load(key)
+        self.observed(ErrorOp::Load, self.backend.load(key), health::load_verdict)
     }
 
     /// One conditional write. A timeout is `Ok(WriteOutcome::Indeterminate)`.
@@ -142,7 +158,11 @@ impl Store {
         if let Err(error) = self.check_state(&write) {
             return ready(Err(error));
         }
-        let outcomes = self.backend.write_batch(vec![write]);
+        let outcomes = self.observed(
+            ErrorOp::Write,
+            self.backend.write_batch(vec![write]),
+            health::write_verdict,
+        );
         Box::pin(async move {
             let mut outcomes = outcomes.await?;
             // A backend answers one outcome per write; an empty answer
@@ -177,7 +197,11 @@ impl Store {
         {
             return ready(Err(error));
         }
-        self.backend.write_batch(writes)
+        self.observed(
+            ErrorOp::Write,
+            self.backend.write_batch(writes),
+            health::write_verdict,
+        )
     }
 
     /// One conditional write of a membership row. A timeout is
@@ -193,13 +217,36 @@ impl Store {
                 max: MEMBER_ROW_BYTES_MAX,
             }));
         }
-        self.backend.write_member(write)
+        self.observed(
+            ErrorOp::WriteMember,
+            self.backend.write_member(write),
+            health::member_write_verdict,
+        )
     }
 
     /// Every membership row, by node id (live or not: liveness is the
     /// observer's judgement, on its own clock).
     pub fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
-        self.backend.list_members()
+        self.observed(
+            ErrorOp::ListMembers,
+            self.backend.list_members(),
+            health::list_verdict,
+        )
+    }
+
+    /// `answer`, noting what it says of the store once it is in.
+    fn observed<T: Send + 'static>(
+        &self,
+        op: ErrorOp,
+        answer: StoreFuture<T>,
+        verdict: fn(&T) -> Verdict,
+    ) -> StoreFuture<T> {
+        let health = self.health.clone();
+        Box::pin(async move {
+            let result = answer.await;
+            health.note(op, verdict(&result));
+            result
+        })
     }
 
     fn check_state(&self, write: &RecordWrite) -> Result<(), WriteError> {

@@ -1,7 +1,13 @@
 //! The bridge between callers on any executor and a backend's own thread
-//! (the SQLite store thread, the Scylla driver's tokio thread): a bounded
-//! crossbeam queue of requests, each carrying a futures-aware oneshot for
+//! (the SQLite store thread, the Scylla driver's tokio thread): bounded
+//! crossbeam queues of requests, each carrying a futures-aware oneshot for
 //! its answer.
+//!
+//! Two lanes: object traffic (`load`, `write_batch`) and membership traffic
+//! (`write_member`, `list_members`) have a queue each, and every backend
+//! serves the membership queue on its own connection, beside the object
+//! one. A heartbeat then never waits behind object reads and writes, nor
+//! rides in their group commit: a node under store load keeps its lease.
 //!
 //! A request is sent when the `Store` method is called, not when its future
 //! is first polled, and `try_send` never blocks: a full queue answers
@@ -124,9 +130,32 @@ impl Reply {
     }
 }
 
+/// Membership requests waiting at most: one node has one heartbeat and at
+/// most a list and a state change in flight, so a full membership queue
+/// means the membership connection is stuck, and a caller is told at once.
+pub const MEMBER_QUEUE_MAX: usize = 64;
+
+/// Whether membership has a lane of its own. `Shared` puts it in the
+/// object queue, behind object traffic and in its group commits, as
+/// before the lanes existed: it exists for the benchmark's baseline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberLane {
+    Own,
+    Shared,
+}
+
+/// The receivers a backend drains, one a lane.
+pub(crate) struct Lanes {
+    /// `Load` and `Write`.
+    pub objects: Receiver<Request>,
+    /// `WriteMember` and `ListMembers`.
+    pub members: Receiver<Request>,
+}
+
 /// The caller's side of a backend thread.
 pub(crate) struct Bridge {
-    sender: Sender<Request>,
+    objects: Sender<Request>,
+    members: Sender<Request>,
     timeout: Duration,
     /// Latencies of the operations that reached the queue, recorded by the
     /// core that awaited them (every backend with a thread has a bridge,
@@ -148,31 +177,44 @@ async fn timed<T>(
 }
 
 impl Bridge {
-    /// A bridge and the receiver its backend thread drains. `queue_max`
-    /// bounds the requests waiting.
-    pub fn new(queue_max: usize, timeout: Duration) -> (Bridge, Receiver<Request>) {
-        let (sender, receiver) = crossbeam_channel::bounded(queue_max);
+    /// A bridge and the receivers its backend drains. `queue_max` bounds
+    /// the object requests waiting, `MEMBER_QUEUE_MAX` the membership ones.
+    pub fn new(queue_max: usize, timeout: Duration, lane: MemberLane) -> (Bridge, Lanes) {
+        let (objects, objects_receiver) = crossbeam_channel::bounded(queue_max);
+        let (mut members, members_receiver) = crossbeam_channel::bounded(MEMBER_QUEUE_MAX);
+        if lane == MemberLane::Shared {
+            // The membership receiver's sender is gone: its worker stops
+            // at once, and membership requests go to the object queue.
+            members = objects.clone();
+        }
         let stats = Arc::default();
         (
             Bridge {
-                sender,
+                objects,
+                members,
                 timeout,
                 stats,
             },
-            receiver,
+            Lanes {
+                objects: objects_receiver,
+                members: members_receiver,
+            },
         )
     }
 
-    /// Queues `op`; returns when it was queued.
+    /// Queues `op` on its lane; returns when it was queued.
     fn submit(&self, op: Op, reply: Reply) -> Result<Instant, TrySendError<Request>> {
         let now = Instant::now();
-        self.sender
-            .try_send(Request {
-                deadline: now + self.timeout,
-                op,
-                reply,
-            })
-            .map(|()| now)
+        let lane = match op {
+            Op::Load(_) | Op::Write(_) => &self.objects,
+            Op::WriteMember(_) | Op::ListMembers => &self.members,
+        };
+        lane.try_send(Request {
+            deadline: now + self.timeout,
+            op,
+            reply,
+        })
+        .map(|()| now)
     }
 
     pub fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>> {
@@ -278,6 +320,9 @@ impl super::api::Backend for Bridge {
     }
 
     fn queue_depth(&self) -> usize {
-        self.sender.len()
+        if self.members.same_channel(&self.objects) {
+            return self.objects.len();
+        }
+        self.objects.len() + self.members.len()
     }
 }

@@ -40,6 +40,14 @@ impl From<rusqlite::Error> for BackendError {
     }
 }
 
+/// Whether SQLite said the file is damaged or is not a database.
+pub(crate) fn is_corruption(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
+}
+
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum LoadError {
     /// The request queue is full; nothing was sent. Retry later.
@@ -107,6 +115,12 @@ pub enum OpenError {
         path: PathBuf,
         source: rusqlite::Error,
     },
+    /// `PRAGMA quick_check` (or the open itself) found the file damaged.
+    #[error(
+        "the SQLite store {path} is damaged: {report}; restore it from a backup or move it \
+         aside to start with an empty store"
+    )]
+    Corrupt { path: PathBuf, report: String },
     /// The file was written by an incompatible routerd version.
     #[error(
         "store schema version {found} in {path} is not supported (this build uses version \

@@ -8,6 +8,7 @@
 mod api;
 mod bridge;
 mod error;
+pub mod health;
 mod membership;
 mod memory;
 pub mod memory_table;
@@ -22,17 +23,20 @@ mod sqlite;
 
 pub use api::{Backend, Store, StoreProbe};
 pub use bridge::StoreFuture;
+pub use bridge::{MemberLane, MEMBER_QUEUE_MAX};
 pub use error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
+pub use health::StoreHealth;
 pub use membership::{
     AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,
     MemberWrite, MEMBERS_MAX, MEMBER_ROW_BYTES_MAX,
 };
 pub use memory::{open_memory, Fault, MemoryFaults, FAULTS_MAX};
 pub use memory_table::{MemberTable, MemoryTable};
-pub use postgres::{open_postgres, BATCH_BYTES_MAX, POSTGRES_POOL_SIZE_MAX};
+pub use postgres::{open_postgres, open_postgres_lanes, BATCH_BYTES_MAX, POSTGRES_POOL_SIZE_MAX};
 pub use postgres_sql::POSTGRES_SCHEMA_VERSION;
 pub use record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };
 pub use scylla::open_scylla;
-pub use sqlite::{open_sqlite, GroupCommit, SCHEMA_VERSION};
+pub use sqlite::INTEGRITY_CHECK_MS_MAX;
+pub use sqlite::{open_sqlite, open_sqlite_lanes, GroupCommit, SCHEMA_VERSION};

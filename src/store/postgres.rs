@@ -1,10 +1,17 @@
 //! The PostgreSQL backend: ownership CAS as conditional statements,
 //! group-committed and pipelined over a small pool of connections.
 //!
-//! Shape: the bridge's bounded queue feeds one dispatcher thread
+//! Shape: the bridge's bounded object queue feeds one dispatcher thread
 //! (`store-postgres`), which hands batches to `store.pool_size` connection
 //! workers running tokio-postgres on a one-worker tokio runtime. No core
 //! ever waits: a full queue answers `Overloaded` in the bridge.
+//!
+//! Membership has a lane of its own: the bridge's membership queue feeds a
+//! second dispatcher (`store-postgres-members`) with one connection outside
+//! the pool, one request a round trip (a membership write is one
+//! autocommit statement). A heartbeat never waits for a pool connection and
+//! never rides in an object group commit, so a slow batch (a lock wait, a
+//! big state) cannot delay it. A node holds `pool_size + 1` connections.
 //!
 //! Group commit: the dispatcher takes the first queued request, waits for
 //! an idle connection, and only then drains the queue (up to `batch_max`
@@ -37,7 +44,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::{Client, NoTls};
 
 use super::api::Store;
-use super::bridge::{Bridge, Op, Request};
+use super::bridge::{Bridge, Lanes, MemberLane, Op, Request};
 use super::error::{BackendError, OpenError};
 use super::postgres_batch;
 use super::postgres_sql::{self as sql, describe, POSTGRES_SCHEMA_VERSION};
@@ -45,8 +52,9 @@ use super::postgres_statements::Statements;
 use super::sqlite::GroupCommit;
 use crate::config::StoreConfig;
 
-/// Connections one store keeps at most: a PostgreSQL backend process each,
-/// and a server's `max_connections` is shared by every routerd node.
+/// Pool connections one store keeps at most (plus its membership
+/// connection): a PostgreSQL backend process each, and a server's
+/// `max_connections` is shared by every routerd node.
 pub const POSTGRES_POOL_SIZE_MAX: usize = 64;
 
 /// State bytes one batch carries at most, so that a batch of large states
@@ -83,10 +91,21 @@ const RECONNECT_GRACE: Duration = Duration::from_secs(1);
 /// `GroupCommit::Off` runs one request per round trip (the benchmark's
 /// baseline).
 pub fn open_postgres(config: &StoreConfig, group_commit: GroupCommit) -> Result<Store, OpenError> {
+    open_postgres_lanes(config, group_commit, MemberLane::Own)
+}
+
+/// [`open_postgres`] with membership on its own connection or, for a
+/// benchmark's baseline, in the pool's queue and group commits.
+pub fn open_postgres_lanes(
+    config: &StoreConfig,
+    group_commit: GroupCommit,
+    lane: MemberLane,
+) -> Result<Store, OpenError> {
     let target = Target::new(config)?;
-    let (bridge, receiver) = Bridge::new(
+    let (bridge, lanes) = Bridge::new(
         config.queue_max,
         Duration::from_millis(config.request_timeout_ms),
+        lane,
     );
     let batch_max = match group_commit {
         GroupCommit::On => config.batch_max.max(1),
@@ -96,7 +115,7 @@ pub fn open_postgres(config: &StoreConfig, group_commit: GroupCommit) -> Result<
     let (ready_sender, ready_receiver) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("store-postgres".to_string())
-        .spawn(move || driver_thread(target, pool_size, batch_max, receiver, ready_sender))
+        .spawn(move || driver_thread(target, pool_size, batch_max, lanes, ready_sender))
         .map_err(OpenError::Thread)?;
     match ready_receiver.recv() {
         Ok(Ok(())) => Ok(Store::from_backend(Arc::new(bridge), config)),
@@ -260,8 +279,10 @@ async fn ensure_schema(client: &mut Client) -> Result<(), OpenError> {
     transaction.commit().await.map_err(open_error)
 }
 
-/// Connects the whole pool, the first connection checking the schema.
+/// Connects the whole pool, the first connection checking the schema,
+/// and then the membership connection, which is the last one returned.
 async fn open_pool(target: &Target, pool_size: usize) -> Result<Vec<Conn>, OpenError> {
+    let pool_size = pool_size + 1;
     let mut first = target.connect_raw().await.map_err(open_error)?;
     check_server_version(&first).await?;
     ensure_schema(&mut first).await?;
@@ -276,7 +297,7 @@ fn driver_thread(
     target: Target,
     pool_size: usize,
     batch_max: usize,
-    receiver: Receiver<Request>,
+    lanes: Lanes,
     ready: std::sync::mpsc::SyncSender<Result<(), OpenError>>,
 ) {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -300,7 +321,7 @@ fn driver_thread(
             ))),
         }
     });
-    let pool = match pool {
+    let mut pool = match pool {
         Ok(pool) => pool,
         Err(error) => {
             drop(ready.send(Err(error)));
@@ -308,16 +329,64 @@ fn driver_thread(
         }
     };
     let target = Arc::new(target);
+    let Lanes { objects, members } = lanes;
+    // The membership lane: its own connection, outside the pool, behind its
+    // own dispatcher, one request a round trip. A heartbeat then never
+    // waits for a pool connection nor rides in a group commit.
+    let Some(members_conn) = pool.pop() else {
+        drop(ready.send(Err(OpenError::Postgres(
+            "no membership connection".to_string(),
+        ))));
+        return;
+    };
+    let (mut dispatcher, mut handles) = start_lane(&runtime, &target, pool, 0, objects, batch_max);
+    let (mut members_dispatcher, members_handles) =
+        start_lane(&runtime, &target, vec![members_conn], pool_size, members, 1);
+    handles.extend(members_handles);
+    drop(ready.send(Ok(())));
+    std::thread::scope(|scope| {
+        let runtime = &runtime;
+        let members_thread = std::thread::Builder::new()
+            .name("store-postgres-members".to_string())
+            .spawn_scoped(scope, move || members_dispatcher.run(runtime));
+        if let Err(error) = members_thread {
+            tracing::error!(%error, "cannot start the postgres membership thread");
+        }
+        dispatcher.run(runtime);
+        // Every Store handle is gone: close the workers' channels and let
+        // each finish the batch it holds (bounded by that batch's
+        // deadline).
+        drop(dispatcher);
+    });
+    runtime.block_on(async {
+        for handle in handles {
+            drop(handle.await);
+        }
+    });
+}
+
+/// Starts a worker for each of `pool`'s connections (ids from `id_first`)
+/// and the dispatcher that feeds them from `receiver`.
+fn start_lane(
+    runtime: &tokio::runtime::Runtime,
+    target: &Arc<Target>,
+    pool: Vec<Conn>,
+    id_first: usize,
+    receiver: Receiver<Request>,
+    batch_max: usize,
+) -> (Dispatcher, Vec<tokio::task::JoinHandle<()>>) {
     let connected = Arc::new(AtomicUsize::new(pool.len()));
     // Each worker has at most one `Idle` and one `Down` unread at a time.
-    let (events, events_receiver) = mpsc::channel(2 * pool.len());
+    let (events, events_receiver) = mpsc::channel(2 * pool.len().max(1));
     let mut senders = Vec::with_capacity(pool.len());
     let mut handles = Vec::with_capacity(pool.len());
-    for (id, conn) in pool.into_iter().enumerate() {
+    let size = pool.len();
+    for (index, conn) in pool.into_iter().enumerate() {
         let (sender, batches) = mpsc::channel(1);
         senders.push(sender);
+        let id = id_first + index;
         let worker = Worker {
-            id,
+            id: index,
             target: target.clone(),
             conn: Some(conn),
             batches,
@@ -327,26 +396,16 @@ fn driver_thread(
         };
         handles.push(runtime.spawn(worker.run()));
     }
-    drop(events);
-    drop(ready.send(Ok(())));
-    let mut dispatcher = Dispatcher {
+    let dispatcher = Dispatcher {
         receiver,
         events: events_receiver,
         senders,
-        idle: Vec::with_capacity(pool_size),
+        idle: Vec::with_capacity(size),
         connected,
         down_at: None,
         batch_max,
     };
-    dispatcher.run(&runtime);
-    // Every Store handle is gone: close the workers' channels and let each
-    // finish the batch it holds (bounded by that batch's deadline).
-    drop(dispatcher);
-    runtime.block_on(async {
-        for handle in handles {
-            drop(handle.await);
-        }
-    });
+    (dispatcher, handles)
 }
 
 /// What a worker tells the dispatcher.

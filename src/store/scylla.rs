@@ -1,7 +1,8 @@
 //! The ScyllaDB backend: ownership CAS as lightweight transactions.
 //!
-//! The driver runs on its own tokio runtime (a dispatcher thread feeding a
-//! one-worker runtime), fed by the same bridge as SQLite. Statement text and
+//! The driver runs on its own tokio runtime (a dispatcher thread a lane,
+//! objects and membership, feeding a one-worker runtime), fed by the same
+//! bridge as SQLite. Statement text and
 //! result mapping are pure functions below, unit-tested without a cluster.
 //!
 //! Writes: `INSERT ... IF NOT EXISTS` and `UPDATE ... IF cas_version = ?`.
@@ -26,7 +27,7 @@ use scylla::value::{CqlValue, Row};
 use wire::ObjectKey;
 
 use super::api::Store;
-use super::bridge::{Bridge, Done, Op, Request};
+use super::bridge::{Bridge, Done, Lanes, MemberLane, Op, Request};
 use super::error::{BackendError, OpenError};
 use super::membership::{
     self, MemberCondition, MemberOutcome, MemberRow, MemberVersion, MemberWrite, MEMBERS_MAX,
@@ -50,15 +51,16 @@ pub fn open_scylla(config: &StoreConfig) -> Result<Store, OpenError> {
     if config.nodes.is_empty() {
         return Err(OpenError::Config("store.nodes is empty"));
     }
-    let (bridge, receiver) = Bridge::new(
+    let (bridge, lanes) = Bridge::new(
         config.queue_max,
         Duration::from_millis(config.request_timeout_ms),
+        MemberLane::Own,
     );
     let (ready_sender, ready_receiver) = std::sync::mpsc::sync_channel(1);
     let thread_config = config.clone();
     std::thread::Builder::new()
         .name("store-scylla".to_string())
-        .spawn(move || driver_thread(thread_config, receiver, ready_sender))
+        .spawn(move || driver_thread(thread_config, lanes, ready_sender))
         .map_err(OpenError::Thread)?;
     match ready_receiver.recv() {
         Ok(Ok(())) => Ok(Store::from_backend(Arc::new(bridge), config)),
@@ -69,7 +71,7 @@ pub fn open_scylla(config: &StoreConfig) -> Result<Store, OpenError> {
 
 fn driver_thread(
     config: StoreConfig,
-    receiver: Receiver<Request>,
+    lanes: Lanes,
     ready: std::sync::mpsc::SyncSender<Result<(), OpenError>>,
 ) {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -101,10 +103,52 @@ fn driver_thread(
         }
     };
     drop(ready.send(Ok(())));
+    let Lanes { objects, members } = lanes;
+    // The membership lane has its own dispatcher and in-flight bound, so a
+    // heartbeat never waits for an object request's permit. Both share
+    // the session: the driver keeps a connection per shard of each node
+    // and multiplexes requests on it, so no request waits for another's
+    // answer there.
+    let members_handle = runtime.handle().clone();
+    let members_statements = statements.clone();
+    let members_thread = std::thread::Builder::new()
+        .name("store-scylla-members".to_string())
+        .spawn(move || {
+            dispatch(
+                &members_handle,
+                &members_statements,
+                &members,
+                MEMBER_INFLIGHT_MAX,
+            )
+        });
     // In-flight requests are bounded like a group commit: past `batch_max`
     // the dispatcher waits, the bridge queue fills, and callers see
     // Overloaded instead of piling tasks onto the runtime.
-    let inflight = Arc::new(tokio::sync::Semaphore::new(config.batch_max.max(1)));
+    dispatch(
+        runtime.handle(),
+        &statements,
+        &objects,
+        config.batch_max.max(1),
+    );
+    match members_thread {
+        Ok(thread) => drop(thread.join()),
+        Err(error) => tracing::error!(%error, "cannot start the scylla membership thread"),
+    }
+}
+
+/// Membership requests in flight at once on Scylla: a heartbeat, a list
+/// and a state change.
+const MEMBER_INFLIGHT_MAX: usize = 4;
+
+/// Serves `receiver` until every `Store` handle is gone, at most
+/// `inflight_max` requests at once.
+fn dispatch(
+    runtime: &tokio::runtime::Handle,
+    statements: &Arc<Statements>,
+    receiver: &Receiver<Request>,
+    inflight_max: usize,
+) {
+    let inflight = Arc::new(tokio::sync::Semaphore::new(inflight_max));
     while let Ok(request) = receiver.recv() {
         let Ok(permit) = runtime.block_on(inflight.clone().acquire_owned()) else {
             request.answer(Err(BackendError::Corrupt("scylla in-flight limit closed")));
@@ -142,7 +186,8 @@ impl Statements {
             .build()
             .await
             .map_err(|e| open(&e))?;
-        for statement in schema_statements(&config.keyspace, config.replication_factor) {
+        create_keyspace(&session, &config.keyspace, config.replication_factor).await?;
+        for statement in table_statements(&config.keyspace) {
             session
                 .query_unpaged(statement, ())
                 .await
@@ -152,31 +197,22 @@ impl Statements {
             .await_schema_agreement()
             .await
             .map_err(|e| open(&e))?;
-        let keyspace = &config.keyspace;
-        let prepare = |text: String| {
-            let session = &session;
-            async move { session.prepare(text).await.map_err(|e| open(&e)) }
+        warn_if_tablets(&session, &config.keyspace).await;
+        let mut prepared = Vec::with_capacity(STATEMENT_COUNT);
+        for spec in statement_specs(&config.keyspace) {
+            let mut statement = session.prepare(spec.cql).await.map_err(|e| open(&e))?;
+            statement.set_consistency(spec.consistency);
+            statement.set_serial_consistency(spec.serial_consistency);
+            prepared.push(statement);
+        }
+        let Ok(
+            [insert_if_absent, update_if_cas, select_record, insert_member, update_member, select_member, list_members],
+        ) = <[PreparedStatement; STATEMENT_COUNT]>::try_from(prepared)
+        else {
+            return Err(OpenError::Scylla(
+                "a statement was not prepared".to_string(),
+            ));
         };
-        let mut insert_if_absent = prepare(insert_if_absent_cql(keyspace)).await?;
-        let mut update_if_cas = prepare(update_if_cas_cql(keyspace)).await?;
-        let mut insert_member = prepare(insert_member_cql(keyspace)).await?;
-        let mut update_member = prepare(update_member_cql(keyspace)).await?;
-        for lwt in [
-            &mut insert_if_absent,
-            &mut update_if_cas,
-            &mut insert_member,
-            &mut update_member,
-        ] {
-            lwt.set_consistency(Consistency::Quorum);
-            lwt.set_serial_consistency(Some(SerialConsistency::Serial));
-        }
-        let mut select_record = prepare(select_record_cql(keyspace)).await?;
-        let mut select_member = prepare(select_member_cql(keyspace)).await?;
-        let mut list_members = prepare(list_members_cql(keyspace)).await?;
-        // SERIAL reads see every committed LWT, and finish one in flight.
-        for read in [&mut select_record, &mut select_member, &mut list_members] {
-            read.set_consistency(Consistency::Serial);
-        }
         Ok(Statements {
             session,
             insert_if_absent,
@@ -519,13 +555,37 @@ pub(crate) fn validate_keyspace(keyspace: &str) -> Result<(), OpenError> {
     Ok(())
 }
 
-pub(crate) fn schema_statements(keyspace: &str, replication_factor: u32) -> Vec<String> {
+/// Whether `CREATE KEYSPACE` says `tablets = {'enabled': false}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tablets {
+    Disabled,
+    /// Left to the server: for a server that does not know the option
+    /// (Cassandra, ScyllaDB before tablets), which has no tablets anyway.
+    Unspecified,
+}
+
+/// The keyspace statement. ScyllaDB 2025.1 and later create a keyspace
+/// with tablets unless told otherwise, and document lightweight
+/// transactions as unsupported on a tablet keyspace: every routerd write
+/// is one, so the keyspace asks for vnodes.
+pub(crate) fn create_keyspace_cql(
+    keyspace: &str,
+    replication_factor: u32,
+    tablets: Tablets,
+) -> String {
+    let mut cql = format!(
+        "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = \
+         {{'class': 'NetworkTopologyStrategy', 'replication_factor': {}}}",
+        replication_factor.max(1)
+    );
+    if tablets == Tablets::Disabled {
+        cql.push_str(" AND tablets = {'enabled': false}");
+    }
+    cql
+}
+
+pub(crate) fn table_statements(keyspace: &str) -> Vec<String> {
     vec![
-        format!(
-            "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = \
-             {{'class': 'NetworkTopologyStrategy', 'replication_factor': {}}}",
-            replication_factor.max(1)
-        ),
         format!(
             "CREATE TABLE IF NOT EXISTS {keyspace}.routes (type_id int, zone_id int, \
              object_id bigint, owner_node bigint, route_version bigint, \
@@ -537,6 +597,123 @@ pub(crate) fn schema_statements(keyspace: &str, replication_factor: u32) -> Vec<
              incarnation bigint, state int, heartbeat bigint, gateway text, admin text, \
              cluster blob, core_count int, actors blob, version bigint)"
         ),
+    ]
+}
+
+/// Creates the keyspace with tablets disabled, or, when the server refuses
+/// the option as unknown (a server without tablets: the option is a
+/// syntax or configuration error there), without it. Deciding by the
+/// server's answer rather than its version string holds for ScyllaDB and
+/// Cassandra alike, and for versions not yet released; a refusal for
+/// another reason comes back again from the second statement, and is
+/// reported.
+async fn create_keyspace(
+    session: &Session,
+    keyspace: &str,
+    replication_factor: u32,
+) -> Result<(), OpenError> {
+    let open = |error: &dyn std::fmt::Display| OpenError::Scylla(error.to_string());
+    let disabled = create_keyspace_cql(keyspace, replication_factor, Tablets::Disabled);
+    match session.query_unpaged(disabled, ()).await {
+        Ok(_) => Ok(()),
+        Err(error) if refuses_an_option(&error) => {
+            tracing::info!(%error, "the store server does not know the tablets option: \
+                creating the keyspace without it");
+            let plain = create_keyspace_cql(keyspace, replication_factor, Tablets::Unspecified);
+            session
+                .query_unpaged(plain, ())
+                .await
+                .map(drop)
+                .map_err(|e| open(&e))
+        }
+        Err(error) => Err(open(&error)),
+    }
+}
+
+/// Whether the server refused a statement's text or options (as opposed to
+/// failing to run it).
+pub(crate) fn refuses_an_option(error: &ExecutionError) -> bool {
+    matches!(
+        error,
+        ExecutionError::LastAttemptError(RequestAttemptError::DbError(
+            DbError::SyntaxError | DbError::Invalid | DbError::ConfigError,
+            _
+        ))
+    )
+}
+
+/// A keyspace that existed before (`IF NOT EXISTS` left it as it was) may
+/// use tablets; say so, since its lightweight transactions may then be
+/// refused. The table read is ScyllaDB's; on a server without it there
+/// are no tablets, and nothing is said.
+async fn warn_if_tablets(session: &Session, keyspace: &str) {
+    let read = session
+        .query_unpaged(
+            "SELECT initial_tablets FROM system_schema.scylla_keyspaces WHERE keyspace_name = ?",
+            (keyspace,),
+        )
+        .await;
+    let Ok(result) = read else { return };
+    let Ok(rows) = result.into_rows_result() else {
+        return;
+    };
+    let Ok(Some((initial_tablets,))) = rows.maybe_first_row::<(Option<i32>,)>() else {
+        return;
+    };
+    if initial_tablets.is_some() {
+        tracing::warn!(
+            keyspace,
+            "the store keyspace uses tablets: ScyllaDB releases that do not support lightweight \
+             transactions on tablets refuse every routerd write there; create the keyspace \
+             WITH tablets = {{'enabled': false}} or name a new one in store.keyspace"
+        );
+    }
+}
+
+/// How many statements `statement_specs` gives.
+const STATEMENT_COUNT: usize = 7;
+
+/// One prepared statement: its text, and the consistency it runs at.
+#[derive(Clone, Debug)]
+pub(crate) struct StatementSpec {
+    pub cql: String,
+    pub consistency: Consistency,
+    /// The Paxos round's consistency, for a lightweight transaction only.
+    pub serial_consistency: Option<SerialConsistency>,
+}
+
+/// Every statement the store prepares, in `Statements` field order:
+/// - The four writes are lightweight transactions on one partition each:
+///   QUORUM for the commit, SERIAL for the Paxos round.
+/// - The reads of one record or one member row are SERIAL: they see every
+///   committed LWT and finish one in flight, which a CAS needs.
+/// - The member list reads every partition of `members`, which SERIAL
+///   cannot do (ScyllaDB refuses SERIAL over more than one partition), so
+///   it reads at QUORUM. A list a moment stale is safe: every declaration
+///   made from it is a CAS on the row's version, refused if the row moved.
+pub(crate) fn statement_specs(keyspace: &str) -> [StatementSpec; STATEMENT_COUNT] {
+    let lwt = |cql: String| StatementSpec {
+        cql,
+        consistency: Consistency::Quorum,
+        serial_consistency: Some(SerialConsistency::Serial),
+    };
+    let serial_read = |cql: String| StatementSpec {
+        cql,
+        consistency: Consistency::Serial,
+        serial_consistency: None,
+    };
+    [
+        lwt(insert_if_absent_cql(keyspace)),
+        lwt(update_if_cas_cql(keyspace)),
+        serial_read(select_record_cql(keyspace)),
+        lwt(insert_member_cql(keyspace)),
+        lwt(update_member_cql(keyspace)),
+        serial_read(select_member_cql(keyspace)),
+        StatementSpec {
+            cql: list_members_cql(keyspace),
+            consistency: Consistency::Quorum,
+            serial_consistency: None,
+        },
     ]
 }
 

@@ -147,13 +147,139 @@ fn statements_use_lwt_and_the_keyspace() {
     assert!(select_member_cql("ks").ends_with("WHERE node_id = ?"));
     assert!(list_members_cql("ks").contains(&format!("LIMIT {MEMBERS_MAX}")));
     assert!(select_record_cql("ks").contains("FROM ks.routes"));
-    let schema = schema_statements("ks", 3);
-    assert_eq!(schema.len(), 3);
-    assert!(schema[0].contains("'replication_factor': 3"));
-    assert!(schema
+    let tables = table_statements("ks");
+    assert_eq!(tables.len(), 2);
+    assert!(tables
         .iter()
         .all(|statement| statement.contains("IF NOT EXISTS")));
-    assert!(schema_statements("ks", 0)[0].contains("'replication_factor': 1"));
+    let keyspace = create_keyspace_cql("ks", 3, Tablets::Disabled);
+    assert!(keyspace.starts_with("CREATE KEYSPACE IF NOT EXISTS ks "));
+    assert!(keyspace.contains("'replication_factor': 3"));
+    assert!(create_keyspace_cql("ks", 0, Tablets::Disabled).contains("'replication_factor': 1"));
+}
+
+#[test]
+fn the_keyspace_asks_for_vnodes_and_can_do_without_the_option() {
+    let disabled = create_keyspace_cql("ks", 3, Tablets::Disabled);
+    assert!(
+        disabled.ends_with(" AND tablets = {'enabled': false}"),
+        "{disabled}"
+    );
+    let plain = create_keyspace_cql("ks", 3, Tablets::Unspecified);
+    assert!(!plain.contains("tablets"), "{plain}");
+    assert!(disabled.starts_with(&plain));
+    // Only a refusal of the statement's text or options is retried
+    // without the option; a server that cannot run it is not.
+    let refusal = |db: DbError| {
+        ExecutionError::LastAttemptError(RequestAttemptError::DbError(db, "no".to_string()))
+    };
+    assert!(refuses_an_option(&refusal(DbError::SyntaxError)));
+    assert!(refuses_an_option(&refusal(DbError::ConfigError)));
+    assert!(refuses_an_option(&refusal(DbError::Invalid)));
+    assert!(!refuses_an_option(&refusal(DbError::ServerError)));
+    assert!(!refuses_an_option(&refusal(DbError::Unauthorized)));
+    assert!(!refuses_an_option(&ExecutionError::EmptyPlan));
+}
+
+/// A table's partition key columns.
+fn partition_key(cql: &str) -> &'static [&'static str] {
+    if cql.contains("ks.routes") {
+        &["type_id", "zone_id", "object_id"]
+    } else if cql.contains("ks.members") {
+        &["node_id"]
+    } else {
+        panic!("a statement of no known table: {cql}")
+    }
+}
+
+/// Whether `cql` names exactly one partition: an INSERT lists every key
+/// column with a value; an UPDATE or SELECT says `column = ?` for each in
+/// its WHERE, and never `IN`.
+fn names_one_partition(cql: &str) -> bool {
+    let key = partition_key(cql);
+    if cql.starts_with("INSERT") {
+        let columns = cql
+            .split_once('(')
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .map(|(columns, _)| columns)
+            .unwrap_or_default();
+        let columns: Vec<&str> = columns.split(',').map(str::trim).collect();
+        return key.iter().all(|column| columns.contains(column)) && cql.contains(" VALUES (");
+    }
+    let Some((_, condition)) = cql.split_once(" WHERE ") else {
+        return false;
+    };
+    let condition = condition.split(" IF ").next().unwrap_or_default();
+    !condition.contains(" IN ")
+        && key
+            .iter()
+            .all(|column| condition.contains(&format!("{column} = ?")))
+}
+
+#[test]
+fn every_statement_has_its_consistency_and_partition_rule() {
+    let specs = statement_specs("ks");
+    let texts: Vec<String> = [
+        insert_if_absent_cql("ks"),
+        update_if_cas_cql("ks"),
+        select_record_cql("ks"),
+        insert_member_cql("ks"),
+        update_member_cql("ks"),
+        select_member_cql("ks"),
+        list_members_cql("ks"),
+    ]
+    .to_vec();
+    // In the order `Statements` takes them.
+    let cql: Vec<&str> = specs.iter().map(|spec| spec.cql.as_str()).collect();
+    assert_eq!(cql, texts.iter().map(String::as_str).collect::<Vec<_>>());
+    for spec in &specs {
+        let lwt = spec.cql.contains(" IF ");
+        let serial = matches!(
+            spec.consistency,
+            Consistency::Serial | Consistency::LocalSerial
+        );
+        if lwt {
+            assert_eq!(spec.consistency, Consistency::Quorum, "{}", spec.cql);
+            assert_eq!(
+                spec.serial_consistency,
+                Some(SerialConsistency::Serial),
+                "{}",
+                spec.cql
+            );
+            assert!(
+                names_one_partition(&spec.cql),
+                "LWT on one partition: {}",
+                spec.cql
+            );
+        } else {
+            assert_eq!(spec.serial_consistency, None, "{}", spec.cql);
+        }
+        // ScyllaDB refuses SERIAL over more than one partition.
+        if serial {
+            assert!(
+                names_one_partition(&spec.cql),
+                "SERIAL on one partition: {}",
+                spec.cql
+            );
+        }
+    }
+    // The reads a CAS relies on are SERIAL; the member list, which spans
+    // every partition, is QUORUM.
+    assert_eq!(specs[2].consistency, Consistency::Serial);
+    assert_eq!(specs[5].consistency, Consistency::Serial);
+    let list = &specs[6];
+    assert!(!names_one_partition(&list.cql));
+    assert_eq!(list.consistency, Consistency::Quorum);
+    // The checker itself tells the shapes apart.
+    assert!(!names_one_partition(
+        "SELECT a FROM ks.members WHERE node_id IN (?, ?)"
+    ));
+    assert!(!names_one_partition(
+        "UPDATE ks.routes SET a = ? WHERE type_id = ? AND zone_id = ? IF a = ?"
+    ));
+    assert!(!names_one_partition(
+        "INSERT INTO ks.routes (type_id, zone_id) VALUES (?, ?)"
+    ));
 }
 
 #[test]

@@ -1,12 +1,20 @@
-//! The embedded SQLite backend: one connection on a dedicated store thread,
-//! fed by the bridge's bounded queue.
+//! The embedded SQLite backend: two connections on two store threads, one
+//! a lane of the bridge: objects (`load`, `write_batch`) and membership
+//! (`write_member`, `list_members`). WAL mode lets them run side by side,
+//! so a heartbeat never waits behind object traffic.
 //!
-//! Group commit: the thread takes every request already queued (up to
-//! `batch_max` writes) and runs them in ONE `BEGIN IMMEDIATE` transaction,
-//! answering them all after `COMMIT`; throughput then grows with
-//! concurrency instead of paying one fsync per write. `BEGIN IMMEDIATE`
-//! takes the file's write lock before the first read, so a CAS
+//! Group commit: the object thread takes every request already queued (up
+//! to `batch_max` writes) and runs their writes in ONE `BEGIN IMMEDIATE`
+//! transaction, answering them all after `COMMIT`; throughput then grows
+//! with concurrency instead of paying one fsync per write. `BEGIN
+//! IMMEDIATE` takes the file's write lock before the first read, so a CAS
 //! read-check-write is atomic against other processes sharing the file.
+//!
+//! Reads (`load`, `list_members`) run in a deferred transaction, which in
+//! WAL mode is a read transaction: it never takes the write lock, so a
+//! process frozen while it reads blocks nobody. The write lock is held for
+//! one write transaction only. The two threads of one process take turns
+//! at it through a [`WriteGate`] that lets a membership write go first.
 //!
 //! Timeouts: a request that is still queued at its deadline
 //! (`request_timeout_ms` after it was sent) is answered as timed out without
@@ -14,9 +22,13 @@
 //! wait for another process's lock to the same duration. A transaction
 //! already running is answered when it finishes, so a stalled disk can
 //! delay an answer past the timeout; the answer is then exact.
+//!
+//! Integrity: opening a file runs `PRAGMA quick_check`, stopped after
+//! `INTEGRITY_CHECK_MS_MAX`; a file it finds damaged is refused.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -24,7 +36,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBe
 use wire::ObjectKey;
 
 use super::api::Store;
-use super::bridge::{Bridge, Done, Op, Request};
+use super::bridge::{Bridge, Done, Lanes, MemberLane, Op, Request};
 use super::error::{BackendError, OpenError};
 use super::membership::{
     self, MemberCondition, MemberOutcome, MemberRow, MemberVersion, MemberWrite, MEMBERS_MAX,
@@ -37,6 +49,15 @@ use crate::config::{SqliteSynchronous, StoreConfig};
 /// The schema this build reads and writes, kept in `PRAGMA user_version`.
 /// Version 1 (no incarnations) is migrated in place at open.
 pub const SCHEMA_VERSION: i64 = 2;
+
+/// `PRAGMA quick_check` at open may run this long at most; past it the
+/// check is stopped and the store opens (a big file would otherwise delay
+/// every start by a full read of it). Damage it did not reach is reported
+/// when an operation meets it.
+pub const INTEGRITY_CHECK_MS_MAX: u64 = 2000;
+
+/// Lines of `quick_check`'s report kept in the error that refuses a file.
+const INTEGRITY_REPORT_LINES_MAX: usize = 8;
 
 /// Whether the store thread groups queued requests into one transaction.
 /// `Off` (one transaction per request) exists for the benchmark baseline.
@@ -87,11 +108,23 @@ DROP TABLE members;
 ";
 
 /// Opens (creating if needed) the SQLite store at `path` and starts its
-/// thread. Fails at once on a schema from another version.
+/// threads. Fails at once on a schema from another version, or on a file
+/// the integrity check finds damaged.
 pub fn open_sqlite(
     path: &Path,
     config: &StoreConfig,
     group_commit: GroupCommit,
+) -> Result<Store, OpenError> {
+    open_sqlite_lanes(path, config, group_commit, MemberLane::Own)
+}
+
+/// [`open_sqlite`] with membership on its own lane or, for a benchmark's
+/// baseline, in the object queue.
+pub fn open_sqlite_lanes(
+    path: &Path,
+    config: &StoreConfig,
+    group_commit: GroupCommit,
+    lane: MemberLane,
 ) -> Result<Store, OpenError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| OpenError::CreateDir {
@@ -100,22 +133,105 @@ pub fn open_sqlite(
         })?;
     }
     let connection = open_connection(path, config)?;
-    let (bridge, receiver) = Bridge::new(
+    check_integrity(
+        &connection,
+        path,
+        Duration::from_millis(INTEGRITY_CHECK_MS_MAX),
+    )?;
+    let members_connection = open_connection(path, config)?;
+    let (bridge, lanes) = Bridge::new(
         config.queue_max,
         Duration::from_millis(config.request_timeout_ms),
+        lane,
     );
-    let worker = Worker {
+    let Lanes { objects, members } = lanes;
+    let gate = Arc::new(WriteGate::default());
+    let objects_worker = Worker {
         connection,
         batch_max: match group_commit {
             GroupCommit::On => config.batch_max,
             GroupCommit::Off => 1,
         },
+        gate: gate.clone(),
+        lane: Lane::Objects,
+    };
+    // One membership operation a transaction: a heartbeat is never part of
+    // another request's commit, and never waits for one.
+    let members_worker = Worker {
+        connection: members_connection,
+        batch_max: 1,
+        gate,
+        lane: Lane::Members,
     };
     std::thread::Builder::new()
         .name("store-sqlite".to_string())
-        .spawn(move || worker.run(receiver))
+        .spawn(move || objects_worker.run(objects))
+        .map_err(OpenError::Thread)?;
+    std::thread::Builder::new()
+        .name("store-sqlite-members".to_string())
+        .spawn(move || members_worker.run(members))
         .map_err(OpenError::Thread)?;
     Ok(Store::from_backend(Arc::new(bridge), config))
+}
+
+/// Runs `PRAGMA quick_check` on `connection`, stopping it after `limit`.
+/// A damaged file is refused with SQLite's first lines about it; a check
+/// stopped by the limit is logged and the file accepted.
+fn check_integrity(connection: &Connection, path: &Path, limit: Duration) -> Result<(), OpenError> {
+    let interrupt = connection.get_interrupt_handle();
+    let (done, stopped) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::Builder::new()
+        .name("store-sqlite-check".to_string())
+        .spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(limit) {
+                interrupt.interrupt();
+            }
+        })
+        .map_err(OpenError::Thread)?;
+    let started = Instant::now();
+    let report = quick_check(connection);
+    drop(done);
+    // The watchdog ends as soon as `done` is dropped.
+    drop(watchdog.join());
+    match report {
+        Ok(lines) if lines.len() == 1 && lines[0] == "ok" => Ok(()),
+        Ok(lines) => Err(OpenError::Corrupt {
+            path: path.to_path_buf(),
+            report: lines.join("; "),
+        }),
+        Err(rusqlite::Error::SqliteFailure(error, _))
+            if error.code == rusqlite::ErrorCode::OperationInterrupted =>
+        {
+            tracing::warn!(
+                path = %path.display(),
+                limit_ms = limit.as_millis() as u64,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "store integrity check stopped at its time limit; damage past what it read \
+                 is reported when an operation meets it"
+            );
+            Ok(())
+        }
+        Err(source) if super::error::is_corruption(&source) => Err(OpenError::Corrupt {
+            path: path.to_path_buf(),
+            report: source.to_string(),
+        }),
+        Err(source) => Err(OpenError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// The first lines of `quick_check`'s report (`ok` alone when sound).
+fn quick_check(connection: &Connection) -> Result<Vec<String>, rusqlite::Error> {
+    let mut statement =
+        connection.prepare(&format!("PRAGMA quick_check({INTEGRITY_REPORT_LINES_MAX})"))?;
+    let mut rows = statement.query([])?;
+    let mut lines = Vec::new();
+    while let Some(row) = rows.next()? {
+        lines.push(row.get::<_, String>(0)?);
+    }
+    Ok(lines)
 }
 
 fn open_connection(path: &Path, config: &StoreConfig) -> Result<Connection, OpenError> {
@@ -193,10 +309,31 @@ fn ensure_schema(connection: &mut Connection, path: &Path) -> Result<(), OpenErr
     transaction.commit().map_err(sqlite)
 }
 
+/// How the two connections of one store take turns at SQLite's write
+/// lock. Within one process they would otherwise meet in `busy_timeout`,
+/// whose back-off sleeps up to 100 ms between attempts while the object
+/// thread, committing back to back, takes the lock again: a heartbeat
+/// could starve. The gate serialises them, and the object thread steps
+/// aside while a membership write waits for it.
+#[derive(Default)]
+struct WriteGate {
+    lock: Mutex<()>,
+    members_waiting: AtomicBool,
+}
+
+/// Which lane a worker serves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Objects,
+    Members,
+}
+
 struct Worker {
     connection: Connection,
     /// Writes one transaction carries at most (1 without group commit).
     batch_max: usize,
+    gate: Arc<WriteGate>,
+    lane: Lane,
 }
 
 impl Worker {
@@ -216,43 +353,76 @@ impl Worker {
                 }
             }
             let now = Instant::now();
-            let mut live = Vec::with_capacity(batch.len());
+            let mut reads = Vec::new();
+            let mut writes = Vec::with_capacity(batch.len());
             for request in batch.drain(..) {
                 if request.deadline <= now {
                     request.expire();
+                } else if matches!(request.op, Op::Load(_) | Op::ListMembers) {
+                    reads.push(request);
                 } else {
-                    live.push(request);
+                    writes.push(request);
                 }
             }
-            if live.is_empty() {
-                continue;
+            if !reads.is_empty() {
+                let result = self.read(&reads);
+                answer_all(reads, result);
             }
-            match self.apply(&live) {
-                Ok(done) => {
-                    debug_assert_eq!(done.len(), live.len());
-                    for (request, done) in live.into_iter().zip(done) {
-                        request.answer(Ok(done));
-                    }
-                }
-                // The transaction rolled back: nothing in it happened.
-                Err(error) => {
-                    for request in live {
-                        request.answer(Err(error.clone()));
-                    }
-                }
+            if !writes.is_empty() {
+                let result = self.write(&writes);
+                answer_all(writes, result);
             }
         }
     }
 
-    /// Runs `requests` in one transaction; every answer waits for COMMIT.
-    fn apply(&mut self, requests: &[Request]) -> Result<Vec<Done>, BackendError> {
+    /// Runs read requests in one read transaction, which in WAL mode never
+    /// takes the write lock.
+    fn read(&mut self, requests: &[Request]) -> Result<Vec<Done>, BackendError> {
+        let transaction = self
+            .connection
+            .transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let mut done = Vec::with_capacity(requests.len());
+        for request in requests {
+            done.push(match &request.op {
+                Op::Load(key) => Done::Load(load(&transaction, *key)?),
+                Op::ListMembers => Done::List(list_members(&transaction)?),
+                Op::Write(_) | Op::WriteMember(_) => {
+                    return Err(BackendError::Corrupt("a write among the reads"))
+                }
+            });
+        }
+        transaction.commit()?;
+        Ok(done)
+    }
+
+    /// Runs write requests in one write transaction; every answer waits
+    /// for COMMIT.
+    fn write(&mut self, requests: &[Request]) -> Result<Vec<Done>, BackendError> {
+        let gate = self.gate.clone();
+        if self.lane == Lane::Members {
+            gate.members_waiting.store(true, Ordering::Release);
+        } else {
+            // A membership write waits for the lock: let it have the next
+            // turn. It holds the flag only until it has the lock, which the
+            // object thread does not hold here, so this ends at once.
+            while gate.members_waiting.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+        }
+        // A panic inside a transaction leaves nothing behind the lock.
+        let _turn = gate
+            .lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if self.lane == Lane::Members {
+            gate.members_waiting.store(false, Ordering::Release);
+        }
         let transaction = self
             .connection
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut done = Vec::with_capacity(requests.len());
         for request in requests {
             done.push(match &request.op {
-                Op::Load(key) => Done::Load(load(&transaction, *key)?),
                 Op::Write(writes) => {
                     let mut outcomes = Vec::with_capacity(writes.len());
                     for write in writes {
@@ -261,11 +431,31 @@ impl Worker {
                     Done::Write(outcomes)
                 }
                 Op::WriteMember(write) => Done::WriteMember(write_member(&transaction, write)?),
-                Op::ListMembers => Done::List(list_members(&transaction)?),
+                Op::Load(_) | Op::ListMembers => {
+                    return Err(BackendError::Corrupt("a read among the writes"))
+                }
             });
         }
         transaction.commit()?;
         Ok(done)
+    }
+}
+
+/// Answers each request with its result, or all of them with the error of
+/// a transaction that rolled back (nothing in it happened).
+fn answer_all(requests: Vec<Request>, result: Result<Vec<Done>, BackendError>) {
+    match result {
+        Ok(done) => {
+            debug_assert_eq!(done.len(), requests.len());
+            for (request, done) in requests.into_iter().zip(done) {
+                request.answer(Ok(done));
+            }
+        }
+        Err(error) => {
+            for request in requests {
+                request.answer(Err(error.clone()));
+            }
+        }
     }
 }
 
@@ -438,4 +628,82 @@ fn select_members(
         });
     }
     Ok(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store file with `rows` records of `state_bytes` each.
+    fn filled(path: &Path, rows: u64, state_bytes: usize) -> Connection {
+        let connection = open_connection(path, &StoreConfig::default()).expect("open");
+        let state = vec![3u8; state_bytes];
+        let transaction = connection.unchecked_transaction().expect("transaction");
+        for id in 0..rows {
+            transaction
+                .execute(
+                    "INSERT INTO routes (type_id, zone_id, object_id, owner_node, route_version, \
+                     save_timepoint_ms, cas_version, state) VALUES (1, 0, ?1, 1, 1, 0, 1, ?2)",
+                    params![id as i64, state],
+                )
+                .expect("insert");
+        }
+        transaction.commit().expect("commit");
+        connection
+    }
+
+    #[test]
+    fn a_sound_file_passes_the_integrity_check() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sound.db");
+        let connection = filled(&path, 100, 100);
+        assert!(check_integrity(&connection, &path, Duration::from_secs(10)).is_ok());
+    }
+
+    #[test]
+    fn the_integrity_check_stops_at_its_limit_and_accepts_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("big.db");
+        // Large enough that a full check takes far longer than the limit.
+        let connection = filled(&path, 20_000, 2048);
+        let limit = Duration::from_millis(1);
+        let unlimited = Instant::now();
+        assert!(check_integrity(&connection, &path, Duration::from_secs(60)).is_ok());
+        let full = unlimited.elapsed();
+        let started = Instant::now();
+        assert!(check_integrity(&connection, &path, limit).is_ok());
+        let stopped = started.elapsed();
+        assert!(
+            stopped < full,
+            "a check limited to {limit:?} took {stopped:?}, a full one {full:?}"
+        );
+    }
+
+    #[test]
+    fn a_damaged_file_is_refused_with_its_path_and_sqlites_words() {
+        use std::io::{Seek, SeekFrom, Write};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("damaged.db");
+        let connection = filled(&path, 500, 500);
+        connection
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                row.get::<_, i64>(0)
+            })
+            .expect("checkpoint");
+        drop(connection);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("file");
+        // Page 1 (the header and the schema) intact, page 2 on garbage.
+        file.seek(SeekFrom::Start(4096)).expect("seek");
+        file.write_all(&[0xa5; 4096 * 4]).expect("overwrite");
+        drop(file);
+        let connection = Connection::open(&path).expect("open");
+        let error = check_integrity(&connection, &path, Duration::from_secs(10))
+            .expect_err("a damaged file is refused");
+        let message = error.to_string();
+        assert!(matches!(error, OpenError::Corrupt { .. }), "{message}");
+        assert!(message.contains(&path.display().to_string()), "{message}");
+    }
 }
