@@ -376,11 +376,13 @@ impl History {
         }
     }
 
-    /// Never two unfenced processes with one node id at once. A process
-    /// polled unfenced twice in one incarnation, shortly one after the
-    /// other, was unfenced in between (a fence ends only with a new
-    /// incarnation), so only such spans are compared: the rule cannot see
-    /// what was not, only miss what was.
+    /// Never two unfenced (serving) processes with one node id at once. A
+    /// process polled serving twice in one incarnation, shortly one after
+    /// the other, is taken as serving in between: it may have lapsed and
+    /// renewed its lease meanwhile, but a renewal is a heartbeat applied on
+    /// the row it wrote, which no longer happens once another process took
+    /// the id. So only such spans are compared: the rule can miss what
+    /// was, not see what was not.
     fn check_one_process_per_id(&self, verdict: &mut Verdict) {
         let mut by_pid: BTreeMap<u32, Vec<&Poll>> = BTreeMap::new();
         for poll in &self.polls {

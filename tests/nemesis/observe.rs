@@ -87,6 +87,16 @@ pub fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// Whether a node (or a core) said it serves nothing: `serving: false`
+/// where it reports `serving` (a lapsed lease stops serving without a
+/// fence, and ends without a new incarnation), else `fenced`.
+fn not_serving(json: &serde_json::Value) -> Option<bool> {
+    match json["serving"].as_bool() {
+        Some(serving) => Some(!serving),
+        None => json["fenced"].as_bool(),
+    }
+}
+
 /// The poll a `/cluster` body describes; `base` has the process and the
 /// times filled in.
 fn parse_cluster(body: &str, base: Poll) -> Option<Poll> {
@@ -108,7 +118,7 @@ fn parse_cluster(body: &str, base: Poll) -> Option<Poll> {
             .filter_map(|core| {
                 Some(CoreView {
                     core: core["core"].as_u64()?,
-                    fenced: core["fenced"].as_bool()?,
+                    fenced: not_serving(core)?,
                 })
             })
             .collect()
@@ -116,7 +126,7 @@ fn parse_cluster(body: &str, base: Poll) -> Option<Poll> {
     Some(Poll {
         node_id: json["node_id"].as_u64()?,
         incarnation: json["incarnation"].as_u64()?,
-        fenced: json["fenced"].as_bool()?,
+        fenced: not_serving(&json)?,
         members,
         cores,
         ..base
