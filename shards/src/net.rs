@@ -19,7 +19,7 @@ use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::bufring::{RecvBuf, BUF_GROUP};
 use crate::executor;
-use crate::reactor::Reactor;
+use crate::reactor::{MultiKind, Reactor};
 
 mod claim;
 
@@ -105,7 +105,7 @@ impl TcpListener {
                         let entry = opcode::AcceptMulti::new(types::Fd(self.fd))
                             .flags(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)
                             .build();
-                        let index = reactor.submit_multi(entry);
+                        let index = reactor.submit_multi(entry, MultiKind::Accept);
                         self.accept.set(Some(index));
                         index
                     }
@@ -225,7 +225,7 @@ impl TcpStream {
                     Some(index) => index,
                     None => {
                         let entry = on_socket!(self, RecvMulti(BUF_GROUP)).build();
-                        let index = reactor.submit_multi(entry);
+                        let index = reactor.submit_multi(entry, MultiKind::Recv);
                         self.recv.set(Some(index));
                         index
                     }

@@ -36,6 +36,15 @@ const WAKE_READ: u64 = u64::MAX - 1;
 /// Completions reaped per kernel entry at most before tasks run again.
 const REAP_BATCH_MAX: usize = 4096;
 
+/// What a multishot operation's successful results are, for when nobody
+/// takes them: an accept's are descriptors the reactor must close, or the
+/// clients behind them would hang until the process exits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MultiKind {
+    Accept,
+    Recv,
+}
+
 enum Slot {
     /// Submitted, not completed.
     Waiting(Option<Waker>),
@@ -47,12 +56,13 @@ enum Slot {
         results: VecDeque<(i32, u32)>,
         waker: Option<Waker>,
         more: bool,
+        kind: MultiKind,
     },
     /// The future is gone; the slot keeps what the kernel may still use
     /// until the operation's last completion.
     Orphan {
         _keep: Option<Box<dyn Any>>,
-        multishot: bool,
+        multishot: Option<MultiKind>,
     },
     /// The close of the registered file at this index: the index is free
     /// for another file once it completes.
@@ -159,11 +169,12 @@ impl Reactor {
     }
 
     /// Submits a multishot operation; poll it with `poll_multi`.
-    pub fn submit_multi(&self, entry: squeue::Entry) -> usize {
+    pub fn submit_multi(&self, entry: squeue::Entry, kind: MultiKind) -> usize {
         let index = self.alloc(Slot::Multi {
             results: VecDeque::new(),
             waker: None,
             more: true,
+            kind,
         });
         self.push(entry.user_data(index as u64));
         index
@@ -234,6 +245,7 @@ impl Reactor {
             results,
             waker,
             more,
+            ..
         }) = slots[index].as_mut()
         else {
             unreachable!("poll_multi on a slot that is not a multishot operation")
@@ -270,17 +282,22 @@ impl Reactor {
             Slot::Waiting(_) => {
                 slots[index] = Some(Slot::Orphan {
                     _keep: keep,
-                    multishot: false,
+                    multishot: None,
                 })
             }
-            Slot::Multi { results, more, .. } => {
-                for (_, flags) in results {
-                    self.give_back_buffer(flags);
+            Slot::Multi {
+                results,
+                more,
+                kind,
+                ..
+            } => {
+                for (result, flags) in results {
+                    self.drop_result(kind, result, flags);
                 }
                 if more {
                     slots[index] = Some(Slot::Orphan {
                         _keep: keep,
-                        multishot: true,
+                        multishot: Some(kind),
                     });
                     drop(slots);
                     self.submit_ignored(opcode::AsyncCancel::new(index as u64).build());
@@ -291,6 +308,23 @@ impl Reactor {
             }
             Slot::Orphan { .. } => unreachable!("a slot is orphaned once"),
             Slot::FileClose(_) => unreachable!("a file close has no future"),
+        }
+    }
+
+    /// Lets go of a multishot result nobody will take: a buffer goes back
+    /// to the ring, an accepted socket is closed (no submission can name
+    /// it: nobody but the kernel and this slot has seen it).
+    fn drop_result(&self, kind: MultiKind, result: i32, flags: u32) {
+        match kind {
+            MultiKind::Recv => self.give_back_buffer(flags),
+            MultiKind::Accept if result >= 0 => {
+                // SAFETY: `result` is a descriptor the kernel made for this
+                // accept and nothing else owns.
+                unsafe {
+                    libc::close(result);
+                }
+            }
+            MultiKind::Accept => {}
         }
     }
 
@@ -412,6 +446,7 @@ impl Reactor {
                 results,
                 waker,
                 more,
+                ..
             } => {
                 results.push_back((result, flags));
                 if !cqueue::more(flags) {
@@ -420,9 +455,13 @@ impl Reactor {
                 waker.take()
             }
             Slot::Orphan { multishot, .. } => {
-                let last = !*multishot || !cqueue::more(flags);
+                let multishot = *multishot;
+                let last = multishot.is_none() || !cqueue::more(flags);
                 drop(slots);
-                self.give_back_buffer(flags);
+                match multishot {
+                    Some(kind) => self.drop_result(kind, result, flags),
+                    None => self.give_back_buffer(flags),
+                }
                 if last {
                     self.release(index);
                 }

@@ -8,37 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shards::net::{TcpListener, TcpStream};
-use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle, TaskRun};
+use shards::TaskRun;
 
-fn one_core() -> RuntimeConfig {
-    let mut config = RuntimeConfig::new(CorePlacement::Unpinned(1));
-    config.recv_buffers = 8;
-    config.recv_buffer_bytes = 64;
-    config.shutdown_deadline = Duration::from_secs(2);
-    config
-}
-
-/// Runs `main` on one core until it returns; gives back the runtime's
-/// shutdown handle for the caller's side of the test.
-fn on_a_core<F, Fut>(config: RuntimeConfig, main: F) -> (Runtime, ShutdownHandle)
-where
-    F: Fn() -> Fut + Send + Clone + 'static,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
-    let shutdown = ShutdownHandle::new();
-    let runtime = Runtime::start::<(), _, _>(&config, shutdown.clone(), move |core| {
-        let main = main.clone();
-        async move {
-            core.ready();
-            futures_lite::future::or(main(), core.shutdown().wait()).await;
-        }
-    })
-    .expect("runtime starts");
-    runtime
-        .wait_ready(Duration::from_secs(10))
-        .expect("core ready");
-    (runtime, shutdown)
-}
+mod common;
+use common::{accept_and_read_all, on_a_core, one_core, wait_for};
 
 /// An echo server on the core: many small receives through the buffer
 /// ring (8 buffers of 64 bytes, so they are reused), sends of owned
@@ -368,26 +341,4 @@ fn process_cpu() -> Duration {
     };
     let micros = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
     Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
-}
-
-/// Accepts one connection and reads it to its end (5 s at most per read).
-fn accept_and_read_all(listener: &std::net::TcpListener) -> Vec<u8> {
-    let (mut accepted, _) = listener.accept().unwrap();
-    accepted
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut got = Vec::new();
-    accepted.read_to_end(&mut got).unwrap();
-    got
-}
-
-fn wait_for<T: Clone>(slot: &Mutex<Option<T>>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Some(value) = slot.lock().unwrap().clone() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "nothing arrived in time");
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
