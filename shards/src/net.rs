@@ -49,11 +49,14 @@ fn close_in_ring(fd: RawFd) {
     }
 }
 
-/// A TCP listener served by a multishot accept.
+/// A TCP listener served by a multishot accept. It stays on the core that
+/// made it (it is not `Send`): its accept is a slot of that core's ring,
+/// an index that means nothing on another core.
 pub struct TcpListener {
     fd: RawFd,
     local: SocketAddr,
     accept: std::cell::Cell<Option<usize>>,
+    _on_this_core: std::marker::PhantomData<*const ()>,
 }
 
 impl TcpListener {
@@ -76,6 +79,7 @@ impl TcpListener {
             fd: socket.into_raw_fd(),
             local,
             accept: std::cell::Cell::new(None),
+            _on_this_core: std::marker::PhantomData,
         })
     }
 
@@ -88,6 +92,7 @@ impl TcpListener {
             fd: listener.into_raw_fd(),
             local,
             accept: std::cell::Cell::new(None),
+            _on_this_core: std::marker::PhantomData,
         })
     }
 
@@ -420,5 +425,30 @@ impl Drop for OwnedOp {
             let keep = self.keep.take();
             executor::try_with_reactor(|reactor| reactor.orphan(index, keep));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names `Self: Send` ambiguously: `<T as MaybeSend<_>>::HOLDS` compiles
+    /// only for a type that is not `Send` (one impl applies), and fails to
+    /// compile for one that is (both apply).
+    trait MaybeSend<Which> {
+        const HOLDS: () = ();
+    }
+    impl<T: ?Sized> MaybeSend<()> for T {}
+    impl<T: ?Sized + Send> MaybeSend<u8> for T {}
+
+    /// What holds a slot or a file index of this core's ring cannot be
+    /// moved to another core, where the index would name another
+    /// operation or file.
+    #[test]
+    fn ring_bound_handles_stay_on_their_core() {
+        let () = <TcpListener as MaybeSend<_>>::HOLDS;
+        let () = <TcpStream as MaybeSend<_>>::HOLDS;
+        let () = <SendOp as MaybeSend<_>>::HOLDS;
+        let () = <RecvBuf as MaybeSend<_>>::HOLDS;
     }
 }
