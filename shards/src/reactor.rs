@@ -80,6 +80,16 @@ pub(crate) struct Reactor {
     wake_armed: Cell<bool>,
     wake_fd: i32,
     reaped: RefCell<Vec<(u64, i32, u32)>>,
+    /// Entries that found the submission queue full and could not be
+    /// handed to the kernel at once (a transient shortage, or completions
+    /// to reap first). They go to the ring, in order and before anything
+    /// pushed after them, at the next kernel entry. Each belongs to an
+    /// operation, a close or a cancel a task asked for in this turn, so it
+    /// holds no more than the operations in flight.
+    backlog: RefCell<VecDeque<squeue::Entry>>,
+    /// Submissions the tests make fail, with this errno.
+    #[cfg(test)]
+    fail_submits: Cell<(u32, i32)>,
     /// Kernel entries made (for tests and metrics of syscall counts).
     pub enters: Cell<u64>,
 }
@@ -115,6 +125,9 @@ impl Reactor {
             wake_armed: Cell::new(false),
             wake_fd,
             reaped: RefCell::new(Vec::with_capacity(256)),
+            backlog: RefCell::new(VecDeque::new()),
+            #[cfg(test)]
+            fail_submits: Cell::new((0, 0)),
             enters: Cell::new(0),
         })
     }
@@ -123,21 +136,66 @@ impl Reactor {
         self.mode
     }
 
-    /// Queues `entry` for the next kernel entry; submits at once when the
-    /// submission queue is full.
+    /// Queues `entry` for the next kernel entry. A full submission queue is
+    /// handed to the kernel at once to make room; if the kernel cannot take
+    /// it now, `entry` waits in the backlog (never a panic: the next entry
+    /// decides whether the error was transient).
     fn push(&self, entry: squeue::Entry) {
         let mut ring = self.ring.borrow_mut();
-        // SAFETY: every entry pushed here points only at memory its slot
-        // (or the executor, for the wake read) keeps alive until the
-        // operation's last completion.
-        while unsafe { ring.submission().push(&entry) }.is_err() {
+        let mut backlog = self.backlog.borrow_mut();
+        if backlog.is_empty() {
+            // SAFETY: every entry pushed here points only at memory its slot
+            // (or the executor, for the wake read) keeps alive until the
+            // operation's last completion.
+            if unsafe { ring.submission().push(&entry) }.is_ok() {
+                return;
+            }
             // A full queue: hand what is queued to the kernel, then retry.
-            self.enters.set(self.enters.get() + 1);
-            if let Err(error) = ring.submit() {
-                if error.raw_os_error() != Some(libc::EBUSY) {
-                    // Nothing sensible can continue if the ring is broken.
-                    panic!("io_uring submit failed: {error}");
+            // SAFETY: as above.
+            if self.submit_queued(&mut ring).is_ok()
+                && unsafe { ring.submission().push(&entry) }.is_ok()
+            {
+                return;
+            }
+        }
+        backlog.push_back(entry);
+    }
+
+    /// Hands the queued submissions to the kernel without waiting.
+    fn submit_queued(&self, ring: &mut IoUring) -> io::Result<usize> {
+        self.enters.set(self.enters.get() + 1);
+        #[cfg(test)]
+        {
+            let (count, errno) = self.fail_submits.get();
+            if count > 0 {
+                self.fail_submits.set((count - 1, errno));
+                return Err(io::Error::from_raw_os_error(errno));
+            }
+        }
+        ring.submit()
+    }
+
+    /// Moves the backlog into the submission queue, submitting each time
+    /// the queue fills; an error leaves the rest for the next entry.
+    fn flush_backlog(&self, ring: &mut IoUring) -> io::Result<()> {
+        let mut backlog = self.backlog.borrow_mut();
+        loop {
+            {
+                let mut queue = ring.submission();
+                while let Some(entry) = backlog.front() {
+                    // SAFETY: as in `push`, which queued the entry.
+                    if unsafe { queue.push(entry) }.is_err() {
+                        break;
+                    }
+                    backlog.pop_front();
                 }
+            }
+            if backlog.is_empty() {
+                return Ok(());
+            }
+            if self.submit_queued(ring)? == 0 {
+                // The kernel took nothing and said nothing: try next turn.
+                return Ok(());
             }
         }
     }
@@ -356,14 +414,27 @@ impl Reactor {
     pub fn needs_enter(&self) -> bool {
         let mut ring = self.ring.borrow_mut();
         let sq = ring.submission();
-        !sq.is_empty() || sq.taskrun() || sq.cq_overflow()
+        !sq.is_empty() || sq.taskrun() || sq.cq_overflow() || !self.backlog.borrow().is_empty()
     }
 
     /// Enters the kernel once: submits what is queued, runs deferred work,
     /// and waits for a completion up to `wait` (`None`: do not wait).
     pub fn enter(&self, wait: Option<Option<Duration>>) -> io::Result<()> {
-        self.enters.set(self.enters.get() + 1);
         let mut ring = self.ring.borrow_mut();
+        let mut wait = wait;
+        if !self.backlog.borrow().is_empty() {
+            match self.flush_backlog(&mut ring) {
+                Ok(()) => {}
+                // Completions must be reaped before the kernel takes more.
+                Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(error) => return Err(error),
+            }
+            if !self.backlog.borrow().is_empty() {
+                // Work is still waiting to be submitted: do not sleep on it.
+                wait = None;
+            }
+        }
+        self.enters.set(self.enters.get() + 1);
         let to_submit = ring.submission().len() as u32;
         let submitter = ring.submitter();
         let result = match wait {
@@ -531,6 +602,116 @@ impl Reactor {
             if Instant::now() >= deadline {
                 return false;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reactor of its own, not run by an executor: the tests drive it.
+    fn reactor(entries: u32, cq_entries: u32) -> (Reactor, std::os::fd::OwnedFd) {
+        // SAFETY: eventfd makes a new descriptor or fails; it is owned at once.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(wake >= 0, "eventfd");
+        // SAFETY: `wake` is a fresh descriptor nothing else owns.
+        let wake = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(wake) };
+        let config = RingConfig {
+            entries,
+            cq_entries,
+            mode: TaskRun::Defer,
+            recv_buffers: 4,
+            recv_buffer_bytes: 64,
+            registered_files: 0,
+        };
+        let reactor = Reactor::new(config, std::os::fd::AsRawFd::as_raw_fd(&wake)).expect("ring");
+        (reactor, wake)
+    }
+
+    /// Submits `count` no-ops; returns their slots.
+    fn nops(reactor: &Reactor, count: usize) -> Vec<usize> {
+        (0..count)
+            .map(|_| reactor.submit(opcode::Nop::new().build()))
+            .collect()
+    }
+
+    /// Enters and reaps until every slot of `ops` completed (or 5 s pass);
+    /// returns their results.
+    fn complete_all(reactor: &Reactor, ops: &[usize]) -> Vec<i32> {
+        let mut cx = Context::from_waker(Waker::noop());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut results = vec![None; ops.len()];
+        while results.iter().any(Option::is_none) {
+            assert!(Instant::now() < deadline, "operations never completed");
+            match reactor.enter(Some(Some(Duration::from_millis(10)))) {
+                Ok(()) => {}
+                Err(error) if error.raw_os_error() == Some(libc::EAGAIN) => {}
+                Err(error) => panic!("enter: {error}"),
+            }
+            reactor.reap();
+            for (result, &op) in results.iter_mut().zip(ops) {
+                if result.is_none() {
+                    if let Poll::Ready((res, _)) = reactor.poll_op(op, &mut cx) {
+                        *result = Some(res);
+                    }
+                }
+            }
+        }
+        results.into_iter().map(Option::unwrap).collect()
+    }
+
+    /// A burst far past both queues' sizes in one turn: the submission
+    /// queue fills many times over and the completion queue overflows, and
+    /// still every operation completes once, none lost.
+    #[test]
+    fn a_burst_past_a_full_submission_queue_and_a_small_completion_queue() {
+        let (reactor, _wake) = reactor(4, 8);
+        let ops = nops(&reactor, 1000);
+        let results = complete_all(&reactor, &ops);
+        assert!(results.iter().all(|&res| res == 0), "{results:?}");
+        assert_eq!(reactor.in_flight(), 0);
+    }
+
+    /// A full submission queue whose submit fails for a while (the kernel
+    /// short of memory) keeps its entries, in order, for the next entry
+    /// instead of bringing the core down.
+    #[test]
+    fn a_transient_submit_failure_on_a_full_queue_is_retried_not_fatal() {
+        for errno in [libc::EAGAIN, libc::ENOMEM, libc::EBUSY] {
+            let (reactor, _wake) = reactor(4, 64);
+            reactor.fail_submits.set((3, errno));
+            let ops = nops(&reactor, 40);
+            assert!(!reactor.backlog.borrow().is_empty(), "errno {errno}");
+            assert!(reactor.needs_enter());
+            // ENOMEM reaches the caller as an error, as it would the
+            // executor, which sleeps a moment and enters again.
+            let mut cx = Context::from_waker(Waker::noop());
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut done = vec![false; ops.len()];
+            while done.iter().any(|done| !done) {
+                assert!(Instant::now() < deadline, "errno {errno}: stuck");
+                let _ = reactor.enter(None);
+                reactor.reap();
+                for (done, &op) in done.iter_mut().zip(&ops) {
+                    if !*done {
+                        if let Poll::Ready((res, _)) = reactor.poll_op(op, &mut cx) {
+                            assert_eq!(res, 0);
+                            *done = true;
+                        }
+                    }
+                }
+                // No-ops complete as they are submitted: what has completed
+                // is always the first ones pushed, or the backlog let later
+                // entries overtake it.
+                let completed = done.iter().take_while(|done| **done).count();
+                assert!(
+                    done[completed..].iter().all(|done| !done),
+                    "errno {errno}: submitted out of order: {done:?}"
+                );
+            }
+            assert!(reactor.backlog.borrow().is_empty());
+            assert_eq!(reactor.in_flight(), 0, "errno {errno}");
         }
     }
 }
