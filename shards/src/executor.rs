@@ -475,6 +475,15 @@ pub fn kernel_entries() -> u64 {
     with(|executor| executor.reactor.enters.get())
 }
 
+/// Operations this core's ring still owns: futures waiting for their
+/// completion, and dropped ones whose memory the kernel has not let go of.
+/// At rest it comes back to what the core's long-lived operations need (a
+/// receive per connection, an accept per listener); a count that only grows
+/// is a leak.
+pub fn ops_in_flight() -> usize {
+    with(|executor| executor.reactor.in_flight())
+}
+
 /// This core's registered file table: indexes in use (a stream's socket,
 /// or a close not yet completed) and streams that found it full and use
 /// their descriptor instead.

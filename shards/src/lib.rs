@@ -34,7 +34,7 @@ mod timer;
 pub use bufring::RecvBuf;
 pub use config::{CorePlacement, RuntimeConfig, TaskRun};
 pub use executor::{
-    file_table, kernel_entries, ring_mode, spawn, spawn_background, yield_now, FileTableStats,
+    file_table, kernel_entries, ops_in_flight, ring_mode, spawn, spawn_background, yield_now, FileTableStats,
     JoinHandle,
 };
 pub use mesh::{Inbox, Mesh, MeshStats, SendError};

@@ -352,10 +352,18 @@ impl Drop for TcpStream {
     fn drop(&mut self) {
         let recv = self.recv.take();
         let file = self.file;
+        let fd = self.fd;
         executor::try_with_reactor(|reactor| {
             if let Some(index) = recv {
                 reactor.orphan(index, None);
             }
+            // Every other operation on the socket ends too: a send blocked
+            // on a peer that stopped reading, or a connect still retrying
+            // its SYN (about 127 s to a black-holed address), holds the
+            // socket open until it completes. Cancelling by file matches an
+            // operation that names the socket by index or by descriptor.
+            let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd)).all());
+            reactor.submit_ignored(cancel.build());
             if let Some(file) = file {
                 reactor.close_file(file);
             }
