@@ -12,6 +12,7 @@ use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::rc::Rc;
 use std::task::Poll;
 
 use io_uring::{cqueue, opcode, types};
@@ -19,7 +20,7 @@ use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::bufring::{RecvBuf, BUF_GROUP};
 use crate::executor;
-use crate::reactor::{MultiKind, Reactor};
+use crate::reactor::{MultiKind, Reactor, SendChain};
 
 mod claim;
 
@@ -142,12 +143,15 @@ impl Drop for TcpListener {
 }
 
 /// A TCP connection on this core. One task receives at a time; sends may
-/// come from another task, one at a time (each `send` is one operation).
+/// come from any task on the core, and reach the socket whole and in the
+/// order they were started.
 pub struct TcpStream {
     fd: RawFd,
     /// The socket's index in this core's registered file table.
     file: Option<u32>,
     recv: std::cell::Cell<Option<usize>>,
+    /// Orders the stream's sends: one in the kernel at a time.
+    sends: Rc<SendChain>,
     /// A stream's file index belongs to the ring of the core that made it.
     _on_this_core: std::marker::PhantomData<*const ()>,
 }
@@ -172,6 +176,7 @@ impl TcpStream {
             fd,
             file: reactor.register_file(fd),
             recv: std::cell::Cell::new(None),
+            sends: Rc::new(SendChain::default()),
             _on_this_core: std::marker::PhantomData,
         }
     }
@@ -278,14 +283,16 @@ impl TcpStream {
         .await
     }
 
-    /// Sends from `buf` (one operation; it may send less than all of it).
-    /// The buffer comes back with the result.
+    /// Sends all of `buf` (one operation: the kernel sends what a short
+    /// write left before it completes) after the sends started before it.
+    /// The buffer comes back with the result: fewer bytes than `buf` holds
+    /// only when the connection failed part way.
     pub async fn send(&self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
         self.start_send(buf).await
     }
 
-    /// Queues a send from `buf` now, before anything awaits it (one
-    /// operation; it may send less than all of it). The returned future
+    /// Queues a send of all of `buf` now, before anything awaits it (see
+    /// [`TcpStream::send`]). The returned future
     /// gives the result and the buffer back. A caller that awaits it only
     /// when it has the next thing to send saves a task wake-up per send:
     /// the send usually completes meanwhile, and its completion wakes no
@@ -293,15 +300,23 @@ impl TcpStream {
     /// until the kernel is done with it.
     pub fn start_send(&self, buf: Vec<u8>) -> SendOp {
         let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+        // MSG_WAITALL: a short write does not complete the send; the
+        // kernel sends the rest when the socket has room, so the next send,
+        // held back until this one completes, follows its last byte.
         let entry = on_socket!(self, Send(buf.as_ptr(), len))
-            .flags(libc::MSG_NOSIGNAL)
+            .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
             .build();
+        let index = executor::with_reactor(|reactor| reactor.submit_send(entry, &self.sends));
         SendOp {
-            op: OwnedOp::submit(entry, Some(Box::new(buf))),
+            op: OwnedOp {
+                index: Some(index),
+                keep: Some(Box::new(buf)),
+            },
         }
     }
 
-    /// Sends all of `buf`, one operation at a time.
+    /// Sends all of `buf`, again from where a send cut short by an error
+    /// stopped (a later send reports the error).
     pub async fn send_all(&self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
         let mut sent = 0;
         let mut buf = buf;
@@ -353,10 +368,12 @@ impl Drop for TcpStream {
         let recv = self.recv.take();
         let file = self.file;
         let fd = self.fd;
+        let sends = &self.sends;
         executor::try_with_reactor(|reactor| {
             if let Some(index) = recv {
                 reactor.orphan(index, None);
             }
+            reactor.cancel_queued_sends(sends);
             // Every other operation on the socket ends too: a send blocked
             // on a peer that stopped reading, or a connect still retrying
             // its SYN (about 127 s to a black-holed address), holds the

@@ -46,8 +46,12 @@ pub(crate) enum MultiKind {
 }
 
 enum Slot {
-    /// Submitted, not completed.
-    Waiting(Option<Waker>),
+    /// Submitted (or queued behind its stream's send in the kernel), not
+    /// completed; `chain` is the stream's sends for a send.
+    Waiting {
+        waker: Option<Waker>,
+        chain: Option<Rc<SendChain>>,
+    },
     /// Completed; the future has not looked yet.
     Done(i32, u32),
     /// A multishot operation: completions in arrival order; `more` false
@@ -63,10 +67,24 @@ enum Slot {
     Orphan {
         _keep: Option<Box<dyn Any>>,
         multishot: Option<MultiKind>,
+        chain: Option<Rc<SendChain>>,
     },
     /// The close of the registered file at this index: the index is free
     /// for another file once it completes.
     FileClose(u32),
+}
+
+/// One stream's sends, handed to the kernel one at a time: two sends in
+/// the kernel at once may interleave their bytes when the first is short
+/// (the second writes while the first waits for room). A send started while
+/// another is in the kernel waits here, fully built, and is submitted when
+/// the one before completes, whoever (if anyone) awaits either.
+#[derive(Default)]
+pub(crate) struct SendChain {
+    /// A send of the stream is in the kernel.
+    busy: Cell<bool>,
+    /// Sends waiting for it, in the order started: slot and entry.
+    queued: RefCell<VecDeque<(usize, squeue::Entry)>>,
 }
 
 pub(crate) struct Reactor {
@@ -221,9 +239,50 @@ impl Reactor {
 
     /// Submits a one-shot operation; poll it with `poll_op`.
     pub fn submit(&self, entry: squeue::Entry) -> usize {
-        let index = self.alloc(Slot::Waiting(None));
+        let index = self.alloc(Slot::Waiting {
+            waker: None,
+            chain: None,
+        });
         self.push(entry.user_data(index as u64));
         index
+    }
+
+    /// Submits send `entry` of the stream whose sends `chain` orders: now
+    /// if none of its sends is in the kernel, else after those before it.
+    /// Poll it with `poll_op`.
+    pub fn submit_send(&self, entry: squeue::Entry, chain: &Rc<SendChain>) -> usize {
+        let index = self.alloc(Slot::Waiting {
+            waker: None,
+            chain: Some(chain.clone()),
+        });
+        let entry = entry.user_data(index as u64);
+        if chain.busy.replace(true) {
+            chain.queued.borrow_mut().push_back((index, entry));
+        } else {
+            self.push(entry);
+        }
+        index
+    }
+
+    /// The stream of `chain` is gone: its sends not yet in the kernel end
+    /// with `ECANCELED` without reaching it (the socket's index or
+    /// descriptor may name another socket by the time they would).
+    pub fn cancel_queued_sends(&self, chain: &SendChain) {
+        let queued = std::mem::take(&mut *chain.queued.borrow_mut());
+        for (index, _) in queued {
+            if let Some(waker) = self.complete(index, -libc::ECANCELED, 0) {
+                waker.wake();
+            }
+        }
+    }
+
+    /// A send of `chain` completed: the next one goes to the kernel.
+    fn advance(&self, chain: &SendChain) {
+        let next = chain.queued.borrow_mut().pop_front();
+        match next {
+            Some((_, entry)) => self.push(entry),
+            None => chain.busy.set(false),
+        }
     }
 
     /// Submits a multishot operation; poll it with `poll_multi`.
@@ -284,7 +343,7 @@ impl Reactor {
                 self.release(index);
                 Poll::Ready(done)
             }
-            Some(Slot::Waiting(waker)) => {
+            Some(Slot::Waiting { waker, .. }) => {
                 match waker {
                     Some(waker) if waker.will_wake(cx.waker()) => {}
                     _ => *waker = Some(cx.waker().clone()),
@@ -337,10 +396,11 @@ impl Reactor {
                 drop(slots);
                 self.free.borrow_mut().push(index);
             }
-            Slot::Waiting(_) => {
+            Slot::Waiting { chain, .. } => {
                 slots[index] = Some(Slot::Orphan {
                     _keep: keep,
                     multishot: None,
+                    chain,
                 })
             }
             Slot::Multi {
@@ -356,6 +416,7 @@ impl Reactor {
                     slots[index] = Some(Slot::Orphan {
                         _keep: keep,
                         multishot: Some(kind),
+                        chain: None,
                     });
                     drop(slots);
                     self.submit_ignored(opcode::AsyncCancel::new(index as u64).build());
@@ -508,9 +569,14 @@ impl Reactor {
         let mut slots = self.slots.borrow_mut();
         let slot = slots.get_mut(index).and_then(Option::as_mut)?;
         match slot {
-            Slot::Waiting(waker) => {
+            Slot::Waiting { waker, chain } => {
                 let waker = waker.take();
+                let chain = chain.take();
                 *slot = Slot::Done(result, flags);
+                drop(slots);
+                if let Some(chain) = chain {
+                    self.advance(&chain);
+                }
                 waker
             }
             Slot::Multi {
@@ -525,10 +591,16 @@ impl Reactor {
                 }
                 waker.take()
             }
-            Slot::Orphan { multishot, .. } => {
+            Slot::Orphan {
+                multishot, chain, ..
+            } => {
                 let multishot = *multishot;
                 let last = multishot.is_none() || !cqueue::more(flags);
+                let chain = chain.take();
                 drop(slots);
+                if let Some(chain) = chain {
+                    self.advance(&chain);
+                }
                 match multishot {
                     Some(kind) => self.drop_result(kind, result, flags),
                     None => self.give_back_buffer(flags),

@@ -126,7 +126,15 @@ fn a_send_blocked_on_a_silent_peer_ends_with_its_stream() {
             }
             assert!(blocked_after.is_some(), "no send blocked");
             let blocked = shards::ops_in_flight();
+            // Queued behind the blocked send, never handed to the kernel.
+            let queued = stream.start_send(vec![8u8; SEND_BYTES]);
             drop(stream);
+            let (queued, _) = queued.await;
+            assert_eq!(
+                queued.map_err(|error| error.raw_os_error()),
+                Err(Some(libc::ECANCELED)),
+                "a send queued behind the blocked one"
+            );
             let after = settle_to(rest).await;
             *record.lock().unwrap() = Some((rest, blocked, after));
             futures_lite::future::pending::<()>().await;
