@@ -4,7 +4,9 @@
 //!
 //! A received buffer is lent to the reader as a [`RecvBuf`] and goes back
 //! to the ring when dropped. The ring's entries live in one page-aligned
-//! mapping the kernel reads; the buffers in one heap allocation.
+//! mapping the kernel reads; the buffers in one heap allocation, held by a
+//! raw pointer: the kernel writes into any buffer it owns at any time, so
+//! no reference ever spans the allocation, only the buffer lent out.
 
 use std::cell::Cell;
 use std::io;
@@ -24,7 +26,8 @@ pub(crate) struct BufRing {
     entries: u16,
     /// Our copy of the tail; published to the kernel after each return.
     tail: Cell<u16>,
-    buffers: Box<[u8]>,
+    /// `entries * buffer_bytes` bytes from `Box::into_raw`, freed in Drop.
+    buffers: *mut u8,
     buffer_bytes: usize,
 }
 
@@ -56,7 +59,10 @@ impl BufRing {
             ring_bytes,
             entries,
             tail: Cell::new(0),
-            buffers: vec![0u8; usize::from(entries) * buffer_bytes].into_boxed_slice(),
+            buffers: Box::into_raw(
+                vec![0u8; usize::from(entries) * buffer_bytes].into_boxed_slice(),
+            )
+            .cast(),
             buffer_bytes,
         };
         // SAFETY: `mapping` is page-aligned and holds `entries` entries; the
@@ -75,9 +81,17 @@ impl BufRing {
     }
 
     /// The first `len` bytes of buffer `bid`, as the kernel filled them.
-    pub fn slice(&self, bid: u16, len: usize) -> &[u8] {
+    ///
+    /// # Safety
+    /// Buffer `bid` is lent out: a completion picked it and it has not been
+    /// given back, so the kernel does not write it while the slice lives.
+    pub unsafe fn slice(&self, bid: u16, len: usize) -> &[u8] {
+        assert!(bid < self.entries, "buffer {bid} of {}", self.entries);
         let start = usize::from(bid) * self.buffer_bytes;
-        &self.buffers[start..start + len.min(self.buffer_bytes)]
+        // SAFETY: `start + len.min(buffer_bytes)` is inside the allocation
+        // (`bid < entries`); the caller promises the kernel leaves these
+        // bytes alone until the buffer is given back.
+        unsafe { std::slice::from_raw_parts(self.buffers.add(start), len.min(self.buffer_bytes)) }
     }
 
     /// Gives buffer `bid` back to the kernel.
@@ -90,7 +104,7 @@ impl BufRing {
     fn push(&self, bid: u16) {
         let tail = self.tail.get();
         let index = usize::from(tail & (self.entries - 1));
-        let addr = self.buffers.as_ptr() as u64 + (usize::from(bid) * self.buffer_bytes) as u64;
+        let addr = self.buffers as u64 + (usize::from(bid) * self.buffer_bytes) as u64;
         // SAFETY: `index` < `entries`, so the entry is inside the mapping;
         // the kernel reads entries only up to the published tail, and this
         // one is past it until `publish`.
@@ -121,6 +135,15 @@ impl Drop for BufRing {
         unsafe {
             libc::munmap(self.ring.cast(), self.ring_bytes);
         }
+        let bytes = usize::from(self.entries) * self.buffer_bytes;
+        // SAFETY: the allocation made in `register`, of `bytes` bytes, and
+        // no longer known to the kernel (see above).
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.buffers,
+                bytes,
+            )));
+        }
     }
 }
 
@@ -133,7 +156,9 @@ pub struct RecvBuf {
 
 impl RecvBuf {
     pub fn as_slice(&self) -> &[u8] {
-        self.ring.slice(self.bid, self.len)
+        // SAFETY: this RecvBuf holds buffer `bid` lent out until it drops,
+        // which gives it back; the slice cannot outlive `self`.
+        unsafe { self.ring.slice(self.bid, self.len) }
     }
 
     pub fn len(&self) -> usize {

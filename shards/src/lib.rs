@@ -34,8 +34,8 @@ mod timer;
 pub use bufring::RecvBuf;
 pub use config::{CorePlacement, RuntimeConfig, TaskRun};
 pub use executor::{
-    file_table, kernel_entries, ops_in_flight, ring_mode, spawn, spawn_background, yield_now, FileTableStats,
-    JoinHandle,
+    file_table, kernel_entries, ops_in_flight, ring_mode, spawn, spawn_background, yield_now,
+    FileTableStats, JoinHandle,
 };
 pub use mesh::{Inbox, Mesh, MeshStats, SendError};
 pub use ring::RingError;

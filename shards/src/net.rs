@@ -40,7 +40,8 @@ fn result(res: i32) -> io::Result<u32> {
 /// Closes `fd` through the ring, after what is already queued for it.
 fn close_in_ring(fd: RawFd) {
     let close = opcode::Close::new(types::Fd(fd)).build();
-    let queued = executor::try_with_reactor(|reactor| reactor.submit_ignored(close));
+    // SAFETY: a close points at no memory.
+    let queued = executor::try_with_reactor(|reactor| unsafe { reactor.submit_ignored(close) });
     if queued.is_none() {
         // Off a core (the executor has ended): nothing can be queued for it.
         // SAFETY: `fd` is owned by the caller, which gives it up here.
@@ -111,7 +112,9 @@ impl TcpListener {
                         let entry = opcode::AcceptMulti::new(types::Fd(self.fd))
                             .flags(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)
                             .build();
-                        let index = reactor.submit_multi(entry, MultiKind::Accept);
+                        // SAFETY: an accept without an address points at
+                        // no memory.
+                        let index = unsafe { reactor.submit_multi(entry, MultiKind::Accept) };
                         self.accept.set(Some(index));
                         index
                     }
@@ -192,7 +195,9 @@ impl TcpStream {
         let address = Box::new(SockAddr::from(address));
         let entry =
             opcode::Connect::new(types::Fd(stream.fd), address.as_ptr(), address.len()).build();
-        let mut op = OwnedOp::submit(entry, Some(Box::new(address)));
+        // SAFETY: the kernel only reads the boxed address, which the
+        // operation keeps until its completion.
+        let mut op = unsafe { OwnedOp::submit(entry, Some(Box::new(address))) };
         let (res, _) = poll_fn(|cx| op.poll(cx)).await;
         result(res)?;
         Ok(stream)
@@ -235,7 +240,10 @@ impl TcpStream {
                     Some(index) => index,
                     None => {
                         let entry = on_socket!(self, RecvMulti(BUF_GROUP)).build();
-                        let index = reactor.submit_multi(entry, MultiKind::Recv);
+                        // SAFETY: the receive writes only into buffers of
+                        // the buffer ring, which the kernel owns until it
+                        // lends one in a completion.
+                        let index = unsafe { reactor.submit_multi(entry, MultiKind::Recv) };
                         self.recv.set(Some(index));
                         index
                     }
@@ -306,7 +314,12 @@ impl TcpStream {
         let entry = on_socket!(self, Send(buf.as_ptr(), len))
             .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
             .build();
-        let index = executor::with_reactor(|reactor| reactor.submit_send(entry, &self.sends));
+        // SAFETY: the kernel only reads `buf`'s heap memory, which stays in
+        // place while the operation keeps the Vec (a move of the Vec does
+        // not move it) until the send's completion; nothing writes it
+        // meanwhile, since the caller gets it back only then.
+        let index =
+            executor::with_reactor(|reactor| unsafe { reactor.submit_send(entry, &self.sends) });
         SendOp {
             op: OwnedOp {
                 index: Some(index),
@@ -380,7 +393,8 @@ impl Drop for TcpStream {
             // socket open until it completes. Cancelling by file matches an
             // operation that names the socket by index or by descriptor.
             let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd)).all());
-            reactor.submit_ignored(cancel.build());
+            // SAFETY: a cancel points at no memory.
+            unsafe { reactor.submit_ignored(cancel.build()) };
             if let Some(file) = file {
                 reactor.close_file(file);
             }
@@ -414,8 +428,18 @@ struct OwnedOp {
 }
 
 impl OwnedOp {
-    fn submit(entry: io_uring::squeue::Entry, keep: Option<Box<dyn std::any::Any>>) -> OwnedOp {
-        let index = executor::with_reactor(|reactor| reactor.submit(entry));
+    /// Submits `entry`, which points only into `keep` (or at nothing).
+    ///
+    /// # Safety
+    /// `entry` follows the reactor's submission rule with `keep` as the
+    /// memory kept for it: it points into nothing `keep` does not own.
+    unsafe fn submit(
+        entry: io_uring::squeue::Entry,
+        keep: Option<Box<dyn std::any::Any>>,
+    ) -> OwnedOp {
+        // SAFETY: the caller's promise; `keep` stays with the operation
+        // (handed to its slot if this is dropped first).
+        let index = executor::with_reactor(|reactor| unsafe { reactor.submit(entry) });
         OwnedOp {
             index: Some(index),
             keep,

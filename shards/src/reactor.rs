@@ -9,6 +9,19 @@
 //! it with the final completion. Multishot operations (accept, receive)
 //! keep one slot for all their completions.
 //!
+//! # The submission rule
+//!
+//! The kernel reads and writes what a submission points at (a buffer, an
+//! address) at any time until the operation's last completion, outside
+//! Rust's view. So every function that submits is an `unsafe fn` whose
+//! caller promises, for the entry it passes:
+//! - what it points at stays valid and in place until the operation's
+//!   last completion: owned by the future and handed to its slot by
+//!   `orphan` if the future is dropped first, or owned by something that
+//!   outlives the ring (the executor, the buffer ring);
+//! - memory the kernel writes into is neither read nor written through any
+//!   reference until that completion has been reaped.
+//!
 //! The reactor also owns the ring's registered file table (`files.rs`):
 //! a stream's socket is put in it when the stream is made, and its index
 //! is freed when the ring completes the index's close.
@@ -154,17 +167,20 @@ impl Reactor {
         self.mode
     }
 
-    /// Queues `entry` for the next kernel entry. A full submission queue is
+    /// Queues `entry` for the next kernel entry (see the submission rule in
+    /// the module's documentation). A full submission queue is
     /// handed to the kernel at once to make room; if the kernel cannot take
     /// it now, `entry` waits in the backlog (never a panic: the next entry
     /// decides whether the error was transient).
-    fn push(&self, entry: squeue::Entry) {
+    ///
+    /// # Safety
+    /// `entry` follows the submission rule.
+    unsafe fn push(&self, entry: squeue::Entry) {
         let mut ring = self.ring.borrow_mut();
         let mut backlog = self.backlog.borrow_mut();
         if backlog.is_empty() {
-            // SAFETY: every entry pushed here points only at memory its slot
-            // (or the executor, for the wake read) keeps alive until the
-            // operation's last completion.
+            // SAFETY: the caller promises `entry` follows the submission
+            // rule, which is what the queue asks of what is pushed.
             if unsafe { ring.submission().push(&entry) }.is_ok() {
                 return;
             }
@@ -201,7 +217,9 @@ impl Reactor {
             {
                 let mut queue = ring.submission();
                 while let Some(entry) = backlog.front() {
-                    // SAFETY: as in `push`, which queued the entry.
+                    // SAFETY: `push` queued the entry under the submission
+                    // rule, and its memory is kept until its completion,
+                    // which cannot come before it reaches the kernel here.
                     if unsafe { queue.push(entry) }.is_err() {
                         break;
                     }
@@ -238,19 +256,27 @@ impl Reactor {
     }
 
     /// Submits a one-shot operation; poll it with `poll_op`.
-    pub fn submit(&self, entry: squeue::Entry) -> usize {
+    ///
+    /// # Safety
+    /// `entry` follows the submission rule (module documentation).
+    pub unsafe fn submit(&self, entry: squeue::Entry) -> usize {
         let index = self.alloc(Slot::Waiting {
             waker: None,
             chain: None,
         });
-        self.push(entry.user_data(index as u64));
+        // SAFETY: the caller's promise for `entry`.
+        unsafe { self.push(entry.user_data(index as u64)) };
         index
     }
 
     /// Submits send `entry` of the stream whose sends `chain` orders: now
     /// if none of its sends is in the kernel, else after those before it.
     /// Poll it with `poll_op`.
-    pub fn submit_send(&self, entry: squeue::Entry, chain: &Rc<SendChain>) -> usize {
+    ///
+    /// # Safety
+    /// `entry` follows the submission rule (module documentation), also
+    /// while it waits behind the sends before it.
+    pub unsafe fn submit_send(&self, entry: squeue::Entry, chain: &Rc<SendChain>) -> usize {
         let index = self.alloc(Slot::Waiting {
             waker: None,
             chain: Some(chain.clone()),
@@ -259,7 +285,8 @@ impl Reactor {
         if chain.busy.replace(true) {
             chain.queued.borrow_mut().push_back((index, entry));
         } else {
-            self.push(entry);
+            // SAFETY: the caller's promise for `entry`.
+            unsafe { self.push(entry) };
         }
         index
     }
@@ -280,20 +307,26 @@ impl Reactor {
     fn advance(&self, chain: &SendChain) {
         let next = chain.queued.borrow_mut().pop_front();
         match next {
-            Some((_, entry)) => self.push(entry),
+            // SAFETY: `submit_send` queued the entry under the submission
+            // rule; its slot (waiting or orphaned) still keeps its buffer.
+            Some((_, entry)) => unsafe { self.push(entry) },
             None => chain.busy.set(false),
         }
     }
 
     /// Submits a multishot operation; poll it with `poll_multi`.
-    pub fn submit_multi(&self, entry: squeue::Entry, kind: MultiKind) -> usize {
+    ///
+    /// # Safety
+    /// `entry` follows the submission rule (module documentation).
+    pub unsafe fn submit_multi(&self, entry: squeue::Entry, kind: MultiKind) -> usize {
         let index = self.alloc(Slot::Multi {
             results: VecDeque::new(),
             waker: None,
             more: true,
             kind,
         });
-        self.push(entry.user_data(index as u64));
+        // SAFETY: the caller's promise for `entry`.
+        unsafe { self.push(entry.user_data(index as u64)) };
         index
     }
 
@@ -309,11 +342,9 @@ impl Reactor {
     /// reused only once that close completes.
     pub fn close_file(&self, index: u32) {
         let slot = self.alloc(Slot::FileClose(index));
-        self.push(
-            opcode::Close::new(types::Fixed(index))
-                .build()
-                .user_data(slot as u64),
-        );
+        let close = opcode::Close::new(types::Fixed(index)).build();
+        // SAFETY: a close points at no memory.
+        unsafe { self.push(close.user_data(slot as u64)) };
     }
 
     /// Registered file indexes in use (holding a file or closing it).
@@ -328,8 +359,14 @@ impl Reactor {
     }
 
     /// Submits an operation whose completion nobody waits for.
-    pub fn submit_ignored(&self, entry: squeue::Entry) {
-        self.push(entry.user_data(IGNORED));
+    ///
+    /// # Safety
+    /// `entry` follows the submission rule (module documentation); with no
+    /// slot to keep memory in, that means memory that outlives the ring,
+    /// or none (a close, a cancel).
+    pub unsafe fn submit_ignored(&self, entry: squeue::Entry) {
+        // SAFETY: the caller's promise for `entry`.
+        unsafe { self.push(entry.user_data(IGNORED)) };
     }
 
     /// The result of one-shot operation `index` (`res`, `flags`); the slot
@@ -419,7 +456,9 @@ impl Reactor {
                         chain: None,
                     });
                     drop(slots);
-                    self.submit_ignored(opcode::AsyncCancel::new(index as u64).build());
+                    let cancel = opcode::AsyncCancel::new(index as u64).build();
+                    // SAFETY: a cancel points at no memory.
+                    unsafe { self.submit_ignored(cancel) };
                 } else {
                     drop(slots);
                     self.free.borrow_mut().push(index);
@@ -466,7 +505,10 @@ impl Reactor {
         )
         .build()
         .user_data(WAKE_READ);
-        self.push(entry);
+        // SAFETY: the kernel writes into `wake_buf`, a `Cell` the reactor
+        // keeps boxed (unmoved) for its life and never reads; a stopping
+        // reactor completes the read before it lets go (`quiesce`).
+        unsafe { self.push(entry) };
     }
 
     /// Whether an entry into the kernel has work to do without waiting:
@@ -647,7 +689,8 @@ impl Reactor {
     /// did: if not, the caller must leak what slots and buffers hold.
     pub fn quiesce(&self, deadline: Instant) -> bool {
         let cancel_all = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build();
-        self.submit_ignored(cancel_all);
+        // SAFETY: a cancel points at no memory.
+        unsafe { self.submit_ignored(cancel_all) };
         if self.wake_armed.get() {
             // The wake read of a blocking eventfd runs on an io-wq worker,
             // which a cancel does not interrupt: it would hold the ring
@@ -704,7 +747,8 @@ mod tests {
     /// Submits `count` no-ops; returns their slots.
     fn nops(reactor: &Reactor, count: usize) -> Vec<usize> {
         (0..count)
-            .map(|_| reactor.submit(opcode::Nop::new().build()))
+            // SAFETY: a no-op points at no memory.
+            .map(|_| unsafe { reactor.submit(opcode::Nop::new().build()) })
             .collect()
     }
 

@@ -57,7 +57,10 @@ fn a_dropped_listener_closes_the_connections_it_accepted_but_never_handed_out() 
     all_connected.store(true, Ordering::SeqCst);
     wait_for(&dropped);
     let mut byte = [0u8; 1];
-    assert_eq!(first.read(&mut byte).expect("the handed-out stream closes"), 0);
+    assert_eq!(
+        first.read(&mut byte).expect("the handed-out stream closes"),
+        0
+    );
     for (n, client) in queued.iter_mut().enumerate() {
         match client.read(&mut byte) {
             Ok(0) => {}

@@ -45,8 +45,8 @@ fn syn_sent_to(port: u16) -> usize {
 /// A listener whose accept queue is full: the kernel drops further SYNs,
 /// so a connect to it hangs as one to a black-holed address does.
 fn black_hole() -> (socket2::Socket, std::net::TcpStream, SocketAddr) {
-    let listener = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-        .expect("socket");
+    let listener =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     listener.bind(&any.into()).expect("bind");
     listener.listen(0).expect("listen");
@@ -81,7 +81,11 @@ fn a_connect_abandoned_by_its_deadline_lets_go_of_its_socket() {
     let (rest, timed_out, after) = wait_for(&seen);
     assert!(timed_out, "the full accept queue did not hold the connect");
     assert_eq!(after, rest, "the abandoned connect still holds a slot");
-    assert_eq!(syn_sent_to(address.port()), 0, "its socket still sends SYNs");
+    assert_eq!(
+        syn_sent_to(address.port()),
+        0,
+        "its socket still sends SYNs"
+    );
     shutdown.trigger();
     runtime.join().expect("clean stop");
 }
@@ -142,13 +146,18 @@ fn a_send_blocked_on_a_silent_peer_ends_with_its_stream() {
     });
     let (mut accepted, _) = peer.accept().unwrap();
     let (rest, blocked, after) = wait_for(&seen);
-    assert!(blocked > rest, "the send did not block: {blocked} ops in flight");
+    assert!(
+        blocked > rest,
+        "the send did not block: {blocked} ops in flight"
+    );
     assert_eq!(after, rest, "the blocked send still holds its slot");
     accepted
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     let mut got = Vec::new();
-    accepted.read_to_end(&mut got).expect("the peer sees the end");
+    accepted
+        .read_to_end(&mut got)
+        .expect("the peer sees the end");
     assert!(got.iter().all(|&byte| byte == 7));
     shutdown.trigger();
     runtime.join().expect("clean stop");
