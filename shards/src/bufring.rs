@@ -7,11 +7,32 @@
 //! mapping the kernel reads; the buffers in one heap allocation, held by a
 //! raw pointer: the kernel writes into any buffer it owns at any time, so
 //! no reference ever spans the allocation, only the buffer lent out.
+//!
+//! The ring is shared by every connection of the core, so it can run dry:
+//! - a connection whose receive found it empty parks on the ring's waiter
+//!   list, and is woken (one per buffer) as buffers come back, instead of
+//!   re-arming every loop turn, which fails at once on an empty ring and
+//!   would keep the core spinning;
+//! - a connection holds at most `held_max` buffers (lent to its reader or
+//!   filled and not yet read): at the bound its receive is cancelled and
+//!   re-armed only once the reader gives buffers back, so one slow reader
+//!   cannot take the whole ring from the others (TCP flow control holds
+//!   its peer meanwhile).
+//!
+//! The bound is checked as completions are reaped, and one kernel pass of
+//! a multishot receive fills buffers for everything queued on the socket:
+//! a burst can overshoot it once. A connection that reached its bound is
+//! therefore `capped`: from then on each of its receives is a one-shot
+//! receive of one buffer, armed only below the bound, which holds it
+//! exactly (at the price of a submission per read, which only connections
+//! whose readers fall behind pay).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::io;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU16, Ordering};
+use std::task::Waker;
 
 use io_uring::types::BufRingEntry;
 use io_uring::IoUring;
@@ -29,6 +50,95 @@ pub(crate) struct BufRing {
     /// `entries * buffer_bytes` bytes from `Box::into_raw`, freed in Drop.
     buffers: *mut u8,
     buffer_bytes: usize,
+    /// Buffers out of the kernel's hands: filled by a completion and not
+    /// yet given back.
+    lent: Cell<u16>,
+    /// Connections waiting for a buffer, oldest first; each at most once
+    /// (`RecvQuota::listed`), so the list is bounded by the connections.
+    waiters: RefCell<VecDeque<Rc<RecvQuota>>>,
+    /// Times a connection parked because the ring was empty.
+    waits_total: Cell<u64>,
+    /// Times a connection's receive was stopped at its `held_max`.
+    held_max_total: Cell<u64>,
+}
+
+/// One connection's share of the ring: the buffers it holds, and its
+/// reader's waker while it waits for buffers (of the ring, or its own).
+pub(crate) struct RecvQuota {
+    held: Cell<u32>,
+    held_max: u32,
+    /// A cancel of the receive is on its way (the connection reached
+    /// `held_max`).
+    pausing: Cell<bool>,
+    /// On the ring's waiter list.
+    listed: Cell<bool>,
+    /// Reached `held_max` once: receives one buffer at a time from now on.
+    capped: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl RecvQuota {
+    pub fn new(held_max: u32) -> Rc<RecvQuota> {
+        Rc::new(RecvQuota {
+            held: Cell::new(0),
+            held_max: held_max.max(1),
+            pausing: Cell::new(false),
+            listed: Cell::new(false),
+            capped: Cell::new(false),
+            waker: RefCell::new(None),
+        })
+    }
+
+    /// A completion filled a buffer for this connection. True when that
+    /// reaches the bound: the caller stops the receive (once).
+    pub fn filled(&self) -> bool {
+        let held = self.held.get() + 1;
+        self.held.set(held);
+        if held < self.held_max {
+            return false;
+        }
+        self.capped.set(true);
+        !self.pausing.replace(true)
+    }
+
+    /// Whether the connection receives one buffer per submission.
+    pub fn capped(&self) -> bool {
+        self.capped.get()
+    }
+
+    /// Whether the connection may have its receive armed.
+    pub fn below_max(&self) -> bool {
+        self.held.get() < self.held_max
+    }
+
+    /// The receive is armed again.
+    pub fn armed(&self) {
+        self.pausing.set(false);
+    }
+
+    /// The reader waits for one of its buffers to come back.
+    pub fn wait(&self, waker: &Waker) {
+        set_waker(&self.waker, waker);
+    }
+
+    fn released(&self) {
+        let held = self.held.get();
+        debug_assert!(held > 0, "a buffer given back that was not held");
+        self.held.set(held.saturating_sub(1));
+        if held == self.held_max {
+            if let Some(waker) = self.waker.borrow_mut().take() {
+                waker.wake();
+            }
+        }
+    }
+}
+
+fn set_waker(slot: &RefCell<Option<Waker>>, waker: &Waker) {
+    let mut slot = slot.borrow_mut();
+    match &*slot {
+        Some(old) if old.will_wake(waker) => {}
+        _ => *slot = Some(waker.clone()),
+    }
 }
 
 impl BufRing {
@@ -64,6 +174,10 @@ impl BufRing {
             )
             .cast(),
             buffer_bytes,
+            lent: Cell::new(0),
+            waiters: RefCell::new(VecDeque::new()),
+            waits_total: Cell::new(0),
+            held_max_total: Cell::new(0),
         };
         // SAFETY: `mapping` is page-aligned and holds `entries` entries; the
         // kernel pins its pages at registration, and the executor closes the
@@ -94,11 +208,69 @@ impl BufRing {
         unsafe { std::slice::from_raw_parts(self.buffers.add(start), len.min(self.buffer_bytes)) }
     }
 
-    /// Gives buffer `bid` back to the kernel.
+    /// A completion took a buffer from the kernel.
+    pub fn taken(&self) {
+        let lent = self.lent.get();
+        debug_assert!(lent < self.entries, "more buffers lent than exist");
+        self.lent.set(lent + 1);
+    }
+
+    pub fn buffer_bytes(&self) -> usize {
+        self.buffer_bytes
+    }
+
+    /// Whether the kernel has a buffer to fill.
+    pub fn has_free(&self) -> bool {
+        self.lent.get() < self.entries
+    }
+
+    /// Parks `quota`'s connection until a buffer comes back (counted).
+    pub fn wait(&self, quota: &Rc<RecvQuota>, waker: &Waker) {
+        set_waker(&quota.waker, waker);
+        if !quota.listed.replace(true) {
+            self.waiters.borrow_mut().push_back(quota.clone());
+            self.waits_total.set(self.waits_total.get() + 1);
+        }
+    }
+
+    /// Gives buffer `bid` back to the kernel, and wakes the connection
+    /// that has waited longest for one.
     pub fn give_back(&self, bid: u16) {
         debug_assert!(bid < self.entries);
         self.push(bid);
         self.publish();
+        self.lent.set(self.lent.get().saturating_sub(1));
+        loop {
+            let Some(quota) = self.waiters.borrow_mut().pop_front() else {
+                return;
+            };
+            quota.listed.set(false);
+            // A connection dropped while it waited is skipped: the buffer
+            // goes to the next one.
+            let waker = quota.waker.borrow_mut().take();
+            if Rc::strong_count(&quota) > 1 {
+                if let Some(waker) = waker {
+                    waker.wake();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The counters of this ring.
+    pub fn stats(&self) -> RecvBufferStats {
+        RecvBufferStats {
+            buffers: self.entries,
+            lent: self.lent.get(),
+            waiting: self.waiters.borrow().len(),
+            waits_total: self.waits_total.get(),
+            held_max_total: self.held_max_total.get(),
+        }
+    }
+
+    /// A connection reached its `held_max` and had its receive stopped.
+    pub fn count_held_max(&self) {
+        self.held_max_total.set(self.held_max_total.get() + 1);
     }
 
     fn push(&self, bid: u16) {
@@ -147,9 +319,27 @@ impl Drop for BufRing {
     }
 }
 
+/// A snapshot of a core's receive buffer ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvBufferStats {
+    /// Buffers in the ring.
+    pub buffers: u16,
+    /// Buffers filled and not yet given back (lent to readers, or waiting
+    /// to be read).
+    pub lent: u16,
+    /// Connections waiting now for a buffer to come back.
+    pub waiting: usize,
+    /// Times a connection's receive found the ring empty and waited.
+    pub waits_total: u64,
+    /// Times a connection held `recv_buffers_per_conn_max` buffers and had
+    /// its receive stopped until its reader gave some back.
+    pub held_max_total: u64,
+}
+
 /// A received buffer lent to a reader; back to the ring when dropped.
 pub struct RecvBuf {
     pub(crate) ring: Rc<BufRing>,
+    pub(crate) quota: Rc<RecvQuota>,
     pub(crate) bid: u16,
     pub(crate) len: usize,
 }
@@ -180,6 +370,7 @@ impl std::ops::Deref for RecvBuf {
 
 impl Drop for RecvBuf {
     fn drop(&mut self) {
+        self.quota.released();
         self.ring.give_back(self.bid);
     }
 }

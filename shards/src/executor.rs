@@ -501,6 +501,13 @@ pub fn file_table() -> FileTableStats {
     })
 }
 
+/// A snapshot of this core's receive buffer ring: buffers lent out,
+/// connections waiting for one, and how often they waited or reached their
+/// `recv_buffers_per_conn_max`.
+pub fn recv_buffers() -> crate::bufring::RecvBufferStats {
+    with(|executor| executor.reactor.bufs.stats())
+}
+
 /// How this core's ring was set up.
 pub fn ring_mode() -> TaskRun {
     with(Executor::mode)
@@ -569,6 +576,7 @@ mod run_tests {
                 recv_buffers: 16,
                 recv_buffer_bytes: 1024,
                 registered_files: 64,
+                recv_buffers_per_conn_max: 8,
             },
             spin_before_park: Duration::ZERO,
             latency_shares: 1000,

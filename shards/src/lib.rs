@@ -31,11 +31,11 @@ mod shutdown;
 mod task;
 mod timer;
 
-pub use bufring::RecvBuf;
+pub use bufring::{RecvBuf, RecvBufferStats};
 pub use config::{CorePlacement, RuntimeConfig, TaskRun};
 pub use executor::{
-    file_table, kernel_entries, ops_in_flight, ring_mode, spawn, spawn_background, yield_now,
-    FileTableStats, JoinHandle,
+    file_table, kernel_entries, ops_in_flight, recv_buffers, ring_mode, spawn, spawn_background,
+    yield_now, FileTableStats, JoinHandle,
 };
 pub use mesh::{Inbox, Mesh, MeshStats, SendError};
 pub use ring::RingError;

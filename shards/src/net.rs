@@ -18,7 +18,7 @@ use std::task::Poll;
 use io_uring::{cqueue, opcode, types};
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use crate::bufring::{RecvBuf, BUF_GROUP};
+use crate::bufring::{RecvBuf, RecvQuota, BUF_GROUP};
 use crate::executor;
 use crate::reactor::{MultiKind, Reactor, SendChain};
 
@@ -114,7 +114,7 @@ impl TcpListener {
                             .build();
                         // SAFETY: an accept without an address points at
                         // no memory.
-                        let index = unsafe { reactor.submit_multi(entry, MultiKind::Accept) };
+                        let index = unsafe { reactor.submit_multi(entry, MultiKind::Accept, None) };
                         self.accept.set(Some(index));
                         index
                     }
@@ -155,6 +155,8 @@ pub struct TcpStream {
     recv: std::cell::Cell<Option<usize>>,
     /// Orders the stream's sends: one in the kernel at a time.
     sends: Rc<SendChain>,
+    /// The stream's share of the core's receive buffers.
+    quota: Rc<RecvQuota>,
     /// A stream's file index belongs to the ring of the core that made it.
     _on_this_core: std::marker::PhantomData<*const ()>,
 }
@@ -180,6 +182,7 @@ impl TcpStream {
             file: reactor.register_file(fd),
             recv: std::cell::Cell::new(None),
             sends: Rc::new(SendChain::default()),
+            quota: RecvQuota::new(reactor.recv_held_max()),
             _on_this_core: std::marker::PhantomData,
         }
     }
@@ -232,18 +235,44 @@ impl TcpStream {
     }
 
     /// The next bytes received, in a buffer lent from the core's ring
-    /// (return it soon: drop it); `None` at end of stream.
+    /// (return it soon: drop it); `None` at end of stream. A connection
+    /// holds at most `recv_buffers_per_conn_max` buffers: while its reader
+    /// keeps that many, the next `recv` waits for one of them to drop.
     pub async fn recv(&self) -> io::Result<Option<RecvBuf>> {
         poll_fn(|cx| {
             executor::with_reactor(|reactor| loop {
                 let index = match self.recv.get() {
                     Some(index) => index,
                     None => {
-                        let entry = on_socket!(self, RecvMulti(BUF_GROUP)).build();
+                        // Armed only when it can fill a buffer: with the
+                        // connection under its share and one in the ring.
+                        if !self.quota.below_max() {
+                            self.quota.wait(cx.waker());
+                            return Poll::Pending;
+                        }
+                        if !reactor.bufs.has_free() {
+                            reactor.bufs.wait(&self.quota, cx.waker());
+                            return Poll::Pending;
+                        }
+                        self.quota.armed();
+                        let entry = if self.quota.capped() {
+                            // One buffer, and a completion without MORE: the
+                            // slot ends after it like a multishot would.
+                            let len =
+                                u32::try_from(reactor.bufs.buffer_bytes()).unwrap_or(u32::MAX);
+                            on_socket!(self, Recv(std::ptr::null_mut(), len))
+                                .buf_group(BUF_GROUP)
+                                .build()
+                                .flags(io_uring::squeue::Flags::BUFFER_SELECT)
+                        } else {
+                            on_socket!(self, RecvMulti(BUF_GROUP)).build()
+                        };
                         // SAFETY: the receive writes only into buffers of
                         // the buffer ring, which the kernel owns until it
                         // lends one in a completion.
-                        let index = unsafe { reactor.submit_multi(entry, MultiKind::Recv) };
+                        let index = unsafe {
+                            reactor.submit_multi(entry, MultiKind::Recv, Some(self.quota.clone()))
+                        };
                         self.recv.set(Some(index));
                         index
                     }
@@ -264,19 +293,20 @@ impl TcpStream {
                     };
                     return Poll::Ready(Ok(Some(RecvBuf {
                         ring: reactor.bufs.clone(),
+                        quota: self.quota.clone(),
                         bid,
                         len: res as usize,
                     })));
                 }
-                if res == -libc::ENOBUFS {
-                    // Every buffer is lent out: the multishot ended. Let the
-                    // readers of this turn give theirs back, then re-arm.
+                // ENOBUFS: the ring ran dry and ended the multishot.
+                // ECANCELED: the connection reached its share of the ring
+                // (the reactor stopped it). Both re-arm when they can.
+                if res == -libc::ENOBUFS || res == -libc::ECANCELED {
                     if !cqueue::more(flags) {
                         reactor.orphan(index, None);
                         self.recv.set(None);
                     }
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
+                    continue;
                 }
                 // End of stream or an error ends the multishot.
                 reactor.orphan(index, None);

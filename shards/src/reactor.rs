@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use crate::bufring::BufRing;
+use crate::bufring::{BufRing, RecvQuota};
 use crate::files::FileTable;
 use crate::ring::{self, RingError, TaskRun};
 
@@ -74,6 +74,9 @@ enum Slot {
         waker: Option<Waker>,
         more: bool,
         kind: MultiKind,
+        /// A receive's share of the buffer ring: at its bound the receive
+        /// is cancelled (see `bufring.rs`).
+        quota: Option<Rc<RecvQuota>>,
     },
     /// The future is gone; the slot keeps what the kernel may still use
     /// until the operation's last completion.
@@ -107,6 +110,7 @@ pub(crate) struct Reactor {
     pub bufs: Rc<BufRing>,
     files: FileTable,
     mode: TaskRun,
+    recv_held_max: u32,
     wake_buf: Box<Cell<u64>>,
     wake_armed: Cell<bool>,
     wake_fd: i32,
@@ -136,6 +140,8 @@ pub(crate) struct RingConfig {
     /// Entries of the registered file table (lowered to the open-file
     /// limit); zero registers no table.
     pub registered_files: u32,
+    /// Receive buffers one connection may hold at once.
+    pub recv_buffers_per_conn_max: u32,
 }
 
 impl Reactor {
@@ -152,6 +158,7 @@ impl Reactor {
             bufs: Rc::new(bufs),
             files,
             mode: config.mode,
+            recv_held_max: config.recv_buffers_per_conn_max,
             wake_buf: Box::new(Cell::new(0)),
             wake_armed: Cell::new(false),
             wake_fd,
@@ -165,6 +172,11 @@ impl Reactor {
 
     pub fn mode(&self) -> TaskRun {
         self.mode
+    }
+
+    /// Receive buffers one connection may hold at once.
+    pub fn recv_held_max(&self) -> u32 {
+        self.recv_held_max
     }
 
     /// Queues `entry` for the next kernel entry (see the submission rule in
@@ -318,12 +330,18 @@ impl Reactor {
     ///
     /// # Safety
     /// `entry` follows the submission rule (module documentation).
-    pub unsafe fn submit_multi(&self, entry: squeue::Entry, kind: MultiKind) -> usize {
+    pub unsafe fn submit_multi(
+        &self,
+        entry: squeue::Entry,
+        kind: MultiKind,
+        quota: Option<Rc<RecvQuota>>,
+    ) -> usize {
         let index = self.alloc(Slot::Multi {
             results: VecDeque::new(),
             waker: None,
             more: true,
             kind,
+            quota,
         });
         // SAFETY: the caller's promise for `entry`.
         unsafe { self.push(entry.user_data(index as u64)) };
@@ -590,6 +608,9 @@ impl Reactor {
         let count = reaped.len();
         let mut wakers: Vec<Waker> = Vec::new();
         for (user_data, result, flags) in reaped.drain(..) {
+            if cqueue::buffer_select(flags).is_some() {
+                self.bufs.taken();
+            }
             match user_data {
                 IGNORED => {}
                 WAKE_READ => self.wake_armed.set(false),
@@ -625,13 +646,28 @@ impl Reactor {
                 results,
                 waker,
                 more,
+                quota,
                 ..
             } => {
                 results.push_back((result, flags));
                 if !cqueue::more(flags) {
                     *more = false;
                 }
-                waker.take()
+                // Counted for every buffer, also the last completion's.
+                let reached_max = cqueue::buffer_select(flags).is_some()
+                    && quota.as_ref().is_some_and(|quota| quota.filled());
+                let at_max = reached_max && *more;
+                let waker = waker.take();
+                drop(slots);
+                if at_max {
+                    // The connection holds its share of the ring: stop its
+                    // receive; its reader re-arms it once it gives some back.
+                    self.bufs.count_held_max();
+                    let cancel = opcode::AsyncCancel::new(index as u64).build();
+                    // SAFETY: a cancel points at no memory.
+                    unsafe { self.submit_ignored(cancel) };
+                }
+                waker
             }
             Slot::Orphan {
                 multishot, chain, ..
@@ -739,6 +775,7 @@ mod tests {
             recv_buffers: 4,
             recv_buffer_bytes: 64,
             registered_files: 0,
+            recv_buffers_per_conn_max: 4,
         };
         let reactor = Reactor::new(config, std::os::fd::AsRawFd::as_raw_fd(&wake)).expect("ring");
         (reactor, wake)
