@@ -37,6 +37,7 @@ pub use executor::{
     file_table, kernel_entries, ops_in_flight, recv_buffers, ring_mode, spawn, spawn_background,
     yield_now, FileTableStats, JoinHandle,
 };
+pub use files::{registered_files_mode, RegisteredFiles};
 pub use mesh::{Inbox, Mesh, MeshStats, SendError};
 pub use ring::RingError;
 pub use runtime::{allowed_cpus, Core, Runtime, RuntimeError};

@@ -342,3 +342,50 @@ fn process_cpu() -> Duration {
     let micros = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
     Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }
+
+/// A connection closed while an older one idles with its receive armed
+/// ends at once for its peer (on kernels before 6.13 the registered file
+/// table would keep it open behind the idle receive; the runtime then
+/// names sockets by descriptor).
+#[test]
+fn a_closed_connection_ends_while_an_older_one_idles() {
+    let address = Arc::new(Mutex::new(None::<SocketAddr>));
+    let published = address.clone();
+    let (runtime, shutdown) = on_a_core(one_core(), move || {
+        let published = published.clone();
+        async move {
+            let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+            *published.lock().unwrap() = Some(listener.local_addr());
+            // The first connection idles; each later one is closed as soon
+            // as it sent a byte.
+            let idle = listener.accept().await.expect("accept");
+            shards::spawn(async move { while let Ok(Some(_)) = idle.recv().await {} }).detach();
+            loop {
+                let stream = listener.accept().await.expect("accept");
+                shards::spawn(async move {
+                    let _ = stream.recv().await;
+                })
+                .detach();
+            }
+        }
+    });
+    let address = wait_for(&address);
+    let _idle = std::net::TcpStream::connect(address).expect("connect");
+    std::thread::sleep(Duration::from_millis(20));
+    for n in 0..3 {
+        let mut client = std::net::TcpStream::connect(address).expect("connect");
+        client
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        client.write_all(b"x").unwrap();
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            client.read(&mut byte).map_err(|error| error.kind()),
+            Ok(0),
+            "connection {n} never ended ({})",
+            shards::RegisteredFiles::name(shards::registered_files_mode())
+        );
+    }
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
