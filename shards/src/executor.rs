@@ -598,3 +598,73 @@ mod run_tests {
         assert_eq!(out, 5);
     }
 }
+
+#[cfg(test)]
+mod shutdown_tests {
+    use super::*;
+    use crate::reactor::RingConfig;
+
+    /// When the main task ends, every task is dropped and what their
+    /// operations held in the kernel is let go well before the quiesce
+    /// deadline: a receive armed, a send blocked on a peer that does not
+    /// read, a listener's accept, and the core's wake read.
+    #[test]
+    fn a_stopping_core_waits_for_the_kernel_to_let_go_and_no_longer() {
+        let config = ExecutorConfig {
+            ring: RingConfig {
+                entries: 16,
+                cq_entries: 64,
+                mode: TaskRun::Defer,
+                recv_buffers: 16,
+                recv_buffer_bytes: 1024,
+                registered_files: 64,
+                recv_buffers_per_conn_max: 8,
+            },
+            spin_before_park: Duration::ZERO,
+            latency_shares: 1000,
+            background_shares: 100,
+        };
+        let executor = Executor::new(config).unwrap();
+        let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = peer.local_addr().unwrap();
+        let (held, main_ended) = executor.run(async move {
+            let listener =
+                crate::net::TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+            spawn(async move {
+                let _ = listener.accept().await;
+            })
+            .detach();
+            let stream = Rc::new(crate::net::TcpStream::connect(address).await.unwrap());
+            let reader = stream.clone();
+            spawn(async move {
+                let _ = reader.recv().await;
+            })
+            .detach();
+            spawn(async move {
+                loop {
+                    let (sent, _) = stream.send(vec![1u8; 1 << 20]).await;
+                    if sent.is_err() {
+                        return;
+                    }
+                }
+            })
+            .detach();
+            // Let the send fill both socket buffers and block, and the core
+            // park once (arming its wake read).
+            crate::sleep(Duration::from_millis(50)).await;
+            (with_reactor(|reactor| reactor.in_flight()), Instant::now())
+        });
+        let stop_took = main_ended.elapsed();
+        assert!(held >= 3, "accept, receive and send in flight: {held}");
+        assert_eq!(
+            executor.reactor.in_flight(),
+            0,
+            "the kernel still holds slots"
+        );
+        assert!(
+            stop_took < QUIESCE_TIMEOUT / 4,
+            "the core waited {stop_took:?} for the kernel to let go"
+        );
+        drop(peer);
+    }
+}
