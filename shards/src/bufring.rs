@@ -374,3 +374,125 @@ impl Drop for RecvBuf {
         self.ring.give_back(self.bid);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    /// A waker that counts its wakes.
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counter() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn woken(count: &Count) -> usize {
+        count.0.load(Ordering::SeqCst)
+    }
+
+    /// A received buffer holds what the kernel wrote, and goes back to the
+    /// kernel when dropped.
+    #[test]
+    fn a_receive_fills_a_buffer_that_is_lent_and_given_back() {
+        use io_uring::{cqueue, opcode, types};
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let mut ring = IoUring::new(8).expect("ring");
+        let bufs = Rc::new(BufRing::register(&ring, 4, 16).expect("buffer ring"));
+        let (mut writer, reader) = std::os::unix::net::UnixStream::pair().expect("pair");
+        let recv = opcode::RecvMulti::new(types::Fd(reader.as_raw_fd()), BUF_GROUP).build();
+        // SAFETY: the receive writes only into the buffer ring's buffers.
+        unsafe { ring.submission().push(&recv).expect("room") };
+        writer.write_all(b"hello").expect("write");
+        ring.submit_and_wait(1).expect("reap");
+        let cqe = ring.completion().next().expect("completion");
+        assert_eq!(cqe.result(), 5);
+        let bid = cqueue::buffer_select(cqe.flags()).expect("a buffer");
+        bufs.taken();
+        assert_eq!(bufs.stats().lent, 1);
+        let quota = RecvQuota::new(4);
+        assert!(!quota.filled());
+        let buf = RecvBuf {
+            ring: bufs.clone(),
+            quota: quota.clone(),
+            bid,
+            len: 5,
+        };
+        assert_eq!(&*buf, b"hello");
+        drop(buf);
+        assert_eq!(bufs.stats().lent, 0);
+        assert_eq!(quota.held.get(), 0);
+        drop(ring);
+    }
+
+    /// Waiters are woken one per buffer back, oldest first; one whose
+    /// connection is gone is skipped, and each wait is counted once.
+    #[test]
+    fn buffers_back_wake_waiters_in_order_one_each() {
+        let ring = IoUring::new(8).expect("ring");
+        let bufs = BufRing::register(&ring, 2, 16).expect("buffer ring");
+        bufs.taken();
+        bufs.taken();
+        assert!(!bufs.has_free());
+        let (first_count, first_waker) = counter();
+        let (gone_count, gone_waker) = counter();
+        let (last_count, last_waker) = counter();
+        let first = RecvQuota::new(4);
+        let gone = RecvQuota::new(4);
+        let last = RecvQuota::new(4);
+        bufs.wait(&first, &first_waker);
+        bufs.wait(&first, &first_waker);
+        bufs.wait(&gone, &gone_waker);
+        bufs.wait(&last, &last_waker);
+        drop(gone);
+        assert_eq!(bufs.stats().waiting, 3);
+        assert_eq!(
+            bufs.stats().waits_total,
+            3,
+            "a second wait of one is not counted"
+        );
+        bufs.give_back(0);
+        assert_eq!((woken(&first_count), woken(&last_count)), (1, 0));
+        assert!(bufs.has_free());
+        bufs.give_back(1);
+        assert_eq!(woken(&gone_count), 0, "a dropped connection is skipped");
+        assert_eq!(woken(&last_count), 1);
+        assert_eq!(bufs.stats().waiting, 0);
+        drop(ring);
+    }
+
+    /// A connection's share: at its bound it asks (once) to stop and stays
+    /// capped; a buffer back below the bound wakes its reader.
+    #[test]
+    fn a_connection_at_its_bound_is_stopped_once_and_woken_below_it() {
+        let quota = RecvQuota::new(2);
+        assert!(!quota.filled());
+        assert!(quota.below_max());
+        assert!(quota.filled(), "the second buffer reaches the bound");
+        assert!(
+            !quota.filled(),
+            "a straggler past it asks for no second stop"
+        );
+        assert!(quota.capped());
+        assert!(!quota.below_max());
+        let (count, waker) = counter();
+        quota.wait(&waker);
+        quota.released();
+        assert_eq!(woken(&count), 0, "still at the bound");
+        quota.released();
+        assert_eq!(woken(&count), 1);
+        assert!(quota.below_max());
+        quota.armed();
+        assert!(quota.capped(), "capped for the rest of its life");
+    }
+}

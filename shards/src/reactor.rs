@@ -821,6 +821,10 @@ mod tests {
     fn a_burst_past_a_full_submission_queue_and_a_small_completion_queue() {
         let (reactor, _wake) = reactor(4, 8);
         let ops = nops(&reactor, 1000);
+        assert!(
+            reactor.ring.borrow_mut().submission().cq_overflow(),
+            "the burst did not overflow the completion queue"
+        );
         let results = complete_all(&reactor, &ops);
         assert!(results.iter().all(|&res| res == 0), "{results:?}");
         assert_eq!(reactor.in_flight(), 0);
