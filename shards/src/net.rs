@@ -243,39 +243,10 @@ impl TcpStream {
             executor::with_reactor(|reactor| loop {
                 let index = match self.recv.get() {
                     Some(index) => index,
-                    None => {
-                        // Armed only when it can fill a buffer: with the
-                        // connection under its share and one in the ring.
-                        if !self.quota.below_max() {
-                            self.quota.wait(cx.waker());
-                            return Poll::Pending;
-                        }
-                        if !reactor.bufs.has_free() {
-                            reactor.bufs.wait(&self.quota, cx.waker());
-                            return Poll::Pending;
-                        }
-                        self.quota.armed();
-                        let entry = if self.quota.capped() {
-                            // One buffer, and a completion without MORE: the
-                            // slot ends after it like a multishot would.
-                            let len =
-                                u32::try_from(reactor.bufs.buffer_bytes()).unwrap_or(u32::MAX);
-                            on_socket!(self, Recv(std::ptr::null_mut(), len))
-                                .buf_group(BUF_GROUP)
-                                .build()
-                                .flags(io_uring::squeue::Flags::BUFFER_SELECT)
-                        } else {
-                            on_socket!(self, RecvMulti(BUF_GROUP)).build()
-                        };
-                        // SAFETY: the receive writes only into buffers of
-                        // the buffer ring, which the kernel owns until it
-                        // lends one in a completion.
-                        let index = unsafe {
-                            reactor.submit_multi(entry, MultiKind::Recv, Some(self.quota.clone()))
-                        };
-                        self.recv.set(Some(index));
-                        index
-                    }
+                    None => match self.arm_recv(reactor, cx) {
+                        Some(index) => index,
+                        None => return Poll::Pending,
+                    },
                 };
                 let (res, flags) = match reactor.poll_multi(index, cx) {
                     Poll::Pending => return Poll::Pending,
@@ -319,6 +290,38 @@ impl TcpStream {
             })
         })
         .await
+    }
+
+    /// Arms the stream's receive, if it can fill a buffer now: with the
+    /// connection under its share of the ring and a buffer in it. Else the
+    /// task waits (`None`) for a buffer of its own or of the ring back.
+    fn arm_recv(&self, reactor: &Reactor, cx: &mut std::task::Context<'_>) -> Option<usize> {
+        if !self.quota.below_max() {
+            self.quota.wait(cx.waker());
+            return None;
+        }
+        if !reactor.bufs.has_free() {
+            reactor.bufs.wait(&self.quota, cx.waker());
+            return None;
+        }
+        self.quota.armed();
+        let entry = if self.quota.capped() {
+            // One buffer, and a completion without MORE: the slot ends
+            // after it as a multishot's does.
+            let len = u32::try_from(reactor.bufs.buffer_bytes()).unwrap_or(u32::MAX);
+            on_socket!(self, Recv(std::ptr::null_mut(), len))
+                .buf_group(BUF_GROUP)
+                .build()
+                .flags(io_uring::squeue::Flags::BUFFER_SELECT)
+        } else {
+            on_socket!(self, RecvMulti(BUF_GROUP)).build()
+        };
+        // SAFETY: the receive writes only into buffers of the buffer ring,
+        // which the kernel owns until it lends one in a completion.
+        let index =
+            unsafe { reactor.submit_multi(entry, MultiKind::Recv, Some(self.quota.clone())) };
+        self.recv.set(Some(index));
+        Some(index)
     }
 
     /// Sends all of `buf` (one operation: the kernel sends what a short
