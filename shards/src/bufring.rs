@@ -263,7 +263,7 @@ impl BufRing {
             buffers: self.entries,
             lent: self.lent.get(),
             waiting: self.waiters.borrow().len(),
-            waits_total: self.waits_total.get(),
+            recv_buffer_waits_total: self.waits_total.get(),
             held_max_total: self.held_max_total.get(),
         }
     }
@@ -329,8 +329,9 @@ pub struct RecvBufferStats {
     pub lent: u16,
     /// Connections waiting now for a buffer to come back.
     pub waiting: usize,
-    /// Times a connection's receive found the ring empty and waited.
-    pub waits_total: u64,
+    /// Times a connection's receive found the ring empty and waited (the
+    /// `recv_buffer_waits_total` metric).
+    pub recv_buffer_waits_total: u64,
     /// Times a connection held `recv_buffers_per_conn_max` buffers and had
     /// its receive stopped until its reader gave some back.
     pub held_max_total: u64,
@@ -457,7 +458,7 @@ mod tests {
         drop(gone);
         assert_eq!(bufs.stats().waiting, 3);
         assert_eq!(
-            bufs.stats().waits_total,
+            bufs.stats().recv_buffer_waits_total,
             3,
             "a second wait of one is not counted"
         );
