@@ -21,11 +21,16 @@
 //!
 //! The bound is checked as completions are reaped, and one kernel pass of
 //! a multishot receive fills buffers for everything queued on the socket:
-//! a burst can overshoot it once. A connection that reached its bound is
-//! therefore `capped`: from then on each of its receives is a one-shot
-//! receive of one buffer, armed only below the bound, which holds it
-//! exactly (at the price of a submission per read, which only connections
-//! whose readers fall behind pay).
+//! a burst can fill buffers past it before the core sees any. What a
+//! connection receives past its bound is copied out of the ring into a
+//! buffer of its own (`spilled`, counted) and the ring's buffer goes back
+//! at once, so the ring never lends a connection more than its bound. The
+//! copies are bounded by what one pass can take, the socket's receive
+//! buffer: the bound stops the receive. A connection that reached its
+//! bound is also `capped`: from then on each of its receives is a one-shot
+//! receive of one buffer, armed only below the bound, so a slow reader is
+//! not copied again and again (at the price of a submission per read,
+//! which only connections whose readers fall behind pay).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -60,6 +65,8 @@ pub(crate) struct BufRing {
     waits_total: Cell<u64>,
     /// Times a connection's receive was stopped at its `held_max`.
     held_max_total: Cell<u64>,
+    /// Completions past a connection's `held_max` copied out of the ring.
+    spilled_total: Cell<u64>,
 }
 
 /// One connection's share of the ring: the buffers it holds, and its
@@ -87,6 +94,12 @@ impl RecvQuota {
             capped: Cell::new(false),
             waker: RefCell::new(None),
         })
+    }
+
+    /// Whether the connection holds its whole share: a buffer filled for
+    /// it now must be copied out (`BufRing::spill`).
+    pub fn at_max(&self) -> bool {
+        self.held.get() >= self.held_max
     }
 
     /// A completion filled a buffer for this connection. True when that
@@ -178,6 +191,7 @@ impl BufRing {
             waiters: RefCell::new(VecDeque::new()),
             waits_total: Cell::new(0),
             held_max_total: Cell::new(0),
+            spilled_total: Cell::new(0),
         };
         // SAFETY: `mapping` is page-aligned and holds `entries` entries; the
         // kernel pins its pages at registration, and the executor closes the
@@ -265,7 +279,24 @@ impl BufRing {
             waiting: self.waiters.borrow().len(),
             recv_buffer_waits_total: self.waits_total.get(),
             held_max_total: self.held_max_total.get(),
+            recv_buffer_spilled_total: self.spilled_total.get(),
         }
+    }
+
+    /// Copies the first `len` bytes of lent buffer `bid` out and gives the
+    /// buffer back (counted): a connection past its share keeps its bytes
+    /// but not the ring's buffer.
+    ///
+    /// # Safety
+    /// Buffer `bid` is lent out (a completion picked it) and nothing else
+    /// will give it back.
+    pub unsafe fn spill(&self, bid: u16, len: usize) -> Vec<u8> {
+        // SAFETY: the caller's promise: the buffer is lent, so the kernel
+        // leaves it alone until the give-back below.
+        let bytes = unsafe { self.slice(bid, len) }.to_vec();
+        self.spilled_total.set(self.spilled_total.get() + 1);
+        self.give_back(bid);
+        bytes
     }
 
     /// A connection reached its `held_max` and had its receive stopped.
@@ -335,21 +366,35 @@ pub struct RecvBufferStats {
     /// Times a connection held `recv_buffers_per_conn_max` buffers and had
     /// its receive stopped until its reader gave some back.
     pub held_max_total: u64,
+    /// Receives past a connection's `recv_buffers_per_conn_max` (a burst
+    /// one kernel pass took) whose bytes were copied out of the ring.
+    pub recv_buffer_spilled_total: u64,
 }
 
-/// A received buffer lent to a reader; back to the ring when dropped.
+/// Received bytes: a buffer lent from the ring (back to it when dropped),
+/// or, past the connection's share, a copy of its own.
 pub struct RecvBuf {
-    pub(crate) ring: Rc<BufRing>,
-    pub(crate) quota: Rc<RecvQuota>,
-    pub(crate) bid: u16,
+    pub(crate) data: RecvData,
     pub(crate) len: usize,
+}
+
+pub(crate) enum RecvData {
+    Lent {
+        ring: Rc<BufRing>,
+        quota: Rc<RecvQuota>,
+        bid: u16,
+    },
+    Spilled(Vec<u8>),
 }
 
 impl RecvBuf {
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: this RecvBuf holds buffer `bid` lent out until it drops,
-        // which gives it back; the slice cannot outlive `self`.
-        unsafe { self.ring.slice(self.bid, self.len) }
+        match &self.data {
+            // SAFETY: this RecvBuf holds buffer `bid` lent out until it
+            // drops, which gives it back; the slice cannot outlive `self`.
+            RecvData::Lent { ring, bid, .. } => unsafe { ring.slice(*bid, self.len) },
+            RecvData::Spilled(bytes) => bytes,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -371,8 +416,10 @@ impl std::ops::Deref for RecvBuf {
 
 impl Drop for RecvBuf {
     fn drop(&mut self) {
-        self.quota.released();
-        self.ring.give_back(self.bid);
+        if let RecvData::Lent { ring, quota, bid } = &self.data {
+            quota.released();
+            ring.give_back(*bid);
+        }
     }
 }
 
@@ -424,15 +471,29 @@ mod tests {
         let quota = RecvQuota::new(4);
         assert!(!quota.filled());
         let buf = RecvBuf {
-            ring: bufs.clone(),
-            quota: quota.clone(),
-            bid,
+            data: RecvData::Lent {
+                ring: bufs.clone(),
+                quota: quota.clone(),
+                bid,
+            },
             len: 5,
         };
         assert_eq!(&*buf, b"hello");
         drop(buf);
         assert_eq!(bufs.stats().lent, 0);
         assert_eq!(quota.held.get(), 0);
+        // Past a connection's share, the bytes are copied and the buffer
+        // goes back at once.
+        writer.write_all(b"again").expect("write");
+        ring.submit_and_wait(1).expect("reap");
+        let cqe = ring.completion().next().expect("completion");
+        let bid = cqueue::buffer_select(cqe.flags()).expect("a buffer");
+        bufs.taken();
+        // SAFETY: the completion picked `bid`; nothing else gives it back.
+        let bytes = unsafe { bufs.spill(bid, 5) };
+        assert_eq!(bytes, b"again");
+        assert_eq!(bufs.stats().lent, 0);
+        assert_eq!(bufs.stats().recv_buffer_spilled_total, 1);
         drop(ring);
     }
 

@@ -18,7 +18,7 @@ use std::task::Poll;
 use io_uring::{cqueue, opcode, types};
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use crate::bufring::{RecvBuf, RecvQuota, BUF_GROUP};
+use crate::bufring::{RecvBuf, RecvData, RecvQuota, BUF_GROUP};
 use crate::executor;
 use crate::reactor::{MultiKind, Reactor, SendChain};
 
@@ -259,13 +259,23 @@ impl TcpStream {
                     Poll::Ready(Some(completion)) => completion,
                 };
                 if res > 0 {
-                    let Some(bid) = cqueue::buffer_select(flags) else {
-                        return Poll::Ready(Err(io::Error::other("receive without a buffer")));
+                    let data = match cqueue::buffer_select(flags) {
+                        Some(bid) => RecvData::Lent {
+                            ring: reactor.bufs.clone(),
+                            quota: self.quota.clone(),
+                            bid,
+                        },
+                        None => match reactor.take_spilled(index) {
+                            Some(bytes) => RecvData::Spilled(bytes),
+                            None => {
+                                return Poll::Ready(Err(io::Error::other(
+                                    "receive without a buffer",
+                                )))
+                            }
+                        },
                     };
                     return Poll::Ready(Ok(Some(RecvBuf {
-                        ring: reactor.bufs.clone(),
-                        quota: self.quota.clone(),
-                        bid,
+                        data,
                         len: res as usize,
                     })));
                 }

@@ -261,3 +261,52 @@ fn a_slow_reader_cannot_starve_the_fast_connections_beside_it() {
     shutdown.trigger();
     runtime.join().expect("clean stop");
 }
+
+/// A burst far past the connection's share arrives at once, so one kernel
+/// pass fills buffers past the bound before the core sees any: the bytes
+/// past it are copied out and their buffers given back, so the slow reader
+/// still holds no more than its share and the fast connections are served.
+#[test]
+fn a_burst_to_a_slow_reader_is_held_to_its_share() {
+    let mut config = one_core();
+    config.recv_buffers_per_conn_max = HELD_MAX;
+    let address = Arc::new(Mutex::new(None));
+    let release = Arc::new(AtomicBool::new(false));
+    let report = Arc::new(Mutex::new(None::<SlowReport>));
+    let (runtime, shutdown) = on_a_core(
+        config.clone(),
+        serve(address.clone(), release.clone(), report.clone()),
+    );
+    let address = wait_for(&address);
+    let mut slow = connect(address);
+    let mut burst = b"S".to_vec();
+    burst.extend((0..SLOW_BYTES).map(slow_pattern));
+    slow.write_all(&burst).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    let fast: Vec<_> = (0..3u8)
+        .map(|tag| {
+            std::thread::spawn(move || {
+                let mut client = connect(address);
+                round_trips(&mut client, &[tag; 100], 20);
+            })
+        })
+        .collect();
+    for client in fast {
+        client.join().expect("a fast connection was starved");
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    release.store(true, Ordering::SeqCst);
+    let slow_report = wait_for(&report);
+    assert!(slow_report.intact, "the slow connection's bytes");
+    let held = slow_report.while_held;
+    assert!(
+        u32::from(held.lent) <= HELD_MAX,
+        "the slow reader held more than its share: {held:?}"
+    );
+    assert!(
+        held.recv_buffer_spilled_total >= 1,
+        "nothing was copied out: {held:?}"
+    );
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}

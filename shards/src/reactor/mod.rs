@@ -48,6 +48,9 @@ const IGNORED: u64 = u64::MAX;
 /// `user_data` of the executor's read of its wake-up eventfd.
 const WAKE_READ: u64 = u64::MAX - 1;
 
+/// `IORING_CQE_F_BUFFER`: the completion carries a buffer of the ring.
+const CQE_F_BUFFER: u32 = 1;
+
 /// Completions reaped per kernel entry at most before tasks run again.
 const REAP_BATCH_MAX: usize = 4096;
 
@@ -79,6 +82,9 @@ enum Slot {
         /// A receive's share of the buffer ring: at its bound the receive
         /// is cancelled (see `bufring.rs`).
         quota: Option<Rc<RecvQuota>>,
+        /// Bytes of results past the share, copied out of the ring: one for
+        /// each result in `results` whose buffer flag was cleared, in order.
+        spilled: VecDeque<Vec<u8>>,
     },
     /// The future is gone; the slot keeps what the kernel may still use
     /// until the operation's last completion.
@@ -286,6 +292,7 @@ impl Reactor {
             more: true,
             kind,
             quota,
+            spilled: VecDeque::new(),
         });
         // SAFETY: the caller's promise for `entry`.
         unsafe { self.push(entry.user_data(index as u64)) };
@@ -379,6 +386,15 @@ impl Reactor {
             _ => *waker = Some(cx.waker().clone()),
         }
         Poll::Pending
+    }
+
+    /// The bytes of the result `poll_multi` just returned for `index` whose
+    /// buffer was copied out of the ring (see `Slot::Multi::spilled`).
+    pub fn take_spilled(&self, index: usize) -> Option<Vec<u8>> {
+        match self.slots.borrow_mut()[index].as_mut() {
+            Some(Slot::Multi { spilled, .. }) => spilled.pop_front(),
+            _ => None,
+        }
     }
 
     /// The future of operation `index` is dropped: keep `keep` (memory the
@@ -591,16 +607,29 @@ impl Reactor {
                 waker,
                 more,
                 quota,
+                spilled,
                 ..
             } => {
-                results.push_back((result, flags));
                 if !cqueue::more(flags) {
                     *more = false;
                 }
-                // Counted for every buffer, also the last completion's.
-                let reached_max = cqueue::buffer_select(flags).is_some()
-                    && quota.as_ref().is_some_and(|quota| quota.filled());
-                let at_max = reached_max && *more;
+                let mut flags = flags;
+                let mut at_max = false;
+                if let (Some(quota), Some(bid)) = (quota.as_ref(), cqueue::buffer_select(flags)) {
+                    if quota.at_max() {
+                        // Past the share (one kernel pass filled buffers
+                        // beyond it): keep the bytes, give the buffer back.
+                        let len = usize::try_from(result).unwrap_or(0);
+                        // SAFETY: this completion picked `bid`, and with its
+                        // flag cleared nothing else will give it back.
+                        spilled.push_back(unsafe { self.bufs.spill(bid, len) });
+                        flags &= !CQE_F_BUFFER;
+                    } else {
+                        // Counted for every buffer, also the last one's.
+                        at_max = quota.filled() && *more;
+                    }
+                }
+                results.push_back((result, flags));
                 let waker = waker.take();
                 drop(slots);
                 if at_max {
