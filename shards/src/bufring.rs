@@ -4,12 +4,40 @@
 //!
 //! A received buffer is lent to the reader as a [`RecvBuf`] and goes back
 //! to the ring when dropped. The ring's entries live in one page-aligned
-//! mapping the kernel reads; the buffers in one heap allocation.
+//! mapping the kernel reads; the buffers in one heap allocation, held by a
+//! raw pointer: the kernel writes into any buffer it owns at any time, so
+//! no reference ever spans the allocation, only the buffer lent out.
+//!
+//! The ring is shared by every connection of the core, so it can run dry:
+//! - a connection whose receive found it empty parks on the ring's waiter
+//!   list, and is woken (one per buffer) as buffers come back, instead of
+//!   re-arming every loop turn, which fails at once on an empty ring and
+//!   would keep the core spinning;
+//! - a connection holds at most `held_max` buffers (lent to its reader or
+//!   filled and not yet read): at the bound its receive is cancelled and
+//!   re-armed only once the reader gives buffers back, so one slow reader
+//!   cannot take the whole ring from the others (TCP flow control holds
+//!   its peer meanwhile).
+//!
+//! The bound is checked as completions are reaped, and one kernel pass of
+//! a multishot receive fills buffers for everything queued on the socket:
+//! a burst can fill buffers past it before the core sees any. What a
+//! connection receives past its bound is copied out of the ring into a
+//! buffer of its own (`spilled`, counted) and the ring's buffer goes back
+//! at once, so the ring never lends a connection more than its bound. The
+//! copies are bounded by what one pass can take, the socket's receive
+//! buffer: the bound stops the receive. A connection that reached its
+//! bound is also `capped`: from then on each of its receives is a one-shot
+//! receive of one buffer, armed only below the bound, so a slow reader is
+//! not copied again and again (at the price of a submission per read,
+//! which only connections whose readers fall behind pay).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::io;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU16, Ordering};
+use std::task::Waker;
 
 use io_uring::types::BufRingEntry;
 use io_uring::IoUring;
@@ -24,8 +52,106 @@ pub(crate) struct BufRing {
     entries: u16,
     /// Our copy of the tail; published to the kernel after each return.
     tail: Cell<u16>,
-    buffers: Box<[u8]>,
+    /// `entries * buffer_bytes` bytes from `Box::into_raw`, freed in Drop.
+    buffers: *mut u8,
     buffer_bytes: usize,
+    /// Buffers out of the kernel's hands: filled by a completion and not
+    /// yet given back.
+    lent: Cell<u16>,
+    /// Connections waiting for a buffer, oldest first; each at most once
+    /// (`RecvQuota::listed`), so the list is bounded by the connections.
+    waiters: RefCell<VecDeque<Rc<RecvQuota>>>,
+    /// Times a connection parked because the ring was empty.
+    waits_total: Cell<u64>,
+    /// Times a connection's receive was stopped at its `held_max`.
+    held_max_total: Cell<u64>,
+    /// Completions past a connection's `held_max` copied out of the ring.
+    spilled_total: Cell<u64>,
+}
+
+/// One connection's share of the ring: the buffers it holds, and its
+/// reader's waker while it waits for buffers (of the ring, or its own).
+pub(crate) struct RecvQuota {
+    held: Cell<u32>,
+    held_max: u32,
+    /// A cancel of the receive is on its way (the connection reached
+    /// `held_max`).
+    pausing: Cell<bool>,
+    /// On the ring's waiter list.
+    listed: Cell<bool>,
+    /// Reached `held_max` once: receives one buffer at a time from now on.
+    capped: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl RecvQuota {
+    pub fn new(held_max: u32) -> Rc<RecvQuota> {
+        Rc::new(RecvQuota {
+            held: Cell::new(0),
+            held_max: held_max.max(1),
+            pausing: Cell::new(false),
+            listed: Cell::new(false),
+            capped: Cell::new(false),
+            waker: RefCell::new(None),
+        })
+    }
+
+    /// Whether the connection holds its whole share: a buffer filled for
+    /// it now must be copied out (`BufRing::spill`).
+    pub fn at_max(&self) -> bool {
+        self.held.get() >= self.held_max
+    }
+
+    /// A completion filled a buffer for this connection. True when that
+    /// reaches the bound: the caller stops the receive (once).
+    pub fn filled(&self) -> bool {
+        let held = self.held.get() + 1;
+        self.held.set(held);
+        if held < self.held_max {
+            return false;
+        }
+        self.capped.set(true);
+        !self.pausing.replace(true)
+    }
+
+    /// Whether the connection receives one buffer per submission.
+    pub fn capped(&self) -> bool {
+        self.capped.get()
+    }
+
+    /// Whether the connection may have its receive armed.
+    pub fn below_max(&self) -> bool {
+        self.held.get() < self.held_max
+    }
+
+    /// The receive is armed again.
+    pub fn armed(&self) {
+        self.pausing.set(false);
+    }
+
+    /// The reader waits for one of its buffers to come back.
+    pub fn wait(&self, waker: &Waker) {
+        set_waker(&self.waker, waker);
+    }
+
+    fn released(&self) {
+        let held = self.held.get();
+        debug_assert!(held > 0, "a buffer given back that was not held");
+        self.held.set(held.saturating_sub(1));
+        if held == self.held_max {
+            if let Some(waker) = self.waker.borrow_mut().take() {
+                waker.wake();
+            }
+        }
+    }
+}
+
+fn set_waker(slot: &RefCell<Option<Waker>>, waker: &Waker) {
+    let mut slot = slot.borrow_mut();
+    match &*slot {
+        Some(old) if old.will_wake(waker) => {}
+        _ => *slot = Some(waker.clone()),
+    }
 }
 
 impl BufRing {
@@ -56,8 +182,16 @@ impl BufRing {
             ring_bytes,
             entries,
             tail: Cell::new(0),
-            buffers: vec![0u8; usize::from(entries) * buffer_bytes].into_boxed_slice(),
+            buffers: Box::into_raw(
+                vec![0u8; usize::from(entries) * buffer_bytes].into_boxed_slice(),
+            )
+            .cast(),
             buffer_bytes,
+            lent: Cell::new(0),
+            waiters: RefCell::new(VecDeque::new()),
+            waits_total: Cell::new(0),
+            held_max_total: Cell::new(0),
+            spilled_total: Cell::new(0),
         };
         // SAFETY: `mapping` is page-aligned and holds `entries` entries; the
         // kernel pins its pages at registration, and the executor closes the
@@ -75,22 +209,105 @@ impl BufRing {
     }
 
     /// The first `len` bytes of buffer `bid`, as the kernel filled them.
-    pub fn slice(&self, bid: u16, len: usize) -> &[u8] {
+    ///
+    /// # Safety
+    /// Buffer `bid` is lent out: a completion picked it and it has not been
+    /// given back, so the kernel does not write it while the slice lives.
+    pub unsafe fn slice(&self, bid: u16, len: usize) -> &[u8] {
+        assert!(bid < self.entries, "buffer {bid} of {}", self.entries);
         let start = usize::from(bid) * self.buffer_bytes;
-        &self.buffers[start..start + len.min(self.buffer_bytes)]
+        // SAFETY: `start + len.min(buffer_bytes)` is inside the allocation
+        // (`bid < entries`); the caller promises the kernel leaves these
+        // bytes alone until the buffer is given back.
+        unsafe { std::slice::from_raw_parts(self.buffers.add(start), len.min(self.buffer_bytes)) }
     }
 
-    /// Gives buffer `bid` back to the kernel.
+    /// A completion took a buffer from the kernel.
+    pub fn taken(&self) {
+        let lent = self.lent.get();
+        debug_assert!(lent < self.entries, "more buffers lent than exist");
+        self.lent.set(lent + 1);
+    }
+
+    pub fn buffer_bytes(&self) -> usize {
+        self.buffer_bytes
+    }
+
+    /// Whether the kernel has a buffer to fill.
+    pub fn has_free(&self) -> bool {
+        self.lent.get() < self.entries
+    }
+
+    /// Parks `quota`'s connection until a buffer comes back (counted).
+    pub fn wait(&self, quota: &Rc<RecvQuota>, waker: &Waker) {
+        set_waker(&quota.waker, waker);
+        if !quota.listed.replace(true) {
+            self.waiters.borrow_mut().push_back(quota.clone());
+            self.waits_total.set(self.waits_total.get() + 1);
+        }
+    }
+
+    /// Gives buffer `bid` back to the kernel, and wakes the connection
+    /// that has waited longest for one.
     pub fn give_back(&self, bid: u16) {
         debug_assert!(bid < self.entries);
         self.push(bid);
         self.publish();
+        self.lent.set(self.lent.get().saturating_sub(1));
+        loop {
+            let Some(quota) = self.waiters.borrow_mut().pop_front() else {
+                return;
+            };
+            quota.listed.set(false);
+            // A connection dropped while it waited is skipped: the buffer
+            // goes to the next one.
+            let waker = quota.waker.borrow_mut().take();
+            if Rc::strong_count(&quota) > 1 {
+                if let Some(waker) = waker {
+                    waker.wake();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The counters of this ring.
+    pub fn stats(&self) -> RecvBufferStats {
+        RecvBufferStats {
+            buffers: self.entries,
+            lent: self.lent.get(),
+            waiting: self.waiters.borrow().len(),
+            recv_buffer_waits_total: self.waits_total.get(),
+            held_max_total: self.held_max_total.get(),
+            recv_buffer_spilled_total: self.spilled_total.get(),
+        }
+    }
+
+    /// Copies the first `len` bytes of lent buffer `bid` out and gives the
+    /// buffer back (counted): a connection past its share keeps its bytes
+    /// but not the ring's buffer.
+    ///
+    /// # Safety
+    /// Buffer `bid` is lent out (a completion picked it) and nothing else
+    /// will give it back.
+    pub unsafe fn spill(&self, bid: u16, len: usize) -> Vec<u8> {
+        // SAFETY: the caller's promise: the buffer is lent, so the kernel
+        // leaves it alone until the give-back below.
+        let bytes = unsafe { self.slice(bid, len) }.to_vec();
+        self.spilled_total.set(self.spilled_total.get() + 1);
+        self.give_back(bid);
+        bytes
+    }
+
+    /// A connection reached its `held_max` and had its receive stopped.
+    pub fn count_held_max(&self) {
+        self.held_max_total.set(self.held_max_total.get() + 1);
     }
 
     fn push(&self, bid: u16) {
         let tail = self.tail.get();
         let index = usize::from(tail & (self.entries - 1));
-        let addr = self.buffers.as_ptr() as u64 + (usize::from(bid) * self.buffer_bytes) as u64;
+        let addr = self.buffers as u64 + (usize::from(bid) * self.buffer_bytes) as u64;
         // SAFETY: `index` < `entries`, so the entry is inside the mapping;
         // the kernel reads entries only up to the published tail, and this
         // one is past it until `publish`.
@@ -121,19 +338,63 @@ impl Drop for BufRing {
         unsafe {
             libc::munmap(self.ring.cast(), self.ring_bytes);
         }
+        let bytes = usize::from(self.entries) * self.buffer_bytes;
+        // SAFETY: the allocation made in `register`, of `bytes` bytes, and
+        // no longer known to the kernel (see above).
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.buffers,
+                bytes,
+            )));
+        }
     }
 }
 
-/// A received buffer lent to a reader; back to the ring when dropped.
+/// A snapshot of a core's receive buffer ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvBufferStats {
+    /// Buffers in the ring.
+    pub buffers: u16,
+    /// Buffers filled and not yet given back (lent to readers, or waiting
+    /// to be read).
+    pub lent: u16,
+    /// Connections waiting now for a buffer to come back.
+    pub waiting: usize,
+    /// Times a connection's receive found the ring empty and waited (the
+    /// `recv_buffer_waits_total` metric).
+    pub recv_buffer_waits_total: u64,
+    /// Times a connection held `recv_buffers_per_conn_max` buffers and had
+    /// its receive stopped until its reader gave some back.
+    pub held_max_total: u64,
+    /// Receives past a connection's `recv_buffers_per_conn_max` (a burst
+    /// one kernel pass took) whose bytes were copied out of the ring.
+    pub recv_buffer_spilled_total: u64,
+}
+
+/// Received bytes: a buffer lent from the ring (back to it when dropped),
+/// or, past the connection's share, a copy of its own.
 pub struct RecvBuf {
-    pub(crate) ring: Rc<BufRing>,
-    pub(crate) bid: u16,
+    pub(crate) data: RecvData,
     pub(crate) len: usize,
+}
+
+pub(crate) enum RecvData {
+    Lent {
+        ring: Rc<BufRing>,
+        quota: Rc<RecvQuota>,
+        bid: u16,
+    },
+    Spilled(Vec<u8>),
 }
 
 impl RecvBuf {
     pub fn as_slice(&self) -> &[u8] {
-        self.ring.slice(self.bid, self.len)
+        match &self.data {
+            // SAFETY: this RecvBuf holds buffer `bid` lent out until it
+            // drops, which gives it back; the slice cannot outlive `self`.
+            RecvData::Lent { ring, bid, .. } => unsafe { ring.slice(*bid, self.len) },
+            RecvData::Spilled(bytes) => bytes,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -155,6 +416,145 @@ impl std::ops::Deref for RecvBuf {
 
 impl Drop for RecvBuf {
     fn drop(&mut self) {
-        self.ring.give_back(self.bid);
+        if let RecvData::Lent { ring, quota, bid } = &self.data {
+            quota.released();
+            ring.give_back(*bid);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    /// A waker that counts its wakes.
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counter() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn woken(count: &Count) -> usize {
+        count.0.load(Ordering::SeqCst)
+    }
+
+    /// A received buffer holds what the kernel wrote, and goes back to the
+    /// kernel when dropped.
+    #[test]
+    fn a_receive_fills_a_buffer_that_is_lent_and_given_back() {
+        use io_uring::{cqueue, opcode, types};
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let mut ring = IoUring::new(8).expect("ring");
+        let bufs = Rc::new(BufRing::register(&ring, 4, 16).expect("buffer ring"));
+        let (mut writer, reader) = std::os::unix::net::UnixStream::pair().expect("pair");
+        let recv = opcode::RecvMulti::new(types::Fd(reader.as_raw_fd()), BUF_GROUP).build();
+        // SAFETY: the receive writes only into the buffer ring's buffers.
+        unsafe { ring.submission().push(&recv).expect("room") };
+        writer.write_all(b"hello").expect("write");
+        ring.submit_and_wait(1).expect("reap");
+        let cqe = ring.completion().next().expect("completion");
+        assert_eq!(cqe.result(), 5);
+        let bid = cqueue::buffer_select(cqe.flags()).expect("a buffer");
+        bufs.taken();
+        assert_eq!(bufs.stats().lent, 1);
+        let quota = RecvQuota::new(4);
+        assert!(!quota.filled());
+        let buf = RecvBuf {
+            data: RecvData::Lent {
+                ring: bufs.clone(),
+                quota: quota.clone(),
+                bid,
+            },
+            len: 5,
+        };
+        assert_eq!(&*buf, b"hello");
+        drop(buf);
+        assert_eq!(bufs.stats().lent, 0);
+        assert_eq!(quota.held.get(), 0);
+        // Past a connection's share, the bytes are copied and the buffer
+        // goes back at once.
+        writer.write_all(b"again").expect("write");
+        ring.submit_and_wait(1).expect("reap");
+        let cqe = ring.completion().next().expect("completion");
+        let bid = cqueue::buffer_select(cqe.flags()).expect("a buffer");
+        bufs.taken();
+        // SAFETY: the completion picked `bid`; nothing else gives it back.
+        let bytes = unsafe { bufs.spill(bid, 5) };
+        assert_eq!(bytes, b"again");
+        assert_eq!(bufs.stats().lent, 0);
+        assert_eq!(bufs.stats().recv_buffer_spilled_total, 1);
+        drop(ring);
+    }
+
+    /// Waiters are woken one per buffer back, oldest first; one whose
+    /// connection is gone is skipped, and each wait is counted once.
+    #[test]
+    fn buffers_back_wake_waiters_in_order_one_each() {
+        let ring = IoUring::new(8).expect("ring");
+        let bufs = BufRing::register(&ring, 2, 16).expect("buffer ring");
+        bufs.taken();
+        bufs.taken();
+        assert!(!bufs.has_free());
+        let (first_count, first_waker) = counter();
+        let (gone_count, gone_waker) = counter();
+        let (last_count, last_waker) = counter();
+        let first = RecvQuota::new(4);
+        let gone = RecvQuota::new(4);
+        let last = RecvQuota::new(4);
+        bufs.wait(&first, &first_waker);
+        bufs.wait(&first, &first_waker);
+        bufs.wait(&gone, &gone_waker);
+        bufs.wait(&last, &last_waker);
+        drop(gone);
+        assert_eq!(bufs.stats().waiting, 3);
+        assert_eq!(
+            bufs.stats().recv_buffer_waits_total,
+            3,
+            "a second wait of one is not counted"
+        );
+        bufs.give_back(0);
+        assert_eq!((woken(&first_count), woken(&last_count)), (1, 0));
+        assert!(bufs.has_free());
+        bufs.give_back(1);
+        assert_eq!(woken(&gone_count), 0, "a dropped connection is skipped");
+        assert_eq!(woken(&last_count), 1);
+        assert_eq!(bufs.stats().waiting, 0);
+        drop(ring);
+    }
+
+    /// A connection's share: at its bound it asks (once) to stop and stays
+    /// capped; a buffer back below the bound wakes its reader.
+    #[test]
+    fn a_connection_at_its_bound_is_stopped_once_and_woken_below_it() {
+        let quota = RecvQuota::new(2);
+        assert!(!quota.filled());
+        assert!(quota.below_max());
+        assert!(quota.filled(), "the second buffer reaches the bound");
+        assert!(
+            !quota.filled(),
+            "a straggler past it asks for no second stop"
+        );
+        assert!(quota.capped());
+        assert!(!quota.below_max());
+        let (count, waker) = counter();
+        quota.wait(&waker);
+        quota.released();
+        assert_eq!(woken(&count), 0, "still at the bound");
+        quota.released();
+        assert_eq!(woken(&count), 1);
+        assert!(quota.below_max());
+        quota.armed();
+        assert!(quota.capped(), "capped for the rest of its life");
     }
 }

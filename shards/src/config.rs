@@ -39,6 +39,12 @@ pub struct RuntimeConfig {
     pub recv_buffers: u16,
     /// Bytes of each receive buffer.
     pub recv_buffer_bytes: usize,
+    /// Receive buffers one connection may hold at once (lent to its reader
+    /// or filled and not yet read): at the bound its receive stops until
+    /// the reader gives one back, and bytes a burst brought past it are
+    /// copied out of the ring, so a slow reader cannot take the ring from
+    /// the core's other connections. At least 1.
+    pub recv_buffers_per_conn_max: u32,
     /// Entries of each core's registered file table: this many of a
     /// core's sockets are named by index in its ring's operations, the rest
     /// by descriptor (a little slower). Lowered to the open-file limit;
@@ -68,6 +74,7 @@ impl RuntimeConfig {
             ring_taskrun: TaskRun::Defer,
             recv_buffers: 512,
             recv_buffer_bytes: 16 * 1024,
+            recv_buffers_per_conn_max: 32,
             registered_files: 16 * 1024,
             spin_before_park: Duration::ZERO,
             latency_shares: 1000,

@@ -475,6 +475,15 @@ pub fn kernel_entries() -> u64 {
     with(|executor| executor.reactor.enters.get())
 }
 
+/// Operations this core's ring still owns: futures waiting for their
+/// completion, and dropped ones whose memory the kernel has not let go of.
+/// At rest it comes back to what the core's long-lived operations need (a
+/// receive per connection, an accept per listener); a count that only grows
+/// is a leak.
+pub fn ops_in_flight() -> usize {
+    with(|executor| executor.reactor.in_flight())
+}
+
 /// This core's registered file table: indexes in use (a stream's socket,
 /// or a close not yet completed) and streams that found it full and use
 /// their descriptor instead.
@@ -490,6 +499,13 @@ pub fn file_table() -> FileTableStats {
         in_use: executor.reactor.files_in_use(),
         unregistered: executor.reactor.files_unregistered(),
     })
+}
+
+/// A snapshot of this core's receive buffer ring: buffers lent out,
+/// connections waiting for one, and how often they waited or reached their
+/// `recv_buffers_per_conn_max`.
+pub fn recv_buffers() -> crate::bufring::RecvBufferStats {
+    with(|executor| executor.reactor.bufs.stats())
 }
 
 /// How this core's ring was set up.
@@ -560,6 +576,7 @@ mod run_tests {
                 recv_buffers: 16,
                 recv_buffer_bytes: 1024,
                 registered_files: 64,
+                recv_buffers_per_conn_max: 8,
             },
             spin_before_park: Duration::ZERO,
             latency_shares: 1000,
@@ -579,5 +596,75 @@ mod run_tests {
             a.await + b.await
         });
         assert_eq!(out, 5);
+    }
+}
+
+#[cfg(test)]
+mod shutdown_tests {
+    use super::*;
+    use crate::reactor::RingConfig;
+
+    /// When the main task ends, every task is dropped and what their
+    /// operations held in the kernel is let go well before the quiesce
+    /// deadline: a receive armed, a send blocked on a peer that does not
+    /// read, a listener's accept, and the core's wake read.
+    #[test]
+    fn a_stopping_core_waits_for_the_kernel_to_let_go_and_no_longer() {
+        let config = ExecutorConfig {
+            ring: RingConfig {
+                entries: 16,
+                cq_entries: 64,
+                mode: TaskRun::Defer,
+                recv_buffers: 16,
+                recv_buffer_bytes: 1024,
+                registered_files: 64,
+                recv_buffers_per_conn_max: 8,
+            },
+            spin_before_park: Duration::ZERO,
+            latency_shares: 1000,
+            background_shares: 100,
+        };
+        let executor = Executor::new(config).unwrap();
+        let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = peer.local_addr().unwrap();
+        let (held, main_ended) = executor.run(async move {
+            let listener =
+                crate::net::TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+            spawn(async move {
+                let _ = listener.accept().await;
+            })
+            .detach();
+            let stream = Rc::new(crate::net::TcpStream::connect(address).await.unwrap());
+            let reader = stream.clone();
+            spawn(async move {
+                let _ = reader.recv().await;
+            })
+            .detach();
+            spawn(async move {
+                loop {
+                    let (sent, _) = stream.send(vec![1u8; 1 << 20]).await;
+                    if sent.is_err() {
+                        return;
+                    }
+                }
+            })
+            .detach();
+            // Let the send fill both socket buffers and block, and the core
+            // park once (arming its wake read).
+            crate::sleep(Duration::from_millis(50)).await;
+            (with_reactor(|reactor| reactor.in_flight()), Instant::now())
+        });
+        let stop_took = main_ended.elapsed();
+        assert!(held >= 3, "accept, receive and send in flight: {held}");
+        assert_eq!(
+            executor.reactor.in_flight(),
+            0,
+            "the kernel still holds slots"
+        );
+        assert!(
+            stop_took < QUIESCE_TIMEOUT / 4,
+            "the core waited {stop_took:?} for the kernel to let go"
+        );
+        drop(peer);
     }
 }

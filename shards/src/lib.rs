@@ -16,6 +16,12 @@
 //!   each drains its work, and [`Runtime::join`] reports how they ended;
 //! - fail-stop: a core that panics takes the whole process down with a clear
 //!   log line, rather than leaving a half-alive node behind.
+//!
+//! What a core holds in its ring can be watched from the core, for metrics
+//! and for tests that prove nothing leaks: [`ops_in_flight`], the receive
+//! buffer ring's [`recv_buffers`] (including how often connections waited
+//! for a buffer), the registered [`file_table`], and the process's
+//! [`registered_files_mode`] (whether this kernel may use one at all).
 
 mod bufring;
 mod config;
@@ -31,12 +37,13 @@ mod shutdown;
 mod task;
 mod timer;
 
-pub use bufring::RecvBuf;
+pub use bufring::{RecvBuf, RecvBufferStats};
 pub use config::{CorePlacement, RuntimeConfig, TaskRun};
 pub use executor::{
-    file_table, kernel_entries, ring_mode, spawn, spawn_background, yield_now, FileTableStats,
-    JoinHandle,
+    file_table, kernel_entries, ops_in_flight, recv_buffers, ring_mode, spawn, spawn_background,
+    yield_now, FileTableStats, JoinHandle,
 };
+pub use files::{registered_files_mode, RegisteredFiles};
 pub use mesh::{Inbox, Mesh, MeshStats, SendError};
 pub use ring::RingError;
 pub use runtime::{allowed_cpus, Core, Runtime, RuntimeError};

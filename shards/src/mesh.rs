@@ -291,3 +291,37 @@ impl<T: Send + 'static> Inbox<T> {
         .await
     }
 }
+
+#[cfg(test)]
+mod signal_tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A receiver is woken once per registration however many sends come,
+    /// and a send with nobody registered (the receiver draining) wakes no
+    /// one.
+    #[test]
+    fn a_signal_wakes_a_registered_receiver_once() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let signal = Signal::default();
+        signal.wake();
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        signal.register(&waker);
+        signal.wake();
+        signal.wake();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        signal.register(&waker);
+        signal.wake();
+        assert_eq!(count.0.load(Ordering::SeqCst), 2);
+    }
+}

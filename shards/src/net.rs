@@ -12,14 +12,15 @@ use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::rc::Rc;
 use std::task::Poll;
 
 use io_uring::{cqueue, opcode, types};
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use crate::bufring::{RecvBuf, BUF_GROUP};
+use crate::bufring::{RecvBuf, RecvData, RecvQuota, BUF_GROUP};
 use crate::executor;
-use crate::reactor::Reactor;
+use crate::reactor::{MultiKind, Reactor, SendChain};
 
 mod claim;
 
@@ -39,7 +40,8 @@ fn result(res: i32) -> io::Result<u32> {
 /// Closes `fd` through the ring, after what is already queued for it.
 fn close_in_ring(fd: RawFd) {
     let close = opcode::Close::new(types::Fd(fd)).build();
-    let queued = executor::try_with_reactor(|reactor| reactor.submit_ignored(close));
+    // SAFETY: a close points at no memory.
+    let queued = executor::try_with_reactor(|reactor| unsafe { reactor.submit_ignored(close) });
     if queued.is_none() {
         // Off a core (the executor has ended): nothing can be queued for it.
         // SAFETY: `fd` is owned by the caller, which gives it up here.
@@ -49,11 +51,14 @@ fn close_in_ring(fd: RawFd) {
     }
 }
 
-/// A TCP listener served by a multishot accept.
+/// A TCP listener served by a multishot accept. It stays on the core that
+/// made it (it is not `Send`): its accept is a slot of that core's ring,
+/// an index that means nothing on another core.
 pub struct TcpListener {
     fd: RawFd,
     local: SocketAddr,
     accept: std::cell::Cell<Option<usize>>,
+    _on_this_core: std::marker::PhantomData<*const ()>,
 }
 
 impl TcpListener {
@@ -76,6 +81,7 @@ impl TcpListener {
             fd: socket.into_raw_fd(),
             local,
             accept: std::cell::Cell::new(None),
+            _on_this_core: std::marker::PhantomData,
         })
     }
 
@@ -88,6 +94,7 @@ impl TcpListener {
             fd: listener.into_raw_fd(),
             local,
             accept: std::cell::Cell::new(None),
+            _on_this_core: std::marker::PhantomData,
         })
     }
 
@@ -105,7 +112,9 @@ impl TcpListener {
                         let entry = opcode::AcceptMulti::new(types::Fd(self.fd))
                             .flags(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)
                             .build();
-                        let index = reactor.submit_multi(entry);
+                        // SAFETY: an accept without an address points at
+                        // no memory.
+                        let index = unsafe { reactor.submit_multi(entry, MultiKind::Accept, None) };
                         self.accept.set(Some(index));
                         index
                     }
@@ -137,12 +146,17 @@ impl Drop for TcpListener {
 }
 
 /// A TCP connection on this core. One task receives at a time; sends may
-/// come from another task, one at a time (each `send` is one operation).
+/// come from any task on the core, and reach the socket whole and in the
+/// order they were started.
 pub struct TcpStream {
     fd: RawFd,
     /// The socket's index in this core's registered file table.
     file: Option<u32>,
     recv: std::cell::Cell<Option<usize>>,
+    /// Orders the stream's sends: one in the kernel at a time.
+    sends: Rc<SendChain>,
+    /// The stream's share of the core's receive buffers.
+    quota: Rc<RecvQuota>,
     /// A stream's file index belongs to the ring of the core that made it.
     _on_this_core: std::marker::PhantomData<*const ()>,
 }
@@ -167,6 +181,8 @@ impl TcpStream {
             fd,
             file: reactor.register_file(fd),
             recv: std::cell::Cell::new(None),
+            sends: Rc::new(SendChain::default()),
+            quota: RecvQuota::new(reactor.recv_held_max()),
             _on_this_core: std::marker::PhantomData,
         }
     }
@@ -182,7 +198,9 @@ impl TcpStream {
         let address = Box::new(SockAddr::from(address));
         let entry =
             opcode::Connect::new(types::Fd(stream.fd), address.as_ptr(), address.len()).build();
-        let mut op = OwnedOp::submit(entry, Some(Box::new(address)));
+        // SAFETY: the kernel only reads the boxed address, which the
+        // operation keeps until its completion.
+        let mut op = unsafe { OwnedOp::submit(entry, Some(Box::new(address))) };
         let (res, _) = poll_fn(|cx| op.poll(cx)).await;
         result(res)?;
         Ok(stream)
@@ -217,18 +235,18 @@ impl TcpStream {
     }
 
     /// The next bytes received, in a buffer lent from the core's ring
-    /// (return it soon: drop it); `None` at end of stream.
+    /// (return it soon: drop it); `None` at end of stream. A connection
+    /// holds at most `recv_buffers_per_conn_max` buffers: while its reader
+    /// keeps that many, the next `recv` waits for one of them to drop.
     pub async fn recv(&self) -> io::Result<Option<RecvBuf>> {
         poll_fn(|cx| {
             executor::with_reactor(|reactor| loop {
                 let index = match self.recv.get() {
                     Some(index) => index,
-                    None => {
-                        let entry = on_socket!(self, RecvMulti(BUF_GROUP)).build();
-                        let index = reactor.submit_multi(entry);
-                        self.recv.set(Some(index));
-                        index
-                    }
+                    None => match self.arm_recv(reactor, cx) {
+                        Some(index) => index,
+                        None => return Poll::Pending,
+                    },
                 };
                 let (res, flags) = match reactor.poll_multi(index, cx) {
                     Poll::Pending => return Poll::Pending,
@@ -241,24 +259,35 @@ impl TcpStream {
                     Poll::Ready(Some(completion)) => completion,
                 };
                 if res > 0 {
-                    let Some(bid) = cqueue::buffer_select(flags) else {
-                        return Poll::Ready(Err(io::Error::other("receive without a buffer")));
+                    let data = match cqueue::buffer_select(flags) {
+                        Some(bid) => RecvData::Lent {
+                            ring: reactor.bufs.clone(),
+                            quota: self.quota.clone(),
+                            bid,
+                        },
+                        None => match reactor.take_spilled(index) {
+                            Some(bytes) => RecvData::Spilled(bytes),
+                            None => {
+                                return Poll::Ready(Err(io::Error::other(
+                                    "receive without a buffer",
+                                )))
+                            }
+                        },
                     };
                     return Poll::Ready(Ok(Some(RecvBuf {
-                        ring: reactor.bufs.clone(),
-                        bid,
+                        data,
                         len: res as usize,
                     })));
                 }
-                if res == -libc::ENOBUFS {
-                    // Every buffer is lent out: the multishot ended. Let the
-                    // readers of this turn give theirs back, then re-arm.
+                // ENOBUFS: the ring ran dry and ended the multishot.
+                // ECANCELED: the connection reached its share of the ring
+                // (the reactor stopped it). Both re-arm when they can.
+                if res == -libc::ENOBUFS || res == -libc::ECANCELED {
                     if !cqueue::more(flags) {
                         reactor.orphan(index, None);
                         self.recv.set(None);
                     }
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
+                    continue;
                 }
                 // End of stream or an error ends the multishot.
                 reactor.orphan(index, None);
@@ -273,14 +302,48 @@ impl TcpStream {
         .await
     }
 
-    /// Sends from `buf` (one operation; it may send less than all of it).
-    /// The buffer comes back with the result.
+    /// Arms the stream's receive, if it can fill a buffer now: with the
+    /// connection under its share of the ring and a buffer in it. Else the
+    /// task waits (`None`) for a buffer of its own or of the ring back.
+    fn arm_recv(&self, reactor: &Reactor, cx: &mut std::task::Context<'_>) -> Option<usize> {
+        if !self.quota.below_max() {
+            self.quota.wait(cx.waker());
+            return None;
+        }
+        if !reactor.bufs.has_free() {
+            reactor.bufs.wait(&self.quota, cx.waker());
+            return None;
+        }
+        self.quota.armed();
+        let entry = if self.quota.capped() {
+            // One buffer, and a completion without MORE: the slot ends
+            // after it as a multishot's does.
+            let len = u32::try_from(reactor.bufs.buffer_bytes()).unwrap_or(u32::MAX);
+            on_socket!(self, Recv(std::ptr::null_mut(), len))
+                .buf_group(BUF_GROUP)
+                .build()
+                .flags(io_uring::squeue::Flags::BUFFER_SELECT)
+        } else {
+            on_socket!(self, RecvMulti(BUF_GROUP)).build()
+        };
+        // SAFETY: the receive writes only into buffers of the buffer ring,
+        // which the kernel owns until it lends one in a completion.
+        let index =
+            unsafe { reactor.submit_multi(entry, MultiKind::Recv, Some(self.quota.clone())) };
+        self.recv.set(Some(index));
+        Some(index)
+    }
+
+    /// Sends all of `buf` (one operation: the kernel sends what a short
+    /// write left before it completes) after the sends started before it.
+    /// The buffer comes back with the result: fewer bytes than `buf` holds
+    /// only when the connection failed part way.
     pub async fn send(&self, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
         self.start_send(buf).await
     }
 
-    /// Queues a send from `buf` now, before anything awaits it (one
-    /// operation; it may send less than all of it). The returned future
+    /// Queues a send of all of `buf` now, before anything awaits it (see
+    /// [`TcpStream::send`]). The returned future
     /// gives the result and the buffer back. A caller that awaits it only
     /// when it has the next thing to send saves a task wake-up per send:
     /// the send usually completes meanwhile, and its completion wakes no
@@ -288,15 +351,28 @@ impl TcpStream {
     /// until the kernel is done with it.
     pub fn start_send(&self, buf: Vec<u8>) -> SendOp {
         let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+        // MSG_WAITALL: a short write does not complete the send; the
+        // kernel sends the rest when the socket has room, so the next send,
+        // held back until this one completes, follows its last byte.
         let entry = on_socket!(self, Send(buf.as_ptr(), len))
-            .flags(libc::MSG_NOSIGNAL)
+            .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
             .build();
+        // SAFETY: the kernel only reads `buf`'s heap memory, which stays in
+        // place while the operation keeps the Vec (a move of the Vec does
+        // not move it) until the send's completion; nothing writes it
+        // meanwhile, since the caller gets it back only then.
+        let index =
+            executor::with_reactor(|reactor| unsafe { reactor.submit_send(entry, &self.sends) });
         SendOp {
-            op: OwnedOp::submit(entry, Some(Box::new(buf))),
+            op: OwnedOp {
+                index: Some(index),
+                keep: Some(Box::new(buf)),
+            },
         }
     }
 
-    /// Sends all of `buf`, one operation at a time.
+    /// Sends all of `buf`, again from where a send cut short by an error
+    /// stopped (a later send reports the error).
     pub async fn send_all(&self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
         let mut sent = 0;
         let mut buf = buf;
@@ -347,10 +423,21 @@ impl Drop for TcpStream {
     fn drop(&mut self) {
         let recv = self.recv.take();
         let file = self.file;
+        let fd = self.fd;
+        let sends = &self.sends;
         executor::try_with_reactor(|reactor| {
             if let Some(index) = recv {
                 reactor.orphan(index, None);
             }
+            reactor.cancel_queued_sends(sends);
+            // Every other operation on the socket ends too: a send blocked
+            // on a peer that stopped reading, or a connect still retrying
+            // its SYN (about 127 s to a black-holed address), holds the
+            // socket open until it completes. Cancelling by file matches an
+            // operation that names the socket by index or by descriptor.
+            let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd)).all());
+            // SAFETY: a cancel points at no memory.
+            unsafe { reactor.submit_ignored(cancel.build()) };
             if let Some(file) = file {
                 reactor.close_file(file);
             }
@@ -384,8 +471,18 @@ struct OwnedOp {
 }
 
 impl OwnedOp {
-    fn submit(entry: io_uring::squeue::Entry, keep: Option<Box<dyn std::any::Any>>) -> OwnedOp {
-        let index = executor::with_reactor(|reactor| reactor.submit(entry));
+    /// Submits `entry`, which points only into `keep` (or at nothing).
+    ///
+    /// # Safety
+    /// `entry` follows the reactor's submission rule with `keep` as the
+    /// memory kept for it: it points into nothing `keep` does not own.
+    unsafe fn submit(
+        entry: io_uring::squeue::Entry,
+        keep: Option<Box<dyn std::any::Any>>,
+    ) -> OwnedOp {
+        // SAFETY: the caller's promise; `keep` stays with the operation
+        // (handed to its slot if this is dropped first).
+        let index = executor::with_reactor(|reactor| unsafe { reactor.submit(entry) });
         OwnedOp {
             index: Some(index),
             keep,
@@ -420,5 +517,30 @@ impl Drop for OwnedOp {
             let keep = self.keep.take();
             executor::try_with_reactor(|reactor| reactor.orphan(index, keep));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names `Self: Send` ambiguously: `<T as MaybeSend<_>>::HOLDS` compiles
+    /// only for a type that is not `Send` (one impl applies), and fails to
+    /// compile for one that is (both apply).
+    trait MaybeSend<Which> {
+        const HOLDS: () = ();
+    }
+    impl<T: ?Sized> MaybeSend<()> for T {}
+    impl<T: ?Sized + Send> MaybeSend<u8> for T {}
+
+    /// What holds a slot or a file index of this core's ring cannot be
+    /// moved to another core, where the index would name another
+    /// operation or file.
+    #[test]
+    fn ring_bound_handles_stay_on_their_core() {
+        let () = <TcpListener as MaybeSend<_>>::HOLDS;
+        let () = <TcpStream as MaybeSend<_>>::HOLDS;
+        let () = <SendOp as MaybeSend<_>>::HOLDS;
+        let () = <RecvBuf as MaybeSend<_>>::HOLDS;
     }
 }

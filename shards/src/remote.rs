@@ -107,3 +107,53 @@ impl Remote {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::Priority;
+
+    fn task(remote: &Arc<Remote>) -> Arc<TaskHeader> {
+        Arc::new(TaskHeader {
+            index: 0,
+            priority: Priority::Latency,
+            scheduled: AtomicBool::new(true),
+            remote: remote.clone(),
+        })
+    }
+
+    /// Whether the eventfd has a wake to read (without reading it).
+    fn signalled(remote: &Remote) -> bool {
+        let mut poll = libc::pollfd {
+            fd: remote.eventfd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polls one live descriptor without waiting.
+        let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+        assert!(ready >= 0, "poll");
+        ready == 1
+    }
+
+    /// A busy executor takes remote wakes without a system call; one that
+    /// announced sleep is written to; and one that is about to sleep with
+    /// a wake pending stays awake.
+    #[test]
+    fn a_remote_wake_writes_the_eventfd_only_to_a_sleeping_executor() {
+        let remote = Arc::new(Remote::new().unwrap());
+        remote.push(task(&remote));
+        assert!(!signalled(&remote), "an awake executor was written to");
+        assert!(!remote.prepare_sleep(), "slept with a wake pending");
+        let mut woken = Vec::new();
+        remote.drain(&mut woken);
+        assert_eq!(woken.len(), 1);
+        assert!(remote.prepare_sleep());
+        remote.push(task(&remote));
+        assert!(signalled(&remote), "a sleeping executor was not roused");
+        remote.woke();
+        remote.drain(&mut woken);
+        assert_eq!(woken.len(), 2);
+        remote.drain(&mut woken);
+        assert_eq!(woken.len(), 2, "a drained queue gives nothing twice");
+    }
+}

@@ -196,6 +196,7 @@ fn executor_config(config: &RuntimeConfig) -> ExecutorConfig {
             recv_buffers: config.recv_buffers,
             recv_buffer_bytes: config.recv_buffer_bytes,
             registered_files: config.registered_files,
+            recv_buffers_per_conn_max: config.recv_buffers_per_conn_max,
         },
         spin_before_park: config.spin_before_park,
         latency_shares: config.latency_shares as u64,

@@ -8,37 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shards::net::{TcpListener, TcpStream};
-use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle, TaskRun};
+use shards::TaskRun;
 
-fn one_core() -> RuntimeConfig {
-    let mut config = RuntimeConfig::new(CorePlacement::Unpinned(1));
-    config.recv_buffers = 8;
-    config.recv_buffer_bytes = 64;
-    config.shutdown_deadline = Duration::from_secs(2);
-    config
-}
-
-/// Runs `main` on one core until it returns; gives back the runtime's
-/// shutdown handle for the caller's side of the test.
-fn on_a_core<F, Fut>(config: RuntimeConfig, main: F) -> (Runtime, ShutdownHandle)
-where
-    F: Fn() -> Fut + Send + Clone + 'static,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
-    let shutdown = ShutdownHandle::new();
-    let runtime = Runtime::start::<(), _, _>(&config, shutdown.clone(), move |core| {
-        let main = main.clone();
-        async move {
-            core.ready();
-            futures_lite::future::or(main(), core.shutdown().wait()).await;
-        }
-    })
-    .expect("runtime starts");
-    runtime
-        .wait_ready(Duration::from_secs(10))
-        .expect("core ready");
-    (runtime, shutdown)
-}
+mod common;
+use common::{accept_and_read_all, on_a_core, one_core, wait_for};
 
 /// An echo server on the core: many small receives through the buffer
 /// ring (8 buffers of 64 bytes, so they are reused), sends of owned
@@ -370,24 +343,49 @@ fn process_cpu() -> Duration {
     Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }
 
-/// Accepts one connection and reads it to its end (5 s at most per read).
-fn accept_and_read_all(listener: &std::net::TcpListener) -> Vec<u8> {
-    let (mut accepted, _) = listener.accept().unwrap();
-    accepted
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut got = Vec::new();
-    accepted.read_to_end(&mut got).unwrap();
-    got
-}
-
-fn wait_for<T: Clone>(slot: &Mutex<Option<T>>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Some(value) = slot.lock().unwrap().clone() {
-            return value;
+/// A connection closed while an older one idles with its receive armed
+/// ends at once for its peer (on kernels before 6.13 the registered file
+/// table would keep it open behind the idle receive; the runtime then
+/// names sockets by descriptor).
+#[test]
+fn a_closed_connection_ends_while_an_older_one_idles() {
+    let address = Arc::new(Mutex::new(None::<SocketAddr>));
+    let published = address.clone();
+    let (runtime, shutdown) = on_a_core(one_core(), move || {
+        let published = published.clone();
+        async move {
+            let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+            *published.lock().unwrap() = Some(listener.local_addr());
+            // The first connection idles; each later one is closed as soon
+            // as it sent a byte.
+            let idle = listener.accept().await.expect("accept");
+            shards::spawn(async move { while let Ok(Some(_)) = idle.recv().await {} }).detach();
+            loop {
+                let stream = listener.accept().await.expect("accept");
+                shards::spawn(async move {
+                    let _ = stream.recv().await;
+                })
+                .detach();
+            }
         }
-        assert!(Instant::now() < deadline, "nothing arrived in time");
-        std::thread::sleep(Duration::from_millis(2));
+    });
+    let address = wait_for(&address);
+    let _idle = std::net::TcpStream::connect(address).expect("connect");
+    std::thread::sleep(Duration::from_millis(20));
+    for n in 0..3 {
+        let mut client = std::net::TcpStream::connect(address).expect("connect");
+        client
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        client.write_all(b"x").unwrap();
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            client.read(&mut byte).map_err(|error| error.kind()),
+            Ok(0),
+            "connection {n} never ended ({})",
+            shards::RegisteredFiles::name(shards::registered_files_mode())
+        );
     }
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
 }

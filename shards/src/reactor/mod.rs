@@ -9,6 +9,19 @@
 //! it with the final completion. Multishot operations (accept, receive)
 //! keep one slot for all their completions.
 //!
+//! # The submission rule
+//!
+//! The kernel reads and writes what a submission points at (a buffer, an
+//! address) at any time until the operation's last completion, outside
+//! Rust's view. So every function that submits is an `unsafe fn` whose
+//! caller promises, for the entry it passes:
+//! - what it points at stays valid and in place until the operation's
+//!   last completion: owned by the future and handed to its slot by
+//!   `orphan` if the future is dropped first, or owned by something that
+//!   outlives the ring (the executor, the buffer ring);
+//! - memory the kernel writes into is neither read nor written through any
+//!   reference until that completion has been reaped.
+//!
 //! The reactor also owns the ring's registered file table (`files.rs`):
 //! a stream's socket is put in it when the stream is made, and its index
 //! is freed when the ring completes the index's close.
@@ -23,9 +36,11 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use crate::bufring::BufRing;
+use crate::bufring::{BufRing, RecvQuota};
 use crate::files::FileTable;
 use crate::ring::{self, RingError, TaskRun};
+
+pub(crate) use sends::SendChain;
 
 /// `user_data` of submissions whose completion nobody waits for (close,
 /// cancel): their results are dropped.
@@ -33,12 +48,28 @@ const IGNORED: u64 = u64::MAX;
 /// `user_data` of the executor's read of its wake-up eventfd.
 const WAKE_READ: u64 = u64::MAX - 1;
 
+/// `IORING_CQE_F_BUFFER`: the completion carries a buffer of the ring.
+const CQE_F_BUFFER: u32 = 1;
+
 /// Completions reaped per kernel entry at most before tasks run again.
 const REAP_BATCH_MAX: usize = 4096;
 
+/// What a multishot operation's successful results are, for when nobody
+/// takes them: an accept's are descriptors the reactor must close, or the
+/// clients behind them would hang until the process exits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MultiKind {
+    Accept,
+    Recv,
+}
+
 enum Slot {
-    /// Submitted, not completed.
-    Waiting(Option<Waker>),
+    /// Submitted (or queued behind its stream's send in the kernel), not
+    /// completed; `chain` is the stream's sends for a send.
+    Waiting {
+        waker: Option<Waker>,
+        chain: Option<Rc<SendChain>>,
+    },
     /// Completed; the future has not looked yet.
     Done(i32, u32),
     /// A multishot operation: completions in arrival order; `more` false
@@ -47,12 +78,20 @@ enum Slot {
         results: VecDeque<(i32, u32)>,
         waker: Option<Waker>,
         more: bool,
+        kind: MultiKind,
+        /// A receive's share of the buffer ring: at its bound the receive
+        /// is cancelled (see `bufring.rs`).
+        quota: Option<Rc<RecvQuota>>,
+        /// Bytes of results past the share, copied out of the ring: one for
+        /// each result in `results` whose buffer flag was cleared, in order.
+        spilled: VecDeque<Vec<u8>>,
     },
     /// The future is gone; the slot keeps what the kernel may still use
     /// until the operation's last completion.
     Orphan {
         _keep: Option<Box<dyn Any>>,
-        multishot: bool,
+        multishot: Option<MultiKind>,
+        chain: Option<Rc<SendChain>>,
     },
     /// The close of the registered file at this index: the index is free
     /// for another file once it completes.
@@ -66,10 +105,21 @@ pub(crate) struct Reactor {
     pub bufs: Rc<BufRing>,
     files: FileTable,
     mode: TaskRun,
+    recv_held_max: u32,
     wake_buf: Box<Cell<u64>>,
     wake_armed: Cell<bool>,
     wake_fd: i32,
     reaped: RefCell<Vec<(u64, i32, u32)>>,
+    /// Entries that found the submission queue full and could not be
+    /// handed to the kernel at once (a transient shortage, or completions
+    /// to reap first). They go to the ring, in order and before anything
+    /// pushed after them, at the next kernel entry. Each belongs to an
+    /// operation, a close or a cancel a task asked for in this turn, so it
+    /// holds no more than the operations in flight.
+    backlog: RefCell<VecDeque<squeue::Entry>>,
+    /// Submissions the tests make fail, with this errno.
+    #[cfg(test)]
+    fail_submits: Cell<(u32, i32)>,
     /// Kernel entries made (for tests and metrics of syscall counts).
     pub enters: Cell<u64>,
 }
@@ -85,6 +135,8 @@ pub(crate) struct RingConfig {
     /// Entries of the registered file table (lowered to the open-file
     /// limit); zero registers no table.
     pub registered_files: u32,
+    /// Receive buffers one connection may hold at once.
+    pub recv_buffers_per_conn_max: u32,
 }
 
 impl Reactor {
@@ -101,10 +153,14 @@ impl Reactor {
             bufs: Rc::new(bufs),
             files,
             mode: config.mode,
+            recv_held_max: config.recv_buffers_per_conn_max,
             wake_buf: Box::new(Cell::new(0)),
             wake_armed: Cell::new(false),
             wake_fd,
             reaped: RefCell::new(Vec::with_capacity(256)),
+            backlog: RefCell::new(VecDeque::new()),
+            #[cfg(test)]
+            fail_submits: Cell::new((0, 0)),
             enters: Cell::new(0),
         })
     }
@@ -113,21 +169,76 @@ impl Reactor {
         self.mode
     }
 
-    /// Queues `entry` for the next kernel entry; submits at once when the
-    /// submission queue is full.
-    fn push(&self, entry: squeue::Entry) {
+    /// Receive buffers one connection may hold at once.
+    pub fn recv_held_max(&self) -> u32 {
+        self.recv_held_max
+    }
+
+    /// Queues `entry` for the next kernel entry (see the submission rule in
+    /// the module's documentation). A full submission queue is
+    /// handed to the kernel at once to make room; if the kernel cannot take
+    /// it now, `entry` waits in the backlog (never a panic: the next entry
+    /// decides whether the error was transient).
+    ///
+    /// # Safety
+    /// `entry` follows the submission rule.
+    unsafe fn push(&self, entry: squeue::Entry) {
         let mut ring = self.ring.borrow_mut();
-        // SAFETY: every entry pushed here points only at memory its slot
-        // (or the executor, for the wake read) keeps alive until the
-        // operation's last completion.
-        while unsafe { ring.submission().push(&entry) }.is_err() {
+        let mut backlog = self.backlog.borrow_mut();
+        if backlog.is_empty() {
+            // SAFETY: the caller promises `entry` follows the submission
+            // rule, which is what the queue asks of what is pushed.
+            if unsafe { ring.submission().push(&entry) }.is_ok() {
+                return;
+            }
             // A full queue: hand what is queued to the kernel, then retry.
-            self.enters.set(self.enters.get() + 1);
-            if let Err(error) = ring.submit() {
-                if error.raw_os_error() != Some(libc::EBUSY) {
-                    // Nothing sensible can continue if the ring is broken.
-                    panic!("io_uring submit failed: {error}");
+            // SAFETY: as above.
+            if self.submit_queued(&mut ring).is_ok()
+                && unsafe { ring.submission().push(&entry) }.is_ok()
+            {
+                return;
+            }
+        }
+        backlog.push_back(entry);
+    }
+
+    /// Hands the queued submissions to the kernel without waiting.
+    fn submit_queued(&self, ring: &mut IoUring) -> io::Result<usize> {
+        self.enters.set(self.enters.get() + 1);
+        #[cfg(test)]
+        {
+            let (count, errno) = self.fail_submits.get();
+            if count > 0 {
+                self.fail_submits.set((count - 1, errno));
+                return Err(io::Error::from_raw_os_error(errno));
+            }
+        }
+        ring.submit()
+    }
+
+    /// Moves the backlog into the submission queue, submitting each time
+    /// the queue fills; an error leaves the rest for the next entry.
+    fn flush_backlog(&self, ring: &mut IoUring) -> io::Result<()> {
+        let mut backlog = self.backlog.borrow_mut();
+        loop {
+            {
+                let mut queue = ring.submission();
+                while let Some(entry) = backlog.front() {
+                    // SAFETY: `push` queued the entry under the submission
+                    // rule, and its memory is kept until its completion,
+                    // which cannot come before it reaches the kernel here.
+                    if unsafe { queue.push(entry) }.is_err() {
+                        break;
+                    }
+                    backlog.pop_front();
                 }
+            }
+            if backlog.is_empty() {
+                return Ok(());
+            }
+            if self.submit_queued(ring)? == 0 {
+                // The kernel took nothing and said nothing: try next turn.
+                return Ok(());
             }
         }
     }
@@ -152,20 +263,39 @@ impl Reactor {
     }
 
     /// Submits a one-shot operation; poll it with `poll_op`.
-    pub fn submit(&self, entry: squeue::Entry) -> usize {
-        let index = self.alloc(Slot::Waiting(None));
-        self.push(entry.user_data(index as u64));
+    ///
+    /// # Safety
+    /// `entry` follows the submission rule (module documentation).
+    pub unsafe fn submit(&self, entry: squeue::Entry) -> usize {
+        let index = self.alloc(Slot::Waiting {
+            waker: None,
+            chain: None,
+        });
+        // SAFETY: the caller's promise for `entry`.
+        unsafe { self.push(entry.user_data(index as u64)) };
         index
     }
 
     /// Submits a multishot operation; poll it with `poll_multi`.
-    pub fn submit_multi(&self, entry: squeue::Entry) -> usize {
+    ///
+    /// # Safety
+    /// `entry` follows the submission rule (module documentation).
+    pub unsafe fn submit_multi(
+        &self,
+        entry: squeue::Entry,
+        kind: MultiKind,
+        quota: Option<Rc<RecvQuota>>,
+    ) -> usize {
         let index = self.alloc(Slot::Multi {
             results: VecDeque::new(),
             waker: None,
             more: true,
+            kind,
+            quota,
+            spilled: VecDeque::new(),
         });
-        self.push(entry.user_data(index as u64));
+        // SAFETY: the caller's promise for `entry`.
+        unsafe { self.push(entry.user_data(index as u64)) };
         index
     }
 
@@ -181,11 +311,9 @@ impl Reactor {
     /// reused only once that close completes.
     pub fn close_file(&self, index: u32) {
         let slot = self.alloc(Slot::FileClose(index));
-        self.push(
-            opcode::Close::new(types::Fixed(index))
-                .build()
-                .user_data(slot as u64),
-        );
+        let close = opcode::Close::new(types::Fixed(index)).build();
+        // SAFETY: a close points at no memory.
+        unsafe { self.push(close.user_data(slot as u64)) };
     }
 
     /// Registered file indexes in use (holding a file or closing it).
@@ -200,8 +328,14 @@ impl Reactor {
     }
 
     /// Submits an operation whose completion nobody waits for.
-    pub fn submit_ignored(&self, entry: squeue::Entry) {
-        self.push(entry.user_data(IGNORED));
+    ///
+    /// # Safety
+    /// `entry` follows the submission rule (module documentation); with no
+    /// slot to keep memory in, that means memory that outlives the ring,
+    /// or none (a close, a cancel).
+    pub unsafe fn submit_ignored(&self, entry: squeue::Entry) {
+        // SAFETY: the caller's promise for `entry`.
+        unsafe { self.push(entry.user_data(IGNORED)) };
     }
 
     /// The result of one-shot operation `index` (`res`, `flags`); the slot
@@ -215,7 +349,7 @@ impl Reactor {
                 self.release(index);
                 Poll::Ready(done)
             }
-            Some(Slot::Waiting(waker)) => {
+            Some(Slot::Waiting { waker, .. }) => {
                 match waker {
                     Some(waker) if waker.will_wake(cx.waker()) => {}
                     _ => *waker = Some(cx.waker().clone()),
@@ -234,6 +368,7 @@ impl Reactor {
             results,
             waker,
             more,
+            ..
         }) = slots[index].as_mut()
         else {
             unreachable!("poll_multi on a slot that is not a multishot operation")
@@ -253,6 +388,15 @@ impl Reactor {
         Poll::Pending
     }
 
+    /// The bytes of the result `poll_multi` just returned for `index` whose
+    /// buffer was copied out of the ring (see `Slot::Multi::spilled`).
+    pub fn take_spilled(&self, index: usize) -> Option<Vec<u8>> {
+        match self.slots.borrow_mut()[index].as_mut() {
+            Some(Slot::Multi { spilled, .. }) => spilled.pop_front(),
+            _ => None,
+        }
+    }
+
     /// The future of operation `index` is dropped: keep `keep` (memory the
     /// kernel may still touch) until its last completion, and cancel a
     /// multishot operation that would otherwise run forever.
@@ -267,23 +411,32 @@ impl Reactor {
                 drop(slots);
                 self.free.borrow_mut().push(index);
             }
-            Slot::Waiting(_) => {
+            Slot::Waiting { chain, .. } => {
                 slots[index] = Some(Slot::Orphan {
                     _keep: keep,
-                    multishot: false,
+                    multishot: None,
+                    chain,
                 })
             }
-            Slot::Multi { results, more, .. } => {
-                for (_, flags) in results {
-                    self.give_back_buffer(flags);
+            Slot::Multi {
+                results,
+                more,
+                kind,
+                ..
+            } => {
+                for (result, flags) in results {
+                    self.drop_result(kind, result, flags);
                 }
                 if more {
                     slots[index] = Some(Slot::Orphan {
                         _keep: keep,
-                        multishot: true,
+                        multishot: Some(kind),
+                        chain: None,
                     });
                     drop(slots);
-                    self.submit_ignored(opcode::AsyncCancel::new(index as u64).build());
+                    let cancel = opcode::AsyncCancel::new(index as u64).build();
+                    // SAFETY: a cancel points at no memory.
+                    unsafe { self.submit_ignored(cancel) };
                 } else {
                     drop(slots);
                     self.free.borrow_mut().push(index);
@@ -291,6 +444,23 @@ impl Reactor {
             }
             Slot::Orphan { .. } => unreachable!("a slot is orphaned once"),
             Slot::FileClose(_) => unreachable!("a file close has no future"),
+        }
+    }
+
+    /// Lets go of a multishot result nobody will take: a buffer goes back
+    /// to the ring, an accepted socket is closed (no submission can name
+    /// it: nobody but the kernel and this slot has seen it).
+    fn drop_result(&self, kind: MultiKind, result: i32, flags: u32) {
+        match kind {
+            MultiKind::Recv => self.give_back_buffer(flags),
+            MultiKind::Accept if result >= 0 => {
+                // SAFETY: `result` is a descriptor the kernel made for this
+                // accept and nothing else owns.
+                unsafe {
+                    libc::close(result);
+                }
+            }
+            MultiKind::Accept => {}
         }
     }
 
@@ -313,7 +483,10 @@ impl Reactor {
         )
         .build()
         .user_data(WAKE_READ);
-        self.push(entry);
+        // SAFETY: the kernel writes into `wake_buf`, a `Cell` the reactor
+        // keeps boxed (unmoved) for its life and never reads; a stopping
+        // reactor completes the read before it lets go (`quiesce`).
+        unsafe { self.push(entry) };
     }
 
     /// Whether an entry into the kernel has work to do without waiting:
@@ -322,14 +495,27 @@ impl Reactor {
     pub fn needs_enter(&self) -> bool {
         let mut ring = self.ring.borrow_mut();
         let sq = ring.submission();
-        !sq.is_empty() || sq.taskrun() || sq.cq_overflow()
+        !sq.is_empty() || sq.taskrun() || sq.cq_overflow() || !self.backlog.borrow().is_empty()
     }
 
     /// Enters the kernel once: submits what is queued, runs deferred work,
     /// and waits for a completion up to `wait` (`None`: do not wait).
     pub fn enter(&self, wait: Option<Option<Duration>>) -> io::Result<()> {
-        self.enters.set(self.enters.get() + 1);
         let mut ring = self.ring.borrow_mut();
+        let mut wait = wait;
+        if !self.backlog.borrow().is_empty() {
+            match self.flush_backlog(&mut ring) {
+                Ok(()) => {}
+                // Completions must be reaped before the kernel takes more.
+                Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(error) => return Err(error),
+            }
+            if !self.backlog.borrow().is_empty() {
+                // Work is still waiting to be submitted: do not sleep on it.
+                wait = None;
+            }
+        }
+        self.enters.set(self.enters.get() + 1);
         let to_submit = ring.submission().len() as u32;
         let submitter = ring.submitter();
         let result = match wait {
@@ -382,6 +568,9 @@ impl Reactor {
         let count = reaped.len();
         let mut wakers: Vec<Waker> = Vec::new();
         for (user_data, result, flags) in reaped.drain(..) {
+            if cqueue::buffer_select(flags).is_some() {
+                self.bufs.taken();
+            }
             match user_data {
                 IGNORED => {}
                 WAKE_READ => self.wake_armed.set(false),
@@ -403,26 +592,70 @@ impl Reactor {
         let mut slots = self.slots.borrow_mut();
         let slot = slots.get_mut(index).and_then(Option::as_mut)?;
         match slot {
-            Slot::Waiting(waker) => {
+            Slot::Waiting { waker, chain } => {
                 let waker = waker.take();
+                let chain = chain.take();
                 *slot = Slot::Done(result, flags);
+                drop(slots);
+                if let Some(chain) = chain {
+                    self.advance(&chain);
+                }
                 waker
             }
             Slot::Multi {
                 results,
                 waker,
                 more,
+                quota,
+                spilled,
+                ..
             } => {
-                results.push_back((result, flags));
                 if !cqueue::more(flags) {
                     *more = false;
                 }
-                waker.take()
-            }
-            Slot::Orphan { multishot, .. } => {
-                let last = !*multishot || !cqueue::more(flags);
+                let mut flags = flags;
+                let mut at_max = false;
+                if let (Some(quota), Some(bid)) = (quota.as_ref(), cqueue::buffer_select(flags)) {
+                    if quota.at_max() {
+                        // Past the share (one kernel pass filled buffers
+                        // beyond it): keep the bytes, give the buffer back.
+                        let len = usize::try_from(result).unwrap_or(0);
+                        // SAFETY: this completion picked `bid`, and with its
+                        // flag cleared nothing else will give it back.
+                        spilled.push_back(unsafe { self.bufs.spill(bid, len) });
+                        flags &= !CQE_F_BUFFER;
+                    } else {
+                        // Counted for every buffer, also the last one's.
+                        at_max = quota.filled() && *more;
+                    }
+                }
+                results.push_back((result, flags));
+                let waker = waker.take();
                 drop(slots);
-                self.give_back_buffer(flags);
+                if at_max {
+                    // The connection holds its share of the ring: stop its
+                    // receive; its reader re-arms it once it gives some back.
+                    self.bufs.count_held_max();
+                    let cancel = opcode::AsyncCancel::new(index as u64).build();
+                    // SAFETY: a cancel points at no memory.
+                    unsafe { self.submit_ignored(cancel) };
+                }
+                waker
+            }
+            Slot::Orphan {
+                multishot, chain, ..
+            } => {
+                let multishot = *multishot;
+                let last = multishot.is_none() || !cqueue::more(flags);
+                let chain = chain.take();
+                drop(slots);
+                if let Some(chain) = chain {
+                    self.advance(&chain);
+                }
+                match multishot {
+                    Some(kind) => self.drop_result(kind, result, flags),
+                    None => self.give_back_buffer(flags),
+                }
                 if last {
                     self.release(index);
                 }
@@ -465,7 +698,8 @@ impl Reactor {
     /// did: if not, the caller must leak what slots and buffers hold.
     pub fn quiesce(&self, deadline: Instant) -> bool {
         let cancel_all = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build();
-        self.submit_ignored(cancel_all);
+        // SAFETY: a cancel points at no memory.
+        unsafe { self.submit_ignored(cancel_all) };
         if self.wake_armed.get() {
             // The wake read of a blocking eventfd runs on an io-wq worker,
             // which a cancel does not interrupt: it would hold the ring
@@ -495,3 +729,7 @@ impl Reactor {
         }
     }
 }
+
+mod sends;
+#[cfg(test)]
+mod tests;

@@ -15,6 +15,15 @@
 //! previous file (`IORING_OP_CLOSE` on the index, queued behind every
 //! operation already queued for it): an operation still in the submission
 //! queue can never reach the next connection's socket.
+//!
+//! A kernel that keeps a removed file open behind older operations (before
+//! Linux 6.13, see `probe.rs`) gets no table at all: its streams use their
+//! descriptors, or a closed connection's peer could wait for its end as
+//! long as any older connection lives.
+
+mod probe;
+
+pub use probe::RegisteredFiles;
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -37,7 +46,11 @@ impl FileTable {
     /// larger table). Zero registers none: every stream uses its
     /// descriptor.
     pub fn register(ring: &IoUring, wanted: u32) -> io::Result<FileTable> {
-        let size = wanted.min(open_file_limit());
+        let size = if wanted > 0 && registered_files_mode() == RegisteredFiles::Registered {
+            wanted.min(open_file_limit())
+        } else {
+            0
+        };
         if size > 0 {
             ring.submitter().register_files_sparse(size)?;
         }
@@ -79,6 +92,12 @@ impl FileTable {
     pub fn unregistered(&self) -> u64 {
         self.unregistered.get()
     }
+}
+
+/// How this process's cores name their sockets in ring operations: the
+/// kernel's behaviour, probed once and logged when the first core starts.
+pub fn registered_files_mode() -> RegisteredFiles {
+    probe::mode()
 }
 
 fn open_file_limit() -> u32 {

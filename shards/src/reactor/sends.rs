@@ -1,0 +1,69 @@
+//! The order of one stream's sends (see [`SendChain`]).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use io_uring::squeue;
+
+use super::{Reactor, Slot};
+
+/// One stream's sends, handed to the kernel one at a time: two sends in
+/// the kernel at once may interleave their bytes when the first is short
+/// (the second writes while the first waits for room). A send started while
+/// another is in the kernel waits here, fully built, and is submitted when
+/// the one before completes, whoever (if anyone) awaits either.
+#[derive(Default)]
+pub(crate) struct SendChain {
+    /// A send of the stream is in the kernel.
+    busy: Cell<bool>,
+    /// Sends waiting for it, in the order started: slot and entry.
+    queued: RefCell<VecDeque<(usize, squeue::Entry)>>,
+}
+
+impl Reactor {
+    /// Submits send `entry` of the stream whose sends `chain` orders: now
+    /// if none of its sends is in the kernel, else after those before it.
+    /// Poll it with `poll_op`.
+    ///
+    /// # Safety
+    /// `entry` follows the submission rule (the reactor module's documentation), also
+    /// while it waits behind the sends before it.
+    pub unsafe fn submit_send(&self, entry: squeue::Entry, chain: &Rc<SendChain>) -> usize {
+        let index = self.alloc(Slot::Waiting {
+            waker: None,
+            chain: Some(chain.clone()),
+        });
+        let entry = entry.user_data(index as u64);
+        if chain.busy.replace(true) {
+            chain.queued.borrow_mut().push_back((index, entry));
+        } else {
+            // SAFETY: the caller's promise for `entry`.
+            unsafe { self.push(entry) };
+        }
+        index
+    }
+
+    /// The stream of `chain` is gone: its sends not yet in the kernel end
+    /// with `ECANCELED` without reaching it (the socket's index or
+    /// descriptor may name another socket by the time they would).
+    pub fn cancel_queued_sends(&self, chain: &SendChain) {
+        let queued = std::mem::take(&mut *chain.queued.borrow_mut());
+        for (index, _) in queued {
+            if let Some(waker) = self.complete(index, -libc::ECANCELED, 0) {
+                waker.wake();
+            }
+        }
+    }
+
+    /// A send of `chain` completed: the next one goes to the kernel.
+    pub(super) fn advance(&self, chain: &SendChain) {
+        let next = chain.queued.borrow_mut().pop_front();
+        match next {
+            // SAFETY: `submit_send` queued the entry under the submission
+            // rule; its slot (waiting or orphaned) still keeps its buffer.
+            Some((_, entry)) => unsafe { self.push(entry) },
+            None => chain.busy.set(false),
+        }
+    }
+}

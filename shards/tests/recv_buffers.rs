@@ -1,0 +1,312 @@
+//! The shared receive buffer ring under pressure: a connection that finds
+//! it empty waits without spinning and resumes when buffers come back, and
+//! a slow reader cannot take it from the fast connections beside it.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shards::net::{TcpListener, TcpStream};
+use shards::RecvBufferStats;
+
+mod common;
+use common::{on_a_core, one_core, wait_for};
+
+/// What a slow connection's reader saw: the ring while it held back, and
+/// whether every byte it then read was the one its peer sent.
+#[derive(Clone, Debug)]
+struct SlowReport {
+    while_held: RecvBufferStats,
+    intact: bool,
+}
+
+/// Bytes a slow connection's client sends after its first byte.
+const SLOW_BYTES: usize = 8 << 10;
+
+fn slow_pattern(at: usize) -> u8 {
+    (at % 251) as u8
+}
+
+/// A server on the core: a connection whose first byte is `S` is read once
+/// and then held (its first buffer kept, no more `recv`) until `release`;
+/// every other connection is echoed.
+fn serve(
+    published: Arc<Mutex<Option<SocketAddr>>>,
+    release: Arc<AtomicBool>,
+    report: Arc<Mutex<Option<SlowReport>>>,
+) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> + Send + Clone + 'static
+{
+    move || {
+        let published = published.clone();
+        let release = release.clone();
+        let report = report.clone();
+        Box::pin(async move {
+            let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+            *published.lock().unwrap() = Some(listener.local_addr());
+            loop {
+                let stream = listener.accept().await.expect("accept");
+                let release = release.clone();
+                let report = report.clone();
+                stream.set_nodelay(true).expect("TCP_NODELAY");
+                shards::spawn(async move {
+                    let Some(first) = stream.recv().await.expect("recv") else {
+                        return;
+                    };
+                    if first[0] == b'S' {
+                        hold_then_read(&stream, first, &release, &report).await;
+                    } else {
+                        echo(&stream, first).await;
+                    }
+                })
+                .detach();
+            }
+        })
+    }
+}
+
+async fn echo(stream: &TcpStream, first: shards::RecvBuf) {
+    let mut next = Some(first);
+    while let Some(buf) = next {
+        let (sent, _) = stream.send_all(buf.to_vec()).await;
+        drop(buf);
+        if sent.is_err() {
+            return;
+        }
+        next = stream.recv().await.ok().flatten();
+    }
+}
+
+async fn hold_then_read(
+    stream: &TcpStream,
+    first: shards::RecvBuf,
+    release: &AtomicBool,
+    report: &Mutex<Option<SlowReport>>,
+) {
+    let mut seen: Vec<u8> = first[1..].to_vec();
+    let mut while_held = shards::recv_buffers();
+    while !release.load(Ordering::SeqCst) {
+        while_held = shards::recv_buffers();
+        shards::sleep(Duration::from_millis(2)).await;
+    }
+    drop(first);
+    while seen.len() < SLOW_BYTES {
+        match stream.recv().await {
+            Ok(Some(buf)) => seen.extend_from_slice(&buf),
+            _ => break,
+        }
+    }
+    let intact = seen.len() == SLOW_BYTES
+        && seen
+            .iter()
+            .enumerate()
+            .all(|(at, &byte)| byte == slow_pattern(at));
+    *report.lock().unwrap() = Some(SlowReport { while_held, intact });
+}
+
+fn connect(address: SocketAddr) -> std::net::TcpStream {
+    let client = std::net::TcpStream::connect(address).expect("connect");
+    client
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    client.set_nodelay(true).unwrap();
+    client
+}
+
+/// Round trips of `payload` on a fast connection; panics if one stalls.
+fn round_trips(client: &mut std::net::TcpStream, payload: &[u8], count: usize) {
+    let mut back = vec![0u8; payload.len()];
+    for n in 0..count {
+        client.write_all(payload).unwrap();
+        client
+            .read_exact(&mut back)
+            .unwrap_or_else(|error| panic!("round trip {n} stalled: {error}"));
+        assert_eq!(back, payload);
+    }
+}
+
+/// A slow client: `S`, then its bytes in buffer-sized pieces a moment
+/// apart (a trickle, as a peer feeding a reader that fell behind).
+fn trickle(client: &mut std::net::TcpStream, piece_bytes: usize) {
+    client.write_all(b"S").unwrap();
+    let bytes: Vec<u8> = (0..SLOW_BYTES).map(slow_pattern).collect();
+    for piece in bytes.chunks(piece_bytes) {
+        client.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let micros = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+}
+
+/// With no bound per connection, a slow reader fills the whole ring; a
+/// fast connection then waits for a buffer on the waiter list (counted)
+/// while the core sleeps, and is served as soon as buffers come back.
+#[test]
+fn a_connection_finding_the_ring_empty_waits_without_spinning() {
+    let mut config = one_core();
+    config.recv_buffers_per_conn_max = u32::from(config.recv_buffers);
+    let address = Arc::new(Mutex::new(None));
+    let release = Arc::new(AtomicBool::new(false));
+    let report = Arc::new(Mutex::new(None::<SlowReport>));
+    let (runtime, shutdown) = on_a_core(
+        config.clone(),
+        serve(address.clone(), release.clone(), report.clone()),
+    );
+    let address = wait_for(&address);
+    let mut slow = connect(address);
+    // Far more than the ring holds (8 buffers of 64 bytes) arrives at once.
+    slow.write_all(b"S").unwrap();
+    let bytes: Vec<u8> = (0..SLOW_BYTES).map(slow_pattern).collect();
+    let writer = std::thread::spawn(move || {
+        slow.write_all(&bytes).unwrap();
+        slow
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let mut fast = connect(address);
+    fast.write_all(b"ping").unwrap();
+    // The fast connection is starved now; the core must sleep meanwhile.
+    std::thread::sleep(Duration::from_millis(20));
+    let before = process_cpu();
+    std::thread::sleep(Duration::from_millis(300));
+    let starved_cpu = process_cpu() - before;
+    release.store(true, Ordering::SeqCst);
+    let mut back = [0u8; 4];
+    fast.read_exact(&mut back)
+        .expect("served once buffers came back");
+    assert_eq!(&back, b"ping");
+    let slow_report = wait_for(&report);
+    let _slow = writer.join().unwrap();
+    assert!(
+        starved_cpu < Duration::from_millis(60),
+        "the core spun while a connection waited for buffers: {starved_cpu:?} in 300 ms"
+    );
+    assert!(slow_report.intact, "the slow connection's bytes");
+    assert_eq!(
+        slow_report.while_held.lent, config.recv_buffers,
+        "the slow reader held the whole ring: {:?}",
+        slow_report.while_held
+    );
+    let held = slow_report.while_held;
+    assert!(
+        held.waiting >= 1 && held.recv_buffer_waits_total >= 1,
+        "the fast connection waited on the list: {held:?}"
+    );
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
+
+/// Buffers a connection may hold in the test below.
+const HELD_MAX: u32 = 2;
+
+/// A slow reader holds at most its share of the ring, and the fast
+/// connections beside it keep being served while it holds back.
+#[test]
+fn a_slow_reader_cannot_starve_the_fast_connections_beside_it() {
+    let mut config = one_core();
+    config.recv_buffers_per_conn_max = HELD_MAX;
+    let address = Arc::new(Mutex::new(None));
+    let release = Arc::new(AtomicBool::new(false));
+    let report = Arc::new(Mutex::new(None::<SlowReport>));
+    let (runtime, shutdown) = on_a_core(
+        config.clone(),
+        serve(address.clone(), release.clone(), report.clone()),
+    );
+    let address = wait_for(&address);
+    let slow = std::thread::spawn(move || {
+        let mut slow = connect(address);
+        trickle(&mut slow, 64);
+        slow
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    let fast: Vec<_> = (0..3u8)
+        .map(|tag| {
+            std::thread::spawn(move || {
+                let mut client = connect(address);
+                round_trips(&mut client, &[tag; 100], 50);
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    for client in fast {
+        client.join().expect("a fast connection was starved");
+    }
+    let fast_elapsed = started.elapsed();
+    // Let the echo tasks give their last buffers back before the slow
+    // reader's last look at the ring.
+    std::thread::sleep(Duration::from_millis(20));
+    release.store(true, Ordering::SeqCst);
+    let slow_report = wait_for(&report);
+    let _slow = slow.join().unwrap();
+    assert!(slow_report.intact, "the slow connection's bytes");
+    let held = slow_report.while_held;
+    assert!(
+        held.held_max_total >= 1,
+        "the bound was never reached: {held:?}"
+    );
+    assert!(
+        u32::from(held.lent) <= HELD_MAX,
+        "the slow reader held more than its share: {held:?}"
+    );
+    assert!(fast_elapsed < Duration::from_secs(3), "{fast_elapsed:?}");
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
+
+/// A burst far past the connection's share arrives at once, so one kernel
+/// pass fills buffers past the bound before the core sees any: the bytes
+/// past it are copied out and their buffers given back, so the slow reader
+/// still holds no more than its share and the fast connections are served.
+#[test]
+fn a_burst_to_a_slow_reader_is_held_to_its_share() {
+    let mut config = one_core();
+    config.recv_buffers_per_conn_max = HELD_MAX;
+    let address = Arc::new(Mutex::new(None));
+    let release = Arc::new(AtomicBool::new(false));
+    let report = Arc::new(Mutex::new(None::<SlowReport>));
+    let (runtime, shutdown) = on_a_core(
+        config.clone(),
+        serve(address.clone(), release.clone(), report.clone()),
+    );
+    let address = wait_for(&address);
+    let mut slow = connect(address);
+    let mut burst = b"S".to_vec();
+    burst.extend((0..SLOW_BYTES).map(slow_pattern));
+    slow.write_all(&burst).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    let fast: Vec<_> = (0..3u8)
+        .map(|tag| {
+            std::thread::spawn(move || {
+                let mut client = connect(address);
+                round_trips(&mut client, &[tag; 100], 20);
+            })
+        })
+        .collect();
+    for client in fast {
+        client.join().expect("a fast connection was starved");
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    release.store(true, Ordering::SeqCst);
+    let slow_report = wait_for(&report);
+    assert!(slow_report.intact, "the slow connection's bytes");
+    let held = slow_report.while_held;
+    assert!(
+        u32::from(held.lent) <= HELD_MAX,
+        "the slow reader held more than its share: {held:?}"
+    );
+    assert!(
+        held.recv_buffer_spilled_total >= 1,
+        "nothing was copied out: {held:?}"
+    );
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
