@@ -132,21 +132,7 @@ fn keys_of_node_1(count: usize) -> Vec<ObjectKey> {
 }
 
 fn request_key(h: &mut Harness, node: u64, key: ObjectKey, op: u32, body: Vec<u8>) -> RequestId {
-    h.next_seq += 1;
-    let id = RequestId {
-        origin_node: NodeId(node),
-        seq: h.next_seq,
-    };
-    let request = Request {
-        id,
-        op,
-        body,
-        client: None,
-        needs_reply: true,
-    };
-    h.core(node)
-        .on_request(0, RouterHead::local(key, NodeId(node)), request);
-    id
+    h.request_key(node, 0, key, op, body)
 }
 
 #[test]

@@ -59,6 +59,18 @@ impl Harness {
     }
 
     fn request(&mut self, node: u64, op: u32, body: Vec<u8>) -> RequestId {
+        self.request_key(node, 0, KEY, op, body)
+    }
+
+    /// A request for `key` entering `node` at `now_ms`.
+    fn request_key(
+        &mut self,
+        node: u64,
+        now_ms: u64,
+        key: ObjectKey,
+        op: u32,
+        body: Vec<u8>,
+    ) -> RequestId {
         self.next_seq += 1;
         let id = RequestId {
             origin_node: NodeId(node),
@@ -72,7 +84,7 @@ impl Harness {
             needs_reply: true,
         };
         self.core(node)
-            .on_request(0, RouterHead::local(KEY, NodeId(node)), request);
+            .on_request(now_ms, RouterHead::local(key, NodeId(node)), request);
         id
     }
 

@@ -7,23 +7,9 @@
 use super::*;
 use crate::store::{RecordWrite, WriteCondition};
 
-/// A request for KEY at `now_ms` (the harness's own sends all happen at 0).
+/// A request for KEY at `now_ms` (the harness's own `request` sends at 0).
 fn request_at(h: &mut Harness, node: u64, now_ms: u64, op: u32, body: Vec<u8>) -> RequestId {
-    h.next_seq += 1;
-    let id = RequestId {
-        origin_node: NodeId(node),
-        seq: h.next_seq,
-    };
-    let request = Request {
-        id,
-        op,
-        body,
-        client: None,
-        needs_reply: true,
-    };
-    h.core(node)
-        .on_request(now_ms, RouterHead::local(KEY, NodeId(node)), request);
-    id
+    h.request_key(node, now_ms, KEY, op, body)
 }
 
 fn stored_value(h: &Harness) -> Option<i64> {
