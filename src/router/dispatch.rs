@@ -68,8 +68,8 @@ pub(crate) fn dispatch_entry(
     }
     let on_write = kind.persist() == Persist::OnWrite;
     // A periodic save lets requests run on the writable copy beside it; a
-    // copy dropped meanwhile (a fence) leaves nothing to run on, and the
-    // pull a request would start must wait for that save.
+    // copy dropped meanwhile (the save conflicted) leaves nothing to run
+    // on, and the pull a request would start must wait for that IO.
     let writable = entry.is_writable();
     if entry
         .io
