@@ -3,7 +3,7 @@
 //! then idle), per connection; then after every one of them logged in as a
 //! player of its own, per player. For scale, the same per-connection
 //! figure for `bench/echo` on the same runtime (each connection echoed a
-//! few bytes, then idle). The kernel's socket buffers are not in a
+//! frame, then idle). The kernel's socket buffers are not in a
 //! process's resident set, so they are not counted.
 //!
 //! Run: `bench/memory_per_session.sh [CONNECTIONS]` (builds and runs this
@@ -279,32 +279,17 @@ fn main() {
     };
     let echo = start_echo(&echo, listen);
     let echo_started = echo.settled_rss_bytes();
-    let mut echo_clients: Vec<TcpStream> = (0..connections)
-        .map(|_| TcpStream::connect(listen).expect("connect to echo"))
-        .collect();
-    let mut unanswered = 0;
-    for chunk in echo_clients.chunks_mut(BATCH_MAX) {
-        for stream in chunk.iter_mut() {
-            stream.write_all(b"ping").unwrap();
-        }
-        for stream in chunk.iter_mut() {
-            stream
-                .set_read_timeout(Some(Duration::from_secs(5)))
-                .unwrap();
-            let mut answer = [0u8; 4];
-            match stream.read_exact(&mut answer) {
-                Ok(()) => assert_eq!(&answer, b"ping"),
-                Err(_) => unanswered += 1,
-            }
-        }
-    }
+    let mut echo_clients: Vec<Client> = (0..connections).map(|_| Client::connect(listen)).collect();
+    // The echo answers each frame with a response carrying its body.
+    call_all(&mut echo_clients, |index, client| {
+        client.send(route::SYS_PING, 1, &(index as u64).to_le_bytes());
+    });
     let echo_connected = echo.settled_rss_bytes();
     drop(echo_clients);
     drop(echo);
     let echo_idle = per(echo_connected, echo_started, connections);
     println!(
-        "echo RSS: {:.0} KiB at start, {:.0} KiB with {connections} idle connections \
-         ({unanswered} of them not echoed within 5 s)",
+        "echo RSS: {:.0} KiB at start, {:.0} KiB with {connections} idle connections",
         kib(echo_started),
         kib(echo_connected)
     );
