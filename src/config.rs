@@ -70,6 +70,11 @@ pub struct CoresConfig {
     pub recv_buffers: u16,
     /// Bytes of each receive buffer.
     pub recv_buffer_bytes: usize,
+    /// Receive buffers one connection may hold at once: at the bound its
+    /// receive stops until its reader gives one back, and bytes a burst
+    /// brought past it are copied out of the ring (counted), so one slow
+    /// reader cannot take the buffers of the core's other connections.
+    pub recv_buffers_per_conn_max: u32,
     /// Entries of each core's registered file table: a connection in it
     /// is named by index in the ring's operations, which saves the kernel
     /// a descriptor lookup per receive and send. Connections beyond it use
@@ -99,6 +104,7 @@ impl Default for CoresConfig {
             ring_taskrun: RingTaskrun::Defer,
             recv_buffers: 512,
             recv_buffer_bytes: 16 * 1024,
+            recv_buffers_per_conn_max: 32,
             registered_files: 16 * 1024,
             spin_before_park_us: 0,
             latency_shares: 1000,
@@ -532,6 +538,12 @@ impl Config {
         if self.cores.recv_buffer_bytes == 0 || self.cores.recv_buffer_bytes > 1 << 20 {
             return invalid("cores.recv_buffer_bytes must be between 1 and 1048576");
         }
+        let per_conn_max = self.cores.recv_buffers_per_conn_max;
+        if per_conn_max == 0 || per_conn_max > u32::from(self.cores.recv_buffers) {
+            return invalid(
+                "cores.recv_buffers_per_conn_max must be between 1 and cores.recv_buffers",
+            );
+        }
         if self.gateway.body_max_bytes == 0 || self.gateway.inflight_max == 0 {
             return invalid("gateway.body_max_bytes and gateway.inflight_max must be positive");
         }
@@ -718,6 +730,23 @@ mod tests {
         assert_eq!(config.gateway.idle_timeout_ms, 60_000);
         assert_eq!(config.services.player.persist, Persist::Interval);
         assert_eq!(config.auth.duplicate_login, DuplicateLogin::KickOld);
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn a_connections_receive_buffers_are_bounded_by_the_ring() {
+        let runtime = shards::RuntimeConfig::new(shards::CorePlacement::Count(1));
+        let mut config = Config::default();
+        assert_eq!(
+            config.cores.recv_buffers_per_conn_max,
+            runtime.recv_buffers_per_conn_max
+        );
+        for refused in [0, u32::from(config.cores.recv_buffers) + 1] {
+            config.cores.recv_buffers_per_conn_max = refused;
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains("cores.recv_buffers_per_conn_max"), "{error}");
+        }
+        config.cores.recv_buffers_per_conn_max = u32::from(config.cores.recv_buffers);
         config.validate().unwrap();
     }
 

@@ -184,6 +184,65 @@ fn a_scrape_of_a_serving_node_is_strict_prometheus_text() {
 }
 
 #[test]
+fn a_serving_node_exports_the_runtime_counters_and_its_registered_files_mode() {
+    let node = TestNode::start(config());
+    let mut client = node.connect();
+    client.login(7, 1);
+    assert_eq!(
+        client.call(route::SYS_PING, 2, b"x").kind,
+        FrameKind::Response
+    );
+    // Each core copies the runtime's counters a moment after it starts;
+    // its buffer ring is never empty.
+    let exposition = wait_for(&node, "routerd_runtime_recv_buffers", &[], 1.0);
+    for (name, kind) in [
+        ("routerd_runtime_recv_buffer_waits_total", "counter"),
+        ("routerd_runtime_recv_buffer_spilled_total", "counter"),
+        ("routerd_runtime_recv_buffer_held_max_total", "counter"),
+        ("routerd_runtime_recv_buffers_lent", "gauge"),
+        ("routerd_runtime_recv_buffers", "gauge"),
+        ("routerd_runtime_ops_in_flight", "gauge"),
+        ("routerd_runtime_registered_files_in_use", "gauge"),
+        ("routerd_runtime_registered_files_mode", "gauge"),
+    ] {
+        let family = exposition
+            .families
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} is missing"));
+        assert_eq!(family.kind, kind, "{name}");
+    }
+    // A served connection keeps a receive armed on its core's ring.
+    assert!(
+        exposition
+            .value("routerd_runtime_ops_in_flight", &[])
+            .unwrap()
+            >= 1.0
+    );
+    // Exactly one mode is the node's, and it is the one the probe chose.
+    let modes = ["registered", "descriptors_only", "unprobed"];
+    let on: Vec<&str> = modes
+        .into_iter()
+        .filter(|mode| {
+            exposition.value("routerd_runtime_registered_files_mode", &[("mode", mode)])
+                == Some(1.0)
+        })
+        .collect();
+    assert_eq!(on, [shards::registered_files_mode().name()]);
+    for mode in modes.into_iter().filter(|mode| *mode != on[0]) {
+        assert_eq!(
+            exposition.value("routerd_runtime_registered_files_mode", &[("mode", mode)]),
+            Some(0.0),
+            "{mode}"
+        );
+    }
+    // With the file table in use, the client's socket holds an index
+    // (once its core has copied its counters again).
+    if on[0] == "registered" {
+        wait_for(&node, "routerd_runtime_registered_files_in_use", &[], 1.0);
+    }
+}
+
+#[test]
 fn the_parser_refuses_what_prometheus_would_misread() {
     let bad = [
         // no HELP

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shards::net::{SendOp, TcpListener, TcpStream};
 use shards::{Mesh, SendError};
-use wire::client::{ErrorCode, FrameDecoder, Peer};
+use wire::client::{ErrorCode, FrameDecoder, FrameError, FrameRef, Peer};
 use wire::frame::{ArchivedMessage, FrameBuf, Message};
 
 use super::auth::{AuthService, AuthStep};
@@ -513,32 +513,30 @@ async fn read_loop(
         outbox.begin_reader_batch();
         let mut rest: &[u8] = &received;
         while !rest.is_empty() {
-            // Takes what fits; after the frames below are drained, the
-            // decoder always has room again (or has failed).
+            // Frames whole in the received buffer are handled where they
+            // lie: no copy, and a connection whose frames arrive whole
+            // never allocates a decoding buffer of its own.
+            loop {
+                match decoder.next_frame_in(&mut rest) {
+                    Ok(Some(frame)) => handle_frame(gateway, session_id, frame, now),
+                    Ok(None) => break,
+                    Err(error) => return protocol_violation(gateway, session_id, error),
+                }
+            }
+            if rest.is_empty() {
+                break;
+            }
+            // A frame cut by the receive (or behind one): the decoder keeps
+            // it until the rest arrives. It takes what fits; after the
+            // frames below are drained, it always has room again (or has
+            // failed).
             let taken = decoder.extend(rest);
             rest = &rest[taken..];
             loop {
-                let frame = match decoder.next_frame() {
-                    Ok(Some(frame)) => frame,
+                match decoder.next_frame() {
+                    Ok(Some(frame)) => handle_frame(gateway, session_id, frame, now),
                     Ok(None) => break,
-                    Err(error) => {
-                        gateway
-                            .0
-                            .state
-                            .borrow_mut()
-                            .protocol_violation(session_id, error);
-                        gateway.flush_notices();
-                        return None;
-                    }
-                };
-                let ingress = gateway.0.state.borrow_mut().on_request(
-                    session_id,
-                    frame.header,
-                    frame.body,
-                    now,
-                );
-                if let Some(ingress) = ingress {
-                    gateway.deliver(ingress, now);
+                    Err(error) => return protocol_violation(gateway, session_id, error),
                 }
             }
         }
@@ -550,6 +548,36 @@ async fn read_loop(
         // shuts the socket down; nothing more to read.
         gateway.0.state.borrow().session(session_id)?;
     }
+}
+
+/// Hands one client frame to the gateway's state machine, and what it
+/// lets through to its service.
+fn handle_frame(gateway: &GatewayHandle, session_id: u64, frame: FrameRef<'_>, now: Instant) {
+    let ingress =
+        gateway
+            .0
+            .state
+            .borrow_mut()
+            .on_request(session_id, frame.header, frame.body, now);
+    if let Some(ingress) = ingress {
+        gateway.deliver(ingress, now);
+    }
+}
+
+/// The stream cannot be resynchronised: the session is closed (counted
+/// by the state machine); the read loop ends with nothing more to report.
+fn protocol_violation(
+    gateway: &GatewayHandle,
+    session_id: u64,
+    error: FrameError,
+) -> Option<CloseReason> {
+    gateway
+        .0
+        .state
+        .borrow_mut()
+        .protocol_violation(session_id, error);
+    gateway.flush_notices();
+    None
 }
 
 /// Drains the session's outbox into the socket, one send per batch, until

@@ -5,7 +5,7 @@
 //!
 //! Every metric is declared once, with its name, help and type, by
 //! `metric_set!` or `counter_set!` (family.rs) in this folder: gateway.rs,
-//! router.rs, store.rs; the node-level ones (mesh, store queue, build) are
+//! router.rs, runtime.rs, store.rs; the node-level ones (mesh, store queue, build) are
 //! in this file. PROTOCOL.md lists the names operators rely on; a test
 //! keeps them.
 
@@ -17,6 +17,7 @@ mod family;
 mod gateway;
 mod histogram;
 mod router;
+mod runtime;
 mod store;
 
 pub use self::cluster::ClusterStats;
@@ -26,6 +27,7 @@ pub use self::family::{write_families, Families, Family, Kind, Metric, Series, V
 pub use self::gateway::{GatewayStats, RequestLatency};
 pub use self::histogram::{Histogram, BUCKET_BOUNDS};
 pub use self::router::{RouterCounterCells, RouterCounters, RouterStats};
+pub use self::runtime::{RuntimeStats, RUNTIME_MIRROR_INTERVAL};
 pub use self::store::StoreStats;
 use crate::gateway::routes::RouteTable;
 use crate::store::StoreProbe;
@@ -98,6 +100,7 @@ pub struct CoreMetrics {
     pub router: RouterStats,
     pub router_counters: RouterCounterCells,
     pub cluster: ClusterStats,
+    pub runtime: RuntimeStats,
 }
 
 /// The node's metrics: one [`CoreMetrics`] per core, the runtime's mesh
@@ -200,12 +203,18 @@ impl NodeMetrics {
         gateway::write_request_latency(out, &self.routes, cores.clone().map(|core| &core.requests));
         write_families(out, cores.clone().map(|core| &core.router));
         write_families(out, cores.clone().map(|core| &core.router_counters));
-        write_families(out, cores.map(|core| &core.cluster));
+        write_families(out, cores.clone().map(|core| &core.cluster));
+        write_families(out, cores.map(|core| &core.runtime));
         let store = self.store.iter();
         write_families(out, store.clone().map(StoreProbe::stats));
         self::store::write_store_errors(out, store.clone());
         write_family_list(out, STORE_QUEUE_FAMILIES, store);
         write_family_list(out, MESH_FAMILIES, self.mesh.iter().map(|mesh| &**mesh));
+        write_family_list(
+            out,
+            runtime::REGISTERED_FILES_FAMILIES,
+            std::iter::once(&()),
+        );
         write_family_list(out, BUILD_FAMILIES, std::iter::once(&()));
     }
 }

@@ -15,6 +15,7 @@ use crate::cluster::outgoing::{CoreLinks, LinkSettings, SUSPECT_AFTER_PINGS};
 use crate::config::Config;
 use crate::gateway::driver;
 use crate::gateway::GatewayHandle;
+use crate::metrics::{CoreMetrics, RUNTIME_MIRROR_INTERVAL};
 use crate::object::Registry;
 use crate::ops::{self, CoreOps};
 use crate::router::driver::{clock, DriverParts, FrameSource, RouterDriver};
@@ -181,6 +182,7 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
     if let Some(agent) = &agent {
         shards::spawn(agent.clone().run()).detach();
     }
+    shards::spawn(mirror_runtime(metrics.clone())).detach();
     core.ready();
     futures_lite::future::or(driver::serve(gateway, listener), core.shutdown().wait()).await;
     // Client IO has stopped being accepted; save and release every object
@@ -193,6 +195,15 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
     shared.view.core_released();
     if let Some(agent) = agent {
         agent.leave(stopping + budget * 19 / 20).await;
+    }
+}
+
+/// Copies the runtime's counters of this core into its metrics until the
+/// core stops (the runtime keeps them on the core, unshared).
+async fn mirror_runtime(metrics: Arc<CoreMetrics>) {
+    loop {
+        metrics.runtime.mirror_core();
+        shards::sleep(RUNTIME_MIRROR_INTERVAL).await;
     }
 }
 

@@ -373,6 +373,7 @@ fn runtime_config(config: &Config) -> RuntimeConfig {
     };
     runtime.recv_buffers = config.cores.recv_buffers;
     runtime.recv_buffer_bytes = config.cores.recv_buffer_bytes;
+    runtime.recv_buffers_per_conn_max = config.cores.recv_buffers_per_conn_max;
     runtime.registered_files = config.cores.registered_files;
     runtime.spin_before_park = Duration::from_micros(config.cores.spin_before_park_us);
     runtime.latency_shares = config.cores.latency_shares;

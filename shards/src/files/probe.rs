@@ -47,7 +47,7 @@ pub enum RegisteredFiles {
 
 impl RegisteredFiles {
     /// The mode's name, for logs and metric labels.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             RegisteredFiles::Registered => "registered",
             RegisteredFiles::DescriptorsOnly => "descriptors_only",

@@ -3,9 +3,12 @@
 
 use super::header::{decode_header, FrameError, Header, Peer, HEADER_LEN};
 
-/// The buffer a new decoder starts with. Most frames are small (pings,
-/// counters, room messages), so a connection costs this much until a larger
-/// frame arrives; the buffer then grows, at most to `HEADER_LEN + max_body`.
+/// The buffer a decoder takes when it first needs one. Most frames are
+/// small (pings, counters, room messages), so a connection costs this much
+/// until a larger frame arrives; the buffer then grows, at most to
+/// `HEADER_LEN + max_body`. A new decoder holds none: a server that finds
+/// whole frames in what it received ([`FrameDecoder::next_frame_in`]) never
+/// needs one, which is most of an idle connection's memory.
 pub const INITIAL_BUFFER_LEN: usize = 4096;
 
 /// One decoded frame, borrowing its body from the decoder's buffer.
@@ -43,7 +46,7 @@ impl FrameDecoder {
     pub fn new(from: Peer, max_body: u32) -> FrameDecoder {
         let limit = HEADER_LEN.saturating_add(usize::try_from(max_body).unwrap_or(usize::MAX));
         FrameDecoder {
-            buf: vec![0u8; INITIAL_BUFFER_LEN.min(limit)],
+            buf: Vec::new(),
             start: 0,
             end: 0,
             from,
@@ -60,6 +63,44 @@ impl FrameDecoder {
     /// Bytes received but not yet returned as frames.
     pub fn buffered_len(&self) -> usize {
         self.end - self.start
+    }
+
+    /// Bytes of buffer the decoder holds (0 until it first needs one).
+    pub fn buffer_bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next frame whole in `bytes`, borrowed from them without a copy,
+    /// with `bytes` advanced past it; `Ok(None)` if `bytes` holds no whole
+    /// frame, or if this decoder holds bytes of its own (they come first:
+    /// give `bytes` to [`extend`](Self::extend) then). A header that fails
+    /// validation fails the decoder as [`next_frame`](Self::next_frame)
+    /// would.
+    pub fn next_frame_in<'a>(
+        &mut self,
+        bytes: &mut &'a [u8],
+    ) -> Result<Option<FrameRef<'a>>, FrameError> {
+        if let Some(error) = self.failed {
+            return Err(error);
+        }
+        if self.buffered_len() > 0 {
+            return Ok(None);
+        }
+        let Some((header_bytes, after)) = bytes.split_first_chunk::<HEADER_LEN>() else {
+            return Ok(None);
+        };
+        let header = match decode_header(header_bytes, self.from, self.max_body) {
+            Ok(header) => header,
+            Err(error) => {
+                self.failed = Some(error);
+                return Err(error);
+            }
+        };
+        let Some((body, rest)) = after.split_at_checked(header.body_len as usize) else {
+            return Ok(None);
+        };
+        *bytes = rest;
+        Ok(Some(FrameRef { header, body }))
     }
 
     /// Spare space to read socket bytes into; report how many were written
@@ -167,7 +208,10 @@ impl FrameDecoder {
         }
         if self.buf.len() < needed {
             debug_assert!(needed <= self.limit);
-            let grown = needed.max(self.buf.len().saturating_mul(2)).min(self.limit);
+            let grown = needed
+                .max(self.buf.len().saturating_mul(2))
+                .max(INITIAL_BUFFER_LEN)
+                .min(self.limit);
             self.compact();
             self.buf.resize(grown, 0);
         } else if self.start + needed > self.buf.len() || self.spare_is_small() {
@@ -197,6 +241,46 @@ impl FrameDecoder {
 mod tests {
     use super::*;
     use crate::client::{encode_frame, FrameKind};
+
+    #[test]
+    fn whole_frames_in_received_bytes_need_no_buffer() {
+        let mut bytes = Vec::new();
+        encode_frame(&mut bytes, FrameKind::Request, 7, 1, b"one");
+        encode_frame(&mut bytes, FrameKind::Request, 7, 2, b"two");
+        encode_frame(&mut bytes, FrameKind::Request, 7, 3, b"three");
+        let cut = bytes.len() - 2;
+        let mut decoder = FrameDecoder::new(Peer::Client, 1 << 16);
+        assert_eq!(decoder.buffer_bytes(), 0);
+        let mut rest = &bytes[..cut];
+        let first = decoder.next_frame_in(&mut rest).unwrap().unwrap();
+        assert_eq!((first.header.seq, first.body), (1, &b"one"[..]));
+        let second = decoder.next_frame_in(&mut rest).unwrap().unwrap();
+        assert_eq!((second.header.seq, second.body), (2, &b"two"[..]));
+        // The third is cut: it waits in the decoder's own buffer.
+        assert_eq!(decoder.next_frame_in(&mut rest).unwrap(), None);
+        assert_eq!(decoder.buffer_bytes(), 0);
+        assert_eq!(decoder.extend(rest), rest.len());
+        assert_eq!(decoder.buffer_bytes(), INITIAL_BUFFER_LEN);
+        assert_eq!(decoder.next_frame().unwrap(), None);
+        // Buffered bytes come first: a later whole frame waits behind them.
+        let mut tail = &bytes[cut..];
+        assert_eq!(decoder.next_frame_in(&mut tail).unwrap(), None);
+        assert_eq!(decoder.extend(tail), 2);
+        let third = decoder.next_frame().unwrap().unwrap();
+        assert_eq!((third.header.seq, third.body), (3, &b"three"[..]));
+    }
+
+    #[test]
+    fn a_bad_header_in_received_bytes_fails_the_decoder() {
+        let mut bytes = Vec::new();
+        encode_frame(&mut bytes, FrameKind::Request, 7, 1, &[0u8; 65]);
+        let mut decoder = FrameDecoder::new(Peer::Client, 64);
+        let mut rest = &bytes[..];
+        let error = decoder.next_frame_in(&mut rest).unwrap_err();
+        assert_eq!(rest.len(), bytes.len());
+        assert_eq!(decoder.next_frame(), Err(error));
+        assert_eq!(decoder.next_frame_in(&mut rest), Err(error));
+    }
 
     fn request(route_id: u32, seq: u32, body: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
