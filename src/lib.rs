@@ -27,7 +27,11 @@ pub mod object;
 pub mod ops;
 pub mod router;
 pub mod services;
+#[cfg(test)]
+mod sim;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use builder::{serving_addresses, NodeBuilder};
 

@@ -8,7 +8,7 @@
 //! `on_flush` at the end of a batch of events when asked by
 //! `Effect::FlushSavesAfterBatch`) and perform the [`Effect`]s it queues
 //! (`drain_effects`). It does no IO, reads no clock, and draws randomness
-//! only from the seed it was built with, so the simulator in [`sim`] can run
+//! only from the seed it was built with, so the simulator (`crate::sim`, test-only) can run
 //! many nodes of it deterministically.
 //!
 //! The seed's operations keep their names: `mutable_cache` / `pull_cache`
@@ -31,9 +31,6 @@ mod transfer;
 pub mod types;
 
 pub mod driver;
-
-#[cfg(test)]
-mod sim;
 
 #[cfg(test)]
 mod tests;

@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 
 use wire::ObjectKey;
 
-use super::sim::counter::{counter_value, CounterType, COUNTER_TYPE_ID, OP_ADD, OP_GET};
 use super::*;
 use crate::config::{Persist, RouterConfig};
+use crate::sim::counter::{counter_value, CounterType, COUNTER_TYPE_ID, OP_ADD, OP_GET};
 use crate::store::{MemoryTable, NodeId, RouteVersion, WriteOutcome};
+use crate::testing::answer_store as answer;
 
 fn config() -> RouterConfig {
     RouterConfig {
@@ -100,16 +101,6 @@ impl Harness {
             if flush {
                 self.core(node).on_flush(now_ms);
             }
-        }
-    }
-}
-
-fn answer(table: &mut MemoryTable, op: StoreOp) -> StoreReply {
-    match op {
-        StoreOp::Load(key) => StoreReply::Loaded(table.load(key)),
-        StoreOp::Write(write) => StoreReply::Written(table.write(&write)),
-        StoreOp::WriteBatch(writes) => {
-            StoreReply::WrittenBatch(writes.iter().map(|w| table.write(w)).collect())
         }
     }
 }

@@ -100,9 +100,7 @@ mod tests {
     use super::player::{self, PlayerType};
     use super::room::{self, RoomType};
     use crate::config::{DuplicateLogin, Persist, RouterConfig};
-    use crate::router::{
-        ClientRef, Effect, Request, RequestId, RouterCore, RouterHead, StoreOp, StoreReply,
-    };
+    use crate::router::{ClientRef, Effect, Request, RequestId, RouterCore, RouterHead};
     use crate::store::{MemoryTable, NodeId};
 
     /// One node, one core: performs Store and Submit effects until quiet and
@@ -113,13 +111,7 @@ mod tests {
         while let Some(effect) = queue.pop_front() {
             match effect {
                 Effect::Store { token, op } => {
-                    let reply = match op {
-                        StoreOp::Load(key) => StoreReply::Loaded(table.load(key)),
-                        StoreOp::Write(write) => StoreReply::Written(table.write(&write)),
-                        StoreOp::WriteBatch(writes) => StoreReply::WrittenBatch(
-                            writes.iter().map(|w| table.write(w)).collect(),
-                        ),
-                    };
+                    let reply = crate::testing::answer_store(table, op);
                     core.on_store_reply(0, token, reply);
                 }
                 Effect::Submit { head, request } => core.on_request(0, head, *request),

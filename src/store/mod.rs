@@ -14,7 +14,6 @@ mod memory;
 pub mod memory_table;
 mod postgres;
 mod postgres_batch;
-pub mod postgres_server;
 mod postgres_sql;
 mod postgres_statements;
 pub mod record;

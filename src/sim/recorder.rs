@@ -37,7 +37,7 @@ impl ObjectType for Recorded {
         self.inner.auto_create()
     }
 
-    fn may_create(&self, op: u32) -> Result<(), super::super::types::Outcome> {
+    fn may_create(&self, op: u32) -> Result<(), crate::router::types::Outcome> {
         self.inner.may_create(op)
     }
 
