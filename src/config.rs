@@ -16,6 +16,11 @@ pub use self::cluster::{
 use self::secret::SecretKey;
 pub use self::secret::{Secret, SecretError, MASK};
 
+/// Pool connections one store keeps at most (plus its membership
+/// connection): a PostgreSQL backend process each, and a server's
+/// `max_connections` is shared by every routerd node.
+pub const POSTGRES_POOL_SIZE_MAX: usize = 64;
+
 /// The effective configuration of one node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -323,7 +328,7 @@ pub struct StoreConfig {
     /// `ROUTERD_STORE_URL` wins over it.
     pub url: String,
     /// PostgreSQL connections the store thread keeps, at most
-    /// `store::POSTGRES_POOL_SIZE_MAX`.
+    /// [`POSTGRES_POOL_SIZE_MAX`].
     pub pool_size: usize,
 }
 
@@ -556,8 +561,7 @@ impl Config {
         if self.store.backend == StoreBackend::Postgres && self.store.url.is_empty() {
             return invalid("store.backend = \"postgres\" needs store.url (or ROUTERD_STORE_URL)");
         }
-        if self.store.pool_size == 0 || self.store.pool_size > crate::store::POSTGRES_POOL_SIZE_MAX
-        {
+        if self.store.pool_size == 0 || self.store.pool_size > POSTGRES_POOL_SIZE_MAX {
             return invalid("store.pool_size must be between 1 and 64");
         }
         if self.store.queue_max == 0 || self.store.batch_max == 0 {
@@ -813,7 +817,7 @@ mod tests {
         config.validate().unwrap();
         config.store.pool_size = 0;
         assert!(config.validate().is_err());
-        config.store.pool_size = crate::store::POSTGRES_POOL_SIZE_MAX + 1;
+        config.store.pool_size = POSTGRES_POOL_SIZE_MAX + 1;
         assert!(config.validate().is_err());
         // A request rate needs a bucket to hold its tokens; no rate needs none.
         let mut config = Config::default();

@@ -16,6 +16,7 @@ pub mod admin;
 mod builder;
 pub mod catalog;
 pub mod client;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod ctl;
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod node;
 pub mod object;
 pub mod ops;
+pub mod route;
 pub mod router;
 pub mod services;
 #[cfg(test)]

@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use routerd::config::StoreBackend;
-use routerd::metrics::NodeMetrics;
 use routerd::store::{open_sqlite, GroupCommit};
 use support::prometheus::{self, Exposition};
 use support::{config, TestNode};
@@ -219,8 +218,8 @@ fn rendering_allocates_only_the_output_buffer() {
         GroupCommit::On,
     )
     .unwrap();
-    let mut metrics = NodeMetrics::new(4);
-    metrics.store = Some(store.probe());
+    let mut metrics = routerd::testing::node_metrics(4);
+    metrics.store = Some(std::sync::Arc::new(store.probe()));
     for (index, core) in metrics.cores.iter().enumerate() {
         core.gateway.sessions_accepted.add(index as u64);
         core.requests.record(3, Duration::from_micros(300));

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use routerd::gateway::routes::Direction;
+use routerd::route::Direction;
 use wire::client::{
     decode_error_body, encode_error_frame, encode_frame, ErrorCode, FrameDecoder, FrameKind, Peer,
     DEFAULT_MAX_BODY,

@@ -49,7 +49,7 @@ pub struct GatewayShared {
     /// Sessions open on the node, over all cores, against `sessions_max`.
     pub sessions_open: Arc<AtomicU32>,
     /// The node's routes (system routes and those its types declared).
-    pub routes: Arc<super::routes::RouteTable>,
+    pub routes: Arc<crate::route::RouteTable>,
 }
 
 struct CoreGateway {

@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn render_sums_over_cores() {
-    let metrics = NodeMetrics::new(2);
+    let metrics = crate::testing::node_metrics(2);
     metrics.cores[0].gateway.sessions_accepted.add(2);
     metrics.cores[1].gateway.sessions_accepted.inc();
     metrics.cores[1].gateway.egress_stale_epoch.inc();
@@ -34,7 +34,7 @@ fn render_sums_over_cores() {
 
 #[test]
 fn histograms_sum_buckets_over_cores_cumulatively() {
-    let metrics = NodeMetrics::new(2);
+    let metrics = crate::testing::node_metrics(2);
     // player.get is the third route of the built-in table, by id.
     metrics.cores[0]
         .requests

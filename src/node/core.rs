@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{MeshMessage, NodeShared};
 use crate::catalog::CoreCatalog;
+use crate::clock;
 use crate::cluster::agent::{Agent, AgentParts};
 use crate::cluster::follow::Follower;
 use crate::cluster::incoming::Incoming;
@@ -17,7 +18,7 @@ use crate::gateway::driver;
 use crate::gateway::GatewayHandle;
 use crate::object::Registry;
 use crate::ops::{self, CoreOps};
-use crate::router::driver::{clock, DriverParts, FrameSource, RouterDriver};
+use crate::router::driver::{DriverParts, FrameSource, RouterDriver};
 use crate::router::RouterCore;
 use crate::services::port::{PortParts, ServicesPort};
 use crate::store::NodeId;

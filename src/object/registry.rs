@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::adapter::ServiceAdapter;
 use super::{ClientRoute, ObjectType, Pick, RouteKind, Service};
 use crate::catalog::ActorConfig;
-use crate::gateway::routes::{RouteError, RouteTable, Served};
+use crate::route::{RouteError, RouteTable, Served};
 use crate::router::RouterCore;
 
 /// Why a set of object types and services cannot be served together.

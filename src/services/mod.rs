@@ -18,8 +18,8 @@ pub mod port;
 pub mod room;
 
 use crate::config::Config;
-use crate::gateway::routes::RouteTable;
 use crate::object::Registry;
+use crate::route::RouteTable;
 
 /// The router type ids of the built-in objects (type 1 is the router's own
 /// test counter).

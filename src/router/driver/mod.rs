@@ -16,7 +16,6 @@
 //!   [`ClientSide`], which the services implement over the gateway;
 //! - store requests are [`Store`] futures; timers are the core's timers.
 
-pub mod clock;
 mod effects;
 mod forwarded;
 pub(crate) mod frames;
@@ -48,6 +47,7 @@ use super::types::{
     StoreToken, Timer, TransferDone,
 };
 use super::{DrainProgress, RouterCore, TransferError};
+use crate::clock;
 use crate::metrics::{CoreMetrics, RouterStats};
 use crate::store::{MemberState, NodeId, Store};
 

@@ -5,6 +5,10 @@
 
 use wire::hash::stable_hash64;
 
+/// Ops at or above this are the router's own events; no client route and
+/// no object-to-object op may use them.
+pub const OP_RESERVED_MIN: u32 = 0xFFFF_FF00;
+
 /// How the key of the object a request addresses comes out of the request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeyFrom {
@@ -28,6 +32,17 @@ impl KeyFrom {
             KeyFrom::BodyHash => Some(stable_hash64(body)),
         }
     }
+}
+
+/// How a service's nodes share its keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pick {
+    /// Rendezvous hashing: every serving node gets an equal share.
+    #[default]
+    Rendezvous,
+    /// Weighted rendezvous: a node gets `weight / sum of weights` of the
+    /// keys, by the weight it advertises (`object::Service::weight`).
+    Weighted,
 }
 
 /// What a route carries.
