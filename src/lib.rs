@@ -14,6 +14,7 @@
 
 pub mod admin;
 mod builder;
+pub mod builtins;
 pub mod catalog;
 pub mod client;
 pub mod clock;
@@ -28,7 +29,6 @@ pub mod object;
 pub mod ops;
 pub mod route;
 pub mod router;
-pub mod services;
 #[cfg(test)]
 mod sim;
 pub mod store;

@@ -19,11 +19,11 @@ use serde_json::json;
 use wire::ObjectKey;
 
 use super::AdminState;
+use crate::builtins::{player, room};
 use crate::clock;
 use crate::cluster::view::LinkStatus;
 use crate::ops::drain::DrainRefused;
 use crate::ops::transfer::{OpAnswer, TransferCall};
-use crate::services::{player, room};
 use crate::store::NodeId;
 
 pub(super) type Body = Full<Bytes>;
@@ -58,7 +58,7 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
 /// there would only be refused.
 async fn healthz(state: &AdminState) -> Response<Body> {
     let phase = state.phase.get();
-    if phase != super::Phase::Serving {
+    if phase != crate::ops::Phase::Serving {
         return text(StatusCode::SERVICE_UNAVAILABLE, phase.name());
     }
     let Some(store) = &state.store else {
@@ -386,7 +386,7 @@ mod tests {
     use shards::ShutdownHandle;
 
     use super::*;
-    use crate::admin::NodePhase;
+    use crate::ops::NodePhase;
 
     fn call(state: &AdminState, method: Method, path: &str) -> (StatusCode, String) {
         let request = Request::builder()

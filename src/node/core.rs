@@ -6,6 +6,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::port::{PortParts, ServicesPort};
 use super::{MeshMessage, NodeShared};
 use crate::catalog::CoreCatalog;
 use crate::clock;
@@ -20,7 +21,6 @@ use crate::object::Registry;
 use crate::ops::{self, CoreOps};
 use crate::router::driver::{DriverParts, FrameSource, RouterDriver};
 use crate::router::RouterCore;
-use crate::services::port::{PortParts, ServicesPort};
 use crate::store::NodeId;
 
 pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>) {

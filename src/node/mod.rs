@@ -10,7 +10,7 @@ use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 use self::core::core_main;
 use self::listeners::{bind_cluster, reserve};
 
-use crate::admin::{Admin, AdminState, NodePhase};
+use crate::admin::{Admin, AdminState};
 use crate::catalog::Catalog;
 use crate::cluster::agent::{self, JoinError};
 use crate::cluster::membership::{Advertisement, Membership};
@@ -20,12 +20,14 @@ use crate::gateway::driver::GatewayShared;
 use crate::metrics::NodeMetrics;
 use crate::object::{Registry, RegistryError};
 use crate::ops::drain::DrainStatus;
+use crate::ops::NodePhase;
 use crate::ops::{CoreCommands, Ops, OpsParts};
 use crate::route::RouteTable;
 use crate::store::{MemberState, NodeId, OpenError, Store};
 
 mod core;
 mod listeners;
+mod port;
 
 /// How long the cores may take to bind their listeners and report ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn clashes_are_refused_naming_both() {
-        let mut registry = crate::services::builtins(&crate::config::Config::default());
+        let mut registry = crate::builtins::registry(&crate::config::Config::default());
         assert_eq!(registry.names(), vec!["player", "room"]);
         assert_eq!(
             registry.add_service(Echo(2, "echo", 300)),
@@ -259,7 +259,7 @@ mod tests {
     /// what comes after it keeps the actor id of its position.
     #[test]
     fn a_remote_service_has_routes_and_no_actor() {
-        let mut registry = crate::services::builtins(&crate::config::Config::default());
+        let mut registry = crate::builtins::registry(&crate::config::Config::default());
         registry
             .add_remote_service(&Echo(200, "echo", 300))
             .unwrap();

@@ -23,7 +23,7 @@ use crate::store::MemoryTable;
 /// room): what the lower layers' tests check against without reaching up
 /// to the built-ins themselves.
 pub fn builtin_routes() -> RouteTable {
-    crate::services::builtin_routes()
+    crate::builtins::builtin_routes()
 }
 
 /// The metrics of a node of `core_count` cores with the built-in routes.

@@ -1,4 +1,4 @@
-//! The seam between the gateway and the router, on the services' side:
+//! The seam between the gateway and the router, on the node's side:
 //! which object each client route addresses, and how the router's answers
 //! reach sessions. One per core, it is the gateway's [`PlayerPort`] (client
 //! requests, logins and session ends in) and the router's [`ClientSide`]
@@ -15,7 +15,7 @@ use wire::frame::{ArchivedMessage, FrameBuf};
 use wire::hash::stable_hash64;
 use wire::ObjectKey;
 
-use super::player;
+use crate::builtins::player;
 use crate::catalog::{pick_among, CoreCatalog};
 use crate::cluster::view::ClusterView;
 use crate::gateway::{EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, PlayerPort};
@@ -295,7 +295,7 @@ mod tests {
     /// names; a body that cannot name a room has no target.
     #[test]
     fn routes_map_to_their_objects() {
-        let table = crate::services::builtin_routes();
+        let table = crate::builtins::builtin_routes();
         let key_of = |route_id, player_id, body: &[u8]| {
             let target = table.target(route_id)?;
             let id = target.key.object_id(player_id, body)?;
