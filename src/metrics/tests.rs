@@ -124,7 +124,7 @@ fn router_counters_are_all_exported_and_mirrored() {
         handled_total: 3,
         sends_total: 4,
         forwards_total: 5,
-        transfer_ttl_exceeded_total: 6,
+        forward_hops_exceeded_total: 6,
         pulls_total: 7,
         repair_attempts_total: 8,
         claims_total: 9,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use wire::ObjectKey;
 
-use crate::router::object::{one_way, ObjectCall, ObjectTimer, OP_RESERVED_MIN};
+use crate::router::handler::{one_way, ObjectCall, ObjectTimer, OP_RESERVED_MIN};
 use crate::router::{
     ClientRef, ErrorCode, HandlerOutput, HandlerReply, Outcome, Request, RequestId,
 };

@@ -22,9 +22,9 @@ mod core;
 mod dispatch;
 mod drain;
 mod entry;
+pub mod handler;
 mod io;
 pub(crate) mod mutant;
-pub mod object;
 mod service;
 mod timers;
 mod transfer;
@@ -40,7 +40,7 @@ pub use self::core::{
     REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX, SHUTDOWN_BATCH_MAX,
 };
 pub use drain::DrainProgress;
-pub use object::{
+pub use handler::{
     DecodeError, HandlerOutput, HandlerReply, ObjectCall, ObjectState, ObjectTimer, ObjectType,
     ServiceHandler,
 };

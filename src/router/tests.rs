@@ -178,7 +178,7 @@ fn a_non_owner_forwards_and_neither_runs_nor_answers() {
     let sent = routed(&effects);
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].0, NodeId(owner));
-    assert_eq!(sent[0].1.transfer_ttl, 1);
+    assert_eq!(sent[0].1.forward_hops, 1);
     assert_eq!(sent[0].1.route_version, RouteVersion(1));
     assert_eq!(sent[0].2, id);
     // The owner runs it and answers the origin.
@@ -207,7 +207,7 @@ fn forwarding_is_refused_past_transfer_max_ttl() {
         key: KEY,
         route_version: RouteVersion(1),
         source_node: NodeId(9),
-        transfer_ttl: config().forward_hops_max,
+        forward_hops: config().forward_hops_max,
     };
     let request = Request {
         id,
@@ -220,7 +220,7 @@ fn forwarding_is_refused_past_transfer_max_ttl() {
     let effects = h.settle(other, 0);
     assert!(routed(&effects).is_empty());
     assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
-    assert_eq!(h.core(other).counters().transfer_ttl_exceeded_total, 1);
+    assert_eq!(h.core(other).counters().forward_hops_exceeded_total, 1);
 }
 
 #[test]
@@ -240,7 +240,7 @@ fn forwarder_with_a_newer_route_syncs_the_source_which_updates_only_older_caches
         key: KEY,
         route_version: RouteVersion(0),
         source_node: NodeId(source),
-        transfer_ttl: 1,
+        forward_hops: 1,
     };
     let request = Request {
         id,
@@ -1079,7 +1079,7 @@ fn a_request_naming_a_newer_route_than_the_store_is_repaired_three_times_at_most
         key: KEY,
         route_version: RouteVersion(100),
         source_node: NodeId(owner),
-        transfer_ttl: 1,
+        forward_hops: 1,
     };
     let id = RequestId {
         origin_node: NodeId(owner),

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use wire::ObjectKey;
 
 use crate::config::Persist;
-use crate::router::object::{DecodeError, HandlerOutput, ObjectState, ObjectType};
+use crate::router::handler::{DecodeError, HandlerOutput, ObjectState, ObjectType};
 use crate::router::Request;
 
 /// Keys of the mutating handler runs since the log was last read.

@@ -11,7 +11,7 @@ use super::replies::RouteKind;
 use super::store_ops::perform_store_op;
 use super::{CallRoute, Destination, Input, LinkRefusal, RouterDriver, FLUSH_LINGER};
 use crate::clock;
-use crate::router::object::answer_event;
+use crate::router::handler::answer_event;
 use crate::router::types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead, StoreOp,
     StoreToken, Timer, TransferDone,
