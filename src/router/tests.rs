@@ -1069,42 +1069,6 @@ fn an_unavailable_owner_is_read_once_more_then_answered_unavailable() {
     assert!(routed(&effects).is_empty());
 }
 
-#[test]
-fn a_request_naming_a_newer_route_than_the_store_is_repaired_three_times_at_most() {
-    let mut h = Harness::new(2, Persist::Interval);
-    let owner = claim_on_default(&mut h, 2);
-    let other = 3 - owner;
-    // A head newer than anything stored: every re-read finds it older.
-    let head = RouterHead {
-        key: KEY,
-        route_version: RouteVersion(100),
-        source_node: NodeId(owner),
-        forward_hops: 1,
-    };
-    let id = RequestId {
-        origin_node: NodeId(owner),
-        seq: 77,
-    };
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
-    h.core(other).on_request(1, head, request);
-    let effects = settle_at(&mut h, other, 1);
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
-    assert_eq!(
-        h.core(other).counters().pulls_total,
-        u64::from(REPAIR_ATTEMPTS_MAX)
-    );
-    assert_eq!(
-        h.core(other).counters().repair_attempts_total,
-        u64::from(REPAIR_ATTEMPTS_MAX) + 1
-    );
-}
-
 #[path = "drain_tests.rs"]
 mod drain_tests;
 

@@ -390,6 +390,10 @@ fn a_route_that_never_catches_up_ends_in_unavailable_within_the_repair_bound() {
         h.core(other).counters().pulls_total,
         u64::from(REPAIR_ATTEMPTS_MAX)
     );
+    assert_eq!(
+        h.core(other).counters().repair_attempts_total,
+        u64::from(REPAIR_ATTEMPTS_MAX) + 1
+    );
 }
 
 /// One core of node 1, alone, with `config`, and one OP_GET for KEY whose
