@@ -1,7 +1,7 @@
 //! `/metrics` as Prometheus reads it: a scrape of a serving node parses
 //! under a strict text-format parser (every family with HELP and TYPE,
 //! histogram buckets cumulative with `+Inf` = count), keeps every name
-//! PROTOCOL.md lists, shows request and store latencies, and rendering it
+//! docs/protocol.md lists, shows request and store latencies, and rendering it
 //! allocates nothing beyond its output buffer.
 
 mod support;
@@ -57,7 +57,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
-/// Every name PROTOCOL.md's admin section lists.
+/// Every name docs/protocol.md's admin section lists.
 const PROTOCOL_NAMES: [&str; 14] = [
     "routerd_gateway_sessions_accepted_total",
     "routerd_gateway_sessions_active",

@@ -1,5 +1,5 @@
 //! The gateway's metrics: its counters (`GatewayStats` of the seed, named
-//! as PROTOCOL.md lists them) and the request latency per route.
+//! as docs/protocol.md lists them) and the request latency per route.
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! Every metric is declared once, with its name, help and type, by
 //! `metric_set!` or `counter_set!` (family.rs) in this folder: gateway.rs,
 //! router.rs, store.rs; the node-level ones (mesh, store queue, build) are
-//! in this file. PROTOCOL.md lists the names operators rely on; a test
+//! in this file. docs/protocol.md lists the names operators rely on; a test
 //! keeps them.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
