@@ -103,9 +103,8 @@ impl JumpWatch {
     /// ran ahead of the monotonic one by more than the threshold since the
     /// last reading.
     pub fn observe(&mut self, now: Readings) -> Option<String> {
-        let Some(last) = self.last.replace(now) else {
-            return None;
-        };
+        // The first reading has nothing to compare with.
+        let last = self.last.replace(now)?;
         let monotonic = now.monotonic_ms.saturating_sub(last.monotonic_ms);
         let boot = now.boot_ms.saturating_sub(last.boot_ms);
         let wall = now.wall_ms.saturating_sub(last.wall_ms);

@@ -25,20 +25,32 @@ pub use self::secret::{Secret, SecretError, MASK};
 pub const POSTGRES_POOL_SIZE_MAX: usize = 64;
 
 /// The effective configuration of one node.
+/// The whole configuration: one section a concern, as the TOML file has them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// `[node]`: this node's identity and data directory.
     pub node: NodeConfig,
+    /// `[cores]`: how many cores, their rings and buffers.
     pub cores: CoresConfig,
+    /// `[gateway]`: the client listener and the session limits.
     pub gateway: GatewayConfig,
+    /// `[admin]`: the admin HTTP endpoint.
     pub admin: AdminConfig,
+    /// `[auth]`: login tokens and the duplicate-login policy.
     pub auth: AuthConfig,
+    /// `[store]`: the ownership store's backend and its limits.
     pub store: StoreConfig,
+    /// `[cluster]`: membership timers and the links between nodes.
     pub cluster: ClusterConfig,
+    /// `[router]`: route caches, saves, retries and their bounds.
     pub router: RouterConfig,
+    /// `[services]`: the built-in objects' settings (`services.player`,
+    /// `services.room`).
     pub services: ServicesConfig,
 }
 
+/// `[node]`: who this node is and where it keeps its files.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NodeConfig {
@@ -117,6 +129,7 @@ impl Default for CoresConfig {
     }
 }
 
+/// `[gateway]`: the client listener and what one session may do.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
@@ -164,6 +177,7 @@ impl Default for GatewayConfig {
     }
 }
 
+/// `[admin]`: where the admin endpoint listens.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
@@ -204,11 +218,13 @@ pub enum DuplicateLogin {
     Multi,
 }
 
+/// `[auth]`: how logins are verified and what a second login does.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// HMAC-SHA256 key of login tokens. `ROUTERD_AUTH_SECRET` wins over it.
     pub secret: Secret,
+    /// What a second login of a logged-in player does.
     pub duplicate_login: DuplicateLogin,
 }
 
@@ -228,6 +244,7 @@ impl Default for AuthConfig {
     }
 }
 
+/// The ownership store's backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StoreBackend {
@@ -298,11 +315,14 @@ impl StoreBackend {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SqliteSynchronous {
+    /// Every commit is synced to disk.
     #[default]
     Full,
+    /// Commits are synced at WAL checkpoints only.
     Normal,
 }
 
+/// `[store]`: the backend and the bounds every backend keeps.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
@@ -404,6 +424,7 @@ impl Default for RouterConfig {
     }
 }
 
+/// When an object's changes become durable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Persist {
@@ -418,19 +439,25 @@ pub enum Persist {
     OnWrite,
 }
 
+/// `[services]`: the built-in objects' settings.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServicesConfig {
+    /// `[services.player]`.
     pub player: PlayerConfig,
+    /// `[services.room]`.
     pub room: RoomConfig,
 }
 
+/// `[services.player]`: the player object.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PlayerConfig {
+    /// When a player's changes become durable.
     pub persist: Persist,
 }
 
+/// `[services.room]`: the room object and its bounds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RoomConfig {
@@ -463,15 +490,27 @@ impl Default for RoomConfig {
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
+        /// The file named.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
+    /// The file is not valid TOML for this configuration (an unknown key, a
+    /// wrong type); `message` names the key.
     #[error("invalid config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file named.
+        path: PathBuf,
+        /// What is wrong, naming the key.
+        message: String,
+    },
+    /// The values do not pass validation; the message says which and why.
     #[error("invalid config: {0}")]
     Invalid(String),
+    /// A secret is missing or unsafe for a networked node.
     #[error("unsafe config: {0}")]
     Secret(#[from] SecretError),
 }

@@ -69,13 +69,18 @@ pub trait StoreProbe: Send + Sync + std::fmt::Debug {
 /// The store operations errors are counted for, as the metric's `op` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorOp {
+    /// `load`: reading one record.
     Load,
+    /// `write`: a compare-and-set of records.
     Write,
+    /// `write_member`: a write of a membership row.
     WriteMember,
+    /// `list_members`: reading the membership table.
     ListMembers,
 }
 
 impl ErrorOp {
+    /// Every operation, in the order the metric lists them.
     pub const ALL: [ErrorOp; 4] = [
         ErrorOp::Load,
         ErrorOp::Write,
@@ -83,6 +88,7 @@ impl ErrorOp {
         ErrorOp::ListMembers,
     ];
 
+    /// The `op` label's value.
     pub const fn name(self) -> &'static str {
         match self {
             ErrorOp::Load => "load",
@@ -120,6 +126,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, in the order the metric lists them.
     pub const ALL: [ErrorKind; 9] = [
         ErrorKind::Timeout,
         ErrorKind::Overloaded,
@@ -132,6 +139,7 @@ impl ErrorKind {
         ErrorKind::Injected,
     ];
 
+    /// The `kind` label's value.
     pub const fn name(self) -> &'static str {
         match self {
             ErrorKind::Timeout => "timeout",

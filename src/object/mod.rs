@@ -69,6 +69,7 @@ use std::sync::Arc;
 /// `Send` and `Sync`); each object of the type is an
 /// [`ObjectType::Object`] on one core.
 pub trait ObjectType: Send + Sync + 'static {
+    /// The in-memory object, one per key, on the key's core.
     type Object: Object;
 
     /// The `type_id` of its keys: stable across releases (it is in the

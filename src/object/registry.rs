@@ -14,16 +14,29 @@ use crate::router::RouterCore;
 /// Why a set of object types and services cannot be served together.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
+    /// Two types or services declare one type id.
     #[error("type id {type_id} is taken twice: by {first} and by {second}")]
     DuplicateTypeId {
+        /// The id.
         type_id: u32,
+        /// The name of the one registered first.
         first: &'static str,
+        /// The name of the one registered second.
         second: &'static str,
     },
+    /// A type declares type id 0, which no key may carry.
     #[error("type id 0 ({name}) is not a type id")]
-    ZeroTypeId { name: &'static str },
+    ZeroTypeId {
+        /// The type's name.
+        name: &'static str,
+    },
+    /// Two types or services share one name.
     #[error("the name {name} is taken twice")]
-    DuplicateName { name: &'static str },
+    DuplicateName {
+        /// The name.
+        name: &'static str,
+    },
+    /// Their routes do not make one table.
     #[error(transparent)]
     Routes(#[from] RouteError),
 }

@@ -50,7 +50,12 @@ pub enum Pick {
 pub enum RouteKind {
     /// Client-to-server REQUESTs, each answered by exactly one RESPONSE or
     /// ERROR; `key` says which object (or service key) gets it.
-    Request { key: KeyFrom, requires_auth: bool },
+    Request {
+        /// Where the addressed key comes from.
+        key: KeyFrom,
+        /// Whether the session must have logged in.
+        requires_auth: bool,
+    },
     /// Server-to-client PUSHes; a client may not send it.
     Push,
 }
@@ -63,6 +68,7 @@ pub struct ClientRoute {
     pub id: u32,
     /// Its name in metrics and logs (`guild.join`).
     pub name: &'static str,
+    /// What it carries and who may send it.
     pub kind: RouteKind,
 }
 

@@ -60,6 +60,7 @@ pub trait ServiceHandler {
     fn handle(&self, key: ObjectKey, request: &Request, out: &mut HandlerOutput);
 }
 
+/// A stored state or a body this build cannot read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeError;
 

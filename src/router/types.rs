@@ -44,12 +44,14 @@ pub struct RequestId {
 /// to accept or refuse a PUSH (a stale epoch is refused there, not here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ClientRef {
+    /// The node whose gateway holds the session.
     pub gateway_node: NodeId,
     /// Unique on its gateway node across restarts (the gateway puts the
     /// node's incarnation at start in it).
     pub session_id: u64,
     /// The session's binding epoch (the gateway's `u32`).
     pub session_epoch: u32,
+    /// The logged-in player (0 before login).
     pub player_id: u64,
 }
 

@@ -17,6 +17,7 @@ use crate::metrics::StoreStats;
 /// full queue is reported at once) and return a future that resolves on
 /// any executor. `Store` has already checked the limits below.
 pub trait Backend: Send + Sync + 'static {
+    /// Reads the record of `key`; `None` when there is none.
     fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>>;
     /// Applies `writes` in order, each under its own condition. Returns
     /// one outcome per write, in order.
@@ -56,6 +57,7 @@ pub struct BackendProbe {
 }
 
 impl BackendProbe {
+    /// The store's operation latencies.
     pub fn stats(&self) -> &StoreStats {
         &self.stats
     }
@@ -155,10 +157,12 @@ impl Store {
         self.health.failing()
     }
 
+    /// The largest state one record may carry, in bytes.
     pub fn state_max_bytes(&self) -> usize {
         self.state_max_bytes
     }
 
+    /// The most records one batch may write.
     pub fn batch_max(&self) -> usize {
         self.batch_max
     }

@@ -63,7 +63,9 @@ const INTEGRITY_REPORT_LINES_MAX: usize = 8;
 /// `Off` (one transaction per request) exists for the benchmark baseline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupCommit {
+    /// Queued requests share one transaction.
     On,
+    /// One transaction per request (the benchmark's baseline).
     Off,
 }
 
