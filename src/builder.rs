@@ -34,7 +34,7 @@ impl NodeBuilder {
     /// `config`, and what is added to it. Sessions log in to the player
     /// type: a node without it cannot log anyone in.
     pub fn new(config: Config) -> NodeBuilder {
-        let registry = crate::services::builtins(&config);
+        let registry = crate::builtins::registry(&config);
         NodeBuilder {
             config,
             store: None,

@@ -3,12 +3,15 @@
 //! never silently falls back to a default.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 mod cluster;
+mod load;
 mod secret;
+#[cfg(test)]
+mod tests;
 
 pub use self::cluster::{
     ClusterConfig, CLUSTER_NAME_LEN_MAX, CLUSTER_SECRET_ENV, DEVELOPMENT_CLUSTER_SECRET,
@@ -16,21 +19,38 @@ pub use self::cluster::{
 use self::secret::SecretKey;
 pub use self::secret::{Secret, SecretError, MASK};
 
+/// Pool connections one store keeps at most (plus its membership
+/// connection): a PostgreSQL backend process each, and a server's
+/// `max_connections` is shared by every routerd node.
+pub const POSTGRES_POOL_SIZE_MAX: usize = 64;
+
 /// The effective configuration of one node.
+/// The whole configuration: one section a concern, as the TOML file has them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// `[node]`: this node's identity and data directory.
     pub node: NodeConfig,
+    /// `[cores]`: how many cores, their rings and buffers.
     pub cores: CoresConfig,
+    /// `[gateway]`: the client listener and the session limits.
     pub gateway: GatewayConfig,
+    /// `[admin]`: the admin HTTP endpoint.
     pub admin: AdminConfig,
+    /// `[auth]`: login tokens and the duplicate-login policy.
     pub auth: AuthConfig,
+    /// `[store]`: the ownership store's backend and its limits.
     pub store: StoreConfig,
+    /// `[cluster]`: membership timers and the links between nodes.
     pub cluster: ClusterConfig,
+    /// `[router]`: route caches, saves, retries and their bounds.
     pub router: RouterConfig,
+    /// `[services]`: the built-in objects' settings (`services.player`,
+    /// `services.room`).
     pub services: ServicesConfig,
 }
 
+/// `[node]`: who this node is and where it keeps its files.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NodeConfig {
@@ -115,6 +135,7 @@ impl Default for CoresConfig {
     }
 }
 
+/// `[gateway]`: the client listener and what one session may do.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
@@ -162,6 +183,7 @@ impl Default for GatewayConfig {
     }
 }
 
+/// `[admin]`: where the admin endpoint listens.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
@@ -202,11 +224,13 @@ pub enum DuplicateLogin {
     Multi,
 }
 
+/// `[auth]`: how logins are verified and what a second login does.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// HMAC-SHA256 key of login tokens. `ROUTERD_AUTH_SECRET` wins over it.
     pub secret: Secret,
+    /// What a second login of a logged-in player does.
     pub duplicate_login: DuplicateLogin,
 }
 
@@ -226,6 +250,7 @@ impl Default for AuthConfig {
     }
 }
 
+/// The ownership store's backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StoreBackend {
@@ -296,11 +321,14 @@ impl StoreBackend {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SqliteSynchronous {
+    /// Every commit is synced to disk.
     #[default]
     Full,
+    /// Commits are synced at WAL checkpoints only.
     Normal,
 }
 
+/// `[store]`: the backend and the bounds every backend keeps.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
@@ -329,7 +357,7 @@ pub struct StoreConfig {
     /// `ROUTERD_STORE_URL` wins over it.
     pub url: String,
     /// PostgreSQL connections the store thread keeps, at most
-    /// `store::POSTGRES_POOL_SIZE_MAX`.
+    /// [`POSTGRES_POOL_SIZE_MAX`].
     pub pool_size: usize,
 }
 
@@ -402,6 +430,7 @@ impl Default for RouterConfig {
     }
 }
 
+/// When an object's changes become durable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Persist {
@@ -416,19 +445,25 @@ pub enum Persist {
     OnWrite,
 }
 
+/// `[services]`: the built-in objects' settings.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServicesConfig {
+    /// `[services.player]`.
     pub player: PlayerConfig,
+    /// `[services.room]`.
     pub room: RoomConfig,
 }
 
+/// `[services.player]`: the player object.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PlayerConfig {
+    /// When a player's changes become durable.
     pub persist: Persist,
 }
 
+/// `[services.room]`: the room object and its bounds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RoomConfig {
@@ -461,538 +496,27 @@ impl Default for RoomConfig {
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
+        /// The file named.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
+    /// The file is not valid TOML for this configuration (an unknown key, a
+    /// wrong type); `message` names the key.
     #[error("invalid config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file named.
+        path: PathBuf,
+        /// What is wrong, naming the key.
+        message: String,
+    },
+    /// The values do not pass validation; the message says which and why.
     #[error("invalid config: {0}")]
     Invalid(String),
+    /// A secret is missing or unsafe for a networked node.
     #[error("unsafe config: {0}")]
     Secret(#[from] SecretError),
-}
-
-impl Config {
-    /// Reads `path`, or the built-in defaults (those of
-    /// `tuning/default.toml`) when there is none, then applies environment
-    /// overrides and validates.
-    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-        let mut config = match path {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                    path: path.to_path_buf(),
-                    source,
-                })?;
-                Config::from_toml(&text).map_err(|message| ConfigError::Parse {
-                    path: path.to_path_buf(),
-                    message,
-                })?
-            }
-            None => Config::default(),
-        };
-        if let Ok(secret) = std::env::var(AUTH_SECRET_ENV) {
-            config.auth.secret = Secret::new(secret);
-        }
-        if let Ok(url) = std::env::var("ROUTERD_STORE_URL") {
-            config.store.url = url;
-        }
-        if let Ok(secret) = std::env::var(CLUSTER_SECRET_ENV) {
-            config.cluster.secret = Secret::new(secret);
-        }
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// Parses TOML text; the error names the offending key.
-    pub fn from_toml(text: &str) -> Result<Config, String> {
-        let table: toml::Table = text
-            .parse()
-            .map_err(|error: toml::de::Error| error.to_string())?;
-        check_renamed_keys(&table)?;
-        let config: Config = toml::from_str(text).map_err(|error| error.to_string())?;
-        if let Some(toml::Value::Table(store)) = table.get("store") {
-            check_store_keys(config.store.backend, store)?;
-        }
-        Ok(config)
-    }
-
-    /// Checks the relations between keys that serde alone cannot.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |message: &str| Err(ConfigError::Invalid(message.to_string()));
-        if self.node.id == 0 {
-            return invalid("node.id must not be 0 (0 means \"no owner\")");
-        }
-        if let Some(cpus) = &self.cores.cpus {
-            if cpus.is_empty() {
-                return invalid("cores.cpus must name at least one CPU");
-            }
-        }
-        if !self.cores.ring_depth.is_power_of_two() || self.cores.ring_depth > 32_768 {
-            return invalid("cores.ring_depth must be a power of two, at most 32768");
-        }
-        if !self.cores.recv_buffers.is_power_of_two() || self.cores.recv_buffers > 32_768 {
-            return invalid("cores.recv_buffers must be a power of two, at most 32768");
-        }
-        if self.cores.recv_buffer_bytes == 0 || self.cores.recv_buffer_bytes > 1 << 20 {
-            return invalid("cores.recv_buffer_bytes must be between 1 and 1048576");
-        }
-        let per_conn_max = self.cores.recv_buffers_per_conn_max;
-        if per_conn_max == 0 || per_conn_max > u32::from(self.cores.recv_buffers) {
-            return invalid(
-                "cores.recv_buffers_per_conn_max must be between 1 and cores.recv_buffers",
-            );
-        }
-        if self.gateway.body_max_bytes == 0 || self.gateway.inflight_max == 0 {
-            return invalid("gateway.body_max_bytes and gateway.inflight_max must be positive");
-        }
-        if self.gateway.request_timeout_ms == 0 || self.gateway.idle_timeout_ms == 0 {
-            return invalid("gateway timeouts must be positive");
-        }
-        if self.gateway.session_requests_per_sec_max > 0
-            && self.gateway.session_request_burst_max == 0
-        {
-            return invalid(
-                "gateway.session_request_burst_max must be positive when \
-                 gateway.session_requests_per_sec_max is set",
-            );
-        }
-        if self.gateway.send_queue_max == 0 || self.cores.mesh_queue_max == 0 {
-            return invalid("queue bounds must be positive");
-        }
-        self.check_secrets()?;
-        if self.store.backend == StoreBackend::Scylla && self.store.nodes.is_empty() {
-            return invalid("store.backend = \"scylla\" needs store.nodes");
-        }
-        if self.store.backend == StoreBackend::Postgres && self.store.url.is_empty() {
-            return invalid("store.backend = \"postgres\" needs store.url (or ROUTERD_STORE_URL)");
-        }
-        if self.store.pool_size == 0 || self.store.pool_size > crate::store::POSTGRES_POOL_SIZE_MAX
-        {
-            return invalid("store.pool_size must be between 1 and 64");
-        }
-        if self.store.queue_max == 0 || self.store.batch_max == 0 {
-            return invalid("store.queue_max and store.batch_max must be positive");
-        }
-        if self.router.pull_attempts_max == 0 || self.router.forward_hops_max == 0 {
-            return invalid(
-                "router.pull_attempts_max and router.forward_hops_max must be positive",
-            );
-        }
-        if self.router.object_save_interval_ms >= self.router.object_free_timeout_ms {
-            return invalid(
-                "router.object_save_interval_ms must be below router.object_free_timeout_ms, \
-                 or a live owner's ownership lock would expire between saves",
-            );
-        }
-        self.cluster.check_timing().map_err(ConfigError::Invalid)?;
-        Ok(())
-    }
-
-    /// Every secret of the config, with the listeners it guards. A new
-    /// secret is added here, and the rules of [`secret`] then hold for it
-    /// too: not empty, not `check-config`'s mask, and not its development
-    /// value where other machines can reach what it guards. The cluster's
-    /// guards only the link listeners: a node whose gateway is public but
-    /// whose links stay on loopback forms no cluster beyond the machine.
-    fn secrets(&self) -> [SecretKey<'_>; 2] {
-        let mut cluster = vec![("cluster.listen", self.cluster.listen)];
-        cluster.extend(
-            self.cluster
-                .advertise
-                .map(|address| ("cluster.advertise", address)),
-        );
-        [
-            SecretKey {
-                key: "auth.secret",
-                env: AUTH_SECRET_ENV,
-                development: DEVELOPMENT_SECRET,
-                value: &self.auth.secret,
-                listeners: vec![
-                    ("gateway.listen", self.gateway.listen),
-                    ("admin.listen", self.admin.listen),
-                ],
-            },
-            SecretKey {
-                key: "cluster.secret",
-                env: CLUSTER_SECRET_ENV,
-                development: DEVELOPMENT_CLUSTER_SECRET,
-                value: &self.cluster.secret,
-                listeners: cluster,
-            },
-        ]
-    }
-
-    /// The rules for secrets alone; [`Self::validate`] checks them too. A
-    /// node checks them at start, so a config built in code cannot skip
-    /// them.
-    pub fn check_secrets(&self) -> Result<(), SecretError> {
-        secret::check(&self.secrets())
-    }
-
-    /// The SQLite file this node uses.
-    pub fn sqlite_path(&self) -> PathBuf {
-        self.store
-            .path
-            .clone()
-            .unwrap_or_else(|| self.node.data_dir.join("routerd.db"))
-    }
-
-    /// The effective configuration as TOML, defaults filled in, without
-    /// the keys of store backends other than the chosen one (so the output
-    /// loads back).
-    pub fn to_toml(&self) -> String {
-        let mut table = toml::Table::try_from(self).expect("a Config always serializes");
-        if let Some(toml::Value::Table(store)) = table.get_mut("store") {
-            store.retain(|key, _| self.store.backend.uses(key));
-        }
-        let mut text = toml::to_string_pretty(&table).expect("a TOML table always serializes");
-        if !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text
-    }
-}
-
-/// Keys renamed when the file's names were made uniform (`x_max`, unit
-/// last, counts named as counts): an old config fails naming the new key
-/// rather than only "unknown field".
-const RENAMED_KEYS: [(&str, &str, &str); 6] = [
-    ("gateway", "max_body", "body_max_bytes"),
-    ("gateway", "max_inflight", "inflight_max"),
-    ("gateway", "max_sessions", "sessions_max"),
-    ("router", "retry_max_ttl", "pull_attempts_max"),
-    ("router", "transfer_max_ttl", "forward_hops_max"),
-    ("router", "entries_max_per_core", "entries_per_core_max"),
-];
-
-fn check_renamed_keys(table: &toml::Table) -> Result<(), String> {
-    for (section, old, new) in RENAMED_KEYS {
-        let present = table
-            .get(section)
-            .and_then(toml::Value::as_table)
-            .is_some_and(|keys| keys.contains_key(old));
-        if present {
-            return Err(format!("{section}.{old} was renamed to {section}.{new}"));
-        }
-    }
-    Ok(())
-}
-
-/// A `[store]` key the chosen backend does not read is an error naming it.
-/// Unknown keys were reported by serde already.
-fn check_store_keys(backend: StoreBackend, store: &toml::Table) -> Result<(), String> {
-    for key in store.keys() {
-        if backend.uses(key) {
-            continue;
-        }
-        let owners: Vec<&str> = StoreBackend::ALL
-            .iter()
-            .filter(|other| other.keys().contains(&key.as_str()))
-            .map(|other| other.name())
-            .collect();
-        return Err(format!(
-            "store.{key} does not apply to store.backend = \"{}\" (it is read by: {})",
-            backend.name(),
-            owners.join(", ")
-        ));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_key_is_an_error_naming_it() {
-        let error = Config::from_toml("[gateway]\nmax_inflihgt = 3\n").unwrap_err();
-        assert!(error.contains("max_inflihgt"), "{error}");
-        let error = Config::from_toml("[gatewya]\n").unwrap_err();
-        assert!(error.contains("gatewya"), "{error}");
-    }
-
-    #[test]
-    fn defaults_are_the_seed_values() {
-        let config = Config::default();
-        assert_eq!(config.router.cache_update_interval_ms, 1_800_000);
-        assert_eq!(config.router.cache_free_timeout_ms, 600_000);
-        assert_eq!(config.router.object_free_timeout_ms, 1_500_000);
-        assert_eq!(config.router.object_save_interval_ms, 600_000);
-        assert_eq!(config.router.cache_retry_interval_ms, 256);
-        assert_eq!(config.router.object_retry_interval_ms, 256);
-        assert_eq!(config.router.pull_attempts_max, 3);
-        assert_eq!(config.router.forward_hops_max, 16);
-        assert_eq!(config.gateway.body_max_bytes, 65536);
-        assert_eq!(config.gateway.inflight_max, 1024);
-        assert_eq!(config.gateway.request_timeout_ms, 10_000);
-        assert_eq!(config.gateway.idle_timeout_ms, 60_000);
-        assert_eq!(config.services.player.persist, Persist::Interval);
-        assert_eq!(config.auth.duplicate_login, DuplicateLogin::KickOld);
-        config.validate().unwrap();
-    }
-
-    #[test]
-    fn a_connections_receive_buffers_are_bounded_by_the_ring() {
-        let runtime = shards::RuntimeConfig::new(shards::CorePlacement::Count(1));
-        let mut config = Config::default();
-        assert_eq!(
-            config.cores.recv_buffers_per_conn_max,
-            runtime.recv_buffers_per_conn_max
-        );
-        for refused in [0, u32::from(config.cores.recv_buffers) + 1] {
-            config.cores.recv_buffers_per_conn_max = refused;
-            let error = config.validate().unwrap_err().to_string();
-            assert!(error.contains("cores.recv_buffers_per_conn_max"), "{error}");
-        }
-        config.cores.recv_buffers_per_conn_max = u32::from(config.cores.recv_buffers);
-        config.validate().unwrap();
-    }
-
-    #[test]
-    fn effective_config_round_trips_but_for_its_secrets() {
-        let mut config = Config::default();
-        config.auth.secret = Secret::new("hunter2-but-longer");
-        let text = config.to_toml();
-        assert!(!text.contains("hunter2"), "{text}");
-        assert!(text.contains(MASK), "{text}");
-        let mut parsed = Config::from_toml(&text).unwrap();
-        // Read back, the mask is refused rather than used as a key.
-        assert_eq!(
-            parsed.check_secrets(),
-            Err(SecretError::Masked { key: "auth.secret" })
-        );
-        parsed.auth.secret = config.auth.secret.clone();
-        parsed.cluster.secret = config.cluster.secret.clone();
-        assert_eq!(parsed, config);
-        assert!(!format!("{config:?}").contains("hunter2"));
-    }
-
-    #[test]
-    fn the_development_secret_is_refused_on_a_public_listener() {
-        let mut config = Config::default();
-        config.gateway.listen = "0.0.0.0:7400".parse().unwrap();
-        let error = config.validate().unwrap_err().to_string();
-        assert!(error.contains("auth.secret"), "{error}");
-        assert!(error.contains("ROUTERD_AUTH_SECRET"), "{error}");
-        assert!(error.contains("gateway.listen"), "{error}");
-        config.auth.secret = Secret::new("an operator's own secret");
-        // Links on loopback: the cluster's development secret guards
-        // nothing other machines reach.
-        config.validate().unwrap();
-        // The cluster secret obeys the same rule, named by its own key,
-        // for the link listener and for the address advertised.
-        config.cluster.listen = "10.1.2.3:7600".parse().unwrap();
-        let error = config.validate().unwrap_err().to_string();
-        assert!(error.contains("cluster.secret"), "{error}");
-        assert!(error.contains("ROUTERD_CLUSTER_SECRET"), "{error}");
-        assert!(error.contains("cluster.listen"), "{error}");
-        config.cluster.listen = "127.0.0.1:7600".parse().unwrap();
-        config.cluster.advertise = Some("10.1.2.3:7600".parse().unwrap());
-        let error = config.validate().unwrap_err().to_string();
-        assert!(error.contains("cluster.advertise"), "{error}");
-        config.cluster.secret = Secret::new("the cluster's own secret");
-        config.validate().unwrap();
-    }
-
-    #[test]
-    fn issue_keys_parse() {
-        let text = r#"
-            [node]
-            id = 3
-            data_dir = "/tmp/x"
-            [cores]
-            cpus = [0, 1]
-            [gateway]
-            listen = "127.0.0.1:7500"
-            body_max_bytes = 1024
-            [auth]
-            secret = "s"
-            duplicate_login = "multi"
-            [store]
-            backend = "memory"
-            [router]
-            pull_attempts_max = 5
-            [services.player]
-            persist = "on_write"
-        "#;
-        let config = Config::from_toml(text).unwrap();
-        config.validate().unwrap();
-        assert_eq!(config.node.id, 3);
-        assert_eq!(config.cores.cpus, Some(vec![0, 1]));
-        assert_eq!(config.auth.duplicate_login, DuplicateLogin::Multi);
-        assert_eq!(config.store.backend, StoreBackend::Memory);
-        assert_eq!(config.services.player.persist, Persist::OnWrite);
-        assert_eq!(config.router.pull_attempts_max, 5);
-    }
-
-    #[test]
-    fn relations_are_checked() {
-        let mut config = Config::default();
-        config.node.id = 0;
-        assert!(config.validate().is_err());
-        let mut config = Config::default();
-        config.router.object_save_interval_ms = config.router.object_free_timeout_ms;
-        assert!(config.validate().is_err());
-        let mut config = Config::default();
-        config.store.backend = StoreBackend::Postgres;
-        assert!(config.validate().is_err(), "postgres without a url");
-        config.store.url = "postgresql://routerd@127.0.0.1:5432/routerd".to_string();
-        config.validate().unwrap();
-        config.store.pool_size = 0;
-        assert!(config.validate().is_err());
-        config.store.pool_size = crate::store::POSTGRES_POOL_SIZE_MAX + 1;
-        assert!(config.validate().is_err());
-        // A request rate needs a bucket to hold its tokens; no rate needs none.
-        let mut config = Config::default();
-        config.gateway.session_request_burst_max = 0;
-        let error = config.validate().unwrap_err().to_string();
-        assert!(
-            error.contains("gateway.session_request_burst_max"),
-            "{error}"
-        );
-        config.gateway.session_requests_per_sec_max = 0;
-        config.validate().unwrap();
-    }
-
-    #[test]
-    fn the_client_limits_parse_from_their_keys() {
-        let text = "[gateway]\nsession_requests_per_sec_max = 10\nsession_request_burst_max = 3\n\
-                    [services.room]\ncreated_per_session_max = 4\nrooms_per_node_max = 5\n";
-        let config = Config::from_toml(text).unwrap();
-        assert_eq!(config.gateway.session_requests_per_sec_max, 10);
-        assert_eq!(config.gateway.session_request_burst_max, 3);
-        assert_eq!(config.services.room.created_per_session_max, 4);
-        assert_eq!(config.services.room.rooms_per_node_max, 5);
-    }
-
-    #[test]
-    fn renamed_keys_parse_and_old_names_are_refused_naming_both() {
-        let text = "[gateway]\nbody_max_bytes = 10\ninflight_max = 11\nsessions_max = 12\n\
-                    [router]\npull_attempts_max = 13\nforward_hops_max = 14\n\
-                    entries_per_core_max = 15\n";
-        let config = Config::from_toml(text).unwrap();
-        assert_eq!(config.gateway.body_max_bytes, 10);
-        assert_eq!(config.gateway.inflight_max, 11);
-        assert_eq!(config.gateway.sessions_max, 12);
-        assert_eq!(config.router.pull_attempts_max, 13);
-        assert_eq!(config.router.forward_hops_max, 14);
-        assert_eq!(config.router.entries_per_core_max, 15);
-        for (section, old, new) in RENAMED_KEYS {
-            let error = Config::from_toml(&format!("[{section}]\n{old} = 1\n")).unwrap_err();
-            assert!(error.contains(&format!("{section}.{old}")), "{error}");
-            assert!(error.contains(&format!("{section}.{new}")), "{error}");
-        }
-    }
-
-    #[test]
-    fn a_key_of_another_store_backend_is_an_error_naming_it() {
-        let cases = [
-            ("sqlite", "keyspace = \"k\"", "store.keyspace"),
-            ("sqlite", "nodes = []", "store.nodes"),
-            ("memory", "path = \"x.db\"", "store.path"),
-            ("scylla", "synchronous = \"normal\"", "store.synchronous"),
-            ("scylla", "path = \"x.db\"", "store.path"),
-        ];
-        for (backend, line, key) in cases {
-            let text = format!("[store]\nbackend = \"{backend}\"\nnodes = [\"h:1\"]\n{line}\n");
-            let text = if backend == "scylla" {
-                text
-            } else {
-                text.replace("nodes = [\"h:1\"]\n", "")
-            };
-            let error = Config::from_toml(&text).unwrap_err();
-            assert!(error.contains(key), "{backend}: {error}");
-        }
-        // The default backend is sqlite, named or not.
-        let error = Config::from_toml("[store]\nreplication_factor = 3\n").unwrap_err();
-        assert!(error.contains("store.replication_factor"), "{error}");
-        // Each backend's own keys and the common ones are accepted.
-        Config::from_toml("[store]\npath = \"x.db\"\nsynchronous = \"normal\"\nqueue_max = 5\n")
-            .unwrap();
-        Config::from_toml(
-            "[store]\nbackend = \"scylla\"\nnodes = [\"h:1\"]\nkeyspace = \"k\"\n\
-             replication_factor = 3\nbatch_max = 7\n",
-        )
-        .unwrap();
-    }
-
-    #[test]
-    fn every_store_key_is_common_or_declared_by_a_backend() {
-        // A new [store] field must say which backend reads it, or the key
-        // check above would refuse it for every backend.
-        let store = StoreConfig {
-            path: Some(PathBuf::from("x.db")),
-            ..StoreConfig::default()
-        };
-        let table = toml::Table::try_from(&store).unwrap();
-        for key in table.keys() {
-            assert!(
-                StoreBackend::ALL.iter().any(|backend| backend.uses(key)),
-                "store.{key} is read by no backend"
-            );
-        }
-        for backend in StoreBackend::ALL {
-            let named = toml::Value::try_from(backend).unwrap();
-            assert_eq!(named.as_str(), Some(backend.name()));
-        }
-    }
-
-    #[test]
-    fn effective_config_of_each_backend_loads_back() {
-        for backend in StoreBackend::ALL {
-            let mut config = Config::default();
-            config.store.backend = backend;
-            config.store.nodes = vec!["h:9042".to_string()];
-            let text = config.to_toml();
-            let parsed = Config::from_toml(&text).unwrap_or_else(|e| panic!("{text}\n{e}"));
-            assert_eq!(parsed.store.backend, backend);
-            // `path` is shown only when set.
-            for key in ["synchronous", "nodes", "keyspace", "replication_factor"] {
-                let shown = text
-                    .lines()
-                    .any(|line| line.starts_with(&format!("{key} =")));
-                assert_eq!(shown, backend.keys().contains(&key), "{backend:?} {key}");
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tuning_tests {
-    use super::*;
-
-    fn profile(name: &str) -> Config {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tuning")
-            .join(name);
-        Config::load(Some(&path)).unwrap_or_else(|error| panic!("{name}: {error}"))
-    }
-
-    #[test]
-    fn default_profile_is_the_built_in_default() {
-        // `routerd serve` without --config must mean tuning/default.toml.
-        let mut expected = Config::default();
-        if let Ok(secret) = std::env::var(AUTH_SECRET_ENV) {
-            expected.auth.secret = Secret::new(secret);
-        }
-        if let Ok(url) = std::env::var("ROUTERD_STORE_URL") {
-            expected.store.url = url;
-        }
-        assert_eq!(profile("default.toml"), expected);
-    }
-
-    #[test]
-    fn shipped_profiles_are_valid() {
-        for entry in
-            std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning")).unwrap()
-        {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "toml") {
-                Config::load(Some(&path))
-                    .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-            }
-        }
-    }
 }

@@ -1,35 +1,52 @@
 //! routerd: a thread-per-core stateful-object router and gateway.
 //!
-//! Writing your own object types and services: [`object`] (the API) and
-//! [`NodeBuilder`] (registering them); `examples/guild/` is a whole one.
+//! The public API: [`object`] (writing your own object types and services),
+//! [`NodeBuilder`] (registering them and starting a node), [`config`] (the
+//! node's configuration, `routerd serve`'s file) and [`store`] (ownership
+//! persistence); `examples/guild/` is a whole program written with them.
 //!
-//! One folder a concern, each with a small public face: [`config`],
-//! [`store`] (ownership persistence), [`catalog`] (the msgId snapshot),
-//! [`router`] (ownership, route caches, repair and transfer, as a sans-IO
-//! state machine), [`services`] (the built-in business objects), [`node`]
-//! (assembly), [`admin`] and [`metrics`] (observability), [`ops`] (transfer
-//! one object, drain a node) with [`ctl`] their command line, and
-//! [`client`] (`routerd client`, a line-oriented client to try a node
-//! with).
+//! Everything else is internal; docs/architecture.md draws its layers and
+//! which module may import which. Integration tests and benchmarks reach the
+//! internals through the `testing` feature.
 
-pub mod admin;
-mod builder;
-pub mod catalog;
-pub mod client;
-pub mod cluster;
+/// Declares the internal modules: private to the crate in a shipped build,
+/// public under the `testing` feature (integration tests, benchmarks) and
+/// hidden from the documentation either way. Their faces keep what the
+/// integration tests and benchmarks reach through the feature (route
+/// constants, inspection methods, counters), which a shipped build does not
+/// call: that, and only that, is why dead code is allowed without it.
+macro_rules! internal {
+    ($($module:ident),* $(,)?) => {
+        $(
+            #[cfg(feature = "testing")]
+            #[doc(hidden)]
+            pub mod $module;
+            #[cfg(not(feature = "testing"))]
+            #[allow(dead_code, unused_imports)]
+            mod $module;
+        )*
+    };
+}
+
 pub mod config;
-pub mod ctl;
-pub mod gateway;
-mod in_place;
-pub mod metrics;
-pub mod node;
 pub mod object;
-pub mod ops;
-pub mod router;
-pub mod services;
 pub mod store;
 
-pub use builder::{serving_addresses, NodeBuilder};
+#[doc(hidden)]
+pub mod cli;
+
+internal!(admin, builtins, catalog, clock, cluster, gateway, metrics, node, ops, route, router);
+
+mod builder;
+mod in_place;
+#[cfg(test)]
+mod sim;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+#[doc(hidden)]
+pub use builder::serving_addresses;
+pub use builder::NodeBuilder;
 
 /// routerd's version, with `+pgo` for a profile-guided build (the variable
 /// is set by `tuning/pgo_build.sh`), so `--version` and the

@@ -51,19 +51,19 @@ enum Command {
     },
     /// Connect to a gateway and send commands read from stdin, one a line
     /// (`help` lists them); print every answer and push as it arrives.
-    Client(routerd::client::ClientArgs),
+    Client(routerd::cli::client::ClientArgs),
     /// The cluster as a node sees it (`routerd cluster status --admin ADDR`).
     #[command(subcommand)]
-    Cluster(routerd::ctl::ClusterCommand),
+    Cluster(routerd::cli::ctl::ClusterCommand),
     /// Move one object to another node, through any node's admin endpoint.
     /// Exit 0 moved (or there already), 1 admin unreachable, 2 refused,
     /// 3 unavailable or timed out.
-    Transfer(routerd::ctl::TransferArgs),
+    Transfer(routerd::cli::ctl::TransferArgs),
     /// Drain a node: its objects move to the others, its clients are told
     /// where to reconnect, then it leaves the cluster and exits; follows it
     /// to the end. Exit 0 drained, 1 admin unreachable, 2 refused,
     /// 3 not finished in time.
-    Drain(routerd::ctl::DrainArgs),
+    Drain(routerd::cli::ctl::DrainArgs),
 }
 
 fn main() -> ExitCode {
@@ -86,10 +86,10 @@ fn main() -> ExitCode {
             ttl_secs,
             config,
         } => token(player_id, ttl_secs, config),
-        Command::Client(args) => routerd::client::run(&args).map_err(|e| e.to_string()),
-        Command::Cluster(command) => return ctl_exit(routerd::ctl::cluster(&command)),
-        Command::Transfer(args) => return ctl_exit(routerd::ctl::transfer(&args)),
-        Command::Drain(args) => return ctl_exit(routerd::ctl::drain(&args)),
+        Command::Client(args) => routerd::cli::client::run(&args).map_err(|e| e.to_string()),
+        Command::Cluster(command) => return ctl_exit(routerd::cli::ctl::cluster(&command)),
+        Command::Transfer(args) => return ctl_exit(routerd::cli::ctl::transfer(&args)),
+        Command::Drain(args) => return ctl_exit(routerd::cli::ctl::drain(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -100,8 +100,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// The exit of a cluster operation: its own codes (see `routerd::ctl`).
-fn ctl_exit(result: Result<(), routerd::ctl::Failed>) -> ExitCode {
+/// The exit of a cluster operation: its own codes (see `routerd::cli::ctl`).
+fn ctl_exit(result: Result<(), routerd::cli::ctl::Failed>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failed) => {

@@ -6,10 +6,10 @@
 
 mod support;
 
+use routerd::builtins::player::PlayerType;
+use routerd::builtins::room::RoomType;
 use routerd::config::{DuplicateLogin, Persist};
 use routerd::object::ObjectType;
-use routerd::services::player::PlayerType;
-use routerd::services::room::RoomType;
 use routerd::NodeBuilder;
 use support::Client;
 use wire::client::{route, FrameKind};
@@ -58,7 +58,7 @@ fn the_builtins_are_registered_as_public_object_types() {
 /// routerd is the public object API and the config, nothing else.
 #[test]
 fn the_builtin_sources_use_only_the_public_object_api() {
-    for file in ["src/services/player.rs", "src/services/room.rs"] {
+    for file in ["src/builtins/player.rs", "src/builtins/room.rs"] {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
         let source = std::fs::read_to_string(&path).unwrap();
         let code = source.split("#[cfg(test)]").next().unwrap();

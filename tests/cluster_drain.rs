@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use routerd::builtins::player::player_key;
 use routerd::router::rendezvous_score;
-use routerd::services::player::player_key;
 use routerd::store::NodeId;
 use support::cluster::{
     eventually, get_json, http_get, member_state, player_owner, post_json, wait_members_up,

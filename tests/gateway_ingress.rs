@@ -195,7 +195,7 @@ fn stale_epoch_egress_is_dropped_and_counted() {
         secret: support::SECRET.as_bytes().to_vec(),
         boot_incarnation: 1,
         sessions_open: Arc::new(AtomicU32::new(0)),
-        routes: Arc::new(routerd::services::builtin_routes()),
+        routes: Arc::new(routerd::builtins::builtin_routes()),
     });
     let metrics = Arc::new(CoreMetrics::default());
     let (address_tx, address_rx) = std::sync::mpsc::channel();

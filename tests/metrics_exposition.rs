@@ -1,7 +1,7 @@
 //! `/metrics` as Prometheus reads it: a scrape of a serving node parses
 //! under a strict text-format parser (every family with HELP and TYPE,
 //! histogram buckets cumulative with `+Inf` = count), keeps every name
-//! PROTOCOL.md lists, shows request and store latencies, and rendering it
+//! docs/protocol.md lists, shows request and store latencies, and rendering it
 //! allocates nothing beyond its output buffer.
 
 mod support;
@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use routerd::config::StoreBackend;
-use routerd::metrics::NodeMetrics;
 use routerd::store::{open_sqlite, GroupCommit};
 use support::prometheus::{self, Exposition};
 use support::{config, TestNode};
@@ -58,7 +57,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
-/// Every name PROTOCOL.md's admin section lists.
+/// Every name docs/protocol.md's admin section lists.
 const PROTOCOL_NAMES: [&str; 14] = [
     "routerd_gateway_sessions_accepted_total",
     "routerd_gateway_sessions_active",
@@ -278,8 +277,8 @@ fn rendering_allocates_only_the_output_buffer() {
         GroupCommit::On,
     )
     .unwrap();
-    let mut metrics = NodeMetrics::new(4);
-    metrics.store = Some(store.probe());
+    let mut metrics = routerd::testing::node_metrics(4);
+    metrics.store = Some(std::sync::Arc::new(store.probe()));
     for (index, core) in metrics.cores.iter().enumerate() {
         core.gateway.sessions_accepted.add(index as u64);
         core.requests.record(3, Duration::from_micros(300));

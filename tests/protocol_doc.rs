@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use routerd::gateway::routes::Direction;
+use routerd::route::Direction;
 use wire::client::{
     decode_error_body, encode_error_frame, encode_frame, ErrorCode, FrameDecoder, FrameKind, Peer,
     DEFAULT_MAX_BODY,
@@ -268,7 +268,7 @@ fn the_route_table_is_the_gateways() {
     let documented = documented_routes();
     // The routes of a node with the built-in types: the system's, the
     // player's and the room's, as they declare them.
-    let table = routerd::services::builtin_routes();
+    let table = routerd::builtins::builtin_routes();
     for route in table.routes() {
         let (name, direction, auth) = documented
             .get(&route.route_id)

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use futures_lite::future::block_on;
 use routerd::config::{StoreBackend, StoreConfig};
-use routerd::store::postgres_server::{PgServer, PgServerError};
 use routerd::store::{
     open_postgres, open_sqlite, GroupCommit, MemberCondition, MemberOutcome, MemberRow,
     MemberState, MemberVersion, MemberWrite, NodeId, RecordWrite, RouteVersion, Store,
     WriteCondition, WriteOutcome,
 };
+use routerd::testing::postgres_server::{PgServer, PgServerError};
 use wire::ObjectKey;
 
 /// Concurrent object writers, as the load.

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use futures_lite::future::block_on;
 use routerd::config::{StoreBackend, StoreConfig};
-use routerd::store::postgres_server::{PgServer, PgServerError};
 use routerd::store::{
     open_postgres, CasVersion, GroupCommit, NodeId, OpenError, RecordWrite, RouteVersion, Store,
     WriteCondition, WriteOutcome, POSTGRES_SCHEMA_VERSION,
 };
+use routerd::testing::postgres_server::{PgServer, PgServerError};
 use wire::ObjectKey;
 
 fn server() -> Option<PgServer> {

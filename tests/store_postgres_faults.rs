@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use futures_lite::future::block_on;
 use routerd::config::{StoreBackend, StoreConfig};
-use routerd::store::postgres_server::{PgServer, PgServerError};
 use routerd::store::{
     open_postgres, CasVersion, GroupCommit, NodeId, RecordWrite, RouteVersion, Store,
     WriteCondition, WriteError, WriteOutcome,
 };
+use routerd::testing::postgres_server::{PgServer, PgServerError};
 use wire::ObjectKey;
 
 const DATABASE: &str = "routerd";

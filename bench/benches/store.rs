@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 
 use glommio::{LocalExecutorBuilder, Placement};
 use routerd::config::{SqliteSynchronous, StoreBackend, StoreConfig};
-use routerd::store::postgres_server::PgServer;
 use routerd::store::{
     open_postgres, open_sqlite, CasVersion, GroupCommit, NodeId, RecordWrite, RouteVersion, Store,
     WriteCondition, WriteOutcome,
 };
+use routerd::testing::postgres_server::PgServer;
 use wire::ObjectKey;
 
 const WRITER_COUNTS: [usize; 3] = [1, 16, 256];

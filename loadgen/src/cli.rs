@@ -33,7 +33,7 @@ pub const ADDRS_MAX: usize = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Proto {
-    /// routerd's client protocol (PROTOCOL.md).
+    /// routerd's client protocol (docs/protocol.md).
     Routerd,
     /// Redis's RESP2: PING, INCR and GET on the key `player:<id>`.
     Resp,
@@ -75,7 +75,7 @@ pub enum Persist {
     OnWrite,
 }
 
-/// Drive a routerd node (or anything speaking PROTOCOL.md), or a Redis
+/// Drive a routerd node (or anything speaking docs/protocol.md), or a Redis
 /// server with the same client (--proto resp), and measure it.
 #[derive(Clone, Debug, Parser, Serialize)]
 #[command(name = "loadgen", version, about)]
@@ -87,7 +87,7 @@ pub struct Args {
     #[arg(long = "addr", default_value = "127.0.0.1:7400")]
     pub addrs: Vec<SocketAddr>,
 
-    /// routerd: PROTOCOL.md. resp: Redis's RESP2, with `sys.ping` as
+    /// routerd: docs/protocol.md. resp: Redis's RESP2, with `sys.ping` as
     /// `PING <body>` (a bare `PING` when --body-bytes is 0), `player.incr`
     /// as `INCR player:<id>` and `player.get` as `GET player:<id>`;
     /// workloads ping, incr and mixed; no login.

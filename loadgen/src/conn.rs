@@ -4,7 +4,7 @@
 //! order for Redis). The io_uring driver (`engine.rs`) only moves bytes;
 //! everything measured is decided here, so tests need no socket.
 //!
-//! The protocols live beside it: `conn_routerd.rs` (PROTOCOL.md frames) and
+//! The protocols live beside it: `conn_routerd.rs` (docs/protocol.md frames) and
 //! `conn_resp.rs` (RESP2). Each turns bytes into [`Message`]s; this file
 //! turns messages into phases, events and statistics, the same way for both.
 

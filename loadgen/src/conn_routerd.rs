@@ -1,4 +1,4 @@
-//! routerd's half of a connection: PROTOCOL.md frames out, answers matched
+//! routerd's half of a connection: docs/protocol.md frames out, answers matched
 //! to their requests by seq, PUSHes recognised, every body checked against
 //! the route table.
 
@@ -154,7 +154,7 @@ fn error_verdict(kind: Kind, body: &[u8]) -> Verdict {
     }
 }
 
-/// Checks a RESPONSE body against PROTOCOL.md's route table.
+/// Checks a RESPONSE body against docs/protocol.md's route table.
 fn response_verdict(request: Outstanding, body: &[u8], player_id: u64) -> Verdict {
     let fits = match request.kind {
         Kind::Work(Op::Ping) => body.len() == request.payload_len as usize,

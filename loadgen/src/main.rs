@@ -1,4 +1,4 @@
-//! loadgen: drives routerd over PROTOCOL.md (or Redis over RESP2, with the
+//! loadgen: drives routerd over docs/protocol.md (or Redis over RESP2, with the
 //! same client) and measures it honestly.
 //!
 //! One pinned thread per `--threads`, each an io_uring loop over its share

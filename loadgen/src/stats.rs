@@ -19,7 +19,7 @@ pub const LATENCY_MAX_NS: u64 = 120_000_000_000;
 /// the totals, only not broken down by second.
 pub const SERIES_SECONDS_MAX: usize = 3600;
 
-/// Slots of a failure count: index = code for PROTOCOL.md's codes 1..=9,
+/// Slots of a failure count: index = code for docs/protocol.md's codes 1..=9,
 /// 0 for a code this generator does not know, then a Redis error reply and
 /// a request lost with its connection.
 pub const FAILURE_SLOTS: usize = 12;

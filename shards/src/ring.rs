@@ -3,8 +3,7 @@
 //! Why the setup matters: a ring without cooperative or deferred task
 //! running delivers each completion's task work by an inter-processor
 //! interrupt while the core runs in user space, which at low pipeline depth
-//! costs more than the request itself (`bench/runtime_vs_glommio.sh`
-//! measures the difference). routerd's rings are created by the core that uses them, only
+//! costs more than the request itself (docs/architecture.md, "The runtime"). routerd's rings are created by the core that uses them, only
 //! that core submits, and completions are reaped only when it asks:
 //! `IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN` (Linux 6.1),
 //! with `IORING_SETUP_TASKRUN_FLAG` so the core can see cheaply whether

@@ -28,12 +28,10 @@ use crate::metrics::NodeMetrics;
 use crate::ops::Ops;
 use crate::store::Store;
 
-pub mod client;
-mod phase;
 mod routes;
 
-pub use self::phase::{NodePhase, Phase};
 use self::routes::{text, Body};
+use crate::ops::NodePhase;
 
 /// Connections served at once; a connection past it is closed unanswered.
 /// An admin port has a few scrapers and probes, never this many.

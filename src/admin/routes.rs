@@ -19,11 +19,11 @@ use serde_json::json;
 use wire::ObjectKey;
 
 use super::AdminState;
+use crate::builtins::{player, room};
+use crate::clock;
 use crate::cluster::view::LinkStatus;
 use crate::ops::drain::DrainRefused;
 use crate::ops::transfer::{OpAnswer, TransferCall};
-use crate::router::driver::clock;
-use crate::services::{player, room};
 use crate::store::NodeId;
 
 pub(super) type Body = Full<Bytes>;
@@ -58,7 +58,7 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
 /// there would only be refused.
 async fn healthz(state: &AdminState) -> Response<Body> {
     let phase = state.phase.get();
-    if phase != super::Phase::Serving {
+    if phase != crate::ops::Phase::Serving {
         return text(StatusCode::SERVICE_UNAVAILABLE, phase.name());
     }
     let Some(store) = &state.store else {
@@ -386,8 +386,7 @@ mod tests {
     use shards::ShutdownHandle;
 
     use super::*;
-    use crate::admin::NodePhase;
-    use crate::metrics::NodeMetrics;
+    use crate::ops::NodePhase;
 
     fn call(state: &AdminState, method: Method, path: &str) -> (StatusCode, String) {
         let request = Request::builder()
@@ -412,7 +411,7 @@ mod tests {
         let shutdown = ShutdownHandle::new();
         let state = AdminState {
             phase: NodePhase::new(shutdown.clone()),
-            metrics: Arc::new(NodeMetrics::new(1)),
+            metrics: Arc::new(crate::testing::node_metrics(1)),
             cluster: None,
             store: None,
             ops: None,
@@ -442,7 +441,7 @@ mod tests {
         let (store, faults) = crate::store::open_memory(&config);
         let state = AdminState {
             phase: NodePhase::new(ShutdownHandle::new()),
-            metrics: Arc::new(NodeMetrics::new(1)),
+            metrics: Arc::new(crate::testing::node_metrics(1)),
             cluster: None,
             store: Some(store.clone()),
             ops: None,
@@ -473,7 +472,7 @@ mod tests {
     fn routes_methods_and_unknown_paths() {
         let state = AdminState {
             phase: NodePhase::new(ShutdownHandle::new()),
-            metrics: Arc::new(NodeMetrics::new(1)),
+            metrics: Arc::new(crate::testing::node_metrics(1)),
             cluster: None,
             store: None,
             ops: None,

@@ -17,8 +17,8 @@ use super::conn::before;
 use super::membership::{Action, Event, Membership, WriteTag};
 use super::view::{ClusterView, Peer};
 use crate::catalog::{ActorConfig, ActorEvents, Catalog};
+use crate::clock;
 use crate::metrics::CoreMetrics;
-use crate::router::driver::clock;
 use crate::store::{AdvertisedActor, MemberRow, MemberState, Store};
 
 /// What a start-up join gives.

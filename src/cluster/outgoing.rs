@@ -33,8 +33,9 @@ use super::conn::{before, Conn, LocalEnd};
 use super::handshake::Refusal;
 use super::link::{Link, LinkState};
 use super::view::{ClusterView, LinkStatus, Snapshot};
+use crate::clock;
 use crate::metrics::{ClusterStats, CoreMetrics};
-use crate::router::driver::{clock, Destination, LinkRefusal, NodeLinks};
+use crate::router::driver::{Destination, LinkRefusal, NodeLinks};
 use crate::store::NodeId;
 
 /// Pings a peer may leave unanswered before its link is closed.

@@ -55,7 +55,7 @@ impl Peer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Standing {
     pub incarnation: u64,
-    /// The lease end, on the router clock (`router::driver::clock`).
+    /// The lease end, on the router clock (`crate::clock`).
     pub lease_until_ms: u64,
     /// Declared down, or the lease ran out before a rejoin.
     pub fenced: bool,

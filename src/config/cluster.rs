@@ -14,6 +14,8 @@ pub const DEVELOPMENT_CLUSTER_SECRET: &str = "routerd-development-cluster-secret
 /// The environment variable that wins over `cluster.secret`.
 pub const CLUSTER_SECRET_ENV: &str = "ROUTERD_CLUSTER_SECRET";
 
+/// `[cluster]`: membership timers, the links between nodes, and their
+/// bounds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {

@@ -20,6 +20,7 @@ pub const MASK: &str = "<secret: not shown>";
 pub struct Secret(String);
 
 impl Secret {
+    /// A secret holding `value`.
     pub fn new(value: impl Into<String>) -> Secret {
         Secret(value.into())
     }
@@ -29,14 +30,17 @@ impl Secret {
         &self.0
     }
 
+    /// The value's bytes, for the code that signs or verifies with it.
     pub fn as_bytes(&self) -> &[u8] {
         self.0.as_bytes()
     }
 
+    /// The value's bytes, owned.
     pub fn into_bytes(self) -> Vec<u8> {
         self.0.into_bytes()
     }
 
+    /// Whether the value is empty (refused by validation).
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -84,19 +88,33 @@ pub(crate) struct SecretKey<'a> {
 /// Why a config's secrets cannot be used.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SecretError {
+    /// The secret is empty.
     #[error("{key} must not be empty")]
-    Empty { key: &'static str },
+    Empty {
+        /// The config key.
+        key: &'static str,
+    },
+    /// The secret is the mask `check-config` prints, copied back.
     #[error("{key} holds the mask `check-config` prints, not a secret: set the real value")]
-    Masked { key: &'static str },
+    Masked {
+        /// The config key.
+        key: &'static str,
+    },
+    /// The well-known development secret on a listener other machines
+    /// reach.
     #[error(
         "{key} is the development secret, which everyone knows, and {listen_key} = {address} \
          is reachable from other machines: set {key} (or {env}) to a secret of your own, \
          or listen on a loopback address"
     )]
     DevelopmentSecretExposed {
+        /// The config key of the secret.
         key: &'static str,
+        /// The environment variable that would override it.
         env: &'static str,
+        /// The config key of the exposed listener.
         listen_key: &'static str,
+        /// The address it listens on.
         address: SocketAddr,
     },
 }

@@ -18,11 +18,11 @@ use wire::client::{encode_error_body, ErrorCode, FrameError, FrameKind, Header};
 use super::inflight::{InFlight, InFlightTable, SeqHash};
 use super::outbox::{Outbox, PushError};
 use super::rate::{RequestBucket, RequestRate};
-use super::routes::{Direction, RouteTable};
 use super::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
 use super::{session_core, Ingress, Notice, NoticeKind};
 use crate::config::GatewayConfig;
 use crate::metrics::{CoreMetrics, GatewayStats};
+use crate::route::{Direction, RouteTable};
 
 type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
@@ -230,12 +230,6 @@ pub struct GatewayCore {
 }
 
 impl GatewayCore {
-    /// A core of a node with the built-in routes (player and room).
-    pub fn new(core_id: usize, limits: Limits, metrics: Arc<CoreMetrics>) -> GatewayCore {
-        let routes = Arc::new(crate::services::builtin_routes());
-        GatewayCore::with_incarnation(core_id, 1, limits, metrics, routes)
-    }
-
     /// A core of a node that started with incarnation `boot_incarnation`
     /// and serves `routes`.
     pub fn with_incarnation(

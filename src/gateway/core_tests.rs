@@ -27,11 +27,17 @@ struct Fixture {
     now: Instant,
 }
 
+/// A core of a node with the built-in routes (player and room).
+fn new_core(core_id: usize, limits: Limits, metrics: Arc<CoreMetrics>) -> GatewayCore {
+    let routes = Arc::new(crate::testing::builtin_routes());
+    GatewayCore::with_incarnation(core_id, 1, limits, metrics, routes)
+}
+
 impl Fixture {
     fn new() -> Fixture {
         let metrics = Arc::new(CoreMetrics::default());
         Fixture {
-            core: GatewayCore::new(3, limits(), metrics.clone()),
+            core: new_core(3, limits(), metrics.clone()),
             metrics,
             now: Instant::now(),
         }
@@ -381,7 +387,7 @@ fn answers_and_timeouts_are_timed_from_arrival_per_route() {
     f.core.egress(&push, f.now).unwrap();
     // player.incr timed out.
     assert_eq!(f.core.expire(f.now + TIMEOUT), 1);
-    let routes = crate::services::builtin_routes();
+    let routes = crate::testing::builtin_routes();
     let index = |route_id| routes.lookup_indexed(route_id).unwrap().0;
     let histogram = |route_id| f.metrics.requests.route(index(route_id)).unwrap();
     let get = histogram(route::PLAYER_GET);
@@ -569,7 +575,7 @@ fn a_session_keeps_one_deadline_entry_however_many_requests() {
 #[test]
 fn expiry_answers_every_due_request_in_seq_order_and_rearms_for_the_rest() {
     let mut f = Fixture::new();
-    f.core = GatewayCore::new(
+    f.core = new_core(
         3,
         Limits {
             inflight_max: 16,
@@ -852,7 +858,7 @@ fn an_answer_records_its_latency_from_the_request_arrival() {
 /// (and keep 16 in flight, so only the rate refuses).
 fn rate_limited() -> Fixture {
     let mut f = Fixture::new();
-    f.core = GatewayCore::new(
+    f.core = new_core(
         3,
         Limits {
             inflight_max: 16,

@@ -49,7 +49,7 @@ pub struct GatewayShared {
     /// Sessions open on the node, over all cores, against `sessions_max`.
     pub sessions_open: Arc<AtomicU32>,
     /// The node's routes (system routes and those its types declared).
-    pub routes: Arc<super::routes::RouteTable>,
+    pub routes: Arc<crate::route::RouteTable>,
 }
 
 struct CoreGateway {
@@ -114,7 +114,7 @@ impl GatewayHandle {
 
     /// A frame for a client from a session's target on this core, as a
     /// plain struct: a session of this core goes straight into the egress
-    /// gate (an in-core call, so no frame: DESIGN.md's rkyv frames are for
+    /// gate (an in-core call, so no frame: docs/architecture.md: rkyv frames are for
     /// messages that cross cores), any other is encoded as a `ClientEgress`
     /// frame for its owning core. Fire-and-forget, like [`Self::egress`].
     pub fn egress_ref(&self, egress: &EgressRef<'_>, clock: impl FnOnce() -> Instant) {

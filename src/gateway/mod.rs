@@ -3,7 +3,7 @@
 //!
 //! Sans-IO parts, unit-tested without sockets:
 //! - [`session`]: `Session` and the epoch compare-and-set `apply_binding`;
-//! - [`routes`]: the route table, `route_id -> {direction, requires_auth}`;
+//! - the route table it checks against lives in `crate::route`;
 //! - [`core`]: the per-core registry, ingress checks, in-flight accounting
 //!   and TIMEOUT, the six-check egress gate, kick and close ordering;
 //! - [`inflight`]: a session's table of requests in flight;
@@ -29,7 +29,6 @@ pub mod inflight;
 pub mod outbox;
 pub mod player;
 pub mod rate;
-pub mod routes;
 pub mod session;
 
 use wire::frame::{ClientWire, FrameBuf, FrameEncodeError, Message};

@@ -5,7 +5,7 @@
 //!   session's core with every accepted request of a session bound to
 //!   [`Target::Player`](super::Target::Player), as a plain [`Ingress`]: the
 //!   port is this core's, so the call stays on the core and needs no frame
-//!   (DESIGN.md's rkyv frames are for messages that cross cores; encoding
+//!   (docs/architecture.md: rkyv frames are for messages that cross cores; encoding
 //!   and decoding one here was a measurable share of a routed request).
 //!   It calls [`PlayerPort::login`] when `auth.login` verified a token: the
 //!   player object decides the login (duplicate logins are decided there,

@@ -1,11 +1,11 @@
 //! The gateway's metrics: its counters (`GatewayStats` of the seed, named
-//! as PROTOCOL.md lists them) and the request latency per route.
+//! as docs/protocol.md lists them) and the request latency per route.
 
 use std::time::Duration;
 
 use super::family::{write_family_head, write_histogram_of, Family, Kind};
 use super::histogram::Histogram;
-use crate::gateway::routes::{Direction, RouteTable, ROUTES_MAX};
+use crate::route::{Direction, RouteTable, ROUTES_MAX};
 
 super::metric_set! {
     /// The gateway's counters and gauges, one set per core.

@@ -6,7 +6,7 @@
 //! Every metric is declared once, with its name, help and type, by
 //! `metric_set!` or `counter_set!` (family.rs) in this folder: gateway.rs,
 //! router.rs, runtime.rs, store.rs; the node-level ones (mesh, store queue, build) are
-//! in this file. PROTOCOL.md lists the names operators rely on; a test
+//! in this file. docs/protocol.md lists the names operators rely on; a test
 //! keeps them.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -28,9 +28,8 @@ pub use self::gateway::{GatewayStats, RequestLatency};
 pub use self::histogram::{Histogram, BUCKET_BOUNDS};
 pub use self::router::{RouterCounterCells, RouterCounters, RouterStats};
 pub use self::runtime::{RuntimeStats, RUNTIME_MIRROR_INTERVAL};
-pub use self::store::StoreStats;
-use crate::gateway::routes::RouteTable;
-use crate::store::StoreProbe;
+pub use self::store::{ErrorKind, ErrorOp, StoreProbe, StoreStats};
+use crate::route::RouteTable;
 
 /// A monotonic counter written by one core.
 #[derive(Debug, Default)]
@@ -110,7 +109,7 @@ pub struct CoreMetrics {
 pub struct NodeMetrics {
     pub cores: Vec<Arc<CoreMetrics>>,
     pub mesh: Vec<Arc<shards::MeshStats>>,
-    pub store: Option<StoreProbe>,
+    pub store: Option<Arc<dyn StoreProbe>>,
     pub routes: Arc<RouteTable>,
 }
 
@@ -151,7 +150,7 @@ const MESH_FAMILIES: &[Family<shards::MeshStats>] = &[
 ];
 
 /// Read at scrape time from the store's queue itself.
-const STORE_QUEUE_FAMILIES: &[Family<StoreProbe>] = &[Family {
+const STORE_QUEUE_FAMILIES: &[Family<Arc<dyn StoreProbe>>] = &[Family {
     name: "routerd_store_queue_depth",
     help: "Store requests waiting for the store's thread (at most store.queue_max).",
     kind: Kind::Gauge,
@@ -174,11 +173,6 @@ const BUILD_FAMILIES: &[Family<()>] = &[Family {
 }];
 
 impl NodeMetrics {
-    /// The metrics of a node with the built-in routes.
-    pub fn new(core_count: usize) -> Self {
-        Self::with_routes(core_count, Arc::new(crate::services::builtin_routes()))
-    }
-
     /// The metrics of a node that serves `routes`.
     pub fn with_routes(core_count: usize, routes: Arc<RouteTable>) -> Self {
         Self {
@@ -206,7 +200,7 @@ impl NodeMetrics {
         write_families(out, cores.clone().map(|core| &core.cluster));
         write_families(out, cores.map(|core| &core.runtime));
         let store = self.store.iter();
-        write_families(out, store.clone().map(StoreProbe::stats));
+        write_families(out, store.clone().map(|store| store.stats()));
         self::store::write_store_errors(out, store.clone());
         write_family_list(out, STORE_QUEUE_FAMILIES, store);
         write_family_list(out, MESH_FAMILIES, self.mesh.iter().map(|mesh| &**mesh));

@@ -18,7 +18,7 @@ super::counter_set! {
         /// forwarding).
         "routerd_router_forwards_total" { forwards_total }
         /// Requests refused because they had taken router.forward_hops_max hops.
-        "routerd_router_forward_hops_exceeded_total" { transfer_ttl_exceeded_total }
+        "routerd_router_forward_hops_exceeded_total" { forward_hops_exceeded_total }
         /// Reads of an ownership record from the store, retries included.
         "routerd_router_pulls_total" { pulls_total }
         /// Route repairs (re-reads, claims) requests caused.

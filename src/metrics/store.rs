@@ -1,6 +1,8 @@
 //! The store's metrics, recorded where every backend's requests pass: the
 //! bridge to the backend's thread.
 
+use std::sync::Arc;
+
 super::metric_set! {
     /// Store operation latencies, one set per store. Written by whichever
     /// core awaited the operation, so with atomic additions
@@ -19,13 +21,12 @@ super::metric_set! {
 
 /// `routerd_store_errors_total{op, kind}`: two labels, which the one-label
 /// families above cannot say, so written here from each store's
-/// [`StoreHealth`](crate::store::StoreHealth). Every pair is written, zero
+/// store's health (`StoreProbe::errors`). Every pair is written, zero
 /// included, so a rate over it starts from the first scrape.
 pub(crate) fn write_store_errors<'s>(
     out: &mut String,
-    stores: impl Iterator<Item = &'s crate::store::StoreProbe> + Clone,
+    stores: impl Iterator<Item = &'s Arc<dyn StoreProbe>> + Clone,
 ) {
-    use crate::store::health::{ErrorKind, ErrorOp};
     use std::fmt::Write as _;
     let family = super::Family::<()> {
         name: STORE_ERRORS,
@@ -39,10 +40,7 @@ pub(crate) fn write_store_errors<'s>(
     super::family::write_family_head(out, &family);
     for op in ErrorOp::ALL {
         for kind in ErrorKind::ALL {
-            let count: u64 = stores
-                .clone()
-                .map(|store| store.health().errors(op, kind))
-                .sum();
+            let count: u64 = stores.clone().map(|store| store.errors(op, kind)).sum();
             // Writing into a String cannot fail.
             let _ = writeln!(
                 out,
@@ -55,3 +53,104 @@ pub(crate) fn write_store_errors<'s>(
 }
 
 const STORE_ERRORS: &str = "routerd_store_errors_total";
+
+/// What `/metrics` reads of a store at scrape time. Defined here and
+/// implemented by the store, so that the metrics import nothing of the
+/// store.
+pub trait StoreProbe: Send + Sync + std::fmt::Debug {
+    /// The store's operation latencies.
+    fn stats(&self) -> &StoreStats;
+    /// The operations of `op` that failed with `kind` so far.
+    fn errors(&self, op: ErrorOp, kind: ErrorKind) -> u64;
+    /// Requests waiting for the backend's thread; 0 once the store closed.
+    fn queue_depth(&self) -> usize;
+}
+
+/// The store operations errors are counted for, as the metric's `op` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorOp {
+    /// `load`: reading one record.
+    Load,
+    /// `write`: a compare-and-set of records.
+    Write,
+    /// `write_member`: a write of a membership row.
+    WriteMember,
+    /// `list_members`: reading the membership table.
+    ListMembers,
+}
+
+impl ErrorOp {
+    /// Every operation, in the order the metric lists them.
+    pub const ALL: [ErrorOp; 4] = [
+        ErrorOp::Load,
+        ErrorOp::Write,
+        ErrorOp::WriteMember,
+        ErrorOp::ListMembers,
+    ];
+
+    /// The `op` label's value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ErrorOp::Load => "load",
+            ErrorOp::Write => "write",
+            ErrorOp::WriteMember => "write_member",
+            ErrorOp::ListMembers => "list_members",
+        }
+    }
+}
+
+/// Why an operation failed, as the metric's `kind` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// No answer within `store.request_timeout_ms` (a read), or another
+    /// process held SQLite's write lock past `busy_timeout`.
+    Timeout,
+    /// The request queue was full; nothing was sent.
+    Overloaded,
+    /// The store's thread had stopped.
+    Closed,
+    /// The store holds data this build cannot read: a damaged SQLite file
+    /// (`SQLITE_CORRUPT`, `SQLITE_NOTADB`) or a bad stored value.
+    Corrupt,
+    /// The disk or the connection to the store server failed.
+    Io,
+    /// No connection to the store server could be had; nothing was sent.
+    Unavailable,
+    /// A write whose outcome is unknown (timed out, or its connection was
+    /// lost after it was sent): the caller must re-read.
+    ConflictUnknown,
+    /// Any other refusal by the backend.
+    Backend,
+    /// A fault the memory backend was told to inject.
+    Injected,
+}
+
+impl ErrorKind {
+    /// Every kind, in the order the metric lists them.
+    pub const ALL: [ErrorKind; 9] = [
+        ErrorKind::Timeout,
+        ErrorKind::Overloaded,
+        ErrorKind::Closed,
+        ErrorKind::Corrupt,
+        ErrorKind::Io,
+        ErrorKind::Unavailable,
+        ErrorKind::ConflictUnknown,
+        ErrorKind::Backend,
+        ErrorKind::Injected,
+    ];
+
+    /// The `kind` label's value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Overloaded => "overloaded",
+            ErrorKind::Closed => "closed",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Io => "io",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::ConflictUnknown => "conflict_unknown",
+            ErrorKind::Backend => "backend",
+            ErrorKind::Injected => "injected",
+        }
+    }
+}

@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn render_sums_over_cores() {
-    let metrics = NodeMetrics::new(2);
+    let metrics = crate::testing::node_metrics(2);
     metrics.cores[0].gateway.sessions_accepted.add(2);
     metrics.cores[1].gateway.sessions_accepted.inc();
     metrics.cores[1].gateway.egress_stale_epoch.inc();
@@ -34,7 +34,7 @@ fn render_sums_over_cores() {
 
 #[test]
 fn histograms_sum_buckets_over_cores_cumulatively() {
-    let metrics = NodeMetrics::new(2);
+    let metrics = crate::testing::node_metrics(2);
     // player.get is the third route of the built-in table, by id.
     metrics.cores[0]
         .requests
@@ -124,7 +124,7 @@ fn router_counters_are_all_exported_and_mirrored() {
         handled_total: 3,
         sends_total: 4,
         forwards_total: 5,
-        transfer_ttl_exceeded_total: 6,
+        forward_hops_exceeded_total: 6,
         pulls_total: 7,
         repair_attempts_total: 8,
         claims_total: 9,

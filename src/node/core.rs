@@ -6,8 +6,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::port::{PortParts, ServicesPort};
 use super::{MeshMessage, NodeShared};
 use crate::catalog::CoreCatalog;
+use crate::clock;
 use crate::cluster::agent::{Agent, AgentParts};
 use crate::cluster::follow::Follower;
 use crate::cluster::incoming::Incoming;
@@ -18,9 +20,8 @@ use crate::gateway::GatewayHandle;
 use crate::metrics::{CoreMetrics, RUNTIME_MIRROR_INTERVAL};
 use crate::object::Registry;
 use crate::ops::{self, CoreOps};
-use crate::router::driver::{clock, DriverParts, FrameSource, RouterDriver};
+use crate::router::driver::{DriverParts, FrameSource, RouterDriver};
 use crate::router::RouterCore;
-use crate::services::port::{PortParts, ServicesPort};
 use crate::store::NodeId;
 
 pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<NodeShared>) {

@@ -10,22 +10,24 @@ use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 use self::core::core_main;
 use self::listeners::{bind_cluster, reserve};
 
-use crate::admin::{Admin, AdminState, NodePhase};
+use crate::admin::{Admin, AdminState};
 use crate::catalog::Catalog;
 use crate::cluster::agent::{self, JoinError};
 use crate::cluster::membership::{Advertisement, Membership};
 use crate::cluster::view::{ClusterView, Peer, Standing};
 use crate::config::{Config, RingTaskrun};
 use crate::gateway::driver::GatewayShared;
-use crate::gateway::routes::RouteTable;
 use crate::metrics::NodeMetrics;
 use crate::object::{Registry, RegistryError};
 use crate::ops::drain::DrainStatus;
+use crate::ops::NodePhase;
 use crate::ops::{CoreCommands, Ops, OpsParts};
+use crate::route::RouteTable;
 use crate::store::{MemberState, NodeId, OpenError, Store};
 
 mod core;
 mod listeners;
+mod port;
 
 /// How long the cores may take to bind their listeners and report ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -136,7 +138,7 @@ impl Node {
         let runtime_config = runtime_config(&config);
         let core_count = runtime_config.placement.core_count();
         let mut metrics = NodeMetrics::with_routes(core_count, routes.clone());
-        metrics.store = Some(store.probe());
+        metrics.store = Some(Arc::new(store.probe()));
         // Port 0 asks for any free port; every core must then bind the same
         // one, so reserve it first and hold it until the cores have bound.
         let reservation = reserve(config.gateway.listen)?;

@@ -16,7 +16,7 @@ use wire::ObjectKey;
 use super::context::{Context, ServiceContext, Timers};
 use super::{Object, ObjectType, Service};
 use crate::config::Persist;
-use crate::router::object::{
+use crate::router::handler::{
     decode_answer_event, decode_timer_event, ObjectState, ServiceHandler, OP_ANSWER, OP_TIMER,
 };
 use crate::router::{DecodeError, HandlerOutput, Request};

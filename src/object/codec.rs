@@ -12,28 +12,34 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader at the start of `bytes`.
     pub fn new(bytes: &'a [u8]) -> Self {
         Reader { bytes }
     }
 
+    /// The next byte, or `None` past the end.
     pub fn u8(&mut self) -> Option<u8> {
         let (first, rest) = self.bytes.split_first()?;
         self.bytes = rest;
         Some(*first)
     }
 
+    /// The next little-endian `u16`, or `None` past the end.
     pub fn u16(&mut self) -> Option<u16> {
         Some(u16::from_le_bytes(self.array()?))
     }
 
+    /// The next little-endian `u32`, or `None` past the end.
     pub fn u32(&mut self) -> Option<u32> {
         Some(u32::from_le_bytes(self.array()?))
     }
 
+    /// The next little-endian `u64`, or `None` past the end.
     pub fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.array()?))
     }
 
+    /// The next little-endian `i64`, or `None` past the end.
     pub fn i64(&mut self) -> Option<i64> {
         Some(i64::from_le_bytes(self.array()?))
     }
@@ -75,6 +81,7 @@ impl<'a> Reader<'a> {
         self.bytes
     }
 
+    /// Whether nothing was written yet.
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use wire::ObjectKey;
 
-use crate::router::object::{one_way, ObjectCall, ObjectTimer, OP_RESERVED_MIN};
+use crate::router::handler::{one_way, ObjectCall, ObjectTimer, OP_RESERVED_MIN};
 use crate::router::{
     ClientRef, ErrorCode, HandlerOutput, HandlerReply, Outcome, Request, RequestId,
 };
@@ -291,24 +291,31 @@ impl ServiceContext<'_> {
     pub fn key(&self) -> ObjectKey {
         self.0.key()
     }
+    /// See [`Context::op`].
     pub fn op(&self) -> u32 {
         self.0.op()
     }
+    /// See [`Context::body`].
     pub fn body(&self) -> &[u8] {
         self.0.body()
     }
+    /// See [`Context::client`].
     pub fn client(&self) -> Option<ClientRef> {
         self.0.client()
     }
+    /// See [`Context::player_id`].
     pub fn player_id(&self) -> Option<u64> {
         self.0.player_id()
     }
+    /// See [`Context::answer`].
     pub fn answer(&mut self, outcome: Outcome) {
         self.0.answer(outcome)
     }
+    /// See [`Context::fail`].
     pub fn fail(&mut self, code: ErrorCode) {
         self.0.fail(code)
     }
+    /// See [`Context::bad_request`].
     pub fn bad_request(&mut self) {
         self.0.bad_request()
     }
@@ -316,9 +323,11 @@ impl ServiceContext<'_> {
     pub fn forward(&mut self, key: ObjectKey, op: u32, body: Vec<u8>) {
         self.0.forward(key, op, body)
     }
+    /// See [`Context::push`].
     pub fn push(&mut self, client: ClientRef, route_id: u32, body: Vec<u8>) {
         self.0.push(client, route_id, body)
     }
+    /// See [`Context::send`].
     pub fn send(&mut self, key: ObjectKey, op: u32, body: Vec<u8>) {
         self.0.send(key, op, body)
     }

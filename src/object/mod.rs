@@ -50,13 +50,12 @@ mod adapter;
 pub mod codec;
 mod context;
 mod registry;
-mod route;
 #[cfg(test)]
 mod tests;
 
 pub use self::context::{Context, Deferred, ServiceContext, TimerLimitReached, OBJECT_TIMERS_MAX};
-pub use self::route::{ClientRoute, KeyFrom, RouteKind};
 pub use crate::config::Persist;
+pub use crate::route::{ClientRoute, KeyFrom, Pick, RouteKind};
 pub use crate::router::{ClientRef, DecodeError, ErrorCode, Outcome};
 pub use wire::hash::stable_hash64;
 pub use wire::ObjectKey;
@@ -70,6 +69,7 @@ use std::sync::Arc;
 /// `Send` and `Sync`); each object of the type is an
 /// [`ObjectType::Object`] on one core.
 pub trait ObjectType: Send + Sync + 'static {
+    /// The in-memory object, one per key, on the key's core.
     type Object: Object;
 
     /// The `type_id` of its keys: stable across releases (it is in the
@@ -142,17 +142,6 @@ pub trait Object: 'static {
     fn on_timer(&mut self, ctx: &mut Context<'_>, tag: u64) {
         let _ = (ctx, tag);
     }
-}
-
-/// How a service's nodes share its keys.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Pick {
-    /// Rendezvous hashing: every serving node gets an equal share.
-    #[default]
-    Rendezvous,
-    /// Weighted rendezvous: a node gets `weight / sum of weights` of the
-    /// keys, by the weight it advertises ([`Service::weight`]).
-    Weighted,
 }
 
 /// A stateless service: no owner, no persisted state, run by every node

@@ -8,22 +8,35 @@ use std::sync::Arc;
 use super::adapter::ServiceAdapter;
 use super::{ClientRoute, ObjectType, Pick, RouteKind, Service};
 use crate::catalog::ActorConfig;
-use crate::gateway::routes::{RouteError, RouteTable, Served};
+use crate::route::{RouteError, RouteTable, Served};
 use crate::router::RouterCore;
 
 /// Why a set of object types and services cannot be served together.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
+    /// Two types or services declare one type id.
     #[error("type id {type_id} is taken twice: by {first} and by {second}")]
     DuplicateTypeId {
+        /// The id.
         type_id: u32,
+        /// The name of the one registered first.
         first: &'static str,
+        /// The name of the one registered second.
         second: &'static str,
     },
+    /// A type declares type id 0, which no key may carry.
     #[error("type id 0 ({name}) is not a type id")]
-    ZeroTypeId { name: &'static str },
+    ZeroTypeId {
+        /// The type's name.
+        name: &'static str,
+    },
+    /// Two types or services share one name.
     #[error("the name {name} is taken twice")]
-    DuplicateName { name: &'static str },
+    DuplicateName {
+        /// The name.
+        name: &'static str,
+    },
+    /// Their routes do not make one table.
     #[error(transparent)]
     Routes(#[from] RouteError),
 }
@@ -208,7 +221,7 @@ mod tests {
 
     #[test]
     fn clashes_are_refused_naming_both() {
-        let mut registry = crate::services::builtins(&crate::config::Config::default());
+        let mut registry = crate::builtins::registry(&crate::config::Config::default());
         assert_eq!(registry.names(), vec!["player", "room"]);
         assert_eq!(
             registry.add_service(Echo(2, "echo", 300)),
@@ -259,7 +272,7 @@ mod tests {
     /// what comes after it keeps the actor id of its position.
     #[test]
     fn a_remote_service_has_routes_and_no_actor() {
-        let mut registry = crate::services::builtins(&crate::config::Config::default());
+        let mut registry = crate::builtins::registry(&crate::config::Config::default());
         registry
             .add_remote_service(&Echo(200, "echo", 300))
             .unwrap();

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::codec::Reader;
 use super::*;
 use crate::config::RouterConfig;
-use crate::router::object::answer_event;
+use crate::router::handler::answer_event;
 use crate::router::{
     Effect, Request, RequestId, RouterCore, RouterHead, StoreOp, StoreReply, Timer,
 };

@@ -135,9 +135,9 @@ impl Ops {
     pub fn drain(&self) -> Result<serde_json::Value, DrainRefused> {
         let inner = &self.0;
         match inner.phase.get() {
-            crate::admin::Phase::Starting => return Err(DrainRefused::Starting),
-            crate::admin::Phase::Stopping => return Err(DrainRefused::Stopping),
-            crate::admin::Phase::Serving | crate::admin::Phase::Draining => {}
+            crate::ops::Phase::Starting => return Err(DrainRefused::Starting),
+            crate::ops::Phase::Stopping => return Err(DrainRefused::Stopping),
+            crate::ops::Phase::Serving | crate::ops::Phase::Draining => {}
         }
         if !inner.drain.requested.swap(true, Ordering::AcqRel) {
             *lock(&inner.drain.started_at) = Some(Instant::now());

@@ -10,7 +10,9 @@
 //! awaits. Nothing here blocks a core: a full channel is answered at once
 //! (503), and every wait on the admin side has a deadline.
 
+pub mod client;
 pub mod drain;
+mod phase;
 pub mod transfer;
 
 use std::sync::{Arc, Mutex};
@@ -20,7 +22,7 @@ use futures_lite::StreamExt;
 use wire::ObjectKey;
 
 use self::drain::{CoreDrainParts, DrainStatus};
-use crate::admin::NodePhase;
+pub use self::phase::{NodePhase, Phase};
 use crate::cluster::view::ClusterView;
 use crate::config::ClusterConfig;
 use crate::gateway::GatewayHandle;

@@ -21,7 +21,7 @@ use serde_json::json;
 use wire::ObjectKey;
 
 use super::{Ops, Unreached};
-use crate::admin::client;
+use crate::ops::client;
 use crate::router::{TransferError, TransferOutcome};
 use crate::store::NodeId;
 

@@ -12,7 +12,7 @@ use wire::ObjectKey;
 
 use super::drain::DrainState;
 use super::entry::Entry;
-use super::object::{ObjectType, ServiceHandler};
+use super::handler::{ObjectType, ServiceHandler};
 use super::types::{
     Effect, ErrorCode, NodeMessage, Outcome, Request, RouterHead, StoreOp, StoreToken, Timer,
     TransferDone, TransferOutcome,
@@ -590,7 +590,7 @@ impl RouterCore {
                 }
                 let waiter = super::entry::Waiter {
                     head: RouterHead {
-                        transfer_ttl: head.transfer_ttl.saturating_sub(1),
+                        forward_hops: head.forward_hops.saturating_sub(1),
                         ..head
                     },
                     request,

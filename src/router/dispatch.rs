@@ -6,8 +6,8 @@ use wire::ObjectKey;
 use super::core::StoreWait;
 use super::core::{Ctx, Manager, RouterCore, REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX};
 use super::entry::{Entry, Io, PendingWrite, Waiter};
+use super::handler::{HandlerOutput, HandlerReply, ObjectType};
 use super::mutant::{self, Mutant};
-use super::object::{HandlerOutput, HandlerReply, ObjectType};
 use super::types::{
     Effect, ErrorCode, NodeMessage, Request, RequestId, RouterHead, StoreOp, Timer,
 };
@@ -272,14 +272,14 @@ pub(crate) fn start_pull(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, io: I
 /// `send_msg` to `node`, with `router_update_sync` to the request's source
 /// when this node knows a newer route than the request carried.
 fn send_to(ctx: &mut Ctx, entry: &Entry, node: NodeId, waiter: Waiter) {
-    let next_ttl = waiter.head.transfer_ttl.saturating_add(1);
+    let next_ttl = waiter.head.forward_hops.saturating_add(1);
     if next_ttl > ctx.config.forward_hops_max {
-        ctx.counters.transfer_ttl_exceeded_total += 1;
+        ctx.counters.forward_hops_exceeded_total += 1;
         ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
         return;
     }
     let source_node = waiter.head.source_node;
-    let routed_here = source_node != ctx.node || waiter.head.transfer_ttl > 0;
+    let routed_here = source_node != ctx.node || waiter.head.forward_hops > 0;
     if routed_here {
         ctx.counters.forwards_total += 1;
     } else {
@@ -289,7 +289,7 @@ fn send_to(ctx: &mut Ctx, entry: &Entry, node: NodeId, waiter: Waiter) {
         key: waiter.head.key,
         route_version: entry.route_version,
         source_node,
-        transfer_ttl: next_ttl,
+        forward_hops: next_ttl,
     };
     let received_version = waiter.head.route_version;
     ctx.send(

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::object::{HandlerOutput, ObjectState};
+use super::handler::{HandlerOutput, ObjectState};
 use super::types::{Request, RouterHead};
 use wire::ObjectKey;
 

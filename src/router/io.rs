@@ -6,8 +6,8 @@ use wire::ObjectKey;
 use super::core::{Ctx, Manager, RouterCore, StoreWait};
 use super::dispatch::{abandon, dispatch_entry, lock_expired, release, start_save};
 use super::entry::{Entry, Io, PendingWrite, Writable};
+use super::handler::{HandlerOutput, ObjectState, ObjectType};
 use super::mutant::{self, Mutant};
-use super::object::{HandlerOutput, ObjectState, ObjectType};
 use super::types::{ErrorCode, Request, StoreFailure, StoreOp, StoreReply, StoreToken, Timer};
 use crate::store::{CasVersion, RouteRecord, WriteCondition, WriteOutcome};
 

@@ -8,7 +8,7 @@
 //! `on_flush` at the end of a batch of events when asked by
 //! `Effect::FlushSavesAfterBatch`) and perform the [`Effect`]s it queues
 //! (`drain_effects`). It does no IO, reads no clock, and draws randomness
-//! only from the seed it was built with, so the simulator in [`sim`] can run
+//! only from the seed it was built with, so the simulator (`crate::sim`, test-only) can run
 //! many nodes of it deterministically.
 //!
 //! The seed's operations keep their names: `mutable_cache` / `pull_cache`
@@ -22,18 +22,15 @@ mod core;
 mod dispatch;
 mod drain;
 mod entry;
+pub mod handler;
 mod io;
 pub(crate) mod mutant;
-pub mod object;
 mod service;
 mod timers;
 mod transfer;
 pub mod types;
 
 pub mod driver;
-
-#[cfg(test)]
-mod sim;
 
 #[cfg(test)]
 mod tests;
@@ -43,7 +40,7 @@ pub use self::core::{
     REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX, SHUTDOWN_BATCH_MAX,
 };
 pub use drain::DrainProgress;
-pub use object::{
+pub use handler::{
     DecodeError, HandlerOutput, HandlerReply, ObjectCall, ObjectState, ObjectTimer, ObjectType,
     ServiceHandler,
 };

@@ -7,7 +7,7 @@ use wire::ObjectKey;
 use super::core::{Manager, RouterCore};
 use super::dispatch::{dispatch_entry, release};
 use super::entry::Waiter;
-use super::object::{timer_event, HandlerOutput};
+use super::handler::{timer_event, HandlerOutput};
 use super::types::{ErrorCode, Request, RouterHead};
 
 impl RouterCore {

@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 
 use wire::ObjectKey;
 
-use super::sim::counter::{counter_value, CounterType, COUNTER_TYPE_ID, OP_ADD, OP_GET};
 use super::*;
 use crate::config::{Persist, RouterConfig};
+use crate::sim::counter::{counter_value, CounterType, COUNTER_TYPE_ID, OP_ADD, OP_GET};
 use crate::store::{MemoryTable, NodeId, RouteVersion, WriteOutcome};
+use crate::testing::answer_store as answer;
 
 fn config() -> RouterConfig {
     RouterConfig {
@@ -116,16 +117,6 @@ impl Harness {
     }
 }
 
-fn answer(table: &mut MemoryTable, op: StoreOp) -> StoreReply {
-    match op {
-        StoreOp::Load(key) => StoreReply::Loaded(table.load(key)),
-        StoreOp::Write(write) => StoreReply::Written(table.write(&write)),
-        StoreOp::WriteBatch(writes) => {
-            StoreReply::WrittenBatch(writes.iter().map(|w| table.write(w)).collect())
-        }
-    }
-}
-
 fn replies(effects: &[Effect]) -> Vec<(RequestId, Outcome)> {
     effects
         .iter()
@@ -199,7 +190,7 @@ fn a_non_owner_forwards_and_neither_runs_nor_answers() {
     let sent = routed(&effects);
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].0, NodeId(owner));
-    assert_eq!(sent[0].1.transfer_ttl, 1);
+    assert_eq!(sent[0].1.forward_hops, 1);
     assert_eq!(sent[0].1.route_version, RouteVersion(1));
     assert_eq!(sent[0].2, id);
     // The owner runs it and answers the origin.
@@ -228,7 +219,7 @@ fn forwarding_is_refused_past_transfer_max_ttl() {
         key: KEY,
         route_version: RouteVersion(1),
         source_node: NodeId(9),
-        transfer_ttl: config().forward_hops_max,
+        forward_hops: config().forward_hops_max,
     };
     let request = Request {
         id,
@@ -241,7 +232,7 @@ fn forwarding_is_refused_past_transfer_max_ttl() {
     let effects = h.settle(other, 0);
     assert!(routed(&effects).is_empty());
     assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
-    assert_eq!(h.core(other).counters().transfer_ttl_exceeded_total, 1);
+    assert_eq!(h.core(other).counters().forward_hops_exceeded_total, 1);
 }
 
 #[test]
@@ -261,7 +252,7 @@ fn forwarder_with_a_newer_route_syncs_the_source_which_updates_only_older_caches
         key: KEY,
         route_version: RouteVersion(0),
         source_node: NodeId(source),
-        transfer_ttl: 1,
+        forward_hops: 1,
     };
     let request = Request {
         id,
@@ -1088,42 +1079,6 @@ fn an_unavailable_owner_is_read_once_more_then_answered_unavailable() {
     assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
     assert_eq!(h.core(1).counters().pulls_total, 2);
     assert!(routed(&effects).is_empty());
-}
-
-#[test]
-fn a_request_naming_a_newer_route_than_the_store_is_repaired_three_times_at_most() {
-    let mut h = Harness::new(2, Persist::Interval);
-    let owner = claim_on_default(&mut h, 2);
-    let other = 3 - owner;
-    // A head newer than anything stored: every re-read finds it older.
-    let head = RouterHead {
-        key: KEY,
-        route_version: RouteVersion(100),
-        source_node: NodeId(owner),
-        transfer_ttl: 1,
-    };
-    let id = RequestId {
-        origin_node: NodeId(owner),
-        seq: 77,
-    };
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
-    h.core(other).on_request(1, head, request);
-    let effects = settle_at(&mut h, other, 1);
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
-    assert_eq!(
-        h.core(other).counters().pulls_total,
-        u64::from(REPAIR_ATTEMPTS_MAX)
-    );
-    assert_eq!(
-        h.core(other).counters().repair_attempts_total,
-        u64::from(REPAIR_ATTEMPTS_MAX) + 1
-    );
 }
 
 #[path = "drain_tests.rs"]

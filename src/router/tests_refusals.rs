@@ -256,7 +256,7 @@ fn a_request_one_hop_short_of_the_bound_is_still_forwarded_and_counted() {
         key: KEY,
         route_version: RouteVersion(1),
         source_node: NodeId(other),
-        transfer_ttl: config().forward_hops_max - 1,
+        forward_hops: config().forward_hops_max - 1,
     };
     let id = RequestId {
         origin_node: NodeId(other),
@@ -275,10 +275,10 @@ fn a_request_one_hop_short_of_the_bound_is_still_forwarded_and_counted() {
     let sent = routed(&effects);
     assert_eq!(sent.len(), 1, "{effects:?}");
     assert_eq!(
-        (sent[0].0, sent[0].1.transfer_ttl, sent[0].2),
+        (sent[0].0, sent[0].1.forward_hops, sent[0].2),
         (NodeId(owner), config().forward_hops_max, id)
     );
-    assert_eq!(h.core(other).counters().transfer_ttl_exceeded_total, 0);
+    assert_eq!(h.core(other).counters().forward_hops_exceeded_total, 0);
     // A request back at its source after a hop is a forward, not a send:
     // forwards are what a stale route costs.
     assert_eq!(h.core(other).counters().forwards_total, 1);
@@ -306,7 +306,7 @@ fn a_forwarder_whose_route_is_no_newer_than_the_request_sends_no_sync() {
         key: KEY,
         route_version: RouteVersion(1),
         source_node: NodeId(source),
-        transfer_ttl: 1,
+        forward_hops: 1,
     };
     let id = RequestId {
         origin_node: NodeId(source),
@@ -368,7 +368,7 @@ fn a_route_that_never_catches_up_ends_in_unavailable_within_the_repair_bound() {
         key: KEY,
         route_version: RouteVersion(100),
         source_node: NodeId(owner),
-        transfer_ttl: 1,
+        forward_hops: 1,
     };
     let id = RequestId {
         origin_node: NodeId(owner),
@@ -389,6 +389,10 @@ fn a_route_that_never_catches_up_ends_in_unavailable_within_the_repair_bound() {
     assert_eq!(
         h.core(other).counters().pulls_total,
         u64::from(REPAIR_ATTEMPTS_MAX)
+    );
+    assert_eq!(
+        h.core(other).counters().repair_attempts_total,
+        u64::from(REPAIR_ATTEMPTS_MAX) + 1
     );
 }
 

@@ -6,9 +6,9 @@ use wire::ObjectKey;
 use super::core::{Ctx, Manager, RouterCore, StoreWait};
 use super::dispatch::dispatch_entry;
 use super::entry::{Entry, Io, PendingWrite, Transferring};
+use super::handler::ObjectType;
 use super::io::{after_failed_write, claimed, finish_io};
 use super::mutant::{self, Mutant};
-use super::object::ObjectType;
 use super::types::{
     NodeMessage, RouterTransfer, StoreOp, StoreReply, Timer, TransferDone, TransferOutcome,
 };

@@ -14,8 +14,9 @@ pub struct RouterHead {
     /// The node the request entered the cluster at. Forwarding preserves it,
     /// so `router_update_sync` reaches the original caller.
     pub source_node: NodeId,
-    /// Forwarding hops taken so far; refused past `forward_hops_max`.
-    pub transfer_ttl: u32,
+    /// Forwarding hops taken so far; refused past `forward_hops_max`. The
+    /// wire carries it in the head's `transfer_ttl` field.
+    pub forward_hops: u32,
 }
 
 impl RouterHead {
@@ -26,7 +27,7 @@ impl RouterHead {
             key,
             route_version: RouteVersion(0),
             source_node: node,
-            transfer_ttl: 0,
+            forward_hops: 0,
         }
     }
 }
@@ -43,12 +44,14 @@ pub struct RequestId {
 /// to accept or refuse a PUSH (a stale epoch is refused there, not here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ClientRef {
+    /// The node whose gateway holds the session.
     pub gateway_node: NodeId,
     /// Unique on its gateway node across restarts (the gateway puts the
     /// node's incarnation at start in it).
     pub session_id: u64,
     /// The session's binding epoch (the gateway's `u32`).
     pub session_epoch: u32,
+    /// The logged-in player (0 before login).
     pub player_id: u64,
 }
 
@@ -66,20 +69,11 @@ pub struct Request {
     pub needs_reply: bool,
 }
 
-/// Error answers, numbered as docs/protocol.md's ERROR codes so the gateway
-/// can write them as they are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ErrorCode {
-    /// A login refused by the duplicate-login policy (`single`).
-    AuthFailed = 4,
-    BadRequest = 5,
-    Overloaded = 6,
-    Unavailable = 7,
-    /// No answer will come: the node that held the request died, and
-    /// whether it applied the request is unknown.
-    Timeout = 8,
-    Internal = 9,
-}
+/// Error answers: the client protocol's own ERROR codes (docs/protocol.md),
+/// one enum from the wire to the handler, so the gateway writes a handler's
+/// code as it is. A handler answers with the codes from `AuthFailed` on;
+/// the first three are the gateway's own refusals.
+pub use wire::client::ErrorCode;
 
 /// The answer to one request: a RESPONSE body or an ERROR code.
 pub type Outcome = Result<Vec<u8>, ErrorCode>;
@@ -240,7 +234,7 @@ pub enum Effect {
     /// then close) that session: a duplicate-login decision.
     Kick { client: ClientRef },
     /// Like `Submit`, for a request whose answer goes back to the object
-    /// `caller` as an answer event (`object::answer_event(tag, ..)`): the
+    /// `caller` as an answer event (`handler::answer_event(tag, ..)`): the
     /// driver gives `request` an id of its own and keeps where its answer
     /// goes, answering TIMEOUT to the caller if none comes in time.
     Call {

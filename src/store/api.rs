@@ -17,6 +17,7 @@ use crate::metrics::StoreStats;
 /// full queue is reported at once) and return a future that resolves on
 /// any executor. `Store` has already checked the limits below.
 pub trait Backend: Send + Sync + 'static {
+    /// Reads the record of `key`; `None` when there is none.
     fn load(&self, key: ObjectKey) -> StoreFuture<Result<Option<RouteRecord>, LoadError>>;
     /// Applies `writes` in order, each under its own condition. Returns
     /// one outcome per write, in order.
@@ -45,16 +46,18 @@ pub trait Backend: Send + Sync + 'static {
     }
 }
 
-/// What `/metrics` reads of a store. It holds the backend weakly, so the
-/// store still closes when the last [`Store`] handle goes.
+/// What `/metrics` reads of a store (`metrics::StoreProbe`). It holds the
+/// backend weakly, so the store still closes when the last [`Store`] handle
+/// goes.
 #[derive(Clone)]
-pub struct StoreProbe {
+pub struct BackendProbe {
     stats: Arc<StoreStats>,
     health: Arc<StoreHealth>,
     backend: Weak<dyn Backend>,
 }
 
-impl StoreProbe {
+impl BackendProbe {
+    /// The store's operation latencies.
     pub fn stats(&self) -> &StoreStats {
         &self.stats
     }
@@ -72,9 +75,23 @@ impl StoreProbe {
     }
 }
 
-impl std::fmt::Debug for StoreProbe {
+impl crate::metrics::StoreProbe for BackendProbe {
+    fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
+    fn errors(&self, op: ErrorOp, kind: health::ErrorKind) -> u64 {
+        self.health.errors(op, kind)
+    }
+
+    fn queue_depth(&self) -> usize {
+        BackendProbe::queue_depth(self)
+    }
+}
+
+impl std::fmt::Debug for BackendProbe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreProbe")
+        f.debug_struct("BackendProbe")
             .field("queue_depth", &self.queue_depth())
             .finish_non_exhaustive()
     }
@@ -127,8 +144,8 @@ impl Store {
     }
 
     /// The store's metrics, for the node's `/metrics`.
-    pub fn probe(&self) -> StoreProbe {
-        StoreProbe {
+    pub fn probe(&self) -> BackendProbe {
+        BackendProbe {
             stats: self.backend.stats().unwrap_or_default(),
             health: self.health.clone(),
             backend: Arc::downgrade(&self.backend),
@@ -140,10 +157,12 @@ impl Store {
         self.health.failing()
     }
 
+    /// The largest state one record may carry, in bytes.
     pub fn state_max_bytes(&self) -> usize {
         self.state_max_bytes
     }
 
+    /// The most records one batch may write.
     pub fn batch_max(&self) -> usize {
         self.batch_max
     }

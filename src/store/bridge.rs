@@ -140,7 +140,9 @@ pub const MEMBER_QUEUE_MAX: usize = 64;
 /// before the lanes existed: it exists for the benchmark's baseline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberLane {
+    /// Membership requests on a lane of their own.
     Own,
+    /// Membership requests in the object queue (the benchmark's baseline).
     Shared,
 }
 

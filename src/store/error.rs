@@ -9,10 +9,13 @@ use std::sync::Arc;
 /// transaction can answer every caller it carried.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum BackendError {
+    /// SQLite refused or failed.
     #[error("sqlite: {0}")]
     Sqlite(Arc<rusqlite::Error>),
+    /// The Scylla driver refused or failed.
     #[error("scylla: {0}")]
     Scylla(Arc<dyn std::error::Error + Send + Sync>),
+    /// PostgreSQL refused or failed.
     #[error("postgres: {}", super::postgres_sql::describe(.0))]
     Postgres(Arc<tokio_postgres::Error>),
     /// No connection to the store server could be had: the request was
@@ -48,6 +51,7 @@ pub(crate) fn is_corruption(error: &rusqlite::Error) -> bool {
     )
 }
 
+/// Why a load has no answer.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum LoadError {
     /// The request queue is full; nothing was sent. Retry later.
@@ -59,10 +63,12 @@ pub enum LoadError {
     /// No answer within `store.request_timeout_ms`.
     #[error("store load timed out")]
     Timeout,
+    /// The backend failed the read.
     #[error(transparent)]
     Backend(#[from] BackendError),
 }
 
+/// Why a write did not happen.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum WriteError {
     /// The request queue is full; the write was never sent, so it did not
@@ -76,20 +82,33 @@ pub enum WriteError {
     /// The state blob is larger than `store.state_max_bytes`; nothing was
     /// written.
     #[error("state of {len} bytes exceeds store.state_max_bytes = {max}")]
-    StateTooLarge { len: usize, max: usize },
+    StateTooLarge {
+        /// The state's bytes.
+        len: usize,
+        /// The bound.
+        max: usize,
+    },
     /// A batch longer than `store.batch_max`; the caller splits it.
     #[error("batch of {len} writes exceeds store.batch_max = {max}")]
-    BatchTooLarge { len: usize, max: usize },
+    BatchTooLarge {
+        /// The batch's writes.
+        len: usize,
+        /// The bound.
+        max: usize,
+    },
     /// The backend refused the write (the whole batch, for a batch): it
     /// did not happen.
     #[error(transparent)]
     Backend(#[from] BackendError),
 }
 
+/// Why a membership request has no answer.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum MembershipError {
+    /// The request queue is full; nothing was sent.
     #[error("store overloaded: request queue full")]
     Overloaded,
+    /// The store thread has stopped.
     #[error("store closed")]
     Closed,
     /// No answer within `store.request_timeout_ms` to a list (a write that
@@ -98,21 +117,34 @@ pub enum MembershipError {
     Timeout,
     /// A row too large to store (see `membership::MEMBER_ROW_BYTES_MAX`).
     #[error("member row of {len} bytes exceeds {max}")]
-    RowTooLarge { len: usize, max: usize },
+    RowTooLarge {
+        /// The row's bytes.
+        len: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// The backend failed the request.
     #[error(transparent)]
     Backend(#[from] BackendError),
 }
 
+/// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// The directory of the SQLite file could not be made.
     #[error("cannot create the store directory {path}: {source}")]
     CreateDir {
+        /// The directory.
         path: PathBuf,
+        /// Why.
         source: std::io::Error,
     },
+    /// SQLite could not open the file.
     #[error("cannot open the SQLite store {path}: {source}")]
     Sqlite {
+        /// The file.
         path: PathBuf,
+        /// SQLite's error.
         source: rusqlite::Error,
     },
     /// `PRAGMA quick_check` (or the open itself) found the file damaged.
@@ -120,19 +152,29 @@ pub enum OpenError {
         "the SQLite store {path} is damaged: {report}; restore it from a backup or move it \
          aside to start with an empty store"
     )]
-    Corrupt { path: PathBuf, report: String },
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What the check reported, bounded.
+        report: String,
+    },
     /// The file was written by an incompatible routerd version.
     #[error(
         "store schema version {found} in {path} is not supported (this build uses version \
          {expected}); use a matching routerd or a new store file"
     )]
     SchemaVersion {
+        /// The file.
         path: PathBuf,
+        /// The version the file says.
         found: i64,
+        /// The version this build uses.
         expected: i64,
     },
+    /// No session with the Scylla cluster could be had.
     #[error("cannot connect to the Scylla cluster: {0}")]
     Scylla(String),
+    /// The PostgreSQL server could not be reached or set up.
     #[error("cannot open the PostgreSQL store: {0}")]
     Postgres(String),
     /// The database holds routerd tables of another version (0: tables
@@ -141,9 +183,16 @@ pub enum OpenError {
         "PostgreSQL store schema version {found} is not supported (this build uses version \
          {expected}); use a matching routerd or another database"
     )]
-    PostgresSchemaVersion { found: i64, expected: i64 },
+    PostgresSchemaVersion {
+        /// The version the database says.
+        found: i64,
+        /// The version this build uses.
+        expected: i64,
+    },
+    /// The store's thread could not be started.
     #[error("cannot start the store thread: {0}")]
     Thread(std::io::Error),
+    /// The store's configuration cannot be used; the message says why.
     #[error("invalid store configuration: {0}")]
     Config(&'static str),
 }

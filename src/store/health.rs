@@ -28,91 +28,12 @@ pub const ERROR_LOG_INTERVAL_MS: u64 = 5000;
 /// long, a health answer should not be.
 pub const CAUSE_BYTES_MAX: usize = 512;
 
-/// The store operations errors are counted for, as the metric's `op` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorOp {
-    Load,
-    Write,
-    WriteMember,
-    ListMembers,
-}
+pub use crate::metrics::{ErrorKind, ErrorOp};
 
-impl ErrorOp {
-    pub const ALL: [ErrorOp; 4] = [
-        ErrorOp::Load,
-        ErrorOp::Write,
-        ErrorOp::WriteMember,
-        ErrorOp::ListMembers,
-    ];
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            ErrorOp::Load => "load",
-            ErrorOp::Write => "write",
-            ErrorOp::WriteMember => "write_member",
-            ErrorOp::ListMembers => "list_members",
-        }
-    }
-}
-
-/// Why an operation failed, as the metric's `kind` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// No answer within `store.request_timeout_ms` (a read), or another
-    /// process held SQLite's write lock past `busy_timeout`.
-    Timeout,
-    /// The request queue was full; nothing was sent.
-    Overloaded,
-    /// The store's thread had stopped.
-    Closed,
-    /// The store holds data this build cannot read: a damaged SQLite file
-    /// (`SQLITE_CORRUPT`, `SQLITE_NOTADB`) or a bad stored value.
-    Corrupt,
-    /// The disk or the connection to the store server failed.
-    Io,
-    /// No connection to the store server could be had; nothing was sent.
-    Unavailable,
-    /// A write whose outcome is unknown (timed out, or its connection was
-    /// lost after it was sent): the caller must re-read.
-    ConflictUnknown,
-    /// Any other refusal by the backend.
-    Backend,
-    /// A fault the memory backend was told to inject.
-    Injected,
-}
-
-impl ErrorKind {
-    pub const ALL: [ErrorKind; 9] = [
-        ErrorKind::Timeout,
-        ErrorKind::Overloaded,
-        ErrorKind::Closed,
-        ErrorKind::Corrupt,
-        ErrorKind::Io,
-        ErrorKind::Unavailable,
-        ErrorKind::ConflictUnknown,
-        ErrorKind::Backend,
-        ErrorKind::Injected,
-    ];
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Overloaded => "overloaded",
-            ErrorKind::Closed => "closed",
-            ErrorKind::Corrupt => "corrupt",
-            ErrorKind::Io => "io",
-            ErrorKind::Unavailable => "unavailable",
-            ErrorKind::ConflictUnknown => "conflict_unknown",
-            ErrorKind::Backend => "backend",
-            ErrorKind::Injected => "injected",
-        }
-    }
-
-    /// Whether this kind says the store is failing. A full queue is the
-    /// store shedding load it cannot take yet, not a store that fails.
-    const fn is_failure(self) -> bool {
-        !matches!(self, ErrorKind::Overloaded)
-    }
+/// Whether `kind` says the store is failing. A full queue is the store
+/// shedding load it cannot take yet, not a store that fails.
+const fn is_failure(kind: ErrorKind) -> bool {
+    !matches!(kind, ErrorKind::Overloaded)
 }
 
 const OPS: usize = ErrorOp::ALL.len();
@@ -189,7 +110,7 @@ impl StoreHealth {
     fn failed(&self, op: ErrorOp, kind: ErrorKind, cause: String) {
         let (o, k) = (op as usize, kind as usize);
         self.errors[o][k].fetch_add(1, Ordering::Relaxed);
-        if kind.is_failure() {
+        if is_failure(kind) {
             let mut cause = cause.clone();
             truncate(&mut cause, CAUSE_BYTES_MAX);
             *self

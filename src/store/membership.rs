@@ -43,6 +43,7 @@ pub enum MemberState {
 }
 
 impl MemberState {
+    /// The state stored as `value`, or `None` for a value no state has.
     pub fn from_u8(value: u8) -> Option<MemberState> {
         Some(match value {
             1 => MemberState::Joining,
@@ -54,6 +55,7 @@ impl MemberState {
         })
     }
 
+    /// The state's name, as `/cluster` and the logs say it.
     pub fn as_str(self) -> &'static str {
         match self {
             MemberState::Joining => "joining",
@@ -79,9 +81,11 @@ pub struct MemberVersion(pub u64);
 /// One node's row in the membership table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberRow {
+    /// The node.
     pub node_id: NodeId,
     /// Assigned at each start of the node by CAS; only grows.
     pub incarnation: u64,
+    /// Where the node is in its life.
     pub state: MemberState,
     /// Bumped by the node at every heartbeat write. Observers compare it
     /// over their own monotonic time; it is never compared with a clock.
@@ -92,7 +96,9 @@ pub struct MemberRow {
     pub admin: String,
     /// Core `i`'s cluster link address is `cluster[i]`.
     pub cluster: Vec<String>,
+    /// How many cores the node runs.
     pub core_count: u32,
+    /// The object types and services it hosts.
     pub actors: Vec<AdvertisedActor>,
     /// The row's CAS version as stored; ignored in a write.
     pub version: MemberVersion,
@@ -102,9 +108,13 @@ pub struct MemberRow {
 /// weighted selection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdvertisedActor {
+    /// The actor's id.
     pub actor_id: u64,
+    /// Its type id.
     pub actor_type: u32,
+    /// The message ids (routes) it serves.
     pub msg_ids: Vec<u32>,
+    /// Its share under weighted selection.
     pub weight: u32,
 }
 
@@ -120,7 +130,9 @@ pub enum MemberCondition {
 /// A conditional write of one membership row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberWrite {
+    /// The row to leave in the table.
     pub row: MemberRow,
+    /// Whether the write applies.
     pub condition: MemberCondition,
 }
 
@@ -146,6 +158,7 @@ impl MemberWrite {
 /// The outcome of one conditional membership write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemberOutcome {
+    /// Written; the row's new version.
     Applied(MemberVersion),
     /// The condition did not hold; this is the row as it stands (`None`
     /// when an update found no row).

@@ -20,6 +20,7 @@ pub struct MemoryTable {
 }
 
 impl MemoryTable {
+    /// The record of `key`, if any.
     pub fn load(&self, key: ObjectKey) -> Option<RouteRecord> {
         self.records.get(&key).cloned()
     }
@@ -41,10 +42,12 @@ impl MemoryTable {
         WriteOutcome::Applied(next)
     }
 
+    /// How many records the table holds.
     pub fn len(&self) -> usize {
         self.records.len()
     }
 
+    /// Whether the table holds no record.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
@@ -62,6 +65,7 @@ impl MemberTable {
         self.rows.values().take(MEMBERS_MAX).cloned().collect()
     }
 
+    /// The row of `node_id`, if any.
     pub fn get(&self, node_id: NodeId) -> Option<&MemberRow> {
         self.rows.get(&node_id)
     }

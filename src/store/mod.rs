@@ -14,14 +14,14 @@ mod memory;
 pub mod memory_table;
 mod postgres;
 mod postgres_batch;
-pub mod postgres_server;
 mod postgres_sql;
 mod postgres_statements;
 pub mod record;
 mod scylla;
 mod sqlite;
 
-pub use api::{Backend, Store, StoreProbe};
+pub use crate::config::POSTGRES_POOL_SIZE_MAX;
+pub use api::{Backend, BackendProbe, Store};
 pub use bridge::StoreFuture;
 pub use bridge::{MemberLane, MEMBER_QUEUE_MAX};
 pub use error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
@@ -32,7 +32,7 @@ pub use membership::{
 };
 pub use memory::{open_memory, Fault, MemoryFaults, FAULTS_MAX};
 pub use memory_table::{MemberTable, MemoryTable};
-pub use postgres::{open_postgres, open_postgres_lanes, BATCH_BYTES_MAX, POSTGRES_POOL_SIZE_MAX};
+pub use postgres::{open_postgres, open_postgres_lanes, BATCH_BYTES_MAX};
 pub use postgres_sql::POSTGRES_SCHEMA_VERSION;
 pub use record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,

@@ -50,12 +50,7 @@ use super::postgres_batch;
 use super::postgres_sql::{self as sql, describe, POSTGRES_SCHEMA_VERSION};
 use super::postgres_statements::Statements;
 use super::sqlite::GroupCommit;
-use crate::config::StoreConfig;
-
-/// Pool connections one store keeps at most (plus its membership
-/// connection): a PostgreSQL backend process each, and a server's
-/// `max_connections` is shared by every routerd node.
-pub const POSTGRES_POOL_SIZE_MAX: usize = 64;
+use crate::config::{StoreConfig, POSTGRES_POOL_SIZE_MAX};
 
 /// State bytes one batch carries at most, so that a batch of large states
 /// never holds more than this in flight on one connection. A single

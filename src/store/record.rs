@@ -12,8 +12,10 @@ use wire::ObjectKey;
 pub struct NodeId(pub u64);
 
 impl NodeId {
+    /// No node: a record without an owner.
     pub const NONE: NodeId = NodeId(0);
 
+    /// Whether this is [`NodeId::NONE`].
     pub fn is_none(self) -> bool {
         self == Self::NONE
     }
@@ -25,6 +27,7 @@ impl NodeId {
 pub struct RouteVersion(pub u64);
 
 impl RouteVersion {
+    /// The version after this one.
     pub fn next(self) -> RouteVersion {
         RouteVersion(self.0 + 1)
     }
@@ -42,19 +45,24 @@ pub struct CasVersion(pub u64);
 /// One object's persisted ownership and state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteRecord {
+    /// The object.
     pub key: ObjectKey,
+    /// The node that owns it; [`NodeId::NONE`] when nobody does.
     pub owner_node: NodeId,
     /// The incarnation of `owner_node` that wrote the record: once the
     /// membership table shows that incarnation ended (`down` or `left`, or
     /// the node restarted with a higher one), the record is claimable at
     /// once. 0 for records without an owner or written before incarnations.
     pub owner_incarnation: u64,
+    /// How new this statement of ownership is.
     pub route_version: RouteVersion,
     /// When the owner last saved, in the owner's unix milliseconds. For
     /// operators only: no node compares it with its own clock, because two
     /// nodes' wall clocks may disagree.
     pub save_timepoint_ms: u64,
+    /// The version the next conditional write must name.
     pub cas_version: CasVersion,
+    /// The object's encoded state.
     pub state: Vec<u8>,
 }
 
@@ -81,12 +89,19 @@ impl WriteCondition {
 /// new CAS version itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordWrite {
+    /// The object.
     pub key: ObjectKey,
+    /// Whether the write applies.
     pub condition: WriteCondition,
+    /// The owner to store.
     pub owner_node: NodeId,
+    /// The owner's incarnation to store.
     pub owner_incarnation: u64,
+    /// The route version to store.
     pub route_version: RouteVersion,
+    /// When the owner saved, in its unix milliseconds (for operators).
     pub save_timepoint_ms: u64,
+    /// The encoded state to store.
     pub state: Vec<u8>,
 }
 

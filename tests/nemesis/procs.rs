@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use routerd::store::postgres_server::{PgServer, PgServerError};
+use routerd::testing::postgres_server::{PgServer, PgServerError};
 
 use super::net::Net;
 use super::support::SECRET;

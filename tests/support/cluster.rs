@@ -18,7 +18,7 @@ pub const DOWN_AFTER_MS: u64 = 800;
 /// Where the nodes of one test keep their configs and their shared store.
 pub struct LocalCluster {
     /// The PostgreSQL server of a cluster on PostgreSQL (dropped last).
-    postgres: Option<routerd::store::postgres_server::PgServer>,
+    postgres: Option<routerd::testing::postgres_server::PgServer>,
     dir: tempfile::TempDir,
     starts: std::cell::Cell<u32>,
     /// Extra TOML for every node (sections after the defaults).
@@ -64,7 +64,7 @@ impl LocalCluster {
     /// server of its own, or `None` (and a line saying so) when PostgreSQL
     /// is not installed.
     pub fn postgres() -> Option<LocalCluster> {
-        use routerd::store::postgres_server::{PgServer, PgServerError};
+        use routerd::testing::postgres_server::{PgServer, PgServerError};
         let server = match PgServer::start() {
             Ok(server) => server,
             Err(PgServerError::Unavailable(why)) => {

@@ -29,12 +29,12 @@ use std::time::{Duration, Instant};
 
 use futures_lite::future::block_on;
 use routerd::config::{StoreBackend, StoreConfig};
-use routerd::store::postgres_server::PgServer;
 use routerd::store::{
     open_postgres_lanes, open_sqlite_lanes, GroupCommit, MemberCondition, MemberLane,
     MemberOutcome, MemberRow, MemberState, MemberVersion, MemberWrite, NodeId, RecordWrite,
     RouteVersion, Store, WriteCondition, WriteOutcome,
 };
+use routerd::testing::postgres_server::PgServer;
 use wire::ObjectKey;
 
 const WRITERS: usize = 256;

@@ -22,6 +22,7 @@ const CLAIM_TAG: u64 = 1;
 /// (u64 player | client)`.
 const STATE_VERSION: u16 = 1;
 
+/// The guild object type: members, chat and a counter.
 pub struct GuildType;
 
 impl ObjectType for GuildType {

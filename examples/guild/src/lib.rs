@@ -24,7 +24,9 @@ pub use names::{normalise, GuildSearch, NameType, NAME_LEN_MAX};
 /// Type ids: stable (they are in the store), 100 or more (routerd keeps
 /// those below for its own types).
 pub const GUILD_TYPE_ID: u32 = 100;
+/// The name index's type id.
 pub const NAME_TYPE_ID: u32 = 101;
+/// The name search service's type id.
 pub const SEARCH_TYPE_ID: u32 = 102;
 
 /// Client route ids: 200 or more (routerd's own are below).

@@ -43,6 +43,7 @@ pub fn name_key(normalised: &str) -> ObjectKey {
     ObjectKey::new(NAME_TYPE_ID, 0, stable_hash64(normalised.as_bytes()))
 }
 
+/// The name index object type: which guild holds a normalised name.
 pub struct NameType;
 
 impl ObjectType for NameType {

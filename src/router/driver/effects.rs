@@ -9,8 +9,9 @@ use wire::frame::{FrameBuf, Message};
 use super::frames::{encode_node_message, encode_reply};
 use super::replies::RouteKind;
 use super::store_ops::perform_store_op;
-use super::{clock, CallRoute, Destination, Input, LinkRefusal, RouterDriver, FLUSH_LINGER};
-use crate::router::object::answer_event;
+use super::{CallRoute, Destination, Input, LinkRefusal, RouterDriver, FLUSH_LINGER};
+use crate::clock;
+use crate::router::handler::answer_event;
 use crate::router::types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead, StoreOp,
     StoreToken, Timer, TransferDone,

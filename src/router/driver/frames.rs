@@ -5,7 +5,6 @@
 //! `encode_local`). The round-trip tests below hold every variant to the
 //! router's own types, so the two definitions cannot drift.
 
-use wire::client::ErrorCode as WireErrorCode;
 use wire::frame::{
     ArchivedClientWire, ArchivedKeyWire, ArchivedMessage, ClientWire, KeyWire, Message,
     RouterHead as WireHead,
@@ -17,19 +16,10 @@ use crate::router::types::{
 };
 use crate::store::{CasVersion, NodeId, RouteVersion};
 
-pub(crate) fn wire_error_code(code: ErrorCode) -> WireErrorCode {
-    WireErrorCode::from_u16(code as u16).unwrap_or(WireErrorCode::Internal)
-}
-
+/// A code from a peer's frame; one this build does not know is a fault of
+/// that peer, answered INTERNAL.
 pub(crate) fn error_code_from_wire(code: u16) -> ErrorCode {
-    match code {
-        4 => ErrorCode::AuthFailed,
-        5 => ErrorCode::BadRequest,
-        6 => ErrorCode::Overloaded,
-        7 => ErrorCode::Unavailable,
-        8 => ErrorCode::Timeout,
-        _ => ErrorCode::Internal,
-    }
+    ErrorCode::from_u16(code).unwrap_or(ErrorCode::Internal)
 }
 
 fn key_wire(key: ObjectKey) -> KeyWire {
@@ -82,7 +72,7 @@ pub(crate) fn encode_request(head: &RouterHead, request: &Request) -> Message {
             key: key_wire(head.key),
             route_version: head.route_version.0,
             source_node: head.source_node.0,
-            transfer_ttl: head.transfer_ttl,
+            transfer_ttl: head.forward_hops,
         },
         origin_node: request.id.origin_node.0,
         request_seq: request.id.seq,
@@ -112,7 +102,7 @@ pub(crate) fn decode_request(message: &ArchivedMessage) -> Option<(RouterHead, R
         key: key_native(&head.key),
         route_version: RouteVersion(head.route_version.to_native()),
         source_node: NodeId(head.source_node.to_native()),
-        transfer_ttl: head.transfer_ttl.to_native(),
+        forward_hops: head.transfer_ttl.to_native(),
     };
     let request = Request {
         id: RequestId {
@@ -305,7 +295,7 @@ mod tests {
             key: key(),
             route_version: RouteVersion(11),
             source_node: NodeId(12),
-            transfer_ttl: 13,
+            forward_hops: 13,
         };
         let request = |client: Option<ClientRef>, needs_reply| Request {
             id: RequestId {

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use wire::ObjectKey;
 
 use crate::config::Persist;
-use crate::router::object::{DecodeError, HandlerOutput, ObjectState, ObjectType};
+use crate::router::handler::{DecodeError, HandlerOutput, ObjectState, ObjectType};
 use crate::router::Request;
 
 /// Keys of the mutating handler runs since the log was last read.
@@ -37,7 +37,7 @@ impl ObjectType for Recorded {
         self.inner.auto_create()
     }
 
-    fn may_create(&self, op: u32) -> Result<(), super::super::types::Outcome> {
+    fn may_create(&self, op: u32) -> Result<(), crate::router::types::Outcome> {
         self.inner.may_create(op)
     }
 

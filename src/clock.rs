@@ -103,6 +103,7 @@ impl JumpWatch {
     /// ran ahead of the monotonic one by more than the threshold since the
     /// last reading.
     pub fn observe(&mut self, now: Readings) -> Option<String> {
+        // The first reading has nothing to compare with.
         let last = self.last.replace(now)?;
         let monotonic = now.monotonic_ms.saturating_sub(last.monotonic_ms);
         let boot = now.boot_ms.saturating_sub(last.boot_ms);

@@ -1,4 +1,4 @@
-//! The seam between the gateway and the router, on the services' side:
+//! The seam between the gateway and the router, on the node's side:
 //! which object each client route addresses, and how the router's answers
 //! reach sessions. One per core, it is the gateway's [`PlayerPort`] (client
 //! requests, logins and session ends in) and the router's [`ClientSide`]
@@ -10,18 +10,18 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
-use wire::client::{encode_error_body, route, ErrorCode as WireErrorCode, FrameKind};
+use wire::client::{encode_error_body, route, FrameKind};
 use wire::frame::{ArchivedMessage, FrameBuf};
 use wire::hash::stable_hash64;
 use wire::ObjectKey;
 
-use super::player;
+use crate::builtins::player;
 use crate::catalog::{pick_among, CoreCatalog};
 use crate::cluster::view::ClusterView;
-use crate::gateway::routes::{RouteTable, RouteTarget, Served};
 use crate::gateway::{EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, PlayerPort};
 use crate::object::Pick;
-use crate::router::driver::frames::{client_native, wire_error_code};
+use crate::route::{RouteTable, RouteTarget, Served};
+use crate::router::driver::frames::client_native;
 use crate::router::driver::{ClientSide, ReplyRoute, RouterDriver};
 use crate::router::{ClientRef, ErrorCode, Outcome};
 use crate::store::{MemberState, NodeId};
@@ -74,7 +74,7 @@ impl ServicesPort {
             Ok(body) => (FrameKind::Response, body),
             Err(code) => (
                 FrameKind::Error,
-                encode_error_body(wire_error_code(code), router_error_reason(code)),
+                encode_error_body(code, router_error_reason(code)),
             ),
         };
         self.gateway.egress_ref(
@@ -245,6 +245,11 @@ pub(crate) fn router_error_reason(code: ErrorCode) -> &'static str {
         }
         ErrorCode::Timeout => "the node holding the request was lost before it answered",
         ErrorCode::Internal => "server fault: see the server log",
+        // The gateway's own refusals: a handler that answers one refused
+        // the request itself.
+        ErrorCode::UnknownRoute | ErrorCode::DirectionRejected | ErrorCode::AuthRequired => {
+            "the object refused the request"
+        }
     }
 }
 
@@ -256,9 +261,9 @@ impl ClientSide for ServicesPort {
         let outcome = match outcome {
             Ok(_) => LoginOutcome::Admitted,
             Err(ErrorCode::AuthFailed) => {
-                LoginOutcome::Refused(WireErrorCode::AuthFailed, ALREADY_LOGGED_IN)
+                LoginOutcome::Refused(ErrorCode::AuthFailed, ALREADY_LOGGED_IN)
             }
-            Err(code) => LoginOutcome::Refused(wire_error_code(code), router_error_reason(code)),
+            Err(code) => LoginOutcome::Refused(code, router_error_reason(code)),
         };
         self.gateway
             .complete_login(route.session_id, route.client_seq, outcome);
@@ -295,7 +300,7 @@ mod tests {
     /// names; a body that cannot name a room has no target.
     #[test]
     fn routes_map_to_their_objects() {
-        let table = crate::services::builtin_routes();
+        let table = crate::builtins::builtin_routes();
         let key_of = |route_id, player_id, body: &[u8]| {
             let target = table.target(route_id)?;
             let id = target.key.object_id(player_id, body)?;

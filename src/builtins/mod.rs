@@ -1,9 +1,10 @@
 //! The built-in business objects docs/protocol.md describes. Each is
 //! written with routerd's public object API ([`crate::object`]) and
-//! nothing else, and registered the way a user's type is ([`builtins`],
+//! nothing else, and registered the way a user's type is ([`registry`],
 //! which `NodeBuilder::new` starts from); `tests/builtins_public_api.rs`
-//! holds them to it. [`port`] is the seam between the gateway and the
-//! router: which object or service each client route addresses.
+//! holds them to it.
+//! (The seam between the gateway and the router, which object or service
+//! each client route addresses, is `node::port`.)
 //!
 //! Room presence (who of a room's members is logged in, on which session):
 //! the player object is told of every bind and unbind by the gateway, keeps
@@ -14,12 +15,11 @@
 //! still refuses a PUSH to a stale epoch, so a late presence is harmless.
 
 pub mod player;
-pub mod port;
 pub mod room;
 
 use crate::config::Config;
-use crate::gateway::routes::RouteTable;
 use crate::object::Registry;
+use crate::route::RouteTable;
 
 /// The router type ids of the built-in objects (type 1 is the router's own
 /// test counter).
@@ -28,7 +28,7 @@ pub const ROOM_TYPE_ID: u32 = 3;
 
 /// The built-in object types as `config` sets them up, registered exactly
 /// as a user's types are (`NodeBuilder::new` starts from this).
-pub(crate) fn builtins(config: &Config) -> Registry {
+pub(crate) fn registry(config: &Config) -> Registry {
     let mut registry = Registry::default();
     let added = registry
         .add_object_type(player::PlayerType {
@@ -52,7 +52,7 @@ pub(crate) fn builtins(config: &Config) -> Registry {
 /// The route table of a node that serves the built-in types only:
 /// docs/protocol.md's table (`tests/protocol_doc.rs` holds the two equal).
 pub fn builtin_routes() -> RouteTable {
-    builtins(&Config::default())
+    registry(&Config::default())
         .route_table()
         .expect("the built-in routes make a table")
 }
@@ -63,7 +63,7 @@ mod actor_tests {
     use wire::client::route;
 
     fn local_actors(node_id: u64, address: &str) -> Vec<crate::catalog::ActorConfig> {
-        builtins(&Config::default()).local_actors(node_id, address)
+        registry(&Config::default()).local_actors(node_id, address)
     }
 
     #[test]
@@ -100,9 +100,7 @@ mod tests {
     use super::player::{self, PlayerType};
     use super::room::{self, RoomType};
     use crate::config::{DuplicateLogin, Persist, RouterConfig};
-    use crate::router::{
-        ClientRef, Effect, Request, RequestId, RouterCore, RouterHead, StoreOp, StoreReply,
-    };
+    use crate::router::{ClientRef, Effect, Request, RequestId, RouterCore, RouterHead};
     use crate::store::{MemoryTable, NodeId};
 
     /// One node, one core: performs Store and Submit effects until quiet and
@@ -113,13 +111,7 @@ mod tests {
         while let Some(effect) = queue.pop_front() {
             match effect {
                 Effect::Store { token, op } => {
-                    let reply = match op {
-                        StoreOp::Load(key) => StoreReply::Loaded(table.load(key)),
-                        StoreOp::Write(write) => StoreReply::Written(table.write(&write)),
-                        StoreOp::WriteBatch(writes) => StoreReply::WrittenBatch(
-                            writes.iter().map(|w| table.write(w)).collect(),
-                        ),
-                    };
+                    let reply = crate::testing::answer_store(table, op);
                     core.on_store_reply(0, token, reply);
                 }
                 Effect::Submit { head, request } => core.on_request(0, head, *request),

@@ -5,6 +5,10 @@
 
 use wire::hash::stable_hash64;
 
+/// Ops at or above this are the router's own events; no client route and
+/// no object-to-object op may use them.
+pub const OP_RESERVED_MIN: u32 = 0xFFFF_FF00;
+
 /// How the key of the object a request addresses comes out of the request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeyFrom {
@@ -30,12 +34,28 @@ impl KeyFrom {
     }
 }
 
+/// How a service's nodes share its keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pick {
+    /// Rendezvous hashing: every serving node gets an equal share.
+    #[default]
+    Rendezvous,
+    /// Weighted rendezvous: a node gets `weight / sum of weights` of the
+    /// keys, by the weight it advertises (`object::Service::weight`).
+    Weighted,
+}
+
 /// What a route carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RouteKind {
     /// Client-to-server REQUESTs, each answered by exactly one RESPONSE or
     /// ERROR; `key` says which object (or service key) gets it.
-    Request { key: KeyFrom, requires_auth: bool },
+    Request {
+        /// Where the addressed key comes from.
+        key: KeyFrom,
+        /// Whether the session must have logged in.
+        requires_auth: bool,
+    },
     /// Server-to-client PUSHes; a client may not send it.
     Push,
 }
@@ -48,6 +68,7 @@ pub struct ClientRoute {
     pub id: u32,
     /// Its name in metrics and logs (`guild.join`).
     pub name: &'static str,
+    /// What it carries and who may send it.
     pub kind: RouteKind,
 }
 

@@ -3,12 +3,11 @@
 //! route go (an object type or a stateless service, and how the key comes
 //! out of the request) for the services' port. A node builds it once, at
 //! start, from routerd's system routes and the routes its object types and
-//! services declare (`object::ClientRoute`); every core shares it.
+//! services declare (`ClientRoute`); every core shares it.
 
 use wire::client::route;
 
-use crate::object::{ClientRoute, KeyFrom, Pick, RouteKind};
-use crate::router::object::OP_RESERVED_MIN;
+use super::declare::{ClientRoute, KeyFrom, Pick, RouteKind, OP_RESERVED_MIN};
 
 /// Who may initiate a frame on a route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,7 +222,7 @@ mod tests {
     use super::*;
 
     fn table() -> RouteTable {
-        crate::services::builtin_routes()
+        crate::testing::builtin_routes()
     }
 
     #[test]

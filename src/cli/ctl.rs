@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::admin::client::{self, Answer};
+use crate::ops::client::{self, Answer};
 
 /// How long one admin call may take (a transfer waits up to 8 s at the
 /// owner, 9 s when forwarded).

@@ -127,6 +127,7 @@ impl PgServer {
         check("pg_ctl stop", output)
     }
 
+    /// The loopback port the server listens on.
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -60,6 +60,7 @@ pub trait ServiceHandler {
     fn handle(&self, key: ObjectKey, request: &Request, out: &mut HandlerOutput);
 }
 
+/// A stored state or a body this build cannot read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeError;
 
@@ -160,9 +161,7 @@ impl HandlerOutput {
     }
 }
 
-/// Ops at or above this are the router's own events; no client route and
-/// no object-to-object op may use them.
-pub const OP_RESERVED_MIN: u32 = 0xFFFF_FF00;
+pub use crate::route::OP_RESERVED_MIN;
 /// The answer to an [`ObjectCall`], for its caller: body
 /// `u64 tag, u16 error code (0: success), answer body`.
 pub const OP_ANSWER: u32 = 0xFFFF_FFF0;

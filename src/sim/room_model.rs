@@ -27,8 +27,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::builtins::room::ROUTE_ROOM_MESSAGE;
 use crate::router::{ClientRef, Outcome, RequestId};
-use crate::services::room::ROUTE_ROOM_MESSAGE;
 use crate::store::NodeId;
 
 /// Players 1..=PLAYERS and rooms 1..=ROOMS: few, so they collide often.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use wire::client::route;
 
-use crate::services::room::SAY_TEXT_MAX;
+use crate::builtins::room::SAY_TEXT_MAX;
 
 /// Longest command line, in bytes. It bounds every request body the client
 /// builds (a `ping` text, a `say` text) far below the protocol's default

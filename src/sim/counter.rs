@@ -3,7 +3,7 @@
 use wire::ObjectKey;
 
 use crate::config::Persist;
-use crate::router::object::{DecodeError, HandlerOutput, ObjectState, ObjectType};
+use crate::router::handler::{DecodeError, HandlerOutput, ObjectState, ObjectType};
 use crate::router::types::Request;
 
 pub const COUNTER_TYPE_ID: u32 = 1;

@@ -11,11 +11,11 @@ use super::counter::CounterType;
 use super::recorder::{Recorded, WriteLog};
 use super::room_model::PLAYERS;
 use super::world::{Event, Fate, World};
+use crate::builtins::player::PlayerType;
+use crate::builtins::room::RoomType;
 use crate::cluster::membership::{Advertisement, Membership};
 use crate::config::{DuplicateLogin, Persist};
 use crate::router::RouterCore;
-use crate::services::player::PlayerType;
-use crate::services::room::RoomType;
 use crate::store::{MemberState, NodeId};
 
 /// Events one paused process may have waiting; more would mean the

@@ -9,9 +9,9 @@ use super::check::Invariant;
 use super::effects::Submission;
 use super::room_model::{RoomOp, PLAYERS, ROOMS};
 use super::world::{Fate, World};
+use crate::builtins::player::{self, player_key};
+use crate::builtins::room::{self, room_key};
 use crate::router::ClientRef;
-use crate::services::player::{self, player_key};
-use crate::services::room::{self, room_key};
 
 /// Who joins which room in the calm phase: overlapping, every room has
 /// members, player 1 is in room 1 only.

@@ -1,0 +1,232 @@
+//! Reading the configuration: the file, the environment overrides, the
+//! checks of renamed and backend-specific keys, and validation.
+
+use std::path::Path;
+
+use super::*;
+
+impl Config {
+    /// Reads `path`, or the built-in defaults (those of
+    /// `tuning/default.toml`) when there is none, then applies environment
+    /// overrides and validates.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut config = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                Config::from_toml(&text).map_err(|message| ConfigError::Parse {
+                    path: path.to_path_buf(),
+                    message,
+                })?
+            }
+            None => Config::default(),
+        };
+        if let Ok(secret) = std::env::var(AUTH_SECRET_ENV) {
+            config.auth.secret = Secret::new(secret);
+        }
+        if let Ok(url) = std::env::var("ROUTERD_STORE_URL") {
+            config.store.url = url;
+        }
+        if let Ok(secret) = std::env::var(CLUSTER_SECRET_ENV) {
+            config.cluster.secret = Secret::new(secret);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses TOML text; the error names the offending key.
+    pub fn from_toml(text: &str) -> Result<Config, String> {
+        let table: toml::Table = text
+            .parse()
+            .map_err(|error: toml::de::Error| error.to_string())?;
+        check_renamed_keys(&table)?;
+        let config: Config = toml::from_str(text).map_err(|error| error.to_string())?;
+        if let Some(toml::Value::Table(store)) = table.get("store") {
+            check_store_keys(config.store.backend, store)?;
+        }
+        Ok(config)
+    }
+
+    /// Checks the relations between keys that serde alone cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |message: &str| Err(ConfigError::Invalid(message.to_string()));
+        if self.node.id == 0 {
+            return invalid("node.id must not be 0 (0 means \"no owner\")");
+        }
+        if let Some(cpus) = &self.cores.cpus {
+            if cpus.is_empty() {
+                return invalid("cores.cpus must name at least one CPU");
+            }
+        }
+        if !self.cores.ring_depth.is_power_of_two() || self.cores.ring_depth > 32_768 {
+            return invalid("cores.ring_depth must be a power of two, at most 32768");
+        }
+        if !self.cores.recv_buffers.is_power_of_two() || self.cores.recv_buffers > 32_768 {
+            return invalid("cores.recv_buffers must be a power of two, at most 32768");
+        }
+        if self.cores.recv_buffer_bytes == 0 || self.cores.recv_buffer_bytes > 1 << 20 {
+            return invalid("cores.recv_buffer_bytes must be between 1 and 1048576");
+        }
+        let per_conn_max = self.cores.recv_buffers_per_conn_max;
+        if per_conn_max == 0 || per_conn_max > u32::from(self.cores.recv_buffers) {
+            return invalid(
+                "cores.recv_buffers_per_conn_max must be between 1 and cores.recv_buffers",
+            );
+        }
+        if self.gateway.body_max_bytes == 0 || self.gateway.inflight_max == 0 {
+            return invalid("gateway.body_max_bytes and gateway.inflight_max must be positive");
+        }
+        if self.gateway.request_timeout_ms == 0 || self.gateway.idle_timeout_ms == 0 {
+            return invalid("gateway timeouts must be positive");
+        }
+        if self.gateway.session_requests_per_sec_max > 0
+            && self.gateway.session_request_burst_max == 0
+        {
+            return invalid(
+                "gateway.session_request_burst_max must be positive when \
+                 gateway.session_requests_per_sec_max is set",
+            );
+        }
+        if self.gateway.send_queue_max == 0 || self.cores.mesh_queue_max == 0 {
+            return invalid("queue bounds must be positive");
+        }
+        self.check_secrets()?;
+        if self.store.backend == StoreBackend::Scylla && self.store.nodes.is_empty() {
+            return invalid("store.backend = \"scylla\" needs store.nodes");
+        }
+        if self.store.backend == StoreBackend::Postgres && self.store.url.is_empty() {
+            return invalid("store.backend = \"postgres\" needs store.url (or ROUTERD_STORE_URL)");
+        }
+        if self.store.pool_size == 0 || self.store.pool_size > POSTGRES_POOL_SIZE_MAX {
+            return invalid("store.pool_size must be between 1 and 64");
+        }
+        if self.store.queue_max == 0 || self.store.batch_max == 0 {
+            return invalid("store.queue_max and store.batch_max must be positive");
+        }
+        if self.router.pull_attempts_max == 0 || self.router.forward_hops_max == 0 {
+            return invalid(
+                "router.pull_attempts_max and router.forward_hops_max must be positive",
+            );
+        }
+        if self.router.object_save_interval_ms >= self.router.object_free_timeout_ms {
+            return invalid(
+                "router.object_save_interval_ms must be below router.object_free_timeout_ms, \
+                 or a live owner's ownership lock would expire between saves",
+            );
+        }
+        self.cluster.check_timing().map_err(ConfigError::Invalid)?;
+        Ok(())
+    }
+
+    /// Every secret of the config, with the listeners it guards. A new
+    /// secret is added here, and the rules of [`secret`] then hold for it
+    /// too: not empty, not `check-config`'s mask, and not its development
+    /// value where other machines can reach what it guards. The cluster's
+    /// guards only the link listeners: a node whose gateway is public but
+    /// whose links stay on loopback forms no cluster beyond the machine.
+    fn secrets(&self) -> [SecretKey<'_>; 2] {
+        let mut cluster = vec![("cluster.listen", self.cluster.listen)];
+        cluster.extend(
+            self.cluster
+                .advertise
+                .map(|address| ("cluster.advertise", address)),
+        );
+        [
+            SecretKey {
+                key: "auth.secret",
+                env: AUTH_SECRET_ENV,
+                development: DEVELOPMENT_SECRET,
+                value: &self.auth.secret,
+                listeners: vec![
+                    ("gateway.listen", self.gateway.listen),
+                    ("admin.listen", self.admin.listen),
+                ],
+            },
+            SecretKey {
+                key: "cluster.secret",
+                env: CLUSTER_SECRET_ENV,
+                development: DEVELOPMENT_CLUSTER_SECRET,
+                value: &self.cluster.secret,
+                listeners: cluster,
+            },
+        ]
+    }
+
+    /// The rules for secrets alone; [`Self::validate`] checks them too. A
+    /// node checks them at start, so a config built in code cannot skip
+    /// them.
+    pub fn check_secrets(&self) -> Result<(), SecretError> {
+        secret::check(&self.secrets())
+    }
+
+    /// The SQLite file this node uses.
+    pub fn sqlite_path(&self) -> PathBuf {
+        self.store
+            .path
+            .clone()
+            .unwrap_or_else(|| self.node.data_dir.join("routerd.db"))
+    }
+
+    /// The effective configuration as TOML, defaults filled in, without
+    /// the keys of store backends other than the chosen one (so the output
+    /// loads back).
+    pub fn to_toml(&self) -> String {
+        let mut table = toml::Table::try_from(self).expect("a Config always serializes");
+        if let Some(toml::Value::Table(store)) = table.get_mut("store") {
+            store.retain(|key, _| self.store.backend.uses(key));
+        }
+        let mut text = toml::to_string_pretty(&table).expect("a TOML table always serializes");
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text
+    }
+}
+
+/// Keys renamed when the file's names were made uniform (`x_max`, unit
+/// last, counts named as counts): an old config fails naming the new key
+/// rather than only "unknown field".
+pub(super) const RENAMED_KEYS: [(&str, &str, &str); 6] = [
+    ("gateway", "max_body", "body_max_bytes"),
+    ("gateway", "max_inflight", "inflight_max"),
+    ("gateway", "max_sessions", "sessions_max"),
+    ("router", "retry_max_ttl", "pull_attempts_max"),
+    ("router", "transfer_max_ttl", "forward_hops_max"),
+    ("router", "entries_max_per_core", "entries_per_core_max"),
+];
+
+fn check_renamed_keys(table: &toml::Table) -> Result<(), String> {
+    for (section, old, new) in RENAMED_KEYS {
+        let present = table
+            .get(section)
+            .and_then(toml::Value::as_table)
+            .is_some_and(|keys| keys.contains_key(old));
+        if present {
+            return Err(format!("{section}.{old} was renamed to {section}.{new}"));
+        }
+    }
+    Ok(())
+}
+
+/// A `[store]` key the chosen backend does not read is an error naming it.
+/// Unknown keys were reported by serde already.
+fn check_store_keys(backend: StoreBackend, store: &toml::Table) -> Result<(), String> {
+    for key in store.keys() {
+        if backend.uses(key) {
+            continue;
+        }
+        let owners: Vec<&str> = StoreBackend::ALL
+            .iter()
+            .filter(|other| other.keys().contains(&key.as_str()))
+            .map(|other| other.name())
+            .collect();
+        return Err(format!(
+            "store.{key} does not apply to store.backend = \"{}\" (it is read by: {})",
+            backend.name(),
+            owners.join(", ")
+        ));
+    }
+    Ok(())
+}

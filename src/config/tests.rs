@@ -1,0 +1,298 @@
+//! The configuration's tests: keys, defaults, overrides, validation, and
+//! the shipped tuning profiles.
+
+use std::path::Path;
+
+use super::load::RENAMED_KEYS;
+use super::*;
+
+#[test]
+fn unknown_key_is_an_error_naming_it() {
+    let error = Config::from_toml("[gateway]\nmax_inflihgt = 3\n").unwrap_err();
+    assert!(error.contains("max_inflihgt"), "{error}");
+    let error = Config::from_toml("[gatewya]\n").unwrap_err();
+    assert!(error.contains("gatewya"), "{error}");
+}
+
+#[test]
+fn defaults_are_the_seed_values() {
+    let config = Config::default();
+    assert_eq!(config.router.cache_update_interval_ms, 1_800_000);
+    assert_eq!(config.router.cache_free_timeout_ms, 600_000);
+    assert_eq!(config.router.object_free_timeout_ms, 1_500_000);
+    assert_eq!(config.router.object_save_interval_ms, 600_000);
+    assert_eq!(config.router.cache_retry_interval_ms, 256);
+    assert_eq!(config.router.object_retry_interval_ms, 256);
+    assert_eq!(config.router.pull_attempts_max, 3);
+    assert_eq!(config.router.forward_hops_max, 16);
+    assert_eq!(config.gateway.body_max_bytes, 65536);
+    assert_eq!(config.gateway.inflight_max, 1024);
+    assert_eq!(config.gateway.request_timeout_ms, 10_000);
+    assert_eq!(config.gateway.idle_timeout_ms, 60_000);
+    assert_eq!(config.services.player.persist, Persist::Interval);
+    assert_eq!(config.auth.duplicate_login, DuplicateLogin::KickOld);
+    config.validate().unwrap();
+}
+
+#[test]
+fn a_connections_receive_buffers_are_bounded_by_the_ring() {
+    let runtime = shards::RuntimeConfig::new(shards::CorePlacement::Count(1));
+    let mut config = Config::default();
+    assert_eq!(
+        config.cores.recv_buffers_per_conn_max,
+        runtime.recv_buffers_per_conn_max
+    );
+    for refused in [0, u32::from(config.cores.recv_buffers) + 1] {
+        config.cores.recv_buffers_per_conn_max = refused;
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("cores.recv_buffers_per_conn_max"), "{error}");
+    }
+    config.cores.recv_buffers_per_conn_max = u32::from(config.cores.recv_buffers);
+    config.validate().unwrap();
+}
+
+#[test]
+fn effective_config_round_trips_but_for_its_secrets() {
+    let mut config = Config::default();
+    config.auth.secret = Secret::new("hunter2-but-longer");
+    let text = config.to_toml();
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains(MASK), "{text}");
+    let mut parsed = Config::from_toml(&text).unwrap();
+    // Read back, the mask is refused rather than used as a key.
+    assert_eq!(
+        parsed.check_secrets(),
+        Err(SecretError::Masked { key: "auth.secret" })
+    );
+    parsed.auth.secret = config.auth.secret.clone();
+    parsed.cluster.secret = config.cluster.secret.clone();
+    assert_eq!(parsed, config);
+    assert!(!format!("{config:?}").contains("hunter2"));
+}
+
+#[test]
+fn the_development_secret_is_refused_on_a_public_listener() {
+    let mut config = Config::default();
+    config.gateway.listen = "0.0.0.0:7400".parse().unwrap();
+    let error = config.validate().unwrap_err().to_string();
+    assert!(error.contains("auth.secret"), "{error}");
+    assert!(error.contains("ROUTERD_AUTH_SECRET"), "{error}");
+    assert!(error.contains("gateway.listen"), "{error}");
+    config.auth.secret = Secret::new("an operator's own secret");
+    // Links on loopback: the cluster's development secret guards
+    // nothing other machines reach.
+    config.validate().unwrap();
+    // The cluster secret obeys the same rule, named by its own key,
+    // for the link listener and for the address advertised.
+    config.cluster.listen = "10.1.2.3:7600".parse().unwrap();
+    let error = config.validate().unwrap_err().to_string();
+    assert!(error.contains("cluster.secret"), "{error}");
+    assert!(error.contains("ROUTERD_CLUSTER_SECRET"), "{error}");
+    assert!(error.contains("cluster.listen"), "{error}");
+    config.cluster.listen = "127.0.0.1:7600".parse().unwrap();
+    config.cluster.advertise = Some("10.1.2.3:7600".parse().unwrap());
+    let error = config.validate().unwrap_err().to_string();
+    assert!(error.contains("cluster.advertise"), "{error}");
+    config.cluster.secret = Secret::new("the cluster's own secret");
+    config.validate().unwrap();
+}
+
+#[test]
+fn issue_keys_parse() {
+    let text = r#"
+        [node]
+        id = 3
+        data_dir = "/tmp/x"
+        [cores]
+        cpus = [0, 1]
+        [gateway]
+        listen = "127.0.0.1:7500"
+        body_max_bytes = 1024
+        [auth]
+        secret = "s"
+        duplicate_login = "multi"
+        [store]
+        backend = "memory"
+        [router]
+        pull_attempts_max = 5
+        [services.player]
+        persist = "on_write"
+    "#;
+    let config = Config::from_toml(text).unwrap();
+    config.validate().unwrap();
+    assert_eq!(config.node.id, 3);
+    assert_eq!(config.cores.cpus, Some(vec![0, 1]));
+    assert_eq!(config.auth.duplicate_login, DuplicateLogin::Multi);
+    assert_eq!(config.store.backend, StoreBackend::Memory);
+    assert_eq!(config.services.player.persist, Persist::OnWrite);
+    assert_eq!(config.router.pull_attempts_max, 5);
+}
+
+#[test]
+fn relations_are_checked() {
+    let mut config = Config::default();
+    config.node.id = 0;
+    assert!(config.validate().is_err());
+    let mut config = Config::default();
+    config.router.object_save_interval_ms = config.router.object_free_timeout_ms;
+    assert!(config.validate().is_err());
+    let mut config = Config::default();
+    config.store.backend = StoreBackend::Postgres;
+    assert!(config.validate().is_err(), "postgres without a url");
+    config.store.url = "postgresql://routerd@127.0.0.1:5432/routerd".to_string();
+    config.validate().unwrap();
+    config.store.pool_size = 0;
+    assert!(config.validate().is_err());
+    config.store.pool_size = POSTGRES_POOL_SIZE_MAX + 1;
+    assert!(config.validate().is_err());
+    // A request rate needs a bucket to hold its tokens; no rate needs none.
+    let mut config = Config::default();
+    config.gateway.session_request_burst_max = 0;
+    let error = config.validate().unwrap_err().to_string();
+    assert!(
+        error.contains("gateway.session_request_burst_max"),
+        "{error}"
+    );
+    config.gateway.session_requests_per_sec_max = 0;
+    config.validate().unwrap();
+}
+
+#[test]
+fn the_client_limits_parse_from_their_keys() {
+    let text = "[gateway]\nsession_requests_per_sec_max = 10\nsession_request_burst_max = 3\n\
+                [services.room]\ncreated_per_session_max = 4\nrooms_per_node_max = 5\n";
+    let config = Config::from_toml(text).unwrap();
+    assert_eq!(config.gateway.session_requests_per_sec_max, 10);
+    assert_eq!(config.gateway.session_request_burst_max, 3);
+    assert_eq!(config.services.room.created_per_session_max, 4);
+    assert_eq!(config.services.room.rooms_per_node_max, 5);
+}
+
+#[test]
+fn renamed_keys_parse_and_old_names_are_refused_naming_both() {
+    let text = "[gateway]\nbody_max_bytes = 10\ninflight_max = 11\nsessions_max = 12\n\
+                [router]\npull_attempts_max = 13\nforward_hops_max = 14\n\
+                entries_per_core_max = 15\n";
+    let config = Config::from_toml(text).unwrap();
+    assert_eq!(config.gateway.body_max_bytes, 10);
+    assert_eq!(config.gateway.inflight_max, 11);
+    assert_eq!(config.gateway.sessions_max, 12);
+    assert_eq!(config.router.pull_attempts_max, 13);
+    assert_eq!(config.router.forward_hops_max, 14);
+    assert_eq!(config.router.entries_per_core_max, 15);
+    for (section, old, new) in RENAMED_KEYS {
+        let error = Config::from_toml(&format!("[{section}]\n{old} = 1\n")).unwrap_err();
+        assert!(error.contains(&format!("{section}.{old}")), "{error}");
+        assert!(error.contains(&format!("{section}.{new}")), "{error}");
+    }
+}
+
+#[test]
+fn a_key_of_another_store_backend_is_an_error_naming_it() {
+    let cases = [
+        ("sqlite", "keyspace = \"k\"", "store.keyspace"),
+        ("sqlite", "nodes = []", "store.nodes"),
+        ("memory", "path = \"x.db\"", "store.path"),
+        ("scylla", "synchronous = \"normal\"", "store.synchronous"),
+        ("scylla", "path = \"x.db\"", "store.path"),
+    ];
+    for (backend, line, key) in cases {
+        let text = format!("[store]\nbackend = \"{backend}\"\nnodes = [\"h:1\"]\n{line}\n");
+        let text = if backend == "scylla" {
+            text
+        } else {
+            text.replace("nodes = [\"h:1\"]\n", "")
+        };
+        let error = Config::from_toml(&text).unwrap_err();
+        assert!(error.contains(key), "{backend}: {error}");
+    }
+    // The default backend is sqlite, named or not.
+    let error = Config::from_toml("[store]\nreplication_factor = 3\n").unwrap_err();
+    assert!(error.contains("store.replication_factor"), "{error}");
+    // Each backend's own keys and the common ones are accepted.
+    Config::from_toml("[store]\npath = \"x.db\"\nsynchronous = \"normal\"\nqueue_max = 5\n")
+        .unwrap();
+    Config::from_toml(
+        "[store]\nbackend = \"scylla\"\nnodes = [\"h:1\"]\nkeyspace = \"k\"\n\
+         replication_factor = 3\nbatch_max = 7\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn every_store_key_is_common_or_declared_by_a_backend() {
+    // A new [store] field must say which backend reads it, or the key
+    // check above would refuse it for every backend.
+    let store = StoreConfig {
+        path: Some(PathBuf::from("x.db")),
+        ..StoreConfig::default()
+    };
+    let table = toml::Table::try_from(&store).unwrap();
+    for key in table.keys() {
+        assert!(
+            StoreBackend::ALL.iter().any(|backend| backend.uses(key)),
+            "store.{key} is read by no backend"
+        );
+    }
+    for backend in StoreBackend::ALL {
+        let named = toml::Value::try_from(backend).unwrap();
+        assert_eq!(named.as_str(), Some(backend.name()));
+    }
+}
+
+#[test]
+fn effective_config_of_each_backend_loads_back() {
+    for backend in StoreBackend::ALL {
+        let mut config = Config::default();
+        config.store.backend = backend;
+        config.store.nodes = vec!["h:9042".to_string()];
+        let text = config.to_toml();
+        let parsed = Config::from_toml(&text).unwrap_or_else(|e| panic!("{text}\n{e}"));
+        assert_eq!(parsed.store.backend, backend);
+        // `path` is shown only when set.
+        for key in ["synchronous", "nodes", "keyspace", "replication_factor"] {
+            let shown = text
+                .lines()
+                .any(|line| line.starts_with(&format!("{key} =")));
+            assert_eq!(shown, backend.keys().contains(&key), "{backend:?} {key}");
+        }
+    }
+}
+
+/// The shipped tuning profiles load and keep their promises.
+mod tuning_tests {
+    use super::*;
+
+    fn profile(name: &str) -> Config {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tuning")
+            .join(name);
+        Config::load(Some(&path)).unwrap_or_else(|error| panic!("{name}: {error}"))
+    }
+
+    #[test]
+    fn default_profile_is_the_built_in_default() {
+        // `routerd serve` without --config must mean tuning/default.toml.
+        let mut expected = Config::default();
+        if let Ok(secret) = std::env::var(AUTH_SECRET_ENV) {
+            expected.auth.secret = Secret::new(secret);
+        }
+        if let Ok(url) = std::env::var("ROUTERD_STORE_URL") {
+            expected.store.url = url;
+        }
+        assert_eq!(profile("default.toml"), expected);
+    }
+
+    #[test]
+    fn shipped_profiles_are_valid() {
+        for entry in
+            std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning")).unwrap()
+        {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Config::load(Some(&path))
+                    .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            }
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! The layering docs/architecture.md draws, held to the code: every
+//! `crate::` import of a shipped file names a module its layer may import,
+//! and no two top-level modules import each other.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Which top-level modules each may import, besides the ground floor
+/// (`clock`, `route`, `config`, `metrics`, `store`, `in_place`), as the
+/// table of docs/architecture.md says. `None`: anything (assembly, test
+/// machinery).
+fn allowed(module: &str) -> Option<&'static [&'static str]> {
+    Some(match module {
+        "clock" | "route" | "config" | "in_place" => &[],
+        "metrics" => &["route"],
+        "store" => &["config", "metrics"],
+        "catalog" => &[],
+        "router" => &["store", "metrics", "clock", "route", "config", "in_place"],
+        "gateway" => &["route", "metrics", "config", "store"],
+        "cluster" => &["router", "catalog", "store", "clock", "metrics", "config"],
+        "object" => &["router", "catalog", "store", "route", "config", "in_place"],
+        "builtins" => &["object", "catalog", "route", "config"],
+        "ops" => &["router", "gateway", "cluster", "store", "config"],
+        "admin" => &["ops", "cluster", "builtins", "metrics", "store", "clock"],
+        "cli" => &["ops", "builtins", "config"],
+        "node" | "builder" | "testing" | "sim" | "lib" | "main" => return None,
+        other => panic!("module {other} is not in docs/architecture.md's table"),
+    })
+}
+
+const GROUND_FLOOR: [&str; 6] = ["clock", "route", "config", "metrics", "store", "in_place"];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The code of a shipped file: without its unit tests and comments.
+fn shipped_code(text: &str) -> String {
+    let code = match text.find("#[cfg(test)]\nmod tests {") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    code.lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `crate::name` paths in `code`.
+fn imported(code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        // `crate::VERSION` and the like are the crate root's own items.
+        if name.starts_with(|c: char| c.is_ascii_lowercase()) {
+            names.insert(name);
+        }
+    }
+    names
+}
+
+fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let relative = file.strip_prefix(&src).unwrap();
+        let file_name = relative.file_name().unwrap().to_string_lossy();
+        if file_name.contains("tests") {
+            continue;
+        }
+        let first = relative.iter().next().unwrap().to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_string();
+        let text = std::fs::read_to_string(&file).unwrap();
+        let targets = graph.entry(module.clone()).or_default();
+        for name in imported(&shipped_code(&text)) {
+            if name != module {
+                targets.insert(name);
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn every_import_names_a_module_its_layer_may_import() {
+    let graph = import_graph();
+    assert!(graph.contains_key("router") && graph.contains_key("gateway"));
+    let mut wrong = Vec::new();
+    for (module, targets) in &graph {
+        let Some(allowed) = allowed(module) else {
+            continue;
+        };
+        for target in targets {
+            let ground =
+                GROUND_FLOOR.contains(&target.as_str()) && !GROUND_FLOOR.contains(&module.as_str());
+            if !ground && !allowed.contains(&target.as_str()) {
+                wrong.push(format!("{module} -> {target}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "imports against the layers: {wrong:?}");
+}
+
+#[test]
+fn no_two_modules_import_each_other() {
+    let graph = import_graph();
+    let mut circles = Vec::new();
+    for (module, targets) in &graph {
+        for target in targets {
+            let back = graph.get(target).is_some_and(|t| t.contains(module));
+            if back && module < target {
+                circles.push(format!("{module} <-> {target}"));
+            }
+        }
+    }
+    assert!(circles.is_empty(), "import circles: {circles:?}");
+}
