@@ -128,10 +128,14 @@ impl RowLock {
         )
         .expect("lock statement");
         stdin.flush().expect("flush");
+        // Idle in its transaction after the locking statement, not merely
+        // after `BEGIN` (psql sends them one after the other): a writer
+        // started in between could take the rows first.
         wait_for(
             server,
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = \
-             'routerd-test-lock' AND state = 'idle in transaction'",
+             'routerd-test-lock' AND state = 'idle in transaction' \
+             AND query LIKE '%FOR UPDATE%'",
             "1",
             Duration::from_secs(10),
         );
