@@ -28,6 +28,7 @@ use crate::metrics::NodeMetrics;
 use crate::ops::Ops;
 use crate::store::Store;
 
+mod peers;
 mod routes;
 
 use self::routes::{text, Body};

@@ -97,7 +97,11 @@ const STORE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_milli
 /// The Prometheus text exposition. The rendered buffer becomes the body
 /// without a copy.
 async fn metrics(state: &AdminState) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(state.metrics.render())));
+    let mut text = state.metrics.render();
+    if let Some(view) = &state.cluster {
+        super::peers::write_peer_metrics(&mut text, view);
+    }
+    let mut response = Response::new(Full::new(Bytes::from(text)));
     response.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -192,7 +196,7 @@ async fn cluster(state: &AdminState) -> Response<Body> {
 /// every link it has is up, `refused` when a handshake was refused,
 /// `connecting` while one dials or backs off, `none` before any frame was
 /// sent there.
-fn link_summary<'a>(links: impl Iterator<Item = &'a LinkStatus>) -> &'static str {
+pub(super) fn link_summary<'a>(links: impl Iterator<Item = &'a LinkStatus>) -> &'static str {
     let (mut any, mut all_up) = (false, true);
     for link in links {
         if link.last_refusal.is_some() {

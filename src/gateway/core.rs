@@ -161,6 +161,20 @@ struct Answered {
     /// The route's index in the node's `RouteTable`.
     route_index: usize,
     deadline: Instant,
+    /// The answer's slot in the requests counter (`metrics::answer_slot`).
+    answer_slot: usize,
+}
+
+/// The ERROR code an answer carries; `None` for a RESPONSE. An ERROR body
+/// too short for a code counts as a code the protocol does not list.
+fn error_code_of(kind: FrameKind, body: &[u8]) -> Option<u16> {
+    match kind {
+        FrameKind::Error => Some(match body {
+            [low, high, ..] => u16::from_le_bytes([*low, *high]),
+            _ => u16::MAX,
+        }),
+        _ => None,
+    }
 }
 
 /// Logs a warning at most once per `WARN_INTERVAL` per reason, with the
@@ -512,13 +526,6 @@ impl GatewayCore {
             return None;
         };
         let epoch = entry.session.session_epoch;
-        if let Some((route_index, _)) = self.routes.lookup_indexed(inflight.route_id) {
-            let answered = Answered {
-                route_index,
-                deadline: inflight.deadline,
-            };
-            self.record_latency(answered, now);
-        }
         let (kind, body, binding) = match outcome {
             LoginOutcome::Admitted => {
                 match self.apply_binding(session_id, Target::Player, pending.player_id, epoch) {
@@ -540,6 +547,14 @@ impl GatewayCore {
                 (FrameKind::Error, encode_error_body(code, reason), None)
             }
         };
+        if let Some((route_index, _)) = self.routes.lookup_indexed(inflight.route_id) {
+            let answered = Answered {
+                route_index,
+                deadline: inflight.deadline,
+                answer_slot: crate::metrics::answer_slot(error_code_of(kind, &body)),
+            };
+            self.record_latency(answered, now);
+        }
         let Some(entry) = self.sessions.get_mut(&session_id) else {
             return binding;
         };
@@ -640,6 +655,9 @@ impl GatewayCore {
             None => timeout + now.duration_since(answered.deadline),
         };
         self.metrics.requests.record(answered.route_index, elapsed);
+        self.metrics
+            .answers
+            .count(answered.route_index, answered.answer_slot);
     }
 
     /// The egress gate; `Some` when the frame answered a request in flight.
@@ -684,6 +702,10 @@ impl GatewayCore {
                     answered = Some(Answered {
                         route_index,
                         deadline: inflight.deadline,
+                        answer_slot: crate::metrics::answer_slot(error_code_of(
+                            kind,
+                            egress.body,
+                        )),
                     });
                 }
                 Some(other) => {
@@ -723,6 +745,12 @@ impl GatewayCore {
         let Some(inflight) = entry.inflight.remove(seq) else {
             return false;
         };
+        // Not timed (no clock reading here), but counted: an error ratio
+        // must see every answer.
+        if let Some((route_index, _)) = self.routes.lookup_indexed(inflight.route_id) {
+            let slot = crate::metrics::answer_slot(Some(code as u16));
+            self.metrics.answers.count(route_index, slot);
+        }
         self.push_error(session_id, inflight.route_id, seq, code, reason);
         true
     }
@@ -772,6 +800,7 @@ impl GatewayCore {
                     let answered = Answered {
                         route_index,
                         deadline,
+                        answer_slot: crate::metrics::answer_slot(Some(ErrorCode::Timeout as u16)),
                     };
                     self.record_latency(answered, now);
                 }

@@ -1,11 +1,13 @@
 //! The gateway's metrics: its counters (`GatewayStats` of the seed, named
-//! as docs/protocol.md lists them) and the request latency per route.
+//! as docs/protocol.md lists them), the request latency per route, and the
+//! requests answered per route and answer code.
 
 use std::time::Duration;
 
 use super::family::{write_family_head, write_histogram_of, Family, Kind};
 use super::histogram::Histogram;
 use crate::route::{Direction, RouteTable, ROUTES_MAX};
+use crate::metrics::Counter;
 
 super::metric_set! {
     /// The gateway's counters and gauges, one set per core.
@@ -106,6 +108,115 @@ impl RequestLatency {
     }
 }
 
+/// The `code` label's values: `OK` for a RESPONSE, the protocol's name of
+/// an ERROR's code (docs/protocol.md), `OTHER` for a code the protocol
+/// does not list (an object type's own). Indexed by [`answer_slot`].
+pub const ANSWER_CODES: [&str; ANSWER_SLOTS] = [
+    "OK",
+    "UNKNOWN_ROUTE",
+    "DIRECTION_REJECTED",
+    "AUTH_REQUIRED",
+    "AUTH_FAILED",
+    "BAD_REQUEST",
+    "OVERLOADED",
+    "UNAVAILABLE",
+    "TIMEOUT",
+    "INTERNAL",
+    "OTHER",
+];
+
+/// One slot for OK, one per protocol error code, one for the rest.
+const ANSWER_SLOTS: usize = 11;
+
+/// The slot of an answer: `None` for a RESPONSE, `Some(code)` for an ERROR.
+pub fn answer_slot(error_code: Option<u16>) -> usize {
+    match error_code {
+        None => 0,
+        Some(code) => match wire::client::ErrorCode::from_u16(code) {
+            Some(known) => usize::from(known as u16),
+            None => ANSWER_SLOTS - 1,
+        },
+    }
+}
+
+/// Client requests answered, per route (indexed like the node's
+/// `RouteTable`) and answer code: the numerator and denominator of a
+/// route's error ratio. Counted where the latency is recorded (the same
+/// requests: admitted, then answered or timed out), and where the gateway
+/// answers an ERROR itself without a clock reading.
+#[derive(Debug)]
+pub struct RequestCounts {
+    by_route_code: Box<[Counter]>,
+}
+
+impl Default for RequestCounts {
+    fn default() -> Self {
+        RequestCounts {
+            by_route_code: (0..ROUTES_MAX * ANSWER_SLOTS)
+                .map(|_| Counter::default())
+                .collect(),
+        }
+    }
+}
+
+impl RequestCounts {
+    /// Counts one answer of the route at `route_index`, in `slot`
+    /// ([`answer_slot`]); a route past the table's bound is not counted.
+    pub fn count(&self, route_index: usize, slot: usize) {
+        if slot < ANSWER_SLOTS {
+            if let Some(counter) = self.by_route_code.get(route_index * ANSWER_SLOTS + slot) {
+                counter.inc();
+            }
+        }
+    }
+
+    /// The answers of the route at `route_index` in `slot`.
+    pub fn get(&self, route_index: usize, slot: usize) -> u64 {
+        if slot >= ANSWER_SLOTS {
+            return 0;
+        }
+        self.by_route_code
+            .get(route_index * ANSWER_SLOTS + slot)
+            .map_or(0, Counter::get)
+    }
+}
+
+const REQUESTS_TOTAL: &str = "routerd_gateway_requests_total";
+
+/// `routerd_gateway_requests_total{route, code}` for every client-to-server
+/// route of `routes` and every code, zero included (a rate over it starts
+/// at the first scrape), summed over `cores`.
+pub(super) fn write_request_counts<'s>(
+    out: &mut String,
+    routes: &RouteTable,
+    cores: impl Iterator<Item = &'s RequestCounts> + Clone,
+) {
+    use std::fmt::Write as _;
+    let family = Family::<()> {
+        name: REQUESTS_TOTAL,
+        help: "Client requests answered, by route and answer code (OK, a protocol error code's \
+               name such as TIMEOUT, or OTHER).",
+        kind: Kind::Counter,
+        label: None,
+        series: &[],
+    };
+    write_family_head(out, &family);
+    for (index, route) in routes.routes().iter().enumerate() {
+        if route.direction != Direction::ClientToServer {
+            continue;
+        }
+        for (slot, code) in ANSWER_CODES.iter().enumerate() {
+            let total: u64 = cores.clone().map(|core| core.get(index, slot)).sum();
+            // Writing into a String cannot fail.
+            let _ = writeln!(
+                out,
+                "{REQUESTS_TOTAL}{{route=\"{}\",code=\"{code}\"}} {total}",
+                route.name
+            );
+        }
+    }
+}
+
 /// The name, help and label of the request latency family.
 pub(super) const REQUEST_LATENCY: Family<RequestLatency> = Family {
     name: "routerd_gateway_request_duration_seconds",
@@ -149,5 +260,28 @@ mod tests {
         assert!(latency.route(ROUTES_MAX - 1).is_some());
         assert!(latency.route(ROUTES_MAX).is_none());
         latency.record(ROUTES_MAX, Duration::from_millis(1));
+    }
+
+    #[test]
+    fn answers_are_counted_by_route_and_code_within_the_bounds() {
+        let counts = RequestCounts::default();
+        counts.count(3, answer_slot(None));
+        counts.count(3, answer_slot(Some(8)));
+        counts.count(3, answer_slot(Some(8)));
+        counts.count(3, answer_slot(Some(40_000)));
+        // Past the table or the slots: dropped, not another route's count.
+        counts.count(ROUTES_MAX, 0);
+        counts.count(2, ANSWER_SLOTS);
+        assert_eq!(counts.get(3, 0), 1);
+        assert_eq!(ANSWER_CODES[answer_slot(Some(8))], "TIMEOUT");
+        assert_eq!(counts.get(3, answer_slot(Some(8))), 2);
+        assert_eq!(counts.get(3, ANSWER_SLOTS - 1), 1);
+        assert_eq!(counts.get(4, 0), 0);
+        assert_eq!(counts.get(ROUTES_MAX, 0), 0);
+        assert_eq!(counts.get(2, ANSWER_SLOTS), 0);
+        // Every protocol code has its own slot, named as the protocol names it.
+        for code in wire::client::ErrorCode::ALL {
+            assert_eq!(ANSWER_CODES[answer_slot(Some(code as u16))], code.name());
+        }
     }
 }

@@ -1,12 +1,22 @@
 //! A latency histogram with fixed buckets, cheap enough for the cores.
 //!
 //! Every duration routerd measures (a client request, a store operation,
-//! later a cluster link's round trip) uses the same buckets, from 50 us to
-//! 10 s, so dashboards can put them side by side and a scrape needs no
-//! per-histogram layout. A core records into its own histogram with a
-//! relaxed load and store per field (no locked instruction); the admin
-//! thread sums the cores' buckets when it renders. Buckets hold their own
-//! counts, not cumulative ones, so a record touches one bucket.
+//! a cluster link's round trip) uses the same buckets, so dashboards can
+//! put them side by side and a scrape needs no per-histogram layout.
+//!
+//! The layout is log-linear, from 1 us to 10 s: each decade is cut into
+//! linear steps. Where routerd answers (10 us to 10 ms: a request served
+//! from memory takes tens of microseconds, one that waits for the store a
+//! few milliseconds) a decade has nine steps (1, 2, ... 9 times its start),
+//! so `histogram_quantile` is off by at most one step, 10 % of the value;
+//! below (1 us to 10 us) and above (10 ms to 10 s) a decade has three
+//! (1, 2, 5), enough to see that something is slow and how slow. 40
+//! buckets and `+Inf`.
+//!
+//! A core records into its own histogram with a relaxed load and store per
+//! field (no locked instruction); the admin thread sums the cores' buckets
+//! when it renders. Buckets hold their own counts, not cumulative ones, so
+//! a record touches one bucket.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -16,34 +26,69 @@ use super::family::{Kind, Metric, Value};
 /// Each finite bucket's inclusive upper bound in nanoseconds, and the same
 /// bound in seconds as the `le` label shows it. One more bucket, `+Inf`,
 /// counts the rest.
-pub const BUCKET_BOUNDS: [(u64, &str); 17] = [
+pub const BUCKET_BOUNDS: [(u64, &str); BUCKET_BOUNDS_LEN] = [
+    (1_000, "0.000001"),
+    (2_000, "0.000002"),
+    (5_000, "0.000005"),
+    (10_000, "0.00001"),
+    (20_000, "0.00002"),
+    (30_000, "0.00003"),
+    (40_000, "0.00004"),
     (50_000, "0.00005"),
+    (60_000, "0.00006"),
+    (70_000, "0.00007"),
+    (80_000, "0.00008"),
+    (90_000, "0.00009"),
     (100_000, "0.0001"),
-    (250_000, "0.00025"),
+    (200_000, "0.0002"),
+    (300_000, "0.0003"),
+    (400_000, "0.0004"),
     (500_000, "0.0005"),
+    (600_000, "0.0006"),
+    (700_000, "0.0007"),
+    (800_000, "0.0008"),
+    (900_000, "0.0009"),
     (1_000_000, "0.001"),
-    (2_500_000, "0.0025"),
+    (2_000_000, "0.002"),
+    (3_000_000, "0.003"),
+    (4_000_000, "0.004"),
     (5_000_000, "0.005"),
+    (6_000_000, "0.006"),
+    (7_000_000, "0.007"),
+    (8_000_000, "0.008"),
+    (9_000_000, "0.009"),
     (10_000_000, "0.01"),
-    (25_000_000, "0.025"),
+    (20_000_000, "0.02"),
     (50_000_000, "0.05"),
     (100_000_000, "0.1"),
-    (250_000_000, "0.25"),
+    (200_000_000, "0.2"),
     (500_000_000, "0.5"),
     (1_000_000_000, "1"),
-    (2_500_000_000, "2.5"),
+    (2_000_000_000, "2"),
     (5_000_000_000, "5"),
     (10_000_000_000, "10"),
 ];
+
+/// How many finite buckets [`BUCKET_BOUNDS`] has.
+pub const BUCKET_BOUNDS_LEN: usize = 40;
 
 /// The finite buckets and `+Inf`.
 const BUCKETS: usize = BUCKET_BOUNDS.len() + 1;
 
 /// Durations by bucket, and their sum.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Histogram {
     counts: [AtomicU64; BUCKETS],
     sum_ns: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Histogram {
@@ -99,13 +144,10 @@ fn nanos(elapsed: Duration) -> u64 {
     u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The first bucket whose bound is at least `ns`. Most durations are short,
-/// so a scan from the smallest bucket ends within a few comparisons.
+/// The first bucket whose bound is at least `ns` (`BUCKET_BOUNDS.len()`,
+/// `+Inf`, past the last): a binary search, six comparisons.
 fn bucket_of(ns: u64) -> usize {
-    BUCKET_BOUNDS
-        .iter()
-        .position(|&(bound, _)| ns <= bound)
-        .unwrap_or(BUCKET_BOUNDS.len())
+    BUCKET_BOUNDS.partition_point(|&(bound, _)| bound < ns)
 }
 
 #[cfg(test)]
@@ -124,15 +166,41 @@ mod tests {
     #[test]
     fn a_duration_lands_in_the_first_bucket_that_holds_it() {
         let histogram = Histogram::default();
+        histogram.record(Duration::from_nanos(1)); // le 0.000001
         histogram.record(Duration::from_micros(50)); // le 0.00005, inclusive
-        histogram.record(Duration::from_micros(51));
-        histogram.record_shared(Duration::from_millis(3));
+        histogram.record(Duration::from_micros(51)); // le 0.00006
+        histogram.record_shared(Duration::from_millis(3)); // le 0.003
+        histogram.record(Duration::from_secs(10)); // le 10
         histogram.record(Duration::from_secs(11));
         histogram.record(Duration::MAX);
+        let index = |le: &str| BUCKET_BOUNDS.iter().position(|b| b.1 == le).unwrap();
         assert_eq!(histogram.bucket(0), 1);
-        assert_eq!(histogram.bucket(1), 1);
-        assert_eq!(histogram.bucket(6), 1);
+        assert_eq!(histogram.bucket(index("0.00005")), 1);
+        assert_eq!(histogram.bucket(index("0.00006")), 1);
+        assert_eq!(histogram.bucket(index("0.003")), 1);
+        assert_eq!(histogram.bucket(index("10")), 1);
         assert_eq!(histogram.bucket(BUCKET_BOUNDS.len()), 2);
-        assert_eq!(histogram.count(), 5);
+        assert_eq!(histogram.count(), 7);
+    }
+
+    #[test]
+    fn the_layout_is_log_linear_from_1_us_to_10_s() {
+        assert_eq!(BUCKET_BOUNDS[0].0, 1_000);
+        assert_eq!(BUCKET_BOUNDS[BUCKET_BOUNDS_LEN - 1].0, 10_000_000_000);
+        // Nine linear steps per decade from 10 us to 10 ms: a bucket's
+        // width is at most its lower bound's tenth of a decade.
+        let dense: Vec<u64> = BUCKET_BOUNDS
+            .iter()
+            .map(|b| b.0)
+            .filter(|&ns| (10_000..10_000_000).contains(&ns))
+            .collect();
+        assert_eq!(dense.len(), 27);
+        for pair in dense.windows(2) {
+            let decade = 10u64.pow(pair[0].ilog10());
+            assert_eq!(pair[1] - pair[0], decade, "{pair:?}");
+        }
+        // Three steps (1, 2, 5) in every other decade.
+        let sparse = BUCKET_BOUNDS.len() - dense.len() - 1;
+        assert_eq!(sparse, 3 + 9);
     }
 }

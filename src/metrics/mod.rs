@@ -16,6 +16,8 @@ mod cluster;
 mod family;
 mod gateway;
 mod histogram;
+mod node;
+mod process;
 mod router;
 mod runtime;
 mod store;
@@ -24,8 +26,9 @@ pub use self::cluster::ClusterStats;
 use self::family::write_family_list;
 pub(crate) use self::family::{counter_set, metric_label, metric_label_value, metric_set};
 pub use self::family::{write_families, Families, Family, Kind, Metric, Series, Value};
-pub use self::gateway::{GatewayStats, RequestLatency};
+pub use self::gateway::{answer_slot, GatewayStats, RequestCounts, RequestLatency, ANSWER_CODES};
 pub use self::histogram::{Histogram, BUCKET_BOUNDS};
+pub use self::node::{write_peers, CoreLinkQueue, ObjectsByType, PeerGauges, OBJECT_TYPES_COUNTED_MAX};
 pub use self::router::{RouterCounterCells, RouterCounters, RouterStats};
 pub use self::runtime::{RuntimeStats, RUNTIME_MIRROR_INTERVAL};
 pub use self::store::{ErrorKind, ErrorOp, StoreProbe, StoreStats};
@@ -96,10 +99,12 @@ impl Metric for Gauge {
 pub struct CoreMetrics {
     pub gateway: GatewayStats,
     pub requests: RequestLatency,
+    pub answers: RequestCounts,
     pub router: RouterStats,
     pub router_counters: RouterCounterCells,
     pub cluster: ClusterStats,
     pub runtime: RuntimeStats,
+    pub objects_by_type: ObjectsByType,
 }
 
 /// The node's metrics: one [`CoreMetrics`] per core, the runtime's mesh
@@ -111,6 +116,8 @@ pub struct NodeMetrics {
     pub mesh: Vec<Arc<shards::MeshStats>>,
     pub store: Option<Arc<dyn StoreProbe>>,
     pub routes: Arc<RouteTable>,
+    /// The node's object types (type id, name), for the objects by type.
+    pub types: Vec<(u32, &'static str)>,
 }
 
 /// The runtime's core-to-core channels (declared here: the counters live
@@ -180,6 +187,7 @@ impl NodeMetrics {
             mesh: Vec::new(),
             store: None,
             routes,
+            types: Vec::new(),
         }
     }
 
@@ -195,8 +203,11 @@ impl NodeMetrics {
         let cores = self.cores.iter().map(|core| &**core);
         write_families(out, cores.clone().map(|core| &core.gateway));
         gateway::write_request_latency(out, &self.routes, cores.clone().map(|core| &core.requests));
+        gateway::write_request_counts(out, &self.routes, cores.clone().map(|core| &core.answers));
         write_families(out, cores.clone().map(|core| &core.router));
         write_families(out, cores.clone().map(|core| &core.router_counters));
+        node::write_objects_by_type(out, &self.types, cores.clone());
+        node::write_per_core(out, cores.clone());
         write_families(out, cores.clone().map(|core| &core.cluster));
         write_families(out, cores.map(|core| &core.runtime));
         let store = self.store.iter();
@@ -210,6 +221,7 @@ impl NodeMetrics {
             std::iter::once(&()),
         );
         write_family_list(out, BUILD_FAMILIES, std::iter::once(&()));
+        process::write_process(out);
     }
 }
 

@@ -46,7 +46,7 @@ fn histograms_sum_buckets_over_cores_cumulatively() {
     assert_eq!(metrics.cores[1].requests.route(2).unwrap().count(), 2);
     let text = metrics.render();
     let series = "routerd_gateway_request_duration_seconds";
-    for (le, want) in [("0.00005", 1), ("0.0025", 2), ("10", 2), ("+Inf", 3)] {
+    for (le, want) in [("0.00003", 1), ("0.002", 2), ("10", 2), ("+Inf", 3)] {
         let line = format!("{series}_bucket{{route=\"player.get\",le=\"{le}\"}} {want}\n");
         assert!(text.contains(&line), "{line}\n{text}");
     }

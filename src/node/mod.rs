@@ -139,6 +139,7 @@ impl Node {
         let core_count = runtime_config.placement.core_count();
         let mut metrics = NodeMetrics::with_routes(core_count, routes.clone());
         metrics.store = Some(Arc::new(store.probe()));
+        metrics.types = registry.object_types();
         // Port 0 asks for any free port; every core must then bind the same
         // one, so reserve it first and hold it until the cores have bound.
         let reservation = reserve(config.gateway.listen)?;

@@ -136,6 +136,16 @@ impl Registry {
         self.entries.iter().map(|entry| entry.name).collect()
     }
 
+    /// The object types registered (type id, name), services left out: what
+    /// the metrics count objects of.
+    pub fn object_types(&self) -> Vec<(u32, &'static str)> {
+        self.entries
+            .iter()
+            .filter(|entry| entry.service.is_none())
+            .map(|entry| (entry.type_id, entry.name))
+            .collect()
+    }
+
     /// The gateway's table: the system routes and every declared route.
     pub fn route_table(&self) -> Result<RouteTable, RouteError> {
         RouteTable::build(self.entries.iter().flat_map(|entry| {

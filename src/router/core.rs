@@ -707,6 +707,19 @@ impl RouterCore {
         })
     }
 
+    /// Writable objects (held aside ones included, as in [`Self::gauges`])
+    /// by type id, in type id order.
+    pub fn objects_by_type(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+        self.managers.iter().map(|(type_id, manager)| {
+            let objects = manager
+                .entries
+                .values()
+                .filter(|entry| entry.is_writable() || entry.is_aside())
+                .count();
+            (*type_id, objects)
+        })
+    }
+
     /// Gauges: (writable objects, route caches, queued requests).
     pub fn gauges(&self) -> (usize, usize, usize) {
         let mut gauges = (0, 0, 0);

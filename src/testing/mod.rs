@@ -28,7 +28,12 @@ pub fn builtin_routes() -> RouteTable {
 
 /// The metrics of a node of `core_count` cores with the built-in routes.
 pub fn node_metrics(core_count: usize) -> NodeMetrics {
-    NodeMetrics::with_routes(core_count, Arc::new(builtin_routes()))
+    let mut metrics = NodeMetrics::with_routes(core_count, Arc::new(builtin_routes()));
+    metrics.types = vec![
+        (crate::builtins::PLAYER_TYPE_ID, "player"),
+        (crate::builtins::ROOM_TYPE_ID, "room"),
+    ];
+    metrics
 }
 
 /// Performs `op` on `table` and answers it as a store driver would, without

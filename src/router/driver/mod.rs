@@ -603,6 +603,9 @@ impl RouterDriver {
         stats.objects.set(objects as i64);
         stats.caches.set(caches as i64);
         stats.pending.set(queued as i64);
+        let core = self.0.core.borrow();
+        let unfit = self.0.metrics.objects_by_type.set(core.objects_by_type());
+        debug_assert_eq!(unfit, 0, "more object types than the metrics count");
     }
 
     /// The counters: a few field copies, after every batch of inputs.
