@@ -134,7 +134,10 @@ fn a_scrape_of_a_serving_node_is_strict_prometheus_text() {
         assert!(exposition.families.contains_key(name), "{name} is missing");
     }
     for (name, family) in &exposition.families {
-        assert!(name.starts_with("routerd_"), "{name}");
+        assert!(
+            name.starts_with("routerd_") || name.starts_with("process_"),
+            "{name}"
+        );
         assert!(!family.help.trim().is_empty(), "{name}");
     }
     let family = &exposition.families["routerd_gateway_request_duration_seconds"];
@@ -167,6 +170,47 @@ fn a_scrape_of_a_serving_node_is_strict_prometheus_text() {
         assert!(ops >= 1.0, "store {op}: {ops}");
     }
     assert!(exposition.families["routerd_store_queue_depth"].kind == "gauge");
+    // Answers by route and code: every request above was answered OK, and
+    // the codes nothing answered are there at zero, so a rate starts now.
+    let answers = |route: &str, code: &str| {
+        exposition
+            .value(
+                "routerd_gateway_requests_total",
+                &[("route", route), ("code", code)],
+            )
+            .unwrap_or_else(|| panic!("no requests_total for {route} {code}"))
+    };
+    assert_eq!(answers("player.incr", "OK"), f64::from(incrs));
+    assert_eq!(answers("player.incr", "TIMEOUT"), 0.0);
+    assert_eq!(answers("sys.ping", "OK"), 1.0);
+    assert_eq!(answers("auth.login", "OK"), 1.0);
+    assert_eq!(answers("auth.login", "OTHER"), 0.0);
+    assert_eq!(
+        exposition.families["routerd_gateway_requests_total"].kind,
+        "counter"
+    );
+    // The latency buckets run from 1 us to 10 s; the incrs of a node in
+    // this process took well under 10 ms, so some bucket below it holds
+    // them all.
+    let buckets: Vec<&str> = exposition.families["routerd_gateway_request_duration_seconds"]
+        .samples
+        .iter()
+        .filter(|sample| sample.labels.get("route").map(String::as_str) == Some("player.incr"))
+        .filter_map(|sample| sample.labels.get("le").map(String::as_str))
+        .collect();
+    assert_eq!(buckets.first(), Some(&"0.000001"));
+    assert_eq!(buckets.len(), 41, "{buckets:?}");
+    assert_eq!(buckets[buckets.len() - 2], "10");
+    // The process, from /proc.
+    for (name, kind) in [
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_open_fds", "gauge"),
+        ("process_cpu_seconds_total", "counter"),
+        ("process_start_time_seconds", "gauge"),
+    ] {
+        assert_eq!(exposition.families[name].kind, kind, "{name}");
+        assert!(exposition.value(name, &[]).unwrap() > 0.0, "{name}");
+    }
     assert!(
         exposition
             .value("routerd_router_requests_total", &[])
@@ -242,6 +286,67 @@ fn a_serving_node_exports_the_runtime_counters_and_its_registered_files_mode() {
 }
 
 #[test]
+fn objects_by_type_and_per_core_gauges_follow_what_the_node_holds() {
+    let mut config = config();
+    config.cores.count = 2;
+    let node = TestNode::start(config);
+    let mut clients: Vec<_> = (0..4u64)
+        .map(|player| {
+            let mut client = node.connect();
+            client.login(100 + player, 1);
+            let reply = client.call(route::PLAYER_INCR, 2, &1i64.to_le_bytes());
+            assert_eq!(reply.kind, FrameKind::Response, "{reply:?}");
+            client
+        })
+        .collect();
+    // The router mirrors its gauges on a period.
+    let exposition = wait_for(
+        &node,
+        "routerd_router_objects_by_type",
+        &[("type", "player")],
+        4.0,
+    );
+    assert_eq!(
+        exposition.value("routerd_router_objects_by_type", &[("type", "room")]),
+        Some(0.0)
+    );
+    let per_core = |name: &str| -> Vec<f64> {
+        (0..2)
+            .map(|core| {
+                let core = core.to_string();
+                exposition
+                    .value(name, &[("core", core.as_str())])
+                    .unwrap_or_else(|| panic!("{name} core {core}"))
+            })
+            .collect()
+    };
+    // Each core's share sums to the node's total.
+    let objects = per_core("routerd_core_objects");
+    assert_eq!(
+        objects.iter().sum::<f64>(),
+        exposition.value("routerd_router_objects", &[]).unwrap()
+    );
+    assert!(objects.iter().sum::<f64>() >= 4.0, "{objects:?}");
+    let sessions = per_core("routerd_core_sessions");
+    assert_eq!(sessions.iter().sum::<f64>(), 4.0, "{sessions:?}");
+    assert_eq!(
+        exposition.value("routerd_gateway_sessions_active", &[]),
+        Some(4.0)
+    );
+    for name in [
+        "routerd_core_pending_requests",
+        "routerd_core_ring_ops_in_flight",
+    ] {
+        assert_eq!(per_core(name).len(), 2, "{name}");
+    }
+    assert_eq!(
+        exposition.value("routerd_core_objects", &[("core", "2")]),
+        None
+    );
+    clients.clear();
+}
+
+#[test]
 fn the_parser_refuses_what_prometheus_would_misread() {
     let bad = [
         // no HELP
@@ -295,6 +400,15 @@ fn rendering_allocates_only_the_output_buffer() {
     metrics.render_into(&mut small);
     ARMED.with(|armed| armed.set(false));
     assert!(ALLOCATIONS.load(Ordering::Relaxed) > 0);
-    assert_eq!(small, out);
+    // The same scrape, but for the process's figures, which move between
+    // two readings of /proc (CPU seconds, resident memory).
+    let steady = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|line| !line.contains("process_"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(steady(&small) == steady(&out), "the two renders differ");
+    assert!(out.contains("\nprocess_open_fds "), "no process metrics");
     drop(store);
 }
