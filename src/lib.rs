@@ -46,6 +46,13 @@ pub mod testing;
 
 #[doc(hidden)]
 pub use builder::serving_addresses;
+
+/// Installs the process's log subscriber with `filter` (EnvFilter syntax),
+/// changeable at run time through the admin endpoint's `/log-level`.
+#[doc(hidden)]
+pub fn init_logging(filter: &str) {
+    admin::log_level::init(filter);
+}
 pub use builder::NodeBuilder;
 
 /// routerd's version, with `+pgo` for a profile-guided build (the variable

@@ -68,14 +68,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ROUTERD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    routerd::init_logging(&std::env::var("ROUTERD_LOG").unwrap_or_else(|_| "info".to_string()));
     let result = match cli.command {
         Command::Serve { config } => serve(config),
         Command::CheckConfig { config } => Config::load(config.as_deref())

@@ -1,4 +1,5 @@
-//! The admin HTTP endpoint: `/healthz` and `/metrics` (see [`routes`]).
+//! The admin HTTP endpoint: `/healthz`, `/metrics`, the cluster and its
+//! operations, the listings and the console (see [`routes`]).
 //!
 //! It runs on a thread of its own, not on a core: it is cold, it must
 //! answer even when every core is saturated, and a scrape must never add
@@ -28,6 +29,10 @@ use crate::metrics::NodeMetrics;
 use crate::ops::Ops;
 use crate::store::Store;
 
+mod console;
+mod forward;
+pub(crate) mod log_level;
+mod operator;
 mod peers;
 mod routes;
 
@@ -60,8 +65,10 @@ pub struct AdminState {
     pub cluster: Option<Arc<ClusterView>>,
     /// For `GET /objects/...`, read directly (no core is involved).
     pub store: Option<Store>,
-    /// Transfers and the drain; `None` answers 404.
+    /// Transfers, the drain and the listings; `None` answers 404.
     pub ops: Option<Ops>,
+    /// For `GET /config` (secrets masked); `None` answers 404.
+    pub config: Option<Arc<crate::config::Config>>,
 }
 
 /// A running admin endpoint; dropping it stops the thread and closes every

@@ -31,8 +31,49 @@ pub(super) type Body = Full<Bytes>;
 /// The one place a request finds its handler.
 pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Response<Body> {
     let path = request.uri().path();
+    // The console's files are named by the path as it is (`/console/`
+    // and `/console` differ: its modules load relative to the first).
+    if let Some(name) = path.strip_prefix("/console/") {
+        return match *request.method() {
+            Method::GET => super::console::file(name),
+            _ => method_not_allowed("GET"),
+        };
+    }
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let query = request.uri().query();
     match (request.method(), segments.as_slice()) {
+        (&Method::GET, ["console"]) => super::console::redirect(),
+        (_, ["nodes", node, rest @ ..]) => {
+            let me = state.cluster.as_ref().map(|view| view.me().0.to_string());
+            if me.as_deref() == Some(*node) && rest.first() != Some(&"nodes") {
+                // This node's own: answered here, as the same path without
+                // the prefix would be.
+                let mut local = format!("/{}", rest.join("/"));
+                if let Some(query) = query {
+                    local = format!("{local}?{query}");
+                }
+                let mut parts = Request::builder()
+                    .method(request.method().clone())
+                    .uri(local.as_str());
+                for (name, value) in request.headers() {
+                    parts = parts.header(name, value);
+                }
+                return match parts.body(request.body().clone()) {
+                    Ok(local) => Box::pin(route(state, local)).await,
+                    Err(_) => text(StatusCode::BAD_REQUEST, "bad path\n"),
+                };
+            }
+            super::forward::forward(state, node, rest, &request).await
+        }
+        (&Method::GET, ["config"]) => super::operator::config(state).await,
+        (&Method::GET, ["log-level"]) => super::operator::log_level_get().await,
+        (&Method::PUT | &Method::POST, ["log-level"]) => {
+            super::operator::log_level_set(request.body()).await
+        }
+        (&Method::GET, ["sessions"]) => super::operator::list_sessions(state, query).await,
+        (&Method::GET, ["objects", kind]) => super::operator::list_objects(state, kind, query).await,
+        (_, ["config"] | ["sessions"] | ["objects", _]) => method_not_allowed("GET"),
+        (_, ["log-level"]) => method_not_allowed("GET, PUT, POST"),
         (&Method::GET, ["healthz"]) => healthz(state).await,
         (&Method::GET, ["metrics"]) => metrics(state).await,
         (&Method::GET, ["cluster"]) => cluster(state).await,
@@ -220,7 +261,14 @@ async fn objects(state: &AdminState, kind: &str, id: &str) -> Response<Body> {
     };
     let key = match parse_key(kind, id) {
         Ok(key) => key,
-        Err(reason) => return text(StatusCode::BAD_REQUEST, reason),
+        Err(reason) => match (super::operator::type_id_of(state, kind), id.parse::<u64>()) {
+            (Some(type_id), Ok(object_id)) => ObjectKey {
+                type_id,
+                zone_id: 0,
+                object_id,
+            },
+            _ => return text(StatusCode::BAD_REQUEST, reason),
+        },
     };
     let id = key.object_id;
     let record = match store.load(key).await {
@@ -353,7 +401,7 @@ fn answer(op: OpAnswer) -> Response<Body> {
     response
 }
 
-fn json_response(value: serde_json::Value) -> Response<Body> {
+pub(super) fn json_response(value: serde_json::Value) -> Response<Body> {
     let mut body = value.to_string();
     body.push('\n');
     let mut response = Response::new(Full::new(Bytes::from(body)));
@@ -419,6 +467,7 @@ mod tests {
             cluster: None,
             store: None,
             ops: None,
+            config: None,
         };
         let healthz = || call(&state, Method::GET, "/healthz");
         assert_eq!(
@@ -449,6 +498,7 @@ mod tests {
             cluster: None,
             store: Some(store.clone()),
             ops: None,
+            config: None,
         };
         state.phase.set_serving();
         let healthz = || call(&state, Method::GET, "/healthz");
@@ -480,6 +530,7 @@ mod tests {
             cluster: None,
             store: None,
             ops: None,
+            config: None,
         };
         let (status, body) = call(&state, Method::GET, "/metrics");
         assert_eq!(status, StatusCode::OK);

@@ -155,6 +155,17 @@ pub enum LoginOutcome<'a> {
     Refused(ErrorCode, &'a str),
 }
 
+/// One session as the admin endpoint lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionRow {
+    pub session_id: u64,
+    /// 0 before a login.
+    pub player_id: u64,
+    pub session_epoch: u32,
+    /// Requests of the session waiting for their answer.
+    pub inflight: usize,
+}
+
 /// A request the egress gate saw answered, for the latency histogram.
 #[derive(Clone, Copy)]
 struct Answered {
@@ -324,6 +335,37 @@ impl GatewayCore {
 
     pub fn session_count(&self) -> usize {
         self.sessions.len()
+    }
+
+    /// A page of this core's sessions, for the admin endpoint: the `limit`
+    /// smallest session ids above `after`, of `player` only if given, in
+    /// id order. One walk of the sessions, no sort of them all.
+    pub fn sessions_page(
+        &self,
+        player: Option<u64>,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Vec<SessionRow> {
+        let mut page: Vec<SessionRow> = self
+            .sessions
+            .iter()
+            .filter(|(id, entry)| {
+                after.is_none_or(|after| **id > after)
+                    && player.is_none_or(|player| entry.session.player_id == player)
+            })
+            .map(|(id, entry)| SessionRow {
+                session_id: *id,
+                player_id: entry.session.player_id,
+                session_epoch: entry.session.session_epoch,
+                inflight: entry.inflight.len(),
+            })
+            .collect();
+        if page.len() > limit {
+            page.select_nth_unstable_by_key(limit, |row| row.session_id);
+            page.truncate(limit);
+        }
+        page.sort_unstable_by_key(|row| row.session_id);
+        page
     }
 
     /// Entries in the deadline heap, due or not (for tests of its bound).

@@ -196,6 +196,16 @@ impl GatewayHandle {
         self.0.state.borrow().session_count()
     }
 
+    /// A page of this core's sessions (see `GatewayCore::sessions_page`).
+    pub fn sessions_page(
+        &self,
+        player: Option<u64>,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Vec<super::SessionRow> {
+        self.0.state.borrow().sessions_page(player, after, limit)
+    }
+
     /// Handles a mesh frame if it is the gateway's (`ClientEgress`,
     /// `SessionKick`); returns any other frame for the rest of the node.
     pub fn handle_mesh(&self, frame: FrameBuf) -> Option<FrameBuf> {

@@ -35,6 +35,7 @@ use wire::frame::{ClientWire, FrameBuf, FrameEncodeError, Message};
 
 pub use self::core::{
     BindError, CloseReason, EgressRef, EgressRejected, GatewayCore, HeldFrame, Limits, LoginOutcome,
+    SessionRow,
 };
 pub use self::driver::GatewayHandle;
 pub use self::player::{LoginRequest, PlayerPort};

@@ -267,6 +267,7 @@ impl Node {
                 cluster: Some(view.clone()),
                 store: Some(shared.store.clone()),
                 ops: Some(ops),
+                config: Some(Arc::new(config.clone())),
             },
         );
         let admin = match admin {

@@ -12,6 +12,7 @@
 
 pub mod client;
 pub mod drain;
+pub mod listing;
 mod phase;
 pub mod transfer;
 
@@ -39,6 +40,18 @@ enum Command {
         key: ObjectKey,
         target: NodeId,
         reply: oneshot::Sender<TransferReply>,
+    },
+    /// A page of the core's objects of one type.
+    ListObjects {
+        page: listing::PageAsk,
+        type_id: u32,
+        reply: oneshot::Sender<Vec<listing::ObjectRow>>,
+    },
+    /// The core's session count and a page of its sessions.
+    ListSessions {
+        page: listing::PageAsk,
+        player: Option<u64>,
+        reply: oneshot::Sender<(usize, Vec<listing::SessionRow>)>,
     },
 }
 
@@ -100,6 +113,34 @@ impl Ops {
 
     pub(crate) fn drain_status(&self) -> &Arc<DrainStatus> {
         &self.0.drain
+    }
+
+    /// Sends `command` (made for each core by `make`) to every core; the
+    /// answers in core order, or why a core could not be asked.
+    async fn ask_every_core<T>(
+        &self,
+        mut make: impl FnMut(oneshot::Sender<T>) -> Command,
+    ) -> Result<Vec<T>, Unreached> {
+        let mut answers = Vec::with_capacity(self.0.cores.len());
+        for core in &self.0.cores {
+            let (reply, answer) = oneshot::channel();
+            let mut sender = core.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            match sender.try_send(make(reply)) {
+                Ok(()) => answers.push(answer),
+                Err(error) if error.is_full() => return Err(Unreached::Busy),
+                Err(_) => return Err(Unreached::Stopped),
+            }
+        }
+        let mut out = Vec::with_capacity(answers.len());
+        for answer in answers {
+            match tokio::time::timeout(listing::CORE_ANSWER_WAIT, answer).await {
+                Ok(Ok(value)) => out.push(value),
+                // A core that does not answer in time is as good as busy.
+                Err(_) => return Err(Unreached::Busy),
+                Ok(Err(_)) => return Err(Unreached::Stopped),
+            }
+        }
+        Ok(out)
     }
 
     /// Hands a transfer to the core that owns `key` on this node.
@@ -165,6 +206,23 @@ pub async fn serve_core(commands: CoreCommands, ops: CoreOps) {
                     // The caller may have given up waiting.
                     let _ = reply.send(answer);
                 });
+            }
+            Some(Some(Command::ListObjects {
+                page,
+                type_id,
+                reply,
+            })) => {
+                let rows = listing::core_objects(&ops.router, ops.core, type_id, page);
+                let _ = reply.send(rows);
+            }
+            Some(Some(Command::ListSessions {
+                page,
+                player,
+                reply,
+            })) => {
+                let count = ops.gateway.session_count();
+                let rows = listing::core_sessions(&ops.gateway, ops.core, player, page);
+                let _ = reply.send((count, rows));
             }
             // Every sender is gone: the node is going away.
             Some(None) => return,

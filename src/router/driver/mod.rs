@@ -595,6 +595,17 @@ impl RouterDriver {
         }
     }
 
+    /// A page of this core's entries of `type_id` (see
+    /// `RouterCore::objects_page`), for the admin endpoint's listing.
+    pub fn objects_page(
+        &self,
+        type_id: u32,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Vec<crate::router::EntryView> {
+        self.0.core.borrow().objects_page(type_id, after, limit)
+    }
+
     /// The gauges: a walk over every entry, so periodic (see
     /// `GAUGES_MIRROR_INTERVAL`).
     fn mirror_gauges(&self) {

@@ -1,0 +1,210 @@
+//! The endpoints the console needs beyond health, metrics and cluster:
+//! listings with paging (`GET /objects/{type}`, `GET /sessions`), the
+//! config with its secrets masked (`GET /config`), and the log filter
+//! (`GET` and `PUT /log-level`).
+
+use bytes::Bytes;
+use hyper::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::forward::refused;
+use super::log_level::{self, SetRefused};
+use super::routes::{json_response, Body};
+use super::AdminState;
+use crate::config::MASK;
+use crate::ops::listing::{ListRefused, PageAsk};
+
+/// The type id `kind` names: a registered object type's name (`player`,
+/// `room`, a user type) or a type id.
+pub(super) fn type_id_of(state: &AdminState, kind: &str) -> Option<u32> {
+    state
+        .metrics
+        .types
+        .iter()
+        .find(|(_, name)| *name == kind)
+        .map(|(type_id, _)| *type_id)
+        .or_else(|| kind.parse().ok())
+}
+
+fn list_refused(refusal: ListRefused) -> Response<Body> {
+    match refusal {
+        ListRefused::Busy => refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "a core did not take or answer the listing in time; call again",
+        ),
+        ListRefused::Stopped => refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stopping",
+            "this node is stopping",
+        ),
+    }
+}
+
+/// `GET /objects/{type}?after=ID&limit=N`: a page of the objects of a type
+/// this node holds (writable objects and route caches), by id.
+pub(super) async fn list_objects(
+    state: &AdminState,
+    kind: &str,
+    query: Option<&str>,
+) -> Response<Body> {
+    let Some(ops) = &state.ops else {
+        return refused(StatusCode::NOT_FOUND, "no_cluster", "this node runs no operations");
+    };
+    let Some(type_id) = type_id_of(state, kind) else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the type must be a registered type's name or a type id",
+        );
+    };
+    let page = match PageAsk::parse(query, |_, _| Ok(false)) {
+        Ok(page) => page,
+        Err(reason) => return refused(StatusCode::BAD_REQUEST, "bad_request", &reason),
+    };
+    match ops.list_objects(type_id, page).await {
+        Ok(mut listing) => {
+            listing["type"] = Value::from(kind);
+            json_response(listing)
+        }
+        Err(refusal) => list_refused(refusal),
+    }
+}
+
+/// `GET /sessions?player=ID&after=ID&limit=N`: each core's session count
+/// and a page of this node's sessions (of one player, if given).
+pub(super) async fn list_sessions(state: &AdminState, query: Option<&str>) -> Response<Body> {
+    let Some(ops) = &state.ops else {
+        return refused(StatusCode::NOT_FOUND, "no_cluster", "this node runs no operations");
+    };
+    let mut player = None;
+    let page = PageAsk::parse(query, |key, value| {
+        if key != "player" {
+            return Ok(false);
+        }
+        match value.parse::<u64>() {
+            Ok(id) if id != 0 => {
+                player = Some(id);
+                Ok(true)
+            }
+            _ => Err("player must be a player id (a positive number)".to_string()),
+        }
+    });
+    let page = match page {
+        Ok(page) => page,
+        Err(reason) => return refused(StatusCode::BAD_REQUEST, "bad_request", &reason),
+    };
+    match ops.list_sessions(player, page).await {
+        Ok(listing) => json_response(listing),
+        Err(refusal) => list_refused(refusal),
+    }
+}
+
+/// `GET /config`: the node's config as JSON, every secret masked (a
+/// `Secret` serializes as the mask) and the password of a store URL too.
+pub(super) async fn config(state: &AdminState) -> Response<Body> {
+    let Some(config) = &state.config else {
+        return refused(StatusCode::NOT_FOUND, "no_config", "this node was given no config");
+    };
+    let mut value = match serde_json::to_value(&**config) {
+        Ok(value) => value,
+        Err(error) => {
+            return refused(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                &format!("the config does not serialize: {error}"),
+            )
+        }
+    };
+    if let Some(url) = value["store"]["url"].as_str() {
+        value["store"]["url"] = Value::from(mask_url_password(url));
+    }
+    json_response(value)
+}
+
+/// `scheme://user:password@host/...` or libpq's `key=value` form
+/// (`password=...`) with the password masked; anything else as it is.
+fn mask_url_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        let words: Vec<String> = url
+            .split(' ')
+            .map(|word| match word.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}={MASK}"),
+                _ => word.to_string(),
+            })
+            .collect();
+        return words.join(" ");
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:{MASK}{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+/// `GET /log-level`: the log filter in force.
+pub(super) async fn log_level_get() -> Response<Body> {
+    match log_level::current() {
+        Some(filter) => json_response(json!({ "filter": filter })),
+        None => not_managed(),
+    }
+}
+
+fn not_managed() -> Response<Body> {
+    refused(
+        StatusCode::NOT_FOUND,
+        "not_managed",
+        "this process's logging was not installed by routerd",
+    )
+}
+
+/// `PUT /log-level` (or POST) with the filter as the body, in
+/// `ROUTERD_LOG`'s syntax (`debug`, `info,routerd::cluster=trace`).
+pub(super) async fn log_level_set(body: &Bytes) -> Response<Body> {
+    let Ok(filter) = std::str::from_utf8(body) else {
+        return refused(StatusCode::BAD_REQUEST, "bad_request", "the filter must be UTF-8");
+    };
+    match log_level::set(filter) {
+        Ok(()) => json_response(json!({ "filter": filter.trim() })),
+        Err(SetRefused::NotManaged) => not_managed(),
+        Err(SetRefused::Invalid(reason)) => refused(StatusCode::BAD_REQUEST, "bad_filter", &reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_url_keeps_all_but_its_password() {
+        assert_eq!(
+            mask_url_password("postgres://routerd:hunter2@db:5432/routerd"),
+            format!("postgres://routerd:{MASK}@db:5432/routerd")
+        );
+        assert_eq!(
+            mask_url_password("postgres://routerd@db/routerd"),
+            "postgres://routerd@db/routerd"
+        );
+        assert_eq!(mask_url_password("host=db user=x"), "host=db user=x");
+        assert_eq!(
+            mask_url_password("host=db password=hunter2 user=x"),
+            format!("host=db password={MASK} user=x")
+        );
+        // An @ in the path is not userinfo.
+        assert_eq!(mask_url_password("postgres://db/a@b"), "postgres://db/a@b");
+    }
+
+    #[test]
+    fn a_filter_out_of_bounds_or_malformed_is_refused() {
+        let long = "a".repeat(log_level::FILTER_BYTES_MAX + 1);
+        assert!(matches!(log_level::set(&long), Err(SetRefused::Invalid(_))));
+        assert!(matches!(log_level::set("  "), Err(SetRefused::Invalid(_))));
+        assert!(matches!(
+            log_level::set("routerd=notalevel"),
+            Err(SetRefused::Invalid(_))
+        ));
+    }
+}
