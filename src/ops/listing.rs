@@ -33,6 +33,15 @@ pub struct PageAsk {
 }
 
 impl PageAsk {
+    /// What each core is asked for: one row past the page, so that the
+    /// merge knows whether another page follows.
+    fn one_more(self) -> PageAsk {
+        PageAsk {
+            after: self.after,
+            limit: self.limit + 1,
+        }
+    }
+
     /// Reads `after=` and `limit=` (and the listing's own keys, which
     /// `other` takes: `true` when it knew the key) from a query string.
     pub fn parse(
@@ -153,7 +162,9 @@ impl From<Unreached> for ListRefused {
 }
 
 /// The first `limit` rows of the cores' parts, by id, and the cursor of
-/// the next page (`None` when this one is the last).
+/// the next page (`None` when this one is the last). Each part must hold
+/// up to `limit + 1` rows (see [`PageAsk::one_more`]): a core with exactly
+/// `limit` rows left would otherwise look like the last page.
 fn merge<T>(parts: Vec<Vec<T>>, limit: usize, id: impl Fn(&T) -> u64) -> (Vec<T>, Option<u64>) {
     let mut rows: Vec<T> = parts.into_iter().flatten().collect();
     rows.sort_unstable_by_key(&id);
@@ -168,7 +179,7 @@ impl Ops {
     pub async fn list_objects(&self, type_id: u32, page: PageAsk) -> Result<Value, ListRefused> {
         let parts = self
             .ask_every_core(|reply: oneshot::Sender<Vec<ObjectRow>>| Command::ListObjects {
-                page,
+                page: page.one_more(),
                 type_id,
                 reply,
             })
@@ -206,7 +217,7 @@ impl Ops {
         let parts = self
             .ask_every_core(
                 |reply: oneshot::Sender<(usize, Vec<SessionRow>)>| Command::ListSessions {
-                    page,
+                    page: page.one_more(),
                     player,
                     reply,
                 },
@@ -286,5 +297,9 @@ mod tests {
         let (rows, next) = merge(vec![vec![5], vec![1]], 3, |id| *id);
         assert_eq!(rows, [1, 5]);
         assert_eq!(next, None);
+        // One core holds the page and one more: another page follows.
+        let (rows, next) = merge(vec![vec![1, 2, 3], vec![]], 2, |id| *id);
+        assert_eq!(rows, [1, 2]);
+        assert_eq!(next, Some(2));
     }
 }
