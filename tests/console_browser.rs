@@ -1,0 +1,139 @@
+//! The console in a browser: headless Chromium (Debian's `chromium`,
+//! driven by playwright-core from tests/browser) loads `/console/` of a
+//! three-node cluster, shows three members up, shows node 3 down after a
+//! `kill -9`, and a drain of node 2 started from the page ends with node 2
+//! `left`. tests/browser/console.mjs is the browser's side.
+//!
+//! The screenshots are written to `<target dir>/tmp/console-browser/`
+//! (`CARGO_TARGET_TMPDIR`): 1-three-members.png, 2-member-down.png,
+//! 3-drained.png.
+//!
+//! .ci/run installs Chromium and playwright-core and exports
+//! ROUTERD_CHROMIUM and ROUTERD_BROWSER_MODULES: without them the test
+//! fails in CI and skips outside.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::cluster::{wait_members_up, LocalCluster};
+
+/// The whole browser run, cluster start excluded.
+const BROWSER_LIMIT: Duration = Duration::from_secs(40);
+
+/// Chromium and playwright-core, or `None` when the test must skip.
+fn browser() -> Option<(PathBuf, PathBuf)> {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let chromium = std::env::var_os("ROUTERD_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    let modules = std::env::var_os("ROUTERD_BROWSER_MODULES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo.join("tests/browser/node_modules"));
+    let node = Command::new("node").arg("--version").output().is_ok();
+    let missing = [
+        (!chromium.is_file()).then(|| format!("no browser at {}", chromium.display())),
+        (!modules.join("playwright-core").is_dir())
+            .then(|| format!("no playwright-core in {}", modules.display())),
+        (!node).then(|| "no node".to_string()),
+    ];
+    let missing: Vec<String> = missing.into_iter().flatten().collect();
+    if missing.is_empty() {
+        return Some((chromium, modules));
+    }
+    let why = missing.join("; ");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the browser test cannot run: {why} (.ci/run installs chromium and runs npm ci in tests/browser)"
+    );
+    eprintln!("skipped: {why} (apt-get install chromium; npm ci in tests/browser)");
+    None
+}
+
+#[test]
+fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
+    let Some((chromium, modules)) = browser() else {
+        return;
+    };
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-browser");
+    std::fs::create_dir_all(&shots).unwrap();
+    let cluster = LocalCluster::new();
+    let one = cluster.start(1);
+    let two = cluster.start(2);
+    let three = cluster.start(3);
+    wait_members_up(&one, &[2, 3]);
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/console.mjs");
+    let mut driver = Command::new("node")
+        .arg(&script)
+        .env(
+            "ROUTERD_CONSOLE_URL",
+            format!("http://{}/console/", one.admin),
+        )
+        .env("ROUTERD_CHROMIUM", &chromium)
+        .env("ROUTERD_BROWSER_MODULES", &modules)
+        .env("ROUTERD_SCREENSHOTS", &shots)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("node runs");
+    let mut to_driver = driver.stdin.take().unwrap();
+    let (said, lines) = std::sync::mpsc::channel();
+    let stdout = driver.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if said.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut three = Some(three);
+    let mut transcript = Vec::new();
+    let outcome = loop {
+        let left = BROWSER_LIMIT.saturating_sub(started.elapsed());
+        let Ok(line) = lines.recv_timeout(left) else {
+            break Err(format!("no end within {BROWSER_LIMIT:?}"));
+        };
+        transcript.push(line.clone());
+        match line.as_str() {
+            "kill 3" => {
+                three.take().expect("node 3 killed once").kill_9();
+                writeln!(to_driver, "killed").unwrap();
+            }
+            "done" => break Ok(()),
+            fail if fail.starts_with("fail: ") => break Err(fail.to_string()),
+            _ => {}
+        }
+    };
+    if outcome.is_err() {
+        let _ = driver.kill();
+    }
+    let status = driver.wait().unwrap();
+    if let Err(why) = outcome {
+        panic!("{why}\nthe browser's side said:\n{}", transcript.join("\n"));
+    }
+    assert!(status.success(), "{status}: {}", transcript.join("\n"));
+    for want in [
+        "seen: three members up",
+        "seen: node 3 down",
+        "seen: node 2 left",
+    ] {
+        assert!(transcript.iter().any(|line| line == want), "{transcript:?}");
+    }
+    // The drained node exits by itself, 0.
+    let exit = two.wait_exit_within(Duration::from_secs(10));
+    assert!(exit.success(), "node 2 after its drain: {exit}");
+    for shot in ["1-three-members.png", "2-member-down.png", "3-drained.png"] {
+        let bytes = std::fs::metadata(shots.join(shot))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(bytes > 1000, "{shot}: {bytes} bytes");
+    }
+    eprintln!("screenshots in {}", shots.display());
+    drop(one);
+}
