@@ -19,7 +19,11 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::cluster::{wait_members_up, LocalCluster};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use support::cluster::{login_eventually, wait_members_up, LocalCluster};
+use wire::client::route;
 
 /// The whole browser run, cluster start excluded.
 const BROWSER_LIMIT: Duration = Duration::from_secs(40);
@@ -65,6 +69,22 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
     let two = cluster.start(2);
     let three = cluster.start(3);
     wait_members_up(&one, &[2, 3]);
+    // A player's requests through node 1, all along, so the page has
+    // figures to show (requests/s, p99, error ratio).
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        let gateway = one.gateway;
+        std::thread::spawn(move || {
+            let (mut client, _) = login_eventually(gateway, 77, Duration::from_secs(10));
+            let mut seq = 2;
+            while !stop.load(Ordering::Relaxed) {
+                client.call(route::PLAYER_INCR, seq, &1i64.to_le_bytes());
+                seq += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/console.mjs");
     let mut driver = Command::new("node")
@@ -114,12 +134,14 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
         let _ = driver.kill();
     }
     let status = driver.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    load.join().expect("the load ran");
     if let Err(why) = outcome {
         panic!("{why}\nthe browser's side said:\n{}", transcript.join("\n"));
     }
     assert!(status.success(), "{status}: {}", transcript.join("\n"));
     for want in [
-        "seen: three members up",
+        "seen: three members up, node 1 with requests/s, p99 and error ratio",
         "seen: node 3 down",
         "seen: node 2 left",
     ] {

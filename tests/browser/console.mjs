@@ -74,14 +74,19 @@ try {
     { timeout: STEP_TIMEOUT_MS },
   );
   for (const node of [1, 2, 3]) await waitState(node, "up", "three members");
-  // Node 1's figures come from its own scrapes: wait for the second.
+  // Node 1's figures come from two of its own scrapes; the test keeps a
+  // player's requests going through it, so they are numbers.
   await page.waitForFunction(
-    () => document.querySelector('#members tbody tr[data-node="1"] td:nth-child(6)')?.textContent !== "–",
+    () => {
+      const cells = document.querySelectorAll('#members tbody tr[data-node="1"] td');
+      const perSecond = Number(cells[5]?.textContent);
+      return perSecond > 0 && /[µm]?s$/.test(cells[6]?.textContent ?? "") && cells[7]?.textContent.endsWith("%");
+    },
     null,
     { timeout: STEP_TIMEOUT_MS },
   );
   await page.screenshot({ path: join(shots, "1-three-members.png"), fullPage: true });
-  console.log("seen: three members up");
+  console.log("seen: three members up, node 1 with requests/s, p99 and error ratio");
 
   console.log("kill 3");
   if ((await nextLine()) !== "killed") throw new Error("the test did not kill node 3");
