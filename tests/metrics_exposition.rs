@@ -58,7 +58,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 /// Every name docs/protocol.md's admin section lists.
-const PROTOCOL_NAMES: [&str; 14] = [
+const PROTOCOL_NAMES: [&str; 32] = [
     "routerd_gateway_sessions_accepted_total",
     "routerd_gateway_sessions_active",
     "routerd_gateway_ingress_rejected_total",
@@ -73,6 +73,24 @@ const PROTOCOL_NAMES: [&str; 14] = [
     "routerd_router_forwards_total",
     "routerd_router_transfers_total",
     "routerd_build_info",
+    "routerd_gateway_requests_total",
+    "routerd_gateway_request_duration_seconds",
+    "routerd_store_errors_total",
+    "routerd_router_objects_by_type",
+    "routerd_core_sessions",
+    "routerd_core_objects",
+    "routerd_core_pending_requests",
+    "routerd_core_ring_ops_in_flight",
+    "routerd_core_link_queued_frames",
+    "routerd_cluster_peer_heartbeat_age_seconds",
+    "routerd_cluster_peer_link_up",
+    "routerd_cluster_peer_up",
+    "routerd_cluster_fenced",
+    "process_resident_memory_bytes",
+    "process_virtual_memory_bytes",
+    "process_open_fds",
+    "process_cpu_seconds_total",
+    "process_start_time_seconds",
 ];
 
 fn scrape(node: &TestNode) -> Exposition {
