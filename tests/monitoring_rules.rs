@@ -3,7 +3,7 @@
 //! rules, `promtool check metrics` on a scrape of a serving node, and every
 //! metric name an alert or a dashboard panel queries is one that scrape
 //! has (a renamed metric breaks this test, not an operator's dashboard at
-//! night). promtool comes with Debian's `prometheus` package, which .ci/run
+//! night); promtool parses every panel's query too (as recording rules). promtool comes with Debian's `prometheus` package, which .ci/run
 //! installs: without it the test fails in CI and skips outside.
 
 mod support;
@@ -296,6 +296,26 @@ fn alerts_and_dashboard_check_and_query_what_a_live_node_exports() {
         missing.is_empty(),
         "not in a scrape:\n{}",
         missing.join("\n")
+    );
+    // promtool parses every panel's query: as a recording rule each, with
+    // Grafana's variables given values as Grafana would.
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (index, expr) in panel_exprs.iter().enumerate() {
+        let expr = expr
+            .replace("$__rate_interval", "1m")
+            .replace("$instance", ".*");
+        let quoted = serde_json::to_string(&expr).unwrap();
+        rules.push_str(&format!(
+            "      - record: dashboard:panel_{index}\n        expr: {quoted}\n"
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("dashboard.yml"), rules).unwrap();
+    run(
+        &promtool,
+        &["check", "rules", "dashboard.yml"],
+        dir.path(),
+        None,
     );
     // The alerts the issue asks for watch what they say.
     for name in [
