@@ -1,8 +1,10 @@
 //! The console in a browser: headless Chromium (Debian's `chromium`,
 //! driven by playwright-core from tests/browser) loads `/console/` of a
-//! three-node cluster, shows three members up, shows node 3 down after a
-//! `kill -9`, and a drain of node 2 started from the page ends with node 2
-//! `left`. tests/browser/console.mjs is the browser's side.
+//! three-node cluster, shows three members up (node 1 with its requests/s,
+//! p99 and error ratio), looks up a player and finds its session, shows
+//! node 3 down after a `kill -9`, and a drain of node 2 started from the
+//! page ends with node 2 `left`. tests/browser/console.mjs is the
+//! browser's side.
 //!
 //! The screenshots are written to `<target dir>/tmp/console-browser/`
 //! (`CARGO_TARGET_TMPDIR`): 1-three-members.png, 2-member-down.png,
@@ -142,6 +144,7 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
     assert!(status.success(), "{status}: {}", transcript.join("\n"));
     for want in [
         "seen: three members up, node 1 with requests/s, p99 and error ratio",
+        "seen: player 77's owner and session",
         "seen: node 3 down",
         "seen: node 2 left",
     ] {

@@ -88,6 +88,24 @@ try {
   await page.screenshot({ path: join(shots, "1-three-members.png"), fullPage: true });
   console.log("seen: three members up, node 1 with requests/s, p99 and error ratio");
 
+  // The player the test keeps busy (77): its record, and its session on node 1.
+  await page.fill("#lookup-id", "77");
+  await page.click('#lookup-form button[type="submit"]');
+  await page.waitForFunction(
+    () => /^node \d/.test(document.querySelector("#lookup-result dd")?.textContent ?? ""),
+    null,
+    { timeout: STEP_TIMEOUT_MS },
+  );
+  await page.selectOption("#sessions-node", "1");
+  await page.fill("#sessions-player", "77");
+  await page.click('#sessions-form button[type="submit"]');
+  await page.waitForFunction(
+    () => [...document.querySelectorAll("#sessions-result tbody tr td:nth-child(3)")].some((td) => td.textContent === "77"),
+    null,
+    { timeout: STEP_TIMEOUT_MS },
+  );
+  console.log("seen: player 77's owner and session");
+
   console.log("kill 3");
   if ((await nextLine()) !== "killed") throw new Error("the test did not kill node 3");
   await waitState(3, "down", "after kill -9");
