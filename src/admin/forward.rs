@@ -193,6 +193,36 @@ mod tests {
             .to_bytes();
         assert_eq!(&body[..], b"{}\n");
         assert!(parse_answer(b"garbage").is_none());
+        assert!(parse_answer(b"HTTP/1.1 abc\r\n\r\n").is_none());
         assert!(parse_answer(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n").is_none());
+    }
+
+    /// A peer whose answer is past the bound: refused, not buffered whole.
+    #[test]
+    fn an_answer_past_its_bound_is_refused() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap().to_string();
+            let peer = tokio::spawn(async move {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut head = [0u8; 1024];
+                let _ = stream.read(&mut head).await.unwrap();
+                let body = vec![b'x'; FORWARD_RESPONSE_MAX_BYTES];
+                let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+                // The head pushes the answer past the bound; the reader
+                // may close before all of it is written.
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.write_all(&body).await;
+            });
+            let sent = send(&address, "GET", "/metrics", None, &Bytes::new()).await;
+            let error = sent.err().expect("refused");
+            assert!(error.contains("over"), "{error}");
+            let _ = peer.await;
+        });
     }
 }
