@@ -220,7 +220,7 @@ mod tests {
                 let _ = stream.write_all(&body).await;
             });
             let sent = send(&address, "GET", "/metrics", None, &Bytes::new()).await;
-            let error = sent.err().expect("refused");
+            let error = sent.expect_err("refused");
             assert!(error.contains("over"), "{error}");
             let _ = peer.await;
         });
