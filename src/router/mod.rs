@@ -19,34 +19,36 @@
 //! object at a time, requests queued behind it (bounded).
 
 mod core;
-mod dispatch;
+mod ctx;
 mod drain;
 mod entry;
+mod events;
 pub mod handler;
-mod io;
 pub(crate) mod mutant;
+mod output;
 mod service;
-mod timers;
-mod transfer;
+mod steps;
 pub mod types;
+mod view;
 
 pub mod driver;
 
 #[cfg(test)]
 mod tests;
 
-pub use self::core::{
-    rendezvous_score, sweep_interval_ms, EntryView, RouterCore, RouterCounters,
-    REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX, SHUTDOWN_BATCH_MAX,
+pub use self::core::RouterCore;
+pub use ctx::{
+    rendezvous_score, sweep_interval_ms, RouterCounters, REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX,
+    SHUTDOWN_BATCH_MAX,
 };
 pub use drain::DrainProgress;
+pub use view::EntryView;
 pub use handler::{
     DecodeError, HandlerOutput, HandlerReply, ObjectCall, ObjectState, ObjectTimer, ObjectType,
     ServiceHandler,
 };
-pub use transfer::TransferError;
 pub use types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
     RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer, TransferDone,
-    TransferOutcome,
+    TransferError, TransferOutcome,
 };

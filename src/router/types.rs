@@ -326,3 +326,22 @@ mod tests {
         );
     }
 }
+
+/// Why `transfer` refused to start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferError {
+    UnknownType,
+    /// This core holds no writable copy of the key.
+    NotWritable,
+    SameNode,
+    /// A transfer of this key is already in progress or queued.
+    InProgress,
+    ShuttingDown,
+    /// Membership does not know the target up (unknown, down or left).
+    TargetUnavailable,
+    /// The target drains: no object is placed on it.
+    TargetDraining,
+    /// This node is fenced, or its lease ran out: it moves nothing until
+    /// it serves again.
+    Fenced,
+}
