@@ -203,7 +203,7 @@ pub fn decode_answer_event(body: &[u8]) -> Option<(u64, Outcome)> {
     let tag = u64::from_le_bytes(tag.try_into().ok()?);
     let outcome = match u16::from_le_bytes(code.try_into().ok()?) {
         0 => Ok(answer.to_vec()),
-        code => Err(super::driver::frames::error_code_from_wire(code)),
+        code => Err(super::types::error_code_from_wire(code)),
     };
     Some((tag, outcome))
 }

@@ -75,6 +75,12 @@ pub struct Request {
 /// the first three are the gateway's own refusals.
 pub use wire::client::ErrorCode;
 
+/// A code from a peer's frame; one this build does not know is a fault of
+/// that peer, answered INTERNAL.
+pub(crate) fn error_code_from_wire(code: u16) -> ErrorCode {
+    ErrorCode::from_u16(code).unwrap_or(ErrorCode::Internal)
+}
+
 /// The answer to one request: a RESPONSE body or an ERROR code.
 pub type Outcome = Result<Vec<u8>, ErrorCode>;
 
