@@ -11,12 +11,17 @@
 //! only from the seed it was built with, so the simulator (`crate::sim`, test-only) can run
 //! many nodes of it deterministically.
 //!
-//! The seed's operations keep their names: `mutable_cache` / `pull_cache`
-//! and `filter_router_msg` / `send_msg` in `dispatch.rs`, `pull_object` and
-//! `save_object` in `io.rs`, `transfer` / `remove_object` /
-//! `router_transfer` in `transfer.rs`, timers and shutdown in `timers.rs`.
-//! The per-object `io_task_guard` is `Entry::io`: one store operation per
-//! object at a time, requests queued behind it (bounded).
+//! The core is a dispatcher (`core.rs`) over steps (`steps/`) that never
+//! call each other: each step takes one entry and the event it meets and
+//! returns what happens next (`steps::Next`); only the dispatcher chains
+//! them. The seed's operations keep their names: `filter_router_msg`,
+//! `mutable_cache`, `mutable_object` and `send_msg` in `steps/route.rs`,
+//! `pull_cache` / `pull_object` in `steps/pull.rs` and its claim in
+//! `steps/claim.rs`, `save_object` in `steps/save.rs`, `transfer` /
+//! `remove_object` in `steps/transfer.rs` (`router_transfer`'s target side
+//! is a claim), shutdown in `steps/release.rs`. The per-object
+//! `io_task_guard` is `Entry::io`: one store operation per object at a
+//! time, requests queued behind it (bounded).
 
 mod core;
 mod ctx;
