@@ -119,6 +119,7 @@ impl RouterCore {
         }
         entry.set_route(owner_node, owner_incarnation, route_version);
         entry.last_refresh_ms = Some(now_ms);
+        checked(key, entry);
         self.ctx.counters.update_syncs_applied_total += 1;
     }
 
