@@ -137,7 +137,7 @@ impl HandlerOutput {
 
     /// Nothing but the reply (and the mutated flag): no push, send, kick,
     /// call, late answer or timer. Every field is named, so a list added
-    /// to the output cannot be forgotten here (`dispatch::release` skips
+    /// to the output cannot be forgotten here (`output::release` skips
     /// its lists when this holds).
     pub(crate) fn is_answer_only(&self) -> bool {
         let HandlerOutput {
