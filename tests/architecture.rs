@@ -129,3 +129,185 @@ fn no_two_modules_import_each_other() {
     }
     assert!(circles.is_empty(), "import circles: {circles:?}");
 }
+
+/// The router's own modules (a file or a folder under `src/router/`, its
+/// `mod.rs` aside: the folder's door re-exports them all) that `code` in a
+/// file `depth` folders below `src/router/` imports, by `super::` or
+/// `crate::router::` paths.
+fn router_imports(code: &str, depth: usize) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let prefixes = ["crate::router::".to_string(), "super::".repeat(depth + 1)];
+    for prefix in &prefixes {
+        let mut rest = code;
+        while let Some(at) = rest.find(prefix.as_str()) {
+            // `super::super::x` also holds `super::x`: only whole prefixes.
+            let before = &code[..code.len() - rest.len() + at];
+            rest = &rest[at + prefix.len()..];
+            if prefix.starts_with("super") && before.ends_with("super::") {
+                continue;
+            }
+            if rest.starts_with("super::") {
+                continue;
+            }
+            let group = match rest.strip_prefix('{') {
+                Some(inner) => &inner[..inner.find('}').unwrap_or(inner.len())],
+                None => rest,
+            };
+            for item in group.split(',') {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if name.starts_with(|c: char| c.is_ascii_lowercase()) && name != "self" {
+                    names.insert(name);
+                }
+                if rest.starts_with(|c: char| c != '{') {
+                    break;
+                }
+            }
+        }
+    }
+    names
+}
+
+/// The steps `code` names through a `steps::` path (`steps::save`, or
+/// `steps::{claim, pull, Next}`).
+fn steps_named(code: &str, step_names: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut named = BTreeSet::new();
+    for (at, _) in code.match_indices("steps::") {
+        let rest = &code[at + "steps::".len()..];
+        let group = match rest.strip_prefix('{') {
+            Some(inner) => &inner[..inner.find('}').unwrap_or(inner.len())],
+            None => rest
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or(""),
+        };
+        for item in group.split(',') {
+            let name = item.trim().split("::").next().unwrap_or("").trim();
+            if step_names.contains(name) {
+                named.insert(name.to_string());
+            }
+        }
+    }
+    named
+}
+
+/// The import graph of `src/router/`'s modules (a folder is one module),
+/// and, for the files of `src/router/steps/`, what each imports of the
+/// others.
+fn router_graph() -> (
+    BTreeMap<String, BTreeSet<String>>,
+    BTreeMap<String, BTreeSet<String>>,
+) {
+    let router = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/router");
+    let mut files = Vec::new();
+    rust_files(&router, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut steps: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let step_names: BTreeSet<String> = std::fs::read_dir(router.join("steps"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.file_name().unwrap() != "mod.rs")
+        .map(|path| path.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for file in files {
+        let relative = file.strip_prefix(&router).unwrap();
+        let file_name = relative.file_name().unwrap().to_string_lossy().into_owned();
+        if file_name.contains("tests") {
+            continue;
+        }
+        let parts: Vec<String> = relative
+            .iter()
+            .map(|part| part.to_string_lossy().into_owned())
+            .collect();
+        let module = parts[0].trim_end_matches(".rs").to_string();
+        if module == "mod" {
+            continue;
+        }
+        // A folder's `mod.rs` sits at its folder's depth.
+        let depth = parts.len() - if file_name == "mod.rs" { 2 } else { 1 };
+        let code = shipped_code(&std::fs::read_to_string(&file).unwrap());
+        let targets = graph.entry(module.clone()).or_default();
+        for name in router_imports(&code, depth) {
+            if name != module {
+                targets.insert(name);
+            }
+        }
+        if module == "steps" && file_name != "mod.rs" {
+            let own = file_name.trim_end_matches(".rs").to_string();
+            // A sibling step is `super::name` from here, or a path through
+            // `steps::`.
+            let mut siblings = BTreeSet::new();
+            for name in router_imports(&code, 0) {
+                if step_names.contains(&name) && name != own {
+                    siblings.insert(name);
+                }
+            }
+            siblings.extend(steps_named(&code, &step_names));
+            siblings.remove(&own);
+            steps.insert(own, siblings);
+        } else if module != "core" {
+            let ran = steps_named(&code, &step_names);
+            if !ran.is_empty() {
+                steps.insert(format!("{module} (not a step)"), ran);
+            }
+        }
+    }
+    (graph, steps)
+}
+
+/// No step file names another, and no router module but the dispatcher
+/// (`core.rs`) names a step.
+#[test]
+fn no_router_step_imports_another_step() {
+    let (_, steps) = router_graph();
+    for step in ["route", "pull", "claim", "save", "transfer", "release"] {
+        assert!(steps.contains_key(step), "no step file {step}.rs");
+    }
+    let wrong: Vec<String> = steps
+        .iter()
+        .flat_map(|(step, others)| others.iter().map(move |other| format!("{step} -> {other}")))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "steps named outside the dispatcher (only core.rs chains them): {wrong:?}"
+    );
+}
+
+#[test]
+fn the_router_modules_form_no_circle() {
+    let (graph, _) = router_graph();
+    assert!(graph["core"].contains("steps") && graph["steps"].contains("entry"));
+    // A depth-first walk: a module met again on the path is a circle.
+    fn walk(
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        module: &str,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|m| m == module) {
+            let mut circle = path[at..].to_vec();
+            circle.push(module.to_string());
+            return Some(circle);
+        }
+        if !done.insert(module.to_string()) {
+            return None;
+        }
+        path.push(module.to_string());
+        for target in graph.get(module).into_iter().flatten() {
+            if let Some(circle) = walk(graph, target, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    for module in graph.keys() {
+        if let Some(circle) = walk(&graph, module, &mut Vec::new(), &mut done) {
+            panic!("router modules import in a circle: {}", circle.join(" -> "));
+        }
+    }
+}

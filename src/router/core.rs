@@ -1,127 +1,35 @@
-//! `RouterCore`: one core's managers (one per object type) and the effect
-//! queue. Events go in through the `on_*` methods, with the time passed in;
-//! effects come out through `drain_effects`. No IO, no clock, no global RNG.
+//! `RouterCore` and its dispatcher: the one place that chains the router's
+//! steps (`steps/`). An event finds its entry, asks the step it concerns
+//! what happens, and `run` carries that [`Next`] on, step after step, until
+//! the event is done; then the entry's invariants are checked
+//! (`Entry::check`, in debug builds and the simulator). The test-only bugs
+//! of `mutant.rs` that change what a step hands on go in here, between
+//! steps. The events that need no step (membership, the lease, views) are
+//! in `view.rs`; the ones that enter a step from outside (requests, node
+//! messages, timers) in `events.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use crate::store::MemberState;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use wire::ObjectKey;
 
-use super::drain::DrainState;
-use super::entry::Entry;
+use super::ctx::{sweep_interval_ms, Ctx, ShutdownState, StoreWait, SHUTDOWN_BATCH_MAX};
+use super::entry::{Entries, Entry, Io, Manager};
 use super::handler::{ObjectType, ServiceHandler};
+use super::mutant::{self, Mutant};
+use super::output::{queue_io_waiter, settle_held, take_held};
+use super::steps::release::Released;
+use super::steps::save::Saving;
+use super::steps::{claim, pull, release, route, save, transfer, Next};
 use super::types::{
-    Effect, ErrorCode, NodeMessage, Outcome, Request, RouterHead, StoreOp, StoreToken, Timer,
-    TransferDone, TransferOutcome,
+    RouterTransfer, StoreOp, StoreReply, StoreToken, Timer, TransferDone, TransferError,
+    TransferOutcome,
 };
-use crate::config::{Persist, RouterConfig};
-use crate::store::{CasVersion, NodeId, RouteVersion};
+use crate::config::RouterConfig;
+use crate::store::{CasVersion, NodeId, WriteOutcome};
 
-/// Writes in one shutdown batch at most (one store round trip each).
-pub const SHUTDOWN_BATCH_MAX: usize = 256;
-/// Route repairs (re-reads, claims) one request may cause: the seed's three.
-pub const REPAIR_ATTEMPTS_MAX: u8 = 3;
-/// Send attempts of one request that finds its target unavailable.
-pub const SEND_ATTEMPTS_MAX: u8 = 2;
-
-/// The router's counters: plain fields this state machine increments,
-/// declared with their metric names in `crate::metrics`.
-pub use crate::metrics::RouterCounters;
-
-/// A read-only view of one entry, for metrics, tests and the simulator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EntryView {
-    pub key: ObjectKey,
-    pub owner_node: NodeId,
-    pub route_version: RouteVersion,
-    pub cas_version: Option<CasVersion>,
-    pub writable: bool,
-    /// A copy kept aside by a fence, not served until written back under
-    /// the new incarnation (`writable` is false meanwhile).
-    pub aside: bool,
-    /// Writable and free to run a request now: no IO that holds requests
-    /// back, no handoff in progress.
-    pub accepting: bool,
-    /// A store operation is in flight for this key.
-    pub io_in_flight: bool,
-    pub queued: usize,
-}
-
-/// What a store token is waiting for.
-pub(crate) enum StoreWait {
-    Entry(ObjectKey),
-    Batch(Vec<ObjectKey>),
-}
-
-pub(crate) struct ShutdownState {
-    pub expired: bool,
-}
-
-/// What this core knows of another node from membership.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Member {
-    /// The node's live incarnation, if it has one.
-    pub live: Option<u64>,
-    /// Every incarnation up to this one has ended (declared down, left, or
-    /// outranked by a later start): records they own are claimable at once.
-    pub dead_through: u64,
-    /// Draining: no new object is placed there.
-    pub draining: bool,
-}
-
-/// The part of the core every operation needs beside the entry it works on,
-/// kept apart from the managers so both can be borrowed at once.
-pub(crate) struct Ctx {
-    pub node: NodeId,
-    /// This start of the node (see `store::MemberRow::incarnation`); the
-    /// records it writes as owner carry it.
-    pub incarnation: u64,
-    pub config: RouterConfig,
-    /// Other nodes as membership reported them.
-    pub members: BTreeMap<NodeId, Member>,
-    /// Until when (this core's clock) the node's membership lease holds:
-    /// past it the node may have been declared down, so it accepts no
-    /// write and serves no object (`None`: a node outside any cluster, as
-    /// in unit tests, whose lease never ends).
-    pub lease_until_ms: Option<u64>,
-    /// Fenced: the lease ran out or the node was declared down; nothing is
-    /// served here until `rejoin` with a new incarnation.
-    pub fenced: bool,
-    /// This node drains: no new object is placed here.
-    pub draining: bool,
-    pub rng: SmallRng,
-    pub effects: Vec<Effect>,
-    pub counters: RouterCounters,
-    pub next_token: u64,
-    pub store_waits: BTreeMap<StoreToken, StoreWait>,
-    pub next_transfer_id: u64,
-    pub entries_total: usize,
-    pub shutdown: Option<ShutdownState>,
-    /// on_write objects whose held outputs wait for `on_flush` to start
-    /// their save. At most one per entry, so bounded by
-    /// `entries_per_core_max`; a set, so a key appears once.
-    pub flush_keys: BTreeSet<ObjectKey>,
-    /// The drain under way (`RouterCore::start_drain`), if any.
-    pub drain: Option<DrainState>,
-}
-
-pub(crate) struct Manager {
-    pub kind: Box<dyn ObjectType>,
-    pub entries: Entries,
-}
-
-/// One type's entries on a core, by key. Every request looks its key up
-/// here, so a hash map: an ordered map compared keys field by field at
-/// each level of its tree (5% of a routed request's CPU), and nothing
-/// needs the order (the drain walks a snapshot of the keys). The hash's
-/// keys come from the core's seeded generator: clients choose object ids
-/// (a room's id is in the request), so the hash must be one they cannot
-/// predict, and a simulated core must iterate in the same order on every
-/// run of one seed.
-pub(crate) type Entries = hashbrown::HashMap<ObjectKey, Entry, ahash::RandomState>;
+pub use super::ctx::RouterCounters;
 
 /// One core's router: managers keyed by type id, and the stateless
 /// services this node runs, by type id.
@@ -129,144 +37,6 @@ pub struct RouterCore {
     pub(crate) ctx: Ctx,
     pub(crate) managers: BTreeMap<u32, Manager>,
     pub(crate) services: BTreeMap<u32, Box<dyn ServiceHandler>>,
-}
-
-impl Ctx {
-    /// Emits the one answer of `request` (none for one-way messages).
-    pub fn reply(&mut self, request: &Request, outcome: Outcome) {
-        if request.needs_reply {
-            self.counters.replies_total += 1;
-            // Every answer passes here: built in place (`crate::in_place`).
-            crate::in_place::push_in_place(&mut self.effects, || Effect::Reply {
-                request: request.id,
-                outcome,
-            });
-        }
-    }
-
-    pub fn send(&mut self, node: NodeId, message: NodeMessage) {
-        assert_ne!(node, self.node, "a node never sends to itself");
-        assert!(!node.is_none(), "no message goes to node 0");
-        self.effects.push(Effect::SendToNode {
-            node,
-            message: Box::new(message),
-        });
-    }
-
-    pub fn store(&mut self, wait: StoreWait, op: StoreOp) -> StoreToken {
-        self.next_token += 1;
-        let token = StoreToken(self.next_token);
-        self.store_waits.insert(token, wait);
-        self.effects.push(Effect::Store { token, op });
-        token
-    }
-
-    /// Reports the end of a transfer: to the drain (which then has room
-    /// for another) and, as an effect, to whoever else waits for it.
-    pub fn transfer_done(&mut self, done: TransferDone) {
-        if let Some(drain) = self.drain.as_mut() {
-            drain.on_transfer_done(&done);
-        }
-        self.effects.push(Effect::TransferDone(done));
-    }
-
-    pub fn arm(&mut self, at_ms: u64, timer: Timer) {
-        self.effects.push(Effect::ArmTimer { at_ms, timer });
-    }
-
-    /// Saves `key`'s held outputs in the next `on_flush`, asking the driver
-    /// for one (`Effect::FlushSavesAfterBatch`) if none is pending yet.
-    pub fn flush_later(&mut self, key: ObjectKey) {
-        if self.flush_keys.is_empty() {
-            self.effects.push(Effect::FlushSavesAfterBatch);
-        }
-        self.flush_keys.insert(key);
-    }
-
-    pub fn is_shutting_down(&self) -> bool {
-        self.shutdown.is_some()
-    }
-
-    /// True iff `node` is known up (this node is, until shutdown or a
-    /// fence). The seed negated this check; here it means what its name
-    /// says.
-    pub fn is_node_available(&self, node: NodeId) -> bool {
-        if node.is_none() {
-            return false;
-        }
-        if node == self.node {
-            return !self.is_shutting_down() && !self.fenced;
-        }
-        self.members
-            .get(&node)
-            .is_some_and(|member| member.live.is_some())
-    }
-
-    /// Whether incarnation `incarnation` of `node` has ended for good: its
-    /// records are claimable at once (by CAS, as always).
-    pub fn is_incarnation_dead(&self, node: NodeId, incarnation: u64) -> bool {
-        self.members
-            .get(&node)
-            .is_some_and(|member| incarnation <= member.dead_through)
-    }
-
-    /// The live incarnation of `node`, if membership knows one.
-    pub fn live_incarnation(&self, node: NodeId) -> Option<u64> {
-        if node == self.node {
-            return Some(self.incarnation);
-        }
-        self.members.get(&node).and_then(|member| member.live)
-    }
-
-    /// Whether membership knows anything of `node`.
-    pub fn knows(&self, node: NodeId) -> bool {
-        self.members.contains_key(&node)
-    }
-
-    /// Whether new objects may be placed on `node`.
-    fn accepts_objects(&self, node: NodeId) -> bool {
-        if node == self.node {
-            return !self.draining && self.is_node_available(node);
-        }
-        self.is_node_available(node) && self.members.get(&node).is_some_and(|m| !m.draining)
-    }
-
-    /// The default node of an unowned key: rendezvous hashing over the
-    /// available nodes that take new objects, so every node with the same
-    /// view picks the same one.
-    pub fn default_node(&self, key: ObjectKey) -> Option<NodeId> {
-        let candidates = self.members.keys().copied().chain([self.node]);
-        candidates
-            .filter(|node| self.accepts_objects(*node))
-            .max_by_key(|node| (rendezvous_score(key, *node), node.0))
-    }
-
-    /// Whether this node may serve objects at `now_ms`: not fenced, and its
-    /// lease (if it has one) still holds.
-    pub fn may_serve(&self, now_ms: u64) -> bool {
-        if super::mutant::active(super::mutant::Mutant::LeaseIgnored) {
-            return !self.fenced;
-        }
-        !self.fenced && self.lease_until_ms.is_none_or(|until| now_ms < until)
-    }
-}
-
-/// The rendezvous score of `node` for `key`: the stable hash of both.
-pub fn rendezvous_score(key: ObjectKey, node: NodeId) -> u64 {
-    let mut bytes = [0u8; ObjectKey::ENCODED_LEN + 8];
-    bytes[..ObjectKey::ENCODED_LEN].copy_from_slice(&key.to_le_bytes());
-    bytes[ObjectKey::ENCODED_LEN..].copy_from_slice(&node.0.to_le_bytes());
-    wire::hash::stable_hash64(&bytes)
-}
-
-/// The sweep period: a quarter of the shortest timer it serves, so a save or
-/// a degradation happens at most a quarter period late.
-pub fn sweep_interval_ms(config: &RouterConfig) -> u64 {
-    let shortest = config
-        .object_save_interval_ms
-        .min(config.cache_free_timeout_ms)
-        .min(config.object_free_timeout_ms);
-    (shortest / 4).max(1)
 }
 
 impl RouterCore {
@@ -331,127 +101,432 @@ impl RouterCore {
         let previous = self.services.insert(type_id, service);
         assert!(previous.is_none(), "service {type_id} registered twice");
     }
+}
 
-    pub fn node(&self) -> NodeId {
-        self.ctx.node
+/// Carries `next` on for `key`'s entry until the event is done: the
+/// dispatcher. Every step returns here; none calls another.
+pub(crate) fn run(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    mut next: Next,
+) {
+    loop {
+        next = match next {
+            Next::Done => return,
+            Next::Route(waiter) => route::route(ctx, kind, key, entry, now_ms, waiter),
+            Next::Queue(waiter) => {
+                queue_io_waiter(ctx, entry, waiter);
+                Next::Done
+            }
+            Next::Pull { object, waiter } => {
+                pull::start(ctx, key, entry, object);
+                queue_io_waiter(ctx, entry, waiter);
+                Next::Done
+            }
+            Next::Claim(record) => claim::start(ctx, kind, key, entry, now_ms, record),
+            Next::Save { degrade } => {
+                save::start(ctx, key, entry, now_ms, degrade);
+                if mutant::active(Mutant::AnswerOnSubmit) {
+                    // The bug: held answers go out as the save is sent.
+                    let held = take_held(entry);
+                    settle_held(ctx, held, true);
+                }
+                Next::Done
+            }
+            Next::Readopt(waiter) => {
+                if entry.io.is_none() {
+                    save::start_readopt(ctx, key, entry, now_ms);
+                }
+                if let Some(waiter) = waiter {
+                    queue_io_waiter(ctx, entry, waiter);
+                }
+                Next::Done
+            }
+            Next::FinishIo { fresh_pull } => {
+                finish_io(ctx, kind, key, entry, now_ms, fresh_pull);
+                Next::Done
+            }
+            Next::PullAgain => pull::retry(ctx, key, entry),
+            Next::Transfer {
+                target,
+                need_notify,
+            } => transfer::start(ctx, key, entry, now_ms, target, need_notify),
+            Next::FinishTransfer(outcome) => {
+                finish_transfer(ctx, kind, key, entry, now_ms, outcome);
+                Next::Done
+            }
+        };
+    }
+}
+
+/// Ends the entry's IO and routes again everything that waited for it, in
+/// order. Then writes back a copy a fence set aside meanwhile, or starts a
+/// transfer that was asked for meanwhile.
+fn finish_io(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    fresh_pull: bool,
+) {
+    entry.io = None;
+    let waiters = std::mem::take(&mut entry.io_waiters);
+    // The waiters of an on_write object run one after the other on the
+    // writable state; their outputs are held and ONE save for all of them
+    // starts in the next `on_flush`: the store commits each object once per
+    // round trip whatever the pipelining, instead of once per request.
+    for mut waiter in waiters {
+        waiter.fresh_pull = fresh_pull;
+        run(ctx, kind, key, entry, now_ms, Next::Route(waiter));
+    }
+    // A copy set aside by a fence while this IO ran is written back now
+    // (unless a retry of its write is already armed).
+    if entry.io.is_none() && entry.is_aside() && !ctx.fenced && entry.write_retries == 0 {
+        run(ctx, kind, key, entry, now_ms, Next::Readopt(None));
+    }
+    // A transfer waits for the save of held outputs: `on_flush` starts it,
+    // and the end of its IO comes back here.
+    if entry.io.is_none() && !entry.holds_outputs() {
+        if let Some((target, need_notify)) = entry.queued_transfer.take() {
+            let next = Next::Transfer {
+                target,
+                need_notify,
+            };
+            run(ctx, kind, key, entry, now_ms, next);
+        }
+    }
+}
+
+/// The last step of a handoff, on every outcome: release the migration
+/// flag, then route every pending request again exactly once with the
+/// route as it now is (forwarded to the new owner, run here, or answered).
+/// The seed's defect (b), fixed: no branch returns before this. Whoever
+/// waits for the transfer learns `outcome` first.
+fn finish_transfer(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    outcome: TransferOutcome,
+) {
+    let Some(transferring) = entry.transferring.take() else {
+        return;
+    };
+    ctx.transfer_done(TransferDone {
+        key,
+        target: transferring.target,
+        outcome,
+        route_version: entry.route_version,
+    });
+    for waiter in transferring.transfer_pending {
+        run(ctx, kind, key, entry, now_ms, Next::Route(waiter));
+    }
+    if entry.io.is_none() {
+        finish_io(ctx, kind, key, entry, now_ms, false);
+    }
+}
+
+/// The entry's invariants after an event (`Entry::check`): in debug builds
+/// and the simulator; release builds skip the walk.
+#[inline]
+pub(crate) fn checked(key: ObjectKey, entry: &Entry) {
+    if cfg!(any(debug_assertions, test)) {
+        entry.check(key);
+    }
+}
+
+impl RouterCore {
+    /// Runs `next` on `key`'s entry, if the core has it, and checks it.
+    pub(crate) fn run_on(&mut self, now_ms: u64, key: ObjectKey, next: Next) {
+        let ctx = &mut self.ctx;
+        let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
+            return;
+        };
+        let Some(entry) = entries.get_mut(&key) else {
+            return;
+        };
+        run(ctx, kind.as_ref(), key, entry, now_ms, next);
+        checked(key, entry);
     }
 
-    /// Sets the incarnation the records this core writes as owner carry
-    /// (before the core serves; later changes go through `rejoin`).
-    pub fn set_incarnation(&mut self, incarnation: u64) {
-        self.ctx.incarnation = incarnation;
+    /// The store's answer to the request named `token`. A token this core
+    /// does not know (a reply to a previous life) is ignored.
+    pub fn on_store_reply(&mut self, now_ms: u64, token: StoreToken, reply: StoreReply) {
+        let Some(wait) = self.ctx.store_waits.remove(&token) else {
+            return;
+        };
+        match wait {
+            StoreWait::Entry(key) => {
+                self.entry_reply(now_ms, key, reply);
+                if self.ctx.is_shutting_down() {
+                    // An object busy when shutdown began is released now.
+                    self.release(now_ms, &[key]);
+                }
+            }
+            StoreWait::Batch(keys) => self.batch_reply(now_ms, keys, reply),
+        }
     }
 
-    pub fn incarnation(&self) -> u64 {
-        self.ctx.incarnation
+    /// Hands a store answer to the step of the IO it answers. The IO is
+    /// taken off the entry with what it carried (the write it persists, a
+    /// claim's state); the step puts back whatever goes on.
+    fn entry_reply(&mut self, now_ms: u64, key: ObjectKey, reply: StoreReply) {
+        let ctx = &mut self.ctx;
+        let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
+            return;
+        };
+        let Some(entry) = entries.get_mut(&key) else {
+            return;
+        };
+        let kind = kind.as_ref();
+        let Some(io) = entry.io.take() else {
+            return;
+        };
+        let reply = match reply {
+            StoreReply::Written(WriteOutcome::Indeterminate)
+                if mutant::active(Mutant::IndeterminateAsApplied) =>
+            {
+                let next = entry.cas_version.map_or(1, |cas| cas.0 + 1);
+                StoreReply::Written(WriteOutcome::Applied(CasVersion(next)))
+            }
+            reply => reply,
+        };
+        let next = match io {
+            Io::PullCache => pull::reply(ctx, kind, key, entry, now_ms, false, reply),
+            Io::PullObject => pull::reply(ctx, kind, key, entry, now_ms, true, reply),
+            Io::Claim { write, state } => claim::reply(ctx, entry, now_ms, (write, state), reply),
+            Io::Save { degrade, write } => {
+                let saving = Saving::Save { degrade };
+                save::reply(ctx, key, entry, now_ms, (saving, write), reply)
+            }
+            Io::Readopt { write } => {
+                save::reply(ctx, key, entry, now_ms, (Saving::Readopt, write), reply)
+            }
+            Io::Remove { write } => transfer::remove_reply(ctx, key, entry, now_ms, write, reply),
+            Io::TransferClaim {
+                from,
+                transfer_id,
+                write,
+                state,
+            } => claim::transfer_reply(
+                ctx,
+                key,
+                entry,
+                now_ms,
+                (from, transfer_id),
+                (write, state),
+                reply,
+            ),
+            // Releases are only ever written in batches, and a release
+            // waiting for its retry has no write in flight.
+            io @ (Io::Release { .. } | Io::ReleaseRetry) => {
+                entry.io = Some(io);
+                Next::Done
+            }
+        };
+        run(ctx, kind, key, entry, now_ms, next);
+        checked(key, entry);
     }
 
-    /// The lease end this core holds (`None`: outside any cluster).
-    pub fn lease_until_ms(&self) -> Option<u64> {
-        self.ctx.lease_until_ms
+    /// Saves and releases the writable, idle objects among `keys`, in
+    /// batches of `SHUTDOWN_BATCH_MAX` writes.
+    pub(crate) fn release(&mut self, now_ms: u64, keys: &[ObjectKey]) {
+        let ctx = &mut self.ctx;
+        if ctx.shutdown.as_ref().is_some_and(|s| s.expired) {
+            return;
+        }
+        let mut batch_keys = Vec::new();
+        let mut writes = Vec::new();
+        for key in keys {
+            let Some(entry) = self
+                .managers
+                .get_mut(&key.type_id)
+                .and_then(|manager| manager.entries.get_mut(key))
+            else {
+                continue;
+            };
+            let Some(write) = release::begin(*key, entry, now_ms) else {
+                continue;
+            };
+            checked(*key, entry);
+            writes.push(write);
+            batch_keys.push(*key);
+            if writes.len() == SHUTDOWN_BATCH_MAX {
+                let keys = std::mem::take(&mut batch_keys);
+                ctx.store(
+                    StoreWait::Batch(keys),
+                    StoreOp::WriteBatch(std::mem::take(&mut writes)),
+                );
+            }
+        }
+        if !writes.is_empty() {
+            ctx.store(StoreWait::Batch(batch_keys), StoreOp::WriteBatch(writes));
+        }
     }
 
-    /// Whether the core is fenced (see `fence`).
-    pub fn is_fenced(&self) -> bool {
-        self.ctx.fenced
+    /// The outcomes of a shutdown batch, each to its key's release step.
+    fn batch_reply(&mut self, now_ms: u64, keys: Vec<ObjectKey>, reply: StoreReply) {
+        let outcomes: Vec<Option<WriteOutcome>> = match reply {
+            StoreReply::WrittenBatch(outcomes) if outcomes.len() == keys.len() => {
+                outcomes.into_iter().map(Some).collect()
+            }
+            _ => vec![None; keys.len()],
+        };
+        let mut again = Vec::new();
+        let ctx = &mut self.ctx;
+        for (key, outcome) in keys.into_iter().zip(outcomes) {
+            let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
+                continue;
+            };
+            let Some(entry) = entries.get_mut(&key) else {
+                continue;
+            };
+            let write = match entry.io.take() {
+                Some(Io::Release { write }) => write,
+                other => {
+                    entry.io = other;
+                    continue;
+                }
+            };
+            match release::reply(ctx, key, entry, now_ms, write, outcome) {
+                Released::Then(next) => {
+                    run(ctx, kind.as_ref(), key, entry, now_ms, next);
+                    checked(key, entry);
+                }
+                // Checked once its release went again, below.
+                Released::Again => again.push(key),
+            }
+        }
+        if !again.is_empty() {
+            self.release(now_ms, &again);
+        }
     }
 
-    /// Whether the core may serve objects at `now_ms` (its clock): not
-    /// fenced, and its lease, if it has one, holds.
-    pub fn may_serve(&self, now_ms: u64) -> bool {
-        self.ctx.may_serve(now_ms)
-    }
-
-    /// The effects produced since the last drain, in order.
-    pub fn drain_effects(&mut self) -> std::vec::Drain<'_, Effect> {
-        self.ctx.effects.drain(..)
-    }
-
-    /// Moves the effects produced since the last call to the end of `into`:
-    /// a swap of the two vectors when `into` is empty, so a driver that
-    /// keeps one vector moves no effect and allocates nothing per batch.
-    pub fn take_effects(&mut self, into: &mut Vec<Effect>) {
-        if into.is_empty() {
-            std::mem::swap(into, &mut self.ctx.effects);
+    /// A copy's write failed or had no known outcome a while ago: write it
+    /// again, unless another write started meanwhile. At shutdown it is
+    /// the release that goes again; a fenced node waits for its rejoin.
+    pub(crate) fn retry_write(&mut self, now_ms: u64, key: ObjectKey) {
+        let Some(entry) = self.entry_mut(key) else {
+            return;
+        };
+        let giving_up = matches!(entry.io, Some(Io::ReleaseRetry));
+        if giving_up {
+            entry.io = None;
+        } else if entry.io.is_some() || entry.transferring.is_some() {
+            // Another write started meanwhile: its answer decides.
+            return;
+        }
+        let Some(object) = entry.object.as_ref() else {
+            return;
+        };
+        let next = if giving_up {
+            Next::Save { degrade: true }
+        } else if object.aside {
+            if self.ctx.fenced {
+                Next::Done
+            } else {
+                Next::Readopt(None)
+            }
+        } else if object.changes_unsaved > 0 || !object.held.is_empty() {
+            Next::Save { degrade: false }
         } else {
-            into.append(&mut self.ctx.effects);
+            Next::Done
+        };
+        if self.ctx.is_shutting_down() {
+            return self.release(now_ms, &[key]);
+        }
+        self.run_on(now_ms, key, next);
+    }
+
+    /// The end of a batch of events (`Effect::FlushSavesAfterBatch`): every
+    /// on_write object that held outputs since the last flush starts one
+    /// save covering all of them (released in order when its CAS applies,
+    /// all answered UNAVAILABLE when it does not). An object whose IO
+    /// already started (a periodic save, a shutdown release) is covered by
+    /// that write: its reply settles the held outputs.
+    pub fn on_flush(&mut self, now_ms: u64) {
+        for key in std::mem::take(&mut self.ctx.flush_keys) {
+            let Some(entry) = self.entry_mut(key) else {
+                continue;
+            };
+            if entry.io.is_some() || !entry.holds_outputs() {
+                continue;
+            }
+            let next = if entry.is_aside() && !self.ctx.fenced {
+                // Rejoined before this flush: the write-back covers them.
+                Next::Readopt(None)
+            } else {
+                Next::Save { degrade: false }
+            };
+            self.run_on(now_ms, key, next);
         }
     }
 
-    pub fn counters(&self) -> &RouterCounters {
-        &self.ctx.counters
+    /// The sweep timer: periodic saves, idle degradation, cache cleanup.
+    pub(crate) fn sweep(&mut self, now_ms: u64) {
+        let ctx = &mut self.ctx;
+        let config = ctx.config.clone();
+        for Manager { kind, entries } in self.managers.values_mut() {
+            let mut freed = Vec::new();
+            for (key, entry) in entries.iter_mut() {
+                if entry.is_writable() {
+                    let next = save::due(ctx, entry, now_ms);
+                    run(ctx, kind.as_ref(), *key, entry, now_ms, next);
+                    checked(*key, entry);
+                } else if entry.is_idle_cache()
+                    && entry.last_access_ms + config.cache_free_timeout_ms <= now_ms
+                {
+                    freed.push(*key);
+                }
+            }
+            for key in freed {
+                entries.remove(&key);
+                ctx.entries_total -= 1;
+                ctx.counters.caches_freed_total += 1;
+            }
+        }
+        if !self.is_shutdown_complete() {
+            self.ctx
+                .arm(now_ms + sweep_interval_ms(&config), Timer::Sweep);
+        }
     }
 
-    pub fn is_node_available(&self, node: NodeId) -> bool {
-        self.ctx.is_node_available(node)
-    }
-
-    /// Membership reports incarnation `incarnation` of `node` up (joining,
-    /// up or draining). Earlier incarnations of the node have ended: a node
-    /// gets a new incarnation only after its previous one was down or left.
-    /// It does not touch any route.
-    pub fn on_node_up(&mut self, node: NodeId, incarnation: u64) {
-        self.on_member(node, incarnation, MemberState::Up);
-    }
-
-    /// Membership reports incarnation `incarnation` of `node` down (or
-    /// left): records it owns are claimable at once, by CAS as always.
-    /// Routes to it are kept until a request finds them stale.
-    pub fn on_node_down(&mut self, node: NodeId, incarnation: u64) {
-        self.on_member(node, incarnation, MemberState::Down);
-    }
-
-    /// Membership's view of one node: its incarnation and state.
-    pub fn on_member(&mut self, node: NodeId, incarnation: u64, state: MemberState) {
-        if node == self.ctx.node || node.is_none() {
+    /// Starts shutdown: new claims are refused, every writable object is
+    /// saved with owner 0 (batches of `SHUTDOWN_BATCH_MAX`), objects busy
+    /// with IO follow when it ends. At `now_ms + deadline_ms` whatever still
+    /// waits is answered UNAVAILABLE. Poll `is_shutdown_complete`.
+    pub fn shutdown(&mut self, now_ms: u64, deadline_ms: u64) {
+        if self.ctx.shutdown.is_some() {
             return;
         }
-        let member = self.ctx.members.entry(node).or_insert(Member {
-            live: None,
-            dead_through: 0,
-            draining: false,
-        });
-        // Reports can arrive late: nothing moves an incarnation backwards.
-        if incarnation <= member.dead_through {
-            return;
-        }
-        member.dead_through = member.dead_through.max(incarnation.saturating_sub(1));
-        if state.is_ended() {
-            member.dead_through = incarnation;
-            member.live = None;
-            member.draining = false;
-        } else {
-            member.live = Some(incarnation);
-            member.draining = state == MemberState::Draining;
-        }
+        let deadline_at_ms = now_ms + deadline_ms;
+        self.ctx.shutdown = Some(ShutdownState { expired: false });
+        self.ctx.arm(deadline_at_ms, Timer::ShutdownDeadline);
+        let keys: Vec<ObjectKey> = self
+            .managers
+            .values()
+            .flat_map(|manager| manager.entries.keys().copied())
+            .collect();
+        self.release(now_ms, &keys);
     }
 
-    /// Extends the node's membership lease to `until_ms` (this core's
-    /// clock): the driver calls it after each heartbeat the store applied.
-    /// A shorter lease than the current one is ignored. A core whose lease
-    /// had run out serves again once a later heartbeat extends it: its
-    /// copies were kept, and nobody could claim them meanwhile, since a
-    /// claim needs this incarnation declared down, and a declaration makes
-    /// that heartbeat's compare-and-set fail (`ClusterConfig::check_timing`).
-    pub fn extend_lease(&mut self, _now_ms: u64, until_ms: u64) {
-        if self.ctx.fenced {
+    pub(crate) fn shutdown_deadline(&mut self, _now_ms: u64) {
+        let ctx = &mut self.ctx;
+        let Some(shutdown) = ctx.shutdown.as_mut() else {
             return;
+        };
+        shutdown.expired = true;
+        for manager in self.managers.values_mut() {
+            for (key, entry) in manager.entries.iter_mut() {
+                release::deadline(ctx, *key, entry);
+                checked(*key, entry);
+            }
         }
-        let current = self.ctx.lease_until_ms.unwrap_or(0);
-        if until_ms > current {
-            self.ctx.lease_until_ms = Some(until_ms);
-        }
-    }
-
-    /// Ends the lease at `at_ms` at the latest: membership saw time jump
-    /// (a suspend, a paused virtual machine), so the lease it gave may
-    /// already have run out in real time.
-    pub fn end_lease(&mut self, at_ms: u64) {
-        let until = self
-            .ctx
-            .lease_until_ms
-            .map_or(at_ms, |until| until.min(at_ms));
-        self.ctx.lease_until_ms = Some(until);
     }
 
     /// Fences the node: membership found it declared down, or its id taken
@@ -469,10 +544,10 @@ impl RouterCore {
         self.ctx.fenced = true;
         self.ctx.counters.fences_total += 1;
         let ctx = &mut self.ctx;
+        // The bug: copies stay in service through the fence.
+        let leave = mutant::active(Mutant::FenceLeavesCopiesInService);
         for manager in self.managers.values_mut() {
             for (key, entry) in manager.entries.iter_mut() {
-                let leave =
-                    super::mutant::active(super::mutant::Mutant::FenceLeavesCopiesInService);
                 if let Some(object) = entry.object.as_mut().filter(|_| !leave) {
                     object.aside = true;
                 }
@@ -484,6 +559,7 @@ impl RouterCore {
                         route_version: entry.route_version,
                     });
                 }
+                checked(*key, entry);
             }
         }
     }
@@ -506,257 +582,100 @@ impl RouterCore {
         self.ctx.lease_until_ms = None;
         self.extend_lease(now_ms, lease_until_ms);
         let ctx = &mut self.ctx;
-        for manager in self.managers.values_mut() {
-            for (key, entry) in manager.entries.iter_mut() {
+        for Manager { kind, entries } in self.managers.values_mut() {
+            for (key, entry) in entries.iter_mut() {
                 if entry.is_aside() && entry.io.is_none() {
-                    super::io::start_readopt(ctx, *key, entry, now_ms);
+                    run(ctx, kind.as_ref(), *key, entry, now_ms, Next::Readopt(None));
+                    checked(*key, entry);
                 }
             }
         }
     }
 
-    /// Marks this node draining (no new objects placed here) or not.
-    pub fn set_draining(&mut self, draining: bool) {
-        self.ctx.draining = draining;
-    }
-
-    /// Whether this node drains.
-    pub fn is_draining(&self) -> bool {
-        self.ctx.draining
-    }
-
-    /// Every node-to-node message, from `from_node`.
-    pub fn on_node_message(&mut self, now_ms: u64, from_node: NodeId, message: NodeMessage) {
-        match message {
-            NodeMessage::Routed { head, request } => self.on_request(now_ms, head, request),
-            NodeMessage::RouterUpdateSync {
-                key,
-                owner_node,
-                owner_incarnation,
-                route_version,
-            } => self.on_router_update_sync(
-                now_ms,
-                key,
-                owner_node,
-                owner_incarnation,
-                route_version,
-            ),
-            NodeMessage::RouterTransfer(transfer) => {
-                self.on_router_transfer(now_ms, from_node, transfer)
-            }
-            NodeMessage::TransferAck {
-                key,
-                transfer_id,
-                accepted,
-            } => self.on_transfer_ack(now_ms, key, transfer_id, accepted),
-            NodeMessage::ServiceRequest { key, request } => {
-                self.on_service_request(now_ms, key, request)
-            }
-        }
-    }
-
-    /// A request entering at this core: from the gateway or a handler
-    /// (`RouterHead::local`) or routed from another node.
-    pub fn on_request(&mut self, now_ms: u64, head: RouterHead, request: Request) {
-        self.ctx.counters.requests_total += 1;
-        let waiter = super::entry::Waiter {
-            head,
-            request,
-            repairs: 0,
-            fresh_pull: false,
-            send_attempts: 0,
-            unreachable: None,
-        };
-        self.dispatch(now_ms, waiter);
-    }
-
-    /// A message `SendToNode` emitted did not leave: the link to `node`
-    /// refused it (queue full, link down). A request is re-resolved once,
-    /// from a fresh read of its route, and sent again only to another node
-    /// (else answered UNAVAILABLE); a transfer notification ends the
-    /// handoff at once (its pending queue drains, as on an ack timeout);
-    /// acks and route syncs are left to the peer's timeouts and later
-    /// requests.
-    pub fn on_send_failed(&mut self, now_ms: u64, node: NodeId, message: NodeMessage) {
-        self.ctx.counters.send_failures_total += 1;
-        match message {
-            NodeMessage::Routed { head, request } => {
-                let key = head.key;
-                if let Some(entry) = self.entry_mut(key) {
-                    // The route that sent it there is suspect: re-read it.
-                    if !entry.is_writable() {
-                        entry.last_refresh_ms = None;
-                    }
-                }
-                let waiter = super::entry::Waiter {
-                    head: RouterHead {
-                        forward_hops: head.forward_hops.saturating_sub(1),
-                        ..head
-                    },
-                    request,
-                    repairs: 0,
-                    fresh_pull: false,
-                    send_attempts: 1,
-                    unreachable: Some(node),
-                };
-                self.dispatch(now_ms, waiter);
-            }
-            NodeMessage::RouterTransfer(transfer) => {
-                self.transfer_ack_timeout(now_ms, transfer.key, transfer.transfer_id)
-            }
-            // The catalog picked that node; this core has no catalog to
-            // pick another, so the request is answered now.
-            NodeMessage::ServiceRequest { request, .. } => {
-                self.ctx.reply(&request, Err(ErrorCode::Unavailable))
-            }
-            NodeMessage::TransferAck { .. } | NodeMessage::RouterUpdateSync { .. } => {}
-        }
-    }
-
-    /// `router_update_sync`: updates only an existing cache with an older
-    /// route version; ignores missing caches, newer caches and objects.
-    pub fn on_router_update_sync(
+    /// `transfer(key, target, need_notify)`: persist `target` as the owner
+    /// with a higher route version, downgrade, then (with `need_notify`)
+    /// ship the state to `target` in `router_transfer` and wait for its ack.
+    /// Requests arriving meanwhile wait in the pending queue and are all
+    /// re-dispatched at the end, whatever the outcome. A `target` of 0
+    /// releases ownership. Starts after the object's in-flight IO.
+    pub fn transfer(
         &mut self,
         now_ms: u64,
         key: ObjectKey,
-        owner_node: NodeId,
-        owner_incarnation: u64,
-        route_version: RouteVersion,
+        target: NodeId,
+        need_notify: bool,
+    ) -> Result<(), TransferError> {
+        if let Some(refused) = transfer::refusal(&self.ctx, now_ms, target) {
+            return Err(refused);
+        }
+        let manager = self
+            .managers
+            .get_mut(&key.type_id)
+            .ok_or(TransferError::UnknownType)?;
+        let entry = manager
+            .entries
+            .get_mut(&key)
+            .ok_or(TransferError::NotWritable)?;
+        let next = transfer::ask(entry, target, need_notify)?;
+        run(&mut self.ctx, manager.kind.as_ref(), key, entry, now_ms, next);
+        checked(key, entry);
+        Ok(())
+    }
+
+    /// `router_transfer` at the target: confirm the shipped state by CAS on
+    /// the CAS version the sender's write produced, then ack. Refuses (acks
+    /// false) when it knows a newer route or is busy with this key.
+    pub fn on_router_transfer(&mut self, now_ms: u64, from_node: NodeId, transfer: RouterTransfer) {
+        let ctx = &mut self.ctx;
+        let key = transfer.key;
+        let Some(Manager { kind, entries }) = self.managers.get_mut(&key.type_id) else {
+            return super::ctx::ack(ctx, from_node, key, transfer.transfer_id, false);
+        };
+        let entry = match entries.entry(key) {
+            hashbrown::hash_map::Entry::Occupied(occupied) => occupied.into_mut(),
+            hashbrown::hash_map::Entry::Vacant(vacant) => {
+                if ctx.is_shutting_down() || ctx.entries_total >= ctx.config.entries_per_core_max {
+                    return super::ctx::ack(ctx, from_node, key, transfer.transfer_id, false);
+                }
+                ctx.entries_total += 1;
+                vacant.insert(Entry::new(now_ms))
+            }
+        };
+        let next = claim::accept_transfer(ctx, kind.as_ref(), entry, now_ms, from_node, transfer);
+        run(ctx, kind.as_ref(), key, entry, now_ms, next);
+        checked(key, entry);
+    }
+
+    /// The end of a transfer's notification (answered, refused, or timed
+    /// out): the handoff ends and its pending queue drains either way.
+    pub(crate) fn end_notify(
+        &mut self,
+        now_ms: u64,
+        key: ObjectKey,
+        transfer_id: u64,
+        outcome: TransferOutcome,
     ) {
         let Some(entry) = self.entry_mut(key) else {
             return;
         };
-        if entry.is_writable() || entry.route_version >= route_version {
+        if !transfer::awaits_ack(entry, transfer_id) {
             return;
         }
-        entry.set_route(owner_node, owner_incarnation, route_version);
-        entry.last_refresh_ms = Some(now_ms);
-        self.ctx.counters.update_syncs_applied_total += 1;
-    }
-
-    pub fn on_timer(&mut self, now_ms: u64, timer: Timer) {
-        match timer {
-            Timer::WriteRetry { key } => self.retry_write(now_ms, key),
-            Timer::Sweep => self.sweep(now_ms),
-            Timer::PullRetry { key } => self.retry_pull(now_ms, key),
-            Timer::TransferAck { key, transfer_id } => {
-                self.transfer_ack_timeout(now_ms, key, transfer_id)
+        if outcome == TransferOutcome::NoAnswer {
+            self.ctx.counters.transfer_ack_timeouts_total += 1;
+        }
+        let accepted = outcome == TransferOutcome::Confirmed;
+        // The seed's defect (b), planted back: the handoff never ends, or
+        // ends dropping its queue.
+        if !accepted && mutant::active(Mutant::PendingNotRedispatched) {
+            return;
+        }
+        if !accepted && mutant::active(Mutant::PendingDropped) {
+            if let Some(entry) = self.entry_mut(key) {
+                entry.transferring = None;
             }
-            Timer::ShutdownDeadline => self.shutdown_deadline(now_ms),
-            Timer::Object {
-                key,
-                activation,
-                tag,
-            } => self.on_object_timer(now_ms, key, activation, tag),
+            return;
         }
-    }
-
-    /// The end of a batch of events (`Effect::FlushSavesAfterBatch`): every
-    /// on_write object that held outputs since the last flush starts one
-    /// save covering all of them (released in order when its CAS applies,
-    /// all answered UNAVAILABLE when it does not). An object whose IO
-    /// already started (a periodic save, a shutdown release) is covered by
-    /// that write: its reply settles the held outputs.
-    pub fn on_flush(&mut self, now_ms: u64) {
-        let ctx = &mut self.ctx;
-        for key in std::mem::take(&mut ctx.flush_keys) {
-            let Some(entry) = self
-                .managers
-                .get_mut(&key.type_id)
-                .and_then(|manager| manager.entries.get_mut(&key))
-            else {
-                continue;
-            };
-            if entry.io.is_none() && entry.holds_outputs() {
-                if entry.is_aside() && !ctx.fenced {
-                    // Rejoined before this flush: the write-back covers them.
-                    super::io::start_readopt(ctx, key, entry, now_ms);
-                } else {
-                    super::dispatch::start_save(ctx, key, entry, now_ms, false);
-                }
-            }
-        }
-    }
-
-    pub(crate) fn entry_mut(&mut self, key: ObjectKey) -> Option<&mut Entry> {
-        self.managers.get_mut(&key.type_id)?.entries.get_mut(&key)
-    }
-
-    /// Views of every entry, in key order.
-    pub fn entries(&self) -> impl Iterator<Item = EntryView> + '_ {
-        self.managers.values().flat_map(|manager| {
-            let on_write = manager.kind.persist() == Persist::OnWrite;
-            manager.entries.iter().map(move |(key, entry)| EntryView {
-                key: *key,
-                owner_node: entry.owner_node,
-                route_version: entry.route_version,
-                cas_version: entry.cas_version,
-                writable: entry.is_writable() && !entry.is_aside(),
-                aside: entry.is_aside(),
-                accepting: entry.is_writable()
-                    && !entry.is_aside()
-                    && entry.transferring.is_none()
-                    && !entry.io.is_some_and(|io| io.blocks_requests(on_write)),
-                io_in_flight: entry.io.is_some(),
-                queued: entry.io_waiters.len()
-                    + entry
-                        .transferring
-                        .as_ref()
-                        .map_or(0, |t| t.transfer_pending.len()),
-            })
-        })
-    }
-
-    /// Writable objects (held aside ones included, as in [`Self::gauges`])
-    /// by type id, in type id order.
-    pub fn objects_by_type(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
-        self.managers.iter().map(|(type_id, manager)| {
-            let objects = manager
-                .entries
-                .values()
-                .filter(|entry| entry.is_writable() || entry.is_aside())
-                .count();
-            (*type_id, objects)
-        })
-    }
-
-    /// A page of this core's entries of `type_id` (writable objects and
-    /// route caches): the `limit` smallest object ids above `after`, in
-    /// id order. One walk of the type's entries, no sort of them all.
-    pub fn objects_page(&self, type_id: u32, after: Option<u64>, limit: usize) -> Vec<EntryView> {
-        if !self.managers.contains_key(&type_id) {
-            return Vec::new();
-        }
-        let above = |id: u64| after.is_none_or(|after| id > after);
-        let mut page: Vec<EntryView> = self
-            .entries()
-            .filter(|view| view.key.type_id == type_id && above(view.key.object_id))
-            .collect();
-        if page.len() > limit {
-            page.select_nth_unstable_by_key(limit, |view| view.key.object_id);
-            page.truncate(limit);
-        }
-        page.sort_unstable_by_key(|view| view.key.object_id);
-        page
-    }
-
-    /// Gauges: (writable objects, route caches, queued requests).
-    pub fn gauges(&self) -> (usize, usize, usize) {
-        let mut gauges = (0, 0, 0);
-        for view in self.entries() {
-            if view.writable || view.aside {
-                gauges.0 += 1;
-            } else {
-                gauges.1 += 1;
-            }
-            gauges.2 += view.queued;
-        }
-        gauges
-    }
-
-    /// The encoded state of a writable object (tests and the simulator).
-    pub fn object_state(&self, key: ObjectKey) -> Option<Vec<u8>> {
-        let entry = self.managers.get(&key.type_id)?.entries.get(&key)?;
-        entry.object.as_ref().map(|object| object.state.encode())
+        self.run_on(now_ms, key, Next::FinishTransfer(outcome));
     }
 }

@@ -17,9 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use wire::ObjectKey;
 
-use super::core::RouterCore;
-use super::transfer::TransferError;
-use super::types::TransferDone;
+use super::entry::Manager;
+use super::types::{TransferDone, TransferError};
 
 /// Transfers of one key a drain starts at most.
 pub const DRAIN_ATTEMPTS_MAX: u8 = 3;
@@ -85,102 +84,72 @@ impl DrainProgress {
     }
 }
 
-impl RouterCore {
-    /// Starts draining this core: no new object is placed here, and every
-    /// writable object is transferred away, at most `concurrency` at once
-    /// (at least one). Call `drain_step` to make progress.
-    pub fn start_drain(&mut self, concurrency: usize) {
-        self.ctx.draining = true;
-        if self.ctx.drain.is_none() {
-            self.ctx.drain = Some(DrainState {
-                concurrency: concurrency.max(1),
-                in_flight: BTreeSet::new(),
-                pass: Vec::new(),
-                failures: BTreeMap::new(),
-                moved: 0,
-                not_moved: 0,
-                no_target: false,
-            });
+impl DrainState {
+    /// A drain keeping at most `concurrency` transfers in flight (at least
+    /// one).
+    pub(crate) fn new(concurrency: usize) -> DrainState {
+        DrainState {
+            concurrency: concurrency.max(1),
+            in_flight: BTreeSet::new(),
+            pass: Vec::new(),
+            failures: BTreeMap::new(),
+            moved: 0,
+            not_moved: 0,
+            no_target: false,
         }
     }
 
-    /// Starts transfers until the drain's concurrency is reached or no
-    /// object is left to start.
-    pub fn drain_step(&mut self, now_ms: u64) {
-        if self.ctx.is_shutting_down() || !self.ctx.may_serve(now_ms) {
-            return;
-        }
-        let Some(drain) = self.ctx.drain.as_ref() else {
-            return;
-        };
-        let room = drain.concurrency.saturating_sub(drain.in_flight.len());
-        if room == 0 {
-            return;
-        }
-        let candidates = self.drain_candidates(room);
-        let mut no_target = false;
-        for key in candidates {
-            let target = self
-                .ctx
-                .default_node(key)
-                .filter(|node| *node != self.ctx.node);
-            let Some(target) = target else {
-                no_target = true;
-                break;
-            };
-            let started = self.transfer(now_ms, key, target, true);
-            let Some(drain) = self.ctx.drain.as_mut() else {
-                return;
-            };
-            match started {
-                Ok(()) => {
-                    drain.in_flight.insert(key);
-                }
-                // Someone else moves it (an operator's transfer).
-                Err(TransferError::InProgress) => {}
-                Err(_) => {
-                    drain.not_moved += 1;
-                    *drain.failures.entry(key).or_default() += 1;
-                }
+    /// How many more transfers the drain may start now.
+    pub(crate) fn room(&self) -> usize {
+        self.concurrency.saturating_sub(self.in_flight.len())
+    }
+
+    /// What the start of a drain transfer of `key` gave.
+    pub(crate) fn started(&mut self, key: ObjectKey, started: Result<(), TransferError>) {
+        match started {
+            Ok(()) => {
+                self.in_flight.insert(key);
             }
-        }
-        if let Some(drain) = self.ctx.drain.as_mut() {
-            drain.no_target = no_target;
+            // Someone else moves it (an operator's transfer).
+            Err(TransferError::InProgress) => {}
+            Err(_) => {
+                self.not_moved += 1;
+                *self.failures.entry(key).or_default() += 1;
+            }
         }
     }
 
     /// Up to `room` writable, idle objects to move: the next ones of the
     /// current pass, then of a new pass (at most one new pass per step, so
     /// a step where nothing can move walks the entries once).
-    fn drain_candidates(&mut self, room: usize) -> Vec<ObjectKey> {
-        let Some(drain) = self.ctx.drain.as_mut() else {
-            return Vec::new();
-        };
+    pub(crate) fn candidates(
+        &mut self,
+        managers: &BTreeMap<u32, Manager>,
+        room: usize,
+    ) -> Vec<ObjectKey> {
         let mut candidates = Vec::new();
         let mut new_pass_taken = false;
         while candidates.len() < room {
-            let Some(key) = drain.pass.pop() else {
+            let Some(key) = self.pass.pop() else {
                 if new_pass_taken {
                     break;
                 }
                 new_pass_taken = true;
-                drain.pass = self
-                    .managers
+                self.pass = managers
                     .values()
                     .flat_map(|manager| manager.entries.keys().copied())
                     .collect();
                 continue;
             };
-            let startable = self
-                .managers
+            let startable = managers
                 .get(&key.type_id)
                 .and_then(|manager| manager.entries.get(&key))
                 .is_some_and(|entry| {
                     entry.is_writable()
                         && entry.transferring.is_none()
                         && entry.queued_transfer.is_none()
-                        && !drain.in_flight.contains(&key)
-                        && drain.may_try(&key)
+                        && !self.in_flight.contains(&key)
+                        && self.may_try(&key)
                         // A key the old pass gave this step may come again.
                         && !candidates.contains(&key)
                 });
@@ -191,33 +160,30 @@ impl RouterCore {
         candidates
     }
 
-    /// How far the drain is (a walk over every entry: call it on a period,
-    /// not per event). All zero when no drain started.
-    pub fn drain_progress(&self) -> DrainProgress {
-        let Some(drain) = self.ctx.drain.as_ref() else {
-            return DrainProgress::default();
-        };
+    /// How far the drain is (a walk over every entry).
+    pub(crate) fn progress(&self, managers: &BTreeMap<u32, Manager>) -> DrainProgress {
         let mut progress = DrainProgress {
             started: true,
-            moved: drain.moved,
-            not_moved: drain.not_moved,
-            no_target: drain.no_target,
+            moved: self.moved,
+            not_moved: self.not_moved,
+            no_target: self.no_target,
             ..DrainProgress::default()
         };
-        for (key, entry) in self
-            .managers
-            .values()
-            .flat_map(|manager| manager.entries.iter())
-        {
+        for (key, entry) in managers.values().flat_map(|manager| manager.entries.iter()) {
             if entry.transferring.is_some() || entry.queued_transfer.is_some() {
                 progress.moving += 1;
             } else if entry.is_writable() {
                 progress.objects += 1;
-                if !drain.may_try(key) {
+                if !self.may_try(key) {
                     progress.given_up += 1;
                 }
             }
         }
         progress
+    }
+
+    /// Notes whether the last step found an object with nowhere to go.
+    pub(crate) fn set_no_target(&mut self, no_target: bool) {
+        self.no_target = no_target;
     }
 }

@@ -3,11 +3,28 @@
 
 use std::collections::VecDeque;
 
-use super::handler::{HandlerOutput, ObjectState};
+use super::handler::{HandlerOutput, ObjectState, ObjectType};
 use super::types::{Request, RouterHead};
 use wire::ObjectKey;
 
-use crate::store::{CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition};
+use crate::store::{
+    CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
+};
+
+pub(crate) struct Manager {
+    pub kind: Box<dyn ObjectType>,
+    pub entries: Entries,
+}
+
+/// One type's entries on a core, by key. Every request looks its key up
+/// here, so a hash map: an ordered map compared keys field by field at
+/// each level of its tree (5% of a routed request's CPU), and nothing
+/// needs the order (the drain walks a snapshot of the keys). The hash's
+/// keys come from the core's seeded generator: clients choose object ids
+/// (a room's id is in the request), so the hash must be one they cannot
+/// predict, and a simulated core must iterate in the same order on every
+/// run of one seed.
+pub(crate) type Entries = hashbrown::HashMap<ObjectKey, Entry, ahash::RandomState>;
 
 /// A request waiting in an entry's queue, with its repair count.
 pub(crate) struct Waiter {
@@ -27,26 +44,38 @@ pub(crate) struct Waiter {
 }
 
 /// The IO in flight for one key: the seed's `io_task_guard`. At most one at
-/// a time; requests and later IO wait behind it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// a time; requests and later IO wait behind it. A write's variant carries
+/// what that write will make true once applied (`PendingWrite`), and a
+/// claim's the state it will make writable: data that exists exactly while
+/// that IO is in flight.
 pub(crate) enum Io {
     /// `pull_cache`: reading the route record.
     PullCache,
     /// `pull_object`: reading the record to claim it.
     PullObject,
-    /// The claim write (CAS) of `pull_object`.
-    Claim,
+    /// The claim write (CAS) of `pull_object`, with the state decoded for
+    /// the copy it makes writable.
+    Claim {
+        write: PendingWrite,
+        state: Box<dyn ObjectState>,
+    },
     /// `save_object` (periodic, on_write, or before degradation).
-    Save { degrade: bool },
+    Save { degrade: bool, write: PendingWrite },
     /// A copy kept aside through a fence, written back under the node's new
     /// incarnation by CAS on the record it last knew (see `RouterCore::rejoin`).
-    Readopt,
+    Readopt { write: PendingWrite },
     /// `remove_object` of a transfer: persisting the new owner.
-    Remove,
-    /// The target of a `router_transfer` confirming ownership by CAS.
-    TransferClaim { from: NodeId, transfer_id: u64 },
+    Remove { write: PendingWrite },
+    /// The target of a `router_transfer` confirming ownership by CAS, with
+    /// the shipped state it makes writable.
+    TransferClaim {
+        from: NodeId,
+        transfer_id: u64,
+        write: PendingWrite,
+        state: Box<dyn ObjectState>,
+    },
     /// Part of a shutdown batch.
-    Release,
+    Release { write: PendingWrite },
     /// A write that gives ownership up (a degradation's save, a shutdown
     /// release) failed or has no known outcome: whether this node still
     /// owns the object is unknown, so nothing runs on the copy until the
@@ -58,8 +87,43 @@ impl Io {
     /// Whether requests must wait for this IO. A periodic save of an
     /// `interval` object does not block requests: the bytes being saved are
     /// already taken, and a failed save downgrades the object anyway.
-    pub fn blocks_requests(self, on_write: bool) -> bool {
-        !matches!(self, Io::Save { degrade: false } if !on_write)
+    pub fn blocks_requests(&self, on_write: bool) -> bool {
+        !matches!(self, Io::Save { degrade: false, .. } if !on_write)
+    }
+
+    /// Whether this IO reads the record (a pull of either kind).
+    pub fn is_pull(&self) -> bool {
+        matches!(self, Io::PullCache | Io::PullObject)
+    }
+
+    /// The IO's name, for the invariant checker's messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Io::PullCache => "pull_cache",
+            Io::PullObject => "pull_object",
+            Io::Claim { .. } => "claim",
+            Io::Save { .. } => "save",
+            Io::Readopt { .. } => "readopt",
+            Io::Remove { .. } => "remove",
+            Io::TransferClaim { .. } => "transfer_claim",
+            Io::Release { .. } => "release",
+            Io::ReleaseRetry => "release_retry",
+        }
+    }
+
+    /// Whether this IO needs a copy of the object on the entry (it writes
+    /// that copy, or waits to write it again); a claim needs none (it makes
+    /// one), and a pull may run either way (a request beside a dropped copy).
+    fn needs_copy(&self) -> Option<bool> {
+        match self {
+            Io::PullCache | Io::PullObject => None,
+            Io::Claim { .. } | Io::TransferClaim { .. } => Some(false),
+            Io::Save { .. }
+            | Io::Readopt { .. }
+            | Io::Remove { .. }
+            | Io::Release { .. }
+            | Io::ReleaseRetry => Some(true),
+        }
     }
 }
 
@@ -121,10 +185,6 @@ pub(crate) struct Entry {
     pub queued_transfer: Option<(NodeId, bool)>,
     /// EAGAIN retries of the current pull.
     pub pull_retries: u32,
-    /// The decoded state a claim will make writable once its CAS applies.
-    pub claiming: Option<Box<dyn ObjectState>>,
-    /// What the write in flight will make true once applied.
-    pub pending_write: Option<PendingWrite>,
     /// A write of this entry whose outcome is unknown (Indeterminate): if
     /// a later CAS conflicts with exactly this record, it was this write
     /// that applied, and the copy is still the owner's.
@@ -197,19 +257,18 @@ pub(crate) struct PendingWrite {
 
 impl Entry {
     /// Starts the store write this entry has in flight (`io` replaces any
-    /// earlier step of the same operation, such as a claim's pull): records
-    /// the route and lock it persists (applied when the CAS applies) and
-    /// returns the write to send.
+    /// earlier step of the same operation, such as a claim's pull): the IO
+    /// `io` makes of `pending` carries the route and lock it persists
+    /// (applied when the CAS applies); returns the write to send.
     pub(crate) fn begin_write(
         &mut self,
-        io: Io,
         key: ObjectKey,
         condition: WriteCondition,
         pending: PendingWrite,
         state: Vec<u8>,
+        io: impl FnOnce(PendingWrite) -> Io,
     ) -> RecordWrite {
-        self.pending_write = Some(pending);
-        self.io = Some(io);
+        self.io = Some(io(pending));
         let write = RecordWrite {
             key,
             condition,
@@ -221,6 +280,16 @@ impl Entry {
         };
         self.write_in_flight = Some(WriteFingerprint::of(&write));
         write
+    }
+
+    /// The condition a write of this entry's copy goes under: CAS on the
+    /// record as last known (`check` holds that a copy always knows one;
+    /// without one the write could only apply where no record exists).
+    pub(crate) fn known_condition(&self) -> WriteCondition {
+        match self.cas_version {
+            Some(cas_version) => WriteCondition::CasEquals(cas_version),
+            None => WriteCondition::Absent,
+        }
     }
 
     /// The write in flight had no known outcome: remember it, so that a
@@ -263,8 +332,6 @@ impl Entry {
             transferring: None,
             queued_transfer: None,
             pull_retries: 0,
-            claiming: None,
-            pending_write: None,
             unknown_write: None,
             write_in_flight: None,
             write_retries: 0,
@@ -333,8 +400,25 @@ impl Entry {
     }
 
     /// Adopts what this entry's own write persisted, now that the store
-    /// applied it with `cas_version`.
-    pub fn apply_write(&mut self, pending: PendingWrite, cas_version: CasVersion, now_ms: u64) {
+    /// answered `outcome`: the one place a write of this entry becomes its
+    /// route. Only an Applied outcome is adopted; the route it wrote is
+    /// never below the one known, and its CAS version is a new one (every
+    /// applied write moves the version on).
+    pub fn apply_written(&mut self, pending: PendingWrite, outcome: &WriteOutcome, now_ms: u64) {
+        let WriteOutcome::Applied(cas_version) = *outcome else {
+            panic!("only an applied write becomes the route, not {outcome:?}");
+        };
+        assert!(
+            pending.route_version >= self.route_version,
+            "a write's route version is never below the known one: {:?} -> {:?}",
+            self.route_version,
+            pending.route_version
+        );
+        assert_ne!(
+            self.cas_version,
+            Some(cas_version),
+            "an applied write moves the CAS version on"
+        );
         // An applied write supersedes any earlier one of unknown outcome.
         self.unknown_write = None;
         self.write_in_flight = None;
@@ -346,6 +430,64 @@ impl Entry {
         );
         self.set_cas(cas_version, now_ms);
         self.last_refresh_ms = Some(now_ms);
+        debug_assert!(
+            self.route_version == pending.route_version
+                && self.cas_version == Some(cas_version),
+            "the entry names what its write left"
+        );
+    }
+
+    /// The entry's invariants, checked after every event that touched it
+    /// (debug builds and the simulator): what its type does not express.
+    /// Panics, naming the key, on the first that fails.
+    pub fn check(&self, key: ObjectKey) {
+        if let Some(object) = self.object.as_ref() {
+            assert!(
+                self.cas_version.is_some(),
+                "{key:?}: a copy always knows its record's CAS version"
+            );
+            assert!(
+                object.changes_in_write <= object.changes_unsaved,
+                "{key:?}: a write carries at most the unsaved changes ({} of {})",
+                object.changes_in_write,
+                object.changes_unsaved
+            );
+            if !object.held.is_empty() {
+                assert!(
+                    self.transferring.is_none(),
+                    "{key:?}: held answers are settled before a handoff starts"
+                );
+            }
+        }
+        if let Some(io) = self.io.as_ref() {
+            if let Some(needs_copy) = io.needs_copy() {
+                assert_eq!(
+                    needs_copy,
+                    self.object.is_some(),
+                    "{key:?}: IO {} with copy {}",
+                    io.name(),
+                    self.object.is_some()
+                );
+            }
+            if let Io::Claim { write, .. } | Io::TransferClaim { write, .. } = io {
+                assert!(
+                    write.route_version >= self.route_version,
+                    "{key:?}: a claim writes a route not below the known one"
+                );
+            }
+        } else {
+            assert!(
+                self.io_waiters.is_empty(),
+                "{key:?}: {} requests wait for no IO",
+                self.io_waiters.len()
+            );
+        }
+        if self.transferring.is_some() {
+            assert!(
+                self.queued_transfer.is_none(),
+                "{key:?}: a transfer is queued or under way, not both"
+            );
+        }
     }
 
     /// Whether the route may be used without a pull at `now_ms`. A writable

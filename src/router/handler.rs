@@ -137,7 +137,7 @@ impl HandlerOutput {
 
     /// Nothing but the reply (and the mutated flag): no push, send, kick,
     /// call, late answer or timer. Every field is named, so a list added
-    /// to the output cannot be forgotten here (`dispatch::release` skips
+    /// to the output cannot be forgotten here (`output::release` skips
     /// its lists when this holds).
     pub(crate) fn is_answer_only(&self) -> bool {
         let HandlerOutput {
@@ -203,7 +203,7 @@ pub fn decode_answer_event(body: &[u8]) -> Option<(u64, Outcome)> {
     let tag = u64::from_le_bytes(tag.try_into().ok()?);
     let outcome = match u16::from_le_bytes(code.try_into().ok()?) {
         0 => Ok(answer.to_vec()),
-        code => Err(super::driver::frames::error_code_from_wire(code)),
+        code => Err(super::types::error_code_from_wire(code)),
     };
     Some((tag, outcome))
 }

@@ -11,42 +11,49 @@
 //! only from the seed it was built with, so the simulator (`crate::sim`, test-only) can run
 //! many nodes of it deterministically.
 //!
-//! The seed's operations keep their names: `mutable_cache` / `pull_cache`
-//! and `filter_router_msg` / `send_msg` in `dispatch.rs`, `pull_object` and
-//! `save_object` in `io.rs`, `transfer` / `remove_object` /
-//! `router_transfer` in `transfer.rs`, timers and shutdown in `timers.rs`.
-//! The per-object `io_task_guard` is `Entry::io`: one store operation per
-//! object at a time, requests queued behind it (bounded).
+//! The core is a dispatcher (`core.rs`) over steps (`steps/`) that never
+//! call each other: each step takes one entry and the event it meets and
+//! returns what happens next (`steps::Next`); only the dispatcher chains
+//! them. The seed's operations keep their names: `filter_router_msg`,
+//! `mutable_cache`, `mutable_object` and `send_msg` in `steps/route.rs`,
+//! `pull_cache` / `pull_object` in `steps/pull.rs` and its claim in
+//! `steps/claim.rs`, `save_object` in `steps/save.rs`, `transfer` /
+//! `remove_object` in `steps/transfer.rs` (`router_transfer`'s target side
+//! is a claim), shutdown in `steps/release.rs`. The per-object
+//! `io_task_guard` is `Entry::io`: one store operation per object at a
+//! time, requests queued behind it (bounded).
 
 mod core;
-mod dispatch;
+mod ctx;
 mod drain;
 mod entry;
+mod events;
 pub mod handler;
-mod io;
 pub(crate) mod mutant;
+mod output;
 mod service;
-mod timers;
-mod transfer;
+mod steps;
 pub mod types;
+mod view;
 
 pub mod driver;
 
 #[cfg(test)]
 mod tests;
 
-pub use self::core::{
-    rendezvous_score, sweep_interval_ms, EntryView, RouterCore, RouterCounters,
-    REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX, SHUTDOWN_BATCH_MAX,
+pub use self::core::RouterCore;
+pub use ctx::{
+    rendezvous_score, sweep_interval_ms, RouterCounters, REPAIR_ATTEMPTS_MAX, SEND_ATTEMPTS_MAX,
+    SHUTDOWN_BATCH_MAX,
 };
 pub use drain::DrainProgress;
+pub use view::EntryView;
 pub use handler::{
     DecodeError, HandlerOutput, HandlerReply, ObjectCall, ObjectState, ObjectTimer, ObjectType,
     ServiceHandler,
 };
-pub use transfer::TransferError;
 pub use types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
     RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer, TransferDone,
-    TransferOutcome,
+    TransferError, TransferOutcome,
 };

@@ -3,41 +3,44 @@
 //! is a constant `false`: the checks compile away and nothing changes.
 //!
 //! Each variant names one place in the router where the bug goes; the
-//! comment there says what the bug does.
+//! comment there says what the bug does. Most sit at a step boundary, in
+//! the dispatcher (`core.rs`): they change what one step hands the next.
 
 /// One deliberate bug.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mutant {
-    /// `dispatch::lock_expired`: another node's record is claimable even
+    /// `ctx::lock_expired` (the claim rule `pull` and `route` ask): another node's record is claimable even
     /// while its owner is live in membership.
     ClaimFromLiveOwner,
-    /// `io::save_reply`: a save's CAS Conflict leaves the object writable,
+    /// `steps::save::reply`: a save's CAS Conflict leaves the object writable,
     /// as it was (its CAS version and route untouched).
     ConflictKeepsWritable,
-    /// `io::start_claim`: a claim writes the record's route version again
+    /// `steps::claim::start`: a claim writes the record's route version again
     /// instead of the next one.
     ClaimKeepsRouteVersion,
-    /// `transfer::end_notify`: the seed's defect (b): when the target's
+    /// `core::RouterCore::end_notify`, between the notification's end
+    /// and the `FinishTransfer` it hands the dispatcher: the seed's defect (b): when the target's
     /// notification failed (refused, timed out, not sent) the handoff never
     /// ends and its pending queue is never re-dispatched.
     PendingNotRedispatched,
-    /// `transfer::end_notify`: as above, but the handoff ends and its
+    /// `core::RouterCore::end_notify`: as above, but the handoff ends and its
     /// queued requests are dropped without an answer.
     PendingDropped,
-    /// `dispatch::start_save`: an `on_write` answer is released when its
+    /// `core::run`, after `save::start`: an `on_write` answer is released when its
     /// save is sent, not when the save applied.
     AnswerOnSubmit,
-    /// `io::entry_reply`: a write answered Indeterminate is taken as
+    /// `core::RouterCore::entry_reply`, before the answer reaches its
+    /// step: a write answered Indeterminate is taken as
     /// Applied (with the CAS version it would have produced).
     IndeterminateAsApplied,
-    /// `core::fence`: copies stay in service instead of aside, so after the
+    /// `core::RouterCore::fence`: copies stay in service instead of aside, so after the
     /// rejoin they serve at once, with no write-back, while their records
     /// name the ended incarnation that any node may claim.
     FenceLeavesCopiesInService,
-    /// `core::Ctx::may_serve`: the lease is never checked, only the fence
+    /// `ctx::Ctx::may_serve`: the lease is never checked, only the fence
     /// (extra: shows how much membership's own fencing covers for it).
     LeaseIgnored,
-    /// `transfer::remove_reply`: the old owner keeps its copy writable once
+    /// `steps::transfer::remove_reply`: the old owner keeps its copy writable once
     /// the record names the target (extra: shows the writable-not-store-
     /// owner check failing).
     RemoveKeepsObject,

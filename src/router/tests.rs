@@ -1089,3 +1089,6 @@ mod refusals;
 
 #[path = "tests_fence.rs"]
 mod fence;
+
+#[path = "tests_entry.rs"]
+mod entry_checks;

@@ -75,6 +75,12 @@ pub struct Request {
 /// the first three are the gateway's own refusals.
 pub use wire::client::ErrorCode;
 
+/// A code from a peer's frame; one this build does not know is a fault of
+/// that peer, answered INTERNAL.
+pub(crate) fn error_code_from_wire(code: u16) -> ErrorCode {
+    ErrorCode::from_u16(code).unwrap_or(ErrorCode::Internal)
+}
+
 /// The answer to one request: a RESPONSE body or an ERROR code.
 pub type Outcome = Result<Vec<u8>, ErrorCode>;
 
@@ -325,4 +331,23 @@ mod tests {
             std::mem::size_of::<Effect>()
         );
     }
+}
+
+/// Why `transfer` refused to start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferError {
+    UnknownType,
+    /// This core holds no writable copy of the key.
+    NotWritable,
+    SameNode,
+    /// A transfer of this key is already in progress or queued.
+    InProgress,
+    ShuttingDown,
+    /// Membership does not know the target up (unknown, down or left).
+    TargetUnavailable,
+    /// The target drains: no object is placed on it.
+    TargetDraining,
+    /// This node is fenced, or its lease ran out: it moves nothing until
+    /// it serves again.
+    Fenced,
 }

@@ -12,15 +12,10 @@ use wire::frame::{
 use wire::ObjectKey;
 
 use crate::router::types::{
-    ClientRef, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead, RouterTransfer,
+    error_code_from_wire, ClientRef, NodeMessage, Outcome, Request, RequestId, RouterHead,
+    RouterTransfer,
 };
 use crate::store::{CasVersion, NodeId, RouteVersion};
-
-/// A code from a peer's frame; one this build does not know is a fault of
-/// that peer, answered INTERNAL.
-pub(crate) fn error_code_from_wire(code: u16) -> ErrorCode {
-    ErrorCode::from_u16(code).unwrap_or(ErrorCode::Internal)
-}
 
 fn key_wire(key: ObjectKey) -> KeyWire {
     KeyWire {
@@ -273,6 +268,7 @@ pub(crate) fn decode_node_message(message: &ArchivedMessage) -> Option<NodeMessa
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::router::types::ErrorCode;
     use wire::frame::FrameBuf;
 
     fn key() -> ObjectKey {
