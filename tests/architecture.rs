@@ -1,6 +1,7 @@
 //! The layering docs/architecture.md draws, held to the code: every
 //! `crate::` import of a shipped file names a module its layer may import,
-//! and no two top-level modules import each other.
+//! no top-level modules import each other through a circle of any length,
+//! and no shipped file is over `SHIPPED_FILE_LINES_MAX` lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -41,6 +42,14 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Whether a file under `src/` holds only tests (`*_tests.rs`,
+/// `tests*.rs`, or anything in a `tests` folder): it is not shipped.
+fn is_test_file(relative: &Path) -> bool {
+    relative
+        .iter()
+        .any(|part| part.to_string_lossy().contains("tests"))
+}
+
 /// The code of a shipped file: without its unit tests and comments.
 fn shipped_code(text: &str) -> String {
     let code = match text.find("#[cfg(test)]\nmod tests {") {
@@ -78,8 +87,7 @@ fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
         let relative = file.strip_prefix(&src).unwrap();
-        let file_name = relative.file_name().unwrap().to_string_lossy();
-        if file_name.contains("tests") {
+        if is_test_file(relative) {
             continue;
         }
         let first = relative.iter().next().unwrap().to_string_lossy();
@@ -310,4 +318,75 @@ fn the_router_modules_form_no_circle() {
             panic!("router modules import in a circle: {}", circle.join(" -> "));
         }
     }
+}
+
+/// A path of imports from `module` back to `start`, if there is one, found
+/// depth first; `path` holds the modules walked so far.
+fn circle_back<'g>(
+    graph: &'g BTreeMap<String, BTreeSet<String>>,
+    start: &str,
+    module: &'g str,
+    path: &mut Vec<&'g str>,
+    seen: &mut BTreeSet<&'g str>,
+) -> bool {
+    let Some(targets) = graph.get(module) else {
+        return false;
+    };
+    for target in targets {
+        if target == start {
+            return true;
+        }
+        if seen.insert(target.as_str()) {
+            path.push(target.as_str());
+            if circle_back(graph, start, target, path, seen) {
+                return true;
+            }
+            path.pop();
+        }
+    }
+    false
+}
+
+/// Circles through three folders or more, which the pairwise check above
+/// cannot see (`a -> b -> c -> a`).
+#[test]
+fn no_circle_of_imports_between_folders() {
+    let graph = import_graph();
+    let mut circles = Vec::new();
+    for module in graph.keys() {
+        let mut path = vec![module.as_str()];
+        let mut seen = BTreeSet::new();
+        if circle_back(&graph, module, module, &mut path, &mut seen) {
+            path.push(module.as_str());
+            circles.push(path.join(" -> "));
+        }
+    }
+    assert!(circles.is_empty(), "import circles: {circles:?}");
+}
+
+/// The longest a shipped file under `src/` may be: past it a file holds
+/// more than one idea and is split.
+const SHIPPED_FILE_LINES_MAX: usize = 700;
+
+#[test]
+fn no_shipped_file_is_over_the_line_bound() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut oversized = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(&src).unwrap();
+        if is_test_file(relative) {
+            continue;
+        }
+        let name = relative.to_string_lossy().replace('\\', "/");
+        let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+        if lines > SHIPPED_FILE_LINES_MAX {
+            oversized.push(format!("{name}: {lines} lines"));
+        }
+    }
+    assert!(
+        oversized.is_empty(),
+        "files over {SHIPPED_FILE_LINES_MAX} lines: {oversized:?}"
+    );
 }

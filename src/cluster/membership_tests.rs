@@ -29,6 +29,18 @@ fn node(id: u64) -> Membership {
 /// Performs `m`'s actions against `table` at `now`, answering each at
 /// once; returns the events.
 fn run(m: &mut Membership, table: &mut MemberTable, now: u64) -> Vec<Event> {
+    run_failing(m, table, now, |_| false)
+}
+
+/// Performs `m`'s actions at `now` until it has none left, answering each
+/// at once: a write whose tag `fails` picks is answered as failed (not
+/// applied), lists and the other writes go to `table`; returns the events.
+fn run_failing(
+    m: &mut Membership,
+    table: &mut MemberTable,
+    now: u64,
+    fails: impl Fn(&WriteTag) -> bool,
+) -> Vec<Event> {
     m.on_tick(now);
     loop {
         let actions = m.take_actions();
@@ -38,6 +50,9 @@ fn run(m: &mut Membership, table: &mut MemberTable, now: u64) -> Vec<Event> {
         for action in actions {
             match action {
                 Action::List => m.on_listed(now, table.list()),
+                Action::Write { tag, write } if fails(&tag) => {
+                    m.on_written(now, tag, &write, Err("no answer".into()))
+                }
                 Action::Write { tag, write } => {
                     let outcome = table.write(&write);
                     m.on_written(now, tag, &write, Ok(outcome));
@@ -236,26 +251,7 @@ fn run_with_failing_heartbeats(
     table: &mut MemberTable,
     now: u64,
 ) -> Vec<Event> {
-    m.on_tick(now);
-    loop {
-        let actions = m.take_actions();
-        if actions.is_empty() {
-            return m.take_events();
-        }
-        for action in actions {
-            match action {
-                Action::List => m.on_listed(now, table.list()),
-                Action::Write {
-                    tag: tag @ WriteTag::Heartbeat { .. },
-                    write,
-                } => m.on_written(now, tag, &write, Err("no answer".into())),
-                Action::Write { tag, write } => {
-                    let outcome = table.write(&write);
-                    m.on_written(now, tag, &write, Ok(outcome));
-                }
-            }
-        }
-    }
+    run_failing(m, table, now, |tag| matches!(tag, WriteTag::Heartbeat { .. }))
 }
 
 #[test]

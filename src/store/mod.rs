@@ -14,6 +14,7 @@ mod memory;
 pub mod memory_table;
 mod postgres;
 mod postgres_batch;
+mod postgres_membership;
 mod postgres_sql;
 mod postgres_statements;
 pub mod record;

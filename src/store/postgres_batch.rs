@@ -45,10 +45,11 @@ use tokio_postgres::{Client, Row};
 use super::bridge::{Done, Op, Request};
 use super::error::BackendError;
 use super::membership::{MemberOutcome, MemberWrite};
+use super::postgres_membership::{list_members, member_from_row, select_member, write_member};
 use super::postgres_sql::{self as sql, is_plain_failure, key_values};
 use super::postgres_statements::{
-    applied_cas, insert_routes, list_members, lock_routes, pipeline, select_member, select_route,
-    simple, update_routes, write_member, Pending, Reply, RouteColumns, Statements,
+    applied_cas, insert_routes, lock_routes, pipeline, select_route, simple, update_routes,
+    Pending, Reply, RouteColumns, Statements,
 };
 use super::record::{RecordWrite, WriteCondition, WriteOutcome};
 
@@ -217,9 +218,7 @@ fn read_answer(op: &Op, reply: Reply) -> Result<Done, BackendError> {
     match op {
         Op::Load(key) => Ok(Done::Load(single_route(*key, &rows)?)),
         _ => Ok(Done::List(
-            rows.iter()
-                .map(sql::member_from_row)
-                .collect::<Result<_, _>>()?,
+            rows.iter().map(member_from_row).collect::<Result<_, _>>()?,
         )),
     }
 }
@@ -540,7 +539,7 @@ fn refusal(planned: &Planned<'_>, reply: Reply) -> Option<Outcome> {
             .map(|record| Outcome::Route(WriteOutcome::Conflict(record))),
         WriteRef::Member(_) => match rows.as_slice() {
             [] => Some(Outcome::Member(MemberOutcome::Conflict(None))),
-            [row] => sql::member_from_row(row)
+            [row] => member_from_row(row)
                 .ok()
                 .map(|row| Outcome::Member(MemberOutcome::Conflict(Some(row)))),
             _ => None,
@@ -599,117 +598,5 @@ fn fold_writes(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::membership::{MemberCondition, MemberRow, MemberState, MemberVersion};
-    use crate::store::record::{CasVersion, NodeId, RouteVersion};
-    use wire::ObjectKey;
-
-    fn lock(id: u64) -> LockKey {
-        LockKey::Route(key_values(ObjectKey::new(1, 0, id)))
-    }
-
-    #[test]
-    fn members_lock_before_routes_and_keys_in_order() {
-        let mut keys = vec![lock(2), LockKey::Member(9), lock(1), LockKey::Member(1)];
-        keys.sort();
-        assert_eq!(
-            keys,
-            vec![LockKey::Member(1), LockKey::Member(9), lock(1), lock(2)]
-        );
-        assert!(LockKey::Route([0, 5, 0]) < LockKey::Route([1, 0, 0]));
-        // Object ids are stored bit for bit in a signed BIGINT, and the
-        // lock statement sorts them as PostgreSQL does: the upper half of
-        // u64 first.
-        assert!(lock(u64::MAX) < lock(0));
-        assert!(lock(1 << 63) < lock(u64::MAX));
-    }
-
-    fn route(id: u64, condition: WriteCondition) -> RecordWrite {
-        RecordWrite {
-            key: ObjectKey::new(1, 0, id),
-            condition,
-            owner_node: NodeId(1),
-            owner_incarnation: 1,
-            route_version: RouteVersion(1),
-            save_timepoint_ms: 0,
-            state: vec![id as u8],
-        }
-    }
-
-    fn member(node: u64) -> MemberWrite {
-        MemberWrite {
-            condition: MemberCondition::Absent,
-            row: MemberRow {
-                node_id: NodeId(node),
-                incarnation: 1,
-                state: MemberState::Joining,
-                heartbeat: 0,
-                gateway: String::new(),
-                admin: String::new(),
-                cluster: Vec::new(),
-                core_count: 1,
-                actors: Vec::new(),
-                version: MemberVersion(0),
-            },
-        }
-    }
-
-    #[test]
-    fn runs_hold_consecutive_writes_of_one_kind_in_lock_order() {
-        let update = WriteCondition::CasEquals(CasVersion(3));
-        let ops = [
-            Op::Write(vec![route(4, update), route(3, WriteCondition::Absent)]),
-            Op::WriteMember(Box::new(member(7))),
-            Op::Write(vec![route(1, update), route(2, update)]),
-            Op::Load(ObjectKey::new(1, 0, 9)),
-        ];
-        let planned = plan(ops.iter());
-        let order: Vec<LockKey> = planned.iter().map(|planned| planned.lock).collect();
-        assert_eq!(
-            order,
-            vec![LockKey::Member(7), lock(1), lock(2), lock(3), lock(4)]
-        );
-        let steps = steps(&planned, 0..planned.len());
-        let shape: Vec<(Option<bool>, Range<usize>)> = steps
-            .iter()
-            .map(|step| match step {
-                Step::Member(index, _) => (None, *index..*index + 1),
-                Step::Routes { update, range, .. } => (Some(*update), range.clone()),
-            })
-            .collect();
-        assert_eq!(
-            shape,
-            vec![
-                (None, 0..1),
-                (Some(true), 1..3),
-                (Some(false), 3..4),
-                (Some(true), 4..5),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_run_answers_each_write_from_the_keys_written() {
-        let update = WriteCondition::CasEquals(CasVersion(3));
-        let ops = [Op::Write(vec![
-            route(1, update),
-            route(2, update),
-            route(u64::MAX, update),
-        ])];
-        let planned = plan(ops.iter());
-        let key = |id: u64| Some(key_values(ObjectKey::new(1, 0, id)));
-        assert_eq!(
-            written_in_run(&planned, [key(2), key(u64::MAX)]),
-            vec![Some(true), Some(false), Some(true)]
-        );
-        assert_eq!(
-            written_in_run(&planned, []),
-            vec![Some(false), Some(false), Some(false)]
-        );
-        // An answer the statement cannot have given leaves the run unknown.
-        for answer in [vec![key(2), key(2)], vec![key(5)], vec![None]] {
-            assert_eq!(written_in_run(&planned, answer), vec![None, None, None]);
-        }
-    }
-}
+#[path = "postgres_batch_tests.rs"]
+mod tests;

@@ -9,7 +9,6 @@ use tokio_postgres::Row;
 use wire::ObjectKey;
 
 use super::error::BackendError;
-use super::membership::{self, MemberRow, MemberVersion, MEMBERS_MAX};
 use super::record::{CasVersion, NodeId, RouteRecord, RouteVersion};
 
 /// The schema this build writes and reads, kept in `routerd_schema`.
@@ -101,33 +100,6 @@ pub(crate) const SELECT_ROUTE: &str = "SELECT owner_node, owner_incarnation, rou
      save_timepoint_ms, cas_version, state FROM routerd_routes \
      WHERE type_id = $1 AND zone_id = $2 AND object_id = $3";
 
-/// The columns of a membership row after its key, in statement order.
-const MEMBER_COLUMNS: &str =
-    "incarnation, state, heartbeat, gateway, admin, cluster, core_count, actors, version";
-
-pub(crate) fn insert_member_sql() -> String {
-    format!(
-        "INSERT INTO routerd_members (node_id, {MEMBER_COLUMNS}) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING"
-    )
-}
-
-/// `$10` is the version the write produces, `$11` the one it expects.
-pub(crate) const UPDATE_MEMBER: &str = "UPDATE routerd_members SET incarnation = $2, state = $3, \
-     heartbeat = $4, gateway = $5, admin = $6, cluster = $7, core_count = $8, actors = $9, \
-     version = $10 WHERE node_id = $1 AND version = $11";
-
-pub(crate) fn select_member_sql() -> String {
-    format!("SELECT node_id, {MEMBER_COLUMNS} FROM routerd_members WHERE node_id = $1")
-}
-
-pub(crate) fn list_members_sql() -> String {
-    format!(
-        "SELECT node_id, {MEMBER_COLUMNS} FROM routerd_members ORDER BY node_id \
-         LIMIT {MEMBERS_MAX}"
-    )
-}
-
 /// Session settings of every connection. `synchronous_commit` is set
 /// explicitly so that an acknowledged write is durable whatever the
 /// server's default; the timeouts make the server drop a statement or a
@@ -162,7 +134,7 @@ pub(crate) fn key_values(key: ObjectKey) -> [i64; 3] {
     ]
 }
 
-fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
+pub(super) fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
     row: &'a Row,
     index: usize,
 ) -> Result<T, BackendError> {
@@ -179,28 +151,6 @@ pub(crate) fn route_from_row(key: ObjectKey, row: &Row) -> Result<RouteRecord, B
         save_timepoint_ms: uint(column(row, 3)?),
         cas_version: CasVersion(uint(column(row, 4)?)),
         state: column(row, 5)?,
-    })
-}
-
-/// A members row (`node_id` then `MEMBER_COLUMNS`) as a `MemberRow`. A value
-/// this build cannot read is `Corrupt`, never a default.
-pub(crate) fn member_from_row(row: &Row) -> Result<MemberRow, BackendError> {
-    let corrupt = |error: membership::DecodeError| BackendError::Corrupt(error.0);
-    let cluster: Vec<u8> = column(row, 6)?;
-    let actors: Vec<u8> = column(row, 8)?;
-    let core_count: i64 = column(row, 7)?;
-    Ok(MemberRow {
-        node_id: NodeId(uint(column(row, 0)?)),
-        incarnation: uint(column(row, 1)?),
-        state: membership::decode_state(column(row, 2)?).map_err(corrupt)?,
-        heartbeat: uint(column(row, 3)?),
-        gateway: column(row, 4)?,
-        admin: column(row, 5)?,
-        cluster: membership::decode_addresses(&cluster).map_err(corrupt)?,
-        core_count: u32::try_from(core_count)
-            .map_err(|_| BackendError::Corrupt("core_count out of range"))?,
-        actors: membership::decode_actors(&actors).map_err(corrupt)?,
-        version: MemberVersion(uint(column(row, 9)?)),
     })
 }
 
@@ -238,6 +188,10 @@ pub fn describe(error: &tokio_postgres::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::membership::MEMBERS_MAX;
+    use crate::store::postgres_membership::{
+        insert_member_sql, list_members_sql, select_member_sql, UPDATE_MEMBER,
+    };
 
     #[test]
     fn statements_condition_every_write() {

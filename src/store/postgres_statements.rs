@@ -13,7 +13,7 @@ use std::task::Poll;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 
-use super::membership::{self, MemberCondition, MemberWrite};
+use super::postgres_membership as members;
 use super::postgres_sql::{self as sql, int, key_values};
 use super::record::{CasVersion, RecordWrite, WriteCondition};
 
@@ -23,19 +23,19 @@ pub(crate) struct Statements {
     insert_routes: Statement,
     update_routes: Statement,
     select_route: Statement,
-    insert_member: Statement,
-    update_member: Statement,
-    select_member: Statement,
-    list_members: Statement,
+    pub(super) insert_member: Statement,
+    pub(super) update_member: Statement,
+    pub(super) select_member: Statement,
+    pub(super) list_members: Statement,
 }
 
 impl Statements {
     /// Prepares every statement in one pipelined round trip.
     pub async fn prepare(client: &Client) -> Result<Statements, tokio_postgres::Error> {
         let (insert_member, select_member, list_members) = (
-            sql::insert_member_sql(),
-            sql::select_member_sql(),
-            sql::list_members_sql(),
+            members::insert_member_sql(),
+            members::select_member_sql(),
+            members::list_members_sql(),
         );
         let (lock_routes, insert_routes, update_routes, select_route) = tokio::try_join!(
             client.prepare(sql::LOCK_ROUTES),
@@ -45,7 +45,7 @@ impl Statements {
         )?;
         let (insert_member, update_member, select_member, list_members) = tokio::try_join!(
             client.prepare(&insert_member),
-            client.prepare(sql::UPDATE_MEMBER),
+            client.prepare(members::UPDATE_MEMBER),
             client.prepare(&select_member),
             client.prepare(&list_members),
         )?;
@@ -123,57 +123,6 @@ pub(crate) fn select_route<'a>(
                 .query(&st.select_route, &[&type_id, &zone_id, &object_id])
                 .await,
         )
-    })
-}
-
-pub(crate) fn select_member<'a>(
-    client: &'a Client,
-    st: &'a Statements,
-    node_id: u64,
-) -> Pending<'a> {
-    let node_id = int(node_id);
-    Box::pin(async move { Reply::Rows(client.query(&st.select_member, &[&node_id]).await) })
-}
-
-pub(crate) fn list_members<'a>(client: &'a Client, st: &'a Statements) -> Pending<'a> {
-    Box::pin(async move { Reply::Rows(client.query(&st.list_members, &[]).await) })
-}
-
-pub(crate) fn write_member<'a>(
-    client: &'a Client,
-    st: &'a Statements,
-    write: &'a MemberWrite,
-) -> Pending<'a> {
-    let row = &write.row;
-    let node_id = int(row.node_id.0);
-    let incarnation = int(row.incarnation);
-    let state = row.state as i64;
-    let heartbeat = int(row.heartbeat);
-    let cluster = membership::encode_addresses(&row.cluster);
-    let core_count = i64::from(row.core_count);
-    let actors = membership::encode_actors(&row.actors);
-    let next = int(write.next_version().0);
-    let (statement, expected) = match write.condition {
-        MemberCondition::Absent => (&st.insert_member, None),
-        MemberCondition::VersionEquals(expected) => (&st.update_member, Some(int(expected.0))),
-    };
-    Box::pin(async move {
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
-            &node_id,
-            &incarnation,
-            &state,
-            &heartbeat,
-            &row.gateway,
-            &row.admin,
-            &cluster,
-            &core_count,
-            &actors,
-            &next,
-        ];
-        if let Some(expected) = &expected {
-            params.push(expected);
-        }
-        Reply::Count(client.execute(statement, &params).await)
     })
 }
 

@@ -1,3 +1,5 @@
+use super::cql::*;
+use super::members::*;
 use super::*;
 
 fn write(condition: WriteCondition) -> RecordWrite {

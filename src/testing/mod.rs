@@ -2,6 +2,9 @@
 //! the benchmarks: built under `cfg(test)` or the `testing` feature, never
 //! in a shipped build.
 //!
+//! - [`client`]: a blocking client of the client protocol (connect, log
+//!   in, send a request, read a frame) that the integration tests and the
+//!   guild example's tests share.
 //! - [`postgres_server`]: a throwaway PostgreSQL server (`initdb` into a
 //!   fresh directory) for the PostgreSQL store's tests and benchmarks.
 //! - [`builtin_routes`] and [`node_metrics`]: a node's tables with the
@@ -10,6 +13,7 @@
 //!   table, the fault-free store every unit test of a router core drives.
 //!   The simulator (`crate::sim`) answers through its own faulty store.
 
+pub mod client;
 pub mod postgres_server;
 
 use std::sync::Arc;

@@ -1,5 +1,6 @@
-//! A tiny blocking client for integration tests, built on the wire codec,
-//! and a helper that starts a real node on loopback.
+//! The integration tests' harness: the shared test client
+//! (`routerd::testing::client`) with the tests' secret, and a helper that
+//! starts a real node on loopback.
 #![allow(dead_code)]
 
 pub mod cluster;
@@ -13,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use routerd::config::{Config, DuplicateLogin, StoreBackend};
 use routerd::node::Node;
 use routerd::store::{open_memory, MemoryFaults};
-use wire::client::{decode_error_body, encode_frame, FrameDecoder, FrameKind, Peer};
+use wire::client::FrameKind;
 
 pub const SECRET: &str = "gateway-test-secret";
 
@@ -118,119 +119,37 @@ impl Drop for TestNode {
     }
 }
 
-/// One frame from the server.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reply {
-    pub kind: FrameKind,
-    pub route_id: u32,
-    pub seq: u32,
-    pub body: Vec<u8>,
-}
+pub use routerd::testing::client::Reply;
 
-impl Reply {
-    /// The ERROR code, or panics if this is not an ERROR.
-    pub fn error_code(&self) -> u16 {
-        assert_eq!(self.kind, FrameKind::Error, "{self:?}");
-        decode_error_body(&self.body).expect("error body").0
-    }
-
-    pub fn error_reason(&self) -> String {
-        decode_error_body(&self.body)
-            .expect("error body")
-            .1
-            .to_string()
-    }
-}
-
-pub struct Client {
-    stream: TcpStream,
-    decoder: FrameDecoder,
-}
+/// The shared test client (`routerd::testing::client`) with this harness's
+/// read timeout and secret; every method of the shared one through `Deref`.
+pub struct Client(routerd::testing::client::Client);
 
 impl Client {
     pub fn connect(address: SocketAddr) -> Client {
-        let stream = TcpStream::connect(address).expect("connect");
-        stream.set_nodelay(true).unwrap();
-        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
-        Client {
-            stream,
-            decoder: FrameDecoder::new(Peer::Server, 1 << 20),
-        }
-    }
-
-    pub fn send(&mut self, route_id: u32, seq: u32, body: &[u8]) {
-        let mut bytes = Vec::new();
-        encode_frame(&mut bytes, FrameKind::Request, route_id, seq, body);
-        self.stream.write_all(&bytes).expect("write");
-    }
-
-    pub fn send_raw(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("write");
-    }
-
-    /// The next frame; panics on timeout or end of stream.
-    pub fn recv(&mut self) -> Reply {
-        self.try_recv().expect("connection closed before a frame")
-    }
-
-    /// The next frame, or `None` at end of stream (or reset).
-    pub fn try_recv(&mut self) -> Option<Reply> {
-        loop {
-            if let Some(frame) = self.decoder.next_frame().expect("server frame") {
-                return Some(Reply {
-                    kind: frame.header.kind,
-                    route_id: frame.header.route_id,
-                    seq: frame.header.seq,
-                    body: frame.body.to_vec(),
-                });
-            }
-            match self.stream.read(self.decoder.read_buf()) {
-                Ok(0) => return None,
-                Ok(n) => self.decoder.advance(n),
-                Err(error)
-                    if error.kind() == std::io::ErrorKind::WouldBlock
-                        || error.kind() == std::io::ErrorKind::TimedOut =>
-                {
-                    panic!("no frame within {READ_TIMEOUT:?}")
-                }
-                Err(_) => return None,
-            }
-        }
-    }
-
-    /// Sends one request and returns the next frame.
-    pub fn call(&mut self, route_id: u32, seq: u32, body: &[u8]) -> Reply {
-        self.send(route_id, seq, body);
-        self.recv()
+        Client(routerd::testing::client::Client::connect(
+            address,
+            READ_TIMEOUT,
+        ))
     }
 
     /// Logs in as `player_id` with a fresh token; asserts success.
     pub fn login(&mut self, player_id: u64, seq: u32) {
-        let reply = self.call(
-            wire::client::route::AUTH_LOGIN,
-            seq,
-            token(player_id, 3600).as_bytes(),
-        );
-        assert_eq!(reply.kind, FrameKind::Response, "{reply:?}");
-        assert_eq!(reply.body, player_id.to_le_bytes());
+        self.0.login(SECRET.as_bytes(), player_id, seq);
     }
+}
 
-    /// Asserts the server closes the connection (end of stream) soon.
-    pub fn expect_closed(&mut self) {
-        if let Some(reply) = self.try_recv() {
-            panic!("expected close, got {reply:?}");
-        }
+impl std::ops::Deref for Client {
+    type Target = routerd::testing::client::Client;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
+}
 
-    /// Asserts the server closes the connection within `limit`.
-    pub fn expect_closed_within(&mut self, limit: Duration) {
-        self.stream.set_read_timeout(Some(limit)).unwrap();
-        self.expect_closed();
-        self.stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
-    }
-
-    pub fn shutdown(&self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+impl std::ops::DerefMut for Client {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
     }
 }
 
@@ -243,7 +162,7 @@ pub fn unix_now() -> u64 {
 
 /// A token for `player_id` valid for `ttl_secs` from now.
 pub fn token(player_id: u64, ttl_secs: u64) -> String {
-    wire::token::mint(SECRET.as_bytes(), player_id, unix_now() + ttl_secs)
+    routerd::testing::client::token(SECRET.as_bytes(), player_id, ttl_secs)
 }
 
 /// A `routerd serve` child process on loopback with its own config file.

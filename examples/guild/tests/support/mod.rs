@@ -1,6 +1,6 @@
 //! A tiny harness for the guild example's tests: `guild-node` processes on
 //! loopback sharing one SQLite file (routerd's local-cluster mode), with
-//! fast membership timers, and a blocking client on routerd's wire codec.
+//! fast membership timers, and a client over routerd's shared test client.
 //! The same pattern as routerd's own `tests/support/cluster.rs`, for a
 //! binary of your own.
 #![allow(dead_code)]
@@ -9,11 +9,11 @@ use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 pub mod guild;
 
-use wire::client::{decode_error_body, encode_frame, FrameDecoder, FrameKind, Peer};
+use wire::client::FrameKind;
 
 pub const SECRET: &str = "guild-test-secret";
 /// How long a test waits for any one frame.
@@ -183,34 +183,14 @@ pub fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Opt
     }
 }
 
-/// One frame from the node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reply {
-    pub kind: FrameKind,
-    pub route_id: u32,
-    pub seq: u32,
-    pub body: Vec<u8>,
-}
+pub use routerd::testing::client::Reply;
 
-impl Reply {
-    /// The ERROR code, or panics if this is not an ERROR.
-    pub fn error_code(&self) -> u16 {
-        assert_eq!(self.kind, FrameKind::Error, "{self:?}");
-        decode_error_body(&self.body).expect("error body").0
-    }
-
-    /// The RESPONSE body, or panics.
-    pub fn ok(self) -> Vec<u8> {
-        assert_eq!(self.kind, FrameKind::Response, "{self:?}");
-        self.body
-    }
-}
-
-/// A blocking client on one connection; answers and pushes come in the
-/// order the node sent them.
+/// A client on one connection that numbers its requests and keeps the
+/// pushes that come before an answer, over routerd's shared test client
+/// (`routerd::testing::client`); answers and pushes come in the order the
+/// node sent them.
 pub struct Client {
-    stream: TcpStream,
-    decoder: FrameDecoder,
+    connection: routerd::testing::client::Client,
     seq: u32,
     /// Pushes that arrived while `call` waited for an answer.
     pending: std::collections::VecDeque<Reply>,
@@ -218,12 +198,8 @@ pub struct Client {
 
 impl Client {
     pub fn connect(address: SocketAddr) -> Client {
-        let stream = TcpStream::connect(address).expect("connect");
-        stream.set_nodelay(true).unwrap();
-        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
         Client {
-            stream,
-            decoder: FrameDecoder::new(Peer::Server, 1 << 20),
+            connection: routerd::testing::client::Client::connect(address, READ_TIMEOUT),
             seq: 0,
             pending: Default::default(),
         }
@@ -232,29 +208,13 @@ impl Client {
     /// Sends a request with the next seq; returns the seq.
     pub fn send(&mut self, route_id: u32, body: &[u8]) -> u32 {
         self.seq += 1;
-        let mut bytes = Vec::new();
-        encode_frame(&mut bytes, FrameKind::Request, route_id, self.seq, body);
-        self.stream.write_all(&bytes).expect("write");
+        self.connection.send(route_id, self.seq, body);
         self.seq
     }
 
     /// The next frame; panics on timeout or end of stream.
     pub fn recv(&mut self) -> Reply {
-        loop {
-            if let Some(frame) = self.decoder.next_frame().expect("server frame") {
-                return Reply {
-                    kind: frame.header.kind,
-                    route_id: frame.header.route_id,
-                    seq: frame.header.seq,
-                    body: frame.body.to_vec(),
-                };
-            }
-            match self.stream.read(self.decoder.read_buf()) {
-                Ok(0) => panic!("connection closed"),
-                Ok(n) => self.decoder.advance(n),
-                Err(error) => panic!("no frame within {READ_TIMEOUT:?}: {error}"),
-            }
-        }
+        self.connection.recv()
     }
 
     /// Sends one request and returns its answer; pushes that come first
@@ -287,15 +247,8 @@ impl Client {
 
     /// Logs in as `player_id` with a token minted with the test secret.
     pub fn login(&mut self, player_id: u64) {
-        let expires = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            + 3600;
-        let token = wire::token::mint(SECRET.as_bytes(), player_id, expires);
-        let body = self
-            .call(wire::client::route::AUTH_LOGIN, token.as_bytes())
-            .ok();
-        assert_eq!(body, player_id.to_le_bytes());
+        self.seq += 1;
+        self.connection
+            .login(SECRET.as_bytes(), player_id, self.seq);
     }
 }

@@ -1,0 +1,218 @@
+//! Frames for a client from its session's target: the egress gate's six
+//! checks in the seed's order, the answer's request accounting, and the
+//! latency an answered request records.
+
+use std::time::{Duration, Instant};
+
+use wire::client::FrameKind;
+
+use super::{GatewayCore, PushError};
+use crate::route::Direction;
+
+/// A frame for a client, from a session's target (a RESPONSE, ERROR or
+/// PUSH), borrowed from a `ClientEgress` message or built locally.
+#[derive(Clone, Copy, Debug)]
+pub struct EgressRef<'a> {
+    pub session_id: u64,
+    pub session_epoch: u32,
+    pub player_id: u64,
+    pub kind: u8,
+    pub route_id: u32,
+    pub seq: u32,
+    pub body: &'a [u8],
+}
+
+/// Why the egress gate dropped a frame, in the gate's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EgressRejected {
+    #[error("unknown session")]
+    UnknownSession,
+    #[error("stale epoch")]
+    StaleEpoch,
+    #[error("owner mismatch")]
+    OwnerMismatch,
+    #[error("route not found")]
+    RouteNotFound,
+    #[error("direction rejected")]
+    DirectionRejected,
+    /// A RESPONSE or ERROR for a request that is no longer in flight (it
+    /// timed out, or was answered already): request accounting, not one of
+    /// the six checks.
+    #[error("late answer")]
+    LateAnswer,
+    #[error("send failed")]
+    SendFailed,
+}
+
+/// A request the egress gate saw answered, for the latency histogram.
+#[derive(Clone, Copy)]
+pub(super) struct Answered {
+    /// The route's index in the node's `RouteTable`.
+    pub(super) route_index: usize,
+    pub(super) deadline: Instant,
+    /// The answer's slot in the requests counter (`metrics::answer_slot`).
+    pub(super) answer_slot: usize,
+}
+
+/// The ERROR code an answer carries; `None` for a RESPONSE. An ERROR body
+/// too short for a code counts as a code the protocol does not list.
+pub(super) fn error_code_of(kind: FrameKind, body: &[u8]) -> Option<u16> {
+    match kind {
+        FrameKind::Error => Some(match body {
+            [low, high, ..] => u16::from_le_bytes([*low, *high]),
+            _ => u16::MAX,
+        }),
+        _ => None,
+    }
+}
+
+/// Logs a warning at most once per `WARN_INTERVAL` per reason, with the
+/// count suppressed since, so a flood of stale replies cannot flood the log.
+#[derive(Default)]
+pub(super) struct WarnLimiter {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+const WARN_INTERVAL: Duration = Duration::from_secs(1);
+
+impl WarnLimiter {
+    pub(super) fn warn(&mut self, now: Instant, reason: EgressRejected, session_id: u64, route_id: u32) {
+        match self.last {
+            Some(last) if now.saturating_duration_since(last) < WARN_INTERVAL => {
+                self.suppressed += 1;
+            }
+            _ => {
+                tracing::warn!(%reason, session_id, route_id, suppressed = self.suppressed, "egress dropped");
+                self.last = Some(now);
+                self.suppressed = 0;
+            }
+        }
+    }
+}
+
+impl GatewayCore {
+    /// The egress gate: the seed's six checks in order, then the write.
+    /// Fire-and-forget: a rejected frame is counted and logged (rate
+    /// limited), never answered.
+    pub fn egress(&mut self, egress: &EgressRef<'_>, now: Instant) -> Result<(), EgressRejected> {
+        self.egress_with_clock(egress, || now)
+    }
+
+    /// [`Self::egress`] that reads `clock` only when it answers a request
+    /// (for the request latency histogram) or must log a drop: the driver
+    /// passes `Instant::now`, so a PUSH costs no clock read.
+    pub fn egress_with_clock(
+        &mut self,
+        egress: &EgressRef<'_>,
+        clock: impl FnOnce() -> Instant,
+    ) -> Result<(), EgressRejected> {
+        let result = self.gate(egress);
+        if let Ok(Some(answered)) = result {
+            self.record_latency(answered, clock());
+            return Ok(());
+        }
+        if let Err(reason) = result {
+            let stats = &self.metrics.gateway;
+            let (counter, slot) = match reason {
+                EgressRejected::UnknownSession => (&stats.egress_unknown_session, 0),
+                EgressRejected::StaleEpoch => (&stats.egress_stale_epoch, 1),
+                EgressRejected::OwnerMismatch => (&stats.egress_owner_mismatch, 2),
+                EgressRejected::RouteNotFound => (&stats.egress_route_not_found, 3),
+                EgressRejected::DirectionRejected => (&stats.egress_direction_rejected, 4),
+                EgressRejected::LateAnswer => (&stats.late_answers, 5),
+                EgressRejected::SendFailed => (&stats.egress_send_failed, 6),
+            };
+            counter.inc();
+            self.warn[slot].warn(clock(), reason, egress.session_id, egress.route_id);
+        }
+        result.map(drop)
+    }
+
+    /// Records how long an answered request took, from its arrival (its
+    /// deadline less the request timeout: the in-flight table keeps no
+    /// second timestamp) to `now`. One `Instant` subtraction: the request
+    /// timeout less the time left before the deadline, or plus the time
+    /// past it (an answer the timer has not expired yet).
+    pub(super) fn record_latency(&self, answered: Answered, now: Instant) {
+        let timeout = self.limits.request_timeout;
+        let elapsed = match answered.deadline.checked_duration_since(now) {
+            Some(left) => timeout.saturating_sub(left),
+            None => timeout + now.duration_since(answered.deadline),
+        };
+        self.metrics.requests.record(answered.route_index, elapsed);
+        self.metrics
+            .answers
+            .count(answered.route_index, answered.answer_slot);
+    }
+
+    /// The egress gate; `Some` when the frame answered a request in flight.
+    fn gate(&mut self, egress: &EgressRef<'_>) -> Result<Option<Answered>, EgressRejected> {
+        // 1. registry hit
+        let entry = self
+            .sessions
+            .get_mut(&egress.session_id)
+            .ok_or(EgressRejected::UnknownSession)?;
+        // 2. epoch equal
+        if egress.session_epoch != entry.session.session_epoch {
+            return Err(EgressRejected::StaleEpoch);
+        }
+        // 3. owner player_id equal
+        if egress.player_id != entry.session.player_id {
+            return Err(EgressRejected::OwnerMismatch);
+        }
+        // 4. route exists
+        let (route_index, route) = self
+            .routes
+            .lookup_indexed(egress.route_id)
+            .ok_or(EgressRejected::RouteNotFound)?;
+        // 5. direction allows server-to-client: a PUSH on a server-to-client
+        // route, or the RESPONSE/ERROR answering a client's REQUEST.
+        let kind = FrameKind::from_u8(egress.kind);
+        let allowed = match kind {
+            Some(FrameKind::Push) => route.direction == Direction::ServerToClient,
+            Some(FrameKind::Response) | Some(FrameKind::Error) => {
+                route.direction == Direction::ClientToServer
+            }
+            _ => false,
+        };
+        let Some(kind) = kind.filter(|_| allowed) else {
+            return Err(EgressRejected::DirectionRejected);
+        };
+        // Request accounting: an answer must close an in-flight request of
+        // the same route, else it is late (timed out already) and dropped.
+        let mut answered = None;
+        if kind != FrameKind::Push {
+            match entry.inflight.remove(egress.seq) {
+                Some(inflight) if inflight.route_id == egress.route_id => {
+                    answered = Some(Answered {
+                        route_index,
+                        deadline: inflight.deadline,
+                        answer_slot: crate::metrics::answer_slot(error_code_of(
+                            kind,
+                            egress.body,
+                        )),
+                    });
+                }
+                Some(other) => {
+                    // Another route's request under this seq stays in flight.
+                    entry.inflight.insert(egress.seq, other);
+                    return Err(EgressRejected::LateAnswer);
+                }
+                None => return Err(EgressRejected::LateAnswer),
+            }
+        }
+        // 6. the session's bounded send queue
+        let pushed = entry
+            .outbox
+            .push_frame(kind, egress.route_id, egress.seq, egress.body);
+        match pushed {
+            Ok(()) => Ok(answered),
+            Err(PushError::Closed) => Err(EgressRejected::SendFailed),
+            Err(PushError::Full) => {
+                self.close_slow_reader(egress.session_id);
+                Err(EgressRejected::SendFailed)
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The handshake: a session from its `auth.login` to its binding. The
+//! player object decides a login; until it does, the session's further
+//! requests are held, and released in order once the login ends.
+
+use std::time::Instant;
+
+use wire::client::{encode_error_body, ErrorCode, FrameKind, Header};
+
+use super::egress::{error_code_of, Answered};
+use super::{GatewayCore, PushError};
+use crate::gateway::session::{Binding, EpochExpired, Target};
+
+/// Why a bind failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BindError {
+    #[error("unknown session")]
+    UnknownSession,
+    #[error(transparent)]
+    EpochExpired(#[from] EpochExpired),
+}
+
+/// A login of one session waiting for the player object.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PendingLogin {
+    /// The `auth.login` request's seq.
+    pub(super) seq: u32,
+    pub(super) player_id: u64,
+}
+
+/// A request read while its session's login was pending: header and body,
+/// replayed through `on_request` when the login ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldFrame {
+    pub header: Header,
+    pub body: Vec<u8>,
+}
+
+/// How a login the player object decided ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoginOutcome<'a> {
+    /// Bind the session to the player.
+    Admitted,
+    /// Answer this ERROR; the session stays logged out.
+    Refused(ErrorCode, &'a str),
+}
+
+impl GatewayCore {
+    /// Starts the login of `session_id` as `player_id` by its in-flight
+    /// `auth.login` request `seq` (the token was verified): the player
+    /// object decides (duplicate logins are decided there, cluster-wide),
+    /// and until `complete_login` the session's further requests wait.
+    /// Returns the epoch the session will have once bound (the player
+    /// object addresses its pushes with it), or `None` if the session is
+    /// gone or already logging in.
+    pub fn begin_login(&mut self, session_id: u64, seq: u32, player_id: u64) -> Option<u32> {
+        let entry = self.sessions.get_mut(&session_id)?;
+        if entry.login.is_some() || !entry.session.is_live() {
+            return None;
+        }
+        entry.login = Some(PendingLogin { seq, player_id });
+        entry.session.session_epoch.checked_add(1)
+    }
+
+    /// The player object's decision on the login `seq` of `session_id`:
+    /// binds the session (the epoch compare-and-set) and answers the login
+    /// with the player id, or answers the refusal. Requests held meanwhile
+    /// are released for the driver to replay (`take_released`). Returns the
+    /// new binding, if the session was bound. A decision for a login that
+    /// is no longer pending (timed out, session closed) is dropped and
+    /// counted as a late answer.
+    pub fn complete_login(
+        &mut self,
+        session_id: u64,
+        seq: u32,
+        outcome: LoginOutcome<'_>,
+        now: Instant,
+    ) -> Option<Binding> {
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            self.metrics.gateway.late_answers.inc();
+            return None;
+        };
+        let pending = match entry.login {
+            Some(pending) if pending.seq == seq => pending,
+            _ => {
+                self.metrics.gateway.late_answers.inc();
+                return None;
+            }
+        };
+        entry.login = None;
+        if !entry.held.is_empty() {
+            self.released.push(session_id);
+        }
+        let Some(inflight) = entry.inflight.remove(seq) else {
+            self.metrics.gateway.late_answers.inc();
+            return None;
+        };
+        let epoch = entry.session.session_epoch;
+        let (kind, body, binding) = match outcome {
+            LoginOutcome::Admitted => {
+                match self.apply_binding(session_id, Target::Player, pending.player_id, epoch) {
+                    Ok(binding) => (
+                        FrameKind::Response,
+                        pending.player_id.to_le_bytes().to_vec(),
+                        Some(binding),
+                    ),
+                    // Nothing else binds a session while its login is
+                    // pending; a failed bind is a bug, answered as one.
+                    Err(_) => (
+                        FrameKind::Error,
+                        encode_error_body(ErrorCode::Internal, ""),
+                        None,
+                    ),
+                }
+            }
+            LoginOutcome::Refused(code, reason) => {
+                (FrameKind::Error, encode_error_body(code, reason), None)
+            }
+        };
+        if let Some((route_index, _)) = self.routes.lookup_indexed(inflight.route_id) {
+            let answered = Answered {
+                route_index,
+                deadline: inflight.deadline,
+                answer_slot: crate::metrics::answer_slot(error_code_of(kind, &body)),
+            };
+            self.record_latency(answered, now);
+        }
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return binding;
+        };
+        let pushed = entry.outbox.push_frame(kind, inflight.route_id, seq, &body);
+        if pushed == Err(PushError::Full) {
+            self.close_slow_reader(session_id);
+        }
+        binding
+    }
+
+    /// Sessions whose held requests the driver must replay now, with the
+    /// requests, in arrival order.
+    pub fn take_released(&mut self, into: &mut Vec<(u64, Vec<HeldFrame>)>) {
+        for session_id in std::mem::take(&mut self.released) {
+            if let Some(entry) = self.sessions.get_mut(&session_id) {
+                if entry.login.is_none() {
+                    into.push((session_id, std::mem::take(&mut entry.held)));
+                }
+            }
+        }
+    }
+
+    /// The seed's `apply_binding` on one session, counted: `binds` for a
+    /// winner, `binds_epoch_expired` for a loser.
+    pub fn apply_binding(
+        &mut self,
+        session_id: u64,
+        target: Target,
+        player_id: u64,
+        expected_epoch: u32,
+    ) -> Result<Binding, BindError> {
+        let entry = self
+            .sessions
+            .get_mut(&session_id)
+            .ok_or(BindError::UnknownSession)?;
+        match entry
+            .session
+            .apply_binding(target, player_id, expected_epoch)
+        {
+            Ok(binding) => {
+                self.metrics.gateway.binds.inc();
+                Ok(binding)
+            }
+            Err(expired) => {
+                self.metrics.gateway.binds_epoch_expired.inc();
+                tracing::warn!(session_id, %expired, "bind lost the epoch race");
+                Err(expired.into())
+            }
+        }
+    }
+}

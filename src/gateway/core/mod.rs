@@ -1,0 +1,427 @@
+//! The gateway's per-core state machine (sans-IO): the session registry,
+//! ingress validation, request accounting, the egress gate, kick and close.
+//!
+//! It does no IO and reads no clock: the driver passes `now` in, frames for
+//! a client go into each session's [`Outbox`], and notices for targets are
+//! queued for the driver to deliver ([`GatewayCore::take_notices`]).
+//!
+//! One [`GatewayCore`] holds every session of a core; its methods are split
+//! by the sub-state of a session they act on, each file an `impl` block
+//! over the same state:
+//! - this file: the registry, a session's opening and its end (kick,
+//!   close, protocol violation, idle), shared by every sub-state;
+//! - [`login`]: the handshake, from `auth.login` to the binding (requests
+//!   held behind a pending login, the epoch compare-and-set);
+//! - [`requests`]: a session's requests: the ingress checks, in-flight
+//!   accounting and TIMEOUT;
+//! - [`egress`]: frames for the client: the six-check gate and the
+//!   request latency it records;
+//! - [`redirect`]: a draining node moving its sessions away.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use wire::client::{ErrorCode, FrameError, FrameKind};
+
+use super::inflight::{InFlightTable, SeqHash};
+use super::outbox::{Outbox, PushError};
+use super::rate::{RequestBucket, RequestRate};
+use super::session::{Session, Target, K_ANY_EPOCH};
+use super::{session_core, Notice, NoticeKind};
+use crate::config::GatewayConfig;
+use crate::metrics::{CoreMetrics, GatewayStats};
+use crate::route::RouteTable;
+
+mod egress;
+mod login;
+mod redirect;
+mod requests;
+
+use self::egress::WarnLimiter;
+pub use self::egress::{EgressRef, EgressRejected};
+use self::login::PendingLogin;
+pub use self::login::{BindError, HeldFrame, LoginOutcome};
+pub use self::redirect::redirect_body;
+use self::redirect::Redirecting;
+
+/// One session as the admin endpoint lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionRow {
+    pub session_id: u64,
+    /// 0 before a login.
+    pub player_id: u64,
+    pub session_epoch: u32,
+    /// Requests of the session waiting for their answer.
+    pub inflight: usize,
+}
+
+type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
+
+/// The limits the state machine enforces, from [`GatewayConfig`].
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub inflight_max: usize,
+    pub request_timeout: Duration,
+    pub send_queue_max: usize,
+    /// The per-session request rate limit; `None`: unlimited.
+    pub request_rate: Option<RequestRate>,
+}
+
+impl From<&GatewayConfig> for Limits {
+    fn from(config: &GatewayConfig) -> Self {
+        Limits {
+            inflight_max: config.inflight_max as usize,
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
+            send_queue_max: config.send_queue_max as usize,
+            request_rate: RequestRate::new(
+                config.session_requests_per_sec_max,
+                config.session_request_burst_max,
+            ),
+        }
+    }
+}
+
+/// Why a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    PeerClosed,
+    ProtocolViolation,
+    Idle,
+    SlowReader,
+    Shutdown,
+    /// The grace of a `sys.redirect` ended.
+    Redirected,
+}
+
+struct Entry {
+    session: Session,
+    /// A login waiting for its player object's decision (see
+    /// `begin_login`); requests that arrive meanwhile wait in `held`.
+    login: Option<PendingLogin>,
+    /// Requests read while a login was pending, replayed in order once it
+    /// ends (bounded by `inflight_max`).
+    held: Vec<HeldFrame>,
+    inflight: InFlightTable,
+    /// Whether the session has its one entry in `GatewayCore::deadlines`.
+    armed: bool,
+    /// When its last complete frame arrived (or it opened): a session
+    /// silent for `idle_timeout` is closed by `close_idle`.
+    last_frame: Instant,
+    outbox: Rc<Outbox>,
+    /// Told to move (`sys.redirect`): its grace ends then.
+    redirect_until: Option<Instant>,
+    /// The grace ended with answers still owed: new requests are refused,
+    /// and the session closes once nothing is owed.
+    closing: bool,
+    /// The session's request rate limit (`Limits::request_rate`).
+    bucket: RequestBucket,
+}
+
+/// One core's gateway state. See the module documentation.
+pub struct GatewayCore {
+    core_id: u64,
+    next_serial: u64,
+    limits: Limits,
+    sessions: FastMap<u64, Entry>,
+    /// When to look at a session's in-flight table for TIMEOUTs: at most
+    /// one entry per session (`Entry::armed`), at or before the earliest
+    /// deadline it had when armed. A request arms its session only if it is
+    /// not armed already, and an answer touches nothing here, so the ping
+    /// path costs no deadline bookkeeping beyond the in-flight table (a
+    /// queue entry per request, trimmed per answer, was a measurable share
+    /// of it). `expire` re-arms a session that still has requests in flight
+    /// at its earliest remaining deadline: a session costs one heap push per
+    /// `request_timeout` however many requests it sends. Entries of closed
+    /// sessions stay until due, so the heap holds at most the live sessions
+    /// plus those closed within the last `request_timeout`.
+    deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// Scratch for `expire`: the seqs of one session that are due, with
+    /// their route and deadline.
+    due: Vec<(u32, u32, Instant)>,
+    metrics: Arc<CoreMetrics>,
+    notices: Vec<Notice>,
+    warn: [WarnLimiter; 7],
+    /// Seeds of the sessions' in-flight tables: a generator seeded from the
+    /// OS once per core, so no client can predict its table's hash.
+    hash_seeds: SmallRng,
+    /// The node's incarnation at start, in every session id: a reference to
+    /// a session of an earlier run of this node never names a session of
+    /// this one.
+    boot_incarnation: u64,
+    /// Sessions whose login ended with requests held: the driver replays
+    /// them (`take_released`).
+    released: Vec<u64>,
+    /// The node's routes: what the ingress checks and the egress gate
+    /// check against.
+    routes: Arc<RouteTable>,
+    /// Set once the node drains (`redirect_all`).
+    redirecting: Option<Redirecting>,
+}
+
+impl GatewayCore {
+    /// A core of a node that started with incarnation `boot_incarnation`
+    /// and serves `routes`.
+    pub fn with_incarnation(
+        core_id: usize,
+        boot_incarnation: u64,
+        limits: Limits,
+        metrics: Arc<CoreMetrics>,
+        routes: Arc<RouteTable>,
+    ) -> GatewayCore {
+        assert!(
+            core_id <= wire::ids::CORE_MAX,
+            "a session id names its core"
+        );
+        GatewayCore {
+            boot_incarnation,
+            released: Vec::new(),
+            core_id: core_id as u64,
+            next_serial: 1,
+            limits,
+            sessions: FastMap::default(),
+            deadlines: BinaryHeap::new(),
+            due: Vec::new(),
+            metrics,
+            notices: Vec::new(),
+            warn: Default::default(),
+            hash_seeds: SmallRng::from_entropy(),
+            routes,
+            redirecting: None,
+        }
+    }
+
+    fn stats(&self) -> &GatewayStats {
+        &self.metrics.gateway
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Registers a new connection's session (epoch 0, bound to auth) and
+    /// returns its id (`wire::ids`): naming its owning core, unique on this
+    /// node and not reused by a later run of it.
+    pub fn open_session(&mut self, outbox: Rc<Outbox>, now: Instant) -> u64 {
+        let session_id = wire::ids::make(
+            self.core_id as usize,
+            self.boot_incarnation,
+            self.next_serial,
+        );
+        debug_assert_eq!(session_core(session_id), self.core_id as usize);
+        // 2^40 sessions on one core outlive any process; wrapping would
+        // skip 0 and keep ids unique among live sessions in practice.
+        self.next_serial = (self.next_serial + 1) & wire::ids::LOCAL_MASK;
+        self.sessions.insert(
+            session_id,
+            Entry {
+                session: Session::new(),
+                login: None,
+                held: Vec::new(),
+                inflight: InFlightTable::new(SeqHash::random(&mut self.hash_seeds)),
+                armed: false,
+                last_frame: now,
+                outbox,
+                redirect_until: None,
+                closing: false,
+                bucket: RequestBucket::new(now),
+            },
+        );
+        self.stats().sessions_accepted.inc();
+        self.stats().sessions_active.add(1);
+        // A client that connects to a draining node is told to move at once.
+        self.redirect(session_id, now);
+        session_id
+    }
+
+    pub fn session(&self, session_id: u64) -> Option<&Session> {
+        self.sessions.get(&session_id).map(|entry| &entry.session)
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// A page of this core's sessions, for the admin endpoint: the `limit`
+    /// smallest session ids above `after`, of `player` only if given, in
+    /// id order. One walk of the sessions, no sort of them all.
+    pub fn sessions_page(
+        &self,
+        player: Option<u64>,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Vec<SessionRow> {
+        let mut page: Vec<SessionRow> = self
+            .sessions
+            .iter()
+            .filter(|(id, entry)| {
+                after.is_none_or(|after| **id > after)
+                    && player.is_none_or(|player| entry.session.player_id == player)
+            })
+            .map(|(id, entry)| SessionRow {
+                session_id: *id,
+                player_id: entry.session.player_id,
+                session_epoch: entry.session.session_epoch,
+                inflight: entry.inflight.len(),
+            })
+            .collect();
+        if page.len() > limit {
+            page.select_nth_unstable_by_key(limit, |row| row.session_id);
+            page.truncate(limit);
+        }
+        page.sort_unstable_by_key(|row| row.session_id);
+        page
+    }
+
+    /// Entries in the deadline heap, due or not (for tests of its bound).
+    #[cfg(test)]
+    fn deadline_entries(&self) -> usize {
+        self.deadlines.len()
+    }
+
+    pub fn inflight_count(&self, session_id: u64) -> usize {
+        self.sessions
+            .get(&session_id)
+            .map_or(0, |entry| entry.inflight.len())
+    }
+
+    /// Closes every session whose last complete frame is `idle` or more
+    /// before `now` (a silent client, or one stuck in a half frame);
+    /// returns how many. A walk over the core's sessions, so the driver
+    /// runs it on a period (a fraction of `idle`), not per read.
+    pub fn close_idle(&mut self, now: Instant, idle: Duration) -> usize {
+        let idle_sessions: Vec<u64> = self
+            .sessions
+            .iter()
+            .filter(|(_, entry)| now.saturating_duration_since(entry.last_frame) >= idle)
+            .map(|(&session_id, _)| session_id)
+            .collect();
+        for &session_id in &idle_sessions {
+            self.close(session_id, CloseReason::Idle);
+        }
+        idle_sessions.len()
+    }
+
+    /// `shield.client.close` in the seed's fixed order: PUSH `sys.kicked`
+    /// (docs/protocol.md), then 1. `Unbound` to the current target with the last
+    /// epoch, 2. invalidate with `K_ANY_EPOCH`, 3. remove from the registry,
+    /// 4. close the connection (after the queued frames, so the client
+    /// reads `sys.kicked`); an empty reason is recorded as "kicked".
+    /// With `only_player`, the session is kicked only while bound to that
+    /// player. Returns whether a session was kicked.
+    pub fn kick(&mut self, session_id: u64, only_player: Option<u64>, reason: &str) -> bool {
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return false;
+        };
+        if only_player.is_some_and(|player| player != entry.session.player_id) {
+            return false;
+        }
+        let reason = if reason.is_empty() { "kicked" } else { reason };
+        // Best effort: a full queue still gets closed below.
+        let _ = entry.outbox.push_frame(
+            FrameKind::Push,
+            wire::client::route::SYS_KICKED,
+            0,
+            reason.as_bytes(),
+        );
+        self.metrics.gateway.kicks.inc();
+        tracing::info!(session_id, reason, "session kicked");
+        self.finish(session_id, NoticeKind::Unbound, false);
+        true
+    }
+
+    /// A connection that ended by itself (the bridge's `on_disconnect`).
+    /// Notifies the target with `Disconnected` only if the binding is still
+    /// live: after a kick the session is gone and nothing more is sent.
+    pub fn close(&mut self, session_id: u64, reason: CloseReason) -> bool {
+        if !self.sessions.contains_key(&session_id) {
+            return false;
+        }
+        match reason {
+            CloseReason::Idle => self.metrics.gateway.idle_closed.inc(),
+            CloseReason::SlowReader => self.metrics.gateway.slow_readers_closed.inc(),
+            _ => {}
+        }
+        let abort = matches!(reason, CloseReason::SlowReader);
+        self.finish(session_id, NoticeKind::Disconnected, abort);
+        true
+    }
+
+    /// A protocol violation: one ERROR frame saying why, then close.
+    pub fn protocol_violation(&mut self, session_id: u64, error: FrameError) {
+        self.metrics.gateway.ingress_protocol_violation.inc();
+        if let Some(entry) = self.sessions.get(&session_id) {
+            let _ = entry
+                .outbox
+                .push_error(0, 0, ErrorCode::BadRequest, &error.to_string());
+        }
+        self.close(session_id, CloseReason::ProtocolViolation);
+    }
+
+    /// Notices for targets queued since the last call, in order.
+    pub fn take_notices(&mut self, into: &mut Vec<Notice>) {
+        into.append(&mut self.notices);
+    }
+
+    fn close_slow_reader(&mut self, session_id: u64) {
+        tracing::warn!(session_id, "send queue full: closing a slow reader");
+        self.close(session_id, CloseReason::SlowReader);
+    }
+
+    /// Queues a gateway-originated ERROR; a full queue closes the session.
+    fn push_error(
+        &mut self,
+        session_id: u64,
+        route_id: u32,
+        seq: u32,
+        code: ErrorCode,
+        reason: &str,
+    ) {
+        let Some(entry) = self.sessions.get(&session_id) else {
+            return;
+        };
+        if entry.outbox.push_error(route_id, seq, code, reason) == Err(PushError::Full) {
+            self.close_slow_reader(session_id);
+        }
+    }
+
+    /// The common tail of kick and close: notify (if live), invalidate,
+    /// remove, close.
+    fn finish(&mut self, session_id: u64, notice: NoticeKind, abort: bool) {
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return;
+        };
+        let last = entry.session.binding();
+        if entry.session.is_live() {
+            match notice {
+                NoticeKind::Unbound => self.metrics.gateway.notices_unbound.inc(),
+                NoticeKind::Disconnected => self.metrics.gateway.notices_disconnected.inc(),
+            }
+            self.notices.push(Notice {
+                kind: notice,
+                session_id,
+                binding: last,
+            });
+        }
+        // Unconditional: from here every reference to the session is stale,
+        // before the socket is actually closed.
+        let invalidated = entry.session.apply_binding(Target::None, 0, K_ANY_EPOCH);
+        debug_assert!(invalidated.is_ok() || last.session_epoch == K_ANY_EPOCH - 1);
+        let Some(entry) = self.sessions.remove(&session_id) else {
+            return;
+        };
+        self.metrics.gateway.sessions_active.add(-1);
+        if abort {
+            entry.outbox.abort();
+        } else {
+            entry.outbox.close();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,252 @@
+//! A session's requests: the ingress checks in docs/protocol.md's order,
+//! the in-flight table they fill, and TIMEOUT for those unanswered at their
+//! deadline (one deadline-heap entry per session, see
+//! `GatewayCore::deadlines`).
+
+use std::cmp::Reverse;
+use std::time::Instant;
+
+use wire::client::{ErrorCode, Header};
+
+use super::egress::Answered;
+use super::login::HeldFrame;
+use super::GatewayCore;
+use crate::gateway::inflight::InFlight;
+use crate::gateway::Ingress;
+use crate::route::Direction;
+
+impl GatewayCore {
+    /// Ingress of one decoded REQUEST read from the session's connection,
+    /// checked in docs/protocol.md's order: the session's request rate
+    /// first, then route exists, direction, auth, then in-flight limits. A
+    /// rejected request is answered here with its ERROR (and counted) and
+    /// never reaches a service; an accepted one is recorded in flight and
+    /// returned, with a snapshot of the live binding, for the driver to
+    /// deliver to `binding.target`.
+    pub fn on_request<'a>(
+        &mut self,
+        session_id: u64,
+        header: Header,
+        body: &'a [u8],
+        now: Instant,
+    ) -> Option<Ingress<'a>> {
+        let entry = self.sessions.get_mut(&session_id)?;
+        entry.last_frame = now;
+        if let Some(rate) = &self.limits.request_rate {
+            if !entry.bucket.admit(rate, now) {
+                self.metrics.gateway.ingress_rate_limited.inc();
+                self.push_error(
+                    session_id,
+                    header.route_id,
+                    header.seq,
+                    ErrorCode::Overloaded,
+                    "session request rate over gateway.session_requests_per_sec_max",
+                );
+                return None;
+            }
+        }
+        self.admit(session_id, header, body, now)
+    }
+
+    /// A request that waited behind a login, replayed once it ended
+    /// (`take_released`): checked like [`Self::on_request`] but for the
+    /// rate, which it was charged when it was read.
+    pub fn on_held_request<'a>(
+        &mut self,
+        session_id: u64,
+        header: Header,
+        body: &'a [u8],
+        now: Instant,
+    ) -> Option<Ingress<'a>> {
+        self.admit(session_id, header, body, now)
+    }
+
+    /// The ingress checks after the rate.
+    fn admit<'a>(
+        &mut self,
+        session_id: u64,
+        header: Header,
+        body: &'a [u8],
+        now: Instant,
+    ) -> Option<Ingress<'a>> {
+        let limits = self.limits;
+        let entry = self.sessions.get_mut(&session_id)?;
+        if entry.closing {
+            // The redirect's grace is over: the client was told where to go.
+            self.metrics.gateway.redirect_refused.inc();
+            self.push_error(
+                session_id,
+                header.route_id,
+                header.seq,
+                ErrorCode::Unavailable,
+                "node draining: reconnect to another gateway",
+            );
+            return None;
+        }
+        if entry.login.is_some() {
+            // The login's outcome decides how these are checked: hold them
+            // until it ends, in order, within the session's in-flight bound.
+            if entry.held.len() + entry.inflight.len() >= limits.inflight_max {
+                self.metrics.gateway.ingress_overloaded.inc();
+                self.push_error(
+                    session_id,
+                    header.route_id,
+                    header.seq,
+                    ErrorCode::Overloaded,
+                    "too many requests behind a login",
+                );
+            } else {
+                entry.held.push(HeldFrame {
+                    header,
+                    body: body.to_vec(),
+                });
+            }
+            return None;
+        }
+        let stats = &self.metrics.gateway;
+        let route_id = header.route_id;
+        let seq = header.seq;
+        let rejection = match self.routes.lookup(route_id) {
+            None => {
+                stats.ingress_unknown_route.inc();
+                Some((ErrorCode::UnknownRoute, "unknown route"))
+            }
+            Some(route) if route.direction != Direction::ClientToServer => {
+                stats.ingress_direction_rejected.inc();
+                Some((ErrorCode::DirectionRejected, "server-to-client route"))
+            }
+            Some(route) if route.requires_auth && !entry.session.is_logged_in() => {
+                stats.ingress_auth_required.inc();
+                Some((ErrorCode::AuthRequired, "login first"))
+            }
+            Some(_) if entry.inflight.contains(seq) => {
+                stats.ingress_bad_request.inc();
+                Some((ErrorCode::BadRequest, "duplicate in-flight seq"))
+            }
+            Some(_) if entry.inflight.len() >= limits.inflight_max => {
+                stats.ingress_overloaded.inc();
+                Some((ErrorCode::Overloaded, "too many in-flight requests"))
+            }
+            Some(_)
+                if route_id == wire::client::route::AUTH_LOGIN && entry.session.is_logged_in() =>
+            {
+                stats.ingress_bad_request.inc();
+                Some((ErrorCode::BadRequest, "already logged in"))
+            }
+            Some(_) => None,
+        };
+        if let Some((code, reason)) = rejection {
+            self.push_error(session_id, route_id, seq, code, reason);
+            return None;
+        }
+        let deadline = now + limits.request_timeout;
+        entry.inflight.insert(seq, InFlight { route_id, deadline });
+        if !entry.armed {
+            entry.armed = true;
+            self.deadlines.push(Reverse((deadline, session_id)));
+        }
+        Some(Ingress {
+            session_id,
+            binding: entry.session.binding(),
+            route_id,
+            seq,
+            body,
+        })
+    }
+
+    /// Answers an in-flight request with an ERROR from the gateway itself
+    /// (its target could not be reached, or it timed out).
+    pub fn answer_error(
+        &mut self,
+        session_id: u64,
+        seq: u32,
+        code: ErrorCode,
+        reason: &str,
+    ) -> bool {
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return false;
+        };
+        let Some(inflight) = entry.inflight.remove(seq) else {
+            return false;
+        };
+        // Not timed (no clock reading here), but counted: an error ratio
+        // must see every answer.
+        if let Some((route_index, _)) = self.routes.lookup_indexed(inflight.route_id) {
+            let slot = crate::metrics::answer_slot(Some(code as u16));
+            self.metrics.answers.count(route_index, slot);
+        }
+        self.push_error(session_id, inflight.route_id, seq, code, reason);
+        true
+    }
+
+    /// Answers TIMEOUT to every request whose deadline is at or before
+    /// `now`; returns how many.
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let mut expired = 0;
+        while let Some(&Reverse((at, session_id))) = self.deadlines.peek() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop();
+            let Some(entry) = self.sessions.get_mut(&session_id) else {
+                continue; // closed since it was armed
+            };
+            entry.armed = false;
+            let mut earliest_left: Option<Instant> = None;
+            for (seq, inflight) in entry.inflight.iter() {
+                if inflight.deadline <= now {
+                    self.due.push((seq, inflight.route_id, inflight.deadline));
+                } else if earliest_left.is_none_or(|left| inflight.deadline < left) {
+                    earliest_left = Some(inflight.deadline);
+                }
+            }
+            for &(seq, _, _) in &self.due {
+                entry.inflight.remove(seq);
+                // A login that timed out ends: its session stays logged
+                // out, and what waited behind it is released.
+                if entry.login.is_some_and(|login| login.seq == seq) {
+                    entry.login = None;
+                    if !entry.held.is_empty() {
+                        self.released.push(session_id);
+                    }
+                }
+            }
+            if let Some(left) = earliest_left {
+                entry.armed = true;
+                self.deadlines.push(Reverse((left, session_id)));
+            }
+            let mut due = std::mem::take(&mut self.due);
+            // Answer in seq order: a map's iteration order is arbitrary.
+            due.sort_unstable();
+            for &(seq, route_id, deadline) in &due {
+                self.metrics.gateway.timeouts.inc();
+                if let Some((route_index, _)) = self.routes.lookup_indexed(route_id) {
+                    let answered = Answered {
+                        route_index,
+                        deadline,
+                        answer_slot: crate::metrics::answer_slot(Some(ErrorCode::Timeout as u16)),
+                    };
+                    self.record_latency(answered, now);
+                }
+                expired += 1;
+                self.push_error(
+                    session_id,
+                    route_id,
+                    seq,
+                    ErrorCode::Timeout,
+                    "no answer in time",
+                );
+            }
+            due.clear();
+            self.due = due;
+        }
+        expired
+    }
+
+    /// When `expire` may next have work: at or before the earliest deadline
+    /// of a request in flight (a request answered since its session was
+    /// armed can leave it earlier).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.peek().map(|Reverse((at, _))| *at)
+    }
+}

@@ -1,0 +1,134 @@
+//! The login handshake: the binding, held requests and their replay.
+
+use super::*;
+
+#[test]
+fn bind_winner_and_loser_are_counted() {
+    let mut f = Fixture::new();
+    let (s, _) = f.open();
+    assert_eq!(
+        f.core
+            .apply_binding(s, Target::Player, 7, 0)
+            .unwrap()
+            .session_epoch,
+        1
+    );
+    assert!(matches!(
+        f.core.apply_binding(s, Target::Player, 8, 0),
+        Err(BindError::EpochExpired(_))
+    ));
+    assert_eq!(
+        f.core.apply_binding(99, Target::Player, 8, 0),
+        Err(BindError::UnknownSession)
+    );
+    assert_eq!(f.metrics.gateway.binds.get(), 1);
+    assert_eq!(f.metrics.gateway.binds_epoch_expired.get(), 1);
+    assert_eq!(f.core.session(s).unwrap().player_id, 7);
+}
+
+#[test]
+fn a_login_binds_only_when_its_player_object_admits_it() {
+    let mut f = Fixture::new();
+    let (s, outbox) = f.open();
+    let login = f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    assert_eq!(login.binding.target, Target::Auth);
+    // The player object is asked with the epoch the session will have.
+    assert_eq!(f.core.begin_login(s, 1, 7), Some(1));
+    assert_eq!(f.core.begin_login(s, 1, 7), None, "one login at a time");
+    assert_eq!(f.core.session(s).unwrap().player_id, 0, "not bound yet");
+    let bound = f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    assert_eq!(bound.map(|b| (b.player_id, b.session_epoch)), Some((7, 1)));
+    let answer = &frames(&outbox)[0];
+    assert_eq!((answer.0, answer.2), (FrameKind::Response, 1));
+    assert_eq!(answer.3, 7u64.to_le_bytes());
+    // A second decision for the same login is late, and changes nothing.
+    assert!(f
+        .core
+        .complete_login(s, 1, LoginOutcome::Admitted, f.now)
+        .is_none());
+    assert_eq!(f.core.session(s).unwrap().session_epoch, 1);
+}
+
+#[test]
+fn a_refused_login_leaves_the_session_logged_out_with_the_reason() {
+    let mut f = Fixture::new();
+    let (s, outbox) = f.open();
+    f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    f.core.begin_login(s, 1, 7);
+    let refused = LoginOutcome::Refused(ErrorCode::AuthFailed, "player already logged in");
+    assert!(f.core.complete_login(s, 1, refused, f.now).is_none());
+    let answer = &frames(&outbox)[0];
+    assert_eq!(error_code(answer), ErrorCode::AuthFailed as u16);
+    assert_eq!(
+        decode_error_body(&answer.3).unwrap().1,
+        "player already logged in"
+    );
+    assert!(!f.core.session(s).unwrap().is_logged_in());
+}
+
+#[test]
+fn requests_behind_a_pending_login_wait_then_replay_in_order() {
+    let mut f = Fixture::new();
+    let (s, _outbox) = f.open();
+    f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    f.core.begin_login(s, 1, 7);
+    // Pipelined behind the login: held, not answered AUTH_REQUIRED (the
+    // fixture allows two in flight: the login and this one).
+    assert!(f.request(s, route::PLAYER_GET, 2).is_none());
+    let mut released = Vec::new();
+    f.core.take_released(&mut released);
+    assert!(released.is_empty(), "nothing to replay while pending");
+    f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    f.core.take_released(&mut released);
+    assert_eq!(released.len(), 1);
+    let (session, held) = &released[0];
+    assert_eq!(*session, s);
+    let seqs: Vec<u32> = held.iter().map(|frame| frame.header.seq).collect();
+    assert_eq!(seqs, [2]);
+    // Replayed, they pass the checks as the logged-in session.
+    let frame = &held[0];
+    let ingress = f
+        .core
+        .on_held_request(s, frame.header, &frame.body, f.now)
+        .unwrap();
+    assert_eq!(ingress.binding.player_id, 7);
+}
+
+#[test]
+fn a_login_that_times_out_releases_what_waited_behind_it() {
+    let mut f = Fixture::new();
+    let (s, outbox) = f.open();
+    f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    f.core.begin_login(s, 1, 7);
+    assert!(f.request(s, route::PLAYER_GET, 2).is_none());
+    let later = f.now + limits().request_timeout;
+    assert_eq!(f.core.expire(later), 1);
+    assert_eq!(error_code(&frames(&outbox)[0]), ErrorCode::Timeout as u16);
+    let mut released = Vec::new();
+    f.core.take_released(&mut released);
+    assert_eq!(released.len(), 1, "the held get is replayed");
+    // The late decision finds no login pending.
+    assert!(f
+        .core
+        .complete_login(s, 1, LoginOutcome::Admitted, later)
+        .is_none());
+    assert!(!f.core.session(s).unwrap().is_logged_in());
+}
+
+#[test]
+fn held_requests_are_bounded_by_the_in_flight_limit() {
+    let mut f = Fixture::new();
+    let (s, outbox) = f.open();
+    f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    f.core.begin_login(s, 1, 7);
+    let max = limits().inflight_max as u32;
+    for seq in 2..=max {
+        assert!(f.request(s, route::PLAYER_GET, seq).is_none());
+    }
+    assert!(frames(&outbox).is_empty(), "{max} in flight or held");
+    assert!(f.request(s, route::PLAYER_GET, max + 1).is_none());
+    assert_eq!(
+        error_code(&frames(&outbox)[0]),
+        ErrorCode::Overloaded as u16
+    );
+}
