@@ -309,14 +309,18 @@ impl GatewayHandle {
             .0
             .auth
             .handle(&mut self.0.state.borrow_mut(), ingress, now, now_unix_s);
-        let AuthStep::Verified { player_id } = step else {
+        let AuthStep::Verified {
+            player_id,
+            expiry_unix_s,
+        } = step
+        else {
             return;
         };
-        let bound_epoch =
-            self.0
-                .state
-                .borrow_mut()
-                .begin_login(ingress.session_id, ingress.seq, player_id);
+        let bound_epoch = {
+            let mut state = self.0.state.borrow_mut();
+            state.set_token_expiry(ingress.session_id, expiry_unix_s);
+            state.begin_login(ingress.session_id, ingress.seq, player_id)
+        };
         let Some(bound_epoch) = bound_epoch else {
             return self.answer(ingress, ErrorCode::BadRequest, "login in progress");
         };
@@ -452,7 +456,8 @@ async fn expire_loop(gateway: GatewayHandle) {
     }
 }
 
-/// Closes sessions silent for `idle_timeout_ms`. A sweep on a period
+/// Closes sessions silent for `idle_timeout_ms`, and kicks those whose
+/// token expired (docs/protocol.md, section 2). A sweep on a period
 /// rather than a timeout on every read: a read timeout is a timer insert
 /// and removal plus a clock read per read, on the ping path's every batch.
 async fn idle_loop(gateway: GatewayHandle) {
@@ -460,11 +465,10 @@ async fn idle_loop(gateway: GatewayHandle) {
     let tick = (idle / 10).clamp(Duration::from_millis(1), MAX_IDLE_TICK);
     loop {
         shards::sleep(tick).await;
-        let closed = gateway
-            .0
-            .state
-            .borrow_mut()
-            .close_idle(Instant::now(), idle);
+        let closed = {
+            let mut state = gateway.0.state.borrow_mut();
+            state.close_idle(Instant::now(), idle) + state.kick_expired(unix_now_s())
+        };
         if closed > 0 {
             gateway.flush_notices();
         }

@@ -46,6 +46,9 @@ super::metric_set! {
         "routerd_gateway_binds_epoch_expired_total" Counter { binds_epoch_expired }
         /// Sessions kicked (sys.kicked, then closed).
         "routerd_gateway_kicks_total" Counter { kicks }
+        /// Logged-in sessions kicked because the token of their login expired (counted in
+        /// routerd_gateway_kicks_total as well).
+        "routerd_gateway_token_expired_kicks_total" Counter { token_expired_kicks }
         /// Sessions told to move to another gateway (sys.redirect) because this node drains.
         "routerd_gateway_redirects_total" Counter { redirects }
         /// Redirected sessions the gateway closed when cluster.redirect_grace_ms had passed (the
