@@ -8,6 +8,8 @@
 //! - [`key`]: object keys and `shard_of`, the stable key-to-core partition.
 //! - [`hash`]: the stable hash every node agrees on.
 //! - [`ids`]: how session ids and request numbers name their core.
+//! - [`websocket`]: RFC 6455's handshake and framing, sans-IO, for the
+//!   gateway's WebSocket listener and the project's clients.
 
 pub mod client;
 pub mod frame;
@@ -15,5 +17,6 @@ pub mod hash;
 pub mod ids;
 pub mod key;
 pub mod token;
+pub mod websocket;
 
 pub use key::{shard_of, ObjectKey};
