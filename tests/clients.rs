@@ -1,6 +1,7 @@
 //! The client libraries of `clients/` against this build's `routerd`: the
 //! Python package's unittest suite and the TypeScript package's node:test
-//! suite (each starts its own nodes with the binary it is given), so the
+//! suite, with the demo chat page in Chromium (each starts its own nodes
+//! with the binary it is given), so the
 //! README's `cargo test --workspace` runs them. Each needs its runtime: in
 //! CI a missing one fails, elsewhere the test says why it skipped.
 
@@ -92,6 +93,7 @@ fn typescript_client_suite() {
         "--test",
         "dist/test/codec.test.js",
         "dist/test/live.test.js",
+        "dist/test/browser.test.js",
     ]);
     run_suite(command, &dir, "the TypeScript client's tests");
 }

@@ -78,7 +78,8 @@ class Cluster:
         self.nodes: list[Node] = []
         self._starts = 0
 
-    def config(self, node_id: int, gateway_port: int = 0, extra: str = "") -> str:
+    def config(self, node_id: int, gateway_port: int = 0, gateway_extra: str = "") -> str:
+        """`gateway_extra`: more keys of `[gateway]` (websocket_listen, say)."""
         db = self.dir / "cluster.db"
         data = self.dir / f"data-{node_id}"
         return (
@@ -89,17 +90,17 @@ class Cluster:
             "heartbeat_interval_ms = 100\nfence_after_ms = 400\ndown_after_ms = 800\n"
             "redirect_grace_ms = 5000\n"
             '[services.player]\npersist = "on_write"\n'
-            f'[gateway]\nlisten = "127.0.0.1:{gateway_port}"\n'
+            f'[gateway]\nlisten = "127.0.0.1:{gateway_port}"\n{gateway_extra}\n'
             '[admin]\nlisten = "127.0.0.1:0"\n'
-            f'[auth]\nsecret = "{SECRET}"\n{extra}'
+            f'[auth]\nsecret = "{SECRET}"\n'
         )
 
-    def start(self, node_id: int, gateway_port: int = 0, extra: str = "") -> Node:
+    def start(self, node_id: int, gateway_port: int = 0, gateway_extra: str = "") -> Node:
         path = binary()
         assert path, "ROUTERD_BIN names no routerd binary"
         self._starts += 1
         config = self.dir / f"node-{node_id}-{self._starts}.toml"
-        config.write_text(self.config(node_id, gateway_port, extra))
+        config.write_text(self.config(node_id, gateway_port, gateway_extra))
         env = {k: v for k, v in os.environ.items() if k != "ROUTERD_AUTH_SECRET"}
         process = subprocess.Popen(
             [path, "serve", "--config", str(config)],

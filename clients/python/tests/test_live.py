@@ -42,7 +42,8 @@ class OneNode(unittest.IsolatedAsyncioTestCase):
     def setUpClass(cls) -> None:
         need_binary()
         cls.cluster = nodes.Cluster()
-        cls.node = cls.cluster.start(1)
+        cls.ws_port = nodes.free_port()
+        cls.node = cls.cluster.start(1, gateway_extra=f'websocket_listen = "127.0.0.1:{cls.ws_port}"')
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -56,6 +57,30 @@ class OneNode(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(await client.player_incr(-2), before + 3)
             self.assertEqual(await client.player_get(), before + 3)
             self.assertEqual(await client.ping(b"hello"), b"hello")
+
+    async def test_websocket_login_incr_and_a_push_from_a_tcp_client(self) -> None:
+        try:
+            import websockets  # noqa: F401
+        except ImportError:
+            if os.environ.get("CI"):
+                raise
+            self.skipTest("no websockets package")
+        got: asyncio.Queue[RoomMessage] = asyncio.Queue()
+        ws = await Client.connect(f"ws://127.0.0.1:{self.ws_port}/", token_for(SECRET, 510))
+        tcp = await Client.connect(self.node.url(), token_for(SECRET, 511))
+        ws.on("room_message", got.put_nowait)
+        try:
+            before = await ws.player_get()
+            self.assertEqual(await ws.player_incr(7), before + 7)
+            await ws.room_join(79)
+            await tcp.room_join(79)
+            await tcp.room_say(79, "over tcp, to ws")
+            self.assertEqual(await asyncio.wait_for(got.get(), 5), RoomMessage(79, 511, "over tcp, to ws"))
+            answers = await asyncio.gather(*(ws.ping(bytes([i])) for i in range(32)))
+            self.assertEqual(answers, [bytes([i]) for i in range(32)])
+        finally:
+            await ws.close()
+            await tcp.close()
 
     async def test_room_push_reaches_a_second_client(self) -> None:
         got: asyncio.Queue[RoomMessage] = asyncio.Queue()

@@ -25,9 +25,14 @@ function once<T>(client: Client, event: "room_message" | "kicked" | "reconnected
 
 const single = new Cluster();
 after(() => single.close());
+let wsPort = 0;
 const nodeOf = (() => {
   let started: ReturnType<Cluster["start"]> | null = null;
-  return () => (started ??= single.start(1));
+  return () =>
+    (started ??= freePort().then((port) => {
+      wsPort = port;
+      return single.start(1, 0, `websocket_listen = "127.0.0.1:${port}"`);
+    }));
 })();
 
 test("login, incr and get", { skip }, async () => {
@@ -40,6 +45,23 @@ test("login, incr and get", { skip }, async () => {
   assert.equal(await client.playerGet(), before + 3n);
   assert.deepEqual(await client.ping(new TextEncoder().encode("hi")), new TextEncoder().encode("hi"));
   client.close();
+});
+
+test("WebSocket: login, incr, and a push from a TCP client", { skip }, async () => {
+  const node = await nodeOf();
+  const ws = await connect(`ws://127.0.0.1:${wsPort}/`, await tokenFor(SECRET, 810));
+  const tcp = await connect(node.url(), await tokenFor(SECRET, 811));
+  const got = once<RoomMessage>(ws, "room_message");
+  const before = await ws.playerGet();
+  assert.equal(await ws.playerIncr(7), before + 7n);
+  await ws.roomJoin(80);
+  await tcp.roomJoin(80);
+  await tcp.roomSay(80, "over tcp, to ws");
+  assert.deepEqual(await got, { roomId: 80n, fromPlayerId: 811n, text: "over tcp, to ws" });
+  const answers = await Promise.all(Array.from({ length: 32 }, (_, i) => ws.ping(Uint8Array.of(i))));
+  assert.deepEqual(answers, Array.from({ length: 32 }, (_, i) => Uint8Array.of(i)));
+  ws.close();
+  tcp.close();
 });
 
 test("a room push reaches a second client", { skip }, async () => {

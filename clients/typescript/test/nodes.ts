@@ -63,7 +63,8 @@ export class Cluster {
   readonly nodes: Node[] = [];
   private starts = 0;
 
-  config(nodeId: number, gatewayPort: number, extra: string): string {
+  /** gatewayExtra: more keys of [gateway] (websocket_listen, say). */
+  config(nodeId: number, gatewayPort: number, gatewayExtra: string): string {
     return [
       `[node]\nid = ${nodeId}\ndata_dir = ${JSON.stringify(join(this.dir, `data-${nodeId}`))}`,
       `[cores]\ncount = 1\nrecv_buffers = 64\nshutdown_deadline_ms = 3000`,
@@ -71,19 +72,18 @@ export class Cluster {
       `[cluster]\nlisten = "127.0.0.1:0"\nsecret = "the client tests' cluster secret"`,
       `heartbeat_interval_ms = 100\nfence_after_ms = 400\ndown_after_ms = 800\nredirect_grace_ms = 5000`,
       `[services.player]\npersist = "on_write"`,
-      `[gateway]\nlisten = "127.0.0.1:${gatewayPort}"`,
+      `[gateway]\nlisten = "127.0.0.1:${gatewayPort}"\n${gatewayExtra}`,
       `[admin]\nlisten = "127.0.0.1:0"`,
       `[auth]\nsecret = "${SECRET}"`,
-      extra,
     ].join("\n");
   }
 
-  start(nodeId: number, gatewayPort = 0, extra = ""): Promise<Node> {
+  start(nodeId: number, gatewayPort = 0, gatewayExtra = ""): Promise<Node> {
     const path = binary();
     if (!path) throw new Error("ROUTERD_BIN names no routerd binary");
     this.starts += 1;
     const file = join(this.dir, `node-${nodeId}-${this.starts}.toml`);
-    writeFileSync(file, this.config(nodeId, gatewayPort, extra));
+    writeFileSync(file, this.config(nodeId, gatewayPort, gatewayExtra));
     const env = { ...process.env };
     delete env.ROUTERD_AUTH_SECRET;
     const child = spawn(path, ["serve", "--config", file], { stdio: ["ignore", "ignore", "pipe"], env });
