@@ -30,8 +30,22 @@ fn works(program: &Path, arg: &str) -> bool {
 /// Runs `command` in `dir` with the binary's path; asserts it passed,
 /// showing its output either way.
 fn run_suite(mut command: Command, dir: &Path, what: &str) {
+    // A certificate for the suites' TLS listeners, made here: no private
+    // key lives in the repository.
+    let certs = tempfile::tempdir().unwrap();
+    let certified = rcgen::generate_simple_self_signed(vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+    ])
+    .expect("test certificate");
+    let cert_file = certs.path().join("gateway.crt");
+    let key_file = certs.path().join("gateway.key");
+    std::fs::write(&cert_file, certified.cert.pem()).unwrap();
+    std::fs::write(&key_file, certified.signing_key.serialize_pem()).unwrap();
     let out = command
         .current_dir(dir)
+        .env("ROUTERD_TEST_CERT_FILE", &cert_file)
+        .env("ROUTERD_TEST_KEY_FILE", &key_file)
         .env("ROUTERD_BIN", env!("CARGO_BIN_EXE_routerd"))
         .env("ROUTERD_PROTOCOL_DOC", root().join("docs/protocol.md"))
         .output()

@@ -17,6 +17,9 @@ import urllib.request
 from pathlib import Path
 
 SECRET = "client-library-test-secret"
+#: A certificate and key for TLS listeners (tests/clients.rs makes them).
+CERT_FILE = os.environ.get("ROUTERD_TEST_CERT_FILE")
+KEY_FILE = os.environ.get("ROUTERD_TEST_KEY_FILE")
 #: How long a node gets to print its addresses.
 START_TIMEOUT_S = 20.0
 

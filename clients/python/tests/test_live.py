@@ -5,7 +5,9 @@ reconnect after a restart, the in-flight bound, token expiry."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import ssl
 import time
 import unittest
 
@@ -43,7 +45,14 @@ class OneNode(unittest.IsolatedAsyncioTestCase):
         need_binary()
         cls.cluster = nodes.Cluster()
         cls.ws_port = nodes.free_port()
-        cls.node = cls.cluster.start(1, gateway_extra=f'websocket_listen = "127.0.0.1:{cls.ws_port}"')
+        cls.tls_port = nodes.free_port()
+        extra = f'websocket_listen = "127.0.0.1:{cls.ws_port}"\n'
+        if nodes.CERT_FILE:
+            extra += (
+                f'tls_listen = "127.0.0.1:{cls.tls_port}"\n'
+                f"tls_cert_file = {json.dumps(nodes.CERT_FILE)}\ntls_key_file = {json.dumps(nodes.KEY_FILE)}\n"
+            )
+        cls.node = cls.cluster.start(1, gateway_extra=extra)
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -81,6 +90,20 @@ class OneNode(unittest.IsolatedAsyncioTestCase):
         finally:
             await ws.close()
             await tcp.close()
+
+    async def test_tls_login_and_incr(self) -> None:
+        if not nodes.CERT_FILE:
+            if os.environ.get("CI"):
+                raise AssertionError("ROUTERD_TEST_CERT_FILE is not set")
+            self.skipTest("ROUTERD_TEST_CERT_FILE is not set (tests/clients.rs makes one)")
+        context = ssl.create_default_context(cafile=nodes.CERT_FILE)
+        url = f"tls://127.0.0.1:{self.tls_port}"
+        async with await Client.connect(url, token_for(SECRET, 512), ssl_context=context) as client:
+            before = await client.player_get()
+            self.assertEqual(await client.player_incr(2), before + 2)
+        # A client that does not trust the certificate does not get in.
+        with self.assertRaises(ssl.SSLError):
+            await Client.connect(url, token_for(SECRET, 512))
 
     async def test_room_push_reaches_a_second_client(self) -> None:
         got: asyncio.Queue[RoomMessage] = asyncio.Queue()

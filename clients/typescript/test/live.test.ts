@@ -3,6 +3,7 @@
 // token expiry.
 
 import { test, after } from "node:test";
+import { readFileSync } from "node:fs";
 import assert from "node:assert/strict";
 
 import { connect, mintToken, tokenFor, RoomMessage, ServerError, ConnectionLost, Kicked, RouterdError, Client } from "../src/node.js";
@@ -26,13 +27,19 @@ function once<T>(client: Client, event: "room_message" | "kicked" | "reconnected
 const single = new Cluster();
 after(() => single.close());
 let wsPort = 0;
+let tlsPort = 0;
+const CERT_FILE = process.env.ROUTERD_TEST_CERT_FILE;
+const KEY_FILE = process.env.ROUTERD_TEST_KEY_FILE;
 const nodeOf = (() => {
   let started: ReturnType<Cluster["start"]> | null = null;
   return () =>
-    (started ??= freePort().then((port) => {
-      wsPort = port;
-      return single.start(1, 0, `websocket_listen = "127.0.0.1:${port}"`);
-    }));
+    (started ??= (async () => {
+      wsPort = await freePort();
+      tlsPort = await freePort();
+      let extra = `websocket_listen = "127.0.0.1:${wsPort}"\n`;
+      if (CERT_FILE) extra += `tls_listen = "127.0.0.1:${tlsPort}"\ntls_cert_file = ${JSON.stringify(CERT_FILE)}\ntls_key_file = ${JSON.stringify(KEY_FILE)}\n`;
+      return single.start(1, 0, extra);
+    })());
 })();
 
 test("login, incr and get", { skip }, async () => {
@@ -62,6 +69,20 @@ test("WebSocket: login, incr, and a push from a TCP client", { skip }, async () 
   assert.deepEqual(answers, Array.from({ length: 32 }, (_, i) => Uint8Array.of(i)));
   ws.close();
   tcp.close();
+});
+
+test("TLS: login and incr, and a client that does not trust the certificate stays out", { skip }, async () => {
+  if (!CERT_FILE) {
+    if (process.env.CI) throw new Error("ROUTERD_TEST_CERT_FILE is not set");
+    return;
+  }
+  await nodeOf();
+  const url = `tls://127.0.0.1:${tlsPort}`;
+  const client = await connect(url, await tokenFor(SECRET, 812), { tls: { ca: readFileSync(CERT_FILE) } });
+  const before = await client.playerGet();
+  assert.equal(await client.playerIncr(2), before + 2n);
+  client.close();
+  await assert.rejects(connect(url, await tokenFor(SECRET, 812)), /self.signed|certificate/i);
 });
 
 test("a room push reaches a second client", { skip }, async () => {
