@@ -33,11 +33,9 @@ fn run_suite(mut command: Command, dir: &Path, what: &str) {
     // A certificate for the suites' TLS listeners, made here: no private
     // key lives in the repository.
     let certs = tempfile::tempdir().unwrap();
-    let certified = rcgen::generate_simple_self_signed(vec![
-        "localhost".to_string(),
-        "127.0.0.1".to_string(),
-    ])
-    .expect("test certificate");
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .expect("test certificate");
     let cert_file = certs.path().join("gateway.crt");
     let key_file = certs.path().join("gateway.key");
     std::fs::write(&cert_file, certified.cert.pem()).unwrap();
@@ -71,7 +69,10 @@ fn python_client_suite() {
     let mut command = Command::new(&python);
     command
         .args(["-m", "unittest", "discover", "-s", "tests", "-t", "tests"])
-        .env("PYTHONPATH", format!("{}:{}", dir.display(), dir.join("tests").display()))
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", dir.display(), dir.join("tests").display()),
+        )
         // The asyncio debug mode of IsolatedAsyncioTestCase logs slow
         // callbacks on a loaded machine: noise, not failures.
         .env("PYTHONASYNCIODEBUG", "0")
