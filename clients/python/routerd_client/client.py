@@ -188,11 +188,10 @@ class Client:
             self._slots.release()
         conn = self._conn
         assert conn is not None
-        try:
-            future = await self._send(conn, route_id, body)
-        except BaseException:
-            self._slots.release()
-            raise
+        # The request is in conn.pending from here on, with its slot: the
+        # answer (or the connection's end) releases it, even if this caller
+        # is cancelled.
+        future = await self._send(conn, route_id, body)
         return await self._await(future, deadline - loop.time(), timeout)
 
     async def _acquire(self) -> None:
