@@ -240,3 +240,55 @@ fn a_changed_certificate_is_served_without_a_restart_and_a_broken_one_is_not() {
     // Sessions opened before the reload go on.
     before.incr(2);
 }
+
+/// `routerd client --tls` to the TLS listener, and `--websocket --tls` to
+/// a `websocket_tls` listener, each with the test CA.
+#[test]
+fn routerd_client_speaks_tls_and_websocket_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = make_cert(dir.path(), "gateway");
+    let mut config = tls_config(&cert);
+    config.gateway.websocket_listen = Some("127.0.0.1:0".parse().unwrap());
+    config.gateway.websocket_tls = true;
+    let node = TestNode::start(config);
+    let run = |address: std::net::SocketAddr, websocket: bool, player: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_routerd"));
+        command
+            .args(["client", "--addr", &format!("localhost:{}", address.port())])
+            .args(["--tls", "--ca-file"])
+            .arg(&cert.cert_file)
+            .args(["--player-id", player])
+            .env("ROUTERD_AUTH_SECRET", SECRET)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        if websocket {
+            command.arg("--websocket");
+        }
+        let mut child = command.spawn().expect("routerd client");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"incr 5\nincr 2\n")
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+    };
+    let over_tls = run(node.tls(), false, "81");
+    assert!(
+        over_tls.contains("OK login 81") && over_tls.contains("OK incr 7"),
+        "{over_tls}"
+    );
+    let over_wss = run(node.websocket(), true, "82");
+    assert!(
+        over_wss.contains("OK login 82") && over_wss.contains("OK incr 7"),
+        "{over_wss}"
+    );
+}

@@ -23,6 +23,9 @@ fn ws_config() -> Config {
     config
 }
 
+/// A malformed case: its name, what it sends, the close code it gets.
+type Case<'a> = (&'a str, &'a dyn Fn(&mut WsClient), u16);
+
 fn ws(node: &TestNode) -> WsClient {
     WsClient::upgrade(Box::new(tcp_connect(node.websocket())))
 }
@@ -65,7 +68,7 @@ fn malformed_frames_close_with_their_codes_and_leave_other_sessions_alone() {
         client.send_raw(&bytes);
     };
     let too_big = |client: &mut WsClient| client.send_message(Opcode::Binary, &[0; 2000]);
-    let cases: [(&str, &dyn Fn(&mut WsClient), u16); 3] = [
+    let cases: [Case<'_>; 3] = [
         ("text message", &text, 1003),
         ("unmasked frame", &unmasked, 1002),
         ("message over the bound", &too_big, 1009),

@@ -634,11 +634,8 @@ fn decode_frames(
             // Frames whole in the received buffer are handled where they
             // lie: no copy, and a connection whose frames arrive whole
             // never allocates a decoding buffer of its own.
-            loop {
-                match decoder.next_frame_in(&mut rest)? {
-                    Some(frame) => handle_frame(gateway, session_id, frame, now),
-                    None => break,
-                }
+            while let Some(frame) = decoder.next_frame_in(&mut rest)? {
+                handle_frame(gateway, session_id, frame, now);
             }
             if rest.is_empty() {
                 break;
@@ -649,11 +646,8 @@ fn decode_frames(
             // failed).
             let taken = decoder.extend(rest);
             rest = &rest[taken..];
-            loop {
-                match decoder.next_frame()? {
-                    Some(frame) => handle_frame(gateway, session_id, frame, now),
-                    None => break,
-                }
+            while let Some(frame) = decoder.next_frame()? {
+                handle_frame(gateway, session_id, frame, now);
             }
         }
     }
