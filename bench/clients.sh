@@ -16,7 +16,8 @@ SECRET="bench-clients-secret"
 seconds=${DURATION%s}
 warmup=${WARMUP%s}
 
-build
+# BUILD=0 runs the binaries already built (ROUTERD=..., $BIN/loadgen).
+if [ "${BUILD:-1}" = 1 ]; then build; fi
 (cd "$ROOT/clients/typescript" && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && npx tsc -p .)
 
 GW_PORT=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
