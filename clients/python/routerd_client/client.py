@@ -222,7 +222,7 @@ class Client:
         except asyncio.TimeoutError:
             raise RequestTimeout(f"no answer within {timeout} s") from None
 
-    # Typed helpers of the built-in routes (docs/protocol.md, section 5).
+    # Typed calls of the built-in routes (docs/protocol.md, section 5).
 
     async def ping(self, data: bytes = b"", **kw: Any) -> bytes:
         return await self.call(p.Route.SYS_PING, data, **kw)

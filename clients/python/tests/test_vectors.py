@@ -1,5 +1,5 @@
 """Every test vector of docs/protocol.md, through the client's encoder and
-decoder, and the token helper."""
+decoder, and token minting."""
 
 from __future__ import annotations
 

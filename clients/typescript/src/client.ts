@@ -218,7 +218,7 @@ export class Client {
     }
   }
 
-  // Typed helpers of the built-in routes (docs/protocol.md, section 5).
+  // Typed calls of the built-in routes (docs/protocol.md, section 5).
 
   ping(data: Uint8Array = new Uint8Array(), options?: { timeoutMs?: number }): Promise<Uint8Array> {
     return this.call(p.Route.SYS_PING, data, options);

@@ -1,4 +1,4 @@
-// Every test vector of docs/protocol.md through the encoder and decoder, and the token helper.
+// Every test vector of docs/protocol.md through the encoder and decoder, and token minting.
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
