@@ -2,8 +2,8 @@
 #
 # test_deps_install: Debian's chromium (browser tests), prometheus (its promtool
 # checks the metrics and alert rules) and valgrind (the runtime's model test),
-# installed only when missing; the Node.js packages of tests/browser from their
-# committed lockfile; a Python virtual environment with tests/python/requirements.txt.
+# installed only when missing; the Node.js packages of tests/browser and
+# clients/typescript from their committed lockfiles; a Python virtual environment with tests/python/requirements.txt.
 # It exports what the tests look for:
 #   ROUTERD_TEST_PYTHON        the venv's python (has the `websockets` package)
 #   ROUTERD_BROWSER_MODULES    tests/browser/node_modules (playwright-core)
@@ -30,6 +30,8 @@ test_deps_install() {
     test_deps_apt
     echo "== npm ci (tests/browser)"
     (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+    echo "== npm ci (clients/typescript: tsc and Node.js types, compiled by tests/clients.rs)"
+    (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error)
     echo "== python venv (tests/python/requirements.txt)"
     python3 -m venv "$root/target/test-venv"
     "$root/target/test-venv/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt

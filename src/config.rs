@@ -160,6 +160,29 @@ pub struct GatewayConfig {
     /// Requests one session may send at once above the sustained rate (the
     /// depth of its token bucket).
     pub session_request_burst_max: u32,
+    /// A second client listener speaking TLS (rustls, records in
+    /// userspace), the same protocol inside; none when unset.
+    pub tls_listen: Option<SocketAddr>,
+    /// The certificate chain (PEM) of the TLS listeners; re-read when the
+    /// file changes (checked every `tls_reload_interval_ms`).
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) matching `tls_cert_file`.
+    pub tls_key_file: Option<PathBuf>,
+    /// A TLS handshake not finished this long after accept is closed.
+    pub tls_handshake_timeout_ms: u64,
+    /// TLS handshakes one core runs at once; a connection accepted past
+    /// it is closed before its handshake starts.
+    pub tls_handshakes_max: u32,
+    /// How often the certificate and key files are checked for a change.
+    pub tls_reload_interval_ms: u64,
+    /// A client listener speaking WebSocket (RFC 6455, upgrade on `/`);
+    /// none when unset.
+    pub websocket_listen: Option<SocketAddr>,
+    /// The WebSocket listener speaks TLS (`wss://`) with the certificate
+    /// of `tls_cert_file`.
+    pub websocket_tls: bool,
+    /// `Origin` values a WebSocket upgrade may carry; empty: any.
+    pub websocket_origins: Vec<String>,
 }
 
 impl Default for GatewayConfig {
@@ -179,6 +202,15 @@ impl Default for GatewayConfig {
             // Two windows of inflight_max: a client that pipelines up to
             // its in-flight bound is never refused for bursting.
             session_request_burst_max: 2 * 1024,
+            tls_listen: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_handshake_timeout_ms: 10_000,
+            tls_handshakes_max: 256,
+            tls_reload_interval_ms: 5_000,
+            websocket_listen: None,
+            websocket_tls: false,
+            websocket_origins: Vec::new(),
         }
     }
 }

@@ -221,7 +221,7 @@ fn stale_epoch_egress_is_dropped_and_counted() {
                     bound: bound.clone(),
                     gateway: RefCell::new(Some(gateway.clone())),
                 }));
-                shards::spawn(serve(gateway.clone(), listener)).detach();
+                shards::spawn(serve(gateway.clone(), listener, Vec::new())).detach();
                 core.ready();
                 // Wait (polling: the test thread is not on this executor) for
                 // the client's login.

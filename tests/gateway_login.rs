@@ -119,3 +119,27 @@ fn kick_racing_disconnect_notifies_once() {
         assert_eq!(client.call(route::SYS_PING, 9, b"ok").body, b"ok");
     }
 }
+
+#[test]
+fn a_session_is_kicked_when_its_token_expires() {
+    let node = TestNode::start(support::config());
+    let mut client = node.connect();
+    // Valid for the rest of this second and the next: expiry is 2 s away
+    // at most, and the gateway's sweep runs every second.
+    let expiry = unix_now() + 2;
+    let short = wire::token::mint(SECRET.as_bytes(), 7, expiry);
+    let reply = client.call(route::AUTH_LOGIN, 1, short.as_bytes());
+    assert_eq!(reply.kind, FrameKind::Response, "{reply:?}");
+    let ping = client.call(route::SYS_PING, 2, b"still valid");
+    assert_eq!(ping.body, b"still valid");
+    // recv's read timeout (3 s) bounds the wait: the kick comes within
+    // about a second of expiry.
+    let kicked = client.recv();
+    assert!(unix_now() >= expiry, "kicked before its token expired");
+    assert_eq!(
+        (kicked.kind, kicked.route_id, kicked.body.as_slice()),
+        (FrameKind::Push, route::SYS_KICKED, &b"token expired"[..])
+    );
+    client.expect_closed();
+    node.wait_metric("routerd_gateway_token_expired_kicks_total", 1);
+}

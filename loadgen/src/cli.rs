@@ -268,6 +268,64 @@ pub struct Args {
     /// is a terminal anyway).
     #[arg(long)]
     pub quiet: bool,
+
+    /// Speak TLS: to routerd's `gateway.tls_listen` (ALPN routerd), with
+    /// --websocket to a `websocket_tls` listener (ALPN http/1.1), or with
+    /// --proto resp to a Redis `--tls-port` (no ALPN).
+    #[arg(long)]
+    pub tls: bool,
+
+    /// --tls: the CA certificate (PEM) that signed the server's.
+    #[arg(long, requires = "tls")]
+    pub ca_file: Option<PathBuf>,
+
+    /// --tls: accept any certificate (tests and benchmarks on loopback).
+    #[arg(long, requires = "tls", conflicts_with = "ca_file")]
+    pub insecure: bool,
+
+    /// --tls: the name the server's certificate must carry.
+    #[arg(long, default_value = "localhost", requires = "tls")]
+    pub server_name: String,
+
+    /// Speak WebSocket to routerd's `gateway.websocket_listen`: the upgrade
+    /// on `/`, then each batch of requests in one binary message.
+    #[arg(long, conflicts_with = "spawn_node")]
+    pub websocket: bool,
+}
+
+impl Args {
+    /// The TLS and WebSocket layers every connection speaks through.
+    pub fn layers(&self) -> Result<Option<crate::engine::LayerSpec>, String> {
+        if !self.tls && !self.websocket {
+            return Ok(None);
+        }
+        if self.websocket && self.proto == Proto::Resp {
+            return Err("--websocket speaks routerd's protocol, not --proto resp".into());
+        }
+        let tls = if self.tls {
+            let alpn: &[u8] = match (self.proto, self.websocket) {
+                (_, true) => b"http/1.1",
+                (Proto::Routerd, false) => b"routerd",
+                (Proto::Resp, false) => b"",
+            };
+            let mut config =
+                wire::layers::client_config(self.ca_file.as_deref(), self.insecure, alpn)?;
+            if alpn.is_empty() {
+                if let Some(config) = std::sync::Arc::get_mut(&mut config) {
+                    config.alpn_protocols.clear();
+                }
+            }
+            let name = rustls::pki_types::ServerName::try_from(self.server_name.clone())
+                .map_err(|error| format!("--server-name: {error}"))?;
+            Some((config, name))
+        } else {
+            None
+        };
+        Ok(Some(crate::engine::LayerSpec {
+            tls,
+            websocket_host: self.websocket.then(|| self.server_name.clone()),
+        }))
+    }
 }
 
 impl Args {

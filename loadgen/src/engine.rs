@@ -9,6 +9,10 @@
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use rustls::pki_types::ServerName;
+use wire::layers::ClientLayers;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
@@ -65,9 +69,45 @@ struct PendingConnect {
     result: Option<i32>,
 }
 
+/// The TLS and WebSocket layers of every connection (`--tls`,
+/// `--websocket`): each connection, and each reconnect, gets fresh ones.
+#[derive(Clone)]
+pub struct LayerSpec {
+    pub tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    /// The `Host` of the WebSocket upgrade.
+    pub websocket_host: Option<String>,
+}
+
+impl LayerSpec {
+    fn make(&self, seed: u32) -> io::Result<Box<Layered>> {
+        let websocket = self.websocket_host.as_deref().map(|host| (host, seed));
+        let layers = ClientLayers::new(self.tls.clone(), websocket).map_err(io::Error::other)?;
+        Ok(Box::new(Layered {
+            layers,
+            recv: vec![0; LAYER_RECV_BYTES],
+            opened: Vec::new(),
+            opened_at: 0,
+        }))
+    }
+}
+
+/// Bytes one receive of a layered connection may take.
+const LAYER_RECV_BYTES: usize = 16 * 1024;
+
+/// A layered connection's state: the layers, the buffer the kernel
+/// receives wire bytes into, and protocol bytes opened but not yet taken
+/// by the connection's decoder.
+struct Layered {
+    layers: ClientLayers,
+    recv: Vec<u8>,
+    opened: Vec<u8>,
+    opened_at: usize,
+}
+
 /// One connection and the buffers the kernel may be using for it.
 pub struct Slot {
     pub conn: Conn,
+    layered: Option<Box<Layered>>,
     socket: Option<TcpStream>,
     link: Link,
     /// Bytes handed to the kernel; untouched until the send completes.
@@ -111,9 +151,22 @@ pub struct Engine {
     pub link_events: Vec<(usize, LinkEvent)>,
     scratch_events: Vec<Event>,
     completions: Vec<(u64, i32)>,
+    layers: Option<LayerSpec>,
 }
 
 impl Engine {
+    /// Every connection from now on speaks through `spec`'s layers.
+    pub fn set_layers(&mut self, spec: Option<LayerSpec>) {
+        self.layers = spec;
+    }
+
+    fn fresh_layers(&self, index: usize) -> io::Result<Option<Box<Layered>>> {
+        self.layers
+            .as_ref()
+            .map(|spec| spec.make(0x9e37_79b9 ^ index as u32))
+            .transpose()
+    }
+
     pub fn new(connections: usize) -> io::Result<Engine> {
         let want = u32::try_from(connections * 2 + 8).unwrap_or(u32::MAX);
         let entries = want.next_power_of_two().min(RING_ENTRIES_MAX);
@@ -137,14 +190,18 @@ impl Engine {
             link_events: Vec::new(),
             scratch_events: Vec::new(),
             completions: Vec::with_capacity(cq_entries as usize),
+            layers: None,
         })
     }
 
     /// Adds a connection whose socket is already connected (setup).
     pub fn add(&mut self, conn: Conn, stream: TcpStream) -> io::Result<()> {
         prepare(&stream)?;
+        let layered = self.fresh_layers(self.slots.len())?;
+        let has_layers = layered.is_some();
         self.slots.push(Slot {
             conn,
+            layered,
             socket: Some(stream),
             link: Link::Open,
             sending: Vec::with_capacity(4096),
@@ -157,6 +214,10 @@ impl Engine {
             flush_queued: false,
             touched: false,
         });
+        if has_layers {
+            // The ClientHello or the upgrade request leaves first.
+            self.queue_flush(self.slots.len() - 1);
+        }
         Ok(())
     }
 
@@ -231,6 +292,16 @@ impl Engine {
                         slot.socket = Some(pending.socket);
                         slot.link = Link::Open;
                         self.link_events.push((index, LinkEvent::Connected));
+                        match self.fresh_layers(index) {
+                            Ok(layered) => {
+                                let has_layers = layered.is_some();
+                                self.slots[index].layered = layered;
+                                if has_layers {
+                                    self.queue_flush(index);
+                                }
+                            }
+                            Err(_) => self.begin_close(index, true),
+                        }
                     }
                     result => {
                         slot.link = Link::Down;
@@ -380,7 +451,10 @@ impl Engine {
             return Ok(());
         };
         let fd = socket.as_raw_fd();
-        let buf = slot.conn.read_buf();
+        let buf = match &mut slot.layered {
+            Some(layered) => &mut layered.recv[..],
+            None => slot.conn.read_buf(),
+        };
         if buf.is_empty() {
             // The decoder failed earlier (counted there); the connection
             // is done.
@@ -409,7 +483,16 @@ impl Engine {
             slot.sent_len = 0;
             // Take everything written since the last send: one syscall-free
             // batch per connection per loop.
-            std::mem::swap(&mut slot.sending, slot.conn.out_mut());
+            match &mut slot.layered {
+                None => std::mem::swap(&mut slot.sending, slot.conn.out_mut()),
+                Some(layered) => {
+                    // One seal per batch: one WebSocket message, one TLS
+                    // write.
+                    let out = slot.conn.out_mut();
+                    layered.layers.seal(out, &mut slot.sending);
+                    out.clear();
+                }
+            }
             if slot.sending.is_empty() {
                 return Ok(());
             }
@@ -446,16 +529,57 @@ impl Engine {
             return;
         }
         let n = result as usize;
-        slot.conn.advance(n);
-        let received = slot
-            .conn
-            .receive(now_ns, window, stats, &mut self.scratch_events);
+        let received = match &mut slot.layered {
+            None => {
+                slot.conn.advance(n);
+                slot.conn
+                    .receive(now_ns, window, stats, &mut self.scratch_events)
+                    .is_ok()
+            }
+            Some(layered) => {
+                let Layered {
+                    layers,
+                    recv,
+                    opened,
+                    opened_at,
+                } = &mut **layered;
+                let opened_ok = layers.open(&recv[..n], opened).is_ok();
+                // The opened bytes go to the decoder as its buffer takes
+                // them, each part decoded before the next.
+                let mut fed_ok = opened_ok;
+                while fed_ok && *opened_at < opened.len() {
+                    let spare = slot.conn.read_buf();
+                    if spare.is_empty() {
+                        fed_ok = false;
+                        break;
+                    }
+                    let take = spare.len().min(opened.len() - *opened_at);
+                    spare[..take].copy_from_slice(&opened[*opened_at..*opened_at + take]);
+                    *opened_at += take;
+                    slot.conn.advance(take);
+                    fed_ok = slot
+                        .conn
+                        .receive(now_ns, window, stats, &mut self.scratch_events)
+                        .is_ok();
+                }
+                opened.clear();
+                *opened_at = 0;
+                fed_ok
+            }
+        };
         for event in self.scratch_events.drain(..) {
             self.events.push((index, event));
         }
-        if received.is_err() {
+        if !received {
             self.begin_close(index, true);
             return;
+        }
+        if self.slots[index]
+            .layered
+            .as_ref()
+            .is_some_and(|layered| layered.layers.wants_write())
+        {
+            self.queue_flush(index);
         }
         self.touch(index);
     }

@@ -101,6 +101,7 @@ fn run(
     }
     let args = &ctx.args;
     let mut engine = Engine::new(plan.conn_count).map_err(|e| format!("io_uring setup: {e}"))?;
+    engine.set_layers(args.layers()?);
     connect_all(plan, ctx, &mut engine)?;
     let token_expiry_unix_s = token_expiry(args);
     setup_sessions(args, &ctx.secret, token_expiry_unix_s, &mut engine)?;

@@ -92,6 +92,26 @@ impl Config {
         if self.gateway.send_queue_max == 0 || self.cores.mesh_queue_max == 0 {
             return invalid("queue bounds must be positive");
         }
+        let gateway = &self.gateway;
+        let needs_tls = gateway.tls_listen.is_some() || gateway.websocket_tls;
+        if needs_tls && (gateway.tls_cert_file.is_none() || gateway.tls_key_file.is_none()) {
+            return invalid(
+                "gateway.tls_listen and gateway.websocket_tls need gateway.tls_cert_file and \
+                 gateway.tls_key_file",
+            );
+        }
+        if gateway.websocket_tls && gateway.websocket_listen.is_none() {
+            return invalid("gateway.websocket_tls needs gateway.websocket_listen");
+        }
+        if gateway.tls_handshake_timeout_ms == 0
+            || gateway.tls_handshakes_max == 0
+            || gateway.tls_reload_interval_ms == 0
+        {
+            return invalid(
+                "gateway.tls_handshake_timeout_ms, gateway.tls_handshakes_max and \
+                 gateway.tls_reload_interval_ms must be positive",
+            );
+        }
         self.check_secrets()?;
         if self.store.backend == StoreBackend::Scylla && self.store.nodes.is_empty() {
             return invalid("store.backend = \"scylla\" needs store.nodes");
@@ -139,10 +159,15 @@ impl Config {
                 env: AUTH_SECRET_ENV,
                 development: DEVELOPMENT_SECRET,
                 value: &self.auth.secret,
-                listeners: vec![
-                    ("gateway.listen", self.gateway.listen),
-                    ("admin.listen", self.admin.listen),
-                ],
+                listeners: [
+                    ("gateway.listen", Some(self.gateway.listen)),
+                    ("gateway.tls_listen", self.gateway.tls_listen),
+                    ("gateway.websocket_listen", self.gateway.websocket_listen),
+                    ("admin.listen", Some(self.admin.listen)),
+                ]
+                .into_iter()
+                .filter_map(|(key, address)| Some((key, address?)))
+                .collect(),
             },
             SecretKey {
                 key: "cluster.secret",

@@ -21,9 +21,9 @@ pub struct AuthService {
 pub enum AuthStep {
     /// Answered here (a ping, a refused token, a wrong route).
     Answered,
-    /// The token names `player_id`, valid now: the login goes to its player
-    /// object.
-    Verified { player_id: u64 },
+    /// The token names `player_id`, valid now and until `expiry_unix_s`:
+    /// the login goes to its player object.
+    Verified { player_id: u64, expiry_unix_s: u64 },
 }
 
 impl AuthService {
@@ -62,8 +62,11 @@ impl AuthService {
                 AuthStep::Answered
             }
             route::AUTH_LOGIN => {
-                match wire::token::verify(&self.secret, ingress.body, now_unix_s) {
-                    Ok(player_id) => AuthStep::Verified { player_id },
+                match wire::token::verify_with_expiry(&self.secret, ingress.body, now_unix_s) {
+                    Ok((player_id, expiry_unix_s)) => AuthStep::Verified {
+                        player_id,
+                        expiry_unix_s,
+                    },
                     Err(error) => {
                         let body = encode_error_body(ErrorCode::AuthFailed, &error.to_string());
                         reply(gateway, FrameKind::Error, &body);

@@ -12,11 +12,12 @@
 //! with every other connection's in the core's one kernel entry per loop
 //! turn: no system call per connection or per batch.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shards::net::{SendOp, TcpListener, TcpStream};
@@ -29,6 +30,8 @@ use super::core::{CloseReason, EgressRef, GatewayCore, HeldFrame, Limits, LoginO
 use super::outbox::{Outbox, WriterStep};
 use super::player::{LoginRequest, PlayerPort};
 use super::session::Target;
+use super::transport::tls::HandshakeKind;
+use super::transport::{Layers, Listener, Opened, Refusal, Transport};
 use super::{session_core, Ingress, Notice};
 use crate::config::GatewayConfig;
 use crate::metrics::CoreMetrics;
@@ -62,6 +65,8 @@ struct CoreGateway {
     mesh: Mesh<FrameBuf>,
     sessions_open: Arc<AtomicU32>,
     metrics: Arc<CoreMetrics>,
+    /// TLS handshakes running on this core, against `tls_handshakes_max`.
+    handshakes: Cell<u32>,
 }
 
 /// One core's gateway. Cheap to clone (an `Rc`); stays on its core.
@@ -92,6 +97,7 @@ impl GatewayHandle {
             mesh,
             sessions_open: shared.sessions_open.clone(),
             metrics,
+            handshakes: Cell::new(0),
         }))
     }
 
@@ -319,14 +325,18 @@ impl GatewayHandle {
             .0
             .auth
             .handle(&mut self.0.state.borrow_mut(), ingress, now, now_unix_s);
-        let AuthStep::Verified { player_id } = step else {
+        let AuthStep::Verified {
+            player_id,
+            expiry_unix_s,
+        } = step
+        else {
             return;
         };
-        let bound_epoch =
-            self.0
-                .state
-                .borrow_mut()
-                .begin_login(ingress.session_id, ingress.seq, player_id);
+        let bound_epoch = {
+            let mut state = self.0.state.borrow_mut();
+            state.set_token_expiry(ingress.session_id, expiry_unix_s);
+            state.begin_login(ingress.session_id, ingress.seq, player_id)
+        };
         let Some(bound_epoch) = bound_epoch else {
             return self.answer(ingress, ErrorCode::BadRequest, "login in progress");
         };
@@ -405,11 +415,28 @@ fn unix_now_s() -> u64 {
         .map_or(0, |elapsed| elapsed.as_secs())
 }
 
-/// Serves the gateway on `listener` until the future is dropped. Also
-/// starts the deadline timer and the idle sweep.
-pub async fn serve(gateway: GatewayHandle, listener: TcpListener) {
+/// Serves the gateway on `listener` (plain TCP) and on each of `edges`
+/// (TLS, WebSocket) until the future is dropped. Also starts the deadline
+/// timer and the idle sweep.
+pub async fn serve(gateway: GatewayHandle, listener: TcpListener, edges: Vec<(TcpListener, Listener)>) {
     shards::spawn(expire_loop(gateway.clone())).detach();
     shards::spawn(idle_loop(gateway.clone())).detach();
+    let mut loops: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> =
+        vec![Box::pin(accept_loop(gateway.clone(), listener, Listener::Plain))];
+    for (listener, kind) in edges {
+        loops.push(Box::pin(accept_loop(gateway.clone(), listener, kind)));
+    }
+    // The accept loops never end: wait on all of them until dropped.
+    poll_fn(|cx| {
+        for accept in &mut loops {
+            let _ = accept.as_mut().poll(cx);
+        }
+        Poll::<()>::Pending
+    })
+    .await;
+}
+
+async fn accept_loop(gateway: GatewayHandle, listener: TcpListener, kind: Listener) {
     loop {
         let stream = match listener.accept().await {
             Ok(stream) => stream,
@@ -436,7 +463,37 @@ pub async fn serve(gateway: GatewayHandle, listener: TcpListener) {
         if !stream.is_registered() {
             gateway.0.metrics.gateway.sessions_unregistered.inc();
         }
-        shards::spawn(connection(gateway.clone(), stream)).detach();
+        let transport = match edge_transport(&gateway, &kind) {
+            Some(transport) => transport,
+            None => {
+                drop(stream);
+                gateway.0.sessions_open.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            }
+        };
+        shards::spawn(connection(gateway.clone(), stream, transport)).detach();
+    }
+}
+
+/// The transport of a connection accepted on `kind`; `None` if it must be
+/// closed at once (the core runs `tls_handshakes_max` handshakes).
+fn edge_transport(gateway: &GatewayHandle, kind: &Listener) -> Option<Transport> {
+    if kind.is_tls() {
+        if gateway.0.handshakes.get() >= gateway.0.config.tls_handshakes_max {
+            gateway.0.metrics.gateway.tls_refused_handshakes_max.inc();
+            return None;
+        }
+        gateway.0.handshakes.set(gateway.0.handshakes.get() + 1);
+    }
+    match Transport::for_listener(kind, gateway.0.config.body_max_bytes) {
+        Ok(transport) => Some(transport),
+        Err(error) => {
+            tracing::warn!(%error, "cannot start a TLS connection");
+            if kind.is_tls() {
+                gateway.0.handshakes.set(gateway.0.handshakes.get() - 1);
+            }
+            None
+        }
     }
 }
 
@@ -462,7 +519,8 @@ async fn expire_loop(gateway: GatewayHandle) {
     }
 }
 
-/// Closes sessions silent for `idle_timeout_ms`. A sweep on a period
+/// Closes sessions silent for `idle_timeout_ms`, and kicks those whose
+/// token expired (docs/protocol.md, section 2). A sweep on a period
 /// rather than a timeout on every read: a read timeout is a timer insert
 /// and removal plus a clock read per read, on the ping path's every batch.
 async fn idle_loop(gateway: GatewayHandle) {
@@ -470,11 +528,10 @@ async fn idle_loop(gateway: GatewayHandle) {
     let tick = (idle / 10).clamp(Duration::from_millis(1), MAX_IDLE_TICK);
     loop {
         shards::sleep(tick).await;
-        let closed = gateway
-            .0
-            .state
-            .borrow_mut()
-            .close_idle(Instant::now(), idle);
+        let closed = {
+            let mut state = gateway.0.state.borrow_mut();
+            state.close_idle(Instant::now(), idle) + state.kick_expired(unix_now_s())
+        };
         if closed > 0 {
             gateway.flush_notices();
         }
@@ -483,7 +540,7 @@ async fn idle_loop(gateway: GatewayHandle) {
 
 /// One connection: registers its session, runs the writer task, reads and
 /// handles frames until the connection ends, then closes the session.
-async fn connection(gateway: GatewayHandle, stream: TcpStream) {
+async fn connection(gateway: GatewayHandle, stream: TcpStream, transport: Transport) {
     let _ = stream.set_nodelay(true);
     let outbox = Rc::new(Outbox::new(gateway.0.config.send_queue_max as usize));
     let session_id = gateway
@@ -492,8 +549,26 @@ async fn connection(gateway: GatewayHandle, stream: TcpStream) {
         .borrow_mut()
         .open_session(outbox.clone(), Instant::now());
     let stream = Rc::new(stream);
-    let writer = shards::spawn(write_loop(stream.clone(), outbox.clone()));
-    let reason = read_loop(&gateway, session_id, &stream, &outbox).await;
+    let writer = shards::spawn(write_loop(stream.clone(), outbox.clone(), transport.clone()));
+    let reason = match &transport {
+        Transport::Plain => read_loop(&gateway, session_id, &stream, &outbox).await,
+        Transport::Layered(layers) => {
+            if layers.borrow().is_handshaking() {
+                shards::spawn(handshake_watch(
+                    gateway.clone(),
+                    Rc::downgrade(&stream),
+                    Rc::downgrade(layers),
+                ))
+                .detach();
+            }
+            let reason = read_layered(&gateway, session_id, &stream, &outbox, layers).await;
+            if layers.borrow().is_handshaking() {
+                // Ended before its handshake finished: its slot is free.
+                gateway.0.handshakes.set(gateway.0.handshakes.get() - 1);
+            }
+            reason
+        }
+    };
     if let Some(reason) = reason {
         gateway.0.state.borrow_mut().close(session_id, reason);
         gateway.flush_notices();
@@ -501,6 +576,26 @@ async fn connection(gateway: GatewayHandle, stream: TcpStream) {
     writer.await;
     drop(stream);
     gateway.0.sessions_open.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Closes a TLS connection whose handshake has not finished within
+/// `tls_handshake_timeout_ms` (a peer that never finishes would otherwise
+/// hold a handshake slot until the idle sweep). Holds the connection only
+/// weakly: one that ended sooner is gone when the timer fires.
+async fn handshake_watch(
+    gateway: GatewayHandle,
+    stream: std::rc::Weak<TcpStream>,
+    layers: std::rc::Weak<RefCell<Layers>>,
+) {
+    shards::sleep(Duration::from_millis(gateway.0.config.tls_handshake_timeout_ms)).await;
+    let (Some(stream), Some(layers)) = (stream.upgrade(), layers.upgrade()) else {
+        return;
+    };
+    if layers.borrow().is_handshaking() {
+        gateway.0.metrics.gateway.tls_refused_handshake_timeout.inc();
+        // The reader sees the end of the stream and closes the session.
+        stream.shutdown();
+    }
 }
 
 /// Reads until the connection ends; returns how, or `None` if the session
@@ -521,17 +616,36 @@ async fn read_loop(
         // router's clock all use it.
         let now = Instant::now();
         outbox.begin_reader_batch();
-        let mut rest: &[u8] = &received;
+        if let Err(error) = decode_frames(gateway, session_id, &mut decoder, &received, now) {
+            return protocol_violation(gateway, session_id, error);
+        }
+        // The buffer goes back to the core's ring before anything waits.
+        drop(received);
+        gateway.flush_notices();
+        outbox.end_reader_batch();
+        // Closed by the gateway meanwhile (kick, slow reader): the writer
+        // shuts the socket down; nothing more to read.
+        gateway.0.state.borrow().session(session_id)?;
+    }
+}
+
+/// Handles every frame of `bytes` (one receive's protocol bytes), keeping
+/// a cut frame in `decoder` for the next.
+fn decode_frames(
+    gateway: &GatewayHandle,
+    session_id: u64,
+    decoder: &mut FrameDecoder,
+    bytes: &[u8],
+    now: Instant,
+) -> Result<(), FrameError> {
+    {
+        let mut rest: &[u8] = bytes;
         while !rest.is_empty() {
             // Frames whole in the received buffer are handled where they
             // lie: no copy, and a connection whose frames arrive whole
             // never allocates a decoding buffer of its own.
-            loop {
-                match decoder.next_frame_in(&mut rest) {
-                    Ok(Some(frame)) => handle_frame(gateway, session_id, frame, now),
-                    Ok(None) => break,
-                    Err(error) => return protocol_violation(gateway, session_id, error),
-                }
+            while let Some(frame) = decoder.next_frame_in(&mut rest)? {
+                handle_frame(gateway, session_id, frame, now);
             }
             if rest.is_empty() {
                 break;
@@ -542,22 +656,87 @@ async fn read_loop(
             // failed).
             let taken = decoder.extend(rest);
             rest = &rest[taken..];
-            loop {
-                match decoder.next_frame() {
-                    Ok(Some(frame)) => handle_frame(gateway, session_id, frame, now),
-                    Ok(None) => break,
-                    Err(error) => return protocol_violation(gateway, session_id, error),
-                }
+            while let Some(frame) = decoder.next_frame()? {
+                handle_frame(gateway, session_id, frame, now);
             }
         }
-        // The buffer goes back to the core's ring before anything waits.
+    }
+    Ok(())
+}
+
+/// [`read_loop`] for a TLS or WebSocket connection: each receive is opened
+/// by the transport's layers first, and what they owe the peer (handshake
+/// messages, the upgrade's answer, pongs) wakes the writer.
+async fn read_layered(
+    gateway: &GatewayHandle,
+    session_id: u64,
+    stream: &TcpStream,
+    outbox: &Outbox,
+    layers: &RefCell<Layers>,
+) -> Option<CloseReason> {
+    let mut decoder = FrameDecoder::new(Peer::Client, gateway.0.config.body_max_bytes);
+    loop {
+        let received = match stream.recv().await {
+            Ok(Some(received)) => received,
+            Ok(None) | Err(_) => return Some(CloseReason::PeerClosed),
+        };
+        let now = Instant::now();
+        let opened = layers.borrow_mut().open(&received);
         drop(received);
+        note_progress(gateway, &mut layers.borrow_mut());
+        if let Opened::Close(refusal) = opened {
+            count_refusal(gateway, refusal);
+            // What the layers owe (an alert, the HTTP refusal, a close
+            // frame) goes out before the writer shuts the socket down.
+            return Some(CloseReason::PeerClosed);
+        }
+        let bytes = layers.borrow_mut().take_opened();
+        outbox.begin_reader_batch();
+        let decoded = decode_frames(gateway, session_id, &mut decoder, &bytes, now);
+        layers.borrow_mut().give_back_opened(bytes);
+        if let Err(error) = decoded {
+            return protocol_violation(gateway, session_id, error);
+        }
         gateway.flush_notices();
         outbox.end_reader_batch();
-        // Closed by the gateway meanwhile (kick, slow reader): the writer
-        // shuts the socket down; nothing more to read.
+        if layers.borrow().wants_write() {
+            outbox.wake_writer();
+        }
         gateway.0.state.borrow().session(session_id)?;
     }
+}
+
+/// Counts a finished handshake (freeing its slot) and an upgrade.
+fn note_progress(gateway: &GatewayHandle, layers: &mut Layers) {
+    let stats = &gateway.0.metrics.gateway;
+    if let Some(kind) = layers.take_handshake_done() {
+        gateway.0.handshakes.set(gateway.0.handshakes.get() - 1);
+        match kind {
+            HandshakeKind::Full => stats.tls_handshakes_full.inc(),
+            HandshakeKind::Resumed => stats.tls_handshakes_resumed.inc(),
+        }
+    }
+    if layers.take_upgraded() {
+        stats.websocket_upgrades.inc();
+    }
+}
+
+fn count_refusal(gateway: &GatewayHandle, refusal: Refusal) {
+    let stats = &gateway.0.metrics.gateway;
+    let counter = match refusal {
+        Refusal::TlsPlaintext => &stats.tls_refused_plaintext,
+        Refusal::TlsBadHandshake => &stats.tls_refused_bad_handshake,
+        Refusal::TlsError => &stats.tls_refused_tls_error,
+        Refusal::WebSocketUpgrade(400) => &stats.websocket_refused_400,
+        Refusal::WebSocketUpgrade(403) => &stats.websocket_refused_403,
+        Refusal::WebSocketUpgrade(404) => &stats.websocket_refused_404,
+        Refusal::WebSocketUpgrade(_) => &stats.websocket_refused_431,
+        Refusal::WebSocketProtocol(1003) => &stats.websocket_closed_1003,
+        Refusal::WebSocketProtocol(1009) => &stats.websocket_closed_1009,
+        Refusal::WebSocketProtocol(_) => &stats.websocket_closed_1002,
+        Refusal::PeerClosed => return,
+    };
+    counter.inc();
 }
 
 /// Hands one client frame to the gateway's state machine, and what it
@@ -598,11 +777,17 @@ fn protocol_violation(
 /// socket: by then it has nearly always completed, and its completion
 /// woke nobody. At pipeline 1 that is one task wake-up and poll fewer per
 /// answer than awaiting each send at once.
-async fn write_loop(stream: Rc<TcpStream>, outbox: Rc<Outbox>) {
+async fn write_loop(stream: Rc<TcpStream>, outbox: Rc<Outbox>, transport: Transport) {
     let mut batch = Vec::new();
     let mut in_flight: Option<SendOp> = None;
     loop {
-        let step = poll_fn(|cx| outbox.poll_take(cx, &mut batch)).await;
+        // A layered transport may owe the peer bytes with no answer queued
+        // (a handshake message, a pong): that is a batch too.
+        let step = poll_fn(|cx| match outbox.poll_take(cx, &mut batch) {
+            Poll::Pending if transport.wants_write() => Poll::Ready(WriterStep::Write),
+            step => step,
+        })
+        .await;
         if matches!(step, WriterStep::Abort) {
             // Queued frames are dropped; a send in flight is left to the
             // kernel (its buffer stays with the operation until it ends).
@@ -620,12 +805,34 @@ async fn write_loop(stream: Rc<TcpStream>, outbox: Rc<Outbox>) {
             },
         };
         let WriterStep::Write = step else {
-            // Finish: everything queued before the close is sent.
+            // Finish: everything queued before the close is sent, then the
+            // layers' goodbyes (an alert or close_notify, a close frame).
+            if let Transport::Layered(layers) = &transport {
+                spare.clear();
+                layers.borrow_mut().finish(&mut spare);
+                if !spare.is_empty() {
+                    let _ = finish_send(&stream, &outbox, stream.start_send(spare)).await;
+                }
+            }
             break;
         };
         // The sent buffer carries the batch after this one.
         spare.clear();
-        in_flight = Some(stream.start_send(std::mem::replace(&mut batch, spare)));
+        let wire = match &transport {
+            Transport::Plain => std::mem::replace(&mut batch, spare),
+            Transport::Layered(layers) => {
+                // One seal per batch: one WebSocket message, one write
+                // into rustls.
+                layers.borrow_mut().seal(&batch, &mut spare);
+                batch.clear();
+                spare
+            }
+        };
+        if wire.is_empty() {
+            batch = wire;
+            continue;
+        }
+        in_flight = Some(stream.start_send(wire));
     }
     // shutdown(2) wakes the reader with end-of-stream and tells the peer
     // we are done; the descriptor itself is closed when the stream drops.

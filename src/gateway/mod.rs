@@ -30,6 +30,7 @@ pub mod outbox;
 pub mod player;
 pub mod rate;
 pub mod session;
+pub mod transport;
 
 use wire::frame::{ClientWire, FrameBuf, FrameEncodeError, Message};
 

@@ -187,6 +187,14 @@ impl Outbox {
         }
     }
 
+    /// Wakes the writer with nothing queued: the connection's transport
+    /// owes the peer bytes of its own (a TLS handshake message, a pong).
+    pub fn wake_writer(&self) {
+        if let Some(waker) = self.inner.borrow_mut().writer.take() {
+            waker.wake();
+        }
+    }
+
     /// Ready once the outbox is aborted: the writer races its socket write
     /// against this, so a client that stopped reading cannot hold a write
     /// (and its task) forever.

@@ -48,6 +48,9 @@ super::metric_set! {
         "routerd_gateway_binds_epoch_expired_total" Counter { binds_epoch_expired }
         /// Sessions kicked (sys.kicked, then closed).
         "routerd_gateway_kicks_total" Counter { kicks }
+        /// Logged-in sessions kicked because the token of their login expired (counted in
+        /// routerd_gateway_kicks_total as well).
+        "routerd_gateway_token_expired_kicks_total" Counter { token_expired_kicks }
         /// Sessions told to move to another gateway (sys.redirect) because this node drains.
         "routerd_gateway_redirects_total" Counter { redirects }
         /// Redirected sessions the gateway closed when cluster.redirect_grace_ms had passed (the
@@ -63,6 +66,47 @@ super::metric_set! {
         "routerd_gateway_slow_readers_closed_total" Counter { slow_readers_closed }
         /// Sessions closed after gateway.idle_timeout_ms without a complete frame.
         "routerd_gateway_idle_closed_total" Counter { idle_closed }
+        /// TLS handshakes finished, by kind (full, or resumed from a ticket or session id).
+        "routerd_gateway_tls_handshakes_total" Counter (kind) {
+            tls_handshakes_full = "full",
+            tls_handshakes_resumed = "resumed",
+        }
+        /// TLS connections closed before or during their handshake, by reason (plaintext: the
+        /// first bytes were not a TLS record; bad_handshake: rustls refused what followed;
+        /// handshake_timeout: not done within gateway.tls_handshake_timeout_ms; handshakes_max:
+        /// gateway.tls_handshakes_max handshakes were running on the core; tls_error: a bad
+        /// record after the handshake).
+        "routerd_gateway_tls_refused_total" Counter (reason) {
+            tls_refused_plaintext = "plaintext",
+            tls_refused_bad_handshake = "bad_handshake",
+            tls_refused_handshake_timeout = "handshake_timeout",
+            tls_refused_handshakes_max = "handshakes_max",
+            tls_refused_tls_error = "tls_error",
+        }
+        /// Reloads of gateway.tls_cert_file and gateway.tls_key_file after a change, by result
+        /// (a failed one keeps the certificate in use).
+        "routerd_gateway_tls_reloads_total" Counter (result) {
+            tls_reloads_ok = "ok",
+            tls_reloads_failed = "failed",
+        }
+        /// WebSocket upgrades refused, by HTTP status (400: missing or wrong headers, 403: Origin
+        /// not in gateway.websocket_origins, 404: a path other than /, 431: headers too long).
+        "routerd_gateway_websocket_upgrades_refused_total" Counter (status) {
+            websocket_refused_400 = "400",
+            websocket_refused_403 = "403",
+            websocket_refused_404 = "404",
+            websocket_refused_431 = "431",
+        }
+        /// WebSocket sessions upgraded.
+        "routerd_gateway_websocket_upgrades_total" Counter { websocket_upgrades }
+        /// WebSocket connections the gateway closed for a protocol error, by close code (1002:
+        /// framing, e.g. an unmasked client frame; 1003: a text message; 1009: a message over
+        /// the bound).
+        "routerd_gateway_websocket_protocol_errors_total" Counter (code) {
+            websocket_closed_1002 = "1002",
+            websocket_closed_1003 = "1003",
+            websocket_closed_1009 = "1009",
+        }
         /// Notices sent to the target of a session that ended, by kind (unbound: kicked,
         /// disconnected: the connection ended).
         "routerd_gateway_notices_total" Counter (kind) {

@@ -32,6 +32,16 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
             return;
         }
     };
+    let mut edges = Vec::new();
+    for (address, kind) in &shared.edges {
+        match shards::net::TcpListener::bind(*address) {
+            Ok(listener) => edges.push((listener, kind.clone())),
+            Err(error) => {
+                tracing::error!(core = core.id(), %address, %error, "cannot bind a client listener");
+                return;
+            }
+        }
+    }
     let cluster_listener = shared
         .cluster_listeners
         .lock()
@@ -185,7 +195,7 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
     }
     shards::spawn(mirror_runtime(metrics.clone())).detach();
     core.ready();
-    futures_lite::future::or(driver::serve(gateway, listener), core.shutdown().wait()).await;
+    futures_lite::future::or(driver::serve(gateway, listener, edges), core.shutdown().wait()).await;
     // Client IO has stopped being accepted; save and release every object
     // within most of the core's drain budget, then (the core that runs
     // membership) leave the cluster, leaving the rest for the runtime to

@@ -17,6 +17,8 @@ use crate::cluster::membership::{Advertisement, Membership};
 use crate::cluster::view::{ClusterView, Peer, Standing};
 use crate::config::{Config, RingTaskrun};
 use crate::gateway::driver::GatewayShared;
+use crate::gateway::transport::tls::TlsSetup;
+use crate::gateway::transport::Listener;
 use crate::metrics::NodeMetrics;
 use crate::object::{Registry, RegistryError};
 use crate::ops::drain::DrainStatus;
@@ -66,6 +68,8 @@ pub enum NodeError {
     Runtime(#[from] shards::RuntimeError),
     #[error("refusing to start: {0}")]
     Secret(#[from] crate::config::SecretError),
+    #[error("cannot set up TLS: {0}")]
+    Tls(#[from] crate::gateway::transport::tls::TlsSetupError),
     #[error("cannot serve these object types and services: {0}")]
     Objects(#[from] RegistryError),
 }
@@ -79,15 +83,26 @@ pub struct Node {
     runtime: Runtime,
     admin: Admin,
     gateway_address: SocketAddr,
+    edges: EdgeAddresses,
     shutdown: ShutdownHandle,
     phase: NodePhase,
     view: Arc<ClusterView>,
+}
+
+/// Where the TLS and WebSocket client listeners are bound, if configured.
+#[derive(Clone, Copy, Debug, Default)]
+struct EdgeAddresses {
+    tls: Option<SocketAddr>,
+    websocket: Option<SocketAddr>,
 }
 
 /// What every core shares.
 pub(super) struct NodeShared {
     pub(super) config: Config,
     pub(super) gateway_address: SocketAddr,
+    /// The TLS and WebSocket client listeners: where every core binds
+    /// each, and what it speaks.
+    pub(super) edges: Vec<(SocketAddr, Listener)>,
     pub(super) metrics: Arc<NodeMetrics>,
     pub(super) gateway: GatewayShared,
     pub(super) store: Store,
@@ -143,6 +158,11 @@ impl Node {
         // Port 0 asks for any free port; every core must then bind the same
         // one, so reserve it first and hold it until the cores have bound.
         let reservation = reserve(config.gateway.listen)?;
+        let tls = crate::gateway::transport::tls::setup(&config.gateway)?;
+        let (edges, edge_addresses, edge_reservations) = edge_listeners(&config, tls.as_ref())?;
+        if let Some(tls) = &tls {
+            crate::gateway::transport::tls::watch(tls, &config.gateway, metrics.cores[0].clone());
+        }
         let gateway_address =
             reservation
                 .local_addr()
@@ -224,6 +244,7 @@ impl Node {
             catalog,
             config: config.clone(),
             gateway_address,
+            edges,
             metrics: Arc::new(metrics.clone()),
             gateway: GatewayShared {
                 node_id: config.node.id,
@@ -288,12 +309,14 @@ impl Node {
             return Err(error.into());
         }
         drop(reservation);
+        drop(edge_reservations);
         view.request_state(MemberState::Up);
         phase.set_serving();
         Ok(Node {
             runtime,
             admin,
             gateway_address,
+            edges: edge_addresses,
             shutdown,
             phase,
             view,
@@ -312,6 +335,17 @@ impl Node {
 
     pub fn gateway_address(&self) -> SocketAddr {
         self.gateway_address
+    }
+
+    /// Where the TLS client listener is bound (`gateway.tls_listen`).
+    pub fn tls_address(&self) -> Option<SocketAddr> {
+        self.edges.tls
+    }
+
+    /// Where the WebSocket client listener is bound
+    /// (`gateway.websocket_listen`).
+    pub fn websocket_address(&self) -> Option<SocketAddr> {
+        self.edges.websocket
     }
 
     pub fn admin_address(&self) -> SocketAddr {
@@ -396,4 +430,44 @@ impl NodeShared {
             agent::leave_blocking(&self.store, membership);
         }
     }
+}
+
+/// Reserves the TLS and WebSocket listeners' addresses (port 0: any free
+/// one, the same on every core) and says what each speaks. The
+/// reservations are held until the cores have bound.
+#[allow(clippy::type_complexity)]
+fn edge_listeners(
+    config: &Config,
+    tls: Option<&TlsSetup>,
+) -> Result<(Vec<(SocketAddr, Listener)>, EdgeAddresses, Vec<std::net::TcpListener>), NodeError> {
+    let gateway = &config.gateway;
+    let mut edges = Vec::new();
+    let mut addresses = EdgeAddresses::default();
+    let mut reservations = Vec::new();
+    let mut bind = |address: SocketAddr| -> Result<SocketAddr, NodeError> {
+        let reservation = reserve(address)?;
+        let bound = reservation
+            .local_addr()
+            .map_err(|source| NodeError::GatewayBind { address, source })?;
+        reservations.push(reservation);
+        Ok(bound)
+    };
+    if let (Some(address), Some(tls)) = (gateway.tls_listen, tls) {
+        let bound = bind(address)?;
+        addresses.tls = Some(bound);
+        edges.push((bound, Listener::Tls(tls.gateway.clone())));
+    }
+    if let Some(address) = gateway.websocket_listen {
+        let bound = bind(address)?;
+        addresses.websocket = Some(bound);
+        let tls = tls.filter(|_| gateway.websocket_tls);
+        edges.push((
+            bound,
+            Listener::WebSocket {
+                tls: tls.map(|tls| tls.websocket.clone()),
+                origins: gateway.websocket_origins.clone().into(),
+            },
+        ));
+    }
+    Ok((edges, addresses, reservations))
 }

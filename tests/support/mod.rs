@@ -58,6 +58,24 @@ impl TestNode {
         self.node.as_ref().unwrap().gateway_address()
     }
 
+    /// The WebSocket listener's address (`gateway.websocket_listen`).
+    pub fn websocket(&self) -> SocketAddr {
+        self.node
+            .as_ref()
+            .unwrap()
+            .websocket_address()
+            .expect("a WebSocket listener")
+    }
+
+    /// The TLS listener's address (`gateway.tls_listen`).
+    pub fn tls(&self) -> SocketAddr {
+        self.node
+            .as_ref()
+            .unwrap()
+            .tls_address()
+            .expect("a TLS listener")
+    }
+
     pub fn admin(&self) -> SocketAddr {
         self.node.as_ref().unwrap().admin_address()
     }

@@ -63,6 +63,16 @@ pub fn mint(secret: &[u8], player_id: u64, expiry_unix_s: u64) -> String {
 /// The player id of a token the secret signed that has not expired at
 /// `now_unix_s`.
 pub fn verify(secret: &[u8], token: &[u8], now_unix_s: u64) -> Result<u64, TokenError> {
+    verify_with_expiry(secret, token, now_unix_s).map(|(player_id, _)| player_id)
+}
+
+/// As [`verify`], with the token's expiry (unix seconds): a session logged
+/// in with it lasts until then (docs/protocol.md, section 2).
+pub fn verify_with_expiry(
+    secret: &[u8],
+    token: &[u8],
+    now_unix_s: u64,
+) -> Result<(u64, u64), TokenError> {
     let parsed = parse(token)?;
     mac(secret, parsed.signed)
         .verify_slice(&parsed.tag)
@@ -70,7 +80,7 @@ pub fn verify(secret: &[u8], token: &[u8], now_unix_s: u64) -> Result<u64, Token
     if now_unix_s >= parsed.expiry_unix_s {
         return Err(TokenError::Expired);
     }
-    Ok(parsed.player_id)
+    Ok((parsed.player_id, parsed.expiry_unix_s))
 }
 
 struct Parsed<'a> {

@@ -35,7 +35,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use rustls::pki_types::ServerName;
 use wire::client::{encode_frame, route, FrameDecoder, FrameKind, FrameRef, Peer};
+use wire::layers::ClientLayers;
 
 use self::command::{Command, Sent, HELP, LINE_MAX};
 use self::input::Line;
@@ -79,6 +81,25 @@ pub struct ClientArgs {
     /// close a session waiting for the next command; 0 never does.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(0..=TIME_MAX_MS))]
     pub keepalive_ms: u64,
+    /// Speak TLS (to `gateway.tls_listen`, or with --websocket to a
+    /// `gateway.websocket_tls` listener).
+    #[arg(long)]
+    pub tls: bool,
+    /// The CA certificate (PEM) that signed the gateway's certificate.
+    #[arg(long, requires = "tls")]
+    pub ca_file: Option<PathBuf>,
+    /// Accept any certificate (tests only: anyone on the path can read and
+    /// change the session).
+    #[arg(long, requires = "tls", conflicts_with = "ca_file")]
+    pub insecure: bool,
+    /// Speak WebSocket (to `gateway.websocket_listen`): the upgrade on `/`,
+    /// then each request in one binary message.
+    #[arg(long)]
+    pub websocket: bool,
+    /// The server name the TLS certificate must carry (default: the host
+    /// of --addr).
+    #[arg(long, requires = "tls")]
+    pub server_name: Option<String>,
 }
 
 /// Why the client stopped with a failure.
@@ -127,7 +148,8 @@ pub enum Closed {
 pub fn run(args: &ClientArgs) -> Result<(), ClientError> {
     let token = login_token(args)?;
     let stream = connect(&args.addr)?;
-    let mut session = Session::start(stream, args)?;
+    let layers = layers(args)?;
+    let mut session = Session::start(stream, layers, args)?;
     let result = session.login(token).and_then(|()| {
         if io::IsTerminal::is_terminal(&io::stdin()) {
             eprintln!("routerd client: connected to {}; type help", args.addr);
@@ -167,6 +189,63 @@ fn login_token(args: &ClientArgs) -> Result<Option<String>, ClientError> {
         player_id,
         now.saturating_add(TOKEN_TTL_SECS),
     )))
+}
+
+/// The TLS and WebSocket layers `args` ask for, if any.
+fn layers(args: &ClientArgs) -> Result<Option<Arc<Mutex<ClientLayers>>>, ClientError> {
+    let host = args
+        .addr
+        .rsplit_once(':')
+        .map_or(&args.addr[..], |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let tls = if args.tls {
+        // The WebSocket listener offers http/1.1, the TLS one routerd.
+        let alpn: &[u8] = if args.websocket {
+            b"http/1.1"
+        } else {
+            b"routerd"
+        };
+        let config = wire::layers::client_config(args.ca_file.as_deref(), args.insecure, alpn)
+            .map_err(ClientError::Usage)?;
+        let name = args.server_name.as_deref().unwrap_or(host).to_owned();
+        let name = ServerName::try_from(name)
+            .map_err(|error| ClientError::Usage(format!("bad server name: {error}")))?;
+        Some((config, name))
+    } else {
+        None
+    };
+    if tls.is_none() && !args.websocket {
+        return Ok(None);
+    }
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |elapsed| elapsed.subsec_nanos());
+    let websocket = args.websocket.then_some((host, seed));
+    let layers =
+        ClientLayers::new(tls, websocket).map_err(|error| ClientError::Usage(error.to_string()))?;
+    Ok(Some(Arc::new(Mutex::new(layers))))
+}
+
+/// The connection's write side: protocol bytes go through the layers
+/// (under their lock, so TLS records leave in order with the reader's
+/// handshake and pong bytes).
+struct Link {
+    stream: TcpStream,
+    layers: Option<Arc<Mutex<ClientLayers>>>,
+}
+
+impl Link {
+    fn write_all(&self, protocol: &[u8]) -> io::Result<()> {
+        let Some(layers) = &self.layers else {
+            return (&self.stream).write_all(protocol);
+        };
+        let mut layers = layers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut wire = Vec::new();
+        layers.seal(protocol, &mut wire);
+        (&self.stream).write_all(&wire)
+    }
 }
 
 fn connect(addr: &str) -> Result<TcpStream, ClientError> {
@@ -221,8 +300,8 @@ enum Event {
 }
 
 struct Session {
-    /// The write side; the reader thread holds a clone.
-    stream: TcpStream,
+    /// The write side; the reader thread holds a clone of its stream.
+    stream: Link,
     pending: Pending,
     events: Receiver<Event>,
     /// One token lets the stdin thread read one line, so at most one line
@@ -239,7 +318,11 @@ struct Session {
 }
 
 impl Session {
-    fn start(stream: TcpStream, args: &ClientArgs) -> Result<Session, ClientError> {
+    fn start(
+        stream: TcpStream,
+        layers: Option<Arc<Mutex<ClientLayers>>>,
+        args: &ClientArgs,
+    ) -> Result<Session, ClientError> {
         let (events_tx, events) = mpsc::channel();
         let timeout = Duration::from_millis(args.timeout_ms);
         // A request is a few bytes; a server that will not take them within
@@ -248,12 +331,13 @@ impl Session {
             .set_write_timeout(Some(timeout))
             .map_err(ClientError::Setup)?;
         let read_side = stream.try_clone().map_err(ClientError::Setup)?;
+        let read_layers = layers.clone();
         let pending: Pending = Arc::default();
         let reader = {
             let (pending, events) = (pending.clone(), events_tx.clone());
             std::thread::Builder::new()
                 .name("client-reader".into())
-                .spawn(move || read_loop(read_side, &pending, &events))
+                .spawn(move || read_loop(read_side, read_layers, &pending, &events))
                 .map_err(ClientError::Setup)?
         };
         let (stdin_tokens, tokens) = mpsc::sync_channel(1);
@@ -263,6 +347,12 @@ impl Session {
             .name("client-stdin".into())
             .spawn(move || stdin_loop(&tokens, &events_tx))
             .map_err(ClientError::Setup)?;
+        let stream = Link { stream, layers };
+        // TLS's ClientHello and the WebSocket upgrade leave now; requests
+        // follow (rustls holds them until its handshake is done).
+        if stream.layers.is_some() {
+            stream.write_all(&[]).map_err(ClientError::Send)?;
+        }
         Ok(Session {
             stream,
             pending,
@@ -459,7 +549,7 @@ impl Session {
     /// Closes the connection and waits for the reader to print its last
     /// line, so no output is cut mid-line.
     fn finish(&mut self) {
-        let _ = self.stream.shutdown(Shutdown::Both);
+        let _ = self.stream.stream.shutdown(Shutdown::Both);
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
@@ -478,13 +568,62 @@ fn stdin_loop(tokens: &Receiver<()>, events: &Sender<Event>) {
     }
 }
 
-fn read_loop(mut stream: TcpStream, pending: &Pending, events: &Sender<Event>) {
-    let closed = read_frames(&mut stream, pending, events);
+fn read_loop(
+    stream: TcpStream,
+    layers: Option<Arc<Mutex<ClientLayers>>>,
+    pending: &Pending,
+    events: &Sender<Event>,
+) {
+    let mut source = Source {
+        stream,
+        layers,
+        opened: Vec::new(),
+    };
+    let closed = read_frames(&mut source, pending, events);
     let _ = events.send(Event::Closed(closed));
 }
 
 /// Decodes, prints and reports server frames until the connection ends.
-fn read_frames(stream: &mut TcpStream, pending: &Pending, events: &Sender<Event>) -> Closed {
+/// The read side: bytes from the socket, opened by the layers if any.
+struct Source {
+    stream: TcpStream,
+    layers: Option<Arc<Mutex<ClientLayers>>>,
+    /// Protocol bytes opened but not yet taken by the decoder.
+    opened: Vec<u8>,
+}
+
+impl Read for Source {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(layers) = &self.layers else {
+            return self.stream.read(buf);
+        };
+        while self.opened.is_empty() {
+            let mut wire = [0u8; 16 * 1024];
+            let n = self.stream.read(&mut wire)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            let mut layers = layers
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            layers
+                .open(&wire[..n], &mut self.opened)
+                .map_err(io::Error::other)?;
+            // The handshake's next flight, a pong: sent under the lock.
+            if layers.wants_write() {
+                let mut owed = Vec::new();
+                layers.seal(&[], &mut owed);
+                (&self.stream).write_all(&owed)?;
+            }
+        }
+        let n = buf.len().min(self.opened.len());
+        buf[..n].copy_from_slice(&self.opened[..n]);
+        self.opened.drain(..n);
+        Ok(n)
+    }
+}
+
+fn read_frames(stream: &mut Source, pending: &Pending, events: &Sender<Event>) -> Closed {
     let mut decoder = FrameDecoder::new(Peer::Server, SERVER_BODY_MAX);
     let mut kicked = false;
     loop {

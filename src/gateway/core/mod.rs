@@ -86,6 +86,10 @@ impl From<&GatewayConfig> for Limits {
     }
 }
 
+/// The `sys.kicked` reason of a session whose token expired
+/// (docs/protocol.md, section 2).
+pub const TOKEN_EXPIRED_REASON: &str = "token expired";
+
 /// Why a session ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CloseReason {
@@ -120,6 +124,10 @@ struct Entry {
     closing: bool,
     /// The session's request rate limit (`Limits::request_rate`).
     bucket: RequestBucket,
+    /// The expiry (unix seconds) of the token of its last verified login:
+    /// once logged in, the session is kicked from that second on
+    /// (`kick_expired`).
+    token_expiry_unix_s: Option<u64>,
 }
 
 /// One core's gateway state. See the module documentation.
@@ -229,6 +237,7 @@ impl GatewayCore {
                 redirect_until: None,
                 closing: false,
                 bucket: RequestBucket::new(now),
+                token_expiry_unix_s: None,
             },
         );
         self.stats().sessions_accepted.inc();
@@ -304,6 +313,37 @@ impl GatewayCore {
             self.close(session_id, CloseReason::Idle);
         }
         idle_sessions.len()
+    }
+
+    /// Records the expiry of the token `auth.login` verified for
+    /// `session_id`, before its player object decides the login.
+    pub fn set_token_expiry(&mut self, session_id: u64, expiry_unix_s: u64) {
+        if let Some(entry) = self.sessions.get_mut(&session_id) {
+            entry.token_expiry_unix_s = Some(expiry_unix_s);
+        }
+    }
+
+    /// Kicks (PUSH `sys.kicked` with reason `token expired`, then close)
+    /// every logged-in session whose token expired at `now_unix_s`: a
+    /// login lasts no longer than its token. Returns how many. A walk over
+    /// the core's sessions, run on the idle sweep's period.
+    pub fn kick_expired(&mut self, now_unix_s: u64) -> usize {
+        let expired: Vec<u64> = self
+            .sessions
+            .iter()
+            .filter(|(_, entry)| {
+                entry.session.is_logged_in()
+                    && entry
+                        .token_expiry_unix_s
+                        .is_some_and(|expiry| now_unix_s >= expiry)
+            })
+            .map(|(&session_id, _)| session_id)
+            .collect();
+        for &session_id in &expired {
+            self.metrics.gateway.token_expired_kicks.inc();
+            self.kick(session_id, None, TOKEN_EXPIRED_REASON);
+        }
+        expired.len()
     }
 
     /// `shield.client.close` in the seed's fixed order: PUSH `sys.kicked`

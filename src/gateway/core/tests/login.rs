@@ -132,3 +132,28 @@ fn held_requests_are_bounded_by_the_in_flight_limit() {
         ErrorCode::Overloaded as u16
     );
 }
+
+#[test]
+fn a_logged_in_session_is_kicked_from_the_second_its_token_expires() {
+    let mut f = Fixture::new();
+    let (s, outbox) = f.open();
+    f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    f.core.set_token_expiry(s, 1_000);
+    f.core.begin_login(s, 1, 7);
+    f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    // A session that is not logged in has no login to expire.
+    let (unbound, _) = f.open();
+    f.core.set_token_expiry(unbound, 1_000);
+    assert_eq!(f.core.kick_expired(999), 0, "valid while now < expiry");
+    assert!(f.core.session(s).is_some());
+    assert_eq!(f.core.kick_expired(1_000), 1, "expired from the second expiry on");
+    assert!(f.core.session(s).is_none(), "the session is gone");
+    assert!(f.core.session(unbound).is_some(), "the unbound one stays");
+    let pushed = frames(&outbox);
+    let kicked = pushed.last().unwrap();
+    assert_eq!((kicked.0, kicked.1), (FrameKind::Push, route::SYS_KICKED));
+    assert_eq!(kicked.3, TOKEN_EXPIRED_REASON.as_bytes());
+    assert_eq!(f.metrics.gateway.token_expired_kicks.get(), 1);
+    assert_eq!(f.metrics.gateway.kicks.get(), 1);
+    assert_eq!(f.core.kick_expired(2_000), 0, "kicked once");
+}

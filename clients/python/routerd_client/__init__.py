@@ -1,0 +1,73 @@
+"""asyncio client for routerd (docs/protocol.md, version 1).
+
+    client = await Client.connect("tcp://127.0.0.1:7400", token)
+    await client.player_incr(5)
+"""
+
+from .client import TOKEN_EXPIRED, Backoff, Client, TokenSource
+from .errors import (
+    AuthFailed,
+    AuthRequired,
+    BadRequest,
+    ConnectionLost,
+    DirectionRejected,
+    Internal,
+    Kicked,
+    NotSent,
+    Overloaded,
+    ProtocolViolation,
+    RequestTimeout,
+    RouterdError,
+    ServerError,
+    ServerTimeout,
+    Unavailable,
+    UnknownRoute,
+    server_error,
+)
+from .protocol import (
+    Code,
+    Frame,
+    FrameDecoder,
+    FrameError,
+    Kind,
+    Redirect,
+    RoomMessage,
+    Route,
+    encode_frame,
+)
+from .token import mint_token, token_for
+
+__all__ = [
+    "AuthFailed",
+    "AuthRequired",
+    "Backoff",
+    "BadRequest",
+    "Client",
+    "Code",
+    "ConnectionLost",
+    "DirectionRejected",
+    "Frame",
+    "FrameDecoder",
+    "FrameError",
+    "Internal",
+    "Kicked",
+    "Kind",
+    "NotSent",
+    "Overloaded",
+    "ProtocolViolation",
+    "Redirect",
+    "RequestTimeout",
+    "RoomMessage",
+    "Route",
+    "RouterdError",
+    "ServerError",
+    "ServerTimeout",
+    "TOKEN_EXPIRED",
+    "TokenSource",
+    "Unavailable",
+    "UnknownRoute",
+    "encode_frame",
+    "mint_token",
+    "server_error",
+    "token_for",
+]

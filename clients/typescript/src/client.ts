@@ -1,0 +1,430 @@
+// The client: one session on one gateway at a time, moved by sys.redirect
+// and, if asked, reconnected after a lost connection.
+
+import * as p from "./protocol.js";
+import { ConnectionLost, Kicked, NotSent, ProtocolViolation, RequestTimeout, RouterdError, ServerError } from "./errors.js";
+import { Address, Scheme, Transport, TransportFactory, webSocketTransport } from "./transport.js";
+
+/** A token, or a function returning one (called at every login, so a reconnect or redirect can use a fresh one). */
+export type TokenSource = string | (() => string | Promise<string>);
+
+/** The sys.kicked reason of a session whose token expired (docs/protocol.md, section 2). */
+export const TOKEN_EXPIRED = "token expired";
+
+/** Reconnect with full jitter: before attempt n (from 0) wait uniform [0, min(maxDelayMs, baseDelayMs * 2^n)]. */
+export interface Backoff {
+  baseDelayMs: number;
+  maxDelayMs: number;
+  attemptsMax: number;
+}
+
+export const BACKOFF_DEFAULT: Backoff = { baseDelayMs: 50, maxDelayMs: 2000, attemptsMax: 20 };
+
+export interface ClientOptions {
+  requestTimeoutMs?: number;
+  connectTimeoutMs?: number;
+  /** Requests in flight at most; more wait for a slot (the server's gateway.max_inflight, 1024 by default). */
+  inflightMax?: number;
+  maxBody?: number;
+  reconnect?: Backoff | null;
+  /** Gateways to try when a redirect names none, or after a reconnect to the current one fails. */
+  fallbackAddresses?: string[];
+  /** Transports by scheme; ws and wss are built in, Node.js adds tcp and tls (routerd-client/node). */
+  transports?: Partial<Record<Scheme, TransportFactory>>;
+  random?: () => number;
+}
+
+export interface ClientEvents {
+  room_message: (message: p.RoomMessage) => void;
+  kicked: (reason: string) => void;
+  redirect: (redirect: p.Redirect) => void;
+  /** Every PUSH, unknown routes included. */
+  push: (frame: p.Frame) => void;
+  disconnected: (error: RouterdError) => void;
+  reconnected: (address: string) => void;
+  closed: (error: RouterdError | null) => void;
+}
+
+interface Pending {
+  resolve: (body: Uint8Array) => void;
+  reject: (error: Error) => void;
+  timer: ReturnType<typeof setTimeout> | null;
+  /** The caller was answered or gave up; the entry stays until the server's answer, so its seq is not reused. */
+  done: boolean;
+}
+
+class Connection {
+  readonly decoder: p.FrameDecoder;
+  readonly pending = new Map<number, Pending>();
+  nextSeq = 1;
+  kicked: string | null = null;
+  retired = false;
+  movingTo: Address | null = null;
+  violation: string | null = null;
+
+  constructor(
+    readonly address: Address,
+    readonly transport: Transport,
+    maxBody: number,
+  ) {
+    this.decoder = new p.FrameDecoder(maxBody);
+  }
+
+  takeSeq(): number {
+    // Unique among this connection's requests in flight; bounded by inflightMax, so the scan ends.
+    for (;;) {
+      const seq = this.nextSeq;
+      this.nextSeq = (this.nextSeq + 1) >>> 0;
+      if (!this.pending.has(seq)) return seq;
+    }
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export class Client {
+  readonly requestTimeoutMs: number;
+  readonly inflightMax: number;
+  playerId: bigint | null = null;
+  redirectsFollowed = 0;
+  reconnects = 0;
+
+  private readonly home: Address;
+  private readonly fallbacks: Address[];
+  private readonly connectTimeoutMs: number;
+  private readonly maxBody: number;
+  private readonly backoff: Backoff | null;
+  private readonly transports: Partial<Record<Scheme, TransportFactory>>;
+  private readonly random: () => number;
+  private conn: Connection | null = null;
+  private ready = false;
+  private closedError: RouterdError | null = null;
+  private free: number;
+  /** Callers waiting for a session that takes requests, or for a slot: retried in order. */
+  private waiters: Array<() => void> = [];
+  private handlers: { [E in keyof ClientEvents]: Array<ClientEvents[E]> } = {
+    room_message: [],
+    kicked: [],
+    redirect: [],
+    push: [],
+    disconnected: [],
+    reconnected: [],
+    closed: [],
+  };
+
+  private constructor(
+    address: string,
+    private readonly token: TokenSource,
+    options: ClientOptions,
+  ) {
+    this.home = Address.parse(address);
+    this.fallbacks = (options.fallbackAddresses ?? []).map((a) => Address.parse(a));
+    this.requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
+    this.connectTimeoutMs = options.connectTimeoutMs ?? 5_000;
+    this.inflightMax = options.inflightMax ?? p.INFLIGHT_MAX_DEFAULT;
+    if (this.inflightMax < 1) throw new RangeError("inflightMax must be at least 1");
+    this.free = this.inflightMax;
+    this.maxBody = options.maxBody ?? p.MAX_BODY_DEFAULT;
+    this.backoff = options.reconnect ?? null;
+    this.transports = { ws: webSocketTransport, wss: webSocketTransport, ...options.transports };
+    this.random = options.random ?? Math.random;
+  }
+
+  /** Connects to address (ws://, wss://, and in Node.js tcp://, tls://) and logs in; rejects with AUTH_FAILED and the like. */
+  static async connect(address: string, token: TokenSource, options: ClientOptions = {}): Promise<Client> {
+    const client = new Client(address, token, options);
+    client.conn = await client.open(client.home);
+    client.setReady();
+    return client;
+  }
+
+  /** The gateway the session is on now. */
+  get address(): string {
+    return (this.conn?.address ?? this.home).toString();
+  }
+
+  inflight(): number {
+    return this.conn?.pending.size ?? 0;
+  }
+
+  on<E extends keyof ClientEvents>(event: E, handler: ClientEvents[E]): void {
+    this.handlers[event].push(handler);
+  }
+
+  private emit<E extends keyof ClientEvents>(event: E, ...args: Parameters<ClientEvents[E]>): void {
+    for (const handler of this.handlers[event]) {
+      try {
+        (handler as (...a: unknown[]) => void)(...args);
+      } catch (error) {
+        // A handler's fault must not end the session.
+        console.error(`routerd-client: handler of ${event} failed`, error);
+      }
+    }
+  }
+
+  /**
+   * One request on any route (a user object type's included): the RESPONSE body, or the ERROR as a
+   * ServerError. The timeout covers waiting for a slot, a redirect or a reconnect, and the answer.
+   */
+  call(routeId: number, body: Uint8Array = new Uint8Array(), options: { timeoutMs?: number } = {}): Promise<Uint8Array> {
+    if (body.length > this.maxBody) return Promise.reject(new RangeError(`body of ${body.length} bytes exceeds max_body ${this.maxBody}`));
+    const timeoutMs = options.timeoutMs ?? this.requestTimeoutMs;
+    return new Promise((resolve, reject) => {
+      let entry: Pending | null = null;
+      let gaveUp = false;
+      const timer = setTimeout(() => {
+        gaveUp = true;
+        if (entry === null) return reject(new NotSent(`no slot or no session within ${timeoutMs} ms`));
+        entry.done = true;
+        reject(new RequestTimeout(`no answer within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const attempt = (): void => {
+        if (gaveUp) return;
+        if (this.closedError !== null) {
+          clearTimeout(timer);
+          return reject(new NotSent(`client closed: ${this.closedError.message}`));
+        }
+        if (!this.ready || this.conn === null || this.free === 0) {
+          this.waiters.push(attempt);
+          return;
+        }
+        entry = { resolve, reject, timer, done: false };
+        this.send(this.conn, routeId, body, entry);
+      };
+      attempt();
+    });
+  }
+
+  private send(conn: Connection, routeId: number, body: Uint8Array, entry: Pending): void {
+    this.free -= 1;
+    const seq = conn.takeSeq();
+    conn.pending.set(seq, entry);
+    try {
+      conn.transport.send(p.encodeFrame(p.Kind.REQUEST, routeId, seq, body));
+    } catch {
+      // The transport reports the same end through onClose, which fails what is pending.
+    }
+  }
+
+  private setReady(): void {
+    this.ready = true;
+    this.pump();
+  }
+
+  /** Runs waiting callers while the session takes requests and slots are free. */
+  private pump(): void {
+    while (this.waiters.length > 0 && ((this.ready && this.free > 0) || this.closedError !== null)) {
+      this.waiters.shift()!();
+    }
+  }
+
+  // Typed calls of the built-in routes (docs/protocol.md, section 5).
+
+  ping(data: Uint8Array = new Uint8Array(), options?: { timeoutMs?: number }): Promise<Uint8Array> {
+    return this.call(p.Route.SYS_PING, data, options);
+  }
+
+  async playerGet(options?: { timeoutMs?: number }): Promise<bigint> {
+    return p.decodeI64(await this.call(p.Route.PLAYER_GET, new Uint8Array(), options));
+  }
+
+  async playerIncr(delta: bigint | number, options?: { timeoutMs?: number }): Promise<bigint> {
+    return p.decodeI64(await this.call(p.Route.PLAYER_INCR, p.encodeI64(delta), options));
+  }
+
+  async roomJoin(roomId: bigint | number, options?: { timeoutMs?: number }): Promise<number> {
+    return p.decodeU32(await this.call(p.Route.ROOM_JOIN, p.encodeU64(roomId), options));
+  }
+
+  async roomLeave(roomId: bigint | number, options?: { timeoutMs?: number }): Promise<void> {
+    await this.call(p.Route.ROOM_LEAVE, p.encodeU64(roomId), options);
+  }
+
+  async roomSay(roomId: bigint | number, text: string, options?: { timeoutMs?: number }): Promise<number> {
+    return p.decodeU32(await this.call(p.Route.ROOM_SAY, p.encodeSay(roomId, text), options));
+  }
+
+  // Connections.
+
+  private async freshToken(): Promise<string> {
+    return typeof this.token === "string" ? this.token : await this.token();
+  }
+
+  /** A new connection to address, logged in. */
+  private async open(address: Address): Promise<Connection> {
+    const factory = this.transports[address.scheme];
+    if (!factory) throw new Error(`no ${address.scheme} transport here (Node.js: import from routerd-client/node)`);
+    const transport = await factory(address, this.connectTimeoutMs);
+    const conn = new Connection(address, transport, this.maxBody);
+    transport.onData = (data) => this.onData(conn, data);
+    transport.onClose = (why) => this.onEnd(conn, why);
+    try {
+      const token = await this.freshToken();
+      const body = await new Promise<Uint8Array>((resolve, reject) => {
+        const entry: Pending = { resolve, reject, timer: null, done: false };
+        entry.timer = setTimeout(() => {
+          entry.done = true;
+          reject(new RequestTimeout(`no login answer within ${this.connectTimeoutMs} ms`));
+        }, this.connectTimeoutMs);
+        this.send(conn, p.Route.AUTH_LOGIN, p.utf8(token), entry);
+      });
+      this.playerId = p.decodeU64(body);
+    } catch (error) {
+      conn.retired = true;
+      transport.close();
+      throw error;
+    }
+    return conn;
+  }
+
+  private onData(conn: Connection, data: Uint8Array): void {
+    try {
+      conn.decoder.feed(data);
+      for (let frame = conn.decoder.next(); frame !== null; frame = conn.decoder.next()) this.onFrame(conn, frame);
+    } catch (error) {
+      if (!(error instanceof p.FrameError)) throw error;
+      conn.violation = error.message;
+      conn.transport.close();
+      this.onEnd(conn, error.message, new ProtocolViolation(error.message));
+    }
+  }
+
+  private onFrame(conn: Connection, frame: p.Frame): void {
+    if (frame.kind === p.Kind.PUSH) return this.onPush(conn, frame);
+    const entry = conn.pending.get(frame.seq);
+    if (entry === undefined) {
+      // Route 0 answers no request: a frame-level refusal before the server closes (section 1).
+      if (frame.kind === p.Kind.ERROR) {
+        const { code, reason } = p.decodeError(frame.body);
+        conn.violation = new ServerError(code, reason).message;
+      }
+      return;
+    }
+    conn.pending.delete(frame.seq);
+    this.free += 1;
+    if (!entry.done) {
+      entry.done = true;
+      if (entry.timer !== null) clearTimeout(entry.timer);
+      if (frame.kind === p.Kind.RESPONSE) entry.resolve(frame.body);
+      else {
+        const { code, reason } = p.decodeError(frame.body);
+        entry.reject(new ServerError(code, reason));
+      }
+    }
+    if (conn.movingTo !== null && conn.pending.size === 0) void this.move(conn);
+    else this.pump();
+  }
+
+  private onPush(conn: Connection, frame: p.Frame): void {
+    this.emit("push", frame);
+    if (frame.routeId === p.Route.ROOM_MESSAGE) this.emit("room_message", p.decodeRoomMessage(frame.body));
+    else if (frame.routeId === p.Route.SYS_KICKED) {
+      conn.kicked = p.fromUtf8(frame.body);
+      this.emit("kicked", conn.kicked);
+    } else if (frame.routeId === p.Route.SYS_REDIRECT) {
+      const redirect = p.decodeRedirect(frame.body);
+      this.emit("redirect", redirect);
+      this.redirect(conn, redirect);
+    }
+    // Other PUSH routes are a newer server's: ignored (section 7).
+  }
+
+  private redirect(conn: Connection, redirect: p.Redirect): void {
+    if (conn !== this.conn || conn.movingTo !== null || this.closedError !== null) return;
+    let target: Address;
+    if (redirect.gateway) target = conn.address.withGateway(redirect.gateway);
+    else {
+      const others = this.fallbacks.filter((a) => a.toString() !== conn.address.toString());
+      if (others.length === 0) return;
+      target = others[Math.floor(this.random() * others.length)];
+    }
+    // Stop sending here; once the answers owed here are in, move.
+    conn.movingTo = target;
+    this.ready = false;
+    if (conn.pending.size === 0) void this.move(conn);
+  }
+
+  private async move(conn: Connection): Promise<void> {
+    if (conn.retired || conn.movingTo === null) return;
+    conn.retired = true;
+    const target = conn.movingTo;
+    conn.transport.close();
+    try {
+      this.conn = await this.open(target);
+    } catch (error) {
+      this.conn = null;
+      const lost = new ConnectionLost(`redirect to ${target} failed: ${(error as Error).message}`);
+      this.emit("disconnected", lost);
+      if (this.backoff === null) return this.closeForGood(lost);
+      return this.reconnectLoop([target, conn.address, ...this.fallbacks]);
+    }
+    this.redirectsFollowed += 1;
+    this.setReady();
+  }
+
+  private onEnd(conn: Connection, why: string, error?: RouterdError): void {
+    if (conn.retired) return this.failPending(conn, new ConnectionLost("the connection was left"));
+    const lost = conn.kicked !== null ? new Kicked(conn.kicked) : (error ?? new ConnectionLost(conn.violation ?? why));
+    conn.retired = true;
+    this.failPending(conn, lost);
+    if (conn !== this.conn || this.closedError !== null) return;
+    this.conn = null;
+    this.ready = false;
+    this.emit("disconnected", lost);
+    // A kick is final, but for an expired token when a fresh one can be had.
+    const mayReconnect = conn.kicked === null || (conn.kicked === TOKEN_EXPIRED && typeof this.token !== "string");
+    if (this.backoff === null || !mayReconnect) return this.closeForGood(lost);
+    void this.reconnectLoop([conn.address, ...this.fallbacks]);
+  }
+
+  private failPending(conn: Connection, error: RouterdError): void {
+    const pending = [...conn.pending.values()];
+    conn.pending.clear();
+    for (const entry of pending) {
+      this.free += 1;
+      if (entry.done) continue;
+      entry.done = true;
+      if (entry.timer !== null) clearTimeout(entry.timer);
+      const Type = error.constructor as new (reason: string) => RouterdError;
+      entry.reject(new Type(error.reason));
+    }
+  }
+
+  private async reconnectLoop(addresses: Address[]): Promise<void> {
+    const backoff = this.backoff!;
+    for (let attempt = 0; attempt < backoff.attemptsMax; attempt++) {
+      await sleep(this.random() * Math.min(backoff.maxDelayMs, backoff.baseDelayMs * 2 ** attempt));
+      if (this.closedError !== null) return;
+      const address = addresses[attempt % addresses.length];
+      try {
+        this.conn = await this.open(address);
+      } catch {
+        continue;
+      }
+      this.reconnects += 1;
+      this.setReady();
+      this.emit("reconnected", address.toString());
+      return;
+    }
+    this.closeForGood(new ConnectionLost(`${backoff.attemptsMax} reconnects failed`));
+  }
+
+  private closeForGood(error: RouterdError | null): void {
+    if (this.closedError !== null) return;
+    this.closedError = error ?? new NotSent("closed by the client");
+    this.pump();
+    this.emit("closed", error);
+  }
+
+  /** Closes the session: requests in flight fail with ConnectionLost, those waiting with NotSent. */
+  close(): void {
+    this.closeForGood(null);
+    const conn = this.conn;
+    this.conn = null;
+    if (conn !== null) {
+      conn.retired = true;
+      conn.transport.close();
+      this.failPending(conn, new ConnectionLost("closed by the client"));
+    }
+  }
+}

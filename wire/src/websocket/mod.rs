@@ -1,0 +1,40 @@
+//! WebSocket (RFC 6455) as a sans-IO codec: the opening handshake
+//! ([`upgrade`]) and the framing ([`frame`]), for both ends. No IO here:
+//! the gateway's driver feeds received bytes in and sends what comes out,
+//! and the project's clients do the same from the other end.
+//!
+//! The mapping onto the client protocol (docs/protocol.md): each binary
+//! message carries one or more whole protocol frames, and the receiving
+//! side reads the payloads of consecutive messages as one stream of
+//! protocol frames, so a message never needs to be held whole: payload
+//! bytes are unmasked into the caller's buffer as they arrive, and the
+//! message bound is checked on each frame's header, before its payload is
+//! read.
+
+pub mod frame;
+pub mod upgrade;
+
+pub use frame::{
+    encode_close, encode_frame, encode_masked, push_header, Control, Decoder, Opcode, Role,
+    WsError, FRAME_HEADER_MAX_LEN,
+};
+pub use upgrade::{
+    accept_key, client_request, parse_client_response, parse_request, Refusal, Upgrade,
+    UpgradeRequestError, UPGRADE_REQUEST_MAX_BYTES,
+};
+
+/// Close codes the gateway sends (RFC 6455 section 7.4.1).
+pub mod close {
+    /// The session ended normally.
+    pub const NORMAL: u16 = 1000;
+    /// The server goes away (shutdown, drain, idle timeout).
+    pub const GOING_AWAY: u16 = 1001;
+    /// A frame broke the framing rules (unmasked from a client, reserved
+    /// bits or opcodes, a control frame too long or fragmented, a
+    /// continuation with no message).
+    pub const PROTOCOL_ERROR: u16 = 1002;
+    /// A text message: the protocol is binary.
+    pub const UNSUPPORTED_DATA: u16 = 1003;
+    /// A message over the bound.
+    pub const MESSAGE_TOO_BIG: u16 = 1009;
+}
