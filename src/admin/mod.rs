@@ -1,4 +1,6 @@
-//! The admin HTTP endpoint: `/healthz` and `/metrics` (see [`routes`]).
+//! The admin HTTP endpoint: `/healthz`, `/livez`, `/readyz`, `/metrics`,
+//! the cluster's view and its operations (see [`routes`]); the calls that
+//! change something need `admin.token` (see [`auth`]).
 //!
 //! It runs on a thread of its own, not on a core: it is cold, it must
 //! answer even when every core is saturated, and a scrape must never add
@@ -23,11 +25,15 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
+use crate::cluster::addresses::GatewayAddresses;
 use crate::cluster::view::ClusterView;
+use crate::config::Secret;
 use crate::metrics::NodeMetrics;
 use crate::ops::Ops;
 use crate::store::Store;
 
+mod auth;
+mod probes;
 mod routes;
 
 use self::routes::{text, Body};
@@ -61,6 +67,21 @@ pub struct AdminState {
     pub store: Option<Store>,
     /// Transfers and the drain; `None` answers 404.
     pub ops: Option<Ops>,
+    /// `admin.token`: every mutating call presents it; `None` lets them
+    /// through (an endpoint on loopback only: a node off loopback refuses
+    /// to start without one).
+    pub token: Option<Secret>,
+    /// Where this node is reached, as its membership row says, for
+    /// `/cluster`'s own entry.
+    pub advertised: Option<Advertised>,
+}
+
+/// This node's advertised addresses (`gateway.advertise`,
+/// `admin.advertise`, or what was bound).
+#[derive(Clone, Debug)]
+pub struct Advertised {
+    pub gateway: GatewayAddresses,
+    pub admin: String,
 }
 
 /// A running admin endpoint; dropping it stops the thread and closes every

@@ -20,6 +20,7 @@ use super::outbox::{Outbox, PushError};
 use super::rate::{RequestBucket, RequestRate};
 use super::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
 use super::{session_core, Ingress, Notice, NoticeKind};
+use crate::cluster::addresses::Transport;
 use crate::config::GatewayConfig;
 use crate::metrics::{CoreMetrics, GatewayStats};
 use crate::route::{Direction, RouteTable};
@@ -128,6 +129,9 @@ struct Entry {
     closing: bool,
     /// The session's request rate limit (`Limits::request_rate`).
     bucket: RequestBucket,
+    /// The listener's transport: a `sys.redirect` names another node's
+    /// listener of the same one, so the client keeps speaking as it does.
+    transport: Transport,
 }
 
 /// A login of one session waiting for the player object.
@@ -295,6 +299,8 @@ impl GatewayCore {
                 redirect_until: None,
                 closing: false,
                 bucket: RequestBucket::new(now),
+                // Every session comes through the plain listener today.
+                transport: Transport::Plain,
             },
         );
         self.stats().sessions_accepted.inc();

@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod admin;
 mod cluster;
 mod family;
 mod gateway;
@@ -20,6 +21,7 @@ mod router;
 mod runtime;
 mod store;
 
+pub use self::admin::AdminStats;
 pub use self::cluster::ClusterStats;
 use self::family::write_family_list;
 pub(crate) use self::family::{counter_set, metric_label, metric_label_value, metric_set};
@@ -111,6 +113,8 @@ pub struct NodeMetrics {
     pub mesh: Vec<Arc<shards::MeshStats>>,
     pub store: Option<Arc<dyn StoreProbe>>,
     pub routes: Arc<RouteTable>,
+    /// The admin endpoint's (its thread writes them).
+    pub admin: Arc<AdminStats>,
 }
 
 /// The runtime's core-to-core channels (declared here: the counters live
@@ -180,6 +184,7 @@ impl NodeMetrics {
             mesh: Vec::new(),
             store: None,
             routes,
+            admin: Arc::default(),
         }
     }
 
@@ -199,6 +204,7 @@ impl NodeMetrics {
         write_families(out, cores.clone().map(|core| &core.router_counters));
         write_families(out, cores.clone().map(|core| &core.cluster));
         write_families(out, cores.map(|core| &core.runtime));
+        write_families(out, std::iter::once(&*self.admin));
         let store = self.store.iter();
         write_families(out, store.clone().map(|store| store.stats()));
         self::store::write_store_errors(out, store.clone());
