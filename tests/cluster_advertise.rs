@@ -59,11 +59,15 @@ fn a_node_on_0_0_0_0_is_advertised_and_redirected_to_at_its_advertised_address()
         "{member}"
     );
     let own = get_json(public.admin, "/cluster");
-    let me = &own["members"][0];
-    assert_eq!(
-        (&me["link"], &me["gateway"]),
-        (&"self".into(), &advertised.as_str().into())
-    );
+    let me = own["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|member| member["link"] == "self")
+        .unwrap()
+        .clone();
+    assert_eq!(me["node_id"], 2, "{me}");
+    assert_eq!(me["gateway"], advertised.as_str(), "{me}");
 
     // A session on node 1 is told to move to node 2's advertised address
     // when node 1 drains, and that address serves it.

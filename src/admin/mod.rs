@@ -25,7 +25,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::cluster::addresses::GatewayAddresses;
+use crate::store::GatewayAddresses;
 use crate::cluster::view::ClusterView;
 use crate::config::Secret;
 use crate::metrics::NodeMetrics;

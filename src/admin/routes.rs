@@ -21,7 +21,7 @@ use wire::ObjectKey;
 use super::{auth, probes, AdminState};
 use crate::builtins::{player, room};
 use crate::clock;
-use crate::cluster::addresses::{GatewayAddresses, Transport};
+use crate::store::{GatewayAddresses, Transport};
 use crate::cluster::view::LinkStatus;
 use crate::ops::drain::DrainRefused;
 use crate::ops::transfer::{OpAnswer, TransferCall};

@@ -10,7 +10,6 @@
 //! [`outgoing`] and [`incoming`] are each core's links. `docs/cluster.md`
 //! explains the whole for operators.
 
-pub mod addresses;
 pub mod agent;
 pub mod codec;
 mod conn;

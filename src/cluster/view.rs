@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
-use super::addresses::GatewayAddresses;
+use crate::store::GatewayAddresses;
 pub use crate::router::driver::CoreStanding;
 use crate::store::{MemberRow, MemberState, NodeId};
 

@@ -20,7 +20,7 @@ use super::outbox::{Outbox, PushError};
 use super::rate::{RequestBucket, RequestRate};
 use super::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
 use super::{session_core, Ingress, Notice, NoticeKind};
-use crate::cluster::addresses::Transport;
+use crate::store::Transport;
 use crate::config::GatewayConfig;
 use crate::metrics::{CoreMetrics, GatewayStats};
 use crate::route::{Direction, RouteTable};

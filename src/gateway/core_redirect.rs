@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use wire::client::FrameKind;
 
 use super::{CloseReason, GatewayCore, PushError};
-use crate::cluster::addresses::GatewayAddresses;
+use crate::store::GatewayAddresses;
 
 /// Sessions are being moved away: the node drains.
 #[derive(Clone, Debug)]

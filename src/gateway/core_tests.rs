@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use wire::client::{decode_error_body, route, ErrorCode, FrameDecoder, FrameKind, Header, Peer};
 
 use super::*;
-use crate::cluster::addresses::{GatewayAddresses, Transport};
+use crate::store::{GatewayAddresses, Transport};
 use crate::gateway::{Notice, NoticeKind, Target};
 use crate::metrics::CoreMetrics;
 

@@ -30,7 +30,7 @@ use super::outbox::{Outbox, WriterStep};
 use super::player::{LoginRequest, PlayerPort};
 use super::session::Target;
 use super::{session_core, Ingress, Notice};
-use crate::cluster::addresses::GatewayAddresses;
+use crate::store::GatewayAddresses;
 use crate::config::GatewayConfig;
 use crate::metrics::CoreMetrics;
 

@@ -12,7 +12,7 @@ use self::listeners::{bind_cluster, reserve};
 
 use crate::admin::{Admin, AdminState, Advertised};
 use crate::catalog::Catalog;
-use crate::cluster::addresses::GatewayAddresses;
+use crate::store::GatewayAddresses;
 use crate::cluster::agent::{self, JoinError};
 use crate::cluster::membership::{Advertisement, Membership};
 use crate::cluster::view::{ClusterView, Peer, Standing};

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::Ops;
-use crate::cluster::addresses::GatewayAddresses;
+use crate::store::GatewayAddresses;
 use crate::cluster::view::ClusterView;
 use crate::config::ClusterConfig;
 use crate::gateway::GatewayHandle;

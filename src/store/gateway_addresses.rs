@@ -1,5 +1,6 @@
 //! Where a node's gateway listeners are reached, one address per
-//! transport, as its membership row advertises them.
+//! transport, as its membership row advertises them (here, beside the
+//! row, since the gateway reads them too).
 //!
 //! The row keeps them in its one `gateway` text column, so no backend's
 //! schema changes and rows written before there was more than one
@@ -27,7 +28,12 @@ pub enum Transport {
 
 impl Transport {
     /// Every transport, in the order a row lists them.
-    pub const ALL: [Transport; 4] = [Transport::Plain, Transport::Tls, Transport::Ws, Transport::Wss];
+    pub const ALL: [Transport; 4] = [
+        Transport::Plain,
+        Transport::Tls,
+        Transport::Ws,
+        Transport::Wss,
+    ];
 
     /// The key a row and `/cluster` name it by.
     pub fn as_str(self) -> &'static str {
@@ -100,9 +106,9 @@ impl GatewayAddresses {
             let Some((key, address)) = part.split_once('=') else {
                 continue;
             };
-            let known = Transport::ALL
-                .into_iter()
-                .find(|transport| transport.as_str() == key.trim() && *transport != Transport::Plain);
+            let known = Transport::ALL.into_iter().find(|transport| {
+                transport.as_str() == key.trim() && *transport != Transport::Plain
+            });
             if let Some(transport) = known {
                 addresses.set(transport, address.trim());
             }
