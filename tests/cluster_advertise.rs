@@ -19,7 +19,7 @@ fn start_with(cluster: &LocalCluster, id: u64, listeners: &str) -> ServeProcess 
     let path = dir.join("node.toml");
     let body = format!(
         "{}\n{listeners}[auth]\nsecret = \"{SECRET}\"\n",
-        cluster.body(id, "the advertise test's secret")
+        cluster.body(id, "the test cluster's secret")
     );
     std::fs::write(&path, body).unwrap();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
@@ -99,7 +99,7 @@ fn beside_other_members_an_unspecified_advertised_address_refuses_to_start() {
     let body = format!(
         "{}\n[gateway]\nlisten = \"0.0.0.0:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
          [auth]\nsecret = \"{SECRET}\"\n",
-        cluster.body(2, "the advertise test's secret")
+        cluster.body(2, "the test cluster's secret")
     );
     std::fs::write(&path, body).unwrap();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))
