@@ -21,22 +21,24 @@ pub(super) fn is_mutating(method: &Method) -> bool {
 }
 
 /// `Ok` when no token is configured or `headers` carry the right one;
-/// otherwise the 401 to answer, saying what was wrong.
-pub(super) fn authorize(token: Option<&Secret>, headers: &HeaderMap) -> Result<(), Response<Body>> {
+/// otherwise what was wrong, for [`unauthorized`].
+pub(super) fn authorize(token: Option<&Secret>, headers: &HeaderMap) -> Result<(), &'static str> {
     let Some(token) = token else {
         return Ok(());
     };
-    let reason = match headers.get(AUTHORIZATION).map(HeaderValue::to_str) {
-        None => "this call needs Authorization: Bearer <admin.token>",
-        Some(Err(_)) => "the Authorization header is not text",
+    match headers.get(AUTHORIZATION).map(HeaderValue::to_str) {
+        None => Err("this call needs Authorization: Bearer <admin.token>"),
+        Some(Err(_)) => Err("the Authorization header is not text"),
         Some(Ok(value)) => match value.strip_prefix("Bearer ") {
-            None => "the Authorization header must be: Bearer <admin.token>",
-            Some(given) if same_secret(given.trim().as_bytes(), token.as_bytes()) => {
-                return Ok(())
-            }
-            Some(_) => "wrong admin token",
+            None => Err("the Authorization header must be: Bearer <admin.token>"),
+            Some(given) if same_secret(given.trim().as_bytes(), token.as_bytes()) => Ok(()),
+            Some(_) => Err("wrong admin token"),
         },
-    };
+    }
+}
+
+/// The 401 a refused call gets: JSON saying why, and the scheme to use.
+pub(super) fn unauthorized(reason: &'static str) -> Response<Body> {
     let mut response = json_status(
         StatusCode::UNAUTHORIZED,
         json!({ "error": "unauthorized", "reason": reason }),
@@ -44,7 +46,7 @@ pub(super) fn authorize(token: Option<&Secret>, headers: &HeaderMap) -> Result<(
     response
         .headers_mut()
         .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    Err(response)
+    response
 }
 
 /// Compares two secrets in time that depends on neither: both are hashed
@@ -84,7 +86,7 @@ mod tests {
             headers("Basic t0ken"),
             headers("t0ken"),
         ] {
-            let refused = authorize(Some(&token), &wrong).unwrap_err();
+            let refused = unauthorized(authorize(Some(&token), &wrong).unwrap_err());
             assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
             assert_eq!(refused.headers()[WWW_AUTHENTICATE], "Bearer");
         }

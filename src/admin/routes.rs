@@ -32,9 +32,9 @@ pub(super) type Body = Full<Bytes>;
 /// The one place a request finds its handler.
 pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Response<Body> {
     if auth::is_mutating(request.method()) {
-        if let Err(refused) = auth::authorize(state.token.as_ref(), request.headers()) {
+        if let Err(reason) = auth::authorize(state.token.as_ref(), request.headers()) {
             state.metrics.admin.unauthorized.inc();
-            return refused;
+            return auth::unauthorized(reason);
         }
     }
     let path = request.uri().path();
