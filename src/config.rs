@@ -141,6 +141,12 @@ impl Default for CoresConfig {
 pub struct GatewayConfig {
     /// Client listen address; every core binds it with SO_REUSEPORT.
     pub listen: SocketAddr,
+    /// The plain listener's address as clients reach it: what the
+    /// membership row advertises and `sys.redirect` names. Default: the
+    /// bound address; port 0: the bound port. Required (an address that is
+    /// not `0.0.0.0` or `::`) when `listen` is unspecified and the cluster
+    /// has other members.
+    pub advertise: Option<SocketAddr>,
     /// Largest accepted frame body, in bytes.
     pub body_max_bytes: u32,
     /// Unanswered requests one session may have.
@@ -189,6 +195,7 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 7400)),
+            advertise: None,
             body_max_bytes: 65536,
             inflight_max: 1024,
             request_timeout_ms: 10_000,
@@ -215,21 +222,38 @@ impl Default for GatewayConfig {
     }
 }
 
-/// `[admin]`: where the admin endpoint listens.
+/// `[admin]`: where the admin endpoint listens and who may change things
+/// through it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
-    /// HTTP listener for `/healthz` and `/metrics`.
+    /// HTTP listener for `/healthz`, `/livez`, `/readyz`, `/metrics` and
+    /// the operations.
     pub listen: SocketAddr,
+    /// The bearer token every mutating call (a transfer, a drain) must
+    /// present as `Authorization: Bearer <token>`; `ROUTERD_ADMIN_TOKEN`
+    /// wins. Required when `listen` is off loopback; every node of a
+    /// cluster sets the same one (a node forwards calls to another with
+    /// its own).
+    pub token: Option<Secret>,
+    /// The address other nodes and the CLI reach the endpoint at, as the
+    /// membership row advertises it; default: the bound address. Port 0:
+    /// the bound port.
+    pub advertise: Option<SocketAddr>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            token: None,
+            advertise: None,
         }
     }
 }
+
+/// The environment variable that wins over `admin.token`.
+pub const ADMIN_TOKEN_ENV: &str = "ROUTERD_ADMIN_TOKEN";
 
 /// How a core's io_uring runs completion work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

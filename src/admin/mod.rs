@@ -1,5 +1,7 @@
-//! The admin HTTP endpoint: `/healthz`, `/metrics`, the cluster and its
-//! operations, the listings and the console (see [`routes`]).
+//! The admin HTTP endpoint: `/healthz`, `/livez`, `/readyz`, `/metrics`,
+//! the cluster and its operations, the listings and the console (see
+//! [`routes`]); the calls that change something need `admin.token` (see
+//! [`auth`]).
 //!
 //! It runs on a thread of its own, not on a core: it is cold, it must
 //! answer even when every core is saturated, and a scrape must never add
@@ -24,16 +26,20 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
+use crate::store::GatewayAddresses;
 use crate::cluster::view::ClusterView;
+use crate::config::Secret;
 use crate::metrics::NodeMetrics;
 use crate::ops::Ops;
 use crate::store::Store;
 
+mod auth;
 mod console;
 mod forward;
 pub(crate) mod log_level;
 mod operator;
 mod peers;
+mod probes;
 mod routes;
 
 use self::routes::{text, Body};
@@ -69,6 +75,21 @@ pub struct AdminState {
     pub ops: Option<Ops>,
     /// For `GET /config` (secrets masked); `None` answers 404.
     pub config: Option<Arc<crate::config::Config>>,
+    /// `admin.token`: every mutating call presents it; `None` lets them
+    /// through (an endpoint on loopback only: a node off loopback refuses
+    /// to start without one).
+    pub token: Option<Secret>,
+    /// Where this node is reached, as its membership row says, for
+    /// `/cluster`'s own entry.
+    pub advertised: Option<Advertised>,
+}
+
+/// This node's advertised addresses (`gateway.advertise`,
+/// `admin.advertise`, or what was bound).
+#[derive(Clone, Debug)]
+pub struct Advertised {
+    pub gateway: GatewayAddresses,
+    pub admin: String,
 }
 
 /// A running admin endpoint; dropping it stops the thread and closes every

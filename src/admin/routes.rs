@@ -18,9 +18,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 use wire::ObjectKey;
 
-use super::AdminState;
+use super::{auth, probes, AdminState};
 use crate::builtins::{player, room};
 use crate::clock;
+use crate::store::{GatewayAddresses, Transport};
 use crate::cluster::view::LinkStatus;
 use crate::ops::drain::DrainRefused;
 use crate::ops::transfer::{OpAnswer, TransferCall};
@@ -30,6 +31,12 @@ pub(super) type Body = Full<Bytes>;
 
 /// The one place a request finds its handler.
 pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Response<Body> {
+    if auth::is_mutating(request.method()) {
+        if let Err(reason) = auth::authorize(state.token.as_ref(), request.headers()) {
+            state.metrics.admin.unauthorized.inc();
+            return auth::unauthorized(reason);
+        }
+    }
     let path = request.uri().path();
     // The console's files are named by the path as it is (`/console/`
     // and `/console` differ: its modules load relative to the first).
@@ -75,6 +82,8 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         (_, ["config"] | ["sessions"] | ["objects", _]) => method_not_allowed("GET"),
         (_, ["log-level"]) => method_not_allowed("GET, PUT, POST"),
         (&Method::GET, ["healthz"]) => healthz(state).await,
+        (&Method::GET, ["livez"]) => probes::livez(state).await,
+        (&Method::GET, ["readyz"]) => probes::readyz(state).await,
         (&Method::GET, ["metrics"]) => metrics(state).await,
         (&Method::GET, ["cluster"]) => cluster(state).await,
         (&Method::GET, ["objects", kind, id]) => objects(state, kind, id).await,
@@ -83,7 +92,7 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         }
         (&Method::POST, ["drain"]) => drain(state, true).await,
         (&Method::GET, ["drain"]) => drain(state, false).await,
-        (_, ["healthz"] | ["metrics"] | ["cluster"] | ["objects", _, _]) => {
+        (_, ["healthz"] | ["livez"] | ["readyz"] | ["metrics"] | ["cluster"] | ["objects", _, _]) => {
             method_not_allowed("GET")
         }
         (_, ["objects", _, _, "transfer"]) => method_not_allowed("POST"),
@@ -102,17 +111,7 @@ async fn healthz(state: &AdminState) -> Response<Body> {
     if phase != crate::ops::Phase::Serving {
         return text(StatusCode::SERVICE_UNAVAILABLE, phase.name());
     }
-    let Some(store) = &state.store else {
-        return text(StatusCode::OK, phase.name());
-    };
-    if store.failing().is_some() {
-        // The failing mark clears only when an operation succeeds, and an
-        // idle node makes none: try one, so a store that answers again is
-        // reported healthy at once. A missing record is an answer.
-        let probe = store.load(STORE_PROBE_KEY);
-        drop(tokio::time::timeout(STORE_PROBE_TIMEOUT, probe).await);
-    }
-    match store.failing() {
+    match probes::store_failing(state).await {
         None => text(StatusCode::OK, phase.name()),
         Some(cause) => {
             let mut response = text(StatusCode::SERVICE_UNAVAILABLE, "store");
@@ -121,19 +120,6 @@ async fn healthz(state: &AdminState) -> Response<Body> {
         }
     }
 }
-
-/// The record `/healthz` loads to see whether a failing store answers
-/// again: type 0 is no service's, so the load reads, finds nothing and
-/// changes nothing.
-const STORE_PROBE_KEY: ObjectKey = ObjectKey {
-    type_id: 0,
-    zone_id: 0,
-    object_id: 0,
-};
-
-/// How long `/healthz` waits for that load: a load balancer's check
-/// should not hang on a store that does not answer.
-const STORE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The Prometheus text exposition. The rendered buffer becomes the body
 /// without a copy.
@@ -168,20 +154,28 @@ async fn cluster(state: &AdminState) -> Response<Body> {
         .iter()
         .map(|core| core.router.objects.get())
         .sum();
-    let mut members = vec![json!({
+    let mut own = json!({
         "node_id": view.me().0,
         "incarnation": me.incarnation,
         "state": if me.fenced { "down" } else { me.state.as_str() },
         "link": "self",
         "objects": objects,
-    })];
+    });
+    if let Some(advertised) = &state.advertised {
+        own["gateway"] = json!(advertised.gateway.get(Transport::Plain).unwrap_or_default());
+        own["gateways"] = gateways_json(&advertised.gateway);
+        own["admin"] = json!(advertised.admin);
+    }
+    let mut members = vec![own];
     members.extend(snapshot.peers.values().map(|peer| {
         let to_peer = links.iter().flatten().filter(|link| link.node == peer.node);
         json!({
             "node_id": peer.node.0,
             "incarnation": peer.incarnation,
             "state": peer.state.as_str(),
-            "gateway": peer.gateway,
+            // The plain listener, as before; every transport beside it.
+            "gateway": peer.gateway.get(Transport::Plain).unwrap_or_default(),
+            "gateways": gateways_json(&peer.gateway),
             "admin": peer.admin,
             "cores": peer.cores.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "link": link_summary(to_peer),
@@ -231,6 +225,15 @@ async fn cluster(state: &AdminState) -> Response<Body> {
         "members": members,
         "links": links,
     }))
+}
+
+/// A node's advertised gateways by transport: `{"tcp": "10.0.0.5:7400"}`.
+fn gateways_json(addresses: &GatewayAddresses) -> serde_json::Value {
+    addresses
+        .iter()
+        .map(|(transport, address)| (transport.as_str().to_string(), json!(address)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// How this node's links to one peer stand, over all its cores: `up` when
@@ -401,6 +404,13 @@ fn answer(op: OpAnswer) -> Response<Body> {
     response
 }
 
+/// A JSON answer with `status`.
+pub(super) fn json_status(status: StatusCode, value: serde_json::Value) -> Response<Body> {
+    let mut response = json_response(value);
+    *response.status_mut() = status;
+    response
+}
+
 pub(super) fn json_response(value: serde_json::Value) -> Response<Body> {
     let mut body = value.to_string();
     body.push('\n');
@@ -468,6 +478,8 @@ mod tests {
             store: None,
             ops: None,
             config: None,
+            token: None,
+            advertised: None,
         };
         let healthz = || call(&state, Method::GET, "/healthz");
         assert_eq!(
@@ -499,6 +511,8 @@ mod tests {
             store: Some(store.clone()),
             ops: None,
             config: None,
+            token: None,
+            advertised: None,
         };
         state.phase.set_serving();
         let healthz = || call(&state, Method::GET, "/healthz");
@@ -507,7 +521,7 @@ mod tests {
         let runs = crate::store::health::FAILURES_UNHEALTHY_MIN as usize;
         assert!(faults.inject(crate::store::Fault::Fail, runs + 1));
         for _ in 0..runs {
-            let loaded = futures_lite::future::block_on(store.load(STORE_PROBE_KEY));
+            let loaded = futures_lite::future::block_on(store.load(probes::STORE_PROBE_KEY));
             assert!(loaded.is_err());
         }
         assert_eq!(
@@ -531,6 +545,8 @@ mod tests {
             store: None,
             ops: None,
             config: None,
+            token: None,
+            advertised: None,
         };
         let (status, body) = call(&state, Method::GET, "/metrics");
         assert_eq!(status, StatusCode::OK);

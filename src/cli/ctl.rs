@@ -72,6 +72,9 @@ pub struct TransferArgs {
     /// The node to move it to.
     #[arg(long)]
     pub to: u64,
+    /// The admin token (`admin.token`); default: `ROUTERD_ADMIN_TOKEN`.
+    #[arg(long)]
+    pub token: Option<String>,
 }
 
 /// `routerd drain`'s arguments.
@@ -87,10 +90,43 @@ pub struct DrainArgs {
     /// How long to follow the drain before giving up (exit 3).
     #[arg(long, default_value_t = 120)]
     pub timeout_secs: u64,
+    /// The admin token (`admin.token`); default: `ROUTERD_ADMIN_TOKEN`.
+    #[arg(long)]
+    pub token: Option<String>,
 }
 
-fn call(admin: &str, method: &str, path: &str, timeout: Duration) -> Result<Answer, Failed> {
-    client::call(admin, method, path, timeout).map_err(|error| unreachable(error.to_string()))
+/// The token a mutating call presents: `--token`, else
+/// `ROUTERD_ADMIN_TOKEN`, else none (an endpoint without `admin.token`).
+fn token_of(given: &Option<String>) -> Option<String> {
+    given
+        .clone()
+        .or_else(|| std::env::var(crate::config::ADMIN_TOKEN_ENV).ok())
+        .filter(|token| !token.is_empty())
+}
+
+fn call(
+    admin: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    timeout: Duration,
+) -> Result<Answer, Failed> {
+    let answer = client::call(admin, method, path, token, timeout)
+        .map_err(|error| unreachable(error.to_string()))?;
+    if answer.status == 401 {
+        let reason = answer
+            .json()
+            .and_then(|body| body["reason"].as_str().map(str::to_string))
+            .unwrap_or_else(|| answer.body.trim().to_string());
+        return Err(Failed {
+            exit: Exit::Refused,
+            message: format!(
+                "{method} {path}: unauthorized ({reason}); pass --token or set {}",
+                crate::config::ADMIN_TOKEN_ENV
+            ),
+        });
+    }
+    Ok(answer)
 }
 
 fn json_of(answer: &Answer, what: &str) -> Result<Value, Failed> {
@@ -102,7 +138,7 @@ fn json_of(answer: &Answer, what: &str) -> Result<Value, Failed> {
 /// The table `cluster status` prints.
 pub fn cluster(command: &ClusterCommand) -> Result<(), Failed> {
     let ClusterCommand::Status { admin } = command;
-    let answer = call(admin, "GET", "/cluster", CALL_TIMEOUT)?;
+    let answer = call(admin, "GET", "/cluster", None, CALL_TIMEOUT)?;
     if answer.status != 200 {
         return Err(unreachable(format!(
             "GET /cluster: {} {}",
@@ -132,7 +168,7 @@ fn objects_of_peers(view: &Value) -> Vec<(u64, Option<i64>)> {
             let node = member["node_id"].as_u64()?;
             let admin = member["admin"].as_str()?.to_string();
             Some(std::thread::spawn(move || {
-                let objects = client::call(&admin, "GET", "/cluster", PEER_TIMEOUT)
+                let objects = client::call(&admin, "GET", "/cluster", None, PEER_TIMEOUT)
                     .ok()
                     .and_then(|answer| answer.json())
                     .and_then(|peer| peer["objects"].as_i64());
@@ -214,7 +250,8 @@ fn render_status(view: &Value, peer_objects: Vec<(u64, Option<i64>)>) -> String 
 pub fn transfer(args: &TransferArgs) -> Result<(), Failed> {
     let path = format!("/objects/{}/{}/transfer?to={}", args.kind, args.id, args.to);
     let started = Instant::now();
-    let answer = call(&args.admin, "POST", &path, CALL_TIMEOUT)?;
+    let token = token_of(&args.token);
+    let answer = call(&args.admin, "POST", &path, token.as_deref(), CALL_TIMEOUT)?;
     let body = json_of(&answer, "POST transfer")?;
     let elapsed = started.elapsed();
     let what = format!("{} {}", args.kind, args.id);
@@ -250,7 +287,14 @@ pub fn transfer(args: &TransferArgs) -> Result<(), Failed> {
 /// Starts a drain and, unless told not to, follows it until the node
 /// stopped.
 pub fn drain(args: &DrainArgs) -> Result<(), Failed> {
-    let answer = call(&args.admin, "POST", "/drain", CALL_TIMEOUT)?;
+    let token = token_of(&args.token);
+    let answer = call(
+        &args.admin,
+        "POST",
+        "/drain",
+        token.as_deref(),
+        CALL_TIMEOUT,
+    )?;
     let body = json_of(&answer, "POST /drain")?;
     if answer.status != 202 {
         return Err(Failed {
@@ -272,7 +316,7 @@ pub fn drain(args: &DrainArgs) -> Result<(), Failed> {
     }
     // Who else can tell, once the node is gone, whether it left: a node with
     // nothing to move may finish and exit before the first poll.
-    let witnesses = client::call(&args.admin, "GET", "/cluster", PEER_TIMEOUT)
+    let witnesses = client::call(&args.admin, "GET", "/cluster", None, PEER_TIMEOUT)
         .ok()
         .and_then(|answer| answer.json())
         .map(|cluster| witnesses(&cluster))
@@ -282,7 +326,7 @@ pub fn drain(args: &DrainArgs) -> Result<(), Failed> {
     let mut last_line = String::new();
     loop {
         std::thread::sleep(DRAIN_POLL);
-        let polled = client::call(&args.admin, "GET", "/drain", PEER_TIMEOUT)
+        let polled = client::call(&args.admin, "GET", "/drain", None, PEER_TIMEOUT)
             .ok()
             .and_then(|answer| answer.json());
         let Some(status) = polled else {
@@ -337,7 +381,7 @@ fn left_per_witnesses((me, admins): &(u64, Vec<String>)) -> bool {
     let deadline = Instant::now() + PEER_TIMEOUT * 2;
     while Instant::now() < deadline {
         for admin in admins {
-            let view = client::call(admin, "GET", "/cluster", PEER_TIMEOUT)
+            let view = client::call(admin, "GET", "/cluster", None, PEER_TIMEOUT)
                 .ok()
                 .and_then(|answer| answer.json());
             let left = view.as_ref().and_then(|view| {

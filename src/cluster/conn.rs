@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use shards::net::TcpStream;
 
-use super::codec::LinkDecoder;
-use super::handshake::{self, Challenge, Hello, Refusal, LINK_VERSION, MESSAGE_LEN_MAX};
+use super::codec::{LinkDecoder, Sealer};
+use super::handshake::{self, Challenge, Hello, LinkKeys, Refusal, LINK_VERSION, MESSAGE_LEN_MAX};
 use crate::store::NodeId;
 
 /// `future`, or `None` once `deadline` passed.
@@ -42,6 +42,7 @@ pub struct LocalEnd<'a> {
 /// The peer a dialler reached.
 pub struct Accepted {
     pub incarnation: u64,
+    pub keys: LinkKeys,
 }
 
 /// What an acceptor knows of a dialler that proved itself.
@@ -49,6 +50,15 @@ pub struct Dialler {
     pub node: NodeId,
     pub incarnation: u64,
     pub core: usize,
+    pub keys: LinkKeys,
+}
+
+/// Which end of a link this side is: it seals with one direction's key
+/// and opens with the other's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    Dialler,
+    Acceptor,
 }
 
 impl Conn {
@@ -60,11 +70,16 @@ impl Conn {
         }
     }
 
-    /// The frame decoder, with whatever came after the handshake.
-    pub fn into_decoder(self) -> (Rc<TcpStream>, LinkDecoder) {
-        let mut decoder = LinkDecoder::default();
+    /// The record sealer of this side and the decoder of the other's,
+    /// with whatever came after the handshake.
+    pub fn into_link(self, keys: &LinkKeys, end: End) -> (Rc<TcpStream>, Sealer, LinkDecoder) {
+        let (send, receive) = match end {
+            End::Dialler => (&keys.dialler_to_acceptor, &keys.acceptor_to_dialler),
+            End::Acceptor => (&keys.acceptor_to_dialler, &keys.dialler_to_acceptor),
+        };
+        let mut decoder = LinkDecoder::new(receive);
         decoder.extend(&self.pending);
-        (self.stream, decoder)
+        (self.stream, Sealer::new(send), decoder)
     }
 
     async fn send(&self, bytes: Vec<u8>) -> Result<(), Refusal> {
@@ -136,7 +151,10 @@ impl Conn {
         self.send(handshake::proof(local.secret, &hello, &challenge_bytes))
             .await?;
         handshake::decode_verdict(&self.read().await?)?;
-        Ok(Accepted { incarnation })
+        Ok(Accepted {
+            incarnation,
+            keys: LinkKeys::derive(local.secret, &hello, &challenge_bytes),
+        })
     }
 
     /// The acceptor's side. `admit` judges the dialler's incarnation
@@ -183,6 +201,7 @@ impl Conn {
             node: NodeId(hello.from_node),
             incarnation: hello.from_incarnation,
             core: usize::from(hello.from_core),
+            keys: LinkKeys::derive(local.secret, &hello_bytes, &challenge),
         })
     }
 }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use shards::net::{TcpListener, TcpStream};
 use wire::frame::FrameBuf;
 
-use super::codec::{self, LinkFrame};
-use super::conn::{before, Conn, LocalEnd};
+use super::codec::{self, LinkError, LinkFrame};
+use super::conn::{before, Conn, End, LocalEnd};
 use super::handshake::Refusal;
 use super::outgoing::{count_refusal, CoreLinks, LinkSettings};
 use super::view::ClusterView;
@@ -142,7 +142,7 @@ impl Incoming {
                 return;
             }
         };
-        let (stream, decoder) = conn.into_decoder();
+        let (stream, sealer, decoder) = conn.into_link(&dialler.keys, End::Acceptor);
         inner.links.peer_alive(dialler.node, dialler.incarnation);
         inner.incoming.borrow_mut().push((
             dialler.node,
@@ -155,7 +155,7 @@ impl Incoming {
             core = dialler.core,
             "link in"
         );
-        self.read(dialler.node, &stream, decoder).await;
+        self.read(dialler.node, &stream, sealer, decoder).await;
         stream.shutdown();
     }
 
@@ -192,10 +192,18 @@ impl Incoming {
         }
     }
 
-    async fn read(&self, from: NodeId, stream: &TcpStream, mut decoder: codec::LinkDecoder) {
+    async fn read(
+        &self,
+        from: NodeId,
+        stream: &TcpStream,
+        mut sealer: codec::Sealer,
+        mut decoder: codec::LinkDecoder,
+    ) {
         let stats = &self.0.metrics.cluster;
-        let mut pong = Vec::new();
+        let mut pongs = Vec::new();
         loop {
+            // Every frame of what arrived, then one send of the pongs it
+            // asked for (in one record).
             loop {
                 match decoder.next_frame() {
                     Ok(None) => break,
@@ -203,20 +211,36 @@ impl Incoming {
                         stats.frames_received.inc();
                         (self.0.dispatch)(from, frame);
                     }
-                    Ok(Some(LinkFrame::Ping(nonce))) => {
-                        pong.clear();
-                        codec::encode_pong(&mut pong, nonce);
-                        let deadline = Instant::now() + self.0.settings.handshake_timeout;
-                        match before(deadline, stream.send_all(std::mem::take(&mut pong))).await {
-                            Some((Ok(()), back)) => pong = back,
-                            _ => return,
-                        }
-                    }
-                    Ok(Some(LinkFrame::Pong(_))) | Err(_) => {
+                    Ok(Some(LinkFrame::Ping(nonce))) => sealer.pong(&mut pongs, nonce),
+                    Ok(Some(LinkFrame::Pong(_))) => {
                         stats.frames_invalid.inc();
-                        tracing::warn!(node = from.0, "invalid frame on a link; closed");
+                        tracing::warn!(node = from.0, "a pong sent to the accepting side; closed");
                         return;
                     }
+                    Err(LinkError::Auth) => {
+                        stats.link_auth_failures.inc();
+                        tracing::warn!(
+                            node = from.0,
+                            "a link record failed its authentication; closed"
+                        );
+                        return;
+                    }
+                    Err(error) => {
+                        stats.frames_invalid.inc();
+                        tracing::warn!(node = from.0, %error, "invalid frame on a link; closed");
+                        return;
+                    }
+                }
+            }
+            if !pongs.is_empty() {
+                sealer.seal(&mut pongs);
+                let deadline = Instant::now() + self.0.settings.handshake_timeout;
+                match before(deadline, stream.send_all(std::mem::take(&mut pongs))).await {
+                    Some((Ok(()), mut back)) => {
+                        back.clear();
+                        pongs = back;
+                    }
+                    _ => return,
                 }
             }
             match stream.recv().await {

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use shards::net::TcpStream;
 use wire::frame::{FrameBuf, Message};
 
-use super::codec::{self, LinkFrame};
-use super::conn::{before, Conn, LocalEnd};
+use super::codec::{self, LinkError, LinkFrame};
+use super::conn::{before, Conn, End, LocalEnd};
 use super::handshake::Refusal;
 use super::link::{Link, LinkState};
 use super::view::{ClusterView, LinkStatus, Snapshot};
@@ -345,17 +345,22 @@ impl CoreLinks {
         if slot.retired.get() {
             return Ended::Retired;
         }
-        let (stream, decoder) = conn.into_decoder();
+        let (stream, sealer, decoder) = conn.into_link(&accepted.keys, End::Dialler);
         *slot.stream.borrow_mut() = Some(stream.clone());
         slot.link.borrow_mut().connected();
-        self.write(slot.clone(), stream, decoder).await
+        self.write(slot.clone(), stream, sealer, decoder).await
     }
 
-    /// Writes what queues, pings, and watches the pongs.
+    /// Writes what queues, pings, and watches the pongs. What queued
+    /// since the last send leaves in one send, sealed in one record (two
+    /// past `codec::RECORD_BODY_MAX_BYTES`): the writer is woken by the
+    /// first frame of a loop turn and runs after the tasks already woken in
+    /// it, so the frames the turn's other tasks queue go with it.
     async fn write(
         &self,
         slot: Rc<Slot>,
         stream: Rc<TcpStream>,
+        mut sealer: codec::Sealer,
         decoder: codec::LinkDecoder,
     ) -> Ended {
         let settings = &self.0.settings;
@@ -388,12 +393,13 @@ impl CoreLinks {
             slot.link.borrow_mut().take_all(&mut frames);
             let sent = frames.len() as u64;
             for frame in frames.drain(..) {
-                codec::encode_message(&mut buf, &frame);
+                sealer.message(&mut buf, &frame);
             }
             if now >= next_ping {
-                codec::encode_ping(&mut buf, base.elapsed().as_micros() as u64);
+                sealer.ping(&mut buf, base.elapsed().as_micros() as u64);
                 next_ping = now + settings.ping_interval;
             }
+            sealer.seal(&mut buf);
             if !buf.is_empty() {
                 let written = before(
                     now + settings.suspect_after(),
@@ -446,6 +452,15 @@ async fn read_pongs(
                         .saturating_sub(Duration::from_micros(sent_us));
                     metrics.cluster.link_rtt.record(rtt);
                     last_pong.set(Instant::now());
+                }
+                Err(LinkError::Auth) => {
+                    metrics.cluster.link_auth_failures.inc();
+                    tracing::warn!(
+                        node = slot.node.0,
+                        "a link record failed its authentication; closed"
+                    );
+                    bad = true;
+                    break;
                 }
                 Ok(Some(_)) | Err(_) => {
                     metrics.cluster.frames_invalid.inc();

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
+use crate::store::GatewayAddresses;
 pub use crate::router::driver::CoreStanding;
 use crate::store::{MemberRow, MemberState, NodeId};
 
@@ -23,7 +24,9 @@ pub struct Peer {
     /// Where its cores listen for links, by core; empty when its row
     /// named none that parse (it cannot be linked to).
     pub cores: Vec<SocketAddr>,
-    pub gateway: String,
+    /// Its gateway listeners as clients reach them, by transport.
+    pub gateway: GatewayAddresses,
+    /// Its admin endpoint as advertised (`admin.advertise`).
     pub admin: String,
 }
 
@@ -39,7 +42,7 @@ impl Peer {
             incarnation: row.incarnation,
             state: row.state,
             cores: cores.unwrap_or_default(),
-            gateway: row.gateway.clone(),
+            gateway: GatewayAddresses::decode(&row.gateway),
             admin: row.admin.clone(),
         }
     }
@@ -266,7 +269,7 @@ mod tests {
                     incarnation: 3,
                     state: MemberState::Up,
                     cores: vec!["127.0.0.1:7600".parse().unwrap()],
-                    gateway: String::new(),
+                    gateway: GatewayAddresses::default(),
                     admin: String::new(),
                 },
             );

@@ -32,6 +32,9 @@ impl Config {
         if let Ok(secret) = std::env::var(CLUSTER_SECRET_ENV) {
             config.cluster.secret = Secret::new(secret);
         }
+        if let Ok(token) = std::env::var(ADMIN_TOKEN_ENV) {
+            config.admin.token = Some(Secret::new(token));
+        }
         config.validate()?;
         Ok(config)
     }
@@ -183,7 +186,8 @@ impl Config {
     /// node checks them at start, so a config built in code cannot skip
     /// them.
     pub fn check_secrets(&self) -> Result<(), SecretError> {
-        secret::check(&self.secrets())
+        secret::check(&self.secrets())?;
+        secret::check_admin_token(self.admin.token.as_ref(), self.admin.listen)
     }
 
     /// The SQLite file this node uses.

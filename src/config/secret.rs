@@ -117,6 +117,34 @@ pub enum SecretError {
         /// The address it listens on.
         address: SocketAddr,
     },
+    /// The admin endpoint listens off loopback and no token guards its
+    /// mutating calls.
+    #[error(
+        "admin.listen = {address} is reachable from other machines and admin.token is not set: \
+         set admin.token (or ROUTERD_ADMIN_TOKEN) to a secret of your own, or listen on a \
+         loopback address"
+    )]
+    AdminTokenMissing {
+        /// The address the endpoint listens on.
+        address: SocketAddr,
+    },
+}
+
+/// The admin token's rules: when set, not empty and not the mask; and set
+/// whenever the endpoint listens off loopback, since the token is all that
+/// stands between a reachable port and a drain of the node.
+pub(crate) fn check_admin_token(
+    token: Option<&Secret>,
+    listen: SocketAddr,
+) -> Result<(), SecretError> {
+    const KEY: &str = "admin.token";
+    match token {
+        Some(token) if token.is_empty() => Err(SecretError::Empty { key: KEY }),
+        Some(token) if token.expose() == MASK => Err(SecretError::Masked { key: KEY }),
+        Some(_) => Ok(()),
+        None if listen.ip().is_loopback() => Ok(()),
+        None => Err(SecretError::AdminTokenMissing { address: listen }),
+    }
 }
 
 /// The rules for every secret: not empty, not the mask, and not the
@@ -213,6 +241,26 @@ mod tests {
                 &[("gateway.listen", loopback), ("admin.listen", loopback6)]
             ),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn the_admin_token_is_required_off_loopback_and_never_empty() {
+        let loopback: SocketAddr = "127.0.0.1:9464".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:9464".parse().unwrap();
+        assert_eq!(check_admin_token(None, loopback), Ok(()));
+        let missing = check_admin_token(None, any).unwrap_err();
+        assert_eq!(missing, SecretError::AdminTokenMissing { address: any });
+        assert!(missing.to_string().contains("admin.token"), "{missing}");
+        let token = Secret::new("s3cret");
+        assert_eq!(check_admin_token(Some(&token), any), Ok(()));
+        assert_eq!(
+            check_admin_token(Some(&Secret::new("")), loopback),
+            Err(SecretError::Empty { key: "admin.token" })
+        );
+        assert_eq!(
+            check_admin_token(Some(&Secret::new(MASK)), any),
+            Err(SecretError::Masked { key: "admin.token" })
         );
     }
 

@@ -33,6 +33,7 @@ use super::session::Target;
 use super::transport::tls::HandshakeKind;
 use super::transport::{Layers, Listener, Opened, Refusal, Transport};
 use super::{session_core, Ingress, Notice};
+use crate::store::GatewayAddresses;
 use crate::config::GatewayConfig;
 use crate::metrics::CoreMetrics;
 
@@ -185,7 +186,7 @@ impl GatewayHandle {
     /// The node drains: tells every session of this core (and every one
     /// opened from now on) to move to one of `targets` within `grace`, and
     /// closes each when its grace ended and nothing is owed to it.
-    pub fn redirect_all(&self, grace: Duration, targets: Vec<String>) {
+    pub fn redirect_all(&self, grace: Duration, targets: Vec<GatewayAddresses>) {
         self.0
             .state
             .borrow_mut()
@@ -193,7 +194,7 @@ impl GatewayHandle {
     }
 
     /// The gateways later redirects name.
-    pub fn set_redirect_targets(&self, targets: Vec<String>) {
+    pub fn set_redirect_targets(&self, targets: Vec<GatewayAddresses>) {
         self.0.state.borrow_mut().set_redirect_targets(targets);
     }
 

@@ -31,6 +31,9 @@ super::metric_set! {
             send_failed_link_down = "link_down",
             send_failed_unknown_node = "unknown_node",
         }
+        /// Link records (each a batch of frames) whose MAC failed: forged, altered, replayed or
+        /// sealed with another key. Each closed its link.
+        "routerd_link_auth_failures_total" Counter { link_auth_failures }
         /// Links this core dialled again after one failed or closed.
         "routerd_cluster_link_reconnects_total" Counter { reconnects }
         /// Link handshakes refused (by this core, or by the peer this core dialled), by reason.

@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod admin;
 mod cluster;
 mod family;
 mod gateway;
@@ -22,6 +23,7 @@ mod router;
 mod runtime;
 mod store;
 
+pub use self::admin::AdminStats;
 pub use self::cluster::ClusterStats;
 use self::family::write_family_list;
 pub(crate) use self::family::{counter_set, metric_label, metric_label_value, metric_set};
@@ -118,6 +120,8 @@ pub struct NodeMetrics {
     pub routes: Arc<RouteTable>,
     /// The node's object types (type id, name), for the objects by type.
     pub types: Vec<(u32, &'static str)>,
+    /// The admin endpoint's (its thread writes them).
+    pub admin: Arc<AdminStats>,
 }
 
 /// The runtime's core-to-core channels (declared here: the counters live
@@ -188,6 +192,7 @@ impl NodeMetrics {
             store: None,
             routes,
             types: Vec::new(),
+            admin: Arc::default(),
         }
     }
 
@@ -210,6 +215,7 @@ impl NodeMetrics {
         node::write_per_core(out, cores.clone());
         write_families(out, cores.clone().map(|core| &core.cluster));
         write_families(out, cores.map(|core| &core.runtime));
+        write_families(out, std::iter::once(&*self.admin));
         let store = self.store.iter();
         write_families(out, store.clone().map(|store| store.stats()));
         self::store::write_store_errors(out, store.clone());

@@ -10,8 +10,9 @@ use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 use self::core::core_main;
 use self::listeners::{bind_cluster, reserve};
 
-use crate::admin::{Admin, AdminState};
+use crate::admin::{Admin, AdminState, Advertised};
 use crate::catalog::Catalog;
+use crate::store::GatewayAddresses;
 use crate::cluster::agent::{self, JoinError};
 use crate::cluster::membership::{Advertisement, Membership};
 use crate::cluster::view::{ClusterView, Peer, Standing};
@@ -72,6 +73,15 @@ pub enum NodeError {
     Tls(#[from] crate::gateway::transport::tls::TlsSetupError),
     #[error("cannot serve these object types and services: {0}")]
     Objects(#[from] RegistryError),
+    #[error(
+        "refusing to start: {key} would advertise {address}, which other members cannot \
+         reach, and the cluster has other members: set {key} to the address they reach \
+         this node at"
+    )]
+    Unreachable {
+        key: &'static str,
+        address: SocketAddr,
+    },
 }
 
 /// The message type cores exchange over the mesh: one rkyv frame in one
@@ -186,27 +196,54 @@ impl Node {
                 source,
             })?;
         let cluster_listeners = bind_cluster(&config, core_count)?;
+        // What the row advertises: where other nodes and clients reach
+        // this one, which is not where it bound when it listens on
+        // `0.0.0.0` behind an address of its own.
+        let gateway_advertised = advertised(config.gateway.advertise, gateway_address);
+        let admin_advertised = advertised(config.admin.advertise, admin_address);
+        let cluster_advertised: Vec<SocketAddr> = cluster_listeners
+            .iter()
+            .enumerate()
+            .map(|(core, (_, port))| config.cluster.advertised(core, *port))
+            .collect();
         // The node's own services feed the catalog's local routes; the
         // remote registry is fed by cluster membership.
         let catalog = Arc::new(Catalog::new());
-        let actors = registry.local_actors(config.node.id, &gateway_address.to_string());
+        let actors = registry.local_actors(config.node.id, &gateway_advertised.to_string());
         for actor in actors.clone() {
             catalog.register_routes(actor)?;
         }
         let advertisement = Advertisement {
-            gateway: gateway_address.to_string(),
-            admin: admin_address.to_string(),
-            cluster: cluster_listeners
-                .iter()
-                .enumerate()
-                .map(|(core, (_, port))| config.cluster.advertised(core, *port).to_string())
-                .collect(),
+            gateway: GatewayAddresses::plain(gateway_advertised.to_string()).encode(),
+            admin: admin_advertised.to_string(),
+            cluster: cluster_advertised.iter().map(ToString::to_string).collect(),
             core_count: core_count as u32,
             actors: agent::advertised(&actors),
         };
         let me = NodeId(config.node.id);
         let membership = Membership::new(me, &config.cluster, advertisement);
         let joined = agent::join(&store, membership, JOIN_TIMEOUT)?;
+        // Alone, an unspecified address harms no one (and a node on its
+        // own is the common single-machine case); beside other live
+        // members it would send them and the clients they redirect
+        // nowhere.
+        if joined.peers.iter().any(|row| !row.state.is_ended()) {
+            let unreachable = [
+                ("gateway.advertise", gateway_advertised),
+                ("admin.advertise", admin_advertised),
+            ]
+            .into_iter()
+            .chain(
+                cluster_advertised
+                    .iter()
+                    .map(|address| ("cluster.advertise", *address)),
+            )
+            .find(|(_, address)| address.ip().is_unspecified());
+            if let Some((key, address)) = unreachable {
+                agent::leave_blocking(&store, joined.membership);
+                return Err(NodeError::Unreachable { key, address });
+            }
+        }
         tracing::info!(
             node = me.0,
             incarnation = joined.incarnation,
@@ -238,6 +275,7 @@ impl Node {
             store: store.clone(),
             phase: phase.clone(),
             shutdown: shutdown.clone(),
+            token: config.admin.token.clone(),
         });
         let shared = Arc::new(NodeShared {
             store,
@@ -289,6 +327,11 @@ impl Node {
                 store: Some(shared.store.clone()),
                 ops: Some(ops),
                 config: Some(Arc::new(config.clone())),
+                token: config.admin.token.clone(),
+                advertised: Some(Advertised {
+                    gateway: GatewayAddresses::plain(gateway_advertised.to_string()),
+                    admin: admin_advertised.to_string(),
+                }),
             },
         );
         let admin = match admin {
@@ -392,6 +435,20 @@ impl Node {
         let result = self.runtime.join();
         drop(self.admin);
         Ok(result?)
+    }
+}
+
+/// The address a listener bound at `bound` is advertised at: `configured`
+/// (its port taken from `bound` when it is 0), or `bound` itself.
+fn advertised(configured: Option<SocketAddr>, bound: SocketAddr) -> SocketAddr {
+    match configured {
+        Some(mut address) => {
+            if address.port() == 0 {
+                address.set_port(bound.port());
+            }
+            address
+        }
+        None => bound,
     }
 }
 

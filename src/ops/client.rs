@@ -50,11 +50,13 @@ impl Answer {
 }
 
 /// `method path` on the admin endpoint at `address` (`host:port`), the
-/// whole call within `timeout`.
+/// whole call within `timeout`; with `token`, as `Authorization: Bearer`
+/// (what a mutating call needs when the endpoint has `admin.token`).
 pub fn call(
     address: &str,
     method: &str,
     path: &str,
+    token: Option<&str>,
     timeout: Duration,
 ) -> Result<Answer, CallError> {
     let deadline = Instant::now() + timeout;
@@ -82,8 +84,12 @@ pub fn call(
             source,
         },
     };
+    let authorization = token
+        .map(|token| format!("authorization: Bearer {token}\r\n"))
+        .unwrap_or_default();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {address}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nhost: {address}\r\n{authorization}content-length: 0\r\n\
+         connection: close\r\n\r\n"
     );
     stream
         .set_write_timeout(Some(remaining(deadline)))
@@ -164,14 +170,14 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let started = Instant::now();
-        let error = call(&address, "GET", "/", Duration::from_millis(200)).unwrap_err();
+        let error = call(&address, "GET", "/", None, Duration::from_millis(200)).unwrap_err();
         assert!(matches!(error, CallError::Timeout { .. }), "{error}");
         assert!(started.elapsed() < Duration::from_secs(2));
         drop(listener);
-        let error = call(&address, "GET", "/", Duration::from_secs(1)).unwrap_err();
+        let error = call(&address, "GET", "/", None, Duration::from_secs(1)).unwrap_err();
         assert!(matches!(error, CallError::Connect { .. }), "{error}");
         assert!(matches!(
-            call("no-port-given", "GET", "/", Duration::from_secs(1)),
+            call("no-port-given", "GET", "/", None, Duration::from_secs(1)),
             Err(CallError::Resolve(_))
         ));
     }

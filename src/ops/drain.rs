@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::Ops;
+use crate::store::GatewayAddresses;
 use crate::cluster::view::ClusterView;
 use crate::config::ClusterConfig;
 use crate::gateway::GatewayHandle;
@@ -162,8 +163,9 @@ pub(super) struct CoreDrainParts {
 }
 
 /// The gateways of the other members that take clients: up, not
-/// draining, with an address; in node order.
-fn redirect_targets(view: &ClusterView) -> Vec<String> {
+/// draining, with an address; in node order. Each session is sent to one
+/// that serves its own transport.
+fn redirect_targets(view: &ClusterView) -> Vec<GatewayAddresses> {
     view.snapshot()
         .peers
         .values()

@@ -25,7 +25,7 @@ use wire::ObjectKey;
 use self::drain::{CoreDrainParts, DrainStatus};
 pub use self::phase::{NodePhase, Phase};
 use crate::cluster::view::ClusterView;
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, Secret};
 use crate::gateway::GatewayHandle;
 use crate::router::driver::{RouterDriver, TransferReply};
 use crate::store::{NodeId, Store};
@@ -71,6 +71,8 @@ struct Inner {
     store: Store,
     phase: NodePhase,
     drain: Arc<DrainStatus>,
+    /// `admin.token`, sent with the calls forwarded to another node.
+    token: Option<Secret>,
 }
 
 /// What the node gives operations.
@@ -80,6 +82,9 @@ pub struct OpsParts {
     pub store: Store,
     pub phase: NodePhase,
     pub shutdown: shards::ShutdownHandle,
+    /// `admin.token`: a transfer forwarded to the owner's admin endpoint
+    /// presents it there.
+    pub token: Option<Secret>,
 }
 
 /// Why a command did not reach its core.
@@ -107,6 +112,7 @@ impl Ops {
             store: parts.store,
             phase: parts.phase,
             drain,
+            token: parts.token,
         }));
         (ops, receivers)
     }

@@ -129,7 +129,8 @@ impl Ops {
                 ),
             );
         };
-        forward(&peer.admin, owner, call).await
+        let token = self.0.token.as_ref().map(|token| token.expose().to_string());
+        forward(&peer.admin, token, owner, call).await
     }
 
     /// The owner's part: the core that holds the object runs the transfer.
@@ -233,8 +234,14 @@ fn refused(error: TransferError, target: NodeId) -> OpAnswer {
     }
 }
 
-/// Passes the call to the owner's admin endpoint and its answer back.
-async fn forward(admin: &str, owner: NodeId, call: TransferCall<'_>) -> OpAnswer {
+/// Passes the call to the owner's admin endpoint and its answer back,
+/// with this node's admin token (the nodes of a cluster share one).
+async fn forward(
+    admin: &str,
+    token: Option<String>,
+    owner: NodeId,
+    call: TransferCall<'_>,
+) -> OpAnswer {
     if admin.is_empty() {
         return OpAnswer::error(
             503,
@@ -247,9 +254,10 @@ async fn forward(admin: &str, owner: NodeId, call: TransferCall<'_>) -> OpAnswer
         "/objects/{}/{}/transfer?to={}&forwarded=1",
         call.kind, call.key.object_id, call.target.0
     );
-    let called =
-        tokio::task::spawn_blocking(move || client::call(&address, "POST", &path, FORWARD_TIMEOUT))
-            .await;
+    let called = tokio::task::spawn_blocking(move || {
+        client::call(&address, "POST", &path, token.as_deref(), FORWARD_TIMEOUT)
+    })
+    .await;
     match called {
         Ok(Ok(answer)) => match answer.json() {
             Some(body) => OpAnswer {

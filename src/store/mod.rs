@@ -8,6 +8,7 @@
 mod api;
 mod bridge;
 mod error;
+mod gateway_addresses;
 pub mod health;
 mod membership;
 mod memory;
@@ -26,6 +27,7 @@ pub use api::{Backend, BackendProbe, Store};
 pub use bridge::StoreFuture;
 pub use bridge::{MemberLane, MEMBER_QUEUE_MAX};
 pub use error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
+pub use gateway_addresses::{GatewayAddresses, Transport};
 pub use health::StoreHealth;
 pub use membership::{
     AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,

@@ -345,11 +345,13 @@ impl NodeSpec {
              heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\n\
              down_after_ms = {DOWN_AFTER_MS}\n\
              [gateway]\nlisten = \"{host}:0\"\nrequest_timeout_ms = {REQUEST_TIMEOUT_MS}\n\
-             [admin]\nlisten = \"{host}:0\"\n\
+             [admin]\nlisten = \"{host}:0\"\ntoken = {admin_token:?}\n\
              [auth]\nsecret = {SECRET:?}\nduplicate_login = \"multi\"\n\
              {save}\
              [services.player]\npersist = {persist:?}\n",
             data = data.display().to_string(),
+            // An admin endpoint off loopback needs one to start.
+            admin_token = "the nemesis test's admin token",
             cpu = self.cpu_of(node_id),
             store = self.store_toml,
             persist = self.persist,

@@ -31,12 +31,17 @@ pub struct LocalCluster {
     pub persist: &'static str,
 }
 
-/// The TOML of the client-facing listeners on `host` (any free port) and
-/// the test auth secret: what `ServeProcess::start` adds on loopback.
+/// The admin token of nodes whose admin endpoint listens off loopback
+/// (`listeners_on`).
+pub const ADMIN_TOKEN: &str = "the test cluster's admin token";
+
+/// The TOML of the client-facing listeners on `host` (any free port), the
+/// test auth secret and, since an admin endpoint off loopback needs one,
+/// the test admin token: what `ServeProcess::start` adds on loopback.
 pub fn listeners_on(host: &str) -> String {
     format!(
         "[gateway]\nlisten = \"{host}:0\"\n[admin]\nlisten = \"{host}:0\"\n\
-         [auth]\nsecret = \"{}\"\n",
+         token = {ADMIN_TOKEN:?}\n[auth]\nsecret = \"{}\"\n",
         super::SECRET
     )
 }

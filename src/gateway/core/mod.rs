@@ -36,6 +36,7 @@ use super::{session_core, Notice, NoticeKind};
 use crate::config::GatewayConfig;
 use crate::metrics::{CoreMetrics, GatewayStats};
 use crate::route::RouteTable;
+use crate::store;
 
 mod egress;
 mod login;
@@ -128,6 +129,9 @@ struct Entry {
     /// once logged in, the session is kicked from that second on
     /// (`kick_expired`).
     token_expiry_unix_s: Option<u64>,
+    /// The listener's transport: a `sys.redirect` names another node's
+    /// listener of the same one, so the client keeps speaking as it does.
+    transport: store::Transport,
 }
 
 /// One core's gateway state. See the module documentation.
@@ -238,6 +242,8 @@ impl GatewayCore {
                 closing: false,
                 bucket: RequestBucket::new(now),
                 token_expiry_unix_s: None,
+                // Every session comes through the plain listener today.
+                transport: store::Transport::Plain,
             },
         );
         self.stats().sessions_accepted.inc();

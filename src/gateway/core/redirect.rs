@@ -6,14 +6,15 @@ use std::time::{Duration, Instant};
 use wire::client::FrameKind;
 
 use super::{CloseReason, GatewayCore, PushError};
+use crate::store::GatewayAddresses;
 
 /// Sessions are being moved away: the node drains.
 #[derive(Clone, Debug)]
 pub(super) struct Redirecting {
     pub(super) grace: Duration,
-    /// Gateways of other nodes (`host:port`), spread over by session id;
-    /// empty when there is none.
-    pub(super) targets: Vec<String>,
+    /// Gateways of other nodes, spread over by session id among those
+    /// that serve the session's transport; empty when there is none.
+    pub(super) targets: Vec<GatewayAddresses>,
 }
 
 /// The body of `sys.redirect`: `u32 grace_ms` (LE), then the UTF-8
@@ -32,7 +33,7 @@ impl GatewayCore {
     /// gateway, spread by session id; empty when there is none) and
     /// `grace`. Its requests are answered as before until the client closes
     /// the connection or the grace ends (`close_redirected`).
-    pub fn redirect_all(&mut self, now: Instant, grace: Duration, targets: Vec<String>) {
+    pub fn redirect_all(&mut self, now: Instant, grace: Duration, targets: Vec<GatewayAddresses>) {
         self.redirecting = Some(Redirecting { grace, targets });
         let sessions: Vec<u64> = self.sessions.keys().copied().collect();
         for session_id in sessions {
@@ -41,7 +42,7 @@ impl GatewayCore {
     }
 
     /// The gateways later redirects name (the up members change).
-    pub fn set_redirect_targets(&mut self, targets: Vec<String>) {
+    pub fn set_redirect_targets(&mut self, targets: Vec<GatewayAddresses>) {
         if let Some(redirecting) = self.redirecting.as_mut() {
             redirecting.targets = targets;
         }
@@ -59,9 +60,19 @@ impl GatewayCore {
             return;
         }
         entry.redirect_until = Some(now + redirecting.grace);
-        let target = match redirecting.targets.len() {
+        // Only the gateways that speak this session's transport: a TLS
+        // client sent to a plain port could not connect.
+        let transport = entry.transport;
+        let serving = redirecting
+            .targets
+            .iter()
+            .filter_map(|target| target.get(transport));
+        let target = match serving.clone().count() {
             0 => "",
-            n => redirecting.targets[(session_id % n as u64) as usize].as_str(),
+            n => serving
+                .clone()
+                .nth((session_id % n as u64) as usize)
+                .unwrap_or_default(),
         };
         let body = redirect_body(redirecting.grace, target);
         self.metrics.gateway.redirects.inc();

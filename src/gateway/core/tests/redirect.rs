@@ -1,6 +1,7 @@
 //! A draining gateway's redirect, grace and close.
 
 use super::*;
+use crate::store::{GatewayAddresses, Transport};
 
 #[test]
 fn a_draining_gateway_redirects_every_session_answers_within_the_grace_then_closes() {
@@ -10,14 +11,22 @@ fn a_draining_gateway_redirects_every_session_answers_within_the_grace_then_clos
     let (busy, busy_outbox) = f.open();
     let epoch = f.login(busy, 7);
     f.request(busy, route::PLAYER_GET, 1).unwrap();
-    let targets = vec!["10.0.0.2:7400".to_string(), "10.0.0.3:7400".to_string()];
-    f.core.redirect_all(f.now, grace, targets.clone());
+    let targets = ["10.0.0.2:7400", "10.0.0.3:7400"];
+    // A third node serves TLS only: no plain session is sent there.
+    let mut tls_only = GatewayAddresses::default();
+    tls_only.set(Transport::Tls, "10.0.0.4:7443");
+    let advertised: Vec<GatewayAddresses> = targets
+        .iter()
+        .map(|target| GatewayAddresses::plain(*target))
+        .chain([tls_only])
+        .collect();
+    f.core.redirect_all(f.now, grace, advertised.clone());
     for (session, outbox) in [(idle, &idle_outbox), (busy, &busy_outbox)] {
         let pushes: Vec<_> = frames(outbox)
             .into_iter()
             .filter(|frame| frame.1 == route::SYS_REDIRECT)
             .collect();
-        let target = &targets[(session % 2) as usize];
+        let target = targets[(session % 2) as usize];
         assert_eq!(
             pushes,
             vec![(
@@ -35,7 +44,7 @@ fn a_draining_gateway_redirects_every_session_answers_within_the_grace_then_clos
     );
     // Within the grace: requests are accepted and answered as before, and
     // a second redirect_all sends nothing again.
-    f.core.redirect_all(f.now, grace, targets);
+    f.core.redirect_all(f.now, grace, advertised);
     assert!(f.request(busy, route::PLAYER_INCR, 2).is_some());
     assert_eq!(f.core.close_redirected(f.now + grace / 2), 2);
     // The grace ends: the idle session closes; the busy one owes answers,

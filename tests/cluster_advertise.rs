@@ -1,0 +1,126 @@
+//! Advertised addresses: a node listening on `0.0.0.0` advertises
+//! `gateway.advertise` and `admin.advertise` in its membership row, so
+//! `/cluster` and `sys.redirect` name where it is reached; beside other
+//! members, a node that would advertise an unspecified address refuses to
+//! start, naming the key.
+
+mod support;
+
+use std::time::Duration;
+
+use support::cluster::{get_json, http_post, wait_members_up, LocalCluster};
+use support::{ServeProcess, SECRET};
+use wire::client::{route, FrameKind};
+
+/// Starts node `id` with its own `[gateway]` and `[admin]` sections.
+fn start_with(cluster: &LocalCluster, id: u64, listeners: &str) -> ServeProcess {
+    let dir = cluster.dir().join(format!("node-{id}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("node.toml");
+    let body = format!(
+        "{}\n{listeners}[auth]\nsecret = \"{SECRET}\"\n",
+        cluster.body(id, "the test cluster's secret")
+    );
+    std::fs::write(&path, body).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
+    command.args(["serve", "--config"]).arg(&path);
+    ServeProcess::spawn(command)
+}
+
+#[test]
+fn a_node_on_0_0_0_0_is_advertised_and_redirected_to_at_its_advertised_address() {
+    let mut cluster = LocalCluster::new();
+    cluster.cluster_extra = "redirect_grace_ms = 2000\n".into();
+    let draining = cluster.start(1);
+    // Any address of the loopback net reaches a listener on 0.0.0.0:
+    // 127.0.0.2 stands for the address other machines would use.
+    let public = start_with(
+        &cluster,
+        2,
+        "[gateway]\nlisten = \"0.0.0.0:0\"\nadvertise = \"127.0.0.2:0\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\nadvertise = \"127.0.0.2:0\"\n",
+    );
+    wait_members_up(&draining, &[2]);
+    let port = public.gateway.port();
+    let advertised = format!("127.0.0.2:{port}");
+    let view = get_json(draining.admin, "/cluster");
+    let member = view["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|member| member["node_id"] == 2)
+        .unwrap()
+        .clone();
+    assert_eq!(member["gateway"], advertised.as_str(), "{member}");
+    assert_eq!(member["gateways"]["tcp"], advertised.as_str(), "{member}");
+    assert_eq!(
+        member["admin"],
+        format!("127.0.0.2:{}", public.admin.port()).as_str(),
+        "{member}"
+    );
+    let own = get_json(public.admin, "/cluster");
+    let me = own["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|member| member["link"] == "self")
+        .unwrap()
+        .clone();
+    assert_eq!(me["node_id"], 2, "{me}");
+    assert_eq!(me["gateway"], advertised.as_str(), "{me}");
+
+    // A session on node 1 is told to move to node 2's advertised address
+    // when node 1 drains, and that address serves it.
+    let mut client = draining.connect();
+    client.login(11, 1);
+    let (status, body) = http_post(draining.admin, "/drain");
+    assert_eq!(status, 202, "{body}");
+    let push = client.recv();
+    assert_eq!(
+        (push.kind, push.route_id),
+        (FrameKind::Push, route::SYS_REDIRECT),
+        "{push:?}"
+    );
+    let target = std::str::from_utf8(&push.body[4..]).unwrap();
+    assert_eq!(target, advertised);
+    let (mut moved, _) =
+        support::cluster::login_eventually(target.parse().unwrap(), 11, Duration::from_secs(10));
+    let reply = moved.call(route::PLAYER_GET, 2, b"");
+    assert_eq!(reply.kind, FrameKind::Response, "{reply:?}");
+}
+
+#[test]
+fn beside_other_members_an_unspecified_advertised_address_refuses_to_start() {
+    let cluster = LocalCluster::new();
+    let first = cluster.start(1);
+    let dir = cluster.dir().join("unreachable");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("node.toml");
+    let body = format!(
+        "{}\n[gateway]\nlisten = \"0.0.0.0:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [auth]\nsecret = \"{SECRET}\"\n",
+        cluster.body(2, "the test cluster's secret")
+    );
+    std::fs::write(&path, body).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "node 2 must not start");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("gateway.advertise"), "{stderr}");
+    // It took itself out again: node 1 does not wait for it to be
+    // declared down, and serves on.
+    let view = get_json(first.admin, "/cluster");
+    let states: Vec<_> = view["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|member| member["node_id"] == 2)
+        .map(|member| member["state"].clone())
+        .collect();
+    assert!(states.iter().all(|state| state != "up"), "{states:?}");
+    let mut client = first.connect();
+    client.login(3, 1);
+}

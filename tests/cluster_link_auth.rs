@@ -1,0 +1,146 @@
+//! Every frame between nodes is authenticated: a byte flipped on the wire
+//! (by a proxy on loopback between two nodes) fails its record's MAC, the
+//! link closes and counts it, and the next link carries the requests.
+//! (A node with another cluster secret never links: `cluster_links.rs`.)
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::cluster::{get_json, login_eventually, wait_members_up, LocalCluster};
+use support::{counter_of, ServeProcess};
+use wire::client::route;
+
+/// The dialler's handshake bytes: its Hello (magic and kind, version, the
+/// default cluster name "routerd" with its length, from node,
+/// incarnation and core, to node and core, nonce) and its Proof (magic
+/// and kind, HMAC-SHA256).
+const DIALLER_HANDSHAKE_BYTES: usize = (5 + 2 + 1 + 7 + 8 + 8 + 2 + 8 + 2 + 16) + (5 + 32);
+/// A byte inside the first record's body (past its 5-byte head).
+const FLIP_AT: usize = DIALLER_HANDSHAKE_BYTES + 5 + 2;
+
+/// Copies `from` to `to`; on the first connection only, flips one byte of
+/// the dialler's side at `FLIP_AT`.
+fn pump(mut from: TcpStream, mut to: TcpStream, flip: bool, flipped: Arc<AtomicUsize>) {
+    let mut seen = 0usize;
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if flip && seen <= FLIP_AT && FLIP_AT < seen + n {
+            buf[FLIP_AT - seen] ^= 0x40;
+            flipped.fetch_add(1, Ordering::SeqCst);
+        }
+        seen += n;
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+    let _ = from.shutdown(Shutdown::Both);
+}
+
+/// A proxy in front of `target` that tampers with the first connection.
+fn tampering_proxy(target: u16) -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let flipped = Arc::new(AtomicUsize::new(0));
+    let counted = flipped.clone();
+    std::thread::spawn(move || {
+        for (index, inbound) in listener.incoming().enumerate() {
+            let Ok(inbound) = inbound else { continue };
+            let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)) else {
+                continue;
+            };
+            let (back_in, back_out) = (inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
+            let flipped = counted.clone();
+            std::thread::spawn(move || pump(inbound, outbound, index == 0, flipped));
+            let unused = counted.clone();
+            std::thread::spawn(move || pump(back_out, back_in, false, unused));
+        }
+    });
+    (port, flipped)
+}
+
+fn metric(node: &ServeProcess, name: &str) -> f64 {
+    let text = support::cluster::http_get(node.admin, "/metrics").1;
+    support::prometheus::parse(&text)
+        .unwrap()
+        .value(name, &[])
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn a_tampered_link_record_closes_the_link_counts_and_the_cluster_recovers() {
+    let cluster = LocalCluster::new();
+    // Node 2 (one core) listens for links on a known port and advertises
+    // the proxy's, so node 1's link to it crosses the proxy.
+    let listen = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (proxy, flipped) = tampering_proxy(listen);
+    let body = cluster
+        .body(2, "the test cluster's secret")
+        .replace("count = 2", "count = 1")
+        .replace(
+            "[cluster]\nlisten = \"127.0.0.1:0\"",
+            &format!(
+                "[cluster]\nlisten = \"127.0.0.1:{listen}\"\nadvertise = \"127.0.0.1:{proxy}\""
+            ),
+        );
+    assert!(
+        body.contains(&format!("advertise = \"127.0.0.1:{proxy}\"")),
+        "{body}"
+    );
+    let dir = cluster.dir().join("proxied");
+    std::fs::create_dir_all(&dir).unwrap();
+    let owner = ServeProcess::start(&dir, &body);
+    // Player 9 is placed on node 2, the only node yet.
+    let mut direct = owner.connect();
+    direct.login(9, 1);
+    assert_eq!(
+        counter_of(&direct.call(route::PLAYER_INCR, 2, &1i64.to_le_bytes())),
+        1
+    );
+
+    let front = cluster.start(1);
+    wait_members_up(&front, &[2]);
+    wait_members_up(&owner, &[1]);
+    // Node 1 links to node 2 through the proxy: the first link's record is
+    // altered, node 2 closes it; a later link carries the login.
+    let (mut client, _) = login_eventually(front.gateway, 9, Duration::from_secs(15));
+    let mut seq = 2;
+    let counter = loop {
+        let reply = client.call(route::PLAYER_INCR, seq, &1i64.to_le_bytes());
+        seq += 1;
+        if reply.kind == wire::client::FrameKind::Response {
+            break counter_of(&reply);
+        }
+        assert!(
+            seq < 200,
+            "increments through node 1 keep failing: {reply:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(counter >= 2, "served by the owner: {counter}");
+    assert_eq!(
+        flipped.load(Ordering::SeqCst),
+        1,
+        "the proxy altered one byte"
+    );
+    assert!(
+        metric(&owner, "routerd_link_auth_failures_total") >= 1.0,
+        "node 2 counted the altered record"
+    );
+    assert_eq!(metric(&front, "routerd_link_auth_failures_total"), 0.0);
+    let view = get_json(front.admin, "/cluster");
+    assert_eq!(view["state"], "up", "{view}");
+}
