@@ -472,7 +472,8 @@ async fn accept_loop(gateway: GatewayHandle, listener: TcpListener, kind: Listen
                 continue;
             }
         };
-        shards::spawn(connection(gateway.clone(), stream, transport)).detach();
+        let advertised_as = kind.advertised_as();
+        shards::spawn(connection(gateway.clone(), stream, transport, advertised_as)).detach();
     }
 }
 
@@ -541,14 +542,19 @@ async fn idle_loop(gateway: GatewayHandle) {
 
 /// One connection: registers its session, runs the writer task, reads and
 /// handles frames until the connection ends, then closes the session.
-async fn connection(gateway: GatewayHandle, stream: TcpStream, transport: Transport) {
+async fn connection(
+    gateway: GatewayHandle,
+    stream: TcpStream,
+    transport: Transport,
+    advertised_as: crate::store::Transport,
+) {
     let _ = stream.set_nodelay(true);
     let outbox = Rc::new(Outbox::new(gateway.0.config.send_queue_max as usize));
     let session_id = gateway
         .0
         .state
         .borrow_mut()
-        .open_session(outbox.clone(), Instant::now());
+        .open_session_via(outbox.clone(), advertised_as, Instant::now());
     let stream = Rc::new(stream);
     let writer = shards::spawn(write_loop(stream.clone(), outbox.clone(), transport.clone()));
     let reason = match &transport {

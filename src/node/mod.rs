@@ -201,6 +201,8 @@ impl Node {
         // `0.0.0.0` behind an address of its own.
         let gateway_advertised = advertised(config.gateway.advertise, gateway_address);
         let admin_advertised = advertised(config.admin.advertise, admin_address);
+        let gateway_addresses =
+            advertised_listeners(gateway_advertised, config.gateway.advertise, &edges);
         let cluster_advertised: Vec<SocketAddr> = cluster_listeners
             .iter()
             .enumerate()
@@ -214,7 +216,7 @@ impl Node {
             catalog.register_routes(actor)?;
         }
         let advertisement = Advertisement {
-            gateway: GatewayAddresses::plain(gateway_advertised.to_string()).encode(),
+            gateway: gateway_addresses.encode(),
             admin: admin_advertised.to_string(),
             cluster: cluster_advertised.iter().map(ToString::to_string).collect(),
             core_count: core_count as u32,
@@ -329,7 +331,7 @@ impl Node {
                 config: Some(Arc::new(config.clone())),
                 token: config.admin.token.clone(),
                 advertised: Some(Advertised {
-                    gateway: GatewayAddresses::plain(gateway_advertised.to_string()),
+                    gateway: gateway_addresses.clone(),
                     admin: admin_advertised.to_string(),
                 }),
             },
@@ -452,6 +454,26 @@ fn advertised(configured: Option<SocketAddr>, bound: SocketAddr) -> SocketAddr {
     }
 }
 
+/// Every gateway listener as the membership row advertises it: the plain
+/// one at `plain`, each TLS or WebSocket one at its own bound port, on the
+/// host of `gateway.advertise` when that is set (a node behind an address
+/// of its own is reached there on every port), else where it bound.
+fn advertised_listeners(
+    plain: SocketAddr,
+    configured: Option<SocketAddr>,
+    edges: &[(SocketAddr, Listener)],
+) -> GatewayAddresses {
+    let mut addresses = GatewayAddresses::plain(plain.to_string());
+    for (bound, listener) in edges {
+        let mut reached = *bound;
+        if let Some(configured) = configured {
+            reached.set_ip(configured.ip());
+        }
+        addresses.set(listener.advertised_as(), reached.to_string());
+    }
+    addresses
+}
+
 fn runtime_config(config: &Config) -> RuntimeConfig {
     let placement = match &config.cores.cpus {
         Some(cpus) => CorePlacement::Cpus(cpus.clone()),
@@ -527,4 +549,29 @@ fn edge_listeners(
         ));
     }
     Ok((edges, addresses, reservations))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Transport;
+
+    #[test]
+    fn edge_listeners_are_advertised_on_the_advertised_host_with_their_own_port() {
+        let websocket = Listener::WebSocket {
+            tls: None,
+            origins: Vec::new().into(),
+        };
+        let bound_ws: SocketAddr = "0.0.0.0:7480".parse().unwrap();
+        let edges = [(bound_ws, websocket)];
+        let plain: SocketAddr = "10.0.0.5:7400".parse().unwrap();
+        let behind = advertised_listeners(plain, Some(plain), &edges);
+        assert_eq!(behind.get(Transport::Plain), Some("10.0.0.5:7400"));
+        assert_eq!(behind.get(Transport::Ws), Some("10.0.0.5:7480"));
+        assert_eq!(behind.get(Transport::Tls), None);
+        // Without gateway.advertise each listener is reached where it bound.
+        let bound: SocketAddr = "127.0.0.1:7400".parse().unwrap();
+        let local = advertised_listeners(bound, None, &edges);
+        assert_eq!(local.get(Transport::Ws), Some("0.0.0.0:7480"));
+    }
 }

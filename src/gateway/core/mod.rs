@@ -219,6 +219,18 @@ impl GatewayCore {
     /// returns its id (`wire::ids`): naming its owning core, unique on this
     /// node and not reused by a later run of it.
     pub fn open_session(&mut self, outbox: Rc<Outbox>, now: Instant) -> u64 {
+        self.open_session_via(outbox, store::Transport::Plain, now)
+    }
+
+    /// [`Self::open_session`] for a connection accepted on a listener of
+    /// `transport`: a later `sys.redirect` names another node's listener
+    /// of the same transport.
+    pub fn open_session_via(
+        &mut self,
+        outbox: Rc<Outbox>,
+        transport: store::Transport,
+        now: Instant,
+    ) -> u64 {
         let session_id = wire::ids::make(
             self.core_id as usize,
             self.boot_incarnation,
@@ -242,8 +254,7 @@ impl GatewayCore {
                 closing: false,
                 bucket: RequestBucket::new(now),
                 token_expiry_unix_s: None,
-                // Every session comes through the plain listener today.
-                transport: store::Transport::Plain,
+                transport,
             },
         );
         self.stats().sessions_accepted.inc();

@@ -50,6 +50,16 @@ pub enum Listener {
 }
 
 impl Listener {
+    /// The transport a membership row advertises this listener under.
+    pub fn advertised_as(&self) -> crate::store::Transport {
+        match self {
+            Listener::Plain => crate::store::Transport::Plain,
+            Listener::Tls(_) => crate::store::Transport::Tls,
+            Listener::WebSocket { tls: None, .. } => crate::store::Transport::Ws,
+            Listener::WebSocket { tls: Some(_), .. } => crate::store::Transport::Wss,
+        }
+    }
+
     pub fn is_tls(&self) -> bool {
         matches!(
             self,
