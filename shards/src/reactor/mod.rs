@@ -242,7 +242,7 @@ impl Reactor {
             more: true,
             kind,
             quota,
-            spilled: VecDeque::new(),
+            spilled: None,
         });
         // SAFETY: the caller's promise for `entry`.
         unsafe { self.push(entry.user_data(index as u64)) };

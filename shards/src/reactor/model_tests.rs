@@ -264,7 +264,7 @@ impl Model {
             more: true,
             kind,
             quota: (kind == MultiKind::Recv).then(|| quota.clone()),
-            spilled: VecDeque::new(),
+            spilled: None,
         });
         let (op, waiter) = match kind {
             MultiKind::Recv => {
