@@ -646,4 +646,3 @@ async fn finish_send(stream: &TcpStream, outbox: &Outbox, send: SendOp) -> Optio
     };
     futures_lite::future::or(write, aborted).await
 }
-

@@ -15,6 +15,9 @@ use io_uring::cqueue;
 use super::{MultiKind, SendChain, CQE_F_BUFFER};
 use crate::bufring::RecvQuota;
 
+// A boxed collection on purpose: `Multi::spilled` is boxed to keep every
+// slot small, not to move a collection's contents to the heap.
+#[allow(clippy::box_collection)]
 pub(crate) enum Slot {
     /// Submitted (or queued behind its stream's send in the kernel), not
     /// completed; `chain` is the stream's sends for a send.
@@ -78,6 +81,8 @@ pub(crate) trait SlotEnv {
 /// receive's slot, and most an idle send's too, for as long as it is open:
 /// at 10,000 connections each 8 bytes here is 160 KB of the core's memory.
 pub(crate) const SLOT_BYTES_MAX: usize = 72;
+// Held in every build, not only under test.
+const _: () = assert!(std::mem::size_of::<Option<Slot>>() <= SLOT_BYTES_MAX);
 
 /// Every operation's slot, by index (its submission's `user_data`), and
 /// the free indexes. Grows to the most operations in flight at once.
