@@ -124,6 +124,12 @@ impl RecvQuota {
         self.held.get() < self.held_max
     }
 
+    /// Buffers the connection holds now.
+    #[cfg(test)]
+    pub fn held(&self) -> u32 {
+        self.held.get()
+    }
+
     /// The receive is armed again.
     pub fn armed(&self) {
         self.pausing.set(false);
@@ -134,7 +140,7 @@ impl RecvQuota {
         set_waker(&self.waker, waker);
     }
 
-    fn released(&self) {
+    pub(crate) fn released(&self) {
         let held = self.held.get();
         debug_assert!(held > 0, "a buffer given back that was not held");
         self.held.set(held.saturating_sub(1));

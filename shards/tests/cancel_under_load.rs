@@ -1,6 +1,7 @@
 //! Futures dropped while their operations are in flight, thousands of
 //! times (connects, sends, receives): nothing leaks (slots, buffers, file
-//! indexes) and no byte is lost, duplicated or misplaced.
+//! indexes, descriptors: counted in `/proc/self/fd`) and no byte is lost,
+//! duplicated or misplaced.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +23,14 @@ struct Leftovers {
     ops_in_flight: usize,
     buffers_lent: u16,
     file_indexes_in_use: u32,
+    /// Descriptors open beyond those open before the first connect.
+    fds_open_more: usize,
+}
+
+/// Descriptors this process has open (the listing's own included, the
+/// same each time).
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
 }
 
 /// The bytes round `round` of stream `stream` sends: tagged so a byte in
@@ -66,6 +75,7 @@ fn futures_dropped_in_flight_leak_nothing_and_lose_no_byte() {
                 }
             })
             .detach();
+            let fds_before = open_fds();
 
             // Connects dropped after one turn: in flight, or just done.
             let mut completed = 0;
@@ -126,11 +136,18 @@ fn futures_dropped_in_flight_leak_nothing_and_lose_no_byte() {
 
             // Every client stream is gone and every server stream has seen
             // its end: what is left is the listener's accept.
-            settle(|| shards::ops_in_flight() <= 1 && shards::file_table().in_use == 0).await;
+            // Descriptors close through the ring, after what was queued.
+            settle(|| {
+                shards::ops_in_flight() <= 1
+                    && shards::file_table().in_use == 0
+                    && open_fds() <= fds_before
+            })
+            .await;
             let leftovers = Leftovers {
                 ops_in_flight: shards::ops_in_flight(),
                 buffers_lent: shards::recv_buffers().lent,
                 file_indexes_in_use: shards::file_table().in_use,
+                fds_open_more: open_fds().saturating_sub(fds_before),
             };
             *record.lock().unwrap() = Some((completed, intact, leftovers));
             futures_lite::future::pending::<()>().await;
@@ -152,6 +169,7 @@ fn futures_dropped_in_flight_leak_nothing_and_lose_no_byte() {
             ops_in_flight: 1,
             buffers_lent: 0,
             file_indexes_in_use: 0,
+            fds_open_more: 0,
         }
     );
     shutdown.trigger();

@@ -857,7 +857,9 @@ async fn finish_send(stream: &TcpStream, outbox: &Outbox, send: SendOp) -> Optio
             Ok(n) if n == buf.len() => Some(buf),
             Ok(0) | Err(_) => None,
             Ok(n) => {
-                let (rest, _) = stream.send_all(buf[n..].to_vec()).await;
+                // Boxed: a send cut short is rare, and unboxed its state
+                // would sit in the writer's future of every connection.
+                let (rest, _) = Box::pin(stream.send_all(buf[n..].to_vec())).await;
                 rest.ok().map(|()| buf)
             }
         }

@@ -1,7 +1,8 @@
 //! The core's io_uring: submissions, completions, and the operations in
 //! flight between them.
 //!
-//! Every operation has a slot; a submission carries the slot index as its
+//! Every operation has a slot (`slots.rs`: the state machine, which a model
+//! test drives with a fake ring); a submission carries the slot index as its
 //! `user_data`, and its completion is stored there for the future that
 //! waits on it. A slot outlives its future when the kernel may still use
 //! memory the future owned (a send buffer, an address): the future hands
@@ -39,6 +40,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use crate::bufring::{BufRing, RecvQuota};
 use crate::files::FileTable;
 use crate::ring::{self, RingError, TaskRun};
+use slots::{Slot, SlotEnv, SlotTable};
 
 pub(crate) use sends::SendChain;
 
@@ -63,45 +65,9 @@ pub(crate) enum MultiKind {
     Recv,
 }
 
-enum Slot {
-    /// Submitted (or queued behind its stream's send in the kernel), not
-    /// completed; `chain` is the stream's sends for a send.
-    Waiting {
-        waker: Option<Waker>,
-        chain: Option<Rc<SendChain>>,
-    },
-    /// Completed; the future has not looked yet.
-    Done(i32, u32),
-    /// A multishot operation: completions in arrival order; `more` false
-    /// once the kernel said no more will come.
-    Multi {
-        results: VecDeque<(i32, u32)>,
-        waker: Option<Waker>,
-        more: bool,
-        kind: MultiKind,
-        /// A receive's share of the buffer ring: at its bound the receive
-        /// is cancelled (see `bufring.rs`).
-        quota: Option<Rc<RecvQuota>>,
-        /// Bytes of results past the share, copied out of the ring: one for
-        /// each result in `results` whose buffer flag was cleared, in order.
-        spilled: VecDeque<Vec<u8>>,
-    },
-    /// The future is gone; the slot keeps what the kernel may still use
-    /// until the operation's last completion.
-    Orphan {
-        _keep: Option<Box<dyn Any>>,
-        multishot: Option<MultiKind>,
-        chain: Option<Rc<SendChain>>,
-    },
-    /// The close of the registered file at this index: the index is free
-    /// for another file once it completes.
-    FileClose(u32),
-}
-
 pub(crate) struct Reactor {
     ring: RefCell<IoUring>,
-    slots: RefCell<Vec<Option<Slot>>>,
-    free: RefCell<Vec<usize>>,
+    slots: RefCell<SlotTable>,
     pub bufs: Rc<BufRing>,
     files: FileTable,
     mode: TaskRun,
@@ -148,8 +114,7 @@ impl Reactor {
             FileTable::register(&ring, config.registered_files).map_err(RingError::FileTable)?;
         Ok(Reactor {
             ring: RefCell::new(ring),
-            slots: RefCell::new(Vec::new()),
-            free: RefCell::new(Vec::new()),
+            slots: RefCell::new(SlotTable::default()),
             bufs: Rc::new(bufs),
             files,
             mode: config.mode,
@@ -244,22 +209,7 @@ impl Reactor {
     }
 
     fn alloc(&self, slot: Slot) -> usize {
-        let mut slots = self.slots.borrow_mut();
-        match self.free.borrow_mut().pop() {
-            Some(index) => {
-                slots[index] = Some(slot);
-                index
-            }
-            None => {
-                slots.push(Some(slot));
-                slots.len() - 1
-            }
-        }
-    }
-
-    fn release(&self, index: usize) {
-        self.slots.borrow_mut()[index] = None;
-        self.free.borrow_mut().push(index);
+        self.slots.borrow_mut().alloc(slot)
     }
 
     /// Submits a one-shot operation; poll it with `poll_op`.
@@ -292,7 +242,7 @@ impl Reactor {
             more: true,
             kind,
             quota,
-            spilled: VecDeque::new(),
+            spilled: None,
         });
         // SAFETY: the caller's promise for `entry`.
         unsafe { self.push(entry.user_data(index as u64)) };
@@ -341,133 +291,26 @@ impl Reactor {
     /// The result of one-shot operation `index` (`res`, `flags`); the slot
     /// is freed when it is returned.
     pub fn poll_op(&self, index: usize, cx: &mut Context<'_>) -> Poll<(i32, u32)> {
-        let mut slots = self.slots.borrow_mut();
-        match slots[index].as_mut() {
-            Some(Slot::Done(result, flags)) => {
-                let done = (*result, *flags);
-                drop(slots);
-                self.release(index);
-                Poll::Ready(done)
-            }
-            Some(Slot::Waiting { waker, .. }) => {
-                match waker {
-                    Some(waker) if waker.will_wake(cx.waker()) => {}
-                    _ => *waker = Some(cx.waker().clone()),
-                }
-                Poll::Pending
-            }
-            _ => unreachable!("poll_op on a slot that is not a one-shot operation"),
-        }
+        self.slots.borrow_mut().poll_op(index, cx)
     }
 
     /// The next completion of multishot operation `index`, or `None` once
     /// it ended (the slot is then freed).
     pub fn poll_multi(&self, index: usize, cx: &mut Context<'_>) -> Poll<Option<(i32, u32)>> {
-        let mut slots = self.slots.borrow_mut();
-        let Some(Slot::Multi {
-            results,
-            waker,
-            more,
-            ..
-        }) = slots[index].as_mut()
-        else {
-            unreachable!("poll_multi on a slot that is not a multishot operation")
-        };
-        if let Some(result) = results.pop_front() {
-            return Poll::Ready(Some(result));
-        }
-        if !*more {
-            drop(slots);
-            self.release(index);
-            return Poll::Ready(None);
-        }
-        match waker {
-            Some(waker) if waker.will_wake(cx.waker()) => {}
-            _ => *waker = Some(cx.waker().clone()),
-        }
-        Poll::Pending
+        self.slots.borrow_mut().poll_multi(index, cx)
     }
 
     /// The bytes of the result `poll_multi` just returned for `index` whose
     /// buffer was copied out of the ring (see `Slot::Multi::spilled`).
     pub fn take_spilled(&self, index: usize) -> Option<Vec<u8>> {
-        match self.slots.borrow_mut()[index].as_mut() {
-            Some(Slot::Multi { spilled, .. }) => spilled.pop_front(),
-            _ => None,
-        }
+        self.slots.borrow_mut().take_spilled(index)
     }
 
     /// The future of operation `index` is dropped: keep `keep` (memory the
     /// kernel may still touch) until its last completion, and cancel a
     /// multishot operation that would otherwise run forever.
     pub fn orphan(&self, index: usize, keep: Option<Box<dyn Any>>) {
-        let mut slots = self.slots.borrow_mut();
-        let Some(slot) = slots[index].take() else {
-            return;
-        };
-        match slot {
-            Slot::Done(_, flags) => {
-                self.give_back_buffer(flags);
-                drop(slots);
-                self.free.borrow_mut().push(index);
-            }
-            Slot::Waiting { chain, .. } => {
-                slots[index] = Some(Slot::Orphan {
-                    _keep: keep,
-                    multishot: None,
-                    chain,
-                })
-            }
-            Slot::Multi {
-                results,
-                more,
-                kind,
-                ..
-            } => {
-                for (result, flags) in results {
-                    self.drop_result(kind, result, flags);
-                }
-                if more {
-                    slots[index] = Some(Slot::Orphan {
-                        _keep: keep,
-                        multishot: Some(kind),
-                        chain: None,
-                    });
-                    drop(slots);
-                    let cancel = opcode::AsyncCancel::new(index as u64).build();
-                    // SAFETY: a cancel points at no memory.
-                    unsafe { self.submit_ignored(cancel) };
-                } else {
-                    drop(slots);
-                    self.free.borrow_mut().push(index);
-                }
-            }
-            Slot::Orphan { .. } => unreachable!("a slot is orphaned once"),
-            Slot::FileClose(_) => unreachable!("a file close has no future"),
-        }
-    }
-
-    /// Lets go of a multishot result nobody will take: a buffer goes back
-    /// to the ring, an accepted socket is closed (no submission can name
-    /// it: nobody but the kernel and this slot has seen it).
-    fn drop_result(&self, kind: MultiKind, result: i32, flags: u32) {
-        match kind {
-            MultiKind::Recv => self.give_back_buffer(flags),
-            MultiKind::Accept if result >= 0 => {
-                // SAFETY: `result` is a descriptor the kernel made for this
-                // accept and nothing else owns.
-                unsafe {
-                    libc::close(result);
-                }
-            }
-            MultiKind::Accept => {}
-        }
-    }
-
-    fn give_back_buffer(&self, flags: u32) {
-        if let Some(bid) = cqueue::buffer_select(flags) {
-            self.bufs.give_back(bid);
-        }
+        self.slots.borrow_mut().orphan(index, keep, self);
     }
 
     /// Keeps a read of the wake-up eventfd armed, so a wake from another
@@ -589,107 +432,18 @@ impl Reactor {
     }
 
     fn complete(&self, index: usize, result: i32, flags: u32) -> Option<Waker> {
-        let mut slots = self.slots.borrow_mut();
-        let slot = slots.get_mut(index).and_then(Option::as_mut)?;
-        match slot {
-            Slot::Waiting { waker, chain } => {
-                let waker = waker.take();
-                let chain = chain.take();
-                *slot = Slot::Done(result, flags);
-                drop(slots);
-                if let Some(chain) = chain {
-                    self.advance(&chain);
-                }
-                waker
-            }
-            Slot::Multi {
-                results,
-                waker,
-                more,
-                quota,
-                spilled,
-                ..
-            } => {
-                if !cqueue::more(flags) {
-                    *more = false;
-                }
-                let mut flags = flags;
-                let mut at_max = false;
-                if let (Some(quota), Some(bid)) = (quota.as_ref(), cqueue::buffer_select(flags)) {
-                    if quota.at_max() {
-                        // Past the share (one kernel pass filled buffers
-                        // beyond it): keep the bytes, give the buffer back.
-                        let len = usize::try_from(result).unwrap_or(0);
-                        // SAFETY: this completion picked `bid`, and with its
-                        // flag cleared nothing else will give it back.
-                        spilled.push_back(unsafe { self.bufs.spill(bid, len) });
-                        flags &= !CQE_F_BUFFER;
-                    } else {
-                        // Counted for every buffer, also the last one's.
-                        at_max = quota.filled() && *more;
-                    }
-                }
-                results.push_back((result, flags));
-                let waker = waker.take();
-                drop(slots);
-                if at_max {
-                    // The connection holds its share of the ring: stop its
-                    // receive; its reader re-arms it once it gives some back.
-                    self.bufs.count_held_max();
-                    let cancel = opcode::AsyncCancel::new(index as u64).build();
-                    // SAFETY: a cancel points at no memory.
-                    unsafe { self.submit_ignored(cancel) };
-                }
-                waker
-            }
-            Slot::Orphan {
-                multishot, chain, ..
-            } => {
-                let multishot = *multishot;
-                let last = multishot.is_none() || !cqueue::more(flags);
-                let chain = chain.take();
-                drop(slots);
-                if let Some(chain) = chain {
-                    self.advance(&chain);
-                }
-                match multishot {
-                    Some(kind) => self.drop_result(kind, result, flags),
-                    None => self.give_back_buffer(flags),
-                }
-                if last {
-                    self.release(index);
-                }
-                None
-            }
-            Slot::FileClose(file) => {
-                // Whatever the result: after this completion the kernel
-                // holds nothing at the index (a failure means it was empty).
-                let file = *file;
-                drop(slots);
-                self.release(index);
-                self.files.release(file);
-                None
-            }
-            Slot::Done(..) => {
-                debug_assert!(false, "a second completion of a one-shot operation");
-                None
-            }
-        }
+        self.slots.borrow_mut().complete(index, result, flags, self)
     }
 
     /// Operations still owned by the kernel (slots not free).
     pub fn in_flight(&self) -> usize {
-        self.slots
-            .borrow()
-            .iter()
-            .filter(|slot| slot.is_some())
-            .count()
+        self.slots.borrow().in_flight()
     }
 
     /// Keeps every buffer the kernel may still use allocated for the life
     /// of the process: for a ring whose operations would not finish.
     pub fn leak(&self) {
-        std::mem::forget(std::mem::take(&mut *self.slots.borrow_mut()));
+        self.slots.borrow_mut().leak();
         std::mem::forget(self.bufs.clone());
     }
 
@@ -730,6 +484,48 @@ impl Reactor {
     }
 }
 
+/// The ring side of the slots' changes of state.
+impl SlotEnv for Reactor {
+    fn give_back(&self, bid: u16) {
+        self.bufs.give_back(bid);
+    }
+
+    fn spill(&self, bid: u16, len: usize) -> Vec<u8> {
+        // SAFETY: the slot calls this for a completion that picked `bid`,
+        // and clears its buffer flag, so nothing else gives it back.
+        unsafe { self.bufs.spill(bid, len) }
+    }
+
+    fn close_accepted(&self, fd: i32) {
+        // SAFETY: `fd` is a descriptor the kernel made for an accept whose
+        // result nothing else owns.
+        unsafe {
+            libc::close(fd);
+        }
+    }
+
+    fn cancel(&self, index: usize) {
+        let cancel = opcode::AsyncCancel::new(index as u64).build();
+        // SAFETY: a cancel points at no memory.
+        unsafe { self.submit_ignored(cancel) };
+    }
+
+    fn advance(&self, chain: &SendChain) {
+        Reactor::advance(self, chain);
+    }
+
+    fn release_file(&self, file: u32) {
+        self.files.release(file);
+    }
+
+    fn count_held_max(&self) {
+        self.bufs.count_held_max();
+    }
+}
+
+#[cfg(test)]
+mod model_tests;
 mod sends;
+mod slots;
 #[cfg(test)]
 mod tests;
