@@ -132,6 +132,17 @@ impl Registry {
 
     /// The names of what is registered, object types and services, in
     /// registration order.
+    /// The object types' names and type ids, in registration order (the
+    /// admin endpoint and the CLI name objects by them; services have no
+    /// objects, so they are not among them).
+    pub fn object_types(&self) -> Vec<(&'static str, u32)> {
+        self.entries
+            .iter()
+            .filter(|entry| entry.service.is_none())
+            .map(|entry| (entry.name, entry.type_id))
+            .collect()
+    }
+
     pub fn names(&self) -> Vec<&'static str> {
         self.entries.iter().map(|entry| entry.name).collect()
     }

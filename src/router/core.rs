@@ -607,7 +607,7 @@ impl RouterCore {
             // The catalog picked that node; this core has no catalog to
             // pick another, so the request is answered now.
             NodeMessage::ServiceRequest { request, .. } => {
-                self.ctx.reply(&request, Err(ErrorCode::Unavailable))
+                self.ctx.reply(&request, Err(ErrorCode::Unavailable.into()))
             }
             NodeMessage::TransferAck { .. } | NodeMessage::RouterUpdateSync { .. } => {}
         }

@@ -21,11 +21,11 @@ impl RouterCore {
         let ctx = &mut self.ctx;
         let key = waiter.head.key;
         if ctx.shutdown.as_ref().is_some_and(|s| s.expired) {
-            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
             return;
         }
         let Some(manager) = self.managers.get_mut(&key.type_id) else {
-            ctx.reply(&waiter.request, Err(ErrorCode::BadRequest));
+            ctx.reply(&waiter.request, Err(ErrorCode::BadRequest.into()));
             return;
         };
         let Manager { kind, entries } = manager;
@@ -34,7 +34,7 @@ impl RouterCore {
             hashbrown::hash_map::Entry::Vacant(vacant) => {
                 if ctx.entries_total >= ctx.config.entries_per_core_max {
                     ctx.counters.entries_full_total += 1;
-                    ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
+                    ctx.reply(&waiter.request, Err(ErrorCode::Overloaded.into()));
                     return;
                 }
                 ctx.entries_total += 1;
@@ -60,7 +60,7 @@ pub(crate) fn dispatch_entry(
         // queued and this path returns; it is never also sent.
         if transferring.transfer_pending.len() >= ctx.config.pending_queue_max {
             ctx.counters.pending_queue_full_total += 1;
-            ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
+            ctx.reply(&waiter.request, Err(ErrorCode::Overloaded.into()));
         } else {
             transferring.transfer_pending.push_back(waiter);
         }
@@ -84,7 +84,7 @@ pub(crate) fn dispatch_entry(
             // but no handler runs until a heartbeat extends the lease or
             // the node rejoins.
             ctx.counters.lease_lapsed_refusals_total += 1;
-            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
             return;
         }
         if entry.is_aside() {
@@ -142,7 +142,7 @@ fn route_by_owner(
             return;
         }
         if !kind.auto_create() {
-            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
             return;
         }
         return match ctx.default_node(key) {
@@ -157,7 +157,7 @@ fn route_by_owner(
             }
             Some(node) if node == ctx.node => mutable_object(ctx, key, entry, now_ms, waiter),
             Some(node) => send_to(ctx, entry, node, waiter),
-            None => ctx.reply(&waiter.request, Err(ErrorCode::Unavailable)),
+            None => ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into())),
         };
     }
     if lock_expired(ctx, entry, now_ms) {
@@ -173,7 +173,7 @@ fn route_by_owner(
     if waiter.unreachable == Some(owner) && fresh_pull {
         // Re-read, and the owner is still the node a send just failed to
         // reach: the second attempt would fail the same way.
-        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
         return;
     }
     if !ctx.is_node_available(owner) {
@@ -181,7 +181,7 @@ fn route_by_owner(
         // more, at most two attempts in all.
         waiter.send_attempts += 1;
         if waiter.send_attempts >= SEND_ATTEMPTS_MAX {
-            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
         } else if count_repair(ctx, &mut waiter) {
             start_pull(ctx, key, entry, Io::PullCache);
             queue_io_waiter(ctx, entry, waiter);
@@ -230,7 +230,7 @@ fn mutable_object(
     mut waiter: Waiter,
 ) {
     if ctx.is_shutting_down() || !ctx.may_serve(now_ms) {
-        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
         return;
     }
     if !count_repair(ctx, &mut waiter) {
@@ -246,7 +246,7 @@ fn count_repair(ctx: &mut Ctx, waiter: &mut Waiter) -> bool {
     waiter.repairs += 1;
     ctx.counters.repair_attempts_total += 1;
     if waiter.repairs > REPAIR_ATTEMPTS_MAX {
-        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
         return false;
     }
     true
@@ -255,7 +255,7 @@ fn count_repair(ctx: &mut Ctx, waiter: &mut Waiter) -> bool {
 pub(crate) fn queue_io_waiter(ctx: &mut Ctx, entry: &mut Entry, waiter: Waiter) {
     if entry.io_waiters.len() >= ctx.config.pending_queue_max {
         ctx.counters.pending_queue_full_total += 1;
-        ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
+        ctx.reply(&waiter.request, Err(ErrorCode::Overloaded.into()));
         return;
     }
     entry.io_waiters.push_back(waiter);
@@ -275,7 +275,7 @@ fn send_to(ctx: &mut Ctx, entry: &Entry, node: NodeId, waiter: Waiter) {
     let next_ttl = waiter.head.forward_hops.saturating_add(1);
     if next_ttl > ctx.config.forward_hops_max {
         ctx.counters.forward_hops_exceeded_total += 1;
-        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
         return;
     }
     let source_node = waiter.head.source_node;
@@ -430,7 +430,7 @@ pub(crate) fn release(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput)
 /// answered UNAVAILABLE (it may or may not be durable: Indeterminate) and
 /// nothing else it produced is released.
 pub(crate) fn abandon(ctx: &mut Ctx, request: Request) {
-    ctx.reply(&request, Err(ErrorCode::Unavailable));
+    ctx.reply(&request, Err(ErrorCode::Unavailable.into()));
 }
 
 /// `save_object`: persist the state through CAS on the known record. With

@@ -163,7 +163,7 @@ pub(crate) fn finish_io(
 /// Answers every request waiting on the entry's IO with `code`.
 pub(crate) fn fail_waiters(ctx: &mut Ctx, entry: &mut Entry, code: ErrorCode) {
     for waiter in std::mem::take(&mut entry.io_waiters) {
-        ctx.reply(&waiter.request, Err(code));
+        ctx.reply(&waiter.request, Err(code.into()));
     }
 }
 

@@ -46,7 +46,7 @@ pub use handler::{
 };
 pub use transfer::TransferError;
 pub use types::{
-    ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
+    AppCode, ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Refusal, Request, RequestId, RouterHead,
     RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer, TransferDone,
     TransferOutcome,
 };

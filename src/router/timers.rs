@@ -247,7 +247,7 @@ impl RouterCore {
                 fail_waiters(ctx, entry, ErrorCode::Unavailable);
                 if let Some(transferring) = entry.transferring.as_mut() {
                     for waiter in std::mem::take(&mut transferring.transfer_pending) {
-                        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+                        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
                     }
                 }
             }
