@@ -68,6 +68,8 @@ pub enum NodeError {
     Secret(#[from] crate::config::SecretError),
     #[error("cannot serve these object types and services: {0}")]
     Objects(#[from] RegistryError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// The message type cores exchange over the mesh: one rkyv frame in one
@@ -266,6 +268,7 @@ impl Node {
                 cluster: Some(view.clone()),
                 store: Some(shared.store.clone()),
                 ops: Some(ops),
+                object_types: shared.registry.object_types(),
             },
         );
         let admin = match admin {
