@@ -486,7 +486,11 @@ impl ServicesConfig {
     /// Refuses a `[services.<name>]` section whose name is none of
     /// `registered` (the node's object types and services).
     pub fn check_registered(&self, registered: &[&str]) -> Result<(), ConfigError> {
-        match self.custom.keys().find(|name| !registered.contains(&name.as_str())) {
+        match self
+            .custom
+            .keys()
+            .find(|name| !registered.contains(&name.as_str()))
+        {
             None => Ok(()),
             Some(name) => Err(ConfigError::Invalid(format!(
                 "[services.{name}] names no registered object type or service (this node \

@@ -99,8 +99,15 @@ fn every_config_key_the_docs_name_exists() {
             }
         }
     }
-    assert!(missing.is_empty(), "keys no config has:\n{}", missing.join("\n"));
-    assert!(checked > 40, "only {checked} keys found: is the scan broken?");
+    assert!(
+        missing.is_empty(),
+        "keys no config has:\n{}",
+        missing.join("\n")
+    );
+    assert!(
+        checked > 40,
+        "only {checked} keys found: is the scan broken?"
+    );
     // The check itself can fail: the key the issue found is refused.
     assert!(!key_exists(&["gateway"], "max_body"));
     assert!(key_exists(&["gateway"], "body_max_bytes"));
@@ -160,26 +167,37 @@ fn every_document_a_file_cites_is_in_the_repository() {
     let mut missing = Vec::new();
     let mut citations = 0;
     for file in files {
-        let cites = file
-            .extension()
-            .is_some_and(|ext| ["rs", "md", "sh", "toml", "yml", "json"].contains(&&*ext.to_string_lossy()));
+        let cites = file.extension().is_some_and(|ext| {
+            ["rs", "md", "sh", "toml", "yml", "json"].contains(&&*ext.to_string_lossy())
+        });
         let Some(text) = cites.then(|| std::fs::read_to_string(&file).ok()).flatten() else {
             continue;
         };
         let dir = file.parent().unwrap();
         for cited in cited_documents(&text) {
             citations += 1;
-            let found = [root.join(cited), dir.join(cited), root.join("docs").join(cited)]
-                .iter()
-                .any(|path| path.is_file());
+            let found = [
+                root.join(cited),
+                dir.join(cited),
+                root.join("docs").join(cited),
+            ]
+            .iter()
+            .any(|path| path.is_file());
             if !found {
                 let shown = file.strip_prefix(root).unwrap().display().to_string();
                 missing.push(format!("{shown} cites {cited}"));
             }
         }
     }
-    assert!(missing.is_empty(), "documents not in the repository:\n{}", missing.join("\n"));
-    assert!(citations > 50, "only {citations} citations: is the scan broken?");
+    assert!(
+        missing.is_empty(),
+        "documents not in the repository:\n{}",
+        missing.join("\n")
+    );
+    assert!(
+        citations > 50,
+        "only {citations} citations: is the scan broken?"
+    );
 }
 
 /// The `routerd` invocations in the README's shell blocks: the words after
@@ -230,7 +248,10 @@ fn help(path: &[&str]) -> String {
         .arg("--help")
         .output()
         .expect("routerd runs");
-    assert!(output.status.success(), "routerd {path:?} --help: {output:?}");
+    assert!(
+        output.status.success(),
+        "routerd {path:?} --help: {output:?}"
+    );
     String::from_utf8(output.stdout).unwrap()
 }
 
@@ -247,7 +268,8 @@ fn readme_commands_name_real_subcommands_and_flags() {
             continue;
         }
         assert!(
-            top.lines().any(|line| line.trim_start().starts_with(&format!("{sub} "))),
+            top.lines()
+                .any(|line| line.trim_start().starts_with(&format!("{sub} "))),
             "README runs `routerd {sub}`, which is no subcommand:\n{top}"
         );
         let mut path = vec![sub];

@@ -469,7 +469,9 @@ fn parse_addr(text: &str) -> Result<SocketAddr, String> {
     }
     let resolved: Vec<SocketAddr> = text
         .to_socket_addrs()
-        .map_err(|error| format!("{text:?} is neither IP:PORT nor HOST:PORT that resolves: {error}"))?
+        .map_err(|error| {
+            format!("{text:?} is neither IP:PORT nor HOST:PORT that resolves: {error}")
+        })?
         .collect();
     resolved
         .iter()
@@ -525,7 +527,10 @@ mod tests {
         let addr = parse_addr("localhost:7400").expect("localhost resolves");
         assert!(addr.ip().is_loopback(), "{addr}");
         assert_eq!(addr.port(), 7400);
-        assert_eq!(parse_addr("10.0.0.1:1"), Ok(SocketAddr::from(([10, 0, 0, 1], 1))));
+        assert_eq!(
+            parse_addr("10.0.0.1:1"),
+            Ok(SocketAddr::from(([10, 0, 0, 1], 1)))
+        );
         assert!(parse_addr("localhost").is_err());
     }
 

@@ -31,11 +31,19 @@ fn number(value: &Value, key: &str) -> f64 {
 
 /// Text safe inside HTML.
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// One line plot of `points` (x, y) with its axes and labels.
-fn plot(title: &str, x_label: &str, y_label: &str, points: &[(f64, f64)], ticks: &[(f64, String)]) -> String {
+fn plot(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    points: &[(f64, f64)],
+    ticks: &[(f64, String)],
+) -> String {
     let mut svg = String::new();
     let (width, height) = (PLOT_WIDTH + 2.0 * MARGIN, PLOT_HEIGHT + 2.0 * MARGIN);
     let _ = write!(
@@ -44,7 +52,11 @@ fn plot(title: &str, x_label: &str, y_label: &str, points: &[(f64, f64)], ticks:
         escape(title)
     );
     let x_max = points.iter().map(|p| p.0).fold(f64::MIN, f64::max).max(1.0);
-    let x_min = points.iter().map(|p| p.0).fold(f64::MAX, f64::min).min(x_max);
+    let x_min = points
+        .iter()
+        .map(|p| p.0)
+        .fold(f64::MAX, f64::min)
+        .min(x_max);
     let y_max = points.iter().map(|p| p.1).fold(0.0, f64::max).max(1.0) * 1.1;
     let x_span = (x_max - x_min).max(f64::EPSILON);
     let at = |(x, y): (f64, f64)| {
@@ -131,7 +143,11 @@ pub fn report(summary: &Value) -> String {
         .collect();
     let mut rows = String::new();
     for (label, key, _) in PERCENTILES {
-        let _ = write!(rows, "<tr><td>{label}</td><td>{:.1}</td></tr>", number(latency, key));
+        let _ = write!(
+            rows,
+            "<tr><td>{label}</td><td>{:.1}</td></tr>",
+            number(latency, key)
+        );
     }
     let workload = summary["config"]["workload"].as_str().unwrap_or("?");
     format!(
@@ -181,7 +197,10 @@ mod tests {
         assert!(page.starts_with("<!DOCTYPE html>"));
         assert_eq!(page.matches("<svg").count(), 3, "three plots");
         assert!(page.contains("<td>p99.99</td><td>160.0</td>"), "{page}");
-        assert!(page.contains("<title>1600.0</title>"), "a second's throughput is a point");
+        assert!(
+            page.contains("<title>1600.0</title>"),
+            "a second's throughput is a point"
+        );
         // Self-contained: nothing loaded from elsewhere, no script.
         assert!(!page.contains("<script") && !page.contains("src="));
         // Text from the run is escaped.

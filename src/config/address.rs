@@ -48,7 +48,10 @@ mod tests {
 
     #[test]
     fn ip_addresses_parse_and_host_names_resolve() {
-        assert_eq!(resolve("127.0.0.1:7400"), Ok(SocketAddr::from(([127, 0, 0, 1], 7400))));
+        assert_eq!(
+            resolve("127.0.0.1:7400"),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 7400)))
+        );
         assert_eq!(resolve("[::1]:7400").map(|a| a.is_ipv6()), Ok(true));
         // localhost is in every resolver's hosts file, so the test needs no DNS.
         let local = resolve("localhost:7400").expect("localhost resolves");

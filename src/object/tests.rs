@@ -309,7 +309,10 @@ fn every_request_is_answered_once_whatever_the_handler_does() {
         Some(Err(ErrorCode::Internal.into()))
     );
     assert_eq!(h.ask(1, OP_TWICE, Vec::new()), Some(Ok(b"first".to_vec())));
-    assert_eq!(h.ask(1, 999, Vec::new()), Some(Err(ErrorCode::BadRequest.into())));
+    assert_eq!(
+        h.ask(1, 999, Vec::new()),
+        Some(Err(ErrorCode::BadRequest.into()))
+    );
 }
 
 #[test]

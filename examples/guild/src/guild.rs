@@ -5,8 +5,8 @@
 
 use routerd::object::codec::{put_client, put_str, Reader};
 use routerd::object::{
-    ClientRef, ClientRoute, Context, DecodeError, Deferred, ErrorCode, KeyFrom, Object,
-    ObjectKey, ObjectType, Outcome, Persist, Refusal,
+    ClientRef, ClientRoute, Context, DecodeError, Deferred, ErrorCode, KeyFrom, Object, ObjectKey,
+    ObjectType, Outcome, Persist, Refusal,
 };
 
 use crate::names::{self, name_key};

@@ -5,7 +5,9 @@
 mod support;
 
 use guild::refusal::{BAD_NAME, GUILD_EXISTS, NAME_TAKEN};
-use support::guild::{assert_bad_request, assert_refused, create, find, incr, join, leave, message, say, u32_of};
+use support::guild::{
+    assert_bad_request, assert_refused, create, find, incr, join, leave, message, say, u32_of,
+};
 use support::Cluster;
 
 #[test]
@@ -20,7 +22,11 @@ fn a_guild_is_created_joined_chatted_in_counted_left_and_kept() {
     assert_eq!(create(&mut alice, 7, "Red  Dragons").ok(), b"");
     // The same guild twice, and the same name (normalised) for another.
     // Three refusals, three codes and reasons.
-    assert_refused(create(&mut bob, 7, "other"), GUILD_EXISTS, "this guild id is taken");
+    assert_refused(
+        create(&mut bob, 7, "other"),
+        GUILD_EXISTS,
+        "this guild id is taken",
+    );
     assert_refused(
         create(&mut bob, 8, " red dragons "),
         NAME_TAKEN,

@@ -98,7 +98,10 @@ impl AppCode {
     /// If `offset` is past the range (32767 or more), at compile time in a
     /// `const`.
     pub const fn nth(offset: u16) -> AppCode {
-        assert!(offset <= u16::MAX - APP_CODE_MIN, "application code offset past the range");
+        assert!(
+            offset <= u16::MAX - APP_CODE_MIN,
+            "application code offset past the range"
+        );
         AppCode(APP_CODE_MIN + offset)
     }
 
