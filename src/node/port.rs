@@ -177,7 +177,7 @@ impl PlayerPort for ServicesPort {
                         .service_request(node, key, (op, body), client, reply_route, now)
                 }
                 // No node serves it now (none advertises it, or all drain).
-                None => Err(ErrorCode::Unavailable.into()),
+                None => Err(ErrorCode::Unavailable),
             },
         };
         if let Err(code) = sent {
