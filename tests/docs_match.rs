@@ -65,7 +65,9 @@ fn key_exists(path: &[&str], key: &str) -> bool {
     let text = format!("[{}]\n{key} = 0\n", path.join("."));
     match Config::from_toml(&text) {
         Ok(_) => true,
-        Err(error) => !error.contains("unknown field"),
+        // An old name the config still recognises, to say what it became,
+        // is not a key either.
+        Err(error) => !error.contains("unknown field") && !error.contains("was renamed to"),
     }
 }
 
