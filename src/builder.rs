@@ -100,6 +100,9 @@ impl NodeBuilder {
         if let Some(refused) = self.refused {
             return Err(refused.into());
         }
+        self.config
+            .services
+            .check_registered(&self.registry.names())?;
         Node::start_registered(self.config, self.store, self.registry)
     }
 

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub mod address;
 mod cluster;
 mod load;
 mod secret;
@@ -46,7 +47,8 @@ pub struct Config {
     /// `[router]`: route caches, saves, retries and their bounds.
     pub router: RouterConfig,
     /// `[services]`: the built-in objects' settings (`services.player`,
-    /// `services.room`).
+    /// `services.room`) and those of the types and services a program
+    /// registers (`services.<name>`).
     pub services: ServicesConfig,
 }
 
@@ -139,7 +141,9 @@ impl Default for CoresConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
-    /// Client listen address; every core binds it with SO_REUSEPORT.
+    /// Client listen address; every core binds it with SO_REUSEPORT. A
+    /// host name is resolved when the config is read.
+    #[serde(deserialize_with = "address::deserialize")]
     pub listen: SocketAddr,
     /// The plain listener's address as clients reach it: what the
     /// membership row advertises and `sys.redirect` names. Default: the
@@ -228,7 +232,8 @@ impl Default for GatewayConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// HTTP listener for `/healthz`, `/livez`, `/readyz`, `/metrics` and
-    /// the operations.
+    /// the operations. A host name is resolved when the config is read.
+    #[serde(deserialize_with = "address::deserialize")]
     pub listen: SocketAddr,
     /// The bearer token every mutating call (a transfer, a drain) must
     /// present as `Authorization: Bearer <token>`; `ROUTERD_ADMIN_TOKEN`
@@ -501,14 +506,54 @@ pub enum Persist {
     OnWrite,
 }
 
-/// `[services]`: the built-in objects' settings.
+/// `[services]`: the built-in objects' settings, and a section of its own
+/// for each object type or service a program registers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct ServicesConfig {
     /// `[services.player]`.
     pub player: PlayerConfig,
     /// `[services.room]`.
     pub room: RoomConfig,
+    /// `[services.<name>]` of a registered type or service (`guild`): its
+    /// own keys, which it reads with [`ServicesConfig::section`]. A section
+    /// whose name nothing registered is refused when the node starts
+    /// ([`ServicesConfig::check_registered`]), so a typo is not ignored.
+    #[serde(flatten)]
+    pub custom: std::collections::BTreeMap<String, toml::Table>,
+}
+
+impl ServicesConfig {
+    /// `[services.<name>]` read as `T` (its `Default` when the file has no
+    /// such section); the error names the section and the bad key.
+    pub fn section<T>(&self, name: &str) -> Result<T, ConfigError>
+    where
+        T: serde::de::DeserializeOwned + Default,
+    {
+        match self.custom.get(name) {
+            None => Ok(T::default()),
+            Some(table) => table.clone().try_into().map_err(|error: toml::de::Error| {
+                ConfigError::Invalid(format!("[services.{name}]: {}", error.message()))
+            }),
+        }
+    }
+
+    /// Refuses a `[services.<name>]` section whose name is none of
+    /// `registered` (the node's object types and services).
+    pub fn check_registered(&self, registered: &[&str]) -> Result<(), ConfigError> {
+        match self
+            .custom
+            .keys()
+            .find(|name| !registered.contains(&name.as_str()))
+        {
+            None => Ok(()),
+            Some(name) => Err(ConfigError::Invalid(format!(
+                "[services.{name}] names no registered object type or service (this node \
+                 registers {})",
+                registered.join(", ")
+            ))),
+        }
+    }
 }
 
 /// `[services.player]`: the player object.

@@ -148,7 +148,13 @@ fn errors_print_their_code_name_and_reason() {
     let node = TestNode::start(support::config());
     // Logged out, only sys.ping works.
     let output = run_script(client(&node, &[]), "ping\nget\nfrobnicate\njoin 1\n");
-    assert!(output.status.success(), "{output:?}");
+    // The whole script ran, and its failures make the exit status.
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("1 command(s) not understood, 2 request(s) answered ERROR"),
+        "{}",
+        stderr(&output)
+    );
     assert_eq!(
         stdout(&output),
         "OK ping\nERROR AUTH_REQUIRED: login first\nERROR AUTH_REQUIRED: login first\n"
@@ -163,7 +169,11 @@ fn errors_print_their_code_name_and_reason() {
         client(&node, &["--player-id", "7"]),
         "incr 9223372036854775807\nincr 1\nget\n",
     );
-    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "one ERROR answer: {output:?}"
+    );
     assert_eq!(
         stdout(&output),
         "OK login 7\nOK incr 9223372036854775807\nERROR BAD_REQUEST: the object refused the request\nOK get 9223372036854775807\n"
@@ -179,6 +189,23 @@ fn errors_print_their_code_name_and_reason() {
     );
     assert!(
         stderr(&output).contains("login failed"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn an_unknown_command_alone_fails_the_script() {
+    let node = TestNode::start(support::config());
+    let output = run_script(client(&node, &["--player-id", "3"]), "frobnicate\nget\n");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(
+        stdout(&output),
+        "OK login 3\nOK get 0\n",
+        "the script ran on"
+    );
+    assert!(
+        stderr(&output).contains("1 command(s) not understood, 0 request(s) answered ERROR"),
         "{}",
         stderr(&output)
     );

@@ -84,7 +84,8 @@ pub struct Args {
     /// several times to spread the connections over several gateways
     /// (connection i goes to the (i mod n)-th); redirects and reconnects
     /// may use any of them.
-    #[arg(long = "addr", default_value = "127.0.0.1:7400")]
+    /// A host name (`localhost:7400`) is resolved once, at start.
+    #[arg(long = "addr", default_value = "127.0.0.1:7400", value_parser = parse_addr)]
     pub addrs: Vec<SocketAddr>,
 
     /// routerd: docs/protocol.md. resp: Redis's RESP2, with `sys.ping` as
@@ -242,6 +243,12 @@ pub struct Args {
     /// each kind's also goes beside it (run.hgrm: run.get.hgrm, ...).
     #[arg(long)]
     pub hgrm: Option<PathBuf>,
+
+    /// Write an HTML report (one self-contained file: the latency
+    /// percentiles, and the throughput and p99 of each second, as inline
+    /// SVG), drawn from the same summary --json writes.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
 
     /// Start a routerd node on free loopback ports, run, stop it.
     #[arg(long)]
@@ -511,6 +518,27 @@ fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Er
     s.serialize_f64(d.as_secs_f64())
 }
 
+/// `IP:PORT`, or `HOST:PORT` resolved to its first IPv4 address (else its
+/// first), as routerd reads its own config addresses.
+fn parse_addr(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let resolved: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|error| {
+            format!("{text:?} is neither IP:PORT nor HOST:PORT that resolves: {error}")
+        })?
+        .collect();
+    resolved
+        .iter()
+        .find(|addr| addr.is_ipv4())
+        .or_else(|| resolved.first())
+        .copied()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -550,6 +578,18 @@ mod tests {
         assert!(spawn.validate().expect_err("no routerd").contains("Redis"));
         let routed = Args::parse_from(["loadgen", "--workload", "incr"]);
         assert!(routed.needs_login());
+    }
+
+    #[test]
+    fn addresses_may_name_a_host() {
+        let addr = parse_addr("localhost:7400").expect("localhost resolves");
+        assert!(addr.ip().is_loopback(), "{addr}");
+        assert_eq!(addr.port(), 7400);
+        assert_eq!(
+            parse_addr("10.0.0.1:1"),
+            Ok(SocketAddr::from(([10, 0, 0, 1], 1)))
+        );
+        assert!(parse_addr("localhost").is_err());
     }
 
     #[test]

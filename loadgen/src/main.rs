@@ -16,6 +16,7 @@ mod conn_resp;
 mod conn_routerd;
 mod engine;
 mod hgrm;
+mod html;
 mod link;
 mod load;
 mod moves;
@@ -93,6 +94,14 @@ fn main() -> ExitCode {
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&summary).unwrap_or_default();
         if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("loadgen: write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(path) = &args.html {
+        // Drawn from the JSON value, so the page and `--json` agree.
+        let value = serde_json::to_value(&summary).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, html::report(&value)) {
             eprintln!("loadgen: write {}: {e}", path.display());
             return ExitCode::FAILURE;
         }

@@ -26,6 +26,7 @@ pub struct Percentiles {
     pub p90_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
+    pub p9999_us: f64,
     pub max_us: f64,
 }
 
@@ -39,6 +40,7 @@ impl Percentiles {
             p90_us: us(histogram.value_at_quantile(0.90)),
             p99_us: us(histogram.value_at_quantile(0.99)),
             p999_us: us(histogram.value_at_quantile(0.999)),
+            p9999_us: us(histogram.value_at_quantile(0.9999)),
             max_us: us(histogram.max()),
         }
     }
@@ -250,8 +252,8 @@ impl Summary {
         let l = &self.latency;
         let _ = writeln!(
             out,
-            "  latency (us)  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}  mean {:.1}",
-            l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us, l.mean_us
+            "  latency (us)  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  max {:.1}  mean {:.1}",
+            l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.p9999_us, l.max_us, l.mean_us
         );
         if self.ops.len() > 1 {
             self.op_rows(&mut out);

@@ -42,7 +42,7 @@ mod peers;
 mod probes;
 mod routes;
 
-use self::routes::{text, Body};
+use self::routes::{error_json, Body};
 use crate::ops::NodePhase;
 
 /// Connections served at once; a connection past it is closed unanswered.
@@ -82,6 +82,9 @@ pub struct AdminState {
     /// Where this node is reached, as its membership row says, for
     /// `/cluster`'s own entry.
     pub advertised: Option<Advertised>,
+    /// The node's registered object types, `(name, type_id)`: a path names
+    /// an object's type by one of these names or by a type id.
+    pub object_types: Vec<(&'static str, u32)>,
 }
 
 /// This node's advertised addresses (`gateway.advertise`,
@@ -214,13 +217,23 @@ async fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Body
     let body = match Limited::new(body, REQUEST_BODY_MAX_BYTES).collect().await {
         Ok(body) => body.to_bytes(),
         Err(error) if error.is::<LengthLimitError>() => {
-            return text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n")
+            return error_json(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "request body too large",
+            )
         }
-        Err(_) => return text(StatusCode::BAD_REQUEST, "unreadable request body\n"),
+        Err(_) => {
+            return error_json(StatusCode::BAD_REQUEST, "bad_request", "unreadable request body")
+        }
     };
     let request = Request::from_parts(parts, body);
     match tokio::time::timeout(HANDLER_TIMEOUT, routes::route(state, request)).await {
         Ok(response) => response,
-        Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "timed out\n"),
+        Err(_) => error_json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "timed_out",
+            "the handler did not finish in time",
+        ),
     }
 }

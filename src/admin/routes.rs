@@ -19,7 +19,6 @@ use serde_json::json;
 use wire::ObjectKey;
 
 use super::{auth, probes, AdminState};
-use crate::builtins::{player, room};
 use crate::clock;
 use crate::store::{GatewayAddresses, Transport};
 use crate::cluster::view::LinkStatus;
@@ -67,7 +66,7 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
                 }
                 return match parts.body(request.body().clone()) {
                     Ok(local) => Box::pin(route(state, local)).await,
-                    Err(_) => text(StatusCode::BAD_REQUEST, "bad path\n"),
+                    Err(_) => error_json(StatusCode::BAD_REQUEST, "bad_request", "bad path"),
                 };
             }
             super::forward::forward(state, node, rest, &request).await
@@ -97,7 +96,7 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         }
         (_, ["objects", _, _, "transfer"]) => method_not_allowed("POST"),
         (_, ["drain"]) => method_not_allowed("GET, POST"),
-        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        _ => error_json(StatusCode::NOT_FOUND, "not_found", "no such admin path"),
     }
 }
 
@@ -140,7 +139,7 @@ async fn metrics(state: &AdminState) -> Response<Body> {
 /// fence), every other member, and each core's links.
 async fn cluster(state: &AdminState) -> Response<Body> {
     let Some(view) = &state.cluster else {
-        return text(StatusCode::NOT_FOUND, "no cluster\n");
+        return error_json(StatusCode::NOT_FOUND, "no_cluster", "this node runs no cluster");
     };
     let snapshot = view.snapshot();
     let now = clock::now_ms();
@@ -260,9 +259,9 @@ pub(super) fn link_summary<'a>(links: impl Iterator<Item = &'a LinkStatus>) -> &
 /// `room` or a numeric type id (zone 0), `id` the object id.
 async fn objects(state: &AdminState, kind: &str, id: &str) -> Response<Body> {
     let Some(store) = &state.store else {
-        return text(StatusCode::NOT_FOUND, "no store\n");
+        return error_json(StatusCode::NOT_FOUND, "no_store", "this node has no store");
     };
-    let key = match parse_key(kind, id) {
+    let key = match parse_key(&state.object_types, kind, id) {
         Ok(key) => key,
         Err(reason) => match (super::operator::type_id_of(state, kind), id.parse::<u64>()) {
             (Some(type_id), Ok(object_id)) => ObjectKey {
@@ -270,17 +269,21 @@ async fn objects(state: &AdminState, kind: &str, id: &str) -> Response<Body> {
                 zone_id: 0,
                 object_id,
             },
-            _ => return text(StatusCode::BAD_REQUEST, reason),
+            _ => return error_json(StatusCode::BAD_REQUEST, "bad_request", reason.trim_end()),
         },
     };
     let id = key.object_id;
     let record = match store.load(key).await {
         Ok(Some(record)) => record,
-        Ok(None) => return text(StatusCode::NOT_FOUND, "no such object\n"),
+        Ok(None) => {
+            return error_json(StatusCode::NOT_FOUND, "no_such_object", "the store holds no record of it")
+        }
         Err(error) => {
-            let mut response = text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n");
-            *response.body_mut() = Full::new(Bytes::from(format!("store unavailable: {error}\n")));
-            return response;
+            return error_json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                &error.to_string(),
+            );
         }
     };
     let owner_live = state.cluster.as_ref().map(|view| {
@@ -309,23 +312,34 @@ async fn objects(state: &AdminState, kind: &str, id: &str) -> Response<Body> {
     }))
 }
 
-/// The key a path names: `kind` is `player`, `room` or a numeric type id
-/// (zone 0), `id` the object id.
-fn parse_key(kind: &str, id: &str) -> Result<ObjectKey, &'static str> {
-    let Ok(id) = id.parse::<u64>() else {
-        return Err("the object id must be a number\n");
+/// The key a path names: `kind` is the name of one of the node's object
+/// types (`player`, `room`, `guild`...) or a numeric type id (zone 0),
+/// `id` the object id.
+fn parse_key(
+    object_types: &[(&'static str, u32)],
+    kind: &str,
+    id: &str,
+) -> Result<ObjectKey, String> {
+    let Ok(object_id) = id.parse::<u64>() else {
+        return Err("the object id must be a number\n".to_string());
     };
-    match kind {
-        "player" => Ok(player::player_key(id)),
-        "room" => Ok(room::room_key(id)),
-        _ => match kind.parse::<u32>() {
-            Ok(type_id) => Ok(ObjectKey {
-                type_id,
-                zone_id: 0,
-                object_id: id,
-            }),
-            Err(_) => Err("the kind must be player, room or a type id\n"),
-        },
+    let named = object_types
+        .iter()
+        .find(|(name, _)| *name == kind)
+        .map(|(_, type_id)| *type_id);
+    match named.or_else(|| kind.parse::<u32>().ok()) {
+        Some(type_id) => Ok(ObjectKey {
+            type_id,
+            zone_id: 0,
+            object_id,
+        }),
+        None => {
+            let names: Vec<&str> = object_types.iter().map(|(name, _)| *name).collect();
+            Err(format!(
+                "unknown object type {kind:?}: this node registers {}, or give a type id\n",
+                names.join(", ")
+            ))
+        }
     }
 }
 
@@ -333,7 +347,7 @@ fn parse_key(kind: &str, id: &str) -> Result<ObjectKey, &'static str> {
 /// `N` (see `ops::transfer`); JSON either way.
 async fn transfer(state: &AdminState, kind: &str, id: &str, query: Option<&str>) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return text(StatusCode::NOT_FOUND, "no cluster\n");
+        return error_json(StatusCode::NOT_FOUND, "no_cluster", "this node runs no cluster");
     };
     let bad = |reason: &str| {
         answer(OpAnswer {
@@ -341,7 +355,7 @@ async fn transfer(state: &AdminState, kind: &str, id: &str, query: Option<&str>)
             body: json!({ "error": "bad_request", "reason": reason }),
         })
     };
-    let key = match parse_key(kind, id) {
+    let key = match parse_key(&state.object_types, kind, id) {
         Ok(key) => key,
         Err(reason) => return bad(reason.trim_end()),
     };
@@ -376,7 +390,7 @@ async fn transfer(state: &AdminState, kind: &str, id: &str, query: Option<&str>)
 /// the same); `GET /drain` reports how far it is.
 async fn drain(state: &AdminState, start: bool) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return text(StatusCode::NOT_FOUND, "no cluster\n");
+        return error_json(StatusCode::NOT_FOUND, "no_cluster", "this node runs no cluster");
     };
     if !start {
         return json_response(ops.drain_status().to_json());
@@ -422,16 +436,28 @@ pub(super) fn json_response(value: serde_json::Value) -> Response<Body> {
 }
 
 fn method_not_allowed(allow: &'static str) -> Response<Body> {
-    let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    let mut response = error_json(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        &format!("this path answers {allow}"),
+    );
     response
         .headers_mut()
         .insert(ALLOW, HeaderValue::from_static(allow));
     response
 }
 
-/// A plain-text answer.
-pub(super) fn text(status: StatusCode, body: &'static str) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+/// An error answer, as docs/protocol.md section 9 gives every one:
+/// `{"error": "<code>", "reason": "<words>"}`.
+pub(super) fn error_json(status: StatusCode, error: &str, reason: &str) -> Response<Body> {
+    let mut response = json_response(json!({ "error": error, "reason": reason }));
+    *response.status_mut() = status;
+    response
+}
+
+/// A plain-text answer (`/healthz`'s, which load balancers read).
+pub(super) fn text(status: StatusCode, body: &str) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,
@@ -448,6 +474,7 @@ mod tests {
     use shards::ShutdownHandle;
 
     use super::*;
+    use crate::builtins::{PLAYER_TYPE_ID, ROOM_TYPE_ID};
     use crate::ops::NodePhase;
 
     fn call(state: &AdminState, method: Method, path: &str) -> (StatusCode, String) {
@@ -480,6 +507,7 @@ mod tests {
             config: None,
             token: None,
             advertised: None,
+            object_types: vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)],
         };
         let healthz = || call(&state, Method::GET, "/healthz");
         assert_eq!(
@@ -513,6 +541,7 @@ mod tests {
             config: None,
             token: None,
             advertised: None,
+            object_types: Vec::new(),
         };
         state.phase.set_serving();
         let healthz = || call(&state, Method::GET, "/healthz");
@@ -547,6 +576,7 @@ mod tests {
             config: None,
             token: None,
             advertised: None,
+            object_types: vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)],
         };
         let (status, body) = call(&state, Method::GET, "/metrics");
         assert_eq!(status, StatusCode::OK);
@@ -561,5 +591,25 @@ mod tests {
             call(&state, Method::GET, "/healthz/x").0,
             StatusCode::NOT_FOUND
         );
+    }
+
+    #[test]
+    fn a_path_names_a_type_by_a_registered_name_or_an_id() {
+        let types = [("player", PLAYER_TYPE_ID), ("guild", 100)];
+        assert_eq!(
+            parse_key(&types, "guild", "7"),
+            Ok(ObjectKey::new(100, 0, 7))
+        );
+        assert_eq!(
+            parse_key(&types, "player", "7"),
+            Ok(ObjectKey::new(PLAYER_TYPE_ID, 0, 7))
+        );
+        assert_eq!(parse_key(&types, "101", "7"), Ok(ObjectKey::new(101, 0, 7)));
+        assert_eq!(
+            parse_key(&types, "room", "7"),
+            Err("unknown object type \"room\": this node registers player, guild, or give a type id\n"
+                .to_string())
+        );
+        assert!(parse_key(&types, "guild", "x").is_err());
     }
 }

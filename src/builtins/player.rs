@@ -413,7 +413,7 @@ mod tests {
         out
     }
 
-    fn answer(out: &HandlerOutput) -> Option<&Result<Vec<u8>, ErrorCode>> {
+    fn answer(out: &HandlerOutput) -> Option<&crate::router::Outcome> {
         match &out.reply {
             HandlerReply::Answer(outcome) => Some(outcome),
             HandlerReply::Delegated => None,
@@ -433,12 +433,12 @@ mod tests {
             &mut state,
             request(OP_INCR, i64::MAX.to_le_bytes().to_vec(), None),
         );
-        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest)));
+        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest.into())));
         assert!(!out.mutated);
         let out = run(&mut state, request(OP_GET, Vec::new(), None));
         assert_eq!(answer(&out), Some(&Ok(5i64.to_le_bytes().to_vec())));
         let out = run(&mut state, request(OP_INCR, vec![1, 2, 3], None));
-        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest)));
+        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest.into())));
     }
 
     #[test]
@@ -539,7 +539,7 @@ mod tests {
             request(OP_INCR, 1i64.to_le_bytes().to_vec(), Some(client(1))),
         );
         assert_eq!(out.kicks, vec![client(1)]);
-        assert_eq!(answer(&out), Some(&Err(ErrorCode::Unavailable)));
+        assert_eq!(answer(&out), Some(&Err(ErrorCode::Unavailable.into())));
         assert!(!out.mutated);
         let out = run(
             &mut state,
@@ -611,11 +611,11 @@ mod tests {
         body.extend_from_slice(b"hi");
         let out = run(&mut state, request(OP_ROOM_SAY, body, Some(client(1))));
         assert_eq!(relayed(&out), None, "room 8 is never touched");
-        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest)));
+        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest.into())));
         let out = run(
             &mut state,
             request(OP_ROOM_SAY, vec![7, 0], Some(client(1))),
         );
-        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest)));
+        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest.into())));
     }
 }

@@ -131,9 +131,9 @@ impl ObjectType for RoomType {
     fn may_create(&self, op: u32) -> Result<(), Outcome> {
         match op {
             OP_JOIN_CREATING if self.rooms_live.get() < self.rooms_per_node_max => Ok(()),
-            OP_JOIN_CREATING | OP_JOIN => Err(Err(ErrorCode::Overloaded)),
+            OP_JOIN_CREATING | OP_JOIN => Err(Err(ErrorCode::Overloaded.into())),
             OP_LEAVE => Err(Ok(Vec::new())),
-            _ => Err(Err(ErrorCode::BadRequest)),
+            _ => Err(Err(ErrorCode::BadRequest.into())),
         }
     }
 
@@ -331,7 +331,7 @@ mod tests {
         out
     }
 
-    fn answer(out: &HandlerOutput) -> Option<Result<Vec<u8>, ErrorCode>> {
+    fn answer(out: &HandlerOutput) -> Option<crate::router::Outcome> {
         match &out.reply {
             HandlerReply::Answer(outcome) => Some(outcome.clone()),
             HandlerReply::Delegated => None,
@@ -366,7 +366,7 @@ mod tests {
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(2, 2))));
         assert_eq!(joined(&out, 2), Some(2));
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(3, 3))));
-        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest)));
+        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest.into())));
         // A member joining again is not a new member.
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(1, 1))));
         assert_eq!(joined(&out, 1), Some(2));
@@ -401,12 +401,12 @@ mod tests {
         let mut state = room(10);
         run(&mut state, request(OP_JOIN, Vec::new(), Some(client(1, 1))));
         let out = run(&mut state, request(OP_SAY, say("hi"), Some(client(2, 2))));
-        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest)));
+        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest.into())));
         let long = "x".repeat(SAY_TEXT_MAX + 1);
         let out = run(&mut state, request(OP_SAY, say(&long), Some(client(1, 1))));
-        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest)));
+        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest.into())));
         let out = run(&mut state, request(OP_SAY, vec![1, 2], Some(client(1, 1))));
-        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest)));
+        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest.into())));
     }
 
     #[test]
@@ -440,10 +440,10 @@ mod tests {
         };
         let may_create = |op| crate::object::ObjectType::may_create(&kind, op);
         assert_eq!(may_create(OP_JOIN_CREATING), Ok(()));
-        assert_eq!(may_create(OP_JOIN), Err(Err(ErrorCode::Overloaded)));
+        assert_eq!(may_create(OP_JOIN), Err(Err(ErrorCode::Overloaded.into())));
         assert_eq!(may_create(OP_LEAVE), Err(Ok(Vec::new())), "not a member");
         for op in [OP_SAY, OP_PRESENCE] {
-            assert_eq!(may_create(op), Err(Err(ErrorCode::BadRequest)), "op {op}");
+            assert_eq!(may_create(op), Err(Err(ErrorCode::BadRequest.into())), "op {op}");
         }
         // Every room the node holds counts, created or loaded, until it is
         // dropped.
@@ -453,7 +453,7 @@ mod tests {
         assert_eq!(kind.rooms_live.get(), 2);
         assert_eq!(
             may_create(OP_JOIN_CREATING),
-            Err(Err(ErrorCode::Overloaded))
+            Err(Err(ErrorCode::Overloaded.into()))
         );
         drop(second);
         assert_eq!(kind.rooms_live.get(), 1);

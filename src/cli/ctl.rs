@@ -63,7 +63,8 @@ pub struct TransferArgs {
     /// Any node's admin endpoint, HOST:PORT (the call reaches the owner).
     #[arg(long)]
     pub admin: String,
-    /// The object's type: `player`, `room` or a numeric type id.
+    /// The object's type: a name the node registered (`player`, `room`,
+    /// `guild`...) or a numeric type id.
     #[arg(long = "type", default_value = "player")]
     pub kind: String,
     /// The object's id.

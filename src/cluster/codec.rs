@@ -24,7 +24,7 @@
 //! is read. Pings and pongs carry a nonce (the dialer's send time) so the
 //! dialer can time the round trip.
 
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use wire::frame::{FrameAccessError, FrameBuf, MAX_FRAME_LEN};
 

@@ -18,7 +18,7 @@
 //! verdict: a peer with the wrong secret, cluster name or incarnation never
 //! gets one.
 
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use crate::config::CLUSTER_NAME_LEN_MAX;

@@ -20,10 +20,13 @@ pub const CLUSTER_SECRET_ENV: &str = "ROUTERD_CLUSTER_SECRET";
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
     /// Core `i` listens for links on this address's port + `i`; port 0:
-    /// each core binds a free port and advertises it.
+    /// each core binds a free port and advertises it. A host name is
+    /// resolved when the config is read.
+    #[serde(deserialize_with = "super::address::deserialize")]
     pub listen: SocketAddr,
     /// The address other nodes dial (core `i`: its port + `i`, or the port
     /// each core bound when `listen` has port 0); default: `listen`.
+    #[serde(default, deserialize_with = "super::address::deserialize_option")]
     pub advertise: Option<SocketAddr>,
     /// The cluster's name: a link from a node of another cluster is refused.
     pub name: String,

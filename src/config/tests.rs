@@ -296,3 +296,57 @@ mod tuning_tests {
         }
     }
 }
+
+#[test]
+fn a_registered_type_has_a_services_section_of_its_own() {
+    #[derive(Debug, Default, PartialEq, serde::Deserialize)]
+    #[serde(default, deny_unknown_fields)]
+    struct GuildSettings {
+        members_max: u32,
+    }
+    let text = "[services.player]\npersist = \"on_write\"\n[services.guild]\nmembers_max = 64\n";
+    let config = Config::from_toml(text).unwrap();
+    assert_eq!(config.services.player.persist, Persist::OnWrite);
+    let guild: GuildSettings = config.services.section("guild").unwrap();
+    assert_eq!(guild, GuildSettings { members_max: 64 });
+    // A type without a section gets its defaults.
+    let other: GuildSettings = config.services.section("match").unwrap();
+    assert_eq!(other, GuildSettings::default());
+    // The type's own keys are checked by the type's own struct.
+    let typo = Config::from_toml("[services.guild]\nmembers_mx = 1\n").unwrap();
+    let error = typo.services.section::<GuildSettings>("guild").unwrap_err();
+    assert!(
+        error.to_string().contains("[services.guild]") && error.to_string().contains("members_mx"),
+        "{error}"
+    );
+    // A section nothing registered is refused, naming what is.
+    config
+        .services
+        .check_registered(&["player", "room", "guild"])
+        .unwrap();
+    let error = config
+        .services
+        .check_registered(&["player", "room"])
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid config: [services.guild] names no registered object type or service (this node \
+         registers player, room)"
+    );
+    // The built-ins' sections still refuse unknown keys.
+    let error = Config::from_toml("[services.room]\nmembers_mx = 1\n").unwrap_err();
+    assert!(error.contains("members_mx"), "{error}");
+}
+
+#[test]
+fn listen_addresses_may_name_a_host() {
+    let text = "[gateway]\nlisten = \"localhost:7400\"\n[admin]\nlisten = \"localhost:9464\"\n\
+                [cluster]\nlisten = \"localhost:7600\"\nadvertise = \"localhost:7600\"\n";
+    let config = Config::from_toml(text).unwrap();
+    assert!(config.gateway.listen.ip().is_loopback());
+    assert_eq!(config.gateway.listen.port(), 7400);
+    assert_eq!(config.admin.listen.port(), 9464);
+    assert_eq!(config.cluster.advertise.map(|a| a.port()), Some(7600));
+    let error = Config::from_toml("[gateway]\nlisten = \"localhost\"\n").unwrap_err();
+    assert!(error.contains("neither IP:PORT nor a host name"), "{error}");
+}

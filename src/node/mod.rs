@@ -82,6 +82,8 @@ pub enum NodeError {
         key: &'static str,
         address: SocketAddr,
     },
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// The message type cores exchange over the mesh: one rkyv frame in one
@@ -164,7 +166,12 @@ impl Node {
         let core_count = runtime_config.placement.core_count();
         let mut metrics = NodeMetrics::with_routes(core_count, routes.clone());
         metrics.store = Some(Arc::new(store.probe()));
-        metrics.types = registry.object_types();
+        // The metrics count objects by (type id, name).
+        metrics.types = registry
+            .object_types()
+            .into_iter()
+            .map(|(name, type_id)| (type_id, name))
+            .collect();
         // Port 0 asks for any free port; every core must then bind the same
         // one, so reserve it first and hold it until the cores have bound.
         let reservation = reserve(config.gateway.listen)?;
@@ -334,6 +341,7 @@ impl Node {
                     gateway: gateway_addresses.clone(),
                     admin: admin_advertised.to_string(),
                 }),
+                object_types: shared.registry.object_types(),
             },
         );
         let admin = match admin {

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
-use wire::client::{encode_error_body, route, FrameKind};
+use wire::client::{encode_app_error_body, encode_error_body, route, FrameKind};
 use wire::frame::{ArchivedMessage, FrameBuf};
 use wire::hash::stable_hash64;
 use wire::ObjectKey;
@@ -23,7 +23,7 @@ use crate::object::Pick;
 use crate::route::{RouteTable, RouteTarget, Served};
 use crate::router::driver::frames::client_native;
 use crate::router::driver::{ClientSide, ReplyRoute, RouterDriver};
-use crate::router::{ClientRef, ErrorCode, Outcome};
+use crate::router::{ClientRef, ErrorCode, Outcome, Refusal};
 use crate::store::{MemberState, NodeId};
 
 /// The reason a refused login is answered with (`single` policy).
@@ -72,10 +72,7 @@ impl ServicesPort {
     fn egress(&self, route: &ReplyRoute, outcome: Outcome, answered_at: Instant) {
         let (kind, body) = match outcome {
             Ok(body) => (FrameKind::Response, body),
-            Err(code) => (
-                FrameKind::Error,
-                encode_error_body(code, router_error_reason(code)),
-            ),
+            Err(refusal) => (FrameKind::Error, error_body(&refusal)),
         };
         self.gateway.egress_ref(
             &EgressRef {
@@ -153,7 +150,7 @@ impl PlayerPort for ServicesPort {
             Some((target, ObjectKey::new(target.type_id, 0, object_id)))
         });
         let Some((target, key)) = target else {
-            self.egress(&reply_route, Err(ErrorCode::BadRequest), now);
+            self.egress(&reply_route, Err(ErrorCode::BadRequest.into()), now);
             return Ok(());
         };
         let client = ClientRef {
@@ -184,7 +181,7 @@ impl PlayerPort for ServicesPort {
             },
         };
         if let Err(code) = sent {
-            self.egress(&reply_route, Err(code), now);
+            self.egress(&reply_route, Err(code.into()), now);
         }
         Ok(())
     }
@@ -228,6 +225,15 @@ impl PlayerPort for ServicesPort {
     }
 }
 
+/// The ERROR body of a refusal: a protocol code with the router's reason
+/// for it, or an application code with the object's own.
+fn error_body(refusal: &Refusal) -> Vec<u8> {
+    match refusal {
+        Refusal::Code(code) => encode_error_body(*code, router_error_reason(*code)),
+        Refusal::App { code, reason } => encode_app_error_body(*code, reason),
+    }
+}
+
 /// The reason an ERROR the router decided carries: the router answers
 /// with a code alone, so the reason says what that code means there, and
 /// where to look (the node's log, `/healthz`, `/cluster`).
@@ -260,10 +266,15 @@ impl ClientSide for ServicesPort {
         }
         let outcome = match outcome {
             Ok(_) => LoginOutcome::Admitted,
-            Err(ErrorCode::AuthFailed) => {
+            Err(Refusal::Code(ErrorCode::AuthFailed)) => {
                 LoginOutcome::Refused(ErrorCode::AuthFailed, ALREADY_LOGGED_IN)
             }
-            Err(code) => LoginOutcome::Refused(code, router_error_reason(code)),
+            Err(Refusal::Code(code)) => LoginOutcome::Refused(code, router_error_reason(code)),
+            // The player object is routerd's and has no codes of its own: an
+            // application code here is a fault.
+            Err(Refusal::App { .. }) => {
+                LoginOutcome::Refused(ErrorCode::Internal, router_error_reason(ErrorCode::Internal))
+            }
         };
         self.gateway
             .complete_login(route.session_id, route.client_seq, outcome);

@@ -9,7 +9,8 @@ use wire::ObjectKey;
 
 use crate::router::handler::{one_way, ObjectCall, ObjectTimer, OP_RESERVED_MIN};
 use crate::router::{
-    ClientRef, ErrorCode, HandlerOutput, HandlerReply, Outcome, Request, RequestId,
+    AppCode, ClientRef, ErrorCode, HandlerOutput, HandlerReply, Outcome, Refusal, Request,
+    RequestId,
 };
 
 /// Timers one activation of an object may have pending: bounds the timers
@@ -127,7 +128,14 @@ impl<'a> Context<'a> {
 
     /// Answers ERROR `code`.
     pub fn fail(&mut self, code: ErrorCode) {
-        self.answer(Err(code));
+        self.answer(Err(code.into()));
+    }
+
+    /// Answers ERROR with the type's own `code` and `reason` (cut to
+    /// `wire::client::APP_REASON_LEN_MAX` bytes): the client reads both,
+    /// so it can tell one refusal from another (docs/protocol.md, section 4).
+    pub fn refuse(&mut self, code: AppCode, reason: &str) {
+        self.answer(Err(Refusal::app(code, reason)));
     }
 
     /// Answers BAD_REQUEST: the body does not fit the route, or the object
@@ -272,7 +280,7 @@ impl<'a> Context<'a> {
                 op = self.op(),
                 "a handler returned without answering its request: answered INTERNAL"
             );
-            self.out.reply = HandlerReply::Answer(Err(ErrorCode::Internal));
+            self.out.reply = HandlerReply::Answer(Err(ErrorCode::Internal.into()));
         }
     }
 

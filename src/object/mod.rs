@@ -56,7 +56,7 @@ mod tests;
 pub use self::context::{Context, Deferred, ServiceContext, TimerLimitReached, OBJECT_TIMERS_MAX};
 pub use crate::config::Persist;
 pub use crate::route::{ClientRoute, KeyFrom, Pick, RouteKind};
-pub use crate::router::{ClientRef, DecodeError, ErrorCode, Outcome};
+pub use crate::router::{AppCode, ClientRef, DecodeError, ErrorCode, Outcome, Refusal};
 pub use wire::hash::stable_hash64;
 pub use wire::ObjectKey;
 

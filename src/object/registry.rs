@@ -130,20 +130,21 @@ impl Registry {
         Ok(())
     }
 
+    /// The object types' names and type ids, in registration order (the
+    /// admin endpoint and the CLI name objects by them; services have no
+    /// objects, so they are not among them).
+    pub fn object_types(&self) -> Vec<(&'static str, u32)> {
+        self.entries
+            .iter()
+            .filter(|entry| entry.service.is_none())
+            .map(|entry| (entry.name, entry.type_id))
+            .collect()
+    }
+
     /// The names of what is registered, object types and services, in
     /// registration order.
     pub fn names(&self) -> Vec<&'static str> {
         self.entries.iter().map(|entry| entry.name).collect()
-    }
-
-    /// The object types registered (type id, name), services left out: what
-    /// the metrics count objects of.
-    pub fn object_types(&self) -> Vec<(u32, &'static str)> {
-        self.entries
-            .iter()
-            .filter(|entry| entry.service.is_none())
-            .map(|entry| (entry.type_id, entry.name))
-            .collect()
     }
 
     /// The gateway's table: the system routes and every declared route.

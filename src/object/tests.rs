@@ -296,7 +296,7 @@ fn a_call_is_answered_as_an_event_and_the_deferred_answer_follows() {
         // A call the router refuses (no such type here) is answered too,
         // by its error, which the deferred answer carries.
         let refused = h.ask(1, OP_SUM_WITH, peer(ACCOUNT_TYPE_ID + 1, 2));
-        assert_eq!(refused, Some(Err(ErrorCode::BadRequest)));
+        assert_eq!(refused, Some(Err(ErrorCode::BadRequest.into())));
         assert!(h.calls.is_empty(), "every call answered once");
     }
 }
@@ -306,10 +306,13 @@ fn every_request_is_answered_once_whatever_the_handler_does() {
     let mut h = Harness::new(account_type(Persist::Interval));
     assert_eq!(
         h.ask(1, OP_FORGET, Vec::new()),
-        Some(Err(ErrorCode::Internal))
+        Some(Err(ErrorCode::Internal.into()))
     );
     assert_eq!(h.ask(1, OP_TWICE, Vec::new()), Some(Ok(b"first".to_vec())));
-    assert_eq!(h.ask(1, 999, Vec::new()), Some(Err(ErrorCode::BadRequest)));
+    assert_eq!(
+        h.ask(1, 999, Vec::new()),
+        Some(Err(ErrorCode::BadRequest.into()))
+    );
 }
 
 #[test]
@@ -345,7 +348,7 @@ fn timers_fire_in_order_for_their_activation_only_and_are_bounded() {
     }
     assert_eq!(
         h.ask(1, OP_REMIND, remind(10, 77)),
-        Some(Err(ErrorCode::Overloaded))
+        Some(Err(ErrorCode::Overloaded.into()))
     );
     h.advance(1_200);
     assert_eq!(h.ask(1, OP_REMIND, remind(10, 78)), Some(Ok(Vec::new())));
@@ -404,6 +407,6 @@ fn a_state_is_decoded_with_the_version_that_wrote_it() {
     h3.table = std::mem::take(&mut h2.table);
     assert_eq!(
         h3.ask(1, OP_GET, Vec::new()),
-        Some(Err(ErrorCode::Internal))
+        Some(Err(ErrorCode::Internal.into()))
     );
 }

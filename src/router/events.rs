@@ -95,7 +95,7 @@ impl RouterCore {
             // The catalog picked that node; this core has no catalog to
             // pick another, so the request is answered now.
             NodeMessage::ServiceRequest { request, .. } => {
-                self.ctx.reply(&request, Err(ErrorCode::Unavailable))
+                self.ctx.reply(&request, Err(ErrorCode::Unavailable.into()))
             }
             NodeMessage::TransferAck { .. } | NodeMessage::RouterUpdateSync { .. } => {}
         }
@@ -197,11 +197,11 @@ impl RouterCore {
         let ctx = &mut self.ctx;
         let key = waiter.head.key;
         if ctx.shutdown.as_ref().is_some_and(|s| s.expired) {
-            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
             return;
         }
         let Some(manager) = self.managers.get_mut(&key.type_id) else {
-            ctx.reply(&waiter.request, Err(ErrorCode::BadRequest));
+            ctx.reply(&waiter.request, Err(ErrorCode::BadRequest.into()));
             return;
         };
         let Manager { kind, entries } = manager;
@@ -210,7 +210,7 @@ impl RouterCore {
             hashbrown::hash_map::Entry::Vacant(vacant) => {
                 if ctx.entries_total >= ctx.config.entries_per_core_max {
                     ctx.counters.entries_full_total += 1;
-                    ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
+                    ctx.reply(&waiter.request, Err(ErrorCode::Overloaded.into()));
                     return;
                 }
                 ctx.entries_total += 1;

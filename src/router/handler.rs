@@ -132,7 +132,7 @@ impl HandlerOutput {
     }
 
     pub fn bad_request(&mut self) {
-        self.reply = HandlerReply::Answer(Err(ErrorCode::BadRequest));
+        self.reply = HandlerReply::Answer(Err(ErrorCode::BadRequest.into()));
     }
 
     /// Nothing but the reply (and the mutated flag): no push, send, kick,
@@ -187,7 +187,7 @@ pub(crate) fn one_way(op: u32, body: Vec<u8>) -> Request {
 pub fn answer_event(tag: u64, outcome: Outcome) -> Request {
     let (code, answer) = match outcome {
         Ok(body) => (0u16, body),
-        Err(code) => (code as u16, Vec::new()),
+        Err(refusal) => super::driver::frames::refusal_wire(refusal),
     };
     let mut body = Vec::with_capacity(10 + answer.len());
     body.extend_from_slice(&tag.to_le_bytes());
@@ -203,7 +203,7 @@ pub fn decode_answer_event(body: &[u8]) -> Option<(u64, Outcome)> {
     let tag = u64::from_le_bytes(tag.try_into().ok()?);
     let outcome = match u16::from_le_bytes(code.try_into().ok()?) {
         0 => Ok(answer.to_vec()),
-        code => Err(super::types::error_code_from_wire(code)),
+        code => Err(super::driver::frames::refusal_from_wire(code, answer)),
     };
     Some((tag, outcome))
 }
@@ -235,8 +235,12 @@ mod tests {
         for outcome in [
             Ok(b"answer".to_vec()),
             Ok(Vec::new()),
-            Err(ErrorCode::Timeout),
-            Err(ErrorCode::BadRequest),
+            Err(ErrorCode::Timeout.into()),
+            Err(ErrorCode::BadRequest.into()),
+            Err(crate::router::Refusal::app(
+                crate::router::AppCode::nth(3),
+                "an object's own",
+            )),
         ] {
             let event = answer_event(u64::MAX - 1, outcome.clone());
             assert_eq!(event.op, OP_ANSWER);

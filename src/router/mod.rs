@@ -53,7 +53,7 @@ pub use handler::{
     ServiceHandler,
 };
 pub use types::{
-    ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead,
+    AppCode, ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Refusal, Request, RequestId, RouterHead,
     RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer, TransferDone,
     TransferError, TransferOutcome,
 };

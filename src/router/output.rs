@@ -18,7 +18,7 @@ pub(crate) fn count_repair(ctx: &mut Ctx, waiter: &mut Waiter) -> bool {
     waiter.repairs += 1;
     ctx.counters.repair_attempts_total += 1;
     if waiter.repairs > REPAIR_ATTEMPTS_MAX {
-        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
         return false;
     }
     true
@@ -27,7 +27,7 @@ pub(crate) fn count_repair(ctx: &mut Ctx, waiter: &mut Waiter) -> bool {
 pub(crate) fn queue_io_waiter(ctx: &mut Ctx, entry: &mut Entry, waiter: Waiter) {
     if entry.io_waiters.len() >= ctx.config.pending_queue_max {
         ctx.counters.pending_queue_full_total += 1;
-        ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
+        ctx.reply(&waiter.request, Err(ErrorCode::Overloaded.into()));
         return;
     }
     entry.io_waiters.push_back(waiter);
@@ -107,13 +107,13 @@ pub(crate) fn release(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput)
 /// answered UNAVAILABLE (it may or may not be durable: Indeterminate) and
 /// nothing else it produced is released.
 pub(crate) fn abandon(ctx: &mut Ctx, request: Request) {
-    ctx.reply(&request, Err(ErrorCode::Unavailable));
+    ctx.reply(&request, Err(ErrorCode::Unavailable.into()));
 }
 
 /// Answers every request waiting on the entry's IO with `code`.
 pub(crate) fn fail_waiters(ctx: &mut Ctx, entry: &mut Entry, code: ErrorCode) {
     for waiter in std::mem::take(&mut entry.io_waiters) {
-        ctx.reply(&waiter.request, Err(code));
+        ctx.reply(&waiter.request, Err(code.into()));
     }
 }
 

@@ -20,7 +20,7 @@ impl RouterCore {
         let expired = ctx.shutdown.as_ref().is_some_and(|s| s.expired);
         let service = self.services.get(&key.type_id).filter(|_| !expired);
         let Some(service) = service else {
-            ctx.reply(&request, Err(ErrorCode::Unavailable));
+            ctx.reply(&request, Err(ErrorCode::Unavailable.into()));
             return;
         };
         let mut out = HandlerOutput::default();

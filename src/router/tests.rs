@@ -231,7 +231,7 @@ fn forwarding_is_refused_past_transfer_max_ttl() {
     h.core(other).on_request(0, head, request);
     let effects = h.settle(other, 0);
     assert!(routed(&effects).is_empty());
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
     assert_eq!(h.core(other).counters().forward_hops_exceeded_total, 1);
 }
 
@@ -533,7 +533,7 @@ fn eagain_retries_with_bounded_random_waits_then_gives_up() {
         core.on_store_reply(now, token, StoreReply::Failed(StoreFailure::Busy));
         let effects: Vec<Effect> = core.drain_effects().collect();
         if attempt == config().pull_attempts_max {
-            assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+            assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
             return;
         }
         let Some(Effect::ArmTimer { at_ms, timer }) = effects.into_iter().next() else {
@@ -554,7 +554,7 @@ fn a_terminal_store_error_answers_at_once() {
     };
     core.on_store_reply(0, token, StoreReply::Failed(StoreFailure::Failed));
     let effects: Vec<Effect> = core.drain_effects().collect();
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
 }
 
 #[test]
@@ -674,7 +674,7 @@ fn an_owner_unknown_to_membership_is_claimed_after_its_record_stood_still() {
     let effects = settle_at(&mut h, 1, 1_000);
     assert_eq!(
         replies(&effects),
-        vec![(first, Err(ErrorCode::Unavailable))]
+        vec![(first, Err(ErrorCode::Unavailable.into()))]
     );
     // The record has not changed for object_free_timeout_ms of this
     // node's own time: claimed, with the state it holds.
@@ -714,7 +714,7 @@ fn a_failed_send_is_resolved_again_once_and_not_resent_to_the_same_node() {
     h.core(other).on_send_failed(2, sent.0, sent.1);
     let effects = settle_at(&mut h, other, 2);
     assert!(routed(&effects).is_empty(), "{effects:?}");
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
     assert_eq!(h.core(other).counters().send_failures_total, 1);
 }
 
@@ -984,7 +984,7 @@ fn a_migration_queues_at_most_pending_queue_max_requests() {
         let effects: Vec<Effect> = h.core(owner).drain_effects().collect();
         refused.extend(replies(&effects).into_iter().map(|(_, outcome)| outcome));
     }
-    assert_eq!(refused, vec![Err(ErrorCode::Overloaded); 2]);
+    assert_eq!(refused, vec![Err(ErrorCode::Overloaded.into()); 2]);
     assert_eq!(h.core(owner).counters().pending_queue_full_total, 2);
     assert_eq!(h.core(owner).gauges().2, config().pending_queue_max);
 }
@@ -1023,7 +1023,7 @@ fn a_core_holds_at_most_entries_per_core_max_keys() {
     h.core(1)
         .on_request(1, RouterHead::local(other, NodeId(1)), request);
     let effects = h.settle(1, 1);
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Overloaded))]);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Overloaded.into()))]);
     assert!(h.table.load(other).is_none());
     assert_eq!(h.core(1).counters().entries_full_total, 1);
     assert_eq!(h.core(1).entries().count(), 1);
@@ -1076,7 +1076,7 @@ fn an_unavailable_owner_is_read_once_more_then_answered_unavailable() {
     let mut h = harness_with_unknown_owner();
     let id = h.request(1, OP_GET, Vec::new());
     let effects = settle_at(&mut h, 1, 1_000);
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable))]);
+    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
     assert_eq!(h.core(1).counters().pulls_total, 2);
     assert!(routed(&effects).is_empty());
 }

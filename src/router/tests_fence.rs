@@ -45,7 +45,7 @@ fn a_core_past_its_lease_refuses_requests_keeps_its_copy_and_serves_again_once_r
     let effects = settle_at(&mut h, 1, 1_000);
     assert_eq!(
         replies(&effects),
-        vec![(refused, Err(ErrorCode::Unavailable))]
+        vec![(refused, Err(ErrorCode::Unavailable.into()))]
     );
     assert_eq!(h.core(1).counters().pulls_total, pulls);
     assert_eq!(h.core(1).counters().lease_lapsed_refusals_total, 1);
@@ -75,7 +75,7 @@ fn a_lease_cut_short_by_a_clock_jump_stops_serving_at_once() {
     let refused = request_at(&mut h, 1, 700, OP_GET, Vec::new());
     assert_eq!(
         replies(&settle_at(&mut h, 1, 700)),
-        vec![(refused, Err(ErrorCode::Unavailable))]
+        vec![(refused, Err(ErrorCode::Unavailable.into()))]
     );
 }
 
@@ -111,7 +111,7 @@ fn a_fence_keeps_unsaved_changes_aside_and_the_rejoin_writes_them_back() {
     let refused = request_at(&mut h, 1, 300, OP_GET, Vec::new());
     assert_eq!(
         replies(&settle_at(&mut h, 1, 300)),
-        vec![(refused, Err(ErrorCode::Unavailable))]
+        vec![(refused, Err(ErrorCode::Unavailable.into()))]
     );
     let view = h.core(1).entries().next().expect("entry");
     assert!(view.aside && !view.writable, "{view:?}");
@@ -327,7 +327,7 @@ fn a_request_to_a_fenced_node_is_refused_while_the_periodic_save_in_flight_settl
     let id = request_at(&mut h, 1, save_at + 1, OP_GET, Vec::new());
     assert_eq!(
         replies(&h.core(1).drain_effects().collect::<Vec<_>>()),
-        vec![(id, Err(ErrorCode::Unavailable))]
+        vec![(id, Err(ErrorCode::Unavailable.into()))]
     );
     let reply = answer(&mut h.table, op);
     h.core(1).on_store_reply(save_at + 2, token, reply);

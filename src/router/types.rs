@@ -81,8 +81,75 @@ pub(crate) fn error_code_from_wire(code: u16) -> ErrorCode {
     ErrorCode::from_u16(code).unwrap_or(ErrorCode::Internal)
 }
 
-/// The answer to one request: a RESPONSE body or an ERROR code.
-pub type Outcome = Result<Vec<u8>, ErrorCode>;
+pub use wire::client::AppCode;
+
+/// An ERROR answer: one of the protocol's codes (the reason the client
+/// reads is then the router's, docs/protocol.md section 4), or an object
+/// type's own code in the application range with the reason it gave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A protocol code.
+    Code(ErrorCode),
+    /// An object type's own code and its reason, cut to
+    /// `wire::client::APP_REASON_LEN_MAX` bytes.
+    App {
+        /// The code, from `wire::client::APP_CODE_MIN` on.
+        code: AppCode,
+        /// Words for a person (the client prints them).
+        reason: Box<str>,
+    },
+}
+
+impl Refusal {
+    /// The application error `code` with `reason` (cut to
+    /// `wire::client::APP_REASON_LEN_MAX` bytes).
+    pub fn app(code: AppCode, reason: &str) -> Refusal {
+        Refusal::App {
+            code,
+            reason: wire::client::bounded_reason(reason).into(),
+        }
+    }
+
+    /// The protocol code, `None` for an application error.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Refusal::Code(code) => Some(*code),
+            Refusal::App { .. } => None,
+        }
+    }
+
+    /// The code as the wire carries it.
+    pub fn wire_code(&self) -> u16 {
+        match self {
+            Refusal::Code(code) => *code as u16,
+            Refusal::App { code, .. } => code.get(),
+        }
+    }
+}
+
+impl From<ErrorCode> for Refusal {
+    fn from(code: ErrorCode) -> Refusal {
+        Refusal::Code(code)
+    }
+}
+
+impl PartialEq<ErrorCode> for Refusal {
+    fn eq(&self, other: &ErrorCode) -> bool {
+        self.code() == Some(*other)
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Code(code) => f.write_str(code.name()),
+            Refusal::App { code, reason } => write!(f, "application error {}: {reason}", code.get()),
+        }
+    }
+}
+
+/// The answer to one request: a RESPONSE body or an ERROR.
+pub type Outcome = Result<Vec<u8>, Refusal>;
 
 /// A node-to-node message of the router.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -126,10 +126,18 @@ impl Store {
                 super::sqlite::GroupCommit::On,
             ),
             StoreBackend::Memory => Ok(super::memory::open_memory(&config.store).0),
+            #[cfg(feature = "scylla")]
             StoreBackend::Scylla => super::scylla::open_scylla(&config.store),
+            #[cfg(not(feature = "scylla"))]
+            StoreBackend::Scylla => Err(OpenError::NotBuilt { backend: "scylla" }),
+            #[cfg(feature = "postgres")]
             StoreBackend::Postgres => {
                 super::postgres::open_postgres(&config.store, super::sqlite::GroupCommit::On)
             }
+            #[cfg(not(feature = "postgres"))]
+            StoreBackend::Postgres => Err(OpenError::NotBuilt {
+                backend: "postgres",
+            }),
         }
     }
 

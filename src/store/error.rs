@@ -16,6 +16,7 @@ pub enum BackendError {
     #[error("scylla: {0}")]
     Scylla(Arc<dyn std::error::Error + Send + Sync>),
     /// PostgreSQL refused or failed.
+    #[cfg(feature = "postgres")]
     #[error("postgres: {}", super::postgres_sql::describe(.0))]
     Postgres(Arc<tokio_postgres::Error>),
     /// No connection to the store server could be had: the request was
@@ -31,6 +32,7 @@ pub enum BackendError {
     Injected,
 }
 
+#[cfg(feature = "postgres")]
 impl From<tokio_postgres::Error> for BackendError {
     fn from(error: tokio_postgres::Error) -> Self {
         BackendError::Postgres(Arc::new(error))
@@ -195,4 +197,13 @@ pub enum OpenError {
     /// The store's configuration cannot be used; the message says why.
     #[error("invalid store configuration: {0}")]
     Config(&'static str),
+    /// The config names a backend this binary was built without.
+    #[error(
+        "this routerd was built without the {backend} store backend: build it with the cargo \
+         feature `{backend}` (on by default), or choose store.backend = \"sqlite\""
+    )]
+    NotBuilt {
+        /// The backend's name, which is also its cargo feature's.
+        backend: &'static str,
+    },
 }

@@ -158,6 +158,7 @@ fn truncate(text: &mut String, max: usize) {
 pub fn backend_kind(error: &BackendError) -> ErrorKind {
     match error {
         BackendError::Sqlite(error) => sqlite_kind(error),
+        #[cfg(feature = "postgres")]
         BackendError::Postgres(error) => {
             let timed_out = error
                 .as_db_error()

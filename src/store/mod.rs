@@ -13,12 +13,19 @@ pub mod health;
 mod membership;
 mod memory;
 pub mod memory_table;
+// The server backends are cargo features (on by default), so
+// `--no-default-features` builds an SQLite-only node without their drivers.
+#[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
 mod postgres_batch;
+#[cfg(feature = "postgres")]
 mod postgres_membership;
 mod postgres_sql;
+#[cfg(feature = "postgres")]
 mod postgres_statements;
 pub mod record;
+#[cfg(feature = "scylla")]
 mod scylla;
 mod sqlite;
 
@@ -35,11 +42,14 @@ pub use membership::{
 };
 pub use memory::{open_memory, Fault, MemoryFaults, FAULTS_MAX};
 pub use memory_table::{MemberTable, MemoryTable};
+#[cfg(feature = "postgres")]
 pub use postgres::{open_postgres, open_postgres_lanes, BATCH_BYTES_MAX};
+#[cfg(feature = "postgres")]
 pub use postgres_sql::POSTGRES_SCHEMA_VERSION;
 pub use record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };
+#[cfg(feature = "scylla")]
 pub use scylla::open_scylla;
 pub use sqlite::INTEGRITY_CHECK_MS_MAX;
 pub use sqlite::{open_sqlite, open_sqlite_lanes, GroupCommit, SCHEMA_VERSION};

@@ -14,7 +14,7 @@
 //! is checked before the expiry, so [`TokenError::Expired`] is reported only
 //! for tokens the secret really signed.
 
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use thiserror::Error;
 

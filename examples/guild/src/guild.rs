@@ -6,7 +6,7 @@
 use routerd::object::codec::{put_client, put_str, Reader};
 use routerd::object::{
     ClientRef, ClientRoute, Context, DecodeError, Deferred, ErrorCode, KeyFrom, Object, ObjectKey,
-    ObjectType, Outcome, Persist,
+    ObjectType, Outcome, Persist, Refusal,
 };
 
 use crate::names::{self, name_key};
@@ -14,6 +14,20 @@ use crate::{route, GUILD_TYPE_ID, NAME_LEN_MAX};
 
 /// Members one guild may have: bounds its state and each chat fan-out.
 pub const GUILD_MEMBERS_MAX: usize = 512;
+
+/// `guild.create`'s refusals, each its own application code so a client
+/// can tell them apart (docs/protocol.md, section 4; the README lists them).
+pub mod refusal {
+    use routerd::object::AppCode;
+
+    /// The name is empty after normalising, longer than `NAME_LEN_MAX`, or
+    /// not UTF-8, or the request came from no session.
+    pub const BAD_NAME: AppCode = AppCode::nth(1);
+    /// This guild id was created already (or its creation is under way).
+    pub const GUILD_EXISTS: AppCode = AppCode::nth(2);
+    /// Another guild holds the name.
+    pub const NAME_TAKEN: AppCode = AppCode::nth(3);
+}
 
 /// The tag of the name claim `guild.create` calls the name index with.
 const CLAIM_TAG: u64 = 1;
@@ -144,10 +158,13 @@ impl Guild {
             .ok()
             .and_then(names::normalise);
         let (Some(name), Some(creator)) = (name, Guild::sender(ctx)) else {
-            return ctx.bad_request();
+            return ctx.refuse(
+                refusal::BAD_NAME,
+                "the guild name is empty, too long or not UTF-8",
+            );
         };
         if self.created() || self.creating.is_some() {
-            return ctx.bad_request();
+            return ctx.refuse(refusal::GUILD_EXISTS, "this guild id is taken");
         }
         // The name index answers which guild holds the name; this request
         // is answered when that answer comes back (`on_answer`).
@@ -269,8 +286,10 @@ impl Object for Guild {
                 ctx.mark_changed();
                 Ok(Vec::new())
             }
-            // Another guild holds the name.
-            Ok(_) => Err(ErrorCode::BadRequest),
+            Ok(_) => Err(Refusal::app(
+                refusal::NAME_TAKEN,
+                "another guild holds this name",
+            )),
             Err(code) => Err(code),
         };
         ctx.answer_deferred(creating.answer, result);

@@ -18,7 +18,7 @@ mod names;
 use routerd::config::Config;
 use routerd::NodeBuilder;
 
-pub use guild::{GuildType, GUILD_MEMBERS_MAX};
+pub use guild::{refusal, GuildType, GUILD_MEMBERS_MAX};
 pub use names::{normalise, GuildSearch, NameType, NAME_LEN_MAX};
 
 /// Type ids: stable (they are in the store), 100 or more (routerd keeps
@@ -31,8 +31,9 @@ pub const SEARCH_TYPE_ID: u32 = 102;
 
 /// Client route ids: 200 or more (routerd's own are below).
 pub mod route {
-    /// `u64 guild_id | name`: answers empty; BAD_REQUEST when the guild
-    /// exists or the name is taken.
+    /// `u64 guild_id | name`: answers empty; refused with one of
+    /// [`crate::refusal`]'s codes when the name is bad, the guild exists or
+    /// the name is taken.
     pub const GUILD_CREATE: u32 = 300;
     /// `u64 guild_id`: answers `u32 members`.
     pub const GUILD_JOIN: u32 = 301;
@@ -48,6 +49,21 @@ pub mod route {
     pub const GUILD_FIND: u32 = 305;
     /// Push: `u64 guild_id | u64 from_player | text`.
     pub const GUILD_MESSAGE: u32 = 350;
+}
+
+/// `[services.guild_search]` in a routerd config file: the name search's
+/// settings on this node (`guild-node --search-weight` overrides).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchConfig {
+    /// This node's share of the name search (`Pick::Weighted`).
+    pub weight: u32,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig { weight: 1 }
+    }
 }
 
 /// A node serving routerd's built-in types, the guild types, and the name

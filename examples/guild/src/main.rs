@@ -13,9 +13,10 @@ struct Args {
     #[arg(long)]
     config: Option<PathBuf>,
     /// This node's weight in the guild name search; 0 keeps it out of the
-    /// search unless every node that runs it has 0.
-    #[arg(long, default_value_t = 1)]
-    search_weight: u32,
+    /// search unless every node that runs it has 0. Default: the config's
+    /// `[services.guild_search] weight`, else 1.
+    #[arg(long)]
+    search_weight: Option<u32>,
     /// Do not run the name search here (the other nodes' still answers
     /// this node's clients).
     #[arg(long)]
@@ -41,7 +42,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let search_weight = (!args.no_search).then_some(args.search_weight);
+    let settings: guild::SearchConfig = match config.services.section("guild_search") {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("guild-node: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let weight = args.search_weight.unwrap_or(settings.weight);
+    let search_weight = (!args.no_search).then_some(weight);
     match guild::node(config, search_weight).serve() {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

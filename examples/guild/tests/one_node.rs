@@ -4,7 +4,10 @@
 
 mod support;
 
-use support::guild::{assert_bad_request, create, find, incr, join, leave, message, say, u32_of};
+use guild::refusal::{BAD_NAME, GUILD_EXISTS, NAME_TAKEN};
+use support::guild::{
+    assert_bad_request, assert_refused, create, find, incr, join, leave, message, say, u32_of,
+};
 use support::Cluster;
 
 #[test]
@@ -18,9 +21,22 @@ fn a_guild_is_created_joined_chatted_in_counted_left_and_kept() {
 
     assert_eq!(create(&mut alice, 7, "Red  Dragons").ok(), b"");
     // The same guild twice, and the same name (normalised) for another.
-    assert_bad_request(create(&mut bob, 7, "other"));
-    assert_bad_request(create(&mut bob, 8, " red dragons "));
-    assert_bad_request(create(&mut bob, 9, "no;names"));
+    // Three refusals, three codes and reasons.
+    assert_refused(
+        create(&mut bob, 7, "other"),
+        GUILD_EXISTS,
+        "this guild id is taken",
+    );
+    assert_refused(
+        create(&mut bob, 8, " red dragons "),
+        NAME_TAKEN,
+        "another guild holds this name",
+    );
+    assert_refused(
+        create(&mut bob, 9, "no;names"),
+        BAD_NAME,
+        "the guild name is empty, too long or not UTF-8",
+    );
     // A guild nobody created takes no members.
     assert_bad_request(bob.call(guild::route::GUILD_JOIN, &9u64.to_le_bytes()));
     assert_eq!(create(&mut bob, 8, "ice wolves").ok(), b"");
@@ -64,6 +80,10 @@ fn a_guild_is_created_joined_chatted_in_counted_left_and_kept() {
     alice.login(1);
     assert_eq!(incr(&mut alice, 7, 0), 3);
     assert_eq!(join(&mut alice, 7), 1, "alice is still the only member");
-    assert_bad_request(create(&mut alice, 10, "Red Dragons"));
+    assert_refused(
+        create(&mut alice, 10, "Red Dragons"),
+        NAME_TAKEN,
+        "another guild holds this name",
+    );
     assert_eq!(find(&mut alice, "red dragons"), (7, 1));
 }

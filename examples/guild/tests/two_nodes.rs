@@ -5,7 +5,7 @@
 mod support;
 
 use support::guild::{create, find, incr, join, message, say, u32_of};
-use support::Cluster;
+use support::{call_json, get_json, Cluster};
 
 #[test]
 fn members_on_two_nodes_share_one_guild() {
@@ -37,4 +37,26 @@ fn members_on_two_nodes_share_one_guild() {
     assert_eq!(found, 40);
     assert!(node == 1 || node == 2, "{node}");
     assert_eq!(find(&mut bob, "night   watch").0, 40);
+
+    // The admin endpoint knows the registered types by name: the guild is
+    // looked up and moved as `guild`, as `routerd transfer --type guild`
+    // asks for it.
+    let owner = get_json(one.admin, "/objects/guild/40")["owner"]
+        .as_u64()
+        .expect("an owner");
+    let target = if owner == 1 { 2 } else { 1 };
+    let moved = call_json(
+        two.admin,
+        "POST",
+        &format!("/objects/guild/40/transfer?to={target}"),
+    );
+    assert_eq!(moved["owner"].as_u64(), Some(target), "{moved}");
+    assert_eq!(incr(&mut alice, 40, 1), 12, "served where it moved");
+    let unknown = get_json(one.admin, "/objects/dragon/40");
+    assert!(
+        unknown["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("player, room, guild, guild_name")),
+        "{unknown}"
+    );
 }

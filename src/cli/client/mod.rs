@@ -16,9 +16,12 @@
 //! Requests go one at a time: the next command is read only once the
 //! previous one is answered, so a script's answers come in its order and
 //! pushes in between, wherever they arrive. At the end of stdin nothing is
-//! owed any more and it exits 0. It exits non-zero when the connection
-//! cannot be made, the server closes it (a kick included), an answer does
-//! not come within `--timeout-ms`, or the server breaks the protocol.
+//! owed any more and it exits 0, unless a command was not understood or a
+//! request was answered ERROR: then it runs the rest of the script and
+//! exits 1, as a script's `set -e` needs. It also exits non-zero when the
+//! connection cannot be made, the server closes it (a kick included), an
+//! answer does not come within `--timeout-ms`, or the server breaks the
+//! protocol.
 //!
 //! Plain blocking IO: a reader thread decodes and prints server frames, a
 //! stdin thread reads commands, and the main thread sends requests and
@@ -127,6 +130,11 @@ pub enum ClientError {
     Setup(io::Error),
     #[error("cannot read stdin: {0}")]
     Stdin(io::Error),
+    #[error("{bad_commands} command(s) not understood, {error_answers} request(s) answered ERROR")]
+    Unsuccessful {
+        bad_commands: u64,
+        error_answers: u64,
+    },
 }
 
 /// How the reader thread ended.
@@ -311,6 +319,10 @@ struct Session {
     /// A line that arrived while a keepalive was in flight.
     stashed: Option<io::Result<Option<Line>>>,
     next_seq: u32,
+    /// Lines that were not a command (unknown, malformed, too long).
+    bad_commands: u64,
+    /// Requests of the script answered ERROR.
+    error_answers: u64,
     timeout: Duration,
     keepalive: Option<Duration>,
     last_sent: Instant,
@@ -361,6 +373,8 @@ impl Session {
             token_given: false,
             stashed: None,
             next_seq: 1,
+            bad_commands: 0,
+            error_answers: 0,
             timeout,
             keepalive: (args.keepalive_ms > 0).then(|| Duration::from_millis(args.keepalive_ms)),
             last_sent: Instant::now(),
@@ -382,14 +396,16 @@ impl Session {
     fn commands(&mut self) -> Result<(), ClientError> {
         loop {
             let text = match self.next_line()? {
-                None => return Ok(()),
+                None => return self.outcome(),
                 Some(Line::Text(text)) => text,
                 Some(Line::TooLong) => {
                     eprintln!("routerd client: line longer than {LINE_MAX} bytes, skipped");
+                    self.bad_commands += 1;
                     continue;
                 }
                 Some(Line::NotUtf8) => {
                     eprintln!("routerd client: line is not UTF-8, skipped");
+                    self.bad_commands += 1;
                     continue;
                 }
             };
@@ -398,20 +414,35 @@ impl Session {
                 Ok(None) => continue,
                 Err(error) => {
                     eprintln!("routerd client: {error}");
+                    self.bad_commands += 1;
                     continue;
                 }
             };
             match command {
-                Command::Quit => return Ok(()),
+                Command::Quit => return self.outcome(),
                 Command::Help => eprintln!("{HELP}"),
                 Command::Wait(duration) => self.listen(duration)?,
                 command => {
                     if let Some((sent, body)) = command.request() {
-                        self.call(sent, body)?;
+                        if !self.call(sent, body)? {
+                            self.error_answers += 1;
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// How the script went, once it ended: a failure if any line was not
+    /// understood or any request was answered ERROR.
+    fn outcome(&self) -> Result<(), ClientError> {
+        if self.bad_commands == 0 && self.error_answers == 0 {
+            return Ok(());
+        }
+        Err(ClientError::Unsuccessful {
+            bad_commands: self.bad_commands,
+            error_answers: self.error_answers,
+        })
     }
 
     /// Sends one request and waits for the reader to print its answer.

@@ -45,8 +45,11 @@ pub fn error(body: &[u8]) -> Result<String, Malformed> {
             hex(body)
         ))
     })?;
+    // An object type's own code (docs/protocol.md, section 4) is told
+    // apart from a protocol code this build does not know.
     let mut line = match ErrorCode::from_u16(code) {
         Some(code) => format!("ERROR {}", code.name()),
+        None if wire::client::AppCode::new(code).is_some() => format!("ERROR APP_{code}"),
         None => format!("ERROR CODE_{code}"),
     };
     if !reason.is_empty() {
@@ -234,6 +237,8 @@ mod tests {
         let mut future = 12u16.to_le_bytes().to_vec();
         future.extend_from_slice(b"new");
         assert_eq!(error(&future).unwrap(), "ERROR CODE_12: new");
+        let app = wire::client::encode_app_error_body(wire::client::AppCode::nth(3), "taken");
+        assert_eq!(error(&app).unwrap(), "ERROR APP_32771: taken");
         assert!(error(&[1]).is_err());
         assert!(error(&[1, 0, 0xFF]).is_err());
     }

@@ -93,7 +93,7 @@ impl RouterDriver {
             .borrow_mut()
             .insert(route, now_ms + self.0.request_timeout_ms);
         let Some(seq) = seq else {
-            return self.answer_call(route, Err(ErrorCode::Overloaded));
+            return self.answer_call(route, Err(ErrorCode::Overloaded.into()));
         };
         request.id = RequestId {
             origin_node: self.0.node,
@@ -117,7 +117,7 @@ impl RouterDriver {
             .borrow_mut()
             .expire_each(clock::now_ms(), |route| expired.push(route));
         for route in expired {
-            self.answer_call(route, Err(ErrorCode::Timeout));
+            self.answer_call(route, Err(ErrorCode::Timeout.into()));
         }
     }
 
@@ -198,7 +198,7 @@ impl RouterDriver {
             (Some(route), Some(client_side)) => client_side.answer(route, outcome, answered_at),
             // A request abandoned when its node died had mostly been
             // answered long before (`forwarded` keeps no answers): not late.
-            _ if outcome == Err(ErrorCode::Timeout) => {}
+            _ if outcome == Err(ErrorCode::Timeout.into()) => {}
             // Expired: the gateway answered TIMEOUT already.
             _ => self.0.metrics.gateway.late_answers.inc(),
         }

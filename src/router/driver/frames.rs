@@ -12,10 +12,32 @@ use wire::frame::{
 use wire::ObjectKey;
 
 use crate::router::types::{
-    error_code_from_wire, ClientRef, NodeMessage, Outcome, Request, RequestId, RouterHead,
+    error_code_from_wire, AppCode, ClientRef, NodeMessage, Outcome, Refusal, Request, RequestId,
+    RouterHead,
     RouterTransfer,
 };
 use crate::store::{CasVersion, NodeId, RouteVersion};
+
+/// The code and the bytes that follow it of a refusal in a router frame:
+/// an application error's reason rides where a RESPONSE's body would, so
+/// the frame layout is the one every peer already reads.
+pub(crate) fn refusal_wire(refusal: Refusal) -> (u16, Vec<u8>) {
+    match refusal {
+        Refusal::Code(code) => (code as u16, Vec::new()),
+        Refusal::App { code, reason } => (code.get(), reason.into_string().into_bytes()),
+    }
+}
+
+/// The refusal a router frame's nonzero `code` and `rest` carry: a code
+/// in the application range keeps its reason (bounded, lossy UTF-8: a
+/// peer's bad bytes cost the reason's letters, not the answer); another
+/// code this build does not know is INTERNAL.
+pub(crate) fn refusal_from_wire(code: u16, rest: &[u8]) -> Refusal {
+    match AppCode::new(code) {
+        Some(code) => Refusal::app(code, &String::from_utf8_lossy(rest)),
+        None => Refusal::Code(error_code_from_wire(code)),
+    }
+}
 
 fn key_wire(key: ObjectKey) -> KeyWire {
     KeyWire {
@@ -117,7 +139,7 @@ pub(crate) fn decode_request(message: &ArchivedMessage) -> Option<(RouterHead, R
 pub(crate) fn encode_reply(request: RequestId, outcome: Outcome) -> Message {
     let (error_code, body) = match outcome {
         Ok(body) => (0, body),
-        Err(code) => (code as u16, Vec::new()),
+        Err(refusal) => refusal_wire(refusal),
     };
     Message::RouterReply {
         origin_node: request.origin_node.0,
@@ -140,7 +162,7 @@ pub(crate) fn decode_reply(message: &ArchivedMessage) -> Option<(NodeId, u64, Ou
     };
     let outcome = match error_code.to_native() {
         0 => Ok(body.to_vec()),
-        code => Err(error_code_from_wire(code)),
+        code => Err(refusal_from_wire(code, body)),
     };
     Some((
         NodeId(origin_node.to_native()),
@@ -367,12 +389,14 @@ mod tests {
         };
         for outcome in [
             Ok(vec![1, 2, 3]),
-            Err(ErrorCode::AuthFailed),
-            Err(ErrorCode::BadRequest),
-            Err(ErrorCode::Overloaded),
-            Err(ErrorCode::Unavailable),
-            Err(ErrorCode::Timeout),
-            Err(ErrorCode::Internal),
+            Err(ErrorCode::AuthFailed.into()),
+            Err(ErrorCode::BadRequest.into()),
+            Err(ErrorCode::Overloaded.into()),
+            Err(ErrorCode::Unavailable.into()),
+            Err(ErrorCode::Timeout.into()),
+            Err(ErrorCode::Internal.into()),
+            Err(Refusal::app(AppCode::nth(1), "name taken")),
+            Err(Refusal::app(AppCode::nth(0x7FFF), "")),
         ] {
             let frame = FrameBuf::encode(&encode_reply(id, outcome.clone())).unwrap();
             let received = FrameBuf::from_network(frame.as_bytes()).unwrap();
@@ -382,5 +406,28 @@ mod tests {
             );
             assert_eq!(decode_node_message(received.message()), None);
         }
+    }
+
+    #[test]
+    fn a_peer_s_refusal_is_read_whatever_it_carries() {
+        // An application code keeps its reason; bad UTF-8 costs letters,
+        // not the answer, and a long reason is cut to the bound.
+        assert_eq!(
+            refusal_from_wire(0x8002, b"taken"),
+            Refusal::app(AppCode::nth(2), "taken")
+        );
+        let Refusal::App { reason, .. } = refusal_from_wire(0x8002, &[b'a', 0xFF]) else {
+            panic!("an application code");
+        };
+        assert_eq!(&*reason, "a\u{FFFD}");
+        let long = vec![b'x'; wire::client::APP_REASON_LEN_MAX + 10];
+        let Refusal::App { reason, .. } = refusal_from_wire(0x8002, &long) else {
+            panic!("an application code");
+        };
+        assert_eq!(reason.len(), wire::client::APP_REASON_LEN_MAX);
+        // A protocol code this build does not know is INTERNAL, its bytes
+        // ignored.
+        assert_eq!(refusal_from_wire(77, b"x"), Refusal::Code(ErrorCode::Internal));
+        assert_eq!(refusal_from_wire(5, b""), Refusal::Code(ErrorCode::BadRequest));
     }
 }

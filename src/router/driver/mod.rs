@@ -455,7 +455,7 @@ impl RouterDriver {
 
     fn fail_request(&self, request: &Request, code: ErrorCode) {
         if request.needs_reply {
-            self.reply(request.id, Err(code), Instant::now());
+            self.reply(request.id, Err(code.into()), Instant::now());
         }
     }
 
@@ -591,7 +591,7 @@ impl RouterDriver {
             );
         }
         for request in abandoned {
-            self.reply(request, Err(ErrorCode::Timeout), Instant::now());
+            self.reply(request, Err(ErrorCode::Timeout.into()), Instant::now());
         }
     }
 

@@ -119,7 +119,7 @@ pub(crate) fn deadline(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry) {
     fail_waiters(ctx, entry, ErrorCode::Unavailable);
     if let Some(transferring) = entry.transferring.as_mut() {
         for waiter in std::mem::take(&mut transferring.transfer_pending) {
-            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
         }
     }
 }

@@ -31,7 +31,7 @@ pub(crate) fn route(
         // queued and this path returns; it is never also sent.
         if transferring.transfer_pending.len() >= ctx.config.pending_queue_max {
             ctx.counters.pending_queue_full_total += 1;
-            ctx.reply(&waiter.request, Err(ErrorCode::Overloaded));
+            ctx.reply(&waiter.request, Err(ErrorCode::Overloaded.into()));
         } else {
             transferring.transfer_pending.push_back(waiter);
         }
@@ -55,7 +55,7 @@ pub(crate) fn route(
             // but no handler runs until a heartbeat extends the lease or
             // the node rejoins.
             ctx.counters.lease_lapsed_refusals_total += 1;
-            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
             return Next::Done;
         }
         if entry.is_aside() {
@@ -113,7 +113,7 @@ fn route_by_owner(
             return Next::Done;
         }
         if !kind.auto_create() {
-            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
             return Next::Done;
         }
         return match ctx.default_node(key) {
@@ -132,7 +132,7 @@ fn route_by_owner(
             Some(node) if node == ctx.node => mutable_object(ctx, now_ms, waiter),
             Some(node) => send_to(ctx, entry, node, waiter),
             None => {
-                ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+                ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
                 Next::Done
             }
         };
@@ -150,7 +150,7 @@ fn route_by_owner(
     if waiter.unreachable == Some(owner) && fresh_pull {
         // Re-read, and the owner is still the node a send just failed to
         // reach: the second attempt would fail the same way.
-        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
         return Next::Done;
     }
     if !ctx.is_node_available(owner) {
@@ -158,7 +158,7 @@ fn route_by_owner(
         // more, at most two attempts in all.
         waiter.send_attempts += 1;
         if waiter.send_attempts >= SEND_ATTEMPTS_MAX {
-            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
         } else if count_repair(ctx, &mut waiter) {
             return Next::Pull {
                 object: false,
@@ -174,7 +174,7 @@ fn route_by_owner(
 /// the read: `pull::reply`, then `claim::start`).
 fn mutable_object(ctx: &mut Ctx, now_ms: u64, mut waiter: Waiter) -> Next {
     if ctx.is_shutting_down() || !ctx.may_serve(now_ms) {
-        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
         return Next::Done;
     }
     if !count_repair(ctx, &mut waiter) {
@@ -192,7 +192,7 @@ fn send_to(ctx: &mut Ctx, entry: &Entry, node: NodeId, waiter: Waiter) -> Next {
     let next_ttl = waiter.head.forward_hops.saturating_add(1);
     if next_ttl > ctx.config.forward_hops_max {
         ctx.counters.forward_hops_exceeded_total += 1;
-        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable));
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
         return Next::Done;
     }
     let source_node = waiter.head.source_node;

@@ -65,10 +65,79 @@ impl ErrorCode {
     }
 }
 
+/// The first code of the application range: codes from here to
+/// `u16::MAX` are an object type's own (docs/protocol.md, section 4), and
+/// the protocol's codes stay below it, so the two can never collide.
+pub const APP_CODE_MIN: u16 = 0x8000;
+
+/// Bytes of reason an application error carries at most: a longer one is
+/// cut at a character boundary, so an object cannot grow an ERROR frame
+/// past what a person reads.
+pub const APP_REASON_LEN_MAX: usize = 512;
+
+/// An object type's own error code: a number from [`APP_CODE_MIN`] to
+/// `u16::MAX`, sent as the ERROR body's code with the type's reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AppCode(u16);
+
+impl AppCode {
+    /// `code` when it is in the application range, else `None`.
+    pub const fn new(code: u16) -> Option<AppCode> {
+        if code >= APP_CODE_MIN {
+            Some(AppCode(code))
+        } else {
+            None
+        }
+    }
+
+    /// The application code `APP_CODE_MIN + offset`; for constants, where a
+    /// type numbers its errors 1, 2, 3... (`AppCode::nth(1)` is 32769).
+    ///
+    /// # Panics
+    ///
+    /// If `offset` is past the range (32767 or more), at compile time in a
+    /// `const`.
+    pub const fn nth(offset: u16) -> AppCode {
+        assert!(
+            offset <= u16::MAX - APP_CODE_MIN,
+            "application code offset past the range"
+        );
+        AppCode(APP_CODE_MIN + offset)
+    }
+
+    /// The code as the wire carries it.
+    pub const fn get(self) -> u16 {
+        self.0
+    }
+}
+
+/// `reason` cut to at most [`APP_REASON_LEN_MAX`] bytes, at a character
+/// boundary.
+pub fn bounded_reason(reason: &str) -> &str {
+    if reason.len() <= APP_REASON_LEN_MAX {
+        return reason;
+    }
+    let mut end = APP_REASON_LEN_MAX;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
+}
+
 /// An ERROR body: the code, then `reason`'s bytes.
 pub fn encode_error_body(code: ErrorCode, reason: &str) -> Vec<u8> {
+    encode_raw_error_body(code as u16, reason)
+}
+
+/// An ERROR body of an application code: the code, then the reason, cut
+/// to [`APP_REASON_LEN_MAX`] bytes.
+pub fn encode_app_error_body(code: AppCode, reason: &str) -> Vec<u8> {
+    encode_raw_error_body(code.get(), bounded_reason(reason))
+}
+
+fn encode_raw_error_body(code: u16, reason: &str) -> Vec<u8> {
     let mut body = Vec::with_capacity(ERROR_CODE_LEN + reason.len());
-    body.extend_from_slice(&(code as u16).to_le_bytes());
+    body.extend_from_slice(&code.to_le_bytes());
     body.extend_from_slice(reason.as_bytes());
     body
 }
@@ -136,6 +205,35 @@ mod tests {
         let bare = encode_error_body(ErrorCode::Timeout, "");
         assert_eq!(decode_error_body(&bare), Some((8, "")));
         assert_eq!(decode_error_body(&[0x34, 0x12]), Some((0x1234, "")));
+    }
+
+    #[test]
+    fn application_codes_sit_above_every_protocol_code() {
+        for code in ErrorCode::ALL {
+            assert_eq!(AppCode::new(code as u16), None, "{code:?}");
+        }
+        assert_eq!(AppCode::new(APP_CODE_MIN - 1), None);
+        assert_eq!(AppCode::new(APP_CODE_MIN).map(AppCode::get), Some(0x8000));
+        assert_eq!(AppCode::new(u16::MAX).map(AppCode::get), Some(u16::MAX));
+        assert_eq!(AppCode::nth(3).get(), 32771);
+        assert_eq!(ErrorCode::from_u16(AppCode::nth(1).get()), None);
+        let body = encode_app_error_body(AppCode::nth(1), "name taken");
+        assert_eq!(&body[..2], &[0x01, 0x80]);
+        assert_eq!(decode_error_body(&body), Some((0x8001, "name taken")));
+    }
+
+    #[test]
+    fn a_long_application_reason_is_cut_at_a_character_boundary() {
+        // 'é' is two bytes: a cut at an odd byte would split one.
+        let long = "é".repeat(APP_REASON_LEN_MAX);
+        let body = encode_app_error_body(AppCode::nth(1), &long);
+        let (_, reason) = decode_error_body(&body).expect("still UTF-8");
+        assert_eq!(reason.len(), APP_REASON_LEN_MAX);
+        let odd = format!("a{long}");
+        let cut = bounded_reason(&odd);
+        assert_eq!(cut.len(), APP_REASON_LEN_MAX - 1);
+        assert!(cut.starts_with('a'));
+        assert_eq!(bounded_reason("short"), "short");
     }
 
     #[test]

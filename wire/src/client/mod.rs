@@ -47,7 +47,8 @@ mod header;
 
 pub use decoder::{FrameDecoder, FrameRef, INITIAL_BUFFER_LEN};
 pub use error_body::{
-    decode_error_body, encode_error_body, encode_error_frame, ErrorCode, ERROR_CODE_LEN,
+    bounded_reason, decode_error_body, encode_app_error_body, encode_error_body,
+    encode_error_frame, AppCode, ErrorCode, APP_CODE_MIN, APP_REASON_LEN_MAX, ERROR_CODE_LEN,
 };
 pub use header::{
     decode_header, encode_frame, FrameError, FrameKind, Header, Peer, DEFAULT_MAX_BODY, HEADER_LEN,

@@ -62,6 +62,17 @@ pub fn assert_bad_request(reply: Reply) {
     );
 }
 
+/// An ERROR with the application code `code` and the reason `reason`.
+pub fn assert_refused(reply: Reply, code: routerd::object::AppCode, reason: &str) {
+    assert_eq!(reply.kind, FrameKind::Error, "{reply:?}");
+    assert_eq!(
+        wire::client::decode_error_body(&reply.body),
+        Some((code.get(), reason)),
+        "{reply:?}"
+    );
+    assert_eq!(ErrorCode::from_u16(code.get()), None, "not a protocol code");
+}
+
 /// A `guild.message` push: (guild, from, text).
 pub fn message(push: Reply) -> (u64, u64, String) {
     assert_eq!(push.route_id, route::GUILD_MESSAGE, "{push:?}");

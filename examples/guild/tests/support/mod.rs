@@ -157,11 +157,16 @@ impl Drop for GuildNode {
 
 /// `GET path` on an admin endpoint, as JSON.
 pub fn get_json(address: SocketAddr, path: &str) -> serde_json::Value {
+    call_json(address, "GET", path)
+}
+
+/// `method path` on an admin endpoint, as JSON.
+pub fn call_json(address: SocketAddr, method: &str, path: &str) -> serde_json::Value {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).unwrap();
     stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();
