@@ -21,6 +21,7 @@ mod postgres;
 mod postgres_batch;
 #[cfg(feature = "postgres")]
 mod postgres_membership;
+#[cfg(feature = "postgres")]
 mod postgres_sql;
 #[cfg(feature = "postgres")]
 mod postgres_statements;
