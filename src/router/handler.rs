@@ -187,7 +187,7 @@ pub(crate) fn one_way(op: u32, body: Vec<u8>) -> Request {
 pub fn answer_event(tag: u64, outcome: Outcome) -> Request {
     let (code, answer) = match outcome {
         Ok(body) => (0u16, body),
-        Err(refusal) => super::driver::frames::refusal_wire(refusal),
+        Err(refusal) => super::types::refusal_wire(refusal),
     };
     let mut body = Vec::with_capacity(10 + answer.len());
     body.extend_from_slice(&tag.to_le_bytes());
@@ -203,7 +203,7 @@ pub fn decode_answer_event(body: &[u8]) -> Option<(u64, Outcome)> {
     let tag = u64::from_le_bytes(tag.try_into().ok()?);
     let outcome = match u16::from_le_bytes(code.try_into().ok()?) {
         0 => Ok(answer.to_vec()),
-        code => Err(super::driver::frames::refusal_from_wire(code, answer)),
+        code => Err(super::types::refusal_from_wire(code, answer)),
     };
     Some((tag, outcome))
 }

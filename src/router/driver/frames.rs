@@ -12,32 +12,10 @@ use wire::frame::{
 use wire::ObjectKey;
 
 use crate::router::types::{
-    error_code_from_wire, AppCode, ClientRef, NodeMessage, Outcome, Refusal, Request, RequestId,
-    RouterHead,
-    RouterTransfer,
+    refusal_from_wire, refusal_wire, ClientRef, NodeMessage, Outcome, Request, RequestId,
+    RouterHead, RouterTransfer,
 };
 use crate::store::{CasVersion, NodeId, RouteVersion};
-
-/// The code and the bytes that follow it of a refusal in a router frame:
-/// an application error's reason rides where a RESPONSE's body would, so
-/// the frame layout is the one every peer already reads.
-pub(crate) fn refusal_wire(refusal: Refusal) -> (u16, Vec<u8>) {
-    match refusal {
-        Refusal::Code(code) => (code as u16, Vec::new()),
-        Refusal::App { code, reason } => (code.get(), reason.into_string().into_bytes()),
-    }
-}
-
-/// The refusal a router frame's nonzero `code` and `rest` carry: a code
-/// in the application range keeps its reason (bounded, lossy UTF-8: a
-/// peer's bad bytes cost the reason's letters, not the answer); another
-/// code this build does not know is INTERNAL.
-pub(crate) fn refusal_from_wire(code: u16, rest: &[u8]) -> Refusal {
-    match AppCode::new(code) {
-        Some(code) => Refusal::app(code, &String::from_utf8_lossy(rest)),
-        None => Refusal::Code(error_code_from_wire(code)),
-    }
-}
 
 fn key_wire(key: ObjectKey) -> KeyWire {
     KeyWire {
@@ -290,7 +268,7 @@ pub(crate) fn decode_node_message(message: &ArchivedMessage) -> Option<NodeMessa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::router::types::ErrorCode;
+    use crate::router::types::{AppCode, ErrorCode, Refusal};
     use wire::frame::FrameBuf;
 
     fn key() -> ObjectKey {
