@@ -29,9 +29,10 @@
 
 mod command;
 mod input;
+mod reader;
 mod render;
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
@@ -39,7 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustls::pki_types::ServerName;
-use wire::client::{encode_frame, route, FrameDecoder, FrameKind, FrameRef, Peer};
+use wire::client::{encode_frame, FrameKind};
 use wire::layers::ClientLayers;
 
 use self::command::{Command, Sent, HELP, LINE_MAX};
@@ -349,7 +350,7 @@ impl Session {
             let (pending, events) = (pending.clone(), events_tx.clone());
             std::thread::Builder::new()
                 .name("client-reader".into())
-                .spawn(move || read_loop(read_side, read_layers, &pending, &events))
+                .spawn(move || reader::read_loop(read_side, read_layers, &pending, &events))
                 .map_err(ClientError::Setup)?
         };
         let (stdin_tokens, tokens) = mpsc::sync_channel(1);
@@ -597,132 +598,4 @@ fn stdin_loop(tokens: &Receiver<()>, events: &Sender<Event>) {
             return;
         }
     }
-}
-
-fn read_loop(
-    stream: TcpStream,
-    layers: Option<Arc<Mutex<ClientLayers>>>,
-    pending: &Pending,
-    events: &Sender<Event>,
-) {
-    let mut source = Source {
-        stream,
-        layers,
-        opened: Vec::new(),
-    };
-    let closed = read_frames(&mut source, pending, events);
-    let _ = events.send(Event::Closed(closed));
-}
-
-/// Decodes, prints and reports server frames until the connection ends.
-/// The read side: bytes from the socket, opened by the layers if any.
-struct Source {
-    stream: TcpStream,
-    layers: Option<Arc<Mutex<ClientLayers>>>,
-    /// Protocol bytes opened but not yet taken by the decoder.
-    opened: Vec<u8>,
-}
-
-impl Read for Source {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let Some(layers) = &self.layers else {
-            return self.stream.read(buf);
-        };
-        while self.opened.is_empty() {
-            let mut wire = [0u8; 16 * 1024];
-            let n = self.stream.read(&mut wire)?;
-            if n == 0 {
-                return Ok(0);
-            }
-            let mut layers = layers
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            layers
-                .open(&wire[..n], &mut self.opened)
-                .map_err(io::Error::other)?;
-            // The handshake's next flight, a pong: sent under the lock.
-            if layers.wants_write() {
-                let mut owed = Vec::new();
-                layers.seal(&[], &mut owed);
-                (&self.stream).write_all(&owed)?;
-            }
-        }
-        let n = buf.len().min(self.opened.len());
-        buf[..n].copy_from_slice(&self.opened[..n]);
-        self.opened.drain(..n);
-        Ok(n)
-    }
-}
-
-fn read_frames(stream: &mut Source, pending: &Pending, events: &Sender<Event>) -> Closed {
-    let mut decoder = FrameDecoder::new(Peer::Server, SERVER_BODY_MAX);
-    let mut kicked = false;
-    loop {
-        loop {
-            let frame = match decoder.next_frame() {
-                Ok(Some(frame)) => frame,
-                Ok(None) => break,
-                Err(error) => return Closed::Protocol(error.to_string()),
-            };
-            kicked |=
-                frame.header.kind == FrameKind::Push && frame.header.route_id == route::SYS_KICKED;
-            if let Err(closed) = on_frame(&frame, pending, events) {
-                return closed;
-            }
-        }
-        match stream.read(decoder.read_buf()) {
-            Ok(0) if kicked => return Closed::Kicked,
-            Ok(0) => return Closed::ByServer,
-            Ok(n) => decoder.advance(n),
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            // A kicked session may be reset rather than closed.
-            Err(_) if kicked => return Closed::Kicked,
-            Err(error) => return Closed::Io(error),
-        }
-    }
-}
-
-/// Prints one frame; an answer also wakes the main thread.
-fn on_frame(frame: &FrameRef<'_>, pending: &Pending, events: &Sender<Event>) -> Result<(), Closed> {
-    let header = frame.header;
-    if header.kind == FrameKind::Push {
-        let line = render::push(header.route_id, frame.body)
-            .map_err(|malformed| Closed::Protocol(malformed.0))?;
-        return print(&line);
-    }
-    let in_flight = {
-        let mut pending = lock(pending);
-        match pending.take() {
-            Some(in_flight) if in_flight.seq == header.seq => in_flight,
-            other => {
-                *pending = other;
-                return Err(Closed::Protocol(format!(
-                    "an answer to seq {}, which is not in flight",
-                    header.seq
-                )));
-            }
-        }
-    };
-    let ok = header.kind == FrameKind::Response;
-    if in_flight.sent == Sent::Keepalive {
-        // Silent unless it failed: a script's output is its own commands.
-        if !ok {
-            let line = render::error(frame.body).map_err(|m| Closed::Protocol(m.0))?;
-            eprintln!("routerd client: keepalive ping answered {line}");
-        }
-    } else {
-        let line = render::answer(frame, &in_flight.sent)
-            .map_err(|malformed| Closed::Protocol(malformed.0))?;
-        print(&line)?;
-    }
-    let _ = events.send(Event::Answered {
-        seq: header.seq,
-        ok,
-    });
-    Ok(())
-}
-
-fn print(line: &str) -> Result<(), Closed> {
-    // Stdout is line buffered, so each line reaches a pipe whole and at once.
-    writeln!(io::stdout().lock(), "{line}").map_err(Closed::Stdout)
 }
