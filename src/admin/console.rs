@@ -8,7 +8,7 @@ use http_body_util::Full;
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 
-use super::routes::{text, Body};
+use super::routes::{error_json, text, Body};
 
 /// Each file: its name under `/console/`, content type and bytes.
 const FILES: &[(&str, &str, &str)] = &[
@@ -38,7 +38,7 @@ const FILES: &[(&str, &str, &str)] = &[
 /// The file at `/console/{name}`.
 pub(super) fn file(name: &str) -> Response<Body> {
     let Some((_, content_type, body)) = FILES.iter().find(|(file, _, _)| *file == name) else {
-        return text(StatusCode::NOT_FOUND, "not found\n");
+        return error_json(StatusCode::NOT_FOUND, "not_found", "no such console file");
     };
     let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     let headers = response.headers_mut();
