@@ -394,6 +394,7 @@ pub(crate) enum RecvData {
 }
 
 impl RecvBuf {
+    /// The bytes received.
     pub fn as_slice(&self) -> &[u8] {
         match &self.data {
             // SAFETY: this RecvBuf holds buffer `bid` lent out until it
@@ -403,10 +404,12 @@ impl RecvBuf {
         }
     }
 
+    /// How many bytes were received.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether nothing was received (the peer closed).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -15,6 +15,7 @@ pub enum CorePlacement {
 }
 
 impl CorePlacement {
+    /// How many cores this placement runs.
     pub fn core_count(&self) -> usize {
         match self {
             CorePlacement::Count(n) | CorePlacement::Unpinned(n) => *n,
@@ -26,6 +27,7 @@ impl CorePlacement {
 /// Per-core executor tuning and the runtime's own bounds.
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
+    /// Which CPUs the cores run on.
     pub placement: CorePlacement,
     /// Submission queue entries of each core's ring (a power of two); the
     /// completion queue is `cq_factor` times longer.
@@ -66,6 +68,7 @@ pub struct RuntimeConfig {
 }
 
 impl RuntimeConfig {
+    /// The defaults, on `placement`.
     pub fn new(placement: CorePlacement) -> Self {
         Self {
             placement,

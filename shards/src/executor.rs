@@ -226,6 +226,7 @@ impl<T> JoinHandle<T> {
     /// Lets the task run on without anyone waiting for it.
     pub fn detach(self) {}
 
+    /// Whether the task has ended (its output may still be waiting).
     pub fn is_finished(&self) -> bool {
         !matches!(*self.state.borrow(), JoinState::Running(_))
     }
@@ -489,7 +490,9 @@ pub fn ops_in_flight() -> usize {
 /// their descriptor instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileTableStats {
+    /// Table indexes in use.
     pub in_use: u32,
+    /// Streams that found the table full and use their descriptor.
     pub unregistered: u64,
 }
 

@@ -25,6 +25,7 @@ pub enum SendError<T> {
 }
 
 impl<T> SendError<T> {
+    /// The message that was not sent, back to its sender.
     pub fn into_inner(self) -> T {
         match self {
             SendError::Full(m)
@@ -40,8 +41,11 @@ impl<T> SendError<T> {
 /// load-and-store is enough and costs no locked instruction.
 #[derive(Debug, Default)]
 pub struct MeshStats {
+    /// Messages sent to another core.
     pub sent_total: AtomicU64,
+    /// Sends refused because the target's channel was full.
     pub full_total: AtomicU64,
+    /// Sends refused because the target core was gone.
     pub closed_total: AtomicU64,
 }
 
@@ -160,6 +164,7 @@ impl<T: Send + 'static> Mesh<T> {
         self.inner.id
     }
 
+    /// How many cores the mesh joins.
     pub fn core_count(&self) -> usize {
         self.inner.senders.len()
     }
@@ -191,6 +196,7 @@ impl<T: Send + 'static> Mesh<T> {
         }
     }
 
+    /// This core's outgoing counters.
     pub fn stats(&self) -> &Arc<MeshStats> {
         &self.inner.stats
     }

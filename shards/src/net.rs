@@ -98,6 +98,7 @@ impl TcpListener {
         })
     }
 
+    /// Where the listener is bound.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
@@ -212,10 +213,12 @@ impl TcpStream {
         self.file.is_some()
     }
 
+    /// Sets `TCP_NODELAY` (no Nagle delay on small writes).
     pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
         self.socket_ref().set_nodelay(nodelay)
     }
 
+    /// The remote end's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.socket_ref()
             .peer_addr()?
@@ -223,6 +226,7 @@ impl TcpStream {
             .ok_or_else(|| io::Error::other("peer without an IP address"))
     }
 
+    /// This end's address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.socket_ref()
             .local_addr()?

@@ -27,6 +27,7 @@ pub enum TaskRun {
 }
 
 impl TaskRun {
+    /// The ring flags this mode sets, as the start-up log names them.
     pub fn name(self) -> &'static str {
         match self {
             TaskRun::Defer => "single_issuer+defer_taskrun",
@@ -38,25 +39,44 @@ impl TaskRun {
 /// Why a ring could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum RingError {
+    /// The kernel refuses the ring's flags (older than it needs).
     #[error(
         "this kernel refuses io_uring {flags} (EINVAL): routerd needs Linux 6.1 or newer \
          (found {kernel}); set cores.ring_taskrun = \"coop\" on Linux 6.0"
     )]
-    Unsupported { flags: &'static str, kernel: String },
+    Unsupported {
+        /// The flags refused.
+        flags: &'static str,
+        /// The running kernel's release.
+        kernel: String,
+    },
     #[error(
         "io_uring is not permitted here ({source}): a container's seccomp profile may block \
          io_uring_setup, or /proc/sys/kernel/io_uring_disabled is set"
     )]
-    NotPermitted { source: io::Error },
+    /// io_uring is blocked (seccomp, `io_uring_disabled`).
+    NotPermitted {
+        /// What `io_uring_setup` answered.
+        source: io::Error,
+    },
     #[error(
         "cannot create an io_uring ring of {entries} entries ({source}): raise the locked-memory \
          limit (ulimit -l) or lower cores.ring_depth"
     )]
-    NoMemory { entries: u32, source: io::Error },
+    /// The ring's memory is over the locked-memory limit.
+    NoMemory {
+        /// The submission queue entries asked for.
+        entries: u32,
+        /// What `io_uring_setup` answered.
+        source: io::Error,
+    },
+    /// Any other failure of `io_uring_setup`.
     #[error("cannot create an io_uring ring: {0}")]
     Other(io::Error),
+    /// The provided-buffer ring could not be registered.
     #[error("cannot register the receive buffer ring: {0}")]
     BufRing(io::Error),
+    /// The registered file table could not be registered.
     #[error(
         "cannot register the ring's file table ({0}): lower cores.registered_files, \
          or set it to 0 to use descriptors only"

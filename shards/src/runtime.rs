@@ -17,20 +17,50 @@ use crate::shutdown::{ShutdownHandle, ShutdownListener};
 /// Why the runtime could not start, or how it ended badly.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
+    /// The placement names no core.
     #[error("no cores configured")]
     NoCores,
+    /// More pinned cores than CPUs this process may run on.
     #[error("{wanted} cores requested but only {available} CPUs are available to this process")]
-    NotEnoughCpus { wanted: usize, available: usize },
+    NotEnoughCpus {
+        /// Cores asked for.
+        wanted: usize,
+        /// CPUs in the process's affinity mask.
+        available: usize,
+    },
+    /// A core's thread could not be started.
     #[error("cannot start core {core}: {message}")]
-    Spawn { core: usize, message: String },
+    Spawn {
+        /// The core's index.
+        core: usize,
+        /// Why.
+        message: String,
+    },
+    /// A core could not create its ring.
     #[error("core {core} cannot set up its io_uring: {source}")]
-    Ring { core: usize, source: RingError },
+    Ring {
+        /// The core's index.
+        core: usize,
+        /// The ring's error.
+        source: RingError,
+    },
+    /// A core ended before it said it was ready.
     #[error("core {core} stopped before it was ready")]
-    ExitedBeforeReady { core: usize },
+    ExitedBeforeReady {
+        /// The core's index.
+        core: usize,
+    },
+    /// Not every core was ready within the set-up timeout.
     #[error("cores not ready within {0:?}")]
     ReadyTimeout(Duration),
+    /// A core's body panicked or failed.
     #[error("core {core} failed: {message}")]
-    CoreFailed { core: usize, message: String },
+    CoreFailed {
+        /// The core's index.
+        core: usize,
+        /// What it said.
+        message: String,
+    },
 }
 
 /// How long `Runtime::start` waits for every core to set up its ring.
@@ -50,14 +80,17 @@ pub struct Core<T: Send + 'static> {
 }
 
 impl<T: Send + 'static> Core<T> {
+    /// This core's index, from 0.
     pub fn id(&self) -> usize {
         self.id
     }
 
+    /// How many cores the runtime runs.
     pub fn count(&self) -> usize {
         self.count
     }
 
+    /// The sending side of the channels to every other core.
     pub fn mesh(&self) -> &Mesh<T> {
         &self.mesh
     }
@@ -67,6 +100,7 @@ impl<T: Send + 'static> Core<T> {
         self.inbox.take()
     }
 
+    /// The runtime's shutdown signal, as this core sees it.
     pub fn shutdown(&self) -> &ShutdownListener {
         &self.shutdown
     }
@@ -295,10 +329,12 @@ impl Runtime {
         Ok(())
     }
 
+    /// How many cores run.
     pub fn core_count(&self) -> usize {
         self.threads.len()
     }
 
+    /// A handle that starts the runtime's shutdown.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.shutdown.clone()
     }

@@ -20,6 +20,7 @@ pub struct ShutdownHandle {
 }
 
 impl ShutdownHandle {
+    /// A signal not yet triggered.
     pub fn new() -> Self {
         Self::default()
     }
@@ -36,10 +37,12 @@ impl ShutdownHandle {
         }
     }
 
+    /// Whether shutdown has started.
     pub fn is_triggered(&self) -> bool {
         self.shared.triggered.load(Ordering::Acquire)
     }
 
+    /// A listener for a core (any number may be made).
     pub fn listener(&self) -> ShutdownListener {
         ShutdownListener {
             shared: self.shared.clone(),
@@ -55,6 +58,7 @@ pub struct ShutdownListener {
 }
 
 impl ShutdownListener {
+    /// Whether shutdown has started.
     pub fn is_triggered(&self) -> bool {
         self.shared.triggered.load(Ordering::Acquire)
     }

@@ -77,6 +77,7 @@ pub struct Sleep {
 }
 
 impl Sleep {
+    /// When the sleep ends.
     pub fn deadline(&self) -> Instant {
         self.deadline
     }

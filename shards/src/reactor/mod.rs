@@ -159,6 +159,7 @@ impl Reactor {
             // A full queue: hand what is queued to the kernel, then retry.
             // SAFETY: as above.
             if self.submit_queued(&mut ring).is_ok()
+                // SAFETY: as above.
                 && unsafe { ring.submission().push(&entry) }.is_ok()
             {
                 return;
@@ -444,6 +445,7 @@ impl Reactor {
     /// of the process: for a ring whose operations would not finish.
     pub fn leak(&self) {
         self.slots.borrow_mut().leak();
+        #[allow(clippy::mem_forget)] // the point: the kernel may still write into them
         std::mem::forget(self.bufs.clone());
     }
 

@@ -313,6 +313,7 @@ impl SlotTable {
     /// Keeps every buffer the kernel may still use allocated for the life
     /// of the process: for a ring whose operations would not finish.
     pub fn leak(&mut self) {
+        #[allow(clippy::mem_forget)] // the point: the kernel may still write into them
         std::mem::forget(std::mem::take(&mut self.slots));
     }
 }
