@@ -9,9 +9,9 @@
 //!
 //! Run: `bench/failover.sh` (builds and runs this with the release node).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -46,25 +46,7 @@ fn start(routerd: &str, dir: &std::path::Path, id: u64) -> Node {
         db = dir.join("cluster.db").display().to_string(),
     );
     std::fs::write(&path, config).unwrap();
-    let mut child = Command::new(routerd)
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env_remove("ROUTERD_AUTH_SECRET")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("routerd starts");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(addresses) = routerd::serving_addresses(&line) {
-                let _ = tx.send(addresses);
-            }
-        }
-    });
-    let (gateway, admin) = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("routerd logs its addresses");
+    let (child, gateway, admin) = bench::spawn_node(routerd, &path);
     Node {
         child,
         gateway,

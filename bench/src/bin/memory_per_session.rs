@@ -9,7 +9,7 @@
 //! Run: `bench/memory_per_session.sh [CONNECTIONS]` (builds and runs this
 //! with the release node and echo).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -81,27 +81,8 @@ fn start_routerd(routerd: &str, dir: &std::path::Path) -> (Server, SocketAddr, S
         db = dir.join("node.db").display().to_string(),
     );
     std::fs::write(&path, config).unwrap();
-    let mut child = Command::new(routerd)
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env_remove("ROUTERD_AUTH_SECRET")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("routerd starts");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(addresses) = routerd::serving_addresses(&line) {
-                let _ = tx.send(addresses);
-            }
-        }
-    });
-    let server = Server { child };
-    let (gateway, admin) = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("routerd logs its addresses");
-    (server, gateway, admin)
+    let (child, gateway, admin) = bench::spawn_node(routerd, &path);
+    (Server { child }, gateway, admin)
 }
 
 fn start_echo(echo: &str, listen: SocketAddr) -> Server {
