@@ -328,3 +328,25 @@ impl super::api::Backend for Bridge {
         self.objects.len() + self.members.len()
     }
 }
+
+/// The one-worker tokio runtime a driver thread (PostgreSQL, ScyllaDB)
+/// serves its lanes on, its threads named `thread_name`; `None` once
+/// `ready` has been told why it could not be built.
+#[cfg(any(feature = "postgres", feature = "scylla"))]
+pub(super) fn driver_runtime(
+    thread_name: &str,
+    ready: &std::sync::mpsc::SyncSender<Result<(), super::OpenError>>,
+) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name(thread_name)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Some(runtime),
+        Err(error) => {
+            drop(ready.send(Err(super::OpenError::Thread(error))));
+            None
+        }
+    }
+}

@@ -72,17 +72,8 @@ fn driver_thread(
     lanes: Lanes,
     ready: std::sync::mpsc::SyncSender<Result<(), OpenError>>,
 ) {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("store-scylla-rt")
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            drop(ready.send(Err(OpenError::Thread(error))));
-            return;
-        }
+    let Some(runtime) = crate::store::bridge::driver_runtime("store-scylla-rt", &ready) else {
+        return;
     };
     let connected = runtime.block_on(async {
         match tokio::time::timeout(OPEN_TIMEOUT, Statements::connect(&config)).await {
