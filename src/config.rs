@@ -52,11 +52,17 @@ pub struct Config {
     pub services: ServicesConfig,
 }
 
+/// The largest node id: the SQL stores keep ids as signed 64-bit integers
+/// and page the membership table in their order, which is the ids' order
+/// only up to here.
+pub const NODE_ID_MAX: u64 = i64::MAX as u64;
+
 /// `[node]`: who this node is and where it keeps its files.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NodeConfig {
-    /// This node's id in the cluster; never 0 (0 means "no owner").
+    /// This node's id in the cluster; never 0 (0 means "no owner"), at
+    /// most `NODE_ID_MAX`.
     pub id: u64,
     /// Where the node keeps its files (the SQLite store by default).
     pub data_dir: PathBuf,

@@ -12,7 +12,8 @@ use routerd::config::{StoreBackend, StoreConfig};
 use routerd::store::{
     open_memory, open_postgres, open_scylla, open_sqlite, AdvertisedActor, CasVersion, GroupCommit,
     MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion, MemberWrite, NodeId,
-    RecordWrite, RouteRecord, RouteVersion, Store, WriteCondition, WriteError, WriteOutcome,
+    RecordWrite, RouteRecord, RouteVersion, Store, TableVersion, WriteCondition, WriteError,
+    WriteOutcome, MEMBERS_PAGE_MAX,
 };
 use wire::ObjectKey;
 
@@ -455,8 +456,8 @@ fn membership_and_incarnations(fixture: &Fixture) {
         MemberOutcome::Conflict(None)
     );
     write_member(&store, member(base + 2, 4, 7), MemberCondition::Absent);
-    let mine: Vec<MemberRow> = block_on(other.list_members())
-        .expect("list")
+    let mine: Vec<MemberRow> = list_all(&other, TableVersion(0))
+        .0
         .into_iter()
         .filter(|row| row.node_id.0 >= base && row.node_id.0 <= base + 2)
         .collect();
@@ -471,6 +472,186 @@ fn membership_and_incarnations(fixture: &Fixture) {
         },
     ];
     assert_eq!(mine, expected);
+}
+
+/// Every page of a listing since `since`: the rows and the deleted ids.
+fn list_all(store: &Store, since: TableVersion) -> (Vec<MemberRow>, Vec<NodeId>) {
+    let (mut rows, mut deleted) = (Vec::new(), Vec::new());
+    let mut after = NodeId(0);
+    loop {
+        let page = block_on(store.list_members(since, after)).expect("list");
+        assert!(page.rows.len() + page.deleted.len() <= MEMBERS_PAGE_MAX);
+        let last = page.last();
+        rows.extend(page.rows);
+        deleted.extend(page.deleted);
+        match last.filter(|_| page.more) {
+            Some(last) => after = last,
+            None => return (rows, deleted),
+        }
+    }
+}
+
+fn table_version(store: &Store) -> TableVersion {
+    block_on(store.poll_members(Vec::new()))
+        .expect("poll")
+        .version
+}
+
+/// The table version moves with every membership change and never with a
+/// heartbeat, in the same write: a listing since a version holds exactly
+/// the rows changed after it. (Other tests may move the version of a
+/// shared store meanwhile, so only this test's rows are judged.)
+fn membership_version_moves_with_changes_only(fixture: &Fixture) {
+    let store = (fixture.open)();
+    let base = fixture.id_base + 11;
+    let before = table_version(&store);
+    let first = member(base, 1, 0);
+    assert_eq!(
+        write_member(&store, first.clone(), MemberCondition::Absent),
+        MemberOutcome::Applied(MemberVersion(1))
+    );
+    let inserted = table_version(&store);
+    assert!(inserted > before, "an insert moves the version");
+    let mine = |rows: Vec<MemberRow>| -> Vec<MemberRow> {
+        rows.into_iter()
+            .filter(|row| row.node_id.0 == base)
+            .collect()
+    };
+    assert_eq!(mine(list_all(&store, before).0).len(), 1);
+    for beat in 1..=3 {
+        let condition = MemberCondition::VersionEquals(MemberVersion(beat));
+        write_member(&store, member(base, 1, beat), condition);
+    }
+    assert!(
+        mine(list_all(&store, inserted).0).is_empty(),
+        "heartbeats are not changes"
+    );
+    let polled = block_on(store.poll_members(vec![NodeId(base)])).expect("poll");
+    assert_eq!(polled.rows.len(), 1);
+    assert_eq!(polled.rows[0].heartbeat, 3);
+    assert_eq!(polled.rows[0].version, MemberVersion(4));
+    let mut draining = member(base, 1, 4);
+    draining.state = MemberState::Draining;
+    let condition = MemberCondition::VersionEquals(MemberVersion(4));
+    write_member(&store, draining, condition);
+    assert!(table_version(&store) > inserted);
+    let changed = mine(list_all(&store, inserted).0);
+    assert_eq!(changed.len(), 1);
+    assert_eq!(changed[0].state, MemberState::Draining);
+    // An address is a change too; a refused write changes nothing.
+    let seen = table_version(&store);
+    let mut moved = member(base, 1, 5);
+    moved.state = MemberState::Draining;
+    moved.gateway = "127.0.0.9:1".to_string();
+    write_member(
+        &store,
+        moved,
+        MemberCondition::VersionEquals(MemberVersion(5)),
+    );
+    assert_eq!(mine(list_all(&store, seen).0).len(), 1);
+    let seen = table_version(&store);
+    write_member(
+        &store,
+        member(base, 7, 0),
+        MemberCondition::VersionEquals(MemberVersion(1)),
+    );
+    assert!(mine(list_all(&store, seen).0).is_empty());
+}
+
+/// A row that left is deleted by CAS on its version; its tombstone keeps
+/// the incarnation and version, so a stale CAS and an insert as if the id
+/// were new are refused, and the next start takes a higher incarnation.
+fn a_deleted_member_leaves_a_tombstone(fixture: &Fixture) {
+    let store = (fixture.open)();
+    let base = fixture.id_base + 21;
+    write_member(&store, member(base, 1, 0), MemberCondition::Absent);
+    let up = MemberCondition::VersionEquals(MemberVersion(1));
+    assert!(
+        matches!(
+            block_on(store.delete_member(NodeId(base), MemberVersion(1))).expect("delete"),
+            MemberOutcome::Conflict(Some(_))
+        ),
+        "only a row that left is deleted"
+    );
+    let mut left = member(base, 1, 1);
+    left.state = MemberState::Left;
+    write_member(&store, left, up);
+    assert!(
+        matches!(
+            block_on(store.delete_member(NodeId(base), MemberVersion(1))).expect("delete"),
+            MemberOutcome::Conflict(Some(_))
+        ),
+        "only at the version named"
+    );
+    let before = table_version(&store);
+    assert_eq!(
+        block_on(store.delete_member(NodeId(base), MemberVersion(2))).expect("delete"),
+        MemberOutcome::Applied(MemberVersion(3))
+    );
+    assert!(table_version(&store) > before);
+    let (rows, deleted) = list_all(&store, before);
+    assert!(rows.iter().all(|row| row.node_id != NodeId(base)));
+    assert!(deleted.contains(&NodeId(base)));
+    let (rows, deleted) = list_all(&store, TableVersion(0));
+    assert!(rows.iter().all(|row| row.node_id != NodeId(base)));
+    assert!(deleted.is_empty(), "a full listing skips tombstones");
+    let own = block_on(store.poll_members(vec![NodeId(base)]))
+        .expect("poll")
+        .rows;
+    assert_eq!(own.len(), 1);
+    assert_eq!(
+        (own[0].state, own[0].incarnation, own[0].version),
+        (MemberState::Left, 1, MemberVersion(3))
+    );
+    for stale in [1, 2] {
+        let condition = MemberCondition::VersionEquals(MemberVersion(stale));
+        assert!(matches!(
+            write_member(&store, member(base, 1, 9), condition),
+            MemberOutcome::Conflict(Some(_))
+        ));
+    }
+    assert!(matches!(
+        write_member(&store, member(base, 1, 0), MemberCondition::Absent),
+        MemberOutcome::Conflict(Some(_))
+    ));
+    let rejoin = MemberCondition::VersionEquals(MemberVersion(3));
+    assert_eq!(
+        write_member(&store, member(base, 2, 0), rejoin),
+        MemberOutcome::Applied(MemberVersion(4))
+    );
+    let rows = list_all(&store, TableVersion(0)).0;
+    let back: Vec<&MemberRow> = rows
+        .iter()
+        .filter(|row| row.node_id == NodeId(base))
+        .collect();
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].incarnation, 2);
+    assert_eq!(
+        back[0].gateway,
+        member(base, 2, 0).gateway,
+        "the row is whole again"
+    );
+}
+
+/// Listings are paged by node id, `MEMBERS_PAGE_MAX` entries a page, and
+/// hold every member: there is no cap.
+fn members_are_listed_in_pages_without_a_cap(fixture: &Fixture) {
+    let store = (fixture.open)();
+    let base = fixture.id_base + 1000;
+    let count = MEMBERS_PAGE_MAX as u64 + 3;
+    for node in base..base + count {
+        write_member(&store, member(node, 1, 0), MemberCondition::Absent);
+    }
+    let rows = list_all(&store, TableVersion(0)).0;
+    let mine: Vec<u64> = rows
+        .iter()
+        .map(|row| row.node_id.0)
+        .filter(|node| (base..base + count).contains(node))
+        .collect();
+    assert_eq!(mine, (base..base + count).collect::<Vec<_>>());
+    let first = block_on(store.list_members(TableVersion(0), NodeId(base - 1))).expect("page");
+    assert_eq!(first.rows.len(), MEMBERS_PAGE_MAX);
+    assert!(first.more);
 }
 
 /// A state blob of exactly `state_max_bytes` is stored whole; one byte
@@ -548,6 +729,9 @@ conformance!(
     batch_save,
     contended_cas_batches_apply_each_write_once,
     membership_and_incarnations,
+    membership_version_moves_with_changes_only,
+    a_deleted_member_leaves_a_tombstone,
+    members_are_listed_in_pages_without_a_cap,
     large_state_at_the_maximum,
     written_by_one_read_by_another,
 );

@@ -6,7 +6,7 @@ use futures_lite::future::block_on;
 use routerd::config::StoreConfig;
 use routerd::store::{
     open_memory, CasVersion, Fault, LoadError, MembershipError, NodeId, RecordWrite, RouteVersion,
-    WriteCondition, WriteError, WriteOutcome, FAULTS_MAX,
+    TableVersion, WriteCondition, WriteError, WriteOutcome, FAULTS_MAX,
 };
 use wire::ObjectKey;
 
@@ -64,7 +64,7 @@ fn a_timeout_is_indeterminate_applied_or_not_as_chosen() {
     ));
     faults.inject(Fault::TimeoutApplied, 1);
     assert!(matches!(
-        block_on(store.list_members()),
+        block_on(store.list_members(TableVersion(0), NodeId(0))),
         Err(MembershipError::Timeout)
     ));
 }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use futures_lite::future::block_on;
 use routerd::config::{StoreBackend, StoreConfig};
 use routerd::store::{
-    open_postgres, CasVersion, GroupCommit, NodeId, OpenError, RecordWrite, RouteVersion, Store,
+    open_postgres, CasVersion, GroupCommit, MemberCondition, MemberOutcome, MemberRow, MemberState,
+    MemberVersion, MemberWrite, NodeId, OpenError, RecordWrite, RouteVersion, Store, TableVersion,
     WriteCondition, WriteOutcome, POSTGRES_SCHEMA_VERSION,
 };
 use routerd::testing::postgres_server::{PgServer, PgServerError};
@@ -85,6 +86,75 @@ fn a_newer_or_foreign_schema_is_a_clear_startup_error() {
     let error = open_postgres(&config(server.url("unversioned")), GroupCommit::On)
         .expect_err("foreign database refused");
     assert!(error.to_string().contains("schema version 0"), "{error}");
+}
+
+/// A database of schema version 1 (membership without a table version) is
+/// migrated at open: its member rows are listed, a heartbeat leaves the
+/// table version alone and a change moves it.
+#[test]
+fn a_version_1_database_is_migrated() {
+    let Some(server) = server() else { return };
+    server
+        .psql("postgres", "CREATE DATABASE old")
+        .expect("create database");
+    server
+        .psql(
+            "old",
+            "CREATE TABLE routerd_schema (version BIGINT NOT NULL);
+             INSERT INTO routerd_schema (version) VALUES (1);
+             CREATE TABLE routerd_routes (type_id BIGINT NOT NULL, zone_id BIGINT NOT NULL,
+                 object_id BIGINT NOT NULL, owner_node BIGINT NOT NULL,
+                 owner_incarnation BIGINT NOT NULL, route_version BIGINT NOT NULL,
+                 save_timepoint_ms BIGINT NOT NULL, cas_version BIGINT NOT NULL,
+                 state BYTEA NOT NULL, PRIMARY KEY (type_id, zone_id, object_id));
+             CREATE TABLE routerd_members (node_id BIGINT PRIMARY KEY,
+                 incarnation BIGINT NOT NULL, state BIGINT NOT NULL, heartbeat BIGINT NOT NULL,
+                 gateway TEXT NOT NULL, admin TEXT NOT NULL, cluster BYTEA NOT NULL,
+                 core_count BIGINT NOT NULL, actors BYTEA NOT NULL, version BIGINT NOT NULL);
+             INSERT INTO routerd_members VALUES (4, 3, 2, 17, '127.0.0.1:7004',
+                 '127.0.0.1:9004', '\\x00000000', 1, '\\x00000000', 9);",
+        )
+        .expect("version 1 database");
+    let store = open_postgres(&config(server.url("old")), GroupCommit::On).expect("migrate");
+    let page = block_on(store.list_members(TableVersion(0), NodeId(0))).expect("list");
+    assert_eq!(page.rows.len(), 1);
+    let row = page.rows[0].clone();
+    assert_eq!((row.incarnation, row.version), (3, MemberVersion(9)));
+    let version = block_on(store.poll_members(vec![NodeId(4)])).expect("poll");
+    assert_eq!(version.version, TableVersion(1));
+    assert_eq!(version.rows, vec![row.clone()]);
+    let beat = MemberWrite {
+        row: MemberRow {
+            heartbeat: 18,
+            ..row.clone()
+        },
+        condition: MemberCondition::VersionEquals(MemberVersion(9)),
+    };
+    assert_eq!(
+        block_on(store.write_member(beat)).expect("heartbeat"),
+        MemberOutcome::Applied(MemberVersion(10))
+    );
+    let polled = block_on(store.poll_members(Vec::new())).expect("poll");
+    assert_eq!(polled.version, TableVersion(1));
+    let left = MemberWrite {
+        row: MemberRow {
+            state: MemberState::Left,
+            ..row
+        },
+        condition: MemberCondition::VersionEquals(MemberVersion(10)),
+    };
+    assert_eq!(
+        block_on(store.write_member(left)).expect("left"),
+        MemberOutcome::Applied(MemberVersion(11))
+    );
+    let polled = block_on(store.poll_members(Vec::new())).expect("poll");
+    assert_eq!(polled.version, TableVersion(2));
+    drop(store);
+    // Reopened: version 2 now, nothing migrated twice.
+    let store = open_postgres(&config(server.url("old")), GroupCommit::On).expect("reopen");
+    let changed = block_on(store.list_members(TableVersion(1), NodeId(0))).expect("changes");
+    assert_eq!(changed.rows.len(), 1);
+    assert_eq!(changed.rows[0].state, MemberState::Left);
 }
 
 #[test]

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use futures_lite::future::block_on;
 use routerd::config::{SqliteSynchronous, StoreConfig};
 use routerd::store::{
-    open_sqlite, CasVersion, GroupCommit, LoadError, NodeId, OpenError, RecordWrite, RouteVersion,
-    Store, WriteCondition, WriteError, WriteOutcome, SCHEMA_VERSION,
+    open_sqlite, CasVersion, GroupCommit, LoadError, MemberCondition, MemberOutcome, MemberRow,
+    MemberState, MemberVersion, MemberWrite, NodeId, OpenError, RecordWrite, RouteVersion, Store,
+    TableVersion, WriteCondition, WriteError, WriteOutcome, SCHEMA_VERSION,
 };
 use wire::ObjectKey;
 
@@ -61,6 +62,78 @@ fn an_incompatible_schema_version_is_a_clear_startup_error() {
     assert!(error.to_string().contains("schema version 0"), "{error}");
 }
 
+/// A file of schema version 2 (membership without a table version) is
+/// migrated in place: its member rows are listed, stamped with the version
+/// it starts at, and the next change moves that version while a
+/// heartbeat does not.
+#[test]
+fn a_version_2_file_is_migrated() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v2.db");
+    let connection = rusqlite::Connection::open(&path).expect("raw open");
+    connection
+        .execute_batch(
+            "CREATE TABLE routes (type_id INTEGER NOT NULL, zone_id INTEGER NOT NULL, \
+             object_id INTEGER NOT NULL, owner_node INTEGER NOT NULL, \
+             route_version INTEGER NOT NULL, save_timepoint_ms INTEGER NOT NULL, \
+             cas_version INTEGER NOT NULL, state BLOB NOT NULL, \
+             owner_incarnation INTEGER NOT NULL DEFAULT 0, \
+             PRIMARY KEY (type_id, zone_id, object_id));
+             CREATE TABLE members (node_id INTEGER PRIMARY KEY, incarnation INTEGER NOT NULL, \
+             state INTEGER NOT NULL, heartbeat INTEGER NOT NULL, gateway TEXT NOT NULL, \
+             admin TEXT NOT NULL, cluster BLOB NOT NULL, core_count INTEGER NOT NULL, \
+             actors BLOB NOT NULL, version INTEGER NOT NULL);
+             INSERT INTO members VALUES (4, 3, 2, 17, '127.0.0.1:7004', '127.0.0.1:9004', \
+             x'00000000', 1, x'00000000', 9);
+             PRAGMA user_version = 2;",
+        )
+        .expect("version 2 file");
+    drop(connection);
+    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("migrate");
+    let page = block_on(store.list_members(TableVersion(0), NodeId(0))).expect("list");
+    assert_eq!(page.rows.len(), 1);
+    let row = page.rows[0].clone();
+    assert_eq!(
+        (row.node_id, row.incarnation, row.version),
+        (NodeId(4), 3, MemberVersion(9))
+    );
+    let version = block_on(store.poll_members(vec![])).expect("poll").version;
+    assert_eq!(version, TableVersion(1));
+    let beat = MemberWrite {
+        row: MemberRow {
+            heartbeat: 18,
+            ..row.clone()
+        },
+        condition: MemberCondition::VersionEquals(MemberVersion(9)),
+    };
+    assert_eq!(
+        block_on(store.write_member(beat)).expect("heartbeat"),
+        MemberOutcome::Applied(MemberVersion(10))
+    );
+    assert_eq!(
+        block_on(store.poll_members(vec![])).expect("poll").version,
+        version
+    );
+    let left = MemberWrite {
+        row: MemberRow {
+            state: MemberState::Left,
+            ..row
+        },
+        condition: MemberCondition::VersionEquals(MemberVersion(10)),
+    };
+    assert_eq!(
+        block_on(store.write_member(left)).expect("left"),
+        MemberOutcome::Applied(MemberVersion(11))
+    );
+    assert_eq!(
+        block_on(store.poll_members(vec![])).expect("poll").version,
+        TableVersion(2)
+    );
+    let changed = block_on(store.list_members(version, NodeId(0))).expect("changes");
+    assert_eq!(changed.rows.len(), 1);
+    assert_eq!(changed.rows[0].state, MemberState::Left);
+}
+
 /// A file of schema version 1 (before incarnations) is migrated in place:
 /// its records keep their state and read as written by incarnation 0,
 /// which every real incarnation outranks, and membership works.
@@ -99,7 +172,8 @@ fn a_version_1_file_is_migrated() {
         (record.cas_version, record.state),
         (CasVersion(7), vec![1, 2])
     );
-    assert!(block_on(store.list_members()).expect("list").is_empty());
+    let page = block_on(store.list_members(TableVersion(0), NodeId(0))).expect("list");
+    assert!(page.rows.is_empty());
     drop(store);
     let connection = rusqlite::Connection::open(&path).expect("raw open");
     let version: i64 = connection
@@ -221,8 +295,9 @@ fn reads_and_member_lists_do_not_wait_for_the_write_lock() {
     let started = Instant::now();
     let record = block_on(store.load(ObjectKey::new(1, 0, 1))).expect("a load under the lock");
     assert_eq!(record.map(|record| record.owner_node), Some(NodeId(1)));
-    assert!(block_on(store.list_members())
+    assert!(block_on(store.list_members(TableVersion(0), NodeId(0)))
         .expect("a list under the lock")
+        .rows
         .is_empty());
     // Reads are WAL read transactions: they never waited for busy_timeout.
     assert!(

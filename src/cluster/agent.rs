@@ -62,18 +62,7 @@ pub fn join(
             }
             for action in actions {
                 // The store's own request timeout bounds each wait.
-                match action {
-                    Action::List => match futures_lite::future::block_on(store.list_members()) {
-                        Ok(rows) => membership.on_listed(clock::now_ms(), rows),
-                        Err(_) => membership.on_list_failed(),
-                    },
-                    Action::Write { tag, write } => {
-                        let outcome =
-                            futures_lite::future::block_on(store.write_member(write.clone()));
-                        let outcome = outcome.map_err(|error| error.to_string());
-                        membership.on_written(clock::now_ms(), tag, &write, outcome);
-                    }
-                }
+                perform_blocking(store, &mut membership, action);
             }
         }
         for event in membership.take_events() {
@@ -84,7 +73,9 @@ pub fn join(
                 _ => {}
             }
         }
-        if let (Some(incarnation), Some(lease_until_ms)) = (incarnation, lease_until_ms) {
+        // The cores start with the whole view: the first listing is done.
+        let listed = membership.has_listed();
+        if let (Some(incarnation), Some(lease_until_ms), true) = (incarnation, lease_until_ms, listed) {
             let peers = membership.members().cloned().collect();
             return Ok(Joined {
                 membership,
@@ -100,6 +91,31 @@ pub fn join(
     }
 }
 
+/// Performs one action on the calling thread, blocking on the store.
+fn perform_blocking(store: &Store, membership: &mut Membership, action: Action) {
+    use futures_lite::future::block_on;
+    match action {
+        Action::Poll { nodes } => match block_on(store.poll_members(nodes)) {
+            Ok(poll) => membership.on_polled(clock::now_ms(), poll),
+            Err(_) => membership.on_poll_failed(),
+        },
+        Action::List { since, after } => match block_on(store.list_members(since, after)) {
+            Ok(page) => membership.on_listed(clock::now_ms(), page),
+            Err(_) => membership.on_list_failed(),
+        },
+        Action::Write { tag, write } => {
+            let outcome = block_on(store.write_member(write.clone()));
+            let outcome = outcome.map_err(|error| error.to_string());
+            membership.on_written(clock::now_ms(), tag, &write, outcome);
+        }
+        Action::Delete { node, version } => {
+            let outcome = block_on(store.delete_member(node, version));
+            let outcome = outcome.map_err(|error| error.to_string());
+            membership.on_deleted(clock::now_ms(), node, outcome);
+        }
+    }
+}
+
 /// Writes `left` for a node whose cores never ran (a start that failed
 /// after its join), blocking; best effort within a few heartbeats.
 pub fn leave_blocking(store: &Store, mut membership: Membership) {
@@ -110,12 +126,12 @@ pub fn leave_blocking(store: &Store, mut membership: Membership) {
     {
         for action in membership.take_actions() {
             match action {
-                Action::List => membership.on_list_failed(),
-                Action::Write { tag, write } => {
-                    let outcome = futures_lite::future::block_on(store.write_member(write.clone()));
-                    let outcome = outcome.map_err(|error| error.to_string());
-                    membership.on_written(clock::now_ms(), tag, &write, outcome);
+                Action::Poll { .. } => membership.on_poll_failed(),
+                Action::List { .. } => membership.on_list_failed(),
+                Action::Delete { node, .. } => {
+                    membership.on_deleted(clock::now_ms(), node, Err("leaving".to_string()))
                 }
+                write @ Action::Write { .. } => perform_blocking(store, &mut membership, write),
             }
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -272,23 +288,26 @@ impl Agent {
     fn pump(self: &Rc<Self>) {
         let actions = self.membership.borrow_mut().take_actions();
         for action in actions {
-            let agent = self.clone();
             match action {
-                Action::List => {
-                    let listed = self.store.list_members();
-                    let deadline = Instant::now() + self.request_deadline;
-                    shards::spawn(async move {
-                        let rows = before(deadline, listed).await;
-                        {
-                            let mut membership = agent.membership.borrow_mut();
-                            match rows {
-                                Some(Ok(rows)) => membership.on_listed(clock::now_ms(), rows),
-                                _ => membership.on_list_failed(),
-                            }
-                        }
-                        agent.pump();
-                    })
-                    .detach();
+                Action::Poll { nodes } => {
+                    let polled = self.store.poll_members(nodes);
+                    self.answer(polled, self.request_deadline, |m, now, polled| match polled {
+                        Ok(poll) => m.on_polled(now, poll),
+                        Err(_) => m.on_poll_failed(),
+                    });
+                }
+                Action::List { since, after } => {
+                    let listed = self.store.list_members(since, after);
+                    self.answer(listed, self.request_deadline, |m, now, listed| match listed {
+                        Ok(page) => m.on_listed(now, page),
+                        Err(_) => m.on_list_failed(),
+                    });
+                }
+                Action::Delete { node, version } => {
+                    let deleted = self.store.delete_member(node, version);
+                    self.answer(deleted, self.request_deadline, move |m, now, deleted| {
+                        m.on_deleted(now, node, deleted)
+                    });
                 }
                 Action::Write { tag, write } => {
                     let wait = match tag {
@@ -296,26 +315,35 @@ impl Agent {
                         _ => self.request_deadline,
                     };
                     let written = self.store.write_member(write.clone());
-                    let deadline = Instant::now() + wait;
-                    shards::spawn(async move {
-                        let outcome = match before(deadline, written).await {
-                            Some(Ok(outcome)) => Ok(outcome),
-                            Some(Err(error)) => Err(format!("the store answered: {error}")),
-                            None => Err(format!("no answer within {} ms", wait.as_millis())),
-                        };
-                        agent.membership.borrow_mut().on_written(
-                            clock::now_ms(),
-                            tag,
-                            &write,
-                            outcome,
-                        );
-                        agent.pump();
-                    })
-                    .detach();
+                    self.answer(written, wait, move |m, now, outcome| {
+                        m.on_written(now, tag, &write, outcome)
+                    });
                 }
             }
         }
         self.publish();
+    }
+
+    /// Feeds `answer` to membership once it is in (`Err` with why not, by
+    /// `wait`), then performs what that asked for.
+    fn answer<T: 'static>(
+        self: &Rc<Self>,
+        answer: crate::store::StoreFuture<Result<T, crate::store::MembershipError>>,
+        wait: Duration,
+        feed: impl FnOnce(&mut Membership, u64, Result<T, String>) + 'static,
+    ) {
+        let agent = self.clone();
+        let deadline = Instant::now() + wait;
+        shards::spawn(async move {
+            let result = match before(deadline, answer).await {
+                Some(Ok(value)) => Ok(value),
+                Some(Err(error)) => Err(format!("the store answered: {error}")),
+                None => Err(format!("no answer within {} ms", wait.as_millis())),
+            };
+            feed(&mut agent.membership.borrow_mut(), clock::now_ms(), result);
+            agent.pump();
+        })
+        .detach();
     }
 
     fn publish(&self) {
@@ -325,6 +353,9 @@ impl Agent {
         }
         for event in &events {
             match event {
+                Event::Removed { node } => {
+                    tracing::info!(node = node.0, "member row deleted (it left)")
+                }
                 Event::Member { row } => {
                     tracing::info!(
                         node = row.node_id.0,
@@ -388,6 +419,9 @@ impl Agent {
                     }
                     Event::Member { row } => {
                         peers.insert(row.node_id, Peer::from_row(&row));
+                    }
+                    Event::Removed { node } => {
+                        peers.remove(&node);
                     }
                     Event::Refused { .. }
                     | Event::TakenOver { .. }

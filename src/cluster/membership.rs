@@ -21,23 +21,32 @@
 //!   the row shows an incarnation this process did not take: another
 //!   process took the id; this one watches the row as a start does, and
 //!   exits if that heartbeat moves (it never takes a live process's id).
-//! - Observing: every row is re-read every half interval; a live member
-//!   whose heartbeat stood still for `down_after_ms` since this node first
-//!   saw its value is declared down by CAS on the version seen, so a late
-//!   heartbeat wins and the declaration fails.
+//! - Observing (`observing.rs`): every half interval a node polls the
+//!   table version and the rows of the few peers it watches (its
+//!   successors on a hash ring of the live members), and lists the rows
+//!   changed since the version it last listed at, only when the version
+//!   moved. A watched member whose row stood still (one version) for
+//!   `down_after_ms` since this node first read it is declared down by CAS
+//!   on that version, so a late heartbeat wins and the declaration fails.
+//!   The lowest live node deletes the rows of nodes that `left`
+//!   `left_retention_ms` after it first saw them so.
 //!
 //! See `ClusterConfig::check_timing` for why a fenced node has stopped
 //! serving before anyone may declare it down.
 
 mod joining;
+mod observing;
 
 use std::collections::BTreeMap;
 
 use crate::config::ClusterConfig;
 use crate::store::{
     AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,
-    MemberWrite, NodeId,
+    MemberWrite, NodeId, TableVersion,
 };
+
+use observing::{Listing, Observed};
+pub use observing::WATCHED_PER_NODE;
 
 /// What this node advertises in its row.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,10 +72,17 @@ pub enum WriteTag {
 /// What the driver must do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Read every row; answer with `on_listed` or `on_list_failed`.
-    List,
+    /// Read the table version and the rows of `nodes` (`store::Store::
+    /// poll_members`); answer with `on_polled` or `on_poll_failed`.
+    Poll { nodes: Vec<NodeId> },
+    /// Read one page of the rows changed after `since` with node ids above
+    /// `after`; answer with `on_listed` or `on_list_failed`.
+    List { since: TableVersion, after: NodeId },
     /// One conditional write; answer with `on_written`.
     Write { tag: WriteTag, write: MemberWrite },
+    /// Delete the row of `node`, which left, by CAS on `version`; answer
+    /// with `on_deleted`.
+    Delete { node: NodeId, version: MemberVersion },
 }
 
 /// What happened, for the driver to pass on (to every core's router, the
@@ -99,6 +115,8 @@ pub enum Event {
     },
     /// Another member's incarnation or state changed.
     Member { row: MemberRow },
+    /// Another member's row was deleted (it had left).
+    Removed { node: NodeId },
 }
 
 #[derive(Clone, Debug)]
@@ -151,26 +169,28 @@ struct Serving {
     last_failure: Option<String>,
 }
 
-/// What this node saw of another member.
-#[derive(Clone, Debug)]
-struct Observed {
-    row: MemberRow,
-    /// When this node first read the row's current heartbeat (its clock).
-    since_ms: u64,
-    declaring: bool,
-}
-
 /// One node's membership machine.
 pub struct Membership {
     me: NodeId,
     interval_ms: u64,
     fence_after_ms: u64,
     down_after_ms: u64,
+    left_retention_ms: u64,
     advert: Advertisement,
     phase: Phase,
     observed: BTreeMap<NodeId, Observed>,
-    listing: bool,
-    next_list_ms: u64,
+    /// A poll in flight: whether it asked for this node's own row.
+    polling: Option<bool>,
+    next_poll_ms: u64,
+    /// A listing in progress.
+    listing: Option<Listing>,
+    /// The table version the view holds every change up to.
+    listed: Option<TableVersion>,
+    /// The peers this node watches, while `ring_dirty` is false.
+    watched: Vec<NodeId>,
+    /// The lowest live node id (this one included), with `watched`.
+    lowest_live: NodeId,
+    ring_dirty: bool,
     /// Whether this node took an incarnation before (a later one is a
     /// rejoin).
     ever_joined: bool,
@@ -188,11 +208,17 @@ impl Membership {
             interval_ms: config.heartbeat_interval_ms,
             fence_after_ms: config.fence_after_ms,
             down_after_ms: config.down_after_ms,
+            left_retention_ms: config.left_retention_ms,
             advert,
             phase: Phase::Starting { watching: None },
             observed: BTreeMap::new(),
-            listing: false,
-            next_list_ms: 0,
+            polling: None,
+            next_poll_ms: 0,
+            listing: None,
+            listed: None,
+            watched: Vec::new(),
+            lowest_live: me,
+            ring_dirty: true,
             ever_joined: false,
             held_incarnation: 0,
             actions: Vec::new(),
@@ -277,12 +303,20 @@ impl Membership {
             .map(|observed| now_ms.saturating_sub(observed.since_ms))
     }
 
-    /// When (this node's clock) each member's heartbeat last moved.
+    /// When (this node's clock) the row of each member this node watches
+    /// last moved: of the others it reads only what changed, so it cannot
+    /// tell their heartbeats.
     pub fn heartbeats_moved_at(&self) -> BTreeMap<NodeId, u64> {
-        self.observed
+        self.watched
             .iter()
-            .map(|(node, observed)| (*node, observed.since_ms))
+            .filter_map(|node| Some((*node, self.observed.get(node)?.since_ms)))
             .collect()
+    }
+
+    /// Whether the view holds every change up to a table version read
+    /// (the first listing is done).
+    pub fn has_listed(&self) -> bool {
+        self.listed.is_some()
     }
 
     /// Changes the state this node advertises (`up` once it serves,
@@ -295,18 +329,19 @@ impl Membership {
         self.on_tick(now_ms);
     }
 
-    /// The driver's periodic call: writes a heartbeat when one is due and
-    /// reads the table when a read is due.
+    /// The driver's periodic call: writes a heartbeat when one is due,
+    /// polls the table when a poll is due, and deletes the rows of nodes
+    /// that left long enough ago.
     pub fn on_tick(&mut self, now_ms: u64) {
         self.check_lease(now_ms);
-        if !self.listing && now_ms >= self.next_list_ms {
-            if matches!(self.phase, Phase::Refused) {
-                return;
-            }
-            self.listing = true;
-            self.next_list_ms = now_ms + self.tick_ms();
-            self.actions.push(Action::List);
+        if matches!(self.phase, Phase::Refused) {
+            return;
         }
+        if self.polling.is_none() && now_ms >= self.next_poll_ms {
+            self.next_poll_ms = now_ms + self.tick_ms();
+            self.poll();
+        }
+        self.delete_left(now_ms);
         let Phase::Serving(serving) = &mut self.phase else {
             return;
         };
@@ -353,48 +388,6 @@ impl Membership {
         }
     }
 
-    /// A read of the table could not be made; the next tick tries again.
-    pub fn on_list_failed(&mut self) {
-        self.listing = false;
-    }
-
-    /// The table as read at `now_ms`.
-    pub fn on_listed(&mut self, now_ms: u64, rows: Vec<MemberRow>) {
-        self.listing = false;
-        self.check_lease(now_ms);
-        let mut own = None;
-        for row in rows {
-            if row.node_id == self.me {
-                own = Some(row);
-            } else if !row.node_id.is_none() {
-                self.observe(now_ms, row);
-            }
-        }
-        match self.phase.clone() {
-            Phase::Starting { watching } => self.start_from(now_ms, own, watching),
-            Phase::Serving(serving) => {
-                // Declared down, or the id taken by a later start.
-                let lost = match &own {
-                    Some(row) => {
-                        row.incarnation > serving.incarnation
-                            || (row.incarnation == serving.incarnation
-                                && row.state == MemberState::Down)
-                    }
-                    None => true,
-                };
-                if lost {
-                    self.lose(now_ms, own, "the membership table shows it");
-                }
-            }
-            Phase::Fenced { row: None } if own.is_some() => {
-                self.phase = Phase::Fenced { row: own };
-                self.rejoin(now_ms);
-            }
-            Phase::Displaced { watching } => self.watch_displaced(now_ms, own, watching),
-            _ => {}
-        }
-    }
-
     /// A lease that ran out stops the node serving; it keeps its
     /// incarnation and its objects, and serves again once a heartbeat (a
     /// CAS on the version it wrote, so nobody declared it down meanwhile)
@@ -421,45 +414,6 @@ impl Membership {
             at_ms: serving.lease_until_ms,
             cause,
         });
-    }
-
-    fn observe(&mut self, now_ms: u64, row: MemberRow) {
-        let node = row.node_id;
-        let changed = match self.observed.get(&node) {
-            None => true,
-            Some(seen) => seen.row.incarnation != row.incarnation || seen.row.state != row.state,
-        };
-        let moved = self
-            .observed
-            .get(&node)
-            .is_none_or(|seen| changed || seen.row.heartbeat != row.heartbeat);
-        let entry = self.observed.entry(node).or_insert_with(|| Observed {
-            row: row.clone(),
-            since_ms: now_ms,
-            declaring: false,
-        });
-        if moved {
-            entry.since_ms = now_ms;
-        }
-        entry.row = row.clone();
-        if changed {
-            self.events.push(Event::Member { row: row.clone() });
-        }
-        let stalled = now_ms.saturating_sub(entry.since_ms) >= self.down_after_ms;
-        if !row.state.is_ended() && stalled && !entry.declaring {
-            entry.declaring = true;
-            let write = MemberWrite {
-                row: MemberRow {
-                    state: MemberState::Down,
-                    ..row.clone()
-                },
-                condition: MemberCondition::VersionEquals(row.version),
-            };
-            self.actions.push(Action::Write {
-                tag: WriteTag::DeclareDown { node },
-                write,
-            });
-        }
     }
 
     /// The answer to a write (`Err`: no answer in time, or a store error,
@@ -499,17 +453,7 @@ impl Membership {
                 }
                 self.heartbeat_written(now_ms, heartbeat, sent_at_ms, write.row.state, outcome)
             }
-            WriteTag::DeclareDown { node } => {
-                if let Some(seen) = self.observed.get_mut(&node) {
-                    seen.declaring = false;
-                    if let MemberOutcome::Applied(version) = outcome {
-                        seen.row = write.applied(version);
-                        self.events.push(Event::Member {
-                            row: seen.row.clone(),
-                        });
-                    }
-                }
-            }
+            WriteTag::DeclareDown { node } => self.declared(now_ms, node, write, outcome),
         }
     }
 

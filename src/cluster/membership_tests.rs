@@ -49,7 +49,11 @@ fn run_failing(
         }
         for action in actions {
             match action {
-                Action::List => m.on_listed(now, table.list()),
+                Action::Poll { nodes } => m.on_polled(now, table.poll(&nodes)),
+                Action::List { since, after } => m.on_listed(now, table.list_page(since, after)),
+                Action::Delete { node, version } => {
+                    m.on_deleted(now, node, Ok(table.delete(node, version)))
+                }
                 Action::Write { tag, write } if fails(&tag) => {
                     m.on_written(now, tag, &write, Err("no answer".into()))
                 }
@@ -219,9 +223,13 @@ fn a_late_heartbeat_wins_over_a_declaration() {
     // b decides to declare a down on what it read (b's own lease ran
     // out meanwhile too: it also rejoins, which is not this test's
     // business)...
-    b.on_tick(0);
-    b.take_actions();
-    b.on_listed(config().down_after_ms + 1, table.list());
+    let late = config().down_after_ms + 1;
+    b.on_tick(late);
+    let polled = b.take_actions().into_iter().find_map(|action| match action {
+        Action::Poll { nodes } => Some(nodes),
+        _ => None,
+    });
+    b.on_polled(late, table.poll(&polled.expect("a poll is due")));
     let declare = b.take_actions();
     let Some((tag, write)) = declare.iter().find_map(|action| match action {
         Action::Write {
@@ -236,7 +244,7 @@ fn a_late_heartbeat_wins_over_a_declaration() {
     run(&mut a, &mut table, 500);
     let outcome = table.write(&write);
     assert!(matches!(outcome, MemberOutcome::Conflict(_)));
-    b.on_written(config().down_after_ms + 1, tag, &write, Ok(outcome));
+    b.on_written(late, tag, &write, Ok(outcome));
     assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Joining);
     assert!(!b
         .take_events()
@@ -345,7 +353,9 @@ fn a_node_cut_from_the_store_and_declared_down_meanwhile_rejoins_with_the_next_i
         m.on_tick(now);
         for action in m.take_actions() {
             match action {
-                Action::List => m.on_list_failed(),
+                Action::Poll { .. } => m.on_poll_failed(),
+                Action::List { .. } => m.on_list_failed(),
+                Action::Delete { node, .. } => m.on_deleted(now, node, Err("no answer".into())),
                 Action::Write { tag, write } => {
                     m.on_written(now, tag, &write, Err("no answer".into()))
                 }
@@ -486,3 +496,6 @@ fn a_clock_jump_ends_the_lease_and_only_a_later_heartbeat_renews_it() {
     assert!(m.is_serving(602));
     assert_eq!(m.incarnation(), Some(1));
 }
+
+#[path = "membership_observing_tests.rs"]
+mod observing;

@@ -41,6 +41,10 @@ pub struct ClusterConfig {
     /// Another node that sees a member's heartbeat unchanged for this long
     /// (its own clock) declares it down.
     pub down_after_ms: u64,
+    /// How long the row of a node that left stays in the membership table
+    /// (the lowest live node's clock, from its first read of it so) before
+    /// it is deleted; a tombstone of its last incarnation and version stays.
+    pub left_retention_ms: u64,
     /// Frames one link queues before a send to it fails.
     pub link_queue_max: usize,
     /// Transfers in flight at once while the node drains, over the node
@@ -68,6 +72,7 @@ impl Default for ClusterConfig {
             heartbeat_interval_ms: 500,
             fence_after_ms: 2000,
             down_after_ms: 4000,
+            left_retention_ms: 600_000,
             link_queue_max: 4096,
             drain_concurrency: 16,
             redirect_grace_ms: 5000,
@@ -138,6 +143,13 @@ impl ClusterConfig {
         }
         if self.link_queue_max == 0 {
             return Err("cluster.link_queue_max must be positive".into());
+        }
+        if self.left_retention_ms < self.down_after_ms {
+            return Err(format!(
+                "cluster.left_retention_ms ({}) must be at least cluster.down_after_ms ({}): \
+                 every live node lists a row's last change well within it",
+                self.left_retention_ms, self.down_after_ms
+            ));
         }
         self.check_drain()
     }
@@ -213,6 +225,24 @@ mod tests {
             ..ClusterConfig::default()
         };
         assert!(config.check_timing().unwrap_err().contains("cluster.name"));
+    }
+
+    #[test]
+    fn the_left_retention_is_at_least_down_after() {
+        let config = ClusterConfig::default();
+        let at_limit = ClusterConfig {
+            left_retention_ms: config.down_after_ms,
+            ..config.clone()
+        };
+        at_limit.check_timing().unwrap();
+        let below = ClusterConfig {
+            left_retention_ms: config.down_after_ms - 1,
+            ..config
+        };
+        assert!(below
+            .check_timing()
+            .unwrap_err()
+            .contains("cluster.left_retention_ms"));
     }
 
     #[test]

@@ -58,6 +58,9 @@ impl Config {
         if self.node.id == 0 {
             return invalid("node.id must not be 0 (0 means \"no owner\")");
         }
+        if self.node.id > super::NODE_ID_MAX {
+            return invalid("node.id must be at most 9223372036854775807 (stores keep it signed)");
+        }
         if let Some(cpus) = &self.cores.cpus {
             if cpus.is_empty() {
                 return invalid("cores.cpus must name at least one CPU");

@@ -133,6 +133,10 @@ fn relations_are_checked() {
     let mut config = Config::default();
     config.node.id = 0;
     assert!(config.validate().is_err());
+    config.node.id = crate::config::NODE_ID_MAX;
+    assert!(config.validate().is_ok());
+    config.node.id = crate::config::NODE_ID_MAX + 1;
+    assert!(config.validate().is_err());
     let mut config = Config::default();
     config.router.object_save_interval_ms = config.router.object_free_timeout_ms;
     assert!(config.validate().is_err());

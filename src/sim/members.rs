@@ -8,12 +8,18 @@ use rand::Rng;
 use super::faults::WriteFate;
 use super::world::{Event, World};
 use crate::cluster::membership::{Action, Event as MemberEvent, Membership, WriteTag};
-use crate::store::{MemberOutcome, MemberRow, MemberWrite, NodeId};
+use crate::store::{MemberOutcome, MemberPage, MemberPoll, MemberWrite, NodeId};
 
 /// A membership table operation's answer, on its way to the node.
 pub(super) enum MemberReply {
-    Listed(Vec<MemberRow>),
+    Polled(MemberPoll),
+    PollFailed,
+    Listed(MemberPage),
     ListFailed,
+    Deleted {
+        node: NodeId,
+        outcome: Result<MemberOutcome, ()>,
+    },
     Written {
         tag: WriteTag,
         write: Box<MemberWrite>,
@@ -118,6 +124,9 @@ impl World {
             MemberEvent::Member { row } => self.with_cores(node, |c, _| {
                 c.on_member(row.node_id, row.incarnation, row.state)
             }),
+            // The router keeps what it learnt of the node (its last
+            // incarnation ended), as a real node's cores do.
+            MemberEvent::Removed { .. } => {}
         }
     }
 
@@ -126,22 +135,43 @@ impl World {
     pub(super) fn member_apply(&mut self, node: u64, process: u64, action: Action) {
         let cut = self.store_cut(node);
         let reply = match action {
-            Action::List => {
+            Action::Poll { nodes } => {
+                let failed = cut || (self.faults && self.rng.gen_range(0..100) < 4);
+                let reply = if failed {
+                    MemberReply::PollFailed
+                } else {
+                    MemberReply::Polled(self.members.poll(&nodes))
+                };
+                return self.member_read_reply(node, process, reply);
+            }
+            Action::List { since, after } => {
                 let failed = cut || (self.faults && self.rng.gen_range(0..100) < 4);
                 let reply = if failed {
                     MemberReply::ListFailed
                 } else {
-                    MemberReply::Listed(self.members.list())
+                    MemberReply::Listed(self.members.list_page(since, after))
                 };
-                // Read now, answered now: the read's latency was the trip
-                // here.
-                let event = Event::MemberReply {
-                    node,
-                    process,
-                    reply,
+                return self.member_read_reply(node, process, reply);
+            }
+            Action::Delete {
+                node: gone,
+                version,
+            } => {
+                let outcome = if cut || (self.faults && self.rng.gen_range(0..100) < 4) {
+                    Err(())
+                } else {
+                    Ok(self.members.delete(gone, version))
                 };
-                self.process(event);
-                return;
+                if outcome
+                    .as_ref()
+                    .is_ok_and(|o| matches!(o, MemberOutcome::Applied(_)))
+                {
+                    self.report.deletions += 1;
+                }
+                MemberReply::Deleted {
+                    node: gone,
+                    outcome,
+                }
             }
             Action::Write { tag, write } => {
                 let outcome = if cut {
@@ -165,6 +195,16 @@ impl World {
                 reply,
             },
         );
+    }
+
+    /// A read is answered when it is made: its latency was the trip here.
+    fn member_read_reply(&mut self, node: u64, process: u64, reply: MemberReply) {
+        let event = Event::MemberReply {
+            node,
+            process,
+            reply,
+        };
+        self.process(event);
     }
 
     /// Applies one membership write under a random fate, as the records'
@@ -210,8 +250,15 @@ impl World {
 
     pub(super) fn member_reply(&mut self, node: u64, reply: MemberReply) {
         self.with_membership(node, |m, now| match reply {
-            MemberReply::Listed(rows) => m.on_listed(now, rows),
+            MemberReply::Polled(poll) => m.on_polled(now, poll),
+            MemberReply::PollFailed => m.on_poll_failed(),
+            MemberReply::Listed(page) => m.on_listed(now, page),
             MemberReply::ListFailed => m.on_list_failed(),
+            MemberReply::Deleted { node, outcome } => m.on_deleted(
+                now,
+                node,
+                outcome.map_err(|()| "cut off from the store".to_string()),
+            ),
             MemberReply::Written {
                 tag,
                 write,

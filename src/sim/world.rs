@@ -66,6 +66,9 @@ impl Default for SimConfig {
                 heartbeat_interval_ms: 50,
                 fence_after_ms: 200,
                 down_after_ms: 400,
+                // Short, so that rows of nodes that left are deleted and
+                // rejoins meet their tombstones within a run.
+                left_retention_ms: 800,
                 ..ClusterConfig::default()
             },
         }
@@ -93,6 +96,8 @@ pub struct SimReport {
     pub held_events: u64,
     /// Members declared down by another node's CAS.
     pub declarations: u64,
+    /// Rows of nodes that left, deleted after the retention.
+    pub deletions: u64,
     /// Router cores fenced (lease run out, or declared down).
     pub fences: u64,
     /// Rejoins with a higher incarnation after a fence.

@@ -8,7 +8,11 @@ use wire::ObjectKey;
 use super::bridge::{ready, StoreFuture};
 use super::error::{LoadError, MembershipError, OpenError, WriteError};
 use super::health::{self, ErrorOp, StoreHealth, Verdict};
-use super::membership::{self, MemberOutcome, MemberRow, MemberWrite, MEMBER_ROW_BYTES_MAX};
+use super::membership::{
+    self, MemberOutcome, MemberPage, MemberPoll, MemberVersion, MemberWrite, TableVersion,
+    MEMBER_ROW_BYTES_MAX, POLL_ROWS_MAX,
+};
+use super::record::NodeId;
 use super::record::{RecordWrite, RouteRecord, WriteOutcome};
 use crate::config::{Config, StoreBackend, StoreConfig};
 use crate::metrics::StoreStats;
@@ -25,13 +29,30 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         writes: Vec<RecordWrite>,
     ) -> StoreFuture<Result<Vec<WriteOutcome>, WriteError>>;
-    /// One conditional membership write (see `membership`).
+    /// One conditional membership write (see `membership`): a change moves
+    /// the table version in the same atomic operation.
     fn write_member(
         &self,
         write: MemberWrite,
     ) -> StoreFuture<Result<MemberOutcome, MembershipError>>;
-    /// Every membership row, by node id, at most `MEMBERS_MAX`.
-    fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>>;
+    /// Deletes the row of `node_id` if it is `left` at version `expected`,
+    /// keeping its tombstone, and moves the table version, atomically.
+    fn delete_member(
+        &self,
+        node_id: NodeId,
+        expected: MemberVersion,
+    ) -> StoreFuture<Result<MemberOutcome, MembershipError>>;
+    /// The table version, then the rows of `nodes` (at most
+    /// `POLL_ROWS_MAX`; a deleted row as its tombstone).
+    fn poll_members(&self, nodes: Vec<NodeId>) -> StoreFuture<Result<MemberPoll, MembershipError>>;
+    /// One page (at most `MEMBERS_PAGE_MAX` entries) of the rows changed
+    /// after `since` with node ids above `after`, by node id; since 0,
+    /// every live row.
+    fn list_members(
+        &self,
+        since: TableVersion,
+        after: NodeId,
+    ) -> StoreFuture<Result<MemberPage, MembershipError>>;
 
     /// The operation latencies this backend records, if it records any
     /// (every backend behind a bridge does).
@@ -251,12 +272,50 @@ impl Store {
         )
     }
 
-    /// Every membership row, by node id (live or not: liveness is the
-    /// observer's judgement, on its own clock).
-    pub fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+    /// Deletes the row of a node that left, by CAS on its version: the
+    /// tombstone keeps its incarnation and version, so neither repeats.
+    pub fn delete_member(
+        &self,
+        node_id: NodeId,
+        expected: MemberVersion,
+    ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
+        self.observed(
+            ErrorOp::WriteMember,
+            self.backend.delete_member(node_id, expected),
+            health::member_write_verdict,
+        )
+    }
+
+    /// The table version and the rows of `nodes` (live or not: liveness is
+    /// the observer's judgement, on its own clock). More than
+    /// `POLL_ROWS_MAX` nodes is refused.
+    pub fn poll_members(
+        &self,
+        nodes: Vec<NodeId>,
+    ) -> StoreFuture<Result<MemberPoll, MembershipError>> {
+        if nodes.len() > POLL_ROWS_MAX {
+            return ready(Err(MembershipError::PollTooLarge {
+                len: nodes.len(),
+                max: POLL_ROWS_MAX,
+            }));
+        }
         self.observed(
             ErrorOp::ListMembers,
-            self.backend.list_members(),
+            self.backend.poll_members(nodes),
+            health::list_verdict,
+        )
+    }
+
+    /// One page of the rows changed after table version `since` (every
+    /// live row since 0), node ids above `after`, by node id.
+    pub fn list_members(
+        &self,
+        since: TableVersion,
+        after: NodeId,
+    ) -> StoreFuture<Result<MemberPage, MembershipError>> {
+        self.observed(
+            ErrorOp::ListMembers,
+            self.backend.list_members(since, after),
             health::list_verdict,
         )
     }

@@ -4,7 +4,8 @@
 //! its answer.
 //!
 //! Two lanes: object traffic (`load`, `write_batch`) and membership traffic
-//! (`write_member`, `list_members`) have a queue each, and every backend
+//! (`write_member`, `delete_member`, `poll_members`, `list_members`) have a
+//! queue each, and every backend
 //! serves the membership queue on its own connection, beside the object
 //! one. A heartbeat then never waits behind object reads and writes, nor
 //! rides in their group commit: a node under store load keeps its lease.
@@ -23,8 +24,10 @@ use futures_channel::oneshot;
 use wire::ObjectKey;
 
 use super::error::{BackendError, LoadError, MembershipError, WriteError};
-use super::membership::{MemberOutcome, MemberRow, MemberWrite};
-use super::record::{RecordWrite, RouteRecord, WriteOutcome};
+use super::membership::{
+    MemberOutcome, MemberPage, MemberPoll, MemberVersion, MemberWrite, TableVersion,
+};
+use super::record::{NodeId, RecordWrite, RouteRecord, WriteOutcome};
 use crate::metrics::{Histogram, StoreStats};
 
 /// The future every store operation returns: boxed so the backend trait
@@ -38,7 +41,8 @@ pub(crate) fn ready<T: Send + 'static>(value: T) -> StoreFuture<T> {
 pub(crate) type LoadReply = oneshot::Sender<Result<Option<RouteRecord>, LoadError>>;
 pub(crate) type WriteReply = oneshot::Sender<Result<Vec<WriteOutcome>, WriteError>>;
 pub(crate) type MemberWriteReply = oneshot::Sender<Result<MemberOutcome, MembershipError>>;
-pub(crate) type ListReply = oneshot::Sender<Result<Vec<MemberRow>, MembershipError>>;
+pub(crate) type ListReply = oneshot::Sender<Result<MemberPage, MembershipError>>;
+pub(crate) type PollReply = oneshot::Sender<Result<MemberPoll, MembershipError>>;
 
 /// One queued operation. `deadline` is when the caller stops caring: a
 /// request still queued then is answered as timed out without being run.
@@ -53,7 +57,23 @@ pub(crate) enum Op {
     Write(Vec<RecordWrite>),
     /// Boxed: a row is several times larger than the other ops.
     WriteMember(Box<MemberWrite>),
-    ListMembers,
+    /// Answered as a `WriteMember`.
+    DeleteMember(NodeId, MemberVersion),
+    PollMembers(Vec<NodeId>),
+    ListMembers {
+        since: TableVersion,
+        after: NodeId,
+    },
+}
+
+impl Op {
+    /// Whether the op only reads.
+    pub fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. }
+        )
+    }
 }
 
 enum Reply {
@@ -61,14 +81,17 @@ enum Reply {
     Write(WriteReply),
     WriteMember(MemberWriteReply),
     List(ListReply),
+    Poll(PollReply),
 }
 
-/// A backend's answer to one `Op`, in the same shape.
+/// A backend's answer to one `Op`, in the same shape (`DeleteMember` is
+/// answered `WriteMember`).
 pub(crate) enum Done {
     Load(Option<RouteRecord>),
     Write(Vec<WriteOutcome>),
     WriteMember(MemberOutcome),
-    List(Vec<MemberRow>),
+    List(MemberPage),
+    Poll(MemberPoll),
 }
 
 impl Request {
@@ -90,7 +113,8 @@ impl Request {
             (Reply::WriteMember(reply), Ok(Done::WriteMember(outcome))) => {
                 drop(reply.send(Ok(outcome)))
             }
-            (Reply::List(reply), Ok(Done::List(rows))) => drop(reply.send(Ok(rows))),
+            (Reply::List(reply), Ok(Done::List(page))) => drop(reply.send(Ok(page))),
+            (Reply::Poll(reply), Ok(Done::Poll(poll))) => drop(reply.send(Ok(poll))),
             (reply, Ok(_)) => {
                 debug_assert!(false, "a backend answered an op with another op's result");
                 reply.fail(BackendError::Corrupt(
@@ -115,6 +139,7 @@ impl Request {
             }
             Reply::WriteMember(reply) => drop(reply.send(Ok(MemberOutcome::Indeterminate))),
             Reply::List(reply) => drop(reply.send(Err(MembershipError::Timeout))),
+            Reply::Poll(reply) => drop(reply.send(Err(MembershipError::Timeout))),
         }
     }
 }
@@ -126,6 +151,7 @@ impl Reply {
             Reply::Write(reply) => drop(reply.send(Err(error.into()))),
             Reply::WriteMember(reply) => drop(reply.send(Err(error.into()))),
             Reply::List(reply) => drop(reply.send(Err(error.into()))),
+            Reply::Poll(reply) => drop(reply.send(Err(error.into()))),
         }
     }
 }
@@ -150,7 +176,7 @@ pub enum MemberLane {
 pub(crate) struct Lanes {
     /// `Load` and `Write`.
     pub objects: Receiver<Request>,
-    /// `WriteMember` and `ListMembers`.
+    /// `WriteMember`, `DeleteMember`, `PollMembers` and `ListMembers`.
     pub members: Receiver<Request>,
 }
 
@@ -209,7 +235,10 @@ impl Bridge {
         let now = Instant::now();
         let lane = match op {
             Op::Load(_) | Op::Write(_) => &self.objects,
-            Op::WriteMember(_) | Op::ListMembers => &self.members,
+            Op::WriteMember(_)
+            | Op::DeleteMember(..)
+            | Op::PollMembers(_)
+            | Op::ListMembers { .. } => &self.members,
         };
         lane.try_send(Request {
             deadline: now + self.timeout,
@@ -263,8 +292,20 @@ impl Bridge {
         &self,
         write: MemberWrite,
     ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
+        self.member_op(Op::WriteMember(Box::new(write)))
+    }
+
+    pub fn delete_member(
+        &self,
+        node_id: NodeId,
+        expected: MemberVersion,
+    ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
+        self.member_op(Op::DeleteMember(node_id, expected))
+    }
+
+    fn member_op(&self, op: Op) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
         let (reply, answer) = oneshot::channel();
-        match self.submit(Op::WriteMember(Box::new(write)), Reply::WriteMember(reply)) {
+        match self.submit(op, Reply::WriteMember(reply)) {
             // Handed over: a backend thread that died may have applied it.
             Ok(started) => Box::pin(timed(
                 async move { answer.await.unwrap_or(Ok(MemberOutcome::Indeterminate)) },
@@ -277,9 +318,30 @@ impl Bridge {
         }
     }
 
-    pub fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+    pub fn poll_members(
+        &self,
+        nodes: Vec<NodeId>,
+    ) -> StoreFuture<Result<MemberPoll, MembershipError>> {
         let (reply, answer) = oneshot::channel();
-        match self.submit(Op::ListMembers, Reply::List(reply)) {
+        self.member_read(Op::PollMembers(nodes), Reply::Poll(reply), answer)
+    }
+
+    pub fn list_members(
+        &self,
+        since: TableVersion,
+        after: NodeId,
+    ) -> StoreFuture<Result<MemberPage, MembershipError>> {
+        let (reply, answer) = oneshot::channel();
+        self.member_read(Op::ListMembers { since, after }, Reply::List(reply), answer)
+    }
+
+    fn member_read<T: Send + 'static>(
+        &self,
+        op: Op,
+        reply: Reply,
+        answer: oneshot::Receiver<Result<T, MembershipError>>,
+    ) -> StoreFuture<Result<T, MembershipError>> {
+        match self.submit(op, reply) {
             Ok(started) => Box::pin(timed(
                 async move { answer.await.unwrap_or(Err(MembershipError::Closed)) },
                 self.stats.clone(),
@@ -313,8 +375,24 @@ impl super::api::Backend for Bridge {
         Bridge::write_member(self, write)
     }
 
-    fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
-        Bridge::list_members(self)
+    fn delete_member(
+        &self,
+        node_id: NodeId,
+        expected: MemberVersion,
+    ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
+        Bridge::delete_member(self, node_id, expected)
+    }
+
+    fn poll_members(&self, nodes: Vec<NodeId>) -> StoreFuture<Result<MemberPoll, MembershipError>> {
+        Bridge::poll_members(self, nodes)
+    }
+
+    fn list_members(
+        &self,
+        since: TableVersion,
+        after: NodeId,
+    ) -> StoreFuture<Result<MemberPage, MembershipError>> {
+        Bridge::list_members(self, since, after)
     }
 
     fn stats(&self) -> Option<Arc<StoreStats>> {

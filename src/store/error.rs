@@ -125,6 +125,14 @@ pub enum MembershipError {
         /// The bound.
         max: usize,
     },
+    /// A poll of more rows than `membership::POLL_ROWS_MAX`.
+    #[error("a poll of {len} member rows exceeds {max}")]
+    PollTooLarge {
+        /// The rows asked for.
+        len: usize,
+        /// The bound.
+        max: usize,
+    },
     /// The backend failed the request.
     #[error(transparent)]
     Backend(#[from] BackendError),

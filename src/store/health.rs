@@ -272,7 +272,9 @@ fn membership_failure(error: &MembershipError) -> Verdict {
         MembershipError::Closed => ErrorKind::Closed,
         MembershipError::Timeout => ErrorKind::Timeout,
         MembershipError::Backend(error) => backend_kind(error),
-        MembershipError::RowTooLarge { .. } => return Verdict::Neither,
+        MembershipError::RowTooLarge { .. } | MembershipError::PollTooLarge { .. } => {
+            return Verdict::Neither
+        }
     };
     Verdict::Failed(kind, error.to_string())
 }

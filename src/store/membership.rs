@@ -1,6 +1,7 @@
 //! The membership table: one row per node id, written under compare-and-set
 //! like the route records, so that incarnations, heartbeats and declarations
-//! of death never overwrite each other.
+//! of death never overwrite each other; and beside the rows, the table's
+//! version, which every membership change moves.
 //!
 //! Every write of a row is conditioned on the row's `version` (or on its
 //! absence), and the store assigns the next version. The cluster builds its
@@ -11,6 +12,24 @@
 //! - an observer declares a member `down` with a CAS on the version it saw
 //!   unchanged for `down_after_ms`, so a late heartbeat wins over it.
 //!
+//! The table version (`TableVersion`, one row of its own, as Orleans keeps
+//! it): a write that changes a row in anything but its heartbeat (an
+//! incarnation taken, a state, an address or actor), the insert of a row
+//! and the deletion of one move it by one, in the same atomic store
+//! operation as the row's change, and stamp the row with the version they
+//! made (`changed`). A heartbeat moves neither. So a node reads one row per
+//! poll, and lists only the rows changed since the version it last listed
+//! at, and only when the version moved.
+//!
+//! Deletion: the row of a node that `left` is deleted by CAS on its version;
+//! what stays is a tombstone of three numbers (node id, last incarnation,
+//! last version) that lists of changes report as deleted and full lists
+//! skip. A node's own read (`poll`) shows the tombstone as a `left` row
+//! without addresses, so a later start takes the next incarnation by CAS on
+//! the tombstone's version, as after any `left`: neither an incarnation nor
+//! a version ever repeats for a node id, and a frozen old process's CAS
+//! never applies to a new row.
+//!
 //! Variable parts (the per-core cluster addresses and the actors) are
 //! stored as explicit little-endian blobs so every backend keeps the same
 //! bytes and decoding is one bounds-checked function.
@@ -19,11 +38,16 @@ use super::record::NodeId;
 
 /// An encoded row's addresses and actors may not exceed this many bytes: a
 /// node advertises a handful of addresses and at most a few thousand
-/// actors, and every node reads every row on each poll.
+/// actors, and every node reads every row that changed.
 pub const MEMBER_ROW_BYTES_MAX: usize = 256 * 1024;
 
-/// `list_members` returns at most this many rows: a bound on one poll.
-pub const MEMBERS_MAX: usize = 4096;
+/// One page of a listing holds at most this many entries (rows and
+/// deletions): the members are not capped, a page is.
+pub const MEMBERS_PAGE_MAX: usize = 256;
+
+/// One poll reads at most this many rows besides the table version (a
+/// node reads the peers it watches, or its own row while it starts).
+pub const POLL_ROWS_MAX: usize = 16;
 
 /// A member's lifecycle state, stored as its number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -77,6 +101,73 @@ impl MemberState {
 /// store assigns it; a writer presents the one it read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MemberVersion(pub u64);
+
+/// The membership table's version: moved by one by every membership change
+/// (never by a heartbeat) in the same atomic operation as the change. It
+/// is 0 in a new store (1 in one migrated from before it existed, whose
+/// rows are all stamped 1) and never goes back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableVersion(pub u64);
+
+/// What one poll read: the table version, and the rows asked for (those
+/// that exist; a deleted row as its tombstone, `left` without addresses).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberPoll {
+    /// The table version, read before the rows.
+    pub version: TableVersion,
+    /// The rows asked for that exist, by node id.
+    pub rows: Vec<MemberRow>,
+}
+
+/// One page of the rows changed since a table version, by node id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberPage {
+    /// Rows that changed (all live rows when listing since version 0).
+    pub rows: Vec<MemberRow>,
+    /// Node ids whose row was deleted since (never when listing since 0).
+    pub deleted: Vec<NodeId>,
+    /// Whether entries past this page's last node id may remain: the
+    /// page was full.
+    pub more: bool,
+}
+
+impl MemberPage {
+    /// The last node id this page covered: the next page starts after it.
+    pub fn last(&self) -> Option<NodeId> {
+        let row = self.rows.iter().map(|row| row.node_id).max();
+        let deleted = self.deleted.iter().copied().max();
+        row.max(deleted)
+    }
+}
+
+/// Whether writing `new` over `old` is a membership change (it moves the
+/// table version): anything but the heartbeat and the CAS version differs.
+pub fn is_change(old: &MemberRow, new: &MemberRow) -> bool {
+    old.incarnation != new.incarnation
+        || old.state != new.state
+        || old.gateway != new.gateway
+        || old.admin != new.admin
+        || old.cluster != new.cluster
+        || old.core_count != new.core_count
+        || old.actors != new.actors
+}
+
+/// The row a deleted row leaves to its node's own reads: its id, last
+/// incarnation and version, state `left`, no addresses.
+pub fn tombstone(node_id: NodeId, incarnation: u64, version: MemberVersion) -> MemberRow {
+    MemberRow {
+        node_id,
+        incarnation,
+        state: MemberState::Left,
+        heartbeat: 0,
+        gateway: String::new(),
+        admin: String::new(),
+        cluster: Vec::new(),
+        core_count: 0,
+        actors: Vec::new(),
+        version,
+    }
+}
 
 /// One node's row in the membership table.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,9 +14,11 @@ use wire::ObjectKey;
 use super::api::{Backend, Store};
 use super::bridge::{ready, StoreFuture};
 use super::error::{BackendError, LoadError, MembershipError, WriteError};
-use super::membership::{MemberOutcome, MemberRow, MemberWrite};
+use super::membership::{
+    MemberOutcome, MemberPage, MemberPoll, MemberVersion, MemberWrite, TableVersion,
+};
 use super::memory_table::{MemberTable, MemoryTable};
-use super::record::{RecordWrite, RouteRecord, WriteOutcome};
+use super::record::{NodeId, RecordWrite, RouteRecord, WriteOutcome};
 use crate::config::StoreConfig;
 
 /// Faults waiting to be injected, at most this many: a bound on what a test
@@ -185,6 +187,37 @@ impl Backend for MemoryBackend {
         &self,
         write: MemberWrite,
     ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
+        self.member_change(|members| members.write(&write))
+    }
+
+    fn delete_member(
+        &self,
+        node_id: NodeId,
+        expected: MemberVersion,
+    ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
+        self.member_change(|members| members.delete(node_id, expected))
+    }
+
+    fn poll_members(&self, nodes: Vec<NodeId>) -> StoreFuture<Result<MemberPoll, MembershipError>> {
+        self.member_read(|members| members.poll(&nodes))
+    }
+
+    fn list_members(
+        &self,
+        since: TableVersion,
+        after: NodeId,
+    ) -> StoreFuture<Result<MemberPage, MembershipError>> {
+        self.member_read(|members| members.list_page(since, after))
+    }
+}
+
+impl MemoryBackend {
+    /// A membership write or deletion under the next fault, as a record
+    /// write is.
+    fn member_change(
+        &self,
+        apply: impl FnOnce(&mut MemberTable) -> MemberOutcome,
+    ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
         let mut shared = lock(&self.shared);
         let fault = shared.faults.pop_front();
         let answer = match fault {
@@ -196,13 +229,17 @@ impl Backend for MemoryBackend {
         let outcome = if fault == Some(Fault::TimeoutNotApplied) {
             MemberOutcome::Indeterminate
         } else {
-            shared.members.write(&write)
+            apply(&mut shared.members)
         };
         drop(shared);
         self.reply(answer, Ok(outcome), Ok(MemberOutcome::Indeterminate))
     }
 
-    fn list_members(&self) -> StoreFuture<Result<Vec<MemberRow>, MembershipError>> {
+    /// A membership read under the next fault, as a load is.
+    fn member_read<T: Clone + Send + 'static>(
+        &self,
+        read: impl FnOnce(&mut MemberTable) -> T,
+    ) -> StoreFuture<Result<T, MembershipError>> {
         let mut shared = lock(&self.shared);
         let answer = match shared.faults.pop_front() {
             Some(Fault::Fail) => return ready(Err(BackendError::Injected.into())),
@@ -210,8 +247,8 @@ impl Backend for MemoryBackend {
             Some(Fault::Delay(delay)) => self.answer(delay),
             None => Answer::Now,
         };
-        let rows = shared.members.list();
+        let value = read(&mut shared.members);
         drop(shared);
-        self.reply(answer, Ok(rows), Err(MembershipError::Timeout))
+        self.reply(answer, Ok(value), Err(MembershipError::Timeout))
     }
 }

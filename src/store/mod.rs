@@ -38,11 +38,12 @@ pub use error::{BackendError, LoadError, MembershipError, OpenError, WriteError}
 pub use gateway_addresses::{GatewayAddresses, Transport};
 pub use health::StoreHealth;
 pub use membership::{
-    AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,
-    MemberWrite, MEMBERS_MAX, MEMBER_ROW_BYTES_MAX,
+    AdvertisedActor, MemberCondition, MemberOutcome, MemberPage, MemberPoll, MemberRow,
+    MemberState, MemberVersion, MemberWrite, TableVersion, MEMBERS_PAGE_MAX, MEMBER_ROW_BYTES_MAX,
+    POLL_ROWS_MAX,
 };
 pub use memory::{open_memory, Fault, MemoryFaults, FAULTS_MAX};
-pub use memory_table::{MemberTable, MemoryTable};
+pub use memory_table::{MemberTable, MemoryTable, RowCounts};
 #[cfg(feature = "postgres")]
 pub use postgres::{open_postgres, open_postgres_lanes, BATCH_BYTES_MAX};
 #[cfg(feature = "postgres")]

@@ -242,6 +242,7 @@ async fn ensure_schema(client: &mut Client) -> Result<(), OpenError> {
                 .batch_execute(&sql::create_schema_sql())
                 .await
                 .map_err(open_error)?;
+            migrate_1_to_2(&transaction).await?;
             tracing::info!("postgres store: tables created");
         }
         [true, true, true] => {
@@ -255,7 +256,10 @@ async fn ensure_schema(client: &mut Client) -> Result<(), OpenError> {
                 [row] => row.try_get::<_, i64>(0).map_err(open_error)?,
                 _ => 0,
             };
-            if found != POSTGRES_SCHEMA_VERSION {
+            if found == 1 {
+                migrate_1_to_2(&transaction).await?;
+                tracing::info!("postgres store: schema migrated from version 1 to 2");
+            } else if found != POSTGRES_SCHEMA_VERSION {
                 return Err(OpenError::PostgresSchemaVersion {
                     found,
                     expected: POSTGRES_SCHEMA_VERSION,
@@ -272,6 +276,19 @@ async fn ensure_schema(client: &mut Client) -> Result<(), OpenError> {
         }
     }
     transaction.commit().await.map_err(open_error)
+}
+
+/// Version 1 to 2: the membership table version and its functions.
+async fn migrate_1_to_2(transaction: &tokio_postgres::Transaction<'_>) -> Result<(), OpenError> {
+    use super::postgres_membership::{MEMBER_FUNCTIONS_SQL, MIGRATE_1_TO_2};
+    transaction
+        .batch_execute(MIGRATE_1_TO_2)
+        .await
+        .map_err(open_error)?;
+    transaction
+        .batch_execute(MEMBER_FUNCTIONS_SQL)
+        .await
+        .map_err(open_error)
 }
 
 /// Connects the whole pool, the first connection checking the schema,

@@ -7,14 +7,20 @@
 //!
 //! Statements: consecutive route writes of one kind (inserts of absent
 //! keys, or CAS updates) go as one multi-row statement, a run; a
-//! membership write is a statement of its own. A run of updates is
+//! membership write or deletion is a statement of its own (one call of a
+//! function that also moves the table version: see `postgres_membership`). A run of updates is
 //! preceded by a statement that locks its rows in key order.
 //!
 //! Transaction semantics (every write keeps its own condition and outcome):
 //! - Writes run in lock order (membership rows, then routes, by key in the
 //!   order PostgreSQL sorts the key columns), so two group transactions,
 //!   of this process or another, never wait for each other in a cycle;
-//!   writes of one key keep their request order. Runs keep that order:
+//!   writes of one key keep their request order. One exception: a
+//!   membership change also locks the version row after its member row, so
+//!   two batches that each change two members (only the benchmark's shared
+//!   lane puts two membership writes in one batch) can wait in a cycle,
+//!   which PostgreSQL breaks by failing one of them as a deadlock: a plain
+//!   error, so every write of that batch fails, none applied. Runs keep that order:
 //!   each run holds consecutive writes of the sorted list, and a run of
 //!   updates locks its rows sorted before it writes them.
 //! - A refused write must answer the record that refused it. It is read in
@@ -33,7 +39,7 @@
 //!   and the connection is dropped. This holds even where the position of
 //!   the error would prove a rollback, because that proof would rest on
 //!   which pending request a dying connection's last message is matched to.
-//! - Reads (`load`, `list_members`) run outside the transaction and
+//! - Reads (`load`, `poll_members`, `list_members`) run outside the transaction and
 //!   answer for themselves.
 //! - A batch of one write runs as one autocommit statement (no `BEGIN`):
 //!   the same rules, one statement fewer.
@@ -44,13 +50,17 @@ use tokio_postgres::{Client, Row};
 
 use super::bridge::{Done, Op, Request};
 use super::error::BackendError;
-use super::membership::{MemberOutcome, MemberWrite};
-use super::postgres_membership::{list_members, member_from_row, select_member, write_member};
+use super::membership::{MemberOutcome, MemberVersion, MemberWrite};
+use super::postgres_membership::{
+    delete_member, function_answer, list_members, member_from_row, page_from_rows, poll_from_rows,
+    poll_members, select_member, write_member,
+};
 use super::postgres_sql::{self as sql, is_plain_failure, key_values};
 use super::postgres_statements::{
     applied_cas, insert_routes, lock_routes, pipeline, select_route, simple, update_routes,
     Pending, Reply, RouteColumns, Statements,
 };
+use super::record::NodeId;
 use super::record::{RecordWrite, WriteCondition, WriteOutcome};
 
 /// What a batch answers, one entry per request in order, and whether the
@@ -73,6 +83,8 @@ enum LockKey {
 enum WriteRef<'a> {
     Route(&'a RecordWrite),
     Member(&'a MemberWrite),
+    /// A deletion of a member row at a version.
+    Delete(NodeId, MemberVersion),
 }
 
 /// One write of the batch and where its outcome goes.
@@ -113,7 +125,13 @@ fn plan<'r>(ops: impl Iterator<Item = &'r Op>) -> Vec<Planned<'r>> {
                 request,
                 index: 0,
             }),
-            Op::Load(_) | Op::ListMembers => {}
+            Op::DeleteMember(node, expected) => planned.push(Planned {
+                lock: LockKey::Member(node.0),
+                write: WriteRef::Delete(*node, *expected),
+                request,
+                index: 0,
+            }),
+            Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => {}
         }
     }
     // Stable: writes of one key keep their request order.
@@ -159,7 +177,7 @@ pub(crate) async fn run(client: &Client, st: &Statements, requests: &[Request]) 
     let reads: Vec<usize> = requests
         .iter()
         .enumerate()
-        .filter(|(_, request)| matches!(request.op, Op::Load(_) | Op::ListMembers))
+        .filter(|(_, request)| request.op.is_read())
         .map(|(index, _)| index)
         .collect();
     let (commit, read_replies) = run_writes(client, st, &planned, requests, &reads).await;
@@ -206,7 +224,12 @@ pub(crate) async fn run(client: &Client, st: &Statements, requests: &[Request]) 
 fn read<'a>(client: &'a Client, st: &'a Statements, request: &'a Request) -> Pending<'a> {
     match &request.op {
         Op::Load(key) => select_route(client, st, *key),
-        _ => list_members(client, st),
+        Op::PollMembers(nodes) => poll_members(client, st, nodes),
+        Op::ListMembers { since, after } => list_members(client, st, *since, *after),
+        // Only reads are read; a write here would be a planning bug.
+        Op::Write(_) | Op::WriteMember(_) | Op::DeleteMember(..) => {
+            Box::pin(async { Reply::Rows(Ok(Vec::new())) })
+        }
     }
 }
 
@@ -217,9 +240,11 @@ fn read_answer(op: &Op, reply: Reply) -> Result<Done, BackendError> {
     };
     match op {
         Op::Load(key) => Ok(Done::Load(single_route(*key, &rows)?)),
-        _ => Ok(Done::List(
-            rows.iter().map(member_from_row).collect::<Result<_, _>>()?,
-        )),
+        Op::PollMembers(_) => Ok(Done::Poll(poll_from_rows(&rows)?)),
+        Op::ListMembers { .. } => Ok(Done::List(page_from_rows(&rows)?)),
+        Op::Write(_) | Op::WriteMember(_) | Op::DeleteMember(..) => {
+            Err(BackendError::Corrupt("a write answered as a read"))
+        }
     }
 }
 
@@ -238,6 +263,8 @@ fn single_route(
 enum Step<'p> {
     /// A membership write and its index in `planned`.
     Member(usize, &'p MemberWrite),
+    /// A membership deletion and its index in `planned`.
+    Delete(usize, NodeId, MemberVersion),
     /// Consecutive route writes of one kind: their range in `planned`, and
     /// their statement's columns (boxed: ten vectors).
     Routes {
@@ -248,13 +275,17 @@ enum Step<'p> {
 }
 
 /// Cuts a segment into steps: runs of consecutive route writes of one
-/// kind, and each membership write alone.
+/// kind, and each membership write or deletion alone.
 fn steps<'p>(planned: &[Planned<'p>], segment: Range<usize>) -> Vec<Step<'p>> {
     let mut steps: Vec<Step<'p>> = Vec::new();
     for index in segment {
         let write = match planned[index].write {
             WriteRef::Member(write) => {
                 steps.push(Step::Member(index, write));
+                continue;
+            }
+            WriteRef::Delete(node, expected) => {
+                steps.push(Step::Delete(index, node, expected));
                 continue;
             }
             WriteRef::Route(write) => write,
@@ -324,6 +355,10 @@ async fn run_writes(
                     pending.push(write_member(client, st, write));
                     roles.push(Role::Member(*index));
                 }
+                Step::Delete(index, node, expected) => {
+                    pending.push(delete_member(client, st, *node, *expected));
+                    roles.push(Role::Member(*index));
+                }
                 Step::Routes {
                     update,
                     range,
@@ -370,10 +405,11 @@ async fn run_writes(
         let mut refused = Vec::new();
         for (role, reply) in roles.iter().zip(&replies) {
             match (role, reply) {
-                (Role::Member(index), Reply::Count(Ok(1))) => {
-                    outcomes[*index] = Some(applied(&planned[*index]))
-                }
-                (Role::Member(index), Reply::Count(Ok(0))) => refused.push(*index),
+                (Role::Member(index), Reply::Rows(Ok(rows))) => match function_answer(rows) {
+                    Ok(Some(_)) => outcomes[*index] = Some(applied(&planned[*index])),
+                    Ok(None) => refused.push(*index),
+                    Err(_) => outcomes[*index] = Some(indeterminate(&planned[*index])),
+                },
                 (Role::Routes(range), Reply::Rows(Ok(rows))) => {
                     let written =
                         written_in_run(&planned[range.clone()], rows.iter().map(answered_key));
@@ -385,9 +421,8 @@ async fn run_writes(
                         }
                     }
                 }
-                // A key is the primary key: a membership write counting more
-                // than one row is impossible, and nothing but "unknown" can
-                // be said of it.
+                // A membership function answers one row; anything else is
+                // impossible, and nothing but "unknown" can be said of it.
                 (Role::Member(index), _) => {
                     outcomes[*index] = Some(indeterminate(&planned[*index]))
                 }
@@ -407,6 +442,7 @@ async fn run_writes(
             .map(|&index| match planned[index].write {
                 WriteRef::Route(write) => select_route(client, st, write.key),
                 WriteRef::Member(write) => select_member(client, st, write.row.node_id.0),
+                WriteRef::Delete(node, _) => select_member(client, st, node.0),
             })
             .collect();
         let mut replies = pipeline(reads_refused).await;
@@ -518,13 +554,16 @@ fn applied(planned: &Planned<'_>) -> Outcome {
     match planned.write {
         WriteRef::Route(write) => Outcome::Route(WriteOutcome::Applied(applied_cas(write))),
         WriteRef::Member(write) => Outcome::Member(MemberOutcome::Applied(write.next_version())),
+        WriteRef::Delete(_, expected) => Outcome::Member(MemberOutcome::Applied(MemberVersion(
+            expected.0.wrapping_add(1),
+        ))),
     }
 }
 
 fn indeterminate(planned: &Planned<'_>) -> Outcome {
     match planned.write {
         WriteRef::Route(_) => Outcome::Route(WriteOutcome::Indeterminate),
-        WriteRef::Member(_) => Outcome::Member(MemberOutcome::Indeterminate),
+        WriteRef::Member(_) | WriteRef::Delete(..) => Outcome::Member(MemberOutcome::Indeterminate),
     }
 }
 
@@ -537,7 +576,7 @@ fn refusal(planned: &Planned<'_>, reply: Reply) -> Option<Outcome> {
         WriteRef::Route(write) => single_route(write.key, &rows)
             .ok()
             .map(|record| Outcome::Route(WriteOutcome::Conflict(record))),
-        WriteRef::Member(_) => match rows.as_slice() {
+        WriteRef::Member(_) | WriteRef::Delete(..) => match rows.as_slice() {
             [] => Some(Outcome::Member(MemberOutcome::Conflict(None))),
             [row] => member_from_row(row)
                 .ok()
@@ -576,10 +615,10 @@ fn fold_writes(
                     writes.len()
                 ])))
             }
-            Op::WriteMember(_) => {
+            Op::WriteMember(_) | Op::DeleteMember(..) => {
                 answers[request] = Some(Ok(Done::WriteMember(MemberOutcome::Indeterminate)))
             }
-            Op::Load(_) | Op::ListMembers => {}
+            Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => {}
         }
     }
     for (planned, outcome) in planned.iter().zip(outcomes) {

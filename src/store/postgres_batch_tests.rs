@@ -74,7 +74,7 @@ fn runs_hold_consecutive_writes_of_one_kind_in_lock_order() {
     let shape: Vec<(Option<bool>, Range<usize>)> = steps
         .iter()
         .map(|step| match step {
-            Step::Member(index, _) => (None, *index..*index + 1),
+            Step::Member(index, _) | Step::Delete(index, ..) => (None, *index..*index + 1),
             Step::Routes { update, range, .. } => (Some(*update), range.clone()),
         })
         .collect();

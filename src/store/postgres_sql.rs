@@ -12,7 +12,8 @@ use super::error::BackendError;
 use super::record::{CasVersion, NodeId, RouteRecord, RouteVersion};
 
 /// The schema this build writes and reads, kept in `routerd_schema`.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 1;
+/// Version 1 (no membership table version) is migrated at open.
+pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
 
 /// Serialises schema creation between processes opening one new database
 /// at once: an arbitrary constant, the same in every routerd build.
@@ -22,12 +23,12 @@ pub(crate) const SCHEMA_LOCK_KEY: i64 = 0x0072_6f75_7465_7264; // "routerd" in A
 /// applications never mixes their tables with ours.
 pub(crate) const TABLES: [&str; 3] = ["routerd_schema", "routerd_routes", "routerd_members"];
 
-/// Creates every table of version 1 and records the version. Run once, in
-/// the transaction that found none of `TABLES`.
+/// Creates every table of version 1 and records version 1 (the
+/// migration to the current version follows in the same transaction). Run
+/// once, in the transaction that found none of `TABLES`.
 pub(crate) fn create_schema_sql() -> String {
-    format!(
-        "CREATE TABLE routerd_schema (version BIGINT NOT NULL);
-         INSERT INTO routerd_schema (version) VALUES ({POSTGRES_SCHEMA_VERSION});
+    "CREATE TABLE routerd_schema (version BIGINT NOT NULL);
+         INSERT INTO routerd_schema (version) VALUES (1);
          CREATE TABLE routerd_routes (
              type_id BIGINT NOT NULL,
              zone_id BIGINT NOT NULL,
@@ -52,7 +53,7 @@ pub(crate) fn create_schema_sql() -> String {
              actors BYTEA NOT NULL,
              version BIGINT NOT NULL
          );"
-    )
+    .to_string()
 }
 
 // Route statements. A segment's route writes go in one statement per kind,
@@ -188,9 +189,10 @@ pub fn describe(error: &tokio_postgres::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::membership::MEMBERS_MAX;
+    use crate::store::membership::MEMBERS_PAGE_MAX;
     use crate::store::postgres_membership::{
-        insert_member_sql, list_members_sql, select_member_sql, UPDATE_MEMBER,
+        list_members_sql, poll_members_sql, select_member_sql, DELETE_MEMBER, MEMBER_FUNCTIONS_SQL,
+        MIGRATE_1_TO_2, WRITE_MEMBER,
     };
 
     #[test]
@@ -198,18 +200,30 @@ mod tests {
         assert!(INSERT_ROUTES.contains("ON CONFLICT DO NOTHING"));
         assert!(UPDATE_ROUTES.contains("AND route.cas_version = input.expected_cas"));
         assert!(LOCK_ROUTES.ends_with("ORDER BY type_id, zone_id, object_id FOR UPDATE"));
-        assert!(insert_member_sql().ends_with("ON CONFLICT DO NOTHING"));
-        assert!(UPDATE_MEMBER.ends_with("AND version = $11"));
-        assert!(list_members_sql().ends_with(&format!("LIMIT {MEMBERS_MAX}")));
+        assert!(list_members_sql().ends_with(&format!("LIMIT {}", MEMBERS_PAGE_MAX + 1)));
+        assert!(list_members_sql().contains("WHERE changed > $1 AND node_id > $2"));
+        // A member write and its move of the table version are one
+        // statement: one call of a function that does both.
+        assert!(MEMBER_FUNCTIONS_SQL.contains("FOR UPDATE"));
+        assert_eq!(
+            MEMBER_FUNCTIONS_SQL
+                .matches("UPDATE routerd_members_version SET version = version + 1")
+                .count(),
+            3,
+            "an insert, a change and a deletion move the version"
+        );
+        assert!(MIGRATE_1_TO_2.contains("UPDATE routerd_schema SET version = 2"));
         // Every parameter a statement names is one the code binds.
         for (sql, count) in [
             (LOCK_ROUTES.to_string(), 3),
             (INSERT_ROUTES.to_string(), 8),
             (UPDATE_ROUTES.to_string(), 10),
             (SELECT_ROUTE.to_string(), 3),
-            (insert_member_sql(), 10),
-            (UPDATE_MEMBER.to_string(), 11),
+            (WRITE_MEMBER.to_string(), 10),
+            (DELETE_MEMBER.to_string(), 5),
             (select_member_sql(), 1),
+            (poll_members_sql(), 1),
+            (list_members_sql(), 2),
         ] {
             assert!(sql.contains(&format!("${count}")), "{sql}");
             assert!(!sql.contains(&format!("${}", count + 1)), "{sql}");
@@ -222,7 +236,8 @@ mod tests {
         for table in TABLES {
             assert!(sql.contains(&format!("CREATE TABLE {table} (")), "{table}");
         }
-        assert!(sql.contains(&format!("VALUES ({POSTGRES_SCHEMA_VERSION})")));
+        assert!(sql.contains("VALUES (1)"));
+        assert_eq!(POSTGRES_SCHEMA_VERSION, 2, "version 1 and one migration");
     }
 
     #[test]

@@ -23,18 +23,19 @@ pub(crate) struct Statements {
     insert_routes: Statement,
     update_routes: Statement,
     select_route: Statement,
-    pub(super) insert_member: Statement,
-    pub(super) update_member: Statement,
+    pub(super) write_member: Statement,
+    pub(super) delete_member: Statement,
     pub(super) select_member: Statement,
+    pub(super) poll_members: Statement,
     pub(super) list_members: Statement,
 }
 
 impl Statements {
     /// Prepares every statement in one pipelined round trip.
     pub async fn prepare(client: &Client) -> Result<Statements, tokio_postgres::Error> {
-        let (insert_member, select_member, list_members) = (
-            members::insert_member_sql(),
+        let (select_member, poll_members, list_members) = (
             members::select_member_sql(),
+            members::poll_members_sql(),
             members::list_members_sql(),
         );
         let (lock_routes, insert_routes, update_routes, select_route) = tokio::try_join!(
@@ -43,10 +44,11 @@ impl Statements {
             client.prepare(sql::UPDATE_ROUTES),
             client.prepare(sql::SELECT_ROUTE),
         )?;
-        let (insert_member, update_member, select_member, list_members) = tokio::try_join!(
-            client.prepare(&insert_member),
-            client.prepare(members::UPDATE_MEMBER),
+        let (write_member, delete_member, select_member, poll_members, list_members) = tokio::try_join!(
+            client.prepare(members::WRITE_MEMBER),
+            client.prepare(members::DELETE_MEMBER),
             client.prepare(&select_member),
+            client.prepare(&poll_members),
             client.prepare(&list_members),
         )?;
         Ok(Statements {
@@ -54,9 +56,10 @@ impl Statements {
             insert_routes,
             update_routes,
             select_route,
-            insert_member,
-            update_member,
+            write_member,
+            delete_member,
             select_member,
+            poll_members,
             list_members,
         })
     }

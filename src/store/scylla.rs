@@ -31,7 +31,7 @@ use super::api::Store;
 use super::bridge::{Bridge, Done, Lanes, MemberLane, Op, Request};
 use super::error::{BackendError, OpenError};
 use super::membership::{
-    self, MemberCondition, MemberOutcome, MemberRow, MemberVersion, MemberWrite, MEMBERS_MAX,
+    self, MemberCondition, MemberOutcome, MemberRow, MemberVersion, MemberWrite,
 };
 use super::record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
@@ -154,13 +154,19 @@ fn dispatch(
 /// The session and its prepared statements.
 struct Statements {
     session: Session,
+    keyspace: String,
     insert_if_absent: PreparedStatement,
     update_if_cas: PreparedStatement,
     select_record: PreparedStatement,
+    init_version: PreparedStatement,
+    select_version: PreparedStatement,
+    select_member: PreparedStatement,
+    select_members: PreparedStatement,
+    list_members: PreparedStatement,
+    heartbeat_member: PreparedStatement,
     insert_member: PreparedStatement,
     update_member: PreparedStatement,
-    select_member: PreparedStatement,
-    list_members: PreparedStatement,
+    bump_version: PreparedStatement,
 }
 
 fn scylla_error(error: impl std::error::Error + Send + Sync + 'static) -> BackendError {
@@ -195,23 +201,31 @@ impl Statements {
             prepared.push(statement);
         }
         let Ok(
-            [insert_if_absent, update_if_cas, select_record, insert_member, update_member, select_member, list_members],
+            [insert_if_absent, update_if_cas, select_record, init_version, select_version, select_member, select_members, list_members, heartbeat_member, insert_member, update_member, bump_version],
         ) = <[PreparedStatement; STATEMENT_COUNT]>::try_from(prepared)
         else {
             return Err(OpenError::Scylla(
                 "a statement was not prepared".to_string(),
             ));
         };
-        Ok(Statements {
+        let statements = Statements {
             session,
+            keyspace: config.keyspace.clone(),
             insert_if_absent,
             update_if_cas,
             select_record,
+            init_version,
+            select_version,
+            select_member,
+            select_members,
+            list_members,
+            heartbeat_member,
             insert_member,
             update_member,
-            select_member,
-            list_members,
-        })
+            bump_version,
+        };
+        statements.migrate_members().await.map_err(|e| open(&e))?;
+        Ok(statements)
     }
 
     async fn serve(&self, request: Request) {
@@ -230,9 +244,19 @@ impl Statements {
             Op::WriteMember(write) => tokio::time::timeout(remaining, self.write_member(write))
                 .await
                 .map(|result| result.map(Done::WriteMember)),
-            Op::ListMembers => tokio::time::timeout(remaining, self.list_members())
+            Op::DeleteMember(node, expected) => {
+                tokio::time::timeout(remaining, self.delete_member(*node, *expected))
+                    .await
+                    .map(|result| result.map(Done::WriteMember))
+            }
+            Op::PollMembers(nodes) => tokio::time::timeout(remaining, self.poll_members(nodes))
                 .await
-                .map(|result| result.map(Done::List)),
+                .map(|result| result.map(Done::Poll)),
+            Op::ListMembers { since, after } => {
+                tokio::time::timeout(remaining, self.list_members(*since, *after))
+                    .await
+                    .map(|result| result.map(Done::List))
+            }
         };
         match result {
             Ok(result) => request.answer(result),

@@ -2,7 +2,11 @@
 //! statements it prepares, and the mapping of a lightweight transaction's
 //! result row. Pure functions, unit-tested without a cluster.
 
-use super::members::{insert_member_cql, list_members_cql, select_member_cql, update_member_cql};
+use super::members::{
+    bump_version_cql, heartbeat_member_cql, init_version_cql, insert_member_cql, list_members_cql,
+    membership_table_cql, select_member_cql, select_members_cql, select_version_cql,
+    update_member_cql,
+};
 use super::*;
 
 /// Longest keyspace name CQL accepts.
@@ -62,11 +66,7 @@ pub(crate) fn table_statements(keyspace: &str) -> Vec<String> {
              save_timepoint_ms bigint, cas_version bigint, state blob, \
              owner_incarnation bigint, PRIMARY KEY ((type_id, zone_id, object_id)))"
         ),
-        format!(
-            "CREATE TABLE IF NOT EXISTS {keyspace}.members (node_id bigint PRIMARY KEY, \
-             incarnation bigint, state int, heartbeat bigint, gateway text, admin text, \
-             cluster blob, core_count int, actors blob, version bigint)"
-        ),
+        membership_table_cql(keyspace),
     ]
 }
 
@@ -141,7 +141,7 @@ pub(super) async fn warn_if_tablets(session: &Session, keyspace: &str) {
 }
 
 /// How many statements `statement_specs` gives.
-pub(super) const STATEMENT_COUNT: usize = 7;
+pub(super) const STATEMENT_COUNT: usize = 12;
 
 /// One prepared statement: its text, and the consistency it runs at.
 #[derive(Clone, Debug)]
@@ -153,14 +153,13 @@ pub(crate) struct StatementSpec {
 }
 
 /// Every statement the store prepares, in `Statements` field order:
-/// - The four writes are lightweight transactions on one partition each:
-///   QUORUM for the commit, SERIAL for the Paxos round.
-/// - The reads of one record or one member row are SERIAL: they see every
-///   committed LWT and finish one in flight, which a CAS needs.
-/// - The member list reads every partition of `members`, which SERIAL
-///   cannot do (ScyllaDB refuses SERIAL over more than one partition), so
-///   it reads at QUORUM. A list a moment stale is safe: every declaration
-///   made from it is a CAS on the row's version, refused if the row moved.
+/// - The writes are lightweight transactions on one partition each (a
+///   record's, or the one membership partition; a membership change is a
+///   conditional batch of two of them there): QUORUM for the commit,
+///   SERIAL for the Paxos round.
+/// - The reads are SERIAL and of one partition each: they see every
+///   committed LWT and finish one in flight, which a CAS needs, and a
+///   listing then sees every change the version it follows counted.
 pub(crate) fn statement_specs(keyspace: &str) -> [StatementSpec; STATEMENT_COUNT] {
     let lwt = |cql: String| StatementSpec {
         cql,
@@ -176,14 +175,15 @@ pub(crate) fn statement_specs(keyspace: &str) -> [StatementSpec; STATEMENT_COUNT
         lwt(insert_if_absent_cql(keyspace)),
         lwt(update_if_cas_cql(keyspace)),
         serial_read(select_record_cql(keyspace)),
+        lwt(init_version_cql(keyspace)),
+        serial_read(select_version_cql(keyspace)),
+        serial_read(select_member_cql(keyspace)),
+        serial_read(select_members_cql(keyspace)),
+        serial_read(list_members_cql(keyspace)),
+        lwt(heartbeat_member_cql(keyspace)),
         lwt(insert_member_cql(keyspace)),
         lwt(update_member_cql(keyspace)),
-        serial_read(select_member_cql(keyspace)),
-        StatementSpec {
-            cql: list_members_cql(keyspace),
-            consistency: Consistency::Quorum,
-            serial_consistency: None,
-        },
+        lwt(bump_version_cql(keyspace)),
     ]
 }
 

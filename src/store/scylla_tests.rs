@@ -1,6 +1,7 @@
 use super::cql::*;
 use super::members::*;
 use super::*;
+use crate::store::membership::MEMBERS_PAGE_MAX;
 
 fn write(condition: WriteCondition) -> RecordWrite {
     RecordWrite {
@@ -143,12 +144,20 @@ fn statements_use_lwt_and_the_keyspace() {
     assert_eq!(update_if_cas_cql("ks").matches('?').count(), 10);
     assert_eq!(insert_if_absent_cql("ks").matches('?').count(), 8);
     assert!(insert_member_cql("ks").ends_with("IF NOT EXISTS"));
-    assert_eq!(insert_member_cql("ks").matches('?').count(), 10);
-    assert!(update_member_cql("ks").ends_with("WHERE node_id = ? IF version = ?"));
-    assert_eq!(update_member_cql("ks").matches('?').count(), 11);
-    assert!(select_member_cql("ks").ends_with("WHERE node_id = ?"));
-    assert!(list_members_cql("ks").contains(&format!("LIMIT {MEMBERS_MAX}")));
+    assert_eq!(insert_member_cql("ks").matches('?').count(), 12);
+    assert!(update_member_cql("ks").ends_with("WHERE p = 0 AND node_id = ? IF version = ?"));
+    assert_eq!(update_member_cql("ks").matches('?').count(), 13);
+    assert!(heartbeat_member_cql("ks").contains("SET heartbeat = ?, version = ? WHERE"));
+    assert!(!heartbeat_member_cql("ks").contains("table_version"));
+    assert!(bump_version_cql("ks").ends_with("WHERE p = 0 IF table_version = ?"));
+    assert!(select_member_cql("ks").ends_with("WHERE p = 0 AND node_id = ?"));
+    assert!(list_members_cql("ks").contains(&format!("LIMIT {}", MEMBERS_PAGE_MAX + 1)));
     assert!(select_record_cql("ks").contains("FROM ks.routes"));
+    // Every member row and the version share one partition, so that a
+    // change and its version move are one conditional batch.
+    let table = membership_table_cql("ks");
+    assert!(table.contains("table_version bigint STATIC"), "{table}");
+    assert!(table.contains("PRIMARY KEY (p, node_id)"), "{table}");
     let tables = table_statements("ks");
     assert_eq!(tables.len(), 2);
     assert!(tables
@@ -183,12 +192,14 @@ fn the_keyspace_asks_for_vnodes_and_can_do_without_the_option() {
     assert!(!refuses_an_option(&ExecutionError::EmptyPlan));
 }
 
-/// A table's partition key columns.
+/// A table's partition key columns and how a statement names one
+/// partition: by a bound value, or, for the membership partition, by
+/// its one constant.
 fn partition_key(cql: &str) -> &'static [&'static str] {
     if cql.contains("ks.routes") {
         &["type_id", "zone_id", "object_id"]
-    } else if cql.contains("ks.members") {
-        &["node_id"]
+    } else if cql.contains("ks.membership") {
+        &["p"]
     } else {
         panic!("a statement of no known table: {cql}")
     }
@@ -212,10 +223,13 @@ fn names_one_partition(cql: &str) -> bool {
         return false;
     };
     let condition = condition.split(" IF ").next().unwrap_or_default();
-    !condition.contains(" IN ")
-        && key
-            .iter()
-            .all(|column| condition.contains(&format!("{column} = ?")))
+    key.iter().all(|column| {
+        // `IN` on a partition key names several partitions; on the
+        // membership partition's clustering column it does not.
+        let bound = condition.contains(&format!("{column} = ?"))
+            && !condition.contains(&format!("{column} IN"));
+        bound || (*column == "p" && condition.starts_with("p = 0"))
+    })
 }
 
 #[test]
@@ -225,10 +239,15 @@ fn every_statement_has_its_consistency_and_partition_rule() {
         insert_if_absent_cql("ks"),
         update_if_cas_cql("ks"),
         select_record_cql("ks"),
+        init_version_cql("ks"),
+        select_version_cql("ks"),
+        select_member_cql("ks"),
+        select_members_cql("ks"),
+        list_members_cql("ks"),
+        heartbeat_member_cql("ks"),
         insert_member_cql("ks"),
         update_member_cql("ks"),
-        select_member_cql("ks"),
-        list_members_cql("ks"),
+        bump_version_cql("ks"),
     ]
     .to_vec();
     // In the order `Statements` takes them.
@@ -265,16 +284,18 @@ fn every_statement_has_its_consistency_and_partition_rule() {
             );
         }
     }
-    // The reads a CAS relies on are SERIAL; the member list, which spans
-    // every partition, is QUORUM.
-    assert_eq!(specs[2].consistency, Consistency::Serial);
-    assert_eq!(specs[5].consistency, Consistency::Serial);
-    let list = &specs[6];
-    assert!(!names_one_partition(&list.cql));
-    assert_eq!(list.consistency, Consistency::Quorum);
+    // Every read is SERIAL, of one partition: the membership listing too,
+    // so that it sees every change the polled version counted.
+    for read in specs.iter().filter(|spec| spec.cql.starts_with("SELECT")) {
+        assert_eq!(read.consistency, Consistency::Serial, "{}", read.cql);
+        assert!(names_one_partition(&read.cql), "{}", read.cql);
+    }
     // The checker itself tells the shapes apart.
     assert!(!names_one_partition(
-        "SELECT a FROM ks.members WHERE node_id IN (?, ?)"
+        "SELECT a FROM ks.routes WHERE type_id IN ? AND zone_id = ? AND object_id = ?"
+    ));
+    assert!(!names_one_partition(
+        "SELECT a FROM ks.membership WHERE node_id = ?"
     ));
     assert!(!names_one_partition(
         "UPDATE ks.routes SET a = ? WHERE type_id = ? AND zone_id = ? IF a = ?"

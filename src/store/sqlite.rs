@@ -10,7 +10,7 @@
 //! IMMEDIATE` takes the file's write lock before the first read, so a CAS
 //! read-check-write is atomic against other processes sharing the file.
 //!
-//! Reads (`load`, `list_members`) run in a deferred transaction, which in
+//! Reads (`load`, `poll_members`, `list_members`) run in a deferred transaction, which in
 //! WAL mode is a read transaction: it never takes the write lock, so a
 //! process frozen while it reads blocks nobody. The write lock is held for
 //! one write transaction only. The two threads of one process take turns
@@ -38,17 +38,15 @@ use wire::ObjectKey;
 use super::api::Store;
 use super::bridge::{Bridge, Done, Lanes, MemberLane, Op, Request};
 use super::error::{BackendError, OpenError};
-use super::membership::{
-    self, MemberCondition, MemberOutcome, MemberRow, MemberVersion, MemberWrite, MEMBERS_MAX,
-};
 use super::record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };
 use crate::config::{SqliteSynchronous, StoreConfig};
 
 /// The schema this build reads and writes, kept in `PRAGMA user_version`.
-/// Version 1 (no incarnations) is migrated in place at open.
-pub const SCHEMA_VERSION: i64 = 2;
+/// Versions 1 (no incarnations) and 2 (no table version) are migrated in
+/// place at open.
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// `PRAGMA quick_check` at open may run this long at most; past it the
 /// check is stopped and the store opens (a big file would otherwise delay
@@ -99,6 +97,21 @@ CREATE TABLE members (
     actors BLOB NOT NULL,
     version INTEGER NOT NULL
 );
+";
+
+/// Version 2 to 3: the membership table's version, one row beside the
+/// members, and on each member row the table version its last change made
+/// (`changed`) and whether it is a tombstone (`deleted`). The rows a
+/// version 2 store holds are stamped 1, the version it starts at.
+const MIGRATE_2_TO_3: &str = "
+ALTER TABLE members ADD COLUMN changed INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE members ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX members_changed ON members (changed);
+CREATE TABLE members_version (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    version INTEGER NOT NULL
+);
+INSERT INTO members_version (id, version) VALUES (0, 1);
 ";
 
 /// Version 1 to 2: records learn their owner's incarnation (0: unknown,
@@ -287,17 +300,22 @@ fn ensure_schema(connection: &mut Connection, path: &Path) -> Result<(), OpenErr
         (0, 0) => {
             transaction.execute_batch(SCHEMA).map_err(sqlite)?;
             transaction.execute_batch(MEMBERS_SCHEMA).map_err(sqlite)?;
+            transaction.execute_batch(MIGRATE_2_TO_3).map_err(sqlite)?;
             transaction
                 .pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sqlite)?;
         }
-        (1, _) => {
-            transaction.execute_batch(MIGRATE_1_TO_2).map_err(sqlite)?;
-            transaction.execute_batch(MEMBERS_SCHEMA).map_err(sqlite)?;
+        (1 | 2, _) => {
+            if found == 1 {
+                transaction.execute_batch(MIGRATE_1_TO_2).map_err(sqlite)?;
+                transaction.execute_batch(MEMBERS_SCHEMA).map_err(sqlite)?;
+            }
+            transaction.execute_batch(MIGRATE_2_TO_3).map_err(sqlite)?;
             transaction
                 .pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sqlite)?;
-            tracing::info!(path = %path.display(), "store schema migrated from version 1 to 2");
+            tracing::info!(path = %path.display(), from = found, to = SCHEMA_VERSION,
+                "store schema migrated");
         }
         (SCHEMA_VERSION, _) => {}
         (found, _) => {
@@ -360,7 +378,7 @@ impl Worker {
             for request in batch.drain(..) {
                 if request.deadline <= now {
                     request.expire();
-                } else if matches!(request.op, Op::Load(_) | Op::ListMembers) {
+                } else if request.op.is_read() {
                     reads.push(request);
                 } else {
                     writes.push(request);
@@ -387,8 +405,11 @@ impl Worker {
         for request in requests {
             done.push(match &request.op {
                 Op::Load(key) => Done::Load(load(&transaction, *key)?),
-                Op::ListMembers => Done::List(list_members(&transaction)?),
-                Op::Write(_) | Op::WriteMember(_) => {
+                Op::PollMembers(nodes) => Done::Poll(poll_members(&transaction, nodes)?),
+                Op::ListMembers { since, after } => {
+                    Done::List(list_members(&transaction, *since, *after)?)
+                }
+                Op::Write(_) | Op::WriteMember(_) | Op::DeleteMember(..) => {
                     return Err(BackendError::Corrupt("a write among the reads"))
                 }
             });
@@ -433,7 +454,10 @@ impl Worker {
                     Done::Write(outcomes)
                 }
                 Op::WriteMember(write) => Done::WriteMember(write_member(&transaction, write)?),
-                Op::Load(_) | Op::ListMembers => {
+                Op::DeleteMember(node_id, expected) => {
+                    Done::WriteMember(delete_member(&transaction, *node_id, *expected)?)
+                }
+                Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => {
                     return Err(BackendError::Corrupt("a read among the writes"))
                 }
             });
@@ -545,92 +569,9 @@ fn write_one(transaction: &Transaction, write: &RecordWrite) -> Result<WriteOutc
     Ok(WriteOutcome::Conflict(load(transaction, key)?))
 }
 
-/// One conditional membership write inside the batch's transaction, as
-/// one statement: the condition is in the statement's WHERE (or its
-/// ON CONFLICT), and a refusal reads the row that refused it.
-fn write_member(
-    transaction: &Transaction,
-    write: &MemberWrite,
-) -> Result<MemberOutcome, BackendError> {
-    let row = &write.row;
-    let next = write.next_version();
-    let cluster = membership::encode_addresses(&row.cluster);
-    let actors = membership::encode_actors(&row.actors);
-    // Both statements take the same eleven values (?11 is the expected
-    // version, 0 for an insert), so they share one parameter list.
-    let expected = match write.condition {
-        MemberCondition::Absent => 0,
-        MemberCondition::VersionEquals(expected) => int(expected.0),
-    };
-    let values = params![
-        int(row.node_id.0),
-        int(row.incarnation),
-        row.state as i64,
-        int(row.heartbeat),
-        row.gateway,
-        row.admin,
-        cluster,
-        row.core_count,
-        actors,
-        int(next.0),
-        expected,
-    ];
-    let statement = match write.condition {
-        MemberCondition::Absent => {
-            "INSERT INTO members (node_id, incarnation, state, heartbeat, gateway, admin, \
-             cluster, core_count, actors, version) \
-             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 WHERE ?11 = 0 \
-             ON CONFLICT DO NOTHING"
-        }
-        MemberCondition::VersionEquals(_) => {
-            "UPDATE members SET incarnation = ?2, state = ?3, heartbeat = ?4, gateway = ?5, \
-             admin = ?6, cluster = ?7, core_count = ?8, actors = ?9, version = ?10 \
-             WHERE node_id = ?1 AND version = ?11"
-        }
-    };
-    let changed = transaction.prepare_cached(statement)?.execute(values)?;
-    if changed == 1 {
-        return Ok(MemberOutcome::Applied(next));
-    }
-    let current = select_members(transaction, Some(row.node_id))?.pop();
-    Ok(MemberOutcome::Conflict(current))
-}
-
-fn list_members(transaction: &Transaction) -> Result<Vec<MemberRow>, BackendError> {
-    select_members(transaction, None)
-}
-
-/// The rows of `node_id`, or every row (at most `MEMBERS_MAX`), by node id.
-fn select_members(
-    transaction: &Transaction,
-    node_id: Option<NodeId>,
-) -> Result<Vec<MemberRow>, BackendError> {
-    let mut statement = transaction.prepare_cached(
-        "SELECT node_id, incarnation, state, heartbeat, gateway, admin, cluster, core_count, \
-         actors, version FROM members WHERE ?1 IS NULL OR node_id = ?1 \
-         ORDER BY node_id LIMIT ?2",
-    )?;
-    let mut rows = statement.query(params![node_id.map(|node| int(node.0)), MEMBERS_MAX as i64])?;
-    let mut members = Vec::new();
-    let corrupt = |error: membership::DecodeError| BackendError::Corrupt(error.0);
-    while let Some(row) = rows.next()? {
-        let cluster: Vec<u8> = row.get(6)?;
-        let actors: Vec<u8> = row.get(8)?;
-        members.push(MemberRow {
-            node_id: NodeId(uint(row.get(0)?)),
-            incarnation: uint(row.get(1)?),
-            state: membership::decode_state(row.get(2)?).map_err(corrupt)?,
-            heartbeat: uint(row.get(3)?),
-            gateway: row.get(4)?,
-            admin: row.get(5)?,
-            cluster: membership::decode_addresses(&cluster).map_err(corrupt)?,
-            core_count: row.get(7)?,
-            actors: membership::decode_actors(&actors).map_err(corrupt)?,
-            version: MemberVersion(uint(row.get(9)?)),
-        });
-    }
-    Ok(members)
-}
+#[path = "sqlite_members.rs"]
+mod members;
+use members::{delete_member, list_members, poll_members, write_member};
 
 #[cfg(test)]
 #[path = "sqlite_tests.rs"]

@@ -191,7 +191,9 @@ fn measure(store: &Store, zone: u32, seconds: u64, spike: Option<Arc<Psql>>) -> 
             // so the loop goes on, and count it.
             _ => {
                 failed += 1;
-                let rows = block_on(store.list_members()).unwrap_or_default();
+                let rows = block_on(store.poll_members(vec![NodeId(node)]))
+                    .map(|poll| poll.rows)
+                    .unwrap_or_default();
                 if let Some(row) = rows.iter().find(|row| row.node_id == NodeId(node)) {
                     version = row.version;
                 }

@@ -19,7 +19,8 @@ impl Membership {
                 // whose answer was lost: it stands still, and is taken
                 // after `down_after_ms` like any stalled row).
                 format!(
-                    "node id {} is held by incarnation {}, which this process did not take                      ({how})",
+                    "node id {} is held by incarnation {}, which this process did not take \
+                     ({how})",
                     self.me.0, row.incarnation
                 )
             }
@@ -122,7 +123,7 @@ impl Membership {
         if known {
             self.rejoin(now_ms);
         } else {
-            self.next_list_ms = now_ms;
+            self.next_poll_ms = now_ms;
         }
     }
 
@@ -138,7 +139,7 @@ impl Membership {
                 self.phase = Phase::Displaced {
                     watching: (row.version, row.heartbeat, now_ms),
                 };
-                self.next_list_ms = now_ms;
+                self.next_poll_ms = now_ms;
                 return;
             }
             Some(row) => (
@@ -158,7 +159,7 @@ impl Membership {
         outcome: MemberOutcome,
     ) {
         let MemberOutcome::Applied(version) = outcome else {
-            self.next_list_ms = now_ms;
+            self.next_poll_ms = now_ms;
             self.phase = if self.ever_joined {
                 // A rejoin lost its CAS (a late write of this node's, or a
                 // declaration): rejoin on the row as read next.
