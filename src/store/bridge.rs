@@ -156,9 +156,10 @@ impl Reply {
     }
 }
 
-/// Membership requests waiting at most: one node has one heartbeat and at
-/// most a list and a state change in flight, so a full membership queue
-/// means the membership connection is stuck, and a caller is told at once.
+/// Membership requests waiting at most: one node has one heartbeat, a
+/// poll, a listing page, a declaration of each peer it watches and a
+/// deletion in flight at most, so a full membership queue means the
+/// membership connection is stuck, and a caller is told at once.
 pub const MEMBER_QUEUE_MAX: usize = 64;
 
 /// Whether membership has a lane of its own. `Shared` puts it in the

@@ -125,9 +125,10 @@ fn driver_thread(
     }
 }
 
-/// Membership requests in flight at once on Scylla: a heartbeat, a list
-/// and a state change.
-const MEMBER_INFLIGHT_MAX: usize = 4;
+/// Membership requests in flight at once on Scylla: a heartbeat, a poll,
+/// a listing page, a declaration of each of the watched peers
+/// (`cluster::membership::WATCHED_PER_NODE` = 3) and a deletion.
+const MEMBER_INFLIGHT_MAX: usize = 7;
 
 /// Serves `receiver` until every `Store` handle is gone, at most
 /// `inflight_max` requests at once.
