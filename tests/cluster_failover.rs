@@ -140,6 +140,29 @@ fn a_node_that_leaves_cleanly_hands_its_objects_over_at_once(cluster: LocalClust
     assert_eq!(incr(&mut moved, 2), 2);
 }
 
+/// The row of a node that left is deleted after `cluster.left_retention_ms`
+/// (the other node drops it from its view), and a later start of that id
+/// takes the incarnation after the one that left, from the tombstone the
+/// deletion kept.
+fn the_row_of_a_node_that_left_is_deleted_and_its_id_starts_higher(mut cluster: LocalCluster) {
+    cluster.cluster_extra = format!("left_retention_ms = {DOWN_AFTER_MS}");
+    let (a, b) = pair(&cluster);
+    assert_eq!(member_state(&b, 1), Some(("up".into(), 1)));
+    assert!(a.stop().success());
+    eventually(Duration::from_secs(3), "node 2 sees node 1 left", || {
+        (member_state(&b, 1)?.0 == "left").then_some(())
+    });
+    eventually(
+        Duration::from_millis(5 * DOWN_AFTER_MS),
+        "node 1's row deleted",
+        || member_state(&b, 1).is_none().then_some(()),
+    );
+    let again = cluster.start(1);
+    assert_eq!(get_json(again.admin, "/cluster")["incarnation"], 2);
+    wait_members_up(&b, &[1]);
+    assert_eq!(member_state(&b, 1), Some(("up".into(), 2)));
+}
+
 /// What one client saw of its player while the owner was killed.
 struct Trace {
     player: u64,
@@ -279,5 +302,6 @@ on_every_store!(
     a_second_process_with_the_id_of_a_live_node_is_refused,
     a_frozen_node_is_fenced_and_comes_back_as_a_new_incarnation,
     a_node_that_leaves_cleanly_hands_its_objects_over_at_once,
+    the_row_of_a_node_that_left_is_deleted_and_its_id_starts_higher,
     under_load_a_killed_owner_loses_no_acknowledged_increment_and_no_two_nodes_serve_one_player,
 );
