@@ -115,10 +115,12 @@ impl Membership {
         let asked_me = self.polling.take().unwrap_or(false);
         self.check_lease(now_ms);
         let mut own = None;
+        let mut read = Vec::with_capacity(poll.rows.len());
         for row in poll.rows {
             if row.node_id == self.me {
                 own = Some(row);
             } else if !row.node_id.is_none() {
+                read.push(row.node_id);
                 self.merge(now_ms, row);
             }
         }
@@ -136,7 +138,7 @@ impl Membership {
                 after: NodeId(0),
             });
         }
-        self.judge_watched(now_ms);
+        self.judge_watched(now_ms, &read);
     }
 
     /// This node's own row as a poll read it (`None`: there is none).
@@ -253,15 +255,18 @@ impl Membership {
         }
     }
 
-    /// Declares down every watched member whose row stood at one version
-    /// for `down_after_ms`, by CAS on that version. Only a node that
-    /// serves judges: its watch list is its own view's.
-    fn judge_watched(&mut self, now_ms: u64) {
+    /// Declares down every watched member whose row, as this poll read
+    /// it (`read`), stood at one version for `down_after_ms`, by CAS on
+    /// that version. Only a node that serves judges: its watch list is its
+    /// own view's. A member the poll did not read (the ring changed since
+    /// it was sent) waits for the next poll: its row as last read may be
+    /// old, and a CAS on it would only fail.
+    fn judge_watched(&mut self, now_ms: u64, read: &[NodeId]) {
         if !matches!(self.phase, Phase::Serving(_)) {
             return;
         }
         let watched = self.watched().to_vec();
-        for node in watched {
+        for node in watched.into_iter().filter(|node| read.contains(node)) {
             let Some(seen) = self.observed.get_mut(&node) else {
                 continue;
             };
