@@ -74,8 +74,10 @@ pub fn join(
             }
         }
         // The cores start with the whole view: the first listing is done.
-        let listed = membership.has_listed();
-        if let (Some(incarnation), Some(lease_until_ms), true) = (incarnation, lease_until_ms, listed) {
+        let joined = incarnation
+            .zip(lease_until_ms)
+            .filter(|_| membership.has_listed());
+        if let Some((incarnation, lease_until_ms)) = joined {
             let peers = membership.members().cloned().collect();
             return Ok(Joined {
                 membership,

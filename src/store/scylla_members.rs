@@ -466,13 +466,14 @@ impl Statements {
         let next = MemberVersion(expected.0.wrapping_add(1));
         for _ in 0..VERSION_RACES_MAX {
             let current = self.stored_one(node).await?;
-            let Some(stored) = current.filter(|stored| {
+            let holds = current.as_ref().is_some_and(|stored| {
                 !stored.deleted
                     && stored.row.version == expected
                     && stored.row.state == MemberState::Left
-            }) else {
-                let current = self.stored_one(node).await?;
-                return Ok(MemberOutcome::Conflict(current.map(Stored::visible)));
+            });
+            let stored = match current {
+                Some(stored) if holds => stored,
+                current => return Ok(MemberOutcome::Conflict(current.map(Stored::visible))),
             };
             let gone = tombstone(node, stored.row.incarnation, next);
             let condition = MemberCondition::VersionEquals(expected);

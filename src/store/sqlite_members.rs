@@ -91,9 +91,9 @@ pub(super) fn delete_member(
     let holds = current.as_ref().is_some_and(|stored| {
         !stored.deleted && stored.row.version == expected && stored.row.state == MemberState::Left
     });
-    let Some(stored) = current.filter(|_| holds) else {
-        let current = select_member(transaction, node_id)?;
-        return Ok(MemberOutcome::Conflict(current.map(StoredMember::visible)));
+    let stored = match current {
+        Some(stored) if holds => stored,
+        current => return Ok(MemberOutcome::Conflict(current.map(StoredMember::visible))),
     };
     let changed = bump_version(transaction)?;
     let next = MemberVersion(expected.0.wrapping_add(1));

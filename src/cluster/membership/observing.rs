@@ -11,7 +11,7 @@
 //! - Watching: the live members (not `left` or `down`) and this node sit
 //!   on a ring ordered by a hash of their ids; each watches the
 //!   `WATCHED_PER_NODE` that follow it, so every live member is watched by
-//!   the as many that precede it. A watched member whose row stood at one
+//!   as many: those that precede it. A watched member whose row stood at one
 //!   version for `down_after_ms` since this node first read that version
 //!   (its own clock) is declared down by CAS on it: a heartbeat in between
 //!   moved the version, and the declaration fails. A row read at any time
