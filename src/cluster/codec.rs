@@ -1,12 +1,22 @@
 //! What a link carries after its handshake: sealed records, each holding
-//! whole frames.
+//! whole frames, laid out so that every frame's payload can be read where
+//! it lies.
 //!
 //! ```text
-//! record  = kind 4 u8 | body_len u32 LE | body | mac [16]
-//! body    = frame*
-//! frame   = kind u8 | len u32 LE | payload        (1 message, 2 ping, 3 pong)
-//! mac     = HMAC-SHA256(key, seq u64 LE | kind | body_len | body)[..16]
+//! record = kind 4 u8 | 0 u8 x3 | body_len u32 LE | 0 u8 x8 | body | mac [16]
+//! body   = frame*
+//! frame  = kind u8 | 0 u8 x3 | len u32 LE | 0 u8 x8 | payload | zeros to a multiple of 16
+//!          (kind 1 message, 2 ping, 3 pong)
+//! mac    = HMAC-SHA256(key, seq u64 LE | record head | body)[..16]
 //! ```
+//!
+//! Every head is 16 bytes, every payload is padded to a multiple of 16 and
+//! the MAC is 16 bytes, so every record and every payload starts at a
+//! multiple of [`LINK_ALIGN`] from the start of the stream. A reader that
+//! collects records into one buffer aligned to it ([`LinkDecoder`]) can
+//! check a record's MAC and then hand out each message as the archive
+//! where it lies, validated in place (`wire::frame::access`): no copy and
+//! no allocation per frame.
 //!
 //! A writer seals what it has in one record per send (the frames that
 //! queued in one loop turn, and a ping when one is due), so the MAC costs
@@ -18,21 +28,28 @@
 //! of it is handed on.
 //!
 //! A message's payload is one internal frame as `FrameBuf::as_bytes` gives
-//! it (the rkyv archive and its checksum), read back with
-//! `FrameBuf::from_network`, which checks the length before anything is
-//! allocated and the checksum and the archive's structure before anything
-//! is read. Pings and pongs carry a nonce (the dialer's send time) so the
-//! dialer can time the round trip.
+//! it (the rkyv archive and its checksum); the reader checks its length
+//! before it waits for it, and its checksum and the archive's structure
+//! before anything reads it. Pings and pongs carry a nonce (the dialer's
+//! send time) so the dialer can time the round trip.
 
 use hmac::{Hmac, KeyInit, Mac};
+use rkyv::util::AlignedVec;
 use sha2::Sha256;
-use wire::frame::{FrameAccessError, FrameBuf, MAX_FRAME_LEN};
+use wire::frame::{ArchivedMessage, FrameAccessError, FrameBuf, FRAME_ALIGN, MAX_FRAME_LEN};
 
 const KIND_MESSAGE: u8 = 1;
 const KIND_PING: u8 = 2;
 const KIND_PONG: u8 = 3;
 const KIND_RECORD: u8 = 4;
-const HEAD_LEN: usize = 5;
+/// Bytes of a record's head and of a frame's head alike.
+const HEAD_LEN: usize = 16;
+/// Where a head keeps its length (after the kind and three zeros); the
+/// rest of the head is zeros.
+const HEAD_LEN_AT: usize = 4;
+/// What every record, head and payload starts at a multiple of, counted
+/// from the start of the stream.
+pub const LINK_ALIGN: usize = 16;
 /// Bytes of a record's MAC: a truncated HMAC-SHA256 (128 bits, as TLS's
 /// AEAD tags).
 pub const RECORD_MAC_LEN: usize = 16;
@@ -42,14 +59,26 @@ pub const RECORD_MAC_LEN: usize = 16;
 pub const RECORD_BODY_MAX_BYTES: usize = 256 * 1024;
 /// The largest record body a reader accepts: one frame of the largest
 /// size always fits in a record of its own.
-const RECORD_BODY_ACCEPTED_MAX: usize = HEAD_LEN + MAX_FRAME_LEN;
+const RECORD_BODY_ACCEPTED_MAX: usize = HEAD_LEN + padded(MAX_FRAME_LEN);
+
+// A payload at a multiple of LINK_ALIGN in a buffer aligned to it is
+// aligned for the archive; the MAC keeps the next record on the grid.
+const _: () = assert!(LINK_ALIGN % FRAME_ALIGN == 0);
+const _: () = assert!(AlignedVec::<16>::ALIGNMENT % LINK_ALIGN == 0);
+const _: () = assert!(HEAD_LEN % LINK_ALIGN == 0 && RECORD_MAC_LEN % LINK_ALIGN == 0);
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// One frame off a link.
+/// `len` rounded up to a multiple of [`LINK_ALIGN`].
+const fn padded(len: usize) -> usize {
+    len.div_ceil(LINK_ALIGN) * LINK_ALIGN
+}
+
+/// One frame off a link, read where it lies in the decoder's buffer.
 #[derive(Debug)]
-pub enum LinkFrame {
-    Message(FrameBuf),
+pub enum LinkFrame<'a> {
+    /// A message frame, validated (checksum and archive structure).
+    Message(&'a ArchivedMessage),
     Ping(u64),
     Pong(u64),
 }
@@ -65,12 +94,41 @@ pub enum LinkError {
     BadControl(usize),
     #[error("a frame runs past the end of its record")]
     Truncated,
+    /// Reserved bytes or padding that are not zero, or a record body off
+    /// the alignment grid: the sender does not follow this layout.
+    #[error("a link record or frame breaks the layout (reserved bytes, padding or alignment)")]
+    Layout,
     /// The record's MAC does not match: forged, altered, replayed,
     /// reordered, or sealed with another key.
     #[error("a record failed its authentication")]
     Auth,
     #[error(transparent)]
     Frame(#[from] FrameAccessError),
+}
+
+/// Appends a 16-byte head: `kind`, three zeros, `len`, eight zeros.
+fn put_head(out: &mut Vec<u8>, kind: u8, len: usize) {
+    let mut head = [0u8; HEAD_LEN];
+    head[0] = kind;
+    head[HEAD_LEN_AT..HEAD_LEN_AT + 4].copy_from_slice(&(len as u32).to_le_bytes());
+    out.extend_from_slice(&head);
+}
+
+/// A head's kind and length, if its reserved bytes are zeros.
+fn read_head(head: &[u8]) -> Result<(u8, usize), LinkError> {
+    let len = u32::from_le_bytes(
+        head[HEAD_LEN_AT..HEAD_LEN_AT + 4]
+            .try_into()
+            .expect("4 bytes"),
+    ) as usize;
+    let reserved_zero = head[1..HEAD_LEN_AT]
+        .iter()
+        .chain(&head[HEAD_LEN_AT + 4..HEAD_LEN])
+        .all(|&byte| byte == 0);
+    if !reserved_zero {
+        return Err(LinkError::Layout);
+    }
+    Ok((head[0], len))
 }
 
 /// Seals one direction's records: the key and the next record's number.
@@ -94,10 +152,10 @@ impl Sealer {
     /// sealing a full one and opening the next).
     pub fn message(&mut self, out: &mut Vec<u8>, frame: &FrameBuf) {
         let bytes = frame.as_bytes();
-        self.room(out, HEAD_LEN + bytes.len());
-        out.push(KIND_MESSAGE);
-        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        self.room(out, HEAD_LEN + padded(bytes.len()));
+        put_head(out, KIND_MESSAGE, bytes.len());
         out.extend_from_slice(bytes);
+        out.resize(out.len() + padded(bytes.len()) - bytes.len(), 0);
     }
 
     pub fn ping(&mut self, out: &mut Vec<u8>, nonce: u64) {
@@ -109,10 +167,10 @@ impl Sealer {
     }
 
     fn control(&mut self, out: &mut Vec<u8>, kind: u8, nonce: u64) {
-        self.room(out, HEAD_LEN + 8);
-        out.push(kind);
-        out.extend_from_slice(&8u32.to_le_bytes());
+        self.room(out, HEAD_LEN + padded(8));
+        put_head(out, kind, 8);
         out.extend_from_slice(&nonce.to_le_bytes());
+        out.resize(out.len() + padded(8) - 8, 0);
     }
 
     /// Opens a record with room for `len` more bytes of body.
@@ -124,9 +182,12 @@ impl Sealer {
             }
             self.seal(out);
         }
+        // A writer's buffer holds whole records from the start of a send,
+        // and sends hold whole records: a record opened off the grid would
+        // misalign every payload after it at the reader.
+        assert_eq!(out.len() % LINK_ALIGN, 0, "a link record off the alignment grid");
         self.open = Some(out.len());
-        out.push(KIND_RECORD);
-        out.extend_from_slice(&0u32.to_le_bytes());
+        put_head(out, KIND_RECORD, 0);
     }
 
     /// Seals the open record, if any: its length and its MAC. A writer
@@ -136,7 +197,7 @@ impl Sealer {
             return;
         };
         let body_len = (out.len() - start - HEAD_LEN) as u32;
-        out[start + 1..start + HEAD_LEN].copy_from_slice(&body_len.to_le_bytes());
+        out[start + HEAD_LEN_AT..start + HEAD_LEN_AT + 4].copy_from_slice(&body_len.to_le_bytes());
         let tag = record_mac(&self.mac, self.seq, &out[start..]);
         out.extend_from_slice(&tag[..RECORD_MAC_LEN]);
         self.seq += 1;
@@ -150,11 +211,14 @@ fn record_mac(key: &HmacSha256, seq: u64, record: &[u8]) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
-/// Reassembles records from received chunks, checks each one's MAC, and
-/// hands out its frames. It holds at most one record's bytes plus one
-/// chunk.
+/// Reassembles records from received chunks in one buffer aligned to
+/// [`LINK_ALIGN`], checks each one's MAC, and hands out its frames where
+/// they lie. It holds at most one record's bytes plus one chunk.
 pub struct LinkDecoder {
-    buf: Vec<u8>,
+    /// Bytes received and not yet read. Offsets in it keep the stream's
+    /// alignment: `start` is always a multiple of `LINK_ALIGN` between
+    /// records, and the buffer only moves its bytes down from there.
+    buf: AlignedVec,
     start: usize,
     mac: HmacSha256,
     seq: u64,
@@ -167,7 +231,7 @@ impl LinkDecoder {
     /// A decoder of records sealed with `key`.
     pub fn new(key: &[u8]) -> LinkDecoder {
         LinkDecoder {
-            buf: Vec::new(),
+            buf: AlignedVec::new(),
             start: 0,
             mac: HmacSha256::new_from_slice(key).expect("HMAC takes any key length"),
             seq: 0,
@@ -175,15 +239,25 @@ impl LinkDecoder {
         }
     }
 
+    /// Records whose MAC was checked so far.
+    pub fn records(&self) -> u64 {
+        self.seq
+    }
+
     pub fn extend(&mut self, bytes: &[u8]) {
         // Only called once every frame of the last whole record was taken
-        // (`next_frame` returns `None` only then), so nothing in use moves.
+        // (`next_frame` returns `None` only then), so nothing in use moves,
+        // and `start` is on the grid, so moving down keeps every offset's
+        // alignment.
         debug_assert!(self.record_end.is_none());
+        assert_eq!(self.start % LINK_ALIGN, 0, "a link decoder off the alignment grid");
         if self.start > 0 && self.start == self.buf.len() {
             self.buf.clear();
             self.start = 0;
         } else if self.start > self.buf.len() / 2 {
-            self.buf.drain(..self.start);
+            let kept = self.buf.len() - self.start;
+            self.buf.copy_within(self.start.., 0);
+            self.buf.resize(kept, 0);
             self.start = 0;
         }
         self.buf.extend_from_slice(bytes);
@@ -191,7 +265,7 @@ impl LinkDecoder {
 
     /// The next complete frame, `Ok(None)` if more bytes are needed, or
     /// why the link's bytes cannot be trusted any more.
-    pub fn next_frame(&mut self) -> Result<Option<LinkFrame>, LinkError> {
+    pub fn next_frame(&mut self) -> Result<Option<LinkFrame<'_>>, LinkError> {
         loop {
             if let Some(end) = self.record_end {
                 if self.start < end {
@@ -217,7 +291,14 @@ impl LinkDecoder {
         if pending[0] != KIND_RECORD {
             return Err(LinkError::UnknownKind(pending[0]));
         }
-        let len = u32::from_le_bytes(pending[1..HEAD_LEN].try_into().expect("4 bytes")) as usize;
+        // The length is read before the MAC can be checked, so it is
+        // bounded first: a forger cannot make the reader wait for, or
+        // hold, more than one largest frame.
+        let len = u32::from_le_bytes(
+            pending[HEAD_LEN_AT..HEAD_LEN_AT + 4]
+                .try_into()
+                .expect("4 bytes"),
+        ) as usize;
         if len > RECORD_BODY_ACCEPTED_MAX {
             return Err(LinkError::TooLarge(len));
         }
@@ -233,31 +314,44 @@ impl LinkDecoder {
         mac.verify_truncated_left(got)
             .map_err(|_| LinkError::Auth)?;
         self.seq += 1;
+        // Authentic, but a sender of another layout would put the next
+        // record off the grid.
+        read_head(&record[..HEAD_LEN])?;
+        if len % LINK_ALIGN != 0 {
+            return Err(LinkError::Layout);
+        }
         self.start += HEAD_LEN;
         self.record_end = Some(self.start + len);
         Ok(true)
     }
 
     /// The frame at `start`, inside an authenticated record ending at `end`.
-    fn frame_in_record(&mut self, end: usize) -> Result<LinkFrame, LinkError> {
+    fn frame_in_record(&mut self, end: usize) -> Result<LinkFrame<'_>, LinkError> {
         let pending = &self.buf[self.start..end];
         if pending.len() < HEAD_LEN {
             return Err(LinkError::Truncated);
         }
-        let kind = pending[0];
-        let len = u32::from_le_bytes(pending[1..HEAD_LEN].try_into().expect("4 bytes")) as usize;
+        let (kind, len) = read_head(&pending[..HEAD_LEN])?;
         match kind {
             KIND_MESSAGE if len > MAX_FRAME_LEN => return Err(LinkError::TooLarge(len)),
             KIND_PING | KIND_PONG if len != 8 => return Err(LinkError::BadControl(len)),
             KIND_MESSAGE | KIND_PING | KIND_PONG => {}
             other => return Err(LinkError::UnknownKind(other)),
         }
-        if pending.len() < HEAD_LEN + len {
+        if pending.len() < HEAD_LEN + padded(len) {
             return Err(LinkError::Truncated);
         }
-        let payload = &pending[HEAD_LEN..HEAD_LEN + len];
-        let frame = match kind {
-            KIND_MESSAGE => LinkFrame::Message(FrameBuf::from_network(payload)?),
+        if pending[HEAD_LEN + len..HEAD_LEN + padded(len)]
+            .iter()
+            .any(|&byte| byte != 0)
+        {
+            return Err(LinkError::Layout);
+        }
+        let at = self.start + HEAD_LEN;
+        self.start = at + padded(len);
+        let payload = &self.buf[at..at + len];
+        Ok(match kind {
+            KIND_MESSAGE => LinkFrame::Message(wire::frame::access(payload)?),
             _ => {
                 let nonce = u64::from_le_bytes(payload.try_into().expect("8 bytes"));
                 if kind == KIND_PING {
@@ -266,146 +360,10 @@ impl LinkDecoder {
                     LinkFrame::Pong(nonce)
                 }
             }
-        };
-        self.start += HEAD_LEN + len;
-        Ok(frame)
+        })
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use wire::frame::Message;
-
-    const KEY: &[u8] = b"a key of this connection";
-
-    fn frame(n: u8) -> FrameBuf {
-        FrameBuf::encode(&Message::RouterReply {
-            origin_node: 1,
-            request_seq: u64::from(n),
-            error_code: 0,
-            body: vec![n; 50],
-        })
-        .unwrap()
-    }
-
-    /// Two records: a message and a ping, then a message and a pong.
-    fn two_records() -> Vec<u8> {
-        let mut sealer = Sealer::new(KEY);
-        let mut bytes = Vec::new();
-        sealer.message(&mut bytes, &frame(1));
-        sealer.ping(&mut bytes, 77);
-        sealer.seal(&mut bytes);
-        sealer.message(&mut bytes, &frame(2));
-        sealer.pong(&mut bytes, 78);
-        sealer.seal(&mut bytes);
-        bytes
-    }
-
-    fn decode_all(decoder: &mut LinkDecoder, bytes: &[u8], chunk: usize) -> Result<Vec<String>, LinkError> {
-        let mut seen = Vec::new();
-        for piece in bytes.chunks(chunk) {
-            decoder.extend(piece);
-            while let Some(frame) = decoder.next_frame()? {
-                seen.push(match frame {
-                    LinkFrame::Message(f) => format!("{:?}", f.message()),
-                    LinkFrame::Ping(n) => format!("ping {n}"),
-                    LinkFrame::Pong(n) => format!("pong {n}"),
-                });
-            }
-        }
-        Ok(seen)
-    }
-
-    #[test]
-    fn frames_survive_any_split() {
-        let bytes = two_records();
-        for chunk in [1, 3, 7, 64, bytes.len()] {
-            let seen = decode_all(&mut LinkDecoder::new(KEY), &bytes, chunk).unwrap();
-            assert_eq!(seen.len(), 4, "chunks of {chunk}");
-            assert_eq!(seen[1], "ping 77");
-            assert_eq!(seen[3], "pong 78");
-        }
-    }
-
-    /// The length of `two_records`' first record.
-    fn first_record_len() -> usize {
-        let mut sealer = Sealer::new(KEY);
-        let mut first = Vec::new();
-        sealer.message(&mut first, &frame(1));
-        sealer.ping(&mut first, 77);
-        sealer.seal(&mut first);
-        first.len()
-    }
-
-    #[test]
-    fn a_flipped_bit_anywhere_another_key_or_a_replay_fails_authentication() {
-        let bytes = two_records();
-        let first_len = first_record_len();
-        for at in 0..bytes.len() {
-            let mut flipped = bytes.clone();
-            flipped[at] ^= 1;
-            // A flip in a length field may leave the decoder waiting for
-            // bytes that never come, or find a kind it does not know; it
-            // never hands out a frame of a record it did not authenticate.
-            if let Ok(seen) = decode_all(&mut LinkDecoder::new(KEY), &flipped, 16) {
-                let intact = if at < first_len { 0 } else { 2 };
-                assert_eq!(seen.len(), intact, "flip at {at}: {seen:?}");
-            }
-        }
-        let mut flipped = bytes.clone();
-        flipped[HEAD_LEN + 20] ^= 1;
-        assert!(matches!(
-            decode_all(&mut LinkDecoder::new(KEY), &flipped, bytes.len()),
-            Err(LinkError::Auth)
-        ));
-        assert!(matches!(
-            decode_all(&mut LinkDecoder::new(b"another key"), &bytes, bytes.len()),
-            Err(LinkError::Auth)
-        ));
-        // The first record twice: the second copy has the wrong number.
-        let mut replayed = bytes[..first_len].to_vec();
-        replayed.extend_from_slice(&bytes[..first_len]);
-        let mut decoder = LinkDecoder::new(KEY);
-        decoder.extend(&replayed);
-        assert!(decoder.next_frame().unwrap().is_some());
-        assert!(decoder.next_frame().unwrap().is_some());
-        assert!(matches!(decoder.next_frame(), Err(LinkError::Auth)));
-    }
-
-    #[test]
-    fn an_unsealed_frame_a_huge_record_or_a_frame_past_its_record_is_an_error() {
-        let mut decoder = LinkDecoder::new(KEY);
-        decoder.extend(&[KIND_MESSAGE, 0, 0, 0, 0]);
-        assert!(matches!(decoder.next_frame(), Err(LinkError::UnknownKind(1))));
-        let mut decoder = LinkDecoder::new(KEY);
-        decoder.extend(&[KIND_RECORD, 0xff, 0xff, 0xff, 0x7f]);
-        assert!(matches!(decoder.next_frame(), Err(LinkError::TooLarge(_))));
-        // Sealed, but its one frame claims more than the record holds.
-        let mut sealer = Sealer::new(KEY);
-        let mut bytes = Vec::new();
-        sealer.ping(&mut bytes, 1);
-        bytes.truncate(HEAD_LEN);
-        bytes.extend_from_slice(&[KIND_PING, 8, 0, 0, 0, 1, 2]);
-        sealer.seal(&mut bytes);
-        let mut decoder = LinkDecoder::new(KEY);
-        decoder.extend(&bytes);
-        assert!(matches!(decoder.next_frame(), Err(LinkError::BadControl(8)) | Err(LinkError::Truncated)));
-    }
-
-    #[test]
-    fn a_batch_past_the_record_bound_is_split_into_records() {
-        let mut sealer = Sealer::new(KEY);
-        let mut bytes = Vec::new();
-        let one = frame(3);
-        let per_record = RECORD_BODY_MAX_BYTES / (HEAD_LEN + one.as_bytes().len());
-        let count = per_record * 2 + 1;
-        for _ in 0..count {
-            sealer.message(&mut bytes, &one);
-        }
-        sealer.seal(&mut bytes);
-        assert_eq!(sealer.seq, 3);
-        let seen = decode_all(&mut LinkDecoder::new(KEY), &bytes, 4096).unwrap();
-        assert_eq!(seen.len(), count);
-    }
-}
+#[path = "codec_tests.rs"]
+mod tests;

@@ -26,7 +26,7 @@ use crate::config::CLUSTER_NAME_LEN_MAX;
 /// The link protocol this build speaks. 2: every frame after the
 /// handshake travels in a record sealed with a key of this connection
 /// (`codec`); a node of version 1 is refused with `version`.
-pub const LINK_VERSION: u16 = 2;
+pub const LINK_VERSION: u16 = 3;
 const MAGIC: [u8; 4] = *b"RTLK";
 const NONCE_LEN: usize = 16;
 const MAC_LEN: usize = 32;

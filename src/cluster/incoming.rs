@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shards::net::{TcpListener, TcpStream};
-use wire::frame::FrameBuf;
+use wire::frame::ArchivedMessage;
 
 use super::codec::{self, LinkError, LinkFrame};
 use super::conn::{before, Conn, End, LocalEnd};
@@ -28,8 +28,9 @@ pub const HANDSHAKES_MAX: usize = 64;
 /// (each is counted): a misconfigured or hostile peer cannot flood the log.
 const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
-/// Where a validated frame from another node goes.
-pub type Dispatch = Rc<dyn Fn(NodeId, FrameBuf)>;
+/// Where a validated message from another node goes: read where it lies
+/// in the link's buffer, so the callee copies what it keeps.
+pub type Dispatch = Rc<dyn Fn(NodeId, &ArchivedMessage)>;
 
 /// One core's accepting side. Cheap to clone; stays on its core.
 #[derive(Clone)]
@@ -201,15 +202,16 @@ impl Incoming {
     ) {
         let stats = &self.0.metrics.cluster;
         let mut pongs = Vec::new();
+        let mut records = decoder.records();
         loop {
             // Every frame of what arrived, then one send of the pongs it
             // asked for (in one record).
             loop {
                 match decoder.next_frame() {
                     Ok(None) => break,
-                    Ok(Some(LinkFrame::Message(frame))) => {
+                    Ok(Some(LinkFrame::Message(message))) => {
                         stats.frames_received.inc();
-                        (self.0.dispatch)(from, frame);
+                        (self.0.dispatch)(from, message);
                     }
                     Ok(Some(LinkFrame::Ping(nonce))) => sealer.pong(&mut pongs, nonce),
                     Ok(Some(LinkFrame::Pong(_))) => {
@@ -232,6 +234,8 @@ impl Incoming {
                     }
                 }
             }
+            stats.records_received.add(decoder.records() - records);
+            records = decoder.records();
             if !pongs.is_empty() {
                 sealer.seal(&mut pongs);
                 let deadline = Instant::now() + self.0.settings.handshake_timeout;
@@ -247,6 +251,7 @@ impl Incoming {
                 Ok(Some(bytes)) => decoder.extend(&bytes),
                 Ok(None) | Err(_) => return,
             }
+
         }
     }
 }

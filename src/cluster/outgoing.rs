@@ -412,6 +412,7 @@ impl CoreLinks {
                     Some((Ok(()), back)) => buf = back,
                 }
                 stats.frames_sent.add(sent);
+                count_send(stats, sent);
                 continue;
             }
             if now.duration_since(last_pong.get()) > settings.suspect_after() {
@@ -487,6 +488,17 @@ pub(super) fn count_refusal(stats: &ClusterStats, reason: Refusal) {
         Refusal::WrongNode => stats.refused_wrong_node.inc(),
         Refusal::Malformed => stats.refused_malformed.inc(),
         Refusal::Timeout => stats.refused_timeout.inc(),
+    }
+}
+
+/// One send of a link that carried `frames` message frames.
+fn count_send(stats: &ClusterStats, frames: u64) {
+    match frames {
+        0 => stats.sends_0.inc(),
+        1 => stats.sends_1.inc(),
+        2..=7 => stats.sends_2_to_7.inc(),
+        8..=63 => stats.sends_8_to_63.inc(),
+        _ => stats.sends_64_up.inc(),
     }
 }
 

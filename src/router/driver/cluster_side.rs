@@ -8,12 +8,22 @@ impl RouterDriver {
     /// Takes a frame for the router, from another core or another node;
     /// returns any other frame.
     pub fn handle_frame(&self, source: FrameSource, frame: FrameBuf) -> Option<FrameBuf> {
-        let message = frame.message();
+        if self.handle_message(source, frame.message()) {
+            None
+        } else {
+            Some(frame)
+        }
+    }
+
+    /// Takes a message for the router, read where it lies (a link's frames
+    /// are read in the link's buffer: what the core keeps of one, it
+    /// decodes into its own types here); `false` for any other message.
+    pub fn handle_message(&self, source: FrameSource, message: &ArchivedMessage) -> bool {
         if let Some((origin, seq, outcome)) = decode_reply(message) {
             if origin == self.0.node {
                 self.answer_local(seq, outcome, Instant::now());
             }
-            return None;
+            return true;
         }
         match source {
             // Another core's submission: a request entering the cluster here.
@@ -22,9 +32,9 @@ impl RouterDriver {
                     if let Some((head, request)) = decode_request(message) {
                         self.enqueue(Input::Request { head, request });
                     }
-                    return None;
+                    return true;
                 }
-                Some(frame)
+                false
             }
             FrameSource::Node(from) => match decode_node_message(message) {
                 Some(message) => {
@@ -32,9 +42,9 @@ impl RouterDriver {
                         from,
                         message: Box::new(message),
                     });
-                    None
+                    true
                 }
-                None => Some(frame),
+                None => false,
             },
         }
     }
