@@ -29,8 +29,9 @@ pub const HANDSHAKES_MAX: usize = 64;
 const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// Where a validated message from another node goes: read where it lies
-/// in the link's buffer, so the callee copies what it keeps.
-pub type Dispatch = Rc<dyn Fn(NodeId, &ArchivedMessage)>;
+/// in the link's buffer, so the callee copies what it keeps; with when the
+/// bytes that carried it arrived (one clock reading per receive).
+pub type Dispatch = Rc<dyn Fn(NodeId, &ArchivedMessage, Instant)>;
 
 /// One core's accepting side. Cheap to clone; stays on its core.
 #[derive(Clone)]
@@ -201,8 +202,9 @@ impl Incoming {
         mut decoder: codec::LinkDecoder,
     ) {
         let stats = &self.0.metrics.cluster;
-        let mut pongs = Vec::new();
+        let mut pongs = codec::Batch::new();
         let mut records = decoder.records();
+        let mut arrived_at = Instant::now();
         loop {
             // Every frame of what arrived, then one send of the pongs it
             // asked for (in one record).
@@ -211,9 +213,9 @@ impl Incoming {
                     Ok(None) => break,
                     Ok(Some(LinkFrame::Message(message))) => {
                         stats.frames_received.inc();
-                        (self.0.dispatch)(from, message);
+                        (self.0.dispatch)(from, message, arrived_at);
                     }
-                    Ok(Some(LinkFrame::Ping(nonce))) => sealer.pong(&mut pongs, nonce),
+                    Ok(Some(LinkFrame::Ping(nonce))) => pongs.pong(nonce),
                     Ok(Some(LinkFrame::Pong(_))) => {
                         stats.frames_invalid.inc();
                         tracing::warn!(node = from.0, "a pong sent to the accepting side; closed");
@@ -239,11 +241,8 @@ impl Incoming {
             if !pongs.is_empty() {
                 sealer.seal(&mut pongs);
                 let deadline = Instant::now() + self.0.settings.handshake_timeout;
-                match before(deadline, stream.send_all(std::mem::take(&mut pongs))).await {
-                    Some((Ok(()), mut back)) => {
-                        back.clear();
-                        pongs = back;
-                    }
+                match before(deadline, stream.send_all(pongs.take_sealed())).await {
+                    Some((Ok(()), back)) => pongs.reuse(back),
                     _ => return,
                 }
             }
@@ -251,6 +250,7 @@ impl Incoming {
                 Ok(Some(bytes)) => decoder.extend(&bytes),
                 Ok(None) | Err(_) => return,
             }
+            arrived_at = Instant::now();
 
         }
     }

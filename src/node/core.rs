@@ -132,9 +132,9 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
         shared.view.clone(),
         Rc::new({
             let (gateway, router, metrics) = (gateway.clone(), router.clone(), metrics.clone());
-            move |from, message| {
+            move |from, message, arrived_at| {
                 let handled = gateway.handle_message(message)
-                    || router.handle_message(FrameSource::Node(from), message);
+                    || router.handle_message(FrameSource::Node(from), message, || arrived_at);
                 if !handled {
                     // Valid, but not a message one node sends another.
                     metrics.cluster.frames_invalid.inc();

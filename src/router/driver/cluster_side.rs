@@ -8,7 +8,7 @@ impl RouterDriver {
     /// Takes a frame for the router, from another core or another node;
     /// returns any other frame.
     pub fn handle_frame(&self, source: FrameSource, frame: FrameBuf) -> Option<FrameBuf> {
-        if self.handle_message(source, frame.message()) {
+        if self.handle_message(source, frame.message(), Instant::now) {
             None
         } else {
             Some(frame)
@@ -18,10 +18,17 @@ impl RouterDriver {
     /// Takes a message for the router, read where it lies (a link's frames
     /// are read in the link's buffer: what the core keeps of one, it
     /// decodes into its own types here); `false` for any other message.
-    pub fn handle_message(&self, source: FrameSource, message: &ArchivedMessage) -> bool {
+    /// `arrived_at` gives the reading an answer is timed at (a link reads
+    /// the clock once per receive, for every answer in it).
+    pub fn handle_message(
+        &self,
+        source: FrameSource,
+        message: &ArchivedMessage,
+        arrived_at: impl FnOnce() -> Instant,
+    ) -> bool {
         if let Some((origin, seq, outcome)) = decode_reply(message) {
             if origin == self.0.node {
-                self.answer_local(seq, outcome, Instant::now());
+                self.answer_local(seq, outcome, arrived_at());
             }
             return true;
         }
