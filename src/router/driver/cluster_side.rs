@@ -32,17 +32,16 @@ impl RouterDriver {
             }
             return true;
         }
+        // A request, from another core (entering the cluster here) or
+        // routed from another node: the core handles both alike
+        // (`on_node_message` hands a routed one to `on_request`), so one
+        // from a link skips the boxed node message on the way.
+        if let Some((head, request)) = decode_request(message) {
+            self.enqueue(Input::Request { head, request });
+            return true;
+        }
         match source {
-            // Another core's submission: a request entering the cluster here.
-            FrameSource::Core => {
-                if let ArchivedMessage::RouterRequest { .. } = message {
-                    if let Some((head, request)) = decode_request(message) {
-                        self.enqueue(Input::Request { head, request });
-                    }
-                    return true;
-                }
-                false
-            }
+            FrameSource::Core => false,
             FrameSource::Node(from) => match decode_node_message(message) {
                 Some(message) => {
                     self.enqueue(Input::Node {

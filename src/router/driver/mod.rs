@@ -502,11 +502,9 @@ impl RouterDriver {
         // a lease or a timer is judged at the latest time.
         let now = match &input {
             Input::Request { .. } | Input::Service { .. } => polled_ms,
+            // (A routed request off a link comes as `Input::Request`.)
             Input::Node { message, .. }
-                if matches!(
-                    **message,
-                    NodeMessage::Routed { .. } | NodeMessage::ServiceRequest { .. }
-                ) =>
+                if matches!(**message, NodeMessage::ServiceRequest { .. }) =>
             {
                 polled_ms
             }
