@@ -6,12 +6,23 @@
 # so node 1 owns them all; node 2 then joins. Each round runs loadgen once
 # through node 1 (owner) and once through node 2 (every request crosses a
 # link to node 1 and its answer comes back). Goal: cross/owner >= 0.5.
-# Run by hand: bench/cross_node.sh (ROUNDS alternating pairs, 3 by default).
+#
+# Each run also counts the CPU time both routerd processes took per
+# request (utime + stime from /proc, in a window inside the measured
+# second: the run less its first and last half second). On a quiet machine
+# the throughput ratio follows it; on a loaded one the throughput ratio
+# does not mean much (other work takes the server CPU's time, and two
+# processes get more of it than one), while the CPU time per request
+# still does: CPU RATIO is owner/cross of it.
+# Run by hand: bench/cross_node.sh (ROUNDS alternating pairs, 3 by default;
+# BUILD=0 runs the binaries already built, ROUTERD=PATH another routerd;
+# PERF_DIR=DIR records both nodes with `perf record -e cpu-clock -g` in each
+# run's window, into DIR/NAME.perf.data).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 PLAYERS=${PLAYERS:-$CONNECTIONS}
-build
+if [ "${BUILD:-1}" = 1 ]; then build; fi
 header "player.incr through a non-owner node vs through the owner, $ROUNDS rounds, $PLAYERS players"
 
 # node ID GATEWAY_PORT ADMIN_PORT CLUSTER_PORT: starts node ID, pinned.
@@ -47,6 +58,59 @@ http_get() {
   exec 3<&-
 }
 
+# seconds_of DURATION: loadgen's "6s" or "500ms" in seconds.
+seconds_of() {
+  case $1 in
+    *ms) awk -v v="${1%ms}" 'BEGIN { print v / 1000 }' ;;
+    *s) echo "${1%s}" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# cpu_ticks: utime + stime of both nodes, in clock ticks.
+cpu_ticks() {
+  local pid sum=0 fields
+  for pid in "${PIDS[@]}"; do
+    # Past the command's parentheses: state is field 3, utime 14, stime 15.
+    read -r -a fields < <(sed 's/.*) //' "/proc/$pid/stat")
+    sum=$((sum + fields[11] + fields[12]))
+  done
+  echo "$sum"
+}
+
+# measured_run NAME ARGS...: loadgen_run, and the nodes' CPU time in the
+# window into $WORK/NAME.ticks.
+measured_run() {
+  local name=$1 window
+  window=$(awk -v d="$(seconds_of "$DURATION")" 'BEGIN { print d - 1 }')
+  (
+    sleep "$(awk -v w="$(seconds_of "$WARMUP")" 'BEGIN { print w + 0.5 }')"
+    start=$(cpu_ticks)
+    if [ -n "${PERF_DIR:-}" ]; then
+      # The software clock event: hardware counters may not be there.
+      perf record -q -e cpu-clock -F "${PERF_FREQ:-4000}" -g -o "$PERF_DIR/$name.perf.data" \
+        -p "$(IFS=,; echo "${PIDS[*]}")" -- sleep "$window" 2>/dev/null
+    else
+      sleep "$window"
+    fi
+    echo "$(($(cpu_ticks) - start)) $window" >"$WORK/$name.ticks"
+  ) &
+  local sampler=$!
+  loadgen_run "$@"
+  wait "$sampler"
+}
+
+# cpu_us_per_request NAME: both nodes' CPU microseconds per answered request.
+cpu_us_per_request() {
+  local ticks window rps
+  read -r ticks window <"$WORK/$1.ticks"
+  rps=$(json_number "$WORK/$1.json" throughput)
+  awk -v t="$ticks" -v w="$window" -v r="$rps" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { if (r > 0) printf "%.3f", t / hz * 1e6 / (r * w); else print "n/a" }'
+}
+
+CPU_RATIOS=()
+
 node 1 7410 9471 7610
 # Node 1 alone places every player on itself.
 "$BIN/loadgen" --addr 127.0.0.1:7410 --connections "$CONNECTIONS" --players "$PLAYERS" \
@@ -66,10 +130,30 @@ if [ "$owner" != 1 ]; then
 fi
 
 for round in $(seq 1 "$ROUNDS"); do
-  loadgen_run "owner-$round" --addr 127.0.0.1:7410 --players "$PLAYERS" --workload incr
-  loadgen_run "cross-$round" --addr 127.0.0.1:7420 --players "$PLAYERS" --workload incr
+  measured_run "owner-$round" --addr 127.0.0.1:7410 --players "$PLAYERS" --workload incr
+  measured_run "cross-$round" --addr 127.0.0.1:7420 --players "$PLAYERS" --workload incr
   paired_round "$round" owner cross
+  owner_cpu=$(cpu_us_per_request "owner-$round")
+  cross_cpu=$(cpu_us_per_request "cross-$round")
+  CPU_RATIOS+=("$(ratio "$owner_cpu" "$cross_cpu")")
+  echo "round $round: CPU of both nodes per request: owner $owner_cpu us, cross $cross_cpu us, owner/cross ${CPU_RATIOS[-1]}"
 done
 owner=$(http_get 9472 /objects/player/1 | sed -E 's/.*"owner":([0-9]+).*/\1/')
 echo "player 1 still owned by node $owner"
 echo "RATIO cross/owner throughput = $(median "${RATIOS[@]}") median of ${RATIOS[*]}  (goal >= 0.5)"
+echo "RATIO cross/owner p99 = $(median "${P99_RATIOS[@]}") median of ${P99_RATIOS[*]}"
+echo "CPU RATIO owner/cross CPU time per request = $(median "${CPU_RATIOS[@]}") median of ${CPU_RATIOS[*]}"
+# How the links batched: the frames each node's links sent per send, and
+# the frames received per record (one record is one send of the peer's).
+for port in 9472 9471; do
+  http_get "$port" /metrics | awk -v port="$port" '
+    /^routerd_cluster_link_frames_sent_total/ { sent += $NF }
+    /^routerd_cluster_link_sends_total/ { sends += $NF; by[$1] = $NF }
+    /^routerd_cluster_link_frames_received_total/ { received += $NF }
+    /^routerd_cluster_link_records_received_total/ { records += $NF }
+    END {
+      printf "links of the node with admin port %s: %d frames in %d sends (%.1f per send), %d frames received in %d records (%.1f per record)\n",
+        port, sent, sends, sends ? sent / sends : 0, received, records, records ? received / records : 0
+      for (series in by) printf "  %s %d\n", series, by[series]
+    }'
+done

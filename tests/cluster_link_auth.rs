@@ -20,8 +20,8 @@ use wire::client::route;
 /// incarnation and core, to node and core, nonce) and its Proof (magic
 /// and kind, HMAC-SHA256).
 const DIALLER_HANDSHAKE_BYTES: usize = (5 + 2 + 1 + 7 + 8 + 8 + 2 + 8 + 2 + 16) + (5 + 32);
-/// A byte inside the first record's body (past its 5-byte head).
-const FLIP_AT: usize = DIALLER_HANDSHAKE_BYTES + 5 + 2;
+/// A byte inside the first record's body (past its 16-byte head).
+const FLIP_AT: usize = DIALLER_HANDSHAKE_BYTES + 16 + 2;
 
 /// Copies `from` to `to`; on the first connection only, flips one byte of
 /// the dialler's side at `FLIP_AT`.

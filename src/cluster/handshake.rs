@@ -23,10 +23,13 @@ use sha2::Sha256;
 
 use crate::config::CLUSTER_NAME_LEN_MAX;
 
-/// The link protocol this build speaks. 2: every frame after the
-/// handshake travels in a record sealed with a key of this connection
-/// (`codec`); a node of version 1 is refused with `version`.
-pub const LINK_VERSION: u16 = 2;
+/// The link protocol this build speaks, refused with `version` by a node
+/// of another. 2: every frame after the handshake travels in a record
+/// sealed with a key of this connection (HMAC-SHA256). 3: records sealed
+/// with AES-128-GCM, every head and payload on a 16-byte grid so that a
+/// reader reads frames in place, payloads without their checksum
+/// (`codec`).
+pub const LINK_VERSION: u16 = 3;
 const MAGIC: [u8; 4] = *b"RTLK";
 const NONCE_LEN: usize = 16;
 const MAC_LEN: usize = 32;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shards::net::{TcpListener, TcpStream};
-use wire::frame::FrameBuf;
+use wire::frame::ArchivedMessage;
 
 use super::codec::{self, LinkError, LinkFrame};
 use super::conn::{before, Conn, End, LocalEnd};
@@ -28,8 +28,10 @@ pub const HANDSHAKES_MAX: usize = 64;
 /// (each is counted): a misconfigured or hostile peer cannot flood the log.
 const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
-/// Where a validated frame from another node goes.
-pub type Dispatch = Rc<dyn Fn(NodeId, FrameBuf)>;
+/// Where a validated message from another node goes: read where it lies
+/// in the link's buffer, so the callee copies what it keeps; with when the
+/// bytes that carried it arrived (one clock reading per receive).
+pub type Dispatch = Rc<dyn Fn(NodeId, &ArchivedMessage, Instant)>;
 
 /// One core's accepting side. Cheap to clone; stays on its core.
 #[derive(Clone)]
@@ -200,18 +202,20 @@ impl Incoming {
         mut decoder: codec::LinkDecoder,
     ) {
         let stats = &self.0.metrics.cluster;
-        let mut pongs = Vec::new();
+        let mut pongs = codec::Batch::new();
+        let mut records = decoder.records();
+        let mut arrived_at = Instant::now();
         loop {
             // Every frame of what arrived, then one send of the pongs it
             // asked for (in one record).
             loop {
                 match decoder.next_frame() {
                     Ok(None) => break,
-                    Ok(Some(LinkFrame::Message(frame))) => {
+                    Ok(Some(LinkFrame::Message(message))) => {
                         stats.frames_received.inc();
-                        (self.0.dispatch)(from, frame);
+                        (self.0.dispatch)(from, message, arrived_at);
                     }
-                    Ok(Some(LinkFrame::Ping(nonce))) => sealer.pong(&mut pongs, nonce),
+                    Ok(Some(LinkFrame::Ping(nonce))) => pongs.pong(nonce),
                     Ok(Some(LinkFrame::Pong(_))) => {
                         stats.frames_invalid.inc();
                         tracing::warn!(node = from.0, "a pong sent to the accepting side; closed");
@@ -232,14 +236,13 @@ impl Incoming {
                     }
                 }
             }
+            stats.records_received.add(decoder.records() - records);
+            records = decoder.records();
             if !pongs.is_empty() {
                 sealer.seal(&mut pongs);
                 let deadline = Instant::now() + self.0.settings.handshake_timeout;
-                match before(deadline, stream.send_all(std::mem::take(&mut pongs))).await {
-                    Some((Ok(()), mut back)) => {
-                        back.clear();
-                        pongs = back;
-                    }
+                match before(deadline, stream.send_all(pongs.take_sealed())).await {
+                    Some((Ok(()), back)) => pongs.reuse(back),
                     _ => return,
                 }
             }
@@ -247,6 +250,8 @@ impl Incoming {
                 Ok(Some(bytes)) => decoder.extend(&bytes),
                 Ok(None) | Err(_) => return,
             }
+            arrived_at = Instant::now();
+
         }
     }
 }

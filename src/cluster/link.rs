@@ -2,12 +2,13 @@
 //! other node. Links open lazily (the first frame for a peer core dials
 //! it), stay open, and are dialled again after a failure with a jittered
 //! exponential backoff. The queue is bounded: a frame is queued or refused
-//! at once, so memory stays bounded and no core ever waits for a peer.
+//! at once, so memory stays bounded and no core ever waits for a peer. The
+//! queue is a [`Batch`]: a message is encoded once, into the records the
+//! writer will seal and send as they are.
 
-use std::collections::VecDeque;
+use wire::frame::{FrameBuf, FrameEncodeError, Message};
 
-use wire::frame::FrameBuf;
-
+use super::codec::Batch;
 use super::handshake::Refusal;
 use crate::router::driver::LinkRefusal;
 
@@ -26,9 +27,17 @@ pub enum LinkState {
     Backoff { until_ms: u64 },
 }
 
+/// Why a link did not take a message.
+#[derive(Debug)]
+pub enum Refused {
+    Link(LinkRefusal),
+    /// Past the frame limit: no link takes it.
+    Encode(FrameEncodeError),
+}
+
 pub struct Link {
     state: LinkState,
-    queue: VecDeque<FrameBuf>,
+    queue: Batch,
     queue_max: usize,
     /// Consecutive failed attempts, for the backoff.
     failures: u32,
@@ -43,7 +52,7 @@ impl Link {
     pub fn new(queue_max: usize, peer_incarnation: u64) -> Link {
         Link {
             state: LinkState::Connecting,
-            queue: VecDeque::new(),
+            queue: Batch::new(),
             queue_max: queue_max.max(1),
             failures: 0,
             peer_incarnation,
@@ -56,26 +65,30 @@ impl Link {
     }
 
     pub fn queued(&self) -> usize {
-        self.queue.len()
+        self.queue.messages()
     }
 
-    /// Queues `frame` for the peer, or says why not. Returns whether the
+    /// Queues `message` for the peer, or says why not. Returns whether the
     /// link must be dialled (it was backing off and the wait is over).
-    pub fn offer(&mut self, now_ms: u64, frame: FrameBuf) -> Result<bool, (LinkRefusal, FrameBuf)> {
+    /// `now_ms` is read only while the link backs off: a link that is up
+    /// (every frame of a busy link) needs no clock.
+    pub fn offer(&mut self, now_ms: impl FnOnce() -> u64, message: &Message) -> Result<bool, Refused> {
         let dial = match self.state {
-            LinkState::Backoff { until_ms } if now_ms < until_ms => {
-                return Err((LinkRefusal::Down, frame))
-            }
-            LinkState::Backoff { .. } => {
-                self.state = LinkState::Connecting;
+            LinkState::Connecting | LinkState::Up => false,
+            LinkState::Backoff { until_ms } => {
+                if now_ms() < until_ms {
+                    return Err(Refused::Link(LinkRefusal::Down));
+                }
                 true
             }
-            LinkState::Connecting | LinkState::Up => false,
         };
-        if self.queue.len() >= self.queue_max {
-            return Err((LinkRefusal::Full, frame));
+        if self.queue.messages() >= self.queue_max {
+            return Err(Refused::Link(LinkRefusal::Full));
         }
-        self.queue.push_back(frame);
+        self.queue.message(message).map_err(Refused::Encode)?;
+        if dial {
+            self.state = LinkState::Connecting;
+        }
         Ok(dial)
     }
 
@@ -96,7 +109,7 @@ impl Link {
         self.state = LinkState::Backoff {
             until_ms: now_ms + wait,
         };
-        self.queue.drain(..).collect()
+        self.queue.drain_frames()
     }
 
     /// The peer proved itself alive (it linked to this node): end the
@@ -107,9 +120,11 @@ impl Link {
         }
     }
 
-    /// Every queued frame, for the writer.
-    pub fn take_all(&mut self, out: &mut Vec<FrameBuf>) {
-        out.extend(self.queue.drain(..));
+    /// Every queued frame, for the writer: swaps the queue with the
+    /// writer's `spare`, an empty batch (the one it sent last).
+    pub fn take_all(&mut self, spare: &mut Batch) {
+        assert!(spare.is_empty(), "a writer's spare batch holds frames");
+        std::mem::swap(&mut self.queue, spare);
     }
 }
 
@@ -126,16 +141,14 @@ pub fn backoff_ms(failures: u32, jitter: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wire::frame::Message;
 
-    fn frame() -> FrameBuf {
-        FrameBuf::encode(&Message::RouterReply {
+    fn frame() -> Message {
+        Message::RouterReply {
             origin_node: 1,
             request_seq: 2,
             error_code: 0,
             body: Vec::new(),
-        })
-        .unwrap()
+        }
     }
 
     #[test]
@@ -152,36 +165,58 @@ mod tests {
     #[test]
     fn the_queue_is_bounded_and_a_failure_gives_every_frame_back() {
         let mut link = Link::new(2, 1);
-        assert_eq!(link.offer(0, frame()).ok(), Some(false));
-        assert_eq!(link.offer(0, frame()).ok(), Some(false));
+        assert_eq!(link.offer(|| 0, &frame()).ok(), Some(false));
+        assert_eq!(link.offer(|| 0, &frame()).ok(), Some(false));
         assert!(matches!(
-            link.offer(0, frame()),
-            Err((LinkRefusal::Full, _))
+            link.offer(|| 0, &frame()),
+            Err(Refused::Link(LinkRefusal::Full))
         ));
         let back = link.failed(100, 0.0);
         assert_eq!(back.len(), 2);
+        assert_eq!(*back[1].message(), frame());
         assert_eq!(link.queued(), 0);
         // Backing off: refused as down until the wait is over, then the
         // next frame dials again.
         assert!(matches!(
-            link.offer(120, frame()),
-            Err((LinkRefusal::Down, _))
+            link.offer(|| 120, &frame()),
+            Err(Refused::Link(LinkRefusal::Down))
         ));
-        assert_eq!(link.offer(150, frame()).ok(), Some(true));
+        assert_eq!(link.offer(|| 150, &frame()).ok(), Some(true));
         assert_eq!(link.state(), LinkState::Connecting);
         link.connected();
         assert_eq!(link.state(), LinkState::Up);
-        let mut taken = Vec::new();
+        let mut taken = Batch::new();
         link.take_all(&mut taken);
-        assert_eq!(taken.len(), 1);
+        assert_eq!(taken.messages(), 1);
+        assert_eq!(link.queued(), 0);
         // Consecutive failures back off longer; a success resets it.
         link.failed(1_000, 0.0);
         assert_eq!(link.state(), LinkState::Backoff { until_ms: 1_050 });
-        link.offer(1_050, frame()).unwrap();
+        link.offer(|| 1_050, &frame()).unwrap();
         link.failed(1_050, 0.0);
         assert_eq!(link.state(), LinkState::Backoff { until_ms: 1_150 });
         // A sign of life from the peer ends the wait.
         link.retry_now();
-        assert_eq!(link.offer(1_060, frame()).ok(), Some(true));
+        assert_eq!(link.offer(|| 1_060, &frame()).ok(), Some(true));
+    }
+
+    #[test]
+    fn a_message_past_the_frame_limit_is_refused_and_queues_nothing() {
+        let mut link = Link::new(4, 1);
+        link.offer(|| 0, &frame()).unwrap();
+        let huge = Message::RouterReply {
+            origin_node: 1,
+            request_seq: 3,
+            error_code: 0,
+            body: vec![0; wire::frame::MAX_FRAME_LEN],
+        };
+        assert!(matches!(
+            link.offer(|| 0, &huge),
+            Err(Refused::Encode(FrameEncodeError::TooLarge { .. }))
+        ));
+        assert_eq!(link.queued(), 1);
+        let back = link.failed(0, 0.0);
+        assert_eq!(back.len(), 1);
+        assert_eq!(*back[0].message(), frame());
     }
 }

@@ -31,7 +31,7 @@ use wire::frame::{FrameBuf, Message};
 use super::codec::{self, LinkError, LinkFrame};
 use super::conn::{before, Conn, End, LocalEnd};
 use super::handshake::Refusal;
-use super::link::{Link, LinkState};
+use super::link::{Link, LinkState, Refused};
 use super::view::{ClusterView, LinkStatus, Snapshot};
 use crate::clock;
 use crate::metrics::{ClusterStats, CoreMetrics};
@@ -75,7 +75,9 @@ struct Inner {
     view: Arc<ClusterView>,
     /// The view as this core last read it.
     seen: RefCell<Snapshot>,
-    links: RefCell<HashMap<(NodeId, usize), Rc<Slot>>>,
+    /// Looked up for every frame sent: hashed with ahash, not SipHash
+    /// (the keys are this node's own peers, nothing a client chooses).
+    links: RefCell<HashMap<(NodeId, usize), Rc<Slot>, ahash::RandomState>>,
     /// Incarnations peers proved by linking in, newer than the view knew
     /// then: a node that rejoined is reachable before this node's next
     /// read of the membership table says so.
@@ -378,8 +380,9 @@ impl CoreLinks {
             self.0.metrics.clone(),
         ))
         .detach();
-        let mut frames = Vec::new();
-        let mut buf = Vec::new();
+        // What the last send carried, empty again: swapped with the link's
+        // queue each turn, so the two batches' buffers are reused.
+        let mut batch = codec::Batch::new();
         let mut next_ping = base;
         loop {
             if slot.retired.get() {
@@ -389,29 +392,26 @@ impl CoreLinks {
                 return Ended::Io;
             }
             let now = Instant::now();
-            buf.clear();
-            slot.link.borrow_mut().take_all(&mut frames);
-            let sent = frames.len() as u64;
-            for frame in frames.drain(..) {
-                sealer.message(&mut buf, &frame);
-            }
+            slot.link.borrow_mut().take_all(&mut batch);
+            let sent = batch.messages() as u64;
             if now >= next_ping {
-                sealer.ping(&mut buf, base.elapsed().as_micros() as u64);
+                batch.ping(base.elapsed().as_micros() as u64);
                 next_ping = now + settings.ping_interval;
             }
-            sealer.seal(&mut buf);
-            if !buf.is_empty() {
+            if !batch.is_empty() {
+                sealer.seal(&mut batch);
                 let written = before(
                     now + settings.suspect_after(),
-                    stream.send_all(std::mem::take(&mut buf)),
+                    stream.send_all(batch.take_sealed()),
                 )
                 .await;
                 match written {
                     None => return Ended::Silent,
                     Some((Err(_), _)) => return Ended::Io,
-                    Some((Ok(()), back)) => buf = back,
+                    Some((Ok(()), back)) => batch.reuse(back),
                 }
                 stats.frames_sent.add(sent);
+                count_send(stats, sent);
                 continue;
             }
             if now.duration_since(last_pong.get()) > settings.suspect_after() {
@@ -490,6 +490,17 @@ pub(super) fn count_refusal(stats: &ClusterStats, reason: Refusal) {
     }
 }
 
+/// One send of a link that carried `frames` message frames.
+fn count_send(stats: &ClusterStats, frames: u64) {
+    match frames {
+        0 => stats.sends_0.inc(),
+        1 => stats.sends_1.inc(),
+        2..=7 => stats.sends_2_to_7.inc(),
+        8..=63 => stats.sends_8_to_63.inc(),
+        _ => stats.sends_64_up.inc(),
+    }
+}
+
 fn count_failure(stats: &ClusterStats, refusal: LinkRefusal) {
     match refusal {
         LinkRefusal::Full => stats.send_failed_queue_full.inc(),
@@ -538,14 +549,9 @@ impl CoreLinks {
             let address = *peer.cores.get(core).ok_or(LinkRefusal::UnknownNode)?;
             (incarnation, address, core)
         };
-        let frame = FrameBuf::encode(message).map_err(|error| {
-            // Only a message past the frame limit fails to encode; the
-            // router treats it as any message no link took.
-            tracing::warn!(%error, "cannot encode a message for another node");
-            LinkRefusal::Full
-        })?;
         let slot = self.slot(node, core, incarnation, address);
-        let offered = slot.link.borrow_mut().offer(clock::now_ms(), frame);
+        // Encoded once, into the records the writer seals and sends.
+        let offered = slot.link.borrow_mut().offer(clock::now_ms, message);
         match offered {
             Ok(dial) => {
                 if dial {
@@ -555,7 +561,13 @@ impl CoreLinks {
                 slot.notify();
                 Ok(())
             }
-            Err((refusal, _)) => Err(refusal),
+            Err(Refused::Link(refusal)) => Err(refusal),
+            Err(Refused::Encode(error)) => {
+                // Only a message past the frame limit fails to encode; the
+                // router treats it as any message no link took.
+                tracing::warn!(%error, "cannot encode a message for another node");
+                Err(LinkRefusal::Full)
+            }
         }
     }
 }

@@ -214,10 +214,20 @@ impl GatewayHandle {
     /// Handles a mesh frame if it is the gateway's (`ClientEgress`,
     /// `SessionKick`); returns any other frame for the rest of the node.
     pub fn handle_mesh(&self, frame: FrameBuf) -> Option<FrameBuf> {
-        match frame.message() {
+        if self.handle_message(frame.message()) {
+            None
+        } else {
+            Some(frame)
+        }
+    }
+
+    /// Handles a message if it is the gateway's, read where it lies (a
+    /// link's frames are read in the link's buffer); `false` for any other.
+    pub fn handle_message(&self, message: &ArchivedMessage) -> bool {
+        match message {
             ArchivedMessage::ClientEgress { .. } => {
-                self.gate(&frame);
-                None
+                self.gate(message);
+                true
             }
             ArchivedMessage::SessionKick {
                 session_id,
@@ -231,9 +241,9 @@ impl GatewayHandle {
                     &reason,
                 );
                 self.flush_notices();
-                None
+                true
             }
-            _ => Some(frame),
+            _ => false,
         }
     }
 
@@ -252,7 +262,7 @@ impl GatewayHandle {
         }
     }
 
-    fn gate(&self, frame: &FrameBuf) {
+    fn gate(&self, message: &ArchivedMessage) {
         let ArchivedMessage::ClientEgress {
             session_id,
             session_epoch,
@@ -261,7 +271,7 @@ impl GatewayHandle {
             route_id,
             seq,
             body,
-        } = frame.message()
+        } = message
         else {
             return;
         };

@@ -21,8 +21,22 @@ super::metric_set! {
         "routerd_cluster_fenced" Gauge { fenced }
         /// Frames this core sent to other nodes' cores.
         "routerd_cluster_link_frames_sent_total" Counter { frames_sent }
+        /// Sends of this core's links, by the message frames each carried (0: a ping alone).
+        /// Beside `routerd_cluster_link_frames_sent_total`: how many frames a send carries, that
+        /// is how well the frames of one loop turn share one send.
+        "routerd_cluster_link_sends_total" Counter (frames) {
+            sends_0 = "0",
+            sends_1 = "1",
+            sends_2_to_7 = "2-7",
+            sends_8_to_63 = "8-63",
+            sends_64_up = "64+",
+        }
         /// Frames this core received from other nodes, validated (checksum and structure).
         "routerd_cluster_link_frames_received_total" Counter { frames_received }
+        /// Link records this core received and authenticated: each is one send of the peer's
+        /// (or a 256 KiB part of one), so frames received over records is frames per send as
+        /// the receiver sees it.
+        "routerd_cluster_link_records_received_total" Counter { records_received }
         /// Frames from another node that failed validation; each closed its link.
         "routerd_cluster_link_frames_invalid_total" Counter { frames_invalid }
         /// Messages for another node that no link took, by reason.

@@ -132,14 +132,13 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
         shared.view.clone(),
         Rc::new({
             let (gateway, router, metrics) = (gateway.clone(), router.clone(), metrics.clone());
-            move |from, frame| {
-                let unhandled = gateway
-                    .handle_mesh(frame)
-                    .and_then(|frame| router.handle_frame(FrameSource::Node(from), frame));
-                if let Some(frame) = unhandled {
+            move |from, message, arrived_at| {
+                let handled = gateway.handle_message(message)
+                    || router.handle_message(FrameSource::Node(from), message, || arrived_at);
+                if !handled {
                     // Valid, but not a message one node sends another.
                     metrics.cluster.frames_invalid.inc();
-                    tracing::warn!(node = from.0, message = ?frame.message(), "link frame nobody handles");
+                    tracing::warn!(node = from.0, ?message, "link frame nobody handles");
                 }
             }
         }),

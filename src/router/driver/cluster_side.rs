@@ -8,33 +8,49 @@ impl RouterDriver {
     /// Takes a frame for the router, from another core or another node;
     /// returns any other frame.
     pub fn handle_frame(&self, source: FrameSource, frame: FrameBuf) -> Option<FrameBuf> {
-        let message = frame.message();
+        if self.handle_message(source, frame.message(), Instant::now) {
+            None
+        } else {
+            Some(frame)
+        }
+    }
+
+    /// Takes a message for the router, read where it lies (a link's frames
+    /// are read in the link's buffer: what the core keeps of one, it
+    /// decodes into its own types here); `false` for any other message.
+    /// `arrived_at` gives the reading an answer is timed at (a link reads
+    /// the clock once per receive, for every answer in it).
+    pub fn handle_message(
+        &self,
+        source: FrameSource,
+        message: &ArchivedMessage,
+        arrived_at: impl FnOnce() -> Instant,
+    ) -> bool {
         if let Some((origin, seq, outcome)) = decode_reply(message) {
             if origin == self.0.node {
-                self.answer_local(seq, outcome, Instant::now());
+                self.answer_local(seq, outcome, arrived_at());
             }
-            return None;
+            return true;
+        }
+        // A request, from another core (entering the cluster here) or
+        // routed from another node: the core handles both alike
+        // (`on_node_message` hands a routed one to `on_request`), so one
+        // from a link skips the boxed node message on the way.
+        if let Some((head, request)) = decode_request(message) {
+            self.enqueue(Input::Request { head, request });
+            return true;
         }
         match source {
-            // Another core's submission: a request entering the cluster here.
-            FrameSource::Core => {
-                if let ArchivedMessage::RouterRequest { .. } = message {
-                    if let Some((head, request)) = decode_request(message) {
-                        self.enqueue(Input::Request { head, request });
-                    }
-                    return None;
-                }
-                Some(frame)
-            }
+            FrameSource::Core => false,
             FrameSource::Node(from) => match decode_node_message(message) {
                 Some(message) => {
                     self.enqueue(Input::Node {
                         from,
                         message: Box::new(message),
                     });
-                    None
+                    true
                 }
-                None => Some(frame),
+                None => false,
             },
         }
     }

@@ -54,7 +54,14 @@ impl RouterDriver {
                 caller,
                 tag,
             } => self.call(head, *request, CallRoute { caller, tag }),
-            Effect::SendToNode { node, message } => self.send_to_node(node, *message),
+            Effect::SendToNode { node, message } => {
+                // The reading of the batch's poll (converted once, then
+                // cached): a forwarded request's wait starts at most one
+                // poll early, as its arrival is judged, with no clock read
+                // per request.
+                let now_ms = self.ms_at(answered_at);
+                self.send_to_node(now_ms, node, *message)
+            }
             Effect::FlushSavesAfterBatch => self.flush_after_batch(),
             Effect::TransferDone(done) => self.transfer_done(done),
         }
@@ -121,7 +128,8 @@ impl RouterDriver {
         }
     }
 
-    pub(super) fn send_to_node(&self, node: NodeId, message: NodeMessage) {
+    /// Sends `message` to `node`; `now_ms` starts the wait for its answer.
+    pub(super) fn send_to_node(&self, now_ms: u64, node: NodeId, message: NodeMessage) {
         let waits = match &message {
             NodeMessage::Routed { request, .. } | NodeMessage::ServiceRequest { request, .. } => {
                 request.needs_reply.then_some(request.id)
@@ -132,7 +140,7 @@ impl RouterDriver {
             self.0
                 .forwarded
                 .borrow_mut()
-                .sent(clock::now_ms(), request, node);
+                .sent(now_ms, request, node);
         }
         let frame = encode_node_message(&message);
         let sent = self

@@ -483,7 +483,9 @@ impl RouterDriver {
         // and one clock reading per poll instead of one per answer is a
         // few percent of the core at high rates.
         let polled_at = Instant::now();
-        let polled_ms = clock::ms_at(polled_at);
+        // Through the cache, so the effects timed at `polled_at` read it
+        // back without a clock read of their own.
+        let polled_ms = self.ms_at(polled_at);
         self.0.inputs.handle_turn(INPUTS_PER_TURN_MAX, |input| {
             self.apply(input, polled_ms);
             self.perform_effects(polled_at);
@@ -494,12 +496,18 @@ impl RouterDriver {
     fn apply(&self, input: Input, polled_ms: u64) {
         // Requests are applied at the poll's reading (one reading per
         // request would be a few percent of the core at high rates): a
-        // client's arrived before it, a handler's submit during this poll,
-        // so it is at most one poll late. Every other input, rare beside
-        // them, reads the clock here: a lease or a timer is judged at the
-        // latest time.
+        // client's, or another node's off a link, arrived before it, a
+        // handler's submit during this poll, so it is at most one poll
+        // late. Every other input, rare beside them, reads the clock here:
+        // a lease or a timer is judged at the latest time.
         let now = match &input {
             Input::Request { .. } | Input::Service { .. } => polled_ms,
+            // (A routed request off a link comes as `Input::Request`.)
+            Input::Node { message, .. }
+                if matches!(**message, NodeMessage::ServiceRequest { .. }) =>
+            {
+                polled_ms
+            }
             _ => clock::now_ms(),
         };
         match &input {
@@ -517,7 +525,7 @@ impl RouterDriver {
             }
             Input::Service { node, key, request } => {
                 drop(core);
-                self.send_to_node(node, NodeMessage::ServiceRequest { key, request });
+                self.send_to_node(now, node, NodeMessage::ServiceRequest { key, request });
             }
             Input::Node { from, message } => core.on_node_message(now, from, *message),
             Input::SendFailed { node, message } => core.on_send_failed(now, node, *message),

@@ -25,7 +25,9 @@
 //!   frame that passes both becomes a `FrameBuf`.
 //!
 //! [`access`] validates bytes in place without copying, for a caller that
-//! already has them in aligned memory.
+//! already has them in aligned memory; [`access_archive`] does the same for
+//! an archive without its checksum, which only a carrier that authenticates
+//! its bytes may send ([`FrameBuf::archive`]).
 //!
 //! Why a checksum on top of bytecheck: bytecheck proves the archive is
 //! structurally sound (tags, lengths, relative pointers, alignment), so
@@ -129,6 +131,22 @@ impl FrameBuf {
         })
     }
 
+    /// A frame of an archive a carrier held for this process (frames a link
+    /// queued and could not send, given back): copied once into aligned
+    /// storage and validated, without a checksum (see [`Self::archive`]),
+    /// so it cannot be sent again as it is.
+    pub fn from_archive(archive: &[u8]) -> Result<FrameBuf, FrameAccessError> {
+        check_len(archive.len() + CHECKSUM_LEN)?;
+        let mut bytes = AlignedVec::with_capacity(archive.len() + CHECKSUM_LEN);
+        bytes.extend_from_slice(archive);
+        access_archive(&bytes)?;
+        bytes.extend_from_slice(&[0; CHECKSUM_LEN]);
+        Ok(FrameBuf {
+            bytes,
+            sealed: false,
+        })
+    }
+
     /// Validates `bytes` from a peer (any alignment) and copies them once
     /// into aligned storage. The length is checked before anything is
     /// allocated, and the checksum before anything is copied.
@@ -189,7 +207,11 @@ impl FrameBuf {
         self.bytes.is_empty()
     }
 
-    fn archive(&self) -> &[u8] {
+    /// The rkyv archive alone, without the checksum trailer: for a
+    /// carrier that authenticates what it carries (the cluster's sealed
+    /// link records), where a checksum would only repeat what the carrier's
+    /// tag proved. Its reader validates it with [`access_archive`].
+    pub fn archive(&self) -> &[u8] {
         &self.bytes[..self.bytes.len() - CHECKSUM_LEN]
     }
 }
@@ -209,12 +231,57 @@ impl std::fmt::Debug for FrameBuf {
 /// for bytes of unknown alignment.
 pub fn access(bytes: &[u8]) -> Result<&ArchivedMessage, FrameAccessError> {
     check_len(bytes.len())?;
+    check_aligned(bytes)?;
+    let archive = check_checksum(bytes)?;
+    rkyv::access::<ArchivedMessage, rancor::Error>(archive).map_err(FrameAccessError::Invalid)
+}
+
+/// Appends the archive of `message` to `out` (no checksum: see
+/// [`FrameBuf::archive`]) and returns its length: a carrier that lays
+/// frames out in its own buffer encodes each in place instead of into a
+/// buffer of its own. `out` must end at a multiple of [`FRAME_ALIGN`] from
+/// where its reader's aligned storage will start, since rkyv aligns what it
+/// writes to `out`'s positions. A message past [`MAX_FRAME_LEN`] leaves `out`
+/// as it was.
+pub fn encode_archive_into(
+    message: &Message,
+    out: &mut Vec<u8>,
+) -> Result<usize, FrameEncodeError> {
+    let start = out.len();
+    debug_assert_eq!(start % FRAME_ALIGN, 0);
+    let written = rkyv::api::high::to_bytes_in::<_, rancor::Error>(message, &mut *out);
+    if let Err(error) = written {
+        out.truncate(start);
+        return Err(FrameEncodeError::Serialize(error));
+    }
+    let len = out.len() - start;
+    if len + CHECKSUM_LEN > MAX_FRAME_LEN {
+        out.truncate(start);
+        return Err(FrameEncodeError::TooLarge {
+            len: len + CHECKSUM_LEN,
+            max_len: MAX_FRAME_LEN,
+        });
+    }
+    Ok(len)
+}
+
+/// Validates an archive without its trailer ([`FrameBuf::archive`]) in
+/// place: length, alignment, then rkyv's bytecheck. Only for bytes a
+/// carrier authenticated, so that no bit of them changed on the way (the
+/// cluster's link records): bytecheck alone makes reading them memory-safe,
+/// not right.
+pub fn access_archive(archive: &[u8]) -> Result<&ArchivedMessage, FrameAccessError> {
+    check_len(archive.len() + CHECKSUM_LEN)?;
+    check_aligned(archive)?;
+    rkyv::access::<ArchivedMessage, rancor::Error>(archive).map_err(FrameAccessError::Invalid)
+}
+
+fn check_aligned(bytes: &[u8]) -> Result<(), FrameAccessError> {
     // Alignments are powers of two, so the low bits are the remainder.
     if bytes.as_ptr() as usize & (FRAME_ALIGN - 1) != 0 {
         return Err(FrameAccessError::Misaligned);
     }
-    let archive = check_checksum(bytes)?;
-    rkyv::access::<ArchivedMessage, rancor::Error>(archive).map_err(FrameAccessError::Invalid)
+    Ok(())
 }
 
 fn check_len(len: usize) -> Result<(), FrameAccessError> {

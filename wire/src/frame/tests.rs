@@ -258,3 +258,68 @@ fn all_zero_and_all_ones_are_rejected() {
         }
     }
 }
+
+#[test]
+fn an_archive_without_its_trailer_is_read_in_place_once_aligned_and_sound() {
+    for message in samples() {
+        // A local frame has no checksum and its archive still travels.
+        let frame = FrameBuf::encode_local(&message).expect("encodes");
+        let archive = aligned(frame.archive());
+        assert_eq!(*access_archive(&archive).expect("valid"), message);
+        let mut shifted = AlignedVec::<16>::with_capacity(archive.len() + 1);
+        shifted.push(0);
+        shifted.extend_from_slice(&archive);
+        assert!(matches!(
+            access_archive(&shifted[1..]),
+            Err(FrameAccessError::Misaligned)
+        ));
+        assert!(matches!(
+            access_archive(&aligned(&archive[..3])),
+            Err(FrameAccessError::TooShort { .. })
+        ));
+    }
+    // Structure is still checked: a root whose variant tag no message has.
+    let frame = FrameBuf::encode_local(&samples()[0]).expect("encodes");
+    let mut broken = aligned(frame.archive());
+    let root = broken.len() - std::mem::size_of::<ArchivedMessage>();
+    broken[root] = 0xff;
+    assert!(matches!(
+        access_archive(&broken),
+        Err(FrameAccessError::Invalid(_))
+    ));
+    assert!(matches!(
+        access_archive(&aligned(&vec![0; MAX_FRAME_LEN])),
+        Err(FrameAccessError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn an_archive_encoded_in_place_is_the_archive_a_frame_holds() {
+    let mut out = vec![9u8; 32];
+    for message in samples() {
+        let start = out.len();
+        let len = encode_archive_into(&message, &mut out).expect("encodes");
+        let frame = FrameBuf::encode_local(&message).expect("encodes");
+        assert_eq!(&out[start..start + len], frame.archive());
+        assert_eq!(
+            *FrameBuf::from_archive(&out[start..])
+                .expect("valid")
+                .message(),
+            message
+        );
+        out.resize(out.len().div_ceil(16) * 16, 0);
+    }
+    let before = out.len();
+    let huge = Message::RouterReply {
+        origin_node: 1,
+        request_seq: 2,
+        error_code: 0,
+        body: vec![0; MAX_FRAME_LEN],
+    };
+    assert!(matches!(
+        encode_archive_into(&huge, &mut out),
+        Err(FrameEncodeError::TooLarge { .. })
+    ));
+    assert_eq!(out.len(), before, "a refused message leaves nothing behind");
+    assert!(FrameBuf::from_archive(&[0; 8]).is_err());
+}

@@ -1,0 +1,237 @@
+//! What a cross-node frame costs the links: sealing a batch of
+//! `player.incr`-shaped frames into one record and opening it again on the
+//! other side (the frames read where they lie), per frame, with the number
+//! of allocations each side makes per frame; and, for the same record bytes,
+//! what one HMAC-SHA256 pass costs (link version 2 hashed every record once
+//! on each side; version 3 seals it with AES-128-GCM).
+//!
+//! Run: `cargo bench -p bench --bench links`. Before criterion runs, a
+//! manual loop prints ns per frame for each batch size and asserts that
+//! opening a record allocates nothing per frame once the decoder's buffer
+//! has grown (a counting global allocator).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion};
+use hmac::{Hmac, KeyInit, Mac};
+use routerd::cluster::codec::{Batch, LinkDecoder, LinkFrame, Sealer, LINK_KEY_LEN};
+use wire::frame::{ClientWire, KeyWire, Message, RouterHead};
+
+/// Counts every allocation (alloc, alloc_zeroed, realloc) in the process.
+struct CountingAlloc;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments
+// unchanged, so `System`'s guarantees hold; the counter has no effect on
+// memory.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded as is; the caller upholds `alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded as is; the caller upholds `alloc_zeroed`'s contract.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded as is; `ptr` came from this allocator, i.e. System.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded as is; `ptr` came from this allocator, i.e. System.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+const KEY: &[u8; LINK_KEY_LEN] = &[7; LINK_KEY_LEN];
+/// Frames per send: `bench/cross_node.sh` counts about 200 per send at 32
+/// connections x pipeline 16; 1 is an idle link's.
+const BATCHES: [usize; 3] = [1, 16, 200];
+/// What one receive hands the decoder at most (`cores.recv_buffer_bytes`).
+const RECEIVE_BYTES: usize = 16 * 1024;
+
+/// A routed `player.incr` (an 8-byte body) and its answer, alternating.
+fn frames(count: usize) -> Vec<Message> {
+    (0..count as u64)
+        .map(|n| {
+            if n % 2 == 0 {
+                Message::RouterRequest {
+                    head: RouterHead {
+                        key: KeyWire {
+                            type_id: 1,
+                            zone_id: 0,
+                            object_id: n,
+                        },
+                        route_version: 3,
+                        source_node: 2,
+                        transfer_ttl: 0,
+                    },
+                    origin_node: 2,
+                    request_seq: n,
+                    op: 1,
+                    needs_reply: 1,
+                    has_client: 1,
+                    client: ClientWire {
+                        gateway_node: 2,
+                        session_id: n,
+                        session_epoch: 1,
+                        player_id: n,
+                    },
+                    body: 1i64.to_le_bytes().to_vec(),
+                }
+            } else {
+                Message::RouterReply {
+                    origin_node: 2,
+                    request_seq: n,
+                    error_code: 0,
+                    body: n.to_le_bytes().to_vec(),
+                }
+            }
+        })
+        .collect()
+}
+
+/// Queues `frames` (each encoded in place) and seals them into one
+/// record, as a link's writer does per send; the sealed bytes in `out`.
+fn seal(sealer: &mut Sealer, batch: &mut Batch, out: &mut Vec<u8>, frames: &[Message]) {
+    batch.reuse(std::mem::take(out));
+    for frame in frames {
+        batch.message(frame).expect("a small message encodes");
+    }
+    sealer.seal(batch);
+    *out = batch.take_sealed();
+}
+
+/// Opens every record of `bytes` in receive-sized pieces and reads every
+/// frame; returns how many were messages.
+fn open(decoder: &mut LinkDecoder, bytes: &[u8]) -> usize {
+    let mut messages = 0;
+    for piece in bytes.chunks(RECEIVE_BYTES) {
+        decoder.extend(piece);
+        while let Some(frame) = decoder.next_frame().expect("an authentic record") {
+            if let LinkFrame::Message(message) = frame {
+                black_box(message);
+                messages += 1;
+            }
+        }
+    }
+    messages
+}
+
+/// One HMAC-SHA256 over a record numbered `seq`, as version 2 did per side.
+fn hmac_pass(key: &Hmac<sha2::Sha256>, seq: u64, record: &[u8]) -> u8 {
+    let mut mac = key.clone();
+    mac.update(&seq.to_le_bytes());
+    mac.update(record);
+    mac.finalize().into_bytes()[0]
+}
+
+fn manual_report(batch: usize) {
+    let frames = frames(batch);
+    let rounds = (400_000 / batch).max(1);
+    // The sealer and the decoder of one direction stay in step: every
+    // sealed record is opened, in order.
+    let mut sealer = Sealer::new(KEY);
+    let mut queue = Batch::new();
+    let mut decoder = LinkDecoder::new(KEY);
+    let mut record = Vec::new();
+    for _ in 0..8 {
+        seal(&mut sealer, &mut queue, &mut record, &frames);
+        open(&mut decoder, &record);
+    }
+    let (mut seal_ns, mut open_ns) = (0u128, 0u128);
+    let allocations_before = ALLOCATIONS.load(Ordering::Relaxed);
+    let mut open_allocations = 0;
+    for _ in 0..rounds {
+        let started = Instant::now();
+        seal(&mut sealer, &mut queue, &mut record, &frames);
+        seal_ns += started.elapsed().as_nanos();
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let started = Instant::now();
+        assert_eq!(open(&mut decoder, &record), batch);
+        open_ns += started.elapsed().as_nanos();
+        open_allocations += ALLOCATIONS.load(Ordering::Relaxed) - before;
+    }
+    let seal_allocations =
+        ALLOCATIONS.load(Ordering::Relaxed) - allocations_before - open_allocations;
+    let hmac = Hmac::<sha2::Sha256>::new_from_slice(KEY).expect("any key length");
+    let started = Instant::now();
+    for seq in 0..rounds as u64 {
+        black_box(hmac_pass(&hmac, seq, black_box(&record)));
+    }
+    let hmac_ns = started.elapsed().as_nanos();
+    let per_frame = |ns: u128| ns as f64 / (rounds * batch) as f64;
+    println!(
+        "batch of {batch:3} ({} bytes a record): seal {:6.1} ns/frame, open and read {:6.1} ns/frame; \
+         one HMAC-SHA256 pass {:6.1} ns/frame; allocations per frame: seal {:.3}, open {:.3}",
+        record.len(),
+        per_frame(seal_ns),
+        per_frame(open_ns),
+        per_frame(hmac_ns),
+        seal_allocations as f64 / (rounds * batch) as f64,
+        open_allocations as f64 / (rounds * batch) as f64,
+    );
+    // Encoding into the batch and reading a record's frames where they
+    // lie: nothing allocated per frame once the buffers have grown.
+    assert_eq!(seal_allocations, 0, "sealing records allocated");
+    assert_eq!(open_allocations, 0, "opening records allocated");
+}
+
+fn criterion_benches(c: &mut Criterion) {
+    let mut group = c.benchmark_group("link_record");
+    for batch in BATCHES {
+        let frames = frames(batch);
+        group.bench_function(BenchmarkId::new("seal_then_open", batch), |b| {
+            let mut sealer = Sealer::new(KEY);
+            let mut queue = Batch::new();
+            let mut decoder = LinkDecoder::new(KEY);
+            let mut record = Vec::new();
+            b.iter(|| {
+                seal(&mut sealer, &mut queue, &mut record, &frames);
+                open(&mut decoder, &record)
+            })
+        });
+        let mut record = Vec::new();
+        seal(
+            &mut Sealer::new(KEY),
+            &mut Batch::new(),
+            &mut record,
+            &frames,
+        );
+        let hmac = Hmac::<sha2::Sha256>::new_from_slice(KEY).expect("any key length");
+        group.bench_function(BenchmarkId::new("hmac_sha256_twice", batch), |b| {
+            b.iter(|| hmac_pass(&hmac, 0, &record) ^ hmac_pass(&hmac, 1, &record))
+        });
+    }
+    group.finish();
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and
+    // then only criterion's quick one-pass test mode runs.
+    if std::env::args().any(|arg| arg == "--bench") {
+        for batch in BATCHES {
+            manual_report(batch);
+        }
+    }
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(20)
+        .configure_from_args();
+    criterion_benches(&mut criterion);
+    criterion.final_summary();
+}
