@@ -193,6 +193,12 @@ pub struct GatewayConfig {
     pub websocket_tls: bool,
     /// `Origin` values a WebSocket upgrade may carry; empty: any.
     pub websocket_origins: Vec<String>,
+    /// Places sessions on their player's node: a login answered by
+    /// another up node (the player's object lives there) is followed by a
+    /// `sys.redirect` to that node's listener of the session's transport,
+    /// once per session, so steady-state requests stay on one node. The
+    /// session is not closed: a client that stays is served as before.
+    pub place_sessions: bool,
 }
 
 impl Default for GatewayConfig {
@@ -222,6 +228,7 @@ impl Default for GatewayConfig {
             websocket_listen: None,
             websocket_tls: false,
             websocket_origins: Vec::new(),
+            place_sessions: false,
         }
     }
 }

@@ -11,7 +11,13 @@ impl RouterDriver {
         let message = frame.message();
         if let Some((origin, seq, outcome)) = decode_reply(message) {
             if origin == self.0.node {
-                self.answer_local(seq, outcome, Instant::now());
+                // A reply from a link was made by the node at its other end,
+                // the object's owner; one from another core, on this node.
+                let answered_by = match source {
+                    FrameSource::Node(from) => from,
+                    FrameSource::Core => self.0.node,
+                };
+                self.answer_local(seq, outcome, Instant::now(), answered_by);
             }
             return None;
         }
