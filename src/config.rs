@@ -16,6 +16,7 @@ mod tests;
 
 pub use self::cluster::{
     ClusterConfig, CLUSTER_NAME_LEN_MAX, CLUSTER_SECRET_ENV, DEVELOPMENT_CLUSTER_SECRET,
+    REBALANCE_CONCURRENCY_MAX,
 };
 use self::secret::SecretKey;
 pub use self::secret::{Secret, SecretError, MASK};

@@ -143,6 +143,12 @@ impl RouterDriver {
         self.enqueue(Input::DrainStep);
     }
 
+    /// The moves that would leave each of this core's objects on its
+    /// rendezvous node (see `RouterCore::rebalance_plan`).
+    pub fn rebalance_plan(&self) -> Vec<(ObjectKey, NodeId)> {
+        self.0.core.borrow().rebalance_plan(clock::now_ms())
+    }
+
     /// How far this core's drain is (a walk over its entries).
     pub fn drain_progress(&self) -> DrainProgress {
         self.0.core.borrow().drain_progress()
