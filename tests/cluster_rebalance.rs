@@ -101,9 +101,7 @@ fn hammer(
     })
 }
 
-#[test]
-fn a_rebalance_under_load_gives_each_node_its_share_and_loses_nothing() {
-    let mut cluster = LocalCluster::new();
+fn a_rebalance_under_load_gives_each_node_its_share_and_loses_nothing(mut cluster: LocalCluster) {
     cluster.persist = "interval";
     cluster.cluster_extra = format!("rebalance_concurrency = {CONCURRENCY}\n");
     let node1 = cluster.start(1);
@@ -321,3 +319,5 @@ fn a_join_rebalances_by_itself_and_the_call_needs_the_token() {
     assert!(text.contains("node 2: moved 0"), "{text}");
     assert_eq!(get_json(node1.admin, "/rebalance")["runs"], 2);
 }
+
+on_every_store!(a_rebalance_under_load_gives_each_node_its_share_and_loses_nothing);
