@@ -269,8 +269,9 @@ pub(crate) fn router_error_reason(code: ErrorCode) -> &'static str {
 /// that node's gateways, when it is another node that is `up` (not
 /// joining, draining, or gone) and advertises some. The player object
 /// runs where it is writable, so the node that answered its bind owned it
-/// then; a player nobody owned was claimed here, and its login answered
-/// here, so it stays.
+/// then; a player nobody owned was created on its rendezvous node, which
+/// answered: this one (the session stays) or another (it is placed
+/// there, where its next logins will be answered).
 fn placement_target(
     snapshot: &Snapshot,
     me: NodeId,
