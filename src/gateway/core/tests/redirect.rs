@@ -148,6 +148,17 @@ fn a_placed_session_is_told_once_and_never_closed() {
     assert!(!f.core.place_session(ws, grace, &owner));
     assert!(frames(&ws_outbox).is_empty());
     assert_eq!(f.metrics.gateway.placements_without_transport.get(), 1);
+    // A placed session still gets a drain's redirect, and its close.
+    f.core.redirect_all(
+        f.now,
+        grace,
+        vec![GatewayAddresses::plain("10.0.0.3:7400")],
+    );
+    assert_eq!(
+        frames(&plain_outbox).last().map(|frame| frame.3.clone()),
+        Some(redirect_body(grace, "10.0.0.3:7400"))
+    );
+    assert_eq!(f.metrics.gateway.redirects.get(), 3);
 }
 
 /// A draining node's sessions get the drain's redirect, not a placement.
