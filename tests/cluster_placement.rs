@@ -6,11 +6,14 @@
 //! redirected, a login elsewhere is sent there. A node without the key
 //! never redirects.
 
+#[path = "support/edge.rs"]
+mod edge;
 mod support;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use edge::{client_config, make_cert, tcp_connect, tls_connect, StreamClient, WsClient, WsEvent};
 use routerd::builtins::player::player_key;
 use routerd::router::rendezvous_score;
 use routerd::store::NodeId;
@@ -24,11 +27,16 @@ const GRACE_MS: u64 = 300;
 
 /// Starts node `id` of `cluster`, with `gateway.place_sessions = place`.
 fn start(cluster: &LocalCluster, id: u64, place: bool) -> ServeProcess {
+    start_with(cluster, id, &format!("place_sessions = {place}\n"))
+}
+
+/// Starts node `id` of `cluster` with `gateway` keys besides its listener.
+fn start_with(cluster: &LocalCluster, id: u64, gateway: &str) -> ServeProcess {
     let dir = cluster.dir().join(format!("node-{id}"));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("node.toml");
     let text = format!(
-        "{}\n[gateway]\nlisten = \"127.0.0.1:0\"\nplace_sessions = {place}\n\
+        "{}\n[gateway]\nlisten = \"127.0.0.1:0\"\n{gateway}\
          [admin]\nlisten = \"127.0.0.1:0\"\n[auth]\nsecret = \"{}\"\n",
         cluster.body(id, "the test cluster's secret"),
         support::SECRET
@@ -73,12 +81,39 @@ fn incr(client: &mut Client, seq: u32) -> i64 {
 /// The first player from `from` whose default node among 1..=3 is `node`
 /// (where the router creates it).
 fn player_placed_on(node: u64, from: u64) -> u64 {
+    player_placed_among(node, &[1, 2, 3], from)
+}
+
+/// The first player from `from` whose default node among `nodes` is `node`.
+fn player_placed_among(node: u64, nodes: &[u64], from: u64) -> u64 {
     (from..)
         .find(|player| {
             let key = player_key(*player);
-            (1..=3u64).max_by_key(|n| (rendezvous_score(key, NodeId(*n)), *n)) == Some(node)
+            let default = nodes
+                .iter()
+                .max_by_key(|n| (rendezvous_score(key, NodeId(**n)), **n));
+            default == Some(&node)
         })
         .unwrap()
+}
+
+/// A loopback port free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The gateway a `sys.redirect` PUSH names.
+fn redirected_to(push: &support::Reply) -> String {
+    assert_eq!(
+        (push.kind, push.route_id),
+        (FrameKind::Push, route::SYS_REDIRECT),
+        "{push:?}"
+    );
+    String::from_utf8(push.body[4..].to_vec()).unwrap()
 }
 
 #[test]
@@ -179,5 +214,48 @@ fn a_login_away_from_its_player_is_redirected_once_and_served_either_way() {
     );
     assert_eq!(incr(&mut there, 2), 1);
     assert_eq!(player_owner(node2.admin, other).map(|(n, _)| n), Some(1));
+    assert_eq!(metric(node2.admin, "routerd_gateway_placements_total"), 2);
+}
+
+/// A session is sent to the owner's listener of its own transport: a TLS
+/// client to its TLS port, a WebSocket client to its WebSocket port.
+#[test]
+fn a_tls_or_websocket_session_is_placed_on_the_owners_listener_of_its_transport() {
+    let cluster = LocalCluster::new();
+    let cert = make_cert(cluster.dir(), "gateway");
+    let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();
+    let gateway = |(tls, ws): (u16, u16)| {
+        format!(
+            "place_sessions = true\ntls_listen = \"127.0.0.1:{tls}\"\n\
+             tls_cert_file = {:?}\ntls_key_file = {:?}\nwebsocket_listen = \"127.0.0.1:{ws}\"\n",
+            cert.cert_file.display().to_string(),
+            cert.key_file.display().to_string()
+        )
+    };
+    let node1 = start_with(&cluster, 1, &gateway(ports[0]));
+    let node2 = start_with(&cluster, 2, &gateway(ports[1]));
+    wait_members_up(&node1, &[2]);
+    wait_members_up(&node2, &[1]);
+    let p = player_placed_among(1, &[1, 2], 42);
+    let mut first = node1.connect();
+    first.login(p, 1);
+    assert_eq!(incr(&mut first, 2), 1);
+    drop(first);
+    let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+
+    let config = client_config(&cert.der, b"routerd");
+    let mut tls = StreamClient::new(tls_connect(at(ports[1].0), config));
+    tls.login(p, 1);
+    assert_eq!(redirected_to(&tls.recv()), at(ports[0].0).to_string());
+    assert_eq!(tls.incr(2), 2, "served on where it is");
+    drop(tls);
+
+    let mut ws = WsClient::upgrade(Box::new(tcp_connect(at(ports[1].1))));
+    ws.login(p, 1);
+    match ws.next() {
+        WsEvent::Frame(push) => assert_eq!(redirected_to(&push), at(ports[0].1).to_string()),
+        other => panic!("expected sys.redirect, got {other:?}"),
+    }
+    assert_eq!(ws.incr(2), 3);
     assert_eq!(metric(node2.admin, "routerd_gateway_placements_total"), 2);
 }
