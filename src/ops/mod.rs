@@ -57,9 +57,11 @@ enum Command {
         player: Option<u64>,
         reply: oneshot::Sender<(usize, Vec<listing::SessionRow>)>,
     },
-    /// The core's objects whose rendezvous node is another, with it.
+    /// The core's objects whose rendezvous node is another, with it;
+    /// `None` until the core knows every node of `expected`.
     RebalancePlan {
-        reply: oneshot::Sender<Vec<(ObjectKey, NodeId)>>,
+        expected: Vec<NodeId>,
+        reply: oneshot::Sender<Option<Vec<(ObjectKey, NodeId)>>>,
     },
 }
 
@@ -249,8 +251,8 @@ pub async fn serve_core(commands: CoreCommands, ops: CoreOps) {
                 let rows = listing::core_sessions(&ops.gateway, ops.core, player, page);
                 let _ = reply.send((count, rows));
             }
-            Some(Some(Command::RebalancePlan { reply })) => {
-                let _ = reply.send(ops.router.rebalance_plan());
+            Some(Some(Command::RebalancePlan { expected, reply })) => {
+                let _ = reply.send(ops.router.rebalance_plan(&expected));
             }
             // Every sender is gone: the node is going away.
             Some(None) => return,

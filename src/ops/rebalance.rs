@@ -40,10 +40,11 @@ const _: () = assert!(REBALANCE_CONCURRENCY_MAX <= TRANSFER_WAITERS_MAX);
 /// between tries, and how many tries it gets.
 const BUSY_WAIT: Duration = Duration::from_millis(20);
 const BUSY_TRIES_MAX: u32 = 50;
-/// How long after a member came up a rebalance on join starts: every core
-/// must have taken the new member into its view first, or its plan would
-/// not see it.
-const JOIN_SETTLE: Duration = Duration::from_millis(500);
+/// How long a rebalance waits between asks for the cores' plans while a
+/// core has not taken every up member into its view yet, and how many
+/// asks it makes (membership reaches the cores within milliseconds).
+const PLAN_RETRY_WAIT: Duration = Duration::from_millis(20);
+const PLAN_ASKS_MAX: u32 = 250;
 /// How long the node asked waits for each member to start its own.
 const FAN_OUT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -273,7 +274,6 @@ impl Ops {
             if joined.is_empty() {
                 continue;
             }
-            tokio::time::sleep(JOIN_SETTLE).await;
             match self.rebalance() {
                 Ok(_) => tracing::info!(?joined, "rebalancing: members joined"),
                 Err(refused) => tracing::info!(?joined, ?refused, "not rebalancing on join"),
@@ -285,16 +285,7 @@ impl Ops {
     /// `concurrency` at a time.
     async fn run_rebalance(self) {
         let status = self.0.rebalance.clone();
-        let plans = self
-            .ask_every_core(|reply| Command::RebalancePlan { reply })
-            .await;
-        let plan: Vec<(ObjectKey, NodeId)> = match plans {
-            Ok(plans) => plans.into_iter().flatten().collect(),
-            Err(unreached) => {
-                tracing::warn!(?unreached, "rebalance: a core did not give its plan");
-                Vec::new()
-            }
-        };
+        let plan = self.plan().await;
         lock(&status.progress).planned = plan.len() as u64;
         tracing::info!(planned = plan.len(), "rebalancing this node's objects");
         let mut in_flight = tokio::task::JoinSet::new();
@@ -339,6 +330,43 @@ impl Ops {
             left = plan.len(),
             "rebalance done"
         );
+    }
+
+    /// Every core's plan, made once every core knows the members this node
+    /// sees up (a plan made before would leave a member that just joined
+    /// out). After `PLAN_ASKS_MAX` asks, what the cores gave.
+    async fn plan(&self) -> Vec<(ObjectKey, NodeId)> {
+        let expected: Vec<NodeId> = self
+            .0
+            .view
+            .snapshot()
+            .peers
+            .values()
+            .filter(|peer| peer.state == MemberState::Up)
+            .map(|peer| peer.node)
+            .collect();
+        for ask in 1..=PLAN_ASKS_MAX {
+            let plans = self
+                .ask_every_core(|reply| Command::RebalancePlan {
+                    expected: expected.clone(),
+                    reply,
+                })
+                .await;
+            match plans {
+                Ok(plans) if plans.iter().all(Option::is_some) || ask == PLAN_ASKS_MAX => {
+                    if plans.iter().any(Option::is_none) {
+                        tracing::warn!("rebalance: a core never saw every member up; its objects stay");
+                    }
+                    return plans.into_iter().flatten().flatten().collect();
+                }
+                Ok(_) => tokio::time::sleep(PLAN_RETRY_WAIT).await,
+                Err(unreached) => {
+                    tracing::warn!(?unreached, "rebalance: a core did not give its plan");
+                    return Vec::new();
+                }
+            }
+        }
+        Vec::new()
     }
 
     /// `send_transfer`, waiting out a full command channel for a while.

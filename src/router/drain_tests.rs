@@ -276,10 +276,13 @@ fn a_rebalance_plan_names_each_object_whose_default_node_is_another() {
         let id = request_key(&mut h, 1, *key, OP_ADD, add(1));
         assert_eq!(replies(&h.settle(1, 0)), vec![(id, Ok(add(1)))]);
     }
-    assert!(h.core(1).rebalance_plan(1).is_empty(), "alone: all stay");
+    let alone = h.core(1).rebalance_plan(1, &[]);
+    assert_eq!(alone, Some(Vec::new()), "alone: all stay");
+    // The node sees node 2 up before this core does: no plan yet.
+    assert_eq!(h.core(1).rebalance_plan(1, &[NodeId(2)]), None);
     // Node 2 is back as its next incarnation: about half move there.
     h.core(1).on_node_up(NodeId(2), 2);
-    let plan = h.core(1).rebalance_plan(1);
+    let plan = h.core(1).rebalance_plan(1, &[NodeId(2)]).unwrap();
     let expected: Vec<ObjectKey> = keys
         .iter()
         .copied()
@@ -292,5 +295,5 @@ fn a_rebalance_plan_names_each_object_whose_default_node_is_another() {
     assert!(plan.iter().all(|(_, node)| *node == NodeId(2)));
     // A draining core plans nothing (its drain moves everything).
     h.core(1).set_draining(true);
-    assert!(h.core(1).rebalance_plan(1).is_empty());
+    assert_eq!(h.core(1).rebalance_plan(1, &[NodeId(2)]), Some(Vec::new()));
 }

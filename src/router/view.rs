@@ -312,10 +312,19 @@ impl RouterCore {
     /// object not moving already whose default node is another, with that
     /// node. Empty while the core may not serve, or drains or stops (a
     /// drain moves everything anyway). One walk over the entries, so at
-    /// most `entries_per_core_max` moves.
-    pub fn rebalance_plan(&self, now_ms: u64) -> Vec<(ObjectKey, NodeId)> {
+    /// most `entries_per_core_max` moves. `None` while the core does not
+    /// know every node of `expected` live yet (membership reaches the
+    /// cores a moment after the node): its plan would leave them out.
+    pub fn rebalance_plan(
+        &self,
+        now_ms: u64,
+        expected: &[NodeId],
+    ) -> Option<Vec<(ObjectKey, NodeId)>> {
+        if !expected.iter().all(|node| self.ctx.is_node_available(*node)) {
+            return None;
+        }
         if self.ctx.is_shutting_down() || self.ctx.draining || !self.ctx.may_serve(now_ms) {
-            return Vec::new();
+            return Some(Vec::new());
         }
         let mut plan = Vec::new();
         for (key, entry) in self.managers.values().flat_map(|manager| manager.entries.iter()) {
@@ -331,7 +340,7 @@ impl RouterCore {
                 _ => {}
             }
         }
-        plan
+        Some(plan)
     }
 
     /// How far the drain is (a walk over every entry: call it on a period,

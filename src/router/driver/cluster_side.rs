@@ -144,9 +144,13 @@ impl RouterDriver {
     }
 
     /// The moves that would leave each of this core's objects on its
-    /// rendezvous node (see `RouterCore::rebalance_plan`).
-    pub fn rebalance_plan(&self) -> Vec<(ObjectKey, NodeId)> {
-        self.0.core.borrow().rebalance_plan(clock::now_ms())
+    /// rendezvous node, once the core knows every node of `expected` (see
+    /// `RouterCore::rebalance_plan`).
+    pub fn rebalance_plan(&self, expected: &[NodeId]) -> Option<Vec<(ObjectKey, NodeId)>> {
+        self.0
+            .core
+            .borrow()
+            .rebalance_plan(clock::now_ms(), expected)
     }
 
     /// How far this core's drain is (a walk over its entries).
