@@ -25,6 +25,11 @@ const PLAYERS: u64 = 200;
 const CONCURRENCY: u64 = 4;
 const HAMMERS: u64 = 4;
 const TOKEN: &str = "the rebalance test's admin token";
+/// How long a hammering client waits for an answer: above the server's
+/// request timeout (10 s), so a request the server gave up on comes back
+/// as a TIMEOUT error (a failure) rather than as the client's impatience
+/// on a loaded machine.
+const ANSWER_WAIT: Duration = Duration::from_secs(12);
 
 /// The node among `nodes` that rendezvous hashing gives `player`.
 fn default_node(player: u64, nodes: &[u64]) -> u64 {
@@ -58,6 +63,8 @@ struct Seen {
     answered: BTreeMap<u64, u64>,
     acked: BTreeMap<u64, i64>,
     failures: Vec<String>,
+    /// The longest wait for one answer.
+    slowest: Duration,
 }
 
 /// Increments each of `players` in turn, one request in flight per
@@ -71,12 +78,12 @@ fn hammer(
 ) -> std::thread::JoinHandle<Seen> {
     std::thread::spawn(move || {
         let mut seen = Seen::default();
-        let mut sessions: Vec<(u64, Client, i64, u32)> = players
+        let mut sessions: Vec<(u64, routerd::testing::client::Client, i64, u32)> = players
             .iter()
             .map(|player| {
                 let gateway = if player % 2 == 0 { even } else { odd };
-                let mut client = Client::connect(gateway);
-                client.login(*player, 1);
+                let mut client = routerd::testing::client::Client::connect(gateway, ANSWER_WAIT);
+                client.login(support::SECRET.as_bytes(), *player, 1);
                 (*player, client, 1, 2)
             })
             .collect();
@@ -84,7 +91,9 @@ fn hammer(
             for (player, client, last, seq) in &mut sessions {
                 client.send(route::PLAYER_INCR, *seq, &1i64.to_le_bytes());
                 *seen.sent.entry(*player).or_default() += 1;
+                let sent_at = std::time::Instant::now();
                 let reply = client.recv();
+                seen.slowest = seen.slowest.max(sent_at.elapsed());
                 *seen.answered.entry(*player).or_default() += 1;
                 let good = reply.kind == FrameKind::Response && reply.seq == *seq;
                 if good && counter_of(&reply) == *last + 1 {
@@ -174,9 +183,10 @@ fn a_rebalance_under_load_gives_each_node_its_share_and_loses_nothing(mut cluste
     let total = |f: fn(&Seen) -> u64| seen.iter().map(f).sum::<u64>();
     let sent = total(|s| s.sent.values().sum());
     assert_eq!(sent, total(|s| s.answered.values().sum()));
+    let slowest = seen.iter().map(|s| s.slowest).max().unwrap_or_default();
     println!(
-        "rebalance: node 1 {on_node1}, node 2 {on_node2}; {sent} increments answered, \
-         sampled at most {sampled_most} transfers at once"
+        "rebalance: node 1 {on_node1}, node 2 {on_node2}; {sent} increments answered, the \
+         slowest in {slowest:?}; sampled at most {sampled_most} transfers at once"
     );
 
     // Each node owns its rendezvous share, and exactly the players
