@@ -16,6 +16,7 @@ mod tests;
 
 pub use self::cluster::{
     ClusterConfig, CLUSTER_NAME_LEN_MAX, CLUSTER_SECRET_ENV, DEVELOPMENT_CLUSTER_SECRET,
+    REBALANCE_CONCURRENCY_MAX,
 };
 use self::secret::SecretKey;
 pub use self::secret::{Secret, SecretError, MASK};
@@ -199,6 +200,12 @@ pub struct GatewayConfig {
     pub websocket_tls: bool,
     /// `Origin` values a WebSocket upgrade may carry; empty: any.
     pub websocket_origins: Vec<String>,
+    /// Places sessions on their player's node: a login answered by
+    /// another up node (the player's object lives there) is followed by a
+    /// `sys.redirect` to that node's listener of the session's transport,
+    /// once per session, so steady-state requests stay on one node. The
+    /// session is not closed: a client that stays is served as before.
+    pub place_sessions: bool,
 }
 
 impl Default for GatewayConfig {
@@ -228,6 +235,7 @@ impl Default for GatewayConfig {
             websocket_listen: None,
             websocket_tls: false,
             websocket_origins: Vec::new(),
+            place_sessions: false,
         }
     }
 }

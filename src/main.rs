@@ -1,5 +1,5 @@
 //! The `routerd` command: serve a node, check a config, mint a token, talk
-//! to a node as a client, and operate a cluster (status, transfer, drain).
+//! to a node as a client, and operate a cluster (status, transfer, drain, rebalance).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -78,6 +78,11 @@ enum Command {
     /// to the end. Exit 0 drained, 1 admin unreachable, 2 refused,
     /// 3 not finished in time.
     Drain(routerd::cli::ctl::DrainArgs),
+    /// Move objects so that every up node holds about its rendezvous
+    /// share, through any node's admin endpoint; follows every node's
+    /// rebalance to its end and prints what moved. Exit 0 done, 1 admin
+    /// unreachable, 2 refused, 3 objects not moved or not finished in time.
+    Rebalance(routerd::cli::rebalance::RebalanceArgs),
 }
 
 fn main() -> ExitCode {
@@ -98,6 +103,7 @@ fn main() -> ExitCode {
         Command::Cluster(command) => return ctl_exit(routerd::cli::ctl::cluster(&command)),
         Command::Transfer(args) => return ctl_exit(routerd::cli::ctl::transfer(&args)),
         Command::Drain(args) => return ctl_exit(routerd::cli::ctl::drain(&args)),
+        Command::Rebalance(args) => return ctl_exit(routerd::cli::rebalance::run(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

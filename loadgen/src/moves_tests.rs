@@ -60,6 +60,50 @@ fn a_redirect_moves_each_session_to_the_named_gateway() {
     assert!(stats.ops[Op::Incr.index()].responses > 100);
 }
 
+/// Gateway A redirects each session right after its login answer (a node
+/// placing sessions on their player's node): the run does not fail in
+/// setup; each connection moves to B before the measured phase and every
+/// request of it is answered there.
+#[test]
+fn a_redirect_at_login_moves_the_session_before_the_run() {
+    let (b, b_record) = gateway(Behaviour::default());
+    let (a, a_record) = gateway(Behaviour {
+        redirect_at_login: Some(b.to_string()),
+        ..Behaviour::default()
+    });
+    let outcome = run_against(
+        &[a],
+        &[
+            "--workload",
+            "incr",
+            "--connections",
+            "2",
+            "--pipeline",
+            "4",
+        ],
+    );
+    assert_eq!(outcome.error, None);
+    let stats = &outcome.stats;
+    assert!(
+        verdict(stats, None, 1.0).is_empty(),
+        "{:?}",
+        verdict(stats, None, 1.0)
+    );
+    assert_eq!(a_record.redirects.load(Ordering::SeqCst), 2);
+    assert_eq!(stats.redirects, 2);
+    assert_eq!(stats.failures(), 0);
+    assert_eq!(
+        a_record.answered.load(Ordering::SeqCst),
+        0,
+        "nothing sent to A"
+    );
+    assert_eq!(
+        sorted(b_record.logins.lock().expect("lock").clone()),
+        [1, 2]
+    );
+    assert!(stats.ops[Op::Incr.index()].responses > 100);
+}
+
 /// An empty target sends the session to another `--addr`: the one after
 /// the gateway it was on.
 #[test]

@@ -104,7 +104,10 @@ fn run(
     engine.set_layers(args.layers()?);
     connect_all(plan, ctx, &mut engine)?;
     let token_expiry_unix_s = token_expiry(args);
-    setup_sessions(args, &ctx.secret, token_expiry_unix_s, &mut engine)?;
+    let redirected = setup_sessions(args, &ctx.secret, token_expiry_unix_s, &mut engine)?;
+    // Followed from the first turn of the run (warm-up), like any other.
+    stats.redirects += redirected.len() as u64;
+    engine.events.extend(redirected);
 
     ctx.coordinator.ready.fetch_add(1, Ordering::SeqCst);
     let start_ns = loop {
@@ -193,17 +196,21 @@ fn connect_all(plan: &Plan, ctx: &Context, engine: &mut Engine) -> Result<(), St
 }
 
 /// Logs every connection in (and joins its room), or fails the run.
+/// Returns the `sys.redirect`s sessions got meanwhile (a node that places
+/// sessions on their player's node sends one right after the login
+/// answer): such a connection is set up, and moves once the run starts.
 fn setup_sessions(
     args: &Args,
     secret: &str,
     token_expiry_unix_s: u64,
     engine: &mut Engine,
-) -> Result<(), String> {
+) -> Result<Vec<(usize, Event)>, String> {
+    let mut redirected = Vec::new();
     if !args.needs_login() {
         for slot in &mut engine.slots {
             slot.conn.skip_setup();
         }
-        return Ok(());
+        return Ok(redirected);
     }
     for i in 0..engine.slots.len() {
         let player_id = engine.slots[i].conn.player_id();
@@ -225,8 +232,8 @@ fn setup_sessions(
                 }
                 Event::SetupFailed { reason, .. } => return Err(reason),
                 Event::Kicked => return Err("a session was kicked during setup".to_string()),
-                Event::Redirect(_) => {
-                    return Err("a session was redirected during setup".to_string())
+                Event::Redirect(redirect) => {
+                    redirected.push((index, Event::Redirect(redirect)));
                 }
                 Event::LoggedIn | Event::Joined => {}
             }
@@ -238,8 +245,13 @@ fn setup_sessions(
         if scratch.protocol_errors > 0 {
             return Err("protocol error during setup".to_string());
         }
-        if engine.slots.iter().all(|s| s.conn.phase() == Phase::Ready) {
-            return Ok(());
+        // A redirected connection (`Draining`) waits for the run to move.
+        if engine
+            .slots
+            .iter()
+            .all(|s| matches!(s.conn.phase(), Phase::Ready | Phase::Draining))
+        {
+            return Ok(redirected);
         }
         if now_ns() > deadline {
             return Err("login/join did not finish in 30 s".to_string());

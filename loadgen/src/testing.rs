@@ -34,6 +34,9 @@ pub struct Behaviour {
     /// After this many workload requests on a connection, drop it without
     /// answering the last ones read.
     pub close_after: Option<u64>,
+    /// Right after each login's answer, push a `sys.redirect` with this
+    /// target (as a node placing sessions on their player's node does).
+    pub redirect_at_login: Option<String>,
 }
 
 /// What every connection of a fake gateway saw.
@@ -144,6 +147,13 @@ impl Session {
                     }
                     let id = player.to_le_bytes();
                     encode_frame(&mut out, FrameKind::Response, h.route_id, seq, &id);
+                    if let Some(target) = &behaviour.redirect_at_login {
+                        self.redirected = true;
+                        let mut push = 2_000u32.to_le_bytes().to_vec();
+                        push.extend_from_slice(target.as_bytes());
+                        encode_frame(&mut out, FrameKind::Push, SYS_REDIRECT, 0, &push);
+                        record.redirects.fetch_add(1, Ordering::SeqCst);
+                    }
                     continue;
                 }
                 self.requests += 1;

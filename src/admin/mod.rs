@@ -40,6 +40,7 @@ pub(crate) mod log_level;
 mod operator;
 mod peers;
 mod probes;
+mod rebalance;
 mod routes;
 
 use self::routes::{error_json, Body};
@@ -163,6 +164,10 @@ async fn serve(
             return;
         }
     };
+    if let Some(ops) = &state.ops {
+        // With cluster.rebalance_on_join: ends with the runtime.
+        drop(tokio::spawn(ops.clone().rebalance_on_joins()));
+    }
     let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     loop {
         let accepted = tokio::select! {

@@ -89,6 +89,9 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         (&Method::POST, ["objects", kind, id, "transfer"]) => {
             transfer(state, kind, id, request.uri().query()).await
         }
+        (&Method::POST, ["rebalance"]) => super::rebalance::start(state, query).await,
+        (&Method::GET, ["rebalance"]) => super::rebalance::status(state).await,
+        (_, ["rebalance"]) => method_not_allowed("GET, POST"),
         (&Method::POST, ["drain"]) => drain(state, true).await,
         (&Method::GET, ["drain"]) => drain(state, false).await,
         (_, ["healthz"] | ["livez"] | ["readyz"] | ["metrics"] | ["cluster"] | ["objects", _, _]) => {

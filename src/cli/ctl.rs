@@ -15,9 +15,9 @@ use crate::ops::client::{self, Answer};
 
 /// How long one admin call may take (a transfer waits up to 8 s at the
 /// owner, 9 s when forwarded).
-const CALL_TIMEOUT: Duration = Duration::from_secs(12);
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(12);
 /// How long `cluster status` waits for each peer's own count of objects.
-const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often `drain` looks at the drain's progress.
 const DRAIN_POLL: Duration = Duration::from_millis(250);
 
@@ -37,7 +37,7 @@ pub struct Failed {
     pub message: String,
 }
 
-fn unreachable(message: impl Into<String>) -> Failed {
+pub(super) fn unreachable(message: impl Into<String>) -> Failed {
     Failed {
         exit: Exit::Unreachable,
         message: message.into(),
@@ -98,14 +98,14 @@ pub struct DrainArgs {
 
 /// The token a mutating call presents: `--token`, else
 /// `ROUTERD_ADMIN_TOKEN`, else none (an endpoint without `admin.token`).
-fn token_of(given: &Option<String>) -> Option<String> {
+pub(super) fn token_of(given: &Option<String>) -> Option<String> {
     given
         .clone()
         .or_else(|| std::env::var(crate::config::ADMIN_TOKEN_ENV).ok())
         .filter(|token| !token.is_empty())
 }
 
-fn call(
+pub(super) fn call(
     admin: &str,
     method: &str,
     path: &str,
@@ -130,7 +130,7 @@ fn call(
     Ok(answer)
 }
 
-fn json_of(answer: &Answer, what: &str) -> Result<Value, Failed> {
+pub(super) fn json_of(answer: &Answer, what: &str) -> Result<Value, Failed> {
     answer
         .json()
         .ok_or_else(|| unreachable(format!("{what}: {} {}", answer.status, answer.body.trim())))

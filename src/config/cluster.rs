@@ -56,7 +56,18 @@ pub struct ClusterConfig {
     /// How long a drain may take before the node stops anyway: what is
     /// left is saved and released as at any stop.
     pub drain_timeout_ms: u64,
+    /// Transfers a rebalance (`POST /rebalance`) keeps in flight at once
+    /// on this node, over all its cores: the rate at which it moves
+    /// objects to their rendezvous node.
+    pub rebalance_concurrency: usize,
+    /// When another member comes up, this node rebalances its own objects
+    /// by itself, as `POST /rebalance?scope=node` would.
+    pub rebalance_on_join: bool,
 }
+
+/// The most transfers `rebalance_concurrency` may keep in flight: a core
+/// waits for at most `TRANSFER_WAITERS_MAX` (1024) operators' transfers.
+pub const REBALANCE_CONCURRENCY_MAX: usize = 1024;
 
 /// The longest `redirect_grace_ms`: it travels as a `u32` in
 /// `sys.redirect`, and a client should not wait longer than this to move.
@@ -77,6 +88,8 @@ impl Default for ClusterConfig {
             drain_concurrency: 16,
             redirect_grace_ms: 5000,
             drain_timeout_ms: 60_000,
+            rebalance_concurrency: 8,
+            rebalance_on_join: false,
         }
     }
 }
@@ -159,6 +172,13 @@ impl ClusterConfig {
     fn check_drain(&self) -> Result<(), String> {
         if self.drain_concurrency == 0 {
             return Err("cluster.drain_concurrency must be positive".into());
+        }
+        if self.rebalance_concurrency == 0 || self.rebalance_concurrency > REBALANCE_CONCURRENCY_MAX
+        {
+            return Err(format!(
+                "cluster.rebalance_concurrency ({}) must be 1 to {REBALANCE_CONCURRENCY_MAX}",
+                self.rebalance_concurrency
+            ));
         }
         if self.redirect_grace_ms > REDIRECT_GRACE_MS_MAX {
             return Err(format!(
@@ -264,6 +284,21 @@ mod tests {
             .check_timing()
             .unwrap_err()
             .contains("cluster.redirect_grace_ms"));
+        for concurrency in [0, REBALANCE_CONCURRENCY_MAX + 1] {
+            let config = ClusterConfig {
+                rebalance_concurrency: concurrency,
+                ..ClusterConfig::default()
+            };
+            assert!(config
+                .check_timing()
+                .unwrap_err()
+                .contains("cluster.rebalance_concurrency"));
+        }
+        let at_the_bound = ClusterConfig {
+            rebalance_concurrency: REBALANCE_CONCURRENCY_MAX,
+            ..ClusterConfig::default()
+        };
+        at_the_bound.check_timing().unwrap();
         let short = ClusterConfig {
             drain_timeout_ms: 5000,
             ..ClusterConfig::default()

@@ -372,10 +372,27 @@ impl GatewayHandle {
     /// the session or answers the refusal, then replays what the session
     /// sent meanwhile.
     pub fn complete_login(&self, session_id: u64, seq: u32, outcome: LoginOutcome<'_>) {
-        self.0
-            .state
-            .borrow_mut()
-            .complete_login(session_id, seq, outcome, Instant::now());
+        self.complete_login_placed(session_id, seq, outcome, None);
+    }
+
+    /// [`Self::complete_login`], then, when the session was bound and
+    /// `owner` names the gateways of the node its player lives on (another
+    /// node), `sys.redirect` there with `grace` (`GatewayCore::place_session`),
+    /// before any answer to a request the session sent meanwhile.
+    pub fn complete_login_placed(
+        &self,
+        session_id: u64,
+        seq: u32,
+        outcome: LoginOutcome<'_>,
+        owner: Option<(Duration, &GatewayAddresses)>,
+    ) {
+        {
+            let mut state = self.0.state.borrow_mut();
+            let bound = state.complete_login(session_id, seq, outcome, Instant::now());
+            if let (Some(_), Some((grace, owner))) = (bound, owner) {
+                state.place_session(session_id, grace, owner);
+            }
+        }
         self.flush_notices();
         self.replay_released();
     }

@@ -58,6 +58,12 @@ super::metric_set! {
         "routerd_gateway_redirect_closed_total" Counter { redirect_closed }
         /// Requests refused with UNAVAILABLE because their session's redirect grace had passed.
         "routerd_gateway_redirect_refused_total" Counter { redirect_refused }
+        /// Sessions told to move to their player's node (sys.redirect after a login another node
+        /// answered, gateway.place_sessions); they are not closed.
+        "routerd_gateway_placements_total" Counter { placements }
+        /// Logins another node answered that got no placement redirect because that node serves
+        /// no listener of the session's transport.
+        "routerd_gateway_placements_without_transport_total" Counter { placements_without_transport }
         /// Requests the gateway answered TIMEOUT after gateway.request_timeout_ms.
         "routerd_gateway_timeouts_total" Counter { timeouts }
         /// Answers that arrived after their request was answered (timed out) and were dropped.

@@ -94,5 +94,11 @@ super::metric_set! {
         /// Messages for another node dropped because no link to it exists (requests among them
         /// are answered UNAVAILABLE).
         "routerd_router_unroutable_total" Counter { unroutable }
+        /// Client requests of this node's sessions answered by this node (its own objects, or
+        /// refused here).
+        "routerd_router_client_requests_local_total" Counter { client_answers_local }
+        /// Client requests of this node's sessions answered by another node: they crossed a link
+        /// to the object's owner and back.
+        "routerd_router_client_requests_remote_total" Counter { client_answers_remote }
     }
 }

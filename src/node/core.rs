@@ -113,6 +113,9 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
         catalog: CoreCatalog::new(shared.catalog.clone()),
         routes: shared.routes.clone(),
         view: shared.view.clone(),
+        placement_grace: shared.config.gateway.place_sessions.then(|| {
+            Duration::from_millis(shared.config.cluster.redirect_grace_ms)
+        }),
     });
     if let Some(inbox) = core.take_inbox() {
         let (gateway, router) = (gateway.clone(), router.clone());

@@ -285,6 +285,9 @@ impl Node {
             phase: phase.clone(),
             shutdown: shutdown.clone(),
             token: config.admin.token.clone(),
+            rebalance_concurrency: config.cluster.rebalance_concurrency,
+            rebalance_on_join: config.cluster.rebalance_on_join,
+            metrics: metrics.admin.clone(),
         });
         let shared = Arc::new(NodeShared {
             store,

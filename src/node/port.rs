@@ -8,7 +8,7 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wire::client::{encode_app_error_body, encode_error_body, route, FrameKind};
 use wire::frame::{ArchivedMessage, FrameBuf};
@@ -17,14 +17,14 @@ use wire::ObjectKey;
 
 use crate::builtins::player;
 use crate::catalog::{pick_among, CoreCatalog};
-use crate::cluster::view::ClusterView;
+use crate::cluster::view::{ClusterView, Snapshot};
 use crate::gateway::{EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, PlayerPort};
 use crate::object::Pick;
 use crate::route::{RouteTable, RouteTarget, Served};
 use crate::router::driver::frames::client_native;
 use crate::router::driver::{ClientSide, ReplyRoute, RouterDriver};
 use crate::router::{ClientRef, ErrorCode, Outcome, Refusal};
-use crate::store::{MemberState, NodeId};
+use crate::store::{GatewayAddresses, MemberState, NodeId};
 
 /// The reason a refused login is answered with (`single` policy).
 pub const ALREADY_LOGGED_IN: &str = "player already logged in";
@@ -38,6 +38,10 @@ pub struct PortParts {
     /// Whether this node takes service keys now (up, not draining, not
     /// fenced) comes from here.
     pub view: Arc<ClusterView>,
+    /// `gateway.place_sessions`: the grace (`cluster.redirect_grace_ms`)
+    /// of the `sys.redirect` that sends a session to its player's node;
+    /// `None`: sessions stay where they logged in.
+    pub placement_grace: Option<Duration>,
 }
 
 /// One core's port between its gateway and its router.
@@ -51,6 +55,7 @@ pub struct ServicesPort {
     /// service actors are candidates: one atomic load per service request
     /// while the view stands still.
     serving: Cell<(u64, bool)>,
+    placement_grace: Option<Duration>,
 }
 
 impl ServicesPort {
@@ -63,6 +68,7 @@ impl ServicesPort {
             routes: parts.routes,
             view: parts.view,
             serving: Cell::new((0, false)),
+            placement_grace: parts.placement_grace,
         });
         parts.gateway.set_player_port(port.clone());
         parts.router.set_client_side(port.clone());
@@ -259,8 +265,33 @@ pub(crate) fn router_error_reason(code: ErrorCode) -> &'static str {
     }
 }
 
+/// Where a session whose login node `answered_by` answered is placed:
+/// that node's gateways, when it is another node that is `up` (not
+/// joining, draining, or gone) and advertises some. The player object
+/// runs where it is writable, so the node that answered its bind owned it
+/// then; a player nobody owned was created on its rendezvous node, which
+/// answered: this one (the session stays) or another (it is placed
+/// there, where its next logins will be answered).
+fn placement_target(
+    snapshot: &Snapshot,
+    me: NodeId,
+    answered_by: NodeId,
+) -> Option<GatewayAddresses> {
+    if answered_by == me {
+        return None;
+    }
+    let peer = snapshot.peers.get(&answered_by)?;
+    (peer.state == MemberState::Up && !peer.gateway.is_empty()).then(|| peer.gateway.clone())
+}
+
 impl ClientSide for ServicesPort {
-    fn answer(&self, route: ReplyRoute, outcome: Outcome, answered_at: Instant) {
+    fn answer(
+        &self,
+        route: ReplyRoute,
+        outcome: Outcome,
+        answered_at: Instant,
+        answered_by: NodeId,
+    ) {
         if route.route_id != route::AUTH_LOGIN {
             return self.egress(&route, outcome, answered_at);
         }
@@ -276,8 +307,19 @@ impl ClientSide for ServicesPort {
                 LoginOutcome::Refused(ErrorCode::Internal, router_error_reason(ErrorCode::Internal))
             }
         };
-        self.gateway
-            .complete_login(route.session_id, route.client_seq, outcome);
+        let placed = match (self.placement_grace, outcome) {
+            (Some(grace), LoginOutcome::Admitted) => {
+                placement_target(&self.view.snapshot(), self.router.node(), answered_by)
+                    .map(|owner| (grace, owner))
+            }
+            _ => None,
+        };
+        self.gateway.complete_login_placed(
+            route.session_id,
+            route.client_seq,
+            outcome,
+            placed.as_ref().map(|(grace, owner)| (*grace, owner)),
+        );
     }
 
     fn push(&self, client: ClientRef, route_id: u32, body: &[u8]) {
@@ -332,5 +374,51 @@ mod tests {
             Some(player::player_key(42))
         );
         assert_eq!(key_of(route::AUTH_LOGIN, 42, &[]), None);
+    }
+
+    /// A login is placed on the node that answered it only when that is
+    /// another node, up, with gateways to name.
+    #[test]
+    fn a_session_is_placed_only_on_another_up_node() {
+        use crate::cluster::view::{Peer, Standing};
+        let peer = |node: u64, state: MemberState, gateway: GatewayAddresses| Peer {
+            node: NodeId(node),
+            incarnation: 1,
+            state,
+            cores: Vec::new(),
+            gateway,
+            admin: String::new(),
+        };
+        let at = |port: u16| GatewayAddresses::plain(format!("127.0.0.1:{port}"));
+        let peers = [
+            peer(2, MemberState::Up, at(7402)),
+            peer(3, MemberState::Draining, at(7403)),
+            peer(4, MemberState::Joining, at(7404)),
+            peer(5, MemberState::Down, at(7405)),
+            peer(6, MemberState::Up, GatewayAddresses::default()),
+        ];
+        let snapshot = Snapshot {
+            version: 1,
+            me: Standing {
+                incarnation: 1,
+                lease_until_ms: u64::MAX,
+                fenced: false,
+                state: MemberState::Up,
+            },
+            peers: Arc::new(peers.into_iter().map(|p| (p.node, p)).collect()),
+        };
+        let me = NodeId(1);
+        assert_eq!(placement_target(&snapshot, me, NodeId(2)), Some(at(7402)));
+        // Answered here: the player was here, or was claimed here.
+        assert_eq!(placement_target(&snapshot, me, me), None);
+        for (node, why) in [
+            (3, "draining: its objects are leaving"),
+            (4, "joining"),
+            (5, "down"),
+            (6, "no gateway advertised"),
+            (7, "unknown to membership"),
+        ] {
+            assert_eq!(placement_target(&snapshot, me, NodeId(node)), None, "{why}");
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! Operations on a running node, asked for on the admin endpoint: move one
-//! object to another node ([`transfer`]), and drain the node ([`drain`]:
-//! its objects to the others, its clients told where to reconnect, then a
-//! clean exit).
+//! object to another node ([`transfer`]), drain the node ([`drain`]: its
+//! objects to the others, its clients told where to reconnect, then a
+//! clean exit), and move its objects to their rendezvous nodes
+//! ([`rebalance`]).
 //!
 //! The admin endpoint runs on a thread of its own and the objects live on
 //! the cores, so [`Ops`] (the admin side) reaches a core through a bounded
@@ -14,6 +15,7 @@ pub mod client;
 pub mod drain;
 pub mod listing;
 mod phase;
+pub mod rebalance;
 pub mod transfer;
 
 use std::sync::{Arc, Mutex};
@@ -23,10 +25,12 @@ use futures_lite::StreamExt;
 use wire::ObjectKey;
 
 use self::drain::{CoreDrainParts, DrainStatus};
+use self::rebalance::RebalanceStatus;
 pub use self::phase::{NodePhase, Phase};
 use crate::cluster::view::ClusterView;
 use crate::config::{ClusterConfig, Secret};
 use crate::gateway::GatewayHandle;
+use crate::metrics::AdminStats;
 use crate::router::driver::{RouterDriver, TransferReply};
 use crate::store::{NodeId, Store};
 
@@ -53,6 +57,12 @@ enum Command {
         player: Option<u64>,
         reply: oneshot::Sender<(usize, Vec<listing::SessionRow>)>,
     },
+    /// The core's objects whose rendezvous node is another, with it;
+    /// `None` until the core knows every node of `expected`.
+    RebalancePlan {
+        expected: Vec<NodeId>,
+        reply: oneshot::Sender<Option<Vec<(ObjectKey, NodeId)>>>,
+    },
 }
 
 /// The receiving end of one core's commands, for [`serve_core`].
@@ -71,6 +81,7 @@ struct Inner {
     store: Store,
     phase: NodePhase,
     drain: Arc<DrainStatus>,
+    rebalance: Arc<RebalanceStatus>,
     /// `admin.token`, sent with the calls forwarded to another node.
     token: Option<Secret>,
 }
@@ -85,6 +96,11 @@ pub struct OpsParts {
     /// `admin.token`: a transfer forwarded to the owner's admin endpoint
     /// presents it there.
     pub token: Option<Secret>,
+    /// `cluster.rebalance_concurrency` and `cluster.rebalance_on_join`.
+    pub rebalance_concurrency: usize,
+    pub rebalance_on_join: bool,
+    /// Where rebalances are counted.
+    pub metrics: Arc<AdminStats>,
 }
 
 /// Why a command did not reach its core.
@@ -112,6 +128,11 @@ impl Ops {
             store: parts.store,
             phase: parts.phase,
             drain,
+            rebalance: Arc::new(RebalanceStatus::new(
+                parts.rebalance_concurrency,
+                parts.rebalance_on_join,
+                parts.metrics,
+            )),
             token: parts.token,
         }));
         (ops, receivers)
@@ -229,6 +250,9 @@ pub async fn serve_core(commands: CoreCommands, ops: CoreOps) {
                 let count = ops.gateway.session_count();
                 let rows = listing::core_sessions(&ops.gateway, ops.core, player, page);
                 let _ = reply.send((count, rows));
+            }
+            Some(Some(Command::RebalancePlan { expected, reply })) => {
+                let _ = reply.send(ops.router.rebalance_plan(&expected));
             }
             // Every sender is gone: the node is going away.
             Some(None) => return,

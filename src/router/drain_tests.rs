@@ -260,3 +260,40 @@ fn a_drain_tries_an_object_that_did_not_move_again_on_later_passes_then_gives_up
         assert_eq!(distinct.len(), keys.len(), "{order:?}");
     }
 }
+
+/// A rebalance's plan: every writable object of the core whose default
+/// node (rendezvous over the nodes that take objects) is another node, with
+/// that node; nothing while the core drains.
+#[test]
+fn a_rebalance_plan_names_each_object_whose_default_node_is_another() {
+    let mut h = Harness::new(2, Persist::Interval);
+    // Node 2 is down: node 1 is every key's default and creates them all.
+    h.core(1).on_node_down(NodeId(2), 1);
+    let keys: Vec<ObjectKey> = (1..=40)
+        .map(|id| ObjectKey::new(COUNTER_TYPE_ID, 0, id))
+        .collect();
+    for key in &keys {
+        let id = request_key(&mut h, 1, *key, OP_ADD, add(1));
+        assert_eq!(replies(&h.settle(1, 0)), vec![(id, Ok(add(1)))]);
+    }
+    let alone = h.core(1).rebalance_plan(1, &[]);
+    assert_eq!(alone, Some(Vec::new()), "alone: all stay");
+    // The node sees node 2 up before this core does: no plan yet.
+    assert_eq!(h.core(1).rebalance_plan(1, &[NodeId(2)]), None);
+    // Node 2 is back as its next incarnation: about half move there.
+    h.core(1).on_node_up(NodeId(2), 2);
+    let plan = h.core(1).rebalance_plan(1, &[NodeId(2)]).unwrap();
+    let expected: Vec<ObjectKey> = keys
+        .iter()
+        .copied()
+        .filter(|key| rendezvous_score(*key, NodeId(2)) > rendezvous_score(*key, NodeId(1)))
+        .collect();
+    assert!(!expected.is_empty() && expected.len() < keys.len());
+    let mut planned: Vec<ObjectKey> = plan.iter().map(|(key, _)| *key).collect();
+    planned.sort();
+    assert_eq!(planned, expected);
+    assert!(plan.iter().all(|(_, node)| *node == NodeId(2)));
+    // A draining core plans nothing (its drain moves everything).
+    h.core(1).set_draining(true);
+    assert_eq!(h.core(1).rebalance_plan(1, &[NodeId(2)]), Some(Vec::new()));
+}

@@ -306,6 +306,43 @@ impl RouterCore {
         }
     }
 
+    /// The moves that would leave every object of this core on its
+    /// default node (`Ctx::default_node`: rendezvous hashing over the
+    /// nodes that take new objects, this one included): each writable
+    /// object not moving already whose default node is another, with that
+    /// node. Empty while the core may not serve, or drains or stops (a
+    /// drain moves everything anyway). One walk over the entries, so at
+    /// most `entries_per_core_max` moves. `None` while the core does not
+    /// know every node of `expected` live yet (membership reaches the
+    /// cores a moment after the node): its plan would leave them out.
+    pub fn rebalance_plan(
+        &self,
+        now_ms: u64,
+        expected: &[NodeId],
+    ) -> Option<Vec<(ObjectKey, NodeId)>> {
+        if !expected.iter().all(|node| self.ctx.is_node_available(*node)) {
+            return None;
+        }
+        if self.ctx.is_shutting_down() || self.ctx.draining || !self.ctx.may_serve(now_ms) {
+            return Some(Vec::new());
+        }
+        let mut plan = Vec::new();
+        for (key, entry) in self.managers.values().flat_map(|manager| manager.entries.iter()) {
+            let movable = entry.is_writable()
+                && !entry.is_aside()
+                && entry.transferring.is_none()
+                && entry.queued_transfer.is_none();
+            if !movable {
+                continue;
+            }
+            match self.ctx.default_node(*key) {
+                Some(node) if node != self.ctx.node => plan.push((*key, node)),
+                _ => {}
+            }
+        }
+        Some(plan)
+    }
+
     /// How far the drain is (a walk over every entry: call it on a period,
     /// not per event). All zero when no drain started.
     pub fn drain_progress(&self) -> DrainProgress {

@@ -125,8 +125,7 @@ class Client:
         `host:port`) and logs in; raises `AuthFailed` and the like if the
         login is refused."""
         client = cls(address, token, **options)
-        client._conn = await client._open(client._address)
-        client._ready.set()
+        client._adopt(await client._open(client._address))
         return client
 
     @property
@@ -306,7 +305,7 @@ class Client:
             else:
                 code, reason = p.decode_error(frame.body)
                 future.set_exception(server_error(code, reason))
-        if conn.moving_to is not None and not conn.pending:
+        if conn.moving_to is not None and not conn.pending and conn is self._conn:
             self._spawn(self._move(conn))
 
     def _on_push(self, conn: _Connection, frame: p.Frame) -> None:
@@ -323,7 +322,10 @@ class Client:
         # Other PUSH routes are a newer server's: ignored (section 7).
 
     def _redirect(self, conn: _Connection, redirect: p.Redirect) -> None:
-        if conn is not self._conn or conn.moving_to is not None or self._closed is not None:
+        # A connection still logging in is not `_conn` yet: a node that
+        # places sessions on their player's node redirects right after the
+        # login answer, and `_adopt` moves it once `_open` returns.
+        if conn.retired or conn.moving_to is not None or self._closed is not None:
             return
         if redirect.gateway:
             target = conn.address.with_gateway(redirect.gateway)
@@ -335,9 +337,20 @@ class Client:
             target = self._rng.choice(others)
         # Stop sending here; once the answers owed here are in, move.
         conn.moving_to = target
+        if conn is not self._conn:
+            return
         self._ready.clear()
         if not conn.pending:
             self._spawn(self._move(conn))
+
+    def _adopt(self, conn: _Connection) -> None:
+        """Makes a connection `_open` returned the session's: ready, or
+        moving on at once if it was redirected while it logged in."""
+        self._conn = conn
+        if conn.moving_to is not None:
+            self._spawn(self._move(conn))
+        else:
+            self._ready.set()
 
     async def _move(self, conn: _Connection) -> None:
         if conn.retired or conn.moving_to is None:
@@ -346,7 +359,7 @@ class Client:
         target = conn.moving_to
         await conn.transport.close()
         try:
-            self._conn = await self._open(target)
+            opened = await self._open(target)
         except (OSError, asyncio.TimeoutError, RouterdError) as error:
             log.warning("redirect to %s failed: %s", target, error)
             self._conn = None
@@ -355,7 +368,7 @@ class Client:
                 return self._close_for_good(ConnectionLost(f"redirect to {target} failed: {error}"))
             return await self._reconnect_loop([target, conn.address, *self._fallbacks])
         self.redirects_followed += 1
-        self._ready.set()
+        self._adopt(opened)
 
     def _on_end(self, conn: _Connection, error: RouterdError | None) -> None:
         if conn.retired:
@@ -399,12 +412,12 @@ class Client:
                 return
             address = addresses[attempt % len(addresses)]
             try:
-                self._conn = await self._open(address)
+                opened = await self._open(address)
             except (OSError, asyncio.TimeoutError, RouterdError) as error:
                 log.info("reconnect %d to %s failed: %s", attempt + 1, address, error)
                 continue
             self.reconnects += 1
-            self._ready.set()
+            self._adopt(opened)
             self._emit("reconnected", str(address))
             return
         self._close_for_good(ConnectionLost(f"{self._reconnect.attempts_max} reconnects failed"))

@@ -215,6 +215,40 @@ class Drain(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(await asyncio.to_thread(self.one.wait_exit, 20), 0)
 
 
+class Placement(unittest.IsolatedAsyncioTestCase):
+    """Nodes with `gateway.place_sessions`: a login away from the player's
+    node is answered, then redirected there; the client follows at once."""
+
+    async def asyncSetUp(self) -> None:
+        need_binary()
+        self.cluster = nodes.Cluster()
+        self.one = self.cluster.start(1, gateway_extra="place_sessions = true\n")
+        self.two = self.cluster.start(2, gateway_extra="place_sessions = true\n")
+        self.cluster.wait_up(self.one, [2])
+        self.cluster.wait_up(self.two, [1])
+
+    async def asyncTearDown(self) -> None:
+        self.cluster.close()
+
+    async def test_a_login_away_from_the_player_moves_to_its_node(self) -> None:
+        player = 801
+        # Created on its rendezvous node, wherever it first logs in.
+        first = await Client.connect(self.one.url(), token_for(SECRET, player))
+        self.assertEqual(await first.player_incr(1), 1)
+        await first.close()
+        status, body = self.one.get(f"/objects/player/{player}")
+        self.assertEqual(status, 200, body)
+        owner, away = (self.one, self.two) if json.loads(body)["owner"] == 1 else (self.two, self.one)
+        client = await Client.connect(away.url(), token_for(SECRET, player))
+        deadline = time.monotonic() + 10
+        while client.redirects_followed == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        self.assertEqual(client.redirects_followed, 1)
+        self.assertEqual(client.address, owner.url())
+        self.assertEqual(await client.player_incr(1), 2)
+        await client.close()
+
+
 class Restart(unittest.IsolatedAsyncioTestCase):
     async def asyncSetUp(self) -> None:
         need_binary()

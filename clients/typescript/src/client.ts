@@ -133,8 +133,7 @@ export class Client {
   /** Connects to address (ws://, wss://, and in Node.js tcp://, tls://) and logs in; rejects with AUTH_FAILED and the like. */
   static async connect(address: string, token: TokenSource, options: ClientOptions = {}): Promise<Client> {
     const client = new Client(address, token, options);
-    client.conn = await client.open(client.home);
-    client.setReady();
+    client.adopt(await client.open(client.home));
     return client;
   }
 
@@ -311,7 +310,7 @@ export class Client {
         entry.reject(new ServerError(code, reason));
       }
     }
-    if (conn.movingTo !== null && conn.pending.size === 0) void this.move(conn);
+    if (conn.movingTo !== null && conn.pending.size === 0 && conn === this.conn) void this.move(conn);
     else this.pump();
   }
 
@@ -330,7 +329,9 @@ export class Client {
   }
 
   private redirect(conn: Connection, redirect: p.Redirect): void {
-    if (conn !== this.conn || conn.movingTo !== null || this.closedError !== null) return;
+    // A connection still logging in is not this.conn yet: a node that places sessions on their
+    // player's node redirects right after the login answer, and adopt() moves it once open() returns.
+    if (conn.retired || conn.movingTo !== null || this.closedError !== null) return;
     let target: Address;
     if (redirect.gateway) target = conn.address.withGateway(redirect.gateway);
     else {
@@ -340,8 +341,16 @@ export class Client {
     }
     // Stop sending here; once the answers owed here are in, move.
     conn.movingTo = target;
+    if (conn !== this.conn) return;
     this.ready = false;
     if (conn.pending.size === 0) void this.move(conn);
+  }
+
+  /** Makes a connection open() returned the session's: ready, or moving on at once if it was redirected while it logged in. */
+  private adopt(conn: Connection): void {
+    this.conn = conn;
+    if (conn.movingTo !== null) void this.move(conn);
+    else this.setReady();
   }
 
   private async move(conn: Connection): Promise<void> {
@@ -349,8 +358,9 @@ export class Client {
     conn.retired = true;
     const target = conn.movingTo;
     conn.transport.close();
+    let opened: Connection;
     try {
-      this.conn = await this.open(target);
+      opened = await this.open(target);
     } catch (error) {
       this.conn = null;
       const lost = new ConnectionLost(`redirect to ${target} failed: ${(error as Error).message}`);
@@ -359,7 +369,7 @@ export class Client {
       return this.reconnectLoop([target, conn.address, ...this.fallbacks]);
     }
     this.redirectsFollowed += 1;
-    this.setReady();
+    this.adopt(opened);
   }
 
   private onEnd(conn: Connection, why: string, error?: RouterdError): void {
@@ -396,13 +406,14 @@ export class Client {
       await sleep(this.random() * Math.min(backoff.maxDelayMs, backoff.baseDelayMs * 2 ** attempt));
       if (this.closedError !== null) return;
       const address = addresses[attempt % addresses.length];
+      let opened: Connection;
       try {
-        this.conn = await this.open(address);
+        opened = await this.open(address);
       } catch {
         continue;
       }
       this.reconnects += 1;
-      this.setReady();
+      this.adopt(opened);
       this.emit("reconnected", address.toString());
       return;
     }

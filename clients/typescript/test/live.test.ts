@@ -185,6 +185,32 @@ test("sys.redirect during a drain fails no request", { skip }, async () => {
   }
 });
 
+test("a login away from the player's node is redirected there, and the client follows at once", { skip }, async () => {
+  const cluster = new Cluster();
+  try {
+    const one = await cluster.start(1, 0, "place_sessions = true\n");
+    const two = await cluster.start(2, 0, "place_sessions = true\n");
+    await cluster.waitUp(one, [2]);
+    await cluster.waitUp(two, [1]);
+    const player = 951;
+    // Created on its rendezvous node, wherever it first logs in.
+    const first = await connect(one.url(), await tokenFor(SECRET, player));
+    assert.equal(await first.playerIncr(1), 1n);
+    first.close();
+    const record = await one.getJson(`/objects/player/${player}`);
+    const [owner, away] = record.owner === 1 ? [one, two] : [two, one];
+    const client = await connect(away.url(), await tokenFor(SECRET, player));
+    const deadline = Date.now() + 10_000;
+    while (client.redirectsFollowed === 0 && Date.now() < deadline) await sleep(20);
+    assert.equal(client.redirectsFollowed, 1);
+    assert.equal(client.address, owner.url());
+    assert.equal(await client.playerIncr(1), 2n);
+    client.close();
+  } finally {
+    await cluster.close();
+  }
+});
+
 test("reconnect after the node restarts", { skip }, async () => {
   const cluster = new Cluster();
   try {

@@ -16,7 +16,8 @@
 //!   accounting and TIMEOUT;
 //! - [`egress`]: frames for the client: the six-check gate and the
 //!   request latency it records;
-//! - [`redirect`]: a draining node moving its sessions away.
+//! - [`redirect`]: a draining node moving its sessions away, and a
+//!   session placed on its player's node.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -120,6 +121,9 @@ struct Entry {
     outbox: Rc<Outbox>,
     /// Told to move (`sys.redirect`): its grace ends then.
     redirect_until: Option<Instant>,
+    /// Told where its player lives (`place_session`): a session gets that
+    /// `sys.redirect` once, whatever its later logins.
+    placed: bool,
     /// The grace ended with answers still owed: new requests are refused,
     /// and the session closes once nothing is owed.
     closing: bool,
@@ -251,6 +255,7 @@ impl GatewayCore {
                 last_frame: now,
                 outbox,
                 redirect_until: None,
+                placed: false,
                 closing: false,
                 bucket: RequestBucket::new(now),
                 token_expiry_unix_s: None,

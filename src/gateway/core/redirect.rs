@@ -1,5 +1,7 @@
 //! Moving a draining node's sessions away (`GatewayCore::redirect_all`):
-//! PUSH `sys.redirect`, answers through the grace, then the close.
+//! PUSH `sys.redirect`, answers through the grace, then the close. And
+//! placing one session on its player's node (`GatewayCore::place_session`):
+//! the same PUSH once, and no close.
 
 use std::time::{Duration, Instant};
 
@@ -83,6 +85,49 @@ impl GatewayCore {
         if pushed == Err(PushError::Full) {
             self.close_slow_reader(session_id);
         }
+    }
+
+    /// Tells a logged-in session that its player lives on another node,
+    /// whose gateway listeners are `owner`: PUSH `sys.redirect` naming the
+    /// listener of the session's own transport, with `grace`. Unlike a
+    /// drain's, this redirect closes nothing: a client that stays keeps
+    /// being served through the node it is on. At most once per session,
+    /// never to a session a drain redirected, and never when the owner
+    /// serves no listener of the session's transport (a TLS client sent
+    /// to a plain port could not connect). Returns whether it was sent.
+    pub fn place_session(
+        &mut self,
+        session_id: u64,
+        grace: Duration,
+        owner: &GatewayAddresses,
+    ) -> bool {
+        if self.redirecting.is_some() {
+            return false;
+        }
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return false;
+        };
+        if entry.placed || entry.redirect_until.is_some() || entry.closing {
+            return false;
+        }
+        if entry.session.player_id == 0 {
+            return false;
+        }
+        let Some(target) = owner.get(entry.transport) else {
+            self.metrics.gateway.placements_without_transport.inc();
+            return false;
+        };
+        entry.placed = true;
+        let body = redirect_body(grace, target);
+        self.metrics.gateway.placements.inc();
+        let pushed =
+            entry
+                .outbox
+                .push_frame(FrameKind::Push, wire::client::route::SYS_REDIRECT, 0, &body);
+        if pushed == Err(PushError::Full) {
+            self.close_slow_reader(session_id);
+        }
+        true
     }
 
     /// Ends the grace of redirected sessions at `now`: a session that owes

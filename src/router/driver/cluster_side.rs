@@ -28,7 +28,13 @@ impl RouterDriver {
     ) -> bool {
         if let Some((origin, seq, outcome)) = decode_reply(message) {
             if origin == self.0.node {
-                self.answer_local(seq, outcome, arrived_at());
+                // A reply from a link was made by the node at its other end,
+                // the object's owner; one from another core, on this node.
+                let answered_by = match source {
+                    FrameSource::Node(from) => from,
+                    FrameSource::Core => self.0.node,
+                };
+                self.answer_local(seq, outcome, arrived_at(), answered_by);
             }
             return true;
         }
@@ -151,6 +157,16 @@ impl RouterDriver {
     /// up again) made possible; the drain's own transfers step it already.
     pub fn drain_step(&self) {
         self.enqueue(Input::DrainStep);
+    }
+
+    /// The moves that would leave each of this core's objects on its
+    /// rendezvous node, once the core knows every node of `expected` (see
+    /// `RouterCore::rebalance_plan`).
+    pub fn rebalance_plan(&self, expected: &[NodeId]) -> Option<Vec<(ObjectKey, NodeId)>> {
+        self.0
+            .core
+            .borrow()
+            .rebalance_plan(clock::now_ms(), expected)
     }
 
     /// How far this core's drain is (a walk over its entries).

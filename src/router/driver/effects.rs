@@ -179,7 +179,7 @@ impl RouterDriver {
             return;
         }
         if core == self.0.core_id {
-            return self.answer_local(request.seq, outcome, answered_at);
+            return self.answer_local(request.seq, outcome, answered_at, self.0.node);
         }
         match FrameBuf::encode_local(&encode_reply(request, outcome)) {
             // A reply that cannot cross is answered TIMEOUT by the gateway;
@@ -190,8 +190,14 @@ impl RouterDriver {
     }
 
     /// An answer for a request this core made: a client's, or a call of
-    /// one of its objects.
-    pub(super) fn answer_local(&self, request_seq: u64, outcome: Outcome, answered_at: Instant) {
+    /// one of its objects. `answered_by` is the node that made it.
+    pub(super) fn answer_local(
+        &self,
+        request_seq: u64,
+        outcome: Outcome,
+        answered_at: Instant,
+        answered_by: NodeId,
+    ) {
         if RouteKind::of(request_seq) == RouteKind::Call {
             // None: answered TIMEOUT at expiry already, or abandoned.
             let route = self.0.calls.borrow_mut().take(request_seq);
@@ -203,7 +209,17 @@ impl RouterDriver {
         let route = self.0.replies.borrow_mut().take(request_seq);
         let client_side = self.0.client_side.borrow().clone();
         match (route, client_side) {
-            (Some(route), Some(client_side)) => client_side.answer(route, outcome, answered_at),
+            (Some(route), Some(client_side)) => {
+                // Plain counts on the hot path, mirrored per batch
+                // (`mirror_metrics`), as the core's counters are.
+                let (local, remote) = self.0.client_answers.get();
+                self.0.client_answers.set(if answered_by == self.0.node {
+                    (local + 1, remote)
+                } else {
+                    (local, remote + 1)
+                });
+                client_side.answer(route, outcome, answered_at, answered_by)
+            }
             // A request abandoned when its node died had mostly been
             // answered long before (`forwarded` keeps no answers): not late.
             _ if outcome == Err(ErrorCode::Timeout.into()) => {}

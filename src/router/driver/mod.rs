@@ -219,6 +219,9 @@ struct Inner {
     /// so all but the first reuse its conversion.
     last_reading: Cell<(Instant, u64)>,
     unroutable_total: Cell<u64>,
+    /// Answers to this core's client requests made on this node and on
+    /// another (`routerd_router_client_requests_{local,remote}_total`).
+    client_answers: Cell<(u64, u64)>,
     /// Operators' transfers in flight, by key (at most one per key: the
     /// core refuses a second while one runs).
     transfer_waiters: RefCell<HashMap<ObjectKey, TransferWaiter>>,
@@ -263,6 +266,7 @@ impl RouterDriver {
                 (now, clock::ms_at(now))
             }),
             unroutable_total: Cell::new(0),
+            client_answers: Cell::new((0, 0)),
             transfer_waiters: RefCell::new(HashMap::new()),
         }));
         shards::spawn(run(driver.clone())).detach();
@@ -276,7 +280,9 @@ impl RouterDriver {
                 let Some(inner) = weak.upgrade() else {
                     return;
                 };
-                RouterDriver(inner).mirror_gauges();
+                let driver = RouterDriver(inner);
+                driver.mirror_gauges();
+                driver.mirror_client_answers();
             }
         })
         .detach();
@@ -636,6 +642,17 @@ impl RouterDriver {
             .router
             .unroutable
             .mirror(self.0.unroutable_total.get());
+        self.mirror_client_answers();
+    }
+
+    /// The counts of answered client requests. Answers from other cores
+    /// and nodes arrive outside a batch of inputs, so the gauges' period
+    /// mirrors them as well.
+    fn mirror_client_answers(&self) {
+        let (local, remote) = self.0.client_answers.get();
+        let stats = &self.0.metrics.router;
+        stats.client_answers_local.mirror(local);
+        stats.client_answers_remote.mirror(remote);
     }
 }
 

@@ -92,3 +92,90 @@ fn a_draining_gateway_redirects_every_session_answers_within_the_grace_then_clos
         )]
     );
 }
+
+/// A session placed on its player's node: `sys.redirect` to that node's
+/// listener of the session's own transport, once, and the session stays
+/// open and served past the grace.
+#[test]
+fn a_placed_session_is_told_once_and_never_closed() {
+    let mut f = Fixture::new();
+    let grace = Duration::from_millis(500);
+    let mut owner = GatewayAddresses::plain("10.0.0.2:7400");
+    owner.set(Transport::Tls, "10.0.0.2:7443");
+    let outbox = Rc::new(Outbox::new(limits().send_queue_max));
+    let tls = f
+        .core
+        .open_session_via(outbox.clone(), Transport::Tls, f.now);
+    let (plain, plain_outbox) = f.open();
+    // Not logged in: nothing to place.
+    assert!(!f.core.place_session(plain, grace, &owner));
+    f.login(plain, 7);
+    f.login(tls, 8);
+    assert!(f.core.place_session(plain, grace, &owner));
+    assert!(f.core.place_session(tls, grace, &owner));
+    // Once per session, whatever comes later.
+    assert!(!f.core.place_session(plain, grace, &owner));
+    assert_eq!(
+        frames(&plain_outbox),
+        vec![(
+            FrameKind::Push,
+            route::SYS_REDIRECT,
+            0,
+            redirect_body(grace, "10.0.0.2:7400")
+        )]
+    );
+    assert_eq!(
+        frames(&outbox),
+        vec![(
+            FrameKind::Push,
+            route::SYS_REDIRECT,
+            0,
+            redirect_body(grace, "10.0.0.2:7443")
+        )]
+    );
+    assert_eq!(f.metrics.gateway.placements.get(), 2);
+    // Long past the grace the session is open and its requests accepted:
+    // only a drain's redirect ends in a close.
+    assert_eq!(f.core.close_redirected(f.now + grace * 10), 2);
+    assert!(f.request(plain, route::PLAYER_INCR, 1).is_some());
+    assert_eq!(f.metrics.gateway.redirects.get(), 0);
+    // An owner without the session's transport gets no redirect.
+    let ws_outbox = Rc::new(Outbox::new(limits().send_queue_max));
+    let ws = f
+        .core
+        .open_session_via(ws_outbox.clone(), Transport::Ws, f.now);
+    f.login(ws, 9);
+    assert!(!f.core.place_session(ws, grace, &owner));
+    assert!(frames(&ws_outbox).is_empty());
+    assert_eq!(f.metrics.gateway.placements_without_transport.get(), 1);
+    // A placed session still gets a drain's redirect, and its close.
+    f.core.redirect_all(
+        f.now,
+        grace,
+        vec![GatewayAddresses::plain("10.0.0.3:7400")],
+    );
+    assert_eq!(
+        frames(&plain_outbox).last().map(|frame| frame.3.clone()),
+        Some(redirect_body(grace, "10.0.0.3:7400"))
+    );
+    assert_eq!(f.metrics.gateway.redirects.get(), 3);
+}
+
+/// A draining node's sessions get the drain's redirect, not a placement.
+#[test]
+fn a_draining_node_places_no_session() {
+    let mut f = Fixture::new();
+    let (s, outbox) = f.open();
+    f.login(s, 7);
+    let grace = Duration::from_millis(500);
+    f.core.redirect_all(
+        f.now,
+        grace,
+        vec![GatewayAddresses::plain("10.0.0.3:7400")],
+    );
+    assert!(!f
+        .core
+        .place_session(s, grace, &GatewayAddresses::plain("10.0.0.2:7400")));
+    assert_eq!(frames(&outbox).len(), 1, "the drain's redirect only");
+    assert_eq!(f.metrics.gateway.placements.get(), 0);
+}

@@ -1,0 +1,418 @@
+//! Rebalancing (`POST /rebalance`, `routerd rebalance`): objects move so
+//! that every up node holds about its rendezvous share. A node that joins
+//! gets nothing by itself (an object stays where it was claimed), so each
+//! node moves its own objects whose default node (rendezvous hashing of
+//! the key over the nodes that take new objects, the rule that places a
+//! new object) is now another, with the router's transfer: the state
+//! shipped, requests arriving meanwhile queued and passed on in order, the
+//! move confirmed by the target's compare-and-set.
+//!
+//! Each node rebalances its own objects only (nobody else may move them),
+//! so a rebalance of the cluster is one on every member: the node asked
+//! starts its own and asks every other up member to start theirs
+//! (`?scope=node`), with its admin token. On a node, a task on the admin
+//! thread asks every core for its plan (one walk of its entries), then
+//! keeps at most `cluster.rebalance_concurrency` transfers in flight over
+//! the node until the plan is done. What moved, and what did not and why,
+//! is in `GET /rebalance` and the `routerd_rebalance_*` metrics. With
+//! `cluster.rebalance_on_join`, every node starts one by itself when
+//! another member comes up.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use wire::ObjectKey;
+
+use super::transfer::TRANSFER_WAIT;
+use super::{client, Command, Ops, Phase, Unreached};
+use crate::config::REBALANCE_CONCURRENCY_MAX;
+use crate::metrics::AdminStats;
+use crate::router::driver::{TransferReply, TRANSFER_WAITERS_MAX};
+use crate::store::{MemberState, NodeId};
+
+// Every transfer in flight waits at its core; a core waits for at most
+// TRANSFER_WAITERS_MAX.
+const _: () = assert!(REBALANCE_CONCURRENCY_MAX <= TRANSFER_WAITERS_MAX);
+
+/// How long a transfer waits for room in its core's command channel
+/// between tries, and how many tries it gets.
+const BUSY_WAIT: Duration = Duration::from_millis(20);
+const BUSY_TRIES_MAX: u32 = 50;
+/// How long a rebalance waits between asks for the cores' plans while a
+/// core has not taken every up member into its view yet, and how many
+/// asks it makes (membership reaches the cores within milliseconds).
+const PLAN_RETRY_WAIT: Duration = Duration::from_millis(20);
+const PLAN_ASKS_MAX: u32 = 250;
+/// How long the node asked waits for each member to start its own.
+const FAN_OUT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One node's rebalances: the last one's progress.
+#[derive(Debug, Default)]
+struct Progress {
+    running: bool,
+    runs: u64,
+    started_at: Option<Instant>,
+    elapsed_ms: Option<u64>,
+    /// Objects the plan named.
+    planned: u64,
+    moved: u64,
+    failed: u64,
+    /// Transfers in flight now, and the most at once in this run.
+    moving: usize,
+    moving_max: usize,
+    /// Objects moved, by target node.
+    moved_to: BTreeMap<u64, u64>,
+    /// Objects not moved, by why (the transfer call's error names).
+    failures: BTreeMap<&'static str, u64>,
+}
+
+/// The node's rebalance, shared by the admin handlers and its task.
+pub struct RebalanceStatus {
+    progress: Mutex<Progress>,
+    concurrency: usize,
+    on_join: bool,
+    metrics: Arc<AdminStats>,
+}
+
+fn lock(mutex: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl RebalanceStatus {
+    pub(super) fn new(concurrency: usize, on_join: bool, metrics: Arc<AdminStats>) -> Self {
+        RebalanceStatus {
+            progress: Mutex::new(Progress::default()),
+            concurrency: concurrency.clamp(1, REBALANCE_CONCURRENCY_MAX),
+            on_join,
+            metrics,
+        }
+    }
+
+    fn to_json(&self, node_id: u64) -> Value {
+        let progress = lock(&self.progress);
+        let elapsed_ms = progress.elapsed_ms.or_else(|| {
+            progress
+                .started_at
+                .map(|at| at.elapsed().as_millis() as u64)
+        });
+        let moved_to: serde_json::Map<String, Value> = progress
+            .moved_to
+            .iter()
+            .map(|(node, count)| (node.to_string(), json!(count)))
+            .collect();
+        json!({
+            "node_id": node_id,
+            "running": progress.running,
+            "runs": progress.runs,
+            "elapsed_ms": elapsed_ms,
+            "planned": progress.planned,
+            "moved": progress.moved,
+            "failed": progress.failed,
+            "moving": progress.moving,
+            "moving_max": progress.moving_max,
+            "concurrency": self.concurrency,
+            "moved_to": moved_to,
+            "failures": progress.failures,
+        })
+    }
+
+    fn started(&self, moving: usize) {
+        let mut progress = lock(&self.progress);
+        progress.moving = moving;
+        progress.moving_max = progress.moving_max.max(moving);
+        self.metrics.rebalance_in_flight.set(moving as i64);
+    }
+
+    fn ended(&self, target: NodeId, moving: usize, failure: Option<&'static str>) {
+        let mut progress = lock(&self.progress);
+        progress.moving = moving;
+        self.metrics.rebalance_in_flight.set(moving as i64);
+        match failure {
+            None => {
+                progress.moved += 1;
+                *progress.moved_to.entry(target.0).or_default() += 1;
+                self.metrics.rebalance_moves.inc();
+            }
+            Some(why) => {
+                progress.failed += 1;
+                *progress.failures.entry(why).or_default() += 1;
+                self.metrics.rebalance_failures.inc();
+            }
+        }
+    }
+}
+
+/// Why a rebalance could not start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RebalanceRefused {
+    /// The node does not serve yet.
+    Starting,
+    /// The node drains: its drain moves every object away already.
+    Draining,
+    /// The node is stopping.
+    Stopping,
+}
+
+impl Ops {
+    /// Starts a rebalance of this node's objects (while one runs, a call
+    /// changes nothing) and returns its status. Must be called on the
+    /// admin thread's runtime, where the rebalance then runs.
+    pub fn rebalance(&self) -> Result<Value, RebalanceRefused> {
+        match self.0.phase.get() {
+            Phase::Starting => return Err(RebalanceRefused::Starting),
+            Phase::Draining => return Err(RebalanceRefused::Draining),
+            Phase::Stopping => return Err(RebalanceRefused::Stopping),
+            Phase::Serving => {}
+        }
+        let status = &self.0.rebalance;
+        {
+            let mut progress = lock(&status.progress);
+            if !progress.running {
+                let runs = progress.runs + 1;
+                *progress = Progress {
+                    running: true,
+                    runs,
+                    started_at: Some(Instant::now()),
+                    ..Progress::default()
+                };
+                status.metrics.rebalance_runs.inc();
+                drop(tokio::spawn(self.clone().run_rebalance()));
+            }
+        }
+        Ok(self.rebalance_status())
+    }
+
+    /// This node's last rebalance, as `GET /rebalance` shows it.
+    pub fn rebalance_status(&self) -> Value {
+        self.0.rebalance.to_json(self.0.view.me().0)
+    }
+
+    /// A rebalance of the cluster: this node's, and every other up
+    /// member's, asked on its admin endpoint (`POST /rebalance?scope=node`,
+    /// with this node's token). The answer lists each node's status, or
+    /// why it could not be asked.
+    pub async fn rebalance_cluster(&self) -> Result<Value, RebalanceRefused> {
+        let own = self.rebalance()?;
+        let token = self.0.token.as_ref().map(|token| token.expose().to_string());
+        let peers: Vec<(u64, String)> = self
+            .0
+            .view
+            .snapshot()
+            .peers
+            .values()
+            .filter(|peer| peer.state == MemberState::Up)
+            .map(|peer| (peer.node.0, peer.admin.clone()))
+            .collect();
+        let asks: Vec<_> = peers
+            .into_iter()
+            .map(|(node, admin)| {
+                let token = token.clone();
+                tokio::task::spawn_blocking(move || {
+                    let answer = client::call(
+                        &admin,
+                        "POST",
+                        "/rebalance?scope=node",
+                        token.as_deref(),
+                        FAN_OUT_TIMEOUT,
+                    );
+                    match answer {
+                        Ok(answer) if answer.status == 202 => answer
+                            .json()
+                            .unwrap_or_else(|| json!({ "node_id": node, "error": "bad_answer" })),
+                        Ok(answer) => {
+                            let mut body = answer.json().unwrap_or_else(|| json!({}));
+                            body["node_id"] = json!(node);
+                            body["status"] = json!(answer.status);
+                            body
+                        }
+                        Err(error) => json!({
+                            "node_id": node,
+                            "error": "unreachable",
+                            "reason": error.to_string(),
+                        }),
+                    }
+                })
+            })
+            .collect();
+        let mut nodes = vec![own];
+        for ask in asks {
+            if let Ok(answer) = ask.await {
+                nodes.push(answer);
+            }
+        }
+        nodes.sort_by_key(|node| node["node_id"].as_u64());
+        Ok(json!({ "nodes": nodes }))
+    }
+
+    /// With `cluster.rebalance_on_join`: watches membership and starts a
+    /// rebalance of this node each time another member comes up. Runs on
+    /// the admin thread's runtime for the node's life.
+    pub async fn rebalance_on_joins(self) {
+        if !self.0.rebalance.on_join {
+            return;
+        }
+        let view = self.0.view.clone();
+        let up = |view: &crate::cluster::view::ClusterView| -> BTreeSet<NodeId> {
+            view.snapshot()
+                .peers
+                .values()
+                .filter(|peer| peer.state == MemberState::Up)
+                .map(|peer| peer.node)
+                .collect()
+        };
+        let mut known = up(&view);
+        loop {
+            let seen = view.version();
+            view.changed(seen).await;
+            let now_up = up(&view);
+            let joined: Vec<u64> = now_up.difference(&known).map(|node| node.0).collect();
+            known = now_up;
+            if joined.is_empty() {
+                continue;
+            }
+            match self.rebalance() {
+                Ok(_) => tracing::info!(?joined, "rebalancing: members joined"),
+                Err(refused) => tracing::info!(?joined, ?refused, "not rebalancing on join"),
+            }
+        }
+    }
+
+    /// One rebalance of this node: the cores' plans, then their transfers,
+    /// `concurrency` at a time.
+    async fn run_rebalance(self) {
+        let status = self.0.rebalance.clone();
+        let plan = self.plan().await;
+        lock(&status.progress).planned = plan.len() as u64;
+        tracing::info!(planned = plan.len(), "rebalancing this node's objects");
+        let mut in_flight = tokio::task::JoinSet::new();
+        let mut plan = plan.into_iter();
+        loop {
+            while in_flight.len() < status.concurrency && self.0.phase.get() == Phase::Serving {
+                let Some((key, target)) = plan.next() else {
+                    break;
+                };
+                match self.send_transfer_patiently(key, target).await {
+                    Ok(answer) => {
+                        in_flight.spawn(async move {
+                            let reply = tokio::time::timeout(TRANSFER_WAIT, answer).await;
+                            (target, failure_of(reply))
+                        });
+                        status.started(in_flight.len());
+                    }
+                    Err(unreached) => {
+                        let why = match unreached {
+                            Unreached::Busy => "busy",
+                            Unreached::Stopped => "stopping",
+                        };
+                        status.ended(target, in_flight.len(), Some(why));
+                    }
+                }
+            }
+            let Some(joined) = in_flight.join_next().await else {
+                break;
+            };
+            let (target, failure) = joined.unwrap_or((NodeId(0), Some("internal")));
+            status.ended(target, in_flight.len(), failure);
+        }
+        let mut progress = lock(&status.progress);
+        progress.running = false;
+        progress.moving = 0;
+        progress.elapsed_ms = progress
+            .started_at
+            .map(|at| at.elapsed().as_millis() as u64);
+        tracing::info!(
+            moved = progress.moved,
+            failed = progress.failed,
+            left = plan.len(),
+            "rebalance done"
+        );
+    }
+
+    /// Every core's plan, made once every core knows the members this node
+    /// sees up (a plan made before would leave a member that just joined
+    /// out). After `PLAN_ASKS_MAX` asks, what the cores gave.
+    async fn plan(&self) -> Vec<(ObjectKey, NodeId)> {
+        let expected: Vec<NodeId> = self
+            .0
+            .view
+            .snapshot()
+            .peers
+            .values()
+            .filter(|peer| peer.state == MemberState::Up)
+            .map(|peer| peer.node)
+            .collect();
+        for ask in 1..=PLAN_ASKS_MAX {
+            let plans = self
+                .ask_every_core(|reply| Command::RebalancePlan {
+                    expected: expected.clone(),
+                    reply,
+                })
+                .await;
+            match plans {
+                Ok(plans) if plans.iter().all(Option::is_some) || ask == PLAN_ASKS_MAX => {
+                    if plans.iter().any(Option::is_none) {
+                        tracing::warn!("rebalance: a core never saw every member up; its objects stay");
+                    }
+                    return plans.into_iter().flatten().flatten().collect();
+                }
+                Ok(_) => tokio::time::sleep(PLAN_RETRY_WAIT).await,
+                Err(unreached) => {
+                    tracing::warn!(?unreached, "rebalance: a core did not give its plan");
+                    return Vec::new();
+                }
+            }
+        }
+        Vec::new()
+    }
+
+    /// `send_transfer`, waiting out a full command channel for a while.
+    async fn send_transfer_patiently(
+        &self,
+        key: ObjectKey,
+        target: NodeId,
+    ) -> Result<futures_channel::oneshot::Receiver<TransferReply>, Unreached> {
+        let mut tries = 0;
+        loop {
+            match self.send_transfer(key, target) {
+                Err(Unreached::Busy) if tries < BUSY_TRIES_MAX => {
+                    tries += 1;
+                    tokio::time::sleep(BUSY_WAIT).await;
+                }
+                sent => return sent,
+            }
+        }
+    }
+}
+
+/// Why a rebalance transfer did not move its object (`None`: it moved),
+/// in the words of `POST /objects/../transfer`'s errors.
+fn failure_of(
+    reply: Result<
+        Result<TransferReply, futures_channel::oneshot::Canceled>,
+        tokio::time::error::Elapsed,
+    >,
+) -> Option<&'static str> {
+    use crate::router::TransferError;
+    match reply {
+        Err(_) => Some("timed_out"),
+        Ok(Err(_)) => Some("stopping"),
+        Ok(Ok(Err(error))) => Some(match error {
+            TransferError::TargetUnavailable => "target_unavailable",
+            TransferError::TargetDraining => "target_draining",
+            TransferError::InProgress => "busy",
+            TransferError::NotWritable => "not_active",
+            TransferError::SameNode => "same_node",
+            TransferError::ShuttingDown => "stopping",
+            TransferError::Fenced => "fenced",
+            TransferError::UnknownType => "no_such_type",
+        }),
+        // The record names the target: it serves the object, or loads it
+        // from the store on its next request (refused, or no answer).
+        Ok(Ok(Ok(done))) if done.outcome.moved() => None,
+        Ok(Ok(Ok(_))) => Some("not_moved"),
+    }
+}
