@@ -2,20 +2,22 @@
 //! whole frames.
 //!
 //! ```text
-//! record  = kind 4 u8 | body_len u32 LE | body | mac [16]
+//! record  = kind 4 u8 | body_len u32 LE | sealed body | tag [16]
 //! body    = frame*
 //! frame   = kind u8 | len u32 LE | payload        (1 message, 2 ping, 3 pong)
-//! mac     = HMAC-SHA256(key, seq u64 LE | kind | body_len | body)[..16]
+//! sealed  = AES-128-GCM(key, nonce = 0u32 | seq u64 LE, aad = kind | body_len)
 //! ```
 //!
 //! A writer seals what it has in one record per send (the frames that
-//! queued in one loop turn, and a ping when one is due), so the MAC costs
-//! one HMAC per batch, not one per frame, and still authenticates every
-//! frame in it. `key` is this direction's key of this connection
-//! (`handshake::LinkKeys`); `seq` counts records in this direction from 0
-//! and is not sent, so a record dropped, replayed or reordered fails its
-//! MAC like a forged one. A record whose MAC fails closes the link: nothing
-//! of it is handed on.
+//! queued in one loop turn, and a ping when one is due), so the AEAD costs
+//! one seal per batch, not one per frame, and still authenticates every
+//! frame in it (and hides it from the wire). `key` is this direction's key
+//! of this connection (`handshake::LinkKeys`, an AES-128 key drawn from
+//! it); `seq` counts records in this direction from 0 and is not sent, so a
+//! record dropped, replayed or reordered fails its tag like a forged one. A
+//! record whose tag fails closes the link: nothing of it is handed on.
+//! docs/cluster.md says why AES-128-GCM here rather than an HMAC or TLS
+//! (`bench/src/bin/link_records.rs` measures the three).
 //!
 //! A message's payload is one internal frame as `FrameBuf::as_bytes` gives
 //! it (the rkyv archive and its checksum), read back with
@@ -25,6 +27,7 @@
 //! dialer can time the round trip.
 
 use hmac::{Hmac, KeyInit, Mac};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
 use sha2::Sha256;
 use wire::frame::{FrameAccessError, FrameBuf, MAX_FRAME_LEN};
 
@@ -33,18 +36,36 @@ const KIND_PING: u8 = 2;
 const KIND_PONG: u8 = 3;
 const KIND_RECORD: u8 = 4;
 const HEAD_LEN: usize = 5;
-/// Bytes of a record's MAC: a truncated HMAC-SHA256 (128 bits, as TLS's
-/// AEAD tags).
-pub const RECORD_MAC_LEN: usize = 16;
+/// Bytes of a record's AES-GCM tag.
+pub const RECORD_TAG_LEN: usize = 16;
 /// The largest record body a writer seals: a batch closes its record at
 /// this size and opens another. Bounds what a reader holds before it can
-/// check a MAC.
+/// check a tag.
 pub const RECORD_BODY_MAX_BYTES: usize = 256 * 1024;
 /// The largest record body a reader accepts: one frame of the largest
 /// size always fits in a record of its own.
 const RECORD_BODY_ACCEPTED_MAX: usize = HEAD_LEN + MAX_FRAME_LEN;
 
-type HmacSha256 = Hmac<Sha256>;
+/// What the AES-128 key of a link direction is drawn from its handshake
+/// key with (HMAC-SHA256 as a PRF, first 16 bytes), once per link.
+const AEAD_KEY_LABEL: &[u8] = b"routerd link records AES-128-GCM";
+
+/// The AEAD key of a direction whose handshake key is `key`.
+fn aead_key(key: &[u8]) -> LessSafeKey {
+    let mut prf = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+    prf.update(AEAD_KEY_LABEL);
+    let derived = prf.finalize().into_bytes();
+    let key = UnboundKey::new(&AES_128_GCM, &derived[..16]).expect("16 bytes is an AES-128 key");
+    LessSafeKey::new(key)
+}
+
+/// Record `seq`'s nonce: 32 zero bits, then the number. One key per
+/// direction of one connection and a number that only grows: never reused.
+fn nonce(seq: u64) -> Nonce {
+    let mut bytes = [0u8; 12];
+    bytes[4..].copy_from_slice(&seq.to_le_bytes());
+    Nonce::assume_unique_for_key(bytes)
+}
 
 /// One frame off a link.
 #[derive(Debug)]
@@ -65,7 +86,7 @@ pub enum LinkError {
     BadControl(usize),
     #[error("a frame runs past the end of its record")]
     Truncated,
-    /// The record's MAC does not match: forged, altered, replayed,
+    /// The record's tag does not match: forged, altered, replayed,
     /// reordered, or sealed with another key.
     #[error("a record failed its authentication")]
     Auth,
@@ -75,7 +96,7 @@ pub enum LinkError {
 
 /// Seals one direction's records: the key and the next record's number.
 pub struct Sealer {
-    mac: HmacSha256,
+    key: LessSafeKey,
     seq: u64,
     /// Where the open record starts in the writer's buffer, if one is open.
     open: Option<usize>,
@@ -84,7 +105,7 @@ pub struct Sealer {
 impl Sealer {
     pub fn new(key: &[u8]) -> Sealer {
         Sealer {
-            mac: HmacSha256::new_from_slice(key).expect("HMAC takes any key length"),
+            key: aead_key(key),
             seq: 0,
             open: None,
         }
@@ -129,37 +150,41 @@ impl Sealer {
         out.extend_from_slice(&0u32.to_le_bytes());
     }
 
-    /// Seals the open record, if any: its length and its MAC. A writer
-    /// calls it once before each send.
+    /// Records sealed so far (what the link's record counter adds).
+    pub fn records_sealed(&self) -> u64 {
+        self.seq
+    }
+
+    /// Seals the open record, if any: its length, its body encrypted in
+    /// place, its tag. A writer calls it once before each send.
     pub fn seal(&mut self, out: &mut Vec<u8>) {
         let Some(start) = self.open.take() else {
             return;
         };
         let body_len = (out.len() - start - HEAD_LEN) as u32;
         out[start + 1..start + HEAD_LEN].copy_from_slice(&body_len.to_le_bytes());
-        let tag = record_mac(&self.mac, self.seq, &out[start..]);
-        out.extend_from_slice(&tag[..RECORD_MAC_LEN]);
+        let (head, body) = out[start..].split_at_mut(HEAD_LEN);
+        // Fails only past AES-GCM's 64 GiB per message; a body is at most
+        // RECORD_BODY_ACCEPTED_MAX.
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(nonce(self.seq), Aad::from(&*head), body)
+            .expect("a record body is far below AES-GCM's limit");
+        out.extend_from_slice(tag.as_ref());
         self.seq += 1;
     }
 }
 
-fn record_mac(key: &HmacSha256, seq: u64, record: &[u8]) -> [u8; 32] {
-    let mut mac = key.clone();
-    mac.update(&seq.to_le_bytes());
-    mac.update(record);
-    mac.finalize().into_bytes().into()
-}
-
-/// Reassembles records from received chunks, checks each one's MAC, and
+/// Reassembles records from received chunks, checks and decrypts each one, and
 /// hands out its frames. It holds at most one record's bytes plus one
 /// chunk.
 pub struct LinkDecoder {
     buf: Vec<u8>,
     start: usize,
-    mac: HmacSha256,
+    key: LessSafeKey,
     seq: u64,
     /// The body of the record being read, `start..end` of `buf`, once its
-    /// MAC was checked.
+    /// tag was checked and it was decrypted in place.
     record_end: Option<usize>,
 }
 
@@ -169,7 +194,7 @@ impl LinkDecoder {
         LinkDecoder {
             buf: Vec::new(),
             start: 0,
-            mac: HmacSha256::new_from_slice(key).expect("HMAC takes any key length"),
+            key: aead_key(key),
             seq: 0,
             record_end: None,
         }
@@ -197,8 +222,8 @@ impl LinkDecoder {
                 if self.start < end {
                     return self.frame_in_record(end).map(Some);
                 }
-                // The record is read: skip its MAC.
-                self.start = end + RECORD_MAC_LEN;
+                // The record is read: skip its tag.
+                self.start = end + RECORD_TAG_LEN;
                 self.record_end = None;
             }
             if !self.open_record()? {
@@ -207,10 +232,10 @@ impl LinkDecoder {
         }
     }
 
-    /// Checks the next record if it is whole; `false` if more bytes are
-    /// needed.
+    /// Checks and decrypts the next record if it is whole; `false` if more
+    /// bytes are needed.
     fn open_record(&mut self) -> Result<bool, LinkError> {
-        let pending = &self.buf[self.start..];
+        let pending = &mut self.buf[self.start..];
         if pending.len() < HEAD_LEN {
             return Ok(false);
         }
@@ -221,16 +246,14 @@ impl LinkDecoder {
         if len > RECORD_BODY_ACCEPTED_MAX {
             return Err(LinkError::TooLarge(len));
         }
-        if pending.len() < HEAD_LEN + len + RECORD_MAC_LEN {
+        if pending.len() < HEAD_LEN + len + RECORD_TAG_LEN {
             return Ok(false);
         }
-        let record = &pending[..HEAD_LEN + len];
-        let got = &pending[HEAD_LEN + len..HEAD_LEN + len + RECORD_MAC_LEN];
-        let mut mac = self.mac.clone();
-        mac.update(&self.seq.to_le_bytes());
-        mac.update(record);
-        // Constant-time: a forger learns nothing from how long this took.
-        mac.verify_truncated_left(got)
+        let (head, rest) = pending.split_at_mut(HEAD_LEN);
+        // ring compares the tag in constant time, and leaves nothing of a
+        // record that fails it for anyone to read.
+        self.key
+            .open_in_place(nonce(self.seq), Aad::from(&*head), &mut rest[..len + RECORD_TAG_LEN])
             .map_err(|_| LinkError::Auth)?;
         self.seq += 1;
         self.start += HEAD_LEN;
@@ -391,6 +414,31 @@ mod tests {
         let mut decoder = LinkDecoder::new(KEY);
         decoder.extend(&bytes);
         assert!(matches!(decoder.next_frame(), Err(LinkError::BadControl(8)) | Err(LinkError::Truncated)));
+    }
+
+    /// What the wire carries of a record is its head and ciphertext: a
+    /// frame's bytes do not appear in it, and two records of the same
+    /// frames differ (each has its own nonce).
+    #[test]
+    fn a_sealed_record_hides_its_frames() {
+        let mut sealer = Sealer::new(KEY);
+        let plain = frame(9);
+        let mut first = Vec::new();
+        sealer.message(&mut first, &plain);
+        sealer.seal(&mut first);
+        let mut second = Vec::new();
+        sealer.message(&mut second, &plain);
+        sealer.seal(&mut second);
+        let payload = plain.as_bytes();
+        assert_eq!(first.len(), HEAD_LEN + HEAD_LEN + payload.len() + RECORD_TAG_LEN);
+        let visible = |record: &[u8]| record.windows(16).any(|w| payload.windows(16).any(|p| p == w));
+        assert!(!visible(&first), "a run of the frame's bytes is readable on the wire");
+        assert_ne!(first[HEAD_LEN..], second[HEAD_LEN..]);
+        let mut both = first.clone();
+        both.extend_from_slice(&second);
+        let seen = decode_all(&mut LinkDecoder::new(KEY), &both, 5).unwrap();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0], seen[1]);
     }
 
     #[test]

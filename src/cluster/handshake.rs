@@ -23,10 +23,12 @@ use sha2::Sha256;
 
 use crate::config::CLUSTER_NAME_LEN_MAX;
 
-/// The link protocol this build speaks. 2: every frame after the
-/// handshake travels in a record sealed with a key of this connection
-/// (`codec`); a node of version 1 is refused with `version`.
-pub const LINK_VERSION: u16 = 2;
+/// The link protocol this build speaks. 3: every frame after the
+/// handshake travels in a record sealed with AES-128-GCM under a key of
+/// this connection (`codec`); 2 sealed the same records with an
+/// HMAC-SHA256 and no encryption, 1 had no seal. A node of another version
+/// is refused with `version`.
+pub const LINK_VERSION: u16 = 3;
 const MAGIC: [u8; 4] = *b"RTLK";
 const NONCE_LEN: usize = 16;
 const MAC_LEN: usize = 32;

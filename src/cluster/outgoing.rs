@@ -390,6 +390,7 @@ impl CoreLinks {
             }
             let now = Instant::now();
             buf.clear();
+            let records_before = sealer.records_sealed();
             slot.link.borrow_mut().take_all(&mut frames);
             let sent = frames.len() as u64;
             for frame in frames.drain(..) {
@@ -401,6 +402,8 @@ impl CoreLinks {
             }
             sealer.seal(&mut buf);
             if !buf.is_empty() {
+                let records = sealer.records_sealed() - records_before;
+                let bytes = buf.len() as u64;
                 let written = before(
                     now + settings.suspect_after(),
                     stream.send_all(std::mem::take(&mut buf)),
@@ -412,6 +415,8 @@ impl CoreLinks {
                     Some((Ok(()), back)) => buf = back,
                 }
                 stats.frames_sent.add(sent);
+                stats.records_sent.add(records);
+                stats.record_bytes_sent.add(bytes);
                 continue;
             }
             if now.duration_since(last_pong.get()) > settings.suspect_after() {
