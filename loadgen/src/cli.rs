@@ -80,7 +80,13 @@ pub enum Persist {
 /// Drive a routerd node (or anything speaking docs/protocol.md), or a Redis
 /// server with the same client (--proto resp), and measure it.
 #[derive(Clone, Debug, Parser, Serialize)]
-#[command(name = "loadgen", version, about)]
+#[command(
+    name = "loadgen",
+    version,
+    about = "routerd's io_uring load generator: drives a node over its client protocol \
+             (docs/protocol.md: frames, routes, error codes), or Redis over RESP2 with the \
+             same client, and measures it"
+)]
 pub struct Args {
     /// Client address of a gateway (ignored with --spawn-node). Give it
     /// several times to spread the connections over several gateways
@@ -633,6 +639,16 @@ mod tests {
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    /// The help names the protocol document a user of custom routes needs.
+    #[test]
+    fn the_help_cites_the_protocol() {
+        use clap::CommandFactory;
+        let help = Args::command().render_help().to_string();
+        assert!(help.contains("docs/protocol.md"), "{help}");
+        let custom = Args::command().render_long_help().to_string();
+        assert!(custom.contains("--workload-file"), "{custom}");
     }
 
     #[test]
