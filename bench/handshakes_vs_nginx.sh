@@ -4,7 +4,7 @@
 # worker, pinned; Debian's nginx with its `stream` module and `ssl`), the
 # same certificate for both, both driven by `openssl s_time` (the one
 # client) on the other CPU. Then resumption the same way (`s_time -reuse`,
-# TLS 1.2: a session id or ticket). Goal (issue 27): >= 1.0x nginx, for
+# TLS 1.2: a session id or ticket). Goal: >= 1.0x nginx, for
 # full handshakes and for resumption.
 #
 # TLS 1.3 resumption cannot be measured with s_time: a TLS 1.3 ticket comes
