@@ -17,7 +17,7 @@ seconds=${DURATION%s}
 warmup=${WARMUP%s}
 
 # BUILD=0 runs the binaries already built (ROUTERD=..., $BIN/loadgen).
-if [ "${BUILD:-1}" = 1 ]; then build; fi
+build
 (cd "$ROOT/clients/typescript" && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && npx tsc -p .)
 
 GW_PORT=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -37,9 +37,7 @@ listen = "127.0.0.1:0"
 secret = "$SECRET"
 TOML
 header "player.incr through each client library vs loadgen, one node"
-taskset -c "$SERVER_CPUS" "$ROUTERD" serve --config "$WORK/node.toml" 2>"$WORK/node.log" &
-PIDS+=($!)
-wait_port "$GW_PORT"
+start_routerd node "$WORK/node.toml" "$GW_PORT"
 
 loadgen_run loadgen --addr "127.0.0.1:$GW_PORT" --secret "$SECRET" --workload incr > "$WORK/loadgen.log"
 base=$(json_number "$WORK/loadgen.json" throughput)

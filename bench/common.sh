@@ -37,7 +37,9 @@ header() {
   echo "         the ratio measured in this run is the result."
 }
 
+# build: this tree's release binaries; BUILD=0 runs those already built.
 build() {
+  if [ "${BUILD:-1}" = 0 ]; then return 0; fi
   (cd "$ROOT" && cargo build --release -q -p loadgen -p echo -p routerd "$@")
 }
 
@@ -46,30 +48,56 @@ json_number() {
   grep -m1 "\"$2\":" "$1" | sed -E 's/.*: *([-0-9.eE+]+).*/\1/'
 }
 
-# start_echo ARGS...: the echo baseline (bench/echo) with ARGS on
-# $ECHO_PORT, pinned like routerd, its stderr appended to $WORK/echo.log;
-# known to the exit trap, so a failed run does not leave it listening.
-start_echo() {
-  taskset -c "$SERVER_CPUS" "$BIN/echo" --listen "127.0.0.1:$ECHO_PORT" --cpus "${SERVER_CPUS%%,*}" "$@" \
-    2>>"$WORK/echo.log" &
-  ECHO_PID=$!
-  PIDS+=("$ECHO_PID")
-  wait_port "$ECHO_PORT"
+# start_background NAME PORT COMMAND...: runs COMMAND in the background,
+# its stderr appended to $WORK/NAME.log, known to the exit trap (so a
+# failed run does not leave it listening), and waits until PORT accepts.
+# STARTED_PID is its pid.
+start_background() {
+  local name=$1 port=$2
+  shift 2
+  "$@" 2>>"$WORK/$name.log" &
+  STARTED_PID=$!
+  PIDS+=("$STARTED_PID")
+  wait_port "$port"
 }
 
-# stop_echo: stops the echo start_echo started, and waits until its
-# listener is gone: it outlives the process by milliseconds (its ring holds
-# it; shards/src/net/claim.rs), long enough for the next start_echo's
-# wait_port to connect to it instead of the new echo.
-stop_echo() {
-  kill "$ECHO_PID"
-  wait "$ECHO_PID" 2>/dev/null || true
-  wait_port_closed "$ECHO_PORT"
+# stop_background PID PORT: stops what start_background started, and waits
+# until its listener on PORT is gone: it outlives the process by
+# milliseconds (its ring holds it; shards/src/net/claim.rs), long enough
+# for the next start's wait_port to connect to it instead of the new one.
+stop_background() {
+  local stopped=$1 port=$2
+  kill "$stopped"
+  wait "$stopped" 2>/dev/null || true
+  wait_port_closed "$port"
   local pid others=()
   for pid in "${PIDS[@]}"; do
-    if [ "$pid" != "$ECHO_PID" ]; then others+=("$pid"); fi
+    if [ "$pid" != "$stopped" ]; then others+=("$pid"); fi
   done
   PIDS=("${others[@]}")
+}
+
+# start_routerd NAME CONFIG PORT...: `routerd serve --config CONFIG` pinned
+# to $SERVER_CPUS (log: $WORK/NAME.log), once every PORT accepts.
+# NODE_PID is its pid.
+start_routerd() {
+  local name=$1 config=$2 port
+  shift 2
+  start_background "$name" "$1" taskset -c "$SERVER_CPUS" "$ROUTERD" serve --config "$config"
+  NODE_PID=$STARTED_PID
+  for port in "$@"; do wait_port "$port"; done
+}
+
+# start_echo ARGS...: the echo baseline (bench/echo) with ARGS on
+# $ECHO_PORT, pinned like routerd (log: $WORK/echo.log).
+start_echo() {
+  start_background echo "$ECHO_PORT" taskset -c "$SERVER_CPUS" "$BIN/echo" \
+    --listen "127.0.0.1:$ECHO_PORT" --cpus "${SERVER_CPUS%%,*}" "$@"
+  ECHO_PID=$STARTED_PID
+}
+
+stop_echo() {
+  stop_background "$ECHO_PID" "$ECHO_PORT"
 }
 
 # wait_port_closed PORT: returns once nothing accepts connections on PORT.

@@ -151,9 +151,13 @@ for port in 9472 9471; do
     /^routerd_cluster_link_sends_total/ { sends += $NF; by[$1] = $NF }
     /^routerd_cluster_link_frames_received_total/ { received += $NF }
     /^routerd_cluster_link_records_received_total/ { records += $NF }
+    /^routerd_cluster_link_records_sent_total/ { records_sent += $NF }
+    /^routerd_cluster_link_record_bytes_sent_total/ { bytes_sent += $NF }
     END {
       printf "links of the node with admin port %s: %d frames in %d sends (%.1f per send), %d frames received in %d records (%.1f per record)\n",
         port, sent, sends, sends ? sent / sends : 0, received, records, records ? received / records : 0
+      printf "  sent %d records of %.0f bytes on average (%.0f bytes per frame, heads, padding and tags included)\n",
+        records_sent, records_sent ? bytes_sent / records_sent : 0, sent ? bytes_sent / sent : 0
       for (series in by) printf "  %s %d\n", series, by[series]
     }'
 done

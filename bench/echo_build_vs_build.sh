@@ -37,11 +37,9 @@ for round in $(seq 1 "$ROUNDS"); do
   if [ $((round % 2)) -eq 1 ]; then order=(base subject); else order=(subject base); fi
   for side in "${order[@]}"; do
     if [ "$side" = base ]; then binary=$ECHO_BASE; else binary=$ECHO_SUBJECT; fi
-    taskset -c "$SERVER_CPUS" "$binary" --listen "127.0.0.1:$ECHO_PORT" --cpus "${SERVER_CPUS%%,*}" \
-      2>>"$WORK/echo.log" &
-    ECHO_PID=$!
-    PIDS+=("$ECHO_PID")
-    wait_port "$ECHO_PORT"
+    start_background echo "$ECHO_PORT" taskset -c "$SERVER_CPUS" "$binary" \
+      --listen "127.0.0.1:$ECHO_PORT" --cpus "${SERVER_CPUS%%,*}"
+    ECHO_PID=$STARTED_PID
     before=$(cpu_ticks "$ECHO_PID")
     loadgen_run "$side-$round" --addr "127.0.0.1:$ECHO_PORT" --workload ping > "$WORK/$side-$round.log"
     after=$(cpu_ticks "$ECHO_PID")

@@ -1,7 +1,8 @@
 # Helpers of the TLS and WebSocket bench scripts (sourced after common.sh):
 # a test certificate made at run time (never committed), and one routerd
 # node serving plain TCP, TLS and WebSocket listeners at once, so each
-# comparison is the same node through one client (loadgen).
+# comparison is the same node through one client (loadgen). Set
+# CONNECTIONS before sourcing common.sh: it fixes its default (32) then.
 
 PLAIN_PORT=${PLAIN_PORT:-17510}
 TLS_PORT=${TLS_PORT:-17511}
@@ -43,23 +44,11 @@ backend = "memory"
 [auth]
 secret = "$EDGE_SECRET"
 TOML
-  ROUTERD_AUTH_SECRET=$EDGE_SECRET "$ROUTERD" serve --config "$WORK/node.toml" 2>>"$WORK/node.log" &
-  NODE_PID=$!
-  PIDS+=("$NODE_PID")
-  wait_port "$PLAIN_PORT"
-  wait_port "$TLS_PORT"
-  wait_port "$WS_PORT"
+  start_routerd node "$WORK/node.toml" "$PLAIN_PORT" "$TLS_PORT" "$WS_PORT"
 }
 
 stop_edge_node() {
-  kill "$NODE_PID"
-  wait "$NODE_PID" 2>/dev/null || true
-  wait_port_closed "$PLAIN_PORT"
-  local pid others=()
-  for pid in "${PIDS[@]}"; do
-    if [ "$pid" != "$NODE_PID" ]; then others+=("$pid"); fi
-  done
-  PIDS=("${others[@]}")
+  stop_background "$NODE_PID" "$PLAIN_PORT"
 }
 
 # edge_shape NAME PIPELINE GOAL SUBJECT_ARGS...: ROUNDS alternating pairs
@@ -78,4 +67,20 @@ edge_shape() {
   done
   SUMMARY+=("RATIO $name/plain throughput = $(median "${RATIOS[@]}") (${RATIOS[*]}); p99 $(median "${P99_RATIOS[@]}")  ($goal)")
   echo "${SUMMARY[-1]}"
+}
+
+# edge_begin TITLE: what every layer-vs-plain script does first: build,
+# the header, the certificate.
+edge_begin() {
+  SUMMARY=()
+  build
+  header "$1"
+  make_cert
+}
+
+# edge_summary WHAT: the median ratios of every shape measured.
+edge_summary() {
+  echo
+  echo "== summary ($1, median of $ROUNDS rounds)"
+  printf '%s\n' "${SUMMARY[@]}"
 }

@@ -30,18 +30,21 @@ ensure_redis() {
 # One redis-server for the whole script, pinned like routerd, with no
 # persistence: the comparison is against its in-memory commands.
 start_redis() {
-  taskset -c "$SERVER_CPUS" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 \
-    --save '' --appendonly no --daemonize no --logfile "$WORK/redis.log" &
-  PIDS+=($!)
-  wait_port "$REDIS_PORT"
+  start_background redis "$REDIS_PORT" taskset -c "$SERVER_CPUS" redis-server --port "$REDIS_PORT" \
+    --bind 127.0.0.1 --save '' --appendonly no --daemonize no --logfile "$WORK/redis.log"
 }
 
+# redis_header TITLE [NODE] [SHAPES]: what the run compares; NODE says how
+# routerd runs, SHAPES which shapes are measured (defaults: the shapes of
+# compare_shape's scripts).
 redis_header() {
+  local node=${2:-one core, spawned per run}
+  local shapes=${3:-"p1 = $SMALL_CONNECTIONS connections x pipeline 1; p16 = $SMALL_CONNECTIONS x 16 in batches (as redis-benchmark -P);
+        c$MANY_CONNECTIONS = $MANY_CONNECTIONS connections x pipeline 1"}
   echo "== $1"
   echo "machine: $(nproc) CPUs ($(uname -m), $(uname -r)); server on CPU(s) $SERVER_CPUS, loadgen on CPU(s) $LOADGEN_CPUS"
-  echo "servers: routerd $("$ROUTERD" --version 2>/dev/null | awk '{print $2}') ($ROUTERD; one core, spawned per run) and redis-server $(redis-server --version | awk '{print $3}'), both driven by loadgen"
-  echo "shapes: p1 = $SMALL_CONNECTIONS connections x pipeline 1; p16 = $SMALL_CONNECTIONS x 16 in batches (as redis-benchmark -P);"
-  echo "        c$MANY_CONNECTIONS = $MANY_CONNECTIONS connections x pipeline 1; warm-up $WARMUP, $DURATION measured, $ROUNDS rounds each"
+  echo "servers: routerd $("$ROUTERD" --version 2>/dev/null | awk '{print $2}') ($ROUTERD; $node) and redis-server $(redis-server --version | awk '{print $3}'), both driven by loadgen"
+  echo "shapes: $shapes; warm-up $WARMUP, $DURATION measured, $ROUNDS rounds each"
   echo "WARNING: absolute figures drift on a shared 2-core machine (other work, turbo, noisy neighbours);"
   echo "         the ratios measured in this run are the result."
 }

@@ -14,13 +14,14 @@ source "$(dirname "$0")/edge_common.sh"
 REDIS_TLS_PORT=${REDIS_TLS_PORT:-17380}
 ensure_redis
 build
-redis_header "routerd player.incr over TLS vs Redis INCR over TLS, one client (loadgen --tls) for both"
+redis_header "routerd player.incr over TLS vs Redis INCR over TLS, one client (loadgen --tls) for both" \
+  "one core, one node for the whole run" \
+  "p1 = $SMALL_CONNECTIONS connections x pipeline 1; p16 = $SMALL_CONNECTIONS x 16 in batches, both over TLS with one certificate"
 make_cert
-taskset -c "$SERVER_CPUS" redis-server --port 0 --tls-port "$REDIS_TLS_PORT" --bind 127.0.0.1 \
-  --tls-cert-file "$WORK/cert.pem" --tls-key-file "$WORK/key.pem" --tls-auth-clients no \
-  --save '' --appendonly no --daemonize no --logfile "$WORK/redis.log" &
-PIDS+=($!)
-wait_port "$REDIS_TLS_PORT"
+start_background redis "$REDIS_TLS_PORT" taskset -c "$SERVER_CPUS" redis-server --port 0 \
+  --tls-port "$REDIS_TLS_PORT" --bind 127.0.0.1 --tls-cert-file "$WORK/cert.pem" \
+  --tls-key-file "$WORK/key.pem" --tls-auth-clients no --save '' --appendonly no \
+  --daemonize no --logfile "$WORK/redis.log"
 start_edge_node
 
 tls_pair() {
@@ -28,12 +29,21 @@ tls_pair() {
   shift 3
   RATIOS=()
   P99_RATIOS=()
+  local round side first second
   for round in $(seq 1 "$ROUNDS"); do
-    CONNECTIONS=$SMALL_CONNECTIONS PIPELINE=$pipeline loadgen_run "redis-$shape-$round" \
-      --proto resp --addr "127.0.0.1:$REDIS_TLS_PORT" --tls --ca-file "$WORK/cert.pem" --workload incr "$@"
-    CONNECTIONS=$SMALL_CONNECTIONS PIPELINE=$pipeline loadgen_run "routerd-$shape-$round" \
-      --addr "127.0.0.1:$TLS_PORT" --tls --ca-file "$WORK/cert.pem" --workload incr \
-      --secret "$EDGE_SECRET" "$@"
+    # Alternate who goes first, so a drift of the machine does not always
+    # favour the same side.
+    if [ $((round % 2)) -eq 1 ]; then first=redis; second=routerd; else first=routerd; second=redis; fi
+    for side in $first $second; do
+      if [ "$side" = redis ]; then
+        CONNECTIONS=$SMALL_CONNECTIONS PIPELINE=$pipeline loadgen_run "redis-$shape-$round" \
+          --proto resp --addr "127.0.0.1:$REDIS_TLS_PORT" --tls --ca-file "$WORK/cert.pem" --workload incr "$@"
+      else
+        CONNECTIONS=$SMALL_CONNECTIONS PIPELINE=$pipeline loadgen_run "routerd-$shape-$round" \
+          --addr "127.0.0.1:$TLS_PORT" --tls --ca-file "$WORK/cert.pem" --workload incr \
+          --secret "$EDGE_SECRET" "$@"
+      fi
+    done
     paired_round "$round" "redis-$shape" "routerd-$shape"
   done
   SUMMARY+=("RATIO $shape routerd/redis over TLS throughput = $(median "${RATIOS[@]}"), p99 = $(median "${P99_RATIOS[@]}") ($goals); rounds ${RATIOS[*]}")

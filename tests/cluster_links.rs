@@ -57,7 +57,17 @@ fn a_player_owned_by_one_node_is_served_through_another_and_kicked_across(cluste
         let exposition = support::prometheus::parse(&text).unwrap();
         exposition.value(name, &[]).unwrap_or(0.0)
     };
-    assert!(metric(&b, "routerd_cluster_link_frames_sent_total") >= 3.0);
+    let frames_sent = metric(&b, "routerd_cluster_link_frames_sent_total");
+    assert!(frames_sent >= 3.0);
+    // Every frame went in a sealed record; a record holds one or more
+    // frames (or only a ping), a 5-byte head and a 16-byte MAC.
+    let records_sent = metric(&b, "routerd_cluster_link_records_sent_total");
+    let record_bytes = metric(&b, "routerd_cluster_link_record_bytes_sent_total");
+    assert!(records_sent >= 1.0, "{records_sent}");
+    assert!(
+        record_bytes >= 21.0 * records_sent,
+        "{record_bytes} for {records_sent}"
+    );
     assert!(metric(&a, "routerd_cluster_link_frames_received_total") >= 3.0);
     let view = get_json(a.admin, "/cluster");
     assert_eq!(view["incarnation"], 1, "{view}");

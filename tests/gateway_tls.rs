@@ -89,11 +89,15 @@ fn python_ssl_logs_in_over_tls_1_3_and_1_2_and_resumes() {
         .expect("run python");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        output.status.success() && stdout.contains("TLSv1.2 resumed") && stdout.ends_with("ok\n"),
+        output.status.success()
+            && stdout.contains("TLSv1.3 resumed")
+            && stdout.contains("TLSv1.2 resumed")
+            && stdout.ends_with("ok\n"),
         "stdout:\n{stdout}\nstderr:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    node.wait_metric("routerd_gateway_tls_handshakes_total{kind=\"resumed\"}", 1);
+    // One resumption of each version.
+    node.wait_metric("routerd_gateway_tls_handshakes_total{kind=\"resumed\"}", 2);
 }
 
 /// Reads until the server closes; fails if it sends more than `limit`

@@ -2,8 +2,12 @@
 //! `player.incr`-shaped frames into one record and opening it again on the
 //! other side (the frames read where they lie), per frame, with the number
 //! of allocations each side makes per frame; and, for the same record bytes,
-//! what one HMAC-SHA256 pass costs (link version 2 hashed every record once
-//! on each side; version 3 seals it with AES-128-GCM).
+//! what the protection alone costs each way a link could protect them:
+//! AES-128-GCM in place (what version 3 does), two HMAC-SHA256 passes (what
+//! version 2 did, once per side), and TLS 1.3 records with AES-128-GCM and
+//! with ChaCha20-Poly1305 (rustls between an in-memory client and server,
+//! the handshake done once up front: what mutual TLS links would pay per
+//! record, without their handshakes).
 //!
 //! Run: `cargo bench -p bench --bench links`. Before criterion runs, a
 //! manual loop prints ns per frame for each batch size and asserts that
@@ -15,9 +19,17 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use std::io::{Read, Write};
+use std::sync::Arc;
+
 use criterion::{BenchmarkId, Criterion};
 use hmac::{Hmac, KeyInit, Mac};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
 use routerd::cluster::codec::{Batch, LinkDecoder, LinkFrame, Sealer, LINK_KEY_LEN};
+use rustls::crypto::ring::{cipher_suite, default_provider};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ClientConnection, ServerConnection, SupportedCipherSuite};
 use wire::frame::{ClientWire, KeyWire, Message, RouterHead};
 
 /// Counts every allocation (alloc, alloc_zeroed, realloc) in the process.
@@ -188,6 +200,173 @@ fn manual_report(batch: usize) {
     // lie: nothing allocated per frame once the buffers have grown.
     assert_eq!(seal_allocations, 0, "sealing records allocated");
     assert_eq!(open_allocations, 0, "opening records allocated");
+    protection_report(batch, &record, rounds);
+}
+
+/// The protection alone of `record`'s bytes (sealed on one side, opened on
+/// the other), each way a link could protect them, per frame of the batch
+/// and as a ratio to AES-128-GCM in place.
+fn protection_report(batch: usize, record: &[u8], rounds: usize) {
+    let per_frame = |ns: u128| ns as f64 / (rounds * batch) as f64;
+    let key = LessSafeKey::new(UnboundKey::new(&AES_128_GCM, &KEY[..16]).expect("16 bytes"));
+    let mut body = record.to_vec();
+    let started = Instant::now();
+    for seq in 0..rounds as u64 {
+        black_box(aes_gcm_round(&key, seq, &mut body));
+    }
+    let aes_ns = started.elapsed().as_nanos();
+    let hmac = Hmac::<sha2::Sha256>::new_from_slice(KEY).expect("any key length");
+    let started = Instant::now();
+    for seq in 0..rounds as u64 {
+        black_box(hmac_pass(&hmac, seq, black_box(record)) ^ hmac_pass(&hmac, seq, record));
+    }
+    let hmac_ns = started.elapsed().as_nanos();
+    let mut tls_ns = Vec::new();
+    for (name, suite) in [
+        (
+            "TLS 1.3 AES-128-GCM",
+            cipher_suite::TLS13_AES_128_GCM_SHA256,
+        ),
+        (
+            "TLS 1.3 ChaCha20-Poly1305",
+            cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+        ),
+    ] {
+        let mut tls = TlsPair::new(suite);
+        tls.round(record);
+        let started = Instant::now();
+        for _ in 0..rounds {
+            black_box(tls.round(record));
+        }
+        tls_ns.push((name, started.elapsed().as_nanos()));
+    }
+    let mut line = format!(
+        "  protection alone of those bytes, sealed and opened: AES-128-GCM in place {:6.1} ns/frame; \
+         HMAC-SHA256 twice {:6.1} ({:.2}x)",
+        per_frame(aes_ns),
+        per_frame(hmac_ns),
+        hmac_ns as f64 / aes_ns as f64
+    );
+    for (name, ns) in tls_ns {
+        line += &format!(
+            "; {name} {:6.1} ({:.2}x)",
+            per_frame(ns),
+            ns as f64 / aes_ns as f64
+        );
+    }
+    println!("{line}");
+}
+
+/// Seals `body` in place with AES-128-GCM and opens it again, as the two
+/// ends of a version 3 link do with each record's body.
+fn aes_gcm_round(key: &LessSafeKey, seq: u64, body: &mut [u8]) -> u8 {
+    let nonce = |seq: u64| {
+        let mut bytes = [0u8; 12];
+        bytes[..8].copy_from_slice(&seq.to_le_bytes());
+        Nonce::assume_unique_for_key(bytes)
+    };
+    let tag = key
+        .seal_in_place_separate_tag(nonce(seq), Aad::from(&[4u8; 16]), body)
+        .expect("a body AES-GCM can seal");
+    key.open_in_place_separate_tag(nonce(seq), Aad::from(&[4u8; 16]), tag, body, 0..)
+        .expect("the record just sealed")[0]
+}
+
+/// Moves what `$from` has to write into `$to` (a client and a server are
+/// different types with the same methods).
+macro_rules! pass {
+    ($from:expr, $to:expr) => {{
+        let mut bytes = Vec::new();
+        while $from.wants_write() {
+            $from.write_tls(&mut bytes).expect("into memory");
+        }
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            $to.read_tls(&mut rest).expect("from memory");
+            $to.process_new_packets().expect("a good peer");
+        }
+    }};
+}
+
+/// A TLS 1.3 client and server in memory with one cipher suite, the
+/// handshake done up front: the record layer alone.
+struct TlsPair {
+    client: ClientConnection,
+    server: ServerConnection,
+    wire: Vec<u8>,
+    opened: Vec<u8>,
+}
+
+impl TlsPair {
+    fn new(suite: SupportedCipherSuite) -> TlsPair {
+        let provider = Arc::new(CryptoProvider {
+            cipher_suites: vec![suite],
+            ..default_provider()
+        });
+        let certified =
+            rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("a cert");
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+            certified.signing_key.serialize_der(),
+        ));
+        let server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .with_no_client_auth()
+            .with_single_cert(vec![certified.cert.der().clone()], key)
+            .expect("the cert");
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(certified.cert.der().clone()).expect("a root");
+        let client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut client = ClientConnection::new(
+            Arc::new(client_config),
+            "localhost".try_into().expect("a name"),
+        )
+        .expect("a client");
+        let mut server = ServerConnection::new(Arc::new(server_config)).expect("a server");
+        // A link sends up to a record body of 256 KiB at once.
+        client.set_buffer_limit(None);
+        while client.is_handshaking() || server.is_handshaking() {
+            pass!(client, server);
+            pass!(server, client);
+        }
+        TlsPair {
+            client,
+            server,
+            wire: Vec::new(),
+            opened: Vec::new(),
+        }
+    }
+
+    /// Sends `body` from the client and reads it out of the server, a
+    /// receive's worth at a time; returns the bytes that came through.
+    fn round(&mut self, body: &[u8]) -> usize {
+        self.client.writer().write_all(body).expect("buffered");
+        self.wire.clear();
+        while self.client.wants_write() {
+            self.client.write_tls(&mut self.wire).expect("into memory");
+        }
+        self.opened.clear();
+        let mut rest = &self.wire[..];
+        let mut chunk = [0u8; RECEIVE_BYTES];
+        while !rest.is_empty() {
+            self.server.read_tls(&mut rest).expect("from memory");
+            self.server.process_new_packets().expect("authentic");
+            loop {
+                match self.server.reader().read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => self.opened.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("reading plaintext: {e}"),
+                }
+            }
+        }
+        assert_eq!(self.opened.len(), body.len(), "every byte came through");
+        self.opened.len()
+    }
 }
 
 fn criterion_benches(c: &mut Criterion) {

@@ -52,6 +52,8 @@ pub enum Workload {
     Mixed,
     /// Members join rooms; a fraction of them `room.say`; PUSHes are timed.
     Room,
+    /// Any route: `--route` and `--body`, or `--workload-file`.
+    Custom,
 }
 
 impl Workload {
@@ -78,7 +80,13 @@ pub enum Persist {
 /// Drive a routerd node (or anything speaking docs/protocol.md), or a Redis
 /// server with the same client (--proto resp), and measure it.
 #[derive(Clone, Debug, Parser, Serialize)]
-#[command(name = "loadgen", version, about)]
+#[command(
+    name = "loadgen",
+    version,
+    about = "routerd's io_uring load generator: drives a node over its client protocol \
+             (docs/protocol.md: frames, routes, error codes), or Redis over RESP2 with the \
+             same client, and measures it"
+)]
 pub struct Args {
     /// Client address of a gateway (ignored with --spawn-node). Give it
     /// several times to spread the connections over several gateways
@@ -97,6 +105,32 @@ pub struct Args {
 
     #[arg(long, value_enum, default_value_t = Workload::Ping)]
     pub workload: Workload,
+
+    /// --workload custom: the route id every request goes to (route ids
+    /// and body layouts: docs/protocol.md, or your type's own table).
+    #[arg(long, conflicts_with = "workload_file")]
+    pub route: Option<u32>,
+
+    /// --workload custom with --route: the body, fields in order, little
+    /// endian: `u8:` `u16:` `u32:` `u64:` `i32:` `i64:` a number or
+    /// `{player}` (the session's player) or `{seq}` (the request's number),
+    /// `str:TEXT` (variables substituted inside), `hex:0a1b`; e.g.
+    /// `--route 304 --body 'u64:{player} i64:1'`.
+    #[arg(long, default_value = "", requires = "route")]
+    pub body: String,
+
+    /// --workload custom: a file of requests, one a line: `WEIGHT NAME
+    /// ROUTE BODY...` for the measured mix (up to 8, each reported under its
+    /// name), `setup NAME ROUTE BODY... [accept=CODE,..]` for requests sent
+    /// once after every login, in order (an ERROR with a listed code counts
+    /// as done); `#` starts a comment.
+    #[arg(long)]
+    pub workload_file: Option<PathBuf>,
+
+    /// The parsed custom workload (`Args::load_custom`).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub custom: Option<std::sync::Arc<crate::custom::Custom>>,
 
     /// Connections, one logged-in player at a time each.
     #[arg(long, default_value_t = 16)]
@@ -422,7 +456,7 @@ impl Args {
                                 room members are connections"
                         .to_string())
                 }
-                Workload::PingRouted | Workload::Incr | Workload::Mixed => {}
+                Workload::PingRouted | Workload::Incr | Workload::Mixed | Workload::Custom => {}
             }
         }
         Ok(())
@@ -450,6 +484,46 @@ impl Args {
         Ok(())
     }
 
+    /// Reads `--route`/`--body` or `--workload-file` into `custom`; a
+    /// custom workload needs one of them, and they need it.
+    pub fn load_custom(&mut self) -> Result<(), String> {
+        let wanted = self.route.is_some() || self.workload_file.is_some();
+        if self.workload != Workload::Custom {
+            if wanted {
+                return Err("--route and --workload-file go with --workload custom".to_string());
+            }
+            return Ok(());
+        }
+        let custom = match (&self.route, &self.workload_file) {
+            (Some(route), None) => {
+                crate::custom::Custom::from_flags(*route, &self.body, self.max_body)?
+            }
+            (None, Some(path)) => {
+                let text = read_bounded(path, crate::custom::WORKLOAD_FILE_BYTES_MAX)?;
+                crate::custom::Custom::from_text(&text, self.max_body)
+                    .map_err(|e| format!("{}: {e}", path.display()))?
+            }
+            _ => {
+                return Err(
+                    "--workload custom needs --route (and --body) or --workload-file".to_string(),
+                )
+            }
+        };
+        self.custom = Some(std::sync::Arc::new(custom));
+        Ok(())
+    }
+
+    /// How the report names `op`: a custom request by its workload's name.
+    pub fn op_name(&self, op: crate::workload::Op) -> String {
+        match (op, &self.custom) {
+            (crate::workload::Op::Custom(n), Some(custom)) => custom
+                .requests
+                .get(usize::from(n))
+                .map_or_else(|| format!("custom-{n}"), |request| request.name.clone()),
+            _ => op.name().to_string(),
+        }
+    }
+
     /// Players the run spreads its requests over.
     pub fn player_count(&self) -> u64 {
         self.players.unwrap_or(self.connections as u64)
@@ -467,6 +541,20 @@ impl Args {
     pub fn effective_secret(&self) -> String {
         secret_from(self.secret.as_deref(), std::env::var(SECRET_ENV).ok())
     }
+}
+
+/// A file's text, refused past `bytes_max` (read no further than that).
+fn read_bounded(path: &std::path::Path, bytes_max: usize) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(bytes_max as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if text.len() > bytes_max {
+        return Err(format!("{}: over {bytes_max} bytes", path.display()));
+    }
+    Ok(text)
 }
 
 fn secret_from(flag: Option<&str>, env: Option<String>) -> String {
@@ -551,6 +639,16 @@ mod tests {
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    /// The help names the protocol document a user of custom routes needs.
+    #[test]
+    fn the_help_cites_the_protocol() {
+        use clap::CommandFactory;
+        let help = Args::command().render_help().to_string();
+        assert!(help.contains("docs/protocol.md"), "{help}");
+        let custom = Args::command().render_long_help().to_string();
+        assert!(custom.contains("--workload-file"), "{custom}");
     }
 
     #[test]

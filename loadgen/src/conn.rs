@@ -8,11 +8,14 @@
 //! `conn_resp.rs` (RESP2). Each turns bytes into [`Message`]s; this file
 //! turns messages into phases, events and statistics, the same way for both.
 
+use std::sync::Arc;
+
 use wire::client::FrameError;
 
 use crate::cli::Proto;
 use crate::conn_resp::RespWire;
 use crate::conn_routerd::RouterdWire;
+use crate::custom::{Custom, Vars};
 use crate::resp::RespError;
 use crate::stats::{Failure, Stats};
 use crate::workload::Op;
@@ -24,7 +27,8 @@ pub enum Phase {
     Idle,
     /// `auth.login` sent, waiting for the player id.
     LoggingIn,
-    /// `room.join` sent, waiting for the member count.
+    /// Logged in, a setup request sent (`room.join`, or a custom
+    /// workload's setup line), waiting for its answer.
     Joining,
     /// Set up: the workload may send.
     Ready,
@@ -87,6 +91,8 @@ pub enum Kind {
     Work(Op),
     Login,
     Join,
+    /// The n-th setup request of a custom workload.
+    Setup(u8),
 }
 
 /// A request waiting for its answer.
@@ -135,6 +141,8 @@ pub enum Message {
     Kicked,
     /// A `sys.redirect` PUSH; `None` if its body is malformed.
     Redirect(Option<Redirect>),
+    /// A PUSH on a route of a custom workload's type: counted, not read.
+    OtherPush,
 }
 
 /// Why the server's byte stream cannot be read any further.
@@ -177,6 +185,8 @@ pub struct Conn {
     /// When the last measured answer came, across reconnects: the gap to
     /// the next one is what a client of this connection waited.
     last_answer_ns: Option<u64>,
+    /// `--workload custom`: its setup requests follow every login.
+    custom: Option<Arc<Custom>>,
 }
 
 impl Conn {
@@ -201,7 +211,18 @@ impl Conn {
             out: Vec::with_capacity(4096),
             wire,
             last_answer_ns: None,
+            custom: None,
         }
+    }
+
+    /// Speaks `custom`'s requests, and sends its setup requests after every
+    /// login before it is `Ready` (and says `LoggedIn`).
+    pub fn with_custom(mut self, custom: Option<Arc<Custom>>) -> Conn {
+        if let (Wire::Routerd(wire), Some(custom)) = (&mut self.wire, &custom) {
+            wire.set_custom(Arc::clone(custom));
+        }
+        self.custom = custom;
+        self
     }
 
     pub fn phase(&self) -> Phase {
@@ -377,7 +398,9 @@ impl Conn {
                     }
                     apply_work(op, request, verdict, answered, stats)
                 }
-                Kind::Login | Kind::Join => self.apply_setup(request.kind, verdict, events),
+                Kind::Login | Kind::Join | Kind::Setup(_) => {
+                    self.apply_setup(request.kind, verdict, now_ns, events)
+                }
             },
             Message::Stray | Message::Redirect(None) => stats.protocol_errors += 1,
             Message::RoomPush { sent_ns } => match sent_ns {
@@ -388,6 +411,7 @@ impl Conn {
                 Some(_) => {}
                 None => stats.protocol_errors += 1,
             },
+            Message::OtherPush => stats.other_pushes += 1,
             Message::Kicked => {
                 stats.kicked += 1;
                 events.push(Event::Kicked);
@@ -402,29 +426,46 @@ impl Conn {
         }
     }
 
-    fn apply_setup(&mut self, kind: Kind, verdict: Verdict, events: &mut Vec<Event>) {
-        let step = if kind == Kind::Login {
-            "auth.login"
-        } else {
-            "room.join"
-        };
-        let expected_phase = if kind == Kind::Login {
-            Phase::LoggingIn
-        } else {
-            Phase::Joining
+    fn apply_setup(&mut self, kind: Kind, verdict: Verdict, now_ns: u64, events: &mut Vec<Event>) {
+        let (step, expected_phase) = match kind {
+            Kind::Login => ("auth.login".to_string(), Phase::LoggingIn),
+            Kind::Join => ("room.join".to_string(), Phase::Joining),
+            Kind::Setup(n) => (self.setup_name(n), Phase::Joining),
+            Kind::Work(_) => unreachable!("work answers are not setup"),
         };
         if self.phase != expected_phase {
             // Moved on meanwhile (a redirect while logging in): the answer
             // changes nothing, but it is not an error either.
             return;
         }
+        let verdict = match (kind, verdict) {
+            (
+                Kind::Setup(n),
+                Verdict::Failed {
+                    failure: Failure::Code(code),
+                    ..
+                },
+            ) if self.setup_accepts(n, code) => Verdict::Ok {
+                pushes_promised: 0,
+                counter: None,
+            },
+            (_, verdict) => verdict,
+        };
         match verdict {
             Verdict::Ok { .. } => {
+                let next = match kind {
+                    Kind::Login => 0,
+                    Kind::Setup(n) => usize::from(n) + 1,
+                    Kind::Join | Kind::Work(_) => usize::MAX,
+                };
+                if self.queue_setup(next, now_ns) {
+                    return;
+                }
                 self.phase = Phase::Ready;
-                events.push(if kind == Kind::Login {
-                    Event::LoggedIn
-                } else {
+                events.push(if kind == Kind::Join {
                     Event::Joined
+                } else {
+                    Event::LoggedIn
                 });
             }
             Verdict::Failed { failure, reason } => {
@@ -450,6 +491,40 @@ impl Conn {
                 });
             }
         }
+    }
+
+    /// Queues the custom workload's setup request `n`, if it has one.
+    fn queue_setup(&mut self, n: usize, now_ns: u64) -> bool {
+        let Some(custom) = self.custom.clone() else {
+            return false;
+        };
+        let Some(request) = custom.setup.get(n) else {
+            return false;
+        };
+        let mut body = Vec::new();
+        let vars = Vars {
+            player: self.player_id,
+            seq: 0,
+        };
+        request.body.render(vars, &mut body);
+        let step = u8::try_from(n).expect("setup requests are bounded");
+        self.queue(Kind::Setup(step), &body, now_ns, false);
+        self.phase = Phase::Joining;
+        true
+    }
+
+    fn setup_name(&self, n: u8) -> String {
+        self.custom
+            .as_ref()
+            .and_then(|custom| custom.setup.get(usize::from(n)))
+            .map_or_else(|| format!("setup {n}"), |request| request.name.clone())
+    }
+
+    fn setup_accepts(&self, n: u8, code: u16) -> bool {
+        self.custom
+            .as_ref()
+            .and_then(|custom| custom.setup.get(usize::from(n)))
+            .is_some_and(|request| request.accept.contains(&code))
     }
 
     /// Stops queueing new requests; the answers owed still count.

@@ -3,12 +3,14 @@
 //! the route table.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use wire::client::{
     decode_error_body, encode_frame, route, FrameDecoder, FrameError, FrameKind, Peer,
 };
 
 use crate::conn::{Kind, Message, Outstanding, Redirect, Verdict};
+use crate::custom::Custom;
 use crate::stats::Failure;
 use crate::workload::{push_send_time_ns, Op};
 
@@ -20,6 +22,8 @@ pub struct RouterdWire {
     max_body: u32,
     /// Reused request body.
     body: Vec<u8>,
+    /// `--workload custom`: the routes of its requests.
+    custom: Option<Arc<Custom>>,
 }
 
 impl RouterdWire {
@@ -30,7 +34,12 @@ impl RouterdWire {
             decoder: FrameDecoder::new(Peer::Server, max_body),
             max_body,
             body: Vec::with_capacity(64),
+            custom: None,
         }
+    }
+
+    pub fn set_custom(&mut self, custom: Arc<Custom>) {
+        self.custom = Some(custom);
     }
 
     pub fn outstanding_len(&self) -> usize {
@@ -46,30 +55,20 @@ impl RouterdWire {
         let seq = self.seq_next;
         self.seq_next = self.seq_next.wrapping_add(1);
         self.body.clear();
-        let route_id = match request.kind {
-            Kind::Work(Op::Ping) => {
-                self.body.extend_from_slice(payload);
-                route::SYS_PING
+        let route_id = route_of(self.custom.as_deref(), request.kind);
+        match request.kind {
+            // A custom request's payload is its whole body.
+            Kind::Work(Op::Ping | Op::Custom(_)) | Kind::Login | Kind::Setup(_) => {
+                self.body.extend_from_slice(payload)
             }
-            Kind::Work(Op::Get) => route::PLAYER_GET,
-            Kind::Work(Op::Incr) => {
-                self.body.extend_from_slice(&1i64.to_le_bytes());
-                route::PLAYER_INCR
-            }
+            Kind::Work(Op::Get) => {}
+            Kind::Work(Op::Incr) => self.body.extend_from_slice(&1i64.to_le_bytes()),
             Kind::Work(Op::Say) => {
                 self.body.extend_from_slice(&room_id.to_le_bytes());
                 self.body.extend_from_slice(payload);
-                route::ROOM_SAY
             }
-            Kind::Login => {
-                self.body.extend_from_slice(payload);
-                route::AUTH_LOGIN
-            }
-            Kind::Join => {
-                self.body.extend_from_slice(&room_id.to_le_bytes());
-                route::ROOM_JOIN
-            }
-        };
+            Kind::Join => self.body.extend_from_slice(&room_id.to_le_bytes()),
+        }
         encode_frame(out, FrameKind::Request, route_id, seq, &self.body);
         let previous = self.outstanding.insert(seq, request);
         assert!(previous.is_none(), "seq {seq} reused while outstanding");
@@ -98,11 +97,17 @@ impl RouterdWire {
                 },
                 route::SYS_KICKED => Message::Kicked,
                 route::SYS_REDIRECT => Message::Redirect(parse_redirect(body)),
+                // A custom workload's type may push on routes of its own;
+                // clients ignore push routes they do not know
+                // (docs/protocol.md).
+                _ if self.custom.is_some() => Message::OtherPush,
                 _ => Message::Stray,
             },
             FrameKind::Response | FrameKind::Error => {
                 match self.outstanding.remove(&header.seq) {
-                    Some(request) if route_of(request.kind) == header.route_id => {
+                    Some(request)
+                        if route_of(self.custom.as_deref(), request.kind) == header.route_id =>
+                    {
                         let verdict = if header.kind == FrameKind::Error {
                             error_verdict(request.kind, body)
                         } else {
@@ -133,14 +138,26 @@ impl RouterdWire {
     }
 }
 
-fn route_of(kind: Kind) -> u32 {
+/// The route a request goes to; a custom one's is its workload's.
+fn route_of(custom: Option<&Custom>, kind: Kind) -> u32 {
+    let custom_route = |n: u8, setup: bool| {
+        let custom = custom.expect("custom requests come with their workload");
+        let list = if setup {
+            &custom.setup
+        } else {
+            &custom.requests
+        };
+        list[usize::from(n)].route_id
+    };
     match kind {
         Kind::Work(Op::Ping) => route::SYS_PING,
         Kind::Work(Op::Get) => route::PLAYER_GET,
         Kind::Work(Op::Incr) => route::PLAYER_INCR,
         Kind::Work(Op::Say) => route::ROOM_SAY,
+        Kind::Work(Op::Custom(n)) => custom_route(n, false),
         Kind::Login => route::AUTH_LOGIN,
         Kind::Join => route::ROOM_JOIN,
+        Kind::Setup(n) => custom_route(n, true),
     }
 }
 
@@ -148,7 +165,8 @@ fn error_verdict(kind: Kind, body: &[u8]) -> Verdict {
     match decode_error_body(body) {
         Some((code, reason)) => Verdict::Failed {
             failure: Failure::Code(code),
-            reason: matches!(kind, Kind::Login | Kind::Join).then(|| reason.to_string()),
+            reason: matches!(kind, Kind::Login | Kind::Join | Kind::Setup(_))
+                .then(|| reason.to_string()),
         },
         None => Verdict::Malformed,
     }
@@ -178,6 +196,8 @@ fn response_verdict(request: Outstanding, body: &[u8], player_id: u64) -> Verdic
         }
         Kind::Login => body == player_id.to_le_bytes().as_slice(),
         Kind::Join => body.len() == 4,
+        // The body is the type's own: any RESPONSE to the route answers.
+        Kind::Work(Op::Custom(_)) | Kind::Setup(_) => true,
     };
     if fits {
         Verdict::Ok {

@@ -574,10 +574,14 @@ impl Engine {
             self.begin_close(index, true);
             return;
         }
-        if self.slots[index]
-            .layered
-            .as_ref()
-            .is_some_and(|layered| layered.layers.wants_write())
+        let slot = &mut self.slots[index];
+        // A connection may queue a request while it reads (the next setup
+        // request after an answer), besides what its layers want to write.
+        if !slot.conn.out_mut().is_empty()
+            || slot
+                .layered
+                .as_ref()
+                .is_some_and(|layered| layered.layers.wants_write())
         {
             self.queue_flush(index);
         }

@@ -61,7 +61,8 @@ impl RunPhase {
         RunPhase {
             thread_index: plan.thread_index,
             window,
-            generator: Generator::new(args.workload, args.mix, args.body_bytes),
+            generator: Generator::new(args.workload, args.mix, args.body_bytes)
+                .with_custom(args.custom.clone()),
             rng: SmallRng::seed_from_u64(0x5eed ^ plan.thread_index as u64),
             chooser: Chooser::new(args.dist, senders.len().max(1), args.zipf_s),
             senders,
@@ -183,9 +184,10 @@ impl RunPhase {
             } else {
                 now
             };
+            let player_id = engine.slots[index].conn.player_id();
             let op = self
                 .generator
-                .next(&mut self.rng, intended, &mut self.payload);
+                .next(&mut self.rng, intended, player_id, &mut self.payload);
             let measured = self.window.contains(intended);
             let sent = engine.slots[index]
                 .conn

@@ -14,8 +14,10 @@ mod clock;
 mod conn;
 mod conn_resp;
 mod conn_routerd;
+mod custom;
 mod engine;
 mod hgrm;
+mod hlog;
 mod html;
 mod link;
 mod load;
@@ -52,7 +54,7 @@ const PROGRESS_QUEUE_MAX: usize = 64;
 
 fn main() -> ExitCode {
     let mut args = Args::parse();
-    if let Err(message) = args.validate() {
+    if let Err(message) = args.validate().and_then(|()| args.load_custom()) {
         eprintln!("loadgen: {message}");
         return ExitCode::from(2);
     }
@@ -113,7 +115,7 @@ fn main() -> ExitCode {
         }
     }
     if let Some(path) = &args.hgrm {
-        if let Err(message) = write_hgrm(path, &stats) {
+        if let Err(message) = write_hgrm(path, &stats, &args) {
             eprintln!("loadgen: {message}");
             return ExitCode::FAILURE;
         }
@@ -125,14 +127,18 @@ fn main() -> ExitCode {
     }
 }
 
-/// Writes every answer's latency distribution to `path` and, when more
-/// than one kind of request was measured, each kind's beside it
-/// (`run.hgrm`, `run.get.hgrm`, `run.incr.hgrm`, ...).
-fn write_hgrm(path: &std::path::Path, stats: &Stats) -> Result<(), String> {
+/// Writes every answer's latency distribution to `path`, the interval log
+/// of its seconds beside it (`run.hlog`), and, when more than one kind of
+/// request was measured, each kind's distribution (`run.get.hgrm`,
+/// `run.incr.hgrm`, ...).
+fn write_hgrm(path: &std::path::Path, stats: &Stats, args: &Args) -> Result<(), String> {
     let write = |path: &std::path::Path, text: String| {
         std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))
     };
     write(path, hgrm::hgrm(&stats.latency_ns()))?;
+    let hlog = hlog::hlog(stats.series(), stats.series_start_wall())?;
+    let hlog_path = hlog::hlog_path(path);
+    std::fs::write(&hlog_path, hlog).map_err(|e| format!("write {}: {e}", hlog_path.display()))?;
     let measured: Vec<Op> = Op::ALL
         .into_iter()
         .filter(|op| stats.ops[op.index()].sent > 0)
@@ -140,7 +146,7 @@ fn write_hgrm(path: &std::path::Path, stats: &Stats) -> Result<(), String> {
     if measured.len() > 1 {
         for op in measured {
             let text = hgrm::hgrm(&stats.ops[op.index()].latency_ns);
-            write(&hgrm::op_path(path, op.name()), text)?;
+            write(&hgrm::op_path(path, &args.op_name(op)), text)?;
         }
     }
     Ok(())
@@ -269,7 +275,8 @@ mod tests {
             }
         }
         let path = dir.join("run.hgrm");
-        write_hgrm(&path, &stats).expect("written");
+        let args = Args::parse_from(["loadgen"]);
+        write_hgrm(&path, &stats, &args).expect("written");
         let total_count = |name: &str| -> u64 {
             let text = std::fs::read_to_string(dir.join(name)).expect("file");
             let line = text

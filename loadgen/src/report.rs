@@ -105,8 +105,11 @@ pub struct Summary {
     pub pushes: u64,
     pub pushes_expected: u64,
     pub push_latency: Option<Percentiles>,
-    /// Per kind of request sent (`ping`, `get`, `incr`, `say`).
-    pub ops: BTreeMap<&'static str, OpSummary>,
+    /// PUSHes on a custom workload type's own routes (not timed).
+    pub other_pushes: u64,
+    /// Per kind of request sent (`ping`, `get`, `incr`, `say`, or a
+    /// custom request's name).
+    pub ops: BTreeMap<String, OpSummary>,
     pub series: Vec<SecondSummary>,
     /// Connections that could not go on, in words.
     pub warnings: Vec<String>,
@@ -160,7 +163,7 @@ impl Summary {
         }
         let ops = Op::ALL
             .iter()
-            .map(|op| (op.name(), &stats.ops[op.index()]))
+            .map(|op| (args.op_name(*op), &stats.ops[op.index()]))
             .filter(|(_, o)| o.sent > 0 || o.responses > 0 || o.failures() > 0)
             .map(|(name, o)| (name, op_summary(o, measured_s)))
             .collect();
@@ -216,6 +219,7 @@ impl Summary {
             pushes_expected: stats.pushes_expected,
             push_latency: (!stats.push_latency_ns.is_empty())
                 .then(|| Percentiles::of(&stats.push_latency_ns)),
+            other_pushes: stats.other_pushes,
             ops,
             series,
             warnings,
@@ -263,6 +267,13 @@ impl Summary {
                 out,
                 "  pushes        {} received / {} promised; delivery (us) p50 {:.1}  p99 {:.1}  max {:.1}",
                 self.pushes, self.pushes_expected, p.p50_us, p.p99_us, p.max_us
+            );
+        }
+        if self.other_pushes > 0 {
+            let _ = writeln!(
+                out,
+                "  pushes        {} on the type's own routes",
+                self.other_pushes
             );
         }
         let mut failed: Vec<String> = self

@@ -120,6 +120,13 @@ fn run(
         }
         std::thread::sleep(Duration::from_millis(1));
     };
+    // Every thread starts at the common instant: a request sent before it
+    // would fall before the warm-up (with --warmup 0, before the measured
+    // phase) and be neither warm-up nor measured.
+    let now = now_ns();
+    if start_ns > now {
+        std::thread::sleep(Duration::from_nanos(start_ns - now));
+    }
     let measure_start_ns = start_ns + args.warmup.as_nanos() as u64;
     let window = Window {
         start_ns: measure_start_ns,
@@ -187,7 +194,8 @@ fn connect_all(plan: &Plan, ctx: &Context, engine: &mut Engine) -> Result<(), St
             room_id,
             args.pipeline,
             args.max_body,
-        );
+        )
+        .with_custom(args.custom.clone());
         engine
             .add(conn, stream)
             .map_err(|e| format!("socket setup: {e}"))?;

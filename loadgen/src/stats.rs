@@ -5,9 +5,10 @@
 //! keeps coarser histograms, so a stall shows where it happened.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use wire::client::ErrorCode;
+use wire::client::{ErrorCode, APP_CODE_MIN};
 
 use crate::workload::Op;
 
@@ -20,11 +21,13 @@ pub const LATENCY_MAX_NS: u64 = 120_000_000_000;
 pub const SERIES_SECONDS_MAX: usize = 3600;
 
 /// Slots of a failure count: index = code for docs/protocol.md's codes 1..=9,
-/// 0 for a code this generator does not know, then a Redis error reply and
-/// a request lost with its connection.
-pub const FAILURE_SLOTS: usize = 12;
+/// 0 for a code this generator does not know, then a Redis error reply, a
+/// request lost with its connection, and an object type's own application
+/// code (32768 and up, docs/protocol.md section 4).
+pub const FAILURE_SLOTS: usize = 13;
 const SLOT_RESP_ERROR: usize = 10;
 const SLOT_LOST: usize = 11;
+const SLOT_APP_CODE: usize = 12;
 
 /// Why a measured request did not get its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +43,7 @@ pub enum Failure {
 impl Failure {
     pub fn slot(self) -> usize {
         match self {
+            Failure::Code(code) if code >= APP_CODE_MIN => SLOT_APP_CODE,
             Failure::Code(code) => ErrorCode::from_u16(code).map_or(0, |known| known as usize),
             Failure::RespError => SLOT_RESP_ERROR,
             Failure::Lost => SLOT_LOST,
@@ -52,6 +56,7 @@ pub fn failure_slot_name(slot: usize) -> &'static str {
     match slot {
         SLOT_RESP_ERROR => "RESP_ERROR",
         SLOT_LOST => "CONNECTION_LOST",
+        SLOT_APP_CODE => "APP_CODE",
         _ => u16::try_from(slot)
             .ok()
             .and_then(ErrorCode::from_u16)
@@ -147,6 +152,8 @@ pub struct Stats {
     pub pushes_expected: u64,
     /// `sys.kicked` PUSHes received.
     pub kicked: u64,
+    /// PUSHes on a custom workload type's own routes (guild messages, say).
+    pub other_pushes: u64,
     /// Connections that closed or failed and were not (or could no longer
     /// be) reconnected. Any of them fails the run.
     pub connections_lost: u64,
@@ -189,6 +196,7 @@ impl Default for Stats {
             pushes: 0,
             pushes_expected: 0,
             kicked: 0,
+            other_pushes: 0,
             connections_lost: 0,
             reconnects: 0,
             redirects: 0,
@@ -365,6 +373,15 @@ impl Stats {
         &self.series
     }
 
+    /// When second 0 of the series began, on the wall clock (the series
+    /// runs on the monotonic clock; the interval log wants a date).
+    pub fn series_start_wall(&self) -> std::time::SystemTime {
+        let now_ns = crate::clock::now_ns();
+        let ago = Duration::from_nanos(now_ns.saturating_sub(self.series_origin_ns));
+        let now = std::time::SystemTime::now();
+        now.checked_sub(ago).unwrap_or(now)
+    }
+
     pub fn progress(&self) -> Progress {
         Progress {
             responses: self.responses(),
@@ -390,6 +407,7 @@ impl Stats {
         self.pushes += other.pushes;
         self.pushes_expected += other.pushes_expected;
         self.kicked += other.kicked;
+        self.other_pushes += other.other_pushes;
         self.connections_lost += other.connections_lost;
         self.reconnects += other.reconnects;
         self.redirects += other.redirects;
@@ -406,6 +424,8 @@ impl Stats {
                 entry.max_counter = entry.max_counter.max(their.max_counter);
             }
         }
+        // Threads share one measured phase, so one origin.
+        self.series_origin_ns = self.series_origin_ns.min(other.series_origin_ns);
         if self.series.len() < other.series.len() {
             self.series.resize_with(other.series.len(), Second::default);
         }
@@ -463,6 +483,11 @@ mod tests {
         assert_eq!(failure_slot_name(0), "UNKNOWN_CODE");
         assert_eq!(failure_slot_name(Failure::Lost.slot()), "CONNECTION_LOST");
         assert_eq!(failure_slot_name(Failure::RespError.slot()), "RESP_ERROR");
+        assert_eq!(failure_slot_name(Failure::Code(32770).slot()), "APP_CODE");
+        assert_eq!(
+            failure_slot_name(Failure::Code(32767).slot()),
+            "UNKNOWN_CODE"
+        );
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! What to send: the request of each workload, the choice of connection in
 //! open loop (uniform or zipfian), and the open-loop schedule.
 
+use std::sync::Arc;
+
 use rand::rngs::SmallRng;
 use rand::Rng;
 
 use crate::cli::{Distribution, Workload};
+use crate::custom::{Custom, Vars, CUSTOM_REQUESTS_MAX};
 
 /// Population a zipfian table covers at most (one entry per connection).
 pub const ZIPF_POPULATION_MAX: usize = crate::cli::CONNECTIONS_MAX;
@@ -21,22 +24,46 @@ pub enum Op {
     Incr,
     /// routerd `room.say` with the send time as text.
     Say,
+    /// The n-th request of a custom workload (`custom.rs`): its route and
+    /// body are the workload's.
+    Custom(u8),
 }
 
 impl Op {
-    pub const COUNT: usize = 4;
-    pub const ALL: [Op; Op::COUNT] = [Op::Ping, Op::Get, Op::Incr, Op::Say];
+    const BUILT_IN: usize = 4;
+    pub const COUNT: usize = Op::BUILT_IN + CUSTOM_REQUESTS_MAX;
+    pub const ALL: [Op; Op::COUNT] = {
+        let mut all = [Op::Ping; Op::COUNT];
+        all[1] = Op::Get;
+        all[2] = Op::Incr;
+        all[3] = Op::Say;
+        let mut n = 0;
+        while n < CUSTOM_REQUESTS_MAX {
+            all[Op::BUILT_IN + n] = Op::Custom(n as u8);
+            n += 1;
+        }
+        all
+    };
 
     pub const fn index(self) -> usize {
-        self as usize
+        match self {
+            Op::Ping => 0,
+            Op::Get => 1,
+            Op::Incr => 2,
+            Op::Say => 3,
+            Op::Custom(n) => Op::BUILT_IN + n as usize,
+        }
     }
 
+    /// The built-in requests' names; a custom request's is its workload's
+    /// (`Args::op_name`).
     pub const fn name(self) -> &'static str {
         match self {
             Op::Ping => "ping",
             Op::Get => "get",
             Op::Incr => "incr",
             Op::Say => "say",
+            Op::Custom(_) => "custom",
         }
     }
 }
@@ -48,6 +75,10 @@ pub struct Generator {
     /// Cumulative weights of get, incr, ping.
     mix_cumulative: [u32; 3],
     body_bytes: usize,
+    /// `--workload custom`: its requests.
+    custom: Option<Arc<Custom>>,
+    /// Custom requests made by this generator, the `{seq}` of the last.
+    custom_seq: u64,
 }
 
 impl Generator {
@@ -62,14 +93,29 @@ impl Generator {
             workload,
             mix_cumulative,
             body_bytes,
+            custom: None,
+            custom_seq: 0,
         }
+    }
+
+    /// The requests `--workload custom` sends.
+    pub fn with_custom(mut self, custom: Option<Arc<Custom>>) -> Generator {
+        self.custom = custom;
+        self
     }
 
     /// Picks the next request and writes its payload into `payload`: the
     /// ping bytes, or the send time a `room.say` carries as text (so
-    /// receivers can time the fan-out). The protocol adds the rest (the
-    /// delta, the key, the room).
-    pub fn next(&self, rng: &mut SmallRng, now_ns: u64, payload: &mut Vec<u8>) -> Op {
+    /// receivers can time the fan-out), or a custom request's whole body
+    /// for `player_id`. The protocol adds the rest (the delta, the key, the
+    /// room).
+    pub fn next(
+        &mut self,
+        rng: &mut SmallRng,
+        now_ns: u64,
+        player_id: u64,
+        payload: &mut Vec<u8>,
+    ) -> Op {
         payload.clear();
         match self.workload {
             Workload::Ping | Workload::PingRouted => self.ping(payload),
@@ -88,6 +134,20 @@ impl Generator {
             Workload::Room => {
                 payload.extend_from_slice(now_ns.to_string().as_bytes());
                 Op::Say
+            }
+            Workload::Custom => {
+                let custom = self
+                    .custom
+                    .as_ref()
+                    .expect("validation loads the custom workload");
+                let n = custom.pick(rng);
+                self.custom_seq += 1;
+                let vars = Vars {
+                    player: player_id,
+                    seq: self.custom_seq,
+                };
+                custom.requests[n].body.render(vars, payload);
+                Op::Custom(n as u8)
             }
         }
     }
@@ -299,14 +359,51 @@ mod tests {
         }
     }
 
+    /// Every op has its own slot, and a custom request's body is rendered
+    /// for the sending player with a seq that counts up.
+    #[test]
+    fn custom_requests_render_for_their_player() {
+        let indexes: Vec<usize> = Op::ALL.iter().map(|op| op.index()).collect();
+        assert_eq!(indexes, (0..Op::COUNT).collect::<Vec<_>>());
+        assert_eq!(
+            Op::ALL[Op::COUNT - 1],
+            Op::Custom(CUSTOM_REQUESTS_MAX as u8 - 1)
+        );
+        let custom = Custom::from_text("1 a 7 u64:{player} u64:{seq}\n1 b 8", 64).expect("parses");
+        let mut generator =
+            Generator::new(Workload::Custom, [1, 1, 1], 0).with_custom(Some(Arc::new(custom)));
+        let mut rng = SmallRng::seed_from_u64(2);
+        let mut payload = Vec::new();
+        let mut seqs = Vec::new();
+        let mut counts = [0u32; 2];
+        for _ in 0..100 {
+            match generator.next(&mut rng, 0, 42, &mut payload) {
+                Op::Custom(0) => {
+                    counts[0] += 1;
+                    assert_eq!(payload[..8], 42u64.to_le_bytes());
+                    seqs.push(u64::from_le_bytes(
+                        payload[8..].try_into().expect("8 bytes"),
+                    ));
+                }
+                Op::Custom(1) => {
+                    counts[1] += 1;
+                    assert!(payload.is_empty());
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(counts[0] > 20 && counts[1] > 20, "{counts:?}");
+        assert!(seqs.windows(2).all(|pair| pair[0] < pair[1]), "{seqs:?}");
+    }
+
     #[test]
     fn mixed_follows_weights_and_room_carries_time() {
-        let generator = Generator::new(Workload::Mixed, [1, 0, 1], 4);
+        let mut generator = Generator::new(Workload::Mixed, [1, 0, 1], 4);
         let mut rng = SmallRng::seed_from_u64(1);
         let mut payload = Vec::new();
         let mut counts = [0u32; Op::COUNT];
         for _ in 0..1000 {
-            let op = generator.next(&mut rng, 0, &mut payload);
+            let op = generator.next(&mut rng, 0, 1, &mut payload);
             counts[op.index()] += 1;
             if op == Op::Ping {
                 assert_eq!(payload, [0x5a; 4]);
@@ -318,8 +415,8 @@ mod tests {
         assert_eq!(counts[Op::Say.index()], 0);
         assert!(counts[Op::Get.index()] > 400 && counts[Op::Ping.index()] > 400);
 
-        let room = Generator::new(Workload::Room, [1, 1, 1], 0);
-        assert_eq!(room.next(&mut rng, 123_456, &mut payload), Op::Say);
+        let mut room = Generator::new(Workload::Room, [1, 1, 1], 0);
+        assert_eq!(room.next(&mut rng, 123_456, 1, &mut payload), Op::Say);
         // The PUSH body is room, from, then the text the sender wrote.
         let mut push = 9u64.to_le_bytes().to_vec();
         push.extend_from_slice(&5u64.to_le_bytes());

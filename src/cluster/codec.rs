@@ -320,6 +320,11 @@ impl Sealer {
         }
     }
 
+    /// Records this sealer has sealed so far (the next record's number).
+    pub fn records_sealed(&self) -> u64 {
+        self.seq
+    }
+
     /// Seals every record of `batch` in place: its length, its body and
     /// its tag. A writer calls it once before each send, then sends
     /// `batch.take_sealed()`.

@@ -399,10 +399,14 @@ impl CoreLinks {
                 next_ping = now + settings.ping_interval;
             }
             if !batch.is_empty() {
+                let records_before = sealer.records_sealed();
                 sealer.seal(&mut batch);
+                let records = sealer.records_sealed() - records_before;
+                let sealed = batch.take_sealed();
+                let bytes = sealed.len() as u64;
                 let written = before(
                     now + settings.suspect_after(),
-                    stream.send_all(batch.take_sealed()),
+                    stream.send_all(sealed),
                 )
                 .await;
                 match written {
@@ -412,6 +416,8 @@ impl CoreLinks {
                 }
                 stats.frames_sent.add(sent);
                 count_send(stats, sent);
+                stats.records_sent.add(records);
+                stats.record_bytes_sent.add(bytes);
                 continue;
             }
             if now.duration_since(last_pong.get()) > settings.suspect_after() {

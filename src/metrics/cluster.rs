@@ -31,6 +31,11 @@ super::metric_set! {
             sends_8_to_63 = "8-63",
             sends_64_up = "64+",
         }
+        /// Sealed records this core sent on its links: each holds the frames that queued in one
+        /// send turn, under one AES-GCM tag (frames per record = frames sent / records sent).
+        "routerd_cluster_link_records_sent_total" Counter { records_sent }
+        /// Bytes of the sealed records this core sent on its links, heads and tags included.
+        "routerd_cluster_link_record_bytes_sent_total" Counter { record_bytes_sent }
         /// Frames this core received from other nodes, validated (checksum and structure).
         "routerd_cluster_link_frames_received_total" Counter { frames_received }
         /// Link records this core received and authenticated: each is one send of the peer's
@@ -45,7 +50,7 @@ super::metric_set! {
             send_failed_link_down = "link_down",
             send_failed_unknown_node = "unknown_node",
         }
-        /// Link records (each a batch of frames) whose MAC failed: forged, altered, replayed or
+        /// Link records (each a batch of frames) whose tag failed: forged, altered, replayed or
         /// sealed with another key. Each closed its link.
         "routerd_link_auth_failures_total" Counter { link_auth_failures }
         /// Links this core dialled again after one failed or closed.

@@ -1,0 +1,286 @@
+//! loadgen's custom workloads against a real node: `guild-node` (the
+//! guild example, which serves routerd's built-in types too), started on
+//! loopback from the same target directory as this loadgen.
+//!
+//! - A built-in route by id (`--route 11`, `player.incr`, `--body i64:1`):
+//!   every answer loadgen counted is an increment the node kept.
+//! - A workload file for the guild type: setup lines create and join a
+//!   guild per player (a second run finds them created: the accepted code),
+//!   a mix of `guild.incr` and `guild.say` (whose pushes are the type's
+//!   own); the guilds' counters hold exactly the `guild.incr` answers.
+//! - The `.hlog` beside the `.hgrm` reads back (hdrhistogram's interval log
+//!   reader) with one interval per second and the run's total count.
+//!
+//! `cargo test --workspace` builds `guild-node` first; alone, build it
+//! with `cargo build -p guild` (the test fails in CI without it and skips
+//! elsewhere, saying so).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+use hdrhistogram::serialization::Deserializer;
+use hdrhistogram::Histogram;
+use wire::client::{encode_frame, route, FrameDecoder, FrameKind, Peer};
+
+const SECRET: &str = "loadgen-custom-test-secret";
+const GUILD_INCR: u32 = 304;
+const GUILD_JOIN: u32 = 301;
+
+/// `guild-node` beside this test's loadgen, if it was built.
+fn guild_node() -> Option<PathBuf> {
+    let loadgen = Path::new(env!("CARGO_BIN_EXE_loadgen"));
+    let path = loadgen.with_file_name("guild-node");
+    if path.is_file() {
+        return Some(path);
+    }
+    let why = format!("no {} (cargo build -p guild)", path.display());
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("skipped: {why}");
+    None
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A `guild-node` on loopback with an in-memory store, killed on drop.
+struct Node {
+    child: Child,
+    gateway: SocketAddr,
+}
+
+impl Node {
+    fn start(binary: &Path, dir: &Path) -> Node {
+        let gateway = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let config = dir.join("node.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[node]\nid = 1\ndata_dir = {:?}\n[cores]\ncount = 1\nrecv_buffers = 64\n\
+                 [store]\nbackend = \"memory\"\n[gateway]\nlisten = \"{gateway}\"\n\
+                 [admin]\nlisten = \"127.0.0.1:0\"\n[cluster]\nlisten = \"127.0.0.1:0\"\n\
+                 [auth]\nsecret = \"{SECRET}\"\n",
+                dir.join("data").display().to_string()
+            ),
+        )
+        .expect("config written");
+        let child = Command::new(binary)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("ROUTERD_AUTH_SECRET")
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("guild-node starts");
+        let node = Node { child, gateway };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(gateway).is_err() {
+            assert!(Instant::now() < deadline, "guild-node never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        node
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs loadgen against `node` with `args`, one second, no warm-up (so
+/// every answer is measured and counted); returns its JSON summary.
+fn loadgen(node: &Node, dir: &Path, name: &str, args: &[&str]) -> serde_json::Value {
+    let json = dir.join(format!("{name}.json"));
+    let output = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["--addr", &node.gateway.to_string(), "--secret", SECRET])
+        .args(["--connections", "2", "--pipeline", "4", "--threads", "1"])
+        .args([
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+            "--quiet",
+            "--workload",
+            "custom",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--hgrm")
+        .arg(dir.join(format!("{name}.hgrm")))
+        .args(args)
+        .output()
+        .expect("loadgen runs");
+    assert!(
+        output.status.success(),
+        "loadgen {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(json).expect("json written")).expect("json")
+}
+
+/// A logged-in blocking session, to read what the node kept.
+struct Session {
+    stream: TcpStream,
+    decoder: FrameDecoder,
+    seq: u32,
+}
+
+impl Session {
+    fn login(node: &Node, player: u64) -> Session {
+        let stream = TcpStream::connect(node.gateway).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut session = Session {
+            stream,
+            decoder: FrameDecoder::new(Peer::Server, 1 << 16),
+            seq: 0,
+        };
+        let token = wire::token::mint(SECRET.as_bytes(), player, 4_000_000_000);
+        assert_eq!(
+            session.call(route::AUTH_LOGIN, token.as_bytes()),
+            player.to_le_bytes()
+        );
+        session
+    }
+
+    /// Sends one request and returns its RESPONSE body (pushes skipped).
+    fn call(&mut self, route_id: u32, body: &[u8]) -> Vec<u8> {
+        self.seq += 1;
+        let mut out = Vec::new();
+        encode_frame(&mut out, FrameKind::Request, route_id, self.seq, body);
+        self.stream.write_all(&out).expect("write");
+        loop {
+            if let Some(frame) = self.decoder.next_frame().expect("valid frames") {
+                if frame.header.kind == FrameKind::Push {
+                    continue;
+                }
+                assert_eq!(frame.header.kind, FrameKind::Response, "{:?}", frame.body);
+                assert_eq!(frame.header.seq, self.seq);
+                return frame.body.to_vec();
+            }
+            let buf = self.decoder.read_buf();
+            let n = self.stream.read(buf).expect("read");
+            assert!(n > 0, "the node closed the session");
+            self.decoder.advance(n);
+        }
+    }
+}
+
+fn counter(body: &[u8]) -> i64 {
+    i64::from_le_bytes(body.try_into().expect("an i64 counter"))
+}
+
+/// Every interval of an `.hlog`: its histogram's count.
+fn hlog_counts(path: &Path) -> Vec<u64> {
+    let bytes = std::fs::read(path).expect("an .hlog beside the .hgrm");
+    let mut deserializer = Deserializer::new();
+    IntervalLogIterator::new(&bytes)
+        .map(|entry| entry.expect("a well-formed interval log"))
+        .filter_map(|entry| match entry {
+            LogEntry::Interval(interval) => Some(interval),
+            _ => None,
+        })
+        .map(|interval| {
+            let encoded = base64::engine::general_purpose::STANDARD
+                .decode(interval.encoded_histogram())
+                .expect("base64");
+            let histogram: Histogram<u64> = deserializer
+                .deserialize(&mut encoded.as_slice())
+                .expect("a V2 histogram");
+            histogram.len()
+        })
+        .collect()
+}
+
+fn responses(summary: &serde_json::Value, op: &str) -> u64 {
+    let op_summary = &summary["ops"][op];
+    assert_eq!(
+        op_summary["failed"].as_object().map(|failed| failed.len()),
+        Some(0),
+        "{op}: {op_summary}"
+    );
+    op_summary["responses"].as_u64().expect("responses")
+}
+
+#[test]
+fn a_built_in_route_by_id_is_counted_and_logged_per_second() {
+    let Some(binary) = guild_node() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let node = Node::start(&binary, dir.path());
+    let summary = loadgen(
+        &node,
+        dir.path(),
+        "incr",
+        &["--route", "11", "--body", "i64:1"],
+    );
+    assert_eq!(summary["protocol_errors"], 0, "{summary}");
+    let answered = responses(&summary, "route-11");
+    assert!(answered > 0, "{summary}");
+    assert_eq!(summary["responses"].as_u64(), Some(answered));
+
+    // Players 1 and 2 (one per connection) hold every counted increment,
+    // and no other: each answer loadgen counted is one the node applied.
+    let kept: i64 = [1, 2]
+        .into_iter()
+        .map(|player| counter(&Session::login(&node, player).call(route::PLAYER_GET, b"")))
+        .sum();
+    assert_eq!(kept, answered as i64);
+
+    let counts = hlog_counts(&dir.path().join("incr.hlog"));
+    assert!(!counts.is_empty() && counts.len() <= 2, "{counts:?}");
+    assert_eq!(counts.iter().sum::<u64>(), answered);
+}
+
+#[test]
+fn a_workload_file_load_tests_the_guild_type() {
+    let Some(binary) = guild_node() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let node = Node::start(&binary, dir.path());
+    let workload = dir.path().join("guild.workload");
+    std::fs::write(
+        &workload,
+        "# a guild per player, created once (32770: the id is taken, by an earlier run)\n\
+         setup guild.create 300 u64:{player} str:g{player} accept=32770\n\
+         setup guild.join 301 u64:{player}\n\
+         3 guild.incr 304 u64:{player} i64:1\n\
+         1 guild.say 303 u64:{player} \"str:hello {seq}\"\n",
+    )
+    .expect("workload written");
+    let workload = workload.display().to_string();
+    let mut incremented = 0;
+    for run in ["first", "again"] {
+        let summary = loadgen(&node, dir.path(), run, &["--workload-file", &workload]);
+        assert_eq!(summary["protocol_errors"], 0, "{summary}");
+        let incr = responses(&summary, "guild.incr");
+        let say = responses(&summary, "guild.say");
+        assert!(incr > 0 && say > 0, "{summary}");
+        // Each say pushed to its one member: the sender's own session.
+        assert!(summary["other_pushes"].as_u64() > Some(0), "{summary}");
+        incremented += incr;
+        let counts = hlog_counts(&dir.path().join(format!("{run}.hlog")));
+        assert_eq!(counts.iter().sum::<u64>(), incr + say, "{run}");
+        assert!(dir.path().join(format!("{run}.guild.incr.hgrm")).is_file());
+    }
+    let kept: i64 = [1u64, 2]
+        .into_iter()
+        .map(|player| {
+            let mut session = Session::login(&node, player);
+            session.call(GUILD_JOIN, &player.to_le_bytes());
+            let mut body = player.to_le_bytes().to_vec();
+            body.extend_from_slice(&0i64.to_le_bytes());
+            counter(&session.call(GUILD_INCR, &body))
+        })
+        .sum();
+    assert_eq!(kept, incremented as i64);
+}
