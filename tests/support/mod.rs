@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod follower;
+pub mod netns;
 pub mod prometheus;
 
 use std::io::{Read, Write};
