@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod follower;
 pub mod netns;
 pub mod prometheus;
+pub mod store_race;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
