@@ -207,14 +207,7 @@ fn an_indeterminate_save_is_retried_and_its_own_applied_write_is_recognised() {
         StoreReply::Written(WriteOutcome::Indeterminate),
     );
     let effects: Vec<Effect> = h.core(1).drain_effects().collect();
-    let retry = effects.iter().find_map(|effect| match effect {
-        Effect::ArmTimer {
-            at_ms,
-            timer: timer @ Timer::WriteRetry { .. },
-        } => Some((*at_ms, *timer)),
-        _ => None,
-    });
-    let (at_ms, timer) = retry.expect("a retry is armed");
+    let (at_ms, timer) = armed_write_retry(&effects).expect("a retry is armed");
     assert!(at_ms > save_at + 1);
     assert!(h.core(1).entries().all(|view| view.writable), "kept");
     // More changes meanwhile, then the retry: its CAS on the old version
@@ -294,16 +287,7 @@ fn a_shutdown_release_that_failed_goes_again_until_it_applies() {
         .on_store_reply(201, token, StoreReply::Failed(StoreFailure::Busy));
     assert!(!h.core(1).is_shutdown_complete(), "the copy is kept");
     let (_, others) = store_ops(h.core(1).drain_effects().collect());
-    let (at_ms, timer) = others
-        .iter()
-        .find_map(|effect| match effect {
-            Effect::ArmTimer {
-                at_ms,
-                timer: timer @ Timer::WriteRetry { .. },
-            } => Some((*at_ms, *timer)),
-            _ => None,
-        })
-        .expect("a retry is armed");
+    let (at_ms, timer) = armed_write_retry(&others).expect("a retry is armed");
     h.core(1).on_timer(at_ms, timer);
     settle_at(&mut h, 1, at_ms);
     assert!(h.core(1).is_shutdown_complete());
