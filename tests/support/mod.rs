@@ -214,8 +214,14 @@ impl ServeProcess {
              [auth]\nsecret = \"{SECRET}\"\n{cluster}"
         );
         std::fs::write(&path, text).unwrap();
+        ServeProcess::serve_file(&path)
+    }
+
+    /// Starts `routerd serve --config <path>` with the config as it is and
+    /// waits until it serves.
+    pub fn serve_file(path: &std::path::Path) -> ServeProcess {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
-        command.args(["serve", "--config"]).arg(&path);
+        command.args(["serve", "--config"]).arg(path);
         ServeProcess::spawn(command)
     }
 
