@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod follower;
+pub mod http;
 pub mod netns;
 pub mod prometheus;
 pub mod store_race;
