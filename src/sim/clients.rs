@@ -24,6 +24,15 @@ impl World {
             .collect()
     }
 
+    /// The nodes not running (crashed, or stopped and not started again).
+    pub(super) fn down_nodes(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| !n.up)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// One random step, in per mille.
     pub(super) fn client_step(&mut self) {
         let up = self.up_nodes();
@@ -104,12 +113,7 @@ impl World {
     }
 
     pub(super) fn restart_random(&mut self) {
-        let down: Vec<u64> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| !n.up)
-            .map(|(id, _)| *id)
-            .collect();
+        let down = self.down_nodes();
         if !down.is_empty() {
             let node = down[self.rng.gen_range(0..down.len())];
             self.start_node(node);
