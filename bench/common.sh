@@ -62,12 +62,20 @@ start_echo() {
 # it; shards/src/net/claim.rs), long enough for the next start_echo's
 # wait_port to connect to it instead of the new echo.
 stop_echo() {
-  kill "$ECHO_PID"
-  wait "$ECHO_PID" 2>/dev/null || true
-  wait_port_closed "$ECHO_PORT"
+  stop_started "$ECHO_PID" "$ECHO_PORT"
+}
+
+# stop_started PID PORT: stops a server this script started and put in
+# PIDS, waits until its listener on PORT is gone (see stop_echo), and
+# takes it out of PIDS so the exit trap does not wait for it again.
+stop_started() {
+  local stopped=$1 port=$2
+  kill "$stopped"
+  wait "$stopped" 2>/dev/null || true
+  wait_port_closed "$port"
   local pid others=()
   for pid in "${PIDS[@]}"; do
-    if [ "$pid" != "$ECHO_PID" ]; then others+=("$pid"); fi
+    if [ "$pid" != "$stopped" ]; then others+=("$pid"); fi
   done
   PIDS=("${others[@]}")
 }

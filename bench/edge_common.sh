@@ -52,14 +52,23 @@ TOML
 }
 
 stop_edge_node() {
-  kill "$NODE_PID"
-  wait "$NODE_PID" 2>/dev/null || true
-  wait_port_closed "$PLAIN_PORT"
-  local pid others=()
-  for pid in "${PIDS[@]}"; do
-    if [ "$pid" != "$NODE_PID" ]; then others+=("$pid"); fi
-  done
-  PIDS=("${others[@]}")
+  stop_started "$NODE_PID" "$PLAIN_PORT"
+}
+
+# edge_begin TITLE: what the edge-versus-plain scripts do first: build,
+# print the header, make the certificate.
+edge_begin() {
+  SUMMARY=()
+  build
+  header "$1"
+  make_cert
+}
+
+# edge_summary WHAT: the summary lines edge_shape gathered.
+edge_summary() {
+  echo
+  echo "== summary ($1, median of $ROUNDS rounds)"
+  printf '%s\n' "${SUMMARY[@]}"
 }
 
 # edge_shape NAME PIPELINE GOAL SUBJECT_ARGS...: ROUNDS alternating pairs

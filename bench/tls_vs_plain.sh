@@ -7,18 +7,14 @@
 # Run by hand: bench/tls_vs_plain.sh (ROUNDS alternating pairs per shape,
 # 3 by default; the median ratios are the result).
 set -euo pipefail
+# Before common.sh, whose default (32) would win otherwise.
+CONNECTIONS=${CONNECTIONS:-16}
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/edge_common.sh"
 
-CONNECTIONS=${CONNECTIONS:-16}
-SUMMARY=()
-build
-header "routerd player.incr over TLS vs plain TCP, one node, one client (loadgen)"
-make_cert
+edge_begin "routerd player.incr over TLS vs plain TCP, one node, one client (loadgen)"
 start_edge_node
 edge_shape tls-p1 1 "no goal" --addr "127.0.0.1:$TLS_PORT" --tls --ca-file "$WORK/cert.pem"
 edge_shape tls-p16 16 "goal >= 0.8" --addr "127.0.0.1:$TLS_PORT" --tls --ca-file "$WORK/cert.pem"
 stop_edge_node
-echo
-echo "== summary (TLS / plain, median of $ROUNDS rounds)"
-printf '%s\n' "${SUMMARY[@]}"
+edge_summary "TLS / plain"

@@ -7,14 +7,12 @@
 # Run by hand: bench/websocket_vs_plain.sh (ROUNDS alternating pairs per
 # shape, 3 by default; the median ratios are the result).
 set -euo pipefail
+# Before common.sh, whose default (32) would win otherwise.
+CONNECTIONS=${CONNECTIONS:-16}
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/edge_common.sh"
 
-CONNECTIONS=${CONNECTIONS:-16}
-SUMMARY=()
-build
-header "routerd player.incr over WebSocket vs plain TCP, one node, one client (loadgen)"
-make_cert
+edge_begin "routerd player.incr over WebSocket vs plain TCP, one node, one client (loadgen)"
 start_edge_node
 edge_shape ws-p16 16 "goal >= 0.85" --addr "127.0.0.1:$WS_PORT" --websocket
 edge_shape ws-p1 1 "no goal" --addr "127.0.0.1:$WS_PORT" --websocket
@@ -24,6 +22,4 @@ if [ "${WSS:-0}" = 1 ]; then
   edge_shape wss-p16 16 "no goal" --addr "127.0.0.1:$WS_PORT" --websocket --tls --ca-file "$WORK/cert.pem"
   stop_edge_node
 fi
-echo
-echo "== summary (WebSocket / plain, median of $ROUNDS rounds)"
-printf '%s\n' "${SUMMARY[@]}"
+edge_summary "WebSocket / plain"
