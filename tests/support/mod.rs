@@ -1,6 +1,10 @@
 //! The integration tests' harness: the shared test client
-//! (`routerd::testing::client`) with the tests' secret, and a helper that
-//! starts a real node on loopback.
+//! (`routerd::testing::client`) with the tests' secret, and real nodes on
+//! loopback (`TestNode` in this process, `ServeProcess` a `routerd serve`
+//! child). What several tests share beside: local clusters (`cluster`), the
+//! admin endpoint's HTTP client (`http`), network namespaces with cuts
+//! (`netns`), the two-process store race (`store_race`), a well-behaved
+//! game client (`follower`) and a strict exposition parser (`prometheus`).
 #![allow(dead_code)]
 
 pub mod cluster;
