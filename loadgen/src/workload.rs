@@ -2,7 +2,7 @@
 //! open loop (uniform or zipfian), and the open-loop schedule.
 
 use rand::rngs::SmallRng;
-use rand::Rng;
+use rand::RngExt;
 
 use crate::cli::{Distribution, Workload};
 
@@ -76,7 +76,7 @@ impl Generator {
             Workload::Incr => Op::Incr,
             Workload::Mixed => {
                 let total = self.mix_cumulative[2];
-                let pick = rng.gen_range(0..total);
+                let pick = rng.random_range(0..total);
                 if pick < self.mix_cumulative[0] {
                     Op::Get
                 } else if pick < self.mix_cumulative[1] {
@@ -140,9 +140,9 @@ impl Chooser {
 
     pub fn pick(&self, rng: &mut SmallRng) -> usize {
         match self {
-            Chooser::Uniform { population } => rng.gen_range(0..*population),
+            Chooser::Uniform { population } => rng.random_range(0..*population),
             Chooser::Zipfian { cdf } => {
-                let u: f64 = rng.gen();
+                let u: f64 = rng.random();
                 cdf.partition_point(|p| *p < u).min(cdf.len() - 1)
             }
         }

@@ -3,7 +3,7 @@
 //! whose reads and writes go through the same faulty store as the records,
 //! and its events turned into the router calls a node makes on every core.
 
-use rand::Rng;
+use rand::RngExt;
 
 use super::faults::WriteFate;
 use super::world::{Event, World};
@@ -66,7 +66,7 @@ impl World {
                 return;
             }
             for action in actions {
-                let at = self.now_ms + self.rng.gen_range(1..=10);
+                let at = self.now_ms + self.rng.random_range(1..=10);
                 self.schedule(
                     at,
                     Event::MemberApply {
@@ -127,7 +127,7 @@ impl World {
         let cut = self.store_cut(node);
         let reply = match action {
             Action::List => {
-                let failed = cut || (self.faults && self.rng.gen_range(0..100) < 4);
+                let failed = cut || (self.faults && self.rng.random_range(0..100) < 4);
                 let reply = if failed {
                     MemberReply::ListFailed
                 } else {
@@ -156,7 +156,7 @@ impl World {
                 }
             }
         };
-        let at = self.now_ms + self.rng.gen_range(1..=10);
+        let at = self.now_ms + self.rng.random_range(1..=10);
         self.schedule(
             at,
             Event::MemberReply {
@@ -180,7 +180,7 @@ impl World {
         match fate {
             WriteFate::IndeterminateApplied => self.member_late_apply(tag, write),
             WriteFate::IndeterminateLate => {
-                let at = self.now_ms + self.rng.gen_range(20..=200);
+                let at = self.now_ms + self.rng.random_range(20..=200);
                 let event = Event::MemberLateApply {
                     tag,
                     write: write.clone(),
