@@ -6,10 +6,11 @@
 # rounds. A spinning core trades idle CPU for the wake-up it saves.
 # Run by hand: bench/spin_before_park.sh (SPIN_US=50, ROUNDS=3 by default).
 set -euo pipefail
+# Before common.sh, whose default (32) would win otherwise.
+CONNECTIONS=${CONNECTIONS:-16}
 source "$(dirname "$0")/common.sh"
 
 SPIN_US=${SPIN_US:-50}
-CONNECTIONS=${CONNECTIONS:-16}
 PIPELINE=1
 build
 header "routerd player.incr at pipeline 1: spin_before_park_us = $SPIN_US vs 0, $ROUNDS rounds"

@@ -5,10 +5,8 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::process::Command;
-use std::time::Duration;
 
 use routerd::config::Config;
 use support::{config, TestNode};
@@ -19,27 +17,10 @@ const ROUTERD: &str = env!("CARGO_BIN_EXE_routerd");
 /// `method path` with `authorization` (a whole header value) if given:
 /// the status and the body.
 fn call(admin: SocketAddr, method: &str, path: &str, authorization: Option<&str>) -> (u16, String) {
-    let mut stream = TcpStream::connect_timeout(&admin, Duration::from_secs(2)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(15)))
-        .unwrap();
-    let header = authorization
-        .map(|value| format!("authorization: {value}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nhost: x\r\n{header}content-length: 0\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let body = response
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
-    (status, body)
+    let header = authorization.map(|value| format!("authorization: {value}"));
+    let headers: Vec<&str> = header.iter().map(String::as_str).collect();
+    let answer = support::http::request(admin, method, path, &headers, "");
+    (answer.status, answer.body)
 }
 
 fn json(body: &str) -> serde_json::Value {

@@ -8,8 +8,7 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use support::cluster::{eventually, get_json, login_eventually, wait_members_up, LocalCluster};
@@ -17,29 +16,12 @@ use wire::client::{route, FrameKind};
 
 /// One request: status, the content type and the body.
 fn request(admin: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(admin).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP answer");
-    let status = head[9..12].parse().unwrap();
-    let content_type = head
-        .lines()
-        .find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.eq_ignore_ascii_case("content-type")
-                .then(|| value.trim().to_string())
-        })
-        .unwrap_or_default();
-    (status, content_type, body.to_string())
+    let answer = support::http::request(admin, method, path, &[], body);
+    let content_type = answer
+        .header("content-type")
+        .unwrap_or_default()
+        .to_string();
+    (answer.status, content_type, answer.body)
 }
 
 fn json(admin: SocketAddr, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {

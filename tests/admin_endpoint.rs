@@ -12,22 +12,11 @@ use std::time::{Duration, Instant};
 use routerd::admin::{CONNECTIONS_MAX, HEAD_READ_TIMEOUT};
 use support::{config, TestNode};
 
-/// One request on a fresh connection (`Connection: close`): status and body.
+/// One request on a fresh connection, head written as given: status and
+/// body.
 fn request(admin: SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(admin).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .get(9..12)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-    (status, body.to_string())
+    let answer = support::http::exchange(admin, head, body);
+    (answer.status, answer.body)
 }
 
 fn get(admin: SocketAddr, path: &str) -> (u16, String) {

@@ -11,119 +11,40 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::cluster::{
     eventually, get_json, listeners_on, login_eventually, player_owner, wait_members_up,
     LocalCluster, DOWN_AFTER_MS,
 };
+use support::netns::{Family, Net};
 use support::{counter_of, ServeProcess};
 use wire::client::{route, FrameKind};
 
-/// Namespaces, a bridge and veths named after this process, removed on
-/// drop.
-struct Net {
-    prefix: String,
-    subnet: String,
-    nodes: usize,
-}
+/// The partition test's namespaces: names `rdp...`, addresses 10.100.0.0
+/// to 10.149.255.255, apart from the other tests' nets.
+const NETS: Family = Family {
+    prefix: "rdp",
+    second_octet_min: 100,
+};
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|error| format!("ip: {error}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
-}
-
-impl Net {
-    /// `nodes` namespaces on one bridge; `Err` says why it cannot be built
-    /// here.
-    fn build(nodes: usize) -> Result<Net, String> {
-        // SAFETY: getuid has no preconditions.
-        if unsafe { libc::getuid() } != 0 {
-            return Err("not root".into());
-        }
-        let id = std::process::id() % 10_000;
-        let net = Net {
-            prefix: format!("rdp{id}"),
-            subnet: format!("10.{}.{}", 100 + id / 250 % 100, id % 250),
-            nodes,
-        };
-        let bridge = format!("{}br", net.prefix);
-        ip(&["link", "add", &bridge, "type", "bridge"])?;
-        ip(&[
-            "addr",
-            "add",
-            &format!("{}.254/24", net.subnet),
-            "dev",
-            &bridge,
-        ])?;
-        ip(&["link", "set", &bridge, "up"])?;
-        for node in 1..=nodes {
-            let ns = net.ns(node);
-            let veth = format!("{}v{node}", net.prefix);
-            ip(&["netns", "add", &ns])?;
-            ip(&[
-                "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
-            ])?;
-            ip(&["link", "set", &veth, "master", &bridge, "up"])?;
-            let address = format!("{}/24", net.host(node));
-            ip(&["-n", &ns, "addr", "add", &address, "dev", "eth0"])?;
-            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-        }
-        Ok(net)
-    }
-
-    fn ns(&self, node: usize) -> String {
-        format!("{}n{node}", self.prefix)
-    }
-
-    fn host(&self, node: usize) -> String {
-        format!("{}.{node}", self.subnet)
-    }
-
-    /// Cuts (or heals) the path between two nodes, both ways.
-    fn cut(&self, a: usize, b: usize, cut: bool) {
-        let verb = if cut { "add" } else { "del" };
-        for (from, to) in [(a, b), (b, a)] {
-            let route = format!("{}/32", self.host(to));
-            ip(&["-n", &self.ns(from), "route", verb, "blackhole", &route]).unwrap();
-        }
-    }
-
-    /// Starts node `id` in its namespace.
-    fn start(&self, cluster: &LocalCluster, id: usize) -> ServeProcess {
-        let host = self.host(id);
-        let dir = cluster
-            .dir()
-            .join(format!("ns-node-{id}-{}", rand_suffix()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("node.toml");
-        let body = format!(
-            "{}\n{}",
-            cluster.body_on(id as u64, "the partition test's secret", &host),
-            listeners_on(&host)
-        );
-        std::fs::write(&path, body).unwrap();
-        let mut command = Command::new("ip");
-        command
-            .args(["netns", "exec", &self.ns(id)])
-            .arg(env!("CARGO_BIN_EXE_routerd"))
-            .args(["serve", "--config"])
-            .arg(&path);
-        ServeProcess::spawn(command)
-    }
+/// Starts node `id` in its namespace.
+fn start(net: &Net, cluster: &LocalCluster, id: usize) -> ServeProcess {
+    let host = net.host(id);
+    let dir = cluster
+        .dir()
+        .join(format!("ns-node-{id}-{}", rand_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("node.toml");
+    let body = format!(
+        "{}\n{}",
+        cluster.body_on(id as u64, "the partition test's secret", &host),
+        listeners_on(&host)
+    );
+    std::fs::write(&path, body).unwrap();
+    let mut command = net.command_in(id, env!("CARGO_BIN_EXE_routerd"));
+    command.args(["serve", "--config"]).arg(&path);
+    ServeProcess::spawn(command)
 }
 
 fn rand_suffix() -> u64 {
@@ -131,18 +52,6 @@ fn rand_suffix() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for node in 1..=self.nodes {
-            // The veth's own end first: a namespace outlives its name while
-            // anything still holds it.
-            let _ = ip(&["link", "del", &format!("{}v{node}", self.prefix)]);
-            let _ = ip(&["netns", "del", &self.ns(node)]);
-        }
-        let _ = ip(&["link", "del", &format!("{}br", self.prefix)]);
-    }
 }
 
 fn incr(client: &mut support::Client, seq: u32) -> Option<i64> {
@@ -156,7 +65,7 @@ fn incr(client: &mut support::Client, seq: u32) -> Option<i64> {
 
 #[test]
 fn a_node_cut_from_its_peers_keeps_its_objects_and_nobody_serves_them_twice() {
-    let net = match Net::build(3) {
+    let net = match Net::build(&NETS, 3) {
         Ok(net) => net,
         Err(why) => {
             println!("skipped: network namespaces unavailable ({why})");
@@ -164,7 +73,7 @@ fn a_node_cut_from_its_peers_keeps_its_objects_and_nobody_serves_them_twice() {
         }
     };
     let cluster = LocalCluster::new();
-    let nodes: Vec<ServeProcess> = (1..=3).map(|id| net.start(&cluster, id)).collect();
+    let nodes: Vec<ServeProcess> = (1..=3).map(|id| start(&net, &cluster, id)).collect();
     wait_members_up(&nodes[0], &[2, 3]);
     wait_members_up(&nodes[1], &[1, 3]);
     wait_members_up(&nodes[2], &[1, 2]);
@@ -181,8 +90,8 @@ fn a_node_cut_from_its_peers_keeps_its_objects_and_nobody_serves_them_twice() {
     let (mut remote, _) = login_eventually(nodes[1].gateway, owned[1], Duration::from_secs(5));
     let mut last = [incr(&mut local, 2).unwrap(), incr(&mut remote, 2).unwrap()];
 
-    net.cut(1, 2, true);
-    net.cut(1, 3, true);
+    net.cut_pair(1, 2, true).unwrap();
+    net.cut_pair(1, 3, true).unwrap();
     let cut = Instant::now();
     let mut seq = 3;
     let mut remote_errors = 0;
@@ -218,8 +127,8 @@ fn a_node_cut_from_its_peers_keeps_its_objects_and_nobody_serves_them_twice() {
         assert_eq!(player_owner(nodes[1].admin, *player), Some((1, 1)));
     }
 
-    net.cut(1, 2, false);
-    net.cut(1, 3, false);
+    net.cut_pair(1, 2, false).unwrap();
+    net.cut_pair(1, 3, false).unwrap();
     let healed = eventually(Duration::from_secs(10), "node 2 serves again", || {
         seq += 1;
         incr(&mut remote, seq)

@@ -1,34 +1,16 @@
 //! The `routerd` binary as an operator runs it: serve, health, metrics,
 //! SIGTERM, check-config and token.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::process::Command;
 
+use support::cluster::http_get;
+use support::ServeProcess;
 use wire::client::{route, FrameKind};
 
 mod support;
 
 const ROUTERD: &str = env!("CARGO_BIN_EXE_routerd");
-
-fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream =
-        TcpStream::connect_timeout(&address, Duration::from_secs(2)).expect("admin reachable");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(2)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().expect("status code");
-    let body = response
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
-    (status, body)
-}
 
 fn write_config(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
     let path = dir.join("node.toml");
@@ -42,39 +24,11 @@ fn write_config(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
     path
 }
 
-/// Starts `routerd serve` and returns it with the admin address from its
-/// start-up log line.
-fn serve(config: &std::path::Path) -> (Child, SocketAddr) {
-    let mut child = Command::new(ROUTERD)
-        .args(["serve", "--config"])
-        .arg(config)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("routerd starts");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(admin) = line.split("admin=").nth(1) {
-                let address = admin
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
-                let _ = tx.send(address);
-            }
-        }
-    });
-    let admin = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("routerd logs its addresses");
-    (child, admin.parse().expect("an address"))
-}
-
 #[test]
 fn serve_reports_healthy_and_stops_on_sigterm_with_exit_0() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, admin) = serve(&write_config(dir.path(), ""));
+    let node = ServeProcess::serve_file(&write_config(dir.path(), ""));
+    let admin = node.admin;
     assert_eq!(http_get(admin, "/healthz"), (200, "ok".to_string()));
     let (status, metrics) = http_get(admin, "/metrics");
     assert_eq!(status, 200);
@@ -84,21 +38,7 @@ fn serve_reports_healthy_and_stops_on_sigterm_with_exit_0() {
     );
     assert!(metrics.contains("routerd_router_objects"), "{metrics}");
     assert_eq!(http_get(admin, "/nope").0, 404);
-
-    // SAFETY: kill(2) on the pid of a child we own and have not reaped.
-    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(sent, 0);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "routerd did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = node.stop();
     assert_eq!(status.code(), Some(0), "clean shutdown exits 0");
 }
 
@@ -239,7 +179,7 @@ fn a_node_restarted_at_once_after_a_kill_answers_every_connection() {
         );
     std::fs::write(&config, text).unwrap();
     for start in 1..=3 {
-        let (mut child, _admin) = serve(&config);
+        let node = ServeProcess::serve_file(&config);
         for connection in 0..32 {
             let mut client = support::Client::connect(gateway);
             client.send(route::SYS_PING, 7, b"alive?");
@@ -251,8 +191,7 @@ fn a_node_restarted_at_once_after_a_kill_answers_every_connection() {
                 "start {start}, connection {connection}: {reply:?}"
             );
         }
-        child.kill().unwrap();
-        child.wait().unwrap();
+        node.kill_9();
     }
 }
 

@@ -5,19 +5,16 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_lite::future::block_on;
 use routerd::config::{StoreBackend, StoreConfig};
 use routerd::store::{
-    open_postgres, CasVersion, GroupCommit, MemberCondition, MemberOutcome, MemberRow, MemberState,
-    MemberVersion, MemberWrite, NodeId, OpenError, RecordWrite, RouteVersion, Store, TableVersion,
-    WriteCondition, WriteOutcome, POSTGRES_SCHEMA_VERSION,
+    open_postgres, GroupCommit, MemberCondition, MemberOutcome, MemberRow, MemberState,
+    MemberVersion, MemberWrite, NodeId, OpenError, TableVersion, POSTGRES_SCHEMA_VERSION,
 };
 use routerd::testing::postgres_server::{PgServer, PgServerError};
-use wire::ObjectKey;
+use support::store_race;
 
 fn server() -> Option<PgServer> {
     match PgServer::start() {
@@ -35,18 +32,6 @@ fn config(url: String) -> StoreConfig {
         backend: StoreBackend::Postgres,
         url,
         ..StoreConfig::default()
-    }
-}
-
-fn insert(id: u64, owner: u64) -> RecordWrite {
-    RecordWrite {
-        key: ObjectKey::new(1, 0, id),
-        condition: WriteCondition::Absent,
-        owner_node: NodeId(owner),
-        owner_incarnation: 1,
-        route_version: RouteVersion(1),
-        save_timepoint_ms: 0,
-        state: owner.to_le_bytes().to_vec(),
     }
 }
 
@@ -182,26 +167,6 @@ fn a_server_that_is_not_there_is_a_clear_startup_error() {
 const RACE_ENV: &str = "ROUTERD_PG_RACE_URL";
 const RACE_KEYS: u64 = 300;
 
-/// Inserts every race key as `owner`, all in flight at once; returns the
-/// keys this side won.
-fn race(store: &Store, owner: u64) -> Vec<u64> {
-    let pending: Vec<_> = (0..RACE_KEYS)
-        .map(|id| (id, store.write(insert(id, owner))))
-        .collect();
-    let mut won = Vec::new();
-    for (id, outcome) in pending {
-        match block_on(outcome).expect("race insert") {
-            WriteOutcome::Applied(version) => {
-                assert_eq!(version, CasVersion(1));
-                won.push(id);
-            }
-            WriteOutcome::Conflict(Some(record)) => assert_ne!(record.owner_node, NodeId(owner)),
-            other => panic!("race insert gave {other:?}"),
-        }
-    }
-    won
-}
-
 /// The other process of `two_processes_race_insert_if_absent`.
 #[test]
 #[ignore = "run as a child process by two_processes_race_insert_if_absent"]
@@ -210,13 +175,7 @@ fn race_child() {
         return;
     };
     let store = open_postgres(&config(url), GroupCommit::On).expect("open");
-    println!("READY");
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).expect("go line");
-    for id in race(&store, 2) {
-        println!("WON {id}");
-    }
-    println!("DONE");
+    store_race::child(&store, RACE_KEYS);
 }
 
 /// Two processes, each with its own pool, race insert-if-absent on the
@@ -230,57 +189,11 @@ fn two_processes_race_insert_if_absent() {
         .expect("create database");
     let url = server.url("race");
     drop(open_postgres(&config(url.clone()), GroupCommit::On).expect("create"));
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "race_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(RACE_ENV, &url)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn child");
-    let finished = support::watchdog(child.id(), Duration::from_secs(60));
-    let mut lines = BufReader::new(child.stdout.take().expect("child stdout")).lines();
-    let ready = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|line| line.ends_with("READY"));
-    assert!(ready, "child never got ready");
-    let parent = open_postgres(&config(url.clone()), GroupCommit::On).expect("open");
-    let mut stdin = child.stdin.take().expect("child stdin");
-    writeln!(stdin, "go").expect("tell child to go");
-    let parent_won = race(&parent, 1);
-    let mut child_won = Vec::new();
-    let mut done = false;
-    for line in lines.map_while(Result::ok) {
-        if let Some((_, id)) = line.split_once("WON ") {
-            child_won.push(id.trim().parse::<u64>().expect("key id"));
-        }
-        if line.ends_with("DONE") {
-            done = true;
-        }
-    }
-    let status = child.wait().expect("child exit");
-    finished.store(true, std::sync::atomic::Ordering::Release);
-    assert!(status.success());
-    assert!(done, "child did not finish its race");
-    println!(
-        "parent won {}, child won {}",
-        parent_won.len(),
-        child_won.len()
+    store_race::parent(
+        RACE_KEYS,
+        RACE_ENV,
+        url.as_ref(),
+        Duration::from_secs(60),
+        || open_postgres(&config(url.clone()), GroupCommit::On).expect("open"),
     );
-    assert_eq!(parent_won.len() + child_won.len(), RACE_KEYS as usize);
-    for (owner, won) in [(1u64, &parent_won), (2, &child_won)] {
-        for id in won {
-            let record = block_on(parent.load(ObjectKey::new(1, 0, *id)))
-                .expect("load")
-                .expect("record");
-            assert_eq!(record.owner_node, NodeId(owner), "key {id}");
-            assert_eq!(record.cas_version, CasVersion(1));
-        }
-    }
 }

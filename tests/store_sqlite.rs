@@ -3,31 +3,18 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_lite::future::block_on;
 use routerd::config::{SqliteSynchronous, StoreConfig};
 use routerd::store::{
     open_sqlite, CasVersion, GroupCommit, LoadError, MemberCondition, MemberOutcome, MemberRow,
-    MemberState, MemberVersion, MemberWrite, NodeId, OpenError, RecordWrite, RouteVersion, Store,
-    TableVersion, WriteCondition, WriteError, WriteOutcome, SCHEMA_VERSION,
+    MemberState, MemberVersion, MemberWrite, NodeId, OpenError, RouteVersion, TableVersion,
+    WriteError, WriteOutcome, SCHEMA_VERSION,
 };
+use support::store_race::{self, insert};
 use wire::ObjectKey;
-
-fn insert(id: u64, owner: u64) -> RecordWrite {
-    RecordWrite {
-        key: ObjectKey::new(1, 0, id),
-        condition: WriteCondition::Absent,
-        owner_node: NodeId(owner),
-        owner_incarnation: 1,
-        route_version: RouteVersion(1),
-        save_timepoint_ms: 0,
-        state: owner.to_le_bytes().to_vec(),
-    }
-}
 
 #[test]
 fn an_incompatible_schema_version_is_a_clear_startup_error() {
@@ -336,105 +323,30 @@ fn race_config() -> StoreConfig {
     }
 }
 
-/// Inserts every race key as `owner`, several in flight at once; returns the
-/// keys this side won.
-fn race(store: &Store, owner: u64) -> Vec<u64> {
-    let pending: Vec<_> = (0..RACE_KEYS)
-        .map(|id| (id, store.write(insert(id, owner))))
-        .collect();
-    let mut won = Vec::new();
-    for (id, outcome) in pending {
-        match block_on(outcome).expect("race insert") {
-            WriteOutcome::Applied(version) => {
-                assert_eq!(version, CasVersion(1));
-                won.push(id);
-            }
-            WriteOutcome::Conflict(Some(record)) => assert_ne!(record.owner_node, NodeId(owner)),
-            other => panic!("race insert gave {other:?}"),
-        }
-    }
-    won
-}
-
-/// The other process of `two_processes_race_insert_if_absent`: waits for
-/// "go" on stdin, races, prints the keys it won.
+/// The other process of `two_processes_race_insert_if_absent`.
 #[test]
 #[ignore = "run as a child process by two_processes_race_insert_if_absent"]
 fn race_child() {
     let Some(path) = std::env::var_os(RACE_ENV) else {
         return;
     };
-    let path = Path::new(&path);
-    let store = open_sqlite(path, &race_config(), GroupCommit::On).expect("open");
-    println!("READY");
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).expect("go line");
-    let won = race(&store, 2);
-    for id in won {
-        println!("WON {id}");
-    }
-    println!("DONE");
+    let store = open_sqlite(Path::new(&path), &race_config(), GroupCommit::On).expect("open");
+    store_race::child(&store, RACE_KEYS);
 }
 
+/// Two processes, each with its own connection to one file, race
+/// insert-if-absent on the same keys: every key has exactly one winner, and
+/// the stored record is the winner's.
 #[test]
 fn two_processes_race_insert_if_absent() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
     drop(open_sqlite(&path, &race_config(), GroupCommit::On).expect("create"));
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "race_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(RACE_ENV, &path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn child");
-    let finished = support::watchdog(child.id(), Duration::from_secs(120));
-    let mut lines = BufReader::new(child.stdout.take().expect("child stdout")).lines();
-    // libtest may print "test race_child ... " before the child's own
-    // output on the same line, so markers are searched, not matched whole.
-    let ready = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|line| line.ends_with("READY"));
-    assert!(ready, "child never got ready");
-    let parent = open_sqlite(&path, &race_config(), GroupCommit::On).expect("open");
-    let mut stdin = child.stdin.take().expect("child stdin");
-    writeln!(stdin, "go").expect("tell child to go");
-    let parent_won = race(&parent, 1);
-    let mut child_won = Vec::new();
-    let mut done = false;
-    for line in lines.map_while(Result::ok) {
-        if let Some((_, id)) = line.split_once("WON ") {
-            child_won.push(id.trim().parse::<u64>().expect("key id"));
-        }
-        if line.ends_with("DONE") {
-            done = true;
-        }
-    }
-    let status = child.wait().expect("child exit");
-    finished.store(true, std::sync::atomic::Ordering::Release);
-    assert!(status.success());
-    assert!(done, "child did not finish its race");
-    println!(
-        "parent won {}, child won {}",
-        parent_won.len(),
-        child_won.len()
+    store_race::parent(
+        RACE_KEYS,
+        RACE_ENV,
+        path.as_os_str(),
+        Duration::from_secs(120),
+        || open_sqlite(&path, &race_config(), GroupCommit::On).expect("open"),
     );
-    assert_eq!(parent_won.len() + child_won.len(), RACE_KEYS as usize);
-    let store = open_sqlite(&path, &race_config(), GroupCommit::On).expect("reopen");
-    for (owner, won) in [(1u64, &parent_won), (2, &child_won)] {
-        for id in won {
-            let record = block_on(store.load(ObjectKey::new(1, 0, *id)))
-                .expect("load")
-                .expect("record");
-            assert_eq!(record.owner_node, NodeId(owner), "key {id}");
-            assert_eq!(record.cas_version, CasVersion(1));
-        }
-    }
 }

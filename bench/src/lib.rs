@@ -1,7 +1,7 @@
 //! Benchmarks live in `benches/` and the whole-system scripts beside this crate.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -31,4 +31,21 @@ pub fn spawn_node(routerd: &str, config: &Path) -> (Child, SocketAddr, SocketAdd
         .recv_timeout(Duration::from_secs(30))
         .expect("routerd logs its addresses");
     (child, gateway, admin)
+}
+
+/// `GET path` on a node's admin endpoint: the whole HTTP answer, head and
+/// body, as text (what came, if the connection failed mid-read).
+///
+/// # Panics
+/// If the endpoint cannot be reached or the request not written.
+pub fn http_get(address: SocketAddr, path: &str) -> String {
+    let mut stream = TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
 }

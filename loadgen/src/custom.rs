@@ -24,7 +24,7 @@
 //! counts as a failure under its code.
 
 use rand::rngs::SmallRng;
-use rand::Rng;
+use rand::RngExt;
 
 /// Requests of the measured mix at most (each is measured apart).
 pub const CUSTOM_REQUESTS_MAX: usize = 8;
@@ -420,7 +420,7 @@ impl Custom {
     /// The index of the next request of the mix, by weight.
     pub fn pick(&self, rng: &mut SmallRng) -> usize {
         let total = *self.cumulative.last().expect("never empty");
-        let point = rng.gen_range(0..total);
+        let point = rng.random_range(0..total);
         self.cumulative.partition_point(|&sum| sum <= point)
     }
 }

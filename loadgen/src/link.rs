@@ -11,7 +11,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use rand::Rng;
+use rand::RngExt;
 
 /// The first backoff, before jitter.
 pub const BACKOFF_MIN_NS: u64 = 10_000_000;
@@ -84,7 +84,7 @@ impl Mover {
 
     /// The socket is gone. A planned move connects at once; an unplanned
     /// close reconnects after a backoff when `reconnect` allows it.
-    pub fn on_down(&mut self, reconnect: bool, now_ns: u64, rng: &mut impl Rng) -> Step {
+    pub fn on_down(&mut self, reconnect: bool, now_ns: u64, rng: &mut impl RngExt) -> Step {
         self.failures = 0;
         if self.planned {
             return Step::Connect(self.preferred);
@@ -107,7 +107,7 @@ impl Mover {
         reconnect: bool,
         addrs: &[SocketAddr],
         now_ns: u64,
-        rng: &mut impl Rng,
+        rng: &mut impl RngExt,
     ) -> Step {
         self.failures += 1;
         if !reconnect || self.failures >= ATTEMPTS_MAX {
@@ -131,12 +131,12 @@ impl Mover {
 /// The delay before attempt `failures + 1`: `BACKOFF_MIN_NS` doubled per
 /// failure, capped at `BACKOFF_MAX_NS`, then drawn uniformly from its upper
 /// half so connections that failed together do not retry together.
-pub fn backoff_ns(failures: u32, rng: &mut impl Rng) -> u64 {
+pub fn backoff_ns(failures: u32, rng: &mut impl RngExt) -> u64 {
     let ceiling = BACKOFF_MIN_NS
         .checked_shl(failures.min(32))
         .unwrap_or(BACKOFF_MAX_NS)
         .min(BACKOFF_MAX_NS);
-    rng.gen_range(ceiling / 2..=ceiling)
+    rng.random_range(ceiling / 2..=ceiling)
 }
 
 /// Attempt `k` of a move goes to `preferred` for k = 0, then cycles

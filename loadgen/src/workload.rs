@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rand::rngs::SmallRng;
-use rand::Rng;
+use rand::RngExt;
 
 use crate::cli::{Distribution, Workload};
 use crate::custom::{Custom, Vars, CUSTOM_REQUESTS_MAX};
@@ -122,7 +122,7 @@ impl Generator {
             Workload::Incr => Op::Incr,
             Workload::Mixed => {
                 let total = self.mix_cumulative[2];
-                let pick = rng.gen_range(0..total);
+                let pick = rng.random_range(0..total);
                 if pick < self.mix_cumulative[0] {
                     Op::Get
                 } else if pick < self.mix_cumulative[1] {
@@ -200,9 +200,9 @@ impl Chooser {
 
     pub fn pick(&self, rng: &mut SmallRng) -> usize {
         match self {
-            Chooser::Uniform { population } => rng.gen_range(0..*population),
+            Chooser::Uniform { population } => rng.random_range(0..*population),
             Chooser::Zipfian { cdf } => {
-                let u: f64 = rng.gen();
+                let u: f64 = rng.random();
                 cdf.partition_point(|p| *p < u).min(cdf.len() - 1)
             }
         }

@@ -58,6 +58,9 @@ pub fn builtin_routes() -> RouteTable {
 }
 
 #[cfg(test)]
+mod tests_fixtures;
+
+#[cfg(test)]
 mod actor_tests {
     use super::*;
     use wire::client::route;
@@ -99,6 +102,7 @@ mod tests {
 
     use super::player::{self, PlayerType};
     use super::room::{self, RoomType};
+    use super::tests_fixtures::client;
     use crate::config::{DuplicateLogin, Persist, RouterConfig};
     use crate::router::{ClientRef, Effect, Request, RequestId, RouterCore, RouterHead};
     use crate::store::{MemoryTable, NodeId};
@@ -124,15 +128,6 @@ mod tests {
             queue.extend(core.drain_effects());
         }
         out
-    }
-
-    fn client(player_id: u64, session_id: u64) -> ClientRef {
-        ClientRef {
-            gateway_node: NodeId(1),
-            session_id,
-            session_epoch: 1,
-            player_id,
-        }
     }
 
     fn send(

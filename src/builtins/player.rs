@@ -366,29 +366,12 @@ impl Object for Player {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::router::{HandlerOutput, HandlerReply, ObjectState, Request, RequestId};
-    use crate::store::NodeId;
+    use crate::builtins::tests_fixtures::request;
+    use crate::router::{HandlerOutput, HandlerReply, ObjectState, Request};
 
+    /// A session of player 9, the player these tests run.
     fn client(session_id: u64) -> ClientRef {
-        ClientRef {
-            gateway_node: NodeId(1),
-            session_id,
-            session_epoch: 1,
-            player_id: 9,
-        }
-    }
-
-    fn request(op: u32, body: Vec<u8>, client: Option<ClientRef>) -> Request {
-        Request {
-            id: RequestId {
-                origin_node: NodeId(1),
-                seq: 1,
-            },
-            op,
-            body,
-            client,
-            needs_reply: true,
-        }
+        crate::builtins::tests_fixtures::client(9, session_id)
     }
 
     /// The room's forward of a join it took (`OP_ROOM_JOINED`).

@@ -276,6 +276,7 @@ impl Object for Room {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::builtins::tests_fixtures::{client, request};
     use crate::object::ErrorCode;
     use crate::router::{HandlerOutput, HandlerReply, ObjectState, Request, RequestId};
     use crate::store::NodeId;
@@ -291,28 +292,6 @@ mod tests {
             body: presence_body(player_id, client),
             client: None,
             needs_reply: false,
-        }
-    }
-
-    fn client(player_id: u64, session_id: u64) -> ClientRef {
-        ClientRef {
-            gateway_node: NodeId(1),
-            session_id,
-            session_epoch: 1,
-            player_id,
-        }
-    }
-
-    fn request(op: u32, body: Vec<u8>, client: Option<ClientRef>) -> Request {
-        Request {
-            id: RequestId {
-                origin_node: NodeId(1),
-                seq: 1,
-            },
-            op,
-            body,
-            client,
-            needs_reply: true,
         }
     }
 

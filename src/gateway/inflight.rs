@@ -93,7 +93,7 @@ const MIX: u64 = 0xC4CE_B9FE_1A85_EC53;
 impl SeqHash {
     /// Keys drawn from `rng`, which must be seeded from a source the client
     /// cannot observe.
-    pub fn random(rng: &mut impl rand::RngCore) -> SeqHash {
+    pub fn random(rng: &mut impl rand::Rng) -> SeqHash {
         SeqHash {
             xor: rng.next_u64(),
             // Odd: multiplying by it is then a bijection, losing no bits.
@@ -278,7 +278,7 @@ mod tests {
     use std::time::Duration;
 
     use proptest::prelude::*;
-    use rand::{Rng, SeedableRng};
+    use rand::{RngExt, SeedableRng};
 
     use super::*;
 
@@ -493,7 +493,7 @@ mod tests {
         }
         shapes.push((0..KEYS as u32).map(|i| i.wrapping_mul(0x7FFF)).collect());
         let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
-        let mut random: Vec<u32> = (0..KEYS * 2).map(|_| rng.gen()).collect();
+        let mut random: Vec<u32> = (0..KEYS * 2).map(|_| rng.random()).collect();
         random.sort_unstable();
         random.dedup();
         random.truncate(KEYS);

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use wire::ObjectKey;
 
 use super::ctx::{sweep_interval_ms, Ctx, ShutdownState, StoreWait, SHUTDOWN_BATCH_MAX};
@@ -81,7 +81,7 @@ impl RouterCore {
             "type {type_id} is a service"
         );
         let rng = &mut self.ctx.rng;
-        let hasher = ahash::RandomState::with_seeds(rng.gen(), rng.gen(), rng.gen(), rng.gen());
+        let hasher = ahash::RandomState::with_seeds(rng.random(), rng.random(), rng.random(), rng.random());
         let manager = Manager {
             kind,
             entries: Entries::with_hasher(hasher),

@@ -3,7 +3,7 @@
 //! entry's IO, a failed write's effect on the route, the write retry's
 //! backoff, and dropping a copy. Nothing here starts IO or chains steps.
 
-use rand::Rng;
+use rand::RngExt;
 use wire::ObjectKey;
 
 use super::ctx::{Ctx, REPAIR_ATTEMPTS_MAX};
@@ -163,7 +163,7 @@ pub(crate) fn schedule_write_retry(ctx: &mut Ctx, key: ObjectKey, entry: &mut En
     entry.write_retries = entry.write_retries.saturating_add(1);
     ctx.counters.write_retries_total += 1;
     let wait_ms = write_retry_after_ms(ctx.config.object_retry_interval_ms, entry.write_retries);
-    let jittered_ms = ctx.rng.gen_range(wait_ms / 2..=wait_ms.max(1));
+    let jittered_ms = ctx.rng.random_range(wait_ms / 2..=wait_ms.max(1));
     ctx.arm(now_ms + jittered_ms.max(1), Timer::WriteRetry { key });
 }
 

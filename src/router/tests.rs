@@ -117,6 +117,28 @@ impl Harness {
     }
 }
 
+/// A get of the counter from no session, answered to `id`.
+fn get_request(id: RequestId) -> Request {
+    Request {
+        id,
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: true,
+    }
+}
+
+/// The write retry armed among `effects`: when it fires, and its timer.
+fn armed_write_retry(effects: &[Effect]) -> Option<(u64, Timer)> {
+    effects.iter().find_map(|effect| match effect {
+        Effect::ArmTimer {
+            at_ms,
+            timer: timer @ Timer::WriteRetry { .. },
+        } => Some((*at_ms, *timer)),
+        _ => None,
+    })
+}
+
 fn replies(effects: &[Effect]) -> Vec<(RequestId, Outcome)> {
     effects
         .iter()
@@ -195,13 +217,7 @@ fn a_non_owner_forwards_and_neither_runs_nor_answers() {
     assert_eq!(sent[0].2, id);
     // The owner runs it and answers the origin.
     let (_, head, _) = sent[0];
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
+    let request = get_request(id);
     h.core(owner).on_request(0, head, request);
     assert_eq!(replies(&h.settle(owner, 0)), vec![(id, Ok(add(5)))]);
 }
@@ -221,13 +237,7 @@ fn forwarding_is_refused_past_transfer_max_ttl() {
         source_node: NodeId(9),
         forward_hops: config().forward_hops_max,
     };
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
+    let request = get_request(id);
     h.core(other).on_request(0, head, request);
     let effects = h.settle(other, 0);
     assert!(routed(&effects).is_empty());
@@ -254,13 +264,7 @@ fn forwarder_with_a_newer_route_syncs_the_source_which_updates_only_older_caches
         source_node: NodeId(source),
         forward_hops: 1,
     };
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
+    let request = get_request(id);
     h.core(forwarder).on_request(0, head, request);
     let effects = h.settle(forwarder, 0);
     let sync = effects.iter().find_map(|effect| match effect.sent() {
@@ -460,16 +464,7 @@ fn on_write_answers_only_after_the_save_applied() {
 /// Fires the write retry `effects` armed, answering its store writes from
 /// the table; returns what followed.
 fn fire_write_retry(h: &mut Harness, node: u64, effects: &[Effect]) -> Vec<Effect> {
-    let (at_ms, timer) = effects
-        .iter()
-        .find_map(|effect| match effect {
-            Effect::ArmTimer {
-                at_ms,
-                timer: timer @ Timer::WriteRetry { .. },
-            } => Some((*at_ms, *timer)),
-            _ => None,
-        })
-        .expect("a write retry is armed");
+    let (at_ms, timer) = armed_write_retry(effects).expect("a write retry is armed");
     h.core(node).on_timer(at_ms, timer);
     settle_at(h, node, at_ms)
 }
@@ -494,10 +489,10 @@ fn on_write_save_indeterminate_is_not_acknowledged_until_a_retry_applies() {
     assert_eq!(counter_value(&record.state), Some(7));
 }
 
-/// One core of node 1 with the counter type, and one OP_GET for KEY just
-/// received (its first load is the next effect).
-fn one_core_with_a_get() -> (RouterCore, RequestId) {
-    let mut core = RouterCore::new(NodeId(1), config(), 1, 0);
+/// One core of node 1, alone, with `config` and the counter type, and one
+/// OP_GET for KEY just received (its first load is the next effect).
+fn one_core_with_a_get(config: RouterConfig) -> (RouterCore, RequestId) {
+    let mut core = RouterCore::new(NodeId(1), config, 1, 0);
     core.register(Box::new(CounterType {
         persist: Persist::Interval,
     }));
@@ -506,20 +501,14 @@ fn one_core_with_a_get() -> (RouterCore, RequestId) {
         origin_node: NodeId(1),
         seq: 1,
     };
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
+    let request = get_request(id);
     core.on_request(0, RouterHead::local(KEY, NodeId(1)), request);
     (core, id)
 }
 
 #[test]
 fn eagain_retries_with_bounded_random_waits_then_gives_up() {
-    let (mut core, id) = one_core_with_a_get();
+    let (mut core, id) = one_core_with_a_get(config());
     let mut now = 0;
     for attempt in 1..=config().pull_attempts_max {
         let effects: Vec<Effect> = core.drain_effects().collect();
@@ -547,7 +536,7 @@ fn eagain_retries_with_bounded_random_waits_then_gives_up() {
 
 #[test]
 fn a_terminal_store_error_answers_at_once() {
-    let (mut core, id) = one_core_with_a_get();
+    let (mut core, id) = one_core_with_a_get(config());
     let token = match core.drain_effects().next() {
         Some(Effect::Store { token, .. }) => token,
         other => panic!("a load, got {other:?}"),
@@ -577,11 +566,22 @@ fn io_guard_queues_requests_of_one_object_only_and_bounds_the_queue() {
     assert_eq!(h.core(1).counters().pending_queue_full_total, 3);
 }
 
+/// Rounds of store answers `settle_at` gives a core before it fails the
+/// test: far more than any test's chain of reads and writes, so reaching
+/// it means the core asks the store without end.
+const SETTLE_ROUNDS_MAX: usize = 1_000;
+
 /// Answers the store requests of `node`'s core at `now` until none is
 /// left; returns the other effects.
 fn settle_at(h: &mut Harness, node: u64, now: u64) -> Vec<Effect> {
+    settle_within(h, node, now, SETTLE_ROUNDS_MAX)
+}
+
+/// Like `settle_at`, but fails when the core still asks the store after
+/// `rounds_max` rounds of answers.
+fn settle_within(h: &mut Harness, node: u64, now: u64, rounds_max: usize) -> Vec<Effect> {
     let mut all = Vec::new();
-    loop {
+    for _ in 0..rounds_max {
         let batch: Vec<Effect> = h.core(node).drain_effects().collect();
         if batch.is_empty() {
             return all;
@@ -597,6 +597,7 @@ fn settle_at(h: &mut Harness, node: u64, now: u64) -> Vec<Effect> {
             }
         }
     }
+    panic!("node {node} still asks the store after {rounds_max} rounds: {all:?}");
 }
 
 #[test]
@@ -627,16 +628,10 @@ fn a_live_owner_is_never_claimed_from_whatever_the_clocks_say() {
     // still up in membership: the request is forwarded, never claimed.
     let far = 100 * config().object_free_timeout_ms;
     h.next_seq += 1;
-    let request = Request {
-        id: RequestId {
+    let request = get_request(RequestId {
             origin_node: NodeId(other),
             seq: h.next_seq,
-        },
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
+        });
     h.core(other)
         .on_request(far, RouterHead::local(KEY, NodeId(other)), request);
     let effects = settle_at(&mut h, other, far);
@@ -680,16 +675,10 @@ fn an_owner_unknown_to_membership_is_claimed_after_its_record_stood_still() {
     // node's own time: claimed, with the state it holds.
     let later = 1_000 + config().object_free_timeout_ms;
     h.next_seq += 1;
-    let request = Request {
-        id: RequestId {
+    let request = get_request(RequestId {
             origin_node: NodeId(1),
             seq: h.next_seq,
-        },
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
+        });
     let id = request.id;
     h.core(1)
         .on_request(later, RouterHead::local(KEY, NodeId(1)), request);
@@ -1013,13 +1002,7 @@ fn a_core_holds_at_most_entries_per_core_max_keys() {
         origin_node: NodeId(1),
         seq: 1_000,
     };
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
+    let request = get_request(id);
     h.core(1)
         .on_request(1, RouterHead::local(other, NodeId(1)), request);
     let effects = h.settle(1, 1);

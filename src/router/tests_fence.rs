@@ -207,14 +207,7 @@ fn an_indeterminate_save_is_retried_and_its_own_applied_write_is_recognised() {
         StoreReply::Written(WriteOutcome::Indeterminate),
     );
     let effects: Vec<Effect> = h.core(1).drain_effects().collect();
-    let retry = effects.iter().find_map(|effect| match effect {
-        Effect::ArmTimer {
-            at_ms,
-            timer: timer @ Timer::WriteRetry { .. },
-        } => Some((*at_ms, *timer)),
-        _ => None,
-    });
-    let (at_ms, timer) = retry.expect("a retry is armed");
+    let (at_ms, timer) = armed_write_retry(&effects).expect("a retry is armed");
     assert!(at_ms > save_at + 1);
     assert!(h.core(1).entries().all(|view| view.writable), "kept");
     // More changes meanwhile, then the retry: its CAS on the old version
@@ -229,6 +222,66 @@ fn an_indeterminate_save_is_retried_and_its_own_applied_write_is_recognised() {
     assert_eq!(counters.unsaved_changes_dropped_total, 0);
     assert!(counters.write_retries_total >= 1);
     assert!(h.core(1).entries().all(|view| view.writable));
+}
+
+/// A readopt applied but unanswered, retried, and the node fenced again
+/// before the retry's answer: the retry meets the record the lost readopt
+/// left, which is this copy's own, but the incarnation it wrote under has
+/// ended too. The copy stays aside (no write-back from a fenced node), a
+/// request that waited for the write-back is answered, and the next rejoin
+/// writes the copy back.
+#[test]
+fn a_readopt_retry_answered_after_a_second_fence_keeps_the_copy_aside() {
+    let mut h = Harness::new(1, Persist::Interval);
+    claim_on_default(&mut h, 1);
+    request_at(&mut h, 1, 100, OP_ADD, add(1));
+    settle_at(&mut h, 1, 100);
+    h.core(1).fence(200);
+    h.core(1).rejoin(300, 2, 5_000);
+    let (token, op) = only_save(h.core(1).drain_effects().collect());
+    // The store applied the readopt, but its answer was lost.
+    let StoreReply::Written(WriteOutcome::Applied(_)) = answer(&mut h.table, op) else {
+        panic!("the readopt applies");
+    };
+    h.core(1)
+        .on_store_reply(301, token, StoreReply::Written(WriteOutcome::Indeterminate));
+    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    let (at_ms, timer) = armed_write_retry(&effects).expect("a retry is armed");
+    h.core(1).on_timer(at_ms, timer);
+    let (token, op) = only_save(h.core(1).drain_effects().collect());
+    // A request meanwhile waits for the write-back in flight.
+    let waiting = request_at(&mut h, 1, at_ms, OP_GET, Vec::new());
+    assert!(replies(&h.core(1).drain_effects().collect::<Vec<_>>()).is_empty());
+    // Declared down again while the retry is in flight.
+    h.core(1).fence(at_ms + 1);
+    let reply = answer(&mut h.table, op);
+    assert!(
+        matches!(reply, StoreReply::Written(WriteOutcome::Conflict(Some(_)))),
+        "{reply:?}"
+    );
+    h.core(1).on_store_reply(at_ms + 2, token, reply);
+    // The waiting request is answered as a fenced node answers.
+    let effects = settle_at(&mut h, 1, at_ms + 2);
+    assert_eq!(
+        replies(&effects),
+        vec![(waiting, Err(ErrorCode::Unavailable.into()))]
+    );
+    assert!(h
+        .core(1)
+        .entries()
+        .all(|view| view.aside && !view.writable));
+    assert_eq!(h.table.load(KEY).expect("record").owner_incarnation, 2);
+    // The next rejoin writes the copy back under its own incarnation.
+    h.core(1).rejoin(at_ms + 10, 3, at_ms + 5_000);
+    settle_at(&mut h, 1, at_ms + 10);
+    let record = h.table.load(KEY).expect("record");
+    assert_eq!(record.owner_incarnation, 3);
+    assert_eq!(counter_value(&record.state), Some(6));
+    assert_eq!(h.core(1).counters().unsaved_changes_dropped_total, 0);
+    assert!(h
+        .core(1)
+        .entries()
+        .all(|view| view.writable && !view.aside));
 }
 
 #[test]
@@ -294,16 +347,7 @@ fn a_shutdown_release_that_failed_goes_again_until_it_applies() {
         .on_store_reply(201, token, StoreReply::Failed(StoreFailure::Busy));
     assert!(!h.core(1).is_shutdown_complete(), "the copy is kept");
     let (_, others) = store_ops(h.core(1).drain_effects().collect());
-    let (at_ms, timer) = others
-        .iter()
-        .find_map(|effect| match effect {
-            Effect::ArmTimer {
-                at_ms,
-                timer: timer @ Timer::WriteRetry { .. },
-            } => Some((*at_ms, *timer)),
-            _ => None,
-        })
-        .expect("a retry is armed");
+    let (at_ms, timer) = armed_write_retry(&others).expect("a retry is armed");
     h.core(1).on_timer(at_ms, timer);
     settle_at(&mut h, 1, at_ms);
     assert!(h.core(1).is_shutdown_complete());

@@ -192,16 +192,10 @@ fn a_full_target_refuses_a_transfer_of_a_key_it_does_not_hold() {
     };
     // One key fills the core.
     let other = ObjectKey::new(COUNTER_TYPE_ID, 0, 43);
-    let request = Request {
-        id: RequestId {
+    let request = get_request(RequestId {
             origin_node: NodeId(2),
             seq: 1,
-        },
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
+        });
     h.core(2)
         .on_request(0, RouterHead::local(other, NodeId(2)), request);
     h.settle(2, 0);
@@ -262,13 +256,7 @@ fn a_request_one_hop_short_of_the_bound_is_still_forwarded_and_counted() {
         origin_node: NodeId(other),
         seq: 77,
     };
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
+    let request = get_request(id);
     h.core(other).on_request(0, head, request);
     let effects = h.settle(other, 0);
     assert!(replies(&effects).is_empty(), "{effects:?}");
@@ -312,13 +300,7 @@ fn a_forwarder_whose_route_is_no_newer_than_the_request_sends_no_sync() {
         origin_node: NodeId(source),
         seq: 77,
     };
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
+    let request = get_request(id);
     h.core(forwarder).on_request(0, head, request);
     let effects = h.settle(forwarder, 0);
     assert_eq!(routed(&effects).len(), 1, "{effects:?}");
@@ -332,29 +314,6 @@ fn a_forwarder_whose_route_is_no_newer_than_the_request_sends_no_sync() {
         "{effects:?}"
     );
     assert_eq!(h.core(forwarder).counters().update_syncs_sent_total, 0);
-}
-
-/// Like `settle_at`, but fails instead of spinning when the core still asks
-/// the store after `rounds_max` rounds of answers.
-fn settle_within(h: &mut Harness, node: u64, now: u64, rounds_max: usize) -> Vec<Effect> {
-    let mut all = Vec::new();
-    for _ in 0..rounds_max {
-        let batch: Vec<Effect> = h.core(node).drain_effects().collect();
-        if batch.is_empty() {
-            return all;
-        }
-        for effect in batch {
-            match effect {
-                Effect::Store { token, op } => {
-                    let reply = answer(&mut h.table, op);
-                    h.core(node).on_store_reply(now, token, reply);
-                }
-                Effect::FlushSavesAfterBatch => h.core(node).on_flush(now),
-                effect => all.push(effect),
-            }
-        }
-    }
-    panic!("node {node} still asks the store after {rounds_max} rounds: {all:?}");
 }
 
 #[test]
@@ -374,13 +333,7 @@ fn a_route_that_never_catches_up_ends_in_unavailable_within_the_repair_bound() {
         origin_node: NodeId(owner),
         seq: 77,
     };
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
+    let request = get_request(id);
     h.core(other).on_request(1, head, request);
     let rounds_max = 2 * usize::from(REPAIR_ATTEMPTS_MAX) + 2;
     let effects = settle_within(&mut h, other, 1, rounds_max);
@@ -394,29 +347,6 @@ fn a_route_that_never_catches_up_ends_in_unavailable_within_the_repair_bound() {
         h.core(other).counters().repair_attempts_total,
         u64::from(REPAIR_ATTEMPTS_MAX) + 1
     );
-}
-
-/// One core of node 1, alone, with `config`, and one OP_GET for KEY whose
-/// first load is the next effect.
-fn lone_core_with_a_get(config: RouterConfig) -> (RouterCore, RequestId) {
-    let mut core = RouterCore::new(NodeId(1), config, 1, 0);
-    core.register(Box::new(CounterType {
-        persist: Persist::Interval,
-    }));
-    core.drain_effects().for_each(drop);
-    let id = RequestId {
-        origin_node: NodeId(1),
-        seq: 1,
-    };
-    let request = Request {
-        id,
-        op: OP_GET,
-        body: Vec::new(),
-        client: None,
-        needs_reply: true,
-    };
-    core.on_request(0, RouterHead::local(KEY, NodeId(1)), request);
-    (core, id)
 }
 
 /// The token of the one load among `effects`.
@@ -443,7 +373,7 @@ fn an_object_pull_retries_within_the_object_retry_interval() {
         object_retry_interval_ms: 1,
         ..config()
     };
-    let (mut core, id) = lone_core_with_a_get(retries);
+    let (mut core, id) = one_core_with_a_get(retries);
     let mut table = MemoryTable::default();
     // The route read finds no record: node 1 is the default, and reads the
     // object to claim it.
@@ -489,7 +419,7 @@ fn an_object_pull_retries_within_the_object_retry_interval() {
 
 #[test]
 fn a_node_whose_lease_ran_out_during_its_read_does_not_claim() {
-    let (mut core, id) = lone_core_with_a_get(config());
+    let (mut core, id) = one_core_with_a_get(config());
     core.extend_lease(0, 100);
     let effects: Vec<Effect> = core.drain_effects().collect();
     core.on_store_reply(0, only_load(&effects), StoreReply::Loaded(None));

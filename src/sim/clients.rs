@@ -2,7 +2,7 @@
 //! faults of the cluster: crashes, restarts, shutdowns, pauses,
 //! partitions, store cut-offs and outside writes.
 
-use rand::Rng;
+use rand::RngExt;
 use wire::ObjectKey;
 
 use super::counter::{COUNTER_TYPE_ID, OP_ADD, OP_GET};
@@ -11,7 +11,11 @@ use crate::store::NodeId;
 
 impl World {
     pub(super) fn random_key(&mut self) -> ObjectKey {
-        ObjectKey::new(COUNTER_TYPE_ID, 0, self.rng.gen_range(0..self.config.keys))
+        ObjectKey::new(
+            COUNTER_TYPE_ID,
+            0,
+            self.rng.random_range(0..self.config.keys),
+        )
     }
 
     /// Nodes whose gateway takes clients: serving, not shutting down (a
@@ -24,20 +28,29 @@ impl World {
             .collect()
     }
 
+    /// The nodes not running (crashed, or stopped and not started again).
+    pub(super) fn down_nodes(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| !n.up)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// One random step, in per mille.
     pub(super) fn client_step(&mut self) {
         let up = self.up_nodes();
-        let roll = self.rng.gen_range(0..1000);
+        let roll = self.rng.random_range(0..1000);
         let faults = self.faults;
         match roll {
             0..=299 if !up.is_empty() => {
-                let origin = up[self.rng.gen_range(0..up.len())];
+                let origin = up[self.rng.random_range(0..up.len())];
                 let key = self.random_key();
-                let delta = self.rng.gen_range(1..=5);
+                let delta = self.rng.random_range(1..=5);
                 self.submit(origin, key, OP_ADD, delta, false);
             }
             300..=399 if !up.is_empty() => {
-                let origin = up[self.rng.gen_range(0..up.len())];
+                let origin = up[self.rng.random_range(0..up.len())];
                 let key = self.random_key();
                 self.submit(origin, key, OP_GET, 0, false);
             }
@@ -53,8 +66,8 @@ impl World {
                 self.outside_write(key);
             }
             854..=859 if faults => {
-                let a = self.rng.gen_range(1..=self.config.nodes);
-                let b = self.rng.gen_range(1..=self.config.nodes);
+                let a = self.rng.random_range(1..=self.config.nodes);
+                let b = self.rng.random_range(1..=self.config.nodes);
                 if a != b {
                     self.partitions.insert((a.min(b), a.max(b)));
                 }
@@ -66,7 +79,7 @@ impl World {
 
     fn random_tracked_key(&mut self) -> ObjectKey {
         let keys: Vec<ObjectKey> = self.tracked_keys().collect();
-        keys[self.rng.gen_range(0..keys.len())]
+        keys[self.rng.random_range(0..keys.len())]
     }
 
     pub(super) fn random_transfer(&mut self) {
@@ -83,8 +96,8 @@ impl World {
         let Some(holder) = holder else {
             return;
         };
-        let target = self.rng.gen_range(1..=self.config.nodes);
-        let notify = self.rng.gen_bool(0.8);
+        let target = self.rng.random_range(1..=self.config.nodes);
+        let notify = self.rng.random_bool(0.8);
         let mut started = false;
         self.on_core(holder, core, |c, now| {
             started = c.transfer(now, key, NodeId(target), notify).is_ok();
@@ -97,21 +110,16 @@ impl World {
     pub(super) fn crash_random(&mut self) {
         let up = self.up_nodes();
         if up.len() > 1 {
-            let node = up[self.rng.gen_range(0..up.len())];
+            let node = up[self.rng.random_range(0..up.len())];
             self.report.crashes += 1;
             self.take_down(node);
         }
     }
 
     pub(super) fn restart_random(&mut self) {
-        let down: Vec<u64> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| !n.up)
-            .map(|(id, _)| *id)
-            .collect();
+        let down = self.down_nodes();
         if !down.is_empty() {
-            let node = down[self.rng.gen_range(0..down.len())];
+            let node = down[self.rng.random_range(0..down.len())];
             self.start_node(node);
         }
     }
@@ -119,7 +127,7 @@ impl World {
     pub(super) fn shutdown_random(&mut self) {
         let up = self.up_nodes();
         if up.len() > 1 {
-            let node = up[self.rng.gen_range(0..up.len())];
+            let node = up[self.rng.random_range(0..up.len())];
             self.shut_down(node);
         }
     }
@@ -137,15 +145,15 @@ impl World {
         if running.is_empty() {
             return;
         }
-        let node = running[self.rng.gen_range(0..running.len())];
+        let node = running[self.rng.random_range(0..running.len())];
         let cluster = &self.config.cluster;
         let (fence, down) = (cluster.fence_after_ms, cluster.down_after_ms);
         let lock = self.config.router.object_free_timeout_ms;
-        let duration = match self.rng.gen_range(0..4) {
-            0 => self.rng.gen_range(10..fence),
-            1 => self.rng.gen_range(fence..down),
-            2 => self.rng.gen_range(down..lock),
-            _ => self.rng.gen_range(lock..=lock + down * 2),
+        let duration = match self.rng.random_range(0..4) {
+            0 => self.rng.random_range(10..fence),
+            1 => self.rng.random_range(fence..down),
+            2 => self.rng.random_range(down..lock),
+            _ => self.rng.random_range(lock..=lock + down * 2),
         };
         self.pause(node, duration);
     }

@@ -1,7 +1,7 @@
 //! Performing the router's effects, and the client side of requests: what
 //! a gateway sends into its node's router and the answers it gets back.
 
-use rand::Rng;
+use rand::RngExt;
 use wire::ObjectKey;
 
 use super::check::Invariant;
@@ -58,7 +58,7 @@ impl World {
                 },
             ),
             Effect::Store { token, op } => {
-                let at = self.now_ms + self.rng.gen_range(1..=10);
+                let at = self.now_ms + self.rng.random_range(1..=10);
                 let event = Event::StoreApply {
                     node,
                     process,
@@ -72,7 +72,7 @@ impl World {
                 // After the events already due now, and sometimes after
                 // later ones too: requests, store replies, timers and
                 // transfers interleave with the pending flush.
-                let at = self.now_ms + self.rng.gen_range(0..=3);
+                let at = self.now_ms + self.rng.random_range(0..=3);
                 self.schedule(
                     at,
                     Event::Flush {
@@ -120,7 +120,7 @@ impl World {
         let delay = if origin == node {
             0
         } else {
-            self.rng.gen_range(1..=20)
+            self.rng.random_range(1..=20)
         };
         self.schedule(self.now_ms + delay, Event::Answer { request, outcome });
     }

@@ -3,7 +3,7 @@
 //! loads, nodes cut off from the store, and an outside writer that
 //! re-saves records behind their owners' backs.
 
-use rand::Rng;
+use rand::RngExt;
 use wire::ObjectKey;
 
 use super::world::{Event, World};
@@ -30,7 +30,7 @@ impl World {
         if !self.faults {
             return WriteFate::Normal;
         }
-        match self.rng.gen_range(0..100) {
+        match self.rng.random_range(0..100) {
             0..=2 => WriteFate::Busy,
             3..=4 => WriteFate::IndeterminateApplied,
             5..=6 => WriteFate::IndeterminateNotApplied,
@@ -55,7 +55,7 @@ impl World {
             }
             WriteFate::IndeterminateNotApplied => Some(WriteOutcome::Indeterminate),
             WriteFate::IndeterminateLate => {
-                let at = self.now_ms + self.rng.gen_range(20..=200);
+                let at = self.now_ms + self.rng.random_range(20..=200);
                 let write = write.clone();
                 self.schedule(at, Event::LateApply { node, write });
                 Some(WriteOutcome::Indeterminate)
@@ -95,9 +95,9 @@ impl World {
         let reply = match op {
             StoreOp::Load(_) if cut => StoreReply::Failed(StoreFailure::Failed),
             StoreOp::Load(key) => {
-                if self.faults && self.rng.gen_range(0..100) < 4 {
+                if self.faults && self.rng.random_range(0..100) < 4 {
                     self.report.store_faults += 1;
-                    let busy = self.rng.gen_bool(0.5);
+                    let busy = self.rng.random_bool(0.5);
                     StoreReply::Failed(if busy {
                         StoreFailure::Busy
                     } else {
@@ -126,9 +126,9 @@ impl World {
             ),
         };
         let delay = if cut {
-            self.rng.gen_range(CUT_TIMEOUT_MS)
+            self.rng.random_range(CUT_TIMEOUT_MS)
         } else {
-            self.rng.gen_range(1..=10)
+            self.rng.random_range(1..=10)
         };
         self.schedule(
             self.now_ms + delay,
@@ -171,10 +171,12 @@ impl World {
         if serving.is_empty() {
             return;
         }
-        let node = serving[self.rng.gen_range(0..serving.len())];
+        let node = serving[self.rng.random_range(0..serving.len())];
         let cluster = &self.config.cluster;
         let longest = 2 * cluster.down_after_ms;
-        let duration = self.rng.gen_range(cluster.heartbeat_interval_ms..=longest);
+        let duration = self
+            .rng
+            .random_range(cluster.heartbeat_interval_ms..=longest);
         if let Some(sim_node) = self.nodes.get_mut(&node) {
             sim_node.store_cut_until_ms = self.now_ms + duration;
             self.report.store_cuts += 1;

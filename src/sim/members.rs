@@ -3,7 +3,7 @@
 //! whose reads and writes go through the same faulty store as the records,
 //! and its events turned into the router calls a node makes on every core.
 
-use rand::Rng;
+use rand::RngExt;
 
 use super::faults::WriteFate;
 use super::world::{Event, World};
@@ -72,7 +72,7 @@ impl World {
                 return;
             }
             for action in actions {
-                let at = self.now_ms + self.rng.gen_range(1..=10);
+                let at = self.now_ms + self.rng.random_range(1..=10);
                 self.schedule(
                     at,
                     Event::MemberApply {
@@ -136,7 +136,7 @@ impl World {
         let cut = self.store_cut(node);
         let reply = match action {
             Action::Poll { nodes } => {
-                let failed = cut || (self.faults && self.rng.gen_range(0..100) < 4);
+                let failed = cut || (self.faults && self.rng.random_range(0..100) < 4);
                 let reply = if failed {
                     MemberReply::PollFailed
                 } else {
@@ -145,7 +145,7 @@ impl World {
                 return self.member_read_reply(node, process, reply);
             }
             Action::List { since, after } => {
-                let failed = cut || (self.faults && self.rng.gen_range(0..100) < 4);
+                let failed = cut || (self.faults && self.rng.random_range(0..100) < 4);
                 let reply = if failed {
                     MemberReply::ListFailed
                 } else {
@@ -157,7 +157,7 @@ impl World {
                 node: gone,
                 version,
             } => {
-                let outcome = if cut || (self.faults && self.rng.gen_range(0..100) < 4) {
+                let outcome = if cut || (self.faults && self.rng.random_range(0..100) < 4) {
                     Err(())
                 } else {
                     Ok(self.members.delete(gone, version))
@@ -186,7 +186,7 @@ impl World {
                 }
             }
         };
-        let at = self.now_ms + self.rng.gen_range(1..=10);
+        let at = self.now_ms + self.rng.random_range(1..=10);
         self.schedule(
             at,
             Event::MemberReply {
@@ -220,7 +220,7 @@ impl World {
         match fate {
             WriteFate::IndeterminateApplied => self.member_late_apply(tag, write),
             WriteFate::IndeterminateLate => {
-                let at = self.now_ms + self.rng.gen_range(20..=200);
+                let at = self.now_ms + self.rng.random_range(20..=200);
                 let event = Event::MemberLateApply {
                     tag,
                     write: write.clone(),

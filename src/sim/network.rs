@@ -4,7 +4,7 @@
 //! back with `on_send_failed`, as from the real driver) when the link is
 //! down, partitioned, or its queue to a frozen peer is full.
 
-use rand::Rng;
+use rand::RngExt;
 
 use super::world::{Event, World};
 use crate::router::NodeMessage;
@@ -30,7 +30,7 @@ impl World {
         if self.partitions.contains(&(a.min(b), a.max(b))) {
             return false;
         }
-        !(self.faults && self.rng.gen_range(0..100) < 3)
+        !(self.faults && self.rng.random_range(0..100) < 3)
     }
 
     fn link(&mut self, from: u64, to: u64) -> Link {
@@ -38,7 +38,7 @@ impl World {
         if broken || !self.serving(to) {
             // A link notices a dead peer or a partition most of the time;
             // what it had already accepted is lost.
-            return if self.rng.gen_range(0..100) < 80 {
+            return if self.rng.random_range(0..100) < 80 {
                 Link::Refuse
             } else {
                 Link::Lose
@@ -54,7 +54,7 @@ impl World {
             return Link::Refuse;
         }
         if self.faults {
-            match self.rng.gen_range(0..100) {
+            match self.rng.random_range(0..100) {
                 0..=1 => return Link::Refuse,
                 2..=4 => return Link::Lose,
                 _ => {}
@@ -91,13 +91,13 @@ impl World {
         // messages are, and are sometimes delivered twice.
         let duplicate = self.faults
             && !matches!(message, NodeMessage::Routed { .. })
-            && self.rng.gen_range(0..100) < 3;
+            && self.rng.random_range(0..100) < 3;
         if duplicate {
-            let at = self.now_ms + self.rng.gen_range(1..=20);
+            let at = self.now_ms + self.rng.random_range(1..=20);
             let message = message.clone();
             self.schedule(at, Event::Deliver { to, from, message });
         }
-        let at = self.now_ms + self.rng.gen_range(1..=20);
+        let at = self.now_ms + self.rng.random_range(1..=20);
         self.schedule(at, Event::Deliver { to, from, message });
     }
 

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use rand::Rng;
+use rand::RngExt;
 use wire::{shard_of, ObjectKey};
 
 use super::counter::CounterType;
@@ -39,9 +39,9 @@ impl Clock {
     const UNIT_PPM: u64 = 1_000_000;
 
     fn random(world: &mut World) -> Clock {
-        let offset_ms = world.rng.gen_range(1..=1_000_000);
+        let offset_ms = world.rng.random_range(1..=1_000_000);
         let rate_ppm = if world.faults {
-            world.rng.gen_range(
+            world.rng.random_range(
                 Clock::UNIT_PPM - CLOCK_RATE_SPREAD_PPM..=Clock::UNIT_PPM + CLOCK_RATE_SPREAD_PPM,
             )
         } else {

@@ -69,13 +69,7 @@ impl World {
         let deadline = self.now_ms + SETTLE_MAX_MS;
         let mut starts = 0;
         while !self.membership_settled() {
-            let down: Vec<u64> = self
-                .nodes
-                .iter()
-                .filter(|(_, n)| !n.up)
-                .map(|(id, _)| *id)
-                .collect();
-            for node in down {
+            for node in self.down_nodes() {
                 if starts == CALM_STARTS_MAX {
                     return Err(Invariant::Calm.fail(format!("node {node} never started")));
                 }

@@ -2,7 +2,7 @@
 //! logins (binds) with fresh sessions, logouts, room joins and leaves through
 //! the player, and room says; and the calm phase's exact fan-out check.
 
-use rand::Rng;
+use rand::RngExt;
 use wire::ObjectKey;
 
 use super::check::Invariant;
@@ -35,8 +35,8 @@ impl World {
         if up.is_empty() {
             return;
         }
-        let player = self.rng.gen_range(1..=PLAYERS);
-        let mut room = self.rng.gen_range(1..=ROOMS);
+        let player = self.rng.random_range(1..=PLAYERS);
+        let mut room = self.rng.random_range(1..=ROOMS);
         // A session lives on its gateway: when that node is down, the
         // session is gone and the player logs in again elsewhere.
         let session = self
@@ -45,7 +45,7 @@ impl World {
             .get(&player)
             .copied()
             .filter(|client| up.contains(&client.gateway_node.0));
-        let roll = self.rng.gen_range(0..100);
+        let roll = self.rng.random_range(0..100);
         match session {
             Some(client) if roll < 5 => {
                 self.rooms.sessions.remove(&player);
@@ -66,16 +66,16 @@ impl World {
                 let joined: Vec<u64> = (1..=ROOMS)
                     .filter(|room| self.rooms.joined.contains(&(player, *room)))
                     .collect();
-                if joined.is_empty() && self.rng.gen_bool(0.7) {
+                if joined.is_empty() && self.rng.random_bool(0.7) {
                     return self.join_or_leave(client, room, true, false);
                 }
-                if !joined.is_empty() && self.rng.gen_bool(0.8) {
-                    room = joined[self.rng.gen_range(0..joined.len())];
+                if !joined.is_empty() && self.rng.random_bool(0.8) {
+                    room = joined[self.rng.random_range(0..joined.len())];
                 }
                 self.say(client, room, false);
             }
             _ => {
-                let gateway = up[self.rng.gen_range(0..up.len())];
+                let gateway = up[self.rng.random_range(0..up.len())];
                 self.login(player, gateway, false);
             }
         }

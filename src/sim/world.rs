@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use wire::ObjectKey;
 
 use super::answers::Answers;
@@ -330,7 +330,7 @@ impl World {
         assert!(config.cluster.check_timing().is_ok(), "sim cluster timing");
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut persist = || {
-            if rng.gen_bool(0.5) {
+            if rng.random_bool(0.5) {
                 Persist::OnWrite
             } else {
                 Persist::Interval
@@ -340,7 +340,7 @@ impl World {
         let mut rooms = RoomModel::default();
         rooms.leaves_durable = services_persist.1 == Persist::OnWrite || !config.faults;
         let (low, high) = config.fault_phase_ms;
-        let fault_end_ms = rng.gen_range(low..=high.max(low));
+        let fault_end_ms = rng.random_range(low..=high.max(low));
         let mut world = World {
             faults: config.faults,
             config,
@@ -508,7 +508,7 @@ impl World {
             Event::ClientStep => {
                 if self.now_ms < self.fault_end_ms {
                     self.client_step();
-                    let at = self.now_ms + self.rng.gen_range(1..=16);
+                    let at = self.now_ms + self.rng.random_range(1..=16);
                     self.schedule(at, Event::ClientStep);
                 }
             }

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use tokio::sync::mpsc;
 use tokio_postgres::{Client, NoTls};
 

@@ -425,7 +425,7 @@ impl Worker {
                 }
                 _ => {}
             }
-            let wait = self.rng.gen_range(delay / 2..=delay);
+            let wait = self.rng.random_range(delay / 2..=delay);
             tokio::time::sleep(wait).await;
             delay = (delay * 2).min(RECONNECT_DELAY_LAST);
         }

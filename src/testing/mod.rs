@@ -7,6 +7,9 @@
 //!   guild example's tests share.
 //! - [`postgres_server`]: a throwaway PostgreSQL server (`initdb` into a
 //!   fresh directory) for the PostgreSQL store's tests and benchmarks.
+//! - [`heartbeat_lane`]: object writers saturating a store while a loop
+//!   measures heartbeats, for the test that bounds heartbeat latency and the
+//!   benchmark that compares lane layouts.
 //! - [`builtin_routes`] and [`node_metrics`]: a node's tables with the
 //!   built-in routes, for the tests of the layers below the built-ins.
 //! - [`answer_store`]: performs one router store operation on an in-memory
@@ -14,6 +17,7 @@
 //!   The simulator (`crate::sim`) answers through its own faulty store.
 
 pub mod client;
+pub mod heartbeat_lane;
 pub mod postgres_server;
 
 use std::sync::Arc;

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use wire::client::{decode_error_body, encode_frame, route, FrameDecoder, FrameKind, Peer};
 
 use super::procs::REQUEST_TIMEOUT_MS;
@@ -214,7 +214,7 @@ impl Session {
                 }
                 continue;
             };
-            let kind = if rng.gen_bool(0.7) {
+            let kind = if rng.random_bool(0.7) {
                 Kind::Incr
             } else {
                 Kind::Get
@@ -242,7 +242,7 @@ impl Session {
                 // A new connection and login; the request is not retried.
                 conn = None;
             }
-            std::thread::sleep(Duration::from_millis(rng.gen_range(0..=THINK_MS_MAX)));
+            std::thread::sleep(Duration::from_millis(rng.random_range(0..=THINK_MS_MAX)));
         }
         ops
     }

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::client::Gateways;
 use super::faults::{ms, Fault};
-use super::net::Net;
 use super::observe::{http_get, poll_process, Observations};
 use super::procs::{NodeProc, NodeSpec, Starver, Store, DOWN_AFTER_MS};
+use super::support::netns::Net;
 
 /// Starts a restart may try before the run gives up on the slot.
 const RESTART_ATTEMPTS: usize = 3;

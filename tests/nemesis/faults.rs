@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 use super::procs::{DOWN_AFTER_MS, FENCE_AFTER_MS};
 
@@ -173,51 +173,51 @@ const GAP_MS: std::ops::RangeInclusive<u64> = 500..=2500;
 
 /// Draws one fault.
 fn draw(rng: &mut SmallRng, nodes: usize, can: &Abilities, takeover_done: bool) -> Option<Fault> {
-    let slot = rng.gen_range(0..nodes);
+    let slot = rng.random_range(0..nodes);
     for _ in 0..DRAWS_MAX {
         // Weights: pauses (the interval-persistence loss) most often.
-        let fault = match rng.gen_range(0..16) {
+        let fault = match rng.random_range(0..16) {
             0 => Fault::Freeze {
                 slot,
-                ms: rng.gen_range(200..FENCE_AFTER_MS - 200),
+                ms: rng.random_range(200..FENCE_AFTER_MS - 200),
             },
             1..=3 => Fault::Freeze {
                 slot,
-                ms: rng.gen_range(FENCE_AFTER_MS + 200..DOWN_AFTER_MS - 200),
+                ms: rng.random_range(FENCE_AFTER_MS + 200..DOWN_AFTER_MS - 200),
             },
             4 => Fault::Freeze {
                 slot,
-                ms: rng.gen_range(DOWN_AFTER_MS + 500..DOWN_AFTER_MS + 2000),
+                ms: rng.random_range(DOWN_AFTER_MS + 500..DOWN_AFTER_MS + 2000),
             },
             5 | 6 => Fault::Kill {
                 slot,
-                down_ms: rng.gen_range(0..2000),
+                down_ms: rng.random_range(0..2000),
             },
             7 if can.partitions => Fault::CutPeers {
                 slot,
-                ms: rng.gen_range(1000..4000),
+                ms: rng.random_range(1000..4000),
             },
             8 if can.partitions => {
-                let other = (slot + rng.gen_range(1..nodes)) % nodes;
+                let other = (slot + rng.random_range(1..nodes)) % nodes;
                 Fault::CutPair {
                     a: slot,
                     b: other,
-                    ms: rng.gen_range(1000..4000),
+                    ms: rng.random_range(1000..4000),
                 }
             }
             9 | 10 if can.partitions && can.store_server => Fault::CutStore {
                 slot,
-                ms: rng.gen_range(500..4000),
+                ms: rng.random_range(500..4000),
             },
             11 if can.store_server => Fault::StoreStop {
-                ms: rng.gen_range(1000..3000),
+                ms: rng.random_range(1000..3000),
             },
             12 if can.store_server => Fault::StoreFreeze {
-                ms: rng.gen_range(500..2500),
+                ms: rng.random_range(500..2500),
             },
             13 | 14 => Fault::Starve {
                 slot,
-                ms: rng.gen_range(1000..3000),
+                ms: rng.random_range(1000..3000),
             },
             15 if !takeover_done => Fault::Takeover { slot },
             _ => continue,
@@ -248,7 +248,7 @@ pub fn plan(seed: u64, seconds: u64, nodes: usize, can: &Abilities) -> Vec<Plann
         takeover_done |= matches!(fault, Fault::Takeover { .. });
         at_ms += fault.planned_ms();
         planned.push(Planned { gap_ms, fault });
-        gap_ms = rng.gen_range(GAP_MS);
+        gap_ms = rng.random_range(GAP_MS);
         at_ms += gap_ms;
     }
 }

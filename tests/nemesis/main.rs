@@ -26,7 +26,6 @@ mod check_tests;
 mod client;
 mod cluster;
 mod faults;
-mod net;
 mod observe;
 mod procs;
 mod report;
@@ -39,8 +38,15 @@ use check::{FinalRead, History};
 use client::Session;
 use cluster::{Cluster, SETTLE_TIMEOUT, TAKEN_MESSAGE};
 use faults::{plan, Abilities, Fault};
-use net::{Net, HOSTS_MAX};
 use procs::{NodeSpec, Postgres, Store, DOWN_AFTER_MS};
+use support::netns::{Family, Net, HOSTS_MAX};
+
+/// The nemesis's namespaces: names `rdm...`, addresses 10.200.0.0 to
+/// 10.249.255.255, apart from the other tests' nets.
+const NETS: Family = Family {
+    prefix: "rdm",
+    second_octet_min: 200,
+};
 
 /// Runs never overlap: each needs the machine's two CPUs to itself, as
 /// far as timing goes.
@@ -155,7 +161,7 @@ fn namespaces(hosts: usize) -> Option<Net> {
         println!("partitions skipped: NEMESIS_NETNS=false; nodes run on loopback");
         return None;
     }
-    match Net::build(hosts) {
+    match Net::build(&NETS, hosts) {
         Ok(net) => Some(net),
         Err(why) => {
             println!(

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use routerd::testing::postgres_server::{PgServer, PgServerError};
 
-use super::net::Net;
+use super::support::netns::Net;
 use super::support::SECRET;
 
 /// Lines of a node's stderr kept for the report (its last words).
@@ -372,13 +372,7 @@ impl NodeSpec {
         let path = self.dir.join(format!("node-{node_id}-{serial}.toml"));
         std::fs::write(&path, self.config(node_id, serial, &address)).unwrap();
         let mut command = match net {
-            Some(net) => {
-                let mut command = Command::new("ip");
-                command
-                    .args(["netns", "exec", &net.ns(host)])
-                    .arg(env!("CARGO_BIN_EXE_routerd"));
-                command
-            }
+            Some(net) => net.command_in(host, env!("CARGO_BIN_EXE_routerd")),
             None => Command::new(env!("CARGO_BIN_EXE_routerd")),
         };
         command.args(["serve", "--config"]).arg(&path);

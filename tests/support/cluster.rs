@@ -2,8 +2,8 @@
 //! SQLite file (the embedded store's local-cluster mode), with fast
 //! membership timers so that failures are detected in about a second.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Read;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -203,25 +203,8 @@ pub fn post_json(address: SocketAddr, path: &str) -> (u16, serde_json::Value) {
 }
 
 fn http(address: SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let mut stream =
-        TcpStream::connect_timeout(&address, Duration::from_secs(2)).expect("admin reachable");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(15)))
-        .unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().expect("status code");
-    let body = response
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
-    (status, body)
+    let answer = super::http::request(address, method, path, &[], "");
+    (answer.status, answer.body)
 }
 
 /// `GET path` as JSON.

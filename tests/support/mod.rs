@@ -1,11 +1,18 @@
 //! The integration tests' harness: the shared test client
-//! (`routerd::testing::client`) with the tests' secret, and a helper that
-//! starts a real node on loopback.
+//! (`routerd::testing::client`) with the tests' secret, and real nodes on
+//! loopback (`TestNode` in this process, `ServeProcess` a `routerd serve`
+//! child). What several tests share beside: local clusters (`cluster`), the
+//! admin endpoint's HTTP client (`http`), network namespaces with cuts
+//! (`netns`), the two-process store race (`store_race`), a well-behaved
+//! game client (`follower`) and a strict exposition parser (`prometheus`).
 #![allow(dead_code)]
 
 pub mod cluster;
 pub mod follower;
+pub mod http;
+pub mod netns;
 pub mod prometheus;
+pub mod store_race;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -212,8 +219,14 @@ impl ServeProcess {
              [auth]\nsecret = \"{SECRET}\"\n{cluster}"
         );
         std::fs::write(&path, text).unwrap();
+        ServeProcess::serve_file(&path)
+    }
+
+    /// Starts `routerd serve --config <path>` with the config as it is and
+    /// waits until it serves.
+    pub fn serve_file(path: &std::path::Path) -> ServeProcess {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
-        command.args(["serve", "--config"]).arg(&path);
+        command.args(["serve", "--config"]).arg(path);
         ServeProcess::spawn(command)
     }
 

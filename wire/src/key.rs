@@ -6,8 +6,13 @@ use crate::hash::{reduce, stable_hash64};
 /// both. Every router object, cache and store record is keyed by one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ObjectKey {
+    /// The object type, as the node's registry numbers it (player, room, a
+    /// user type); every node of a cluster registers the same numbers.
     pub type_id: u32,
+    /// A partition of ids the application chooses (a world or shard of the
+    /// game); 0 where it has none.
     pub zone_id: u32,
+    /// The object's id within its type and zone (a player id, a room id).
     pub object_id: u64,
 }
 
@@ -22,8 +27,10 @@ impl std::hash::Hash for ObjectKey {
 }
 
 impl ObjectKey {
+    /// Bytes of [`Self::to_le_bytes`].
     pub const ENCODED_LEN: usize = 16;
 
+    /// The key of `object_id` of type `type_id` in zone `zone_id`.
     pub const fn new(type_id: u32, zone_id: u32, object_id: u64) -> Self {
         Self {
             type_id,

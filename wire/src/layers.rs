@@ -22,12 +22,18 @@ use crate::websocket::{
 /// Why the layers cannot go on.
 #[derive(Debug, thiserror::Error)]
 pub enum LayerError {
+    /// rustls refused the handshake or a record (certificate, alert,
+    /// corrupt record).
     #[error("TLS: {0}")]
     Tls(#[from] rustls::Error),
+    /// The server's answer to the WebSocket upgrade was not a `101` with
+    /// the right `Sec-WebSocket-Accept`.
     #[error("WebSocket upgrade: {0}")]
     Upgrade(#[from] UpgradeRequestError),
+    /// A WebSocket frame from the server broke RFC 6455 or a bound.
     #[error("WebSocket: {0}")]
     WebSocket(#[from] crate::websocket::WsError),
+    /// The server sent a Close frame, with its status code if it gave one.
     #[error("the server closed the WebSocket (code {0:?})")]
     Closed(Option<u16>),
 }

@@ -30,12 +30,20 @@ const MAX_DECIMAL_LEN: usize = 20;
 pub const MAX_TOKEN_LEN: usize =
     PREFIX.len() + MAX_DECIMAL_LEN + 1 + MAX_DECIMAL_LEN + 1 + MAC_HEX_LEN;
 
+/// Why a login token is refused; the gateway answers each with
+/// `AUTH_FAILED`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 pub enum TokenError {
+    /// Not `v1.<player_id>.<expiry>.<mac>`: a wrong prefix, a part that is
+    /// not a canonical decimal or 64 lowercase hex digits, player id 0, or
+    /// longer than [`MAX_TOKEN_LEN`].
     #[error("malformed token")]
     Malformed,
+    /// The MAC is not the HMAC-SHA256 of the rest under the gateway's secret.
     #[error("token signature does not match")]
     BadMac,
+    /// Well-formed and signed, but its expiry (unix seconds) is not after
+    /// the `now_unix_s` it was checked at (the gateway's wall clock).
     #[error("token expired")]
     Expired,
 }

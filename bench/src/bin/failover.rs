@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bench::http_get;
 use wire::client::{decode_error_body, encode_frame, route, FrameDecoder, FrameKind, Peer};
 
 const SECRET: &str = "failover-bench-secret";
@@ -52,18 +53,6 @@ fn start(routerd: &str, dir: &std::path::Path, id: u64) -> Node {
         gateway,
         admin,
     }
-}
-
-fn http_get(address: SocketAddr, path: &str) -> String {
-    let mut stream = TcpStream::connect(address).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response
 }
 
 struct Client {

@@ -3,12 +3,13 @@
 //! the membership lane: the baseline) and on its own lane (`own`), measured
 //! in the same run on the same store kind and printed as a ratio.
 //!
-//! Writers are tasks on one tokio thread, as the tasks of a core: each
-//! owns one key and advances it by CAS, awaiting each answer before its
-//! next write. The heartbeat loop runs on another thread, a CAS on its
-//! member row's version every `HEARTBEAT_EVERY_MS`, as the membership
-//! agent does every `cluster.heartbeat_interval_ms`, only more often, for
-//! more samples. It also counts the heartbeats slower than the agent's
+//! The load is `routerd::testing::heartbeat_lane`'s, which
+//! tests/store_heartbeat_lane.rs bounds: writers are tasks on one tokio
+//! thread, as the tasks of a core, each advancing its own key by CAS; the
+//! heartbeat loop runs on another thread, a CAS on its member row's
+//! version every `HEARTBEAT_EVERY_MS`, as the membership agent does every
+//! `cluster.heartbeat_interval_ms`, only more often, for more samples.
+//! This bench also counts the heartbeats slower than the agent's
 //! heartbeat deadline (3/4 of the 500 ms interval) and than
 //! `fence_after_ms - heartbeat_interval_ms` (1500 ms), past which a node
 //! whose heartbeats all took that long would fence.
@@ -23,21 +24,14 @@
 //! PostgreSQL runs on `ROUTERD_POSTGRES_URL` when set, else on a throwaway
 //! server of its own. `bench/heartbeat_lane.sh` runs both.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures_lite::future::block_on;
 use routerd::config::{StoreBackend, StoreConfig};
-use routerd::store::{
-    open_postgres_lanes, open_sqlite_lanes, GroupCommit, MemberCondition, MemberLane,
-    MemberOutcome, MemberRow, MemberState, MemberVersion, MemberWrite, NodeId, RecordWrite,
-    RouteVersion, Store, WriteCondition, WriteOutcome,
-};
+use routerd::store::{open_postgres_lanes, open_sqlite_lanes, GroupCommit, MemberLane, Store};
+use routerd::testing::heartbeat_lane::{measure, Load, Measured, WRITERS};
 use routerd::testing::postgres_server::PgServer;
-use wire::ObjectKey;
 
-const WRITERS: usize = 256;
 const HEARTBEAT_EVERY_MS: u64 = 20;
 /// The defaults of `cluster.heartbeat_interval_ms` and `fence_after_ms`.
 const HEARTBEAT_INTERVAL_MS: u64 = 500;
@@ -53,176 +47,32 @@ const SPIKE_MS: u64 = 2000;
 /// Runs one SQL text through psql against the bench's PostgreSQL.
 type Psql = dyn Fn(&str) -> Result<(), String> + Send + Sync;
 
-fn route_write(key: ObjectKey, condition: WriteCondition, round: u64) -> RecordWrite {
-    RecordWrite {
-        key,
-        condition,
-        owner_node: NodeId(1),
-        owner_incarnation: 1,
-        route_version: RouteVersion(round),
-        save_timepoint_ms: round,
-        state: vec![7; 64],
-    }
-}
-
-fn member(node: u64, heartbeat: u64, condition: MemberCondition) -> MemberWrite {
-    MemberWrite {
-        condition,
-        row: MemberRow {
-            node_id: NodeId(node),
-            incarnation: 1,
-            state: MemberState::Up,
-            heartbeat,
-            gateway: "127.0.0.1:1".to_string(),
-            admin: "127.0.0.1:2".to_string(),
-            cluster: Vec::new(),
-            core_count: 1,
-            actors: Vec::new(),
-            version: MemberVersion(0),
-        },
-    }
-}
-
-struct Measured {
-    heartbeats: Vec<Duration>,
-    failed: u64,
-    writes_per_sec: f64,
-}
-
 /// Opens a fresh store of the chosen backend, membership on `MemberLane`;
 /// the name tells the cases' SQLite files apart.
 type OpenStore = dyn Fn(MemberLane, &str) -> Store;
 
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    let rank = ((sorted.len() as f64) * fraction).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn measure(store: &Store, zone: u32, seconds: u64, spike: Option<Arc<Psql>>) -> Measured {
-    let stop = Arc::new(AtomicBool::new(false));
-    let counting = Arc::new(AtomicBool::new(false));
-    let writes = Arc::new(AtomicU64::new(0));
-    let writers = {
-        let (store, stop, counting, writes) = (
-            store.clone(),
-            stop.clone(),
-            counting.clone(),
-            writes.clone(),
-        );
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .expect("tokio runtime");
-            runtime.block_on(async move {
-                let tasks: Vec<_> = (0..WRITERS)
-                    .map(|writer| {
-                        let (store, stop, counting, writes) = (
-                            store.clone(),
-                            stop.clone(),
-                            counting.clone(),
-                            writes.clone(),
-                        );
-                        let key = ObjectKey::new(1, zone, writer as u64);
-                        tokio::spawn(async move {
-                            let first = route_write(key, WriteCondition::Absent, 0);
-                            let Ok(WriteOutcome::Applied(mut cas)) = store.write(first).await
-                            else {
-                                panic!("the first write of {key:?} was not applied");
-                            };
-                            let mut round = 1;
-                            while !stop.load(Ordering::Relaxed) {
-                                let write = route_write(key, WriteCondition::CasEquals(cas), round);
-                                match store.write(write).await {
-                                    Ok(WriteOutcome::Applied(version)) => cas = version,
-                                    // Timed out behind the spike, say: the
-                                    // record tells where the key stands.
-                                    _ => {
-                                        if let Ok(Some(record)) = store.load(key).await {
-                                            cas = record.cas_version;
-                                        }
-                                    }
-                                }
-                                if counting.load(Ordering::Relaxed) {
-                                    writes.fetch_add(1, Ordering::Relaxed);
-                                }
-                                round += 1;
-                            }
-                        })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.expect("writer task");
-                }
-            });
-        })
-    };
-    std::thread::sleep(WARMUP);
-    let node = 1000 + u64::from(zone);
-    let mut version = match block_on(store.write_member(member(node, 0, MemberCondition::Absent))) {
-        Ok(MemberOutcome::Applied(version)) => version,
-        other => panic!("the first member write gave {other:?}"),
-    };
-    counting.store(true, Ordering::Relaxed);
-    let started = Instant::now();
-    let spiker = spike.map(|psql| {
-        let at = Duration::from_secs(seconds) / 3;
-        std::thread::spawn(move || {
-            std::thread::sleep(at);
-            // In the store's lock order (by key), so that the spike waits
-            // for a batch or a batch for it, never both.
-            let sql = format!(
-                "BEGIN; SELECT count(*) FROM (SELECT 1 FROM routerd_routes WHERE zone_id = {zone} \
-                 ORDER BY type_id, zone_id, object_id FOR UPDATE) AS locked; \
-                 SELECT pg_sleep({}); COMMIT;",
-                SPIKE_MS as f64 / 1000.0
-            );
-            if let Err(error) = psql(&sql) {
-                eprintln!("the spike failed: {error}");
-            }
-        })
-    });
-    let (mut heartbeats, mut failed, mut beat) = (Vec::new(), 0, 1);
-    while started.elapsed() < Duration::from_secs(seconds) {
-        let sent = Instant::now();
-        let condition = MemberCondition::VersionEquals(version);
-        match block_on(store.write_member(member(node, beat, condition))) {
-            Ok(MemberOutcome::Applied(next)) => version = next,
-            // A timed-out heartbeat: its row may have moved; read it back
-            // so the loop goes on, and count it.
-            _ => {
-                failed += 1;
-                let rows = block_on(store.poll_members(vec![NodeId(node)]))
-                    .map(|poll| poll.rows)
-                    .unwrap_or_default();
-                if let Some(row) = rows.iter().find(|row| row.node_id == NodeId(node)) {
-                    version = row.version;
-                }
-            }
-        }
-        heartbeats.push(sent.elapsed());
-        beat += 1;
-        std::thread::sleep(Duration::from_millis(HEARTBEAT_EVERY_MS));
+fn run(store: &Store, zone: u32, seconds: u64, spike: Option<&Psql>) -> Measured {
+    let measured = measure(
+        store,
+        &Load {
+            zone,
+            warmup: WARMUP,
+            measure: Duration::from_secs(seconds),
+            heartbeat_every: Duration::from_millis(HEARTBEAT_EVERY_MS),
+            spike: spike.map(|psql| (psql as _, Duration::from_millis(SPIKE_MS))),
+        },
+    );
+    if let Some(error) = &measured.spike_error {
+        eprintln!("the spike failed: {error}");
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    if let Some(spiker) = spiker {
-        spiker.join().expect("spike");
-    }
-    counting.store(false, Ordering::Relaxed);
-    stop.store(true, Ordering::Relaxed);
-    writers.join().expect("writers");
-    heartbeats.sort();
-    Measured {
-        heartbeats,
-        failed,
-        writes_per_sec: writes.load(Ordering::Relaxed) as f64 / elapsed,
-    }
+    measured
 }
 
 fn report(lane: &str, measured: &Measured) -> Duration {
     let sorted = &measured.heartbeats;
-    let p50 = percentile(sorted, 0.50);
-    let p99 = percentile(sorted, 0.99);
-    let max = *sorted.last().expect("samples");
+    let p50 = measured.percentile(0.50);
+    let p99 = measured.percentile(0.99);
+    let max = measured.percentile(1.0);
     let deadline = Duration::from_millis(HEARTBEAT_INTERVAL_MS * 3 / 4);
     let fence = Duration::from_millis(FENCE_AFTER_MS - HEARTBEAT_INTERVAL_MS);
     let late = sorted.iter().filter(|d| **d > deadline).count();
@@ -230,15 +80,17 @@ fn report(lane: &str, measured: &Measured) -> Duration {
     println!(
         "  {lane:>6}: heartbeat p50 {:8.2} ms  p99 {:8.2} ms  max {:8.2} ms  ({} samples, {} \
          failed, {late} over the {} ms heartbeat deadline, {fencing} over {} ms); object \
-         writes {:.0}/s",
+         writes {:.0}/s ({} failed), object queue up to {}",
         p50.as_secs_f64() * 1e3,
         p99.as_secs_f64() * 1e3,
         max.as_secs_f64() * 1e3,
         sorted.len(),
-        measured.failed,
+        measured.heartbeats_failed,
         deadline.as_millis(),
         fence.as_millis(),
-        measured.writes_per_sec,
+        measured.object_writes_per_sec,
+        measured.object_writes_failed,
+        measured.queue_depth_max,
     );
     p99
 }
@@ -328,11 +180,11 @@ fn main() {
     // Distinct zones: each case writes keys and a member row of its own.
     let before = {
         let store = open(MemberLane::Shared, "shared");
-        report("shared", &measure(&store, 10, seconds, None))
+        report("shared", &run(&store, 10, seconds, None))
     };
     let after = {
         let store = open(MemberLane::Own, "own");
-        report("own", &measure(&store, 11, seconds, None))
+        report("own", &run(&store, 11, seconds, None))
     };
     compare(before, after);
     match psql {
@@ -340,11 +192,11 @@ fn main() {
             println!("== {backend}, with a {SPIKE_MS} ms lock on every writer's row a third in");
             let before = {
                 let store = open(MemberLane::Shared, "shared-spike");
-                report("shared", &measure(&store, 12, seconds, Some(psql.clone())))
+                report("shared", &run(&store, 12, seconds, Some(&*psql)))
             };
             let after = {
                 let store = open(MemberLane::Own, "own-spike");
-                report("own", &measure(&store, 13, seconds, Some(psql)))
+                report("own", &run(&store, 13, seconds, Some(&*psql)))
             };
             compare(before, after);
         }

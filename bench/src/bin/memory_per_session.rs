@@ -14,6 +14,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bench::http_get;
 use wire::client::{encode_frame, route, FrameDecoder, FrameKind, Peer};
 
 const SECRET: &str = "memory-per-session-bench-secret";
@@ -100,18 +101,6 @@ fn start_echo(echo: &str, listen: SocketAddr) -> Server {
         std::thread::sleep(Duration::from_millis(20));
     }
     Server { child }
-}
-
-fn http_get(address: SocketAddr, path: &str) -> String {
-    let mut stream = TcpStream::connect(address).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response
 }
 
 /// The value of an unlabelled series of `/metrics`.

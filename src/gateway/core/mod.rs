@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
 use wire::client::{ErrorCode, FrameError, FrameKind};
 
 use super::inflight::{InFlightTable, SeqHash};
@@ -205,7 +204,7 @@ impl GatewayCore {
             metrics,
             notices: Vec::new(),
             warn: Default::default(),
-            hash_seeds: SmallRng::from_entropy(),
+            hash_seeds: rand::make_rng(),
             routes,
             redirecting: None,
         }

@@ -2,7 +2,7 @@
 //! before a claim), their EAGAIN retries, and the claim rule that decides
 //! whether a `pull_object` read goes on to a claim.
 
-use rand::Rng;
+use rand::RngExt;
 use wire::ObjectKey;
 
 use super::Next;
@@ -55,7 +55,7 @@ pub(crate) fn reply(
                 } else {
                     ctx.config.cache_retry_interval_ms
                 };
-                let wait_ms = ctx.rng.gen_range(1..=bound.max(1));
+                let wait_ms = ctx.rng.random_range(1..=bound.max(1));
                 ctx.arm(now_ms + wait_ms, Timer::PullRetry { key });
                 entry.io = Some(if object { Io::PullObject } else { Io::PullCache });
                 return Next::Done;

@@ -172,6 +172,11 @@ pub(crate) fn reply(
             entry.adopt_record(&record, now_ms);
             entry.unknown_write = None;
             return match saving {
+                // Fenced again since the readopt was sent: its incarnation
+                // ended too, and a fenced node writes nothing back. The IO
+                // ends (its waiters are answered as a fenced node answers)
+                // and the copy stays aside for the next rejoin's write-back.
+                Saving::Readopt if ctx.fenced => Next::FinishIo { fresh_pull: false },
                 Saving::Readopt => Next::Readopt(None),
                 Saving::Save { degrade } => Next::Save { degrade },
             };

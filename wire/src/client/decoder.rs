@@ -14,7 +14,10 @@ pub const INITIAL_BUFFER_LEN: usize = 4096;
 /// One decoded frame, borrowing its body from the decoder's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameRef<'a> {
+    /// The validated header.
     pub header: Header,
+    /// Exactly `header.body_len` bytes, valid until the next `&mut` call on
+    /// the decoder.
     pub body: &'a [u8],
 }
 
@@ -56,6 +59,7 @@ impl FrameDecoder {
         }
     }
 
+    /// The largest body this decoder accepts, as given to [`Self::new`].
     pub fn max_body(&self) -> u32 {
         self.max_body
     }

@@ -10,18 +10,36 @@ pub const ERROR_CODE_LEN: usize = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u16)]
 pub enum ErrorCode {
+    /// `UNKNOWN_ROUTE`: the `route_id` is not in the route table.
     UnknownRoute = 1,
+    /// `DIRECTION_REJECTED`: the route exists but a client may not send it
+    /// (a server-to-client route).
     DirectionRejected = 2,
+    /// `AUTH_REQUIRED`: the route needs a logged-in session and this one is
+    /// not.
     AuthRequired = 3,
+    /// `AUTH_FAILED`: `auth.login` with a malformed, forged or expired token,
+    /// or refused by the duplicate-login policy; the session stays unbound.
     AuthFailed = 4,
+    /// `BAD_REQUEST`: the body does not fit the route, a duplicate in-flight
+    /// `seq`, or `auth.login` on a logged-in session.
     BadRequest = 5,
+    /// `OVERLOADED`: a bound on in-flight requests, request rate or object
+    /// creation refused the request before any object ran it.
     Overloaded = 6,
+    /// `UNAVAILABLE`: the object's owner cannot be reached, or a migration
+    /// could not complete; the request may or may not have taken effect.
     Unavailable = 7,
+    /// `TIMEOUT`: no answer within the gateway's `request_timeout`; the
+    /// request may still have taken effect.
     Timeout = 8,
+    /// `INTERNAL`: a server fault; the details are in the server's log, not
+    /// in the reason.
     Internal = 9,
 }
 
 impl ErrorCode {
+    /// Every protocol code, in code order (1 to 9).
     pub const ALL: [ErrorCode; 9] = [
         ErrorCode::UnknownRoute,
         ErrorCode::DirectionRejected,
@@ -34,6 +52,8 @@ impl ErrorCode {
         ErrorCode::Internal,
     ];
 
+    /// The protocol code numbered `code`, `None` for a number outside 1 to 9
+    /// (an application code, or one this version does not know).
     pub const fn from_u16(code: u16) -> Option<ErrorCode> {
         match code {
             1 => Some(ErrorCode::UnknownRoute),

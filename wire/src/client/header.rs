@@ -27,6 +27,8 @@ pub enum FrameKind {
 }
 
 impl FrameKind {
+    /// The kind numbered `kind` on the wire, `None` for a byte this version
+    /// does not know (a protocol violation: the connection closes).
     pub const fn from_u8(kind: u8) -> Option<FrameKind> {
         match kind {
             1 => Some(FrameKind::Request),
@@ -52,16 +54,25 @@ impl FrameKind {
 /// `Peer::Server` and accepts only RESPONSE, PUSH and ERROR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Peer {
+    /// A client of the gateway: sends REQUEST frames only.
     Client,
+    /// A routerd gateway: sends RESPONSE, PUSH and ERROR frames.
     Server,
 }
 
 /// A decoded, validated frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Header {
+    /// The frame kind (offset 3).
     pub kind: FrameKind,
+    /// The route the frame belongs to (offset 4, `u32` LE); the numbers are
+    /// in [`crate::client::route`] and the gateway's route table.
     pub route_id: u32,
+    /// Chosen by the client per REQUEST and echoed by its one answer
+    /// (offset 8, `u32` LE); 0 in a PUSH.
     pub seq: u32,
+    /// Bytes of body after the header (offset 12, `u32` LE), at most the
+    /// receiver's `max_body`.
     pub body_len: u32,
 }
 
@@ -83,14 +94,24 @@ impl Header {
 /// (docs/protocol.md, "1. Transport and framing").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 pub enum FrameError {
+    /// The first two bytes (carried here) are not [`MAGIC`].
     #[error("bad magic {0:02x?}, expected \"RT\" [52, 54]")]
     BadMagic([u8; 2]),
+    /// The version byte (carried here) is not [`VERSION`].
     #[error("unsupported protocol version {0}, expected 1")]
     BadVersion(u8),
+    /// The kind byte (carried here) is unknown, or a kind this peer may not
+    /// send (a client's RESPONSE, a server's REQUEST).
     #[error("frame kind {0} is unknown or not allowed from this peer")]
     BadKind(u8),
+    /// The header announces more body than the receiver accepts.
     #[error("body_len {body_len} exceeds max_body {max_body}")]
-    BodyTooLarge { body_len: u32, max_body: u32 },
+    BodyTooLarge {
+        /// The length the header announced.
+        body_len: u32,
+        /// The receiver's bound on a body.
+        max_body: u32,
+    },
 }
 
 /// Validates a header sent by `from`. The checks run in wire order (magic,

@@ -66,24 +66,51 @@ pub const CHECKSUM_SEED: u64 = 0x5254_4652_0000_0002;
 /// The alignment a frame's bytes need for in-place access.
 pub const FRAME_ALIGN: usize = std::mem::align_of::<ArchivedMessage>();
 
+/// Why a message could not become a frame.
 #[derive(Debug, Error)]
 pub enum FrameEncodeError {
+    /// The message archives to more than [`MAX_FRAME_LEN`] (an object state
+    /// too large to migrate, for instance); nothing was sent.
     #[error("encoded frame is {len} bytes, more than MAX_FRAME_LEN {max_len}")]
-    TooLarge { len: usize, max_len: usize },
+    TooLarge {
+        /// Bytes the frame would take, checksum included.
+        len: usize,
+        /// [`MAX_FRAME_LEN`].
+        max_len: usize,
+    },
+    /// rkyv's serializer failed (it allocates; the error carries why).
     #[error("rkyv serialization failed: {0}")]
     Serialize(#[source] rancor::Error),
 }
 
+/// Why bytes from a peer (or a reader's buffer) are not a frame. Any of
+/// these from a peer is a fault of the link that carried it.
 #[derive(Debug, Error)]
 pub enum FrameAccessError {
+    /// Fewer bytes than the checksum and the smallest archive take.
     #[error("frame of {len} bytes is shorter than the smallest frame")]
-    TooShort { len: usize },
+    TooShort {
+        /// Bytes given.
+        len: usize,
+    },
+    /// More bytes than [`MAX_FRAME_LEN`]; refused before anything is copied.
     #[error("frame of {len} bytes exceeds MAX_FRAME_LEN {max_len}")]
-    TooLarge { len: usize, max_len: usize },
+    TooLarge {
+        /// Bytes given.
+        len: usize,
+        /// [`MAX_FRAME_LEN`].
+        max_len: usize,
+    },
+    /// The bytes do not start at a multiple of [`FRAME_ALIGN`] (only
+    /// [`access`] asks; [`FrameBuf::from_network`] copies instead).
     #[error("frame bytes are not aligned to {FRAME_ALIGN}")]
     Misaligned,
+    /// The trailer is not the XXH64 of the archive: bits changed or the
+    /// frame was cut.
     #[error("frame checksum does not match its contents")]
     BadChecksum,
+    /// rkyv's bytecheck refused the archive (a bad tag, length or relative
+    /// pointer).
     #[error("frame failed validation: {0}")]
     Invalid(#[source] rancor::Error),
 }
@@ -197,6 +224,7 @@ impl FrameBuf {
         self.sealed
     }
 
+    /// Bytes of the frame, checksum included (at most [`MAX_FRAME_LEN`]).
     pub fn len(&self) -> usize {
         self.bytes.len()
     }

@@ -11,29 +11,47 @@ const CONTROL_PAYLOAD_MAX: usize = 125;
 /// Which end decodes: a server reads masked frames, a client unmasked ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
+    /// The gateway: decodes a client's frames, which must be masked.
     Server,
+    /// A client: decodes the server's frames, which must not be masked.
     Client,
 }
 
+/// A frame's opcode (RFC 6455 section 5.2), the low four bits of its first
+/// byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Opcode {
+    /// The next fragment of the message in progress.
     Continuation = 0x0,
+    /// A UTF-8 message: refused (1003), the protocol is binary.
     Text = 0x1,
+    /// A binary message: bytes of the client frame stream.
     Binary = 0x2,
+    /// The closing handshake, with an optional code and reason.
     Close = 0x8,
+    /// Asks for a Pong with the same payload.
     Ping = 0x9,
+    /// The answer to a Ping, or an unsolicited heartbeat.
     Pong = 0xA,
 }
 
 /// Why the stream is closed, as the close code to send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WsError {
+    /// A frame breaks RFC 6455's framing rules (the rule is named here):
+    /// closed with 1002.
     #[error("frame breaks the framing rules (1002): {0}")]
     Protocol(&'static str),
+    /// A text message: closed with 1003.
     #[error("text message (1003): the protocol is binary")]
     Text,
+    /// A message longer than the decoder's bound, decided on a frame's
+    /// header before its payload is read: closed with 1009.
     #[error("message over {max} bytes (1009)")]
-    TooBig { max: u64 },
+    TooBig {
+        /// The decoder's message bound in bytes.
+        max: u64,
+    },
 }
 
 impl WsError {
@@ -52,6 +70,7 @@ impl WsError {
 pub enum Control {
     /// Answer with a pong carrying the same payload.
     Ping(Vec<u8>),
+    /// A pong, answering a ping or unsolicited; its payload is dropped.
     Pong,
     /// The peer closes, with its code if it sent one; the decoder reads
     /// nothing after it.

@@ -26,7 +26,9 @@ pub fn accept_key(key: &str) -> String {
 /// input the request took (what follows is already WebSocket frames).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Upgrade {
+    /// The `101 Switching Protocols` answer, bytes to write as they are.
     pub response: Vec<u8>,
+    /// Bytes of the input the request line and headers took.
     pub consumed: usize,
 }
 
@@ -34,7 +36,11 @@ pub struct Upgrade {
 /// closing.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Refusal {
+    /// The HTTP status: 400 (not a well-formed version 13 upgrade), 403 (an
+    /// `Origin` not allowed), 404 (a path other than `/`) or 431 (headers
+    /// over [`UPGRADE_REQUEST_MAX_BYTES`]).
     pub status: u16,
+    /// The whole HTTP answer with that status, bytes to write as they are.
     pub response: Vec<u8>,
 }
 
@@ -187,10 +193,14 @@ pub fn client_request(host: &str, key_bytes: [u8; 16]) -> (Vec<u8>, String) {
 /// Why a server's answer to an upgrade is not a valid 101.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum UpgradeRequestError {
+    /// The status line was not `HTTP/1.1 101` (carried here, as sent).
     #[error("the server answered the upgrade with: {0}")]
     Refused(String),
+    /// No `Sec-WebSocket-Accept` header matched the key the request sent.
     #[error("the server's Sec-WebSocket-Accept does not match the key")]
     BadAccept,
+    /// The answer's headers did not end within
+    /// [`UPGRADE_REQUEST_MAX_BYTES`].
     #[error("the server's answer to the upgrade is over {UPGRADE_REQUEST_MAX_BYTES} bytes")]
     TooLong,
 }

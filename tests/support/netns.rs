@@ -1,25 +1,48 @@
-//! Network namespaces for the nodes: one namespace a host, each joined to
-//! the test's namespace by a veth on one bridge. The test (clients,
-//! pollers, the store's proxy) stays in its own namespace; a cut is a
-//! blackhole route inside a host's namespace, so it drops that host's
-//! packets to one address and nothing else.
+//! Network namespaces for nodes: one namespace a host, each joined to the
+//! test's namespace by a veth on one bridge. The test (clients, pollers, a
+//! store's proxy) stays in its own namespace; a cut is a blackhole route
+//! inside a host's namespace, so it drops that host's packets to one
+//! address and nothing else. Needs root and `ip`; [`Net::build`] says why
+//! not otherwise, and the tests skip.
 
 use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
-/// Hosts one run may create: the nodes plus one spare for a same-id
-/// takeover. A bound, so a bad `NEMESIS_NODES` cannot create hundreds.
+/// Hosts one net may hold. A bound, so a bad setting cannot create
+/// hundreds of namespaces.
 pub const HOSTS_MAX: usize = 8;
 
 /// The host part of the bridge's address on the test's side: clients and
 /// pollers reach the nodes from it.
 const BRIDGE_HOST: u8 = 254;
 
-/// The host part of the store's address (the PostgreSQL proxy listens on
-/// it): a cut from the store is a blackhole route to it alone.
+/// The host part of the store's address on the bridge (a store's proxy
+/// listens on it): a cut from the store is a blackhole route to it alone.
 pub const STORE_HOST: u8 = 253;
+
+/// Which names and addresses a test's nets take, so that tests running at
+/// once (each test binary is its own process) never share either.
+pub struct Family {
+    /// Three letters that start every bridge, veth and namespace name (the
+    /// longest name, `{prefix}9999br`, stays within the kernel's 15).
+    pub prefix: &'static str,
+    /// The first of the 50 second octets of `10.x.y.0/24` this family
+    /// uses.
+    pub second_octet_min: u32,
+}
+
+/// Namespaces, veths and a bridge named after this process and net,
+/// removed on drop (also when the test panics).
+pub struct Net {
+    prefix: String,
+    subnet: String,
+    hosts: usize,
+    /// Blackhole routes in place: (host, the address it cannot reach).
+    cuts: Mutex<BTreeSet<(usize, String)>>,
+}
 
 fn ip(args: &[&str]) -> Result<(), String> {
     let output = Command::new("ip")
@@ -37,32 +60,25 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// Namespaces, veths and a bridge named after this process and run,
-/// removed on drop (also when the test panics).
-pub struct Net {
-    prefix: String,
-    subnet: String,
-    hosts: usize,
-    /// Blackhole routes in place: (host, the address it cannot reach).
-    cuts: Mutex<BTreeSet<(usize, String)>>,
-}
-
 impl Net {
-    /// `hosts` namespaces on one bridge; `Err` says why they cannot be
-    /// built here (not root, no `ip`, no namespaces).
-    pub fn build(hosts: usize) -> Result<Net, String> {
+    /// `hosts` namespaces (1 to [`HOSTS_MAX`]) on one bridge; `Err` says why
+    /// they cannot be built here (not root, no `ip`, no namespaces).
+    pub fn build(family: &Family, hosts: usize) -> Result<Net, String> {
         assert!(hosts <= HOSTS_MAX, "{hosts} hosts, at most {HOSTS_MAX}");
         // SAFETY: getuid has no preconditions.
         if unsafe { libc::getuid() } != 0 {
             return Err("not root".into());
         }
-        static RUN: AtomicU32 = AtomicU32::new(0);
-        let run = RUN.fetch_add(1, Ordering::Relaxed);
-        let id = (std::process::id() * 4 + run) % 10_000;
-        // 10.200.x.y to 10.249.x.y: apart from the partition test's range.
+        static NET: AtomicU32 = AtomicU32::new(0);
+        let net = NET.fetch_add(1, Ordering::Relaxed);
+        let id = (std::process::id() * 4 + net) % 10_000;
         let mut net = Net {
-            prefix: format!("rdm{id}"),
-            subnet: format!("10.{}.{}", 200 + id / 250 % 50, id % 250),
+            prefix: format!("{}{id}", family.prefix),
+            subnet: format!(
+                "10.{}.{}",
+                family.second_octet_min + id / 250 % 50,
+                id % 250
+            ),
             hosts: 0,
             cuts: Mutex::new(BTreeSet::new()),
         };
@@ -99,6 +115,7 @@ impl Net {
         format!("{}v{host}", self.prefix)
     }
 
+    /// The name of `host`'s namespace.
     pub fn ns(&self, host: usize) -> String {
         format!("{}n{host}", self.prefix)
     }
@@ -108,9 +125,16 @@ impl Net {
         format!("{}.{host}", self.subnet)
     }
 
-    /// The address the store's proxy listens on, on the bridge.
+    /// The address a store's proxy listens on, on the bridge.
     pub fn store_address(&self) -> String {
         format!("{}.{STORE_HOST}", self.subnet)
+    }
+
+    /// A command that runs `program` inside `host`'s namespace.
+    pub fn command_in(&self, host: usize, program: impl AsRef<OsStr>) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.ns(host)]).arg(program);
+        command
     }
 
     fn route(&self, host: usize, to: &str, cut: bool) -> Result<(), String> {
