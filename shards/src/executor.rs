@@ -565,11 +565,13 @@ mod tests {
     }
 }
 
+/// Runs whole executors: a main task with what it spawns, and the stop.
 #[cfg(test)]
 mod run_tests {
     use super::*;
     use crate::reactor::RingConfig;
 
+    /// A small ring (16 entries, 16 receive buffers of 1 KiB) and no spin.
     fn config() -> ExecutorConfig {
         ExecutorConfig {
             ring: RingConfig {
@@ -600,12 +602,6 @@ mod run_tests {
         });
         assert_eq!(out, 5);
     }
-}
-
-#[cfg(test)]
-mod shutdown_tests {
-    use super::*;
-    use crate::reactor::RingConfig;
 
     /// When the main task ends, every task is dropped and what their
     /// operations held in the kernel is let go well before the quiesce
@@ -613,21 +609,7 @@ mod shutdown_tests {
     /// read, a listener's accept, and the core's wake read.
     #[test]
     fn a_stopping_core_waits_for_the_kernel_to_let_go_and_no_longer() {
-        let config = ExecutorConfig {
-            ring: RingConfig {
-                entries: 16,
-                cq_entries: 64,
-                mode: TaskRun::Defer,
-                recv_buffers: 16,
-                recv_buffer_bytes: 1024,
-                registered_files: 64,
-                recv_buffers_per_conn_max: 8,
-            },
-            spin_before_park: Duration::ZERO,
-            latency_shares: 1000,
-            background_shares: 100,
-        };
-        let executor = Executor::new(config).unwrap();
+        let executor = Executor::new(config()).unwrap();
         let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = peer.local_addr().unwrap();
         let (held, main_ended) = executor.run(async move {
