@@ -14,7 +14,6 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -283,7 +282,7 @@ impl Executor {
         let header = Arc::new(TaskHeader {
             index,
             priority,
-            scheduled: std::sync::atomic::AtomicBool::new(true),
+            scheduled: crate::sync::AtomicBool::new(true),
             remote: self.remote.clone(),
         });
         let slot = TaskSlot {
@@ -371,7 +370,7 @@ impl Executor {
 
     fn poll_task(&self, task: Arc<TaskHeader>) {
         // Cleared before the poll: a wake during the poll queues it again.
-        task.scheduled.store(false, Ordering::Release);
+        task.begin_poll();
         let future = {
             let mut tasks = self.tasks.borrow_mut();
             match tasks.get_mut(task.index).and_then(Option::as_mut) {
@@ -524,7 +523,7 @@ mod tests {
         Arc::new(TaskHeader {
             index: 0,
             priority,
-            scheduled: std::sync::atomic::AtomicBool::new(true),
+            scheduled: crate::sync::AtomicBool::new(true),
             remote: remote.clone(),
         })
     }

@@ -34,6 +34,7 @@ mod remote;
 mod ring;
 mod runtime;
 mod shutdown;
+mod sync;
 mod task;
 mod timer;
 
