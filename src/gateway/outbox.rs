@@ -1,9 +1,10 @@
 //! A session's bounded send queue. The gateway appends encoded client
-//! frames; the connection's writer task takes everything queued in one swap
-//! and sends it as one operation. Frames queued during a read batch
-//! (`begin_reader_batch` .. `end_reader_batch`) wake the writer once, at the
-//! batch's end, so all of a batch's answers leave in one send. No IO here:
-//! the writer is the driver's.
+//! frames; the write side of the connection's task takes everything queued
+//! in one swap and sends it as one operation. Frames queued during a read
+//! batch (`begin_reader_batch` .. `end_reader_batch`) wake nobody: the same
+//! task writes right after the batch, so all of its answers leave in one
+//! send. Frames queued from elsewhere wake the task. No IO here: the
+//! writing is the driver's.
 //!
 //! The bound is in frames (`send_queue_max`), so a queue holds at most
 //! `send_queue_max * (HEADER_LEN + body_max_bytes)` bytes waiting, plus the one
@@ -52,8 +53,8 @@ struct Inner {
     state: OutboxState,
     writer: Option<Waker>,
     abort_watch: Option<Waker>,
-    /// The reader is handling a read batch: a push then does not wake the
-    /// writer; `end_reader_batch` does, once.
+    /// The connection's task is handling a read batch: a push then wakes
+    /// nobody, as the task writes once the batch ends.
     reader_batch: bool,
 }
 
@@ -120,8 +121,8 @@ impl Outbox {
         }
         encode(&mut inner.bytes);
         inner.frames += 1;
-        // During a reader batch the writer is woken once when the batch
-        // ends, so the batch's answers leave in one send, not one per frame.
+        // During a read batch the task writes when the batch ends, so the
+        // batch's answers leave in one send, not one per frame.
         if !inner.reader_batch {
             if let Some(waker) = inner.writer.take() {
                 waker.wake();
@@ -165,34 +166,21 @@ impl Outbox {
         if inner.state == OutboxState::Closing {
             return Poll::Ready(WriterStep::Finish);
         }
-        inner.writer = Some(cx.waker().clone());
+        set_waker(&mut inner.writer, cx);
         Poll::Pending
     }
 
-    /// Reader side: a read batch starts; what it queues wakes the writer
-    /// at [`Self::end_reader_batch`], not frame by frame.
+    /// Reader side: a read batch starts; what it queues wakes nobody (the
+    /// connection's task writes once the batch ends).
     pub fn begin_reader_batch(&self) {
         self.inner.borrow_mut().reader_batch = true;
     }
 
-    /// Reader side, at the end of a read batch: wakes the writer if the
-    /// batch queued anything, so it goes out in one send.
+    /// Reader side: the read batch ended; pushes wake the task again. Its
+    /// write side, which runs next in the same poll, takes what the batch
+    /// queued.
     pub fn end_reader_batch(&self) {
-        let mut inner = self.inner.borrow_mut();
-        inner.reader_batch = false;
-        if !inner.bytes.is_empty() {
-            if let Some(waker) = inner.writer.take() {
-                waker.wake();
-            }
-        }
-    }
-
-    /// Wakes the writer with nothing queued: the connection's transport
-    /// owes the peer bytes of its own (a TLS handshake message, a pong).
-    pub fn wake_writer(&self) {
-        if let Some(waker) = self.inner.borrow_mut().writer.take() {
-            waker.wake();
-        }
+        self.inner.borrow_mut().reader_batch = false;
     }
 
     /// Ready once the outbox is aborted: the writer races its socket write
@@ -203,13 +191,23 @@ impl Outbox {
         if inner.state == OutboxState::Aborted {
             return Poll::Ready(());
         }
-        inner.abort_watch = Some(cx.waker().clone());
+        set_waker(&mut inner.abort_watch, cx);
         Poll::Pending
     }
 
     /// Test and diagnostics view of the queued bytes.
     pub fn queued_bytes(&self) -> Vec<u8> {
         self.inner.borrow().bytes.clone()
+    }
+}
+
+/// Keeps the waker registered in `slot` if it wakes the same task as
+/// `cx`'s (no clone: a waker clone and drop is two atomic operations, on
+/// the path of every answer).
+fn set_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(waker) if waker.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
     }
 }
 
@@ -300,8 +298,11 @@ mod tests {
         })
     }
 
+    /// Answers queued during a read batch wake nobody (the task writes
+    /// once the batch ends) and leave in one take; a push from elsewhere
+    /// wakes the task.
     #[test]
-    fn a_reader_batch_wakes_the_writer_once_at_its_end() {
+    fn a_reader_batch_wakes_nobody_and_its_answers_leave_together() {
         let outbox = Outbox::new(8);
         let (waker, wakes) = counting_waker();
         let mut cx = Context::from_waker(&waker);
@@ -310,22 +311,23 @@ mod tests {
         outbox.begin_reader_batch();
         outbox.push_frame(FrameKind::Response, 1, 1, b"a").unwrap();
         outbox.push_frame(FrameKind::Response, 1, 2, b"b").unwrap();
-        assert_eq!(wakes(), 0, "not per frame");
         outbox.end_reader_batch();
-        assert_eq!(wakes(), 1, "once, at the end");
+        assert_eq!(wakes(), 0, "the task writes after its own batch");
         assert_eq!(
             outbox.poll_take(&mut cx, &mut writer),
             Poll::Ready(WriterStep::Write)
         );
         assert_eq!(writer.len(), 2 * 17, "both frames in one batch");
-        // A batch that queued nothing wakes nobody.
         writer.clear();
         assert!(outbox.poll_take(&mut cx, &mut writer).is_pending());
-        outbox.begin_reader_batch();
-        outbox.end_reader_batch();
-        assert_eq!(wakes(), 1);
-        // Outside a batch, a push wakes the writer.
+        // Outside a batch, a push wakes the task, and the waker it
+        // registered again is kept, not cloned anew.
         outbox.push_frame(FrameKind::Push, 100, 0, b"c").unwrap();
+        assert_eq!(wakes(), 1);
+        assert!(outbox.poll_take(&mut cx, &mut writer).is_ready());
+        writer.clear();
+        assert!(outbox.poll_take(&mut cx, &mut writer).is_pending());
+        outbox.push_frame(FrameKind::Push, 100, 0, b"d").unwrap();
         assert_eq!(wakes(), 2);
     }
 
