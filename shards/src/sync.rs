@@ -2,7 +2,7 @@
 //! signal, a task's scheduled flag): std's, or loom's under `--cfg loom`,
 //! whose model checker then runs the loom tests through every interleaving
 //! and every ordering the memory model allows. Run them with
-//! `RUSTFLAGS="--cfg loom" cargo test -p shards --lib --release loom_`.
+//! `RUSTFLAGS="--cfg loom" cargo test -p shards --lib loom_`.
 //!
 //! Loom models `SeqCst` loads and stores as `AcqRel` (weaker than the real
 //! thing) but `SeqCst` fences exactly, so the code here relies on
