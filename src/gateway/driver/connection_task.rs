@@ -2,7 +2,7 @@
 //! writes its session's outbox, in one hand-written future.
 //!
 //! One task rather than a reader's and a writer's: a connection then costs
-//! one future of about 220 bytes, one task header and one slot, where two
+//! one future of 224 bytes, one task header and one slot, where two
 //! async tasks cost two futures of 350 bytes each, their headers and their
 //! join state (an idle connection's memory is mostly this). And the answers
 //! a receive queues leave in the same poll, right after the read side is
@@ -44,12 +44,8 @@ pub(super) struct ConnectionTask {
     /// The read side runs: until the end of the stream, an error, a
     /// protocol violation, or the gateway closed the session.
     reading: bool,
-    writer: Writer,
-}
-
-/// The write side's state between polls.
-#[derive(Default)]
-struct Writer {
+    // The write side's state between polls, flat in the task (a nested
+    // struct's padding would push the task past its size class, below).
     /// The batch taken from the outbox, waiting for the send before it
     /// (with `step`); else an empty buffer the next batch is taken into.
     batch: Vec<u8>,
@@ -62,8 +58,13 @@ struct Writer {
     /// The layers' goodbyes are sealed (and in flight, if any).
     finishing: bool,
     /// The socket is shut down: nothing more is written.
-    done: bool,
+    written: bool,
 }
+
+/// The most bytes a connection's task takes: every connection has one, and
+/// 224 is an allocator size class (the next is 256).
+const CONNECTION_TASK_BYTES_MAX: usize = 224;
+const _: () = assert!(std::mem::size_of::<ConnectionTask>() <= CONNECTION_TASK_BYTES_MAX);
 
 impl ConnectionTask {
     /// Registers the session of a connection accepted on a listener that
@@ -101,7 +102,11 @@ impl ConnectionTask {
             stream,
             decoder,
             reading: true,
-            writer: Writer::default(),
+            batch: Vec::new(),
+            step: None,
+            in_flight: None,
+            finishing: false,
+            written: false,
         }
     }
 
@@ -174,9 +179,9 @@ impl ConnectionTask {
     /// outbox closes (`Ready` once the socket is shut down).
     fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
-            let step = match self.writer.step.take() {
+            let step = match self.step.take() {
                 Some(step) => step,
-                None => match self.outbox.poll_take(cx, &mut self.writer.batch) {
+                None => match self.outbox.poll_take(cx, &mut self.batch) {
                     // A layered transport may owe the peer bytes with no
                     // answer queued (a handshake message, a pong): that is
                     // a batch too.
@@ -192,11 +197,11 @@ impl ConnectionTask {
             }
             // The batch, or the end, needs the socket: the send before must
             // be done.
-            let mut spare = match self.writer.in_flight.as_mut() {
+            let mut spare = match self.in_flight.as_mut() {
                 None => Vec::new(),
                 Some(send) => match Pin::new(send).poll(cx) {
                     Poll::Pending => {
-                        self.writer.step = Some(step);
+                        self.step = Some(step);
                         // A client that stopped reading cannot hold the
                         // task: an abort of the outbox ends the wait.
                         if self.outbox.poll_aborted(cx).is_ready() {
@@ -205,7 +210,7 @@ impl ConnectionTask {
                         return Poll::Pending;
                     }
                     Poll::Ready((sent, buf)) => {
-                        self.writer.in_flight = None;
+                        self.in_flight = None;
                         match sent {
                             Ok(n) if n == buf.len() => buf,
                             Ok(0) | Err(_) => {
@@ -216,8 +221,8 @@ impl ConnectionTask {
                                 // Cut short (the connection failed part
                                 // way): the rest goes first, as a send of
                                 // its own; a failure shows on it.
-                                self.writer.in_flight = Some(self.stream.start_send(buf[n..].to_vec()));
-                                self.writer.step = Some(step);
+                                self.in_flight = Some(self.stream.start_send(buf[n..].to_vec()));
+                                self.step = Some(step);
                                 continue;
                             }
                         }
@@ -226,39 +231,39 @@ impl ConnectionTask {
             };
             spare.clear();
             if step == WriterStep::Finish {
-                if self.writer.finishing {
+                if self.finishing {
                     return Poll::Ready(());
                 }
                 // Everything queued before the close is sent; then the
                 // layers' goodbyes (an alert or close_notify, a close
                 // frame), whose send ends the writer.
-                self.writer.finishing = true;
+                self.finishing = true;
                 if let Transport::Layered(layers) = &self.transport {
                     layers.borrow_mut().finish(&mut spare);
                 }
                 if spare.is_empty() {
                     return Poll::Ready(());
                 }
-                self.writer.in_flight = Some(self.stream.start_send(spare));
-                self.writer.step = Some(WriterStep::Finish);
+                self.in_flight = Some(self.stream.start_send(spare));
+                self.step = Some(WriterStep::Finish);
                 continue;
             }
             // The sent buffer carries the batch after this one.
             let wire = match &self.transport {
-                Transport::Plain => std::mem::replace(&mut self.writer.batch, spare),
+                Transport::Plain => std::mem::replace(&mut self.batch, spare),
                 Transport::Layered(layers) => {
                     // One seal per batch: one WebSocket message, one write
                     // into rustls.
-                    layers.borrow_mut().seal(&self.writer.batch, &mut spare);
-                    self.writer.batch.clear();
+                    layers.borrow_mut().seal(&self.batch, &mut spare);
+                    self.batch.clear();
                     spare
                 }
             };
             if wire.is_empty() {
-                self.writer.batch = wire;
+                self.batch = wire;
                 continue;
             }
-            self.writer.in_flight = Some(self.stream.start_send(wire));
+            self.in_flight = Some(self.stream.start_send(wire));
         }
     }
 }
@@ -271,14 +276,14 @@ impl Future for ConnectionTask {
         if task.reading {
             task.poll_read(cx);
         }
-        if !task.writer.done && task.poll_write(cx).is_ready() {
-            task.writer.done = true;
+        if !task.written && task.poll_write(cx).is_ready() {
+            task.written = true;
             // shutdown(2) ends the read side's pending receive and tells
             // the peer we are done; the descriptor is closed when the
             // stream drops.
             task.stream.shutdown();
         }
-        if task.reading || !task.writer.done {
+        if task.reading || !task.written {
             return Poll::Pending;
         }
         task.gateway.0.sessions_open.fetch_sub(1, Ordering::AcqRel);
