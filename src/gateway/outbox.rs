@@ -48,8 +48,10 @@ pub enum WriterStep {
 #[derive(Debug)]
 struct Inner {
     bytes: Vec<u8>,
-    frames: usize,
-    max_frames: usize,
+    /// u32, not usize: with them the outbox fits a 96-byte allocation
+    /// (every session has one).
+    frames: u32,
+    max_frames: u32,
     state: OutboxState,
     writer: Option<Waker>,
     abort_watch: Option<Waker>,
@@ -57,6 +59,11 @@ struct Inner {
     /// nobody, as the task writes once the batch ends.
     reader_batch: bool,
 }
+
+/// The most bytes an outbox takes: with the `Rc` around it (16), an
+/// allocation of 96 bytes, mimalloc's size class (the next is 112).
+const OUTBOX_BYTES_MAX: usize = 80;
+const _: () = assert!(std::mem::size_of::<Outbox>() <= OUTBOX_BYTES_MAX);
 
 /// One session's send queue. Lives on its core (`!Send` by intent: the
 /// session and its writer are on the same executor).
@@ -71,7 +78,7 @@ impl Outbox {
             inner: RefCell::new(Inner {
                 bytes: Vec::new(),
                 frames: 0,
-                max_frames: max_frames.max(1),
+                max_frames: u32::try_from(max_frames).unwrap_or(u32::MAX).max(1),
                 state: OutboxState::Open,
                 writer: None,
                 abort_watch: None,
@@ -86,7 +93,7 @@ impl Outbox {
 
     /// Frames queued and not yet taken by the writer.
     pub fn queued_frames(&self) -> usize {
-        self.inner.borrow().frames
+        self.inner.borrow().frames as usize
     }
 
     /// Queues one frame.
