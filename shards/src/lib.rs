@@ -34,6 +34,7 @@ mod remote;
 mod ring;
 mod runtime;
 mod shutdown;
+mod sync;
 mod task;
 mod timer;
 
@@ -41,7 +42,7 @@ pub use bufring::{RecvBuf, RecvBufferStats};
 pub use config::{CorePlacement, RuntimeConfig, TaskRun};
 pub use executor::{
     file_table, kernel_entries, ops_in_flight, recv_buffers, ring_mode, spawn, spawn_background,
-    yield_now, FileTableStats, JoinHandle,
+    spawn_detached, yield_now, FileTableStats, JoinHandle,
 };
 pub use files::{registered_files_mode, RegisteredFiles};
 pub use mesh::{Inbox, Mesh, MeshStats, SendError};

@@ -3,9 +3,11 @@
 
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Poll, Waker};
+
+use crate::sync::{fence, AtomicBool, Mutex, MutexGuard};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 
@@ -55,14 +57,24 @@ fn bump(counter: &AtomicU64) {
 
 /// Wakes a receiving core's inbox task after a send. The sender pays one
 /// load when the task is busy draining (not registered), and the task is
-/// woken once per drain however many messages arrive meanwhile.
-#[derive(Default)]
+/// woken once per drain however many messages arrive meanwhile. The loom
+/// tests below check that no send is left unseen with the task asleep.
 pub(crate) struct Signal {
     registered: AtomicBool,
     waker: Mutex<Option<Waker>>,
 }
 
+impl Default for Signal {
+    fn default() -> Signal {
+        Signal {
+            registered: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        }
+    }
+}
+
 impl Signal {
+    /// After a message is queued: wakes the receiver if it registered.
     fn wake(&self) {
         // Pairs with the fence in `register`: either the receiver sees the
         // message on its re-check, or this sees it registered.
@@ -76,13 +88,15 @@ impl Signal {
         }
     }
 
+    /// Before the receiver's last look at its channels: a send after that
+    /// look wakes `waker`.
     fn register(&self, waker: &Waker) {
         *self.lock() = Some(waker.clone());
         self.registered.store(true, Ordering::Release);
         fence(Ordering::SeqCst);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Waker>> {
         self.waker
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -298,7 +312,7 @@ impl<T: Send + 'static> Inbox<T> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod signal_tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
@@ -329,5 +343,102 @@ mod signal_tests {
         signal.register(&waker);
         signal.wake();
         assert_eq!(count.0.load(Ordering::SeqCst), 2);
+    }
+}
+
+/// The mesh signal under loom's model checker (`sync.rs`): every
+/// interleaving of senders and the receiving task, with the channel
+/// modelled by a counter the sender publishes with a read-modify-write
+/// (as the channel's send does) and the receiver reads with an acquire
+/// load (as its emptiness check does).
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::Notify;
+    use std::task::Wake;
+
+    /// The receiving task's waker: a wake lets its next park return.
+    struct Parker(Notify);
+
+    impl Wake for Parker {
+        fn wake(self: Arc<Self>) {
+            self.0.notify();
+        }
+    }
+
+    /// The inbox task's loop (`Inbox::serve`): take what was sent; with
+    /// nothing new, register, look once more, and park until woken. Ends
+    /// once `want` messages were taken; a lost wake leaves it parked with
+    /// every sender gone, which loom reports as a deadlock.
+    fn receive(signal: &Signal, sent: &AtomicUsize, want: usize) {
+        let parker = Arc::new(Parker(Notify::new()));
+        let waker = Waker::from(parker.clone());
+        let mut taken = 0;
+        loop {
+            let available = sent.load(Ordering::Acquire);
+            if available > taken {
+                taken = available;
+                if taken == want {
+                    return;
+                }
+                continue;
+            }
+            signal.register(&waker);
+            // A message sent before the registration was published.
+            if sent.load(Ordering::Acquire) > taken {
+                continue;
+            }
+            parker.0.wait();
+        }
+    }
+
+    fn send(signal: &Signal, sent: &AtomicUsize) {
+        sent.fetch_add(1, Ordering::Release);
+        signal.wake();
+    }
+
+    /// Loom's model with three threads, bounded to three preemptions
+    /// per execution (as tokio's loom runs are): the unbounded search of
+    /// three threads runs for hours, and the wakes here need fewer
+    /// preemptions to go wrong than that (a lost wake needs one or two).
+    fn three_threads() -> loom::model::Builder {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model
+    }
+
+    #[test]
+    fn loom_a_send_wakes_a_receiver_that_is_about_to_park() {
+        loom::model(|| {
+            let signal = Arc::new(Signal::default());
+            let sent = Arc::new(AtomicUsize::new(0));
+            let sender = {
+                let (signal, sent) = (signal.clone(), sent.clone());
+                loom::thread::spawn(move || send(&signal, &sent))
+            };
+            receive(&signal, &sent, 1);
+            sender.join().unwrap();
+        });
+    }
+
+    /// Two senders (two peer cores): the second may find the receiver
+    /// registered while the first's wake is still taking its waker.
+    #[test]
+    fn loom_two_senders_never_leave_a_message_unseen() {
+        three_threads().check(|| {
+            let signal = Arc::new(Signal::default());
+            let sent = Arc::new(AtomicUsize::new(0));
+            let senders: Vec<_> = (0..2)
+                .map(|_| {
+                    let (signal, sent) = (signal.clone(), sent.clone());
+                    loom::thread::spawn(move || send(&signal, &sent))
+                })
+                .collect();
+            receive(&signal, &sent, 2);
+            for sender in senders {
+                sender.join().unwrap();
+            }
+        });
     }
 }

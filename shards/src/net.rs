@@ -243,67 +243,68 @@ impl TcpStream {
     /// holds at most `recv_buffers_per_conn_max` buffers: while its reader
     /// keeps that many, the next `recv` waits for one of them to drop.
     pub async fn recv(&self) -> io::Result<Option<RecvBuf>> {
-        poll_fn(|cx| {
-            executor::with_reactor(|reactor| loop {
-                let index = match self.recv.get() {
+        poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// [`TcpStream::recv`] for a hand-written future: `Pending` registers
+    /// `cx`'s waker for the next receive.
+    pub fn poll_recv(&self, cx: &mut std::task::Context<'_>) -> Poll<io::Result<Option<RecvBuf>>> {
+        executor::with_reactor(|reactor| loop {
+            let index = match self.recv.get() {
+                Some(index) => index,
+                None => match self.arm_recv(reactor, cx) {
                     Some(index) => index,
-                    None => match self.arm_recv(reactor, cx) {
-                        Some(index) => index,
-                        None => return Poll::Pending,
-                    },
-                };
-                let (res, flags) = match reactor.poll_multi(index, cx) {
-                    Poll::Pending => return Poll::Pending,
-                    // Ended without an error (the kernel may end a multishot
-                    // after a completion): arm a new one.
-                    Poll::Ready(None) => {
-                        self.recv.set(None);
-                        continue;
-                    }
-                    Poll::Ready(Some(completion)) => completion,
-                };
-                if res > 0 {
-                    let data = match cqueue::buffer_select(flags) {
-                        Some(bid) => RecvData::Lent {
-                            ring: reactor.bufs.clone(),
-                            quota: self.quota.clone(),
-                            bid,
-                        },
-                        None => match reactor.take_spilled(index) {
-                            Some(bytes) => RecvData::Spilled(bytes),
-                            None => {
-                                return Poll::Ready(Err(io::Error::other(
-                                    "receive without a buffer",
-                                )))
-                            }
-                        },
-                    };
-                    return Poll::Ready(Ok(Some(RecvBuf {
-                        data,
-                        len: res as usize,
-                    })));
-                }
-                // ENOBUFS: the ring ran dry and ended the multishot.
-                // ECANCELED: the connection reached its share of the ring
-                // (the reactor stopped it). Both re-arm when they can.
-                if res == -libc::ENOBUFS || res == -libc::ECANCELED {
-                    if !cqueue::more(flags) {
-                        reactor.orphan(index, None);
-                        self.recv.set(None);
-                    }
+                    None => return Poll::Pending,
+                },
+            };
+            let (res, flags) = match reactor.poll_multi(index, cx) {
+                Poll::Pending => return Poll::Pending,
+                // Ended without an error (the kernel may end a multishot
+                // after a completion): arm a new one.
+                Poll::Ready(None) => {
+                    self.recv.set(None);
                     continue;
                 }
-                // End of stream or an error ends the multishot.
-                reactor.orphan(index, None);
-                self.recv.set(None);
-                return Poll::Ready(if res == 0 {
-                    Ok(None)
-                } else {
-                    Err(io::Error::from_raw_os_error(-res))
-                });
-            })
+                Poll::Ready(Some(completion)) => completion,
+            };
+            if res > 0 {
+                let data = match cqueue::buffer_select(flags) {
+                    Some(bid) => RecvData::Lent {
+                        ring: reactor.bufs.clone(),
+                        quota: self.quota.clone(),
+                        bid,
+                    },
+                    None => match reactor.take_spilled(index) {
+                        Some(bytes) => RecvData::Spilled(bytes),
+                        None => {
+                            return Poll::Ready(Err(io::Error::other("receive without a buffer")))
+                        }
+                    },
+                };
+                return Poll::Ready(Ok(Some(RecvBuf {
+                    data,
+                    len: res as usize,
+                })));
+            }
+            // ENOBUFS: the ring ran dry and ended the multishot.
+            // ECANCELED: the connection reached its share of the ring
+            // (the reactor stopped it). Both re-arm when they can.
+            if res == -libc::ENOBUFS || res == -libc::ECANCELED {
+                if !cqueue::more(flags) {
+                    reactor.orphan(index, None);
+                    self.recv.set(None);
+                }
+                continue;
+            }
+            // End of stream or an error ends the multishot.
+            reactor.orphan(index, None);
+            self.recv.set(None);
+            return Poll::Ready(if res == 0 {
+                Ok(None)
+            } else {
+                Err(io::Error::from_raw_os_error(-res))
+            });
         })
-        .await
     }
 
     /// Arms the stream's receive, if it can fill a buffer now: with the
@@ -368,10 +369,9 @@ impl TcpStream {
         let index =
             executor::with_reactor(|reactor| unsafe { reactor.submit_send(entry, &self.sends) });
         SendOp {
-            op: OwnedOp {
-                index: Some(index),
-                keep: Some(Box::new(buf)),
-            },
+            index: Some(index),
+            buf,
+            _on_this_core: std::marker::PhantomData,
         }
     }
 
@@ -452,7 +452,14 @@ impl Drop for TcpStream {
 
 /// A send in flight (see [`TcpStream::start_send`]).
 pub struct SendOp {
-    op: OwnedOp,
+    /// Its slot, until the completion is taken.
+    index: Option<usize>,
+    /// The buffer the kernel reads. Held here unboxed (a connection keeps
+    /// its last send until its next batch): boxed into the slot only if
+    /// this is dropped while the kernel may still read it.
+    buf: Vec<u8>,
+    /// The slot index belongs to the ring of the core that made it.
+    _on_this_core: std::marker::PhantomData<*const ()>,
 }
 
 impl std::future::Future for SendOp {
@@ -462,9 +469,24 @@ impl std::future::Future for SendOp {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Self::Output> {
-        let (res, _) = std::task::ready!(self.op.poll(cx));
-        let buf = self.op.take::<Vec<u8>>();
+        let Some(index) = self.index else {
+            unreachable!("a send polled after it completed");
+        };
+        let (res, _) =
+            std::task::ready!(executor::with_reactor(|reactor| reactor.poll_op(index, cx)));
+        self.index = None;
+        let buf = std::mem::take(&mut self.buf);
         Poll::Ready((result(res).map(|n| n as usize), buf))
+    }
+}
+
+impl Drop for SendOp {
+    fn drop(&mut self) {
+        if let Some(index) = self.index.take() {
+            // The heap memory the kernel reads does not move with the Vec.
+            let keep: Box<dyn std::any::Any> = Box::new(std::mem::take(&mut self.buf));
+            executor::try_with_reactor(|reactor| reactor.orphan(index, Some(keep)));
+        }
     }
 }
 
@@ -502,16 +524,6 @@ impl OwnedOp {
             self.index = None;
         }
         done
-    }
-
-    /// The memory lent, once the operation completed.
-    fn take<T: 'static>(&mut self) -> T {
-        debug_assert!(self.index.is_none());
-        *self
-            .keep
-            .take()
-            .and_then(|keep| keep.downcast::<T>().ok())
-            .expect("the operation's memory, of the type it was given as")
     }
 }
 

@@ -6,11 +6,12 @@
 //! may wake a task, and the wake then travels through the executor's
 //! remote queue and, if the core sleeps, its eventfd (`remote.rs`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Wake;
 
 use crate::remote::Remote;
+use crate::sync::AtomicBool;
 
 /// Which run queue a task belongs to (see `executor::Queues`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +32,22 @@ pub(crate) struct TaskHeader {
     /// is in a run queue at most once however often it is woken.
     pub scheduled: AtomicBool,
     pub remote: Arc<Remote>,
+}
+
+impl TaskHeader {
+    /// The executor is about to poll the task: a wake from here on queues
+    /// it again.
+    ///
+    /// A store, not a swap (a poll is the hot path): a wake from another
+    /// thread is then seen by the poll only if what it signals reaches the
+    /// future through a lock or a read-modify-write (a channel, a mutex, a
+    /// oneshot), never through a plain store the future reads with a plain
+    /// load: store-then-load on two variables on both sides lets each
+    /// miss the other. Every cross-thread wake source of routerd is of the
+    /// first kind; the loom tests check the protocol with one.
+    pub fn begin_poll(&self) {
+        self.scheduled.store(false, Ordering::Release);
+    }
 }
 
 impl Wake for TaskHeader {

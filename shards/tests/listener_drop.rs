@@ -45,13 +45,7 @@ fn a_dropped_listener_closes_the_connections_it_accepted_but_never_handed_out() 
         }
     });
     let address = wait_for(&address);
-    let connect = || {
-        let client = std::net::TcpStream::connect(address).expect("connect");
-        client
-            .set_read_timeout(Some(Duration::from_secs(3)))
-            .unwrap();
-        client
-    };
+    let connect = || common::connect(address, Duration::from_secs(3));
     let mut first = connect();
     let mut queued: Vec<std::net::TcpStream> = (0..QUEUED_CLIENTS).map(|_| connect()).collect();
     all_connected.store(true, Ordering::SeqCst);

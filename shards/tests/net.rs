@@ -11,7 +11,7 @@ use shards::net::{TcpListener, TcpStream};
 use shards::TaskRun;
 
 mod common;
-use common::{accept_and_read_all, on_a_core, one_core, wait_for};
+use common::{accept_and_read_all, connect, on_a_core, one_core, process_cpu, wait_for};
 
 /// An echo server on the core: many small receives through the buffer
 /// ring (8 buffers of 64 bytes, so they are reused), sends of owned
@@ -45,10 +45,7 @@ fn echo_through_the_ring_reuses_receive_buffers() {
     });
     let address = wait_for(&address);
     for _ in 0..3 {
-        let mut client = std::net::TcpStream::connect(address).expect("connect");
-        client
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        let mut client = connect(address, Duration::from_secs(5));
         let payload: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         let writer = {
             let mut client = client.try_clone().unwrap();
@@ -203,22 +200,19 @@ fn streams_past_the_file_table_use_descriptors_and_indexes_come_back() {
         client.read_exact(&mut back).unwrap();
         assert_eq!(back, payload, "connection {tag}");
     };
-    let connect = || {
-        let client = std::net::TcpStream::connect(address).expect("connect");
-        client
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        client
-    };
 
-    let mut first: Vec<std::net::TcpStream> = (0..6).map(|_| connect()).collect();
+    let mut first: Vec<std::net::TcpStream> = (0..6)
+        .map(|_| connect(address, Duration::from_secs(5)))
+        .collect();
     for (tag, client) in first.iter_mut().enumerate() {
         echo(client, tag as u8);
     }
     expect(4, 2);
     drop(first);
     expect(0, 2);
-    let mut second: Vec<std::net::TcpStream> = (0..4).map(|_| connect()).collect();
+    let mut second: Vec<std::net::TcpStream> = (0..4)
+        .map(|_| connect(address, Duration::from_secs(5)))
+        .collect();
     for (tag, client) in second.iter_mut().enumerate() {
         echo(client, 10 + tag as u8);
     }
@@ -332,17 +326,6 @@ fn a_sleeping_core_wakes_for_another_thread_and_idles_cheaply() {
     }
 }
 
-fn process_cpu() -> Duration {
-    // SAFETY: getrusage fills the struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let micros = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
-    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
-}
-
 /// A connection closed while an older one idles with its receive armed
 /// ends at once for its peer (on kernels before 6.13 the registered file
 /// table would keep it open behind the idle receive; the runtime then
@@ -373,10 +356,7 @@ fn a_closed_connection_ends_while_an_older_one_idles() {
     let _idle = std::net::TcpStream::connect(address).expect("connect");
     std::thread::sleep(Duration::from_millis(20));
     for n in 0..3 {
-        let mut client = std::net::TcpStream::connect(address).expect("connect");
-        client
-            .set_read_timeout(Some(Duration::from_secs(2)))
-            .unwrap();
+        let mut client = connect(address, Duration::from_secs(2));
         client.write_all(b"x").unwrap();
         let mut byte = [0u8; 1];
         assert_eq!(

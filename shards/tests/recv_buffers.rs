@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shards::net::{TcpListener, TcpStream};
-use shards::RecvBufferStats;
+use shards::{RecvBufferStats, Runtime, ShutdownHandle};
 
 mod common;
-use common::{on_a_core, one_core, wait_for};
+use common::{on_a_core, one_core, process_cpu, wait_for};
 
 /// What a slow connection's reader saw: the ring while it held back, and
 /// whether every byte it then read was the one its peer sent.
@@ -106,12 +106,49 @@ async fn hold_then_read(
 }
 
 fn connect(address: SocketAddr) -> std::net::TcpStream {
-    let client = std::net::TcpStream::connect(address).expect("connect");
-    client
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    client.set_nodelay(true).unwrap();
-    client
+    common::connect(address, Duration::from_secs(3))
+}
+
+/// A core running [`serve`], one connection's buffers bounded by
+/// `recv_buffers_per_conn_max`, and the test's handles on it.
+struct SlowReaderSetup {
+    address: SocketAddr,
+    release: Arc<AtomicBool>,
+    report: Arc<Mutex<Option<SlowReport>>>,
+    runtime: Runtime,
+    shutdown: ShutdownHandle,
+}
+
+impl SlowReaderSetup {
+    fn start(recv_buffers_per_conn_max: u32) -> SlowReaderSetup {
+        let mut config = one_core();
+        config.recv_buffers_per_conn_max = recv_buffers_per_conn_max;
+        let address = Arc::new(Mutex::new(None));
+        let release = Arc::new(AtomicBool::new(false));
+        let report = Arc::new(Mutex::new(None::<SlowReport>));
+        let (runtime, shutdown) = on_a_core(
+            config,
+            serve(address.clone(), release.clone(), report.clone()),
+        );
+        SlowReaderSetup {
+            address: wait_for(&address),
+            release,
+            report,
+            runtime,
+            shutdown,
+        }
+    }
+
+    /// Lets the slow reader read on, and what it saw.
+    fn release_slow_reader(&self) -> SlowReport {
+        self.release.store(true, Ordering::SeqCst);
+        wait_for(&self.report)
+    }
+
+    fn stop(self) {
+        self.shutdown.trigger();
+        self.runtime.join().expect("clean stop");
+    }
 }
 
 /// Round trips of `payload` on a fast connection; panics if one stalls.
@@ -137,33 +174,14 @@ fn trickle(client: &mut std::net::TcpStream, piece_bytes: usize) {
     }
 }
 
-fn process_cpu() -> Duration {
-    // SAFETY: getrusage fills the struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let micros = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
-    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
-}
-
 /// With no bound per connection, a slow reader fills the whole ring; a
 /// fast connection then waits for a buffer on the waiter list (counted)
 /// while the core sleeps, and is served as soon as buffers come back.
 #[test]
 fn a_connection_finding_the_ring_empty_waits_without_spinning() {
-    let mut config = one_core();
-    config.recv_buffers_per_conn_max = u32::from(config.recv_buffers);
-    let address = Arc::new(Mutex::new(None));
-    let release = Arc::new(AtomicBool::new(false));
-    let report = Arc::new(Mutex::new(None::<SlowReport>));
-    let (runtime, shutdown) = on_a_core(
-        config.clone(),
-        serve(address.clone(), release.clone(), report.clone()),
-    );
-    let address = wait_for(&address);
-    let mut slow = connect(address);
+    let ring_buffers = one_core().recv_buffers;
+    let setup = SlowReaderSetup::start(u32::from(ring_buffers));
+    let mut slow = connect(setup.address);
     // Far more than the ring holds (8 buffers of 64 bytes) arrives at once.
     slow.write_all(b"S").unwrap();
     let bytes: Vec<u8> = (0..SLOW_BYTES).map(slow_pattern).collect();
@@ -172,19 +190,19 @@ fn a_connection_finding_the_ring_empty_waits_without_spinning() {
         slow
     });
     std::thread::sleep(Duration::from_millis(50));
-    let mut fast = connect(address);
+    let mut fast = connect(setup.address);
     fast.write_all(b"ping").unwrap();
     // The fast connection is starved now; the core must sleep meanwhile.
     std::thread::sleep(Duration::from_millis(20));
     let before = process_cpu();
     std::thread::sleep(Duration::from_millis(300));
     let starved_cpu = process_cpu() - before;
-    release.store(true, Ordering::SeqCst);
+    setup.release.store(true, Ordering::SeqCst);
     let mut back = [0u8; 4];
     fast.read_exact(&mut back)
         .expect("served once buffers came back");
     assert_eq!(&back, b"ping");
-    let slow_report = wait_for(&report);
+    let slow_report = setup.release_slow_reader();
     let _slow = writer.join().unwrap();
     assert!(
         starved_cpu < Duration::from_millis(60),
@@ -192,7 +210,7 @@ fn a_connection_finding_the_ring_empty_waits_without_spinning() {
     );
     assert!(slow_report.intact, "the slow connection's bytes");
     assert_eq!(
-        slow_report.while_held.lent, config.recv_buffers,
+        slow_report.while_held.lent, ring_buffers,
         "the slow reader held the whole ring: {:?}",
         slow_report.while_held
     );
@@ -201,8 +219,7 @@ fn a_connection_finding_the_ring_empty_waits_without_spinning() {
         held.waiting >= 1 && held.recv_buffer_waits_total >= 1,
         "the fast connection waited on the list: {held:?}"
     );
-    shutdown.trigger();
-    runtime.join().expect("clean stop");
+    setup.stop();
 }
 
 /// Buffers a connection may hold in the test below.
@@ -212,16 +229,8 @@ const HELD_MAX: u32 = 2;
 /// connections beside it keep being served while it holds back.
 #[test]
 fn a_slow_reader_cannot_starve_the_fast_connections_beside_it() {
-    let mut config = one_core();
-    config.recv_buffers_per_conn_max = HELD_MAX;
-    let address = Arc::new(Mutex::new(None));
-    let release = Arc::new(AtomicBool::new(false));
-    let report = Arc::new(Mutex::new(None::<SlowReport>));
-    let (runtime, shutdown) = on_a_core(
-        config.clone(),
-        serve(address.clone(), release.clone(), report.clone()),
-    );
-    let address = wait_for(&address);
+    let setup = SlowReaderSetup::start(HELD_MAX);
+    let address = setup.address;
     let slow = std::thread::spawn(move || {
         let mut slow = connect(address);
         trickle(&mut slow, 64);
@@ -244,8 +253,7 @@ fn a_slow_reader_cannot_starve_the_fast_connections_beside_it() {
     // Let the echo tasks give their last buffers back before the slow
     // reader's last look at the ring.
     std::thread::sleep(Duration::from_millis(20));
-    release.store(true, Ordering::SeqCst);
-    let slow_report = wait_for(&report);
+    let slow_report = setup.release_slow_reader();
     let _slow = slow.join().unwrap();
     assert!(slow_report.intact, "the slow connection's bytes");
     let held = slow_report.while_held;
@@ -258,8 +266,7 @@ fn a_slow_reader_cannot_starve_the_fast_connections_beside_it() {
         "the slow reader held more than its share: {held:?}"
     );
     assert!(fast_elapsed < Duration::from_secs(3), "{fast_elapsed:?}");
-    shutdown.trigger();
-    runtime.join().expect("clean stop");
+    setup.stop();
 }
 
 /// A burst far past the connection's share arrives at once, so one kernel
@@ -268,16 +275,8 @@ fn a_slow_reader_cannot_starve_the_fast_connections_beside_it() {
 /// still holds no more than its share and the fast connections are served.
 #[test]
 fn a_burst_to_a_slow_reader_is_held_to_its_share() {
-    let mut config = one_core();
-    config.recv_buffers_per_conn_max = HELD_MAX;
-    let address = Arc::new(Mutex::new(None));
-    let release = Arc::new(AtomicBool::new(false));
-    let report = Arc::new(Mutex::new(None::<SlowReport>));
-    let (runtime, shutdown) = on_a_core(
-        config.clone(),
-        serve(address.clone(), release.clone(), report.clone()),
-    );
-    let address = wait_for(&address);
+    let setup = SlowReaderSetup::start(HELD_MAX);
+    let address = setup.address;
     let mut slow = connect(address);
     let mut burst = b"S".to_vec();
     burst.extend((0..SLOW_BYTES).map(slow_pattern));
@@ -295,8 +294,7 @@ fn a_burst_to_a_slow_reader_is_held_to_its_share() {
         client.join().expect("a fast connection was starved");
     }
     std::thread::sleep(Duration::from_millis(20));
-    release.store(true, Ordering::SeqCst);
-    let slow_report = wait_for(&report);
+    let slow_report = setup.release_slow_reader();
     assert!(slow_report.intact, "the slow connection's bytes");
     let held = slow_report.while_held;
     assert!(
@@ -307,6 +305,5 @@ fn a_burst_to_a_slow_reader_is_held_to_its_share() {
         held.recv_buffer_spilled_total >= 1,
         "nothing was copied out: {held:?}"
     );
-    shutdown.trigger();
-    runtime.join().expect("clean stop");
+    setup.stop();
 }

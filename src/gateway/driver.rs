@@ -1,15 +1,15 @@
 //! The driver of one core's gateway on the core's runtime (`shards`): the
-//! accept loop on the core's SO_REUSEPORT listener, a reader (which also
-//! runs the auth service) and a writer task per connection, the deadline
-//! timer, the idle sweep, and mesh dispatch of gateway messages. All
-//! decisions are in [`GatewayCore`]; this file and `driver/connection.rs`
-//! (the listeners, connections and timers) only perform IO and deliver
-//! effects.
+//! accept loop on the core's SO_REUSEPORT listener, one task per
+//! connection that reads (and runs the auth service) and writes, the
+//! deadline timer, the idle sweep, and mesh dispatch of gateway messages.
+//! All decisions are in [`GatewayCore`]; this file, `driver/connection.rs`
+//! (the listeners and timers) and `driver/connection_task.rs` (a
+//! connection's reads and writes) only perform IO and deliver effects.
 //!
-//! IO goes through the core's ring: the reader's one multishot receive
-//! delivers every read into a buffer of the core's buffer ring (copied
-//! into the frame decoder, then given back), and the writer sends each
-//! batch of answers with one send operation. Both are queued and submitted
+//! IO goes through the core's ring: a connection's one multishot receive
+//! delivers every read into a buffer of the core's buffer ring (frames are
+//! decoded where they lie, then the buffer is given back), and each batch
+//! of answers leaves in one send operation. Both are queued and submitted
 //! with every other connection's in the core's one kernel entry per loop
 //! turn: no system call per connection or per batch.
 
@@ -33,6 +33,7 @@ use crate::config::GatewayConfig;
 use crate::metrics::CoreMetrics;
 
 mod connection;
+mod connection_task;
 pub use connection::serve;
 
 /// The deadline timer's tick: TIMEOUT answers are at most this late.

@@ -12,9 +12,9 @@
 //! - [`auth`]: the stateless per-core auth service (`auth.login`,
 //!   `sys.ping` before login);
 //!
-//! IO: [`driver`] runs the above on glommio (accept loop, a reader and a
-//! writer task per connection, the deadline timer, mesh dispatch), and
-//! [`player`] is the seam the player side plugs into.
+//! IO: [`driver`] runs the above on the core's runtime (accept loop, one
+//! task per connection that reads and writes, the deadline timer, mesh
+//! dispatch), and [`player`] is the seam the player side plugs into.
 //!
 //! A `session_id` is made by `wire::ids::make(core, incarnation, serial)`:
 //! it names the core that owns the session, so an egress frame finds its

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // Each test file uses its own part of this.
 
 use std::io::Read;
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -66,4 +67,25 @@ pub fn wait_for_within<T: Clone>(slot: &Mutex<Option<T>>, patience: Duration) ->
         assert!(Instant::now() < deadline, "nothing arrived in time");
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// A blocking client connection to `address` whose reads give up after
+/// `read_timeout` (a stalled server fails the test instead of hanging it).
+pub fn connect(address: SocketAddr, read_timeout: Duration) -> std::net::TcpStream {
+    let client = std::net::TcpStream::connect(address).expect("connect");
+    client.set_read_timeout(Some(read_timeout)).unwrap();
+    client.set_nodelay(true).unwrap();
+    client
+}
+
+/// CPU time this process has used, user and system.
+pub fn process_cpu() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let micros = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }

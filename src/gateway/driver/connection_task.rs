@@ -1,0 +1,425 @@
+//! One connection's task: it reads and handles the client's frames and
+//! writes its session's outbox, in one hand-written future.
+//!
+//! One task rather than a reader's and a writer's: a connection then costs
+//! one future of 224 bytes, one task header and one slot, where two
+//! async tasks cost two futures of 350 bytes each, their headers and their
+//! join state (an idle connection's memory is mostly this). And the answers
+//! a receive queues leave in the same poll, right after the read side is
+//! done with it: nobody is woken for them. A push from elsewhere (another
+//! core's answer, a room message, a kick) wakes the task through the
+//! outbox; a receive wakes it through its multishot receive.
+//!
+//! Each poll runs the read side first (every receive already completed,
+//! one read batch each), then the write side (at most one send in the
+//! kernel; the next batch waits for it only once it has bytes). The task
+//! ends when both sides have.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::{Rc, Weak};
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use shards::net::{SendOp, TcpStream};
+use shards::RecvBuf;
+use wire::client::{FrameDecoder, FrameError, FrameRef, Peer};
+
+use super::GatewayHandle;
+use crate::gateway::core::CloseReason;
+use crate::gateway::outbox::{Outbox, OutboxState, WriterStep};
+use crate::gateway::transport::tls::HandshakeKind;
+use crate::gateway::transport::{Layers, Opened, Refusal, Transport};
+
+/// A connection's reads and writes; see the module documentation.
+pub(super) struct ConnectionTask {
+    gateway: GatewayHandle,
+    session_id: u64,
+    outbox: Rc<Outbox>,
+    transport: Transport,
+    stream: TcpStream,
+    decoder: FrameDecoder,
+    /// The read side runs: until the end of the stream, an error, a
+    /// protocol violation, or the gateway closed the session.
+    reading: bool,
+    // The write side's state between polls, flat in the task (a nested
+    // struct's padding would push the task past its size class, below).
+    /// The batch taken from the outbox, waiting for the send before it
+    /// (with `step`); else an empty buffer the next batch is taken into.
+    batch: Vec<u8>,
+    /// What the outbox said last, while the send before it runs.
+    step: Option<WriterStep>,
+    /// The one send in the kernel. Not awaited until the next batch (or
+    /// the end) needs the socket: by then it has nearly always completed,
+    /// and its completion woke nobody.
+    in_flight: Option<SendOp>,
+    /// The layers' goodbyes are sealed (and in flight, if any).
+    finishing: bool,
+    /// The socket is shut down: nothing more is written.
+    written: bool,
+}
+
+/// The most bytes a connection's task takes: every connection has one, and
+/// 224 is an allocator size class (the next is 256).
+const CONNECTION_TASK_BYTES_MAX: usize = 224;
+const _: () = assert!(std::mem::size_of::<ConnectionTask>() <= CONNECTION_TASK_BYTES_MAX);
+
+impl ConnectionTask {
+    /// Registers the session of a connection accepted on a listener that
+    /// speaks `transport` (advertised as `advertised_as`), and returns the
+    /// task that serves it.
+    pub fn open(
+        gateway: GatewayHandle,
+        stream: TcpStream,
+        transport: Transport,
+        advertised_as: crate::store::Transport,
+    ) -> ConnectionTask {
+        let _ = stream.set_nodelay(true);
+        let outbox = Rc::new(Outbox::new(gateway.0.config.send_queue_max as usize));
+        let session_id = gateway.0.state.borrow_mut().open_session_via(
+            outbox.clone(),
+            advertised_as,
+            Instant::now(),
+        );
+        if let Transport::Layered(layers) = &transport {
+            if layers.borrow().is_handshaking() {
+                shards::spawn(handshake_watch(
+                    gateway.clone(),
+                    Rc::downgrade(&outbox),
+                    Rc::downgrade(layers),
+                ))
+                .detach();
+            }
+        }
+        let decoder = FrameDecoder::new(Peer::Client, gateway.0.config.body_max_bytes);
+        ConnectionTask {
+            gateway,
+            session_id,
+            outbox,
+            transport,
+            stream,
+            decoder,
+            reading: true,
+            batch: Vec::new(),
+            step: None,
+            in_flight: None,
+            finishing: false,
+            written: false,
+        }
+    }
+
+    /// Handles every receive already completed; stops reading at the end.
+    fn poll_read(&mut self, cx: &mut Context<'_>) {
+        loop {
+            let received = match self.stream.poll_recv(cx) {
+                Poll::Pending => return,
+                Poll::Ready(Ok(Some(received))) => received,
+                Poll::Ready(Ok(None) | Err(_)) => {
+                    return self.end_read(Some(CloseReason::PeerClosed))
+                }
+            };
+            // The one clock reading of the batch: deadlines, idleness and
+            // the router's clock all use it.
+            let now = Instant::now();
+            if let Err(reason) = self.on_receive(received, now) {
+                return self.end_read(reason);
+            }
+            // Closed by the gateway meanwhile (kick, slow reader): the
+            // write side shuts the socket down; nothing more to read.
+            if self.gateway.0.state.borrow().session(self.session_id).is_none() {
+                return self.end_read(None);
+            }
+        }
+    }
+
+    /// Handles one receive as one read batch: its answers leave in one
+    /// send. `Err` ends the read side (with the reason to close the
+    /// session for, or `None` if the gateway already closed it).
+    fn on_receive(&mut self, received: RecvBuf, now: Instant) -> Result<(), Option<CloseReason>> {
+        // A plain connection's frames are decoded where the receive put
+        // them; a layered one's, from what its layers opened.
+        let opened = match &self.transport {
+            Transport::Plain => None,
+            Transport::Layered(layers) => Some(open_layers(&self.gateway, layers, &received)?),
+        };
+        let bytes: &[u8] = opened.as_deref().unwrap_or(&received);
+        self.outbox.begin_reader_batch();
+        let decoded = decode_frames(&self.gateway, self.session_id, &mut self.decoder, bytes, now);
+        if let (Some(buf), Transport::Layered(layers)) = (opened, &self.transport) {
+            layers.borrow_mut().give_back_opened(buf);
+        }
+        // The buffer goes back to the core's ring before anything waits.
+        drop(received);
+        self.outbox.end_reader_batch();
+        if let Err(error) = decoded {
+            return Err(protocol_violation(&self.gateway, self.session_id, error));
+        }
+        self.gateway.flush_notices();
+        Ok(())
+    }
+
+    fn end_read(&mut self, reason: Option<CloseReason>) {
+        self.reading = false;
+        if let Transport::Layered(layers) = &self.transport {
+            if layers.borrow().is_handshaking() {
+                // Ended before its handshake finished: its slot is free.
+                let handshakes = &self.gateway.0.handshakes;
+                handshakes.set(handshakes.get() - 1);
+            }
+        }
+        if let Some(reason) = reason {
+            self.gateway.0.state.borrow_mut().close(self.session_id, reason);
+            self.gateway.flush_notices();
+        }
+    }
+
+    /// Drains the outbox into the socket, one send per batch, until the
+    /// outbox closes (`Ready` once the socket is shut down).
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            let step = match self.step.take() {
+                Some(step) => step,
+                None => match self.outbox.poll_take(cx, &mut self.batch) {
+                    // A layered transport may owe the peer bytes with no
+                    // answer queued (a handshake message, a pong): that is
+                    // a batch too.
+                    Poll::Pending if self.transport.wants_write() => WriterStep::Write,
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(step) => step,
+                },
+            };
+            if step == WriterStep::Abort {
+                // Queued frames are dropped; a send in flight is left to
+                // the kernel (its buffer stays with the operation).
+                return Poll::Ready(());
+            }
+            // The batch, or the end, needs the socket: the send before must
+            // be done.
+            let mut spare = match self.in_flight.as_mut() {
+                None => Vec::new(),
+                Some(send) => match Pin::new(send).poll(cx) {
+                    Poll::Pending => {
+                        self.step = Some(step);
+                        // A client that stopped reading cannot hold the
+                        // task: an abort of the outbox ends the wait.
+                        if self.outbox.poll_aborted(cx).is_ready() {
+                            return Poll::Ready(());
+                        }
+                        return Poll::Pending;
+                    }
+                    Poll::Ready((sent, buf)) => {
+                        self.in_flight = None;
+                        match sent {
+                            Ok(n) if n == buf.len() => buf,
+                            Ok(0) | Err(_) => {
+                                self.outbox.abort();
+                                return Poll::Ready(());
+                            }
+                            Ok(n) => {
+                                // Cut short (the connection failed part
+                                // way): the rest goes first, as a send of
+                                // its own; a failure shows on it.
+                                self.in_flight = Some(self.stream.start_send(buf[n..].to_vec()));
+                                self.step = Some(step);
+                                continue;
+                            }
+                        }
+                    }
+                },
+            };
+            spare.clear();
+            if step == WriterStep::Finish {
+                if self.finishing {
+                    return Poll::Ready(());
+                }
+                // Everything queued before the close is sent; then the
+                // layers' goodbyes (an alert or close_notify, a close
+                // frame), whose send ends the writer.
+                self.finishing = true;
+                if let Transport::Layered(layers) = &self.transport {
+                    layers.borrow_mut().finish(&mut spare);
+                }
+                if spare.is_empty() {
+                    return Poll::Ready(());
+                }
+                self.in_flight = Some(self.stream.start_send(spare));
+                self.step = Some(WriterStep::Finish);
+                continue;
+            }
+            // The sent buffer carries the batch after this one.
+            let wire = match &self.transport {
+                Transport::Plain => std::mem::replace(&mut self.batch, spare),
+                Transport::Layered(layers) => {
+                    // One seal per batch: one WebSocket message, one write
+                    // into rustls.
+                    layers.borrow_mut().seal(&self.batch, &mut spare);
+                    self.batch.clear();
+                    spare
+                }
+            };
+            if wire.is_empty() {
+                self.batch = wire;
+                continue;
+            }
+            self.in_flight = Some(self.stream.start_send(wire));
+        }
+    }
+}
+
+impl Future for ConnectionTask {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let task = self.get_mut();
+        if task.reading {
+            task.poll_read(cx);
+        }
+        if !task.written && task.poll_write(cx).is_ready() {
+            task.written = true;
+            // shutdown(2) ends the read side's pending receive and tells
+            // the peer we are done; the descriptor is closed when the
+            // stream drops.
+            task.stream.shutdown();
+        }
+        if task.reading || !task.written {
+            return Poll::Pending;
+        }
+        task.gateway.0.sessions_open.fetch_sub(1, Ordering::AcqRel);
+        Poll::Ready(())
+    }
+}
+
+/// Opens one receive of a layered connection into protocol bytes (the
+/// layers' buffer: give it back). `Err` when the layers refuse it and the
+/// connection closes; what they owe the peer (an alert, the HTTP refusal,
+/// a close frame) goes out before the socket is shut down.
+fn open_layers(
+    gateway: &GatewayHandle,
+    layers: &RefCell<Layers>,
+    received: &[u8],
+) -> Result<Vec<u8>, Option<CloseReason>> {
+    let opened = layers.borrow_mut().open(received);
+    note_progress(gateway, &mut layers.borrow_mut());
+    if let Opened::Close(refusal) = opened {
+        count_refusal(gateway, refusal);
+        return Err(Some(CloseReason::PeerClosed));
+    }
+    Ok(layers.borrow_mut().take_opened())
+}
+
+/// Closes a TLS connection whose handshake has not finished within
+/// `tls_handshake_timeout_ms` (a peer that never finishes would otherwise
+/// hold a handshake slot until the idle sweep). Holds the connection only
+/// weakly: one that ended sooner is gone when the timer fires.
+async fn handshake_watch(
+    gateway: GatewayHandle,
+    outbox: Weak<Outbox>,
+    layers: Weak<RefCell<Layers>>,
+) {
+    shards::sleep(Duration::from_millis(gateway.0.config.tls_handshake_timeout_ms)).await;
+    let (Some(outbox), Some(layers)) = (outbox.upgrade(), layers.upgrade()) else {
+        return;
+    };
+    if layers.borrow().is_handshaking() && outbox.state() != OutboxState::Aborted {
+        gateway.0.metrics.gateway.tls_refused_handshake_timeout.inc();
+        // The write side shuts the socket down; the read side then sees
+        // the end of the stream and closes the session.
+        outbox.abort();
+    }
+}
+
+/// Handles every frame of `bytes` (one receive's protocol bytes), keeping
+/// a cut frame in `decoder` for the next.
+fn decode_frames(
+    gateway: &GatewayHandle,
+    session_id: u64,
+    decoder: &mut FrameDecoder,
+    bytes: &[u8],
+    now: Instant,
+) -> Result<(), FrameError> {
+    let mut rest: &[u8] = bytes;
+    while !rest.is_empty() {
+        // Frames whole in the received buffer are handled where they lie:
+        // no copy, and a connection whose frames arrive whole never
+        // allocates a decoding buffer of its own.
+        while let Some(frame) = decoder.next_frame_in(&mut rest)? {
+            handle_frame(gateway, session_id, frame, now);
+        }
+        if rest.is_empty() {
+            break;
+        }
+        // A frame cut by the receive (or behind one): the decoder keeps it
+        // until the rest arrives. It takes what fits; after the frames
+        // below are drained, it always has room again (or has failed).
+        let taken = decoder.extend(rest);
+        rest = &rest[taken..];
+        while let Some(frame) = decoder.next_frame()? {
+            handle_frame(gateway, session_id, frame, now);
+        }
+    }
+    Ok(())
+}
+
+/// Counts a finished handshake (freeing its slot) and an upgrade.
+fn note_progress(gateway: &GatewayHandle, layers: &mut Layers) {
+    let stats = &gateway.0.metrics.gateway;
+    if let Some(kind) = layers.take_handshake_done() {
+        gateway.0.handshakes.set(gateway.0.handshakes.get() - 1);
+        match kind {
+            HandshakeKind::Full => stats.tls_handshakes_full.inc(),
+            HandshakeKind::Resumed => stats.tls_handshakes_resumed.inc(),
+        }
+    }
+    if layers.take_upgraded() {
+        stats.websocket_upgrades.inc();
+    }
+}
+
+fn count_refusal(gateway: &GatewayHandle, refusal: Refusal) {
+    let stats = &gateway.0.metrics.gateway;
+    let counter = match refusal {
+        Refusal::TlsPlaintext => &stats.tls_refused_plaintext,
+        Refusal::TlsBadHandshake => &stats.tls_refused_bad_handshake,
+        Refusal::TlsError => &stats.tls_refused_tls_error,
+        Refusal::WebSocketUpgrade(400) => &stats.websocket_refused_400,
+        Refusal::WebSocketUpgrade(403) => &stats.websocket_refused_403,
+        Refusal::WebSocketUpgrade(404) => &stats.websocket_refused_404,
+        Refusal::WebSocketUpgrade(_) => &stats.websocket_refused_431,
+        Refusal::WebSocketProtocol(1003) => &stats.websocket_closed_1003,
+        Refusal::WebSocketProtocol(1009) => &stats.websocket_closed_1009,
+        Refusal::WebSocketProtocol(_) => &stats.websocket_closed_1002,
+        Refusal::PeerClosed => return,
+    };
+    counter.inc();
+}
+
+/// Hands one client frame to the gateway's state machine, and what it
+/// lets through to its service.
+fn handle_frame(gateway: &GatewayHandle, session_id: u64, frame: FrameRef<'_>, now: Instant) {
+    let ingress = gateway
+        .0
+        .state
+        .borrow_mut()
+        .on_request(session_id, frame.header, frame.body, now);
+    if let Some(ingress) = ingress {
+        gateway.deliver(ingress, now);
+    }
+}
+
+/// The stream cannot be resynchronised: the session is closed (counted
+/// by the state machine); the read side ends with nothing more to report.
+fn protocol_violation(
+    gateway: &GatewayHandle,
+    session_id: u64,
+    error: FrameError,
+) -> Option<CloseReason> {
+    gateway
+        .0
+        .state
+        .borrow_mut()
+        .protocol_violation(session_id, error);
+    gateway.flush_notices();
+    None
+}
