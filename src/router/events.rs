@@ -5,7 +5,7 @@
 
 use wire::ObjectKey;
 
-use super::core::{checked, run, RouterCore};
+use super::core::{checked, run, run_route, RouterCore};
 use super::entry::{Entry, Manager, Waiter};
 use super::handler::timer_event;
 use super::steps::Next;
@@ -217,7 +217,7 @@ impl RouterCore {
                 vacant.insert(Entry::new(now_ms))
             }
         };
-        run(ctx, kind.as_ref(), key, entry, now_ms, Next::Route(waiter));
+        run_route(ctx, kind.as_ref(), key, entry, now_ms, waiter);
         checked(key, entry);
     }
 }
