@@ -5,7 +5,7 @@
 
 use wire::ObjectKey;
 
-use super::core::{checked, run, run_route, RouterCore};
+use super::core::{checked, run_route, RouterCore};
 use super::entry::{Entry, Manager, Waiter};
 use super::handler::timer_event;
 use super::steps::Next;
