@@ -72,8 +72,11 @@ pub struct TlsSetup {
     cert: Arc<ReloadingCert>,
 }
 
+/// aws-lc-rs: a full handshake's cost is mostly the server's signature,
+/// and with the default RSA-2048 certificate ring's took 72 % of a core
+/// busy with handshakes (`bench/handshakes_vs_nginx.sh`).
 fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// Reads the certificate chain and key of `config`, if any TLS listener
@@ -96,7 +99,7 @@ pub fn setup(config: &GatewayConfig) -> Result<Option<TlsSetup>, TlsSetupError> 
             .with_no_client_auth()
             .with_cert_resolver(cert.clone());
         server.alpn_protocols = vec![alpn.to_vec()];
-        server.ticketer = rustls::crypto::ring::Ticketer::new().map_err(TlsSetupError::Config)?;
+        server.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(TlsSetupError::Config)?;
         server.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE_MAX);
         Ok(Arc::new(server))
     };
