@@ -12,11 +12,12 @@ use routerd::config::Config;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The documents a user reads for keys and commands.
-const DOCS: [&str; 5] = [
+const DOCS: [&str; 6] = [
     "README.md",
     "docs/protocol.md",
     "docs/cluster.md",
     "docs/architecture.md",
+    "docs/capacity.md",
     "examples/guild/README.md",
 ];
 

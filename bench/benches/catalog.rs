@@ -7,9 +7,7 @@
 //! the ratios ("view vs linear scan: NNx"); a counting global allocator shows
 //! (and asserts) that view lookups allocate nothing.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -18,41 +16,8 @@ use routerd::catalog::{
     lookup_linear_scan, ActorConfig, ActorEvents, Catalog, CoreCatalog, Snapshot,
 };
 
-/// Counts every allocation (alloc, alloc_zeroed, realloc) in the process.
-struct CountingAlloc;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees hold; the counter has no effect on
-// memory.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded as is; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded as is; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded as is; `ptr` came from this allocator, i.e. System.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded as is; `ptr` came from this allocator, i.e. System.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
+static GLOBAL: bench::CountingAlloc = bench::CountingAlloc;
 
 const MSG_IDS_PER_ACTOR: usize = 20;
 /// Actors per actor type: each msgId has this many candidates at any size.
@@ -164,13 +129,13 @@ fn ns_per_op(mut op: impl FnMut(usize) -> usize) -> f64 {
 
 /// Allocations made by `calls` calls of `op(i)`.
 fn allocations(calls: usize, mut op: impl FnMut(usize) -> usize) -> u64 {
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = bench::allocations();
     let mut sink = 0usize;
     for i in 0..calls {
         sink = sink.wrapping_add(op(i));
     }
     black_box(sink);
-    ALLOCATIONS.load(Ordering::Relaxed) - before
+    bench::allocations() - before
 }
 
 fn manual_report(fixture: &Fixture) {

@@ -14,9 +14,7 @@
 //! opening a record allocates nothing per frame once the decoder's buffer
 //! has grown (a counting global allocator).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use std::io::{Read, Write};
@@ -32,41 +30,8 @@ use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::{ClientConnection, ServerConnection, SupportedCipherSuite};
 use wire::frame::{ClientWire, KeyWire, Message, RouterHead};
 
-/// Counts every allocation (alloc, alloc_zeroed, realloc) in the process.
-struct CountingAlloc;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees hold; the counter has no effect on
-// memory.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded as is; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded as is; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded as is; `ptr` came from this allocator, i.e. System.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded as is; `ptr` came from this allocator, i.e. System.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
+static GLOBAL: bench::CountingAlloc = bench::CountingAlloc;
 
 const KEY: &[u8; LINK_KEY_LEN] = &[7; LINK_KEY_LEN];
 /// Frames per send: `bench/cross_node.sh` counts about 200 per send at 32
@@ -165,20 +130,19 @@ fn manual_report(batch: usize) {
         open(&mut decoder, &record);
     }
     let (mut seal_ns, mut open_ns) = (0u128, 0u128);
-    let allocations_before = ALLOCATIONS.load(Ordering::Relaxed);
+    let allocations_before = bench::allocations();
     let mut open_allocations = 0;
     for _ in 0..rounds {
         let started = Instant::now();
         seal(&mut sealer, &mut queue, &mut record, &frames);
         seal_ns += started.elapsed().as_nanos();
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = bench::allocations();
         let started = Instant::now();
         assert_eq!(open(&mut decoder, &record), batch);
         open_ns += started.elapsed().as_nanos();
-        open_allocations += ALLOCATIONS.load(Ordering::Relaxed) - before;
+        open_allocations += bench::allocations() - before;
     }
-    let seal_allocations =
-        ALLOCATIONS.load(Ordering::Relaxed) - allocations_before - open_allocations;
+    let seal_allocations = bench::allocations() - allocations_before - open_allocations;
     let hmac = Hmac::<sha2::Sha256>::new_from_slice(KEY).expect("any key length");
     let started = Instant::now();
     for seq in 0..rounds as u64 {

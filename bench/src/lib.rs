@@ -1,9 +1,11 @@
 //! Benchmarks live in `benches/` and the whole-system scripts beside this crate.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Starts `routerd serve --config CONFIG` (no `ROUTERD_AUTH_SECRET` from the
@@ -48,4 +50,45 @@ pub fn http_get(address: SocketAddr, path: &str) -> String {
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     response
+}
+
+/// Counts every allocation (alloc, alloc_zeroed, realloc) in the process.
+/// A benchmark installs it as its `#[global_allocator]` and reads
+/// [`allocations`] around what it measures.
+pub struct CountingAlloc;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments
+// unchanged, so `System`'s guarantees hold; the counter has no effect on
+// memory.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded as is; the caller upholds `alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded as is; the caller upholds `alloc_zeroed`'s contract.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded as is; `ptr` came from this allocator, i.e. System.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded as is; `ptr` came from this allocator, i.e. System.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+/// Allocations made so far in this process, when [`CountingAlloc`] is its
+/// global allocator (0 otherwise).
+pub fn allocations() -> u64 {
+    ALLOCATIONS.load(Ordering::Relaxed)
 }

@@ -1,10 +1,13 @@
 //! Redirects, reconnects and player switches through the real engine,
 //! against the fake gateways of `testing.rs`.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crate::report::{verdict, Summary};
-use crate::testing::{gateway, run_against, Behaviour};
+use crate::runner::Outcome;
+use crate::testing::{gateway, run_against, Behaviour, Record};
 use crate::workload::Op;
 
 fn sorted(mut players: Vec<u64>) -> Vec<u64> {
@@ -13,16 +16,14 @@ fn sorted(mut players: Vec<u64>) -> Vec<u64> {
     players
 }
 
-/// Gateway A redirects each session to B after 50 requests: loadgen
-/// finishes what is in flight on A (and sends A nothing new), logs in on
-/// B as the same player and goes on; nothing fails.
-#[test]
-fn a_redirect_moves_each_session_to_the_named_gateway() {
+/// Two connections at pipeline 4 against gateway A, which behaves as
+/// `a_behaviour` says given gateway B's address: the run passes and both
+/// sessions were redirected once.
+fn redirected_run(
+    a_behaviour: impl FnOnce(SocketAddr) -> Behaviour,
+) -> (Outcome, Arc<Record>, Arc<Record>) {
     let (b, b_record) = gateway(Behaviour::default());
-    let (a, a_record) = gateway(Behaviour {
-        redirect_after: Some((50, b.to_string())),
-        ..Behaviour::default()
-    });
+    let (a, a_record) = gateway(a_behaviour(b));
     let outcome = run_against(
         &[a],
         &[
@@ -35,14 +36,23 @@ fn a_redirect_moves_each_session_to_the_named_gateway() {
         ],
     );
     assert_eq!(outcome.error, None);
-    let stats = &outcome.stats;
-    assert!(
-        verdict(stats, None, 1.0).is_empty(),
-        "{:?}",
-        verdict(stats, None, 1.0)
-    );
+    let verdict = verdict(&outcome.stats, None, 1.0);
+    assert!(verdict.is_empty(), "{verdict:?}");
     assert_eq!(a_record.redirects.load(Ordering::SeqCst), 2);
-    assert_eq!(stats.redirects, 2);
+    assert_eq!(outcome.stats.redirects, 2);
+    (outcome, a_record, b_record)
+}
+
+/// Gateway A redirects each session to B after 50 requests: loadgen
+/// finishes what is in flight on A (and sends A nothing new), logs in on
+/// B as the same player and goes on; nothing fails.
+#[test]
+fn a_redirect_moves_each_session_to_the_named_gateway() {
+    let (outcome, a_record, b_record) = redirected_run(|b| Behaviour {
+        redirect_after: Some((50, b.to_string())),
+        ..Behaviour::default()
+    });
+    let stats = &outcome.stats;
     assert_eq!(stats.lost(), 0);
     assert_eq!(stats.failures(), 0);
     assert_eq!(
@@ -66,31 +76,11 @@ fn a_redirect_moves_each_session_to_the_named_gateway() {
 /// request of it is answered there.
 #[test]
 fn a_redirect_at_login_moves_the_session_before_the_run() {
-    let (b, b_record) = gateway(Behaviour::default());
-    let (a, a_record) = gateway(Behaviour {
+    let (outcome, a_record, b_record) = redirected_run(|b| Behaviour {
         redirect_at_login: Some(b.to_string()),
         ..Behaviour::default()
     });
-    let outcome = run_against(
-        &[a],
-        &[
-            "--workload",
-            "incr",
-            "--connections",
-            "2",
-            "--pipeline",
-            "4",
-        ],
-    );
-    assert_eq!(outcome.error, None);
     let stats = &outcome.stats;
-    assert!(
-        verdict(stats, None, 1.0).is_empty(),
-        "{:?}",
-        verdict(stats, None, 1.0)
-    );
-    assert_eq!(a_record.redirects.load(Ordering::SeqCst), 2);
-    assert_eq!(stats.redirects, 2);
     assert_eq!(stats.failures(), 0);
     assert_eq!(
         a_record.answered.load(Ordering::SeqCst),

@@ -285,18 +285,17 @@ pub fn transfer(args: &TransferArgs) -> Result<(), Failed> {
     }
 }
 
-/// Starts a drain and, unless told not to, follows it until the node
-/// stopped.
-pub fn drain(args: &DrainArgs) -> Result<(), Failed> {
-    let token = token_of(&args.token);
-    let answer = call(
-        &args.admin,
-        "POST",
-        "/drain",
-        token.as_deref(),
-        CALL_TIMEOUT,
-    )?;
-    let body = json_of(&answer, "POST /drain")?;
+/// POSTs `path`, which starts an operation and answers 202 with its
+/// first progress; any other answer is the refusal, "not `doing`: error
+/// (reason)", exit 2 (3 for a 503: the node cannot now).
+pub(super) fn start(
+    admin: &str,
+    path: &str,
+    token: Option<&str>,
+    doing: &str,
+) -> Result<Value, Failed> {
+    let answer = call(admin, "POST", path, token, CALL_TIMEOUT)?;
+    let body = json_of(&answer, &format!("POST {path}"))?;
     if answer.status != 202 {
         return Err(Failed {
             exit: if answer.status == 503 {
@@ -305,12 +304,20 @@ pub fn drain(args: &DrainArgs) -> Result<(), Failed> {
                 Exit::Refused
             },
             message: format!(
-                "not draining: {} ({})",
+                "not {doing}: {} ({})",
                 body["error"].as_str().unwrap_or("error"),
                 body["reason"].as_str().unwrap_or("no reason given")
             ),
         });
     }
+    Ok(body)
+}
+
+/// Starts a drain and, unless told not to, follows it until the node
+/// stopped.
+pub fn drain(args: &DrainArgs) -> Result<(), Failed> {
+    let token = token_of(&args.token);
+    let body = start(&args.admin, "/drain", token.as_deref(), "draining")?;
     println!("draining {}: {}", args.admin, progress_line(&body));
     if args.no_wait {
         return Ok(());

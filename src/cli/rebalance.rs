@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::ctl::{call, json_of, token_of, Exit, Failed, CALL_TIMEOUT, PEER_TIMEOUT};
+use super::ctl::{start, token_of, Exit, Failed, PEER_TIMEOUT};
 use crate::ops::client;
 
 /// How often the rebalances' progress is looked at.
@@ -34,28 +34,7 @@ pub struct RebalanceArgs {
 /// Starts a rebalance of the cluster and, unless told not to, follows it.
 pub fn run(args: &RebalanceArgs) -> Result<(), Failed> {
     let token = token_of(&args.token);
-    let answer = call(
-        &args.admin,
-        "POST",
-        "/rebalance",
-        token.as_deref(),
-        CALL_TIMEOUT,
-    )?;
-    let body = json_of(&answer, "POST /rebalance")?;
-    if answer.status != 202 {
-        return Err(Failed {
-            exit: if answer.status == 503 {
-                Exit::Unavailable
-            } else {
-                Exit::Refused
-            },
-            message: format!(
-                "not rebalancing: {} ({})",
-                body["error"].as_str().unwrap_or("error"),
-                body["reason"].as_str().unwrap_or("no reason given")
-            ),
-        });
-    }
+    let body = start(&args.admin, "/rebalance", token.as_deref(), "rebalancing")?;
     let nodes: Vec<Value> = body["nodes"].as_array().cloned().unwrap_or_default();
     let mut asked = Vec::new();
     let mut not_started = Vec::new();
