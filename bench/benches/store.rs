@@ -22,27 +22,15 @@ use std::time::{Duration, Instant};
 use glommio::{LocalExecutorBuilder, Placement};
 use routerd::config::{SqliteSynchronous, StoreBackend, StoreConfig};
 use routerd::store::{
-    open_postgres, open_sqlite, CasVersion, GroupCommit, NodeId, RecordWrite, RouteVersion, Store,
-    WriteCondition, WriteOutcome,
+    open_postgres, open_sqlite, CasVersion, GroupCommit, Store, WriteCondition, WriteOutcome,
 };
+use routerd::testing::heartbeat_lane::route_write;
 use routerd::testing::postgres_server::PgServer;
 use wire::ObjectKey;
 
 const WRITER_COUNTS: [usize; 3] = [1, 16, 256];
 /// A short warm-up before each measurement fills caches and the WAL.
 const WARMUP: Duration = Duration::from_millis(200);
-
-fn write(key: ObjectKey, condition: WriteCondition, round: u64) -> RecordWrite {
-    RecordWrite {
-        key,
-        condition,
-        owner_node: NodeId(1),
-        owner_incarnation: 1,
-        route_version: RouteVersion(round),
-        save_timepoint_ms: round,
-        state: vec![7; 64],
-    }
-}
 
 /// Runs `writers` CAS loops for `warmup + measure` on keys `(1, zone,
 /// id_base + writer)`, which must not exist yet; returns writes per second
@@ -62,14 +50,17 @@ fn measure(store: &Store, writers: usize, measure: Duration, zone: u32, id_base:
                 let (counted, counting, stop) = (counted.clone(), counting.clone(), stop.clone());
                 let key = ObjectKey::new(1, zone, id_base + writer as u64);
                 glommio::spawn_local(async move {
-                    let mut cas = match store.write(write(key, WriteCondition::Absent, 0)).await {
+                    let mut cas = match store
+                        .write(route_write(key, WriteCondition::Absent, 0))
+                        .await
+                    {
                         Ok(WriteOutcome::Applied(version)) => version,
                         other => panic!("initial insert gave {other:?}"),
                     };
                     let mut round = 1;
                     while !stop.get() {
                         let condition = WriteCondition::CasEquals(cas);
-                        match store.write(write(key, condition, round)).await {
+                        match store.write(route_write(key, condition, round)).await {
                             Ok(WriteOutcome::Applied(version)) => {
                                 assert_eq!(version, CasVersion(cas.0 + 1));
                                 cas = version;

@@ -241,7 +241,10 @@ fn spike_sql(zone: u32, hold: Duration) -> String {
     )
 }
 
-fn route_write(key: ObjectKey, condition: WriteCondition, round: u64) -> RecordWrite {
+/// A route write of round `round` for `key`, as node 1 writes it (a
+/// 64-byte state): what the heartbeat-lane load and the store benchmark
+/// advance by CAS.
+pub fn route_write(key: ObjectKey, condition: WriteCondition, round: u64) -> RecordWrite {
     RecordWrite {
         key,
         condition,
