@@ -9,25 +9,6 @@
 //! which module may import which. Integration tests and benchmarks reach the
 //! internals through the `testing` feature.
 
-/// Declares the internal modules: private to the crate in a shipped build,
-/// public under the `testing` feature (integration tests, benchmarks) and
-/// hidden from the documentation either way. Their faces keep what the
-/// integration tests and benchmarks reach through the feature (route
-/// constants, inspection methods, counters), which a shipped build does not
-/// call: that, and only that, is why dead code is allowed without it.
-macro_rules! internal {
-    ($($module:ident),* $(,)?) => {
-        $(
-            #[cfg(feature = "testing")]
-            #[doc(hidden)]
-            pub mod $module;
-            #[cfg(not(feature = "testing"))]
-            #[allow(dead_code, unused_imports)]
-            mod $module;
-        )*
-    };
-}
-
 pub mod config;
 pub mod object;
 pub mod store;
@@ -35,7 +16,80 @@ pub mod store;
 #[doc(hidden)]
 pub mod cli;
 
-internal!(admin, builtins, catalog, clock, cluster, gateway, metrics, node, ops, route, router);
+// The internal modules: private to the crate in a shipped build, public
+// under the `testing` feature (integration tests, benchmarks) and hidden
+// from the documentation either way. Each is declared twice, one line per
+// build, rather than through a macro, so that rustfmt (which does not look
+// inside macro calls) formats every file. Their faces keep what the
+// integration tests and benchmarks reach through the feature (route
+// constants, inspection methods, counters), which a shipped build does not
+// call: that, and only that, is why dead code is allowed without it.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod admin;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod admin;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod builtins;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod builtins;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod catalog;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod catalog;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod clock;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod clock;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod cluster;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod cluster;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod gateway;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod gateway;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod metrics;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod metrics;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod node;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod node;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod ops;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod ops;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod route;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod route;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod router;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod router;
 
 mod builder;
 mod in_place;

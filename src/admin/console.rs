@@ -12,7 +12,11 @@ use super::routes::{error_json, text, Body};
 
 /// Each file: its name under `/console/`, content type and bytes.
 const FILES: &[(&str, &str, &str)] = &[
-    ("", "text/html; charset=utf-8", include_str!("console/index.html")),
+    (
+        "",
+        "text/html; charset=utf-8",
+        include_str!("console/index.html"),
+    ),
     (
         "index.html",
         "text/html; charset=utf-8",
@@ -52,8 +56,9 @@ pub(super) fn file(name: &str) -> Response<Body> {
 /// `/console` without its slash: the page's relative module paths need it.
 pub(super) fn redirect() -> Response<Body> {
     let mut response = text(StatusCode::MOVED_PERMANENTLY, "moved to /console/\n");
-    response
-        .headers_mut()
-        .insert(hyper::header::LOCATION, HeaderValue::from_static("/console/"));
+    response.headers_mut().insert(
+        hyper::header::LOCATION,
+        HeaderValue::from_static("/console/"),
+    );
     response
 }

@@ -41,7 +41,10 @@ fn admin_address(state: &AdminState, node_id: u64) -> Result<String, (StatusCode
         .get(&crate::store::NodeId(node_id))
         .ok_or((StatusCode::NOT_FOUND, "no such member"))?;
     if peer.admin.is_empty() {
-        return Err((StatusCode::BAD_GATEWAY, "the member advertises no admin address"));
+        return Err((
+            StatusCode::BAD_GATEWAY,
+            "the member advertises no admin address",
+        ));
     }
     Ok(peer.admin.clone())
 }
@@ -67,7 +70,11 @@ pub(super) async fn forward(
     request: &Request<Bytes>,
 ) -> Response<Body> {
     let Ok(node_id) = node_id.parse::<u64>() else {
-        return refused(StatusCode::BAD_REQUEST, "bad_request", "the node id must be a number");
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the node id must be a number",
+        );
     };
     if rest.first() == Some(&"nodes") || rest.is_empty() {
         return refused(
@@ -76,8 +83,15 @@ pub(super) async fn forward(
             "say which endpoint of the node: /nodes/{id}/metrics, ... (not /nodes again)",
         );
     }
-    if request.method() != Method::GET && request.method() != Method::POST && request.method() != Method::PUT {
-        return refused(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "GET, POST or PUT");
+    if request.method() != Method::GET
+        && request.method() != Method::POST
+        && request.method() != Method::PUT
+    {
+        return refused(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "GET, POST or PUT",
+        );
     }
     let address = match admin_address(state, node_id) {
         Ok(address) => address,
@@ -92,7 +106,13 @@ pub(super) async fn forward(
         .headers()
         .get(AUTHORIZATION)
         .and_then(|value| value.to_str().ok());
-    let exchange = send(&address, request.method().as_str(), &path, authorization, request.body());
+    let exchange = send(
+        &address,
+        request.method().as_str(),
+        &path,
+        authorization,
+        request.body(),
+    );
     match tokio::time::timeout(FORWARD_TIMEOUT, exchange).await {
         Ok(Ok(response)) => response,
         Ok(Err(reason)) => refused(StatusCode::BAD_GATEWAY, "unreachable", &reason),
@@ -138,7 +158,9 @@ async fn send(
         .await
         .map_err(|error| format!("read from {address}: {error}"))?;
     if answer.len() > FORWARD_RESPONSE_MAX_BYTES {
-        return Err(format!("the answer is over {FORWARD_RESPONSE_MAX_BYTES} bytes"));
+        return Err(format!(
+            "the answer is over {FORWARD_RESPONSE_MAX_BYTES} bytes"
+        ));
     }
     parse_answer(&answer).ok_or_else(|| format!("{address} answered something not HTTP"))
 }

@@ -73,7 +73,8 @@ pub(super) fn set(filter: &str) -> Result<(), SetRefused> {
             "a filter is 1 to {FILTER_BYTES_MAX} bytes"
         )));
     }
-    let parsed = EnvFilter::try_new(filter).map_err(|error| SetRefused::Invalid(error.to_string()))?;
+    let parsed =
+        EnvFilter::try_new(filter).map_err(|error| SetRefused::Invalid(error.to_string()))?;
     let installed = INSTALLED.get().ok_or(SetRefused::NotManaged)?;
     installed
         .handle

@@ -26,11 +26,11 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::store::GatewayAddresses;
 use crate::cluster::view::ClusterView;
 use crate::config::Secret;
 use crate::metrics::NodeMetrics;
 use crate::ops::Ops;
+use crate::store::GatewayAddresses;
 use crate::store::Store;
 
 mod auth;
@@ -229,7 +229,11 @@ async fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Body
             )
         }
         Err(_) => {
-            return error_json(StatusCode::BAD_REQUEST, "bad_request", "unreadable request body")
+            return error_json(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "unreadable request body",
+            )
         }
     };
     let request = Request::from_parts(parts, body);

@@ -49,7 +49,11 @@ pub(super) async fn list_objects(
     query: Option<&str>,
 ) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return refused(StatusCode::NOT_FOUND, "no_cluster", "this node runs no operations");
+        return refused(
+            StatusCode::NOT_FOUND,
+            "no_cluster",
+            "this node runs no operations",
+        );
     };
     let Some(type_id) = type_id_of(state, kind) else {
         return refused(
@@ -75,7 +79,11 @@ pub(super) async fn list_objects(
 /// and a page of this node's sessions (of one player, if given).
 pub(super) async fn list_sessions(state: &AdminState, query: Option<&str>) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return refused(StatusCode::NOT_FOUND, "no_cluster", "this node runs no operations");
+        return refused(
+            StatusCode::NOT_FOUND,
+            "no_cluster",
+            "this node runs no operations",
+        );
     };
     let mut player = None;
     let page = PageAsk::parse(query, |key, value| {
@@ -104,7 +112,11 @@ pub(super) async fn list_sessions(state: &AdminState, query: Option<&str>) -> Re
 /// `Secret` serializes as the mask) and the password of a store URL too.
 pub(super) async fn config(state: &AdminState) -> Response<Body> {
     let Some(config) = &state.config else {
-        return refused(StatusCode::NOT_FOUND, "no_config", "this node was given no config");
+        return refused(
+            StatusCode::NOT_FOUND,
+            "no_config",
+            "this node was given no config",
+        );
     };
     let mut value = match serde_json::to_value(&**config) {
         Ok(value) => value,
@@ -165,7 +177,11 @@ fn not_managed() -> Response<Body> {
 /// `ROUTERD_LOG`'s syntax (`debug`, `info,routerd::cluster=trace`).
 pub(super) async fn log_level_set(body: &Bytes) -> Response<Body> {
     let Ok(filter) = std::str::from_utf8(body) else {
-        return refused(StatusCode::BAD_REQUEST, "bad_request", "the filter must be UTF-8");
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the filter must be UTF-8",
+        );
     };
     match log_level::set(filter) {
         Ok(()) => json_response(json!({ "filter": filter.trim() })),

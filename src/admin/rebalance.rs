@@ -16,7 +16,11 @@ use crate::ops::rebalance::RebalanceRefused;
 /// others). 202 with each node's status.
 pub(super) async fn start(state: &AdminState, query: Option<&str>) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return refused(StatusCode::NOT_FOUND, "no_cluster", "this node runs no cluster");
+        return refused(
+            StatusCode::NOT_FOUND,
+            "no_cluster",
+            "this node runs no cluster",
+        );
     };
     let node_only = match query {
         None | Some("") | Some("scope=cluster") => false,
@@ -46,11 +50,9 @@ pub(super) async fn start(state: &AdminState, query: Option<&str>) -> Response<B
             "draining",
             "the node drains: its drain moves every object away",
         ),
-        Err(RebalanceRefused::Stopping) => refused(
-            StatusCode::CONFLICT,
-            "stopping",
-            "the node is stopping",
-        ),
+        Err(RebalanceRefused::Stopping) => {
+            refused(StatusCode::CONFLICT, "stopping", "the node is stopping")
+        }
     }
 }
 
@@ -58,6 +60,10 @@ pub(super) async fn start(state: &AdminState, query: Option<&str>) -> Response<B
 pub(super) async fn status(state: &AdminState) -> Response<Body> {
     match &state.ops {
         Some(ops) => json_status(StatusCode::OK, ops.rebalance_status()),
-        None => refused(StatusCode::NOT_FOUND, "no_cluster", "this node runs no cluster"),
+        None => refused(
+            StatusCode::NOT_FOUND,
+            "no_cluster",
+            "this node runs no cluster",
+        ),
     }
 }

@@ -20,11 +20,11 @@ use wire::ObjectKey;
 
 use super::{auth, probes, AdminState};
 use crate::clock;
-use crate::store::{GatewayAddresses, Transport};
 use crate::cluster::view::LinkStatus;
 use crate::ops::drain::DrainRefused;
 use crate::ops::transfer::{OpAnswer, TransferCall};
 use crate::store::NodeId;
+use crate::store::{GatewayAddresses, Transport};
 
 pub(super) type Body = Full<Bytes>;
 
@@ -77,7 +77,9 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
             super::operator::log_level_set(request.body()).await
         }
         (&Method::GET, ["sessions"]) => super::operator::list_sessions(state, query).await,
-        (&Method::GET, ["objects", kind]) => super::operator::list_objects(state, kind, query).await,
+        (&Method::GET, ["objects", kind]) => {
+            super::operator::list_objects(state, kind, query).await
+        }
         (_, ["config"] | ["sessions"] | ["objects", _]) => method_not_allowed("GET"),
         (_, ["log-level"]) => method_not_allowed("GET, PUT, POST"),
         (&Method::GET, ["healthz"]) => healthz(state).await,
@@ -94,9 +96,10 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         (_, ["rebalance"]) => method_not_allowed("GET, POST"),
         (&Method::POST, ["drain"]) => drain(state, true).await,
         (&Method::GET, ["drain"]) => drain(state, false).await,
-        (_, ["healthz"] | ["livez"] | ["readyz"] | ["metrics"] | ["cluster"] | ["objects", _, _]) => {
-            method_not_allowed("GET")
-        }
+        (
+            _,
+            ["healthz"] | ["livez"] | ["readyz"] | ["metrics"] | ["cluster"] | ["objects", _, _],
+        ) => method_not_allowed("GET"),
         (_, ["objects", _, _, "transfer"]) => method_not_allowed("POST"),
         (_, ["drain"]) => method_not_allowed("GET, POST"),
         _ => error_json(StatusCode::NOT_FOUND, "not_found", "no such admin path"),
@@ -142,7 +145,11 @@ async fn metrics(state: &AdminState) -> Response<Body> {
 /// fence), every other member, and each core's links.
 async fn cluster(state: &AdminState) -> Response<Body> {
     let Some(view) = &state.cluster else {
-        return error_json(StatusCode::NOT_FOUND, "no_cluster", "this node runs no cluster");
+        return error_json(
+            StatusCode::NOT_FOUND,
+            "no_cluster",
+            "this node runs no cluster",
+        );
     };
     let snapshot = view.snapshot();
     let now = clock::now_ms();
@@ -279,7 +286,11 @@ async fn objects(state: &AdminState, kind: &str, id: &str) -> Response<Body> {
     let record = match store.load(key).await {
         Ok(Some(record)) => record,
         Ok(None) => {
-            return error_json(StatusCode::NOT_FOUND, "no_such_object", "the store holds no record of it")
+            return error_json(
+                StatusCode::NOT_FOUND,
+                "no_such_object",
+                "the store holds no record of it",
+            )
         }
         Err(error) => {
             return error_json(
@@ -350,7 +361,11 @@ fn parse_key(
 /// `N` (see `ops::transfer`); JSON either way.
 async fn transfer(state: &AdminState, kind: &str, id: &str, query: Option<&str>) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return error_json(StatusCode::NOT_FOUND, "no_cluster", "this node runs no cluster");
+        return error_json(
+            StatusCode::NOT_FOUND,
+            "no_cluster",
+            "this node runs no cluster",
+        );
     };
     let bad = |reason: &str| {
         answer(OpAnswer {
@@ -393,7 +408,11 @@ async fn transfer(state: &AdminState, kind: &str, id: &str, query: Option<&str>)
 /// the same); `GET /drain` reports how far it is.
 async fn drain(state: &AdminState, start: bool) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return error_json(StatusCode::NOT_FOUND, "no_cluster", "this node runs no cluster");
+        return error_json(
+            StatusCode::NOT_FOUND,
+            "no_cluster",
+            "this node runs no cluster",
+        );
     };
     if !start {
         return json_response(ops.drain_status().to_json());

@@ -241,10 +241,7 @@ mod tests {
     }
 
     /// The reply `effects` hold for request `seq`.
-    fn outcome_of(
-        effects: &[Effect],
-        seq: u64,
-    ) -> Option<crate::router::Outcome> {
+    fn outcome_of(effects: &[Effect], seq: u64) -> Option<crate::router::Outcome> {
         effects.iter().find_map(|effect| match effect {
             Effect::Reply { request, outcome } if request.seq == seq => Some(outcome.clone()),
             _ => None,
@@ -285,7 +282,10 @@ mod tests {
         let body = |room_id: u64| room_id.to_le_bytes().to_vec();
         send(&mut core, 4, player(1), player::OP_ROOM_JOIN, body(5), one);
         let effects = settle(&mut core, &mut table);
-        assert_eq!(outcome_of(&effects, 3), Some(Err(ErrorCode::BadRequest.into())));
+        assert_eq!(
+            outcome_of(&effects, 3),
+            Some(Err(ErrorCode::BadRequest.into()))
+        );
         assert_eq!(
             outcome_of(&effects, 4),
             Some(Ok(1u32.to_le_bytes().to_vec()))
@@ -305,7 +305,10 @@ mod tests {
         send(&mut core, 6, player(1), player::OP_ROOM_JOIN, body(6), one);
         send(&mut core, 7, player(2), player::OP_ROOM_JOIN, body(5), two);
         let effects = settle(&mut core, &mut table);
-        assert_eq!(outcome_of(&effects, 6), Some(Err(ErrorCode::Overloaded.into())));
+        assert_eq!(
+            outcome_of(&effects, 6),
+            Some(Err(ErrorCode::Overloaded.into()))
+        );
         assert!(table.load(room::room_key(6)).is_none());
         assert_eq!(
             outcome_of(&effects, 7),
@@ -323,7 +326,10 @@ mod tests {
             again,
         );
         let effects = settle(&mut core, &mut table);
-        assert_eq!(outcome_of(&effects, 9), Some(Err(ErrorCode::Overloaded.into())));
+        assert_eq!(
+            outcome_of(&effects, 9),
+            Some(Err(ErrorCode::Overloaded.into()))
+        );
         assert!(table.load(room::room_key(8)).is_none());
         assert_eq!(rooms_live.get(), 2);
     }

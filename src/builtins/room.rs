@@ -422,7 +422,11 @@ mod tests {
         assert_eq!(may_create(OP_JOIN), Err(Err(ErrorCode::Overloaded.into())));
         assert_eq!(may_create(OP_LEAVE), Err(Ok(Vec::new())), "not a member");
         for op in [OP_SAY, OP_PRESENCE] {
-            assert_eq!(may_create(op), Err(Err(ErrorCode::BadRequest.into())), "op {op}");
+            assert_eq!(
+                may_create(op),
+                Err(Err(ErrorCode::BadRequest.into())),
+                "op {op}"
+            );
         }
         // Every room the node holds counts, created or loaded, until it is
         // dropped.

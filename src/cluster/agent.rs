@@ -293,17 +293,25 @@ impl Agent {
             match action {
                 Action::Poll { nodes } => {
                     let polled = self.store.poll_members(nodes);
-                    self.answer(polled, self.request_deadline, |m, now, polled| match polled {
-                        Ok(poll) => m.on_polled(now, poll),
-                        Err(_) => m.on_poll_failed(),
-                    });
+                    self.answer(
+                        polled,
+                        self.request_deadline,
+                        |m, now, polled| match polled {
+                            Ok(poll) => m.on_polled(now, poll),
+                            Err(_) => m.on_poll_failed(),
+                        },
+                    );
                 }
                 Action::List { since, after } => {
                     let listed = self.store.list_members(since, after);
-                    self.answer(listed, self.request_deadline, |m, now, listed| match listed {
-                        Ok(page) => m.on_listed(now, page),
-                        Err(_) => m.on_list_failed(),
-                    });
+                    self.answer(
+                        listed,
+                        self.request_deadline,
+                        |m, now, listed| match listed {
+                            Ok(page) => m.on_listed(now, page),
+                            Err(_) => m.on_list_failed(),
+                        },
+                    );
                 }
                 Action::Delete { node, version } => {
                     let deleted = self.store.delete_member(node, version);

@@ -368,10 +368,12 @@ fn unsent_frames(bytes: &[u8], records: &[usize]) -> Vec<FrameBuf> {
     for (start, end) in records.iter().copied().zip(ends) {
         let mut at = start + HEAD_LEN;
         while at < end {
-            let (kind, len) = read_head(&bytes[at..at + HEAD_LEN]).expect("a head this batch wrote");
+            let (kind, len) =
+                read_head(&bytes[at..at + HEAD_LEN]).expect("a head this batch wrote");
             let payload = &bytes[at + HEAD_LEN..at + HEAD_LEN + len];
             if kind == KIND_MESSAGE {
-                frames.push(FrameBuf::from_archive(payload).expect("an archive this batch encoded"));
+                frames
+                    .push(FrameBuf::from_archive(payload).expect("an archive this batch encoded"));
             }
             at += HEAD_LEN + padded(len);
         }
@@ -419,7 +421,11 @@ impl LinkDecoder {
         // and `start` is on the grid, so moving down keeps every offset's
         // alignment.
         debug_assert!(self.record_end.is_none());
-        assert_eq!(self.start % LINK_ALIGN, 0, "a link decoder off the alignment grid");
+        assert_eq!(
+            self.start % LINK_ALIGN,
+            0,
+            "a link decoder off the alignment grid"
+        );
         if self.start > 0 && self.start == self.buf.len() {
             self.buf.clear();
             self.start = 0;

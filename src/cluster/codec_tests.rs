@@ -48,7 +48,11 @@ fn describe(frame: LinkFrame<'_>) -> String {
     }
 }
 
-fn decode_all(decoder: &mut LinkDecoder, bytes: &[u8], chunk: usize) -> Result<Vec<String>, LinkError> {
+fn decode_all(
+    decoder: &mut LinkDecoder,
+    bytes: &[u8],
+    chunk: usize,
+) -> Result<Vec<String>, LinkError> {
     let mut seen = Vec::new();
     for piece in bytes.chunks(chunk) {
         decoder.extend(piece);
@@ -101,10 +105,9 @@ fn every_record_and_payload_is_on_the_grid_and_read_where_it_lies() {
             loop {
                 let (text, at) = match decoder.next_frame().unwrap() {
                     None => break,
-                    Some(LinkFrame::Message(message)) => (
-                        format!("{message:?}"),
-                        std::ptr::from_ref(message) as usize,
-                    ),
+                    Some(LinkFrame::Message(message)) => {
+                        (format!("{message:?}"), std::ptr::from_ref(message) as usize)
+                    }
                     Some(_) => continue,
                 };
                 // In place: inside the decoder's own buffer (which does
@@ -161,7 +164,11 @@ fn a_flipped_bit_anywhere_another_key_or_a_replay_fails_authentication() {
         ));
     }
     assert!(matches!(
-        decode_all(&mut LinkDecoder::new(&[8; LINK_KEY_LEN]), &bytes, bytes.len()),
+        decode_all(
+            &mut LinkDecoder::new(&[8; LINK_KEY_LEN]),
+            &bytes,
+            bytes.len()
+        ),
         Err(LinkError::Auth)
     ));
     // The first record twice: the second copy has the wrong number.
@@ -247,10 +254,16 @@ fn an_unsealed_frame_a_huge_record_a_frame_past_its_record_or_bad_padding_is_an_
     // Sealed, but a frame claims more than the record holds.
     let mut past = head(KIND_PING, 40, 0);
     past.resize(HEAD_LEN + 16, 0);
-    assert!(matches!(first_error(&sealed_raw(&past)), LinkError::BadControl(40)));
+    assert!(matches!(
+        first_error(&sealed_raw(&past)),
+        LinkError::BadControl(40)
+    ));
     let mut past = head(KIND_MESSAGE, 64, 0);
     past.resize(HEAD_LEN + 32, 0);
-    assert!(matches!(first_error(&sealed_raw(&past)), LinkError::Truncated));
+    assert!(matches!(
+        first_error(&sealed_raw(&past)),
+        LinkError::Truncated
+    ));
     let mut past = head(KIND_PING, 8, 0);
     past.resize(HEAD_LEN + 16, 0);
     past.extend_from_slice(&head(KIND_PING, 8, 0));
@@ -260,18 +273,30 @@ fn an_unsealed_frame_a_huge_record_a_frame_past_its_record_or_bad_padding_is_an_
     let mut padding = head(KIND_PING, 8, 0);
     padding.extend_from_slice(&[1; 8]);
     padding.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 9]);
-    assert!(matches!(first_error(&sealed_raw(&padding)), LinkError::Layout));
+    assert!(matches!(
+        first_error(&sealed_raw(&padding)),
+        LinkError::Layout
+    ));
     let mut reserved = head(KIND_PING, 8, 5);
     reserved.resize(HEAD_LEN + 16, 0);
-    assert!(matches!(first_error(&sealed_raw(&reserved)), LinkError::Layout));
+    assert!(matches!(
+        first_error(&sealed_raw(&reserved)),
+        LinkError::Layout
+    ));
     // A body off the grid.
     let mut off_grid = head(KIND_PING, 8, 0);
     off_grid.resize(HEAD_LEN + 16 + 8, 0);
-    assert!(matches!(first_error(&sealed_raw(&off_grid)), LinkError::Layout));
+    assert!(matches!(
+        first_error(&sealed_raw(&off_grid)),
+        LinkError::Layout
+    ));
     // A message whose archive is not one.
     let mut garbage = head(KIND_MESSAGE, 64, 0);
     garbage.extend_from_slice(&[0xff; 64]);
-    assert!(matches!(first_error(&sealed_raw(&garbage)), LinkError::Frame(_)));
+    assert!(matches!(
+        first_error(&sealed_raw(&garbage)),
+        LinkError::Frame(_)
+    ));
 }
 
 #[test]
@@ -331,7 +356,10 @@ fn frames_a_link_could_not_send_come_back_whole() {
     let back = batch.drain_frames();
     assert!(batch.is_empty());
     assert_eq!(batch.messages(), 0);
-    let back: Vec<String> = back.iter().map(|frame| format!("{:?}", frame.message())).collect();
+    let back: Vec<String> = back
+        .iter()
+        .map(|frame| format!("{:?}", frame.message()))
+        .collect();
     let sent: Vec<String> = (0..7).map(|n| shown(n, body_len)).collect();
     assert_eq!(back, sent);
 }

@@ -251,7 +251,6 @@ impl Incoming {
                 Ok(None) | Err(_) => return,
             }
             arrived_at = Instant::now();
-
         }
     }
 }

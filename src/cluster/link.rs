@@ -72,7 +72,11 @@ impl Link {
     /// link must be dialled (it was backing off and the wait is over).
     /// `now_ms` is read only while the link backs off: a link that is up
     /// (every frame of a busy link) needs no clock.
-    pub fn offer(&mut self, now_ms: impl FnOnce() -> u64, message: &Message) -> Result<bool, Refused> {
+    pub fn offer(
+        &mut self,
+        now_ms: impl FnOnce() -> u64,
+        message: &Message,
+    ) -> Result<bool, Refused> {
         let dial = match self.state {
             LinkState::Connecting | LinkState::Up => false,
             LinkState::Backoff { until_ms } => {

@@ -45,8 +45,8 @@ use crate::store::{
     MemberWrite, NodeId, TableVersion,
 };
 
-use observing::{Listing, Observed};
 pub use observing::WATCHED_PER_NODE;
+use observing::{Listing, Observed};
 
 /// What this node advertises in its row.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -82,7 +82,10 @@ pub enum Action {
     Write { tag: WriteTag, write: MemberWrite },
     /// Delete the row of `node`, which left, by CAS on `version`; answer
     /// with `on_deleted`.
-    Delete { node: NodeId, version: MemberVersion },
+    Delete {
+        node: NodeId,
+        version: MemberVersion,
+    },
 }
 
 /// What happened, for the driver to pass on (to every core's router, the

@@ -57,7 +57,10 @@ impl Cluster {
     }
 
     fn membership(&mut self, id: u64) -> &mut Membership {
-        self.nodes.get_mut(&id).and_then(Option::as_mut).expect("running")
+        self.nodes
+            .get_mut(&id)
+            .and_then(Option::as_mut)
+            .expect("running")
     }
 
     /// The nodes that watch `id`.
@@ -91,7 +94,11 @@ fn a_steady_cluster_polls_one_version_and_its_watched_rows_and_lists_nothing() {
     let version = cluster.table.version();
     let ticks = 40;
     cluster.run_for(ticks * config().heartbeat_interval_ms / 2);
-    assert_eq!(cluster.table.version(), version, "heartbeats move no version");
+    assert_eq!(
+        cluster.table.version(),
+        version,
+        "heartbeats move no version"
+    );
     let read = cluster.table.counts().rows_read - before.rows_read;
     // Each node, each tick: the version row and the rows it watches.
     assert_eq!(read, 20 * ticks * (1 + WATCHED_PER_NODE as u64));
@@ -177,12 +184,21 @@ fn a_stopped_node_is_declared_down_by_a_watcher_within_down_after_and_two_ticks(
     let events = cluster.run_for(3 * config().down_after_ms);
     let at = declared_at(&events, 17).expect("declared down");
     let detection = at - stopped_at;
-    assert!(detection <= config().down_after_ms + 2 * cluster.tick(), "{detection} ms");
+    assert!(
+        detection <= config().down_after_ms + 2 * cluster.tick(),
+        "{detection} ms"
+    );
     assert!(detection >= config().down_after_ms - config().heartbeat_interval_ms);
     // Every live node learnt it, and only the stopped node was declared.
-    assert_eq!(cluster.table.get(NodeId(17)).unwrap().state, MemberState::Down);
+    assert_eq!(
+        cluster.table.get(NodeId(17)).unwrap().state,
+        MemberState::Down
+    );
     for id in (1..=30).filter(|id| *id != 17) {
-        assert_ne!(cluster.table.get(NodeId(id)).unwrap().state, MemberState::Down);
+        assert_ne!(
+            cluster.table.get(NodeId(id)).unwrap().state,
+            MemberState::Down
+        );
         let m = cluster.membership(id);
         assert!(m
             .members()
@@ -230,7 +246,9 @@ fn when_a_node_and_all_its_watchers_stop_the_watchers_are_replaced_and_it_is_dec
         .collect();
     for id in live {
         let watched = cluster.membership(id).watched().to_vec();
-        assert!(watched.iter().all(|node| cluster.table.get(*node).unwrap().state == MemberState::Up));
+        assert!(watched
+            .iter()
+            .all(|node| cluster.table.get(*node).unwrap().state == MemberState::Up));
     }
 }
 
@@ -242,7 +260,11 @@ fn a_watcher_cut_off_from_the_store_declares_nobody_when_it_comes_back() {
     assert!(!watched.is_empty());
     // The watcher's reads and writes all fail for twice down_after, while
     // everyone else heartbeats.
-    let mut cut = cluster.nodes.insert(watcher, None).flatten().expect("running");
+    let mut cut = cluster
+        .nodes
+        .insert(watcher, None)
+        .flatten()
+        .expect("running");
     let end = cluster.now + 2 * config().down_after_ms;
     while cluster.now < end {
         cluster.now += cluster.tick();
@@ -291,23 +313,37 @@ fn the_row_of_a_node_that_left_is_deleted_after_the_retention_and_its_id_rejoins
     let now = cluster.now;
     cluster.membership(leaver).set_state(now, MemberState::Left);
     cluster.run_for(config().heartbeat_interval_ms);
-    assert_eq!(cluster.table.get(NodeId(leaver)).unwrap().state, MemberState::Left);
+    assert_eq!(
+        cluster.table.get(NodeId(leaver)).unwrap().state,
+        MemberState::Left
+    );
     let left_row = cluster.table.get(NodeId(leaver)).unwrap();
     // A frozen copy of the process that left, holding its last version.
-    let frozen = cluster.nodes.insert(leaver, None).flatten().expect("running");
+    let frozen = cluster
+        .nodes
+        .insert(leaver, None)
+        .flatten()
+        .expect("running");
     let early = cluster.run_for(config().left_retention_ms - 2 * config().heartbeat_interval_ms);
-    assert!(!early.iter().any(|(_, _, e)| matches!(e, Event::Removed { .. })));
+    assert!(!early
+        .iter()
+        .any(|(_, _, e)| matches!(e, Event::Removed { .. })));
     assert_eq!(cluster.table.list().len(), 4);
     let events = cluster.run_for(4 * config().heartbeat_interval_ms);
     assert_eq!(cluster.table.list().len(), 3, "deleted");
     for id in [1, 2, 4] {
         assert!(
-            events
-                .iter()
-                .any(|(_, node, e)| *node == id && *e == Event::Removed { node: NodeId(leaver) }),
+            events.iter().any(|(_, node, e)| *node == id
+                && *e
+                    == Event::Removed {
+                        node: NodeId(leaver)
+                    }),
             "node {id} dropped it"
         );
-        assert!(cluster.membership(id).members().all(|row| row.node_id != NodeId(leaver)));
+        assert!(cluster
+            .membership(id)
+            .members()
+            .all(|row| row.node_id != NodeId(leaver)));
     }
     // The id starts again: the next incarnation, on the tombstone's
     // version, never 1 again.
@@ -326,6 +362,9 @@ fn the_row_of_a_node_that_left_is_deleted_after_the_retention_and_its_id_rejoins
     // row never has, so it never applies.
     let mut frozen = frozen;
     let events = run(&mut frozen, &mut cluster.table, cluster.now);
-    assert!(!events.iter().any(|e| matches!(e, Event::Lease { .. })), "{events:?}");
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Lease { .. })),
+        "{events:?}"
+    );
     assert_eq!(cluster.table.get(NodeId(leaver)).unwrap().incarnation, 2);
 }

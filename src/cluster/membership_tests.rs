@@ -225,10 +225,13 @@ fn a_late_heartbeat_wins_over_a_declaration() {
     // business)...
     let late = config().down_after_ms + 1;
     b.on_tick(late);
-    let polled = b.take_actions().into_iter().find_map(|action| match action {
-        Action::Poll { nodes } => Some(nodes),
-        _ => None,
-    });
+    let polled = b
+        .take_actions()
+        .into_iter()
+        .find_map(|action| match action {
+            Action::Poll { nodes } => Some(nodes),
+            _ => None,
+        });
     b.on_polled(late, table.poll(&polled.expect("a poll is due")));
     let declare = b.take_actions();
     let Some((tag, write)) = declare.iter().find_map(|action| match action {
@@ -259,7 +262,9 @@ fn run_with_failing_heartbeats(
     table: &mut MemberTable,
     now: u64,
 ) -> Vec<Event> {
-    run_failing(m, table, now, |tag| matches!(tag, WriteTag::Heartbeat { .. }))
+    run_failing(m, table, now, |tag| {
+        matches!(tag, WriteTag::Heartbeat { .. })
+    })
 }
 
 #[test]

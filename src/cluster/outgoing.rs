@@ -404,11 +404,7 @@ impl CoreLinks {
                 let records = sealer.records_sealed() - records_before;
                 let sealed = batch.take_sealed();
                 let bytes = sealed.len() as u64;
-                let written = before(
-                    now + settings.suspect_after(),
-                    stream.send_all(sealed),
-                )
-                .await;
+                let written = before(now + settings.suspect_after(), stream.send_all(sealed)).await;
                 match written {
                     None => return Ended::Silent,
                     Some((Err(_), _)) => return Ended::Io,

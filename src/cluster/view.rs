@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
-use crate::store::GatewayAddresses;
 pub use crate::router::driver::CoreStanding;
+use crate::store::GatewayAddresses;
 use crate::store::{MemberRow, MemberState, NodeId};
 
 /// Another member as this node knows it.

@@ -28,9 +28,9 @@ use super::core::{EgressRef, GatewayCore, HeldFrame, Limits, LoginOutcome};
 use super::player::{LoginRequest, PlayerPort};
 use super::session::Target;
 use super::{session_core, Ingress, Notice};
-use crate::store::GatewayAddresses;
 use crate::config::GatewayConfig;
 use crate::metrics::CoreMetrics;
+use crate::store::GatewayAddresses;
 
 mod connection;
 mod connection_task;

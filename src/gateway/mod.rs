@@ -35,8 +35,8 @@ pub mod transport;
 use wire::frame::{ClientWire, FrameBuf, FrameEncodeError, Message};
 
 pub use self::core::{
-    BindError, CloseReason, EgressRef, EgressRejected, GatewayCore, HeldFrame, Limits, LoginOutcome,
-    SessionRow,
+    BindError, CloseReason, EgressRef, EgressRejected, GatewayCore, HeldFrame, Limits,
+    LoginOutcome, SessionRow,
 };
 pub use self::driver::GatewayHandle;
 pub use self::player::{LoginRequest, PlayerPort};

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::family::{write_family_head, write_histogram_of, Family, Kind};
 use super::histogram::Histogram;
-use crate::route::{Direction, RouteTable, ROUTES_MAX};
 use crate::metrics::Counter;
+use crate::route::{Direction, RouteTable, ROUTES_MAX};
 
 super::metric_set! {
     /// The gateway's counters and gauges, one set per core.

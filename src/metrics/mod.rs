@@ -30,7 +30,9 @@ pub(crate) use self::family::{counter_set, metric_label, metric_label_value, met
 pub use self::family::{write_families, Families, Family, Kind, Metric, Series, Value};
 pub use self::gateway::{answer_slot, GatewayStats, RequestCounts, RequestLatency, ANSWER_CODES};
 pub use self::histogram::{Histogram, BUCKET_BOUNDS};
-pub use self::node::{write_peers, CoreLinkQueue, ObjectsByType, PeerGauges, OBJECT_TYPES_COUNTED_MAX};
+pub use self::node::{
+    write_peers, CoreLinkQueue, ObjectsByType, PeerGauges, OBJECT_TYPES_COUNTED_MAX,
+};
 pub use self::router::{RouterCounterCells, RouterCounters, RouterStats};
 pub use self::runtime::{RuntimeStats, RUNTIME_MIRROR_INTERVAL};
 pub use self::store::{ErrorKind, ErrorOp, StoreProbe, StoreStats};

@@ -97,14 +97,8 @@ fn open_fds() -> Option<u64> {
     let counted = loop {
         // SAFETY: `buffer` is writable for its whole length, which is the
         // length passed; `dir` is the directory opened above.
-        let read = unsafe {
-            libc::syscall(
-                libc::SYS_getdents64,
-                dir,
-                buffer.as_mut_ptr(),
-                buffer.len(),
-            )
-        };
+        let read =
+            unsafe { libc::syscall(libc::SYS_getdents64, dir, buffer.as_mut_ptr(), buffer.len()) };
         let Ok(read) = usize::try_from(read) else {
             break None;
         };

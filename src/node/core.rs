@@ -113,9 +113,11 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
         catalog: CoreCatalog::new(shared.catalog.clone()),
         routes: shared.routes.clone(),
         view: shared.view.clone(),
-        placement_grace: shared.config.gateway.place_sessions.then(|| {
-            Duration::from_millis(shared.config.cluster.redirect_grace_ms)
-        }),
+        placement_grace: shared
+            .config
+            .gateway
+            .place_sessions
+            .then(|| Duration::from_millis(shared.config.cluster.redirect_grace_ms)),
     });
     if let Some(inbox) = core.take_inbox() {
         let (gateway, router) = (gateway.clone(), router.clone());
@@ -197,7 +199,11 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
     }
     shards::spawn(mirror_runtime(metrics.clone())).detach();
     core.ready();
-    futures_lite::future::or(driver::serve(gateway, listener, edges), core.shutdown().wait()).await;
+    futures_lite::future::or(
+        driver::serve(gateway, listener, edges),
+        core.shutdown().wait(),
+    )
+    .await;
     // Client IO has stopped being accepted; save and release every object
     // within most of the core's drain budget, then (the core that runs
     // membership) leave the cluster, leaving the rest for the runtime to

@@ -12,7 +12,6 @@ use self::listeners::{bind_cluster, reserve};
 
 use crate::admin::{Admin, AdminState, Advertised};
 use crate::catalog::Catalog;
-use crate::store::GatewayAddresses;
 use crate::cluster::agent::{self, JoinError};
 use crate::cluster::membership::{Advertisement, Membership};
 use crate::cluster::view::{ClusterView, Peer, Standing};
@@ -26,6 +25,7 @@ use crate::ops::drain::DrainStatus;
 use crate::ops::NodePhase;
 use crate::ops::{CoreCommands, Ops, OpsParts};
 use crate::route::RouteTable;
+use crate::store::GatewayAddresses;
 use crate::store::{MemberState, NodeId, OpenError, Store};
 
 mod core;
@@ -529,7 +529,14 @@ impl NodeShared {
 fn edge_listeners(
     config: &Config,
     tls: Option<&TlsSetup>,
-) -> Result<(Vec<(SocketAddr, Listener)>, EdgeAddresses, Vec<std::net::TcpListener>), NodeError> {
+) -> Result<
+    (
+        Vec<(SocketAddr, Listener)>,
+        EdgeAddresses,
+        Vec<std::net::TcpListener>,
+    ),
+    NodeError,
+> {
     let gateway = &config.gateway;
     let mut edges = Vec::new();
     let mut addresses = EdgeAddresses::default();

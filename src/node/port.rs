@@ -303,9 +303,10 @@ impl ClientSide for ServicesPort {
             Err(Refusal::Code(code)) => LoginOutcome::Refused(code, router_error_reason(code)),
             // The player object is routerd's and has no codes of its own: an
             // application code here is a fault.
-            Err(Refusal::App { .. }) => {
-                LoginOutcome::Refused(ErrorCode::Internal, router_error_reason(ErrorCode::Internal))
-            }
+            Err(Refusal::App { .. }) => LoginOutcome::Refused(
+                ErrorCode::Internal,
+                router_error_reason(ErrorCode::Internal),
+            ),
         };
         let placed = match (self.placement_grace, outcome) {
             (Some(grace), LoginOutcome::Admitted) => {

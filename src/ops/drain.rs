@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::Ops;
-use crate::store::GatewayAddresses;
 use crate::cluster::view::ClusterView;
 use crate::config::ClusterConfig;
 use crate::gateway::GatewayHandle;
 use crate::router::driver::RouterDriver;
 use crate::router::DrainProgress;
+use crate::store::GatewayAddresses;
 use crate::store::MemberState;
 
 /// How often a draining core looks at its progress.

@@ -52,7 +52,11 @@ impl PageAsk {
             after: None,
             limit: PAGE_LIMIT_DEFAULT,
         };
-        for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        for pair in query
+            .unwrap_or_default()
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
                 "after" => {
@@ -178,11 +182,13 @@ impl Ops {
     /// A page of this node's objects of `type_id`, as JSON.
     pub async fn list_objects(&self, type_id: u32, page: PageAsk) -> Result<Value, ListRefused> {
         let parts = self
-            .ask_every_core(|reply: oneshot::Sender<Vec<ObjectRow>>| Command::ListObjects {
-                page: page.one_more(),
-                type_id,
-                reply,
-            })
+            .ask_every_core(
+                |reply: oneshot::Sender<Vec<ObjectRow>>| Command::ListObjects {
+                    page: page.one_more(),
+                    type_id,
+                    reply,
+                },
+            )
             .await?;
         let (rows, next) = merge(parts, page.limit, |row| row.object_id);
         let objects: Vec<Value> = rows
@@ -215,13 +221,13 @@ impl Ops {
         page: PageAsk,
     ) -> Result<Value, ListRefused> {
         let parts = self
-            .ask_every_core(
-                |reply: oneshot::Sender<(usize, Vec<SessionRow>)>| Command::ListSessions {
+            .ask_every_core(|reply: oneshot::Sender<(usize, Vec<SessionRow>)>| {
+                Command::ListSessions {
                     page: page.one_more(),
                     player,
                     reply,
-                },
-            )
+                }
+            })
             .await?;
         let cores: Vec<Value> = parts
             .iter()

@@ -25,8 +25,8 @@ use futures_lite::StreamExt;
 use wire::ObjectKey;
 
 use self::drain::{CoreDrainParts, DrainStatus};
-use self::rebalance::RebalanceStatus;
 pub use self::phase::{NodePhase, Phase};
+use self::rebalance::RebalanceStatus;
 use crate::cluster::view::ClusterView;
 use crate::config::{ClusterConfig, Secret};
 use crate::gateway::GatewayHandle;

@@ -197,7 +197,11 @@ impl Ops {
     /// why it could not be asked.
     pub async fn rebalance_cluster(&self) -> Result<Value, RebalanceRefused> {
         let own = self.rebalance()?;
-        let token = self.0.token.as_ref().map(|token| token.expose().to_string());
+        let token = self
+            .0
+            .token
+            .as_ref()
+            .map(|token| token.expose().to_string());
         let peers: Vec<(u64, String)> = self
             .0
             .view
@@ -355,7 +359,9 @@ impl Ops {
             match plans {
                 Ok(plans) if plans.iter().all(Option::is_some) || ask == PLAN_ASKS_MAX => {
                     if plans.iter().any(Option::is_none) {
-                        tracing::warn!("rebalance: a core never saw every member up; its objects stay");
+                        tracing::warn!(
+                            "rebalance: a core never saw every member up; its objects stay"
+                        );
                     }
                     return plans.into_iter().flatten().flatten().collect();
                 }

@@ -129,7 +129,11 @@ impl Ops {
                 ),
             );
         };
-        let token = self.0.token.as_ref().map(|token| token.expose().to_string());
+        let token = self
+            .0
+            .token
+            .as_ref()
+            .map(|token| token.expose().to_string());
         forward(&peer.admin, token, owner, call).await
     }
 

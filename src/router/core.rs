@@ -81,7 +81,8 @@ impl RouterCore {
             "type {type_id} is a service"
         );
         let rng = &mut self.ctx.rng;
-        let hasher = ahash::RandomState::with_seeds(rng.random(), rng.random(), rng.random(), rng.random());
+        let hasher =
+            ahash::RandomState::with_seeds(rng.random(), rng.random(), rng.random(), rng.random());
         let manager = Manager {
             kind,
             entries: Entries::with_hasher(hasher),
@@ -635,7 +636,14 @@ impl RouterCore {
             .get_mut(&key)
             .ok_or(TransferError::NotWritable)?;
         let next = transfer::ask(entry, target, need_notify)?;
-        run(&mut self.ctx, manager.kind.as_ref(), key, entry, now_ms, next);
+        run(
+            &mut self.ctx,
+            manager.kind.as_ref(),
+            key,
+            entry,
+            now_ms,
+            next,
+        );
         checked(key, entry);
         Ok(())
     }

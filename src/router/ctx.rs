@@ -12,7 +12,9 @@ use wire::ObjectKey;
 use super::drain::DrainState;
 use super::entry::Entry;
 use super::mutant::{self, Mutant};
-use super::types::{Effect, NodeMessage, Outcome, Request, StoreOp, StoreToken, Timer, TransferDone};
+use super::types::{
+    Effect, NodeMessage, Outcome, Request, StoreOp, StoreToken, Timer, TransferDone,
+};
 use crate::config::RouterConfig;
 use crate::store::NodeId;
 
@@ -263,4 +265,3 @@ pub(crate) fn ack(ctx: &mut Ctx, to: NodeId, key: ObjectKey, transfer_id: u64, a
         ctx.send(to, message);
     }
 }
-

@@ -431,8 +431,7 @@ impl Entry {
         self.set_cas(cas_version, now_ms);
         self.last_refresh_ms = Some(now_ms);
         debug_assert!(
-            self.route_version == pending.route_version
-                && self.cas_version == Some(cas_version),
+            self.route_version == pending.route_version && self.cas_version == Some(cas_version),
             "the entry names what its write left"
         );
     }

@@ -47,13 +47,13 @@ pub use ctx::{
     SHUTDOWN_BATCH_MAX,
 };
 pub use drain::DrainProgress;
-pub use view::EntryView;
 pub use handler::{
     DecodeError, HandlerOutput, HandlerReply, ObjectCall, ObjectState, ObjectTimer, ObjectType,
     ServiceHandler,
 };
 pub use types::{
-    AppCode, ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Refusal, Request, RequestId, RouterHead,
-    RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer, TransferDone,
+    AppCode, ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Refusal, Request, RequestId,
+    RouterHead, RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer, TransferDone,
     TransferError, TransferOutcome,
 };
+pub use view::EntryView;

@@ -241,7 +241,10 @@ fn forwarding_is_refused_past_transfer_max_ttl() {
     h.core(other).on_request(0, head, request);
     let effects = h.settle(other, 0);
     assert!(routed(&effects).is_empty());
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
+    assert_eq!(
+        replies(&effects),
+        vec![(id, Err(ErrorCode::Unavailable.into()))]
+    );
     assert_eq!(h.core(other).counters().forward_hops_exceeded_total, 1);
 }
 
@@ -522,7 +525,10 @@ fn eagain_retries_with_bounded_random_waits_then_gives_up() {
         core.on_store_reply(now, token, StoreReply::Failed(StoreFailure::Busy));
         let effects: Vec<Effect> = core.drain_effects().collect();
         if attempt == config().pull_attempts_max {
-            assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
+            assert_eq!(
+                replies(&effects),
+                vec![(id, Err(ErrorCode::Unavailable.into()))]
+            );
             return;
         }
         let Some(Effect::ArmTimer { at_ms, timer }) = effects.into_iter().next() else {
@@ -543,7 +549,10 @@ fn a_terminal_store_error_answers_at_once() {
     };
     core.on_store_reply(0, token, StoreReply::Failed(StoreFailure::Failed));
     let effects: Vec<Effect> = core.drain_effects().collect();
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
+    assert_eq!(
+        replies(&effects),
+        vec![(id, Err(ErrorCode::Unavailable.into()))]
+    );
 }
 
 #[test]
@@ -629,9 +638,9 @@ fn a_live_owner_is_never_claimed_from_whatever_the_clocks_say() {
     let far = 100 * config().object_free_timeout_ms;
     h.next_seq += 1;
     let request = get_request(RequestId {
-            origin_node: NodeId(other),
-            seq: h.next_seq,
-        });
+        origin_node: NodeId(other),
+        seq: h.next_seq,
+    });
     h.core(other)
         .on_request(far, RouterHead::local(KEY, NodeId(other)), request);
     let effects = settle_at(&mut h, other, far);
@@ -676,9 +685,9 @@ fn an_owner_unknown_to_membership_is_claimed_after_its_record_stood_still() {
     let later = 1_000 + config().object_free_timeout_ms;
     h.next_seq += 1;
     let request = get_request(RequestId {
-            origin_node: NodeId(1),
-            seq: h.next_seq,
-        });
+        origin_node: NodeId(1),
+        seq: h.next_seq,
+    });
     let id = request.id;
     h.core(1)
         .on_request(later, RouterHead::local(KEY, NodeId(1)), request);
@@ -703,7 +712,10 @@ fn a_failed_send_is_resolved_again_once_and_not_resent_to_the_same_node() {
     h.core(other).on_send_failed(2, sent.0, sent.1);
     let effects = settle_at(&mut h, other, 2);
     assert!(routed(&effects).is_empty(), "{effects:?}");
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
+    assert_eq!(
+        replies(&effects),
+        vec![(id, Err(ErrorCode::Unavailable.into()))]
+    );
     assert_eq!(h.core(other).counters().send_failures_total, 1);
 }
 
@@ -1006,7 +1018,10 @@ fn a_core_holds_at_most_entries_per_core_max_keys() {
     h.core(1)
         .on_request(1, RouterHead::local(other, NodeId(1)), request);
     let effects = h.settle(1, 1);
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Overloaded.into()))]);
+    assert_eq!(
+        replies(&effects),
+        vec![(id, Err(ErrorCode::Overloaded.into()))]
+    );
     assert!(h.table.load(other).is_none());
     assert_eq!(h.core(1).counters().entries_full_total, 1);
     assert_eq!(h.core(1).entries().count(), 1);
@@ -1059,7 +1074,10 @@ fn an_unavailable_owner_is_read_once_more_then_answered_unavailable() {
     let mut h = harness_with_unknown_owner();
     let id = h.request(1, OP_GET, Vec::new());
     let effects = settle_at(&mut h, 1, 1_000);
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
+    assert_eq!(
+        replies(&effects),
+        vec![(id, Err(ErrorCode::Unavailable.into()))]
+    );
     assert_eq!(h.core(1).counters().pulls_total, 2);
     assert!(routed(&effects).is_empty());
 }

@@ -266,10 +266,7 @@ fn a_readopt_retry_answered_after_a_second_fence_keeps_the_copy_aside() {
         replies(&effects),
         vec![(waiting, Err(ErrorCode::Unavailable.into()))]
     );
-    assert!(h
-        .core(1)
-        .entries()
-        .all(|view| view.aside && !view.writable));
+    assert!(h.core(1).entries().all(|view| view.aside && !view.writable));
     assert_eq!(h.table.load(KEY).expect("record").owner_incarnation, 2);
     // The next rejoin writes the copy back under its own incarnation.
     h.core(1).rejoin(at_ms + 10, 3, at_ms + 5_000);
@@ -278,10 +275,7 @@ fn a_readopt_retry_answered_after_a_second_fence_keeps_the_copy_aside() {
     assert_eq!(record.owner_incarnation, 3);
     assert_eq!(counter_value(&record.state), Some(6));
     assert_eq!(h.core(1).counters().unsaved_changes_dropped_total, 0);
-    assert!(h
-        .core(1)
-        .entries()
-        .all(|view| view.writable && !view.aside));
+    assert!(h.core(1).entries().all(|view| view.writable && !view.aside));
 }
 
 #[test]

@@ -193,9 +193,9 @@ fn a_full_target_refuses_a_transfer_of_a_key_it_does_not_hold() {
     // One key fills the core.
     let other = ObjectKey::new(COUNTER_TYPE_ID, 0, 43);
     let request = get_request(RequestId {
-            origin_node: NodeId(2),
-            seq: 1,
-        });
+        origin_node: NodeId(2),
+        seq: 1,
+    });
     h.core(2)
         .on_request(0, RouterHead::local(other, NodeId(2)), request);
     h.settle(2, 0);
@@ -337,7 +337,10 @@ fn a_route_that_never_catches_up_ends_in_unavailable_within_the_repair_bound() {
     h.core(other).on_request(1, head, request);
     let rounds_max = 2 * usize::from(REPAIR_ATTEMPTS_MAX) + 2;
     let effects = settle_within(&mut h, other, 1, rounds_max);
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
+    assert_eq!(
+        replies(&effects),
+        vec![(id, Err(ErrorCode::Unavailable.into()))]
+    );
     assert!(routed(&effects).is_empty(), "{effects:?}");
     assert_eq!(
         h.core(other).counters().pulls_total,
@@ -431,7 +434,10 @@ fn a_node_whose_lease_ran_out_during_its_read_does_not_claim() {
     assert!(!core.may_serve(100));
     let effects: Vec<Effect> = core.drain_effects().collect();
     assert_eq!(store_ops(&effects), 0, "{effects:?}");
-    assert_eq!(replies(&effects), vec![(id, Err(ErrorCode::Unavailable.into()))]);
+    assert_eq!(
+        replies(&effects),
+        vec![(id, Err(ErrorCode::Unavailable.into()))]
+    );
     assert_eq!(core.counters().claims_total, 0);
 }
 

@@ -143,7 +143,9 @@ impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refusal::Code(code) => f.write_str(code.name()),
-            Refusal::App { code, reason } => write!(f, "application error {}: {reason}", code.get()),
+            Refusal::App { code, reason } => {
+                write!(f, "application error {}: {reason}", code.get())
+            }
         }
     }
 }

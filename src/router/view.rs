@@ -179,7 +179,10 @@ impl RouterCore {
                 accepting: entry.is_writable()
                     && !entry.is_aside()
                     && entry.transferring.is_none()
-                    && !entry.io.as_ref().is_some_and(|io| io.blocks_requests(on_write)),
+                    && !entry
+                        .io
+                        .as_ref()
+                        .is_some_and(|io| io.blocks_requests(on_write)),
                 io_in_flight: entry.io.is_some(),
                 queued: entry.io_waiters.len()
                     + entry
@@ -320,14 +323,21 @@ impl RouterCore {
         now_ms: u64,
         expected: &[NodeId],
     ) -> Option<Vec<(ObjectKey, NodeId)>> {
-        if !expected.iter().all(|node| self.ctx.is_node_available(*node)) {
+        if !expected
+            .iter()
+            .all(|node| self.ctx.is_node_available(*node))
+        {
             return None;
         }
         if self.ctx.is_shutting_down() || self.ctx.draining || !self.ctx.may_serve(now_ms) {
             return Some(Vec::new());
         }
         let mut plan = Vec::new();
-        for (key, entry) in self.managers.values().flat_map(|manager| manager.entries.iter()) {
+        for (key, entry) in self
+            .managers
+            .values()
+            .flat_map(|manager| manager.entries.iter())
+        {
             let movable = entry.is_writable()
                 && !entry.is_aside()
                 && entry.transferring.is_none()

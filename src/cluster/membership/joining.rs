@@ -4,9 +4,11 @@
 //! follows. Serving (heartbeats, the lease, observing the others) is the
 //! parent module's.
 
-use super::{Event, Membership, Phase, Serving, WriteTag};
 use super::Action;
-use crate::store::{MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion, MemberWrite};
+use super::{Event, Membership, Phase, Serving, WriteTag};
+use crate::store::{
+    MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion, MemberWrite,
+};
 
 impl Membership {
     /// The row that refused or outranked this node's: declared down (its

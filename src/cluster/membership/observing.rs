@@ -95,7 +95,10 @@ impl Membership {
                 .collect();
             ring.sort_unstable();
             self.lowest_live = ring.iter().map(|(_, node)| *node).min().unwrap_or(self.me);
-            let at = ring.iter().position(|(_, node)| *node == self.me).unwrap_or(0);
+            let at = ring
+                .iter()
+                .position(|(_, node)| *node == self.me)
+                .unwrap_or(0);
             self.watched = (1..ring.len())
                 .take(WATCHED_PER_NODE)
                 .map(|step| ring[(at + step) % ring.len()].1)
@@ -334,7 +337,12 @@ impl Membership {
 
     /// The answer to a deletion of `node`'s row (`Err`: no answer, or a
     /// store error; the next tick tries again).
-    pub fn on_deleted(&mut self, now_ms: u64, node: NodeId, outcome: Result<MemberOutcome, String>) {
+    pub fn on_deleted(
+        &mut self,
+        now_ms: u64,
+        node: NodeId,
+        outcome: Result<MemberOutcome, String>,
+    ) {
         if let Some(seen) = self.observed.get_mut(&node) {
             seen.deleting = false;
         }

@@ -77,7 +77,13 @@ pub(super) struct WarnLimiter {
 const WARN_INTERVAL: Duration = Duration::from_secs(1);
 
 impl WarnLimiter {
-    pub(super) fn warn(&mut self, now: Instant, reason: EgressRejected, session_id: u64, route_id: u32) {
+    pub(super) fn warn(
+        &mut self,
+        now: Instant,
+        reason: EgressRejected,
+        session_id: u64,
+        route_id: u32,
+    ) {
         match self.last {
             Some(last) if now.saturating_duration_since(last) < WARN_INTERVAL => {
                 self.suppressed += 1;
@@ -188,10 +194,7 @@ impl GatewayCore {
                     answered = Some(Answered {
                         route_index,
                         deadline: inflight.deadline,
-                        answer_slot: crate::metrics::answer_slot(error_code_of(
-                            kind,
-                            egress.body,
-                        )),
+                        answer_slot: crate::metrics::answer_slot(error_code_of(kind, egress.body)),
                     });
                 }
                 Some(other) => {

@@ -16,11 +16,16 @@ use crate::gateway::transport::{Listener, Transport};
 /// Serves the gateway on `listener` (plain TCP) and on each of `edges`
 /// (TLS, WebSocket) until the future is dropped. Also starts the deadline
 /// timer and the idle sweep.
-pub async fn serve(gateway: GatewayHandle, listener: TcpListener, edges: Vec<(TcpListener, Listener)>) {
+pub async fn serve(
+    gateway: GatewayHandle,
+    listener: TcpListener,
+    edges: Vec<(TcpListener, Listener)>,
+) {
     shards::spawn(expire_loop(gateway.clone())).detach();
     shards::spawn(idle_loop(gateway.clone())).detach();
-    let mut loops: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> =
-        vec![Box::pin(accept_loop(gateway.clone(), listener, Listener::Plain))];
+    let mut loops: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> = vec![Box::pin(
+        accept_loop(gateway.clone(), listener, Listener::Plain),
+    )];
     for (listener, kind) in edges {
         loops.push(Box::pin(accept_loop(gateway.clone(), listener, kind)));
     }

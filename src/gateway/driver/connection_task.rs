@@ -128,7 +128,14 @@ impl ConnectionTask {
             }
             // Closed by the gateway meanwhile (kick, slow reader): the
             // write side shuts the socket down; nothing more to read.
-            if self.gateway.0.state.borrow().session(self.session_id).is_none() {
+            if self
+                .gateway
+                .0
+                .state
+                .borrow()
+                .session(self.session_id)
+                .is_none()
+            {
                 return self.end_read(None);
             }
         }
@@ -146,7 +153,13 @@ impl ConnectionTask {
         };
         let bytes: &[u8] = opened.as_deref().unwrap_or(&received);
         self.outbox.begin_reader_batch();
-        let decoded = decode_frames(&self.gateway, self.session_id, &mut self.decoder, bytes, now);
+        let decoded = decode_frames(
+            &self.gateway,
+            self.session_id,
+            &mut self.decoder,
+            bytes,
+            now,
+        );
         if let (Some(buf), Transport::Layered(layers)) = (opened, &self.transport) {
             layers.borrow_mut().give_back_opened(buf);
         }
@@ -170,7 +183,11 @@ impl ConnectionTask {
             }
         }
         if let Some(reason) = reason {
-            self.gateway.0.state.borrow_mut().close(self.session_id, reason);
+            self.gateway
+                .0
+                .state
+                .borrow_mut()
+                .close(self.session_id, reason);
             self.gateway.flush_notices();
         }
     }
@@ -318,12 +335,20 @@ async fn handshake_watch(
     outbox: Weak<Outbox>,
     layers: Weak<RefCell<Layers>>,
 ) {
-    shards::sleep(Duration::from_millis(gateway.0.config.tls_handshake_timeout_ms)).await;
+    shards::sleep(Duration::from_millis(
+        gateway.0.config.tls_handshake_timeout_ms,
+    ))
+    .await;
     let (Some(outbox), Some(layers)) = (outbox.upgrade(), layers.upgrade()) else {
         return;
     };
     if layers.borrow().is_handshaking() && outbox.state() != OutboxState::Aborted {
-        gateway.0.metrics.gateway.tls_refused_handshake_timeout.inc();
+        gateway
+            .0
+            .metrics
+            .gateway
+            .tls_refused_handshake_timeout
+            .inc();
         // The write side shuts the socket down; the read side then sees
         // the end of the stream and closes the session.
         outbox.abort();
@@ -398,11 +423,12 @@ fn count_refusal(gateway: &GatewayHandle, refusal: Refusal) {
 /// Hands one client frame to the gateway's state machine, and what it
 /// lets through to its service.
 fn handle_frame(gateway: &GatewayHandle, session_id: u64, frame: FrameRef<'_>, now: Instant) {
-    let ingress = gateway
-        .0
-        .state
-        .borrow_mut()
-        .on_request(session_id, frame.header, frame.body, now);
+    let ingress =
+        gateway
+            .0
+            .state
+            .borrow_mut()
+            .on_request(session_id, frame.header, frame.body, now);
     if let Some(ingress) = ingress {
         gateway.deliver(ingress, now);
     }

@@ -119,12 +119,17 @@ pub struct Layers {
 
 impl Transport {
     /// The transport of a connection accepted on `listener`.
-    pub fn for_listener(listener: &Listener, body_max_bytes: u32) -> Result<Transport, rustls::Error> {
+    pub fn for_listener(
+        listener: &Listener,
+        body_max_bytes: u32,
+    ) -> Result<Transport, rustls::Error> {
         let (tls, ws) = match listener {
             Listener::Plain => return Ok(Transport::Plain),
             Listener::Tls(config) => (Some(TlsLayer::new(config.clone())?), None),
             Listener::WebSocket { tls, origins } => (
-                tls.as_ref().map(|config| TlsLayer::new(config.clone())).transpose()?,
+                tls.as_ref()
+                    .map(|config| TlsLayer::new(config.clone()))
+                    .transpose()?,
                 Some(WsLayer::new(origins.clone(), body_max_bytes)),
             ),
         };
@@ -162,7 +167,11 @@ impl Layers {
         let plain: &[u8] = match tls {
             None => wire,
             Some(tls) => {
-                let target = if ws.is_some() { &mut *between } else { &mut *opened };
+                let target = if ws.is_some() {
+                    &mut *between
+                } else {
+                    &mut *opened
+                };
                 target.clear();
                 match tls.open(wire, target) {
                     TlsOpened::Bytes { finished } => {

@@ -43,7 +43,10 @@ pub enum TlsSetupError {
     #[error("gateway.tls_cert_file {0} holds no certificate")]
     NoCertificate(PathBuf),
     #[error("gateway.tls_key_file {path} is not a usable key: {source}")]
-    Key { path: PathBuf, source: rustls::Error },
+    Key {
+        path: PathBuf,
+        source: rustls::Error,
+    },
     #[error("gateway.tls_key_file does not match gateway.tls_cert_file: {0}")]
     Mismatch(rustls::Error),
     #[error("cannot build the TLS configuration: {0}")]
@@ -90,7 +93,9 @@ pub fn setup(config: &GatewayConfig) -> Result<Option<TlsSetup>, TlsSetupError> 
     };
     let provider = provider();
     let cert = Arc::new(ReloadingCert {
-        current: RwLock::new(Arc::new(load_certified_key(cert_file, key_file, &provider)?)),
+        current: RwLock::new(Arc::new(load_certified_key(
+            cert_file, key_file, &provider,
+        )?)),
     });
     let build = |alpn: &[u8]| -> Result<Arc<ServerConfig>, TlsSetupError> {
         let mut server = ServerConfig::builder_with_provider(provider.clone())
@@ -99,7 +104,8 @@ pub fn setup(config: &GatewayConfig) -> Result<Option<TlsSetup>, TlsSetupError> 
             .with_no_client_auth()
             .with_cert_resolver(cert.clone());
         server.alpn_protocols = vec![alpn.to_vec()];
-        server.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(TlsSetupError::Config)?;
+        server.ticketer =
+            rustls::crypto::aws_lc_rs::Ticketer::new().map_err(TlsSetupError::Config)?;
         server.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE_MAX);
         Ok(Arc::new(server))
     };
@@ -153,7 +159,8 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
 /// one in use and is counted, and is tried again at the next change. The
 /// thread ends once the node dropped its configurations.
 pub fn watch(setup: &TlsSetup, config: &GatewayConfig, metrics: Arc<CoreMetrics>) {
-    let (Some(cert_file), Some(key_file)) = (config.tls_cert_file.clone(), config.tls_key_file.clone())
+    let (Some(cert_file), Some(key_file)) =
+        (config.tls_cert_file.clone(), config.tls_key_file.clone())
     else {
         return;
     };

@@ -28,7 +28,9 @@ pub(super) enum WsOpened {
 
 enum Phase {
     /// Reading the upgrade request (at most `UPGRADE_REQUEST_MAX_BYTES`).
-    Upgrading { request: Vec<u8> },
+    Upgrading {
+        request: Vec<u8>,
+    },
     Open,
     /// A close frame was sent (or the upgrade refused): nothing more goes
     /// out but what is queued.

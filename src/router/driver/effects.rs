@@ -137,10 +137,7 @@ impl RouterDriver {
             _ => None,
         };
         if let Some(request) = waits {
-            self.0
-                .forwarded
-                .borrow_mut()
-                .sent(now_ms, request, node);
+            self.0.forwarded.borrow_mut().sent(now_ms, request, node);
         }
         let frame = encode_node_message(&message);
         let sent = self

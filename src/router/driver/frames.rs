@@ -405,7 +405,13 @@ mod tests {
         assert_eq!(reason.len(), wire::client::APP_REASON_LEN_MAX);
         // A protocol code this build does not know is INTERNAL, its bytes
         // ignored.
-        assert_eq!(refusal_from_wire(77, b"x"), Refusal::Code(ErrorCode::Internal));
-        assert_eq!(refusal_from_wire(5, b""), Refusal::Code(ErrorCode::BadRequest));
+        assert_eq!(
+            refusal_from_wire(77, b"x"),
+            Refusal::Code(ErrorCode::Internal)
+        );
+        assert_eq!(
+            refusal_from_wire(5, b""),
+            Refusal::Code(ErrorCode::BadRequest)
+        );
     }
 }

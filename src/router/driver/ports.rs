@@ -18,7 +18,13 @@ pub trait ClientSide {
     /// `answered_at` (a reading of this core's clock taken while answering),
     /// made by node `answered_by` (this one, or the owner of the object it
     /// was sent to).
-    fn answer(&self, route: ReplyRoute, outcome: Outcome, answered_at: Instant, answered_by: NodeId);
+    fn answer(
+        &self,
+        route: ReplyRoute,
+        outcome: Outcome,
+        answered_at: Instant,
+        answered_by: NodeId,
+    );
     /// A server-to-client PUSH for a session of this node (any core).
     fn push(&self, client: ClientRef, route_id: u32, body: &[u8]);
     /// Closes a session of this node (any core) in the kick order.

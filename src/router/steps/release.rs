@@ -28,7 +28,11 @@ pub(crate) fn begin(key: ObjectKey, entry: &mut Entry, now_ms: u64) -> Option<Re
     };
     let state = object.state.encode();
     let condition = entry.known_condition();
-    Some(entry.begin_write(key, condition, pending, state, |write| Io::Release { write }))
+    Some(
+        entry.begin_write(key, condition, pending, state, |write| Io::Release {
+            write,
+        }),
+    )
 }
 
 /// What a release's answer leads to.

@@ -273,4 +273,3 @@ fn run_handler(
     object.held.push((request, out));
     ctx.flush_later(key);
 }
-

@@ -72,7 +72,9 @@ pub(crate) fn start_readopt(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, no
         route_version: entry.route_version.next(),
         save_timepoint_ms: now_ms,
     };
-    let write = entry.begin_write(key, condition, pending, state, |write| Io::Readopt { write });
+    let write = entry.begin_write(key, condition, pending, state, |write| Io::Readopt {
+        write,
+    });
     ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
 }
 

@@ -45,7 +45,11 @@ pub(crate) fn refusal(ctx: &Ctx, now_ms: u64, target: NodeId) -> Option<Transfer
 
 /// Whether the transfer of `entry` asked for now must wait (queued for the
 /// end of its IO), or was refused, or starts now.
-pub(crate) fn ask(entry: &mut Entry, target: NodeId, need_notify: bool) -> Result<Next, TransferError> {
+pub(crate) fn ask(
+    entry: &mut Entry,
+    target: NodeId,
+    need_notify: bool,
+) -> Result<Next, TransferError> {
     if !entry.is_writable() || entry.is_aside() {
         return Err(TransferError::NotWritable);
     }
@@ -101,8 +105,8 @@ pub(crate) fn start(
         route_version,
         save_timepoint_ms: now_ms,
     };
-    let write = entry.begin_write(key, condition, pending, state.clone(), |write| {
-        Io::Remove { write }
+    let write = entry.begin_write(key, condition, pending, state.clone(), |write| Io::Remove {
+        write,
     });
     ctx.next_transfer_id += 1;
     entry.transferring = Some(Transferring {

@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
     let Some((&[mode, max_lo, max_hi, split_seed], rest)) = data.split_first_chunk::<4>() else {
         return;
     };
-    let from = if mode & 1 == 0 { Peer::Client } else { Peer::Server };
+    let from = if mode & 1 == 0 {
+        Peer::Client
+    } else {
+        Peer::Server
+    };
     // Small limits reach the growth and BodyTooLarge paths quickly; 0 is a
     // legal (if useless) max_body.
     let max_body = u32::from(u16::from_le_bytes([max_lo, max_hi]));

@@ -14,7 +14,11 @@ fuzz_target!(|data: &[u8]| {
     let Some((&[mode, max_lo, max_hi, split_seed], rest)) = data.split_first_chunk::<4>() else {
         return;
     };
-    let role = if mode & 1 == 0 { Role::Server } else { Role::Client };
+    let role = if mode & 1 == 0 {
+        Role::Server
+    } else {
+        Role::Client
+    };
     let message_max = u64::from(u16::from_le_bytes([max_lo, max_hi]));
     let stream = if mode & 2 == 0 || role == Role::Client {
         rest.to_vec()

@@ -146,7 +146,11 @@ fn a_logged_in_session_is_kicked_from_the_second_its_token_expires() {
     f.core.set_token_expiry(unbound, 1_000);
     assert_eq!(f.core.kick_expired(999), 0, "valid while now < expiry");
     assert!(f.core.session(s).is_some());
-    assert_eq!(f.core.kick_expired(1_000), 1, "expired from the second expiry on");
+    assert_eq!(
+        f.core.kick_expired(1_000),
+        1,
+        "expired from the second expiry on"
+    );
     assert!(f.core.session(s).is_none(), "the session is gone");
     assert!(f.core.session(unbound).is_some(), "the unbound one stays");
     let pushed = frames(&outbox);

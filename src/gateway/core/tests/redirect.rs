@@ -149,11 +149,8 @@ fn a_placed_session_is_told_once_and_never_closed() {
     assert!(frames(&ws_outbox).is_empty());
     assert_eq!(f.metrics.gateway.placements_without_transport.get(), 1);
     // A placed session still gets a drain's redirect, and its close.
-    f.core.redirect_all(
-        f.now,
-        grace,
-        vec![GatewayAddresses::plain("10.0.0.3:7400")],
-    );
+    f.core
+        .redirect_all(f.now, grace, vec![GatewayAddresses::plain("10.0.0.3:7400")]);
     assert_eq!(
         frames(&plain_outbox).last().map(|frame| frame.3.clone()),
         Some(redirect_body(grace, "10.0.0.3:7400"))
@@ -168,11 +165,8 @@ fn a_draining_node_places_no_session() {
     let (s, outbox) = f.open();
     f.login(s, 7);
     let grace = Duration::from_millis(500);
-    f.core.redirect_all(
-        f.now,
-        grace,
-        vec![GatewayAddresses::plain("10.0.0.3:7400")],
-    );
+    f.core
+        .redirect_all(f.now, grace, vec![GatewayAddresses::plain("10.0.0.3:7400")]);
     assert!(!f
         .core
         .place_session(s, grace, &GatewayAddresses::plain("10.0.0.2:7400")));
