@@ -256,7 +256,7 @@ fn router_graph() -> (
             siblings.extend(steps_named(&code, &step_names));
             siblings.remove(&own);
             steps.insert(own, siblings);
-        } else if module != "core" {
+        } else if module != "core" && module != "events" {
             let ran = steps_named(&code, &step_names);
             if !ran.is_empty() {
                 steps.insert(format!("{module} (not a step)"), ran);
@@ -267,7 +267,7 @@ fn router_graph() -> (
 }
 
 /// No step file names another, and no router module but the dispatcher
-/// (`core.rs`) names a step.
+/// (`core.rs`) and the events that enter steps (`events/`) names a step.
 #[test]
 fn no_router_step_imports_another_step() {
     let (_, steps) = router_graph();
@@ -280,8 +280,50 @@ fn no_router_step_imports_another_step() {
         .collect();
     assert!(
         wrong.is_empty(),
-        "steps named outside the dispatcher (only core.rs chains them): {wrong:?}"
+        "steps named outside the dispatcher and the events (only core.rs chains them): {wrong:?}"
     );
+}
+
+/// The router core's event handlers (`on_*`, and the operator's and the
+/// membership's calls) live in `events/`, one file per family, and those
+/// files do not call one another's handlers through imports: `core.rs`
+/// holds the core and the dispatcher alone.
+#[test]
+fn router_events_live_in_their_family_files() {
+    let router = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/router");
+    let core = shipped_code(&std::fs::read_to_string(router.join("core.rs")).unwrap());
+    let handlers_in_core: Vec<&str> = core
+        .lines()
+        .map(str::trim_start)
+        .filter(|line| line.starts_with("pub fn on_") || line.starts_with("pub(crate) fn on_"))
+        .collect();
+    assert!(
+        handlers_in_core.is_empty(),
+        "event handlers in core.rs (they go in events/): {handlers_in_core:?}"
+    );
+    let families = [
+        ("requests", "fn on_request("),
+        ("node_messages", "fn on_node_message("),
+        ("store_replies", "fn on_store_reply("),
+        ("membership", "fn fence("),
+        ("timers", "fn on_timer("),
+        ("admin", "fn transfer("),
+    ];
+    for (family, handler) in families {
+        let path = router.join("events").join(format!("{family}.rs"));
+        let code = std::fs::read_to_string(&path)
+            .unwrap_or_else(|_| panic!("no event family file events/{family}.rs"));
+        assert!(
+            code.contains(handler),
+            "events/{family}.rs has no `{handler}`"
+        );
+        for (other, _) in families {
+            assert!(
+                !code.contains(&format!("{other}::")),
+                "events/{family}.rs names events/{other}.rs"
+            );
+        }
+    }
 }
 
 #[test]

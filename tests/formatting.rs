@@ -10,14 +10,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The workspace's folders holding Rust source, each walked whole.
-const SOURCE_FOLDERS: [&str; 7] = ["src", "shards", "wire", "loadgen", "bench", "tests", "examples"];
+const SOURCE_FOLDERS: [&str; 7] = [
+    "src", "shards", "wire", "loadgen", "bench", "tests", "examples",
+];
 
 /// Folders that are not the workspace's crates: the fuzz crate is outside
 /// the workspace (its own `cargo fuzz` build) and is checked file by file
 /// with rustfmt below; `target` folders hold generated code.
 fn skipped(relative: &Path) -> bool {
     relative.starts_with("wire/fuzz")
-        || relative.iter().any(|part| part == "target" || part == "node_modules")
+        || relative
+            .iter()
+            .any(|part| part == "target" || part == "node_modules")
 }
 
 fn root() -> PathBuf {
@@ -61,7 +65,10 @@ fn copy_workspace(to: &Path) {
         for entry in std::fs::read_dir(from).unwrap() {
             let path = entry.unwrap().path();
             let relative = path.strip_prefix(root).unwrap();
-            if relative.iter().any(|part| part == "target" || part == "node_modules") {
+            if relative
+                .iter()
+                .any(|part| part == "target" || part == "node_modules")
+            {
                 continue;
             }
             let target = to.join(path.file_name().unwrap());

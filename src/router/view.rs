@@ -1,17 +1,18 @@
 //! What the core shows and is told without running a step: its node and
-//! incarnation, the lease, membership's view of the other nodes, the
-//! effects and counters, read-only views of its entries, and the drain's
-//! bookkeeping (its transfers start through `RouterCore::transfer`).
+//! incarnation, the lease and membership's view as they stand (membership's
+//! news arrives in `events/membership.rs`), the effects and counters,
+//! read-only views of its entries, and the drain's bookkeeping (its
+//! transfers start through `RouterCore::transfer`).
 
 use wire::ObjectKey;
 
 use super::core::RouterCore;
-use super::ctx::{Member, RouterCounters};
+use super::ctx::RouterCounters;
 use super::drain::{DrainProgress, DrainState};
 use super::entry::Entry;
 use super::types::Effect;
 use crate::config::Persist;
-use crate::store::{CasVersion, MemberState, NodeId, RouteVersion};
+use crate::store::{CasVersion, NodeId, RouteVersion};
 
 /// A read-only view of one entry, for metrics, tests and the simulator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,74 +86,6 @@ impl RouterCore {
 
     pub fn is_node_available(&self, node: NodeId) -> bool {
         self.ctx.is_node_available(node)
-    }
-
-    /// Membership reports incarnation `incarnation` of `node` up (joining,
-    /// up or draining). Earlier incarnations of the node have ended: a node
-    /// gets a new incarnation only after its previous one was down or left.
-    /// It does not touch any route.
-    pub fn on_node_up(&mut self, node: NodeId, incarnation: u64) {
-        self.on_member(node, incarnation, MemberState::Up);
-    }
-
-    /// Membership reports incarnation `incarnation` of `node` down (or
-    /// left): records it owns are claimable at once, by CAS as always.
-    /// Routes to it are kept until a request finds them stale.
-    pub fn on_node_down(&mut self, node: NodeId, incarnation: u64) {
-        self.on_member(node, incarnation, MemberState::Down);
-    }
-
-    /// Membership's view of one node: its incarnation and state.
-    pub fn on_member(&mut self, node: NodeId, incarnation: u64, state: MemberState) {
-        if node == self.ctx.node || node.is_none() {
-            return;
-        }
-        let member = self.ctx.members.entry(node).or_insert(Member {
-            live: None,
-            dead_through: 0,
-            draining: false,
-        });
-        // Reports can arrive late: nothing moves an incarnation backwards.
-        if incarnation <= member.dead_through {
-            return;
-        }
-        member.dead_through = member.dead_through.max(incarnation.saturating_sub(1));
-        if state.is_ended() {
-            member.dead_through = incarnation;
-            member.live = None;
-            member.draining = false;
-        } else {
-            member.live = Some(incarnation);
-            member.draining = state == MemberState::Draining;
-        }
-    }
-
-    /// Extends the node's membership lease to `until_ms` (this core's
-    /// clock): the driver calls it after each heartbeat the store applied.
-    /// A shorter lease than the current one is ignored. A core whose lease
-    /// had run out serves again once a later heartbeat extends it: its
-    /// copies were kept, and nobody could claim them meanwhile, since a
-    /// claim needs this incarnation declared down, and a declaration makes
-    /// that heartbeat's compare-and-set fail (`ClusterConfig::check_timing`).
-    pub fn extend_lease(&mut self, _now_ms: u64, until_ms: u64) {
-        if self.ctx.fenced {
-            return;
-        }
-        let current = self.ctx.lease_until_ms.unwrap_or(0);
-        if until_ms > current {
-            self.ctx.lease_until_ms = Some(until_ms);
-        }
-    }
-
-    /// Ends the lease at `at_ms` at the latest: membership saw time jump
-    /// (a suspend, a paused virtual machine), so the lease it gave may
-    /// already have run out in real time.
-    pub fn end_lease(&mut self, at_ms: u64) {
-        let until = self
-            .ctx
-            .lease_until_ms
-            .map_or(at_ms, |until| until.min(at_ms));
-        self.ctx.lease_until_ms = Some(until);
     }
 
     /// Marks this node draining (no new objects placed here) or not.
