@@ -76,7 +76,7 @@ mod tests {
     #[test]
     fn the_silent_go_first() {
         // Odd numbers have spoken (a real client's ClientHello arrived).
-        let silent = |n: &u32| n % 2 == 0;
+        let silent = |n: &u32| n.is_multiple_of(2);
         let mut pending = PendingSetups::new(3);
         for n in [1, 2, 3] {
             assert_eq!(pending.admit(n, silent), None);
