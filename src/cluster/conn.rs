@@ -170,7 +170,8 @@ impl Conn {
     /// The acceptor's side. The Hello must arrive by `hello_by` (a
     /// dialler sends it as soon as it connected), the rest by the
     /// connection's deadline. `admit` judges the dialler's node and
-    /// incarnation (membership may not know it, or know it ended). A
+    /// incarnation (membership may not know it, or know it ended); a node
+    /// that is not a member is refused only once it proved the secret. A
     /// refusal is sent to the peer before it is returned.
     pub async fn accept(
         &mut self,
@@ -193,6 +194,12 @@ impl Conn {
         } else {
             admit(NodeId(hello.from_node), hello.from_incarnation)
         };
+        // Who is a member is told only to a peer that proved the secret:
+        // that refusal waits for the Proof.
+        let (checked, not_member) = match checked {
+            Err(Refusal::NotMember) => (Ok(()), true),
+            other => (other, false),
+        };
         if let Err(reason) = checked {
             let _ = self.send(Challenge::Refused(reason).encode()).await;
             return Err(reason);
@@ -209,6 +216,10 @@ impl Conn {
         if !handshake::check_proof(local.secret, &hello_bytes, &challenge, &proof) {
             let _ = self.send(handshake::verdict(Err(Refusal::BadSecret))).await;
             return Err(Refusal::BadSecret);
+        }
+        if not_member {
+            let _ = self.send(handshake::verdict(Err(Refusal::NotMember))).await;
+            return Err(Refusal::NotMember);
         }
         self.send(handshake::verdict(Ok(()))).await?;
         Ok(Dialler {
