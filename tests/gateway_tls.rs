@@ -213,7 +213,7 @@ fn a_silent_connection_is_closed_at_its_client_hello_deadline_and_the_oldest_mak
     third.incr(2);
 }
 
-/// The attack of issue-style load: 600 TCP connections to the TLS port
+/// A listener held by silence: 600 TCP connections to the TLS port
 /// that never send a ClientHello, reopened as the server closes them,
 /// while real clients connect one after another. Every real handshake
 /// completes (and its session logs in): the silent ones are evicted for
