@@ -171,6 +171,9 @@ pub struct GatewayConfig {
     /// Frames waiting to be written to one session; a session whose queue
     /// is full is a slow reader and is closed.
     pub send_queue_max: u32,
+    /// Bytes waiting to be written to one session; a session whose queue
+    /// holds more is a slow reader and is closed, as at `send_queue_max`.
+    pub send_queue_bytes_max: u32,
     /// Requests one session may send a second, sustained; one more is
     /// answered OVERLOADED before it reaches a service. 0: unlimited.
     pub session_requests_per_sec_max: u32,
@@ -185,10 +188,14 @@ pub struct GatewayConfig {
     pub tls_cert_file: Option<PathBuf>,
     /// The private key (PEM) matching `tls_cert_file`.
     pub tls_key_file: Option<PathBuf>,
+    /// A TLS connection whose whole ClientHello has not arrived this long
+    /// after accept is closed (a silent or dribbling client holds a
+    /// handshake slot no longer).
+    pub tls_client_hello_timeout_ms: u64,
     /// A TLS handshake not finished this long after accept is closed.
     pub tls_handshake_timeout_ms: u64,
     /// TLS handshakes one core runs at once; a connection accepted past
-    /// it is closed before its handshake starts.
+    /// it evicts (closes) the oldest one still handshaking.
     pub tls_handshakes_max: u32,
     /// How often the certificate and key files are checked for a change.
     pub tls_reload_interval_ms: u64,
@@ -200,6 +207,10 @@ pub struct GatewayConfig {
     pub websocket_tls: bool,
     /// `Origin` values a WebSocket upgrade may carry; empty: any.
     pub websocket_origins: Vec<String>,
+    /// A WebSocket connection whose upgrade request has not been read
+    /// whole this long after accept (over TLS: after the handshake) is
+    /// closed.
+    pub websocket_upgrade_timeout_ms: u64,
     /// Places sessions on their player's node: a login answered by
     /// another up node (the player's object lives there) is followed by a
     /// `sys.redirect` to that node's listener of the session's transport,
@@ -219,6 +230,11 @@ impl Default for GatewayConfig {
             idle_timeout_ms: 60_000,
             sessions_max: 100_000,
             send_queue_max: 4096,
+            // A session that stops reading holds at most about twice this
+            // (the queue, and the batch whose send waits): 10,000 of them
+            // about 5 GiB, under a tenth of the 64 GB node
+            // docs/capacity.md sizes (docs/protocol.md, section 8).
+            send_queue_bytes_max: 256 * 1024,
             // Generous: one session of the benchmarks' busiest shape (16
             // sessions at pipeline 16, about 2.2M requests a second in all)
             // sends about 140,000 a second.
@@ -229,12 +245,16 @@ impl Default for GatewayConfig {
             tls_listen: None,
             tls_cert_file: None,
             tls_key_file: None,
+            // A ClientHello is one packet a round trip after the TCP
+            // handshake: 1.5 s leaves room for a slow mobile network.
+            tls_client_hello_timeout_ms: 1_500,
             tls_handshake_timeout_ms: 10_000,
             tls_handshakes_max: 256,
             tls_reload_interval_ms: 5_000,
             websocket_listen: None,
             websocket_tls: false,
             websocket_origins: Vec::new(),
+            websocket_upgrade_timeout_ms: 2_000,
             place_sessions: false,
         }
     }

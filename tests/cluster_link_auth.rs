@@ -1,6 +1,8 @@
 //! Every frame between nodes is authenticated: a byte flipped on the wire
 //! (by a proxy on loopback between two nodes) fails its record's MAC, the
-//! link closes and counts it, and the next link carries the requests.
+//! link closes and counts it, and the next link carries the requests;
+//! garbage where the first record's head should be is counted the same.
+//! Connections that never send a Hello do not keep a peer's link out.
 //! (A node with another cluster secret never links: `cluster_links.rs`.)
 
 mod support;
@@ -11,7 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::cluster::{get_json, login_eventually, wait_members_up, LocalCluster};
+use support::cluster::{
+    get_json, login_eventually, wait_members_up, LocalCluster, DOWN_AFTER_MS, FENCE_AFTER_MS,
+    HEARTBEAT_MS,
+};
 use support::{counter_of, ServeProcess};
 use wire::client::route;
 
@@ -24,8 +29,8 @@ const DIALLER_HANDSHAKE_BYTES: usize = (5 + 2 + 1 + 7 + 8 + 8 + 2 + 8 + 2 + 16) 
 const FLIP_AT: usize = DIALLER_HANDSHAKE_BYTES + 16 + 2;
 
 /// Copies `from` to `to`; on the first connection only, flips one byte of
-/// the dialler's side at `FLIP_AT`.
-fn pump(mut from: TcpStream, mut to: TcpStream, flip: bool, flipped: Arc<AtomicUsize>) {
+/// the dialler's side at `flip_at`.
+fn pump(mut from: TcpStream, mut to: TcpStream, flip_at: Option<usize>, flipped: Arc<AtomicUsize>) {
     let mut seen = 0usize;
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -33,8 +38,8 @@ fn pump(mut from: TcpStream, mut to: TcpStream, flip: bool, flipped: Arc<AtomicU
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if flip && seen <= FLIP_AT && FLIP_AT < seen + n {
-            buf[FLIP_AT - seen] ^= 0x40;
+        if let Some(at) = flip_at.filter(|&at| seen <= at && at < seen + n) {
+            buf[at - seen] ^= 0x40;
             flipped.fetch_add(1, Ordering::SeqCst);
         }
         seen += n;
@@ -46,8 +51,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, flip: bool, flipped: Arc<AtomicU
     let _ = from.shutdown(Shutdown::Both);
 }
 
-/// A proxy in front of `target` that tampers with the first connection.
-fn tampering_proxy(target: u16) -> (u16, Arc<AtomicUsize>) {
+/// A proxy in front of `target` that tampers with the first connection's
+/// byte `flip_at`.
+fn tampering_proxy(target: u16, flip_at: usize) -> (u16, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let flipped = Arc::new(AtomicUsize::new(0));
@@ -60,9 +66,10 @@ fn tampering_proxy(target: u16) -> (u16, Arc<AtomicUsize>) {
             };
             let (back_in, back_out) = (inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
             let flipped = counted.clone();
-            std::thread::spawn(move || pump(inbound, outbound, index == 0, flipped));
+            let flip = (index == 0).then_some(flip_at);
+            std::thread::spawn(move || pump(inbound, outbound, flip, flipped));
             let unused = counted.clone();
-            std::thread::spawn(move || pump(back_out, back_in, false, unused));
+            std::thread::spawn(move || pump(back_out, back_in, None, unused));
         }
     });
     (port, flipped)
@@ -78,6 +85,21 @@ fn metric(node: &ServeProcess, name: &str) -> f64 {
 
 #[test]
 fn a_tampered_link_record_closes_the_link_counts_and_the_cluster_recovers() {
+    tampered_at(FLIP_AT);
+}
+
+/// Garbage after the handshake where a record's head should be fails
+/// before any tag could be checked: an authentication failure too, not an
+/// invalid frame.
+#[test]
+fn garbage_for_the_first_record_head_is_an_authentication_failure() {
+    tampered_at(DIALLER_HANDSHAKE_BYTES);
+}
+
+/// Node 2 behind a proxy that flips the dialler's byte `flip_at` on the
+/// first link: the link closes, counted as an authentication failure and
+/// not as an invalid frame, and a later one carries the requests.
+fn tampered_at(flip_at: usize) {
     let cluster = LocalCluster::new();
     // Node 2 (one core) listens for links on a known port and advertises
     // the proxy's, so node 1's link to it crosses the proxy.
@@ -86,7 +108,7 @@ fn a_tampered_link_record_closes_the_link_counts_and_the_cluster_recovers() {
         .local_addr()
         .unwrap()
         .port();
-    let (proxy, flipped) = tampering_proxy(listen);
+    let (proxy, flipped) = tampering_proxy(listen, flip_at);
     let body = cluster
         .body(2, "the test cluster's secret")
         .replace("count = 2", "count = 1")
@@ -141,6 +163,103 @@ fn a_tampered_link_record_closes_the_link_counts_and_the_cluster_recovers() {
         "node 2 counted the altered record"
     );
     assert_eq!(metric(&front, "routerd_link_auth_failures_total"), 0.0);
+    assert_eq!(
+        metric(&owner, "routerd_cluster_link_frames_invalid_total"),
+        0.0
+    );
     let view = get_json(front.admin, "/cluster");
     assert_eq!(view["state"], "up", "{view}");
+}
+
+/// 100 TCP connections to a link port that never send a Hello, reopened
+/// as the node closes them, do not keep a real peer out: its link forms
+/// at its first dial. Slow membership timers (a 1 s heartbeat, so a 3 s
+/// handshake timeout) make the flood hold every pending slot the whole
+/// time unless the node evicts silent connections for new ones.
+#[test]
+fn a_hundred_silent_connections_on_a_link_port_do_not_keep_a_peer_out() {
+    const SILENT: usize = 100;
+    let cluster = LocalCluster::new();
+    let listen = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let slow = |body: String| {
+        body.replace(
+            &format!("heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\ndown_after_ms = {DOWN_AFTER_MS}"),
+            "heartbeat_interval_ms = 1000\nfence_after_ms = 4000\ndown_after_ms = 8000",
+        )
+    };
+    let body = slow(cluster.body(2, "the test cluster's secret"))
+        .replace("count = 2", "count = 1")
+        .replace(
+            "[cluster]\nlisten = \"127.0.0.1:0\"",
+            &format!("[cluster]\nlisten = \"127.0.0.1:{listen}\""),
+        );
+    assert!(body.contains("heartbeat_interval_ms = 1000"), "{body}");
+    let dir = cluster.dir().join("flooded");
+    std::fs::create_dir_all(&dir).unwrap();
+    let owner = ServeProcess::start(&dir, &body);
+    let mut direct = owner.connect();
+    direct.login(9, 1);
+    assert_eq!(
+        counter_of(&direct.call(route::PLAYER_INCR, 2, &1i64.to_le_bytes())),
+        1
+    );
+
+    // The flood: 100 silent connections, each reopened within 10 ms of
+    // the node closing it.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flooding = stop.clone();
+    let flooder = std::thread::spawn(move || {
+        let connect = || {
+            let stream = TcpStream::connect(("127.0.0.1", listen)).ok()?;
+            stream.set_nonblocking(true).ok()?;
+            Some(stream)
+        };
+        let mut silent: Vec<_> = (0..SILENT).filter_map(|_| connect()).collect();
+        let mut reopened = 0usize;
+        while !flooding.load(Ordering::Relaxed) {
+            let mut buf = [0u8; 64];
+            silent.retain_mut(|stream| match stream.read(&mut buf) {
+                Err(error) => error.kind() == std::io::ErrorKind::WouldBlock,
+                Ok(_) => false,
+            });
+            while silent.len() < SILENT {
+                match connect() {
+                    Some(stream) => silent.push(stream),
+                    None => break,
+                }
+                reopened += 1;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        reopened
+    });
+    std::thread::sleep(Duration::from_millis(300));
+
+    let front_body = slow(cluster.body(1, "the test cluster's secret"));
+    let front_dir = cluster.dir().join("front");
+    std::fs::create_dir_all(&front_dir).unwrap();
+    let front = ServeProcess::start(&front_dir, &front_body);
+    wait_members_up(&front, &[2]);
+    let started = std::time::Instant::now();
+    // Player 9 lives on node 2: served through node 1 only over its link.
+    let (mut client, _) = login_eventually(front.gateway, 9, Duration::from_secs(5));
+    let counter = counter_of(&client.call(route::PLAYER_INCR, 2, &1i64.to_le_bytes()));
+    let took = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let reopened = flooder.join().unwrap();
+    let evicted = metric(&owner, "routerd_cluster_handshakes_evicted_total");
+    eprintln!(
+        "link formed through {SILENT} silent connections {took:?} after node 1 saw node 2 up \
+         ({reopened} reopened, {evicted} evicted)"
+    );
+    assert_eq!(counter, 2, "served by the owner");
+    assert!(
+        took < Duration::from_secs(2),
+        "the link took {took:?} to form"
+    );
+    assert!(evicted >= 1.0);
 }

@@ -1,9 +1,10 @@
 //! The TLS listener (`gateway.tls_listen`): rustls's and Python's `ssl`
 //! clients log in over TLS 1.3 and 1.2 with ALPN and resumption; the
 //! certificate is re-read when its files change; plaintext, garbage after
-//! the ClientHello, a handshake that never finishes and one past the
-//! per-core bound are each closed and counted, with a session beside them
-//! unharmed.
+//! the ClientHello, a ClientHello that never arrives (or dribbles) and the
+//! oldest handshake past the per-core bound are each closed and counted,
+//! with a session beside them unharmed; and 600 silent connections do not
+//! keep real clients out.
 
 #[path = "support/edge.rs"]
 mod edge;
@@ -159,14 +160,14 @@ fn plaintext_and_garbage_after_the_client_hello_are_closed_and_counted() {
 }
 
 #[test]
-fn a_handshake_that_never_finishes_is_closed_and_the_per_core_bound_holds() {
+fn a_silent_connection_is_closed_at_its_client_hello_deadline_and_the_oldest_makes_room() {
     let dir = tempfile::tempdir().unwrap();
     let cert = make_cert(dir.path(), "gateway");
     let mut config = tls_config(&cert);
     // One core, so every connection counts against the same bound.
     config.cores.count = 1;
     config.gateway.tls_handshakes_max = 2;
-    config.gateway.tls_handshake_timeout_ms = 600;
+    config.gateway.tls_client_hello_timeout_ms = 600;
     let node = TestNode::start(config);
     let mut bystander = tls_client(&node, &cert);
     bystander.login(74, 1);
@@ -177,30 +178,107 @@ fn a_handshake_that_never_finishes_is_closed_and_the_per_core_bound_holds() {
     // Wait until both are accepted (a plain incr round trip orders it).
     bystander.incr(2);
     std::thread::sleep(Duration::from_millis(50));
-    let mut third = tcp_connect(node.tls());
-    third.write_all(&client_hello(&cert)).unwrap();
-    expect_closed(&mut third, 0);
-    node.wait_metric(
-        "routerd_gateway_tls_refused_total{reason=\"handshakes_max\"}",
-        1,
-    );
-
-    for stream in &mut silent {
-        expect_closed(stream, 0);
-    }
+    // A third evicts the oldest and is served.
+    let mut third = tls_client(&node, &cert);
+    third.login(75, 1);
+    node.wait_metric("routerd_gateway_tls_refused_total{reason=\"evicted\"}", 1);
+    expect_closed(&mut silent[0], 0);
+    // The other meets its ClientHello deadline.
+    expect_closed(&mut silent[1], 0);
     let waited = started.elapsed();
     assert!(
         waited >= Duration::from_millis(500),
         "closed after {waited:?}"
     );
     node.wait_metric(
-        "routerd_gateway_tls_refused_total{reason=\"handshake_timeout\"}",
+        "routerd_gateway_tls_refused_total{reason=\"client_hello_timeout\"}",
+        1,
+    );
+    // A ClientHello sent a byte at a time is as late as none.
+    let hello = client_hello(&cert);
+    let mut dribbler = tcp_connect(node.tls());
+    let dribbled = Instant::now();
+    for byte in &hello[..6] {
+        // Closed at the deadline: a later byte may fail.
+        let _ = dribbler.write_all(std::slice::from_ref(byte));
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    expect_closed(&mut dribbler, 0);
+    assert!(dribbled.elapsed() >= Duration::from_millis(500));
+    node.wait_metric(
+        "routerd_gateway_tls_refused_total{reason=\"client_hello_timeout\"}",
         2,
     );
-    // The slots are free again, and the bystander never noticed.
-    let mut later = tls_client(&node, &cert);
-    later.login(75, 1);
     bystander.incr(3);
+    third.incr(2);
+}
+
+/// A listener held by silence: 600 TCP connections to the TLS port
+/// that never send a ClientHello, reopened as the server closes them,
+/// while real clients connect one after another. Every real handshake
+/// completes (and its session logs in): the silent ones are evicted for
+/// them, and closed at their ClientHello deadline.
+#[test]
+fn six_hundred_silent_connections_do_not_keep_real_clients_out() {
+    const SILENT: usize = 600;
+    const TRIES: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let cert = make_cert(dir.path(), "gateway");
+    let node = TestNode::start(tls_config(&cert));
+    let address = node.tls();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flooding = stop.clone();
+    let flooder = std::thread::spawn(move || {
+        let connect = || {
+            let stream = std::net::TcpStream::connect(address).ok()?;
+            stream.set_nonblocking(true).ok()?;
+            Some(stream)
+        };
+        let mut silent: Vec<_> = (0..SILENT).filter_map(|_| connect()).collect();
+        let mut reopened = 0usize;
+        while !flooding.load(std::sync::atomic::Ordering::Relaxed) {
+            // Every connection the server closed is opened again.
+            let mut buf = [0u8; 64];
+            silent.retain_mut(|stream| match stream.read(&mut buf) {
+                Err(error) => error.kind() == std::io::ErrorKind::WouldBlock,
+                Ok(_) => false,
+            });
+            while silent.len() < SILENT {
+                match connect() {
+                    Some(stream) => silent.push(stream),
+                    None => break,
+                }
+                reopened += 1;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        reopened
+    });
+    // The flood holds every slot of both cores.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut completed = 0;
+    let mut failures = Vec::new();
+    let started = Instant::now();
+    for try_ in 0..TRIES {
+        let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut client = tls_client(&node, &cert);
+            client.login(1000 + try_ as u64, 1);
+        }));
+        match attempt {
+            Ok(()) => completed += 1,
+            Err(_) => failures.push(try_),
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reopened = flooder.join().unwrap();
+    eprintln!(
+        "TLS handshakes completed: {completed} of {TRIES} in {took:?}, with {SILENT} silent \
+         connections ({reopened} reopened)"
+    );
+    assert_eq!(completed, TRIES, "tries that failed: {failures:?}");
+    assert!(node.metric("routerd_gateway_tls_refused_total{reason=\"evicted\"}") > 0);
 }
 
 #[test]

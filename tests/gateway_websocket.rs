@@ -208,3 +208,69 @@ fn ask_until_101(node: &TestNode, request: &str) -> String {
     }
     String::from_utf8(answer).unwrap()
 }
+
+#[test]
+fn a_second_key_and_bare_lf_line_ends_are_400_at_once_and_a_dribbled_upgrade_is_closed() {
+    let mut config = ws_config();
+    config.gateway.websocket_upgrade_timeout_ms = 600;
+    let node = TestNode::start(config);
+    let mut tcp = Client::connect(node.gateway());
+    tcp.login(62, 1);
+    let good = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
+    let ask = |request: &str| -> (String, std::time::Duration) {
+        let started = std::time::Instant::now();
+        let mut stream = tcp_connect(node.websocket());
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        (answer, started.elapsed())
+    };
+    let (twice, _) = ask(&format!(
+        "{good}Sec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n\r\n"
+    ));
+    assert!(twice.starts_with("HTTP/1.1 400 "), "{twice}");
+    // Bare LF line ends, and no blank line ever: refused at once, not at
+    // a deadline.
+    let (bare, took) = ask(&good.replace("\r\n", "\n"));
+    assert!(bare.starts_with("HTTP/1.1 400 "), "{bare}");
+    assert!(took < std::time::Duration::from_millis(500), "{took:?}");
+    node.wait_metric(
+        "routerd_gateway_websocket_upgrades_refused_total{status=\"400\"}",
+        2,
+    );
+    // A request dribbled a byte every 100 ms is closed at the upgrade
+    // deadline, unanswered.
+    let started = std::time::Instant::now();
+    let mut dribbler = tcp_connect(node.websocket());
+    dribbler
+        .set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    let mut closed = false;
+    for byte in good.as_bytes() {
+        let _ = dribbler.write_all(std::slice::from_ref(byte));
+        let mut buf = [0u8; 256];
+        match dribbler.read(&mut buf) {
+            Ok(0) => closed = true,
+            Ok(n) => panic!("answered: {:?}", String::from_utf8_lossy(&buf[..n])),
+            Err(error) => {
+                closed = !matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                )
+            }
+        }
+        if closed || started.elapsed() > std::time::Duration::from_secs(3) {
+            break;
+        }
+    }
+    let took = started.elapsed();
+    assert!(closed, "still open after {took:?}");
+    assert!(
+        took >= std::time::Duration::from_millis(500),
+        "closed after {took:?}"
+    );
+    node.wait_metric("routerd_gateway_websocket_upgrade_timeouts_total", 1);
+    let reply = tcp.call(wire::client::route::PLAYER_INCR, 2, &1i64.to_le_bytes());
+    assert_eq!(reply.kind, FrameKind::Response);
+}

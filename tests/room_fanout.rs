@@ -103,3 +103,81 @@ fn say_reaches_exactly_the_logged_in_members_on_their_current_session() {
     // Alice got nothing after leaving: her next frame is her own ping.
     assert_eq!(alice.call(route::SYS_PING, 6, b"p").body, b"p");
 }
+
+/// The process's resident set, in bytes (the node runs in this process).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[test]
+fn members_that_never_read_are_closed_at_the_byte_bound_of_their_send_queue() {
+    const SILENT: u64 = 8;
+    const SAYS_MAX: u32 = 12_000;
+    let mut config = support::config();
+    // Only the byte bound can close them: the frame bound is out of reach.
+    config.gateway.send_queue_max = 1 << 20;
+    assert_eq!(config.gateway.send_queue_bytes_max, 256 * 1024);
+    let node = TestNode::start(config);
+    let room = 11u64;
+    let mut speaker = node.connect();
+    speaker.login(100, 1);
+    join(&mut speaker, room, 2);
+    let silent: Vec<_> = (0..SILENT)
+        .map(|i| {
+            let mut member = node.connect();
+            member.login(200 + i, 1);
+            join(&mut member, room, 2);
+            member
+        })
+        .collect();
+    let rss_before = rss_bytes();
+    // 1024-byte messages, 64 in flight at a time (their answers and the
+    // speaker's own pushes stay well under its byte bound); the speaker
+    // reads, the others read nothing.
+    let text = "m".repeat(1024);
+    let mut body = room.to_le_bytes().to_vec();
+    body.extend_from_slice(text.as_bytes());
+    let closed = "routerd_gateway_slow_readers_closed_total";
+    let mut seq = 10u32;
+    let mut rss_peak = rss_before;
+    while node.metric(closed) < SILENT as i64 {
+        assert!(
+            seq < SAYS_MAX,
+            "{} of {SILENT} silent members closed after {seq} messages of 1 KiB",
+            node.metric(closed)
+        );
+        for _ in 0..64 {
+            speaker.send(route::ROOM_SAY, seq, &body);
+            seq += 1;
+        }
+        let mut answered = 0;
+        while answered < 64 {
+            let frame = speaker.recv();
+            if frame.kind == FrameKind::Response {
+                answered += 1;
+            }
+        }
+        rss_peak = rss_peak.max(rss_bytes());
+    }
+    // Each held at most about twice the bound (the queue, and the batch
+    // whose send waits) beside what the kernel buffers.
+    let grew = rss_peak.saturating_sub(rss_before);
+    eprintln!(
+        "{SILENT} silent members closed after {} messages; RSS grew {} KiB",
+        seq - 10,
+        grew / 1024
+    );
+    assert!(grew < 64 << 20, "RSS grew {} MiB", grew >> 20);
+    drop(silent);
+    // The room goes on for those who read: the speaker and a newcomer.
+    let mut newcomer = node.connect();
+    newcomer.login(300, 1);
+    join(&mut newcomer, room, 2);
+    assert_eq!(say(&mut newcomer, room, 3, "still here"), 2);
+}

@@ -127,8 +127,23 @@ pub enum LinkError {
     /// reordered, or sealed with another key.
     #[error("a record failed its authentication")]
     Auth,
+    /// Bytes that cannot be a record sealed with the link's key (not a
+    /// record's head, or longer than any record), refused before a tag
+    /// could be checked: as unauthenticated as a tag that fails, and
+    /// counted with those.
+    #[error("bytes that are not a sealed record: {0}")]
+    Unsealed(&'static str),
     #[error(transparent)]
     Frame(#[from] FrameAccessError),
+}
+
+impl LinkError {
+    /// Whether the bytes were never shown to come from the peer that
+    /// proved itself in the handshake (a bad tag, or refused before it):
+    /// counted as an authentication failure, not as an invalid frame.
+    pub fn is_unauthenticated(&self) -> bool {
+        matches!(self, LinkError::Auth | LinkError::Unsealed(_))
+    }
 }
 
 /// Writes a 16-byte head at the start of `at` (zeros already): `kind`,
@@ -464,7 +479,7 @@ impl LinkDecoder {
             return Ok(false);
         }
         if pending[0] != KIND_RECORD {
-            return Err(LinkError::UnknownKind(pending[0]));
+            return Err(LinkError::Unsealed("not a record's head"));
         }
         // The length is read before the tag can be checked, so it is
         // bounded first: a forger cannot make the reader wait for, or
@@ -476,7 +491,7 @@ impl LinkDecoder {
                 .expect("4 bytes"),
         ) as usize;
         if len > RECORD_BODY_ACCEPTED_MAX {
-            return Err(LinkError::TooLarge(len));
+            return Err(LinkError::Unsealed("longer than any record"));
         }
         if pending.len() < HEAD_LEN + len + RECORD_TAG_LEN {
             return Ok(false);

@@ -3,6 +3,7 @@
 //! decoder. Shared by the dialling side (`links`) and the accepting side
 //! (`accept`).
 
+use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
 use std::time::Instant;
@@ -28,6 +29,9 @@ pub struct Conn {
     /// Bytes received past the last handshake message.
     pending: Vec<u8>,
     deadline: Instant,
+    /// The acceptor read the dialler's whole Hello (shared with the
+    /// listener, which evicts connections that have not first).
+    pub hello_read: Rc<Cell<bool>>,
 }
 
 /// Who this side is, for a handshake.
@@ -67,6 +71,7 @@ impl Conn {
             stream: Rc::new(stream),
             pending: Vec::new(),
             deadline,
+            hello_read: Rc::default(),
         }
     }
 
@@ -93,6 +98,11 @@ impl Conn {
 
     /// The next handshake message, whole.
     async fn read(&mut self) -> Result<Vec<u8>, Refusal> {
+        self.read_by(self.deadline).await
+    }
+
+    /// The next handshake message, whole, by `deadline`.
+    async fn read_by(&mut self, deadline: Instant) -> Result<Vec<u8>, Refusal> {
         loop {
             if let Some(len) = handshake::message_len(&self.pending)? {
                 if len > MESSAGE_LEN_MAX {
@@ -106,7 +116,7 @@ impl Conn {
             if self.pending.len() > MESSAGE_LEN_MAX {
                 return Err(Refusal::Malformed);
             }
-            match before(self.deadline, self.stream.recv()).await {
+            match before(deadline, self.stream.recv()).await {
                 None => return Err(Refusal::Timeout),
                 Some(Ok(Some(bytes))) => self.pending.extend_from_slice(&bytes),
                 // Closed or failed mid-handshake: the peer went away.
@@ -157,15 +167,20 @@ impl Conn {
         })
     }
 
-    /// The acceptor's side. `admit` judges the dialler's incarnation
-    /// (membership may know it ended). A refusal is sent to the peer
-    /// before it is returned.
+    /// The acceptor's side. The Hello must arrive by `hello_by` (a
+    /// dialler sends it as soon as it connected), the rest by the
+    /// connection's deadline. `admit` judges the dialler's node and
+    /// incarnation (membership may not know it, or know it ended); a node
+    /// that is not a member is refused only once it proved the secret. A
+    /// refusal is sent to the peer before it is returned.
     pub async fn accept(
         &mut self,
         local: &LocalEnd<'_>,
+        hello_by: Instant,
         admit: impl Fn(NodeId, u64) -> Result<(), Refusal>,
     ) -> Result<Dialler, Refusal> {
-        let hello_bytes = self.read().await?;
+        let hello_bytes = self.read_by(hello_by.min(self.deadline)).await?;
+        self.hello_read.set(true);
         let hello = Hello::decode(&hello_bytes)?;
         let checked = if hello.version != LINK_VERSION {
             Err(Refusal::Version)
@@ -178,6 +193,12 @@ impl Conn {
             Err(Refusal::WrongNode)
         } else {
             admit(NodeId(hello.from_node), hello.from_incarnation)
+        };
+        // Who is a member is told only to a peer that proved the secret:
+        // that refusal waits for the Proof.
+        let (checked, not_member) = match checked {
+            Err(Refusal::NotMember) => (Ok(()), true),
+            other => (other, false),
         };
         if let Err(reason) = checked {
             let _ = self.send(Challenge::Refused(reason).encode()).await;
@@ -195,6 +216,10 @@ impl Conn {
         if !handshake::check_proof(local.secret, &hello_bytes, &challenge, &proof) {
             let _ = self.send(handshake::verdict(Err(Refusal::BadSecret))).await;
             return Err(Refusal::BadSecret);
+        }
+        if not_member {
+            let _ = self.send(handshake::verdict(Err(Refusal::NotMember))).await;
+            return Err(Refusal::NotMember);
         }
         self.send(handshake::verdict(Ok(()))).await?;
         Ok(Dialler {

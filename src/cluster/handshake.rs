@@ -53,6 +53,8 @@ pub enum Refusal {
     WrongNode = 5,
     Malformed = 6,
     Timeout = 7,
+    /// The dialler's node id is not in the acceptor's membership view.
+    NotMember = 8,
 }
 
 impl Refusal {
@@ -64,6 +66,7 @@ impl Refusal {
             4 => Refusal::StaleIncarnation,
             5 => Refusal::WrongNode,
             7 => Refusal::Timeout,
+            8 => Refusal::NotMember,
             _ => Refusal::Malformed,
         }
     }
@@ -77,6 +80,7 @@ impl Refusal {
             Refusal::WrongNode => "wrong_node",
             Refusal::Malformed => "malformed",
             Refusal::Timeout => "timeout",
+            Refusal::NotMember => "not_member",
         }
     }
 }

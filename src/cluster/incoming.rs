@@ -1,12 +1,17 @@
 //! One core's listener for links from other nodes' cores. A connection
-//! must finish its handshake within the handshake timeout, and at most
-//! `HANDSHAKES_MAX` may be handshaking at once, so connections that never
-//! prove themselves cost a bounded amount. After it, every frame is
+//! must send its Hello within a heartbeat interval and finish its
+//! handshake within the handshake timeout, and at most `HANDSHAKES_MAX`
+//! may be handshaking at once: past that the oldest is closed to admit
+//! the newest, so connections that never prove themselves cost a bounded
+//! amount and cannot keep a real peer's link from forming (its handshake
+//! takes a round trip or two; a flood must open `HANDSHAKES_MAX`
+//! connections in that time to push it out). After it, every frame is
 //! validated (length, checksum, archive) before it is handed on; a frame
 //! that fails closes the link and is counted. The dialling side sends the
 //! messages; this side only answers its pings.
 
 use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,19 +19,27 @@ use std::time::{Duration, Instant};
 use shards::net::{TcpListener, TcpStream};
 use wire::frame::ArchivedMessage;
 
-use super::codec::{self, LinkError, LinkFrame};
+use super::codec::{self, LinkFrame};
 use super::conn::{before, Conn, End, LocalEnd};
 use super::handshake::Refusal;
 use super::outgoing::{count_refusal, CoreLinks, LinkSettings};
-use super::view::ClusterView;
+use super::view::{ClusterView, Peer};
 use crate::metrics::CoreMetrics;
 use crate::store::NodeId;
 
-/// Connections handshaking at once on one core; more are closed at once.
+/// Connections handshaking at once on one core; past it the oldest is
+/// closed.
 pub const HANDSHAKES_MAX: usize = 64;
+/// The shortest time a dialler has for its Hello (it sends it as soon as
+/// it connected): the heartbeat interval, but not less than this.
+const HELLO_TIMEOUT_MIN: Duration = Duration::from_millis(200);
 /// Refused handshakes are logged at most once per this period per core
 /// (each is counted): a misconfigured or hostile peer cannot flood the log.
 const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// A connection handshaking: its number, its stream, whether its Hello
+/// arrived.
+type Handshaking = (u64, Weak<TcpStream>, Rc<Cell<bool>>);
 
 /// Where a validated message from another node goes: read where it lies
 /// in the link's buffer, so the callee copies what it keeps; with when the
@@ -44,7 +57,11 @@ struct Inner {
     /// This core's links out, told when a peer links in.
     links: CoreLinks,
     metrics: Arc<CoreMetrics>,
-    handshaking: Cell<usize>,
+    /// Connections handshaking, oldest first, with their number and
+    /// whether their Hello arrived.
+    handshaking: RefCell<VecDeque<Handshaking>>,
+    /// The number of the next connection accepted.
+    accepted: Cell<u64>,
     /// When a refusal was last logged, and how many went unlogged since.
     refusals_logged: Cell<(Option<Instant>, u64)>,
     /// Live links in: the dialler and its incarnation.
@@ -65,7 +82,8 @@ impl Incoming {
             dispatch,
             links,
             metrics,
-            handshaking: Cell::new(0),
+            handshaking: RefCell::default(),
+            accepted: Cell::new(0),
             refusals_logged: Cell::new((None, 0)),
             incoming: RefCell::default(),
         }))
@@ -83,12 +101,10 @@ impl Incoming {
                     continue;
                 }
             };
-            if self.0.handshaking.get() >= HANDSHAKES_MAX {
-                tracing::debug!("too many link handshakes at once; connection closed");
-                continue;
-            }
+            let conn = Conn::new(stream, Instant::now() + self.0.settings.handshake_timeout);
+            let number = self.admit_handshake(&conn);
             let incoming = self.clone();
-            shards::spawn(async move { incoming.serve_link(stream).await }).detach();
+            shards::spawn(async move { incoming.serve_link(conn, number).await }).detach();
         }
     }
 
@@ -119,11 +135,50 @@ impl Incoming {
         }
     }
 
-    async fn serve_link(&self, stream: TcpStream) {
+    /// Counts a new connection as handshaking; at `HANDSHAKES_MAX` one is
+    /// shut down (its handshake then fails) and counted: the oldest that
+    /// has not sent its Hello, else the oldest. A real peer sends its Hello
+    /// as soon as it connected, so silent connections go first. Returns
+    /// the connection's number.
+    fn admit_handshake(&self, conn: &Conn) -> u64 {
+        let number = self.0.accepted.get();
+        self.0.accepted.set(number + 1);
+        let mut handshaking = self.0.handshaking.borrow_mut();
+        if handshaking.len() >= HANDSHAKES_MAX {
+            let at = handshaking
+                .iter()
+                .position(|(_, _, hello_read)| !hello_read.get())
+                .unwrap_or(0);
+            if let Some(evicted) = handshaking.remove(at).and_then(|(_, s, _)| s.upgrade()) {
+                self.0.metrics.cluster.handshakes_evicted.inc();
+                evicted.shutdown();
+            }
+        }
+        handshaking.push_back((number, Rc::downgrade(&conn.stream), conn.hello_read.clone()));
+        number
+    }
+
+    /// Connection `number`'s handshake ended; `false` if it had been
+    /// evicted.
+    fn end_handshake(&self, number: u64) -> bool {
+        let mut handshaking = self.0.handshaking.borrow_mut();
+        match handshaking.iter().position(|(n, _, _)| *n == number) {
+            Some(at) => {
+                handshaking.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    async fn serve_link(&self, mut conn: Conn, number: u64) {
         let inner = &self.0;
-        inner.handshaking.set(inner.handshaking.get() + 1);
-        let _ = stream.set_nodelay(true);
-        let mut conn = Conn::new(stream, Instant::now() + inner.settings.handshake_timeout);
+        let _ = conn.stream.set_nodelay(true);
+        let hello_timeout = inner
+            .settings
+            .ping_interval
+            .max(HELLO_TIMEOUT_MIN)
+            .min(inner.settings.handshake_timeout);
         let incarnation = inner.view.snapshot().me.incarnation;
         let local = LocalEnd {
             cluster: &inner.settings.cluster,
@@ -132,11 +187,17 @@ impl Incoming {
             incarnation,
             core: inner.settings.core,
         };
-        let admitted = conn.accept(&local, |node, incarnation| self.admit(node, incarnation));
+        let admitted = conn.accept(
+            &local,
+            Instant::now() + hello_timeout,
+            |node, incarnation| self.admit(node, incarnation),
+        );
         let admitted = admitted.await;
-        inner.handshaking.set(inner.handshaking.get() - 1);
+        let evicted = !self.end_handshake(number);
         let dialler = match admitted {
             Ok(dialler) => dialler,
+            // Closed to make room, and counted so.
+            Err(_) if evicted => return,
             Err(reason) => {
                 count_refusal(&inner.metrics.cluster, reason);
                 self.log_refusal(&conn, reason);
@@ -178,20 +239,8 @@ impl Incoming {
         );
     }
 
-    /// A link from an incarnation membership knows ended (or a newer one
-    /// replaced) is refused; one it does not know yet is let in, since a
-    /// node links before its row reached everyone.
     fn admit(&self, node: NodeId, incarnation: u64) -> Result<(), Refusal> {
-        let snapshot = self.0.view.snapshot();
-        match snapshot.peers.get(&node) {
-            Some(peer)
-                if incarnation < peer.incarnation
-                    || (incarnation == peer.incarnation && !peer.is_live()) =>
-            {
-                Err(Refusal::StaleIncarnation)
-            }
-            _ => Ok(()),
-        }
+        admission(&self.0.view.snapshot().peers, node, incarnation)
     }
 
     async fn read(
@@ -221,10 +270,11 @@ impl Incoming {
                         tracing::warn!(node = from.0, "a pong sent to the accepting side; closed");
                         return;
                     }
-                    Err(LinkError::Auth) => {
+                    Err(error) if error.is_unauthenticated() => {
                         stats.link_auth_failures.inc();
                         tracing::warn!(
                             node = from.0,
+                            %error,
                             "a link record failed its authentication; closed"
                         );
                         return;
@@ -252,5 +302,67 @@ impl Incoming {
             }
             arrived_at = Instant::now();
         }
+    }
+}
+
+/// Whether a dialler that holds the cluster secret may link in as `node`
+/// at `incarnation`, by the membership view: a node id that is not a
+/// member is refused (the secret alone does not make one), as is an
+/// incarnation membership knows ended or replaced. A newer incarnation
+/// than the view's is let in: a node that rejoined links before its new
+/// row reached everyone. A node that just joined may be refused until the
+/// view holds its row (a heartbeat interval); its link dials again within
+/// its backoff.
+fn admission(
+    peers: &BTreeMap<NodeId, Peer>,
+    node: NodeId,
+    incarnation: u64,
+) -> Result<(), Refusal> {
+    match peers.get(&node) {
+        None => Err(Refusal::NotMember),
+        Some(peer)
+            if incarnation < peer.incarnation
+                || (incarnation == peer.incarnation && !peer.is_live()) =>
+        {
+            Err(Refusal::StaleIncarnation)
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{GatewayAddresses, MemberState};
+
+    fn peer(node: u64, incarnation: u64, state: MemberState) -> Peer {
+        Peer {
+            node: NodeId(node),
+            incarnation,
+            state,
+            cores: Vec::new(),
+            gateway: GatewayAddresses::default(),
+            admin: String::new(),
+        }
+    }
+
+    #[test]
+    fn only_members_link_in_and_only_at_a_live_incarnation() {
+        let peers: BTreeMap<NodeId, Peer> = [
+            (NodeId(2), peer(2, 5, MemberState::Up)),
+            (NodeId(3), peer(3, 4, MemberState::Down)),
+        ]
+        .into();
+        assert_eq!(admission(&peers, NodeId(2), 5), Ok(()));
+        assert_eq!(admission(&peers, NodeId(2), 6), Ok(()), "rejoined");
+        assert_eq!(
+            admission(&peers, NodeId(2), 4),
+            Err(Refusal::StaleIncarnation)
+        );
+        assert_eq!(
+            admission(&peers, NodeId(3), 4),
+            Err(Refusal::StaleIncarnation)
+        );
+        assert_eq!(admission(&peers, NodeId(9), 1), Err(Refusal::NotMember));
     }
 }

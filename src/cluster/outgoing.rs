@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use shards::net::TcpStream;
 use wire::frame::{FrameBuf, Message};
 
-use super::codec::{self, LinkError, LinkFrame};
+use super::codec::{self, LinkFrame};
 use super::conn::{before, Conn, End, LocalEnd};
 use super::handshake::Refusal;
 use super::link::{Link, LinkState, Refused};
@@ -455,10 +455,11 @@ async fn read_pongs(
                     metrics.cluster.link_rtt.record(rtt);
                     last_pong.set(Instant::now());
                 }
-                Err(LinkError::Auth) => {
+                Err(error) if error.is_unauthenticated() => {
                     metrics.cluster.link_auth_failures.inc();
                     tracing::warn!(
                         node = slot.node.0,
+                        %error,
                         "a link record failed its authentication; closed"
                     );
                     bad = true;
@@ -489,6 +490,7 @@ pub(super) fn count_refusal(stats: &ClusterStats, reason: Refusal) {
         Refusal::WrongNode => stats.refused_wrong_node.inc(),
         Refusal::Malformed => stats.refused_malformed.inc(),
         Refusal::Timeout => stats.refused_timeout.inc(),
+        Refusal::NotMember => stats.refused_not_member.inc(),
     }
 }
 

@@ -95,7 +95,10 @@ impl Config {
                  gateway.session_requests_per_sec_max is set",
             );
         }
-        if self.gateway.send_queue_max == 0 || self.cores.mesh_queue_max == 0 {
+        if self.gateway.send_queue_max == 0
+            || self.gateway.send_queue_bytes_max == 0
+            || self.cores.mesh_queue_max == 0
+        {
             return invalid("queue bounds must be positive");
         }
         let gateway = &self.gateway;
@@ -110,12 +113,15 @@ impl Config {
             return invalid("gateway.websocket_tls needs gateway.websocket_listen");
         }
         if gateway.tls_handshake_timeout_ms == 0
+            || gateway.tls_client_hello_timeout_ms == 0
             || gateway.tls_handshakes_max == 0
             || gateway.tls_reload_interval_ms == 0
+            || gateway.websocket_upgrade_timeout_ms == 0
         {
             return invalid(
-                "gateway.tls_handshake_timeout_ms, gateway.tls_handshakes_max and \
-                 gateway.tls_reload_interval_ms must be positive",
+                "gateway.tls_client_hello_timeout_ms, gateway.tls_handshake_timeout_ms, \
+                 gateway.tls_handshakes_max, gateway.tls_reload_interval_ms and \
+                 gateway.websocket_upgrade_timeout_ms must be positive",
             );
         }
         self.check_secrets()?;

@@ -13,7 +13,7 @@
 //! with every other connection's in the core's one kernel entry per loop
 //! turn: no system call per connection or per batch.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -34,6 +34,7 @@ use crate::store::GatewayAddresses;
 
 mod connection;
 mod connection_task;
+mod pending;
 pub use connection::serve;
 
 /// The deadline timer's tick: TIMEOUT answers are at most this late.
@@ -65,9 +66,18 @@ struct CoreGateway {
     mesh: Mesh<FrameBuf>,
     sessions_open: Arc<AtomicU32>,
     metrics: Arc<CoreMetrics>,
-    /// TLS handshakes running on this core, against `tls_handshakes_max`.
-    handshakes: Cell<u32>,
+    /// TLS handshakes running on this core, oldest first, against
+    /// `tls_handshakes_max`: a connection's outbox (to close it) and its
+    /// layers (who it is).
+    handshakes: RefCell<pending::PendingSetups<PendingHandshake>>,
 }
+
+/// A TLS connection whose handshake runs: its outbox and its layers, held
+/// weakly (the connection's task owns them).
+type PendingHandshake = (
+    std::rc::Weak<super::outbox::Outbox>,
+    std::rc::Weak<RefCell<super::transport::Layers>>,
+);
 
 /// One core's gateway. Cheap to clone (an `Rc`); stays on its core.
 #[derive(Clone)]
@@ -97,7 +107,9 @@ impl GatewayHandle {
             mesh,
             sessions_open: shared.sessions_open.clone(),
             metrics,
-            handshakes: Cell::new(0),
+            handshakes: RefCell::new(pending::PendingSetups::new(
+                shared.config.tls_handshakes_max as usize,
+            )),
         }))
     }
 

@@ -6,10 +6,12 @@
 //! send. Frames queued from elsewhere wake the task. No IO here: the
 //! writing is the driver's.
 //!
-//! The bound is in frames (`send_queue_max`), so a queue holds at most
-//! `send_queue_max * (HEADER_LEN + body_max_bytes)` bytes waiting, plus the one
-//! batch the writer is writing. A full queue means the client does not read:
-//! the gateway closes that session (a slow reader), it never waits for it.
+//! The bound is in frames (`send_queue_max`) and in bytes
+//! (`send_queue_bytes_max`): a queue holds at most `send_queue_bytes_max`
+//! bytes waiting plus one frame (the one that crossed the bound), and the
+//! one batch the writer is writing (no larger). A full queue means the
+//! client does not read: the gateway closes that session (a slow reader),
+//! it never waits for it.
 
 use std::cell::RefCell;
 use std::task::{Context, Poll, Waker};
@@ -52,6 +54,8 @@ struct Inner {
     /// (every session has one).
     frames: u32,
     max_frames: u32,
+    /// Past this many queued bytes the queue is full, whatever the frames.
+    max_bytes: u32,
     state: OutboxState,
     writer: Option<Waker>,
     abort_watch: Option<Waker>,
@@ -73,12 +77,20 @@ pub struct Outbox {
 }
 
 impl Outbox {
+    /// A queue bounded in frames only (up to 4 GiB of bytes).
     pub fn new(max_frames: usize) -> Outbox {
+        Outbox::with_bounds(max_frames, u32::MAX as usize)
+    }
+
+    /// A queue full at `max_frames` frames or `max_bytes` bytes, whichever
+    /// comes first.
+    pub fn with_bounds(max_frames: usize, max_bytes: usize) -> Outbox {
         Outbox {
             inner: RefCell::new(Inner {
                 bytes: Vec::new(),
                 frames: 0,
                 max_frames: u32::try_from(max_frames).unwrap_or(u32::MAX).max(1),
+                max_bytes: u32::try_from(max_bytes).unwrap_or(u32::MAX).max(1),
                 state: OutboxState::Open,
                 writer: None,
                 abort_watch: None,
@@ -123,7 +135,9 @@ impl Outbox {
         if inner.state != OutboxState::Open {
             return Err(PushError::Closed);
         }
-        if inner.frames >= inner.max_frames {
+        // The byte bound is checked before the frame is encoded (its size
+        // is the encoder's): a queue may pass it by one frame.
+        if inner.frames >= inner.max_frames || inner.bytes.len() >= inner.max_bytes as usize {
             return Err(PushError::Full);
         }
         encode(&mut inner.bytes);
@@ -240,6 +254,22 @@ mod tests {
 
     fn noop() -> Waker {
         Waker::from(Arc::new(Noop))
+    }
+
+    #[test]
+    fn a_queue_past_its_byte_bound_is_full_whatever_its_frames() {
+        let frame_len = wire::client::HEADER_LEN + 100;
+        let outbox = Outbox::with_bounds(1000, 3 * frame_len);
+        for _ in 0..3 {
+            outbox.push_frame(FrameKind::Push, 7, 0, &[0; 100]).unwrap();
+        }
+        assert_eq!(
+            outbox.push_frame(FrameKind::Push, 7, 0, &[0; 100]),
+            Err(PushError::Full)
+        );
+        // The writer took the queue: room again.
+        assert_eq!(take(&outbox).0, Poll::Ready(WriterStep::Write));
+        outbox.push_frame(FrameKind::Push, 7, 0, &[0; 100]).unwrap();
     }
 
     fn take(outbox: &Outbox) -> (Poll<WriterStep>, Vec<u8>) {

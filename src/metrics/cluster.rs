@@ -51,10 +51,14 @@ super::metric_set! {
             send_failed_unknown_node = "unknown_node",
         }
         /// Link records (each a batch of frames) whose tag failed: forged, altered, replayed or
-        /// sealed with another key. Each closed its link.
+        /// sealed with another key; or bytes after a handshake that are no sealed record at all
+        /// (refused before a tag could be checked). Each closed its link.
         "routerd_link_auth_failures_total" Counter { link_auth_failures }
         /// Links this core dialled again after one failed or closed.
         "routerd_cluster_link_reconnects_total" Counter { reconnects }
+        /// Link connections closed before their handshake finished because 64 were handshaking
+        /// on the core: the oldest is closed to admit the newest.
+        "routerd_cluster_handshakes_evicted_total" Counter { handshakes_evicted }
         /// Link handshakes refused (by this core, or by the peer this core dialled), by reason.
         "routerd_cluster_handshakes_refused_total" Counter (reason) {
             refused_version = "version",
@@ -64,6 +68,7 @@ super::metric_set! {
             refused_wrong_node = "wrong_node",
             refused_malformed = "malformed",
             refused_timeout = "timeout",
+            refused_not_member = "not_member",
         }
         /// Round trips of link pings (sent by a dialling core, answered by the peer's core).
         "routerd_cluster_link_rtt_seconds" Histogram { link_rtt }

@@ -68,7 +68,8 @@ super::metric_set! {
         "routerd_gateway_timeouts_total" Counter { timeouts }
         /// Answers that arrived after their request was answered (timed out) and were dropped.
         "routerd_gateway_late_answers_total" Counter { late_answers }
-        /// Sessions closed because gateway.send_queue_max frames waited for them.
+        /// Sessions closed because gateway.send_queue_max frames, or gateway.send_queue_bytes_max
+        /// bytes, waited for them.
         "routerd_gateway_slow_readers_closed_total" Counter { slow_readers_closed }
         /// Sessions closed after gateway.idle_timeout_ms without a complete frame.
         "routerd_gateway_idle_closed_total" Counter { idle_closed }
@@ -79,14 +80,17 @@ super::metric_set! {
         }
         /// TLS connections closed before or during their handshake, by reason (plaintext: the
         /// first bytes were not a TLS record; bad_handshake: rustls refused what followed;
-        /// handshake_timeout: not done within gateway.tls_handshake_timeout_ms; handshakes_max:
-        /// gateway.tls_handshakes_max handshakes were running on the core; tls_error: a bad
-        /// record after the handshake).
+        /// client_hello_timeout: no whole ClientHello within
+        /// gateway.tls_client_hello_timeout_ms; handshake_timeout: not done within
+        /// gateway.tls_handshake_timeout_ms; evicted: the oldest pending handshake, closed to
+        /// admit a new one when gateway.tls_handshakes_max were running on the core; tls_error: a
+        /// bad record after the handshake).
         "routerd_gateway_tls_refused_total" Counter (reason) {
             tls_refused_plaintext = "plaintext",
             tls_refused_bad_handshake = "bad_handshake",
+            tls_refused_client_hello_timeout = "client_hello_timeout",
             tls_refused_handshake_timeout = "handshake_timeout",
-            tls_refused_handshakes_max = "handshakes_max",
+            tls_refused_evicted = "evicted",
             tls_refused_tls_error = "tls_error",
         }
         /// Reloads of gateway.tls_cert_file and gateway.tls_key_file after a change, by result
@@ -105,12 +109,17 @@ super::metric_set! {
         }
         /// WebSocket sessions upgraded.
         "routerd_gateway_websocket_upgrades_total" Counter { websocket_upgrades }
+        /// WebSocket connections closed because their upgrade request was not read whole within
+        /// gateway.websocket_upgrade_timeout_ms (of the accept, or of the TLS handshake's end).
+        "routerd_gateway_websocket_upgrade_timeouts_total" Counter { websocket_upgrade_timeouts }
         /// WebSocket connections the gateway closed for a protocol error, by close code (1002:
-        /// framing, e.g. an unmasked client frame; 1003: a text message; 1009: a message over
-        /// the bound).
+        /// framing, e.g. an unmasked client frame or a close frame with a code that may not be
+        /// sent; 1003: a text message; 1007: a close reason that is not UTF-8; 1009: a message
+        /// over the bound).
         "routerd_gateway_websocket_protocol_errors_total" Counter (code) {
             websocket_closed_1002 = "1002",
             websocket_closed_1003 = "1003",
+            websocket_closed_1007 = "1007",
             websocket_closed_1009 = "1009",
         }
         /// Notices sent to the target of a session that ended, by kind (unbound: kicked,

@@ -85,22 +85,12 @@ async fn accept_loop(gateway: GatewayHandle, listener: TcpListener, kind: Listen
 }
 
 /// The transport of a connection accepted on `kind`; `None` if it must be
-/// closed at once (the core runs `tls_handshakes_max` handshakes).
+/// closed at once (rustls cannot start one).
 fn edge_transport(gateway: &GatewayHandle, kind: &Listener) -> Option<Transport> {
-    if kind.is_tls() {
-        if gateway.0.handshakes.get() >= gateway.0.config.tls_handshakes_max {
-            gateway.0.metrics.gateway.tls_refused_handshakes_max.inc();
-            return None;
-        }
-        gateway.0.handshakes.set(gateway.0.handshakes.get() + 1);
-    }
     match Transport::for_listener(kind, gateway.0.config.body_max_bytes) {
         Ok(transport) => Some(transport),
         Err(error) => {
             tracing::warn!(%error, "cannot start a TLS connection");
-            if kind.is_tls() {
-                gateway.0.handshakes.set(gateway.0.handshakes.get() - 1);
-            }
             None
         }
     }

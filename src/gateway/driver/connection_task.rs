@@ -31,7 +31,7 @@ use super::GatewayHandle;
 use crate::gateway::core::CloseReason;
 use crate::gateway::outbox::{Outbox, OutboxState, WriterStep};
 use crate::gateway::transport::tls::HandshakeKind;
-use crate::gateway::transport::{Layers, Opened, Refusal, Transport};
+use crate::gateway::transport::{Expiry, Layers, Opened, Refusal, SetupDeadlines, Transport};
 
 /// A connection's reads and writes; see the module documentation.
 pub(super) struct ConnectionTask {
@@ -77,7 +77,11 @@ impl ConnectionTask {
         advertised_as: crate::store::Transport,
     ) -> ConnectionTask {
         let _ = stream.set_nodelay(true);
-        let outbox = Rc::new(Outbox::new(gateway.0.config.send_queue_max as usize));
+        let config = &gateway.0.config;
+        let outbox = Rc::new(Outbox::with_bounds(
+            config.send_queue_max as usize,
+            config.send_queue_bytes_max as usize,
+        ));
         let session_id = gateway.0.state.borrow_mut().open_session_via(
             outbox.clone(),
             advertised_as,
@@ -85,13 +89,14 @@ impl ConnectionTask {
         );
         if let Transport::Layered(layers) = &transport {
             if layers.borrow().is_handshaking() {
-                shards::spawn(handshake_watch(
-                    gateway.clone(),
-                    Rc::downgrade(&outbox),
-                    Rc::downgrade(layers),
-                ))
-                .detach();
+                admit_handshake(&gateway, &outbox, layers);
             }
+            shards::spawn(setup_watch(
+                gateway.clone(),
+                Rc::downgrade(&outbox),
+                Rc::downgrade(layers),
+            ))
+            .detach();
         }
         let decoder = FrameDecoder::new(Peer::Client, gateway.0.config.body_max_bytes);
         ConnectionTask {
@@ -178,8 +183,7 @@ impl ConnectionTask {
         if let Transport::Layered(layers) = &self.transport {
             if layers.borrow().is_handshaking() {
                 // Ended before its handshake finished: its slot is free.
-                let handshakes = &self.gateway.0.handshakes;
-                handshakes.set(handshakes.get() - 1);
+                release_handshake(&self.gateway, layers);
             }
         }
         if let Some(reason) = reason {
@@ -318,7 +322,7 @@ fn open_layers(
     received: &[u8],
 ) -> Result<Vec<u8>, Option<CloseReason>> {
     let opened = layers.borrow_mut().open(received);
-    note_progress(gateway, &mut layers.borrow_mut());
+    note_progress(gateway, layers);
     if let Opened::Close(refusal) = opened {
         count_refusal(gateway, refusal);
         return Err(Some(CloseReason::PeerClosed));
@@ -326,33 +330,89 @@ fn open_layers(
     Ok(layers.borrow_mut().take_opened())
 }
 
-/// Closes a TLS connection whose handshake has not finished within
-/// `tls_handshake_timeout_ms` (a peer that never finishes would otherwise
-/// hold a handshake slot until the idle sweep). Holds the connection only
-/// weakly: one that ended sooner is gone when the timer fires.
-async fn handshake_watch(
-    gateway: GatewayHandle,
-    outbox: Weak<Outbox>,
-    layers: Weak<RefCell<Layers>>,
-) {
-    shards::sleep(Duration::from_millis(
-        gateway.0.config.tls_handshake_timeout_ms,
-    ))
-    .await;
-    let (Some(outbox), Some(layers)) = (outbox.upgrade(), layers.upgrade()) else {
+/// Admits a TLS connection into the core's pending handshakes; at
+/// `tls_handshakes_max` one is closed (and counted) to make room (see
+/// `pending.rs`), so connections that never speak cannot lock real
+/// clients out.
+fn admit_handshake(gateway: &GatewayHandle, outbox: &Rc<Outbox>, layers: &Rc<RefCell<Layers>>) {
+    // A connection whose ClientHello has not arrived goes before one
+    // whose handshake runs (a real client's, most likely).
+    let silent = |(_, pending): &(Weak<Outbox>, Weak<RefCell<Layers>>)| {
+        pending.upgrade().is_none_or(|layers| {
+            layers
+                .try_borrow()
+                .is_ok_and(|layers| !layers.tls_hello_answered())
+        })
+    };
+    let evicted = gateway
+        .0
+        .handshakes
+        .borrow_mut()
+        .admit((Rc::downgrade(outbox), Rc::downgrade(layers)), silent);
+    if let Some(oldest) = evicted.and_then(|(outbox, _)| outbox.upgrade()) {
+        if oldest.state() != OutboxState::Aborted {
+            gateway.0.metrics.gateway.tls_refused_evicted.inc();
+            // The write side shuts the socket down; the read side then
+            // sees the end of the stream and closes the session.
+            oldest.abort();
+        }
+    }
+}
+
+/// The handshake of the connection whose layers are `layers` ended
+/// (finished, failed, or the connection closed): its slot is free.
+fn release_handshake(gateway: &GatewayHandle, layers: &RefCell<Layers>) {
+    let layers: *const RefCell<Layers> = layers;
+    gateway
+        .0
+        .handshakes
+        .borrow_mut()
+        .release(|(_, pending)| std::ptr::eq(pending.as_ptr(), layers));
+}
+
+/// Closes a connection that misses a deadline of its setup (see
+/// [`Layers::setup_deadline`]): the whole ClientHello within
+/// `tls_client_hello_timeout_ms`, the handshake within
+/// `tls_handshake_timeout_ms`, the WebSocket upgrade request within
+/// `websocket_upgrade_timeout_ms`. A peer that sends nothing, or a byte at
+/// a time, would otherwise hold its slot until the idle sweep. Holds the
+/// connection only weakly: one that ended sooner is gone when the timer
+/// fires.
+async fn setup_watch(gateway: GatewayHandle, outbox: Weak<Outbox>, layers: Weak<RefCell<Layers>>) {
+    let config = &gateway.0.config;
+    let deadlines = SetupDeadlines {
+        client_hello: Duration::from_millis(config.tls_client_hello_timeout_ms),
+        handshake: Duration::from_millis(config.tls_handshake_timeout_ms),
+        upgrade: Duration::from_millis(config.websocket_upgrade_timeout_ms),
+    };
+    let expiry = loop {
+        let Some(layers) = layers.upgrade() else {
+            return;
+        };
+        let Some((at, expiry)) = layers.borrow().setup_deadline(&deadlines) else {
+            return;
+        };
+        drop(layers);
+        if Instant::now() >= at {
+            break expiry;
+        }
+        shards::sleep_until(at).await;
+    };
+    let Some(outbox) = outbox.upgrade() else {
         return;
     };
-    if layers.borrow().is_handshaking() && outbox.state() != OutboxState::Aborted {
-        gateway
-            .0
-            .metrics
-            .gateway
-            .tls_refused_handshake_timeout
-            .inc();
-        // The write side shuts the socket down; the read side then sees
-        // the end of the stream and closes the session.
-        outbox.abort();
+    if outbox.state() == OutboxState::Aborted {
+        return;
     }
+    let stats = &gateway.0.metrics.gateway;
+    match expiry {
+        Expiry::ClientHello => stats.tls_refused_client_hello_timeout.inc(),
+        Expiry::Handshake => stats.tls_refused_handshake_timeout.inc(),
+        Expiry::Upgrade => stats.websocket_upgrade_timeouts.inc(),
+    }
+    // The write side shuts the socket down; the read side then sees the
+    // end of the stream and closes the session.
+    outbox.abort();
 }
 
 /// Handles every frame of `bytes` (one receive's protocol bytes), keeping
@@ -388,16 +448,17 @@ fn decode_frames(
 }
 
 /// Counts a finished handshake (freeing its slot) and an upgrade.
-fn note_progress(gateway: &GatewayHandle, layers: &mut Layers) {
+fn note_progress(gateway: &GatewayHandle, layers: &RefCell<Layers>) {
     let stats = &gateway.0.metrics.gateway;
-    if let Some(kind) = layers.take_handshake_done() {
-        gateway.0.handshakes.set(gateway.0.handshakes.get() - 1);
+    let done = layers.borrow_mut().take_handshake_done();
+    if let Some(kind) = done {
+        release_handshake(gateway, layers);
         match kind {
             HandshakeKind::Full => stats.tls_handshakes_full.inc(),
             HandshakeKind::Resumed => stats.tls_handshakes_resumed.inc(),
         }
     }
-    if layers.take_upgraded() {
+    if layers.borrow_mut().take_upgraded() {
         stats.websocket_upgrades.inc();
     }
 }
@@ -413,6 +474,7 @@ fn count_refusal(gateway: &GatewayHandle, refusal: Refusal) {
         Refusal::WebSocketUpgrade(404) => &stats.websocket_refused_404,
         Refusal::WebSocketUpgrade(_) => &stats.websocket_refused_431,
         Refusal::WebSocketProtocol(1003) => &stats.websocket_closed_1003,
+        Refusal::WebSocketProtocol(1007) => &stats.websocket_closed_1007,
         Refusal::WebSocketProtocol(1009) => &stats.websocket_closed_1009,
         Refusal::WebSocketProtocol(_) => &stats.websocket_closed_1002,
         Refusal::PeerClosed => return,

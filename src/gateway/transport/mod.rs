@@ -32,6 +32,7 @@ pub mod websocket;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rustls::ServerConfig;
 
@@ -94,6 +95,26 @@ pub enum Refusal {
     PeerClosed,
 }
 
+/// How long a connection may take to set its layers up, each from the
+/// accept (the upgrade: from the TLS handshake's end, if any).
+#[derive(Clone, Copy, Debug)]
+pub struct SetupDeadlines {
+    /// The whole ClientHello (`gateway.tls_client_hello_timeout_ms`).
+    pub client_hello: Duration,
+    /// The whole TLS handshake (`gateway.tls_handshake_timeout_ms`).
+    pub handshake: Duration,
+    /// The WebSocket upgrade request (`gateway.websocket_upgrade_timeout_ms`).
+    pub upgrade: Duration,
+}
+
+/// Which setup deadline a connection missed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    ClientHello,
+    Handshake,
+    Upgrade,
+}
+
 /// What one receive opened into.
 pub enum Opened {
     /// Protocol bytes (maybe none yet: a handshake, a cut record).
@@ -115,6 +136,10 @@ pub struct Layers {
     between: Vec<u8>,
     /// The handshake just finished (reported once to the driver).
     handshake_done: Option<tls::HandshakeKind>,
+    /// When the connection was accepted, and when its TLS handshake
+    /// finished: what the setup deadlines count from.
+    accepted_at: Instant,
+    handshake_done_at: Option<Instant>,
 }
 
 impl Transport {
@@ -139,6 +164,8 @@ impl Transport {
             opened: Vec::new(),
             between: Vec::new(),
             handshake_done: None,
+            accepted_at: Instant::now(),
+            handshake_done_at: None,
         }))))
     }
 
@@ -162,6 +189,8 @@ impl Layers {
             opened,
             between,
             handshake_done,
+            handshake_done_at,
+            ..
         } = self;
         opened.clear();
         let plain: &[u8] = match tls {
@@ -177,6 +206,7 @@ impl Layers {
                     TlsOpened::Bytes { finished } => {
                         if finished.is_some() {
                             *handshake_done = finished;
+                            *handshake_done_at = Some(Instant::now());
                         }
                     }
                     TlsOpened::Close(refusal) => return Opened::Close(refusal),
@@ -213,6 +243,34 @@ impl Layers {
     /// Whether the TLS handshake is still running (false without TLS).
     pub fn is_handshaking(&self) -> bool {
         self.tls.as_ref().is_some_and(TlsLayer::is_handshaking)
+    }
+
+    /// Whether the TLS layer read a whole ClientHello (false without TLS).
+    pub fn tls_hello_answered(&self) -> bool {
+        self.tls.as_ref().is_some_and(TlsLayer::hello_answered)
+    }
+
+    /// The next deadline of the connection's setup and what it is for, or
+    /// `None` once every layer is set up: a ClientHello that has not
+    /// arrived whole, a TLS handshake not finished, a WebSocket upgrade
+    /// request not read whole.
+    pub fn setup_deadline(&self, deadlines: &SetupDeadlines) -> Option<(Instant, Expiry)> {
+        if let Some(tls) = self.tls.as_ref().filter(|tls| tls.is_handshaking()) {
+            let handshake = (self.accepted_at + deadlines.handshake, Expiry::Handshake);
+            let hello = (
+                self.accepted_at + deadlines.client_hello,
+                Expiry::ClientHello,
+            );
+            if !tls.hello_answered() && hello.0 < handshake.0 {
+                return Some(hello);
+            }
+            return Some(handshake);
+        }
+        if self.ws.as_ref().is_some_and(WsLayer::is_upgrading) {
+            let since = self.handshake_done_at.unwrap_or(self.accepted_at);
+            return Some((since + deadlines.upgrade, Expiry::Upgrade));
+        }
+        None
     }
 
     /// The TLS handshake finished since the last call: full or resumed.

@@ -217,6 +217,8 @@ pub(super) enum TlsOpened {
 pub struct TlsLayer {
     conn: ServerConnection,
     seen_first_byte: bool,
+    /// The whole ClientHello arrived: rustls answered it (or refused it).
+    hello_answered: bool,
     handshaking: bool,
 }
 
@@ -229,12 +231,19 @@ impl TlsLayer {
         Ok(TlsLayer {
             conn,
             seen_first_byte: false,
+            hello_answered: false,
             handshaking: true,
         })
     }
 
     pub(super) fn is_handshaking(&self) -> bool {
         self.handshaking
+    }
+
+    /// Whether the client's whole ClientHello arrived (the first-bytes
+    /// deadline is met).
+    pub(super) fn hello_answered(&self) -> bool {
+        self.hello_answered
     }
 
     pub(super) fn wants_write(&self) -> bool {
@@ -264,6 +273,9 @@ impl TlsLayer {
             if self.conn.process_new_packets().is_err() {
                 return failed(self.handshaking);
             }
+            // rustls answers a whole ClientHello at once (ServerHello, or a
+            // HelloRetryRequest).
+            self.hello_answered |= self.conn.wants_write() || !self.conn.is_handshaking();
             // Everything rustls opened, each round, so its buffer never
             // fills; WouldBlock is "no more for now", Ok is close_notify
             // (the peer's end of stream follows it).

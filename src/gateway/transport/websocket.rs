@@ -73,6 +73,11 @@ impl WsLayer {
         !self.owed.is_empty() || (matches!(self.phase, Phase::Open) && !self.held.is_empty())
     }
 
+    /// Whether the upgrade request has not been read whole yet.
+    pub(super) fn is_upgrading(&self) -> bool {
+        matches!(self.phase, Phase::Upgrading { .. })
+    }
+
     pub(super) fn take_upgraded(&mut self) -> bool {
         std::mem::take(&mut self.upgraded)
     }

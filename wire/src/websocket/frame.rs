@@ -52,6 +52,10 @@ pub enum WsError {
         /// The decoder's message bound in bytes.
         max: u64,
     },
+    /// A close frame's reason is not UTF-8 (RFC 6455 section 8.1): closed
+    /// with 1007.
+    #[error("close reason is not UTF-8 (1007)")]
+    InvalidUtf8,
 }
 
 impl WsError {
@@ -61,6 +65,7 @@ impl WsError {
             WsError::Protocol(_) => close::PROTOCOL_ERROR,
             WsError::Text => close::UNSUPPORTED_DATA,
             WsError::TooBig { .. } => close::MESSAGE_TOO_BIG,
+            WsError::InvalidUtf8 => close::INVALID_PAYLOAD,
         }
     }
 }
@@ -72,8 +77,9 @@ pub enum Control {
     Ping(Vec<u8>),
     /// A pong, answering a ping or unsolicited; its payload is dropped.
     Pong,
-    /// The peer closes, with its code if it sent one; the decoder reads
-    /// nothing after it.
+    /// The peer closes, with its code if it sent one (always one that
+    /// may travel on the wire: see [`close::is_sendable`]); the decoder
+    /// reads nothing after it.
     Close(Option<u16>),
 }
 
@@ -178,7 +184,7 @@ impl Decoder {
                     }
                     *remaining -= take as u64;
                     if *remaining == 0 {
-                        self.end_frame(controls);
+                        self.end_frame(controls)?;
                     }
                 }
             }
@@ -257,14 +263,14 @@ impl Decoder {
             fin,
         };
         if len == 0 {
-            self.end_frame(controls);
+            self.end_frame(controls)?;
         }
         Ok(())
     }
 
-    fn end_frame(&mut self, controls: &mut Vec<Control>) {
+    fn end_frame(&mut self, controls: &mut Vec<Control>) -> Result<(), WsError> {
         let State::Payload { opcode, fin, .. } = self.state else {
-            return;
+            return Ok(());
         };
         self.state = State::Header {
             buf: [0; FRAME_HEADER_MAX_LEN],
@@ -280,13 +286,34 @@ impl Decoder {
             Opcode::Ping => controls.push(Control::Ping(std::mem::take(&mut self.control))),
             Opcode::Pong => controls.push(Control::Pong),
             Opcode::Close => {
-                let code = (self.control.len() >= 2)
-                    .then(|| u16::from_be_bytes([self.control[0], self.control[1]]));
-                controls.push(Control::Close(code));
+                // Nothing is read after a close, whether it is valid or not.
                 self.state = State::Closed;
+                controls.push(Control::Close(close_code(&self.control)?));
             }
         }
+        Ok(())
     }
+}
+
+/// The code of a close frame's `payload` (RFC 6455 section 5.5.1): none,
+/// or two bytes of a code that may be sent (section 7.4) and a UTF-8
+/// reason. A 1-byte payload or a code that may not be sent is 1002; a
+/// reason that is not UTF-8 is 1007.
+fn close_code(payload: &[u8]) -> Result<Option<u16>, WsError> {
+    let [high, low, reason @ ..] = payload else {
+        return match payload.len() {
+            0 => Ok(None),
+            _ => Err(WsError::Protocol("close payload of 1 byte")),
+        };
+    };
+    let code = u16::from_be_bytes([*high, *low]);
+    if !close::is_sendable(code) {
+        return Err(WsError::Protocol("close code not allowed on the wire"));
+    }
+    if std::str::from_utf8(reason).is_err() {
+        return Err(WsError::InvalidUtf8);
+    }
+    Ok(Some(code))
 }
 
 /// How long the header that starts with `head` is (at least 2: the bytes
@@ -340,8 +367,10 @@ pub fn encode_masked(out: &mut Vec<u8>, opcode: Opcode, payload: &[u8], mask: [u
     unmask(&mut out[start..], mask, 0);
 }
 
-/// Appends a close frame with `code` (unmasked: the server's).
+/// Appends a close frame with `code` (unmasked: the server's), one that
+/// may be sent ([`close::is_sendable`]).
 pub fn encode_close(out: &mut Vec<u8>, code: u16) {
+    debug_assert!(close::is_sendable(code), "close code {code} is never sent");
     encode_frame(out, Opcode::Close, &code.to_be_bytes());
 }
 

@@ -176,3 +176,56 @@ fn unmask_is_its_own_inverse_from_any_offset() {
         assert_eq!(bytes, original);
     }
 }
+
+/// What a server's decoder makes of a client's close with `payload`.
+fn close_of(payload: &[u8]) -> Result<Vec<Control>, WsError> {
+    let mut decoder = Decoder::new(Role::Server, 1024);
+    let (_, controls, result) = decode_all(&mut decoder, &masked(Opcode::Close, payload));
+    assert!(decoder.is_closed(), "nothing is read after a close");
+    result.map(|()| controls)
+}
+
+fn close_payload(code: u16, reason: &[u8]) -> Vec<u8> {
+    let mut payload = code.to_be_bytes().to_vec();
+    payload.extend_from_slice(reason);
+    payload
+}
+
+#[test]
+fn close_frames_are_checked_as_rfc_6455_section_7_4_says() {
+    assert_eq!(close_of(b""), Ok(vec![Control::Close(None)]));
+    assert_eq!(
+        close_of(&[0x03]).map_err(|error| error.close_code()),
+        Err(1002),
+        "a 1-byte payload"
+    );
+    let valid = [
+        1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014, 3000, 3999, 4000,
+        4999,
+    ];
+    for code in valid {
+        assert_eq!(
+            close_of(&close_payload(code, b"bye \xc3\xa9")),
+            Ok(vec![Control::Close(Some(code))]),
+            "{code}"
+        );
+    }
+    let never_on_the_wire = [
+        0, 999, 1004, 1005, 1006, 1015, 1016, 1100, 2000, 2999, 5000, 65535,
+    ];
+    for code in never_on_the_wire {
+        assert_eq!(
+            close_of(&close_payload(code, b"")).map_err(|error| error.close_code()),
+            Err(1002),
+            "{code}"
+        );
+    }
+    let not_utf8 = close_payload(
+        1000,
+        b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5\xed\xa0\x80",
+    );
+    assert_eq!(close_of(&not_utf8), Err(WsError::InvalidUtf8));
+    assert_eq!(WsError::InvalidUtf8.close_code(), 1007);
+    // The longest reason a control frame holds (123 bytes) is fine.
+    assert!(close_of(&close_payload(1000, &[b'a'; 123])).is_ok());
+}

@@ -35,6 +35,18 @@ pub mod close {
     pub const PROTOCOL_ERROR: u16 = 1002;
     /// A text message: the protocol is binary.
     pub const UNSUPPORTED_DATA: u16 = 1003;
+    /// A close reason that is not UTF-8.
+    pub const INVALID_PAYLOAD: u16 = 1007;
     /// A message over the bound.
     pub const MESSAGE_TOO_BIG: u16 = 1009;
+
+    /// Whether `code` may travel in a close frame (RFC 6455 section 7.4
+    /// and the IANA registry): 1000 to 1003 and 1007 to 1014 are defined
+    /// (1004 is reserved; 1005, 1006 and 1015 only report what happened
+    /// locally and are never sent), 3000 to 4999 belong to libraries and
+    /// applications; the rest is unassigned. A received close with any
+    /// other code is a protocol error.
+    pub fn is_sendable(code: u16) -> bool {
+        matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
+    }
 }

@@ -48,7 +48,13 @@ pub struct Refusal {
 /// and `origins` (empty: any origin). `Ok(None)`: the headers have not
 /// ended yet (read more).
 pub fn parse_request(input: &[u8], origins: &[String]) -> Result<Option<Upgrade>, Refusal> {
-    let Some(end) = find_headers_end(input) else {
+    // HTTP/1.1 lines end in CRLF; a bare LF would otherwise leave the
+    // request waiting for a blank line that never comes.
+    let end = find_headers_end(input);
+    if has_bare_lf(&input[..end.unwrap_or(input.len())]) {
+        return Err(refuse(400, "line ends must be CRLF"));
+    }
+    let Some(end) = end else {
         if input.len() >= UPGRADE_REQUEST_MAX_BYTES {
             return Err(refuse(431, "upgrade request headers too long"));
         }
@@ -77,7 +83,7 @@ pub fn parse_request(input: &[u8], origins: &[String]) -> Result<Option<Upgrade>
         let Some((name, value)) = line.split_once(':') else {
             return Err(refuse(400, "malformed header line"));
         };
-        headers.note(name.trim(), value.trim());
+        headers.note(name.trim(), value.trim())?;
     }
     if !headers.upgrade_websocket {
         return Err(refuse(400, "missing Upgrade: websocket"));
@@ -126,7 +132,7 @@ struct Headers {
 }
 
 impl Headers {
-    fn note(&mut self, name: &str, value: &str) {
+    fn note(&mut self, name: &str, value: &str) -> Result<(), Refusal> {
         let has_token = |token: &str| {
             value
                 .split(',')
@@ -139,13 +145,26 @@ impl Headers {
         } else if name.eq_ignore_ascii_case("sec-websocket-version") {
             self.version = Some(value.to_owned());
         } else if name.eq_ignore_ascii_case("sec-websocket-key") {
+            // One key, one accept: a second is not a list (RFC 6455
+            // section 11.3.1: the header must not appear more than once).
+            if self.key.is_some() {
+                return Err(refuse(400, "more than one Sec-WebSocket-Key"));
+            }
             self.key = Some(value.to_owned());
         } else if name.eq_ignore_ascii_case("origin") {
             self.origin = Some(value.to_owned());
         } else if name.eq_ignore_ascii_case("sec-websocket-protocol") {
             self.wants_subprotocol |= has_token(SUBPROTOCOL);
         }
+        Ok(())
     }
+}
+
+/// Whether a line of `head` ends in a LF without its CR.
+fn has_bare_lf(head: &[u8]) -> bool {
+    head.iter()
+        .enumerate()
+        .any(|(at, &byte)| byte == b'\n' && (at == 0 || head[at - 1] != b'\r'))
 }
 
 /// Where the headers end (just past the blank line), if they have.
@@ -328,6 +347,29 @@ mod tests {
             403
         );
         assert!(parse_request(bad.as_bytes(), &[]).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_second_key_is_400() {
+        let twice = request("Sec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n");
+        let refusal = parse_request(twice.as_bytes(), &[]).unwrap_err();
+        assert_eq!(refusal.status, 400);
+        assert!(String::from_utf8(refusal.response)
+            .unwrap()
+            .ends_with("more than one Sec-WebSocket-Key\n"));
+    }
+
+    #[test]
+    fn bare_lf_line_ends_are_400_at_once() {
+        // Refused on the first bare LF, before the head could end.
+        let bare = request("").replace("\r\n", "\n");
+        let first_line = bare.find('\n').unwrap() + 1;
+        for cut in [first_line, bare.len()] {
+            let refusal = parse_request(&bare.as_bytes()[..cut], &[]).unwrap_err();
+            assert_eq!(refusal.status, 400, "cut at {cut}");
+        }
+        let one = request("").replacen("Host: x\r\n", "Host: x\n", 1);
+        assert_eq!(parse_request(one.as_bytes(), &[]).unwrap_err().status, 400);
     }
 
     #[test]
