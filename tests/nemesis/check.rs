@@ -138,18 +138,36 @@ impl History {
             // A poll shows a declaration some time after it was made: it
             // may have come before `later_us` if the observer's previous
             // poll (which did not show it, or did) was sent before then.
-            let declared = self.polls.iter().enumerate().find_map(|(at, poll)| {
-                if poll.node_id == node || poll.answer_us <= lost.send_us {
-                    return None;
+            // Each declaration of the node (one an incarnation: it is a
+            // CAS on its row) was made before the first poll that showed it
+            // was answered, and after that observer's previous poll was
+            // sent.
+            let mut first_shown: BTreeMap<u64, usize> = BTreeMap::new();
+            for (at, poll) in self.polls.iter().enumerate() {
+                if poll.node_id == node {
+                    continue;
                 }
-                let member = poll
-                    .members
-                    .iter()
-                    .find(|member| member.node_id == node && member.state == "down")?;
+                for member in &poll.members {
+                    if member.node_id == node && member.state == "down" {
+                        let first = first_shown.entry(member.incarnation).or_insert(at);
+                        if poll.answer_us < self.polls[*first].answer_us {
+                            *first = at;
+                        }
+                    }
+                }
+            }
+            let declared = first_shown.iter().find_map(|(&incarnation, &at)| {
+                let poll = &self.polls[at];
                 // Each process's polls are pushed in the order it made them.
                 let previous = self.polls[..at].iter().rev().find(|p| p.pid == poll.pid);
                 let possible_from = previous.map_or(0, |previous| previous.send_us);
-                (possible_from < later_us).then_some((poll, member.incarnation))
+                // The takeover that explains the loss must be able to have
+                // come after the acknowledgement was completed (one shown
+                // before the answer came is a takeover the owner
+                // acknowledged after: two owners at once, which no policy
+                // allows), and before the later request was answered.
+                (poll.answer_us > lost.answer_us && possible_from < later_us)
+                    .then_some((poll, incarnation))
             });
             if let Some((poll, incarnation)) = declared {
                 return Some(format!(
@@ -266,6 +284,31 @@ impl History {
                         let why = self.excuse(top, reader.answer_us).unwrap();
                         self.allow(verdict, "order", top, reader.to_string(), why);
                     }
+                }
+            }
+        }
+    }
+
+    /// No answer counts more than was sent: a value (of a get or an
+    /// increment) is at most the number of increments sent before it was
+    /// answered, leaving out those answered with an error the protocol
+    /// says took no effect. Never excused: no policy invents increments.
+    fn check_bounded(&self, verdict: &mut Verdict, by_player: &BTreeMap<u64, Vec<&Op>>) {
+        for ops in by_player.values() {
+            let mut sent: Vec<u64> = ops
+                .iter()
+                .filter(|op| op.kind == Kind::Incr && !matches!(op.outcome, Outcome::Failed(_)))
+                .map(|op| op.send_us)
+                .collect();
+            sent.sort_unstable();
+            for op in ops {
+                let Some(value) = ok_value(op) else { continue };
+                let before = sent.partition_point(|&at| at < op.answer_us) as i64;
+                if value > before {
+                    verdict.violate(
+                        "a value is at most the increments sent before it was answered",
+                        format!("{op}: {value} > {before} increments sent by then"),
+                    );
                 }
             }
         }
@@ -494,6 +537,7 @@ impl History {
         }
         self.check_unique(&mut verdict, &by_player);
         self.check_order(&mut verdict, &by_player);
+        self.check_bounded(&mut verdict, &by_player);
         for (player, ops) in &by_player {
             let (lost, acked) = self.count_lost(ops);
             if lost > 0 {
