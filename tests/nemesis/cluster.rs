@@ -217,11 +217,8 @@ impl Cluster {
                 let node = self.restart(slot, self.host_of(slot), cores, &mut notes)?;
                 self.install(slot, node);
             }
-            Fault::RestartCores {
-                slot,
-                cores,
-                down_ms,
-            } => {
+            Fault::RestartCores { slot, down_ms } => {
+                let cores = 3 - self.nodes[slot].cores.clamp(1, 2);
                 notes.push(format!("from {} cores to {cores}", self.nodes[slot].cores));
                 self.nodes[slot].kill_9();
                 self.kills.push(Killed {

@@ -34,23 +34,23 @@ pub const KINDS: &[FaultKind] = &[
     kind("freeze_busy", false),
     kind("starve", true),
     kind("takeover", true),
-    kind("restart_cores", false),
+    kind("restart_cores", true),
     // The network between nodes, and between node and store.
     kind("cut_peers", true),
     kind("cut_pair", true),
     kind("cut_store", true),
     kind("store_reset", false),
-    kind("store_delay", false),
+    kind("store_delay", true),
     // The store server (PostgreSQL) and the disk (SQLite).
     kind("store_stop", true),
     kind("store_stop_long", false),
     kind("store_freeze_short", false),
     kind("store_freeze_mid", false),
     kind("store_freeze_long", false),
-    kind("disk_full", false),
+    kind("disk_full", true),
     // Operators' admin calls, each during another fault.
-    kind("transfer", false),
-    kind("drain", false),
+    kind("transfer", true),
+    kind("drain", true),
     kind("join_rebalance", false),
 ];
 
@@ -77,12 +77,22 @@ pub struct Abilities {
     pub kinds: Option<Vec<String>>,
 }
 
+fn by_default(kind: &str) -> bool {
+    KINDS
+        .iter()
+        .any(|known| known.name == kind && known.by_default)
+}
+
 impl Abilities {
+    /// Whether an operator's call may run during a fault of `kind`: one
+    /// asked for, or one on by default.
+    fn asked_during(&self, kind: &str) -> bool {
+        by_default(kind) || self.asked(kind)
+    }
+
     fn asked(&self, kind: &str) -> bool {
         match &self.kinds {
-            None => KINDS
-                .iter()
-                .any(|known| known.name == kind && known.by_default),
+            None => by_default(kind),
             Some(kinds) => kinds.iter().any(|asked| {
                 asked == "all" || kind == asked || kind.starts_with(&format!("{asked}_"))
             }),
@@ -126,12 +136,9 @@ pub enum Call {
 pub enum Fault {
     /// `kill -9`, then a restart after `down_ms`.
     Kill { slot: usize, down_ms: u64 },
-    /// `kill -9`, then a restart after `down_ms` with `cores` cores.
-    RestartCores {
-        slot: usize,
-        cores: usize,
-        down_ms: u64,
-    },
+    /// `kill -9`, then a restart after `down_ms` with the other core
+    /// count (1 and 2 alternate).
+    RestartCores { slot: usize, down_ms: u64 },
     /// `SIGSTOP` for `ms`, then `SIGCONT`.
     Freeze { slot: usize, ms: u64 },
     /// `BURST_REQUESTS` pipelined increments written to the node, then
@@ -282,13 +289,9 @@ impl std::fmt::Display for Fault {
             Fault::Kill { slot, down_ms } => {
                 write!(f, "kill -9 node {}, restart after {down_ms} ms", slot + 1)
             }
-            Fault::RestartCores {
-                slot,
-                cores,
-                down_ms,
-            } => write!(
+            Fault::RestartCores { slot, down_ms } => write!(
                 f,
-                "kill -9 node {}, restart after {down_ms} ms with {cores} cores",
+                "kill -9 node {}, restart after {down_ms} ms with another cores.count",
                 slot + 1
             ),
             Fault::Freeze { slot, ms } => write!(
@@ -455,7 +458,6 @@ fn draw_plain(rng: &mut SmallRng, nodes: usize, can: &Abilities) -> Option<Fault
         },
         21 if can.cpus >= 2 => Fault::RestartCores {
             slot,
-            cores: rng.random_range(1..=2),
             down_ms: rng.random_range(0..1000),
         },
         22 | 23 => Fault::Takeover { slot },
@@ -464,13 +466,17 @@ fn draw_plain(rng: &mut SmallRng, nodes: usize, can: &Abilities) -> Option<Fault
     Some(fault)
 }
 
-/// The faults an operator's call runs during: any that leaves the node
-/// the call is asked of running, other than another takeover.
-fn draw_during(rng: &mut SmallRng, nodes: usize, can: &Abilities, spared: usize) -> Fault {
-    loop {
+/// The faults an operator's call runs during: any asked for or on by
+/// default that leaves the node the call is asked of running, other than
+/// another takeover.
+fn draw_during(rng: &mut SmallRng, nodes: usize, can: &Abilities, spared: usize) -> Option<Fault> {
+    for _ in 0..DRAWS_MAX {
         let Some(fault) = draw_plain(rng, nodes, can) else {
             continue;
         };
+        if !can.asked_during(fault.kind()) {
+            continue;
+        }
         let hits_spared = match &fault {
             Fault::Kill { slot, .. }
             | Fault::RestartCores { slot, .. }
@@ -480,9 +486,10 @@ fn draw_during(rng: &mut SmallRng, nodes: usize, can: &Abilities, spared: usize)
             _ => false,
         };
         if !hits_spared && !matches!(fault, Fault::Takeover { .. }) {
-            return fault;
+            return Some(fault);
         }
     }
+    None
 }
 
 /// Draws one operator's call and the fault it runs during.
@@ -504,7 +511,7 @@ fn draw_operator(rng: &mut SmallRng, nodes: usize, can: &Abilities, joined: bool
         _ if !joined => Call::JoinRebalance { via },
         _ => return None,
     };
-    let during = draw_during(rng, nodes, can, via);
+    let during = draw_during(rng, nodes, can, via)?;
     let after_ms = rng.random_range(0..during.planned_ms().clamp(1, 1500));
     Some(Fault::Operator {
         call,

@@ -17,7 +17,9 @@
 //! `NEMESIS_FAULTS=freeze_mid,kill` (the kinds of fault drawn; default the
 //! kinds `faults::KINDS` marks on by default, `all` for every kind),
 //! `NEMESIS_SAVE_MS` and `NEMESIS_STORE_TIMEOUT_MS` (the save interval and
-//! the store's request timeout; default drawn from the seed),
+//! the store's request timeout; default drawn from the seed, among the
+//! values `procs.rs` marks on by default, or among all with
+//! `NEMESIS_TIMERS=all`),
 //! `NEMESIS_HISTORY=FILE` (every operation, fault and poll written there,
 //! one a line, in time order). Partitions need root and `ip netns`, the
 //! disk faults root and tmpfs; without them the run says so and does the
