@@ -31,6 +31,7 @@ fn history(ops: Vec<Op>, interval: bool) -> History {
         takeovers: Vec::new(),
         finals: Vec::new(),
         interval,
+        declarations: Default::default(),
     }
 }
 
@@ -374,6 +375,7 @@ fn a_declaration_a_poll_saw_late_still_allows_the_loss() {
     assert!(history.check().is_clean());
     // Seen only by polls that all came after it: no allowance.
     history.polls = vec![poll(7, 1, 3010, 1, false), down(3110)];
+    history.declarations = Default::default();
     assert!(!history.check().is_clean());
 }
 

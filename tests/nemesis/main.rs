@@ -378,7 +378,9 @@ fn nemesis(kind: &str) {
     let quiet_until = (clock + Duration::from_secs(settings.seconds))
         .max(Instant::now() + faults::ms(DOWN_AFTER_MS));
     std::thread::sleep(quiet_until.saturating_duration_since(Instant::now()));
+    let settle_from = Instant::now();
     let settled = cluster.settle(SETTLE_TIMEOUT);
+    let settle_took = settle_from.elapsed();
     stop.store(true, Ordering::Release);
     let mut ops: Vec<client::Op> = sessions
         .into_iter()
@@ -388,7 +390,14 @@ fn nemesis(kind: &str) {
     owners.join().unwrap();
     // Answers in flight when the clients stopped have landed by now.
     std::thread::sleep(Duration::from_secs(1));
+    let finals_from = Instant::now();
     let finals = final_reads(&cluster, &players);
+    println!(
+        "run ended at {:.1} s: settled in {:.1} s, final reads took {:.1} s",
+        clock.elapsed().as_secs_f64(),
+        settle_took.as_secs_f64(),
+        finals_from.elapsed().as_secs_f64()
+    );
     cluster.retire_all();
     let history = History {
         ops,
@@ -399,8 +408,11 @@ fn nemesis(kind: &str) {
         takeovers: cluster.takeovers.clone(),
         finals,
         interval: settings.persist == "interval",
+        declarations: Default::default(),
     };
+    let check_from = Instant::now();
     let mut verdict = history.check();
+    println!("checked in {:.1} s", check_from.elapsed().as_secs_f64());
     if !settled {
         verdict.notes.push(format!(
             "the cluster did not settle within {SETTLE_TIMEOUT:?} after the last fault"
@@ -488,6 +500,7 @@ fn takeover(kind: &str) {
         takeovers: cluster.takeovers.clone(),
         finals: Vec::new(),
         interval: false,
+        declarations: Default::default(),
     };
     let verdict = history.check();
     // How far the incarnations of node 1 went: two processes that keep
