@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
-use super::procs::{Timers, DOWN_AFTER_MS, FENCE_AFTER_MS};
+use super::procs::{Timers, DOWN_AFTER_MS, DRAIN_TIMEOUT_MS, FENCE_AFTER_MS};
 
 /// One kind of fault, as `NEMESIS_FAULTS` names it.
 pub struct FaultKind {
@@ -229,8 +229,8 @@ impl Fault {
             Fault::Operator { call, during, .. } => {
                 let call_ms = match call {
                     Call::Transfer { .. } => 1000,
-                    // The drain, then the restart.
-                    Call::Drain { .. } => 8000,
+                    // The drain (at most its timeout), then the restart.
+                    Call::Drain { .. } => DRAIN_TIMEOUT_MS,
                     // The join, then the rebalance's moves.
                     Call::JoinRebalance { .. } => 6000,
                 };

@@ -8,10 +8,11 @@ use super::client::{Burst, Op};
 use super::cluster::Cluster;
 use super::faults::{ms, Call, Fault, BURST_REQUESTS};
 use super::observe::{http_get, http_post};
-use super::procs::{ADMIN_TOKEN, REQUEST_TIMEOUT_MS};
+use super::procs::{ADMIN_TOKEN, DRAIN_TIMEOUT_MS, REQUEST_TIMEOUT_MS};
 
-/// How long a drained node may take to move its objects and exit.
-const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+/// How long a drained node may take to move its objects and exit: its
+/// `drain_timeout_ms`, then its shutdown.
+const DRAIN_LIMIT: Duration = Duration::from_millis(DRAIN_TIMEOUT_MS + 10_000);
 
 /// Players a burst writes to at once.
 const BURST_PLAYERS_MAX: usize = 2;

@@ -33,6 +33,11 @@ pub const HEARTBEAT_MS: u64 = 250;
 pub const FENCE_AFTER_MS: u64 = 1000;
 pub const DOWN_AFTER_MS: u64 = 2000;
 
+/// How long a drain may move objects before the node gives up and exits
+/// (a drain during a fault should end, not hold the run for the default
+/// minute).
+pub const DRAIN_TIMEOUT_MS: u64 = 10_000;
+
 /// The gateway's request timeout: a request unanswered this long is
 /// answered TIMEOUT (uncertain).
 pub const REQUEST_TIMEOUT_MS: u64 = 3000;
@@ -258,7 +263,7 @@ impl NodeSpec {
              {store}\
              [cluster]\nlisten = \"{host}:0\"\nsecret = {CLUSTER_SECRET:?}\n\
              heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\n\
-             down_after_ms = {DOWN_AFTER_MS}\n\
+             down_after_ms = {DOWN_AFTER_MS}\ndrain_timeout_ms = {DRAIN_TIMEOUT_MS}\n\
              [gateway]\nlisten = \"{host}:0\"\nrequest_timeout_ms = {REQUEST_TIMEOUT_MS}\n\
              [admin]\nlisten = \"{host}:0\"\ntoken = {ADMIN_TOKEN:?}\n\
              [auth]\nsecret = {SECRET:?}\nduplicate_login = \"multi\"\n\
