@@ -32,6 +32,11 @@ pub struct FinalRead {
     pub value: Result<i64, String>,
 }
 
+/// Per node, each declaration of it down the polls show: the incarnation
+/// declared, the poll that showed it first, and when that observer's poll
+/// before it was sent (the declaration came between the two).
+type Declarations = BTreeMap<u64, Vec<(u64, usize, u64)>>;
+
 pub struct History {
     pub ops: Vec<Op>,
     pub polls: Vec<Poll>,
@@ -41,6 +46,8 @@ pub struct History {
     pub takeovers: Vec<TakeoverOutcome>,
     pub finals: Vec<FinalRead>,
     pub interval: bool,
+    /// The declarations the polls show, worked out once.
+    pub declarations: std::cell::OnceCell<Declarations>,
 }
 
 #[derive(Default)]
@@ -138,19 +145,23 @@ impl History {
             // A poll shows a declaration some time after it was made: it
             // may have come before `later_us` if the observer's previous
             // poll (which did not show it, or did) was sent before then.
-            let declared = self.polls.iter().enumerate().find_map(|(at, poll)| {
-                if poll.node_id == node || poll.answer_us <= lost.send_us {
-                    return None;
-                }
-                let member = poll
-                    .members
-                    .iter()
-                    .find(|member| member.node_id == node && member.state == "down")?;
-                // Each process's polls are pushed in the order it made them.
-                let previous = self.polls[..at].iter().rev().find(|p| p.pid == poll.pid);
-                let possible_from = previous.map_or(0, |previous| previous.send_us);
-                (possible_from < later_us).then_some((poll, member.incarnation))
-            });
+            let first_shown = self
+                .declarations
+                .get_or_init(|| self.declarations())
+                .get(&node)
+                .map_or(&[][..], Vec::as_slice);
+            let declared = first_shown
+                .iter()
+                .find_map(|&(incarnation, at, possible_from)| {
+                    let poll = &self.polls[at];
+                    // The takeover that explains the loss must be able to have
+                    // come after the acknowledgement was completed (one shown
+                    // before the answer came is a takeover the owner
+                    // acknowledged after: two owners at once, which no policy
+                    // allows), and before the later request was answered.
+                    (poll.answer_us > lost.answer_us && possible_from < later_us)
+                        .then_some((poll, incarnation))
+                });
             if let Some((poll, incarnation)) = declared {
                 return Some(format!(
                     "node {node} (owner incarnation {}), owner of player {} then, was seen down (incarnation {incarnation}) by node {} at {}{}",
@@ -174,6 +185,37 @@ impl History {
             }
         }
         None
+    }
+
+    /// Each declaration of a node (one an incarnation: it is a CAS on its
+    /// row) was made before the first poll that showed it was answered,
+    /// and after that observer's previous poll was sent.
+    fn declarations(&self) -> Declarations {
+        let mut first_shown: BTreeMap<(u64, u64), usize> = BTreeMap::new();
+        for (at, poll) in self.polls.iter().enumerate() {
+            for member in &poll.members {
+                if member.node_id != poll.node_id && member.state == "down" {
+                    let first = first_shown
+                        .entry((member.node_id, member.incarnation))
+                        .or_insert(at);
+                    if poll.answer_us < self.polls[*first].answer_us {
+                        *first = at;
+                    }
+                }
+            }
+        }
+        let mut by_node = Declarations::new();
+        for ((node, incarnation), at) in first_shown {
+            let poll = &self.polls[at];
+            // Each process's polls are pushed in the order it made them.
+            let previous = self.polls[..at].iter().rev().find(|p| p.pid == poll.pid);
+            let possible_from = previous.map_or(0, |previous| previous.send_us);
+            by_node
+                .entry(node)
+                .or_default()
+                .push((incarnation, at, possible_from));
+        }
+        by_node
     }
 
     fn allow(
@@ -266,6 +308,31 @@ impl History {
                         let why = self.excuse(top, reader.answer_us).unwrap();
                         self.allow(verdict, "order", top, reader.to_string(), why);
                     }
+                }
+            }
+        }
+    }
+
+    /// No answer counts more than was sent: a value (of a get or an
+    /// increment) is at most the number of increments sent before it was
+    /// answered, leaving out those answered with an error the protocol
+    /// says took no effect. Never excused: no policy invents increments.
+    fn check_bounded(&self, verdict: &mut Verdict, by_player: &BTreeMap<u64, Vec<&Op>>) {
+        for ops in by_player.values() {
+            let mut sent: Vec<u64> = ops
+                .iter()
+                .filter(|op| op.kind == Kind::Incr && !matches!(op.outcome, Outcome::Failed(_)))
+                .map(|op| op.send_us)
+                .collect();
+            sent.sort_unstable();
+            for op in ops {
+                let Some(value) = ok_value(op) else { continue };
+                let before = sent.partition_point(|&at| at < op.answer_us) as i64;
+                if value > before {
+                    verdict.violate(
+                        "a value is at most the increments sent before it was answered",
+                        format!("{op}: {value} > {before} increments sent by then"),
+                    );
                 }
             }
         }
@@ -494,6 +561,7 @@ impl History {
         }
         self.check_unique(&mut verdict, &by_player);
         self.check_order(&mut verdict, &by_player);
+        self.check_bounded(&mut verdict, &by_player);
         for (player, ops) in &by_player {
             let (lost, acked) = self.count_lost(ops);
             if lost > 0 {

@@ -31,6 +31,7 @@ fn history(ops: Vec<Op>, interval: bool) -> History {
         takeovers: Vec::new(),
         finals: Vec::new(),
         interval,
+        declarations: Default::default(),
     }
 }
 
@@ -88,13 +89,189 @@ fn a_value_that_goes_back_is_found() {
     assert_eq!(verdict.lost, vec![(1, 1, 3)]);
 }
 
+/// Increments 1 to `count`, one after the other, 10 ms apart.
+fn counted(count: i64) -> Vec<Op> {
+    (1..=count)
+        .map(|value| incr(value as u64 * 10, value as u64 * 10 + 1, value))
+        .collect()
+}
+
+const ORDER: &str = "a request sent after an increment was acknowledged sees it";
+const UNIQUE: &str = "every acknowledged value unique per player";
+const BOUNDED: &str = "a value is at most the increments sent before it was answered";
+
 #[test]
 fn a_get_below_an_acknowledged_increment_is_found() {
-    let history = history(
-        vec![incr(0, 1, 5), op(1, Kind::Get, 2, 3, Outcome::Ok(4))],
-        false,
+    let mut ops = counted(5);
+    ops.push(op(1, Kind::Get, 100, 101, Outcome::Ok(4)));
+    let verdict = history(ops, false).check();
+    assert_eq!(
+        verdict.violations.keys().copied().collect::<Vec<_>>(),
+        vec![ORDER],
+        "{}",
+        verdict.render()
     );
-    assert!(!history.check().is_clean());
+}
+
+#[test]
+fn a_read_above_the_increments_sent_is_found() {
+    // Two increments sent, a get answers 3.
+    let mut ops = counted(2);
+    ops.push(op(1, Kind::Get, 100, 101, Outcome::Ok(3)));
+    let verdict = history(ops, true).check();
+    assert!(
+        verdict.violations.contains_key(BOUNDED),
+        "{}",
+        verdict.render()
+    );
+    // An increment sent after the get was answered does not count for it,
+    // one sent before and still unanswered does.
+    let mut ops = counted(2);
+    ops.push(op(1, Kind::Get, 100, 101, Outcome::Ok(3)));
+    ops.push(op(1, Kind::Incr, 102, 110, Outcome::Ok(3)));
+    assert!(history(ops, false).check().violations.contains_key(BOUNDED));
+    let mut ops = counted(2);
+    ops.push(op(
+        1,
+        Kind::Incr,
+        90,
+        200,
+        Outcome::Uncertain("TIMEOUT".into()),
+    ));
+    ops.push(op(1, Kind::Get, 100, 101, Outcome::Ok(3)));
+    let verdict = history(ops, false).check();
+    assert!(verdict.is_clean(), "{}", verdict.render());
+    // An error the protocol says took no effect does not count.
+    let mut ops = counted(2);
+    ops.push(op(1, Kind::Incr, 90, 95, Outcome::Failed(3)));
+    ops.push(op(1, Kind::Get, 100, 101, Outcome::Ok(3)));
+    assert!(history(ops, false).check().violations.contains_key(BOUNDED));
+    // An increment answering more than was sent, too.
+    let mut ops = counted(2);
+    ops.push(incr(100, 101, 4));
+    assert!(history(ops, false).check().violations.contains_key(BOUNDED));
+}
+
+/// Node 2 owns player 1 throughout; node 1 polls every 100 ms from 0 to
+/// 5 s and shows node 2 (incarnation 1) `down` from `down_from_ms` on.
+fn owned_by_2_declared_at(ops: Vec<Op>, down_from_ms: Option<u64>) -> History {
+    let mut history = history(ops, true);
+    history.owners = (0..50)
+        .map(|i| OwnerSeen {
+            player: 1,
+            at_us: i * 100_000,
+            owner: 2,
+            owner_incarnation: 1,
+        })
+        .collect();
+    history.polls = (0..50)
+        .map(|i| {
+            let mut poll = poll(7, 1, i * 100, 1, false);
+            if down_from_ms.is_some_and(|from| i * 100 >= from) {
+                poll.members.push(MemberView {
+                    node_id: 2,
+                    incarnation: 1,
+                    state: "down".into(),
+                });
+            }
+            poll
+        })
+        .collect();
+    history
+}
+
+#[test]
+fn the_shapes_of_a_stalled_store_are_found_under_interval() {
+    // A store frozen under `interval`: no node declared down, yet the
+    // owner dropped its copy and served again from its last save.
+    // A value acknowledged twice:
+    let mut twice = counted(5);
+    twice.push(incr(100, 101, 5));
+    let verdict = owned_by_2_declared_at(twice, None).check();
+    assert!(
+        verdict.violations.contains_key(UNIQUE),
+        "{}",
+        verdict.render()
+    );
+    assert!(
+        verdict.violations.contains_key(ORDER),
+        "{}",
+        verdict.render()
+    );
+    // An increment returning a value not above one acknowledged before it
+    // was sent (from another session, on another node):
+    let mut not_above = counted(5);
+    not_above.push(Op {
+        session: 1,
+        slot: 1,
+        ..incr(100, 101, 3)
+    });
+    let verdict = owned_by_2_declared_at(not_above, None).check();
+    assert!(
+        verdict.violations.contains_key(ORDER),
+        "{}",
+        verdict.render()
+    );
+    assert_eq!(verdict.lost, vec![(1, 3, 6)]);
+    // A get below an acknowledged value:
+    let mut get_below = counted(5);
+    get_below.push(op(1, Kind::Get, 100, 101, Outcome::Ok(2)));
+    let verdict = owned_by_2_declared_at(get_below, None).check();
+    assert!(
+        verdict.violations.contains_key(ORDER),
+        "{}",
+        verdict.render()
+    );
+}
+
+#[test]
+fn the_interval_allowance_covers_only_acknowledgements_before_the_takeover() {
+    // Increments 1 to 5 acknowledged by 51 ms; node 2 declared down
+    // between 1.9 s and 2.0 s; the new owner answers 3 at 3 s.
+    let mut before = counted(5);
+    before.push(incr(3000, 3001, 3));
+    let verdict = owned_by_2_declared_at(before, Some(2000)).check();
+    assert!(verdict.is_clean(), "{}", verdict.render());
+    assert!(!verdict.allowances.is_empty());
+    // The same, but the old owner acknowledged 6 at 2.5 s, after the
+    // declaration the poll of 2.0 s showed: that one is not excused,
+    // though the same declaration is still shown at 2.6 s.
+    let mut after = counted(5);
+    after.push(incr(2400, 2500, 6));
+    after.push(incr(3000, 3001, 6));
+    let verdict = owned_by_2_declared_at(after, Some(2000)).check();
+    assert!(
+        verdict.violations.contains_key(UNIQUE),
+        "{}",
+        verdict.render()
+    );
+    assert!(
+        verdict.violations.contains_key(ORDER),
+        "{}",
+        verdict.render()
+    );
+    // Its answer came while the first poll to show the declaration was
+    // out: the declaration may have followed it, so it is excused.
+    let mut racing = counted(5);
+    racing.push(incr(1950, 2000, 6));
+    racing.push(incr(3000, 3001, 6));
+    let verdict = owned_by_2_declared_at(racing, Some(2000)).check();
+    assert!(verdict.is_clean(), "{}", verdict.render());
+    // A get the old owner answered after the declaration, below what the
+    // new owner acknowledged before it was sent, is found too.
+    let mut stale_get = counted(5);
+    stale_get.push(Op {
+        session: 1,
+        slot: 1,
+        ..incr(2100, 2101, 6)
+    });
+    stale_get.push(op(1, Kind::Get, 2200, 2300, Outcome::Ok(5)));
+    let verdict = owned_by_2_declared_at(stale_get, Some(2000)).check();
+    assert!(
+        verdict.violations.contains_key(ORDER),
+        "{}",
+        verdict.render()
+    );
 }
 
 #[test]
@@ -198,6 +375,7 @@ fn a_declaration_a_poll_saw_late_still_allows_the_loss() {
     assert!(history.check().is_clean());
     // Seen only by polls that all came after it: no allowance.
     history.polls = vec![poll(7, 1, 3010, 1, false), down(3110)];
+    history.declarations = Default::default();
     assert!(!history.check().is_clean());
 }
 

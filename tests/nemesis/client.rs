@@ -271,3 +271,137 @@ pub fn read_counter(gateway: SocketAddr, player: u64, limit: Duration) -> Result
     }
     Err(last)
 }
+
+/// A pipelining client: one session that writes many increments at once
+/// and then reads their answers, so the node works through them in a few
+/// long loop turns.
+pub struct Burst {
+    conn: Conn,
+    player: u64,
+    session: usize,
+    slot: usize,
+}
+
+impl Burst {
+    /// A logged-in session of `player` on `gateway`.
+    pub fn open(
+        gateway: SocketAddr,
+        player: u64,
+        session: usize,
+        slot: usize,
+    ) -> Result<Burst, String> {
+        let mut conn = Conn::connect(gateway).ok_or("connect failed")?;
+        if !conn.login(player, 1) {
+            return Err("login failed".into());
+        }
+        Ok(Burst {
+            conn,
+            player,
+            session,
+            slot,
+        })
+    }
+
+    /// Writes `count` +1 increments in one write, says so on `written`,
+    /// then reads their answers until `deadline` after the write; every
+    /// one is an operation of the history.
+    pub fn run(
+        mut self,
+        count: usize,
+        clock: Instant,
+        written: std::sync::mpsc::Sender<()>,
+        wait: Duration,
+    ) -> Vec<Op> {
+        let us = |at: Instant| at.duration_since(clock).as_micros() as u64;
+        let mut bytes = Vec::new();
+        let first_seq = 2u32;
+        for i in 0..count {
+            encode_frame(
+                &mut bytes,
+                FrameKind::Request,
+                route::PLAYER_INCR,
+                first_seq + i as u32,
+                &1i64.to_le_bytes(),
+            );
+        }
+        let sent = Instant::now();
+        let wrote = self.conn.stream.write_all(&bytes).is_ok();
+        let _ = written.send(());
+        let mut answers: Vec<Option<(Instant, Outcome)>> = vec![None; count];
+        let deadline = Instant::now() + wait;
+        while wrote && answers.iter().any(Option::is_none) {
+            let Some((seq, outcome)) = self.conn.next_answer(deadline) else {
+                break;
+            };
+            if let Some(slot) = seq
+                .checked_sub(first_seq)
+                .and_then(|i| answers.get_mut(i as usize))
+            {
+                *slot = Some((Instant::now(), outcome));
+            }
+        }
+        let unanswered = Instant::now();
+        answers
+            .into_iter()
+            .map(|answer| {
+                let (at, outcome) = answer.unwrap_or((
+                    unanswered,
+                    Outcome::Uncertain("no answer to a pipelined request".into()),
+                ));
+                Op {
+                    player: self.player,
+                    session: self.session,
+                    slot: self.slot,
+                    kind: Kind::Incr,
+                    send_us: us(sent),
+                    answer_us: us(at),
+                    outcome,
+                }
+            })
+            .collect()
+    }
+}
+
+impl Conn {
+    /// The next answer of any request (its seq and outcome) before
+    /// `deadline`, or `None` once the connection ends or time is up.
+    fn next_answer(&mut self, deadline: Instant) -> Option<(u32, Outcome)> {
+        loop {
+            match self.decoder.next_frame() {
+                Ok(Some(frame)) => {
+                    let header = frame.header;
+                    if header.kind == FrameKind::Push || header.route_id == 0 {
+                        if header.route_id == 0 {
+                            return None;
+                        }
+                        continue;
+                    }
+                    let answer = match header.kind {
+                        FrameKind::Response => Answer::Response(frame.body.to_vec()),
+                        _ => match decode_error_body(frame.body) {
+                            Some((code, _)) => Answer::Error(code),
+                            None => Answer::Lost("bad error body"),
+                        },
+                    };
+                    return Some((header.seq, outcome(answer)));
+                }
+                Ok(None) => {}
+                Err(_) => return None,
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            let wait = (deadline - now).max(Duration::from_millis(1));
+            self.stream.set_read_timeout(Some(wait)).ok()?;
+            match self.stream.read(self.decoder.read_buf()) {
+                Ok(0) => return None,
+                Ok(n) => self.decoder.advance(n),
+                Err(error)
+                    if error.kind() == std::io::ErrorKind::WouldBlock
+                        || error.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => return None,
+            }
+        }
+    }
+}

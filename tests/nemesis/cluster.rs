@@ -5,10 +5,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use super::client::Gateways;
+use super::client::{Gateways, Op};
 use super::faults::{ms, Fault};
 use super::observe::{http_get, poll_process, Observations};
-use super::procs::{NodeProc, NodeSpec, Starver, Store, DOWN_AFTER_MS};
+use super::procs::{NodeProc, NodeSpec, Starver, DOWN_AFTER_MS};
+use super::store::Store;
 use super::support::netns::Net;
 
 /// Starts a restart may try before the run gives up on the slot.
@@ -58,6 +59,10 @@ pub struct Cluster {
     pub spec: NodeSpec,
     /// The namespace host no slot uses (a takeover's second process).
     spare_host: usize,
+    /// The namespace host of a node that joins.
+    pub(super) join_host: usize,
+    /// Players of the run (a burst picks among them).
+    pub players: u64,
     serial: u32,
     pub gateways: Gateways,
     pub admins: Arc<RwLock<Vec<SocketAddr>>>,
@@ -65,6 +70,9 @@ pub struct Cluster {
     pub observations: Arc<Observations>,
     pub kills: Vec<Killed>,
     pub takeovers: Vec<TakeoverOutcome>,
+    /// The operations of the pipelining bursts (`freeze_busy`).
+    pub burst_ops: Vec<Op>,
+    pub(super) bursts: usize,
 }
 
 impl Cluster {
@@ -75,6 +83,7 @@ impl Cluster {
         store: Store,
         net: Option<Net>,
         clock: Instant,
+        players: u64,
     ) -> Result<Cluster, String> {
         let mut cluster = Cluster {
             nodes: Vec::new(),
@@ -82,6 +91,8 @@ impl Cluster {
             net,
             spec,
             spare_host: count + 1,
+            join_host: count + 2,
+            players,
             serial: 0,
             gateways: Arc::new(RwLock::new(Vec::new())),
             admins: Arc::new(RwLock::new(Vec::new())),
@@ -89,10 +100,12 @@ impl Cluster {
             observations: Arc::new(Observations::default()),
             kills: Vec::new(),
             takeovers: Vec::new(),
+            burst_ops: Vec::new(),
+            bursts: 0,
         };
         for slot in 0..count {
             let host = if cluster.net.is_some() { slot + 1 } else { 0 };
-            let node = cluster.spawn(slot, host)?;
+            let node = cluster.spawn(slot, host, 1)?;
             cluster.gateways.write().unwrap().push(node.gateway);
             cluster.admins.write().unwrap().push(node.admin);
             cluster.nodes.push(node);
@@ -108,11 +121,16 @@ impl Cluster {
     }
 
     /// Starts a process for `slot` on `host` and polls it.
-    fn spawn(&mut self, slot: usize, host: usize) -> Result<NodeProc, String> {
+    pub(super) fn spawn(
+        &mut self,
+        slot: usize,
+        host: usize,
+        cores: usize,
+    ) -> Result<NodeProc, String> {
         self.serial += 1;
         let node = self
             .spec
-            .start(self.net.as_ref(), host, slot as u64 + 1, self.serial)?;
+            .start(self.net.as_ref(), host, slot as u64 + 1, self.serial, cores)?;
         poll_process(
             node.admin,
             node.pid(),
@@ -124,7 +142,7 @@ impl Cluster {
         Ok(node)
     }
 
-    fn install(&mut self, slot: usize, node: NodeProc) -> NodeProc {
+    pub(super) fn install(&mut self, slot: usize, node: NodeProc) -> NodeProc {
         self.gateways.write().unwrap()[slot] = node.gateway;
         self.admins.write().unwrap()[slot] = node.admin;
         std::mem::replace(&mut self.nodes[slot], node)
@@ -161,7 +179,7 @@ impl Cluster {
         false
     }
 
-    fn host_of(&self, slot: usize) -> usize {
+    pub(super) fn host_of(&self, slot: usize) -> usize {
         self.nodes[slot].host
     }
 
@@ -169,11 +187,18 @@ impl Cluster {
         self.net.as_ref().expect("partitions need namespaces")
     }
 
-    fn postgres(&self) -> &super::procs::Postgres {
+    fn postgres(&self) -> &super::store::Postgres {
         match &self.store {
             Store::Postgres(pg) => pg,
             Store::Sqlite(_) => panic!("store faults need a store server"),
         }
+    }
+
+    /// The address `slot`'s store connections come from, as the store's
+    /// proxy sees it: `None` on loopback, where every node shares one.
+    fn store_peer(&self, slot: usize) -> Option<std::net::IpAddr> {
+        let net = self.net.as_ref()?;
+        net.host(self.host_of(slot)).parse().ok()
     }
 
     /// Injects `fault`, waits it out, heals it.
@@ -188,9 +213,69 @@ impl Cluster {
                     at_us: self.us(),
                 });
                 std::thread::sleep(ms(down_ms));
-                let node = self.restart(slot, self.host_of(slot), &mut notes)?;
+                let cores = self.nodes[slot].cores;
+                let node = self.restart(slot, self.host_of(slot), cores, &mut notes)?;
                 self.install(slot, node);
             }
+            Fault::RestartCores { slot, down_ms } => {
+                let cores = 3 - self.nodes[slot].cores.clamp(1, 2);
+                notes.push(format!("from {} cores to {cores}", self.nodes[slot].cores));
+                self.nodes[slot].kill_9();
+                self.kills.push(Killed {
+                    node_id: slot as u64 + 1,
+                    at_us: self.us(),
+                });
+                std::thread::sleep(ms(down_ms));
+                let node = self.restart(slot, self.host_of(slot), cores, &mut notes)?;
+                self.install(slot, node);
+            }
+            Fault::FreezeBusy { slot, ms: pause } => self.freeze_busy(slot, pause, &mut notes),
+            Fault::StoreReset {
+                slot,
+                every_ms,
+                ms: lasting,
+            } => {
+                let peer = self.store_peer(slot);
+                if peer.is_none() {
+                    notes.push("on loopback: every node's connections reset".into());
+                }
+                let started = Instant::now();
+                while started.elapsed() < ms(lasting) {
+                    self.postgres().proxy.reset(peer);
+                    std::thread::sleep(ms(every_ms));
+                }
+            }
+            Fault::StoreDelay {
+                slot,
+                delay_ms,
+                ms: lasting,
+            } => {
+                let peer = self.store_peer(slot);
+                if peer.is_none() {
+                    notes.push("on loopback: every node's requests delayed".into());
+                }
+                self.postgres().proxy.delay(peer, delay_ms);
+                std::thread::sleep(ms(lasting));
+                self.postgres().proxy.delay(peer, 0);
+            }
+            Fault::DiskFull { ms: full } => {
+                let Store::Sqlite(sqlite) = &self.store else {
+                    return Err("a full disk needs SQLite on a disk of its own".into());
+                };
+                let disk = sqlite
+                    .disk
+                    .as_ref()
+                    .ok_or("SQLite has no disk of its own")?;
+                let filled = disk.fill()?;
+                notes.push(format!("{} KiB written until ENOSPC", filled / 1024));
+                std::thread::sleep(ms(full));
+                disk.empty();
+            }
+            Fault::Operator {
+                ref call,
+                after_ms,
+                ref during,
+            } => self.operator(call, after_ms, during, &mut notes)?,
             Fault::Freeze { slot, ms: pause } => {
                 self.nodes[slot].freeze();
                 std::thread::sleep(ms(pause));
@@ -233,7 +318,7 @@ impl Cluster {
                     std::thread::sleep(Duration::from_millis(500));
                 }
             }
-            Fault::StoreFreeze { ms: frozen } => {
+            Fault::StoreFreeze { ms: frozen, .. } => {
                 self.postgres().freeze();
                 std::thread::sleep(ms(frozen));
                 self.postgres().thaw();
@@ -262,15 +347,16 @@ impl Cluster {
         })
     }
 
-    fn restart(
+    pub(super) fn restart(
         &mut self,
         slot: usize,
         host: usize,
+        cores: usize,
         notes: &mut Vec<String>,
     ) -> Result<NodeProc, String> {
         let mut attempt = 0;
         loop {
-            match self.spawn(slot, host) {
+            match self.spawn(slot, host, cores) {
                 Ok(node) => return Ok(node),
                 Err(error) => {
                     attempt += 1;
@@ -311,7 +397,7 @@ impl Cluster {
         } else {
             0
         };
-        let started = self.spawn(slot, p2_host);
+        let started = self.spawn(slot, p2_host, self.nodes[slot].cores);
         if by_cut {
             self.net().cut_store(p1_host, false)?;
         } else {
@@ -393,7 +479,13 @@ impl Cluster {
         if let Some(net) = &self.net {
             net.heal_all();
         }
+        if let Store::Sqlite(sqlite) = &self.store {
+            if let Some(disk) = &sqlite.disk {
+                disk.empty();
+            }
+        }
         if let Store::Postgres(pg) = &self.store {
+            pg.proxy.heal();
             pg.thaw();
             if !pg.running() {
                 if let Err(error) = pg.restart() {

@@ -1,22 +1,29 @@
 //! A Jepsen-style test of routerd on real processes: 3 to 5 `routerd
-//! serve` nodes on one store (a SQLite file, or a throwaway PostgreSQL
-//! server), clients with two or three sessions per player on different
-//! nodes (`duplicate_login = "multi"`) sending +1 increments and gets, and a
-//! nemesis drawn from a seed that kills, freezes, cuts off and starves
-//! nodes, stops and freezes the store, and starts a second process with a
-//! live node's id. The checker then holds the history to what the
-//! protocol promises (see `check.rs`).
+//! serve` nodes on one store (a SQLite file on a small filesystem of its
+//! own, or a throwaway PostgreSQL server behind a proxy of the test's),
+//! clients with two or three sessions per player on different nodes
+//! (`duplicate_login = "multi"`) sending +1 increments and gets, and a
+//! nemesis drawn from a seed: every dependency (node processes, the
+//! network between nodes and to the store, the store server, the disk,
+//! operators' admin calls, the configuration's timers) misbehaving in
+//! every way `faults::KINDS` lists. The checker then holds the history to
+//! what the protocol promises (see `check.rs`).
 //!
 //! Knobs (environment): `NEMESIS_SEED` (default: random, printed),
 //! `NEMESIS_SECONDS` (default 60), `NEMESIS_STORE` = `sqlite`, `postgres`
 //! or `both` (default), `NEMESIS_PERSIST` = `interval` (default) or
 //! `on_write`, `NEMESIS_NODES` (3 to 5, default 3), `NEMESIS_PLAYERS`
 //! (default 6), `NEMESIS_NETNS=false` (loopback even as root),
-//! `NEMESIS_FAULTS=freeze_mid,kill` (the kinds of fault drawn, default
-//! all; see `faults::KINDS`), `NEMESIS_HISTORY=FILE` (every operation, fault and poll written there,
-//! one a line, in time order). Partitions need root and `ip netns`;
-//! without them the run says so and does the rest. `bench/nemesis.sh`
-//! runs longer schedules.
+//! `NEMESIS_FAULTS=freeze_mid,kill` (the kinds of fault drawn; default the
+//! kinds `faults::KINDS` marks on by default, `all` for every kind),
+//! `NEMESIS_SAVE_MS` and `NEMESIS_STORE_TIMEOUT_MS` (the save interval and
+//! the store's request timeout; default drawn from the seed, among the
+//! values `procs.rs` marks on by default, or among all with
+//! `NEMESIS_TIMERS=all`),
+//! `NEMESIS_HISTORY=FILE` (every operation, fault and poll written there,
+//! one a line, in time order). Partitions need root and `ip netns`, the
+//! disk faults root and tmpfs; without them the run says so and does the
+//! rest. `bench/nemesis.sh` runs longer schedules.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -27,8 +34,10 @@ mod client;
 mod cluster;
 mod faults;
 mod observe;
+mod operator;
 mod procs;
 mod report;
+mod store;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,7 +47,8 @@ use check::{FinalRead, History};
 use client::Session;
 use cluster::{Cluster, SETTLE_TIMEOUT, TAKEN_MESSAGE};
 use faults::{plan, Abilities, Fault};
-use procs::{NodeSpec, Postgres, Store, DOWN_AFTER_MS};
+use procs::{NodeSpec, Timers, DOWN_AFTER_MS};
+use store::{Postgres, Sqlite, Store};
 use support::netns::{Family, Net, HOSTS_MAX};
 
 /// The nemesis's namespaces: names `rdm...`, addresses 10.200.0.0 to
@@ -55,6 +65,10 @@ static ONE_RUN: Mutex<()> = Mutex::new(());
 /// Node counts a run accepts.
 const NODES_MIN: usize = 3;
 const NODES_MAX: usize = 5;
+
+/// Namespace hosts beside the nodes': a takeover's second process, a node
+/// that joins.
+const HOSTS_EXTRA: usize = 2;
 
 /// Players a run accepts at most (each has two or three sessions).
 const PLAYERS_MAX: u64 = 32;
@@ -82,8 +96,9 @@ struct Settings {
     persist: String,
     nodes: usize,
     players: u64,
-    /// `NEMESIS_FAULTS`: the kinds of fault to draw from, or all.
+    /// `NEMESIS_FAULTS`: the kinds of fault to draw from, or the default.
     faults: Option<Vec<String>>,
+    timers: Timers,
 }
 
 impl Settings {
@@ -94,8 +109,15 @@ impl Settings {
         });
         format!(
             "NEMESIS_SEED={} NEMESIS_SECONDS={} NEMESIS_PERSIST={} NEMESIS_STORE={kind} \
-             NEMESIS_NODES={} NEMESIS_PLAYERS={}{faults}",
-            self.seed, self.seconds, self.persist, self.nodes, self.players
+             NEMESIS_NODES={} NEMESIS_PLAYERS={}{faults} NEMESIS_SAVE_MS={} \
+             NEMESIS_STORE_TIMEOUT_MS={}",
+            self.seed,
+            self.seconds,
+            self.persist,
+            self.nodes,
+            self.players,
+            self.timers.save_interval_ms,
+            self.timers.store_timeout_ms
         )
     }
 }
@@ -110,7 +132,7 @@ impl Settings {
         );
         let nodes = env_or("NEMESIS_NODES", NODES_MIN);
         assert!(
-            (NODES_MIN..=NODES_MAX).contains(&nodes) && nodes < HOSTS_MAX,
+            (NODES_MIN..=NODES_MAX).contains(&nodes) && nodes + HOSTS_EXTRA <= HOSTS_MAX,
             "NEMESIS_NODES is {NODES_MIN} to {NODES_MAX}"
         );
         let players = env_or("NEMESIS_PLAYERS", 6u64);
@@ -124,18 +146,18 @@ impl Settings {
                 .map(|kind| kind.trim().to_string())
                 .collect();
             for kind in &kinds {
+                let names: Vec<&str> = faults::KINDS.iter().map(|kind| kind.name).collect();
                 assert!(
-                    faults::KINDS
-                        .iter()
-                        .any(|known| known == kind || known.starts_with(&format!("{kind}_"))),
-                    "NEMESIS_FAULTS names {kind:?}, not one of {}",
-                    faults::KINDS.join(", ")
+                    faults::known(kind),
+                    "NEMESIS_FAULTS names {kind:?}, not all or one of {}",
+                    names.join(", ")
                 );
             }
             kinds
         });
         Settings {
             faults,
+            timers: Timers::draw(seed),
             seed,
             seconds: env_or("NEMESIS_SECONDS", 60),
             persist,
@@ -176,8 +198,8 @@ fn namespaces(hosts: usize) -> Option<Net> {
 fn open_store(kind: &str, dir: &std::path::Path, net: Option<&Net>) -> Option<Store> {
     match kind {
         "sqlite" => {
-            println!("with SQLite, \"node from store\" and \"store stopped\" faults do not apply");
-            Some(Store::Sqlite(dir.join("cluster.db")))
+            println!("with SQLite, the store server's and its connections' faults do not apply");
+            Some(Store::Sqlite(Sqlite::open(dir)))
         }
         _ => Postgres::start(net)
             .expect("PostgreSQL starts")
@@ -260,14 +282,16 @@ fn final_reads(cluster: &Cluster, players: &[u64]) -> Vec<FinalRead> {
 fn judge(
     kind: &str,
     settings: &Settings,
+    schedule: &str,
     history: &History,
     verdict: &check::Verdict,
     failure: Option<String>,
 ) {
     let report = format!(
-        "nemesis on {kind}, seed {}, persist {}:\n{}{}",
+        "nemesis on {kind}, seed {}, persist {}, timers: {}\n{}{}",
         settings.seed,
         settings.persist,
+        settings.timers,
         history.summary(),
         verdict.render()
     );
@@ -279,11 +303,15 @@ fn judge(
         }
     }
     if let Some(failure) = failure {
-        panic!("a fault could not be injected: {failure}\n{report}");
+        panic!(
+            "a fault could not be injected (seed {}): {failure}; reproduce with {}\n{schedule}{report}",
+            settings.seed,
+            settings.reproduce(kind)
+        );
     }
     assert!(
         verdict.is_clean(),
-        "violations found (seed {}); reproduce with {}",
+        "violations found (seed {}); reproduce with {}\n{schedule}{report}",
         settings.seed,
         settings.reproduce(kind)
     );
@@ -309,24 +337,27 @@ fn nemesis(kind: &str) {
         settings.reproduce(kind)
     );
     let dir = tempfile::tempdir().unwrap();
-    let net = namespaces(settings.nodes + 1);
+    let net = namespaces(settings.nodes + HOSTS_EXTRA);
     let Some(store) = open_store(kind, dir.path(), net.as_ref()) else {
         return;
     };
+    let spec = NodeSpec::new(dir.path(), &settings.persist, &store, settings.timers);
     let can = Abilities {
         partitions: net.is_some(),
         store_server: matches!(store, Store::Postgres(_)),
+        disk: matches!(&store, Store::Sqlite(sqlite) if sqlite.disk.is_some()),
+        cpus: spec.cpus,
+        players: settings.players,
+        timers: settings.timers,
         kinds: settings.faults.clone(),
     };
-    let spec = NodeSpec::new(dir.path(), &settings.persist, &store);
     let clock = Instant::now();
-    let mut cluster =
-        Cluster::start(settings.nodes, spec, store, net, clock).expect("cluster starts");
+    let mut cluster = Cluster::start(settings.nodes, spec, store, net, clock, settings.players)
+        .expect("cluster starts");
     let schedule = plan(settings.seed, settings.seconds, settings.nodes, &can);
-    println!("schedule ({} faults):", schedule.len());
-    for planned in &schedule {
-        println!("  after {} ms: {}", planned.gap_ms, planned.fault);
-    }
+    let schedule_text = render_schedule(&schedule);
+    println!("timers: {}", settings.timers);
+    print!("{schedule_text}");
 
     let stop = Arc::new(AtomicBool::new(false));
     let _stop_on_panic = StopOnDrop(stop.clone());
@@ -347,16 +378,26 @@ fn nemesis(kind: &str) {
     let quiet_until = (clock + Duration::from_secs(settings.seconds))
         .max(Instant::now() + faults::ms(DOWN_AFTER_MS));
     std::thread::sleep(quiet_until.saturating_duration_since(Instant::now()));
+    let settle_from = Instant::now();
     let settled = cluster.settle(SETTLE_TIMEOUT);
+    let settle_took = settle_from.elapsed();
     stop.store(true, Ordering::Release);
-    let ops: Vec<client::Op> = sessions
+    let mut ops: Vec<client::Op> = sessions
         .into_iter()
         .flat_map(|session| session.join().expect("session thread"))
         .collect();
+    ops.append(&mut cluster.burst_ops);
     owners.join().unwrap();
     // Answers in flight when the clients stopped have landed by now.
     std::thread::sleep(Duration::from_secs(1));
+    let finals_from = Instant::now();
     let finals = final_reads(&cluster, &players);
+    println!(
+        "run ended at {:.1} s: settled in {:.1} s, final reads took {:.1} s",
+        clock.elapsed().as_secs_f64(),
+        settle_took.as_secs_f64(),
+        finals_from.elapsed().as_secs_f64()
+    );
     cluster.retire_all();
     let history = History {
         ops,
@@ -367,15 +408,32 @@ fn nemesis(kind: &str) {
         takeovers: cluster.takeovers.clone(),
         finals,
         interval: settings.persist == "interval",
+        declarations: Default::default(),
     };
+    let check_from = Instant::now();
     let mut verdict = history.check();
+    println!("checked in {:.1} s", check_from.elapsed().as_secs_f64());
     if !settled {
         verdict.notes.push(format!(
             "the cluster did not settle within {SETTLE_TIMEOUT:?} after the last fault"
         ));
     }
     drop(cluster);
-    judge(kind, &settings, &history, &verdict, failure);
+    judge(kind, &settings, &schedule_text, &history, &verdict, failure);
+}
+
+/// The schedule as every run prints it, and a violation again.
+fn render_schedule(schedule: &[faults::Planned]) -> String {
+    let mut out = format!("schedule ({} faults):\n", schedule.len());
+    for planned in schedule {
+        out += &format!(
+            "  after {} ms: [{}] {}\n",
+            planned.gap_ms,
+            planned.fault.kind(),
+            planned.fault
+        );
+    }
+    out
 }
 
 #[test]
@@ -403,13 +461,13 @@ fn takeover(kind: &str) {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let nodes = NODES_MIN;
-    let net = namespaces(nodes + 1);
+    let net = namespaces(nodes + HOSTS_EXTRA);
     let Some(store) = open_store(kind, dir.path(), net.as_ref()) else {
         return;
     };
-    let spec = NodeSpec::new(dir.path(), "on_write", &store);
+    let spec = NodeSpec::new(dir.path(), "on_write", &store, Timers::STEADY);
     let clock = Instant::now();
-    let mut cluster = Cluster::start(nodes, spec, store, net, clock).expect("cluster starts");
+    let mut cluster = Cluster::start(nodes, spec, store, net, clock, 1).expect("cluster starts");
     // On SQLite a frozen first process may hold the file's write lock, so
     // the second cannot open the store: settle and try again.
     let mut done = Vec::new();
@@ -442,6 +500,7 @@ fn takeover(kind: &str) {
         takeovers: cluster.takeovers.clone(),
         finals: Vec::new(),
         interval: false,
+        declarations: Default::default(),
     };
     let verdict = history.check();
     // How far the incarnations of node 1 went: two processes that keep

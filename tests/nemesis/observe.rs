@@ -18,6 +18,9 @@ pub const OWNER_INTERVAL: Duration = Duration::from_millis(300);
 /// How long one admin request may take: a frozen node answers nothing.
 const HTTP_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// How long an operator's call may take (a transfer waits for its moves).
+const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Largest admin answer read.
 const HTTP_BODY_MAX: u64 = 1 << 20;
 
@@ -84,6 +87,28 @@ pub fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
         .ok()?;
     let status = response.get(9..12)?.parse().ok()?;
     let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+/// `POST path` with the admin token and a deadline: the status and the
+/// body, or `None`.
+pub fn http_post(address: SocketAddr, path: &str, token: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&address, HTTP_TIMEOUT).ok()?;
+    stream.set_read_timeout(Some(ADMIN_CALL_TIMEOUT)).ok()?;
+    stream.set_write_timeout(Some(HTTP_TIMEOUT)).ok()?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n\
+         content-length: 0\r\nconnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream
+        .take(HTTP_BODY_MAX)
+        .read_to_string(&mut response)
+        .ok()?;
+    let status = response.get(9..12)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.trim().to_string();
     Some((status, body))
 }
 

@@ -1,21 +1,22 @@
-//! The real processes of a run: `routerd serve` nodes (in a namespace of
-//! their own when there are namespaces), the store (one SQLite file, or a
-//! throwaway PostgreSQL server reached through a proxy on the bridge), and
-//! the busy loop that starves a CPU. Each is killed or thawed on drop, so a
+//! The node processes of a run: `routerd serve` nodes (in a namespace of
+//! their own when there are namespaces) with the timers drawn for the run,
+//! and the busy loop that starves a CPU. Each is killed on drop, so a
 //! panicking run leaves nothing behind.
 
 use std::collections::VecDeque;
 use std::io::BufRead;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use routerd::testing::postgres_server::{PgServer, PgServerError};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 
+use super::store::Store;
 use super::support::netns::Net;
 use super::support::SECRET;
 
@@ -26,25 +27,109 @@ const STDERR_TAIL_MAX: usize = 40;
 /// `down_after_ms` before it takes the id, on a loaded machine.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Connections the store's proxy carries at once (every node's pool, the
-/// rejoins of fenced nodes, and connections a cut left hanging).
-const PROXY_CONNECTIONS_MAX: usize = 256;
-
 /// Membership timers of the run (the config refuses down_after <
 /// fence_after + 2 x heartbeat).
 pub const HEARTBEAT_MS: u64 = 250;
 pub const FENCE_AFTER_MS: u64 = 1000;
 pub const DOWN_AFTER_MS: u64 = 2000;
 
+/// How long a drain may move objects before the node gives up and exits
+/// (a drain during a fault should end, not hold the run for the default
+/// minute).
+pub const DRAIN_TIMEOUT_MS: u64 = 10_000;
+
 /// The gateway's request timeout: a request unanswered this long is
 /// answered TIMEOUT (uncertain).
 pub const REQUEST_TIMEOUT_MS: u64 = 3000;
 
-/// `object_save_interval_ms` with `interval` persistence: several saves
-/// happen during a run, and many increments are in memory only at any time.
-pub const SAVE_INTERVAL_MS: u64 = 3000;
+/// `router.object_save_interval_ms` values a run draws from (with
+/// `interval` persistence), each with whether a run draws it by default
+/// (`NEMESIS_TIMERS=all`: every one): from a save every few heartbeats, so
+/// saves and their retries meet every fault, to one every few faults. The
+/// short ones still find known bugs (a stalled store's Indeterminate saves
+/// dropping the owner's copy) and are off by default until they are fixed.
+const SAVE_INTERVALS_MS: &[(u64, bool)] =
+    &[(200, false), (500, false), (1000, false), (3000, true)];
+
+/// `store.request_timeout_ms` values a run draws from, as above: below a
+/// heartbeat (store calls go Indeterminate during any stall), around the
+/// fencing timers, and the default.
+const STORE_TIMEOUTS_MS: &[(u64, bool)] = &[
+    (300, false),
+    (600, false),
+    (1500, false),
+    (2000, true),
+    (5000, true),
+];
+
+/// The timers of one run, drawn from its seed (or set by
+/// `NEMESIS_SAVE_MS` and `NEMESIS_STORE_TIMEOUT_MS`), so that saves,
+/// retries, Indeterminate outcomes, degradation and lease ends run during
+/// the faults.
+#[derive(Clone, Copy, Debug)]
+pub struct Timers {
+    pub save_interval_ms: u64,
+    pub store_timeout_ms: u64,
+}
+
+impl Timers {
+    /// The timers of the standalone tests: saves now and then, and a
+    /// store timeout well past a heartbeat.
+    pub const STEADY: Timers = Timers {
+        save_interval_ms: 3000,
+        store_timeout_ms: 2000,
+    };
+
+    /// Draws from the values on by default, or from all of them when
+    /// `NEMESIS_TIMERS=all`.
+    pub fn draw(seed: u64) -> Timers {
+        let every = match std::env::var("NEMESIS_TIMERS") {
+            Ok(text) if text == "all" => true,
+            Ok(text) if text == "default" => false,
+            Ok(text) => panic!("NEMESIS_TIMERS is all or default, not {text:?}"),
+            Err(_) => false,
+        };
+        // A stream of its own: the schedule drawn from the seed stays what
+        // it was whatever the timers.
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x7469_6d65_7273);
+        let mut pick = |values: &[(u64, bool)]| {
+            let drawn: Vec<u64> = values
+                .iter()
+                .filter(|(_, by_default)| every || *by_default)
+                .map(|(value, _)| *value)
+                .collect();
+            drawn[rng.random_range(0..drawn.len())]
+        };
+        let (save, timeout) = (pick(SAVE_INTERVALS_MS), pick(STORE_TIMEOUTS_MS));
+        let set = |name: &str, drawn: u64| match std::env::var(name) {
+            Ok(text) => text
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}={text:?} is not a number of ms")),
+            Err(_) => drawn,
+        };
+        Timers {
+            save_interval_ms: set("NEMESIS_SAVE_MS", save),
+            store_timeout_ms: set("NEMESIS_STORE_TIMEOUT_MS", timeout),
+        }
+    }
+}
+
+impl std::fmt::Display for Timers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "object_save_interval_ms {}, store request_timeout_ms {}, heartbeat {HEARTBEAT_MS} ms, \
+             fence_after {FENCE_AFTER_MS} ms, down_after {DOWN_AFTER_MS} ms",
+            self.save_interval_ms, self.store_timeout_ms
+        )
+    }
+}
 
 const CLUSTER_SECRET: &str = "the nemesis cluster's secret";
+
+/// The admin token of every node (an admin endpoint off loopback needs one
+/// to start); the nemesis's operator calls send it.
+pub const ADMIN_TOKEN: &str = "the nemesis test's admin token";
 
 fn signal(pid: u32, signal: i32) -> bool {
     // SAFETY: kill(2) has no memory effects; the pids are of processes this
@@ -59,6 +144,8 @@ pub struct NodeProc {
     pub host: usize,
     /// Which start of the run this is, for the report.
     pub serial: u32,
+    /// Its `cores.cpus` count.
+    pub cores: usize,
     pub gateway: SocketAddr,
     pub admin: SocketAddr,
     child: Child,
@@ -110,208 +197,26 @@ impl Drop for NodeProc {
     }
 }
 
-/// The store every node of a run shares.
-pub enum Store {
-    Sqlite(PathBuf),
-    Postgres(Box<Postgres>),
-}
-
-/// A throwaway PostgreSQL server of the run's own, which the nemesis may
-/// stop, freeze and restart.
-pub struct Postgres {
-    pub server: PgServer,
-    /// The address nodes use: the proxy on the bridge, or the server
-    /// itself on loopback.
-    pub address: SocketAddr,
-    proxy: Option<Proxy>,
-    frozen: Mutex<Vec<u32>>,
-}
-
-const DATABASE: &str = "nemesis";
-
-impl Postgres {
-    /// A server with an empty database, or `Ok(None)` when PostgreSQL is
-    /// not installed (the caller says it skipped).
-    pub fn start(net: Option<&Net>) -> Result<Option<Postgres>, String> {
-        let server = match PgServer::start() {
-            Ok(server) => server,
-            Err(PgServerError::Unavailable(why)) => {
-                println!("skipped: {why}");
-                return Ok(None);
-            }
-            Err(error) => return Err(error.to_string()),
-        };
-        server.psql("postgres", &format!("CREATE DATABASE {DATABASE}"))?;
-        let direct: SocketAddr = format!("127.0.0.1:{}", server.port()).parse().unwrap();
-        let (address, proxy) = match net {
-            // The server listens on loopback only; nodes in namespaces
-            // reach it through a proxy on the store's own bridge address.
-            Some(net) => {
-                let proxy = Proxy::start(&net.store_address(), direct)?;
-                (proxy.address, Some(proxy))
-            }
-            None => (direct, None),
-        };
-        Ok(Some(Postgres {
-            server,
-            address,
-            proxy,
-            frozen: Mutex::new(Vec::new()),
-        }))
-    }
-
-    pub fn url(&self) -> String {
-        format!(
-            "postgresql://postgres@{}:{}/{DATABASE}",
-            self.address.ip(),
-            self.address.port()
-        )
-    }
-
-    /// The postmaster and every backend it forked.
-    fn pids(&self) -> Vec<u32> {
-        let Some(postmaster) = self.server.postmaster_pid() else {
-            return Vec::new();
-        };
-        let mut pids = vec![postmaster as u32];
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            // The parent pid is the second field after the parenthesized
-            // command name (which may hold spaces).
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|field| field.parse::<i32>().ok());
-            if ppid == Some(postmaster) {
-                pids.push(pid);
-            }
-        }
-        pids
-    }
-
-    /// SIGSTOP to the postmaster and its backends.
-    pub fn freeze(&self) {
-        let pids = self.pids();
-        for &pid in &pids {
-            signal(pid, libc::SIGSTOP);
-        }
-        *self.frozen.lock().unwrap() = pids;
-    }
-
-    pub fn thaw(&self) {
-        for pid in self.frozen.lock().unwrap().drain(..) {
-            signal(pid, libc::SIGCONT);
-        }
-    }
-
-    /// True while the postmaster runs.
-    pub fn running(&self) -> bool {
-        self.server
-            .postmaster_pid()
-            .is_some_and(|pid| signal(pid as u32, 0))
-    }
-
-    pub fn stop(&self) -> Result<(), String> {
-        self.server.stop_immediate()
-    }
-
-    pub fn restart(&self) -> Result<(), String> {
-        self.server.start_again()
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        // A frozen server would not stop: the server's own drop waits for it.
-        self.thaw();
-        if let Some(proxy) = &self.proxy {
-            proxy.stop.store(true, Ordering::Release);
-        }
-    }
-}
-
-/// A TCP proxy on the bridge to the loopback-only PostgreSQL server: two
-/// copying threads a connection, at most `PROXY_CONNECTIONS_MAX` at once.
-struct Proxy {
-    address: SocketAddr,
-    stop: Arc<AtomicBool>,
-}
-
-impl Proxy {
-    fn start(host: &str, to: SocketAddr) -> Result<Proxy, String> {
-        let listener = TcpListener::bind((host, 0)).map_err(|error| format!("proxy: {error}"))?;
-        let address = listener.local_addr().unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let open = Arc::new(AtomicUsize::new(0));
-        std::thread::spawn(move || {
-            while !flag.load(Ordering::Acquire) {
-                let Ok((inbound, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue;
-                };
-                if open.load(Ordering::Acquire) >= PROXY_CONNECTIONS_MAX {
-                    println!("store proxy: {PROXY_CONNECTIONS_MAX} connections open, one refused");
-                    continue;
-                }
-                let Ok(outbound) = TcpStream::connect_timeout(&to, Duration::from_secs(1)) else {
-                    // The server is stopped: the node sees its connection
-                    // closed, as it would without the proxy.
-                    continue;
-                };
-                inbound.set_nonblocking(false).unwrap();
-                open.fetch_add(1, Ordering::AcqRel);
-                let open = open.clone();
-                std::thread::spawn(move || {
-                    splice(inbound, outbound);
-                    open.fetch_sub(1, Ordering::AcqRel);
-                });
-            }
-        });
-        Ok(Proxy { address, stop })
-    }
-}
-
-/// Copies both ways until either side ends, then closes both.
-fn splice(a: TcpStream, b: TcpStream) {
-    let (mut a_read, mut b_write) = (a.try_clone().unwrap(), b.try_clone().unwrap());
-    let back = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut a_read, &mut b_write);
-        let _ = b_write.shutdown(std::net::Shutdown::Both);
-    });
-    let (mut b_read, mut a_write) = (b, a);
-    let _ = std::io::copy(&mut b_read, &mut a_write);
-    let _ = a_write.shutdown(std::net::Shutdown::Both);
-    let _ = back.join();
-}
-
 /// What every node of a run shares.
 pub struct NodeSpec {
     pub dir: PathBuf,
     pub persist: String,
     pub store_toml: String,
+    pub timers: Timers,
     pub cpus: usize,
 }
 
 impl NodeSpec {
-    pub fn new(dir: &Path, persist: &str, store: &Store) -> NodeSpec {
+    pub fn new(dir: &Path, persist: &str, store: &Store, timers: Timers) -> NodeSpec {
+        let timeout = timers.store_timeout_ms;
         let store_toml = match store {
-            Store::Sqlite(path) => format!(
-                "[store]\nbackend = \"sqlite\"\npath = {:?}\nsynchronous = \"normal\"\n",
-                path.display().to_string()
+            Store::Sqlite(sqlite) => format!(
+                "[store]\nbackend = \"sqlite\"\npath = {:?}\nsynchronous = \"normal\"\n\
+                 request_timeout_ms = {timeout}\n",
+                sqlite.path.display().to_string()
             ),
             Store::Postgres(pg) => format!(
-                "[store]\nbackend = \"postgres\"\nurl = {:?}\nrequest_timeout_ms = 2000\n",
+                "[store]\nbackend = \"postgres\"\nurl = {:?}\nrequest_timeout_ms = {timeout}\n",
                 pg.url()
             ),
         };
@@ -321,38 +226,51 @@ impl NodeSpec {
             dir: dir.to_path_buf(),
             persist: persist.to_string(),
             store_toml,
+            timers,
             cpus,
         }
     }
 
-    /// The CPU node `node_id` is pinned to (the starvation fault's target).
+    /// The CPU node `node_id`'s first core is pinned to (the starvation
+    /// fault's target).
     pub fn cpu_of(&self, node_id: u64) -> usize {
         (node_id as usize - 1) % self.cpus
     }
 
-    fn config(&self, node_id: u64, serial: u32, host: &str) -> String {
+    /// The CPUs of node `node_id` run with `cores` cores: its own CPU
+    /// first, then the next ones.
+    fn cpus_of(&self, node_id: u64, cores: usize) -> String {
+        let first = self.cpu_of(node_id);
+        let cpus: Vec<String> = (0..cores)
+            .map(|i| ((first + i) % self.cpus).to_string())
+            .collect();
+        cpus.join(", ")
+    }
+
+    fn config(&self, node_id: u64, serial: u32, host: &str, cores: usize) -> String {
         let data = self.dir.join(format!("data-{node_id}-{serial}"));
         let save = if self.persist == "interval" {
-            format!("[router]\nobject_save_interval_ms = {SAVE_INTERVAL_MS}\n")
+            format!(
+                "[router]\nobject_save_interval_ms = {}\n",
+                self.timers.save_interval_ms
+            )
         } else {
             String::new()
         };
         format!(
             "[node]\nid = {node_id}\ndata_dir = {data:?}\n\
-             [cores]\ncpus = [{cpu}]\nrecv_buffers = 64\nshutdown_deadline_ms = 3000\n\
+             [cores]\ncpus = [{cpus}]\nrecv_buffers = 64\nshutdown_deadline_ms = 3000\n\
              {store}\
              [cluster]\nlisten = \"{host}:0\"\nsecret = {CLUSTER_SECRET:?}\n\
              heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\n\
-             down_after_ms = {DOWN_AFTER_MS}\n\
+             down_after_ms = {DOWN_AFTER_MS}\ndrain_timeout_ms = {DRAIN_TIMEOUT_MS}\n\
              [gateway]\nlisten = \"{host}:0\"\nrequest_timeout_ms = {REQUEST_TIMEOUT_MS}\n\
-             [admin]\nlisten = \"{host}:0\"\ntoken = {admin_token:?}\n\
+             [admin]\nlisten = \"{host}:0\"\ntoken = {ADMIN_TOKEN:?}\n\
              [auth]\nsecret = {SECRET:?}\nduplicate_login = \"multi\"\n\
              {save}\
              [services.player]\npersist = {persist:?}\n",
             data = data.display().to_string(),
-            // An admin endpoint off loopback needs one to start.
-            admin_token = "the nemesis test's admin token",
-            cpu = self.cpu_of(node_id),
+            cpus = self.cpus_of(node_id, cores),
             store = self.store_toml,
             persist = self.persist,
         )
@@ -367,10 +285,11 @@ impl NodeSpec {
         host: usize,
         node_id: u64,
         serial: u32,
+        cores: usize,
     ) -> Result<NodeProc, String> {
         let address = net.map_or("127.0.0.1".to_string(), |net| net.host(host));
         let path = self.dir.join(format!("node-{node_id}-{serial}.toml"));
-        std::fs::write(&path, self.config(node_id, serial, &address)).unwrap();
+        std::fs::write(&path, self.config(node_id, serial, &address, cores)).unwrap();
         let mut command = match net {
             Some(net) => net.command_in(host, env!("CARGO_BIN_EXE_routerd")),
             None => Command::new(env!("CARGO_BIN_EXE_routerd")),
@@ -411,6 +330,7 @@ impl NodeSpec {
             node_id,
             host,
             serial,
+            cores,
             gateway: "0.0.0.0:0".parse().unwrap(),
             admin: "0.0.0.0:0".parse().unwrap(),
             child,

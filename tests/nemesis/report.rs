@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::check::{ok_value, secs, History, Verdict, SHOWN_MAX};
 use super::client::{Kind, Outcome};
+use super::faults::Fault;
 
 impl History {
     /// The counts and times every run prints.
@@ -18,8 +19,18 @@ impl History {
             .count();
         let uncertain = total - ok - failed;
         let incrs = self.ops.iter().filter(|op| op.kind == Kind::Incr).count();
+        let acked = self
+            .ops
+            .iter()
+            .filter(|op| op.kind == Kind::Incr && ok_value(op).is_some())
+            .count();
+        let reads = self
+            .ops
+            .iter()
+            .filter(|op| op.kind == Kind::Get && ok_value(op).is_some())
+            .count();
         let mut out = format!(
-            "operations {total} ({incrs} incr, {} get): acknowledged {ok}, uncertain {uncertain}, failed {failed}, answered OK {:.1}%\n",
+            "operations {total} ({incrs} incr, {} get): acknowledged {acked} increments, reads {reads}, uncertain {uncertain}, failed {failed}, answered OK {:.1}%\n",
             total - incrs,
             if total == 0 { 0.0 } else { 100.0 * ok as f64 / total as f64 }
         );
@@ -42,6 +53,18 @@ impl History {
             longest.0,
             secs(longest.2)
         );
+        let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+        for injected in &self.injected {
+            *by_kind.entry(injected.fault.kind()).or_default() += 1;
+            if let Fault::Operator { during, .. } = &injected.fault {
+                *by_kind.entry(during.kind()).or_default() += 1;
+            }
+        }
+        let kinds: Vec<String> = by_kind
+            .iter()
+            .map(|(kind, count)| format!("{kind} {count}"))
+            .collect();
+        out += &format!("faults by kind: {}\n", kinds.join(", "));
         out += &format!("faults injected ({}):\n", self.injected.len());
         for injected in &self.injected {
             out += &format!(
