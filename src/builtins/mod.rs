@@ -16,6 +16,7 @@
 
 pub mod player;
 pub mod room;
+mod saved;
 
 use crate::config::Config;
 use crate::object::Registry;
@@ -25,6 +26,8 @@ use crate::route::RouteTable;
 /// test counter).
 pub const PLAYER_TYPE_ID: u32 = 2;
 pub const ROOM_TYPE_ID: u32 = 3;
+
+pub use self::saved::{decode_saved, SavedState};
 
 /// The built-in object types as `config` sets them up, registered exactly
 /// as a user's types are (`NodeBuilder::new` starts from this).

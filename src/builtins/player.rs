@@ -156,6 +156,12 @@ pub struct Player {
 }
 
 impl Player {
+    /// The saved layout's fields (without the version), for the state
+    /// viewer.
+    pub(super) fn decode_saved(bytes: &[u8]) -> Option<Player> {
+        Player::decode(bytes)
+    }
+
     fn decode(bytes: &[u8]) -> Option<Player> {
         let mut reader = Reader::new(bytes);
         let counter = reader.i64()?;

@@ -34,6 +34,10 @@ pub const OP_LEAVE: u32 = 21;
 pub const OP_SAY: u32 = 22;
 /// One-way, from a player: `u64 player_id`, then an optional client.
 pub const OP_PRESENCE: u32 = 1100;
+/// One-way, from the node (an operator's `POST /rooms/{id}/message`): UTF-8
+/// text, pushed to every logged-in member as a room message from player 0,
+/// the system. Never creates the room.
+pub const OP_SYSTEM_MESSAGE: u32 = 1102;
 /// The PUSH route of a room message.
 pub const ROUTE_ROOM_MESSAGE: u32 = 100;
 /// Longest `room.say` text, in bytes (docs/protocol.md).
@@ -277,6 +281,23 @@ impl Room {
         ctx.answer(Ok(pushed.to_le_bytes().to_vec()));
     }
 
+    /// The system's message: from player 0, to every logged-in member.
+    /// Only the node sends it (no session); a bad text is dropped, as a
+    /// one-way message has nobody to answer.
+    fn system_message(&mut self, ctx: &mut Context<'_>) {
+        let text = ctx.body();
+        if ctx.client().is_some() || text.len() > SAY_TEXT_MAX || std::str::from_utf8(text).is_err()
+        {
+            return;
+        }
+        let mut body = self.room_id.to_le_bytes().to_vec();
+        body.extend_from_slice(&0u64.to_le_bytes());
+        body.extend_from_slice(text);
+        for member in self.members.values().flatten() {
+            ctx.push(*member, ROUTE_ROOM_MESSAGE, body.clone());
+        }
+    }
+
     fn presence(&mut self, ctx: &mut Context<'_>) {
         let mut reader = Reader::new(ctx.body());
         let (Some(player_id), Some(client)) = (reader.u64(), reader.client()) else {
@@ -307,6 +328,7 @@ impl Object for Room {
             OP_LEAVE => self.leave(ctx),
             OP_SAY => self.say(ctx),
             OP_PRESENCE => self.presence(ctx),
+            OP_SYSTEM_MESSAGE => self.system_message(ctx),
             op => ctx.bad_request_because(&format!("the room has no op {op}")),
         }
     }
@@ -445,6 +467,26 @@ mod tests {
             answer(&out),
             Some(bad_request("body must be a u64 room id then the text"))
         );
+    }
+
+    #[test]
+    fn a_system_message_reaches_every_logged_in_member_from_player_0() {
+        let mut state = room(10);
+        run(&mut state, request(OP_JOIN, Vec::new(), Some(client(1, 1))));
+        run(&mut state, request(OP_JOIN, Vec::new(), Some(client(2, 2))));
+        run(&mut state, presence_request(2, None));
+        let mut notice = request(OP_SYSTEM_MESSAGE, b"maintenance at 5".to_vec(), None);
+        notice.needs_reply = false;
+        let out = run(&mut state, notice.clone());
+        assert_eq!(out.pushes.len(), 1, "player 2 is logged out");
+        let (to, route, body) = &out.pushes[0];
+        assert_eq!((to.player_id, *route), (1, ROUTE_ROOM_MESSAGE));
+        assert_eq!(&body[..8], &7u64.to_le_bytes());
+        assert_eq!(&body[8..16], &0u64.to_le_bytes());
+        assert_eq!(&body[16..], b"maintenance at 5");
+        // From a session it is nobody's to send.
+        notice.client = Some(client(1, 1));
+        assert!(run(&mut state, notice).pushes.is_empty());
     }
 
     #[test]
