@@ -4,17 +4,16 @@
 
 use serde_json::{json, Value};
 
-use crate::builtins::{decode_saved, SavedState};
-use crate::object::ClientRef;
+use crate::builtins::{decode_saved, SavedSession, SavedState};
 
 /// Bytes of a state the viewer shows in hex when it cannot decode it.
 const HEX_SHOWN_MAX: usize = 256;
 
-fn session(client: Option<ClientRef>) -> Value {
+fn session(client: Option<SavedSession>) -> Value {
     match client {
         None => Value::Null,
         Some(client) => json!({
-            "gateway_node": client.gateway_node.0,
+            "gateway_node": client.gateway_node,
             "session_id": client.session_id,
             "session_epoch": client.session_epoch,
         }),

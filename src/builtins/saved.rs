@@ -6,18 +6,36 @@ use super::{player, PLAYER_TYPE_ID, ROOM_TYPE_ID};
 use crate::object::codec::Reader;
 use crate::object::ClientRef;
 
+/// The session an object recorded, as the viewer shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SavedSession {
+    pub gateway_node: u64,
+    pub session_id: u64,
+    pub session_epoch: u32,
+}
+
+impl From<ClientRef> for SavedSession {
+    fn from(client: ClientRef) -> SavedSession {
+        SavedSession {
+            gateway_node: client.gateway_node.0,
+            session_id: client.session_id,
+            session_epoch: client.session_epoch,
+        }
+    }
+}
+
 /// A built-in object's state as last saved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SavedState {
     Player {
         counter: i64,
         /// The session bound when it was saved.
-        session: Option<ClientRef>,
+        session: Option<SavedSession>,
         rooms: Vec<u64>,
     },
     Room {
         /// Members and their session when it was saved (`None`: logged out).
-        members: Vec<(u64, Option<ClientRef>)>,
+        members: Vec<(u64, Option<SavedSession>)>,
     },
 }
 
@@ -34,7 +52,7 @@ pub fn decode_saved(type_id: u32, saved: &[u8]) -> Option<SavedState> {
             let player = player::Player::decode_saved(bytes)?;
             Some(SavedState::Player {
                 counter: player.counter,
-                session: player.client,
+                session: player.client.map(SavedSession::from),
                 rooms: player.rooms,
             })
         }
@@ -47,7 +65,7 @@ pub fn decode_saved(type_id: u32, saved: &[u8]) -> Option<SavedState> {
                 return None;
             }
             let members = (0..count)
-                .map(|_| Some((reader.u64()?, reader.client()?)))
+                .map(|_| Some((reader.u64()?, reader.client()?.map(SavedSession::from))))
                 .collect::<Option<Vec<_>>>()?;
             reader.is_empty().then_some(SavedState::Room { members })
         }
@@ -73,7 +91,7 @@ mod tests {
             decode_saved(PLAYER_TYPE_ID, &player),
             Some(SavedState::Player {
                 counter: 5,
-                session: Some(client(9, 3)),
+                session: Some(client(9, 3).into()),
                 rooms: vec![7, 8],
             })
         );
