@@ -199,13 +199,19 @@ try {
   const victim = '#sessions-result tbody tr:has(td:nth-child(3):text-is("88"))';
   await page.waitForSelector(victim, { timeout: STEP_TIMEOUT_MS });
   await page.locator(`${victim} button.kick`).click();
-  await page.waitForFunction(
-    () =>
-      /kicked/.test(document.querySelector("#action-result")?.textContent ?? "") &&
-      ![...document.querySelectorAll("#sessions-result tbody tr td:nth-child(3)")].some((td) => td.textContent === "88"),
-    null,
-    { timeout: STEP_TIMEOUT_MS },
-  );
+  try {
+    await page.waitForFunction(
+      () =>
+        /kicked/.test(document.querySelector("#action-result")?.textContent ?? "") &&
+        ![...document.querySelectorAll("#sessions-result tbody tr td:nth-child(3)")].some((td) => td.textContent === "88"),
+      null,
+      { timeout: STEP_TIMEOUT_MS },
+    );
+  } catch (error) {
+    const said = await page.locator("#action-result").textContent();
+    const listed = await page.locator("#sessions-result").textContent();
+    throw new Error(`the kick: ${error.message}; the page said ${JSON.stringify(said)}, listed ${JSON.stringify(listed)}`);
+  }
   await page.screenshot({ path: join(shots, "6-session-kicked.png"), fullPage: true });
   console.log("seen: player 88's session kicked from the page");
 

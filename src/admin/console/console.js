@@ -27,8 +27,16 @@ async function call(method, path, body) {
   if (method !== "GET" && token() !== "") headers.Authorization = `Bearer ${token()}`;
   const response = await fetch(path, { method, headers, body, cache: "no-store" });
   const type = response.headers.get("content-type") ?? "";
-  const payload = type.includes("json") ? await response.json() : await response.text();
+  const payload = type.includes("json") ? exactJson(await response.text()) : await response.text();
   return { status: response.status, ok: response.ok, payload };
+}
+
+/** JSON with every integer of 16 digits or more kept as a string: session
+ * ids (the core and incarnation in their high bits) are past 2^53, where a
+ * JavaScript number would round them, and a kick or a page cursor made
+ * from a rounded id names another session. */
+function exactJson(text) {
+  return JSON.parse(text.replace(/([:,[]\s*)(\d{16,})(?=\s*[,\]}])/g, '$1"$2"'));
 }
 
 function cell(row, text, className, label) {
