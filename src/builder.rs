@@ -15,7 +15,7 @@ use crate::store::Store;
 /// routerd::NodeBuilder::new(config)   // the built-in player and room
 ///     .object_type(Guild)
 ///     .service(GuildSearch { node_id: 1, weight: 1 })
-///     .serve()?;                      // until SIGINT or SIGTERM
+///     .serve()?;                      // until SIGINT, SIGTERM or SIGHUP
 /// ```
 ///
 /// A clash (two types with one type id or name, two declarations of one
@@ -94,28 +94,45 @@ impl NodeBuilder {
         self.registry.names()
     }
 
-    /// Starts every core and the admin endpoint; returns once every core
-    /// serves.
-    pub fn start(self) -> Result<Node, NodeError> {
-        if let Some(refused) = self.refused {
-            return Err(refused.into());
+    /// Everything [`Self::start`] refuses before it binds or opens
+    /// anything: a registration refused, a `[services.<name>]` nothing
+    /// registered, a secret the listeners make unsafe, clashing routes, TLS
+    /// files that do not load. `routerd check-config` runs exactly this, so
+    /// a config it accepts fails `serve` only for the machine (a port
+    /// taken, a store down).
+    pub fn check(&self) -> Result<(), NodeError> {
+        if let Some(refused) = &self.refused {
+            return Err(refused.clone().into());
         }
         self.config
             .services
             .check_registered(&self.registry.names())?;
+        self.config.check_secrets()?;
+        self.registry.route_table().map_err(RegistryError::from)?;
+        crate::gateway::transport::tls::setup(&self.config.gateway)?;
+        Ok(())
+    }
+
+    /// Starts every core and the admin endpoint; returns once every core
+    /// serves.
+    pub fn start(self) -> Result<Node, NodeError> {
+        self.check()?;
         Node::start_registered(self.config, self.store, self.registry)
     }
 
-    /// Starts the node and serves until SIGINT or SIGTERM, then stops it
+    /// Starts the node and serves until SIGINT, SIGTERM or SIGHUP, then stops it
     /// cleanly (every object saved and released, the cluster left): what
     /// `routerd serve` does.
     pub fn serve(self) -> Result<(), NodeError> {
         let node = self.start()?;
         node.stop_on_signals()?;
+        let off = || "off".to_string();
         tracing::info!(
             node = node.cluster().me().0,
             incarnation = node.cluster().snapshot().me.incarnation,
             gateway = %node.gateway_address(),
+            tls = %node.tls_address().map_or_else(off, |address| address.to_string()),
+            websocket = %node.websocket_address().map_or_else(off, |address| address.to_string()),
             admin = %node.admin_address(),
             cores = node.core_count(),
             "routerd serving"

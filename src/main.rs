@@ -73,24 +73,32 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a node until SIGINT or SIGTERM.
+    /// Run a node until SIGINT, SIGTERM or SIGHUP (each stops it cleanly:
+    /// objects saved, the cluster left, exit 0).
     Serve {
         /// TOML config file; without it the defaults of tuning/default.toml apply.
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Print the effective config (defaults filled in), or fail naming what is wrong.
+    /// Print the effective config (defaults filled in), or fail naming what
+    /// is wrong: it refuses every config `serve` refuses before binding.
     CheckConfig {
+        /// TOML config file to check; without it the defaults (and the
+        /// ROUTERD_* environment) are checked and printed.
         #[arg(long)]
         config: Option<PathBuf>,
     },
     /// Print a login token for a player, signed with the configured secret.
     Token {
+        /// The player the token logs in as (not 0).
         #[arg(long)]
         player_id: u64,
         /// Lifetime of the token in seconds.
         #[arg(long, default_value_t = 86_400)]
         ttl_secs: u64,
+        /// Config file whose `auth.secret` signs the token (ROUTERD_AUTH_SECRET
+        /// wins over it); without it, the development secret a node without
+        /// a config uses.
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -122,9 +130,7 @@ fn main() -> ExitCode {
     routerd::init_logging(&std::env::var("ROUTERD_LOG").unwrap_or_else(|_| "info".to_string()));
     let result = match cli.command {
         Command::Serve { config } => serve(config),
-        Command::CheckConfig { config } => Config::load(config.as_deref())
-            .map(|config| print!("{}", config.to_toml()))
-            .map_err(|error| error.to_string()),
+        Command::CheckConfig { config } => check_config(config),
         Command::Token {
             player_id,
             ttl_secs,
@@ -160,6 +166,17 @@ fn serve(config: Option<PathBuf>) -> Result<(), String> {
     let config = Config::load(config.as_deref()).map_err(|e| e.to_string())?;
     purge_freed_memory_when_due();
     NodeBuilder::new(config).serve().map_err(|e| e.to_string())
+}
+
+/// `serve`'s own checks (`NodeBuilder::check`), without binding anything.
+fn check_config(config: Option<PathBuf>) -> Result<(), String> {
+    let config = Config::load(config.as_deref()).map_err(|e| e.to_string())?;
+    let effective = config.to_toml();
+    NodeBuilder::new(config)
+        .check()
+        .map_err(|e| e.to_string())?;
+    print!("{effective}");
+    Ok(())
 }
 
 fn token(player_id: u64, ttl_secs: u64, config: Option<PathBuf>) -> Result<(), String> {

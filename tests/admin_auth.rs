@@ -46,13 +46,15 @@ fn mutating_calls_need_the_token_and_readyz_fails_while_draining_while_livez_sta
         ("POST", "/drain", Some("Bearer not-the-token")),
         ("POST", "/drain", Some(TOKEN)),
         ("POST", "/objects/player/1/transfer?to=2", None),
+        ("POST", "/sessions/1/kick?player=7", None),
+        ("POST", "/rooms/5/message", None),
     ];
     for (method, path, authorization) in refused {
         let (status, body) = call(admin, method, path, authorization);
         assert_eq!(status, 401, "{method} {path} {authorization:?}: {body}");
         assert_eq!(json(&body)["error"], "unauthorized", "{body}");
     }
-    assert_eq!(node.metric("routerd_admin_unauthorized_total"), 4);
+    assert_eq!(node.metric("routerd_admin_unauthorized_total"), 6);
     // Reads need nothing.
     assert_eq!(call(admin, "GET", "/drain", None).0, 200);
     assert_eq!(call(admin, "GET", "/cluster", None).0, 200);
@@ -64,6 +66,8 @@ fn mutating_calls_need_the_token_and_readyz_fails_while_draining_while_livez_sta
         Some(&bearer),
     );
     assert_ne!(status, 401, "{body}");
+    let (status, body) = call(admin, "POST", "/sessions/1/kick?player=7", Some(&bearer));
+    assert_eq!(status, 404, "no such session: {body}");
 
     // A session keeps the drain going through its redirect grace.
     let mut client = node.connect();
@@ -80,7 +84,7 @@ fn mutating_calls_need_the_token_and_readyz_fails_while_draining_while_livez_sta
         call(admin, "GET", "/healthz", None),
         (503, "draining".to_string())
     );
-    assert_eq!(node.metric("routerd_admin_unauthorized_total"), 4);
+    assert_eq!(node.metric("routerd_admin_unauthorized_total"), 6);
 }
 
 #[test]

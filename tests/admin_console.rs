@@ -49,6 +49,8 @@ fn the_console_and_the_admin_api_it_reads() {
     for (file, want) in [
         ("console.js", "text/javascript; charset=utf-8"),
         ("metrics.js", "text/javascript; charset=utf-8"),
+        ("charts.js", "text/javascript; charset=utf-8"),
+        ("panels.js", "text/javascript; charset=utf-8"),
         ("console.css", "text/css; charset=utf-8"),
         ("index.html", "text/html; charset=utf-8"),
     ] {

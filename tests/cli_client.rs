@@ -176,7 +176,18 @@ fn errors_print_their_code_name_and_reason() {
     );
     assert_eq!(
         stdout(&output),
-        "OK login 7\nOK incr 9223372036854775807\nERROR BAD_REQUEST: the object refused the request\nOK get 9223372036854775807\n"
+        "OK login 7\nOK incr 9223372036854775807\nERROR BAD_REQUEST: counter would overflow\nOK get 9223372036854775807\n"
+    );
+    // Every refusal of the built-ins says why, with the code unchanged.
+    let output = run_script(
+        client(&node, &["--player-id", "7"]),
+        "say 7 hello\nleave 9\nsay 9 hi\n",
+    );
+    assert_eq!(
+        stdout(&output),
+        "OK login 7\nERROR BAD_REQUEST: not a member of room 7\nOK leave room=9\nERROR BAD_REQUEST: not a member of room 9\n",
+        "{}",
+        stderr(&output)
     );
     // A token signed with another secret: AUTH_FAILED, and the client
     // stops with a failure instead of running the script logged out.
@@ -191,6 +202,27 @@ fn errors_print_their_code_name_and_reason() {
         stderr(&output).contains("login failed"),
         "{}",
         stderr(&output)
+    );
+}
+
+#[test]
+fn a_login_refused_for_its_signature_names_the_secret_to_check() {
+    let node = TestNode::start(support::config());
+    // No --config and no ROUTERD_AUTH_SECRET: the development secret signs,
+    // which the node (with the tests' secret) refuses.
+    let mut command = client(&node, &["--player-id", "7"]);
+    command.env_remove("ROUTERD_AUTH_SECRET");
+    let output = run_script(command, "get\n");
+    assert!(!output.status.success(), "{output:?}");
+    assert_eq!(
+        stdout(&output),
+        "ERROR AUTH_FAILED: token signature does not match\n"
+    );
+    let stderr = stderr(&output);
+    assert!(stderr.contains("the development secret"), "{stderr}");
+    assert!(
+        stderr.contains("auth.secret") && stderr.contains("ROUTERD_AUTH_SECRET"),
+        "{stderr}"
     );
 }
 

@@ -1,14 +1,19 @@
 //! The console in a browser: headless Chromium (Debian's `chromium`,
 //! driven by playwright-core from tests/browser) loads `/console/` of a
 //! three-node cluster, shows three members up (node 1 with its requests/s,
-//! p99 and error ratio), looks up a player and finds its session, shows
-//! node 3 down after a `kill -9`, and a drain of node 2 started from the
-//! page ends with node 2 `left`. tests/browser/console.mjs is the
-//! browser's side.
+//! p99 and error ratio), node 1's history charts moving under the test's
+//! load, `player.incr` in the per-route table and node 1's health, fits
+//! the members table into 420 px, looks up a player and finds its session,
+//! shows node 3 down after a `kill -9`, and a drain of node 2 started from
+//! the page keeps its result on the page and ends with node 2 `left`; a
+//! session gets the room message the page sends as the system, then is
+//! kicked from the page: it reads `sys.kicked` and is closed.
+//! tests/browser/console.mjs is the browser's side.
 //!
 //! The screenshots are written to `<target dir>/tmp/console-browser/`
-//! (`CARGO_TARGET_TMPDIR`): 1-three-members.png, 2-member-down.png,
-//! 3-drained.png.
+//! (`CARGO_TARGET_TMPDIR`): 1-three-members.png, 2-charts-under-load.png,
+//! 3-narrow-420px.png, 4-member-down.png, 5-drained.png,
+//! 6-session-kicked.png (taken before the drain, numbered as added).
 //!
 //! .ci/run installs Chromium and playwright-core and exports
 //! ROUTERD_CHROMIUM and ROUTERD_BROWSER_MODULES: without them the test
@@ -25,10 +30,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use support::cluster::{login_eventually, wait_members_up, LocalCluster};
-use wire::client::route;
+use wire::client::{route, FrameKind};
 
 /// The whole browser run, cluster start excluded.
-const BROWSER_LIMIT: Duration = Duration::from_secs(40);
+const BROWSER_LIMIT: Duration = Duration::from_secs(75);
 
 /// Chromium and playwright-core, or `None` when the test must skip.
 fn browser() -> Option<(PathBuf, PathBuf)> {
@@ -88,6 +93,11 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
         })
     };
 
+    // An idle session in room 5, which the page messages, then kicks.
+    let (mut victim, _) = login_eventually(one.gateway, 88, Duration::from_secs(10));
+    let joined = victim.call(route::ROOM_JOIN, 2, &5u64.to_le_bytes());
+    assert_eq!(joined.kind, FrameKind::Response, "{joined:?}");
+
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/console.mjs");
     let mut driver = Command::new("node")
         .arg(&script)
@@ -127,6 +137,17 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
                 three.take().expect("node 3 killed once").kill_9();
                 writeln!(to_driver, "killed").unwrap();
             }
+            // The room's message from the system (player 0) reached the
+            // session in room 5 before the page goes on to kick it.
+            "message sent" => {
+                let message = victim.recv();
+                assert_eq!(message.kind, FrameKind::Push, "{message:?}");
+                assert_eq!(message.route_id, route::ROOM_MESSAGE, "{message:?}");
+                assert_eq!(&message.body[..8], &5u64.to_le_bytes());
+                assert_eq!(&message.body[8..16], &0u64.to_le_bytes());
+                assert_eq!(&message.body[16..], b"hello from the operators");
+                writeln!(to_driver, "received").unwrap();
+            }
             "done" => break Ok(()),
             fail if fail.starts_with("fail: ") => break Err(fail.to_string()),
             _ => {}
@@ -144,8 +165,14 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
     assert!(status.success(), "{status}: {}", transcript.join("\n"));
     for want in [
         "seen: three members up, node 1 with requests/s, p99 and error ratio",
-        "seen: player 77's owner and session",
+        "seen: the requests chart moves under load",
+        "seen: player.incr per route and node 1's health",
+        "seen: the members table fits 420 px",
+        "seen: player 77's owner, saved counter and session",
+        "seen: a message to room 5 sent from the page",
+        "seen: player 88's session kicked from the page",
         "seen: node 3 down",
+        "seen: the drain's result stays",
         "seen: node 2 left",
     ] {
         assert!(transcript.iter().any(|line| line == want), "{transcript:?}");
@@ -153,12 +180,25 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
     // The drained node exits by itself, 0.
     let exit = two.wait_exit_within(Duration::from_secs(10));
     assert!(exit.success(), "node 2 after its drain: {exit}");
-    for shot in ["1-three-members.png", "2-member-down.png", "3-drained.png"] {
+    for shot in [
+        "1-three-members.png",
+        "2-charts-under-load.png",
+        "3-narrow-420px.png",
+        "4-member-down.png",
+        "5-drained.png",
+        "6-session-kicked.png",
+    ] {
         let bytes = std::fs::metadata(shots.join(shot))
             .map(|m| m.len())
             .unwrap_or(0);
         assert!(bytes > 1000, "{shot}: {bytes} bytes");
     }
+    // Why it was kicked, then the close.
+    let kicked = victim.recv();
+    assert_eq!(kicked.kind, FrameKind::Push, "{kicked:?}");
+    assert_eq!(kicked.route_id, route::SYS_KICKED, "{kicked:?}");
+    assert_eq!(kicked.body, b"closed by an operator");
+    victim.expect_closed_within(Duration::from_secs(5));
     eprintln!("screenshots in {}", shots.display());
     drop(one);
 }

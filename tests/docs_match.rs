@@ -1,8 +1,9 @@
 //! The documents against the binary, so they cannot drift apart: every
-//! config key the README and docs/ name exists, every config file under
-//! tuning/ loads, every document a file cites is in the repository, and
-//! every `routerd` command the README shows names a real subcommand and
-//! real flags.
+//! config key the READMEs (the root one, the clients', the guild
+//! example's), docs/ and every `--help` text name exists, no document uses
+//! a key's old name, every config file under tuning/ loads, every document
+//! a file cites is in the repository, and every `routerd` command the
+//! README shows names a real subcommand and real flags.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,15 +12,31 @@ use routerd::config::Config;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The documents a user reads for keys and commands.
-const DOCS: [&str; 6] = [
-    "README.md",
-    "docs/protocol.md",
-    "docs/cluster.md",
-    "docs/architecture.md",
-    "docs/capacity.md",
-    "examples/guild/README.md",
-];
+/// The documents a user reads for keys and commands: the READMEs and
+/// every page of docs/.
+fn docs() -> Vec<String> {
+    let mut docs = vec![
+        "README.md".to_string(),
+        "examples/guild/README.md".to_string(),
+    ];
+    for dir in ["docs", "clients"] {
+        let mut files = Vec::new();
+        collect(&Path::new(ROOT).join(dir), &mut files);
+        for file in files {
+            let relative = file.strip_prefix(ROOT).unwrap().display().to_string();
+            let name = file.file_name().unwrap_or_default().to_string_lossy();
+            let wanted = match dir {
+                "docs" => name.ends_with(".md"),
+                _ => name == "README.md",
+            };
+            if wanted {
+                docs.push(relative);
+            }
+        }
+    }
+    docs.sort();
+    docs
+}
 
 /// The config's top-level sections: a backticked `section.key` in a
 /// document is a key of the config.
@@ -72,33 +89,66 @@ fn key_exists(path: &[&str], key: &str) -> bool {
     }
 }
 
+/// Checks `token` if it has the shape of a config key; pushes it to
+/// `missing` (as `where`) when no config has it. Returns whether it was
+/// checked.
+fn check_key(token: &str, place: &str, missing: &mut Vec<String>) -> bool {
+    let Some((path, key)) = config_key(token) else {
+        return false;
+    };
+    // A route's name (`auth.login`) is no key of the `[auth]` section.
+    if ROUTE_NAMES.contains(&token) {
+        return false;
+    }
+    // `[services]` takes a section for any registered type, so only the
+    // built-ins' keys are the binary's to check.
+    if path == ["services"] {
+        if !["player", "room"].contains(&key) {
+            missing.push(format!("{place}: `{token}` (services has player and room)"));
+        }
+        return true;
+    }
+    if path[0] == "services" && !matches!(path.get(1), Some(&"player" | &"room")) {
+        return false;
+    }
+    if !key_exists(&path, key) {
+        missing.push(format!("{place}: `{token}`"));
+    }
+    true
+}
+
+/// The old name of a renamed key, alone (`max_body`): the config refuses
+/// it in some section, naming the new one.
+fn renamed_key(token: &str) -> Option<&'static str> {
+    let shaped = !token.is_empty()
+        && token
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !shaped {
+        return None;
+    }
+    SECTIONS.into_iter().find(|section| {
+        let text = format!("[{section}]\n{token} = 0\n");
+        Config::from_toml(&text).is_err_and(|error| error.contains("was renamed to"))
+    })
+}
+
 #[test]
 fn every_config_key_the_docs_name_exists() {
     let mut checked = 0;
     let mut missing = Vec::new();
-    for doc in DOCS {
-        for token in backticked(&read(doc)) {
-            let Some((path, key)) = config_key(token) else {
-                continue;
-            };
-            // `[services]` takes a section for any registered type, so only
-            // the built-ins' keys are the binary's to check.
-            // A route's name (`auth.login`) is no key of the `[auth]` section.
-            if ROUTE_NAMES.contains(&token) {
-                continue;
+    for doc in docs() {
+        let text = read(&doc);
+        for token in backticked(&text) {
+            if check_key(token, &doc, &mut missing) {
+                checked += 1;
             }
-            if path == ["services"] {
-                if !["player", "room"].contains(&key) {
-                    missing.push(format!("{doc}: `{token}` (services has player and room)"));
+            // routerd's own pages call a limit by its key's name; a client
+            // library's option may keep its own (`max_body`).
+            if !doc.starts_with("clients/") {
+                if let Some(section) = renamed_key(token) {
+                    missing.push(format!("{doc}: `{token}` (renamed in [{section}])"));
                 }
-                continue;
-            }
-            if path[0] == "services" && !matches!(path.get(1), Some(&"player" | &"room")) {
-                continue;
-            }
-            checked += 1;
-            if !key_exists(&path, key) {
-                missing.push(format!("{doc}: `{token}`"));
             }
         }
     }
@@ -111,9 +161,72 @@ fn every_config_key_the_docs_name_exists() {
         checked > 40,
         "only {checked} keys found: is the scan broken?"
     );
-    // The check itself can fail: the key the issue found is refused.
+    // The check itself can fail: the keys the issue found are refused.
     assert!(!key_exists(&["gateway"], "max_body"));
+    assert!(!key_exists(&["gateway"], "max_inflight"));
     assert!(key_exists(&["gateway"], "body_max_bytes"));
+    assert_eq!(renamed_key("max_body"), Some("gateway"));
+    assert_eq!(renamed_key("body_max_bytes"), None);
+    let clients: Vec<String> = docs()
+        .into_iter()
+        .filter(|doc| doc.starts_with("clients/"))
+        .collect();
+    assert!(clients.len() >= 2, "the clients' READMEs: {clients:?}");
+}
+
+/// Every `--help` text of the binary: the top one, each subcommand's and
+/// each `cluster` subcommand's.
+fn help_texts() -> Vec<(String, String)> {
+    let subcommands = |text: &str| -> Vec<String> {
+        text.split("Commands:")
+            .nth(1)
+            .unwrap_or_default()
+            .split("Options:")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .filter(|word| *word != "help")
+            .map(str::to_string)
+            .collect()
+    };
+    let top = help(&[]);
+    let mut texts = vec![("routerd --help".to_string(), top.clone())];
+    for sub in subcommands(&top) {
+        let text = help(&[&sub]);
+        for nested in subcommands(&text) {
+            let nested_text = help(&[&sub, &nested]);
+            texts.push((format!("routerd {sub} {nested} --help"), nested_text));
+        }
+        texts.push((format!("routerd {sub} --help"), text));
+    }
+    texts
+}
+
+#[test]
+fn every_config_key_a_help_text_names_exists() {
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    let texts = help_texts();
+    for (command, text) in &texts {
+        let words = text.split(|c: char| c.is_whitespace() || "`()[],;:'\"".contains(c));
+        for word in words {
+            let word = word.trim_end_matches('.');
+            if check_key(word, command, &mut missing) {
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "keys no config has:\n{}",
+        missing.join("\n")
+    );
+    assert!(texts.len() >= 10, "{} help texts", texts.len());
+    assert!(
+        checked >= 5,
+        "only {checked} keys found: is the scan broken?"
+    );
 }
 
 #[test]
@@ -289,4 +402,37 @@ fn readme_commands_name_real_subcommands_and_flags() {
             );
         }
     }
+}
+
+#[test]
+fn every_flag_of_every_command_says_what_it_is() {
+    let mut bare = Vec::new();
+    for (command, text) in help_texts() {
+        let options = text.split("Options:").nth(1).unwrap_or_default();
+        let lines: Vec<&str> = options.lines().collect();
+        for (at, line) in lines.iter().enumerate() {
+            let trimmed = line.trim_start();
+            if !trimmed.starts_with('-') {
+                continue;
+            }
+            // `  --flag <VALUE>  what it is`, or the text on the next line,
+            // indented further.
+            let described = trimmed.split("  ").filter(|part| !part.is_empty()).count() > 1
+                || lines.get(at + 1).is_some_and(|next| {
+                    let next_indent = next.len() - next.trim_start().len();
+                    let indent = line.len() - trimmed.len();
+                    !next.trim().is_empty()
+                        && next_indent > indent
+                        && !next.trim_start().starts_with('-')
+                });
+            if !described {
+                bare.push(format!("{command}: {}", trimmed.trim_end()));
+            }
+        }
+    }
+    assert!(
+        bare.is_empty(),
+        "flags without a help text:\n{}",
+        bare.join("\n")
+    );
 }

@@ -101,6 +101,102 @@ fn check_config_prints_the_effective_config() {
 }
 
 #[test]
+fn serve_help_names_every_signal_that_stops_it() {
+    let output = Command::new(ROUTERD)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    for signal in ["SIGINT", "SIGTERM", "SIGHUP"] {
+        assert!(help.contains(signal), "{signal}: {help}");
+    }
+}
+
+#[test]
+fn check_config_refuses_what_serve_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    // A section for a type this node does not register: serve refuses it
+    // at start, so check-config must too, with the same words.
+    let config = write_config(dir.path(), "[services.rooms]\nmembers_max = 3\n");
+    let checked = Command::new(ROUTERD)
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!checked.status.success(), "{checked:?}");
+    let check_error = String::from_utf8_lossy(&checked.stderr).to_string();
+    assert!(check_error.contains("[services.rooms]"), "{check_error}");
+    let served = Command::new(ROUTERD)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("ROUTERD_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!served.status.success(), "{served:?}");
+    let serve_error = String::from_utf8_lossy(&served.stderr);
+    assert!(
+        serve_error.contains(check_error.trim()),
+        "serve: {serve_error}\ncheck-config: {check_error}"
+    );
+}
+
+#[test]
+fn check_config_without_a_file_prints_the_builtins_sections() {
+    let output = Command::new(ROUTERD)
+        .arg("check-config")
+        .env_remove("ROUTERD_AUTH_SECRET")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for section in ["[services.player]", "[services.room]", "members_max = 4096"] {
+        assert!(stdout.contains(section), "{section}:\n{stdout}");
+    }
+}
+
+#[test]
+fn the_serving_log_line_names_every_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (
+        dir.path().join("gateway.crt"),
+        dir.path().join("gateway.key"),
+    );
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let path = dir.path().join("node.toml");
+    let text = format!(
+        "[node]\ndata_dir = \"{}\"\n[cores]\ncount = 1\nrecv_buffers = 64\n\
+         [gateway]\nlisten = \"127.0.0.1:0\"\ntls_listen = \"127.0.0.1:0\"\n\
+         tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\nwebsocket_listen = \"127.0.0.1:0\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n[cluster]\nlisten = \"127.0.0.1:0\"\n\
+         [store]\nbackend = \"memory\"\n",
+        dir.path().join("data").display(),
+        cert.display(),
+        key.display()
+    );
+    std::fs::write(&path, text).unwrap();
+    let node = ServeProcess::serve_file(&path);
+    let line = node
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|line| line.contains("routerd serving"))
+        .cloned()
+        .expect("the serving line");
+    let field = |name: &str| -> SocketAddr {
+        let rest = line.split(&format!(" {name}=")).nth(1).expect(name);
+        rest.split_whitespace().next().unwrap().parse().expect(name)
+    };
+    let (tls, websocket) = (field("tls"), field("websocket"));
+    assert_ne!(tls.port(), 0, "{line}");
+    assert_ne!(websocket.port(), 0, "{line}");
+    assert_ne!(tls, websocket, "{line}");
+    assert_eq!(node.stop().code(), Some(0));
+}
+
+#[test]
 fn token_verifies_with_the_configured_secret() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "[auth]\nsecret = \"s3cret\"\n");

@@ -310,6 +310,12 @@ pub struct Args {
     #[arg(long)]
     pub quiet: bool,
 
+    /// Print a per-second table on stdout as the run goes (second,
+    /// requests/s, p50, p99, failed, bytes/s in and out), whether stdout is
+    /// a terminal, a pipe or a file; the summary follows it.
+    #[arg(long, conflicts_with = "quiet")]
+    pub progress: bool,
+
     /// Speak TLS: to routerd's `gateway.tls_listen` (ALPN routerd), with
     /// --websocket to a `websocket_tls` listener (ALPN http/1.1), or with
     /// --proto resp to a Redis `--tls-port` (no ALPN).

@@ -403,7 +403,12 @@ impl Engine {
             let index = (user_data >> OP_BITS) as usize;
             match user_data & ((1 << OP_BITS) - 1) {
                 OP_RECV => self.on_recv(index, result, now, window, stats),
-                OP_SEND => self.on_send(index, result)?,
+                OP_SEND => {
+                    if result > 0 && window.contains(now) {
+                        stats.bytes_out += result as u64;
+                    }
+                    self.on_send(index, result)?
+                }
                 OP_CONNECT => {
                     let slot = &mut self.slots[index];
                     slot.connect_posted = false;
@@ -529,6 +534,9 @@ impl Engine {
             return;
         }
         let n = result as usize;
+        if window.contains(now_ns) {
+            stats.bytes_in += n as u64;
+        }
         let received = match &mut slot.layered {
             None => {
                 slot.conn.advance(n);

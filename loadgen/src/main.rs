@@ -182,7 +182,12 @@ fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>, Ve
     let args_shared = Arc::new(args.clone());
     let secret = Arc::new(secret.to_string());
     let coordinator = Arc::new(Coordinator::default());
-    let show_progress = !args.quiet && std::io::stderr().is_terminal();
+    let display = if args.progress {
+        Some(progress::Display::Table)
+    } else {
+        (!args.quiet && std::io::stderr().is_terminal()).then_some(progress::Display::Line)
+    };
+    let show_progress = display.is_some();
     let (progress_tx, progress_rx) = mpsc::sync_channel(PROGRESS_QUEUE_MAX);
 
     let mut handles = Vec::with_capacity(args.threads);
@@ -233,8 +238,8 @@ fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>, Ve
             .start_ns
             .store(clock::now_ns() + 1_000_000, Ordering::SeqCst);
     }
-    if show_progress {
-        progress::display(progress_rx, args.threads);
+    if let Some(display) = display {
+        progress::display(progress_rx, args.threads, display);
     }
 
     let mut stats = Stats::default();

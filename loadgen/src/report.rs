@@ -22,6 +22,8 @@ pub const SENT_FRACTION_MIN: f64 = 0.95;
 pub struct Percentiles {
     pub count: u64,
     pub mean_us: f64,
+    /// Standard deviation (wrk's `Stdev`).
+    pub stdev_us: f64,
     pub p50_us: f64,
     pub p90_us: f64,
     pub p99_us: f64,
@@ -36,6 +38,7 @@ impl Percentiles {
         Percentiles {
             count: histogram.len(),
             mean_us: histogram.mean() / 1000.0,
+            stdev_us: histogram.stdev() / 1000.0,
             p50_us: us(histogram.value_at_quantile(0.50)),
             p90_us: us(histogram.value_at_quantile(0.90)),
             p99_us: us(histogram.value_at_quantile(0.99)),
@@ -78,8 +81,14 @@ pub struct Summary {
     pub measured_s: f64,
     pub offered_rate: Option<f64>,
     pub sent_rate: f64,
-    /// Successful answers per second in the measured phase: the headline.
+    /// Successful answers per second in the measured phase: the headline
+    /// (wrk2's `Requests/sec`).
     pub throughput: f64,
+    /// Bytes received and sent in the measured phase, and per second.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub bytes_in_per_s: f64,
+    pub bytes_out_per_s: f64,
     pub sent: u64,
     pub responses: u64,
     /// Error answers (ERROR frames, Redis error replies) by code.
@@ -127,6 +136,19 @@ fn by_name(
         .filter(|&(slot, count)| *count > 0 && keep(slot))
         .map(|(slot, count)| (failure_slot_name(slot), *count))
         .collect()
+}
+
+/// `bytes` in wrk's units: `512.00B`, `1.50KB`, `12.25MB`, `1.02GB`
+/// (powers of 1024).
+pub(crate) fn bytes(bytes: f64) -> String {
+    let mut value = bytes;
+    for unit in ["B", "KB", "MB", "GB"] {
+        if value < 1024.0 || unit == "GB" {
+            return format!("{value:.2}{unit}");
+        }
+        value /= 1024.0;
+    }
+    unreachable!("GB ends the loop")
 }
 
 /// The command-line spelling of a value.
@@ -198,6 +220,10 @@ impl Summary {
             offered_rate,
             sent_rate: stats.sent() as f64 / measured_s,
             throughput: stats.responses() as f64 / measured_s,
+            bytes_in: stats.bytes_in,
+            bytes_out: stats.bytes_out,
+            bytes_in_per_s: stats.bytes_in as f64 / measured_s,
+            bytes_out_per_s: stats.bytes_out as f64 / measured_s,
             sent: stats.sent(),
             responses: stats.responses(),
             errors: by_name(&failed, |slot| slot != lost_slot),
@@ -256,8 +282,14 @@ impl Summary {
         let l = &self.latency;
         let _ = writeln!(
             out,
-            "  latency (us)  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  max {:.1}  mean {:.1}",
-            l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.p9999_us, l.max_us, l.mean_us
+            "  latency (us)  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  max {:.1}  mean {:.1}  stdev {:.1}",
+            l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.p9999_us, l.max_us, l.mean_us, l.stdev_us
+        );
+        let _ = writeln!(
+            out,
+            "  transfer      in {}/s  out {}/s",
+            bytes(self.bytes_in_per_s),
+            bytes(self.bytes_out_per_s)
         );
         if self.ops.len() > 1 {
             self.op_rows(&mut out);
@@ -317,6 +349,17 @@ impl Summary {
         for warning in &self.warnings {
             let _ = writeln!(out, "  warning       {warning}");
         }
+        // The lines wrk and wrk2 end with, for the scripts that read them.
+        let _ = writeln!(
+            out,
+            "  {} requests in {:.2}s, {} read, {} written",
+            self.responses,
+            self.measured_s,
+            bytes(self.bytes_in as f64),
+            bytes(self.bytes_out as f64)
+        );
+        let _ = writeln!(out, "Requests/sec: {:>12.2}", self.throughput);
+        let _ = writeln!(out, "Transfer/sec: {:>12}", bytes(self.bytes_in_per_s));
         if self.passed() {
             let _ = writeln!(out, "  result        PASS");
         } else {
@@ -472,6 +515,38 @@ mod tests {
                 > 4_900.0
         );
         assert_eq!(json["ops"]["incr"]["failed"]["UNAVAILABLE"], 1);
+    }
+
+    /// What wrk and wrk2 users look for: `Requests/sec`, `Transfer/sec`,
+    /// the requests-in-duration line, and the latency's stdev.
+    #[test]
+    fn the_table_speaks_wrk_s_names_with_bytes_and_stdev() {
+        let args = Args::parse_from(["loadgen", "--duration", "2s"]);
+        let mut stats = Stats::default();
+        answered(&mut stats, Op::Ping, 500, 100_000);
+        answered(&mut stats, Op::Ping, 500, 300_000);
+        stats.bytes_in = 3 * 1024 * 1024;
+        stats.bytes_out = 2048;
+        let summary = Summary::new(&args, &stats, vec![], vec![]);
+        assert!(
+            (summary.latency.stdev_us - 100.0).abs() < 1.0,
+            "{:?}",
+            summary.latency
+        );
+        assert!((summary.bytes_in_per_s - 1.5 * 1024.0 * 1024.0).abs() < 1e-6);
+        let table = summary.table();
+        assert!(table.contains("Requests/sec:       500.00"), "{table}");
+        assert!(table.contains("Transfer/sec:       1.50MB"), "{table}");
+        assert!(
+            table.contains("  1000 requests in 2.00s, 3.00MB read, 2.00KB written"),
+            "{table}"
+        );
+        assert!(table.contains("in 1.50MB/s  out 1.00KB/s"), "{table}");
+        assert!(table.contains("stdev 100.0"), "{table}");
+        let json: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&summary).expect("json")).expect("parse");
+        assert_eq!(json["bytes_out"], 2048);
+        assert!(json["latency"]["stdev_us"].as_f64().is_some());
     }
 
     #[test]

@@ -172,6 +172,11 @@ pub struct Stats {
     /// The longest time one connection waited between two measured
     /// successful answers, across its reconnects and redirects.
     pub longest_answer_gap_ns: u64,
+    /// Bytes received from the server in the measured phase (what the
+    /// socket gave: TLS records and WebSocket framing included).
+    pub bytes_in: u64,
+    /// Bytes the socket took to send in the measured phase.
+    pub bytes_out: u64,
     /// Per player, its increments (`--ledger`); `None` when not asked for.
     pub ledger: Option<BTreeMap<u64, PlayerLedger>>,
     /// Second 0 of the series (the start of the measured phase).
@@ -204,6 +209,8 @@ impl Default for Stats {
             player_switches: 0,
             login_retries: 0,
             longest_answer_gap_ns: 0,
+            bytes_in: 0,
+            bytes_out: 0,
             ledger: None,
             series_origin_ns: u64::MAX,
             series: Vec::new(),
@@ -215,6 +222,8 @@ impl Default for Stats {
 #[derive(Clone, Debug)]
 pub struct Progress {
     pub responses: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
     pub failures: u64,
     pub protocol_errors: u64,
     pub latency_ns: Histogram<u64>,
@@ -224,6 +233,8 @@ impl Default for Progress {
     fn default() -> Self {
         Progress {
             responses: 0,
+            bytes_in: 0,
+            bytes_out: 0,
             failures: 0,
             protocol_errors: 0,
             latency_ns: latency_histogram(),
@@ -234,6 +245,8 @@ impl Default for Progress {
 impl Progress {
     pub fn merge(&mut self, other: &Progress) {
         self.responses += other.responses;
+        self.bytes_in += other.bytes_in;
+        self.bytes_out += other.bytes_out;
         self.failures += other.failures;
         self.protocol_errors += other.protocol_errors;
         self.latency_ns
@@ -385,6 +398,8 @@ impl Stats {
     pub fn progress(&self) -> Progress {
         Progress {
             responses: self.responses(),
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
             failures: self.failures(),
             protocol_errors: self.protocol_errors,
             latency_ns: self.latency_ns(),
@@ -415,6 +430,8 @@ impl Stats {
         self.player_switches += other.player_switches;
         self.login_retries += other.login_retries;
         self.longest_answer_gap_ns = self.longest_answer_gap_ns.max(other.longest_answer_gap_ns);
+        self.bytes_in += other.bytes_in;
+        self.bytes_out += other.bytes_out;
         if let Some(theirs) = &other.ledger {
             let mine = self.ledger.get_or_insert_with(BTreeMap::new);
             for (player, their) in theirs {

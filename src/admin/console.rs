@@ -33,6 +33,16 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("console/metrics.js"),
     ),
     (
+        "charts.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/charts.js"),
+    ),
+    (
+        "panels.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/panels.js"),
+    ),
+    (
         "console.css",
         "text/css; charset=utf-8",
         include_str!("console/console.css"),

@@ -42,6 +42,8 @@ mod peers;
 mod probes;
 mod rebalance;
 mod routes;
+mod sessions;
+mod state_view;
 
 use self::routes::{error_json, Body};
 use crate::ops::NodePhase;

@@ -26,7 +26,7 @@ pub(super) fn type_id_of(state: &AdminState, kind: &str) -> Option<u32> {
         .or_else(|| kind.parse().ok())
 }
 
-fn list_refused(refusal: ListRefused) -> Response<Body> {
+pub(super) fn list_refused(refusal: ListRefused) -> Response<Body> {
     match refusal {
         ListRefused::Busy => refused(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -77,6 +77,12 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
             super::operator::log_level_set(request.body()).await
         }
         (&Method::GET, ["sessions"]) => super::operator::list_sessions(state, query).await,
+        (&Method::POST, ["sessions", session, "kick"]) => {
+            super::sessions::kick(state, session, query).await
+        }
+        (&Method::POST, ["rooms", room, "message"]) => {
+            super::sessions::room_message(state, room, request.body()).await
+        }
         (&Method::GET, ["objects", kind]) => {
             super::operator::list_objects(state, kind, query).await
         }
@@ -323,6 +329,7 @@ async fn objects(state: &AdminState, kind: &str, id: &str) -> Response<Body> {
         "cas_version": record.cas_version.0,
         "save_timepoint_ms": record.save_timepoint_ms,
         "state_bytes": record.state.len(),
+        "state": super::state_view::state_json(key.type_id, &record.state),
     }))
 }
 

@@ -16,6 +16,7 @@
 
 pub mod player;
 pub mod room;
+mod saved;
 
 use crate::config::Config;
 use crate::object::Registry;
@@ -25,6 +26,8 @@ use crate::route::RouteTable;
 /// test counter).
 pub const PLAYER_TYPE_ID: u32 = 2;
 pub const ROOM_TYPE_ID: u32 = 3;
+
+pub use self::saved::{decode_saved, SavedSession, SavedState};
 
 /// The built-in object types as `config` sets them up, registered exactly
 /// as a user's types are (`NodeBuilder::new` starts from this).
@@ -282,9 +285,11 @@ mod tests {
         let body = |room_id: u64| room_id.to_le_bytes().to_vec();
         send(&mut core, 4, player(1), player::OP_ROOM_JOIN, body(5), one);
         let effects = settle(&mut core, &mut table);
+        let refused = outcome_of(&effects, 3).unwrap().unwrap_err();
+        assert_eq!(refused, ErrorCode::BadRequest);
         assert_eq!(
-            outcome_of(&effects, 3),
-            Some(Err(ErrorCode::BadRequest.into()))
+            refused.reason(),
+            Some("not a member of the room: it does not exist")
         );
         assert_eq!(
             outcome_of(&effects, 4),
@@ -305,10 +310,8 @@ mod tests {
         send(&mut core, 6, player(1), player::OP_ROOM_JOIN, body(6), one);
         send(&mut core, 7, player(2), player::OP_ROOM_JOIN, body(5), two);
         let effects = settle(&mut core, &mut table);
-        assert_eq!(
-            outcome_of(&effects, 6),
-            Some(Err(ErrorCode::Overloaded.into()))
-        );
+        let refused = outcome_of(&effects, 6).unwrap().unwrap_err();
+        assert_eq!(refused, ErrorCode::Overloaded);
         assert!(table.load(room::room_key(6)).is_none());
         assert_eq!(
             outcome_of(&effects, 7),
@@ -326,10 +329,8 @@ mod tests {
             again,
         );
         let effects = settle(&mut core, &mut table);
-        assert_eq!(
-            outcome_of(&effects, 9),
-            Some(Err(ErrorCode::Overloaded.into()))
-        );
+        let refused = outcome_of(&effects, 9).unwrap().unwrap_err();
+        assert_eq!(refused, ErrorCode::Overloaded);
         assert!(table.load(room::room_key(8)).is_none());
         assert_eq!(rooms_live.get(), 2);
     }

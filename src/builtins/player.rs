@@ -156,6 +156,12 @@ pub struct Player {
 }
 
 impl Player {
+    /// The saved layout's fields (without the version), for the state
+    /// viewer.
+    pub(super) fn decode_saved(bytes: &[u8]) -> Option<Player> {
+        Player::decode(bytes)
+    }
+
     fn decode(bytes: &[u8]) -> Option<Player> {
         let mut reader = Reader::new(bytes);
         let counter = reader.i64()?;
@@ -191,17 +197,25 @@ impl Player {
         (!same).then_some(client)
     }
 
-    fn body_u64(ctx: &Context<'_>) -> Option<u64> {
-        Some(u64::from_le_bytes(ctx.body().try_into().ok()?))
+    /// The body as one `u64`, or BAD_REQUEST saying what it was.
+    fn body_u64(ctx: &mut Context<'_>) -> Option<u64> {
+        match ctx.body().try_into() {
+            Ok(bytes) => Some(u64::from_le_bytes(bytes)),
+            Err(_) => {
+                let reason = body_len_reason(8, ctx.body().len());
+                ctx.bad_request_because(&reason);
+                None
+            }
+        }
     }
 
     fn incr(&mut self, ctx: &mut Context<'_>) {
         let Some(delta) = Self::body_u64(ctx).map(|d| d as i64) else {
-            return ctx.bad_request();
+            return;
         };
         // Overflow is BAD_REQUEST with the state unchanged.
         let Some(counter) = self.counter.checked_add(delta) else {
-            return ctx.bad_request();
+            return ctx.bad_request_because("counter would overflow");
         };
         self.counter = counter;
         ctx.mark_changed();
@@ -210,7 +224,7 @@ impl Player {
 
     fn bind(&mut self, ctx: &mut Context<'_>) {
         let Some(new) = ctx.client() else {
-            return ctx.bad_request();
+            return ctx.bad_request_because("a login needs a session");
         };
         match decide_login(self.duplicate_login, self.client, new) {
             LoginDecision::Refuse => ctx.fail(ErrorCode::AuthFailed),
@@ -256,12 +270,12 @@ impl Player {
     /// `created_per_session_max` such joins.
     fn join_room(&mut self, ctx: &mut Context<'_>) {
         let Some(room_id) = Self::body_u64(ctx) else {
-            return ctx.bad_request();
+            return;
         };
         let mut op = room::OP_JOIN;
         if !self.rooms.contains(&room_id) {
             if self.rooms.len() >= PLAYER_ROOMS_MAX {
-                return ctx.bad_request();
+                return ctx.bad_request_because(&rooms_full_reason());
             }
             if self.creating_joins < self.created_per_session_max {
                 self.creating_joins += 1;
@@ -277,14 +291,14 @@ impl Player {
     fn joined_room(&mut self, ctx: &mut Context<'_>) {
         let mut reader = Reader::new(ctx.body());
         let (Some(room_id), Some(member_count)) = (reader.u64(), reader.u32()) else {
-            return ctx.bad_request();
+            return ctx.bad_request_because("a room's join notice must be 12 bytes");
         };
         // Joins of rooms not listed yet may be in flight together; the
         // bound holds over the list, and one past it is refused though the
         // room took it (the player leaves it by `room.leave`).
         if !self.rooms.contains(&room_id) {
             if self.rooms.len() >= PLAYER_ROOMS_MAX {
-                return ctx.bad_request();
+                return ctx.bad_request_because(&rooms_full_reason());
             }
             self.rooms.push(room_id);
             ctx.mark_changed();
@@ -297,7 +311,7 @@ impl Player {
     /// join) can still be ended. The room does not create itself for it.
     fn leave_room(&mut self, ctx: &mut Context<'_>) {
         let Some(room_id) = Self::body_u64(ctx) else {
-            return ctx.bad_request();
+            return;
         };
         if self.rooms.contains(&room_id) {
             self.rooms.retain(|id| *id != room_id);
@@ -312,14 +326,29 @@ impl Player {
     fn say_in_room(&mut self, ctx: &mut Context<'_>) {
         let room_id = match ctx.body().first_chunk::<8>() {
             Some(id) => u64::from_le_bytes(*id),
-            None => return ctx.bad_request(),
+            None => {
+                let reason = format!(
+                    "body must be a u64 room id then the text, got {} bytes",
+                    ctx.body().len()
+                );
+                return ctx.bad_request_because(&reason);
+            }
         };
         if !self.rooms.contains(&room_id) {
-            return ctx.bad_request();
+            return ctx.bad_request_because(&format!("not a member of room {room_id}"));
         }
         let body = ctx.body().to_vec();
         ctx.forward(room::room_key(room_id), room::OP_SAY, body);
     }
+}
+
+/// The refusal of a body of `got` bytes where `want` fit.
+fn body_len_reason(want: usize, got: usize) -> String {
+    format!("body must be {want} bytes, got {got}")
+}
+
+fn rooms_full_reason() -> String {
+    format!("a player may be in {PLAYER_ROOMS_MAX} rooms at most")
 }
 
 impl Object for Player {
@@ -342,7 +371,10 @@ impl Object for Player {
                 // an answer that cannot come; the gateway drops the answer
                 // once the kick has closed the session.
                 ctx.kick(stale);
-                return ctx.fail(ErrorCode::Unavailable);
+                return ctx.fail_because(
+                    ErrorCode::Unavailable,
+                    "this session was replaced by a newer login of the player",
+                );
             }
         }
         match ctx.op() {
@@ -358,7 +390,7 @@ impl Object for Player {
             OP_ROOM_JOINED => self.joined_room(ctx),
             OP_BIND => self.bind(ctx),
             OP_UNBIND => self.unbind(ctx),
-            _ => ctx.bad_request(),
+            op => ctx.bad_request_because(&format!("the player has no op {op}")),
         }
     }
 }
@@ -396,6 +428,14 @@ mod tests {
         out
     }
 
+    /// BAD_REQUEST with the player's `reason`.
+    fn bad_request(reason: &str) -> crate::router::Outcome {
+        Err(crate::router::Refusal::explained(
+            ErrorCode::BadRequest,
+            reason,
+        ))
+    }
+
     fn answer(out: &HandlerOutput) -> Option<&crate::router::Outcome> {
         match &out.reply {
             HandlerReply::Answer(outcome) => Some(outcome),
@@ -416,12 +456,20 @@ mod tests {
             &mut state,
             request(OP_INCR, i64::MAX.to_le_bytes().to_vec(), None),
         );
-        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest.into())));
+        assert_eq!(answer(&out), Some(&bad_request("counter would overflow")));
         assert!(!out.mutated);
         let out = run(&mut state, request(OP_GET, Vec::new(), None));
         assert_eq!(answer(&out), Some(&Ok(5i64.to_le_bytes().to_vec())));
         let out = run(&mut state, request(OP_INCR, vec![1, 2, 3], None));
-        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest.into())));
+        assert_eq!(
+            answer(&out),
+            Some(&bad_request("body must be 8 bytes, got 3"))
+        );
+        let out = run(&mut state, request(OP_INCR, vec![1], None));
+        assert_eq!(
+            answer(&out),
+            Some(&bad_request("body must be 8 bytes, got 1"))
+        );
     }
 
     #[test]
@@ -522,7 +570,9 @@ mod tests {
             request(OP_INCR, 1i64.to_le_bytes().to_vec(), Some(client(1))),
         );
         assert_eq!(out.kicks, vec![client(1)]);
-        assert_eq!(answer(&out), Some(&Err(ErrorCode::Unavailable.into())));
+        let refusal = answer(&out).unwrap().as_ref().unwrap_err();
+        assert_eq!(*refusal, ErrorCode::Unavailable);
+        assert!(refusal.reason().unwrap().contains("newer login"));
         assert!(!out.mutated);
         let out = run(
             &mut state,
@@ -594,11 +644,16 @@ mod tests {
         body.extend_from_slice(b"hi");
         let out = run(&mut state, request(OP_ROOM_SAY, body, Some(client(1))));
         assert_eq!(relayed(&out), None, "room 8 is never touched");
-        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest.into())));
+        assert_eq!(answer(&out), Some(&bad_request("not a member of room 8")));
         let out = run(
             &mut state,
             request(OP_ROOM_SAY, vec![7, 0], Some(client(1))),
         );
-        assert_eq!(answer(&out), Some(&Err(ErrorCode::BadRequest.into())));
+        assert_eq!(
+            answer(&out),
+            Some(&bad_request(
+                "body must be a u64 room id then the text, got 2 bytes"
+            ))
+        );
     }
 }

@@ -17,7 +17,7 @@ use super::{player, ROOM_TYPE_ID};
 use crate::object::codec::{put_client, Reader};
 use crate::object::{
     ClientRef, ClientRoute, Context, DecodeError, ErrorCode, Object, ObjectKey, ObjectType,
-    Outcome, Persist,
+    Outcome, Persist, Refusal,
 };
 
 /// Relayed `room.join` (body `u64 room_id`, client the joining session):
@@ -34,6 +34,10 @@ pub const OP_LEAVE: u32 = 21;
 pub const OP_SAY: u32 = 22;
 /// One-way, from a player: `u64 player_id`, then an optional client.
 pub const OP_PRESENCE: u32 = 1100;
+/// One-way, from the node (an operator's `POST /rooms/{id}/message`): UTF-8
+/// text, pushed to every logged-in member as a room message from player 0,
+/// the system. Never creates the room.
+pub const OP_SYSTEM_MESSAGE: u32 = 1102;
 /// The PUSH route of a room message.
 pub const ROUTE_ROOM_MESSAGE: u32 = 100;
 /// Longest `room.say` text, in bytes (docs/protocol.md).
@@ -129,11 +133,28 @@ impl ObjectType for RoomType {
     /// room with no members would answer it: a leave is done, a say is
     /// BAD_REQUEST.
     fn may_create(&self, op: u32) -> Result<(), Outcome> {
+        let refused = |code, reason: &str| Err(Err(Refusal::explained(code, reason)));
         match op {
             OP_JOIN_CREATING if self.rooms_live.get() < self.rooms_per_node_max => Ok(()),
-            OP_JOIN_CREATING | OP_JOIN => Err(Err(ErrorCode::Overloaded.into())),
+            OP_JOIN_CREATING => refused(
+                ErrorCode::Overloaded,
+                &format!(
+                    "the room does not exist and this node holds {} rooms, its bound \
+                     (services.room.rooms_per_node_max)",
+                    self.rooms_per_node_max
+                ),
+            ),
+            OP_JOIN => refused(
+                ErrorCode::Overloaded,
+                "the room does not exist and this session may create no more rooms \
+                 (services.room.created_per_session_max)",
+            ),
             OP_LEAVE => Err(Ok(Vec::new())),
-            _ => Err(Err(ErrorCode::BadRequest.into())),
+            OP_SAY => refused(
+                ErrorCode::BadRequest,
+                "not a member of the room: it does not exist",
+            ),
+            op => refused(ErrorCode::BadRequest, &format!("the room has no op {op}")),
         }
     }
 
@@ -176,6 +197,9 @@ impl ObjectType for RoomType {
     }
 }
 
+/// A membership change needs the session of the player it is about.
+const NO_SESSION: &str = "a room's members are players with a session";
+
 pub struct Room {
     room_id: u64,
     members_max: usize,
@@ -187,11 +211,15 @@ pub struct Room {
 impl Room {
     fn join(&mut self, ctx: &mut Context<'_>) {
         let Some(client) = ctx.client() else {
-            return ctx.bad_request();
+            return ctx.bad_request_because(NO_SESSION);
         };
         let known = self.members.contains_key(&client.player_id);
         if !known && self.members.len() >= self.members_max {
-            return ctx.bad_request();
+            let reason = format!(
+                "room {} is full: {} members (services.room.members_max)",
+                self.room_id, self.members_max
+            );
+            return ctx.bad_request_because(&reason);
         }
         self.members.insert(client.player_id, Some(client));
         ctx.mark_changed();
@@ -208,7 +236,7 @@ impl Room {
 
     fn leave(&mut self, ctx: &mut Context<'_>) {
         let Some(client) = ctx.client() else {
-            return ctx.bad_request();
+            return ctx.bad_request_because(NO_SESSION);
         };
         if self.members.remove(&client.player_id).is_some() {
             ctx.mark_changed();
@@ -218,14 +246,29 @@ impl Room {
 
     fn say(&mut self, ctx: &mut Context<'_>) {
         let Some(client) = ctx.client() else {
-            return ctx.bad_request();
+            return ctx.bad_request_because(NO_SESSION);
         };
         let mut reader = Reader::new(ctx.body());
-        let text_ok = reader.u64() == Some(self.room_id)
-            && reader.rest().len() <= SAY_TEXT_MAX
-            && std::str::from_utf8(reader.rest()).is_ok();
-        if !text_ok || !self.members.contains_key(&client.player_id) {
-            return ctx.bad_request();
+        let refusal = match reader.u64() {
+            Some(room_id) if room_id != self.room_id => Some(format!(
+                "the body names room {room_id}, this is room {}",
+                self.room_id
+            )),
+            None => Some("body must be a u64 room id then the text".to_string()),
+            Some(_) if !self.members.contains_key(&client.player_id) => {
+                Some(format!("not a member of room {}", self.room_id))
+            }
+            Some(_) if reader.rest().len() > SAY_TEXT_MAX => Some(format!(
+                "text must be at most {SAY_TEXT_MAX} bytes, got {}",
+                reader.rest().len()
+            )),
+            Some(_) if std::str::from_utf8(reader.rest()).is_err() => {
+                Some("text must be UTF-8".to_string())
+            }
+            Some(_) => None,
+        };
+        if let Some(reason) = refusal {
+            return ctx.bad_request_because(&reason);
         }
         let mut body = self.room_id.to_le_bytes().to_vec();
         body.extend_from_slice(&client.player_id.to_le_bytes());
@@ -236,6 +279,23 @@ impl Room {
             pushed += 1;
         }
         ctx.answer(Ok(pushed.to_le_bytes().to_vec()));
+    }
+
+    /// The system's message: from player 0, to every logged-in member.
+    /// Only the node sends it (no session); a bad text is dropped, as a
+    /// one-way message has nobody to answer.
+    fn system_message(&mut self, ctx: &mut Context<'_>) {
+        let text = ctx.body();
+        if ctx.client().is_some() || text.len() > SAY_TEXT_MAX || std::str::from_utf8(text).is_err()
+        {
+            return;
+        }
+        let mut body = self.room_id.to_le_bytes().to_vec();
+        body.extend_from_slice(&0u64.to_le_bytes());
+        body.extend_from_slice(text);
+        for member in self.members.values().flatten() {
+            ctx.push(*member, ROUTE_ROOM_MESSAGE, body.clone());
+        }
     }
 
     fn presence(&mut self, ctx: &mut Context<'_>) {
@@ -268,7 +328,8 @@ impl Object for Room {
             OP_LEAVE => self.leave(ctx),
             OP_SAY => self.say(ctx),
             OP_PRESENCE => self.presence(ctx),
-            _ => ctx.bad_request(),
+            OP_SYSTEM_MESSAGE => self.system_message(ctx),
+            op => ctx.bad_request_because(&format!("the room has no op {op}")),
         }
     }
 }
@@ -280,6 +341,11 @@ mod tests {
     use crate::object::ErrorCode;
     use crate::router::{HandlerOutput, HandlerReply, ObjectState, Request, RequestId};
     use crate::store::NodeId;
+
+    /// BAD_REQUEST with the room's `reason`.
+    fn bad_request(reason: &str) -> Outcome {
+        Err(Refusal::explained(ErrorCode::BadRequest, reason))
+    }
 
     /// The one-way notice the player object sends (see `Player::presence`).
     fn presence_request(player_id: u64, client: Option<ClientRef>) -> Request {
@@ -345,7 +411,12 @@ mod tests {
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(2, 2))));
         assert_eq!(joined(&out, 2), Some(2));
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(3, 3))));
-        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest.into())));
+        assert_eq!(
+            answer(&out),
+            Some(bad_request(
+                "room 7 is full: 2 members (services.room.members_max)"
+            ))
+        );
         // A member joining again is not a new member.
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(1, 1))));
         assert_eq!(joined(&out, 1), Some(2));
@@ -380,12 +451,42 @@ mod tests {
         let mut state = room(10);
         run(&mut state, request(OP_JOIN, Vec::new(), Some(client(1, 1))));
         let out = run(&mut state, request(OP_SAY, say("hi"), Some(client(2, 2))));
-        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest.into())));
+        assert_eq!(answer(&out), Some(bad_request("not a member of room 7")));
         let long = "x".repeat(SAY_TEXT_MAX + 1);
         let out = run(&mut state, request(OP_SAY, say(&long), Some(client(1, 1))));
-        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest.into())));
+        assert_eq!(
+            answer(&out),
+            Some(bad_request("text must be at most 1024 bytes, got 1025"))
+        );
+        let mut bad_text = 7u64.to_le_bytes().to_vec();
+        bad_text.push(0xFF);
+        let out = run(&mut state, request(OP_SAY, bad_text, Some(client(1, 1))));
+        assert_eq!(answer(&out), Some(bad_request("text must be UTF-8")));
         let out = run(&mut state, request(OP_SAY, vec![1, 2], Some(client(1, 1))));
-        assert_eq!(answer(&out), Some(Err(ErrorCode::BadRequest.into())));
+        assert_eq!(
+            answer(&out),
+            Some(bad_request("body must be a u64 room id then the text"))
+        );
+    }
+
+    #[test]
+    fn a_system_message_reaches_every_logged_in_member_from_player_0() {
+        let mut state = room(10);
+        run(&mut state, request(OP_JOIN, Vec::new(), Some(client(1, 1))));
+        run(&mut state, request(OP_JOIN, Vec::new(), Some(client(2, 2))));
+        run(&mut state, presence_request(2, None));
+        let mut notice = request(OP_SYSTEM_MESSAGE, b"maintenance at 5".to_vec(), None);
+        notice.needs_reply = false;
+        let out = run(&mut state, notice.clone());
+        assert_eq!(out.pushes.len(), 1, "player 2 is logged out");
+        let (to, route, body) = &out.pushes[0];
+        assert_eq!((to.player_id, *route), (1, ROUTE_ROOM_MESSAGE));
+        assert_eq!(&body[..8], &7u64.to_le_bytes());
+        assert_eq!(&body[8..16], &0u64.to_le_bytes());
+        assert_eq!(&body[16..], b"maintenance at 5");
+        // From a session it is nobody's to send.
+        notice.client = Some(client(1, 1));
+        assert!(run(&mut state, notice).pushes.is_empty());
     }
 
     #[test]
@@ -419,14 +520,19 @@ mod tests {
         };
         let may_create = |op| crate::object::ObjectType::may_create(&kind, op);
         assert_eq!(may_create(OP_JOIN_CREATING), Ok(()));
-        assert_eq!(may_create(OP_JOIN), Err(Err(ErrorCode::Overloaded.into())));
+        let refusal = |op| match may_create(op) {
+            Err(Err(refusal)) => refusal,
+            other => panic!("op {op}: {other:?}"),
+        };
+        assert_eq!(refusal(OP_JOIN), ErrorCode::Overloaded);
+        assert!(refusal(OP_JOIN)
+            .reason()
+            .unwrap()
+            .contains("created_per_session_max"));
         assert_eq!(may_create(OP_LEAVE), Err(Ok(Vec::new())), "not a member");
         for op in [OP_SAY, OP_PRESENCE] {
-            assert_eq!(
-                may_create(op),
-                Err(Err(ErrorCode::BadRequest.into())),
-                "op {op}"
-            );
+            assert_eq!(refusal(op), ErrorCode::BadRequest, "op {op}");
+            assert!(refusal(op).reason().is_some(), "op {op}");
         }
         // Every room the node holds counts, created or loaded, until it is
         // dropped.
@@ -434,10 +540,11 @@ mod tests {
         let first = decode(&kind, room_key(1), None).expect("new room");
         let second = decode(&kind, room_key(2), Some(&first.encode())).expect("loads");
         assert_eq!(kind.rooms_live.get(), 2);
-        assert_eq!(
-            may_create(OP_JOIN_CREATING),
-            Err(Err(ErrorCode::Overloaded.into()))
-        );
+        assert_eq!(refusal(OP_JOIN_CREATING), ErrorCode::Overloaded);
+        assert!(refusal(OP_JOIN_CREATING)
+            .reason()
+            .unwrap()
+            .contains("holds 2 rooms"));
         drop(second);
         assert_eq!(kind.rooms_live.get(), 1);
         assert_eq!(may_create(OP_JOIN_CREATING), Ok(()));

@@ -222,11 +222,7 @@ fn render_status(view: &Value, peer_objects: Vec<(u64, Option<i64>)>) -> String 
             node.to_string(),
             member["incarnation"].to_string(),
             text(&member["state"]),
-            if is_self {
-                "-".to_string()
-            } else {
-                text(&member["gateway"])
-            },
+            text(&member["gateway"]),
             heartbeat,
             text(&member["link"]),
             objects.map_or("-".to_string(), |n| n.to_string()),
@@ -437,7 +433,8 @@ mod tests {
         let view = json!({
             "node_id": 1, "incarnation": 2, "state": "up", "fenced": false,
             "members": [
-                {"node_id": 1, "incarnation": 2, "state": "up", "link": "self", "objects": 12},
+                {"node_id": 1, "incarnation": 2, "state": "up", "gateway": "127.0.0.1:7400",
+                 "admin": "127.0.0.1:9464", "link": "self", "objects": 12},
                 {"node_id": 2, "incarnation": 1, "state": "up", "gateway": "127.0.0.1:7401",
                  "admin": "127.0.0.1:9465", "link": "up", "heartbeat_age_ms": 120},
                 {"node_id": 3, "incarnation": 4, "state": "down", "gateway": "127.0.0.1:7402",
@@ -456,7 +453,7 @@ mod tests {
         );
         assert_eq!(
             lines[2],
-            "1     2            up     -               -            self        12"
+            "1     2            up     127.0.0.1:7400  -            self        12"
         );
         assert_eq!(
             lines[3],

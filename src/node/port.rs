@@ -232,10 +232,11 @@ impl PlayerPort for ServicesPort {
 }
 
 /// The ERROR body of a refusal: a protocol code with the router's reason
-/// for it, or an application code with the object's own.
+/// for it or the object's own, or an application code with the object's.
 fn error_body(refusal: &Refusal) -> Vec<u8> {
     match refusal {
         Refusal::Code(code) => encode_error_body(*code, router_error_reason(*code)),
+        Refusal::Explained { code, reason } => encode_error_body(*code, reason),
         Refusal::App { code, reason } => encode_app_error_body(*code, reason),
     }
 }
@@ -301,6 +302,7 @@ impl ClientSide for ServicesPort {
                 LoginOutcome::Refused(ErrorCode::AuthFailed, ALREADY_LOGGED_IN)
             }
             Err(Refusal::Code(code)) => LoginOutcome::Refused(code, router_error_reason(code)),
+            Err(Refusal::Explained { code, ref reason }) => LoginOutcome::Refused(code, reason),
             // The player object is routerd's and has no codes of its own: an
             // application code here is a fault.
             Err(Refusal::App { .. }) => LoginOutcome::Refused(

@@ -126,9 +126,18 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// Answers ERROR `code`.
+    /// Answers ERROR `code` with the router's words for it. Prefer
+    /// [`Context::fail_because`]: a refusal should say why.
     pub fn fail(&mut self, code: ErrorCode) {
         self.answer(Err(code.into()));
+    }
+
+    /// Answers ERROR `code` with `reason` (cut to
+    /// `wire::client::APP_REASON_LEN_MAX` bytes): clients branch on the
+    /// protocol's code, the person reading the error reads why
+    /// (`counter would overflow`).
+    pub fn fail_because(&mut self, code: ErrorCode, reason: &str) {
+        self.answer(Err(Refusal::explained(code, reason)));
     }
 
     /// Answers ERROR with the type's own `code` and `reason` (cut to
@@ -138,10 +147,17 @@ impl<'a> Context<'a> {
         self.answer(Err(Refusal::app(code, reason)));
     }
 
-    /// Answers BAD_REQUEST: the body does not fit the route, or the object
-    /// refuses it.
+    /// Answers BAD_REQUEST with the router's generic words. Prefer
+    /// [`Context::bad_request_because`].
     pub fn bad_request(&mut self) {
         self.fail(ErrorCode::BadRequest);
+    }
+
+    /// Answers BAD_REQUEST saying why: the body does not fit the route
+    /// (`body must be 8 bytes, got 1`), or the object refuses it (`not a
+    /// member of room 7`).
+    pub fn bad_request_because(&mut self, reason: &str) {
+        self.fail_because(ErrorCode::BadRequest, reason);
     }
 
     /// Passes this request on to the object `key` as op `op` with `body`:
@@ -326,6 +342,18 @@ impl ServiceContext<'_> {
     /// See [`Context::bad_request`].
     pub fn bad_request(&mut self) {
         self.0.bad_request()
+    }
+    /// See [`Context::fail_because`].
+    pub fn fail_because(&mut self, code: ErrorCode, reason: &str) {
+        self.0.fail_because(code, reason)
+    }
+    /// See [`Context::bad_request_because`].
+    pub fn bad_request_because(&mut self, reason: &str) {
+        self.0.bad_request_because(reason)
+    }
+    /// See [`Context::refuse`].
+    pub fn refuse(&mut self, code: AppCode, reason: &str) {
+        self.0.refuse(code, reason)
     }
     /// See [`Context::forward`]: the object `key` answers this request.
     pub fn forward(&mut self, key: ObjectKey, op: u32, body: Vec<u8>) {

@@ -28,6 +28,16 @@
 //! log); an `on_write` object's answers, pushes, messages, calls and timers
 //! leave only once the state they followed is durable.
 //!
+//! **Refusing a request.** Every refusal says why, in words the client
+//! prints: [`Context::bad_request_because`] (`body must be 8 bytes, got
+//! 1`, `not a member of room 7`) or [`Context::fail_because`] with another
+//! of the protocol's codes, when the code clients already branch on fits;
+//! [`Context::refuse`] with the type's own [`AppCode`] when a client must
+//! tell this refusal from others by its code (docs/protocol.md, section 4).
+//! The reason is cut to 512 bytes. [`Context::bad_request`] and
+//! [`Context::fail`] answer with the router's generic words and are best
+//! left to refusals that need no explanation.
+//!
 //! A **service** ([`Service`]) is stateless: no owner, nothing persisted.
 //! Every node that registers it runs it and advertises it in the
 //! membership table; a request for one of its routes goes to one of those

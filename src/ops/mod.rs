@@ -16,6 +16,7 @@ pub mod drain;
 pub mod listing;
 mod phase;
 pub mod rebalance;
+pub mod sessions;
 pub mod transfer;
 
 use std::sync::{Arc, Mutex};
@@ -56,6 +57,21 @@ enum Command {
         page: listing::PageAsk,
         player: Option<u64>,
         reply: oneshot::Sender<(usize, Vec<listing::SessionRow>)>,
+    },
+    /// Kick the core's session `session_id` if it is bound to `player_id`;
+    /// answers whether it did.
+    Kick {
+        session_id: u64,
+        player_id: u64,
+        reply: oneshot::Sender<bool>,
+    },
+    /// Send a one-way message from the node to the object `key`; answers
+    /// once it is on its way.
+    OneWay {
+        key: ObjectKey,
+        op: u32,
+        body: Vec<u8>,
+        reply: oneshot::Sender<()>,
     },
     /// The core's objects whose rendezvous node is another, with it;
     /// `None` until the core knows every node of `expected`.
@@ -250,6 +266,22 @@ pub async fn serve_core(commands: CoreCommands, ops: CoreOps) {
                 let count = ops.gateway.session_count();
                 let rows = listing::core_sessions(&ops.gateway, ops.core, player, page);
                 let _ = reply.send((count, rows));
+            }
+            Some(Some(Command::Kick {
+                session_id,
+                player_id,
+                reply,
+            })) => {
+                let _ = reply.send(sessions::core_kick(&ops.gateway, session_id, player_id));
+            }
+            Some(Some(Command::OneWay {
+                key,
+                op,
+                body,
+                reply,
+            })) => {
+                ops.router.send_one_way(key, op, body, None);
+                let _ = reply.send(());
             }
             Some(Some(Command::RebalancePlan { expected, reply })) => {
                 let _ = reply.send(ops.router.rebalance_plan(&expected));

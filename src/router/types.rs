@@ -75,21 +75,24 @@ pub struct Request {
 /// the first three are the gateway's own refusals.
 pub use wire::client::ErrorCode;
 
-/// A code from a peer's frame; one this build does not know is a fault of
-/// that peer, answered INTERNAL.
-pub(crate) fn error_code_from_wire(code: u16) -> ErrorCode {
-    ErrorCode::from_u16(code).unwrap_or(ErrorCode::Internal)
-}
-
 pub use wire::client::AppCode;
 
 /// An ERROR answer: one of the protocol's codes (the reason the client
-/// reads is then the router's, docs/protocol.md section 4), or an object
-/// type's own code in the application range with the reason it gave.
+/// reads is then the router's, docs/protocol.md section 4), a protocol code
+/// with the object's own reason, or an object type's own code in the
+/// application range with the reason it gave.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// A protocol code.
     Code(ErrorCode),
+    /// A protocol code with the words of the object that refused (`not a
+    /// member of room 7`), cut to `wire::client::APP_REASON_LEN_MAX` bytes:
+    /// clients branch on the code, people read the reason.
+    Explained {
+        code: ErrorCode,
+        /// Words for a person (the client prints them).
+        reason: Box<str>,
+    },
     /// An object type's own code and its reason, cut to
     /// `wire::client::APP_REASON_LEN_MAX` bytes.
     App {
@@ -110,18 +113,39 @@ impl Refusal {
         }
     }
 
+    /// The protocol code `code` with `reason` (cut to
+    /// `wire::client::APP_REASON_LEN_MAX` bytes); an empty reason leaves the
+    /// router's own.
+    pub fn explained(code: ErrorCode, reason: &str) -> Refusal {
+        if reason.is_empty() {
+            return Refusal::Code(code);
+        }
+        Refusal::Explained {
+            code,
+            reason: wire::client::bounded_reason(reason).into(),
+        }
+    }
+
     /// The protocol code, `None` for an application error.
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
-            Refusal::Code(code) => Some(*code),
+            Refusal::Code(code) | Refusal::Explained { code, .. } => Some(*code),
             Refusal::App { .. } => None,
+        }
+    }
+
+    /// The reason the object gave, `None` when it gave none.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Refusal::Code(_) => None,
+            Refusal::Explained { reason, .. } | Refusal::App { reason, .. } => Some(reason),
         }
     }
 
     /// The code as the wire carries it.
     pub fn wire_code(&self) -> u16 {
         match self {
-            Refusal::Code(code) => *code as u16,
+            Refusal::Code(code) | Refusal::Explained { code, .. } => *code as u16,
             Refusal::App { code, .. } => code.get(),
         }
     }
@@ -143,6 +167,7 @@ impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refusal::Code(code) => f.write_str(code.name()),
+            Refusal::Explained { code, reason } => write!(f, "{}: {reason}", code.name()),
             Refusal::App { code, reason } => {
                 write!(f, "application error {}: {reason}", code.get())
             }
@@ -151,23 +176,27 @@ impl std::fmt::Display for Refusal {
 }
 
 /// The code and the bytes that follow it of a refusal in a router frame:
-/// an application error's reason rides where a RESPONSE's body would, so
-/// the frame layout is the one every peer already reads.
+/// a reason rides where a RESPONSE's body would, so the frame layout is
+/// the one every peer already reads (a peer that reads no reason after a
+/// protocol code answers with the router's own).
 pub(crate) fn refusal_wire(refusal: Refusal) -> (u16, Vec<u8>) {
     match refusal {
         Refusal::Code(code) => (code as u16, Vec::new()),
+        Refusal::Explained { code, reason } => (code as u16, reason.into_string().into_bytes()),
         Refusal::App { code, reason } => (code.get(), reason.into_string().into_bytes()),
     }
 }
 
 /// The refusal a router frame's nonzero `code` and `rest` carry: a code
-/// in the application range keeps its reason (bounded, lossy UTF-8: a
-/// peer's bad bytes cost the reason's letters, not the answer); another
-/// code this build does not know is INTERNAL.
+/// keeps its reason (bounded, lossy UTF-8: a peer's bad bytes cost the
+/// reason's letters, not the answer); a code this build does not know is
+/// a fault of that peer, answered INTERNAL without its words.
 pub(crate) fn refusal_from_wire(code: u16, rest: &[u8]) -> Refusal {
-    match AppCode::new(code) {
-        Some(code) => Refusal::app(code, &String::from_utf8_lossy(rest)),
-        None => Refusal::Code(error_code_from_wire(code)),
+    let reason = String::from_utf8_lossy(rest);
+    match (AppCode::new(code), ErrorCode::from_u16(code)) {
+        (Some(code), _) => Refusal::app(code, &reason),
+        (None, Some(code)) => Refusal::explained(code, &reason),
+        (None, None) => Refusal::Code(ErrorCode::Internal),
     }
 }
 

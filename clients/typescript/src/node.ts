@@ -4,7 +4,7 @@ import * as net from "node:net";
 import * as tls from "node:tls";
 
 import { Client, ClientOptions, TokenSource } from "./client.js";
-import { Address, Transport, TransportFactory } from "./transport.js";
+import { Address, Transport, TransportFactory, webSocketTransport } from "./transport.js";
 
 export * from "./index.js";
 
@@ -65,11 +65,44 @@ export function tlsTransport(options: TlsOptions = {}): TransportFactory {
     );
 }
 
+/**
+ * wss:// in Node.js. Its WebSocket checks the certificate against Node's default CAs (with
+ * NODE_EXTRA_CA_CERTS) and takes no TLS options, and a certificate it refuses shows only as a
+ * closed socket. So a TLS handshake with exactly that trust goes first: a refused certificate
+ * fails the connect at once with the certificate error and what to do about it.
+ */
+export function secureWebSocketTransport(tlsOptionsGiven: boolean): TransportFactory {
+  return async (address, timeoutMs) => {
+    const started = Date.now();
+    try {
+      const probe = await connectStream(
+        () => tls.connect({ host: address.host, port: address.port, servername: net.isIP(address.host) ? undefined : address.host }),
+        "secureConnect",
+        address,
+        timeoutMs,
+      );
+      probe.close();
+    } catch (error) {
+      const given = tlsOptionsGiven ? "; options.tls does not reach it" : "";
+      throw new Error(
+        `${address}: ${(error as Error).message} (Node.js's WebSocket trusts its default CAs only${given}: ` +
+          `start node with NODE_EXTRA_CA_CERTS=<the CA's PEM file>, or connect with tls:// and options.tls)`,
+      );
+    }
+    return webSocketTransport(address, Math.max(1, timeoutMs - (Date.now() - started)));
+  };
+}
+
 /** Client.connect with the Node.js transports: tcp://, tls://, ws://, wss://. */
 export function connect(address: string, token: TokenSource, options: ClientOptions & { tls?: TlsOptions } = {}): Promise<Client> {
   const { tls: tlsOptions, ...rest } = options;
   return Client.connect(address, token, {
     ...rest,
-    transports: { tcp: tcpTransport, tls: tlsTransport(tlsOptions), ...rest.transports },
+    transports: {
+      tcp: tcpTransport,
+      tls: tlsTransport(tlsOptions),
+      wss: secureWebSocketTransport(tlsOptions !== undefined),
+      ...rest.transports,
+    },
   });
 }

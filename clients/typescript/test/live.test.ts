@@ -85,6 +85,30 @@ test("TLS: login and incr, and a client that does not trust the certificate stay
   await assert.rejects(connect(url, await tokenFor(SECRET, 812)), /self.signed|certificate/i);
 });
 
+test("wss:// with a certificate Node's WebSocket does not trust fails at once, naming the certificate", { skip }, async () => {
+  if (!CERT_FILE) {
+    if (process.env.CI) throw new Error("ROUTERD_TEST_CERT_FILE is not set");
+    return;
+  }
+  const secure = new Cluster();
+  try {
+    const port = await freePort();
+    const extra =
+      `websocket_listen = "127.0.0.1:${port}"\nwebsocket_tls = true\n` +
+      `tls_cert_file = ${JSON.stringify(CERT_FILE)}\ntls_key_file = ${JSON.stringify(KEY_FILE)}\n`;
+    await secure.start(1, 0, extra);
+    const started = Date.now();
+    const refused = connect(`wss://127.0.0.1:${port}/`, await tokenFor(SECRET, 813), {
+      tls: { ca: readFileSync(CERT_FILE) },
+      connectTimeoutMs: 5000,
+    });
+    await assert.rejects(refused, /certificate.*NODE_EXTRA_CA_CERTS/is);
+    assert.ok(Date.now() - started < 2000, `refused after ${Date.now() - started} ms, not at once`);
+  } finally {
+    await secure.close();
+  }
+});
+
 test("a room push reaches a second client", { skip }, async () => {
   const node = await nodeOf();
   const a = await connect(node.url(), await tokenFor(SECRET, 802));

@@ -32,6 +32,11 @@ pub mod refusal {
 /// The tag of the name claim `guild.create` calls the name index with.
 const CLAIM_TAG: u64 = 1;
 
+/// The reasons of refusals the protocol's codes already name: clients
+/// branch on BAD_REQUEST, people read these.
+const NOT_A_MEMBER: &str = "not a member of this guild";
+const NOT_LOGGED_IN: &str = "a guild's members are logged-in players";
+
 /// `encode` writes `str name | u64 creator | i64 counter | u32 n | n x
 /// (u64 player | client)`.
 const STATE_VERSION: u16 = 1;
@@ -192,11 +197,12 @@ impl Guild {
 
     fn join(&mut self, ctx: &mut Context<'_>) {
         let Some(sender) = Guild::sender(ctx) else {
-            return ctx.bad_request();
+            return ctx.bad_request_because(NOT_LOGGED_IN);
         };
         if self.member_index(ctx).is_none() {
             if self.members.len() >= GUILD_MEMBERS_MAX {
-                return ctx.fail(ErrorCode::Overloaded);
+                let reason = format!("the guild is full: {GUILD_MEMBERS_MAX} members");
+                return ctx.fail_because(ErrorCode::Overloaded, &reason);
             }
             self.members.push(sender);
         }
@@ -206,7 +212,7 @@ impl Guild {
 
     fn leave(&mut self, ctx: &mut Context<'_>) {
         let Some(index) = self.member_index(ctx) else {
-            return ctx.bad_request();
+            return ctx.bad_request_because(NOT_A_MEMBER);
         };
         self.members.remove(index);
         ctx.mark_changed();
@@ -215,7 +221,7 @@ impl Guild {
 
     fn say(&mut self, ctx: &mut Context<'_>) {
         let Some(index) = self.member_index(ctx) else {
-            return ctx.bad_request();
+            return ctx.bad_request_because(NOT_A_MEMBER);
         };
         let mut message = ctx.key().object_id.to_le_bytes().to_vec();
         message.extend_from_slice(&self.members[index].player_id.to_le_bytes());
@@ -230,12 +236,15 @@ impl Guild {
     }
 
     fn incr(&mut self, ctx: &mut Context<'_>) {
-        let delta = Reader::new(&ctx.body()[8..]).i64();
-        let (Some(_), Some(delta)) = (self.member_index(ctx), delta) else {
-            return ctx.bad_request();
+        let Some(delta) = Reader::new(&ctx.body()[8..]).i64() else {
+            let reason = format!("body must be 16 bytes, got {}", ctx.body().len());
+            return ctx.bad_request_because(&reason);
         };
+        if self.member_index(ctx).is_none() {
+            return ctx.bad_request_because(NOT_A_MEMBER);
+        }
         let Some(counter) = self.counter.checked_add(delta) else {
-            return ctx.bad_request();
+            return ctx.bad_request_because("the guild's counter would overflow");
         };
         self.counter = counter;
         ctx.mark_changed();
@@ -259,16 +268,20 @@ impl Object for Guild {
         // Every route's body starts with the guild id (the router already
         // took the key from it, so it is there).
         if ctx.body().len() < 8 {
-            return ctx.bad_request();
+            let reason = format!(
+                "body must start with the u64 guild id, got {} bytes",
+                ctx.body().len()
+            );
+            return ctx.bad_request_because(&reason);
         }
         match ctx.op() {
             route::GUILD_CREATE => self.create_guild(ctx),
-            _ if !self.created() => ctx.bad_request(),
+            _ if !self.created() => ctx.bad_request_because("no such guild"),
             route::GUILD_JOIN => self.join(ctx),
             route::GUILD_LEAVE => self.leave(ctx),
             route::GUILD_SAY => self.say(ctx),
             route::GUILD_INCR => self.incr(ctx),
-            _ => ctx.bad_request(),
+            op => ctx.bad_request_because(&format!("the guild has no route {op}")),
         }
     }
 

@@ -98,7 +98,7 @@ impl Object for Name {
     fn handle(&mut self, ctx: &mut Context<'_>) {
         let mut reader = Reader::new(ctx.body());
         let (Some(id), Ok(name)) = (reader.u64(), std::str::from_utf8(reader.rest())) else {
-            return ctx.bad_request();
+            return ctx.bad_request_because("body must be a u64 id then a UTF-8 name");
         };
         let name = name.to_string();
         match ctx.op() {
@@ -122,7 +122,7 @@ impl Object for Name {
                 answer.extend_from_slice(&id.to_le_bytes());
                 ctx.answer(Ok(answer));
             }
-            _ => ctx.bad_request(),
+            op => ctx.bad_request_because(&format!("the name index has no op {op}")),
         }
     }
 }
@@ -167,7 +167,7 @@ impl Service for GuildSearch {
 
     fn handle(&self, ctx: &mut ServiceContext<'_>) {
         let Some(name) = std::str::from_utf8(ctx.body()).ok().and_then(normalise) else {
-            return ctx.bad_request();
+            return ctx.bad_request_because("the name is empty, too long or not UTF-8");
         };
         let mut find = self.node_id.to_le_bytes().to_vec();
         find.extend_from_slice(name.as_bytes());

@@ -38,7 +38,10 @@ fn a_guild_is_created_joined_chatted_in_counted_left_and_kept() {
         "the guild name is empty, too long or not UTF-8",
     );
     // A guild nobody created takes no members.
-    assert_bad_request(bob.call(guild::route::GUILD_JOIN, &9u64.to_le_bytes()));
+    assert_bad_request(
+        bob.call(guild::route::GUILD_JOIN, &9u64.to_le_bytes()),
+        "no such guild",
+    );
     assert_eq!(create(&mut bob, 8, "ice wolves").ok(), b"");
 
     assert_eq!(join(&mut bob, 7), 2, "the creator is the first member");
@@ -51,25 +54,37 @@ fn a_guild_is_created_joined_chatted_in_counted_left_and_kept() {
     assert_eq!(message(bob.push()), (7, 2, "hello".to_string()));
     let mut carol = node.connect();
     carol.login(3);
-    assert_bad_request(say(&mut carol, 7, "let me in"));
+    assert_bad_request(
+        say(&mut carol, 7, "let me in"),
+        "not a member of this guild",
+    );
 
     // The counter is the guild's, shared by its members.
     assert_eq!(incr(&mut alice, 7, 5), 5);
     assert_eq!(incr(&mut bob, 7, -2), 3);
     assert_eq!(incr(&mut bob, 8, 1), 1, "the creator of guild 8");
-    assert_bad_request(carol.call(
-        guild::route::GUILD_INCR,
-        &support::guild::with_id(7, &1i64.to_le_bytes()),
-    ));
+    assert_bad_request(
+        carol.call(
+            guild::route::GUILD_INCR,
+            &support::guild::with_id(7, &1i64.to_le_bytes()),
+        ),
+        "not a member of this guild",
+    );
 
     // The search finds a guild by any spelling of its name.
     assert_eq!(find(&mut carol, "RED dragons"), (7, 1));
     assert_eq!(find(&mut carol, "ice   Wolves"), (8, 1));
     assert_eq!(find(&mut carol, "grey owls"), (0, 1));
-    assert_bad_request(carol.call(guild::route::GUILD_FIND, b"  "));
+    assert_bad_request(
+        carol.call(guild::route::GUILD_FIND, b"  "),
+        "the name is empty, too long or not UTF-8",
+    );
 
     assert_eq!(leave(&mut bob, 7), 1);
-    assert_bad_request(say(&mut bob, 7, "still here?"));
+    assert_bad_request(
+        say(&mut bob, 7, "still here?"),
+        "not a member of this guild",
+    );
     assert_eq!(u32_of(&say(&mut alice, 7, "alone").ok()), 1);
     assert_eq!(message(alice.push()), (7, 1, "alone".to_string()));
 

@@ -1,7 +1,8 @@
 // The routerd console: reads the admin API of the node serving it, which
 // forwards to the other members (/nodes/{id}/...). No framework, no build.
 
-import { parse, reading, rates } from "./metrics.js";
+import { parse, reading, rates, routeRates, health } from "./metrics.js";
+import { record, drawCharts, drawHealth, drawRoutes } from "./panels.js";
 
 const REFRESH_MS = 1000;
 const TOKEN_KEY = "routerd.admin.token";
@@ -12,6 +13,9 @@ const readings = new Map();
 let members = [];
 let self = null;
 let objectsAfter = null;
+let sessionsAfter = null;
+/** The last round of figures, for the panels redrawn between rounds. */
+let lastRound = [];
 
 function token() {
   return sessionStorage.getItem(TOKEN_KEY) ?? "";
@@ -23,14 +27,25 @@ async function call(method, path, body) {
   if (method !== "GET" && token() !== "") headers.Authorization = `Bearer ${token()}`;
   const response = await fetch(path, { method, headers, body, cache: "no-store" });
   const type = response.headers.get("content-type") ?? "";
-  const payload = type.includes("json") ? await response.json() : await response.text();
+  const payload = type.includes("json") ? exactJson(await response.text()) : await response.text();
   return { status: response.status, ok: response.ok, payload };
 }
 
-function cell(row, text, className) {
+/** JSON with every integer of 16 digits or more kept as a string: session
+ * ids (the core and incarnation in their high bits) are past 2^53, where a
+ * JavaScript number would round them, and a kick or a page cursor made
+ * from a rounded id names another session. */
+function exactJson(text) {
+  return JSON.parse(text.replace(/([:,[]\s*)(\d{16,})(?=\s*[,\]}])/g, '$1"$2"'));
+}
+
+function cell(row, text, className, label) {
   const td = document.createElement("td");
   td.textContent = text;
   if (className) td.className = className;
+  // The column's name, shown beside the value when a narrow screen stacks
+  // the cells (console.css).
+  if (label) td.dataset.label = label;
   row.appendChild(td);
   return td;
 }
@@ -46,38 +61,52 @@ function percent(ratio) {
   return Number.isFinite(ratio) ? `${(ratio * 100).toFixed(2)} %` : "–";
 }
 
-async function nodeFigures(member) {
-  if (member.state === "left" || member.state === "down") return null;
+/** One node's round: its rates, health and routes from its /metrics, and
+ * its lease from its /cluster (this node's from `own`). */
+async function nodeFigures(member, own) {
+  const empty = { member, figures: null, health: null, routes: null, lease: null };
+  if (member.state === "left" || member.state === "down") return empty;
   try {
-    const answer = await call("GET", `/nodes/${member.node_id}/metrics`);
-    if (!answer.ok) return null;
+    const [answer, view] = await Promise.all([
+      call("GET", `/nodes/${member.node_id}/metrics`),
+      member.link === "self" ? Promise.resolve({ ok: true, payload: own }) : call("GET", `/nodes/${member.node_id}/cluster`),
+    ]);
+    if (!answer.ok) return empty;
     const now = reading(parse(answer.payload), Date.now());
-    const figures = rates(readings.get(member.node_id), now);
+    const before = readings.get(member.node_id);
     readings.set(member.node_id, now);
-    return { ...figures, objects: now.objects };
+    return {
+      member,
+      figures: { ...rates(before, now), objects: now.objects, objectsTotal: now.objectsTotal, sessions: now.sessions },
+      health: health(before, now),
+      routes: routeRates(before, now),
+      lease: view.ok ? view.payload.lease_remaining_ms : null,
+    };
   } catch {
-    return null;
+    return empty;
   }
 }
 
 function renderMembers(figures) {
   const body = $("members").tBodies[0];
+  const labels = [...$("members").tHead.rows[0].cells].map((th) => th.textContent);
   body.replaceChildren();
   members.forEach((member, index) => {
     const row = document.createElement("tr");
     row.dataset.node = member.node_id;
     row.dataset.state = member.state;
-    cell(row, member.node_id + (member.link === "self" ? " (this node)" : ""));
-    cell(row, member.state, `state state-${member.state}`);
-    cell(row, member.incarnation);
-    cell(row, member.link, `link link-${member.link}`);
-    cell(row, member.heartbeat_age_ms == null ? "–" : `${member.heartbeat_age_ms} ms`);
+    const column = (text, className) => cell(row, text, className, labels[row.cells.length]);
+    column(member.node_id + (member.link === "self" ? " (this node)" : ""));
+    column(member.state, `state state-${member.state}`);
+    column(member.incarnation);
+    column(member.link, `link link-${member.link}`);
+    column(member.heartbeat_age_ms == null ? "–" : `${member.heartbeat_age_ms} ms`);
     const f = figures[index];
-    cell(row, f && Number.isFinite(f.perSecond) ? f.perSecond.toFixed(1) : "–");
-    cell(row, f ? duration(f.p99) : "–");
-    cell(row, f ? percent(f.errorRatio) : "–");
-    cell(row, f ? f.objects.map(([type, n]) => `${type} ${n}`).join(", ") : "–");
-    const actions = cell(row, "");
+    column(f && Number.isFinite(f.perSecond) ? f.perSecond.toFixed(1) : "–");
+    column(f ? duration(f.p99) : "–");
+    column(f ? percent(f.errorRatio) : "–");
+    column(f ? f.objects.map(([type, n]) => `${type} ${n}`).join(", ") : "–");
+    const actions = column("");
     if (member.state === "up") {
       const drain = document.createElement("button");
       drain.textContent = "Drain";
@@ -90,16 +119,27 @@ function renderMembers(figures) {
 }
 
 function fillNodeSelects() {
-  for (const id of ["sessions-node", "objects-node"]) {
+  const live = members.filter((member) => member.state !== "left" && member.state !== "down");
+  const fill = (id, options) => {
     const select = $(id);
     const chosen = select.value;
-    select.replaceChildren(
-      ...members
-        .filter((member) => member.state !== "left" && member.state !== "down")
-        .map((member) => new Option(member.node_id, member.node_id)),
-    );
+    select.replaceChildren(...options);
     if ([...select.options].some((option) => option.value === chosen)) select.value = chosen;
+  };
+  for (const id of ["sessions-node", "objects-node"]) {
+    fill(id, live.map((member) => new Option(member.node_id, member.node_id)));
   }
+  // The panels also show nodes that left or are down: their history stays.
+  const scopes = () => [new Option("whole cluster", "cluster"), ...members.map((m) => new Option(`node ${m.node_id}`, `node ${m.node_id}`))];
+  fill("chart-scope", scopes());
+  fill("routes-scope", scopes());
+}
+
+/** Redraws the panels from the history and the last round. */
+function drawPanels() {
+  drawCharts($("charts"), $("chart-scope").value || "cluster", Number($("chart-window").value) * 60_000);
+  drawHealth($("health"), lastRound);
+  drawRoutes($("routes"), $("routes-scope").value || "cluster", lastRound);
 }
 
 async function refresh() {
@@ -109,9 +149,12 @@ async function refresh() {
     self = cluster.payload.node_id;
     $("served-by").textContent = `node ${self}, incarnation ${cluster.payload.incarnation}`;
     members = cluster.payload.members;
-    const figures = await Promise.all(members.map(nodeFigures));
-    renderMembers(figures);
+    const round = await Promise.all(members.map((member) => nodeFigures(member, cluster.payload)));
+    renderMembers(round.map((r) => r.figures));
     fillNodeSelects();
+    lastRound = round;
+    record(Date.now(), round);
+    drawPanels();
     const up = members.filter((member) => member.state === "up").length;
     $("status").textContent = `${members.length} members, ${up} up; updated ${new Date().toLocaleTimeString()}`;
     $("status").className = "";
@@ -124,10 +167,21 @@ async function refresh() {
 async function startDrain(nodeId) {
   if (!confirm(`Drain node ${nodeId}? Its objects move to the others, its clients are told to reconnect elsewhere, then it leaves and exits.`)) return;
   const answer = await call("POST", `/nodes/${nodeId}/drain`);
-  $("status").textContent = answer.ok
-    ? `Node ${nodeId} drains.`
-    : `Drain of node ${nodeId} refused (${answer.status}): ${JSON.stringify(answer.payload)}`;
+  // Its own line, which the refresh leaves alone: the result stays until
+  // the next action.
+  say(
+    answer.ok
+      ? `Node ${nodeId} drains (started ${new Date().toLocaleTimeString()}).`
+      : `Drain of node ${nodeId} refused (${answer.status}): ${JSON.stringify(answer.payload)}`,
+    !answer.ok,
+  );
   refresh();
+}
+
+/** The result of the operator's last action, kept until the next one. */
+function say(text, failed = false) {
+  $("action-result").textContent = text;
+  $("action-result").className = failed ? "error" : "";
 }
 
 function describe(list, entries) {
@@ -157,7 +211,34 @@ async function lookup(event) {
     ["CAS version", o.cas_version],
     ["saved", o.save_timepoint_ms ? new Date(o.save_timepoint_ms).toISOString() : "never"],
     ["state", `${o.state_bytes} bytes`],
+    ...stateEntries(o.state),
   ]);
+  $("lookup-members").replaceChildren();
+  if (o.state?.members) {
+    $("lookup-members").appendChild(
+      table(
+        ["member", "online", "session (node/id)"],
+        o.state.members.map((m) => [m.player_id, m.online ? "yes" : "no", m.session ? `${m.session.gateway_node}/${m.session.session_id}` : "–"]),
+      ),
+    );
+  }
+}
+
+/** The saved state as the viewer shows it: a built-in's fields, another
+ * type's bytes in hex. */
+function stateEntries(state) {
+  if (!state) return [];
+  if (!state.saved) return [["as saved", "nothing saved yet"]];
+  const session = (s) => (s ? `node ${s.gateway_node}, session ${s.session_id} (epoch ${s.session_epoch})` : "none");
+  if ("counter" in state) {
+    return [
+      ["counter", state.counter],
+      ["session", session(state.session)],
+      ["rooms", state.rooms.length ? state.rooms.join(", ") : "none"],
+    ];
+  }
+  if ("members" in state) return [["members", `${state.members.length}, ${state.members.filter((m) => m.online).length} online`]];
+  return [["bytes (hex)", state.hex + (state.hex_cut ? "…" : "")]];
 }
 
 async function transfer(event) {
@@ -185,26 +266,62 @@ function table(headers, rows) {
   return t;
 }
 
-async function sessions(event) {
-  event.preventDefault();
+async function sessions(event, next = false) {
+  if (event) event.preventDefault();
+  if (!next) sessionsAfter = null;
   const node = $("sessions-node").value;
   const player = $("sessions-player").value.trim();
-  const query = player === "" ? "" : `?player=${encodeURIComponent(player)}`;
-  const answer = await call("GET", `/nodes/${node}/sessions${query}`);
+  const query = new URLSearchParams({ limit: "50" });
+  if (player !== "") query.set("player", player);
+  if (sessionsAfter != null) query.set("after", sessionsAfter);
+  const answer = await call("GET", `/nodes/${node}/sessions?${query}`);
   const out = $("sessions-result");
   if (!answer.ok) {
     out.textContent = `${answer.status}: ${JSON.stringify(answer.payload)}`;
     return;
   }
   const s = answer.payload;
+  sessionsAfter = s.next_after;
+  $("sessions-next").disabled = s.next_after == null;
   const counts = document.createElement("p");
   counts.textContent = `${s.total} sessions: ` + s.cores.map((c) => `core ${c.core} ${c.sessions}`).join(", ");
-  out.replaceChildren(
-    counts,
-    table(
-      ["session", "core", "player", "epoch", "in flight"],
-      s.sessions.map((r) => [r.session_id, r.core, r.player_id || "(not logged in)", r.session_epoch, r.inflight]),
-    ),
+  const listed = table(
+    ["session", "core", "player", "epoch", "in flight", ""],
+    s.sessions.map((r) => [r.session_id, r.core, r.player_id || "(not logged in)", r.session_epoch, r.inflight, ""]),
+  );
+  s.sessions.forEach((r, index) => {
+    if (!r.player_id) return;
+    const kick = document.createElement("button");
+    kick.textContent = "Kick";
+    kick.className = "kick";
+    kick.addEventListener("click", () => kickSession(node, r.session_id, r.player_id));
+    listed.tBodies[0].rows[index].lastElementChild.appendChild(kick);
+  });
+  out.replaceChildren(counts, listed);
+}
+
+async function kickSession(node, sessionId, playerId) {
+  if (!confirm(`Close session ${sessionId} of player ${playerId}? The client reads sys.kicked.`)) return;
+  const answer = await call("POST", `/nodes/${node}/sessions/${sessionId}/kick?player=${playerId}`);
+  say(
+    answer.ok
+      ? `Session ${sessionId} of player ${playerId} on node ${node} kicked.`
+      : `Kick of session ${sessionId} refused (${answer.status}): ${JSON.stringify(answer.payload)}`,
+    !answer.ok,
+  );
+  sessions(null);
+}
+
+/** A room.message to every logged-in member of a room, from player 0. */
+async function messageRoom(event) {
+  event.preventDefault();
+  const room = $("message-room").value.trim();
+  const answer = await call("POST", `/rooms/${encodeURIComponent(room)}/message`, $("message-text").value);
+  say(
+    answer.ok
+      ? `Message sent to room ${room}'s logged-in members.`
+      : `Message to room ${room} refused (${answer.status}): ${JSON.stringify(answer.payload)}`,
+    !answer.ok,
   );
 }
 
@@ -262,7 +379,10 @@ $("token-form").addEventListener("submit", (event) => {
 });
 $("lookup-form").addEventListener("submit", lookup);
 $("transfer-form").addEventListener("submit", transfer);
-$("sessions-form").addEventListener("submit", sessions);
+$("sessions-form").addEventListener("submit", (event) => sessions(event));
+$("sessions-next").addEventListener("click", () => sessions(null, true));
+$("message-form").addEventListener("submit", messageRoom);
+for (const id of ["chart-scope", "chart-window", "routes-scope"]) $(id).addEventListener("change", drawPanels);
 $("objects-form").addEventListener("submit", (event) => objects(event));
 $("objects-next").addEventListener("click", () => objects(null, true));
 $("log-form").addEventListener("submit", logLevel);

@@ -72,6 +72,33 @@ export const SERVER_ERRORS = new Set(["UNAVAILABLE", "TIMEOUT", "INTERNAL", "OVE
 const REQUESTS = "routerd_gateway_requests_total";
 const LATENCY = "routerd_gateway_request_duration_seconds";
 
+/** Cumulative bucket counts by `le` of the series of `name` whose labels
+ * pass `keep`. */
+function bucketsWhere(samples, name, keep) {
+  return buckets(samples.filter((sample) => sample.name !== `${name}_bucket` || keep(sample.labels)), name);
+}
+
+/** Per route: requests, server errors, refusals (every other non-OK code)
+ * and latency buckets. */
+function byRoute(samples) {
+  const routes = new Map();
+  const of = (route) => {
+    if (!routes.has(route)) routes.set(route, { requests: 0, errors: 0, refused: 0, latency: [] });
+    return routes.get(route);
+  };
+  for (const sample of samples) {
+    if (sample.name !== REQUESTS) continue;
+    const route = of(sample.labels.route);
+    route.requests += sample.value;
+    if (SERVER_ERRORS.has(sample.labels.code)) route.errors += sample.value;
+    else if (sample.labels.code !== "OK") route.refused += sample.value;
+  }
+  for (const [name, route] of routes) {
+    route.latency = bucketsWhere(samples, LATENCY, (labels) => labels.route === name);
+  }
+  return routes;
+}
+
 /** What one scrape says of a node, kept to compute rates at the next. */
 export function reading(samples, at) {
   return {
@@ -82,6 +109,53 @@ export function reading(samples, at) {
     objects: samples
       .filter((sample) => sample.name === "routerd_router_objects_by_type")
       .map((sample) => [sample.labels.type, sample.value]),
+    objectsTotal: sum(samples, "routerd_router_objects"),
+    sessions: sum(samples, "routerd_gateway_sessions_active"),
+    cpuSeconds: sum(samples, "process_cpu_seconds_total"),
+    residentBytes: sum(samples, "process_resident_memory_bytes"),
+    storeLatency: buckets(samples, "routerd_store_operation_duration_seconds"),
+    storeErrors: sum(samples, "routerd_store_errors_total"),
+    routes: byRoute(samples),
+  };
+}
+
+/** The buckets of `now` minus those of `before` (same bounds). */
+function delta(now, before) {
+  return now.map(([le, count], i) => [le, count - (before?.[i]?.[1] ?? 0)]);
+}
+
+/** Per route between two readings: calls/s, p99 (s), errors/s and
+ * refusals/s; over the node's life when there is no earlier reading. */
+export function routeRates(before, now) {
+  const seconds = before ? (now.at - before.at) / 1000 : NaN;
+  const rows = [];
+  for (const [name, route] of now.routes) {
+    const earlier = before?.routes.get(name);
+    const asked = earlier ? route.requests - earlier.requests : route.requests;
+    rows.push({
+      route: name,
+      type: name.includes(".") ? name.slice(0, name.indexOf(".")) : name,
+      perSecond: earlier && seconds > 0 ? asked / seconds : NaN,
+      p99: quantile(0.99, earlier && asked > 0 ? delta(route.latency, earlier.latency) : route.latency),
+      errors: earlier ? route.errors - earlier.errors : route.errors,
+      refused: earlier ? route.refused - earlier.refused : route.refused,
+      total: route.requests,
+    });
+  }
+  return rows;
+}
+
+/** Node health between two readings: CPU (cores busy), resident memory,
+ * store p99 (s) and store errors/s. */
+export function health(before, now) {
+  const seconds = before ? (now.at - before.at) / 1000 : NaN;
+  const storeWindow = before && delta(now.storeLatency, before.storeLatency);
+  const storeAsked = storeWindow?.length ? storeWindow[storeWindow.length - 1][1] : 0;
+  return {
+    cpu: seconds > 0 ? (now.cpuSeconds - before.cpuSeconds) / seconds : NaN,
+    residentBytes: now.residentBytes,
+    storeP99: quantile(0.99, storeAsked > 0 ? storeWindow : now.storeLatency),
+    storeErrorsPerSecond: seconds > 0 ? (now.storeErrors - before.storeErrors) / seconds : NaN,
   };
 }
 
@@ -102,5 +176,6 @@ export function rates(before, now) {
     perSecond,
     p99: quantile(0.99, latency),
     errorRatio: requests > 0 ? errors / requests : NaN,
+    errorsPerSecond: seconds > 0 && window ? errors / seconds : seconds > 0 ? 0 : NaN,
   };
 }

@@ -115,8 +115,12 @@ pub enum ClientError {
     Resolve { addr: String, source: io::Error },
     #[error("cannot connect to {addr}: {source}")]
     Connect { addr: String, source: io::Error },
-    #[error("login failed (the ERROR line above says why)")]
-    LoginFailed,
+    #[error("login failed (the ERROR line above says why){hint}")]
+    LoginFailed {
+        /// Where the `--player-id` token's secret came from, when this
+        /// client signed it: the usual cause is a server with another.
+        hint: String,
+    },
     #[error("no answer to {name} (seq {seq}) within {timeout_ms} ms")]
     Timeout {
         name: &'static str,
@@ -159,7 +163,13 @@ pub fn run(args: &ClientArgs) -> Result<(), ClientError> {
     let stream = connect(&args.addr)?;
     let layers = layers(args)?;
     let mut session = Session::start(stream, layers, args)?;
-    let result = session.login(token).and_then(|()| {
+    let result = session.login(token).map_err(|error| match error {
+        ClientError::LoginFailed { .. } => ClientError::LoginFailed {
+            hint: minted_token_hint(args),
+        },
+        other => other,
+    });
+    let result = result.and_then(|()| {
         if io::IsTerminal::is_terminal(&io::stdin()) {
             eprintln!("routerd client: connected to {}; type help", args.addr);
         }
@@ -167,6 +177,25 @@ pub fn run(args: &ClientArgs) -> Result<(), ClientError> {
     });
     session.finish();
     result
+}
+
+/// For a failed login with a token this client signed: which secret signed
+/// it, and that the server's must be the same.
+fn minted_token_hint(args: &ClientArgs) -> String {
+    if args.player_id.is_none() {
+        return String::new();
+    }
+    let source = if std::env::var_os(crate::config::AUTH_SECRET_ENV).is_some() {
+        format!("{} from the environment", crate::config::AUTH_SECRET_ENV)
+    } else if let Some(path) = &args.config {
+        format!("auth.secret of {}", path.display())
+    } else {
+        "the development secret (no --config, no ROUTERD_AUTH_SECRET)".to_string()
+    };
+    format!(
+        "; the --player-id token was signed with {source}: the server must use the same \
+         secret (check its auth.secret, or ROUTERD_AUTH_SECRET, which wins over it)"
+    )
 }
 
 /// The token to log in with, if any: `--token` as given, or one minted for
@@ -389,7 +418,9 @@ impl Session {
         };
         match self.call(Sent::Login, token.into_bytes())? {
             true => Ok(()),
-            false => Err(ClientError::LoginFailed),
+            false => Err(ClientError::LoginFailed {
+                hint: String::new(),
+            }),
         }
     }
 

@@ -374,6 +374,10 @@ mod tests {
             Err(ErrorCode::Timeout.into()),
             Err(ErrorCode::Internal.into()),
             Err(Refusal::app(AppCode::nth(1), "name taken")),
+            Err(Refusal::explained(
+                ErrorCode::BadRequest,
+                "not a member of room 7",
+            )),
             Err(Refusal::app(AppCode::nth(0x7FFF), "")),
         ] {
             let frame = FrameBuf::encode(&encode_reply(id, outcome.clone())).unwrap();
@@ -412,6 +416,11 @@ mod tests {
         assert_eq!(
             refusal_from_wire(5, b""),
             Refusal::Code(ErrorCode::BadRequest)
+        );
+        // A protocol code keeps the object's reason across nodes.
+        assert_eq!(
+            refusal_from_wire(5, b"counter would overflow"),
+            Refusal::explained(ErrorCode::BadRequest, "counter would overflow")
         );
     }
 }

@@ -413,14 +413,20 @@ impl RouterDriver {
     /// A one-way notification to the object `key` (a session's end, a
     /// presence change): nobody waits for an answer.
     pub fn notify(&self, key: ObjectKey, op: u32, client: ClientRef) {
+        self.send_one_way(key, op, Vec::new(), Some(client));
+    }
+
+    /// A one-way message to the object `key`, from `client`'s session or
+    /// (`None`) from the node itself, an operator's notice: nobody waits.
+    pub fn send_one_way(&self, key: ObjectKey, op: u32, body: Vec<u8>, client: Option<ClientRef>) {
         let request = Request {
             id: RequestId {
                 origin_node: self.0.node,
                 seq: 0,
             },
             op,
-            body: Vec::new(),
-            client: Some(client),
+            body,
+            client,
             needs_reply: false,
         };
         self.submit(RouterHead::local(key, self.0.node), request);

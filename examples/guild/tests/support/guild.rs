@@ -53,11 +53,12 @@ pub fn find(client: &mut Client, name: &str) -> (u64, u64) {
     )
 }
 
-pub fn assert_bad_request(reply: Reply) {
+/// A BAD_REQUEST that says why: `reason`.
+pub fn assert_bad_request(reply: Reply, reason: &str) {
     assert_eq!(reply.kind, FrameKind::Error, "{reply:?}");
     assert_eq!(
-        reply.error_code(),
-        ErrorCode::BadRequest as u16,
+        wire::client::decode_error_body(&reply.body),
+        Some((ErrorCode::BadRequest as u16, reason)),
         "{reply:?}"
     );
 }

@@ -1,0 +1,95 @@
+//! `POST /sessions/{id}/kick?player=N`: closes one session of this node
+//! (the console's Kick button; `/nodes/{id}/sessions/...` reaches another
+//! node's). `POST /rooms/{id}/message` (the body, UTF-8 text): a
+//! `room.message` from player 0, the system, to every logged-in member of
+//! the room, wherever it lives. Token-protected like every mutating call.
+
+use hyper::{Response, StatusCode};
+use serde_json::json;
+
+use super::forward::refused;
+use super::operator::list_refused;
+use super::routes::{json_response, Body};
+use super::AdminState;
+use crate::builtins::room;
+
+pub(super) async fn kick(state: &AdminState, session: &str, query: Option<&str>) -> Response<Body> {
+    let Some(ops) = &state.ops else {
+        return refused(
+            StatusCode::NOT_FOUND,
+            "no_cluster",
+            "this node runs no operations",
+        );
+    };
+    let Ok(session_id) = session.parse::<u64>() else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the session id must be a number",
+        );
+    };
+    let player = query
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("player="))
+        .and_then(|value| value.parse::<u64>().ok())
+        .filter(|player| *player != 0);
+    let Some(player_id) = player else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the query takes player=N, the session's player (as the listing shows it)",
+        );
+    };
+    match ops.kick_session(session_id, player_id).await {
+        Ok(true) => json_response(json!({
+            "kicked": true,
+            "session_id": session_id,
+            "player_id": player_id,
+        })),
+        Ok(false) => refused(
+            StatusCode::NOT_FOUND,
+            "no_such_session",
+            "no session of that id and player on this node (closed already?)",
+        ),
+        Err(refusal) => list_refused(refusal),
+    }
+}
+
+pub(super) async fn room_message(state: &AdminState, room_id: &str, text: &[u8]) -> Response<Body> {
+    let Some(ops) = &state.ops else {
+        return refused(
+            StatusCode::NOT_FOUND,
+            "no_cluster",
+            "this node runs no operations",
+        );
+    };
+    let Ok(room_id) = room_id.parse::<u64>() else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the room id must be a number",
+        );
+    };
+    if text.is_empty() || text.len() > room::SAY_TEXT_MAX || std::str::from_utf8(text).is_err() {
+        let reason = format!(
+            "the body is the message: 1 to {} bytes of UTF-8",
+            room::SAY_TEXT_MAX
+        );
+        return refused(StatusCode::BAD_REQUEST, "bad_request", &reason);
+    }
+    let key = room::room_key(room_id);
+    match ops
+        .send_one_way(key, room::OP_SYSTEM_MESSAGE, text.to_vec())
+        .await
+    {
+        // Accepted, not delivered: a room that does not exist takes none,
+        // and members pushed to are not counted back.
+        Ok(()) => {
+            let mut response = json_response(json!({ "sent": true, "room_id": room_id }));
+            *response.status_mut() = StatusCode::ACCEPTED;
+            response
+        }
+        Err(refusal) => list_refused(refusal),
+    }
+}

@@ -1,0 +1,66 @@
+//! The state viewer of `GET /objects/{type}/{id}`: a built-in object's
+//! saved state decoded (the player's counter, session and rooms, a room's
+//! members); another type's as its version and first bytes in hex.
+
+use serde_json::{json, Value};
+
+use crate::builtins::{decode_saved, SavedSession, SavedState};
+
+/// Bytes of a state the viewer shows in hex when it cannot decode it.
+const HEX_SHOWN_MAX: usize = 256;
+
+fn session(client: Option<SavedSession>) -> Value {
+    match client {
+        None => Value::Null,
+        Some(client) => json!({
+            "gateway_node": client.gateway_node,
+            "session_id": client.session_id,
+            "session_epoch": client.session_epoch,
+        }),
+    }
+}
+
+/// The JSON of the state `saved` of an object of `type_id`.
+pub(super) fn state_json(type_id: u32, saved: &[u8]) -> Value {
+    if saved.is_empty() {
+        return json!({ "saved": false });
+    }
+    let version = saved
+        .first_chunk::<2>()
+        .map(|version| u16::from_le_bytes(*version));
+    match decode_saved(type_id, saved) {
+        Some(SavedState::Player {
+            counter,
+            session: bound,
+            rooms,
+        }) => json!({
+            "saved": true,
+            "version": version,
+            "counter": counter,
+            "session": session(bound),
+            "rooms": rooms,
+        }),
+        Some(SavedState::Room { members }) => json!({
+            "saved": true,
+            "version": version,
+            "members": members
+                .into_iter()
+                .map(|(player_id, bound)| json!({
+                    "player_id": player_id,
+                    "online": bound.is_some(),
+                    "session": session(bound),
+                }))
+                .collect::<Vec<_>>(),
+        }),
+        None => {
+            let shown = &saved[..saved.len().min(HEX_SHOWN_MAX)];
+            let hex: String = shown.iter().map(|byte| format!("{byte:02x}")).collect();
+            json!({
+                "saved": true,
+                "version": version,
+                "hex": hex,
+                "hex_cut": saved.len() > HEX_SHOWN_MAX,
+            })
+        }
+    }
+}
