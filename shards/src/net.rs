@@ -424,24 +424,44 @@ impl std::os::fd::AsFd for TcpStream {
 }
 
 impl Drop for TcpStream {
+    /// Ends every operation on the socket in a cost that does not grow
+    /// with the core's connections. `shutdown(SHUT_RDWR)` ends them in the
+    /// kernel: the receive completes with the end of the stream, a send
+    /// blocked on a peer that stopped reading fails, a connect still
+    /// retrying its SYN (about 127 s to a black-holed address) is dropped.
+    /// The one send the stream has in the kernel is also cancelled by its
+    /// `user_data`, a lookup in one bucket of the ring's table of armed
+    /// operations. A cancel by descriptor would not do: the kernel serves
+    /// it by walking every armed operation of the ring (every connection's
+    /// receive), so each close would cost O(connections).
     fn drop(&mut self) {
         let recv = self.recv.take();
         let file = self.file;
         let fd = self.fd;
         let sends = &self.sends;
         executor::try_with_reactor(|reactor| {
-            if let Some(index) = recv {
-                reactor.orphan(index, None);
-            }
+            let sending = reactor.send_in_kernel(sends);
             reactor.cancel_queued_sends(sends);
-            // Every other operation on the socket ends too: a send blocked
-            // on a peer that stopped reading, or a connect still retrying
-            // its SYN (about 127 s to a black-holed address), holds the
-            // socket open until it completes. Cancelling by file matches an
-            // operation that names the socket by index or by descriptor.
-            let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd)).all());
-            // SAFETY: a cancel points at no memory.
-            unsafe { reactor.submit_ignored(cancel.build()) };
+            if sending.is_some() {
+                // A send started just before the drop (a last reply) is
+                // still in the submission queue: it goes to the kernel
+                // before the shutdown, as it would have before a close.
+                reactor.submit_now();
+            }
+            // SAFETY: `fd` is the open socket this stream owns; shutdown
+            // does not close or invalidate it.
+            let shut = unsafe { libc::shutdown(fd, libc::SHUT_RDWR) } == 0;
+            if let Some(index) = recv {
+                if shut {
+                    reactor.orphan_ending(index);
+                } else {
+                    // Not connected (reset, or never): cancel it by index.
+                    reactor.orphan(index, None);
+                }
+            }
+            if let Some(index) = sending {
+                reactor.cancel_op(index);
+            }
             if let Some(file) = file {
                 reactor.close_file(file);
             }

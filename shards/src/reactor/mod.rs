@@ -317,6 +317,34 @@ impl Reactor {
         self.slots.borrow_mut().orphan(index, keep, self);
     }
 
+    /// [`Reactor::orphan`] of a multishot operation that ends without a
+    /// cancel: its socket is shut down, so its last completion comes by
+    /// itself (a cancel by `user_data` would cost a search of the ring's
+    /// armed operations).
+    pub fn orphan_ending(&self, index: usize) {
+        self.slots.borrow_mut().orphan_ending(index, self);
+    }
+
+    /// Asks the kernel to cancel operation `index`, found by its
+    /// `user_data`. The caller knows the operation is still in flight: its
+    /// completion has not been reaped, so the index names no other.
+    pub fn cancel_op(&self, index: usize) {
+        SlotEnv::cancel(self, index);
+    }
+
+    /// Hands what is queued (the backlog, then the submission queue) to the
+    /// kernel now, without waiting, if anything is; an error leaves it for
+    /// the loop's next entry, which reports it.
+    pub fn submit_now(&self) {
+        let mut ring = self.ring.borrow_mut();
+        if !self.backlog.borrow().is_empty() && self.flush_backlog(&mut ring).is_err() {
+            return;
+        }
+        if !ring.submission().is_empty() {
+            let _ = self.submit_queued(&mut ring);
+        }
+    }
+
     /// Keeps a read of the wake-up eventfd armed, so a wake from another
     /// thread completes it and ends a wait in the kernel.
     pub fn arm_wake(&self) {
