@@ -10,9 +10,9 @@
 //!
 //! The ring is shared by every connection of the core, so it can run dry:
 //! - a connection whose receive found it empty parks on the ring's waiter
-//!   list, and is woken (one per buffer) as buffers come back, instead of
-//!   re-arming every loop turn, which fails at once on an empty ring and
-//!   would keep the core spinning;
+//!   list, and every waiter is woken when the first buffer comes back
+//!   (see `give_back`), instead of re-arming every loop turn, which fails
+//!   at once on an empty ring and would keep the core spinning;
 //! - a connection holds at most `held_max` buffers (lent to its reader or
 //!   filled and not yet read): at the bound its receive is cancelled and
 //!   re-armed only once the reader gives buffers back, so one slow reader
@@ -130,9 +130,11 @@ impl RecvQuota {
         self.held.get()
     }
 
-    /// The receive is armed again.
+    /// The receive is armed again: a listing on the ring's waiter list
+    /// left from before is stale, and wakes no one.
     pub fn armed(&self) {
         self.pausing.set(false);
+        self.listed.set(false);
     }
 
     /// The reader waits for one of its buffers to come back.
@@ -253,27 +255,40 @@ impl BufRing {
         }
     }
 
-    /// Gives buffer `bid` back to the kernel, and wakes the connection
-    /// that has waited longest for one.
+    /// Gives buffer `bid` back to the kernel, and wakes every connection
+    /// waiting for one. Not only the one that has waited longest: which
+    /// waiter can use the buffer is not known here. An idle connection
+    /// woken alone would arm its receive, take nothing, and use up the
+    /// wake, while one whose bytes already sit in its socket stayed parked
+    /// with a free buffer in the ring (on a quiet core, until unrelated
+    /// traffic returned another). Waiters are listed only while the ring
+    /// is empty, so this is the first buffer back: those that find the
+    /// ring empty again when they run wait again.
     pub fn give_back(&self, bid: u16) {
         debug_assert!(bid < self.entries);
         self.push(bid);
         self.publish();
         self.lent.set(self.lent.get().saturating_sub(1));
-        loop {
-            let Some(quota) = self.waiters.borrow_mut().pop_front() else {
-                return;
-            };
-            quota.listed.set(false);
-            // A connection dropped while it waited is skipped: the buffer
-            // goes to the next one.
-            let waker = quota.waker.borrow_mut().take();
-            if Rc::strong_count(&quota) > 1 {
+        if self.waiters.borrow().is_empty() {
+            return;
+        }
+        // Woken with the list not borrowed: a waker may be the last owner
+        // of a task, whose drop may give buffers back.
+        let mut waiters = self.waiters.take();
+        while let Some(quota) = waiters.pop_front() {
+            // A listing its connection dropped, or one left from before it
+            // armed its receive, wakes no one.
+            if quota.listed.replace(false) && Rc::strong_count(&quota) > 1 {
+                let waker = quota.waker.borrow_mut().take();
                 if let Some(waker) = waker {
                     waker.wake();
-                    return;
                 }
             }
+        }
+        // Keep the list's allocation for the next time the ring runs dry.
+        let mut list = self.waiters.borrow_mut();
+        if list.is_empty() {
+            std::mem::swap(&mut *list, &mut waiters);
         }
     }
 
@@ -506,10 +521,11 @@ mod tests {
         drop(ring);
     }
 
-    /// Waiters are woken one per buffer back, oldest first; one whose
-    /// connection is gone is skipped, and each wait is counted once.
+    /// The first buffer back wakes every waiter (which one can use it is
+    /// not known here); one whose connection is gone is skipped, one whose
+    /// receive was armed since is not woken, and each wait is counted once.
     #[test]
-    fn buffers_back_wake_waiters_in_order_one_each() {
+    fn a_buffer_back_wakes_every_waiter() {
         let ring = IoUring::new(8).expect("ring");
         let bufs = BufRing::register(&ring, 2, 16).expect("buffer ring");
         bufs.taken();
@@ -517,28 +533,35 @@ mod tests {
         assert!(!bufs.has_free());
         let (first_count, first_waker) = counter();
         let (gone_count, gone_waker) = counter();
+        let (armed_count, armed_waker) = counter();
         let (last_count, last_waker) = counter();
         let first = RecvQuota::new(4);
         let gone = RecvQuota::new(4);
+        let armed = RecvQuota::new(4);
         let last = RecvQuota::new(4);
         bufs.wait(&first, &first_waker);
         bufs.wait(&first, &first_waker);
         bufs.wait(&gone, &gone_waker);
+        bufs.wait(&armed, &armed_waker);
         bufs.wait(&last, &last_waker);
         drop(gone);
-        assert_eq!(bufs.stats().waiting, 3);
+        armed.armed();
+        assert_eq!(bufs.stats().waiting, 4);
         assert_eq!(
             bufs.stats().recv_buffer_waits_total,
-            3,
+            4,
             "a second wait of one is not counted"
         );
         bufs.give_back(0);
-        assert_eq!((woken(&first_count), woken(&last_count)), (1, 0));
         assert!(bufs.has_free());
-        bufs.give_back(1);
+        assert_eq!((woken(&first_count), woken(&last_count)), (1, 1));
         assert_eq!(woken(&gone_count), 0, "a dropped connection is skipped");
-        assert_eq!(woken(&last_count), 1);
+        assert_eq!(woken(&armed_count), 0, "a stale listing wakes no one");
         assert_eq!(bufs.stats().waiting, 0);
+        // Listed again after its wake: counted, and woken by the next.
+        bufs.wait(&first, &first_waker);
+        bufs.give_back(1);
+        assert_eq!((woken(&first_count), woken(&last_count)), (2, 1));
         drop(ring);
     }
 

@@ -307,3 +307,92 @@ fn a_burst_to_a_slow_reader_is_held_to_its_share() {
     );
     setup.stop();
 }
+
+/// A buffer back in an empty ring reaches the connection whose bytes wait
+/// in its socket, not only the connection that has waited longest: an idle
+/// connection woken first arms its receive, takes no buffer, and must not
+/// use up the wake (on a quiet core no other buffer would come back).
+#[test]
+fn a_buffer_back_in_an_empty_ring_reaches_the_connection_with_bytes_waiting() {
+    let mut config = one_core();
+    config.recv_buffers = 2;
+    config.recv_buffers_per_conn_max = 2;
+    let address = Arc::new(Mutex::new(None::<SocketAddr>));
+    let published = address.clone();
+    let holding = Arc::new(Mutex::new(None::<RecvBufferStats>));
+    let held = holding.clone();
+    let release = Arc::new(AtomicBool::new(false));
+    let released = release.clone();
+    let waiting = Arc::new(Mutex::new(None::<RecvBufferStats>));
+    let report = waiting.clone();
+    let (runtime, shutdown) = on_a_core(config, move || {
+        let (published, held, released) = (published.clone(), held.clone(), released.clone());
+        let report = report.clone();
+        async move {
+            let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+            *published.lock().unwrap() = Some(listener.local_addr());
+            // The holder takes both buffers of the ring and keeps them.
+            let holder = listener.accept().await.expect("holder");
+            let mut bufs = Vec::new();
+            while bufs
+                .iter()
+                .map(|buf: &shards::RecvBuf| buf.len())
+                .sum::<usize>()
+                < 128
+            {
+                bufs.push(holder.recv().await.expect("recv").expect("bytes"));
+            }
+            *held.lock().unwrap() = Some(shards::recv_buffers());
+            // Two idle connections, then one whose bytes already wait: all
+            // find the ring empty and wait on its list, in that order.
+            for _ in 0..3 {
+                let stream = listener.accept().await.expect("accept");
+                shards::spawn(async move {
+                    while let Ok(Some(buf)) = stream.recv().await {
+                        if stream.send_all(buf.to_vec()).await.0.is_err() {
+                            return;
+                        }
+                    }
+                })
+                .detach();
+            }
+            while !released.load(Ordering::SeqCst) {
+                *report.lock().unwrap() = Some(shards::recv_buffers());
+                shards::sleep(Duration::from_millis(5)).await;
+            }
+            // One buffer back; the other stays held.
+            bufs.pop();
+            futures_lite::future::pending::<()>().await;
+        }
+    });
+    let address = wait_for(&address);
+    let mut holder = connect(address);
+    holder.write_all(&[b'h'; 128]).unwrap();
+    assert_eq!(wait_for(&holding).lent, 2, "the holder has the ring");
+    let idle: Vec<_> = (0..2)
+        .map(|_| {
+            let client = connect(address);
+            std::thread::sleep(Duration::from_millis(30));
+            client
+        })
+        .collect();
+    let mut busy = connect(address);
+    busy.write_all(b"ping").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let seen = wait_for(&waiting);
+        if seen.waiting == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not all waiting: {seen:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    release.store(true, Ordering::SeqCst);
+    let mut back = [0u8; 4];
+    busy.read_exact(&mut back)
+        .expect("the waiting bytes are served once a buffer is back");
+    assert_eq!(&back, b"ping");
+    drop((idle, holder));
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
