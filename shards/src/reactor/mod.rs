@@ -378,11 +378,21 @@ impl Reactor {
     pub fn enter(&self, wait: Option<Option<Duration>>) -> io::Result<()> {
         let mut ring = self.ring.borrow_mut();
         let mut wait = wait;
+        let mut submit_refused = false;
         if !self.backlog.borrow().is_empty() {
             match self.flush_backlog(&mut ring) {
                 Ok(()) => {}
-                // Completions must be reaped before the kernel takes more.
-                Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {}
+                // EBUSY: completions must be reaped before the kernel takes
+                // more. EAGAIN: the kernel is short of memory for requests.
+                // Either way the entry below must still reap and run the
+                // deferred completion work, which is what frees room and
+                // memory; it submits nothing, since the kernel skips that
+                // work after a submission it cut short.
+                Err(error)
+                    if matches!(error.raw_os_error(), Some(libc::EBUSY) | Some(libc::EAGAIN)) =>
+                {
+                    submit_refused = true;
+                }
                 Err(error) => return Err(error),
             }
             if !self.backlog.borrow().is_empty() {
@@ -391,7 +401,11 @@ impl Reactor {
             }
         }
         self.enters.set(self.enters.get() + 1);
-        let to_submit = ring.submission().len() as u32;
+        let to_submit = if submit_refused {
+            0
+        } else {
+            ring.submission().len() as u32
+        };
         let submitter = ring.submitter();
         let result = match wait {
             None => {
