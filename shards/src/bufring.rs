@@ -30,7 +30,9 @@
 //! bound is also `capped`: from then on each of its receives is a one-shot
 //! receive of one buffer, armed only below the bound, so a slow reader is
 //! not copied again and again (at the price of a submission per read,
-//! which only connections whose readers fall behind pay).
+//! which only connections whose readers fall behind pay), until a receive
+//! finds its socket drained: the reader has caught up, and the connection
+//! is back on a multishot receive.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -67,6 +69,8 @@ pub(crate) struct BufRing {
     held_max_total: Cell<u64>,
     /// Completions past a connection's `held_max` copied out of the ring.
     spilled_total: Cell<u64>,
+    /// One-buffer receives armed for connections past their bound.
+    capped_receives_total: Cell<u64>,
 }
 
 /// One connection's share of the ring: the buffers it holds, and its
@@ -79,7 +83,8 @@ pub(crate) struct RecvQuota {
     pausing: Cell<bool>,
     /// On the ring's waiter list.
     listed: Cell<bool>,
-    /// Reached `held_max` once: receives one buffer at a time from now on.
+    /// Reached `held_max`: receives one buffer at a time until a receive
+    /// finds its socket drained (the reader caught up).
     capped: Cell<bool>,
     waker: RefCell<Option<Waker>>,
 }
@@ -117,6 +122,14 @@ impl RecvQuota {
     /// Whether the connection receives one buffer per submission.
     pub fn capped(&self) -> bool {
         self.capped.get()
+    }
+
+    /// A receive took less than a buffer: the socket was drained, the
+    /// reader has caught up, and the connection goes back to a multishot
+    /// receive (a connection that once fell behind is not left paying a
+    /// submission per read for life).
+    pub fn drained(&self) {
+        self.capped.set(false);
     }
 
     /// Whether the connection may have its receive armed.
@@ -200,6 +213,7 @@ impl BufRing {
             waits_total: Cell::new(0),
             held_max_total: Cell::new(0),
             spilled_total: Cell::new(0),
+            capped_receives_total: Cell::new(0),
         };
         // SAFETY: `mapping` is page-aligned and holds `entries` entries; the
         // kernel pins its pages at registration, and the executor closes the
@@ -301,6 +315,7 @@ impl BufRing {
             recv_buffer_waits_total: self.waits_total.get(),
             held_max_total: self.held_max_total.get(),
             recv_buffer_spilled_total: self.spilled_total.get(),
+            capped_receives_total: self.capped_receives_total.get(),
         }
     }
 
@@ -318,6 +333,12 @@ impl BufRing {
         self.spilled_total.set(self.spilled_total.get() + 1);
         self.give_back(bid);
         bytes
+    }
+
+    /// A one-buffer receive was armed for a connection past its bound.
+    pub fn count_capped_receive(&self) {
+        self.capped_receives_total
+            .set(self.capped_receives_total.get() + 1);
     }
 
     /// A connection reached its `held_max` and had its receive stopped.
@@ -390,6 +411,9 @@ pub struct RecvBufferStats {
     /// Receives past a connection's `recv_buffers_per_conn_max` (a burst
     /// one kernel pass took) whose bytes were copied out of the ring.
     pub recv_buffer_spilled_total: u64,
+    /// One-buffer receives armed for connections that reached their bound
+    /// and have not caught up since (a submission per read).
+    pub capped_receives_total: u64,
 }
 
 /// Received bytes: a buffer lent from the ring (back to it when dropped),
@@ -587,6 +611,8 @@ mod tests {
         assert_eq!(woken(&count), 1);
         assert!(quota.below_max());
         quota.armed();
-        assert!(quota.capped(), "capped for the rest of its life");
+        assert!(quota.capped(), "capped until its socket is drained");
+        quota.drained();
+        assert!(!quota.capped());
     }
 }

@@ -268,6 +268,10 @@ impl TcpStream {
                 Poll::Ready(Some(completion)) => completion,
             };
             if res > 0 {
+                if self.quota.capped() && (res as usize) < reactor.bufs.buffer_bytes() {
+                    // Less than a buffer: the socket is drained.
+                    self.quota.drained();
+                }
                 let data = match cqueue::buffer_select(flags) {
                     Some(bid) => RecvData::Lent {
                         ring: reactor.bufs.clone(),
@@ -321,6 +325,7 @@ impl TcpStream {
         }
         self.quota.armed();
         let entry = if self.quota.capped() {
+            reactor.bufs.count_capped_receive();
             // One buffer, and a completion without MORE: the slot ends
             // after it as a multishot's does.
             let len = u32::try_from(reactor.bufs.buffer_bytes()).unwrap_or(u32::MAX);

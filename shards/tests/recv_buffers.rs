@@ -396,3 +396,51 @@ fn a_buffer_back_in_an_empty_ring_reaches_the_connection_with_bytes_waiting() {
     shutdown.trigger();
     runtime.join().expect("clean stop");
 }
+
+/// A connection that reached its bound receives one buffer per submission
+/// only until it catches up: once a receive finds its socket drained it is
+/// back on a multishot receive, not paying a submission per read for life.
+#[test]
+fn a_connection_that_caught_up_leaves_one_buffer_receives() {
+    let mut config = one_core();
+    config.recv_buffers_per_conn_max = 2;
+    let address = Arc::new(Mutex::new(None::<SocketAddr>));
+    let published = address.clone();
+    let stats = Arc::new(Mutex::new(None::<RecvBufferStats>));
+    let report = stats.clone();
+    let (runtime, shutdown) = on_a_core(config, move || {
+        let (published, report) = (published.clone(), report.clone());
+        async move {
+            let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+            *published.lock().unwrap() = Some(listener.local_addr());
+            let stream = listener.accept().await.expect("accept");
+            // Two buffers held at once: the bound.
+            let first = stream.recv().await.expect("recv").expect("bytes");
+            let second = stream.recv().await.expect("recv").expect("bytes");
+            *report.lock().unwrap() = Some(shards::recv_buffers());
+            drop((first, second));
+            while let Ok(Some(buf)) = stream.recv().await {
+                *report.lock().unwrap() = Some(shards::recv_buffers());
+                if stream.send_all(buf.to_vec()).await.0.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let mut client = connect(wait_for(&address));
+    // Two buffers' worth (64 bytes each), held by the reader.
+    client.write_all(&[b'x'; 128]).unwrap();
+    let at_bound = wait_for(&stats);
+    assert!(at_bound.held_max_total >= 1, "{at_bound:?}");
+    round_trips(&mut client, b"small", 1);
+    let caught_up = wait_for(&stats).capped_receives_total;
+    round_trips(&mut client, b"small", 20);
+    let after = wait_for(&stats).capped_receives_total;
+    assert!(
+        after - caught_up <= 1,
+        "{} one-buffer receives for 20 reads after the reader caught up",
+        after - caught_up
+    );
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
