@@ -76,6 +76,9 @@ pub(crate) struct Reactor {
     wake_armed: Cell<bool>,
     wake_fd: i32,
     reaped: RefCell<Vec<(u64, i32, u32)>>,
+    /// The wakers of one reap, woken once the slots are updated; kept
+    /// between turns so a turn allocates nothing.
+    wakers: RefCell<Vec<Waker>>,
     /// Entries that found the submission queue full and could not be
     /// handed to the kernel at once (a transient shortage, or completions
     /// to reap first). They go to the ring, in order and before anything
@@ -123,6 +126,7 @@ impl Reactor {
             wake_armed: Cell::new(false),
             wake_fd,
             reaped: RefCell::new(Vec::with_capacity(256)),
+            wakers: RefCell::new(Vec::with_capacity(256)),
             backlog: RefCell::new(VecDeque::new()),
             #[cfg(test)]
             fail_submits: Cell::new((0, 0)),
@@ -455,7 +459,8 @@ impl Reactor {
             }
         }
         let count = reaped.len();
-        let mut wakers: Vec<Waker> = Vec::new();
+        // Taken out while the wakes run (a wake must not find it borrowed).
+        let mut wakers = self.wakers.take();
         for (user_data, result, flags) in reaped.drain(..) {
             if cqueue::buffer_select(flags).is_some() {
                 self.bufs.taken();
@@ -471,9 +476,8 @@ impl Reactor {
             }
         }
         drop(reaped);
-        for waker in wakers {
-            waker.wake();
-        }
+        wakers.drain(..).for_each(Waker::wake);
+        *self.wakers.borrow_mut() = wakers;
         count
     }
 
