@@ -60,6 +60,9 @@ pub(crate) struct BufRing {
     /// Buffers out of the kernel's hands: filled by a completion and not
     /// yet given back.
     lent: Cell<u16>,
+    /// Which buffers those are, a bit per buffer: a buffer given back
+    /// twice would be in the ring twice, and lent to two readers at once.
+    lent_bids: RefCell<Vec<u64>>,
     /// Connections waiting for a buffer, oldest first; each at most once
     /// (`RecvQuota::listed`), so the list is bounded by the connections.
     waiters: RefCell<VecDeque<Rc<RecvQuota>>>,
@@ -209,6 +212,7 @@ impl BufRing {
             .cast(),
             buffer_bytes,
             lent: Cell::new(0),
+            lent_bids: RefCell::new(vec![0; usize::from(entries).div_ceil(64)]),
             waiters: RefCell::new(VecDeque::new()),
             waits_total: Cell::new(0),
             held_max_total: Cell::new(0),
@@ -244,11 +248,15 @@ impl BufRing {
         unsafe { std::slice::from_raw_parts(self.buffers.add(start), len.min(self.buffer_bytes)) }
     }
 
-    /// A completion took a buffer from the kernel.
-    pub fn taken(&self) {
+    /// A completion took buffer `bid` from the kernel.
+    pub fn taken(&self, bid: u16) {
         let lent = self.lent.get();
         debug_assert!(lent < self.entries, "more buffers lent than exist");
         self.lent.set(lent + 1);
+        let (word, bit) = (usize::from(bid) / 64, 1u64 << (bid % 64));
+        if let Some(word) = self.lent_bids.borrow_mut().get_mut(word) {
+            *word |= bit;
+        }
     }
 
     pub fn buffer_bytes(&self) -> usize {
@@ -279,7 +287,15 @@ impl BufRing {
     /// is empty, so this is the first buffer back: those that find the
     /// ring empty again when they run wait again.
     pub fn give_back(&self, bid: u16) {
-        debug_assert!(bid < self.entries);
+        assert!(bid < self.entries, "buffer {bid} of {}", self.entries);
+        {
+            let mut lent = self.lent_bids.borrow_mut();
+            let (word, bit) = (usize::from(bid) / 64, 1u64 << (bid % 64));
+            // A bug, not bad input: the ring would lend one buffer to two
+            // readers, each reading bytes the kernel writes for the other.
+            assert!(lent[word] & bit != 0, "buffer {bid} given back twice");
+            lent[word] &= !bit;
+        }
         self.push(bid);
         self.publish();
         self.lent.set(self.lent.get().saturating_sub(1));
@@ -514,7 +530,7 @@ mod tests {
         let cqe = ring.completion().next().expect("completion");
         assert_eq!(cqe.result(), 5);
         let bid = cqueue::buffer_select(cqe.flags()).expect("a buffer");
-        bufs.taken();
+        bufs.taken(bid);
         assert_eq!(bufs.stats().lent, 1);
         let quota = RecvQuota::new(4);
         assert!(!quota.filled());
@@ -536,7 +552,7 @@ mod tests {
         ring.submit_and_wait(1).expect("reap");
         let cqe = ring.completion().next().expect("completion");
         let bid = cqueue::buffer_select(cqe.flags()).expect("a buffer");
-        bufs.taken();
+        bufs.taken(bid);
         // SAFETY: the completion picked `bid`; nothing else gives it back.
         let bytes = unsafe { bufs.spill(bid, 5) };
         assert_eq!(bytes, b"again");
@@ -552,8 +568,8 @@ mod tests {
     fn a_buffer_back_wakes_every_waiter() {
         let ring = IoUring::new(8).expect("ring");
         let bufs = BufRing::register(&ring, 2, 16).expect("buffer ring");
-        bufs.taken();
-        bufs.taken();
+        bufs.taken(0);
+        bufs.taken(1);
         assert!(!bufs.has_free());
         let (first_count, first_waker) = counter();
         let (gone_count, gone_waker) = counter();
@@ -587,6 +603,18 @@ mod tests {
         bufs.give_back(1);
         assert_eq!((woken(&first_count), woken(&last_count)), (2, 1));
         drop(ring);
+    }
+
+    /// A buffer given back twice would be lent to two readers at once: it
+    /// stops the core rather than pass silently.
+    #[test]
+    #[should_panic(expected = "given back twice")]
+    fn a_buffer_given_back_twice_is_refused() {
+        let ring = IoUring::new(8).expect("ring");
+        let bufs = BufRing::register(&ring, 2, 16).expect("buffer ring");
+        bufs.taken(1);
+        bufs.give_back(1);
+        bufs.give_back(1);
     }
 
     /// A connection's share: at its bound it asks (once) to stop and stays

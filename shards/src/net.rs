@@ -510,8 +510,22 @@ impl Drop for SendOp {
         if let Some(index) = self.index.take() {
             // The heap memory the kernel reads does not move with the Vec.
             let keep: Box<dyn std::any::Any> = Box::new(std::mem::take(&mut self.buf));
-            executor::try_with_reactor(|reactor| reactor.orphan(index, Some(keep)));
+            orphan_or_leak(index, keep);
         }
+    }
+}
+
+/// Hands `keep`, memory operation `index` lent the kernel, to its slot.
+/// Dropped off its core (the executor gone) there is no slot to keep it
+/// in, and the ring may outlive the executor (one that did not quiesce is
+/// leaked with what the kernel may still touch): the memory is leaked too,
+/// never freed under the kernel.
+fn orphan_or_leak(index: usize, keep: Box<dyn std::any::Any>) {
+    let mut keep = Some(keep);
+    executor::try_with_reactor(|reactor| reactor.orphan(index, keep.take()));
+    if let Some(keep) = keep {
+        #[allow(clippy::mem_forget)] // the point: the kernel may still use it
+        std::mem::forget(keep);
     }
 }
 
@@ -555,8 +569,11 @@ impl OwnedOp {
 impl Drop for OwnedOp {
     fn drop(&mut self) {
         if let Some(index) = self.index.take() {
-            let keep = self.keep.take();
-            executor::try_with_reactor(|reactor| reactor.orphan(index, keep));
+            if let Some(keep) = self.keep.take() {
+                orphan_or_leak(index, keep);
+            } else {
+                executor::try_with_reactor(|reactor| reactor.orphan(index, None));
+            }
         }
     }
 }
@@ -573,6 +590,25 @@ mod tests {
     }
     impl<T: ?Sized> MaybeSend<()> for T {}
     impl<T: ?Sized + Send> MaybeSend<u8> for T {}
+
+    /// Memory an operation lent the kernel, dropped off its core, is
+    /// leaked rather than freed under a ring that may still use it.
+    #[test]
+    fn lent_memory_dropped_off_its_core_is_not_freed() {
+        struct Lent(std::rc::Rc<std::cell::Cell<bool>>);
+        impl Drop for Lent {
+            fn drop(&mut self) {
+                self.0.set(true);
+            }
+        }
+        let freed = std::rc::Rc::new(std::cell::Cell::new(false));
+        let op = OwnedOp {
+            index: Some(0),
+            keep: Some(Box::new(Lent(freed.clone()))),
+        };
+        drop(op);
+        assert!(!freed.get(), "freed while the kernel may still use it");
+    }
 
     /// What holds a slot or a file index of this core's ring cannot be
     /// moved to another core, where the index would name another

@@ -462,8 +462,8 @@ impl Reactor {
         // Taken out while the wakes run (a wake must not find it borrowed).
         let mut wakers = self.wakers.take();
         for (user_data, result, flags) in reaped.drain(..) {
-            if cqueue::buffer_select(flags).is_some() {
-                self.bufs.taken();
+            if let Some(bid) = cqueue::buffer_select(flags) {
+                self.bufs.taken(bid);
             }
             match user_data {
                 IGNORED => {}
