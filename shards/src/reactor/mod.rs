@@ -506,9 +506,10 @@ impl Reactor {
         // SAFETY: a cancel points at no memory.
         unsafe { self.submit_ignored(cancel_all) };
         if self.wake_armed.get() {
-            // The wake read of a blocking eventfd runs on an io-wq worker,
-            // which a cancel does not interrupt: it would hold the ring
-            // until the deadline. One write completes it.
+            // The cancel ends the wake read (the ring waits on the eventfd
+            // with a poll, not on a worker thread). One write completes it
+            // too, should a kernel ever serve the read from a worker,
+            // which a cancel would not interrupt.
             let one: u64 = 1;
             // SAFETY: writes 8 bytes from a live u64 to the executor's own
             // eventfd, which outlives the reactor; a failure (a saturated

@@ -149,3 +149,23 @@ fn a_refused_backlog_still_reaps_what_completed() {
     assert_eq!(&buf[..5], b"hello");
     assert!(complete_all(&reactor, &queued).iter().all(|&res| res == 0));
 }
+
+/// The read of the wake-up eventfd waits as a poll on the descriptor, not
+/// on a worker thread: a cancel ends it at once, with no write.
+#[test]
+fn the_wake_read_waits_as_a_poll_that_a_cancel_ends() {
+    let (reactor, _wake) = reactor(4, 64);
+    reactor.arm_wake();
+    reactor.enter(None).expect("enter");
+    reactor.reap();
+    assert!(reactor.wake_armed.get(), "the read waits");
+    let cancel_all = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build();
+    // SAFETY: a cancel points at no memory.
+    unsafe { reactor.submit_ignored(cancel_all) };
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while reactor.wake_armed.get() {
+        assert!(Instant::now() < deadline, "the cancel did not end the read");
+        let _ = reactor.enter(Some(Some(Duration::from_millis(10))));
+        reactor.reap();
+    }
+}
