@@ -10,9 +10,9 @@
 //!
 //! The ring is shared by every connection of the core, so it can run dry:
 //! - a connection whose receive found it empty parks on the ring's waiter
-//!   list, and is woken (one per buffer) as buffers come back, instead of
-//!   re-arming every loop turn, which fails at once on an empty ring and
-//!   would keep the core spinning;
+//!   list, and every waiter is woken when the first buffer comes back
+//!   (see `give_back`), instead of re-arming every loop turn, which fails
+//!   at once on an empty ring and would keep the core spinning;
 //! - a connection holds at most `held_max` buffers (lent to its reader or
 //!   filled and not yet read): at the bound its receive is cancelled and
 //!   re-armed only once the reader gives buffers back, so one slow reader
@@ -30,7 +30,9 @@
 //! bound is also `capped`: from then on each of its receives is a one-shot
 //! receive of one buffer, armed only below the bound, so a slow reader is
 //! not copied again and again (at the price of a submission per read,
-//! which only connections whose readers fall behind pay).
+//! which only connections whose readers fall behind pay), until a receive
+//! finds its socket drained: the reader has caught up, and the connection
+//! is back on a multishot receive.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -58,6 +60,9 @@ pub(crate) struct BufRing {
     /// Buffers out of the kernel's hands: filled by a completion and not
     /// yet given back.
     lent: Cell<u16>,
+    /// Which buffers those are, a bit per buffer: a buffer given back
+    /// twice would be in the ring twice, and lent to two readers at once.
+    lent_bids: RefCell<Vec<u64>>,
     /// Connections waiting for a buffer, oldest first; each at most once
     /// (`RecvQuota::listed`), so the list is bounded by the connections.
     waiters: RefCell<VecDeque<Rc<RecvQuota>>>,
@@ -67,6 +72,8 @@ pub(crate) struct BufRing {
     held_max_total: Cell<u64>,
     /// Completions past a connection's `held_max` copied out of the ring.
     spilled_total: Cell<u64>,
+    /// One-buffer receives armed for connections past their bound.
+    capped_receives_total: Cell<u64>,
 }
 
 /// One connection's share of the ring: the buffers it holds, and its
@@ -79,7 +86,8 @@ pub(crate) struct RecvQuota {
     pausing: Cell<bool>,
     /// On the ring's waiter list.
     listed: Cell<bool>,
-    /// Reached `held_max` once: receives one buffer at a time from now on.
+    /// Reached `held_max`: receives one buffer at a time until a receive
+    /// finds its socket drained (the reader caught up).
     capped: Cell<bool>,
     waker: RefCell<Option<Waker>>,
 }
@@ -119,6 +127,14 @@ impl RecvQuota {
         self.capped.get()
     }
 
+    /// A receive took less than a buffer: the socket was drained, the
+    /// reader has caught up, and the connection goes back to a multishot
+    /// receive (a connection that once fell behind is not left paying a
+    /// submission per read for life).
+    pub fn drained(&self) {
+        self.capped.set(false);
+    }
+
     /// Whether the connection may have its receive armed.
     pub fn below_max(&self) -> bool {
         self.held.get() < self.held_max
@@ -130,9 +146,11 @@ impl RecvQuota {
         self.held.get()
     }
 
-    /// The receive is armed again.
+    /// The receive is armed again: a listing on the ring's waiter list
+    /// left from before is stale, and wakes no one.
     pub fn armed(&self) {
         self.pausing.set(false);
+        self.listed.set(false);
     }
 
     /// The reader waits for one of its buffers to come back.
@@ -194,10 +212,12 @@ impl BufRing {
             .cast(),
             buffer_bytes,
             lent: Cell::new(0),
+            lent_bids: RefCell::new(vec![0; usize::from(entries).div_ceil(64)]),
             waiters: RefCell::new(VecDeque::new()),
             waits_total: Cell::new(0),
             held_max_total: Cell::new(0),
             spilled_total: Cell::new(0),
+            capped_receives_total: Cell::new(0),
         };
         // SAFETY: `mapping` is page-aligned and holds `entries` entries; the
         // kernel pins its pages at registration, and the executor closes the
@@ -228,11 +248,15 @@ impl BufRing {
         unsafe { std::slice::from_raw_parts(self.buffers.add(start), len.min(self.buffer_bytes)) }
     }
 
-    /// A completion took a buffer from the kernel.
-    pub fn taken(&self) {
+    /// A completion took buffer `bid` from the kernel.
+    pub fn taken(&self, bid: u16) {
         let lent = self.lent.get();
         debug_assert!(lent < self.entries, "more buffers lent than exist");
         self.lent.set(lent + 1);
+        let (word, bit) = (usize::from(bid) / 64, 1u64 << (bid % 64));
+        if let Some(word) = self.lent_bids.borrow_mut().get_mut(word) {
+            *word |= bit;
+        }
     }
 
     pub fn buffer_bytes(&self) -> usize {
@@ -253,27 +277,48 @@ impl BufRing {
         }
     }
 
-    /// Gives buffer `bid` back to the kernel, and wakes the connection
-    /// that has waited longest for one.
+    /// Gives buffer `bid` back to the kernel, and wakes every connection
+    /// waiting for one. Not only the one that has waited longest: which
+    /// waiter can use the buffer is not known here. An idle connection
+    /// woken alone would arm its receive, take nothing, and use up the
+    /// wake, while one whose bytes already sit in its socket stayed parked
+    /// with a free buffer in the ring (on a quiet core, until unrelated
+    /// traffic returned another). Waiters are listed only while the ring
+    /// is empty, so this is the first buffer back: those that find the
+    /// ring empty again when they run wait again.
     pub fn give_back(&self, bid: u16) {
-        debug_assert!(bid < self.entries);
+        assert!(bid < self.entries, "buffer {bid} of {}", self.entries);
+        {
+            let mut lent = self.lent_bids.borrow_mut();
+            let (word, bit) = (usize::from(bid) / 64, 1u64 << (bid % 64));
+            // A bug, not bad input: the ring would lend one buffer to two
+            // readers, each reading bytes the kernel writes for the other.
+            assert!(lent[word] & bit != 0, "buffer {bid} given back twice");
+            lent[word] &= !bit;
+        }
         self.push(bid);
         self.publish();
         self.lent.set(self.lent.get().saturating_sub(1));
-        loop {
-            let Some(quota) = self.waiters.borrow_mut().pop_front() else {
-                return;
-            };
-            quota.listed.set(false);
-            // A connection dropped while it waited is skipped: the buffer
-            // goes to the next one.
-            let waker = quota.waker.borrow_mut().take();
-            if Rc::strong_count(&quota) > 1 {
+        if self.waiters.borrow().is_empty() {
+            return;
+        }
+        // Woken with the list not borrowed: a waker may be the last owner
+        // of a task, whose drop may give buffers back.
+        let mut waiters = self.waiters.take();
+        while let Some(quota) = waiters.pop_front() {
+            // A listing its connection dropped, or one left from before it
+            // armed its receive, wakes no one.
+            if quota.listed.replace(false) && Rc::strong_count(&quota) > 1 {
+                let waker = quota.waker.borrow_mut().take();
                 if let Some(waker) = waker {
                     waker.wake();
-                    return;
                 }
             }
+        }
+        // Keep the list's allocation for the next time the ring runs dry.
+        let mut list = self.waiters.borrow_mut();
+        if list.is_empty() {
+            std::mem::swap(&mut *list, &mut waiters);
         }
     }
 
@@ -286,6 +331,7 @@ impl BufRing {
             recv_buffer_waits_total: self.waits_total.get(),
             held_max_total: self.held_max_total.get(),
             recv_buffer_spilled_total: self.spilled_total.get(),
+            capped_receives_total: self.capped_receives_total.get(),
         }
     }
 
@@ -303,6 +349,12 @@ impl BufRing {
         self.spilled_total.set(self.spilled_total.get() + 1);
         self.give_back(bid);
         bytes
+    }
+
+    /// A one-buffer receive was armed for a connection past its bound.
+    pub fn count_capped_receive(&self) {
+        self.capped_receives_total
+            .set(self.capped_receives_total.get() + 1);
     }
 
     /// A connection reached its `held_max` and had its receive stopped.
@@ -375,6 +427,9 @@ pub struct RecvBufferStats {
     /// Receives past a connection's `recv_buffers_per_conn_max` (a burst
     /// one kernel pass took) whose bytes were copied out of the ring.
     pub recv_buffer_spilled_total: u64,
+    /// One-buffer receives armed for connections that reached their bound
+    /// and have not caught up since (a submission per read).
+    pub capped_receives_total: u64,
 }
 
 /// Received bytes: a buffer lent from the ring (back to it when dropped),
@@ -475,7 +530,7 @@ mod tests {
         let cqe = ring.completion().next().expect("completion");
         assert_eq!(cqe.result(), 5);
         let bid = cqueue::buffer_select(cqe.flags()).expect("a buffer");
-        bufs.taken();
+        bufs.taken(bid);
         assert_eq!(bufs.stats().lent, 1);
         let quota = RecvQuota::new(4);
         assert!(!quota.filled());
@@ -497,7 +552,7 @@ mod tests {
         ring.submit_and_wait(1).expect("reap");
         let cqe = ring.completion().next().expect("completion");
         let bid = cqueue::buffer_select(cqe.flags()).expect("a buffer");
-        bufs.taken();
+        bufs.taken(bid);
         // SAFETY: the completion picked `bid`; nothing else gives it back.
         let bytes = unsafe { bufs.spill(bid, 5) };
         assert_eq!(bytes, b"again");
@@ -506,40 +561,60 @@ mod tests {
         drop(ring);
     }
 
-    /// Waiters are woken one per buffer back, oldest first; one whose
-    /// connection is gone is skipped, and each wait is counted once.
+    /// The first buffer back wakes every waiter (which one can use it is
+    /// not known here); one whose connection is gone is skipped, one whose
+    /// receive was armed since is not woken, and each wait is counted once.
     #[test]
-    fn buffers_back_wake_waiters_in_order_one_each() {
+    fn a_buffer_back_wakes_every_waiter() {
         let ring = IoUring::new(8).expect("ring");
         let bufs = BufRing::register(&ring, 2, 16).expect("buffer ring");
-        bufs.taken();
-        bufs.taken();
+        bufs.taken(0);
+        bufs.taken(1);
         assert!(!bufs.has_free());
         let (first_count, first_waker) = counter();
         let (gone_count, gone_waker) = counter();
+        let (armed_count, armed_waker) = counter();
         let (last_count, last_waker) = counter();
         let first = RecvQuota::new(4);
         let gone = RecvQuota::new(4);
+        let armed = RecvQuota::new(4);
         let last = RecvQuota::new(4);
         bufs.wait(&first, &first_waker);
         bufs.wait(&first, &first_waker);
         bufs.wait(&gone, &gone_waker);
+        bufs.wait(&armed, &armed_waker);
         bufs.wait(&last, &last_waker);
         drop(gone);
-        assert_eq!(bufs.stats().waiting, 3);
+        armed.armed();
+        assert_eq!(bufs.stats().waiting, 4);
         assert_eq!(
             bufs.stats().recv_buffer_waits_total,
-            3,
+            4,
             "a second wait of one is not counted"
         );
         bufs.give_back(0);
-        assert_eq!((woken(&first_count), woken(&last_count)), (1, 0));
         assert!(bufs.has_free());
-        bufs.give_back(1);
+        assert_eq!((woken(&first_count), woken(&last_count)), (1, 1));
         assert_eq!(woken(&gone_count), 0, "a dropped connection is skipped");
-        assert_eq!(woken(&last_count), 1);
+        assert_eq!(woken(&armed_count), 0, "a stale listing wakes no one");
         assert_eq!(bufs.stats().waiting, 0);
+        // Listed again after its wake: counted, and woken by the next.
+        bufs.wait(&first, &first_waker);
+        bufs.give_back(1);
+        assert_eq!((woken(&first_count), woken(&last_count)), (2, 1));
         drop(ring);
+    }
+
+    /// A buffer given back twice would be lent to two readers at once: it
+    /// stops the core rather than pass silently.
+    #[test]
+    #[should_panic(expected = "given back twice")]
+    fn a_buffer_given_back_twice_is_refused() {
+        let ring = IoUring::new(8).expect("ring");
+        let bufs = BufRing::register(&ring, 2, 16).expect("buffer ring");
+        bufs.taken(1);
+        bufs.give_back(1);
+        bufs.give_back(1);
     }
 
     /// A connection's share: at its bound it asks (once) to stop and stays
@@ -564,6 +639,8 @@ mod tests {
         assert_eq!(woken(&count), 1);
         assert!(quota.below_max());
         quota.armed();
-        assert!(quota.capped(), "capped for the rest of its life");
+        assert!(quota.capped(), "capped until its socket is drained");
+        quota.drained();
+        assert!(!quota.capped());
     }
 }

@@ -33,7 +33,8 @@ pub struct RuntimeConfig {
     /// completion queue is `cq_factor` times longer.
     pub ring_depth: u32,
     /// Completion queue length as a multiple of `ring_depth`: multishot
-    /// receives complete many times per submission.
+    /// receives complete many times per submission. The queue is made at
+    /// least `registered_files` long (one completion per connection).
     pub cq_factor: u32,
     /// How completion work runs on the ring (see [`TaskRun`]).
     pub ring_taskrun: TaskRun,

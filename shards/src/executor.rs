@@ -475,9 +475,26 @@ impl Executor {
                 Some(libc::EAGAIN) | Some(libc::ENOMEM) => {
                     std::thread::sleep(Duration::from_millis(1))
                 }
-                _ => panic!("io_uring_enter failed: {error}"),
+                _ => panic!("{}", enter_failure(&error)),
             }
         }
+    }
+}
+
+/// What a failed kernel entry that ends the core says.
+fn enter_failure(error: &std::io::Error) -> String {
+    match error.raw_os_error() {
+        // IORING_FEAT_NODROP: the kernel keeps completions that overflow
+        // the completion queue in memory of its own, and says EBADR once
+        // when it could not and dropped one. An operation's only result is
+        // lost: its future would wait forever and its memory stay lent.
+        Some(libc::EBADR) => format!(
+            "io_uring_enter failed: the kernel dropped a completion (EBADR: the completion \
+             queue overflowed and the kernel had no memory to keep the overflow); an \
+             operation's result is lost, so the core stops (raise cores.ring_depth, or give \
+             the process more memory): {error}"
+        ),
+        _ => format!("io_uring_enter failed: {error}"),
     }
 }
 
@@ -537,6 +554,15 @@ mod tests {
             scheduled: crate::sync::AtomicBool::new(true),
             remote: remote.clone(),
         })
+    }
+
+    /// A completion the kernel dropped is named in the core's last words,
+    /// not left as a bare errno.
+    #[test]
+    fn a_dropped_completion_is_named_when_the_core_stops() {
+        let text = enter_failure(&std::io::Error::from_raw_os_error(libc::EBADR));
+        assert!(text.contains("dropped a completion"), "{text}");
+        assert!(text.contains("cores.ring_depth"), "{text}");
     }
 
     #[test]

@@ -268,6 +268,10 @@ impl TcpStream {
                 Poll::Ready(Some(completion)) => completion,
             };
             if res > 0 {
+                if self.quota.capped() && (res as usize) < reactor.bufs.buffer_bytes() {
+                    // Less than a buffer: the socket is drained.
+                    self.quota.drained();
+                }
                 let data = match cqueue::buffer_select(flags) {
                     Some(bid) => RecvData::Lent {
                         ring: reactor.bufs.clone(),
@@ -321,6 +325,7 @@ impl TcpStream {
         }
         self.quota.armed();
         let entry = if self.quota.capped() {
+            reactor.bufs.count_capped_receive();
             // One buffer, and a completion without MORE: the slot ends
             // after it as a multishot's does.
             let len = u32::try_from(reactor.bufs.buffer_bytes()).unwrap_or(u32::MAX);
@@ -424,24 +429,44 @@ impl std::os::fd::AsFd for TcpStream {
 }
 
 impl Drop for TcpStream {
+    /// Ends every operation on the socket in a cost that does not grow
+    /// with the core's connections. `shutdown(SHUT_RDWR)` ends them in the
+    /// kernel: the receive completes with the end of the stream, a send
+    /// blocked on a peer that stopped reading fails, a connect still
+    /// retrying its SYN (about 127 s to a black-holed address) is dropped.
+    /// The one send the stream has in the kernel is also cancelled by its
+    /// `user_data`, a lookup in one bucket of the ring's table of armed
+    /// operations. A cancel by descriptor would not do: the kernel serves
+    /// it by walking every armed operation of the ring (every connection's
+    /// receive), so each close would cost O(connections).
     fn drop(&mut self) {
         let recv = self.recv.take();
         let file = self.file;
         let fd = self.fd;
         let sends = &self.sends;
         executor::try_with_reactor(|reactor| {
-            if let Some(index) = recv {
-                reactor.orphan(index, None);
-            }
+            let sending = reactor.send_in_kernel(sends);
             reactor.cancel_queued_sends(sends);
-            // Every other operation on the socket ends too: a send blocked
-            // on a peer that stopped reading, or a connect still retrying
-            // its SYN (about 127 s to a black-holed address), holds the
-            // socket open until it completes. Cancelling by file matches an
-            // operation that names the socket by index or by descriptor.
-            let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd)).all());
-            // SAFETY: a cancel points at no memory.
-            unsafe { reactor.submit_ignored(cancel.build()) };
+            if sending.is_some() {
+                // A send started just before the drop (a last reply) is
+                // still in the submission queue: it goes to the kernel
+                // before the shutdown, as it would have before a close.
+                reactor.submit_now();
+            }
+            // SAFETY: `fd` is the open socket this stream owns; shutdown
+            // does not close or invalidate it.
+            let shut = unsafe { libc::shutdown(fd, libc::SHUT_RDWR) } == 0;
+            if let Some(index) = recv {
+                if shut {
+                    reactor.orphan_ending(index);
+                } else {
+                    // Not connected (reset, or never): cancel it by index.
+                    reactor.orphan(index, None);
+                }
+            }
+            if let Some(index) = sending {
+                reactor.cancel_op(index);
+            }
             if let Some(file) = file {
                 reactor.close_file(file);
             }
@@ -485,8 +510,22 @@ impl Drop for SendOp {
         if let Some(index) = self.index.take() {
             // The heap memory the kernel reads does not move with the Vec.
             let keep: Box<dyn std::any::Any> = Box::new(std::mem::take(&mut self.buf));
-            executor::try_with_reactor(|reactor| reactor.orphan(index, Some(keep)));
+            orphan_or_leak(index, keep);
         }
+    }
+}
+
+/// Hands `keep`, memory operation `index` lent the kernel, to its slot.
+/// Dropped off its core (the executor gone) there is no slot to keep it
+/// in, and the ring may outlive the executor (one that did not quiesce is
+/// leaked with what the kernel may still touch): the memory is leaked too,
+/// never freed under the kernel.
+fn orphan_or_leak(index: usize, keep: Box<dyn std::any::Any>) {
+    let mut keep = Some(keep);
+    executor::try_with_reactor(|reactor| reactor.orphan(index, keep.take()));
+    if let Some(keep) = keep {
+        #[allow(clippy::mem_forget)] // the point: the kernel may still use it
+        std::mem::forget(keep);
     }
 }
 
@@ -530,8 +569,11 @@ impl OwnedOp {
 impl Drop for OwnedOp {
     fn drop(&mut self) {
         if let Some(index) = self.index.take() {
-            let keep = self.keep.take();
-            executor::try_with_reactor(|reactor| reactor.orphan(index, keep));
+            if let Some(keep) = self.keep.take() {
+                orphan_or_leak(index, keep);
+            } else {
+                executor::try_with_reactor(|reactor| reactor.orphan(index, None));
+            }
         }
     }
 }
@@ -548,6 +590,25 @@ mod tests {
     }
     impl<T: ?Sized> MaybeSend<()> for T {}
     impl<T: ?Sized + Send> MaybeSend<u8> for T {}
+
+    /// Memory an operation lent the kernel, dropped off its core, is
+    /// leaked rather than freed under a ring that may still use it.
+    #[test]
+    fn lent_memory_dropped_off_its_core_is_not_freed() {
+        struct Lent(std::rc::Rc<std::cell::Cell<bool>>);
+        impl Drop for Lent {
+            fn drop(&mut self) {
+                self.0.set(true);
+            }
+        }
+        let freed = std::rc::Rc::new(std::cell::Cell::new(false));
+        let op = OwnedOp {
+            index: Some(0),
+            keep: Some(Box::new(Lent(freed.clone()))),
+        };
+        drop(op);
+        assert!(!freed.get(), "freed while the kernel may still use it");
+    }
 
     /// What holds a slot or a file index of this core's ring cannot be
     /// moved to another core, where the index would name another

@@ -123,10 +123,11 @@ struct EventFd(OwnedFd);
 #[cfg(not(loom))]
 impl EventFd {
     fn new() -> std::io::Result<EventFd> {
-        // Blocking on purpose: io_uring answers a read of a non-blocking
-        // descriptor with EAGAIN instead of waiting for it, which would turn
-        // every sleep into a spin. Writes never block: the executor reads
-        // the counter back long before it could saturate.
+        // Blocking or not is the same to the ring: it reads an eventfd by
+        // arming a poll on it, so the read waits without a worker thread
+        // and a cancel ends it at once (reactor tests). Writes never block:
+        // the executor reads the counter back long before it could
+        // saturate.
         // SAFETY: eventfd has no memory-safety preconditions; a negative
         // result is checked before the descriptor is owned.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };

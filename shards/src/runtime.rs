@@ -221,11 +221,33 @@ fn pin_to(cpu: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The most completion queue entries the kernel gives a ring
+/// (`IORING_MAX_CQ_ENTRIES`).
+const CQ_ENTRIES_MAX: u32 = 65_536;
+
+/// A core's completion queue: `cq_factor` times its submission queue, and
+/// at least one entry per connection it expects (its registered file
+/// table's size), so one pass in which every connection's multishot receive
+/// completes fits. An overflowing queue makes the kernel end multishot
+/// receives (each then re-armed by a submission of its own) and keep the
+/// overflow in memory it allocates, and past that drop completions.
+fn completion_queue_entries(config: &RuntimeConfig) -> u32 {
+    let by_depth = config.ring_depth.max(8) * config.cq_factor.max(2);
+    by_depth
+        .max(
+            config
+                .registered_files
+                .min(CQ_ENTRIES_MAX)
+                .next_power_of_two(),
+        )
+        .min(CQ_ENTRIES_MAX)
+}
+
 fn executor_config(config: &RuntimeConfig) -> ExecutorConfig {
     ExecutorConfig {
         ring: RingConfig {
             entries: config.ring_depth.max(8),
-            cq_entries: config.ring_depth.max(8) * config.cq_factor.max(2),
+            cq_entries: completion_queue_entries(config),
             mode: config.ring_taskrun,
             recv_buffers: config.recv_buffers,
             recv_buffer_bytes: config.recv_buffer_bytes,
@@ -467,5 +489,24 @@ where
             }
         });
         let _ = events.try_send(CoreEvent::Exited(index));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The completion queue holds a completion of every connection the core
+    /// expects (its registered file table), within the kernel's bound.
+    #[test]
+    fn the_completion_queue_is_sized_from_the_connections() {
+        let mut config = RuntimeConfig::new(CorePlacement::Unpinned(1));
+        assert_eq!(config.ring_depth * config.cq_factor, 2048);
+        config.registered_files = 10_000;
+        assert_eq!(completion_queue_entries(&config), 16_384);
+        config.registered_files = 0;
+        assert_eq!(completion_queue_entries(&config), 2048);
+        config.registered_files = u32::MAX;
+        assert_eq!(completion_queue_entries(&config), CQ_ENTRIES_MAX);
     }
 }

@@ -67,6 +67,7 @@ pub fn sleep_until(deadline: Instant) -> Sleep {
     Sleep {
         deadline,
         key: None,
+        _on_this_core: std::marker::PhantomData,
     }
 }
 
@@ -74,6 +75,9 @@ pub fn sleep_until(deadline: Instant) -> Sleep {
 pub struct Sleep {
     deadline: Instant,
     key: Option<(Instant, u64)>,
+    /// The key names a timer of the core that polled it; on another core it
+    /// would name (and remove) one of that core's timers.
+    _on_this_core: std::marker::PhantomData<*const ()>,
 }
 
 impl Sleep {
@@ -129,6 +133,20 @@ mod tests {
         fn wake(self: Arc<Self>) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    /// Compiles only for a type that is not `Send` (see `net.rs`'s tests).
+    trait MaybeSend<Which> {
+        const HOLDS: () = ();
+    }
+    impl<T: ?Sized> MaybeSend<()> for T {}
+    impl<T: ?Sized + Send> MaybeSend<u8> for T {}
+
+    /// A sleep holds a key into its core's timers: it cannot move to
+    /// another core, where the key would name another timer.
+    #[test]
+    fn a_sleep_stays_on_its_core() {
+        let () = <Sleep as MaybeSend<_>>::HOLDS;
     }
 
     #[test]

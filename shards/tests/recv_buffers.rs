@@ -307,3 +307,140 @@ fn a_burst_to_a_slow_reader_is_held_to_its_share() {
     );
     setup.stop();
 }
+
+/// A buffer back in an empty ring reaches the connection whose bytes wait
+/// in its socket, not only the connection that has waited longest: an idle
+/// connection woken first arms its receive, takes no buffer, and must not
+/// use up the wake (on a quiet core no other buffer would come back).
+#[test]
+fn a_buffer_back_in_an_empty_ring_reaches_the_connection_with_bytes_waiting() {
+    let mut config = one_core();
+    config.recv_buffers = 2;
+    config.recv_buffers_per_conn_max = 2;
+    let address = Arc::new(Mutex::new(None::<SocketAddr>));
+    let published = address.clone();
+    let holding = Arc::new(Mutex::new(None::<RecvBufferStats>));
+    let held = holding.clone();
+    let release = Arc::new(AtomicBool::new(false));
+    let released = release.clone();
+    let waiting = Arc::new(Mutex::new(None::<RecvBufferStats>));
+    let report = waiting.clone();
+    let (runtime, shutdown) = on_a_core(config, move || {
+        let (published, held, released) = (published.clone(), held.clone(), released.clone());
+        let report = report.clone();
+        async move {
+            let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+            *published.lock().unwrap() = Some(listener.local_addr());
+            // The holder takes both buffers of the ring and keeps them.
+            let holder = listener.accept().await.expect("holder");
+            let mut bufs = Vec::new();
+            while bufs
+                .iter()
+                .map(|buf: &shards::RecvBuf| buf.len())
+                .sum::<usize>()
+                < 128
+            {
+                bufs.push(holder.recv().await.expect("recv").expect("bytes"));
+            }
+            *held.lock().unwrap() = Some(shards::recv_buffers());
+            // Two idle connections, then one whose bytes already wait: all
+            // find the ring empty and wait on its list, in that order.
+            for _ in 0..3 {
+                let stream = listener.accept().await.expect("accept");
+                shards::spawn(async move {
+                    while let Ok(Some(buf)) = stream.recv().await {
+                        if stream.send_all(buf.to_vec()).await.0.is_err() {
+                            return;
+                        }
+                    }
+                })
+                .detach();
+            }
+            while !released.load(Ordering::SeqCst) {
+                *report.lock().unwrap() = Some(shards::recv_buffers());
+                shards::sleep(Duration::from_millis(5)).await;
+            }
+            // One buffer back; the other stays held.
+            bufs.pop();
+            futures_lite::future::pending::<()>().await;
+        }
+    });
+    let address = wait_for(&address);
+    let mut holder = connect(address);
+    holder.write_all(&[b'h'; 128]).unwrap();
+    assert_eq!(wait_for(&holding).lent, 2, "the holder has the ring");
+    let idle: Vec<_> = (0..2)
+        .map(|_| {
+            let client = connect(address);
+            std::thread::sleep(Duration::from_millis(30));
+            client
+        })
+        .collect();
+    let mut busy = connect(address);
+    busy.write_all(b"ping").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let seen = wait_for(&waiting);
+        if seen.waiting == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not all waiting: {seen:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    release.store(true, Ordering::SeqCst);
+    let mut back = [0u8; 4];
+    busy.read_exact(&mut back)
+        .expect("the waiting bytes are served once a buffer is back");
+    assert_eq!(&back, b"ping");
+    drop((idle, holder));
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}
+
+/// A connection that reached its bound receives one buffer per submission
+/// only until it catches up: once a receive finds its socket drained it is
+/// back on a multishot receive, not paying a submission per read for life.
+#[test]
+fn a_connection_that_caught_up_leaves_one_buffer_receives() {
+    let mut config = one_core();
+    config.recv_buffers_per_conn_max = 2;
+    let address = Arc::new(Mutex::new(None::<SocketAddr>));
+    let published = address.clone();
+    let stats = Arc::new(Mutex::new(None::<RecvBufferStats>));
+    let report = stats.clone();
+    let (runtime, shutdown) = on_a_core(config, move || {
+        let (published, report) = (published.clone(), report.clone());
+        async move {
+            let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+            *published.lock().unwrap() = Some(listener.local_addr());
+            let stream = listener.accept().await.expect("accept");
+            // Two buffers held at once: the bound.
+            let first = stream.recv().await.expect("recv").expect("bytes");
+            let second = stream.recv().await.expect("recv").expect("bytes");
+            *report.lock().unwrap() = Some(shards::recv_buffers());
+            drop((first, second));
+            while let Ok(Some(buf)) = stream.recv().await {
+                *report.lock().unwrap() = Some(shards::recv_buffers());
+                if stream.send_all(buf.to_vec()).await.0.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let mut client = connect(wait_for(&address));
+    // Two buffers' worth (64 bytes each), held by the reader.
+    client.write_all(&[b'x'; 128]).unwrap();
+    let at_bound = wait_for(&stats);
+    assert!(at_bound.held_max_total >= 1, "{at_bound:?}");
+    round_trips(&mut client, b"small", 1);
+    let caught_up = wait_for(&stats).capped_receives_total;
+    round_trips(&mut client, b"small", 20);
+    let after = wait_for(&stats).capped_receives_total;
+    assert!(
+        after - caught_up <= 1,
+        "{} one-buffer receives for 20 reads after the reader caught up",
+        after - caught_up
+    );
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}

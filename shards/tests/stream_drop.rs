@@ -162,3 +162,21 @@ fn a_send_blocked_on_a_silent_peer_ends_with_its_stream() {
     shutdown.trigger();
     runtime.join().expect("clean stop");
 }
+
+/// A reply started just before its stream is dropped (the last words of a
+/// connection the server ends) still reaches the peer, before the end of
+/// the stream: the close's shutdown comes after the send, as a close did.
+#[test]
+fn a_send_started_just_before_the_drop_still_goes_out() {
+    let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = peer.local_addr().unwrap();
+    let (runtime, shutdown) = on_a_core(one_core(), move || async move {
+        let stream = TcpStream::connect(address).await.expect("connect");
+        drop(stream.start_send(b"last words".to_vec()));
+        drop(stream);
+        futures_lite::future::pending::<()>().await;
+    });
+    assert_eq!(common::accept_and_read_all(&peer), b"last words");
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}

@@ -76,6 +76,9 @@ pub(crate) struct Reactor {
     wake_armed: Cell<bool>,
     wake_fd: i32,
     reaped: RefCell<Vec<(u64, i32, u32)>>,
+    /// The wakers of one reap, woken once the slots are updated; kept
+    /// between turns so a turn allocates nothing.
+    wakers: RefCell<Vec<Waker>>,
     /// Entries that found the submission queue full and could not be
     /// handed to the kernel at once (a transient shortage, or completions
     /// to reap first). They go to the ring, in order and before anything
@@ -123,6 +126,7 @@ impl Reactor {
             wake_armed: Cell::new(false),
             wake_fd,
             reaped: RefCell::new(Vec::with_capacity(256)),
+            wakers: RefCell::new(Vec::with_capacity(256)),
             backlog: RefCell::new(VecDeque::new()),
             #[cfg(test)]
             fail_submits: Cell::new((0, 0)),
@@ -317,6 +321,34 @@ impl Reactor {
         self.slots.borrow_mut().orphan(index, keep, self);
     }
 
+    /// [`Reactor::orphan`] of a multishot operation that ends without a
+    /// cancel: its socket is shut down, so its last completion comes by
+    /// itself (a cancel by `user_data` would cost a search of the ring's
+    /// armed operations).
+    pub fn orphan_ending(&self, index: usize) {
+        self.slots.borrow_mut().orphan_ending(index, self);
+    }
+
+    /// Asks the kernel to cancel operation `index`, found by its
+    /// `user_data`. The caller knows the operation is still in flight: its
+    /// completion has not been reaped, so the index names no other.
+    pub fn cancel_op(&self, index: usize) {
+        SlotEnv::cancel(self, index);
+    }
+
+    /// Hands what is queued (the backlog, then the submission queue) to the
+    /// kernel now, without waiting, if anything is; an error leaves it for
+    /// the loop's next entry, which reports it.
+    pub fn submit_now(&self) {
+        let mut ring = self.ring.borrow_mut();
+        if !self.backlog.borrow().is_empty() && self.flush_backlog(&mut ring).is_err() {
+            return;
+        }
+        if !ring.submission().is_empty() {
+            let _ = self.submit_queued(&mut ring);
+        }
+    }
+
     /// Keeps a read of the wake-up eventfd armed, so a wake from another
     /// thread completes it and ends a wait in the kernel.
     pub fn arm_wake(&self) {
@@ -350,11 +382,21 @@ impl Reactor {
     pub fn enter(&self, wait: Option<Option<Duration>>) -> io::Result<()> {
         let mut ring = self.ring.borrow_mut();
         let mut wait = wait;
+        let mut submit_refused = false;
         if !self.backlog.borrow().is_empty() {
             match self.flush_backlog(&mut ring) {
                 Ok(()) => {}
-                // Completions must be reaped before the kernel takes more.
-                Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {}
+                // EBUSY: completions must be reaped before the kernel takes
+                // more. EAGAIN: the kernel is short of memory for requests.
+                // Either way the entry below must still reap and run the
+                // deferred completion work, which is what frees room and
+                // memory; it submits nothing, since the kernel skips that
+                // work after a submission it cut short.
+                Err(error)
+                    if matches!(error.raw_os_error(), Some(libc::EBUSY) | Some(libc::EAGAIN)) =>
+                {
+                    submit_refused = true;
+                }
                 Err(error) => return Err(error),
             }
             if !self.backlog.borrow().is_empty() {
@@ -363,7 +405,11 @@ impl Reactor {
             }
         }
         self.enters.set(self.enters.get() + 1);
-        let to_submit = ring.submission().len() as u32;
+        let to_submit = if submit_refused {
+            0
+        } else {
+            ring.submission().len() as u32
+        };
         let submitter = ring.submitter();
         let result = match wait {
             None => {
@@ -413,10 +459,11 @@ impl Reactor {
             }
         }
         let count = reaped.len();
-        let mut wakers: Vec<Waker> = Vec::new();
+        // Taken out while the wakes run (a wake must not find it borrowed).
+        let mut wakers = self.wakers.take();
         for (user_data, result, flags) in reaped.drain(..) {
-            if cqueue::buffer_select(flags).is_some() {
-                self.bufs.taken();
+            if let Some(bid) = cqueue::buffer_select(flags) {
+                self.bufs.taken(bid);
             }
             match user_data {
                 IGNORED => {}
@@ -429,9 +476,8 @@ impl Reactor {
             }
         }
         drop(reaped);
-        for waker in wakers {
-            waker.wake();
-        }
+        wakers.drain(..).for_each(Waker::wake);
+        *self.wakers.borrow_mut() = wakers;
         count
     }
 
@@ -460,9 +506,10 @@ impl Reactor {
         // SAFETY: a cancel points at no memory.
         unsafe { self.submit_ignored(cancel_all) };
         if self.wake_armed.get() {
-            // The wake read of a blocking eventfd runs on an io-wq worker,
-            // which a cancel does not interrupt: it would hold the ring
-            // until the deadline. One write completes it.
+            // The cancel ends the wake read (the ring waits on the eventfd
+            // with a poll, not on a worker thread). One write completes it
+            // too, should a kernel ever serve the read from a worker,
+            // which a cancel would not interrupt.
             let one: u64 = 1;
             // SAFETY: writes 8 bytes from a live u64 to the executor's own
             // eventfd, which outlives the reactor; a failure (a saturated

@@ -203,6 +203,9 @@ struct Model {
     quotas: Vec<Rc<RecvQuota>>,
     /// Descriptors accepts handed to the test, not yet closed.
     accepted: Vec<i32>,
+    /// Receives whose socket was shut down as their future was dropped
+    /// (`orphan_ending`, no cancel): the kernel ends them by itself.
+    shut: BTreeSet<usize>,
     next_op: u64,
     kept_made: u64,
     kept_drops: Rc<Cell<u64>>,
@@ -221,6 +224,7 @@ impl Model {
             held: Vec::new(),
             quotas: Vec::new(),
             accepted: Vec::new(),
+            shut: BTreeSet::new(),
             next_op: 0,
             kept_made: 0,
             kept_drops: Rc::default(),
@@ -294,6 +298,7 @@ impl Model {
             Some(KernelOp::Recv | KernelOp::Accept)
         ) {
             self.kernel.remove(&index);
+            self.shut.remove(&index);
             self.post(index, -libc::ECANCELED, 0);
         }
     }
@@ -318,9 +323,12 @@ impl Model {
             }
             KernelOp::Recv => {
                 let fill = self.rng.below(200) as u8 + 1;
-                if last_roll {
+                // A shut socket may still deliver what arrived before.
+                let shut = self.shut.contains(&index) && self.rng.below(2) == 0;
+                if last_roll || shut {
                     // End of stream: no buffer, no more.
                     self.kernel.remove(&index);
+                    self.shut.remove(&index);
                     self.post(index, 0, 0);
                     return;
                 }
@@ -333,6 +341,7 @@ impl Model {
                     }
                     None => {
                         self.kernel.remove(&index);
+                        self.shut.remove(&index);
                         self.post(index, -libc::ENOBUFS, 0);
                     }
                 }
@@ -420,6 +429,13 @@ impl Model {
             Waiter::OneShot { index, keep, .. } => {
                 let keep = keep.map(|keep| keep as Box<dyn std::any::Any>);
                 self.table.orphan(index, keep, &self.ring);
+            }
+            // A stream dropped with its socket shut down: no cancel.
+            Waiter::Recv { index, .. } if self.rng.below(2) == 0 => {
+                if self.kernel.contains_key(&index) {
+                    self.shut.insert(index);
+                }
+                self.table.orphan_ending(index, &self.ring);
             }
             Waiter::Recv { index, .. } | Waiter::Accept { index } => {
                 self.table.orphan(index, None, &self.ring);

@@ -17,6 +17,9 @@ use super::{Reactor, Slot};
 pub(crate) struct SendChain {
     /// A send of the stream is in the kernel.
     busy: Cell<bool>,
+    /// That send's slot, while it is in the kernel (or on its way there):
+    /// what a closing stream cancels by `user_data`.
+    head: Cell<Option<usize>>,
     /// Sends waiting for it, in the order started: slot and entry.
     queued: RefCell<VecDeque<(usize, squeue::Entry)>>,
 }
@@ -38,10 +41,17 @@ impl Reactor {
         if chain.busy.replace(true) {
             chain.queued.borrow_mut().push_back((index, entry));
         } else {
+            chain.head.set(Some(index));
             // SAFETY: the caller's promise for `entry`.
             unsafe { self.push(entry) };
         }
         index
+    }
+
+    /// The slot of `chain`'s send in the kernel (or queued for it), if one
+    /// is: valid until that send's completion is reaped, which clears it.
+    pub fn send_in_kernel(&self, chain: &SendChain) -> Option<usize> {
+        chain.head.get()
     }
 
     /// The stream of `chain` is gone: its sends not yet in the kernel end
@@ -59,6 +69,7 @@ impl Reactor {
     /// A send of `chain` completed: the next one goes to the kernel.
     pub(super) fn advance(&self, chain: &SendChain) {
         let next = chain.queued.borrow_mut().pop_front();
+        chain.head.set(next.as_ref().map(|(index, _)| *index));
         match next {
             // SAFETY: `submit_send` queued the entry under the submission
             // rule; its slot (waiting or orphaned) still keeps its buffer.

@@ -77,6 +77,15 @@ pub(crate) trait SlotEnv {
     fn count_held_max(&self);
 }
 
+/// How an orphaned multishot operation reaches its last completion.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// A cancel is submitted for it.
+    Cancel,
+    /// The kernel ends it without one.
+    ByItself,
+}
+
 /// The most bytes a slot takes in the table. Every connection keeps its
 /// receive's slot, and most an idle send's too, for as long as it is open:
 /// at 10,000 connections each 8 bytes here is 160 KB of the core's memory.
@@ -166,6 +175,23 @@ impl SlotTable {
     /// kernel may still touch) until its last completion, and cancel a
     /// multishot operation that would otherwise run forever.
     pub fn orphan(&mut self, index: usize, keep: Option<Box<dyn Any>>, env: &impl SlotEnv) {
+        self.orphan_and(index, keep, env, Ending::Cancel);
+    }
+
+    /// [`SlotTable::orphan`] of a multishot operation the kernel is ending
+    /// by itself (its socket was shut down: the receive completes with the
+    /// end of the stream): no cancel is submitted for it.
+    pub fn orphan_ending(&mut self, index: usize, env: &impl SlotEnv) {
+        self.orphan_and(index, None, env, Ending::ByItself);
+    }
+
+    fn orphan_and(
+        &mut self,
+        index: usize,
+        keep: Option<Box<dyn Any>>,
+        env: &impl SlotEnv,
+        ending: Ending,
+    ) {
         let Some(slot) = self.slots[index].take() else {
             return;
         };
@@ -205,7 +231,9 @@ impl SlotTable {
                         multishot: Some(kind),
                         chain: None,
                     });
-                    env.cancel(index);
+                    if ending == Ending::Cancel {
+                        env.cancel(index);
+                    }
                 } else {
                     self.free.push(index);
                 }

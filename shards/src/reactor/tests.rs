@@ -113,3 +113,59 @@ fn a_transient_submit_failure_on_a_full_queue_is_retried_not_fatal() {
         assert_eq!(reactor.in_flight(), 0, "errno {errno}");
     }
 }
+
+/// A backlog the kernel refuses for want of memory (EAGAIN) does not stop
+/// the entry from running the deferred completion work, which is what
+/// frees the kernel's memory: a receive that completed meanwhile is
+/// reaped in that same turn.
+#[test]
+fn a_refused_backlog_still_reaps_what_completed() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let (reactor, _wake) = reactor(4, 64);
+    let (mut writer, reader) = std::os::unix::net::UnixStream::pair().expect("pair");
+    let mut buf = Box::new([0u8; 8]);
+    let recv = opcode::Recv::new(types::Fd(reader.as_raw_fd()), buf.as_mut_ptr(), 8).build();
+    // SAFETY: `buf` is boxed and outlives the receive, which completes
+    // below before it is read.
+    let index = unsafe { reactor.submit(recv) };
+    reactor.enter(None).expect("enter");
+    reactor.reap();
+    // The receive's completion is now deferred work of the ring.
+    writer.write_all(b"hello").expect("write");
+    // The kernel refuses the submit that would make room in the full
+    // queue (a backlog forms), and the entry's flush of that backlog.
+    reactor.fail_submits.set((2, libc::EAGAIN));
+    let queued = nops(&reactor, 12);
+    assert!(!reactor.backlog.borrow().is_empty());
+    let _ = reactor.enter(None);
+    reactor.reap();
+    let mut cx = Context::from_waker(Waker::noop());
+    assert_eq!(
+        reactor.poll_op(index, &mut cx),
+        Poll::Ready((5, 0)),
+        "the completion waited for a later turn"
+    );
+    assert_eq!(&buf[..5], b"hello");
+    assert!(complete_all(&reactor, &queued).iter().all(|&res| res == 0));
+}
+
+/// The read of the wake-up eventfd waits as a poll on the descriptor, not
+/// on a worker thread: a cancel ends it at once, with no write.
+#[test]
+fn the_wake_read_waits_as_a_poll_that_a_cancel_ends() {
+    let (reactor, _wake) = reactor(4, 64);
+    reactor.arm_wake();
+    reactor.enter(None).expect("enter");
+    reactor.reap();
+    assert!(reactor.wake_armed.get(), "the read waits");
+    let cancel_all = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build();
+    // SAFETY: a cancel points at no memory.
+    unsafe { reactor.submit_ignored(cancel_all) };
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while reactor.wake_armed.get() {
+        assert!(Instant::now() < deadline, "the cancel did not end the read");
+        let _ = reactor.enter(Some(Some(Duration::from_millis(10))));
+        reactor.reap();
+    }
+}
