@@ -458,7 +458,6 @@ const LONG_FNS_ALLOWED: &[&str] = &[
     // The PostgreSQL batch's one transaction, statement by statement: to
     // split with a PostgreSQL server at hand to run its tests.
     "src/store/postgres_batch.rs::run_writes",
-    "src/config/load.rs::validate",
     "loadgen/src/engine.rs::on_recv",
     "loadgen/src/html.rs::plot",
     "loadgen/src/main.rs::execute",
