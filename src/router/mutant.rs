@@ -19,7 +19,7 @@ pub enum Mutant {
     /// instead of the next one.
     ClaimKeepsRouteVersion,
     /// `core::RouterCore::end_notify`, between the notification's end
-    /// and the `FinishTransfer` it hands the dispatcher: the seed's defect (b): when the target's
+    /// and the `FinishTransfer` it hands the dispatcher: the leak `finish_transfer` closes: when the target's
     /// notification failed (refused, timed out, not sent) the handoff never
     /// ends and its pending queue is never re-dispatched.
     PendingNotRedispatched,
