@@ -495,7 +495,7 @@ fn function_lengths(code: &str) -> Vec<(String, usize)> {
 
 /// The name of the function a line declares, if it declares one.
 fn fn_name(line: &str) -> Option<String> {
-    let mut words = line.trim_start().split_whitespace();
+    let mut words = line.split_whitespace();
     loop {
         let word = words.next()?;
         match word {
