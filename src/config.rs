@@ -475,7 +475,7 @@ impl Default for StoreConfig {
     }
 }
 
-/// The seed's router timers and limits, with the seed's defaults.
+/// The router's timers and limits, with their defaults.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RouterConfig {

@@ -189,23 +189,7 @@ impl Summary {
             .filter(|(_, o)| o.sent > 0 || o.responses > 0 || o.failures() > 0)
             .map(|(name, o)| (name, op_summary(o, measured_s)))
             .collect();
-        let series = stats
-            .series()
-            .iter()
-            .enumerate()
-            .map(|(second, s)| {
-                let latency = Percentiles::of(&s.latency_ns);
-                SecondSummary {
-                    second,
-                    sent: s.sent,
-                    responses: s.responses,
-                    failed: s.failed,
-                    p50_us: latency.p50_us,
-                    p99_us: latency.p99_us,
-                    max_us: latency.max_us,
-                }
-            })
-            .collect();
+        let series = second_summaries(stats);
         Summary {
             config: args.clone(),
             machine_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -294,6 +278,15 @@ impl Summary {
         if self.ops.len() > 1 {
             self.op_rows(&mut out);
         }
+        self.push_rows(&mut out);
+        self.failure_rows(&mut out);
+        self.move_rows(&mut out);
+        self.verdict_rows(&mut out);
+        out
+    }
+
+    /// The pushes received, and how fast they were delivered.
+    fn push_rows(&self, out: &mut String) {
         if let Some(p) = &self.push_latency {
             let _ = writeln!(
                 out,
@@ -308,6 +301,10 @@ impl Summary {
                 self.other_pushes
             );
         }
+    }
+
+    /// The requests that failed, by code, and what went unanswered.
+    fn failure_rows(&self, out: &mut String) {
         let mut failed: Vec<String> = self
             .errors
             .iter()
@@ -330,6 +327,11 @@ impl Summary {
             "  unanswered {}  protocol errors {}  connections lost {}  kicked {}",
             self.unanswered, self.protocol_errors, self.connections_lost, self.kicked
         );
+    }
+
+    /// Redirects, reconnects and switches, when the run moved sessions.
+    fn move_rows(&self, out: &mut String) {
+        let c = &self.config;
         if c.reconnect || self.redirects + self.reconnects + self.player_switches > 0 {
             let _ = writeln!(
                 out,
@@ -346,6 +348,10 @@ impl Summary {
                 self.longest_answer_gap_ms
             );
         }
+    }
+
+    /// The warnings, then PASS or each failure.
+    fn verdict_rows(&self, out: &mut String) {
         for warning in &self.warnings {
             let _ = writeln!(out, "  warning       {warning}");
         }
@@ -367,7 +373,6 @@ impl Summary {
                 let _ = writeln!(out, "  FAIL          {failure}");
             }
         }
-        out
     }
 
     fn op_rows(&self, out: &mut String) {
@@ -412,6 +417,27 @@ pub fn verdict(stats: &Stats, offered_rate: Option<f64>, measured_s: f64) -> Vec
         }
     }
     failures
+}
+
+/// Each measured second's counts and latency, for the plot.
+fn second_summaries(stats: &Stats) -> Vec<SecondSummary> {
+    stats
+        .series()
+        .iter()
+        .enumerate()
+        .map(|(second, s)| {
+            let latency = Percentiles::of(&s.latency_ns);
+            SecondSummary {
+                second,
+                sent: s.sent,
+                responses: s.responses,
+                failed: s.failed,
+                p50_us: latency.p50_us,
+                p99_us: latency.p99_us,
+                max_us: latency.max_us,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,5 +1,4 @@
-//! The catalog: which actors can take a msgId, and which one gets a key
-//! (seed `msgid-route-snapshot.txt`).
+//! The catalog: which actors can take a msgId, and which one gets a key.
 //!
 //! - [`Catalog`] (one per node, shared by `Arc`): the remote actor registry
 //!   fed by membership through [`ActorEvents`], its version, the snapshot

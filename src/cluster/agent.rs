@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::conn::before;
-use super::membership::{Action, Event, Membership, WriteTag};
+use super::membership::{Action, Event, MemberOpError, Membership, WriteTag};
 use super::view::{ClusterView, Peer};
 use crate::catalog::{ActorConfig, ActorEvents, Catalog};
 use crate::clock;
@@ -107,12 +107,12 @@ fn perform_blocking(store: &Store, membership: &mut Membership, action: Action) 
         },
         Action::Write { tag, write } => {
             let outcome = block_on(store.write_member(write.clone()));
-            let outcome = outcome.map_err(|error| error.to_string());
+            let outcome = outcome.map_err(MemberOpError::from);
             membership.on_written(clock::now_ms(), tag, &write, outcome);
         }
         Action::Delete { node, version } => {
             let outcome = block_on(store.delete_member(node, version));
-            let outcome = outcome.map_err(|error| error.to_string());
+            let outcome = outcome.map_err(MemberOpError::from);
             membership.on_deleted(clock::now_ms(), node, outcome);
         }
     }
@@ -131,7 +131,7 @@ pub fn leave_blocking(store: &Store, mut membership: Membership) {
                 Action::Poll { .. } => membership.on_poll_failed(),
                 Action::List { .. } => membership.on_list_failed(),
                 Action::Delete { node, .. } => {
-                    membership.on_deleted(clock::now_ms(), node, Err("leaving".to_string()))
+                    membership.on_deleted(clock::now_ms(), node, Err(MemberOpError::NotSent))
                 }
                 write @ Action::Write { .. } => perform_blocking(store, &mut membership, write),
             }
@@ -288,7 +288,10 @@ impl Agent {
     /// Performs every action membership asked for and publishes its
     /// events.
     fn pump(self: &Rc<Self>) {
-        let actions = self.membership.borrow_mut().take_actions();
+        let mut membership = self.membership.borrow_mut();
+        membership.debug_check(clock::now_ms());
+        let actions = membership.take_actions();
+        drop(membership);
         for action in actions {
             match action {
                 Action::Poll { nodes } => {
@@ -340,15 +343,17 @@ impl Agent {
         self: &Rc<Self>,
         answer: crate::store::StoreFuture<Result<T, crate::store::MembershipError>>,
         wait: Duration,
-        feed: impl FnOnce(&mut Membership, u64, Result<T, String>) + 'static,
+        feed: impl FnOnce(&mut Membership, u64, Result<T, MemberOpError>) + 'static,
     ) {
         let agent = self.clone();
         let deadline = Instant::now() + wait;
         shards::spawn(async move {
             let result = match before(deadline, answer).await {
                 Some(Ok(value)) => Ok(value),
-                Some(Err(error)) => Err(format!("the store answered: {error}")),
-                None => Err(format!("no answer within {} ms", wait.as_millis())),
+                Some(Err(error)) => Err(MemberOpError::Store(error)),
+                None => Err(MemberOpError::TimedOut {
+                    waited_ms: wait.as_millis() as u64,
+                }),
             };
             feed(&mut agent.membership.borrow_mut(), clock::now_ms(), result);
             agent.pump();

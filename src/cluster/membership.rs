@@ -34,6 +34,7 @@
 //! See `ClusterConfig::check_timing` for why a fenced node has stopped
 //! serving before anyone may declare it down.
 
+mod check;
 mod joining;
 mod observing;
 
@@ -42,7 +43,7 @@ use std::collections::BTreeMap;
 use crate::config::ClusterConfig;
 use crate::store::{
     AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,
-    MemberWrite, NodeId, TableVersion,
+    MemberWrite, MembershipError, NodeId, TableVersion,
 };
 
 pub use observing::WATCHED_PER_NODE;
@@ -67,6 +68,24 @@ pub enum WriteTag {
     Heartbeat { heartbeat: u64, sent_at_ms: u64 },
     /// Declaring `node` down.
     DeclareDown { node: NodeId },
+}
+
+/// Why a membership table operation came back without an answer: the
+/// write it carried may or may not have happened.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberOpError {
+    /// The store answered with an error.
+    #[error("the store answered: {0}")]
+    Store(#[from] MembershipError),
+    /// No answer within the driver's wait.
+    #[error("no answer within {waited_ms} ms")]
+    TimedOut { waited_ms: u64 },
+    /// The driver did not send it: the node is leaving.
+    #[error("not sent: the node is leaving")]
+    NotSent,
+    /// The node is cut off from the store (a network fault).
+    #[error("cut off from the store")]
+    CutOff,
 }
 
 /// What the driver must do.
@@ -202,6 +221,8 @@ pub struct Membership {
     held_incarnation: u64,
     actions: Vec<Action>,
     events: Vec<Event>,
+    /// What `check` saw last, to hold the next step to it.
+    checked: check::Checked,
 }
 
 impl Membership {
@@ -226,6 +247,7 @@ impl Membership {
             held_incarnation: 0,
             actions: Vec::new(),
             events: Vec::new(),
+            checked: check::Checked::default(),
         }
     }
 
@@ -426,10 +448,10 @@ impl Membership {
         now_ms: u64,
         tag: WriteTag,
         write: &MemberWrite,
-        outcome: Result<MemberOutcome, String>,
+        outcome: Result<MemberOutcome, MemberOpError>,
     ) {
         let failure = match &outcome {
-            Err(failure) => Some(failure.clone()),
+            Err(failure) => Some(failure.to_string()),
             Ok(MemberOutcome::Indeterminate) => Some("its outcome is unknown".to_string()),
             Ok(_) => None,
         };

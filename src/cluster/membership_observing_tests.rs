@@ -275,8 +275,12 @@ fn a_watcher_cut_off_from_the_store_declares_nobody_when_it_comes_back() {
             match action {
                 Action::Poll { .. } => cut.on_poll_failed(),
                 Action::List { .. } => cut.on_list_failed(),
-                Action::Write { tag, write } => cut.on_written(now, tag, &write, Err("cut".into())),
-                Action::Delete { node, .. } => cut.on_deleted(now, node, Err("cut".into())),
+                Action::Write { tag, write } => {
+                    cut.on_written(now, tag, &write, Err(MemberOpError::CutOff))
+                }
+                Action::Delete { node, .. } => {
+                    cut.on_deleted(now, node, Err(MemberOpError::CutOff))
+                }
             }
         }
     }

@@ -43,6 +43,7 @@ fn run_failing(
 ) -> Vec<Event> {
     m.on_tick(now);
     loop {
+        m.check(now).unwrap();
         let actions = m.take_actions();
         if actions.is_empty() {
             return m.take_events();
@@ -54,9 +55,12 @@ fn run_failing(
                 Action::Delete { node, version } => {
                     m.on_deleted(now, node, Ok(table.delete(node, version)))
                 }
-                Action::Write { tag, write } if fails(&tag) => {
-                    m.on_written(now, tag, &write, Err("no answer".into()))
-                }
+                Action::Write { tag, write } if fails(&tag) => m.on_written(
+                    now,
+                    tag,
+                    &write,
+                    Err(MemberOpError::TimedOut { waited_ms: 0 }),
+                ),
                 Action::Write { tag, write } => {
                     let outcome = table.write(&write);
                     m.on_written(now, tag, &write, Ok(outcome));
@@ -329,7 +333,12 @@ fn a_lost_heartbeat_answer_extends_nothing_and_its_write_is_adopted() {
         .expect("a heartbeat");
     // Applied in the store, but the answer never came.
     assert!(matches!(table.write(&write), MemberOutcome::Applied(_)));
-    m.on_written(500, tag, &write, Err("no answer".into()));
+    m.on_written(
+        500,
+        tag,
+        &write,
+        Err(MemberOpError::TimedOut { waited_ms: 0 }),
+    );
     assert!(
         m.take_events().is_empty(),
         "no lease from an unknown outcome"
@@ -360,10 +369,15 @@ fn a_node_cut_from_the_store_and_declared_down_meanwhile_rejoins_with_the_next_i
             match action {
                 Action::Poll { .. } => m.on_poll_failed(),
                 Action::List { .. } => m.on_list_failed(),
-                Action::Delete { node, .. } => m.on_deleted(now, node, Err("no answer".into())),
-                Action::Write { tag, write } => {
-                    m.on_written(now, tag, &write, Err("no answer".into()))
+                Action::Delete { node, .. } => {
+                    m.on_deleted(now, node, Err(MemberOpError::TimedOut { waited_ms: 0 }))
                 }
+                Action::Write { tag, write } => m.on_written(
+                    now,
+                    tag,
+                    &write,
+                    Err(MemberOpError::TimedOut { waited_ms: 0 }),
+                ),
             }
         }
         events.extend(m.take_events());

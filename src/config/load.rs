@@ -54,6 +54,16 @@ impl Config {
 
     /// Checks the relations between keys that serde alone cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_node_and_cores()?;
+        self.validate_gateway()?;
+        self.check_secrets()?;
+        self.validate_store_and_router()?;
+        self.cluster.check_timing().map_err(ConfigError::Invalid)?;
+        Ok(())
+    }
+
+    /// `node.id` and the `cores` section.
+    fn validate_node_and_cores(&self) -> Result<(), ConfigError> {
         let invalid = |message: &str| Err(ConfigError::Invalid(message.to_string()));
         if self.node.id == 0 {
             return invalid("node.id must not be 0 (0 means \"no owner\")");
@@ -81,6 +91,12 @@ impl Config {
                 "cores.recv_buffers_per_conn_max must be between 1 and cores.recv_buffers",
             );
         }
+        Ok(())
+    }
+
+    /// The `gateway` section: bounds, timeouts, rates and TLS.
+    fn validate_gateway(&self) -> Result<(), ConfigError> {
+        let invalid = |message: &str| Err(ConfigError::Invalid(message.to_string()));
         if self.gateway.body_max_bytes == 0 || self.gateway.inflight_max == 0 {
             return invalid("gateway.body_max_bytes and gateway.inflight_max must be positive");
         }
@@ -124,7 +140,12 @@ impl Config {
                  gateway.websocket_upgrade_timeout_ms must be positive",
             );
         }
-        self.check_secrets()?;
+        Ok(())
+    }
+
+    /// The `store` and `router` sections.
+    fn validate_store_and_router(&self) -> Result<(), ConfigError> {
+        let invalid = |message: &str| Err(ConfigError::Invalid(message.to_string()));
         if self.store.backend == StoreBackend::Scylla && self.store.nodes.is_empty() {
             return invalid("store.backend = \"scylla\" needs store.nodes");
         }
@@ -148,7 +169,6 @@ impl Config {
                  or a live owner's ownership lock would expire between saves",
             );
         }
-        self.cluster.check_timing().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 

@@ -1,5 +1,5 @@
-//! The gateway (seed `gateway-design.txt`, docs/protocol.md's session
-//! side).
+//! The gateway (docs/protocol.md, sessions and login; docs/architecture.md,
+//! a client request).
 //!
 //! Sans-IO parts, unit-tested without sockets:
 //! - [`session`]: `Session` and the epoch compare-and-set `apply_binding`;
@@ -47,8 +47,8 @@ pub fn session_core(session_id: u64) -> usize {
     wire::ids::core_of(session_id)
 }
 
-/// An accepted client REQUEST with the binding snapshotted at ingress (the
-/// seed does not re-validate ingress epochs: the egress gate does). The
+/// An accepted client REQUEST with the binding snapshotted at ingress
+/// (ingress epochs are not checked again later: the egress gate checks). The
 /// body is borrowed from the connection's read buffer: the auth service
 /// answers from it in place, and only a target that keeps the request
 /// copies it.

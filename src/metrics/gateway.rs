@@ -1,4 +1,4 @@
-//! The gateway's metrics: its counters (`GatewayStats` of the seed, named
+//! The gateway's metrics: its counters (`GatewayStats`, named
 //! as docs/protocol.md lists them), the request latency per route, and the
 //! requests answered per route and answer code.
 

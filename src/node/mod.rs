@@ -1,20 +1,18 @@
 //! Assembly of one node: cores, gateway listeners, admin endpoint, signals.
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
 
-use self::core::core_main;
-use self::listeners::{bind_cluster, reserve};
+use self::listeners::reserve;
 
-use crate::admin::{Admin, AdminState, Advertised};
+use crate::admin::Admin;
 use crate::catalog::Catalog;
 use crate::cluster::agent::{self, JoinError};
-use crate::cluster::membership::{Advertisement, Membership};
-use crate::cluster::view::{ClusterView, Peer, Standing};
+use crate::cluster::membership::Membership;
+use crate::cluster::view::ClusterView;
 use crate::config::{Config, RingTaskrun};
 use crate::gateway::driver::GatewayShared;
 use crate::gateway::transport::tls::TlsSetup;
@@ -22,15 +20,16 @@ use crate::gateway::transport::Listener;
 use crate::metrics::NodeMetrics;
 use crate::object::{Registry, RegistryError};
 use crate::ops::drain::DrainStatus;
+use crate::ops::CoreCommands;
 use crate::ops::NodePhase;
-use crate::ops::{CoreCommands, Ops, OpsParts};
 use crate::route::RouteTable;
 use crate::store::GatewayAddresses;
-use crate::store::{MemberState, NodeId, OpenError, Store};
+use crate::store::{NodeId, OpenError, Store};
 
 mod core;
 mod listeners;
 mod port;
+mod start;
 
 /// How long the cores may take to bind their listeners and report ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -164,219 +163,35 @@ impl Node {
         };
         let runtime_config = runtime_config(&config);
         let core_count = runtime_config.placement.core_count();
-        let mut metrics = NodeMetrics::with_routes(core_count, routes.clone());
-        metrics.store = Some(Arc::new(store.probe()));
-        // The metrics count objects by (type id, name).
-        metrics.types = registry
-            .object_types()
-            .into_iter()
-            .map(|(name, type_id)| (type_id, name))
-            .collect();
-        // Port 0 asks for any free port; every core must then bind the same
-        // one, so reserve it first and hold it until the cores have bound.
-        let reservation = reserve(config.gateway.listen)?;
-        let tls = crate::gateway::transport::tls::setup(&config.gateway)?;
-        let (edges, edge_addresses, edge_reservations) = edge_listeners(&config, tls.as_ref())?;
-        if let Some(tls) = &tls {
-            crate::gateway::transport::tls::watch(tls, &config.gateway, metrics.cores[0].clone());
-        }
-        let gateway_address =
-            reservation
-                .local_addr()
-                .map_err(|source| NodeError::GatewayBind {
-                    address: config.gateway.listen,
-                    source,
-                })?;
+        let mut metrics = start::node_metrics(&store, &registry, &routes, core_count);
         // Bound before the join: the membership row advertises where the
-        // admin endpoint and each core's links are.
-        let admin_listener =
-            std::net::TcpListener::bind(config.admin.listen).map_err(|source| {
-                NodeError::AdminBind {
-                    address: config.admin.listen,
-                    source,
-                }
-            })?;
-        let admin_address = admin_listener
-            .local_addr()
-            .map_err(|source| NodeError::AdminBind {
-                address: config.admin.listen,
-                source,
-            })?;
-        let cluster_listeners = bind_cluster(&config, core_count)?;
-        // What the row advertises: where other nodes and clients reach
-        // this one, which is not where it bound when it listens on
-        // `0.0.0.0` behind an address of its own.
-        let gateway_advertised = advertised(config.gateway.advertise, gateway_address);
-        let admin_advertised = advertised(config.admin.advertise, admin_address);
-        let gateway_addresses =
-            advertised_listeners(gateway_advertised, config.gateway.advertise, &edges);
-        let cluster_advertised: Vec<SocketAddr> = cluster_listeners
-            .iter()
-            .enumerate()
-            .map(|(core, (_, port))| config.cluster.advertised(core, *port))
-            .collect();
-        // The node's own services feed the catalog's local routes; the
-        // remote registry is fed by cluster membership.
-        let catalog = Arc::new(Catalog::new());
-        let actors = registry.local_actors(config.node.id, &gateway_advertised.to_string());
-        for actor in actors.clone() {
-            catalog.register_routes(actor)?;
-        }
-        let advertisement = Advertisement {
-            gateway: gateway_addresses.encode(),
-            admin: admin_advertised.to_string(),
-            cluster: cluster_advertised.iter().map(ToString::to_string).collect(),
-            core_count: core_count as u32,
-            actors: agent::advertised(&actors),
-        };
-        let me = NodeId(config.node.id);
-        let membership = Membership::new(me, &config.cluster, advertisement);
-        let joined = agent::join(&store, membership, JOIN_TIMEOUT)?;
-        // Alone, an unspecified address harms no one (and a node on its
-        // own is the common single-machine case); beside other live
-        // members it would send them and the clients they redirect
-        // nowhere.
-        if joined.peers.iter().any(|row| !row.state.is_ended()) {
-            let unreachable = [
-                ("gateway.advertise", gateway_advertised),
-                ("admin.advertise", admin_advertised),
-            ]
-            .into_iter()
-            .chain(
-                cluster_advertised
-                    .iter()
-                    .map(|address| ("cluster.advertise", *address)),
-            )
-            .find(|(_, address)| address.ip().is_unspecified());
-            if let Some((key, address)) = unreachable {
-                agent::leave_blocking(&store, joined.membership);
-                return Err(NodeError::Unreachable { key, address });
-            }
-        }
-        tracing::info!(
-            node = me.0,
-            incarnation = joined.incarnation,
-            "joined the cluster"
-        );
-        let view = Arc::new(ClusterView::new(
-            me,
-            core_count,
-            Standing {
-                incarnation: joined.incarnation,
-                lease_until_ms: joined.lease_until_ms,
-                fenced: false,
-                state: MemberState::Joining,
-            },
-        ));
-        view.update(|_, peers| {
-            for row in &joined.peers {
-                peers.insert(row.node_id, Peer::from_row(row));
-            }
-        });
-        for row in &joined.peers {
-            agent::feed_catalog(&catalog, row);
-        }
+        // gateway, the admin endpoint and each core's links are.
+        let mut bound = start::bind(&config, core_count, &metrics)?;
+        let reached = start::Reached::of(&config, &bound);
+        let (catalog, joined) = start::join(&config, &store, &registry, &reached, core_count)?;
+        let view = start::cluster_view(NodeId(config.node.id), core_count, &joined);
         let shutdown = ShutdownHandle::new();
         let phase = NodePhase::new(shutdown.clone());
-        let (ops, ops_commands) = Ops::new(OpsParts {
-            core_count,
-            view: view.clone(),
-            store: store.clone(),
-            phase: phase.clone(),
-            shutdown: shutdown.clone(),
-            token: config.admin.token.clone(),
-            rebalance_concurrency: config.cluster.rebalance_concurrency,
-            rebalance_on_join: config.cluster.rebalance_on_join,
-            metrics: metrics.admin.clone(),
-        });
-        let shared = Arc::new(NodeShared {
+        let (ops, ops_commands) = start::ops(
+            &config, core_count, &view, &store, &phase, &shutdown, &metrics,
+        );
+        let parts = start::Parts {
+            drain: ops.drain_status().clone(),
+            metrics: metrics.clone(),
+            config,
             store,
-            catalog,
-            config: config.clone(),
-            gateway_address,
-            edges,
-            metrics: Arc::new(metrics.clone()),
-            gateway: GatewayShared {
-                node_id: config.node.id,
-                boot_incarnation: joined.incarnation,
-                config: config.gateway.clone(),
-                // `Config::load` already let ROUTERD_AUTH_SECRET win.
-                secret: config.auth.secret.clone().into_bytes(),
-                sessions_open: Arc::new(AtomicU32::new(0)),
-                routes: routes.clone(),
-            },
-            view: view.clone(),
-            membership: Mutex::new(Some(joined.membership)),
-            cluster_listeners: Mutex::new(
-                cluster_listeners
-                    .into_iter()
-                    .map(|(listener, _)| Some(listener))
-                    .collect(),
-            ),
             registry,
             routes,
-            ops_commands: Mutex::new(ops_commands.into_iter().map(Some).collect()),
-            drain: ops.drain_status().clone(),
-        });
-        let runtime = Runtime::start::<MeshMessage, _, _>(&runtime_config, shutdown.clone(), {
-            let shared = shared.clone();
-            move |core| core_main(core, shared.clone())
-        });
-        let runtime = match runtime {
-            Ok(runtime) => runtime,
-            Err(error) => {
-                shared.leave_unstarted();
-                return Err(error.into());
-            }
-        };
-        metrics.mesh = runtime.mesh_stats().to_vec();
-        let admin = Admin::serve(
-            admin_listener,
-            AdminState {
-                phase: phase.clone(),
-                metrics: Arc::new(metrics),
-                cluster: Some(view.clone()),
-                store: Some(shared.store.clone()),
-                ops: Some(ops),
-                config: Some(Arc::new(config.clone())),
-                token: config.admin.token.clone(),
-                advertised: Some(Advertised {
-                    gateway: gateway_addresses.clone(),
-                    admin: admin_advertised.to_string(),
-                }),
-                object_types: shared.registry.object_types(),
-            },
-        );
-        let admin = match admin {
-            Ok(admin) => admin,
-            Err(source) => {
-                // The cores are up: stop them rather than leave them behind.
-                shutdown.trigger();
-                let _ = runtime.join();
-                return Err(NodeError::AdminBind {
-                    address: config.admin.listen,
-                    source,
-                });
-            }
-        };
-        if let Err(error) = runtime.wait_ready(READY_TIMEOUT) {
-            shutdown.trigger();
-            let _ = runtime.join();
-            return Err(error.into());
-        }
-        drop(reservation);
-        drop(edge_reservations);
-        view.request_state(MemberState::Up);
-        phase.set_serving();
-        Ok(Node {
-            runtime,
-            admin,
-            gateway_address,
-            edges: edge_addresses,
-            shutdown,
-            phase,
+            catalog,
             view,
-        })
+            joined,
+            ops_commands,
+        };
+        let shared = Arc::new(NodeShared::new(parts, &mut bound));
+        let runtime = start::run_cores(&runtime_config, &shutdown, &shared)?;
+        metrics.mesh = runtime.mesh_stats().to_vec();
+        let admin = start::admin_state(&shared, metrics, ops, &reached, &phase);
+        start::serve(admin, bound, runtime, phase, shutdown)
     }
 
     /// The node's view of the cluster: members, its incarnation and lease.

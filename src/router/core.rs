@@ -217,7 +217,8 @@ fn finish_io(
 /// The last step of a handoff, on every outcome: release the migration
 /// flag, then route every pending request again exactly once with the
 /// route as it now is (forwarded to the new owner, run here, or answered).
-/// The seed's defect (b), fixed: no branch returns before this. Whoever
+/// No branch returns before this, so a handoff whose notification
+/// failed still ends and its queue is routed again. Whoever
 /// waits for the transfer learns `outcome` first.
 fn finish_transfer(
     ctx: &mut Ctx,

@@ -20,7 +20,7 @@ use crate::store::NodeId;
 
 /// Writes in one shutdown batch at most (one store round trip each).
 pub const SHUTDOWN_BATCH_MAX: usize = 256;
-/// Route repairs (re-reads, claims) one request may cause: the seed's three.
+/// Route repairs (re-reads, claims) one request may cause.
 pub const REPAIR_ATTEMPTS_MAX: u8 = 3;
 /// Send attempts of one request that finds its target unavailable.
 pub const SEND_ATTEMPTS_MAX: u8 = 2;
@@ -144,8 +144,7 @@ impl Ctx {
     }
 
     /// True iff `node` is known up (this node is, until shutdown or a
-    /// fence). The seed negated this check; here it means what its name
-    /// says.
+    /// fence): it means what its name says.
     pub fn is_node_available(&self, node: NodeId) -> bool {
         if node.is_none() {
             return false;

@@ -33,7 +33,7 @@ pub(crate) struct Waiter {
     /// Route repairs (re-reads, claims) started on this request's behalf.
     pub repairs: u8,
     /// The cache was pulled for this request since it last looked at it, so
-    /// an owner of 0 is not re-pulled (the seed pulls once more, not forever).
+    /// an owner of 0 is not re-pulled (one more pull, never a loop).
     pub fresh_pull: bool,
     /// Send attempts that found the target unavailable (at most two).
     pub send_attempts: u8,

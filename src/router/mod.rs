@@ -1,5 +1,5 @@
 //! The router: which node owns a stateful object, and how a message reaches
-//! it (seed `router-system.txt`).
+//! it (docs/architecture.md, the router core).
 //!
 //! [`RouterCore`] is a sans-IO state machine, one per core, holding one
 //! manager per object type (keyed by `type_id`). Drivers feed it events with

@@ -19,7 +19,7 @@ pub enum Mutant {
     /// instead of the next one.
     ClaimKeepsRouteVersion,
     /// `core::RouterCore::end_notify`, between the notification's end
-    /// and the `FinishTransfer` it hands the dispatcher: the seed's defect (b): when the target's
+    /// and the `FinishTransfer` it hands the dispatcher: the leak `finish_transfer` closes: when the target's
     /// notification failed (refused, timed out, not sent) the handoff never
     /// ends and its pending queue is never re-dispatched.
     PendingNotRedispatched,
@@ -44,11 +44,20 @@ pub enum Mutant {
     /// the record names the target (extra: shows the writable-not-store-
     /// owner check failing).
     RemoveKeepsObject,
+    /// `cluster::membership`'s `judge_watched` (not the router's: membership's
+    /// bugs are put in the same way): a watched member is declared down
+    /// as soon as a poll reads its row, though the row moved within
+    /// `down_after_ms`.
+    DeclareMovedRow,
+    /// `cluster::membership`'s `rejoin`: a rejoin after a fence takes the
+    /// incarnation that was declared down again, not the next, so that
+    /// incarnation, ended, comes back.
+    RejoinReusesIncarnation,
 }
 
 #[cfg(test)]
 impl Mutant {
-    pub const ALL: [Mutant; 10] = [
+    pub const ALL: [Mutant; 12] = [
         Mutant::ClaimFromLiveOwner,
         Mutant::ConflictKeepsWritable,
         Mutant::ClaimKeepsRouteVersion,
@@ -59,6 +68,8 @@ impl Mutant {
         Mutant::FenceLeavesCopiesInService,
         Mutant::LeaseIgnored,
         Mutant::RemoveKeepsObject,
+        Mutant::DeclareMovedRow,
+        Mutant::RejoinReusesIncarnation,
     ];
 }
 

@@ -1,5 +1,5 @@
-//! Unit tests of the router state machine: one per seed operation and one
-//! per seed defect, driven by hand with an in-memory table.
+//! Unit tests of the router state machine: one per operation and one per
+//! lost-request path it closes, driven by hand with an in-memory table.
 
 use std::collections::BTreeMap;
 

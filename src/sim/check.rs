@@ -49,12 +49,15 @@ pub(super) enum Invariant {
     Calm,
     /// The push invariants of the player and room services.
     Rooms,
+    /// Membership's own invariants (`Membership::check`) after every step
+    /// of a node's membership machine.
+    Membership,
     /// A router assertion (or the simulator's) panicked.
     Panic,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 15] = [
+    pub const ALL: [Invariant; 16] = [
         Invariant::ClaimOfLiveLock,
         Invariant::RouteVersionOwner,
         Invariant::StaleWritable,
@@ -69,6 +72,7 @@ impl Invariant {
         Invariant::CounterSum,
         Invariant::Calm,
         Invariant::Rooms,
+        Invariant::Membership,
         Invariant::Panic,
     ];
 
@@ -88,6 +92,7 @@ impl Invariant {
             Invariant::CounterSum => "counter-sum",
             Invariant::Calm => "calm",
             Invariant::Rooms => "rooms",
+            Invariant::Membership => "membership",
             Invariant::Panic => "panic",
         }
     }

@@ -5,9 +5,12 @@
 
 use rand::RngExt;
 
+use super::check::Invariant;
 use super::faults::WriteFate;
 use super::world::{Event, World};
-use crate::cluster::membership::{Action, Event as MemberEvent, Membership, WriteTag};
+use crate::cluster::membership::{
+    Action, Event as MemberEvent, MemberOpError, Membership, WriteTag,
+};
 use crate::store::{MemberOutcome, MemberPage, MemberPoll, MemberWrite, NodeId};
 
 /// A membership table operation's answer, on its way to the node.
@@ -40,6 +43,9 @@ impl World {
             return;
         };
         f(membership, now);
+        if let Err(broken) = membership.check(now) {
+            self.safety.fail(Invariant::Membership, broken);
+        }
         self.member_effects(node);
     }
 
@@ -254,11 +260,9 @@ impl World {
             MemberReply::PollFailed => m.on_poll_failed(),
             MemberReply::Listed(page) => m.on_listed(now, page),
             MemberReply::ListFailed => m.on_list_failed(),
-            MemberReply::Deleted { node, outcome } => m.on_deleted(
-                now,
-                node,
-                outcome.map_err(|()| "cut off from the store".to_string()),
-            ),
+            MemberReply::Deleted { node, outcome } => {
+                m.on_deleted(now, node, outcome.map_err(|()| MemberOpError::CutOff))
+            }
             MemberReply::Written {
                 tag,
                 write,
@@ -267,7 +271,7 @@ impl World {
                 now,
                 tag,
                 &write,
-                outcome.map_err(|()| "cut off from the store".to_string()),
+                outcome.map_err(|()| MemberOpError::CutOff),
             ),
         });
     }

@@ -91,7 +91,39 @@ fn demonstrations() -> Vec<(Invariant, Mutant, Vec<Invariant>)> {
             Mutant::AnswerOnSubmit,
             vec![I::ReadBelowAcked],
         ),
+        (I::Membership, Mutant::DeclareMovedRow, vec![]),
+        (I::Membership, Mutant::RejoinReusesIncarnation, vec![]),
     ]
+}
+
+/// Membership's planted bugs, each caught by membership's own check
+/// (`Membership::check`, the `membership` invariant) within a few seeds:
+/// the short form of the table's rows for them, run with every test.
+#[test]
+fn membership_mutants_are_caught_by_its_check() {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let none = BTreeSet::new();
+    let outcomes: Vec<(Mutant, Outcome)> =
+        [Mutant::DeclareMovedRow, Mutant::RejoinReusesIncarnation]
+            .into_iter()
+            .map(|mutant| (mutant, run_mutant(Some(mutant), 0..20, &none)))
+            .collect();
+    std::panic::set_hook(hook);
+    for (mutant, outcome) in outcomes {
+        let caught = outcome
+            .caught_by
+            .get(Invariant::Membership.name())
+            .copied()
+            .unwrap_or(0);
+        assert!(
+            caught > 0,
+            "{mutant:?}: {}/{} seeds failing, by {}",
+            outcome.failing,
+            outcome.seeds,
+            caught_by(&outcome)
+        );
+    }
 }
 
 #[test]

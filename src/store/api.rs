@@ -12,6 +12,7 @@ use super::membership::{
     self, MemberOutcome, MemberPage, MemberPoll, MemberVersion, MemberWrite, TableVersion,
     MEMBER_ROW_BYTES_MAX, POLL_ROWS_MAX,
 };
+use super::paired;
 use super::record::NodeId;
 use super::record::{RecordWrite, RouteRecord, WriteOutcome};
 use crate::config::{Config, StoreBackend, StoreConfig};
@@ -126,6 +127,9 @@ pub struct Store {
     health: Arc<StoreHealth>,
     state_max_bytes: usize,
     batch_max: usize,
+    /// For the paired assertion that a poll's table version never goes
+    /// back (`paired`).
+    table_version: Arc<paired::TableVersionSeen>,
 }
 
 impl std::fmt::Debug for Store {
@@ -169,6 +173,7 @@ impl Store {
             health: Arc::default(),
             state_max_bytes: config.state_max_bytes,
             batch_max: config.batch_max,
+            table_version: Arc::default(),
         }
     }
 
@@ -245,11 +250,22 @@ impl Store {
         {
             return ready(Err(error));
         }
-        self.observed(
-            ErrorOp::Write,
-            self.backend.write_batch(writes),
-            health::write_verdict,
-        )
+        // In debug builds each answer is held to its condition; release
+        // builds skip the copy of the conditions and the wrapping future.
+        let conditions: Option<Vec<_>> =
+            cfg!(debug_assertions).then(|| writes.iter().map(|write| write.condition).collect());
+        let answer = self.backend.write_batch(writes);
+        let answer: StoreFuture<_> = match conditions {
+            Some(conditions) => Box::pin(async move {
+                let result = answer.await;
+                if let Ok(outcomes) = &result {
+                    paired::record_outcomes(&conditions, outcomes);
+                }
+                result
+            }),
+            None => answer,
+        };
+        self.observed(ErrorOp::Write, answer, health::write_verdict)
     }
 
     /// One conditional write of a membership row. A timeout is
@@ -265,11 +281,16 @@ impl Store {
                 max: MEMBER_ROW_BYTES_MAX,
             }));
         }
-        self.observed(
-            ErrorOp::WriteMember,
-            self.backend.write_member(write),
-            health::member_write_verdict,
-        )
+        let (condition, next) = (write.condition, write.next_version());
+        let answer = self.backend.write_member(write);
+        let answer = Box::pin(async move {
+            let result = answer.await;
+            if let Ok(outcome) = &result {
+                paired::member_outcome(condition, next, outcome);
+            }
+            result
+        });
+        self.observed(ErrorOp::WriteMember, answer, health::member_write_verdict)
     }
 
     /// Deletes the row of a node that left, by CAS on its version: the
@@ -279,11 +300,15 @@ impl Store {
         node_id: NodeId,
         expected: MemberVersion,
     ) -> StoreFuture<Result<MemberOutcome, MembershipError>> {
-        self.observed(
-            ErrorOp::WriteMember,
-            self.backend.delete_member(node_id, expected),
-            health::member_write_verdict,
-        )
+        let answer = self.backend.delete_member(node_id, expected);
+        let answer = Box::pin(async move {
+            let result = answer.await;
+            if let Ok(outcome) = &result {
+                paired::deletion_outcome(expected, outcome);
+            }
+            result
+        });
+        self.observed(ErrorOp::WriteMember, answer, health::member_write_verdict)
     }
 
     /// The table version and the rows of `nodes` (live or not: liveness is
@@ -299,11 +324,16 @@ impl Store {
                 max: POLL_ROWS_MAX,
             }));
         }
-        self.observed(
-            ErrorOp::ListMembers,
-            self.backend.poll_members(nodes),
-            health::list_verdict,
-        )
+        let (seen, before) = (self.table_version.clone(), self.table_version.before());
+        let answer = self.backend.poll_members(nodes);
+        let answer = Box::pin(async move {
+            let result = answer.await;
+            if let Ok(poll) = &result {
+                seen.polled(before, poll.version);
+            }
+            result
+        });
+        self.observed(ErrorOp::ListMembers, answer, health::list_verdict)
     }
 
     /// One page of the rows changed after table version `since` (every

@@ -13,6 +13,7 @@ pub mod health;
 mod membership;
 mod memory;
 pub mod memory_table;
+mod paired;
 // The server backends are cargo features (on by default), so
 // `--no-default-features` builds an SQLite-only node without their drivers.
 #[cfg(feature = "postgres")]

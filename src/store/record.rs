@@ -1,9 +1,8 @@
 //! The persisted ownership record and the two version types.
 //!
 //! The route version orders route caches between nodes; the CAS version
-//! protects persistent writes. They are different types on purpose: the seed
-//! warns that they are not interchangeable, and the compiler now refuses any
-//! comparison between them.
+//! protects persistent writes. They are not interchangeable, so they are
+//! different types: the compiler refuses any comparison between them.
 
 use wire::ObjectKey;
 

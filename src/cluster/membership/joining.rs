@@ -6,6 +6,7 @@
 
 use super::Action;
 use super::{Event, Membership, Phase, Serving, WriteTag};
+use crate::router::mutant::{self, Mutant};
 use crate::store::{
     MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion, MemberWrite,
 };
@@ -149,6 +150,11 @@ impl Membership {
                 MemberCondition::VersionEquals(row.version),
             ),
             None => (1, MemberCondition::Absent),
+        };
+        let incarnation = if mutant::active(Mutant::RejoinReusesIncarnation) {
+            incarnation.saturating_sub(1).max(1)
+        } else {
+            incarnation
         };
         self.join(now_ms, incarnation, condition);
     }

@@ -26,6 +26,7 @@
 //!   repeats for that id.
 
 use super::{Action, Event, Membership, Phase, WriteTag};
+use crate::router::mutant::{self, Mutant};
 use crate::store::{
     MemberCondition, MemberOutcome, MemberPage, MemberPoll, MemberRow, MemberState, MemberWrite,
     NodeId, TableVersion,
@@ -274,6 +275,7 @@ impl Membership {
                 continue;
             };
             let stalled = now_ms.saturating_sub(seen.since_ms) >= self.down_after_ms;
+            let stalled = stalled || mutant::active(Mutant::DeclareMovedRow);
             if seen.row.state.is_ended() || !stalled || seen.declaring {
                 continue;
             }
@@ -341,7 +343,7 @@ impl Membership {
         &mut self,
         now_ms: u64,
         node: NodeId,
-        outcome: Result<MemberOutcome, String>,
+        outcome: Result<MemberOutcome, super::MemberOpError>,
     ) {
         if let Some(seen) = self.observed.get_mut(&node) {
             seen.deleting = false;

@@ -1,5 +1,5 @@
 //! Frames for a client from its session's target: the egress gate's six
-//! checks in the seed's order, the answer's request accounting, and the
+//! checks in their fixed order, the answer's request accounting, and the
 //! latency an answered request records.
 
 use std::time::{Duration, Instant};
@@ -98,7 +98,7 @@ impl WarnLimiter {
 }
 
 impl GatewayCore {
-    /// The egress gate: the seed's six checks in order, then the write.
+    /// The egress gate: its six checks in order, then the write.
     /// Fire-and-forget: a rejected frame is counted and logged (rate
     /// limited), never answered.
     pub fn egress(&mut self, egress: &EgressRef<'_>, now: Instant) -> Result<(), EgressRejected> {

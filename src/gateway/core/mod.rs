@@ -367,7 +367,7 @@ impl GatewayCore {
         expired.len()
     }
 
-    /// `shield.client.close` in the seed's fixed order: PUSH `sys.kicked`
+    /// `shield.client.close` in a fixed order: PUSH `sys.kicked`
     /// (docs/protocol.md), then 1. `Unbound` to the current target with the last
     /// epoch, 2. invalidate with `K_ANY_EPOCH`, 3. remove from the registry,
     /// 4. close the connection (after the queued frames, so the client

@@ -146,7 +146,7 @@ impl RouterDriver {
             .send(node, Destination::Object(message.key()), &frame);
         if let Err(refusal) = sent {
             self.count_unroutable(node, refusal);
-            // Back to the core, which answers or re-resolves per the seed.
+            // Back to the core, which answers or resolves the route again.
             self.0
                 .core
                 .borrow_mut()

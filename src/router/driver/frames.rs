@@ -99,17 +99,37 @@ pub(crate) fn decode_request(message: &ArchivedMessage) -> Option<(RouterHead, R
         source_node: NodeId(head.source_node.to_native()),
         forward_hops: head.transfer_ttl.to_native(),
     };
-    let request = Request {
-        id: RequestId {
-            origin_node: NodeId(origin_node.to_native()),
-            seq: request_seq.to_native(),
-        },
-        op: op.to_native(),
-        body: body.to_vec(),
-        client: (*has_client != 0).then(|| client_native(client)),
-        needs_reply: *needs_reply != 0,
-    };
+    let request = request_native(
+        origin_node.to_native(),
+        request_seq.to_native(),
+        op.to_native(),
+        *needs_reply,
+        (*has_client != 0).then_some(client),
+        body,
+    );
     Some((head, request))
+}
+
+/// A request from the fields its frame carries: a routed request's and a
+/// service request's are the same.
+fn request_native(
+    origin_node: u64,
+    seq: u64,
+    op: u32,
+    needs_reply: u8,
+    client: Option<&ArchivedClientWire>,
+    body: &[u8],
+) -> Request {
+    Request {
+        id: RequestId {
+            origin_node: NodeId(origin_node),
+            seq,
+        },
+        op,
+        body: body.to_vec(),
+        client: client.map(client_native),
+        needs_reply: needs_reply != 0,
+    }
 }
 
 /// The frame of one answer, for the core of `request.origin_node` that
@@ -250,16 +270,14 @@ pub(crate) fn decode_node_message(message: &ArchivedMessage) -> Option<NodeMessa
             body,
         } => NodeMessage::ServiceRequest {
             key: key_native(key),
-            request: Request {
-                id: RequestId {
-                    origin_node: NodeId(origin_node.to_native()),
-                    seq: request_seq.to_native(),
-                },
-                op: op.to_native(),
-                body: body.to_vec(),
-                client: (*has_client != 0).then(|| client_native(client)),
-                needs_reply: *needs_reply != 0,
-            },
+            request: request_native(
+                origin_node.to_native(),
+                request_seq.to_native(),
+                op.to_native(),
+                *needs_reply,
+                (*has_client != 0).then_some(client),
+                body,
+            ),
         },
         _ => return None,
     })

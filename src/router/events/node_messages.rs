@@ -128,7 +128,7 @@ impl RouterCore {
             self.ctx.counters.transfer_ack_timeouts_total += 1;
         }
         let accepted = outcome == TransferOutcome::Confirmed;
-        // The seed's defect (b), planted back: the handoff never ends, or
+        // The leak `finish_transfer` closes, planted back: the handoff never ends, or
         // ends dropping its queue.
         if !accepted && mutant::active(Mutant::PendingNotRedispatched) {
             return;

@@ -14,7 +14,7 @@ use crate::router::output::{arm_object_timers, count_repair, release};
 use crate::router::types::{ErrorCode, NodeMessage, Request, RouterHead};
 use crate::store::NodeId;
 
-/// `filter_router_msg` and `send_msg` for one entry, in the seed's order.
+/// `filter_router_msg` and `send_msg` for one entry, in that order.
 /// Every path ends in exactly one of: queued, sent, answered, or a read
 /// (or write-back) started with the request queued behind it.
 pub(crate) fn route(
@@ -27,7 +27,7 @@ pub(crate) fn route(
 ) -> Next {
     entry.last_access_ms = now_ms;
     if let Some(transferring) = entry.transferring.as_mut() {
-        // The seed's defect (a), fixed: a request meeting a migration is
+        // A request meeting a migration is
         // queued and this path returns; it is never also sent.
         if transferring.transfer_pending.len() >= ctx.config.pending_queue_max {
             ctx.counters.pending_queue_full_total += 1;
@@ -103,7 +103,7 @@ fn route_by_owner(
     }
     if owner.is_none() {
         if !fresh_pull {
-            // The seed pulls once more before choosing a default node.
+            // One more pull before choosing a default node.
             if count_repair(ctx, &mut waiter) {
                 return Next::Pull {
                     object: false,
