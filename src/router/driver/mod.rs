@@ -24,6 +24,7 @@ mod ports;
 mod queue;
 mod replies;
 mod store_ops;
+mod turn_clock;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -43,6 +44,7 @@ pub use self::ports::{ClientSide, Destination, FrameSource, LinkRefusal, NoLinks
 use self::queue::InputQueue;
 pub use self::replies::{ReplyRoute, REPLY_ROUTES_MAX};
 use self::replies::{ReplyRoutes, RouteKind};
+use self::turn_clock::TurnClock;
 use super::types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Request, RequestId, RouterHead, StoreReply,
     StoreToken, Timer, TransferDone,
@@ -490,15 +492,17 @@ impl RouterDriver {
         // few percent of the core at high rates.
         let polled_at = Instant::now();
         // Through the cache, so the effects timed at `polled_at` read it
-        // back without a clock read of their own.
-        let polled_ms = self.ms_at(polled_at);
+        // back without a clock read of their own. A long turn reads the
+        // clock again every few dozen inputs (`turn_clock`): a pause inside
+        // it is seen before the inputs after it are judged.
+        let mut turn = TurnClock::new(self.ms_at(polled_at));
         self.0.inputs.handle_turn(INPUTS_PER_TURN_MAX, |input| {
-            self.apply(input, polled_ms);
+            self.apply(input, turn.next(clock::now_ms));
             self.perform_effects(polled_at);
         });
     }
 
-    /// Applies one input; `polled_ms` is the clock reading of this poll.
+    /// Applies one input; `polled_ms` is the turn's clock reading for it.
     fn apply(&self, input: Input, polled_ms: u64) {
         // Requests are applied at the poll's reading (one reading per
         // request would be a few percent of the core at high rates): a

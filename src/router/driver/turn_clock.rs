@@ -1,0 +1,85 @@
+//! The clock reading the inputs of one router turn are judged at.
+//!
+//! A turn handles up to `INPUTS_PER_TURN_MAX` inputs, and requests are
+//! judged (the lease among others) at a clock reading rather than at one
+//! read per request, which would cost a few percent of the core at high
+//! rates. A reading taken once at the turn's start is wrong when the turn
+//! itself is long: a process stopped (`SIGSTOP`, a starved CPU) inside a
+//! busy turn for longer than `cluster.down_after_ms` would resume and
+//! answer the rest of the turn's requests at the old reading, inside a
+//! lease that ran out meanwhile, after another node took its objects over.
+//! So the clock is read again every `INPUTS_PER_READING` inputs: an input
+//! is judged at most that many inputs after the reading it uses, the same
+//! bound as one poll's lateness for a short turn.
+
+/// Inputs judged at one clock reading at most.
+pub(super) const INPUTS_PER_READING: usize = 32;
+
+/// One turn's clock: the reading its next input is judged at.
+pub(super) struct TurnClock {
+    reading_ms: u64,
+    inputs_at_reading: usize,
+}
+
+impl TurnClock {
+    /// A turn whose first reading is `reading_ms`.
+    pub(super) fn new(reading_ms: u64) -> TurnClock {
+        TurnClock {
+            reading_ms,
+            inputs_at_reading: 0,
+        }
+    }
+
+    /// The reading the next input is judged at: the current one, or a
+    /// fresh one from `read` when the current one judged
+    /// `INPUTS_PER_READING` inputs already. Readings never go back.
+    pub(super) fn next(&mut self, read: impl FnOnce() -> u64) -> u64 {
+        if self.inputs_at_reading == INPUTS_PER_READING {
+            self.reading_ms = self.reading_ms.max(read());
+            self.inputs_at_reading = 0;
+        }
+        self.inputs_at_reading += 1;
+        self.reading_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::router::driver::INPUTS_PER_TURN_MAX;
+
+    /// A process stopped for 10 s after the 100th input of a full turn: the
+    /// inputs after it are judged at the time it resumed, within
+    /// `INPUTS_PER_READING` inputs, not at the turn's start.
+    #[test]
+    fn a_pause_inside_a_turn_is_seen_within_a_few_dozen_inputs() {
+        let clock = Cell::new(1_000);
+        let mut turn = TurnClock::new(clock.get());
+        let mut judged = Vec::new();
+        for input in 0..INPUTS_PER_TURN_MAX {
+            if input == 100 {
+                clock.set(11_000);
+            }
+            judged.push(turn.next(|| clock.get()));
+        }
+        assert!(judged[..100].iter().all(|at| *at == 1_000));
+        let first_late = judged.iter().position(|at| *at == 11_000).unwrap();
+        assert!(first_late >= 100 && first_late <= 100 + INPUTS_PER_READING);
+        assert!(judged[first_late..].iter().all(|at| *at == 11_000));
+    }
+
+    #[test]
+    fn one_reading_serves_a_few_dozen_inputs() {
+        let reads = Cell::new(0);
+        let mut turn = TurnClock::new(1);
+        for _ in 0..INPUTS_PER_TURN_MAX {
+            turn.next(|| {
+                reads.set(reads.get() + 1);
+                1
+            });
+        }
+        assert_eq!(reads.get(), INPUTS_PER_TURN_MAX / INPUTS_PER_READING - 1);
+    }
+}
