@@ -96,6 +96,7 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
         links: Rc::new(links.clone()),
         metrics: metrics.clone(),
         request_timeout_ms: shared.config.gateway.request_timeout_ms,
+        fence_after_ms: cluster.fence_after_ms,
     });
     links.set_router_hooks(
         Rc::new({

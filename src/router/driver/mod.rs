@@ -44,7 +44,7 @@ pub use self::ports::{ClientSide, Destination, FrameSource, LinkRefusal, NoLinks
 use self::queue::InputQueue;
 pub use self::replies::{ReplyRoute, REPLY_ROUTES_MAX};
 use self::replies::{ReplyRoutes, RouteKind};
-use self::turn_clock::TurnClock;
+use self::turn_clock::{PauseBarrier, TurnClock};
 use super::types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Request, RequestId, RouterHead, StoreReply,
     StoreToken, Timer, TransferDone,
@@ -92,6 +92,8 @@ pub struct DriverParts {
     pub links: Rc<dyn NodeLinks>,
     pub metrics: Arc<CoreMetrics>,
     pub request_timeout_ms: u64,
+    /// `cluster.fence_after_ms`: a lease's length from its heartbeat.
+    pub fence_after_ms: u64,
 }
 
 /// What one core's router does (its incarnation, fence and lease), for
@@ -214,6 +216,7 @@ struct Inner {
     forwarded: RefCell<Forwarded>,
     metrics: Arc<CoreMetrics>,
     request_timeout_ms: u64,
+    pause: RefCell<PauseBarrier>,
     /// The effects being performed, reused so a batch allocates nothing.
     effects: RefCell<Vec<Effect>>,
     /// The last reading `client_side_request` converted to the router's
@@ -262,6 +265,7 @@ impl RouterDriver {
             )),
             metrics: parts.metrics,
             request_timeout_ms: parts.request_timeout_ms,
+            pause: RefCell::new(PauseBarrier::new(parts.fence_after_ms)),
             effects: RefCell::new(Vec::new()),
             last_reading: Cell::new({
                 let now = Instant::now();
@@ -495,9 +499,9 @@ impl RouterDriver {
         // back without a clock read of their own. A long turn reads the
         // clock again every few dozen inputs (`turn_clock`): a pause inside
         // it is seen before the inputs after it are judged.
-        let mut turn = TurnClock::new(self.ms_at(polled_at));
+        let mut turn = TurnClock::new(self.checked_reading(self.ms_at(polled_at)));
         self.0.inputs.handle_turn(INPUTS_PER_TURN_MAX, |input| {
-            self.apply(input, turn.next(clock::now_ms));
+            self.apply(input, turn.next(|| self.checked_reading(clock::now_ms())));
             self.perform_effects(polled_at);
         });
     }
@@ -547,7 +551,10 @@ impl RouterDriver {
                 incarnation,
                 state,
             } => core.on_member(node, incarnation, state),
-            Input::Lease { until_ms } => core.extend_lease(now, until_ms),
+            Input::Lease { until_ms } if self.0.pause.borrow().admits(until_ms) => {
+                core.extend_lease(now, until_ms)
+            }
+            Input::Lease { .. } => {}
             Input::LeaseEnd { at_ms } => core.end_lease(at_ms),
             Input::Fence => core.fence(now),
             Input::Rejoin {

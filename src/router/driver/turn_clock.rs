@@ -12,6 +12,9 @@
 //! is judged at most that many inputs after the reading it uses, the same
 //! bound as one poll's lateness for a short turn.
 
+use super::RouterDriver;
+use crate::clock::PauseTimer;
+
 /// Inputs judged at one clock reading at most.
 pub(super) const INPUTS_PER_READING: usize = 32;
 
@@ -43,6 +46,53 @@ impl TurnClock {
     }
 }
 
+/// The barrier after a pause no clock counted (`clock::PauseTimer`: the
+/// kernel's timer counted it): the lease ends at once, and only a lease
+/// from a heartbeat sent after the pause renews it (one sent before says
+/// nothing of the time the pause hid, in which another node may have
+/// declared this one down and claimed its objects).
+pub(super) struct PauseBarrier {
+    timer: PauseTimer,
+    fence_after_ms: u64,
+    /// Leases from heartbeats sent before this reading renew nothing.
+    renew_from_ms: u64,
+}
+
+impl PauseBarrier {
+    pub(super) fn new(fence_after_ms: u64) -> PauseBarrier {
+        PauseBarrier {
+            timer: PauseTimer::new(),
+            fence_after_ms,
+            renew_from_ms: 0,
+        }
+    }
+
+    /// Whether a lease to `until_ms` (a heartbeat's send time +
+    /// `fence_after_ms`) came from a heartbeat sent after the last pause.
+    pub(super) fn admits(&self, until_ms: u64) -> bool {
+        until_ms >= self.renew_from_ms.saturating_add(self.fence_after_ms)
+    }
+}
+
+impl RouterDriver {
+    /// The clock reading `now_ms`, checked against the kernel's timer: when
+    /// a pause hid from it, the core's lease ends now, before any input is
+    /// judged at this reading.
+    pub(super) fn checked_reading(&self, now_ms: u64) -> u64 {
+        let mut barrier = self.0.pause.borrow_mut();
+        if let Some(hidden_ms) = barrier.timer.check(now_ms) {
+            barrier.renew_from_ms = now_ms;
+            tracing::warn!(
+                hidden_ms,
+                core = self.0.core_id,
+                "a pause no clock counted: serving nothing until a heartbeat sent after it applies"
+            );
+            self.0.core.borrow_mut().end_lease(now_ms);
+        }
+        now_ms
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
@@ -68,6 +118,16 @@ mod tests {
         let first_late = judged.iter().position(|at| *at == 11_000).unwrap();
         assert!(first_late >= 100 && first_late <= 100 + INPUTS_PER_READING);
         assert!(judged[first_late..].iter().all(|at| *at == 11_000));
+    }
+
+    #[test]
+    fn only_a_heartbeat_sent_after_a_pause_renews_the_lease() {
+        let mut barrier = PauseBarrier::new(400);
+        assert!(barrier.admits(400));
+        barrier.renew_from_ms = 10_000;
+        // Sent at 9_900, answered after the pause: renews nothing.
+        assert!(!barrier.admits(9_900 + 400));
+        assert!(barrier.admits(10_000 + 400));
     }
 
     #[test]
