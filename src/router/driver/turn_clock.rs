@@ -116,7 +116,7 @@ mod tests {
         }
         assert!(judged[..100].iter().all(|at| *at == 1_000));
         let first_late = judged.iter().position(|at| *at == 11_000).unwrap();
-        assert!(first_late >= 100 && first_late <= 100 + INPUTS_PER_READING);
+        assert!((100..=100 + INPUTS_PER_READING).contains(&first_late));
         assert!(judged[first_late..].iter().all(|at| *at == 11_000));
     }
 
