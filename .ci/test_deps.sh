@@ -1,7 +1,8 @@
 # Programs the tests drive that do not come with the toolchain, sourced by .ci/run.
 #
 # test_deps_install: Debian's chromium (browser tests), prometheus (its promtool
-# checks the metrics and alert rules) and valgrind (the runtime's model test),
+# checks the metrics and alert rules), valgrind (the runtime's model test) and
+# faketime (libfaketime: tests/cluster_hidden_pause.rs hides a pause from every clock),
 # installed only when missing; the Node.js packages of tests/browser and
 # clients/typescript from their committed lockfiles; a Python virtual environment with tests/python/requirements.txt.
 # It exports what the tests look for:
@@ -16,6 +17,7 @@ test_deps_apt() {
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
     command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
+    command -v faketime >/dev/null 2>&1 || missing+=(faketime)
     command -v node >/dev/null 2>&1 || missing+=(nodejs npm)
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "== apt-get install ${missing[*]}"

@@ -125,9 +125,143 @@ impl JumpWatch {
     }
 }
 
+/// The period of a [`PauseTimer`]: a pause hidden from the clocks is seen
+/// once the kernel counted more than `HIDDEN_PAUSE_MIN_MS` beyond them.
+pub const PAUSE_TIMER_PERIOD_MS: u64 = 50;
+pub const HIDDEN_PAUSE_MIN_MS: u64 = 2 * PAUSE_TIMER_PERIOD_MS;
+
+/// Time that passed while every clock this process reads stood still:
+/// a periodic kernel timer (`timerfd` on `CLOCK_BOOTTIME`) counts its
+/// expirations in the kernel, where no interception of clock reads (a
+/// library preloaded over `clock_gettime`, as libfaketime is) reaches, and
+/// its count is compared with how far the router's clock advanced. Read
+/// without blocking: one `read` call a check.
+pub struct PauseTimer {
+    fd: Option<std::os::fd::OwnedFd>,
+    watch: PauseWatch,
+}
+
+impl PauseTimer {
+    /// A timer; `None` inside when the kernel refuses one (then nothing is
+    /// ever reported).
+    pub fn new() -> PauseTimer {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain syscalls on a descriptor this function owns; the
+        // itimerspec outlives the call.
+        let fd = unsafe {
+            let fd =
+                libc::timerfd_create(libc::CLOCK_BOOTTIME, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC);
+            if fd < 0 {
+                None
+            } else {
+                let period = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: (PAUSE_TIMER_PERIOD_MS * 1_000_000) as libc::c_long,
+                };
+                let spec = libc::itimerspec {
+                    it_interval: period,
+                    it_value: period,
+                };
+                let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
+                use std::os::fd::AsRawFd;
+                (libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) == 0)
+                    .then_some(fd)
+            }
+        };
+        PauseTimer {
+            fd,
+            watch: PauseWatch::new(now_ms()),
+        }
+    }
+
+    /// Reads the timer's expirations since the last check; the length of a
+    /// pause the router's clock (`now_ms`, read now) did not count, if one
+    /// passed since.
+    pub fn check(&mut self, now_ms: u64) -> Option<u64> {
+        use std::os::fd::AsRawFd;
+        let fd = self.fd.as_ref()?;
+        let mut expirations = 0u64;
+        // SAFETY: reads 8 bytes into a u64 this function owns.
+        let read = unsafe {
+            libc::read(
+                fd.as_raw_fd(),
+                (&mut expirations as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        let expirations = if read == 8 { expirations } else { 0 };
+        self.watch.observe(now_ms, expirations)
+    }
+}
+
+impl Default for PauseTimer {
+    fn default() -> Self {
+        PauseTimer::new()
+    }
+}
+
+/// [`PauseTimer`]'s arithmetic, sans IO: the kernel's count of periods
+/// against the clock's advance since the last report.
+pub struct PauseWatch {
+    clock_from_ms: u64,
+    counted_ms: u64,
+}
+
+impl PauseWatch {
+    pub fn new(now_ms: u64) -> PauseWatch {
+        PauseWatch {
+            clock_from_ms: now_ms,
+            counted_ms: 0,
+        }
+    }
+
+    /// `expirations` more periods counted by the kernel, the clock reading
+    /// `now_ms`: the hidden time when the kernel counted more than
+    /// `HIDDEN_PAUSE_MIN_MS` beyond the clock (then counting starts again).
+    pub fn observe(&mut self, now_ms: u64, expirations: u64) -> Option<u64> {
+        self.counted_ms += expirations * PAUSE_TIMER_PERIOD_MS;
+        let advanced = now_ms.saturating_sub(self.clock_from_ms);
+        if self.counted_ms <= advanced + HIDDEN_PAUSE_MIN_MS {
+            // The clock counts time; slide the window so that old slack
+            // never hides a later pause.
+            if advanced >= self.counted_ms {
+                self.clock_from_ms = now_ms;
+                self.counted_ms = 0;
+            }
+            return None;
+        }
+        let hidden = self.counted_ms - advanced;
+        self.clock_from_ms = now_ms;
+        self.counted_ms = 0;
+        Some(hidden)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_the_kernel_counted_and_the_clock_did_not_is_reported() {
+        let mut watch = PauseWatch::new(1_000);
+        // Steady: the clock and the timer advance together (the timer a
+        // period behind at most).
+        assert_eq!(watch.observe(1_120, 2), None);
+        assert_eq!(watch.observe(1_500, 8), None);
+        // Stopped 5 s while every clock read was made to stand still.
+        assert_eq!(watch.observe(1_510, 100), Some(5_010));
+        // Counting starts again.
+        assert_eq!(watch.observe(1_560, 1), None);
+        // A late check (a busy core) is not a pause: the clock saw it.
+        assert_eq!(watch.observe(3_560, 40), None);
+    }
+
+    #[test]
+    fn this_machine_hides_no_pause() {
+        let mut timer = PauseTimer::new();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(timer.check(now_ms()), None);
+    }
 
     #[test]
     fn readings_grow_and_convert_both_ways() {

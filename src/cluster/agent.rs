@@ -230,12 +230,19 @@ impl Agent {
         // margin (`ClusterConfig::check_timing`); a jump of more than one
         // tick ends the lease at once.
         let mut jumps = clock::JumpWatch::new(tick_ms);
+        // A pause no clock counted, which the kernel's timer did: the
+        // same, and a heartbeat goes at once (`clock::PauseTimer`).
+        let mut pauses = clock::PauseTimer::new();
         loop {
             let seen = self.view.version();
             let wanted = self.view.take_wanted_state();
             {
                 let mut membership = self.membership.borrow_mut();
                 if let Some(cause) = jumps.observe(clock::Readings::now()) {
+                    membership.clock_jumped(clock::now_ms(), cause);
+                }
+                if let Some(hidden) = pauses.check(clock::now_ms()) {
+                    let cause = format!("{hidden} ms passed that no clock counted");
                     membership.clock_jumped(clock::now_ms(), cause);
                 }
                 if let Some(state) = wanted {

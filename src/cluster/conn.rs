@@ -126,8 +126,12 @@ impl Conn {
     }
 
     /// The dialler's side: Hello, check the Challenge, Proof, Verdict.
-    /// `expected` is the peer's incarnation as membership knows it; an
-    /// older one answering is a stale process.
+    /// `expected` is the peer's incarnation as membership knows it (or as
+    /// it proved by linking in); an older one answering is a stale
+    /// process, a newer one a restart this node has not read yet, whose
+    /// cores this node may have counted wrong: refused either way, and the
+    /// messages queued for it go back to the router, which re-resolves
+    /// them once the view holds the new row.
     pub async fn dial(
         &mut self,
         local: &LocalEnd<'_>,
@@ -155,7 +159,7 @@ impl Conn {
         if !challenge.verify(local.secret, &hello) {
             return Err(Refusal::BadSecret);
         }
-        if incarnation < expected {
+        if incarnation != expected {
             return Err(Refusal::StaleIncarnation);
         }
         self.send(handshake::proof(local.secret, &hello, &challenge_bytes))

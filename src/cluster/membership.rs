@@ -203,6 +203,9 @@ pub struct Membership {
     observed: BTreeMap<NodeId, Observed>,
     /// A poll in flight: whether it asked for this node's own row.
     polling: Option<bool>,
+    /// When the last poll was answered; `None` after one failed (see
+    /// `observing::restart_watch_after_gap`).
+    polled_ok_ms: Option<u64>,
     next_poll_ms: u64,
     /// A listing in progress.
     listing: Option<Listing>,
@@ -237,6 +240,7 @@ impl Membership {
             phase: Phase::Starting { watching: None },
             observed: BTreeMap::new(),
             polling: None,
+            polled_ok_ms: None,
             next_poll_ms: 0,
             listing: None,
             listed: None,

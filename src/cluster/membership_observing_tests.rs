@@ -297,6 +297,107 @@ fn a_watcher_cut_off_from_the_store_declares_nobody_when_it_comes_back() {
 }
 
 #[test]
+fn a_store_outage_longer_than_down_after_fences_nobody_when_the_store_returns() {
+    let mut cluster = Cluster::up(4);
+    // Every read and write of every node fails for twice down_after: no
+    // heartbeat applies, no poll is answered.
+    let end = cluster.now + 2 * config().down_after_ms;
+    while cluster.now < end {
+        cluster.now += cluster.tick();
+        let now = cluster.now;
+        for m in cluster.nodes.values_mut().flatten() {
+            m.on_tick(now);
+            for action in m.take_actions() {
+                match action {
+                    Action::Poll { .. } => m.on_poll_failed(),
+                    Action::List { .. } => m.on_list_failed(),
+                    Action::Write { tag, write } => {
+                        m.on_written(now, tag, &write, Err("store down".into()))
+                    }
+                    Action::Delete { node, .. } => m.on_deleted(now, node, Err("down".into())),
+                }
+            }
+        }
+    }
+    // Back: the rows stood still through the outage, but only because
+    // nobody could write; each watcher's count starts again at its first
+    // answered poll, and the heartbeats that now apply move every row.
+    let events = cluster.run_for(config().down_after_ms);
+    for node in 1..=4 {
+        assert_eq!(declared_at(&events, node), None, "node {node}: {events:?}");
+    }
+    assert!(
+        !events
+            .iter()
+            .any(|(_, _, event)| matches!(event, Event::Fenced { .. })),
+        "{events:?}"
+    );
+    for node in 1..=4 {
+        assert_eq!(
+            cluster.table.get(NodeId(node)).unwrap().state,
+            MemberState::Up
+        );
+    }
+}
+
+#[test]
+fn a_poll_answered_late_restarts_the_watch() {
+    let mut cluster = Cluster::up(2);
+    // The store stalls for twice down_after: node 1's first poll reads the
+    // rows as they stand, its next stays in flight and is answered only at
+    // the end (late); every other read and every write fails meanwhile.
+    let mut stalled_poll = None;
+    let mut first_poll = true;
+    let end = cluster.now + 2 * config().down_after_ms;
+    while cluster.now < end {
+        cluster.now += cluster.tick();
+        let now = cluster.now;
+        for (id, m) in cluster.nodes.iter_mut() {
+            let m = m.as_mut().expect("running");
+            m.on_tick(now);
+            for action in m.take_actions() {
+                match action {
+                    Action::Poll { nodes } if *id == 1 && first_poll => {
+                        first_poll = false;
+                        m.on_polled(now, cluster.table.poll(&nodes));
+                    }
+                    Action::Poll { nodes } if *id == 1 && stalled_poll.is_none() => {
+                        stalled_poll = Some(nodes)
+                    }
+                    Action::Poll { .. } => m.on_poll_failed(),
+                    Action::List { .. } => m.on_list_failed(),
+                    Action::Write { tag, write } => {
+                        m.on_written(now, tag, &write, Err("stalled".into()))
+                    }
+                    Action::Delete { node, .. } => m.on_deleted(now, node, Err("stalled".into())),
+                }
+            }
+        }
+    }
+    let nodes = stalled_poll.expect("node 1 polled");
+    let now = cluster.now;
+    let poll = cluster.table.poll(&nodes);
+    let late = cluster.membership(1);
+    late.on_polled(now, poll);
+    let declarations: Vec<Action> = late
+        .take_actions()
+        .into_iter()
+        .filter(|action| {
+            matches!(
+                action,
+                Action::Write {
+                    tag: WriteTag::DeclareDown { .. },
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert_eq!(declarations, vec![], "declared on a late answer");
+    let events = cluster.run_for(config().down_after_ms);
+    assert_eq!(declared_at(&events, 2), None, "{events:?}");
+}
+
+#[test]
 fn a_frozen_watcher_declares_nobody_when_it_resumes() {
     let mut cluster = Cluster::up(6);
     let watcher = 2;

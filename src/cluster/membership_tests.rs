@@ -224,10 +224,11 @@ fn a_late_heartbeat_wins_over_a_declaration() {
     let mut b = node(2);
     run(&mut a, &mut table, 0);
     run(&mut b, &mut table, 0);
-    // b decides to declare a down on what it read (b's own lease ran
-    // out meanwhile too: it also rejoins, which is not this test's
-    // business)...
-    let late = config().down_after_ms + 1;
+    // b polls every tick while a stands still, and decides to declare a
+    // down on what it read...
+    let late = config().down_after_ms;
+    let tick = b.tick_ms();
+    run_until(&mut b, &mut table, tick, late - tick);
     b.on_tick(late);
     let polled = b
         .take_actions()

@@ -79,7 +79,9 @@ fn five_hundred_seeds_with_faults() {
     // retention, so later starts of those ids meet their tombstones.
     assert!(total.deletions > 20, "{total:?}");
     assert!(total.fences > 500, "{total:?}");
-    assert!(total.rejoins > 300, "{total:?}");
+    // (A store cut no longer ends in declarations: watchers count only
+    // answered polls, so fewer fences lead to rejoins than before.)
+    assert!(total.rejoins > 250, "{total:?}");
     assert!(total.send_failures > 5_000, "{total:?}");
     assert!(total.store_cuts > 200, "{total:?}");
     assert!(total.outside_writes > 300, "{total:?}");

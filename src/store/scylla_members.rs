@@ -257,10 +257,98 @@ fn update_values(
     )
 }
 
+/// How long the first node of this version watches the rows of an older
+/// `members` table before it migrates them: longer than an older node's
+/// heartbeat interval (500 ms by default) several times over.
+pub(super) const LEGACY_WATCH_MS: u64 = 3000;
+
+/// A node of an older version still heartbeating in `members`, seen in two
+/// reads of its rows (`(node, state, heartbeat)`) `LEGACY_WATCH_MS` apart:
+/// the first live row (not `left` or `down`) whose heartbeat moved.
+pub(super) fn legacy_heartbeat_moved(
+    before: &[(i64, i32, i64)],
+    after: &[(i64, i32, i64)],
+) -> Option<i64> {
+    let ended = |state: i32| {
+        u8::try_from(state)
+            .ok()
+            .and_then(MemberState::from_u8)
+            .is_some_and(MemberState::is_ended)
+    };
+    after.iter().find_map(|&(node, state, heartbeat)| {
+        let moved = before
+            .iter()
+            .find(|row| row.0 == node)
+            .is_none_or(|row| row.2 != heartbeat);
+        (moved && !ended(state)).then_some(node)
+    })
+}
+
+/// Why the membership table could not be migrated.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum MigrateError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// Older nodes heartbeat in `members`, which this version does not
+    /// read: a rolling upgrade would let the new nodes declare them down
+    /// and claim their objects while they serve.
+    #[error(
+        "an older routerd still heartbeats in {keyspace}.members (node {node}): stop every node \
+         of the older version, then start this one (docs/cluster.md: moving an existing cluster \
+         is a full restart)"
+    )]
+    OlderNodesRunning { keyspace: String, node: i64 },
+}
+
 impl Statements {
+    /// The `(node, state, heartbeat)` of every row of the older `members`
+    /// table, or `None` when there is no such table.
+    async fn legacy_heartbeats(&self) -> Result<Option<Vec<(i64, i32, i64)>>, BackendError> {
+        let cql = format!(
+            "SELECT node_id, state, heartbeat FROM {}.members",
+            self.keyspace
+        );
+        let Ok(rows) = self.session.query_unpaged(cql, ()).await else {
+            return Ok(None);
+        };
+        let rows = rows.into_rows_result().map_err(scylla_error)?;
+        let rows = rows
+            .rows::<(i64, i32, i64)>()
+            .map_err(scylla_error)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(scylla_error)?;
+        Ok(Some(rows))
+    }
+
+    /// Refuses the migration while a node of an older version heartbeats
+    /// in `members` (see `MigrateError::OlderNodesRunning`); only a store
+    /// whose membership version does not exist yet is looked at.
+    async fn refuse_rolling_upgrade(&self) -> Result<(), MigrateError> {
+        if self.table_version().await.is_ok() {
+            return Ok(());
+        }
+        let Some(before) = self.legacy_heartbeats().await? else {
+            return Ok(());
+        };
+        if before.is_empty() {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(LEGACY_WATCH_MS)).await;
+        let after = self.legacy_heartbeats().await?.unwrap_or_default();
+        match legacy_heartbeat_moved(&before, &after) {
+            Some(node) => Err(MigrateError::OlderNodesRunning {
+                keyspace: self.keyspace.clone(),
+                node,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Creates the membership partition's version and, on a store made
-    /// before it, copies the old per-node rows in (stamped 1).
-    pub(super) async fn migrate_members(&self) -> Result<(), BackendError> {
+    /// before it, copies the old per-node rows in (stamped 1), unless a
+    /// node of the older version still runs.
+    pub(super) async fn migrate_members(&self) -> Result<(), MigrateError> {
+        self.refuse_rolling_upgrade().await?;
         let created = lwt_answer(self.session.execute_unpaged(&self.init_version, ()).await)?;
         if !matches!(created, Lwt::Applied) {
             return Ok(());

@@ -1,7 +1,7 @@
 use super::cql::*;
 use super::members::*;
 use super::*;
-use crate::store::membership::MEMBERS_PAGE_MAX;
+use crate::store::membership::{MemberState, MEMBERS_PAGE_MAX};
 
 fn write(condition: WriteCondition) -> RecordWrite {
     RecordWrite {
@@ -339,4 +339,36 @@ fn timeouts_are_indeterminate_and_refusals_are_not() {
     ));
     assert!(!write_error_is_indeterminate(&unavailable));
     assert!(!write_error_is_indeterminate(&ExecutionError::EmptyPlan));
+}
+
+/// A rolling upgrade is refused while an older node's heartbeat moves in
+/// `members`; rows that stand still (a crashed node) or ended do not
+/// hold the migration back.
+#[test]
+fn an_older_node_heartbeating_in_members_refuses_the_migration() {
+    let (up, left, down) = (
+        MemberState::Up as i32,
+        MemberState::Left as i32,
+        MemberState::Down as i32,
+    );
+    let before = [(1, up, 10), (2, up, 7), (3, left, 4), (4, down, 9)];
+    // Node 1 heartbeats on: refused, naming it.
+    let after = [(1, up, 16), (2, up, 7), (3, left, 4), (4, down, 9)];
+    assert_eq!(legacy_heartbeat_moved(&before, &after), Some(1));
+    // Nothing moved (every older node stopped, or crashed): migrated.
+    assert_eq!(legacy_heartbeat_moved(&before, &before), None);
+    // A lingering process of a node that left, or one declared down,
+    // moves its heartbeat but serves nothing: migrated.
+    let lingering = [(1, up, 10), (2, up, 7), (3, left, 5), (4, down, 11)];
+    assert_eq!(legacy_heartbeat_moved(&before, &lingering), None);
+    // A node that started between the two reads: refused.
+    let started = [(1, up, 10), (2, up, 7), (5, up, 1)];
+    assert_eq!(legacy_heartbeat_moved(&before, &started), Some(5));
+    let message = MigrateError::OlderNodesRunning {
+        keyspace: "routerd".to_string(),
+        node: 1,
+    }
+    .to_string();
+    assert!(message.contains("routerd.members (node 1)"), "{message}");
+    assert!(message.contains("stop every node"), "{message}");
 }

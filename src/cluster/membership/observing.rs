@@ -109,15 +109,18 @@ impl Membership {
         &self.watched
     }
 
-    /// A poll could not be made; the next tick tries again.
+    /// A poll could not be made; the next tick tries again, and the watch
+    /// restarts at the next poll that is answered (see `restart_watch`).
     pub fn on_poll_failed(&mut self) {
         self.polling = None;
+        self.polled_ok_ms = None;
     }
 
     /// The answer to a poll, read at `now_ms`.
     pub fn on_polled(&mut self, now_ms: u64, poll: MemberPoll) {
         let asked_me = self.polling.take().unwrap_or(false);
         self.check_lease(now_ms);
+        self.restart_watch_after_gap(now_ms);
         let mut own = None;
         let mut read = Vec::with_capacity(poll.rows.len());
         for row in poll.rows {
@@ -143,6 +146,30 @@ impl Membership {
             });
         }
         self.judge_watched(now_ms, &read);
+    }
+
+    /// A row's standing still counts only over polls that were answered:
+    /// after a gap in them longer than a heartbeat interval (two ticks: a
+    /// poll failed, or was answered late, or this node did not run), every
+    /// peer's count starts again at this poll. Without it a store outage
+    /// longer than `down_after_ms` would make every watcher declare its
+    /// peers down the moment the store came back (their heartbeats could
+    /// not apply meanwhile either), fencing the whole cluster. Restarting
+    /// only ever delays a declaration, so the timing rule holds as before.
+    /// Rows that `left` keep their retention clock.
+    fn restart_watch_after_gap(&mut self, now_ms: u64) {
+        let gap = self
+            .polled_ok_ms
+            .is_none_or(|at| now_ms.saturating_sub(at) > 2 * self.tick_ms());
+        self.polled_ok_ms = Some(now_ms);
+        if !gap {
+            return;
+        }
+        for seen in self.observed.values_mut() {
+            if seen.row.state != MemberState::Left {
+                seen.since_ms = seen.since_ms.max(now_ms);
+            }
+        }
     }
 
     /// This node's own row as a poll read it (`None`: there is none).

@@ -43,22 +43,72 @@ impl RouterDriver {
         // (`on_node_message` hands a routed one to `on_request`), so one
         // from a link skips the boxed node message on the way.
         if let Some((head, request)) = decode_request(message) {
-            self.enqueue(Input::Request { head, request });
+            match arrival_core(head.key, self.0.core_id, self.0.core_count) {
+                None => self.enqueue(Input::Request { head, request }),
+                Some(core) => {
+                    self.count_misrouted(source, head.key, core);
+                    self.submit_to_core(core, head, request);
+                }
+            }
             return true;
         }
         match source {
             FrameSource::Core => false,
             FrameSource::Node(from) => match decode_node_message(message) {
                 Some(message) => {
-                    self.enqueue(Input::Node {
-                        from,
-                        message: Box::new(message),
-                    });
+                    self.node_message_arrived(from, message);
                     true
                 }
                 None => false,
             },
         }
+    }
+
+    /// A node message from `from`: handled here when its key maps to this
+    /// core. One that does not (its sender picked the core from a row of
+    /// an earlier incarnation of this node, which ran another
+    /// `cores.count`) is never handled here, where the key's entry is not:
+    /// a transfer is refused (the sender's refusal path, as when this node
+    /// is busy with the key), anything else is dropped (a route update is
+    /// a hint; an acknowledgement's transfer ends at its timeout).
+    fn node_message_arrived(&self, from: NodeId, message: NodeMessage) {
+        let stateless = matches!(message, NodeMessage::ServiceRequest { .. });
+        let Some(core) =
+            arrival_core(message.key(), self.0.core_id, self.0.core_count).filter(|_| !stateless)
+        else {
+            return self.enqueue(Input::Node {
+                from,
+                message: Box::new(message),
+            });
+        };
+        self.count_misrouted(FrameSource::Node(from), message.key(), core);
+        if let NodeMessage::RouterTransfer(transfer) = message {
+            let refusal = NodeMessage::TransferAck {
+                key: transfer.key,
+                transfer_id: transfer.transfer_id,
+                accepted: false,
+            };
+            self.send_to_node(clock::now_ms(), from, refusal);
+        }
+    }
+
+    /// Counts (as unroutable) and logs a message for `key` that reached
+    /// this core though the key maps to `core`.
+    fn count_misrouted(&self, source: FrameSource, key: ObjectKey, core: usize) {
+        self.0
+            .unroutable_total
+            .set(self.0.unroutable_total.get() + 1);
+        let from = match source {
+            FrameSource::Node(node) => node.0,
+            FrameSource::Core => self.0.node.0,
+        };
+        tracing::debug!(
+            from,
+            core = self.0.core_id,
+            right_core = core,
+            ?key,
+            "a message for another core of this node arrived here; passed on"
+        );
     }
 
     /// A frame a link took for `node` and gave back undelivered (the link
@@ -172,5 +222,40 @@ impl RouterDriver {
     /// How far this core's drain is (a walk over its entries).
     pub fn drain_progress(&self) -> DrainProgress {
         self.0.core.borrow().drain_progress()
+    }
+}
+
+/// The core of this node a message for `key` must go to, when it is not
+/// `core_id`: a sender picks the core from its view of this node's row,
+/// and a view that still shows an earlier incarnation (another
+/// `cores.count`) picks by the wrong count. Handling it here would put the
+/// object on two cores of one node.
+fn arrival_core(key: ObjectKey, core_id: usize, core_count: u32) -> Option<usize> {
+    let core = shard_of(key, core_count) as usize;
+    (core != core_id).then_some(core)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node restarted from one core to two: senders that still see one
+    /// core send every key to core 0; the keys of core 1 go on to it.
+    #[test]
+    fn a_message_for_another_core_is_passed_on_to_it() {
+        let keys = (0..64).map(|id| ObjectKey::new(2, 0, id));
+        let (mut here, mut there) = (0, 0);
+        for key in keys {
+            match arrival_core(key, 0, 2) {
+                None => here += 1,
+                Some(core) => {
+                    assert_eq!(core, 1);
+                    assert_eq!(arrival_core(key, core, 2), None);
+                    there += 1;
+                }
+            }
+            assert_eq!(arrival_core(key, 0, 1), None);
+        }
+        assert!(here > 0 && there > 0, "{here} {there}");
     }
 }

@@ -24,6 +24,7 @@ mod ports;
 mod queue;
 mod replies;
 mod store_ops;
+mod turn_clock;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -43,6 +44,7 @@ pub use self::ports::{ClientSide, Destination, FrameSource, LinkRefusal, NoLinks
 use self::queue::InputQueue;
 pub use self::replies::{ReplyRoute, REPLY_ROUTES_MAX};
 use self::replies::{ReplyRoutes, RouteKind};
+use self::turn_clock::{PauseBarrier, TurnClock};
 use super::types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Request, RequestId, RouterHead, StoreReply,
     StoreToken, Timer, TransferDone,
@@ -90,6 +92,8 @@ pub struct DriverParts {
     pub links: Rc<dyn NodeLinks>,
     pub metrics: Arc<CoreMetrics>,
     pub request_timeout_ms: u64,
+    /// `cluster.fence_after_ms`: a lease's length from its heartbeat.
+    pub fence_after_ms: u64,
 }
 
 /// What one core's router does (its incarnation, fence and lease), for
@@ -212,6 +216,7 @@ struct Inner {
     forwarded: RefCell<Forwarded>,
     metrics: Arc<CoreMetrics>,
     request_timeout_ms: u64,
+    pause: RefCell<PauseBarrier>,
     /// The effects being performed, reused so a batch allocates nothing.
     effects: RefCell<Vec<Effect>>,
     /// The last reading `client_side_request` converted to the router's
@@ -260,6 +265,7 @@ impl RouterDriver {
             )),
             metrics: parts.metrics,
             request_timeout_ms: parts.request_timeout_ms,
+            pause: RefCell::new(PauseBarrier::new(parts.fence_after_ms)),
             effects: RefCell::new(Vec::new()),
             last_reading: Cell::new({
                 let now = Instant::now();
@@ -496,15 +502,17 @@ impl RouterDriver {
         // few percent of the core at high rates.
         let polled_at = Instant::now();
         // Through the cache, so the effects timed at `polled_at` read it
-        // back without a clock read of their own.
-        let polled_ms = self.ms_at(polled_at);
+        // back without a clock read of their own. A long turn reads the
+        // clock again every few dozen inputs (`turn_clock`): a pause inside
+        // it is seen before the inputs after it are judged.
+        let mut turn = TurnClock::new(self.checked_reading(self.ms_at(polled_at)));
         self.0.inputs.handle_turn(INPUTS_PER_TURN_MAX, |input| {
-            self.apply(input, polled_ms);
+            self.apply(input, turn.next(|| self.checked_reading(clock::now_ms())));
             self.perform_effects(polled_at);
         });
     }
 
-    /// Applies one input; `polled_ms` is the clock reading of this poll.
+    /// Applies one input; `polled_ms` is the turn's clock reading for it.
     fn apply(&self, input: Input, polled_ms: u64) {
         // Requests are applied at the poll's reading (one reading per
         // request would be a few percent of the core at high rates): a
@@ -549,7 +557,10 @@ impl RouterDriver {
                 incarnation,
                 state,
             } => core.on_member(node, incarnation, state),
-            Input::Lease { until_ms } => core.extend_lease(now, until_ms),
+            Input::Lease { until_ms } if self.0.pause.borrow().admits(until_ms) => {
+                core.extend_lease(now, until_ms)
+            }
+            Input::Lease { .. } => {}
             Input::LeaseEnd { at_ms } => core.end_lease(at_ms),
             Input::Fence => core.fence(now),
             Input::Rejoin {

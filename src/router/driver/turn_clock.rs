@@ -1,0 +1,145 @@
+//! The clock reading the inputs of one router turn are judged at.
+//!
+//! A turn handles up to `INPUTS_PER_TURN_MAX` inputs, and requests are
+//! judged (the lease among others) at a clock reading rather than at one
+//! read per request, which would cost a few percent of the core at high
+//! rates. A reading taken once at the turn's start is wrong when the turn
+//! itself is long: a process stopped (`SIGSTOP`, a starved CPU) inside a
+//! busy turn for longer than `cluster.down_after_ms` would resume and
+//! answer the rest of the turn's requests at the old reading, inside a
+//! lease that ran out meanwhile, after another node took its objects over.
+//! So the clock is read again every `INPUTS_PER_READING` inputs: an input
+//! is judged at most that many inputs after the reading it uses, the same
+//! bound as one poll's lateness for a short turn.
+
+use super::RouterDriver;
+use crate::clock::PauseTimer;
+
+/// Inputs judged at one clock reading at most.
+pub(super) const INPUTS_PER_READING: usize = 32;
+
+/// One turn's clock: the reading its next input is judged at.
+pub(super) struct TurnClock {
+    reading_ms: u64,
+    inputs_at_reading: usize,
+}
+
+impl TurnClock {
+    /// A turn whose first reading is `reading_ms`.
+    pub(super) fn new(reading_ms: u64) -> TurnClock {
+        TurnClock {
+            reading_ms,
+            inputs_at_reading: 0,
+        }
+    }
+
+    /// The reading the next input is judged at: the current one, or a
+    /// fresh one from `read` when the current one judged
+    /// `INPUTS_PER_READING` inputs already. Readings never go back.
+    pub(super) fn next(&mut self, read: impl FnOnce() -> u64) -> u64 {
+        if self.inputs_at_reading == INPUTS_PER_READING {
+            self.reading_ms = self.reading_ms.max(read());
+            self.inputs_at_reading = 0;
+        }
+        self.inputs_at_reading += 1;
+        self.reading_ms
+    }
+}
+
+/// The barrier after a pause no clock counted (`clock::PauseTimer`: the
+/// kernel's timer counted it): the lease ends at once, and only a lease
+/// from a heartbeat sent after the pause renews it (one sent before says
+/// nothing of the time the pause hid, in which another node may have
+/// declared this one down and claimed its objects).
+pub(super) struct PauseBarrier {
+    timer: PauseTimer,
+    fence_after_ms: u64,
+    /// Leases from heartbeats sent before this reading renew nothing.
+    renew_from_ms: u64,
+}
+
+impl PauseBarrier {
+    pub(super) fn new(fence_after_ms: u64) -> PauseBarrier {
+        PauseBarrier {
+            timer: PauseTimer::new(),
+            fence_after_ms,
+            renew_from_ms: 0,
+        }
+    }
+
+    /// Whether a lease to `until_ms` (a heartbeat's send time +
+    /// `fence_after_ms`) came from a heartbeat sent after the last pause.
+    pub(super) fn admits(&self, until_ms: u64) -> bool {
+        until_ms >= self.renew_from_ms.saturating_add(self.fence_after_ms)
+    }
+}
+
+impl RouterDriver {
+    /// The clock reading `now_ms`, checked against the kernel's timer: when
+    /// a pause hid from it, the core's lease ends now, before any input is
+    /// judged at this reading.
+    pub(super) fn checked_reading(&self, now_ms: u64) -> u64 {
+        let mut barrier = self.0.pause.borrow_mut();
+        if let Some(hidden_ms) = barrier.timer.check(now_ms) {
+            barrier.renew_from_ms = now_ms;
+            tracing::warn!(
+                hidden_ms,
+                core = self.0.core_id,
+                "a pause no clock counted: serving nothing until a heartbeat sent after it applies"
+            );
+            self.0.core.borrow_mut().end_lease(now_ms);
+        }
+        now_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::router::driver::INPUTS_PER_TURN_MAX;
+
+    /// A process stopped for 10 s after the 100th input of a full turn: the
+    /// inputs after it are judged at the time it resumed, within
+    /// `INPUTS_PER_READING` inputs, not at the turn's start.
+    #[test]
+    fn a_pause_inside_a_turn_is_seen_within_a_few_dozen_inputs() {
+        let clock = Cell::new(1_000);
+        let mut turn = TurnClock::new(clock.get());
+        let mut judged = Vec::new();
+        for input in 0..INPUTS_PER_TURN_MAX {
+            if input == 100 {
+                clock.set(11_000);
+            }
+            judged.push(turn.next(|| clock.get()));
+        }
+        assert!(judged[..100].iter().all(|at| *at == 1_000));
+        let first_late = judged.iter().position(|at| *at == 11_000).unwrap();
+        assert!((100..=100 + INPUTS_PER_READING).contains(&first_late));
+        assert!(judged[first_late..].iter().all(|at| *at == 11_000));
+    }
+
+    #[test]
+    fn only_a_heartbeat_sent_after_a_pause_renews_the_lease() {
+        let mut barrier = PauseBarrier::new(400);
+        assert!(barrier.admits(400));
+        barrier.renew_from_ms = 10_000;
+        // Sent at 9_900, answered after the pause: renews nothing.
+        assert!(!barrier.admits(9_900 + 400));
+        assert!(barrier.admits(10_000 + 400));
+    }
+
+    #[test]
+    fn one_reading_serves_a_few_dozen_inputs() {
+        let reads = Cell::new(0);
+        let mut turn = TurnClock::new(1);
+        for _ in 0..INPUTS_PER_TURN_MAX {
+            turn.next(|| {
+                reads.set(reads.get() + 1);
+                1
+            });
+        }
+        assert_eq!(reads.get(), INPUTS_PER_TURN_MAX / INPUTS_PER_READING - 1);
+    }
+}
