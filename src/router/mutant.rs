@@ -44,11 +44,15 @@ pub enum Mutant {
     /// the record names the target (extra: shows the writable-not-store-
     /// owner check failing).
     RemoveKeepsObject,
+    /// `entry::Entry::write_unknown`: an entry remembers only its latest
+    /// write of unknown outcome (the one slot of old), so a conflict with
+    /// the record an earlier one left drops the copy as another node's.
+    UnknownWriteOneSlot,
 }
 
 #[cfg(test)]
 impl Mutant {
-    pub const ALL: [Mutant; 10] = [
+    pub const ALL: [Mutant; 11] = [
         Mutant::ClaimFromLiveOwner,
         Mutant::ConflictKeepsWritable,
         Mutant::ClaimKeepsRouteVersion,
@@ -59,6 +63,7 @@ impl Mutant {
         Mutant::FenceLeavesCopiesInService,
         Mutant::LeaseIgnored,
         Mutant::RemoveKeepsObject,
+        Mutant::UnknownWriteOneSlot,
     ];
 }
 
