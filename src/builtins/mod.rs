@@ -64,6 +64,9 @@ pub fn builtin_routes() -> RouteTable {
 mod tests_fixtures;
 
 #[cfg(test)]
+mod tests_rooms;
+
+#[cfg(test)]
 mod actor_tests {
     use super::*;
     use wire::client::route;

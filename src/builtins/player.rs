@@ -19,7 +19,8 @@ pub const OP_INCR: u32 = 11;
 /// `room.join` (`u64 room_id`): recorded here, relayed to the room, which
 /// answers.
 pub const OP_ROOM_JOIN: u32 = 20;
-/// `room.leave` (`u64 room_id`): relayed to the room, which answers.
+/// `room.leave` (`u64 room_id`): relayed to the room, which answers (and
+/// tells the player, `OP_ROOM_LEFT`).
 pub const OP_ROOM_LEAVE: u32 = 21;
 /// `room.say` (`u64 room_id`, text): relayed to the room, which answers,
 /// if the player is in it; BAD_REQUEST here if not.
@@ -35,6 +36,14 @@ pub const OP_UNBIND: u32 = 1001;
 /// From a room, forwarding a join it took (`u64 room_id | u32
 /// member_count`): the player records the room and answers the count.
 pub const OP_ROOM_JOINED: u32 = 1002;
+
+/// One-way, from a room that took a leave (`u64 room_id`): the player
+/// drops the room from its list. The room's forward of a join it took
+/// (`OP_ROOM_JOINED`) and this notice reach the player in the order the
+/// room took the join and the leave, so a join answered after a leave of
+/// the same room (pipelined: the room took the join first and answered
+/// the leave at once) does not leave the room on the list.
+pub const OP_ROOM_LEFT: u32 = 1003;
 
 /// Rooms one player may be in: bounds the state and the presence fan-out.
 pub const PLAYER_ROOMS_MAX: usize = 256;
@@ -309,16 +318,30 @@ impl Player {
     /// `room.leave`: relayed to the room whether or not this player's list
     /// has it, so a membership the list lost (a state saved before the
     /// join) can still be ended. The room does not create itself for it.
+    /// The room leaves the list now (nothing is said in it from here on)
+    /// and again when the room took the leave (`left_room`): a join relayed
+    /// before may be taken by the room, and come back, in between.
     fn leave_room(&mut self, ctx: &mut Context<'_>) {
         let Some(room_id) = Self::body_u64(ctx) else {
             return;
         };
+        self.forget_room(ctx, room_id);
+        let body = ctx.body().to_vec();
+        ctx.forward(room::room_key(room_id), room::OP_LEAVE, body);
+    }
+
+    /// A leave the room took (one-way): the room is off the list.
+    fn left_room(&mut self, ctx: &mut Context<'_>) {
+        if let Some(room_id) = Self::body_u64(ctx) {
+            self.forget_room(ctx, room_id);
+        }
+    }
+
+    fn forget_room(&mut self, ctx: &mut Context<'_>, room_id: u64) {
         if self.rooms.contains(&room_id) {
             self.rooms.retain(|id| *id != room_id);
             ctx.mark_changed();
         }
-        let body = ctx.body().to_vec();
-        ctx.forward(room::room_key(room_id), room::OP_LEAVE, body);
     }
 
     /// `room.say`: relayed to a room the player is in (which checks the
@@ -388,6 +411,7 @@ impl Object for Player {
             OP_ROOM_LEAVE => self.leave_room(ctx),
             OP_ROOM_SAY => self.say_in_room(ctx),
             OP_ROOM_JOINED => self.joined_room(ctx),
+            OP_ROOM_LEFT => self.left_room(ctx),
             OP_BIND => self.bind(ctx),
             OP_UNBIND => self.unbind(ctx),
             op => ctx.bad_request_because(&format!("the player has no op {op}")),

@@ -28,7 +28,8 @@ pub const OP_JOIN: u32 = 20;
 /// `OP_JOIN` that may create the room: the player sends it for a room it
 /// is not in while its session may still create rooms.
 pub const OP_JOIN_CREATING: u32 = 1101;
-/// Relayed `room.leave`: answers an empty body.
+/// Relayed `room.leave`: answers an empty body, and tells the player
+/// (`player::OP_ROOM_LEFT`, one-way).
 pub const OP_LEAVE: u32 = 21;
 /// `room.say` (`u64 room_id`, UTF-8 text): answers `u32` pushes sent.
 pub const OP_SAY: u32 = 22;
@@ -241,6 +242,14 @@ impl Room {
         if self.members.remove(&client.player_id).is_some() {
             ctx.mark_changed();
         }
+        // The player hears of the leave after any join the room took
+        // before it (whose forward went out first), so its list ends as
+        // the room's membership does, whatever order the answers take.
+        ctx.send(
+            player::player_key(client.player_id),
+            player::OP_ROOM_LEFT,
+            self.room_id.to_le_bytes().to_vec(),
+        );
         ctx.answer(Ok(Vec::new()));
     }
 

@@ -167,6 +167,7 @@ pub(crate) fn run(
                 target,
                 need_notify,
             } => transfer::start(ctx, key, entry, now_ms, target, need_notify),
+            Next::Remove(write) => transfer::resend(ctx, key, entry, now_ms, write),
             Next::FinishTransfer(outcome) => {
                 finish_transfer(ctx, kind, key, entry, now_ms, outcome);
                 Next::Done

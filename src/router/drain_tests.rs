@@ -81,7 +81,7 @@ fn a_transfer_whose_write_does_not_apply_reports_not_moved() {
         panic!("one removal write: {removal:?}");
     };
     h.core(owner)
-        .on_store_reply(1, *token, StoreReply::Written(WriteOutcome::Indeterminate));
+        .on_store_reply(1, *token, StoreReply::Failed(StoreFailure::Busy));
     let effects = h.settle(owner, 1);
     let done = done_of(&effects);
     assert_eq!(done.len(), 1, "{effects:?}");
@@ -238,12 +238,11 @@ fn a_drain_tries_an_object_that_did_not_move_again_on_later_passes_then_gives_up
         // The transfer's record write never reaches the store: the object
         // did not move, and the record still names this node.
         h.core(1)
-            .on_store_reply(now, token, StoreReply::Written(WriteOutcome::Indeterminate));
+            .on_store_reply(now, token, StoreReply::Failed(StoreFailure::Failed));
         let done = done_of(&h.settle(1, now));
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].outcome, TransferOutcome::NotMoved);
-        // The next request reads the record and takes the object back (as
-        // last saved: interval persistence had not saved the add).
+        // The copy stays this node's and serves the next request.
         let id = request_key(&mut h, 1, key, OP_GET, Vec::new());
         let answered = replies(&h.settle(1, now));
         assert!(matches!(answered.as_slice(), [(answered_id, Ok(_))] if *answered_id == id));

@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 
 use super::handler::{HandlerOutput, ObjectState, ObjectType};
+use super::mutant::{self, Mutant};
 use super::types::{Request, RouterHead};
 use wire::ObjectKey;
 
@@ -74,6 +75,11 @@ pub(crate) enum Io {
         write: PendingWrite,
         state: Box<dyn ObjectState>,
     },
+    /// A transfer's removal (`write`) has no known outcome: whether the
+    /// record names the target is unknown, so nothing runs on the copy
+    /// (its requests wait in the handoff's queue) until the removal, armed
+    /// to go again (`Timer::WriteRetry`), settles it.
+    RemoveRetry { write: PendingWrite },
     /// Part of a shutdown batch.
     Release { write: PendingWrite },
     /// A write that gives ownership up (a degradation's save, a shutdown
@@ -105,6 +111,7 @@ impl Io {
             Io::Save { .. } => "save",
             Io::Readopt { .. } => "readopt",
             Io::Remove { .. } => "remove",
+            Io::RemoveRetry { .. } => "remove_retry",
             Io::TransferClaim { .. } => "transfer_claim",
             Io::Release { .. } => "release",
             Io::ReleaseRetry => "release_retry",
@@ -121,6 +128,7 @@ impl Io {
             Io::Save { .. }
             | Io::Readopt { .. }
             | Io::Remove { .. }
+            | Io::RemoveRetry { .. }
             | Io::Release { .. }
             | Io::ReleaseRetry => Some(true),
         }
@@ -185,10 +193,13 @@ pub(crate) struct Entry {
     pub queued_transfer: Option<(NodeId, bool)>,
     /// EAGAIN retries of the current pull.
     pub pull_retries: u32,
-    /// A write of this entry whose outcome is unknown (Indeterminate): if
-    /// a later CAS conflicts with exactly this record, it was this write
-    /// that applied, and the copy is still the owner's.
-    pub unknown_write: Option<WriteFingerprint>,
+    /// The writes of this entry whose outcome is unknown (Indeterminate)
+    /// since its last write with a known one, each once (`write_unknown`):
+    /// if a later CAS conflicts with the record one of them would leave,
+    /// it was that write that applied. Any of them may still apply late
+    /// (a store that timed out may commit on resume), so none is forgotten
+    /// until an outcome settles them all, up to `UNKNOWN_WRITES_MAX`.
+    pub unknown_writes: Vec<WriteFingerprint>,
     /// The write `begin_write` started, until its answer.
     pub write_in_flight: Option<WriteFingerprint>,
     /// Failed or unknown writes of the copy since its last applied one:
@@ -199,15 +210,18 @@ pub(crate) struct Entry {
 /// What identifies one record write among all writes of a key: the CAS
 /// version it produces when applied (its condition's plus one: see
 /// `CasVersion`) and the content it writes. A record with that version and
-/// that content was left by that write, since any later write would have
-/// moved the version on.
+/// that content says exactly what that write said, so the copy that sent
+/// it may take the record as its own: any later write would have moved
+/// the version on. The record's save time is no part of it: the driver
+/// stamps it with the wall clock as the write leaves (an operator's
+/// reading), so the time this core knows is never the stored one, and
+/// two attempts of one write differ only by it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct WriteFingerprint {
     pub cas_version: CasVersion,
     pub owner_node: NodeId,
     pub owner_incarnation: u64,
     pub route_version: RouteVersion,
-    pub save_timepoint_ms: u64,
     pub state_len: usize,
     pub state_hash: u64,
 }
@@ -219,13 +233,12 @@ impl WriteFingerprint {
             owner_node: write.owner_node,
             owner_incarnation: write.owner_incarnation,
             route_version: write.route_version,
-            save_timepoint_ms: write.save_timepoint_ms,
             state_len: write.state.len(),
             state_hash: wire::hash::stable_hash64(&write.state),
         }
     }
 
-    /// Whether `other` writes what this write wrote (the time aside).
+    /// Whether `other` writes what this write wrote (its version aside).
     pub fn same_content(&self, other: &WriteFingerprint) -> bool {
         self.owner_node == other.owner_node
             && self.owner_incarnation == other.owner_incarnation
@@ -240,11 +253,20 @@ impl WriteFingerprint {
             && self.owner_node == record.owner_node
             && self.owner_incarnation == record.owner_incarnation
             && self.route_version == record.route_version
-            && self.save_timepoint_ms == record.save_timepoint_ms
             && self.state_len == record.state.len()
             && self.state_hash == wire::hash::stable_hash64(&record.state)
     }
 }
+
+/// The most writes of unknown outcome an entry remembers at once. They all
+/// went by CAS on the same record version (`write_unknown` forgets those
+/// of an older one), so at most one of them can ever apply; attempts that
+/// write the same content count once. Only writes with new content add
+/// one: an `interval` copy mutated between retries while the store stays
+/// unanswering (retries back off up to `WRITE_RETRY_MAX_MS`). Past the
+/// bound the oldest is forgotten, and a conflict with the record it left
+/// drops the copy as another node's, counted.
+pub(crate) const UNKNOWN_WRITES_MAX: usize = 64;
 
 /// The route and lock a write in flight persists.
 #[derive(Clone, Copy, Debug)]
@@ -294,27 +316,60 @@ impl Entry {
 
     /// The write in flight had no known outcome: remember it, so that a
     /// later conflict with the record it left is known for what it is.
+    /// Writes remembered for an older record version are forgotten: the
+    /// entry has seen the record move past the version they would leave.
     pub(crate) fn write_unknown(&mut self) {
-        if let Some(write) = self.write_in_flight.take() {
-            self.unknown_write = Some(write);
+        let Some(write) = self.write_in_flight.take() else {
+            return;
+        };
+        let one_slot = mutant::active(Mutant::UnknownWriteOneSlot);
+        self.unknown_writes
+            .retain(|known| known.cas_version == write.cas_version && !one_slot);
+        if self.unknown_writes.contains(&write) {
+            return;
         }
+        if self.unknown_writes.len() >= UNKNOWN_WRITES_MAX {
+            self.unknown_writes.remove(0);
+        }
+        self.unknown_writes.push(write);
     }
 
-    /// Whether `record` (returned by a conflicting CAS) was left by this
-    /// entry's own write whose outcome was unknown: then the copy is still
-    /// the owner's, at `record`'s CAS version.
-    pub(crate) fn left_by_unknown_write(&self, record: &RouteRecord) -> bool {
-        self.unknown_write.is_some_and(|write| write.left(record))
+    /// The write of this entry whose outcome was unknown that left
+    /// `record` (returned by a conflicting CAS), if one did: then the copy
+    /// is still the owner's, at `record`'s CAS version, and the state the
+    /// record holds is one the copy had (its later changes are unsaved).
+    pub(crate) fn own_write_left(&self, record: &RouteRecord) -> Option<WriteFingerprint> {
+        self.unknown_writes
+            .iter()
+            .find(|write| write.left(record))
+            .copied()
     }
 
-    /// Whether the write in flight is another attempt of the unknown one:
-    /// the same owner, route and state (only its time differs), so the
-    /// record the unknown one left is what this one would leave.
-    pub(crate) fn retries_unknown_write(&self) -> bool {
-        match (self.unknown_write, self.write_in_flight) {
-            (Some(unknown), Some(now)) => unknown.same_content(&now),
+    /// Whether `record` was left by an earlier attempt of the write in
+    /// flight: an own write of unknown outcome with the same owner, route
+    /// and state, so the record is what this one would leave.
+    pub(crate) fn retried_write_left(&self, record: &RouteRecord) -> bool {
+        match (self.own_write_left(record), self.write_in_flight) {
+            (Some(earlier), Some(now)) => earlier.same_content(&now),
             _ => false,
         }
+    }
+
+    /// Whether a write of unknown outcome may have given the object to
+    /// another owner than `node` (a degradation, a release, a transfer's
+    /// removal): until one settles, the copy must not serve.
+    pub(crate) fn may_have_given_up(&self, node: NodeId) -> bool {
+        self.unknown_writes
+            .iter()
+            .any(|write| write.owner_node != node)
+    }
+
+    /// Takes `record`, which an own write of unknown outcome left, as the
+    /// copy's record: every other write of unknown outcome went on the
+    /// version before it and can never apply now.
+    pub(crate) fn adopt_own_record(&mut self, record: &RouteRecord, now_ms: u64) {
+        self.adopt_record(record, now_ms);
+        self.unknown_writes.clear();
     }
 
     pub fn new(now_ms: u64) -> Entry {
@@ -332,7 +387,7 @@ impl Entry {
             transferring: None,
             queued_transfer: None,
             pull_retries: 0,
-            unknown_write: None,
+            unknown_writes: Vec::new(),
             write_in_flight: None,
             write_retries: 0,
         }
@@ -419,8 +474,9 @@ impl Entry {
             Some(cas_version),
             "an applied write moves the CAS version on"
         );
-        // An applied write supersedes any earlier one of unknown outcome.
-        self.unknown_write = None;
+        // An applied write supersedes any earlier one of unknown outcome:
+        // they all went on the version it moved on from.
+        self.unknown_writes.clear();
         self.write_in_flight = None;
         self.write_retries = 0;
         self.set_route(

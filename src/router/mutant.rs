@@ -53,11 +53,15 @@ pub enum Mutant {
     /// incarnation that was declared down again, not the next, so that
     /// incarnation, ended, comes back.
     RejoinReusesIncarnation,
+    /// `entry::Entry::write_unknown`: an entry remembers only its latest
+    /// write of unknown outcome (the one slot of old), so a conflict with
+    /// the record an earlier one left drops the copy as another node's.
+    UnknownWriteOneSlot,
 }
 
 #[cfg(test)]
 impl Mutant {
-    pub const ALL: [Mutant; 12] = [
+    pub const ALL: [Mutant; 13] = [
         Mutant::ClaimFromLiveOwner,
         Mutant::ConflictKeepsWritable,
         Mutant::ClaimKeepsRouteVersion,
@@ -70,6 +74,7 @@ impl Mutant {
         Mutant::RemoveKeepsObject,
         Mutant::DeclareMovedRow,
         Mutant::RejoinReusesIncarnation,
+        Mutant::UnknownWriteOneSlot,
     ];
 }
 

@@ -1093,3 +1093,6 @@ mod fence;
 
 #[path = "tests_entry.rs"]
 mod entry_checks;
+
+#[path = "tests_unknown.rs"]
+mod unknown_writes;

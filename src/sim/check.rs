@@ -25,6 +25,9 @@ pub(super) enum Invariant {
     /// record); once the cluster settled, every writable copy is the
     /// store's current record, owned by its node and incarnation.
     StaleWritable,
+    /// A copy is never dropped as another node's on meeting a record
+    /// that a write of its own node's live incarnation left.
+    OwnCopyDropped,
     /// Every request is answered unless its loss is provable.
     RequestUnanswered,
     /// At no instant do two nodes accept a write for one object.
@@ -61,6 +64,7 @@ impl Invariant {
         Invariant::ClaimOfLiveLock,
         Invariant::RouteVersionOwner,
         Invariant::StaleWritable,
+        Invariant::OwnCopyDropped,
         Invariant::RequestUnanswered,
         Invariant::TwoWriters,
         Invariant::ReadBelowAcked,
@@ -81,6 +85,7 @@ impl Invariant {
             Invariant::ClaimOfLiveLock => "claim-of-live-lock",
             Invariant::RouteVersionOwner => "route-version-owner",
             Invariant::StaleWritable => "stale-writable",
+            Invariant::OwnCopyDropped => "own-copy-dropped",
             Invariant::RequestUnanswered => "request-unanswered",
             Invariant::TwoWriters => "two-writers",
             Invariant::ReadBelowAcked => "read-below-acked",
@@ -144,11 +149,25 @@ pub(super) struct Checker {
     applied: BTreeSet<(u64, ObjectKey, CasVersion)>,
     replies: BTreeSet<RequestId>,
     double_reply: Option<RequestId>,
+    /// Records an outside writer re-saved as they were: (key, cas). Such a
+    /// record says what its owner's copy last wrote, so the owner may take
+    /// it for a write of its own of unknown outcome that said the same.
+    resaved: BTreeSet<(ObjectKey, CasVersion)>,
 }
 
 impl Checker {
     pub fn applied(&mut self, node: u64, key: ObjectKey, cas: CasVersion) {
         self.applied.insert((node, key, cas));
+    }
+
+    /// An outside writer re-saved `key`'s record as it was, at `cas`.
+    pub fn resaved(&mut self, key: ObjectKey, cas: CasVersion) {
+        self.resaved.insert((key, cas));
+    }
+
+    /// Whether a write of `node` applied at `cas` of `key`.
+    pub fn was_applied(&self, node: u64, key: ObjectKey, cas: CasVersion) -> bool {
+        self.applied.contains(&(node, key, cas))
     }
 
     pub fn reply_produced(&mut self, request: RequestId) {
@@ -228,7 +247,7 @@ impl Checker {
                 "node {node}: writable {key:?} without a CAS version"
             )));
         };
-        if !self.applied.contains(&(node, key, cas)) {
+        if !self.applied.contains(&(node, key, cas)) && !self.resaved.contains(&(key, cas)) {
             return Err(Invariant::WritableWithoutAppliedWrite.fail(format!(
                 "node {node}: writable {key:?} at {cas:?} without an Applied write"
             )));

@@ -73,6 +73,7 @@ impl World {
                 }
             }
             860..=869 => self.partitions.clear(),
+            870..=873 if faults => self.stall_store(),
             _ => {}
         }
     }

@@ -6,9 +6,10 @@
 use rand::RngExt;
 use wire::ObjectKey;
 
+use super::check::Invariant;
 use super::world::{Event, World};
 use crate::router::{StoreFailure, StoreOp, StoreReply, StoreToken};
-use crate::store::{RecordWrite, WriteCondition, WriteOutcome};
+use crate::store::{CasVersion, RecordWrite, WriteCondition, WriteOutcome};
 
 /// How long a node cut off from the store waits before an operation counts
 /// as failed (the driver's request timeout, shortened like every timer).
@@ -29,6 +30,15 @@ impl World {
     pub(super) fn write_fate(&mut self) -> WriteFate {
         if !self.faults {
             return WriteFate::Normal;
+        }
+        if self.store_stalled_until_ms > self.now_ms {
+            // A frozen store: every write times out; one cut off by its
+            // deadline may still commit, now or once the store resumes.
+            return match self.rng.random_range(0..10) {
+                0..=3 => WriteFate::IndeterminateApplied,
+                4..=6 => WriteFate::IndeterminateNotApplied,
+                _ => WriteFate::IndeterminateLate,
+            };
         }
         match self.rng.random_range(0..100) {
             0..=2 => WriteFate::Busy,
@@ -143,7 +153,8 @@ impl World {
     }
 
     /// Delivers a store answer, then checks that no copy the answer showed
-    /// stale is still writable.
+    /// stale is still writable, and that no copy was dropped on meeting a
+    /// record its own node's live incarnation left.
     pub(super) fn store_reply(
         &mut self,
         node: u64,
@@ -152,9 +163,74 @@ impl World {
         reply: StoreReply,
     ) {
         let shown = shown_records(&reply);
+        let own = self.own_records_held(node, core, &reply);
         self.on_core(node, core, |c, now| c.on_store_reply(now, token, reply));
         for (key, cas) in shown {
             self.check_told_stale(node, core, key, cas);
+        }
+        for (key, cas) in own {
+            self.check_own_copy_kept(node, core, key, cas);
+        }
+    }
+
+    /// The conflicts in `reply` whose record a write of `node`'s live
+    /// incarnation left, for keys of which its core `core` holds a copy.
+    fn own_records_held(
+        &self,
+        node: u64,
+        core: u32,
+        reply: &StoreReply,
+    ) -> Vec<(ObjectKey, CasVersion)> {
+        let Some(router) = self
+            .nodes
+            .get(&node)
+            .filter(|n| n.serving())
+            .map(|n| &n.cores[core as usize])
+        else {
+            return Vec::new();
+        };
+        let outcomes = match reply {
+            StoreReply::Written(outcome) => std::slice::from_ref(outcome),
+            StoreReply::WrittenBatch(outcomes) => outcomes.as_slice(),
+            StoreReply::Loaded(_) | StoreReply::Failed(_) => &[],
+        };
+        outcomes
+            .iter()
+            .filter_map(|outcome| match outcome {
+                WriteOutcome::Conflict(Some(record)) => Some(record),
+                _ => None,
+            })
+            .filter(|record| {
+                record.owner_node.0 == node
+                    && record.owner_incarnation == router.incarnation()
+                    && self
+                        .checker
+                        .was_applied(node, record.key, record.cas_version)
+            })
+            .filter(|record| {
+                router
+                    .entries()
+                    .any(|v| v.key == record.key && (v.writable || v.aside))
+            })
+            .map(|record| (record.key, record.cas_version))
+            .collect()
+    }
+
+    /// After `node` met the record its own write left at `cas`: its copy
+    /// of `key` is still there (the record is its own, not another's).
+    fn check_own_copy_kept(&mut self, node: u64, core: u32, key: ObjectKey, cas: CasVersion) {
+        let Some(sim_node) = self.nodes.get(&node).filter(|n| n.serving()) else {
+            return;
+        };
+        let kept = sim_node.cores[core as usize]
+            .entries()
+            .any(|v| v.key == key && (v.writable || v.aside));
+        if !kept {
+            let message = format!(
+                "node {node} dropped its copy of {key:?} on meeting the record its own \
+                 write left at {cas:?}"
+            );
+            self.safety.fail(Invariant::OwnCopyDropped, message);
         }
     }
 
@@ -183,9 +259,24 @@ impl World {
         }
     }
 
+    /// Stalls the store's record writes for a while (shorter than
+    /// `down_after_ms`: nobody is declared down for it): the writes of
+    /// every node time out, some of them applied, so a copy meets several
+    /// writes of unknown outcome in a row.
+    pub(super) fn stall_store(&mut self) {
+        let cluster = &self.config.cluster;
+        let duration = self
+            .rng
+            .random_range(cluster.heartbeat_interval_ms..=cluster.down_after_ms);
+        self.store_stalled_until_ms = self.now_ms + duration;
+        self.report.store_stalls += 1;
+    }
+
     /// An outside writer (an operator's repair, a migration) re-saves a
     /// record as it is: same owner, route and state, a new CAS version.
-    /// Its owner's next save conflicts and must drop the copy.
+    /// Its owner's next save conflicts and must drop the copy, unless a
+    /// write of the copy whose outcome is unknown said exactly the same:
+    /// then the owner may take the record for that write's.
     pub(super) fn outside_write(&mut self, key: ObjectKey) {
         let Some(record) = self.table.load(key) else {
             return;
@@ -199,14 +290,16 @@ impl World {
             save_timepoint_ms: record.save_timepoint_ms,
             state: record.state,
         };
-        self.apply_write(0, &write);
+        if let WriteOutcome::Applied(cas) = self.apply_write(0, &write) {
+            self.checker.resaved(key, cas);
+        }
         self.report.outside_writes += 1;
     }
 }
 
 /// The records a store answer shows its receiver: a CAS conflict's current
 /// record, or a load's.
-fn shown_records(reply: &StoreReply) -> Vec<(ObjectKey, crate::store::CasVersion)> {
+fn shown_records(reply: &StoreReply) -> Vec<(ObjectKey, CasVersion)> {
     let mut shown = Vec::new();
     let mut add = |outcome: &WriteOutcome| {
         if let WriteOutcome::Conflict(Some(record)) = outcome {

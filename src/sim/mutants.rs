@@ -86,6 +86,7 @@ fn demonstrations() -> Vec<(Invariant, Mutant, Vec<Invariant>)> {
             vec![],
         ),
         (I::WritableNotStoreOwner, Mutant::RemoveKeepsObject, vec![]),
+        (I::OwnCopyDropped, Mutant::UnknownWriteOneSlot, vec![]),
         (
             I::CounterSum,
             Mutant::AnswerOnSubmit,

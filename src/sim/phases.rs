@@ -19,6 +19,7 @@ impl World {
     /// Faults off; once the cluster settled, every request must succeed.
     pub(super) fn calm_phase(&mut self) -> Result<(), String> {
         self.faults = false;
+        self.store_stalled_until_ms = 0;
         self.partitions.clear();
         for node in self.nodes.values_mut() {
             node.store_cut_until_ms = 0;

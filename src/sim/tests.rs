@@ -45,6 +45,7 @@ fn add(total: &mut SimReport, report: &SimReport) {
     total.refused_starts += report.refused_starts;
     total.send_failures += report.send_failures;
     total.store_cuts += report.store_cuts;
+    total.store_stalls += report.store_stalls;
     total.outside_writes += report.outside_writes;
     total.cas_conflicts += report.cas_conflicts;
     total.dead_owner_claims += report.dead_owner_claims;
@@ -84,6 +85,7 @@ fn five_hundred_seeds_with_faults() {
     assert!(total.rejoins > 250, "{total:?}");
     assert!(total.send_failures > 5_000, "{total:?}");
     assert!(total.store_cuts > 200, "{total:?}");
+    assert!(total.store_stalls > 200, "{total:?}");
     assert!(total.outside_writes > 300, "{total:?}");
     assert!(total.cas_conflicts > 500, "{total:?}");
     assert!(total.dead_owner_claims > 1_000, "{total:?}");

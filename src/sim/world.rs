@@ -112,6 +112,9 @@ pub struct SimReport {
     pub send_failures: u64,
     /// Nodes cut off from the store (not from their peers) for a while.
     pub store_cuts: u64,
+    /// Stalls of the store: for a while every record write times out
+    /// (Indeterminate), some applied then, some later, some never.
+    pub store_stalls: u64,
     /// Records re-saved as they were by an outside writer.
     pub outside_writes: u64,
     /// Save or claim writes answered with a CAS conflict.
@@ -262,6 +265,8 @@ pub(super) struct World {
     pub members: MemberTable,
     pub partitions: BTreeSet<(u64, u64)>,
     pub faults: bool,
+    /// Until when (true time) the store stalls record writes.
+    pub store_stalled_until_ms: u64,
     /// When the fault phase ends (true time).
     pub fault_end_ms: u64,
     /// From this time on the cluster has settled: the checks that hold
@@ -343,6 +348,7 @@ impl World {
         let fault_end_ms = rng.random_range(low..=high.max(low));
         let mut world = World {
             faults: config.faults,
+            store_stalled_until_ms: 0,
             config,
             rng,
             now_ms: 0,

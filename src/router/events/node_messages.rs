@@ -43,7 +43,12 @@ impl RouterCore {
     }
 
     /// `router_update_sync`: updates only an existing cache with an older
-    /// route version; ignores missing caches, newer caches and objects.
+    /// route version; ignores missing caches, newer caches and objects, and
+    /// an entry with a write in flight: that write's answer is what moves
+    /// its route (a claim that applied names a route the sync's sender
+    /// may already have moved past, and an entry never adopts its own
+    /// write below the route it knows). A read in flight adopts only a
+    /// record not older than the route the sync set.
     pub fn on_router_update_sync(
         &mut self,
         now_ms: u64,
@@ -55,7 +60,8 @@ impl RouterCore {
         let Some(entry) = self.entry_mut(key) else {
             return;
         };
-        if entry.is_writable() || entry.route_version >= route_version {
+        let writing = entry.io.as_ref().is_some_and(|io| !io.is_pull());
+        if entry.is_writable() || writing || entry.route_version >= route_version {
             return;
         }
         entry.set_route(owner_node, owner_incarnation, route_version);

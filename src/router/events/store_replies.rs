@@ -83,9 +83,9 @@ impl RouterCore {
                 (write, state),
                 reply,
             ),
-            // Releases are only ever written in batches, and a release
-            // waiting for its retry has no write in flight.
-            io @ (Io::Release { .. } | Io::ReleaseRetry) => {
+            // Releases are only ever written in batches, and a write
+            // waiting for its retry has none in flight.
+            io @ (Io::Release { .. } | Io::ReleaseRetry | Io::RemoveRetry { .. }) => {
                 entry.io = Some(io);
                 Next::Done
             }
@@ -139,6 +139,14 @@ impl RouterCore {
         let Some(entry) = self.entry_mut(key) else {
             return;
         };
+        // A transfer's removal of unknown outcome goes again first: until
+        // it settles nothing else may run on the copy (not even a release
+        // at shutdown, nor a fence's wait: a CAS that applies is safe
+        // whoever then owns the node's incarnation).
+        if let Some(Io::RemoveRetry { write }) = entry.io {
+            entry.io = None;
+            return self.run_on(now_ms, key, Next::Remove(write));
+        }
         let giving_up = matches!(entry.io, Some(Io::ReleaseRetry));
         if giving_up {
             entry.io = None;

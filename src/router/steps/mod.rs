@@ -17,7 +17,7 @@
 //!   handoff.
 //! - `release`: shutdown's releases, their answers, and its deadline.
 
-use super::entry::Waiter;
+use super::entry::{PendingWrite, Waiter};
 use super::types::TransferOutcome;
 use crate::store::{NodeId, RouteRecord};
 
@@ -57,6 +57,9 @@ pub(crate) enum Next {
     FinishIo { fresh_pull: bool },
     /// Start the handoff of the copy (`transfer::start`).
     Transfer { target: NodeId, need_notify: bool },
+    /// Write the handoff's removal of the copy again (`transfer::resend`),
+    /// the same owner and route as its earlier attempt.
+    Remove(PendingWrite),
     /// The handoff ended with `TransferOutcome`: its pending requests are
     /// routed again, exactly once each.
     FinishTransfer(TransferOutcome),

@@ -62,9 +62,7 @@ pub(crate) fn reply(
     // A release whose earlier attempt's answer was lost, and which did
     // apply: nothing ran on the copy since, so it is done.
     let outcome = match outcome {
-        Some(WriteOutcome::Conflict(Some(record)))
-            if entry.retries_unknown_write() && entry.left_by_unknown_write(&record) =>
-        {
+        Some(WriteOutcome::Conflict(Some(record))) if entry.retried_write_left(&record) => {
             Some(WriteOutcome::Applied(record.cas_version))
         }
         outcome => outcome,
@@ -79,13 +77,12 @@ pub(crate) fn reply(
             entry.apply_written(write, &applied, now_ms);
             ctx.counters.saves_total += 1;
         }
-        Some(WriteOutcome::Conflict(Some(record))) if entry.left_by_unknown_write(&record) => {
+        Some(WriteOutcome::Conflict(Some(record))) if entry.own_write_left(&record).is_some() => {
             // An earlier save whose answer was lost did apply: the copy is
             // still this node's, one version on; the release goes again
             // on it.
             ctx.counters.cas_conflicts_total += 1;
-            entry.adopt_record(&record, now_ms);
-            entry.unknown_write = None;
+            entry.adopt_own_record(&record, now_ms);
             return Released::Again;
         }
         Some(outcome @ WriteOutcome::Conflict(_)) => {

@@ -118,9 +118,7 @@ pub(crate) fn reply(
         // did apply: nothing ran on the copy since (requests waited), so
         // this one would have written the same; it is done.
         StoreReply::Written(WriteOutcome::Conflict(Some(record)))
-            if saving == (Saving::Save { degrade: true })
-                && entry.retries_unknown_write()
-                && entry.left_by_unknown_write(&record) =>
+            if saving == (Saving::Save { degrade: true }) && entry.retried_write_left(&record) =>
         {
             StoreReply::Written(WriteOutcome::Applied(record.cas_version))
         }
@@ -163,16 +161,17 @@ pub(crate) fn reply(
             settle_held(ctx, held, false);
         }
         StoreReply::Written(WriteOutcome::Conflict(Some(record)))
-            if entry.left_by_unknown_write(&record) =>
+            if entry.own_write_left(&record).is_some() =>
         {
             // An earlier write of this copy whose answer was lost did
-            // apply: the copy is still the owner's, one CAS version on.
+            // apply (any of them since the last known outcome: the record
+            // holds a state the copy had, and the copy has every change
+            // since): the copy is still the owner's, one CAS version on.
             // The same write goes again at once, its held answers with it
             // (the copy may have changed since, and a readopt must name
             // the incarnation of now).
             ctx.counters.cas_conflicts_total += 1;
-            entry.adopt_record(&record, now_ms);
-            entry.unknown_write = None;
+            entry.adopt_own_record(&record, now_ms);
             return match saving {
                 // Fenced again since the readopt was sent: its incarnation
                 // ended too, and a fenced node writes nothing back. The IO

@@ -9,7 +9,7 @@ use super::Next;
 use crate::router::ctx::{Ctx, StoreWait};
 use crate::router::entry::{Entry, Io, PendingWrite, Transferring};
 use crate::router::mutant::{self, Mutant};
-use crate::router::output::after_failed_write;
+use crate::router::output::{after_failed_write, drop_copy, schedule_write_retry};
 use crate::router::types::{
     NodeMessage, RouterTransfer, StoreOp, StoreReply, Timer, TransferDone, TransferError,
     TransferOutcome,
@@ -83,7 +83,6 @@ pub(crate) fn start(
         entry.transferring.is_none(),
         "one transfer per object at a time"
     );
-    let condition = entry.known_condition();
     let Some(object) = entry.object.as_ref() else {
         // Asked for while IO ran, and the IO lost the object meanwhile.
         let done = TransferDone {
@@ -105,9 +104,6 @@ pub(crate) fn start(
         route_version,
         save_timepoint_ms: now_ms,
     };
-    let write = entry.begin_write(key, condition, pending, state.clone(), |write| Io::Remove {
-        write,
-    });
     ctx.next_transfer_id += 1;
     entry.transferring = Some(Transferring {
         target,
@@ -116,12 +112,44 @@ pub(crate) fn start(
         transfer_pending: Default::default(),
         shipped_state: state,
     });
+    resend(ctx, key, entry, now_ms, pending)
+}
+
+/// Writes the handoff's removal (`pending`: the target as the owner, the
+/// next route version) by CAS on the record as known, with the state the
+/// handoff ships: the first attempt, or another after one whose outcome
+/// is unknown (the same content, so either one applying leaves the same
+/// record) or after finding an earlier save of the copy applied.
+pub(crate) fn resend(
+    ctx: &mut Ctx,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    pending: PendingWrite,
+) -> Next {
+    assert!(entry.io.is_none(), "one IO per object at a time");
+    let Some(transferring) = entry.transferring.as_ref() else {
+        return Next::Done;
+    };
+    let state = transferring.shipped_state.clone();
+    let condition = entry.known_condition();
+    let pending = PendingWrite {
+        save_timepoint_ms: now_ms,
+        ..pending
+    };
+    let write = entry.begin_write(key, condition, pending, state, |write| Io::Remove { write });
     ctx.store(StoreWait::Entry(key), StoreOp::Write(write));
     Next::Done
 }
 
 /// The outcome of `remove_object`'s write (persisting `write`). The
-/// entry's IO was taken off for it.
+/// entry's IO was taken off for it. Applied: the record names the target,
+/// the copy goes and the state is shipped. A conflict with a record an own
+/// write of unknown outcome left: an earlier attempt of this removal
+/// applied (as if this one had), or an earlier save of the copy did (the
+/// removal goes again on it). Another conflict: another node owns the
+/// object, and the copy is dropped and counted. No known outcome: the copy
+/// is kept and blocked, and the removal goes again after a backoff.
 pub(crate) fn remove_reply(
     ctx: &mut Ctx,
     key: ObjectKey,
@@ -130,6 +158,14 @@ pub(crate) fn remove_reply(
     write: PendingWrite,
     reply: StoreReply,
 ) -> Next {
+    let reply = match reply {
+        StoreReply::Written(WriteOutcome::Conflict(Some(record)))
+            if entry.retried_write_left(&record) =>
+        {
+            StoreReply::Written(WriteOutcome::Applied(record.cas_version))
+        }
+        reply => reply,
+    };
     let outcome = match reply {
         StoreReply::Written(applied @ WriteOutcome::Applied(cas_version)) => {
             if !mutant::active(Mutant::RemoveKeepsObject) {
@@ -161,11 +197,37 @@ pub(crate) fn remove_reply(
             }
             TransferOutcome::Written
         }
+        StoreReply::Written(WriteOutcome::Conflict(Some(record)))
+            if entry.own_write_left(&record).is_some() =>
+        {
+            // A save of the copy whose answer was lost applied (a transfer
+            // may start while its retry waits): the copy is still this
+            // node's, one version on, and the removal goes again on it.
+            ctx.counters.cas_conflicts_total += 1;
+            entry.adopt_own_record(&record, now_ms);
+            return Next::Remove(write);
+        }
+        StoreReply::Written(WriteOutcome::Indeterminate) => {
+            ctx.counters.store_indeterminate_total += 1;
+            entry.write_unknown();
+            return retry_later(ctx, key, entry, now_ms, write);
+        }
         StoreReply::Written(outcome) => {
+            // Another node owns the record now: the copy is dropped, with
+            // what no save made durable, counted.
             ctx.counters.transfers_failed_total += 1;
-            entry.downgrade();
+            let owner = match &outcome {
+                WriteOutcome::Conflict(Some(record)) => Some(record.owner_node),
+                _ => None,
+            };
+            drop_copy(ctx, key, entry, owner, "another node owns it now");
             after_failed_write(ctx, entry, now_ms, &outcome);
             TransferOutcome::NotMoved
+        }
+        // Not applied, but an earlier attempt may still apply: only an
+        // outcome tells whether the record names the target.
+        _ if entry.may_have_given_up(ctx.node) => {
+            return retry_later(ctx, key, entry, now_ms, write);
         }
         // Not applied: this node still owns the object and keeps it.
         _ => {
@@ -174,6 +236,21 @@ pub(crate) fn remove_reply(
         }
     };
     Next::FinishTransfer(outcome)
+}
+
+/// Keeps the copy and its handoff while whether the removal `write`
+/// applied is unknown: nothing runs on the copy until the removal, armed
+/// to go again, settles it.
+fn retry_later(
+    ctx: &mut Ctx,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    write: PendingWrite,
+) -> Next {
+    schedule_write_retry(ctx, key, entry, now_ms);
+    entry.io = Some(Io::RemoveRetry { write });
+    Next::Done
 }
 
 /// Whether an answer (or its timeout) to transfer `transfer_id`'s
