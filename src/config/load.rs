@@ -81,6 +81,26 @@ impl Config {
                 "cores.recv_buffers_per_conn_max must be between 1 and cores.recv_buffers",
             );
         }
+        for host in &self.admin.allowed_hosts {
+            if host.is_empty() || host.contains(['/', ' ']) {
+                return invalid(
+                    "admin.allowed_hosts holds host names (`ops.example.com`) or \"*\"",
+                );
+            }
+        }
+        for origin in &self.admin.allowed_origins {
+            let authority = origin.split_once("://").map(|(_, rest)| rest);
+            if origin != "*"
+                && !authority.is_some_and(|rest| {
+                    !rest.trim_end_matches('/').is_empty()
+                        && !rest.trim_end_matches('/').contains('/')
+                })
+            {
+                return invalid(
+                    "admin.allowed_origins holds origins (`https://ops.example.com`) or \"*\"",
+                );
+            }
+        }
         if self.gateway.body_max_bytes == 0 || self.gateway.inflight_max == 0 {
             return invalid("gateway.body_max_bytes and gateway.inflight_max must be positive");
         }

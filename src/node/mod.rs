@@ -345,6 +345,7 @@ impl Node {
                     admin: admin_advertised.to_string(),
                 }),
                 object_types: shared.registry.object_types(),
+                access: crate::admin::Access::new(&config.admin),
             },
         );
         let admin = match admin {
