@@ -44,6 +44,7 @@ mod console;
 mod forward;
 mod gate;
 pub(crate) mod log_level;
+mod log_limit;
 mod operator;
 mod peers;
 mod probes;
