@@ -233,7 +233,7 @@ fn foreign_hosts_and_origins_are_refused_on_the_head() {
             host("ops.example"),
         ] {
             assert_eq!(
-                call("GET", path, &[good.clone()], "").status,
+                call("GET", path, std::slice::from_ref(&good), "").status,
                 200,
                 "{path} {good}"
             );

@@ -149,13 +149,13 @@ mod tests {
     }
 
     fn access_on(listen: &str) -> Access {
-        let mut config = AdminConfig {
+        let config = AdminConfig {
             listen: listen.parse().unwrap(),
+            advertise: Some("10.0.0.7:9464".parse().unwrap()),
+            allowed_hosts: vec!["ops.example.com".to_string()],
+            allowed_origins: vec!["https://console.example.com/".to_string()],
             ..AdminConfig::default()
         };
-        config.advertise = Some("10.0.0.7:9464".parse().unwrap());
-        config.allowed_hosts = vec!["ops.example.com".to_string()];
-        config.allowed_origins = vec!["https://console.example.com/".to_string()];
         Access::new(&config)
     }
 
@@ -197,8 +197,10 @@ mod tests {
             Ok(())
         );
         assert!(any.check_host(&head(&[("host", "evil.example")])).is_err());
-        let mut star = AdminConfig::default();
-        star.allowed_hosts = vec!["*".to_string()];
+        let star = AdminConfig {
+            allowed_hosts: vec!["*".to_string()],
+            ..AdminConfig::default()
+        };
         assert_eq!(
             Access::new(&star).check_host(&head(&[("host", "evil.example")])),
             Ok(())

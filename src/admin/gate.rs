@@ -36,7 +36,7 @@ pub(super) fn class(method: &Method, path: &str) -> Class {
 
 /// `Ok` with the request's class when it may go on, or the answer that
 /// refuses it (counted).
-pub(super) fn decide(state: &AdminState, head: &Parts) -> Result<Class, Response<Body>> {
+pub(super) fn decide(state: &AdminState, head: &Parts) -> Result<Class, Box<Response<Body>>> {
     let class = class(&head.method, head.uri.path());
     let admin = &state.metrics.admin;
     // The health probes tell nothing a rebinding page could use, and load
@@ -45,26 +45,26 @@ pub(super) fn decide(state: &AdminState, head: &Parts) -> Result<Class, Response
     if !health {
         if let Err(reason) = state.access.check_host(&head.headers) {
             admin.refused_host.inc();
-            return Err(error_json(
+            return Err(Box::new(error_json(
                 StatusCode::MISDIRECTED_REQUEST,
                 "misdirected",
                 &reason,
-            ));
+            )));
         }
     }
     if auth::is_mutating(&head.method) {
         if let Err(reason) = state.access.check_origin(&head.headers) {
             admin.refused_origin.inc();
-            return Err(error_json(
+            return Err(Box::new(error_json(
                 StatusCode::FORBIDDEN,
                 "forbidden_origin",
                 &reason,
-            ));
+            )));
         }
         if let Err(reason) = auth::authorize(state.token.as_ref(), &head.headers) {
             admin.unauthorized.inc();
             admin.refused_unauthorized.inc();
-            return Err(auth::unauthorized(reason));
+            return Err(Box::new(auth::unauthorized(reason)));
         }
     }
     let declared = head
@@ -74,11 +74,11 @@ pub(super) fn decide(state: &AdminState, head: &Parts) -> Result<Class, Response
         .and_then(|value| value.trim().parse::<u64>().ok());
     if declared.is_some_and(|length| length > REQUEST_BODY_MAX_BYTES as u64) {
         admin.refused_too_large.inc();
-        return Err(error_json(
+        return Err(Box::new(error_json(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
             &format!("a request body is at most {REQUEST_BODY_MAX_BYTES} bytes"),
-        ));
+        )));
     }
     Ok(class)
 }

@@ -262,7 +262,7 @@ async fn handle(
     let (parts, body) = request.into_parts();
     let class = match gate::decide(state, &parts) {
         Ok(class) => class,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let Some(permit) = connections.slot(class) else {
         state.metrics.admin.refused_slots.inc();
