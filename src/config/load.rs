@@ -89,13 +89,7 @@ impl Config {
             }
         }
         for origin in &self.admin.allowed_origins {
-            let authority = origin.split_once("://").map(|(_, rest)| rest);
-            if origin != "*"
-                && !authority.is_some_and(|rest| {
-                    !rest.trim_end_matches('/').is_empty()
-                        && !rest.trim_end_matches('/').contains('/')
-                })
-            {
+            if origin != "*" && !is_origin(origin) {
                 return invalid(
                     "admin.allowed_origins holds origins (`https://ops.example.com`) or \"*\"",
                 );
@@ -281,4 +275,13 @@ fn check_store_keys(backend: StoreBackend, store: &toml::Table) -> Result<(), St
         ));
     }
     Ok(())
+}
+
+/// Whether `value` is an origin as a browser sends it: a scheme and an
+/// authority, no path (`https://ops.example.com`, `http://10.0.0.5:8080`).
+fn is_origin(value: &str) -> bool {
+    value
+        .split_once("://")
+        .map(|(_, authority)| authority.trim_end_matches('/'))
+        .is_some_and(|authority| !authority.is_empty() && !authority.contains('/'))
 }
