@@ -279,6 +279,14 @@ pub struct AdminConfig {
     /// membership row advertises it; default: the bound address. Port 0:
     /// the bound port.
     pub advertise: Option<SocketAddr>,
+    /// Host names a request may name in `Host` besides the endpoint's own
+    /// addresses, loopback and `localhost` (`"*"`: any); another is
+    /// refused 421, so a DNS-rebinding page reads nothing.
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`https://ops.example.com`) whose pages may make mutating
+    /// calls besides the endpoint's own (`"*"`: any); another is refused
+    /// 403 (CSRF).
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for AdminConfig {
@@ -287,6 +295,8 @@ impl Default for AdminConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
             token: None,
             advertise: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
         }
     }
 }

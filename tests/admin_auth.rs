@@ -87,6 +87,27 @@ fn mutating_calls_need_the_token_and_readyz_fails_while_draining_while_livez_sta
     assert_eq!(node.metric("routerd_admin_unauthorized_total"), 6);
 }
 
+/// RFC 7235 section 2.1: an authentication scheme's name is
+/// case-insensitive, so `bearer` and `BEARER` are `Bearer`.
+#[test]
+fn the_bearer_scheme_is_accepted_in_any_case() {
+    let node = TestNode::start(token_config());
+    let admin = node.admin();
+    for scheme in ["bearer", "BEARER", "bEaReR"] {
+        let authorization = format!("{scheme} {TOKEN}");
+        let (status, body) = call(
+            admin,
+            "POST",
+            "/objects/player/1/transfer?to=2",
+            Some(&authorization),
+        );
+        assert_ne!(status, 401, "{authorization}: {body}");
+    }
+    let (status, _) = call(admin, "POST", "/drain", Some("bearer not-the-token"));
+    assert_eq!(status, 401);
+    assert_eq!(node.metric("routerd_admin_unauthorized_total"), 1);
+}
+
 #[test]
 fn the_cli_sends_the_token_from_its_flag_or_the_environment() {
     let node = TestNode::start(token_config());

@@ -1,6 +1,6 @@
 //! The admin endpoint under clients that misbehave: idle connections do
-//! not delay `/healthz`, a silent client is dropped, the connection limit
-//! holds and recovers, bodies are bounded, and `/healthz` says `stopping`
+//! not delay `/healthz`, a silent client is dropped, the bound on silent
+//! connections holds and recovers, bodies are bounded, and `/healthz` says `stopping`
 //! as soon as shutdown begins.
 
 mod support;
@@ -9,7 +9,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use routerd::admin::{CONNECTIONS_MAX, HEAD_READ_TIMEOUT};
+use routerd::admin::{CONNECTIONS_MAX, HEAD_READ_TIMEOUT, PENDING_HEADS_MAX};
 use support::{config, TestNode};
 
 /// One request on a fresh connection, head written as given: status and
@@ -20,7 +20,7 @@ fn request(admin: SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
 }
 
 fn get(admin: SocketAddr, path: &str) -> (u16, String) {
-    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let head = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
     request(admin, &head, b"")
 }
 
@@ -83,19 +83,22 @@ fn a_silent_client_is_dropped_after_the_head_read_timeout() {
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
 
+/// Silent connections hold no slot: past `PENDING_HEADS_MAX` of them the
+/// oldest is closed for the newest, and a probe is answered all along.
 #[test]
-fn connections_past_the_maximum_are_closed_and_the_port_recovers() {
+fn silent_connections_past_the_pending_bound_close_the_oldest_and_the_port_recovers() {
     let node = TestNode::start(config());
     let admin = node.admin();
-    let held: Vec<TcpStream> = (0..CONNECTIONS_MAX)
+    let mut held: Vec<TcpStream> = (0..PENDING_HEADS_MAX + CONNECTIONS_MAX)
         .map(|_| TcpStream::connect(admin).unwrap())
         .collect();
     std::thread::sleep(Duration::from_millis(100));
-    let mut one_more = TcpStream::connect(admin).unwrap();
-    one_more
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    assert!(closed_within(&mut one_more, Duration::from_secs(1)));
+    assert_eq!(get(admin, "/healthz"), (200, "ok".to_string()));
+    // The first ones were closed for those that came after them.
+    assert!(closed_within(&mut held[0], Duration::from_secs(1)));
+    assert!(
+        node.metric("routerd_admin_refused_total{reason=\"evicted\"}") >= CONNECTIONS_MAX as i64
+    );
     drop(held);
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
@@ -122,13 +125,14 @@ fn request_bodies_are_bounded_and_methods_checked() {
     let admin = node.admin();
     let big = vec![b'x'; 65 * 1024];
     let head = format!(
-        "POST /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        "POST /metrics HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
         big.len()
     );
     assert_eq!(request(admin, &head, &big).0, 413);
-    let head =
-        "POST /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\n\r\n";
-    assert_eq!(request(admin, head, b"{}").0, 405);
+    let head = format!(
+        "POST /metrics HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\nContent-Length: 2\r\n\r\n"
+    );
+    assert_eq!(request(admin, &head, b"{}").0, 405);
     assert_eq!(get(admin, "/nope").0, 404);
 }
 

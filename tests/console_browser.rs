@@ -202,3 +202,55 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
     eprintln!("screenshots in {}", shots.display());
     drop(one);
 }
+
+/// CSRF: a page of another origin, on the README's default endpoint (on
+/// loopback, no token), sends `POST /log-level` with `mode: "no-cors"`
+/// (no preflight, so the browser sends it): refused 403 on its `Origin`,
+/// and the filter stays as it was. tests/browser/cross_origin.mjs is the
+/// browser's side.
+#[test]
+fn a_page_of_another_origin_cannot_change_the_log_level() {
+    let Some((chromium, modules)) = browser() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let body = format!(
+        "[node]\ndata_dir = {:?}\n",
+        dir.path().display().to_string()
+    );
+    let node = support::ServeProcess::start(dir.path(), &body);
+    let admin = node.admin;
+    let filter = || {
+        let answer = support::http::request(admin, "GET", "/log-level", &[], "");
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        answer.body
+    };
+    let refused = || {
+        let answer = support::http::request(admin, "GET", "/metrics", &[], "");
+        let series = "routerd_admin_refused_total{reason=\"origin\"} ";
+        answer
+            .body
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {series} in the scrape"))
+    };
+    let before = filter();
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/cross_origin.mjs");
+    let output = Command::new("node")
+        .arg(&script)
+        .env("ROUTERD_ADMIN_URL", format!("http://{admin}"))
+        .env("ROUTERD_CHROMIUM", &chromium)
+        .env("ROUTERD_BROWSER_MODULES", &modules)
+        .output()
+        .expect("node runs");
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}: {said}", output.status);
+    assert!(said.starts_with("sent from "), "{said}");
+
+    // The browser sent it (and Origin with it): nothing changed, as it
+    // was refused.
+    assert_eq!(filter(), before, "{said}");
+    assert_eq!(refused(), 1, "{said}");
+    node.stop();
+}

@@ -44,7 +44,7 @@ fn load_once(admin: SocketAddr, player: u64) -> bool {
     let _ = stream.set_read_timeout(Some(Duration::from_millis(300)));
     let _ = stream.set_write_timeout(Some(Duration::from_millis(300)));
     let request = format!(
-        "GET /objects/{TYPE_ID}/{} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        "GET /objects/{TYPE_ID}/{} HTTP/1.1\r\nhost: {admin}\r\nconnection: close\r\n\r\n",
         player % RECORDS
     );
     if stream.write_all(request.as_bytes()).is_err() {

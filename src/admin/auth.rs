@@ -29,12 +29,21 @@ pub(super) fn authorize(token: Option<&Secret>, headers: &HeaderMap) -> Result<(
     match headers.get(AUTHORIZATION).map(HeaderValue::to_str) {
         None => Err("this call needs Authorization: Bearer <admin.token>"),
         Some(Err(_)) => Err("the Authorization header is not text"),
-        Some(Ok(value)) => match value.strip_prefix("Bearer ") {
+        Some(Ok(value)) => match bearer_credentials(value) {
             None => Err("the Authorization header must be: Bearer <admin.token>"),
-            Some(given) if same_secret(given.trim().as_bytes(), token.as_bytes()) => Ok(()),
+            Some(given) if same_secret(given.as_bytes(), token.as_bytes()) => Ok(()),
             Some(_) => Err("wrong admin token"),
         },
     }
+}
+
+/// The credentials of `Authorization: Bearer <credentials>`; the scheme's
+/// name in any case (RFC 7235 section 2.1: schemes are case-insensitive).
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, credentials) = value.trim_start().split_once([' ', '\t'])?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| credentials.trim())
 }
 
 /// The 401 a refused call gets: JSON saying why, and the scheme to use.
@@ -78,13 +87,22 @@ mod tests {
     fn the_token_is_checked_only_when_configured() {
         let token = Secret::new("t0ken");
         assert!(authorize(None, &HeaderMap::new()).is_ok());
-        assert!(authorize(Some(&token), &headers("Bearer t0ken")).is_ok());
+        for right in [
+            "Bearer t0ken",
+            "bearer t0ken",
+            "BEARER  t0ken ",
+            "bEaReR\tt0ken",
+        ] {
+            assert!(authorize(Some(&token), &headers(right)).is_ok(), "{right}");
+        }
         for wrong in [
             HeaderMap::new(),
             headers("Bearer t0ke"),
             headers("Bearer t0ken2"),
             headers("Basic t0ken"),
             headers("t0ken"),
+            headers("Bearert0ken"),
+            headers("Bearer"),
         ] {
             let refused = unauthorized(authorize(Some(&token), &wrong).unwrap_err());
             assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);

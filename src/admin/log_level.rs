@@ -4,11 +4,13 @@
 //! reload handle here; an embedder that installs its own subscriber has
 //! none, and the endpoint says so (404) rather than pretend to change it.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{reload, EnvFilter, Registry};
+
+use super::log_limit::{Shared, ThirdPartyLimit};
 
 /// The longest filter accepted, in bytes: a filter is a few directives.
 pub const FILTER_BYTES_MAX: usize = 1024;
@@ -18,20 +20,26 @@ struct Installed {
     /// The filter as last set (an `EnvFilter` does not give it back as it
     /// was written).
     current: Mutex<String>,
+    /// The third-party lines' rate limit, which follows the filter.
+    limit: Arc<ThirdPartyLimit>,
 }
 
 static INSTALLED: OnceLock<Installed> = OnceLock::new();
 
 /// Installs the process's subscriber: `filter` (EnvFilter syntax), the
-/// formatted lines on stderr, with colours when it is a terminal.
+/// formatted lines on stderr, with colours when it is a terminal, and
+/// third-party lines rate-limited (see `log_limit`).
 pub fn init(filter: &str) {
     let (parsed, filter) = match EnvFilter::try_new(filter) {
         Ok(parsed) => (parsed, filter),
         Err(_) => (EnvFilter::new("info"), "info"),
     };
     let (layer, handle) = reload::Layer::new(parsed);
+    let limit = Arc::new(ThirdPartyLimit::default());
+    limit.set_filter(filter);
     let installed = tracing_subscriber::registry()
         .with(layer)
+        .with(Shared(limit.clone()))
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
@@ -42,6 +50,7 @@ pub fn init(filter: &str) {
         let _ = INSTALLED.set(Installed {
             handle,
             current: Mutex::new(filter.to_string()),
+            limit,
         });
     }
 }
@@ -76,6 +85,7 @@ pub(super) fn set(filter: &str) -> Result<(), SetRefused> {
     let parsed =
         EnvFilter::try_new(filter).map_err(|error| SetRefused::Invalid(error.to_string()))?;
     let installed = INSTALLED.get().ok_or(SetRefused::NotManaged)?;
+    installed.limit.set_filter(filter);
     installed
         .handle
         .reload(parsed)

@@ -8,9 +8,12 @@
 //! latency to client traffic. The thread runs a current-thread tokio
 //! runtime and hyper's HTTP/1.1 server, so connections are served
 //! concurrently: a client that connects and says nothing holds one task,
-//! not the endpoint. Everything is bounded: connections at once, the
-//! request head and body, the time to send a head, a handler's time and a
-//! connection's life.
+//! not the endpoint. Everything is bounded: connections at once (see
+//! [`slots`]: probes and scrapes keep slots of their own, and a slow head
+//! holds none), the request head and body, the time to send a head and
+//! then a body, a handler's time and a connection's life. A request is
+//! decided on its head (see [`gate`]): refused at once, before its body is
+//! read, when it may not be made.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -18,13 +21,15 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
+use hyper::header::{HeaderValue, RETRY_AFTER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use crate::cluster::view::ClusterView;
 use crate::config::Secret;
@@ -33,27 +38,38 @@ use crate::ops::Ops;
 use crate::store::GatewayAddresses;
 use crate::store::Store;
 
+mod access;
 mod auth;
 mod console;
 mod forward;
+mod gate;
 pub(crate) mod log_level;
+mod log_limit;
 mod operator;
 mod peers;
 mod probes;
 mod rebalance;
 mod routes;
 mod sessions;
+mod slots;
 mod state_view;
 
+pub use self::access::Access;
 use self::routes::{error_json, Body};
+use self::slots::{Connections, Pending};
+pub use self::slots::{PENDING_HEADS_MAX, PROBE_SLOTS_MAX};
 use crate::ops::NodePhase;
 
-/// Connections served at once; a connection past it is closed unanswered.
-/// An admin port has a few scrapers and probes, never this many.
-pub const CONNECTIONS_MAX: usize = 64;
+/// Requests served at once (their head read); past it a request is
+/// answered `503`, but probes and scrapes have [`PROBE_SLOTS_MAX`] more of
+/// their own. An admin port has a few scrapers and probes, never this many.
+pub const CONNECTIONS_MAX: usize = slots::SLOTS_MAX;
 /// How long a client may take to send its request head: a silent client is
 /// dropped.
 pub const HEAD_READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a client may take to send a body once its head is in: no
+/// longer than its head, so a body held open costs what a slow head does.
+pub const BODY_READ_TIMEOUT: Duration = HEAD_READ_TIMEOUT;
 /// The longest a connection lives, whatever it does: also bounds a client
 /// that reads its answer too slowly.
 const CONNECTION_LIFETIME_MAX: Duration = Duration::from_secs(30);
@@ -62,8 +78,9 @@ const CONNECTION_LIFETIME_MAX: Duration = Duration::from_secs(30);
 const HANDLER_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest request head, in bytes (hyper's floor is 8 KiB).
 const REQUEST_HEAD_MAX_BYTES: usize = 16 * 1024;
-/// The largest request body, in bytes.
-const REQUEST_BODY_MAX_BYTES: usize = 64 * 1024;
+/// The largest request body, in bytes: a `Content-Length` over it is
+/// answered `413` on the head.
+pub const REQUEST_BODY_MAX_BYTES: usize = 64 * 1024;
 
 /// State the endpoint reports.
 #[derive(Clone)]
@@ -88,6 +105,10 @@ pub struct AdminState {
     /// The node's registered object types, `(name, type_id)`: a path names
     /// an object's type by one of these names or by a type id.
     pub object_types: Vec<(&'static str, u32)>,
+    /// The `Host` and `Origin` a request may name (`admin.allowed_hosts`,
+    /// `admin.allowed_origins`; the bound address is added by
+    /// [`Admin::serve`]).
+    pub access: Access,
 }
 
 /// This node's advertised addresses (`gateway.advertise`,
@@ -115,9 +136,10 @@ impl Admin {
 
     /// Serves on a listener bound already (the node binds it before it
     /// joins the cluster, to advertise its address).
-    pub fn serve(listener: std::net::TcpListener, state: AdminState) -> std::io::Result<Admin> {
+    pub fn serve(listener: std::net::TcpListener, mut state: AdminState) -> std::io::Result<Admin> {
         listener.set_nonblocking(true)?;
         let address = listener.local_addr()?;
+        state.access = state.access.bound_to(address.ip());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .enable_time()
@@ -170,7 +192,7 @@ async fn serve(
         // With cluster.rebalance_on_join: ends with the runtime.
         drop(tokio::spawn(ops.clone().rebalance_on_joins()));
     }
-    let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    let connections = Arc::new(Connections::new());
     loop {
         let accepted = tokio::select! {
             _ = &mut stop => return,
@@ -185,22 +207,33 @@ async fn serve(
                 continue;
             }
         };
-        match slots.clone().try_acquire_owned() {
-            Ok(slot) => drop(tokio::spawn(connection(stream, state.clone(), slot))),
-            Err(_) => tracing::debug!("admin connections at their maximum; one refused"),
+        let (id, evicted) = connections.admit();
+        if evicted {
+            state.metrics.admin.refused_evicted.inc();
         }
+        let pending = Pending {
+            connections: connections.clone(),
+            id,
+        };
+        let task = tokio::spawn(connection(stream, state.clone(), pending));
+        connections.track(id, task.abort_handle());
     }
 }
 
 /// Serves the one request of a connection, unless a limit ends it first.
-async fn connection(
-    stream: tokio::net::TcpStream,
-    state: Arc<AdminState>,
-    _slot: OwnedSemaphorePermit,
-) {
+async fn connection(stream: tokio::net::TcpStream, state: Arc<AdminState>, pending: Pending) {
+    let metrics = state.metrics.clone();
+    let connections = pending.connections.clone();
+    let id = pending.id;
+    // The slot the request takes once its head is in, released when the
+    // connection ends (the service, which holds it, is dropped then).
+    let slot = Arc::new(std::sync::Mutex::new(None::<OwnedSemaphorePermit>));
     let service = service_fn(move |request| {
-        let state = state.clone();
-        async move { Ok::<_, Infallible>(handle(&state, request).await) }
+        let (state, connections, slot) = (state.clone(), connections.clone(), slot.clone());
+        async move {
+            connections.head_done(id);
+            Ok::<_, Infallible>(handle(&state, &connections, &slot, request).await)
+        }
     });
     let served = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -213,30 +246,45 @@ async fn connection(
         .serve_connection(TokioIo::new(stream), service);
     match tokio::time::timeout(CONNECTION_LIFETIME_MAX, served).await {
         Ok(Ok(())) => {}
+        Ok(Err(error)) if error.is_timeout() => metrics.admin.refused_deadline.inc(),
         Ok(Err(error)) => tracing::debug!(%error, "admin connection failed"),
         Err(_) => tracing::debug!("admin connection closed at its lifetime limit"),
     }
+    drop(pending);
 }
 
-/// Reads the body (bounded), then routes within the handler timeout.
-async fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Body> {
+/// Decides on the head, takes a slot, reads the body (bounded in size and
+/// time), then routes within the handler timeout.
+async fn handle(
+    state: &AdminState,
+    connections: &Connections,
+    slot: &std::sync::Mutex<Option<OwnedSemaphorePermit>>,
+    request: Request<Incoming>,
+) -> Response<Body> {
     let (parts, body) = request.into_parts();
-    let body = match Limited::new(body, REQUEST_BODY_MAX_BYTES).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(error) if error.is::<LengthLimitError>() => {
-            return error_json(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                "request body too large",
-            )
-        }
-        Err(_) => {
-            return error_json(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                "unreadable request body",
-            )
-        }
+    let class = match gate::decide(state, &parts) {
+        Ok(class) => class,
+        Err(refused) => return *refused,
+    };
+    let Some(permit) = connections.slot(class) else {
+        state.metrics.admin.refused_slots.inc();
+        let mut busy = error_json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "every admin slot is taken: try again",
+        );
+        busy.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        return busy;
+    };
+    *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(permit);
+    // A probe or a scrape needs no body: it is not waited for.
+    let body = match class {
+        gate::Class::Probe => Bytes::new(),
+        gate::Class::Other => match read_body(state, body).await {
+            Ok(body) => body,
+            Err(refused) => return refused,
+        },
     };
     let request = Request::from_parts(parts, body);
     match tokio::time::timeout(HANDLER_TIMEOUT, routes::route(state, request)).await {
@@ -246,5 +294,35 @@ async fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Body
             "timed_out",
             "the handler did not finish in time",
         ),
+    }
+}
+
+/// The body, at most [`REQUEST_BODY_MAX_BYTES`] (a body without a length
+/// may still be longer) within [`BODY_READ_TIMEOUT`].
+async fn read_body(state: &AdminState, body: Incoming) -> Result<Bytes, Response<Body>> {
+    let read = Limited::new(body, REQUEST_BODY_MAX_BYTES).collect();
+    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+        Ok(Ok(body)) => Ok(body.to_bytes()),
+        Ok(Err(error)) if error.is::<LengthLimitError>() => {
+            state.metrics.admin.refused_too_large.inc();
+            Err(error_json(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "request body too large",
+            ))
+        }
+        Ok(Err(_)) => Err(error_json(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "unreadable request body",
+        )),
+        Err(_) => {
+            state.metrics.admin.refused_deadline.inc();
+            Err(error_json(
+                StatusCode::REQUEST_TIMEOUT,
+                "timed_out",
+                "the request body was not sent in time",
+            ))
+        }
     }
 }

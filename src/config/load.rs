@@ -56,6 +56,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_node_and_cores()?;
         self.validate_gateway()?;
+        self.validate_admin()?;
         self.check_secrets()?;
         self.validate_store_and_router()?;
         self.cluster.check_timing().map_err(ConfigError::Invalid)?;
@@ -90,6 +91,26 @@ impl Config {
             return invalid(
                 "cores.recv_buffers_per_conn_max must be between 1 and cores.recv_buffers",
             );
+        }
+        Ok(())
+    }
+
+    /// The `admin` section's allow-lists (docs/protocol.md section 9).
+    fn validate_admin(&self) -> Result<(), ConfigError> {
+        let invalid = |message: &str| Err(ConfigError::Invalid(message.to_string()));
+        for host in &self.admin.allowed_hosts {
+            if host.is_empty() || host.contains(['/', ' ']) {
+                return invalid(
+                    "admin.allowed_hosts holds host names (`ops.example.com`) or \"*\"",
+                );
+            }
+        }
+        for origin in &self.admin.allowed_origins {
+            if origin != "*" && !is_origin(origin) {
+                return invalid(
+                    "admin.allowed_origins holds origins (`https://ops.example.com`) or \"*\"",
+                );
+            }
         }
         Ok(())
     }
@@ -287,4 +308,13 @@ fn check_store_keys(backend: StoreBackend, store: &toml::Table) -> Result<(), St
         ));
     }
     Ok(())
+}
+
+/// Whether `value` is an origin as a browser sends it: a scheme and an
+/// authority, no path (`https://ops.example.com`, `http://10.0.0.5:8080`).
+fn is_origin(value: &str) -> bool {
+    value
+        .split_once("://")
+        .map(|(_, authority)| authority.trim_end_matches('/'))
+        .is_some_and(|authority| !authority.is_empty() && !authority.contains('/'))
 }

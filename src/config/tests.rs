@@ -35,6 +35,26 @@ fn defaults_are_the_seed_values() {
 }
 
 #[test]
+fn the_admins_allowed_hosts_and_origins_are_names_and_origins() {
+    let mut config = Config::default();
+    config.admin.allowed_hosts = vec!["ops.example.com".into(), "*".into()];
+    config.admin.allowed_origins = vec!["https://ops.example.com".into(), "*".into()];
+    config.validate().unwrap();
+    for (hosts, origins) in [
+        (vec!["http://ops.example.com"], vec![]),
+        (vec![""], vec![]),
+        (vec![], vec!["ops.example.com"]),
+        (vec![], vec!["https://ops.example.com/console"]),
+        (vec![], vec!["https://"]),
+    ] {
+        config.admin.allowed_hosts = hosts.iter().map(|host| host.to_string()).collect();
+        config.admin.allowed_origins = origins.iter().map(|origin| origin.to_string()).collect();
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("admin.allowed_"), "{error}");
+    }
+}
+
+#[test]
 fn a_connections_receive_buffers_are_bounded_by_the_ring() {
     let runtime = shards::RuntimeConfig::new(shards::CorePlacement::Count(1));
     let mut config = Config::default();

@@ -7,6 +7,20 @@ super::metric_set! {
         /// Mutating admin calls refused 401: no `Authorization: Bearer` header, or the wrong
         /// token.
         "routerd_admin_unauthorized_total" Counter { unauthorized }
+        /// Admin requests refused on their head or for their time, by reason: `unauthorized`
+        /// (401), `too_large` (413: Content-Length over the body bound), `origin` (403: a
+        /// mutating call from another origin), `host` (421: a Host that is not the endpoint's),
+        /// `slots` (503: every slot taken), `deadline` (a head or body not sent in time),
+        /// `evicted` (a connection still sending its head, closed for a newer one).
+        "routerd_admin_refused_total" Counter (reason) {
+            refused_unauthorized = "unauthorized",
+            refused_too_large = "too_large",
+            refused_origin = "origin",
+            refused_host = "host",
+            refused_slots = "slots",
+            refused_deadline = "deadline",
+            refused_evicted = "evicted",
+        }
         /// Rebalances this node ran over its own objects (POST /rebalance, or a member's join
         /// with cluster.rebalance_on_join).
         "routerd_rebalance_runs_total" Counter { rebalance_runs }

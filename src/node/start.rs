@@ -344,6 +344,7 @@ pub(super) fn admin_state(
             admin: reached.admin.to_string(),
         }),
         object_types: shared.registry.object_types(),
+        access: crate::admin::Access::new(&shared.config.admin),
     }
 }
 

@@ -77,7 +77,7 @@ pub fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
     stream.set_write_timeout(Some(HTTP_TIMEOUT)).ok()?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\n\r\n"
     )
     .ok()?;
     let mut response = String::new();

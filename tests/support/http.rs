@@ -59,7 +59,7 @@ pub fn request(
     body: &str,
 ) -> Answer {
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: {address}\r\ncontent-length: {}\r\nconnection: close\r\n",
         body.len()
     );
     for header in headers {

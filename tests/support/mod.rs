@@ -109,9 +109,8 @@ impl TestNode {
         let address = self.node.as_ref().unwrap().admin_address();
         let mut stream = TcpStream::connect(address).unwrap();
         stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .unwrap();
+        let head = format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        stream.write_all(head.as_bytes()).unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).unwrap();
         response
