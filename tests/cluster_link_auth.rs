@@ -17,6 +17,7 @@ use support::cluster::{
     get_json, login_eventually, wait_members_up, LocalCluster, DOWN_AFTER_MS, FENCE_AFTER_MS,
     HEARTBEAT_MS,
 };
+use support::flood::SilentFlood;
 use support::{counter_of, ServeProcess};
 use wire::client::route;
 
@@ -210,33 +211,11 @@ fn a_hundred_silent_connections_on_a_link_port_do_not_keep_a_peer_out() {
 
     // The flood: 100 silent connections, each reopened within 10 ms of
     // the node closing it.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flooding = stop.clone();
-    let flooder = std::thread::spawn(move || {
-        let connect = || {
-            let stream = TcpStream::connect(("127.0.0.1", listen)).ok()?;
-            stream.set_nonblocking(true).ok()?;
-            Some(stream)
-        };
-        let mut silent: Vec<_> = (0..SILENT).filter_map(|_| connect()).collect();
-        let mut reopened = 0usize;
-        while !flooding.load(Ordering::Relaxed) {
-            let mut buf = [0u8; 64];
-            silent.retain_mut(|stream| match stream.read(&mut buf) {
-                Err(error) => error.kind() == std::io::ErrorKind::WouldBlock,
-                Ok(_) => false,
-            });
-            while silent.len() < SILENT {
-                match connect() {
-                    Some(stream) => silent.push(stream),
-                    None => break,
-                }
-                reopened += 1;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        reopened
-    });
+    let flood = SilentFlood::start(
+        std::net::SocketAddr::from(([127, 0, 0, 1], listen)),
+        SILENT,
+        Duration::from_millis(10),
+    );
     std::thread::sleep(Duration::from_millis(300));
 
     let front_body = slow(cluster.body(1, "the test cluster's secret"));
@@ -249,8 +228,7 @@ fn a_hundred_silent_connections_on_a_link_port_do_not_keep_a_peer_out() {
     let (mut client, _) = login_eventually(front.gateway, 9, Duration::from_secs(5));
     let counter = counter_of(&client.call(route::PLAYER_INCR, 2, &1i64.to_le_bytes()));
     let took = started.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    let reopened = flooder.join().unwrap();
+    let reopened = flood.stop();
     let evicted = metric(&owner, "routerd_cluster_handshakes_evicted_total");
     eprintln!(
         "link formed through {SILENT} silent connections {took:?} after node 1 saw node 2 up \

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use edge::{client_config, make_cert, tcp_connect, test_python, StreamClient, TestCert};
 use routerd::config::Config;
 use rustls::pki_types::ServerName;
+use support::flood::SilentFlood;
 use support::{config, TestNode, SECRET};
 
 fn tls_config(cert: &TestCert) -> Config {
@@ -226,34 +227,7 @@ fn six_hundred_silent_connections_do_not_keep_real_clients_out() {
     let cert = make_cert(dir.path(), "gateway");
     let node = TestNode::start(tls_config(&cert));
     let address = node.tls();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flooding = stop.clone();
-    let flooder = std::thread::spawn(move || {
-        let connect = || {
-            let stream = std::net::TcpStream::connect(address).ok()?;
-            stream.set_nonblocking(true).ok()?;
-            Some(stream)
-        };
-        let mut silent: Vec<_> = (0..SILENT).filter_map(|_| connect()).collect();
-        let mut reopened = 0usize;
-        while !flooding.load(std::sync::atomic::Ordering::Relaxed) {
-            // Every connection the server closed is opened again.
-            let mut buf = [0u8; 64];
-            silent.retain_mut(|stream| match stream.read(&mut buf) {
-                Err(error) => error.kind() == std::io::ErrorKind::WouldBlock,
-                Ok(_) => false,
-            });
-            while silent.len() < SILENT {
-                match connect() {
-                    Some(stream) => silent.push(stream),
-                    None => break,
-                }
-                reopened += 1;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        reopened
-    });
+    let flood = SilentFlood::start(address, SILENT, Duration::from_millis(20));
     // The flood holds every slot of both cores.
     std::thread::sleep(Duration::from_millis(500));
     let mut completed = 0;
@@ -271,8 +245,7 @@ fn six_hundred_silent_connections_do_not_keep_real_clients_out() {
         std::thread::sleep(Duration::from_millis(150));
     }
     let took = started.elapsed();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let reopened = flooder.join().unwrap();
+    let reopened = flood.stop();
     eprintln!(
         "TLS handshakes completed: {completed} of {TRIES} in {took:?}, with {SILENT} silent \
          connections ({reopened} reopened)"

@@ -44,7 +44,7 @@ pub fn http_get(address: SocketAddr, path: &str) -> String {
     let mut stream = TcpStream::connect(address).unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();

@@ -312,9 +312,11 @@ fn a_store_outage_longer_than_down_after_fences_nobody_when_the_store_returns() 
                     Action::Poll { .. } => m.on_poll_failed(),
                     Action::List { .. } => m.on_list_failed(),
                     Action::Write { tag, write } => {
-                        m.on_written(now, tag, &write, Err("store down".into()))
+                        m.on_written(now, tag, &write, Err(MemberOpError::CutOff))
                     }
-                    Action::Delete { node, .. } => m.on_deleted(now, node, Err("down".into())),
+                    Action::Delete { node, .. } => {
+                        m.on_deleted(now, node, Err(MemberOpError::CutOff))
+                    }
                 }
             }
         }
@@ -366,10 +368,15 @@ fn a_poll_answered_late_restarts_the_watch() {
                     }
                     Action::Poll { .. } => m.on_poll_failed(),
                     Action::List { .. } => m.on_list_failed(),
-                    Action::Write { tag, write } => {
-                        m.on_written(now, tag, &write, Err("stalled".into()))
+                    Action::Write { tag, write } => m.on_written(
+                        now,
+                        tag,
+                        &write,
+                        Err(MemberOpError::TimedOut { waited_ms: 0 }),
+                    ),
+                    Action::Delete { node, .. } => {
+                        m.on_deleted(now, node, Err(MemberOpError::TimedOut { waited_ms: 0 }))
                     }
-                    Action::Delete { node, .. } => m.on_deleted(now, node, Err("stalled".into())),
                 }
             }
         }

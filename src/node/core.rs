@@ -182,7 +182,7 @@ fn start_router(
         links: Rc::new(links.clone()),
         metrics: metrics.clone(),
         request_timeout_ms: shared.config.gateway.request_timeout_ms,
-        fence_after_ms: cluster.fence_after_ms,
+        fence_after_ms: shared.config.cluster.fence_after_ms,
     });
     links.set_router_hooks(
         Rc::new({

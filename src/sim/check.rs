@@ -60,7 +60,7 @@ pub(super) enum Invariant {
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 16] = [
+    pub const ALL: [Invariant; 17] = [
         Invariant::ClaimOfLiveLock,
         Invariant::RouteVersionOwner,
         Invariant::StaleWritable,

@@ -3,11 +3,13 @@
 //! loopback (`TestNode` in this process, `ServeProcess` a `routerd serve`
 //! child). What several tests share beside: local clusters (`cluster`), the
 //! admin endpoint's HTTP client (`http`), network namespaces with cuts
-//! (`netns`), the two-process store race (`store_race`), a well-behaved
-//! game client (`follower`) and a strict exposition parser (`prometheus`).
+//! (`netns`), the two-process store race (`store_race`), a flood of silent
+//! connections (`flood`), a well-behaved game client (`follower`) and a
+//! strict exposition parser (`prometheus`).
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod flood;
 pub mod follower;
 pub mod http;
 pub mod netns;
