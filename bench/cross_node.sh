@@ -53,7 +53,7 @@ TOML
 # http_get PORT PATH: the body of an admin GET.
 http_get() {
   exec 3<>"/dev/tcp/127.0.0.1/$1"
-  printf 'GET %s HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n' "$2" >&3
+  printf 'GET %s HTTP/1.1\r\nhost: 127.0.0.1:%s\r\nconnection: close\r\n\r\n' "$2" "$1" >&3
   sed '1,/^\r$/d' <&3
   exec 3<&-
 }

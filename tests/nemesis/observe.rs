@@ -98,7 +98,7 @@ pub fn http_post(address: SocketAddr, path: &str, token: &str) -> Option<(u16, S
     stream.set_write_timeout(Some(HTTP_TIMEOUT)).ok()?;
     write!(
         stream,
-        "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n\
+        "POST {path} HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {token}\r\n\
          content-length: 0\r\nconnection: close\r\n\r\n"
     )
     .ok()?;

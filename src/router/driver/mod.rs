@@ -20,6 +20,7 @@ mod cluster_side;
 mod effects;
 mod forwarded;
 pub(crate) mod frames;
+mod mirror;
 mod ports;
 mod queue;
 mod replies;
@@ -51,7 +52,7 @@ use super::types::{
 };
 use super::{DrainProgress, RouterCore, TransferError};
 use crate::clock;
-use crate::metrics::{CoreMetrics, RouterStats};
+use crate::metrics::CoreMetrics;
 use crate::store::{MemberState, NodeId, Store};
 
 /// How often the router gauges (objects, caches, queued requests) are
@@ -635,41 +636,6 @@ impl RouterDriver {
         limit: usize,
     ) -> Vec<crate::router::EntryView> {
         self.0.core.borrow().objects_page(type_id, after, limit)
-    }
-
-    /// The gauges: a walk over every entry, so periodic (see
-    /// `GAUGES_MIRROR_INTERVAL`).
-    fn mirror_gauges(&self) {
-        let (objects, caches, queued) = self.0.core.borrow().gauges();
-        let stats: &RouterStats = &self.0.metrics.router;
-        stats.objects.set(objects as i64);
-        stats.caches.set(caches as i64);
-        stats.pending.set(queued as i64);
-        let core = self.0.core.borrow();
-        let unfit = self.0.metrics.objects_by_type.set(core.objects_by_type());
-        debug_assert_eq!(unfit, 0, "more object types than the metrics count");
-    }
-
-    /// The counters: a few field copies, after every batch of inputs.
-    fn mirror_metrics(&self) {
-        let core = self.0.core.borrow();
-        self.0.metrics.router_counters.mirror(core.counters());
-        self.0
-            .metrics
-            .router
-            .unroutable
-            .mirror(self.0.unroutable_total.get());
-        self.mirror_client_answers();
-    }
-
-    /// The counts of answered client requests. Answers from other cores
-    /// and nodes arrive outside a batch of inputs, so the gauges' period
-    /// mirrors them as well.
-    fn mirror_client_answers(&self) {
-        let (local, remote) = self.0.client_answers.get();
-        let stats = &self.0.metrics.router;
-        stats.client_answers_local.mirror(local);
-        stats.client_answers_remote.mirror(remote);
     }
 }
 

@@ -14,7 +14,7 @@ use crate::router::types::{
     NodeMessage, RouterTransfer, StoreOp, StoreReply, Timer, TransferDone, TransferError,
     TransferOutcome,
 };
-use crate::store::{NodeId, WriteOutcome};
+use crate::store::{CasVersion, NodeId, WriteOutcome};
 
 /// Why this node may not hand anything to `target` now, if it may not.
 pub(crate) fn refusal(ctx: &Ctx, now_ms: u64, target: NodeId) -> Option<TransferError> {
@@ -177,22 +177,7 @@ pub(crate) fn remove_reply(
                 return Next::Done;
             };
             if t.need_notify && !t.target.is_none() {
-                let message = NodeMessage::RouterTransfer(RouterTransfer {
-                    key,
-                    transfer_id: t.transfer_id,
-                    owner_incarnation: write.owner_incarnation,
-                    route_version: write.route_version,
-                    cas_version,
-                    save_timepoint_ms: write.save_timepoint_ms,
-                    state: std::mem::take(&mut t.shipped_state),
-                });
-                let timer = Timer::TransferAck {
-                    key,
-                    transfer_id: t.transfer_id,
-                };
-                let target = t.target;
-                ctx.send(target, message);
-                ctx.arm(now_ms + ctx.config.transfer_ack_timeout_ms, timer);
+                notify_target(ctx, key, t, write, cas_version, now_ms);
                 return Next::Done;
             }
             TransferOutcome::Written
@@ -236,6 +221,33 @@ pub(crate) fn remove_reply(
         }
     };
     Next::FinishTransfer(outcome)
+}
+
+/// `router_transfer`: ships the state the removal persisted to the target,
+/// which confirms it by CAS on `cas_version`, and waits for its ack.
+fn notify_target(
+    ctx: &mut Ctx,
+    key: ObjectKey,
+    t: &mut Transferring,
+    write: PendingWrite,
+    cas_version: CasVersion,
+    now_ms: u64,
+) {
+    let message = NodeMessage::RouterTransfer(RouterTransfer {
+        key,
+        transfer_id: t.transfer_id,
+        owner_incarnation: write.owner_incarnation,
+        route_version: write.route_version,
+        cas_version,
+        save_timepoint_ms: write.save_timepoint_ms,
+        state: std::mem::take(&mut t.shipped_state),
+    });
+    let timer = Timer::TransferAck {
+        key,
+        transfer_id: t.transfer_id,
+    };
+    ctx.send(t.target, message);
+    ctx.arm(now_ms + ctx.config.transfer_ack_timeout_ms, timer);
 }
 
 /// Keeps the copy and its handoff while whether the removal `write`

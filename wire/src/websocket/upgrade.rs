@@ -67,17 +67,7 @@ pub fn parse_request(input: &[u8], origins: &[String]) -> Result<Option<Upgrade>
         return Err(refuse(400, "upgrade request is not UTF-8"));
     };
     let mut lines = head.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split(' ');
-    let (method, target, version) = (parts.next(), parts.next(), parts.next());
-    if method != Some("GET") || version != Some("HTTP/1.1") || parts.next().is_some() {
-        return Err(refuse(400, "expected GET / HTTP/1.1"));
-    }
-    let path = target.unwrap_or_default();
-    let path = path.split_once('?').map_or(path, |(path, _)| path);
-    if path != "/" {
-        return Err(refuse(404, "the WebSocket endpoint is /"));
-    }
+    check_request_line(lines.next().unwrap_or_default())?;
     let mut headers = Headers::default();
     for line in lines.filter(|line| !line.is_empty()) {
         let Some((name, value)) = line.split_once(':') else {
@@ -119,6 +109,21 @@ pub fn parse_request(input: &[u8], origins: &[String]) -> Result<Option<Upgrade>
         response: response.into_bytes(),
         consumed: end,
     }))
+}
+
+/// The request line: `GET / HTTP/1.1` (a query string allowed).
+fn check_request_line(request_line: &str) -> Result<(), Refusal> {
+    let mut parts = request_line.split(' ');
+    let (method, target, version) = (parts.next(), parts.next(), parts.next());
+    if method != Some("GET") || version != Some("HTTP/1.1") || parts.next().is_some() {
+        return Err(refuse(400, "expected GET / HTTP/1.1"));
+    }
+    let path = target.unwrap_or_default();
+    let path = path.split_once('?').map_or(path, |(path, _)| path);
+    if path != "/" {
+        return Err(refuse(404, "the WebSocket endpoint is /"));
+    }
+    Ok(())
 }
 
 #[derive(Default)]

@@ -166,7 +166,7 @@ pub fn call_json(address: SocketAddr, method: &str, path: &str) -> serde_json::V
     stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nhost: {address}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();
