@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use shards::net::TcpListener;
 
 mod common;
-use common::{on_a_core, one_core, wait_for};
+use common::{on_a_core, one_core, raise_open_file_limit, wait_for};
 
 /// The idle connections each measurement is taken beside.
 const IDLE: [usize; 3] = [0, 1_000, 10_000];
@@ -38,24 +38,6 @@ const RATIO_MAX: f64 = 2.0;
 const BATCH: usize = 500;
 const ADDRESS_ENV: &str = "SHARDS_CLOSE_COST_ADDRESS";
 const COUNT_ENV: &str = "SHARDS_CLOSE_COST_COUNT";
-
-/// Raises this process's soft open-file limit to its hard one; returns the
-/// limit now in force.
-fn raise_open_file_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into the struct it is given.
-    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    assert_eq!(got, 0, "getrlimit");
-    limit.rlim_cur = limit.rlim_max;
-    // SAFETY: setrlimit reads the struct; a soft limit up to the hard one
-    // needs no privilege.
-    let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
-    assert_eq!(set, 0, "setrlimit");
-    limit.rlim_cur
-}
 
 /// CPU time of the calling thread.
 fn thread_cpu() -> Duration {

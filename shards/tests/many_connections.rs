@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use shards::net::TcpListener;
 
 mod common;
-use common::{on_a_core, one_core, wait_for};
+use common::{on_a_core, one_core, raise_open_file_limit, wait_for};
 
 /// Connections open at once, all on one core.
 const CONNECTIONS: usize = 15_000;
@@ -34,24 +34,6 @@ const BATCH: usize = 500;
 /// Where the client process finds the server, and how many to open.
 const ADDRESS_ENV: &str = "SHARDS_MANY_CONNECTIONS_ADDRESS";
 const COUNT_ENV: &str = "SHARDS_MANY_CONNECTIONS_COUNT";
-
-/// Raises this process's soft open-file limit to its hard one; returns the
-/// limit now in force.
-fn raise_open_file_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into the struct it is given.
-    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    assert_eq!(got, 0, "getrlimit");
-    limit.rlim_cur = limit.rlim_max;
-    // SAFETY: setrlimit reads the struct; a soft limit up to the hard one
-    // needs no privilege.
-    let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
-    assert_eq!(set, 0, "setrlimit");
-    limit.rlim_cur
-}
 
 /// Descriptors this process has open now.
 fn open_fds() -> usize {

@@ -89,3 +89,21 @@ pub fn process_cpu() -> Duration {
     let micros = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
     Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }
+
+/// Raises this process's soft open-file limit to its hard one; returns the
+/// limit now in force.
+pub fn raise_open_file_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct it is given.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    assert_eq!(got, 0, "getrlimit");
+    limit.rlim_cur = limit.rlim_max;
+    // SAFETY: setrlimit reads the struct; a soft limit up to the hard one
+    // needs no privilege.
+    let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    assert_eq!(set, 0, "setrlimit");
+    limit.rlim_cur
+}
