@@ -103,8 +103,15 @@ impl History {
             .filter(|seen| window.contains(&seen.at_us))
             .map(|seen| seen.owner)
             .collect();
+        // The reads on either side of the window bracket it: whoever owned
+        // the player when it was acknowledged was read at one of them or
+        // claimed it between them (reads thin out while a node that would
+        // answer them is frozen, so a claim may be read only after it).
         if let Some(before) = seen.iter().rev().find(|seen| seen.at_us < *window.start()) {
             owners.push(before.owner);
+        }
+        if let Some(after) = seen.iter().find(|seen| seen.at_us > *window.end()) {
+            owners.push(after.owner);
         }
         if owners.is_empty() {
             // No ownership read near it: any node may have owned it.

@@ -3,6 +3,7 @@
 
 use super::check::{FinalRead, History};
 use super::client::{Kind, Op, Outcome};
+use super::cluster::Killed;
 use super::observe::{CoreView, MemberView, OwnerSeen, Poll};
 
 fn op(player: u64, kind: Kind, send_ms: u64, answer_ms: u64, outcome: Outcome) -> Op {
@@ -453,4 +454,35 @@ fn a_core_fenced_while_its_node_serves_is_found_past_a_second() {
         .check()
         .violations
         .contains_key("no core fenced while its node serves"));
+}
+
+#[test]
+fn an_owner_read_only_after_the_window_still_explains_a_kill() {
+    // Node 1 owned player 1 at 0.5 s; node 3 claimed it unseen (the reads
+    // thinned out while a frozen node did not answer them), acknowledged
+    // 1 and 2, and was killed at 4 s before its save; the next read, at
+    // 3.5 s, shows node 3.
+    let ops = vec![
+        incr(1900, 1901, 1),
+        incr(2000, 2001, 2),
+        incr(5000, 5001, 1),
+    ];
+    let read = |at_ms: u64, owner| OwnerSeen {
+        player: 1,
+        at_us: at_ms * 1000,
+        owner,
+        owner_incarnation: 1,
+    };
+    let mut history = history(ops, true);
+    history.owners = vec![read(500, 1), read(3500, 3)];
+    history.kills.push(Killed {
+        node_id: 3,
+        at_us: 4_000_000,
+    });
+    let verdict = history.check();
+    assert!(verdict.is_clean(), "{}", verdict.render());
+    assert!(!verdict.allowances.is_empty());
+    // Killed before the increment was sent: nothing explains the loss.
+    history.kills[0].at_us = 1_000_000;
+    assert!(!history.check().is_clean());
 }

@@ -204,23 +204,29 @@ pub fn poll_owners(
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
+        // Reads go to the node that answered last and move on only when it
+        // does not answer: a frozen node then costs one timeout, not one
+        // per player per round, and the reads stay dense during freezes.
         let mut next = 0usize;
         while !stop.load(Ordering::Acquire) {
             for &player in &players {
                 let admins = admins.read().unwrap().clone();
                 for _ in 0..admins.len() {
-                    next = (next + 1) % admins.len();
+                    next %= admins.len();
                     let path = format!("/objects/player/{player}");
                     let Some((200, body)) = http_get(admins[next], &path) else {
+                        next += 1;
                         continue;
                     };
                     let Ok(record) = serde_json::from_str::<serde_json::Value>(&body) else {
+                        next += 1;
                         continue;
                     };
                     let (Some(owner), Some(owner_incarnation)) = (
                         record["owner"].as_u64(),
                         record["owner_incarnation"].as_u64(),
                     ) else {
+                        next += 1;
                         continue;
                     };
                     into.owners.lock().unwrap().push(OwnerSeen {
