@@ -194,6 +194,80 @@ impl History {
         None
     }
 
+    /// What the run saw of `lost`'s player's ownership from shortly before
+    /// it was sent until `later_us`: the owner reads, kills and
+    /// declarations a reader of a violation needs to tell a checker's gap
+    /// from a loss.
+    fn ownership_around(&self, lost: &Op, later_us: u64) -> String {
+        let from = lost.send_us.saturating_sub(OWNER_WINDOW_US);
+        // Runs of one owner, each as its first and last read, from the
+        // read before the window on.
+        let reads_from = self
+            .owners
+            .iter()
+            .rev()
+            .find(|seen| seen.player == lost.player && seen.at_us < from)
+            .map_or(from, |seen| seen.at_us);
+        let mut runs: Vec<(u64, u64, u64, u64)> = Vec::new();
+        for seen in self.owners.iter().filter(|seen| {
+            seen.player == lost.player
+                && (reads_from..=later_us + OWNER_WINDOW_US).contains(&seen.at_us)
+        }) {
+            match runs.last_mut() {
+                Some(run) if (run.2, run.3) == (seen.owner, seen.owner_incarnation) => {
+                    run.1 = seen.at_us
+                }
+                _ => runs.push((seen.at_us, seen.at_us, seen.owner, seen.owner_incarnation)),
+            }
+        }
+        let reads: Vec<String> = runs
+            .iter()
+            .map(|&(first, last, node, incarnation)| {
+                format!("node {node}#{incarnation} {}..{}", secs(first), secs(last))
+            })
+            .collect();
+        let kills: Vec<String> = self
+            .kills
+            .iter()
+            .filter(|kill| kill.at_us >= from && kill.at_us <= later_us)
+            .map(|kill| format!("node {} at {}", kill.node_id, secs(kill.at_us)))
+            .collect();
+        let declared: Vec<String> = self
+            .declarations
+            .get_or_init(|| self.declarations())
+            .iter()
+            .flat_map(|(node, list)| list.iter().map(move |entry| (*node, entry)))
+            .filter(|(_, &(_, at, _))| {
+                let poll = &self.polls[at];
+                poll.answer_us >= from && poll.answer_us <= later_us + OWNER_WINDOW_US
+            })
+            .map(|(node, &(incarnation, at, _))| {
+                format!(
+                    "node {node}#{incarnation} by {}",
+                    secs(self.polls[at].answer_us)
+                )
+            })
+            .collect();
+        format!(
+            "owner reads: {}; kills: {}; seen down: {}",
+            if reads.is_empty() {
+                "none".to_string()
+            } else {
+                reads.join(", ")
+            },
+            if kills.is_empty() {
+                "none".to_string()
+            } else {
+                kills.join(", ")
+            },
+            if declared.is_empty() {
+                "none".to_string()
+            } else {
+                declared.join(", ")
+            },
+        )
+    }
+
     /// Each declaration of a node (one an incarnation: it is a CAS on its
     /// row) was made before the first poll that showed it was answered,
     /// and after that observer's previous poll was sent.
@@ -309,7 +383,10 @@ impl History {
                 match offending {
                     Some(earlier) => verdict.violate(
                         "a request sent after an increment was acknowledged sees it",
-                        format!("{earlier}\n      then {reader}"),
+                        format!(
+                            "{earlier}\n      then {reader}\n      {}",
+                            self.ownership_around(earlier, reader.answer_us)
+                        ),
                     ),
                     None => {
                         let why = self.excuse(top, reader.answer_us).unwrap();

@@ -484,5 +484,12 @@ fn an_owner_read_only_after_the_window_still_explains_a_kill() {
     assert!(!verdict.allowances.is_empty());
     // Killed before the increment was sent: nothing explains the loss.
     history.kills[0].at_us = 1_000_000;
-    assert!(!history.check().is_clean());
+    let verdict = history.check();
+    assert!(!verdict.is_clean());
+    // The violation shows what was seen of the player's ownership.
+    let shown = verdict.render();
+    assert!(
+        shown.contains("owner reads: node 1#1 0.500s..0.500s, node 3#1 3.500s..3.500s; kills: node 3 at 1.000s"),
+        "{shown}"
+    );
 }
