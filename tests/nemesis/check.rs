@@ -48,6 +48,8 @@ pub struct History {
     pub interval: bool,
     /// The declarations the polls show, worked out once.
     pub declarations: std::cell::OnceCell<Declarations>,
+    /// The ownership reads by player, worked out once.
+    pub owners_by_player: std::cell::OnceCell<BTreeMap<u64, Vec<OwnerSeen>>>,
 }
 
 #[derive(Default)]
@@ -93,24 +95,18 @@ impl History {
         }
         let window =
             lost.send_us.saturating_sub(OWNER_WINDOW_US)..=lost.answer_us + OWNER_WINDOW_US;
-        let seen: Vec<&OwnerSeen> = self
-            .owners
-            .iter()
-            .filter(|seen| seen.player == lost.player)
-            .collect();
-        let mut owners: Vec<u64> = seen
-            .iter()
-            .filter(|seen| window.contains(&seen.at_us))
-            .map(|seen| seen.owner)
-            .collect();
+        let seen = self.owners_of(lost.player);
+        let start = seen.partition_point(|seen| seen.at_us < *window.start());
+        let end = seen.partition_point(|seen| seen.at_us <= *window.end());
+        let mut owners: Vec<u64> = seen[start..end].iter().map(|seen| seen.owner).collect();
         // The reads on either side of the window bracket it: whoever owned
         // the player when it was acknowledged was read at one of them or
         // claimed it between them (reads thin out while a node that would
         // answer them is frozen, so a claim may be read only after it).
-        if let Some(before) = seen.iter().rev().find(|seen| seen.at_us < *window.start()) {
+        if let Some(before) = start.checked_sub(1).map(|at| &seen[at]) {
             owners.push(before.owner);
         }
-        if let Some(after) = seen.iter().find(|seen| seen.at_us > *window.end()) {
+        if let Some(after) = seen.get(end) {
             owners.push(after.owner);
         }
         if owners.is_empty() {
@@ -118,9 +114,9 @@ impl History {
             owners.extend(self.polls.iter().map(|poll| poll.node_id));
         }
         let incarnations = |node: u64| {
-            let mut seen: Vec<String> = seen
+            let mut seen: Vec<String> = seen[start..end]
                 .iter()
-                .filter(|seen| seen.owner == node && window.contains(&seen.at_us))
+                .filter(|seen| seen.owner == node)
                 .map(|seen| seen.owner_incarnation.to_string())
                 .collect();
             seen.dedup();
@@ -128,15 +124,17 @@ impl History {
         };
         // Who owned the player next: the other side of the allowance.
         let taken_over = |node: u64| {
-            let last = seen
+            let answered = seen.partition_point(|seen| seen.at_us <= lost.answer_us);
+            let last = seen[..answered]
                 .iter()
-                .filter(|seen| seen.owner == node && seen.at_us <= lost.answer_us)
+                .filter(|seen| seen.owner == node)
                 .map(|seen| seen.owner_incarnation)
                 .max()
                 .unwrap_or(0);
-            match seen.iter().find(|seen| {
-                seen.at_us > lost.answer_us && (seen.owner != node || seen.owner_incarnation > last)
-            }) {
+            match seen[answered..]
+                .iter()
+                .find(|seen| seen.owner != node || seen.owner_incarnation > last)
+            {
                 Some(next) => format!(
                     "; then node {} (incarnation {}) owned it at {}",
                     next.owner,
@@ -266,6 +264,22 @@ impl History {
                 declared.join(", ")
             },
         )
+    }
+
+    /// `player`'s ownership reads in time order (worked out once: the
+    /// checker asks for them for every acknowledgement it weighs).
+    fn owners_of(&self, player: u64) -> &[OwnerSeen] {
+        let by_player = self.owners_by_player.get_or_init(|| {
+            let mut by_player: BTreeMap<u64, Vec<OwnerSeen>> = BTreeMap::new();
+            for seen in &self.owners {
+                by_player.entry(seen.player).or_default().push(seen.clone());
+            }
+            for seen in by_player.values_mut() {
+                seen.sort_by_key(|seen| seen.at_us);
+            }
+            by_player
+        });
+        by_player.get(&player).map_or(&[][..], Vec::as_slice)
     }
 
     /// Each declaration of a node (one an incarnation: it is a CAS on its

@@ -33,6 +33,7 @@ fn history(ops: Vec<Op>, interval: bool) -> History {
         finals: Vec::new(),
         interval,
         declarations: Default::default(),
+        owners_by_player: Default::default(),
     }
 }
 

@@ -409,6 +409,7 @@ fn nemesis(kind: &str) {
         finals,
         interval: settings.persist == "interval",
         declarations: Default::default(),
+        owners_by_player: Default::default(),
     };
     let check_from = Instant::now();
     let mut verdict = history.check();
@@ -501,6 +502,7 @@ fn takeover(kind: &str) {
         finals: Vec::new(),
         interval: false,
         declarations: Default::default(),
+        owners_by_player: Default::default(),
     };
     let verdict = history.check();
     // How far the incarnations of node 1 went: two processes that keep
