@@ -17,7 +17,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use io_uring::{opcode, types};
@@ -86,8 +86,7 @@ impl TimerTicks {
         if let Some(index) = ring.index {
             // A completion already reaped is in the slot; polling only looks.
             let mut cx = Context::from_waker(Waker::noop());
-            if let Poll::Pending = executor::with_reactor(|reactor| reactor.poll_op(index, &mut cx))
-            {
+            if executor::with_reactor(|reactor| reactor.poll_op(index, &mut cx)).is_pending() {
                 return 0;
             }
             ring.index = None;
