@@ -154,12 +154,14 @@ impl PauseTimer {
         }
     }
 
-    /// The timer's expirations the core has seen since the last check
-    /// (reaped at its last kernel entry); the length of a pause the
-    /// router's clock (`now_ms`, read now) did not count, if one passed
-    /// since.
+    /// The length of a pause the router's clock (`now_ms`, read now) did
+    /// not count, if one passed since the last read of the timer; the
+    /// timer is read only if the core saw it fire since (reaped at its last
+    /// kernel entry). A check that did not read observes nothing: the
+    /// periods the ring has not reaped yet belong to the time before this
+    /// reading, and counted after it they would look like a pause.
     pub fn check(&mut self, now_ms: u64) -> Option<u64> {
-        let expirations = self.ticks.as_mut()?.take();
+        let expirations = self.ticks.as_mut()?.take()?;
         self.watch.observe(now_ms, expirations)
     }
 
@@ -239,6 +241,39 @@ mod tests {
         let mut timer = PauseTimer::new();
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(timer.check(now_ms()), None);
+    }
+
+    /// On a core: a turn that runs 300 ms without entering the kernel (a
+    /// busy turn, counted by the clock) checks the timer before the ring
+    /// reaped the periods it fired, and again after. The periods belong to
+    /// the time before the first check: no pause.
+    #[test]
+    fn periods_reaped_after_a_long_turn_are_no_pause() {
+        let (report, seen) = std::sync::mpsc::channel();
+        let shutdown = shards::ShutdownHandle::new();
+        let mut config = shards::RuntimeConfig::new(shards::CorePlacement::Unpinned(1));
+        config.shutdown_deadline = Duration::from_secs(2);
+        let runtime = shards::Runtime::start::<(), _, _>(&config, shutdown.clone(), move |core| {
+            let report = report.clone();
+            async move {
+                core.ready();
+                let mut timer = PauseTimer::new();
+                shards::sleep(Duration::from_millis(10)).await;
+                // Busy for six periods, with no kernel entry.
+                std::thread::sleep(Duration::from_millis(300));
+                let during = timer.check(now_ms());
+                // The next turn enters the kernel and reaps the timer.
+                shards::sleep(Duration::from_millis(10)).await;
+                let after = timer.check(now_ms());
+                let _ = report.send((during, after));
+                core.shutdown().wait().await;
+            }
+        })
+        .expect("runtime starts");
+        let checks = seen.recv_timeout(Duration::from_secs(10)).expect("checked");
+        shutdown.trigger();
+        runtime.join().expect("core ends");
+        assert_eq!(checks, (None, None), "a busy turn was taken for a pause");
     }
 
     #[test]
