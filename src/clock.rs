@@ -134,10 +134,12 @@ pub const HIDDEN_PAUSE_MIN_MS: u64 = 2 * PAUSE_TIMER_PERIOD_MS;
 /// a periodic kernel timer (`timerfd` on `CLOCK_BOOTTIME`) counts its
 /// expirations in the kernel, where no interception of clock reads (a
 /// library preloaded over `clock_gettime`, as libfaketime is) reaches, and
-/// its count is compared with how far the router's clock advanced. Read
-/// without blocking: one `read` call a check.
+/// its count is compared with how far the router's clock advanced. On a
+/// core the ring watches the timer (`shards::TimerTicks`): a check reads
+/// it only once a period ended, so a loop that checks every turn makes no
+/// system call per turn; elsewhere every check reads it.
 pub struct PauseTimer {
-    fd: Option<std::os::fd::OwnedFd>,
+    ticks: Option<shards::TimerTicks>,
     watch: PauseWatch,
 }
 
@@ -145,51 +147,29 @@ impl PauseTimer {
     /// A timer; `None` inside when the kernel refuses one (then nothing is
     /// ever reported).
     pub fn new() -> PauseTimer {
-        use std::os::fd::FromRawFd;
-        // SAFETY: plain syscalls on a descriptor this function owns; the
-        // itimerspec outlives the call.
-        let fd = unsafe {
-            let fd =
-                libc::timerfd_create(libc::CLOCK_BOOTTIME, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC);
-            if fd < 0 {
-                None
-            } else {
-                let period = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: (PAUSE_TIMER_PERIOD_MS * 1_000_000) as libc::c_long,
-                };
-                let spec = libc::itimerspec {
-                    it_interval: period,
-                    it_value: period,
-                };
-                let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
-                use std::os::fd::AsRawFd;
-                (libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) == 0)
-                    .then_some(fd)
-            }
-        };
+        let period = Duration::from_millis(PAUSE_TIMER_PERIOD_MS);
         PauseTimer {
-            fd,
+            ticks: shards::TimerTicks::new(libc::CLOCK_BOOTTIME, period).ok(),
             watch: PauseWatch::new(now_ms()),
         }
     }
 
-    /// Reads the timer's expirations since the last check; the length of a
-    /// pause the router's clock (`now_ms`, read now) did not count, if one
-    /// passed since.
+    /// The length of a pause the router's clock (`now_ms`, read now) did
+    /// not count, if one passed since the last read of the timer; the
+    /// timer is read only if the core saw it fire since (reaped at its last
+    /// kernel entry). A check that did not read observes nothing: the
+    /// periods the ring has not reaped yet belong to the time before this
+    /// reading, and counted after it they would look like a pause.
     pub fn check(&mut self, now_ms: u64) -> Option<u64> {
-        use std::os::fd::AsRawFd;
-        let fd = self.fd.as_ref()?;
-        let mut expirations = 0u64;
-        // SAFETY: reads 8 bytes into a u64 this function owns.
-        let read = unsafe {
-            libc::read(
-                fd.as_raw_fd(),
-                (&mut expirations as *mut u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
-        let expirations = if read == 8 { expirations } else { 0 };
+        let expirations = self.ticks.as_mut()?.take()?;
+        self.watch.observe(now_ms, expirations)
+    }
+
+    /// [`PauseTimer::check`] reading the timer now (a system call), for a
+    /// check between kernel entries: a pause inside a long turn is seen
+    /// before the next entry.
+    pub fn check_now(&mut self, now_ms: u64) -> Option<u64> {
+        let expirations = self.ticks.as_mut()?.take_now();
         self.watch.observe(now_ms, expirations)
     }
 }
@@ -261,6 +241,39 @@ mod tests {
         let mut timer = PauseTimer::new();
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(timer.check(now_ms()), None);
+    }
+
+    /// On a core: a turn that runs 300 ms without entering the kernel (a
+    /// busy turn, counted by the clock) checks the timer before the ring
+    /// reaped the periods it fired, and again after. The periods belong to
+    /// the time before the first check: no pause.
+    #[test]
+    fn periods_reaped_after_a_long_turn_are_no_pause() {
+        let (report, seen) = std::sync::mpsc::channel();
+        let shutdown = shards::ShutdownHandle::new();
+        let mut config = shards::RuntimeConfig::new(shards::CorePlacement::Unpinned(1));
+        config.shutdown_deadline = Duration::from_secs(2);
+        let runtime = shards::Runtime::start::<(), _, _>(&config, shutdown.clone(), move |core| {
+            let report = report.clone();
+            async move {
+                core.ready();
+                let mut timer = PauseTimer::new();
+                shards::sleep(Duration::from_millis(10)).await;
+                // Busy for six periods, with no kernel entry.
+                std::thread::sleep(Duration::from_millis(300));
+                let during = timer.check(now_ms());
+                // The next turn enters the kernel and reaps the timer.
+                shards::sleep(Duration::from_millis(10)).await;
+                let after = timer.check(now_ms());
+                let _ = report.send((during, after));
+                core.shutdown().wait().await;
+            }
+        })
+        .expect("runtime starts");
+        let checks = seen.recv_timeout(Duration::from_secs(10)).expect("checked");
+        shutdown.trigger();
+        runtime.join().expect("core ends");
+        assert_eq!(checks, (None, None), "a busy turn was taken for a pause");
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! with deferred completion work (see `ring.rs` for why), and hands each a
 //! [`Core`]: its index, a [`Mesh`] to send messages to every other core over
 //! bounded channels, and a [`ShutdownListener`]. On a core, [`spawn`] and
-//! [`spawn_background`] run tasks, [`sleep`] waits, and [`net`] does TCP
-//! through the ring.
+//! [`spawn_background`] run tasks, [`sleep`] waits, [`net`] does TCP
+//! through the ring, and [`TimerTicks`] counts a kernel timer's periods
+//! without a system call per look.
 //!
 //! The runtime owns three node-wide behaviours:
 //! - coordinated start: [`Runtime::start`] fails if a core cannot set up its
@@ -36,6 +37,7 @@ mod runtime;
 mod shutdown;
 mod sync;
 mod task;
+mod ticks;
 mod timer;
 
 pub use bufring::{RecvBuf, RecvBufferStats};
@@ -49,4 +51,5 @@ pub use mesh::{Inbox, Mesh, MeshStats, SendError};
 pub use ring::RingError;
 pub use runtime::{allowed_cpus, Core, Runtime, RuntimeError};
 pub use shutdown::{ShutdownHandle, ShutdownListener};
+pub use ticks::TimerTicks;
 pub use timer::{sleep, sleep_until, Sleep};

@@ -408,6 +408,72 @@ mod loom_tests {
         model
     }
 
+    /// The whole chain a message from another core travels, each link the
+    /// runtime's own: `Mesh::try_send` (the bounded channel, then
+    /// `Signal::wake`) on the peer's thread; `Inbox::recv_from` polled by
+    /// the core with its task's waker, the `TaskHeader`, whose wake from
+    /// off the core goes through the core's `Remote` queue and eventfd; and
+    /// the core's loop of drain, poll, announce sleep and sleep
+    /// (`Executor::turn` and `park`). A wake lost at any link leaves the
+    /// core asleep with the peer gone: loom reports a deadlock. The
+    /// channel's own atomics are not loom's, so each of its operations is
+    /// one step of the model (it is linearizable): what is searched is
+    /// every order of those steps against the signal's, the task header's
+    /// and the remote queue's, and what their orderings let each side see.
+    #[test]
+    fn loom_a_message_from_another_core_reaches_its_sleeping_inbox() {
+        use crate::remote::Remote;
+        use crate::task::{Priority, TaskHeader};
+        use std::future::Future;
+        use std::task::Context;
+
+        loom::model(|| {
+            let wiring: Wiring<u32> = Wiring::new(2, 1);
+            let Wiring {
+                mut senders,
+                mut receivers,
+                signals,
+            } = wiring;
+            let to_core_1 = std::mem::take(&mut senders[0]);
+            let inbox = Inbox::new(std::mem::take(&mut receivers[1]), signals[1].clone());
+            let peer = loom::thread::spawn(move || {
+                let mesh = Mesh::new(0, to_core_1, signals, Arc::new(MeshStats::default()));
+                mesh.try_send(1, 7).expect("room for one");
+            });
+            let remote = Arc::new(Remote::new().unwrap());
+            let task = Arc::new(TaskHeader {
+                index: 0,
+                priority: Priority::Latency,
+                scheduled: crate::sync::AtomicBool::new(true),
+                remote: remote.clone(),
+            });
+            let waker = Waker::from(task.clone());
+            let mut cx = Context::from_waker(&waker);
+            let mut receive = Box::pin(inbox.recv_from(0));
+            // The task starts scheduled, as a spawned one does.
+            let mut woken = vec![task];
+            loop {
+                let mut done = None;
+                for task in woken.drain(..) {
+                    task.begin_poll();
+                    if let Poll::Ready(message) = receive.as_mut().poll(&mut cx) {
+                        done = Some(message);
+                    }
+                }
+                if let Some(message) = done {
+                    assert_eq!(message, Some(7));
+                    break;
+                }
+                if remote.prepare_sleep() {
+                    remote.wait_for_wake();
+                    remote.woke();
+                }
+                remote.drain(&mut woken);
+            }
+            peer.join().unwrap();
+        });
+    }
+
     #[test]
     fn loom_a_send_wakes_a_receiver_that_is_about_to_park() {
         loom::model(|| {

@@ -56,6 +56,18 @@ const CQE_F_BUFFER: u32 = 1;
 /// Completions reaped per kernel entry at most before tasks run again.
 const REAP_BATCH_MAX: usize = 4096;
 
+/// How long a wait that counts on quiet completions (see
+/// [`Reactor::quiet_completions`]) holds out for the one completion that
+/// wakes a task, before it takes what came. It bounds the cost of a wrong
+/// guess: a send that did not complete at once (its socket full) while
+/// another request arrived delays that request by this at most, once. It
+/// is about a loopback client's turnaround, so a pipeline-1 client's next
+/// request usually lands within it.
+const QUIET_MIN_WAIT_US: u32 = 100;
+/// The overall bound of such a wait when the loop has no timer due: the
+/// kernel applies the short bound above only under a longer one.
+const QUIET_WAIT_MAX: Duration = Duration::from_secs(3600);
+
 /// What a multishot operation's successful results are, for when nobody
 /// takes them: an accept's are descriptors the reactor must close, or the
 /// clients behind them would hang until the process exits.
@@ -91,6 +103,16 @@ pub(crate) struct Reactor {
     fail_submits: Cell<(u32, i32)>,
     /// Kernel entries made (for tests and metrics of syscall counts).
     pub enters: Cell<u64>,
+    /// Slots of the sends and closes queued since the last kernel entry:
+    /// their completions, which come in the entry that submits them, may
+    /// wake nobody (see [`Reactor::quiet_completions`]).
+    quiet_pushed: RefCell<Vec<usize>>,
+    /// Submissions whose completions are dropped (a cancel), queued since
+    /// the last kernel entry.
+    ignored_pushed: Cell<u32>,
+    /// The kernel waits for several completions with a shorter bound for
+    /// the first (`IORING_FEAT_MIN_TIMEOUT`, Linux 6.12).
+    min_timeout: bool,
 }
 
 /// The ring's sizes and setup, from the runtime config.
@@ -111,6 +133,7 @@ pub(crate) struct RingConfig {
 impl Reactor {
     pub fn new(config: RingConfig, wake_fd: i32) -> Result<Reactor, RingError> {
         let ring = ring::build(config.entries, config.cq_entries, config.mode)?;
+        let min_timeout = ring.params().is_feature_min_timeout();
         let bufs = BufRing::register(&ring, config.recv_buffers, config.recv_buffer_bytes)
             .map_err(RingError::BufRing)?;
         let files =
@@ -131,6 +154,9 @@ impl Reactor {
             #[cfg(test)]
             fail_submits: Cell::new((0, 0)),
             enters: Cell::new(0),
+            quiet_pushed: RefCell::new(Vec::with_capacity(256)),
+            ignored_pushed: Cell::new(0),
+            min_timeout,
         })
     }
 
@@ -175,6 +201,7 @@ impl Reactor {
     /// Hands the queued submissions to the kernel without waiting.
     fn submit_queued(&self, ring: &mut IoUring) -> io::Result<usize> {
         self.enters.set(self.enters.get() + 1);
+        self.forget_quiet();
         #[cfg(test)]
         {
             let (count, errno) = self.fail_submits.get();
@@ -272,6 +299,7 @@ impl Reactor {
         let close = opcode::Close::new(types::Fixed(index)).build();
         // SAFETY: a close points at no memory.
         unsafe { self.push(close.user_data(slot as u64)) };
+        self.quiet_pushed.borrow_mut().push(slot);
     }
 
     /// Registered file indexes in use (holding a file or closing it).
@@ -294,6 +322,32 @@ impl Reactor {
     pub unsafe fn submit_ignored(&self, entry: squeue::Entry) {
         // SAFETY: the caller's promise for `entry`.
         unsafe { self.push(entry.user_data(IGNORED)) };
+        self.ignored_pushed.set(self.ignored_pushed.get() + 1);
+    }
+
+    /// How many completions the next kernel entry will likely post that
+    /// wake no task: those of the sends and closes it submits that nobody
+    /// awaits (a reply started with `start_send` and not yet polled, a
+    /// send whose future is gone, a file's close) and of its cancels.
+    /// Such a send to a socket with room completes while the entry
+    /// submits it, and would end the entry's wait at once: at pipeline 1
+    /// every request would cost a second entry, to wait for the next one.
+    /// A guess: a send to a full socket completes later instead.
+    fn quiet_completions(&self) -> u32 {
+        let slots = self.slots.borrow();
+        let sends = self.quiet_pushed.borrow();
+        let quiet = sends
+            .iter()
+            .filter(|&&index| slots.wakes_nobody(index))
+            .count() as u32;
+        quiet + self.ignored_pushed.get()
+    }
+
+    /// What was queued has gone to the kernel: its completions are no
+    /// longer the next entry's to count.
+    fn forget_quiet(&self) {
+        self.quiet_pushed.borrow_mut().clear();
+        self.ignored_pushed.set(0);
     }
 
     /// The result of one-shot operation `index` (`res`, `flags`); the slot
@@ -410,6 +464,12 @@ impl Reactor {
         } else {
             ring.submission().len() as u32
         };
+        let quiet = if self.min_timeout && to_submit > 0 {
+            self.quiet_completions()
+        } else {
+            0
+        };
+        self.forget_quiet();
         let submitter = ring.submitter();
         let result = match wait {
             None => {
@@ -423,6 +483,16 @@ impl Reactor {
                         None,
                     )
                 }
+            }
+            // Completions that wake nobody are not waited for: the wait
+            // asks for one more, and takes what came once the short bound
+            // passed (or the loop's own timeout).
+            Some(timeout) if quiet > 0 => {
+                let timespec = types::Timespec::from(timeout.unwrap_or(QUIET_WAIT_MAX));
+                let args = types::SubmitArgs::new()
+                    .timespec(&timespec)
+                    .min_wait_usec(QUIET_MIN_WAIT_US);
+                submitter.submit_with_args(1 + quiet as usize, &args)
             }
             Some(None) => submitter.submit_and_wait(1),
             Some(Some(timeout)) => {

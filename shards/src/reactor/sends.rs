@@ -44,6 +44,7 @@ impl Reactor {
             chain.head.set(Some(index));
             // SAFETY: the caller's promise for `entry`.
             unsafe { self.push(entry) };
+            self.quiet_pushed.borrow_mut().push(index);
         }
         index
     }
@@ -71,9 +72,13 @@ impl Reactor {
         let next = chain.queued.borrow_mut().pop_front();
         chain.head.set(next.as_ref().map(|(index, _)| *index));
         match next {
-            // SAFETY: `submit_send` queued the entry under the submission
-            // rule; its slot (waiting or orphaned) still keeps its buffer.
-            Some((_, entry)) => unsafe { self.push(entry) },
+            Some((index, entry)) => {
+                // SAFETY: `submit_send` queued the entry under the
+                // submission rule; its slot (waiting or orphaned) still
+                // keeps its buffer.
+                unsafe { self.push(entry) };
+                self.quiet_pushed.borrow_mut().push(index);
+            }
             None => chain.busy.set(false),
         }
     }

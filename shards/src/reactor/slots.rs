@@ -116,6 +116,18 @@ impl SlotTable {
         }
     }
 
+    /// Whether operation `index`'s completion, if it came now, would wake
+    /// no task: nobody polled it yet, its future is gone, or it is a
+    /// file's close.
+    pub fn wakes_nobody(&self, index: usize) -> bool {
+        matches!(
+            self.slots.get(index),
+            Some(Some(
+                Slot::Waiting { waker: None, .. } | Slot::Orphan { .. } | Slot::FileClose(_)
+            ))
+        )
+    }
+
     fn release(&mut self, index: usize) {
         debug_assert!(self.slots[index].is_some(), "a slot released twice");
         self.slots[index] = None;

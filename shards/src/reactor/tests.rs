@@ -169,3 +169,75 @@ fn the_wake_read_waits_as_a_poll_that_a_cancel_ends() {
         reactor.reap();
     }
 }
+
+/// Submits a send of `buf` to `fd` that nobody awaits (a reply started and
+/// not polled); returns its slot.
+fn unawaited_send(reactor: &Reactor, fd: i32, buf: &[u8]) -> usize {
+    let chain = Rc::new(SendChain::default());
+    let entry = opcode::Send::new(types::Fd(fd), buf.as_ptr(), buf.len() as u32).build();
+    // SAFETY: `buf` outlives the send: the callers complete it before
+    // they let the buffer go.
+    unsafe { reactor.submit_send(entry, &chain) }
+}
+
+/// At pipeline 1 a reply's send, which completes while the entry submits
+/// it and wakes no one, does not end the wait for the next request: one
+/// kernel entry submits the send and sleeps until the completion that
+/// matters (here a 30 µs timeout standing in for the next request).
+#[test]
+fn a_send_nobody_awaits_does_not_end_the_wait() {
+    let (reactor, _wake) = reactor(16, 64);
+    if !reactor.min_timeout {
+        eprintln!("skipped: this kernel has no IORING_FEAT_MIN_TIMEOUT");
+        return;
+    }
+    let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    let reply = b"reply".to_vec();
+    let send = unawaited_send(&reactor, std::os::fd::AsRawFd::as_raw_fd(&ours), &reply);
+    let next_request = types::Timespec::new().nsec(30_000);
+    // SAFETY: the kernel copies the timespec when it takes the entry.
+    let timeout = unsafe { reactor.submit(opcode::Timeout::new(&next_request).build()) };
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(reactor.poll_op(timeout, &mut cx).is_pending(), "awaited");
+    let before = reactor.enters.get();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while reactor.poll_op(timeout, &mut cx).is_pending() {
+        assert!(Instant::now() < deadline, "the timeout never completed");
+        reactor.enter(Some(None)).expect("enter");
+        reactor.reap();
+    }
+    assert_eq!(
+        reactor.enters.get() - before,
+        1,
+        "kernel entries to submit a reply and wait for the next request"
+    );
+    let mut got = [0u8; 5];
+    std::io::Read::read_exact(&mut theirs, &mut got).expect("read");
+    assert_eq!(&got, b"reply");
+    assert_eq!(complete_all(&reactor, &[send]), vec![5]);
+    drop(reply);
+}
+
+/// A wait that counted on a quiet completion still ends soon after it
+/// came when nothing else does (the short bound), not at the loop's
+/// timeout: a core with nothing else to do parks again at once.
+#[test]
+fn a_wait_for_more_than_the_quiet_completions_ends_at_its_short_bound() {
+    let (reactor, _wake) = reactor(16, 64);
+    let (ours, _theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    let reply = b"reply".to_vec();
+    let send = unawaited_send(&reactor, std::os::fd::AsRawFd::as_raw_fd(&ours), &reply);
+    let started = Instant::now();
+    reactor
+        .enter(Some(Some(Duration::from_secs(10))))
+        .expect("enter");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the wait held out for its full timeout: {:?}",
+        started.elapsed()
+    );
+    reactor.reap();
+    let mut cx = Context::from_waker(Waker::noop());
+    assert_eq!(reactor.poll_op(send, &mut cx), Poll::Ready((5, 0)));
+    drop(reply);
+}

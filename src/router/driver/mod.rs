@@ -508,7 +508,10 @@ impl RouterDriver {
         // it is seen before the inputs after it are judged.
         let mut turn = TurnClock::new(self.checked_reading(self.ms_at(polled_at)));
         self.0.inputs.handle_turn(INPUTS_PER_TURN_MAX, |input| {
-            self.apply(input, turn.next(|| self.checked_reading(clock::now_ms())));
+            self.apply(
+                input,
+                turn.next(|| self.checked_reading_now(clock::now_ms())),
+            );
             self.perform_effects(polled_at);
         });
     }

@@ -75,12 +75,27 @@ impl PauseBarrier {
 }
 
 impl RouterDriver {
-    /// The clock reading `now_ms`, checked against the kernel's timer: when
-    /// a pause hid from it, the core's lease ends now, before any input is
-    /// judged at this reading.
+    /// The clock reading `now_ms` at a turn's start, checked against the
+    /// kernel's timer as the core last saw it (no system call: the ring
+    /// watches the timer, and a turn starts after a kernel entry reaped
+    /// what it fired): when a pause hid from the clock, the core's lease
+    /// ends now, before any input is judged at this reading.
     pub(super) fn checked_reading(&self, now_ms: u64) -> u64 {
+        let hidden = self.0.pause.borrow_mut().timer.check(now_ms);
+        self.after_check(now_ms, hidden)
+    }
+
+    /// [`RouterDriver::checked_reading`] inside a long turn, which no kernel
+    /// entry interrupts: the timer is read now (a system call every
+    /// `INPUTS_PER_READING` inputs of a busy turn).
+    pub(super) fn checked_reading_now(&self, now_ms: u64) -> u64 {
+        let hidden = self.0.pause.borrow_mut().timer.check_now(now_ms);
+        self.after_check(now_ms, hidden)
+    }
+
+    fn after_check(&self, now_ms: u64, hidden: Option<u64>) -> u64 {
         let mut barrier = self.0.pause.borrow_mut();
-        if let Some(hidden_ms) = barrier.timer.check(now_ms) {
+        if let Some(hidden_ms) = hidden {
             barrier.renew_from_ms = now_ms;
             tracing::warn!(
                 hidden_ms,
