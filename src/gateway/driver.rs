@@ -29,8 +29,8 @@ use super::player::{LoginRequest, PlayerPort};
 use super::session::Target;
 use super::{session_core, Ingress, Notice};
 use crate::config::GatewayConfig;
+use crate::gateway_addresses::GatewayAddresses;
 use crate::metrics::CoreMetrics;
-use crate::store::GatewayAddresses;
 
 mod connection;
 mod connection_task;

@@ -18,12 +18,12 @@ use crate::config::Config;
 use crate::gateway::driver;
 use crate::gateway::transport::Listener;
 use crate::gateway::GatewayHandle;
+use crate::ids::NodeId;
 use crate::metrics::{CoreMetrics, RUNTIME_MIRROR_INTERVAL};
 use crate::object::Registry;
 use crate::ops::{self, CoreOps};
 use crate::router::driver::{DriverParts, FrameSource, RouterDriver};
 use crate::router::RouterCore;
-use crate::store::NodeId;
 
 /// The listeners one core serves: the gateway's, the edges' (TLS,
 /// WebSocket) and its own cluster listener.

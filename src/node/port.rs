@@ -19,12 +19,14 @@ use crate::builtins::player;
 use crate::catalog::{pick_among, CoreCatalog};
 use crate::cluster::view::{ClusterView, Snapshot};
 use crate::gateway::{EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, PlayerPort};
+use crate::gateway_addresses::GatewayAddresses;
+use crate::ids::NodeId;
 use crate::object::Pick;
 use crate::route::{RouteTable, RouteTarget, Served};
 use crate::router::driver::frames::client_native;
 use crate::router::driver::{ClientSide, ReplyRoute, RouterDriver};
 use crate::router::{ClientRef, ErrorCode, Outcome, Refusal};
-use crate::store::{GatewayAddresses, MemberState, NodeId};
+use crate::store::MemberState;
 
 /// The reason a refused login is answered with (`single` policy).
 pub const ALREADY_LOGGED_IN: &str = "player already logged in";

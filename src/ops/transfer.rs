@@ -21,9 +21,9 @@ use serde_json::json;
 use wire::ObjectKey;
 
 use super::{Ops, Unreached};
+use crate::ids::NodeId;
 use crate::ops::client;
 use crate::router::{TransferError, TransferOutcome};
-use crate::store::NodeId;
 
 /// How long the owner waits for a transfer to end before it answers 503
 /// `timed_out` (the transfer may still complete). Below the admin

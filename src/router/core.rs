@@ -21,7 +21,7 @@ use super::output::{queue_io_waiter, settle_held, take_held};
 use super::steps::{claim, pull, route, save, transfer, Next};
 use super::types::{Timer, TransferDone, TransferOutcome};
 use crate::config::RouterConfig;
-use crate::store::NodeId;
+use crate::ids::NodeId;
 
 pub use super::ctx::RouterCounters;
 

@@ -8,9 +8,8 @@ use super::mutant::{self, Mutant};
 use super::types::{Request, RouterHead};
 use wire::ObjectKey;
 
-use crate::store::{
-    CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
-};
+use crate::ids::{NodeId, RouteVersion};
+use crate::store::{CasVersion, RecordWrite, RouteRecord, WriteCondition, WriteOutcome};
 
 pub(crate) struct Manager {
     pub kind: Box<dyn ObjectType>,

@@ -12,7 +12,7 @@ use wire::ObjectKey;
 
 use super::types::{ClientRef, ErrorCode, Outcome, Request, RequestId, Timer};
 use crate::config::Persist;
-use crate::store::NodeId;
+use crate::ids::NodeId;
 
 /// A router object type: how its state is created, decoded and persisted.
 pub trait ObjectType {

@@ -10,7 +10,8 @@ use super::ctx::{Ctx, REPAIR_ATTEMPTS_MAX};
 use super::entry::{Entry, Waiter};
 use super::handler::{HandlerOutput, HandlerReply};
 use super::types::{Effect, ErrorCode, Request, RequestId, RouterHead, Timer};
-use crate::store::{NodeId, WriteOutcome};
+use crate::ids::NodeId;
+use crate::store::WriteOutcome;
 
 /// Counts one repair attempt; past the bound the request is answered
 /// UNAVAILABLE and `false` says it was consumed.

@@ -8,7 +8,6 @@
 mod api;
 mod bridge;
 mod error;
-mod gateway_addresses;
 pub mod health;
 mod membership;
 mod memory;
@@ -36,7 +35,8 @@ pub use api::{Backend, BackendProbe, Store};
 pub use bridge::StoreFuture;
 pub use bridge::{MemberLane, MEMBER_QUEUE_MAX};
 pub use error::{BackendError, LoadError, MembershipError, OpenError, WriteError};
-pub use gateway_addresses::{GatewayAddresses, Transport};
+// A member row advertises them; they live on the ground floor.
+pub use crate::gateway_addresses::{GatewayAddresses, Transport};
 pub use health::StoreHealth;
 pub use membership::{
     AdvertisedActor, MemberCondition, MemberOutcome, MemberPage, MemberPoll, MemberRow,
