@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::port::{PortParts, ServicesPort};
+use super::port::{Port, PortParts};
 use super::{MeshMessage, NodeShared};
 use crate::catalog::CoreCatalog;
 use crate::clock;
@@ -47,7 +47,7 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
     let settings = link_settings(&shared.config, core.id());
     let links = CoreLinks::new(settings.clone(), shared.view.clone(), metrics.clone());
     let router = start_router(&core, &shared, &links, &metrics);
-    let _port = ServicesPort::connect(PortParts {
+    let _port = Port::connect(PortParts {
         router: router.clone(),
         gateway: gateway.clone(),
         catalog: CoreCatalog::new(shared.catalog.clone()),

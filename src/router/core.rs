@@ -215,7 +215,7 @@ fn finish_io(
     }
 }
 
-/// The last step of a handoff, on every outcome: release the migration
+/// The last step of a handoff, on every outcome: clear the migration
 /// flag, then route every pending request again exactly once with the
 /// route as it now is (forwarded to the new owner, run here, or answered).
 /// No branch returns before this, so a handoff whose notification

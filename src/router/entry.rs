@@ -147,7 +147,7 @@ pub(crate) struct Writable {
     /// back under the new incarnation (`Io::Readopt`), or dropped when
     /// another node owns the record by then.
     pub aside: bool,
-    /// Outputs of on_write requests, in arrival order, released together
+    /// Outputs of on_write requests, in arrival order, emitted together
     /// when the save covering them applies (all abandoned if it does not).
     /// Non-empty while that save is in flight, or from the first of them
     /// until `on_flush` starts it (the key is then in `Ctx::flush_keys`).
