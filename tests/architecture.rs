@@ -455,19 +455,15 @@ const LONG_FNS_ALLOWED: &[&str] = &[
     "shards/src/reactor/slots.rs::complete",
     "src/admin/routes.rs::cluster",
     "src/admin/routes.rs::route",
-    "src/cluster/agent.rs::publish",
     "src/gateway/core/requests.rs::admit",
     "src/gateway/driver/connection_task.rs::poll_write",
-    "src/ops/transfer.rs::transfer",
     "src/router/driver/mod.rs::apply",
     "src/router/steps/route.rs::route_by_owner",
     "src/router/steps/save.rs::reply",
-    "wire/src/websocket/frame.rs::start_frame",
     // The PostgreSQL batch's one transaction, statement by statement: to
     // split with a PostgreSQL server at hand to run its tests.
     "src/store/postgres_batch.rs::run_writes",
     "loadgen/src/engine.rs::on_recv",
-    "loadgen/src/html.rs::plot",
     "loadgen/src/main.rs::execute",
     "loadgen/src/main.rs::main",
 ];
