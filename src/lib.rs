@@ -62,6 +62,18 @@ pub mod gateway;
 mod gateway;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
+pub mod gateway_addresses;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod gateway_addresses;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod ids;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod ids;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
 pub mod metrics;
 #[cfg(not(feature = "testing"))]
 #[allow(dead_code, unused_imports)]

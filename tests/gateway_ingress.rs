@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use routerd::gateway::driver::{serve, GatewayShared};
-use routerd::gateway::{EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, PlayerPort};
+use routerd::gateway::{
+    EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, ServicesSide,
+};
 use routerd::metrics::CoreMetrics;
 use routerd::store::Fault;
 use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
@@ -153,7 +155,7 @@ struct RecordingPort {
     gateway: RefCell<Option<GatewayHandle>>,
 }
 
-impl PlayerPort for RecordingPort {
+impl ServicesSide for RecordingPort {
     fn login(&self, login: LoginRequest, _now: Instant) -> Result<(), LoginRequest> {
         self.bound
             .borrow_mut()
@@ -217,7 +219,7 @@ fn stale_epoch_egress_is_dropped_and_counted() {
                 address_tx.send(listener.local_addr()).unwrap();
                 let gateway = GatewayHandle::new(core.id(), core.mesh().clone(), &shared, metrics);
                 let bound = Rc::new(RefCell::new(Vec::new()));
-                gateway.set_player_port(Rc::new(RecordingPort {
+                gateway.set_services_side(Rc::new(RecordingPort {
                     bound: bound.clone(),
                     gateway: RefCell::new(Some(gateway.clone())),
                 }));

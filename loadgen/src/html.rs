@@ -51,58 +51,13 @@ fn plot(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" role=\"img\" aria-label=\"{}\">",
         escape(title)
     );
-    let x_max = points.iter().map(|p| p.0).fold(f64::MIN, f64::max).max(1.0);
-    let x_min = points
-        .iter()
-        .map(|p| p.0)
-        .fold(f64::MAX, f64::min)
-        .min(x_max);
-    let y_max = points.iter().map(|p| p.1).fold(0.0, f64::max).max(1.0) * 1.1;
-    let x_span = (x_max - x_min).max(f64::EPSILON);
-    let at = |(x, y): (f64, f64)| {
-        (
-            MARGIN + (x - x_min) / x_span * PLOT_WIDTH,
-            MARGIN + PLOT_HEIGHT - y / y_max * PLOT_HEIGHT,
-        )
-    };
+    let scale = Scale::of(points);
     let _ = write!(
         svg,
         "<rect x=\"{MARGIN}\" y=\"{MARGIN}\" width=\"{PLOT_WIDTH}\" height=\"{PLOT_HEIGHT}\" fill=\"none\" stroke=\"#999\"/>"
     );
-    let line: Vec<String> = points
-        .iter()
-        .map(|point| {
-            let (x, y) = at(*point);
-            format!("{x:.1},{y:.1}")
-        })
-        .collect();
-    let _ = write!(
-        svg,
-        "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"{}\"/>",
-        line.join(" ")
-    );
-    for point in points {
-        let (x, y) = at(*point);
-        let _ = write!(svg, "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3\" fill=\"#1f77b4\"><title>{:.1}</title></circle>", point.1);
-    }
-    for (x, label) in ticks {
-        let (px, _) = at((*x, 0.0));
-        let _ = write!(
-            svg,
-            "<text x=\"{px:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"middle\">{}</text>",
-            MARGIN + PLOT_HEIGHT + 16.0,
-            escape(label)
-        );
-    }
-    for step in 0..=4 {
-        let y = y_max * f64::from(step) / 4.0;
-        let (_, py) = at((x_min, y));
-        let _ = write!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{py:.1}\" font-size=\"11\" text-anchor=\"end\">{y:.0}</text>",
-            MARGIN - 4.0
-        );
-    }
+    write_series(&mut svg, points, &scale);
+    write_tick_labels(&mut svg, ticks, &scale);
     let _ = write!(
         svg,
         "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\" text-anchor=\"middle\">{}</text>\
@@ -115,6 +70,82 @@ fn plot(
         escape(y_label)
     );
     svg
+}
+
+/// Where a plot's points land: x from the smallest to the largest, y from
+/// 0 to a tenth above the largest.
+struct Scale {
+    x_min: f64,
+    x_span: f64,
+    y_max: f64,
+}
+
+impl Scale {
+    fn of(points: &[(f64, f64)]) -> Scale {
+        let x_max = points.iter().map(|p| p.0).fold(f64::MIN, f64::max).max(1.0);
+        let x_min = points
+            .iter()
+            .map(|p| p.0)
+            .fold(f64::MAX, f64::min)
+            .min(x_max);
+        let y_max = points.iter().map(|p| p.1).fold(0.0, f64::max).max(1.0) * 1.1;
+        let x_span = (x_max - x_min).max(f64::EPSILON);
+        Scale {
+            x_min,
+            x_span,
+            y_max,
+        }
+    }
+
+    /// The point's place in the SVG's pixels.
+    fn at(&self, (x, y): (f64, f64)) -> (f64, f64) {
+        (
+            MARGIN + (x - self.x_min) / self.x_span * PLOT_WIDTH,
+            MARGIN + PLOT_HEIGHT - y / self.y_max * PLOT_HEIGHT,
+        )
+    }
+}
+
+/// The line through `points` and a dot at each, titled with its value.
+fn write_series(svg: &mut String, points: &[(f64, f64)], scale: &Scale) {
+    let line: Vec<String> = points
+        .iter()
+        .map(|point| {
+            let (x, y) = scale.at(*point);
+            format!("{x:.1},{y:.1}")
+        })
+        .collect();
+    let _ = write!(
+        svg,
+        "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"{}\"/>",
+        line.join(" ")
+    );
+    for point in points {
+        let (x, y) = scale.at(*point);
+        let _ = write!(svg, "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3\" fill=\"#1f77b4\"><title>{:.1}</title></circle>", point.1);
+    }
+}
+
+/// The x axis's labels at `ticks` and five y axis labels, 0 to the top.
+fn write_tick_labels(svg: &mut String, ticks: &[(f64, String)], scale: &Scale) {
+    for (x, label) in ticks {
+        let (px, _) = scale.at((*x, 0.0));
+        let _ = write!(
+            svg,
+            "<text x=\"{px:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"middle\">{}</text>",
+            MARGIN + PLOT_HEIGHT + 16.0,
+            escape(label)
+        );
+    }
+    for step in 0..=4 {
+        let y = scale.y_max * f64::from(step) / 4.0;
+        let (_, py) = scale.at((scale.x_min, y));
+        let _ = write!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{py:.1}\" font-size=\"11\" text-anchor=\"end\">{y:.0}</text>",
+            MARGIN - 4.0
+        );
+    }
 }
 
 /// The page for `summary`, the value `--json` writes.

@@ -38,7 +38,7 @@ fn admin_address(state: &AdminState, node_id: u64) -> Result<String, (StatusCode
     let snapshot = view.snapshot();
     let peer = snapshot
         .peers
-        .get(&crate::store::NodeId(node_id))
+        .get(&crate::ids::NodeId(node_id))
         .ok_or((StatusCode::NOT_FOUND, "no such member"))?;
     if peer.admin.is_empty() {
         return Err((

@@ -33,9 +33,9 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use crate::cluster::view::ClusterView;
 use crate::config::Secret;
+use crate::gateway_addresses::GatewayAddresses;
 use crate::metrics::NodeMetrics;
 use crate::ops::Ops;
-use crate::store::GatewayAddresses;
 use crate::store::Store;
 
 mod access;

@@ -21,10 +21,10 @@ use wire::ObjectKey;
 use super::{probes, AdminState};
 use crate::clock;
 use crate::cluster::view::LinkStatus;
+use crate::gateway_addresses::{GatewayAddresses, Transport};
+use crate::ids::NodeId;
 use crate::ops::drain::DrainRefused;
 use crate::ops::transfer::{OpAnswer, TransferCall};
-use crate::store::NodeId;
-use crate::store::{GatewayAddresses, Transport};
 
 pub(super) type Body = Full<Bytes>;
 

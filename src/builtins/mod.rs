@@ -110,8 +110,9 @@ mod tests {
     use super::room::{self, RoomType};
     use super::tests_fixtures::client;
     use crate::config::{DuplicateLogin, Persist, RouterConfig};
+    use crate::ids::NodeId;
     use crate::router::{ClientRef, Effect, Request, RequestId, RouterCore, RouterHead};
-    use crate::store::{MemoryTable, NodeId};
+    use crate::store::MemoryTable;
 
     /// One node, one core: performs Store and Submit effects until quiet and
     /// returns the replies and pushes.

@@ -347,9 +347,9 @@ impl Object for Room {
 mod tests {
     use super::*;
     use crate::builtins::tests_fixtures::{client, request};
+    use crate::ids::NodeId;
     use crate::object::ErrorCode;
     use crate::router::{HandlerOutput, HandlerReply, ObjectState, Request, RequestId};
-    use crate::store::NodeId;
 
     /// BAD_REQUEST with the room's `reason`.
     fn bad_request(reason: &str) -> Outcome {

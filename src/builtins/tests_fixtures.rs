@@ -1,8 +1,8 @@
 //! What the built-ins' unit tests share: a session and a request as the
 //! gateway of node 1 would hand them in.
 
+use crate::ids::NodeId;
 use crate::router::{ClientRef, Request, RequestId};
-use crate::store::NodeId;
 
 /// A session of `player_id` on node 1's gateway, at binding epoch 1.
 pub(super) fn client(player_id: u64, session_id: u64) -> ClientRef {

@@ -9,15 +9,17 @@
 //! and released its objects.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::conn::before;
 use super::membership::{Action, Event, MemberOpError, Membership, WriteTag};
-use super::view::{ClusterView, Peer};
+use super::view::{ClusterView, Peer, Standing};
 use crate::catalog::{ActorConfig, ActorEvents, Catalog};
 use crate::clock;
+use crate::ids::NodeId;
 use crate::metrics::CoreMetrics;
 use crate::store::{AdvertisedActor, MemberRow, MemberState, Store};
 
@@ -374,87 +376,65 @@ impl Agent {
             return;
         }
         for event in &events {
-            match event {
-                Event::Removed { node } => {
-                    tracing::info!(node = node.0, "member row deleted (it left)")
-                }
-                Event::Member { row } => {
-                    tracing::info!(
-                        node = row.node_id.0,
-                        incarnation = row.incarnation,
-                        state = row.state.as_str(),
-                        "member"
-                    );
-                    feed_catalog(&self.catalog, row);
-                }
-                Event::LeaseLapsed { cause, .. } => {
-                    tracing::warn!(
-                        "lease lapsed: this node serves nothing until a heartbeat applies: {cause}"
-                    )
-                }
-                Event::LeaseRenewed { lapsed_for_ms } => tracing::warn!(
-                    lapsed_for_ms,
-                    "lease renewed: serving again with the same incarnation, nothing lost"
-                ),
-                Event::Fenced { cause } => tracing::warn!(
-                    "fenced: {cause}; this node serves nothing until it rejoins, its objects kept \
-                     aside to be written back by compare-and-set"
-                ),
-                Event::Rejoined { incarnation, .. } => {
-                    tracing::warn!(incarnation, "rejoined with a new incarnation")
-                }
-                Event::TakenOver { incarnation } => {
-                    let message = format!(
-                        "node id {} was taken by another process (incarnation {incarnation}): \
-                         this process exits without serving again",
-                        self.view.me().0
-                    );
-                    tracing::error!("{message}");
-                    eprintln!("routerd: {message}");
-                    std::process::exit(1);
-                }
-                _ => {}
-            }
+            self.log_event(event);
         }
         let state = self.membership.borrow().written_state();
         self.view.update(|me, peers| {
             for event in events {
-                match event {
-                    Event::Joined { incarnation } => me.incarnation = incarnation,
-                    Event::Lease { until_ms } => {
-                        me.lease_until_ms = me.lease_until_ms.max(until_ms)
-                    }
-                    // A lapse at the lease's end changes nothing the cores
-                    // do not see themselves; one at a clock jump cuts the
-                    // lease short, and the cores follow it down.
-                    Event::LeaseLapsed { at_ms, .. } => {
-                        me.lease_until_ms = me.lease_until_ms.min(at_ms)
-                    }
-                    Event::Fenced { .. } => me.fenced = true,
-                    Event::Rejoined {
-                        incarnation,
-                        lease_until_ms,
-                    } => {
-                        me.incarnation = incarnation;
-                        me.lease_until_ms = lease_until_ms;
-                        me.fenced = false;
-                    }
-                    Event::Member { row } => {
-                        peers.insert(row.node_id, Peer::from_row(&row));
-                    }
-                    Event::Removed { node } => {
-                        peers.remove(&node);
-                    }
-                    Event::Refused { .. }
-                    | Event::TakenOver { .. }
-                    | Event::LeaseRenewed { .. } => {}
-                }
+                apply_to_view(me, peers, event);
             }
             if let Some(state) = state {
                 me.state = state;
             }
         });
         self.mirror_gauges();
+    }
+
+    /// What an operator reads of a membership event, and what it changes
+    /// outside the view: a member row feeds the catalog; a node id taken by
+    /// another process ends this one.
+    fn log_event(&self, event: &Event) {
+        match event {
+            Event::Removed { node } => {
+                tracing::info!(node = node.0, "member row deleted (it left)")
+            }
+            Event::Member { row } => {
+                tracing::info!(
+                    node = row.node_id.0,
+                    incarnation = row.incarnation,
+                    state = row.state.as_str(),
+                    "member"
+                );
+                feed_catalog(&self.catalog, row);
+            }
+            Event::LeaseLapsed { cause, .. } => {
+                tracing::warn!(
+                    "lease lapsed: this node serves nothing until a heartbeat applies: {cause}"
+                )
+            }
+            Event::LeaseRenewed { lapsed_for_ms } => tracing::warn!(
+                lapsed_for_ms,
+                "lease renewed: serving again with the same incarnation, nothing lost"
+            ),
+            Event::Fenced { cause } => tracing::warn!(
+                "fenced: {cause}; this node serves nothing until it rejoins, its objects kept \
+                 aside to be written back by compare-and-set"
+            ),
+            Event::Rejoined { incarnation, .. } => {
+                tracing::warn!(incarnation, "rejoined with a new incarnation")
+            }
+            Event::TakenOver { incarnation } => {
+                let message = format!(
+                    "node id {} was taken by another process (incarnation {incarnation}): \
+                     this process exits without serving again",
+                    self.view.me().0
+                );
+                tracing::error!("{message}");
+                eprintln!("routerd: {message}");
+                std::process::exit(1);
+            }
+            _ => {}
+        }
     }
 
     fn mirror_gauges(&self) {
@@ -480,5 +460,34 @@ impl Agent {
         stats.members_down.set(counts[4]);
         let serving = !snapshot.me.fenced && clock::now_ms() < snapshot.me.lease_until_ms;
         stats.fenced.set(i64::from(!serving));
+    }
+}
+
+/// What a membership event changes of the view the cores read: this
+/// node's incarnation, lease and fence, and the peers' rows.
+fn apply_to_view(me: &mut Standing, peers: &mut BTreeMap<NodeId, Peer>, event: Event) {
+    match event {
+        Event::Joined { incarnation } => me.incarnation = incarnation,
+        Event::Lease { until_ms } => me.lease_until_ms = me.lease_until_ms.max(until_ms),
+        // A lapse at the lease's end changes nothing the cores
+        // do not see themselves; one at a clock jump cuts the
+        // lease short, and the cores follow it down.
+        Event::LeaseLapsed { at_ms, .. } => me.lease_until_ms = me.lease_until_ms.min(at_ms),
+        Event::Fenced { .. } => me.fenced = true,
+        Event::Rejoined {
+            incarnation,
+            lease_until_ms,
+        } => {
+            me.incarnation = incarnation;
+            me.lease_until_ms = lease_until_ms;
+            me.fenced = false;
+        }
+        Event::Member { row } => {
+            peers.insert(row.node_id, Peer::from_row(&row));
+        }
+        Event::Removed { node } => {
+            peers.remove(&node);
+        }
+        Event::Refused { .. } | Event::TakenOver { .. } | Event::LeaseRenewed { .. } => {}
     }
 }

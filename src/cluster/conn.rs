@@ -12,7 +12,7 @@ use shards::net::TcpStream;
 
 use super::codec::{LinkDecoder, Sealer};
 use super::handshake::{self, Challenge, Hello, LinkKeys, Refusal, LINK_VERSION, MESSAGE_LEN_MAX};
-use crate::store::NodeId;
+use crate::ids::NodeId;
 
 /// `future`, or `None` once `deadline` passed.
 pub async fn before<T>(deadline: Instant, future: impl Future<Output = T>) -> Option<T> {

@@ -24,8 +24,8 @@ use super::conn::{before, Conn, End, LocalEnd};
 use super::handshake::Refusal;
 use super::outgoing::{count_refusal, CoreLinks, LinkSettings};
 use super::view::{ClusterView, Peer};
+use crate::ids::NodeId;
 use crate::metrics::CoreMetrics;
-use crate::store::NodeId;
 
 /// Connections handshaking at once on one core; past it the oldest is
 /// closed.
@@ -333,7 +333,8 @@ fn admission(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{GatewayAddresses, MemberState};
+    use crate::gateway_addresses::GatewayAddresses;
+    use crate::store::MemberState;
 
     fn peer(node: u64, incarnation: u64, state: MemberState) -> Peer {
         Peer {

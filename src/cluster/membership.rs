@@ -41,9 +41,10 @@ mod observing;
 use std::collections::BTreeMap;
 
 use crate::config::ClusterConfig;
+use crate::ids::NodeId;
 use crate::store::{
     AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,
-    MemberWrite, MembershipError, NodeId, TableVersion,
+    MemberWrite, MembershipError, TableVersion,
 };
 
 pub use observing::WATCHED_PER_NODE;

@@ -34,9 +34,9 @@ use super::handshake::Refusal;
 use super::link::{Link, LinkState, Refused};
 use super::view::{ClusterView, LinkStatus, Snapshot};
 use crate::clock;
+use crate::ids::NodeId;
 use crate::metrics::{ClusterStats, CoreMetrics};
 use crate::router::driver::{Destination, LinkRefusal, NodeLinks};
-use crate::store::NodeId;
 
 /// Pings a peer may leave unanswered before its link is closed.
 pub const SUSPECT_AFTER_PINGS: u32 = 3;

@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
+use crate::gateway_addresses::GatewayAddresses;
+use crate::ids::NodeId;
 pub use crate::router::driver::CoreStanding;
-use crate::store::GatewayAddresses;
-use crate::store::{MemberRow, MemberState, NodeId};
+use crate::store::{MemberRow, MemberState};
 
 /// Another member as this node knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]

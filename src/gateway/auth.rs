@@ -2,7 +2,7 @@
 //! Stateless: `sys.ping` is echoed, and `auth.login` verifies the token.
 //! Whether a verified player may log in (the duplicate-login policy) is the
 //! player object's decision, made once for the whole cluster: the driver
-//! hands it the login (`PlayerPort::login`) and binds the session with the
+//! hands it the login (`ServicesSide::login`) and binds the session with the
 //! answer (`GatewayCore::complete_login`).
 
 use std::time::Instant;

@@ -25,12 +25,12 @@ use wire::frame::{ArchivedMessage, FrameBuf, Message};
 
 use super::auth::{AuthService, AuthStep};
 use super::core::{EgressRef, GatewayCore, HeldFrame, Limits, LoginOutcome};
-use super::player::{LoginRequest, PlayerPort};
+use super::services_side::{LoginRequest, ServicesSide};
 use super::session::Target;
 use super::{session_core, Ingress, Notice};
 use crate::config::GatewayConfig;
+use crate::gateway_addresses::GatewayAddresses;
 use crate::metrics::CoreMetrics;
-use crate::store::GatewayAddresses;
 
 mod connection;
 mod connection_task;
@@ -62,7 +62,7 @@ struct CoreGateway {
     config: GatewayConfig,
     state: RefCell<GatewayCore>,
     auth: AuthService,
-    player: RefCell<Option<Rc<dyn PlayerPort>>>,
+    services: RefCell<Option<Rc<dyn ServicesSide>>>,
     mesh: Mesh<FrameBuf>,
     sessions_open: Arc<AtomicU32>,
     metrics: Arc<CoreMetrics>,
@@ -103,7 +103,7 @@ impl GatewayHandle {
                 shared.routes.clone(),
             )),
             auth: AuthService::new(&shared.secret),
-            player: RefCell::new(None),
+            services: RefCell::new(None),
             mesh,
             sessions_open: shared.sessions_open.clone(),
             metrics,
@@ -113,9 +113,17 @@ impl GatewayHandle {
         }))
     }
 
-    /// Installs the player side of this core (see [`super::player`]).
-    pub fn set_player_port(&self, port: Rc<dyn PlayerPort>) {
-        *self.0.player.borrow_mut() = Some(port);
+    /// Installs the services side of this core (see
+    /// [`super::services_side`]).
+    pub fn set_services_side(&self, port: Rc<dyn ServicesSide>) {
+        *self.0.services.borrow_mut() = Some(port);
+    }
+
+    /// [`Self::set_services_side`] by its old name, kept so code written
+    /// against it still builds.
+    #[doc(hidden)]
+    pub fn set_player_port(&self, port: Rc<dyn ServicesSide>) {
+        self.set_services_side(port);
     }
 
     /// A `ClientEgress` frame from a session's target, on any core: routed
@@ -179,7 +187,7 @@ impl GatewayHandle {
         }
     }
 
-    /// The seed's bind CAS on a session this core owns (the player side
+    /// The seed's bind CAS on a session this core owns (the services side
     /// calls it on the session's core). Counted.
     pub fn apply_binding(
         &self,
@@ -312,13 +320,13 @@ impl GatewayHandle {
     fn deliver(&self, ingress: Ingress<'_>, now: Instant) {
         match ingress.binding.target {
             Target::Auth => self.authenticate(&ingress, now),
-            Target::Player => {
-                let port = self.0.player.borrow().clone();
+            Target::Services => {
+                let port = self.0.services.borrow().clone();
                 let Some(port) = port else {
                     return self.answer(&ingress, ErrorCode::Unavailable, "no player service");
                 };
-                // The port is this core's player side: a plain call, no
-                // frame (see `super::player`).
+                // The port is this core's services side: a plain call, no
+                // frame (see `super::services_side`).
                 if let Err(ingress) = port.deliver_ingress(self.0.node_id, ingress, now) {
                     self.answer(&ingress, ErrorCode::Unavailable, "player unavailable");
                 }
@@ -370,7 +378,7 @@ impl GatewayHandle {
             player_id,
             seq: ingress.seq,
         };
-        let port = self.0.player.borrow().clone();
+        let port = self.0.services.borrow().clone();
         let handed = port.map(|port| port.login(login, now));
         if !matches!(handed, Some(Ok(()))) {
             self.complete_login(
@@ -432,15 +440,15 @@ impl GatewayHandle {
         self.flush_notices();
     }
 
-    /// Delivers queued notices to the player side.
+    /// Delivers queued notices to the services side.
     fn flush_notices(&self) {
         let mut notices: Vec<Notice> = Vec::new();
         self.0.state.borrow_mut().take_notices(&mut notices);
         for notice in notices {
-            if notice.binding.target != Target::Player {
+            if notice.binding.target != Target::Services {
                 continue;
             }
-            let port = self.0.player.borrow().clone();
+            let port = self.0.services.borrow().clone();
             if let (Some(port), Ok(frame)) = (port, notice.to_frame(self.0.node_id)) {
                 let _ = port.deliver(frame);
             }

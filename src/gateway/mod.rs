@@ -14,7 +14,7 @@
 //!
 //! IO: [`driver`] runs the above on the core's runtime (accept loop, one
 //! task per connection that reads and writes, the deadline timer, mesh
-//! dispatch), and [`player`] is the seam the player side plugs into.
+//! dispatch), and [`services_side`] is the seam the services side plugs into.
 //!
 //! A `session_id` is made by `wire::ids::make(core, incarnation, serial)`:
 //! it names the core that owns the session, so an egress frame finds its
@@ -27,8 +27,8 @@ pub mod core;
 pub mod driver;
 pub mod inflight;
 pub mod outbox;
-pub mod player;
 pub mod rate;
+pub mod services_side;
 pub mod session;
 pub mod transport;
 
@@ -39,7 +39,13 @@ pub use self::core::{
     LoginOutcome, SessionRow,
 };
 pub use self::driver::GatewayHandle;
-pub use self::player::{LoginRequest, PlayerPort};
+pub use self::services_side::{LoginRequest, ServicesSide};
+// The seam's old names (`player`, `PlayerPort`), kept so code written
+// against them still builds.
+#[doc(hidden)]
+pub use self::services_side as player;
+#[doc(hidden)]
+pub use self::services_side::ServicesSide as PlayerPort;
 pub use self::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
 
 /// The core that owns `session_id` (see `wire::ids`).

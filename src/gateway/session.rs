@@ -14,8 +14,17 @@ pub enum Target {
     None,
     /// The accepting core's auth service (before login).
     Auth,
-    /// The player service of `Session::player_id` (after login).
-    Player,
+    /// The services side (after login): every route of the node's table,
+    /// for the player of `Session::player_id`.
+    Services,
+}
+
+impl Target {
+    /// [`Target::Services`] by its old name, kept so code written against
+    /// it still builds.
+    #[doc(hidden)]
+    #[allow(non_upper_case_globals)]
+    pub const Player: Target = Target::Services;
 }
 
 /// A snapshot of a session's binding, as `apply_binding` returns it and as
@@ -142,16 +151,16 @@ mod tests {
     fn winner_and_loser() {
         let mut session = Session::new();
         // Two binds computed against epoch 0: the first wins.
-        let won = session.apply_binding(Target::Player, 7, 0).unwrap();
+        let won = session.apply_binding(Target::Services, 7, 0).unwrap();
         assert_eq!(
             won,
             Binding {
-                target: Target::Player,
+                target: Target::Services,
                 player_id: 7,
                 session_epoch: 1
             }
         );
-        let lost = session.apply_binding(Target::Player, 8, 0).unwrap_err();
+        let lost = session.apply_binding(Target::Services, 8, 0).unwrap_err();
         assert_eq!(
             lost,
             EpochExpired {
@@ -165,7 +174,7 @@ mod tests {
         // Refreshing the reference and retrying succeeds.
         assert_eq!(
             session
-                .apply_binding(Target::Player, 8, 1)
+                .apply_binding(Target::Services, 8, 1)
                 .unwrap()
                 .session_epoch,
             2
@@ -175,14 +184,14 @@ mod tests {
     #[test]
     fn future_epoch_is_rejected_too() {
         let mut session = Session::new();
-        assert!(session.apply_binding(Target::Player, 7, 5).is_err());
+        assert!(session.apply_binding(Target::Services, 7, 5).is_err());
         assert_eq!(session.session_epoch, 0);
     }
 
     #[test]
     fn any_epoch_always_replaces() {
         let mut session = Session::new();
-        session.apply_binding(Target::Player, 7, 0).unwrap();
+        session.apply_binding(Target::Services, 7, 0).unwrap();
         let invalidated = session.apply_binding(Target::None, 0, K_ANY_EPOCH).unwrap();
         assert_eq!(
             invalidated,
@@ -194,7 +203,7 @@ mod tests {
         );
         assert!(!session.is_live());
         // Every reference taken before invalidation is now stale.
-        assert!(session.apply_binding(Target::Player, 7, 1).is_err());
+        assert!(session.apply_binding(Target::Services, 7, 1).is_err());
     }
 
     #[test]
@@ -203,16 +212,18 @@ mod tests {
         let mut last = session.session_epoch;
         for i in 0..100u32 {
             let expected = if i % 3 == 0 { K_ANY_EPOCH } else { last };
-            let binding = session.apply_binding(Target::Player, 1, expected).unwrap();
+            let binding = session
+                .apply_binding(Target::Services, 1, expected)
+                .unwrap();
             assert_eq!(binding.session_epoch, last + 1);
             last = binding.session_epoch;
         }
         session.session_epoch = K_ANY_EPOCH - 1;
         assert!(session
-            .apply_binding(Target::Player, 1, K_ANY_EPOCH - 1)
+            .apply_binding(Target::Services, 1, K_ANY_EPOCH - 1)
             .is_err());
         assert!(session
-            .apply_binding(Target::Player, 1, K_ANY_EPOCH)
+            .apply_binding(Target::Services, 1, K_ANY_EPOCH)
             .is_err());
         assert_eq!(session.session_epoch, K_ANY_EPOCH - 1);
     }

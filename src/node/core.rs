@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::port::{PortParts, ServicesPort};
+use super::port::{Port, PortParts};
 use super::{MeshMessage, NodeShared};
 use crate::catalog::CoreCatalog;
 use crate::clock;
@@ -18,12 +18,12 @@ use crate::config::Config;
 use crate::gateway::driver;
 use crate::gateway::transport::Listener;
 use crate::gateway::GatewayHandle;
+use crate::ids::NodeId;
 use crate::metrics::{CoreMetrics, RUNTIME_MIRROR_INTERVAL};
 use crate::object::Registry;
 use crate::ops::{self, CoreOps};
 use crate::router::driver::{DriverParts, FrameSource, RouterDriver};
 use crate::router::RouterCore;
-use crate::store::NodeId;
 
 /// The listeners one core serves: the gateway's, the edges' (TLS,
 /// WebSocket) and its own cluster listener.
@@ -47,7 +47,7 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
     let settings = link_settings(&shared.config, core.id());
     let links = CoreLinks::new(settings.clone(), shared.view.clone(), metrics.clone());
     let router = start_router(&core, &shared, &links, &metrics);
-    let _port = ServicesPort::connect(PortParts {
+    let _port = Port::connect(PortParts {
         router: router.clone(),
         gateway: gateway.clone(),
         catalog: CoreCatalog::new(shared.catalog.clone()),

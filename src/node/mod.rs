@@ -17,14 +17,15 @@ use crate::config::{Config, RingTaskrun};
 use crate::gateway::driver::GatewayShared;
 use crate::gateway::transport::tls::TlsSetup;
 use crate::gateway::transport::Listener;
+use crate::gateway_addresses::GatewayAddresses;
+use crate::ids::NodeId;
 use crate::metrics::NodeMetrics;
 use crate::object::{Registry, RegistryError};
 use crate::ops::drain::DrainStatus;
 use crate::ops::CoreCommands;
 use crate::ops::NodePhase;
 use crate::route::RouteTable;
-use crate::store::GatewayAddresses;
-use crate::store::{NodeId, OpenError, Store};
+use crate::store::{OpenError, Store};
 
 mod core;
 mod listeners;
@@ -387,7 +388,7 @@ fn edge_listeners(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Transport;
+    use crate::gateway_addresses::Transport;
 
     #[test]
     fn edge_listeners_are_advertised_on_the_advertised_host_with_their_own_port() {

@@ -1,7 +1,7 @@
 //! The seam between the gateway and the router, on the node's side:
 //! which object each client route addresses, and how the router's answers
-//! reach sessions. One per core, it is the gateway's [`PlayerPort`] (client
-//! requests, logins and session ends in) and the router's [`ClientSide`]
+//! reach sessions. One per core, it is the gateway's [`ServicesSide`]
+//! (client requests, logins and session ends in) and the router's [`ClientSide`]
 //! (answers, pushes and kicks out). Neither the gateway nor the router
 //! knows the other, or what a route means.
 
@@ -18,13 +18,15 @@ use wire::ObjectKey;
 use crate::builtins::player;
 use crate::catalog::{pick_among, CoreCatalog};
 use crate::cluster::view::{ClusterView, Snapshot};
-use crate::gateway::{EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, PlayerPort};
+use crate::gateway::{EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, ServicesSide};
+use crate::gateway_addresses::GatewayAddresses;
+use crate::ids::NodeId;
 use crate::object::Pick;
 use crate::route::{RouteTable, RouteTarget, Served};
 use crate::router::driver::frames::client_native;
 use crate::router::driver::{ClientSide, ReplyRoute, RouterDriver};
 use crate::router::{ClientRef, ErrorCode, Outcome, Refusal};
-use crate::store::{GatewayAddresses, MemberState, NodeId};
+use crate::store::MemberState;
 
 /// The reason a refused login is answered with (`single` policy).
 pub const ALREADY_LOGGED_IN: &str = "player already logged in";
@@ -45,7 +47,7 @@ pub struct PortParts {
 }
 
 /// One core's port between its gateway and its router.
-pub struct ServicesPort {
+pub struct Port {
     router: RouterDriver,
     gateway: GatewayHandle,
     catalog: RefCell<CoreCatalog>,
@@ -58,10 +60,14 @@ pub struct ServicesPort {
     placement_grace: Option<Duration>,
 }
 
-impl ServicesPort {
+/// [`Port`] by its old name, kept so code written against it still builds.
+#[allow(dead_code)]
+pub type ServicesPort = Port;
+
+impl Port {
     /// Plugs `gateway` and `router` of one core together.
-    pub fn connect(parts: PortParts) -> Rc<ServicesPort> {
-        let port = Rc::new(ServicesPort {
+    pub fn connect(parts: PortParts) -> Rc<Port> {
+        let port = Rc::new(Port {
             router: parts.router.clone(),
             gateway: parts.gateway.clone(),
             catalog: RefCell::new(parts.catalog),
@@ -70,7 +76,7 @@ impl ServicesPort {
             serving: Cell::new((0, false)),
             placement_grace: parts.placement_grace,
         });
-        parts.gateway.set_player_port(port.clone());
+        parts.gateway.set_services_side(port.clone());
         parts.router.set_client_side(port.clone());
         port
     }
@@ -134,7 +140,7 @@ impl ServicesPort {
     }
 }
 
-impl PlayerPort for ServicesPort {
+impl ServicesSide for Port {
     /// A logged-in session's request: to the object its route addresses.
     fn deliver_ingress<'a>(
         &self,
@@ -285,7 +291,7 @@ fn placement_target(
     (peer.state == MemberState::Up && !peer.gateway.is_empty()).then(|| peer.gateway.clone())
 }
 
-impl ClientSide for ServicesPort {
+impl ClientSide for Port {
     fn answer(
         &self,
         route: ReplyRoute,

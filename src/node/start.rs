@@ -24,12 +24,14 @@ use crate::cluster::view::{ClusterView, Peer, Standing};
 use crate::config::Config;
 use crate::gateway::driver::GatewayShared;
 use crate::gateway::transport::Listener;
+use crate::gateway_addresses::GatewayAddresses;
+use crate::ids::NodeId;
 use crate::metrics::NodeMetrics;
 use crate::object::Registry;
 use crate::ops::drain::DrainStatus;
 use crate::ops::{CoreCommands, NodePhase, Ops, OpsParts};
 use crate::route::RouteTable;
-use crate::store::{GatewayAddresses, MemberState, NodeId, Store};
+use crate::store::{MemberState, Store};
 
 /// The listeners a start binds before it joins (its membership row says
 /// where they are); the reservations are held until the cores have bound

@@ -4,7 +4,7 @@
 //! decoder is a chain of `?` that ends in [`Reader::is_empty`].
 
 use super::ClientRef;
-use crate::store::NodeId;
+use crate::ids::NodeId;
 
 /// Reads fields off the front of a byte slice.
 pub struct Reader<'a> {

@@ -296,7 +296,7 @@ mod tests {
         assert_eq!(types, vec![2, 3, 201]);
         assert_eq!(actors[2].actor_id, 5 << 16 | 4);
         let mut core = RouterCore::new(
-            crate::store::NodeId(5),
+            crate::ids::NodeId(5),
             crate::config::RouterConfig::default(),
             1,
             0,

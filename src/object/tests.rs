@@ -9,11 +9,12 @@ use std::time::Duration;
 use super::codec::Reader;
 use super::*;
 use crate::config::RouterConfig;
+use crate::ids::NodeId;
 use crate::router::handler::answer_event;
 use crate::router::{
     Effect, Request, RequestId, RouterCore, RouterHead, StoreOp, StoreReply, Timer,
 };
-use crate::store::{MemoryTable, NodeId, RecordWrite, WriteCondition};
+use crate::store::{MemoryTable, RecordWrite, WriteCondition};
 
 const ACCOUNT_TYPE_ID: u32 = 150;
 const OP_GET: u32 = 1;
@@ -387,7 +388,7 @@ fn a_state_is_decoded_with_the_version_that_wrote_it() {
         condition: WriteCondition::Absent,
         owner_node: NodeId::NONE,
         owner_incarnation: 0,
-        route_version: crate::store::RouteVersion(1),
+        route_version: crate::ids::RouteVersion(1),
         save_timepoint_ms: 0,
         state,
     };

@@ -24,9 +24,9 @@ use super::Ops;
 use crate::cluster::view::ClusterView;
 use crate::config::ClusterConfig;
 use crate::gateway::GatewayHandle;
+use crate::gateway_addresses::GatewayAddresses;
 use crate::router::driver::RouterDriver;
 use crate::router::DrainProgress;
-use crate::store::GatewayAddresses;
 use crate::store::MemberState;
 
 /// How often a draining core looks at its progress.

@@ -31,9 +31,10 @@ use self::rebalance::RebalanceStatus;
 use crate::cluster::view::ClusterView;
 use crate::config::{ClusterConfig, Secret};
 use crate::gateway::GatewayHandle;
+use crate::ids::NodeId;
 use crate::metrics::AdminStats;
 use crate::router::driver::{RouterDriver, TransferReply};
-use crate::store::{NodeId, Store};
+use crate::store::Store;
 
 /// Commands queued for one core at most; past it a call is answered busy.
 pub const CORE_COMMANDS_MAX: usize = 64;

@@ -28,9 +28,10 @@ use wire::ObjectKey;
 use super::transfer::TRANSFER_WAIT;
 use super::{client, Command, Ops, Phase, Unreached};
 use crate::config::REBALANCE_CONCURRENCY_MAX;
+use crate::ids::NodeId;
 use crate::metrics::AdminStats;
 use crate::router::driver::{TransferReply, TRANSFER_WAITERS_MAX};
-use crate::store::{MemberState, NodeId};
+use crate::store::MemberState;
 
 // Every transfer in flight waits at its core; a core waits for at most
 // TRANSFER_WAITERS_MAX.

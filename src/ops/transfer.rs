@@ -21,9 +21,11 @@ use serde_json::json;
 use wire::ObjectKey;
 
 use super::{Ops, Unreached};
+use crate::cluster::view::Snapshot;
+use crate::ids::NodeId;
 use crate::ops::client;
 use crate::router::{TransferError, TransferOutcome};
-use crate::store::NodeId;
+use crate::store::RouteRecord;
 
 /// How long the owner waits for a transfer to end before it answers 503
 /// `timed_out` (the transfer may still complete). Below the admin
@@ -67,14 +69,9 @@ impl Ops {
         if call.target.is_none() {
             return OpAnswer::error(400, "bad_target", "node 0 owns nothing");
         }
-        let record = match inner.store.load(call.key).await {
-            Ok(Some(record)) => record,
-            Ok(None) => {
-                return OpAnswer::error(404, "no_such_object", "the store has no record of it")
-            }
-            Err(error) => {
-                return OpAnswer::error(503, "store_unavailable", format!("the store: {error}"))
-            }
+        let record = match self.record_of(call.key).await {
+            Ok(record) => record,
+            Err(answer) => return answer,
         };
         let snapshot = inner.view.snapshot();
         let me = inner.view.me();
@@ -107,6 +104,36 @@ impl Ops {
             }
             return self.transfer_here(call).await;
         }
+        self.forward_to_owner(call, &record, &snapshot).await
+    }
+
+    /// The object's record, or the answer to give when there is none or the
+    /// store cannot say.
+    async fn record_of(&self, key: ObjectKey) -> Result<RouteRecord, OpAnswer> {
+        match self.0.store.load(key).await {
+            Ok(Some(record)) => Ok(record),
+            Ok(None) => Err(OpAnswer::error(
+                404,
+                "no_such_object",
+                "the store has no record of it",
+            )),
+            Err(error) => Err(OpAnswer::error(
+                503,
+                "store_unavailable",
+                format!("the store: {error}"),
+            )),
+        }
+    }
+
+    /// Another node owns the object: the call goes to its admin endpoint,
+    /// unless it was forwarded already or the owner is not live.
+    async fn forward_to_owner(
+        &self,
+        call: TransferCall<'_>,
+        record: &RouteRecord,
+        snapshot: &Snapshot,
+    ) -> OpAnswer {
+        let owner = record.owner_node;
         if call.forwarded {
             return OpAnswer::error(
                 409,

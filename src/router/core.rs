@@ -21,7 +21,7 @@ use super::output::{queue_io_waiter, settle_held, take_held};
 use super::steps::{claim, pull, route, save, transfer, Next};
 use super::types::{Timer, TransferDone, TransferOutcome};
 use crate::config::RouterConfig;
-use crate::store::NodeId;
+use crate::ids::NodeId;
 
 pub use super::ctx::RouterCounters;
 
@@ -215,7 +215,7 @@ fn finish_io(
     }
 }
 
-/// The last step of a handoff, on every outcome: release the migration
+/// The last step of a handoff, on every outcome: clear the migration
 /// flag, then route every pending request again exactly once with the
 /// route as it now is (forwarded to the new owner, run here, or answered).
 /// No branch returns before this, so a handoff whose notification

@@ -16,7 +16,7 @@ use super::types::{
     Effect, NodeMessage, Outcome, Request, StoreOp, StoreToken, Timer, TransferDone,
 };
 use crate::config::RouterConfig;
-use crate::store::NodeId;
+use crate::ids::NodeId;
 
 /// Writes in one shutdown batch at most (one store round trip each).
 pub const SHUTDOWN_BATCH_MAX: usize = 256;

@@ -8,9 +8,8 @@ use super::mutant::{self, Mutant};
 use super::types::{Request, RouterHead};
 use wire::ObjectKey;
 
-use crate::store::{
-    CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
-};
+use crate::ids::{NodeId, RouteVersion};
+use crate::store::{CasVersion, RecordWrite, RouteRecord, WriteCondition, WriteOutcome};
 
 pub(crate) struct Manager {
     pub kind: Box<dyn ObjectType>,
@@ -148,7 +147,7 @@ pub(crate) struct Writable {
     /// back under the new incarnation (`Io::Readopt`), or dropped when
     /// another node owns the record by then.
     pub aside: bool,
-    /// Outputs of on_write requests, in arrival order, released together
+    /// Outputs of on_write requests, in arrival order, emitted together
     /// when the save covering them applies (all abandoned if it does not).
     /// Non-empty while that save is in flight, or from the first of them
     /// until `on_flush` starts it (the key is then in `Ctx::flush_keys`).

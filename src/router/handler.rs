@@ -12,7 +12,7 @@ use wire::ObjectKey;
 
 use super::types::{ClientRef, ErrorCode, Outcome, Request, RequestId, Timer};
 use crate::config::Persist;
-use crate::store::NodeId;
+use crate::ids::NodeId;
 
 /// A router object type: how its state is created, decoded and persisted.
 pub trait ObjectType {
@@ -64,7 +64,7 @@ pub trait ServiceHandler {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeError;
 
-/// What a handler produced. The router releases it: at once for reads and
+/// What a handler produced. The router emits it: at once for reads and
 /// `interval` objects, after the save's CAS applied for a mutation of an
 /// `on_write` object (and drops all of it if that save fails).
 #[derive(Debug, Default)]
@@ -137,7 +137,7 @@ impl HandlerOutput {
 
     /// Nothing but the reply (and the mutated flag): no push, send, kick,
     /// call, late answer or timer. Every field is named, so a list added
-    /// to the output cannot be forgotten here (`output::release` skips
+    /// to the output cannot be forgotten here (`output::emit` skips
     /// its lists when this holds).
     pub(crate) fn is_answer_only(&self) -> bool {
         let HandlerOutput {

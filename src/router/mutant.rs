@@ -26,7 +26,7 @@ pub enum Mutant {
     /// `core::RouterCore::end_notify`: as above, but the handoff ends and its
     /// queued requests are dropped without an answer.
     PendingDropped,
-    /// `core::run`, after `save::start`: an `on_write` answer is released when its
+    /// `core::run`, after `save::start`: an `on_write` answer is emitted when its
     /// save is sent, not when the save applied.
     AnswerOnSubmit,
     /// `core::RouterCore::entry_reply`, before the answer reaches its

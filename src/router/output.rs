@@ -1,4 +1,4 @@
-//! What steps share that is not a step: answering and releasing a
+//! What steps share that is not a step: answering and emitting a
 //! handler's output, the held on_write outputs, the request queue behind an
 //! entry's IO, a failed write's effect on the route, the write retry's
 //! backoff, and dropping a copy. Nothing here starts IO or chains steps.
@@ -10,7 +10,8 @@ use super::ctx::{Ctx, REPAIR_ATTEMPTS_MAX};
 use super::entry::{Entry, Waiter};
 use super::handler::{HandlerOutput, HandlerReply};
 use super::types::{Effect, ErrorCode, Request, RequestId, RouterHead, Timer};
-use crate::store::{NodeId, WriteOutcome};
+use crate::ids::NodeId;
+use crate::store::WriteOutcome;
 
 /// Counts one repair attempt; past the bound the request is answered
 /// UNAVAILABLE and `false` says it was consumed.
@@ -34,7 +35,7 @@ pub(crate) fn queue_io_waiter(ctx: &mut Ctx, entry: &mut Entry, waiter: Waiter) 
 }
 
 /// Turns the timers a handler of `key` asked for at `now_ms` into timers
-/// the core arms when the output is released (a held on_write output arms
+/// the core arms when the output is emitted (a held on_write output arms
 /// them only once its save applied, like everything else it produced).
 pub(crate) fn arm_object_timers(key: ObjectKey, now_ms: u64, out: &mut HandlerOutput) {
     for timer in out.timers.drain(..) {
@@ -48,9 +49,10 @@ pub(crate) fn arm_object_timers(key: ObjectKey, now_ms: u64, out: &mut HandlerOu
     }
 }
 
-/// Emits a handler's output, leaving `out` empty. By reference: the output
+/// Emits a handler's output (its answer, late answers, calls, sends,
+/// pushes, kicks and timers), leaving `out` empty. By reference: the output
 /// is 200 bytes, and moving it costs a `memcpy` call per request.
-pub(crate) fn release(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput) {
+pub(crate) fn emit(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput) {
     if let HandlerReply::Answer(outcome) = std::mem::take(&mut out.reply) {
         ctx.reply(request, outcome);
     }
@@ -105,7 +107,7 @@ pub(crate) fn release(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput)
 
 /// Drops a held on_write output whose save did not apply: its request is
 /// answered UNAVAILABLE (it may or may not be durable: Indeterminate) and
-/// nothing else it produced is released.
+/// nothing else it produced is emitted.
 pub(crate) fn abandon(ctx: &mut Ctx, request: Request) {
     ctx.reply(&request, Err(ErrorCode::Unavailable.into()));
 }
@@ -207,12 +209,12 @@ pub(crate) fn take_held(entry: &mut Entry) -> Vec<(Request, HandlerOutput)> {
 }
 
 /// Settles held on_write outputs once the write covering them replied: all
-/// released in order when it applied, all answered UNAVAILABLE (nothing
-/// else released) when it did not.
+/// emitted in order when it applied, all answered UNAVAILABLE (nothing
+/// else emitted) when it did not.
 pub(crate) fn settle_held(ctx: &mut Ctx, held: Vec<(Request, HandlerOutput)>, applied: bool) {
     for (request, mut out) in held {
         if applied {
-            release(ctx, &request, &mut out);
+            emit(ctx, &request, &mut out);
         } else {
             abandon(ctx, request);
         }

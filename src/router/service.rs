@@ -6,7 +6,7 @@ use wire::ObjectKey;
 
 use super::core::RouterCore;
 use super::handler::HandlerOutput;
-use super::output::release;
+use super::output::emit;
 use super::types::{ErrorCode, Request};
 
 impl RouterCore {
@@ -31,6 +31,6 @@ impl RouterCore {
         debug_assert!(out.calls.is_empty() && out.timers.is_empty());
         out.calls.clear();
         out.timers.clear();
-        release(ctx, &request, &mut out);
+        emit(ctx, &request, &mut out);
     }
 }

@@ -7,8 +7,9 @@ use wire::ObjectKey;
 
 use super::*;
 use crate::config::{Persist, RouterConfig};
+use crate::ids::{NodeId, RouteVersion};
 use crate::sim::counter::{counter_value, CounterType, COUNTER_TYPE_ID, OP_ADD, OP_GET};
-use crate::store::{MemoryTable, NodeId, RouteVersion, WriteOutcome};
+use crate::store::{MemoryTable, WriteOutcome};
 use crate::testing::answer_store as answer;
 
 fn config() -> RouterConfig {

@@ -2,10 +2,11 @@
 //! an applied write, never lowering the route, and `Entry::check` finds
 //! the states the entry's type cannot rule out.
 
+use crate::ids::{NodeId, RouteVersion};
 use crate::router::entry::{Entry, Io, PendingWrite, Writable};
 use crate::router::handler::ObjectState;
 use crate::router::types::Request;
-use crate::store::{CasVersion, NodeId, RouteVersion, WriteOutcome};
+use crate::store::{CasVersion, WriteOutcome};
 
 use super::*;
 

@@ -3,7 +3,8 @@
 
 use wire::ObjectKey;
 
-use crate::store::{CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteOutcome};
+use crate::ids::{NodeId, RouteVersion};
+use crate::store::{CasVersion, RecordWrite, RouteRecord, WriteOutcome};
 
 /// The router head every routed message carries (the seed's SSRouterHead).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

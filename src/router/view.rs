@@ -12,7 +12,8 @@ use super::drain::{DrainProgress, DrainState};
 use super::entry::Entry;
 use super::types::Effect;
 use crate::config::Persist;
-use crate::store::{CasVersion, NodeId, RouteVersion};
+use crate::ids::{NodeId, RouteVersion};
+use crate::store::CasVersion;
 
 /// A read-only view of one entry, for metrics, tests and the simulator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

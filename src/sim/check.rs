@@ -8,8 +8,9 @@ use wire::ObjectKey;
 
 use super::counter::{counter_value, COUNTER_TYPE_ID};
 use super::world::{Fate, World};
+use crate::ids::{NodeId, RouteVersion};
 use crate::router::RequestId;
-use crate::store::{CasVersion, NodeId, RouteVersion};
+use crate::store::CasVersion;
 
 /// Every invariant the simulator checks. Its name starts the failure
 /// message, in brackets, so a failing seed says which one broke.

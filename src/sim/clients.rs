@@ -7,7 +7,7 @@ use wire::ObjectKey;
 
 use super::counter::{COUNTER_TYPE_ID, OP_ADD, OP_GET};
 use super::world::World;
-use crate::store::NodeId;
+use crate::ids::NodeId;
 
 impl World {
     pub(super) fn random_key(&mut self) -> ObjectKey {

@@ -8,8 +8,8 @@ use super::check::Invariant;
 use super::counter::{counter_value, COUNTER_TYPE_ID, OP_ADD};
 use super::room_model::RoomOp;
 use super::world::{ClientOp, Event, Fate, World};
+use crate::ids::NodeId;
 use crate::router::{ClientRef, Effect, Outcome, Request, RequestId, RouterHead};
-use crate::store::NodeId;
 
 /// One request as a gateway hands it to its node's router.
 pub(super) struct Submission {

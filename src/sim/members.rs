@@ -11,7 +11,8 @@ use super::world::{Event, World};
 use crate::cluster::membership::{
     Action, Event as MemberEvent, MemberOpError, Membership, WriteTag,
 };
-use crate::store::{MemberOutcome, MemberPage, MemberPoll, MemberWrite, NodeId};
+use crate::ids::NodeId;
+use crate::store::{MemberOutcome, MemberPage, MemberPoll, MemberWrite};
 
 /// A membership table operation's answer, on its way to the node.
 pub(super) enum MemberReply {

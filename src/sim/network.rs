@@ -7,8 +7,8 @@
 use rand::RngExt;
 
 use super::world::{Event, World};
+use crate::ids::NodeId;
 use crate::router::NodeMessage;
-use crate::store::NodeId;
 
 /// Messages one link queues for a peer that does not read them (a paused
 /// process) before a send to it fails: the driver's `link_queue_max`,

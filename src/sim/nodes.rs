@@ -15,8 +15,9 @@ use crate::builtins::player::PlayerType;
 use crate::builtins::room::RoomType;
 use crate::cluster::membership::{Advertisement, Membership};
 use crate::config::{DuplicateLogin, Persist};
+use crate::ids::NodeId;
 use crate::router::RouterCore;
-use crate::store::{MemberState, NodeId};
+use crate::store::MemberState;
 
 /// Events one paused process may have waiting; more would mean the
 /// simulation itself runs away, and the run fails.

@@ -28,8 +28,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::builtins::room::ROUTE_ROOM_MESSAGE;
+use crate::ids::NodeId;
 use crate::router::{ClientRef, Outcome, RequestId};
-use crate::store::NodeId;
 
 /// Players 1..=PLAYERS and rooms 1..=ROOMS: few, so they collide often.
 pub(super) const PLAYERS: u64 = 4;

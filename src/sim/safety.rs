@@ -15,7 +15,8 @@ use wire::ObjectKey;
 
 use super::check::{Changes, Invariant};
 use super::world::World;
-use crate::store::{CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion};
+use crate::ids::{NodeId, RouteVersion};
+use crate::store::{CasVersion, RecordWrite, RouteRecord};
 
 #[derive(Default)]
 pub(super) struct Safety {

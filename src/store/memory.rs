@@ -3,6 +3,10 @@
 //!
 //! Calls run synchronously inside the `Store` method; only a delayed answer
 //! uses a short-lived thread, so tests need no runtime.
+//!
+//! A shipped build opens it (`store.backend = "memory"`) but injects no
+//! fault: the fault handle is reached through the `testing` feature only.
+#![cfg_attr(not(feature = "testing"), allow(dead_code))]
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};

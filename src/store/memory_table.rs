@@ -2,6 +2,10 @@
 //! membership rows, each with its CAS rule. The memory backend wraps them
 //! with fault injection, and the deterministic simulator drives them
 //! directly.
+//!
+//! Their inspection (lengths, listings, row counts) is for tests and
+//! benchmarks, through the `testing` feature.
+#![cfg_attr(not(feature = "testing"), allow(dead_code))]
 
 use std::collections::BTreeMap;
 

@@ -1,36 +1,13 @@
-//! The persisted ownership record and the two version types.
+//! The persisted ownership record and the CAS version.
 //!
-//! The route version orders route caches between nodes; the CAS version
-//! protects persistent writes. They are not interchangeable, so they are
-//! different types: the compiler refuses any comparison between them.
+//! The route version (`ids::RouteVersion`) orders route caches between
+//! nodes; the CAS version protects persistent writes. They are not
+//! interchangeable, so they are different types: the compiler refuses any
+//! comparison between them.
 
 use wire::ObjectKey;
 
-/// A node's identity in a cluster. `NodeId::NONE` (0) means "no owner".
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(pub u64);
-
-impl NodeId {
-    /// No node: a record without an owner.
-    pub const NONE: NodeId = NodeId(0);
-
-    /// Whether this is [`NodeId::NONE`].
-    pub fn is_none(self) -> bool {
-        self == Self::NONE
-    }
-}
-
-/// Orders route caches: a higher route version is a newer statement of who
-/// owns an object. It only ever grows for a given key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RouteVersion(pub u64);
-
-impl RouteVersion {
-    /// The version after this one.
-    pub fn next(self) -> RouteVersion {
-        RouteVersion(self.0 + 1)
-    }
-}
+pub use crate::ids::{NodeId, RouteVersion};
 
 /// The store's compare-and-set version of one record. Only the store
 /// assigns it; a writer presents the one it read. Every backend assigns

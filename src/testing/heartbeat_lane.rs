@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 use futures_lite::future::block_on;
 use wire::ObjectKey;
 
+use crate::ids::{NodeId, RouteVersion};
 use crate::store::{
-    MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion, MemberWrite, NodeId,
-    RecordWrite, RouteVersion, Store, WriteCondition, WriteOutcome,
+    MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion, MemberWrite,
+    RecordWrite, Store, WriteCondition, WriteOutcome,
 };
 
 /// Concurrent object writers: the load of a busy node's cores.

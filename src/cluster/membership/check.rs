@@ -21,7 +21,8 @@
 use std::collections::BTreeMap;
 
 use super::{Action, Membership, Phase, WriteTag, WATCHED_PER_NODE};
-use crate::store::{MemberCondition, MemberState, MemberVersion, NodeId, TableVersion};
+use crate::ids::NodeId;
+use crate::store::{MemberCondition, MemberState, MemberVersion, TableVersion};
 
 /// What one check saw, for the next to compare with.
 #[derive(Clone, Debug, Default)]

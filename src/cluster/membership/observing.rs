@@ -26,10 +26,11 @@
 //!   repeats for that id.
 
 use super::{Action, Event, Membership, Phase, WriteTag};
+use crate::ids::NodeId;
 use crate::router::mutant::{self, Mutant};
 use crate::store::{
     MemberCondition, MemberOutcome, MemberPage, MemberPoll, MemberRow, MemberState, MemberWrite,
-    NodeId, TableVersion,
+    TableVersion,
 };
 
 /// How many peers each live node watches (its successors on the ring), and

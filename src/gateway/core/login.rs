@@ -97,7 +97,7 @@ impl GatewayCore {
         let epoch = entry.session.session_epoch;
         let (kind, body, binding) = match outcome {
             LoginOutcome::Admitted => {
-                match self.apply_binding(session_id, Target::Player, pending.player_id, epoch) {
+                match self.apply_binding(session_id, Target::Services, pending.player_id, epoch) {
                     Ok(binding) => (
                         FrameKind::Response,
                         pending.player_id.to_le_bytes().to_vec(),

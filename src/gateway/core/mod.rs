@@ -34,9 +34,9 @@ use super::rate::{RequestBucket, RequestRate};
 use super::session::{Session, Target, K_ANY_EPOCH};
 use super::{session_core, Notice, NoticeKind};
 use crate::config::GatewayConfig;
+use crate::gateway_addresses::Transport;
 use crate::metrics::{CoreMetrics, GatewayStats};
 use crate::route::RouteTable;
-use crate::store;
 
 mod egress;
 mod login;
@@ -134,7 +134,7 @@ struct Entry {
     token_expiry_unix_s: Option<u64>,
     /// The listener's transport: a `sys.redirect` names another node's
     /// listener of the same one, so the client keeps speaking as it does.
-    transport: store::Transport,
+    transport: Transport,
 }
 
 /// One core's gateway state. See the module documentation.
@@ -222,7 +222,7 @@ impl GatewayCore {
     /// returns its id (`wire::ids`): naming its owning core, unique on this
     /// node and not reused by a later run of it.
     pub fn open_session(&mut self, outbox: Rc<Outbox>, now: Instant) -> u64 {
-        self.open_session_via(outbox, store::Transport::Plain, now)
+        self.open_session_via(outbox, Transport::Plain, now)
     }
 
     /// [`Self::open_session`] for a connection accepted on a listener of
@@ -231,7 +231,7 @@ impl GatewayCore {
     pub fn open_session_via(
         &mut self,
         outbox: Rc<Outbox>,
-        transport: store::Transport,
+        transport: Transport,
         now: Instant,
     ) -> u64 {
         let session_id = wire::ids::make(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wire::client::FrameKind;
 
 use super::{CloseReason, GatewayCore, PushError};
-use crate::store::GatewayAddresses;
+use crate::gateway_addresses::GatewayAddresses;
 
 /// Sessions are being moved away: the node drains.
 #[derive(Clone, Debug)]

@@ -74,7 +74,7 @@ impl ConnectionTask {
         gateway: GatewayHandle,
         stream: TcpStream,
         transport: Transport,
-        advertised_as: crate::store::Transport,
+        advertised_as: crate::gateway_addresses::Transport,
     ) -> ConnectionTask {
         let _ = stream.set_nodelay(true);
         let config = &gateway.0.config;

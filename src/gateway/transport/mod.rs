@@ -52,12 +52,12 @@ pub enum Listener {
 
 impl Listener {
     /// The transport a membership row advertises this listener under.
-    pub fn advertised_as(&self) -> crate::store::Transport {
+    pub fn advertised_as(&self) -> crate::gateway_addresses::Transport {
         match self {
-            Listener::Plain => crate::store::Transport::Plain,
-            Listener::Tls(_) => crate::store::Transport::Tls,
-            Listener::WebSocket { tls: None, .. } => crate::store::Transport::Ws,
-            Listener::WebSocket { tls: Some(_), .. } => crate::store::Transport::Wss,
+            Listener::Plain => crate::gateway_addresses::Transport::Plain,
+            Listener::Tls(_) => crate::gateway_addresses::Transport::Tls,
+            Listener::WebSocket { tls: None, .. } => crate::gateway_addresses::Transport::Ws,
+            Listener::WebSocket { tls: Some(_), .. } => crate::gateway_addresses::Transport::Wss,
         }
     }
 

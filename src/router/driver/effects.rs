@@ -11,12 +11,12 @@ use super::replies::RouteKind;
 use super::store_ops::perform_store_op;
 use super::{CallRoute, Destination, Input, LinkRefusal, RouterDriver, FLUSH_LINGER};
 use crate::clock;
+use crate::ids::NodeId;
 use crate::router::handler::answer_event;
 use crate::router::types::{
     ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, RequestId, RouterHead, StoreOp,
     StoreToken, Timer, TransferDone,
 };
-use crate::store::NodeId;
 
 impl RouterDriver {
     /// Performs the core's queued effects until it is quiet. Effects that

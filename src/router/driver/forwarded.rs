@@ -16,8 +16,8 @@
 
 use std::collections::VecDeque;
 
+use crate::ids::NodeId;
 use crate::router::RequestId;
-use crate::store::NodeId;
 
 /// Forwarded requests remembered per core.
 pub const FORWARDED_MAX: usize = 1 << 16;

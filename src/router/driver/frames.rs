@@ -11,11 +11,12 @@ use wire::frame::{
 };
 use wire::ObjectKey;
 
+use crate::ids::{NodeId, RouteVersion};
 use crate::router::types::{
     refusal_from_wire, refusal_wire, ClientRef, NodeMessage, Outcome, Request, RequestId,
     RouterHead, RouterTransfer,
 };
-use crate::store::{CasVersion, NodeId, RouteVersion};
+use crate::store::CasVersion;
 
 fn key_wire(key: ObjectKey) -> KeyWire {
     KeyWire {

@@ -52,8 +52,9 @@ use super::types::{
 };
 use super::{DrainProgress, RouterCore, TransferError};
 use crate::clock;
+use crate::ids::NodeId;
 use crate::metrics::CoreMetrics;
-use crate::store::{MemberState, NodeId, Store};
+use crate::store::{MemberState, Store};
 
 /// How often the router gauges (objects, caches, queued requests) are
 /// recomputed for `/metrics`. Counting them walks every entry of the core,

@@ -8,8 +8,8 @@ use wire::frame::Message;
 use wire::ObjectKey;
 
 use super::ReplyRoute;
+use crate::ids::NodeId;
 use crate::router::types::{ClientRef, Outcome};
-use crate::store::NodeId;
 
 /// Where answers, pushes and kicks for this node's client sessions go.
 /// The services implement it over the gateway.

@@ -144,7 +144,7 @@ impl<T: Copy> ReplyRoutes<T> {
         match slot.waiting {
             Some((route, _, waiting_seq)) if waiting_seq == seq => {
                 slot.waiting = None;
-                self.release(index);
+                self.free_slot(index);
                 Some(route)
             }
             _ => None,
@@ -168,7 +168,7 @@ impl<T: Copy> ReplyRoutes<T> {
             if let Some((route, expires_ms, _)) = slot.waiting {
                 if expires_ms <= now_ms {
                     slot.waiting = None;
-                    self.release(index);
+                    self.free_slot(index);
                     expired(route);
                 }
             }
@@ -181,7 +181,9 @@ impl<T: Copy> ReplyRoutes<T> {
         self.waiting
     }
 
-    fn release(&mut self, index: usize) {
+    /// Gives slot `index` back to the free list, its generation moved on
+    /// so a late answer naming the old one finds nothing.
+    fn free_slot(&mut self, index: usize) {
         self.slots[index].generation += 1;
         self.free.push(index as u32);
         self.waiting -= 1;

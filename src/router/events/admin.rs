@@ -3,11 +3,11 @@
 
 use wire::ObjectKey;
 
+use crate::ids::NodeId;
 use crate::router::core::{checked, run, RouterCore};
 use crate::router::ctx::{ShutdownState, StoreWait, SHUTDOWN_BATCH_MAX};
 use crate::router::steps::{release, transfer};
 use crate::router::types::{StoreOp, Timer, TransferError};
-use crate::store::NodeId;
 
 impl RouterCore {
     /// `transfer(key, target, need_notify)`: persist `target` as the owner

@@ -1,13 +1,14 @@
 //! Membership's news: other nodes up and down, this node's lease, the
 //! fence that ends an incarnation and the rejoin that starts the next.
 
+use crate::ids::NodeId;
 use crate::router::core::{checked, run, RouterCore};
 use crate::router::ctx::Member;
 use crate::router::entry::Manager;
 use crate::router::mutant::{self, Mutant};
 use crate::router::steps::Next;
 use crate::router::types::{TransferDone, TransferOutcome};
-use crate::store::{MemberState, NodeId};
+use crate::store::MemberState;
 
 impl RouterCore {
     /// Membership reports incarnation `incarnation` of `node` up (joining,

@@ -3,13 +3,13 @@
 
 use wire::ObjectKey;
 
+use crate::ids::{NodeId, RouteVersion};
 use crate::router::core::{checked, run, RouterCore};
 use crate::router::ctx::ack;
 use crate::router::entry::{Entry, Manager};
 use crate::router::mutant::{self, Mutant};
 use crate::router::steps::{claim, transfer, Next};
 use crate::router::types::{NodeMessage, RouterTransfer, TransferOutcome};
-use crate::store::{NodeId, RouteVersion};
 
 impl RouterCore {
     /// Every node-to-node message, from `from_node`.

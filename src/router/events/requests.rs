@@ -1,10 +1,10 @@
 //! A request entering this core (from its gateway, a handler, or routed
 //! from another node), and a message a link could not carry.
 
+use crate::ids::NodeId;
 use crate::router::core::{checked, run_route, RouterCore};
 use crate::router::entry::{Entry, Manager, Waiter};
 use crate::router::types::{ErrorCode, NodeMessage, Request, RouterHead};
-use crate::store::NodeId;
 
 impl RouterCore {
     /// A request entering at this core: from the gateway or a handler

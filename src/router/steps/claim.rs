@@ -5,13 +5,14 @@
 use wire::ObjectKey;
 
 use super::Next;
+use crate::ids::NodeId;
 use crate::router::ctx::{ack, Ctx, StoreWait};
 use crate::router::entry::{Entry, Io, PendingWrite, Writable};
 use crate::router::handler::{ObjectState, ObjectType};
 use crate::router::mutant::{self, Mutant};
 use crate::router::output::{after_failed_write, fail_waiters};
 use crate::router::types::{ErrorCode, RouterTransfer, StoreOp, StoreReply};
-use crate::store::{NodeId, RouteRecord, WriteCondition, WriteOutcome};
+use crate::store::{RouteRecord, WriteCondition, WriteOutcome};
 
 /// The claim write: CAS on the record read, this node as owner, a route
 /// version above both the record's and the entry's.

@@ -19,7 +19,8 @@
 
 use super::entry::{PendingWrite, Waiter};
 use super::types::TransferOutcome;
-use crate::store::{NodeId, RouteRecord};
+use crate::ids::NodeId;
+use crate::store::RouteRecord;
 
 pub(crate) mod claim;
 pub(crate) mod pull;

@@ -3,13 +3,14 @@
 
 use wire::ObjectKey;
 
+use crate::ids::NodeId;
 use crate::router::ctx::Ctx;
 use crate::router::entry::{Entry, Io, PendingWrite};
 use crate::router::output::{
     after_failed_write, drop_copy, fail_waiters, schedule_write_retry, settle_held, take_held,
 };
 use crate::router::types::ErrorCode;
-use crate::store::{NodeId, RecordWrite, WriteOutcome};
+use crate::store::{RecordWrite, WriteOutcome};
 
 use super::Next;
 

@@ -7,12 +7,12 @@ use wire::ObjectKey;
 
 use super::Next;
 use crate::config::Persist;
+use crate::ids::NodeId;
 use crate::router::ctx::{lock_expired, Ctx, SEND_ATTEMPTS_MAX};
 use crate::router::entry::{Entry, Waiter};
 use crate::router::handler::{HandlerOutput, ObjectType};
-use crate::router::output::{arm_object_timers, count_repair, release};
+use crate::router::output::{arm_object_timers, count_repair, emit};
 use crate::router::types::{ErrorCode, NodeMessage, Request, RouterHead};
-use crate::store::NodeId;
 
 /// `filter_router_msg` and `send_msg` for one entry, in that order.
 /// Every path ends in exactly one of: queued, sent, answered, or a read
@@ -260,7 +260,7 @@ fn run_handler(
         object.changes_unsaved += 1;
     }
     if kind.persist() != Persist::OnWrite || (!out.mutated && object.held.is_empty()) {
-        release(ctx, &request, &mut out);
+        emit(ctx, &request, &mut out);
         return;
     }
     // An on_write mutation waits for its save; so does a read that came

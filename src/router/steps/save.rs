@@ -5,6 +5,7 @@
 use wire::ObjectKey;
 
 use super::Next;
+use crate::ids::NodeId;
 use crate::router::ctx::{Ctx, StoreWait};
 use crate::router::entry::{Entry, Io, PendingWrite};
 use crate::router::mutant::{self, Mutant};
@@ -12,7 +13,7 @@ use crate::router::output::{
     after_failed_write, drop_copy, schedule_write_retry, settle_held, take_held,
 };
 use crate::router::types::{StoreOp, StoreReply};
-use crate::store::{NodeId, WriteOutcome};
+use crate::store::WriteOutcome;
 
 /// Which write of a copy an answer is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

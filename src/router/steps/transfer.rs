@@ -6,6 +6,7 @@
 use wire::ObjectKey;
 
 use super::Next;
+use crate::ids::NodeId;
 use crate::router::ctx::{Ctx, StoreWait};
 use crate::router::entry::{Entry, Io, PendingWrite, Transferring};
 use crate::router::mutant::{self, Mutant};
@@ -14,7 +15,7 @@ use crate::router::types::{
     NodeMessage, RouterTransfer, StoreOp, StoreReply, Timer, TransferDone, TransferError,
     TransferOutcome,
 };
-use crate::store::{CasVersion, NodeId, WriteOutcome};
+use crate::store::{CasVersion, WriteOutcome};
 
 /// Why this node may not hand anything to `target` now, if it may not.
 pub(crate) fn refusal(ctx: &Ctx, now_ms: u64, target: NodeId) -> Option<TransferError> {

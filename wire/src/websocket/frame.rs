@@ -205,29 +205,27 @@ impl Decoder {
             (Role::Client, true) => return Err(WsError::Protocol("masked server frame")),
             _ => {}
         }
-        let (len, at) = match header[1] & 0x7f {
-            126 => (u64::from(u16::from_be_bytes([header[2], header[3]])), 4),
-            127 => {
-                let mut bytes = [0; 8];
-                bytes.copy_from_slice(&header[2..10]);
-                let len = u64::from_be_bytes(bytes);
-                if len >> 63 != 0 {
-                    return Err(WsError::Protocol("length's top bit set"));
-                }
-                (len, 10)
-            }
-            short => (u64::from(short), 2),
-        };
+        let (len, at) = payload_len(header)?;
         let mask = masked.then(|| [header[at], header[at + 1], header[at + 2], header[at + 3]]);
-        let opcode = match header[0] & 0x0f {
-            0x0 => Opcode::Continuation,
-            0x1 => Opcode::Text,
-            0x2 => Opcode::Binary,
-            0x8 => Opcode::Close,
-            0x9 => Opcode::Ping,
-            0xA => Opcode::Pong,
-            _ => return Err(WsError::Protocol("reserved opcode")),
+        let opcode = opcode_of(header[0])?;
+        self.admit(opcode, fin, len)?;
+        self.state = State::Payload {
+            remaining: len,
+            mask,
+            mask_at: 0,
+            opcode,
+            fin,
         };
+        if len == 0 {
+            self.end_frame(controls)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a frame of `opcode` and `len` bytes may come now: no text,
+    /// fragments in order, the message within its bound, control frames
+    /// whole and short. Counts a data frame towards its message.
+    fn admit(&mut self, opcode: Opcode, fin: bool, len: u64) -> Result<(), WsError> {
         match opcode {
             Opcode::Text => return Err(WsError::Text),
             Opcode::Binary if self.in_message => {
@@ -254,16 +252,6 @@ impl Decoder {
                 }
                 self.control.clear();
             }
-        }
-        self.state = State::Payload {
-            remaining: len,
-            mask,
-            mask_at: 0,
-            opcode,
-            fin,
-        };
-        if len == 0 {
-            self.end_frame(controls)?;
         }
         Ok(())
     }
@@ -293,6 +281,38 @@ impl Decoder {
         }
         Ok(())
     }
+}
+
+/// A frame's payload length and where the masking key (or the payload)
+/// starts, from its header (RFC 6455 section 5.2): 7 bits, or 16, or 63
+/// after a 126 or 127.
+fn payload_len(header: &[u8]) -> Result<(u64, usize), WsError> {
+    Ok(match header[1] & 0x7f {
+        126 => (u64::from(u16::from_be_bytes([header[2], header[3]])), 4),
+        127 => {
+            let mut bytes = [0; 8];
+            bytes.copy_from_slice(&header[2..10]);
+            let len = u64::from_be_bytes(bytes);
+            if len >> 63 != 0 {
+                return Err(WsError::Protocol("length's top bit set"));
+            }
+            (len, 10)
+        }
+        short => (u64::from(short), 2),
+    })
+}
+
+/// The opcode of a header's first byte; a reserved one is refused.
+fn opcode_of(first: u8) -> Result<Opcode, WsError> {
+    Ok(match first & 0x0f {
+        0x0 => Opcode::Continuation,
+        0x1 => Opcode::Text,
+        0x2 => Opcode::Binary,
+        0x8 => Opcode::Close,
+        0x9 => Opcode::Ping,
+        0xA => Opcode::Pong,
+        _ => return Err(WsError::Protocol("reserved opcode")),
+    })
 }
 
 /// The code of a close frame's `payload` (RFC 6455 section 5.5.1): none,

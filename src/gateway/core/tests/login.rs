@@ -8,17 +8,17 @@ fn bind_winner_and_loser_are_counted() {
     let (s, _) = f.open();
     assert_eq!(
         f.core
-            .apply_binding(s, Target::Player, 7, 0)
+            .apply_binding(s, Target::Services, 7, 0)
             .unwrap()
             .session_epoch,
         1
     );
     assert!(matches!(
-        f.core.apply_binding(s, Target::Player, 8, 0),
+        f.core.apply_binding(s, Target::Services, 8, 0),
         Err(BindError::EpochExpired(_))
     ));
     assert_eq!(
-        f.core.apply_binding(99, Target::Player, 8, 0),
+        f.core.apply_binding(99, Target::Services, 8, 0),
         Err(BindError::UnknownSession)
     );
     assert_eq!(f.metrics.gateway.binds.get(), 1);

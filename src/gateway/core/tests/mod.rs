@@ -83,7 +83,7 @@ impl Fixture {
 
     fn login(&mut self, session_id: u64, player_id: u64) -> u32 {
         self.core
-            .apply_binding(session_id, Target::Player, player_id, 0)
+            .apply_binding(session_id, Target::Services, player_id, 0)
             .unwrap()
             .session_epoch
     }

@@ -1,7 +1,7 @@
 //! A draining gateway's redirect, grace and close.
 
 use super::*;
-use crate::store::{GatewayAddresses, Transport};
+use crate::gateway_addresses::{GatewayAddresses, Transport};
 
 #[test]
 fn a_draining_gateway_redirects_every_session_answers_within_the_grace_then_closes() {

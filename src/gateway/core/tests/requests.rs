@@ -55,7 +55,7 @@ fn login_on_a_logged_in_session_is_bad_request_and_auth_routes_pass() {
     f.login(s, 7);
     assert!(f.request(s, route::AUTH_LOGIN, 1).is_none());
     let ingress = f.request(s, route::PLAYER_GET, 2).unwrap();
-    assert_eq!(ingress.binding.target, Target::Player);
+    assert_eq!(ingress.binding.target, Target::Services);
     assert_eq!(ingress.binding.player_id, 7);
     assert_eq!(ingress.binding.session_epoch, 1);
     assert_eq!(

@@ -1,6 +1,6 @@
 //! Where a node's gateway listeners are reached, one address per
-//! transport, as its membership row advertises them (here, beside the
-//! row, since the gateway reads them too).
+//! transport, as its membership row advertises them (on the ground floor,
+//! since the gateway reads them as well as the store).
 //!
 //! The row keeps them in its one `gateway` text column, so no backend's
 //! schema changes and rows written before there was more than one

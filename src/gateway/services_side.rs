@@ -1,19 +1,20 @@
-//! The seam between the gateway and the player side (the router's player
-//! objects). Per core:
+//! The seam between the gateway and the services side: whatever serves a
+//! logged-in session's requests (on a node, the port of `node/port.rs` in
+//! front of the router's objects and services). Per core:
 //!
-//! - ingress: the gateway calls [`PlayerPort::deliver_ingress`] on the
+//! - ingress: the gateway calls [`ServicesSide::deliver_ingress`] on the
 //!   session's core with every accepted request of a session bound to
-//!   [`Target::Player`](super::Target::Player), as a plain [`Ingress`]: the
+//!   [`Target::Services`](super::Target::Services), as a plain [`Ingress`]: the
 //!   port is this core's, so the call stays on the core and needs no frame
 //!   (docs/architecture.md: rkyv frames are for messages that cross cores; encoding
 //!   and decoding one here was a measurable share of a routed request).
-//!   It calls [`PlayerPort::login`] when `auth.login` verified a token: the
+//!   It calls [`ServicesSide::login`] when `auth.login` verified a token: the
 //!   player object decides the login (duplicate logins are decided there,
 //!   cluster-wide) and the answer comes back through
 //!   [`GatewayHandle::complete_login`](super::GatewayHandle::complete_login);
-//!   and [`PlayerPort::deliver`] with a `SessionUnbound` /
+//!   and [`ServicesSide::deliver`] with a `SessionUnbound` /
 //!   `SessionDisconnected` frame when a logged-in session ends;
-//! - egress: the player side answers with an [`EgressRef`](super::EgressRef)
+//! - egress: the services side answers with an [`EgressRef`](super::EgressRef)
 //!   (echoing `session_id`, `session_epoch` and `player_id` of the ingress)
 //!   passed to [`GatewayHandle::egress_ref`](super::GatewayHandle::egress_ref)
 //!   on ANY core: a session of that core goes straight into the egress gate
@@ -43,15 +44,16 @@ pub struct LoginRequest {
     pub seq: u32,
 }
 
-/// The player side's per-core entry point.
-pub trait PlayerPort {
+/// The services side's per-core entry point, as the gateway sees it (the
+/// router's `ClientSide` is the other way round).
+pub trait ServicesSide {
     /// Hands a verified login to the player object of `login.player_id`;
     /// its decision comes back through `GatewayHandle::complete_login` on
     /// this core. Gives the login back when it cannot (the gateway then
     /// answers UNAVAILABLE).
     fn login(&self, login: LoginRequest, now: Instant) -> Result<(), LoginRequest>;
 
-    /// Takes a frame for the player side, or hands it back when it cannot
+    /// Takes a frame for the services side, or hands it back when it cannot
     /// (the gateway then answers an ingress with UNAVAILABLE).
     fn deliver(&self, frame: FrameBuf) -> Result<(), FrameBuf>;
 
