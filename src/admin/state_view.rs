@@ -76,3 +76,26 @@ pub(super) fn state_json(key: ObjectKey, saved: &[u8], debug: Option<&DebugView>
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_types_view_is_json_when_it_parses_and_words_otherwise() {
+        let view: DebugView = std::sync::Arc::new(|key: ObjectKey, _: &[u8]| match key.object_id {
+            1 => Some("{\"members\": 3}".to_string()),
+            2 => Some("three members".to_string()),
+            _ => None,
+        });
+        let saved = [1, 0, 0xab];
+        let shown = |id| state_json(ObjectKey::new(150, 0, id), &saved, Some(&view));
+        assert_eq!(shown(1)["debug"], json!({ "members": 3 }));
+        assert_eq!(shown(2)["debug"], "three members");
+        assert_eq!(shown(2)["hex"], "0100ab");
+        assert!(shown(3).get("debug").is_none());
+        assert!(state_json(ObjectKey::new(150, 0, 1), &saved, None)
+            .get("debug")
+            .is_none());
+    }
+}
