@@ -297,6 +297,12 @@ fn history_hot_objects_a_search_across_the_cluster_and_a_push() {
     );
     assert_eq!(samples[0]["sessions"].as_f64(), Some(1.0), "{samples:?}");
     let last = samples.last().unwrap()["at_ms"].as_u64().unwrap();
+    // Wall-clock times, as a browser's `Date.now()` reads them.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(now_ms.abs_diff(last) < 60_000, "{last} against {now_ms}");
     let (_, later) = json(one.admin, "GET", &format!("/history?since={last}"), "");
     assert_eq!(later["samples"], serde_json::json!([]));
     assert_eq!(json(one.admin, "GET", "/history?since=x", "").0, 400);

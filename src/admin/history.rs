@@ -234,7 +234,7 @@ pub(super) async fn sample(state: Arc<super::AdminState>) {
         if let Some(view) = &state.cluster {
             super::peers::write_peer_metrics(&mut text, view);
         }
-        Reading::parse(&text, crate::clock::now_ms())
+        Reading::parse(&text, wall_clock_ms())
     };
     let mut before = render();
     let mut ticks = tokio::time::interval(SAMPLE_EVERY);
@@ -249,6 +249,14 @@ pub(super) async fn sample(state: Arc<super::AdminState>) {
         }
         before = now;
     }
+}
+
+/// Milliseconds since the Unix epoch: a sample's time is the browser's
+/// kind (`Date.now()`), not the node's own clock, which starts at its boot.
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
 }
 
 /// The ring of samples, shared by the sampler and the requests.
