@@ -158,7 +158,7 @@ pub trait Object: 'static {
     /// saved state: words, or JSON (shown as JSON when it parses). `None`,
     /// the default, shows the saved bytes in hex. It runs on the admin
     /// thread, not a core, on a copy decoded for the view: keep it cheap
-    /// and leave secrets out (docs/operations.md).
+    /// and leave secrets out (docs/protocol.md, section 9).
     fn debug_view(&self) -> Option<String> {
         None
     }

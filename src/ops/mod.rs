@@ -260,64 +260,71 @@ pub async fn serve_core(commands: CoreCommands, ops: CoreOps) {
         })
         .await;
         match next {
-            Some(Some(Command::Transfer { key, target, reply })) => {
-                ops.router.transfer(key, target, move |answer| {
-                    // The caller may have given up waiting.
-                    let _ = reply.send(answer);
-                });
-            }
-            Some(Some(Command::ListObjects {
-                page,
-                type_id,
-                reply,
-            })) => {
-                let rows = listing::core_objects(&ops.router, ops.core, type_id, page);
-                let _ = reply.send(rows);
-            }
-            Some(Some(Command::ListSessions {
-                page,
-                player,
-                reply,
-            })) => {
-                let count = ops.gateway.session_count();
-                let rows = listing::core_sessions(&ops.gateway, ops.core, player, page);
-                let _ = reply.send((count, rows));
-            }
-            Some(Some(Command::HotObjects { reply })) => {
-                let _ = reply.send(ops.router.hot_objects());
-            }
-            Some(Some(Command::Kick {
-                session_id,
-                player_id,
-                reply,
-            })) => {
-                let _ = reply.send(sessions::core_kick(&ops.gateway, session_id, player_id));
-            }
-            Some(Some(Command::Push {
-                session_id,
-                player_id,
-                route_id,
-                body,
-                reply,
-            })) => {
-                let pushed = ops.gateway.push_to(session_id, player_id, route_id, &body);
-                let _ = reply.send(pushed);
-            }
-            Some(Some(Command::OneWay {
-                key,
-                op,
-                body,
-                reply,
-            })) => {
-                ops.router.send_one_way(key, op, body, None);
-                let _ = reply.send(());
-            }
-            Some(Some(Command::RebalancePlan { expected, reply })) => {
-                let _ = reply.send(ops.router.rebalance_plan(&expected));
-            }
+            Some(Some(command)) => perform(&ops, command),
             // Every sender is gone: the node is going away.
             Some(None) => return,
             None => {}
+        }
+    }
+}
+
+/// Performs one command of the admin side on this core, and answers it.
+fn perform(ops: &CoreOps, command: Command) {
+    match command {
+        Command::Transfer { key, target, reply } => {
+            ops.router.transfer(key, target, move |answer| {
+                // The caller may have given up waiting.
+                let _ = reply.send(answer);
+            });
+        }
+        Command::ListObjects {
+            page,
+            type_id,
+            reply,
+        } => {
+            let rows = listing::core_objects(&ops.router, ops.core, type_id, page);
+            let _ = reply.send(rows);
+        }
+        Command::ListSessions {
+            page,
+            player,
+            reply,
+        } => {
+            let count = ops.gateway.session_count();
+            let rows = listing::core_sessions(&ops.gateway, ops.core, player, page);
+            let _ = reply.send((count, rows));
+        }
+        Command::HotObjects { reply } => {
+            let _ = reply.send(ops.router.hot_objects());
+        }
+        Command::Kick {
+            session_id,
+            player_id,
+            reply,
+        } => {
+            let _ = reply.send(sessions::core_kick(&ops.gateway, session_id, player_id));
+        }
+        Command::Push {
+            session_id,
+            player_id,
+            route_id,
+            body,
+            reply,
+        } => {
+            let pushed = ops.gateway.push_to(session_id, player_id, route_id, &body);
+            let _ = reply.send(pushed);
+        }
+        Command::OneWay {
+            key,
+            op,
+            body,
+            reply,
+        } => {
+            ops.router.send_one_way(key, op, body, None);
+            let _ = reply.send(());
+        }
+        Command::RebalancePlan { expected, reply } => {
+            let _ = reply.send(ops.router.rebalance_plan(&expected));
         }
     }
 }

@@ -85,16 +85,28 @@ export async function drawHot(api, members) {
       .filter((m) => scope === "cluster" || scope === `node ${m.node_id}`)
       .map((m) => call("GET", `/nodes/${m.node_id}/hot-objects`).catch(() => ({ ok: false }))),
   );
-  const rows = [];
+  // A request is counted where it enters a node's router: the node of
+  // its client's gateway and, sent on, the owner's. One row per object,
+  // then, with the nodes that counted it and the most any one counted.
+  const byKey = new Map();
   for (const answer of answers) {
     if (!answer.ok) continue;
     const { node_id: node, covered_ms: covered, objects } = answer.payload;
-    for (const o of objects) rows.push({ ...o, node, perSecond: covered > 0 ? (o.requests * 1000) / covered : NaN });
+    for (const o of objects) {
+      const perSecond = covered > 0 ? (o.requests * 1000) / covered : NaN;
+      const key = `${o.type_id}/${o.zone_id}/${o.id}`;
+      const seen = byKey.get(key);
+      if (!seen) byKey.set(key, { ...o, node: String(node), perSecond });
+      else {
+        seen.node = `${seen.node}, ${node}`;
+        if (o.requests > seen.requests) Object.assign(seen, { requests: o.requests, error: o.error, core: o.core, perSecond });
+      }
+    }
   }
-  rows.sort((a, b) => b.requests - a.requests);
+  const rows = [...byKey.values()].sort((a, b) => b.requests - a.requests);
   const shown = rows.slice(0, 20);
   const t = table(
-    ["type", "id", "node", "core", "requests/s", "requests (± overcount)", ""],
+    ["type", "id", "nodes", "core", "requests/s", "requests (± overcount)", ""],
     shown.map((o) => [
       o.type ?? o.type_id,
       o.id,
