@@ -243,3 +243,129 @@ fn the_console_and_the_admin_api_it_reads() {
     assert_eq!(cluster_view["members"].as_array().unwrap().len(), 2);
     drop(clients);
 }
+
+/// What the console's history, hottest objects, sessions search and push
+/// read: node 1's own history fills with the load's samples; the player a
+/// client keeps busy tops node 1's hottest objects; a player logged in on
+/// node 2 is found from node 1 with `scope=cluster`, and a push through
+/// node 1 reaches that session as a `room.message` of room 0 from the
+/// system; a push to the wrong player or a bad text is refused; a request
+/// whose `Host` names another address is refused 421 on these paths too.
+#[test]
+fn history_hot_objects_a_search_across_the_cluster_and_a_push() {
+    let cluster = LocalCluster::new();
+    let one = cluster.start(1);
+    let two = cluster.start(2);
+    wait_members_up(&one, &[2]);
+    wait_members_up(&two, &[1]);
+
+    let (mut busy, _) = login_eventually(one.gateway, 21, Duration::from_secs(10));
+    for seq in 2..202 {
+        let reply = busy.call(route::PLAYER_INCR, seq, &1i64.to_le_bytes());
+        assert_eq!(reply.kind, FrameKind::Response, "{reply:?}");
+    }
+    let (mut away, _) = login_eventually(two.gateway, 22, Duration::from_secs(10));
+
+    // The hottest objects of node 1: player 21, its 200 increments and its
+    // login's requests.
+    let (status, hot) = json(one.admin, "GET", "/hot-objects", "");
+    assert_eq!(status, 200, "{hot}");
+    assert_eq!(hot["node_id"], 1);
+    let top = &hot["objects"][0];
+    assert_eq!(
+        (top["type"].as_str(), top["id"].as_u64()),
+        (Some("player"), Some(21)),
+        "{hot}"
+    );
+    assert!(top["requests"].as_u64().unwrap() >= 200, "{hot}");
+    assert!(hot["covered_ms"].as_u64().unwrap() > 0, "{hot}");
+    assert_eq!(request(one.admin, "POST", "/hot-objects", "").0, 405);
+
+    // The history: a sample every 5 s, the load's among the first.
+    let samples = eventually(Duration::from_secs(15), "two samples", || {
+        let (status, history) = json(one.admin, "GET", "/history", "");
+        assert_eq!(status, 200, "{history}");
+        assert_eq!(history["every_ms"], 5000);
+        let samples = history["samples"].as_array().unwrap().clone();
+        (samples.len() >= 2).then_some(samples)
+    });
+    assert!(
+        samples
+            .iter()
+            .any(|s| s["requests_per_s"].as_f64() > Some(0.0)),
+        "{samples:?}"
+    );
+    assert_eq!(samples[0]["sessions"].as_f64(), Some(1.0), "{samples:?}");
+    let last = samples.last().unwrap()["at_ms"].as_u64().unwrap();
+    // Wall-clock times, as a browser's `Date.now()` reads them.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(now_ms.abs_diff(last) < 60_000, "{last} against {now_ms}");
+    let (_, later) = json(one.admin, "GET", &format!("/history?since={last}"), "");
+    assert_eq!(later["samples"], serde_json::json!([]));
+    assert_eq!(json(one.admin, "GET", "/history?since=x", "").0, 400);
+    assert_eq!(
+        json(one.admin, "GET", "/nodes/2/history", "").1["node_id"],
+        2
+    );
+
+    // Player 22's session, found from node 1 on node 2.
+    let (status, found) = json(one.admin, "GET", "/sessions?player=22&scope=cluster", "");
+    assert_eq!(status, 200, "{found}");
+    let nodes = found["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "{found}");
+    assert_eq!(nodes[0]["sessions"], serde_json::json!([]), "{found}");
+    let on_two = nodes.iter().find(|node| node["node_id"] == 2).unwrap();
+    let session = on_two["sessions"][0]["session_id"].as_u64().expect("found");
+    assert_eq!(on_two["sessions"][0]["player_id"], 22);
+    let (status, refused) = json(one.admin, "GET", "/sessions?scope=cluster", "");
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (400, Some("bad_request"))
+    );
+    assert_eq!(json(one.admin, "GET", "/sessions?scope=all", "").0, 400);
+
+    // A push to it, through node 1.
+    let push = format!("/nodes/2/sessions/{session}/push?player=22");
+    let (status, pushed) = json(one.admin, "POST", &push, "hello, player 22");
+    assert_eq!(
+        (status, pushed["pushed"].as_bool()),
+        (200, Some(true)),
+        "{pushed}"
+    );
+    let message = away.recv();
+    assert_eq!(
+        (message.kind, message.route_id),
+        (FrameKind::Push, route::ROOM_MESSAGE),
+        "{message:?}"
+    );
+    assert_eq!(&message.body[..16], &[0u8; 16]);
+    assert_eq!(&message.body[16..], b"hello, player 22");
+    // Another player's, a session of node 1 it is not, a bad text.
+    let wrong = format!("/nodes/2/sessions/{session}/push?player=21");
+    assert_eq!(
+        json(one.admin, "POST", &wrong, "x").1["error"],
+        "no_such_session"
+    );
+    let here = format!("/sessions/{session}/push?player=22");
+    assert_eq!(json(one.admin, "POST", &here, "x").0, 404);
+    assert_eq!(json(one.admin, "POST", &push, "").1["error"], "bad_request");
+    let long = "x".repeat(1025);
+    assert_eq!(json(one.admin, "POST", &push, &long).0, 400);
+
+    // The Host check holds on the new paths.
+    for (method, path) in [
+        ("GET", "/history"),
+        ("GET", "/hot-objects"),
+        ("POST", push.as_str()),
+    ] {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: elsewhere.example\r\nContent-Length: 1\r\n\r\n"
+        );
+        let answer = support::http::exchange(one.admin, &head, b"x");
+        assert_eq!(answer.status, 421, "{method} {path}: {}", answer.body);
+    }
+    drop((busy, away));
+}

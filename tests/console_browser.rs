@@ -15,6 +15,14 @@
 //! 3-narrow-420px.png, 4-member-down.png, 5-drained.png,
 //! 6-session-kicked.png (taken before the drain, numbered as added).
 //!
+//! A second run (`the_console_keeps_its_history_...`, script
+//! tests/browser/console_ops.mjs) shows the charts filled from the nodes'
+//! own history after a reload, the hottest objects, the sessions pages
+//! back and forth, a player found on another node and pushed to, and a
+//! room's members with who is online: 7-history-after-reload.png,
+//! 8-hottest-objects.png, 9-sessions-paged.png, 10-found-and-pushed.png,
+//! 11-room-members.png.
+//!
 //! .ci/run installs Chromium and playwright-core and exports
 //! ROUTERD_CHROMIUM and ROUTERD_BROWSER_MODULES: without them the test
 //! fails in CI and skips outside.
@@ -31,6 +39,10 @@ use std::sync::Arc;
 
 use support::cluster::{login_eventually, wait_members_up, LocalCluster};
 use wire::client::{route, FrameKind};
+
+/// One browser run at a time: two clusters and two Chromiums at once on a
+/// small machine would make each run's timings the other's.
+static ONE_BROWSER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The whole browser run, cluster start excluded.
 const BROWSER_LIMIT: Duration = Duration::from_secs(75);
@@ -69,6 +81,9 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
     let Some((chromium, modules)) = browser() else {
         return;
     };
+    let _one = ONE_BROWSER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-browser");
     std::fs::create_dir_all(&shots).unwrap();
     let cluster = LocalCluster::new();
@@ -253,4 +268,154 @@ fn a_page_of_another_origin_cannot_change_the_log_level() {
     assert_eq!(filter(), before, "{said}");
     assert_eq!(refused(), 1, "{said}");
     node.stop();
+}
+
+/// The console's history, hottest objects, sessions, push and rooms in a
+/// browser, on two nodes: node 1 has sampled a load for 10 s before the
+/// page opens, so after a reload its charts start before the page did;
+/// player 41, busy, tops the hottest objects; node 1's 55 sessions page
+/// forward and back; player 42, on node 2, is found from node 1's page
+/// and pushed to (the test reads the `room.message` of room 0); room 9's
+/// two members show online.
+#[test]
+fn the_console_keeps_its_history_finds_and_pushes_to_a_session_and_browses_a_room() {
+    let Some((chromium, modules)) = browser() else {
+        return;
+    };
+    let _one = ONE_BROWSER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-browser");
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut cluster = LocalCluster::new();
+    // The room browser shows members as saved: saved at each change.
+    cluster.extra = "[services.room]\npersist = \"on_write\"\n".to_string();
+    let one = cluster.start(1);
+    let two = cluster.start(2);
+    wait_members_up(&one, &[2]);
+    wait_members_up(&two, &[1]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        let gateway = one.gateway;
+        std::thread::spawn(move || {
+            let (mut client, _) = login_eventually(gateway, 41, Duration::from_secs(10));
+            let mut seq = 2;
+            while !stop.load(Ordering::Relaxed) {
+                client.call(route::PLAYER_INCR, seq, &1i64.to_le_bytes());
+                seq += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    // Room 9: player 42 (node 2's gateway) and player 43 (node 1's).
+    let (mut found, _) = login_eventually(two.gateway, 42, Duration::from_secs(10));
+    let (mut other, _) = login_eventually(one.gateway, 43, Duration::from_secs(10));
+    for client in [&mut found, &mut other] {
+        let joined = client.call(route::ROOM_JOIN, 2, &9u64.to_le_bytes());
+        assert_eq!(joined.kind, FrameKind::Response, "{joined:?}");
+    }
+    // More than a page of sessions on node 1 (50 a page).
+    let idle: Vec<_> = (100..153)
+        .map(|player| login_eventually(one.gateway, player, Duration::from_secs(10)).0)
+        .collect();
+    // Node 1's history holds the load, and room 9's members are saved.
+    let room_node =
+        support::cluster::eventually(Duration::from_secs(20), "history and room 9", || {
+            let history = support::cluster::get_json(one.admin, "/history");
+            let sampled = history["samples"].as_array()?.len() >= 2;
+            let room = support::cluster::get_json(one.admin, "/objects/room/9");
+            let members = room["state"]["members"].as_array()?.len();
+            (sampled && members == 2)
+                .then(|| room["owner"].as_u64())
+                .flatten()
+        });
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/console_ops.mjs");
+    let mut driver = Command::new("node")
+        .arg(&script)
+        .env(
+            "ROUTERD_CONSOLE_URL",
+            format!("http://{}/console/", one.admin),
+        )
+        .env("ROUTERD_CHROMIUM", &chromium)
+        .env("ROUTERD_BROWSER_MODULES", &modules)
+        .env("ROUTERD_SCREENSHOTS", &shots)
+        .env("ROUTERD_ROOM_NODE", room_node.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("node runs");
+    let mut to_driver = driver.stdin.take().unwrap();
+    let (said, lines) = std::sync::mpsc::channel();
+    let stdout = driver.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if said.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut transcript = Vec::new();
+    let outcome = loop {
+        let left = BROWSER_LIMIT.saturating_sub(started.elapsed());
+        let Ok(line) = lines.recv_timeout(left) else {
+            break Err(format!("no end within {BROWSER_LIMIT:?}"));
+        };
+        transcript.push(line.clone());
+        match line.as_str() {
+            // The page's push to player 42's session on node 2.
+            "pushed" => {
+                let message = found.recv();
+                assert_eq!(message.kind, FrameKind::Push, "{message:?}");
+                assert_eq!(message.route_id, route::ROOM_MESSAGE, "{message:?}");
+                assert_eq!(&message.body[..16], &[0u8; 16]);
+                assert_eq!(&message.body[16..], b"hello, player 42");
+                writeln!(to_driver, "received").unwrap();
+            }
+            "done" => break Ok(()),
+            fail if fail.starts_with("fail: ") => break Err(fail.to_string()),
+            _ => {}
+        }
+    };
+    if outcome.is_err() {
+        let _ = driver.kill();
+    }
+    let status = driver.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    // A load whose call timed out on a busy machine says so in its own
+    // panic; the page's steps say what it missed.
+    let loaded = load.join().is_ok();
+    if let Err(why) = outcome {
+        panic!(
+            "{why} (the load ran to the end: {loaded})\nthe browser's side said:\n{}",
+            transcript.join("\n")
+        );
+    }
+    assert!(status.success(), "{status}: {}", transcript.join("\n"));
+    for want in [
+        "seen: the charts start before the page, after a reload",
+        "seen: player 41 the hottest object",
+        "seen: node 1's sessions paged forward and back",
+        "seen: player 42 found on node 2 and pushed to",
+        "seen: room 9's two members online",
+    ] {
+        assert!(transcript.iter().any(|line| line == want), "{transcript:?}");
+    }
+    for shot in [
+        "7-history-after-reload.png",
+        "8-hottest-objects.png",
+        "9-sessions-paged.png",
+        "10-found-and-pushed.png",
+        "11-room-members.png",
+    ] {
+        let bytes = std::fs::metadata(shots.join(shot))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(bytes > 1000, "{shot}: {bytes} bytes");
+    }
+    eprintln!("screenshots in {}", shots.display());
+    drop((idle, found, other, two, one));
 }

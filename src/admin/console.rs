@@ -43,6 +43,16 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("console/panels.js"),
     ),
     (
+        "sessions.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/sessions.js"),
+    ),
+    (
+        "rooms.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/rooms.js"),
+    ),
+    (
         "console.css",
         "text/css; charset=utf-8",
         include_str!("console/console.css"),

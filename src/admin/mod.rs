@@ -43,6 +43,8 @@ mod auth;
 mod console;
 mod forward;
 mod gate;
+mod history;
+mod hot;
 pub(crate) mod log_level;
 mod log_limit;
 mod operator;
@@ -55,9 +57,11 @@ mod slots;
 mod state_view;
 
 pub use self::access::Access;
+pub use self::history::History;
 use self::routes::{error_json, Body};
 use self::slots::{Connections, Pending};
 pub use self::slots::{PENDING_HEADS_MAX, PROBE_SLOTS_MAX};
+pub use self::state_view::DebugView;
 use crate::ops::NodePhase;
 
 /// Requests served at once (their head read); past it a request is
@@ -109,6 +113,12 @@ pub struct AdminState {
     /// `admin.allowed_origins`; the bound address is added by
     /// [`Admin::serve`]).
     pub access: Access,
+    /// The node's figures over the last hour (`GET /history`), sampled
+    /// while the endpoint serves.
+    pub history: History,
+    /// A user type's view of its saved state (`Object::debug_view`), for
+    /// `GET /objects/{type}/{id}`; `None` shows its bytes in hex only.
+    pub debug_view: Option<DebugView>,
 }
 
 /// This node's advertised addresses (`gateway.advertise`,
@@ -192,6 +202,7 @@ async fn serve(
         // With cluster.rebalance_on_join: ends with the runtime.
         drop(tokio::spawn(ops.clone().rebalance_on_joins()));
     }
+    drop(tokio::spawn(history::sample(state.clone())));
     let connections = Arc::new(Connections::new());
     loop {
         let accepted = tokio::select! {

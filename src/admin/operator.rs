@@ -76,7 +76,8 @@ pub(super) async fn list_objects(
 }
 
 /// `GET /sessions?player=ID&after=ID&limit=N`: each core's session count
-/// and a page of this node's sessions (of one player, if given).
+/// and a page of this node's sessions (of one player, if given). With
+/// `scope=cluster` and a player: that player's sessions on every member.
 pub(super) async fn list_sessions(state: &AdminState, query: Option<&str>) -> Response<Body> {
     let Some(ops) = &state.ops else {
         return refused(
@@ -85,23 +86,34 @@ pub(super) async fn list_sessions(state: &AdminState, query: Option<&str>) -> Re
             "this node runs no operations",
         );
     };
-    let mut player = None;
-    let page = PageAsk::parse(query, |key, value| {
-        if key != "player" {
-            return Ok(false);
+    let (mut player, mut cluster) = (None, false);
+    let page = PageAsk::parse(query, |key, value| match (key, value.parse::<u64>()) {
+        ("player", Ok(id)) if id != 0 => {
+            player = Some(id);
+            Ok(true)
         }
-        match value.parse::<u64>() {
-            Ok(id) if id != 0 => {
-                player = Some(id);
-                Ok(true)
-            }
-            _ => Err("player must be a player id (a positive number)".to_string()),
+        ("player", _) => Err("player must be a player id (a positive number)".to_string()),
+        ("scope", _) if value == "node" || value == "cluster" => {
+            cluster = value == "cluster";
+            Ok(true)
         }
+        ("scope", _) => Err("scope is node (the default) or cluster".to_string()),
+        _ => Ok(false),
     });
     let page = match page {
         Ok(page) => page,
         Err(reason) => return refused(StatusCode::BAD_REQUEST, "bad_request", &reason),
     };
+    if cluster {
+        let Some(player) = player else {
+            let reason = "scope=cluster searches by player: give player=N";
+            return refused(StatusCode::BAD_REQUEST, "bad_request", reason);
+        };
+        return match ops.find_sessions(player).await {
+            Ok(found) => json_response(found),
+            Err(refusal) => list_refused(refusal),
+        };
+    }
     match ops.list_sessions(player, page).await {
         Ok(listing) => json_response(listing),
         Err(refusal) => list_refused(refusal),

@@ -76,6 +76,9 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         (&Method::POST, ["sessions", session, "kick"]) => {
             super::sessions::kick(state, session, query).await
         }
+        (&Method::POST, ["sessions", session, "push"]) => {
+            super::sessions::push(state, session, query, request.body()).await
+        }
         (&Method::POST, ["rooms", room, "message"]) => {
             super::sessions::room_message(state, room, request.body()).await
         }
@@ -89,6 +92,8 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         (&Method::GET, ["readyz"]) => probes::readyz(state).await,
         (&Method::GET, ["metrics"]) => metrics(state).await,
         (&Method::GET, ["cluster"]) => cluster(state).await,
+        (&Method::GET, ["history"]) => super::history::get(state, query),
+        (&Method::GET, ["hot-objects"]) => super::hot::get(state).await,
         (&Method::GET, ["objects", kind, id]) => objects(state, kind, id).await,
         (&Method::POST, ["objects", kind, id, "transfer"]) => {
             transfer(state, kind, id, request.uri().query()).await
@@ -100,7 +105,14 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         (&Method::GET, ["drain"]) => drain(state, false).await,
         (
             _,
-            ["healthz"] | ["livez"] | ["readyz"] | ["metrics"] | ["cluster"] | ["objects", _, _],
+            ["healthz"]
+            | ["livez"]
+            | ["readyz"]
+            | ["metrics"]
+            | ["cluster"]
+            | ["history"]
+            | ["hot-objects"]
+            | ["objects", _, _],
         ) => method_not_allowed("GET"),
         (_, ["objects", _, _, "transfer"]) => method_not_allowed("POST"),
         (_, ["drain"]) => method_not_allowed("GET, POST"),
@@ -325,7 +337,7 @@ async fn objects(state: &AdminState, kind: &str, id: &str) -> Response<Body> {
         "cas_version": record.cas_version.0,
         "save_timepoint_ms": record.save_timepoint_ms,
         "state_bytes": record.state.len(),
-        "state": super::state_view::state_json(key.type_id, &record.state),
+        "state": super::state_view::state_json(key, &record.state, state.debug_view.as_ref()),
     }))
 }
 
@@ -534,6 +546,8 @@ mod tests {
             advertised: None,
             object_types: vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)],
             access: Default::default(),
+            history: Default::default(),
+            debug_view: None,
         };
         let healthz = || call(&state, Method::GET, "/healthz");
         assert_eq!(
@@ -569,6 +583,8 @@ mod tests {
             advertised: None,
             object_types: Vec::new(),
             access: Default::default(),
+            history: Default::default(),
+            debug_view: None,
         };
         state.phase.set_serving();
         let healthz = || call(&state, Method::GET, "/healthz");
@@ -605,6 +621,8 @@ mod tests {
             advertised: None,
             object_types: vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)],
             access: Default::default(),
+            history: Default::default(),
+            debug_view: None,
         };
         let (status, body) = call(&state, Method::GET, "/metrics");
         assert_eq!(status, StatusCode::OK);

@@ -187,6 +187,21 @@ impl GatewayHandle {
         }
     }
 
+    /// An operator's PUSH to one of this core's sessions (see
+    /// `GatewayCore::push_to`).
+    pub fn push_to(
+        &self,
+        session_id: u64,
+        player_id: u64,
+        route_id: u32,
+        body: &[u8],
+    ) -> super::SessionPush {
+        self.0
+            .state
+            .borrow_mut()
+            .push_to(session_id, player_id, route_id, body)
+    }
+
     /// The seed's bind CAS on a session this core owns (the services side
     /// calls it on the session's core). Counted.
     pub fn apply_binding(

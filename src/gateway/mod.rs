@@ -36,7 +36,7 @@ use wire::frame::{ClientWire, FrameBuf, FrameEncodeError, Message};
 
 pub use self::core::{
     BindError, CloseReason, EgressRef, EgressRejected, GatewayCore, HeldFrame, Limits,
-    LoginOutcome, SessionRow,
+    LoginOutcome, SessionPush, SessionRow,
 };
 pub use self::driver::GatewayHandle;
 pub use self::services_side::{LoginRequest, ServicesSide};

@@ -347,6 +347,11 @@ pub(super) fn admin_state(
         }),
         object_types: shared.registry.object_types(),
         access: crate::admin::Access::new(&shared.config.admin),
+        history: Default::default(),
+        debug_view: Some({
+            let registry = shared.registry.clone();
+            Arc::new(move |key, saved| registry.debug_view(key, saved))
+        }),
     }
 }
 

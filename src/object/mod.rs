@@ -152,6 +152,16 @@ pub trait Object: 'static {
     fn on_timer(&mut self, ctx: &mut Context<'_>, tag: u64) {
         let _ = (ctx, tag);
     }
+    /// What an operator sees of the object in the admin endpoint's state
+    /// viewer (`GET /objects/{type}/{id}`, the console's lookup), made
+    /// from the object as [`ObjectType::decode`] reads it back from its
+    /// saved state: words, or JSON (shown as JSON when it parses). `None`,
+    /// the default, shows the saved bytes in hex. It runs on the admin
+    /// thread, not a core, on a copy decoded for the view: keep it cheap
+    /// and leave secrets out (docs/protocol.md, section 9).
+    fn debug_view(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A stateless service: no owner, no persisted state, run by every node

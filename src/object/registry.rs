@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::adapter::ServiceAdapter;
-use super::{ClientRoute, ObjectType, Pick, RouteKind, Service};
+use super::{ClientRoute, Object as _, ObjectKey, ObjectType, Pick, RouteKind, Service};
 use crate::catalog::ActorConfig;
 use crate::route::{RouteError, RouteTable, Served};
 use crate::router::RouterCore;
@@ -42,6 +42,9 @@ pub enum RegistryError {
 }
 
 type RegisterFn = Arc<dyn Fn(&mut RouterCore) + Send + Sync>;
+/// An object type's [`super::Object::debug_view`] of a saved state
+/// (`key`, the version that wrote it, the state).
+type DebugFn = Arc<dyn Fn(ObjectKey, u16, &[u8]) -> Option<String> + Send + Sync>;
 
 /// One registered type or service.
 #[derive(Clone)]
@@ -55,6 +58,8 @@ struct Registered {
     /// `None` for a service other nodes run: this node knows its routes
     /// (so its clients may call it) but neither runs nor advertises it.
     register: Option<RegisterFn>,
+    /// `Some` for an object type: its debug view of a saved state.
+    debug: Option<DebugFn>,
 }
 
 /// The object types and services of one node, in registration order.
@@ -66,6 +71,7 @@ pub struct Registry {
 impl Registry {
     pub fn add_object_type<T: ObjectType>(&mut self, kind: T) -> Result<(), RegistryError> {
         let kind = Arc::new(kind);
+        let decoder = kind.clone();
         let entry = Registered {
             type_id: kind.type_id(),
             name: kind.name(),
@@ -73,6 +79,13 @@ impl Registry {
             service: None,
             register: Some(Arc::new(move |core: &mut RouterCore| {
                 core.register(Box::new(kind.clone()))
+            })),
+            debug: Some(Arc::new(move |key, version, state| {
+                let newest = decoder.state_version();
+                if version == 0 || version > newest {
+                    return None;
+                }
+                decoder.decode(key, version, state).ok()?.debug_view()
             })),
         };
         self.add(entry)
@@ -88,6 +101,7 @@ impl Registry {
             register: Some(Arc::new(move |core: &mut RouterCore| {
                 core.register_service(Box::new(ServiceAdapter(service.clone())))
             })),
+            debug: None,
         };
         self.add(entry)
     }
@@ -101,6 +115,7 @@ impl Registry {
             routes: service.routes(),
             service: Some((service.pick(), service.weight())),
             register: None,
+            debug: None,
         };
         self.add(entry)
     }
@@ -139,6 +154,19 @@ impl Registry {
             .filter(|entry| entry.service.is_none())
             .map(|entry| (entry.name, entry.type_id))
             .collect()
+    }
+
+    /// What the object type of `key` shows an operator of the state it
+    /// saved (`saved`: the state version, two bytes little-endian, then
+    /// the state), through [`super::Object::debug_view`]; `None` when the
+    /// type gives no view, is not registered, or the state does not decode.
+    pub fn debug_view(&self, key: ObjectKey, saved: &[u8]) -> Option<String> {
+        let (version, state) = saved.split_first_chunk::<2>()?;
+        let entry = self
+            .entries
+            .iter()
+            .find(|entry| entry.type_id == key.type_id)?;
+        (entry.debug.as_ref()?)(key, u16::from_le_bytes(*version), state)
     }
 
     /// The names of what is registered, object types and services, in

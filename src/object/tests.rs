@@ -93,6 +93,10 @@ impl Object for Account {
         out.extend_from_slice(&self.balance.to_le_bytes());
     }
 
+    fn debug_view(&self) -> Option<String> {
+        Some(format!("{{\"balance\": {}}}", self.balance))
+    }
+
     fn handle(&mut self, ctx: &mut Context<'_>) {
         let mut body = Reader::new(ctx.body());
         match ctx.op() {
@@ -410,4 +414,39 @@ fn a_state_is_decoded_with_the_version_that_wrote_it() {
         h3.ask(1, OP_GET, Vec::new()),
         Some(Err(ErrorCode::Internal.into()))
     );
+}
+
+/// The state viewer's view of a user type: the object decoded from the
+/// saved state with the version that wrote it, through `debug_view`; none
+/// for a state that does not decode, a version past the build's, a type
+/// not registered, or a type without a view (the built-in room's default).
+#[test]
+fn a_saved_state_is_shown_through_the_types_debug_view() {
+    let mut registry = Registry::default();
+    registry
+        .add_object_type(account_type(Persist::OnWrite))
+        .unwrap();
+    registry
+        .add_object_type(crate::builtins::room::RoomType::default())
+        .unwrap();
+    let saved = |version: u16, state: &[u8]| {
+        let mut saved = version.to_le_bytes().to_vec();
+        saved.extend_from_slice(state);
+        saved
+    };
+    let view = |key, saved: &[u8]| registry.debug_view(key, saved);
+    assert_eq!(
+        view(account(1), &saved(2, &(-7i64).to_le_bytes())).as_deref(),
+        Some("{\"balance\": -7}")
+    );
+    assert_eq!(
+        view(account(1), &saved(1, &5i32.to_le_bytes())).as_deref(),
+        Some("{\"balance\": 5}")
+    );
+    assert_eq!(view(account(1), &saved(2, b"short")), None);
+    assert_eq!(view(account(1), &saved(3, &0i64.to_le_bytes())), None);
+    assert_eq!(view(account(1), &[2]), None);
+    assert_eq!(view(ObjectKey::new(999, 0, 1), &saved(1, &[])), None);
+    let room = ObjectKey::new(crate::builtins::ROOM_TYPE_ID, 0, 1);
+    assert_eq!(view(room, &saved(1, &0u32.to_le_bytes())), None);
 }

@@ -13,6 +13,8 @@
 
 pub mod client;
 pub mod drain;
+mod find;
+mod hot;
 pub mod listing;
 mod phase;
 pub mod rebalance;
@@ -31,6 +33,7 @@ use self::rebalance::RebalanceStatus;
 use crate::cluster::view::ClusterView;
 use crate::config::{ClusterConfig, Secret};
 use crate::gateway::GatewayHandle;
+pub use crate::gateway::SessionPush;
 use crate::ids::NodeId;
 use crate::metrics::AdminStats;
 use crate::router::driver::{RouterDriver, TransferReply};
@@ -59,12 +62,25 @@ enum Command {
         player: Option<u64>,
         reply: oneshot::Sender<(usize, Vec<listing::SessionRow>)>,
     },
+    /// The core's hottest objects and the time their counts cover.
+    HotObjects {
+        reply: oneshot::Sender<(Vec<crate::router::HotObject>, u64)>,
+    },
     /// Kick the core's session `session_id` if it is bound to `player_id`;
     /// answers whether it did.
     Kick {
         session_id: u64,
         player_id: u64,
         reply: oneshot::Sender<bool>,
+    },
+    /// PUSH `body` on `route_id` to the core's session `session_id` if it
+    /// is bound to `player_id`; answers what became of it.
+    Push {
+        session_id: u64,
+        player_id: u64,
+        route_id: u32,
+        body: Vec<u8>,
+        reply: oneshot::Sender<crate::gateway::SessionPush>,
     },
     /// Send a one-way message from the node to the object `key`; answers
     /// once it is on its way.
@@ -245,51 +261,71 @@ pub async fn serve_core(commands: CoreCommands, ops: CoreOps) {
         })
         .await;
         match next {
-            Some(Some(Command::Transfer { key, target, reply })) => {
-                ops.router.transfer(key, target, move |answer| {
-                    // The caller may have given up waiting.
-                    let _ = reply.send(answer);
-                });
-            }
-            Some(Some(Command::ListObjects {
-                page,
-                type_id,
-                reply,
-            })) => {
-                let rows = listing::core_objects(&ops.router, ops.core, type_id, page);
-                let _ = reply.send(rows);
-            }
-            Some(Some(Command::ListSessions {
-                page,
-                player,
-                reply,
-            })) => {
-                let count = ops.gateway.session_count();
-                let rows = listing::core_sessions(&ops.gateway, ops.core, player, page);
-                let _ = reply.send((count, rows));
-            }
-            Some(Some(Command::Kick {
-                session_id,
-                player_id,
-                reply,
-            })) => {
-                let _ = reply.send(sessions::core_kick(&ops.gateway, session_id, player_id));
-            }
-            Some(Some(Command::OneWay {
-                key,
-                op,
-                body,
-                reply,
-            })) => {
-                ops.router.send_one_way(key, op, body, None);
-                let _ = reply.send(());
-            }
-            Some(Some(Command::RebalancePlan { expected, reply })) => {
-                let _ = reply.send(ops.router.rebalance_plan(&expected));
-            }
+            Some(Some(command)) => perform(&ops, command),
             // Every sender is gone: the node is going away.
             Some(None) => return,
             None => {}
+        }
+    }
+}
+
+/// Performs one command of the admin side on this core, and answers it.
+fn perform(ops: &CoreOps, command: Command) {
+    match command {
+        Command::Transfer { key, target, reply } => {
+            ops.router.transfer(key, target, move |answer| {
+                // The caller may have given up waiting.
+                let _ = reply.send(answer);
+            });
+        }
+        Command::ListObjects {
+            page,
+            type_id,
+            reply,
+        } => {
+            let rows = listing::core_objects(&ops.router, ops.core, type_id, page);
+            let _ = reply.send(rows);
+        }
+        Command::ListSessions {
+            page,
+            player,
+            reply,
+        } => {
+            let count = ops.gateway.session_count();
+            let rows = listing::core_sessions(&ops.gateway, ops.core, player, page);
+            let _ = reply.send((count, rows));
+        }
+        Command::HotObjects { reply } => {
+            let _ = reply.send(ops.router.hot_objects());
+        }
+        Command::Kick {
+            session_id,
+            player_id,
+            reply,
+        } => {
+            let _ = reply.send(sessions::core_kick(&ops.gateway, session_id, player_id));
+        }
+        Command::Push {
+            session_id,
+            player_id,
+            route_id,
+            body,
+            reply,
+        } => {
+            let pushed = ops.gateway.push_to(session_id, player_id, route_id, &body);
+            let _ = reply.send(pushed);
+        }
+        Command::OneWay {
+            key,
+            op,
+            body,
+            reply,
+        } => {
+            ops.router.send_one_way(key, op, body, None);
+            let _ = reply.send(());
+        }
+        Command::RebalancePlan { expected, reply } => {
+            let _ = reply.send(ops.router.rebalance_plan(&expected));
         }
     }
 }

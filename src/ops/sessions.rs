@@ -2,13 +2,15 @@
 //! /sessions/{id}/kick?player=N`: the core that holds it pushes
 //! `sys.kicked` and closes it, as a duplicate login's kick does), and a
 //! one-way message from the node to an object (the room's system message
-//! of `POST /rooms/{id}/message`).
+//! of `POST /rooms/{id}/message`), a PUSH to one session (`POST
+//! /sessions/{id}/push?player=N`), and a player's sessions on every member
+//! (`GET /sessions?player=N&scope=cluster`, in `find.rs`).
 
 use futures_channel::oneshot;
 
 use super::listing::{ListRefused, CORE_ANSWER_WAIT};
 use super::{Command, Ops, Unreached};
-use crate::gateway::{session_core, GatewayHandle};
+use crate::gateway::{session_core, GatewayHandle, SessionPush};
 use wire::ObjectKey;
 
 /// The reason the kicked client reads in `sys.kicked`.
@@ -33,26 +35,58 @@ impl Ops {
     /// when no such session is here (closed already, another player's, or
     /// another node's).
     pub async fn kick_session(&self, session_id: u64, player_id: u64) -> Result<bool, ListRefused> {
-        let core = session_core(session_id);
-        let Some(sender) = self.0.cores.get(core) else {
-            return Ok(false);
+        self.ask_session_core(session_id, false, |reply| Command::Kick {
+            session_id,
+            player_id,
+            reply,
+        })
+        .await
+    }
+
+    /// PUSHes `body` on `route_id` to this node's session `session_id`
+    /// while it is bound to `player_id`.
+    pub async fn push_to_session(
+        &self,
+        session_id: u64,
+        player_id: u64,
+        route_id: u32,
+        body: Vec<u8>,
+    ) -> Result<SessionPush, ListRefused> {
+        let push = |reply| Command::Push {
+            session_id,
+            player_id,
+            route_id,
+            body,
+            reply,
+        };
+        self.ask_session_core(session_id, SessionPush::NoSession, push)
+            .await
+    }
+
+    /// Sends the command `make` builds to the core that holds `session_id`
+    /// and waits for its answer; `absent` when no core of this node can
+    /// hold it.
+    async fn ask_session_core<T>(
+        &self,
+        session_id: u64,
+        absent: T,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, ListRefused> {
+        let Some(sender) = self.0.cores.get(session_core(session_id)) else {
+            return Ok(absent);
         };
         let (reply, answer) = oneshot::channel();
         let sent = sender
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .try_send(Command::Kick {
-                session_id,
-                player_id,
-                reply,
-            });
+            .try_send(make(reply));
         match sent {
             Ok(()) => {}
             Err(error) if error.is_full() => return Err(Unreached::Busy.into()),
             Err(_) => return Err(Unreached::Stopped.into()),
         }
         match tokio::time::timeout(CORE_ANSWER_WAIT, answer).await {
-            Ok(Ok(kicked)) => Ok(kicked),
+            Ok(Ok(answer)) => Ok(answer),
             Err(_) => Err(ListRefused::Busy),
             Ok(Err(_)) => Err(ListRefused::Stopped),
         }

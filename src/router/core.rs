@@ -58,6 +58,7 @@ impl RouterCore {
                 shutdown: None,
                 flush_keys: BTreeSet::new(),
                 drain: None,
+                hot: Default::default(),
             },
             managers: BTreeMap::new(),
             services: BTreeMap::new(),

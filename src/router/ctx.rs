@@ -85,6 +85,8 @@ pub(crate) struct Ctx {
     pub flush_keys: BTreeSet<ObjectKey>,
     /// The drain under way (`RouterCore::start_drain`), if any.
     pub drain: Option<DrainState>,
+    /// The keys this core's requests name most (`RouterCore::hot_objects`).
+    pub hot: super::hot::HotCounter,
 }
 
 impl Ctx {

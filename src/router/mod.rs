@@ -29,6 +29,7 @@ mod drain;
 mod entry;
 mod events;
 pub mod handler;
+mod hot;
 pub(crate) mod mutant;
 mod output;
 mod service;
@@ -51,6 +52,7 @@ pub use handler::{
     DecodeError, HandlerOutput, HandlerReply, ObjectCall, ObjectState, ObjectTimer, ObjectType,
     ServiceHandler,
 };
+pub use hot::{HotObject, HOT_OBJECTS_KEPT, HOT_WINDOW_MS};
 pub use types::{
     AppCode, ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Refusal, Request, RequestId,
     RouterHead, RouterTransfer, StoreFailure, StoreOp, StoreReply, StoreToken, Timer, TransferDone,

@@ -160,6 +160,13 @@ impl RouterCore {
         page
     }
 
+    /// The keys this core's requests named most over the last one to two
+    /// minutes, most requested first, and the time that covers (see
+    /// `hot.rs`).
+    pub fn hot_objects(&mut self, now_ms: u64) -> (Vec<super::HotObject>, u64) {
+        self.ctx.hot.report(now_ms)
+    }
+
     /// Gauges: (writable objects, route caches, queued requests).
     pub fn gauges(&self) -> (usize, usize, usize) {
         let mut gauges = (0, 0, 0);

@@ -24,6 +24,17 @@ export class History {
     if (ring.length > this.points) ring.splice(0, ring.length - this.points);
   }
 
+  /** Puts the `points` ([ms, value]) older than any `key` holds before
+   * them: a node's own history (GET /history), read when the page opens. */
+  seed(key, points) {
+    const ring = this.series.get(key) ?? [];
+    const first = ring.length ? ring[0][0] : Infinity;
+    const older = points.filter(([at]) => at < first).map(([at, v]) => [at, Number.isFinite(v) ? v : null]);
+    const merged = [...older, ...ring];
+    if (merged.length > this.points) merged.splice(0, merged.length - this.points);
+    this.series.set(key, merged);
+  }
+
   /** The points of `key` at or after `since` (ms). */
   since(key, since) {
     const ring = this.series.get(key) ?? [];

@@ -2,9 +2,13 @@
 // forwards to the other members (/nodes/{id}/...). No framework, no build.
 
 import { parse, reading, rates, routeRates, health } from "./metrics.js";
-import { record, drawCharts, drawHealth, drawRoutes } from "./panels.js";
+import { record, seed, drawCharts, drawHealth, drawRoutes } from "./panels.js";
+import { sessionsPanel } from "./sessions.js";
+import { roomsPanel, drawHot } from "./rooms.js";
 
 const REFRESH_MS = 1000;
+/** The hottest objects are read every this many refreshes. */
+const HOT_EVERY_ROUNDS = 5;
 const TOKEN_KEY = "routerd.admin.token";
 const $ = (id) => document.getElementById(id);
 
@@ -13,7 +17,9 @@ const readings = new Map();
 let members = [];
 let self = null;
 let objectsAfter = null;
-let sessionsAfter = null;
+let rounds = 0;
+/** The nodes whose own history (GET /history) the charts hold. */
+const seeded = new Set();
 /** The last round of figures, for the panels redrawn between rounds. */
 let lastRound = [];
 
@@ -126,13 +132,14 @@ function fillNodeSelects() {
     select.replaceChildren(...options);
     if ([...select.options].some((option) => option.value === chosen)) select.value = chosen;
   };
-  for (const id of ["sessions-node", "objects-node"]) {
+  for (const id of ["sessions-node", "objects-node", "rooms-node"]) {
     fill(id, live.map((member) => new Option(member.node_id, member.node_id)));
   }
   // The panels also show nodes that left or are down: their history stays.
   const scopes = () => [new Option("whole cluster", "cluster"), ...members.map((m) => new Option(`node ${m.node_id}`, `node ${m.node_id}`))];
   fill("chart-scope", scopes());
   fill("routes-scope", scopes());
+  fill("hot-scope", scopes());
 }
 
 /** Redraws the panels from the history and the last round. */
@@ -149,12 +156,14 @@ async function refresh() {
     self = cluster.payload.node_id;
     $("served-by").textContent = `node ${self}, incarnation ${cluster.payload.incarnation}`;
     members = cluster.payload.members;
+    await seedHistories();
     const round = await Promise.all(members.map((member) => nodeFigures(member, cluster.payload)));
     renderMembers(round.map((r) => r.figures));
     fillNodeSelects();
     lastRound = round;
     record(Date.now(), round);
     drawPanels();
+    if (rounds++ % HOT_EVERY_ROUNDS === 0) drawHot(api, members);
     const up = members.filter((member) => member.state === "up").length;
     $("status").textContent = `${members.length} members, ${up} up; updated ${new Date().toLocaleTimeString()}`;
     $("status").className = "";
@@ -162,6 +171,22 @@ async function refresh() {
     $("status").textContent = `This node does not answer: ${error.message}`;
     $("status").className = "error";
   }
+}
+
+/** Reads the history of each live member not read yet: the charts then
+ * show the last hour at once, reload or not. A node that does not answer
+ * is tried again at the next refresh. */
+async function seedHistories() {
+  const unread = members.filter((m) => !seeded.has(m.node_id) && m.state !== "left" && m.state !== "down");
+  const read = await Promise.all(
+    unread.map(async (member) => {
+      const answer = await call("GET", `/nodes/${member.node_id}/history`).catch(() => ({ ok: false }));
+      if (!answer.ok) return null;
+      seeded.add(member.node_id);
+      return { nodeId: member.node_id, ...answer.payload };
+    }),
+  );
+  seed(read.filter((history) => history !== null));
 }
 
 async function startDrain(nodeId) {
@@ -193,6 +218,20 @@ function describe(list, entries) {
     dd.textContent = value;
     list.append(dt, dd);
   }
+}
+
+/** A player's sessions on every node, in the sessions panel. */
+function findPlayer(playerId) {
+  $("sessions-player").value = playerId;
+  $("sessions-everywhere").checked = true;
+  $("sessions-form").requestSubmit();
+}
+
+/** Looks up one object in the lookup panel. */
+function lookUp(type, id) {
+  $("lookup-type").value = type;
+  $("lookup-id").value = id;
+  $("lookup-form").requestSubmit();
 }
 
 async function lookup(event) {
@@ -238,7 +277,9 @@ function stateEntries(state) {
     ];
   }
   if ("members" in state) return [["members", `${state.members.length}, ${state.members.filter((m) => m.online).length} online`]];
-  return [["bytes (hex)", state.hex + (state.hex_cut ? "…" : "")]];
+  // A user type's own view (Object::debug_view), JSON or words.
+  const debug = "debug" in state ? [["debug view", typeof state.debug === "string" ? state.debug : JSON.stringify(state.debug, null, 1)]] : [];
+  return [...debug, ["bytes (hex)", state.hex + (state.hex_cut ? "…" : "")]];
 }
 
 async function transfer(event) {
@@ -264,52 +305,6 @@ function table(headers, rows) {
     for (const value of r) cell(row, value ?? "–");
   }
   return t;
-}
-
-async function sessions(event, next = false) {
-  if (event) event.preventDefault();
-  if (!next) sessionsAfter = null;
-  const node = $("sessions-node").value;
-  const player = $("sessions-player").value.trim();
-  const query = new URLSearchParams({ limit: "50" });
-  if (player !== "") query.set("player", player);
-  if (sessionsAfter != null) query.set("after", sessionsAfter);
-  const answer = await call("GET", `/nodes/${node}/sessions?${query}`);
-  const out = $("sessions-result");
-  if (!answer.ok) {
-    out.textContent = `${answer.status}: ${JSON.stringify(answer.payload)}`;
-    return;
-  }
-  const s = answer.payload;
-  sessionsAfter = s.next_after;
-  $("sessions-next").disabled = s.next_after == null;
-  const counts = document.createElement("p");
-  counts.textContent = `${s.total} sessions: ` + s.cores.map((c) => `core ${c.core} ${c.sessions}`).join(", ");
-  const listed = table(
-    ["session", "core", "player", "epoch", "in flight", ""],
-    s.sessions.map((r) => [r.session_id, r.core, r.player_id || "(not logged in)", r.session_epoch, r.inflight, ""]),
-  );
-  s.sessions.forEach((r, index) => {
-    if (!r.player_id) return;
-    const kick = document.createElement("button");
-    kick.textContent = "Kick";
-    kick.className = "kick";
-    kick.addEventListener("click", () => kickSession(node, r.session_id, r.player_id));
-    listed.tBodies[0].rows[index].lastElementChild.appendChild(kick);
-  });
-  out.replaceChildren(counts, listed);
-}
-
-async function kickSession(node, sessionId, playerId) {
-  if (!confirm(`Close session ${sessionId} of player ${playerId}? The client reads sys.kicked.`)) return;
-  const answer = await call("POST", `/nodes/${node}/sessions/${sessionId}/kick?player=${playerId}`);
-  say(
-    answer.ok
-      ? `Session ${sessionId} of player ${playerId} on node ${node} kicked.`
-      : `Kick of session ${sessionId} refused (${answer.status}): ${JSON.stringify(answer.payload)}`,
-    !answer.ok,
-  );
-  sessions(null);
 }
 
 /** A room.message to every logged-in member of a room, from player 0. */
@@ -379,8 +374,10 @@ $("token-form").addEventListener("submit", (event) => {
 });
 $("lookup-form").addEventListener("submit", lookup);
 $("transfer-form").addEventListener("submit", transfer);
-$("sessions-form").addEventListener("submit", (event) => sessions(event));
-$("sessions-next").addEventListener("click", () => sessions(null, true));
+const api = { call, table, say, $, findPlayer, lookUp };
+sessionsPanel(api);
+roomsPanel(api);
+$("hot-scope").addEventListener("change", () => drawHot(api, members));
 $("message-form").addEventListener("submit", messageRoom);
 for (const id of ["chart-scope", "chart-window", "routes-scope"]) $(id).addEventListener("change", drawPanels);
 $("objects-form").addEventListener("submit", (event) => objects(event));

@@ -59,6 +59,47 @@ export function record(at, rows) {
   for (const [key] of CHARTS) history.push(`cluster:${key}`, at, cluster[key]);
 }
 
+/** Each chart's field in a sample of a node's GET /history. */
+const SAMPLE_FIELDS = {
+  requests: "requests_per_s",
+  p99: "p99_ms",
+  errors: "errors_per_s",
+  sessions: "sessions",
+  objects: "objects",
+  store: "store_p99_ms",
+  heartbeat: "heartbeat_age_ms",
+};
+/** The charts whose cluster line is the nodes' sum (the others: the highest). */
+const SUMMED = new Set(["requests", "errors", "sessions", "objects"]);
+
+/**
+ * Puts the nodes' own histories before what the page recorded, so the
+ * charts start with the last hour: `nodes` are [{nodeId, every_ms,
+ * samples}] as GET /history answers. The cluster's line adds the nodes'
+ * samples of one interval (their times rounded to it).
+ */
+export function seed(nodes) {
+  const byInterval = new Map();
+  for (const { nodeId, every_ms: every, samples } of nodes) {
+    for (const [key, field] of Object.entries(SAMPLE_FIELDS)) {
+      history.seed(`node ${nodeId}:${key}`, samples.map((s) => [s.at_ms, s[field] ?? NaN]));
+    }
+    for (const s of samples) {
+      const at = Math.round(s.at_ms / every) * every;
+      if (!byInterval.has(at)) byInterval.set(at, []);
+      byInterval.get(at).push(s);
+    }
+  }
+  // A node read later (it joined, or did not answer at first) adds to its
+  // own lines only: the cluster's would show it alone for the time before.
+  if (history.length("cluster:requests") > 0) return;
+  const times = [...byInterval.keys()].sort((a, b) => a - b);
+  for (const [key, field] of Object.entries(SAMPLE_FIELDS)) {
+    const combine = SUMMED.has(key) ? total : highest;
+    history.seed(`cluster:${key}`, times.map((at) => [at, combine(byInterval.get(at).map((s) => s[field] ?? NaN))]));
+  }
+}
+
 /** Draws every chart of `scope` ("cluster" or "node N") over the last
  * `windowMs` into `container`. */
 export function drawCharts(container, scope, windowMs, now = Date.now()) {
@@ -67,6 +108,7 @@ export function drawCharts(container, scope, windowMs, now = Date.now()) {
     figure.dataset.chart = key;
     const points = history.since(`${scope}:${key}`, now - windowMs);
     figure.dataset.points = points.filter(([, v]) => v !== null).length;
+    figure.dataset.since = points.length ? points[0][0] : "";
     figure.appendChild(lineChart({ title, lines: [{ label: scope, points }], now, windowMs, format }));
     return figure;
   });

@@ -50,6 +50,17 @@ pub use self::login::{BindError, HeldFrame, LoginOutcome};
 pub use self::redirect::redirect_body;
 use self::redirect::Redirecting;
 
+/// What became of an operator's PUSH to one session ([`GatewayCore::push_to`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionPush {
+    /// Queued for the client.
+    Queued,
+    /// No session of that id bound to that player on this core.
+    NoSession,
+    /// Its send queue is full (or closing): the push was dropped.
+    QueueFull,
+}
+
 /// One session as the admin endpoint lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionRow {
@@ -393,6 +404,28 @@ impl GatewayCore {
         tracing::info!(session_id, reason, "session kicked");
         self.finish(session_id, NoticeKind::Unbound, false);
         true
+    }
+
+    /// An operator's PUSH (`route_id`, `body`) to session `session_id`
+    /// while it is bound to `player_id` (a session id is never reused; the
+    /// player check makes a stale listing harmless).
+    pub fn push_to(
+        &mut self,
+        session_id: u64,
+        player_id: u64,
+        route_id: u32,
+        body: &[u8],
+    ) -> SessionPush {
+        let Some(entry) = self.sessions.get(&session_id) else {
+            return SessionPush::NoSession;
+        };
+        if player_id == 0 || entry.session.player_id != player_id {
+            return SessionPush::NoSession;
+        }
+        match entry.outbox.push_frame(FrameKind::Push, route_id, 0, body) {
+            Ok(()) => SessionPush::Queued,
+            Err(_) => SessionPush::QueueFull,
+        }
     }
 
     /// A connection that ended by itself (the bridge's `on_disconnect`).

@@ -641,6 +641,11 @@ impl RouterDriver {
     ) -> Vec<crate::router::EntryView> {
         self.0.core.borrow().objects_page(type_id, after, limit)
     }
+
+    /// This core's hottest objects (see `RouterCore::hot_objects`).
+    pub fn hot_objects(&self) -> (Vec<crate::router::HotObject>, u64) {
+        self.0.core.borrow_mut().hot_objects(clock::now_ms())
+    }
 }
 
 /// The router task: handles inputs as they are queued.

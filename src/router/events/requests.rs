@@ -11,6 +11,7 @@ impl RouterCore {
     /// (`RouterHead::local`) or routed from another node.
     pub fn on_request(&mut self, now_ms: u64, head: RouterHead, request: Request) {
         self.ctx.counters.requests_total += 1;
+        self.ctx.hot.count(now_ms, head.key);
         let waiter = Waiter {
             head,
             request,
