@@ -50,6 +50,7 @@ mod peers;
 mod probes;
 mod rebalance;
 mod routes;
+mod scripts;
 mod sessions;
 mod slots;
 mod state_view;
@@ -109,6 +110,9 @@ pub struct AdminState {
     /// `admin.allowed_origins`; the bound address is added by
     /// [`Admin::serve`]).
     pub access: Access,
+    /// The node's scripted types, for `POST /scripts/reload` and
+    /// `GET /scripts`; `None` when `[scripts] dir` is unset.
+    pub scripts: Option<Arc<crate::scripts::Library>>,
 }
 
 /// This node's advertised addresses (`gateway.advertise`,

@@ -96,6 +96,10 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         (&Method::POST, ["rebalance"]) => super::rebalance::start(state, query).await,
         (&Method::GET, ["rebalance"]) => super::rebalance::status(state).await,
         (_, ["rebalance"]) => method_not_allowed("GET, POST"),
+        (&Method::GET, ["scripts"]) => super::scripts::list(state).await,
+        (&Method::POST, ["scripts", "reload"]) => super::scripts::reload(state, query).await,
+        (_, ["scripts"]) => method_not_allowed("GET"),
+        (_, ["scripts", "reload"]) => method_not_allowed("POST"),
         (&Method::POST, ["drain"]) => drain(state, true).await,
         (&Method::GET, ["drain"]) => drain(state, false).await,
         (
@@ -533,6 +537,7 @@ mod tests {
             token: None,
             advertised: None,
             object_types: vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)],
+            scripts: None,
             access: Default::default(),
         };
         let healthz = || call(&state, Method::GET, "/healthz");
@@ -568,6 +573,7 @@ mod tests {
             token: None,
             advertised: None,
             object_types: Vec::new(),
+            scripts: None,
             access: Default::default(),
         };
         state.phase.set_serving();
@@ -604,6 +610,7 @@ mod tests {
             token: None,
             advertised: None,
             object_types: vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)],
+            scripts: None,
             access: Default::default(),
         };
         let (status, body) = call(&state, Method::GET, "/metrics");

@@ -330,6 +330,7 @@ pub(super) fn admin_state(
     ops: Ops,
     reached: &Reached,
     phase: &NodePhase,
+    scripts: Option<Arc<crate::scripts::Library>>,
 ) -> AdminState {
     AdminState {
         phase: phase.clone(),
@@ -345,6 +346,7 @@ pub(super) fn admin_state(
         }),
         object_types: shared.registry.object_types(),
         access: crate::admin::Access::new(&shared.config.admin),
+        scripts,
     }
 }
 

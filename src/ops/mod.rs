@@ -13,6 +13,7 @@
 
 pub mod client;
 pub mod drain;
+mod fan_out;
 pub mod listing;
 mod phase;
 pub mod rebalance;
