@@ -311,7 +311,13 @@ fn a_reload_changes_behaviour_keeps_shape_and_keeps_the_old_on_failure() {
         .as_str()
         .unwrap()
         .contains("type_id and name"));
+    std::fs::write(&path, COUNTER).unwrap();
     std::fs::write(dir.path().join("new.luau"), INVENTORY).unwrap();
     let refused = library.reload().unwrap_err();
-    assert_eq!(refused["files"][0]["status"], "refused");
+    assert_eq!(refused["files"][0]["status"], "reloaded", "{refused}");
+    assert_eq!(refused["files"][1]["file"], "new.luau");
+    assert_eq!(
+        refused["files"][1]["status"], "refused",
+        "a new type needs a restart"
+    );
 }

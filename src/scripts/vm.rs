@@ -96,7 +96,7 @@ impl Vm {
             .map(|file| (file.declaration.name, file.declaration.clone()))
             .collect();
         let ctx_meta = ctx_methods(&lua, &effects, declarations).map_err(setup)?;
-        let pcall = lua.globals().raw_get::<Function>("pcall").map_err(setup)?;
+        let pcall = lua.globals().get::<Function>("pcall").map_err(setup)?;
         let mut vm = Vm {
             lua,
             generation,
