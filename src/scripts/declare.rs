@@ -109,33 +109,23 @@ pub(super) fn declare(file: &str, source: &str, table: &Table) -> Result<Declara
                 format!("version must be 1 or more, got {version}"),
             )
         })?;
-    let persist = match optional_text(table, "persist").map_err(|cause| fail("persist", cause))? {
-        None => Persist::Interval,
-        Some(persist) => match persist.as_str() {
-            "interval" => Persist::Interval,
-            "on_write" => Persist::OnWrite,
-            other => {
-                return Err(fail(
-                    "persist",
-                    format!("persist is \"on_write\" or \"interval\", not \"{other}\""),
-                ))
-            }
-        },
-    };
-    let create_on_request =
-        match optional_text(table, "create").map_err(|cause| fail("create", cause))? {
-            None => true,
-            Some(create) => match create.as_str() {
-                "on_request" => true,
-                "never" => false,
-                other => {
-                    return Err(fail(
-                        "create",
-                        format!("create is \"on_request\" or \"never\", not \"{other}\""),
-                    ))
-                }
-            },
-        };
+    let persist = one_of(
+        table,
+        "persist",
+        &[
+            ("interval", Persist::Interval),
+            ("on_write", Persist::OnWrite),
+        ],
+        Persist::Interval,
+    )
+    .map_err(|cause| fail("persist", cause))?;
+    let create_on_request = one_of(
+        table,
+        "create",
+        &[("on_request", true), ("never", false)],
+        true,
+    )
+    .map_err(|cause| fail("create", cause))?;
     let handlers: Table = match table.raw_get::<Value>("handlers") {
         Ok(Value::Table(handlers)) => handlers,
         _ => return Err(fail("handlers", "handlers must be a table".to_string())),
@@ -196,24 +186,7 @@ fn routes(
                 "id must be between {SCRIPT_ROUTE_ID_MIN} and {SCRIPT_ROUTE_ID_MAX}, got {id}"
             )));
         }
-        let key = match text(&route, "key").map_err(at)?.as_str() {
-            "player" => KeyFrom::Session,
-            field => match field.strip_prefix("field:") {
-                Some(field) if !field.is_empty() => KeyFrom::JsonField(leak(field.to_string())),
-                _ => {
-                    return Err(at(format!(
-                        "key is \"player\" or \"field:NAME\", not \"{field}\""
-                    )))
-                }
-            },
-        };
-        let codec = match optional_text(&route, "codec").map_err(at)?.as_deref() {
-            None | Some("json") => Codec::Json,
-            Some("raw") => Codec::Raw,
-            Some(other) => {
-                return Err(at(format!("codec is \"json\" or \"raw\", not \"{other}\"")))
-            }
-        };
+        let (key, codec) = key_and_codec(&route).map_err(at)?;
         if matches!(key, KeyFrom::JsonField(_)) && codec == Codec::Raw {
             return Err(at("a field key needs codec \"json\"".to_string()));
         }
@@ -244,6 +217,48 @@ fn routes(
         ));
     }
     Ok(routes)
+}
+
+/// A route's `key` and `codec`.
+fn key_and_codec(route: &Table) -> Result<(KeyFrom, Codec), String> {
+    let key = match text(route, "key")?.as_str() {
+        "player" => KeyFrom::Session,
+        field => match field.strip_prefix("field:") {
+            Some(field) if !field.is_empty() => KeyFrom::JsonField(leak(field.to_string())),
+            _ => {
+                return Err(format!(
+                    "key is \"player\" or \"field:NAME\", not \"{field}\""
+                ))
+            }
+        },
+    };
+    let codec = one_of(
+        route,
+        "codec",
+        &[("json", Codec::Json), ("raw", Codec::Raw)],
+        Codec::Json,
+    )?;
+    Ok((key, codec))
+}
+
+/// The string field `field`: one of `choices`, or `default` when unset.
+fn one_of<T: Copy>(
+    table: &Table,
+    field: &str,
+    choices: &[(&str, T)],
+    default: T,
+) -> Result<T, String> {
+    let Some(given) = optional_text(table, field)? else {
+        return Ok(default);
+    };
+    let found = choices.iter().find(|(name, _)| *name == given);
+    found.map(|(_, value)| *value).ok_or_else(|| {
+        let names: Vec<String> = choices
+            .iter()
+            .map(|(name, _)| format!("\"{name}\""))
+            .collect();
+        format!("{field} is {}, not \"{given}\"", names.join(" or "))
+    })
 }
 
 fn integer(table: &Table, field: &str) -> Result<u64, String> {

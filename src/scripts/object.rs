@@ -165,7 +165,17 @@ impl Scripted {
             self.state = Some(state);
             ctx.mark_changed();
         }
-        for (player, route, body) in ran.effects.pushes {
+        self.release(ctx, ran.effects);
+        if ctx.needs_answer() {
+            ctx.answer(Ok(ran.answer));
+        }
+    }
+}
+
+impl Scripted {
+    /// What a call that returned asked for: pushes, one-way sends, timers.
+    fn release(&mut self, ctx: &mut Context<'_>, effects: super::Effects) {
+        for (player, route, body) in effects.pushes {
             let client = ctx
                 .client()
                 .filter(|client| client.player_id == player)
@@ -183,18 +193,15 @@ impl Scripted {
                 }
             }
         }
-        for ((type_id, id, op), body) in ran.effects.sends {
+        for ((type_id, id, op), body) in effects.sends {
             ctx.send(ObjectKey::new(type_id, 0, id), op, body);
         }
-        for (ms, name) in ran.effects.timers {
+        for (ms, name) in effects.timers {
             let tag = self.next_timer;
             self.next_timer += 1;
             if ctx.set_timer(Duration::from_millis(ms), tag).is_ok() {
                 self.timers.push((tag, name));
             }
-        }
-        if ctx.needs_answer() {
-            ctx.answer(Ok(ran.answer));
         }
     }
 }
