@@ -114,9 +114,8 @@ pub struct Args {
     /// --workload custom with --route: the body, fields in order, little
     /// endian: `u8:` `u16:` `u32:` `u64:` `i32:` `i64:` a number or
     /// `{player}` (the session's player) or `{seq}` (the request's number),
-    /// `str:TEXT` (variables substituted inside), `hex:0a1b`, `json:TEXT`
-    /// (as it is); e.g. `--route 304 --body 'u64:{player} i64:1'`, or a
-    /// scripted route's `--route 2001 --body 'json:{"by":1}'`.
+    /// `str:TEXT` (variables substituted inside), `hex:0a1b`; e.g.
+    /// `--route 304 --body 'u64:{player} i64:1'`.
     #[arg(long, default_value = "", requires = "route")]
     pub body: String,
 

@@ -16,9 +16,7 @@
 //!
 //! A body is fields in order, little endian as docs/protocol.md's bodies
 //! are: `u8:` `u16:` `u32:` `u64:` `i32:` `i64:` with a number or a
-//! variable, `str:TEXT` (UTF-8, variables substituted inside), `hex:0a1b`,
-//! `json:TEXT` (UTF-8 as it is, braces and all: a scripted route's JSON
-//! body, `json:{"by":1}`).
+//! variable, `str:TEXT` (UTF-8, variables substituted inside), `hex:0a1b`.
 //! Variables: `{player}`, the session's player id, and `{seq}`, the
 //! request's number in its generator thread (from 1; 0 in setup). A field
 //! with spaces is quoted whole ("str:two words"). Any RESPONSE to the
@@ -216,13 +214,12 @@ fn put_int(out: &mut Vec<u8>, width: Width, value: u64) {
 fn parse_field(token: &str) -> Result<Field, String> {
     let Some((kind, value)) = token.split_once(':') else {
         return Err(format!(
-            "body field {token:?} is not TYPE:VALUE (u8 u16 u32 u64 i32 i64 str hex json)"
+            "body field {token:?} is not TYPE:VALUE (u8 u16 u32 u64 i32 i64 str hex)"
         ));
     };
     match kind {
         "str" => Ok(Field::Text(parse_text(value)?)),
         "hex" => parse_hex(value).map(Field::Bytes),
-        "json" => Ok(Field::Bytes(value.as_bytes().to_vec())),
         _ => {
             let width = Width::parse(kind)
                 .ok_or_else(|| format!("body field {token:?}: unknown type {kind:?}"))?;
@@ -504,7 +501,6 @@ mod tests {
             [0xfe, 0xff, 0xff, 0xff, 0xff, 0x0a, 0xff]
         );
         assert_eq!(render("\"str:g {player}-{seq}\"", 12, 3), b"g 12-3");
-        assert_eq!(render("json:{\"by\":1}", 12, 3), br#"{"by":1}"#);
         assert_eq!(render("u16:{seq}", 0, 0x1_0203), [0x03, 0x02]);
         assert_eq!(render("", 1, 1), b"");
         let body = Body::parse("u64:{player} str:p{player}").expect("parses");
