@@ -2,10 +2,12 @@
 //! registered, built-in or yours.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use crate::config::Config;
 use crate::node::{Node, NodeError};
 use crate::object::{ObjectType, Registry, RegistryError, Service};
+use crate::scripts::{Library, ScriptError};
 use crate::store::Store;
 
 /// Assembles a node: its config, its object types and services, and
@@ -27,6 +29,8 @@ pub struct NodeBuilder {
     registry: Registry,
     /// The first registration refused; `start` returns it.
     refused: Option<RegistryError>,
+    /// The scripted types of `[scripts] dir`, or why they cannot be served.
+    scripts: Result<Option<Arc<Library>>, ScriptError>,
 }
 
 impl NodeBuilder {
@@ -40,7 +44,9 @@ impl NodeBuilder {
             store: None,
             registry,
             refused: None,
+            scripts: Ok(None),
         }
+        .scripts()
     }
 
     /// A node serving only what is added to it (tests, or a node that
@@ -51,7 +57,21 @@ impl NodeBuilder {
             store: None,
             registry: Registry::default(),
             refused: None,
+            scripts: Ok(None),
         }
+        .scripts()
+    }
+
+    /// Loads the scripted types `[scripts] dir` holds (after the built-in
+    /// types, before the program's own) and registers them on every core.
+    fn scripts(mut self) -> NodeBuilder {
+        self.scripts = Library::load(&self.config.scripts);
+        if let Ok(Some(library)) = &self.scripts {
+            if self.refused.is_none() {
+                self.refused = library.register(&mut self.registry).err();
+            }
+        }
+        self
     }
 
     /// Serves the object type `kind` on every core.
@@ -101,6 +121,9 @@ impl NodeBuilder {
     /// a config it accepts fails `serve` only for the machine (a port
     /// taken, a store down).
     pub fn check(&self) -> Result<(), NodeError> {
+        if let Err(error) = &self.scripts {
+            return Err(error.clone().into());
+        }
         if let Some(refused) = &self.refused {
             return Err(refused.clone().into());
         }
@@ -117,7 +140,8 @@ impl NodeBuilder {
     /// serves.
     pub fn start(self) -> Result<Node, NodeError> {
         self.check()?;
-        Node::start_registered(self.config, self.store, self.registry)
+        let scripts = self.scripts.ok().flatten();
+        Node::start_registered(self.config, self.store, self.registry, scripts)
     }
 
     /// Starts the node and serves until SIGINT, SIGTERM or SIGHUP, then stops it

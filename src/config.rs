@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 pub mod address;
 mod cluster;
 mod load;
+mod scripts;
 mod secret;
 #[cfg(test)]
 mod tests;
@@ -18,6 +19,7 @@ pub use self::cluster::{
     ClusterConfig, CLUSTER_NAME_LEN_MAX, CLUSTER_SECRET_ENV, DEVELOPMENT_CLUSTER_SECRET,
     REBALANCE_CONCURRENCY_MAX,
 };
+pub use self::scripts::ScriptsConfig;
 use self::secret::SecretKey;
 pub use self::secret::{Secret, SecretError, MASK};
 
@@ -51,6 +53,8 @@ pub struct Config {
     /// `services.room`) and those of the types and services a program
     /// registers (`services.<name>`).
     pub services: ServicesConfig,
+    /// `[scripts]`: the Luau object types the node loads, and their bounds.
+    pub scripts: ScriptsConfig,
 }
 
 /// The largest node id: the SQL stores keep ids as signed 64-bit integers

@@ -102,6 +102,12 @@ pub mod router;
 #[cfg(not(feature = "testing"))]
 #[allow(dead_code, unused_imports)]
 mod router;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod scripts;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod scripts;
 
 mod builder;
 mod in_place;

@@ -142,6 +142,11 @@ enum Command {
     /// rebalance to its end and prints what moved. Exit 0 done, 1 admin
     /// unreachable, 2 refused, 3 objects not moved or not finished in time.
     Rebalance(routerd::cli::rebalance::RebalanceArgs),
+    /// The cluster's scripted object types (`routerd scripts reload --admin
+    /// ADDR`: every node loads `[scripts] dir` again). Exit 0 every file
+    /// taken, 1 admin unreachable, 2 a file refused (kept at its version).
+    #[command(subcommand)]
+    Scripts(routerd::cli::scripts::ScriptsCommand),
 }
 
 fn main() -> ExitCode {
@@ -161,6 +166,7 @@ fn main() -> ExitCode {
         Command::Transfer(args) => return ctl_exit(routerd::cli::ctl::transfer(&args)),
         Command::Drain(args) => return ctl_exit(routerd::cli::ctl::drain(&args)),
         Command::Rebalance(args) => return ctl_exit(routerd::cli::rebalance::run(&args)),
+        Command::Scripts(command) => return ctl_exit(routerd::cli::scripts::run(&command)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,8 +21,11 @@ fn allowed(module: &str) -> Option<&'static [&'static str]> {
         "cluster" => &["router", "catalog", "store", "clock", "metrics", "config"],
         "object" => &["router", "catalog", "route", "config", "in_place"],
         "builtins" => &["object", "catalog", "route", "config"],
+        "scripts" => &["object", "route", "config"],
         "ops" => &["router", "gateway", "cluster", "store", "config"],
-        "admin" => &["ops", "cluster", "builtins", "metrics", "store", "clock"],
+        "admin" => &[
+            "ops", "cluster", "builtins", "scripts", "metrics", "store", "clock",
+        ],
         "cli" => &["ops", "builtins", "config"],
         "node" | "builder" | "testing" | "sim" | "lib" | "main" => return None,
         other => panic!("module {other} is not in docs/architecture.md's table"),

@@ -18,6 +18,7 @@ fn docs() -> Vec<String> {
     let mut docs = vec![
         "README.md".to_string(),
         "examples/guild/README.md".to_string(),
+        "examples/scripts/README.md".to_string(),
     ];
     for dir in ["docs", "clients"] {
         let mut files = Vec::new();
@@ -40,8 +41,9 @@ fn docs() -> Vec<String> {
 
 /// The config's top-level sections: a backticked `section.key` in a
 /// document is a key of the config.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "node", "cores", "gateway", "admin", "auth", "store", "cluster", "router", "services",
+    "scripts",
 ];
 
 /// Route names that look like `section.key`.

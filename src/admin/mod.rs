@@ -52,6 +52,7 @@ mod peers;
 mod probes;
 mod rebalance;
 mod routes;
+mod scripts;
 mod sessions;
 mod slots;
 mod state_view;
@@ -119,6 +120,9 @@ pub struct AdminState {
     /// A user type's view of its saved state (`Object::debug_view`), for
     /// `GET /objects/{type}/{id}`; `None` shows its bytes in hex only.
     pub debug_view: Option<DebugView>,
+    /// The node's scripted types, for `POST /scripts/reload` and
+    /// `GET /scripts`; `None` when `[scripts] dir` is unset.
+    pub scripts: Option<Arc<crate::scripts::Library>>,
 }
 
 /// This node's advertised addresses (`gateway.advertise`,

@@ -60,6 +60,7 @@ impl Config {
         self.check_secrets()?;
         self.validate_store_and_router()?;
         self.cluster.check_timing().map_err(ConfigError::Invalid)?;
+        self.scripts.validate()?;
         Ok(())
     }
 

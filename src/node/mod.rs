@@ -84,6 +84,8 @@ pub enum NodeError {
     },
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    #[error("cannot serve the scripts: {0}")]
+    Scripts(#[from] crate::scripts::ScriptError),
 }
 
 /// The message type cores exchange over the mesh: one rkyv frame in one
@@ -153,6 +155,7 @@ impl Node {
         config: Config,
         store: Option<Store>,
         registry: Registry,
+        scripts: Option<Arc<crate::scripts::Library>>,
     ) -> Result<Node, NodeError> {
         // Here as well as in `Config::load`: a config built in code (tests,
         // embedders) must not skip the rules for secrets.
@@ -191,7 +194,7 @@ impl Node {
         let shared = Arc::new(NodeShared::new(parts, &mut bound));
         let runtime = start::run_cores(&runtime_config, &shutdown, &shared)?;
         metrics.mesh = runtime.mesh_stats().to_vec();
-        let admin = start::admin_state(&shared, metrics, ops, &reached, &phase);
+        let admin = start::admin_state(&shared, metrics, ops, &reached, &phase, scripts);
         start::serve(admin, bound, runtime, phase, shutdown)
     }
 

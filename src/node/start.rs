@@ -332,6 +332,7 @@ pub(super) fn admin_state(
     ops: Ops,
     reached: &Reached,
     phase: &NodePhase,
+    scripts: Option<Arc<crate::scripts::Library>>,
 ) -> AdminState {
     AdminState {
         phase: phase.clone(),
@@ -352,6 +353,7 @@ pub(super) fn admin_state(
             let registry = shared.registry.clone();
             Arc::new(move |key, saved| registry.debug_view(key, saved))
         }),
+        scripts,
     }
 }
 

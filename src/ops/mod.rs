@@ -13,6 +13,7 @@
 
 pub mod client;
 pub mod drain;
+mod fan_out;
 mod find;
 mod hot;
 pub mod listing;

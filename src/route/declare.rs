@@ -20,6 +20,10 @@ pub enum KeyFrom {
     /// The stable hash of the whole body (a name): requests with the same
     /// body address the same object, or the same service key.
     BodyHash,
+    /// A whole-number field of the JSON body (a scripted route's
+    /// `key = "field:NAME"`). A body that is not a JSON object with that
+    /// field, a whole number from 0, is answered BAD_REQUEST.
+    JsonField(&'static str),
 }
 
 impl KeyFrom {
@@ -30,8 +34,20 @@ impl KeyFrom {
             KeyFrom::Session => Some(player_id),
             KeyFrom::BodyU64 => Some(u64::from_le_bytes(*body.first_chunk::<8>()?)),
             KeyFrom::BodyHash => Some(stable_hash64(body)),
+            KeyFrom::JsonField(field) => json_field(body, field),
         }
     }
+}
+
+/// The whole-number field `field` of the JSON object `body`.
+fn json_field(body: &[u8], field: &str) -> Option<u64> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let number = value.get(field)?;
+    number.as_u64().or_else(|| {
+        let float = number.as_f64()?;
+        (float >= 0.0 && float.fract() == 0.0 && float < 9.007_199_254_740_992e15)
+            .then_some(float as u64)
+    })
 }
 
 /// How a service's nodes share its keys.
@@ -120,6 +136,12 @@ mod tests {
     #[test]
     fn keys_come_from_the_session_or_the_body() {
         assert_eq!(KeyFrom::Session.object_id(42, &[]), Some(42));
+        let field = KeyFrom::JsonField("id");
+        assert_eq!(field.object_id(42, br#"{"id": 7, "by": 1}"#), Some(7));
+        assert_eq!(field.object_id(42, br#"{"id": 7.0}"#), Some(7));
+        assert_eq!(field.object_id(42, br#"{"id": -1}"#), None);
+        assert_eq!(field.object_id(42, br#"{"id": "7"}"#), None);
+        assert_eq!(field.object_id(42, b"not json"), None);
         let mut body = 7u64.to_le_bytes().to_vec();
         body.extend_from_slice(b"text");
         assert_eq!(KeyFrom::BodyU64.object_id(42, &body), Some(7));

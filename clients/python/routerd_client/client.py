@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import random
 import ssl
@@ -163,6 +164,22 @@ class Client:
         task.add_done_callback(self._background.discard)
 
     # Requests.
+
+    async def call_json(self, route_id: int, value: object, *, timeout_s: float | None = None) -> object:
+        """One request on a JSON route (a scripted type's, docs/scripts.md):
+        ``value`` sent as UTF-8 JSON, the RESPONSE decoded from JSON (None
+        for an empty one; a body that is not JSON as its text)."""
+        body = json.dumps(value, separators=(",", ":")).encode()
+        answer = await self.call(route_id, body, timeout_s=timeout_s)
+        if not answer:
+            return None
+        text = answer.decode("utf-8", errors="replace")
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    callJson = call_json
 
     async def call(self, route_id: int, body: bytes = b"", *, timeout_s: float | None = None) -> bytes:
         """One request on any route (a user object type's included): the

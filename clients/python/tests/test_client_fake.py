@@ -77,6 +77,23 @@ class Fake(unittest.IsolatedAsyncioTestCase):
         self.assertIsInstance(await asyncio.wait_for(closed.get(), 5), ProtocolViolation)
         await client.close()
 
+    async def test_call_json_sends_json_and_decodes_the_answer(self) -> None:
+        bodies: list[bytes] = []
+
+        async def scripted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            for answer in (b'{"n":5}', b"", b"plain"):
+                route_id, seq, body = await read_frame(reader)
+                bodies.append(body)
+                writer.write(p.encode_frame(p.Kind.RESPONSE, route_id, seq, answer))
+            await asyncio.sleep(5)
+
+        client = await Client.connect(await self.serve(scripted), "t")
+        self.assertEqual(await client.call_json(2001, {"by": 5}, timeout_s=5), {"n": 5})
+        self.assertIsNone(await client.callJson(2002, {"id": 7}, timeout_s=5))
+        self.assertEqual(await client.call_json(2003, None, timeout_s=5), "plain")
+        self.assertEqual(bodies, [b'{"by":5}', b'{"id":7}', b"null"])
+        await client.close()
+
     async def test_unknown_push_routes_are_ignored(self) -> None:
         async def pushes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             _, seq, body = await read_frame(reader)

@@ -194,6 +194,22 @@ export class Client {
     });
   }
 
+  /**
+   * One request on a JSON route (a scripted type's, docs/scripts.md): `value` sent as UTF-8 JSON, the
+   * RESPONSE decoded from JSON (`undefined` for an empty one; a body that is not JSON as its text).
+   */
+  async callJson(routeId: number, value: unknown, options: { timeoutMs?: number } = {}): Promise<unknown> {
+    const body = new TextEncoder().encode(JSON.stringify(value ?? null));
+    const answer = await this.call(routeId, body, options);
+    if (answer.length === 0) return undefined;
+    const text = new TextDecoder().decode(answer);
+    try {
+      return JSON.parse(text);
+    } catch {
+      return text;
+    }
+  }
+
   private send(conn: Connection, routeId: number, body: Uint8Array, entry: Pending): void {
     this.free -= 1;
     const seq = conn.takeSeq();

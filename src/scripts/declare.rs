@@ -1,0 +1,318 @@
+//! What a script declares: the table its file returns, read and checked
+//! into a [`Declaration`]. Every refusal names the line of the field at
+//! fault (found in the source, since a table's fields carry no lines).
+
+use mlua::{Table, Value};
+
+use super::ScriptError;
+use crate::config::Persist;
+use crate::route::KeyFrom;
+
+/// The lowest type id a script may take (routerd's own are below).
+pub const SCRIPT_TYPE_ID_MIN: u32 = 100;
+/// The lowest route id a script may take (routerd's own are below).
+pub const SCRIPT_ROUTE_ID_MIN: u32 = 200;
+/// The highest route id a script may take (the router's ops start past).
+pub const SCRIPT_ROUTE_ID_MAX: u32 = 65_535;
+
+/// How a route's request body reaches its handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    /// UTF-8 JSON, decoded to a Lua value (a body that is not JSON arrives
+    /// as a string).
+    Json,
+    /// The bytes, as a Lua string.
+    Raw,
+}
+
+/// One client route a script serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptRoute {
+    pub id: u32,
+    pub name: &'static str,
+    pub key: KeyFrom,
+    pub codec: Codec,
+}
+
+/// The shape of one scripted type: everything but its functions. A reload
+/// may change the functions and raise `version`, nothing else.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Declaration {
+    pub type_id: u32,
+    pub name: &'static str,
+    pub version: u32,
+    pub persist: Persist,
+    /// `create = "on_request"`: a request for an unowned object creates it.
+    pub create_on_request: bool,
+    pub routes: Vec<ScriptRoute>,
+}
+
+impl Declaration {
+    /// The route `id` serves, if it is one of this type's.
+    pub fn route(&self, id: u32) -> Option<&ScriptRoute> {
+        self.routes.iter().find(|route| route.id == id)
+    }
+
+    /// The route named `name`, if it is one of this type's.
+    pub fn route_named(&self, name: &str) -> Option<&ScriptRoute> {
+        self.routes.iter().find(|route| route.name == name)
+    }
+
+    /// Why `self` (a reload) may not replace `old`, if it may not.
+    pub fn change_refused(&self, old: &Declaration) -> Option<String> {
+        if self.type_id != old.type_id || self.name != old.name {
+            return Some(format!(
+                "type_id and name cannot change by reload (they are {} and {})",
+                old.type_id, old.name
+            ));
+        }
+        if self.routes != old.routes {
+            return Some("routes cannot change by reload; restart the nodes".to_string());
+        }
+        if self.persist != old.persist || self.create_on_request != old.create_on_request {
+            return Some("persist and create cannot change by reload".to_string());
+        }
+        if self.version < old.version {
+            return Some(format!(
+                "version {} is below the loaded {}: states cannot go back",
+                self.version, old.version
+            ));
+        }
+        None
+    }
+}
+
+/// Reads and checks the table `file` (text `source`) returned.
+pub(super) fn declare(file: &str, source: &str, table: &Table) -> Result<Declaration, ScriptError> {
+    let fail = |field: &str, cause: String| ScriptError::at(file, line_of(source, field), cause);
+    let type_id = integer(table, "type_id").map_err(|cause| fail("type_id", cause))?;
+    if type_id < u64::from(SCRIPT_TYPE_ID_MIN) || type_id > u64::from(u32::MAX) {
+        return Err(fail(
+            "type_id",
+            format!(
+                "type_id must be between {SCRIPT_TYPE_ID_MIN} and {}, got {type_id}",
+                u32::MAX
+            ),
+        ));
+    }
+    let name = text(table, "name").map_err(|cause| fail("name", cause))?;
+    if name.is_empty() || name.len() > 64 {
+        return Err(fail("name", "name must be 1 to 64 bytes".to_string()));
+    }
+    let version = integer(table, "version").map_err(|cause| fail("version", cause))?;
+    let version = u32::try_from(version)
+        .ok()
+        .filter(|version| *version > 0)
+        .ok_or_else(|| {
+            fail(
+                "version",
+                format!("version must be 1 or more, got {version}"),
+            )
+        })?;
+    let persist = one_of(
+        table,
+        "persist",
+        &[
+            ("interval", Persist::Interval),
+            ("on_write", Persist::OnWrite),
+        ],
+        Persist::Interval,
+    )
+    .map_err(|cause| fail("persist", cause))?;
+    let create_on_request = one_of(
+        table,
+        "create",
+        &[("on_request", true), ("never", false)],
+        true,
+    )
+    .map_err(|cause| fail("create", cause))?;
+    let handlers: Table = match table.raw_get::<Value>("handlers") {
+        Ok(Value::Table(handlers)) => handlers,
+        _ => return Err(fail("handlers", "handlers must be a table".to_string())),
+    };
+    for function in ["init"] {
+        if !matches!(table.raw_get::<Value>(function), Ok(Value::Function(_))) {
+            return Err(fail(function, format!("{function} must be a function")));
+        }
+    }
+    for function in ["migrate", "on_timer"] {
+        if !matches!(
+            table.raw_get::<Value>(function),
+            Ok(Value::Function(_) | Value::Nil)
+        ) {
+            return Err(fail(function, format!("{function} must be a function")));
+        }
+    }
+    let routes = routes(file, source, table, &handlers)?;
+    Ok(Declaration {
+        type_id: type_id as u32,
+        name: leak(name),
+        version,
+        persist,
+        create_on_request,
+        routes,
+    })
+}
+
+fn routes(
+    file: &str,
+    source: &str,
+    table: &Table,
+    handlers: &Table,
+) -> Result<Vec<ScriptRoute>, ScriptError> {
+    let Ok(Value::Table(list)) = table.raw_get::<Value>("routes") else {
+        return Err(ScriptError::at(
+            file,
+            line_of(source, "routes"),
+            "routes must be a list of tables".to_string(),
+        ));
+    };
+    let mut routes: Vec<ScriptRoute> = Vec::new();
+    for index in 1..=list.raw_len() {
+        let at =
+            |cause: String| ScriptError::at(file, line_of(source, "routes") + index as u32, cause);
+        let Ok(Value::Table(route)) = list.raw_get::<Value>(index) else {
+            return Err(at(format!("routes[{index}] must be a table")));
+        };
+        let name = text(&route, "name").map_err(|cause| at(format!("routes[{index}]: {cause}")))?;
+        let at = |cause: String| {
+            let line =
+                quoted_line(source, &name).unwrap_or(line_of(source, "routes") + index as u32);
+            ScriptError::at(file, line, format!("route {name}: {cause}"))
+        };
+        let id = integer(&route, "id").map_err(at)?;
+        if id < u64::from(SCRIPT_ROUTE_ID_MIN) || id > u64::from(SCRIPT_ROUTE_ID_MAX) {
+            return Err(at(format!(
+                "id must be between {SCRIPT_ROUTE_ID_MIN} and {SCRIPT_ROUTE_ID_MAX}, got {id}"
+            )));
+        }
+        let (key, codec) = key_and_codec(&route).map_err(at)?;
+        if matches!(key, KeyFrom::JsonField(_)) && codec == Codec::Raw {
+            return Err(at("a field key needs codec \"json\"".to_string()));
+        }
+        if !matches!(
+            handlers.raw_get::<Value>(name.as_str()),
+            Ok(Value::Function(_))
+        ) {
+            return Err(at("no function in handlers for it".to_string()));
+        }
+        if routes
+            .iter()
+            .any(|other| other.id == id as u32 || other.name == name)
+        {
+            return Err(at("its id or name is declared twice".to_string()));
+        }
+        routes.push(ScriptRoute {
+            id: id as u32,
+            name: leak(name),
+            key,
+            codec,
+        });
+    }
+    if routes.is_empty() {
+        return Err(ScriptError::at(
+            file,
+            line_of(source, "routes"),
+            "routes must declare at least one route".to_string(),
+        ));
+    }
+    Ok(routes)
+}
+
+/// A route's `key` and `codec`.
+fn key_and_codec(route: &Table) -> Result<(KeyFrom, Codec), String> {
+    let key = match text(route, "key")?.as_str() {
+        "player" => KeyFrom::Session,
+        field => match field.strip_prefix("field:") {
+            Some(field) if !field.is_empty() => KeyFrom::JsonField(leak(field.to_string())),
+            _ => {
+                return Err(format!(
+                    "key is \"player\" or \"field:NAME\", not \"{field}\""
+                ))
+            }
+        },
+    };
+    let codec = one_of(
+        route,
+        "codec",
+        &[("json", Codec::Json), ("raw", Codec::Raw)],
+        Codec::Json,
+    )?;
+    Ok((key, codec))
+}
+
+/// The string field `field`: one of `choices`, or `default` when unset.
+fn one_of<T: Copy>(
+    table: &Table,
+    field: &str,
+    choices: &[(&str, T)],
+    default: T,
+) -> Result<T, String> {
+    let Some(given) = optional_text(table, field)? else {
+        return Ok(default);
+    };
+    let found = choices.iter().find(|(name, _)| *name == given);
+    found.map(|(_, value)| *value).ok_or_else(|| {
+        let names: Vec<String> = choices
+            .iter()
+            .map(|(name, _)| format!("\"{name}\""))
+            .collect();
+        format!("{field} is {}, not \"{given}\"", names.join(" or "))
+    })
+}
+
+fn integer(table: &Table, field: &str) -> Result<u64, String> {
+    match table.raw_get::<Value>(field) {
+        Ok(Value::Integer(value)) if value >= 0 => Ok(value as u64),
+        Ok(Value::Number(value)) if value >= 0.0 && value.fract() == 0.0 && value < 1.8e19 => {
+            Ok(value as u64)
+        }
+        Ok(Value::Nil) => Err(format!("{field} is missing")),
+        _ => Err(format!("{field} must be a whole number 0 or more")),
+    }
+}
+
+fn text(table: &Table, field: &str) -> Result<String, String> {
+    optional_text(table, field)?.ok_or_else(|| format!("{field} is missing"))
+}
+
+fn optional_text(table: &Table, field: &str) -> Result<Option<String>, String> {
+    match table.raw_get::<Value>(field) {
+        Ok(Value::String(value)) => Ok(Some(value.to_string_lossy())),
+        Ok(Value::Nil) => Ok(None),
+        _ => Err(format!("{field} must be a string")),
+    }
+}
+
+/// Names and route names live as long as the node (routes name them in
+/// metrics); a reload that keeps them leaks nothing new past the first.
+fn leak(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
+}
+
+/// The line (from 1) where `field = ...` is first set in `source`, or the
+/// line of the `return` when no line sets it.
+pub(super) fn line_of(source: &str, field: &str) -> u32 {
+    let sets = |line: &str| {
+        let line = line.trim_start();
+        line.strip_prefix(field).is_some_and(|rest| {
+            rest.trim_start().starts_with('=') && !rest.trim_start().starts_with("==")
+        })
+    };
+    let found = source.lines().position(sets).or_else(|| {
+        source
+            .lines()
+            .position(|line| line.trim_start().starts_with("return"))
+    });
+    found.map_or(1, |index| index as u32 + 1)
+}
+
+/// The first line that holds `"text"` (or `'text'`).
+fn quoted_line(source: &str, text: &str) -> Option<u32> {
+    let double = format!("\"{text}\"");
+    let single = format!("'{text}'");
+    source
+        .lines()
+        .position(|line| line.contains(&double) || line.contains(&single))
+        .map(|index| index as u32 + 1)
+}

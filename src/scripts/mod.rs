@@ -1,0 +1,361 @@
+//! Scripted object types: every `*.luau` file of `[scripts] dir` is one
+//! object type, written in Luau and served through the public object API
+//! (`crate::object`) like the built-in player and room, so it gets their
+//! guarantees: one owner, requests in order, `on_write` durability,
+//! transfer, failover, rebalance, request keys.
+//!
+//! A file returns a table that declares the type (`type_id`, `name`,
+//! `version`, `persist`, `create`, `routes`) and its functions (`init`,
+//! `handlers`, optional `migrate` and `on_timer`); docs/scripts.md is the
+//! contract. Each core runs its own sandboxed VM (`vm`), built from the
+//! library's current generation; a reload makes a new generation, which
+//! each core picks up at its next call.
+//!
+//! **State** is JSON (`value`): an object holds its state as JSON bytes
+//! between calls and the store keeps `u32 version (LE) | JSON`. A call
+//! decodes the state into a fresh table, runs the handler, and keeps the
+//! table it left only if the handler returned: an error or a budget
+//! overrun leaves the state exactly as it was, and nothing the call asked
+//! for (pushes, sends, timers) leaves (`call`).
+
+mod call;
+mod declare;
+mod object;
+#[cfg(test)]
+mod tests;
+mod value;
+mod vm;
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde_json::{json, Value as Json};
+
+pub use self::declare::{Codec, Declaration, ScriptRoute};
+use self::object::ScriptedType;
+use self::vm::Vm;
+use crate::config::ScriptsConfig;
+use crate::object::{Registry, RegistryError};
+
+/// A script that cannot be served: `file:line: cause`, one line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}: {cause}")]
+pub struct ScriptError {
+    pub file: String,
+    pub line: u32,
+    pub cause: String,
+}
+
+impl ScriptError {
+    fn at(file: &str, line: u32, cause: impl Into<String>) -> ScriptError {
+        ScriptError {
+            file: file.to_string(),
+            line,
+            cause: cause.into(),
+        }
+    }
+
+    /// Luau's own words (`counter.luau:3: Expected ...`) as file, line and
+    /// cause, first line only.
+    fn from_lua(file: &str, error: &mlua::Error) -> ScriptError {
+        let text = match error {
+            mlua::Error::SyntaxError { message, .. } => message.clone(),
+            mlua::Error::RuntimeError(message) => message.clone(),
+            other => other.to_string(),
+        };
+        let first = text.lines().next().unwrap_or_default();
+        let prefix = format!("{file}:");
+        if let Some(rest) = first.strip_prefix(&prefix) {
+            if let Some((line, cause)) = rest.split_once(':') {
+                if let Ok(line) = line.parse() {
+                    return ScriptError::at(file, line, cause.trim());
+                }
+            }
+        }
+        ScriptError::at(file, 1, first)
+    }
+}
+
+/// One file of a generation: its text and what it declares.
+#[derive(Clone)]
+struct ScriptFile {
+    name: String,
+    source: Arc<str>,
+    declaration: Arc<Declaration>,
+}
+
+/// The files one reload (or the start) loaded.
+struct Generation {
+    number: u64,
+    files: Vec<ScriptFile>,
+}
+
+/// What a call asked for, held until it returns.
+#[derive(Default)]
+struct Effects {
+    /// `(player id, route id, body)`.
+    pushes: Vec<(u64, u32, Vec<u8>)>,
+    /// `((type id, object id, op), body)`.
+    sends: Vec<((u32, u64, u32), Vec<u8>)>,
+    /// `(milliseconds, name)`.
+    timers: Vec<(u64, String)>,
+}
+
+/// Libraries in this process, so a thread's VMs are told apart.
+static NEXT_LIBRARY: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's VM of each library: `(library id, VM)`.
+    static VMS: RefCell<Vec<(u64, Vm)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The scripts of `[scripts] dir`, shared by every core of a node.
+pub struct Library {
+    id: u64,
+    dir: PathBuf,
+    call_budget: Duration,
+    memory_max: usize,
+    current: RwLock<Arc<Generation>>,
+    /// One reload at a time.
+    reloading: Mutex<()>,
+}
+
+impl Library {
+    /// The scripts `config` names, loaded and checked; `None` when it
+    /// names no directory.
+    pub fn load(config: &ScriptsConfig) -> Result<Option<Arc<Library>>, ScriptError> {
+        let Some(dir) = &config.dir else {
+            return Ok(None);
+        };
+        Library::load_dir(dir, config)
+            .map(Some)
+            .map_err(|mut error| {
+                if error.file != dir.display().to_string() {
+                    error.file = dir.join(&error.file).display().to_string();
+                }
+                error
+            })
+    }
+
+    fn load_dir(dir: &Path, config: &ScriptsConfig) -> Result<Arc<Library>, ScriptError> {
+        let call_budget = Duration::from_micros(config.call_budget_us);
+        let memory_max = usize::try_from(config.memory_max_bytes).unwrap_or(usize::MAX);
+        let mut files: Vec<ScriptFile> = Vec::new();
+        for (name, source) in read_dir(dir)? {
+            let file = check(&name, source, call_budget, memory_max)?;
+            if let Some(other) = files.iter().find(|other| {
+                other.declaration.type_id == file.declaration.type_id
+                    || other.declaration.name == file.declaration.name
+            }) {
+                return Err(ScriptError::at(
+                    &name,
+                    declare::line_of(&file.source, "type_id"),
+                    format!("its type_id or name is {}'s too", other.name),
+                ));
+            }
+            files.push(file);
+        }
+        Ok(Arc::new(Library {
+            id: NEXT_LIBRARY.fetch_add(1, Ordering::Relaxed),
+            dir: dir.to_path_buf(),
+            call_budget,
+            memory_max,
+            current: RwLock::new(Arc::new(Generation { number: 1, files })),
+            reloading: Mutex::new(()),
+        }))
+    }
+
+    /// Registers every scripted type with `registry`.
+    pub fn register(self: &Arc<Self>, registry: &mut Registry) -> Result<(), RegistryError> {
+        for file in &self.generation().files {
+            registry.add_object_type(ScriptedType::new(self.clone(), file.declaration.clone()))?;
+        }
+        Ok(())
+    }
+
+    /// The types and routes served, for `/config` and the admin's listing.
+    pub fn describe(&self) -> Json {
+        let generation = self.generation();
+        let types: Vec<Json> = generation.files.iter().map(describe_file).collect();
+        json!({ "generation": generation.number, "types": types })
+    }
+
+    /// Loads every file of the directory again. A file that loads and keeps
+    /// its shape (type id, name, routes, persist, create; a version not
+    /// lower) replaces the old one; any other keeps the old version, and
+    /// the answer says why. `Ok` when every file was taken.
+    pub fn reload(&self) -> Result<Json, Json> {
+        let _one = self
+            .reloading
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let old = self.generation();
+        let found = match read_dir(&self.dir) {
+            Ok(found) => found,
+            Err(error) => return Err(json!({ "ok": false, "error": error.to_string() })),
+        };
+        let mut files = old.files.clone();
+        let mut report = Vec::new();
+        let mut ok = true;
+        for (name, source) in found {
+            let Some(at) = files.iter().position(|file| file.name == name) else {
+                ok = false;
+                report.push(json!({ "file": name, "status": "refused",
+                    "reason": "a new file is a new type: restart the nodes to serve it" }));
+                continue;
+            };
+            let taken = check(&name, source, self.call_budget, self.memory_max)
+                .map_err(|error| error.to_string())
+                .and_then(
+                    |file| match file.declaration.change_refused(&files[at].declaration) {
+                        Some(reason) => Err(format!("{name}: {reason}")),
+                        None => Ok(file),
+                    },
+                );
+            match taken {
+                Ok(file) => {
+                    report.push(json!({ "file": name, "status": "reloaded",
+                        "version": file.declaration.version }));
+                    files[at] = file;
+                }
+                Err(reason) => {
+                    ok = false;
+                    report.push(json!({ "file": name, "status": "kept",
+                        "version": files[at].declaration.version, "reason": reason }));
+                }
+            }
+        }
+        let number = old.number + 1;
+        *self
+            .current
+            .write()
+            .unwrap_or_else(|poison| poison.into_inner()) = Arc::new(Generation { number, files });
+        let answer = json!({ "ok": ok, "generation": number, "files": report });
+        if ok {
+            Ok(answer)
+        } else {
+            Err(answer)
+        }
+    }
+
+    fn generation(&self) -> Arc<Generation> {
+        self.current
+            .read()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clone()
+    }
+
+    /// Runs `f` with this thread's VM of the current generation, building
+    /// it first when there is none or an older one. `Err` when the VM
+    /// cannot be built (the reason, for the answer).
+    fn with_vm<R>(&self, f: impl FnOnce(&Vm) -> R) -> Result<R, String> {
+        let generation = self.generation();
+        VMS.with(|vms| {
+            let mut vms = vms.borrow_mut();
+            let at = match vms.iter().position(|(id, _)| *id == self.id) {
+                Some(at) if vms[at].1.generation == generation.number => at,
+                found => {
+                    let vm = Vm::new(
+                        &generation.files,
+                        generation.number,
+                        self.call_budget,
+                        self.memory_max,
+                    )
+                    .map_err(|error| error.to_string())?;
+                    match found {
+                        Some(at) => {
+                            vms[at].1 = vm;
+                            at
+                        }
+                        None => {
+                            vms.push((self.id, vm));
+                            vms.len() - 1
+                        }
+                    }
+                }
+            };
+            Ok(f(&vms[at].1))
+        })
+    }
+}
+
+fn describe_file(file: &ScriptFile) -> Json {
+    let declaration = &file.declaration;
+    let routes: Vec<Json> = declaration
+        .routes
+        .iter()
+        .map(|route| {
+            let key = match route.key {
+                crate::route::KeyFrom::JsonField(field) => format!("field:{field}"),
+                _ => "player".to_string(),
+            };
+            let codec = match route.codec {
+                Codec::Json => "json",
+                Codec::Raw => "raw",
+            };
+            json!({ "id": route.id, "name": route.name, "key": key, "codec": codec })
+        })
+        .collect();
+    json!({
+        "file": file.name,
+        "type_id": declaration.type_id,
+        "name": declaration.name,
+        "version": declaration.version,
+        "routes": routes,
+    })
+}
+
+/// The `*.luau` files of `dir`, by name.
+fn read_dir(dir: &Path) -> Result<Vec<(String, Arc<str>)>, ScriptError> {
+    let shown = dir.display().to_string();
+    let entries =
+        std::fs::read_dir(dir).map_err(|error| ScriptError::at(&shown, 0, error.to_string()))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|error| ScriptError::at(&shown, 0, error.to_string()))?
+            .path();
+        if path.extension().is_none_or(|ext| ext != "luau") || !path.is_file() {
+            continue;
+        }
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        let source = std::fs::read_to_string(&path)
+            .map_err(|error| ScriptError::at(&name, 0, error.to_string()))?;
+        files.push((name, Arc::from(source)));
+    }
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(files)
+}
+
+/// Loads one file in a VM of its own: what it declares, or why not.
+fn check(
+    name: &str,
+    source: Arc<str>,
+    call_budget: Duration,
+    memory_max: usize,
+) -> Result<ScriptFile, ScriptError> {
+    let vm = Vm::new(&[], 0, call_budget, memory_max)?;
+    let (_, declaration) = vm.load(name, &source)?;
+    Ok(ScriptFile {
+        name: name.to_string(),
+        source,
+        declaration: Arc::new(declaration),
+    })
+}
+
+/// The bytes a value leaves as (an answer, a push, a send): a string as
+/// its bytes, anything else as JSON; nil as nothing.
+fn encode_value(value: &mlua::Value) -> Result<Vec<u8>, String> {
+    match value {
+        mlua::Value::Nil => Ok(Vec::new()),
+        mlua::Value::String(text) => Ok(text.as_bytes().to_vec()),
+        other => serde_json::to_vec(&value::from_lua(other)?).map_err(|error| error.to_string()),
+    }
+}

@@ -1,0 +1,323 @@
+//! Scripted types below the router: loading and its refusals, the
+//! transaction of one call, the sandbox and its bounds, migration and
+//! reload. The whole path through real nodes is in tests/scripts_cluster.rs.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::call::{self, Before, Invocation, Ran};
+use super::Library;
+use crate::config::ScriptsConfig;
+use crate::object::{ErrorCode, Refusal};
+
+const COUNTER: &str = include_str!("../../examples/scripts/counter.luau");
+const INVENTORY: &str = include_str!("../../examples/scripts/inventory.luau");
+
+fn library_of(dir: &Path, files: &[(&str, &str)], budget_us: u64) -> Result<Arc<Library>, String> {
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let config = ScriptsConfig {
+        dir: Some(dir.to_path_buf()),
+        call_budget_us: budget_us,
+        memory_max_bytes: 8 << 20,
+    };
+    Library::load(&config)
+        .map(|library| library.unwrap())
+        .map_err(|error| error.to_string())
+}
+
+/// An object of one type, called as the router would call it.
+struct Probe {
+    library: Arc<Library>,
+    type_id: u32,
+    version: u32,
+    state: Option<Vec<u8>>,
+}
+
+impl Probe {
+    fn new(library: &Arc<Library>, type_id: u32) -> Probe {
+        Probe {
+            library: library.clone(),
+            type_id,
+            version: 0,
+            state: None,
+        }
+    }
+
+    fn call(&mut self, op: u32, body: &str) -> Result<Ran, Refusal> {
+        let before = Before {
+            type_id: self.type_id,
+            object_id: 7,
+            version: self.version,
+            state: self.state.as_deref(),
+            player: Some(7),
+        };
+        let invocation = Invocation::Request {
+            op,
+            body: body.as_bytes(),
+        };
+        let ran = self
+            .library
+            .with_vm(|vm| call::run(vm, &before, &invocation))
+            .unwrap();
+        if let Ok(ran) = &ran {
+            self.version = ran.version;
+            if let Some(state) = &ran.changed {
+                self.state = Some(state.clone());
+            }
+        }
+        ran
+    }
+
+    fn answer(&mut self, op: u32, body: &str) -> String {
+        String::from_utf8(self.call(op, body).unwrap().answer).unwrap()
+    }
+
+    fn state(&self) -> serde_json::Value {
+        serde_json::from_slice(self.state.as_deref().unwrap_or(b"null")).unwrap()
+    }
+}
+
+fn refusal_of(result: Result<Ran, Refusal>) -> (ErrorCode, String) {
+    match result.err().expect("a refusal") {
+        Refusal::Explained { code, reason } => (code, reason.to_string()),
+        other => panic!("not an explained refusal: {other:?}"),
+    }
+}
+
+#[test]
+fn a_counter_adds_reads_and_keeps_its_state_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = library_of(dir.path(), &[("counter.luau", COUNTER)], 10_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    assert_eq!(counter.answer(2001, r#"{"by": 5}"#), r#"{"n":5}"#);
+    assert_eq!(counter.answer(2001, r#"{"by": 2}"#), r#"{"n":7}"#);
+    let get = counter.call(2002, r#"{"id": 7}"#).unwrap();
+    assert_eq!(get.answer, br#"{"n":7}"#);
+    assert!(get.changed.is_none(), "a read changes nothing: no save");
+    assert_eq!(counter.answer(2003, "\u{1}\u{2}"), "got 2 bytes");
+    assert_eq!(counter.state()["n"], 7);
+    assert_eq!(counter.version, 1);
+}
+
+#[test]
+fn an_error_or_an_overrun_leaves_the_state_and_lets_nothing_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = COUNTER.replace(
+        "return { n = state.n }\n    end,\n    [\"counter.get\"]",
+        "ctx:push(7, 2009, \"hi\")\n      if req.spin then while true do end end\n      \
+         if req.escape then while true do pcall(function() while true do end end) end end\n      \
+         return { n = state.n }\n    end,\n    [\"counter.get\"]",
+    );
+    assert_ne!(script, COUNTER);
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 20_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    let ran = counter.call(2001, r#"{"by": 5}"#).unwrap();
+    assert_eq!(ran.effects.pushes.len(), 1);
+    let before = counter.state.clone();
+
+    let (code, reason) = refusal_of(counter.call(2001, r#"{"by": 2000000}"#));
+    assert_eq!(
+        (code, reason.as_str()),
+        (ErrorCode::BadRequest, "counter would pass 1000000")
+    );
+    assert_eq!(counter.state, before);
+
+    let (code, reason) = refusal_of(counter.call(
+        2001,
+        r#"{"by": 1}"#.replace('}', r#","spin":true}"#).as_str(),
+    ));
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(reason.contains("budget of 20000 us"), "{reason}");
+    assert_eq!(counter.state, before, "the +1 before the loop is dropped");
+
+    let (code, reason) = refusal_of(counter.call(2001, r#"{"by": 1, "escape": true}"#));
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(
+        reason.contains("budget"),
+        "a pcall cannot swallow the overrun: {reason}"
+    );
+
+    let (code, reason) = refusal_of(counter.call(2001, r#"{"by": "x"}"#));
+    assert_eq!(code, ErrorCode::BadRequest, "{reason}");
+    // And the object goes on serving.
+    assert_eq!(counter.answer(2001, r#"{"by": 1}"#), r#"{"n":6}"#);
+}
+
+#[test]
+fn a_plain_error_is_internal_with_the_scripts_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = COUNTER.replace(
+        "state.n += req.by",
+        "state.n += req.by\n      if req.by == 3 then error(\"three is bad\") end",
+    );
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    let (code, reason) = refusal_of(counter.call(2001, r#"{"by": 3}"#));
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(
+        reason.contains("counter.luau:") && reason.contains("three is bad"),
+        "{reason}"
+    );
+    assert_eq!(counter.state, None, "nothing was created");
+}
+
+#[test]
+fn the_sandbox_has_no_io_os_require_load_or_debug_and_bounds_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = COUNTER.replace(
+        "return { n = state.n }\n    end,\n    [\"counter.raw\"]",
+        "local out = {}\n      for _, name in ipairs({\"io\", \"os\", \"require\", \"loadstring\", \"load\", \"debug\", \"getfenv\", \"collectgarbage\"}) do\n        \
+         if _G[name] ~= nil then table.insert(out, name) end\n      end\n      \
+         if req.big then local s = string.rep(\"x\", 1024) for i = 1, 20 do s = s .. s end end\n      \
+         return out\n    end,\n    [\"counter.raw\"]",
+    );
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 1_000_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    assert_eq!(
+        counter.answer(2002, r#"{"id": 7}"#),
+        "{}",
+        "every one of them is absent"
+    );
+    let (code, reason) = refusal_of(counter.call(2002, r#"{"id": 7, "big": true}"#));
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(reason.contains("memory"), "{reason}");
+    assert_eq!(
+        counter.answer(2002, r#"{"id": 7}"#),
+        "{}",
+        "serving after the refusal"
+    );
+}
+
+#[test]
+fn bad_files_stop_the_load_naming_file_line_and_cause() {
+    let cases = [
+        (
+            "return {\n  type_id = 200,\n  name = \"x\" +\n}\n",
+            "x.luau:4:",
+        ),
+        (
+            &*COUNTER.replace("type_id = 200", "type_id = 5"),
+            "x.luau:5: type_id must be between 100",
+        ),
+        (
+            &*COUNTER.replace("version = 1,", "version = 0,"),
+            "x.luau:7: version must be 1 or more",
+        ),
+        (
+            &*COUNTER.replace(
+                "[\"counter.get\"] = function",
+                "[\"counter.gte\"] = function",
+            ),
+            "x.luau:12: route counter.get: no function in handlers for it",
+        ),
+        (
+            &*COUNTER.replace("key = \"field:id\"", "key = \"body\""),
+            "x.luau:12: route counter.get: key is",
+        ),
+        ("local t = {}\nt.x = nil + 1\nreturn t\n", "x.luau:2:"),
+        ("return 5\n", "x.luau:1: the file must return a table"),
+    ];
+    for (text, wanted) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let error = library_of(dir.path(), &[("x.luau", text)], 10_000)
+            .err()
+            .expect("refused");
+        let shown = dir.path().join(wanted).display().to_string();
+        assert!(
+            error.starts_with(&shown),
+            "{error} should start with {shown}"
+        );
+        assert_eq!(error.lines().count(), 1, "{error}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let error = library_of(
+        dir.path(),
+        &[("a.luau", COUNTER), ("b.luau", COUNTER)],
+        10_000,
+    )
+    .err()
+    .expect("a clash");
+    assert!(
+        error.contains("b.luau:5: its type_id or name is a.luau's too"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_newer_version_migrates_an_older_state_in_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = library_of(dir.path(), &[("inventory.luau", INVENTORY)], 10_000).unwrap();
+    let mut inventory = Probe::new(&library, 201);
+    inventory.version = 1;
+    inventory.state = Some(br#"{"items":["sword","apple","apple"]}"#.to_vec());
+    let list: serde_json::Value = serde_json::from_str(&inventory.answer(2102, "{}")).unwrap();
+    assert_eq!(list["items"]["apple"], 2);
+    assert_eq!(inventory.version, 2);
+    assert_eq!(
+        inventory.state()["items"]["sword"],
+        1,
+        "the migrated state is the one kept"
+    );
+    // A state newer than the script is refused, and kept.
+    inventory.version = 3;
+    let (code, _) = refusal_of(inventory.call(2102, "{}"));
+    assert_eq!(code, ErrorCode::Internal);
+}
+
+#[test]
+fn a_reload_changes_behaviour_keeps_shape_and_keeps_the_old_on_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = library_of(dir.path(), &[("counter.luau", COUNTER)], 10_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    assert_eq!(counter.answer(2001, r#"{"by": 5}"#), r#"{"n":5}"#);
+    let path = dir.path().join("counter.luau");
+    std::fs::write(
+        &path,
+        COUNTER.replace("state.n += req.by", "state.n += req.by * 10"),
+    )
+    .unwrap();
+    let answer = library.reload().unwrap();
+    assert_eq!(answer["files"][0]["status"], "reloaded");
+    assert_eq!(
+        counter.answer(2001, r#"{"by": 1}"#),
+        r#"{"n":15}"#,
+        "new code, old state"
+    );
+
+    std::fs::write(&path, "return {").unwrap();
+    let refused = library.reload().unwrap_err();
+    assert_eq!(refused["files"][0]["status"], "kept");
+    assert!(refused["files"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("counter.luau:1"));
+    assert_eq!(
+        counter.answer(2001, r#"{"by": 1}"#),
+        r#"{"n":25}"#,
+        "the loaded version serves"
+    );
+
+    std::fs::write(&path, COUNTER.replace("id = 2001", "id = 2011")).unwrap();
+    let refused = library.reload().unwrap_err();
+    assert!(refused["files"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("routes cannot change"));
+    std::fs::write(&path, COUNTER.replace("type_id = 200", "type_id = 210")).unwrap();
+    let refused = library.reload().unwrap_err();
+    assert!(refused["files"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("type_id and name"));
+    std::fs::write(&path, COUNTER).unwrap();
+    std::fs::write(dir.path().join("new.luau"), INVENTORY).unwrap();
+    let refused = library.reload().unwrap_err();
+    assert_eq!(refused["files"][0]["status"], "reloaded", "{refused}");
+    assert_eq!(refused["files"][1]["file"], "new.luau");
+    assert_eq!(
+        refused["files"][1]["status"], "refused",
+        "a new type needs a restart"
+    );
+}

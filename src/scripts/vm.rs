@@ -1,0 +1,280 @@
+//! One sandboxed Luau VM per core and library: the scripts of one
+//! generation loaded into it, the per-call budget (an interrupt), the
+//! memory bound, and the `ctx` methods a handler calls.
+//!
+//! The sandbox: only the `table`, `string`, `utf8`, `bit32`, `math` and
+//! `buffer` libraries; no `io`, `os`, `debug`, `require`, `loadstring` /
+//! `load` (so no bytecode), `getfenv` / `setfenv` or `collectgarbage`;
+//! globals read-only (Luau's sandbox), and each file in an environment of
+//! its own, so files share nothing. Chunks load as text only.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mlua::{ChunkMode, Function, Lua, LuaOptions, StdLib, Table, Value, VmState};
+
+use super::declare::{declare, Declaration};
+use super::{value, Effects, ScriptError, ScriptFile};
+
+/// Time a file's top level may run while it loads.
+const LOAD_BUDGET: Duration = Duration::from_secs(1);
+
+/// Globals Luau (or mlua) defines that a script must not reach.
+const REMOVED_GLOBALS: [&str; 9] = [
+    "require",
+    "loadstring",
+    "load",
+    "getfenv",
+    "setfenv",
+    "collectgarbage",
+    "gcinfo",
+    "dofile",
+    "loadfile",
+];
+
+/// The budget of the call running now.
+#[derive(Default)]
+struct Budget {
+    deadline: Cell<Option<Instant>>,
+    /// Sticky once past the deadline: every later interrupt fails again,
+    /// so a script's own `pcall` cannot swallow the overrun and go on.
+    exceeded: Cell<bool>,
+}
+
+/// One type's functions in one VM.
+pub(super) struct Loaded {
+    pub declaration: Arc<Declaration>,
+    pub init: Function,
+    pub migrate: Option<Function>,
+    pub on_timer: Option<Function>,
+    pub handlers: Table,
+}
+
+/// One core's VM for one generation of a library.
+pub(super) struct Vm {
+    pub lua: Lua,
+    pub generation: u64,
+    pub types: HashMap<u32, Loaded>,
+    budget: Rc<Budget>,
+    call_budget: Duration,
+    /// What the running call asked for; taken after it.
+    pub effects: Rc<RefCell<Effects>>,
+    /// The metatable of every `ctx` (its methods).
+    pub ctx_meta: Table,
+    pub pcall: Function,
+}
+
+impl Vm {
+    /// A VM with every file of a generation loaded, or the first file that
+    /// does not load.
+    pub fn new(
+        files: &[ScriptFile],
+        generation: u64,
+        call_budget: Duration,
+        memory_max: usize,
+    ) -> Result<Vm, ScriptError> {
+        let setup = |error: mlua::Error| ScriptError::at("(vm)", 1, error.to_string());
+        let lua = sandboxed(memory_max).map_err(setup)?;
+        let budget = Rc::new(Budget::default());
+        let watched = budget.clone();
+        lua.set_interrupt(move |_| {
+            let Some(deadline) = watched.deadline.get() else {
+                return Ok(VmState::Continue);
+            };
+            if watched.exceeded.get() || Instant::now() >= deadline {
+                watched.exceeded.set(true);
+                return Err(mlua::Error::runtime("the call ran past its budget"));
+            }
+            Ok(VmState::Continue)
+        });
+        let effects = Rc::new(RefCell::new(Effects::default()));
+        let declarations: HashMap<&'static str, Arc<Declaration>> = files
+            .iter()
+            .map(|file| (file.declaration.name, file.declaration.clone()))
+            .collect();
+        let ctx_meta = ctx_methods(&lua, &effects, declarations).map_err(setup)?;
+        let pcall = lua.globals().get::<Function>("pcall").map_err(setup)?;
+        let mut vm = Vm {
+            lua,
+            generation,
+            types: HashMap::new(),
+            budget,
+            call_budget,
+            effects,
+            ctx_meta,
+            pcall,
+        };
+        for file in files {
+            let (table, declaration) = vm.load(&file.name, &file.source)?;
+            let function = |name: &str| table.raw_get::<Option<Function>>(name).ok().flatten();
+            let loaded = Loaded {
+                declaration: file.declaration.clone(),
+                init: function("init").ok_or_else(|| ScriptError::at(&file.name, 1, "no init"))?,
+                migrate: function("migrate"),
+                on_timer: function("on_timer"),
+                handlers: table
+                    .raw_get::<Table>("handlers")
+                    .map_err(|error| ScriptError::at(&file.name, 1, error.to_string()))?,
+            };
+            debug_assert_eq!(declaration.type_id, loaded.declaration.type_id);
+            vm.types.insert(declaration.type_id, loaded);
+        }
+        Ok(vm)
+    }
+
+    /// Compiles and runs `source` (file `name`) in an environment of its
+    /// own; its table and what it declares.
+    pub fn load(&self, name: &str, source: &str) -> Result<(Table, Declaration), ScriptError> {
+        let lua_error = |error: mlua::Error| ScriptError::from_lua(name, &error);
+        let env = self.lua.create_table().map_err(lua_error)?;
+        let meta = self.lua.create_table().map_err(lua_error)?;
+        meta.raw_set("__index", self.lua.globals())
+            .map_err(lua_error)?;
+        env.set_metatable(Some(meta)).map_err(lua_error)?;
+        let chunk = self
+            .lua
+            .load(source)
+            .set_name(format!("={name}"))
+            .set_mode(ChunkMode::Text)
+            .set_environment(env);
+        self.arm(LOAD_BUDGET);
+        let returned = chunk.call::<Value>(());
+        self.disarm();
+        let Value::Table(table) = returned.map_err(lua_error)? else {
+            return Err(ScriptError::at(
+                name,
+                super::declare::line_of(source, "return"),
+                "the file must return a table".to_string(),
+            ));
+        };
+        let declaration = declare(name, source, &table)?;
+        Ok((table, declaration))
+    }
+
+    /// Calls `function` with `args` under the call budget, through `pcall`
+    /// so an `error{...}` table comes back as it was raised. `Ok` holds
+    /// what it returned; `Err` the error value (or the budget's words).
+    pub fn call(&self, function: &Function, args: mlua::MultiValue) -> Result<Value, Value> {
+        self.arm(self.call_budget);
+        let mut all = mlua::MultiValue::with_capacity(args.len() + 1);
+        all.push_back(Value::Function(function.clone()));
+        all.extend(args);
+        let result = self.pcall.call::<mlua::MultiValue>(all);
+        let exceeded = self.budget.exceeded.get();
+        self.disarm();
+        let mut values = match result {
+            Ok(values) => values,
+            Err(error) => return Err(self.message(&error.to_string())),
+        };
+        let ok = matches!(values.pop_front(), Some(Value::Boolean(true)));
+        let first = values.pop_front().unwrap_or(Value::Nil);
+        if exceeded {
+            let budget = self.call_budget.as_micros();
+            return Err(self.message(&format!("the call ran past its budget of {budget} us")));
+        }
+        if ok {
+            Ok(first)
+        } else {
+            Err(first)
+        }
+    }
+
+    /// A JSON value as a Lua value in this VM.
+    pub fn to_lua(&self, json: &serde_json::Value) -> mlua::Result<Value> {
+        value::to_lua(&self.lua, json)
+    }
+
+    fn message(&self, text: &str) -> Value {
+        self.lua
+            .create_string(text)
+            .map_or(Value::Nil, Value::String)
+    }
+
+    fn arm(&self, budget: Duration) {
+        self.budget.exceeded.set(false);
+        self.budget.deadline.set(Some(Instant::now() + budget));
+    }
+
+    fn disarm(&self) {
+        self.budget.deadline.set(None);
+        self.budget.exceeded.set(false);
+    }
+}
+
+fn sandboxed(memory_max: usize) -> mlua::Result<Lua> {
+    let libs = StdLib::TABLE | StdLib::STRING | StdLib::UTF8 | StdLib::BIT | StdLib::MATH;
+    let lua = Lua::new_with(libs | StdLib::BUFFER, LuaOptions::default())?;
+    let globals = lua.globals();
+    for name in REMOVED_GLOBALS {
+        globals.raw_set(name, Value::Nil)?;
+    }
+    lua.sandbox(true)?;
+    lua.set_memory_limit(memory_max)?;
+    Ok(lua)
+}
+
+/// The methods of `ctx`: each records an effect, released only if the call
+/// succeeds.
+fn ctx_methods(
+    lua: &Lua,
+    effects: &Rc<RefCell<Effects>>,
+    declarations: HashMap<&'static str, Arc<Declaration>>,
+) -> mlua::Result<Table> {
+    let methods = lua.create_table()?;
+    let recorded = effects.clone();
+    methods.raw_set(
+        "push",
+        lua.create_function(
+            move |_, (_, player, route, value): (Value, u64, u32, Value)| {
+                let body = super::encode_value(&value).map_err(mlua::Error::runtime)?;
+                recorded.borrow_mut().pushes.push((player, route, body));
+                Ok(())
+            },
+        )?,
+    )?;
+    let recorded = effects.clone();
+    methods.raw_set(
+        "send",
+        lua.create_function(
+            move |_, (_, type_name, id, route, value): (Value, String, u64, String, Value)| {
+                let Some(declaration) = declarations.get(type_name.as_str()) else {
+                    return Err(mlua::Error::runtime(format!(
+                        "ctx:send: no scripted type named {type_name}"
+                    )));
+                };
+                let Some(op) = declaration.route_named(&route).map(|route| route.id) else {
+                    return Err(mlua::Error::runtime(format!(
+                        "ctx:send: {type_name} has no route {route}"
+                    )));
+                };
+                let body = super::encode_value(&value).map_err(mlua::Error::runtime)?;
+                let to = (declaration.type_id, id, op);
+                recorded.borrow_mut().sends.push((to, body));
+                Ok(())
+            },
+        )?,
+    )?;
+    let recorded = effects.clone();
+    methods.raw_set(
+        "timer",
+        lua.create_function(move |_, (_, ms, name): (Value, u64, String)| {
+            recorded.borrow_mut().timers.push((ms, name));
+            Ok(())
+        })?,
+    )?;
+    methods.raw_set(
+        "now_ms",
+        lua.create_function(|_, _: Value| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            Ok(now.as_millis() as f64)
+        })?,
+    )?;
+    let meta = lua.create_table()?;
+    meta.raw_set("__index", methods)?;
+    Ok(meta)
+}

@@ -1,0 +1,244 @@
+//! Scripted object types (examples/scripts/) on a two-node cluster of real
+//! processes: requests by the session's player and by a body field, an
+//! error and a budget overrun that leave the state intact, a transfer and
+//! a `kill -9` failover that keep it (`persist = "on_write"`), a reload of
+//! every node that changes behaviour and keeps state, a reload that fails
+//! and keeps the loaded version, and a start refused by a bad file.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::cluster::{
+    get_json, http_get, login_eventually, post_json, wait_members_up, LocalCluster, DOWN_AFTER_MS,
+};
+use support::{Client, ServeProcess};
+use wire::client::{ErrorCode, FrameKind};
+
+const ADD: u32 = 2001;
+const GET: u32 = 2002;
+const SPIN: u32 = 2901;
+
+/// A type that runs past any budget when asked: for the overrun.
+const SPIN_SCRIPT: &str = r#"
+return {
+  type_id = 290, name = "spin", version = 1, persist = "on_write",
+  routes = { { id = 2901, name = "spin.add", key = "player", codec = "json" } },
+  init = function(key) return { n = 0 } end,
+  handlers = {
+    ["spin.add"] = function(ctx, state, req)
+      state.n += 1
+      if req.forever then while true do end end
+      return { n = state.n }
+    end,
+  },
+}
+"#;
+
+/// A cluster whose nodes load `dir` (the example's files and the spinner).
+fn cluster_with_scripts() -> (LocalCluster, std::path::PathBuf) {
+    let mut cluster = LocalCluster::new();
+    let dir = cluster.dir().join("scripts");
+    std::fs::create_dir_all(&dir).unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/scripts");
+    for name in ["counter.luau", "inventory.luau"] {
+        std::fs::copy(examples.join(name), dir.join(name)).unwrap();
+    }
+    std::fs::write(dir.join("spin.luau"), SPIN_SCRIPT).unwrap();
+    cluster.extra = format!(
+        "[scripts]\ndir = {:?}\ncall_budget_us = 50000\n",
+        dir.display().to_string()
+    );
+    (cluster, dir)
+}
+
+fn pair(cluster: &LocalCluster) -> (ServeProcess, ServeProcess) {
+    let a = cluster.start(1);
+    let b = cluster.start(2);
+    wait_members_up(&a, &[2]);
+    wait_members_up(&b, &[1]);
+    (a, b)
+}
+
+/// A JSON call's answer: the RESPONSE's JSON, or `Err((code, reason))`.
+fn call(
+    client: &mut Client,
+    route: u32,
+    seq: u32,
+    body: &str,
+) -> Result<serde_json::Value, (u16, String)> {
+    let reply = client.call(route, seq, body.as_bytes());
+    match reply.kind {
+        FrameKind::Response => Ok(serde_json::from_slice(&reply.body)
+            .unwrap_or_else(|error| panic!("{error}: {}", String::from_utf8_lossy(&reply.body)))),
+        FrameKind::Error => Err((reply.error_code(), reply.error_reason())),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn n_of(answer: Result<serde_json::Value, (u16, String)>) -> i64 {
+    answer.unwrap()["n"].as_i64().unwrap()
+}
+
+fn owner(admin: std::net::SocketAddr, kind: &str, id: u64) -> Option<u64> {
+    let (status, body) = http_get(admin, &format!("/objects/{kind}/{id}"));
+    let record: serde_json::Value = serde_json::from_str(&body).ok()?;
+    (status == 200).then(|| record["owner"].as_u64()).flatten()
+}
+
+#[test]
+fn scripted_objects_answer_refuse_and_keep_their_state_through_a_move_and_a_kill() {
+    let (cluster, _dir) = cluster_with_scripts();
+    let (a, b) = pair(&cluster);
+    let mut client = a.connect();
+    client.login(7, 1);
+    assert_eq!(n_of(call(&mut client, ADD, 2, r#"{"by": 5}"#)), 5);
+    let (code, reason) = call(&mut client, ADD, 3, r#"{"by": 2000000}"#).unwrap_err();
+    assert_eq!(code, ErrorCode::BadRequest as u16);
+    assert_eq!(reason, "counter would pass 1000000");
+    let (code, _) = call(&mut client, ADD, 4, "not json").unwrap_err();
+    assert_eq!(
+        code,
+        ErrorCode::BadRequest as u16,
+        "the string reached the handler"
+    );
+    assert_eq!(
+        n_of(call(&mut client, ADD, 5, r#"{"by": 1}"#)),
+        6,
+        "the refusals changed nothing"
+    );
+    assert_eq!(
+        n_of(call(&mut client, GET, 6, r#"{"id": 7}"#)),
+        6,
+        "keyed by the body's id"
+    );
+
+    // The budget: the overrun is INTERNAL, its +1 is dropped, the object serves on.
+    assert_eq!(n_of(call(&mut client, SPIN, 7, "{}")), 1);
+    let (code, reason) = call(&mut client, SPIN, 8, r#"{"forever": true}"#).unwrap_err();
+    assert_eq!(code, ErrorCode::Internal as u16);
+    assert!(reason.contains("budget of 50000 us"), "{reason}");
+    assert_eq!(n_of(call(&mut client, SPIN, 9, "{}")), 2);
+
+    // A transfer to the other node keeps the state.
+    let from = owner(a.admin, "counter", 7).expect("an owner");
+    let to = 3 - from;
+    let (status, body) = post_json(a.admin, &format!("/objects/counter/7/transfer?to={to}"));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(owner(a.admin, "counter", 7), Some(to));
+    assert_eq!(n_of(call(&mut client, ADD, 10, r#"{"by": 1}"#)), 7);
+
+    // kill -9 of the owner: the other node takes it over with its last
+    // acknowledged state (on_write: every answer followed a save).
+    let (killed, survivor) = if to == 1 { (a, b) } else { (b, a) };
+    drop(client);
+    killed.kill_9();
+    let limit = Duration::from_millis(DOWN_AFTER_MS + 5000);
+    let (mut client, _) = login_eventually(survivor.gateway, 7, limit);
+    let answer = support::cluster::eventually(limit, "the counter served again", || {
+        call(&mut client, ADD, 2, r#"{"by": 1}"#).ok()
+    });
+    assert_eq!(answer["n"], 8, "{answer}");
+    assert_eq!(owner(survivor.admin, "counter", 7), Some(3 - to));
+}
+
+#[test]
+fn a_reload_reaches_every_node_keeps_state_and_a_failing_one_keeps_the_loaded_version() {
+    let (cluster, dir) = cluster_with_scripts();
+    let (a, b) = pair(&cluster);
+    let mut on_a = a.connect();
+    on_a.login(7, 1);
+    let mut on_b = b.connect();
+    on_b.login(8, 1);
+    assert_eq!(n_of(call(&mut on_a, ADD, 2, r#"{"by": 1}"#)), 1);
+    assert_eq!(n_of(call(&mut on_b, ADD, 2, r#"{"by": 1}"#)), 1);
+    let listed = get_json(a.admin, "/scripts");
+    assert_eq!(
+        listed["types"][0]["routes"][1]["key"], "field:id",
+        "{listed}"
+    );
+
+    let counter = std::fs::read_to_string(dir.join("counter.luau")).unwrap();
+    let times_ten = counter.replace("state.n += req.by", "state.n += req.by * 10");
+    std::fs::write(dir.join("counter.luau"), &times_ten).unwrap();
+    let reloaded = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))
+        .args(["scripts", "reload", "--admin", &a.admin.to_string()])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&reloaded.stdout);
+    assert!(
+        reloaded.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&reloaded.stderr)
+    );
+    assert!(
+        printed.contains("node 1:") && printed.contains("node 2:"),
+        "{printed}"
+    );
+    assert_eq!(
+        n_of(call(&mut on_a, ADD, 3, r#"{"by": 1}"#)),
+        11,
+        "new code, old state"
+    );
+    assert_eq!(
+        n_of(call(&mut on_b, ADD, 3, r#"{"by": 1}"#)),
+        11,
+        "on the other node too"
+    );
+
+    std::fs::write(
+        dir.join("counter.luau"),
+        times_ten.replace("persist = \"on_write\",", "persist = ,"),
+    )
+    .unwrap();
+    let (status, body) = post_json(b.admin, "/scripts/reload");
+    assert_eq!(status, 422, "{body}");
+    for node in body["nodes"].as_array().unwrap() {
+        let counter = node["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["file"] == "counter.luau");
+        let counter = counter.unwrap_or_else(|| panic!("{body}"));
+        assert_eq!(counter["status"], "kept", "{body}");
+        assert!(
+            counter["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("counter.luau:8:"),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        n_of(call(&mut on_a, ADD, 4, r#"{"by": 1}"#)),
+        21,
+        "the loaded version serves"
+    );
+}
+
+#[test]
+fn a_bad_script_stops_the_start_and_check_config_says_the_same() {
+    let (cluster, dir) = cluster_with_scripts();
+    std::fs::write(
+        dir.join("bad.luau"),
+        "return {\n  type_id = 300,\n  name = \"bad\" +\n}\n",
+    )
+    .unwrap();
+    let (status, stderr) = cluster.run_to_exit(1, Duration::from_secs(20));
+    assert!(!status.success());
+    let wanted = format!("{}:4:", dir.join("bad.luau").display());
+    let line = stderr.lines().find(|line| line.contains(&wanted));
+    assert!(line.is_some(), "{stderr}");
+
+    let config = cluster.dir().join("check.toml");
+    std::fs::write(&config, cluster.body(1, "the test cluster's secret")).unwrap();
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!checked.status.success());
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert_eq!(said.trim(), line.unwrap().trim(), "one code path, one line");
+}
