@@ -153,6 +153,7 @@ mod tests {
             body,
             client: Some(c),
             needs_reply: true,
+            keyed: false,
         };
         core.on_request(0, RouterHead::local(key, NodeId(1)), request);
     }

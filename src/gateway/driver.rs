@@ -418,12 +418,11 @@ impl GatewayHandle {
         let now = Instant::now();
         for (session_id, frames) in released {
             for frame in frames {
-                let ingress = self.0.state.borrow_mut().on_held_request(
-                    session_id,
-                    frame.header,
-                    &frame.body,
-                    now,
-                );
+                let ingress = self
+                    .0
+                    .state
+                    .borrow_mut()
+                    .on_held_request(session_id, &frame, now);
                 if let Some(ingress) = ingress {
                     self.deliver(ingress, now);
                 }

@@ -59,6 +59,9 @@ pub struct Ingress<'a> {
     pub route_id: u32,
     pub seq: u32,
     pub body: &'a [u8],
+    /// A version-2 REQUEST's key (`Some(0)`: version 2 without one); `None`
+    /// for version 1 (docs/protocol.md, section 12).
+    pub request_key: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use super::adapter::ServiceAdapter;
+use super::request_keys::Keyed;
 use super::{ClientRoute, ObjectType, Pick, RouteKind, Service};
 use crate::catalog::ActorConfig;
 use crate::route::{RouteError, RouteTable, Served};
@@ -72,7 +73,8 @@ impl Registry {
             routes: kind.routes(),
             service: None,
             register: Some(Arc::new(move |core: &mut RouterCore| {
-                core.register(Box::new(kind.clone()))
+                let keys_max = core.config().request_keys_max;
+                core.register(Box::new(Keyed::new(kind.clone(), keys_max)))
             })),
         };
         self.add(entry)

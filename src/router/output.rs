@@ -73,6 +73,7 @@ pub(crate) fn release(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput)
             body: call.body,
             client: None,
             needs_reply: true,
+            keyed: false,
         };
         ctx.effects.push(Effect::Call {
             head: RouterHead::local(call.to, ctx.node),

@@ -89,7 +89,7 @@ fn requests_behind_a_pending_login_wait_then_replay_in_order() {
     let frame = &held[0];
     let ingress = f
         .core
-        .on_held_request(s, frame.header, &frame.body, f.now)
+        .on_held_request(s, frame, f.now)
         .unwrap();
     assert_eq!(ingress.binding.player_id, 7);
 }

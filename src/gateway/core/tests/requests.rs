@@ -338,7 +338,7 @@ fn a_held_request_is_charged_once() {
     for frame in &held {
         assert!(f
             .core
-            .on_held_request(s, frame.header, &frame.body, f.now)
+            .on_held_request(s, frame, f.now)
             .is_some());
     }
     assert_eq!(f.metrics.gateway.ingress_rate_limited.get(), 0);
