@@ -185,7 +185,10 @@ fn every_frame_vector_matches_the_codec() {
             kinds_seen.push(kind);
             continue;
         }
-        assert!(!vector.contains_key("version"), "{name}: version is 2 or absent");
+        assert!(
+            !vector.contains_key("version"),
+            "{name}: version is 2 or absent"
+        );
 
         // Encoding the header and body gives exactly the documented bytes.
         let mut encoded = Vec::new();
@@ -240,7 +243,11 @@ fn every_frame_vector_matches_the_codec() {
 /// body back at every cut; a version-1 decoder refuses the frame.
 fn check_version_2_request(vector: &Vector, route_id: u32, seq: u32, body: &[u8], frame: &[u8]) {
     let name = get(vector, "name");
-    assert_eq!(get(vector, "kind"), "REQUEST", "{name}: version 2 is a REQUEST");
+    assert_eq!(
+        get(vector, "kind"),
+        "REQUEST",
+        "{name}: version 2 is a REQUEST"
+    );
     let key: u64 = get(vector, "request_key").parse().expect("request_key");
     let mut encoded = Vec::new();
     encode_keyed_request(&mut encoded, route_id, seq, key, body);

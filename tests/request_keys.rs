@@ -16,7 +16,13 @@ use wire::client::{encode_keyed_request, route, ErrorCode, FrameKind};
 /// A `player.incr` by `delta` with `key`, as a version-2 REQUEST.
 fn keyed_incr(client: &mut Client, seq: u32, key: u64, delta: i64) -> i64 {
     let mut frame = Vec::new();
-    encode_keyed_request(&mut frame, route::PLAYER_INCR, seq, key, &delta.to_le_bytes());
+    encode_keyed_request(
+        &mut frame,
+        route::PLAYER_INCR,
+        seq,
+        key,
+        &delta.to_le_bytes(),
+    );
     client.send_raw(&frame);
     let reply = client.recv();
     assert_eq!(reply.seq, seq, "{reply:?}");

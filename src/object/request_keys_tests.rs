@@ -127,7 +127,11 @@ fn a_keyed_retry_gets_the_first_answer_and_runs_once() {
     let mut run = Run::new(128);
     assert_eq!(run.value(7, OP_ADD, 5, 100), Some(5));
     assert_eq!(run.value(7, OP_ADD, 5, 100), Some(5), "remembered");
-    assert_eq!(run.value(7, OP_GET, 0, 0), Some(5), "the counter moved once");
+    assert_eq!(
+        run.value(7, OP_GET, 0, 0),
+        Some(5),
+        "the counter moved once"
+    );
     // Without a key, every request runs.
     assert_eq!(run.value(7, OP_ADD, 1, 0), Some(6));
     assert_eq!(run.value(7, OP_ADD, 1, 0), Some(7));
@@ -142,7 +146,10 @@ fn the_memory_travels_with_the_state_and_plain_states_keep_their_bytes() {
     assert_eq!(run.value(7, OP_ADD, 1, 0), Some(1));
     // No keyed request yet: exactly the adapter's `u16 version | object`.
     let plain = run.state.encode();
-    assert_eq!(plain, [&1u16.to_le_bytes()[..], &1i64.to_le_bytes()].concat());
+    assert_eq!(
+        plain,
+        [&1u16.to_le_bytes()[..], &1i64.to_le_bytes()].concat()
+    );
     assert_eq!(run.value(7, OP_ADD, 2, 41), Some(3));
     let bytes = run.state.encode();
     assert_ne!(bytes, plain);

@@ -71,7 +71,13 @@ impl GatewayCore {
         frame: &'a HeldFrame,
         now: Instant,
     ) -> Option<Ingress<'a>> {
-        self.admit(session_id, frame.header, frame.request_key, &frame.body, now)
+        self.admit(
+            session_id,
+            frame.header,
+            frame.request_key,
+            &frame.body,
+            now,
+        )
     }
 
     /// The ingress checks after the rate.

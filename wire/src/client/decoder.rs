@@ -1,7 +1,9 @@
 //! The incremental client frame decoder: a bounded read buffer that turns a
 //! byte stream, cut at arbitrary points, into validated frames.
 
-use super::header::{decode_header_versioned, FrameError, Header, Peer, HEADER_LEN, REQUEST_KEY_LEN};
+use super::header::{
+    decode_header_versioned, FrameError, Header, Peer, HEADER_LEN, REQUEST_KEY_LEN,
+};
 
 /// The buffer a decoder takes when it first needs one. Most frames are
 /// small (pings, counters, room messages), so a connection costs this much
@@ -504,7 +506,10 @@ mod tests {
         let mut decoder = FrameDecoder::new(Peer::Client, 64).accept_version_2();
         assert_eq!(decoder.extend(&bytes), bytes.len());
         let keyed = decoder.next_frame().unwrap().unwrap();
-        assert_eq!((keyed.request_key, keyed.body), (Some(0xABCD), &b"body"[..]));
+        assert_eq!(
+            (keyed.request_key, keyed.body),
+            (Some(0xABCD), &b"body"[..])
+        );
         // A decoder that does not accept version 2 refuses it.
         let mut decoder = FrameDecoder::new(Peer::Client, 64);
         decoder.extend(&bytes);
