@@ -519,6 +519,9 @@ pub struct RouterConfig {
     /// How long a transfer's old owner waits for the target's
     /// `router_transfer` ack before draining its pending queue anyway.
     pub transfer_ack_timeout_ms: u64,
+    /// Answers of keyed requests an object remembers per requesting player
+    /// (docs/protocol.md, section 12); 0 remembers none.
+    pub request_keys_max: usize,
 }
 
 impl Default for RouterConfig {
@@ -535,6 +538,7 @@ impl Default for RouterConfig {
             pending_queue_max: 1024,
             entries_per_core_max: 1_000_000,
             transfer_ack_timeout_ms: 5_000,
+            request_keys_max: 128,
         }
     }
 }

@@ -47,7 +47,7 @@ const SECTIONS: [&str; 10] = [
 ];
 
 /// Route names that look like `section.key`.
-const ROUTE_NAMES: [&str; 1] = ["auth.login"];
+const ROUTE_NAMES: [&str; 2] = ["auth.login", "auth.resume"];
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(Path::new(ROOT).join(path))

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 
 use routerd::route::Direction;
 use wire::client::{
-    decode_error_body, encode_app_error_body, encode_error_frame, encode_frame, AppCode, ErrorCode,
-    FrameDecoder, FrameKind, Peer, DEFAULT_MAX_BODY,
+    decode_error_body, encode_app_error_body, encode_error_frame, encode_frame,
+    encode_keyed_request, AppCode, ErrorCode, FrameDecoder, FrameError, FrameKind, Peer,
+    DEFAULT_MAX_BODY,
 };
 use wire::token::{self, TokenError};
 
@@ -85,6 +86,7 @@ fn fields(text: &str) -> Vec<u8> {
             "u32" => out.extend_from_slice(&value.parse::<u32>().unwrap().to_le_bytes()),
             "u64" => out.extend_from_slice(&value.parse::<u64>().unwrap().to_le_bytes()),
             "i64" => out.extend_from_slice(&value.parse::<i64>().unwrap().to_le_bytes()),
+            "hex" => out.extend_from_slice(&hex(value)),
             "utf8" => {
                 let text = value
                     .strip_prefix('"')
@@ -131,7 +133,16 @@ fn table(heading: &str) -> Vec<Vec<String>> {
 
 /// route id -> (name, direction, auth) from the document's route table.
 fn documented_routes() -> BTreeMap<u32, (String, String, String)> {
-    table("## 5. Route table")
+    routes_of("## 5. Route table")
+}
+
+/// The same for the table of the routes version 2 adds.
+fn version_2_routes() -> BTreeMap<u32, (String, String, String)> {
+    routes_of("### Version-2 routes")
+}
+
+fn routes_of(heading: &str) -> BTreeMap<u32, (String, String, String)> {
+    table(heading)
         .into_iter()
         .map(|row| {
             let id = row[0].parse().expect("a route id");
@@ -142,7 +153,8 @@ fn documented_routes() -> BTreeMap<u32, (String, String, String)> {
 
 #[test]
 fn every_frame_vector_matches_the_codec() {
-    let routes = documented_routes();
+    let mut routes = documented_routes();
+    routes.extend(version_2_routes());
     let mut kinds_seen = Vec::new();
     let frames: Vec<Vector> = vectors()
         .into_iter()
@@ -166,6 +178,16 @@ fn every_frame_vector_matches_the_codec() {
             fields(get(vector, "fields")),
             body,
             "{name}: fields vs body"
+        );
+
+        if vector.get("version").is_some_and(|v| v == "2") {
+            check_version_2_request(vector, route_id, seq, &body, &frame);
+            kinds_seen.push(kind);
+            continue;
+        }
+        assert!(
+            !vector.contains_key("version"),
+            "{name}: version is 2 or absent"
         );
 
         // Encoding the header and body gives exactly the documented bytes.
@@ -197,7 +219,7 @@ fn every_frame_vector_matches_the_codec() {
             assert_eq!(decoded.header.body_len as usize, body.len(), "{name}");
             assert_eq!(decoded.body, body, "{name}");
         }
-        if kind == FrameKind::Push {
+        if kind == FrameKind::Push && !vector.get("numbered").is_some_and(|n| n == "yes") {
             assert_eq!(seq, 0, "{name}: a PUSH carries seq 0");
         }
         if kind == FrameKind::Error {
@@ -214,6 +236,47 @@ fn every_frame_vector_matches_the_codec() {
         assert!(kinds_seen.contains(&kind), "no {kind:?} vector");
     }
     assert!(frames.len() >= 8, "only {} frame vectors", frames.len());
+}
+
+/// A version-2 REQUEST vector: `encode_keyed_request` writes `frame`; the
+/// gateway's decoder (version 2 accepted) reads the key and the route's
+/// body back at every cut; a version-1 decoder refuses the frame.
+fn check_version_2_request(vector: &Vector, route_id: u32, seq: u32, body: &[u8], frame: &[u8]) {
+    let name = get(vector, "name");
+    assert_eq!(
+        get(vector, "kind"),
+        "REQUEST",
+        "{name}: version 2 is a REQUEST"
+    );
+    let key: u64 = get(vector, "request_key").parse().expect("request_key");
+    let mut encoded = Vec::new();
+    encode_keyed_request(&mut encoded, route_id, seq, key, body);
+    assert_eq!(encoded, frame, "{name}: encode");
+    for cut in 0..=frame.len() {
+        let mut decoder = FrameDecoder::new(Peer::Client, DEFAULT_MAX_BODY).accept_version_2();
+        decoder.extend(&frame[..cut]);
+        if cut < frame.len() {
+            assert_eq!(decoder.next_frame(), Ok(None), "{name}: cut at {cut}");
+            decoder.extend(&frame[cut..]);
+        }
+        let decoded = decoder
+            .next_frame()
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .unwrap_or_else(|| panic!("{name}: incomplete"));
+        assert_eq!(decoded.header.kind, FrameKind::Request, "{name}");
+        assert_eq!(decoded.header.route_id, route_id, "{name}");
+        assert_eq!(decoded.header.seq, seq, "{name}");
+        assert_eq!(decoded.header.body_len as usize, body.len() + 8, "{name}");
+        assert_eq!(decoded.request_key, Some(key), "{name}");
+        assert_eq!(decoded.body, body, "{name}");
+    }
+    let mut version_1 = FrameDecoder::new(Peer::Client, DEFAULT_MAX_BODY);
+    version_1.extend(frame);
+    assert_eq!(
+        version_1.next_frame(),
+        Err(FrameError::BadVersion(2)),
+        "{name}"
+    );
 }
 
 fn check_error_vector(vector: &Vector, route_id: u32, seq: u32, body: &[u8], frame: &[u8]) {
@@ -316,6 +379,14 @@ fn the_route_table_is_the_gateways() {
         (route::SYS_REDIRECT, "sys.redirect"),
     ] {
         assert_eq!(documented[&id].0, name);
+    }
+    let version_2 = version_2_routes();
+    for (id, name) in [
+        (route::AUTH_RESUME, "auth.resume"),
+        (route::SYS_SESSION, "sys.session"),
+    ] {
+        assert_eq!(version_2[&id].0, name);
+        assert!(!documented.contains_key(&id), "{name} is a version-2 route");
     }
 }
 

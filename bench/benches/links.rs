@@ -67,6 +67,7 @@ fn frames(count: usize) -> Vec<Message> {
                         session_epoch: 1,
                         player_id: n,
                     },
+                    request_key: 0,
                     body: 1i64.to_le_bytes().to_vec(),
                 }
             } else {

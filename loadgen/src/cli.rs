@@ -164,6 +164,13 @@ pub struct Args {
     #[arg(long)]
     pub reconnect: bool,
 
+    /// Send every `player.incr` and `room.say` as a version-2 REQUEST with a
+    /// request key of its own (docs/protocol.md, section 12), so the server
+    /// remembers each answer: measures what keys cost against a run
+    /// without. Retries with the same key are not made.
+    #[arg(long)]
+    pub keys: bool,
+
     /// Closed loop: requests in flight per connection. Open loop: the most
     /// in flight per connection; more wait (their latency still counts from
     /// the intended send time).

@@ -225,6 +225,14 @@ impl Conn {
         self
     }
 
+    /// Keyed state-changing requests (`--keys`); routerd's protocol only.
+    pub fn with_keys(mut self, keys: bool) -> Conn {
+        if let (Wire::Routerd(wire), true) = (&mut self.wire, keys) {
+            wire.use_keys(self.player_id);
+        }
+        self
+    }
+
     pub fn phase(&self) -> Phase {
         self.phase
     }

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use wire::client::{
-    decode_error_body, encode_frame, route, FrameDecoder, FrameError, FrameKind, Peer,
+    decode_error_body, encode_frame, encode_keyed_request, route, FrameDecoder, FrameError,
+    FrameKind, Peer,
 };
 
 use crate::conn::{Kind, Message, Outstanding, Redirect, Verdict};
@@ -24,6 +25,8 @@ pub struct RouterdWire {
     body: Vec<u8>,
     /// `--workload custom`: the routes of its requests.
     custom: Option<Arc<Custom>>,
+    /// `--keys`: the next request key of a state-changing request (never 0).
+    next_key: Option<u64>,
 }
 
 impl RouterdWire {
@@ -35,7 +38,20 @@ impl RouterdWire {
             max_body,
             body: Vec::with_capacity(64),
             custom: None,
+            next_key: None,
         }
+    }
+
+    /// Sends `player.incr` and `room.say` with request keys from now on.
+    /// Keys are per player on the server, and a run may reconnect or be
+    /// run again against the same players, so they start at a point of
+    /// the run's own (the wall clock's nanoseconds, mixed with the player).
+    pub fn use_keys(&mut self, player_id: u64) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64);
+        let start = wire::hash::stable_hash64(&(now ^ player_id.rotate_left(32)).to_le_bytes());
+        self.next_key = Some(start.max(1));
     }
 
     pub fn set_custom(&mut self, custom: Arc<Custom>) {
@@ -69,7 +85,13 @@ impl RouterdWire {
             }
             Kind::Join => self.body.extend_from_slice(&room_id.to_le_bytes()),
         }
-        encode_frame(out, FrameKind::Request, route_id, seq, &self.body);
+        match (&mut self.next_key, request.kind) {
+            (Some(key), Kind::Work(Op::Incr | Op::Say)) => {
+                encode_keyed_request(out, route_id, seq, *key, &self.body);
+                *key = key.wrapping_add(1).max(1);
+            }
+            _ => encode_frame(out, FrameKind::Request, route_id, seq, &self.body),
+        }
         let previous = self.outstanding.insert(seq, request);
         assert!(previous.is_none(), "seq {seq} reused while outstanding");
     }

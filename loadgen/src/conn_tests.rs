@@ -495,3 +495,36 @@ fn a_reset_counts_the_lost_requests_and_starts_over() {
     assert_eq!(stats.unanswered, 1);
     assert_eq!(stats.lost(), 2);
 }
+
+#[test]
+fn keys_make_state_changing_requests_version_2_with_keys_of_their_own() {
+    let mut conn = Conn::new(Proto::Routerd, 7, 1, 4, 1 << 16).with_keys(true);
+    conn.skip_setup();
+    let mut stats = Stats::default();
+    conn.send(Op::Incr, b"", 0, true, &mut stats).expect("room");
+    conn.send(Op::Incr, b"", 0, true, &mut stats).expect("room");
+    conn.send(Op::Get, b"", 0, true, &mut stats).expect("room");
+    let bytes = std::mem::take(conn.out_mut());
+    let mut decoder = FrameDecoder::new(Peer::Client, 1 << 16).accept_version_2();
+    decoder.extend(&bytes);
+    let mut seen = Vec::new();
+    while let Some(frame) = decoder.next_frame().expect("valid frames") {
+        seen.push((
+            frame.header.route_id,
+            frame.request_key,
+            frame.body.to_vec(),
+        ));
+    }
+    let one = 1i64.to_le_bytes().to_vec();
+    let (first, second) = match (seen[0].1, seen[1].1) {
+        (Some(first), Some(second)) => (first, second),
+        other => panic!("incr without a key: {other:?}"),
+    };
+    assert!(first != 0 && second != 0 && first != second);
+    assert_eq!((seen[0].0, &seen[0].2), (route::PLAYER_INCR, &one));
+    assert_eq!(
+        (seen[2].0, seen[2].1),
+        (route::PLAYER_GET, None),
+        "reads go plain"
+    );
+}

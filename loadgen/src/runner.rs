@@ -195,7 +195,8 @@ fn connect_all(plan: &Plan, ctx: &Context, engine: &mut Engine) -> Result<(), St
             args.pipeline,
             args.max_body,
         )
-        .with_custom(args.custom.clone());
+        .with_custom(args.custom.clone())
+        .with_keys(args.keys);
         engine
             .add(conn, stream)
             .map_err(|e| format!("socket setup: {e}"))?;

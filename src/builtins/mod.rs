@@ -154,6 +154,7 @@ mod tests {
             body,
             client: Some(c),
             needs_reply: true,
+            keyed: false,
         };
         core.on_request(0, RouterHead::local(key, NodeId(1)), request);
     }

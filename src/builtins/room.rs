@@ -367,6 +367,7 @@ mod tests {
             body: presence_body(player_id, client),
             client: None,
             needs_reply: false,
+            keyed: false,
         }
     }
 

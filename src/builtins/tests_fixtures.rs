@@ -25,5 +25,6 @@ pub(super) fn request(op: u32, body: Vec<u8>, client: Option<ClientRef>) -> Requ
         body,
         client,
         needs_reply: true,
+        keyed: false,
     }
 }

@@ -119,13 +119,6 @@ impl GatewayHandle {
         *self.0.services.borrow_mut() = Some(port);
     }
 
-    /// [`Self::set_services_side`] by its old name, kept so code written
-    /// against it still builds.
-    #[doc(hidden)]
-    pub fn set_player_port(&self, port: Rc<dyn ServicesSide>) {
-        self.set_services_side(port);
-    }
-
     /// A `ClientEgress` frame from a session's target, on any core: routed
     /// to the session's owning core and through the egress gate there.
     /// Fire-and-forget; a frame that cannot reach the core is counted as
@@ -441,12 +434,11 @@ impl GatewayHandle {
         let now = Instant::now();
         for (session_id, frames) in released {
             for frame in frames {
-                let ingress = self.0.state.borrow_mut().on_held_request(
-                    session_id,
-                    frame.header,
-                    &frame.body,
-                    now,
-                );
+                let ingress = self
+                    .0
+                    .state
+                    .borrow_mut()
+                    .on_held_request(session_id, &frame, now);
                 if let Some(ingress) = ingress {
                     self.deliver(ingress, now);
                 }

@@ -40,12 +40,6 @@ pub use self::core::{
 };
 pub use self::driver::GatewayHandle;
 pub use self::services_side::{LoginRequest, ServicesSide};
-// The seam's old names (`player`, `PlayerPort`), kept so code written
-// against them still builds.
-#[doc(hidden)]
-pub use self::services_side as player;
-#[doc(hidden)]
-pub use self::services_side::ServicesSide as PlayerPort;
 pub use self::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
 
 /// The core that owns `session_id` (see `wire::ids`).
@@ -65,6 +59,9 @@ pub struct Ingress<'a> {
     pub route_id: u32,
     pub seq: u32,
     pub body: &'a [u8],
+    /// A version-2 REQUEST's key (`Some(0)`: version 2 without one); `None`
+    /// for version 1 (docs/protocol.md, section 12).
+    pub request_key: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,14 +19,6 @@ pub enum Target {
     Services,
 }
 
-impl Target {
-    /// [`Target::Services`] by its old name, kept so code written against
-    /// it still builds.
-    #[doc(hidden)]
-    #[allow(non_upper_case_globals)]
-    pub const Player: Target = Target::Services;
-}
-
 /// A snapshot of a session's binding, as `apply_binding` returns it and as
 /// an ingress or a notification carries it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -60,10 +60,6 @@ pub struct Port {
     placement_grace: Option<Duration>,
 }
 
-/// [`Port`] by its old name, kept so code written against it still builds.
-#[allow(dead_code)]
-pub type ServicesPort = Port;
-
 impl Port {
     /// Plugs `gateway` and `router` of one core together.
     pub fn connect(parts: PortParts) -> Rc<Port> {
@@ -140,6 +136,25 @@ impl Port {
     }
 }
 
+/// The body of a request for the router: the route's, then the client's
+/// request key when it has one that counts. Keys count for routes an object
+/// serves, not `sys.*` (the ping an object answers after login) nor a
+/// service's: docs/protocol.md, section 12. The key rides at the end of the
+/// body (`Request::keyed`), and a keyless request's body is copied as before.
+fn request_body(ingress: &Ingress<'_>, served: Served) -> (Vec<u8>, bool) {
+    let request_key = match ingress.request_key {
+        Some(key) if ingress.route_id != route::SYS_PING && served == Served::Object => key,
+        _ => 0,
+    };
+    if request_key == 0 {
+        return (ingress.body.to_vec(), false);
+    }
+    let mut body = Vec::with_capacity(ingress.body.len() + 8);
+    body.extend_from_slice(ingress.body);
+    body.extend_from_slice(&request_key.to_le_bytes());
+    (body, true)
+}
+
 impl ServicesSide for Port {
     /// A logged-in session's request: to the object its route addresses.
     fn deliver_ingress<'a>(
@@ -172,14 +187,15 @@ impl ServicesSide for Port {
             player_id: ingress.binding.player_id,
         };
         // Ops are numbered as the routes they serve.
-        let (op, body) = (ingress.route_id, ingress.body.to_vec());
+        let op = ingress.route_id;
+        let (body, keyed) = request_body(&ingress, target.served);
         let sent = match target {
             RouteTarget {
                 served: Served::Object,
                 ..
             } => self
                 .router
-                .client_request(key, op, body, client, reply_route, now),
+                .client_request(key, (op, body, keyed), client, reply_route, now),
             RouteTarget {
                 served: Served::Service(how),
                 ..
@@ -217,7 +233,13 @@ impl ServicesSide for Port {
         };
         let key = player::player_key(login.player_id);
         self.router
-            .client_request(key, player::OP_BIND, Vec::new(), client, reply_route, now)
+            .client_request(
+                key,
+                (player::OP_BIND, Vec::new(), false),
+                client,
+                reply_route,
+                now,
+            )
             .map_err(|_| login)
     }
 

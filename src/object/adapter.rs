@@ -6,7 +6,10 @@
 //!
 //! Persisted state is `u16 version (LE) | the object's encoding`: the
 //! version is written here and handed to `ObjectType::decode`, so a type
-//! can change its encoding and still read what older builds wrote.
+//! can change its encoding and still read what older builds wrote. An
+//! object that remembers answers of keyed requests persists them after
+//! its encoding, flagged in the version's top bit (`request_keys`), so a
+//! type's own versions stay below `0x8000`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

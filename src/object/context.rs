@@ -94,7 +94,7 @@ impl<'a> Context<'a> {
 
     /// The request's body; empty in an event handler.
     pub fn body(&self) -> &[u8] {
-        self.request.map_or(&[], |request| &request.body)
+        self.request.map_or(&[], |request| request.route_body())
     }
 
     /// The session that sent the request, when a client did (or when the
@@ -184,6 +184,7 @@ impl<'a> Context<'a> {
             body,
             client: request.client,
             needs_reply: request.needs_reply,
+            keyed: false,
         };
         self.out.sends.push((key, forwarded));
     }

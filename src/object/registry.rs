@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use super::adapter::ServiceAdapter;
+use super::request_keys::Keyed;
 use super::{ClientRoute, Object as _, ObjectKey, ObjectType, Pick, RouteKind, Service};
 use crate::catalog::ActorConfig;
 use crate::route::{RouteError, RouteTable, Served};
@@ -78,7 +79,8 @@ impl Registry {
             routes: kind.routes(),
             service: None,
             register: Some(Arc::new(move |core: &mut RouterCore| {
-                core.register(Box::new(kind.clone()))
+                let keys_max = core.config().request_keys_max;
+                core.register(Box::new(Keyed::new(kind.clone(), keys_max)))
             })),
             debug: Some(Arc::new(move |key, version, state| {
                 let newest = decoder.state_version();

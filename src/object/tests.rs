@@ -199,6 +199,7 @@ impl Harness {
             body,
             client: None,
             needs_reply: true,
+            keyed: false,
         };
         self.core.on_request(
             self.now_ms,

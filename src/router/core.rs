@@ -67,6 +67,11 @@ impl RouterCore {
         core
     }
 
+    /// The router settings this core runs with.
+    pub fn config(&self) -> &RouterConfig {
+        &self.ctx.config
+    }
+
     /// Registers an object type. Panics on a duplicate type id: that is a
     /// programming error of the assembly, not a runtime condition.
     pub fn register(&mut self, kind: Box<dyn ObjectType>) {

@@ -180,6 +180,7 @@ pub(crate) fn one_way(op: u32, body: Vec<u8>) -> Request {
         body,
         client: None,
         needs_reply: false,
+        keyed: false,
     }
 }
 

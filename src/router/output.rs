@@ -75,6 +75,7 @@ pub(crate) fn emit(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput) {
             body: call.body,
             client: None,
             needs_reply: true,
+            keyed: false,
         };
         ctx.effects.push(Effect::Call {
             head: RouterHead::local(call.to, ctx.node),

@@ -25,6 +25,7 @@ fn config() -> RouterConfig {
         pending_queue_max: 8,
         entries_per_core_max: 1_000,
         transfer_ack_timeout_ms: 500,
+        request_keys_max: 128,
     }
 }
 
@@ -84,6 +85,7 @@ impl Harness {
             body,
             client: None,
             needs_reply: true,
+            keyed: false,
         };
         self.core(node)
             .on_request(now_ms, RouterHead::local(key, NodeId(node)), request);
@@ -126,6 +128,7 @@ fn get_request(id: RequestId) -> Request {
         body: Vec::new(),
         client: None,
         needs_reply: true,
+        keyed: false,
     }
 }
 
@@ -734,6 +737,7 @@ fn shutdown_releases_every_object_in_batches() {
             body: add(1),
             client: None,
             needs_reply: true,
+            keyed: false,
         };
         h.core(1)
             .on_request(0, RouterHead::local(key, NodeId(1)), request);

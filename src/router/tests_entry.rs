@@ -106,6 +106,7 @@ fn check_finds_requests_waiting_for_no_io() {
             body: Vec::new(),
             client: None,
             needs_reply: true,
+            keyed: false,
         },
         repairs: 0,
         fresh_pull: false,

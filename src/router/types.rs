@@ -68,6 +68,42 @@ pub struct Request {
     /// False for one-way object-to-object notifications: nobody waits, so
     /// the router emits no `Reply` for them.
     pub needs_reply: bool,
+    /// Whether `body` ends with the client's nonzero `u64` request key
+    /// (docs/protocol.md, section 12): the object answers a keyed request
+    /// once per requesting player and gives a retry the remembered answer.
+    /// The key rides at the end of the body rather than in a field of its
+    /// own so that a request still fits the router's 128-byte input slot
+    /// (`an_input_fits_in_128_bytes`): keyless requests pay nothing.
+    pub keyed: bool,
+}
+
+/// Bytes of a request key at the end of a keyed request's body.
+const REQUEST_KEY_LEN: usize = 8;
+
+impl Request {
+    /// The client's request key, 0 for none.
+    pub fn request_key(&self) -> u64 {
+        match self.body.last_chunk::<REQUEST_KEY_LEN>() {
+            Some(key) if self.keyed => u64::from_le_bytes(*key),
+            _ => 0,
+        }
+    }
+
+    /// The route's own body: `body` without the request key.
+    pub fn route_body(&self) -> &[u8] {
+        match self.body.len().checked_sub(REQUEST_KEY_LEN) {
+            Some(len) if self.keyed => &self.body[..len],
+            _ => &self.body,
+        }
+    }
+
+    /// Appends `request_key` to `body` (nothing for 0, which is no key).
+    pub fn add_request_key(&mut self, request_key: u64) {
+        if request_key != 0 && !self.keyed {
+            self.body.extend_from_slice(&request_key.to_le_bytes());
+            self.keyed = true;
+        }
+    }
 }
 
 /// Error answers: the client protocol's own ERROR codes (docs/protocol.md),

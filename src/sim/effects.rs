@@ -250,6 +250,7 @@ impl World {
             body,
             client,
             needs_reply,
+            keyed: false,
         };
         let head = RouterHead::local(key, NodeId(origin));
         let Some(process) = self.process_of(origin) else {

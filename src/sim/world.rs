@@ -61,6 +61,7 @@ impl Default for SimConfig {
                 pending_queue_max: 64,
                 entries_per_core_max: 1_000,
                 transfer_ack_timeout_ms: 300,
+                request_keys_max: 128,
             },
             cluster: ClusterConfig {
                 heartbeat_interval_ms: 50,

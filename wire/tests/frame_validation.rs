@@ -91,6 +91,7 @@ fn message_strategy() -> impl Strategy<Value = Message> {
                         needs_reply,
                         has_client,
                         client,
+                        request_key: origin_node ^ request_seq,
                         body,
                     }
                 }

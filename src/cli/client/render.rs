@@ -201,6 +201,7 @@ mod tests {
                 body_len: body.len() as u32,
             },
             body,
+            request_key: None,
         }
     }
 

@@ -33,6 +33,8 @@ pub(super) struct PendingLogin {
 pub struct HeldFrame {
     pub header: Header,
     pub body: Vec<u8>,
+    /// The request key of a version-2 REQUEST, `None` for version 1.
+    pub request_key: Option<u64>,
 }
 
 /// How a login the player object decided ends.

@@ -30,6 +30,20 @@ impl GatewayCore {
         body: &'a [u8],
         now: Instant,
     ) -> Option<Ingress<'a>> {
+        self.on_keyed_request(session_id, header, None, body, now)
+    }
+
+    /// [`Self::on_request`] for a frame that may be a version-2 REQUEST,
+    /// whose key (`request_key`, `None` for version 1) the ingress carries
+    /// to the object.
+    pub fn on_keyed_request<'a>(
+        &mut self,
+        session_id: u64,
+        header: Header,
+        request_key: Option<u64>,
+        body: &'a [u8],
+        now: Instant,
+    ) -> Option<Ingress<'a>> {
         let entry = self.sessions.get_mut(&session_id)?;
         entry.last_frame = now;
         if let Some(rate) = &self.limits.request_rate {
@@ -45,7 +59,7 @@ impl GatewayCore {
                 return None;
             }
         }
-        self.admit(session_id, header, body, now)
+        self.admit(session_id, header, request_key, body, now)
     }
 
     /// A request that waited behind a login, replayed once it ended
@@ -54,11 +68,16 @@ impl GatewayCore {
     pub fn on_held_request<'a>(
         &mut self,
         session_id: u64,
-        header: Header,
-        body: &'a [u8],
+        frame: &'a HeldFrame,
         now: Instant,
     ) -> Option<Ingress<'a>> {
-        self.admit(session_id, header, body, now)
+        self.admit(
+            session_id,
+            frame.header,
+            frame.request_key,
+            &frame.body,
+            now,
+        )
     }
 
     /// The ingress checks after the rate.
@@ -66,6 +85,7 @@ impl GatewayCore {
         &mut self,
         session_id: u64,
         header: Header,
+        request_key: Option<u64>,
         body: &'a [u8],
         now: Instant,
     ) -> Option<Ingress<'a>> {
@@ -99,6 +119,7 @@ impl GatewayCore {
                 entry.held.push(HeldFrame {
                     header,
                     body: body.to_vec(),
+                    request_key,
                 });
             }
             return None;
@@ -151,6 +172,7 @@ impl GatewayCore {
             route_id,
             seq,
             body,
+            request_key,
         })
     }
 

@@ -98,7 +98,8 @@ impl ConnectionTask {
             ))
             .detach();
         }
-        let decoder = FrameDecoder::new(Peer::Client, gateway.0.config.body_max_bytes);
+        let decoder =
+            FrameDecoder::new(Peer::Client, gateway.0.config.body_max_bytes).accept_version_2();
         ConnectionTask {
             gateway,
             session_id,
@@ -485,12 +486,13 @@ fn count_refusal(gateway: &GatewayHandle, refusal: Refusal) {
 /// Hands one client frame to the gateway's state machine, and what it
 /// lets through to its service.
 fn handle_frame(gateway: &GatewayHandle, session_id: u64, frame: FrameRef<'_>, now: Instant) {
-    let ingress =
-        gateway
-            .0
-            .state
-            .borrow_mut()
-            .on_request(session_id, frame.header, frame.body, now);
+    let ingress = gateway.0.state.borrow_mut().on_keyed_request(
+        session_id,
+        frame.header,
+        frame.request_key,
+        frame.body,
+        now,
+    );
     if let Some(ingress) = ingress {
         gateway.deliver(ingress, now);
     }

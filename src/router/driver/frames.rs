@@ -76,7 +76,8 @@ pub(crate) fn encode_request(head: &RouterHead, request: &Request) -> Message {
         needs_reply: u8::from(request.needs_reply),
         has_client: u8::from(request.client.is_some()),
         client: request_client(request),
-        body: request.body.clone(),
+        request_key: request.request_key(),
+        body: request.route_body().to_vec(),
     }
 }
 
@@ -89,6 +90,7 @@ pub(crate) fn decode_request(message: &ArchivedMessage) -> Option<(RouterHead, R
         needs_reply,
         has_client,
         client,
+        request_key,
         body,
     } = message
     else {
@@ -100,7 +102,7 @@ pub(crate) fn decode_request(message: &ArchivedMessage) -> Option<(RouterHead, R
         source_node: NodeId(head.source_node.to_native()),
         forward_hops: head.transfer_ttl.to_native(),
     };
-    let request = request_native(
+    let mut request = request_native(
         origin_node.to_native(),
         request_seq.to_native(),
         op.to_native(),
@@ -108,6 +110,7 @@ pub(crate) fn decode_request(message: &ArchivedMessage) -> Option<(RouterHead, R
         (*has_client != 0).then_some(client),
         body,
     );
+    request.add_request_key(request_key.to_native());
     Some((head, request))
 }
 
@@ -130,6 +133,7 @@ fn request_native(
         body: body.to_vec(),
         client: client.map(client_native),
         needs_reply: needs_reply != 0,
+        keyed: false,
     }
 }
 
@@ -321,6 +325,7 @@ mod tests {
             body: vec![17; 300],
             client,
             needs_reply,
+            keyed: false,
         };
         vec![
             NodeMessage::Routed {

@@ -339,19 +339,20 @@ impl RouterDriver {
     }
 
     /// A client request of a session of this core for `key`: records where
-    /// its answer goes (`route`) and hands it to the key's core. `now` is
+    /// its answer goes (`route`) and hands it to the key's core. `keyed`:
+    /// the body ends with the client's request key (`Request::keyed`). `now` is
     /// when its read completed. Refused (OVERLOADED) when this core already
     /// waits for `REPLY_ROUTES_MAX` answers.
     pub fn client_request(
         &self,
         key: ObjectKey,
-        op: u32,
-        body: Vec<u8>,
+        (op, body, keyed): (u32, Vec<u8>, bool),
         client: ClientRef,
         route: ReplyRoute,
         now: Instant,
     ) -> Result<(), ErrorCode> {
-        let request = self.client_side_request(now, op, body, client, route)?;
+        let mut request = self.client_side_request(now, op, body, client, route)?;
+        request.keyed = keyed;
         self.submit(RouterHead::local(key, self.0.node), request);
         Ok(())
     }
@@ -396,6 +397,7 @@ impl RouterDriver {
             body,
             client: Some(client),
             needs_reply: true,
+            keyed: false,
         })
     }
 
@@ -436,6 +438,7 @@ impl RouterDriver {
             body,
             client,
             needs_reply: false,
+            keyed: false,
         };
         self.submit(RouterHead::local(key, self.0.node), request);
     }

@@ -1,7 +1,9 @@
 //! The incremental client frame decoder: a bounded read buffer that turns a
 //! byte stream, cut at arbitrary points, into validated frames.
 
-use super::header::{decode_header, FrameError, Header, Peer, HEADER_LEN};
+use super::header::{
+    decode_header_versioned, FrameError, Header, Peer, HEADER_LEN, REQUEST_KEY_LEN,
+};
 
 /// The buffer a decoder takes when it first needs one. Most frames are
 /// small (pings, counters, room messages), so a connection costs this much
@@ -16,9 +18,31 @@ pub const INITIAL_BUFFER_LEN: usize = 4096;
 pub struct FrameRef<'a> {
     /// The validated header.
     pub header: Header,
-    /// Exactly `header.body_len` bytes, valid until the next `&mut` call on
-    /// the decoder.
+    /// The route's body, valid until the next `&mut` call on the decoder:
+    /// `header.body_len` bytes, less the request key of a version-2 REQUEST.
     pub body: &'a [u8],
+    /// A version-2 REQUEST's request key (`Some(0)`: version 2 without a
+    /// key); `None` for every version-1 frame.
+    pub request_key: Option<u64>,
+}
+
+impl<'a> FrameRef<'a> {
+    /// The frame of `header` whose whole body is `body`, its request key
+    /// split off when the header was version 2.
+    fn split(header: Header, version_2: bool, body: &'a [u8]) -> FrameRef<'a> {
+        match body.split_first_chunk::<REQUEST_KEY_LEN>() {
+            Some((key, rest)) if version_2 => FrameRef {
+                header,
+                body: rest,
+                request_key: Some(u64::from_le_bytes(*key)),
+            },
+            _ => FrameRef {
+                header,
+                body,
+                request_key: None,
+            },
+        }
+    }
 }
 
 /// An incremental, allocation-free-on-the-hot-path decoder for one
@@ -42,6 +66,8 @@ pub struct FrameDecoder {
     /// Set on the first violation: the stream cannot be resynchronised, so
     /// every later call reports the same error.
     failed: Option<FrameError>,
+    /// Whether a client's version-2 REQUEST is accepted.
+    version_2: bool,
 }
 
 impl FrameDecoder {
@@ -56,7 +82,15 @@ impl FrameDecoder {
             max_body,
             limit,
             failed: None,
+            version_2: false,
         }
+    }
+
+    /// This decoder, accepting a client's version-2 REQUEST too (the
+    /// gateway's; docs/protocol.md, "Protocol version 2").
+    pub fn accept_version_2(mut self) -> FrameDecoder {
+        self.version_2 = true;
+        self
     }
 
     /// The largest body this decoder accepts, as given to [`Self::new`].
@@ -93,8 +127,10 @@ impl FrameDecoder {
         let Some((header_bytes, after)) = bytes.split_first_chunk::<HEADER_LEN>() else {
             return Ok(None);
         };
-        let header = match decode_header(header_bytes, self.from, self.max_body) {
-            Ok(header) => header,
+        let decoded =
+            decode_header_versioned(header_bytes, self.from, self.max_body, self.version_2);
+        let (header, version_2) = match decoded {
+            Ok(decoded) => decoded,
             Err(error) => {
                 self.failed = Some(error);
                 return Err(error);
@@ -104,7 +140,7 @@ impl FrameDecoder {
             return Ok(None);
         };
         *bytes = rest;
-        Ok(Some(FrameRef { header, body }))
+        Ok(Some(FrameRef::split(header, version_2, body)))
     }
 
     /// Spare space to read socket bytes into; report how many were written
@@ -149,8 +185,8 @@ impl FrameDecoder {
     /// bytes are in, before any of its body is awaited. After an error the
     /// stream is unusable and the same error is returned forever.
     pub fn next_frame(&mut self) -> Result<Option<FrameRef<'_>>, FrameError> {
-        let header = match self.peek_header() {
-            Ok(Some(header)) => header,
+        let (header, version_2) = match self.peek_header() {
+            Ok(Some(decoded)) => decoded,
             Ok(None) => return Ok(None),
             Err(error) => return Err(error),
         };
@@ -162,14 +198,15 @@ impl FrameDecoder {
         let body_start = self.start + HEADER_LEN;
         let body_end = self.start + frame_len;
         self.start = body_end;
-        Ok(Some(FrameRef {
+        Ok(Some(FrameRef::split(
             header,
-            body: &self.buf[body_start..body_end],
-        }))
+            version_2,
+            &self.buf[body_start..body_end],
+        )))
     }
 
     /// The header at `start`, validated, if all 16 of its bytes are in.
-    fn peek_header(&mut self) -> Result<Option<Header>, FrameError> {
+    fn peek_header(&mut self) -> Result<Option<(Header, bool)>, FrameError> {
         if let Some(error) = self.failed {
             return Err(error);
         }
@@ -178,8 +215,8 @@ impl FrameDecoder {
         }
         let mut header_bytes = [0u8; HEADER_LEN];
         header_bytes.copy_from_slice(&self.buf[self.start..self.start + HEADER_LEN]);
-        match decode_header(&header_bytes, self.from, self.max_body) {
-            Ok(header) => Ok(Some(header)),
+        match decode_header_versioned(&header_bytes, self.from, self.max_body, self.version_2) {
+            Ok(decoded) => Ok(Some(decoded)),
             Err(error) => {
                 self.failed = Some(error);
                 Err(error)
@@ -199,7 +236,7 @@ impl FrameDecoder {
             self.end = 0;
         }
         let needed = match self.peek_header() {
-            Ok(Some(header)) => HEADER_LEN + header.body_len as usize,
+            Ok(Some((header, _))) => HEADER_LEN + header.body_len as usize,
             Ok(None) => HEADER_LEN,
             // A failed stream gets no more room: it is about to be closed.
             Err(_) => return false,
@@ -451,5 +488,31 @@ mod tests {
         }
         assert_eq!(seqs, (0..50).collect::<Vec<_>>());
         assert_eq!(decoder.buf.len(), INITIAL_BUFFER_LEN);
+    }
+
+    #[test]
+    fn a_version_2_request_splits_its_key_off_in_place_and_buffered() {
+        let mut bytes = Vec::new();
+        crate::client::encode_keyed_request(&mut bytes, 11, 2, 0xABCD, b"body");
+        encode_frame(&mut bytes, FrameKind::Request, 7, 3, b"v1");
+        let mut decoder = FrameDecoder::new(Peer::Client, 64).accept_version_2();
+        let mut rest = &bytes[..];
+        let keyed = decoder.next_frame_in(&mut rest).unwrap().unwrap();
+        assert_eq!(keyed.request_key, Some(0xABCD));
+        assert_eq!((keyed.header.body_len, keyed.body), (12, &b"body"[..]));
+        let plain = decoder.next_frame_in(&mut rest).unwrap().unwrap();
+        assert_eq!((plain.request_key, plain.body), (None, &b"v1"[..]));
+        // The same through the decoder's own buffer.
+        let mut decoder = FrameDecoder::new(Peer::Client, 64).accept_version_2();
+        assert_eq!(decoder.extend(&bytes), bytes.len());
+        let keyed = decoder.next_frame().unwrap().unwrap();
+        assert_eq!(
+            (keyed.request_key, keyed.body),
+            (Some(0xABCD), &b"body"[..])
+        );
+        // A decoder that does not accept version 2 refuses it.
+        let mut decoder = FrameDecoder::new(Peer::Client, 64);
+        decoder.extend(&bytes);
+        assert_eq!(decoder.next_frame(), Err(FrameError::BadVersion(2)));
     }
 }

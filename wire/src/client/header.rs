@@ -6,8 +6,15 @@ use thiserror::Error;
 pub const HEADER_LEN: usize = 16;
 /// The two bytes every frame starts with (ASCII "RT").
 pub const MAGIC: [u8; 2] = *b"RT";
-/// The only protocol version this codec speaks.
+/// The protocol version of every frame but a keyed request.
 pub const VERSION: u8 = 1;
+/// The version of a keyed REQUEST (docs/protocol.md, "Protocol version 2"):
+/// its body starts with a `u64` request key. Only a client sends it, and
+/// only a decoder made with [`crate::client::FrameDecoder::accept_version_2`]
+/// accepts it.
+pub const VERSION_2: u8 = 2;
+/// Bytes of the request key at the start of a version-2 REQUEST's body.
+pub const REQUEST_KEY_LEN: usize = 8;
 /// docs/protocol.md's default `max_body`; the gateway reads the real value
 /// from config.
 pub const DEFAULT_MAX_BODY: u32 = 65536;
@@ -112,6 +119,10 @@ pub enum FrameError {
         /// The receiver's bound on a body.
         max_body: u32,
     },
+    /// A version-2 REQUEST whose body (length carried here) cannot hold
+    /// its 8-byte request key.
+    #[error("version-2 request body_len {0} is shorter than its 8-byte request key")]
+    MissingRequestKey(u32),
 }
 
 /// Validates a header sent by `from`. The checks run in wire order (magic,
@@ -121,11 +132,25 @@ pub fn decode_header(
     from: Peer,
     max_body: u32,
 ) -> Result<Header, FrameError> {
+    decode_header_versioned(bytes, from, max_body, false).map(|(header, _)| header)
+}
+
+/// [`decode_header`] that also accepts, when `accept_version_2`, a client's
+/// version-2 REQUEST; the flag returned says which version the header was.
+/// A version-2 header of another kind, or whose body cannot hold the
+/// request key, is a violation.
+pub fn decode_header_versioned(
+    bytes: &[u8; HEADER_LEN],
+    from: Peer,
+    max_body: u32,
+    accept_version_2: bool,
+) -> Result<(Header, bool), FrameError> {
     let magic = [bytes[0], bytes[1]];
     if magic != MAGIC {
         return Err(FrameError::BadMagic(magic));
     }
-    if bytes[2] != VERSION {
+    let version_2 = bytes[2] == VERSION_2 && accept_version_2 && from == Peer::Client;
+    if bytes[2] != VERSION && !version_2 {
         return Err(FrameError::BadVersion(bytes[2]));
     }
     let kind = match FrameKind::from_u8(bytes[3]) {
@@ -136,12 +161,16 @@ pub fn decode_header(
     if body_len > max_body {
         return Err(FrameError::BodyTooLarge { body_len, max_body });
     }
-    Ok(Header {
+    if version_2 && (body_len as usize) < REQUEST_KEY_LEN {
+        return Err(FrameError::MissingRequestKey(body_len));
+    }
+    let header = Header {
         kind,
         route_id: read_u32_le(bytes, 4),
         seq: read_u32_le(bytes, 8),
         body_len,
-    })
+    };
+    Ok((header, version_2))
 }
 
 fn read_u32_le(bytes: &[u8; HEADER_LEN], offset: usize) -> u32 {
@@ -172,9 +201,72 @@ pub fn encode_frame(out: &mut Vec<u8>, kind: FrameKind, route_id: u32, seq: u32,
     out.extend_from_slice(body);
 }
 
+/// Appends one version-2 REQUEST: the header (version 2, `body_len`
+/// counting the key), the little-endian `request_key` (0: no key), then
+/// the route's ordinary `body`.
+///
+/// # Panics
+///
+/// As [`encode_frame`], if the body cannot be expressed.
+pub fn encode_keyed_request(
+    out: &mut Vec<u8>,
+    route_id: u32,
+    seq: u32,
+    request_key: u64,
+    body: &[u8],
+) {
+    let body_len = u32::try_from(REQUEST_KEY_LEN + body.len()).expect("frame body too long");
+    let mut header = Header {
+        kind: FrameKind::Request,
+        route_id,
+        seq,
+        body_len,
+    }
+    .encode();
+    header[2] = VERSION_2;
+    out.reserve(HEADER_LEN + body_len as usize);
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&request_key.to_le_bytes());
+    out.extend_from_slice(body);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_2_requests_only_where_accepted() {
+        let mut frame = Vec::new();
+        encode_keyed_request(&mut frame, 11, 2, 0x0102, &5i64.to_le_bytes());
+        let head: [u8; HEADER_LEN] = frame[..HEADER_LEN].try_into().expect("16 bytes");
+        assert_eq!(head[2], VERSION_2);
+        assert_eq!(
+            decode_header_versioned(&head, Peer::Client, 64, true),
+            Ok((header(FrameKind::Request, 16).with(11, 2), true))
+        );
+        // Version-1 decoders (and every client) refuse it as before.
+        assert_eq!(
+            decode_header(&head, Peer::Client, 64),
+            Err(FrameError::BadVersion(2))
+        );
+        let mut push = header(FrameKind::Push, 8).encode();
+        push[2] = VERSION_2;
+        assert_eq!(
+            decode_header_versioned(&push, Peer::Server, 64, true),
+            Err(FrameError::BadVersion(2))
+        );
+        let mut short = head;
+        short[12] = 7;
+        assert_eq!(
+            decode_header_versioned(&short, Peer::Client, 64, true),
+            Err(FrameError::MissingRequestKey(7))
+        );
+        let v1 = header(FrameKind::Request, 0).encode();
+        assert_eq!(
+            decode_header_versioned(&v1, Peer::Client, 64, true),
+            Ok((header(FrameKind::Request, 0), false))
+        );
+    }
 
     fn header(kind: FrameKind, body_len: u32) -> Header {
         Header {

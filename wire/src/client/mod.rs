@@ -51,8 +51,9 @@ pub use error_body::{
     encode_error_frame, AppCode, ErrorCode, APP_CODE_MIN, APP_REASON_LEN_MAX, ERROR_CODE_LEN,
 };
 pub use header::{
-    decode_header, encode_frame, FrameError, FrameKind, Header, Peer, DEFAULT_MAX_BODY, HEADER_LEN,
-    MAGIC, VERSION,
+    decode_header, decode_header_versioned, encode_frame, encode_keyed_request, FrameError,
+    FrameKind, Header, Peer, DEFAULT_MAX_BODY, HEADER_LEN, MAGIC, REQUEST_KEY_LEN, VERSION,
+    VERSION_2,
 };
 
 /// docs/protocol.md's route ids. Direction and auth live in the gateway's
@@ -62,6 +63,9 @@ pub mod route {
     pub const SYS_PING: u32 = 1;
     /// `auth.login`: client to server, no auth; body is a token.
     pub const AUTH_LOGIN: u32 = 2;
+    /// `auth.resume`: client to server, no auth, version 2 only; body is a
+    /// resume token and the last push seq received.
+    pub const AUTH_RESUME: u32 = 3;
     /// `player.get`: client to server, auth.
     pub const PLAYER_GET: u32 = 10;
     /// `player.incr`: client to server, auth.
@@ -80,4 +84,7 @@ pub mod route {
     /// `sys.redirect`: server to client PUSH from a draining node (`u32
     /// grace_ms`, then a gateway's `host:port`).
     pub const SYS_REDIRECT: u32 = 102;
+    /// `sys.session`: server to client PUSH after a version-2 login (a
+    /// 16-byte resume token, then `u32 resume_window_ms`).
+    pub const SYS_SESSION: u32 = 103;
 }

@@ -150,6 +150,9 @@ pub enum Message {
         has_client: u8,
         /// The session the request came from, when `has_client` is 1.
         client: ClientWire,
+        /// The client's request key (0: none): the object answers a keyed
+        /// request of one player once (docs/protocol.md, section 12).
+        request_key: u64,
         /// The request body, as the object type encodes it.
         body: Vec<u8>,
     },

@@ -48,6 +48,7 @@ pub(crate) fn samples() -> Vec<Message> {
             needs_reply: 1,
             has_client: 1,
             client,
+            request_key: 0x0123_4567_89ab_cdef,
             body: vec![0xAB; 1000],
         },
         Message::RouterReply {

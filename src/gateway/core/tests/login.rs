@@ -87,10 +87,7 @@ fn requests_behind_a_pending_login_wait_then_replay_in_order() {
     assert_eq!(seqs, [2]);
     // Replayed, they pass the checks as the logged-in session.
     let frame = &held[0];
-    let ingress = f
-        .core
-        .on_held_request(s, frame.header, &frame.body, f.now)
-        .unwrap();
+    let ingress = f.core.on_held_request(s, frame, f.now).unwrap();
     assert_eq!(ingress.binding.player_id, 7);
 }
 

@@ -336,10 +336,7 @@ fn a_held_request_is_charged_once() {
     assert_eq!(held.len(), 2);
     // Replayed at the same instant, they pass: they paid when read.
     for frame in &held {
-        assert!(f
-            .core
-            .on_held_request(s, frame.header, &frame.body, f.now)
-            .is_some());
+        assert!(f.core.on_held_request(s, frame, f.now).is_some());
     }
     assert_eq!(f.metrics.gateway.ingress_rate_limited.get(), 0);
     assert!(f.request(s, route::PLAYER_GET, 4).is_none(), "still empty");

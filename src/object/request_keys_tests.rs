@@ -1,0 +1,204 @@
+//! Keyed requests through the wrapper, as the router runs a state: the
+//! answer is remembered per player and key, survives encode and decode,
+//! is bounded, and reaches a duplicate that came while the first ran.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::object::codec::Reader as BodyReader;
+use crate::object::{ClientRoute, Context, Deferred, KeyFrom, Object, ObjectType};
+use crate::router::{ClientRef, ObjectType as RouterObjectType, RequestId};
+use crate::store::NodeId;
+
+const COUNTER_TYPE_ID: u32 = 160;
+const OP_ADD: u32 = 1;
+const OP_GET: u32 = 2;
+/// Defers its answer until `OP_RELEASE`.
+const OP_LATER: u32 = 3;
+/// Answers the deferred `OP_LATER` with the counter.
+const OP_RELEASE: u32 = 4;
+
+struct CounterType;
+
+#[derive(Default)]
+struct Counter {
+    value: i64,
+    later: Option<Deferred>,
+}
+
+impl ObjectType for CounterType {
+    type Object = Counter;
+    fn type_id(&self) -> u32 {
+        COUNTER_TYPE_ID
+    }
+    fn name(&self) -> &'static str {
+        "counter"
+    }
+    fn routes(&self) -> Vec<ClientRoute> {
+        vec![ClientRoute::request(301, "counter.add", KeyFrom::Session)]
+    }
+    fn create(&self, _key: ObjectKey) -> Counter {
+        Counter::default()
+    }
+    fn decode(&self, _key: ObjectKey, _version: u16, state: &[u8]) -> Result<Counter, DecodeError> {
+        let value = BodyReader::new(state).i64().ok_or(DecodeError)?;
+        Ok(Counter { value, later: None })
+    }
+}
+
+impl Object for Counter {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.value.to_le_bytes());
+    }
+    fn handle(&mut self, ctx: &mut Context<'_>) {
+        match ctx.op() {
+            OP_ADD => {
+                self.value += BodyReader::new(ctx.body()).i64().unwrap_or(0);
+                ctx.mark_changed();
+                ctx.answer(Ok(self.value.to_le_bytes().to_vec()));
+            }
+            OP_GET => ctx.answer(Ok(self.value.to_le_bytes().to_vec())),
+            OP_LATER => self.later = ctx.defer(),
+            OP_RELEASE => {
+                if let Some(later) = self.later.take() {
+                    ctx.answer_deferred(later, Ok(self.value.to_le_bytes().to_vec()));
+                }
+                ctx.answer(Ok(Vec::new()));
+            }
+            _ => ctx.bad_request(),
+        }
+    }
+}
+
+fn key() -> ObjectKey {
+    ObjectKey::new(COUNTER_TYPE_ID, 0, 1)
+}
+
+fn kind(keys_max: usize) -> Keyed<Arc<CounterType>> {
+    Keyed::new(Arc::new(CounterType), keys_max)
+}
+
+struct Run {
+    state: Box<dyn ObjectState>,
+    next_seq: u64,
+}
+
+impl Run {
+    fn new(keys_max: usize) -> Run {
+        let state = kind(keys_max).decode(key(), None).expect("a new counter");
+        Run { state, next_seq: 1 }
+    }
+
+    fn request(&mut self, player: u64, op: u32, delta: i64, request_key: u64) -> HandlerOutput {
+        self.next_seq += 1;
+        let mut request = Request {
+            id: RequestId {
+                origin_node: NodeId(1),
+                seq: self.next_seq,
+            },
+            op,
+            body: delta.to_le_bytes().to_vec(),
+            client: Some(ClientRef {
+                gateway_node: NodeId(1),
+                session_id: 9,
+                session_epoch: 1,
+                player_id: player,
+            }),
+            needs_reply: true,
+            keyed: false,
+        };
+        request.add_request_key(request_key);
+        let mut out = HandlerOutput::default();
+        self.state.handle(key(), &request, &mut out);
+        out
+    }
+
+    /// The answer's i64, or `None` when the request got no answer yet.
+    fn value(&mut self, player: u64, op: u32, delta: i64, request_key: u64) -> Option<i64> {
+        match self.request(player, op, delta, request_key).reply {
+            HandlerReply::Answer(Ok(body)) => Some(i64::from_le_bytes(body.try_into().ok()?)),
+            _ => None,
+        }
+    }
+}
+
+#[test]
+fn a_keyed_retry_gets_the_first_answer_and_runs_once() {
+    let mut run = Run::new(128);
+    assert_eq!(run.value(7, OP_ADD, 5, 100), Some(5));
+    assert_eq!(run.value(7, OP_ADD, 5, 100), Some(5), "remembered");
+    assert_eq!(
+        run.value(7, OP_GET, 0, 0),
+        Some(5),
+        "the counter moved once"
+    );
+    // Without a key, every request runs.
+    assert_eq!(run.value(7, OP_ADD, 1, 0), Some(6));
+    assert_eq!(run.value(7, OP_ADD, 1, 0), Some(7));
+    // Keys are per player: another player's key 100 is another request.
+    assert_eq!(run.value(8, OP_ADD, 1, 100), Some(8));
+    assert_eq!(run.value(8, OP_ADD, 1, 100), Some(8));
+}
+
+#[test]
+fn the_memory_travels_with_the_state_and_plain_states_keep_their_bytes() {
+    let mut run = Run::new(128);
+    assert_eq!(run.value(7, OP_ADD, 1, 0), Some(1));
+    // No keyed request yet: exactly the adapter's `u16 version | object`.
+    let plain = run.state.encode();
+    assert_eq!(
+        plain,
+        [&1u16.to_le_bytes()[..], &1i64.to_le_bytes()].concat()
+    );
+    assert_eq!(run.value(7, OP_ADD, 2, 41), Some(3));
+    let bytes = run.state.encode();
+    assert_ne!(bytes, plain);
+    // A new owner decoding the saved state answers the retry from memory.
+    let mut moved = Run {
+        state: kind(128).decode(key(), Some(&bytes)).expect("decodes"),
+        next_seq: 50,
+    };
+    assert_eq!(moved.value(7, OP_ADD, 2, 41), Some(3));
+    assert_eq!(moved.value(7, OP_GET, 0, 0), Some(3));
+    assert_eq!(moved.state.encode(), bytes);
+    // Truncated bytes are refused, not misread.
+    for cut in 0..bytes.len() {
+        assert!(kind(128).decode(key(), Some(&bytes[..cut])).is_err() || cut < 2);
+    }
+}
+
+#[test]
+fn only_the_last_keys_max_answers_are_remembered() {
+    let mut run = Run::new(2);
+    assert_eq!(run.value(7, OP_ADD, 1, 1), Some(1));
+    assert_eq!(run.value(7, OP_ADD, 1, 2), Some(2));
+    assert_eq!(run.value(7, OP_ADD, 1, 3), Some(3));
+    assert_eq!(run.value(7, OP_ADD, 1, 3), Some(3));
+    assert_eq!(run.value(7, OP_ADD, 1, 2), Some(2));
+    assert_eq!(run.value(7, OP_ADD, 1, 1), Some(4), "forgotten: runs again");
+    // 0 remembers nothing.
+    let mut off = Run::new(0);
+    assert_eq!(off.value(7, OP_ADD, 1, 1), Some(1));
+    assert_eq!(off.value(7, OP_ADD, 1, 1), Some(2));
+}
+
+#[test]
+fn a_duplicate_while_the_first_runs_gets_its_answer() {
+    let mut run = Run::new(128);
+    assert_eq!(run.value(7, OP_ADD, 4, 0), Some(4));
+    assert_eq!(run.value(7, OP_LATER, 0, 9), None, "deferred");
+    let duplicate = run.request(7, OP_LATER, 0, 9);
+    assert!(matches!(duplicate.reply, HandlerReply::Delegated));
+    assert!(duplicate.late_answers.is_empty());
+    let released = run.request(7, OP_RELEASE, 0, 0);
+    let answers: Vec<_> = released
+        .late_answers
+        .iter()
+        .map(|(id, outcome)| (id.seq, outcome.clone()))
+        .collect();
+    let four = Ok(4i64.to_le_bytes().to_vec());
+    // The first (seq 3) and its duplicate (seq 4), the same answer.
+    assert_eq!(answers, vec![(3, four.clone()), (4, four)]);
+    // And remembered for later retries.
+    assert_eq!(run.value(7, OP_LATER, 0, 9), Some(4));
+}
