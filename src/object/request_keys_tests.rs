@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::ids::NodeId;
 use crate::object::codec::Reader as BodyReader;
 use crate::object::{ClientRoute, Context, Deferred, KeyFrom, Object, ObjectType};
 use crate::router::{ClientRef, ObjectType as RouterObjectType, RequestId};
-use crate::store::NodeId;
 
 const COUNTER_TYPE_ID: u32 = 160;
 const OP_ADD: u32 = 1;
