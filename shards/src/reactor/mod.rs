@@ -596,7 +596,7 @@ impl Reactor {
             let _ = self.enter(Some(Some(Duration::from_millis(10))));
             self.reap();
             // The wake read is cancelled too and never re-armed here.
-            if self.in_flight() == 0 && !self.wake_armed.get() {
+            if self.slots.borrow().in_kernel() == 0 && !self.wake_armed.get() {
                 return true;
             }
             if Instant::now() >= deadline {

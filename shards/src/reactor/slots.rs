@@ -350,6 +350,22 @@ impl SlotTable {
         self.slots.iter().filter(|slot| slot.is_some()).count()
     }
 
+    /// Slots whose operation the kernel may still complete or write into:
+    /// not those completed for good, which only wait for a future that may
+    /// never look again (one held past the core's end, a timer's poll kept
+    /// in a structure that outlives the tasks).
+    pub fn in_kernel(&self) -> usize {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|slot| match slot {
+                Slot::Done(..) => false,
+                Slot::Multi { more, .. } => *more,
+                _ => true,
+            })
+            .count()
+    }
+
     /// Keeps every buffer the kernel may still use allocated for the life
     /// of the process: for a ring whose operations would not finish.
     pub fn leak(&mut self) {
