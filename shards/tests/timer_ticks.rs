@@ -76,3 +76,32 @@ fn a_timer_dropped_with_its_poll_armed_lets_the_core_stop() {
     runtime.join().unwrap();
     assert_eq!(in_flight, 0, "operations left in the kernel");
 }
+
+thread_local! {
+    /// Where a timer outlives the core's tasks, as a structure the last
+    /// task's drop does not reach would keep it.
+    static KEPT: std::cell::RefCell<Vec<TimerTicks>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[test]
+fn a_timer_kept_past_the_tasks_does_not_hold_the_core_s_stop() {
+    let done = Arc::new(Mutex::new(None));
+    let report = done.clone();
+    let (runtime, shutdown) = common::on_a_core(common::one_core(), move || {
+        let report = report.clone();
+        async move {
+            let ticks = TimerTicks::new(libc::CLOCK_MONOTONIC, Duration::from_secs(60)).unwrap();
+            shards::sleep(Duration::from_millis(5)).await;
+            KEPT.with(|kept| kept.borrow_mut().push(ticks));
+            *report.lock().unwrap() = Some(());
+        }
+    });
+    common::wait_for(&done);
+    let stopping = std::time::Instant::now();
+    shutdown.trigger();
+    runtime.join().unwrap();
+    // The stop cancels the poll; its completion is the kernel letting go,
+    // whether or not the timer ever looks again (it waited 2 s before).
+    let stop = stopping.elapsed();
+    assert!(stop < Duration::from_secs(1), "the core took {stop:?} to stop");
+}
