@@ -103,5 +103,8 @@ fn a_timer_kept_past_the_tasks_does_not_hold_the_core_s_stop() {
     // The stop cancels the poll; its completion is the kernel letting go,
     // whether or not the timer ever looks again (it waited 2 s before).
     let stop = stopping.elapsed();
-    assert!(stop < Duration::from_secs(1), "the core took {stop:?} to stop");
+    assert!(
+        stop < Duration::from_secs(1),
+        "the core took {stop:?} to stop"
+    );
 }
