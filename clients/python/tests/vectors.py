@@ -27,6 +27,11 @@ def vectors() -> list[dict[str, str]]:
             key, _, value = line.partition(":")
             last = key.strip()
             fields[last] = value.strip()
+        # This client speaks protocol version 1: section 12's version-2
+        # frames, and its bodies of raw bytes (a resume token), wait for its
+        # version-2 support.
+        if fields.get("version") == "2" or "hex " in fields.get("fields", ""):
+            continue
         out.append(fields)
     if len(out) < 10:
         raise AssertionError(f"only {len(out)} vectors in {DOC}")

@@ -26,6 +26,10 @@ export function vectors(): Vector[] {
       last = line.slice(0, colon).trim();
       fields[last] = line.slice(colon + 1).trim();
     }
+    // This client speaks protocol version 1: section 12's version-2 frames,
+    // and its bodies of raw bytes (a resume token), wait for its version-2
+    // support.
+    if (fields.version === "2" || (fields.fields ?? "").includes("hex ")) continue;
     out.push(fields);
   }
   if (out.length < 10) throw new Error(`only ${out.length} vectors in ${DOC}`);
