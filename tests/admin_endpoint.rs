@@ -96,9 +96,16 @@ fn silent_connections_past_the_pending_bound_close_the_oldest_and_the_port_recov
     assert_eq!(get(admin, "/healthz"), (200, "ok".to_string()));
     // The first ones were closed for those that came after them.
     assert!(closed_within(&mut held[0], Duration::from_secs(1)));
-    assert!(
-        node.metric("routerd_admin_refused_total{reason=\"evicted\"}") >= CONNECTIONS_MAX as i64
-    );
+    // The server accepts the backlog over a few polls: the count reaches
+    // what the connections past the bound made, on a loaded machine later.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node.metric("routerd_admin_refused_total{reason=\"evicted\"}") < CONNECTIONS_MAX as i64 {
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {CONNECTIONS_MAX} connections evicted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     drop(held);
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
