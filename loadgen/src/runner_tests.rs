@@ -330,8 +330,10 @@ fn batch_waits_for_every_answer_and_the_default_refills_at_once() {
         }
         let outcome = run_against(&[addr], &extra);
         assert_eq!(outcome.stats.protocol_errors, 0);
-        let findings: Vec<bool> = found.try_iter().collect();
+        let mut findings: Vec<bool> = found.try_iter().collect();
         assert!(findings.len() >= 5, "only {} batches", findings.len());
+        // The last batch may meet the run's end, where nothing is sent again.
+        findings.pop();
         assert!(
             findings.iter().all(|&refilled| refilled == refills),
             "batch {batch}: {findings:?}"
@@ -414,8 +416,10 @@ fn resp_batch_waits_for_every_answer() {
         }
         let outcome = run_against(&[addr], &extra);
         assert_eq!(outcome.stats.protocol_errors, 0);
-        let findings: Vec<bool> = found.try_iter().collect();
+        let mut findings: Vec<bool> = found.try_iter().collect();
         assert!(findings.len() >= 5, "only {} batches", findings.len());
+        // The last batch may meet the run's end, where nothing is sent again.
+        findings.pop();
         assert!(
             findings.iter().all(|&refilled| refilled == refills),
             "batch {batch}: {findings:?}"
