@@ -184,6 +184,21 @@ pub fn feed_catalog(catalog: &Catalog, row: &MemberRow) {
     }
 }
 
+/// What a membership event changes in the catalog: a row feeds it
+/// (`feed_catalog`); a deleted row takes the member's actors out. A member
+/// that leaves cleanly may go from `up` to deleted between two listings, so
+/// the deletion is the only event this node sees of its leaving: without
+/// it the catalog would keep picking the ended node for its keys.
+pub fn catalog_follows(catalog: &Catalog, event: &Event) {
+    match event {
+        Event::Member { row } => feed_catalog(catalog, row),
+        Event::Removed { node } => {
+            catalog.node_down(node.0);
+        }
+        _ => {}
+    }
+}
+
 /// Membership on core 0.
 pub struct Agent {
     membership: RefCell<Membership>,
@@ -377,6 +392,7 @@ impl Agent {
         }
         for event in &events {
             self.log_event(event);
+            catalog_follows(&self.catalog, event);
         }
         let state = self.membership.borrow().written_state();
         self.view.update(|me, peers| {
@@ -391,8 +407,8 @@ impl Agent {
     }
 
     /// What an operator reads of a membership event, and what it changes
-    /// outside the view: a member row feeds the catalog; a node id taken by
-    /// another process ends this one.
+    /// outside the view and the catalog: a node id taken by another process
+    /// ends this one.
     fn log_event(&self, event: &Event) {
         match event {
             Event::Removed { node } => {
@@ -405,7 +421,6 @@ impl Agent {
                     state = row.state.as_str(),
                     "member"
                 );
-                feed_catalog(&self.catalog, row);
             }
             Event::LeaseLapsed { cause, .. } => {
                 tracing::warn!(
@@ -489,5 +504,59 @@ fn apply_to_view(me: &mut Standing, peers: &mut BTreeMap<NodeId, Peer>, event: E
             peers.remove(&node);
         }
         Event::Refused { .. } | Event::TakenOver { .. } | Event::LeaseRenewed { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemberVersion;
+
+    fn row(node: u64, state: MemberState) -> MemberRow {
+        MemberRow {
+            node_id: NodeId(node),
+            incarnation: 1,
+            state,
+            heartbeat: 1,
+            gateway: format!("127.0.0.1:{}", 7000 + node),
+            admin: String::new(),
+            cluster: Vec::new(),
+            core_count: 1,
+            actors: vec![AdvertisedActor {
+                actor_id: node << 16 | 5,
+                actor_type: 50,
+                msg_ids: vec![500],
+                weight: 1,
+            }],
+            version: MemberVersion(1),
+        }
+    }
+
+    fn candidates(catalog: &Catalog) -> Vec<u64> {
+        let snapshot = catalog.rebuild_snapshot();
+        snapshot.candidates(500).iter().map(|a| a.node_id).collect()
+    }
+
+    #[test]
+    fn a_member_deleted_while_up_leaves_the_catalog() {
+        let catalog = Catalog::new();
+        for node in [1, 2] {
+            let row = row(node, MemberState::Up);
+            catalog_follows(&catalog, &Event::Member { row });
+        }
+        assert_eq!(candidates(&catalog), [1, 2]);
+        // Node 1 left between two listings: its row is simply gone.
+        catalog_follows(&catalog, &Event::Removed { node: NodeId(1) });
+        assert_eq!(candidates(&catalog), [2]);
+    }
+
+    #[test]
+    fn a_member_that_stops_being_up_leaves_the_catalog() {
+        let catalog = Catalog::new();
+        let up = row(2, MemberState::Up);
+        catalog_follows(&catalog, &Event::Member { row: up });
+        let draining = row(2, MemberState::Draining);
+        catalog_follows(&catalog, &Event::Member { row: draining });
+        assert!(candidates(&catalog).is_empty());
     }
 }
