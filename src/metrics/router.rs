@@ -94,6 +94,10 @@ super::metric_set! {
         /// Messages for another node dropped because no link to it exists (requests among them
         /// are answered UNAVAILABLE).
         "routerd_router_unroutable_total" Counter { unroutable }
+        /// Successful answers a router turn made and did not send: the core's lease ran out
+        /// during the turn (a pause inside a busy turn), so another node may have taken the
+        /// objects over; their requests stay uncertain.
+        "routerd_router_answers_withheld_total" Counter { answers_withheld }
         /// Client requests of this node's sessions answered by this node (its own objects, or
         /// refused here).
         "routerd_router_client_requests_local_total" Counter { client_answers_local }

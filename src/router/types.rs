@@ -126,6 +126,7 @@ pub enum Refusal {
     /// member of room 7`), cut to `wire::client::APP_REASON_LEN_MAX` bytes:
     /// clients branch on the code, people read the reason.
     Explained {
+        /// The protocol code clients branch on.
         code: ErrorCode,
         /// Words for a person (the client prints them).
         reason: Box<str>,

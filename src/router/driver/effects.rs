@@ -7,6 +7,7 @@ use std::time::Instant;
 use wire::frame::{FrameBuf, Message};
 
 use super::frames::{encode_node_message, encode_reply};
+use super::held::Held;
 use super::replies::RouteKind;
 use super::store_ops::perform_store_op;
 use super::{CallRoute, Destination, Input, LinkRefusal, RouterDriver, FLUSH_LINGER};
@@ -41,13 +42,21 @@ impl RouterDriver {
             Effect::Submit { head, request } => self.submit(head, *request),
             Effect::Store { token, op } => self.store(token, op),
             Effect::ArmTimer { at_ms, timer } => self.arm(at_ms, timer),
-            Effect::Reply { request, outcome } => self.reply(request, outcome, answered_at),
+            Effect::Reply { request, outcome } => self.hold(Held::Reply {
+                request,
+                outcome,
+                answered_at,
+            }),
             Effect::Push {
                 client,
                 route_id,
                 body,
-            } => self.push(client, route_id, body),
-            Effect::Kick { client } => self.kick(client),
+            } => self.hold(Held::Push {
+                client,
+                route_id,
+                body,
+            }),
+            Effect::Kick { client } => self.hold(Held::Kick { client }),
             Effect::Call {
                 head,
                 request,
@@ -225,7 +234,7 @@ impl RouterDriver {
         }
     }
 
-    fn push(&self, client: ClientRef, route_id: u32, body: Vec<u8>) {
+    pub(super) fn push(&self, client: ClientRef, route_id: u32, body: Vec<u8>) {
         if client.gateway_node == self.0.node {
             if let Some(client_side) = self.0.client_side.borrow().clone() {
                 client_side.push(client, route_id, &body);
@@ -244,7 +253,7 @@ impl RouterDriver {
         self.send_to_session(client, &message);
     }
 
-    fn kick(&self, client: ClientRef) {
+    pub(super) fn kick(&self, client: ClientRef) {
         if client.gateway_node == self.0.node {
             if let Some(client_side) = self.0.client_side.borrow().clone() {
                 client_side.kick(client);

@@ -28,6 +28,11 @@ impl RouterDriver {
             .router
             .unroutable
             .mirror(self.0.unroutable_total.get());
+        self.0
+            .metrics
+            .router
+            .answers_withheld
+            .mirror(self.0.answers_withheld_total.get());
         self.mirror_client_answers();
     }
 

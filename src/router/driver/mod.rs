@@ -20,6 +20,7 @@ mod cluster_side;
 mod effects;
 mod forwarded;
 pub(crate) mod frames;
+mod held;
 mod mirror;
 mod ports;
 mod queue;
@@ -221,6 +222,9 @@ struct Inner {
     pause: RefCell<PauseBarrier>,
     /// The effects being performed, reused so a batch allocates nothing.
     effects: RefCell<Vec<Effect>>,
+    /// What the turn sends to clients, held to its end (`held`).
+    held: RefCell<Vec<held::Held>>,
+    answers_withheld_total: Cell<u64>,
     /// The last reading `client_side_request` converted to the router's
     /// clock: the requests of one read batch share their batch's reading,
     /// so all but the first reuse its conversion.
@@ -269,6 +273,8 @@ impl RouterDriver {
             request_timeout_ms: parts.request_timeout_ms,
             pause: RefCell::new(PauseBarrier::new(parts.fence_after_ms)),
             effects: RefCell::new(Vec::new()),
+            held: RefCell::new(Vec::new()),
+            answers_withheld_total: Cell::new(0),
             last_reading: Cell::new({
                 let now = Instant::now();
                 (now, clock::ms_at(now))
@@ -510,7 +516,9 @@ impl RouterDriver {
         // back without a clock read of their own. A long turn reads the
         // clock again every few dozen inputs (`turn_clock`): a pause inside
         // it is seen before the inputs after it are judged.
-        let mut turn = TurnClock::new(self.checked_reading(self.ms_at(polled_at)));
+        let start_ms = self.checked_reading(self.ms_at(polled_at));
+        let served_at_start = self.0.core.borrow().may_serve(start_ms);
+        let mut turn = TurnClock::new(start_ms);
         self.0.inputs.handle_turn(INPUTS_PER_TURN_MAX, |input| {
             self.apply(
                 input,
@@ -518,6 +526,9 @@ impl RouterDriver {
             );
             self.perform_effects(polled_at);
         });
+        // What the turn sends to clients leaves now, if the lease held
+        // through the turn (`held`).
+        self.release_held(served_at_start);
     }
 
     /// Applies one input; `polled_ms` is the turn's clock reading for it.
