@@ -44,16 +44,54 @@ pub(super) enum Held {
     },
 }
 
+/// What one turn holds, in the order it was made (sans IO: the driver
+/// sends what `release` hands it).
+#[derive(Default)]
+pub(super) struct HeldTurn {
+    items: Vec<Held>,
+}
+
+impl HeldTurn {
+    pub(super) fn push(&mut self, held: Held) {
+        self.items.push(held);
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Hands `send` what the turn held, in order: all of it, or, when the
+    /// lease `lapsed` during the turn, all but the successful answers.
+    /// Returns how many answers were withheld. The vector is kept, so a
+    /// turn allocates nothing once it has grown.
+    pub(super) fn release(&mut self, lapsed: bool, mut send: impl FnMut(Held)) -> u64 {
+        let mut withheld = 0;
+        for item in self.items.drain(..) {
+            match item {
+                Held::Reply { outcome, .. } if lapsed && outcome.is_ok() => withheld += 1,
+                item => send(item),
+            }
+        }
+        withheld
+    }
+}
+
+/// Whether the lease ran out during the turn: the core could serve at the
+/// turn's start and may not at its end. A core that could not serve at the
+/// start made its answers knowing it.
+pub(super) fn lapsed_during_turn(served_at_start: bool, may_serve_now: bool) -> bool {
+    served_at_start && !may_serve_now
+}
+
 impl RouterDriver {
     /// Holds `held` to the end of the turn (`release_held`).
     pub(super) fn hold(&self, held: Held) {
         self.0.held.borrow_mut().push(held);
     }
 
-    /// Sends what the turn held, in the order it was made: every answer
-    /// unless the core, serving at the turn's start (`served_at_start`),
-    /// may no longer serve at a reading taken now; then only the refusals
-    /// (which changed nothing) with the pushes and kicks.
+    /// Sends what the turn held (`HeldTurn::release`), judged at a clock
+    /// reading taken now; `served_at_start`: whether the core could serve
+    /// at the turn's start.
     pub(super) fn release_held(&self, served_at_start: bool) {
         let mut held = self.0.held.take();
         if held.is_empty() {
@@ -61,25 +99,21 @@ impl RouterDriver {
             return;
         }
         let now_ms = self.checked_reading(clock::now_ms());
-        let lapsed = served_at_start && !self.0.core.borrow().may_serve(now_ms);
-        let mut withheld = 0u64;
-        for item in held.drain(..) {
-            match item {
-                Held::Reply { outcome, .. } if lapsed && outcome.is_ok() => withheld += 1,
-                Held::Reply {
-                    request,
-                    outcome,
-                    answered_at,
-                } => self.reply(request, outcome, answered_at),
-                Held::Push {
-                    client,
-                    route_id,
-                    body,
-                } => self.push(client, route_id, body),
-                Held::Kick { client } => self.kick(client),
-            }
-        }
-        // Kept, so a turn allocates nothing once the vector has grown.
+        let may_serve_now = self.0.core.borrow().may_serve(now_ms);
+        let lapsed = lapsed_during_turn(served_at_start, may_serve_now);
+        let withheld = held.release(lapsed, |item| match item {
+            Held::Reply {
+                request,
+                outcome,
+                answered_at,
+            } => self.reply(request, outcome, answered_at),
+            Held::Push {
+                client,
+                route_id,
+                body,
+            } => self.push(client, route_id, body),
+            Held::Kick { client } => self.kick(client),
+        });
         self.0.held.replace(held);
         if withheld > 0 {
             self.0
@@ -90,5 +124,82 @@ impl RouterDriver {
                 "answers made before a pause withheld: the lease ran out before they could be sent"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::NodeId;
+    use crate::router::ErrorCode;
+
+    fn reply(seq: u64, outcome: Outcome) -> Held {
+        Held::Reply {
+            request: RequestId {
+                origin_node: NodeId(1),
+                seq,
+            },
+            outcome,
+            answered_at: Instant::now(),
+        }
+    }
+
+    fn client() -> ClientRef {
+        ClientRef {
+            gateway_node: NodeId(1),
+            session_id: 7,
+            session_epoch: 1,
+            player_id: 9,
+        }
+    }
+
+    /// A turn: an acknowledged increment, a push, a refusal, a kick and a
+    /// second answer, in that order.
+    fn turn() -> HeldTurn {
+        let mut turn = HeldTurn::default();
+        turn.push(reply(1, Ok(vec![1])));
+        turn.push(Held::Push {
+            client: client(),
+            route_id: 300,
+            body: vec![2],
+        });
+        turn.push(reply(2, Err(ErrorCode::BadRequest.into())));
+        turn.push(Held::Kick { client: client() });
+        turn.push(reply(3, Ok(vec![3])));
+        turn
+    }
+
+    /// What left, one letter an item: a(nswer) with its seq, p(ush), k(ick).
+    fn sent(turn: &mut HeldTurn, lapsed: bool) -> (String, u64) {
+        let mut sent = String::new();
+        let withheld = turn.release(lapsed, |item| match item {
+            Held::Reply { request, .. } => sent.push_str(&format!("a{}", request.seq)),
+            Held::Push { .. } => sent.push('p'),
+            Held::Kick { .. } => sent.push('k'),
+        });
+        (sent, withheld)
+    }
+
+    #[test]
+    fn a_turn_inside_its_lease_sends_everything_in_order() {
+        assert_eq!(sent(&mut turn(), false), ("a1pa2ka3".into(), 0));
+    }
+
+    #[test]
+    fn a_lease_that_ran_out_during_the_turn_withholds_only_the_successful_answers() {
+        let mut turn = turn();
+        assert_eq!(sent(&mut turn, true), ("pa2k".into(), 2));
+        // Released once: the next turn starts empty.
+        assert!(turn.is_empty());
+    }
+
+    #[test]
+    fn only_a_lease_held_at_the_start_and_lost_by_the_end_counts_as_lapsed() {
+        assert!(lapsed_during_turn(true, false));
+        assert!(!lapsed_during_turn(true, true));
+        // Not serving at the start: its answers (refusals, or an `on_write`
+        // answer its applied save released) were made knowing it.
+        assert!(!lapsed_during_turn(false, false));
+        assert!(!lapsed_during_turn(false, true));
     }
 }

@@ -223,7 +223,7 @@ struct Inner {
     /// The effects being performed, reused so a batch allocates nothing.
     effects: RefCell<Vec<Effect>>,
     /// What the turn sends to clients, held to its end (`held`).
-    held: RefCell<Vec<held::Held>>,
+    held: RefCell<held::HeldTurn>,
     answers_withheld_total: Cell<u64>,
     /// The last reading `client_side_request` converted to the router's
     /// clock: the requests of one read batch share their batch's reading,
@@ -273,7 +273,7 @@ impl RouterDriver {
             request_timeout_ms: parts.request_timeout_ms,
             pause: RefCell::new(PauseBarrier::new(parts.fence_after_ms)),
             effects: RefCell::new(Vec::new()),
-            held: RefCell::new(Vec::new()),
+            held: RefCell::new(held::HeldTurn::default()),
             answers_withheld_total: Cell::new(0),
             last_reading: Cell::new({
                 let now = Instant::now();
