@@ -61,6 +61,22 @@ pub(super) fn refused(status: StatusCode, error: &str, reason: &str) -> Response
     response
 }
 
+/// The scope of a call that fans out to every up member (a rebalance, a
+/// script reload): `Ok(true)` for `scope=node`, this node only (what the
+/// node asked sends the others); `Ok(false)` for the whole cluster, the
+/// default; a refusal for anything else.
+pub(super) fn node_only(query: Option<&str>) -> Result<bool, Box<Response<Body>>> {
+    match query {
+        None | Some("") | Some("scope=cluster") => Ok(false),
+        Some("scope=node") => Ok(true),
+        Some(_) => Err(Box::new(refused(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the one parameter is scope=cluster (the default) or scope=node",
+        ))),
+    }
+}
+
 /// Forwards `request`, whose path is `/nodes/{node_id}/{rest}`, to that
 /// node. The caller answers this node's own id itself.
 pub(super) async fn forward(

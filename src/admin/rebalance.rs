@@ -6,7 +6,7 @@
 
 use hyper::{Response, StatusCode};
 
-use super::forward::refused;
+use super::forward::{node_only, refused};
 use super::routes::{json_status, Body};
 use super::AdminState;
 use crate::ops::rebalance::RebalanceRefused;
@@ -22,16 +22,9 @@ pub(super) async fn start(state: &AdminState, query: Option<&str>) -> Response<B
             "this node runs no cluster",
         );
     };
-    let node_only = match query {
-        None | Some("") | Some("scope=cluster") => false,
-        Some("scope=node") => true,
-        Some(_) => {
-            return refused(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                "the one parameter is scope=cluster (the default) or scope=node",
-            )
-        }
+    let node_only = match node_only(query) {
+        Ok(node_only) => node_only,
+        Err(refusal) => return *refusal,
     };
     let started = if node_only {
         ops.rebalance()

@@ -5,12 +5,17 @@
 //! mutating call. 200 when every node took every file; 422 when a file
 //! failed somewhere (that node kept its loaded version, and says why).
 
+use std::time::Duration;
+
 use hyper::{Response, StatusCode};
 use serde_json::json;
 
-use super::forward::refused;
+use super::forward::{node_only, refused};
 use super::routes::{json_status, Body};
 use super::AdminState;
+
+/// How long each other member may take to reload its files.
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `GET /scripts`.
 pub(super) async fn list(state: &AdminState) -> Response<Body> {
@@ -22,16 +27,9 @@ pub(super) async fn list(state: &AdminState) -> Response<Body> {
 
 /// `POST /scripts/reload[?scope=node]`.
 pub(super) async fn reload(state: &AdminState, query: Option<&str>) -> Response<Body> {
-    let node_only = match query {
-        None | Some("") | Some("scope=cluster") => false,
-        Some("scope=node") => true,
-        Some(_) => {
-            return refused(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                "the one parameter is scope=cluster (the default) or scope=node",
-            )
-        }
+    let node_only = match node_only(query) {
+        Ok(node_only) => node_only,
+        Err(refusal) => return *refusal,
     };
     let Some(library) = state.scripts.clone() else {
         return no_scripts();
@@ -54,7 +52,7 @@ pub(super) async fn reload(state: &AdminState, query: Option<&str>) -> Response<
     let mut nodes = vec![own];
     if let Some(ops) = &state.ops {
         for answer in ops
-            .ask_every_peer("POST", "/scripts/reload?scope=node")
+            .ask_every_peer("POST", "/scripts/reload?scope=node", RELOAD_TIMEOUT)
             .await
         {
             every_ok &= answer["status"] == 200;

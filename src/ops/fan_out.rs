@@ -1,6 +1,6 @@
 //! Asking every other up member's admin endpoint the same call, with this
-//! node's admin token: how a cluster-wide admin call (a script reload)
-//! reaches every node.
+//! node's admin token: how a cluster-wide admin call (a script reload, a
+//! rebalance) reaches every node.
 
 use std::time::Duration;
 
@@ -9,14 +9,17 @@ use serde_json::{json, Value};
 use super::{client, Ops};
 use crate::store::MemberState;
 
-/// How long one member may take to answer.
-const ASK_TIMEOUT: Duration = Duration::from_secs(5);
-
 impl Ops {
-    /// `method path` on every other up member, in parallel; each answer's
-    /// JSON with its `node_id` and HTTP `status` added (or the error that
-    /// kept it from answering), by node id.
-    pub async fn ask_every_peer(&self, method: &'static str, path: &'static str) -> Vec<Value> {
+    /// `method path` on every other up member, in parallel, each given
+    /// `timeout` to answer; each answer's JSON with its `node_id` and HTTP
+    /// `status` added (or the error that kept it from answering), by node
+    /// id.
+    pub async fn ask_every_peer(
+        &self,
+        method: &'static str,
+        path: &'static str,
+        timeout: Duration,
+    ) -> Vec<Value> {
         let token = self
             .0
             .token
@@ -36,7 +39,7 @@ impl Ops {
             .map(|(node, admin)| {
                 let token = token.clone();
                 tokio::task::spawn_blocking(move || {
-                    match client::call(&admin, method, path, token.as_deref(), ASK_TIMEOUT) {
+                    match client::call(&admin, method, path, token.as_deref(), timeout) {
                         Ok(answer) => {
                             let mut body = answer.json().unwrap_or_else(|| json!({}));
                             if !body.is_object() {

@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use wire::ObjectKey;
 
 use super::transfer::TRANSFER_WAIT;
-use super::{client, Command, Ops, Phase, Unreached};
+use super::{Command, Ops, Phase, Unreached};
 use crate::config::REBALANCE_CONCURRENCY_MAX;
 use crate::ids::NodeId;
 use crate::metrics::AdminStats;
@@ -198,57 +198,11 @@ impl Ops {
     /// why it could not be asked.
     pub async fn rebalance_cluster(&self) -> Result<Value, RebalanceRefused> {
         let own = self.rebalance()?;
-        let token = self
-            .0
-            .token
-            .as_ref()
-            .map(|token| token.expose().to_string());
-        let peers: Vec<(u64, String)> = self
-            .0
-            .view
-            .snapshot()
-            .peers
-            .values()
-            .filter(|peer| peer.state == MemberState::Up)
-            .map(|peer| (peer.node.0, peer.admin.clone()))
-            .collect();
-        let asks: Vec<_> = peers
-            .into_iter()
-            .map(|(node, admin)| {
-                let token = token.clone();
-                tokio::task::spawn_blocking(move || {
-                    let answer = client::call(
-                        &admin,
-                        "POST",
-                        "/rebalance?scope=node",
-                        token.as_deref(),
-                        FAN_OUT_TIMEOUT,
-                    );
-                    match answer {
-                        Ok(answer) if answer.status == 202 => answer
-                            .json()
-                            .unwrap_or_else(|| json!({ "node_id": node, "error": "bad_answer" })),
-                        Ok(answer) => {
-                            let mut body = answer.json().unwrap_or_else(|| json!({}));
-                            body["node_id"] = json!(node);
-                            body["status"] = json!(answer.status);
-                            body
-                        }
-                        Err(error) => json!({
-                            "node_id": node,
-                            "error": "unreachable",
-                            "reason": error.to_string(),
-                        }),
-                    }
-                })
-            })
-            .collect();
         let mut nodes = vec![own];
-        for ask in asks {
-            if let Ok(answer) = ask.await {
-                nodes.push(answer);
-            }
-        }
+        nodes.extend(
+            self.ask_every_peer("POST", "/rebalance?scope=node", FAN_OUT_TIMEOUT)
+                .await,
+        );
         nodes.sort_by_key(|node| node["node_id"].as_u64());
         Ok(json!({ "nodes": nodes }))
     }
