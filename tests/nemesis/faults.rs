@@ -31,6 +31,8 @@ pub const KINDS: &[FaultKind] = &[
     kind("freeze_short", true),
     kind("freeze_mid", true),
     kind("freeze_long", true),
+    // Off: a pause between a turn's end and the write of its answers still
+    // sends them after a takeover (docs/cluster.md, the known gap).
     kind("freeze_busy", false),
     kind("starve", true),
     kind("takeover", true),
@@ -39,19 +41,19 @@ pub const KINDS: &[FaultKind] = &[
     kind("cut_peers", true),
     kind("cut_pair", true),
     kind("cut_store", true),
-    kind("store_reset", false),
+    kind("store_reset", true),
     kind("store_delay", true),
     // The store server (PostgreSQL) and the disk (SQLite).
     kind("store_stop", true),
-    kind("store_stop_long", false),
-    kind("store_freeze_short", false),
-    kind("store_freeze_mid", false),
-    kind("store_freeze_long", false),
+    kind("store_stop_long", true),
+    kind("store_freeze_short", true),
+    kind("store_freeze_mid", true),
+    kind("store_freeze_long", true),
     kind("disk_full", true),
     // Operators' admin calls, each during another fault.
     kind("transfer", true),
     kind("drain", true),
-    kind("join_rebalance", false),
+    kind("join_rebalance", true),
 ];
 
 /// What the run can do here, and what it was asked to do.
