@@ -32,6 +32,12 @@ pub mod admin;
 mod admin;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
+pub mod answer_gate;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod answer_gate;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
 pub mod builtins;
 #[cfg(not(feature = "testing"))]
 #[allow(dead_code, unused_imports)]

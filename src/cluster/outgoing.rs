@@ -33,6 +33,7 @@ use super::conn::{before, Conn, End, LocalEnd};
 use super::handshake::Refusal;
 use super::link::{Link, LinkState, Refused};
 use super::view::{ClusterView, LinkStatus, Snapshot};
+use crate::answer_gate::{AnswerGate, Passage};
 use crate::clock;
 use crate::ids::NodeId;
 use crate::metrics::{ClusterStats, CoreMetrics};
@@ -85,6 +86,8 @@ struct Inner {
     returned: RefCell<Option<Returned>>,
     lost: RefCell<Option<Lost>>,
     metrics: Arc<CoreMetrics>,
+    /// What a batch holding successful answers passes before it is sent.
+    answer_gate: Rc<AnswerGate>,
 }
 
 /// One link and the connection serving it, if any.
@@ -101,6 +104,8 @@ struct Slot {
     /// stops, also mid-handshake (woken through `retired_waker`).
     retired: Cell<bool>,
     retired_waker: Cell<Option<Waker>>,
+    /// The queued frames hold a successful answer (`carries_answer`).
+    answers: Cell<bool>,
 }
 
 impl Slot {
@@ -157,7 +162,12 @@ enum Ended {
 }
 
 impl CoreLinks {
-    pub fn new(settings: LinkSettings, view: Arc<ClusterView>, metrics: Arc<CoreMetrics>) -> Self {
+    pub fn new(
+        settings: LinkSettings,
+        view: Arc<ClusterView>,
+        metrics: Arc<CoreMetrics>,
+        answer_gate: Rc<AnswerGate>,
+    ) -> Self {
         let seen = view.snapshot();
         CoreLinks(Rc::new(Inner {
             settings,
@@ -168,6 +178,7 @@ impl CoreLinks {
             returned: RefCell::new(None),
             lost: RefCell::new(None),
             metrics,
+            answer_gate,
         }))
     }
 
@@ -258,6 +269,7 @@ impl CoreLinks {
             stream: RefCell::new(None),
             retired: Cell::new(false),
             retired_waker: Cell::new(None),
+            answers: Cell::new(false),
         });
         self.0.links.borrow_mut().insert(key, slot.clone());
         self.start_writer(slot.clone());
@@ -391,9 +403,12 @@ impl CoreLinks {
             if reader_done.get() {
                 return Ended::Io;
             }
-            let now = Instant::now();
             slot.link.borrow_mut().take_all(&mut batch);
             let sent = batch.messages() as u64;
+            if slot.answers.replace(false) && sent > 0 && !self.pass_answer_gate().await {
+                return Ended::Io;
+            }
+            let now = Instant::now();
             if now >= next_ping {
                 batch.ping(base.elapsed().as_micros() as u64);
                 next_ping = now + settings.ping_interval;
@@ -424,6 +439,34 @@ impl CoreLinks {
             })
             .await;
         }
+    }
+}
+
+impl CoreLinks {
+    /// Whether a batch holding successful answers may be sent: only while
+    /// the lease holds (`answer_gate`). After a pause it waits for a
+    /// heartbeat to renew the lease; `false` when the node fenced meanwhile,
+    /// and the batch is dropped with the connection (a rejoin closes every
+    /// link too).
+    async fn pass_answer_gate(&self) -> bool {
+        let gate = &self.0.answer_gate;
+        let fences = gate.fences();
+        let passage = poll_fn(|cx| gate.poll_pass(cx, fences, clock::now_ms())).await;
+        if passage == Passage::Fenced {
+            self.0.metrics.cluster.links_closed_at_fence.inc();
+            return false;
+        }
+        true
+    }
+}
+
+/// Whether `message` acknowledges something: a router's successful answer,
+/// or a RESPONSE for a client of the other node.
+fn carries_answer(message: &Message) -> bool {
+    match message {
+        Message::RouterReply { error_code, .. } => *error_code == 0,
+        Message::ClientEgress { kind, .. } => *kind == wire::client::FrameKind::Response as u8,
+        _ => false,
     }
 }
 
@@ -558,6 +601,9 @@ impl CoreLinks {
         let offered = slot.link.borrow_mut().offer(clock::now_ms, message);
         match offered {
             Ok(dial) => {
+                if carries_answer(message) {
+                    slot.answers.set(true);
+                }
                 if dial {
                     self.0.metrics.cluster.reconnects.inc();
                     self.start_writer(slot.clone());

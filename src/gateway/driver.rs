@@ -28,6 +28,7 @@ use super::core::{EgressRef, GatewayCore, HeldFrame, Limits, LoginOutcome};
 use super::services_side::{LoginRequest, ServicesSide};
 use super::session::Target;
 use super::{session_core, Ingress, Notice};
+use crate::answer_gate::AnswerGate;
 use crate::config::GatewayConfig;
 use crate::gateway_addresses::GatewayAddresses;
 use crate::metrics::CoreMetrics;
@@ -70,6 +71,9 @@ struct CoreGateway {
     /// `tls_handshakes_max`: a connection's outbox (to close it) and its
     /// layers (who it is).
     handshakes: RefCell<pending::PendingSetups<PendingHandshake>>,
+    /// What the connections' successful answers pass before they are
+    /// written (`answer_gate`); the core's router publishes its lease there.
+    answer_gate: Rc<AnswerGate>,
 }
 
 /// A TLS connection whose handshake runs: its outbox and its layers, held
@@ -91,7 +95,7 @@ impl GatewayHandle {
         metrics: Arc<CoreMetrics>,
     ) -> GatewayHandle {
         let limits = Limits::from(&shared.config);
-        GatewayHandle(Rc::new(CoreGateway {
+        let gateway = GatewayHandle(Rc::new(CoreGateway {
             core_id,
             node_id: shared.node_id,
             config: shared.config.clone(),
@@ -110,7 +114,33 @@ impl GatewayHandle {
             handshakes: RefCell::new(pending::PendingSetups::new(
                 shared.config.tls_handshakes_max as usize,
             )),
-        }))
+            answer_gate: Rc::new(AnswerGate::default()),
+        }));
+        // A fence drops the answers queued and not yet taken by a writer;
+        // those a writer took wait at the gate and are dropped there.
+        let weak = Rc::downgrade(&gateway.0);
+        gateway.0.answer_gate.on_fence(Box::new(move || {
+            if let Some(gateway) = weak.upgrade() {
+                let closed = gateway.state.borrow_mut().drop_answers_made_before_fence();
+                if closed > 0 {
+                    tracing::warn!(
+                        sessions = closed,
+                        "fenced: sessions closed with the answers made before the fence"
+                    );
+                    // Their objects hear of it from a task of its own: the
+                    // fence arrives inside the router's turn.
+                    let gateway = GatewayHandle(gateway);
+                    shards::spawn(async move { gateway.flush_notices() }).detach();
+                }
+            }
+        }));
+        gateway
+    }
+
+    /// The gate this core's answers pass before they are written; shared
+    /// with the core's router (which publishes its lease there) and links.
+    pub fn answer_gate(&self) -> Rc<AnswerGate> {
+        self.0.answer_gate.clone()
     }
 
     /// Installs the services side of this core (see

@@ -62,6 +62,11 @@ struct Inner {
     /// The connection's task is handling a read batch: a push then wakes
     /// nobody, as the task writes once the batch ends.
     reader_batch: bool,
+    /// The queued bytes hold a RESPONSE: a successful answer, which passes
+    /// the core's `AnswerGate` before it is written.
+    answers: bool,
+    /// The batch the writer took last held one.
+    batch_answers: bool,
 }
 
 /// The most bytes an outbox takes: with the `Rc` around it (16), an
@@ -95,6 +100,8 @@ impl Outbox {
                 writer: None,
                 abort_watch: None,
                 reader_batch: false,
+                answers: false,
+                batch_answers: false,
             }),
         }
     }
@@ -116,7 +123,21 @@ impl Outbox {
         seq: u32,
         body: &[u8],
     ) -> Result<(), PushError> {
-        self.push_with(|bytes| encode_frame(bytes, kind, route_id, seq, body))
+        self.push_with(|bytes| encode_frame(bytes, kind, route_id, seq, body))?;
+        if kind == FrameKind::Response {
+            self.inner.borrow_mut().answers = true;
+        }
+        Ok(())
+    }
+
+    /// Whether the queued bytes hold a successful answer.
+    pub fn holds_answers(&self) -> bool {
+        self.inner.borrow().answers
+    }
+
+    /// Whether the batch the writer took last holds a successful answer.
+    pub fn batch_holds_answers(&self) -> bool {
+        self.inner.borrow().batch_answers
     }
 
     /// Queues one ERROR frame.
@@ -168,6 +189,7 @@ impl Outbox {
         inner.state = OutboxState::Aborted;
         inner.bytes = Vec::new();
         inner.frames = 0;
+        inner.answers = false;
         wake_all(&mut inner);
     }
 
@@ -182,6 +204,7 @@ impl Outbox {
         if !inner.bytes.is_empty() {
             std::mem::swap(&mut inner.bytes, out);
             inner.frames = 0;
+            inner.batch_answers = std::mem::take(&mut inner.answers);
             return Poll::Ready(WriterStep::Write);
         }
         if inner.state == OutboxState::Closing {

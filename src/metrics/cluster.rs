@@ -56,6 +56,9 @@ super::metric_set! {
         "routerd_link_auth_failures_total" Counter { link_auth_failures }
         /// Links this core dialled again after one failed or closed.
         "routerd_cluster_link_reconnects_total" Counter { reconnects }
+        /// Links closed when the node fenced, because successful answers made before the fence
+        /// waited in them to be written: those answers never leave.
+        "routerd_cluster_links_closed_at_fence_total" Counter { links_closed_at_fence }
         /// Link connections closed before their handshake finished because 64 were handshaking
         /// on the core: the oldest is closed to admit the newest.
         "routerd_cluster_handshakes_evicted_total" Counter { handshakes_evicted }

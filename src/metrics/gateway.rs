@@ -71,6 +71,12 @@ super::metric_set! {
         /// Sessions closed because gateway.send_queue_max frames, or gateway.send_queue_bytes_max
         /// bytes, waited for them.
         "routerd_gateway_slow_readers_closed_total" Counter { slow_readers_closed }
+        /// Batches of successful answers that waited to be written because the node's lease ran
+        /// out after they were made (a pause): they leave when a heartbeat renews it.
+        "routerd_gateway_answers_held_total" Counter { answers_held }
+        /// Sessions closed when the node fenced, because answers made before the fence waited in
+        /// them: those answers never leave.
+        "routerd_gateway_sessions_closed_at_fence_total" Counter { sessions_closed_at_fence }
         /// Sessions closed after gateway.idle_timeout_ms without a complete frame.
         "routerd_gateway_idle_closed_total" Counter { idle_closed }
         /// TLS handshakes finished, by kind (full, or resumed from a ticket or session id).

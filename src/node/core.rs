@@ -45,8 +45,13 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
         metrics.clone(),
     );
     let settings = link_settings(&shared.config, core.id());
-    let links = CoreLinks::new(settings.clone(), shared.view.clone(), metrics.clone());
-    let router = start_router(&core, &shared, &links, &metrics);
+    let links = CoreLinks::new(
+        settings.clone(),
+        shared.view.clone(),
+        metrics.clone(),
+        gateway.answer_gate(),
+    );
+    let router = start_router(&core, &shared, &links, &gateway, &metrics);
     let _port = Port::connect(PortParts {
         router: router.clone(),
         gateway: gateway.clone(),
@@ -165,6 +170,7 @@ fn start_router(
     core: &shards::Core<MeshMessage>,
     shared: &NodeShared,
     links: &CoreLinks,
+    gateway: &GatewayHandle,
     metrics: &Arc<CoreMetrics>,
 ) -> RouterDriver {
     let router = RouterDriver::new(DriverParts {
@@ -183,6 +189,7 @@ fn start_router(
         metrics: metrics.clone(),
         request_timeout_ms: shared.config.gateway.request_timeout_ms,
         fence_after_ms: shared.config.cluster.fence_after_ms,
+        answer_gate: gateway.answer_gate(),
     });
     links.set_router_hooks(
         Rc::new({

@@ -112,6 +112,9 @@ pub enum CloseReason {
     Shutdown,
     /// The grace of a `sys.redirect` ended.
     Redirected,
+    /// The node fenced with answers made before the fence still queued
+    /// (`drop_answers_made_before_fence`).
+    Fenced,
 }
 
 struct Entry {
@@ -438,11 +441,30 @@ impl GatewayCore {
         match reason {
             CloseReason::Idle => self.metrics.gateway.idle_closed.inc(),
             CloseReason::SlowReader => self.metrics.gateway.slow_readers_closed.inc(),
+            CloseReason::Fenced => self.metrics.gateway.sessions_closed_at_fence.inc(),
             _ => {}
         }
-        let abort = matches!(reason, CloseReason::SlowReader);
+        let abort = matches!(reason, CloseReason::SlowReader | CloseReason::Fenced);
         self.finish(session_id, NoticeKind::Disconnected, abort);
         true
+    }
+
+    /// The node fenced: a successful answer still queued for a session was
+    /// made by the incarnation that ended, maybe after another node took
+    /// its object over, and never leaves (`answer_gate`). Each such session
+    /// is closed with its queue dropped; its client's requests stay
+    /// uncertain. Returns how many were closed.
+    pub fn drop_answers_made_before_fence(&mut self) -> usize {
+        let holding: Vec<u64> = self
+            .sessions
+            .iter()
+            .filter(|(_, entry)| entry.outbox.holds_answers())
+            .map(|(session_id, _)| *session_id)
+            .collect();
+        for session_id in &holding {
+            self.close(*session_id, CloseReason::Fenced);
+        }
+        holding.len()
     }
 
     /// A protocol violation: one ERROR frame saying why, then close.

@@ -28,6 +28,8 @@ use shards::RecvBuf;
 use wire::client::{FrameDecoder, FrameError, FrameRef, Peer};
 
 use super::GatewayHandle;
+use crate::answer_gate::Passage;
+use crate::clock;
 use crate::gateway::core::CloseReason;
 use crate::gateway::outbox::{Outbox, OutboxState, WriterStep};
 use crate::gateway::transport::tls::HandshakeKind;
@@ -59,6 +61,9 @@ pub(super) struct ConnectionTask {
     finishing: bool,
     /// The socket is shut down: nothing more is written.
     written: bool,
+    /// The answer gate's fence count when the batch was taken (wrapping):
+    /// a batch of answers that waited across a fence never leaves.
+    batch_fences: u32,
 }
 
 /// The most bytes a connection's task takes: every connection has one, and
@@ -113,6 +118,7 @@ impl ConnectionTask {
             in_flight: None,
             finishing: false,
             written: false,
+            batch_fences: 0,
         }
     }
 
@@ -209,7 +215,10 @@ impl ConnectionTask {
                     // a batch too.
                     Poll::Pending if self.transport.wants_write() => WriterStep::Write,
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(step) => step,
+                    Poll::Ready(step) => {
+                        self.batch_fences = self.gateway.0.answer_gate.fences() as u32;
+                        step
+                    }
                 },
             };
             if step == WriterStep::Abort {
@@ -270,6 +279,25 @@ impl ConnectionTask {
                 self.step = Some(WriterStep::Finish);
                 continue;
             }
+            // Successful answers leave only while the lease holds
+            // (`answer_gate`): a pause since they were made waits for a
+            // heartbeat to renew it, and a fence drops them.
+            if !self.batch.is_empty() && self.outbox.batch_holds_answers() {
+                match self.pass_answer_gate(cx) {
+                    Poll::Ready(Passage::Open) => {}
+                    Poll::Ready(Passage::Fenced) => {
+                        self.outbox.abort();
+                        return Poll::Ready(());
+                    }
+                    Poll::Pending => {
+                        self.step = Some(step);
+                        if self.outbox.poll_aborted(cx).is_ready() {
+                            return Poll::Ready(());
+                        }
+                        return Poll::Pending;
+                    }
+                }
+            }
             // The sent buffer carries the batch after this one.
             let wire = match &self.transport {
                 Transport::Plain => std::mem::replace(&mut self.batch, spare),
@@ -287,6 +315,22 @@ impl ConnectionTask {
             }
             self.in_flight = Some(self.stream.start_send(wire));
         }
+    }
+}
+
+impl ConnectionTask {
+    /// Whether the batch's answers may leave now (see `answer_gate`).
+    fn pass_answer_gate(&self, cx: &mut Context<'_>) -> Poll<Passage> {
+        let gate = &self.gateway.0.answer_gate;
+        // The fence count at the take, widened back: fewer than 2^32
+        // fences pass while one batch waits.
+        let seen =
+            gate.fences() - u64::from((gate.fences() as u32).wrapping_sub(self.batch_fences));
+        let passage = gate.poll_pass(cx, seen, clock::now_ms());
+        if passage.is_pending() {
+            self.gateway.0.metrics.gateway.answers_held.inc();
+        }
+        passage
     }
 }
 

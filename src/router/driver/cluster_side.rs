@@ -259,3 +259,21 @@ mod tests {
         assert!(here > 0 && there > 0, "{here} {there}");
     }
 }
+
+/// What one core's router does (its incarnation, fence and lease), for
+/// `/cluster`: every core follows the node's one membership decision, and
+/// this shows that it really did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoreStanding {
+    pub incarnation: u64,
+    pub fenced: bool,
+    /// The lease end the core holds (router clock); 0: none yet.
+    pub lease_until_ms: u64,
+}
+
+impl CoreStanding {
+    /// Whether the core may serve objects at `now_ms`.
+    pub fn is_serving(&self, now_ms: u64) -> bool {
+        !self.fenced && now_ms < self.lease_until_ms
+    }
+}

@@ -89,6 +89,18 @@ impl RouterDriver {
         self.0.held.borrow_mut().push(held);
     }
 
+    /// Publishes the core's lease to its answers' writers: none (no
+    /// cluster), its end, or 0 while fenced.
+    pub(super) fn publish_lease(&self) {
+        let core = self.0.core.borrow();
+        let until_ms = if core.is_fenced() {
+            Some(0)
+        } else {
+            core.lease_until_ms()
+        };
+        self.0.answer_gate.publish(until_ms);
+    }
+
     /// Sends what the turn held (`HeldTurn::release`), judged at a clock
     /// reading taken now; `served_at_start`: whether the core could serve
     /// at the turn's start.

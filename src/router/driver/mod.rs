@@ -28,6 +28,8 @@ mod replies;
 mod store_ops;
 mod turn_clock;
 
+pub use self::cluster_side::CoreStanding;
+
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -52,6 +54,7 @@ use super::types::{
     StoreToken, Timer, TransferDone,
 };
 use super::{DrainProgress, RouterCore, TransferError};
+use crate::answer_gate::AnswerGate;
 use crate::clock;
 use crate::ids::NodeId;
 use crate::metrics::CoreMetrics;
@@ -97,24 +100,8 @@ pub struct DriverParts {
     pub request_timeout_ms: u64,
     /// `cluster.fence_after_ms`: a lease's length from its heartbeat.
     pub fence_after_ms: u64,
-}
-
-/// What one core's router does (its incarnation, fence and lease), for
-/// `/cluster`: every core follows the node's one membership decision, and
-/// this shows that it really did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CoreStanding {
-    pub incarnation: u64,
-    pub fenced: bool,
-    /// The lease end the core holds (router clock); 0: none yet.
-    pub lease_until_ms: u64,
-}
-
-impl CoreStanding {
-    /// Whether the core may serve objects at `now_ms`.
-    pub fn is_serving(&self, now_ms: u64) -> bool {
-        !self.fenced && now_ms < self.lease_until_ms
-    }
+    /// Where the core's lease is published for the writers of its answers.
+    pub answer_gate: Rc<AnswerGate>,
 }
 
 /// One event for the core.
@@ -224,6 +211,7 @@ struct Inner {
     effects: RefCell<Vec<Effect>>,
     /// What the turn sends to clients, held to its end (`held`).
     held: RefCell<held::HeldTurn>,
+    answer_gate: Rc<AnswerGate>,
     answers_withheld_total: Cell<u64>,
     /// The last reading `client_side_request` converted to the router's
     /// clock: the requests of one read batch share their batch's reading,
@@ -274,6 +262,7 @@ impl RouterDriver {
             pause: RefCell::new(PauseBarrier::new(parts.fence_after_ms)),
             effects: RefCell::new(Vec::new()),
             held: RefCell::new(held::HeldTurn::default()),
+            answer_gate: parts.answer_gate,
             answers_withheld_total: Cell::new(0),
             last_reading: Cell::new({
                 let now = Instant::now();
@@ -526,8 +515,10 @@ impl RouterDriver {
             );
             self.perform_effects(polled_at);
         });
-        // What the turn sends to clients leaves now, if the lease held
+        // The lease as the turn left it, for the writers (`answer_gate`);
+        // then what the turn sends to clients leaves, if the lease held
         // through the turn (`held`).
+        self.publish_lease();
         self.release_held(served_at_start);
     }
 
@@ -581,7 +572,13 @@ impl RouterDriver {
             }
             Input::Lease { .. } => {}
             Input::LeaseEnd { at_ms } => core.end_lease(at_ms),
-            Input::Fence => core.fence(now),
+            Input::Fence => {
+                core.fence(now);
+                drop(core);
+                // At once, not at the turn's end: what waits to be written
+                // was made by the incarnation that just ended.
+                self.0.answer_gate.fence();
+            }
             Input::Rejoin {
                 incarnation,
                 lease_until_ms,
