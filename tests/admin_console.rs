@@ -51,6 +51,7 @@ fn the_console_and_the_admin_api_it_reads() {
         ("metrics.js", "text/javascript; charset=utf-8"),
         ("charts.js", "text/javascript; charset=utf-8"),
         ("panels.js", "text/javascript; charset=utf-8"),
+        ("types.js", "text/javascript; charset=utf-8"),
         ("console.css", "text/css; charset=utf-8"),
         ("index.html", "text/html; charset=utf-8"),
     ] {

@@ -2,7 +2,8 @@
 //! driven by playwright-core from tests/browser) loads `/console/` of a
 //! three-node cluster, shows three members up (node 1 with its requests/s,
 //! p99 and error ratio), node 1's history charts moving under the test's
-//! load, `player.incr` in the per-route table and node 1's health, fits
+//! load, `player.incr` in the per-route table, the player type's calls in
+//! the per-type table (`GET /calls-by-type`) and node 1's health, fits
 //! the members table into 420 px, looks up a player and finds its session,
 //! shows node 3 down after a `kill -9`, and a drain of node 2 started from
 //! the page keeps its result on the page and ends with node 2 `left`; a
@@ -13,7 +14,8 @@
 //! The screenshots are written to `<target dir>/tmp/console-browser/`
 //! (`CARGO_TARGET_TMPDIR`): 1-three-members.png, 2-charts-under-load.png,
 //! 3-narrow-420px.png, 4-member-down.png, 5-drained.png,
-//! 6-session-kicked.png (taken before the drain, numbered as added).
+//! 6-session-kicked.png (taken before the drain, numbered as added),
+//! 12-calls-by-type.png (the per-type table; 7 to 11 are the second run's).
 //!
 //! A second run (`the_console_keeps_its_history_...`, script
 //! tests/browser/console_ops.mjs) shows the charts filled from the nodes'

@@ -53,6 +53,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("console/rooms.js"),
     ),
     (
+        "types.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/types.js"),
+    ),
+    (
         "console.css",
         "text/css; charset=utf-8",
         include_str!("console/console.css"),

@@ -40,6 +40,7 @@ use crate::store::Store;
 
 mod access;
 mod auth;
+mod by_type;
 mod console;
 mod forward;
 mod gate;

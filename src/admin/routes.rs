@@ -94,6 +94,7 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         (&Method::GET, ["cluster"]) => cluster(state).await,
         (&Method::GET, ["history"]) => super::history::get(state, query),
         (&Method::GET, ["hot-objects"]) => super::hot::get(state).await,
+        (&Method::GET, ["calls-by-type"]) => super::by_type::get(state).await,
         (&Method::GET, ["objects", kind, id]) => objects(state, kind, id).await,
         (&Method::POST, ["objects", kind, id, "transfer"]) => {
             transfer(state, kind, id, request.uri().query()).await
@@ -116,6 +117,7 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
             | ["cluster"]
             | ["history"]
             | ["hot-objects"]
+            | ["calls-by-type"]
             | ["objects", _, _],
         ) => method_not_allowed("GET"),
         (_, ["objects", _, _, "transfer"]) => method_not_allowed("POST"),

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 mod admin;
+mod by_type;
 mod cluster;
 mod family;
 mod gateway;
@@ -24,6 +25,7 @@ mod runtime;
 mod store;
 
 pub use self::admin::AdminStats;
+pub use self::by_type::{calls_by_type, quantile, TypeCalls, LATENCY_BUCKETS, SERVER_ERROR_CODES};
 pub use self::cluster::ClusterStats;
 use self::family::write_family_list;
 pub(crate) use self::family::{counter_set, metric_label, metric_label_value, metric_set};

@@ -234,4 +234,11 @@ impl Object for Scripted {
         let (_, name) = self.timers.remove(at);
         self.run(ctx, &Invocation::Timer { name: &name });
     }
+
+    /// The state as the script keeps it: its JSON, `null` before `init`
+    /// ran (the admin endpoint's state viewer shows it as JSON).
+    fn debug_view(&self) -> Option<String> {
+        let json = self.state.as_deref().unwrap_or(b"null");
+        Some(String::from_utf8_lossy(json).into_owned())
+    }
 }

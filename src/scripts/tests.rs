@@ -321,3 +321,27 @@ fn a_reload_changes_behaviour_keeps_shape_and_keeps_the_old_on_failure() {
         "a new type needs a restart"
     );
 }
+
+#[test]
+fn a_saved_state_is_shown_to_operators_as_its_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = library_of(dir.path(), &[("counter.luau", COUNTER)], 10_000).unwrap();
+    let mut registry = crate::object::Registry::default();
+    library.register(&mut registry).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    counter.answer(2001, r#"{"by": 5}"#);
+    // As the store keeps it: the object API's version 1, the script's
+    // version, the JSON.
+    let mut saved = vec![1, 0];
+    saved.extend_from_slice(&counter.version.to_le_bytes());
+    saved.extend_from_slice(counter.state.as_deref().unwrap());
+    let key = crate::object::ObjectKey::new(200, 0, 7);
+    let view = registry.debug_view(key, &saved).expect("a view");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&view).unwrap(),
+        serde_json::json!({ "n": 5 })
+    );
+    // An object whose init has not run: null.
+    let unset = [&[1, 0][..], &1u32.to_le_bytes(), b"null"].concat();
+    assert_eq!(registry.debug_view(key, &unset).as_deref(), Some("null"));
+}

@@ -132,6 +132,24 @@ try {
   );
   console.log("seen: player.incr per route and node 1's health");
 
+  // By object type (GET /calls-by-type of each node): the player type,
+  // which player.incr addresses, has calls, and is called every second.
+  try {
+    await page.waitForFunction(
+      () => {
+        const row = document.querySelector('#types tbody tr[data-type="player"]');
+        return row && Number(row.cells[7]?.textContent) > 0 && Number(row.cells[2]?.textContent) > 0;
+      },
+      null,
+      { timeout: STEP_TIMEOUT_MS },
+    );
+  } catch (error) {
+    const shown = await page.locator("#types").textContent();
+    throw new Error(`the player type's calls: ${error.message}; the table: ${JSON.stringify(shown)}`);
+  }
+  await page.locator("#types").screenshot({ path: join(shots, "12-calls-by-type.png") });
+  console.log("seen: the player type's calls by type");
+
   // A narrow window: the members table is not clipped on the right.
   await page.setViewportSize({ width: 420, height: 900 });
   await page.waitForTimeout(300);

@@ -5,6 +5,7 @@ import { parse, reading, rates, routeRates, health } from "./metrics.js";
 import { record, seed, drawCharts, drawHealth, drawRoutes } from "./panels.js";
 import { sessionsPanel } from "./sessions.js";
 import { roomsPanel, drawHot } from "./rooms.js";
+import { typeReading, typeWindows, drawTypes } from "./types.js";
 
 const REFRESH_MS = 1000;
 /** The hottest objects are read every this many refreshes. */
@@ -14,6 +15,8 @@ const $ = (id) => document.getElementById(id);
 
 /** The previous reading of each node's metrics, by node id. */
 const readings = new Map();
+/** The previous reading of each node's calls by type, by node id. */
+const typeReadings = new Map();
 let members = [];
 let self = null;
 let objectsAfter = null;
@@ -67,25 +70,33 @@ function percent(ratio) {
   return Number.isFinite(ratio) ? `${(ratio * 100).toFixed(2)} %` : "–";
 }
 
-/** One node's round: its rates, health and routes from its /metrics, and
- * its lease from its /cluster (this node's from `own`). */
+/** One node's round: its rates, health and routes from its /metrics, its
+ * calls by type, and its lease from its /cluster (this node's from `own`). */
 async function nodeFigures(member, own) {
-  const empty = { member, figures: null, health: null, routes: null, lease: null };
+  const empty = { member, figures: null, health: null, routes: null, types: null, lease: null };
   if (member.state === "left" || member.state === "down") return empty;
   try {
-    const [answer, view] = await Promise.all([
+    const [answer, view, byType] = await Promise.all([
       call("GET", `/nodes/${member.node_id}/metrics`),
       member.link === "self" ? Promise.resolve({ ok: true, payload: own }) : call("GET", `/nodes/${member.node_id}/cluster`),
+      call("GET", `/nodes/${member.node_id}/calls-by-type`).catch(() => ({ ok: false })),
     ]);
     if (!answer.ok) return empty;
     const now = reading(parse(answer.payload), Date.now());
     const before = readings.get(member.node_id);
     readings.set(member.node_id, now);
+    let types = null;
+    if (byType.ok) {
+      const typesNow = typeReading(byType.payload, Date.now());
+      types = typeWindows(typeReadings.get(member.node_id), typesNow);
+      typeReadings.set(member.node_id, typesNow);
+    }
     return {
       member,
       figures: { ...rates(before, now), objects: now.objects, objectsTotal: now.objectsTotal, sessions: now.sessions },
       health: health(before, now),
       routes: routeRates(before, now),
+      types,
       lease: view.ok ? view.payload.lease_remaining_ms : null,
     };
   } catch {
@@ -147,6 +158,7 @@ function drawPanels() {
   drawCharts($("charts"), $("chart-scope").value || "cluster", Number($("chart-window").value) * 60_000);
   drawHealth($("health"), lastRound);
   drawRoutes($("routes"), $("routes-scope").value || "cluster", lastRound);
+  drawTypes($("types"), $("routes-scope").value || "cluster", lastRound);
 }
 
 async function refresh() {
