@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub mod address;
+mod body_codec;
 mod cluster;
 mod load;
 mod scripts;
@@ -15,6 +16,7 @@ mod secret;
 #[cfg(test)]
 mod tests;
 
+pub use self::body_codec::BodyCodec;
 pub use self::cluster::{
     ClusterConfig, CLUSTER_NAME_LEN_MAX, CLUSTER_SECRET_ENV, DEVELOPMENT_CLUSTER_SECRET,
     REBALANCE_CONCURRENCY_MAX,
@@ -221,6 +223,13 @@ pub struct GatewayConfig {
     /// once per session, so steady-state requests stay on one node. The
     /// session is not closed: a client that stays is served as before.
     pub place_sessions: bool,
+    /// How the clients of `listen` encode the bodies of `json` routes:
+    /// `"none"` (JSON, passed through) or `"msgpack"` (docs/scripts.md).
+    pub body_codec: BodyCodec,
+    /// The same for `tls_listen`.
+    pub tls_body_codec: BodyCodec,
+    /// The same for `websocket_listen`.
+    pub websocket_body_codec: BodyCodec,
 }
 
 impl Default for GatewayConfig {
@@ -260,6 +269,9 @@ impl Default for GatewayConfig {
             websocket_origins: Vec::new(),
             websocket_upgrade_timeout_ms: 2_000,
             place_sessions: false,
+            body_codec: BodyCodec::None,
+            tls_body_codec: BodyCodec::None,
+            websocket_body_codec: BodyCodec::None,
         }
     }
 }

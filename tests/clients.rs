@@ -108,6 +108,7 @@ fn typescript_client_suite() {
         "--test",
         "dist/test/codec.test.js",
         "dist/test/live.test.js",
+        "dist/test/scripts.test.js",
         "dist/test/browser.test.js",
     ]);
     run_suite(command, &dir, "the TypeScript client's tests");

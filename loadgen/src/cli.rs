@@ -115,7 +115,9 @@ pub struct Args {
     /// endian: `u8:` `u16:` `u32:` `u64:` `i32:` `i64:` a number or
     /// `{player}` (the session's player) or `{seq}` (the request's number),
     /// `str:TEXT` (variables substituted inside), `hex:0a1b`; e.g.
-    /// `--route 304 --body 'u64:{player} i64:1'`.
+    /// `--route 304 --body 'u64:{player} i64:1'`. A body starting with `{`
+    /// or `[` is one JSON value, sent as written (a scripted route's, with
+    /// `{player}` and `{seq}` filled in): `--route 2001 --body '{"by":1}'`.
     #[arg(long, default_value = "", requires = "route")]
     pub body: String,
 

@@ -19,9 +19,13 @@
 //! variable, `str:TEXT` (UTF-8, variables substituted inside), `hex:0a1b`.
 //! Variables: `{player}`, the session's player id, and `{seq}`, the
 //! request's number in its generator thread (from 1; 0 in setup). A field
-//! with spaces is quoted whole ("str:two words"). Any RESPONSE to the
-//! route counts as an answer (its body is the type's own); an ERROR
-//! counts as a failure under its code.
+//! with spaces is quoted whole ("str:two words"). A body that starts
+//! with `{` or `[` is one JSON value instead (a scripted route's, see
+//! docs/scripts.md), sent as written with `{player}` and `{seq}` filled
+//! in: `--route 2001 --body '{"by": 1}'`, or on a workload line, where it
+//! runs to the end of the line (`10 counter.add 2001 {"by": 1}`). Any
+//! RESPONSE to the route counts as an answer (its body is the type's
+//! own); an ERROR counts as a failure under its code.
 
 use rand::rngs::SmallRng;
 use rand::RngExt;
@@ -150,9 +154,41 @@ pub struct Body {
 }
 
 impl Body {
-    /// Parses whitespace-separated fields (a field may be quoted whole).
+    /// Parses whitespace-separated fields (a field may be quoted whole), or
+    /// a JSON body: text whose first character is `{` or `[` is one JSON
+    /// value, sent as it is written ([`Body::json`]).
     pub fn parse(spec: &str) -> Result<Body, String> {
+        if spec.trim_start().starts_with(['{', '[']) {
+            return Body::json(spec.trim());
+        }
         Body::from_tokens(&tokens(spec)?)
+    }
+
+    /// A JSON body (a scripted route's `codec = "json"`, docs/scripts.md):
+    /// `text` as it is, with `{player}` and `{seq}` replaced by their
+    /// numbers (`{"id": {player}}`); every other brace is the JSON's own.
+    /// Refused unless it is one JSON value once the variables are filled.
+    pub fn json(text: &str) -> Result<Body, String> {
+        let mut pieces = Vec::new();
+        let mut rest = text;
+        while let Some((at, var, len)) = next_var(rest) {
+            if at > 0 {
+                pieces.push(Piece::Text(rest[..at].to_string()));
+            }
+            pieces.push(Piece::Var(var));
+            rest = &rest[at + len..];
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Text(rest.to_string()));
+        }
+        let body = Body {
+            fields: vec![Field::Text(pieces)],
+        };
+        let mut sample = Vec::new();
+        body.render(Vars { player: 1, seq: 1 }, &mut sample);
+        serde_json::from_slice::<serde_json::Value>(&sample)
+            .map_err(|error| format!("{text}: not one JSON value ({error})"))?;
+        Ok(body)
     }
 
     fn from_tokens(tokens: &[String]) -> Result<Body, String> {
@@ -241,6 +277,14 @@ fn parse_field(token: &str) -> Result<Field, String> {
             })
         }
     }
+}
+
+/// The first `{player}` or `{seq}` in `text`: where, which, its length.
+fn next_var(text: &str) -> Option<(usize, Var, usize)> {
+    [("{player}", Var::Player), ("{seq}", Var::Seq)]
+        .into_iter()
+        .filter_map(|(name, var)| Some((text.find(name)?, var, name.len())))
+        .min_by_key(|(at, _, _)| *at)
 }
 
 /// Text with `{player}` and `{seq}` inside.
@@ -365,8 +409,17 @@ impl Custom {
                 continue;
             }
             let at = |e: String| format!("line {}: {e}", number + 1);
-            let words = tokens(line).map_err(at)?;
-            let (request, is_setup) = parse_line(&words).map_err(at)?;
+            // A JSON body runs from its `{` or `[` to the end of the line,
+            // quotes and spaces included.
+            let (head, json) = split_json(line);
+            let words = tokens(head).map_err(at)?;
+            let (mut request, is_setup) = parse_line(&words).map_err(at)?;
+            if let Some(json) = json {
+                if !request.body.fields.is_empty() {
+                    return Err(at("a JSON body is the whole body".to_string()));
+                }
+                request.body = Body::json(json).map_err(at)?;
+            }
             if is_setup {
                 setup.push(request);
             } else {
@@ -425,6 +478,32 @@ impl Custom {
     }
 }
 
+/// A workload line cut where its JSON body starts: the fourth word (after
+/// `WEIGHT NAME ROUTE` or `setup NAME ROUTE`, and any `accept=`) when it
+/// begins with `{` or `[`.
+fn split_json(line: &str) -> (&str, Option<&str>) {
+    let mut words = 0;
+    let mut in_word = false;
+    let mut quoted = false;
+    for (at, c) in line.char_indices() {
+        if c.is_whitespace() && !quoted {
+            in_word = false;
+            continue;
+        }
+        if !in_word {
+            in_word = true;
+            words += 1;
+            if words >= 4 && (c == '{' || c == '[') {
+                return (&line[..at], Some(line[at..].trim_end()));
+            }
+        }
+        if c == '"' {
+            quoted = !quoted;
+        }
+    }
+    (line, None)
+}
+
 /// `setup NAME ROUTE FIELDS... [accept=CODES]` or `WEIGHT NAME ROUTE FIELDS...`.
 fn parse_line(words: &[String]) -> Result<(Request, bool), String> {
     let [first, name, route, fields @ ..] = words else {
@@ -477,133 +556,8 @@ fn parse_line(words: &[String]) -> Result<(Request, bool), String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::SeedableRng;
-
-    fn render(spec: &str, player: u64, seq: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        Body::parse(spec)
-            .expect("parses")
-            .render(Vars { player, seq }, &mut out);
-        out
-    }
-
-    #[test]
-    fn bodies_render_little_endian_with_variables() {
-        assert_eq!(render("u64:{player} i64:1", 7, 0), {
-            let mut v = 7u64.to_le_bytes().to_vec();
-            v.extend_from_slice(&1i64.to_le_bytes());
-            v
-        });
-        assert_eq!(
-            render("i32:-2 u8:255 hex:0aff", 0, 0),
-            [0xfe, 0xff, 0xff, 0xff, 0xff, 0x0a, 0xff]
-        );
-        assert_eq!(render("\"str:g {player}-{seq}\"", 12, 3), b"g 12-3");
-        assert_eq!(render("u16:{seq}", 0, 0x1_0203), [0x03, 0x02]);
-        assert_eq!(render("", 1, 1), b"");
-        let body = Body::parse("u64:{player} str:p{player}").expect("parses");
-        assert_eq!(body.len_max(), 8 + 1 + VAR_TEXT_LEN_MAX);
-    }
-
-    #[test]
-    fn bad_bodies_are_refused_with_the_field() {
-        for (spec, needle) in [
-            ("u64", "TYPE:VALUE"),
-            ("u9:1", "unknown type"),
-            ("u8:256", "out of range"),
-            ("u64:-1", "out of range"),
-            ("i64:x", "not a number"),
-            ("u64:{guild}", "no variable"),
-            ("str:{player", "unclosed"),
-            ("hex:abc", "odd"),
-            ("hex:zz", "hexadecimal"),
-            ("\"str:open", "unclosed quote"),
-        ] {
-            let error = Body::parse(spec).expect_err(spec);
-            assert!(error.contains(needle), "{spec}: {error}");
-        }
-        let many = vec!["u8:1"; FIELDS_MAX + 1].join(" ");
-        assert!(Body::parse(&many).is_err());
-        assert!(Body::parse(&vec!["u8:1"; FIELDS_MAX].join(" ")).is_ok());
-    }
-
-    const GUILD: &str = "\
-# a comment
-setup guild.create 300 u64:{player} str:g{player} accept=32770,32771
-setup guild.join   301 u64:{player}
-
-3 guild.incr 304 u64:{player} i64:1
-1 guild.say  303 u64:{player} \"str:hello there\"
-";
-
-    #[test]
-    fn a_workload_file_has_setup_and_a_weighted_mix() {
-        let custom = Custom::from_text(GUILD, 65536).expect("parses");
-        assert_eq!(custom.setup.len(), 2);
-        assert_eq!(custom.setup[0].accept, vec![32770, 32771]);
-        assert_eq!(custom.setup[1].route_id, 301);
-        assert_eq!(custom.requests.len(), 2);
-        assert_eq!(custom.requests[0].name, "guild.incr");
-        let mut rng = SmallRng::seed_from_u64(3);
-        let mut counts = [0u32; 2];
-        for _ in 0..4000 {
-            counts[custom.pick(&mut rng)] += 1;
-        }
-        assert!((2700..3300).contains(&counts[0]), "{counts:?}");
-        let mut out = Vec::new();
-        custom.requests[1]
-            .body
-            .render(Vars { player: 5, seq: 9 }, &mut out);
-        assert_eq!(&out[8..], b"hello there");
-    }
-
-    #[test]
-    fn workload_files_are_bounded() {
-        for (text, needle) in [
-            ("", "1 to 8 weighted"),
-            ("setup a 1", "1 to 8 weighted"),
-            ("0 a 1", "positive weight"),
-            ("x a 1", "neither"),
-            ("1 a", "expected"),
-            ("1 a/b 1", "no slashes"),
-            ("1 a 1\n1 a 2", "two requests of one name"),
-            ("1 a 1 accept=5", "setup lines"),
-            ("setup s 1 accept=70000\n1 a 1", "u16"),
-            ("1 a 1 hex:0000", ""),
-        ] {
-            match Custom::from_text(text, 1) {
-                Ok(_) => assert!(needle.is_empty(), "{text:?} parsed"),
-                Err(error) if needle.is_empty() => {
-                    assert!(error.contains("--max-body"), "{text:?}: {error}")
-                }
-                Err(error) => assert!(error.contains(needle), "{text:?}: {error}"),
-            }
-        }
-        let nine: String = (0..9).map(|i| format!("1 r{i} 1\n")).collect();
-        assert!(Custom::from_text(&nine, 64).is_err());
-        let eight: String = (0..8).map(|i| format!("1 r{i} 1\n")).collect();
-        assert_eq!(
-            Custom::from_text(&eight, 64).expect("eight").requests.len(),
-            8
-        );
-        let long = format!("1 {} 1", "n".repeat(NAME_LEN_MAX + 1));
-        assert!(Custom::from_text(&long, 64).is_err());
-        let huge = "#".repeat(WORKLOAD_FILE_BYTES_MAX + 1);
-        assert!(Custom::from_text(&huge, 64).is_err());
-    }
-
-    #[test]
-    fn flags_make_a_one_request_workload() {
-        let custom = Custom::from_flags(11, "i64:1", 65536).expect("parses");
-        assert_eq!(custom.requests[0].name, "route-11");
-        assert!(custom.setup.is_empty());
-        let mut rng = SmallRng::seed_from_u64(1);
-        assert_eq!(custom.pick(&mut rng), 0);
-        assert!(Custom::from_flags(11, "u64:1", 4).is_err());
-    }
-}
+#[path = "custom_tests.rs"]
+mod tests;
 
 #[cfg(test)]
 #[path = "conn_custom_tests.rs"]

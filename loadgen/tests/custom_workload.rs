@@ -8,6 +8,9 @@
 //!   guild per player (a second run finds them created: the accepted code),
 //!   a mix of `guild.incr` and `guild.say` (whose pushes are the type's
 //!   own); the guilds' counters hold exactly the `guild.incr` answers.
+//! - A scripted type's JSON route (examples/scripts/, `counter.add`) with
+//!   a JSON body, from the flags and from a workload file: every answer is
+//!   a RESPONSE, and the counters hold exactly the answered additions.
 //! - The `.hlog` beside the `.hgrm` reads back (hdrhistogram's interval log
 //!   reader) with one interval per second and the run's total count.
 //!
@@ -30,6 +33,8 @@ use wire::client::{encode_frame, route, FrameDecoder, FrameKind, Peer};
 const SECRET: &str = "loadgen-custom-test-secret";
 const GUILD_INCR: u32 = 304;
 const GUILD_JOIN: u32 = 301;
+/// examples/scripts/counter.luau's `counter.get`, keyed by the body's `id`.
+const COUNTER_GET: u32 = 2002;
 
 /// `guild-node` beside this test's loadgen, if it was built.
 fn guild_node() -> Option<PathBuf> {
@@ -59,6 +64,11 @@ struct Node {
 
 impl Node {
     fn start(binary: &Path, dir: &Path) -> Node {
+        Node::start_with(binary, dir, "")
+    }
+
+    /// A node whose config ends with `extra` (sections of its own).
+    fn start_with(binary: &Path, dir: &Path, extra: &str) -> Node {
         let gateway = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let config = dir.join("node.toml");
         std::fs::write(
@@ -67,7 +77,7 @@ impl Node {
                 "[node]\nid = 1\ndata_dir = {:?}\n[cores]\ncount = 1\nrecv_buffers = 64\n\
                  [store]\nbackend = \"memory\"\n[gateway]\nlisten = \"{gateway}\"\n\
                  [admin]\nlisten = \"127.0.0.1:0\"\n[cluster]\nlisten = \"127.0.0.1:0\"\n\
-                 [auth]\nsecret = \"{SECRET}\"\n",
+                 [auth]\nsecret = \"{SECRET}\"\n{extra}",
                 dir.join("data").display().to_string()
             ),
         )
@@ -283,4 +293,63 @@ fn a_workload_file_load_tests_the_guild_type() {
         })
         .sum();
     assert_eq!(kept, incremented as i64);
+}
+
+/// `counter.get` of `player` (examples/scripts/counter.luau): its `n`.
+fn scripted_counter(node: &Node, player: u64) -> i64 {
+    let body =
+        Session::login(node, player).call(COUNTER_GET, format!(r#"{{"id": {player}}}"#).as_bytes());
+    let answer: serde_json::Value = serde_json::from_slice(&body).expect("a JSON answer");
+    answer["n"].as_i64().expect("n")
+}
+
+#[test]
+fn a_scripted_route_is_driven_with_a_json_body() {
+    let Some(binary) = guild_node() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/scripts");
+    let node = Node::start_with(
+        &binary,
+        dir.path(),
+        &format!("[scripts]\ndir = {:?}\n", scripts.display().to_string()),
+    );
+    let summary = loadgen(
+        &node,
+        dir.path(),
+        "add",
+        &["--route", "2001", "--body", r#"{"by": 1}"#],
+    );
+    assert_eq!(summary["protocol_errors"], 0, "{summary}");
+    // No ERROR among them (a body the script refused would be one).
+    let added = responses(&summary, "route-2001");
+    assert!(added > 0, "{summary}");
+    let kept: i64 = [1, 2].into_iter().map(|p| scripted_counter(&node, p)).sum();
+    assert_eq!(
+        kept, added as i64,
+        "each answer an addition the object kept"
+    );
+
+    // A workload file: JSON to the end of the line, `{player}` filled in
+    // (counter.get is keyed by the body's `id`).
+    let workload = dir.path().join("counter.workload");
+    std::fs::write(
+        &workload,
+        "3 counter.add 2001 {\"by\": 2, \"note\": \"two words\"}\n\
+         1 counter.get 2002 {\"id\": {player}}\n",
+    )
+    .expect("workload written");
+    let summary = loadgen(
+        &node,
+        dir.path(),
+        "mix",
+        &["--workload-file", &workload.display().to_string()],
+    );
+    assert_eq!(summary["protocol_errors"], 0, "{summary}");
+    let added_two = responses(&summary, "counter.add");
+    assert!(
+        added_two > 0 && responses(&summary, "counter.get") > 0,
+        "{summary}"
+    );
+    let kept: i64 = [1, 2].into_iter().map(|p| scripted_counter(&node, p)).sum();
+    assert_eq!(kept, (added + 2 * added_two) as i64);
 }

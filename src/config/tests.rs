@@ -15,6 +15,21 @@ fn unknown_key_is_an_error_naming_it() {
 }
 
 #[test]
+fn each_listener_has_a_body_codec_and_a_bad_one_is_refused_by_name() {
+    let config = Config::from_toml(
+        "[gateway]\nbody_codec = \"msgpack\"\nwebsocket_body_codec = \"msgpack\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.gateway.body_codec, BodyCodec::Msgpack);
+    assert_eq!(config.gateway.tls_body_codec, BodyCodec::None);
+    assert_eq!(config.gateway.websocket_body_codec, BodyCodec::Msgpack);
+    assert_eq!(Config::default().gateway.body_codec, BodyCodec::None);
+    let error = Config::from_toml("[gateway]\ntls_body_codec = \"xml\"\n").unwrap_err();
+    assert!(error.contains("tls_body_codec"), "{error}");
+    assert!(error.contains("`none` or `msgpack`"), "{error}");
+}
+
+#[test]
 fn defaults_are_the_seed_values() {
     let config = Config::default();
     assert_eq!(config.router.cache_update_interval_ms, 1_800_000);

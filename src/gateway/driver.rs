@@ -24,6 +24,7 @@ use wire::client::ErrorCode;
 use wire::frame::{ArchivedMessage, FrameBuf, Message};
 
 use super::auth::{AuthService, AuthStep};
+use super::body_codec::ListenerCodecs;
 use super::core::{EgressRef, GatewayCore, HeldFrame, Limits, LoginOutcome};
 use super::services_side::{LoginRequest, ServicesSide};
 use super::session::Target;
@@ -95,17 +96,19 @@ impl GatewayHandle {
         metrics: Arc<CoreMetrics>,
     ) -> GatewayHandle {
         let limits = Limits::from(&shared.config);
+        let mut state = GatewayCore::with_incarnation(
+            core_id,
+            shared.boot_incarnation,
+            limits,
+            metrics.clone(),
+            shared.routes.clone(),
+        );
+        state.set_listener_codecs(ListenerCodecs::from_config(&shared.config));
         let gateway = GatewayHandle(Rc::new(CoreGateway {
             core_id,
             node_id: shared.node_id,
             config: shared.config.clone(),
-            state: RefCell::new(GatewayCore::with_incarnation(
-                core_id,
-                shared.boot_incarnation,
-                limits,
-                metrics.clone(),
-                shared.routes.clone(),
-            )),
+            state: RefCell::new(state),
             auth: AuthService::new(&shared.secret),
             services: RefCell::new(None),
             mesh,

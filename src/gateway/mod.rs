@@ -11,6 +11,8 @@
 //! - [`rate`]: a session's request rate limit (a token bucket);
 //! - [`auth`]: the stateless per-core auth service (`auth.login`,
 //!   `sys.ping` before login);
+//! - [`body_codec`]: a listener's body codec (MessagePack to and from the
+//!   JSON of `json` routes);
 //!
 //! IO: [`driver`] runs the above on the core's runtime (accept loop, one
 //! task per connection that reads and writes, the deadline timer, mesh
@@ -23,6 +25,7 @@
 //! node (a player object's, a room's) never reaches a session of this run.
 
 pub mod auth;
+pub mod body_codec;
 pub mod core;
 pub mod driver;
 pub mod inflight;
@@ -52,7 +55,7 @@ pub fn session_core(session_id: u64) -> usize {
 /// body is borrowed from the connection's read buffer: the auth service
 /// answers from it in place, and only a target that keeps the request
 /// copies it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ingress<'a> {
     pub session_id: u64,
     pub binding: Binding,
@@ -62,6 +65,11 @@ pub struct Ingress<'a> {
     /// A version-2 REQUEST's key (`Some(0)`: version 2 without one); `None`
     /// for version 1 (docs/protocol.md, section 12).
     pub request_key: Option<u64>,
+    /// The JSON of the value `body` holds, decoded once by the listener's
+    /// body codec (`body_codec`) for a `json` route; `None` when the body
+    /// is what the route reads (no codec, another route, an empty body).
+    /// The seed's `decoded_request`: the object reads it instead of `body`.
+    pub decoded_request: Option<Vec<u8>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,6 +2,8 @@
 //! for where a connection's requests go, guarded by an epoch
 //! compare-and-set.
 
+use crate::config::BodyCodec;
+
 /// The unconditional-replacement sentinel of `apply_binding`, used only for
 /// invalidation (the close and kick paths). A normal bind always passes the
 /// epoch it expects.
@@ -50,8 +52,10 @@ pub struct Session {
     pub target: Target,
     pub player_id: u64,
     pub session_epoch: u32,
-    /// The codec profile of the listener (0: raw bytes, the only one today).
-    pub protocol_profile: u32,
+    /// The body codec of the listener that accepted the connection: how
+    /// the bodies of its `json` routes are decoded on the way in and the
+    /// answers encoded on the way out (`super::body_codec`).
+    pub protocol_profile: BodyCodec,
 }
 
 impl Default for Session {
@@ -67,7 +71,7 @@ impl Session {
             target: Target::Auth,
             player_id: 0,
             session_epoch: 0,
-            protocol_profile: 0,
+            protocol_profile: BodyCodec::None,
         }
     }
 

@@ -32,6 +32,7 @@ super::metric_set! {
             ingress_overloaded = "overloaded",
             ingress_bad_request = "bad_request",
             ingress_rate_limited = "rate_limited",
+            ingress_body_undecodable = "body_undecodable",
         }
         /// Frames for clients that the egress gate dropped, by the check that failed.
         "routerd_gateway_egress_rejected_total" Counter (reason) {

@@ -136,21 +136,22 @@ impl Port {
     }
 }
 
-/// The body of a request for the router: the route's, then the client's
+/// The body of a request for the router: the route's (`read`: the body, or
+/// the value the listener's body codec decoded from it), then the client's
 /// request key when it has one that counts. Keys count for routes an object
 /// serves, not `sys.*` (the ping an object answers after login) nor a
 /// service's: docs/protocol.md, section 12. The key rides at the end of the
 /// body (`Request::keyed`), and a keyless request's body is copied as before.
-fn request_body(ingress: &Ingress<'_>, served: Served) -> (Vec<u8>, bool) {
+fn request_body(ingress: &Ingress<'_>, read: &[u8], served: Served) -> (Vec<u8>, bool) {
     let request_key = match ingress.request_key {
         Some(key) if ingress.route_id != route::SYS_PING && served == Served::Object => key,
         _ => 0,
     };
     if request_key == 0 {
-        return (ingress.body.to_vec(), false);
+        return (read.to_vec(), false);
     }
-    let mut body = Vec::with_capacity(ingress.body.len() + 8);
-    body.extend_from_slice(ingress.body);
+    let mut body = Vec::with_capacity(read.len() + 8);
+    body.extend_from_slice(read);
     body.extend_from_slice(&request_key.to_le_bytes());
     (body, true)
 }
@@ -170,10 +171,11 @@ impl ServicesSide for Port {
             route_id: ingress.route_id,
             client_seq: ingress.seq,
         };
+        // What the object reads: the value the listener's body codec
+        // decoded, when it decoded one, else the body as it came.
+        let body = ingress.decoded_request.as_deref().unwrap_or(ingress.body);
         let target = self.routes.target(ingress.route_id).and_then(|target| {
-            let object_id = target
-                .key
-                .object_id(ingress.binding.player_id, ingress.body)?;
+            let object_id = target.key.object_id(ingress.binding.player_id, body)?;
             Some((target, ObjectKey::new(target.type_id, 0, object_id)))
         });
         let Some((target, key)) = target else {
@@ -188,7 +190,7 @@ impl ServicesSide for Port {
         };
         // Ops are numbered as the routes they serve.
         let op = ingress.route_id;
-        let (body, keyed) = request_body(&ingress, target.served);
+        let (body, keyed) = request_body(&ingress, body, target.served);
         let sent = match target {
             RouteTarget {
                 served: Served::Object,

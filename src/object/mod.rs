@@ -66,7 +66,7 @@ mod tests;
 
 pub use self::context::{Context, Deferred, ServiceContext, TimerLimitReached, OBJECT_TIMERS_MAX};
 pub use crate::config::Persist;
-pub use crate::route::{ClientRoute, KeyFrom, Pick, RouteKind};
+pub use crate::route::{ClientRoute, KeyFrom, Pick, RouteBody, RouteKind};
 pub use crate::router::{AppCode, ClientRef, DecodeError, ErrorCode, Outcome, Refusal};
 pub use wire::hash::stable_hash64;
 pub use wire::ObjectKey;

@@ -76,6 +76,19 @@ pub enum RouteKind {
     Push,
 }
 
+/// What a route's bodies are, for the gateway's body codec
+/// (`gateway.body_codec`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RouteBody {
+    /// Bytes the object type defines: the gateway never looks inside.
+    #[default]
+    Bytes,
+    /// A JSON value (a scripted route's `codec = "json"`): on a listener
+    /// with a body codec the gateway decodes each request body into it and
+    /// encodes the answer from it.
+    Json,
+}
+
 /// One client route of an object type or a service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientRoute {
@@ -86,6 +99,8 @@ pub struct ClientRoute {
     pub name: &'static str,
     /// What it carries and who may send it.
     pub kind: RouteKind,
+    /// What its bodies are.
+    pub body: RouteBody,
 }
 
 impl ClientRoute {
@@ -99,6 +114,7 @@ impl ClientRoute {
                 key,
                 requires_auth: true,
             },
+            body: RouteBody::Bytes,
         }
     }
 
@@ -108,6 +124,7 @@ impl ClientRoute {
             id,
             name,
             kind: RouteKind::Push,
+            body: RouteBody::Bytes,
         }
     }
 
@@ -125,6 +142,14 @@ impl ClientRoute {
                 ..self
             },
             RouteKind::Push => self,
+        }
+    }
+
+    /// The same route, its bodies JSON values (see [`RouteBody::Json`]).
+    pub const fn json_body(self) -> ClientRoute {
+        ClientRoute {
+            body: RouteBody::Json,
+            ..self
         }
     }
 }

@@ -7,7 +7,7 @@
 mod declare;
 mod table;
 
-pub use self::declare::{ClientRoute, KeyFrom, Pick, RouteKind, OP_RESERVED_MIN};
+pub use self::declare::{ClientRoute, KeyFrom, Pick, RouteBody, RouteKind, OP_RESERVED_MIN};
 pub use self::table::{
     Direction, RouteDescriptor, RouteError, RouteTable, RouteTarget, Served, ROUTES_MAX,
     SYSTEM_ROUTES,

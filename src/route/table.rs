@@ -7,7 +7,7 @@
 
 use wire::client::route;
 
-use super::declare::{ClientRoute, KeyFrom, Pick, RouteKind, OP_RESERVED_MIN};
+use super::declare::{ClientRoute, KeyFrom, Pick, RouteBody, RouteKind, OP_RESERVED_MIN};
 
 /// Who may initiate a frame on a route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub struct RouteDescriptor {
     pub name: &'static str,
     pub direction: Direction,
     pub requires_auth: bool,
+    /// What its bodies are: a listener's body codec applies to `Json`.
+    pub body: RouteBody,
 }
 
 /// What serves the requests of a route.
@@ -51,6 +53,7 @@ const fn c2s(route_id: u32, name: &'static str, requires_auth: bool) -> RouteDes
         name,
         direction: Direction::ClientToServer,
         requires_auth,
+        body: RouteBody::Bytes,
     }
 }
 
@@ -60,6 +63,7 @@ const fn s2c(route_id: u32, name: &'static str) -> RouteDescriptor {
         name,
         direction: Direction::ServerToClient,
         requires_auth: false,
+        body: RouteBody::Bytes,
     }
 }
 
@@ -136,7 +140,10 @@ impl RouteTable {
             }
             let entry = match route.kind {
                 RouteKind::Request { key, requires_auth } => (
-                    c2s(route.id, route.name, requires_auth),
+                    RouteDescriptor {
+                        body: route.body,
+                        ..c2s(route.id, route.name, requires_auth)
+                    },
                     Some(RouteTarget {
                         type_id,
                         key,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::call::{self, Before, Invocation};
-use super::{Declaration, Library};
+use super::{Codec, Declaration, Library};
 use crate::config::Persist;
 use crate::object::{
     ClientRef, ClientRoute, Context, DecodeError, ErrorCode, Object, ObjectKey, ObjectType,
@@ -51,7 +51,13 @@ impl ObjectType for ScriptedType {
         self.declaration
             .routes
             .iter()
-            .map(|route| ClientRoute::request(route.id, route.name, route.key))
+            .map(|route| {
+                let declared = ClientRoute::request(route.id, route.name, route.key);
+                match route.codec {
+                    Codec::Json => declared.json_body(),
+                    Codec::Raw => declared,
+                }
+            })
             .collect()
     }
 

@@ -81,8 +81,9 @@ class Cluster:
         self.nodes: list[Node] = []
         self._starts = 0
 
-    def config(self, node_id: int, gateway_port: int = 0, gateway_extra: str = "") -> str:
-        """`gateway_extra`: more keys of `[gateway]` (websocket_listen, say)."""
+    def config(self, node_id: int, gateway_port: int = 0, gateway_extra: str = "", extra: str = "") -> str:
+        """`gateway_extra`: more keys of `[gateway]` (websocket_listen, say);
+        `extra`: more sections (`[scripts]`, say)."""
         db = self.dir / "cluster.db"
         data = self.dir / f"data-{node_id}"
         return (
@@ -95,15 +96,15 @@ class Cluster:
             '[services.player]\npersist = "on_write"\n'
             f'[gateway]\nlisten = "127.0.0.1:{gateway_port}"\n{gateway_extra}\n'
             '[admin]\nlisten = "127.0.0.1:0"\n'
-            f'[auth]\nsecret = "{SECRET}"\n'
+            f'[auth]\nsecret = "{SECRET}"\n{extra}'
         )
 
-    def start(self, node_id: int, gateway_port: int = 0, gateway_extra: str = "") -> Node:
+    def start(self, node_id: int, gateway_port: int = 0, gateway_extra: str = "", extra: str = "") -> Node:
         path = binary()
         assert path, "ROUTERD_BIN names no routerd binary"
         self._starts += 1
         config = self.dir / f"node-{node_id}-{self._starts}.toml"
-        config.write_text(self.config(node_id, gateway_port, gateway_extra))
+        config.write_text(self.config(node_id, gateway_port, gateway_extra, extra))
         env = {k: v for k, v in os.environ.items() if k != "ROUTERD_AUTH_SECRET"}
         process = subprocess.Popen(
             [path, "serve", "--config", str(config)],

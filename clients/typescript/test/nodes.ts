@@ -63,8 +63,8 @@ export class Cluster {
   readonly nodes: Node[] = [];
   private starts = 0;
 
-  /** gatewayExtra: more keys of [gateway] (websocket_listen, say). */
-  config(nodeId: number, gatewayPort: number, gatewayExtra: string): string {
+  /** gatewayExtra: more keys of [gateway] (websocket_listen, say); extra: more sections ([scripts], say). */
+  config(nodeId: number, gatewayPort: number, gatewayExtra: string, extra = ""): string {
     return [
       `[node]\nid = ${nodeId}\ndata_dir = ${JSON.stringify(join(this.dir, `data-${nodeId}`))}`,
       `[cores]\ncount = 1\nrecv_buffers = 64\nshutdown_deadline_ms = 3000`,
@@ -75,15 +75,16 @@ export class Cluster {
       `[gateway]\nlisten = "127.0.0.1:${gatewayPort}"\n${gatewayExtra}`,
       `[admin]\nlisten = "127.0.0.1:0"`,
       `[auth]\nsecret = "${SECRET}"`,
+      extra,
     ].join("\n");
   }
 
-  start(nodeId: number, gatewayPort = 0, gatewayExtra = ""): Promise<Node> {
+  start(nodeId: number, gatewayPort = 0, gatewayExtra = "", extra = ""): Promise<Node> {
     const path = binary();
     if (!path) throw new Error("ROUTERD_BIN names no routerd binary");
     this.starts += 1;
     const file = join(this.dir, `node-${nodeId}-${this.starts}.toml`);
-    writeFileSync(file, this.config(nodeId, gatewayPort, gatewayExtra));
+    writeFileSync(file, this.config(nodeId, gatewayPort, gatewayExtra, extra));
     const env = { ...process.env };
     delete env.ROUTERD_AUTH_SECRET;
     const child = spawn(path, ["serve", "--config", file], { stdio: ["ignore", "ignore", "pipe"], env });

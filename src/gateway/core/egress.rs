@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use wire::client::FrameKind;
 
 use super::{GatewayCore, PushError};
-use crate::route::Direction;
+use crate::gateway::body_codec::encode_answer;
+use crate::route::{Direction, RouteBody};
 
 /// A frame for a client, from a session's target (a RESPONSE, ERROR or
 /// PUSH), borrowed from a `ClientEgress` message or built locally.
@@ -205,10 +206,18 @@ impl GatewayCore {
                 None => return Err(EgressRejected::LateAnswer),
             }
         }
+        // The session's profile encodes the answer of a `json` route.
+        let encoded = match (kind, route.body) {
+            (FrameKind::Response, RouteBody::Json) => {
+                encode_answer(entry.session.protocol_profile, egress.body)
+            }
+            _ => None,
+        };
+        let body = encoded.as_deref().unwrap_or(egress.body);
         // 6. the session's bounded send queue
         let pushed = entry
             .outbox
-            .push_frame(kind, egress.route_id, egress.seq, egress.body);
+            .push_frame(kind, egress.route_id, egress.seq, body);
         match pushed {
             Ok(()) => Ok(answered),
             Err(PushError::Closed) => Err(EgressRejected::SendFailed),

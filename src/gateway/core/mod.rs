@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use wire::client::{ErrorCode, FrameError, FrameKind};
 
+use super::body_codec::ListenerCodecs;
 use super::inflight::{InFlightTable, SeqHash};
 use super::outbox::{Outbox, PushError};
 use super::rate::{RequestBucket, RequestRate};
@@ -190,6 +191,8 @@ pub struct GatewayCore {
     routes: Arc<RouteTable>,
     /// Set once the node drains (`redirect_all`).
     redirecting: Option<Redirecting>,
+    /// The body codec of each listener: a session's profile.
+    codecs: ListenerCodecs,
 }
 
 impl GatewayCore {
@@ -221,7 +224,14 @@ impl GatewayCore {
             hash_seeds: rand::make_rng(),
             routes,
             redirecting: None,
+            codecs: ListenerCodecs::default(),
         }
+    }
+
+    /// The body codec of each listener (`gateway.body_codec` and the
+    /// others): sessions opened from now on take their listener's.
+    pub fn set_listener_codecs(&mut self, codecs: ListenerCodecs) {
+        self.codecs = codecs;
     }
 
     fn stats(&self) -> &GatewayStats {
@@ -260,7 +270,10 @@ impl GatewayCore {
         self.sessions.insert(
             session_id,
             Entry {
-                session: Session::new(),
+                session: Session {
+                    protocol_profile: self.codecs.of(transport),
+                    ..Session::new()
+                },
                 login: None,
                 held: Vec::new(),
                 inflight: InFlightTable::new(SeqHash::random(&mut self.hash_seeds)),

@@ -11,9 +11,10 @@ use wire::client::{ErrorCode, Header};
 use super::egress::Answered;
 use super::login::HeldFrame;
 use super::GatewayCore;
+use crate::gateway::body_codec::decode_request;
 use crate::gateway::inflight::InFlight;
 use crate::gateway::Ingress;
-use crate::route::Direction;
+use crate::route::{Direction, RouteBody};
 
 impl GatewayCore {
     /// Ingress of one decoded REQUEST read from the session's connection,
@@ -127,6 +128,7 @@ impl GatewayCore {
         let stats = &self.metrics.gateway;
         let route_id = header.route_id;
         let seq = header.seq;
+        let mut route_body = RouteBody::Bytes;
         let rejection = match self.routes.lookup(route_id) {
             None => {
                 stats.ingress_unknown_route.inc();
@@ -154,12 +156,28 @@ impl GatewayCore {
                 stats.ingress_bad_request.inc();
                 Some((ErrorCode::BadRequest, "already logged in"))
             }
-            Some(_) => None,
+            Some(route) => {
+                route_body = route.body;
+                None
+            }
         };
         if let Some((code, reason)) = rejection {
             self.push_error(session_id, route_id, seq, code, reason);
             return None;
         }
+        // The listener's body codec, once, before the request counts as in
+        // flight: a body it cannot decode never reaches an object.
+        let decoded_request = match route_body {
+            RouteBody::Json => match decode_request(entry.session.protocol_profile, body) {
+                Ok(decoded) => decoded,
+                Err(reason) => {
+                    stats.ingress_body_undecodable.inc();
+                    self.push_error(session_id, route_id, seq, ErrorCode::BadRequest, &reason);
+                    return None;
+                }
+            },
+            RouteBody::Bytes => None,
+        };
         let deadline = now + limits.request_timeout;
         entry.inflight.insert(seq, InFlight { route_id, deadline });
         if !entry.armed {
@@ -173,6 +191,7 @@ impl GatewayCore {
             seq,
             body,
             request_key,
+            decoded_request,
         })
     }
 

@@ -10,6 +10,7 @@ use super::*;
 use crate::gateway::{Notice, NoticeKind, Target};
 use crate::metrics::CoreMetrics;
 
+mod codec;
 mod egress;
 mod login;
 mod redirect;
