@@ -31,9 +31,7 @@ pub const KINDS: &[FaultKind] = &[
     kind("freeze_short", true),
     kind("freeze_mid", true),
     kind("freeze_long", true),
-    // Off: a pause between a turn's end and the write of its answers still
-    // sends them after a takeover (docs/cluster.md, the known gap).
-    kind("freeze_busy", false),
+    kind("freeze_busy", true),
     kind("starve", true),
     kind("takeover", true),
     kind("restart_cores", true),
