@@ -12,39 +12,16 @@ use std::rc::Rc;
 use std::sync::atomic::AtomicU32;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use routerd::gateway::driver::{serve, GatewayShared};
-use routerd::gateway::{GatewayHandle, Ingress, LoginOutcome, LoginRequest, ServicesSide};
+use routerd::gateway::GatewayHandle;
 use routerd::metrics::CoreMetrics;
 use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
+use support::port::RecordingPort;
 use support::token;
 use wire::client::{encode_frame, route, FrameDecoder, FrameKind, Peer};
 use wire::frame::FrameBuf;
-
-/// Admits every login at once; takes no requests.
-struct AdmitAll(RefCell<Option<GatewayHandle>>);
-
-impl ServicesSide for AdmitAll {
-    fn login(&self, login: LoginRequest, _now: Instant) -> Result<(), LoginRequest> {
-        let gateway = self.0.borrow().clone().expect("plugged in");
-        gateway.complete_login(login.session_id, login.seq, LoginOutcome::Admitted);
-        Ok(())
-    }
-
-    fn deliver(&self, _frame: FrameBuf) -> Result<(), FrameBuf> {
-        Ok(())
-    }
-
-    fn deliver_ingress<'a>(
-        &self,
-        _gateway_node: u64,
-        ingress: Ingress<'a>,
-        _now: Instant,
-    ) -> Result<(), Ingress<'a>> {
-        Err(ingress)
-    }
-}
 
 /// What the test asks of the core's router side.
 #[derive(Debug)]
@@ -149,7 +126,8 @@ fn start_core(
                     shards::net::TcpListener::bind("127.0.0.1:0".parse().unwrap()).expect("bind");
                 address_tx.send(listener.local_addr()).unwrap();
                 let gateway = GatewayHandle::new(core.id(), core.mesh().clone(), &shared, metrics);
-                gateway.set_services_side(Rc::new(AdmitAll(RefCell::new(Some(gateway.clone())))));
+                let bound = Rc::new(RefCell::new(Vec::new()));
+                gateway.set_services_side(Rc::new(RecordingPort::plugged(&gateway, &bound)));
                 let gate = gateway.answer_gate();
                 // The router's part: a lease that holds, as after a heartbeat.
                 gate.publish(Some(u64::MAX - 1));

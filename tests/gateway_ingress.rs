@@ -11,12 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use routerd::gateway::driver::{serve, GatewayShared};
-use routerd::gateway::{
-    EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, ServicesSide,
-};
+use routerd::gateway::{EgressRef, GatewayHandle};
 use routerd::metrics::CoreMetrics;
 use routerd::store::Fault;
 use shards::{CorePlacement, Runtime, RuntimeConfig, ShutdownHandle};
+use support::port::RecordingPort;
 use support::{token, TestNode};
 use wire::client::{encode_frame, route, ErrorCode, FrameKind};
 use wire::frame::FrameBuf;
@@ -148,37 +147,6 @@ fn a_request_pipelined_behind_login_sees_the_new_binding() {
     );
 }
 
-/// The player side of the gateway in `stale_epoch_egress_is_dropped_and_counted`:
-/// admits every login at once, records the bindings, and takes no requests.
-struct RecordingPort {
-    bound: Rc<RefCell<Vec<(u64, u32, u64)>>>,
-    gateway: RefCell<Option<GatewayHandle>>,
-}
-
-impl ServicesSide for RecordingPort {
-    fn login(&self, login: LoginRequest, _now: Instant) -> Result<(), LoginRequest> {
-        self.bound
-            .borrow_mut()
-            .push((login.session_id, login.bound_epoch, login.player_id));
-        let gateway = self.gateway.borrow().clone().expect("plugged in");
-        gateway.complete_login(login.session_id, login.seq, LoginOutcome::Admitted);
-        Ok(())
-    }
-
-    fn deliver(&self, _frame: FrameBuf) -> Result<(), FrameBuf> {
-        Ok(())
-    }
-
-    fn deliver_ingress<'a>(
-        &self,
-        _gateway_node: u64,
-        ingress: Ingress<'a>,
-        _now: Instant,
-    ) -> Result<(), Ingress<'a>> {
-        Err(ingress)
-    }
-}
-
 #[test]
 fn stale_epoch_egress_is_dropped_and_counted() {
     // A reply computed under an older binding must never reach the wire.
@@ -219,10 +187,7 @@ fn stale_epoch_egress_is_dropped_and_counted() {
                 address_tx.send(listener.local_addr()).unwrap();
                 let gateway = GatewayHandle::new(core.id(), core.mesh().clone(), &shared, metrics);
                 let bound = Rc::new(RefCell::new(Vec::new()));
-                gateway.set_services_side(Rc::new(RecordingPort {
-                    bound: bound.clone(),
-                    gateway: RefCell::new(Some(gateway.clone())),
-                }));
+                gateway.set_services_side(Rc::new(RecordingPort::plugged(&gateway, &bound)));
                 shards::spawn(serve(gateway.clone(), listener, Vec::new())).detach();
                 core.ready();
                 // Wait (polling: the test thread is not on this executor) for

@@ -3,7 +3,7 @@
 //! loopback (`TestNode` in this process, `ServeProcess` a `routerd serve`
 //! child). What several tests share beside: local clusters (`cluster`), the
 //! admin endpoint's HTTP client (`http`), network namespaces with cuts
-//! (`netns`), the two-process store race (`store_race`), a flood of silent
+//! (`netns`), a player side that admits every login (`port`), the two-process store race (`store_race`), a flood of silent
 //! connections (`flood`), a well-behaved game client (`follower`) and a
 //! strict exposition parser (`prometheus`).
 #![allow(dead_code)]
@@ -13,6 +13,7 @@ pub mod flood;
 pub mod follower;
 pub mod http;
 pub mod netns;
+pub mod port;
 pub mod prometheus;
 pub mod store_race;
 
