@@ -78,57 +78,71 @@ fn browser() -> Option<(PathBuf, PathBuf)> {
     None
 }
 
-#[test]
-fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
-    let Some((chromium, modules)) = browser() else {
-        return;
-    };
-    let _one = ONE_BROWSER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+/// Where the screenshots go (see the module documentation).
+fn screenshots() -> PathBuf {
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-browser");
     std::fs::create_dir_all(&shots).unwrap();
-    let cluster = LocalCluster::new();
-    let one = cluster.start(1);
-    let two = cluster.start(2);
-    let three = cluster.start(3);
-    wait_members_up(&one, &[2, 3]);
-    // A player's requests through node 1, all along, so the page has
-    // figures to show (requests/s, p99, error ratio).
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = {
-        let stop = stop.clone();
-        let gateway = one.gateway;
-        std::thread::spawn(move || {
-            let (mut client, _) = login_eventually(gateway, 77, Duration::from_secs(10));
-            let mut seq = 2;
-            while !stop.load(Ordering::Relaxed) {
-                client.call(route::PLAYER_INCR, seq, &1i64.to_le_bytes());
-                seq += 1;
-                std::thread::sleep(Duration::from_millis(5));
+    shots
+}
+
+/// A player's `player.incr` every 5 ms through `gateway` until stopped,
+/// so the page has figures to show.
+struct Load {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Load {
+    fn start(gateway: std::net::SocketAddr, player: u64) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let (mut client, _) = login_eventually(gateway, player, Duration::from_secs(10));
+                let mut seq = 2;
+                while !stop.load(Ordering::Relaxed) {
+                    client.call(route::PLAYER_INCR, seq, &1i64.to_le_bytes());
+                    seq += 1;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
             }
-        })
-    };
+        });
+        Load { stop, thread }
+    }
 
-    // An idle session in room 5, which the page messages, then kicks.
-    let (mut victim, _) = login_eventually(one.gateway, 88, Duration::from_secs(10));
-    let joined = victim.call(route::ROOM_JOIN, 2, &5u64.to_le_bytes());
-    assert_eq!(joined.kind, FrameKind::Response, "{joined:?}");
+    /// Stops it; whether it ran to the end (a call that timed out on a
+    /// busy machine panics its thread).
+    fn stop(self) -> bool {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().is_ok()
+    }
+}
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/console.mjs");
-    let mut driver = Command::new("node")
+/// One of tests/browser's console scripts against `admin`'s console: its
+/// lines are handed to `on_line` (which may answer on the script's stdin)
+/// until it says `done` or `fail: ...`, or `BROWSER_LIMIT` passes.
+/// Returns how it ended and everything it said.
+fn run_console_script(
+    script: &str,
+    admin: std::net::SocketAddr,
+    env: &[(&str, String)],
+    mut on_line: impl FnMut(&str, &mut std::process::ChildStdin),
+) -> (Result<(), String>, Vec<String>) {
+    let (chromium, modules) = browser().expect("checked by the caller");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(script);
+    let mut command = Command::new("node");
+    command
         .arg(&script)
-        .env(
-            "ROUTERD_CONSOLE_URL",
-            format!("http://{}/console/", one.admin),
-        )
+        .env("ROUTERD_CONSOLE_URL", format!("http://{admin}/console/"))
         .env("ROUTERD_CHROMIUM", &chromium)
         .env("ROUTERD_BROWSER_MODULES", &modules)
-        .env("ROUTERD_SCREENSHOTS", &shots)
+        .env("ROUTERD_SCREENSHOTS", screenshots())
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("node runs");
+        .stdout(Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut driver = command.spawn().expect("node runs");
     let mut to_driver = driver.stdin.take().unwrap();
     let (said, lines) = std::sync::mpsc::channel();
     let stdout = driver.stdout.take().unwrap();
@@ -141,7 +155,6 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
         }
     });
     let started = Instant::now();
-    let mut three = Some(three);
     let mut transcript = Vec::new();
     let outcome = loop {
         let left = BROWSER_LIMIT.saturating_sub(started.elapsed());
@@ -150,6 +163,68 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
         };
         transcript.push(line.clone());
         match line.as_str() {
+            "done" => break Ok(()),
+            fail if fail.starts_with("fail: ") => break Err(fail.to_string()),
+            line => on_line(line, &mut to_driver),
+        }
+    };
+    if outcome.is_err() {
+        let _ = driver.kill();
+    }
+    let status = driver.wait().unwrap();
+    let outcome = outcome.and_then(|()| {
+        status
+            .success()
+            .then_some(())
+            .ok_or_else(|| format!("the script exited {status}"))
+    });
+    (outcome, transcript)
+}
+
+/// Each of `wanted` is a line of `transcript`, and each screenshot of
+/// `shots` was written.
+fn assert_seen_and_shot(transcript: &[String], wanted: &[&str], shots: &[&str]) {
+    for want in wanted {
+        assert!(transcript.iter().any(|line| line == want), "{transcript:?}");
+    }
+    let dir = screenshots();
+    for shot in shots {
+        let bytes = std::fs::metadata(dir.join(shot))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(bytes > 1000, "{shot}: {bytes} bytes");
+    }
+    eprintln!("screenshots in {}", dir.display());
+}
+
+#[test]
+fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
+    if browser().is_none() {
+        return;
+    }
+    let _one = ONE_BROWSER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cluster = LocalCluster::new();
+    let one = cluster.start(1);
+    let two = cluster.start(2);
+    let three = cluster.start(3);
+    wait_members_up(&one, &[2, 3]);
+    // A player's requests through node 1, all along, so the page has
+    // figures to show (requests/s, p99, error ratio).
+    let load = Load::start(one.gateway, 77);
+
+    // An idle session in room 5, which the page messages, then kicks.
+    let (mut victim, _) = login_eventually(one.gateway, 88, Duration::from_secs(10));
+    let joined = victim.call(route::ROOM_JOIN, 2, &5u64.to_le_bytes());
+    assert_eq!(joined.kind, FrameKind::Response, "{joined:?}");
+
+    let mut three = Some(three);
+    let (outcome, transcript) = run_console_script(
+        "tests/browser/console.mjs",
+        one.admin,
+        &[],
+        |line, to_driver| match line {
             "kill 3" => {
                 three.take().expect("node 3 killed once").kill_9();
                 writeln!(to_driver, "killed").unwrap();
@@ -165,58 +240,45 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
                 assert_eq!(&message.body[16..], b"hello from the operators");
                 writeln!(to_driver, "received").unwrap();
             }
-            "done" => break Ok(()),
-            fail if fail.starts_with("fail: ") => break Err(fail.to_string()),
             _ => {}
-        }
-    };
-    if outcome.is_err() {
-        let _ = driver.kill();
-    }
-    let status = driver.wait().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    load.join().expect("the load ran");
+        },
+    );
+    load.stop();
     if let Err(why) = outcome {
         panic!("{why}\nthe browser's side said:\n{}", transcript.join("\n"));
     }
-    assert!(status.success(), "{status}: {}", transcript.join("\n"));
-    for want in [
-        "seen: three members up, node 1 with requests/s, p99 and error ratio",
-        "seen: the requests chart moves under load",
-        "seen: player.incr per route and node 1's health",
-        "seen: the members table fits 420 px",
-        "seen: player 77's owner, saved counter and session",
-        "seen: a message to room 5 sent from the page",
-        "seen: player 88's session kicked from the page",
-        "seen: node 3 down",
-        "seen: the drain's result stays",
-        "seen: node 2 left",
-    ] {
-        assert!(transcript.iter().any(|line| line == want), "{transcript:?}");
-    }
+    assert_seen_and_shot(
+        &transcript,
+        &[
+            "seen: three members up, node 1 with requests/s, p99 and error ratio",
+            "seen: the requests chart moves under load",
+            "seen: player.incr per route and node 1's health",
+            "seen: the members table fits 420 px",
+            "seen: player 77's owner, saved counter and session",
+            "seen: a message to room 5 sent from the page",
+            "seen: player 88's session kicked from the page",
+            "seen: node 3 down",
+            "seen: the drain's result stays",
+            "seen: node 2 left",
+        ],
+        &[
+            "1-three-members.png",
+            "2-charts-under-load.png",
+            "3-narrow-420px.png",
+            "4-member-down.png",
+            "5-drained.png",
+            "6-session-kicked.png",
+        ],
+    );
     // The drained node exits by itself, 0.
     let exit = two.wait_exit_within(Duration::from_secs(10));
     assert!(exit.success(), "node 2 after its drain: {exit}");
-    for shot in [
-        "1-three-members.png",
-        "2-charts-under-load.png",
-        "3-narrow-420px.png",
-        "4-member-down.png",
-        "5-drained.png",
-        "6-session-kicked.png",
-    ] {
-        let bytes = std::fs::metadata(shots.join(shot))
-            .map(|m| m.len())
-            .unwrap_or(0);
-        assert!(bytes > 1000, "{shot}: {bytes} bytes");
-    }
     // Why it was kicked, then the close.
     let kicked = victim.recv();
     assert_eq!(kicked.kind, FrameKind::Push, "{kicked:?}");
     assert_eq!(kicked.route_id, route::SYS_KICKED, "{kicked:?}");
     assert_eq!(kicked.body, b"closed by an operator");
     victim.expect_closed_within(Duration::from_secs(5));
-    eprintln!("screenshots in {}", shots.display());
     drop(one);
 }
 
@@ -281,14 +343,12 @@ fn a_page_of_another_origin_cannot_change_the_log_level() {
 /// two members show online.
 #[test]
 fn the_console_keeps_its_history_finds_and_pushes_to_a_session_and_browses_a_room() {
-    let Some((chromium, modules)) = browser() else {
+    if browser().is_none() {
         return;
-    };
+    }
     let _one = ONE_BROWSER
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-browser");
-    std::fs::create_dir_all(&shots).unwrap();
     let mut cluster = LocalCluster::new();
     // The room browser shows members as saved: saved at each change.
     cluster.extra = "[services.room]\npersist = \"on_write\"\n".to_string();
@@ -296,20 +356,7 @@ fn the_console_keeps_its_history_finds_and_pushes_to_a_session_and_browses_a_roo
     let two = cluster.start(2);
     wait_members_up(&one, &[2]);
     wait_members_up(&two, &[1]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = {
-        let stop = stop.clone();
-        let gateway = one.gateway;
-        std::thread::spawn(move || {
-            let (mut client, _) = login_eventually(gateway, 41, Duration::from_secs(10));
-            let mut seq = 2;
-            while !stop.load(Ordering::Relaxed) {
-                client.call(route::PLAYER_INCR, seq, &1i64.to_le_bytes());
-                seq += 1;
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        })
-    };
+    let load = Load::start(one.gateway, 41);
     // Room 9: player 42 (node 2's gateway) and player 43 (node 1's).
     let (mut found, _) = login_eventually(two.gateway, 42, Duration::from_secs(10));
     let (mut other, _) = login_eventually(one.gateway, 43, Duration::from_secs(10));
@@ -333,43 +380,13 @@ fn the_console_keeps_its_history_finds_and_pushes_to_a_session_and_browses_a_roo
                 .flatten()
         });
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/console_ops.mjs");
-    let mut driver = Command::new("node")
-        .arg(&script)
-        .env(
-            "ROUTERD_CONSOLE_URL",
-            format!("http://{}/console/", one.admin),
-        )
-        .env("ROUTERD_CHROMIUM", &chromium)
-        .env("ROUTERD_BROWSER_MODULES", &modules)
-        .env("ROUTERD_SCREENSHOTS", &shots)
-        .env("ROUTERD_ROOM_NODE", room_node.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("node runs");
-    let mut to_driver = driver.stdin.take().unwrap();
-    let (said, lines) = std::sync::mpsc::channel();
-    let stdout = driver.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if said.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let started = Instant::now();
-    let mut transcript = Vec::new();
-    let outcome = loop {
-        let left = BROWSER_LIMIT.saturating_sub(started.elapsed());
-        let Ok(line) = lines.recv_timeout(left) else {
-            break Err(format!("no end within {BROWSER_LIMIT:?}"));
-        };
-        transcript.push(line.clone());
-        match line.as_str() {
+    let (outcome, transcript) = run_console_script(
+        "tests/browser/console_ops.mjs",
+        one.admin,
+        &[("ROUTERD_ROOM_NODE", room_node.to_string())],
+        |line, to_driver| {
             // The page's push to player 42's session on node 2.
-            "pushed" => {
+            if line == "pushed" {
                 let message = found.recv();
                 assert_eq!(message.kind, FrameKind::Push, "{message:?}");
                 assert_eq!(message.route_id, route::ROOM_MESSAGE, "{message:?}");
@@ -377,47 +394,33 @@ fn the_console_keeps_its_history_finds_and_pushes_to_a_session_and_browses_a_roo
                 assert_eq!(&message.body[16..], b"hello, player 42");
                 writeln!(to_driver, "received").unwrap();
             }
-            "done" => break Ok(()),
-            fail if fail.starts_with("fail: ") => break Err(fail.to_string()),
-            _ => {}
-        }
-    };
-    if outcome.is_err() {
-        let _ = driver.kill();
-    }
-    let status = driver.wait().unwrap();
-    stop.store(true, Ordering::Relaxed);
+        },
+    );
     // A load whose call timed out on a busy machine says so in its own
     // panic; the page's steps say what it missed.
-    let loaded = load.join().is_ok();
+    let loaded = load.stop();
     if let Err(why) = outcome {
         panic!(
             "{why} (the load ran to the end: {loaded})\nthe browser's side said:\n{}",
             transcript.join("\n")
         );
     }
-    assert!(status.success(), "{status}: {}", transcript.join("\n"));
-    for want in [
-        "seen: the charts start before the page, after a reload",
-        "seen: player 41 the hottest object",
-        "seen: node 1's sessions paged forward and back",
-        "seen: player 42 found on node 2 and pushed to",
-        "seen: room 9's two members online",
-    ] {
-        assert!(transcript.iter().any(|line| line == want), "{transcript:?}");
-    }
-    for shot in [
-        "7-history-after-reload.png",
-        "8-hottest-objects.png",
-        "9-sessions-paged.png",
-        "10-found-and-pushed.png",
-        "11-room-members.png",
-    ] {
-        let bytes = std::fs::metadata(shots.join(shot))
-            .map(|m| m.len())
-            .unwrap_or(0);
-        assert!(bytes > 1000, "{shot}: {bytes} bytes");
-    }
-    eprintln!("screenshots in {}", shots.display());
+    assert_seen_and_shot(
+        &transcript,
+        &[
+            "seen: the charts start before the page, after a reload",
+            "seen: player 41 the hottest object",
+            "seen: node 1's sessions paged forward and back",
+            "seen: player 42 found on node 2 and pushed to",
+            "seen: room 9's two members online",
+        ],
+        &[
+            "7-history-after-reload.png",
+            "8-hottest-objects.png",
+            "9-sessions-paged.png",
+            "10-found-and-pushed.png",
+            "11-room-members.png",
+        ],
+    );
     drop((idle, found, other, two, one));
 }
