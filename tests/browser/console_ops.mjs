@@ -5,44 +5,26 @@
 // 42's session and waits for `received` on its stdin; every step that
 // fails prints `fail: <why>` and exits 1; the last line is `done`.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
+
+import { env, launchChromium, testLines } from "./chromium.mjs";
 
 const STEP_TIMEOUT_MS = 15000;
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) {
-    console.log(`fail: ${name} is not set`);
-    process.exit(1);
-  }
-  return value;
-};
-
 const url = env("ROUTERD_CONSOLE_URL");
 const shots = env("ROUTERD_SCREENSHOTS");
 const roomNode = env("ROUTERD_ROOM_NODE");
-const { chromium } = await import(join(env("ROUTERD_BROWSER_MODULES"), "playwright-core", "index.mjs"));
-
-const lines = createInterface({ input: process.stdin });
-const nextLine = () => new Promise((resolve) => lines.once("line", resolve));
+const lines = testLines();
+const nextLine = lines.next;
 const wait = (what, fn, arg) =>
   page.waitForFunction(fn, arg, { timeout: STEP_TIMEOUT_MS }).catch((error) => {
     throw new Error(`${what}: ${error.message.split("\n")[0]}`);
   });
 
-const profile = mkdtempSync(join(tmpdir(), "routerd-console-"));
-let context;
+let browser;
 let page;
 try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: env("ROUTERD_CHROMIUM"),
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    viewport: { width: 1280, height: 900 },
-  });
-  page = context.pages()[0] ?? (await context.newPage());
+  browser = await launchChromium("routerd-console-", { viewport: { width: 1280, height: 900 } });
+  page = browser.page;
   const errors = [];
   page.on("pageerror", (error) => errors.push(String(error)));
   page.on("dialog", (dialog) => dialog.accept());
@@ -118,7 +100,6 @@ try {
   console.log(`fail: ${error.message}`);
   process.exitCode = 1;
 } finally {
-  await context?.close();
-  rmSync(profile, { recursive: true, force: true });
+  await browser?.close();
   lines.close();
 }

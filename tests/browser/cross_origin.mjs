@@ -13,21 +13,10 @@
 // filter did not change), or `fail: <why>` and exits 1.
 
 import { createServer } from "node:http";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) {
-    console.log(`fail: ${name} is not set`);
-    process.exit(1);
-  }
-  return value;
-};
+import { env, launchChromium } from "./chromium.mjs";
 
 const admin = env("ROUTERD_ADMIN_URL");
-const { chromium } = await import(join(env("ROUTERD_BROWSER_MODULES"), "playwright-core", "index.mjs"));
 
 const page_html = `<!doctype html>
 <title>loading</title>
@@ -49,25 +38,11 @@ const server = createServer((request, response) => {
 await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
 const origin = `http://127.0.0.1:${server.address().port}`;
 
-const profile = mkdtempSync(join(tmpdir(), "routerd-cross-origin-"));
-let context;
+let browser;
 let failed = null;
 try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: env("ROUTERD_CHROMIUM"),
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-  });
-  const page = context.pages()[0] ?? (await context.newPage());
+  browser = await launchChromium("routerd-cross-origin-");
+  const page = browser.page;
   await page.goto(`${origin}/`);
   await page.waitForFunction(() => document.title !== "loading", null, { timeout: 15000 });
   const title = await page.title();
@@ -77,11 +52,8 @@ try {
 } catch (error) {
   failed = String(error).split("\n")[0];
 } finally {
-  if (context) {
-    await context.close();
-  }
+  await browser?.close();
   server.close();
-  rmSync(profile, { recursive: true, force: true });
 }
 if (failed) {
   console.log(`fail: ${failed}`);
