@@ -193,6 +193,22 @@ fn claim_on_default(h: &mut Harness, n: u64) -> u64 {
     owner
 }
 
+/// Node `node` takes KEY's record over as a claim after this one was
+/// declared down would: a compare-and-set on the record as it stands.
+fn take_record_as(h: &mut Harness, node: u64) {
+    let record = h.table.load(KEY).expect("record");
+    let claim = crate::store::RecordWrite {
+        key: KEY,
+        condition: crate::store::WriteCondition::CasEquals(record.cas_version),
+        owner_node: NodeId(node),
+        owner_incarnation: 1,
+        route_version: record.route_version.next(),
+        save_timepoint_ms: 0,
+        state: record.state.clone(),
+    };
+    assert!(matches!(h.table.write(&claim), WriteOutcome::Applied(_)));
+}
+
 #[test]
 fn first_access_claims_on_the_default_node_through_cas() {
     let mut h = Harness::new(1, Persist::Interval);

@@ -5,7 +5,6 @@
 //! never forgotten.
 
 use super::*;
-use crate::store::{RecordWrite, WriteCondition};
 
 /// A request for KEY at `now_ms` (the harness's own `request` sends at 0).
 fn request_at(h: &mut Harness, node: u64, now_ms: u64, op: u32, body: Vec<u8>) -> RequestId {
@@ -155,17 +154,7 @@ fn a_copy_another_node_took_over_during_the_fence_is_dropped_and_counted() {
     }
     h.core(1).fence(200);
     // Node 2 claimed the object meanwhile (node 1 was declared down).
-    let record = h.table.load(KEY).expect("record");
-    let claim = RecordWrite {
-        key: KEY,
-        condition: WriteCondition::CasEquals(record.cas_version),
-        owner_node: NodeId(2),
-        owner_incarnation: 1,
-        route_version: record.route_version.next(),
-        save_timepoint_ms: 0,
-        state: record.state.clone(),
-    };
-    assert!(matches!(h.table.write(&claim), WriteOutcome::Applied(_)));
+    take_record_as(&mut h, 2);
     h.core(1).on_node_up(NodeId(2), 1);
     h.core(1).rejoin(300, 2, 5_000);
     settle_at(&mut h, 1, 300);
@@ -308,17 +297,7 @@ fn a_save_refused_because_another_node_owns_the_record_drops_and_counts_the_copy
     claim_on_default(&mut h, 1);
     request_at(&mut h, 1, 100, OP_ADD, add(1));
     settle_at(&mut h, 1, 100);
-    let record = h.table.load(KEY).expect("record");
-    let outside = RecordWrite {
-        key: KEY,
-        condition: WriteCondition::CasEquals(record.cas_version),
-        owner_node: NodeId(3),
-        owner_incarnation: 1,
-        route_version: record.route_version.next(),
-        save_timepoint_ms: 0,
-        state: record.state.clone(),
-    };
-    assert!(matches!(h.table.write(&outside), WriteOutcome::Applied(_)));
+    take_record_as(&mut h, 3);
     h.core(1)
         .on_timer(config().object_save_interval_ms, Timer::Sweep);
     settle_at(&mut h, 1, config().object_save_interval_ms);

@@ -6,7 +6,6 @@
 //! under its own write in flight.
 
 use super::*;
-use crate::store::{RecordWrite, WriteCondition};
 
 fn stored_value(h: &Harness) -> Option<i64> {
     counter_value(&h.table.load(KEY).expect("record").state)
@@ -126,17 +125,7 @@ fn a_save_conflicting_with_another_nodes_record_still_drops_after_unknown_ones()
     let now = config().object_save_interval_ms;
     h.core(1).on_timer(now, Timer::Sweep);
     let (at_ms, timer) = unknown(&mut h, 1, now + 1, Fate::Lost);
-    let record = h.table.load(KEY).expect("record");
-    let other = RecordWrite {
-        key: KEY,
-        condition: WriteCondition::CasEquals(record.cas_version),
-        owner_node: NodeId(3),
-        owner_incarnation: 1,
-        route_version: record.route_version.next(),
-        save_timepoint_ms: 0,
-        state: record.state.clone(),
-    };
-    assert!(matches!(h.table.write(&other), WriteOutcome::Applied(_)));
+    take_record_as(&mut h, 3);
     h.core(1).on_timer(at_ms, timer);
     settle_at(&mut h, 1, at_ms);
     assert_eq!(h.core(1).counters().unsaved_objects_dropped_total, 1);
@@ -297,17 +286,7 @@ fn a_removal_refused_because_another_node_owns_the_record_drops_and_counts_the_c
     let mut h = Harness::new(2, Persist::Interval);
     let owner = claim_on_default(&mut h, 2);
     incr_at(&mut h, owner, 100, 1);
-    let record = h.table.load(KEY).expect("record");
-    let other = RecordWrite {
-        key: KEY,
-        condition: WriteCondition::CasEquals(record.cas_version),
-        owner_node: NodeId(3),
-        owner_incarnation: 1,
-        route_version: record.route_version.next(),
-        save_timepoint_ms: 0,
-        state: record.state.clone(),
-    };
-    assert!(matches!(h.table.write(&other), WriteOutcome::Applied(_)));
+    take_record_as(&mut h, 3);
     h.core(owner)
         .transfer(200, KEY, NodeId(3 - owner), true)
         .expect("transfer starts");
