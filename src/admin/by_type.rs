@@ -64,12 +64,8 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use shards::ShutdownHandle;
-
     use super::*;
-    use crate::builtins::{PLAYER_TYPE_ID, ROOM_TYPE_ID};
     use crate::metrics::answer_slot;
-    use crate::ops::NodePhase;
 
     #[test]
     fn each_type_shows_its_calls_errors_and_p99() {
@@ -85,21 +81,7 @@ mod tests {
             core.requests.record(incr, Duration::from_micros(40));
         }
         core.answers.count(incr, answer_slot(Some(9)));
-        let state = AdminState {
-            phase: NodePhase::new(ShutdownHandle::new()),
-            metrics,
-            cluster: None,
-            store: None,
-            ops: None,
-            config: None,
-            token: None,
-            advertised: None,
-            object_types: vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)],
-            scripts: None,
-            access: Default::default(),
-            history: Default::default(),
-            debug_view: None,
-        };
+        let state = AdminState::bare(metrics);
         let shown = answer(&state);
         assert_eq!(
             shown["le"].as_array().unwrap().len(),

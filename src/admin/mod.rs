@@ -126,6 +126,30 @@ pub struct AdminState {
     pub scripts: Option<Arc<crate::scripts::Library>>,
 }
 
+impl AdminState {
+    /// A node's endpoint with nothing but `metrics` and the built-in
+    /// types, for the unit tests of the handlers.
+    #[cfg(test)]
+    pub(crate) fn bare(metrics: Arc<NodeMetrics>) -> AdminState {
+        use crate::builtins::{PLAYER_TYPE_ID, ROOM_TYPE_ID};
+        AdminState {
+            phase: NodePhase::new(shards::ShutdownHandle::new()),
+            metrics,
+            cluster: None,
+            store: None,
+            ops: None,
+            config: None,
+            token: None,
+            advertised: None,
+            object_types: vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)],
+            scripts: None,
+            access: Default::default(),
+            history: Default::default(),
+            debug_view: None,
+        }
+    }
+}
+
 /// This node's advertised addresses (`gateway.advertise`,
 /// `admin.advertise`, or what was bound).
 #[derive(Clone, Debug)]

@@ -541,21 +541,10 @@ mod tests {
     #[test]
     fn healthz_says_why_it_is_not_ok() {
         let shutdown = ShutdownHandle::new();
-        let state = AdminState {
-            phase: NodePhase::new(shutdown.clone()),
-            metrics: Arc::new(crate::testing::node_metrics(1)),
-            cluster: None,
-            store: None,
-            ops: None,
-            config: None,
-            token: None,
-            advertised: None,
-            object_types: vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)],
-            scripts: None,
-            access: Default::default(),
-            history: Default::default(),
-            debug_view: None,
-        };
+        let mut state = AdminState::bare(Arc::new(crate::testing::node_metrics(1)));
+        state.phase = NodePhase::new(shutdown.clone());
+        state.store = None;
+        state.object_types = vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)];
         let healthz = || call(&state, Method::GET, "/healthz");
         assert_eq!(
             healthz(),
@@ -579,21 +568,9 @@ mod tests {
     fn healthz_says_the_store_fails_until_it_answers_again() {
         let config = crate::config::StoreConfig::default();
         let (store, faults) = crate::store::open_memory(&config);
-        let state = AdminState {
-            phase: NodePhase::new(ShutdownHandle::new()),
-            metrics: Arc::new(crate::testing::node_metrics(1)),
-            cluster: None,
-            store: Some(store.clone()),
-            ops: None,
-            config: None,
-            token: None,
-            advertised: None,
-            object_types: Vec::new(),
-            scripts: None,
-            access: Default::default(),
-            history: Default::default(),
-            debug_view: None,
-        };
+        let mut state = AdminState::bare(Arc::new(crate::testing::node_metrics(1)));
+        state.store = Some(store.clone());
+        state.object_types = Vec::new();
         state.phase.set_serving();
         let healthz = || call(&state, Method::GET, "/healthz");
         assert_eq!(healthz(), (StatusCode::OK, "ok".to_string()));
@@ -618,21 +595,9 @@ mod tests {
 
     #[test]
     fn routes_methods_and_unknown_paths() {
-        let state = AdminState {
-            phase: NodePhase::new(ShutdownHandle::new()),
-            metrics: Arc::new(crate::testing::node_metrics(1)),
-            cluster: None,
-            store: None,
-            ops: None,
-            config: None,
-            token: None,
-            advertised: None,
-            object_types: vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)],
-            scripts: None,
-            access: Default::default(),
-            history: Default::default(),
-            debug_view: None,
-        };
+        let mut state = AdminState::bare(Arc::new(crate::testing::node_metrics(1)));
+        state.store = None;
+        state.object_types = vec![("player", PLAYER_TYPE_ID), ("room", ROOM_TYPE_ID)];
         let (status, body) = call(&state, Method::GET, "/metrics");
         assert_eq!(status, StatusCode::OK);
         assert!(body.contains("# TYPE routerd_build_info gauge"), "{body}");
