@@ -16,7 +16,8 @@ use routerd::builtins::player::player_key;
 use routerd::router::rendezvous_score;
 use routerd::store::NodeId;
 use support::cluster::{
-    eventually, get_json, http_get, http_post, player_owner, wait_members_up, LocalCluster,
+    eventually, get_json, http_get, http_post, login_eventually, player_owner, wait_members_up,
+    LocalCluster,
 };
 use support::{counter_of, Client, ServeProcess};
 use wire::client::{route, FrameKind};
@@ -42,9 +43,11 @@ fn default_node(player: u64, nodes: &[u64]) -> u64 {
 
 /// Logs in as `player` on `gateway` and increments once: the player is
 /// created on the node the login reaches when that node is alone.
+/// Creates `player` with its first increment. The login is retried: on a
+/// busy machine the first one on a node just started can be refused
+/// UNAVAILABLE, and this test is about the rebalance after.
 fn create(gateway: SocketAddr, player: u64) {
-    let mut client = Client::connect(gateway);
-    client.login(player, 1);
+    let (mut client, _) = login_eventually(gateway, player, Duration::from_secs(10));
     let reply = client.call(route::PLAYER_INCR, 2, &1i64.to_le_bytes());
     assert_eq!(counter_of(&reply), 1, "player {player} is new");
 }
@@ -67,6 +70,25 @@ struct Seen {
     slowest: Duration,
 }
 
+/// A session of `player` through `gateway` that waits `ANSWER_WAIT` for
+/// an answer. Its login is retried for a few seconds, as `create`'s is.
+fn hammer_session(gateway: SocketAddr, player: u64) -> routerd::testing::client::Client {
+    let token = support::token(player, 3600);
+    let started = std::time::Instant::now();
+    loop {
+        let mut client = routerd::testing::client::Client::connect(gateway, ANSWER_WAIT);
+        let reply = client.call(route::AUTH_LOGIN, 1, token.as_bytes());
+        if reply.kind == FrameKind::Response {
+            return client;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "login of {player}: {reply:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Increments each of `players` in turn, one request in flight per
 /// player, on one session each (odd players through `odd`, even through
 /// `even`), until `stop`; every answer must be the counter plus one.
@@ -82,9 +104,7 @@ fn hammer(
             .iter()
             .map(|player| {
                 let gateway = if player % 2 == 0 { even } else { odd };
-                let mut client = routerd::testing::client::Client::connect(gateway, ANSWER_WAIT);
-                client.login(support::SECRET.as_bytes(), *player, 1);
-                (*player, client, 1, 2)
+                (*player, hammer_session(gateway, *player), 1, 2)
             })
             .collect();
         while !stop.load(Ordering::Acquire) {
