@@ -72,23 +72,9 @@ impl Ops {
         absent: T,
         make: impl FnOnce(oneshot::Sender<T>) -> Command,
     ) -> Result<T, ListRefused> {
-        let Some(sender) = self.0.cores.get(session_core(session_id)) else {
-            return Ok(absent);
-        };
-        let (reply, answer) = oneshot::channel();
-        let sent = sender
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .try_send(make(reply));
-        match sent {
-            Ok(()) => {}
-            Err(error) if error.is_full() => return Err(Unreached::Busy.into()),
-            Err(_) => return Err(Unreached::Stopped.into()),
-        }
-        match tokio::time::timeout(CORE_ANSWER_WAIT, answer).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Err(_) => Err(ListRefused::Busy),
-            Ok(Err(_)) => Err(ListRefused::Stopped),
+        match self.0.cores.get(session_core(session_id)) {
+            Some(_) => self.ask_core(session_core(session_id), make).await,
+            None => Ok(absent),
         }
     }
 
@@ -101,23 +87,34 @@ impl Ops {
         op: u32,
         body: Vec<u8>,
     ) -> Result<(), ListRefused> {
+        self.ask_core(0, |reply| Command::OneWay {
+            key,
+            op,
+            body,
+            reply,
+        })
+        .await
+    }
+
+    /// Sends the command `make` builds to core `core` (which exists) and
+    /// waits up to `CORE_ANSWER_WAIT` for its answer.
+    async fn ask_core<T>(
+        &self,
+        core: usize,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, ListRefused> {
         let (reply, answer) = oneshot::channel();
-        let sent = self.0.cores[0]
+        let sent = self.0.cores[core]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .try_send(Command::OneWay {
-                key,
-                op,
-                body,
-                reply,
-            });
+            .try_send(make(reply));
         match sent {
             Ok(()) => {}
             Err(error) if error.is_full() => return Err(Unreached::Busy.into()),
             Err(_) => return Err(Unreached::Stopped.into()),
         }
         match tokio::time::timeout(CORE_ANSWER_WAIT, answer).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(answer)) => Ok(answer),
             Err(_) => Err(ListRefused::Busy),
             Ok(Err(_)) => Err(ListRefused::Stopped),
         }
