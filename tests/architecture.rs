@@ -469,9 +469,6 @@ const LONG_FNS_ALLOWED: &[&str] = &[
     // The PostgreSQL batch's one transaction, statement by statement: to
     // split with a PostgreSQL server at hand to run its tests.
     "src/store/postgres_batch.rs::run_writes",
-    "loadgen/src/engine.rs::on_recv",
-    "loadgen/src/main.rs::execute",
-    "loadgen/src/main.rs::main",
 ];
 
 /// The crates' shipped source folders (their `src/`).
