@@ -462,8 +462,6 @@ const LONG_FNS_ALLOWED: &[&str] = &[
     "src/gateway/core/requests.rs::admit",
     "src/gateway/driver/connection_task.rs::poll_write",
     "src/router/driver/mod.rs::apply",
-    "src/router/steps/route.rs::route_by_owner",
-    "src/router/steps/save.rs::reply",
     // The PostgreSQL batch's one transaction, statement by statement: to
     // split with a PostgreSQL server at hand to run its tests.
     "src/store/postgres_batch.rs::run_writes",
