@@ -460,7 +460,6 @@ const LONG_FNS_ALLOWED: &[&str] = &[
     // In files other work is changing now; each is split when it settles.
     "shards/src/reactor/slots.rs::complete",
     "src/gateway/driver/connection_task.rs::poll_write",
-    "src/router/driver/mod.rs::apply",
     // The PostgreSQL batch's one transaction, statement by statement: to
     // split with a PostgreSQL server at hand to run its tests.
     "src/store/postgres_batch.rs::run_writes",
