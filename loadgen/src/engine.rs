@@ -104,6 +104,48 @@ struct Layered {
     opened_at: usize,
 }
 
+impl Layered {
+    /// Opens the `n` wire bytes the kernel received into `recv` and feeds
+    /// the protocol bytes to `conn`'s decoder; false when the layers or
+    /// the decoder refused them.
+    #[inline]
+    fn open_into(
+        &mut self,
+        n: usize,
+        conn: &mut Conn,
+        now_ns: u64,
+        window: Window,
+        stats: &mut Stats,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        let Layered {
+            layers,
+            recv,
+            opened,
+            opened_at,
+        } = self;
+        let opened_ok = layers.open(&recv[..n], opened).is_ok();
+        // The opened bytes go to the decoder as its buffer takes
+        // them, each part decoded before the next.
+        let mut fed_ok = opened_ok;
+        while fed_ok && *opened_at < opened.len() {
+            let spare = conn.read_buf();
+            if spare.is_empty() {
+                fed_ok = false;
+                break;
+            }
+            let take = spare.len().min(opened.len() - *opened_at);
+            spare[..take].copy_from_slice(&opened[*opened_at..*opened_at + take]);
+            *opened_at += take;
+            conn.advance(take);
+            fed_ok = conn.receive(now_ns, window, stats, events).is_ok();
+        }
+        opened.clear();
+        *opened_at = 0;
+        fed_ok
+    }
+}
+
 /// One connection and the buffers the kernel may be using for it.
 pub struct Slot {
     pub conn: Conn,
@@ -544,36 +586,14 @@ impl Engine {
                     .receive(now_ns, window, stats, &mut self.scratch_events)
                     .is_ok()
             }
-            Some(layered) => {
-                let Layered {
-                    layers,
-                    recv,
-                    opened,
-                    opened_at,
-                } = &mut **layered;
-                let opened_ok = layers.open(&recv[..n], opened).is_ok();
-                // The opened bytes go to the decoder as its buffer takes
-                // them, each part decoded before the next.
-                let mut fed_ok = opened_ok;
-                while fed_ok && *opened_at < opened.len() {
-                    let spare = slot.conn.read_buf();
-                    if spare.is_empty() {
-                        fed_ok = false;
-                        break;
-                    }
-                    let take = spare.len().min(opened.len() - *opened_at);
-                    spare[..take].copy_from_slice(&opened[*opened_at..*opened_at + take]);
-                    *opened_at += take;
-                    slot.conn.advance(take);
-                    fed_ok = slot
-                        .conn
-                        .receive(now_ns, window, stats, &mut self.scratch_events)
-                        .is_ok();
-                }
-                opened.clear();
-                *opened_at = 0;
-                fed_ok
-            }
+            Some(layered) => layered.open_into(
+                n,
+                &mut slot.conn,
+                now_ns,
+                window,
+                stats,
+                &mut self.scratch_events,
+            ),
         };
         for event in self.scratch_events.drain(..) {
             self.events.push((index, event));

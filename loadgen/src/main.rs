@@ -66,16 +66,8 @@ fn main() -> ExitCode {
         .unwrap_or_else(|| default_cpus(args.threads, machine_cpus));
 
     let node = if args.spawn_node {
-        let cpus = spawn::node_cpus(&args, &generator_cpus, machine_cpus);
-        match spawn::Node::start(&args, &secret, &cpus) {
-            Ok(node) => {
-                eprintln!(
-                    "loadgen: routerd node up on {} (admin {}), CPUs {cpus:?}",
-                    node.client_addr, node.admin_addr
-                );
-                args.addrs = vec![node.client_addr];
-                Some(node)
-            }
+        match spawn_node(&mut args, &secret, &generator_cpus, machine_cpus) {
+            Ok(node) => Some(node),
             Err(message) => {
                 eprintln!("loadgen: --spawn-node: {message}");
                 return ExitCode::FAILURE;
@@ -93,38 +85,57 @@ fn main() -> ExitCode {
     }
     let summary = Summary::new(&args, &stats, failures, warnings);
     print!("{}", summary.table());
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&summary).unwrap_or_default();
-        if let Err(e) = std::fs::write(path, text + "\n") {
-            eprintln!("loadgen: write {}: {e}", path.display());
-            return ExitCode::FAILURE;
-        }
-    }
-    if let Some(path) = &args.html {
-        // Drawn from the JSON value, so the page and `--json` agree.
-        let value = serde_json::to_value(&summary).unwrap_or_default();
-        if let Err(e) = std::fs::write(path, html::report(&value)) {
-            eprintln!("loadgen: write {}: {e}", path.display());
-            return ExitCode::FAILURE;
-        }
-    }
-    if let (Some(path), Some(ledger)) = (&args.ledger, &stats.ledger) {
-        if let Err(e) = std::fs::write(path, ledger_text(ledger)) {
-            eprintln!("loadgen: write {}: {e}", path.display());
-            return ExitCode::FAILURE;
-        }
-    }
-    if let Some(path) = &args.hgrm {
-        if let Err(message) = write_hgrm(path, &stats, &args) {
-            eprintln!("loadgen: {message}");
-            return ExitCode::FAILURE;
-        }
+    if let Err(message) = write_report_files(&args, &stats, &summary) {
+        eprintln!("loadgen: {message}");
+        return ExitCode::FAILURE;
     }
     if summary.passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Starts the routerd node `--spawn-node` asks for and points the run at
+/// its client address.
+fn spawn_node(
+    args: &mut Args,
+    secret: &str,
+    generator_cpus: &[usize],
+    machine_cpus: usize,
+) -> Result<spawn::Node, String> {
+    let cpus = spawn::node_cpus(args, generator_cpus, machine_cpus);
+    let node = spawn::Node::start(args, secret, &cpus)?;
+    eprintln!(
+        "loadgen: routerd node up on {} (admin {}), CPUs {cpus:?}",
+        node.client_addr, node.admin_addr
+    );
+    args.addrs = vec![node.client_addr];
+    Ok(node)
+}
+
+/// Writes the files the flags ask for (`--json`, `--html`, `--ledger`,
+/// `--hgrm`), in that order, stopping at the first that cannot be written.
+fn write_report_files(args: &Args, stats: &Stats, summary: &Summary) -> Result<(), String> {
+    let write = |path: &std::path::Path, text: String| {
+        std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))
+    };
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(summary).unwrap_or_default();
+        write(path, text + "\n")?;
+    }
+    if let Some(path) = &args.html {
+        // Drawn from the JSON value, so the page and `--json` agree.
+        let value = serde_json::to_value(summary).unwrap_or_default();
+        write(path, html::report(&value))?;
+    }
+    if let (Some(path), Some(ledger)) = (&args.ledger, &stats.ledger) {
+        write(path, ledger_text(ledger))?;
+    }
+    if let Some(path) = &args.hgrm {
+        write_hgrm(path, stats, args)?;
+    }
+    Ok(())
 }
 
 /// Writes every answer's latency distribution to `path`, the interval log
@@ -179,17 +190,33 @@ fn ledger_text(ledger: &std::collections::BTreeMap<u64, stats::PlayerLedger>) ->
 /// runtime failures, and the warnings about connections that could not go
 /// on.
 fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>, Vec<String>) {
-    let args_shared = Arc::new(args.clone());
-    let secret = Arc::new(secret.to_string());
     let coordinator = Arc::new(Coordinator::default());
     let display = if args.progress {
         Some(progress::Display::Table)
     } else {
         (!args.quiet && std::io::stderr().is_terminal()).then_some(progress::Display::Line)
     };
-    let show_progress = display.is_some();
     let (progress_tx, progress_rx) = mpsc::sync_channel(PROGRESS_QUEUE_MAX);
+    let progress_tx = display.is_some().then_some(progress_tx);
+    let handles = spawn_generators(args, secret, cpus, &coordinator, progress_tx);
+    start_when_ready(args, &coordinator, &handles);
+    if let Some(display) = display {
+        progress::display(progress_rx, args.threads, display);
+    }
+    join_generators(handles)
+}
 
+/// Starts one generator thread per `--threads`, each with its share of the
+/// connections; a thread that cannot start marks the run failed.
+fn spawn_generators(
+    args: &Args,
+    secret: &str,
+    cpus: &[usize],
+    coordinator: &Arc<Coordinator>,
+    progress_tx: Option<mpsc::SyncSender<runner::Snapshot>>,
+) -> Vec<std::thread::JoinHandle<runner::Outcome>> {
+    let args_shared = Arc::new(args.clone());
+    let secret = Arc::new(secret.to_string());
     let mut handles = Vec::with_capacity(args.threads);
     let mut first_conn = 0;
     for thread_index in 0..args.threads {
@@ -206,8 +233,8 @@ fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>, Ve
         let ctx = Context {
             args: Arc::clone(&args_shared),
             secret: Arc::clone(&secret),
-            coordinator: Arc::clone(&coordinator),
-            progress: show_progress.then(|| progress_tx.clone()),
+            coordinator: Arc::clone(coordinator),
+            progress: progress_tx.clone(),
         };
         let spawned = std::thread::Builder::new()
             .name(format!("loadgen-{thread_index}"))
@@ -220,9 +247,17 @@ fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>, Ve
             }
         }
     }
+    // Dropping the last sender here lets the display end when the threads do.
     drop(progress_tx);
+    handles
+}
 
-    // Start every thread at once, after all are connected and logged in.
+/// Start every thread at once, after all are connected and logged in.
+fn start_when_ready(
+    args: &Args,
+    coordinator: &Coordinator,
+    handles: &[std::thread::JoinHandle<runner::Outcome>],
+) {
     while coordinator.ready.load(Ordering::SeqCst) < handles.len()
         && !coordinator.failed.load(Ordering::SeqCst)
         && !handles.iter().all(|h| h.is_finished())
@@ -238,10 +273,12 @@ fn execute(args: &Args, secret: &str, cpus: &[usize]) -> (Stats, Vec<String>, Ve
             .start_ns
             .store(clock::now_ns() + 1_000_000, Ordering::SeqCst);
     }
-    if let Some(display) = display {
-        progress::display(progress_rx, args.threads, display);
-    }
+}
 
+/// Waits for every generator thread and merges what each measured.
+fn join_generators(
+    handles: Vec<std::thread::JoinHandle<runner::Outcome>>,
+) -> (Stats, Vec<String>, Vec<String>) {
     let mut stats = Stats::default();
     let mut failures = Vec::new();
     let mut warnings = Vec::new();

@@ -41,6 +41,7 @@ use crate::store::Store;
 mod access;
 mod auth;
 mod by_type;
+mod cluster_status;
 mod console;
 mod forward;
 mod gate;

@@ -22,7 +22,7 @@ pub(super) fn write_peer_metrics(out: &mut String, view: &ClusterView) {
                 heartbeat_age_ms: heartbeats
                     .get(&peer.node)
                     .map(|since| now.saturating_sub(*since)),
-                link_up: super::routes::link_summary(to_peer) == "up",
+                link_up: super::cluster_status::link_summary(to_peer) == "up",
                 live: peer.is_live(),
             }
         })

@@ -7,7 +7,9 @@
 //! [`crate::ops::Ops`], which sends them a message through a channel and
 //! awaits the answer on a oneshot: the admin thread waits without
 //! blocking, and other connections are served meanwhile.
-//! A path parameter is a slice pattern in [`route`]:
+//! [`route`] hands each family of paths (another node's, the operator's,
+//! this node's own) to its match, where a path parameter is a slice
+//! pattern:
 //! `(&Method::GET, ["objects", kind, id]) => objects(state, kind, id).await`.
 
 use bytes::Bytes;
@@ -19,9 +21,6 @@ use serde_json::json;
 use wire::ObjectKey;
 
 use super::{probes, AdminState};
-use crate::clock;
-use crate::cluster::view::LinkStatus;
-use crate::gateway_addresses::{GatewayAddresses, Transport};
 use crate::ids::NodeId;
 use crate::ops::drain::DrainRefused;
 use crate::ops::transfer::{OpAnswer, TransferCall};
@@ -45,28 +44,54 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
     let query = request.uri().query();
     match (request.method(), segments.as_slice()) {
         (&Method::GET, ["console"]) => super::console::redirect(),
-        (_, ["nodes", node, rest @ ..]) => {
-            let me = state.cluster.as_ref().map(|view| view.me().0.to_string());
-            if me.as_deref() == Some(*node) && rest.first() != Some(&"nodes") {
-                // This node's own: answered here, as the same path without
-                // the prefix would be.
-                let mut local = format!("/{}", rest.join("/"));
-                if let Some(query) = query {
-                    local = format!("{local}?{query}");
-                }
-                let mut parts = Request::builder()
-                    .method(request.method().clone())
-                    .uri(local.as_str());
-                for (name, value) in request.headers() {
-                    parts = parts.header(name, value);
-                }
-                return match parts.body(request.body().clone()) {
-                    Ok(local) => Box::pin(route(state, local)).await,
-                    Err(_) => error_json(StatusCode::BAD_REQUEST, "bad_request", "bad path"),
-                };
-            }
-            super::forward::forward(state, node, rest, &request).await
+        (_, ["nodes", node, rest @ ..]) => route_to_node(state, node, rest, query, &request).await,
+        (_, ["config" | "log-level" | "sessions" | "rooms", ..] | ["objects", _]) => {
+            route_operator(state, &request, &segments, query).await
         }
+        _ => route_node_local(state, &request, &segments, query).await,
+    }
+}
+
+/// `/nodes/<id>/<path>`: this node's own is answered here, as `/<path>`
+/// would be; another's is forwarded to it.
+async fn route_to_node(
+    state: &AdminState,
+    node: &str,
+    rest: &[&str],
+    query: Option<&str>,
+    request: &Request<Bytes>,
+) -> Response<Body> {
+    let me = state.cluster.as_ref().map(|view| view.me().0.to_string());
+    if me.as_deref() == Some(node) && rest.first() != Some(&"nodes") {
+        // This node's own: answered here, as the same path without
+        // the prefix would be.
+        let mut local = format!("/{}", rest.join("/"));
+        if let Some(query) = query {
+            local = format!("{local}?{query}");
+        }
+        let mut parts = Request::builder()
+            .method(request.method().clone())
+            .uri(local.as_str());
+        for (name, value) in request.headers() {
+            parts = parts.header(name, value);
+        }
+        return match parts.body(request.body().clone()) {
+            Ok(local) => Box::pin(route(state, local)).await,
+            Err(_) => error_json(StatusCode::BAD_REQUEST, "bad_request", "bad path"),
+        };
+    }
+    super::forward::forward(state, node, rest, request).await
+}
+
+/// The operator's paths: the configuration, the log level, the sessions
+/// and rooms, and the listing of one type's objects.
+async fn route_operator(
+    state: &AdminState,
+    request: &Request<Bytes>,
+    segments: &[&str],
+    query: Option<&str>,
+) -> Response<Body> {
+    match (request.method(), segments) {
         (&Method::GET, ["config"]) => super::operator::config(state).await,
         (&Method::GET, ["log-level"]) => super::operator::log_level_get().await,
         (&Method::PUT | &Method::POST, ["log-level"]) => {
@@ -87,11 +112,24 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         }
         (_, ["config"] | ["sessions"] | ["objects", _]) => method_not_allowed("GET"),
         (_, ["log-level"]) => method_not_allowed("GET, PUT, POST"),
+        _ => not_found(),
+    }
+}
+
+/// The node's own paths: its health, metrics and cluster view, one
+/// object's record and its transfer, rebalancing, scripts and draining.
+async fn route_node_local(
+    state: &AdminState,
+    request: &Request<Bytes>,
+    segments: &[&str],
+    query: Option<&str>,
+) -> Response<Body> {
+    match (request.method(), segments) {
         (&Method::GET, ["healthz"]) => healthz(state).await,
         (&Method::GET, ["livez"]) => probes::livez(state).await,
         (&Method::GET, ["readyz"]) => probes::readyz(state).await,
         (&Method::GET, ["metrics"]) => metrics(state).await,
-        (&Method::GET, ["cluster"]) => cluster(state).await,
+        (&Method::GET, ["cluster"]) => super::cluster_status::cluster(state).await,
         (&Method::GET, ["history"]) => super::history::get(state, query),
         (&Method::GET, ["hot-objects"]) => super::hot::get(state).await,
         (&Method::GET, ["calls-by-type"]) => super::by_type::get(state).await,
@@ -122,8 +160,13 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
         ) => method_not_allowed("GET"),
         (_, ["objects", _, _, "transfer"]) => method_not_allowed("POST"),
         (_, ["drain"]) => method_not_allowed("GET, POST"),
-        _ => error_json(StatusCode::NOT_FOUND, "not_found", "no such admin path"),
+        _ => not_found(),
     }
+}
+
+/// No admin path by that name.
+fn not_found() -> Response<Body> {
+    error_json(StatusCode::NOT_FOUND, "not_found", "no such admin path")
 }
 
 /// `200 ok` while the node serves; `503` and the phase (`starting`,
@@ -159,130 +202,6 @@ async fn metrics(state: &AdminState) -> Response<Body> {
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     response
-}
-
-/// The cluster as this node sees it: itself (incarnation, state, lease,
-/// fence), every other member, and each core's links.
-async fn cluster(state: &AdminState) -> Response<Body> {
-    let Some(view) = &state.cluster else {
-        return error_json(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no cluster",
-        );
-    };
-    let snapshot = view.snapshot();
-    let now = clock::now_ms();
-    let links = view.links();
-    let heartbeats = view.heartbeats_seen();
-    let me = snapshot.me;
-    // The router gauges, mirrored by each core every quarter second.
-    let objects: i64 = state
-        .metrics
-        .cores
-        .iter()
-        .map(|core| core.router.objects.get())
-        .sum();
-    let mut own = json!({
-        "node_id": view.me().0,
-        "incarnation": me.incarnation,
-        "state": if me.fenced { "down" } else { me.state.as_str() },
-        "link": "self",
-        "objects": objects,
-    });
-    if let Some(advertised) = &state.advertised {
-        own["gateway"] = json!(advertised.gateway.get(Transport::Plain).unwrap_or_default());
-        own["gateways"] = gateways_json(&advertised.gateway);
-        own["admin"] = json!(advertised.admin);
-    }
-    let mut members = vec![own];
-    members.extend(snapshot.peers.values().map(|peer| {
-        let to_peer = links.iter().flatten().filter(|link| link.node == peer.node);
-        json!({
-            "node_id": peer.node.0,
-            "incarnation": peer.incarnation,
-            "state": peer.state.as_str(),
-            // The plain listener, as before; every transport beside it.
-            "gateway": peer.gateway.get(Transport::Plain).unwrap_or_default(),
-            "gateways": gateways_json(&peer.gateway),
-            "admin": peer.admin,
-            "cores": peer.cores.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            "link": link_summary(to_peer),
-            "heartbeat_age_ms": heartbeats.get(&peer.node).map(|since| now.saturating_sub(*since)),
-        })
-    }));
-    members.sort_by_key(|member| member["node_id"].as_u64());
-    let links: Vec<_> = links
-        .into_iter()
-        .enumerate()
-        .flat_map(|(core, links)| {
-            links.into_iter().map(move |link| {
-                json!({
-                    "core": core,
-                    "node_id": link.node.0,
-                    "peer_core": link.core,
-                    "state": link.state,
-                    "queued": link.queued,
-                    "last_refusal": link.last_refusal,
-                })
-            })
-        })
-        .collect();
-    let cores: Vec<_> = view
-        .cores()
-        .into_iter()
-        .enumerate()
-        .map(|(core, standing)| {
-            json!({
-                "core": core,
-                "incarnation": standing.incarnation,
-                "serving": standing.is_serving(now),
-                "fenced": standing.fenced,
-                "lease_remaining_ms": standing.lease_until_ms.saturating_sub(now),
-            })
-        })
-        .collect();
-    json_response(json!({
-        "node_id": view.me().0,
-        "incarnation": me.incarnation,
-        "state": me.state.as_str(),
-        "fenced": me.fenced,
-        "serving": !me.fenced && now < me.lease_until_ms,
-        "lease_remaining_ms": me.lease_until_ms.saturating_sub(now),
-        "cores": cores,
-        "objects": objects,
-        "members": members,
-        "links": links,
-    }))
-}
-
-/// A node's advertised gateways by transport: `{"tcp": "10.0.0.5:7400"}`.
-fn gateways_json(addresses: &GatewayAddresses) -> serde_json::Value {
-    addresses
-        .iter()
-        .map(|(transport, address)| (transport.as_str().to_string(), json!(address)))
-        .collect::<serde_json::Map<_, _>>()
-        .into()
-}
-
-/// How this node's links to one peer stand, over all its cores: `up` when
-/// every link it has is up, `refused` when a handshake was refused,
-/// `connecting` while one dials or backs off, `none` before any frame was
-/// sent there.
-pub(super) fn link_summary<'a>(links: impl Iterator<Item = &'a LinkStatus>) -> &'static str {
-    let (mut any, mut all_up) = (false, true);
-    for link in links {
-        if link.last_refusal.is_some() {
-            return "refused";
-        }
-        any = true;
-        all_up &= link.state == "up";
-    }
-    match (any, all_up) {
-        (false, _) => "none",
-        (true, true) => "up",
-        (true, false) => "connecting",
-    }
 }
 
 /// One object's ownership record, read from the store: `kind` is `player`,

@@ -316,18 +316,8 @@ impl SlotTable {
                 multishot, chain, ..
             } => {
                 let multishot = *multishot;
-                let last = multishot.is_none() || !cqueue::more(flags);
-                if let Some(chain) = chain.take() {
-                    env.advance(&chain);
-                }
-                match multishot {
-                    Some(kind) => drop_result(env, kind, result, flags),
-                    None => give_back_buffer(env, flags),
-                }
-                if last {
-                    // Only now may the kept memory go: the kernel is done.
-                    self.release(index);
-                }
+                let chain = chain.take();
+                self.complete_orphan(index, multishot, chain, result, flags, env);
                 None
             }
             Slot::FileClose(file) => {
@@ -342,6 +332,32 @@ impl SlotTable {
                 debug_assert!(false, "a second completion of a one-shot operation");
                 None
             }
+        }
+    }
+
+    /// A completion of an operation whose future was dropped: nobody takes
+    /// its result, so what it holds goes back (a buffer to the ring, an
+    /// accepted socket closed), and the slot is freed at its last one.
+    fn complete_orphan(
+        &mut self,
+        index: usize,
+        multishot: Option<MultiKind>,
+        chain: Option<Rc<SendChain>>,
+        result: i32,
+        flags: u32,
+        env: &impl SlotEnv,
+    ) {
+        let last = multishot.is_none() || !cqueue::more(flags);
+        if let Some(chain) = chain {
+            env.advance(&chain);
+        }
+        match multishot {
+            Some(kind) => drop_result(env, kind, result, flags),
+            None => give_back_buffer(env, flags),
+        }
+        if last {
+            // Only now may the kept memory go: the kernel is done.
+            self.release(index);
         }
     }
 

@@ -10,11 +10,12 @@ use wire::client::{ErrorCode, Header};
 
 use super::egress::Answered;
 use super::login::HeldFrame;
-use super::GatewayCore;
+use super::{Entry, GatewayCore, Limits};
 use crate::gateway::body_codec::decode_request;
 use crate::gateway::inflight::InFlight;
 use crate::gateway::Ingress;
-use crate::route::{Direction, RouteBody};
+use crate::metrics::GatewayStats;
+use crate::route::{Direction, RouteBody, RouteTable};
 
 impl GatewayCore {
     /// Ingress of one decoded REQUEST read from the session's connection,
@@ -92,79 +93,29 @@ impl GatewayCore {
     ) -> Option<Ingress<'a>> {
         let limits = self.limits;
         let entry = self.sessions.get_mut(&session_id)?;
-        if entry.closing {
-            // The redirect's grace is over: the client was told where to go.
-            self.metrics.gateway.redirect_refused.inc();
-            self.push_error(
-                session_id,
-                header.route_id,
-                header.seq,
-                ErrorCode::Unavailable,
-                "node draining: reconnect to another gateway",
-            );
-            return None;
-        }
-        if entry.login.is_some() {
-            // The login's outcome decides how these are checked: hold them
-            // until it ends, in order, within the session's in-flight bound.
-            if entry.held.len() + entry.inflight.len() >= limits.inflight_max {
-                self.metrics.gateway.ingress_overloaded.inc();
-                self.push_error(
-                    session_id,
-                    header.route_id,
-                    header.seq,
-                    ErrorCode::Overloaded,
-                    "too many requests behind a login",
-                );
-            } else {
-                entry.held.push(HeldFrame {
-                    header,
-                    body: body.to_vec(),
-                    request_key,
-                });
-            }
-            return None;
-        }
         let stats = &self.metrics.gateway;
         let route_id = header.route_id;
         let seq = header.seq;
-        let mut route_body = RouteBody::Bytes;
-        let rejection = match self.routes.lookup(route_id) {
-            None => {
-                stats.ingress_unknown_route.inc();
-                Some((ErrorCode::UnknownRoute, "unknown route"))
-            }
-            Some(route) if route.direction != Direction::ClientToServer => {
-                stats.ingress_direction_rejected.inc();
-                Some((ErrorCode::DirectionRejected, "server-to-client route"))
-            }
-            Some(route) if route.requires_auth && !entry.session.is_logged_in() => {
-                stats.ingress_auth_required.inc();
-                Some((ErrorCode::AuthRequired, "login first"))
-            }
-            Some(_) if entry.inflight.contains(seq) => {
-                stats.ingress_bad_request.inc();
-                Some((ErrorCode::BadRequest, "duplicate in-flight seq"))
-            }
-            Some(_) if entry.inflight.len() >= limits.inflight_max => {
-                stats.ingress_overloaded.inc();
-                Some((ErrorCode::Overloaded, "too many in-flight requests"))
-            }
-            Some(_)
-                if route_id == wire::client::route::AUTH_LOGIN && entry.session.is_logged_in() =>
-            {
-                stats.ingress_bad_request.inc();
-                Some((ErrorCode::BadRequest, "already logged in"))
-            }
-            Some(route) => {
-                route_body = route.body;
-                None
+        let checked = if entry.closing || entry.login.is_some() {
+            Err(hold_or_refuse(
+                entry,
+                &limits,
+                stats,
+                header,
+                request_key,
+                body,
+            ))
+        } else {
+            check_route(&self.routes, entry, &limits, stats, header)
+        };
+        let route_body = match checked {
+            Ok(route_body) => route_body,
+            Err(NotAdmitted::Held) => return None,
+            Err(NotAdmitted::Refused(code, reason)) => {
+                self.push_error(session_id, route_id, seq, code, reason);
+                return None;
             }
         };
-        if let Some((code, reason)) = rejection {
-            self.push_error(session_id, route_id, seq, code, reason);
-            return None;
-        }
         // The listener's body codec, once, before the request counts as in
         // flight: a body it cannot decode never reaches an object.
         let decoded_request = match route_body {
@@ -290,4 +241,87 @@ impl GatewayCore {
     pub fn next_deadline(&self) -> Option<Instant> {
         self.deadlines.peek().map(|Reverse((at, _))| *at)
     }
+}
+
+/// Why a request read from a session goes no further now.
+enum NotAdmitted {
+    /// Held until the session's login ends (`on_held_request` replays it).
+    Held,
+    /// Answered with this ERROR (and counted): it never reaches a service.
+    Refused(ErrorCode, &'static str),
+}
+
+/// A request to a session that is closing, or waiting on its login: the
+/// session's state decides before any route is looked at.
+fn hold_or_refuse(
+    entry: &mut Entry,
+    limits: &Limits,
+    stats: &GatewayStats,
+    header: Header,
+    request_key: Option<u64>,
+    body: &[u8],
+) -> NotAdmitted {
+    if entry.closing {
+        // The redirect's grace is over: the client was told where to go.
+        stats.redirect_refused.inc();
+        return NotAdmitted::Refused(
+            ErrorCode::Unavailable,
+            "node draining: reconnect to another gateway",
+        );
+    }
+    // The login's outcome decides how these are checked: hold them until
+    // it ends, in order, within the session's in-flight bound.
+    if entry.held.len() + entry.inflight.len() >= limits.inflight_max {
+        stats.ingress_overloaded.inc();
+        return NotAdmitted::Refused(ErrorCode::Overloaded, "too many requests behind a login");
+    }
+    entry.held.push(HeldFrame {
+        header,
+        body: body.to_vec(),
+        request_key,
+    });
+    NotAdmitted::Held
+}
+
+/// The route checks, in docs/protocol.md's order: the route exists, its
+/// direction, auth, then the in-flight limits. `Ok`: the route's body, for
+/// the listener's codec.
+#[inline]
+fn check_route(
+    routes: &RouteTable,
+    entry: &Entry,
+    limits: &Limits,
+    stats: &GatewayStats,
+    header: Header,
+) -> Result<RouteBody, NotAdmitted> {
+    let route_id = header.route_id;
+    let seq = header.seq;
+    let (code, reason) = match routes.lookup(route_id) {
+        None => {
+            stats.ingress_unknown_route.inc();
+            (ErrorCode::UnknownRoute, "unknown route")
+        }
+        Some(route) if route.direction != Direction::ClientToServer => {
+            stats.ingress_direction_rejected.inc();
+            (ErrorCode::DirectionRejected, "server-to-client route")
+        }
+        Some(route) if route.requires_auth && !entry.session.is_logged_in() => {
+            stats.ingress_auth_required.inc();
+            (ErrorCode::AuthRequired, "login first")
+        }
+        Some(_) if entry.inflight.contains(seq) => {
+            stats.ingress_bad_request.inc();
+            (ErrorCode::BadRequest, "duplicate in-flight seq")
+        }
+        Some(_) if entry.inflight.len() >= limits.inflight_max => {
+            stats.ingress_overloaded.inc();
+            (ErrorCode::Overloaded, "too many in-flight requests")
+        }
+        Some(_) if route_id == wire::client::route::AUTH_LOGIN && entry.session.is_logged_in() => {
+            stats.ingress_bad_request.inc();
+            (ErrorCode::BadRequest, "already logged in")
+        }
+        Some(route) => return Ok(route.body),
+    };
+    Err(NotAdmitted::Refused(code, reason))
 }

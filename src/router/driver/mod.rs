@@ -17,6 +17,7 @@
 //! - store requests are [`Store`] futures; timers are the core's timers.
 
 mod cluster_side;
+mod control;
 mod effects;
 mod forwarded;
 pub(crate) mod frames;
@@ -562,52 +563,18 @@ impl RouterDriver {
             Input::StoreReply { token, reply } => core.on_store_reply(now, token, reply),
             Input::Timer(timer) => core.on_timer(now, timer),
             Input::Flush => core.on_flush(now),
-            Input::Member {
-                node,
-                incarnation,
-                state,
-            } => core.on_member(node, incarnation, state),
-            Input::Lease { until_ms } if self.0.pause.borrow().admits(until_ms) => {
-                core.extend_lease(now, until_ms)
-            }
-            Input::Lease { .. } => {}
-            Input::LeaseEnd { at_ms } => core.end_lease(at_ms),
-            Input::Fence => {
-                core.fence(now);
-                drop(core);
-                // At once, not at the turn's end: what waits to be written
-                // was made by the incarnation that just ended.
-                self.0.answer_gate.fence();
-            }
-            Input::Rejoin {
-                incarnation,
-                lease_until_ms,
-            } => core.rejoin(now, incarnation, lease_until_ms),
-            Input::Draining(draining) => core.set_draining(draining),
-            Input::LinkLost { .. } => {}
-            Input::Shutdown { deadline_ms } => core.shutdown(now, deadline_ms),
-            Input::Transfer { key, target, done } => {
-                let busy = self.0.transfer_waiters.borrow().len() >= TRANSFER_WAITERS_MAX;
-                let started = if busy {
-                    Err(TransferError::InProgress)
-                } else {
-                    core.transfer(now, key, target, true)
-                };
-                match started {
-                    Ok(()) => {
-                        self.0.transfer_waiters.borrow_mut().insert(key, done);
-                    }
-                    Err(error) => {
-                        drop(core);
-                        done(Err(error));
-                    }
-                }
-            }
-            Input::Drain { concurrency } => {
-                core.start_drain(concurrency);
-                core.drain_step(now);
-            }
-            Input::DrainStep => core.drain_step(now),
+            // Off the request path, rare beside it: applied by family.
+            input @ (Input::Member { .. }
+            | Input::Lease { .. }
+            | Input::LeaseEnd { .. }
+            | Input::Fence
+            | Input::Rejoin { .. }
+            | Input::Draining(_)
+            | Input::LinkLost { .. }) => self.apply_membership(core, now, input),
+            input @ (Input::Shutdown { .. }
+            | Input::Transfer { .. }
+            | Input::Drain { .. }
+            | Input::DrainStep) => self.apply_operator(core, now, input),
         }
     }
 

@@ -102,40 +102,7 @@ fn route_by_owner(
         return mutable_object(ctx, now_ms, waiter);
     }
     if owner.is_none() {
-        if !fresh_pull {
-            // One more pull before choosing a default node.
-            if count_repair(ctx, &mut waiter) {
-                return Next::Pull {
-                    object: false,
-                    waiter,
-                };
-            }
-            return Next::Done;
-        }
-        if !kind.auto_create() {
-            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
-            return Next::Done;
-        }
-        return match ctx.default_node(key) {
-            // No record (the pull found none): the node that would create
-            // the object asks whether this request may (it may count what
-            // it holds), and answers it if not.
-            Some(node) if node == ctx.node && entry.cas_version.is_none() => {
-                match kind.may_create(waiter.request.op) {
-                    Ok(()) => mutable_object(ctx, now_ms, waiter),
-                    Err(answer) => {
-                        ctx.reply(&waiter.request, answer);
-                        Next::Done
-                    }
-                }
-            }
-            Some(node) if node == ctx.node => mutable_object(ctx, now_ms, waiter),
-            Some(node) => send_to(ctx, entry, node, waiter),
-            None => {
-                ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
-                Next::Done
-            }
-        };
+        return route_unowned(ctx, kind, key, entry, now_ms, waiter, fresh_pull);
     }
     if lock_expired(ctx, entry, now_ms) {
         // A draining node places nothing new on itself: the object of a
@@ -168,6 +135,58 @@ fn route_by_owner(
         return Next::Done;
     }
     send_to(ctx, entry, owner, waiter)
+}
+
+/// The decision on a fresh route that names no owner: one more pull, then
+/// the node that would be the object's default creates it (if its type
+/// does) or is sent the request.
+///
+/// Inlined into `route_by_owner`, as it was written there: the waiter is
+/// not copied again for the call.
+#[inline(always)]
+fn route_unowned(
+    ctx: &mut Ctx,
+    kind: &dyn ObjectType,
+    key: ObjectKey,
+    entry: &Entry,
+    now_ms: u64,
+    mut waiter: Waiter,
+    fresh_pull: bool,
+) -> Next {
+    if !fresh_pull {
+        // One more pull before choosing a default node.
+        if count_repair(ctx, &mut waiter) {
+            return Next::Pull {
+                object: false,
+                waiter,
+            };
+        }
+        return Next::Done;
+    }
+    if !kind.auto_create() {
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
+        return Next::Done;
+    }
+    match ctx.default_node(key) {
+        // No record (the pull found none): the node that would create the
+        // object asks whether this request may (it may count what it
+        // holds), and answers it if not.
+        Some(node) if node == ctx.node && entry.cas_version.is_none() => {
+            match kind.may_create(waiter.request.op) {
+                Ok(()) => mutable_object(ctx, now_ms, waiter),
+                Err(answer) => {
+                    ctx.reply(&waiter.request, answer);
+                    Next::Done
+                }
+            }
+        }
+        Some(node) if node == ctx.node => mutable_object(ctx, now_ms, waiter),
+        Some(node) => send_to(ctx, entry, node, waiter),
+        None => {
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
+            Next::Done
+        }
+    }
 }
 
 /// `mutable_object`: read the record to claim it (the claim itself follows

@@ -127,33 +127,7 @@ pub(crate) fn reply(
     };
     match reply {
         StoreReply::Written(outcome @ WriteOutcome::Applied(_)) => {
-            let held = take_held(entry);
-            // A readopt names the incarnation it was sent under: if the node
-            // fenced or rejoined again meanwhile, that one ended too, and the
-            // copy stays aside for the write-back under the current one.
-            let current = !ctx.fenced && write.owner_incarnation == ctx.incarnation;
-            entry.apply_written(write, &outcome, now_ms);
-            if let Some(object) = entry.object.as_mut() {
-                object.last_save_ms = now_ms;
-                object.changes_unsaved -= object.changes_in_write;
-                object.changes_in_write = 0;
-            }
-            match saving {
-                Saving::Readopt => {
-                    if let Some(object) = entry.object.as_mut().filter(|_| current) {
-                        object.aside = false;
-                        ctx.counters.readopts_total += 1;
-                    }
-                }
-                Saving::Save { degrade: true } => {
-                    entry.downgrade();
-                    entry.last_refresh_ms = Some(now_ms);
-                    ctx.counters.degrades_total += 1;
-                    ctx.counters.saves_total += 1;
-                }
-                Saving::Save { degrade: false } => ctx.counters.saves_total += 1,
-            }
-            settle_held(ctx, held, true);
+            applied(ctx, entry, now_ms, (saving, write), &outcome);
         }
         StoreReply::Written(WriteOutcome::Conflict(_))
             if mutant::active(Mutant::ConflictKeepsWritable) =>
@@ -197,27 +171,76 @@ pub(crate) fn reply(
             after_failed_write(ctx, entry, now_ms, &outcome);
             settle_held(ctx, held, false);
         }
-        reply => {
-            // Not applied, or not known to be: the copy stays (ownership
-            // cannot have moved while this node's lease held) and is
-            // written again after a backoff; its held answers wait for the
-            // write that covers them. A later conflict with the record this
-            // write would leave shows it did apply.
-            if matches!(reply, StoreReply::Written(WriteOutcome::Indeterminate)) {
-                ctx.counters.store_indeterminate_total += 1;
-                entry.write_unknown();
-            }
-            if let Some(object) = entry.object.as_mut() {
-                object.changes_in_write = 0;
-            }
-            schedule_write_retry(ctx, key, entry, now_ms);
-            if saving == (Saving::Save { degrade: true }) {
-                // It may have given ownership up: requests wait for the
-                // retry to tell.
-                entry.io = Some(Io::ReleaseRetry);
-                return Next::Done;
+        reply => return not_applied(ctx, key, entry, now_ms, saving, reply),
+    }
+    Next::FinishIo { fresh_pull: false }
+}
+
+/// The write applied: the copy is saved (its changes made durable up to
+/// the write), the record it wrote is the known one, and its held answers
+/// go out.
+fn applied(
+    ctx: &mut Ctx,
+    entry: &mut Entry,
+    now_ms: u64,
+    (saving, write): (Saving, PendingWrite),
+    outcome: &WriteOutcome,
+) {
+    let held = take_held(entry);
+    // A readopt names the incarnation it was sent under: if the node fenced
+    // or rejoined again meanwhile, that one ended too, and the copy stays
+    // aside for the write-back under the current one.
+    let current = !ctx.fenced && write.owner_incarnation == ctx.incarnation;
+    entry.apply_written(write, outcome, now_ms);
+    if let Some(object) = entry.object.as_mut() {
+        object.last_save_ms = now_ms;
+        object.changes_unsaved -= object.changes_in_write;
+        object.changes_in_write = 0;
+    }
+    match saving {
+        Saving::Readopt => {
+            if let Some(object) = entry.object.as_mut().filter(|_| current) {
+                object.aside = false;
+                ctx.counters.readopts_total += 1;
             }
         }
+        Saving::Save { degrade: true } => {
+            entry.downgrade();
+            entry.last_refresh_ms = Some(now_ms);
+            ctx.counters.degrades_total += 1;
+            ctx.counters.saves_total += 1;
+        }
+        Saving::Save { degrade: false } => ctx.counters.saves_total += 1,
+    }
+    settle_held(ctx, held, true);
+}
+
+/// The write was not applied, or is not known to have been: the copy
+/// stays (ownership cannot have moved while this node's lease held) and is
+/// written again after a backoff; its held answers wait for the write that
+/// covers them. A later conflict with the record this write would leave
+/// shows it did apply.
+fn not_applied(
+    ctx: &mut Ctx,
+    key: ObjectKey,
+    entry: &mut Entry,
+    now_ms: u64,
+    saving: Saving,
+    reply: StoreReply,
+) -> Next {
+    if matches!(reply, StoreReply::Written(WriteOutcome::Indeterminate)) {
+        ctx.counters.store_indeterminate_total += 1;
+        entry.write_unknown();
+    }
+    if let Some(object) = entry.object.as_mut() {
+        object.changes_in_write = 0;
+    }
+    schedule_write_retry(ctx, key, entry, now_ms);
+    if saving == (Saving::Save { degrade: true }) {
+        // It may have given ownership up: requests wait for the retry to
+        // tell.
+        entry.io = Some(Io::ReleaseRetry);
+        return Next::Done;
     }
     Next::FinishIo { fresh_pull: false }
 }
