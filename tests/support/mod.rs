@@ -256,14 +256,19 @@ impl ServeProcess {
                 if echo {
                     eprintln!("[{pid}] {line}");
                 }
-                if let Some(addresses) = routerd::serving_addresses(&line) {
+                // Kept before the addresses are sent: the start returns on
+                // them, and a test may then look for this very line.
+                let addresses = routerd::serving_addresses(&line);
+                {
+                    let mut kept = kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    if kept.len() == LOG_LINES_MAX {
+                        kept.pop_front();
+                    }
+                    kept.push_back(line);
+                }
+                if let Some(addresses) = addresses {
                     let _ = tx.send(addresses);
                 }
-                let mut kept = kept.lock().unwrap();
-                if kept.len() == LOG_LINES_MAX {
-                    kept.pop_front();
-                }
-                kept.push_back(line);
             }
         });
         let (gateway, admin) = rx
