@@ -342,45 +342,12 @@ async fn run_writes(
     for (number, segment) in segments.iter().enumerate() {
         let first = number == 0;
         let last = number + 1 == segments.len();
+        let bounds = SegmentBounds {
+            begin: transactional && first,
+            commit: transactional && last,
+        };
         let steps = steps(planned, segment.clone());
-        let mut pending: Vec<Pending<'_>> = Vec::with_capacity(steps.len() * 2 + 2 + reads.len());
-        let mut roles = Vec::with_capacity(steps.len() * 2 + 2);
-        if transactional && first {
-            pending.push(simple(client, "BEGIN"));
-            roles.push(Role::Begin);
-        }
-        for step in &steps {
-            match step {
-                Step::Member(index, write) => {
-                    pending.push(write_member(client, st, write));
-                    roles.push(Role::Member(*index));
-                }
-                Step::Delete(index, node, expected) => {
-                    pending.push(delete_member(client, st, *node, *expected));
-                    roles.push(Role::Member(*index));
-                }
-                Step::Routes {
-                    update,
-                    range,
-                    columns,
-                } => {
-                    if *update && range.len() > 1 {
-                        pending.push(lock_routes(client, st, columns));
-                        roles.push(Role::Lock);
-                    }
-                    pending.push(if *update {
-                        update_routes(client, st, columns)
-                    } else {
-                        insert_routes(client, st, columns)
-                    });
-                    roles.push(Role::Routes(range.clone()));
-                }
-            }
-        }
-        if transactional && last {
-            pending.push(simple(client, "COMMIT"));
-            roles.push(Role::Commit);
-        }
+        let (mut pending, roles) = segment_statements(client, st, &steps, bounds);
         if last {
             pending.extend(
                 reads
@@ -402,69 +369,154 @@ async fn run_writes(
             }
             Judgement::Unknown => return (Commit::Unknown, read_replies),
         }
-        let mut refused = Vec::new();
-        for (role, reply) in roles.iter().zip(&replies) {
-            match (role, reply) {
-                (Role::Member(index), Reply::Rows(Ok(rows))) => match function_answer(rows) {
-                    Ok(Some(_)) => outcomes[*index] = Some(applied(&planned[*index])),
-                    Ok(None) => refused.push(*index),
-                    Err(_) => outcomes[*index] = Some(indeterminate(&planned[*index])),
-                },
-                (Role::Routes(range), Reply::Rows(Ok(rows))) => {
-                    let written =
-                        written_in_run(&planned[range.clone()], rows.iter().map(answered_key));
-                    for (index, written) in range.clone().zip(written) {
-                        match written {
-                            Some(true) => outcomes[index] = Some(applied(&planned[index])),
-                            Some(false) => refused.push(index),
-                            None => outcomes[index] = Some(indeterminate(&planned[index])),
-                        }
-                    }
-                }
-                // A membership function answers one row; anything else is
-                // impossible, and nothing but "unknown" can be said of it.
-                (Role::Member(index), _) => {
-                    outcomes[*index] = Some(indeterminate(&planned[*index]))
-                }
-                (Role::Routes(range), _) => {
-                    for index in range.clone() {
-                        outcomes[index] = Some(indeterminate(&planned[index]));
-                    }
-                }
-                (Role::Begin | Role::Lock | Role::Commit, _) => {}
-            }
-        }
+        let refused = record_outcomes(planned, &roles, &replies, &mut outcomes);
         if refused.is_empty() {
             continue;
         }
-        let reads_refused: Vec<Pending<'_>> = refused
-            .iter()
-            .map(|&index| match planned[index].write {
-                WriteRef::Route(write) => select_route(client, st, write.key),
-                WriteRef::Member(write) => select_member(client, st, write.row.node_id.0),
-                WriteRef::Delete(node, _) => select_member(client, st, node.0),
-            })
-            .collect();
-        let mut replies = pipeline(reads_refused).await;
-        if !last {
-            // Inside the transaction: a failed read is a failed statement.
-            match judge(true, &mut replies) {
-                Judgement::Ok => {}
-                Judgement::RolledBack(error) => {
-                    let clean = end_transaction(client, transactional, false).await;
-                    return (Commit::RolledBack { error, clean }, read_replies);
-                }
-                Judgement::Unknown => return (Commit::Unknown, read_replies),
-            }
-        }
-        for (&index, reply) in refused.iter().zip(replies) {
-            // After COMMIT a failed read leaves only this write's current
-            // record unknown: it was refused, but its caller must re-read.
-            outcomes[index] =
-                Some(refusal(&planned[index], reply).unwrap_or(indeterminate(&planned[index])));
+        let in_transaction = transactional && !last;
+        if let Err(ended) =
+            read_refused(client, st, planned, &refused, in_transaction, &mut outcomes).await
+        {
+            return (ended, read_replies);
         }
     }
     (Commit::Committed(outcomes), read_replies)
+}
+
+/// Whether a segment opens and whether it closes the batch's transaction.
+#[derive(Clone, Copy)]
+struct SegmentBounds {
+    begin: bool,
+    commit: bool,
+}
+
+/// The statements of one segment of writes, in order, and what each of
+/// their replies answers.
+fn segment_statements<'a>(
+    client: &'a Client,
+    st: &'a Statements,
+    steps: &'a [Step<'_>],
+    bounds: SegmentBounds,
+) -> (Vec<Pending<'a>>, Vec<Role>) {
+    let mut pending: Vec<Pending<'a>> = Vec::with_capacity(steps.len() * 2 + 2);
+    let mut roles = Vec::with_capacity(steps.len() * 2 + 2);
+    if bounds.begin {
+        pending.push(simple(client, "BEGIN"));
+        roles.push(Role::Begin);
+    }
+    for step in steps {
+        match step {
+            Step::Member(index, write) => {
+                pending.push(write_member(client, st, write));
+                roles.push(Role::Member(*index));
+            }
+            Step::Delete(index, node, expected) => {
+                pending.push(delete_member(client, st, *node, *expected));
+                roles.push(Role::Member(*index));
+            }
+            Step::Routes {
+                update,
+                range,
+                columns,
+            } => {
+                if *update && range.len() > 1 {
+                    pending.push(lock_routes(client, st, columns));
+                    roles.push(Role::Lock);
+                }
+                pending.push(if *update {
+                    update_routes(client, st, columns)
+                } else {
+                    insert_routes(client, st, columns)
+                });
+                roles.push(Role::Routes(range.clone()));
+            }
+        }
+    }
+    if bounds.commit {
+        pending.push(simple(client, "COMMIT"));
+        roles.push(Role::Commit);
+    }
+    (pending, roles)
+}
+
+/// Sets the outcome of every write a segment's replies settle; returns
+/// the writes the store refused, whose current records must be read.
+fn record_outcomes(
+    planned: &[Planned<'_>],
+    roles: &[Role],
+    replies: &[Reply],
+    outcomes: &mut [Option<Outcome>],
+) -> Vec<usize> {
+    let mut refused = Vec::new();
+    for (role, reply) in roles.iter().zip(replies) {
+        match (role, reply) {
+            (Role::Member(index), Reply::Rows(Ok(rows))) => match function_answer(rows) {
+                Ok(Some(_)) => outcomes[*index] = Some(applied(&planned[*index])),
+                Ok(None) => refused.push(*index),
+                Err(_) => outcomes[*index] = Some(indeterminate(&planned[*index])),
+            },
+            (Role::Routes(range), Reply::Rows(Ok(rows))) => {
+                let written =
+                    written_in_run(&planned[range.clone()], rows.iter().map(answered_key));
+                for (index, written) in range.clone().zip(written) {
+                    match written {
+                        Some(true) => outcomes[index] = Some(applied(&planned[index])),
+                        Some(false) => refused.push(index),
+                        None => outcomes[index] = Some(indeterminate(&planned[index])),
+                    }
+                }
+            }
+            // A membership function answers one row; anything else is
+            // impossible, and nothing but "unknown" can be said of it.
+            (Role::Member(index), _) => outcomes[*index] = Some(indeterminate(&planned[*index])),
+            (Role::Routes(range), _) => {
+                for index in range.clone() {
+                    outcomes[index] = Some(indeterminate(&planned[index]));
+                }
+            }
+            (Role::Begin | Role::Lock | Role::Commit, _) => {}
+        }
+    }
+    refused
+}
+
+/// Reads the current record of each refused write into its outcome.
+/// Inside the transaction (`in_transaction`) a failed read is a failed
+/// statement, and how the transaction ended is the error.
+async fn read_refused(
+    client: &Client,
+    st: &Statements,
+    planned: &[Planned<'_>],
+    refused: &[usize],
+    in_transaction: bool,
+    outcomes: &mut [Option<Outcome>],
+) -> Result<(), Commit> {
+    let reads: Vec<Pending<'_>> = refused
+        .iter()
+        .map(|&index| match planned[index].write {
+            WriteRef::Route(write) => select_route(client, st, write.key),
+            WriteRef::Member(write) => select_member(client, st, write.row.node_id.0),
+            WriteRef::Delete(node, _) => select_member(client, st, node.0),
+        })
+        .collect();
+    let mut replies = pipeline(reads).await;
+    if in_transaction {
+        match judge(true, &mut replies) {
+            Judgement::Ok => {}
+            Judgement::RolledBack(error) => {
+                let clean = end_transaction(client, true, false).await;
+                return Err(Commit::RolledBack { error, clean });
+            }
+            Judgement::Unknown => return Err(Commit::Unknown),
+        }
+    }
+    for (&index, reply) in refused.iter().zip(replies) {
+        // After COMMIT a failed read leaves only this write's current
+        // record unknown: it was refused, but its caller must re-read.
+        outcomes[index] =
+            Some(refusal(&planned[index], reply).unwrap_or(indeterminate(&planned[index])));
+    }
+    Ok(())
 }
 
 /// The key a run's statement answered for a row it wrote.
