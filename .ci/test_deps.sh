@@ -5,7 +5,7 @@
 # faketime (libfaketime: tests/cluster_hidden_pause.rs hides a pause from every clock),
 # installed only when missing; the Node.js packages of tests/browser and
 # clients/typescript from their committed lockfiles; a Python virtual environment with tests/python/requirements.txt.
-# It exports what the tests look for:
+# test_deps_export then exports what the tests look for:
 #   ROUTERD_TEST_PYTHON        the venv's python (has the `websockets` package)
 #   ROUTERD_BROWSER_MODULES    tests/browser/node_modules (playwright-core)
 #   ROUTERD_CHROMIUM           /usr/bin/chromium
@@ -27,16 +27,21 @@ test_deps_apt() {
 }
 
 test_deps_install() {
-    local root
-    root="$(pwd)"
     test_deps_apt
     echo "== npm ci (tests/browser)"
     (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
     echo "== npm ci (clients/typescript: tsc and Node.js types, compiled by tests/clients.rs)"
     (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error)
     echo "== python venv (tests/python/requirements.txt)"
-    python3 -m venv "$root/target/test-venv"
-    "$root/target/test-venv/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
+    python3 -m venv target/test-venv
+    target/test-venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+}
+
+# test_deps_export: what the tests look for, once test_deps_install is done
+# (it may run in the background: its exports would not reach this shell).
+test_deps_export() {
+    local root
+    root="$(pwd)"
     export ROUTERD_TEST_PYTHON="$root/target/test-venv/bin/python"
     export ROUTERD_BROWSER_MODULES="$root/tests/browser/node_modules"
     export ROUTERD_CHROMIUM=/usr/bin/chromium
