@@ -38,6 +38,9 @@ pub struct AnswerGate {
     fences: Cell<u64>,
     /// Writers holding answers until the gate opens or the node fences.
     waiting: RefCell<Vec<Waker>>,
+    /// How many waits began: a writer polled again while it waits is not
+    /// counted again (`waits_begun`).
+    waits_begun: Cell<u64>,
     /// Run at each fence: what holds answers the writers have not taken
     /// yet (a session's queue) drops them.
     fence_hooks: RefCell<Vec<Box<dyn Fn()>>>,
@@ -49,6 +52,7 @@ impl Default for AnswerGate {
             until_ms: Cell::new(u64::MAX),
             fences: Cell::new(0),
             waiting: RefCell::new(Vec::new()),
+            waits_begun: Cell::new(0),
             fence_hooks: RefCell::new(Vec::new()),
         }
     }
@@ -89,8 +93,16 @@ impl AnswerGate {
         let mut waiting = self.waiting.borrow_mut();
         if !waiting.iter().any(|waker| waker.will_wake(cx.waker())) {
             waiting.push(cx.waker().clone());
+            self.waits_begun.set(self.waits_begun.get() + 1);
         }
         Poll::Pending
+    }
+
+    /// How many times a writer began to wait (`poll_pass` pending with a
+    /// waker it did not hold yet): a writer counts what it held by the
+    /// change across its poll, once per wait however often it is polled.
+    pub fn waits_begun(&self) -> u64 {
+        self.waits_begun.get()
     }
 
     /// The router's lease, as it stands after a turn: `None` without one
@@ -147,6 +159,25 @@ mod tests {
     fn waker() -> (Arc<Count>, Waker) {
         let count = Arc::new(Count::default());
         (count.clone(), Waker::from(count))
+    }
+
+    #[test]
+    fn a_wait_is_counted_once_however_often_the_writer_is_polled() {
+        let gate = AnswerGate::default();
+        gate.publish(Some(10));
+        let (_, waker) = waker();
+        let cx = Context::from_waker(&waker);
+        for _ in 0..3 {
+            assert_eq!(gate.poll_pass(&cx, 0, 20), Poll::Pending);
+        }
+        assert_eq!(gate.waits_begun(), 1);
+        // Woken by a renewal that still lies behind the clock: a new wait.
+        gate.publish(Some(15));
+        assert_eq!(gate.poll_pass(&cx, 0, 20), Poll::Pending);
+        assert_eq!(gate.waits_begun(), 2);
+        gate.publish(Some(30));
+        assert_eq!(gate.poll_pass(&cx, 0, 20), Poll::Ready(Passage::Open));
+        assert_eq!(gate.waits_begun(), 2);
     }
 
     #[test]

@@ -326,8 +326,9 @@ impl ConnectionTask {
         // fences pass while one batch waits.
         let seen =
             gate.fences() - u64::from((gate.fences() as u32).wrapping_sub(self.batch_fences));
+        let waits = gate.waits_begun();
         let passage = gate.poll_pass(cx, seen, clock::now_ms());
-        if passage.is_pending() {
+        if gate.waits_begun() != waits {
             self.gateway.0.metrics.gateway.answers_held.inc();
         }
         passage
