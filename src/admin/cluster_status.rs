@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use hyper::{Response, StatusCode};
+use hyper::Response;
 use serde_json::json;
 
-use super::routes::{error_json, json_response, Body};
+use super::forward::no_cluster;
+use super::routes::{json_response, Body};
 use super::AdminState;
 use crate::clock;
 use crate::cluster::view::{ClusterView, LinkStatus, Peer, Standing};
@@ -17,11 +18,7 @@ use crate::ids::NodeId;
 /// fence), every other member, and each core's links.
 pub(super) async fn cluster(state: &AdminState) -> Response<Body> {
     let Some(view) = &state.cluster else {
-        return error_json(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no cluster",
-        );
+        return no_cluster();
     };
     let snapshot = view.snapshot();
     let now = clock::now_ms();

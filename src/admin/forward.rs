@@ -49,6 +49,16 @@ fn admin_address(state: &AdminState, node_id: u64) -> Result<String, (StatusCode
     Ok(peer.admin.clone())
 }
 
+/// What an endpoint that needs the cluster (its view or its operations)
+/// answers on a node that runs none: a program embedding a bare router.
+pub(super) fn no_cluster() -> Response<Body> {
+    refused(
+        StatusCode::NOT_FOUND,
+        "no_cluster",
+        "this node runs no cluster",
+    )
+}
+
 pub(super) fn refused(status: StatusCode, error: &str, reason: &str) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(format!(
         "{}\n",

@@ -2,21 +2,17 @@
 //! the last one to two minutes (each core's space-saving counter), with
 //! their type's name, for the console's list of the hottest objects.
 
-use hyper::{Response, StatusCode};
+use hyper::Response;
 use serde_json::Value;
 
-use super::forward::refused;
+use super::forward::no_cluster;
 use super::operator::list_refused;
 use super::routes::{json_response, Body};
 use super::AdminState;
 
 pub(super) async fn get(state: &AdminState) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return refused(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no operations",
-        );
+        return no_cluster();
     };
     match ops.hot_objects().await {
         Ok(mut hot) => {

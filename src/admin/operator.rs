@@ -7,7 +7,7 @@ use bytes::Bytes;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::forward::refused;
+use super::forward::{no_cluster, refused};
 use super::log_level::{self, SetRefused};
 use super::routes::{json_response, Body};
 use super::AdminState;
@@ -49,11 +49,7 @@ pub(super) async fn list_objects(
     query: Option<&str>,
 ) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return refused(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no operations",
-        );
+        return no_cluster();
     };
     let Some(type_id) = type_id_of(state, kind) else {
         return refused(
@@ -80,11 +76,7 @@ pub(super) async fn list_objects(
 /// `scope=cluster` and a player: that player's sessions on every member.
 pub(super) async fn list_sessions(state: &AdminState, query: Option<&str>) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return refused(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no operations",
-        );
+        return no_cluster();
     };
     let (mut player, mut cluster) = (None, false);
     let page = PageAsk::parse(query, |key, value| match (key, value.parse::<u64>()) {

@@ -6,7 +6,7 @@
 
 use hyper::{Response, StatusCode};
 
-use super::forward::{node_only, refused};
+use super::forward::{no_cluster, node_only, refused};
 use super::routes::{json_status, Body};
 use super::AdminState;
 use crate::ops::rebalance::RebalanceRefused;
@@ -16,11 +16,7 @@ use crate::ops::rebalance::RebalanceRefused;
 /// others). 202 with each node's status.
 pub(super) async fn start(state: &AdminState, query: Option<&str>) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return refused(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no cluster",
-        );
+        return no_cluster();
     };
     let node_only = match node_only(query) {
         Ok(node_only) => node_only,
@@ -53,10 +49,6 @@ pub(super) async fn start(state: &AdminState, query: Option<&str>) -> Response<B
 pub(super) async fn status(state: &AdminState) -> Response<Body> {
     match &state.ops {
         Some(ops) => json_status(StatusCode::OK, ops.rebalance_status()),
-        None => refused(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no cluster",
-        ),
+        None => no_cluster(),
     }
 }

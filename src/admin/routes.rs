@@ -20,6 +20,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 use wire::ObjectKey;
 
+use super::forward::no_cluster;
 use super::{probes, AdminState};
 use crate::ids::NodeId;
 use crate::ops::drain::DrainRefused;
@@ -301,11 +302,7 @@ fn parse_key(
 /// `N` (see `ops::transfer`); JSON either way.
 async fn transfer(state: &AdminState, kind: &str, id: &str, query: Option<&str>) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return error_json(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no cluster",
-        );
+        return no_cluster();
     };
     let bad = |reason: &str| {
         answer(OpAnswer {
@@ -348,11 +345,7 @@ async fn transfer(state: &AdminState, kind: &str, id: &str, query: Option<&str>)
 /// the same); `GET /drain` reports how far it is.
 async fn drain(state: &AdminState, start: bool) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return error_json(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no cluster",
-        );
+        return no_cluster();
     };
     if !start {
         return json_response(ops.drain_status().to_json());

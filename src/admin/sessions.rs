@@ -9,7 +9,7 @@
 use hyper::{Response, StatusCode};
 use serde_json::json;
 
-use super::forward::refused;
+use super::forward::{no_cluster, refused};
 use super::operator::list_refused;
 use super::routes::{json_response, Body};
 use super::AdminState;
@@ -18,11 +18,7 @@ use crate::ops::SessionPush;
 
 pub(super) async fn kick(state: &AdminState, session: &str, query: Option<&str>) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return refused(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no operations",
-        );
+        return no_cluster();
     };
     let Ok(session_id) = session.parse::<u64>() else {
         return refused(
@@ -74,11 +70,7 @@ pub(super) async fn push(
     text: &[u8],
 ) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return refused(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no operations",
-        );
+        return no_cluster();
     };
     let (Ok(session_id), Some(player_id)) = (session.parse::<u64>(), session_player(query)) else {
         let reason = "POST /sessions/{id}/push?player=N: the session's id and player as the listing shows them";
@@ -130,11 +122,7 @@ fn text_refusal(text: &[u8]) -> Option<Response<Body>> {
 
 pub(super) async fn room_message(state: &AdminState, room_id: &str, text: &[u8]) -> Response<Body> {
     let Some(ops) = &state.ops else {
-        return refused(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs no operations",
-        );
+        return no_cluster();
     };
     let Ok(room_id) = room_id.parse::<u64>() else {
         return refused(
