@@ -219,16 +219,22 @@ export class Client {
     const deadline = Date.now() + timeoutMs;
     // Set once an attempt went out without the key (a version-1 server): sending it again could apply it twice.
     const sent = { unkeyed: false };
+    // What the caller gets if the call ends now: the last failure, but a maybe-applied one over
+    // one that was not (a later attempt not sent does not undo an earlier one that was), and a
+    // failure the server gave over the deadline's own timeout of the last attempt.
     let maybeApplied: RouterdError | null = null;
+    let last: RouterdError | null = null;
     for (let retry = 0; ; retry++) {
+      const allowanceMs = Math.min(deadline - Date.now(), this.retry.attemptTimeoutMs);
       try {
         // The first attempt is sent before call() returns, as without exactlyOnce.
-        return await this.attempt(routeId, body, key, Math.min(deadline - Date.now(), this.retry.attemptTimeoutMs), sent);
+        return await this.attempt(routeId, body, key, allowanceMs, sent);
       } catch (error) {
         if (!(error instanceof RouterdError)) throw error;
-        if (!error.retrySafe) maybeApplied = error;
-        // A later attempt that was not sent does not undo an earlier one that was: report that one.
-        const failure = maybeApplied ?? error;
+        const deadlineCut = allowanceMs < this.retry.attemptTimeoutMs && (error instanceof RequestTimeout || error instanceof NotSent);
+        if (!error.retrySafe && !(deadlineCut && maybeApplied !== null)) maybeApplied = error;
+        if (!deadlineCut || last === null) last = error;
+        const failure = maybeApplied ?? last;
         if (this.closedError !== null || !retryable(error, idempotent || !sent.unkeyed)) throw failure;
         const delay = retryDelayMs(this.retry, retry, this.random);
         if (Date.now() + delay >= deadline) throw failure;
