@@ -166,9 +166,9 @@ class ExactlyOnce(unittest.IsolatedAsyncioTestCase):
         loop = asyncio.get_running_loop()
         started = loop.time()
         with self.assertRaises(ServerError) as failed:
-            await client.player_incr(1, timeout_s=0.3)
+            await client.player_incr(1, timeout_s=1.0)
         self.assertEqual(failed.exception.code, 7)
-        self.assertLess(loop.time() - started, 1.0)
+        self.assertLess(loop.time() - started, 3.0)
         self.assertGreaterEqual(attempts, 2)
         await client.close()
 

@@ -168,9 +168,9 @@ test("a keyed call gives up at its deadline with the last failure", async () => 
   });
   const client = await connect(url, "t", FAST);
   const started = Date.now();
-  const failed = await client.playerIncr(1, { timeoutMs: 300 }).catch((e: ServerError) => e);
+  const failed = await client.playerIncr(1, { timeoutMs: 1000 }).catch((e: ServerError) => e);
   assert.ok(failed instanceof ServerError && failed.code === 7, String(failed));
-  assert.ok(Date.now() - started < 1000);
+  assert.ok(Date.now() - started < 3000);
   assert.ok(attempts >= 2, `${attempts} attempts`);
   client.close();
   server.close();
