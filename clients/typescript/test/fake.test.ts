@@ -180,11 +180,13 @@ test("a client-side timeout is retried with the same key on the same connection"
   const { url, server, done } = await serve(async (peer) => {
     await login(peer);
     const first = await peer.expect(p.Route.PLAYER_INCR, 2);
-    const second = await peer.expect(p.Route.PLAYER_INCR, 2);
-    assert.equal(second.key, first.key);
-    assert.notEqual(second.seq, first.seq, "the first seq stays taken");
-    peer.answer(second, p.encodeI64(3));
-    await peer.next();
+    // Every later attempt (more than one on a slow machine) is answered, as a server that
+    // remembers the key would.
+    for (let again = await peer.next(); again !== null; again = await peer.next()) {
+      assert.deepEqual([again.routeId, again.key], [p.Route.PLAYER_INCR, first.key]);
+      assert.notEqual(again.seq, first.seq, "the first seq stays taken");
+      peer.answer(again, p.encodeI64(3));
+    }
   });
   const client = await connect(url, "t", { ...FAST, retry: { ...FAST.retry, attemptTimeoutMs: 100 } });
   assert.equal(await client.playerIncr(3), 3n);
