@@ -147,7 +147,9 @@ class Client:
         self._max_body = max_body
         self._exactly_once = exactly_once
         self._retry = retry
-        self._reconnect: Backoff | None = (Backoff() if exactly_once else None) if reconnect is _DEFAULT else reconnect
+        if reconnect is _DEFAULT:
+            reconnect = Backoff() if exactly_once else None
+        self._reconnect: Backoff | None = reconnect
         # Learned at a login: 1 once a server closed at a version-2 login
         # and took a version-1 one.
         self._server_version: int | None = None
@@ -378,7 +380,8 @@ class Client:
         return p.decode_i64(await self.call(p.Route.PLAYER_INCR, p.encode_i64(delta), **kw))
 
     async def room_join(self, room_id: int, **kw: Any) -> int:
-        return p.decode_u32(await self.call(p.Route.ROOM_JOIN, p.encode_u64(room_id), **{"idempotent": True, **kw}))
+        body = await self.call(p.Route.ROOM_JOIN, p.encode_u64(room_id), **{"idempotent": True, **kw})
+        return p.decode_u32(body)
 
     async def room_leave(self, room_id: int, **kw: Any) -> None:
         await self.call(p.Route.ROOM_LEAVE, p.encode_u64(room_id), **{"idempotent": True, **kw})
@@ -434,7 +437,8 @@ class Client:
         """`auth.resume` on `conn`; an ERROR (the window passed, say) forgets
         the session and leaves `conn` to log in."""
         try:
-            body = await self._handshake(conn, p.Route.AUTH_RESUME, p.encode_resume(session.token, self._last_push_seq))
+            resume = p.encode_resume(session.token, self._last_push_seq)
+            body = await self._handshake(conn, p.Route.AUTH_RESUME, resume)
         except ServerError as refused:
             # A lost connection keeps the session for the next attempt; a
             # refusal ends it.
@@ -515,6 +519,9 @@ class Client:
         if frame.route_id == p.Route.ROOM_MESSAGE:
             self._emit("room_message", p.decode_room_message(frame.body))
         elif frame.route_id == p.Route.SYS_KICKED:
+            # A kick ends the session: a reconnect after one (a fresh
+            # token's) logs in, never resumes.
+            self._session = None
             conn.kicked = frame.body.decode("utf-8", errors="replace")
             self._emit("kicked", conn.kicked)
         elif frame.route_id == p.Route.SYS_REDIRECT:

@@ -329,6 +329,27 @@ class ExactlyOnce(unittest.IsolatedAsyncioTestCase):
         await client.close()
         await self.scripts_done(2)
 
+    async def test_a_kicked_session_is_not_resumed_the_reconnect_logs_in(self) -> None:
+        async def first(peer: Peer) -> None:
+            await login(peer)
+            peer.push(p.Route.SYS_SESSION, 0, p.encode_session(p.Session(TOKEN, 30000)))
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"")
+            peer.push(p.Route.SYS_KICKED, 1, b"token expired")
+
+        async def second(peer: Peer) -> None:
+            assert (await login(peer)).body == b"fresh"
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"")
+            await peer.next()
+
+        client = await Client.connect(await self.serve(first, second), lambda: "fresh", **FAST)
+        reconnected = asyncio.Event()
+        client.on("reconnected", lambda _: reconnected.set())
+        await client.ping()
+        await asyncio.wait_for(reconnected.wait(), 5)
+        await client.ping()
+        await client.close()
+        await self.scripts_done(2)
+
 
 if __name__ == "__main__":
     unittest.main()

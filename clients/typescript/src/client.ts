@@ -473,6 +473,8 @@ export class Client {
     this.emit("push", frame);
     if (frame.routeId === p.Route.ROOM_MESSAGE) this.emit("room_message", p.decodeRoomMessage(frame.body));
     else if (frame.routeId === p.Route.SYS_KICKED) {
+      // A kick ends the session: a reconnect after one (a fresh token's) logs in, never resumes.
+      this.session = null;
       conn.kicked = p.fromUtf8(frame.body);
       this.emit("kicked", conn.kicked);
     } else if (frame.routeId === p.Route.SYS_REDIRECT) {

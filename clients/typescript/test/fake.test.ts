@@ -349,3 +349,28 @@ test("resume refused: the client logs in afresh with its credentials and says pu
   await done;
   server.close();
 });
+
+test("a kicked session is not resumed: the reconnect with a fresh token logs in", async () => {
+  const { url, server, done } = await serve(
+    async (peer) => {
+      await login(peer);
+      peer.push(p.Route.SYS_SESSION, 0, p.encodeSession({ token: TOKEN, windowMs: 30000 }));
+      peer.answer(await peer.expect(p.Route.SYS_PING, 1), new Uint8Array());
+      peer.push(p.Route.SYS_KICKED, 1, p.utf8("token expired"));
+      peer.close();
+    },
+    async (peer) => {
+      assert.equal(p.fromUtf8((await login(peer)).body), "fresh");
+      peer.answer(await peer.expect(p.Route.SYS_PING, 1), new Uint8Array());
+      await peer.next();
+    },
+  );
+  const client = await connect(url, () => "fresh", FAST);
+  const reconnected = new Promise((resolve) => client.on("reconnected", resolve));
+  await client.ping();
+  await reconnected;
+  await client.ping();
+  client.close();
+  await done;
+  server.close();
+});
