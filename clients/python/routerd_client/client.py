@@ -275,10 +275,12 @@ class Client:
             return await self._attempt(route_id, body, 0, deadline, timeout, _Sent())
         request_key = (random_key() if key is None else key) if keyed else 0
         sent = _Sent()
-        # What the caller gets if the call ends now: the last failure, but a
-        # maybe-applied one over one that was not (a later attempt not sent
-        # does not undo an earlier one that was), and a failure the server
-        # gave over the deadline's own timeout of the last attempt.
+        # A failure not retried is the call's answer. One retried until the
+        # deadline (or until the client closed) is reported as: the last
+        # failure, but a maybe-applied one over one that was not (a later
+        # attempt not sent, or refused before it ran, does not undo an
+        # earlier one that was), and a failure the server gave over the
+        # deadline's own timeout of the last attempt.
         maybe_applied: RouterdError | None = None
         last: RouterdError | None = None
         retry = 0
@@ -294,8 +296,10 @@ class Client:
                     maybe_applied = error
                 if not deadline_cut or last is None:
                     last = error
+                if not retryable(error, idempotent or not sent.unkeyed):
+                    raise
                 failure = maybe_applied or last
-                if self._closed is not None or not retryable(error, idempotent or not sent.unkeyed):
+                if self._closed is not None:
                     raise failure
                 delay = self._retry.delay_s(retry, self._rng)
                 if loop.time() + delay >= deadline:

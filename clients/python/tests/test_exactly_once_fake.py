@@ -350,6 +350,29 @@ class ExactlyOnce(unittest.IsolatedAsyncioTestCase):
         await client.close()
         await self.scripts_done(2)
 
+    async def test_a_retrys_refusal_is_the_answer_and_close_reports_the_lost_connection(self) -> None:
+        async def first(peer: Peer) -> None:
+            await login(peer)
+            await peer.expect(p.Route.PLAYER_INCR, 2)
+
+        async def second(peer: Peer) -> None:
+            await login(peer)
+            peer.refuse(await peer.expect(p.Route.PLAYER_INCR, 2), 5, "counter would overflow")
+            await peer.expect(p.Route.PLAYER_INCR, 2)
+
+        client = await Client.connect(await self.serve(first, second), "t", **FAST)
+        with self.assertRaises(ServerError) as refused:
+            await client.player_incr(1)
+        self.assertEqual(refused.exception.code, 5)
+        # The next call's connection is lost and no server takes the
+        # reconnect; the caller closes: "maybe applied", not NotSent.
+        lost = asyncio.ensure_future(client.player_incr(1))
+        await asyncio.sleep(0.1)
+        await client.close()
+        with self.assertRaises(ConnectionLost):
+            await lost
+        await self.scripts_done(2)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -219,9 +219,10 @@ export class Client {
     const deadline = Date.now() + timeoutMs;
     // Set once an attempt went out without the key (a version-1 server): sending it again could apply it twice.
     const sent = { unkeyed: false };
-    // What the caller gets if the call ends now: the last failure, but a maybe-applied one over
-    // one that was not (a later attempt not sent does not undo an earlier one that was), and a
-    // failure the server gave over the deadline's own timeout of the last attempt.
+    // A failure not retried is the call's answer. One retried until the deadline (or until the
+    // client closed) is reported as: the last failure, but a maybe-applied one over one that was
+    // not (a later attempt not sent, or refused before it ran, does not undo an earlier one that
+    // was), and a failure the server gave over the deadline's own timeout of the last attempt.
     let maybeApplied: RouterdError | null = null;
     let last: RouterdError | null = null;
     for (let retry = 0; ; retry++) {
@@ -234,8 +235,9 @@ export class Client {
         const deadlineCut = allowanceMs < this.retry.attemptTimeoutMs && (error instanceof RequestTimeout || error instanceof NotSent);
         if (!error.retrySafe && !(deadlineCut && maybeApplied !== null)) maybeApplied = error;
         if (!deadlineCut || last === null) last = error;
+        if (!retryable(error, idempotent || !sent.unkeyed)) throw error;
         const failure = maybeApplied ?? last;
-        if (this.closedError !== null || !retryable(error, idempotent || !sent.unkeyed)) throw failure;
+        if (this.closedError !== null) throw failure;
         const delay = retryDelayMs(this.retry, retry, this.random);
         if (Date.now() + delay >= deadline) throw failure;
         await sleep(delay);

@@ -374,3 +374,29 @@ test("a kicked session is not resumed: the reconnect with a fresh token logs in"
   await done;
   server.close();
 });
+
+test("a retry's refusal is the call's answer; a retry cut short by close() reports the lost connection, not NotSent", async () => {
+  const { url, server, done } = await serve(
+    async (peer) => {
+      await login(peer);
+      await peer.expect(p.Route.PLAYER_INCR, 2);
+      peer.close();
+    },
+    async (peer) => {
+      await login(peer);
+      peer.refuse(await peer.expect(p.Route.PLAYER_INCR, 2), 5, "counter would overflow");
+      await peer.expect(p.Route.PLAYER_INCR, 2);
+      peer.close();
+    },
+  );
+  const client = await connect(url, "t", FAST);
+  const refused = await client.playerIncr(1).catch((e: ServerError) => e);
+  assert.ok(refused instanceof ServerError && refused.code === 5, String(refused));
+  // The next call's connection is lost and no server takes the reconnect; the caller closes.
+  const lost = client.playerIncr(1).catch((e: Error) => e);
+  await sleep(100);
+  client.close();
+  assert.ok((await lost) instanceof ConnectionLost, String(await lost));
+  await done;
+  server.close();
+});
