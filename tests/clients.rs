@@ -1,7 +1,8 @@
 //! The client libraries of `clients/` against this build's `routerd`: the
 //! Python package's unittest suite and the TypeScript package's node:test
 //! suite, with the demo chat page in Chromium (each starts its own nodes
-//! with the binary it is given), so the
+//! with the binary it is given, and scripted servers for what a node does not
+//! do on demand), so the
 //! README's `cargo test --workspace` runs them. Each needs its runtime: in
 //! CI a missing one fails, elsewhere the test says why it skipped.
 
@@ -108,6 +109,8 @@ fn typescript_client_suite() {
         "--test",
         "dist/test/codec.test.js",
         "dist/test/live.test.js",
+        "dist/test/fake.test.js",
+        "dist/test/exactly_once.test.js",
         "dist/test/scripts.test.js",
         "dist/test/browser.test.js",
     ]);

@@ -1,4 +1,5 @@
-"""asyncio client for routerd (docs/protocol.md, version 1).
+"""asyncio client for routerd (docs/protocol.md; version 2 when the server
+speaks it, see `Client`'s `exactly_once`).
 
     client = await Client.connect("tcp://127.0.0.1:7400", token)
     await client.player_incr(5)
@@ -33,8 +34,11 @@ from .protocol import (
     Redirect,
     RoomMessage,
     Route,
+    Session,
     encode_frame,
+    encode_keyed_request,
 )
+from .retry import Retry, random_key
 from .token import mint_token, token_for
 
 __all__ = [
@@ -57,17 +61,21 @@ __all__ = [
     "ProtocolViolation",
     "Redirect",
     "RequestTimeout",
+    "Retry",
     "RoomMessage",
     "Route",
     "RouterdError",
     "ServerError",
     "ServerTimeout",
+    "Session",
     "TOKEN_EXPIRED",
     "TokenSource",
     "Unavailable",
     "UnknownRoute",
     "encode_frame",
+    "encode_keyed_request",
     "mint_token",
+    "random_key",
     "server_error",
     "token_for",
 ]

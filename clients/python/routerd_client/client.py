@@ -1,5 +1,8 @@
 """The asyncio client: one session on one gateway at a time, moved by
-`sys.redirect` and, if asked, reconnected after a lost connection."""
+`sys.redirect` and reconnected after a lost connection. With `exactly_once`
+(the default) it speaks protocol version 2 when the server does: keyed calls
+retried until their deadline, and a lost session resumed (docs/protocol.md,
+section 12)."""
 
 from __future__ import annotations
 
@@ -20,8 +23,10 @@ from .errors import (
     ProtocolViolation,
     RequestTimeout,
     RouterdError,
+    ServerError,
     server_error,
 )
+from .retry import Retry, random_key, retryable
 from .transport import Address, Transport, open_transport
 
 log = logging.getLogger("routerd_client")
@@ -35,7 +40,20 @@ TokenSource = Union[str, Callable[[], Union[str, Awaitable[str]]]]
 #: with a fresh token, is allowed.
 TOKEN_EXPIRED = "token expired"
 
-EVENTS = ("room_message", "kicked", "redirect", "push", "disconnected", "reconnected", "closed")
+EVENTS = (
+    "room_message",
+    "kicked",
+    "redirect",
+    "push",
+    "disconnected",
+    "reconnected",
+    "resumed",
+    "resume_failed",
+    "closed",
+)
+
+#: `reconnect`'s default: `Backoff()` with `exactly_once`, none without.
+_DEFAULT: Any = object()
 
 
 @dataclass(frozen=True)
@@ -54,9 +72,13 @@ class Backoff:
 class _Connection:
     """One transport and the requests in flight on it."""
 
-    def __init__(self, address: Address, transport: Transport, max_body: int) -> None:
+    def __init__(self, address: Address, transport: Transport, max_body: int, version: int) -> None:
         self.address = address
         self.transport = transport
+        # The protocol version of its login: 2 sends keys, 1 none.
+        self.version = version
+        # The session was resumed on this connection rather than logged in.
+        self.resumed = False
         self.decoder = p.FrameDecoder(max_body)
         # seq -> future; a future whose caller gave up (client timeout)
         # stays until its answer comes, so its seq is not reused early.
@@ -80,8 +102,22 @@ class _Connection:
                 return seq
 
 
+class _Sent:
+    """What the attempts of one call sent: once one went out without its key
+    (a version-1 server), sending it again could apply it twice."""
+
+    unkeyed = False
+
+
 class Client:
-    """A routerd session. Create with `await Client.connect(...)`."""
+    """A routerd session. Create with `await Client.connect(...)`.
+
+    `exactly_once` (default True): protocol version 2 when the server speaks
+    it: request keys, retries of "maybe applied" failures with the same key
+    until the call's deadline (`retry` says how), and resuming a lost
+    session. False: version 1 exactly, every failure raised to the caller.
+    `reconnect`: a `Backoff`, or None for no reconnects; by default
+    `Backoff()` with `exactly_once`, none without."""
 
     def __init__(
         self,
@@ -93,9 +129,11 @@ class Client:
         connect_timeout_s: float = 5.0,
         inflight_max: int = p.INFLIGHT_MAX_DEFAULT,
         max_body: int = p.MAX_BODY_DEFAULT,
-        reconnect: Backoff | None = None,
+        reconnect: Backoff | None = _DEFAULT,
         fallback_addresses: list[str] | None = None,
         rng: random.Random | None = None,
+        exactly_once: bool = True,
+        retry: Retry = Retry(),
     ) -> None:
         if inflight_max < 1:
             raise ValueError("inflight_max must be at least 1")
@@ -107,7 +145,18 @@ class Client:
         self._connect_timeout_s = connect_timeout_s
         self.inflight_max = inflight_max
         self._max_body = max_body
-        self._reconnect = reconnect
+        self._exactly_once = exactly_once
+        self._retry = retry
+        if reconnect is _DEFAULT:
+            reconnect = Backoff() if exactly_once else None
+        self._reconnect: Backoff | None = reconnect
+        # Learned at a login: 1 once a server closed at a version-2 login
+        # and took a version-1 one.
+        self._server_version: int | None = None
+        # The resumable session's `sys.session`, and the highest push
+        # sequence number delivered from it.
+        self._session: p.Session | None = None
+        self._last_push_seq = 0
         self._rng = rng or random.Random()
         self._slots = asyncio.Semaphore(inflight_max)
         self._ready = asyncio.Event()
@@ -134,6 +183,14 @@ class Client:
         """The gateway the session is on now."""
         return str(self._conn.address if self._conn else self._address)
 
+    @property
+    def protocol_version(self) -> int:
+        """The protocol version the client speaks: 2 when `exactly_once` and
+        the server takes it, else 1."""
+        if self._conn is not None:
+            return self._conn.version
+        return 2 if self._exactly_once and self._server_version != 1 else 1
+
     def inflight(self) -> int:
         return len(self._conn.pending) if self._conn else 0
 
@@ -143,8 +200,11 @@ class Client:
         """Calls `handler` on `event`: `room_message` (RoomMessage), `kicked`
         (reason), `redirect` (Redirect), `push` (every PUSH as a Frame,
         unknown routes included), `disconnected` (the error), `reconnected`
-        (address), `closed` (the error or None). A coroutine handler runs
-        as a task."""
+        (address, after every reconnect), `resumed` (address: the lost
+        session was resumed, every push it missed arrives once and in
+        order), `resume_failed` (the server's reason: the client logged in
+        afresh, and pushes may have been lost), `closed` (the error or
+        None). A coroutine handler runs as a task."""
         if event not in self._handlers:
             raise ValueError(f"unknown event {event!r}; events: {', '.join(EVENTS)}")
         self._handlers[event].append(handler)
@@ -165,12 +225,12 @@ class Client:
 
     # Requests.
 
-    async def call_json(self, route_id: int, value: object, *, timeout_s: float | None = None) -> object:
+    async def call_json(self, route_id: int, value: object, **kw: Any) -> object:
         """One request on a JSON route (a scripted type's, docs/scripts.md):
         ``value`` sent as UTF-8 JSON, the RESPONSE decoded from JSON (None
         for an empty one; a body that is not JSON as its text)."""
         body = json.dumps(value, separators=(",", ":")).encode()
-        answer = await self.call(route_id, body, timeout_s=timeout_s)
+        answer = await self.call(route_id, body, **kw)
         if not answer:
             return None
         text = answer.decode("utf-8", errors="replace")
@@ -181,16 +241,77 @@ class Client:
 
     callJson = call_json
 
-    async def call(self, route_id: int, body: bytes = b"", *, timeout_s: float | None = None) -> bytes:
+    async def call(
+        self,
+        route_id: int,
+        body: bytes = b"",
+        *,
+        timeout_s: float | None = None,
+        idempotent: bool = False,
+        key: int | None = None,
+    ) -> bytes:
         """One request on any route (a user object type's included): the
         RESPONSE body, or the ERROR as a typed exception. The timeout
         covers waiting for a slot (the in-flight bound), a redirect or a
-        reconnect, and the answer."""
-        if len(body) > self._max_body:
-            raise ValueError(f"body of {len(body)} bytes exceeds max_body {self._max_body}")
+        reconnect, and the answer.
+
+        With `exactly_once` it covers the retries too: the call is sent with
+        a request key (`key`, a u64 other than 0, or a fresh random one), and
+        sent again with that key and body after a "maybe applied" failure or
+        OVERLOADED, after a backoff, until the deadline; the caller sees one
+        result. `idempotent=True` (a read): sent without a key, and still
+        retried."""
+        keyed = self._exactly_once and not idempotent
+        room = self._max_body - (p.KEY_LEN if keyed else 0)
+        if len(body) > room:
+            with_key = " with its key" if keyed else ""
+            raise ValueError(f"body of {len(body)} bytes exceeds max_body {self._max_body}{with_key}")
+        if key == 0:
+            raise ValueError("request key 0 means no key: use idempotent=True")
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if not self._exactly_once:
+            return await self._attempt(route_id, body, 0, deadline, timeout, _Sent())
+        request_key = (random_key() if key is None else key) if keyed else 0
+        sent = _Sent()
+        # A failure not retried is the call's answer. One retried until the
+        # deadline (or until the client closed) is reported as: the last
+        # failure, but a maybe-applied one over one that was not (a later
+        # attempt not sent, or refused before it ran, does not undo an
+        # earlier one that was), and a failure the server gave over the
+        # deadline's own timeout of the last attempt.
+        maybe_applied: RouterdError | None = None
+        last: RouterdError | None = None
+        retry = 0
+        while True:
+            allowance = min(deadline - loop.time(), self._retry.attempt_timeout_s)
+            try:
+                return await self._attempt(route_id, body, request_key, loop.time() + allowance, allowance, sent)
+            except RouterdError as error:
+                deadline_cut = allowance < self._retry.attempt_timeout_s and isinstance(
+                    error, (RequestTimeout, NotSent)
+                )
+                if not error.retry_safe and not (deadline_cut and maybe_applied is not None):
+                    maybe_applied = error
+                if not deadline_cut or last is None:
+                    last = error
+                if not retryable(error, idempotent or not sent.unkeyed):
+                    raise
+                failure = maybe_applied or last
+                if self._closed is not None:
+                    raise failure
+                delay = self._retry.delay_s(retry, self._rng)
+                if loop.time() + delay >= deadline:
+                    raise failure
+                await asyncio.sleep(delay)
+                retry += 1
+
+    async def _attempt(
+        self, route_id: int, body: bytes, key: int, deadline: float, timeout: float, sent: _Sent
+    ) -> bytes:
+        """One send of a call and its answer, by `deadline`."""
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 await asyncio.wait_for(self._acquire(), max(deadline - loop.time(), 0.0))
@@ -204,10 +325,12 @@ class Client:
             self._slots.release()
         conn = self._conn
         assert conn is not None
+        if key and conn.version == 1:
+            sent.unkeyed = True
         # The request is in conn.pending from here on, with its slot: the
         # answer (or the connection's end) releases it, even if this caller
         # is cancelled.
-        future = await self._send(conn, route_id, body)
+        future = await self._send(conn, route_id, body, key)
         return await self._await(future, deadline - loop.time(), timeout)
 
     async def _acquire(self) -> None:
@@ -221,12 +344,20 @@ class Client:
                 return
             self._slots.release()
 
-    async def _send(self, conn: _Connection, route_id: int, body: bytes) -> asyncio.Future[bytes]:
+    async def _send(
+        self, conn: _Connection, route_id: int, body: bytes, key: int = 0, version2: bool = False
+    ) -> asyncio.Future[bytes]:
+        """Sends a request on `conn`, keyed when `key` is not 0 (or
+        `version2`) and `conn` speaks version 2."""
         seq = conn.take_seq()
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         conn.pending[seq] = future
+        if (key or version2) and conn.version == 2:
+            frame = p.encode_keyed_request(route_id, seq, key, body)
+        else:
+            frame = p.encode_frame(p.Kind.REQUEST, route_id, seq, body)
         try:
-            await conn.transport.send(p.encode_frame(p.Kind.REQUEST, route_id, seq, body))
+            await conn.transport.send(frame)
         except (ConnectionError, OSError) as error:
             # The reader sees the same end and fails what is pending.
             log.debug("send failed: %s", error)
@@ -238,22 +369,26 @@ class Client:
         except asyncio.TimeoutError:
             raise RequestTimeout(f"no answer within {timeout} s") from None
 
-    # Typed calls of the built-in routes (docs/protocol.md, section 5).
+    # Typed calls of the built-in routes (docs/protocol.md, section 5). The
+    # ones section 4 says may run again whatever happened (ping, player_get,
+    # room_join, room_leave) are idempotent: sent without a key;
+    # player_incr and room_say get one.
 
     async def ping(self, data: bytes = b"", **kw: Any) -> bytes:
-        return await self.call(p.Route.SYS_PING, data, **kw)
+        return await self.call(p.Route.SYS_PING, data, **{"idempotent": True, **kw})
 
     async def player_get(self, **kw: Any) -> int:
-        return p.decode_i64(await self.call(p.Route.PLAYER_GET, b"", **kw))
+        return p.decode_i64(await self.call(p.Route.PLAYER_GET, b"", **{"idempotent": True, **kw}))
 
     async def player_incr(self, delta: int, **kw: Any) -> int:
         return p.decode_i64(await self.call(p.Route.PLAYER_INCR, p.encode_i64(delta), **kw))
 
     async def room_join(self, room_id: int, **kw: Any) -> int:
-        return p.decode_u32(await self.call(p.Route.ROOM_JOIN, p.encode_u64(room_id), **kw))
+        body = await self.call(p.Route.ROOM_JOIN, p.encode_u64(room_id), **{"idempotent": True, **kw})
+        return p.decode_u32(body)
 
     async def room_leave(self, room_id: int, **kw: Any) -> None:
-        await self.call(p.Route.ROOM_LEAVE, p.encode_u64(room_id), **kw)
+        await self.call(p.Route.ROOM_LEAVE, p.encode_u64(room_id), **{"idempotent": True, **kw})
 
     async def room_say(self, room_id: int, text: str, **kw: Any) -> int:
         return p.decode_u32(await self.call(p.Route.ROOM_SAY, p.encode_say(room_id, text), **kw))
@@ -267,21 +402,66 @@ class Client:
         return await token if inspect.isawaitable(token) else token
 
     async def _open(self, address: Address) -> _Connection:
-        """A new connection to `address`, logged in."""
+        """A new connection to `address`, its session resumed or logged in.
+        With `exactly_once` the login is a version-2 REQUEST; a server that
+        closes at it does not speak version 2 (section 12), and the client
+        logs in again, in version 1, on a new connection."""
+        if not self._exactly_once or self._server_version == 1:
+            return await self._open_with(address, 1)
+        try:
+            conn = await self._open_with(address, 2)
+        except ConnectionLost as error:
+            log.info("%s closed at a version-2 login (%s): logging in with version 1", address, error)
+            conn = await self._open_with(address, 1)
+            self._server_version = 1
+            if self._session is not None:
+                self._forget_session("the server does not speak protocol version 2")
+            return conn
+        self._server_version = 2
+        return conn
+
+    async def _open_with(self, address: Address, version: int) -> _Connection:
         transport = await open_transport(address, self._ssl, self._connect_timeout_s)
-        conn = _Connection(address, transport, self._max_body)
+        conn = _Connection(address, transport, self._max_body, version)
         conn.reader = asyncio.ensure_future(self._read(conn))
         try:
-            token = await self._fresh_token()
-            await self._slots.acquire()
-            future = await self._send(conn, p.Route.AUTH_LOGIN, token.encode("ascii"))
-            body = await self._await(future, self._connect_timeout_s, self._connect_timeout_s)
-            self.player_id = p.decode_u64(body)
+            if version == 2 and self._session is not None:
+                await self._resume(conn, self._session)
+            if not conn.resumed:
+                token = await self._fresh_token()
+                body = await self._handshake(conn, p.Route.AUTH_LOGIN, token.encode("ascii"))
+                self.player_id = p.decode_u64(body)
         except BaseException:
             conn.retired = True
             await transport.close()
             raise
         return conn
+
+    async def _resume(self, conn: _Connection, session: p.Session) -> None:
+        """`auth.resume` on `conn`; an ERROR (the window passed, say) forgets
+        the session and leaves `conn` to log in."""
+        try:
+            resume = p.encode_resume(session.token, self._last_push_seq)
+            body = await self._handshake(conn, p.Route.AUTH_RESUME, resume)
+        except ServerError as refused:
+            # A lost connection keeps the session for the next attempt; a
+            # refusal ends it.
+            self._forget_session(refused.reason or refused.name)
+            return
+        self.player_id = p.decode_u64(body)
+        conn.resumed = True
+
+    def _forget_session(self, reason: str) -> None:
+        self._session = None
+        self._last_push_seq = 0
+        self._emit("resume_failed", reason)
+
+    async def _handshake(self, conn: _Connection, route_id: int, body: bytes) -> bytes:
+        """One login-time request on a connection not yet the session's
+        (version 2 on a version-2 one), within the connect timeout."""
+        await self._slots.acquire()
+        future = await self._send(conn, route_id, body, 0, version2=True)
+        return await self._await(future, self._connect_timeout_s, self._connect_timeout_s)
 
     async def _read(self, conn: _Connection) -> None:
         error: RouterdError | None = None
@@ -326,10 +506,26 @@ class Client:
             self._spawn(self._move(conn))
 
     def _on_push(self, conn: _Connection, frame: p.Frame) -> None:
+        if frame.route_id == p.Route.SYS_SESSION and conn.version == 2:
+            # The resume token is a secret of the session: kept, never
+            # handed to handlers.
+            self._session = p.decode_session(frame.body)
+            self._last_push_seq = 0
+            return
+        if frame.seq and self._session is not None:
+            # A resumable session's pushes are numbered: one at or below the
+            # last delivered came before the connection was lost and is
+            # delivered again by the resume.
+            if frame.seq <= self._last_push_seq:
+                return
+            self._last_push_seq = frame.seq
         self._emit("push", frame)
         if frame.route_id == p.Route.ROOM_MESSAGE:
             self._emit("room_message", p.decode_room_message(frame.body))
         elif frame.route_id == p.Route.SYS_KICKED:
+            # A kick ends the session: a reconnect after one (a fresh
+            # token's) logs in, never resumes.
+            self._session = None
             conn.kicked = frame.body.decode("utf-8", errors="replace")
             self._emit("kicked", conn.kicked)
         elif frame.route_id == p.Route.SYS_REDIRECT:
@@ -386,6 +582,8 @@ class Client:
             return await self._reconnect_loop([target, conn.address, *self._fallbacks])
         self.redirects_followed += 1
         self._adopt(opened)
+        if opened.resumed:
+            self._emit("resumed", str(target))
 
     def _on_end(self, conn: _Connection, error: RouterdError | None) -> None:
         if conn.retired:
@@ -435,6 +633,8 @@ class Client:
                 continue
             self.reconnects += 1
             self._adopt(opened)
+            if opened.resumed:
+                self._emit("resumed", str(address))
             self._emit("reconnected", str(address))
             return
         self._close_for_good(ConnectionLost(f"{self._reconnect.attempts_max} reconnects failed"))

@@ -12,6 +12,13 @@ from enum import IntEnum
 
 MAGIC = b"RT"
 VERSION = 1
+#: The version of a keyed REQUEST (section 12): a u64 request key before the
+#: route's body.
+VERSION_KEYED = 2
+#: The bytes a request key adds to a body.
+KEY_LEN = 8
+#: A resume token's bytes (section 12).
+RESUME_TOKEN_LEN = 16
 HEADER_LEN = 16
 #: The largest body the client accepts by default: the server's default
 #: `gateway.max_body`, and so the longest body it sends (section 1).
@@ -34,6 +41,7 @@ class Kind(IntEnum):
 class Route(IntEnum):
     SYS_PING = 1
     AUTH_LOGIN = 2
+    AUTH_RESUME = 3
     PLAYER_GET = 10
     PLAYER_INCR = 11
     ROOM_JOIN = 20
@@ -42,6 +50,7 @@ class Route(IntEnum):
     ROOM_MESSAGE = 100
     SYS_KICKED = 101
     SYS_REDIRECT = 102
+    SYS_SESSION = 103
 
 
 class Code(IntEnum):
@@ -70,6 +79,13 @@ class FrameError(Exception):
 
 def encode_frame(kind: int, route_id: int, seq: int, body: bytes = b"") -> bytes:
     return _HEADER.pack(MAGIC, VERSION, kind, route_id, seq, len(body)) + body
+
+
+def encode_keyed_request(route_id: int, seq: int, key: int, body: bytes = b"") -> bytes:
+    """A version-2 REQUEST (section 12): the u64 request key (0 = no key),
+    then the route's body; `body_len` counts both."""
+    keyed = struct.pack("<Q", key) + body
+    return _HEADER.pack(MAGIC, VERSION_KEYED, Kind.REQUEST, route_id, seq, len(keyed)) + keyed
 
 
 class FrameDecoder:
@@ -194,6 +210,36 @@ def decode_redirect(body: bytes) -> Redirect:
 
 def encode_redirect(redirect: Redirect) -> bytes:
     return struct.pack("<I", redirect.grace_ms) + redirect.gateway.encode()
+
+
+# Version 2 (section 12).
+
+
+@dataclass(frozen=True)
+class Session:
+    """`sys.session`: the session's resume token and how long after a lost
+    connection it resumes."""
+
+    token: bytes
+    window_ms: int
+
+
+def decode_session(body: bytes) -> Session:
+    _exact(body, RESUME_TOKEN_LEN + 4)
+    (window_ms,) = struct.unpack_from("<I", body, RESUME_TOKEN_LEN)
+    return Session(bytes(body[:RESUME_TOKEN_LEN]), window_ms)
+
+
+def encode_session(session: Session) -> bytes:
+    return session.token + struct.pack("<I", session.window_ms)
+
+
+def encode_resume(token: bytes, last_push_seq: int) -> bytes:
+    """`auth.resume`'s body: the resume token, then the highest push
+    sequence number received."""
+    if len(token) != RESUME_TOKEN_LEN:
+        raise ValueError(f"a resume token is {RESUME_TOKEN_LEN} bytes, not {len(token)}")
+    return token + struct.pack("<I", last_push_seq & 0xFFFFFFFF)
 
 
 def _exact(body: bytes, size: int) -> None:

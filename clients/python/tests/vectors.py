@@ -27,11 +27,6 @@ def vectors() -> list[dict[str, str]]:
             key, _, value = line.partition(":")
             last = key.strip()
             fields[last] = value.strip()
-        # This client speaks protocol version 1: section 12's version-2
-        # frames, and its bodies of raw bytes (a resume token), wait for its
-        # version-2 support.
-        if fields.get("version") == "2" or "hex " in fields.get("fields", ""):
-            continue
         out.append(fields)
     if len(out) < 10:
         raise AssertionError(f"only {len(out)} vectors in {DOC}")
@@ -43,11 +38,13 @@ def hex_bytes(text: str) -> bytes:
 
 
 def encode_fields(text: str) -> bytes:
-    """`u16 3 + utf8 "login first"` as bytes."""
+    """`u16 3 + utf8 "login first"` (and `hex 1011…` for raw bytes) as bytes."""
     out = b""
-    for part in re.findall(r'(u16|u32|u64|i64) (-?\d+)|utf8 "((?:[^"\\]|\\.)*)"', text):
-        width, number, utf8 = part
-        if width:
+    for part in re.findall(r'(u16|u32|u64|i64) (-?\d+)|utf8 "((?:[^"\\]|\\.)*)"|hex ([0-9a-f]+)', text):
+        width, number, utf8, raw = part
+        if raw:
+            out += bytes.fromhex(raw)
+        elif width:
             fmt = {"u16": "<H", "u32": "<I", "u64": "<Q", "i64": "<q"}[width]
             out += struct.pack(fmt, int(number))
         else:

@@ -1,9 +1,12 @@
 // The client: one session on one gateway at a time, moved by sys.redirect
-// and, if asked, reconnected after a lost connection.
+// and reconnected after a lost connection. With exactlyOnce (the default) it
+// speaks protocol version 2 when the server does: keyed calls retried until
+// their deadline, and a lost session resumed (docs/protocol.md, section 12).
 
 import * as p from "./protocol.js";
 import { ConnectionLost, Kicked, NotSent, ProtocolViolation, RequestTimeout, RouterdError, ServerError } from "./errors.js";
 import { Address, Scheme, Transport, TransportFactory, webSocketTransport } from "./transport.js";
+import { CallOptions, RETRY_DEFAULT, RetryPolicy, randomKey, retryDelayMs, retryable } from "./retry.js";
 
 /** A token, or a function returning one (called at every login, so a reconnect or redirect can use a fresh one). */
 export type TokenSource = string | (() => string | Promise<string>);
@@ -26,7 +29,16 @@ export interface ClientOptions {
   /** Requests in flight at most; more wait for a slot (the server's gateway.max_inflight, 1024 by default). */
   inflightMax?: number;
   maxBody?: number;
+  /** Reconnects after a lost connection; null: none. Default: BACKOFF_DEFAULT with exactlyOnce, none without. */
   reconnect?: Backoff | null;
+  /**
+   * Protocol version 2 when the server speaks it (default true): request keys, retries of "maybe
+   * applied" failures with the same key until the call's deadline, and resuming a lost session.
+   * false: version 1 exactly, every failure returned to the caller.
+   */
+  exactlyOnce?: boolean;
+  /** How exactlyOnce retries a call. */
+  retry?: RetryPolicy;
   /** Gateways to try when a redirect names none, or after a reconnect to the current one fails. */
   fallbackAddresses?: string[];
   /** Transports by scheme; ws and wss are built in, Node.js adds tcp and tls (routerd-client/node). */
@@ -41,7 +53,12 @@ export interface ClientEvents {
   /** Every PUSH, unknown routes included. */
   push: (frame: p.Frame) => void;
   disconnected: (error: RouterdError) => void;
+  /** After every reconnect, a resumed session's or a fresh login's. */
   reconnected: (address: string) => void;
+  /** The lost session was resumed: every push it missed arrives, once and in order. */
+  resumed: (address: string) => void;
+  /** The server refused to resume (its reason, e.g. "resume window expired"): the client logged in afresh, and pushes may have been lost. */
+  resume_failed: (reason: string) => void;
   closed: (error: RouterdError | null) => void;
 }
 
@@ -61,11 +78,15 @@ class Connection {
   retired = false;
   movingTo: Address | null = null;
   violation: string | null = null;
+  /** The session was resumed on this connection rather than logged in. */
+  resumed = false;
 
   constructor(
     readonly address: Address,
     readonly transport: Transport,
     maxBody: number,
+    /** The protocol version of its login: 2 sends keys, 1 none. */
+    readonly version: 1 | 2,
   ) {
     this.decoder = new p.FrameDecoder(maxBody);
   }
@@ -96,6 +117,13 @@ export class Client {
   private readonly backoff: Backoff | null;
   private readonly transports: Partial<Record<Scheme, TransportFactory>>;
   private readonly random: () => number;
+  private readonly exactlyOnce: boolean;
+  private readonly retry: RetryPolicy;
+  /** Learned at a login: 1 once a server closed at a version-2 login and took a version-1 one. */
+  private serverVersion: 1 | 2 | null = null;
+  /** The resumable session's sys.session, and the highest push sequence number delivered from it. */
+  private session: p.Session | null = null;
+  private lastPushSeq = 0;
   private conn: Connection | null = null;
   private ready = false;
   private closedError: RouterdError | null = null;
@@ -109,6 +137,8 @@ export class Client {
     push: [],
     disconnected: [],
     reconnected: [],
+    resumed: [],
+    resume_failed: [],
     closed: [],
   };
 
@@ -125,7 +155,9 @@ export class Client {
     if (this.inflightMax < 1) throw new RangeError("inflightMax must be at least 1");
     this.free = this.inflightMax;
     this.maxBody = options.maxBody ?? p.MAX_BODY_DEFAULT;
-    this.backoff = options.reconnect ?? null;
+    this.exactlyOnce = options.exactlyOnce ?? true;
+    this.retry = options.retry ?? RETRY_DEFAULT;
+    this.backoff = options.reconnect === undefined ? (this.exactlyOnce ? BACKOFF_DEFAULT : null) : options.reconnect;
     this.transports = { ws: webSocketTransport, wss: webSocketTransport, ...options.transports };
     this.random = options.random ?? Math.random;
   }
@@ -161,13 +193,60 @@ export class Client {
     }
   }
 
+  /** The protocol version the client speaks: 2 when exactlyOnce and the server takes it, else 1. */
+  get protocolVersion(): 1 | 2 {
+    return this.conn?.version ?? (this.exactlyOnce && this.serverVersion !== 1 ? 2 : 1);
+  }
+
   /**
    * One request on any route (a user object type's included): the RESPONSE body, or the ERROR as a
    * ServerError. The timeout covers waiting for a slot, a redirect or a reconnect, and the answer.
+   * With exactlyOnce it also covers the retries: the call is sent with a request key (unless
+   * options.idempotent), and sent again with that key and body after a "maybe applied" failure
+   * or OVERLOADED, after a backoff, until the deadline; the caller sees one result.
    */
-  call(routeId: number, body: Uint8Array = new Uint8Array(), options: { timeoutMs?: number } = {}): Promise<Uint8Array> {
-    if (body.length > this.maxBody) return Promise.reject(new RangeError(`body of ${body.length} bytes exceeds max_body ${this.maxBody}`));
+  call(routeId: number, body: Uint8Array = new Uint8Array(), options: CallOptions = {}): Promise<Uint8Array> {
+    const keyed = this.exactlyOnce && !options.idempotent;
+    const room = this.maxBody - (keyed ? p.KEY_LEN : 0);
+    if (body.length > room) return Promise.reject(new RangeError(`body of ${body.length} bytes exceeds max_body ${this.maxBody}${keyed ? " with its key" : ""}`));
+    if (options.key === 0n) return Promise.reject(new RangeError("request key 0 means no key: use idempotent"));
     const timeoutMs = options.timeoutMs ?? this.requestTimeoutMs;
+    if (!this.exactlyOnce) return this.attempt(routeId, body, 0n, timeoutMs, { unkeyed: false });
+    return this.callWithRetries(routeId, body, keyed ? (options.key ?? randomKey()) : 0n, options.idempotent ?? false, timeoutMs);
+  }
+
+  private async callWithRetries(routeId: number, body: Uint8Array, key: bigint, idempotent: boolean, timeoutMs: number): Promise<Uint8Array> {
+    const deadline = Date.now() + timeoutMs;
+    // Set once an attempt went out without the key (a version-1 server): sending it again could apply it twice.
+    const sent = { unkeyed: false };
+    // A failure not retried is the call's answer. One retried until the deadline (or until the
+    // client closed) is reported as: the last failure, but a maybe-applied one over one that was
+    // not (a later attempt not sent, or refused before it ran, does not undo an earlier one that
+    // was), and a failure the server gave over the deadline's own timeout of the last attempt.
+    let maybeApplied: RouterdError | null = null;
+    let last: RouterdError | null = null;
+    for (let retry = 0; ; retry++) {
+      const allowanceMs = Math.min(deadline - Date.now(), this.retry.attemptTimeoutMs);
+      try {
+        // The first attempt is sent before call() returns, as without exactlyOnce.
+        return await this.attempt(routeId, body, key, allowanceMs, sent);
+      } catch (error) {
+        if (!(error instanceof RouterdError)) throw error;
+        const deadlineCut = allowanceMs < this.retry.attemptTimeoutMs && (error instanceof RequestTimeout || error instanceof NotSent);
+        if (!error.retrySafe && !(deadlineCut && maybeApplied !== null)) maybeApplied = error;
+        if (!deadlineCut || last === null) last = error;
+        if (!retryable(error, idempotent || !sent.unkeyed)) throw error;
+        const failure = maybeApplied ?? last;
+        if (this.closedError !== null) throw failure;
+        const delay = retryDelayMs(this.retry, retry, this.random);
+        if (Date.now() + delay >= deadline) throw failure;
+        await sleep(delay);
+      }
+    }
+  }
+
+  /** One send of a call and its answer, within timeoutMs. */
+  private attempt(routeId: number, body: Uint8Array, key: bigint, timeoutMs: number, sent: { unkeyed: boolean }): Promise<Uint8Array> {
     return new Promise((resolve, reject) => {
       let entry: Pending | null = null;
       let gaveUp = false;
@@ -188,7 +267,8 @@ export class Client {
           return;
         }
         entry = { resolve, reject, timer, done: false };
-        this.send(this.conn, routeId, body, entry);
+        if (key !== 0n && this.conn.version === 1) sent.unkeyed = true;
+        this.send(this.conn, routeId, body, entry, key);
       };
       attempt();
     });
@@ -198,7 +278,7 @@ export class Client {
    * One request on a JSON route (a scripted type's, docs/scripts.md): `value` sent as UTF-8 JSON, the
    * RESPONSE decoded from JSON (`undefined` for an empty one; a body that is not JSON as its text).
    */
-  async callJson(routeId: number, value: unknown, options: { timeoutMs?: number } = {}): Promise<unknown> {
+  async callJson(routeId: number, value: unknown, options: CallOptions = {}): Promise<unknown> {
     const body = new TextEncoder().encode(JSON.stringify(value ?? null));
     const answer = await this.call(routeId, body, options);
     if (answer.length === 0) return undefined;
@@ -210,12 +290,14 @@ export class Client {
     }
   }
 
-  private send(conn: Connection, routeId: number, body: Uint8Array, entry: Pending): void {
+  /** Sends a request on conn, keyed when key is not 0 and conn speaks version 2. */
+  private send(conn: Connection, routeId: number, body: Uint8Array, entry: Pending, key = 0n, version2 = false): void {
     this.free -= 1;
     const seq = conn.takeSeq();
     conn.pending.set(seq, entry);
+    const keyed = (key !== 0n || version2) && conn.version === 2;
     try {
-      conn.transport.send(p.encodeFrame(p.Kind.REQUEST, routeId, seq, body));
+      conn.transport.send(keyed ? p.encodeKeyedRequest(routeId, seq, key, body) : p.encodeFrame(p.Kind.REQUEST, routeId, seq, body));
     } catch {
       // The transport reports the same end through onClose, which fails what is pending.
     }
@@ -233,29 +315,31 @@ export class Client {
     }
   }
 
-  // Typed calls of the built-in routes (docs/protocol.md, section 5).
+  // Typed calls of the built-in routes (docs/protocol.md, section 5). The ones section 4 says may
+  // run again whatever happened (ping, playerGet, roomJoin, roomLeave) are idempotent: sent
+  // without a key; playerIncr and roomSay get one.
 
-  ping(data: Uint8Array = new Uint8Array(), options?: { timeoutMs?: number }): Promise<Uint8Array> {
-    return this.call(p.Route.SYS_PING, data, options);
+  ping(data: Uint8Array = new Uint8Array(), options?: CallOptions): Promise<Uint8Array> {
+    return this.call(p.Route.SYS_PING, data, { idempotent: true, ...options });
   }
 
-  async playerGet(options?: { timeoutMs?: number }): Promise<bigint> {
-    return p.decodeI64(await this.call(p.Route.PLAYER_GET, new Uint8Array(), options));
+  async playerGet(options?: CallOptions): Promise<bigint> {
+    return p.decodeI64(await this.call(p.Route.PLAYER_GET, new Uint8Array(), { idempotent: true, ...options }));
   }
 
-  async playerIncr(delta: bigint | number, options?: { timeoutMs?: number }): Promise<bigint> {
+  async playerIncr(delta: bigint | number, options?: CallOptions): Promise<bigint> {
     return p.decodeI64(await this.call(p.Route.PLAYER_INCR, p.encodeI64(delta), options));
   }
 
-  async roomJoin(roomId: bigint | number, options?: { timeoutMs?: number }): Promise<number> {
-    return p.decodeU32(await this.call(p.Route.ROOM_JOIN, p.encodeU64(roomId), options));
+  async roomJoin(roomId: bigint | number, options?: CallOptions): Promise<number> {
+    return p.decodeU32(await this.call(p.Route.ROOM_JOIN, p.encodeU64(roomId), { idempotent: true, ...options }));
   }
 
-  async roomLeave(roomId: bigint | number, options?: { timeoutMs?: number }): Promise<void> {
-    await this.call(p.Route.ROOM_LEAVE, p.encodeU64(roomId), options);
+  async roomLeave(roomId: bigint | number, options?: CallOptions): Promise<void> {
+    await this.call(p.Route.ROOM_LEAVE, p.encodeU64(roomId), { idempotent: true, ...options });
   }
 
-  async roomSay(roomId: bigint | number, text: string, options?: { timeoutMs?: number }): Promise<number> {
+  async roomSay(roomId: bigint | number, text: string, options?: CallOptions): Promise<number> {
     return p.decodeU32(await this.call(p.Route.ROOM_SAY, p.encodeSay(roomId, text), options));
   }
 
@@ -265,31 +349,76 @@ export class Client {
     return typeof this.token === "string" ? this.token : await this.token();
   }
 
-  /** A new connection to address, logged in. */
+  /**
+   * A new connection to address, its session resumed or logged in. With exactlyOnce the login is
+   * a version-2 REQUEST; a server that closes at it does not speak version 2 (section 12), and
+   * the client logs in again, in version 1, on a new connection.
+   */
   private async open(address: Address): Promise<Connection> {
+    if (!this.exactlyOnce || this.serverVersion === 1) return this.openWith(address, 1);
+    try {
+      const conn = await this.openWith(address, 2);
+      this.serverVersion = 2;
+      return conn;
+    } catch (error) {
+      if (!(error instanceof ConnectionLost)) throw error;
+      const conn = await this.openWith(address, 1);
+      this.serverVersion = 1;
+      if (this.session !== null) this.forgetSession("the server does not speak protocol version 2");
+      return conn;
+    }
+  }
+
+  private async openWith(address: Address, version: 1 | 2): Promise<Connection> {
     const factory = this.transports[address.scheme];
     if (!factory) throw new Error(`no ${address.scheme} transport here (Node.js: import from routerd-client/node)`);
     const transport = await factory(address, this.connectTimeoutMs);
-    const conn = new Connection(address, transport, this.maxBody);
+    const conn = new Connection(address, transport, this.maxBody, version);
     transport.onData = (data) => this.onData(conn, data);
     transport.onClose = (why) => this.onEnd(conn, why);
     try {
-      const token = await this.freshToken();
-      const body = await new Promise<Uint8Array>((resolve, reject) => {
-        const entry: Pending = { resolve, reject, timer: null, done: false };
-        entry.timer = setTimeout(() => {
-          entry.done = true;
-          reject(new RequestTimeout(`no login answer within ${this.connectTimeoutMs} ms`));
-        }, this.connectTimeoutMs);
-        this.send(conn, p.Route.AUTH_LOGIN, p.utf8(token), entry);
-      });
-      this.playerId = p.decodeU64(body);
+      if (version === 2 && this.session !== null) await this.resume(conn, this.session);
+      if (!conn.resumed) {
+        const token = await this.freshToken();
+        this.playerId = p.decodeU64(await this.handshake(conn, p.Route.AUTH_LOGIN, p.utf8(token)));
+      }
     } catch (error) {
       conn.retired = true;
       transport.close();
       throw error;
     }
     return conn;
+  }
+
+  /** auth.resume on conn; an ERROR (the window passed, say) forgets the session and leaves conn to log in. */
+  private async resume(conn: Connection, session: p.Session): Promise<void> {
+    try {
+      const body = await this.handshake(conn, p.Route.AUTH_RESUME, p.encodeResume(session.token, this.lastPushSeq));
+      this.playerId = p.decodeU64(body);
+      conn.resumed = true;
+    } catch (error) {
+      // A lost connection keeps the session for the next attempt; a refusal ends it.
+      if (!(error instanceof ServerError)) throw error;
+      this.forgetSession(error.reason || error.codeName);
+    }
+  }
+
+  private forgetSession(reason: string): void {
+    this.session = null;
+    this.lastPushSeq = 0;
+    this.emit("resume_failed", reason);
+  }
+
+  /** One login-time request on a connection not yet the session's (version 2 on a version-2 one), within connectTimeoutMs. */
+  private handshake(conn: Connection, routeId: number, body: Uint8Array): Promise<Uint8Array> {
+    return new Promise<Uint8Array>((resolve, reject) => {
+      const entry: Pending = { resolve, reject, timer: null, done: false };
+      entry.timer = setTimeout(() => {
+        entry.done = true;
+        reject(new RequestTimeout(`no answer to route ${routeId} within ${this.connectTimeoutMs} ms`));
+      }, this.connectTimeoutMs);
+      this.send(conn, routeId, body, entry, 0n, true);
+    });
   }
 
   private onData(conn: Connection, data: Uint8Array): void {
@@ -331,9 +460,23 @@ export class Client {
   }
 
   private onPush(conn: Connection, frame: p.Frame): void {
+    if (frame.routeId === p.Route.SYS_SESSION && conn.version === 2) {
+      // The resume token is a secret of the session: kept, never handed to handlers.
+      this.session = p.decodeSession(frame.body);
+      this.lastPushSeq = 0;
+      return;
+    }
+    if (frame.seq !== 0 && this.session !== null) {
+      // A resumable session's pushes are numbered: one at or below the last delivered came before
+      // the connection was lost and is delivered again by the resume.
+      if (frame.seq <= this.lastPushSeq) return;
+      this.lastPushSeq = frame.seq;
+    }
     this.emit("push", frame);
     if (frame.routeId === p.Route.ROOM_MESSAGE) this.emit("room_message", p.decodeRoomMessage(frame.body));
     else if (frame.routeId === p.Route.SYS_KICKED) {
+      // A kick ends the session: a reconnect after one (a fresh token's) logs in, never resumes.
+      this.session = null;
       conn.kicked = p.fromUtf8(frame.body);
       this.emit("kicked", conn.kicked);
     } else if (frame.routeId === p.Route.SYS_REDIRECT) {
@@ -386,6 +529,7 @@ export class Client {
     }
     this.redirectsFollowed += 1;
     this.adopt(opened);
+    if (opened.resumed) this.emit("resumed", target.toString());
   }
 
   private onEnd(conn: Connection, why: string, error?: RouterdError): void {
@@ -430,6 +574,7 @@ export class Client {
       }
       this.reconnects += 1;
       this.adopt(opened);
+      if (opened.resumed) this.emit("resumed", address.toString());
       this.emit("reconnected", address.toString());
       return;
     }

@@ -8,3 +8,5 @@ export { Address, webSocketTransport } from "./transport.js";
 export type { Transport, TransportFactory, Scheme } from "./transport.js";
 export { Client, TOKEN_EXPIRED, BACKOFF_DEFAULT } from "./client.js";
 export type { Backoff, ClientOptions, ClientEvents, TokenSource } from "./client.js";
+export { RETRY_DEFAULT, randomKey } from "./retry.js";
+export type { CallOptions, RetryPolicy } from "./retry.js";

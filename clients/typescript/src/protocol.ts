@@ -3,6 +3,12 @@
 export const MAGIC0 = 0x52; // "R"
 export const MAGIC1 = 0x54; // "T"
 export const VERSION = 1;
+/** The version of a keyed REQUEST (section 12): a u64 request key before the route's body. */
+export const VERSION_KEYED = 2;
+/** The bytes a request key adds to a body. */
+export const KEY_LEN = 8;
+/** A resume token's bytes (section 12). */
+export const RESUME_TOKEN_LEN = 16;
 export const HEADER_LEN = 16;
 /** The largest body accepted by default: the server's default gateway.max_body. */
 export const MAX_BODY_DEFAULT = 65536;
@@ -16,6 +22,7 @@ export const Kind = { REQUEST: 1, RESPONSE: 2, PUSH: 3, ERROR: 4 } as const;
 export const Route = {
   SYS_PING: 1,
   AUTH_LOGIN: 2,
+  AUTH_RESUME: 3,
   PLAYER_GET: 10,
   PLAYER_INCR: 11,
   ROOM_JOIN: 20,
@@ -24,6 +31,7 @@ export const Route = {
   ROOM_MESSAGE: 100,
   SYS_KICKED: 101,
   SYS_REDIRECT: 102,
+  SYS_SESSION: 103,
 } as const;
 
 export const Code = {
@@ -62,6 +70,16 @@ export function encodeFrame(kind: number, routeId: number, seq: number, body: Ui
   view.setUint32(8, seq >>> 0, true);
   view.setUint32(12, body.length, true);
   frame.set(body, HEADER_LEN);
+  return frame;
+}
+
+/**
+ * A version-2 REQUEST (section 12): the u64 request key (0 = no key), then the route's body;
+ * body_len counts both.
+ */
+export function encodeKeyedRequest(routeId: number, seq: number, key: bigint, body: Uint8Array = new Uint8Array()): Uint8Array {
+  const frame = encodeFrame(Kind.REQUEST, routeId, seq, concat(encodeU64(key), body));
+  frame[2] = VERSION_KEYED;
   return frame;
 }
 
@@ -209,4 +227,31 @@ export function encodeRedirect(redirect: Redirect): Uint8Array {
   const head = new Uint8Array(4);
   new DataView(head.buffer).setUint32(0, redirect.graceMs, true);
   return concat(head, utf8(redirect.gateway));
+}
+
+// Version 2 (section 12).
+
+/** sys.session: the session's resume token and how long after a lost connection it resumes. */
+export interface Session {
+  token: Uint8Array;
+  windowMs: number;
+}
+
+export function decodeSession(body: Uint8Array): Session {
+  const view = exact(body, RESUME_TOKEN_LEN + 4);
+  return { token: body.slice(0, RESUME_TOKEN_LEN), windowMs: view.getUint32(RESUME_TOKEN_LEN, true) };
+}
+
+export function encodeSession(session: Session): Uint8Array {
+  const window = new Uint8Array(4);
+  new DataView(window.buffer).setUint32(0, session.windowMs, true);
+  return concat(session.token, window);
+}
+
+/** auth.resume's body: the resume token, then the highest push sequence number received. */
+export function encodeResume(token: Uint8Array, lastPushSeq: number): Uint8Array {
+  if (token.length !== RESUME_TOKEN_LEN) throw new RangeError(`a resume token is ${RESUME_TOKEN_LEN} bytes, not ${token.length}`);
+  const seq = new Uint8Array(4);
+  new DataView(seq.buffer).setUint32(0, lastPushSeq >>> 0, true);
+  return concat(token, seq);
 }

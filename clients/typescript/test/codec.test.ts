@@ -20,7 +20,13 @@ test("every frame vector encodes and decodes", () => {
     const body = hexBytes(v.body);
     const frame = hexBytes(v.frame);
     assert.deepEqual(encodeFields(v.fields), body, v.name);
-    assert.deepEqual(p.encodeFrame(kind, route, seq, body), frame, v.name);
+    if (v.version === "2") {
+      // A version-2 REQUEST: the key before the route's body (section 12).
+      const key = BigInt(v.request_key);
+      assert.deepEqual(p.encodeKeyedRequest(route, seq, key, body), frame, v.name);
+      assert.equal(new DataView(frame.buffer, frame.byteOffset).getBigUint64(16, true), key);
+      assert.deepEqual(frame.subarray(24), body);
+    } else assert.deepEqual(p.encodeFrame(kind, route, seq, body), frame, v.name);
     if (kind !== p.Kind.REQUEST) {
       const decoder = new p.FrameDecoder();
       // A byte at a time: a frame cut anywhere decodes once whole.
@@ -31,7 +37,7 @@ test("every frame vector encodes and decodes", () => {
       decoder.feed(frame.subarray(frame.length - 1));
       assert.deepEqual(decoder.frames(), [{ kind, routeId: route, seq, body }], v.name);
       assert.equal(decoder.buffered(), 0);
-    } else {
+    } else if (v.version !== "2") {
       assert.deepEqual(frame.subarray(16), body);
     }
     if (v.kind === "ERROR") {
@@ -52,8 +58,14 @@ test("every frame vector encodes and decodes", () => {
       assert.deepEqual(p.encodeI64(p.decodeI64(body)), body);
     } else if (route === p.Route.PLAYER_INCR) {
       assert.deepEqual(p.encodeI64(BigInt(v.fields.split(" ")[1])), body);
-    } else if (route === p.Route.AUTH_LOGIN && v.kind === "RESPONSE") {
+    } else if ((route === p.Route.AUTH_LOGIN || route === p.Route.AUTH_RESUME) && v.kind === "RESPONSE") {
       assert.equal(p.decodeU64(body), 42n);
+    } else if (route === p.Route.SYS_SESSION) {
+      const session = p.decodeSession(body);
+      assert.equal(session.windowMs, 30000);
+      assert.deepEqual(p.encodeSession(session), body);
+    } else if (route === p.Route.AUTH_RESUME && v.kind === "REQUEST") {
+      assert.deepEqual(p.encodeResume(body.subarray(0, 16), 5), body);
     }
     checked++;
   }

@@ -26,10 +26,6 @@ export function vectors(): Vector[] {
       last = line.slice(0, colon).trim();
       fields[last] = line.slice(colon + 1).trim();
     }
-    // This client speaks protocol version 1: section 12's version-2 frames,
-    // and its bodies of raw bytes (a resume token), wait for its version-2
-    // support.
-    if (fields.version === "2" || (fields.fields ?? "").includes("hex ")) continue;
     out.push(fields);
   }
   if (out.length < 10) throw new Error(`only ${out.length} vectors in ${DOC}`);
@@ -41,11 +37,12 @@ export function hexBytes(text: string): Uint8Array {
   return Uint8Array.from(hex.match(/../g) ?? [], (pair) => parseInt(pair, 16));
 }
 
-/** `u16 3 + utf8 "login first"` as bytes. */
+/** `u16 3 + utf8 "login first"` (and `hex 1011…` for raw bytes) as bytes. */
 export function encodeFields(text: string): Uint8Array {
   const parts: number[] = [];
-  for (const m of text.matchAll(/(u16|u32|u64|i64) (-?\d+)|utf8 "((?:[^"\\]|\\.)*)"/g)) {
-    if (m[1]) {
+  for (const m of text.matchAll(/(u16|u32|u64|i64) (-?\d+)|utf8 "((?:[^"\\]|\\.)*)"|hex ([0-9a-f]+)/g)) {
+    if (m[4]) parts.push(...hexBytes(m[4]));
+    else if (m[1]) {
       const size = { u16: 2, u32: 4, u64: 8, i64: 8 }[m[1] as "u16"];
       const view = new DataView(new ArrayBuffer(size));
       if (m[1] === "u16") view.setUint16(0, Number(m[2]), true);

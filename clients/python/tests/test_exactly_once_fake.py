@@ -1,0 +1,378 @@
+"""The client against scripted servers on loopback, speaking the frames of
+docs/protocol.md section 12 as a routerd that serves them would (and as one
+that does not): version-2 logins and the fallback to version 1, request
+keys, retries with the same key, and resuming a session."""
+
+from __future__ import annotations
+
+import asyncio
+import unittest
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from routerd_client import Backoff, Client, ConnectionLost, Retry, RoomMessage, ServerError
+from routerd_client import protocol as p
+
+#: Fast retries and reconnects, so a test spends its time on the script.
+FAST = {"retry": Retry(0.005, 0.02, 2.0), "reconnect": Backoff(0.005, 0.02, 20)}
+TOKEN = bytes(range(0x10, 0x20))
+
+
+@dataclass
+class Request:
+    """A REQUEST as the server reads it: the key split off a version-2 body."""
+
+    version: int
+    route_id: int
+    seq: int
+    key: int
+    body: bytes
+
+
+class Peer:
+    """One accepted connection, read frame by frame."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    async def next(self) -> Request | None:
+        try:
+            header = await self.reader.readexactly(16)
+            body = await self.reader.readexactly(int.from_bytes(header[12:16], "little"))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+        version, key = header[2], 0
+        if version == p.VERSION_KEYED:
+            key, body = int.from_bytes(body[:8], "little"), body[8:]
+        return Request(version, int.from_bytes(header[4:8], "little"), int.from_bytes(header[8:12], "little"), key, body)
+
+    async def expect(self, route_id: int, version: int) -> Request:
+        request = await self.next()
+        assert request is not None, f"the client closed where route {route_id} was due"
+        assert (request.route_id, request.version) == (route_id, version), request
+        return request
+
+    def answer(self, request: Request, body: bytes) -> None:
+        self.writer.write(p.encode_frame(p.Kind.RESPONSE, request.route_id, request.seq, body))
+
+    def refuse(self, request: Request, code: int, reason: str) -> None:
+        self.writer.write(p.encode_frame(p.Kind.ERROR, request.route_id, request.seq, p.encode_error(code, reason)))
+
+    def push(self, route_id: int, seq: int, body: bytes) -> None:
+        self.writer.write(p.encode_frame(p.Kind.PUSH, route_id, seq, body))
+
+    def say(self, seq: int, text: str) -> None:
+        self.push(p.Route.ROOM_MESSAGE, seq, p.encode_room_message(RoomMessage(7, 42, text)))
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+Script = Callable[[Peer], Awaitable[None]]
+
+
+async def login(peer: Peer, version: int = 2) -> Request:
+    request = await peer.expect(p.Route.AUTH_LOGIN, version)
+    assert request.key == 0, "a login carries no key"
+    peer.answer(request, p.encode_u64(42))
+    return request
+
+
+class ExactlyOnce(unittest.IsolatedAsyncioTestCase):
+    async def serve(self, *scripts: Script) -> str:
+        """A server whose n-th connection runs scripts[n] (a connection past
+        them is closed at once); every script must finish by the test's end."""
+        queue = list(scripts)
+        self.runs: list[asyncio.Task[None]] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if not queue:
+                writer.close()
+                return
+            script = queue.pop(0)
+            task = asyncio.current_task()
+            assert task is not None
+            self.runs.append(task)  # type: ignore[arg-type]
+            try:
+                await script(Peer(reader, writer))
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        self.addAsyncCleanup(server.wait_closed)
+        self.addCleanup(server.close)
+        return "tcp://127.0.0.1:%d" % server.sockets[0].getsockname()[1]
+
+    async def scripts_done(self, count: int) -> None:
+        while len(self.runs) < count:
+            await asyncio.sleep(0.005)
+        await asyncio.wait_for(asyncio.gather(*self.runs), 5)
+
+    async def until(self, check: Callable[[], bool]) -> None:
+        async def wait() -> None:
+            while not check():
+                await asyncio.sleep(0.005)
+
+        await asyncio.wait_for(wait(), 5)
+
+    async def test_a_keyed_call_is_sent_again_with_its_key_and_body_reads_go_unkeyed(self) -> None:
+        keys: list[int] = []
+
+        async def script(peer: Peer) -> None:
+            await login(peer)
+            for code, reason in [(7, "player unavailable"), (8, "no answer in time"), (6, "too many in-flight requests")]:
+                attempt = await peer.expect(p.Route.PLAYER_INCR, 2)
+                keys.append(attempt.key)
+                assert attempt.body == p.encode_i64(5)
+                peer.refuse(attempt, code, reason)
+            last = await peer.expect(p.Route.PLAYER_INCR, 2)
+            keys.append(last.key)
+            peer.answer(last, p.encode_i64(5))
+            # A read runs again harmlessly: no key, version 1.
+            peer.answer(await peer.expect(p.Route.PLAYER_GET, 1), p.encode_i64(5))
+            # A refusal is the call's answer at once.
+            peer.refuse(await peer.expect(p.Route.ROOM_SAY, 2), 5, "not a member of room 7")
+            following = await peer.expect(p.Route.PLAYER_INCR, 2)
+            assert following.key != keys[0], "every call its own key"
+            peer.answer(following, p.encode_i64(6))
+            await peer.next()
+
+        client = await Client.connect(await self.serve(script), "t", **FAST)
+        self.assertEqual(client.protocol_version, 2)
+        self.assertEqual(await client.player_incr(5), 5)
+        self.assertEqual(len(keys), 4)
+        self.assertNotEqual(keys[0], 0)
+        self.assertEqual(set(keys), {keys[0]}, "one key for every attempt")
+        self.assertEqual(await client.player_get(), 5)
+        with self.assertRaises(ServerError) as refused:
+            await client.room_say(7, "hi")
+        self.assertEqual(refused.exception.code, 5)
+        self.assertEqual(await client.player_incr(1), 6)
+        await client.close()
+        await self.scripts_done(1)
+
+    async def test_a_keyed_call_gives_up_at_its_deadline_with_the_last_failure(self) -> None:
+        attempts = 0
+
+        async def script(peer: Peer) -> None:
+            nonlocal attempts
+            await login(peer)
+            while (request := await peer.next()) is not None:
+                attempts += 1
+                peer.refuse(request, 7, "player unavailable")
+
+        client = await Client.connect(await self.serve(script), "t", **FAST)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with self.assertRaises(ServerError) as failed:
+            await client.player_incr(1, timeout_s=1.0)
+        self.assertEqual(failed.exception.code, 7)
+        self.assertLess(loop.time() - started, 3.0)
+        self.assertGreaterEqual(attempts, 2)
+        await client.close()
+
+    async def test_a_client_side_timeout_is_retried_with_the_same_key_on_the_same_connection(self) -> None:
+        async def script(peer: Peer) -> None:
+            await login(peer)
+            first = await peer.expect(p.Route.PLAYER_INCR, 2)
+            # Every later attempt (more than one on a slow machine) is
+            # answered, as a server that remembers the key would.
+            while (again := await peer.next()) is not None:
+                assert (again.route_id, again.key) == (p.Route.PLAYER_INCR, first.key)
+                assert again.seq != first.seq, "the first seq stays taken"
+                peer.answer(again, p.encode_i64(3))
+
+        client = await Client.connect(await self.serve(script), "t", **{**FAST, "retry": Retry(0.005, 0.02, 0.1)})
+        self.assertEqual(await client.player_incr(3), 3)
+        await client.close()
+        await self.scripts_done(1)
+
+    async def test_a_lost_connection_sends_the_call_again_after_a_fresh_login(self) -> None:
+        keys: list[int] = []
+
+        async def first(peer: Peer) -> None:
+            await login(peer)
+            keys.append((await peer.expect(p.Route.PLAYER_INCR, 2)).key)
+
+        async def second(peer: Peer) -> None:
+            await login(peer)
+            again = await peer.expect(p.Route.PLAYER_INCR, 2)
+            assert (again.key, again.body) == (keys[0], p.encode_i64(2))
+            peer.answer(again, p.encode_i64(2))
+            await peer.next()
+
+        client = await Client.connect(await self.serve(first, second), "t", **FAST)
+        events: list[str] = []
+        client.on("resumed", lambda _: events.append("resumed"))
+        client.on("reconnected", lambda _: events.append("reconnected"))
+        self.assertEqual(await client.player_incr(2), 2)
+        self.assertEqual(events, ["reconnected"])
+        await client.close()
+        await self.scripts_done(2)
+
+    async def test_a_server_that_closes_at_a_version_2_login_gets_a_version_1_one(self) -> None:
+        async def old(peer: Peer) -> None:
+            request = await peer.next()
+            assert request is not None and request.version == 2
+            peer.writer.write(p.encode_frame(p.Kind.ERROR, 0, 0, p.encode_error(5, "unsupported version 2")))
+
+        async def in_version_1(peer: Peer) -> None:
+            await login(peer, 1)
+            await peer.expect(p.Route.PLAYER_INCR, 1)
+
+        async def again(peer: Peer) -> None:
+            await login(peer, 1)
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"ok")
+            await peer.next()
+
+        client = await Client.connect(await self.serve(old, in_version_1, again), "t", **FAST)
+        self.assertEqual(client.protocol_version, 1)
+        # Sent without a key, so sending it again could count twice: the
+        # caller gets the failure.
+        with self.assertRaises(ConnectionLost):
+            await client.player_incr(1)
+        self.assertEqual(await client.ping(b"ok"), b"ok")
+        await client.close()
+        await self.scripts_done(3)
+
+    async def test_exactly_once_false_speaks_version_1_and_raises_every_failure(self) -> None:
+        async def script(peer: Peer) -> None:
+            await login(peer, 1)
+            peer.refuse(await peer.expect(p.Route.PLAYER_INCR, 1), 7, "player unavailable")
+            await peer.next()
+
+        client = await Client.connect(await self.serve(script), "t", exactly_once=False)
+        self.assertEqual(client.protocol_version, 1)
+        with self.assertRaises(ServerError) as failed:
+            await client.player_incr(1)
+        self.assertEqual(failed.exception.code, 7)
+        await client.close()
+        await self.scripts_done(1)
+
+    async def test_resume_delivers_pushes_once_in_order_and_resends_the_call_in_flight(self) -> None:
+        keys: list[int] = []
+
+        async def first(peer: Peer) -> None:
+            await login(peer)
+            peer.push(p.Route.SYS_SESSION, 0, p.encode_session(p.Session(TOKEN, 30000)))
+            # Pushes once the client listens for them.
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"")
+            for seq in (1, 2, 3):
+                peer.say(seq, f"m{seq}")
+            keys.append((await peer.expect(p.Route.PLAYER_INCR, 2)).key)
+
+        async def second(peer: Peer) -> None:
+            resume = await peer.expect(p.Route.AUTH_RESUME, 2)
+            assert resume.body == p.encode_resume(TOKEN, 3), resume
+            peer.answer(resume, p.encode_u64(42))
+            # The third again (a server may repeat what it is not sure
+            # arrived), then the missed ones.
+            for seq in (3, 4, 5):
+                peer.say(seq, f"m{seq}")
+            again = await peer.expect(p.Route.PLAYER_INCR, 2)
+            assert again.key == keys[0]
+            peer.answer(again, p.encode_i64(9))
+            await peer.next()
+
+        client = await Client.connect(await self.serve(first, second), "t", **FAST)
+        texts: list[str] = []
+        events: list[str] = []
+        routes: list[int] = []
+        client.on("room_message", lambda m: texts.append(m.text))
+        client.on("resumed", lambda _: events.append("resumed"))
+        client.on("resume_failed", lambda reason: events.append(f"failed: {reason}"))
+        client.on("push", lambda frame: routes.append(frame.route_id))
+        await client.ping()
+        await self.until(lambda: len(texts) == 3)
+        self.assertEqual(await client.player_incr(9), 9)
+        await self.until(lambda: len(texts) >= 5)
+        self.assertEqual(texts, ["m1", "m2", "m3", "m4", "m5"])
+        self.assertEqual(events, ["resumed"])
+        self.assertNotIn(p.Route.SYS_SESSION, routes, "the token stays in the client")
+        await client.close()
+        await self.scripts_done(2)
+
+    async def test_resume_refused_logs_in_afresh_and_says_pushes_may_be_lost(self) -> None:
+        keys: list[int] = []
+
+        async def first(peer: Peer) -> None:
+            await login(peer)
+            peer.push(p.Route.SYS_SESSION, 0, p.encode_session(p.Session(TOKEN, 30000)))
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"")
+            peer.say(1, "before")
+            keys.append((await peer.expect(p.Route.PLAYER_INCR, 2)).key)
+
+        async def second(peer: Peer) -> None:
+            peer.refuse(await peer.expect(p.Route.AUTH_RESUME, 2), 4, "resume window expired")
+            again = await login(peer)
+            assert again.body == b"the player's token"
+            peer.push(p.Route.SYS_SESSION, 0, p.encode_session(p.Session(bytes(b ^ 0xFF for b in TOKEN), 30000)))
+            retried = await peer.expect(p.Route.PLAYER_INCR, 2)
+            assert retried.key == keys[0]
+            peer.answer(retried, p.encode_i64(1))
+            # The new session numbers its pushes from 1 again.
+            peer.say(1, "after")
+            await peer.next()
+
+        client = await Client.connect(await self.serve(first, second), "the player's token", **FAST)
+        texts: list[str] = []
+        failures: list[str] = []
+        client.on("room_message", lambda m: texts.append(m.text))
+        client.on("resume_failed", failures.append)
+        await client.ping()
+        await self.until(lambda: len(texts) == 1)
+        self.assertEqual(await client.player_incr(1), 1)
+        await self.until(lambda: len(texts) == 2)
+        self.assertEqual(texts, ["before", "after"])
+        self.assertEqual(failures, ["resume window expired"])
+        await client.close()
+        await self.scripts_done(2)
+
+    async def test_a_kicked_session_is_not_resumed_the_reconnect_logs_in(self) -> None:
+        async def first(peer: Peer) -> None:
+            await login(peer)
+            peer.push(p.Route.SYS_SESSION, 0, p.encode_session(p.Session(TOKEN, 30000)))
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"")
+            peer.push(p.Route.SYS_KICKED, 1, b"token expired")
+
+        async def second(peer: Peer) -> None:
+            assert (await login(peer)).body == b"fresh"
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"")
+            await peer.next()
+
+        client = await Client.connect(await self.serve(first, second), lambda: "fresh", **FAST)
+        reconnected = asyncio.Event()
+        client.on("reconnected", lambda _: reconnected.set())
+        await client.ping()
+        await asyncio.wait_for(reconnected.wait(), 5)
+        await client.ping()
+        await client.close()
+        await self.scripts_done(2)
+
+    async def test_a_retrys_refusal_is_the_answer_and_close_reports_the_lost_connection(self) -> None:
+        async def first(peer: Peer) -> None:
+            await login(peer)
+            await peer.expect(p.Route.PLAYER_INCR, 2)
+
+        async def second(peer: Peer) -> None:
+            await login(peer)
+            peer.refuse(await peer.expect(p.Route.PLAYER_INCR, 2), 5, "counter would overflow")
+            await peer.expect(p.Route.PLAYER_INCR, 2)
+
+        client = await Client.connect(await self.serve(first, second), "t", **FAST)
+        with self.assertRaises(ServerError) as refused:
+            await client.player_incr(1)
+        self.assertEqual(refused.exception.code, 5)
+        # The next call's connection is lost and no server takes the
+        # reconnect; the caller closes: "maybe applied", not NotSent.
+        lost = asyncio.ensure_future(client.player_incr(1))
+        await asyncio.sleep(0.1)
+        await client.close()
+        with self.assertRaises(ConnectionLost):
+            await lost
+        await self.scripts_done(2)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,402 @@
+// The client against scripted servers on loopback, speaking the frames of docs/protocol.md
+// section 12 as a routerd that serves them would (and as one that does not): version-2 logins and
+// the fallback to version 1, request keys, retries with the same key, and resuming a session.
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer, Server, Socket } from "node:net";
+
+import * as p from "../src/protocol.js";
+import { connect, ConnectionLost, RoomMessage, ServerError } from "../src/node.js";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Fast retries and reconnects, so a test spends its time on the script. */
+const FAST = { retry: { baseDelayMs: 5, maxDelayMs: 20, attemptTimeoutMs: 2000 }, reconnect: { baseDelayMs: 5, maxDelayMs: 20, attemptsMax: 20 } };
+const TOKEN = new Uint8Array(16).map((_, i) => 0x10 + i);
+
+/** A REQUEST as the server reads it: the key split off a version-2 body. */
+interface Request {
+  version: number;
+  routeId: number;
+  seq: number;
+  key: bigint;
+  body: Uint8Array;
+}
+
+/** One accepted connection, read frame by frame. */
+class Peer {
+  private buffer = new Uint8Array(0);
+  private wake: (() => void) | null = null;
+  private ended = false;
+
+  constructor(readonly socket: Socket) {
+    socket.on("data", (data: Buffer) => {
+      const grown = new Uint8Array(this.buffer.length + data.length);
+      grown.set(this.buffer);
+      grown.set(data, this.buffer.length);
+      this.buffer = grown;
+      this.wake?.();
+    });
+    socket.on("close", () => {
+      this.ended = true;
+      this.wake?.();
+    });
+    socket.on("error", () => {});
+  }
+
+  /** The next REQUEST, or null once the client closed. */
+  async next(): Promise<Request | null> {
+    for (;;) {
+      if (this.buffer.length >= 16) {
+        const view = new DataView(this.buffer.buffer, this.buffer.byteOffset);
+        const length = view.getUint32(12, true);
+        if (this.buffer.length >= 16 + length) {
+          const version = this.buffer[2];
+          const body = this.buffer.slice(16, 16 + length);
+          const request = { version, routeId: view.getUint32(4, true), seq: view.getUint32(8, true), key: 0n, body };
+          this.buffer = this.buffer.slice(16 + length);
+          if (version === 2) {
+            request.key = new DataView(body.buffer).getBigUint64(0, true);
+            request.body = body.slice(8);
+          }
+          return request;
+        }
+      }
+      if (this.ended) return null;
+      await new Promise<void>((resolve) => (this.wake = resolve));
+      this.wake = null;
+    }
+  }
+
+  async expect(routeId: number, version: number): Promise<Request> {
+    const request = await this.next();
+    assert.ok(request !== null, `the client closed where route ${routeId} was due`);
+    assert.deepEqual([request.routeId, request.version], [routeId, version], "route and version");
+    return request;
+  }
+
+  answer(request: Request, body: Uint8Array): void {
+    this.socket.write(p.encodeFrame(p.Kind.RESPONSE, request.routeId, request.seq, body));
+  }
+
+  refuse(request: Request, code: number, reason: string): void {
+    this.socket.write(p.encodeFrame(p.Kind.ERROR, request.routeId, request.seq, p.encodeError(code, reason)));
+  }
+
+  push(routeId: number, seq: number, body: Uint8Array): void {
+    this.socket.write(p.encodeFrame(p.Kind.PUSH, routeId, seq, body));
+  }
+
+  say(seq: number, text: string): void {
+    this.push(p.Route.ROOM_MESSAGE, seq, p.encodeRoomMessage({ roomId: 7n, fromPlayerId: 42n, text }));
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}
+
+/** A server whose n-th connection runs scripts[n]; a connection past the scripts is closed at once. */
+async function serve(...scripts: Array<(peer: Peer) => Promise<void>>): Promise<{ url: string; server: Server; done: Promise<void> }> {
+  let accepted = 0;
+  const finished: Array<Promise<void>> = [];
+  let allDone: () => void = () => {};
+  const done = new Promise<void>((resolve) => (allDone = resolve));
+  const server = createServer((socket) => {
+    const script = scripts[accepted++];
+    if (script === undefined) return void socket.destroy();
+    const peer = new Peer(socket);
+    finished.push(script(peer));
+    if (finished.length === scripts.length) void Promise.all(finished).then(allDone);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { url: `tcp://127.0.0.1:${(server.address() as { port: number }).port}`, server, done };
+}
+
+async function login(peer: Peer, version = 2): Promise<Request> {
+  const request = await peer.expect(p.Route.AUTH_LOGIN, version);
+  if (version === 2) assert.equal(request.key, 0n, "a login carries no key");
+  peer.answer(request, p.encodeU64(42));
+  return request;
+}
+
+test("a keyed call is sent again with its key and body after UNAVAILABLE, TIMEOUT and OVERLOADED; reads go unkeyed", async () => {
+  const keys: bigint[] = [];
+  const { url, server, done } = await serve(async (peer) => {
+    await login(peer);
+    for (const [code, reason] of [[7, "player unavailable"], [8, "no answer in time"], [6, "too many in-flight requests"]] as const) {
+      const attempt = await peer.expect(p.Route.PLAYER_INCR, 2);
+      keys.push(attempt.key);
+      assert.deepEqual(attempt.body, p.encodeI64(5));
+      peer.refuse(attempt, code, reason);
+    }
+    const last = await peer.expect(p.Route.PLAYER_INCR, 2);
+    keys.push(last.key);
+    peer.answer(last, p.encodeI64(5));
+    // A read runs again harmlessly: no key, version 1.
+    peer.answer(await peer.expect(p.Route.PLAYER_GET, 1), p.encodeI64(5));
+    // A refusal is the call's answer at once.
+    const say = await peer.expect(p.Route.ROOM_SAY, 2);
+    peer.refuse(say, 5, "not a member of room 7");
+    const next = await peer.expect(p.Route.PLAYER_INCR, 2);
+    assert.notEqual(next.key, keys[0], "every call its own key");
+    peer.answer(next, p.encodeI64(6));
+    await peer.next();
+  });
+  const client = await connect(url, "t", FAST);
+  assert.equal(client.protocolVersion, 2);
+  assert.equal(await client.playerIncr(5), 5n);
+  assert.equal(keys.length, 4);
+  assert.ok(keys[0] !== 0n && keys.every((key) => key === keys[0]), "one key for every attempt");
+  assert.equal(await client.playerGet(), 5n);
+  const refused = await client.roomSay(7, "hi").catch((e: ServerError) => e);
+  assert.ok(refused instanceof ServerError && refused.code === 5);
+  assert.equal(await client.playerIncr(1), 6n);
+  client.close();
+  await done;
+  server.close();
+});
+
+test("a keyed call gives up at its deadline with the last failure", async () => {
+  let attempts = 0;
+  const { url, server } = await serve(async (peer) => {
+    await login(peer);
+    for (let request = await peer.next(); request !== null; request = await peer.next()) {
+      attempts += 1;
+      peer.refuse(request, 7, "player unavailable");
+    }
+  });
+  const client = await connect(url, "t", FAST);
+  const started = Date.now();
+  const failed = await client.playerIncr(1, { timeoutMs: 1000 }).catch((e: ServerError) => e);
+  assert.ok(failed instanceof ServerError && failed.code === 7, String(failed));
+  assert.ok(Date.now() - started < 3000);
+  assert.ok(attempts >= 2, `${attempts} attempts`);
+  client.close();
+  server.close();
+});
+
+test("a client-side timeout is retried with the same key on the same connection", async () => {
+  const { url, server, done } = await serve(async (peer) => {
+    await login(peer);
+    const first = await peer.expect(p.Route.PLAYER_INCR, 2);
+    // Every later attempt (more than one on a slow machine) is answered, as a server that
+    // remembers the key would.
+    for (let again = await peer.next(); again !== null; again = await peer.next()) {
+      assert.deepEqual([again.routeId, again.key], [p.Route.PLAYER_INCR, first.key]);
+      assert.notEqual(again.seq, first.seq, "the first seq stays taken");
+      peer.answer(again, p.encodeI64(3));
+    }
+  });
+  const client = await connect(url, "t", { ...FAST, retry: { ...FAST.retry, attemptTimeoutMs: 100 } });
+  assert.equal(await client.playerIncr(3), 3n);
+  client.close();
+  await done;
+  server.close();
+});
+
+test("a lost connection: the call is sent again with its key after a fresh login (no resume token)", async () => {
+  let key = 0n;
+  const { url, server, done } = await serve(
+    async (peer) => {
+      await login(peer);
+      key = (await peer.expect(p.Route.PLAYER_INCR, 2)).key;
+      peer.close();
+    },
+    async (peer) => {
+      await login(peer);
+      const again = await peer.expect(p.Route.PLAYER_INCR, 2);
+      assert.equal(again.key, key);
+      assert.deepEqual(again.body, p.encodeI64(2));
+      peer.answer(again, p.encodeI64(2));
+      await peer.next();
+    },
+  );
+  const client = await connect(url, "t", FAST);
+  const events: string[] = [];
+  client.on("resumed", () => events.push("resumed"));
+  client.on("reconnected", () => events.push("reconnected"));
+  assert.equal(await client.playerIncr(2), 2n);
+  assert.deepEqual(events, ["reconnected"]);
+  client.close();
+  await done;
+  server.close();
+});
+
+test("a server that closes at a version-2 login gets a version-1 one, and no keyed resend", async () => {
+  const { url, server, done } = await serve(
+    async (peer) => {
+      const request = await peer.next();
+      assert.equal(request?.version, 2);
+      peer.socket.write(p.encodeFrame(p.Kind.ERROR, 0, 0, p.encodeError(5, "unsupported version 2")));
+      peer.close();
+    },
+    async (peer) => {
+      await login(peer, 1);
+      await peer.expect(p.Route.PLAYER_INCR, 1);
+      peer.close();
+    },
+    async (peer) => {
+      await login(peer, 1);
+      peer.answer(await peer.expect(p.Route.SYS_PING, 1), p.utf8("ok"));
+      await peer.next();
+    },
+  );
+  const client = await connect(url, "t", FAST);
+  assert.equal(client.protocolVersion, 1);
+  // Sent without a key, so sending it again could count twice: the caller gets the failure.
+  await assert.rejects(client.playerIncr(1), ConnectionLost);
+  assert.equal(p.fromUtf8(await client.ping(p.utf8("ok"))), "ok");
+  client.close();
+  await done;
+  server.close();
+});
+
+test("exactlyOnce: false speaks version 1 and returns every failure", async () => {
+  const { url, server, done } = await serve(async (peer) => {
+    await login(peer, 1);
+    peer.refuse(await peer.expect(p.Route.PLAYER_INCR, 1), 7, "player unavailable");
+    await peer.next();
+  });
+  const client = await connect(url, "t", { exactlyOnce: false });
+  assert.equal(client.protocolVersion, 1);
+  const failed = await client.playerIncr(1).catch((e: ServerError) => e);
+  assert.ok(failed instanceof ServerError && failed.code === 7);
+  client.close();
+  await done;
+  server.close();
+});
+
+test("resume: pushes arrive once and in order, and the call in flight is sent again with its key", async () => {
+  let key = 0n;
+  const { url, server, done } = await serve(
+    async (peer) => {
+      await login(peer);
+      peer.push(p.Route.SYS_SESSION, 0, p.encodeSession({ token: TOKEN, windowMs: 30000 }));
+      // Pushes once the client listens for them.
+      peer.answer(await peer.expect(p.Route.SYS_PING, 1), new Uint8Array());
+      for (const seq of [1, 2, 3]) peer.say(seq, `m${seq}`);
+      key = (await peer.expect(p.Route.PLAYER_INCR, 2)).key;
+      peer.close();
+    },
+    async (peer) => {
+      const resume = await peer.expect(p.Route.AUTH_RESUME, 2);
+      assert.deepEqual(resume.body, p.encodeResume(TOKEN, 3));
+      peer.answer(resume, p.encodeU64(42));
+      // The third again (a server may repeat what it is not sure arrived), then the missed ones.
+      for (const seq of [3, 4, 5]) peer.say(seq, `m${seq}`);
+      const again = await peer.expect(p.Route.PLAYER_INCR, 2);
+      assert.equal(again.key, key);
+      peer.answer(again, p.encodeI64(9));
+      await peer.next();
+    },
+  );
+  const client = await connect(url, "t", FAST);
+  const texts: string[] = [];
+  const events: string[] = [];
+  client.on("room_message", (message: RoomMessage) => texts.push(message.text));
+  client.on("resumed", () => events.push("resumed"));
+  client.on("resume_failed", (reason) => events.push(`failed: ${reason}`));
+  client.on("push", (frame) => assert.notEqual(frame.routeId, p.Route.SYS_SESSION, "the token stays in the client"));
+  await client.ping();
+  while (texts.length < 3) await sleep(5);
+  assert.equal(await client.playerIncr(9), 9n);
+  while (texts.length < 5) await sleep(5);
+  assert.deepEqual(texts, ["m1", "m2", "m3", "m4", "m5"]);
+  assert.deepEqual(events, ["resumed"]);
+  client.close();
+  await done;
+  server.close();
+});
+
+test("resume refused: the client logs in afresh with its credentials and says pushes may be lost", async () => {
+  let key = 0n;
+  const { url, server, done } = await serve(
+    async (peer) => {
+      await login(peer);
+      peer.push(p.Route.SYS_SESSION, 0, p.encodeSession({ token: TOKEN, windowMs: 30000 }));
+      peer.answer(await peer.expect(p.Route.SYS_PING, 1), new Uint8Array());
+      peer.say(1, "before");
+      key = (await peer.expect(p.Route.PLAYER_INCR, 2)).key;
+      peer.close();
+    },
+    async (peer) => {
+      const resume = await peer.expect(p.Route.AUTH_RESUME, 2);
+      peer.refuse(resume, 4, "resume window expired");
+      const again = await login(peer);
+      assert.equal(p.fromUtf8(again.body), "the player's token");
+      peer.push(p.Route.SYS_SESSION, 0, p.encodeSession({ token: TOKEN.map((b) => b ^ 0xff), windowMs: 30000 }));
+      const retried = await peer.expect(p.Route.PLAYER_INCR, 2);
+      assert.equal(retried.key, key);
+      peer.answer(retried, p.encodeI64(1));
+      // The new session numbers its pushes from 1 again.
+      peer.say(1, "after");
+      await peer.next();
+    },
+  );
+  const client = await connect(url, "the player's token", FAST);
+  const texts: string[] = [];
+  const failures: string[] = [];
+  client.on("room_message", (message: RoomMessage) => texts.push(message.text));
+  client.on("resume_failed", (reason) => failures.push(reason));
+  await client.ping();
+  while (texts.length < 1) await sleep(5);
+  assert.equal(await client.playerIncr(1), 1n);
+  while (texts.length < 2) await sleep(5);
+  assert.deepEqual(texts, ["before", "after"]);
+  assert.deepEqual(failures, ["resume window expired"]);
+  client.close();
+  await done;
+  server.close();
+});
+
+test("a kicked session is not resumed: the reconnect with a fresh token logs in", async () => {
+  const { url, server, done } = await serve(
+    async (peer) => {
+      await login(peer);
+      peer.push(p.Route.SYS_SESSION, 0, p.encodeSession({ token: TOKEN, windowMs: 30000 }));
+      peer.answer(await peer.expect(p.Route.SYS_PING, 1), new Uint8Array());
+      peer.push(p.Route.SYS_KICKED, 1, p.utf8("token expired"));
+      peer.close();
+    },
+    async (peer) => {
+      assert.equal(p.fromUtf8((await login(peer)).body), "fresh");
+      peer.answer(await peer.expect(p.Route.SYS_PING, 1), new Uint8Array());
+      await peer.next();
+    },
+  );
+  const client = await connect(url, () => "fresh", FAST);
+  const reconnected = new Promise((resolve) => client.on("reconnected", resolve));
+  await client.ping();
+  await reconnected;
+  await client.ping();
+  client.close();
+  await done;
+  server.close();
+});
+
+test("a retry's refusal is the call's answer; a retry cut short by close() reports the lost connection, not NotSent", async () => {
+  const { url, server, done } = await serve(
+    async (peer) => {
+      await login(peer);
+      await peer.expect(p.Route.PLAYER_INCR, 2);
+      peer.close();
+    },
+    async (peer) => {
+      await login(peer);
+      peer.refuse(await peer.expect(p.Route.PLAYER_INCR, 2), 5, "counter would overflow");
+      await peer.expect(p.Route.PLAYER_INCR, 2);
+      peer.close();
+    },
+  );
+  const client = await connect(url, "t", FAST);
+  const refused = await client.playerIncr(1).catch((e: ServerError) => e);
+  assert.ok(refused instanceof ServerError && refused.code === 5, String(refused));
+  // The next call's connection is lost and no server takes the reconnect; the caller closes.
+  const lost = client.playerIncr(1).catch((e: Error) => e);
+  await sleep(100);
+  client.close();
+  assert.ok((await lost) instanceof ConnectionLost, String(await lost));
+  await done;
+  server.close();
+});
