@@ -168,6 +168,13 @@ pub(crate) struct Transferring {
     pub shipped_state: Vec<u8>,
 }
 
+/// The most bytes an entry takes. A core's entries are a hash table's
+/// slots, and the table has more slots than entries (16,384 for 10,000
+/// players), each as large as an entry: every 8 bytes here is about 13
+/// bytes a player.
+const ENTRY_BYTES_MAX: usize = 248;
+const _: () = assert!(std::mem::size_of::<Entry>() <= ENTRY_BYTES_MAX);
+
 pub(crate) struct Entry {
     pub owner_node: NodeId,
     /// The incarnation of `owner_node` the route names (0: none or unknown).
@@ -185,9 +192,13 @@ pub(crate) struct Entry {
     pub last_refresh_ms: Option<u64>,
     pub last_access_ms: u64,
     pub object: Option<Writable>,
-    pub io: Option<Io>,
+    /// Boxed: an object has IO in flight only while it is read or
+    /// written, and an `Io` inline made every entry 64 bytes larger.
+    pub io: Option<Box<Io>>,
     pub io_waiters: VecDeque<Waiter>,
-    pub transferring: Option<Transferring>,
+    /// Boxed, as is `write_in_flight`: every owned object has an entry, and
+    /// only one being handed off has a transfer (see `ENTRY_BYTES_MAX`).
+    pub transferring: Option<Box<Transferring>>,
     /// A transfer asked for while IO was in flight, started after it.
     pub queued_transfer: Option<(NodeId, bool)>,
     /// EAGAIN retries of the current pull.
@@ -200,7 +211,7 @@ pub(crate) struct Entry {
     /// until an outcome settles them all, up to `UNKNOWN_WRITES_MAX`.
     pub unknown_writes: Vec<WriteFingerprint>,
     /// The write `begin_write` started, until its answer.
-    pub write_in_flight: Option<WriteFingerprint>,
+    pub write_in_flight: Option<Box<WriteFingerprint>>,
     /// Failed or unknown writes of the copy since its last applied one:
     /// the retry waits longer each time (`save_retry_after_ms`).
     pub write_retries: u32,
@@ -289,7 +300,7 @@ impl Entry {
         state: Vec<u8>,
         io: impl FnOnce(PendingWrite) -> Io,
     ) -> RecordWrite {
-        self.io = Some(io(pending));
+        self.io = Some(Box::new(io(pending)));
         let write = RecordWrite {
             key,
             condition,
@@ -299,7 +310,7 @@ impl Entry {
             save_timepoint_ms: pending.save_timepoint_ms,
             state,
         };
-        self.write_in_flight = Some(WriteFingerprint::of(&write));
+        self.write_in_flight = Some(Box::new(WriteFingerprint::of(&write)));
         write
     }
 
@@ -318,7 +329,7 @@ impl Entry {
     /// Writes remembered for an older record version are forgotten: the
     /// entry has seen the record move past the version they would leave.
     pub(crate) fn write_unknown(&mut self) {
-        let Some(write) = self.write_in_flight.take() else {
+        let Some(write) = self.write_in_flight.take().map(|write| *write) else {
             return;
         };
         let one_slot = mutant::active(Mutant::UnknownWriteOneSlot);
@@ -348,8 +359,8 @@ impl Entry {
     /// flight: an own write of unknown outcome with the same owner, route
     /// and state, so the record is what this one would leave.
     pub(crate) fn retried_write_left(&self, record: &RouteRecord) -> bool {
-        match (self.own_write_left(record), self.write_in_flight) {
-            (Some(earlier), Some(now)) => earlier.same_content(&now),
+        match (self.own_write_left(record), self.write_in_flight.as_deref()) {
+            (Some(earlier), Some(now)) => earlier.same_content(now),
             _ => false,
         }
     }
@@ -513,7 +524,7 @@ impl Entry {
                 );
             }
         }
-        if let Some(io) = self.io.as_ref() {
+        if let Some(io) = self.io.as_deref() {
             if let Some(needs_copy) = io.needs_copy() {
                 assert_eq!(
                     needs_copy,
