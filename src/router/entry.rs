@@ -23,8 +23,10 @@ pub(crate) struct Manager {
 /// keys come from the core's seeded generator: clients choose object ids
 /// (a room's id is in the request), so the hash must be one they cannot
 /// predict, and a simulated core must iterate in the same order on every
-/// run of one seed.
-pub(crate) type Entries = hashbrown::HashMap<ObjectKey, Entry, ahash::RandomState>;
+/// run of one seed. Entries are boxed: the table has more slots than
+/// entries (16,384 for 10,000 players), each as large as what it holds,
+/// so an inline entry made every empty slot an entry's size too.
+pub(crate) type Entries = hashbrown::HashMap<ObjectKey, Box<Entry>, ahash::RandomState>;
 
 /// A request waiting in an entry's queue, with its repair count.
 pub(crate) struct Waiter {
@@ -168,10 +170,8 @@ pub(crate) struct Transferring {
     pub shipped_state: Vec<u8>,
 }
 
-/// The most bytes an entry takes. A core's entries are a hash table's
-/// slots, and the table has more slots than entries (16,384 for 10,000
-/// players), each as large as an entry: every 8 bytes here is about 13
-/// bytes a player.
+/// The most bytes an entry takes: every owned object has one, and 256 is
+/// an allocator size class (the next is 320).
 const ENTRY_BYTES_MAX: usize = 248;
 const _: () = assert!(std::mem::size_of::<Entry>() <= ENTRY_BYTES_MAX);
 
