@@ -175,6 +175,18 @@ pub(crate) struct Transferring {
 const ENTRY_BYTES_MAX: usize = 248;
 const _: () = assert!(std::mem::size_of::<Entry>() <= ENTRY_BYTES_MAX);
 
+/// The bytes of one slot of a hash table.
+trait SlotBytes {
+    const BYTES: usize;
+}
+
+impl<K, V, S> SlotBytes for hashbrown::HashMap<K, V, S> {
+    const BYTES: usize = std::mem::size_of::<(K, V)>();
+}
+
+// A slot of `Entries` is a key and a pointer (see `Entries`).
+const _: () = assert!(<Entries as SlotBytes>::BYTES <= 24);
+
 pub(crate) struct Entry {
     pub owner_node: NodeId,
     /// The incarnation of `owner_node` the route names (0: none or unknown).
