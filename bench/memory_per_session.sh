@@ -3,7 +3,7 @@
 # CONNECTIONS idle client connections (each answered one sys.ping), per
 # connection, then with each logged in as a player of its own, per player;
 # and for scale the same per-connection figure for bench/echo on the same
-# runtime. Goals: at most 2 KB per idle connection and 1.5 KB per logged-in
+# runtime. Goals: at most 1 KB per idle connection and 1.5 KB per logged-in
 # player, excluding the kernel's socket buffers (not in the resident set).
 # Client and server each hold CONNECTIONS descriptors: keep it under
 # `ulimit -n`.

@@ -291,7 +291,7 @@ impl Executor {
         let mut tasks = self.tasks.borrow_mut();
         let index = self.free_tasks.borrow_mut().pop().unwrap_or(tasks.len());
         let header = Arc::new(TaskHeader {
-            index,
+            index: u32::try_from(index).expect("fewer than 2^32 tasks on a core"),
             priority,
             scheduled: crate::sync::AtomicBool::new(true),
             remote: self.remote.clone(),
@@ -384,7 +384,7 @@ impl Executor {
         task.begin_poll();
         let future = {
             let mut tasks = self.tasks.borrow_mut();
-            match tasks.get_mut(task.index).and_then(Option::as_mut) {
+            match tasks.get_mut(task.slot()).and_then(Option::as_mut) {
                 Some(slot) if Arc::ptr_eq(&slot.header, &task) => slot.future.take(),
                 // A wake of a task that finished (its slot reused or free).
                 _ => None,
@@ -399,11 +399,11 @@ impl Executor {
         match polled {
             Poll::Ready(()) => {
                 drop(future);
-                self.tasks.borrow_mut()[task.index] = None;
-                self.free_tasks.borrow_mut().push(task.index);
+                self.tasks.borrow_mut()[task.slot()] = None;
+                self.free_tasks.borrow_mut().push(task.slot());
             }
             Poll::Pending => {
-                if let Some(Some(slot)) = self.tasks.borrow_mut().get_mut(task.index) {
+                if let Some(Some(slot)) = self.tasks.borrow_mut().get_mut(task.slot()) {
                     slot.future = Some(future);
                 }
             }

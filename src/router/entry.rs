@@ -23,8 +23,10 @@ pub(crate) struct Manager {
 /// keys come from the core's seeded generator: clients choose object ids
 /// (a room's id is in the request), so the hash must be one they cannot
 /// predict, and a simulated core must iterate in the same order on every
-/// run of one seed.
-pub(crate) type Entries = hashbrown::HashMap<ObjectKey, Entry, ahash::RandomState>;
+/// run of one seed. Entries are boxed: the table has more slots than
+/// entries (16,384 for 10,000 players), each as large as what it holds,
+/// so an inline entry made every empty slot an entry's size too.
+pub(crate) type Entries = hashbrown::HashMap<ObjectKey, Box<Entry>, ahash::RandomState>;
 
 /// A request waiting in an entry's queue, with its repair count.
 pub(crate) struct Waiter {
@@ -168,6 +170,23 @@ pub(crate) struct Transferring {
     pub shipped_state: Vec<u8>,
 }
 
+/// The most bytes an entry takes: every owned object has one, and 256 is
+/// an allocator size class (the next is 320).
+const ENTRY_BYTES_MAX: usize = 248;
+const _: () = assert!(std::mem::size_of::<Entry>() <= ENTRY_BYTES_MAX);
+
+/// The bytes of one slot of a hash table.
+trait SlotBytes {
+    const BYTES: usize;
+}
+
+impl<K, V, S> SlotBytes for hashbrown::HashMap<K, V, S> {
+    const BYTES: usize = std::mem::size_of::<(K, V)>();
+}
+
+// A slot of `Entries` is a key and a pointer (see `Entries`).
+const _: () = assert!(<Entries as SlotBytes>::BYTES <= 24);
+
 pub(crate) struct Entry {
     pub owner_node: NodeId,
     /// The incarnation of `owner_node` the route names (0: none or unknown).
@@ -185,9 +204,13 @@ pub(crate) struct Entry {
     pub last_refresh_ms: Option<u64>,
     pub last_access_ms: u64,
     pub object: Option<Writable>,
-    pub io: Option<Io>,
+    /// Boxed: an object has IO in flight only while it is read or
+    /// written, and an `Io` inline made every entry 64 bytes larger.
+    pub io: Option<Box<Io>>,
     pub io_waiters: VecDeque<Waiter>,
-    pub transferring: Option<Transferring>,
+    /// Boxed, as is `write_in_flight`: every owned object has an entry, and
+    /// only one being handed off has a transfer (see `ENTRY_BYTES_MAX`).
+    pub transferring: Option<Box<Transferring>>,
     /// A transfer asked for while IO was in flight, started after it.
     pub queued_transfer: Option<(NodeId, bool)>,
     /// EAGAIN retries of the current pull.
@@ -200,7 +223,7 @@ pub(crate) struct Entry {
     /// until an outcome settles them all, up to `UNKNOWN_WRITES_MAX`.
     pub unknown_writes: Vec<WriteFingerprint>,
     /// The write `begin_write` started, until its answer.
-    pub write_in_flight: Option<WriteFingerprint>,
+    pub write_in_flight: Option<Box<WriteFingerprint>>,
     /// Failed or unknown writes of the copy since its last applied one:
     /// the retry waits longer each time (`save_retry_after_ms`).
     pub write_retries: u32,
@@ -289,7 +312,7 @@ impl Entry {
         state: Vec<u8>,
         io: impl FnOnce(PendingWrite) -> Io,
     ) -> RecordWrite {
-        self.io = Some(io(pending));
+        self.io = Some(Box::new(io(pending)));
         let write = RecordWrite {
             key,
             condition,
@@ -299,7 +322,7 @@ impl Entry {
             save_timepoint_ms: pending.save_timepoint_ms,
             state,
         };
-        self.write_in_flight = Some(WriteFingerprint::of(&write));
+        self.write_in_flight = Some(Box::new(WriteFingerprint::of(&write)));
         write
     }
 
@@ -318,7 +341,7 @@ impl Entry {
     /// Writes remembered for an older record version are forgotten: the
     /// entry has seen the record move past the version they would leave.
     pub(crate) fn write_unknown(&mut self) {
-        let Some(write) = self.write_in_flight.take() else {
+        let Some(write) = self.write_in_flight.take().map(|write| *write) else {
             return;
         };
         let one_slot = mutant::active(Mutant::UnknownWriteOneSlot);
@@ -348,8 +371,8 @@ impl Entry {
     /// flight: an own write of unknown outcome with the same owner, route
     /// and state, so the record is what this one would leave.
     pub(crate) fn retried_write_left(&self, record: &RouteRecord) -> bool {
-        match (self.own_write_left(record), self.write_in_flight) {
-            (Some(earlier), Some(now)) => earlier.same_content(&now),
+        match (self.own_write_left(record), self.write_in_flight.as_deref()) {
+            (Some(earlier), Some(now)) => earlier.same_content(now),
             _ => false,
         }
     }
@@ -513,7 +536,7 @@ impl Entry {
                 );
             }
         }
-        if let Some(io) = self.io.as_ref() {
+        if let Some(io) = self.io.as_deref() {
             if let Some(needs_copy) = io.needs_copy() {
                 assert_eq!(
                     needs_copy,

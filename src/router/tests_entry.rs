@@ -120,10 +120,10 @@ fn check_finds_requests_waiting_for_no_io() {
 #[should_panic(expected = "IO save with copy false")]
 fn check_finds_a_save_without_a_copy() {
     let mut entry = Entry::new(0);
-    entry.io = Some(Io::Save {
+    entry.io = Some(Box::new(Io::Save {
         degrade: false,
         write: write(1, 1),
-    });
+    }));
     entry.check(key());
 }
 
@@ -133,9 +133,9 @@ fn check_finds_a_claim_beside_a_copy() {
     let mut entry = Entry::new(0);
     entry.set_cas(CasVersion(1), 0);
     entry.object = Some(copy());
-    entry.io = Some(Io::Claim {
+    entry.io = Some(Box::new(Io::Claim {
         write: write(1, 1),
         state: Box::new(Empty),
-    });
+    }));
     entry.check(key());
 }

@@ -188,7 +188,11 @@ impl RouterCore {
     }
 
     pub(crate) fn entry_mut(&mut self, key: ObjectKey) -> Option<&mut Entry> {
-        self.managers.get_mut(&key.type_id)?.entries.get_mut(&key)
+        self.managers
+            .get_mut(&key.type_id)?
+            .entries
+            .get_mut(&key)
+            .map(|entry| &mut **entry)
     }
 
     /// True once shutdown has nothing left to do: no writable object, no IO

@@ -19,7 +19,7 @@ use wire::client::{encode_frame, route, FrameDecoder, FrameKind, Peer};
 
 const SECRET: &str = "memory-per-session-bench-secret";
 /// Goals of the runtime issue, in bytes.
-const IDLE_CONNECTION_GOAL_BYTES: f64 = 2048.0;
+const IDLE_CONNECTION_GOAL_BYTES: f64 = 1024.0;
 const PLAYER_GOAL_BYTES: f64 = 1536.0;
 /// Requests written before their answers are read: bounds what waits in
 /// the node's and the kernel's buffers at once.

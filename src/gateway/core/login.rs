@@ -56,10 +56,10 @@ impl GatewayCore {
     /// gone or already logging in.
     pub fn begin_login(&mut self, session_id: u64, seq: u32, player_id: u64) -> Option<u32> {
         let entry = self.sessions.get_mut(&session_id)?;
-        if entry.login.is_some() || !entry.session.is_live() {
+        if entry.login().is_some() || !entry.session.is_live() {
             return None;
         }
-        entry.login = Some(PendingLogin { seq, player_id });
+        entry.transit().login = Some(PendingLogin { seq, player_id });
         entry.session.session_epoch.checked_add(1)
     }
 
@@ -81,17 +81,19 @@ impl GatewayCore {
             self.metrics.gateway.late_answers.inc();
             return None;
         };
-        let pending = match entry.login {
+        let pending = match entry.login() {
             Some(pending) if pending.seq == seq => pending,
             _ => {
                 self.metrics.gateway.late_answers.inc();
                 return None;
             }
         };
-        entry.login = None;
-        if !entry.held.is_empty() {
+        let transit = entry.transit();
+        transit.login = None;
+        if !transit.held.is_empty() {
             self.released.push(session_id);
         }
+        entry.settle();
         let Some(inflight) = entry.inflight.remove(seq) else {
             self.metrics.gateway.late_answers.inc();
             return None;
@@ -141,8 +143,14 @@ impl GatewayCore {
     pub fn take_released(&mut self, into: &mut Vec<(u64, Vec<HeldFrame>)>) {
         for session_id in std::mem::take(&mut self.released) {
             if let Some(entry) = self.sessions.get_mut(&session_id) {
-                if entry.login.is_none() {
-                    into.push((session_id, std::mem::take(&mut entry.held)));
+                if entry.login().is_none() {
+                    let held = entry
+                        .transit
+                        .as_mut()
+                        .map(|transit| std::mem::take(&mut transit.held))
+                        .unwrap_or_default();
+                    into.push((session_id, held));
+                    entry.settle();
                 }
             }
         }

@@ -21,6 +21,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::num::NonZeroU64;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -120,12 +121,9 @@ pub enum CloseReason {
 
 struct Entry {
     session: Session,
-    /// A login waiting for its player object's decision (see
-    /// `begin_login`); requests that arrive meanwhile wait in `held`.
-    login: Option<PendingLogin>,
-    /// Requests read while a login was pending, replayed in order once it
-    /// ends (bounded by `inflight_max`).
-    held: Vec<HeldFrame>,
+    /// A login or a redirect under way; `None` for a session with neither
+    /// (nearly every one, nearly all the time).
+    transit: Option<Box<Transit>>,
     inflight: InFlightTable,
     /// Whether the session has its one entry in `GatewayCore::deadlines`.
     armed: bool,
@@ -133,8 +131,6 @@ struct Entry {
     /// silent for `idle_timeout` is closed by `close_idle`.
     last_frame: Instant,
     outbox: Rc<Outbox>,
-    /// Told to move (`sys.redirect`): its grace ends then.
-    redirect_until: Option<Instant>,
     /// Told where its player lives (`place_session`): a session gets that
     /// `sys.redirect` once, whatever its later logins.
     placed: bool,
@@ -146,18 +142,75 @@ struct Entry {
     /// The expiry (unix seconds) of the token of its last verified login:
     /// once logged in, the session is kicked from that second on
     /// (`kick_expired`).
-    token_expiry_unix_s: Option<u64>,
+    token_expiry_unix_s: Option<NonZeroU64>,
     /// The listener's transport: a `sys.redirect` names another node's
     /// listener of the same one, so the client keeps speaking as it does.
     transport: Transport,
 }
+
+/// What a session has only while a login or a redirect is under way,
+/// boxed in its entry (`Entry::transit`) and dropped once neither is
+/// (`Entry::settle`): held inline, these 64 bytes were in every entry.
+#[derive(Default)]
+struct Transit {
+    /// A login waiting for its player object's decision (see
+    /// `begin_login`); requests that arrive meanwhile wait in `held`.
+    login: Option<PendingLogin>,
+    /// Requests read while a login was pending, replayed in order once it
+    /// ends (bounded by `inflight_max`).
+    held: Vec<HeldFrame>,
+    /// Told to move (`sys.redirect`): its grace ends then.
+    redirect_until: Option<Instant>,
+}
+
+impl Entry {
+    fn login(&self) -> Option<PendingLogin> {
+        self.transit.as_ref().and_then(|transit| transit.login)
+    }
+
+    fn held_len(&self) -> usize {
+        self.transit
+            .as_ref()
+            .map_or(0, |transit| transit.held.len())
+    }
+
+    fn redirect_until(&self) -> Option<Instant> {
+        self.transit
+            .as_ref()
+            .and_then(|transit| transit.redirect_until)
+    }
+
+    /// The transit, made if the session had none.
+    fn transit(&mut self) -> &mut Transit {
+        self.transit.get_or_insert_with(Box::default)
+    }
+
+    /// Drops the transit once nothing is under way.
+    fn settle(&mut self) {
+        let settled = self.transit.as_ref().is_some_and(|transit| {
+            transit.login.is_none() && transit.held.is_empty() && transit.redirect_until.is_none()
+        });
+        if settled {
+            self.transit = None;
+        }
+    }
+}
+
+/// The most bytes a session's entry takes: every connection has one, and
+/// 160 is an allocator size class (the next is 192).
+const ENTRY_BYTES_MAX: usize = 160;
+const _: () = assert!(std::mem::size_of::<Entry>() <= ENTRY_BYTES_MAX);
 
 /// One core's gateway state. See the module documentation.
 pub struct GatewayCore {
     core_id: u64,
     next_serial: u64,
     limits: Limits,
-    sessions: FastMap<u64, Entry>,
+    /// Every session's entry, boxed: a hash table's slots are as large as
+    /// what it holds, and at 10,000 sessions it has 16,384 of them, so an
+    /// inline 224-byte entry cost about 380 bytes a session; boxed, a slot
+    /// is 16 bytes and the entry its own 224 (`ENTRY_BYTES_MAX`).
+    sessions: FastMap<u64, Box<Entry>>,
     /// When to look at a session's in-flight table for TIMEOUTs: at most
     /// one entry per session (`Entry::armed`), at or before the earliest
     /// deadline it had when armed. A request arms its session only if it is
@@ -269,24 +322,22 @@ impl GatewayCore {
         self.next_serial = (self.next_serial + 1) & wire::ids::LOCAL_MASK;
         self.sessions.insert(
             session_id,
-            Entry {
+            Box::new(Entry {
                 session: Session {
                     protocol_profile: self.codecs.of(transport),
                     ..Session::new()
                 },
-                login: None,
-                held: Vec::new(),
+                transit: None,
                 inflight: InFlightTable::new(SeqHash::random(&mut self.hash_seeds)),
                 armed: false,
                 last_frame: now,
                 outbox,
-                redirect_until: None,
                 placed: false,
                 closing: false,
                 bucket: RequestBucket::new(now),
                 token_expiry_unix_s: None,
                 transport,
-            },
+            }),
         );
         self.stats().sessions_accepted.inc();
         self.stats().sessions_active.add(1);
@@ -367,7 +418,9 @@ impl GatewayCore {
     /// `session_id`, before its player object decides the login.
     pub fn set_token_expiry(&mut self, session_id: u64, expiry_unix_s: u64) {
         if let Some(entry) = self.sessions.get_mut(&session_id) {
-            entry.token_expiry_unix_s = Some(expiry_unix_s);
+            // An expiry of 0 is as past as one of 1: both kick at once.
+            entry.token_expiry_unix_s =
+                Some(NonZeroU64::new(expiry_unix_s).unwrap_or(NonZeroU64::MIN));
         }
     }
 
@@ -383,7 +436,7 @@ impl GatewayCore {
                 entry.session.is_logged_in()
                     && entry
                         .token_expiry_unix_s
-                        .is_some_and(|expiry| now_unix_s >= expiry)
+                        .is_some_and(|expiry| now_unix_s >= expiry.get())
             })
             .map(|(&session_id, _)| session_id)
             .collect();

@@ -58,10 +58,10 @@ impl GatewayCore {
         let Some(entry) = self.sessions.get_mut(&session_id) else {
             return;
         };
-        if entry.redirect_until.is_some() {
+        if entry.redirect_until().is_some() {
             return;
         }
-        entry.redirect_until = Some(now + redirecting.grace);
+        entry.transit().redirect_until = Some(now + redirecting.grace);
         // Only the gateways that speak this session's transport: a TLS
         // client sent to a plain port could not connect.
         let transport = entry.transport;
@@ -107,7 +107,7 @@ impl GatewayCore {
         let Some(entry) = self.sessions.get_mut(&session_id) else {
             return false;
         };
-        if entry.placed || entry.redirect_until.is_some() || entry.closing {
+        if entry.placed || entry.redirect_until().is_some() || entry.closing {
             return false;
         }
         if entry.session.player_id == 0 {
@@ -141,11 +141,11 @@ impl GatewayCore {
         }
         let mut done = Vec::new();
         for (&session_id, entry) in self.sessions.iter_mut() {
-            if entry.redirect_until.is_none_or(|until| now < until) {
+            if entry.redirect_until().is_none_or(|until| now < until) {
                 continue;
             }
             entry.closing = true;
-            if entry.inflight.is_empty() && entry.login.is_none() {
+            if entry.inflight.is_empty() && entry.login().is_none() {
                 done.push(session_id);
             }
         }

@@ -96,7 +96,7 @@ impl GatewayCore {
         let stats = &self.metrics.gateway;
         let route_id = header.route_id;
         let seq = header.seq;
-        let checked = if entry.closing || entry.login.is_some() {
+        let checked = if entry.closing || entry.login().is_some() {
             Err(hold_or_refuse(
                 entry,
                 &limits,
@@ -196,11 +196,13 @@ impl GatewayCore {
                 entry.inflight.remove(seq);
                 // A login that timed out ends: its session stays logged
                 // out, and what waited behind it is released.
-                if entry.login.is_some_and(|login| login.seq == seq) {
-                    entry.login = None;
-                    if !entry.held.is_empty() {
+                if entry.login().is_some_and(|login| login.seq == seq) {
+                    let transit = entry.transit();
+                    transit.login = None;
+                    if !transit.held.is_empty() {
                         self.released.push(session_id);
                     }
+                    entry.settle();
                 }
             }
             if let Some(left) = earliest_left {
@@ -271,11 +273,11 @@ fn hold_or_refuse(
     }
     // The login's outcome decides how these are checked: hold them until
     // it ends, in order, within the session's in-flight bound.
-    if entry.held.len() + entry.inflight.len() >= limits.inflight_max {
+    if entry.held_len() + entry.inflight.len() >= limits.inflight_max {
         stats.ingress_overloaded.inc();
         return NotAdmitted::Refused(ErrorCode::Overloaded, "too many requests behind a login");
     }
-    entry.held.push(HeldFrame {
+    entry.transit().held.push(HeldFrame {
         header,
         body: body.to_vec(),
         request_key,

@@ -86,7 +86,7 @@ impl RouterCore {
                     return ack(ctx, from_node, key, transfer.transfer_id, false);
                 }
                 ctx.entries_total += 1;
-                vacant.insert(Entry::new(now_ms))
+                vacant.insert(Box::new(Entry::new(now_ms)))
             }
         };
         let next = claim::accept_transfer(ctx, kind.as_ref(), entry, now_ms, from_node, transfer);

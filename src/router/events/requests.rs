@@ -46,7 +46,7 @@ impl RouterCore {
                     return;
                 }
                 ctx.entries_total += 1;
-                vacant.insert(Entry::new(now_ms))
+                vacant.insert(Box::new(Entry::new(now_ms)))
             }
         };
         run_route(ctx, kind.as_ref(), key, entry, now_ms, waiter);

@@ -45,7 +45,7 @@ impl RouterCore {
             return;
         };
         let kind = kind.as_ref();
-        let Some(io) = entry.io.take() else {
+        let Some(io) = entry.io.take().map(|io| *io) else {
             return;
         };
         let reply = match reply {
@@ -86,7 +86,7 @@ impl RouterCore {
             // Releases are only ever written in batches, and a write
             // waiting for its retry has none in flight.
             io @ (Io::Release { .. } | Io::ReleaseRetry | Io::RemoveRetry { .. }) => {
-                entry.io = Some(io);
+                entry.io = Some(Box::new(io));
                 Next::Done
             }
         };
@@ -111,13 +111,11 @@ impl RouterCore {
             let Some(entry) = entries.get_mut(&key) else {
                 continue;
             };
-            let write = match entry.io.take() {
-                Some(Io::Release { write }) => write,
-                other => {
-                    entry.io = other;
-                    continue;
-                }
+            let write = match entry.io.as_deref() {
+                Some(&Io::Release { write }) => write,
+                _ => continue,
             };
+            entry.io = None;
             match release::reply(ctx, key, entry, now_ms, write, outcome) {
                 Released::Then(next) => {
                     run(ctx, kind.as_ref(), key, entry, now_ms, next);
@@ -143,11 +141,11 @@ impl RouterCore {
         // it settles nothing else may run on the copy (not even a release
         // at shutdown, nor a fence's wait: a CAS that applies is safe
         // whoever then owns the node's incarnation).
-        if let Some(Io::RemoveRetry { write }) = entry.io {
+        if let Some(&Io::RemoveRetry { write }) = entry.io.as_deref() {
             entry.io = None;
             return self.run_on(now_ms, key, Next::Remove(write));
         }
-        let giving_up = matches!(entry.io, Some(Io::ReleaseRetry));
+        let giving_up = matches!(entry.io.as_deref(), Some(Io::ReleaseRetry));
         if giving_up {
             entry.io = None;
         } else if entry.io.is_some() || entry.transferring.is_some() {

@@ -17,11 +17,11 @@ use crate::store::RouteRecord;
 /// follow) or `pull_cache`.
 pub(crate) fn start(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, object: bool) {
     assert!(entry.io.is_none(), "one IO per object at a time");
-    entry.io = Some(if object {
+    entry.io = Some(Box::new(if object {
         Io::PullObject
     } else {
         Io::PullCache
-    });
+    }));
     entry.pull_retries = 0;
     ctx.counters.pulls_total += 1;
     ctx.store(StoreWait::Entry(key), StoreOp::Load(key));
@@ -30,7 +30,7 @@ pub(crate) fn start(ctx: &mut Ctx, key: ObjectKey, entry: &mut Entry, object: bo
 /// Re-issues the read of a pull that got EAGAIN (`Timer::PullRetry`),
 /// unless the pull ended meanwhile.
 pub(crate) fn retry(ctx: &mut Ctx, key: ObjectKey, entry: &Entry) -> Next {
-    if entry.io.as_ref().is_some_and(Io::is_pull) {
+    if entry.io.as_deref().is_some_and(Io::is_pull) {
         ctx.counters.pulls_total += 1;
         ctx.store(StoreWait::Entry(key), StoreOp::Load(key));
     }
@@ -61,11 +61,11 @@ pub(crate) fn reply(
                 };
                 let wait_ms = ctx.rng.random_range(1..=bound.max(1));
                 ctx.arm(now_ms + wait_ms, Timer::PullRetry { key });
-                entry.io = Some(if object {
+                entry.io = Some(Box::new(if object {
                     Io::PullObject
                 } else {
                     Io::PullCache
-                });
+                }));
                 return Next::Done;
             }
             return give_up(ctx, entry);

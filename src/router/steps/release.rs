@@ -104,7 +104,7 @@ pub(crate) fn reply(
                 entry.write_unknown();
             }
             schedule_write_retry(ctx, key, entry, now_ms);
-            entry.io = Some(Io::ReleaseRetry);
+            entry.io = Some(Box::new(Io::ReleaseRetry));
             return Released::Then(Next::Done);
         }
     }

@@ -239,7 +239,7 @@ fn not_applied(
     if saving == (Saving::Save { degrade: true }) {
         // It may have given ownership up: requests wait for the retry to
         // tell.
-        entry.io = Some(Io::ReleaseRetry);
+        entry.io = Some(Box::new(Io::ReleaseRetry));
         return Next::Done;
     }
     Next::FinishIo { fresh_pull: false }

@@ -106,13 +106,13 @@ pub(crate) fn start(
         save_timepoint_ms: now_ms,
     };
     ctx.next_transfer_id += 1;
-    entry.transferring = Some(Transferring {
+    entry.transferring = Some(Box::new(Transferring {
         target,
         need_notify,
         transfer_id: ctx.next_transfer_id,
         transfer_pending: Default::default(),
         shipped_state: state,
-    });
+    }));
     resend(ctx, key, entry, now_ms, pending)
 }
 
@@ -262,7 +262,7 @@ fn retry_later(
     write: PendingWrite,
 ) -> Next {
     schedule_write_retry(ctx, key, entry, now_ms);
-    entry.io = Some(Io::RemoveRetry { write });
+    entry.io = Some(Box::new(Io::RemoveRetry { write }));
     Next::Done
 }
 

@@ -89,6 +89,37 @@ fn requests_behind_a_pending_login_wait_then_replay_in_order() {
     let frame = &held[0];
     let ingress = f.core.on_held_request(s, frame, f.now).unwrap();
     assert_eq!(ingress.binding.player_id, 7);
+    assert!(
+        f.core.sessions[&s].transit.is_none(),
+        "a logged-in session keeps nothing of its login"
+    );
+}
+
+/// The login's state is made when a login begins and dropped when it
+/// ends, so no session keeps it after: held in every entry, it made each
+/// one 64 bytes larger.
+#[test]
+fn a_login_s_state_lasts_only_while_the_login_runs() {
+    let mut f = Fixture::new();
+    let (s, _outbox) = f.open();
+    assert!(f.core.sessions[&s].transit.is_none());
+    f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    f.core.begin_login(s, 1, 7);
+    assert!(f.core.sessions[&s].transit.is_some());
+    f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    assert!(f.core.session(s).unwrap().is_logged_in());
+    assert!(f.core.sessions[&s].transit.is_none());
+    // A login that times out leaves none either, once what waited behind
+    // it is replayed.
+    let (timed_out, _outbox) = f.open();
+    f.request(timed_out, route::AUTH_LOGIN, 1).unwrap();
+    f.core.begin_login(timed_out, 1, 8);
+    assert!(f.request(timed_out, route::PLAYER_GET, 2).is_none());
+    f.core.expire(f.now + limits().request_timeout);
+    let mut released = Vec::new();
+    f.core.take_released(&mut released);
+    assert_eq!(released.len(), 1);
+    assert!(f.core.sessions[&timed_out].transit.is_none());
 }
 
 #[test]

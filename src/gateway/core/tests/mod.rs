@@ -252,3 +252,22 @@ fn close_idle_closes_only_sessions_silent_for_the_whole_period() {
     assert_eq!(f.core.close_idle(f.now, idle), 1);
     assert_eq!(f.core.session_count(), 0);
 }
+
+/// The bytes one slot of a hash table holds.
+fn slot_bytes<K, V, S>(_: &std::collections::HashMap<K, V, S>) -> usize {
+    std::mem::size_of::<(K, V)>()
+}
+
+/// A session's slot in the core's table is a key and a pointer: the table
+/// has more slots than sessions (16,384 for 10,000), and an entry held in
+/// its slot made every empty one as large as an entry.
+#[test]
+fn a_session_s_table_slot_is_a_key_and_a_pointer() {
+    let mut fixture = Fixture::new();
+    fixture.open();
+    assert!(
+        slot_bytes(&fixture.core.sessions) <= 16,
+        "a slot of the sessions table takes {} bytes",
+        slot_bytes(&fixture.core.sessions)
+    );
+}
