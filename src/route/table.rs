@@ -68,11 +68,13 @@ const fn s2c(route_id: u32, name: &'static str) -> RouteDescriptor {
 }
 
 /// The routes of the gateway itself, on every node whatever it serves:
-/// login (answered by the auth service) and the two pushes the gateway
-/// writes. (`sys.ping` is the player type's: before login the auth service
+/// login and resume (answered by the auth service) and the pushes the
+/// gateway writes. (`sys.ping` is the player type's: before login the auth service
 /// echoes it, after login the player object does.)
-pub const SYSTEM_ROUTES: [RouteDescriptor; 3] = [
+pub const SYSTEM_ROUTES: [RouteDescriptor; 5] = [
     c2s(route::AUTH_LOGIN, "auth.login", false),
+    c2s(route::AUTH_RESUME, "auth.resume", false),
+    s2c(route::SYS_SESSION, "sys.session"),
     s2c(route::SYS_KICKED, "sys.kicked"),
     s2c(route::SYS_REDIRECT, "sys.redirect"),
 ];

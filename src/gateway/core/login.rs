@@ -132,7 +132,9 @@ impl GatewayCore {
         let pushed = entry.outbox.push_frame(kind, inflight.route_id, seq, &body);
         if pushed == Err(PushError::Full) {
             self.close_slow_reader(session_id);
+            return binding;
         }
+        self.settle_resume_offer(session_id, binding.is_some());
         binding
     }
 

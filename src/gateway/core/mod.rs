@@ -43,6 +43,7 @@ mod egress;
 mod login;
 mod redirect;
 mod requests;
+mod resume;
 
 use self::egress::WarnLimiter;
 pub use self::egress::{EgressRef, EgressRejected};
@@ -50,6 +51,10 @@ use self::login::PendingLogin;
 pub use self::login::{BindError, HeldFrame, LoginOutcome};
 pub use self::redirect::redirect_body;
 use self::redirect::Redirecting;
+use self::resume::{number_push, Resumable, ResumeTables};
+pub use self::resume::{
+    ResumeRefusal, ResumeSettings, ResumeToken, Resumed, TokenEvent, RESUMED_ELSEWHERE_REASON,
+};
 
 /// What became of an operator's PUSH to one session ([`GatewayCore::push_to`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,6 +155,11 @@ struct Entry {
     /// The listener's transport: a `sys.redirect` names another node's
     /// listener of the same one, so the client keeps speaking as it does.
     transport: Transport,
+    /// A resumable session's token, kept pushes and window (`resume`).
+    resume: Option<Box<Resumable>>,
+    /// A relay front (a connection that resumed a session): the session
+    /// its frames go to; 0 for any other.
+    relay_to: u64,
 }
 
 /// One core's gateway state. See the module documentation.
@@ -193,6 +203,8 @@ pub struct GatewayCore {
     redirecting: Option<Redirecting>,
     /// The body codec of each listener: a session's profile.
     codecs: ListenerCodecs,
+    /// Resumable sessions' tokens, the detached ones, relays (`resume`).
+    resume: ResumeTables,
 }
 
 impl GatewayCore {
@@ -225,6 +237,7 @@ impl GatewayCore {
             routes,
             redirecting: None,
             codecs: ListenerCodecs::default(),
+            resume: ResumeTables::default(),
         }
     }
 
@@ -286,6 +299,8 @@ impl GatewayCore {
                 bucket: RequestBucket::new(now),
                 token_expiry_unix_s: None,
                 transport,
+                resume: None,
+                relay_to: 0,
             },
         );
         self.stats().sessions_accepted.inc();
@@ -354,7 +369,10 @@ impl GatewayCore {
         let idle_sessions: Vec<u64> = self
             .sessions
             .iter()
-            .filter(|(_, entry)| now.saturating_duration_since(entry.last_frame) >= idle)
+            .filter(|(_, entry)| {
+                now.saturating_duration_since(entry.last_frame) >= idle
+                    && !entry.resume.as_ref().is_some_and(|resume| resume.detached)
+            })
             .map(|(&session_id, _)| session_id)
             .collect();
         for &session_id in &idle_sessions {
@@ -432,13 +450,21 @@ impl GatewayCore {
         route_id: u32,
         body: &[u8],
     ) -> SessionPush {
-        let Some(entry) = self.sessions.get(&session_id) else {
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
             return SessionPush::NoSession;
         };
         if player_id == 0 || entry.session.player_id != player_id {
             return SessionPush::NoSession;
         }
-        match entry.outbox.push_frame(FrameKind::Push, route_id, 0, body) {
+        let seq = match number_push(&mut entry.resume, route_id, body) {
+            Some((_, true)) => return SessionPush::Queued, // kept for a resume
+            Some((seq, false)) => seq,
+            None => 0,
+        };
+        match entry
+            .outbox
+            .push_frame(FrameKind::Push, route_id, seq, body)
+        {
             Ok(()) => SessionPush::Queued,
             Err(_) => SessionPush::QueueFull,
         }
@@ -448,8 +474,24 @@ impl GatewayCore {
     /// Notifies the target with `Disconnected` only if the binding is still
     /// live: after a kick the session is gone and nothing more is sent.
     pub fn close(&mut self, session_id: u64, reason: CloseReason) -> bool {
-        if !self.sessions.contains_key(&session_id) {
+        let Some(entry) = self.sessions.get(&session_id) else {
             return false;
+        };
+        let by_itself = matches!(
+            reason,
+            CloseReason::PeerClosed | CloseReason::Idle | CloseReason::SlowReader
+        );
+        if by_itself && entry.resume.as_ref().is_some_and(|resume| resume.detached) {
+            return false; // no connection to close
+        }
+        if by_itself && self.detaches(session_id) {
+            match reason {
+                CloseReason::Idle => self.metrics.gateway.idle_closed.inc(),
+                CloseReason::SlowReader => self.metrics.gateway.slow_readers_closed.inc(),
+                _ => {}
+            }
+            self.detach(session_id, reason == CloseReason::SlowReader);
+            return true;
         }
         match reason {
             CloseReason::Idle => self.metrics.gateway.idle_closed.inc(),
@@ -460,6 +502,25 @@ impl GatewayCore {
         let abort = matches!(reason, CloseReason::SlowReader | CloseReason::Fenced);
         self.finish(session_id, NoticeKind::Disconnected, abort);
         true
+    }
+
+    /// [`Self::close`] from the connection whose send queue is `outbox`:
+    /// nothing if the session has another connection now (it was resumed
+    /// on a new one).
+    pub fn close_connection(
+        &mut self,
+        session_id: u64,
+        outbox: &Rc<Outbox>,
+        reason: CloseReason,
+    ) -> bool {
+        self.holds_connection(session_id, outbox) && self.close(session_id, reason)
+    }
+
+    /// Whether `session_id` is open and writes to `outbox` (its connection's).
+    pub fn holds_connection(&self, session_id: u64, outbox: &Rc<Outbox>) -> bool {
+        self.sessions
+            .get(&session_id)
+            .is_some_and(|entry| Rc::ptr_eq(&entry.outbox, outbox))
     }
 
     /// The node fenced: a successful answer still queued for a session was
@@ -540,10 +601,14 @@ impl GatewayCore {
         // before the socket is actually closed.
         let invalidated = entry.session.apply_binding(Target::None, 0, K_ANY_EPOCH);
         debug_assert!(invalidated.is_ok() || last.session_epoch == K_ANY_EPOCH - 1);
-        let Some(entry) = self.sessions.remove(&session_id) else {
+        let Some(mut entry) = self.sessions.remove(&session_id) else {
             return;
         };
         self.metrics.gateway.sessions_active.add(-1);
+        self.forget_resume(entry.resume.take());
+        if entry.relay_to != 0 {
+            self.front_closed(session_id, entry.relay_to);
+        }
         if abort {
             entry.outbox.abort();
         } else {

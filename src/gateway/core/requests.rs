@@ -48,6 +48,18 @@ impl GatewayCore {
     ) -> Option<Ingress<'a>> {
         let entry = self.sessions.get_mut(&session_id)?;
         entry.last_frame = now;
+        if entry.relay_to != 0 {
+            // A connection that resumed a session: its session's core
+            // checks and runs what it reads.
+            let session = entry.relay_to;
+            let frame = HeldFrame {
+                header,
+                body: body.to_vec(),
+                request_key,
+            };
+            self.relay_frame(session_id, session, frame);
+            return None;
+        }
         if let Some(rate) = &self.limits.request_rate {
             if !entry.bucket.admit(rate, now) {
                 self.metrics.gateway.ingress_rate_limited.inc();
@@ -317,7 +329,11 @@ fn check_route(
             stats.ingress_overloaded.inc();
             (ErrorCode::Overloaded, "too many in-flight requests")
         }
-        Some(_) if route_id == wire::client::route::AUTH_LOGIN && entry.session.is_logged_in() => {
+        Some(_)
+            if (route_id == wire::client::route::AUTH_LOGIN
+                || route_id == wire::client::route::AUTH_RESUME)
+                && entry.session.is_logged_in() =>
+        {
             stats.ingress_bad_request.inc();
             (ErrorCode::BadRequest, "already logged in")
         }
