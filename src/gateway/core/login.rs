@@ -59,6 +59,15 @@ impl GatewayCore {
         if entry.login.is_some() || !entry.session.is_live() {
             return None;
         }
+        // An offer of resuming left by an earlier login that never ended
+        // (it timed out) is not this login's: a version-2 one offers anew.
+        if entry
+            .resume
+            .as_ref()
+            .is_some_and(|resume| resume.is_offer())
+        {
+            entry.resume = None;
+        }
         entry.login = Some(PendingLogin { seq, player_id });
         entry.session.session_epoch.checked_add(1)
     }

@@ -174,7 +174,7 @@ pub(super) fn number_push(
     body: &[u8],
 ) -> Option<(u32, bool)> {
     let resume = resume.as_mut()?;
-    if !resume.armed && !resume.detached && resume.front.is_none() {
+    if resume.is_offer() {
         return None;
     }
     Some((resume.ring.record(route_id, body), resume.detached))
@@ -207,6 +207,13 @@ pub(super) struct Resumable {
     front: Option<u64>,
 }
 
+impl Resumable {
+    /// Offered to a login not answered yet: not resumable so far.
+    pub(super) fn is_offer(&self) -> bool {
+        !self.armed && !self.detached && self.front.is_none()
+    }
+}
+
 /// What a successful resume did, for the driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Resumed {
@@ -226,6 +233,8 @@ pub(super) struct ResumeTables {
     expired: FastMap<ResumeToken, Instant>,
     /// Detached sessions (the sweep walks these, not every session).
     detached: Vec<u64>,
+    /// When the sweep last looked for expired tokens to forget.
+    pruned_at: Option<Instant>,
     /// Changes for the node-wide directory (`take_token_events`).
     events: Vec<TokenEvent>,
     /// Frames a relay front read, for the session's core
@@ -482,6 +491,16 @@ impl GatewayCore {
         self.resume
             .detached
             .retain(|id| sessions.get(id).is_some_and(|e| e.resume.is_some()));
+        // Forgetting expired tokens walks them all: once a second is soon
+        // enough.
+        if self
+            .resume
+            .pruned_at
+            .is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(1))
+        {
+            return due.len();
+        }
+        self.resume.pruned_at = Some(now);
         let memory = settings.expired_memory();
         let events = &mut self.resume.events;
         self.resume.expired.retain(|token, at| {

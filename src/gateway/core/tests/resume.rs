@@ -292,3 +292,21 @@ fn a_front_that_ends_detaches_its_session() {
         .resume(&TOKEN, 0, 1, 5, relay_outbox(), f.now)
         .is_ok());
 }
+
+#[test]
+fn an_offer_of_a_login_that_timed_out_is_not_the_next_logins() {
+    let mut f = resumable_core(16);
+    let (s, outbox) = f.open();
+    f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    f.core.begin_login(s, 1, 7).unwrap();
+    f.core.offer_resume(s, TOKEN);
+    assert_eq!(f.core.expire(f.now + TIMEOUT), 1);
+    // A version-1 login follows: no token, no numbering.
+    f.request(s, route::AUTH_LOGIN, 2).unwrap();
+    f.core.begin_login(s, 2, 7).unwrap();
+    f.core.complete_login(s, 2, LoginOutcome::Admitted, f.now);
+    push(&mut f, s, 1, b"a");
+    let frames = frames(&outbox);
+    assert!(frames.iter().all(|frame| frame.1 != route::SYS_SESSION));
+    assert_eq!(frames.last().map(|frame| frame.2), Some(0));
+}
