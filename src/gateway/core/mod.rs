@@ -17,7 +17,10 @@
 //! - [`egress`]: frames for the client: the six-check gate and the
 //!   request latency it records;
 //! - [`redirect`]: a draining node moving its sessions away, and a
-//!   session placed on its player's node.
+//!   session placed on its player's node;
+//! - [`resume`]: resumable sessions: the token, the numbered pushes kept,
+//!   the detached session and its window, `auth.resume`;
+//! - [`relay`]: a connection that resumed a session, relaying to it.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -42,6 +45,7 @@ use crate::route::RouteTable;
 mod egress;
 mod login;
 mod redirect;
+mod relay;
 mod requests;
 mod resume;
 
@@ -51,6 +55,7 @@ use self::login::PendingLogin;
 pub use self::login::{BindError, HeldFrame, LoginOutcome};
 pub use self::redirect::redirect_body;
 use self::redirect::Redirecting;
+use self::relay::RelayTables;
 use self::resume::{number_push, Resumable, ResumeTables};
 pub use self::resume::{
     ResumeRefusal, ResumeSettings, ResumeToken, Resumed, TokenEvent, RESUMED_ELSEWHERE_REASON,
@@ -205,6 +210,8 @@ pub struct GatewayCore {
     codecs: ListenerCodecs,
     /// Resumable sessions' tokens, the detached ones, relays (`resume`).
     resume: ResumeTables,
+    /// Relay fronts' frames and ends for other cores (`relay`).
+    relays: RelayTables,
 }
 
 impl GatewayCore {
@@ -238,6 +245,7 @@ impl GatewayCore {
             redirecting: None,
             codecs: ListenerCodecs::default(),
             resume: ResumeTables::default(),
+            relays: RelayTables::default(),
         }
     }
 
