@@ -117,6 +117,13 @@ impl GatewayCore {
                 request_key,
                 body,
             ))
+        } else if request_key.is_none() && is_version_2_route(route_id) {
+            // Version 1 knows no such route: its clients see no change.
+            stats.ingress_unknown_route.inc();
+            Err(NotAdmitted::Refused(
+                ErrorCode::UnknownRoute,
+                "unknown route",
+            ))
         } else {
             check_route(&self.routes, entry, &limits, stats, header)
         };
@@ -253,6 +260,11 @@ impl GatewayCore {
     pub fn next_deadline(&self) -> Option<Instant> {
         self.deadlines.peek().map(|Reverse((at, _))| *at)
     }
+}
+
+/// The routes version 2 adds (docs/protocol.md, section 12).
+fn is_version_2_route(route_id: u32) -> bool {
+    route_id == wire::client::route::AUTH_RESUME || route_id == wire::client::route::SYS_SESSION
 }
 
 /// Why a request read from a session goes no further now.

@@ -159,6 +159,10 @@ impl PushRing {
             return None;
         }
         let skip = (last_seen.saturating_add(1) - first_kept) as usize;
+        // Past 2^32 pushes the numbers wrap: what is not kept is lost.
+        if skip > self.kept.len() {
+            return None;
+        }
         Some(self.kept.range(skip..))
     }
 }

@@ -310,3 +310,24 @@ fn an_offer_of_a_login_that_timed_out_is_not_the_next_logins() {
     assert!(frames.iter().all(|frame| frame.1 != route::SYS_SESSION));
     assert_eq!(frames.last().map(|frame| frame.2), Some(0));
 }
+
+#[test]
+fn version_1_frames_on_the_version_2_routes_are_unknown_routes() {
+    let mut f = resumable_core(16);
+    let (s, outbox) = f.open();
+    assert!(f.request(s, route::AUTH_RESUME, 1).is_none());
+    assert!(f.request(s, route::SYS_SESSION, 2).is_none());
+    let frames = frames(&outbox);
+    assert_eq!(error_code(&frames[0]), ErrorCode::UnknownRoute as u16);
+    assert_eq!(error_code(&frames[1]), ErrorCode::UnknownRoute as u16);
+    assert_eq!(f.metrics.gateway.ingress_unknown_route.get(), 2);
+    // As a version-2 REQUEST, auth.resume goes to the auth service.
+    let header = Header {
+        kind: FrameKind::Request,
+        route_id: route::AUTH_RESUME,
+        seq: 3,
+        body_len: 28,
+    };
+    let ingress = f.core.on_keyed_request(s, header, Some(0), &[0; 20], f.now);
+    assert_eq!(ingress.map(|i| i.binding.target), Some(Target::Auth));
+}
