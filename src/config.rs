@@ -353,6 +353,10 @@ pub struct AuthConfig {
     pub secret: Secret,
     /// What a second login of a logged-in player does.
     pub duplicate_login: DuplicateLogin,
+    /// A resumable session's wait for its client (docs/protocol.md, 12); 0: off.
+    pub resume_window_ms: u64,
+    /// Pushes a resumable session keeps for a resume.
+    pub resume_pushes_max: u32,
 }
 
 /// The secret a fresh checkout uses, so that `routerd token` and a node
@@ -367,6 +371,8 @@ impl Default for AuthConfig {
         Self {
             secret: Secret::new(DEVELOPMENT_SECRET),
             duplicate_login: DuplicateLogin::KickOld,
+            resume_window_ms: 30_000,
+            resume_pushes_max: 1024,
         }
     }
 }

@@ -112,6 +112,7 @@ fn start_core(
         boot_incarnation: 1,
         sessions_open: Arc::new(AtomicU32::new(0)),
         routes: Arc::new(routerd::builtins::builtin_routes()),
+        resume: Default::default(),
     });
     let metrics = Arc::new(CoreMetrics::default());
     let (address_tx, address_rx) = channel();

@@ -166,6 +166,7 @@ fn stale_epoch_egress_is_dropped_and_counted() {
         boot_incarnation: 1,
         sessions_open: Arc::new(AtomicU32::new(0)),
         routes: Arc::new(routerd::builtins::builtin_routes()),
+        resume: Default::default(),
     });
     let metrics = Arc::new(CoreMetrics::default());
     let (address_tx, address_rx) = std::sync::mpsc::channel();

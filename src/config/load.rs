@@ -5,6 +5,13 @@ use std::path::Path;
 
 use super::*;
 
+/// The longest `auth.resume_window_ms`: a detached session holds its
+/// player for that long.
+const RESUME_WINDOW_MS_MAX: u64 = 3_600_000;
+/// The most `auth.resume_pushes_max`: every resumable session keeps that
+/// many pushes.
+const RESUME_PUSHES_MAX: u32 = 65_536;
+
 impl Config {
     /// Reads `path`, or the built-in defaults (those of
     /// `tuning/default.toml`) when there is none, then applies environment
@@ -58,9 +65,22 @@ impl Config {
         self.validate_gateway()?;
         self.validate_admin()?;
         self.check_secrets()?;
+        self.validate_resume()?;
         self.validate_store_and_router()?;
         self.cluster.check_timing().map_err(ConfigError::Invalid)?;
         self.scripts.validate()?;
+        Ok(())
+    }
+
+    /// `auth.resume_window_ms` and `auth.resume_pushes_max`.
+    fn validate_resume(&self) -> Result<(), ConfigError> {
+        let invalid = |message: &str| Err(ConfigError::Invalid(message.to_string()));
+        if self.auth.resume_window_ms > RESUME_WINDOW_MS_MAX {
+            return invalid("auth.resume_window_ms must be at most 3600000 (an hour)");
+        }
+        if !(1..=RESUME_PUSHES_MAX).contains(&self.auth.resume_pushes_max) {
+            return invalid("auth.resume_pushes_max must be between 1 and 65536");
+        }
         Ok(())
     }
 

@@ -389,3 +389,30 @@ fn listen_addresses_may_name_a_host() {
     let error = Config::from_toml("[gateway]\nlisten = \"localhost\"\n").unwrap_err();
     assert!(error.contains("neither IP:PORT nor a host name"), "{error}");
 }
+
+#[test]
+fn resume_settings_are_read_and_bounded() {
+    let defaults = Config::default();
+    assert_eq!(
+        (
+            defaults.auth.resume_window_ms,
+            defaults.auth.resume_pushes_max
+        ),
+        (30_000, 1024)
+    );
+    let text = "[auth]\nresume_window_ms = 0\nresume_pushes_max = 16\n";
+    let config = Config::from_toml(text).unwrap();
+    config.validate().unwrap();
+    assert_eq!(
+        (config.auth.resume_window_ms, config.auth.resume_pushes_max),
+        (0, 16)
+    );
+    let mut config = Config::default();
+    config.auth.resume_pushes_max = 0;
+    assert!(config.validate().is_err());
+    config.auth.resume_pushes_max = 65_537;
+    assert!(config.validate().is_err());
+    let mut config = Config::default();
+    config.auth.resume_window_ms = 3_600_001;
+    assert!(config.validate().is_err());
+}

@@ -24,7 +24,16 @@ pub enum AuthStep {
     /// The token names `player_id`, valid now and until `expiry_unix_s`:
     /// the login goes to its player object.
     Verified { player_id: u64, expiry_unix_s: u64 },
+    /// A well-formed version-2 `auth.resume`: the session `token` names
+    /// is looked for (`driver/resume.rs`).
+    Resume {
+        token: super::core::ResumeToken,
+        last_push_seq: u32,
+    },
 }
+
+/// An `auth.resume` body: the 16-byte token, then `u32 last_push_seq`.
+const RESUME_BODY_LEN: usize = 20;
 
 impl AuthService {
     pub fn new(secret: &[u8]) -> AuthService {
@@ -74,7 +83,23 @@ impl AuthService {
                     }
                 }
             }
-            // The route table lets only the two routes above reach a
+            route::AUTH_RESUME => {
+                let reason = match (ingress.request_key, ingress.body.len()) {
+                    (None, _) => "auth.resume is a version-2 REQUEST",
+                    (Some(_), RESUME_BODY_LEN) => {
+                        let (token, last) = ingress.body.split_at(16);
+                        return AuthStep::Resume {
+                            token: token.try_into().expect("16 bytes"),
+                            last_push_seq: u32::from_le_bytes(last.try_into().expect("4 bytes")),
+                        };
+                    }
+                    (Some(_), _) => "auth.resume body is a 16-byte token and a u32",
+                };
+                let body = encode_error_body(ErrorCode::BadRequest, reason);
+                reply(gateway, FrameKind::Error, &body);
+                AuthStep::Answered
+            }
+            // The route table lets only the routes above reach a
             // session that is not logged in.
             _ => {
                 let body = encode_error_body(ErrorCode::BadRequest, "not an auth route");

@@ -37,7 +37,9 @@ use crate::metrics::CoreMetrics;
 mod connection;
 mod connection_task;
 mod pending;
+mod resume;
 pub use connection::serve;
+pub use resume::ResumeHub;
 
 /// The deadline timer's tick: TIMEOUT answers are at most this late.
 const MAX_TIMER_TICK: Duration = Duration::from_millis(50);
@@ -56,6 +58,9 @@ pub struct GatewayShared {
     pub sessions_open: Arc<AtomicU32>,
     /// The node's routes (system routes and those its types declared).
     pub routes: Arc<crate::route::RouteTable>,
+    /// Resuming sessions: the settings, the token directory, the cores'
+    /// mailboxes (`resume.rs`).
+    pub resume: Arc<ResumeHub>,
 }
 
 struct CoreGateway {
@@ -75,6 +80,8 @@ struct CoreGateway {
     /// What the connections' successful answers pass before they are
     /// written (`answer_gate`); the core's router publishes its lease there.
     answer_gate: Rc<AnswerGate>,
+    /// Shared by the node's cores to resume sessions (`resume.rs`).
+    resume: Arc<ResumeHub>,
 }
 
 /// A TLS connection whose handshake runs: its outbox and its layers, held
@@ -104,6 +111,7 @@ impl GatewayHandle {
             shared.routes.clone(),
         );
         state.set_listener_codecs(ListenerCodecs::from_config(&shared.config));
+        state.set_resume_settings(shared.resume.settings());
         let gateway = GatewayHandle(Rc::new(CoreGateway {
             core_id,
             node_id: shared.node_id,
@@ -118,6 +126,7 @@ impl GatewayHandle {
                 shared.config.tls_handshakes_max as usize,
             )),
             answer_gate: Rc::new(AnswerGate::default()),
+            resume: shared.resume.clone(),
         }));
         // A fence drops the answers queued and not yet taken by a writer;
         // those a writer took wait at the gate and are dropped there.
@@ -396,12 +405,16 @@ impl GatewayHandle {
             .0
             .auth
             .handle(&mut self.0.state.borrow_mut(), ingress, now, now_unix_s);
-        let AuthStep::Verified {
-            player_id,
-            expiry_unix_s,
-        } = step
-        else {
-            return;
+        let (player_id, expiry_unix_s) = match step {
+            AuthStep::Verified {
+                player_id,
+                expiry_unix_s,
+            } => (player_id, expiry_unix_s),
+            AuthStep::Resume {
+                token,
+                last_push_seq,
+            } => return self.begin_resume(ingress.session_id, ingress.seq, token, last_push_seq),
+            AuthStep::Answered => return,
         };
         let bound_epoch = {
             let mut state = self.0.state.borrow_mut();
@@ -411,6 +424,9 @@ impl GatewayHandle {
         let Some(bound_epoch) = bound_epoch else {
             return self.answer(ingress, ErrorCode::BadRequest, "login in progress");
         };
+        if ingress.request_key.is_some() {
+            self.offer_resume(ingress.session_id);
+        }
         let login = LoginRequest {
             gateway_node: self.0.node_id,
             session_id: ingress.session_id,
@@ -480,8 +496,10 @@ impl GatewayHandle {
         self.flush_notices();
     }
 
-    /// Delivers queued notices to the services side.
+    /// Delivers queued notices to the services side (and what resuming
+    /// sessions owe other cores).
     fn flush_notices(&self) {
+        self.flush_resume();
         let mut notices: Vec<Notice> = Vec::new();
         self.0.state.borrow_mut().take_notices(&mut notices);
         for notice in notices {

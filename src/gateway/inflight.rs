@@ -72,8 +72,9 @@ pub struct InFlightTable {
 
 /// The open-addressing table of the module note.
 struct SeqTable {
-    /// A power of two long (or empty), at most a quarter full.
-    slots: Vec<Option<Slot>>,
+    /// A power of two long (or empty), at most a quarter full. A boxed
+    /// slice: it never grows in place, and every session holds a table.
+    slots: Box<[Option<Slot>]>,
     len: usize,
     /// The hash's keys, random per table (see the module note).
     hash: SeqHash,
@@ -167,7 +168,7 @@ impl InFlightTable {
 impl SeqTable {
     fn new(hash: SeqHash) -> SeqTable {
         SeqTable {
-            slots: Vec::new(),
+            slots: Box::default(),
             len: 0,
             hash,
         }
@@ -198,7 +199,7 @@ impl SeqTable {
         let removed = self.slots[hole].take().map(|slot| slot.request);
         self.len -= 1;
         if self.len == 0 && self.slots.len() > IDLE_CAPACITY_MAX {
-            self.slots = Vec::new();
+            self.slots = Box::default();
             return removed;
         }
         // Backward shift: move later members of the probe run into the
@@ -245,9 +246,9 @@ impl SeqTable {
 
     fn grow(&mut self) {
         let capacity = (self.slots.len() * 2).max(MIN_CAPACITY);
-        let old = std::mem::replace(&mut self.slots, vec![None; capacity]);
+        let old = std::mem::replace(&mut self.slots, vec![None; capacity].into_boxed_slice());
         self.len = 0;
-        for slot in old.into_iter().flatten() {
+        for slot in old.into_vec().into_iter().flatten() {
             self.insert(slot.seq, slot.request);
         }
     }

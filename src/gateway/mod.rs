@@ -39,9 +39,9 @@ use wire::frame::{ClientWire, FrameBuf, FrameEncodeError, Message};
 
 pub use self::core::{
     BindError, CloseReason, EgressRef, EgressRejected, GatewayCore, HeldFrame, Limits,
-    LoginOutcome, SessionPush, SessionRow,
+    LoginOutcome, ResumeRefusal, ResumeSettings, ResumeToken, SessionPush, SessionRow,
 };
-pub use self::driver::GatewayHandle;
+pub use self::driver::{GatewayHandle, ResumeHub};
 pub use self::services_side::{LoginRequest, ServicesSide};
 pub use self::session::{Binding, EpochExpired, Session, Target, K_ANY_EPOCH};
 

@@ -130,6 +130,17 @@ impl Outbox {
         Ok(())
     }
 
+    /// Queues frames already encoded (a relay's batch, see
+    /// `GatewayCore::relay_write`), counted as one frame; `answers`: they
+    /// hold a successful answer.
+    pub fn push_bytes(&self, frames: &[u8], answers: bool) -> Result<(), PushError> {
+        self.push_with(|bytes| bytes.extend_from_slice(frames))?;
+        if answers {
+            self.inner.borrow_mut().answers = true;
+        }
+        Ok(())
+    }
+
     /// Whether the queued bytes hold a successful answer.
     pub fn holds_answers(&self) -> bool {
         self.inner.borrow().answers

@@ -52,6 +52,17 @@ super::metric_set! {
         /// Logged-in sessions kicked because the token of their login expired (counted in
         /// routerd_gateway_kicks_total as well).
         "routerd_gateway_token_expired_kicks_total" Counter { token_expired_kicks }
+        /// Resumable sessions taken back by auth.resume on a new connection.
+        "routerd_gateway_sessions_resumed_total" Counter { sessions_resumed }
+        /// auth.resume requests refused, by reason (expired: the session's window passed;
+        /// unknown: the token names no session of this node, or was used already; pushes_lost:
+        /// more pushes were sent to the session than auth.resume_pushes_max since the client's
+        /// last one).
+        "routerd_gateway_resumes_refused_total" Counter (reason) {
+            resumes_refused_expired = "expired",
+            resumes_refused_unknown = "unknown",
+            resumes_refused_pushes_lost = "pushes_lost",
+        }
         /// Sessions told to move to another gateway (sys.redirect) because this node drains.
         "routerd_gateway_redirects_total" Counter { redirects }
         /// Redirected sessions the gateway closed when cluster.redirect_grace_ms had passed (the

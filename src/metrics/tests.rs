@@ -35,15 +35,20 @@ fn render_sums_over_cores() {
 #[test]
 fn histograms_sum_buckets_over_cores_cumulatively() {
     let metrics = crate::testing::node_metrics(2);
-    // player.get is the third route of the built-in table, by id.
+    // player.get's index in the built-in table.
+    let (get, _) = crate::testing::builtin_routes()
+        .lookup_indexed(wire::client::route::PLAYER_GET)
+        .unwrap();
     metrics.cores[0]
         .requests
-        .record(2, Duration::from_micros(30));
+        .record(get, Duration::from_micros(30));
     metrics.cores[1]
         .requests
-        .record(2, Duration::from_millis(2));
-    metrics.cores[1].requests.record(2, Duration::from_secs(60));
-    assert_eq!(metrics.cores[1].requests.route(2).unwrap().count(), 2);
+        .record(get, Duration::from_millis(2));
+    metrics.cores[1]
+        .requests
+        .record(get, Duration::from_secs(60));
+    assert_eq!(metrics.cores[1].requests.route(get).unwrap().count(), 2);
     let text = metrics.render();
     let series = "routerd_gateway_request_duration_seconds";
     for (le, want) in [("0.00003", 1), ("0.002", 2), ("10", 2), ("+Inf", 3)] {

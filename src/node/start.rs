@@ -22,8 +22,9 @@ use crate::cluster::agent::{self, Joined};
 use crate::cluster::membership::{Advertisement, Membership};
 use crate::cluster::view::{ClusterView, Peer, Standing};
 use crate::config::Config;
-use crate::gateway::driver::GatewayShared;
+use crate::gateway::driver::{GatewayShared, ResumeHub};
 use crate::gateway::transport::Listener;
+use crate::gateway::ResumeSettings;
 use crate::gateway_addresses::GatewayAddresses;
 use crate::ids::NodeId;
 use crate::metrics::NodeMetrics;
@@ -288,6 +289,10 @@ impl NodeShared {
                 secret: config.auth.secret.clone().into_bytes(),
                 sessions_open: Arc::new(AtomicU32::new(0)),
                 routes: routes.clone(),
+                resume: Arc::new(ResumeHub::new(ResumeSettings::new(
+                    config.auth.resume_window_ms,
+                    config.auth.resume_pushes_max,
+                ))),
             },
             config,
             view,

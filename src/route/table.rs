@@ -68,11 +68,13 @@ const fn s2c(route_id: u32, name: &'static str) -> RouteDescriptor {
 }
 
 /// The routes of the gateway itself, on every node whatever it serves:
-/// login (answered by the auth service) and the two pushes the gateway
-/// writes. (`sys.ping` is the player type's: before login the auth service
+/// login and resume (answered by the auth service) and the pushes the
+/// gateway writes. (`sys.ping` is the player type's: before login the auth service
 /// echoes it, after login the player object does.)
-pub const SYSTEM_ROUTES: [RouteDescriptor; 3] = [
+pub const SYSTEM_ROUTES: [RouteDescriptor; 5] = [
     c2s(route::AUTH_LOGIN, "auth.login", false),
+    c2s(route::AUTH_RESUME, "auth.resume", false),
+    s2c(route::SYS_SESSION, "sys.session"),
     s2c(route::SYS_KICKED, "sys.kicked"),
     s2c(route::SYS_REDIRECT, "sys.redirect"),
 ];
@@ -241,13 +243,16 @@ mod tests {
             (Direction::ClientToServer, false)
         );
         assert!(!table.lookup(2).unwrap().requires_auth);
+        // auth.resume (version 2) is the auth service's too.
+        assert!(!table.lookup(3).unwrap().requires_auth);
+        assert_eq!(table.target(3), None);
         for id in [10, 11, 20, 21, 22] {
             let route = table.lookup(id).unwrap();
             assert!(route.requires_auth, "{}", route.name);
             assert_eq!(route.direction, Direction::ClientToServer);
             assert!(table.target(id).is_some(), "{}", route.name);
         }
-        for id in [100, 101, 102] {
+        for id in [100, 101, 102, 103] {
             assert_eq!(
                 table.lookup(id).unwrap().direction,
                 Direction::ServerToClient
@@ -256,9 +261,9 @@ mod tests {
         }
         assert_eq!(table.target(2), None, "login is the auth service's");
         assert!(table.lookup(0).is_none());
-        assert!(table.lookup(3).is_none());
+        assert!(table.lookup(4).is_none());
         assert!(table.lookup(u32::MAX).is_none());
-        assert_eq!(table.routes().len(), 10);
+        assert_eq!(table.routes().len(), 12);
     }
 
     #[test]

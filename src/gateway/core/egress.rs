@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use wire::client::FrameKind;
 
+use super::resume::number_push;
 use super::{GatewayCore, PushError};
 use crate::gateway::body_codec::encode_answer;
 use crate::route::{Direction, RouteBody};
@@ -214,10 +215,18 @@ impl GatewayCore {
             _ => None,
         };
         let body = encoded.as_deref().unwrap_or(egress.body);
+        // A resumable session numbers its pushes and keeps them for a
+        // resume; one with no connection only keeps them.
+        let mut seq = egress.seq;
+        if kind == FrameKind::Push {
+            match number_push(&mut entry.resume, egress.route_id, body) {
+                Some((_, true)) => return Ok(None),
+                Some((numbered, false)) => seq = numbered,
+                None => {}
+            }
+        }
         // 6. the session's bounded send queue
-        let pushed = entry
-            .outbox
-            .push_frame(kind, egress.route_id, egress.seq, body);
+        let pushed = entry.outbox.push_frame(kind, egress.route_id, seq, body);
         match pushed {
             Ok(()) => Ok(answered),
             Err(PushError::Closed) => Err(EgressRejected::SendFailed),

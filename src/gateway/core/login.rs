@@ -59,6 +59,15 @@ impl GatewayCore {
         if entry.login().is_some() || !entry.session.is_live() {
             return None;
         }
+        // An offer of resuming left by an earlier login that never ended
+        // (it timed out) is not this login's: a version-2 one offers anew.
+        if entry
+            .resume
+            .as_ref()
+            .is_some_and(|resume| resume.is_offer())
+        {
+            entry.resume = None;
+        }
         entry.transit().login = Some(PendingLogin { seq, player_id });
         entry.session.session_epoch.checked_add(1)
     }
@@ -134,7 +143,9 @@ impl GatewayCore {
         let pushed = entry.outbox.push_frame(kind, inflight.route_id, seq, &body);
         if pushed == Err(PushError::Full) {
             self.close_slow_reader(session_id);
+            return binding;
         }
+        self.settle_resume_offer(session_id, binding.is_some());
         binding
     }
 

@@ -17,7 +17,10 @@
 //! - [`egress`]: frames for the client: the six-check gate and the
 //!   request latency it records;
 //! - [`redirect`]: a draining node moving its sessions away, and a
-//!   session placed on its player's node.
+//!   session placed on its player's node;
+//! - [`resume`]: resumable sessions: the token, the numbered pushes kept,
+//!   the detached session and its window, `auth.resume`;
+//! - [`relay`]: a connection that resumed a session, relaying to it.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -43,7 +46,9 @@ use crate::route::RouteTable;
 mod egress;
 mod login;
 mod redirect;
+mod relay;
 mod requests;
+mod resume;
 
 use self::egress::WarnLimiter;
 pub use self::egress::{EgressRef, EgressRejected};
@@ -51,6 +56,11 @@ use self::login::PendingLogin;
 pub use self::login::{BindError, HeldFrame, LoginOutcome};
 pub use self::redirect::redirect_body;
 use self::redirect::Redirecting;
+use self::relay::RelayTables;
+use self::resume::{number_push, Resumable, ResumeTables};
+pub use self::resume::{
+    ResumeRefusal, ResumeSettings, ResumeToken, Resumed, TokenEvent, RESUMED_ELSEWHERE_REASON,
+};
 
 /// What became of an operator's PUSH to one session ([`GatewayCore::push_to`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,11 +156,14 @@ struct Entry {
     /// The listener's transport: a `sys.redirect` names another node's
     /// listener of the same one, so the client keeps speaking as it does.
     transport: Transport,
+    /// A resumable session's token, kept pushes and window (`resume`).
+    resume: Option<Box<Resumable>>,
 }
 
-/// What a session has only while a login or a redirect is under way,
-/// boxed in its entry (`Entry::transit`) and dropped once neither is
-/// (`Entry::settle`): held inline, these 64 bytes were in every entry.
+/// What a session has only while a login or a redirect is under way, or
+/// while it fronts a resumed session, boxed in its entry
+/// (`Entry::transit`) and dropped once none is (`Entry::settle`): held
+/// inline, these bytes were in every entry.
 #[derive(Default)]
 struct Transit {
     /// A login waiting for its player object's decision (see
@@ -161,6 +174,9 @@ struct Transit {
     held: Vec<HeldFrame>,
     /// Told to move (`sys.redirect`): its grace ends then.
     redirect_until: Option<Instant>,
+    /// A relay front (a connection that resumed a session): the session
+    /// its frames go to; 0 for any other.
+    relay_to: u64,
 }
 
 impl Entry {
@@ -172,6 +188,17 @@ impl Entry {
         self.transit
             .as_ref()
             .map_or(0, |transit| transit.held.len())
+    }
+
+    /// The session this connection fronts (`relay`), or 0.
+    fn relay_to(&self) -> u64 {
+        self.transit.as_ref().map_or(0, |transit| transit.relay_to)
+    }
+
+    /// Makes this connection the front of `session_id` (0: no longer one).
+    fn set_relay_to(&mut self, session_id: u64) {
+        self.transit().relay_to = session_id;
+        self.settle();
     }
 
     fn redirect_until(&self) -> Option<Instant> {
@@ -188,7 +215,10 @@ impl Entry {
     /// Drops the transit once nothing is under way.
     fn settle(&mut self) {
         let settled = self.transit.as_ref().is_some_and(|transit| {
-            transit.login.is_none() && transit.held.is_empty() && transit.redirect_until.is_none()
+            transit.login.is_none()
+                && transit.held.is_empty()
+                && transit.redirect_until.is_none()
+                && transit.relay_to == 0
         });
         if settled {
             self.transit = None;
@@ -246,6 +276,10 @@ pub struct GatewayCore {
     redirecting: Option<Redirecting>,
     /// The body codec of each listener: a session's profile.
     codecs: ListenerCodecs,
+    /// Resumable sessions' tokens, the detached ones, relays (`resume`).
+    resume: ResumeTables,
+    /// Relay fronts' frames and ends for other cores (`relay`).
+    relays: RelayTables,
 }
 
 impl GatewayCore {
@@ -278,6 +312,8 @@ impl GatewayCore {
             routes,
             redirecting: None,
             codecs: ListenerCodecs::default(),
+            resume: ResumeTables::default(),
+            relays: RelayTables::default(),
         }
     }
 
@@ -337,6 +373,7 @@ impl GatewayCore {
                 bucket: RequestBucket::new(now),
                 token_expiry_unix_s: None,
                 transport,
+                resume: None,
             }),
         );
         self.stats().sessions_accepted.inc();
@@ -405,7 +442,10 @@ impl GatewayCore {
         let idle_sessions: Vec<u64> = self
             .sessions
             .iter()
-            .filter(|(_, entry)| now.saturating_duration_since(entry.last_frame) >= idle)
+            .filter(|(_, entry)| {
+                now.saturating_duration_since(entry.last_frame) >= idle
+                    && !entry.resume.as_ref().is_some_and(|resume| resume.detached)
+            })
             .map(|(&session_id, _)| session_id)
             .collect();
         for &session_id in &idle_sessions {
@@ -485,13 +525,21 @@ impl GatewayCore {
         route_id: u32,
         body: &[u8],
     ) -> SessionPush {
-        let Some(entry) = self.sessions.get(&session_id) else {
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
             return SessionPush::NoSession;
         };
         if player_id == 0 || entry.session.player_id != player_id {
             return SessionPush::NoSession;
         }
-        match entry.outbox.push_frame(FrameKind::Push, route_id, 0, body) {
+        let seq = match number_push(&mut entry.resume, route_id, body) {
+            Some((_, true)) => return SessionPush::Queued, // kept for a resume
+            Some((seq, false)) => seq,
+            None => 0,
+        };
+        match entry
+            .outbox
+            .push_frame(FrameKind::Push, route_id, seq, body)
+        {
             Ok(()) => SessionPush::Queued,
             Err(_) => SessionPush::QueueFull,
         }
@@ -501,8 +549,24 @@ impl GatewayCore {
     /// Notifies the target with `Disconnected` only if the binding is still
     /// live: after a kick the session is gone and nothing more is sent.
     pub fn close(&mut self, session_id: u64, reason: CloseReason) -> bool {
-        if !self.sessions.contains_key(&session_id) {
+        let Some(entry) = self.sessions.get(&session_id) else {
             return false;
+        };
+        let by_itself = matches!(
+            reason,
+            CloseReason::PeerClosed | CloseReason::Idle | CloseReason::SlowReader
+        );
+        if by_itself && entry.resume.as_ref().is_some_and(|resume| resume.detached) {
+            return false; // no connection to close
+        }
+        if by_itself && self.detaches(session_id) {
+            match reason {
+                CloseReason::Idle => self.metrics.gateway.idle_closed.inc(),
+                CloseReason::SlowReader => self.metrics.gateway.slow_readers_closed.inc(),
+                _ => {}
+            }
+            self.detach(session_id, reason == CloseReason::SlowReader);
+            return true;
         }
         match reason {
             CloseReason::Idle => self.metrics.gateway.idle_closed.inc(),
@@ -513,6 +577,25 @@ impl GatewayCore {
         let abort = matches!(reason, CloseReason::SlowReader | CloseReason::Fenced);
         self.finish(session_id, NoticeKind::Disconnected, abort);
         true
+    }
+
+    /// [`Self::close`] from the connection whose send queue is `outbox`:
+    /// nothing if the session has another connection now (it was resumed
+    /// on a new one).
+    pub fn close_connection(
+        &mut self,
+        session_id: u64,
+        outbox: &Rc<Outbox>,
+        reason: CloseReason,
+    ) -> bool {
+        self.holds_connection(session_id, outbox) && self.close(session_id, reason)
+    }
+
+    /// Whether `session_id` is open and writes to `outbox` (its connection's).
+    pub fn holds_connection(&self, session_id: u64, outbox: &Rc<Outbox>) -> bool {
+        self.sessions
+            .get(&session_id)
+            .is_some_and(|entry| Rc::ptr_eq(&entry.outbox, outbox))
     }
 
     /// The node fenced: a successful answer still queued for a session was
@@ -593,10 +676,14 @@ impl GatewayCore {
         // before the socket is actually closed.
         let invalidated = entry.session.apply_binding(Target::None, 0, K_ANY_EPOCH);
         debug_assert!(invalidated.is_ok() || last.session_epoch == K_ANY_EPOCH - 1);
-        let Some(entry) = self.sessions.remove(&session_id) else {
+        let Some(mut entry) = self.sessions.remove(&session_id) else {
             return;
         };
         self.metrics.gateway.sessions_active.add(-1);
+        self.forget_resume(entry.resume.take());
+        if entry.relay_to() != 0 {
+            self.front_closed(session_id, entry.relay_to());
+        }
         if abort {
             entry.outbox.abort();
         } else {

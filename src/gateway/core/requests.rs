@@ -48,6 +48,18 @@ impl GatewayCore {
     ) -> Option<Ingress<'a>> {
         let entry = self.sessions.get_mut(&session_id)?;
         entry.last_frame = now;
+        if entry.relay_to() != 0 {
+            // A connection that resumed a session: its session's core
+            // checks and runs what it reads.
+            let session = entry.relay_to();
+            let frame = HeldFrame {
+                header,
+                body: body.to_vec(),
+                request_key,
+            };
+            self.relay_frame(session_id, session, frame);
+            return None;
+        }
         if let Some(rate) = &self.limits.request_rate {
             if !entry.bucket.admit(rate, now) {
                 self.metrics.gateway.ingress_rate_limited.inc();
@@ -104,6 +116,13 @@ impl GatewayCore {
                 header,
                 request_key,
                 body,
+            ))
+        } else if request_key.is_none() && is_version_2_route(route_id) {
+            // Version 1 knows no such route: its clients see no change.
+            stats.ingress_unknown_route.inc();
+            Err(NotAdmitted::Refused(
+                ErrorCode::UnknownRoute,
+                "unknown route",
             ))
         } else {
             check_route(&self.routes, entry, &limits, stats, header)
@@ -245,6 +264,11 @@ impl GatewayCore {
     }
 }
 
+/// The routes version 2 adds (docs/protocol.md, section 12).
+fn is_version_2_route(route_id: u32) -> bool {
+    route_id == wire::client::route::AUTH_RESUME || route_id == wire::client::route::SYS_SESSION
+}
+
 /// Why a request read from a session goes no further now.
 enum NotAdmitted {
     /// Held until the session's login ends (`on_held_request` replays it).
@@ -319,7 +343,11 @@ fn check_route(
             stats.ingress_overloaded.inc();
             (ErrorCode::Overloaded, "too many in-flight requests")
         }
-        Some(_) if route_id == wire::client::route::AUTH_LOGIN && entry.session.is_logged_in() => {
+        Some(_)
+            if (route_id == wire::client::route::AUTH_LOGIN
+                || route_id == wire::client::route::AUTH_RESUME)
+                && entry.session.is_logged_in() =>
+        {
             stats.ingress_bad_request.inc();
             (ErrorCode::BadRequest, "already logged in")
         }

@@ -23,6 +23,7 @@ pub async fn serve(
 ) {
     shards::spawn(expire_loop(gateway.clone())).detach();
     shards::spawn(idle_loop(gateway.clone())).detach();
+    shards::spawn(super::resume::mailbox_loop(gateway.clone())).detach();
     let mut loops: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> = vec![Box::pin(
         accept_loop(gateway.clone(), listener, Listener::Plain),
     )];
@@ -111,6 +112,8 @@ async fn expire_loop(gateway: GatewayHandle) {
         }
         // Redirected sessions whose grace ended (nothing when not draining).
         state.close_redirected(now);
+        // Detached sessions whose resume window passed.
+        state.expire_detached(now);
         drop(state);
         gateway.flush_notices();
         // Logins that timed out release the requests held behind them.

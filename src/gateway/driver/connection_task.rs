@@ -125,6 +125,11 @@ impl ConnectionTask {
     /// Handles every receive already completed; stops reading at the end.
     fn poll_read(&mut self, cx: &mut Context<'_>) {
         loop {
+            // Closed by the gateway, or resumed on another connection:
+            // nothing more is read as the session's.
+            if !self.holds_session() {
+                return self.end_read(None);
+            }
             let received = match self.stream.poll_recv(cx) {
                 Poll::Pending => return,
                 Poll::Ready(Ok(Some(received))) => received,
@@ -140,17 +145,19 @@ impl ConnectionTask {
             }
             // Closed by the gateway meanwhile (kick, slow reader): the
             // write side shuts the socket down; nothing more to read.
-            if self
-                .gateway
-                .0
-                .state
-                .borrow()
-                .session(self.session_id)
-                .is_none()
-            {
+            if !self.holds_session() {
                 return self.end_read(None);
             }
         }
+    }
+
+    /// Whether the session is open and this connection is still its.
+    fn holds_session(&self) -> bool {
+        self.gateway
+            .0
+            .state
+            .borrow()
+            .holds_connection(self.session_id, &self.outbox)
     }
 
     /// Handles one receive as one read batch: its answers leave in one
@@ -194,11 +201,11 @@ impl ConnectionTask {
             }
         }
         if let Some(reason) = reason {
-            self.gateway
-                .0
-                .state
-                .borrow_mut()
-                .close(self.session_id, reason);
+            self.gateway.0.state.borrow_mut().close_connection(
+                self.session_id,
+                &self.outbox,
+                reason,
+            );
             self.gateway.flush_notices();
         }
     }

@@ -15,6 +15,7 @@ mod egress;
 mod login;
 mod redirect;
 mod requests;
+mod resume;
 
 const TIMEOUT: Duration = Duration::from_millis(100);
 

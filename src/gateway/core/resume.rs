@@ -1,0 +1,569 @@
+//! Resumable sessions (docs/protocol.md, section 12): a session whose
+//! `auth.login` was a version-2 REQUEST numbers its pushes and keeps the
+//! last `auth.resume_pushes_max` of them; when its connection ends by
+//! itself it is detached, not finished: it stays bound (its player counts
+//! as logged in, objects' pushes to it are numbered and kept) for
+//! `auth.resume_window_ms`, and `auth.resume` with its token on a new
+//! connection takes it back, every push after the client's last one
+//! delivered again, in order.
+//!
+//! The session keeps its identity (its id and epoch) through a resume, so
+//! the references objects hold to it (a room's member list, the player
+//! object's login) keep reaching it: only the connection behind it
+//! changes. A new connection is always a relay's front (see the driver's
+//! `resume.rs`): its frames are handed to the session's core, and the
+//! session's frames are written to a local outbox the driver pumps to the
+//! front, on this core or another.
+//!
+//! Sans-IO like the rest of the core: the token comes from the driver (a
+//! CSPRNG), `now` is passed in, and the node-wide token directory is fed
+//! from [`TokenEvent`]s the driver takes.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use wire::client::{route, ErrorCode, FrameKind};
+
+use super::{FastMap, GatewayCore, PushError};
+use crate::gateway::outbox::Outbox;
+use crate::gateway::NoticeKind;
+
+/// A session's resume token: 128 random bits, a secret of the session.
+pub type ResumeToken = [u8; 16];
+
+/// The `sys.kicked` reason of a connection whose session was resumed on
+/// another one.
+pub const RESUMED_ELSEWHERE_REASON: &str = "resumed elsewhere";
+
+/// The server's resume settings (`auth.resume_window_ms`,
+/// `auth.resume_pushes_max`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResumeSettings {
+    /// How long a detached session waits for its client; zero: sessions
+    /// are not resumable.
+    pub window: Duration,
+    /// Pushes a resumable session keeps for a resume.
+    pub pushes_max: usize,
+}
+
+impl ResumeSettings {
+    /// Resuming turned off.
+    pub const OFF: ResumeSettings = ResumeSettings {
+        window: Duration::ZERO,
+        pushes_max: 0,
+    };
+
+    pub fn new(window_ms: u64, pushes_max: u32) -> ResumeSettings {
+        ResumeSettings {
+            window: Duration::from_millis(window_ms),
+            pushes_max: pushes_max as usize,
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.window.is_zero() && self.pushes_max > 0
+    }
+
+    /// How long a token whose window passed is still answered `resume
+    /// window expired` rather than `unknown session`.
+    fn expired_memory(&self) -> Duration {
+        self.window.max(Duration::from_secs(60))
+    }
+}
+
+/// Why `auth.resume` failed; its reason is the ERROR's, exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResumeRefusal {
+    Expired,
+    Unknown,
+    PushesLost,
+}
+
+impl ResumeRefusal {
+    pub fn reason(self) -> &'static str {
+        match self {
+            ResumeRefusal::Expired => "resume window expired",
+            ResumeRefusal::Unknown => "unknown session",
+            ResumeRefusal::PushesLost => "pushes lost",
+        }
+    }
+
+    pub fn code(self) -> ErrorCode {
+        ErrorCode::AuthFailed
+    }
+}
+
+/// A change the node-wide token directory must follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenEvent {
+    /// A session of this core holds `token` (or remembers it expired).
+    Held(ResumeToken, u64),
+    /// This core forgot `token`.
+    Forgotten(ResumeToken),
+}
+
+/// One push kept for a resume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct KeptPush {
+    pub(super) seq: u32,
+    route_id: u32,
+    body: Vec<u8>,
+}
+
+/// The numbered pushes of a session, the last `max` of them kept.
+#[derive(Debug)]
+pub(super) struct PushRing {
+    kept: VecDeque<KeptPush>,
+    max: usize,
+    /// The number of the next push (the first is 1).
+    next_seq: u32,
+}
+
+impl PushRing {
+    pub(super) fn new(max: usize) -> PushRing {
+        PushRing {
+            kept: VecDeque::new(),
+            max: max.max(1),
+            next_seq: 1,
+        }
+    }
+
+    /// Numbers a push and keeps it (dropping the oldest kept past `max`);
+    /// returns its number.
+    pub(super) fn record(&mut self, route_id: u32, body: &[u8]) -> u32 {
+        let seq = self.next_seq;
+        // 2^32 pushes to one session: numbering wraps past 0.
+        self.next_seq = self.next_seq.checked_add(1).unwrap_or(1);
+        if self.kept.len() == self.max {
+            self.kept.pop_front();
+        }
+        self.kept.push_back(KeptPush {
+            seq,
+            route_id,
+            body: body.to_vec(),
+        });
+        seq
+    }
+
+    /// The pushes after `last_seen`, in order; `None` if some of them are
+    /// no longer kept. A `last_seen` beyond the last push numbered means
+    /// the client has them all.
+    pub(super) fn after(&self, last_seen: u32) -> Option<impl Iterator<Item = &KeptPush>> {
+        let last_numbered = self.next_seq - 1;
+        if last_seen >= last_numbered {
+            return Some(self.kept.range(self.kept.len()..));
+        }
+        let first_kept = self.kept.front().map_or(self.next_seq, |push| push.seq);
+        if last_seen.saturating_add(1) < first_kept {
+            return None;
+        }
+        let skip = (last_seen.saturating_add(1) - first_kept) as usize;
+        // Past 2^32 pushes the numbers wrap: what is not kept is lost.
+        if skip > self.kept.len() {
+            return None;
+        }
+        Some(self.kept.range(skip..))
+    }
+}
+
+/// Numbers a PUSH to a session whose resume state is `resume` if it is
+/// resumable (and keeps it for a resume): `Some(seq)`, with `true` when the
+/// session has no connection to write it to. `None`: a version-1 session,
+/// or one whose login is not answered yet (seq 0).
+pub(super) fn number_push(
+    resume: &mut Option<Box<Resumable>>,
+    route_id: u32,
+    body: &[u8],
+) -> Option<(u32, bool)> {
+    let resume = resume.as_mut()?;
+    if resume.is_offer() {
+        return None;
+    }
+    Some((resume.ring.record(route_id, body), resume.detached))
+}
+
+/// Forgets every request in flight: their answers are dropped as late.
+fn drop_inflight(inflight: &mut crate::gateway::inflight::InFlightTable) {
+    let seqs: Vec<u32> = inflight.iter().map(|(seq, _)| seq).collect();
+    for seq in seqs {
+        inflight.remove(seq);
+    }
+}
+
+/// The resume state of one resumable session.
+#[derive(Debug)]
+pub(super) struct Resumable {
+    token: ResumeToken,
+    pub(super) ring: PushRing,
+    /// Whether the token may resume the session now: from the login until
+    /// a resume, and again once the connection that resumed ends. A token
+    /// used twice resumes once.
+    armed: bool,
+    /// The session has no connection.
+    pub(super) detached: bool,
+    /// When the detached session's window started (the first sweep after
+    /// its connection ended: the core reads no clock of its own).
+    detached_at: Option<Instant>,
+    /// The relay front that carries the session's connection since its
+    /// last resume (a session id, on any core of the node).
+    front: Option<u64>,
+}
+
+impl Resumable {
+    /// Offered to a login not answered yet: not resumable so far.
+    pub(super) fn is_offer(&self) -> bool {
+        !self.armed && !self.detached && self.front.is_none()
+    }
+}
+
+/// What a successful resume did, for the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resumed {
+    pub session_id: u64,
+    pub player_id: u64,
+    /// Kept pushes delivered again.
+    pub replayed: usize,
+}
+
+/// The core's resume bookkeeping beside its sessions.
+#[derive(Default)]
+pub(super) struct ResumeTables {
+    pub(super) settings: Option<ResumeSettings>,
+    /// Tokens of this core's resumable sessions.
+    tokens: FastMap<ResumeToken, u64>,
+    /// Tokens whose window passed, and when.
+    expired: FastMap<ResumeToken, Instant>,
+    /// Detached sessions (the sweep walks these, not every session).
+    detached: Vec<u64>,
+    /// When the sweep last looked for expired tokens to forget.
+    pruned_at: Option<Instant>,
+    /// Changes for the node-wide directory (`take_token_events`).
+    events: Vec<TokenEvent>,
+}
+
+impl GatewayCore {
+    /// Sessions of this core become resumable after a version-2 login
+    /// (`OFF`: never).
+    pub fn set_resume_settings(&mut self, settings: ResumeSettings) {
+        self.resume.settings = Some(settings).filter(ResumeSettings::enabled);
+    }
+
+    /// Offers resuming to `session_id`, whose version-2 `auth.login` is
+    /// pending: once its player object admits it, the login RESPONSE is
+    /// followed by a `sys.session` PUSH with `token`. Ignored when resuming
+    /// is off.
+    pub fn offer_resume(&mut self, session_id: u64, token: ResumeToken) {
+        let Some(settings) = self.resume.settings else {
+            return;
+        };
+        if let Some(entry) = self.sessions.get_mut(&session_id) {
+            entry.resume = Some(Box::new(Resumable {
+                token,
+                ring: PushRing::new(settings.pushes_max),
+                armed: false,
+                detached: false,
+                detached_at: None,
+                front: None,
+            }));
+        }
+    }
+
+    /// After the login RESPONSE: a session offered resuming and now bound
+    /// gets its `sys.session` PUSH, and its token counts; one refused
+    /// forgets the offer.
+    pub(super) fn settle_resume_offer(&mut self, session_id: u64, admitted: bool) {
+        let Some(settings) = self.resume.settings else {
+            return;
+        };
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return;
+        };
+        let Some(resume) = entry.resume.as_mut().filter(|resume| !resume.armed) else {
+            return;
+        };
+        if !admitted || !entry.session.is_logged_in() {
+            entry.resume = None;
+            return;
+        }
+        resume.armed = true;
+        let token = resume.token;
+        let mut body = token.to_vec();
+        let window_ms = u32::try_from(settings.window.as_millis()).unwrap_or(u32::MAX);
+        body.extend_from_slice(&window_ms.to_le_bytes());
+        if let Some(old) = self.resume.tokens.insert(token, session_id) {
+            // 128 random bits do not collide; a CSPRNG that repeats is a bug.
+            tracing::error!(old, session_id, "a resume token was issued twice");
+        }
+        self.resume.events.push(TokenEvent::Held(token, session_id));
+        if entry
+            .outbox
+            .push_frame(FrameKind::Push, route::SYS_SESSION, 0, &body)
+            == Err(PushError::Full)
+        {
+            self.close_slow_reader(session_id);
+        }
+    }
+
+    /// Whether a connection that ended must detach the session rather than
+    /// finish it: a resumable session, logged in, whose connection ended
+    /// by itself.
+    pub(super) fn detaches(&self, session_id: u64) -> bool {
+        self.sessions.get(&session_id).is_some_and(|entry| {
+            entry.session.is_logged_in()
+                && entry.session.is_live()
+                && entry
+                    .resume
+                    .as_ref()
+                    .is_some_and(|resume| resume.armed || resume.front.is_some())
+        })
+    }
+
+    /// Detaches `session_id` from its connection (which is closed, or
+    /// aborted): the session stays bound for the window.
+    pub(super) fn detach(&mut self, session_id: u64, abort: bool) {
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return;
+        };
+        let Some(resume) = entry.resume.as_mut() else {
+            return;
+        };
+        if resume.detached {
+            return;
+        }
+        resume.detached = true;
+        resume.detached_at = None;
+        resume.armed = true;
+        resume.front = None;
+        // Answers to the requests of the connection that ended are dropped
+        // as late: the client retries them (with their keys).
+        drop_inflight(&mut entry.inflight);
+        if let Some(transit) = entry.transit.as_mut() {
+            transit.held.clear();
+            transit.login = None;
+        }
+        entry.settle();
+        let closed = Rc::new(Outbox::new(1));
+        closed.close();
+        let connection = std::mem::replace(&mut entry.outbox, closed);
+        if abort {
+            connection.abort();
+        } else {
+            connection.close();
+        }
+        self.resume.detached.push(session_id);
+        tracing::debug!(session_id, "session detached: resumable");
+    }
+
+    /// Resumes the session `token` names on a new connection, whose relay
+    /// front is `front` and whose frames reach this core's session through
+    /// `outbox` (the driver pumps it to the front): answers the
+    /// `auth.resume` request `seq` with the player id, then every kept
+    /// push after `last_seen`. The old connection, if open, is kicked.
+    pub fn resume(
+        &mut self,
+        token: &ResumeToken,
+        last_seen: u32,
+        seq: u32,
+        front: u64,
+        outbox: Rc<Outbox>,
+        now: Instant,
+    ) -> Result<Resumed, ResumeRefusal> {
+        let refused = self.resume_check(token, last_seen, now);
+        let stats = &self.metrics.gateway;
+        let session_id = match refused {
+            Ok(session_id) => session_id,
+            Err(refusal) => {
+                match refusal {
+                    ResumeRefusal::Expired => stats.resumes_refused_expired.inc(),
+                    ResumeRefusal::Unknown => stats.resumes_refused_unknown.inc(),
+                    ResumeRefusal::PushesLost => stats.resumes_refused_pushes_lost.inc(),
+                }
+                return Err(refusal);
+            }
+        };
+        stats.sessions_resumed.inc();
+        let entry = self.sessions.get_mut(&session_id).expect("checked");
+        let resume = entry.resume.as_mut().expect("checked");
+        let was_detached = resume.detached;
+        resume.detached = false;
+        resume.detached_at = None;
+        resume.armed = false;
+        resume.front = Some(front);
+        let old = std::mem::replace(&mut entry.outbox, outbox);
+        if !was_detached {
+            let _ = old.push_frame(
+                FrameKind::Push,
+                route::SYS_KICKED,
+                0,
+                RESUMED_ELSEWHERE_REASON.as_bytes(),
+            );
+            self.metrics.gateway.kicks.inc();
+        }
+        old.close();
+        drop_inflight(&mut entry.inflight);
+        if let Some(transit) = entry.transit.as_mut() {
+            transit.held.clear();
+        }
+        entry.settle();
+        entry.last_frame = now;
+        let player_id = entry.session.player_id;
+        let _ = entry.outbox.push_frame(
+            FrameKind::Response,
+            route::AUTH_RESUME,
+            seq,
+            &player_id.to_le_bytes(),
+        );
+        let mut replayed = 0;
+        let resume = entry.resume.as_ref().expect("checked");
+        for push in resume.ring.after(last_seen).into_iter().flatten() {
+            let _ = entry
+                .outbox
+                .push_frame(FrameKind::Push, push.route_id, push.seq, &push.body);
+            replayed += 1;
+        }
+        self.resume.detached.retain(|id| *id != session_id);
+        tracing::info!(session_id, replayed, "session resumed");
+        Ok(Resumed {
+            session_id,
+            player_id,
+            replayed,
+        })
+    }
+
+    fn resume_check(
+        &mut self,
+        token: &ResumeToken,
+        last_seen: u32,
+        now: Instant,
+    ) -> Result<u64, ResumeRefusal> {
+        let window = self.resume.settings.map_or(Duration::ZERO, |s| s.window);
+        let Some(&session_id) = self.resume.tokens.get(token) else {
+            return Err(if self.resume.expired.contains_key(token) {
+                ResumeRefusal::Expired
+            } else {
+                ResumeRefusal::Unknown
+            });
+        };
+        let resume = self
+            .sessions
+            .get(&session_id)
+            .and_then(|entry| entry.resume.as_ref())
+            .ok_or(ResumeRefusal::Unknown)?;
+        if !resume.armed {
+            return Err(ResumeRefusal::Unknown);
+        }
+        if resume
+            .detached_at
+            .is_some_and(|at| now.saturating_duration_since(at) >= window)
+        {
+            self.end_detached(session_id, now);
+            return Err(ResumeRefusal::Expired);
+        }
+        if resume.ring.after(last_seen).is_none() {
+            return Err(ResumeRefusal::PushesLost);
+        }
+        Ok(session_id)
+    }
+
+    /// The sweep: starts the window of sessions detached since the last
+    /// one, ends those whose window passed (as a disconnect ends a
+    /// session), and forgets expired tokens after a while. Returns how many
+    /// sessions ended.
+    pub fn expire_detached(&mut self, now: Instant) -> usize {
+        let Some(settings) = self.resume.settings else {
+            return 0;
+        };
+        let mut due = Vec::new();
+        for &session_id in &self.resume.detached {
+            let Some(resume) = self
+                .sessions
+                .get_mut(&session_id)
+                .and_then(|entry| entry.resume.as_mut())
+            else {
+                continue;
+            };
+            let at = *resume.detached_at.get_or_insert(now);
+            if now.saturating_duration_since(at) >= settings.window {
+                due.push(session_id);
+            }
+        }
+        for &session_id in &due {
+            self.end_detached(session_id, now);
+        }
+        let sessions = &self.sessions;
+        self.resume
+            .detached
+            .retain(|id| sessions.get(id).is_some_and(|e| e.resume.is_some()));
+        // Forgetting expired tokens walks them all: once a second is soon
+        // enough.
+        if self
+            .resume
+            .pruned_at
+            .is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(1))
+        {
+            return due.len();
+        }
+        self.resume.pruned_at = Some(now);
+        let memory = settings.expired_memory();
+        let events = &mut self.resume.events;
+        self.resume.expired.retain(|token, at| {
+            let keep = now.saturating_duration_since(*at) < memory;
+            if !keep {
+                events.push(TokenEvent::Forgotten(*token));
+            }
+            keep
+        });
+        due.len()
+    }
+
+    /// A detached session whose window passed: it ends as a disconnect
+    /// ends one, and its token is remembered as expired.
+    fn end_detached(&mut self, session_id: u64, now: Instant) {
+        let token = self
+            .sessions
+            .get(&session_id)
+            .and_then(|entry| entry.resume.as_ref())
+            .map(|resume| resume.token);
+        if let Some(token) = token {
+            self.resume.tokens.remove(&token);
+            self.resume.expired.insert(token, now);
+        }
+        if let Some(entry) = self.sessions.get_mut(&session_id) {
+            entry.resume = None;
+        }
+        tracing::info!(session_id, "resume window passed: session ends");
+        self.finish(session_id, NoticeKind::Disconnected, false);
+    }
+
+    /// A session ends for good: its token resumes nothing from now.
+    pub(super) fn forget_resume(&mut self, resume: Option<Box<Resumable>>) {
+        if let Some(resume) = resume {
+            if self.resume.tokens.remove(&resume.token).is_some() {
+                self.resume.events.push(TokenEvent::Forgotten(resume.token));
+            }
+        }
+    }
+
+    /// Changes for the node-wide token directory since the last call.
+    pub fn take_token_events(&mut self, into: &mut Vec<TokenEvent>) {
+        into.append(&mut self.resume.events);
+    }
+
+    /// Whether `front` carries `session_id`'s connection now (a frame it
+    /// relayed may be run as the session's).
+    pub fn carries(&self, session_id: u64, front: u64) -> bool {
+        self.sessions
+            .get(&session_id)
+            .and_then(|entry| entry.resume.as_ref())
+            .is_some_and(|resume| resume.front == Some(front))
+    }
+
+    /// The front `front` of `session_id` ended: the session detaches
+    /// (unless another connection resumed it since).
+    pub fn front_ended(&mut self, session_id: u64, front: u64) {
+        if self.carries(session_id, front) {
+            self.detach(session_id, false);
+        }
+    }
+}
