@@ -588,13 +588,36 @@ fn a_key_retried_after_the_memory_moved_on_may_run_again() {
         ));
     }
     ops.push(keyed(1, 2, 2000, 2001, Outcome::Ok(130)));
-    let mut history = history(ops, false);
-    history.finals = vec![final_read(130)];
-    let verdict = history.check();
+    let mut forgot = history(ops, false);
+    forgot.finals = vec![final_read(130)];
+    let verdict = forgot.check();
     assert!(verdict.is_clean(), "{}", verdict.render());
     let ledger = verdict.ledger.unwrap();
     assert_eq!((ledger.keys, ledger.forgotten), (129, 1));
     assert_eq!((ledger.acknowledged, ledger.unacknowledged), (129, 1));
+    // As late, but answered with a value below one acknowledged before it
+    // was sent: remembered, one increment (seen in a run: a burst of 128
+    // keys between a key's TIMEOUT and its retry).
+    let mut remembered = vec![keyed(1, 1, 0, 5, uncertain())];
+    remembered.push(keyed(1000, 1, 1, 2, Outcome::Ok(2)));
+    for key in 2..=129 {
+        remembered.push(keyed(
+            key,
+            1,
+            key * 10,
+            key * 10 + 1,
+            Outcome::Ok(key as i64 + 1),
+        ));
+    }
+    remembered.push(keyed(1, 2, 2000, 2001, Outcome::Ok(1)));
+    remembered.push(keyed(1, 3, 2002, 2003, Outcome::Ok(1)));
+    let mut late = history(remembered, false);
+    late.finals = vec![final_read(130)];
+    let verdict = late.check();
+    assert!(verdict.is_clean(), "{}", verdict.render());
+    let ledger = verdict.ledger.unwrap();
+    assert_eq!((ledger.keys, ledger.forgotten), (130, 0));
+    assert_eq!((ledger.remembered, ledger.resent_alike), (1, 1));
 }
 
 #[test]

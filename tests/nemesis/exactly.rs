@@ -8,9 +8,10 @@
 //! attempt was). A key stays one increment while the object can remember
 //! it: an attempt sent after `KEYS_REMEMBERED` other keys of the player
 //! were first sent since the key's first send may find it forgotten and run
-//! again, so it starts a new logical increment (a "forgotten" key, counted
-//! apart). On the logical increments the rules of `check.rs` hold as for
-//! unkeyed ones, and two more:
+//! again, so unless its answer shows it was remembered it starts a new
+//! logical increment (a "forgotten" key, counted apart; see `forgotten`).
+//! On the logical increments the rules of `check.rs` hold as for unkeyed
+//! ones, and two more:
 //!
 //! - every attempt of a key that was acknowledged got the same value (a
 //!   retry or a resend answered from memory);
@@ -133,6 +134,20 @@ fn lives_of<'a>(ops: &[&'a Op]) -> Vec<Life<'a>> {
     let newer = |from: u64, to: u64| {
         first_sends.partition_point(|&at| at < to) - first_sends.partition_point(|&at| at <= from)
     };
+    // The largest value acknowledged (to any key) before each time.
+    let mut acks: Vec<(u64, i64)> = ops
+        .iter()
+        .filter(|op| op.kind == Kind::Incr)
+        .filter_map(|op| Some((op.answer_us, ok_value(op)?)))
+        .collect();
+    acks.sort_unstable();
+    for i in 1..acks.len() {
+        acks[i].1 = acks[i].1.max(acks[i - 1].1);
+    }
+    let best_before = |at: u64| {
+        let n = acks.partition_point(|ack| ack.0 < at);
+        n.checked_sub(1).map(|i| acks[i].1)
+    };
     let mut lives = Vec::new();
     for mut attempts in by_key.into_values() {
         attempts.sort_by_key(|op| op.send_us);
@@ -141,7 +156,7 @@ fn lives_of<'a>(ops: &[&'a Op]) -> Vec<Life<'a>> {
         };
         for op in attempts {
             if let Some(first) = life.attempts.first() {
-                if newer(first.send_us, op.send_us) >= KEYS_REMEMBERED {
+                if forgotten(&life, op, newer(first.send_us, op.send_us), best_before) {
                     lives.push(std::mem::replace(
                         &mut life,
                         Life {
@@ -155,6 +170,25 @@ fn lives_of<'a>(ops: &[&'a Op]) -> Vec<Life<'a>> {
         lives.push(life);
     }
     lives
+}
+
+/// Whether attempt `op` of `life`'s key, sent after `newer` other keys of
+/// the player were first sent, may have found the key forgotten and run
+/// again: a new logical increment. Not when the object cannot have moved
+/// on (fewer than `KEYS_REMEMBERED` newer keys), nor when its answer shows
+/// it was remembered: the value the key was acknowledged with before, or
+/// one below a value acknowledged before the attempt was sent (a run of it
+/// then would have given more). An uncertain one may have run again.
+fn forgotten(life: &Life, op: &Op, newer: usize, best_before: impl Fn(u64) -> Option<i64>) -> bool {
+    if newer < KEYS_REMEMBERED {
+        return false;
+    }
+    let Some(value) = ok_value(op) else {
+        return true;
+    };
+    let remembered = life.acked().and_then(ok_value) == Some(value)
+        || best_before(op.send_us).is_some_and(|best| best > value);
+    !remembered
 }
 
 impl History {
