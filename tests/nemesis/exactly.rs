@@ -57,6 +57,8 @@ pub struct Ledger {
     pub unacknowledged: usize,
     /// Keys retried so late that they may have been forgotten.
     pub forgotten: usize,
+    /// Per player, the final counter against its keys.
+    pub finals: Vec<String>,
 }
 
 impl Ledger {
@@ -73,7 +75,11 @@ impl Ledger {
             self.resent_alike,
             self.unacknowledged,
             self.forgotten
-        )
+        ) + &self
+            .finals
+            .iter()
+            .map(|line| format!("\n  {line}"))
+            .collect::<String>()
     }
 }
 
@@ -304,6 +310,12 @@ impl History {
                 0
             };
             let (value, _) = last;
+            if let Some(ledger) = verdict.ledger.as_mut() {
+                ledger.finals.push(format!(
+                    "player {player}: final {value} = {acked} keys acknowledged - {lost} lost with the state + {} of {open} never acknowledged",
+                    value - acked + lost
+                ));
+            }
             if value < acked - lost || value > acked + open {
                 verdict.violate(
                     EXACTLY_ONCE,
