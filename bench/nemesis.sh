@@ -25,6 +25,11 @@
 #   NEMESIS_STORE_TIMEOUT_MS=N  store.request_timeout_ms (default: drawn)
 #   NEMESIS_TIMERS=all        draws the timers among every value tests/nemesis/procs.rs
 #                             lists, not only those on by default
+#   NEMESIS_KEYS=0|1          1 (the default here; `cargo test` runs 0): every
+#                             increment carries a request key and an uncertain one
+#                             is retried with it until answered; the checker
+#                             demands exactly-once and prints the keys' ledger
+#                             (acknowledged, retried, answered from memory, resent)
 #   NEMESIS_NODES (3-5), NEMESIS_PLAYERS, NEMESIS_HISTORY=FILE (every
 #   operation, fault and poll, one a line)
 # A violation prints the line that replays it. Partitions, the store's
@@ -43,9 +48,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export NEMESIS_SECONDS=$(( $1 * 60 ))
 export NEMESIS_PERSIST=${2:-interval}
 export NEMESIS_STORE=${3:-both}
+export NEMESIS_KEYS=${NEMESIS_KEYS:-1}
 case $NEMESIS_PERSIST in interval|on_write) ;; *) echo "PERSIST is interval or on_write" >&2; exit 2;; esac
 case $NEMESIS_STORE in sqlite|postgres|both) ;; *) echo "STORE is sqlite, postgres or both" >&2; exit 2;; esac
-echo "== nemesis: $1 min a store, persist $NEMESIS_PERSIST, store $NEMESIS_STORE, faults ${NEMESIS_FAULTS:-default}${NEMESIS_SEED:+, seed $NEMESIS_SEED}"
+echo "== nemesis: $1 min a store, persist $NEMESIS_PERSIST, store $NEMESIS_STORE, keys $NEMESIS_KEYS, faults ${NEMESIS_FAULTS:-default}${NEMESIS_SEED:+, seed $NEMESIS_SEED}"
 cd "$ROOT"
 # One run at a time (the test serializes them anyway); only the schedules
 # run, not the standalone takeover tests.

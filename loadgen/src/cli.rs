@@ -169,7 +169,10 @@ pub struct Args {
     /// Send every `player.incr` and `room.say` as a version-2 REQUEST with a
     /// request key of its own (docs/protocol.md, section 12), so the server
     /// remembers each answer: measures what keys cost against a run
-    /// without. Retries with the same key are not made.
+    /// without. A `player.incr` whose outcome is uncertain (UNAVAILABLE,
+    /// TIMEOUT, INTERNAL, a lost connection) is sent again with its key
+    /// (unmeasured, on the same player's next connection, up to 8 attempts);
+    /// the report's `keys` line counts what the keys came to.
     #[arg(long)]
     pub keys: bool,
 

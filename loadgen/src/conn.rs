@@ -16,6 +16,7 @@ use crate::cli::Proto;
 use crate::conn_resp::RespWire;
 use crate::conn_routerd::RouterdWire;
 use crate::custom::{Custom, Vars};
+use crate::keys::Retries;
 use crate::resp::RespError;
 use crate::stats::{Failure, Stats};
 use crate::workload::Op;
@@ -103,6 +104,12 @@ pub struct Outstanding {
     /// Bytes of the workload payload (a ping echoes exactly these).
     pub payload_len: u32,
     pub measured: bool,
+    /// `--keys`: the request key of a keyed `player.incr` (0 until the
+    /// protocol gives it one), its attempt (1 for the first send), and the
+    /// highest counter the connection was shown when a retry was sent.
+    pub key: u64,
+    pub attempts: u32,
+    pub seen: Option<i64>,
 }
 
 /// A protocol's judgement of one answer.
@@ -187,6 +194,8 @@ pub struct Conn {
     last_answer_ns: Option<u64>,
     /// `--workload custom`: its setup requests follow every login.
     custom: Option<Arc<Custom>>,
+    /// `--keys`: increments to send again with their key.
+    retries: Option<Retries>,
 }
 
 impl Conn {
@@ -212,6 +221,7 @@ impl Conn {
             wire,
             last_answer_ns: None,
             custom: None,
+            retries: None,
         }
     }
 
@@ -225,12 +235,64 @@ impl Conn {
         self
     }
 
-    /// Keyed state-changing requests (`--keys`); routerd's protocol only.
+    /// Keyed state-changing requests (`--keys`), and uncertain
+    /// increments retried with their key; routerd's protocol only.
     pub fn with_keys(mut self, keys: bool) -> Conn {
         if let (Wire::Routerd(wire), true) = (&mut self.wire, keys) {
             wire.use_keys(self.player_id);
+            self.retries = Some(Retries::default());
         }
         self
+    }
+
+    /// Sends the increments due to be retried (`--keys`) before any new
+    /// request; true if it queued one.
+    pub fn send_retries(&mut self, now_ns: u64, stats: &mut Stats) -> bool {
+        let mut queued = false;
+        while self.can_send() {
+            let Some(retry) = self
+                .retries
+                .as_mut()
+                .and_then(|retries| retries.take_due(now_ns, &mut stats.keys))
+            else {
+                break;
+            };
+            let request = Outstanding {
+                kind: Kind::Work(Op::Incr),
+                intended_ns: retry.intended_ns,
+                payload_len: 0,
+                measured: false,
+                key: retry.key,
+                attempts: retry.attempts + 1,
+                seen: retry.seen,
+            };
+            if let Wire::Routerd(wire) = &mut self.wire {
+                wire.queue(&mut self.out, request, &[], self.room_id);
+                queued = true;
+            }
+        }
+        queued
+    }
+
+    /// An increment whose outcome is uncertain: queued to be sent again
+    /// with its key (true), or not keyed, or out of attempts.
+    fn retry_later(&mut self, request: Outstanding, now_ns: u64, stats: &mut Stats) -> bool {
+        match &mut self.retries {
+            Some(retries) if request.key != 0 && request.kind == Kind::Work(Op::Incr) => retries
+                .uncertain(
+                    request.key,
+                    request.intended_ns,
+                    request.attempts,
+                    now_ns,
+                    &mut stats.keys,
+                ),
+            _ => false,
+        }
+    }
+
+    /// Keys waiting to be sent again.
+    pub fn retries_waiting(&self) -> usize {
+        self.retries.as_ref().map_or(0, Retries::len)
     }
 
     pub fn phase(&self) -> Phase {
@@ -314,6 +376,9 @@ impl Conn {
             intended_ns,
             payload_len: u32::try_from(payload.len()).expect("payloads are bounded by max_body"),
             measured,
+            key: 0,
+            attempts: 1,
+            seen: None,
         };
         match &mut self.wire {
             Wire::Routerd(wire) => {
@@ -404,7 +469,8 @@ impl Conn {
                             stats.record_answer_gap(now_ns.saturating_sub(last));
                         }
                     }
-                    apply_work(op, request, verdict, answered, stats)
+                    let retried = self.keyed_answer(request, &verdict, now_ns, stats);
+                    apply_work(op, request, verdict, answered, retried, stats)
                 }
                 Kind::Login | Kind::Join | Kind::Setup(_) => {
                     self.apply_setup(request.kind, verdict, now_ns, events)
@@ -542,21 +608,70 @@ impl Conn {
         }
     }
 
+    /// What a keyed answer means for its key (`--keys`): an uncertain one
+    /// is retried (true), an OK one counts once.
+    fn keyed_answer(
+        &mut self,
+        request: Outstanding,
+        verdict: &Verdict,
+        now_ns: u64,
+        stats: &mut Stats,
+    ) -> bool {
+        match verdict {
+            Verdict::Ok { counter, .. } => {
+                if let Some(retries) = &mut self.retries {
+                    if request.key != 0 {
+                        retries.acknowledged(
+                            request.attempts,
+                            *counter,
+                            request.seen,
+                            &mut stats.keys,
+                        );
+                    } else {
+                        retries.shown(*counter);
+                    }
+                }
+                false
+            }
+            Verdict::Failed {
+                failure: Failure::Code(7..=9),
+                ..
+            } => self.retry_later(request, now_ns, stats),
+            _ => false,
+        }
+    }
+
     /// The connection was closed (or replaced): what is still outstanding
     /// and measured is lost. The next connection starts as `player_id`
-    /// with an empty stream, `Idle`.
+    /// with an empty stream, `Idle`. With `--keys`, its increments are
+    /// sent again on the next connection if it is the same player's.
     pub fn reset(&mut self, player_id: u64, stats: &mut Stats) {
         let lost_player = self.player_id;
-        self.for_each_outstanding(|request| {
+        let mut lost = Vec::new();
+        self.for_each_outstanding(|request| lost.push(request));
+        for request in lost {
             if let Kind::Work(op) = request.kind {
                 if request.measured {
                     stats.record_failure(op, request.intended_ns, Failure::Lost);
                 }
-                if op == Op::Incr {
+                let again = if player_id == lost_player {
+                    self.retry_later(request, 0, stats)
+                } else {
+                    // Keys are per player: another player's connection
+                    // cannot send it again.
+                    if self.retries.is_some() && request.key != 0 && op == Op::Incr {
+                        stats.keys.given_up += 1;
+                    }
+                    false
+                };
+                if op == Op::Incr && !again {
                     stats.ledger_uncertain(lost_player);
                 }
             }
-        });
+        }
+        if player_id != lost_player {
+            self.give_up_retries(stats);
+        }
         self.player_id = player_id;
         self.phase = Phase::Idle;
         self.sent_since_login = 0;
@@ -578,9 +693,19 @@ impl Conn {
         self.sent_since_login = 0;
     }
 
+    /// Keys waiting to be sent again stay uncertain.
+    fn give_up_retries(&mut self, stats: &mut Stats) {
+        if let Some(retries) = &mut self.retries {
+            for _ in 0..retries.give_up_all(&mut stats.keys) {
+                stats.ledger_uncertain(self.player_id);
+            }
+        }
+    }
+
     /// Ends the connection's run: what is still outstanding and measured
     /// was never answered.
     pub fn abandon(&mut self, stats: &mut Stats) {
+        self.give_up_retries(stats);
         let mut unanswered = 0;
         let player_id = self.player_id;
         self.for_each_outstanding(|request| {
@@ -589,6 +714,9 @@ impl Conn {
             }
             if request.kind == Kind::Work(Op::Incr) {
                 stats.ledger_uncertain(player_id);
+                if request.key != 0 {
+                    stats.keys.given_up += 1;
+                }
             }
         });
         stats.unanswered += unanswered;
@@ -611,7 +739,16 @@ struct Answered {
     now_ns: u64,
 }
 
-fn apply_work(op: Op, request: Outstanding, verdict: Verdict, at: Answered, stats: &mut Stats) {
+/// `retried`: an uncertain increment that will be sent again with its
+/// key, so it is not (yet) uncertain in the ledger.
+fn apply_work(
+    op: Op,
+    request: Outstanding,
+    verdict: Verdict,
+    at: Answered,
+    retried: bool,
+    stats: &mut Stats,
+) {
     match verdict {
         Verdict::Ok {
             pushes_promised,
@@ -624,7 +761,7 @@ fn apply_work(op: Op, request: Outstanding, verdict: Verdict, at: Answered, stat
             // The ledger counts every acknowledged increment, measured or
             // not: the server's counter must hold all of them.
             if op == Op::Incr {
-                stats.ledger_acked(at.player_id, counter);
+                stats.ledger_acked(at.player_id, counter, request.key != 0);
             }
         }
         Verdict::Failed { failure, .. } => {
@@ -633,7 +770,8 @@ fn apply_work(op: Op, request: Outstanding, verdict: Verdict, at: Answered, stat
             }
             // An error after the request may have reached the object:
             // it may or may not have taken effect (docs/protocol.md).
-            if op == Op::Incr && matches!(failure, Failure::Code(7..=9) | Failure::Lost) {
+            if op == Op::Incr && !retried && matches!(failure, Failure::Code(7..=9) | Failure::Lost)
+            {
                 stats.ledger_uncertain(at.player_id);
             }
         }

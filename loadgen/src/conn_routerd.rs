@@ -63,7 +63,13 @@ impl RouterdWire {
     }
 
     /// Encodes `request` into `out` and remembers it under a free seq.
-    pub fn queue(&mut self, out: &mut Vec<u8>, request: Outstanding, payload: &[u8], room_id: u64) {
+    pub fn queue(
+        &mut self,
+        out: &mut Vec<u8>,
+        mut request: Outstanding,
+        payload: &[u8],
+        room_id: u64,
+    ) {
         // Seqs wrap; at most inflight_max are taken, so a free one is near.
         while self.outstanding.contains_key(&self.seq_next) {
             self.seq_next = self.seq_next.wrapping_add(1);
@@ -86,8 +92,13 @@ impl RouterdWire {
             Kind::Join => self.body.extend_from_slice(&room_id.to_le_bytes()),
         }
         match (&mut self.next_key, request.kind) {
+            // A retry keeps the key its first attempt had.
+            (Some(_), Kind::Work(Op::Incr)) if request.key != 0 => {
+                encode_keyed_request(out, route_id, seq, request.key, &self.body);
+            }
             (Some(key), Kind::Work(Op::Incr | Op::Say)) => {
                 encode_keyed_request(out, route_id, seq, *key, &self.body);
+                request.key = *key;
                 *key = key.wrapping_add(1).max(1);
             }
             _ => encode_frame(out, FrameKind::Request, route_id, seq, &self.body),

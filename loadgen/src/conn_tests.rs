@@ -319,6 +319,7 @@ fn the_ledger_and_the_longest_gap() {
             acked: 3,
             max_counter: Some(7),
             uncertain: 2,
+            ..Default::default()
         }
     );
     assert_eq!(stats.longest_answer_gap_ns, 240 * MS);
@@ -526,5 +527,118 @@ fn keys_make_state_changing_requests_version_2_with_keys_of_their_own() {
         (seen[2].0, seen[2].1),
         (route::PLAYER_GET, None),
         "reads go plain"
+    );
+}
+
+/// The keyed requests in the connection's output: seq and key.
+fn keyed_requests(conn: &mut Conn) -> Vec<(u32, Option<u64>)> {
+    let bytes = std::mem::take(conn.out_mut());
+    let mut decoder = FrameDecoder::new(Peer::Client, 1 << 16).accept_version_2();
+    decoder.extend(&bytes);
+    let mut seen = Vec::new();
+    while let Some(frame) = decoder.next_frame().expect("valid frames") {
+        seen.push((frame.header.seq, frame.request_key));
+    }
+    seen
+}
+
+fn counter(seq: u32, value: i64) -> Vec<u8> {
+    frame(
+        FrameKind::Response,
+        route::PLAYER_INCR,
+        seq,
+        &value.to_le_bytes(),
+    )
+}
+
+#[test]
+fn keys_retry_an_uncertain_increment_with_its_key_and_count_it_once() {
+    let mut conn = Conn::new(Proto::Routerd, 7, 1, 4, 1 << 16).with_keys(true);
+    conn.skip_setup();
+    let mut stats = Stats::default();
+    stats.enable_ledger();
+    let mut events = Vec::new();
+    conn.send(Op::Incr, b"", 0, true, &mut stats).expect("room");
+    conn.send(Op::Incr, b"", 0, true, &mut stats).expect("room");
+    let first = keyed_requests(&mut conn);
+    // The first is answered UNAVAILABLE (it may have run), the second 2.
+    let unavailable = encode_error_body(ErrorCode::Unavailable, "player unavailable");
+    conn.feed(&frame(
+        FrameKind::Error,
+        route::PLAYER_INCR,
+        first[0].0,
+        &unavailable,
+    ));
+    conn.feed(&counter(first[1].0, 2));
+    conn.receive(MS, ALL, &mut stats, &mut events).expect("ok");
+    // Sent again with its key once its pause is over.
+    assert!(!conn.send_retries(MS, &mut stats));
+    assert!(conn.send_retries(100 * MS, &mut stats));
+    let retry = keyed_requests(&mut conn);
+    assert_eq!(retry.len(), 1);
+    assert_eq!(retry[0].1, first[0].1);
+    // It had run: the answer is the remembered 1, below the 2 shown.
+    conn.feed(&counter(retry[0].0, 1));
+    conn.receive(101 * MS, ALL, &mut stats, &mut events)
+        .expect("ok");
+    // An increment lost with its connection goes again, with its key, on
+    // the same player's next one.
+    conn.send(Op::Incr, b"", 200 * MS, true, &mut stats)
+        .expect("room");
+    let lost = keyed_requests(&mut conn);
+    conn.reset(7, &mut stats);
+    conn.skip_setup();
+    assert!(conn.send_retries(300 * MS, &mut stats));
+    let again = keyed_requests(&mut conn);
+    assert_eq!(again[0].1, lost[0].1);
+    conn.feed(&counter(again[0].0, 3));
+    conn.receive(301 * MS, ALL, &mut stats, &mut events)
+        .expect("ok");
+    // One lost as the connection moves to another player is given up.
+    conn.send(Op::Incr, b"", 400 * MS, true, &mut stats)
+        .expect("room");
+    conn.reset(8, &mut stats);
+    assert_eq!(
+        stats.keys,
+        crate::keys::KeyLedger {
+            acknowledged: 3,
+            retried: 2,
+            retries_sent: 2,
+            retried_acknowledged: 2,
+            answered_from_memory: 1,
+            given_up: 1,
+            duplicates: None,
+        }
+    );
+    let ledger = &stats.ledger.as_ref().expect("enabled")[&7];
+    assert_eq!(
+        (ledger.acked, ledger.uncertain, ledger.duplicates),
+        (3, 1, 0)
+    );
+    assert_eq!(stats.keyed_duplicates(), Some(0));
+    // The failures of the first attempts still count as measured.
+    assert_eq!(stats.lost(), 2);
+}
+
+#[test]
+fn keys_count_a_value_acknowledged_to_two_keys() {
+    let mut conn = Conn::new(Proto::Routerd, 7, 1, 4, 1 << 16).with_keys(true);
+    conn.skip_setup();
+    let mut stats = Stats::default();
+    stats.enable_ledger();
+    let mut events = Vec::new();
+    conn.send(Op::Incr, b"", 0, true, &mut stats).expect("room");
+    conn.send(Op::Incr, b"", 0, true, &mut stats).expect("room");
+    let sent = keyed_requests(&mut conn);
+    conn.feed(&counter(sent[0].0, 5));
+    conn.feed(&counter(sent[1].0, 5));
+    conn.receive(MS, ALL, &mut stats, &mut events).expect("ok");
+    assert_eq!(stats.keyed_duplicates(), Some(1));
+    let failures = crate::report::verdict(&stats, None, 1.0);
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("acknowledged to two keys")),
+        "{failures:?}"
     );
 }

@@ -169,7 +169,8 @@ impl RunPhase {
         if self.batch && engine.slots[index].conn.outstanding() > 0 {
             return;
         }
-        let mut queued = false;
+        // Keys to send again (`--keys`) go before new requests.
+        let mut queued = engine.slots[index].conn.send_retries(now, stats);
         while engine.slots[index].conn.can_send() {
             if self.moves.switch_due(&engine.slots[index].conn)
                 && !self.moves.begin_switch(engine, index, stats)
@@ -216,10 +217,21 @@ impl RunPhase {
         engine.take_touched(&mut self.touched);
         loop {
             self.moves.handle(engine, now_ns(), stats)?;
+            // Keys still to be sent again (`--keys`) settle in the drain.
+            let now = now_ns();
+            for index in 0..engine.slots.len() {
+                let slot = &mut engine.slots[index];
+                if slot.is_open()
+                    && slot.conn.retries_waiting() > 0
+                    && slot.conn.send_retries(now, stats)
+                {
+                    engine.queue_flush(index);
+                }
+            }
             let pending = engine
                 .slots
                 .iter()
-                .any(|s| s.is_open() && s.conn.outstanding() > 0);
+                .any(|s| s.is_open() && (s.conn.outstanding() > 0 || s.conn.retries_waiting() > 0));
             let now = now_ns();
             if !pending || now >= deadline {
                 return Ok(());

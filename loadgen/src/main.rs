@@ -19,6 +19,7 @@ mod engine;
 mod hgrm;
 mod hlog;
 mod html;
+mod keys;
 mod link;
 mod load;
 mod moves;

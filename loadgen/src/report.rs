@@ -110,6 +110,10 @@ pub struct Summary {
     /// The longest one connection waited between two successful answers
     /// in the measured phase, reconnects and redirects included.
     pub longest_answer_gap_ms: f64,
+    /// `--keys`: what the keyed increments came to, retries included (the
+    /// whole run, not only the measured phase); absent without.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keys: Option<crate::keys::KeyLedger>,
     pub latency: Percentiles,
     pub pushes: u64,
     pub pushes_expected: u64,
@@ -224,6 +228,7 @@ impl Summary {
             player_switches: stats.player_switches,
             login_retries: stats.login_retries,
             longest_answer_gap_ms: stats.longest_answer_gap_ns as f64 / 1e6,
+            keys: args.keys.then(|| stats.key_ledger()),
             latency: Percentiles::of(&stats.latency_ns()),
             pushes: stats.pushes,
             pushes_expected: stats.pushes_expected,
@@ -281,6 +286,9 @@ impl Summary {
         self.push_rows(&mut out);
         self.failure_rows(&mut out);
         self.move_rows(&mut out);
+        if let Some(keys) = &self.keys {
+            out += &keys.row();
+        }
         self.verdict_rows(&mut out);
         out
     }
@@ -401,6 +409,11 @@ pub fn verdict(stats: &Stats, offered_rate: Option<f64>, measured_s: f64) -> Vec
     }
     if stats.connections_lost > 0 {
         failures.push(format!("{} connections lost", stats.connections_lost));
+    }
+    if let Some(duplicates) = stats.keyed_duplicates().filter(|&n| n > 0) {
+        failures.push(format!(
+            "{duplicates} counter values acknowledged to two keys of one player (--keys promises once)"
+        ));
     }
     if stats.responses() == 0 && stats.failures() == 0 && stats.pushes == 0 {
         failures.push("no answers in the measured phase".to_string());

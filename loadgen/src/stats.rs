@@ -4,7 +4,7 @@
 //! exact at that precision. A per-second series (by intended send time)
 //! keeps coarser histograms, so a stall shows where it happened.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -179,6 +179,8 @@ pub struct Stats {
     pub bytes_out: u64,
     /// Per player, its increments (`--ledger`); `None` when not asked for.
     pub ledger: Option<BTreeMap<u64, PlayerLedger>>,
+    /// What the keyed increments came to (`--keys`).
+    pub keys: crate::keys::KeyLedger,
     /// Second 0 of the series (the start of the measured phase).
     series_origin_ns: u64,
     series: Vec<Second>,
@@ -212,6 +214,7 @@ impl Default for Stats {
             bytes_in: 0,
             bytes_out: 0,
             ledger: None,
+            keys: Default::default(),
             series_origin_ns: u64::MAX,
             series: Vec::new(),
         }
@@ -257,15 +260,19 @@ impl Progress {
 
 /// What one player's increments came to: every `player.incr` answered OK
 /// added one (the counter must hold `acked`, plus at most `uncertain`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PlayerLedger {
     pub acked: u64,
     /// The highest counter an answer showed.
     pub max_counter: Option<i64>,
     /// Increments whose outcome is unknown: answered UNAVAILABLE, TIMEOUT
     /// or INTERNAL, or lost with their connection, or unanswered at the
-    /// end.
+    /// end (with `--keys`: given up after their retries).
     pub uncertain: u64,
+    /// `--keys`: the counter values keyed increments were answered with,
+    /// and how many came a second time (exactly-once forbids it).
+    pub keyed_values: BTreeSet<i64>,
+    pub duplicates: u64,
 }
 
 impl Stats {
@@ -275,12 +282,33 @@ impl Stats {
     }
 
     /// An increment of `player_id` answered OK, showing `counter`.
-    pub fn ledger_acked(&mut self, player_id: u64, counter: Option<i64>) {
+    pub fn ledger_acked(&mut self, player_id: u64, counter: Option<i64>, keyed: bool) {
         if let Some(ledger) = self.ledger.as_mut() {
             let entry = ledger.entry(player_id).or_default();
             entry.acked += 1;
             entry.max_counter = entry.max_counter.max(counter);
+            if let (true, Some(value)) = (keyed, counter) {
+                if !entry.keyed_values.insert(value) {
+                    entry.duplicates += 1;
+                }
+            }
         }
+    }
+
+    /// `--keys`: the keys' ledger, its duplicates counted if `--ledger`
+    /// kept the values.
+    pub fn key_ledger(&self) -> crate::keys::KeyLedger {
+        crate::keys::KeyLedger {
+            duplicates: self.keyed_duplicates(),
+            ..self.keys
+        }
+    }
+
+    /// `--keys` with `--ledger`: counter values acknowledged to two keys
+    /// of one player.
+    pub fn keyed_duplicates(&self) -> Option<u64> {
+        let ledger = self.ledger.as_ref()?;
+        Some(ledger.values().map(|entry| entry.duplicates).sum())
     }
 
     /// An increment of `player_id` whose outcome is unknown.
@@ -432,6 +460,7 @@ impl Stats {
         self.longest_answer_gap_ns = self.longest_answer_gap_ns.max(other.longest_answer_gap_ns);
         self.bytes_in += other.bytes_in;
         self.bytes_out += other.bytes_out;
+        self.keys.merge(&other.keys);
         if let Some(theirs) = &other.ledger {
             let mine = self.ledger.get_or_insert_with(BTreeMap::new);
             for (player, their) in theirs {
@@ -439,6 +468,12 @@ impl Stats {
                 entry.acked += their.acked;
                 entry.uncertain += their.uncertain;
                 entry.max_counter = entry.max_counter.max(their.max_counter);
+                entry.duplicates += their.duplicates;
+                for &value in &their.keyed_values {
+                    if !entry.keyed_values.insert(value) {
+                        entry.duplicates += 1;
+                    }
+                }
             }
         }
         // Threads share one measured phase, so one origin.

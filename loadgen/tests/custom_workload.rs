@@ -11,6 +11,9 @@
 //! - A scripted type's JSON route (examples/scripts/, `counter.add`) with
 //!   a JSON body, from the flags and from a workload file: every answer is
 //!   a RESPONSE, and the counters hold exactly the answered additions.
+//! - `--keys` on the built-in increments: the report's `keys` ledger counts
+//!   every increment once, no value twice, and the node's counters hold
+//!   exactly the keys acknowledged.
 //! - The `.hlog` beside the `.hgrm` reads back (hdrhistogram's interval log
 //!   reader) with one interval per second and the run's total count.
 //!
@@ -109,19 +112,18 @@ impl Drop for Node {
 /// Runs loadgen against `node` with `args`, one second, no warm-up (so
 /// every answer is measured and counted); returns its JSON summary.
 fn loadgen(node: &Node, dir: &Path, name: &str, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--workload", "custom"];
+    all.extend_from_slice(args);
+    loadgen_run(node, dir, name, &all)
+}
+
+/// As `loadgen`, with the workload among `args`.
+fn loadgen_run(node: &Node, dir: &Path, name: &str, args: &[&str]) -> serde_json::Value {
     let json = dir.join(format!("{name}.json"));
     let output = Command::new(env!("CARGO_BIN_EXE_loadgen"))
         .args(["--addr", &node.gateway.to_string(), "--secret", SECRET])
         .args(["--connections", "2", "--pipeline", "4", "--threads", "1"])
-        .args([
-            "--duration",
-            "1s",
-            "--warmup",
-            "0s",
-            "--quiet",
-            "--workload",
-            "custom",
-        ])
+        .args(["--duration", "1s", "--warmup", "0s", "--quiet"])
         .arg("--json")
         .arg(&json)
         .arg("--hgrm")
@@ -352,4 +354,47 @@ fn a_scripted_route_is_driven_with_a_json_body() {
     );
     let kept: i64 = [1, 2].into_iter().map(|p| scripted_counter(&node, p)).sum();
     assert_eq!(kept, (added + 2 * added_two) as i64);
+}
+
+#[test]
+fn keyed_increments_count_once_in_the_ledger_and_on_the_node() {
+    let Some(binary) = guild_node() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let node = Node::start(&binary, dir.path());
+    let ledger = dir.path().join("keys.ledger");
+    let summary = loadgen_run(
+        &node,
+        dir.path(),
+        "keys",
+        &[
+            "--workload",
+            "incr",
+            "--keys",
+            "--ledger",
+            ledger.to_str().expect("a UTF-8 path"),
+        ],
+    );
+    assert_eq!(summary["protocol_errors"], 0, "{summary}");
+    let keys = &summary["keys"];
+    let acknowledged = keys["acknowledged"].as_u64().expect("keys in the JSON");
+    assert!(acknowledged > 0, "{summary}");
+    assert_eq!(
+        Some(acknowledged),
+        summary["ops"]["incr"]["responses"].as_u64()
+    );
+    assert_eq!(keys["duplicates"], 0, "{summary}");
+    assert_eq!(keys["given_up"], 0, "{summary}");
+    // The node's counters hold exactly the acknowledged keys.
+    let kept: i64 = [1, 2]
+        .into_iter()
+        .map(|player| counter(&Session::login(&node, player).call(route::PLAYER_GET, b"")))
+        .sum();
+    assert_eq!(kept, acknowledged as i64);
+    let text = std::fs::read_to_string(&ledger).expect("ledger written");
+    let acked: u64 = text
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| line.split(' ').nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(acked, acknowledged);
 }

@@ -218,6 +218,16 @@ impl TcpStream {
         self.socket_ref().set_nodelay(nodelay)
     }
 
+    /// Makes the close of this stream (its drop) abortive: the bytes the
+    /// kernel still holds to send are discarded and the peer, if it still
+    /// hears from this host, sees a reset instead of them. For a
+    /// connection given up on (a silent peer) whose requests were already
+    /// answered as lost: they must not arrive once the path is back.
+    pub fn discard_unsent_on_close(&self) -> io::Result<()> {
+        self.socket_ref()
+            .set_linger(Some(std::time::Duration::ZERO))
+    }
+
     /// The remote end's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.socket_ref()

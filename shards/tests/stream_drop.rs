@@ -180,3 +180,53 @@ fn a_send_started_just_before_the_drop_still_goes_out() {
     shutdown.trigger();
     runtime.join().expect("clean stop");
 }
+
+/// A stream given up on (`discard_unsent_on_close`) and dropped while the
+/// peer reads nothing: what the kernel still held to send never reaches
+/// the peer, which sees a reset instead of the end of the stream after it.
+#[test]
+fn a_stream_closed_discarding_its_unsent_bytes_never_delivers_them() {
+    let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = peer.local_addr().unwrap();
+    let done = Arc::new(Mutex::new(None::<bool>));
+    let record = done.clone();
+    let (runtime, shutdown) = on_a_core(one_core(), move || {
+        let record = record.clone();
+        async move {
+            let stream = TcpStream::connect(address).await.expect("connect");
+            // Sends until the peer's buffers and ours are full.
+            let mut blocked = false;
+            for _ in 0..SENDS_MAX {
+                let send = stream.start_send(vec![7u8; SEND_BYTES]);
+                let done = futures_lite::future::or(async { Some(send.await) }, async {
+                    shards::sleep(Duration::from_millis(50)).await;
+                    None
+                })
+                .await;
+                if done.is_none() {
+                    blocked = true;
+                    break;
+                }
+            }
+            stream.discard_unsent_on_close().expect("SO_LINGER");
+            drop(stream);
+            *record.lock().unwrap() = Some(blocked);
+            futures_lite::future::pending::<()>().await;
+        }
+    });
+    let (mut accepted, _) = peer.accept().unwrap();
+    assert!(wait_for(&done), "no send blocked");
+    accepted
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut got = Vec::new();
+    let ended = accepted.read_to_end(&mut got);
+    assert_eq!(
+        ended.map_err(|error| error.kind()),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "the peer read {} bytes and then the end of the stream",
+        got.len()
+    );
+    shutdown.trigger();
+    runtime.join().expect("clean stop");
+}

@@ -306,6 +306,12 @@ impl CoreLinks {
         }
         let was_up = slot.link.borrow().state() == LinkState::Up;
         if let Some(stream) = slot.stream.borrow_mut().take() {
+            // The requests it carried are answered TIMEOUT now (`lost`
+            // below): what the kernel still holds of them must not reach
+            // the peer once the path is back, seconds later, where a keyed
+            // one's retry may have been answered meanwhile and its key
+            // forgotten since (docs/protocol.md, section 12).
+            let _ = stream.discard_unsent_on_close();
             stream.shutdown();
         }
         let jitter = rand::random::<f64>();

@@ -61,10 +61,12 @@ pub struct Verdict {
     /// Per player: acknowledged increments a later request did not see
     /// (not excused), of all acknowledged.
     pub lost: Vec<(u64, usize, usize)>,
+    /// What the request keys came to, when the increments carried keys.
+    pub ledger: Option<super::exactly::Ledger>,
 }
 
 impl Verdict {
-    fn violate(&mut self, rule: &'static str, text: String) {
+    pub(super) fn violate(&mut self, rule: &'static str, text: String) {
         self.violations.entry(rule).or_default().push(text);
     }
 
@@ -89,7 +91,7 @@ impl History {
     /// the player shows at `later_us`: with `interval` persistence, the
     /// node that owned the player then was declared down (another node saw
     /// it `down`) or killed, after the increment was sent.
-    fn excuse(&self, lost: &Op, later_us: u64) -> Option<String> {
+    pub(super) fn excuse(&self, lost: &Op, later_us: u64) -> Option<String> {
         if !self.interval {
             return None;
         }
@@ -653,8 +655,13 @@ impl History {
 
     pub fn check(&self) -> Verdict {
         let mut verdict = Verdict::default();
+        // Each key's attempts weigh as one increment (see `exactly.rs`).
+        let (logical, ledger) = self.logical_ops(&mut verdict);
+        if ledger.keys > 0 {
+            verdict.ledger = Some(ledger);
+        }
         let mut by_player: BTreeMap<u64, Vec<&Op>> = BTreeMap::new();
-        for op in &self.ops {
+        for op in &logical {
             by_player.entry(op.player).or_default().push(op);
         }
         self.check_unique(&mut verdict, &by_player);
@@ -667,6 +674,7 @@ impl History {
             }
         }
         self.check_finals(&mut verdict, &by_player);
+        self.check_exactly_once(&mut verdict, &by_player);
         self.check_one_process_per_id(&mut verdict);
         self.check_cores(&mut verdict);
         for takeover in &self.takeovers {

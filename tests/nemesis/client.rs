@@ -1,6 +1,13 @@
 //! The clients: sessions of each player on different nodes sending +1
-//! increments and gets, one at a time, never retried, each recorded with
-//! its send and answer times on the run's one monotonic clock.
+//! increments and gets, one at a time, each recorded with its send and
+//! answer times on the run's one monotonic clock. Without request keys
+//! (the default) an increment is never retried. With them
+//! (`NEMESIS_KEYS=1`) every increment carries a key of its own, and one
+//! whose outcome is uncertain is sent again with that key, on the next
+//! node and a new connection, until answered or `RETRY_DEADLINE`
+//! (docs/protocol.md, section 12). A share of acknowledged keys is sent
+//! once more, as a client that lost the answer would: the answer must be
+//! the one already given.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -10,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use wire::client::{decode_error_body, encode_frame, route, FrameDecoder, FrameKind, Peer};
+use wire::client::{
+    decode_error_body, encode_frame, encode_keyed_request, route, FrameDecoder, FrameKind, Peer,
+};
 
 use super::procs::REQUEST_TIMEOUT_MS;
 
@@ -31,6 +40,30 @@ const THINK_MS_MAX: u64 = 40;
 
 /// Largest frame body a client accepts.
 const BODY_MAX: u32 = 1 << 16;
+
+/// How long a keyed increment is retried after its first send before the
+/// session gives it up (its outcome then stays uncertain).
+const RETRY_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How long a session that was told to stop still retries the increment
+/// it holds (the cluster has settled by then: retries succeed at once).
+const STOP_DRAIN: Duration = Duration::from_secs(10);
+
+/// The first and the longest wait between two attempts of one key.
+const RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
+const RETRY_PAUSE_MAX: Duration = Duration::from_millis(1000);
+
+/// The share of acknowledged keys sent once more.
+const RESEND_SHARE: f64 = 0.05;
+
+/// The bits of a key below the session number: keys are unique per player
+/// across its sessions (bursts included).
+const KEY_SESSION_SHIFT: u32 = 40;
+
+/// A player's unique key for a session's `count`-th keyed increment.
+pub fn request_key(session: usize, count: u64) -> u64 {
+    ((session as u64 + 1) << KEY_SESSION_SHIFT) | count
+}
 
 /// The gateway address of each node slot, updated when a slot's process
 /// is replaced.
@@ -62,6 +95,10 @@ pub struct Op {
     pub send_us: u64,
     pub answer_us: u64,
     pub outcome: Outcome,
+    /// The request key (0: none).
+    pub key: u64,
+    /// 1 for a key's first send, then 2, 3 ... for its retries and resend.
+    pub attempt: u32,
 }
 
 impl std::fmt::Display for Op {
@@ -76,7 +113,11 @@ impl std::fmt::Display for Op {
             self.send_us as f64 / 1e6,
             self.answer_us as f64 / 1e6,
             self.outcome
-        )
+        )?;
+        if self.key != 0 {
+            write!(f, " (key {:#x} attempt {})", self.key, self.attempt)?;
+        }
+        Ok(())
     }
 }
 
@@ -106,8 +147,25 @@ impl Conn {
 
     /// Sends one request and waits for its answer until `deadline`.
     pub fn request(&mut self, route_id: u32, seq: u32, body: &[u8], deadline: Instant) -> Answer {
+        self.keyed_request(route_id, seq, 0, body, deadline)
+    }
+
+    /// Sends one request with `key` (0: a version-1 request) and waits for
+    /// its answer until `deadline`.
+    pub fn keyed_request(
+        &mut self,
+        route_id: u32,
+        seq: u32,
+        key: u64,
+        body: &[u8],
+        deadline: Instant,
+    ) -> Answer {
         let mut bytes = Vec::new();
-        encode_frame(&mut bytes, FrameKind::Request, route_id, seq, body);
+        if key == 0 {
+            encode_frame(&mut bytes, FrameKind::Request, route_id, seq, body);
+        } else {
+            encode_keyed_request(&mut bytes, route_id, seq, key, body);
+        }
         if self.stream.write_all(&bytes).is_err() {
             return Answer::Lost("write failed");
         }
@@ -192,29 +250,69 @@ pub struct Session {
     pub session: usize,
     pub slot: usize,
     pub seed: u64,
+    /// Increments carry request keys and uncertain ones are retried.
+    pub keyed: bool,
+}
+
+/// A keyed increment the session holds until it is answered.
+struct Pending {
+    key: u64,
+    /// Attempts sent so far.
+    attempts: u32,
+    /// Attempts and failed dials: the next attempt goes to the node slot
+    /// this many after the session's own.
+    turn: usize,
+    deadline: Instant,
+    /// Acknowledged already: sent once more, as after a lost answer.
+    resend: bool,
 }
 
 impl Session {
-    /// Runs until `stop`; returns every operation it made.
+    /// Runs until `stop` (and the increment it holds is answered or given
+    /// up); returns every operation it made.
     pub fn run(self, gateways: Gateways, clock: Instant, stop: Arc<AtomicBool>) -> Vec<Op> {
         let mut rng = SmallRng::seed_from_u64(self.seed);
         let mut ops = Vec::new();
-        let mut conn: Option<Conn> = None;
+        let mut conn: Option<(usize, Conn)> = None;
         let mut seq: u32 = 0;
+        let mut keys_sent: u64 = 0;
+        let mut pending: Option<Pending> = None;
+        let mut drain_until: Option<Instant> = None;
         let us = |at: Instant| at.duration_since(clock).as_micros() as u64;
-        while !stop.load(Ordering::Acquire) {
-            let Some(live) = conn.as_mut() else {
-                let address = gateways.read().unwrap()[self.slot];
+        loop {
+            if stop.load(Ordering::Acquire) {
+                let until = *drain_until.get_or_insert_with(|| Instant::now() + STOP_DRAIN);
+                if pending.is_none() || Instant::now() >= until {
+                    break;
+                }
+            }
+            if pending
+                .as_ref()
+                .is_some_and(|held| Instant::now() >= held.deadline)
+            {
+                // Given up: its outcome stays uncertain.
+                pending = None;
+            }
+            let nodes = gateways.read().unwrap().len();
+            let slot = pending
+                .as_ref()
+                .map_or(self.slot, |held| (self.slot + held.turn) % nodes);
+            if conn.as_ref().is_none_or(|(at, _)| *at != slot) {
+                let address = gateways.read().unwrap()[slot];
                 conn = Conn::connect(address).and_then(|mut fresh| {
                     seq = seq.wrapping_add(1);
-                    fresh.login(self.player, seq).then_some(fresh)
+                    fresh.login(self.player, seq).then_some((slot, fresh))
                 });
                 if conn.is_none() {
+                    if let Some(held) = pending.as_mut() {
+                        held.turn += 1;
+                    }
                     std::thread::sleep(RECONNECT_PAUSE);
                 }
                 continue;
-            };
-            let kind = if rng.random_bool(0.7) {
+            }
+            let live = &mut conn.as_mut().unwrap().1;
+            let kind = if pending.is_some() || rng.random_bool(0.7) {
                 Kind::Incr
             } else {
                 Kind::Get
@@ -223,26 +321,57 @@ impl Session {
                 Kind::Incr => (route::PLAYER_INCR, 1i64.to_le_bytes().to_vec()),
                 Kind::Get => (route::PLAYER_GET, Vec::new()),
             };
+            if kind == Kind::Incr && self.keyed && pending.is_none() {
+                keys_sent += 1;
+                pending = Some(Pending {
+                    key: request_key(self.session, keys_sent),
+                    attempts: 0,
+                    turn: 0,
+                    deadline: Instant::now() + RETRY_DEADLINE,
+                    resend: false,
+                });
+            }
+            let (key, attempt) = pending.as_mut().map_or((0, 1), |held| {
+                held.attempts += 1;
+                held.turn += 1;
+                (held.key, held.attempts)
+            });
             seq = seq.wrapping_add(1);
             let sent = Instant::now();
             let deadline = sent + Duration::from_millis(REQUEST_TIMEOUT_MS + ANSWER_MARGIN_MS);
-            let answer = live.request(route_id, seq, &body, deadline);
+            let answer = live.keyed_request(route_id, seq, key, &body, deadline);
             let answered = Instant::now();
-            let lost = matches!(answer, Answer::Lost(_));
+            if matches!(answer, Answer::Lost(_)) {
+                // A new connection and login (and, for a keyed increment,
+                // a retry on the next node).
+                conn = None;
+            }
+            let outcome = outcome(answer);
+            let mut pause = Duration::from_millis(rng.random_range(0..=THINK_MS_MAX));
+            if let Some(held) = pending.as_mut() {
+                match &outcome {
+                    Outcome::Uncertain(_) if !held.resend => {
+                        pause = (RETRY_PAUSE_MIN * 2u32.pow(held.attempts.min(4) - 1))
+                            .min(RETRY_PAUSE_MAX);
+                    }
+                    Outcome::Ok(_) if !held.resend && rng.random_bool(RESEND_SHARE) => {
+                        held.resend = true;
+                    }
+                    _ => pending = None,
+                }
+            }
             ops.push(Op {
                 player: self.player,
                 session: self.session,
-                slot: self.slot,
+                slot,
                 kind,
                 send_us: us(sent),
                 answer_us: us(answered),
-                outcome: outcome(answer),
+                outcome,
+                key,
+                attempt,
             });
-            if lost {
-                // A new connection and login; the request is not retried.
-                conn = None;
-            }
-            std::thread::sleep(Duration::from_millis(rng.random_range(0..=THINK_MS_MAX)));
+            std::thread::sleep(pause);
         }
         ops
     }
@@ -280,6 +409,7 @@ pub struct Burst {
     player: u64,
     session: usize,
     slot: usize,
+    keyed: bool,
 }
 
 impl Burst {
@@ -289,6 +419,7 @@ impl Burst {
         player: u64,
         session: usize,
         slot: usize,
+        keyed: bool,
     ) -> Result<Burst, String> {
         let mut conn = Conn::connect(gateway).ok_or("connect failed")?;
         if !conn.login(player, 1) {
@@ -299,12 +430,14 @@ impl Burst {
             player,
             session,
             slot,
+            keyed,
         })
     }
 
     /// Writes `count` +1 increments in one write, says so on `written`,
     /// then reads their answers until `deadline` after the write; every
-    /// one is an operation of the history.
+    /// one is an operation of the history. Keyed bursts are not retried:
+    /// their unanswered keys stay uncertain.
     pub fn run(
         mut self,
         count: usize,
@@ -315,14 +448,26 @@ impl Burst {
         let us = |at: Instant| at.duration_since(clock).as_micros() as u64;
         let mut bytes = Vec::new();
         let first_seq = 2u32;
+        let key = |i: usize| {
+            if self.keyed {
+                request_key(self.session, i as u64 + 1)
+            } else {
+                0
+            }
+        };
         for i in 0..count {
-            encode_frame(
-                &mut bytes,
-                FrameKind::Request,
-                route::PLAYER_INCR,
-                first_seq + i as u32,
-                &1i64.to_le_bytes(),
-            );
+            let (seq, body) = (first_seq + i as u32, 1i64.to_le_bytes());
+            if self.keyed {
+                encode_keyed_request(&mut bytes, route::PLAYER_INCR, seq, key(i), &body);
+            } else {
+                encode_frame(
+                    &mut bytes,
+                    FrameKind::Request,
+                    route::PLAYER_INCR,
+                    seq,
+                    &body,
+                );
+            }
         }
         let sent = Instant::now();
         let wrote = self.conn.stream.write_all(&bytes).is_ok();
@@ -343,7 +488,8 @@ impl Burst {
         let unanswered = Instant::now();
         answers
             .into_iter()
-            .map(|answer| {
+            .enumerate()
+            .map(|(i, answer)| {
                 let (at, outcome) = answer.unwrap_or((
                     unanswered,
                     Outcome::Uncertain("no answer to a pipelined request".into()),
@@ -356,6 +502,8 @@ impl Burst {
                     send_us: us(sent),
                     answer_us: us(at),
                     outcome,
+                    key: key(i),
+                    attempt: 1,
                 }
             })
             .collect()

@@ -72,6 +72,8 @@ pub struct Cluster {
     pub takeovers: Vec<TakeoverOutcome>,
     /// The operations of the pipelining bursts (`freeze_busy`).
     pub burst_ops: Vec<Op>,
+    /// Bursts send keyed increments (never retried).
+    pub keyed: bool,
     pub(super) bursts: usize,
 }
 
@@ -101,6 +103,7 @@ impl Cluster {
             kills: Vec::new(),
             takeovers: Vec::new(),
             burst_ops: Vec::new(),
+            keyed: false,
             bursts: 0,
         };
         for slot in 0..count {

@@ -13,8 +13,11 @@
 //! `NEMESIS_SECONDS` (default 60), `NEMESIS_STORE` = `sqlite`, `postgres`
 //! or `both` (default), `NEMESIS_PERSIST` = `interval` (default) or
 //! `on_write`, `NEMESIS_NODES` (3 to 5, default 3), `NEMESIS_PLAYERS`
-//! (default 6), `NEMESIS_NETNS=false` (loopback even as root),
-//! `NEMESIS_FAULTS=freeze_mid,kill` (the kinds of fault drawn; default the
+//! (default 6), `NEMESIS_KEYS=1` (increments carry request keys and
+//! uncertain ones are retried until answered, and the checker demands
+//! exactly-once, see `client.rs` and `exactly.rs`; default 0: version-1
+//! increments, never retried), `NEMESIS_NETNS=false` (loopback even as
+//! root), `NEMESIS_FAULTS=freeze_mid,kill` (the kinds of fault drawn; default the
 //! kinds `faults::KINDS` marks on by default, `all` for every kind),
 //! `NEMESIS_SAVE_MS` and `NEMESIS_STORE_TIMEOUT_MS` (the save interval and
 //! the store's request timeout; default drawn from the seed, among the
@@ -32,6 +35,7 @@ mod check;
 mod check_tests;
 mod client;
 mod cluster;
+mod exactly;
 mod faults;
 mod observe;
 mod operator;
@@ -96,6 +100,8 @@ struct Settings {
     persist: String,
     nodes: usize,
     players: u64,
+    /// `NEMESIS_KEYS`: increments carry request keys and are retried.
+    keyed: bool,
     /// `NEMESIS_FAULTS`: the kinds of fault to draw from, or the default.
     faults: Option<Vec<String>>,
     timers: Timers,
@@ -104,9 +110,12 @@ struct Settings {
 impl Settings {
     /// The environment that replays this run on `kind`.
     fn reproduce(&self, kind: &str) -> String {
-        let faults = self.faults.as_ref().map_or(String::new(), |faults| {
+        let mut faults = self.faults.as_ref().map_or(String::new(), |faults| {
             format!(" NEMESIS_FAULTS={}", faults.join(","))
         });
+        if self.keyed {
+            faults += " NEMESIS_KEYS=1";
+        }
         format!(
             "NEMESIS_SEED={} NEMESIS_SECONDS={} NEMESIS_PERSIST={} NEMESIS_STORE={kind} \
              NEMESIS_NODES={} NEMESIS_PLAYERS={}{faults} NEMESIS_SAVE_MS={} \
@@ -163,6 +172,7 @@ impl Settings {
             persist,
             nodes,
             players,
+            keyed: env_or::<u8>("NEMESIS_KEYS", 0) != 0,
         }
     }
 }
@@ -232,6 +242,7 @@ fn start_sessions(
                 session,
                 slot: (player as usize + session) % settings.nodes,
                 seed: settings.seed ^ (player << 8) ^ session as u64,
+                keyed: settings.keyed,
             };
             let (gateways, stop, clock) = (cluster.gateways.clone(), stop.clone(), cluster.clock);
             sessions.push(std::thread::spawn(move || {
@@ -328,12 +339,17 @@ fn nemesis(kind: &str) {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let settings = Settings::from_env();
     println!(
-        "nemesis on {kind}: seed {} ({} s, persist {}, {} nodes, {} players); reproduce with {}",
+        "nemesis on {kind}: seed {} ({} s, persist {}, {} nodes, {} players, {}); reproduce with {}",
         settings.seed,
         settings.seconds,
         settings.persist,
         settings.nodes,
         settings.players,
+        if settings.keyed {
+            "keyed increments, retried"
+        } else {
+            "version-1 increments, never retried"
+        },
         settings.reproduce(kind)
     );
     let dir = tempfile::tempdir().unwrap();
@@ -354,6 +370,7 @@ fn nemesis(kind: &str) {
     let clock = Instant::now();
     let mut cluster = Cluster::start(settings.nodes, spec, store, net, clock, settings.players)
         .expect("cluster starts");
+    cluster.keyed = settings.keyed;
     let schedule = plan(settings.seed, settings.seconds, settings.nodes, &can);
     let schedule_text = render_schedule(&schedule);
     println!("timers: {}", settings.timers);

@@ -160,7 +160,7 @@ impl Cluster {
         for &player in &players {
             self.bursts += 1;
             let session = BURST_SESSION_BASE + self.bursts;
-            match Burst::open(gateway, player, session, slot) {
+            match Burst::open(gateway, player, session, slot, self.keyed) {
                 Ok(burst) => {
                     let (clock, written) = (self.clock, written.clone());
                     // Answers may come once the node is let back.

@@ -152,6 +152,9 @@ impl History {
 impl Verdict {
     pub fn render(&self) -> String {
         let mut out = String::new();
+        if let Some(ledger) = &self.ledger {
+            out += &format!("{}\n", ledger.render());
+        }
         for note in &self.notes {
             out += &format!("note: {note}\n");
         }
