@@ -373,18 +373,23 @@ class ExactlyOnce(AsyncTestCase):
 
         async def survivor(peer: Peer) -> None:
             await login(peer)
-            again = await peer.expect(p.Route.PLAYER_INCR, 2)
-            keys.append(again.key)
-            peer.answer(again, p.encode_i64(10))
-            await peer.next()
+            # Every attempt is answered, as a server that remembers the key
+            # would (a loaded machine may time the first out and send another).
+            while (again := await peer.next()) is not None:
+                assert again.route_id == p.Route.PLAYER_INCR, again
+                keys.append(again.key)
+                peer.answer(again, p.encode_i64(10))
 
         refused = [refusing] * 8
         options = {"retry": Retry(0.005, 0.02, 0.05), "reconnect": Backoff(0.05, 0.1, 100)}
         client = await Client.connect(await self.serve(owner, *refused, survivor), "t", **options)
-        self.assertEqual(await client.player_incr(10, timeout_s=10), 10)
+        try:
+            self.assertEqual(await client.player_incr(10, timeout_s=10), 10)
+        finally:
+            await client.close()
         self.assertEqual(refusals, 8)
-        self.assertEqual(keys, [keys[0], keys[0]], "one key for both runs")
-        await client.close()
+        self.assertGreaterEqual(len(keys), 2)
+        self.assertEqual(set(keys), {keys[0]}, "one key for every run")
         await self.scripts_done(10)
 
     async def test_a_retrys_refusal_is_the_answer_and_close_reports_the_lost_connection(self) -> None:

@@ -396,20 +396,26 @@ test("a failover refusing the reconnects' logins is waited out until the deadlin
     ...Array(8).fill(refusing),
     async (peer) => {
       await login(peer);
-      const again = await peer.expect(p.Route.PLAYER_INCR, 2);
-      keys.push(again.key);
-      peer.answer(again, p.encodeI64(10n));
-      await peer.next();
+      // Every attempt is answered, as a server that remembers the key would (a loaded machine may
+      // time the first out and send another).
+      for (let again = await peer.next(); again !== null; again = await peer.next()) {
+        assert.equal(again.routeId, p.Route.PLAYER_INCR);
+        keys.push(again.key);
+        peer.answer(again, p.encodeI64(10n));
+      }
     },
   );
   const client = await connect(url, "t", {
     retry: { baseDelayMs: 5, maxDelayMs: 20, attemptTimeoutMs: 50 },
     reconnect: { baseDelayMs: 50, maxDelayMs: 100, attemptsMax: 100 },
   });
-  assert.equal(await client.playerIncr(10, { timeoutMs: 10_000 }), 10n);
+  try {
+    assert.equal(await client.playerIncr(10, { timeoutMs: 10_000 }), 10n);
+  } finally {
+    client.close();
+  }
   assert.equal(refusals, 8);
-  assert.deepEqual(keys, [keys[0], keys[0]], "one key for both runs");
-  client.close();
+  assert.ok(keys.length >= 2 && keys.every((key) => key === keys[0]), `keys ${keys}`);
   await done;
   server.close();
 });
