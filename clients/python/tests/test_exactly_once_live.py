@@ -11,7 +11,7 @@ import json
 import unittest
 from typing import Callable
 
-from routerd_client import Backoff, Client, ConnectionLost, RouterdError, Unavailable, token_for
+from routerd_client import Backoff, Client, ConnectionLost, RouterdError, ServerTimeout, Unavailable, token_for
 from routerd_client import protocol as p
 
 import nodes
@@ -27,14 +27,14 @@ FAILOVER_S = 60.0
 
 
 async def connect_when_served(url: str, token: str, timeout_s: float = 20.0, **options: object) -> Client:
-    """`Client.connect`, again while the login is refused UNAVAILABLE: a node
-    just started (or loaded) may not serve the player for a moment, and
-    `connect` raises a refused login as it is."""
+    """`Client.connect`, again while the login fails UNAVAILABLE or TIMEOUT: a
+    node just started (or loaded) may not serve the player for a moment, and
+    `connect` raises a failed login as it is."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         try:
             return await Client.connect(url, token, **options)
-        except Unavailable:
+        except (Unavailable, ServerTimeout):
             if asyncio.get_running_loop().time() > deadline:
                 raise
             await asyncio.sleep(0.1)

@@ -19,15 +19,16 @@ const FAST = { reconnect: { baseDelayMs: 20, maxDelayMs: 200, attemptsMax: 200 }
 // many times the cores.
 const FAILOVER_MS = 60_000;
 
-/** connect, again while the login is refused UNAVAILABLE: a node just started (or loaded) may not
- * serve the player for a moment, and connect rejects with a refused login as it is. */
+/** connect, again while the login fails UNAVAILABLE or TIMEOUT: a node just started (or loaded) may
+ * not serve the player for a moment, and connect rejects with a failed login as it is. */
 async function connectWhenServed(url: string, token: string, options: ClientOptions = {}, timeoutMs = 20_000): Promise<Client> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
       return await connect(url, token, options);
     } catch (error) {
-      if (!(error instanceof ServerError && error.code === p.Code.UNAVAILABLE) || Date.now() > deadline) throw error;
+      const passing = error instanceof ServerError && (error.code === p.Code.UNAVAILABLE || error.code === p.Code.TIMEOUT);
+      if (!passing || Date.now() > deadline) throw error;
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
   }
@@ -187,7 +188,17 @@ test("a keyed player.incr whose node is killed (-9) after running it is answered
     });
     const swallowed = proxy.swallowNextIncr("hold");
     const answer = client.playerIncr(10, { timeoutMs: FAILOVER_MS });
-    await swallowed;
+    // Bounded, and failed by the call's own failure: an unanswered wait would hang the suite.
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        swallowed,
+        answer.then(() => new Promise<never>(() => {})),
+        new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("the proxy held no answer within 10 s")), 10_000))),
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
     owner.process.kill("SIGKILL");
     assert.equal(await answer, before + 10n, "the first run's answer, from the new owner");
     assert.equal(client.address, other.url());
