@@ -8,6 +8,19 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+/// One suite at a time: each starts its own nodes and runs them against a
+/// client under test, and two at once on a small machine (CI's two cores)
+/// starve each other's nodes and timers into spurious failovers and timeouts.
+static ONE_SUITE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn alone() -> MutexGuard<'static, ()> {
+    // A suite that failed poisons the lock; the next still runs.
+    ONE_SUITE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -60,6 +73,7 @@ fn run_suite(mut command: Command, dir: &Path, what: &str) {
 
 #[test]
 fn python_client_suite() {
+    let _alone = alone();
     let python = std::env::var_os("ROUTERD_TEST_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("python3"));
@@ -74,8 +88,8 @@ fn python_client_suite() {
             "PYTHONPATH",
             format!("{}:{}", dir.display(), dir.join("tests").display()),
         )
-        // The asyncio debug mode of IsolatedAsyncioTestCase logs slow
-        // callbacks on a loaded machine: noise, not failures.
+        // asyncio's debug mode off (the suites' AsyncTestCase turns off the
+        // one IsolatedAsyncioTestCase turns on: tests/case.py).
         .env("PYTHONASYNCIODEBUG", "0")
         .env("PYTHONWARNINGS", "ignore::ResourceWarning");
     run_suite(command, &dir, "the Python client's tests");
@@ -83,6 +97,7 @@ fn python_client_suite() {
 
 #[test]
 fn typescript_client_suite() {
+    let _alone = alone();
     let node = PathBuf::from("node");
     if !works(&node, "--version") {
         return missing("no Node.js (node)");

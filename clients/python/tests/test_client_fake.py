@@ -10,6 +10,8 @@ from typing import Awaitable, Callable
 from routerd_client import Client, ConnectionLost, ProtocolViolation, RequestTimeout, Route
 from routerd_client import protocol as p
 
+from case import AsyncTestCase
+
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
@@ -29,7 +31,16 @@ async def accept_login(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     writer.write(p.encode_frame(p.Kind.RESPONSE, route_id, seq, p.encode_u64(9)))
 
 
-class Fake(unittest.IsolatedAsyncioTestCase):
+async def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Polls `condition` until it holds, failing with `what` after `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        await asyncio.sleep(0.01)
+
+
+class Fake(AsyncTestCase):
     async def serve(self, script: Script) -> str:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await accept_login(reader, writer)
@@ -61,6 +72,9 @@ class Fake(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(client.inflight(), 1, "the seq stays taken until its answer")
         with self.assertRaises(RequestTimeout):
             await client.ping(b"y", timeout_s=0.1)
+        # The second frame was sent; the server reads it when it is next
+        # scheduled, which on a loaded machine may be after the timeout.
+        await wait_until(lambda: len(seqs) == 2, "the server read both requests")
         self.assertEqual(len(set(seqs)), 2, "a seq in flight is not reused")
         await client.close()
 

@@ -11,14 +11,33 @@ import json
 import unittest
 from typing import Callable
 
-from routerd_client import Backoff, Client, ConnectionLost, token_for
+from routerd_client import Backoff, Client, ConnectionLost, RouterdError, ServerTimeout, Unavailable, token_for
 from routerd_client import protocol as p
 
 import nodes
+from case import AsyncTestCase
 from nodes import SECRET
 from test_live import need_binary
 
 FAST = {"reconnect": Backoff(0.02, 0.2, 200)}
+#: A failover on a loaded machine: the survivor declares the killed node
+#: down, and then serves its player, only while its own heartbeats commit in
+#: time, which may take tens of seconds at a load of many times the cores.
+FAILOVER_S = 60.0
+
+
+async def connect_when_served(url: str, token: str, timeout_s: float = 20.0, **options: object) -> Client:
+    """`Client.connect`, again while the login fails UNAVAILABLE or TIMEOUT: a
+    node just started (or loaded) may not serve the player for a moment, and
+    `connect` raises a failed login as it is."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        try:
+            return await Client.connect(url, token, **options)
+        except (Unavailable, ServerTimeout):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 class Proxy:
@@ -88,8 +107,9 @@ class Proxy:
             writer.close()
 
 
-class ExactlyOnceLive(unittest.IsolatedAsyncioTestCase):
+class ExactlyOnceLive(AsyncTestCase):
     async def asyncSetUp(self) -> None:
+        await super().asyncSetUp()
         need_binary()
         self.cluster = nodes.Cluster()
 
@@ -101,7 +121,7 @@ class ExactlyOnceLive(unittest.IsolatedAsyncioTestCase):
         proxy = Proxy(lambda: node.gateway)
         await proxy.start()
         try:
-            client = await Client.connect(proxy.url(), token_for(SECRET, 1301), **FAST)
+            client = await connect_when_served(proxy.url(), token_for(SECRET, 1301), **FAST)
             self.assertEqual(client.protocol_version, 2)
             before = await client.player_get()
             proxy.swallow_next_incr("cut")
@@ -115,14 +135,14 @@ class ExactlyOnceLive(unittest.IsolatedAsyncioTestCase):
 
             # The same cut without exactly_once: the caller is told "maybe
             # applied", and it was.
-            plain = await Client.connect(proxy.url(), token_for(SECRET, 1301), exactly_once=False)
+            plain = await connect_when_served(proxy.url(), token_for(SECRET, 1301), exactly_once=False)
             proxy.swallow_next_incr("cut")
             with self.assertRaises(ConnectionLost):
                 await plain.player_incr(1)
             await plain.close()
             # Read with retries: on a loaded machine the node may answer a
             # read UNAVAILABLE for a moment (a lapsed lease), as it may any.
-            async with await Client.connect(node.url(), token_for(SECRET, 1301), **FAST) as check:
+            async with await connect_when_served(node.url(), token_for(SECRET, 1301), **FAST) as check:
                 self.assertEqual(await check.player_get(), before + 6)
         finally:
             proxy.close()
@@ -133,7 +153,7 @@ class ExactlyOnceLive(unittest.IsolatedAsyncioTestCase):
         self.cluster.wait_up(one, [2])
         self.cluster.wait_up(two, [1])
         player = 1302
-        async with await Client.connect(one.url(), token_for(SECRET, player)) as first:
+        async with await connect_when_served(one.url(), token_for(SECRET, player)) as first:
             before = await first.player_incr(1)
         status, body = one.get(f"/objects/player/{player}")
         self.assertEqual(status, 200, body)
@@ -141,14 +161,24 @@ class ExactlyOnceLive(unittest.IsolatedAsyncioTestCase):
         proxy = Proxy(lambda: owner.gateway)
         await proxy.start()
         try:
-            client = await Client.connect(
-                proxy.url(), token_for(SECRET, player), fallback_addresses=[other.url()], **FAST
+            # Reconnects for as long as the call may wait: with FAST's 200
+            # the loop could give up (about 20 s) before a slow failover.
+            client = await connect_when_served(
+                proxy.url(),
+                token_for(SECRET, player),
+                fallback_addresses=[other.url()],
+                reconnect=Backoff(0.02, 0.2, 100_000),
             )
             proxy.swallow_next_incr("hold")
-            answer = asyncio.ensure_future(client.player_incr(10, timeout_s=30))
+            answer = asyncio.ensure_future(client.player_incr(10, timeout_s=FAILOVER_S))
             await asyncio.wait_for(proxy.swallowed.wait(), 10)
             owner.process.kill()
-            self.assertEqual(await answer, before + 10, "the first run's answer, from the new owner")
+            try:
+                value = await answer
+            except RouterdError as error:
+                tail = "\n".join(other.log[-30:])
+                raise AssertionError(f"no answer within {FAILOVER_S} s ({error}); the survivor's log:\n{tail}")
+            self.assertEqual(value, before + 10, "the first run's answer, from the new owner")
             self.assertEqual(client.address, other.url())
             self.assertEqual(await client.player_get(), before + 10, "counted once")
             await client.close()

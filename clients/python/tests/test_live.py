@@ -25,6 +25,7 @@ from routerd_client import (
 )
 
 import nodes
+from case import AsyncTestCase
 from nodes import SECRET
 
 #: Requests the drain test keeps in flight while the node drains.
@@ -39,7 +40,7 @@ def need_binary() -> None:
     raise unittest.SkipTest("ROUTERD_BIN is not set")
 
 
-class OneNode(unittest.IsolatedAsyncioTestCase):
+class OneNode(AsyncTestCase):
     @classmethod
     def setUpClass(cls) -> None:
         need_binary()
@@ -173,8 +174,9 @@ class OneNode(unittest.IsolatedAsyncioTestCase):
             await client.close()
 
 
-class Drain(unittest.IsolatedAsyncioTestCase):
+class Drain(AsyncTestCase):
     async def asyncSetUp(self) -> None:
+        await super().asyncSetUp()
         need_binary()
         self.cluster = nodes.Cluster()
         self.one = self.cluster.start(1)
@@ -215,11 +217,12 @@ class Drain(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(await asyncio.to_thread(self.one.wait_exit, 20), 0)
 
 
-class Placement(unittest.IsolatedAsyncioTestCase):
+class Placement(AsyncTestCase):
     """Nodes with `gateway.place_sessions`: a login away from the player's
     node is answered, then redirected there; the client follows at once."""
 
     async def asyncSetUp(self) -> None:
+        await super().asyncSetUp()
         need_binary()
         self.cluster = nodes.Cluster()
         self.one = self.cluster.start(1, gateway_extra="place_sessions = true\n")
@@ -249,8 +252,9 @@ class Placement(unittest.IsolatedAsyncioTestCase):
         await client.close()
 
 
-class Restart(unittest.IsolatedAsyncioTestCase):
+class Restart(AsyncTestCase):
     async def asyncSetUp(self) -> None:
+        await super().asyncSetUp()
         need_binary()
         self.cluster = nodes.Cluster()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from routerd_client import BadRequest, Client, token_for
 
 import nodes
+from case import AsyncTestCase
 from nodes import SECRET
 from test_live import need_binary
 
@@ -24,7 +25,7 @@ COUNTER_GET = 2002
 COUNTER_RAW = 2003
 
 
-class Scripts(unittest.IsolatedAsyncioTestCase):
+class Scripts(AsyncTestCase):
     @classmethod
     def setUpClass(cls) -> None:
         need_binary()

@@ -8,11 +8,31 @@ import assert from "node:assert/strict";
 import { createServer, connect as netConnect, Server, Socket } from "node:net";
 
 import * as p from "../src/protocol.js";
-import { connect, tokenFor, ConnectionLost } from "../src/node.js";
+import { connect, tokenFor, ConnectionLost, ServerError } from "../src/node.js";
+import type { Client, ClientOptions } from "../src/node.js";
 import { Cluster, Node, SECRET, skipReason } from "./nodes.js";
 
 const skip = skipReason() ?? undefined;
 const FAST = { reconnect: { baseDelayMs: 20, maxDelayMs: 200, attemptsMax: 200 } };
+// A failover on a loaded machine: the survivor declares the killed node down, and then serves its
+// player, only while its own heartbeats commit in time, which may take tens of seconds at a load of
+// many times the cores.
+const FAILOVER_MS = 60_000;
+
+/** connect, again while the login fails UNAVAILABLE or TIMEOUT: a node just started (or loaded) may
+ * not serve the player for a moment, and connect rejects with a failed login as it is. */
+async function connectWhenServed(url: string, token: string, options: ClientOptions = {}, timeoutMs = 20_000): Promise<Client> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await connect(url, token, options);
+    } catch (error) {
+      const passing = error instanceof ServerError && (error.code === p.Code.UNAVAILABLE || error.code === p.Code.TIMEOUT);
+      if (!passing || Date.now() > deadline) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
 
 /** Splits a byte stream into frames. */
 class Frames {
@@ -117,7 +137,7 @@ test("a keyed player.incr whose answer a cut connection lost is sent again with 
   const proxy = new Proxy(() => node.gateway);
   await proxy.start();
   try {
-    const client = await connect(proxy.url(), await tokenFor(SECRET, 1201), FAST);
+    const client = await connectWhenServed(proxy.url(), await tokenFor(SECRET, 1201), FAST);
     assert.equal(client.protocolVersion, 2);
     const before = await client.playerGet();
     const swallowed = proxy.swallowNextIncr("cut");
@@ -129,13 +149,13 @@ test("a keyed player.incr whose answer a cut connection lost is sent again with 
     client.close();
 
     // The same cut without exactlyOnce: the caller is told "maybe applied", and it was.
-    const plain = await connect(proxy.url(), await tokenFor(SECRET, 1201), { exactlyOnce: false });
+    const plain = await connectWhenServed(proxy.url(), await tokenFor(SECRET, 1201), { exactlyOnce: false });
     proxy.swallowNextIncr("cut");
     await assert.rejects(plain.playerIncr(1), ConnectionLost);
     plain.close();
     // Read with retries: on a loaded machine the node may answer a read
     // UNAVAILABLE for a moment (a lapsed lease), as it may any.
-    const check = await connect(node.url(), await tokenFor(SECRET, 1201), FAST);
+    const check = await connectWhenServed(node.url(), await tokenFor(SECRET, 1201), FAST);
     assert.equal(await check.playerGet(), before + 6n);
     check.close();
   } finally {
@@ -153,17 +173,32 @@ test("a keyed player.incr whose node is killed (-9) after running it is answered
     await cluster.waitUp(one, [2]);
     await cluster.waitUp(two, [1]);
     const player = 1202;
-    const first = await connect(one.url(), await tokenFor(SECRET, player));
+    const first = await connectWhenServed(one.url(), await tokenFor(SECRET, player));
     const before = await first.playerIncr(1);
     first.close();
     const record = await one.getJson(`/objects/player/${player}`);
     const [owner, other]: Node[] = record.owner === 1 ? [one, two] : [two, one];
     proxy = new Proxy(() => owner.gateway);
     await proxy.start();
-    const client = await connect(proxy.url(), await tokenFor(SECRET, player), { ...FAST, fallbackAddresses: [other.url()] });
+    // Reconnects for as long as the call may wait: with FAST's 200 the loop could give up (about
+    // 20 s) before a slow failover.
+    const client = await connectWhenServed(proxy.url(), await tokenFor(SECRET, player), {
+      reconnect: { baseDelayMs: 20, maxDelayMs: 200, attemptsMax: 100_000 },
+      fallbackAddresses: [other.url()],
+    });
     const swallowed = proxy.swallowNextIncr("hold");
-    const answer = client.playerIncr(10, { timeoutMs: 30_000 });
-    await swallowed;
+    const answer = client.playerIncr(10, { timeoutMs: FAILOVER_MS });
+    // Bounded, and failed by the call's own failure: an unanswered wait would hang the suite.
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        swallowed,
+        answer.then(() => new Promise<never>(() => {})),
+        new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("the proxy held no answer within 10 s")), 10_000))),
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
     owner.process.kill("SIGKILL");
     assert.equal(await answer, before + 10n, "the first run's answer, from the new owner");
     assert.equal(client.address, other.url());

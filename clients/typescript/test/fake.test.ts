@@ -170,7 +170,7 @@ test("a keyed call gives up at its deadline with the last failure", async () => 
   const started = Date.now();
   const failed = await client.playerIncr(1, { timeoutMs: 1000 }).catch((e: ServerError) => e);
   assert.ok(failed instanceof ServerError && failed.code === 7, String(failed));
-  assert.ok(Date.now() - started < 3000);
+  assert.ok(Date.now() - started < 5000);
   assert.ok(attempts >= 2, `${attempts} attempts`);
   client.close();
   server.close();
@@ -375,6 +375,51 @@ test("a kicked session is not resumed: the reconnect with a fresh token logs in"
   server.close();
 });
 
+test("a failover refusing the reconnects' logins is waited out until the deadline", async () => {
+  // The owner dies with the call in flight; the survivor refuses the player's logins UNAVAILABLE
+  // until it declares the owner down, for longer than one attempt's timeout and than the reconnect
+  // backoff's first delays: the client keeps reconnecting and the call keeps its key until the
+  // survivor serves.
+  const keys: bigint[] = [];
+  let refusals = 0;
+  const refusing = async (peer: Peer) => {
+    refusals += 1;
+    peer.refuse(await peer.expect(p.Route.AUTH_LOGIN, 2), 7, "object unavailable");
+    await peer.next();
+  };
+  const { url, server, done } = await serve(
+    async (peer) => {
+      await login(peer);
+      keys.push((await peer.expect(p.Route.PLAYER_INCR, 2)).key);
+      peer.close();
+    },
+    ...Array(8).fill(refusing),
+    async (peer) => {
+      await login(peer);
+      // Every attempt is answered, as a server that remembers the key would (a loaded machine may
+      // time the first out and send another).
+      for (let again = await peer.next(); again !== null; again = await peer.next()) {
+        assert.equal(again.routeId, p.Route.PLAYER_INCR);
+        keys.push(again.key);
+        peer.answer(again, p.encodeI64(10n));
+      }
+    },
+  );
+  const client = await connect(url, "t", {
+    retry: { baseDelayMs: 5, maxDelayMs: 20, attemptTimeoutMs: 50 },
+    reconnect: { baseDelayMs: 50, maxDelayMs: 100, attemptsMax: 100 },
+  });
+  try {
+    assert.equal(await client.playerIncr(10, { timeoutMs: 10_000 }), 10n);
+  } finally {
+    client.close();
+  }
+  assert.equal(refusals, 8);
+  assert.ok(keys.length >= 2 && keys.every((key) => key === keys[0]), `keys ${keys}`);
+  await done;
+  server.close();
+});
+
 test("a retry's refusal is the call's answer; a retry cut short by close() reports the lost connection, not NotSent", async () => {
   const { url, server, done } = await serve(
     async (peer) => {
@@ -394,7 +439,9 @@ test("a retry's refusal is the call's answer; a retry cut short by close() repor
   assert.ok(refused instanceof ServerError && refused.code === 5, String(refused));
   // The next call's connection is lost and no server takes the reconnect; the caller closes.
   const lost = client.playerIncr(1).catch((e: Error) => e);
-  await sleep(100);
+  // Closed once the second server took the call and hung up (not at a fixed time: on a loaded
+  // machine the call may not be sent by then).
+  await done;
   client.close();
   assert.ok((await lost) instanceof ConnectionLost, String(await lost));
   await done;

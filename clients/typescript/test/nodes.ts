@@ -48,12 +48,18 @@ export class Node {
   }
 
   async getJson(path: string): Promise<any> {
-    const response = await fetch(`http://${this.admin}${path}`);
+    const response = await fetch(`http://${this.admin}${path}`, { signal: AbortSignal.timeout(15_000) });
     return response.status === 200 ? response.json() : null;
   }
 
+  /** SIGTERM, and SIGKILL if the node has not exited 15 s later (as the Python suite's nodes). */
   async stop(): Promise<number | null> {
     if (this.process.exitCode === null) this.process.kill("SIGTERM");
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, 15_000)));
+    const exited = await Promise.race([this.exited.then(() => true), late.then(() => false)]);
+    clearTimeout(timer);
+    if (!exited) this.process.kill("SIGKILL");
     return this.exited;
   }
 }
