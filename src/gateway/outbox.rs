@@ -37,7 +37,7 @@ pub enum PushError {
 }
 
 /// What the writer should do next.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriterStep {
     /// The writer's buffer now holds bytes to write.
     Write,

@@ -214,19 +214,8 @@ impl ConnectionTask {
     /// outbox closes (`Ready` once the socket is shut down).
     fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
-            let step = match self.step.take() {
-                Some(step) => step,
-                None => match self.outbox.poll_take(cx, &mut self.batch) {
-                    // A layered transport may owe the peer bytes with no
-                    // answer queued (a handshake message, a pong): that is
-                    // a batch too.
-                    Poll::Pending if self.transport.wants_write() => WriterStep::Write,
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(step) => {
-                        self.batch_fences = self.gateway.0.answer_gate.fences() as u32;
-                        step
-                    }
-                },
+            let Some(step) = self.next_step(cx) else {
+                return Poll::Pending;
             };
             if step == WriterStep::Abort {
                 // Queued frames are dropped; a send in flight is left to
@@ -235,94 +224,157 @@ impl ConnectionTask {
             }
             // The batch, or the end, needs the socket: the send before must
             // be done.
-            let mut spare = match self.in_flight.as_mut() {
-                None => Vec::new(),
-                Some(send) => match Pin::new(send).poll(cx) {
-                    Poll::Pending => {
-                        self.step = Some(step);
-                        // A client that stopped reading cannot hold the
-                        // task: an abort of the outbox ends the wait.
-                        if self.outbox.poll_aborted(cx).is_ready() {
-                            return Poll::Ready(());
-                        }
-                        return Poll::Pending;
-                    }
-                    Poll::Ready((sent, buf)) => {
-                        self.in_flight = None;
-                        match sent {
-                            Ok(n) if n == buf.len() => buf,
-                            Ok(0) | Err(_) => {
-                                self.outbox.abort();
-                                return Poll::Ready(());
-                            }
-                            Ok(n) => {
-                                // Cut short (the connection failed part
-                                // way): the rest goes first, as a send of
-                                // its own; a failure shows on it.
-                                self.in_flight = Some(self.stream.start_send(buf[n..].to_vec()));
-                                self.step = Some(step);
-                                continue;
-                            }
-                        }
-                    }
-                },
+            let mut spare = match self.previous_send(cx, step) {
+                Flow::Go(spare) => spare,
+                Flow::Again => continue,
+                Flow::Wait => return Poll::Pending,
+                Flow::Done => return Poll::Ready(()),
             };
             spare.clear();
             if step == WriterStep::Finish {
-                if self.finishing {
-                    return Poll::Ready(());
-                }
-                // Everything queued before the close is sent; then the
-                // layers' goodbyes (an alert or close_notify, a close
-                // frame), whose send ends the writer.
-                self.finishing = true;
-                if let Transport::Layered(layers) = &self.transport {
-                    layers.borrow_mut().finish(&mut spare);
-                }
-                if spare.is_empty() {
-                    return Poll::Ready(());
-                }
-                self.in_flight = Some(self.stream.start_send(spare));
-                self.step = Some(WriterStep::Finish);
-                continue;
-            }
-            // Successful answers leave only while the lease holds
-            // (`answer_gate`): a pause since they were made waits for a
-            // heartbeat to renew it, and a fence drops them.
-            if !self.batch.is_empty() && self.outbox.batch_holds_answers() {
-                match self.pass_answer_gate(cx) {
-                    Poll::Ready(Passage::Open) => {}
-                    Poll::Ready(Passage::Fenced) => {
-                        self.outbox.abort();
-                        return Poll::Ready(());
-                    }
-                    Poll::Pending => {
-                        self.step = Some(step);
-                        if self.outbox.poll_aborted(cx).is_ready() {
-                            return Poll::Ready(());
-                        }
-                        return Poll::Pending;
-                    }
+                match self.send_goodbyes(spare) {
+                    Flow::Again => continue,
+                    _ => return Poll::Ready(()),
                 }
             }
-            // The sent buffer carries the batch after this one.
-            let wire = match &self.transport {
-                Transport::Plain => std::mem::replace(&mut self.batch, spare),
-                Transport::Layered(layers) => {
-                    // One seal per batch: one WebSocket message, one write
-                    // into rustls.
-                    layers.borrow_mut().seal(&self.batch, &mut spare);
-                    self.batch.clear();
-                    spare
-                }
-            };
-            if wire.is_empty() {
-                self.batch = wire;
-                continue;
+            match self.gate_batch(cx, step) {
+                Flow::Go(()) | Flow::Again => {}
+                Flow::Wait => return Poll::Pending,
+                Flow::Done => return Poll::Ready(()),
             }
-            self.in_flight = Some(self.stream.start_send(wire));
+            self.send_batch(spare);
         }
     }
+
+    /// The step the writer resumes, or the next batch the outbox gives;
+    /// `None` while there is nothing to write.
+    fn next_step(&mut self, cx: &mut Context<'_>) -> Option<WriterStep> {
+        if let Some(step) = self.step.take() {
+            return Some(step);
+        }
+        match self.outbox.poll_take(cx, &mut self.batch) {
+            // A layered transport may owe the peer bytes with no answer
+            // queued (a handshake message, a pong): that is a batch too.
+            Poll::Pending if self.transport.wants_write() => Some(WriterStep::Write),
+            Poll::Pending => None,
+            Poll::Ready(step) => {
+                self.batch_fences = self.gateway.0.answer_gate.fences() as u32;
+                Some(step)
+            }
+        }
+    }
+
+    /// Waits for the send in flight, if any: its buffer comes back for the
+    /// next one. `step` is kept to resume with.
+    fn previous_send(&mut self, cx: &mut Context<'_>, step: WriterStep) -> Flow<Vec<u8>> {
+        let Some(send) = self.in_flight.as_mut() else {
+            return Flow::Go(Vec::new());
+        };
+        let (sent, buf) = match Pin::new(send).poll(cx) {
+            Poll::Ready(done) => done,
+            Poll::Pending => {
+                self.step = Some(step);
+                // A client that stopped reading cannot hold the task: an
+                // abort of the outbox ends the wait.
+                return self.wait_unless_aborted(cx);
+            }
+        };
+        self.in_flight = None;
+        match sent {
+            Ok(n) if n == buf.len() => Flow::Go(buf),
+            Ok(0) | Err(_) => {
+                self.outbox.abort();
+                Flow::Done
+            }
+            Ok(n) => {
+                // Cut short (the connection failed part way): the rest goes
+                // first, as a send of its own; a failure shows on it.
+                self.in_flight = Some(self.stream.start_send(buf[n..].to_vec()));
+                self.step = Some(step);
+                Flow::Again
+            }
+        }
+    }
+
+    /// The end: everything queued before the close is sent; then the
+    /// layers' goodbyes (an alert or close_notify, a close frame), whose
+    /// send ends the writer (`Again` while it is in flight).
+    fn send_goodbyes(&mut self, mut spare: Vec<u8>) -> Flow<()> {
+        if self.finishing {
+            return Flow::Done;
+        }
+        self.finishing = true;
+        if let Transport::Layered(layers) = &self.transport {
+            layers.borrow_mut().finish(&mut spare);
+        }
+        if spare.is_empty() {
+            return Flow::Done;
+        }
+        self.in_flight = Some(self.stream.start_send(spare));
+        self.step = Some(WriterStep::Finish);
+        Flow::Again
+    }
+
+    /// Successful answers leave only while the lease holds
+    /// (`answer_gate`): a pause since they were made waits for a
+    /// heartbeat to renew it, and a fence drops them.
+    fn gate_batch(&mut self, cx: &mut Context<'_>, step: WriterStep) -> Flow<()> {
+        if self.batch.is_empty() || !self.outbox.batch_holds_answers() {
+            return Flow::Go(());
+        }
+        match self.pass_answer_gate(cx) {
+            Poll::Ready(Passage::Open) => Flow::Go(()),
+            Poll::Ready(Passage::Fenced) => {
+                self.outbox.abort();
+                Flow::Done
+            }
+            Poll::Pending => {
+                self.step = Some(step);
+                self.wait_unless_aborted(cx)
+            }
+        }
+    }
+
+    fn wait_unless_aborted<T>(&mut self, cx: &mut Context<'_>) -> Flow<T> {
+        if self.outbox.poll_aborted(cx).is_ready() {
+            Flow::Done
+        } else {
+            Flow::Wait
+        }
+    }
+
+    /// Sends the batch; the sent buffer (`spare`) carries the batch after
+    /// this one.
+    fn send_batch(&mut self, spare: Vec<u8>) {
+        let wire = match &self.transport {
+            Transport::Plain => std::mem::replace(&mut self.batch, spare),
+            Transport::Layered(layers) => {
+                // One seal per batch: one WebSocket message, one write into
+                // rustls.
+                let mut spare = spare;
+                layers.borrow_mut().seal(&self.batch, &mut spare);
+                self.batch.clear();
+                spare
+            }
+        };
+        if wire.is_empty() {
+            self.batch = wire;
+            return;
+        }
+        self.in_flight = Some(self.stream.start_send(wire));
+    }
+}
+
+/// What a part of the writer's loop says to do next.
+enum Flow<T> {
+    /// Go on with this.
+    Go(T),
+    /// Start the loop again.
+    Again,
+    /// Wait to be woken.
+    Wait,
+    /// The writer is done.
+    Done,
 }
 
 impl ConnectionTask {
