@@ -808,6 +808,43 @@ mod tests {
     }
 
     #[test]
+    fn resume_needs_sessions_and_cuts_need_resume() {
+        let args = |extra: &[&str]| {
+            let mut argv = vec!["loadgen"];
+            argv.extend(extra);
+            Args::parse_from(&argv)
+        };
+        for good in [
+            vec!["--workload", "room", "--resume"],
+            vec![
+                "--workload",
+                "incr",
+                "--resume",
+                "--keys",
+                "--cut-every",
+                "200ms",
+            ],
+        ] {
+            assert_eq!(args(&good).validate(), Ok(()), "{good:?}");
+        }
+        for (bad, says) in [
+            (vec!["--workload", "ping", "--resume"], "sessions"),
+            (
+                vec!["--proto", "resp", "--workload", "incr", "--resume"],
+                "sessions",
+            ),
+            (vec!["--workload", "incr", "--cut-every", "1s"], "--resume"),
+            (
+                vec!["--workload", "incr", "--resume", "--cut-every", "1ms"],
+                "at least",
+            ),
+        ] {
+            let refusal = args(&bad).validate().expect_err("refused");
+            assert!(refusal.contains(says), "{bad:?}: {refusal}");
+        }
+    }
+
+    #[test]
     fn the_secret_flag_wins_over_the_environment() {
         let env = Some("from-env".to_string());
         assert_eq!(secret_from(Some("from-flag"), env.clone()), "from-flag");
