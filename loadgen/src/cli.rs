@@ -29,6 +29,10 @@ pub const PLAYERS_MAX: u64 = 100_000_000;
 /// Gateways one run may name with `--addr`.
 pub const ADDRS_MAX: usize = 64;
 
+/// The shortest --cut-every: a session must have time to resume and send
+/// between two cuts.
+pub const CUT_EVERY_MIN: Duration = Duration::from_millis(10);
+
 /// The wire protocol spoken to the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -175,6 +179,27 @@ pub struct Args {
     /// the report's `keys` line counts what the keys came to.
     #[arg(long)]
     pub keys: bool,
+
+    /// Resumable sessions (docs/protocol.md, section 12): log in with a
+    /// version-2 `auth.login`, keep the session's resume token and the
+    /// highest push number received, and bring a connection that ends
+    /// under the run (--cut-every, or closed by the server with
+    /// --reconnect) back with `auth.resume`; a refused resume falls back
+    /// to a fresh login. Every push's number is checked: one skipped or
+    /// received twice fails the run. Requests in flight at a cut are lost
+    /// (their answers are not replayed); add --keys to send the increments
+    /// among them again with their keys, so they count once. The report's
+    /// `resume` lines count cuts, resumes, refusals by reason, fresh
+    /// logins and the push checks.
+    #[arg(long)]
+    pub resume: bool,
+
+    /// With --resume: cut each session's connection abortively (a TCP
+    /// reset, no goodbye) about this often (jittered, half to one and a
+    /// half times; e.g. `500ms`), and resume it on a new connection at once.
+    #[arg(long, value_parser = parse_duration)]
+    #[serde(serialize_with = "ser_opt_duration")]
+    pub cut_every: Option<Duration>,
 
     /// Closed loop: requests in flight per connection. Open loop: the most
     /// in flight per connection; more wait (their latency still counts from
@@ -398,6 +423,7 @@ impl Args {
         }
         self.validate_players()?;
         self.validate_proto()?;
+        self.validate_resume()?;
         if self.pipeline == 0 || self.pipeline > PIPELINE_MAX {
             return Err(format!("--pipeline must be in 1..={PIPELINE_MAX}"));
         }
@@ -478,6 +504,24 @@ impl Args {
             }
         }
         Ok(())
+    }
+
+    fn validate_resume(&self) -> Result<(), String> {
+        if self.resume && !self.needs_login() {
+            return Err(
+                "--resume needs sessions: --proto routerd and a workload that logs in \
+                        (not ping)"
+                    .to_string(),
+            );
+        }
+        match self.cut_every {
+            Some(_) if !self.resume => Err("--cut-every goes with --resume".to_string()),
+            Some(every) if every < CUT_EVERY_MIN => Err(format!(
+                "--cut-every must be at least {} ms",
+                CUT_EVERY_MIN.as_millis()
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn validate_proto(&self) -> Result<(), String> {
@@ -624,6 +668,13 @@ fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Er
     s.serialize_f64(d.as_secs_f64())
 }
 
+fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64(d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
+}
+
 /// `IP:PORT`, or `HOST:PORT` resolved to its first IPv4 address (else its
 /// first), as routerd reads its own config addresses.
 fn parse_addr(text: &str) -> Result<SocketAddr, String> {
@@ -754,6 +805,43 @@ mod tests {
         assert!(refusal.contains("--rate"), "{refusal}");
         let open = Args::parse_from(["loadgen", "--dist", "zipfian", "--rate", "1000"]);
         assert_eq!(open.validate(), Ok(()));
+    }
+
+    #[test]
+    fn resume_needs_sessions_and_cuts_need_resume() {
+        let args = |extra: &[&str]| {
+            let mut argv = vec!["loadgen"];
+            argv.extend(extra);
+            Args::parse_from(&argv)
+        };
+        for good in [
+            vec!["--workload", "room", "--resume"],
+            vec![
+                "--workload",
+                "incr",
+                "--resume",
+                "--keys",
+                "--cut-every",
+                "200ms",
+            ],
+        ] {
+            assert_eq!(args(&good).validate(), Ok(()), "{good:?}");
+        }
+        for (bad, says) in [
+            (vec!["--workload", "ping", "--resume"], "sessions"),
+            (
+                vec!["--proto", "resp", "--workload", "incr", "--resume"],
+                "sessions",
+            ),
+            (vec!["--workload", "incr", "--cut-every", "1s"], "--resume"),
+            (
+                vec!["--workload", "incr", "--resume", "--cut-every", "1ms"],
+                "at least",
+            ),
+        ] {
+            let refusal = args(&bad).validate().expect_err("refused");
+            assert!(refusal.contains(says), "{bad:?}: {refusal}");
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::conn_routerd::RouterdWire;
 use crate::custom::{Custom, Vars};
 use crate::keys::Retries;
 use crate::resp::RespError;
+use crate::resume::{Resumable, Token};
 use crate::stats::{Failure, Stats};
 use crate::workload::Op;
 
@@ -84,6 +85,12 @@ pub enum Event {
     Kicked,
     /// The server asked this connection to move; it is now `Draining`.
     Redirect(Redirect),
+    /// `--resume`: the session was taken back on this connection; it is
+    /// `Ready` (its rooms and setup are the session's, kept by the server).
+    Resumed,
+    /// `--resume`: the resume was refused; the connection is `Idle` again,
+    /// to log in afresh.
+    ResumeRefused,
 }
 
 /// What a request was for.
@@ -91,6 +98,8 @@ pub enum Event {
 pub enum Kind {
     Work(Op),
     Login,
+    /// `auth.resume` (`--resume`), in place of a login.
+    Resume,
     Join,
     /// The n-th setup request of a custom workload.
     Setup(u8),
@@ -141,15 +150,22 @@ pub enum Message {
     /// An answer that matched no outstanding request, or a message a server
     /// must not send: a protocol error.
     Stray,
-    /// A `room.message` PUSH and the send time its text carries, if any.
+    /// A `room.message` PUSH, the send time its text carries (if any),
+    /// and its push number (0 unless the session is resumable).
     RoomPush {
         sent_ns: Option<u64>,
+        push_seq: u32,
     },
+    /// A `sys.session` PUSH: the resume token, `None` if the body is
+    /// malformed.
+    SessionOffer(Option<Token>),
     Kicked,
     /// A `sys.redirect` PUSH; `None` if its body is malformed.
     Redirect(Option<Redirect>),
     /// A PUSH on a route of a custom workload's type: counted, not read.
-    OtherPush,
+    OtherPush {
+        push_seq: u32,
+    },
 }
 
 /// Why the server's byte stream cannot be read any further.
@@ -196,6 +212,8 @@ pub struct Conn {
     custom: Option<Arc<Custom>>,
     /// `--keys`: increments to send again with their key.
     retries: Option<Retries>,
+    /// `--resume`: the session to take back after a lost connection.
+    resumable: Option<Resumable>,
 }
 
 impl Conn {
@@ -222,6 +240,7 @@ impl Conn {
             last_answer_ns: None,
             custom: None,
             retries: None,
+            resumable: None,
         }
     }
 
@@ -438,7 +457,12 @@ impl Conn {
             };
             let message = match next {
                 Ok(Some(message)) => message,
-                Ok(None) => return Ok(()),
+                Ok(None) => {
+                    if let Some(resumable) = &mut self.resumable {
+                        resumable.read_done();
+                    }
+                    return Ok(());
+                }
                 Err(error) => {
                     stats.protocol_errors += 1;
                     self.phase = Phase::Closed;
@@ -472,20 +496,32 @@ impl Conn {
                     let retried = self.keyed_answer(request, &verdict, now_ns, stats);
                     apply_work(op, request, verdict, answered, retried, stats)
                 }
+                Kind::Resume => self.apply_resume(verdict, stats, events),
                 Kind::Login | Kind::Join | Kind::Setup(_) => {
                     self.apply_setup(request.kind, verdict, now_ns, events)
                 }
             },
             Message::Stray | Message::Redirect(None) => stats.protocol_errors += 1,
-            Message::RoomPush { sent_ns } => match sent_ns {
-                Some(sent_ns) if window.contains(sent_ns) => {
-                    stats.pushes += 1;
-                    stats.record_push_latency(now_ns.saturating_sub(sent_ns));
+            Message::RoomPush { sent_ns, push_seq } => {
+                self.numbered_push(push_seq, stats);
+                match sent_ns {
+                    Some(sent_ns) if window.contains(sent_ns) => {
+                        stats.pushes += 1;
+                        stats.record_push_latency(now_ns.saturating_sub(sent_ns));
+                    }
+                    Some(_) => {}
+                    None => stats.protocol_errors += 1,
                 }
-                Some(_) => {}
-                None => stats.protocol_errors += 1,
+            }
+            Message::OtherPush { push_seq } => {
+                self.numbered_push(push_seq, stats);
+                stats.other_pushes += 1;
+            }
+            Message::SessionOffer(offer) => match (&mut self.resumable, offer) {
+                (Some(resumable), Some(token)) => resumable.offered(token),
+                // Offered without a version-2 login, or malformed.
+                _ => stats.protocol_errors += 1,
             },
-            Message::OtherPush => stats.other_pushes += 1,
             Message::Kicked => {
                 stats.kicked += 1;
                 events.push(Event::Kicked);
@@ -505,7 +541,7 @@ impl Conn {
             Kind::Login => ("auth.login".to_string(), Phase::LoggingIn),
             Kind::Join => ("room.join".to_string(), Phase::Joining),
             Kind::Setup(n) => (self.setup_name(n), Phase::Joining),
-            Kind::Work(_) => unreachable!("work answers are not setup"),
+            Kind::Work(_) | Kind::Resume => unreachable!("not a setup request"),
         };
         if self.phase != expected_phase {
             // Moved on meanwhile (a redirect while logging in): the answer
@@ -530,7 +566,7 @@ impl Conn {
                 let next = match kind {
                     Kind::Login => 0,
                     Kind::Setup(n) => usize::from(n) + 1,
-                    Kind::Join | Kind::Work(_) => usize::MAX,
+                    Kind::Join | Kind::Resume | Kind::Work(_) => usize::MAX,
                 };
                 if self.queue_setup(next, now_ns) {
                     return;
@@ -671,6 +707,8 @@ impl Conn {
         }
         if player_id != lost_player {
             self.give_up_retries(stats);
+            // A session is its player's: another player logs in afresh.
+            self.forget_session();
         }
         self.player_id = player_id;
         self.phase = Phase::Idle;
@@ -778,6 +816,9 @@ fn apply_work(
         Verdict::Malformed => stats.protocol_errors += 1,
     }
 }
+
+#[path = "conn_resume.rs"]
+mod resuming;
 
 #[cfg(test)]
 #[path = "conn_tests.rs"]

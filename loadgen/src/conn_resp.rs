@@ -54,9 +54,11 @@ impl RespWire {
             Kind::Work(Op::Ping) => encode_command(out, &[b"PING", payload]),
             Kind::Work(Op::Get) => encode_command(out, &[b"GET", &self.key]),
             Kind::Work(Op::Incr) => encode_command(out, &[b"INCR", &self.key]),
-            Kind::Work(Op::Say | Op::Custom(_)) | Kind::Login | Kind::Join | Kind::Setup(_) => {
-                return false
-            }
+            Kind::Work(Op::Say | Op::Custom(_))
+            | Kind::Login
+            | Kind::Resume
+            | Kind::Join
+            | Kind::Setup(_) => return false,
         }
         self.outstanding.push_back(request);
         true

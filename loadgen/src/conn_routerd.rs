@@ -12,6 +12,7 @@ use wire::client::{
 
 use crate::conn::{Kind, Message, Outstanding, Redirect, Verdict};
 use crate::custom::Custom;
+use crate::resume::parse_offer;
 use crate::stats::Failure;
 use crate::workload::{push_send_time_ns, Op};
 
@@ -27,6 +28,9 @@ pub struct RouterdWire {
     custom: Option<Arc<Custom>>,
     /// `--keys`: the next request key of a state-changing request (never 0).
     next_key: Option<u64>,
+    /// `--resume`: logins are version-2 REQUESTs, so the server offers a
+    /// resumable session.
+    version_2_login: bool,
 }
 
 impl RouterdWire {
@@ -39,7 +43,13 @@ impl RouterdWire {
             body: Vec::with_capacity(64),
             custom: None,
             next_key: None,
+            version_2_login: false,
         }
+    }
+
+    /// Logs in with a version-2 `auth.login` from now on (`--resume`).
+    pub fn use_version_2_login(&mut self) {
+        self.version_2_login = true;
     }
 
     /// Sends `player.incr` and `room.say` with request keys from now on.
@@ -80,7 +90,7 @@ impl RouterdWire {
         let route_id = route_of(self.custom.as_deref(), request.kind);
         match request.kind {
             // A custom request's payload is its whole body.
-            Kind::Work(Op::Ping | Op::Custom(_)) | Kind::Login | Kind::Setup(_) => {
+            Kind::Work(Op::Ping | Op::Custom(_)) | Kind::Login | Kind::Resume | Kind::Setup(_) => {
                 self.body.extend_from_slice(payload)
             }
             Kind::Work(Op::Get) => {}
@@ -100,6 +110,11 @@ impl RouterdWire {
                 encode_keyed_request(out, route_id, seq, *key, &self.body);
                 request.key = *key;
                 *key = key.wrapping_add(1).max(1);
+            }
+            // `auth.resume` exists only in version 2; `auth.*` ignores keys.
+            (_, Kind::Resume) => encode_keyed_request(out, route_id, seq, 0, &self.body),
+            (_, Kind::Login) if self.version_2_login => {
+                encode_keyed_request(out, route_id, seq, 0, &self.body);
             }
             _ => encode_frame(out, FrameKind::Request, route_id, seq, &self.body),
         }
@@ -127,13 +142,17 @@ impl RouterdWire {
             FrameKind::Push => match header.route_id {
                 route::ROOM_MESSAGE => Message::RoomPush {
                     sent_ns: push_send_time_ns(body),
+                    push_seq: header.seq,
                 },
+                route::SYS_SESSION => Message::SessionOffer(parse_offer(body)),
                 route::SYS_KICKED => Message::Kicked,
                 route::SYS_REDIRECT => Message::Redirect(parse_redirect(body)),
                 // A custom workload's type may push on routes of its own;
                 // clients ignore push routes they do not know
                 // (docs/protocol.md).
-                _ if self.custom.is_some() => Message::OtherPush,
+                _ if self.custom.is_some() => Message::OtherPush {
+                    push_seq: header.seq,
+                },
                 _ => Message::Stray,
             },
             FrameKind::Response | FrameKind::Error => {
@@ -189,6 +208,7 @@ fn route_of(custom: Option<&Custom>, kind: Kind) -> u32 {
         Kind::Work(Op::Say) => route::ROOM_SAY,
         Kind::Work(Op::Custom(n)) => custom_route(n, false),
         Kind::Login => route::AUTH_LOGIN,
+        Kind::Resume => route::AUTH_RESUME,
         Kind::Join => route::ROOM_JOIN,
         Kind::Setup(n) => custom_route(n, true),
     }
@@ -198,8 +218,11 @@ fn error_verdict(kind: Kind, body: &[u8]) -> Verdict {
     match decode_error_body(body) {
         Some((code, reason)) => Verdict::Failed {
             failure: Failure::Code(code),
-            reason: matches!(kind, Kind::Login | Kind::Join | Kind::Setup(_))
-                .then(|| reason.to_string()),
+            reason: matches!(
+                kind,
+                Kind::Login | Kind::Resume | Kind::Join | Kind::Setup(_)
+            )
+            .then(|| reason.to_string()),
         },
         None => Verdict::Malformed,
     }
@@ -227,7 +250,8 @@ fn response_verdict(request: Outstanding, body: &[u8], player_id: u64) -> Verdic
                 Err(_) => Verdict::Malformed,
             }
         }
-        Kind::Login => body == player_id.to_le_bytes().as_slice(),
+        // A resume answers with the session's player, as a login does.
+        Kind::Login | Kind::Resume => body == player_id.to_le_bytes().as_slice(),
         Kind::Join => body.len() == 4,
         // The body is the type's own: any RESPONSE to the route answers.
         Kind::Work(Op::Custom(_)) | Kind::Setup(_) => true,

@@ -299,6 +299,47 @@ impl Engine {
         }
     }
 
+    /// Cuts an open slot's connection abortively, as a lost network would
+    /// (`--cut-every`): no goodbye, and a reset rather than a FIN once the
+    /// socket is closed, so the server learns of it only as an error. A
+    /// `LinkEvent::Down` with `by_peer: false` follows, as for `close`.
+    pub fn cut(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        if slot.link != Link::Open {
+            return;
+        }
+        slot.link = Link::Closing { by_peer: false };
+        if let Some(socket) = &slot.socket {
+            let linger = libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            // Shutting the read side makes the posted recv complete and
+            // sends nothing; a send still posted needs the write side shut
+            // too (a FIN goes ahead of the reset then).
+            let how = if slot.send_posted {
+                libc::SHUT_RDWR
+            } else {
+                libc::SHUT_RD
+            };
+            // SAFETY: setsockopt(2) with a `linger` that lives across the
+            // call and its true size, and shutdown(2), on a socket fd this
+            // slot owns; they only change socket state (the reset is sent
+            // when the socket is dropped in `settle`).
+            unsafe {
+                libc::setsockopt(
+                    socket.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_LINGER,
+                    std::ptr::addr_of!(linger).cast(),
+                    std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                );
+                libc::shutdown(socket.as_raw_fd(), how);
+            }
+        }
+        self.settle(index);
+    }
+
     fn begin_close(&mut self, index: usize, by_peer: bool) {
         let slot = &mut self.slots[index];
         slot.link = Link::Closing { by_peer };

@@ -81,3 +81,30 @@ fn a_closed_slot_reconnects_and_a_refused_connect_is_reported() {
     assert_eq!(engine.slots[0].link(), Link::Down);
     assert!(!engine.busy(), "both the connect and its timeout completed");
 }
+
+#[test]
+fn a_cut_resets_the_connection_without_an_orderly_end() {
+    let (mut engine, listener) = engine_with_one_slot();
+    let (mut accepted, _) = listener.accept().expect("accept");
+    let mut stats = Stats::default();
+    // A recv is posted: the cut must complete it.
+    engine
+        .pump(0, now_ns, Window::NONE, &mut stats)
+        .expect("pump");
+    engine.cut(0);
+    assert_eq!(
+        next_link_event(&mut engine),
+        (0, LinkEvent::Down { by_peer: false })
+    );
+    assert!(engine.slots[0].idle());
+    // The peer reads a reset, not the end of stream a FIN would give.
+    accepted
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    let mut buf = [0u8; 16];
+    let read = std::io::Read::read(&mut accepted, &mut buf);
+    assert_eq!(
+        read.map_err(|error| error.kind()),
+        Err(std::io::ErrorKind::ConnectionReset)
+    );
+}

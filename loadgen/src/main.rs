@@ -26,6 +26,7 @@ mod moves;
 mod progress;
 mod report;
 mod resp;
+mod resume;
 mod runner;
 mod socket;
 mod spawn;

@@ -1,6 +1,7 @@
 //! Moving connections during the run: following `sys.redirect`,
-//! reconnecting a connection that closed (`--reconnect`), and moving a
-//! connection to its next player (`--players`). The engine reports what
+//! reconnecting a connection that closed (`--reconnect`), moving a
+//! connection to its next player (`--players`), and cutting connections
+//! abortively to resume their sessions on new ones (`--cut-every`). The engine reports what
 //! happened to sockets; `link.rs` decides where and when to go; this file
 //! wires the two to the connections' sessions and counts everything.
 
@@ -8,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{RngExt, SeedableRng};
 
 use crate::cli::{Proto, Workload};
 use crate::conn::{Conn, Event, Phase};
@@ -36,6 +37,11 @@ struct SlotMoves {
     after_loss: bool,
     /// Kicked by a duplicate login, or its login failed: never reconnected.
     no_return: bool,
+    /// `--cut-every`: when the session is cut next (the one entry of
+    /// `Moves::cuts` that counts for this slot).
+    cut_due_ns: Option<u64>,
+    /// Cut on purpose: the close that follows resumes the session.
+    cutting: bool,
 }
 
 pub struct Moves {
@@ -56,6 +62,13 @@ pub struct Moves {
     waits: Vec<(u64, usize, SocketAddr)>,
     /// Redirected connections and when they stop waiting for answers.
     deadlines: Vec<(u64, usize)>,
+    /// `--cut-every`: the mean time between two cuts of a session, and the
+    /// cuts scheduled (due time, slot); bounded by the slots, since a slot
+    /// has at most one that counts and stale ones are dropped when due.
+    cut_every_ns: Option<u64>,
+    cuts: Vec<(u64, usize)>,
+    /// The first cuts are scheduled (at the first `handle`).
+    cuts_started: bool,
     /// The run is over: nothing moves any more.
     stopping: bool,
     warnings: Vec<String>,
@@ -74,6 +87,8 @@ impl Moves {
                     switching: false,
                     after_loss: false,
                     no_return: false,
+                    cut_due_ns: None,
+                    cutting: false,
                 }
             })
             .collect();
@@ -93,6 +108,9 @@ impl Moves {
             slots,
             waits: Vec::new(),
             deadlines: Vec::new(),
+            cut_every_ns: args.cut_every.map(|every| every.as_nanos() as u64),
+            cuts: Vec::new(),
+            cuts_started: false,
             stopping: false,
             warnings: Vec::new(),
         }
@@ -114,13 +132,15 @@ impl Moves {
         self.stopping = true;
         self.waits.clear();
         self.deadlines.clear();
+        self.cuts.clear();
     }
 
     /// The earliest time something here must happen.
     pub fn next_due_ns(&self) -> Option<u64> {
         let waits = self.waits.iter().map(|w| w.0);
         let deadlines = self.deadlines.iter().map(|d| d.0);
-        waits.chain(deadlines).min()
+        let cuts = self.cuts.iter().map(|c| c.0);
+        waits.chain(deadlines).chain(cuts).min()
     }
 
     /// Whether a connection has sent its share as its current player.
@@ -179,6 +199,7 @@ impl Moves {
             });
             self.deadlines = deadlines;
         }
+        self.cut_due(engine, now, stats);
         for (index, event) in std::mem::take(&mut engine.link_events) {
             self.on_link_event(engine, index, event, now, stats)?;
         }
@@ -229,7 +250,17 @@ impl Moves {
                     slot.switching = false;
                     stats.player_switches += 1;
                 }
+                self.schedule_cut(index, now);
                 engine.touch(index);
+            }
+            Event::Resumed => {
+                self.schedule_cut(index, now);
+                engine.touch(index);
+            }
+            // The session is gone: log in afresh on the same connection.
+            Event::ResumeRefused => {
+                stats.resume.fresh_logins += 1;
+                self.login(engine, index, now);
             }
             // A login the server could not answer now (the player moving
             // between nodes, a node draining): a new connection tries again
@@ -258,30 +289,7 @@ impl Moves {
         stats: &mut Stats,
     ) -> Result<(), String> {
         match event {
-            LinkEvent::Down { by_peer } => {
-                let slot = &mut self.slots[index];
-                if slot.switching {
-                    slot.players.advance();
-                }
-                let player_id = self.player_base + slot.players.current();
-                engine.slots[index].conn.reset(player_id, stats);
-                let planned = slot.mover.planned() && !slot.no_return;
-                if !planned {
-                    slot.after_loss = true;
-                }
-                if self.stopping {
-                    if by_peer && !planned && !self.reconnect {
-                        stats.connections_lost += 1;
-                    }
-                    return Ok(());
-                }
-                let step = if slot.no_return {
-                    Step::GiveUp
-                } else {
-                    slot.mover.on_down(self.reconnect, now, &mut self.rng)
-                };
-                self.apply(engine, index, step, stats)
-            }
+            LinkEvent::Down { by_peer } => self.on_down(engine, index, by_peer, now, stats),
             LinkEvent::Connected => {
                 let slot = &mut self.slots[index];
                 let addr = slot
@@ -296,7 +304,7 @@ impl Moves {
                     // Too late to send anything on it.
                     engine.close(index);
                 } else {
-                    self.start_session(engine, index, now);
+                    self.start_session(engine, index, now, stats);
                 }
                 Ok(())
             }
@@ -319,6 +327,46 @@ impl Moves {
                 self.apply(engine, index, step, stats)
             }
         }
+    }
+
+    /// A socket is gone: the connection starts over as its (next) player,
+    /// resuming its session after a cut, and goes where its mover says.
+    fn on_down(
+        &mut self,
+        engine: &mut Engine,
+        index: usize,
+        by_peer: bool,
+        now: u64,
+        stats: &mut Stats,
+    ) -> Result<(), String> {
+        let slot = &mut self.slots[index];
+        if slot.switching {
+            slot.players.advance();
+        }
+        let player_id = self.player_base + slot.players.current();
+        engine.slots[index].conn.reset(player_id, stats);
+        let cut = std::mem::take(&mut slot.cutting);
+        if slot.mover.planned() && !cut {
+            // A redirect goes to another node (or a switch to
+            // another player): its sessions are not this one's.
+            engine.slots[index].conn.forget_session();
+        }
+        let planned = slot.mover.planned() && !slot.no_return;
+        if !planned {
+            slot.after_loss = true;
+        }
+        if self.stopping {
+            if by_peer && !planned && !self.reconnect {
+                stats.connections_lost += 1;
+            }
+            return Ok(());
+        }
+        let step = if slot.no_return {
+            Step::GiveUp
+        } else {
+            slot.mover.on_down(self.reconnect, now, &mut self.rng)
+        };
+        self.apply(engine, index, step, stats)
     }
 
     fn apply(
@@ -353,23 +401,83 @@ impl Moves {
             .map_err(|e| format!("io_uring: {e}"))
     }
 
-    /// A fresh connection: log in again (as the slot's current player) or,
-    /// without login, go straight on sending.
-    fn start_session(&mut self, engine: &mut Engine, index: usize, now: u64) {
+    /// A fresh connection: resume the session (`--resume`), else log in
+    /// again (as the slot's current player) or, without login, go straight
+    /// on sending.
+    fn start_session(&mut self, engine: &mut Engine, index: usize, now: u64, stats: &mut Stats) {
         let conn = &mut engine.slots[index].conn;
         if self.needs_login {
-            let token = wire::token::mint(
-                self.secret.as_bytes(),
-                conn.player_id(),
-                self.token_expiry_unix_s,
-            );
-            conn.start_login(&token, now);
-            engine.queue_flush(index);
+            if conn.start_resume(now, stats) {
+                engine.queue_flush(index);
+            } else {
+                self.login(engine, index, now);
+            }
         } else {
             // Only routerd sessions switch players by reconnecting, and
             // they log in: nothing else to finish here.
             conn.skip_setup();
             engine.touch(index);
+        }
+    }
+
+    fn login(&mut self, engine: &mut Engine, index: usize, now: u64) {
+        let conn = &mut engine.slots[index].conn;
+        let token = wire::token::mint(
+            self.secret.as_bytes(),
+            conn.player_id(),
+            self.token_expiry_unix_s,
+        );
+        conn.start_login(&token, now);
+        engine.queue_flush(index);
+    }
+
+    /// `--cut-every`: the session's next cut, a jittered interval from now
+    /// (half to one and a half times the mean, so sessions set up together
+    /// are not cut together).
+    fn schedule_cut(&mut self, index: usize, now: u64) {
+        let Some(every) = self.cut_every_ns else {
+            return;
+        };
+        if self.stopping {
+            return;
+        }
+        let due = now + self.rng.random_range(every / 2..=every + every / 2);
+        self.slots[index].cut_due_ns = Some(due);
+        self.cuts.push((due, index));
+    }
+
+    /// Cuts the sessions whose time came; a session not `Ready` then
+    /// (setting up, moving) is cut after its next setup instead.
+    fn cut_due(&mut self, engine: &mut Engine, now: u64, stats: &mut Stats) {
+        if self.cut_every_ns.is_none() || self.stopping {
+            return;
+        }
+        if !std::mem::replace(&mut self.cuts_started, true) {
+            for index in 0..self.slots.len() {
+                self.schedule_cut(index, now);
+            }
+        }
+        let mut due_now = Vec::new();
+        let slots = &self.slots;
+        self.cuts.retain(|&(due, index)| {
+            let counts = slots[index].cut_due_ns == Some(due);
+            if counts && due <= now {
+                due_now.push(index);
+            }
+            counts && due > now
+        });
+        for index in due_now {
+            let slot = &mut self.slots[index];
+            slot.cut_due_ns = None;
+            let conn = &engine.slots[index].conn;
+            if !engine.slots[index].is_open() || conn.phase() != Phase::Ready {
+                continue;
+            }
+            slot.cutting = true;
+            // Back to the same gateway at once, as a planned move.
+            slot.mover.on_switch();
+            stats.resume.cuts += 1;
+            engine.cut(index);
         }
     }
 }

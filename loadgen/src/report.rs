@@ -114,6 +114,10 @@ pub struct Summary {
     /// whole run, not only the measured phase); absent without.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keys: Option<crate::keys::KeyLedger>,
+    /// `--resume`: cuts, resumes, refusals by reason, fresh logins, and
+    /// the check of every push's number (the whole run); absent without.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume: Option<crate::resume::ResumeLedger>,
     pub latency: Percentiles,
     pub pushes: u64,
     pub pushes_expected: u64,
@@ -229,6 +233,7 @@ impl Summary {
             login_retries: stats.login_retries,
             longest_answer_gap_ms: stats.longest_answer_gap_ns as f64 / 1e6,
             keys: args.keys.then(|| stats.key_ledger()),
+            resume: args.resume.then_some(stats.resume),
             latency: Percentiles::of(&stats.latency_ns()),
             pushes: stats.pushes,
             pushes_expected: stats.pushes_expected,
@@ -288,6 +293,9 @@ impl Summary {
         self.move_rows(&mut out);
         if let Some(keys) = &self.keys {
             out += &keys.row();
+        }
+        if let Some(resume) = &self.resume {
+            out += &resume.row();
         }
         self.verdict_rows(&mut out);
         out
@@ -415,6 +423,7 @@ pub fn verdict(stats: &Stats, offered_rate: Option<f64>, measured_s: f64) -> Vec
             "{duplicates} counter values acknowledged to two keys of one player (--keys promises once)"
         ));
     }
+    failures.extend(stats.resume.violation());
     if stats.responses() == 0 && stats.failures() == 0 && stats.pushes == 0 {
         failures.push("no answers in the measured phase".to_string());
     }

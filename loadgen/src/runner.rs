@@ -196,7 +196,8 @@ fn connect_all(plan: &Plan, ctx: &Context, engine: &mut Engine) -> Result<(), St
             args.max_body,
         )
         .with_custom(args.custom.clone())
-        .with_keys(args.keys);
+        .with_keys(args.keys)
+        .with_resume(args.resume);
         engine
             .add(conn, stream)
             .map_err(|e| format!("socket setup: {e}"))?;
@@ -244,7 +245,8 @@ fn setup_sessions(
                 Event::Redirect(redirect) => {
                     redirected.push((index, Event::Redirect(redirect)));
                 }
-                Event::LoggedIn | Event::Joined => {}
+                // Setup logs in; nothing resumes before the run.
+                Event::LoggedIn | Event::Joined | Event::Resumed | Event::ResumeRefused => {}
             }
         }
         engine.take_touched(&mut Vec::new());

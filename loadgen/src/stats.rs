@@ -181,6 +181,8 @@ pub struct Stats {
     pub ledger: Option<BTreeMap<u64, PlayerLedger>>,
     /// What the keyed increments came to (`--keys`).
     pub keys: crate::keys::KeyLedger,
+    /// What the resumes and the pushes' numbers came to (`--resume`).
+    pub resume: crate::resume::ResumeLedger,
     /// Second 0 of the series (the start of the measured phase).
     series_origin_ns: u64,
     series: Vec<Second>,
@@ -215,6 +217,7 @@ impl Default for Stats {
             bytes_out: 0,
             ledger: None,
             keys: Default::default(),
+            resume: Default::default(),
             series_origin_ns: u64::MAX,
             series: Vec::new(),
         }
@@ -461,6 +464,7 @@ impl Stats {
         self.bytes_in += other.bytes_in;
         self.bytes_out += other.bytes_out;
         self.keys.merge(&other.keys);
+        self.resume.merge(&other.resume);
         if let Some(theirs) = &other.ledger {
             let mine = self.ledger.get_or_insert_with(BTreeMap::new);
             for (player, their) in theirs {
