@@ -258,7 +258,11 @@ fn under_load_a_killed_owner_loses_no_acknowledged_increment_and_no_two_nodes_se
     stop.store(true, Ordering::Relaxed);
     let traces: Vec<Trace> = workers.into_iter().map(|w| w.join().unwrap()).collect();
 
-    let limit = Duration::from_millis(DOWN_AFTER_MS + 1000);
+    // Detection takes `DOWN_AFTER_MS`; the rest is the survivors' watch
+    // noticing it, the claim's CAS and the load itself (six clients and
+    // three nodes on two cores): 1.84 s and 1.92 s were seen on a machine
+    // also running builds.
+    let limit = Duration::from_millis(DOWN_AFTER_MS + 1500);
     for trace in &traces {
         assert!(trace.acked.len() > 5, "player {} barely ran", trace.player);
         // Strictly increasing: no acknowledged increment lost, and never
