@@ -20,7 +20,7 @@ use support::cluster::{
     LocalCluster,
 };
 use support::{counter_of, Client, ServeProcess};
-use wire::client::{route, FrameKind};
+use wire::client::{encode_keyed_request, route, ErrorCode, FrameKind};
 
 const PLAYERS: u64 = 200;
 const CONCURRENCY: u64 = 4;
@@ -68,6 +68,9 @@ struct Seen {
     failures: Vec<String>,
     /// The longest wait for one answer.
     slowest: Duration,
+    /// Attempts answered UNAVAILABLE or TIMEOUT and sent again with
+    /// their key.
+    retried: u64,
 }
 
 /// A session of `player` through `gateway` that waits `ANSWER_WAIT` for
@@ -107,15 +110,14 @@ fn hammer(
                 (*player, hammer_session(gateway, *player), 1, 2)
             })
             .collect();
+        let mut key = 0u64;
         while !stop.load(Ordering::Acquire) {
             for (player, client, last, seq) in &mut sessions {
-                client.send(route::PLAYER_INCR, *seq, &1i64.to_le_bytes());
+                key += 1;
+                let reply = keyed_increment(client, seq, key, &mut seen);
                 *seen.sent.entry(*player).or_default() += 1;
-                let sent_at = std::time::Instant::now();
-                let reply = client.recv();
-                seen.slowest = seen.slowest.max(sent_at.elapsed());
                 *seen.answered.entry(*player).or_default() += 1;
-                let good = reply.kind == FrameKind::Response && reply.seq == *seq;
+                let good = reply.kind == FrameKind::Response;
                 if good && counter_of(&reply) == *last + 1 {
                     *last += 1;
                     *seen.acked.entry(*player).or_default() += 1;
@@ -123,11 +125,48 @@ fn hammer(
                     seen.failures
                         .push(format!("player {player}: {reply:?} after {last}"));
                 }
-                *seq += 1;
             }
         }
         seen
     })
+}
+
+/// One increment with request key `key`, sent again with the same key
+/// while it is answered UNAVAILABLE or TIMEOUT (for up to `ANSWER_WAIT`):
+/// a node whose lease lapsed on a loaded machine refuses for a moment,
+/// which is correct, and the key makes the retry count once whether or
+/// not the refused attempt ran. The final answer is returned.
+fn keyed_increment(
+    client: &mut routerd::testing::client::Client,
+    seq: &mut u32,
+    key: u64,
+    seen: &mut Seen,
+) -> routerd::testing::client::Reply {
+    let started = std::time::Instant::now();
+    loop {
+        let mut frame = Vec::new();
+        encode_keyed_request(
+            &mut frame,
+            route::PLAYER_INCR,
+            *seq,
+            key,
+            &1i64.to_le_bytes(),
+        );
+        client.send_raw(&frame);
+        let sent_at = std::time::Instant::now();
+        let reply = client.recv();
+        seen.slowest = seen.slowest.max(sent_at.elapsed());
+        assert_eq!(reply.seq, *seq, "answers come in order: {reply:?}");
+        *seq += 1;
+        let uncertain = reply.kind == FrameKind::Error
+            && [ErrorCode::Unavailable as u16, ErrorCode::Timeout as u16]
+                .contains(&reply.error_code());
+        if !uncertain || started.elapsed() > ANSWER_WAIT {
+            return reply;
+        }
+        seen.retried += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn a_rebalance_under_load_gives_each_node_its_share_and_loses_nothing(mut cluster: LocalCluster) {
@@ -197,16 +236,19 @@ fn a_rebalance_under_load_gives_each_node_its_share_and_loses_nothing(mut cluste
     let sampled_most = sampler.join().unwrap();
     let seen: Vec<Seen> = hammers.into_iter().map(|h| h.join().unwrap()).collect();
 
-    // Every request answered once, each answer the counter plus one.
+    // Every increment acknowledged once (a keyed retry counts once), each
+    // answer the counter plus one.
     let failures: Vec<&String> = seen.iter().flat_map(|s| &s.failures).collect();
     assert!(failures.is_empty(), "{failures:#?}");
     let total = |f: fn(&Seen) -> u64| seen.iter().map(f).sum::<u64>();
     let sent = total(|s| s.sent.values().sum());
     assert_eq!(sent, total(|s| s.answered.values().sum()));
     let slowest = seen.iter().map(|s| s.slowest).max().unwrap_or_default();
+    let retried = total(|s| s.retried);
     println!(
-        "rebalance: node 1 {on_node1}, node 2 {on_node2}; {sent} increments answered, the \
-         slowest in {slowest:?}; sampled at most {sampled_most} transfers at once"
+        "rebalance: node 1 {on_node1}, node 2 {on_node2}; {sent} increments answered \
+         ({retried} attempts sent again with their key), the slowest in {slowest:?}; sampled \
+         at most {sampled_most} transfers at once"
     );
 
     // Each node owns its rendezvous share, and exactly the players
