@@ -59,10 +59,10 @@ pub(super) fn run(
                     &format!("{} serves no route {op}", declaration.name),
                 ));
             };
-            let function = loaded
-                .handlers
-                .raw_get::<mlua::Function>(route.name)
-                .map_err(|error| internal(error.to_string()))?;
+            let function = vm
+                .handler(loaded, route.name)
+                .map_err(|error| internal(error.to_string()))?
+                .ok_or_else(|| internal(format!("no handler for {}", route.name)))?;
             (
                 function,
                 request_value(vm, route.codec, body).map_err(lua_internal)?,
@@ -70,13 +70,15 @@ pub(super) fn run(
         }
         Invocation::Timer { name } => match &loaded.on_timer {
             Some(function) => {
-                let name = vm.lua.create_string(name).map_err(lua_internal)?;
-                (function.clone(), Value::String(name))
+                let name = vm.string(name.as_bytes()).map_err(lua_internal)?;
+                (function.clone(), name)
             }
             None => return Err(internal(format!("{} has no on_timer", declaration.name))),
         },
     };
-    let ctx = ctx_table(vm, before).map_err(lua_internal)?;
+    let ctx = vm
+        .ctx(before.player, before.object_id)
+        .map_err(lua_internal)?;
     vm.effects.take();
     let args = MultiValue::from_iter([Value::Table(ctx), Value::Table(state.clone()), request]);
     let returned = vm.call(&function, args);
@@ -156,17 +158,7 @@ fn request_value(vm: &Vm, codec: Codec, body: &[u8]) -> mlua::Result<Value> {
             return vm.to_lua(&json);
         }
     }
-    Ok(Value::String(vm.lua.create_string(body)?))
-}
-
-fn ctx_table(vm: &Vm, before: &Before<'_>) -> mlua::Result<Table> {
-    let ctx = vm.lua.create_table_with_capacity(0, 2)?;
-    if let Some(player) = before.player {
-        ctx.raw_set("player", player as f64)?;
-    }
-    ctx.raw_set("key", before.object_id as f64)?;
-    ctx.set_metatable(Some(vm.ctx_meta.clone()))?;
-    Ok(ctx)
+    vm.string(body)
 }
 
 /// The answer to an error a script raised: `error({code = "BAD_REQUEST",

@@ -63,8 +63,11 @@ pub(super) struct Vm {
     /// What the running call asked for; taken after it.
     pub effects: Rc<RefCell<Effects>>,
     /// The metatable of every `ctx` (its methods).
-    pub ctx_meta: Table,
-    pub pcall: Function,
+    ctx_meta: Table,
+    /// The one `ctx` of this VM, filled again for each call (`Vm::ctx`).
+    ctx: Table,
+    pcall: Function,
+    memory_max: usize,
 }
 
 impl Vm {
@@ -97,6 +100,7 @@ impl Vm {
             .collect();
         let ctx_meta = ctx_methods(&lua, &effects, declarations).map_err(setup)?;
         let pcall = lua.globals().get::<Function>("pcall").map_err(setup)?;
+        let ctx = lua.create_table_with_capacity(0, 2).map_err(setup)?;
         let mut vm = Vm {
             lua,
             generation,
@@ -105,7 +109,9 @@ impl Vm {
             call_budget,
             effects,
             ctx_meta,
+            ctx,
             pcall,
+            memory_max,
         };
         for file in files {
             let (table, declaration) = vm.load(&file.name, &file.source)?;
@@ -184,7 +190,53 @@ impl Vm {
 
     /// A JSON value as a Lua value in this VM.
     pub fn to_lua(&self, json: &serde_json::Value) -> mlua::Result<Value> {
-        value::to_lua(&self.lua, json)
+        self.unbounded(|| value::to_lua(&self.lua, json))
+    }
+
+    /// `bytes` as a Lua string in this VM.
+    pub fn string(&self, bytes: &[u8]) -> mlua::Result<Value> {
+        self.unbounded(|| self.lua.create_string(bytes).map(Value::String))
+    }
+
+    /// The function `handlers[name]` of a type, or `None`.
+    pub fn handler(&self, loaded: &Loaded, name: &str) -> mlua::Result<Option<Function>> {
+        self.unbounded(|| loaded.handlers.raw_get::<Option<Function>>(name))
+    }
+
+    /// The `ctx` of the call about to run: `ctx.player` (nil without a
+    /// session) and `ctx.key`, its methods in the metatable. One table a
+    /// VM, emptied and filled again for each call, so nothing a call wrote
+    /// into it (a field, another metatable, a freeze) reaches the next.
+    pub fn ctx(&self, player: Option<u64>, key: u64) -> mlua::Result<Table> {
+        self.unbounded(|| {
+            self.ctx.set_readonly(false);
+            self.ctx.clear()?;
+            if let Some(player) = player {
+                self.ctx.raw_set("player", player as f64)?;
+            }
+            self.ctx.raw_set("key", key as f64)?;
+            self.ctx.set_metatable(Some(self.ctx_meta.clone()))?;
+            Ok(self.ctx.clone())
+        })
+    }
+
+    /// Runs `f` with the memory bound lifted. While a bound is set, mlua
+    /// makes every table, field and string through a protected call of its
+    /// own (a `pcall` and two new C closures each), which was most of a
+    /// small call's cost. What the router builds for a call (the state, the
+    /// request, `ctx`) is sized by what the node already holds and took in,
+    /// so only the script's own code needs the bound.
+    fn unbounded<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.set_memory_limit(0);
+        let made = f();
+        self.set_memory_limit(self.memory_max);
+        made
+    }
+
+    fn set_memory_limit(&self, bytes: usize) {
+        self.lua
+            .set_memory_limit(bytes)
+            .expect("a VM built by `sandboxed` has memory control");
     }
 
     fn message(&self, text: &str) -> Value {
