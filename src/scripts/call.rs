@@ -84,9 +84,8 @@ pub(super) fn run(
     let returned = vm.call(&function, args);
     let effects = vm.effects.take();
     let answer = returned.map_err(|error| refusal(&error))?;
-    let json = value::from_lua(&Value::Table(state))
+    let json = value::encode(&Value::Table(state))
         .map_err(|why| internal(format!("the state has no JSON form: {why}")))?;
-    let json = serde_json::to_vec(&json).map_err(|error| internal(error.to_string()))?;
     let changed =
         (before.state != Some(json.as_slice()) || version != before.version).then_some(json);
     let answer = encode_value(&answer)
@@ -114,9 +113,10 @@ fn state_table(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<(Table, 
             )),
         };
     };
-    let json: serde_json::Value = serde_json::from_slice(bytes)
+    let decoded = vm
+        .decode(bytes)
         .map_err(|error| Refusal::explained(ErrorCode::Internal, &error.to_string()))?;
-    let Value::Table(table) = vm.to_lua(&json).map_err(lua_internal)? else {
+    let Value::Table(table) = decoded else {
         return Err(Refusal::explained(
             ErrorCode::Internal,
             "the state is not a table",
@@ -154,8 +154,8 @@ fn state_table(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<(Table, 
 
 fn request_value(vm: &Vm, codec: Codec, body: &[u8]) -> mlua::Result<Value> {
     if codec == Codec::Json {
-        if let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) {
-            return vm.to_lua(&json);
+        if let Ok(value) = vm.decode(body) {
+            return Ok(value);
         }
     }
     vm.string(body)

@@ -188,9 +188,9 @@ impl Vm {
         }
     }
 
-    /// A JSON value as a Lua value in this VM.
-    pub fn to_lua(&self, json: &serde_json::Value) -> mlua::Result<Value> {
-        self.unbounded(|| value::to_lua(&self.lua, json))
+    /// The JSON text `bytes` as a Lua value in this VM.
+    pub fn decode(&self, bytes: &[u8]) -> Result<Value, serde_json::Error> {
+        self.unbounded(|| value::decode(&self.lua, bytes))
     }
 
     /// `bytes` as a Lua string in this VM.
