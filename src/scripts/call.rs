@@ -4,7 +4,7 @@
 //! state, its answer, what it asked `ctx` for) or a refusal that changes
 //! nothing.
 
-use mlua::{MultiValue, Table, Value};
+use mlua::{Table, Value};
 
 use super::vm::{Loaded, Vm};
 use super::{encode_value, value, Codec, Effects};
@@ -60,7 +60,7 @@ pub(super) fn run(
                 ));
             };
             let function = vm
-                .handler(loaded, route.name)
+                .handler(loaded, route.id)
                 .map_err(|error| internal(error.to_string()))?
                 .ok_or_else(|| internal(format!("no handler for {}", route.name)))?;
             (
@@ -80,8 +80,7 @@ pub(super) fn run(
         .ctx(before.player, before.object_id)
         .map_err(lua_internal)?;
     vm.effects.take();
-    let args = MultiValue::from_iter([Value::Table(ctx), Value::Table(state.clone()), request]);
-    let returned = vm.call(&function, args);
+    let returned = vm.call(&function, (ctx, state.clone(), request));
     let effects = vm.effects.take();
     let answer = returned.map_err(|error| refusal(&error))?;
     let json = value::encode(&Value::Table(state))
@@ -104,7 +103,7 @@ fn state_table(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<(Table, 
     let current = loaded.declaration.version;
     let Some(bytes) = before.state else {
         let key = Value::Number(before.object_id as f64);
-        let created = vm.call(&loaded.init, MultiValue::from_iter([key]));
+        let created = vm.call(&loaded.init, key);
         return match created.map_err(|error| refusal(&error))? {
             Value::Table(table) => Ok((table, current)),
             other => Err(Refusal::explained(
@@ -138,10 +137,7 @@ fn state_table(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<(Table, 
         return Ok((table, current));
     };
     let from = Value::Number(f64::from(before.version));
-    let migrated = vm.call(
-        migrate,
-        MultiValue::from_iter([Value::Table(table.clone()), from]),
-    );
+    let migrated = vm.call(migrate, (table.clone(), from));
     match migrated.map_err(|error| refusal(&error))? {
         Value::Table(migrated) => Ok((migrated, current)),
         Value::Nil => Ok((table, current)),
