@@ -20,6 +20,11 @@ use serde::ser::{Error as _, Serialize, SerializeMap, SerializeSeq, Serializer};
 /// Tables deeper than this do not convert (a cycle, or a runaway script).
 const DEPTH_MAX: usize = 64;
 
+/// Room a decoded array or object starts with when the text does not say
+/// its length (serde_json never does): most bodies and states are a few
+/// fields, and a table that grows field by field pays a rehash each time.
+const FIELDS_GUESSED: usize = 4;
+
 /// The JSON text `bytes` as a Lua value (`null` is nil), or why it is not
 /// JSON.
 pub(super) fn decode(lua: &Lua, bytes: &[u8]) -> Result<Value, serde_json::Error> {
@@ -91,7 +96,7 @@ impl<'de> Visitor<'de> for Decoder<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Value, A::Error> {
         let table = self
             .lua
-            .create_table_with_capacity(items.size_hint().unwrap_or(0), 0)
+            .create_table_with_capacity(items.size_hint().unwrap_or(FIELDS_GUESSED), 0)
             .map_err(lua_error)?;
         let mut index = 0usize;
         // A null keeps its place: the next item's index counts it.
@@ -105,7 +110,7 @@ impl<'de> Visitor<'de> for Decoder<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut fields: A) -> Result<Value, A::Error> {
         let table = self
             .lua
-            .create_table_with_capacity(0, fields.size_hint().unwrap_or(0))
+            .create_table_with_capacity(0, fields.size_hint().unwrap_or(FIELDS_GUESSED))
             .map_err(lua_error)?;
         while let Some(name) = fields.next_key_seed(self)? {
             let item = fields.next_value_seed(self)?;
