@@ -407,3 +407,26 @@ fn values_cross_into_json_and_back_exactly() {
         r#"{"big":1.8446744073709552e+19,"deep":{"x":{"y":-1e+300}},"echo":true,"id":7,"list":{"1":1,"3":3.25,"4":"s"}}"#
     );
 }
+
+#[test]
+fn a_global_a_file_defines_wins_over_the_builtin_of_that_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = COUNTER
+        .replacen(
+            "return {",
+            "function tostring(x) return \"mine\" end\nreturn {",
+            1,
+        )
+        .replace(
+            "[\"counter.get\"] = function(ctx, state, req)\n      return { n = state.n }",
+            "[\"counter.get\"] = function(ctx, state, req)\n      \
+             return { n = state.n, t = tostring(5), u = type(5) }",
+        );
+    assert!(script.contains("u = type(5)"));
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    assert_eq!(
+        counter.answer(2002, r#"{"id": 7}"#),
+        r#"{"n":0,"t":"mine","u":"number"}"#
+    );
+}

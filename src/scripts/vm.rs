@@ -160,6 +160,13 @@ impl Vm {
         meta.raw_set("__index", self.lua.globals())
             .map_err(lua_error)?;
         env.set_metatable(Some(meta)).map_err(lua_error)?;
+        // Luau's own per-script environment (`luaL_sandboxthread`): a table
+        // over the read-only globals, marked safe, so a builtin the file
+        // names (`type`, `math.floor`) is bound when it loads and called
+        // on the fast path, not looked up through `__index` at each use.
+        // A global the file assigns is never bound so (the compiler sees
+        // the write), and nothing else reaches this table.
+        env.set_safeenv(true);
         let chunk = self
             .lua
             .load(source)
