@@ -4,7 +4,7 @@
 //! state, its answer, what it asked `ctx` for) or a refusal that changes
 //! nothing.
 
-use mlua::{MultiValue, Table, Value};
+use mlua::{Table, Value};
 
 use super::vm::{Loaded, Vm};
 use super::{encode_value, value, Codec, Effects};
@@ -59,10 +59,10 @@ pub(super) fn run(
                     &format!("{} serves no route {op}", declaration.name),
                 ));
             };
-            let function = loaded
-                .handlers
-                .raw_get::<mlua::Function>(route.name)
-                .map_err(|error| internal(error.to_string()))?;
+            let function = vm
+                .handler(loaded, route.id)
+                .map_err(|error| internal(error.to_string()))?
+                .ok_or_else(|| internal(format!("no handler for {}", route.name)))?;
             (
                 function,
                 request_value(vm, route.codec, body).map_err(lua_internal)?,
@@ -70,21 +70,21 @@ pub(super) fn run(
         }
         Invocation::Timer { name } => match &loaded.on_timer {
             Some(function) => {
-                let name = vm.lua.create_string(name).map_err(lua_internal)?;
-                (function.clone(), Value::String(name))
+                let name = vm.string(name.as_bytes()).map_err(lua_internal)?;
+                (function.clone(), name)
             }
             None => return Err(internal(format!("{} has no on_timer", declaration.name))),
         },
     };
-    let ctx = ctx_table(vm, before).map_err(lua_internal)?;
+    let ctx = vm
+        .ctx(before.player, before.object_id)
+        .map_err(lua_internal)?;
     vm.effects.take();
-    let args = MultiValue::from_iter([Value::Table(ctx), Value::Table(state.clone()), request]);
-    let returned = vm.call(&function, args);
+    let returned = vm.call(&function, (ctx, state.clone(), request));
     let effects = vm.effects.take();
     let answer = returned.map_err(|error| refusal(&error))?;
-    let json = value::from_lua(&Value::Table(state))
+    let json = value::encode(&Value::Table(state))
         .map_err(|why| internal(format!("the state has no JSON form: {why}")))?;
-    let json = serde_json::to_vec(&json).map_err(|error| internal(error.to_string()))?;
     let changed =
         (before.state != Some(json.as_slice()) || version != before.version).then_some(json);
     let answer = encode_value(&answer)
@@ -103,7 +103,7 @@ fn state_table(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<(Table, 
     let current = loaded.declaration.version;
     let Some(bytes) = before.state else {
         let key = Value::Number(before.object_id as f64);
-        let created = vm.call(&loaded.init, MultiValue::from_iter([key]));
+        let created = vm.call(&loaded.init, key);
         return match created.map_err(|error| refusal(&error))? {
             Value::Table(table) => Ok((table, current)),
             other => Err(Refusal::explained(
@@ -112,9 +112,10 @@ fn state_table(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<(Table, 
             )),
         };
     };
-    let json: serde_json::Value = serde_json::from_slice(bytes)
+    let decoded = vm
+        .decode(bytes)
         .map_err(|error| Refusal::explained(ErrorCode::Internal, &error.to_string()))?;
-    let Value::Table(table) = vm.to_lua(&json).map_err(lua_internal)? else {
+    let Value::Table(table) = decoded else {
         return Err(Refusal::explained(
             ErrorCode::Internal,
             "the state is not a table",
@@ -136,10 +137,7 @@ fn state_table(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<(Table, 
         return Ok((table, current));
     };
     let from = Value::Number(f64::from(before.version));
-    let migrated = vm.call(
-        migrate,
-        MultiValue::from_iter([Value::Table(table.clone()), from]),
-    );
+    let migrated = vm.call(migrate, (table.clone(), from));
     match migrated.map_err(|error| refusal(&error))? {
         Value::Table(migrated) => Ok((migrated, current)),
         Value::Nil => Ok((table, current)),
@@ -152,21 +150,11 @@ fn state_table(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<(Table, 
 
 fn request_value(vm: &Vm, codec: Codec, body: &[u8]) -> mlua::Result<Value> {
     if codec == Codec::Json {
-        if let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) {
-            return vm.to_lua(&json);
+        if let Ok(value) = vm.decode(body) {
+            return Ok(value);
         }
     }
-    Ok(Value::String(vm.lua.create_string(body)?))
-}
-
-fn ctx_table(vm: &Vm, before: &Before<'_>) -> mlua::Result<Table> {
-    let ctx = vm.lua.create_table_with_capacity(0, 2)?;
-    if let Some(player) = before.player {
-        ctx.raw_set("player", player as f64)?;
-    }
-    ctx.raw_set("key", before.object_id as f64)?;
-    ctx.set_metatable(Some(vm.ctx_meta.clone()))?;
-    Ok(ctx)
+    vm.string(body)
 }
 
 /// The answer to an error a script raised: `error({code = "BAD_REQUEST",

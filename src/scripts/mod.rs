@@ -356,6 +356,6 @@ fn encode_value(value: &mlua::Value) -> Result<Vec<u8>, String> {
     match value {
         mlua::Value::Nil => Ok(Vec::new()),
         mlua::Value::String(text) => Ok(text.as_bytes().to_vec()),
-        other => serde_json::to_vec(&value::from_lua(other)?).map_err(|error| error.to_string()),
+        other => value::encode(other),
     }
 }

@@ -31,6 +31,8 @@ fn library_of(dir: &Path, files: &[(&str, &str)], budget_us: u64) -> Result<Arc<
 struct Probe {
     library: Arc<Library>,
     type_id: u32,
+    object_id: u64,
+    player: Option<u64>,
     version: u32,
     state: Option<Vec<u8>>,
 }
@@ -40,6 +42,8 @@ impl Probe {
         Probe {
             library: library.clone(),
             type_id,
+            object_id: 7,
+            player: Some(7),
             version: 0,
             state: None,
         }
@@ -48,10 +52,10 @@ impl Probe {
     fn call(&mut self, op: u32, body: &str) -> Result<Ran, Refusal> {
         let before = Before {
             type_id: self.type_id,
-            object_id: 7,
+            object_id: self.object_id,
             version: self.version,
             state: self.state.as_deref(),
-            player: Some(7),
+            player: self.player,
         };
         let invocation = Invocation::Request {
             op,
@@ -344,4 +348,85 @@ fn a_saved_state_is_shown_to_operators_as_its_json() {
     // An object whose init has not run: null.
     let unset = [&[1, 0][..], &1u32.to_le_bytes(), b"null"].concat();
     assert_eq!(registry.debug_view(key, &unset).as_deref(), Some("null"));
+}
+
+#[test]
+fn ctx_is_the_calls_own_whatever_an_earlier_call_did_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = COUNTER.replace(
+        "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+        "local seen = { player = ctx.player, key = ctx.key, left = ctx.left, push = type(ctx.push) }\n      \
+         ctx.left = \"behind\"\n      ctx.player = 1\n      setmetatable(ctx, nil)\n      table.freeze(ctx)\n      \
+         if req == \"fail\" then error(\"after writing ctx\") end\n      \
+         return seen",
+    );
+    assert_ne!(script, COUNTER);
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
+    let mut alice = Probe::new(&library, 200);
+    let mut message = Probe::new(&library, 200);
+    message.object_id = 8;
+    message.player = None;
+    let alice_sees = r#"{"key":7,"player":7,"push":"function"}"#;
+    assert_eq!(alice.answer(2003, "x"), alice_sees);
+    assert_eq!(
+        message.answer(2003, "x"),
+        r#"{"key":8,"push":"function"}"#,
+        "no player without a session, and nothing the last call wrote"
+    );
+    let (code, _) = refusal_of(alice.call(2003, "fail"));
+    assert_eq!(code, ErrorCode::Internal);
+    assert_eq!(alice.answer(2003, "x"), alice_sees, "after an error too");
+}
+
+#[test]
+fn values_cross_into_json_and_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = COUNTER.replace(
+        "return { n = state.n }\n    end,\n    [\"counter.raw\"]",
+        "if req.echo then return req end\n      \
+         return { b = 1.5, a = { 1, 2, 3 }, [3] = true, c = {}, d = { [1] = \"x\", [3] = \"z\" },\n        \
+           e = 2 ^ 53, f = -7, [2.5] = 0.1, [\"2.5\"] = \"later or earlier\", g = { { h = \"\\n\" } } }\n    end,\n    [\"counter.raw\"]",
+    );
+    assert_ne!(script, COUNTER);
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    let answer = counter.answer(2002, r#"{"id": 7}"#);
+    // 2.5 and "2.5" are one field: either value, whichever the walk met last.
+    let (head, tail) = answer.split_once(r#","3":true,"#).expect(&answer);
+    assert!(
+        head == r#"{"2.5":"later or earlier""# || head == r#"{"2.5":0.1"#,
+        "{answer}"
+    );
+    assert_eq!(
+        tail,
+        r#""a":[1,2,3],"b":1.5,"c":{},"d":{"1":"x","3":"z"},"e":9007199254740992,"f":-7,"g":[{"h":"\n"}]}"#
+    );
+    let body = r#"{"id":7,"echo":true,"list":[1,null,3.25,"s"],"deep":{"x":{"y":-1e300}},"big":18446744073709551615}"#;
+    assert_eq!(
+        counter.answer(2002, body),
+        r#"{"big":1.8446744073709552e+19,"deep":{"x":{"y":-1e+300}},"echo":true,"id":7,"list":{"1":1,"3":3.25,"4":"s"}}"#
+    );
+}
+
+#[test]
+fn a_global_a_file_defines_wins_over_the_builtin_of_that_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = COUNTER
+        .replacen(
+            "return {",
+            "function tostring(x) return \"mine\" end\nreturn {",
+            1,
+        )
+        .replace(
+            "[\"counter.get\"] = function(ctx, state, req)\n      return { n = state.n }",
+            "[\"counter.get\"] = function(ctx, state, req)\n      \
+             return { n = state.n, t = tostring(5), u = type(5) }",
+        );
+    assert!(script.contains("u = type(5)"));
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    assert_eq!(
+        counter.answer(2002, r#"{"id": 7}"#),
+        r#"{"n":0,"t":"mine","u":"number"}"#
+    );
 }

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mlua::{ChunkMode, Function, Lua, LuaOptions, StdLib, Table, Value, VmState};
+use mlua::{ChunkMode, Function, IntoLuaMulti, Lua, LuaOptions, StdLib, Table, Value, VmState};
 
 use super::declare::{declare, Declaration};
 use super::{value, Effects, ScriptError, ScriptFile};
@@ -51,6 +51,9 @@ pub(super) struct Loaded {
     pub migrate: Option<Function>,
     pub on_timer: Option<Function>,
     pub handlers: Table,
+    /// Each route's name, by route id, as a Lua string made once, so a
+    /// call finds its handler without hashing the name again.
+    route_names: HashMap<u32, mlua::String>,
 }
 
 /// One core's VM for one generation of a library.
@@ -63,8 +66,14 @@ pub(super) struct Vm {
     /// What the running call asked for; taken after it.
     pub effects: Rc<RefCell<Effects>>,
     /// The metatable of every `ctx` (its methods).
-    pub ctx_meta: Table,
-    pub pcall: Function,
+    ctx_meta: Table,
+    /// The one `ctx` of this VM, filled again for each call (`Vm::ctx`).
+    ctx: Table,
+    /// The names of `ctx`'s fields, made once.
+    player_name: mlua::String,
+    key_name: mlua::String,
+    pcall: Function,
+    memory_max: usize,
 }
 
 impl Vm {
@@ -97,6 +106,9 @@ impl Vm {
             .collect();
         let ctx_meta = ctx_methods(&lua, &effects, declarations).map_err(setup)?;
         let pcall = lua.globals().get::<Function>("pcall").map_err(setup)?;
+        let ctx = lua.create_table_with_capacity(0, 2).map_err(setup)?;
+        let player_name = lua.create_string("player").map_err(setup)?;
+        let key_name = lua.create_string("key").map_err(setup)?;
         let mut vm = Vm {
             lua,
             generation,
@@ -105,24 +117,38 @@ impl Vm {
             call_budget,
             effects,
             ctx_meta,
+            ctx,
+            player_name,
+            key_name,
             pcall,
+            memory_max,
         };
         for file in files {
-            let (table, declaration) = vm.load(&file.name, &file.source)?;
-            let function = |name: &str| table.raw_get::<Option<Function>>(name).ok().flatten();
-            let loaded = Loaded {
-                declaration: file.declaration.clone(),
-                init: function("init").ok_or_else(|| ScriptError::at(&file.name, 1, "no init"))?,
-                migrate: function("migrate"),
-                on_timer: function("on_timer"),
-                handlers: table
-                    .raw_get::<Table>("handlers")
-                    .map_err(|error| ScriptError::at(&file.name, 1, error.to_string()))?,
-            };
-            debug_assert_eq!(declaration.type_id, loaded.declaration.type_id);
-            vm.types.insert(declaration.type_id, loaded);
+            let loaded = vm.load_type(file)?;
+            vm.types.insert(loaded.declaration.type_id, loaded);
         }
         Ok(vm)
+    }
+
+    /// Loads `file` and takes its functions.
+    fn load_type(&self, file: &ScriptFile) -> Result<Loaded, ScriptError> {
+        let (table, declaration) = self.load(&file.name, &file.source)?;
+        debug_assert_eq!(declaration.type_id, file.declaration.type_id);
+        let lua_error = |error: mlua::Error| ScriptError::at(&file.name, 1, error.to_string());
+        let function = |name: &str| table.raw_get::<Option<Function>>(name).ok().flatten();
+        let mut route_names = HashMap::new();
+        for route in &file.declaration.routes {
+            let name = self.lua.create_string(route.name).map_err(lua_error)?;
+            route_names.insert(route.id, name);
+        }
+        Ok(Loaded {
+            declaration: file.declaration.clone(),
+            init: function("init").ok_or_else(|| ScriptError::at(&file.name, 1, "no init"))?,
+            migrate: function("migrate"),
+            on_timer: function("on_timer"),
+            handlers: table.raw_get::<Table>("handlers").map_err(lua_error)?,
+            route_names,
+        })
     }
 
     /// Compiles and runs `source` (file `name`) in an environment of its
@@ -134,6 +160,13 @@ impl Vm {
         meta.raw_set("__index", self.lua.globals())
             .map_err(lua_error)?;
         env.set_metatable(Some(meta)).map_err(lua_error)?;
+        // Luau's own per-script environment (`luaL_sandboxthread`): a table
+        // over the read-only globals, marked safe, so a builtin the file
+        // names (`type`, `math.floor`) is bound when it loads and called
+        // on the fast path, not looked up through `__index` at each use.
+        // A global the file assigns is never bound so (the compiler sees
+        // the write), and nothing else reaches this table.
+        env.set_safeenv(true);
         let chunk = self
             .lua
             .load(source)
@@ -156,21 +189,18 @@ impl Vm {
 
     /// Calls `function` with `args` under the call budget, through `pcall`
     /// so an `error{...}` table comes back as it was raised. `Ok` holds
-    /// what it returned; `Err` the error value (or the budget's words).
-    pub fn call(&self, function: &Function, args: mlua::MultiValue) -> Result<Value, Value> {
+    /// what it returned first; `Err` the error value (or the budget's
+    /// words). The arguments go onto Lua's stack and the result comes off
+    /// it as they are, with no list in between.
+    pub fn call(&self, function: &Function, args: impl IntoLuaMulti) -> Result<Value, Value> {
         self.arm(self.call_budget);
-        let mut all = mlua::MultiValue::with_capacity(args.len() + 1);
-        all.push_back(Value::Function(function.clone()));
-        all.extend(args);
-        let result = self.pcall.call::<mlua::MultiValue>(all);
+        let result = self.pcall.call::<(bool, Value)>((function, args));
         let exceeded = self.budget.exceeded.get();
         self.disarm();
-        let mut values = match result {
-            Ok(values) => values,
+        let (ok, first) = match result {
+            Ok(returned) => returned,
             Err(error) => return Err(self.message(&error.to_string())),
         };
-        let ok = matches!(values.pop_front(), Some(Value::Boolean(true)));
-        let first = values.pop_front().unwrap_or(Value::Nil);
         if exceeded {
             let budget = self.call_budget.as_micros();
             return Err(self.message(&format!("the call ran past its budget of {budget} us")));
@@ -182,9 +212,59 @@ impl Vm {
         }
     }
 
-    /// A JSON value as a Lua value in this VM.
-    pub fn to_lua(&self, json: &serde_json::Value) -> mlua::Result<Value> {
-        value::to_lua(&self.lua, json)
+    /// The JSON text `bytes` as a Lua value in this VM.
+    pub fn decode(&self, bytes: &[u8]) -> Result<Value, serde_json::Error> {
+        self.unbounded(|| value::decode(&self.lua, bytes))
+    }
+
+    /// `bytes` as a Lua string in this VM.
+    pub fn string(&self, bytes: &[u8]) -> mlua::Result<Value> {
+        self.unbounded(|| self.lua.create_string(bytes).map(Value::String))
+    }
+
+    /// The function `handlers[name]` of a type for the route `route_id`,
+    /// or `None`.
+    pub fn handler(&self, loaded: &Loaded, route_id: u32) -> mlua::Result<Option<Function>> {
+        let Some(name) = loaded.route_names.get(&route_id) else {
+            return Ok(None);
+        };
+        loaded.handlers.raw_get::<Option<Function>>(name)
+    }
+
+    /// The `ctx` of the call about to run: `ctx.player` (nil without a
+    /// session) and `ctx.key`, its methods in the metatable. One table a
+    /// VM, emptied and filled again for each call, so nothing a call wrote
+    /// into it (a field, another metatable, a freeze) reaches the next.
+    pub fn ctx(&self, player: Option<u64>, key: u64) -> mlua::Result<Table> {
+        self.unbounded(|| {
+            self.ctx.set_readonly(false);
+            self.ctx.clear()?;
+            if let Some(player) = player {
+                self.ctx.raw_set(&self.player_name, player as f64)?;
+            }
+            self.ctx.raw_set(&self.key_name, key as f64)?;
+            self.ctx.set_metatable(Some(self.ctx_meta.clone()))?;
+            Ok(self.ctx.clone())
+        })
+    }
+
+    /// Runs `f` with the memory bound lifted. While a bound is set, mlua
+    /// makes every table, field and string through a protected call of its
+    /// own (a `pcall` and two new C closures each), which was most of a
+    /// small call's cost. What the router builds for a call (the state, the
+    /// request, `ctx`) is sized by what the node already holds and took in,
+    /// so only the script's own code needs the bound.
+    fn unbounded<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.set_memory_limit(0);
+        let made = f();
+        self.set_memory_limit(self.memory_max);
+        made
+    }
+
+    fn set_memory_limit(&self, bytes: usize) {
+        self.lua
+            .set_memory_limit(bytes)
+            .expect("a VM built by `sandboxed` has memory control");
     }
 
     fn message(&self, text: &str) -> Value {
