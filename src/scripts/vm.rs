@@ -255,10 +255,17 @@ impl Vm {
     /// request, `ctx`) is sized by what the node already holds and took in,
     /// so only the script's own code needs the bound.
     fn unbounded<R>(&self, f: impl FnOnce() -> R) -> R {
+        /// Sets the bound back when dropped, so a panic in `f` cannot
+        /// leave the VM without it.
+        struct Restore<'a>(&'a Vm);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                self.0.set_memory_limit(self.0.memory_max);
+            }
+        }
         self.set_memory_limit(0);
-        let made = f();
-        self.set_memory_limit(self.memory_max);
-        made
+        let _restore = Restore(self);
+        f()
     }
 
     fn set_memory_limit(&self, bytes: usize) {
