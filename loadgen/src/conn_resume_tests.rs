@@ -56,6 +56,11 @@ fn frame(kind: FrameKind, route_id: u32, seq: u32, body: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The RESPONSE of `auth.login` or `auth.resume`: the session's player.
+fn player_answer(route_id: u32, seq: u32) -> Vec<u8> {
+    frame(FrameKind::Response, route_id, seq, &PLAYER.to_le_bytes())
+}
+
 fn session_offer() -> Vec<u8> {
     let mut body = TOKEN.to_vec();
     body.extend_from_slice(&30_000u32.to_le_bytes());
@@ -89,12 +94,7 @@ fn logged_in(stats: &mut Stats, keys: bool) -> Conn {
         (login.route_id, login.body.as_slice()),
         (route::AUTH_LOGIN, b"v1.7.9.mac".as_slice())
     );
-    conn.feed(&frame(
-        FrameKind::Response,
-        route::AUTH_LOGIN,
-        login.seq,
-        &PLAYER.to_le_bytes(),
-    ));
+    conn.feed(&player_answer(route::AUTH_LOGIN, login.seq));
     conn.feed(&session_offer());
     assert_eq!(receive(&mut conn, stats), vec![Event::LoggedIn]);
     assert!(conn.can_send());
@@ -152,12 +152,7 @@ fn a_resumed_session_gets_the_replay_in_order_and_is_ready() {
     receive(&mut conn, &mut stats);
     let resume = reconnect_and_resume(&mut conn, &mut stats);
     // The answer, the two pushes the session missed right behind it.
-    conn.feed(&frame(
-        FrameKind::Response,
-        route::AUTH_RESUME,
-        resume.seq,
-        &PLAYER.to_le_bytes(),
-    ));
+    conn.feed(&player_answer(route::AUTH_RESUME, resume.seq));
     conn.feed(&room_push(2));
     conn.feed(&room_push(3));
     assert_eq!(receive(&mut conn, &mut stats), vec![Event::Resumed]);
@@ -201,12 +196,7 @@ fn a_refused_resume_is_counted_by_reason_and_logs_in_afresh() {
     // A fresh session numbers its pushes from 1 again: no duplicate.
     conn.start_login("v1.7.9.mac", 0);
     let login = sent(&mut conn).remove(0);
-    conn.feed(&frame(
-        FrameKind::Response,
-        route::AUTH_LOGIN,
-        login.seq,
-        &PLAYER.to_le_bytes(),
-    ));
+    conn.feed(&player_answer(route::AUTH_LOGIN, login.seq));
     conn.feed(&session_offer());
     conn.feed(&room_push(1));
     assert_eq!(receive(&mut conn, &mut stats), vec![Event::LoggedIn]);
@@ -226,12 +216,7 @@ fn a_push_skipped_or_delivered_twice_across_a_resume_fails_the_run() {
     receive(&mut conn, &mut stats);
     let resume = reconnect_and_resume(&mut conn, &mut stats);
     // The server replays 2 again, then skips 3.
-    conn.feed(&frame(
-        FrameKind::Response,
-        route::AUTH_RESUME,
-        resume.seq,
-        &PLAYER.to_le_bytes(),
-    ));
+    conn.feed(&player_answer(route::AUTH_RESUME, resume.seq));
     conn.feed(&room_push(2));
     conn.feed(&room_push(4));
     receive(&mut conn, &mut stats);
@@ -257,12 +242,7 @@ fn an_increment_in_flight_at_a_cut_is_sent_again_with_its_key_after_the_resume()
     // Cut before its answer: lost, and queued to go again.
     let resume = reconnect_and_resume(&mut conn, &mut stats);
     assert_eq!(stats.ops[Op::Incr.index()].failed[Failure::Lost.slot()], 1);
-    conn.feed(&frame(
-        FrameKind::Response,
-        route::AUTH_RESUME,
-        resume.seq,
-        &PLAYER.to_le_bytes(),
-    ));
+    conn.feed(&player_answer(route::AUTH_RESUME, resume.seq));
     assert_eq!(receive(&mut conn, &mut stats), vec![Event::Resumed]);
     assert!(conn.send_retries(u64::MAX / 2, &mut stats));
     let retry = sent(&mut conn).remove(0);

@@ -29,8 +29,7 @@ use base64::Engine as _;
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
 use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::Histogram;
-use support::{counter, guild_node, loadgen_run, Node, Session};
-use wire::client::route;
+use support::{counter, guild_node, loadgen_run, player_counters, Node, Session};
 
 const GUILD_INCR: u32 = 304;
 const GUILD_JOIN: u32 = 301;
@@ -95,11 +94,7 @@ fn a_built_in_route_by_id_is_counted_and_logged_per_second() {
 
     // Players 1 and 2 (one per connection) hold every counted increment,
     // and no other: each answer loadgen counted is one the node applied.
-    let kept: i64 = [1, 2]
-        .into_iter()
-        .map(|player| counter(&Session::login(&node, player).call(route::PLAYER_GET, b"")))
-        .sum();
-    assert_eq!(kept, answered as i64);
+    assert_eq!(player_counters(&node, &[1, 2]), answered as i64);
 
     let counts = hlog_counts(&dir.path().join("incr.hlog"));
     assert!(!counts.is_empty() && counts.len() <= 2, "{counts:?}");
@@ -237,11 +232,7 @@ fn keyed_increments_count_once_in_the_ledger_and_on_the_node() {
     assert_eq!(keys["duplicates"], 0, "{summary}");
     assert_eq!(keys["given_up"], 0, "{summary}");
     // The node's counters hold exactly the acknowledged keys.
-    let kept: i64 = [1, 2]
-        .into_iter()
-        .map(|player| counter(&Session::login(&node, player).call(route::PLAYER_GET, b"")))
-        .sum();
-    assert_eq!(kept, acknowledged as i64);
+    assert_eq!(player_counters(&node, &[1, 2]), acknowledged as i64);
     let text = std::fs::read_to_string(&ledger).expect("ledger written");
     let acked: u64 = text
         .lines()

@@ -15,8 +15,7 @@
 
 mod support;
 
-use support::{counter, guild_node, loadgen_run, Node, Session};
-use wire::client::route;
+use support::{guild_node, loadgen_run, player_counters, Node};
 
 /// Cuts per connection: about five in the one-second run, so even a slow
 /// machine sees some; each one costs a reconnect and a resume.
@@ -113,11 +112,7 @@ fn keyed_increments_cut_in_flight_count_once() {
     assert!(acknowledged > 0, "{summary}");
     // Players 1 and 2 (one per connection) hold every acknowledged
     // increment, and at most the given-up ones more.
-    let kept: u64 = [1u64, 2]
-        .into_iter()
-        .map(|player| counter(&Session::login(&node, player).call(route::PLAYER_GET, b"")))
-        .map(|value| u64::try_from(value).expect("a counter never below 0"))
-        .sum();
+    let kept = u64::try_from(player_counters(&node, &[1, 2])).expect("counters never below 0");
     assert!(
         (acknowledged..=acknowledged + given_up).contains(&kept),
         "kept {kept}, acknowledged {acknowledged}, given up {given_up}: {summary}"

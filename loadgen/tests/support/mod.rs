@@ -163,3 +163,11 @@ impl Session {
 pub fn counter(body: &[u8]) -> i64 {
     i64::from_le_bytes(body.try_into().expect("an i64 counter"))
 }
+
+/// The sum of `players`' built-in counters (`player.get`) on `node`.
+pub fn player_counters(node: &Node, players: &[u64]) -> i64 {
+    players
+        .iter()
+        .map(|&player| counter(&Session::login(node, player).call(route::PLAYER_GET, b"")))
+        .sum()
+}
