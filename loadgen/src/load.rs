@@ -164,6 +164,11 @@ impl RunPhase {
         }
         self.schedule(engine, self.window.end_ns, stats);
         engine.take_touched(&mut self.touched);
+        self.send_waiting(engine, now, stats);
+    }
+
+    /// Tops up every connection with open-loop requests waiting.
+    fn send_waiting(&mut self, engine: &mut Engine, now: u64, stats: &mut Stats) {
         for index in 0..self.waiting.len() {
             if !self.waiting[index].is_empty() {
                 self.top_up(engine, index, now, stats);
@@ -248,12 +253,9 @@ impl RunPhase {
                     engine.queue_flush(index);
                 }
             }
-            // Open-loop requests of the window a full pipeline held back.
-            for index in 0..self.waiting.len() {
-                if !self.waiting[index].is_empty() && engine.slots[index].is_open() {
-                    self.top_up(engine, index, now, stats);
-                }
-            }
+            // Open-loop requests of the window a full pipeline held back
+            // (`top_up` passes over a closed connection).
+            self.send_waiting(engine, now, stats);
             let pending = engine.slots.iter().zip(&self.waiting).any(|(s, waiting)| {
                 s.is_open()
                     && (s.conn.outstanding() > 0
