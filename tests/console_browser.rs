@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use support::cluster::{login_eventually, wait_members_up, LocalCluster};
+use support::cluster::{eventually, login_eventually, wait_members_up, LocalCluster};
 use wire::client::{route, ErrorCode, FrameKind};
 
 /// One browser run at a time: two clusters and two Chromiums at once on a
@@ -219,21 +219,20 @@ fn the_console_shows_members_a_kill_and_a_drain_started_from_the_page() {
     // A cluster just started may answer UNAVAILABLE for a moment (the
     // room's owner not yet reachable, a lease not yet admitted); a join
     // is safe to send again.
-    let started = Instant::now();
-    let mut seq = 2;
-    loop {
+    let mut seq = 1;
+    eventually(Duration::from_secs(10), "room 5 joined", || {
+        seq += 1;
         let joined = victim.call(route::ROOM_JOIN, seq, &5u64.to_le_bytes());
         if joined.kind == FrameKind::Response {
-            break;
+            return Some(());
         }
-        assert!(
-            joined.error_code() == ErrorCode::Unavailable as u16
-                && started.elapsed() < Duration::from_secs(10),
+        assert_eq!(
+            joined.error_code(),
+            ErrorCode::Unavailable as u16,
             "{joined:?}"
         );
-        seq += 1;
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        None
+    });
 
     let mut three = Some(three);
     let (outcome, transcript) = run_console_script(
