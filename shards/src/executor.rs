@@ -270,10 +270,14 @@ impl Drop for Reset {
 impl Executor {
     pub fn new(config: ExecutorConfig) -> Result<Executor, RingError> {
         let remote = Arc::new(Remote::new().map_err(RingError::Other)?);
+        // A task per connection: room for as many as the file table names,
+        // reserved (not resident) for the reason `SlotTable::with_capacity`
+        // gives.
+        let expected_tasks = config.ring.registered_files as usize;
         let reactor = Reactor::new(config.ring, remote.eventfd())?;
         Ok(Executor {
-            tasks: RefCell::new(Vec::new()),
-            free_tasks: RefCell::new(Vec::new()),
+            tasks: RefCell::new(Vec::with_capacity(expected_tasks)),
+            free_tasks: RefCell::new(Vec::with_capacity(expected_tasks)),
             queues: RefCell::new(Queues::new(config.latency_shares, config.background_shares)),
             timers: RefCell::new(Timers::default()),
             reactor,

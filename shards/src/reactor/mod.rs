@@ -140,7 +140,11 @@ impl Reactor {
             FileTable::register(&ring, config.registered_files).map_err(RingError::FileTable)?;
         Ok(Reactor {
             ring: RefCell::new(ring),
-            slots: RefCell::new(SlotTable::default()),
+            // Each connection keeps its receive's slot and, most of the
+            // time, its last send's.
+            slots: RefCell::new(SlotTable::with_capacity(
+                2 * config.registered_files as usize,
+            )),
             bufs: Rc::new(bufs),
             files,
             mode: config.mode,
