@@ -29,11 +29,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::rngs::SmallRng;
 use wire::client::{ErrorCode, FrameError, FrameKind};
 
 use super::body_codec::ListenerCodecs;
-use super::inflight::{InFlightTable, SeqHash};
+use super::inflight::InFlightTable;
 use super::outbox::{Outbox, PushError};
 use super::rate::{RequestBucket, RequestRate};
 use super::session::{Session, Target, K_ANY_EPOCH};
@@ -227,8 +226,8 @@ impl Entry {
 }
 
 /// The most bytes a session's entry takes: every connection has one, and
-/// 160 is an allocator size class (the next is 192).
-const ENTRY_BYTES_MAX: usize = 160;
+/// 128 is an allocator size class (the next is 160).
+const ENTRY_BYTES_MAX: usize = 128;
 const _: () = assert!(std::mem::size_of::<Entry>() <= ENTRY_BYTES_MAX);
 
 /// One core's gateway state. See the module documentation.
@@ -239,7 +238,7 @@ pub struct GatewayCore {
     /// Every session's entry, boxed: a hash table's slots are as large as
     /// what it holds, and at 10,000 sessions it has 16,384 of them, so an
     /// inline 224-byte entry cost about 380 bytes a session; boxed, a slot
-    /// is 16 bytes and the entry its own 224 (`ENTRY_BYTES_MAX`).
+    /// is 16 bytes and the entry its own 128 (`ENTRY_BYTES_MAX`).
     sessions: FastMap<u64, Box<Entry>>,
     /// When to look at a session's in-flight table for TIMEOUTs: at most
     /// one entry per session (`Entry::armed`), at or before the earliest
@@ -259,9 +258,6 @@ pub struct GatewayCore {
     metrics: Arc<CoreMetrics>,
     notices: Vec<Notice>,
     warn: [WarnLimiter; 7],
-    /// Seeds of the sessions' in-flight tables: a generator seeded from the
-    /// OS once per core, so no client can predict its table's hash.
-    hash_seeds: SmallRng,
     /// The node's incarnation at start, in every session id: a reference to
     /// a session of an earlier run of this node never names a session of
     /// this one.
@@ -308,7 +304,6 @@ impl GatewayCore {
             metrics,
             notices: Vec::new(),
             warn: Default::default(),
-            hash_seeds: rand::make_rng(),
             routes,
             redirecting: None,
             codecs: ListenerCodecs::default(),
@@ -364,7 +359,7 @@ impl GatewayCore {
                     ..Session::new()
                 },
                 transit: None,
-                inflight: InFlightTable::new(SeqHash::random(&mut self.hash_seeds)),
+                inflight: InFlightTable::new(),
                 armed: false,
                 last_frame: now,
                 outbox,
