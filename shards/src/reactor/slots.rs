@@ -107,9 +107,8 @@ impl SlotTable {
     /// Reserved room is address space, not memory: a page of it becomes
     /// resident only when a slot on it is first used, so the table costs
     /// what its operations use. A table grown by doubling instead copies
-    /// itself at every power of two and leaves the old copy to the
-    /// allocator; at 10,000 connections (two slots each) those copies were
-    /// about 80 bytes a connection of the core's resident memory.
+    /// itself at every power of two and leaves the old copies, as large as
+    /// half the table together, resident in the allocator.
     pub fn with_capacity(expected: usize) -> SlotTable {
         SlotTable {
             slots: Vec::with_capacity(expected),
