@@ -510,12 +510,14 @@ impl RouterDriver {
         let served_at_start = self.0.core.borrow().may_serve(start_ms);
         let mut turn = TurnClock::new(start_ms);
         self.0.inputs.handle_turn(INPUTS_PER_TURN_MAX, |input| {
-            self.apply(
-                input,
-                turn.next(|| self.checked_reading_now(clock::now_ms())),
-            );
+            self.apply(input, turn.next(clock::now_ms));
             self.perform_effects(polled_at);
         });
+        if turn.was_long() {
+            // A pause hidden from the clock inside this turn ends the lease
+            // now, so the answers the turn holds are withheld (`held`).
+            self.checked_reading_now(clock::now_ms());
+        }
         // The lease as the turn left it, for the writers (`answer_gate`);
         // then what the turn sends to clients leaves, if the lease held
         // through the turn (`held`).

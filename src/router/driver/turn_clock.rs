@@ -11,6 +11,14 @@
 //! So the clock is read again every `INPUTS_PER_READING` inputs: an input
 //! is judged at most that many inputs after the reading it uses, the same
 //! bound as one poll's lateness for a short turn.
+//!
+//! A pause hidden from the clock (`clock::PauseTimer`) shows only in the
+//! kernel's timer, which costs a system call to read inside a turn. It is
+//! read once at the end of a long turn, before the answers the turn held
+//! leave (`held`): a pause inside the turn ends the lease there, and every
+//! answer the turn made is withheld. Read with every clock reading, it was
+//! a `read` for every 41 requests at full load (16 connections x pipeline
+//! 16), and the node served about 13% less than before it.
 
 use super::RouterDriver;
 use crate::clock::PauseTimer;
@@ -22,6 +30,8 @@ pub(super) const INPUTS_PER_READING: usize = 32;
 pub(super) struct TurnClock {
     reading_ms: u64,
     inputs_at_reading: usize,
+    /// Readings taken after the first.
+    readings: usize,
 }
 
 impl TurnClock {
@@ -30,7 +40,14 @@ impl TurnClock {
         TurnClock {
             reading_ms,
             inputs_at_reading: 0,
+            readings: 0,
         }
+    }
+
+    /// Whether the turn judged more inputs than one reading may: a pause
+    /// could then have hidden inside it, between readings.
+    pub(super) fn was_long(&self) -> bool {
+        self.readings > 0
     }
 
     /// The reading the next input is judged at: the current one, or a
@@ -40,6 +57,7 @@ impl TurnClock {
         if self.inputs_at_reading == INPUTS_PER_READING {
             self.reading_ms = self.reading_ms.max(read());
             self.inputs_at_reading = 0;
+            self.readings += 1;
         }
         self.inputs_at_reading += 1;
         self.reading_ms
@@ -85,9 +103,9 @@ impl RouterDriver {
         self.after_check(now_ms, hidden)
     }
 
-    /// [`RouterDriver::checked_reading`] inside a long turn, which no kernel
-    /// entry interrupts: the timer is read now (a system call every
-    /// `INPUTS_PER_READING` inputs of a busy turn).
+    /// [`RouterDriver::checked_reading`] at the end of a long turn, which
+    /// no kernel entry interrupted: the timer is read now (a system call
+    /// per long turn).
     pub(super) fn checked_reading_now(&self, now_ms: u64) -> u64 {
         let hidden = self.0.pause.borrow_mut().timer.check_now(now_ms);
         self.after_check(now_ms, hidden)
@@ -133,6 +151,19 @@ mod tests {
         let first_late = judged.iter().position(|at| *at == 11_000).unwrap();
         assert!((100..=100 + INPUTS_PER_READING).contains(&first_late));
         assert!(judged[first_late..].iter().all(|at| *at == 11_000));
+    }
+
+    /// Only a turn that judged inputs past its first reading reads the
+    /// kernel's timer at its end (a system call).
+    #[test]
+    fn a_turn_is_long_once_it_took_a_second_reading() {
+        let mut turn = TurnClock::new(1_000);
+        for _ in 0..INPUTS_PER_READING {
+            turn.next(|| 1_000);
+        }
+        assert!(!turn.was_long());
+        turn.next(|| 1_001);
+        assert!(turn.was_long());
     }
 
     #[test]
