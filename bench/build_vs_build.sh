@@ -4,9 +4,14 @@
 # is the builds' and not the clients'. For a change to the release profile
 # or to the code: build the baseline into another target directory first.
 #
-#   CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=4 \
-#     cargo build --release -p routerd --target-dir /tmp/base
+#   git worktree add /tmp/base-src BASE_COMMIT
+#   (cd /tmp/base-src && cargo build --release -p routerd --target-dir /tmp/base)
 #   BASE=/tmp/base/release/routerd bench/build_vs_build.sh
+#
+# Compare builds of the shipped profile (fat LTO, one codegen unit, about
+# 5 minutes a build on 2 cores). Builds with LTO off and several codegen
+# units are faster to make but inline differently: the same pair of
+# commits measured 0.915-0.943 that way and 0.869 as shipped.
 #
 # SUBJECT defaults to this tree's release build. The shape is the routed
 # `player.incr` of incr_vs_redis.sh at pipeline 16 in batches unless
