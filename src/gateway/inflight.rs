@@ -69,7 +69,7 @@ const IDLE_CAPACITY_MAX: usize = 64;
 /// The table is boxed and made at a session's first second request in
 /// flight: every connection has this in its session's entry, and most
 /// never pipeline. Inline, the table's length and keys took the entry past
-/// its allocator size class (160 bytes against 128), a third of the
+/// its allocator size class (160 bytes against 128), a fifth of the
 /// entry's cost for an idle connection.
 pub struct InFlightTable {
     solo: Option<(u32, InFlight)>,
