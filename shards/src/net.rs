@@ -152,8 +152,9 @@ impl Drop for TcpListener {
 pub struct TcpStream {
     fd: RawFd,
     /// The socket's index in this core's registered file table.
-    file: Option<u32>,
-    recv: std::cell::Cell<Option<usize>>,
+    file: Option<FileIndex>,
+    /// The receive's operation slot while one is armed.
+    recv: std::cell::Cell<Option<SlotIndex>>,
     /// Orders the stream's sends: one in the kernel at a time.
     sends: Rc<SendChain>,
     /// The stream's share of the core's receive buffers.
@@ -168,7 +169,7 @@ pub struct TcpStream {
 macro_rules! on_socket {
     ($stream:expr, $op:ident ( $($arg:expr),* )) => {
         match $stream.file {
-            Some(index) => opcode::$op::new(types::Fixed(index), $($arg),*),
+            Some(index) => opcode::$op::new(types::Fixed(index.get()), $($arg),*),
             None => opcode::$op::new(types::Fd($stream.fd), $($arg),*),
         }
     };
@@ -180,7 +181,7 @@ impl TcpStream {
     fn on_core(fd: RawFd, reactor: &Reactor) -> TcpStream {
         TcpStream {
             fd,
-            file: reactor.register_file(fd),
+            file: reactor.register_file(fd).map(FileIndex::new),
             recv: std::cell::Cell::new(None),
             sends: Rc::new(SendChain::default()),
             quota: RecvQuota::new(reactor.recv_held_max()),
@@ -261,7 +262,7 @@ impl TcpStream {
     pub fn poll_recv(&self, cx: &mut std::task::Context<'_>) -> Poll<io::Result<Option<RecvBuf>>> {
         executor::with_reactor(|reactor| loop {
             let index = match self.recv.get() {
-                Some(index) => index,
+                Some(index) => index.get(),
                 None => match self.arm_recv(reactor, cx) {
                     Some(index) => index,
                     None => return Poll::Pending,
@@ -350,7 +351,7 @@ impl TcpStream {
         // which the kernel owns until it lends one in a completion.
         let index =
             unsafe { reactor.submit_multi(entry, MultiKind::Recv, Some(self.quota.clone())) };
-        self.recv.set(Some(index));
+        self.recv.set(Some(SlotIndex::new(index)));
         Some(index)
     }
 
@@ -384,7 +385,7 @@ impl TcpStream {
         let index =
             executor::with_reactor(|reactor| unsafe { reactor.submit_send(entry, &self.sends) });
         SendOp {
-            index: Some(index),
+            index: Some(SlotIndex::new(index)),
             buf,
             _on_this_core: std::marker::PhantomData,
         }
@@ -450,8 +451,8 @@ impl Drop for TcpStream {
     /// it by walking every armed operation of the ring (every connection's
     /// receive), so each close would cost O(connections).
     fn drop(&mut self) {
-        let recv = self.recv.take();
-        let file = self.file;
+        let recv = self.recv.take().map(SlotIndex::get);
+        let file = self.file.map(FileIndex::get);
         let fd = self.fd;
         let sends = &self.sends;
         executor::try_with_reactor(|reactor| {
@@ -485,10 +486,49 @@ impl Drop for TcpStream {
     }
 }
 
+/// An operation slot's index in 4 bytes (a `usize` takes 8): a stream and
+/// its send keep one each, and every connection's task holds both, so
+/// with [`FileIndex`] they keep the task in the 192-byte size class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SlotIndex(u32);
+
+impl SlotIndex {
+    fn new(index: usize) -> SlotIndex {
+        // A core's slots are bounded by its operations in flight, far
+        // below 2^32 (the file table holds at most 2^16 sockets).
+        SlotIndex(u32::try_from(index).expect("fewer than 2^32 operations on a core"))
+    }
+
+    fn get(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A registered file index in 4 bytes (`Option<u32>` takes 8): stored plus
+/// one, so `None` is zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileIndex(std::num::NonZeroU32);
+
+impl FileIndex {
+    fn new(index: u32) -> FileIndex {
+        // A table's indexes are below its length, a u32.
+        FileIndex(
+            index
+                .checked_add(1)
+                .and_then(std::num::NonZeroU32::new)
+                .expect("a file table holds fewer than 2^32 entries"),
+        )
+    }
+
+    fn get(self) -> u32 {
+        self.0.get() - 1
+    }
+}
+
 /// A send in flight (see [`TcpStream::start_send`]).
 pub struct SendOp {
     /// Its slot, until the completion is taken.
-    index: Option<usize>,
+    index: Option<SlotIndex>,
     /// The buffer the kernel reads. Held here unboxed (a connection keeps
     /// its last send until its next batch): boxed into the slot only if
     /// this is dropped while the kernel may still read it.
@@ -504,7 +544,7 @@ impl std::future::Future for SendOp {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Self::Output> {
-        let Some(index) = self.index else {
+        let Some(index) = self.index.map(SlotIndex::get) else {
             unreachable!("a send polled after it completed");
         };
         let (res, _) =
@@ -517,7 +557,7 @@ impl std::future::Future for SendOp {
 
 impl Drop for SendOp {
     fn drop(&mut self) {
-        if let Some(index) = self.index.take() {
+        if let Some(index) = self.index.take().map(SlotIndex::get) {
             // The heap memory the kernel reads does not move with the Vec.
             let keep: Box<dyn std::any::Any> = Box::new(std::mem::take(&mut self.buf));
             orphan_or_leak(index, keep);

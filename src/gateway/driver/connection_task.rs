@@ -67,8 +67,9 @@ pub(super) struct ConnectionTask {
 }
 
 /// The most bytes a connection's task takes: every connection has one, and
-/// 224 is an allocator size class (the next is 256).
-const CONNECTION_TASK_BYTES_MAX: usize = 224;
+/// 192 is an allocator size class (the next is 224). The stream's slot and
+/// file indexes and the decoder's bound are kept small for it.
+const CONNECTION_TASK_BYTES_MAX: usize = 192;
 const _: () = assert!(std::mem::size_of::<ConnectionTask>() <= CONNECTION_TASK_BYTES_MAX);
 
 impl ConnectionTask {

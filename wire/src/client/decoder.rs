@@ -61,8 +61,6 @@ pub struct FrameDecoder {
     end: usize,
     from: Peer,
     max_body: u32,
-    /// `HEADER_LEN + max_body`: the largest frame, so the largest buffer.
-    limit: usize,
     /// Set on the first violation: the stream cannot be resynchronised, so
     /// every later call reports the same error.
     failed: Option<FrameError>,
@@ -73,14 +71,12 @@ pub struct FrameDecoder {
 impl FrameDecoder {
     /// A decoder for bytes sent by `from`, rejecting bodies over `max_body`.
     pub fn new(from: Peer, max_body: u32) -> FrameDecoder {
-        let limit = HEADER_LEN.saturating_add(usize::try_from(max_body).unwrap_or(usize::MAX));
         FrameDecoder {
             buf: Vec::new(),
             start: 0,
             end: 0,
             from,
             max_body,
-            limit,
             failed: None,
             version_2: false,
         }
@@ -96,6 +92,12 @@ impl FrameDecoder {
     /// The largest body this decoder accepts, as given to [`Self::new`].
     pub fn max_body(&self) -> u32 {
         self.max_body
+    }
+
+    /// `HEADER_LEN + max_body`: the largest frame, so the largest buffer.
+    /// Worked out, not kept: every connection of a gateway holds a decoder.
+    fn limit(&self) -> usize {
+        HEADER_LEN.saturating_add(usize::try_from(self.max_body).unwrap_or(usize::MAX))
     }
 
     /// Bytes received but not yet returned as frames.
@@ -248,11 +250,11 @@ impl FrameDecoder {
             return true;
         }
         if self.buf.len() < needed {
-            debug_assert!(needed <= self.limit);
+            debug_assert!(needed <= self.limit());
             let grown = needed
                 .max(self.buf.len().saturating_mul(2))
                 .max(INITIAL_BUFFER_LEN)
-                .min(self.limit);
+                .min(self.limit());
             self.compact();
             self.buf.resize(grown, 0);
         } else if self.start + needed > self.buf.len() || self.spare_is_small() {
