@@ -90,8 +90,13 @@ pub(crate) struct RecvQuota {
     /// Reached `held_max`: receives one buffer at a time until a receive
     /// finds its socket drained (the reader caught up).
     capped: Cell<bool>,
-    waker: RefCell<Option<Waker>>,
+    /// A `Cell`, not a `RefCell`: without the borrow flag the quota fits
+    /// 32 bytes, and with its `Rc` counts an allocator size class of 48
+    /// (one per connection).
+    waker: Cell<Option<Waker>>,
 }
+
+const _: () = assert!(std::mem::size_of::<RecvQuota>() <= 32);
 
 impl RecvQuota {
     pub fn new(held_max: u32) -> Rc<RecvQuota> {
@@ -101,7 +106,7 @@ impl RecvQuota {
             pausing: Cell::new(false),
             listed: Cell::new(false),
             capped: Cell::new(false),
-            waker: RefCell::new(None),
+            waker: Cell::new(None),
         })
     }
 
@@ -164,19 +169,19 @@ impl RecvQuota {
         debug_assert!(held > 0, "a buffer given back that was not held");
         self.held.set(held.saturating_sub(1));
         if held == self.held_max {
-            if let Some(waker) = self.waker.borrow_mut().take() {
+            if let Some(waker) = self.waker.take() {
                 waker.wake();
             }
         }
     }
 }
 
-fn set_waker(slot: &RefCell<Option<Waker>>, waker: &Waker) {
-    let mut slot = slot.borrow_mut();
-    match &*slot {
-        Some(old) if old.will_wake(waker) => {}
-        _ => *slot = Some(waker.clone()),
-    }
+fn set_waker(slot: &Cell<Option<Waker>>, waker: &Waker) {
+    let kept = match slot.take() {
+        Some(old) if old.will_wake(waker) => old,
+        _ => waker.clone(),
+    };
+    slot.set(Some(kept));
 }
 
 impl BufRing {
@@ -332,7 +337,7 @@ impl BufRing {
             // A listing its connection dropped, or one left from before it
             // armed its receive, wakes no one.
             if quota.listed.replace(false) && Rc::strong_count(&quota) > 1 {
-                let waker = quota.waker.borrow_mut().take();
+                let waker = quota.waker.take();
                 if let Some(waker) = waker {
                     waker.wake();
                 }
