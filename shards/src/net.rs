@@ -495,7 +495,8 @@ struct SlotIndex(u32);
 impl SlotIndex {
     fn new(index: usize) -> SlotIndex {
         // A core's slots are bounded by its operations in flight, far
-        // below 2^32 (the file table holds at most 2^16 sockets).
+        // below 2^32 (about two per connection, and a core's connections
+        // by its open files).
         SlotIndex(u32::try_from(index).expect("fewer than 2^32 operations on a core"))
     }
 
