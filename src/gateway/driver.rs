@@ -499,6 +499,9 @@ impl GatewayHandle {
     /// Delivers queued notices to the services side (and what resuming
     /// sessions owe other cores).
     fn flush_notices(&self) {
+        if !self.0.state.borrow().has_queued_for_driver() {
+            return;
+        }
         self.flush_resume();
         let mut notices: Vec<Notice> = Vec::new();
         self.0.state.borrow_mut().take_notices(&mut notices);

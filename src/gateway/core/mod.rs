@@ -622,6 +622,12 @@ impl GatewayCore {
         self.close(session_id, CloseReason::ProtocolViolation);
     }
 
+    /// Whether notices or resume bookkeeping wait for the driver: checked
+    /// after every receive and answer, where nearly always nothing does.
+    pub fn has_queued_for_driver(&self) -> bool {
+        !self.notices.is_empty() || self.resume.has_events() || self.relays.has_queued()
+    }
+
     /// Notices for targets queued since the last call, in order.
     pub fn take_notices(&mut self, into: &mut Vec<Notice>) {
         into.append(&mut self.notices);

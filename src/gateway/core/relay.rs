@@ -22,6 +22,13 @@ pub(super) struct RelayTables {
     fronts_ended: Vec<(u64, u64)>,
 }
 
+impl RelayTables {
+    /// Whether a frame or an ended front waits to be taken.
+    pub(super) fn has_queued(&self) -> bool {
+        !self.relayed.is_empty() || !self.fronts_ended.is_empty()
+    }
+}
+
 impl GatewayCore {
     /// Makes `front` (a new connection's session whose `auth.resume` is
     /// on its way to `session_id`'s core) a relay: the frames it reads

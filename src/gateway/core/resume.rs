@@ -242,6 +242,13 @@ pub(super) struct ResumeTables {
     events: Vec<TokenEvent>,
 }
 
+impl ResumeTables {
+    /// Whether a directory change waits to be taken.
+    pub(super) fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+}
+
 impl GatewayCore {
     /// Sessions of this core become resumable after a version-2 login
     /// (`OFF`: never).
