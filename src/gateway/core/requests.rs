@@ -46,34 +46,7 @@ impl GatewayCore {
         body: &'a [u8],
         now: Instant,
     ) -> Option<Ingress<'a>> {
-        let entry = self.sessions.get_mut(&session_id)?;
-        entry.last_frame = now;
-        if entry.relay_to() != 0 {
-            // A connection that resumed a session: its session's core
-            // checks and runs what it reads.
-            let session = entry.relay_to();
-            let frame = HeldFrame {
-                header,
-                body: body.to_vec(),
-                request_key,
-            };
-            self.relay_frame(session_id, session, frame);
-            return None;
-        }
-        if let Some(rate) = &self.limits.request_rate {
-            if !entry.bucket.admit(rate, now) {
-                self.metrics.gateway.ingress_rate_limited.inc();
-                self.push_error(
-                    session_id,
-                    header.route_id,
-                    header.seq,
-                    ErrorCode::Overloaded,
-                    "session request rate over gateway.session_requests_per_sec_max",
-                );
-                return None;
-            }
-        }
-        self.admit(session_id, header, request_key, body, now)
+        self.admit(session_id, Arrival::Read, header, request_key, body, now)
     }
 
     /// A request that waited behind a login, replayed once it ended
@@ -87,6 +60,7 @@ impl GatewayCore {
     ) -> Option<Ingress<'a>> {
         self.admit(
             session_id,
+            Arrival::Replayed,
             frame.header,
             frame.request_key,
             &frame.body,
@@ -94,10 +68,12 @@ impl GatewayCore {
         )
     }
 
-    /// The ingress checks after the rate.
+    /// The ingress checks, on one lookup of the session (this runs for
+    /// every request).
     fn admit<'a>(
         &mut self,
         session_id: u64,
+        arrival: Arrival,
         header: Header,
         request_key: Option<u64>,
         body: &'a [u8],
@@ -108,45 +84,42 @@ impl GatewayCore {
         let stats = &self.metrics.gateway;
         let route_id = header.route_id;
         let seq = header.seq;
-        let checked = if entry.closing || entry.login().is_some() {
-            Err(hold_or_refuse(
+        let checked = match arrival {
+            Arrival::Read => on_read(entry, &limits, stats, now),
+            Arrival::Replayed => Ok(()),
+        }
+        .and_then(|()| {
+            check_request(
+                &self.routes,
                 entry,
                 &limits,
                 stats,
                 header,
                 request_key,
                 body,
-            ))
-        } else if request_key.is_none() && is_version_2_route(route_id) {
-            // Version 1 knows no such route: its clients see no change.
-            stats.ingress_unknown_route.inc();
-            Err(NotAdmitted::Refused(
-                ErrorCode::UnknownRoute,
-                "unknown route",
-            ))
-        } else {
-            check_route(&self.routes, entry, &limits, stats, header)
-        };
-        let route_body = match checked {
-            Ok(route_body) => route_body,
+            )
+        });
+        let decoded_request = match checked {
+            Ok(decoded_request) => decoded_request,
             Err(NotAdmitted::Held) => return None,
+            Err(NotAdmitted::Relayed(session)) => {
+                let body = body.to_vec();
+                let frame = HeldFrame {
+                    header,
+                    body,
+                    request_key,
+                };
+                self.relay_frame(session_id, session, frame);
+                return None;
+            }
             Err(NotAdmitted::Refused(code, reason)) => {
                 self.push_error(session_id, route_id, seq, code, reason);
                 return None;
             }
-        };
-        // The listener's body codec, once, before the request counts as in
-        // flight: a body it cannot decode never reaches an object.
-        let decoded_request = match route_body {
-            RouteBody::Json => match decode_request(entry.session.protocol_profile, body) {
-                Ok(decoded) => decoded,
-                Err(reason) => {
-                    stats.ingress_body_undecodable.inc();
-                    self.push_error(session_id, route_id, seq, ErrorCode::BadRequest, &reason);
-                    return None;
-                }
-            },
-            RouteBody::Bytes => None,
+            Err(NotAdmitted::Undecodable(reason)) => {
+                self.push_error(session_id, route_id, seq, ErrorCode::BadRequest, &reason);
+                return None;
+            }
         };
         let deadline = now + limits.request_timeout;
         entry.inflight.insert(seq, InFlight { route_id, deadline });
@@ -271,10 +244,90 @@ fn is_version_2_route(route_id: u32) -> bool {
 
 /// Why a request read from a session goes no further now.
 enum NotAdmitted {
+    /// Read on a connection that resumed another session: that session's
+    /// core checks and runs it (`relay_frame`).
+    Relayed(u64),
     /// Held until the session's login ends (`on_held_request` replays it).
     Held,
     /// Answered with this ERROR (and counted): it never reaches a service.
     Refused(ErrorCode, &'static str),
+    /// Its body failed the listener's codec: BAD_REQUEST with the reason.
+    Undecodable(String),
+}
+
+/// How a request reached the ingress checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Arrival {
+    /// Read from the session's connection just now.
+    Read,
+    /// Held behind a login and replayed: already charged its rate.
+    Replayed,
+}
+
+/// What reading a frame does before any check of the frame itself: the
+/// session was active now; a relay front hands the frame on; the
+/// session's request rate is charged.
+fn on_read(
+    entry: &mut Entry,
+    limits: &Limits,
+    stats: &GatewayStats,
+    now: Instant,
+) -> Result<(), NotAdmitted> {
+    entry.last_frame = now;
+    if entry.relay_to() != 0 {
+        return Err(NotAdmitted::Relayed(entry.relay_to()));
+    }
+    if let Some(rate) = &limits.request_rate {
+        if !entry.bucket.admit(rate, now) {
+            stats.ingress_rate_limited.inc();
+            return Err(NotAdmitted::Refused(
+                ErrorCode::Overloaded,
+                "session request rate over gateway.session_requests_per_sec_max",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The checks of the request itself, in docs/protocol.md's order after
+/// the rate: the session's state, then the route; then the listener's
+/// body codec, once, before the request counts as in flight (a body it
+/// cannot decode never reaches an object). `Ok` holds the decoded body.
+fn check_request(
+    routes: &RouteTable,
+    entry: &mut Entry,
+    limits: &Limits,
+    stats: &GatewayStats,
+    header: Header,
+    request_key: Option<u64>,
+    body: &[u8],
+) -> Result<Option<Vec<u8>>, NotAdmitted> {
+    if entry.closing || entry.login().is_some() {
+        return Err(hold_or_refuse(
+            entry,
+            limits,
+            stats,
+            header,
+            request_key,
+            body,
+        ));
+    }
+    if request_key.is_none() && is_version_2_route(header.route_id) {
+        // Version 1 knows no such route: its clients see no change.
+        stats.ingress_unknown_route.inc();
+        return Err(NotAdmitted::Refused(
+            ErrorCode::UnknownRoute,
+            "unknown route",
+        ));
+    }
+    let route_body = check_route(routes, entry, limits, stats, header)?;
+    match route_body {
+        RouteBody::Json => decode_request(entry.session.protocol_profile, body).map_err(|reason| {
+            stats.ingress_body_undecodable.inc();
+            NotAdmitted::Undecodable(reason)
+        }),
+        RouteBody::Bytes => Ok(None),
+    }
 }
 
 /// A request to a session that is closing, or waiting on its login: the
