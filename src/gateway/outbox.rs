@@ -123,22 +123,17 @@ impl Outbox {
         seq: u32,
         body: &[u8],
     ) -> Result<(), PushError> {
-        self.push_with(|bytes| encode_frame(bytes, kind, route_id, seq, body))?;
-        if kind == FrameKind::Response {
-            self.inner.borrow_mut().answers = true;
-        }
-        Ok(())
+        let answers = kind == FrameKind::Response;
+        self.push_with(answers, |bytes| {
+            encode_frame(bytes, kind, route_id, seq, body)
+        })
     }
 
     /// Queues frames already encoded (a relay's batch, see
     /// `GatewayCore::relay_write`), counted as one frame; `answers`: they
     /// hold a successful answer.
     pub fn push_bytes(&self, frames: &[u8], answers: bool) -> Result<(), PushError> {
-        self.push_with(|bytes| bytes.extend_from_slice(frames))?;
-        if answers {
-            self.inner.borrow_mut().answers = true;
-        }
-        Ok(())
+        self.push_with(answers, |bytes| bytes.extend_from_slice(frames))
     }
 
     /// Whether the queued bytes hold a successful answer.
@@ -159,10 +154,12 @@ impl Outbox {
         code: ErrorCode,
         reason: &str,
     ) -> Result<(), PushError> {
-        self.push_with(|bytes| encode_error_frame(bytes, route_id, seq, code, reason))
+        self.push_with(false, |bytes| {
+            encode_error_frame(bytes, route_id, seq, code, reason)
+        })
     }
 
-    fn push_with(&self, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(), PushError> {
+    fn push_with(&self, answers: bool, encode: impl FnOnce(&mut Vec<u8>)) -> Result<(), PushError> {
         let mut inner = self.inner.borrow_mut();
         if inner.state != OutboxState::Open {
             return Err(PushError::Closed);
@@ -174,6 +171,7 @@ impl Outbox {
         }
         encode(&mut inner.bytes);
         inner.frames += 1;
+        inner.answers |= answers;
         // During a read batch the task writes when the batch ends, so the
         // batch's answers leave in one send, not one per frame.
         if !inner.reader_batch {
