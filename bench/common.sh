@@ -141,6 +141,15 @@ loadgen_run() {
     --json "$WORK/$name.json" --quiet "${node[@]}" "$@"
 }
 
+# seconds_of DURATION: loadgen's "6s" or "500ms" in seconds.
+seconds_of() {
+  case $1 in
+    *ms) awk -v v="${1%ms}" 'BEGIN { print v / 1000 }' ;;
+    *s) echo "${1%s}" ;;
+    *) echo "$1" ;;
+  esac
+}
+
 ratio() {
   awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'
 }

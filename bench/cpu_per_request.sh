@@ -29,15 +29,6 @@ source "$(dirname "$0")/redis_common.sh"
 BATCH=${BATCH:-1}
 ECHO_PORT=${ECHO_PORT:-17500}
 
-# seconds_of DURATION: loadgen's "6s" or "500ms" in seconds.
-seconds_of() {
-  case $1 in
-    *ms) awk -v v="${1%ms}" 'BEGIN { print v / 1000 }' ;;
-    *s) echo "${1%s}" ;;
-    *) echo "$1" ;;
-  esac
-}
-
 # cpu_jiffies: user, system and softirq jiffies summed over SERVER_CPUS.
 cpu_jiffies() {
   local cpu sum_user=0 sum_system=0 sum_softirq=0 fields

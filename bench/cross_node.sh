@@ -58,15 +58,6 @@ http_get() {
   exec 3<&-
 }
 
-# seconds_of DURATION: loadgen's "6s" or "500ms" in seconds.
-seconds_of() {
-  case $1 in
-    *ms) awk -v v="${1%ms}" 'BEGIN { print v / 1000 }' ;;
-    *s) echo "${1%s}" ;;
-    *) echo "$1" ;;
-  esac
-}
-
 # cpu_ticks: utime + stime of both nodes, in clock ticks.
 cpu_ticks() {
   local pid sum=0 fields
