@@ -36,49 +36,19 @@ header "routerd $SUBJECT vs routerd $BASE, workload $WORKLOAD, one client (loadg
 shape_flags=(--workload "$WORKLOAD")
 if [ "$BATCH" = 1 ]; then shape_flags+=(--batch); fi
 
-# node_cpu SIDE ROUND BINARY: one loadgen run of a node of BINARY, and
-# that node's CPU time per request (user and system, from
-# /proc/PID/stat) over a window inside the measured run: the throughput
-# ratio moves with the machine's noise, a build's CPU per request much
-# less. Appends "user_ns sys_ns" to $WORK/SIDE.cpu.
-node_cpu() {
-  local side=$1 round=$2 binary=$3
-  loadgen_run "$side-$round" --spawn-node --routerd "$binary" --node-cpus "$SERVER_CPUS" \
-    "${shape_flags[@]}" > "$WORK/$side-$round.log" &
-  local run=$!
-  local warmup duration
-  warmup=$(seconds_of "$WARMUP")
-  duration=$(seconds_of "$DURATION")
-  # The node is up and the warm-up over within 2 s past the warm-up; the
-  # window ends before the measured run does.
-  sleep "$(awk -v w="$warmup" 'BEGIN { print w + 2 }')"
-  local pid stat_start stat_end t_start t_end
-  pid=$(pgrep -n -f "^$binary ")
-  read -r -a stat_start < <(cut -d' ' -f14,15 "/proc/$pid/stat")
-  t_start=$(date +%s.%N)
-  sleep "$(awk -v d="$duration" 'BEGIN { print d - 2 }')"
-  read -r -a stat_end < <(cut -d' ' -f14,15 "/proc/$pid/stat")
-  t_end=$(date +%s.%N)
-  wait "$run"
-  awk -v rps="$(json_number "$WORK/$side-$round.json" throughput)" -v clk="$(getconf CLK_TCK)" \
-    -v user=$((stat_end[0] - stat_start[0])) -v sys=$((stat_end[1] - stat_start[1])) \
-    -v t0="$t_start" -v t1="$t_end" \
-    'BEGIN { requests = rps * (t1 - t0); printf "%.1f %.1f\n", user / clk * 1e9 / requests, sys / clk * 1e9 / requests }' \
-    >> "$WORK/$side.cpu"
-}
-
 for round in $(seq 1 "$ROUNDS"); do
   # Alternate who goes first, so a drift of the machine does not always
   # favour the same side.
   if [ $((round % 2)) -eq 1 ]; then order=(base subject); else order=(subject base); fi
   for side in "${order[@]}"; do
     if [ "$side" = base ]; then binary=$BASE; else binary=$SUBJECT; fi
-    node_cpu "$side" "$round" "$binary"
+    loadgen_with_cpu "$side-$round" "^$binary " --spawn-node --routerd "$binary" \
+      --node-cpus "$SERVER_CPUS" "${shape_flags[@]}" > "$WORK/$side-$round.log"
+    cat "$WORK/$side-$round.cpu" >> "$WORK/$side.cpu"
   done
   paired_round "$round" base subject
-  echo "         node CPU per request: base user $(tail -1 "$WORK/base.cpu" | cut -d' ' -f1) ns" \
-    "system $(tail -1 "$WORK/base.cpu" | cut -d' ' -f2) ns | subject user" \
-    "$(tail -1 "$WORK/subject.cpu" | cut -d' ' -f1) ns system $(tail -1 "$WORK/subject.cpu" | cut -d' ' -f2) ns"
+  echo "         node CPU per request (user system, ns): base $(cat "$WORK/base-$round.cpu")" \
+    "| subject $(cat "$WORK/subject-$round.cpu")"
 done
 echo "RATIO subject/base throughput = $(median "${RATIOS[@]}"), p99 = $(median "${P99_RATIOS[@]}");" \
   "rounds: ${RATIOS[*]} | p99 ${P99_RATIOS[*]}"

@@ -150,6 +150,36 @@ seconds_of() {
   esac
 }
 
+# loadgen_with_cpu NAME PATTERN ARGS...: loadgen_run NAME ARGS, and the CPU
+# time per request (user and system, in ns, from /proc/PID/stat) of the
+# newest process whose command line matches PATTERN (pgrep -f), over a
+# window inside the measured run, written as "user sys" to $WORK/NAME.cpu.
+# Throughput moves with a shared machine's noise, a server's CPU per
+# request much less; and a server that is not the bottleneck shows only
+# here.
+loadgen_with_cpu() {
+  local name=$1 pattern=$2
+  shift 2
+  loadgen_run "$name" "$@" &
+  local run=$! warmup duration pid start end t_start t_end
+  warmup=$(seconds_of "$WARMUP")
+  duration=$(seconds_of "$DURATION")
+  # The server is up and the warm-up over within 2 s past the warm-up;
+  # the window ends before the measured run does.
+  sleep "$(awk -v w="$warmup" 'BEGIN { print w + 2 }')"
+  pid=$(pgrep -n -f "$pattern")
+  read -r -a start < <(cut -d' ' -f14,15 "/proc/$pid/stat")
+  t_start=$(date +%s.%N)
+  sleep "$(awk -v d="$duration" 'BEGIN { print d - 2 }')"
+  read -r -a end < <(cut -d' ' -f14,15 "/proc/$pid/stat")
+  t_end=$(date +%s.%N)
+  wait "$run"
+  awk -v rps="$(json_number "$WORK/$name.json" throughput)" -v clk="$(getconf CLK_TCK)" \
+    -v user=$((end[0] - start[0])) -v sys=$((end[1] - start[1])) -v t0="$t_start" -v t1="$t_end" \
+    'BEGIN { n = rps * (t1 - t0); printf "%.1f %.1f\n", user / clk * 1e9 / n, sys / clk * 1e9 / n }' \
+    > "$WORK/$name.cpu"
+}
+
 ratio() {
   awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'
 }
