@@ -150,6 +150,15 @@ seconds_of() {
   esac
 }
 
+# process_ticks PID: the user and system clock ticks PID has used, read
+# past the command's parentheses in /proc/PID/stat (a command name may hold
+# spaces): there state is field 3, utime 14 and stime 15.
+process_ticks() {
+  local fields
+  read -r -a fields < <(sed 's/.*) //' "/proc/$1/stat")
+  echo "${fields[11]} ${fields[12]}"
+}
+
 # loadgen_with_cpu NAME PATTERN ARGS...: loadgen_run NAME ARGS, and the CPU
 # time per request (user and system, in ns, from /proc/PID/stat) of the
 # newest process whose command line matches PATTERN (pgrep -f), over a
@@ -168,10 +177,10 @@ loadgen_with_cpu() {
   # the window ends before the measured run does.
   sleep "$(awk -v w="$warmup" 'BEGIN { print w + 2 }')"
   pid=$(pgrep -n -f "$pattern")
-  read -r -a start < <(cut -d' ' -f14,15 "/proc/$pid/stat")
+  read -r -a start < <(process_ticks "$pid")
   t_start=$(date +%s.%N)
   sleep "$(awk -v d="$duration" 'BEGIN { print d - 2 }')"
-  read -r -a end < <(cut -d' ' -f14,15 "/proc/$pid/stat")
+  read -r -a end < <(process_ticks "$pid")
   t_end=$(date +%s.%N)
   wait "$run"
   awk -v rps="$(json_number "$WORK/$name.json" throughput)" -v clk="$(getconf CLK_TCK)" \

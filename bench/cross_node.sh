@@ -60,11 +60,10 @@ http_get() {
 
 # cpu_ticks: utime + stime of both nodes, in clock ticks.
 cpu_ticks() {
-  local pid sum=0 fields
+  local pid sum=0 ticks
   for pid in "${PIDS[@]}"; do
-    # Past the command's parentheses: state is field 3, utime 14, stime 15.
-    read -r -a fields < <(sed 's/.*) //' "/proc/$pid/stat")
-    sum=$((sum + fields[11] + fields[12]))
+    read -r -a ticks < <(process_ticks "$pid")
+    sum=$((sum + ticks[0] + ticks[1]))
   done
   echo "$sum"
 }

@@ -27,7 +27,9 @@ header "echo $ECHO_SUBJECT vs echo $ECHO_BASE (ping), one client (loadgen)"
 
 # cpu_ticks PID: user + system clock ticks the process has used.
 cpu_ticks() {
-  awk '{ print $14 + $15 }' "/proc/$1/stat"
+  local ticks
+  read -r -a ticks < <(process_ticks "$1")
+  echo $((ticks[0] + ticks[1]))
 }
 
 CPU_RATIOS=()
