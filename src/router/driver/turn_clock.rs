@@ -30,8 +30,8 @@ pub(super) const INPUTS_PER_READING: usize = 32;
 pub(super) struct TurnClock {
     reading_ms: u64,
     inputs_at_reading: usize,
-    /// Readings taken after the first.
-    readings: usize,
+    /// Whether a reading was taken after the first.
+    long: bool,
 }
 
 impl TurnClock {
@@ -40,14 +40,14 @@ impl TurnClock {
         TurnClock {
             reading_ms,
             inputs_at_reading: 0,
-            readings: 0,
+            long: false,
         }
     }
 
     /// Whether the turn judged more inputs than one reading may: a pause
     /// could then have hidden inside it, between readings.
     pub(super) fn was_long(&self) -> bool {
-        self.readings > 0
+        self.long
     }
 
     /// The reading the next input is judged at: the current one, or a
@@ -57,7 +57,7 @@ impl TurnClock {
         if self.inputs_at_reading == INPUTS_PER_READING {
             self.reading_ms = self.reading_ms.max(read());
             self.inputs_at_reading = 0;
-            self.readings += 1;
+            self.long = true;
         }
         self.inputs_at_reading += 1;
         self.reading_ms
