@@ -10,6 +10,10 @@
 //! object that remembers answers of keyed requests persists them after
 //! its encoding, flagged in the version's top bit (`request_keys`), so a
 //! type's own versions stay below `0x8000`.
+//!
+//! A node registers its types as [`Keyed`], which gives each live object
+//! the node's `router.request_keys_max`; the blanket implementation
+//! remembers no new answers (it still reads and keeps saved ones).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,15 +21,13 @@ use std::sync::Arc;
 use wire::ObjectKey;
 
 use super::context::{Context, ServiceContext, Timers};
+use super::request_keys::{RequestKeys, SavedState};
 use super::{Object, ObjectType, Service};
 use crate::config::Persist;
 use crate::router::handler::{
     decode_answer_event, decode_timer_event, ObjectState, ServiceHandler, OP_ANSWER, OP_TIMER,
 };
-use crate::router::{DecodeError, HandlerOutput, Request};
-
-/// Bytes of the state version in front of every persisted state.
-pub(crate) const STATE_VERSION_LEN: usize = 2;
+use crate::router::{DecodeError, HandlerOutput, Outcome, Request};
 
 /// Activation numbers: unique in this process, so a timer armed by an
 /// earlier activation of a key never reaches a later one.
@@ -53,58 +55,123 @@ impl<T: ObjectType> crate::router::ObjectType for T {
         key: ObjectKey,
         state: Option<&[u8]>,
     ) -> Result<Box<dyn ObjectState>, DecodeError> {
-        let current = self.state_version();
-        let object = match state {
-            None => self.create(key),
-            Some(bytes) => {
-                let (version, state) = split_version(bytes).ok_or(DecodeError)?;
-                if version == 0 || version > current {
-                    tracing::warn!(
-                        type_name = self.name(),
-                        ?key,
-                        version,
-                        current,
-                        "a state of a version this build does not know"
-                    );
-                    return Err(DecodeError);
-                }
-                ObjectType::decode(self, key, version, state)?
-            }
-        };
-        Ok(Box::new(Live {
-            object,
-            type_name: self.name(),
-            state_version: current,
-            activation: NEXT_ACTIVATION.fetch_add(1, Ordering::Relaxed),
-            timers_pending: 0,
-        }))
+        activate(self, key, state, 0)
     }
 }
 
-/// The version and the object's own bytes of a persisted state.
-fn split_version(bytes: &[u8]) -> Option<(u16, &[u8])> {
-    let (version, state) = bytes.split_first_chunk::<STATE_VERSION_LEN>()?;
-    Some((u16::from_le_bytes(*version), state))
+/// An object type as a node registers it: its objects remember the answers
+/// of the last `keys_max` keyed requests per player (0: none).
+pub(crate) struct Keyed<T> {
+    kind: T,
+    keys_max: usize,
 }
 
-/// One activation of a user object, as the router holds it.
+impl<T: ObjectType> Keyed<T> {
+    pub(crate) fn new(kind: T, keys_max: usize) -> Keyed<T> {
+        Keyed { kind, keys_max }
+    }
+}
+
+impl<T: ObjectType> crate::router::ObjectType for Keyed<T> {
+    fn type_id(&self) -> u32 {
+        ObjectType::type_id(&self.kind)
+    }
+
+    fn auto_create(&self) -> bool {
+        ObjectType::auto_create(&self.kind)
+    }
+
+    fn may_create(&self, op: u32) -> Result<(), Outcome> {
+        ObjectType::may_create(&self.kind, op)
+    }
+
+    fn persist(&self) -> Persist {
+        ObjectType::persist(&self.kind)
+    }
+
+    fn decode(
+        &self,
+        key: ObjectKey,
+        state: Option<&[u8]>,
+    ) -> Result<Box<dyn ObjectState>, DecodeError> {
+        activate(&self.kind, key, state, self.keys_max)
+    }
+}
+
+/// A live object of `kind` from its saved `state` (`None`: a new one).
+fn activate<T: ObjectType>(
+    kind: &T,
+    key: ObjectKey,
+    state: Option<&[u8]>,
+    keys_max: usize,
+) -> Result<Box<dyn ObjectState>, DecodeError> {
+    let current = kind.state_version();
+    let (object, memory) = match state {
+        None => (kind.create(key), None),
+        Some(bytes) => {
+            let saved = SavedState::split(bytes).ok_or(DecodeError)?;
+            if saved.version == 0 || saved.version > current {
+                tracing::warn!(
+                    type_name = kind.name(),
+                    ?key,
+                    version = saved.version,
+                    current,
+                    "a state of a version this build does not know"
+                );
+                return Err(DecodeError);
+            }
+            let object = ObjectType::decode(kind, key, saved.version, saved.object)?;
+            (object, saved.memory)
+        }
+    };
+    Ok(Box::new(Live {
+        activation: Activation {
+            object,
+            type_name: kind.name(),
+            state_version: current,
+            number: NEXT_ACTIVATION.fetch_add(1, Ordering::Relaxed),
+            timers_pending: 0,
+        },
+        keys: RequestKeys::new(keys_max, memory),
+    }))
+}
+
+/// One activation of a user object, as the router holds it, with its
+/// memory of keyed answers.
 struct Live<O> {
-    object: O,
-    type_name: &'static str,
-    state_version: u16,
-    activation: u64,
-    /// Timers this activation set that have not fired yet.
-    timers_pending: u32,
+    activation: Activation<O>,
+    keys: RequestKeys,
 }
 
 impl<O: Object> ObjectState for Live<O> {
     fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(&self.state_version.to_le_bytes());
-        self.object.encode(&mut out);
-        out
+        let activation = &self.activation;
+        self.keys.encode_state(activation.state_version, |out| {
+            activation.object.encode(out)
+        })
     }
 
+    fn handle(&mut self, key: ObjectKey, request: &Request, out: &mut HandlerOutput) {
+        let activation = &mut self.activation;
+        self.keys
+            .handle(request, out, |out| activation.handle(key, request, out));
+    }
+}
+
+/// The user's object, the state version it is saved under, and the timers
+/// of this activation.
+struct Activation<O> {
+    object: O,
+    type_name: &'static str,
+    state_version: u16,
+    number: u64,
+    /// Timers this activation set that have not fired yet.
+    timers_pending: u32,
+}
+
+impl<O: Object> Activation<O> {
+    /// A request, or the router's answer and timer events, as the user's
+    /// `handle`, `on_answer` and `on_timer`.
     fn handle(&mut self, key: ObjectKey, request: &Request, out: &mut HandlerOutput) {
         let event = matches!(request.op, OP_ANSWER | OP_TIMER);
         let mut ctx = Context::new(
@@ -112,7 +179,7 @@ impl<O: Object> ObjectState for Live<O> {
             (!event).then_some(request),
             out,
             Some(Timers {
-                activation: self.activation,
+                activation: self.number,
                 pending: &mut self.timers_pending,
             }),
         );
@@ -122,7 +189,7 @@ impl<O: Object> ObjectState for Live<O> {
                 None => tracing::warn!(type_name = self.type_name, "malformed answer event"),
             },
             OP_TIMER => match decode_timer_event(&request.body) {
-                Some((activation, tag)) if activation == self.activation => {
+                Some((activation, tag)) if activation == self.number => {
                     // `ctx` holds the count; the handler may set another.
                     if let Some(timers) = ctx_timers(&mut ctx) {
                         *timers = timers.saturating_sub(1);

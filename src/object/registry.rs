@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use super::adapter::ServiceAdapter;
-use super::request_keys::Keyed;
+use super::adapter::{Keyed, ServiceAdapter};
+use super::request_keys::SavedState;
 use super::{ClientRoute, Object as _, ObjectKey, ObjectType, Pick, RouteKind, Service};
 use crate::catalog::ActorConfig;
 use crate::route::{RouteError, RouteTable, Served};
@@ -159,16 +159,17 @@ impl Registry {
     }
 
     /// What the object type of `key` shows an operator of the state it
-    /// saved (`saved`: the state version, two bytes little-endian, then
-    /// the state), through [`super::Object::debug_view`]; `None` when the
-    /// type gives no view, is not registered, or the state does not decode.
+    /// saved (`saved`: the state as persisted, its version in front and
+    /// any remembered answers of keyed requests after it), through
+    /// [`super::Object::debug_view`]; `None` when the type gives no view,
+    /// is not registered, or the state does not decode.
     pub fn debug_view(&self, key: ObjectKey, saved: &[u8]) -> Option<String> {
-        let (version, state) = saved.split_first_chunk::<2>()?;
+        let saved = SavedState::split(saved)?;
         let entry = self
             .entries
             .iter()
             .find(|entry| entry.type_id == key.type_id)?;
-        (entry.debug.as_ref()?)(key, u16::from_le_bytes(*version), state)
+        (entry.debug.as_ref()?)(key, saved.version, saved.object)
     }
 
     /// The names of what is registered, object types and services, in

@@ -2,32 +2,30 @@
 //! request of one player once, and gives a retry with the same key the
 //! answer the first run gave, instead of running it again.
 //!
-//! [`Keyed`] wraps every object type a node registers. Its live state holds
-//! the object's and a [`Memory`]: per requesting player, the answers of the
-//! last `router.request_keys_max` keyed requests, and the keyed requests
-//! still running (deferred by the object), with the duplicates waiting for
-//! their answer. The memory is part of the state the router persists and
-//! ships: with `on_write`, an answer leaves only after the save that holds
-//! it (and the state it followed) committed, in one compare-and-set write;
-//! with `interval` it is as durable as the state. A request without a key
-//! takes the inner object's path untouched, and an object that never saw a
-//! keyed request persists exactly the bytes it did before keys existed.
+//! Every live object of a type a node registers (the adapter's `Live`)
+//! holds its [`RequestKeys`]: a [`Memory`] of, per requesting player, the
+//! answers of the last `router.request_keys_max` keyed requests, and the
+//! keyed requests still running (deferred by the object), with the
+//! duplicates waiting for their answer. The memory is part of the state
+//! the router persists and ships: with `on_write`, an answer leaves only
+//! after the save that holds it (and the state it followed) committed, in
+//! one compare-and-set write; with `interval` it is as durable as the
+//! state. A request without a key takes the object's path untouched, and an
+//! object that never saw a keyed request keeps no memory and persists
+//! exactly the bytes it did before keys existed.
 //!
 //! Persisted state with remembered answers: `u16 (state version | 0x8000)`,
 //! `u32 object_len`, the object's encoding, then the memory: `u32 players`,
 //! and per player `u64 player_id`, `u16 answers`, and per answer (oldest
 //! first) `u64 key`, `u16 code` (0: a RESPONSE), `u32 len`, the RESPONSE
 //! body or the ERROR reason. Without: `u16 state version`, the object's
-//! encoding, as the adapter writes it.
+//! encoding.
 
 use std::collections::{BTreeMap, VecDeque};
 
-use wire::ObjectKey;
-
-use crate::config::Persist;
-use crate::router::handler::{HandlerReply, ObjectState};
+use crate::router::handler::HandlerReply;
 use crate::router::types::{refusal_from_wire, refusal_wire};
-use crate::router::{DecodeError, HandlerOutput, Outcome, Request, RequestId};
+use crate::router::{HandlerOutput, Outcome, Request, RequestId};
 
 /// The flag on the state version that says remembered answers follow the
 /// object's encoding. A type's own versions stay below it.
@@ -38,142 +36,141 @@ pub(crate) const WITH_MEMORY: u16 = 0x8000;
 /// the object never gives would otherwise hold its entry forever.
 const RUNNING_MAX: usize = 1024;
 
-/// An object type whose objects remember keyed answers.
-pub(crate) struct Keyed<T> {
-    inner: T,
-    keys_max: usize,
+/// One object's memory of keyed answers, beside its state in the adapter's
+/// live activation: nothing on the heap until the object's first keyed
+/// request, and one branch on the path of a request without a key.
+pub(crate) struct RequestKeys {
+    memory: Option<Box<Memory>>,
+    /// Answers remembered per player (0: none).
+    max: usize,
 }
 
-impl<T: crate::router::ObjectType> Keyed<T> {
-    /// `inner`, remembering `keys_max` answers per player (0: none).
-    pub(crate) fn new(inner: T, keys_max: usize) -> Keyed<T> {
-        Keyed { inner, keys_max }
-    }
-}
-
-impl<T: crate::router::ObjectType> crate::router::ObjectType for Keyed<T> {
-    fn type_id(&self) -> u32 {
-        self.inner.type_id()
-    }
-
-    fn auto_create(&self) -> bool {
-        self.inner.auto_create()
-    }
-
-    fn may_create(&self, op: u32) -> Result<(), Outcome> {
-        self.inner.may_create(op)
-    }
-
-    fn persist(&self) -> Persist {
-        self.inner.persist()
-    }
-
-    fn decode(
-        &self,
-        key: ObjectKey,
-        state: Option<&[u8]>,
-    ) -> Result<Box<dyn ObjectState>, DecodeError> {
-        let (inner, memory) = match state {
-            Some(bytes) if has_memory(bytes) => {
-                let (object, memory) = split_memory(bytes).ok_or(DecodeError)?;
-                (self.inner.decode(key, Some(&object))?, memory)
-            }
-            _ => (self.inner.decode(key, state)?, Memory::default()),
-        };
-        Ok(Box::new(KeyedState {
-            inner,
-            memory,
-            keys_max: self.keys_max,
-        }))
-    }
-}
-
-fn has_memory(bytes: &[u8]) -> bool {
-    bytes
-        .first_chunk::<2>()
-        .is_some_and(|version| u16::from_le_bytes(*version) & WITH_MEMORY != 0)
-}
-
-/// The adapter's `u16 version | object` and the memory after it.
-fn split_memory(bytes: &[u8]) -> Option<(Vec<u8>, Memory)> {
-    let mut reader = Reader(bytes);
-    let version = reader.u16()? & !WITH_MEMORY;
-    let object_len = reader.u32()? as usize;
-    let object = reader.take(object_len)?;
-    let mut plain = Vec::with_capacity(2 + object_len);
-    plain.extend_from_slice(&version.to_le_bytes());
-    plain.extend_from_slice(object);
-    let memory = Memory::decode(&mut reader)?;
-    reader.0.is_empty().then_some((plain, memory))
-}
-
-/// One object's live state with its memory of keyed answers.
-struct KeyedState {
-    inner: Box<dyn ObjectState>,
-    memory: Memory,
-    keys_max: usize,
-}
-
-impl ObjectState for KeyedState {
-    fn encode(&self) -> Vec<u8> {
-        let plain = self.inner.encode();
-        if self.memory.answers.is_empty() {
-            return plain;
+impl RequestKeys {
+    /// Remembering `max` answers per player, starting from a saved memory.
+    pub(crate) fn new(max: usize, memory: Option<Memory>) -> RequestKeys {
+        RequestKeys {
+            memory: memory.map(Box::new),
+            max,
         }
-        let Some((version, object)) = plain.split_first_chunk::<2>() else {
-            return plain;
-        };
-        let mut out = Vec::with_capacity(plain.len() + 64);
-        out.extend_from_slice(&(u16::from_le_bytes(*version) | WITH_MEMORY).to_le_bytes());
-        out.extend_from_slice(&(object.len() as u32).to_le_bytes());
-        out.extend_from_slice(object);
-        self.memory.encode(&mut out);
-        out
     }
 
-    fn handle(&mut self, key: ObjectKey, request: &Request, out: &mut HandlerOutput) {
-        let keyed = match request.client {
-            Some(client) if request.keyed && request.needs_reply && self.keys_max > 0 => {
-                Some((client.player_id, request.request_key()))
+    /// Runs `request` through the object's handler `run`, unless it is a
+    /// keyed retry: a remembered answer is given again, and a duplicate of
+    /// a keyed request still running waits for that request's answer.
+    #[inline]
+    pub(crate) fn handle(
+        &mut self,
+        request: &Request,
+        out: &mut HandlerOutput,
+        run: impl FnOnce(&mut HandlerOutput),
+    ) {
+        match request.client {
+            Some(client) if request.keyed && request.needs_reply && self.max > 0 => {
+                self.handle_keyed((client.player_id, request.request_key()), request, out, run)
             }
-            _ => None,
-        };
-        let Some(asked) = keyed else {
-            self.inner.handle(key, request, out);
-            self.memory.settle(out, self.keys_max);
-            return;
-        };
-        if let Some(answer) = self.memory.answer(asked) {
+            _ => {
+                run(out);
+                if let Some(memory) = &mut self.memory {
+                    memory.settle(out, self.max);
+                }
+            }
+        }
+    }
+
+    fn handle_keyed(
+        &mut self,
+        asked: (u64, u64),
+        request: &Request,
+        out: &mut HandlerOutput,
+        run: impl FnOnce(&mut HandlerOutput),
+    ) {
+        let memory = self.memory.get_or_insert_with(Box::default);
+        if let Some(answer) = memory.answer(asked) {
             out.answer(answer.clone());
             return;
         }
-        if let Some(running) = self.memory.running.iter_mut().find(|r| r.asked == asked) {
+        if let Some(running) = memory.running.iter_mut().find(|r| r.asked == asked) {
             // Answered when the first run's answer comes (`settle`).
             running.waiters.push(request.id);
             out.reply = HandlerReply::Delegated;
             return;
         }
-        self.inner.handle(key, request, out);
+        run(out);
         match &out.reply {
             HandlerReply::Answer(outcome) => {
                 let outcome = outcome.clone();
-                self.memory.remember(asked, outcome, self.keys_max);
+                memory.remember(asked, outcome, self.max);
             }
             // Forwarded: another object answers it, so this one cannot
             // remember the answer (docs/protocol.md says so).
             HandlerReply::Delegated if out.sends.iter().any(|(_, r)| r.id == request.id) => {}
             HandlerReply::Delegated => {
-                if self.memory.running.len() >= RUNNING_MAX {
-                    self.memory.running.pop_front();
+                if memory.running.len() >= RUNNING_MAX {
+                    memory.running.pop_front();
                 }
-                self.memory.running.push_back(Running {
+                memory.running.push_back(Running {
                     asked,
                     id: request.id,
                     waiters: Vec::new(),
                 });
             }
         }
-        self.memory.settle(out, self.keys_max);
+        memory.settle(out, self.max);
+    }
+
+    /// The persisted state: `encode_object` writes the object's encoding
+    /// after the version, and the remembered answers follow it when there
+    /// are any (the layout at the top of this file).
+    pub(crate) fn encode_state(
+        &self,
+        state_version: u16,
+        encode_object: impl FnOnce(&mut Vec<u8>),
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        let Some(memory) = self.memory.as_ref().filter(|m| !m.answers.is_empty()) else {
+            out.extend_from_slice(&state_version.to_le_bytes());
+            encode_object(&mut out);
+            return out;
+        };
+        out.extend_from_slice(&(state_version | WITH_MEMORY).to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+        let object_start = out.len();
+        encode_object(&mut out);
+        let object_len = (out.len() - object_start) as u32;
+        out[object_start - 4..object_start].copy_from_slice(&object_len.to_le_bytes());
+        memory.encode(&mut out);
+        out
+    }
+}
+
+/// A persisted state taken apart: the type's state version, the object's
+/// own bytes, and the remembered answers saved with it, if any.
+pub(crate) struct SavedState<'a> {
+    pub version: u16,
+    pub object: &'a [u8],
+    pub memory: Option<Memory>,
+}
+
+impl<'a> SavedState<'a> {
+    /// `None` when the bytes are cut short or run past their lengths.
+    pub(crate) fn split(bytes: &'a [u8]) -> Option<SavedState<'a>> {
+        let mut reader = Reader(bytes);
+        let version = reader.u16()?;
+        if version & WITH_MEMORY == 0 {
+            return Some(SavedState {
+                version,
+                object: reader.0,
+                memory: None,
+            });
+        }
+        let object_len = reader.u32()? as usize;
+        let object = reader.take(object_len)?;
+        let memory = Memory::decode(&mut reader)?;
+        reader.0.is_empty().then_some(SavedState {
+            version: version & !WITH_MEMORY,
+            object,
+            memory: Some(memory),
+        })
     }
 }
 
@@ -186,7 +183,7 @@ struct Running {
 
 /// Remembered answers per player, oldest first, and the running requests.
 #[derive(Default)]
-struct Memory {
+pub(crate) struct Memory {
     answers: BTreeMap<u64, VecDeque<(u64, Outcome)>>,
     running: VecDeque<Running>,
 }

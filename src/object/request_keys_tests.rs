@@ -4,11 +4,16 @@
 
 use std::sync::Arc;
 
-use super::*;
+use wire::ObjectKey;
+
 use crate::ids::NodeId;
+use crate::object::adapter::Keyed;
 use crate::object::codec::Reader as BodyReader;
 use crate::object::{ClientRoute, Context, Deferred, KeyFrom, Object, ObjectType};
-use crate::router::{ClientRef, ObjectType as RouterObjectType, RequestId};
+use crate::router::handler::{HandlerReply, ObjectState};
+use crate::router::{
+    ClientRef, DecodeError, HandlerOutput, ObjectType as RouterObjectType, Request, RequestId,
+};
 
 const COUNTER_TYPE_ID: u32 = 160;
 const OP_ADD: u32 = 1;

@@ -418,8 +418,9 @@ fn a_state_is_decoded_with_the_version_that_wrote_it() {
 }
 
 /// The state viewer's view of a user type: the object decoded from the
-/// saved state with the version that wrote it, through `debug_view`; none
-/// for a state that does not decode, a version past the build's, a type
+/// saved state with the version that wrote it, through `debug_view`, with
+/// or without remembered answers after it; none for a state that does not
+/// decode, a version past the build's, a type
 /// not registered, or a type without a view (the built-in room's default).
 #[test]
 fn a_saved_state_is_shown_through_the_types_debug_view() {
@@ -443,6 +444,24 @@ fn a_saved_state_is_shown_through_the_types_debug_view() {
     assert_eq!(
         view(account(1), &saved(1, &5i32.to_le_bytes())).as_deref(),
         Some("{\"balance\": 5}")
+    );
+    // Saved with remembered answers of keyed requests after the state:
+    // one player (7) with one answer (key 5, an empty RESPONSE).
+    let mut with_answers = (2u16 | 0x8000).to_le_bytes().to_vec();
+    with_answers.extend_from_slice(&8u32.to_le_bytes());
+    with_answers.extend_from_slice(&(-7i64).to_le_bytes());
+    with_answers.extend_from_slice(&1u32.to_le_bytes());
+    with_answers.extend_from_slice(&7u64.to_le_bytes());
+    with_answers.extend_from_slice(&1u16.to_le_bytes());
+    with_answers.extend_from_slice(&5u64.to_le_bytes());
+    with_answers.extend_from_slice(&[0; 6]);
+    assert_eq!(
+        view(account(1), &with_answers).as_deref(),
+        Some("{\"balance\": -7}")
+    );
+    assert_eq!(
+        view(account(1), &with_answers[..with_answers.len() - 1]),
+        None
     );
     assert_eq!(view(account(1), &saved(2, b"short")), None);
     assert_eq!(view(account(1), &saved(3, &0i64.to_le_bytes())), None);
