@@ -524,11 +524,11 @@ pub struct RouterConfig {
     pub cache_retry_interval_ms: u64,
     /// Upper bound of the randomised wait before an object pull is retried.
     pub object_retry_interval_ms: u64,
-    /// Pull attempts of one `mutable_cache` / `mutable_object` call (the
-    /// seed's `retry_max_ttl`: a count of attempts, not a time).
+    /// Pull attempts of one `mutable_cache` / `mutable_object` call
+    /// (`retry_max_ttl` in docs/origins.md: a count of attempts, not a time).
     pub pull_attempts_max: u32,
-    /// Forwarding hops a routed request may take (the seed's
-    /// `transfer_max_ttl`: a count of hops, not a time).
+    /// Forwarding hops a routed request may take (`transfer_max_ttl` in
+    /// docs/origins.md: a count of hops, not a time).
     pub forward_hops_max: u32,
     /// Requests queued behind one migrating object; more are refused.
     pub pending_queue_max: usize,

@@ -35,8 +35,8 @@ fn counters_survive_a_clean_restart_with_interval_persistence() {
             2 * delta
         );
     }
-    // The save interval is the seed's 600 s: only the shutdown save can
-    // have persisted these.
+    // The save interval is the default 600 s (`router.object_save_interval_ms`):
+    // only the shutdown save can have persisted these.
     assert_eq!(node.stop().code(), Some(0));
 
     let node = ServeProcess::start(dir.path(), &config);

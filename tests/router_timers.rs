@@ -1,5 +1,6 @@
-//! The seed's background timers on a real node, set short: periodic saves,
-//! idle object degradation and idle cache cleanup.
+//! The router's background timers (the router design's, docs/origins.md) on
+//! a real node, set short: periodic saves, idle object degradation and idle
+//! cache cleanup.
 
 mod support;
 

@@ -1,6 +1,7 @@
-//! Catalog lookup cost: the per-core snapshot view against the seed's linear
-//! scan and an `RwLock<HashMap>`, plus the rebuild cost, at 50 and 500 remote
-//! actors with 20 msgIds each.
+//! Catalog lookup cost: the per-core snapshot view against the linear scan
+//! (the catalog design's fallback path, docs/origins.md) and an
+//! `RwLock<HashMap>`, plus the rebuild cost, at 50 and 500 remote actors with
+//! 20 msgIds each.
 //!
 //! Run: `cargo bench -p bench --bench catalog`. Before criterion runs, a
 //! manual timing loop measures every variant in the same process and prints

@@ -21,11 +21,12 @@ pub const ADDRESS_LEN_MAX: usize = 256;
 ///
 /// `supported_msg_ids` and `address` are shared (`Arc`) rather than owned
 /// (`Vec`, `String`) on purpose: a snapshot stores one copy of the config per
-/// msgId the actor supports, and the seed's Go copies those structs by value,
-/// which copies only slice and string headers. With `Arc` fields a clone is two
-/// reference-count increments and never allocates, and a snapshot's memory is
-/// O(entries) instead of O(entries x msgIds per actor). Build one from owned
-/// values with `vec.into()` / `string.into()`.
+/// msgId the actor supports, and the catalog design's Go (docs/origins.md)
+/// copies those structs by value, which copies only slice and string headers.
+/// With `Arc` fields a clone is two reference-count increments and never
+/// allocates, and a snapshot's memory is O(entries) instead of O(entries x
+/// msgIds per actor). Build one from owned values with `vec.into()` /
+/// `string.into()`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ActorConfig {
     pub actor_id: u64,
@@ -46,7 +47,8 @@ impl ActorConfig {
         (self.node_id, self.actor_id)
     }
 
-    /// Whether this actor lists `msg_id` (the seed's inner linear scan).
+    /// Whether this actor lists `msg_id` (the catalog design's inner linear
+    /// scan, docs/origins.md).
     pub fn supports(&self, msg_id: u32) -> bool {
         self.supported_msg_ids.contains(&msg_id)
     }

@@ -33,8 +33,9 @@ impl CoreCatalog {
     }
 
     /// Remote candidates for `msg_id`, sorted by `(node_id, actor_id)`: a
-    /// borrowed view into this core's snapshot, valid until the next lookup
-    /// (the seed's `LookupOtherActorConfigsByMsgIDView`; do not keep it).
+    /// borrowed view into this core's snapshot, valid until the next lookup,
+    /// so not to be kept (`LookupOtherActorConfigsByMsgIDView` in
+    /// docs/origins.md).
     #[inline]
     pub fn lookup_other_actor_configs_by_msg_id_view(&mut self, msg_id: u32) -> &[ActorConfig] {
         if self.catalog.other_actors_version() != self.snapshot.version() {
@@ -43,16 +44,16 @@ impl CoreCatalog {
         self.snapshot.candidates(msg_id)
     }
 
-    /// The same candidates as an owned copy the caller may modify (the seed's
-    /// `LookupOtherActorConfigsByMsgID`). Allocates the `Vec`; the configs'
-    /// shared fields are reference-counted, not copied.
+    /// The same candidates as an owned copy the caller may modify
+    /// (`LookupOtherActorConfigsByMsgID` in docs/origins.md). Allocates the
+    /// `Vec`; the configs' shared fields are reference-counted, not copied.
     pub fn lookup_other_actor_configs_by_msg_id(&mut self, msg_id: u32) -> Vec<ActorConfig> {
         self.lookup_other_actor_configs_by_msg_id_view(msg_id)
             .to_vec()
     }
 
     /// This node's own actors registered for `msg_id`, sorted by actor id
-    /// (the seed's `msgRouteTable` lookup); same lock-free scheme.
+    /// (the `msgRouteTable` lookup, docs/origins.md); same lock-free scheme.
     #[inline]
     pub fn lookup_local_routes(&mut self, msg_id: u32) -> &[ActorConfig] {
         if self.catalog.local_version() != self.local.version() {

@@ -1,4 +1,4 @@
-//! Local routes (the seed's `msgRouteTable`): this node's own actors by
+//! Local routes (`msgRouteTable` in docs/origins.md): this node's own actors by
 //! msgId, updated incrementally and copy-on-write when an actor registers.
 //!
 //! Unlike the remote snapshot, an update here knows exactly which msgIds it

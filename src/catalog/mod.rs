@@ -6,7 +6,8 @@
 //! - [`CoreCatalog`] (one per core): lock-free, allocation-free lookups
 //!   against the core's own `Arc` of the snapshot and the local routes.
 //! - [`PickOne`] strategies: [`RendezvousHash`], [`WeightedStrategy`].
-//! - [`lookup_linear_scan`]: the seed's fallback, kept as the baseline.
+//! - [`lookup_linear_scan`]: the lookup without a table (the catalog
+//!   design's fallback path, docs/origins.md), kept as the baseline.
 
 mod actor;
 mod core_view;

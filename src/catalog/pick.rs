@@ -1,5 +1,5 @@
-//! Pick strategies (the seed's `RemoteRouteStrategy.PickOne`): which of a
-//! msgId's candidates gets a message with a given key.
+//! Pick strategies (`RemoteRouteStrategy.PickOne` in docs/origins.md): which
+//! of a msgId's candidates gets a message with a given key.
 //!
 //! Both strategies score every candidate from a stable hash of
 //! `(msg_key, node_id, actor_id)` and take the highest score, so every node
@@ -13,8 +13,8 @@ use wire::hash::stable_hash64;
 use super::actor::ActorConfig;
 
 /// Chooses one candidate index for a message key, or `None` when there is no
-/// candidate. `msg_key` is what must stick to one actor (the seed's
-/// `KeyFunc`): e.g. `stable_hash64` of an object key or a session id.
+/// candidate. `msg_key` is what must stick to one actor (`KeyFunc` in
+/// docs/origins.md): e.g. `stable_hash64` of an object key or a session id.
 pub trait PickOne {
     fn pick_one(&self, msg_key: u64, candidates: &[ActorConfig]) -> Option<usize>;
 }

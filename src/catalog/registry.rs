@@ -1,6 +1,6 @@
-//! The node-wide catalog (the seed's `Group`): the remote actor registry fed
-//! by membership events, its version, the lazily rebuilt snapshot, and this
-//! node's local routes.
+//! The node-wide catalog (`Group` in docs/origins.md): the remote actor
+//! registry fed by membership events, its version, the lazily rebuilt
+//! snapshot, and this node's local routes.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,10 +12,10 @@ use super::lock;
 use super::snapshot::Snapshot;
 
 /// The one interface membership feeds remote actors through. Each event only
-/// stores the configs and bumps the version; nothing is rebuilt here (the
-/// seed's `watchActor`). Each returns whether the registry changed: an event
-/// that repeats what is stored (a periodic re-advertisement) leaves the
-/// version alone, so it costs no rebuild.
+/// stores the configs and bumps the version; nothing is rebuilt here
+/// (`watchActor` in docs/origins.md). Each returns whether the registry
+/// changed: an event that repeats what is stored (a periodic
+/// re-advertisement) leaves the version alone, so it costs no rebuild.
 pub trait ActorEvents {
     /// A node joined with these actors (replacing whatever it had before).
     fn node_up(&self, node_id: u64, actors: Vec<ActorConfig>) -> Result<bool, AdvertiseError>;
@@ -35,8 +35,8 @@ pub struct Catalog {
     other_actors: Mutex<BTreeMap<u64, Arc<[ActorConfig]>>>,
     /// Bumped, under the `other_actors` lock, by every change to it.
     other_actors_version: AtomicU64,
-    /// The latest snapshot. Its lock is also the rebuild lock (the seed's
-    /// `otherRouteMu`): cores that notice one new version build it once.
+    /// The latest snapshot. Its lock is also the rebuild lock (`otherRouteMu`
+    /// in docs/origins.md): cores that notice one new version build it once.
     other_route_snapshot: Mutex<Arc<Snapshot>>,
     rebuild_count: AtomicU64,
     msg_route_table: LocalRoutes,
@@ -72,9 +72,9 @@ impl Catalog {
     }
 
     /// Returns a snapshot for the current version, building it if no one has
-    /// yet: the seed's double-checked `rebuildSnapshot`. The first check is
-    /// the caller's lock-free version compare; this is the second, under the
-    /// rebuild lock, so racing cores build once.
+    /// yet, double-checked (`rebuildSnapshot` in docs/origins.md). The first
+    /// check is the caller's lock-free version compare; this is the second,
+    /// under the rebuild lock, so racing cores build once.
     pub fn rebuild_snapshot(&self) -> Arc<Snapshot> {
         let mut published = lock(&self.other_route_snapshot);
         let current = self.other_actors_version();
@@ -102,8 +102,8 @@ impl Catalog {
         snapshot
     }
 
-    /// Registers a local actor under each of its msgIds (the seed's
-    /// `RegisterRoutes`), replacing an earlier registration with its id. Cores
+    /// Registers a local actor under each of its msgIds (`RegisterRoutes` in
+    /// docs/origins.md), replacing an earlier registration with its id. Cores
     /// see it at their next local lookup.
     pub fn register_routes(&self, actor: ActorConfig) -> Result<(), AdvertiseError> {
         self.msg_route_table.register_routes(actor)

@@ -1,5 +1,6 @@
-//! The msgId -> candidate actors table (the seed's `otherRouteTableSnapshot`)
-//! and the linear scan it replaces (the seed's fallback path).
+//! The msgId -> candidate actors table (`otherRouteTableSnapshot` in
+//! docs/origins.md) and the linear scan it replaces (the catalog design's
+//! fallback path).
 
 use super::actor::ActorConfig;
 
@@ -19,8 +20,8 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Builds the table from every remote actor (any order). This is the
-    /// seed's full rebuild: O(actors x msgIds), paid once per version.
+    /// Builds the table from every remote actor (any order). This is a
+    /// full rebuild: O(actors x msgIds), paid once per version.
     pub fn build<'a>(version: u64, actors: impl IntoIterator<Item = &'a ActorConfig>) -> Self {
         let mut lists: Lists = Lists::default();
         for actor in actors {
@@ -67,16 +68,17 @@ fn table_from_lists(lists: Lists) -> Table {
     table
 }
 
-/// The seed's fallback when no fast table is available: scan every config's
-/// `supported_msg_ids` for `msg_id` and collect the matches into
-/// `remote_candidates_buf`, which the caller reuses between calls (the seed's
-/// `remoteCandidatesBuf`), so that a warm buffer does not allocate.
+/// The lookup when no fast table is available (the catalog design's fallback
+/// path, docs/origins.md): scan every config's `supported_msg_ids` for
+/// `msg_id` and collect the matches into `remote_candidates_buf`, which the
+/// caller reuses between calls (the design's `remoteCandidatesBuf`), so that
+/// a warm buffer does not allocate.
 ///
-/// The buffer holds references: the seed's Go appends copies of
+/// The buffer holds references: the design's Go appends copies of
 /// `ActorConfig` structs, which copy only slice and string headers, and a
 /// reference is the allocation-free Rust equivalent. Matches come out in
 /// `configs` order; an actor that lists `msg_id` twice appears twice, as in
-/// the seed.
+/// the design.
 pub fn lookup_linear_scan<'a>(
     msg_id: u32,
     configs: &'a [ActorConfig],

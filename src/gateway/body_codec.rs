@@ -1,4 +1,4 @@
-//! The gateway's body codec (the gateway seed's codec plugin), sans-IO:
+//! The gateway's body codec (the codec plugin, docs/origins.md), sans-IO:
 //! on a listener with `gateway.body_codec = "msgpack"` (or the TLS or
 //! WebSocket listener's key), the body of a request on a `json` route
 //! (`RouteBody::Json`) is MessagePack. The gateway decodes it once into

@@ -200,8 +200,8 @@ impl GatewayHandle {
     }
 
     /// Kicks `session_id` (on whichever core owns it) if it is still bound
-    /// to `player_id`: PUSH `sys.kicked` with `reason`, then the seed's
-    /// close order.
+    /// to `player_id`: PUSH `sys.kicked` with `reason`, then the fixed close
+    /// order of `GatewayCore::kick` (`shield.client.close` in docs/origins.md).
     pub fn kick(&self, session_id: u64, player_id: u64, reason: &str) {
         if session_core(session_id) == self.0.core_id {
             self.0
@@ -237,8 +237,8 @@ impl GatewayHandle {
             .push_to(session_id, player_id, route_id, body)
     }
 
-    /// The seed's bind CAS on a session this core owns (the services side
-    /// calls it on the session's core). Counted.
+    /// The bind CAS (`apply_binding` in docs/origins.md) on a session this
+    /// core owns (the services side calls it on the session's core). Counted.
     pub fn apply_binding(
         &self,
         session_id: u64,

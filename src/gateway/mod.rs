@@ -68,7 +68,8 @@ pub struct Ingress<'a> {
     /// The JSON of the value `body` holds, decoded once by the listener's
     /// body codec (`body_codec`) for a `json` route; `None` when the body
     /// is what the route reads (no codec, another route, an empty body).
-    /// The seed's `decoded_request`: the object reads it instead of `body`.
+    /// The object reads it instead of `body` (`decoded_request` in
+    /// docs/origins.md).
     pub decoded_request: Option<Vec<u8>>,
 }
 

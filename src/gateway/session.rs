@@ -1,6 +1,6 @@
-//! The session binding of the gateway design: the single source of truth
-//! for where a connection's requests go, guarded by an epoch
-//! compare-and-set.
+//! The session binding (as the gateway design calls it, docs/origins.md):
+//! the single source of truth for where a connection's requests go,
+//! guarded by an epoch compare-and-set.
 
 use crate::config::BodyCodec;
 
@@ -93,9 +93,10 @@ impl Session {
         self.player_id != 0
     }
 
-    /// The seed's `apply_binding`: succeeds only when `expected_epoch` is the
-    /// current epoch or [`K_ANY_EPOCH`]; then writes target and player,
-    /// increments the epoch and returns the new binding.
+    /// The bind compare-and-set (`apply_binding` in docs/origins.md):
+    /// succeeds only when `expected_epoch` is the current epoch or
+    /// [`K_ANY_EPOCH`]; then writes target and player, increments the epoch
+    /// and returns the new binding.
     ///
     /// The epoch never takes the value `K_ANY_EPOCH` (so a reference can
     /// never match the sentinel by accident); a session that has used every

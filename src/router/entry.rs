@@ -40,16 +40,16 @@ pub(crate) struct Waiter {
     /// Send attempts that found the target unavailable (at most two).
     pub send_attempts: u8,
     /// A node a send of this request failed to reach: once the route is
-    /// re-read, the request is not sent there again (the seed's
-    /// send_msg_raw makes two attempts, the second after re-resolving).
+    /// re-read, the request is not sent there again (`send_msg_raw` in
+    /// docs/origins.md: two attempts, the second after re-resolving).
     pub unreachable: Option<NodeId>,
 }
 
-/// The IO in flight for one key: the seed's `io_task_guard`. At most one at
-/// a time; requests and later IO wait behind it. A write's variant carries
-/// what that write will make true once applied (`PendingWrite`), and a
-/// claim's the state it will make writable: data that exists exactly while
-/// that IO is in flight.
+/// The IO in flight for one key (`io_task_guard` in docs/origins.md). At
+/// most one at a time; requests and later IO wait behind it. A write's
+/// variant carries what that write will make true once applied
+/// (`PendingWrite`), and a claim's the state it will make writable: data
+/// that exists exactly while that IO is in flight.
 pub(crate) enum Io {
     /// `pull_cache`: reading the route record.
     PullCache,
@@ -163,8 +163,8 @@ pub(crate) struct Transferring {
     pub target: NodeId,
     pub need_notify: bool,
     pub transfer_id: u64,
-    /// Requests that arrived during the handoff (the seed's
-    /// `transfer_pending_`): queued, never also sent.
+    /// Requests that arrived during the handoff (`transfer_pending_` in
+    /// docs/origins.md): queued, never also sent.
     pub transfer_pending: VecDeque<Waiter>,
     /// The state `remove_object` persisted, shipped in `router_transfer`.
     pub shipped_state: Vec<u8>,

@@ -14,14 +14,15 @@
 //! The core is a dispatcher (`core.rs`) over steps (`steps/`) that never
 //! call each other: each step takes one entry and the event it meets and
 //! returns what happens next (`steps::Next`); only the dispatcher chains
-//! them. The seed's operations keep their names: `filter_router_msg`,
-//! `mutable_cache`, `mutable_object` and `send_msg` in `steps/route.rs`,
-//! `pull_cache` / `pull_object` in `steps/pull.rs` and its claim in
-//! `steps/claim.rs`, `save_object` in `steps/save.rs`, `transfer` /
-//! `remove_object` in `steps/transfer.rs` (`router_transfer`'s target side
-//! is a claim), shutdown in `steps/release.rs`. The per-object
-//! `io_task_guard` is `Entry::io`: one store operation per object at a
-//! time, requests queued behind it (bounded).
+//! them. The router design's operations keep their names (docs/origins.md
+//! says what each does): `filter_router_msg`, `mutable_cache`,
+//! `mutable_object` and `send_msg` in `steps/route.rs`, `pull_cache` /
+//! `pull_object` in `steps/pull.rs` and its claim in `steps/claim.rs`,
+//! `save_object` in `steps/save.rs`, `transfer` / `remove_object` in
+//! `steps/transfer.rs` (`router_transfer`'s target side is a claim),
+//! shutdown in `steps/release.rs`. The per-object `io_task_guard` is
+//! `Entry::io`: one store operation per object at a time, requests queued
+//! behind it (bounded).
 
 mod core;
 mod ctx;

@@ -1090,8 +1090,8 @@ fn harness_with_unknown_owner() -> Harness {
 
 #[test]
 fn an_unavailable_owner_is_read_once_more_then_answered_unavailable() {
-    // The seed's send_msg_raw: two attempts, the second after re-reading
-    // the route.
+    // Two attempts, the second after re-reading the route (`send_msg_raw` in
+    // docs/origins.md).
     let mut h = harness_with_unknown_owner();
     let id = h.request(1, OP_GET, Vec::new());
     let effects = settle_at(&mut h, 1, 1_000);

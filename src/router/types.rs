@@ -6,7 +6,8 @@ use wire::ObjectKey;
 use crate::ids::{NodeId, RouteVersion};
 use crate::store::{CasVersion, RecordWrite, RouteRecord, WriteOutcome};
 
-/// The router head every routed message carries (the seed's SSRouterHead).
+/// The router head every routed message carries (`SSRouterHead` in
+/// docs/origins.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RouterHead {
     pub key: ObjectKey,
@@ -309,8 +310,8 @@ pub enum StoreOp {
 /// Why a store request failed without an outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreFailure {
-    /// Transient (the seed's EN_ROUTER_EAGAIN): retried after a randomised
-    /// wait. For a write, nothing was applied.
+    /// Transient (EN_ROUTER_EAGAIN in docs/origins.md): retried after a
+    /// randomised wait. For a write, nothing was applied.
     Busy,
     /// Terminal for this attempt (timeout of a load, store down). For a
     /// write, nothing was applied: a write that may have applied is

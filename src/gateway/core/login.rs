@@ -167,8 +167,8 @@ impl GatewayCore {
         }
     }
 
-    /// The seed's `apply_binding` on one session, counted: `binds` for a
-    /// winner, `binds_epoch_expired` for a loser.
+    /// The bind CAS (`apply_binding` in docs/origins.md) on one session,
+    /// counted: `binds` for a winner, `binds_epoch_expired` for a loser.
     pub fn apply_binding(
         &mut self,
         session_id: u64,

@@ -121,8 +121,8 @@ fn route_by_owner(
         return Next::Done;
     }
     if !ctx.is_node_available(owner) {
-        // The seed's send_msg_raw: clear the local target and resolve once
-        // more, at most two attempts in all.
+        // Clear the local target and resolve once more, at most two attempts
+        // in all (`send_msg_raw` in docs/origins.md).
         waiter.send_attempts += 1;
         if waiter.send_attempts >= SEND_ATTEMPTS_MAX {
             ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));

@@ -124,8 +124,9 @@ fn full_send_queue_fails_the_send_and_closes_the_slow_reader() {
 
 #[test]
 fn stale_reply_after_rebind_never_reaches_the_wire() {
-    // The seed's in-flight window: an ingress snapshotted at epoch 0, a bind
-    // to epoch 1, then the handler answers with the epoch-0 reference.
+    // The in-flight window (docs/origins.md): an ingress snapshotted at
+    // epoch 0, a bind to epoch 1, then the handler answers with the epoch-0
+    // reference.
     let mut f = Fixture::new();
     let (s, outbox) = f.open();
     let ping = f.request(s, route::SYS_PING, 1).unwrap();
