@@ -378,6 +378,42 @@ fn ctx_is_the_calls_own_whatever_an_earlier_call_did_to_it() {
     assert_eq!(alice.answer(2003, "x"), alice_sees, "after an error too");
 }
 
+/// A file's own top-level locals live in its core's VM: every object of
+/// the type on that core sees the same ones, they are not part of any
+/// object's state, and a reload starts them afresh (docs/scripts.md says
+/// so, and to keep an object's data in `state`).
+#[test]
+fn a_files_top_level_locals_are_the_cores_not_an_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "local calls = 0\n{}",
+        COUNTER.replace(
+            "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+            "calls += 1\n      return calls",
+        )
+    );
+    assert!(script.contains("return calls"));
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
+    let mut first = Probe::new(&library, 200);
+    let mut second = Probe::new(&library, 200);
+    second.object_id = 8;
+    assert_eq!(first.answer(2003, "x"), "1");
+    assert_eq!(
+        second.answer(2003, "x"),
+        "2",
+        "shared by the core's objects"
+    );
+    assert_eq!(first.answer(2003, "x"), "3");
+    assert_eq!(
+        first.state(),
+        serde_json::json!({"n": 0}),
+        "not in the state"
+    );
+    std::fs::write(dir.path().join("counter.luau"), &script).unwrap();
+    library.reload().unwrap();
+    assert_eq!(first.answer(2003, "x"), "1", "a reload starts them afresh");
+}
+
 #[test]
 fn values_cross_into_json_and_back_exactly() {
     let dir = tempfile::tempdir().unwrap();
