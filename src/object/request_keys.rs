@@ -29,7 +29,7 @@ use crate::router::{HandlerOutput, Outcome, Request, RequestId};
 
 /// The flag on the state version that says remembered answers follow the
 /// object's encoding. A type's own versions stay below it.
-pub(crate) const WITH_MEMORY: u16 = 0x8000;
+const WITH_MEMORY: u16 = 0x8000;
 
 /// Keyed requests an object tracks as running (deferred) at most; past it
 /// the oldest is forgotten (its retries then run again). A deferred answer
