@@ -3,12 +3,22 @@
 //! function run under the budget, and either everything it did (the new
 //! state, its answer, what it asked `ctx` for) or a refusal that changes
 //! nothing.
+//!
+//! A call works on its VM's stack directly: the state, the request and the
+//! answer go between JSON and the stack (`value`) with nothing in between.
 
-use mlua::{Table, Value};
+use std::ffi::c_int;
 
-use super::vm::{Loaded, Vm};
-use super::{encode_value, value, Codec, Effects};
+use mlua::ffi;
+use mlua::Value;
+
+use super::vm::{Failed, Loaded, StackTop, Vm};
+use super::{value, Codec, Effects};
 use crate::object::{AppCode, ErrorCode, Refusal};
+
+/// Stack slots a call uses before its values nest: the state kept, the
+/// function, `ctx`, the state again, the request, and room for lookups.
+const CALL_SLOTS: c_int = 8;
 
 /// What a call runs.
 pub(super) enum Invocation<'a> {
@@ -46,169 +56,205 @@ pub(super) fn run(
     invocation: &Invocation<'_>,
 ) -> Result<Ran, Refusal> {
     let internal = |reason: String| Refusal::explained(ErrorCode::Internal, &reason);
-    let Some(loaded) = vm.types.get(&before.type_id) else {
+    let Some(loaded) = vm.loaded(before.type_id) else {
         return Err(internal(format!("type {} is not loaded", before.type_id)));
     };
     let declaration = &loaded.declaration;
-    let (state, version) = state_table(vm, loaded, before)?;
-    let (function, request) = match invocation {
-        Invocation::Request { op, body } => {
-            let Some(route) = declaration.route(*op) else {
+    let route = match invocation {
+        Invocation::Request { op, .. } => match declaration.route(*op) {
+            Some(route) => Some(route),
+            None => {
                 return Err(Refusal::explained(
                     ErrorCode::BadRequest,
                     &format!("{} serves no route {op}", declaration.name),
-                ));
-            };
-            let function = vm
-                .handler(loaded, route.id)
-                .map_err(|error| internal(error.to_string()))?
-                .ok_or_else(|| internal(format!("no handler for {}", route.name)))?;
-            (
-                function,
-                request_value(vm, route.codec, body).map_err(lua_internal)?,
-            )
-        }
-        Invocation::Timer { name } => match &loaded.on_timer {
-            Some(function) => {
-                let name = vm.string(name.as_bytes()).map_err(lua_internal)?;
-                (function.clone(), name)
+                ))
             }
-            None => return Err(internal(format!("{} has no on_timer", declaration.name))),
         },
+        Invocation::Timer { .. } => None,
     };
-    let ctx = vm
-        .ctx(before.player, before.object_id)
-        .map_err(lua_internal)?;
-    vm.effects.take();
-    let returned = vm.call(&function, (ctx, state.clone(), request));
-    let effects = vm.effects.take();
-    let answer = returned.map_err(|error| refusal(&error))?;
-    let json = value::encode(&Value::Table(state))
-        .map_err(|why| internal(format!("the state has no JSON form: {why}")))?;
-    let changed =
-        (before.state != Some(json.as_slice()) || version != before.version).then_some(json);
-    let answer = encode_value(&answer)
-        .map_err(|why| internal(format!("the answer has no JSON form: {why}")))?;
-    Ok(Ran {
-        answer,
-        version,
-        changed,
-        effects,
-    })
+    let Some(_top) = StackTop::keep(vm, CALL_SLOTS) else {
+        return Err(internal("the VM's stack is full".to_string()));
+    };
+    let _unbounded = vm.unbounded();
+    let state = vm.state();
+    // SAFETY: the stack has room for what this pushes (`CALL_SLOTS`; the
+    // conversions check their own), the bound is lifted outside `pcall`,
+    // and `_top` puts the stack back however this returns.
+    unsafe {
+        let version = push_state(vm, loaded, before)?;
+        let kept = ffi::lua_gettop(state);
+        match (invocation, route) {
+            (Invocation::Request { body, .. }, Some(route)) => {
+                if !vm.push_handler(loaded, route.id) {
+                    return Err(internal(format!("no handler for {}", route.name)));
+                }
+                vm.push_ctx(before.player, before.object_id);
+                ffi::lua_pushvalue(state, kept);
+                if route.codec != Codec::Json || value::push(state, body).is_err() {
+                    value::push_string(state, body);
+                }
+            }
+            (Invocation::Timer { name }, _) => {
+                let Some(on_timer) = loaded.on_timer else {
+                    return Err(internal(format!("{} has no on_timer", declaration.name)));
+                };
+                vm.push(on_timer);
+                vm.push_ctx(before.player, before.object_id);
+                ffi::lua_pushvalue(state, kept);
+                value::push_string(state, name.as_bytes());
+            }
+            (Invocation::Request { .. }, None) => unreachable!("a request's route was found"),
+        }
+        vm.effects.take();
+        let returned = vm.pcall(3);
+        let effects = vm.effects.take();
+        returned.map_err(|failed| refusal(vm, failed))?;
+        let mut json = Vec::with_capacity(before.state.map_or(16, <[u8]>::len));
+        value::write(state, kept, &mut json)
+            .map_err(|why| internal(format!("the state has no JSON form: {why}")))?;
+        let changed =
+            (before.state != Some(json.as_slice()) || version != before.version).then_some(json);
+        let mut answer = Vec::new();
+        value::write_answer(state, -1, &mut answer)
+            .map_err(|why| internal(format!("the answer has no JSON form: {why}")))?;
+        Ok(Ran {
+            answer,
+            version,
+            changed,
+            effects,
+        })
+    }
 }
 
-/// The state as a fresh table at the script's version: `init(key)` for an
-/// object not created yet, `migrate(state, from)` for an older one.
-fn state_table(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<(Table, u32), Refusal> {
-    let current = loaded.declaration.version;
-    let Some(bytes) = before.state else {
-        let key = Value::Number(before.object_id as f64);
-        let created = vm.call(&loaded.init, key);
-        return match created.map_err(|error| refusal(&error))? {
-            Value::Table(table) => Ok((table, current)),
-            other => Err(Refusal::explained(
-                ErrorCode::Internal,
-                &format!("init returned a {}, not a table", other.type_name()),
-            )),
+/// Pushes the state as a fresh table at the script's version, and says
+/// that version: `init(key)` for an object not created yet, `migrate(state,
+/// from)` for an older one.
+///
+/// # Safety
+/// As in `run`: room on the stack, the bound lifted.
+unsafe fn push_state(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<u32, Refusal> {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        let state = vm.state();
+        let current = loaded.declaration.version;
+        let internal = |reason: &str| Refusal::explained(ErrorCode::Internal, reason);
+        let Some(bytes) = before.state else {
+            vm.push(loaded.init);
+            ffi::lua_pushnumber(state, before.object_id as f64);
+            vm.pcall(1).map_err(|failed| refusal(vm, failed))?;
+            if ffi::lua_type(state, -1) != ffi::LUA_TTABLE {
+                let found = value::type_name(state, -1);
+                return Err(internal(&format!("init returned a {found}, not a table")));
+            }
+            return Ok(current);
         };
-    };
-    let decoded = vm
-        .decode(bytes)
-        .map_err(|error| Refusal::explained(ErrorCode::Internal, &error.to_string()))?;
-    let Value::Table(table) = decoded else {
-        return Err(Refusal::explained(
-            ErrorCode::Internal,
-            "the state is not a table",
-        ));
-    };
-    if before.version > current {
-        return Err(Refusal::explained(
-            ErrorCode::Internal,
-            &format!(
+        value::push(state, bytes).map_err(|error| internal(&error.to_string()))?;
+        if ffi::lua_type(state, -1) != ffi::LUA_TTABLE {
+            return Err(internal("the state is not a table"));
+        }
+        if before.version > current {
+            return Err(internal(&format!(
                 "the state is of version {}, newer than the script's {current}",
                 before.version
-            ),
-        ));
-    }
-    if before.version == current {
-        return Ok((table, current));
-    }
-    let Some(migrate) = &loaded.migrate else {
-        return Ok((table, current));
-    };
-    let from = Value::Number(f64::from(before.version));
-    let migrated = vm.call(migrate, (table.clone(), from));
-    match migrated.map_err(|error| refusal(&error))? {
-        Value::Table(migrated) => Ok((migrated, current)),
-        Value::Nil => Ok((table, current)),
-        other => Err(Refusal::explained(
-            ErrorCode::Internal,
-            &format!("migrate returned a {}, not a table", other.type_name()),
-        )),
-    }
-}
-
-fn request_value(vm: &Vm, codec: Codec, body: &[u8]) -> mlua::Result<Value> {
-    if codec == Codec::Json {
-        if let Ok(value) = vm.decode(body) {
-            return Ok(value);
+            )));
         }
+        let Some(migrate) = loaded.migrate.filter(|_| before.version < current) else {
+            return Ok(current);
+        };
+        vm.push(migrate);
+        ffi::lua_pushvalue(state, -2);
+        ffi::lua_pushnumber(state, f64::from(before.version));
+        vm.pcall(2).map_err(|failed| refusal(vm, failed))?;
+        match ffi::lua_type(state, -1) {
+            // The migrated table in the old one's place.
+            ffi::LUA_TTABLE => ffi::lua_remove(state, -2),
+            // Migrated in place.
+            ffi::LUA_TNIL => ffi::lua_pop(state, 1),
+            _ => {
+                let found = value::type_name(state, -1);
+                return Err(internal(&format!(
+                    "migrate returned a {found}, not a table"
+                )));
+            }
+        }
+        Ok(current)
     }
-    vm.string(body)
 }
 
-/// The answer to an error a script raised: `error({code = "BAD_REQUEST",
-/// reason = "..."})` is that code (a protocol code's name, or a number
-/// from 32768 for the type's own), anything else INTERNAL with its words.
-fn refusal(error: &Value) -> Refusal {
-    if let Value::Table(table) = error {
-        let reason: String = match table.raw_get::<Value>("reason") {
-            Ok(Value::String(text)) => text.to_string_lossy(),
+/// The answer to a call that failed. An error a script raised is on top
+/// of the stack: `error({code = "BAD_REQUEST", reason = "..."})` is that
+/// code (a protocol code's name, or a number from 32768 for the type's
+/// own), anything else INTERNAL with its words.
+///
+/// # Safety
+/// As in `run`; for [`Failed::Raised`] the error value on top.
+unsafe fn refusal(vm: &Vm, failed: Failed) -> Refusal {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        let words = match failed {
+            Failed::Overran(words) => return Refusal::explained(ErrorCode::Internal, &words),
+            Failed::Raised => {
+                let state = vm.state();
+                match ffi::lua_type(state, -1) {
+                    ffi::LUA_TTABLE => {
+                        if let Some(refusal) = refusal_of_table(state) {
+                            return refusal;
+                        }
+                        "table".to_string()
+                    }
+                    ffi::LUA_TSTRING => {
+                        String::from_utf8_lossy(value::string_at(state, -1)).into_owned()
+                    }
+                    _ => match vm.pop_value() {
+                        Value::Error(error) => error.to_string(),
+                        other => other
+                            .to_string()
+                            .unwrap_or_else(|_| other.type_name().to_string()),
+                    },
+                }
+            }
+        };
+        Refusal::explained(
+            ErrorCode::Internal,
+            words.lines().next().unwrap_or_default(),
+        )
+    }
+}
+
+/// The refusal an error table on top of the stack names, if it has a code.
+unsafe fn refusal_of_table(state: *mut ffi::lua_State) -> Option<Refusal> {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        let reason = match ffi::lua_rawgetfield(state, -1, c"reason".as_ptr()) {
+            ffi::LUA_TSTRING => String::from_utf8_lossy(value::string_at(state, -1)).into_owned(),
             _ => String::new(),
         };
-        match table.raw_get::<Value>("code") {
-            Ok(Value::String(code)) => {
-                let code = code.to_string_lossy();
+        ffi::lua_pop(state, 1);
+        let code_type = ffi::lua_rawgetfield(state, -1, c"code".as_ptr());
+        let refusal = match code_type {
+            ffi::LUA_TSTRING => {
+                let code = String::from_utf8_lossy(value::string_at(state, -1)).into_owned();
                 let known = ErrorCode::ALL.into_iter().find(|known| {
                     known.name() == code && *known as u16 >= ErrorCode::AuthFailed as u16
                 });
-                return match known {
+                Some(match known {
                     Some(known) => Refusal::explained(known, &reason),
                     None => Refusal::explained(
                         ErrorCode::Internal,
                         &format!("error code {code} is not one a handler answers: {reason}"),
                     ),
-                };
+                })
             }
-            Ok(Value::Integer(code)) => {
-                if let Some(code) = u16::try_from(code).ok().and_then(AppCode::new) {
-                    return Refusal::app(code, &reason);
-                }
-            }
-            Ok(Value::Number(code)) => {
-                if let Some(code) = (code.fract() == 0.0 && (0.0..65536.0).contains(&code))
+            ffi::LUA_TNUMBER => {
+                let code = ffi::lua_tonumber(state, -1);
+                (code.fract() == 0.0 && (0.0..65536.0).contains(&code))
                     .then(|| AppCode::new(code as u16))
                     .flatten()
-                {
-                    return Refusal::app(code, &reason);
-                }
+                    .map(|code| Refusal::app(code, &reason))
             }
-            _ => {}
-        }
+            _ => None,
+        };
+        ffi::lua_pop(state, 1);
+        refusal
     }
-    let words = match error {
-        Value::String(text) => text.to_string_lossy(),
-        Value::Error(error) => error.to_string(),
-        other => other
-            .to_string()
-            .unwrap_or_else(|_| other.type_name().to_string()),
-    };
-    Refusal::explained(
-        ErrorCode::Internal,
-        words.lines().next().unwrap_or_default(),
-    )
-}
-
-fn lua_internal(error: mlua::Error) -> Refusal {
-    Refusal::explained(ErrorCode::Internal, &error.to_string())
 }

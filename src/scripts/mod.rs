@@ -119,6 +119,9 @@ pub struct Library {
     call_budget: Duration,
     memory_max: usize,
     current: RwLock<Arc<Generation>>,
+    /// `current`'s number, stored after it: a call reads this alone to
+    /// know its core's VM is current, and the lock only when it is not.
+    current_number: AtomicU64,
     /// One reload at a time.
     reloading: Mutex<()>,
 }
@@ -164,6 +167,7 @@ impl Library {
             call_budget,
             memory_max,
             current: RwLock::new(Arc::new(Generation { number: 1, files })),
+            current_number: AtomicU64::new(1),
             reloading: Mutex::new(()),
         }))
     }
@@ -233,6 +237,7 @@ impl Library {
             .current
             .write()
             .unwrap_or_else(|poison| poison.into_inner()) = Arc::new(Generation { number, files });
+        self.current_number.store(number, Ordering::Release);
         let answer = json!({ "ok": ok, "generation": number, "files": report });
         if ok {
             Ok(answer)
@@ -252,12 +257,13 @@ impl Library {
     /// it first when there is none or an older one. `Err` when the VM
     /// cannot be built (the reason, for the answer).
     fn with_vm<R>(&self, f: impl FnOnce(&Vm) -> R) -> Result<R, String> {
-        let generation = self.generation();
+        let number = self.current_number.load(Ordering::Acquire);
         VMS.with(|vms| {
             let mut vms = vms.borrow_mut();
             let at = match vms.iter().position(|(id, _)| *id == self.id) {
-                Some(at) if vms[at].1.generation == generation.number => at,
+                Some(at) if vms[at].1.generation == number => at,
                 found => {
+                    let generation = self.generation();
                     let vm = Vm::new(
                         &generation.files,
                         generation.number,
@@ -348,14 +354,4 @@ fn check(
         source,
         declaration: Arc::new(declaration),
     })
-}
-
-/// The bytes a value leaves as (an answer, a push, a send): a string as
-/// its bytes, anything else as JSON; nil as nothing.
-fn encode_value(value: &mlua::Value) -> Result<Vec<u8>, String> {
-    match value {
-        mlua::Value::Nil => Ok(Vec::new()),
-        mlua::Value::String(text) => Ok(text.as_bytes().to_vec()),
-        other => value::encode(other),
-    }
 }

@@ -466,3 +466,27 @@ fn a_global_a_file_defines_wins_over_the_builtin_of_that_name() {
         r#"{"n":0,"t":"mine","u":"number"}"#
     );
 }
+
+/// `ctx`'s methods are shared by every object of the core, of every type:
+/// a script that could replace one would see what other objects push.
+#[test]
+fn a_script_cannot_replace_ctxs_methods() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = COUNTER.replace(
+        "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+        "if req == \"replace\" then getmetatable(ctx).__index.push = function() end end\n      \
+         if req == \"swap\" then getmetatable(ctx).__index = {} end\n      \
+         ctx:push(ctx.player, 2003, req)\n      \
+         return \"pushed\"",
+    );
+    assert_ne!(script, COUNTER);
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
+    let mut alice = Probe::new(&library, 200);
+    for attempt in ["replace", "swap"] {
+        let (code, reason) = refusal_of(alice.call(2003, attempt));
+        assert_eq!(code, ErrorCode::Internal, "{attempt}");
+        assert!(reason.contains("readonly"), "{attempt}: {reason}");
+    }
+    let ran = alice.call(2003, "x").unwrap();
+    assert_eq!(ran.effects.pushes, vec![(7, 2003, b"x".to_vec())]);
+}

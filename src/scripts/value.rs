@@ -1,7 +1,9 @@
 //! The one value model between clients, the store and Luau: JSON. A request
 //! body (on a `json` route), an object's state and a handler's answer cross
-//! into Luau and back through here, straight between JSON text and Lua
-//! values (no JSON tree in between: a call makes and drops one each way).
+//! into Luau and back through here, straight between JSON text and values
+//! on the VM's stack: no JSON tree and no Rust handle per Lua value in
+//! between (each handle costs a slot in mlua's reference thread, which was
+//! most of a small call's cost).
 //!
 //! A Lua table whose keys are exactly 1..n (n > 0) is a JSON array; any
 //! other table is a JSON object (number keys become their decimal text),
@@ -10,12 +12,19 @@
 //! `i64` stay integers; other numbers are floats. Functions, userdata and
 //! other values that JSON cannot hold are an error, as is nesting deeper
 //! than `DEPTH_MAX` (a table that holds itself).
+//!
+//! Everything here works on a raw `lua_State` and must run where Luau
+//! cannot raise an error: with the VM's memory bound lifted (an allocation
+//! is then refused only when the process itself is out of memory, which
+//! aborts anyway) and with room on the stack checked before each level.
 
+use std::cell::Cell;
+use std::ffi::{c_int, CStr};
 use std::fmt;
+use std::ops::Range;
 
-use mlua::{Lua, Table, Value};
+use mlua::ffi::{self, lua_State};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::ser::{Error as _, Serialize, SerializeMap, SerializeSeq, Serializer};
 
 /// Tables deeper than this do not convert (a cycle, or a runaway script).
 const DEPTH_MAX: usize = 64;
@@ -23,135 +32,245 @@ const DEPTH_MAX: usize = 64;
 /// Room a decoded array or object starts with when the text does not say
 /// its length (serde_json never does): most bodies and states are a few
 /// fields, and a table that grows field by field pays a rehash each time.
-const FIELDS_GUESSED: usize = 4;
+const FIELDS_GUESSED: c_int = 4;
 
-/// The JSON text `bytes` as a Lua value (`null` is nil), or why it is not
-/// JSON.
-pub(super) fn decode(lua: &Lua, bytes: &[u8]) -> Result<Value, serde_json::Error> {
-    let mut json = serde_json::Deserializer::from_slice(bytes);
-    let value = Decoder { lua }.deserialize(&mut json)?;
-    json.end()?;
-    Ok(value)
+/// Stack slots one level of a conversion uses: the table, a key, a value.
+const SLOTS_PER_LEVEL: c_int = 3;
+
+/// Pushes the JSON text `bytes` as one Lua value (`null` is nil), or says
+/// why it is not JSON and leaves the stack as it was.
+///
+/// # Safety
+/// `state` is a live Luau state whose memory bound is lifted.
+pub(super) unsafe fn push(state: *mut lua_State, bytes: &[u8]) -> Result<(), serde_json::Error> {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        let top = ffi::lua_gettop(state);
+        let mut json = serde_json::Deserializer::from_slice(bytes);
+        let pushed = Decoder { state }
+            .deserialize(&mut json)
+            .and_then(|()| json.end());
+        if pushed.is_err() {
+            ffi::lua_settop(state, top);
+        }
+        pushed
+    }
 }
 
-/// A Lua value as JSON text, or why it has no JSON form.
-pub(super) fn encode(value: &Value) -> Result<Vec<u8>, String> {
-    serde_json::to_vec(&Encoder { value, depth: 0 }).map_err(|error| error.to_string())
+/// Pushes `bytes` as a Lua string.
+///
+/// # Safety
+/// As [`push`].
+pub(super) unsafe fn push_string(state: *mut lua_State, bytes: &[u8]) {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        ffi::lua_pushlstring(state, bytes.as_ptr().cast(), bytes.len());
+    }
 }
 
-/// Makes Lua values from a JSON document as it is read.
+/// Appends the value at `index` to `out` as JSON text, or says why it has
+/// no JSON form (`out` then holds part of it). The stack is left as it was.
+///
+/// # Safety
+/// `state` is a live Luau state and `index` a valid index on its stack.
+pub(super) unsafe fn write(
+    state: *mut lua_State,
+    index: c_int,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        let index = ffi::lua_absindex(state, index);
+        let top = ffi::lua_gettop(state);
+        let (fields, scratch) = BUFFERS.take();
+        let mut encoder = Encoder {
+            state,
+            out,
+            fields,
+            scratch,
+        };
+        let written = encoder.value(index, 0);
+        encoder.fields.clear();
+        BUFFERS.set((encoder.fields, encoder.scratch));
+        ffi::lua_settop(state, top);
+        written
+    }
+}
+
+/// The bytes a value leaves as (an answer, a push, a send), appended to
+/// `out`: a string as its bytes, nil as nothing, anything else as JSON.
+///
+/// # Safety
+/// As [`write`].
+pub(super) unsafe fn write_answer(
+    state: *mut lua_State,
+    index: c_int,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        match ffi::lua_type(state, index) {
+            ffi::LUA_TNIL => Ok(()),
+            ffi::LUA_TSTRING => {
+                out.extend_from_slice(string_at(state, index));
+                Ok(())
+            }
+            _ => write(state, index, out),
+        }
+    }
+}
+
+/// The bytes of the string at `index`, borrowed from the VM: valid while
+/// that string is on the stack or held by a table left unchanged.
+///
+/// # Safety
+/// The value at `index` is a string (`lua_tolstring` would turn a number
+/// into one in place, which would change a table's key under a walk).
+pub(super) unsafe fn string_at<'a>(state: *mut lua_State, index: c_int) -> &'a [u8] {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        let mut len = 0usize;
+        let text = ffi::lua_tolstring(state, index, &mut len);
+        if text.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(text.cast(), len)
+    }
+}
+
+/// The name Luau gives a type, for an error.
+pub(super) unsafe fn type_name(state: *mut lua_State, index: c_int) -> String {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        let name = ffi::lua_typename(state, ffi::lua_type(state, index));
+        if name.is_null() {
+            return "value".to_string();
+        }
+        CStr::from_ptr(name).to_string_lossy().into_owned()
+    }
+}
+
+/// An object's fields and the room to sort them in.
+type Buffers = (Vec<(Range<usize>, Range<usize>)>, Vec<u8>);
+
+thread_local! {
+    /// The encoder's buffers, kept between calls so that writing a value
+    /// allocates nothing but what `out` grows by.
+    static BUFFERS: Cell<Buffers> = const { Cell::new((Vec::new(), Vec::new())) };
+}
+
+/// Pushes Lua values onto the stack as a JSON document is read.
 #[derive(Clone, Copy)]
-struct Decoder<'lua> {
-    lua: &'lua Lua,
+struct Decoder {
+    state: *mut lua_State,
 }
 
-fn lua_error<E: serde::de::Error>(error: mlua::Error) -> E {
-    E::custom(error)
+impl Decoder {
+    /// Room for one more level, or serde's error.
+    fn room<E: serde::de::Error>(self) -> Result<(), E> {
+        // SAFETY: the state is live (the contract of `push`).
+        match unsafe { ffi::lua_checkstack(self.state, SLOTS_PER_LEVEL) } {
+            0 => Err(E::custom("nested too deep for the VM's stack")),
+            _ => Ok(()),
+        }
+    }
 }
 
-impl<'de> DeserializeSeed<'de> for Decoder<'_> {
-    type Value = Value;
+impl<'de> DeserializeSeed<'de> for Decoder {
+    type Value = ();
 
-    fn deserialize<D: Deserializer<'de>>(self, json: D) -> Result<Value, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, json: D) -> Result<(), D::Error> {
         json.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for Decoder<'_> {
-    type Value = Value;
+// Every `unsafe` block below is sound because the state is live with its
+// memory bound lifted (the contract of `push`), and `room` was checked for
+// the level, so no push can fail or raise.
+impl<'de> Visitor<'de> for Decoder {
+    type Value = ();
 
     fn expecting(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
         out.write_str("a JSON value")
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Value, E> {
-        Ok(Value::Nil)
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        // SAFETY: as the note on this impl says.
+        unsafe { ffi::lua_pushnil(self.state) };
+        Ok(())
     }
 
-    fn visit_bool<E: serde::de::Error>(self, flag: bool) -> Result<Value, E> {
-        Ok(Value::Boolean(flag))
+    fn visit_bool<E: serde::de::Error>(self, flag: bool) -> Result<(), E> {
+        // SAFETY: as the note on this impl says.
+        unsafe { ffi::lua_pushboolean(self.state, c_int::from(flag)) };
+        Ok(())
     }
 
     // Luau numbers are doubles: integers beyond 2^53 lose digits, as they
     // would in JavaScript.
-    fn visit_i64<E: serde::de::Error>(self, integer: i64) -> Result<Value, E> {
-        Ok(Value::Number(integer as f64))
+    fn visit_i64<E: serde::de::Error>(self, integer: i64) -> Result<(), E> {
+        self.visit_f64(integer as f64)
     }
 
-    fn visit_u64<E: serde::de::Error>(self, integer: u64) -> Result<Value, E> {
-        Ok(Value::Number(integer as f64))
+    fn visit_u64<E: serde::de::Error>(self, integer: u64) -> Result<(), E> {
+        self.visit_f64(integer as f64)
     }
 
-    fn visit_f64<E: serde::de::Error>(self, number: f64) -> Result<Value, E> {
-        Ok(Value::Number(number))
+    fn visit_f64<E: serde::de::Error>(self, number: f64) -> Result<(), E> {
+        // SAFETY: as the note on this impl says.
+        unsafe { ffi::lua_pushnumber(self.state, number) };
+        Ok(())
     }
 
-    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Value, E> {
-        self.lua
-            .create_string(text)
-            .map(Value::String)
-            .map_err(lua_error)
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<(), E> {
+        // SAFETY: as the note on this impl says.
+        unsafe { push_string(self.state, text.as_bytes()) };
+        Ok(())
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Value, A::Error> {
-        let table = self
-            .lua
-            .create_table_with_capacity(items.size_hint().unwrap_or(FIELDS_GUESSED), 0)
-            .map_err(lua_error)?;
-        let mut index = 0usize;
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        self.room()?;
+        let guessed = items.size_hint().map_or(FIELDS_GUESSED, clamp);
+        // SAFETY: as the note on this impl says.
+        unsafe { ffi::lua_createtable(self.state, guessed, 0) };
+        let mut index: ffi::lua_Integer = 0;
         // A null keeps its place: the next item's index counts it.
-        while let Some(item) = items.next_element_seed(self)? {
+        while let Some(()) = items.next_element_seed(self)? {
             index += 1;
-            table.raw_set(index, item).map_err(lua_error)?;
+            // SAFETY: as the note on this impl says.
+            unsafe { ffi::lua_rawseti(self.state, -2, index) };
         }
-        Ok(Value::Table(table))
+        Ok(())
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut fields: A) -> Result<Value, A::Error> {
-        let table = self
-            .lua
-            .create_table_with_capacity(0, fields.size_hint().unwrap_or(FIELDS_GUESSED))
-            .map_err(lua_error)?;
-        while let Some(name) = fields.next_key_seed(self)? {
-            let item = fields.next_value_seed(self)?;
-            table.raw_set(name, item).map_err(lua_error)?;
+    fn visit_map<A: MapAccess<'de>>(self, mut fields: A) -> Result<(), A::Error> {
+        self.room()?;
+        let guessed = fields.size_hint().map_or(FIELDS_GUESSED, clamp);
+        // SAFETY: as the note on this impl says.
+        unsafe { ffi::lua_createtable(self.state, 0, guessed) };
+        while let Some(()) = fields.next_key_seed(self)? {
+            fields.next_value_seed(self)?;
+            // SAFETY: as the note on this impl says.
+            unsafe { ffi::lua_rawset(self.state, -3) };
         }
-        Ok(Value::Table(table))
+        Ok(())
     }
 }
 
-/// Writes a Lua value as JSON as it walks it.
+fn clamp(len: usize) -> c_int {
+    c_int::try_from(len).unwrap_or(c_int::MAX)
+}
+
+/// Writes the values on a stack as JSON.
 struct Encoder<'a> {
-    value: &'a Value,
-    depth: usize,
-}
-
-impl Serialize for Encoder<'_> {
-    fn serialize<S: Serializer>(&self, out: S) -> Result<S::Ok, S::Error> {
-        match self.value {
-            Value::Nil => out.serialize_unit(),
-            Value::Boolean(flag) => out.serialize_bool(*flag),
-            Value::Integer(integer) => out.serialize_i64(*integer),
-            Value::Number(number) => match json_number(*number) {
-                Ok(JsonNumber::Integer(integer)) => out.serialize_i64(integer),
-                Ok(JsonNumber::Float(number)) => out.serialize_f64(number),
-                Err(why) => Err(S::Error::custom(why)),
-            },
-            Value::String(text) => out.serialize_str(&text.to_string_lossy()),
-            Value::Table(table) => {
-                if self.depth >= DEPTH_MAX {
-                    return Err(S::Error::custom(format!(
-                        "a table nested deeper than {DEPTH_MAX}"
-                    )));
-                }
-                encode_table(table, self.depth + 1, out)
-            }
-            other => Err(S::Error::custom(format!(
-                "a {} has no JSON form",
-                other.type_name()
-            ))),
-        }
-    }
+    state: *mut lua_State,
+    out: &'a mut Vec<u8>,
+    /// The fields of the objects being written, innermost last: each the
+    /// range in `out` of its name (its JSON text inside the quotes) and of
+    /// its whole `"name":value` member.
+    fields: Vec<(Range<usize>, Range<usize>)>,
+    /// Where an object's members are put in order.
+    scratch: Vec<u8>,
 }
 
 enum JsonNumber {
@@ -159,8 +278,11 @@ enum JsonNumber {
     Float(f64),
 }
 
+/// A whole number within `i64` is written as an integer (`2^53` as
+/// `9007199254740992`, not `9007199254740992.0`); any other as a float.
 fn json_number(number: f64) -> Result<JsonNumber, String> {
-    if number.fract() == 0.0 && number.abs() < 9.007_199_254_740_992e15 {
+    const I64_END: f64 = 9_223_372_036_854_775_808.0; // 2^63
+    if number.fract() == 0.0 && (-I64_END..I64_END).contains(&number) {
         return Ok(JsonNumber::Integer(number as i64));
     }
     if !number.is_finite() {
@@ -169,80 +291,186 @@ fn json_number(number: f64) -> Result<JsonNumber, String> {
     Ok(JsonNumber::Float(number))
 }
 
-fn encode_table<S: Serializer>(table: &Table, depth: usize, out: S) -> Result<S::Ok, S::Error> {
-    let len = table.raw_len();
-    let mut pairs = Vec::new();
-    for pair in table.pairs::<Value, Value>() {
-        pairs.push(pair.map_err(S::Error::custom)?);
-    }
-    if len > 0 && pairs.len() == len {
-        if let Some(items) = array_items(&pairs, len) {
-            let mut array = out.serialize_seq(Some(len))?;
-            for item in items {
-                let value = item.unwrap_or(&Value::Nil);
-                array.serialize_element(&Encoder { value, depth })?;
+impl Encoder<'_> {
+    /// The value at the absolute `index`; leaves the stack as it found it
+    /// when it returns `Ok`.
+    unsafe fn value(&mut self, index: c_int, depth: usize) -> Result<(), String> {
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            let state = self.state;
+            match ffi::lua_type(state, index) {
+                ffi::LUA_TNIL => self.out.extend_from_slice(b"null"),
+                ffi::LUA_TBOOLEAN => match ffi::lua_toboolean(state, index) {
+                    0 => self.out.extend_from_slice(b"false"),
+                    _ => self.out.extend_from_slice(b"true"),
+                },
+                ffi::LUA_TNUMBER => self.number(ffi::lua_tonumber(state, index))?,
+                ffi::LUA_TSTRING => self.text(string_at(state, index)),
+                ffi::LUA_TTABLE => {
+                    if depth >= DEPTH_MAX {
+                        return Err(format!("a table nested deeper than {DEPTH_MAX}"));
+                    }
+                    if ffi::lua_checkstack(state, SLOTS_PER_LEVEL) == 0 {
+                        return Err("a table nested too deep for the VM's stack".to_string());
+                    }
+                    self.table(index, depth + 1)?;
+                }
+                _ => return Err(format!("a {} has no JSON form", type_name(state, index))),
             }
-            return array.end();
+            Ok(())
         }
     }
-    encode_object(pairs, depth, out)
-}
 
-/// The items of a table whose keys are 1..=len, in order; `None` when a
-/// key is anything else.
-fn array_items(pairs: &[(Value, Value)], len: usize) -> Option<Vec<Option<&Value>>> {
-    let mut items = vec![None; len];
-    for (key, item) in pairs {
-        let index = match key {
-            Value::Integer(index) => *index as usize,
-            Value::Number(index) => *index as usize,
-            _ => return None,
+    fn number(&mut self, number: f64) -> Result<(), String> {
+        let written = match json_number(number)? {
+            JsonNumber::Integer(integer) => serde_json::to_writer(&mut *self.out, &integer),
+            JsonNumber::Float(number) => serde_json::to_writer(&mut *self.out, &number),
         };
-        if index == 0 || index > len {
-            return None;
-        }
-        items[index - 1] = Some(item);
+        written.map_err(|error| error.to_string())
     }
-    Some(items)
-}
 
-/// A table as a JSON object, its fields sorted by name. Two keys with the
-/// same text (`1` and `"1"`) are one field, the later in the walk; the
-/// other must still have a JSON form.
-fn encode_object<S: Serializer>(
-    pairs: Vec<(Value, Value)>,
-    depth: usize,
-    out: S,
-) -> Result<S::Ok, S::Error> {
-    let mut fields = Vec::with_capacity(pairs.len());
-    for (key, item) in pairs {
-        let name = match &key {
-            Value::String(text) => text.to_string_lossy(),
-            Value::Integer(integer) => integer.to_string(),
-            Value::Number(number) => match json_number(*number).map_err(S::Error::custom)? {
-                JsonNumber::Integer(integer) => integer.to_string(),
-                JsonNumber::Float(number) => serde_json::Number::from_f64(number)
-                    .map_or_else(|| number.to_string(), |number| number.to_string()),
-            },
-            other => {
-                return Err(S::Error::custom(format!(
-                    "a table key of type {}",
-                    other.type_name()
-                )))
+    /// A string, its bytes taken as UTF-8 (anything else replaced).
+    fn text(&mut self, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        // Writing a str into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *self.out, &*text);
+    }
+
+    unsafe fn table(&mut self, index: c_int, depth: usize) -> Result<(), String> {
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            let len = ffi::lua_objlen(self.state, index);
+            if len > 0 && self.is_array(index, len) {
+                self.out.push(b'[');
+                for at in 1..=len {
+                    if at > 1 {
+                        self.out.push(b',');
+                    }
+                    ffi::lua_rawgeti(self.state, index, at as ffi::lua_Integer);
+                    self.value(ffi::lua_gettop(self.state), depth)?;
+                    ffi::lua_pop(self.state, 1);
+                }
+                self.out.push(b']');
+                return Ok(());
             }
-        };
-        fields.push((name, item));
-    }
-    // A stable sort keeps fields of the same name in walk order.
-    fields.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut object = out.serialize_map(Some(fields.len()))?;
-    for (at, (name, item)) in fields.iter().enumerate() {
-        let value = Encoder { value: item, depth };
-        if fields.get(at + 1).is_some_and(|next| next.0 == *name) {
-            serde_json::to_writer(std::io::sink(), &value).map_err(S::Error::custom)?;
-            continue;
+            self.object(index, depth)
         }
-        object.serialize_entry(name, &value)?;
     }
-    object.end()
+
+    /// Whether the table's keys are exactly 1..=len.
+    unsafe fn is_array(&mut self, index: c_int, len: usize) -> bool {
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            let state = self.state;
+            let mut count = 0usize;
+            let mut iter = 0;
+            loop {
+                iter = ffi::lua_rawiter(state, index, iter);
+                if iter < 0 {
+                    return count == len;
+                }
+                count += 1;
+                let key = (ffi::lua_type(state, -2) == ffi::LUA_TNUMBER)
+                    .then(|| ffi::lua_tonumber(state, -2));
+                ffi::lua_pop(state, 2);
+                let in_range =
+                    key.is_some_and(|key| key.fract() == 0.0 && key >= 1.0 && key <= len as f64);
+                if !in_range {
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// A table as a JSON object, its fields sorted by name. Two keys with
+    /// the same text (`1` and `"1"`) are one field, the later in the walk;
+    /// the other must still have a JSON form. Members are written in walk
+    /// order and put in order afterwards only when the walk did not meet
+    /// them so (a one-field object never moves).
+    unsafe fn object(&mut self, index: c_int, depth: usize) -> Result<(), String> {
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            let state = self.state;
+            let start = self.out.len();
+            let first = self.fields.len();
+            let mut in_order = true;
+            self.out.push(b'{');
+            let mut iter = 0;
+            loop {
+                iter = ffi::lua_rawiter(state, index, iter);
+                if iter < 0 {
+                    break;
+                }
+                if self.fields.len() > first {
+                    self.out.push(b',');
+                }
+                let member = self.out.len();
+                self.name(-2)?;
+                // The name's text inside its quotes, what fields sort by.
+                let name = member + 1..self.out.len() - 1;
+                self.out.push(b':');
+                self.value(ffi::lua_gettop(state), depth)?;
+                if let Some((last, _)) = self.fields[first..].last() {
+                    in_order &= self.out[last.clone()] < self.out[name.clone()];
+                }
+                self.fields.push((name, member..self.out.len()));
+                ffi::lua_pop(state, 2);
+            }
+            if in_order {
+                self.out.push(b'}');
+            } else {
+                self.reorder(start, first);
+            }
+            self.fields.truncate(first);
+            Ok(())
+        }
+    }
+
+    /// Rewrites the object from `start` in `out`, whose members are
+    /// `fields[first..]`, with its members sorted by name, the later of
+    /// two of the same name kept.
+    fn reorder(&mut self, start: usize, first: usize) {
+        let out = &*self.out;
+        let fields = &mut self.fields[first..];
+        // A stable sort keeps fields of the same name in walk order.
+        fields.sort_by(|a, b| out[a.0.clone()].cmp(&out[b.0.clone()]));
+        self.scratch.clear();
+        self.scratch.push(b'{');
+        for (at, (name, member)) in fields.iter().enumerate() {
+            if fields
+                .get(at + 1)
+                .is_some_and(|next| out[next.0.clone()] == out[name.clone()])
+            {
+                continue;
+            }
+            if self.scratch.len() > 1 {
+                self.scratch.push(b',');
+            }
+            self.scratch.extend_from_slice(&out[member.clone()]);
+        }
+        self.scratch.push(b'}');
+        self.out.truncate(start);
+        self.out.extend_from_slice(&self.scratch);
+    }
+
+    /// The key at `index` as a JSON object's name.
+    unsafe fn name(&mut self, index: c_int) -> Result<(), String> {
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            let state = self.state;
+            match ffi::lua_type(state, index) {
+                ffi::LUA_TSTRING => self.text(string_at(state, index)),
+                ffi::LUA_TNUMBER => {
+                    let text = match json_number(ffi::lua_tonumber(state, index))? {
+                        JsonNumber::Integer(integer) => integer.to_string(),
+                        JsonNumber::Float(number) => serde_json::Number::from_f64(number)
+                            .map_or_else(|| number.to_string(), |number| number.to_string()),
+                    };
+                    self.text(text.as_bytes());
+                }
+                _ => return Err(format!("a table key of type {}", type_name(state, index))),
+            }
+            Ok(())
+        }
+    }
 }

@@ -6,15 +6,24 @@
 //! `buffer` libraries; no `io`, `os`, `debug`, `require`, `loadstring` /
 //! `load` (so no bytecode), `getfenv` / `setfenv` or `collectgarbage`;
 //! globals read-only (Luau's sandbox), and each file in an environment of
-//! its own, so files share nothing. Chunks load as text only.
+//! its own, so files share nothing. Chunks load as text only. `ctx`'s
+//! methods are read-only too: a script that could replace `ctx.push` would
+//! see what every other object of the core pushes.
+//!
+//! Loading goes through mlua; a call does not. What a call touches (each
+//! type's functions, `ctx`) is held as a reference in Luau's registry and
+//! the call works on the VM's stack itself (`call`, `value`), because an
+//! mlua handle per value was most of a small call's cost.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::ffi::c_int;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mlua::{ChunkMode, Function, IntoLuaMulti, Lua, LuaOptions, StdLib, Table, Value, VmState};
+use mlua::ffi::{self, lua_State};
+use mlua::{ChunkMode, Function, IntoLua, Lua, LuaOptions, StdLib, Table, Value};
 
 use super::declare::{declare, Declaration};
 use super::{value, Effects, ScriptError, ScriptFile};
@@ -35,44 +44,113 @@ const REMOVED_GLOBALS: [&str; 9] = [
     "loadfile",
 ];
 
-/// The budget of the call running now.
-#[derive(Default)]
+/// The words of a budget overrun, raised inside the script.
+const OVERRUN: &[u8] = b"the call ran past its budget";
+
+/// Safepoints between two looks at the clock: a look costs as much as a
+/// small handler's own work, and a few safepoints are a few loop
+/// iterations or calls.
+const SAFEPOINTS_PER_LOOK: u32 = 8;
+
+/// The budget of the call running on this thread now (a thread runs one
+/// VM call at a time: its core's, or a loader's).
 struct Budget {
     deadline: Cell<Option<Instant>>,
+    /// Safepoints met since the call started.
+    safepoints: Cell<u32>,
     /// Sticky once past the deadline: every later interrupt fails again,
     /// so a script's own `pcall` cannot swallow the overrun and go on.
     exceeded: Cell<bool>,
 }
 
+thread_local! {
+    static BUDGET: Budget = const {
+        Budget {
+            deadline: Cell::new(None),
+            safepoints: Cell::new(0),
+            exceeded: Cell::new(false),
+        }
+    };
+}
+
+/// Luau calls this at its safepoints (calls, returns, loop back edges):
+/// past the deadline it raises the overrun in the script. It looks at the
+/// clock at every `SAFEPOINTS_PER_LOOK`th.
+unsafe extern "C-unwind" fn interrupt(state: *mut lua_State, gc: c_int) {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        // A garbage collector step is not a place to raise an error.
+        if gc >= 0 {
+            return;
+        }
+        let past = BUDGET.with(|budget| {
+            let Some(deadline) = budget.deadline.get() else {
+                return false;
+            };
+            let safepoints = budget.safepoints.get().wrapping_add(1);
+            budget.safepoints.set(safepoints);
+            if budget.exceeded.get()
+                || (safepoints % SAFEPOINTS_PER_LOOK == 0 && Instant::now() >= deadline)
+            {
+                budget.exceeded.set(true);
+                return true;
+            }
+            false
+        });
+        if past {
+            // Nothing of this frame needs dropping: the error unwinds through it.
+            // A safepoint promises no free slot on the stack.
+            ffi::lua_rawcheckstack(state, 1);
+            value::push_string(state, OVERRUN);
+            ffi::lua_error(state);
+        }
+    }
+}
+
+/// A value held in the VM's registry for as long as the VM lives.
+#[derive(Clone, Copy)]
+pub(super) struct Ref(c_int);
+
 /// One type's functions in one VM.
 pub(super) struct Loaded {
     pub declaration: Arc<Declaration>,
-    pub init: Function,
-    pub migrate: Option<Function>,
-    pub on_timer: Option<Function>,
-    pub handlers: Table,
-    /// Each route's name, by route id, as a Lua string made once, so a
-    /// call finds its handler without hashing the name again.
-    route_names: HashMap<u32, mlua::String>,
+    pub init: Ref,
+    pub migrate: Option<Ref>,
+    pub on_timer: Option<Ref>,
+    handlers: Ref,
+    /// Each route's id and name, the name as a Lua string made once, so a
+    /// call finds its handler without hashing the name again. A type has
+    /// a few routes: a list is quicker to search than a map.
+    route_names: Vec<(u32, Ref)>,
+}
+
+/// How a call failed.
+pub(super) enum Failed {
+    /// It ran past its budget (these words).
+    Overran(String),
+    /// It raised an error: the error value is on top of the stack.
+    Raised,
 }
 
 /// One core's VM for one generation of a library.
 pub(super) struct Vm {
-    pub lua: Lua,
+    lua: Lua,
+    /// The VM's main thread, where every call runs. Valid as long as `lua`.
+    state: *mut lua_State,
     pub generation: u64,
-    pub types: HashMap<u32, Loaded>,
-    budget: Rc<Budget>,
+    /// The types loaded (a few: searched in order).
+    types: Vec<Loaded>,
     call_budget: Duration,
     /// What the running call asked for; taken after it.
     pub effects: Rc<RefCell<Effects>>,
     /// The metatable of every `ctx` (its methods).
-    ctx_meta: Table,
-    /// The one `ctx` of this VM, filled again for each call (`Vm::ctx`).
-    ctx: Table,
-    /// The names of `ctx`'s fields, made once.
-    player_name: mlua::String,
-    key_name: mlua::String,
-    pcall: Function,
+    ctx_meta: Ref,
+    /// The one `ctx` of this VM, filled again for each call (`push_ctx`).
+    ctx: Ref,
+    /// The names of `ctx`'s fields, made once (naming a field by its text
+    /// would hash and look the text up at each call).
+    player_name: Ref,
+    key_name: Ref,
     memory_max: usize,
 }
 
@@ -87,45 +165,43 @@ impl Vm {
     ) -> Result<Vm, ScriptError> {
         let setup = |error: mlua::Error| ScriptError::at("(vm)", 1, error.to_string());
         let lua = sandboxed(memory_max).map_err(setup)?;
-        let budget = Rc::new(Budget::default());
-        let watched = budget.clone();
-        lua.set_interrupt(move |_| {
-            let Some(deadline) = watched.deadline.get() else {
-                return Ok(VmState::Continue);
-            };
-            if watched.exceeded.get() || Instant::now() >= deadline {
-                watched.exceeded.set(true);
-                return Err(mlua::Error::runtime("the call ran past its budget"));
-            }
-            Ok(VmState::Continue)
-        });
+        let mut state = std::ptr::null_mut();
+        // SAFETY: the function only reads the state's address and installs
+        // the interrupt; it leaves the stack empty.
+        unsafe {
+            lua.exec_raw::<()>((), |main| {
+                state = main;
+                (*ffi::lua_callbacks(main)).interrupt = Some(interrupt);
+            })
+        }
+        .map_err(setup)?;
         let effects = Rc::new(RefCell::new(Effects::default()));
         let declarations: HashMap<&'static str, Arc<Declaration>> = files
             .iter()
             .map(|file| (file.declaration.name, file.declaration.clone()))
             .collect();
         let ctx_meta = ctx_methods(&lua, &effects, declarations).map_err(setup)?;
-        let pcall = lua.globals().get::<Function>("pcall").map_err(setup)?;
+        let ctx_meta = reference(&lua, ctx_meta).map_err(setup)?;
         let ctx = lua.create_table_with_capacity(0, 2).map_err(setup)?;
-        let player_name = lua.create_string("player").map_err(setup)?;
-        let key_name = lua.create_string("key").map_err(setup)?;
+        let ctx = reference(&lua, ctx).map_err(setup)?;
+        let player_name = reference(&lua, lua.create_string("player").map_err(setup)?);
+        let key_name = reference(&lua, lua.create_string("key").map_err(setup)?);
         let mut vm = Vm {
             lua,
+            state,
             generation,
-            types: HashMap::new(),
-            budget,
+            types: Vec::new(),
             call_budget,
             effects,
             ctx_meta,
             ctx,
-            player_name,
-            key_name,
-            pcall,
+            player_name: player_name.map_err(setup)?,
+            key_name: key_name.map_err(setup)?,
             memory_max,
         };
         for file in files {
             let loaded = vm.load_type(file)?;
-            vm.types.insert(loaded.declaration.type_id, loaded);
+            vm.types.push(loaded);
         }
         Ok(vm)
     }
@@ -135,18 +211,24 @@ impl Vm {
         let (table, declaration) = self.load(&file.name, &file.source)?;
         debug_assert_eq!(declaration.type_id, file.declaration.type_id);
         let lua_error = |error: mlua::Error| ScriptError::at(&file.name, 1, error.to_string());
-        let function = |name: &str| table.raw_get::<Option<Function>>(name).ok().flatten();
-        let mut route_names = HashMap::new();
+        let function = |name: &str| -> Result<Option<Ref>, ScriptError> {
+            match table.raw_get::<Option<Function>>(name).ok().flatten() {
+                Some(function) => reference(&self.lua, function).map(Some).map_err(lua_error),
+                None => Ok(None),
+            }
+        };
+        let mut route_names = Vec::new();
         for route in &file.declaration.routes {
             let name = self.lua.create_string(route.name).map_err(lua_error)?;
-            route_names.insert(route.id, name);
+            route_names.push((route.id, reference(&self.lua, name).map_err(lua_error)?));
         }
+        let handlers = table.raw_get::<Table>("handlers").map_err(lua_error)?;
         Ok(Loaded {
             declaration: file.declaration.clone(),
-            init: function("init").ok_or_else(|| ScriptError::at(&file.name, 1, "no init"))?,
-            migrate: function("migrate"),
-            on_timer: function("on_timer"),
-            handlers: table.raw_get::<Table>("handlers").map_err(lua_error)?,
+            init: function("init")?.ok_or_else(|| ScriptError::at(&file.name, 1, "no init"))?,
+            migrate: function("migrate")?,
+            on_timer: function("on_timer")?,
+            handlers: reference(&self.lua, handlers).map_err(lua_error)?,
             route_names,
         })
     }
@@ -173,9 +255,9 @@ impl Vm {
             .set_name(format!("={name}"))
             .set_mode(ChunkMode::Text)
             .set_environment(env);
-        self.arm(LOAD_BUDGET);
+        arm(LOAD_BUDGET);
         let returned = chunk.call::<Value>(());
-        self.disarm();
+        disarm();
         let Value::Table(table) = returned.map_err(lua_error)? else {
             return Err(ScriptError::at(
                 name,
@@ -187,85 +269,143 @@ impl Vm {
         Ok((table, declaration))
     }
 
-    /// Calls `function` with `args` under the call budget, through `pcall`
-    /// so an `error{...}` table comes back as it was raised. `Ok` holds
-    /// what it returned first; `Err` the error value (or the budget's
-    /// words). The arguments go onto Lua's stack and the result comes off
-    /// it as they are, with no list in between.
-    pub fn call(&self, function: &Function, args: impl IntoLuaMulti) -> Result<Value, Value> {
-        self.arm(self.call_budget);
-        let result = self.pcall.call::<(bool, Value)>((function, args));
-        let exceeded = self.budget.exceeded.get();
-        self.disarm();
-        let (ok, first) = match result {
-            Ok(returned) => returned,
-            Err(error) => return Err(self.message(&error.to_string())),
-        };
-        if exceeded {
-            let budget = self.call_budget.as_micros();
-            return Err(self.message(&format!("the call ran past its budget of {budget} us")));
+    /// The functions of the type `type_id`.
+    pub fn loaded(&self, type_id: u32) -> Option<&Loaded> {
+        self.types
+            .iter()
+            .find(|loaded| loaded.declaration.type_id == type_id)
+    }
+
+    /// The VM's main thread, for a call to work on its stack. Between the
+    /// start of a call's work and its end the stack must be left as found
+    /// ([`StackTop`]) and the memory bound lifted ([`Vm::unbounded`])
+    /// except inside [`Vm::pcall`].
+    pub fn state(&self) -> *mut lua_State {
+        self.state
+    }
+
+    /// Pushes a registry value.
+    ///
+    /// # Safety
+    /// Room for one value on the stack.
+    pub unsafe fn push(&self, held: Ref) {
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            ffi::lua_rawgeti(
+                self.state,
+                ffi::LUA_REGISTRYINDEX,
+                ffi::lua_Integer::from(held.0),
+            );
         }
-        if ok {
-            Ok(first)
-        } else {
-            Err(first)
+    }
+
+    /// Pushes the function `handlers[name]` of a type for the route
+    /// `route_id`; `false` (and nothing pushed) when it is not a function.
+    ///
+    /// # Safety
+    /// Room for two values on the stack.
+    pub unsafe fn push_handler(&self, loaded: &Loaded, route_id: u32) -> bool {
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            let Some((_, name)) = loaded.route_names.iter().find(|(id, _)| *id == route_id) else {
+                return false;
+            };
+            self.push(loaded.handlers);
+            self.push(*name);
+            ffi::lua_rawget(self.state, -2);
+            ffi::lua_remove(self.state, -2);
+            if ffi::lua_type(self.state, -1) != ffi::LUA_TFUNCTION {
+                ffi::lua_pop(self.state, 1);
+                return false;
+            }
+            true
         }
     }
 
-    /// The JSON text `bytes` as a Lua value in this VM.
-    pub fn decode(&self, bytes: &[u8]) -> Result<Value, serde_json::Error> {
-        self.unbounded(|| value::decode(&self.lua, bytes))
-    }
-
-    /// `bytes` as a Lua string in this VM.
-    pub fn string(&self, bytes: &[u8]) -> mlua::Result<Value> {
-        self.unbounded(|| self.lua.create_string(bytes).map(Value::String))
-    }
-
-    /// The function `handlers[name]` of a type for the route `route_id`,
-    /// or `None`.
-    pub fn handler(&self, loaded: &Loaded, route_id: u32) -> mlua::Result<Option<Function>> {
-        let Some(name) = loaded.route_names.get(&route_id) else {
-            return Ok(None);
-        };
-        loaded.handlers.raw_get::<Option<Function>>(name)
-    }
-
-    /// The `ctx` of the call about to run: `ctx.player` (nil without a
-    /// session) and `ctx.key`, its methods in the metatable. One table a
+    /// Pushes the `ctx` of the call about to run: `ctx.player` (nil without
+    /// a session) and `ctx.key`, its methods in the metatable. One table a
     /// VM, emptied and filled again for each call, so nothing a call wrote
     /// into it (a field, another metatable, a freeze) reaches the next.
-    pub fn ctx(&self, player: Option<u64>, key: u64) -> mlua::Result<Table> {
-        self.unbounded(|| {
-            self.ctx.set_readonly(false);
-            self.ctx.clear()?;
+    ///
+    /// # Safety
+    /// Room for four values on the stack; the memory bound lifted.
+    pub unsafe fn push_ctx(&self, player: Option<u64>, key: u64) {
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            let state = self.state;
+            self.push(self.ctx);
+            ffi::lua_setreadonly(state, -1, 0);
+            ffi::lua_cleartable(state, -1);
             if let Some(player) = player {
-                self.ctx.raw_set(&self.player_name, player as f64)?;
+                self.push(self.player_name);
+                ffi::lua_pushnumber(state, player as f64);
+                ffi::lua_rawset(state, -3);
             }
-            self.ctx.raw_set(&self.key_name, key as f64)?;
-            self.ctx.set_metatable(Some(self.ctx_meta.clone()))?;
-            Ok(self.ctx.clone())
-        })
+            self.push(self.key_name);
+            ffi::lua_pushnumber(state, key as f64);
+            ffi::lua_rawset(state, -3);
+            self.push(self.ctx_meta);
+            ffi::lua_setmetatable(state, -2);
+        }
     }
 
-    /// Runs `f` with the memory bound lifted. While a bound is set, mlua
-    /// makes every table, field and string through a protected call of its
-    /// own (a `pcall` and two new C closures each), which was most of a
-    /// small call's cost. What the router builds for a call (the state, the
-    /// request, `ctx`) is sized by what the node already holds and took in,
-    /// so only the script's own code needs the bound.
-    fn unbounded<R>(&self, f: impl FnOnce() -> R) -> R {
-        /// Sets the bound back when dropped, so a panic in `f` cannot
-        /// leave the VM without it.
-        struct Restore<'a>(&'a Vm);
-        impl Drop for Restore<'_> {
-            fn drop(&mut self) {
-                self.0.set_memory_limit(self.0.memory_max);
+    /// Calls the function below its `nargs` arguments on the stack under
+    /// the call budget and the memory bound, leaving its first result
+    /// (`Ok`) or its error value ([`Failed::Raised`]) in their place.
+    ///
+    /// # Safety
+    /// The function and its arguments are on top of the stack; the bound
+    /// is lifted (it is set again for the call alone).
+    pub unsafe fn pcall(&self, nargs: c_int) -> Result<(), Failed> {
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            arm(self.call_budget);
+            self.set_memory_limit(self.memory_max);
+            let status = ffi::lua_pcall(self.state, nargs, 1, 0);
+            self.set_memory_limit(0);
+            let exceeded = BUDGET.with(|budget| budget.exceeded.get());
+            disarm();
+            if exceeded {
+                let budget = self.call_budget.as_micros();
+                return Err(Failed::Overran(format!(
+                    "the call ran past its budget of {budget} us"
+                )));
+            }
+            if status == ffi::LUA_OK {
+                Ok(())
+            } else {
+                Err(Failed::Raised)
             }
         }
+    }
+
+    /// The value on top of the stack as mlua sees it (an error raised by
+    /// Rust, such as a `ctx` method's, is a value only mlua can read);
+    /// pops it.
+    ///
+    /// # Safety
+    /// A value on top of the stack.
+    pub unsafe fn pop_value(&self) -> Value {
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            let held = ffi::lua_ref(self.state, -1);
+            ffi::lua_pop(self.state, 1);
+            let value = self.lua.exec_raw::<Value>((), |state| {
+                ffi::lua_rawgeti(state, ffi::LUA_REGISTRYINDEX, ffi::lua_Integer::from(held));
+            });
+            ffi::lua_unref(self.state, held);
+            value.unwrap_or_else(|error| Value::Error(Box::new(error)))
+        }
+    }
+
+    /// Lifts the memory bound until the guard drops. While a bound is set,
+    /// an allocation past it raises an error, which outside a protected
+    /// call would abort the process; what the router builds for a call (the
+    /// state, the request, `ctx`) is sized by what the node already holds
+    /// and took in, so only the script's own code needs the bound.
+    pub fn unbounded(&self) -> Unbounded<'_> {
         self.set_memory_limit(0);
-        let _restore = Restore(self);
-        f()
+        Unbounded(self)
     }
 
     fn set_memory_limit(&self, bytes: usize) {
@@ -273,22 +413,70 @@ impl Vm {
             .set_memory_limit(bytes)
             .expect("a VM built by `sandboxed` has memory control");
     }
+}
 
-    fn message(&self, text: &str) -> Value {
-        self.lua
-            .create_string(text)
-            .map_or(Value::Nil, Value::String)
-    }
+/// Sets the memory bound back when dropped (`Vm::unbounded`), so a panic
+/// cannot leave the VM without it.
+pub(super) struct Unbounded<'a>(&'a Vm);
 
-    fn arm(&self, budget: Duration) {
-        self.budget.exceeded.set(false);
-        self.budget.deadline.set(Some(Instant::now() + budget));
+impl Drop for Unbounded<'_> {
+    fn drop(&mut self) {
+        self.0.set_memory_limit(self.0.memory_max);
     }
+}
 
-    fn disarm(&self) {
-        self.budget.deadline.set(None);
-        self.budget.exceeded.set(false);
+/// Puts the stack's top back where it was when dropped.
+pub(super) struct StackTop {
+    state: *mut lua_State,
+    top: c_int,
+}
+
+impl StackTop {
+    /// Keeps the top of `vm`'s stack, with room for `slots` more values.
+    pub fn keep(vm: &Vm, slots: c_int) -> Option<StackTop> {
+        let state = vm.state;
+        // SAFETY: the state lives as long as `vm`.
+        unsafe {
+            let top = ffi::lua_gettop(state);
+            (ffi::lua_checkstack(state, slots) != 0).then_some(StackTop { state, top })
+        }
     }
+}
+
+impl Drop for StackTop {
+    fn drop(&mut self) {
+        // SAFETY: made by `keep` on a live state; lowering the top cannot fail.
+        unsafe { ffi::lua_settop(self.state, self.top) }
+    }
+}
+
+fn arm(budget: Duration) {
+    BUDGET.with(|now| {
+        now.exceeded.set(false);
+        now.safepoints.set(0);
+        now.deadline.set(Some(Instant::now() + budget));
+    });
+}
+
+fn disarm() {
+    BUDGET.with(|now| {
+        now.deadline.set(None);
+        now.exceeded.set(false);
+    });
+}
+
+/// Holds `value` in the VM's registry.
+fn reference(lua: &Lua, value: impl IntoLua) -> mlua::Result<Ref> {
+    let mut held = 0;
+    // SAFETY: the value is the one argument on the function's stack; the
+    // function takes a reference to it and leaves the stack empty.
+    unsafe {
+        lua.exec_raw::<()>(value, |state| {
+            held = ffi::lua_ref(state, -1);
+            ffi::lua_settop(state, 0);
+        })
+    }?;
+    Ok(Ref(held))
 }
 
 fn sandboxed(memory_max: usize) -> mlua::Result<Lua> {
@@ -315,8 +503,8 @@ fn ctx_methods(
     methods.raw_set(
         "push",
         lua.create_function(
-            move |_, (_, player, route, value): (Value, u64, u32, Value)| {
-                let body = super::encode_value(&value).map_err(mlua::Error::runtime)?;
+            move |lua, (_, player, route, value): (Value, u64, u32, Value)| {
+                let body = encode_value(lua, value).map_err(mlua::Error::runtime)?;
                 recorded.borrow_mut().pushes.push((player, route, body));
                 Ok(())
             },
@@ -326,7 +514,7 @@ fn ctx_methods(
     methods.raw_set(
         "send",
         lua.create_function(
-            move |_, (_, type_name, id, route, value): (Value, String, u64, String, Value)| {
+            move |lua, (_, type_name, id, route, value): (Value, String, u64, String, Value)| {
                 let Some(declaration) = declarations.get(type_name.as_str()) else {
                     return Err(mlua::Error::runtime(format!(
                         "ctx:send: no scripted type named {type_name}"
@@ -337,7 +525,7 @@ fn ctx_methods(
                         "ctx:send: {type_name} has no route {route}"
                     )));
                 };
-                let body = super::encode_value(&value).map_err(mlua::Error::runtime)?;
+                let body = encode_value(lua, value).map_err(mlua::Error::runtime)?;
                 let to = (declaration.type_id, id, op);
                 recorded.borrow_mut().sends.push((to, body));
                 Ok(())
@@ -361,7 +549,26 @@ fn ctx_methods(
             Ok(now.as_millis() as f64)
         })?,
     )?;
+    methods.set_readonly(true);
     let meta = lua.create_table()?;
     meta.raw_set("__index", methods)?;
+    meta.set_readonly(true);
     Ok(meta)
+}
+
+/// The bytes a value leaves as (a push, a send), as `value::write_answer`
+/// makes them.
+fn encode_value(lua: &Lua, value: Value) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut written = Ok(());
+    // SAFETY: the value is the one argument on the function's stack; the
+    // function reads it and leaves the stack empty.
+    unsafe {
+        lua.exec_raw::<()>(value, |state| {
+            written = value::write_answer(state, 1, &mut out);
+            ffi::lua_settop(state, 0);
+        })
+    }
+    .map_err(|error| error.to_string())?;
+    written.map(|()| out)
 }
