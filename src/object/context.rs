@@ -92,8 +92,9 @@ impl<'a> Context<'a> {
         self.request.map_or(0, |request| request.op)
     }
 
-    /// The request's body; empty in an event handler.
-    pub fn body(&self) -> &[u8] {
+    /// The request's body; empty in an event handler. It outlives the
+    /// borrow of the context, so a handler can read it while answering.
+    pub fn body(&self) -> &'a [u8] {
         self.request.map_or(&[], |request| request.route_body())
     }
 

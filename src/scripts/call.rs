@@ -75,10 +75,9 @@ pub(super) fn run(
     let Some(_top) = StackTop::keep(vm, CALL_SLOTS) else {
         return Err(internal("the VM's stack is full".to_string()));
     };
-    let _unbounded = vm.unbounded();
     let state = vm.state();
     // SAFETY: the stack has room for what this pushes (`CALL_SLOTS`; the
-    // conversions check their own), the bound is lifted outside `pcall`,
+    // conversions check their own), no memory bound holds outside `pcall`,
     // and `_top` puts the stack back however this returns.
     unsafe {
         let version = push_state(vm, loaded, before)?;
@@ -131,7 +130,7 @@ pub(super) fn run(
 /// from)` for an older one.
 ///
 /// # Safety
-/// As in `run`: room on the stack, the bound lifted.
+/// As in `run`: room on the stack, no script code running.
 unsafe fn push_state(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<u32, Refusal> {
     // SAFETY: this function's own contract (its `# Safety`).
     unsafe {

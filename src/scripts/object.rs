@@ -225,10 +225,9 @@ impl Object for Scripted {
         if let Some(client) = ctx.client() {
             self.remember(client);
         }
-        let body = ctx.body().to_vec();
         let invocation = Invocation::Request {
             op: ctx.op(),
-            body: &body,
+            body: ctx.body(),
         };
         self.run(ctx, &invocation);
     }

@@ -14,9 +14,10 @@
 //! than `DEPTH_MAX` (a table that holds itself).
 //!
 //! Everything here works on a raw `lua_State` and must run where Luau
-//! cannot raise an error: with the VM's memory bound lifted (an allocation
-//! is then refused only when the process itself is out of memory, which
-//! aborts anyway) and with room on the stack checked before each level.
+//! cannot raise an error: outside a script's own code, where the VM's
+//! memory bound does not hold (an allocation is then refused only when the
+//! process itself is out of memory, which aborts anyway), and with room on
+//! the stack checked before each level.
 
 use std::cell::Cell;
 use std::ffi::{c_int, CStr};
@@ -41,7 +42,8 @@ const SLOTS_PER_LEVEL: c_int = 3;
 /// why it is not JSON and leaves the stack as it was.
 ///
 /// # Safety
-/// `state` is a live Luau state whose memory bound is lifted.
+/// `state` is a live Luau state, no script code running (its memory
+/// bound does not hold).
 pub(super) unsafe fn push(state: *mut lua_State, bytes: &[u8]) -> Result<(), serde_json::Error> {
     // SAFETY: this function's own contract (its `# Safety`).
     unsafe {
@@ -185,8 +187,8 @@ impl<'de> DeserializeSeed<'de> for Decoder {
 }
 
 // Every `unsafe` block below is sound because the state is live with its
-// memory bound lifted (the contract of `push`), and `room` was checked for
-// the level, so no push can fail or raise.
+// memory bound not holding (the contract of `push`), and `room` was checked
+// for the level, so no push can fail or raise.
 impl<'de> Visitor<'de> for Decoder {
     type Value = ();
 

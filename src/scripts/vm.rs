@@ -164,7 +164,7 @@ impl Vm {
         memory_max: usize,
     ) -> Result<Vm, ScriptError> {
         let setup = |error: mlua::Error| ScriptError::at("(vm)", 1, error.to_string());
-        let lua = sandboxed(memory_max).map_err(setup)?;
+        let lua = sandboxed().map_err(setup)?;
         let mut state = std::ptr::null_mut();
         // SAFETY: the function only reads the state's address and installs
         // the interrupt; it leaves the stack empty.
@@ -256,7 +256,9 @@ impl Vm {
             .set_mode(ChunkMode::Text)
             .set_environment(env);
         arm(LOAD_BUDGET);
+        self.set_memory_limit(self.memory_max);
         let returned = chunk.call::<Value>(());
+        self.set_memory_limit(0);
         disarm();
         let Value::Table(table) = returned.map_err(lua_error)? else {
             return Err(ScriptError::at(
@@ -276,10 +278,15 @@ impl Vm {
             .find(|loaded| loaded.declaration.type_id == type_id)
     }
 
-    /// The VM's main thread, for a call to work on its stack. Between the
-    /// start of a call's work and its end the stack must be left as found
-    /// ([`StackTop`]) and the memory bound lifted ([`Vm::unbounded`])
-    /// except inside [`Vm::pcall`].
+    /// The VM's main thread, for a call to work on its stack, which it must
+    /// leave as it found it ([`StackTop`]).
+    ///
+    /// The memory bound holds only while a script's code runs (a file's
+    /// top level in [`Vm::load`], a function in [`Vm::pcall`]): past it an
+    /// allocation raises an error, which outside a protected call would
+    /// abort the process. What the router builds for a call (the state, the
+    /// request, `ctx`) is sized by what the node already holds and took
+    /// in, so only the script's own code needs the bound.
     pub fn state(&self) -> *mut lua_State {
         self.state
     }
@@ -328,7 +335,7 @@ impl Vm {
     /// into it (a field, another metatable, a freeze) reaches the next.
     ///
     /// # Safety
-    /// Room for four values on the stack; the memory bound lifted.
+    /// Room for four values on the stack; no script code running.
     pub unsafe fn push_ctx(&self, player: Option<u64>, key: u64) {
         // SAFETY: this function's own contract (its `# Safety`).
         unsafe {
@@ -354,8 +361,8 @@ impl Vm {
     /// (`Ok`) or its error value ([`Failed::Raised`]) in their place.
     ///
     /// # Safety
-    /// The function and its arguments are on top of the stack; the bound
-    /// is lifted (it is set again for the call alone).
+    /// The function and its arguments are on top of the stack; no script
+    /// code running (the bound is set for this call alone).
     pub unsafe fn pcall(&self, nargs: c_int) -> Result<(), Failed> {
         // SAFETY: this function's own contract (its `# Safety`).
         unsafe {
@@ -398,30 +405,10 @@ impl Vm {
         }
     }
 
-    /// Lifts the memory bound until the guard drops. While a bound is set,
-    /// an allocation past it raises an error, which outside a protected
-    /// call would abort the process; what the router builds for a call (the
-    /// state, the request, `ctx`) is sized by what the node already holds
-    /// and took in, so only the script's own code needs the bound.
-    pub fn unbounded(&self) -> Unbounded<'_> {
-        self.set_memory_limit(0);
-        Unbounded(self)
-    }
-
     fn set_memory_limit(&self, bytes: usize) {
         self.lua
             .set_memory_limit(bytes)
             .expect("a VM built by `sandboxed` has memory control");
-    }
-}
-
-/// Sets the memory bound back when dropped (`Vm::unbounded`), so a panic
-/// cannot leave the VM without it.
-pub(super) struct Unbounded<'a>(&'a Vm);
-
-impl Drop for Unbounded<'_> {
-    fn drop(&mut self) {
-        self.0.set_memory_limit(self.0.memory_max);
     }
 }
 
@@ -479,7 +466,7 @@ fn reference(lua: &Lua, value: impl IntoLua) -> mlua::Result<Ref> {
     Ok(Ref(held))
 }
 
-fn sandboxed(memory_max: usize) -> mlua::Result<Lua> {
+fn sandboxed() -> mlua::Result<Lua> {
     let libs = StdLib::TABLE | StdLib::STRING | StdLib::UTF8 | StdLib::BIT | StdLib::MATH;
     let lua = Lua::new_with(libs | StdLib::BUFFER, LuaOptions::default())?;
     let globals = lua.globals();
@@ -487,7 +474,8 @@ fn sandboxed(memory_max: usize) -> mlua::Result<Lua> {
         globals.raw_set(name, Value::Nil)?;
     }
     lua.sandbox(true)?;
-    lua.set_memory_limit(memory_max)?;
+    // Unbounded at rest: the bound is set around a script's own code.
+    lua.set_memory_limit(0)?;
     Ok(lua)
 }
 
