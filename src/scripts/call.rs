@@ -50,19 +50,35 @@ pub(super) struct Ran {
 
 /// Runs `invocation` on `before`; `Err` is the refusal to answer with, and
 /// nothing of the call is kept.
+///
+/// A call refused on the memory bound runs once more after a full garbage
+/// collection: Luau collects nothing when an allocation fails, so the
+/// bound could otherwise be reached by garbage alone, and a refused call
+/// left nothing behind to run again over.
 pub(super) fn run(
     vm: &Vm,
     before: &Before<'_>,
     invocation: &Invocation<'_>,
 ) -> Result<Ran, Refusal> {
+    let ran = attempt(vm, before, invocation);
+    if ran.is_err() && vm.took_out_of_memory() {
+        vm.collect_garbage();
+        return attempt(vm, before, invocation);
+    }
+    ran
+}
+
+fn attempt(vm: &Vm, before: &Before<'_>, invocation: &Invocation<'_>) -> Result<Ran, Refusal> {
     let internal = |reason: String| Refusal::explained(ErrorCode::Internal, &reason);
     let Some(loaded) = vm.loaded(before.type_id) else {
         return Err(internal(format!("type {} is not loaded", before.type_id)));
     };
     let declaration = &loaded.declaration;
-    let route = match invocation {
-        Invocation::Request { op, .. } => match declaration.route(*op) {
-            Some(route) => Some(route),
+    // The route a request takes (a timer's is `None`), and the bytes its
+    // function gets: the request's body, or the timer's name.
+    let (route, body) = match invocation {
+        Invocation::Request { op, body } => match declaration.route(*op) {
+            Some(route) => (Some(route), *body),
             None => {
                 return Err(Refusal::explained(
                     ErrorCode::BadRequest,
@@ -70,7 +86,7 @@ pub(super) fn run(
                 ))
             }
         },
-        Invocation::Timer { .. } => None,
+        Invocation::Timer { name } => (None, name.as_bytes()),
     };
     let Some(_top) = StackTop::keep(vm, CALL_SLOTS) else {
         return Err(internal("the VM's stack is full".to_string()));
@@ -82,27 +98,25 @@ pub(super) fn run(
     unsafe {
         let version = push_state(vm, loaded, before)?;
         let kept = ffi::lua_gettop(state);
-        match (invocation, route) {
-            (Invocation::Request { body, .. }, Some(route)) => {
+        match route {
+            Some(route) => {
                 if !vm.push_handler(loaded, route.id) {
                     return Err(internal(format!("no handler for {}", route.name)));
                 }
-                vm.push_ctx(before.player, before.object_id);
-                ffi::lua_pushvalue(state, kept);
-                if route.codec != Codec::Json || value::push(state, body).is_err() {
-                    value::push_string(state, body);
-                }
             }
-            (Invocation::Timer { name }, _) => {
+            None => {
                 let Some(on_timer) = loaded.on_timer else {
                     return Err(internal(format!("{} has no on_timer", declaration.name)));
                 };
                 vm.push(on_timer);
-                vm.push_ctx(before.player, before.object_id);
-                ffi::lua_pushvalue(state, kept);
-                value::push_string(state, name.as_bytes());
             }
-            (Invocation::Request { .. }, None) => unreachable!("a request's route was found"),
+        }
+        vm.push_ctx(before.player, before.object_id);
+        ffi::lua_pushvalue(state, kept);
+        // A body that is not JSON reaches a `json` route as its bytes.
+        let as_json = route.is_some_and(|route| route.codec == Codec::Json);
+        if !as_json || value::push(state, body).is_err() {
+            value::push_string(state, body);
         }
         vm.effects.take();
         let returned = vm.pcall(3);

@@ -490,3 +490,32 @@ fn a_script_cannot_replace_ctxs_methods() {
     let ran = alice.call(2003, "x").unwrap();
     assert_eq!(ran.effects.pushes, vec![(7, 2003, b"x".to_vec())]);
 }
+
+/// The memory bound is on what the scripts hold, not on garbage Luau has
+/// not collected yet: Luau collects nothing when an allocation fails, so
+/// a core holding more than half its bound would refuse calls whose
+/// garbage the next collection would have freed.
+#[test]
+fn garbage_not_yet_collected_does_not_count_against_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!(
+        "local held = {{}}\n{}",
+        COUNTER.replace(
+            "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+            "if req == \"hold\" then\n        \
+             for i = 1, 5 do held[i] = string.rep(tostring(i), 1024 * 1024) end\n        \
+             return \"held\"\n      end\n      \
+             local garbage = string.rep(\"g\", 256 * 1024) .. tostring(#held)\n      \
+             return #garbage",
+        )
+    );
+    assert!(script.contains("garbage"));
+    // library_of bounds each core's scripts at 8 MiB; 5 MiB stay held.
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 1_000_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    assert_eq!(counter.answer(2003, "hold"), "held");
+    for call in 0..64 {
+        let answer = counter.call(2003, "x").map(|ran| ran.answer);
+        assert_eq!(answer, Ok(b"262145".to_vec()), "call {call}");
+    }
+}

@@ -98,10 +98,10 @@ unsafe extern "C-unwind" fn interrupt(state: *mut lua_State, gc: c_int) {
             false
         });
         if past {
-            // Nothing of this frame needs dropping: the error unwinds through it.
             // A safepoint promises no free slot on the stack.
             ffi::lua_rawcheckstack(state, 1);
             value::push_string(state, OVERRUN);
+            // Nothing of this frame needs dropping: the error unwinds it.
             ffi::lua_error(state);
         }
     }
@@ -152,6 +152,8 @@ pub(super) struct Vm {
     player_name: Ref,
     key_name: Ref,
     memory_max: usize,
+    /// Whether the last `pcall` failed on the memory bound.
+    out_of_memory: Cell<bool>,
 }
 
 impl Vm {
@@ -198,6 +200,7 @@ impl Vm {
             player_name: player_name.map_err(setup)?,
             key_name: key_name.map_err(setup)?,
             memory_max,
+            out_of_memory: Cell::new(false),
         };
         for file in files {
             let loaded = vm.load_type(file)?;
@@ -370,6 +373,7 @@ impl Vm {
             self.set_memory_limit(self.memory_max);
             let status = ffi::lua_pcall(self.state, nargs, 1, 0);
             self.set_memory_limit(0);
+            self.out_of_memory.set(status == ffi::LUA_ERRMEM);
             let exceeded = BUDGET.with(|budget| budget.exceeded.get());
             disarm();
             if exceeded {
@@ -402,6 +406,22 @@ impl Vm {
             });
             ffi::lua_unref(self.state, held);
             value.unwrap_or_else(|error| Value::Error(Box::new(error)))
+        }
+    }
+
+    /// Whether the last call failed on the memory bound; asking clears it.
+    pub fn took_out_of_memory(&self) -> bool {
+        self.out_of_memory.replace(false)
+    }
+
+    /// Collects all the VM's garbage now. Luau collects none when an
+    /// allocation fails on the bound, so a call refused so may have failed
+    /// on garbage alone.
+    pub fn collect_garbage(&self) {
+        // SAFETY: the state lives as long as `self`; no script code runs
+        // (no bound holds), so collecting cannot raise.
+        unsafe {
+            ffi::lua_gc(self.state, ffi::LUA_GCCOLLECT, 0);
         }
     }
 
