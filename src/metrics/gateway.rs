@@ -42,6 +42,7 @@ super::metric_set! {
             egress_route_not_found = "route_not_found",
             egress_direction_rejected = "direction_rejected",
             egress_send_failed = "send_failed",
+            egress_oversized = "oversized",
         }
         /// Sessions bound to a player by a bind that won the epoch compare-and-set.
         "routerd_gateway_binds_total" Counter { binds }

@@ -2,9 +2,10 @@
 //! checks in their fixed order, the answer's request accounting, and the
 //! latency an answered request records.
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
-use wire::client::FrameKind;
+use wire::client::{encode_error_body, ErrorCode, FrameKind};
 
 use super::resume::number_push;
 use super::{GatewayCore, PushError};
@@ -44,6 +45,10 @@ pub enum EgressRejected {
     LateAnswer,
     #[error("send failed")]
     SendFailed,
+    /// A PUSH whose body is longer than `gateway.body_max_bytes`, which a
+    /// client need not accept (docs/protocol.md, section 1).
+    #[error("push longer than gateway.body_max_bytes")]
+    Oversized,
 }
 
 /// A request the egress gate saw answered, for the latency histogram.
@@ -130,6 +135,7 @@ impl GatewayCore {
                 EgressRejected::DirectionRejected => (&stats.egress_direction_rejected, 4),
                 EgressRejected::LateAnswer => (&stats.late_answers, 5),
                 EgressRejected::SendFailed => (&stats.egress_send_failed, 6),
+                EgressRejected::Oversized => (&stats.egress_oversized, 7),
             };
             counter.inc();
             self.warn[slot].warn(clock(), reason, egress.session_id, egress.route_id);
@@ -215,18 +221,19 @@ impl GatewayCore {
             _ => None,
         };
         let body = encoded.as_deref().unwrap_or(egress.body);
+        let (kind, body) = within_body_max(kind, body, self.limits.body_max, &mut answered)?;
         // A resumable session numbers its pushes and keeps them for a
         // resume; one with no connection only keeps them.
         let mut seq = egress.seq;
         if kind == FrameKind::Push {
-            match number_push(&mut entry.resume, egress.route_id, body) {
+            match number_push(&mut entry.resume, egress.route_id, &body) {
                 Some((_, true)) => return Ok(None),
                 Some((numbered, false)) => seq = numbered,
                 None => {}
             }
         }
         // 6. the session's bounded send queue
-        let pushed = entry.outbox.push_frame(kind, egress.route_id, seq, body);
+        let pushed = entry.outbox.push_frame(kind, egress.route_id, seq, &body);
         match pushed {
             Ok(()) => Ok(answered),
             Err(PushError::Closed) => Err(EgressRejected::SendFailed),
@@ -236,4 +243,32 @@ impl GatewayCore {
             }
         }
     }
+}
+
+/// A frame as it may go to a client, who need accept no body longer than
+/// `body_max` (`gateway.body_max_bytes`, docs/protocol.md section 1),
+/// whatever an object type made: as it is when it fits; an answer longer
+/// becomes an ERROR `INTERNAL` saying so (and `answered` counts it so); a
+/// push longer is dropped.
+fn within_body_max<'a>(
+    kind: FrameKind,
+    body: &'a [u8],
+    body_max: usize,
+    answered: &mut Option<Answered>,
+) -> Result<(FrameKind, Cow<'a, [u8]>), EgressRejected> {
+    if body.len() <= body_max {
+        return Ok((kind, Cow::Borrowed(body)));
+    }
+    if kind == FrameKind::Push {
+        return Err(EgressRejected::Oversized);
+    }
+    let reason = format!(
+        "the answer is {} bytes, more than gateway.body_max_bytes ({body_max})",
+        body.len()
+    );
+    if let Some(answered) = answered {
+        answered.answer_slot = crate::metrics::answer_slot(Some(ErrorCode::Internal as u16));
+    }
+    let refused = encode_error_body(ErrorCode::Internal, &reason);
+    Ok((FrameKind::Error, Cow::Owned(refused)))
 }

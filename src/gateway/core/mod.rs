@@ -93,6 +93,8 @@ pub struct Limits {
     pub send_queue_max: usize,
     /// The per-session request rate limit; `None`: unlimited.
     pub request_rate: Option<RequestRate>,
+    /// The longest body a frame to a client may carry (`gateway.body_max_bytes`).
+    pub body_max: usize,
 }
 
 impl From<&GatewayConfig> for Limits {
@@ -105,6 +107,7 @@ impl From<&GatewayConfig> for Limits {
                 config.session_requests_per_sec_max,
                 config.session_request_burst_max,
             ),
+            body_max: config.body_max_bytes as usize,
         }
     }
 }
@@ -257,7 +260,7 @@ pub struct GatewayCore {
     due: Vec<(u32, u32, Instant)>,
     metrics: Arc<CoreMetrics>,
     notices: Vec<Notice>,
-    warn: [WarnLimiter; 7],
+    warn: [WarnLimiter; 8],
     /// The node's incarnation at start, in every session id: a reference to
     /// a session of an earlier run of this node never names a session of
     /// this one.

@@ -92,6 +92,54 @@ fn egress_gate_checks_in_order() {
     );
 }
 
+/// No frame carries a body longer than clients are told to accept,
+/// whatever the object type made (a script can return any length): an
+/// answer that long is an ERROR saying so, a push that long is dropped.
+#[test]
+fn a_body_past_body_max_is_never_sent() {
+    let mut f = Fixture::new();
+    let bounds = Limits {
+        body_max: 100,
+        ..limits()
+    };
+    f.core = new_core(3, bounds, f.metrics.clone());
+    let (s, outbox) = f.open();
+    let epoch = f.login(s, 7);
+    f.request(s, route::PLAYER_GET, 1).unwrap();
+    let now = f.now;
+    let long = vec![b'x'; bounds.body_max + 1];
+    let at_limit = vec![b'y'; bounds.body_max];
+    let push = EgressRef {
+        body: &long,
+        ..egress(s, epoch, 7, FrameKind::Push, route::ROOM_MESSAGE, 0)
+    };
+    assert_eq!(f.core.egress(&push, now), Err(EgressRejected::Oversized));
+    assert_eq!(f.metrics.gateway.egress_oversized.get(), 1);
+    let answer = EgressRef {
+        body: &long,
+        ..egress(s, epoch, 7, FrameKind::Response, route::PLAYER_GET, 1)
+    };
+    f.core.egress(&answer, now).unwrap();
+    assert_eq!(f.core.inflight_count(s), 0, "the request is answered");
+    let fits = EgressRef {
+        body: &at_limit,
+        ..egress(s, epoch, 7, FrameKind::Push, route::ROOM_MESSAGE, 0)
+    };
+    f.core.egress(&fits, now).unwrap();
+    let written = frames(&outbox);
+    assert_eq!(written.len(), 2);
+    let (kind, _, seq, body) = &written[0];
+    assert_eq!((*kind, *seq), (FrameKind::Error, 1));
+    let (code, reason) = decode_error_body(body).unwrap();
+    assert_eq!(code, ErrorCode::Internal as u16);
+    assert!(reason.contains("gateway.body_max_bytes"), "{reason}");
+    assert_eq!(
+        written[1].3.len(),
+        bounds.body_max,
+        "a body at the limit goes"
+    );
+}
+
 #[test]
 fn full_send_queue_fails_the_send_and_closes_the_slow_reader() {
     let mut f = Fixture::new();

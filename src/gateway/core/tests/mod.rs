@@ -25,6 +25,7 @@ fn limits() -> Limits {
         request_timeout: TIMEOUT,
         send_queue_max: 8,
         request_rate: None,
+        body_max: 65536,
     }
 }
 
