@@ -235,6 +235,9 @@ unsafe fn refusal(vm: &Vm, failed: Failed) -> Refusal {
 }
 
 /// The refusal an error table on top of the stack names, if it has a code.
+///
+/// # Safety
+/// As in `run`, with the error table on top of the stack.
 unsafe fn refusal_of_table(state: *mut ffi::lua_State) -> Option<Refusal> {
     // SAFETY: this function's own contract (its `# Safety`).
     unsafe {

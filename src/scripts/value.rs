@@ -141,6 +141,9 @@ pub(super) unsafe fn string_at<'a>(state: *mut lua_State, index: c_int) -> &'a [
 }
 
 /// The name Luau gives a type, for an error.
+///
+/// # Safety
+/// `state` is a live Luau state and `index` a valid index on its stack.
 pub(super) unsafe fn type_name(state: *mut lua_State, index: c_int) -> String {
     // SAFETY: this function's own contract (its `# Safety`).
     unsafe {
@@ -297,7 +300,8 @@ impl Encoder<'_> {
     /// The value at the absolute `index`; leaves the stack as it found it
     /// when it returns `Ok`.
     unsafe fn value(&mut self, index: c_int, depth: usize) -> Result<(), String> {
-        // SAFETY: this function's own contract (its `# Safety`).
+        // SAFETY: `write`'s contract, under which every encoder step runs
+        // (a live state, a valid absolute index, room checked per table).
         unsafe {
             let state = self.state;
             match ffi::lua_type(state, index) {
@@ -339,7 +343,8 @@ impl Encoder<'_> {
     }
 
     unsafe fn table(&mut self, index: c_int, depth: usize) -> Result<(), String> {
-        // SAFETY: this function's own contract (its `# Safety`).
+        // SAFETY: `write`'s contract, under which every encoder step runs
+        // (a live state, a valid absolute index, room checked per table).
         unsafe {
             let len = ffi::lua_objlen(self.state, index);
             if len > 0 && self.is_array(index, len) {
@@ -361,7 +366,8 @@ impl Encoder<'_> {
 
     /// Whether the table's keys are exactly 1..=len.
     unsafe fn is_array(&mut self, index: c_int, len: usize) -> bool {
-        // SAFETY: this function's own contract (its `# Safety`).
+        // SAFETY: `write`'s contract, under which every encoder step runs
+        // (a live state, a valid absolute index, room checked per table).
         unsafe {
             let state = self.state;
             let mut count = 0usize;
@@ -390,7 +396,8 @@ impl Encoder<'_> {
     /// order and put in order afterwards only when the walk did not meet
     /// them so (a one-field object never moves).
     unsafe fn object(&mut self, index: c_int, depth: usize) -> Result<(), String> {
-        // SAFETY: this function's own contract (its `# Safety`).
+        // SAFETY: `write`'s contract, under which every encoder step runs
+        // (a live state, a valid absolute index, room checked per table).
         unsafe {
             let state = self.state;
             let start = self.out.len();
@@ -457,7 +464,8 @@ impl Encoder<'_> {
 
     /// The key at `index` as a JSON object's name.
     unsafe fn name(&mut self, index: c_int) -> Result<(), String> {
-        // SAFETY: this function's own contract (its `# Safety`).
+        // SAFETY: `write`'s contract, under which every encoder step runs
+        // (a live state, a valid absolute index, room checked per table).
         unsafe {
             let state = self.state;
             match ffi::lua_type(state, index) {

@@ -77,7 +77,8 @@ thread_local! {
 /// past the deadline it raises the overrun in the script. It looks at the
 /// clock at every `SAFEPOINTS_PER_LOOK`th.
 unsafe extern "C-unwind" fn interrupt(state: *mut lua_State, gc: c_int) {
-    // SAFETY: this function's own contract (its `# Safety`).
+    // SAFETY: Luau calls this with its live state while a script runs, so
+    // inside a protected call, which catches the error raised here.
     unsafe {
         // A garbage collector step is not a place to raise an error.
         if gc >= 0 {
@@ -186,8 +187,10 @@ impl Vm {
         let ctx_meta = reference(&lua, ctx_meta).map_err(setup)?;
         let ctx = lua.create_table_with_capacity(0, 2).map_err(setup)?;
         let ctx = reference(&lua, ctx).map_err(setup)?;
-        let player_name = reference(&lua, lua.create_string("player").map_err(setup)?);
-        let key_name = reference(&lua, lua.create_string("key").map_err(setup)?);
+        let player_name = lua.create_string("player").map_err(setup)?;
+        let player_name = reference(&lua, player_name).map_err(setup)?;
+        let key_name = lua.create_string("key").map_err(setup)?;
+        let key_name = reference(&lua, key_name).map_err(setup)?;
         let mut vm = Vm {
             lua,
             state,
@@ -197,8 +200,8 @@ impl Vm {
             effects,
             ctx_meta,
             ctx,
-            player_name: player_name.map_err(setup)?,
-            key_name: key_name.map_err(setup)?,
+            player_name,
+            key_name,
             memory_max,
             out_of_memory: Cell::new(false),
         };
