@@ -5,6 +5,9 @@
 # and for scale the same per-connection figure for bench/echo on the same
 # runtime. Goals: at most 1 KB per idle connection and 1.5 KB per logged-in
 # player, excluding the kernel's socket buffers (not in the resident set).
+# Both are read against a baseline taken after 100 warm-up sessions, so
+# what the first session pages in once (the node's code) is not charged
+# per session.
 # Client and server each hold CONNECTIONS descriptors: keep it under
 # `ulimit -n`.
 # Run by hand: bench/memory_per_session.sh [CONNECTIONS] (default 10000).

@@ -1,9 +1,11 @@
 //! Memory per session: the resident set of a one-core routerd node before
 //! and after CONNECTIONS client connections (each answered one `sys.ping`,
 //! then idle), per connection; then after every one of them logged in as a
-//! player of its own, per player. For scale, the same per-connection
-//! figure for `bench/echo` on the same runtime (each connection echoed a
-//! frame, then idle). The kernel's socket buffers are not in a
+//! player of its own, per player. Both are read against a baseline taken
+//! after `WARM_UP` sessions did the same, so one-time costs (code paged in
+//! by the first session) are not charged per session. For scale, the same
+//! per-connection figure for `bench/echo` on the same runtime (each
+//! connection echoed a frame, then idle). The kernel's socket buffers are not in a
 //! process's resident set, so they are not counted.
 //!
 //! Run: `bench/memory_per_session.sh [CONNECTIONS]` (builds and runs this
@@ -27,6 +29,11 @@ const BATCH_MAX: usize = 500;
 /// How long the resident set must hold still before it is read.
 const SETTLE: Duration = Duration::from_millis(1500);
 const WAIT_MAX: Duration = Duration::from_secs(120);
+/// Sessions opened, pinged and logged in before the baseline is read (and
+/// kept open): the first connection and the first login fault in what any
+/// number of sessions share, about 400 KiB of the node's code alone, which
+/// a baseline taken at start would charge to the measured connections.
+const WARM_UP: usize = 100;
 
 struct Server {
     child: Child,
@@ -203,33 +210,51 @@ fn main() {
 
     let (node, gateway, admin) = start_routerd(&routerd, &dir);
     let started = node.settled_rss_bytes();
-    let mut clients: Vec<Client> = (0..connections).map(|_| Client::connect(gateway)).collect();
-    call_all(&mut clients, |index, client| {
-        client.send(route::SYS_PING, 1, &(index as u64).to_le_bytes());
-    });
-    wait_metric(admin, "routerd_gateway_sessions_active", connections as f64);
-    let connected = node.settled_rss_bytes();
     let expiry = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs()
         + 3600;
-    call_all(&mut clients, |index, client| {
-        let token = wire::token::mint(SECRET.as_bytes(), 1 + index as u64, expiry);
-        client.send(route::AUTH_LOGIN, 2, token.as_bytes());
-    });
-    wait_metric(admin, "routerd_router_objects", connections as f64);
+    // Players 1..=WARM_UP are the warm-up's, the measured ones follow.
+    let log_in = |first_player: usize| {
+        move |index: usize, client: &mut Client| {
+            let player = (first_player + index) as u64;
+            let token = wire::token::mint(SECRET.as_bytes(), player, expiry);
+            client.send(route::AUTH_LOGIN, 2, token.as_bytes());
+        }
+    };
+    let mut warm: Vec<Client> = (0..WARM_UP).map(|_| Client::connect(gateway)).collect();
+    call_all(&mut warm, ping);
+    call_all(&mut warm, log_in(1));
+    wait_metric(admin, "routerd_router_objects", WARM_UP as f64);
+    let warmed = node.settled_rss_bytes();
+    let mut clients: Vec<Client> = (0..connections).map(|_| Client::connect(gateway)).collect();
+    call_all(&mut clients, ping);
+    wait_metric(
+        admin,
+        "routerd_gateway_sessions_active",
+        (WARM_UP + connections) as f64,
+    );
+    let connected = node.settled_rss_bytes();
+    call_all(&mut clients, log_in(1 + WARM_UP));
+    wait_metric(
+        admin,
+        "routerd_router_objects",
+        (WARM_UP + connections) as f64,
+    );
     let logged_in = node.settled_rss_bytes();
     drop(clients);
+    drop(warm);
     drop(node);
     let _ = std::fs::remove_dir_all(&dir);
-    let idle = per(connected, started, connections);
+    let idle = per(connected, warmed, connections);
     let player = per(logged_in, connected, connections);
     let kib = |bytes: u64| bytes as f64 / 1024.0;
     println!(
-        "routerd RSS: {:.0} KiB at start, {:.0} KiB with {connections} idle connections, \
-         {:.0} KiB with them logged in",
+        "routerd RSS: {:.0} KiB at start, {:.0} KiB after {WARM_UP} warm-up sessions, {:.0} KiB \
+         with {connections} more idle connections, {:.0} KiB with them logged in",
         kib(started),
+        kib(warmed),
         kib(connected),
         kib(logged_in)
     );
@@ -248,18 +273,20 @@ fn main() {
         probe.local_addr().unwrap()
     };
     let echo = start_echo(&echo, listen);
+    // The echo answers each frame with a response carrying its body.
+    let mut echo_warm: Vec<Client> = (0..WARM_UP).map(|_| Client::connect(listen)).collect();
+    call_all(&mut echo_warm, ping);
     let echo_started = echo.settled_rss_bytes();
     let mut echo_clients: Vec<Client> = (0..connections).map(|_| Client::connect(listen)).collect();
-    // The echo answers each frame with a response carrying its body.
-    call_all(&mut echo_clients, |index, client| {
-        client.send(route::SYS_PING, 1, &(index as u64).to_le_bytes());
-    });
+    call_all(&mut echo_clients, ping);
     let echo_connected = echo.settled_rss_bytes();
     drop(echo_clients);
+    drop(echo_warm);
     drop(echo);
     let echo_idle = per(echo_connected, echo_started, connections);
     println!(
-        "echo RSS: {:.0} KiB at start, {:.0} KiB with {connections} idle connections",
+        "echo RSS: {:.0} KiB after {WARM_UP} warm-up connections, {:.0} KiB with \
+         {connections} more idle connections",
         kib(echo_started),
         kib(echo_connected)
     );
@@ -267,6 +294,11 @@ fn main() {
         "per idle connection: echo {echo_idle:.0} B; routerd/echo {:.2}",
         idle / echo_idle
     );
+}
+
+/// A `sys.ping` carrying the client's index.
+fn ping(index: usize, client: &mut Client) {
+    client.send(route::SYS_PING, 1, &(index as u64).to_le_bytes());
 }
 
 fn verdict(met: bool) -> &'static str {
