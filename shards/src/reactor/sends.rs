@@ -15,13 +15,23 @@ use super::{Reactor, Slot};
 /// the one before completes, whoever (if anyone) awaits either.
 #[derive(Default)]
 pub(crate) struct SendChain {
-    /// A send of the stream is in the kernel.
-    busy: Cell<bool>,
-    /// That send's slot, while it is in the kernel (or on its way there):
-    /// what a closing stream cancels by `user_data`.
-    head: Cell<Option<usize>>,
+    /// The slot of the stream's send in the kernel (or on its way there),
+    /// if one is: what a closing stream cancels by `user_data`, and what
+    /// makes a later send wait. Slot indexes stay far below `u32::MAX` (one
+    /// per operation in flight), and 4 bytes here keep the chain small.
+    head: Cell<Option<u32>>,
     /// Sends waiting for it, in the order started: slot and entry.
     queued: RefCell<VecDeque<(usize, squeue::Entry)>>,
+}
+
+/// The most bytes a chain takes: every connection has one, and with the
+/// `Rc`'s counts (16) 64 is an allocator size class (the next is 80).
+const SEND_CHAIN_BYTES_MAX: usize = 48;
+const _: () = assert!(std::mem::size_of::<SendChain>() <= SEND_CHAIN_BYTES_MAX);
+
+/// A slot index as the chain keeps it.
+fn slot_u32(index: usize) -> u32 {
+    u32::try_from(index).expect("fewer than 2^32 operations in flight")
 }
 
 impl Reactor {
@@ -38,10 +48,10 @@ impl Reactor {
             chain: Some(chain.clone()),
         });
         let entry = entry.user_data(index as u64);
-        if chain.busy.replace(true) {
+        if chain.head.get().is_some() {
             chain.queued.borrow_mut().push_back((index, entry));
         } else {
-            chain.head.set(Some(index));
+            chain.head.set(Some(slot_u32(index)));
             // SAFETY: the caller's promise for `entry`.
             unsafe { self.push(entry) };
             self.quiet_pushed.borrow_mut().push(index);
@@ -52,7 +62,7 @@ impl Reactor {
     /// The slot of `chain`'s send in the kernel (or queued for it), if one
     /// is: valid until that send's completion is reaped, which clears it.
     pub fn send_in_kernel(&self, chain: &SendChain) -> Option<usize> {
-        chain.head.get()
+        chain.head.get().map(|index| index as usize)
     }
 
     /// The stream of `chain` is gone: its sends not yet in the kernel end
@@ -70,16 +80,14 @@ impl Reactor {
     /// A send of `chain` completed: the next one goes to the kernel.
     pub(super) fn advance(&self, chain: &SendChain) {
         let next = chain.queued.borrow_mut().pop_front();
-        chain.head.set(next.as_ref().map(|(index, _)| *index));
-        match next {
-            Some((index, entry)) => {
-                // SAFETY: `submit_send` queued the entry under the
-                // submission rule; its slot (waiting or orphaned) still
-                // keeps its buffer.
-                unsafe { self.push(entry) };
-                self.quiet_pushed.borrow_mut().push(index);
-            }
-            None => chain.busy.set(false),
+        chain
+            .head
+            .set(next.as_ref().map(|(index, _)| slot_u32(*index)));
+        if let Some((index, entry)) = next {
+            // SAFETY: `submit_send` queued the entry under the submission
+            // rule; its slot (waiting or orphaned) still keeps its buffer.
+            unsafe { self.push(entry) };
+            self.quiet_pushed.borrow_mut().push(index);
         }
     }
 }
