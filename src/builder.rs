@@ -65,7 +65,7 @@ impl NodeBuilder {
     /// Loads the scripted types `[scripts] dir` holds (after the built-in
     /// types, before the program's own) and registers them on every core.
     fn scripts(mut self) -> NodeBuilder {
-        self.scripts = Library::load(&self.config.scripts);
+        self.scripts = Library::load(&self.config);
         if let Ok(Some(library)) = &self.scripts {
             if self.refused.is_none() {
                 self.refused = library.register(&mut self.registry).err();

@@ -12,8 +12,9 @@ use std::ffi::c_int;
 use mlua::ffi;
 use mlua::Value;
 
+use super::value::{self, Unwritten};
 use super::vm::{Failed, Loaded, StackTop, Vm};
-use super::{value, Codec, Effects};
+use super::{Codec, Effects};
 use crate::object::{AppCode, ErrorCode, Refusal};
 
 /// Stack slots a call uses before its values nest: the state kept, the
@@ -122,14 +123,7 @@ fn attempt(vm: &Vm, before: &Before<'_>, invocation: &Invocation<'_>) -> Result<
         let returned = vm.pcall(3);
         let effects = vm.effects.take();
         returned.map_err(|failed| refusal(vm, failed))?;
-        let mut json = Vec::with_capacity(before.state.map_or(16, <[u8]>::len));
-        value::write(state, kept, &mut json)
-            .map_err(|why| internal(format!("the state has no JSON form: {why}")))?;
-        let changed =
-            (before.state != Some(json.as_slice()) || version != before.version).then_some(json);
-        let mut answer = Vec::new();
-        value::write_answer(state, -1, &mut answer)
-            .map_err(|why| internal(format!("the answer has no JSON form: {why}")))?;
+        let (changed, answer) = leave_text(vm, kept, before, version)?;
         Ok(Ran {
             answer,
             version,
@@ -137,6 +131,46 @@ fn attempt(vm: &Vm, before: &Before<'_>, invocation: &Invocation<'_>) -> Result<
             effects,
         })
     }
+}
+
+/// What a call that returned leaves: its state's JSON if it changed (or
+/// the version did), and its answer's bytes, each within its bound.
+///
+/// # Safety
+/// As in `run`, the state's table at `kept` and the answer on top.
+unsafe fn leave_text(
+    vm: &Vm,
+    kept: c_int,
+    before: &Before<'_>,
+    version: u32,
+) -> Result<(Option<Vec<u8>>, Vec<u8>), Refusal> {
+    let bounds = vm.bounds();
+    let refused = |what: &str, bound: String, unwritten: Unwritten| {
+        let reason = match unwritten {
+            Unwritten::Longer => format!("the {what} would be longer than {bound}"),
+            Unwritten::Invalid(why) => format!("the {what} has no JSON form: {why}"),
+        };
+        Refusal::explained(ErrorCode::Internal, &reason)
+    };
+    let mut json = Vec::with_capacity(before.state.map_or(16, <[u8]>::len));
+    let mut answer = Vec::new();
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        value::write(vm.state(), kept, &mut json, bounds.state_max).map_err(|unwritten| {
+            let bound = format!(
+                "store.state_max_bytes allows ({} bytes of JSON)",
+                bounds.state_max
+            );
+            refused("state", bound, unwritten)
+        })?;
+        value::write_answer(vm.state(), -1, &mut answer, bounds.body_max).map_err(|unwritten| {
+            let bound = format!("gateway.body_max_bytes ({})", bounds.body_max);
+            refused("answer", bound, unwritten)
+        })?;
+    }
+    let changed =
+        (before.state != Some(json.as_slice()) || version != before.version).then_some(json);
+    Ok((changed, answer))
 }
 
 /// Pushes the state as a fresh table at the script's version, and says

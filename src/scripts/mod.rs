@@ -19,6 +19,7 @@
 //! for (pushes, sends, timers) leaves (`call`).
 
 mod call;
+mod ctx;
 mod declare;
 mod object;
 #[cfg(test)]
@@ -34,10 +35,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value as Json};
 
+use self::ctx::Effects;
 pub use self::declare::{Codec, Declaration, ScriptRoute};
 use self::object::ScriptedType;
 use self::vm::Vm;
-use crate::config::ScriptsConfig;
+use crate::config::Config;
 use crate::object::{Registry, RegistryError};
 
 /// A script that cannot be served: `file:line: cause`, one line.
@@ -93,15 +95,36 @@ struct Generation {
     files: Vec<ScriptFile>,
 }
 
-/// What a call asked for, held until it returns.
-#[derive(Default)]
-struct Effects {
-    /// `(player id, route id, body)`.
-    pushes: Vec<(u64, u32, Vec<u8>)>,
-    /// `((type id, object id, op), body)`.
-    sends: Vec<((u32, u64, u32), Vec<u8>)>,
-    /// `(milliseconds, name)`.
-    timers: Vec<(u64, String)>,
+/// What one call may take, and how much it may leave.
+#[derive(Clone, Copy, Debug)]
+struct Bounds {
+    /// `scripts.call_budget_us`.
+    call_budget: Duration,
+    /// `scripts.memory_max_bytes`: the VM's memory, and beside it what a
+    /// running call asked `ctx` for (held outside the VM until it returns).
+    memory_max: usize,
+    /// An answer's, a push's or a send's body: `gateway.body_max_bytes`, as
+    /// no client is sent a longer one.
+    body_max: usize,
+    /// The state's JSON: `store.state_max_bytes`, less what is written
+    /// before it (the object API's `u16` state version and the script's
+    /// `u32` version), as the store keeps no longer state.
+    state_max: usize,
+}
+
+impl Bounds {
+    fn of(config: &Config) -> Bounds {
+        let bytes = |value: u64| usize::try_from(value).unwrap_or(usize::MAX);
+        Bounds {
+            call_budget: Duration::from_micros(config.scripts.call_budget_us),
+            memory_max: bytes(config.scripts.memory_max_bytes),
+            body_max: bytes(u64::from(config.gateway.body_max_bytes)),
+            state_max: config
+                .store
+                .state_max_bytes
+                .saturating_sub(std::mem::size_of::<u16>() + object::STATE_HEADER_BYTES),
+        }
+    }
 }
 
 /// Libraries in this process, so a thread's VMs are told apart.
@@ -116,8 +139,7 @@ thread_local! {
 pub struct Library {
     id: u64,
     dir: PathBuf,
-    call_budget: Duration,
-    memory_max: usize,
+    bounds: Bounds,
     current: RwLock<Arc<Generation>>,
     /// `current`'s number, stored after it: a call reads this alone to
     /// know its core's VM is current, and the lock only when it is not.
@@ -127,13 +149,14 @@ pub struct Library {
 }
 
 impl Library {
-    /// The scripts `config` names, loaded and checked; `None` when it
+    /// The scripts `config` names (`[scripts]`, bounded also by the
+    /// gateway's and the store's sizes), loaded and checked; `None` when it
     /// names no directory.
-    pub fn load(config: &ScriptsConfig) -> Result<Option<Arc<Library>>, ScriptError> {
-        let Some(dir) = &config.dir else {
+    pub fn load(config: &Config) -> Result<Option<Arc<Library>>, ScriptError> {
+        let Some(dir) = &config.scripts.dir else {
             return Ok(None);
         };
-        Library::load_dir(dir, config)
+        Library::load_dir(dir, Bounds::of(config))
             .map(Some)
             .map_err(|mut error| {
                 if error.file != dir.display().to_string() {
@@ -143,12 +166,10 @@ impl Library {
             })
     }
 
-    fn load_dir(dir: &Path, config: &ScriptsConfig) -> Result<Arc<Library>, ScriptError> {
-        let call_budget = Duration::from_micros(config.call_budget_us);
-        let memory_max = usize::try_from(config.memory_max_bytes).unwrap_or(usize::MAX);
+    fn load_dir(dir: &Path, bounds: Bounds) -> Result<Arc<Library>, ScriptError> {
         let mut files: Vec<ScriptFile> = Vec::new();
         for (name, source) in read_dir(dir)? {
-            let file = check(&name, source, call_budget, memory_max)?;
+            let file = check(&name, source, bounds)?;
             if let Some(other) = files.iter().find(|other| {
                 other.declaration.type_id == file.declaration.type_id
                     || other.declaration.name == file.declaration.name
@@ -164,8 +185,7 @@ impl Library {
         Ok(Arc::new(Library {
             id: NEXT_LIBRARY.fetch_add(1, Ordering::Relaxed),
             dir: dir.to_path_buf(),
-            call_budget,
-            memory_max,
+            bounds,
             current: RwLock::new(Arc::new(Generation { number: 1, files })),
             current_number: AtomicU64::new(1),
             reloading: Mutex::new(()),
@@ -211,7 +231,7 @@ impl Library {
                     "reason": "a new file is a new type: restart the nodes to serve it" }));
                 continue;
             };
-            let taken = check(&name, source, self.call_budget, self.memory_max)
+            let taken = check(&name, source, self.bounds)
                 .map_err(|error| error.to_string())
                 .and_then(
                     |file| match file.declaration.change_refused(&files[at].declaration) {
@@ -264,13 +284,8 @@ impl Library {
                 Some(at) if vms[at].1.generation == number => at,
                 found => {
                     let generation = self.generation();
-                    let vm = Vm::new(
-                        &generation.files,
-                        generation.number,
-                        self.call_budget,
-                        self.memory_max,
-                    )
-                    .map_err(|error| error.to_string())?;
+                    let vm = Vm::new(&generation.files, generation.number, self.bounds)
+                        .map_err(|error| error.to_string())?;
                     match found {
                         Some(at) => {
                             vms[at].1 = vm;
@@ -341,13 +356,8 @@ fn read_dir(dir: &Path) -> Result<Vec<(String, Arc<str>)>, ScriptError> {
 }
 
 /// Loads one file in a VM of its own: what it declares, or why not.
-fn check(
-    name: &str,
-    source: Arc<str>,
-    call_budget: Duration,
-    memory_max: usize,
-) -> Result<ScriptFile, ScriptError> {
-    let vm = Vm::new(&[], 0, call_budget, memory_max)?;
+fn check(name: &str, source: Arc<str>, bounds: Bounds) -> Result<ScriptFile, ScriptError> {
+    let vm = Vm::new(&[], 0, bounds)?;
     let (_, declaration) = vm.load(name, &source)?;
     Ok(ScriptFile {
         name: name.to_string(),

@@ -17,6 +17,9 @@ use crate::object::{
     OBJECT_TIMERS_MAX,
 };
 
+/// The bytes before the JSON in a persisted state (the script version).
+pub(super) const STATE_HEADER_BYTES: usize = 4;
+
 /// Sessions an object remembers for `ctx:push` to players other than the
 /// caller: the latest of each player that sent it a request.
 const SESSIONS_REMEMBERED_MAX: usize = 64;
@@ -77,7 +80,9 @@ impl ObjectType for ScriptedType {
         if version != 1 {
             return Err(DecodeError);
         }
-        let (script_version, json) = state.split_first_chunk::<4>().ok_or(DecodeError)?;
+        let (script_version, json) = state
+            .split_first_chunk::<STATE_HEADER_BYTES>()
+            .ok_or(DecodeError)?;
         let parsed: serde_json::Value = serde_json::from_slice(json).map_err(|_| DecodeError)?;
         let json = (!parsed.is_null()).then(|| json.to_vec());
         let script_version = u32::from_le_bytes(*script_version);

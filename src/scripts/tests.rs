@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::call::{self, Before, Invocation, Ran};
 use super::Library;
-use crate::config::ScriptsConfig;
+use crate::config::{Config, ScriptsConfig};
 use crate::object::{ErrorCode, Refusal};
 
 const COUNTER: &str = include_str!("../../examples/scripts/counter.luau");
@@ -17,10 +17,13 @@ fn library_of(dir: &Path, files: &[(&str, &str)], budget_us: u64) -> Result<Arc<
     for (name, text) in files {
         std::fs::write(dir.join(name), text).unwrap();
     }
-    let config = ScriptsConfig {
-        dir: Some(dir.to_path_buf()),
-        call_budget_us: budget_us,
-        memory_max_bytes: 8 << 20,
+    let config = Config {
+        scripts: ScriptsConfig {
+            dir: Some(dir.to_path_buf()),
+            call_budget_us: budget_us,
+            memory_max_bytes: 8 << 20,
+        },
+        ..Config::default()
     };
     Library::load(&config)
         .map(|library| library.unwrap())
@@ -517,5 +520,82 @@ fn garbage_not_yet_collected_does_not_count_against_the_bound() {
     for call in 0..64 {
         let answer = counter.call(2003, "x").map(|ran| ran.answer);
         assert_eq!(answer, Ok(b"262145".to_vec()), "call {call}");
+    }
+}
+
+/// What a call asks `ctx` for is held outside the VM until the call
+/// returns, so it counts against the memory bound beside the VM's own: a
+/// loop of pushes or sends, each within the body bound, would otherwise
+/// hold any amount of the node's memory (here 64 MiB against a bound of
+/// 8 MiB) and hand it all on.
+#[test]
+fn what_a_call_asks_for_counts_against_the_memory_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "local held = {}\n".to_string() + &COUNTER.replace(
+        "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+        "state.last = req\n      \
+         local chunk = string.rep(\"x\", 32 * 1024)\n      \
+         if req == \"hold\" then for i = 1, 4 do held[i] = string.rep(tostring(i), 1024 * 1024) end end\n      \
+         if req == \"garbage\" then local dropped = string.rep(\"g\", 2 * 1024 * 1024) end\n      \
+         local count = if req == \"many\" then 2048 elseif req == \"garbage\" then 96 else 8\n      \
+         for i = 1, count do\n        \
+           if i % 2 == 0 then ctx:push(7, 2003, chunk) else ctx:send(\"counter\", i, \"counter.raw\", chunk) end\n      \
+         end\n      \
+         return count",
+    );
+    assert_ne!(script, COUNTER);
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 5_000_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    let ran = counter.call(2003, "few").unwrap();
+    assert_eq!((ran.effects.pushes.len(), ran.effects.sends.len()), (4, 4));
+    let before = counter.state.clone();
+    let (code, reason) = refusal_of(counter.call(2003, "many"));
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(reason.contains("scripts.memory_max_bytes"), "{reason}");
+    assert_eq!(counter.state, before, "the refused call changed nothing");
+    // 4 MiB held, 2 MiB of garbage and 3 MiB of effects: garbage does not
+    // count against the bound (Luau's own pace or the effects' full
+    // collection frees it).
+    counter.call(2003, "hold").unwrap();
+    let ran = counter.call(2003, "garbage").unwrap();
+    assert_eq!(ran.effects.pushes.len() + ran.effects.sends.len(), 96);
+}
+
+/// A table may hold one table many times over: its JSON then repeats it,
+/// and a few lines of script describe more text than any node holds. The
+/// answer, a push and the state are each written only up to the most a
+/// client is sent (`gateway.body_max_bytes`) or the store keeps
+/// (`store.state_max_bytes`), and a call past it is refused.
+#[test]
+fn a_value_whose_json_would_pass_its_bound_is_refused_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = COUNTER.replace(
+        "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+        "local twice = { string.rep(\"x\", 1024) }\n      \
+         for _ = 1, 40 do twice = { twice, twice } end\n      \
+         if req == \"answer\" then return twice end\n      \
+         if req == \"push\" then ctx:push(7, 2003, twice) return \"pushed\" end\n      \
+         if req == \"state\" then state.twice = twice return \"kept\" end\n      \
+         return \"none\"",
+    );
+    assert_ne!(script, COUNTER);
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 1_000_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    assert_eq!(counter.answer(2003, "x"), "none");
+    let before = counter.state.clone();
+    for (asked, bound) in [
+        ("answer", "gateway.body_max_bytes"),
+        ("push", "gateway.body_max_bytes"),
+        ("state", "store.state_max_bytes"),
+    ] {
+        let started = std::time::Instant::now();
+        let (code, reason) = refusal_of(counter.call(2003, asked));
+        assert_eq!(code, ErrorCode::Internal, "{asked}");
+        assert!(reason.contains(bound), "{asked}: {reason}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{asked}"
+        );
+        assert_eq!(counter.state, before, "{asked}");
     }
 }

@@ -70,8 +70,26 @@ pub(super) unsafe fn push_string(state: *mut lua_State, bytes: &[u8]) {
     }
 }
 
-/// Appends the value at `index` to `out` as JSON text, or says why it has
-/// no JSON form (`out` then holds part of it). The stack is left as it was.
+/// Why a value was not written.
+#[derive(Debug, PartialEq)]
+pub(super) enum Unwritten {
+    /// Its text would be longer than the most it was given: a table can
+    /// hold one table many times over, so a small value can stand for more
+    /// text than any node holds, and the writing stops at the bound.
+    Longer,
+    /// It has no JSON form: why.
+    Invalid(String),
+}
+
+impl From<String> for Unwritten {
+    fn from(why: String) -> Unwritten {
+        Unwritten::Invalid(why)
+    }
+}
+
+/// Appends the value at `index` to `out` as JSON text of at most `limit`
+/// bytes, or says why it did not (`out` then holds part of it). The stack
+/// is left as it was.
 ///
 /// # Safety
 /// `state` is a live Luau state and `index` a valid index on its stack.
@@ -79,15 +97,18 @@ pub(super) unsafe fn write(
     state: *mut lua_State,
     index: c_int,
     out: &mut Vec<u8>,
-) -> Result<(), String> {
+    limit: usize,
+) -> Result<(), Unwritten> {
     // SAFETY: this function's own contract (its `# Safety`).
     unsafe {
         let index = ffi::lua_absindex(state, index);
         let top = ffi::lua_gettop(state);
         let (fields, scratch) = BUFFERS.take();
+        let end = out.len().saturating_add(limit);
         let mut encoder = Encoder {
             state,
             out,
+            end,
             fields,
             scratch,
         };
@@ -95,12 +116,17 @@ pub(super) unsafe fn write(
         encoder.fields.clear();
         BUFFERS.set((encoder.fields, encoder.scratch));
         ffi::lua_settop(state, top);
-        written
+        written?;
+        if out.len() > end {
+            return Err(Unwritten::Longer);
+        }
+        Ok(())
     }
 }
 
-/// The bytes a value leaves as (an answer, a push, a send), appended to
-/// `out`: a string as its bytes, nil as nothing, anything else as JSON.
+/// The bytes a value leaves as (an answer, a push, a send), at most
+/// `limit` of them, appended to `out`: a string as its bytes, nil as
+/// nothing, anything else as JSON.
 ///
 /// # Safety
 /// As [`write`].
@@ -108,16 +134,21 @@ pub(super) unsafe fn write_answer(
     state: *mut lua_State,
     index: c_int,
     out: &mut Vec<u8>,
-) -> Result<(), String> {
+    limit: usize,
+) -> Result<(), Unwritten> {
     // SAFETY: this function's own contract (its `# Safety`).
     unsafe {
         match ffi::lua_type(state, index) {
             ffi::LUA_TNIL => Ok(()),
             ffi::LUA_TSTRING => {
-                out.extend_from_slice(string_at(state, index));
+                let bytes = string_at(state, index);
+                if bytes.len() > limit {
+                    return Err(Unwritten::Longer);
+                }
+                out.extend_from_slice(bytes);
                 Ok(())
             }
-            _ => write(state, index, out),
+            _ => write(state, index, out, limit),
         }
     }
 }
@@ -270,6 +301,9 @@ fn clamp(len: usize) -> c_int {
 struct Encoder<'a> {
     state: *mut lua_State,
     out: &'a mut Vec<u8>,
+    /// The length `out` may not pass: looked at before each value, so a
+    /// value that repeats a table stops after about `limit` bytes.
+    end: usize,
     /// The fields of the objects being written, innermost last: each the
     /// range in `out` of its name (its JSON text inside the quotes) and of
     /// its whole `"name":value` member.
@@ -299,7 +333,10 @@ fn json_number(number: f64) -> Result<JsonNumber, String> {
 impl Encoder<'_> {
     /// The value at the absolute `index`; leaves the stack as it found it
     /// when it returns `Ok`.
-    unsafe fn value(&mut self, index: c_int, depth: usize) -> Result<(), String> {
+    unsafe fn value(&mut self, index: c_int, depth: usize) -> Result<(), Unwritten> {
+        if self.out.len() > self.end {
+            return Err(Unwritten::Longer);
+        }
         // SAFETY: `write`'s contract, under which every encoder step runs
         // (a live state, a valid absolute index, room checked per table).
         unsafe {
@@ -314,14 +351,18 @@ impl Encoder<'_> {
                 ffi::LUA_TSTRING => self.text(string_at(state, index)),
                 ffi::LUA_TTABLE => {
                     if depth >= DEPTH_MAX {
-                        return Err(format!("a table nested deeper than {DEPTH_MAX}"));
+                        return Err(format!("a table nested deeper than {DEPTH_MAX}").into());
                     }
                     if ffi::lua_checkstack(state, SLOTS_PER_LEVEL) == 0 {
-                        return Err("a table nested too deep for the VM's stack".to_string());
+                        let why = "a table nested too deep for the VM's stack";
+                        return Err(why.to_string().into());
                     }
                     self.table(index, depth + 1)?;
                 }
-                _ => return Err(format!("a {} has no JSON form", type_name(state, index))),
+                _ => {
+                    let why = format!("a {} has no JSON form", type_name(state, index));
+                    return Err(why.into());
+                }
             }
             Ok(())
         }
@@ -342,7 +383,7 @@ impl Encoder<'_> {
         let _ = serde_json::to_writer(&mut *self.out, &*text);
     }
 
-    unsafe fn table(&mut self, index: c_int, depth: usize) -> Result<(), String> {
+    unsafe fn table(&mut self, index: c_int, depth: usize) -> Result<(), Unwritten> {
         // SAFETY: `write`'s contract, under which every encoder step runs
         // (a live state, a valid absolute index, room checked per table).
         unsafe {
@@ -395,7 +436,7 @@ impl Encoder<'_> {
     /// the other must still have a JSON form. Members are written in walk
     /// order and put in order afterwards only when the walk did not meet
     /// them so (a one-field object never moves).
-    unsafe fn object(&mut self, index: c_int, depth: usize) -> Result<(), String> {
+    unsafe fn object(&mut self, index: c_int, depth: usize) -> Result<(), Unwritten> {
         // SAFETY: `write`'s contract, under which every encoder step runs
         // (a live state, a valid absolute index, room checked per table).
         unsafe {

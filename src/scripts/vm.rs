@@ -1,6 +1,7 @@
 //! One sandboxed Luau VM per core and library: the scripts of one
 //! generation loaded into it, the per-call budget (an interrupt), the
-//! memory bound, and the `ctx` methods a handler calls.
+//! memory bound, and the one `ctx` a handler gets (its methods are
+//! `ctx.rs`'s).
 //!
 //! The sandbox: only the `table`, `string`, `utf8`, `bit32`, `math` and
 //! `buffer` libraries; no `io`, `os`, `debug`, `require`, `loadstring` /
@@ -25,8 +26,9 @@ use std::time::{Duration, Instant};
 use mlua::ffi::{self, lua_State};
 use mlua::{ChunkMode, Function, IntoLua, Lua, LuaOptions, StdLib, Table, Value};
 
+use super::ctx::{self, Effects};
 use super::declare::{declare, Declaration};
-use super::{value, Effects, ScriptError, ScriptFile};
+use super::{value, Bounds, ScriptError, ScriptFile};
 
 /// Time a file's top level may run while it loads.
 const LOAD_BUDGET: Duration = Duration::from_secs(1);
@@ -141,7 +143,7 @@ pub(super) struct Vm {
     pub generation: u64,
     /// The types loaded (a few: searched in order).
     types: Vec<Loaded>,
-    call_budget: Duration,
+    bounds: Bounds,
     /// What the running call asked for; taken after it.
     pub effects: Rc<RefCell<Effects>>,
     /// The metatable of every `ctx` (its methods).
@@ -152,7 +154,6 @@ pub(super) struct Vm {
     /// would hash and look the text up at each call).
     player_name: Ref,
     key_name: Ref,
-    memory_max: usize,
     /// Whether the last `pcall` failed on the memory bound.
     out_of_memory: Cell<bool>,
 }
@@ -160,12 +161,7 @@ pub(super) struct Vm {
 impl Vm {
     /// A VM with every file of a generation loaded, or the first file that
     /// does not load.
-    pub fn new(
-        files: &[ScriptFile],
-        generation: u64,
-        call_budget: Duration,
-        memory_max: usize,
-    ) -> Result<Vm, ScriptError> {
+    pub fn new(files: &[ScriptFile], generation: u64, bounds: Bounds) -> Result<Vm, ScriptError> {
         let setup = |error: mlua::Error| ScriptError::at("(vm)", 1, error.to_string());
         let lua = sandboxed().map_err(setup)?;
         let mut state = std::ptr::null_mut();
@@ -183,7 +179,7 @@ impl Vm {
             .iter()
             .map(|file| (file.declaration.name, file.declaration.clone()))
             .collect();
-        let ctx_meta = ctx_methods(&lua, &effects, declarations).map_err(setup)?;
+        let ctx_meta = ctx::methods(&lua, &effects, declarations, bounds).map_err(setup)?;
         let ctx_meta = reference(&lua, ctx_meta).map_err(setup)?;
         let ctx = lua.create_table_with_capacity(0, 2).map_err(setup)?;
         let ctx = reference(&lua, ctx).map_err(setup)?;
@@ -196,13 +192,12 @@ impl Vm {
             state,
             generation,
             types: Vec::new(),
-            call_budget,
+            bounds,
             effects,
             ctx_meta,
             ctx,
             player_name,
             key_name,
-            memory_max,
             out_of_memory: Cell::new(false),
         };
         for file in files {
@@ -262,7 +257,7 @@ impl Vm {
             .set_mode(ChunkMode::Text)
             .set_environment(env);
         arm(LOAD_BUDGET);
-        self.set_memory_limit(self.memory_max);
+        self.set_memory_limit(self.bounds.memory_max);
         let returned = chunk.call::<Value>(());
         self.set_memory_limit(0);
         disarm();
@@ -275,6 +270,11 @@ impl Vm {
         };
         let declaration = declare(name, source, &table)?;
         Ok((table, declaration))
+    }
+
+    /// What a call may take and leave.
+    pub fn bounds(&self) -> &Bounds {
+        &self.bounds
     }
 
     /// The functions of the type `type_id`.
@@ -372,15 +372,15 @@ impl Vm {
     pub unsafe fn pcall(&self, nargs: c_int) -> Result<(), Failed> {
         // SAFETY: this function's own contract (its `# Safety`).
         unsafe {
-            arm(self.call_budget);
-            self.set_memory_limit(self.memory_max);
+            arm(self.bounds.call_budget);
+            self.set_memory_limit(self.bounds.memory_max);
             let status = ffi::lua_pcall(self.state, nargs, 1, 0);
             self.set_memory_limit(0);
             self.out_of_memory.set(status == ffi::LUA_ERRMEM);
             let exceeded = BUDGET.with(|budget| budget.exceeded.get());
             disarm();
             if exceeded {
-                let budget = self.call_budget.as_micros();
+                let budget = self.bounds.call_budget.as_micros();
                 return Err(Failed::Overran(format!(
                     "the call ran past its budget of {budget} us"
                 )));
@@ -500,86 +500,4 @@ fn sandboxed() -> mlua::Result<Lua> {
     // Unbounded at rest: the bound is set around a script's own code.
     lua.set_memory_limit(0)?;
     Ok(lua)
-}
-
-/// The methods of `ctx`: each records an effect, released only if the call
-/// succeeds.
-fn ctx_methods(
-    lua: &Lua,
-    effects: &Rc<RefCell<Effects>>,
-    declarations: HashMap<&'static str, Arc<Declaration>>,
-) -> mlua::Result<Table> {
-    let methods = lua.create_table()?;
-    let recorded = effects.clone();
-    methods.raw_set(
-        "push",
-        lua.create_function(
-            move |lua, (_, player, route, value): (Value, u64, u32, Value)| {
-                let body = encode_value(lua, value).map_err(mlua::Error::runtime)?;
-                recorded.borrow_mut().pushes.push((player, route, body));
-                Ok(())
-            },
-        )?,
-    )?;
-    let recorded = effects.clone();
-    methods.raw_set(
-        "send",
-        lua.create_function(
-            move |lua, (_, type_name, id, route, value): (Value, String, u64, String, Value)| {
-                let Some(declaration) = declarations.get(type_name.as_str()) else {
-                    return Err(mlua::Error::runtime(format!(
-                        "ctx:send: no scripted type named {type_name}"
-                    )));
-                };
-                let Some(op) = declaration.route_named(&route).map(|route| route.id) else {
-                    return Err(mlua::Error::runtime(format!(
-                        "ctx:send: {type_name} has no route {route}"
-                    )));
-                };
-                let body = encode_value(lua, value).map_err(mlua::Error::runtime)?;
-                let to = (declaration.type_id, id, op);
-                recorded.borrow_mut().sends.push((to, body));
-                Ok(())
-            },
-        )?,
-    )?;
-    let recorded = effects.clone();
-    methods.raw_set(
-        "timer",
-        lua.create_function(move |_, (_, ms, name): (Value, u64, String)| {
-            recorded.borrow_mut().timers.push((ms, name));
-            Ok(())
-        })?,
-    )?;
-    methods.raw_set(
-        "now_ms",
-        lua.create_function(|_, _: Value| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            Ok(now.as_millis() as f64)
-        })?,
-    )?;
-    methods.set_readonly(true);
-    let meta = lua.create_table()?;
-    meta.raw_set("__index", methods)?;
-    meta.set_readonly(true);
-    Ok(meta)
-}
-
-/// The bytes a value leaves as (a push, a send), as `value::write_answer`
-/// makes them.
-fn encode_value(lua: &Lua, value: Value) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    let mut written = Ok(());
-    // SAFETY: the value is the one argument on the function's stack; the
-    // function reads it and leaves the stack empty.
-    unsafe {
-        lua.exec_raw::<()>(value, |state| {
-            written = value::write_answer(state, 1, &mut out);
-            ffi::lua_settop(state, 0);
-        })
-    }
-    .map_err(|error| error.to_string())?;
-    written.map(|()| out)
 }
