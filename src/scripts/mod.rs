@@ -127,6 +127,10 @@ impl Bounds {
     }
 }
 
+/// The longest script file: far past any hand-written type (the examples
+/// are a few KiB).
+const SOURCE_BYTES_MAX: u64 = 4 << 20;
+
 /// Libraries in this process, so a thread's VMs are told apart.
 static NEXT_LIBRARY: AtomicU64 = AtomicU64::new(1);
 
@@ -347,12 +351,30 @@ fn read_dir(dir: &Path) -> Result<Vec<(String, Arc<str>)>, ScriptError> {
             .unwrap_or_default()
             .to_string_lossy()
             .to_string();
-        let source = std::fs::read_to_string(&path)
-            .map_err(|error| ScriptError::at(&name, 0, error.to_string()))?;
+        let source = read_source(&path).map_err(|cause| ScriptError::at(&name, 0, cause))?;
         files.push((name, Arc::from(source)));
     }
     files.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(files)
+}
+
+/// The text of a script file, read only up to `SOURCE_BYTES_MAX`: a file
+/// put in the directory by mistake (a log, a dump) is refused in a line
+/// rather than read whole and handed to the compiler, whose memory and
+/// time no bound covers.
+fn read_source(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|error| error.to_string())?;
+    let mut source = String::new();
+    file.take(SOURCE_BYTES_MAX + 1)
+        .read_to_string(&mut source)
+        .map_err(|error| error.to_string())?;
+    if source.len() as u64 > SOURCE_BYTES_MAX {
+        return Err(format!(
+            "the file is longer than {SOURCE_BYTES_MAX} bytes, the most a script may be"
+        ));
+    }
+    Ok(source)
 }
 
 /// Loads one file in a VM of its own: what it declares, or why not.

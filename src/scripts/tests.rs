@@ -239,6 +239,15 @@ fn bad_files_stop_the_load_naming_file_line_and_cause() {
         assert_eq!(error.lines().count(), 1, "{error}");
     }
     let dir = tempfile::tempdir().unwrap();
+    let long = format!("{COUNTER}\n--{}\n", "x".repeat(4 << 20));
+    let error = library_of(dir.path(), &[("long.luau", &long)], 10_000)
+        .err()
+        .expect("refused");
+    assert!(
+        error.contains("long.luau:0: the file is longer than"),
+        "{error}"
+    );
+    let dir = tempfile::tempdir().unwrap();
     let error = library_of(
         dir.path(),
         &[("a.luau", COUNTER), ("b.luau", COUNTER)],
