@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use mlua::ffi;
-use mlua::{Lua, Table, Value};
+use mlua::{Function, Lua, Table, Value};
 
 use super::value::{self, Unwritten};
 use super::{Bounds, Declaration};
@@ -22,6 +22,10 @@ use super::{Bounds, Declaration};
 /// What an effect costs beside its body: its place in its list and the
 /// allocation of its body, counted so that many empty effects still count.
 const EFFECT_OVERHEAD_BYTES: usize = 64;
+
+/// The longest timer name: a name outlives its call (an object keeps up to
+/// `OBJECT_TIMERS_MAX` of them outside the VM), so it is a label, not data.
+pub(super) const TIMER_NAME_BYTES_MAX: usize = 256;
 
 /// What a call asked for, held until it returns.
 #[derive(Default)]
@@ -78,39 +82,8 @@ pub(super) fn methods(
             },
         )?,
     )?;
-    let recorded = effects.clone();
-    methods.raw_set(
-        "send",
-        lua.create_function(
-            move |lua, (_, type_name, id, route, value): (Value, String, u64, String, Value)| {
-                let Some(declaration) = declarations.get(type_name.as_str()) else {
-                    return Err(mlua::Error::runtime(format!(
-                        "ctx:send: no scripted type named {type_name}"
-                    )));
-                };
-                let Some(op) = declaration.route_named(&route).map(|route| route.id) else {
-                    return Err(mlua::Error::runtime(format!(
-                        "ctx:send: {type_name} has no route {route}"
-                    )));
-                };
-                let body = encode_body(lua, value, &bounds, "ctx:send")?;
-                let mut effects = recorded.borrow_mut();
-                effects.count(lua, &bounds, body.len())?;
-                effects.sends.push(((declaration.type_id, id, op), body));
-                Ok(())
-            },
-        )?,
-    )?;
-    let recorded = effects.clone();
-    methods.raw_set(
-        "timer",
-        lua.create_function(move |lua, (_, ms, name): (Value, u64, String)| {
-            let mut effects = recorded.borrow_mut();
-            effects.count(lua, &bounds, name.len())?;
-            effects.timers.push((ms, name));
-            Ok(())
-        })?,
-    )?;
+    methods.raw_set("send", send(lua, effects.clone(), declarations, bounds)?)?;
+    methods.raw_set("timer", timer(lua, effects.clone(), bounds)?)?;
     methods.raw_set(
         "now_ms",
         lua.create_function(|_, _: Value| {
@@ -125,6 +98,50 @@ pub(super) fn methods(
     meta.raw_set("__index", methods)?;
     meta.set_readonly(true);
     Ok(meta)
+}
+
+/// `ctx:send(type_name, id, route_name, value)`.
+fn send(
+    lua: &Lua,
+    recorded: Rc<RefCell<Effects>>,
+    declarations: HashMap<&'static str, Arc<Declaration>>,
+    bounds: Bounds,
+) -> mlua::Result<Function> {
+    lua.create_function(
+        move |lua, (_, type_name, id, route, value): (Value, String, u64, String, Value)| {
+            let Some(declaration) = declarations.get(type_name.as_str()) else {
+                return Err(mlua::Error::runtime(format!(
+                    "ctx:send: no scripted type named {type_name}"
+                )));
+            };
+            let Some(op) = declaration.route_named(&route).map(|route| route.id) else {
+                return Err(mlua::Error::runtime(format!(
+                    "ctx:send: {type_name} has no route {route}"
+                )));
+            };
+            let body = encode_body(lua, value, &bounds, "ctx:send")?;
+            let mut effects = recorded.borrow_mut();
+            effects.count(lua, &bounds, body.len())?;
+            effects.sends.push(((declaration.type_id, id, op), body));
+            Ok(())
+        },
+    )
+}
+
+/// `ctx:timer(ms, name)`.
+fn timer(lua: &Lua, recorded: Rc<RefCell<Effects>>, bounds: Bounds) -> mlua::Result<Function> {
+    lua.create_function(move |lua, (_, ms, name): (Value, u64, String)| {
+        if name.len() > TIMER_NAME_BYTES_MAX {
+            return Err(mlua::Error::runtime(format!(
+                "ctx:timer: a name longer than {TIMER_NAME_BYTES_MAX} bytes (keep data in \
+                 state, not in the name)"
+            )));
+        }
+        let mut effects = recorded.borrow_mut();
+        effects.count(lua, &bounds, name.len())?;
+        effects.timers.push((ms, name));
+        Ok(())
+    })
 }
 
 /// The body a push or a send carries, as `value::write_answer` makes it,

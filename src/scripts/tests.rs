@@ -608,3 +608,23 @@ fn a_value_whose_json_would_pass_its_bound_is_refused_not_written() {
         assert_eq!(counter.state, before, "{asked}");
     }
 }
+
+/// A timer's name waits outside the VM until the timer fires, up to 64 of
+/// them an object: it is a label, bounded, so pending timers cannot hold
+/// what the memory bound keeps from the VM.
+#[test]
+fn a_timer_name_is_a_label_of_at_most_256_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = COUNTER.replace(
+        "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+        "ctx:timer(1000, string.rep(\"t\", tonumber(req)))\n      return \"set\"",
+    );
+    assert_ne!(script, COUNTER);
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    let ran = counter.call(2003, "256").unwrap();
+    assert_eq!(ran.effects.timers, vec![(1000, "t".repeat(256))]);
+    let (code, reason) = refusal_of(counter.call(2003, "257"));
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(reason.contains("longer than 256 bytes"), "{reason}");
+}
