@@ -27,6 +27,13 @@ use crate::timer::Timers;
 /// Task polls per loop turn at most before the kernel is entered again, so
 /// tasks that keep waking each other cannot starve IO.
 const POLLS_PER_TURN_MAX: usize = 256;
+/// How long a turn polls tasks at most before it looks at timers and the
+/// ring again. A poll's own work has no bound here (a router poll handles
+/// up to a thousand requests, each maybe a script), so a count of polls
+/// alone let a turn of heavy polls run for seconds while every timer of
+/// the core, a membership heartbeat's among them, and every completion
+/// waited: the node's lease lapsed under its own load.
+const POLLING_PER_TURN_MAX: Duration = Duration::from_millis(1);
 /// How long a stopping executor waits for the kernel to release the memory
 /// of cancelled operations.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -375,11 +382,20 @@ impl Executor {
     }
 
     fn run_tasks(&self) {
+        let started = self.now.get();
         for _ in 0..POLLS_PER_TURN_MAX {
             let Some(task) = self.queues.borrow_mut().pop() else {
                 return;
             };
             self.poll_task(task);
+            // A clock read a poll: a few dozen nanoseconds beside a poll's
+            // work, and a heavy poll is the case this bound is for.
+            let now = Instant::now();
+            if now.duration_since(started) >= POLLING_PER_TURN_MAX {
+                // Timers are judged at the time the polling stopped.
+                self.now.set(now);
+                return;
+            }
         }
     }
 
