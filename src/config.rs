@@ -124,7 +124,8 @@ pub struct CoresConfig {
     /// Scheduler shares of the throughput queue (saves, cleanup sweeps).
     pub throughput_shares: usize,
     /// Frames that may wait in one core-to-core channel before sends to it
-    /// fail and are counted.
+    /// fail and are counted; also the inputs that may wait in a core's own
+    /// queue before its objects' messages to objects of that core do.
     pub mesh_queue_max: usize,
     /// How long cores may take to drain their work at shutdown.
     pub shutdown_deadline_ms: u64,

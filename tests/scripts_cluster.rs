@@ -247,3 +247,86 @@ fn a_bad_script_stops_the_start_and_check_config_says_the_same() {
     let said = String::from_utf8_lossy(&checked.stderr);
     assert_eq!(said.trim(), line.unwrap().trim(), "one code path, one line");
 }
+
+/// A type whose every message sends two more to the same object: a
+/// fan-out that doubles without end, as a script's bug (or a broadcast
+/// that reaches itself) can.
+const STORM_SCRIPT: &str = r#"
+return {
+  type_id = 291, name = "storm", version = 1, persist = "interval",
+  routes = {
+    { id = 2911, name = "storm.start", key = "player", codec = "json" },
+    { id = 2912, name = "storm.echo", key = "field:id", codec = "json" },
+  },
+  init = function(key) return {} end,
+  handlers = {
+    ["storm.start"] = function(ctx, state, req)
+      ctx:send("storm", ctx.key, "storm.echo", { id = ctx.key })
+      return { started = true }
+    end,
+    ["storm.echo"] = function(ctx, state, req)
+      ctx:send("storm", ctx.key, "storm.echo", req)
+      ctx:send("storm", ctx.key, "storm.echo", req)
+    end,
+  },
+}
+"#;
+
+/// The sum of a metric's series (one per core).
+fn metric_sum(admin: std::net::SocketAddr, name: &str) -> f64 {
+    let (_, text) = http_get(admin, "/metrics");
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn resident_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("VmRSS:"))
+        .unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// Messages between objects of one core wait in that core's queue, which
+/// holds at most `cores.mesh_queue_max` of them, as the channel to another
+/// core does: a message past it is refused and counted. Unbounded, the
+/// storm above grew the queue by every message it handled; and its heavy
+/// router turns held the core's timers back until the node's lease lapsed
+/// (it served nothing until its next heartbeat applied).
+#[test]
+fn messages_between_objects_of_one_core_are_bounded_like_those_between_cores() {
+    let (cluster, dir) = cluster_with_scripts();
+    std::fs::write(dir.join("storm.luau"), STORM_SCRIPT).unwrap();
+    let node = cluster.start(1);
+    let (mut client, _) = login_eventually(node.gateway, 7, Duration::from_secs(10));
+    assert_eq!(call(&mut client, 2911, 2, "{}").unwrap()["started"], true);
+    let started = resident_bytes(node.child.id());
+    std::thread::sleep(Duration::from_secs(4));
+    let grown = resident_bytes(node.child.id()).saturating_sub(started);
+    assert!(
+        grown < 64 << 20,
+        "the node grew by {grown} bytes in the storm"
+    );
+    let refused = metric_sum(node.admin, "routerd_router_local_queue_full_total");
+    assert!(refused > 0.0, "refused {refused}");
+    let lapsed = metric_sum(node.admin, "routerd_router_lease_lapsed_refusals_total");
+    assert_eq!(
+        lapsed, 0.0,
+        "the heartbeat kept the lease through the storm"
+    );
+    // The node still serves while the storm goes on.
+    let sent = std::time::Instant::now();
+    assert_eq!(n_of(call(&mut client, ADD, 3, r#"{"by": 2}"#)), 2);
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        sent.elapsed()
+    );
+}

@@ -190,6 +190,7 @@ fn start_router(
         request_timeout_ms: shared.config.gateway.request_timeout_ms,
         fence_after_ms: shared.config.cluster.fence_after_ms,
         answer_gate: gateway.answer_gate(),
+        local_queue_max: shared.config.cores.mesh_queue_max,
     });
     links.set_router_hooks(
         Rc::new({

@@ -39,7 +39,7 @@ impl RouterDriver {
 
     fn perform(&self, effect: Effect, answered_at: Instant) {
         match effect {
-            Effect::Submit { head, request } => self.submit(head, *request),
+            Effect::Submit { head, request } => self.submit_from_object(head, *request),
             Effect::Store { token, op } => self.store(token, op),
             Effect::ArmTimer { at_ms, timer } => self.arm(at_ms, timer),
             Effect::Reply { request, outcome } => self.hold(Held::Reply {

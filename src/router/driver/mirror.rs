@@ -33,6 +33,11 @@ impl RouterDriver {
             .router
             .answers_withheld
             .mirror(self.0.answers_withheld_total.get());
+        self.0
+            .metrics
+            .router
+            .local_queue_full
+            .mirror(self.0.local_queue_full_total.get());
         self.mirror_client_answers();
     }
 

@@ -103,6 +103,10 @@ pub struct DriverParts {
     pub fence_after_ms: u64,
     /// Where the core's lease is published for the writers of its answers.
     pub answer_gate: Rc<AnswerGate>,
+    /// `cores.mesh_queue_max`: the most inputs that may wait in this core's
+    /// queue before an object's message to an object of this core is
+    /// refused, as one to another core is past the mesh channel's bound.
+    pub local_queue_max: usize,
 }
 
 /// One event for the core.
@@ -219,6 +223,9 @@ struct Inner {
     /// so all but the first reuse its conversion.
     last_reading: Cell<(Instant, u64)>,
     unroutable_total: Cell<u64>,
+    local_queue_max: usize,
+    /// Objects' messages refused at `local_queue_max`.
+    local_queue_full_total: Cell<u64>,
     /// Answers to this core's client requests made on this node and on
     /// another (`routerd_router_client_requests_{local,remote}_total`).
     client_answers: Cell<(u64, u64)>,
@@ -270,14 +277,23 @@ impl RouterDriver {
                 (now, clock::ms_at(now))
             }),
             unroutable_total: Cell::new(0),
+            local_queue_max: parts.local_queue_max,
+            local_queue_full_total: Cell::new(0),
             client_answers: Cell::new((0, 0)),
             transfer_waiters: RefCell::new(HashMap::new()),
         }));
         shards::spawn(run(driver.clone())).detach();
         // RouterCore::new queued its first sweep timer.
         driver.wake();
-        driver.mirror_gauges();
-        let weak = Rc::downgrade(&driver.0);
+        driver.spawn_periodic();
+        driver
+    }
+
+    /// The driver's periodic tasks: the gauges' mirror, and the expiry of
+    /// calls whose answer never came.
+    fn spawn_periodic(&self) {
+        self.mirror_gauges();
+        let weak = Rc::downgrade(&self.0);
         shards::spawn(async move {
             loop {
                 shards::sleep(GAUGES_MIRROR_INTERVAL).await;
@@ -292,8 +308,8 @@ impl RouterDriver {
         .detach();
         // Calls whose answer never came (a reply a link dropped) are
         // answered TIMEOUT to their caller: every call gets one answer.
-        let weak = Rc::downgrade(&driver.0);
-        let tick = Duration::from_millis((driver.0.request_timeout_ms / 8).max(1));
+        let weak = Rc::downgrade(&self.0);
+        let tick = Duration::from_millis((self.0.request_timeout_ms / 8).max(1));
         shards::spawn_background(async move {
             loop {
                 shards::sleep(tick).await;
@@ -304,7 +320,6 @@ impl RouterDriver {
             }
         })
         .detach();
-        driver
     }
 
     /// Where answers, pushes and kicks for this node's sessions go.
@@ -453,6 +468,23 @@ impl RouterDriver {
             return self.enqueue_with(|| Input::Request { head, request });
         }
         self.submit_to_core(core, head, request);
+    }
+
+    /// [`Self::submit`] for a message (or a request passed on) from one of
+    /// this node's objects. One for an object of this core waits in the
+    /// core's own queue, which takes at most `local_queue_max` inputs for
+    /// them: past it the message is refused (a request answered
+    /// OVERLOADED) and counted, as one to another core is past the mesh's
+    /// bound. Unbounded, objects messaging each other faster than they are
+    /// served (a fan-out that reaches itself) grew the queue without end.
+    fn submit_from_object(&self, head: RouterHead, request: Request) {
+        let core = shard_of(head.key, self.0.core_count) as usize;
+        if core == self.0.core_id && self.0.inputs.len() >= self.0.local_queue_max {
+            let refused = &self.0.local_queue_full_total;
+            refused.set(refused.get() + 1);
+            return self.fail_request(&request, ErrorCode::Overloaded);
+        }
+        self.submit(head, request);
     }
 
     /// [`Self::submit`] to another core of this node, over the mesh.

@@ -5,7 +5,7 @@
 //! once by swapping two vectors, which both keep their allocations, so a
 //! steady load allocates nothing here.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use crate::in_place::push_in_place;
 
@@ -14,6 +14,9 @@ pub(super) struct InputQueue<T> {
     /// The inputs of the turn in progress, taken from `queued` whole; kept
     /// between turns only for its allocation.
     handling: RefCell<Vec<T>>,
+    /// Inputs queued and not handled yet, those of the turn in progress
+    /// included.
+    waiting: Cell<usize>,
 }
 
 impl<T> InputQueue<T> {
@@ -21,6 +24,7 @@ impl<T> InputQueue<T> {
         InputQueue {
             queued: RefCell::new(Vec::new()),
             handling: RefCell::new(Vec::new()),
+            waiting: Cell::new(0),
         }
     }
 
@@ -28,10 +32,16 @@ impl<T> InputQueue<T> {
         self.queued.borrow().is_empty()
     }
 
+    /// Inputs waiting to be handled, also during a turn.
+    pub(super) fn len(&self) -> usize {
+        self.waiting.get()
+    }
+
     /// Queues the input `build` makes, built in its slot.
     #[inline(always)]
     pub(super) fn push_with(&self, build: impl FnOnce() -> T) {
         push_in_place(&mut self.queued.borrow_mut(), build);
+        self.waiting.set(self.waiting.get() + 1);
     }
 
     /// Hands up to `max` inputs to `handle` in the order they were queued,
@@ -48,6 +58,7 @@ impl<T> InputQueue<T> {
             }
             let mut inputs = batch.drain(..);
             for input in inputs.by_ref().take(max - handled) {
+                self.waiting.set(self.waiting.get() - 1);
                 handle(input);
                 handled += 1;
             }
@@ -93,15 +104,20 @@ mod tests {
         queue.handle_turn(3, |input| {
             handled.borrow_mut().push(input);
             if input == 1 {
+                // Waiting during the turn: 2, 3 and 4 of the turn's batch,
+                // and this one.
                 queue.push_with(|| 10);
+                assert_eq!(queue.len(), 4);
             }
         });
         assert_eq!(*handled.borrow(), [0, 1, 2]);
         assert!(!queue.is_empty());
+        assert_eq!(queue.len(), 3);
         queue.push_with(|| 11);
         queue.handle_turn(10, |input| handled.borrow_mut().push(input));
         assert_eq!(*handled.borrow(), [0, 1, 2, 3, 4, 10, 11]);
         assert!(queue.is_empty());
+        assert_eq!(queue.len(), 0);
     }
 
     #[test]
