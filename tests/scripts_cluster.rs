@@ -3,7 +3,9 @@
 //! error and a budget overrun that leave the state intact, a transfer and
 //! a `kill -9` failover that keep it (`persist = "on_write"`), a reload of
 //! every node that changes behaviour and keeps state, a reload that fails
-//! and keeps the loaded version, and a start refused by a bad file.
+//! and keeps the loaded version, a start refused by a bad file, and a storm
+//! of messages between objects of one core that stays bounded while the
+//! node keeps its lease and serves.
 
 mod support;
 
