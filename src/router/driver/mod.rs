@@ -478,8 +478,11 @@ impl RouterDriver {
     /// bound. Unbounded, objects messaging each other faster than they are
     /// served (a fan-out that reaches itself) grew the queue without end.
     fn submit_from_object(&self, head: RouterHead, request: Request) {
-        let core = shard_of(head.key, self.0.core_count) as usize;
-        if core == self.0.core_id && self.0.inputs.len() >= self.0.local_queue_max {
+        // The queue's length first: the key's core is worked out here only
+        // at the bound, and otherwise once, by `submit`.
+        if self.0.inputs.len() >= self.0.local_queue_max
+            && shard_of(head.key, self.0.core_count) as usize == self.0.core_id
+        {
             let refused = &self.0.local_queue_full_total;
             refused.set(refused.get() + 1);
             return self.fail_request(&request, ErrorCode::Overloaded);
