@@ -274,16 +274,13 @@ return {
 }
 "#;
 
-/// The sum of a metric's series (one per core).
-fn metric_sum(admin: std::net::SocketAddr, name: &str) -> f64 {
-    let (_, text) = http_get(admin, "/metrics");
-    text.lines()
-        .filter(|line| {
-            line.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// A node's unlabelled metric, which must be exported.
+fn metric(node: &ServeProcess, name: &str) -> f64 {
+    let text = http_get(node.admin, "/metrics").1;
+    support::prometheus::parse(&text)
+        .unwrap()
+        .value(name, &[])
+        .unwrap_or_else(|| panic!("no metric {name}"))
 }
 
 fn resident_bytes(pid: u32) -> u64 {
@@ -316,9 +313,9 @@ fn messages_between_objects_of_one_core_are_bounded_like_those_between_cores() {
         grown < 64 << 20,
         "the node grew by {grown} bytes in the storm"
     );
-    let refused = metric_sum(node.admin, "routerd_router_local_queue_full_total");
+    let refused = metric(&node, "routerd_router_local_queue_full_total");
     assert!(refused > 0.0, "refused {refused}");
-    let lapsed = metric_sum(node.admin, "routerd_router_lease_lapsed_refusals_total");
+    let lapsed = metric(&node, "routerd_router_lease_lapsed_refusals_total");
     assert_eq!(
         lapsed, 0.0,
         "the heartbeat kept the lease through the storm"

@@ -12,6 +12,9 @@ use crate::object::{ErrorCode, Refusal};
 
 const COUNTER: &str = include_str!("../../examples/scripts/counter.luau");
 const INVENTORY: &str = include_str!("../../examples/scripts/inventory.luau");
+/// The body of `counter.raw`'s handler in COUNTER: the tests that give the
+/// counter a handler of their own replace this.
+const RAW_HANDLER_BODY: &str = "state.last = req\n      return \"got \" .. #req .. \" bytes\"";
 
 fn library_of(dir: &Path, files: &[(&str, &str)], budget_us: u64) -> Result<Arc<Library>, String> {
     for (name, text) in files {
@@ -366,7 +369,7 @@ fn a_saved_state_is_shown_to_operators_as_its_json() {
 fn ctx_is_the_calls_own_whatever_an_earlier_call_did_to_it() {
     let dir = tempfile::tempdir().unwrap();
     let script = COUNTER.replace(
-        "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+        RAW_HANDLER_BODY,
         "local seen = { player = ctx.player, key = ctx.key, left = ctx.left, push = type(ctx.push) }\n      \
          ctx.left = \"behind\"\n      ctx.player = 1\n      setmetatable(ctx, nil)\n      table.freeze(ctx)\n      \
          if req == \"fail\" then error(\"after writing ctx\") end\n      \
@@ -399,10 +402,7 @@ fn a_files_top_level_locals_are_the_cores_not_an_objects() {
     let dir = tempfile::tempdir().unwrap();
     let script = format!(
         "local calls = 0\n{}",
-        COUNTER.replace(
-            "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
-            "calls += 1\n      return calls",
-        )
+        COUNTER.replace(RAW_HANDLER_BODY, "calls += 1\n      return calls",)
     );
     assert!(script.contains("return calls"));
     let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
@@ -485,7 +485,7 @@ fn a_global_a_file_defines_wins_over_the_builtin_of_that_name() {
 fn a_script_cannot_replace_ctxs_methods() {
     let dir = tempfile::tempdir().unwrap();
     let script = COUNTER.replace(
-        "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+        RAW_HANDLER_BODY,
         "if req == \"replace\" then getmetatable(ctx).__index.push = function() end end\n      \
          if req == \"swap\" then getmetatable(ctx).__index = {} end\n      \
          ctx:push(ctx.player, 2003, req)\n      \
@@ -513,7 +513,7 @@ fn garbage_not_yet_collected_does_not_count_against_the_bound() {
     let script = format!(
         "local held = {{}}\n{}",
         COUNTER.replace(
-            "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+            RAW_HANDLER_BODY,
             "if req == \"hold\" then\n        \
              for i = 1, 5 do held[i] = string.rep(tostring(i), 1024 * 1024) end\n        \
              return \"held\"\n      end\n      \
@@ -541,7 +541,7 @@ fn garbage_not_yet_collected_does_not_count_against_the_bound() {
 fn what_a_call_asks_for_counts_against_the_memory_bound() {
     let dir = tempfile::tempdir().unwrap();
     let script = "local held = {}\n".to_string() + &COUNTER.replace(
-        "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+        RAW_HANDLER_BODY,
         "state.last = req\n      \
          local chunk = string.rep(\"x\", 32 * 1024)\n      \
          if req == \"hold\" then for i = 1, 4 do held[i] = string.rep(tostring(i), 1024 * 1024) end end\n      \
@@ -579,7 +579,7 @@ fn what_a_call_asks_for_counts_against_the_memory_bound() {
 fn a_value_whose_json_would_pass_its_bound_is_refused_not_written() {
     let dir = tempfile::tempdir().unwrap();
     let script = COUNTER.replace(
-        "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+        RAW_HANDLER_BODY,
         "local twice = { string.rep(\"x\", 1024) }\n      \
          for _ = 1, 40 do twice = { twice, twice } end\n      \
          if req == \"answer\" then return twice end\n      \
@@ -616,7 +616,7 @@ fn a_value_whose_json_would_pass_its_bound_is_refused_not_written() {
 fn a_timer_name_is_a_label_of_at_most_256_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let script = COUNTER.replace(
-        "state.last = req\n      return \"got \" .. #req .. \" bytes\"",
+        RAW_HANDLER_BODY,
         "ctx:timer(1000, string.rep(\"t\", tonumber(req)))\n      return \"set\"",
     );
     assert_ne!(script, COUNTER);
