@@ -25,7 +25,7 @@ const EFFECT_OVERHEAD_BYTES: usize = 64;
 
 /// The longest timer name: a name outlives its call (an object keeps up to
 /// `OBJECT_TIMERS_MAX` of them outside the VM), so it is a label, not data.
-pub(super) const TIMER_NAME_BYTES_MAX: usize = 256;
+const TIMER_NAME_BYTES_MAX: usize = 256;
 
 /// What a call asked for, held until it returns.
 #[derive(Default)]
