@@ -1,8 +1,13 @@
-//! One call of a script, all or nothing: the state decoded into a fresh
-//! table (created by `init`, or migrated up to the script's `version`), the
-//! function run under the budget, and either everything it did (the new
-//! state, its answer, what it asked `ctx` for) or a refusal that changes
-//! nothing.
+//! One call of a script, all or nothing: the state as a table (created by
+//! `init`, or migrated up to the script's `version`), the function run
+//! under the budget, and either everything it did (the new state, its
+//! answer, what it asked `ctx` for) or a refusal that changes nothing.
+//!
+//! The table is the state's JSON decoded afresh, or the very table the
+//! object's last call left when its JSON decodes back to an equal one
+//! (`value::Fidelity`): the VM keeps that one table, read-only, for the
+//! object's next call (`Vm::keep_state`), so a run of calls to one object
+//! decodes its state once. A call that fails drops the table it changed.
 //!
 //! A call works on its VM's stack directly: the state, the request and the
 //! answer go between JSON and the stack (`value`) with nothing in between.
@@ -12,8 +17,8 @@ use std::ffi::c_int;
 use mlua::ffi;
 use mlua::Value;
 
-use super::value::{self, Unwritten};
-use super::vm::{Failed, Loaded, StackTop, Vm};
+use super::value::{self, Fidelity, Unwritten};
+use super::vm::{Failed, Loaded, StackTop, StateMark, Vm};
 use super::{Codec, Effects};
 use crate::object::{AppCode, ErrorCode, Refusal};
 
@@ -36,11 +41,14 @@ pub(super) struct Before<'a> {
     /// The state's version, and its JSON (`None`: not created yet).
     pub version: u32,
     pub state: Option<&'a [u8]>,
+    /// Which state of the object that is: the VM may hold its table.
+    pub mark: StateMark,
     /// The session's player, for `ctx.player`.
     pub player: Option<u64>,
 }
 
-/// A call that returned.
+/// A call that returned; the object that keeps it moves on to
+/// `before.mark.next()`.
 pub(super) struct Ran {
     pub answer: Vec<u8>,
     pub version: u32,
@@ -123,7 +131,17 @@ fn attempt(vm: &Vm, before: &Before<'_>, invocation: &Invocation<'_>) -> Result<
         let returned = vm.pcall(3);
         let effects = vm.effects.take();
         returned.map_err(|failed| refusal(vm, failed))?;
-        let (changed, answer) = leave_text(vm, kept, before, version)?;
+        let Left {
+            changed,
+            answer,
+            fidelity,
+        } = leave_text(vm, kept, before, version)?;
+        // A metatable would not come back with the JSON either.
+        if ffi::lua_getmetatable(state, kept) != 0 {
+            ffi::lua_pop(state, 1);
+        } else if fidelity == Fidelity::Same {
+            vm.keep_state(kept, before.mark.next());
+        }
         Ok(Ran {
             answer,
             version,
@@ -133,8 +151,18 @@ fn attempt(vm: &Vm, before: &Before<'_>, invocation: &Invocation<'_>) -> Result<
     }
 }
 
+/// The text a call that returned leaves.
+struct Left {
+    /// The state's JSON, if it changed (or the version did).
+    changed: Option<Vec<u8>>,
+    answer: Vec<u8>,
+    /// Whether the state's JSON decodes back to an equal table.
+    fidelity: Fidelity,
+}
+
 /// What a call that returned leaves: its state's JSON if it changed (or
-/// the version did), and its answer's bytes, each within its bound.
+/// the version did), and its answer's bytes, each within its bound; and
+/// whether the state's JSON decodes back to an equal table.
 ///
 /// # Safety
 /// As in `run`, the state's table at `kept` and the answer on top.
@@ -143,7 +171,7 @@ unsafe fn leave_text(
     kept: c_int,
     before: &Before<'_>,
     version: u32,
-) -> Result<(Option<Vec<u8>>, Vec<u8>), Refusal> {
+) -> Result<Left, Refusal> {
     let bounds = vm.bounds();
     let refused = |what: &str, bound: String, unwritten: Unwritten| {
         let reason = match unwritten {
@@ -155,27 +183,35 @@ unsafe fn leave_text(
     let mut json = Vec::with_capacity(before.state.map_or(16, <[u8]>::len));
     let mut answer = Vec::new();
     // SAFETY: this function's own contract (its `# Safety`).
-    unsafe {
-        value::write(vm.state(), kept, &mut json, bounds.state_max).map_err(|unwritten| {
-            let bound = format!(
-                "store.state_max_bytes allows ({} bytes of JSON)",
-                bounds.state_max
-            );
-            refused("state", bound, unwritten)
-        })?;
+    let fidelity = unsafe {
+        let fidelity = value::write_state(vm.state(), kept, &mut json, bounds.state_max).map_err(
+            |unwritten| {
+                let bound = format!(
+                    "store.state_max_bytes allows ({} bytes of JSON)",
+                    bounds.state_max
+                );
+                refused("state", bound, unwritten)
+            },
+        )?;
         value::write_answer(vm.state(), -1, &mut answer, bounds.body_max).map_err(|unwritten| {
             let bound = format!("gateway.body_max_bytes ({})", bounds.body_max);
             refused("answer", bound, unwritten)
         })?;
-    }
+        fidelity
+    };
     let changed =
         (before.state != Some(json.as_slice()) || version != before.version).then_some(json);
-    Ok((changed, answer))
+    Ok(Left {
+        changed,
+        answer,
+        fidelity,
+    })
 }
 
-/// Pushes the state as a fresh table at the script's version, and says
-/// that version: `init(key)` for an object not created yet, `migrate(state,
-/// from)` for an older one.
+/// Pushes the state as a table at the script's version, and says that
+/// version: the table the object's last call left if the VM kept it,
+/// else its JSON decoded afresh; `init(key)` for an object not created
+/// yet, `migrate(state, from)` for an older one.
 ///
 /// # Safety
 /// As in `run`: room on the stack, no script code running.
@@ -195,6 +231,9 @@ unsafe fn push_state(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<u3
             }
             return Ok(current);
         };
+        if before.version == current && vm.take_state(before.mark) {
+            return Ok(current);
+        }
         value::push(state, bytes).map_err(|error| internal(&error.to_string()))?;
         if ffi::lua_type(state, -1) != ffi::LUA_TTABLE {
             return Err(internal("the state is not a table"));

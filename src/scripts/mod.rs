@@ -13,15 +13,18 @@
 //!
 //! **State** is JSON (`value`): an object holds its state as JSON bytes
 //! between calls and the store keeps `u32 version (LE) | JSON`. A call
-//! decodes the state into a fresh table, runs the handler, and keeps the
-//! table it left only if the handler returned: an error or a budget
-//! overrun leaves the state exactly as it was, and nothing the call asked
-//! for (pushes, sends, timers) leaves (`call`).
+//! gets the state as a table (decoded, or the one the object's last call
+//! left), runs the handler, and keeps the table it left only if the
+//! handler returned: an error or a budget overrun leaves the state exactly
+//! as it was, and nothing the call asked for (pushes, sends, timers)
+//! leaves (`call`).
 
 mod call;
 mod ctx;
 mod declare;
 mod object;
+#[cfg(test)]
+mod state_tests;
 #[cfg(test)]
 mod tests;
 mod value;

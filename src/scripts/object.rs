@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::call::{self, Before, Invocation};
+use super::vm::StateMark;
 use super::{Codec, Declaration, Library};
 use crate::config::Persist;
 use crate::object::{
@@ -103,6 +104,8 @@ pub(super) struct Scripted {
     version: u32,
     /// The state's JSON; `None` until `init` ran in a call that returned.
     state: Option<Vec<u8>>,
+    /// Which state `state` is, for the VM that may hold its table.
+    mark: StateMark,
     /// Sessions of players that sent requests to this activation.
     sessions: Vec<ClientRef>,
     /// Pending timers: `(tag, name)`.
@@ -117,6 +120,7 @@ impl Scripted {
             type_id,
             version,
             state,
+            mark: StateMark::new(),
             sessions: Vec::new(),
             timers: Vec::new(),
             next_timer: 1,
@@ -138,6 +142,7 @@ impl Scripted {
             object_id: ctx.key().object_id,
             version: self.version,
             state: self.state.as_deref(),
+            mark: self.mark,
             player: ctx.player_id(),
         };
         let ran = self
@@ -172,6 +177,7 @@ impl Scripted {
             }
         };
         self.version = ran.version;
+        self.mark = self.mark.next();
         if let Some(state) = ran.changed {
             self.state = Some(state);
             ctx.mark_changed();

@@ -6,17 +6,23 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::call::{self, Before, Invocation, Ran};
+use super::vm::StateMark;
 use super::Library;
 use crate::config::{Config, ScriptsConfig};
 use crate::object::{ErrorCode, Refusal};
 
-const COUNTER: &str = include_str!("../../examples/scripts/counter.luau");
+pub(super) const COUNTER: &str = include_str!("../../examples/scripts/counter.luau");
 const INVENTORY: &str = include_str!("../../examples/scripts/inventory.luau");
 /// The body of `counter.raw`'s handler in COUNTER: the tests that give the
 /// counter a handler of their own replace this.
-const RAW_HANDLER_BODY: &str = "state.last = req\n      return \"got \" .. #req .. \" bytes\"";
+pub(super) const RAW_HANDLER_BODY: &str =
+    "state.last = req\n      return \"got \" .. #req .. \" bytes\"";
 
-fn library_of(dir: &Path, files: &[(&str, &str)], budget_us: u64) -> Result<Arc<Library>, String> {
+pub(super) fn library_of(
+    dir: &Path,
+    files: &[(&str, &str)],
+    budget_us: u64,
+) -> Result<Arc<Library>, String> {
     for (name, text) in files {
         std::fs::write(dir.join(name), text).unwrap();
     }
@@ -34,17 +40,18 @@ fn library_of(dir: &Path, files: &[(&str, &str)], budget_us: u64) -> Result<Arc<
 }
 
 /// An object of one type, called as the router would call it.
-struct Probe {
+pub(super) struct Probe {
     library: Arc<Library>,
     type_id: u32,
-    object_id: u64,
+    pub object_id: u64,
     player: Option<u64>,
-    version: u32,
-    state: Option<Vec<u8>>,
+    pub version: u32,
+    pub state: Option<Vec<u8>>,
+    mark: StateMark,
 }
 
 impl Probe {
-    fn new(library: &Arc<Library>, type_id: u32) -> Probe {
+    pub fn new(library: &Arc<Library>, type_id: u32) -> Probe {
         Probe {
             library: library.clone(),
             type_id,
@@ -52,27 +59,15 @@ impl Probe {
             player: Some(7),
             version: 0,
             state: None,
+            mark: StateMark::new(),
         }
     }
 
-    fn call(&mut self, op: u32, body: &str) -> Result<Ran, Refusal> {
-        let before = Before {
-            type_id: self.type_id,
-            object_id: self.object_id,
-            version: self.version,
-            state: self.state.as_deref(),
-            player: self.player,
-        };
-        let invocation = Invocation::Request {
-            op,
-            body: body.as_bytes(),
-        };
-        let ran = self
-            .library
-            .with_vm(|vm| call::run(vm, &before, &invocation))
-            .unwrap();
+    pub fn call(&mut self, op: u32, body: &str) -> Result<Ran, Refusal> {
+        let ran = self.run(op, body);
         if let Ok(ran) = &ran {
             self.version = ran.version;
+            self.mark = self.mark.next();
             if let Some(state) = &ran.changed {
                 self.state = Some(state.clone());
             }
@@ -80,16 +75,36 @@ impl Probe {
         ran
     }
 
-    fn answer(&mut self, op: u32, body: &str) -> String {
+    /// A call whose result the object does not keep, as when the router
+    /// refuses it after it ran (too many timers).
+    pub fn run(&self, op: u32, body: &str) -> Result<Ran, Refusal> {
+        let before = Before {
+            type_id: self.type_id,
+            object_id: self.object_id,
+            version: self.version,
+            state: self.state.as_deref(),
+            mark: self.mark,
+            player: self.player,
+        };
+        let invocation = Invocation::Request {
+            op,
+            body: body.as_bytes(),
+        };
+        self.library
+            .with_vm(|vm| call::run(vm, &before, &invocation))
+            .unwrap()
+    }
+
+    pub fn answer(&mut self, op: u32, body: &str) -> String {
         String::from_utf8(self.call(op, body).unwrap().answer).unwrap()
     }
 
-    fn state(&self) -> serde_json::Value {
+    pub fn state(&self) -> serde_json::Value {
         serde_json::from_slice(self.state.as_deref().unwrap_or(b"null")).unwrap()
     }
 }
 
-fn refusal_of(result: Result<Ran, Refusal>) -> (ErrorCode, String) {
+pub(super) fn refusal_of(result: Result<Ran, Refusal>) -> (ErrorCode, String) {
     match result.err().expect("a refusal") {
         Refusal::Explained { code, reason } => (code, reason.to_string()),
         other => panic!("not an explained refusal: {other:?}"),

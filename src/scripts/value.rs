@@ -100,6 +100,56 @@ pub(super) unsafe fn write(
     limit: usize,
 ) -> Result<(), Unwritten> {
     // SAFETY: this function's own contract (its `# Safety`).
+    unsafe { encode(state, index, out, limit).map(|_| ()) }
+}
+
+/// How a value written as JSON comes back when the text is pushed again.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Fidelity {
+    /// As an equal table: a table of strings, numbers and booleans under
+    /// string keys (or an array of them), every string UTF-8, no `-0`.
+    Same,
+    /// Changed (a key's type, a replaced byte, a nested table's identity)
+    /// or not a table at all.
+    Changed,
+}
+
+/// [`write`], saying too whether the text decodes back to an equal value:
+/// a state that does can be kept as its table for the object's next call
+/// instead of being decoded again.
+///
+/// # Safety
+/// As [`write`].
+pub(super) unsafe fn write_state(
+    state: *mut lua_State,
+    index: c_int,
+    out: &mut Vec<u8>,
+    limit: usize,
+) -> Result<Fidelity, Unwritten> {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        let table = ffi::lua_type(state, index) == ffi::LUA_TTABLE;
+        let same = encode(state, index, out, limit)?;
+        Ok(if table && same {
+            Fidelity::Same
+        } else {
+            Fidelity::Changed
+        })
+    }
+}
+
+/// Writes as [`write`] does; `Ok(true)` when the text decodes back to an
+/// equal value (a nested table never does: it comes back as another one).
+///
+/// # Safety
+/// As [`write`].
+unsafe fn encode(
+    state: *mut lua_State,
+    index: c_int,
+    out: &mut Vec<u8>,
+    limit: usize,
+) -> Result<bool, Unwritten> {
+    // SAFETY: this function's own contract (its `# Safety`).
     unsafe {
         let index = ffi::lua_absindex(state, index);
         let top = ffi::lua_gettop(state);
@@ -111,8 +161,10 @@ pub(super) unsafe fn write(
             end,
             fields,
             scratch,
+            same: true,
         };
         let written = encoder.value(index, 0);
+        let same = encoder.same;
         encoder.fields.clear();
         BUFFERS.set((encoder.fields, encoder.scratch));
         ffi::lua_settop(state, top);
@@ -120,7 +172,7 @@ pub(super) unsafe fn write(
         if out.len() > end {
             return Err(Unwritten::Longer);
         }
-        Ok(())
+        Ok(same)
     }
 }
 
@@ -310,6 +362,8 @@ struct Encoder<'a> {
     fields: Vec<(Range<usize>, Range<usize>)>,
     /// Where an object's members are put in order.
     scratch: Vec<u8>,
+    /// Whether the text written so far decodes back to equal values.
+    same: bool,
 }
 
 enum JsonNumber {
@@ -350,6 +404,9 @@ impl Encoder<'_> {
                 ffi::LUA_TNUMBER => self.number(ffi::lua_tonumber(state, index))?,
                 ffi::LUA_TSTRING => self.text(string_at(state, index)),
                 ffi::LUA_TTABLE => {
+                    // A table inside a value comes back as a new table,
+                    // no longer shared with whatever else held it.
+                    self.same &= depth == 0;
                     if depth >= DEPTH_MAX {
                         return Err(format!("a table nested deeper than {DEPTH_MAX}").into());
                     }
@@ -369,6 +426,8 @@ impl Encoder<'_> {
     }
 
     fn number(&mut self, number: f64) -> Result<(), String> {
+        // `-0` is written `0`.
+        self.same &= number != 0.0 || number.is_sign_positive();
         let written = match json_number(number)? {
             JsonNumber::Integer(integer) => serde_json::to_writer(&mut *self.out, &integer),
             JsonNumber::Float(number) => serde_json::to_writer(&mut *self.out, &number),
@@ -379,6 +438,7 @@ impl Encoder<'_> {
     /// A string, its bytes taken as UTF-8 (anything else replaced).
     fn text(&mut self, bytes: &[u8]) {
         let text = String::from_utf8_lossy(bytes);
+        self.same &= matches!(text, std::borrow::Cow::Borrowed(_));
         // Writing a str into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *self.out, &*text);
     }
@@ -512,6 +572,8 @@ impl Encoder<'_> {
             match ffi::lua_type(state, index) {
                 ffi::LUA_TSTRING => self.text(string_at(state, index)),
                 ffi::LUA_TNUMBER => {
+                    // The key comes back as a string.
+                    self.same = false;
                     let text = match json_number(ffi::lua_tonumber(state, index))? {
                         JsonNumber::Integer(integer) => integer.to_string(),
                         JsonNumber::Float(number) => serde_json::Number::from_f64(number)

@@ -20,6 +20,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -127,6 +128,37 @@ pub(super) struct Loaded {
     route_names: Vec<(u32, Ref)>,
 }
 
+/// Which state of which object a table is: the object's number, unique in
+/// the process, and how many calls' results it has kept. A VM keeps the
+/// state table the last call left ([`Vm::keep_state`]) and gives it to
+/// the next call only if that call's object is at the same mark, so a
+/// result the object did not keep (refused after the call) is never
+/// taken for its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct StateMark {
+    object: u64,
+    commits: u64,
+}
+
+impl StateMark {
+    /// A new object's mark.
+    pub fn new() -> StateMark {
+        static OBJECTS: AtomicU64 = AtomicU64::new(1);
+        StateMark {
+            object: OBJECTS.fetch_add(1, Ordering::Relaxed),
+            commits: 0,
+        }
+    }
+
+    /// The mark of the object once it keeps one more call's result.
+    pub fn next(self) -> StateMark {
+        StateMark {
+            commits: self.commits + 1,
+            ..self
+        }
+    }
+}
+
 /// How a call failed.
 pub(super) enum Failed {
     /// It ran past its budget (these words).
@@ -156,6 +188,10 @@ pub(super) struct Vm {
     key_name: Ref,
     /// Whether the last `pcall` failed on the memory bound.
     out_of_memory: Cell<bool>,
+    /// The registry slot of the state table the last call left, and the
+    /// state it is (`keep_state`): `false` in the slot when none.
+    kept_state: Ref,
+    kept_mark: Cell<Option<StateMark>>,
 }
 
 impl Vm {
@@ -187,6 +223,7 @@ impl Vm {
         let player_name = reference(&lua, player_name).map_err(setup)?;
         let key_name = lua.create_string("key").map_err(setup)?;
         let key_name = reference(&lua, key_name).map_err(setup)?;
+        let kept_state = reference(&lua, false).map_err(setup)?;
         let mut vm = Vm {
             lua,
             state,
@@ -199,6 +236,8 @@ impl Vm {
             player_name,
             key_name,
             out_of_memory: Cell::new(false),
+            kept_state,
+            kept_mark: Cell::new(None),
         };
         for file in files {
             let loaded = vm.load_type(file)?;
@@ -362,6 +401,69 @@ impl Vm {
         }
     }
 
+    /// Pushes the table kept for the state `mark` names, writable again,
+    /// and forgets it (the call about to change it may fail); `false`, and
+    /// nothing pushed, when the table kept is no state of that mark.
+    ///
+    /// # Safety
+    /// Room for one value on the stack; no script code running.
+    pub unsafe fn take_state(&self, mark: StateMark) -> bool {
+        if self.kept_mark.get() != Some(mark) {
+            return false;
+        }
+        self.kept_mark.set(None);
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            self.push(self.kept_state);
+            ffi::lua_setreadonly(self.state, -1, 0);
+            ffi::lua_pushboolean(self.state, 0);
+            ffi::lua_rawseti(self.state, ffi::LUA_REGISTRYINDEX, self.kept_state.0.into());
+        }
+        true
+    }
+
+    /// Keeps the table at `index`, the state `mark` names, for that
+    /// object's next call, which then need not decode its JSON again
+    /// (`value::write_state` said the JSON decodes back to an equal
+    /// table). Read-only while kept: a script that held on to the table
+    /// cannot change it from another object's call. The table kept before
+    /// is released.
+    ///
+    /// # Safety
+    /// A table at `index`, room for one value on the stack; no script
+    /// code running.
+    pub unsafe fn keep_state(&self, index: c_int, mark: StateMark) {
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            let state = self.state;
+            let index = ffi::lua_absindex(state, index);
+            self.release_state();
+            ffi::lua_setreadonly(state, index, 1);
+            ffi::lua_pushvalue(state, index);
+            ffi::lua_rawseti(state, ffi::LUA_REGISTRYINDEX, self.kept_state.0.into());
+            self.kept_mark.set(Some(mark));
+        }
+    }
+
+    /// Releases the table kept, writable again: it is nobody's state now
+    /// (a script may still hold it, as it may any table a call had).
+    ///
+    /// # Safety
+    /// Room for one value on the stack; no script code running.
+    unsafe fn release_state(&self) {
+        if self.kept_mark.take().is_none() {
+            return;
+        }
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
+            self.push(self.kept_state);
+            ffi::lua_setreadonly(self.state, -1, 0);
+            ffi::lua_pop(self.state, 1);
+            ffi::lua_pushboolean(self.state, 0);
+            ffi::lua_rawseti(self.state, ffi::LUA_REGISTRYINDEX, self.kept_state.0.into());
+        }
+    }
+
     /// Calls the function below its `nargs` arguments on the stack under
     /// the call budget and the memory bound, leaving its first result
     /// (`Ok`) or its error value ([`Failed::Raised`]) in their place.
@@ -417,13 +519,18 @@ impl Vm {
         self.out_of_memory.replace(false)
     }
 
-    /// Collects all the VM's garbage now. Luau collects none when an
-    /// allocation fails on the bound, so a call refused so may have failed
-    /// on garbage alone.
+    /// Collects all the VM's garbage now, the state table kept too. Luau
+    /// collects none when an allocation fails on the bound, so a call
+    /// refused so may have failed on garbage alone.
     pub fn collect_garbage(&self) {
         // SAFETY: the state lives as long as `self`; no script code runs
-        // (no bound holds), so collecting cannot raise.
+        // (no bound holds), so collecting cannot raise; the stack has room
+        // for the one value `release_state` pushes (a call's stack was put
+        // back by then).
         unsafe {
+            if ffi::lua_checkstack(self.state, 1) != 0 {
+                self.release_state();
+            }
             ffi::lua_gc(self.state, ffi::LUA_GCCOLLECT, 0);
         }
     }
