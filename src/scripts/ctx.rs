@@ -150,14 +150,22 @@ fn timer(lua: &Lua, recorded: Rc<RefCell<Effects>>, bounds: Bounds) -> mlua::Res
 fn encode_body(lua: &Lua, value: Value, bounds: &Bounds, method: &str) -> mlua::Result<Vec<u8>> {
     let mut out = Vec::new();
     let mut written = Ok(());
+    // `value` runs where no memory bound holds (a growth of the stack it
+    // walks on must not raise an error through it). What it takes of the
+    // VM is a few slots a level of the value, and the body it writes
+    // counts against the bound (`Effects::count`).
+    let bound = lua.set_memory_limit(0)?;
     // SAFETY: the value is the one argument on the function's stack; the
-    // function reads it and leaves the stack empty.
-    unsafe {
+    // function reads it and leaves the stack empty, and with no bound it
+    // cannot raise.
+    let read = unsafe {
         lua.exec_raw::<()>(value, |state| {
             written = value::write_answer(state, 1, &mut out, bounds.body_max);
             ffi::lua_settop(state, 0);
         })
-    }?;
+    };
+    lua.set_memory_limit(bound)?;
+    read?;
     match written {
         Ok(()) => Ok(out),
         Err(Unwritten::Longer) => Err(mlua::Error::runtime(format!(
