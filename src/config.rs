@@ -124,8 +124,8 @@ pub struct CoresConfig {
     /// Scheduler shares of the throughput queue (saves, cleanup sweeps).
     pub throughput_shares: usize,
     /// Frames that may wait in one core-to-core channel before sends to it
-    /// fail and are counted; also the inputs that may wait in a core's own
-    /// queue before its objects' messages to objects of that core do.
+    /// fail and are counted; also the messages of a core's objects to
+    /// objects of that core that may wait before the next one does.
     pub mesh_queue_max: usize,
     /// How long cores may take to drain their work at shutdown.
     pub shutdown_deadline_ms: u64,

@@ -250,6 +250,9 @@ fn a_bad_script_stops_the_start_and_check_config_says_the_same() {
     assert_eq!(said.trim(), line.unwrap().trim(), "one code path, one line");
 }
 
+/// The median answer to a client's read while the storm below goes on.
+const MEDIAN_MS_MAX: u64 = 25;
+
 /// A type whose every message sends two more to the same object: a
 /// fan-out that doubles without end, as a script's bug (or a broadcast
 /// that reaches itself) can.
@@ -298,13 +301,17 @@ fn resident_bytes(pid: u32) -> u64 {
 /// core does: a message past it is refused and counted. Unbounded, the
 /// storm above grew the queue by every message it handled; and its heavy
 /// router turns held the core's timers back until the node's lease lapsed
-/// (it served nothing until its next heartbeat applied).
+/// (it served nothing until its next heartbeat applied). A client's request
+/// waits apart from the storm, behind a few short turns of it: a read's
+/// median answer takes about 4 ms in the tests' debug build (76 ms when it
+/// waited in one queue behind the whole storm).
 #[test]
 fn messages_between_objects_of_one_core_are_bounded_like_those_between_cores() {
     let (cluster, dir) = cluster_with_scripts();
     std::fs::write(dir.join("storm.luau"), STORM_SCRIPT).unwrap();
     let node = cluster.start(1);
     let (mut client, _) = login_eventually(node.gateway, 7, Duration::from_secs(10));
+    assert_eq!(n_of(call(&mut client, ADD, 1, r#"{"by": 2}"#)), 2);
     assert_eq!(call(&mut client, 2911, 2, "{}").unwrap()["started"], true);
     let started = resident_bytes(node.child.id());
     std::thread::sleep(Duration::from_secs(4));
@@ -320,9 +327,20 @@ fn messages_between_objects_of_one_core_are_bounded_like_those_between_cores() {
         lapsed, 0.0,
         "the heartbeat kept the lease through the storm"
     );
-    // The node still serves while the storm goes on.
+    // The node still serves while the storm goes on, without making its
+    // clients wait for the storm: reads (no store write to wait for) are
+    // answered behind a small share of it.
+    let mut took = Vec::new();
+    for seq in 3..24 {
+        let sent = std::time::Instant::now();
+        assert_eq!(n_of(call(&mut client, GET, seq, r#"{"id": 7}"#)), 2);
+        took.push(sent.elapsed());
+    }
+    took.sort();
+    let median = took[took.len() / 2];
+    assert!(median < Duration::from_millis(MEDIAN_MS_MAX), "{took:?}");
     let sent = std::time::Instant::now();
-    assert_eq!(n_of(call(&mut client, ADD, 3, r#"{"by": 2}"#)), 2);
+    assert_eq!(n_of(call(&mut client, ADD, 24, r#"{"by": 2}"#)), 4);
     assert!(
         sent.elapsed() < Duration::from_secs(2),
         "{:?}",

@@ -99,7 +99,7 @@ super::metric_set! {
         /// objects over; their requests stay uncertain.
         "routerd_router_answers_withheld_total" Counter { answers_withheld }
         /// Messages from objects to objects of the same core refused because cores.mesh_queue_max
-        /// inputs already waited in the core's queue (a request among them is answered
+        /// such messages already waited in the core's queue (a request among them is answered
         /// OVERLOADED): the bound a message to another core meets in the mesh.
         "routerd_router_local_queue_full_total" Counter { local_queue_full }
         /// Client requests of this node's sessions answered by this node (its own objects, or

@@ -46,7 +46,7 @@ use wire::{shard_of, ObjectKey};
 use self::forwarded::Forwarded;
 use self::frames::{decode_node_message, decode_reply, decode_request, encode_request};
 pub use self::ports::{ClientSide, Destination, FrameSource, LinkRefusal, NoLinks, NodeLinks};
-use self::queue::InputQueue;
+use self::queue::Inputs;
 pub use self::replies::{ReplyRoute, REPLY_ROUTES_MAX};
 use self::replies::{ReplyRoutes, RouteKind};
 use self::turn_clock::{PauseBarrier, TurnClock};
@@ -103,9 +103,9 @@ pub struct DriverParts {
     pub fence_after_ms: u64,
     /// Where the core's lease is published for the writers of its answers.
     pub answer_gate: Rc<AnswerGate>,
-    /// `cores.mesh_queue_max`: the most inputs that may wait in this core's
-    /// queue before an object's message to an object of this core is
-    /// refused, as one to another core is past the mesh channel's bound.
+    /// `cores.mesh_queue_max`: the most messages of this core's objects to
+    /// objects of this core that may wait before the next is refused, as
+    /// one to another core is past the mesh channel's bound.
     pub local_queue_max: usize,
 }
 
@@ -200,7 +200,7 @@ struct Inner {
     core_id: usize,
     core_count: u32,
     core: RefCell<RouterCore>,
-    inputs: InputQueue<Input>,
+    inputs: Inputs<Input>,
     task: RefCell<Option<Waker>>,
     store: Store,
     mesh: Mesh<FrameBuf>,
@@ -247,7 +247,7 @@ impl RouterDriver {
             core_id: parts.core_id,
             core_count: parts.core_count as u32,
             core: RefCell::new(parts.core),
-            inputs: InputQueue::new(),
+            inputs: Inputs::new(),
             task: RefCell::new(None),
             store: parts.store,
             mesh: parts.mesh,
@@ -472,22 +472,26 @@ impl RouterDriver {
 
     /// [`Self::submit`] for a message (or a request passed on) from one of
     /// this node's objects. One for an object of this core waits in the
-    /// core's own queue, which takes at most `local_queue_max` inputs for
-    /// them: past it the message is refused (a request answered
-    /// OVERLOADED) and counted, as one to another core is past the mesh's
-    /// bound. Unbounded, objects messaging each other faster than they are
-    /// served (a fan-out that reaches itself) grew the queue without end.
+    /// core's queue of such messages (`queue`), which takes at most
+    /// `local_queue_max`: past it the message is refused (a request
+    /// answered OVERLOADED) and counted, as one to another core is past the
+    /// mesh's bound. Unbounded, objects messaging each other faster than
+    /// they are served (a fan-out that reaches itself) grew the queue
+    /// without end.
     fn submit_from_object(&self, head: RouterHead, request: Request) {
-        // The queue's length first: the key's core is worked out here only
-        // at the bound, and otherwise once, by `submit`.
-        if self.0.inputs.len() >= self.0.local_queue_max
-            && shard_of(head.key, self.0.core_count) as usize == self.0.core_id
-        {
+        let core = shard_of(head.key, self.0.core_count) as usize;
+        if core != self.0.core_id {
+            return self.submit_to_core(core, head, request);
+        }
+        if self.0.inputs.messages_waiting() >= self.0.local_queue_max {
             let refused = &self.0.local_queue_full_total;
             refused.set(refused.get() + 1);
             return self.fail_request(&request, ErrorCode::Overloaded);
         }
-        self.submit(head, request);
+        self.0
+            .inputs
+            .push_message_with(|| Input::Request { head, request });
+        self.wake();
     }
 
     /// [`Self::submit`] to another core of this node, over the mesh.

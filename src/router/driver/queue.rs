@@ -1,6 +1,15 @@
-//! The router task's queue of inputs: filled in place, handled in turns.
+//! The router task's queues of inputs: filled in place, handled in turns.
 //!
-//! Every client request passes through it. Its inputs are built in their
+//! Two queues ([`Inputs`]): the messages this core's objects send to
+//! objects of this core, and everything else (every client request, what
+//! other cores and nodes send, the store's replies, timers). Each keeps its
+//! order; a turn takes at most an eighth of itself of the objects'
+//! messages, so a storm of them (a fan-out that reaches itself) delays a
+//! client by a few short turns instead of queueing it behind the whole
+//! storm, and only they count against the bound on them (a burst of
+//! clients does not refuse an object's message).
+//!
+//! Every client request passes through one. Its inputs are built in their
 //! slot (see `crate::in_place`), and the handler takes the whole queue at
 //! once by swapping two buffers, which both keep their allocations, so a
 //! steady load allocates nothing here. What a turn leaves stays where it
@@ -12,6 +21,59 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 
 use crate::in_place::push_in_place;
+
+/// Objects' messages take at most this fraction of a turn. A turn's
+/// answers leave at its end, and the core's ring and other tasks come
+/// round between turns, so a client's request waits behind a few short
+/// turns of a storm, not behind a whole turn of it (or the whole storm);
+/// and the messages still move at an eighth of the core's pace however
+/// busy its clients are (a turn of them alone is shorter, not slower).
+const MESSAGES_SHARE: usize = 8;
+
+/// The two queues of a router task.
+pub(super) struct Inputs<T> {
+    /// Everything but `messages`.
+    others: InputQueue<T>,
+    /// Messages of this core's objects to objects of this core.
+    messages: InputQueue<T>,
+}
+
+impl<T> Inputs<T> {
+    pub(super) fn new() -> Inputs<T> {
+        Inputs {
+            others: InputQueue::new(),
+            messages: InputQueue::new(),
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.others.is_empty() && self.messages.is_empty()
+    }
+
+    /// Messages of this core's objects waiting, also during a turn.
+    pub(super) fn messages_waiting(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Queues the input `build` makes, built in its slot.
+    #[inline(always)]
+    pub(super) fn push_with(&self, build: impl FnOnce() -> T) {
+        self.others.push_with(build);
+    }
+
+    /// Queues a message of one of this core's objects to another.
+    pub(super) fn push_message_with(&self, build: impl FnOnce() -> T) {
+        self.messages.push_with(build);
+    }
+
+    /// Hands up to `max` inputs to `handle`, each queue in its order: a
+    /// share of the objects' messages (`MESSAGES_SHARE`), then the other
+    /// inputs.
+    pub(super) fn handle_turn(&self, max: usize, mut handle: impl FnMut(T)) {
+        let handled = self.messages.handle_turn(max / MESSAGES_SHARE, &mut handle);
+        self.others.handle_turn(max - handled, handle);
+    }
+}
 
 pub(super) struct InputQueue<T> {
     queued: RefCell<Vec<T>>,
@@ -50,16 +112,17 @@ impl<T> InputQueue<T> {
 
     /// Hands up to `max` inputs to `handle` in the order they were queued,
     /// those `handle` queues meanwhile included; the rest stay queued, in
-    /// order, ahead of anything queued later.
-    pub(super) fn handle_turn(&self, max: usize, mut handle: impl FnMut(T)) {
-        for _ in 0..max {
+    /// order, ahead of anything queued later. Says how many it handed.
+    pub(super) fn handle_turn(&self, max: usize, mut handle: impl FnMut(T)) -> usize {
+        for handled in 0..max {
             // `handle` may queue more: no borrow is held while it runs.
             let Some(input) = self.next() else {
-                return;
+                return handled;
             };
             self.waiting.set(self.waiting.get() - 1);
             handle(input);
         }
+        max
     }
 
     /// The oldest input, taking what was queued when the inputs taken
@@ -81,7 +144,7 @@ impl<T> InputQueue<T> {
 mod tests {
     use std::cell::RefCell;
 
-    use super::InputQueue;
+    use super::{InputQueue, Inputs};
 
     #[test]
     fn a_turn_handles_in_order_what_its_inputs_queue_too() {
@@ -151,6 +214,39 @@ mod tests {
             took < std::time::Duration::from_millis(500),
             "took {took:?}"
         );
+    }
+
+    /// Objects' messages take at most an eighth of a turn, first; only
+    /// messages count as messages waiting.
+    #[test]
+    fn objects_messages_share_each_turn_with_the_other_inputs() {
+        let inputs = Inputs::new();
+        for message in 0..100 {
+            inputs.push_message_with(|| message);
+        }
+        for other in 1000..1004 {
+            inputs.push_with(|| other);
+        }
+        assert_eq!(inputs.messages_waiting(), 100);
+        let handled = RefCell::new(Vec::new());
+        inputs.handle_turn(80, |input| handled.borrow_mut().push(input));
+        let expected: Vec<u32> = (0..10).chain(1000..1004).collect();
+        assert_eq!(
+            *handled.borrow(),
+            expected,
+            "the turn ends after the others"
+        );
+        assert_eq!(inputs.messages_waiting(), 90);
+        handled.borrow_mut().clear();
+        inputs.handle_turn(80, |input| handled.borrow_mut().push(input));
+        let expected: Vec<u32> = (10..20).collect();
+        assert_eq!(*handled.borrow(), expected, "a short turn");
+        handled.borrow_mut().clear();
+        inputs.push_with(|| 1004);
+        inputs.handle_turn(200, |input| handled.borrow_mut().push(input));
+        let expected: Vec<u32> = (20..45).chain([1004]).collect();
+        assert_eq!(*handled.borrow(), expected);
+        assert_eq!(inputs.messages_waiting(), 55);
     }
 
     #[test]
