@@ -26,8 +26,9 @@ use crate::in_place::push_in_place;
 /// answers leave at its end, and the core's ring and other tasks come
 /// round between turns, so a client's request waits behind a few short
 /// turns of a storm, not behind a whole turn of it (or the whole storm);
-/// and the messages still move at an eighth of the core's pace however
-/// busy its clients are (a turn of them alone is shorter, not slower).
+/// and the messages still get an eighth of every turn however busy its
+/// clients are (a turn of them alone is short, not slow: the next follows
+/// at once).
 const MESSAGES_SHARE: usize = 8;
 
 /// The two queues of a router task.
