@@ -136,10 +136,7 @@ fn attempt(vm: &Vm, before: &Before<'_>, invocation: &Invocation<'_>) -> Result<
             answer,
             fidelity,
         } = leave_text(vm, kept, before, version)?;
-        // A metatable would not come back with the JSON either.
-        if ffi::lua_getmetatable(state, kept) != 0 {
-            ffi::lua_pop(state, 1);
-        } else if fidelity == Fidelity::Same {
+        if fidelity == Fidelity::Same {
             vm.keep_state(kept, before.mark.next());
         }
         Ok(Ran {

@@ -107,10 +107,11 @@ pub(super) unsafe fn write(
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Fidelity {
     /// As an equal table: a table of strings, numbers and booleans under
-    /// string keys (or an array of them), every string UTF-8, no `-0`.
+    /// string keys (or an array of them), every string UTF-8, no `-0`, no
+    /// metatable.
     Same,
-    /// Changed (a key's type, a replaced byte, a nested table's identity)
-    /// or not a table at all.
+    /// Changed (a key's type, a replaced byte, a nested table's identity,
+    /// a metatable dropped) or not a table at all.
     Changed,
 }
 
@@ -119,7 +120,7 @@ pub(super) enum Fidelity {
 /// instead of being decoded again.
 ///
 /// # Safety
-/// As [`write`].
+/// As [`write`], with room for one more value on the stack.
 pub(super) unsafe fn write_state(
     state: *mut lua_State,
     index: c_int,
@@ -128,9 +129,16 @@ pub(super) unsafe fn write_state(
 ) -> Result<Fidelity, Unwritten> {
     // SAFETY: this function's own contract (its `# Safety`).
     unsafe {
-        let table = ffi::lua_type(state, index) == ffi::LUA_TTABLE;
+        // A metatable does not come back with the JSON.
+        let plain_table = match ffi::lua_type(state, index) {
+            ffi::LUA_TTABLE if ffi::lua_getmetatable(state, index) != 0 => {
+                ffi::lua_pop(state, 1);
+                false
+            }
+            found => found == ffi::LUA_TTABLE,
+        };
         let same = encode(state, index, out, limit)?;
-        Ok(if table && same {
+        Ok(if plain_table && same {
             Fidelity::Same
         } else {
             Fidelity::Changed

@@ -411,14 +411,8 @@ impl Vm {
         if self.kept_mark.get() != Some(mark) {
             return false;
         }
-        self.kept_mark.set(None);
         // SAFETY: this function's own contract (its `# Safety`).
-        unsafe {
-            self.push(self.kept_state);
-            ffi::lua_setreadonly(self.state, -1, 0);
-            ffi::lua_pushboolean(self.state, 0);
-            ffi::lua_rawseti(self.state, ffi::LUA_REGISTRYINDEX, self.kept_state.0.into());
-        }
+        unsafe { self.unkeep() };
         true
     }
 
@@ -451,14 +445,27 @@ impl Vm {
     /// # Safety
     /// Room for one value on the stack; no script code running.
     unsafe fn release_state(&self) {
-        if self.kept_mark.take().is_none() {
+        if self.kept_mark.get().is_none() {
             return;
         }
         // SAFETY: this function's own contract (its `# Safety`).
         unsafe {
+            self.unkeep();
+            ffi::lua_pop(self.state, 1);
+        }
+    }
+
+    /// Pushes the table kept, writable again, and empties its slot.
+    ///
+    /// # Safety
+    /// A table kept; room for one value on the stack; no script code
+    /// running.
+    unsafe fn unkeep(&self) {
+        self.kept_mark.set(None);
+        // SAFETY: this function's own contract (its `# Safety`).
+        unsafe {
             self.push(self.kept_state);
             ffi::lua_setreadonly(self.state, -1, 0);
-            ffi::lua_pop(self.state, 1);
             ffi::lua_pushboolean(self.state, 0);
             ffi::lua_rawseti(self.state, ffi::LUA_REGISTRYINDEX, self.kept_state.0.into());
         }
