@@ -57,7 +57,15 @@ const SAFEPOINTS_PER_LOOK: u32 = 8;
 
 /// The budget of the call running on this thread now (a thread runs one
 /// VM call at a time: its core's, or a loader's).
+///
+/// The clock starts at the call's first look, not at its start: a call
+/// that meets fewer safepoints than `SAFEPOINTS_PER_LOOK` (most handlers)
+/// never reads the clock, and the few safepoints before the first look
+/// are the same slack every later look already has.
 struct Budget {
+    /// The time the call may run, while one runs.
+    armed: Cell<Option<Duration>>,
+    /// When the budget ends, from the call's first look at the clock.
     deadline: Cell<Option<Instant>>,
     /// Safepoints met since the call started.
     safepoints: Cell<u32>,
@@ -69,6 +77,7 @@ struct Budget {
 thread_local! {
     static BUDGET: Budget = const {
         Budget {
+            armed: Cell::new(None),
             deadline: Cell::new(None),
             safepoints: Cell::new(0),
             exceeded: Cell::new(false),
@@ -88,18 +97,24 @@ unsafe extern "C-unwind" fn interrupt(state: *mut lua_State, gc: c_int) {
             return;
         }
         let past = BUDGET.with(|budget| {
-            let Some(deadline) = budget.deadline.get() else {
+            let Some(armed) = budget.armed.get() else {
                 return false;
             };
-            let safepoints = budget.safepoints.get().wrapping_add(1);
-            budget.safepoints.set(safepoints);
-            if budget.exceeded.get()
-                || (safepoints % SAFEPOINTS_PER_LOOK == 0 && Instant::now() >= deadline)
-            {
-                budget.exceeded.set(true);
+            if budget.exceeded.get() {
                 return true;
             }
-            false
+            let safepoints = budget.safepoints.get().wrapping_add(1);
+            budget.safepoints.set(safepoints);
+            if safepoints % SAFEPOINTS_PER_LOOK != 0 {
+                return false;
+            }
+            let now = Instant::now();
+            let Some(deadline) = budget.deadline.get() else {
+                budget.deadline.set(Some(now + armed));
+                return false;
+            };
+            budget.exceeded.set(now >= deadline);
+            budget.exceeded.get()
         });
         if past {
             // A safepoint promises no free slot on the stack.
@@ -578,13 +593,14 @@ fn arm(budget: Duration) {
     BUDGET.with(|now| {
         now.exceeded.set(false);
         now.safepoints.set(0);
-        now.deadline.set(Some(Instant::now() + budget));
+        now.deadline.set(None);
+        now.armed.set(Some(budget));
     });
 }
 
 fn disarm() {
     BUDGET.with(|now| {
-        now.deadline.set(None);
+        now.armed.set(None);
         now.exceeded.set(false);
     });
 }
