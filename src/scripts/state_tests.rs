@@ -109,3 +109,21 @@ fn a_float_in_a_state_comes_back_from_its_json_exactly() {
         assert_eq!(loaded.answer(2003, "look"), float, "{:?}", saved.state);
     }
 }
+
+#[test]
+fn strings_are_written_as_json_writes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = counter_with("", "state.last = req\n      return { [req] = req }");
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    let texts = [
+        "plain", "", "a\"b", "back\\slash", "\u{1}ctl", "\u{1f}", "\u{7f}del", "tab\t", "é",
+        "\u{2028}", "/",
+    ];
+    for text in texts {
+        let expected = serde_json::to_string(&serde_json::json!({ text: text })).unwrap();
+        assert_eq!(counter.answer(2003, text), expected, "{text:?}");
+        let state = serde_json::json!({ "last": text, "n": 0 });
+        assert_eq!(counter.state(), state, "{text:?}");
+    }
+}

@@ -445,6 +445,15 @@ impl Encoder<'_> {
 
     /// A string, its bytes taken as UTF-8 (anything else replaced).
     fn text(&mut self, bytes: &[u8]) {
+        // Most names and strings are ASCII that JSON takes as it is: the
+        // same text serde_json writes, without its walk over the bytes.
+        let plain = |byte: &u8| (b' '..0x80).contains(byte) && !matches!(byte, b'"' | b'\\');
+        if bytes.iter().all(plain) {
+            self.out.push(b'"');
+            self.out.extend_from_slice(bytes);
+            self.out.push(b'"');
+            return;
+        }
         let text = String::from_utf8_lossy(bytes);
         self.same &= matches!(text, std::borrow::Cow::Borrowed(_));
         // Writing a str into a Vec cannot fail.
