@@ -381,13 +381,15 @@ fn a_saved_state_is_shown_to_operators_as_its_json() {
 }
 
 #[test]
-fn ctx_is_the_calls_own_whatever_an_earlier_call_did_to_it() {
+fn ctx_is_read_only_and_each_call_sees_its_own_fields() {
     let dir = tempfile::tempdir().unwrap();
     let script = COUNTER.replace(
         RAW_HANDLER_BODY,
         "local seen = { player = ctx.player, key = ctx.key, left = ctx.left, push = type(ctx.push) }\n      \
-         ctx.left = \"behind\"\n      ctx.player = 1\n      setmetatable(ctx, nil)\n      table.freeze(ctx)\n      \
-         if req == \"fail\" then error(\"after writing ctx\") end\n      \
+         if req == \"write\" then ctx.left = \"behind\" end\n      \
+         if req == \"raw\" then rawset(ctx, \"player\", 1) end\n      \
+         if req == \"meta\" then setmetatable(ctx, nil) end\n      \
+         if req == \"freeze\" then table.freeze(ctx) end\n      \
          return seen",
     );
     assert_ne!(script, COUNTER);
@@ -401,17 +403,17 @@ fn ctx_is_the_calls_own_whatever_an_earlier_call_did_to_it() {
     assert_eq!(
         message.answer(2003, "x"),
         r#"{"key":8,"push":"function"}"#,
-        "no player without a session, and nothing the last call wrote"
+        "no player without a session"
     );
-    let (code, _) = refusal_of(alice.call(2003, "fail"));
-    assert_eq!(code, ErrorCode::Internal);
-    assert_eq!(alice.answer(2003, "x"), alice_sees, "after an error too");
+    for change in ["write", "raw", "meta", "freeze"] {
+        let (code, reason) = refusal_of(alice.call(2003, change));
+        assert_eq!(code, ErrorCode::Internal, "{change}: {reason}");
+        assert!(reason.contains("readonly") || reason.contains("frozen"), "{change}: {reason}");
+        assert_eq!(alice.answer(2003, "x"), alice_sees, "after {change}");
+        assert_eq!(message.answer(2003, "x"), r#"{"key":8,"push":"function"}"#);
+    }
 }
 
-/// A file's own top-level locals live in its core's VM: every object of
-/// the type on that core sees the same ones, they are not part of any
-/// object's state, and a reload starts them afresh (docs/scripts.md says
-/// so, and to keep an object's data in `state`).
 #[test]
 fn a_files_top_level_locals_are_the_cores_not_an_objects() {
     let dir = tempfile::tempdir().unwrap();

@@ -205,10 +205,12 @@ pub(super) struct Vm {
     bounds: Bounds,
     /// What the running call asked for; taken after it.
     pub effects: Rc<RefCell<Effects>>,
-    /// The metatable of every `ctx` (its methods).
-    ctx_meta: Ref,
-    /// The one `ctx` of this VM, filled again for each call (`push_ctx`).
+    /// The one `ctx` of this VM, read-only to scripts, its methods in its
+    /// metatable; its fields are set for each call (`push_ctx`).
     ctx: Ref,
+    /// The session's player and the object's id `ctx` holds now: a run of
+    /// calls to one object sets them once.
+    ctx_holds: Cell<Option<(Option<u64>, u64)>>,
     /// The names of `ctx`'s fields, made once (naming a field by its text
     /// would hash and look the text up at each call).
     player_name: Ref,
@@ -250,8 +252,9 @@ impl Vm {
             .map(|file| (file.declaration.name, file.declaration.clone()))
             .collect();
         let ctx_meta = ctx::methods(&lua, &effects, declarations, bounds).map_err(setup)?;
-        let ctx_meta = hold(&lua, state, ctx_meta).map_err(setup)?;
         let ctx = lua.create_table_with_capacity(0, 2).map_err(setup)?;
+        ctx.set_metatable(Some(ctx_meta)).map_err(setup)?;
+        ctx.set_readonly(true);
         let ctx = hold(&lua, state, ctx).map_err(setup)?;
         let player_name = lua.create_string("player").map_err(setup)?;
         let player_name = hold(&lua, state, player_name).map_err(setup)?;
@@ -265,8 +268,8 @@ impl Vm {
             types: Vec::new(),
             bounds,
             effects,
-            ctx_meta,
             ctx,
+            ctx_holds: Cell::new(None),
             player_name,
             key_name,
             out_of_memory: Cell::new(false),
@@ -411,28 +414,32 @@ impl Vm {
 
     /// Pushes the `ctx` of the call about to run: `ctx.player` (nil without
     /// a session) and `ctx.key`, its methods in the metatable. One table a
-    /// VM, emptied and filled again for each call, so nothing a call wrote
-    /// into it (a field, another metatable, a freeze) reaches the next.
+    /// VM, read-only to scripts (a write, another metatable or a freeze
+    /// fails the call that tries it), so only the two fields change, and
+    /// only when the call is for another object or player than the last.
     ///
     /// # Safety
-    /// Room for four values on the stack; no script code running.
+    /// Room for three values on the stack; no script code running.
     pub unsafe fn push_ctx(&self, player: Option<u64>, key: u64) {
         // SAFETY: this function's own contract (its `# Safety`).
         unsafe {
             let state = self.state;
             self.push(self.ctx);
-            ffi::lua_setreadonly(state, -1, 0);
-            ffi::lua_cleartable(state, -1);
-            if let Some(player) = player {
-                self.push(self.player_name);
-                ffi::lua_pushnumber(state, player as f64);
-                ffi::lua_rawset(state, -3);
+            if self.ctx_holds.get() == Some((player, key)) {
+                return;
             }
+            ffi::lua_setreadonly(state, -1, 0);
+            self.push(self.player_name);
+            match player {
+                Some(player) => ffi::lua_pushnumber(state, player as f64),
+                None => ffi::lua_pushnil(state),
+            }
+            ffi::lua_rawset(state, -3);
             self.push(self.key_name);
             ffi::lua_pushnumber(state, key as f64);
             ffi::lua_rawset(state, -3);
-            self.push(self.ctx_meta);
-            ffi::lua_setmetatable(state, -2);
+            ffi::lua_setreadonly(state, -1, 1);
+            self.ctx_holds.set(Some((player, key)));
         }
     }
 
