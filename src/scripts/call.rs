@@ -26,6 +26,10 @@ use crate::object::{AppCode, ErrorCode, Refusal};
 /// function, `ctx`, the state again, the request, and room for lookups.
 const CALL_SLOTS: c_int = 8;
 
+/// Bytes a state's or an answer's text is given beyond its likely length
+/// before it is written.
+const TEXT_SLACK: usize = 32;
+
 /// What a call runs.
 pub(super) enum Invocation<'a> {
     /// A request or a one-way message: op (a route id) and body.
@@ -177,8 +181,10 @@ unsafe fn leave_text(
         };
         Refusal::explained(ErrorCode::Internal, &reason)
     };
-    let mut json = Vec::with_capacity(before.state.map_or(16, <[u8]>::len));
-    let mut answer = Vec::new();
+    // Room for what the state and the answer most likely take, so that
+    // neither grows while it is written: the state about as long as it was.
+    let mut json = Vec::with_capacity(before.state.map_or(0, <[u8]>::len) + TEXT_SLACK);
+    let mut answer = Vec::with_capacity(TEXT_SLACK);
     // SAFETY: this function's own contract (its `# Safety`).
     let fidelity = unsafe {
         let fidelity = value::write_state(vm.state(), kept, &mut json, bounds.state_max).map_err(
