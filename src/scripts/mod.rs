@@ -22,6 +22,7 @@
 mod call;
 mod ctx;
 mod declare;
+mod flat;
 mod object;
 #[cfg(test)]
 mod state_tests;

@@ -25,6 +25,8 @@ use std::fmt;
 use std::ops::Range;
 
 use mlua::ffi::{self, lua_State};
+
+use super::flat;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// Tables deeper than this do not convert (a cycle, or a runaway script).
@@ -45,6 +47,24 @@ const SLOTS_PER_LEVEL: c_int = 3;
 /// `state` is a live Luau state, no script code running (its memory
 /// bound does not hold).
 pub(super) unsafe fn push(state: *mut lua_State, bytes: &[u8]) -> Result<(), serde_json::Error> {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        if flat::push(state, bytes, FIELDS_GUESSED, SLOTS_PER_LEVEL) {
+            return Ok(());
+        }
+        push_by_serde(state, bytes)
+    }
+}
+
+/// [`push`] by serde_json alone, for any JSON text (`flat` reads the
+/// common flat object faster).
+///
+/// # Safety
+/// As [`push`].
+pub(super) unsafe fn push_by_serde(
+    state: *mut lua_State,
+    bytes: &[u8],
+) -> Result<(), serde_json::Error> {
     // SAFETY: this function's own contract (its `# Safety`).
     unsafe {
         let top = ffi::lua_gettop(state);
