@@ -117,8 +117,17 @@ fn strings_are_written_as_json_writes_them() {
     let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
     let mut counter = Probe::new(&library, 200);
     let texts = [
-        "plain", "", "a\"b", "back\\slash", "\u{1}ctl", "\u{1f}", "\u{7f}del", "tab\t", "é",
-        "\u{2028}", "/",
+        "plain",
+        "",
+        "a\"b",
+        "back\\slash",
+        "\u{1}ctl",
+        "\u{1f}",
+        "\u{7f}del",
+        "tab\t",
+        "é",
+        "\u{2028}",
+        "/",
     ];
     for text in texts {
         let expected = serde_json::to_string(&serde_json::json!({ text: text })).unwrap();

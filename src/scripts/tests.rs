@@ -408,7 +408,10 @@ fn ctx_is_read_only_and_each_call_sees_its_own_fields() {
     for change in ["write", "raw", "meta", "freeze"] {
         let (code, reason) = refusal_of(alice.call(2003, change));
         assert_eq!(code, ErrorCode::Internal, "{change}: {reason}");
-        assert!(reason.contains("readonly") || reason.contains("frozen"), "{change}: {reason}");
+        assert!(
+            reason.contains("readonly") || reason.contains("frozen"),
+            "{change}: {reason}"
+        );
         assert_eq!(alice.answer(2003, "x"), alice_sees, "after {change}");
         assert_eq!(message.answer(2003, "x"), r#"{"key":8,"push":"function"}"#);
     }

@@ -242,7 +242,11 @@ impl Vm {
         // SAFETY: nothing runs on the fresh VM's stack; no bound holds.
         unsafe {
             if ffi::lua_gettop(state) != KIT - 1 || ffi::lua_checkstack(state, 1) == 0 {
-                return Err(ScriptError::at("(vm)", 1, "no room for the kit".to_string()));
+                return Err(ScriptError::at(
+                    "(vm)",
+                    1,
+                    "no room for the kit".to_string(),
+                ));
             }
             ffi::lua_createtable(state, 0, 0);
         }
