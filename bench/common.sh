@@ -214,6 +214,15 @@ paired_round() {
   P99_RATIOS+=("$(ratio "$subject_p99" "$base_p99")")
   printf 'round %d: %s %10.0f req/s p99 %7.1f us | %s %10.0f req/s p99 %7.1f us | ratio %s\n' \
     "$round" "$base" "$base_rps" "$base_p99" "$subject" "$subject_rps" "$subject_p99" "${RATIOS[-1]}"
+  # A refused request is answered fast and counts for nothing: a run with
+  # refusals measured something else than its workload.
+  local run failed
+  for run in "$base" "$subject"; do
+    failed=$(json_number "$WORK/$run-$round.json" failed)
+    if [[ -n $failed && $failed != 0 ]]; then
+      echo "WARNING round $round: $run had $failed failed requests; its throughput is not the workload's"
+    fi
+  done
 }
 
 # median NUMBERS...: the median (the mean of the middle two for an even count).
