@@ -412,6 +412,26 @@ fn json_number(number: f64) -> Result<JsonNumber, String> {
     Ok(JsonNumber::Float(number))
 }
 
+/// Appends `integer`'s decimal text: most numbers in states and answers
+/// are integers, and serde_json's writer costs more than the digits.
+fn write_integer(out: &mut Vec<u8>, integer: i64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = integer.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if integer < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 impl Encoder<'_> {
     /// The value at the absolute `index`; leaves the stack as it found it
     /// when it returns `Ok`.
@@ -456,11 +476,13 @@ impl Encoder<'_> {
     fn number(&mut self, number: f64) -> Result<(), String> {
         // `-0` is written `0`.
         self.same &= number != 0.0 || number.is_sign_positive();
-        let written = match json_number(number)? {
-            JsonNumber::Integer(integer) => serde_json::to_writer(&mut *self.out, &integer),
-            JsonNumber::Float(number) => serde_json::to_writer(&mut *self.out, &number),
-        };
-        written.map_err(|error| error.to_string())
+        match json_number(number)? {
+            JsonNumber::Integer(integer) => write_integer(self.out, integer),
+            JsonNumber::Float(number) => {
+                serde_json::to_writer(&mut *self.out, &number).map_err(|error| error.to_string())?
+            }
+        }
+        Ok(())
     }
 
     /// A string, its bytes taken as UTF-8 (anything else replaced).
@@ -621,6 +643,29 @@ impl Encoder<'_> {
                 _ => return Err(format!("a table key of type {}", type_name(state, index))),
             }
             Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn integers_are_written_as_their_decimal_text() {
+        for integer in [
+            0,
+            7,
+            -7,
+            10,
+            -10,
+            99,
+            1 << 53,
+            i64::MAX,
+            i64::MIN,
+            i64::MIN + 1,
+        ] {
+            let mut out = b"x".to_vec();
+            super::write_integer(&mut out, integer);
+            assert_eq!(out, format!("x{integer}").into_bytes());
         }
     }
 }
