@@ -26,8 +26,8 @@ use crate::object::{AppCode, ErrorCode, Refusal};
 /// function, `ctx`, the state again, the request, and room for lookups.
 const CALL_SLOTS: c_int = 8;
 
-/// Bytes a state's or an answer's text is given beyond its likely length
-/// before it is written.
+/// Bytes an answer's text, or a new object's state, is given before it is
+/// written: most are shorter.
 const TEXT_SLACK: usize = 32;
 
 /// What a call runs.
@@ -182,8 +182,9 @@ unsafe fn leave_text(
         Refusal::explained(ErrorCode::Internal, &reason)
     };
     // Room for what the state and the answer most likely take, so that
-    // neither grows while it is written: the state about as long as it was.
-    let mut json = Vec::with_capacity(before.state.map_or(0, <[u8]>::len) + TEXT_SLACK);
+    // neither grows while it is written. The state's text stays with the
+    // object, room and all: it gets what it took last time, no more.
+    let mut json = Vec::with_capacity(before.state.map_or(TEXT_SLACK, <[u8]>::len));
     let mut answer = Vec::with_capacity(TEXT_SLACK);
     // SAFETY: this function's own contract (its `# Safety`).
     let fidelity = unsafe {

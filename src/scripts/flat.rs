@@ -45,6 +45,12 @@ pub(super) unsafe fn push(
     }
 }
 
+/// Whether JSON takes `byte` as it is inside a string, and it is the same
+/// character in UTF-8: printable ASCII but the quote and the backslash.
+pub(super) fn is_plain(byte: &u8) -> bool {
+    (b' '..0x80).contains(byte) && !matches!(byte, b'"' | b'\\')
+}
+
 /// JSON text and how far it has been read.
 struct Flat<'a> {
     bytes: &'a [u8],
@@ -115,7 +121,7 @@ impl<'a> Flat<'a> {
         let start = self.at;
         let length = self.bytes[start..]
             .iter()
-            .position(|byte| !(b' '..0x80).contains(byte) || matches!(byte, b'"' | b'\\'))?;
+            .position(|byte| !is_plain(byte))?;
         self.at = start + length;
         let bytes = self.bytes;
         self.eat(b'"').then(|| &bytes[start..start + length])

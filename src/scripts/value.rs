@@ -25,9 +25,9 @@ use std::fmt;
 use std::ops::Range;
 
 use mlua::ffi::{self, lua_State};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::flat;
-use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// Tables deeper than this do not convert (a cycle, or a runaway script).
 const DEPTH_MAX: usize = 64;
@@ -489,8 +489,7 @@ impl Encoder<'_> {
     fn text(&mut self, bytes: &[u8]) {
         // Most names and strings are ASCII that JSON takes as it is: the
         // same text serde_json writes, without its walk over the bytes.
-        let plain = |byte: &u8| (b' '..0x80).contains(byte) && !matches!(byte, b'"' | b'\\');
-        if bytes.iter().all(plain) {
+        if bytes.iter().all(flat::is_plain) {
             self.out.push(b'"');
             self.out.extend_from_slice(bytes);
             self.out.push(b'"');
