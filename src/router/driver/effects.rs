@@ -22,8 +22,8 @@ use crate::router::types::{
 impl RouterDriver {
     /// Performs the core's queued effects until it is quiet. Effects that
     /// feed this core again (a submission to itself) queue inputs, handled
-    /// after the current one.
-    pub(super) fn perform_effects(&self, answered_at: Instant) {
+    /// after the current one. `polled_at`: the turn's clock reading.
+    pub(super) fn perform_effects(&self, polled_at: Instant) {
         let mut effects = self.0.effects.take();
         loop {
             self.0.core.borrow_mut().take_effects(&mut effects);
@@ -31,22 +31,18 @@ impl RouterDriver {
                 break;
             }
             for effect in effects.drain(..) {
-                self.perform(effect, answered_at);
+                self.perform(effect, polled_at);
             }
         }
         self.0.effects.replace(effects);
     }
 
-    fn perform(&self, effect: Effect, answered_at: Instant) {
+    fn perform(&self, effect: Effect, polled_at: Instant) {
         match effect {
             Effect::Submit { head, request } => self.submit_from_object(head, *request),
             Effect::Store { token, op } => self.store(token, op),
             Effect::ArmTimer { at_ms, timer } => self.arm(at_ms, timer),
-            Effect::Reply { request, outcome } => self.hold(Held::Reply {
-                request,
-                outcome,
-                answered_at,
-            }),
+            Effect::Reply { request, outcome } => self.hold(Held::Reply { request, outcome }),
             Effect::Push {
                 client,
                 route_id,
@@ -68,7 +64,7 @@ impl RouterDriver {
                 // cached): a forwarded request's wait starts at most one
                 // poll early, as its arrival is judged, with no clock read
                 // per request.
-                let now_ms = self.ms_at(answered_at);
+                let now_ms = self.ms_at(polled_at);
                 self.send_to_node(now_ms, node, *message)
             }
             Effect::FlushSavesAfterBatch => self.flush_after_batch(),

@@ -29,10 +29,10 @@ use crate::router::{ClientRef, Outcome, RequestId};
 
 /// One thing a turn sends to a client (or to a node on a client's behalf).
 pub(super) enum Held {
+    /// Timed at the turn's clock reading, as every answer of the turn is.
     Reply {
         request: RequestId,
         outcome: Outcome,
-        answered_at: Instant,
     },
     Push {
         client: ClientRef,
@@ -103,8 +103,9 @@ impl RouterDriver {
 
     /// Sends what the turn held (`HeldTurn::release`), judged at a clock
     /// reading taken now; `served_at_start`: whether the core could serve
-    /// at the turn's start.
-    pub(super) fn release_held(&self, served_at_start: bool) {
+    /// at the turn's start; `polled_at`: the turn's reading, which its
+    /// answers are timed at.
+    pub(super) fn release_held(&self, served_at_start: bool, polled_at: Instant) {
         let mut held = self.0.held.take();
         if held.is_empty() {
             self.0.held.replace(held);
@@ -114,11 +115,7 @@ impl RouterDriver {
         let may_serve_now = self.0.core.borrow().may_serve(now_ms);
         let lapsed = lapsed_during_turn(served_at_start, may_serve_now);
         let withheld = held.release(lapsed, |item| match item {
-            Held::Reply {
-                request,
-                outcome,
-                answered_at,
-            } => self.reply(request, outcome, answered_at),
+            Held::Reply { request, outcome } => self.reply(request, outcome, polled_at),
             Held::Push {
                 client,
                 route_id,
@@ -152,7 +149,6 @@ mod tests {
                 seq,
             },
             outcome,
-            answered_at: Instant::now(),
         }
     }
 

@@ -561,7 +561,7 @@ impl RouterDriver {
         // then what the turn sends to clients leaves, if the lease held
         // through the turn (`held`).
         self.publish_lease();
-        self.release_held(served_at_start);
+        self.release_held(served_at_start, polled_at);
     }
 
     /// Applies one input; `polled_ms` is the turn's clock reading for it.
