@@ -32,6 +32,11 @@ fn start(cluster: &LocalCluster, id: u64, place: bool) -> ServeProcess {
 
 /// Starts node `id` of `cluster` with `gateway` keys besides its listener.
 fn start_with(cluster: &LocalCluster, id: u64, gateway: &str) -> ServeProcess {
+    ServeProcess::spawn(serve_command(cluster, id, gateway))
+}
+
+/// The command that runs node `id` of `cluster` (its config written).
+fn serve_command(cluster: &LocalCluster, id: u64, gateway: &str) -> std::process::Command {
     let dir = cluster.dir().join(format!("node-{id}"));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("node.toml");
@@ -44,7 +49,7 @@ fn start_with(cluster: &LocalCluster, id: u64, gateway: &str) -> ServeProcess {
     std::fs::write(&path, text).unwrap();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
     command.args(["serve", "--config"]).arg(&path);
-    ServeProcess::spawn(command)
+    command
 }
 
 /// The value of an unlabelled metric on a node's `/metrics`.
@@ -223,7 +228,6 @@ fn a_login_away_from_its_player_is_redirected_once_and_served_either_way() {
 fn a_tls_or_websocket_session_is_placed_on_the_owners_listener_of_its_transport() {
     let cluster = LocalCluster::new();
     let cert = make_cert(cluster.dir(), "gateway");
-    let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();
     let gateway = |(tls, ws): (u16, u16)| {
         format!(
             "place_sessions = true\ntls_listen = \"127.0.0.1:{tls}\"\n\
@@ -232,8 +236,26 @@ fn a_tls_or_websocket_session_is_placed_on_the_owners_listener_of_its_transport(
             cert.key_file.display().to_string()
         )
     };
-    let node1 = start_with(&cluster, 1, &gateway(ports[0]));
-    let node2 = start_with(&cluster, 2, &gateway(ports[1]));
+    // The listeners' ports are picked free before the node binds them, so
+    // another process (this binary's other test starts nodes and clients
+    // beside it) may take one meanwhile: the node then stops at start, and
+    // is started again on other ports.
+    let start_listening = |id: u64| {
+        for _ in 0..3 {
+            let ports = (free_port(), free_port());
+            match ServeProcess::try_spawn(serve_command(&cluster, id, &gateway(ports))) {
+                Ok(node) => return (node, ports),
+                Err(why) if why.contains("still listens") || why.contains("in use") => {
+                    eprintln!("node {id} again: {why}")
+                }
+                Err(why) => panic!("node {id}: {why}"),
+            }
+        }
+        panic!("node {id} found no free ports in three tries");
+    };
+    let (node1, ports1) = start_listening(1);
+    let (node2, ports2) = start_listening(2);
+    let ports = [ports1, ports2];
     wait_members_up(&node1, &[2]);
     wait_members_up(&node2, &[1]);
     let p = player_placed_among(1, &[1, 2], 42);

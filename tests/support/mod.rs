@@ -234,7 +234,12 @@ impl ServeProcess {
 
     /// Runs `command` (a `routerd serve` with its config, maybe wrapped,
     /// e.g. in `ip netns exec`) and waits until it serves.
-    pub fn spawn(mut command: std::process::Command) -> ServeProcess {
+    pub fn spawn(command: std::process::Command) -> ServeProcess {
+        Self::try_spawn(command).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`Self::spawn`], or why the node did not come up, with its log.
+    pub fn try_spawn(mut command: std::process::Command) -> Result<ServeProcess, String> {
         use std::io::BufRead;
         let mut child = command
             .env_remove("ROUTERD_AUTH_SECRET")
@@ -271,15 +276,27 @@ impl ServeProcess {
                 }
             }
         });
-        let (gateway, admin) = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("routerd logs its addresses");
-        ServeProcess {
+        let (gateway, admin) = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(addresses) => addresses,
+            // Ended, or silent: what it logged says why.
+            Err(error) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let lines = log.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+                let how = match error {
+                    std::sync::mpsc::RecvTimeoutError::Timeout => "logged no addresses in 20 s",
+                    std::sync::mpsc::RecvTimeoutError::Disconnected => "ended before it served",
+                };
+                return Err(format!("routerd {how}; its log:\n{}", lines.join("\n")));
+            }
+        };
+        Ok(ServeProcess {
             child,
             gateway,
             admin,
             log,
-        }
+        })
     }
 
     pub fn connect(&self) -> Client {
