@@ -49,7 +49,7 @@ pub use executor::{
 pub use files::{registered_files_mode, RegisteredFiles};
 pub use mesh::{Inbox, Mesh, MeshStats, SendError};
 pub use ring::RingError;
-pub use runtime::{allowed_cpus, Core, Runtime, RuntimeError};
+pub use runtime::{allowed_cpus, pin_to, Core, Runtime, RuntimeError};
 pub use shutdown::{ShutdownHandle, ShutdownListener};
 pub use ticks::TimerTicks;
 pub use timer::{sleep, sleep_until, Sleep};

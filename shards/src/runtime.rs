@@ -208,7 +208,7 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 /// Pins the calling thread to `cpu`.
-fn pin_to(cpu: usize) -> std::io::Result<()> {
+pub fn pin_to(cpu: usize) -> std::io::Result<()> {
     // SAFETY: as in `allowed_cpus`: a zeroed bitmask set through libc's
     // accessors and passed with its exact size.
     unsafe {

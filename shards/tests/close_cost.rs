@@ -44,32 +44,6 @@ const BATCH: usize = 500;
 const ADDRESS_ENV: &str = "SHARDS_CLOSE_COST_ADDRESS";
 const COUNT_ENV: &str = "SHARDS_CLOSE_COST_COUNT";
 
-/// The CPUs this process may run on (none if the kernel will not say).
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: a zeroed `cpu_set_t` is an empty set; the kernel writes at
-    // most its size into it, and `CPU_ISSET` reads within it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
-            .collect()
-    }
-}
-
-/// Runs the calling thread on `cpu` alone.
-fn pin_this_thread(cpu: usize) {
-    // SAFETY: as in `allowed_cpus`; `CPU_SET` writes within the set.
-    let pinned = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    assert_eq!(pinned, 0, "pin the test's thread to CPU {cpu}");
-}
-
 /// CPU time of the calling thread.
 fn thread_cpu() -> Duration {
     let mut now = libc::timespec {
@@ -164,10 +138,10 @@ fn a_close_costs_the_same_beside_ten_thousand_idle_connections() {
     // clients' process (which inherits its mask) on another. Left to the
     // scheduler, they shared a CPU for some measurements and not for
     // others, and a close's cost moved between them by 2x and more.
-    let cpus = allowed_cpus();
+    let cpus = shards::allowed_cpus();
     if let [core_cpu, client_cpu, ..] = cpus[..] {
         config.placement = CorePlacement::Cpus(vec![core_cpu]);
-        pin_this_thread(client_cpu);
+        shards::pin_to(client_cpu).expect("pin the test's thread");
     }
     let addresses = Arc::new(Mutex::new(None::<(SocketAddr, SocketAddr)>));
     let published = addresses.clone();
