@@ -417,6 +417,10 @@ fn ctx_is_read_only_and_each_call_sees_its_own_fields() {
     }
 }
 
+/// A file's own top-level locals live in its core's VM: every object of
+/// the type on that core sees the same ones, they are not part of any
+/// object's state, and a reload starts them afresh (docs/scripts.md says
+/// so, and to keep an object's data in `state`).
 #[test]
 fn a_files_top_level_locals_are_the_cores_not_an_objects() {
     let dir = tempfile::tempdir().unwrap();
