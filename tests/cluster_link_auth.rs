@@ -97,6 +97,16 @@ fn garbage_for_the_first_record_head_is_an_authentication_failure() {
     tampered_at(DIALLER_HANDSHAKE_BYTES);
 }
 
+/// A loopback port free a moment ago (for a config that must name it;
+/// started through [`support::on_free_ports`]).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Node 2 behind a proxy that flips the dialler's byte `flip_at` on the
 /// first link: the link closes, counted as an authentication failure and
 /// not as an invalid frame, and a later one carries the requests.
@@ -104,28 +114,26 @@ fn tampered_at(flip_at: usize) {
     let cluster = LocalCluster::new();
     // Node 2 (one core) listens for links on a known port and advertises
     // the proxy's, so node 1's link to it crosses the proxy.
-    let listen = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let (proxy, flipped) = tampering_proxy(listen, flip_at);
-    let body = cluster
-        .body(2, "the test cluster's secret")
-        .replace("count = 2", "count = 1")
-        .replace(
-            "[cluster]\nlisten = \"127.0.0.1:0\"",
-            &format!(
-                "[cluster]\nlisten = \"127.0.0.1:{listen}\"\nadvertise = \"127.0.0.1:{proxy}\""
-            ),
-        );
-    assert!(
-        body.contains(&format!("advertise = \"127.0.0.1:{proxy}\"")),
-        "{body}"
-    );
     let dir = cluster.dir().join("proxied");
     std::fs::create_dir_all(&dir).unwrap();
-    let owner = ServeProcess::start(&dir, &body);
+    let (owner, flipped) = support::on_free_ports(|| {
+        let listen = free_port();
+        let (proxy, flipped) = tampering_proxy(listen, flip_at);
+        let body = cluster
+            .body(2, "the test cluster's secret")
+            .replace("count = 2", "count = 1")
+            .replace(
+                "[cluster]\nlisten = \"127.0.0.1:0\"",
+                &format!(
+                    "[cluster]\nlisten = \"127.0.0.1:{listen}\"\nadvertise = \"127.0.0.1:{proxy}\""
+                ),
+            );
+        assert!(
+            body.contains(&format!("advertise = \"127.0.0.1:{proxy}\"")),
+            "{body}"
+        );
+        ServeProcess::try_start(&dir, &body).map(|owner| (owner, flipped))
+    });
     // Player 9 is placed on node 2, the only node yet.
     let mut direct = owner.connect();
     direct.login(9, 1);
@@ -181,27 +189,25 @@ fn tampered_at(flip_at: usize) {
 fn a_hundred_silent_connections_on_a_link_port_do_not_keep_a_peer_out() {
     const SILENT: usize = 100;
     let cluster = LocalCluster::new();
-    let listen = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let slow = |body: String| {
         body.replace(
             &format!("heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\ndown_after_ms = {DOWN_AFTER_MS}"),
             "heartbeat_interval_ms = 1000\nfence_after_ms = 4000\ndown_after_ms = 8000",
         )
     };
-    let body = slow(cluster.body(2, "the test cluster's secret"))
-        .replace("count = 2", "count = 1")
-        .replace(
-            "[cluster]\nlisten = \"127.0.0.1:0\"",
-            &format!("[cluster]\nlisten = \"127.0.0.1:{listen}\""),
-        );
-    assert!(body.contains("heartbeat_interval_ms = 1000"), "{body}");
     let dir = cluster.dir().join("flooded");
     std::fs::create_dir_all(&dir).unwrap();
-    let owner = ServeProcess::start(&dir, &body);
+    let (owner, listen) = support::on_free_ports(|| {
+        let listen = free_port();
+        let body = slow(cluster.body(2, "the test cluster's secret"))
+            .replace("count = 2", "count = 1")
+            .replace(
+                "[cluster]\nlisten = \"127.0.0.1:0\"",
+                &format!("[cluster]\nlisten = \"127.0.0.1:{listen}\""),
+            );
+        assert!(body.contains("heartbeat_interval_ms = 1000"), "{body}");
+        ServeProcess::try_start(&dir, &body).map(|owner| (owner, listen))
+    });
     let mut direct = owner.connect();
     direct.login(9, 1);
     assert_eq!(

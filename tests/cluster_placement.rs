@@ -102,15 +102,6 @@ fn player_placed_among(node: u64, nodes: &[u64], from: u64) -> u64 {
         .unwrap()
 }
 
-/// A loopback port free a moment ago.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The gateway a `sys.redirect` PUSH names.
 fn redirected_to(push: &support::Reply) -> String {
     assert_eq!(
@@ -228,34 +219,25 @@ fn a_login_away_from_its_player_is_redirected_once_and_served_either_way() {
 fn a_tls_or_websocket_session_is_placed_on_the_owners_listener_of_its_transport() {
     let cluster = LocalCluster::new();
     let cert = make_cert(cluster.dir(), "gateway");
-    let gateway = |(tls, ws): (u16, u16)| {
-        format!(
-            "place_sessions = true\ntls_listen = \"127.0.0.1:{tls}\"\n\
-             tls_cert_file = {:?}\ntls_key_file = {:?}\nwebsocket_listen = \"127.0.0.1:{ws}\"\n",
-            cert.cert_file.display().to_string(),
-            cert.key_file.display().to_string()
-        )
-    };
-    // The listeners' ports are picked free before the node binds them, so
-    // another process (this binary's other test starts nodes and clients
-    // beside it) may take one meanwhile: the node then stops at start, and
-    // is started again on other ports.
+    let gateway = format!(
+        "place_sessions = true\ntls_listen = \"127.0.0.1:0\"\n\
+         tls_cert_file = {:?}\ntls_key_file = {:?}\nwebsocket_listen = \"127.0.0.1:0\"\n",
+        cert.cert_file.display().to_string(),
+        cert.key_file.display().to_string()
+    );
     let start_listening = |id: u64| {
-        for _ in 0..3 {
-            let ports = (free_port(), free_port());
-            match ServeProcess::try_spawn(serve_command(&cluster, id, &gateway(ports))) {
-                Ok(node) => return (node, ports),
-                Err(why) if why.contains("still listens") || why.contains("in use") => {
-                    eprintln!("node {id} again: {why}")
-                }
-                Err(why) => panic!("node {id}: {why}"),
-            }
-        }
-        panic!("node {id} found no free ports in three tries");
+        let node = ServeProcess::spawn(serve_command(&cluster, id, &gateway));
+        let tls = node
+            .serving_address("tls")
+            .expect("tls in the serving line");
+        let ws = node
+            .serving_address("websocket")
+            .expect("websocket in the serving line");
+        (node, (tls, ws))
     };
-    let (node1, ports1) = start_listening(1);
-    let (node2, ports2) = start_listening(2);
-    let ports = [ports1, ports2];
+    let (node1, listeners1) = start_listening(1);
+    let (node2, listeners2) = start_listening(2);
+    let listeners = [listeners1, listeners2];
     wait_members_up(&node1, &[2]);
     wait_members_up(&node2, &[1]);
     let p = player_placed_among(1, &[1, 2], 42);
@@ -263,19 +245,18 @@ fn a_tls_or_websocket_session_is_placed_on_the_owners_listener_of_its_transport(
     first.login(p, 1);
     assert_eq!(incr(&mut first, 2), 1);
     drop(first);
-    let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
 
     let config = client_config(&cert.der, b"routerd");
-    let mut tls = StreamClient::new(tls_connect(at(ports[1].0), config));
+    let mut tls = StreamClient::new(tls_connect(listeners[1].0, config));
     tls.login(p, 1);
-    assert_eq!(redirected_to(&tls.recv()), at(ports[0].0).to_string());
+    assert_eq!(redirected_to(&tls.recv()), listeners[0].0.to_string());
     assert_eq!(tls.incr(2), 2, "served on where it is");
     drop(tls);
 
-    let mut ws = WsClient::upgrade(Box::new(tcp_connect(at(ports[1].1))));
+    let mut ws = WsClient::upgrade(Box::new(tcp_connect(listeners[1].1)));
     ws.login(p, 1);
     match ws.next() {
-        WsEvent::Frame(push) => assert_eq!(redirected_to(&push), at(ports[0].1).to_string()),
+        WsEvent::Frame(push) => assert_eq!(redirected_to(&push), listeners[0].1.to_string()),
         other => panic!("expected sys.redirect, got {other:?}"),
     }
     assert_eq!(ws.incr(2), 3);

@@ -21,21 +21,13 @@ const HANDSHAKES: usize = 200;
 /// What rustls says of each.
 const WARNING: &str = "Illegal SNI extension: ignoring IP address presented as hostname";
 
-/// A loopback port free a moment ago.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A node with a TLS listener on `tls`, logging with `filter`.
-fn serve(dir: &Path, cert: &TestCert, tls: SocketAddr, filter: &str) -> ServeProcess {
+/// A node with a TLS listener on a free port, logging with `filter`, and
+/// where that listener is.
+fn serve(dir: &Path, cert: &TestCert, filter: &str) -> (ServeProcess, SocketAddr) {
     let path = dir.join("node.toml");
     let text = format!(
         "[node]\ndata_dir = {data:?}\n[cores]\ncount = 1\n\
-         [gateway]\nlisten = \"127.0.0.1:0\"\ntls_listen = \"{tls}\"\n\
+         [gateway]\nlisten = \"127.0.0.1:0\"\ntls_listen = \"127.0.0.1:0\"\n\
          tls_cert_file = {cert:?}\ntls_key_file = {key:?}\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n[auth]\nsecret = \"{SECRET}\"\n\
          [cluster]\nlisten = \"127.0.0.1:0\"\n",
@@ -49,7 +41,11 @@ fn serve(dir: &Path, cert: &TestCert, tls: SocketAddr, filter: &str) -> ServePro
         .args(["serve", "--config"])
         .arg(&path)
         .env("ROUTERD_LOG", filter);
-    ServeProcess::spawn(command)
+    let node = ServeProcess::spawn(command);
+    let tls = node
+        .serving_address("tls")
+        .expect("tls in the serving line");
+    (node, tls)
 }
 
 /// A real client's ClientHello whose SNI names `127.0.0.1` (rustls sends
@@ -109,8 +105,7 @@ fn a_third_party_warning_per_handshake_is_rate_limited_unless_named() {
     let cert = make_cert(dir.path(), "gateway");
     let hello = client_hello_with_ip_sni(&cert);
 
-    let tls = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let node = serve(dir.path(), &cert, tls, "info");
+    let (node, tls) = serve(dir.path(), &cert, "info");
     let started = Instant::now();
     handshakes(tls, &hello);
     let seconds = started.elapsed().as_secs() as usize;
@@ -124,8 +119,7 @@ fn a_third_party_warning_per_handshake_is_rate_limited_unless_named() {
     );
 
     // Named in the filter: every line.
-    let tls = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let node = serve(dir.path(), &cert, tls, "info,rustls=warn");
+    let (node, tls) = serve(dir.path(), &cert, "info,rustls=warn");
     handshakes(tls, &hello);
     let named = warnings(&node);
     node.stop();

@@ -177,22 +177,15 @@ fn the_serving_log_line_names_every_listener() {
     );
     std::fs::write(&path, text).unwrap();
     let node = ServeProcess::serve_file(&path);
-    let line = node
-        .log
-        .lock()
-        .unwrap()
-        .iter()
-        .find(|line| line.contains("routerd serving"))
-        .cloned()
-        .expect("the serving line");
-    let field = |name: &str| -> SocketAddr {
-        let rest = line.split(&format!(" {name}=")).nth(1).expect(name);
-        rest.split_whitespace().next().unwrap().parse().expect(name)
-    };
-    let (tls, websocket) = (field("tls"), field("websocket"));
-    assert_ne!(tls.port(), 0, "{line}");
-    assert_ne!(websocket.port(), 0, "{line}");
-    assert_ne!(tls, websocket, "{line}");
+    let (tls, websocket) = (
+        node.serving_address("tls")
+            .expect("tls in the serving line"),
+        node.serving_address("websocket")
+            .expect("websocket in the serving line"),
+    );
+    assert_ne!(tls.port(), 0);
+    assert_ne!(websocket.port(), 0);
+    assert_ne!(tls, websocket);
     assert_eq!(node.stop().code(), Some(0));
 }
 
@@ -261,21 +254,36 @@ fn a_node_restarted_at_once_after_a_kill_answers_every_connection() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "");
     let text = std::fs::read_to_string(&config).unwrap();
-    let gateway: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let text = text
-        .replacen(
-            "[gateway]\nlisten = \"127.0.0.1:0\"",
-            &format!("[gateway]\nlisten = \"{gateway}\""),
-            1,
-        )
-        .replacen(
-            "[cluster]\nlisten = \"127.0.0.1:0\"",
-            &format!("[cluster]\nlisten = \"127.0.0.1:{}\"", free_port()),
-            1,
-        );
-    std::fs::write(&config, text).unwrap();
+    // The restarts must have the first start's ports.
+    let mut gateway = None;
+    let serve = || {
+        let mut command = std::process::Command::new(ROUTERD);
+        command.args(["serve", "--config"]).arg(&config);
+        ServeProcess::try_spawn(command)
+    };
+    let mut first = Some(support::on_free_ports(|| {
+        let picked: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let text = text
+            .replacen(
+                "[gateway]\nlisten = \"127.0.0.1:0\"",
+                &format!("[gateway]\nlisten = \"{picked}\""),
+                1,
+            )
+            .replacen(
+                "[cluster]\nlisten = \"127.0.0.1:0\"",
+                &format!("[cluster]\nlisten = \"127.0.0.1:{}\"", free_port()),
+                1,
+            );
+        std::fs::write(&config, text).unwrap();
+        gateway = Some(picked);
+        serve()
+    }));
+    let gateway = gateway.unwrap();
     for start in 1..=3 {
-        let node = ServeProcess::serve_file(&config);
+        let node = match first.take() {
+            Some(node) => node,
+            None => serve().unwrap_or_else(|why| panic!("restart {start}: {why}")),
+        };
         for connection in 0..32 {
             let mut client = support::Client::connect(gateway);
             client.send(route::SYS_PING, 7, b"alive?");

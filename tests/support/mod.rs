@@ -180,6 +180,26 @@ impl std::ops::DerefMut for Client {
     }
 }
 
+/// Starts a node on ports `start` picks free before the node binds them,
+/// and again on other ports when one was taken meanwhile (this binary's
+/// other tests start nodes and clients beside it, and a client's
+/// ephemeral port comes from the same range). A test that can bind on port
+/// 0 and read the address back ([`ServeProcess::serving_address`]) needs
+/// none of this; one whose config must name the port before the node
+/// starts (a restart on the same ports, a proxy in front) does.
+pub fn on_free_ports<T>(mut start: impl FnMut() -> Result<T, String>) -> T {
+    for _ in 0..3 {
+        match start() {
+            Ok(started) => return started,
+            Err(why) if why.contains("still listens") || why.contains("in use") => {
+                eprintln!("started again on other ports: {why}")
+            }
+            Err(why) => panic!("{why}"),
+        }
+    }
+    panic!("no free ports in three tries");
+}
+
 pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -208,6 +228,11 @@ impl ServeProcess {
     /// Starts `routerd serve --config <dir>/node.toml` with `body` as the
     /// config (on port 0 for both listeners) and waits until it serves.
     pub fn start(dir: &std::path::Path, body: &str) -> ServeProcess {
+        Self::try_start(dir, body).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`Self::start`], or why the node did not come up, with its log.
+    pub fn try_start(dir: &std::path::Path, body: &str) -> Result<ServeProcess, String> {
         let path = dir.join("node.toml");
         // Every core's link listener on a free port, unless the test set
         // its own [cluster].
@@ -221,7 +246,9 @@ impl ServeProcess {
              [auth]\nsecret = \"{SECRET}\"\n{cluster}"
         );
         std::fs::write(&path, text).unwrap();
-        ServeProcess::serve_file(&path)
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
+        command.args(["serve", "--config"]).arg(&path);
+        ServeProcess::try_spawn(command)
     }
 
     /// Starts `routerd serve --config <path>` with the config as it is and
@@ -301,6 +328,17 @@ impl ServeProcess {
 
     pub fn connect(&self) -> Client {
         Client::connect(self.gateway)
+    }
+
+    /// Where the listener `name` (`tls`, `websocket`) is bound, as the
+    /// `routerd serving` line says: a test binds it on port 0 and reads the
+    /// port here, rather than picking a free one another process may take
+    /// before the node binds it. `None` when that listener is off.
+    pub fn serving_address(&self, name: &str) -> Option<SocketAddr> {
+        let log = self.log.lock().unwrap_or_else(|poison| poison.into_inner());
+        let line = log.iter().find(|line| line.contains("routerd serving"))?;
+        let rest = line.split(&format!(" {name}=")).nth(1)?;
+        rest.split_whitespace().next()?.parse().ok()
     }
 
     fn signal(&self, signal: i32) {
