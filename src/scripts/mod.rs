@@ -19,6 +19,7 @@
 //! as it was, and nothing the call asked for (pushes, sends, timers)
 //! leaves (`call`).
 
+mod budget;
 mod call;
 mod ctx;
 mod declare;
@@ -85,11 +86,13 @@ impl ScriptError {
     }
 }
 
-/// One file of a generation: its text and what it declares.
+/// One file of a generation: its text, the text compiled, and what it
+/// declares.
 #[derive(Clone)]
 struct ScriptFile {
     name: String,
     source: Arc<str>,
+    bytecode: Arc<[u8]>,
     declaration: Arc<Declaration>,
 }
 
@@ -383,11 +386,13 @@ fn read_source(path: &Path) -> Result<String, String> {
 
 /// Loads one file in a VM of its own: what it declares, or why not.
 fn check(name: &str, source: Arc<str>, bounds: Bounds) -> Result<ScriptFile, ScriptError> {
+    let bytecode = vm::compile(name, &source)?;
     let vm = Vm::new(&[], 0, bounds)?;
-    let (_, declaration) = vm.load(name, &source)?;
+    let (_, declaration) = vm.load(name, &source, &bytecode, vm::CHECK_LOAD_BUDGET)?;
     Ok(ScriptFile {
         name: name.to_string(),
         source,
+        bytecode: Arc::from(bytecode),
         declaration: Arc::new(declaration),
     })
 }

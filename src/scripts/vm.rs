@@ -1,13 +1,16 @@
 //! One sandboxed Luau VM per core and library: the scripts of one
-//! generation loaded into it, the per-call budget (an interrupt), the
-//! memory bound, and the one `ctx` a handler gets (its methods are
-//! `ctx.rs`'s).
+//! generation loaded into it, the per-call budget (its interrupt is
+//! `budget.rs`'s), the memory bound, and the one `ctx` a handler gets (its
+//! methods are `ctx.rs`'s).
 //!
 //! The sandbox: only the `table`, `string`, `utf8`, `bit32`, `math` and
 //! `buffer` libraries; no `io`, `os`, `debug`, `require`, `loadstring` /
 //! `load` (so no bytecode), `getfenv` / `setfenv` or `collectgarbage`;
 //! globals read-only (Luau's sandbox), and each file in an environment of
-//! its own, so files share nothing. Chunks load as text only. `ctx`'s
+//! its own, so files share nothing. A script cannot load a chunk at all;
+//! a file's text is compiled once per load or reload ([`compile`], on the
+//! thread doing it) and each core's VM loads that bytecode, the
+//! compiler's own output and nothing else. `ctx`'s
 //! methods are read-only too: a script that could replace `ctx.push` would
 //! see what every other object of the core pushes.
 //!
@@ -23,17 +26,25 @@ use std::ffi::c_int;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mlua::ffi::{self, lua_State};
-use mlua::{ChunkMode, Function, IntoLua, Lua, LuaOptions, StdLib, Table, Value};
+use mlua::{ChunkMode, Compiler, Function, IntoLua, Lua, LuaOptions, StdLib, Table, Value};
 
+use super::budget::{arm, disarm, interrupt};
 use super::ctx::{self, Effects};
 use super::declare::{declare, Declaration};
-use super::{value, Bounds, ScriptError, ScriptFile};
+use super::{Bounds, ScriptError, ScriptFile};
 
-/// Time a file's top level may run while it loads.
-const LOAD_BUDGET: Duration = Duration::from_secs(1);
+/// Time a file's top level may run when it is checked (at the start, at
+/// a reload): each core runs it again at its next call, pausing its
+/// sessions that long, so it is kept short.
+pub const CHECK_LOAD_BUDGET: Duration = Duration::from_millis(100);
+
+/// Time a file's top level may run when a core loads it: ten times the
+/// check's, so a file that passed is not refused by a busy core (which
+/// would fail that core's calls of every type).
+const CORE_LOAD_BUDGET: Duration = Duration::from_secs(1);
 
 /// Globals Luau (or mlua) defines that a script must not reach.
 const REMOVED_GLOBALS: [&str; 9] = [
@@ -47,85 +58,6 @@ const REMOVED_GLOBALS: [&str; 9] = [
     "dofile",
     "loadfile",
 ];
-
-/// The words of a budget overrun, raised inside the script.
-const OVERRUN: &[u8] = b"the call ran past its budget";
-
-/// Safepoints between two looks at the clock: a look costs as much as a
-/// small handler's own work, and a few safepoints are a few loop
-/// iterations or calls.
-const SAFEPOINTS_PER_LOOK: u32 = 8;
-
-/// The budget of the call running on this thread now (a thread runs one
-/// VM call at a time: its core's, or a loader's).
-///
-/// The clock starts at the call's first look, not at its start: a call
-/// that meets fewer safepoints than `SAFEPOINTS_PER_LOOK` (most handlers)
-/// never reads the clock, and the few safepoints before the first look
-/// are the same slack every later look already has.
-struct Budget {
-    /// The time the call may run, while one runs.
-    armed: Cell<Option<Duration>>,
-    /// When the budget ends, from the call's first look at the clock.
-    deadline: Cell<Option<Instant>>,
-    /// Safepoints met since the call started.
-    safepoints: Cell<u32>,
-    /// Sticky once past the deadline: every later interrupt fails again,
-    /// so a script's own `pcall` cannot swallow the overrun and go on.
-    exceeded: Cell<bool>,
-}
-
-thread_local! {
-    static BUDGET: Budget = const {
-        Budget {
-            armed: Cell::new(None),
-            deadline: Cell::new(None),
-            safepoints: Cell::new(0),
-            exceeded: Cell::new(false),
-        }
-    };
-}
-
-/// Luau calls this at its safepoints (calls, returns, loop back edges):
-/// past the deadline it raises the overrun in the script. It looks at the
-/// clock at every `SAFEPOINTS_PER_LOOK`th.
-unsafe extern "C-unwind" fn interrupt(state: *mut lua_State, gc: c_int) {
-    // SAFETY: Luau calls this with its live state while a script runs, so
-    // inside a protected call, which catches the error raised here.
-    unsafe {
-        // A garbage collector step is not a place to raise an error.
-        if gc >= 0 {
-            return;
-        }
-        let past = BUDGET.with(|budget| {
-            let Some(armed) = budget.armed.get() else {
-                return false;
-            };
-            if budget.exceeded.get() {
-                return true;
-            }
-            let safepoints = budget.safepoints.get().wrapping_add(1);
-            budget.safepoints.set(safepoints);
-            if safepoints % SAFEPOINTS_PER_LOOK != 0 {
-                return false;
-            }
-            let now = Instant::now();
-            let Some(deadline) = budget.deadline.get() else {
-                budget.deadline.set(Some(now + armed));
-                return false;
-            };
-            budget.exceeded.set(now >= deadline);
-            budget.exceeded.get()
-        });
-        if past {
-            // A safepoint promises no free slot on the stack.
-            ffi::lua_rawcheckstack(state, 1);
-            value::push_string(state, OVERRUN);
-            // Nothing of this frame needs dropping: the error unwinds it.
-            ffi::lua_error(state);
-        }
-    }
-}
 
 /// A value the VM holds for as long as it lives: its place in the kit.
 ///
@@ -289,7 +221,8 @@ impl Vm {
 
     /// Loads `file` and takes its functions.
     fn load_type(&self, file: &ScriptFile) -> Result<Loaded, ScriptError> {
-        let (table, declaration) = self.load(&file.name, &file.source)?;
+        let (table, declaration) =
+            self.load(&file.name, &file.source, &file.bytecode, CORE_LOAD_BUDGET)?;
         debug_assert_eq!(declaration.type_id, file.declaration.type_id);
         let lua_error = |error: mlua::Error| ScriptError::at(&file.name, 1, error.to_string());
         let function = |name: &str| -> Result<Option<Ref>, ScriptError> {
@@ -314,9 +247,16 @@ impl Vm {
         })
     }
 
-    /// Compiles and runs `source` (file `name`) in an environment of its
-    /// own; its table and what it declares.
-    pub fn load(&self, name: &str, source: &str) -> Result<(Table, Declaration), ScriptError> {
+    /// Runs `bytecode`, [`compile`]d from `source` (file `name`), in an
+    /// environment of its own, its top level for at most `budget`; its
+    /// table and what it declares.
+    pub fn load(
+        &self,
+        name: &str,
+        source: &str,
+        bytecode: &[u8],
+        budget: Duration,
+    ) -> Result<(Table, Declaration), ScriptError> {
         let lua_error = |error: mlua::Error| ScriptError::from_lua(name, &error);
         let env = self.lua.create_table().map_err(lua_error)?;
         let meta = self.lua.create_table().map_err(lua_error)?;
@@ -332,15 +272,22 @@ impl Vm {
         env.set_safeenv(true);
         let chunk = self
             .lua
-            .load(source)
+            .load(bytecode)
             .set_name(format!("={name}"))
-            .set_mode(ChunkMode::Text)
+            .set_mode(ChunkMode::Binary)
             .set_environment(env);
-        arm(LOAD_BUDGET);
+        arm(budget);
         self.set_memory_limit(self.bounds.memory_max);
         let returned = chunk.call::<Value>(());
         self.set_memory_limit(0);
-        disarm();
+        let overran = disarm();
+        if overran {
+            return Err(ScriptError::at(
+                name,
+                1,
+                format!("its top level ran past {} ms", budget.as_millis()),
+            ));
+        }
         let Value::Table(table) = returned.map_err(lua_error)? else {
             return Err(ScriptError::at(
                 name,
@@ -532,9 +479,7 @@ impl Vm {
             let status = ffi::lua_pcall(self.state, nargs, 1, 0);
             self.set_memory_limit(0);
             self.out_of_memory.set(status == ffi::LUA_ERRMEM);
-            let exceeded = BUDGET.with(|budget| budget.exceeded.get());
-            disarm();
-            if exceeded {
+            if disarm() {
                 let budget = self.bounds.call_budget.as_micros();
                 return Err(Failed::Overran(format!(
                     "the call ran past its budget of {budget} us"
@@ -620,22 +565,6 @@ impl Drop for StackTop {
     }
 }
 
-fn arm(budget: Duration) {
-    BUDGET.with(|now| {
-        now.exceeded.set(false);
-        now.safepoints.set(0);
-        now.deadline.set(None);
-        now.armed.set(Some(budget));
-    });
-}
-
-fn disarm() {
-    BUDGET.with(|now| {
-        now.armed.set(None);
-        now.exceeded.set(false);
-    });
-}
-
 /// Holds `value` in the kit of the VM whose main thread is `state`: in
 /// the registry for a moment (mlua reaches no other table), then at the
 /// end of the kit's array.
@@ -663,6 +592,24 @@ fn hold(lua: &Lua, state: *mut lua_State, value: impl IntoLua) -> mlua::Result<R
         ffi::lua_rawseti(state, KIT, at.into());
         Ok(Ref(at))
     }
+}
+
+/// `source` (file `name`) compiled, with the options a text chunk loads
+/// with: the work of a load that does not depend on the VM, done once
+/// for every core (a 4 MiB file takes a few hundred milliseconds, a
+/// pause no core should take at its next call after a reload).
+pub fn compile(name: &str, source: &str) -> Result<Vec<u8>, ScriptError> {
+    Compiler::new().compile(source).map_err(|error| {
+        // Luau's words start at the line: `5: Expected ...`.
+        if let mlua::Error::SyntaxError { message, .. } = &error {
+            if let Some((line, cause)) = message.split_once(':') {
+                if let Ok(line) = line.trim().parse() {
+                    return ScriptError::at(name, line, cause.trim());
+                }
+            }
+        }
+        ScriptError::from_lua(name, &error)
+    })
 }
 
 fn sandboxed() -> mlua::Result<Lua> {
