@@ -193,6 +193,7 @@ impl Library {
             }
             files.push(file);
         }
+        loads_together(&files, bounds)?;
         Ok(Arc::new(Library {
             id: NEXT_LIBRARY.fetch_add(1, Ordering::Relaxed),
             dir: dir.to_path_buf(),
@@ -262,6 +263,9 @@ impl Library {
                         "version": files[at].declaration.version, "reason": reason }));
                 }
             }
+        }
+        if let Err(error) = loads_together(&files, self.bounds) {
+            return Err(refused_together(&old, report, &error));
         }
         let number = old.number + 1;
         *self
@@ -382,6 +386,51 @@ fn read_source(path: &Path) -> Result<String, String> {
         ));
     }
     Ok(source)
+}
+
+/// Loads `files` into one VM, as each core will: a file that loaded alone
+/// may not load after the others (their top levels hold memory under one
+/// bound), and a core that cannot build its VM fails every scripted call.
+/// `Err` names the file that did not load, and why.
+fn loads_together(files: &[ScriptFile], bounds: Bounds) -> Result<(), ScriptError> {
+    Vm::new(files, 0, bounds).map(drop).map_err(|mut error| {
+        error.cause = format!(
+            "after the files before it, as each core loads them: {}",
+            error.cause
+        );
+        error
+    })
+}
+
+/// A reload's answer when its files did not load together: every file
+/// keeps its old version (the generation stays), the one that failed says
+/// why, and the others that would have been taken say which did.
+fn refused_together(old: &Generation, report: Vec<Json>, error: &ScriptError) -> Json {
+    let failed = &error.file;
+    let files: Vec<Json> = report
+        .into_iter()
+        .map(|mut entry| {
+            if entry["status"] != "reloaded" {
+                return entry;
+            }
+            let name = entry["file"].as_str().unwrap_or_default().to_string();
+            let version = old
+                .files
+                .iter()
+                .find(|file| file.name == name)
+                .map(|file| file.declaration.version);
+            let reason = if &name == failed {
+                error.to_string()
+            } else {
+                format!("{failed} did not load with it: {error}")
+            };
+            entry["status"] = json!("kept");
+            entry["version"] = json!(version);
+            entry["reason"] = json!(reason);
+            entry
+        })
+        .collect();
+    json!({ "ok": false, "generation": old.number, "files": files })
 }
 
 /// Loads one file in a VM of its own: what it declares, or why not.

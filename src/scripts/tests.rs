@@ -691,3 +691,52 @@ fn a_reload_compiles_once_so_a_cores_next_call_does_not_pause_for_it() {
         "the first call after the reload took {first_call:?}, the reload {reload:?}"
     );
 }
+
+#[test]
+fn files_that_load_alone_but_not_together_are_refused_at_the_load_and_the_reload() {
+    // Each file keeps 5 MiB in a top-level local, under the 8 MiB bound
+    // alone; a core's VM holds every file, so it could not load both and
+    // every call of every scripted type on it would fail.
+    let big = |text: &str| format!("local kept = string.rep(\"x\", 5 * 1024 * 1024)\n{text}");
+    let other = COUNTER
+        .replace("type_id = 200", "type_id = 201")
+        .replace("name = \"counter\"", "name = \"other\"")
+        .replace("2001", "2101")
+        .replace("2002", "2102")
+        .replace("2003", "2103");
+    let dir = tempfile::tempdir().unwrap();
+    let error = library_of(
+        dir.path(),
+        &[("a.luau", &big(COUNTER)), ("b.luau", &big(&other))],
+        10_000,
+    )
+    .err()
+    .expect("refused");
+    assert!(error.contains("b.luau:"), "{error}");
+    assert!(error.contains("after the files before it"), "{error}");
+    assert!(error.contains("scripts.memory_max_bytes"), "{error}");
+    assert_eq!(error.lines().count(), 1, "{error}");
+
+    // Loaded small, then reloaded big: the old generation stays and serves.
+    let dir = tempfile::tempdir().unwrap();
+    let library = library_of(
+        dir.path(),
+        &[("a.luau", COUNTER), ("b.luau", &other)],
+        10_000,
+    )
+    .unwrap();
+    let mut counter = Probe::new(&library, 200);
+    assert_eq!(counter.answer(2001, r#"{"by": 5}"#), r#"{"n":5}"#);
+    std::fs::write(dir.path().join("a.luau"), big(COUNTER)).unwrap();
+    std::fs::write(dir.path().join("b.luau"), big(&other)).unwrap();
+    let refused = library.reload().unwrap_err();
+    assert_eq!(refused["generation"], 1, "{refused}");
+    for file in refused["files"].as_array().unwrap() {
+        assert_eq!(file["status"], "kept", "{refused}");
+    }
+    assert!(refused["files"][1]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("after the files before it"));
+    assert_eq!(counter.answer(2001, r#"{"by": 1}"#), r#"{"n":6}"#);
+}

@@ -288,6 +288,16 @@ impl Vm {
                 format!("its top level ran past {} ms", budget.as_millis()),
             ));
         }
+        if let Err(mlua::Error::MemoryError(_)) = returned {
+            return Err(ScriptError::at(
+                name,
+                1,
+                format!(
+                    "its top level passed scripts.memory_max_bytes ({} bytes)",
+                    self.bounds.memory_max
+                ),
+            ));
+        }
         let Value::Table(table) = returned.map_err(lua_error)? else {
             return Err(ScriptError::at(
                 name,
