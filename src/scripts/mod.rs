@@ -36,7 +36,7 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value as Json};
 
@@ -141,9 +141,26 @@ const SOURCE_BYTES_MAX: u64 = 4 << 20;
 /// Libraries in this process, so a thread's VMs are told apart.
 static NEXT_LIBRARY: AtomicU64 = AtomicU64::new(1);
 
+/// How long a core that could not build a generation's VM answers every
+/// scripted call with that failure before it tries again. The check at
+/// the load makes a failure here rare (a busy core past the top level's
+/// budget), but a build can take a second, and trying again at every call
+/// would spend the core on it.
+const BUILD_RETRY_AFTER: Duration = Duration::from_secs(5);
+
 thread_local! {
     /// This thread's VM of each library: `(library id, VM)`.
     static VMS: RefCell<Vec<(u64, Vm)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's last failed build of each library's VM.
+    static FAILED_BUILDS: RefCell<Vec<FailedBuild>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A VM that could not be built on this thread, and why.
+struct FailedBuild {
+    library: u64,
+    generation: u64,
+    at: Instant,
+    reason: String,
 }
 
 /// The scripts of `[scripts] dir`, shared by every core of a node.
@@ -299,8 +316,7 @@ impl Library {
                 Some(at) if vms[at].1.generation == number => at,
                 found => {
                     let generation = self.generation();
-                    let vm = Vm::new(&generation.files, generation.number, self.bounds)
-                        .map_err(|error| error.to_string())?;
+                    let vm = self.build(&generation)?;
                     match found {
                         Some(at) => {
                             vms[at].1 = vm;
@@ -314,6 +330,44 @@ impl Library {
                 }
             };
             Ok(f(&vms[at].1))
+        })
+    }
+
+    /// This thread's VM of `generation`, or why not: the last failure
+    /// again, without a try, for `BUILD_RETRY_AFTER` after it.
+    fn build(&self, generation: &Generation) -> Result<Vm, String> {
+        let now = Instant::now();
+        let refused = FAILED_BUILDS.with_borrow(|failed| {
+            let build = failed.iter().find(|build| build.library == self.id)?;
+            let since = now.saturating_duration_since(build.at);
+            (build.generation == generation.number && since < BUILD_RETRY_AFTER).then(|| {
+                format!(
+                    "{} (this core's VM failed to build {} ms ago; it tries again {} s after)",
+                    build.reason,
+                    since.as_millis(),
+                    BUILD_RETRY_AFTER.as_secs()
+                )
+            })
+        });
+        if let Some(reason) = refused {
+            return Err(reason);
+        }
+        let built = Vm::new(&generation.files, generation.number, self.bounds);
+        FAILED_BUILDS.with_borrow_mut(|failed| {
+            failed.retain(|build| build.library != self.id);
+            match built {
+                Ok(vm) => Ok(vm),
+                Err(error) => {
+                    let reason = error.to_string();
+                    failed.push(FailedBuild {
+                        library: self.id,
+                        generation: generation.number,
+                        at: now,
+                        reason: reason.clone(),
+                    });
+                    Err(reason)
+                }
+            }
         })
     }
 }

@@ -740,3 +740,35 @@ fn files_that_load_alone_but_not_together_are_refused_at_the_load_and_the_reload
         .contains("after the files before it"));
     assert_eq!(counter.answer(2001, r#"{"by": 1}"#), r#"{"n":6}"#);
 }
+
+#[test]
+fn a_core_that_cannot_build_its_vm_answers_why_and_tries_again_later_not_at_each_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = library_of(dir.path(), &[("counter.luau", COUNTER)], 10_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    assert_eq!(counter.answer(2001, r#"{"by": 5}"#), r#"{"n":5}"#);
+    // A generation this core cannot load (its compiled code broken here;
+    // a busy core past a top level's budget is the real case, which the
+    // load's check makes rare).
+    let old = library.generation();
+    let mut files = old.files.clone();
+    files[0].bytecode = Arc::from(&b"\0:1: broken on purpose"[..]);
+    let number = old.number + 1;
+    *library.current.write().unwrap() = Arc::new(super::Generation { number, files });
+    library
+        .current_number
+        .store(number, std::sync::atomic::Ordering::Release);
+    let first = library.with_vm(|_| ()).unwrap_err();
+    assert!(first.contains("broken on purpose"), "{first}");
+    assert!(!first.contains("tries again"), "built and failed: {first}");
+    let again = library.with_vm(|_| ()).unwrap_err();
+    assert!(again.contains("broken on purpose"), "{again}");
+    assert!(
+        again.contains("tries again 5 s after"),
+        "not built: {again}"
+    );
+
+    // A reload is a new generation: built at once.
+    library.reload().unwrap();
+    assert_eq!(counter.answer(2001, r#"{"by": 1}"#), r#"{"n":6}"#);
+}
