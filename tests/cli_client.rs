@@ -299,12 +299,7 @@ fn a_kicked_client_prints_the_push_and_exits_non_zero() {
 
 #[test]
 fn a_refused_connection_exits_non_zero() {
-    // A port that was just free: nothing listens on it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let (_held, port) = support::refusing_port();
     let mut command = Command::new(env!("CARGO_BIN_EXE_routerd"));
     command
         .args(["client", "--addr", &format!("127.0.0.1:{port}")])

@@ -144,11 +144,7 @@ fn a_version_1_database_is_migrated() {
 
 #[test]
 fn a_server_that_is_not_there_is_a_clear_startup_error() {
-    // A port nothing listens on (bound, then released).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("free port")
-        .port();
+    let (_held, port) = support::refusing_port();
     let started = Instant::now();
     let url = format!("postgresql://routerd@127.0.0.1:{port}/routerd");
     match open_postgres(&config(url), GroupCommit::On) {

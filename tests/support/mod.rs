@@ -200,6 +200,18 @@ pub fn on_free_ports<T>(mut start: impl FnMut() -> Result<T, String>) -> T {
     panic!("no free ports in three tries");
 }
 
+/// A loopback port nothing listens on, and the socket that keeps it so:
+/// bound without `listen`, so a connection to it is refused, and no other
+/// process can take the port while the test holds the socket (a port
+/// merely free a moment ago could be).
+pub fn refusing_port() -> (socket2::Socket, u16) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    socket.bind(&any.into()).unwrap();
+    let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+    (socket, port)
+}
+
 pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
