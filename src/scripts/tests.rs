@@ -772,3 +772,27 @@ fn a_core_that_cannot_build_its_vm_answers_why_and_tries_again_later_not_at_each
     library.reload().unwrap();
     assert_eq!(counter.answer(2001, r#"{"by": 1}"#), r#"{"n":6}"#);
 }
+
+#[test]
+fn a_file_is_compiled_with_the_options_a_text_load_uses() {
+    // Cores load what `compile` made; a text load, as cores did before,
+    // compiles with Luau's defaults (no options). Other options (another
+    // debug or optimization level) change the bytecode, and may change
+    // what a call runs and what it costs.
+    let ours = super::vm::compile("counter.luau", COUNTER).unwrap();
+    let mut size = 0usize;
+    // SAFETY: Luau reads `size` bytes of the source and returns a buffer
+    // of `size` bytes it allocated with malloc, copied and then freed here.
+    let defaults = unsafe {
+        let data = mlua::ffi::luau_compile_(
+            COUNTER.as_ptr().cast(),
+            COUNTER.len(),
+            std::ptr::null_mut(),
+            &mut size,
+        );
+        let bytes = std::slice::from_raw_parts(data.cast::<u8>(), size).to_vec();
+        libc::free(data.cast());
+        bytes
+    };
+    assert_eq!(ours, defaults);
+}
