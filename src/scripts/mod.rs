@@ -74,15 +74,20 @@ impl ScriptError {
             other => other.to_string(),
         };
         let first = text.lines().next().unwrap_or_default();
-        let prefix = format!("{file}:");
-        if let Some(rest) = first.strip_prefix(&prefix) {
-            if let Some((line, cause)) = rest.split_once(':') {
-                if let Ok(line) = line.parse() {
-                    return ScriptError::at(file, line, cause.trim());
-                }
-            }
-        }
-        ScriptError::at(file, 1, first)
+        first
+            .strip_prefix(&format!("{file}:"))
+            .and_then(|rest| ScriptError::at_luau_line(file, rest))
+            .unwrap_or_else(|| ScriptError::at(file, 1, first))
+    }
+
+    /// Luau's words after the file's name (`3: Expected ...`) as a line
+    /// and cause of `file`, first line only; `None` when they start with
+    /// no line.
+    fn at_luau_line(file: &str, words: &str) -> Option<ScriptError> {
+        let first = words.lines().next()?;
+        let (line, cause) = first.split_once(':')?;
+        let line = line.trim().parse().ok()?;
+        Some(ScriptError::at(file, line, cause.trim()))
     }
 }
 

@@ -609,17 +609,14 @@ fn hold(lua: &Lua, state: *mut lua_State, value: impl IntoLua) -> mlua::Result<R
 /// for every core (a 4 MiB file takes a few hundred milliseconds, a
 /// pause no core should take at its next call after a reload).
 pub fn compile(name: &str, source: &str) -> Result<Vec<u8>, ScriptError> {
-    Compiler::new().compile(source).map_err(|error| {
-        // Luau's words start at the line: `5: Expected ...`.
-        if let mlua::Error::SyntaxError { message, .. } = &error {
-            if let Some((line, cause)) = message.split_once(':') {
-                if let Ok(line) = line.trim().parse() {
-                    return ScriptError::at(name, line, cause.trim());
-                }
-            }
-        }
-        ScriptError::from_lua(name, &error)
-    })
+    Compiler::new()
+        .compile(source)
+        .map_err(|error| match &error {
+            // The compiler's words start at the line (`5: Expected ...`).
+            mlua::Error::SyntaxError { message, .. } => ScriptError::at_luau_line(name, message)
+                .unwrap_or_else(|| ScriptError::from_lua(name, &error)),
+            _ => ScriptError::from_lua(name, &error),
+        })
 }
 
 fn sandboxed() -> mlua::Result<Lua> {
