@@ -97,16 +97,6 @@ fn garbage_for_the_first_record_head_is_an_authentication_failure() {
     tampered_at(DIALLER_HANDSHAKE_BYTES);
 }
 
-/// A loopback port free a moment ago (for a config that must name it;
-/// started through [`support::on_free_ports`]).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Node 2 behind a proxy that flips the dialler's byte `flip_at` on the
 /// first link: the link closes, counted as an authentication failure and
 /// not as an invalid frame, and a later one carries the requests.
@@ -117,7 +107,7 @@ fn tampered_at(flip_at: usize) {
     let dir = cluster.dir().join("proxied");
     std::fs::create_dir_all(&dir).unwrap();
     let (owner, flipped) = support::on_free_ports(|| {
-        let listen = free_port();
+        let listen = support::free_port();
         let (proxy, flipped) = tampering_proxy(listen, flip_at);
         let body = cluster
             .body(2, "the test cluster's secret")
@@ -198,7 +188,7 @@ fn a_hundred_silent_connections_on_a_link_port_do_not_keep_a_peer_out() {
     let dir = cluster.dir().join("flooded");
     std::fs::create_dir_all(&dir).unwrap();
     let (owner, listen) = support::on_free_ports(|| {
-        let listen = free_port();
+        let listen = support::free_port();
         let body = slow(cluster.body(2, "the test cluster's secret"))
             .replace("count = 2", "count = 1")
             .replace(

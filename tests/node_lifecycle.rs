@@ -237,13 +237,6 @@ fn in_process_config() -> routerd::config::Config {
     config
 }
 
-/// A free port of 127.0.0.1 (free when this returns; a test that must
-/// reuse its address across restarts cannot ask for port 0).
-fn free_port() -> u16 {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap().port()
-}
-
 #[test]
 fn a_node_restarted_at_once_after_a_kill_answers_every_connection() {
     // A killed node's listeners outlive it by milliseconds (its rings hold
@@ -254,7 +247,8 @@ fn a_node_restarted_at_once_after_a_kill_answers_every_connection() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "");
     let text = std::fs::read_to_string(&config).unwrap();
-    // The restarts must have the first start's ports.
+    // The restarts must have the first start's ports, so they cannot ask
+    // for port 0.
     let mut gateway = None;
     let serve = || {
         let mut command = std::process::Command::new(ROUTERD);
@@ -262,7 +256,9 @@ fn a_node_restarted_at_once_after_a_kill_answers_every_connection() {
         ServeProcess::try_spawn(command)
     };
     let mut first = Some(support::on_free_ports(|| {
-        let picked: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let picked: SocketAddr = format!("127.0.0.1:{}", support::free_port())
+            .parse()
+            .unwrap();
         let text = text
             .replacen(
                 "[gateway]\nlisten = \"127.0.0.1:0\"",
@@ -271,7 +267,7 @@ fn a_node_restarted_at_once_after_a_kill_answers_every_connection() {
             )
             .replacen(
                 "[cluster]\nlisten = \"127.0.0.1:0\"",
-                &format!("[cluster]\nlisten = \"127.0.0.1:{}\"", free_port()),
+                &format!("[cluster]\nlisten = \"127.0.0.1:{}\"", support::free_port()),
                 1,
             );
         std::fs::write(&config, text).unwrap();

@@ -180,6 +180,17 @@ impl std::ops::DerefMut for Client {
     }
 }
 
+/// A loopback port free a moment ago, for a config that must name its
+/// port before the node starts: start that node through
+/// [`on_free_ports`].
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Starts a node on ports `start` picks free before the node binds them,
 /// and again on other ports when one was taken meanwhile (this binary's
 /// other tests start nodes and clients beside it, and a client's
