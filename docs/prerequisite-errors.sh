@@ -89,5 +89,9 @@ show bash -c "ulimit -l 16 && exec setpriv --inh-caps=-ipc_lock --bounding-set=-
 echo "== no locked memory at all, no CAP_IPC_LOCK"
 show bash -c "ulimit -l 0 && exec setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \"$routerd\" serve --config node.toml"
 
+echo "== an open-file limit that leaves client sessions too few descriptors (2 cores)"
+config 2 512
+show bash -c "ulimit -n 512 && exec \"$routerd\" serve --config node.toml"
+
 echo "== an old kernel's refusal of the ring flags (EINVAL from io_uring_setup)"
 show ./no_uring 22 "$routerd" serve --config node.toml

@@ -58,7 +58,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 /// Every name docs/protocol.md's admin section lists.
-const PROTOCOL_NAMES: [&str; 32] = [
+const PROTOCOL_NAMES: [&str; 33] = [
     "routerd_gateway_sessions_accepted_total",
     "routerd_gateway_sessions_active",
     "routerd_gateway_ingress_rejected_total",
@@ -89,6 +89,7 @@ const PROTOCOL_NAMES: [&str; 32] = [
     "process_resident_memory_bytes",
     "process_virtual_memory_bytes",
     "process_open_fds",
+    "process_max_fds",
     "process_cpu_seconds_total",
     "process_start_time_seconds",
 ];
@@ -223,6 +224,7 @@ fn a_scrape_of_a_serving_node_is_strict_prometheus_text() {
     for (name, kind) in [
         ("process_resident_memory_bytes", "gauge"),
         ("process_open_fds", "gauge"),
+        ("process_max_fds", "gauge"),
         ("process_cpu_seconds_total", "counter"),
         ("process_start_time_seconds", "gauge"),
     ] {

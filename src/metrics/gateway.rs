@@ -14,7 +14,8 @@ super::metric_set! {
     pub struct GatewayStats {
         /// Client connections accepted.
         "routerd_gateway_sessions_accepted_total" Counter { sessions_accepted }
-        /// Client connections refused because gateway.sessions_max sessions were open.
+        /// Client connections refused because the node's session cap was reached: gateway.sessions_max,
+        /// or less where the open-file limit leaves clients fewer descriptors.
         "routerd_gateway_sessions_refused_total" Counter { sessions_refused }
         /// Client sessions open.
         "routerd_gateway_sessions_active" Gauge { sessions_active }

@@ -1,6 +1,6 @@
 //! The process metrics every Prometheus exporter has (`process_*`), read
 //! from /proc at scrape time: resident and virtual memory, open file
-//! descriptors, CPU seconds and the start time.
+//! descriptors and their limit, CPU seconds and the start time.
 //!
 //! Reading them allocates nothing (a scrape renders into one buffer): the
 //! files are read into stack buffers, and the descriptors are counted with
@@ -77,6 +77,20 @@ fn sysconf(name: libc::c_int) -> Option<u64> {
     // SAFETY: sysconf reads a configuration value; it takes no pointer.
     let value = unsafe { libc::sysconf(name) };
     u64::try_from(value).ok().filter(|&value| value > 0)
+}
+
+/// The soft open-file limit (`ulimit -n`): the descriptors the process
+/// may have open.
+fn max_fds() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    Some(limit.rlim_cur)
 }
 
 /// The descriptors this process has open, less the one counting them.
@@ -209,6 +223,15 @@ pub(super) fn write_process(out: &mut String) {
             fds,
         );
     }
+    if let Some(max) = max_fds() {
+        write_one(
+            out,
+            "process_max_fds",
+            "gauge",
+            "Maximum number of open file descriptors.",
+            max,
+        );
+    }
 }
 
 #[cfg(test)]
@@ -250,6 +273,10 @@ mod tests {
         assert!(value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"));
         // stdin, stdout and stderr at least.
         assert!(value("process_open_fds") >= 3.0, "{out}");
+        assert!(
+            value("process_max_fds") >= value("process_open_fds"),
+            "{out}"
+        );
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()

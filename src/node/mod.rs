@@ -29,6 +29,7 @@ use crate::store::{OpenError, Store};
 
 mod core;
 mod listeners;
+mod open_files;
 mod port;
 mod start;
 
@@ -86,6 +87,8 @@ pub enum NodeError {
     Config(#[from] crate::config::ConfigError),
     #[error("cannot serve the scripts: {0}")]
     Scripts(#[from] crate::scripts::ScriptError),
+    #[error(transparent)]
+    OpenFiles(#[from] open_files::TooFewFiles),
 }
 
 /// The message type cores exchange over the mesh: one rkyv frame in one
@@ -167,6 +170,7 @@ impl Node {
         };
         let runtime_config = runtime_config(&config);
         let core_count = runtime_config.placement.core_count();
+        let open_files = open_files_budget(&config, core_count)?;
         let mut metrics = start::node_metrics(&store, &registry, &routes, core_count);
         // Bound before the join: the membership row advertises where the
         // gateway, the admin endpoint and each core's links are.
@@ -190,6 +194,7 @@ impl Node {
             view,
             joined,
             ops_commands,
+            sessions_cap: open_files.sessions_cap,
         };
         let shared = Arc::new(NodeShared::new(parts, &mut bound));
         let runtime = start::run_cores(&runtime_config, &shutdown, &shared)?;
@@ -302,6 +307,33 @@ fn advertised_listeners(
         addresses.set(listener.advertised_as(), reached.to_string());
     }
     addresses
+}
+
+/// Raises the open-file limit as far as the process may and sizes the
+/// client sessions to fit it (`open_files.rs`).
+fn open_files_budget(config: &Config, cores: usize) -> Result<open_files::OpenFiles, NodeError> {
+    let limit = open_files::raise_soft_limit().unwrap_or_else(|error| {
+        // Unreadable: count on the common default rather than on nothing.
+        tracing::warn!(%error, "cannot read the open-file limit; assuming 1024");
+        1024
+    });
+    let store_connections = match config.store.backend {
+        crate::config::StoreBackend::Postgres => config.store.pool_size,
+        _ => 0,
+    };
+    let sessions_max = config.gateway.sessions_max;
+    let files = open_files::OpenFiles::of(limit, cores, store_connections, sessions_max)?;
+    // Said at every start: with the default sessions_max the limit sets
+    // the cap on most machines, and an operator sizing a node needs both.
+    tracing::info!(
+        open_files = files.limit,
+        kept = files.kept,
+        sessions_max,
+        sessions_cap = files.sessions_cap,
+        "client sessions take what the open-file limit (ulimit -n) leaves after what the node \
+         keeps for links, the store and the admin endpoint"
+    );
+    Ok(files)
 }
 
 fn runtime_config(config: &Config) -> RuntimeConfig {

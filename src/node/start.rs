@@ -21,7 +21,7 @@ use crate::catalog::Catalog;
 use crate::cluster::agent::{self, Joined};
 use crate::cluster::membership::{Advertisement, Membership};
 use crate::cluster::view::{ClusterView, Peer, Standing};
-use crate::config::Config;
+use crate::config::{Config, GatewayConfig};
 use crate::gateway::driver::{GatewayShared, ResumeHub};
 use crate::gateway::transport::Listener;
 use crate::gateway::ResumeSettings;
@@ -232,6 +232,8 @@ pub(super) struct Parts {
     pub joined: Joined,
     pub ops_commands: Vec<CoreCommands>,
     pub drain: Arc<DrainStatus>,
+    /// The client sessions the node holds at most (`open_files.rs`).
+    pub sessions_cap: u32,
 }
 
 /// The operations (drain, rebalance) every core and the admin endpoint
@@ -273,6 +275,7 @@ impl NodeShared {
             joined,
             ops_commands,
             drain,
+            sessions_cap,
         } = parts;
         let cluster_listeners = std::mem::take(&mut bound.cluster_listeners);
         NodeShared {
@@ -284,7 +287,11 @@ impl NodeShared {
             gateway: GatewayShared {
                 node_id: config.node.id,
                 boot_incarnation: joined.incarnation,
-                config: config.gateway.clone(),
+                // `sessions_max` lowered to fit the open-file limit.
+                config: GatewayConfig {
+                    sessions_max: sessions_cap,
+                    ..config.gateway.clone()
+                },
                 // `Config::load` already let ROUTERD_AUTH_SECRET win.
                 secret: config.auth.secret.clone().into_bytes(),
                 sessions_open: Arc::new(AtomicU32::new(0)),

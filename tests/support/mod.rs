@@ -256,6 +256,12 @@ impl ServeProcess {
 
     /// [`Self::start`], or why the node did not come up, with its log.
     pub fn try_start(dir: &std::path::Path, body: &str) -> Result<ServeProcess, String> {
+        ServeProcess::try_spawn(Self::command(dir, body))
+    }
+
+    /// The command [`Self::start`] runs, for a test that changes how the
+    /// process starts (its limits) before [`Self::spawn`].
+    pub fn command(dir: &std::path::Path, body: &str) -> std::process::Command {
         let path = dir.join("node.toml");
         // Every core's link listener on a free port, unless the test set
         // its own [cluster].
@@ -271,7 +277,7 @@ impl ServeProcess {
         std::fs::write(&path, text).unwrap();
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
         command.args(["serve", "--config"]).arg(&path);
-        ServeProcess::try_spawn(command)
+        command
     }
 
     /// Starts `routerd serve --config <path>` with the config as it is and
