@@ -71,7 +71,9 @@ pub struct NodeConfig {
     /// This node's id in the cluster; never 0 (0 means "no owner"), at
     /// most `NODE_ID_MAX`.
     pub id: u64,
-    /// Where the node keeps its files (the SQLite store by default).
+    /// Where the node keeps its files: the SQLite store by default, and
+    /// `node-<id>.incarnation`, the incarnation of its last run, by which
+    /// it knows a store that never saw it.
     pub data_dir: PathBuf,
 }
 

@@ -28,6 +28,7 @@ use crate::route::RouteTable;
 use crate::store::{OpenError, Store};
 
 mod core;
+mod incarnation_record;
 mod listeners;
 mod open_files;
 mod port;
@@ -89,6 +90,8 @@ pub enum NodeError {
     Scripts(#[from] crate::scripts::ScriptError),
     #[error(transparent)]
     OpenFiles(#[from] open_files::TooFewFiles),
+    #[error(transparent)]
+    StoreForgot(#[from] incarnation_record::RecordError),
 }
 
 /// The message type cores exchange over the mesh: one rkyv frame in one

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use shards::{Runtime, RuntimeConfig, ShutdownHandle};
 
 use super::core::core_main;
+use super::incarnation_record;
 use super::listeners::{bind_cluster, reserve};
 use super::{
     advertised, advertised_listeners, edge_listeners, EdgeAddresses, MeshMessage, Node, NodeError,
@@ -21,7 +22,7 @@ use crate::catalog::Catalog;
 use crate::cluster::agent::{self, Joined};
 use crate::cluster::membership::{Advertisement, Membership};
 use crate::cluster::view::{ClusterView, Peer, Standing};
-use crate::config::{Config, GatewayConfig};
+use crate::config::{Config, GatewayConfig, StoreBackend};
 use crate::gateway::driver::{GatewayShared, ResumeHub};
 use crate::gateway::transport::Listener;
 use crate::gateway::ResumeSettings;
@@ -180,6 +181,15 @@ pub(super) fn join(
     let me = NodeId(config.node.id);
     let membership = Membership::new(me, &config.cluster, advertisement);
     let joined = agent::join(store, membership, super::JOIN_TIMEOUT)?;
+    // The memory store forgets every node at each start, by design.
+    if config.store.backend != StoreBackend::Memory {
+        let data_dir = &config.node.data_dir;
+        if let Err(error) = incarnation_record::check_and_record(data_dir, me.0, joined.incarnation)
+        {
+            agent::leave_blocking(store, joined.membership);
+            return Err(error.into());
+        }
+    }
     // Alone, an unspecified address harms no one (and a node on its own is
     // the common single-machine case); beside other live members it would
     // send them and the clients they redirect nowhere.
