@@ -42,17 +42,17 @@ impl RouterDriver {
             Effect::Submit { head, request } => self.submit_from_object(head, *request),
             Effect::Store { token, op } => self.store(token, op),
             Effect::ArmTimer { at_ms, timer } => self.arm(at_ms, timer),
-            Effect::Reply { request, outcome } => self.hold(Held::Reply { request, outcome }),
+            Effect::Reply { request, outcome } => self.hold(|| Held::Reply { request, outcome }),
             Effect::Push {
                 client,
                 route_id,
                 body,
-            } => self.hold(Held::Push {
+            } => self.hold(|| Held::Push {
                 client,
                 route_id,
                 body,
             }),
-            Effect::Kick { client } => self.hold(Held::Kick { client }),
+            Effect::Kick { client } => self.hold(|| Held::Kick { client }),
             Effect::Call {
                 head,
                 request,

@@ -52,8 +52,12 @@ pub(super) struct HeldTurn {
 }
 
 impl HeldTurn {
-    pub(super) fn push(&mut self, held: Held) {
-        self.items.push(held);
+    /// Holds what `build` makes, built in its slot (`in_place.rs`: an
+    /// answer moved through the stack into the vector was a stalled wide
+    /// load on the path of every answer).
+    #[inline(always)]
+    pub(super) fn push_with(&mut self, build: impl FnOnce() -> Held) {
+        crate::in_place::push_in_place(&mut self.items, build);
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -84,9 +88,10 @@ pub(super) fn lapsed_during_turn(served_at_start: bool, may_serve_now: bool) -> 
 }
 
 impl RouterDriver {
-    /// Holds `held` to the end of the turn (`release_held`).
-    pub(super) fn hold(&self, held: Held) {
-        self.0.held.borrow_mut().push(held);
+    /// Holds what `build` makes to the end of the turn (`release_held`).
+    #[inline(always)]
+    pub(super) fn hold(&self, build: impl FnOnce() -> Held) {
+        self.0.held.borrow_mut().push_with(build);
     }
 
     /// Publishes the core's lease to its answers' writers: none (no
@@ -165,15 +170,15 @@ mod tests {
     /// second answer, in that order.
     fn turn() -> HeldTurn {
         let mut turn = HeldTurn::default();
-        turn.push(reply(1, Ok(vec![1])));
-        turn.push(Held::Push {
+        turn.push_with(|| reply(1, Ok(vec![1])));
+        turn.push_with(|| Held::Push {
             client: client(),
             route_id: 300,
             body: vec![2],
         });
-        turn.push(reply(2, Err(ErrorCode::BadRequest.into())));
-        turn.push(Held::Kick { client: client() });
-        turn.push(reply(3, Ok(vec![3])));
+        turn.push_with(|| reply(2, Err(ErrorCode::BadRequest.into())));
+        turn.push_with(|| Held::Kick { client: client() });
+        turn.push_with(|| reply(3, Ok(vec![3])));
         turn
     }
 
