@@ -10,7 +10,7 @@ mod support;
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::cluster::{http_get, player_owner, wait_members_up, LocalCluster};
 use support::{counter_of, prometheus, Client, ServeProcess};
@@ -137,23 +137,7 @@ fn a_limit_that_leaves_clients_too_few_sessions_refuses_the_start_with_the_reaso
     let mut command = ServeProcess::command(&node_dir(&cluster, "a"), &body);
     // Two cores keep 256 + 160 + 64 of 512: 32 left, under 64.
     with_open_files(&mut command, 512, 512);
-    let mut child = command
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("a node with 512 open files started");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let (status, stderr) = support::run_to_exit(command, Duration::from_secs(20));
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("the open-file limit is 512 (ulimit -n)") && stderr.contains("32 for"),

@@ -7,7 +7,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::{counter_of, ServeProcess};
 use wire::client::route;
@@ -36,24 +36,8 @@ fn run_once(dir: &Path, db: &Path) -> i64 {
 /// Runs `routerd serve` on `db` until it exits (within 20 s): its status
 /// and stderr.
 fn run_to_exit(dir: &Path, db: &Path) -> (Option<i32>, String) {
-    let mut command = ServeProcess::command(dir, &body(dir, db));
-    let mut child = command
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("node 1 served from a store that never saw it");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let command = ServeProcess::command(dir, &body(dir, db));
+    let (status, stderr) = support::run_to_exit(command, Duration::from_secs(20));
     (status.code(), stderr)
 }
 

@@ -2,7 +2,6 @@
 //! SQLite file (the embedded store's local-cluster mode), with fast
 //! membership timers so that failures are detected in about a second.
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -156,31 +155,9 @@ impl LocalCluster {
             listeners_on("127.0.0.1")
         );
         std::fs::write(&path, body).unwrap();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))
-            .args(["serve", "--config"])
-            .arg(&path)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                let mut stderr = String::new();
-                child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut stderr)
-                    .unwrap();
-                return (status, stderr);
-            }
-            if started.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("node {id} still running after {limit:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
+        command.args(["serve", "--config"]).arg(&path);
+        super::run_to_exit(command, limit)
     }
 }
 

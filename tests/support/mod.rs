@@ -455,6 +455,38 @@ pub fn counter_of(reply: &Reply) -> i64 {
     i64::from_le_bytes(reply.body.as_slice().try_into().expect("an i64 body"))
 }
 
+/// Runs `command` (a `routerd serve` that should stop by itself, e.g.
+/// refusing to start) until it exits: its status and what it wrote on
+/// stderr. Kills it and panics if it still runs after `limit`.
+pub fn run_to_exit(
+    mut command: std::process::Command,
+    limit: Duration,
+) -> (std::process::ExitStatus, String) {
+    let mut child = command
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("routerd starts");
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut stderr)
+                .unwrap();
+            return (status, stderr);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Kills the child after `limit` unless `finished` is set first, so a
 /// stuck child fails the test instead of hanging it.
 pub fn watchdog(pid: u32, limit: Duration) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
