@@ -31,8 +31,10 @@ pub const KEPT_PER_CORE: u64 = 80;
 
 /// The share of the limit kept for links (one in this many descriptors).
 /// Each core links to the peer cores it sends to and accepts the links of
-/// theirs, so links grow with the cluster, which a start cannot know: an
-/// eighth of 20,000 is 2,500, the links of ten 16-core peers both ways.
+/// theirs, up to `2 * cores * peer cores` in all (docs/capacity.md), so
+/// links grow with the cluster, which a start cannot know: an eighth of
+/// 20,000 is 2,500, more than the 2,048 of a 16-core node with four
+/// 16-core peers.
 pub const LINKS_SHARE: u64 = 8;
 
 /// What the node keeps of `limit` descriptors for everything but client
