@@ -46,25 +46,25 @@ fn incr(client: &mut Client, seq: u32) -> i64 {
     counter_of(&client.call(route::PLAYER_INCR, seq, &1i64.to_le_bytes()))
 }
 
-fn node_dir(cluster: &LocalCluster, name: &str) -> std::path::PathBuf {
-    let dir = cluster.dir().join(name);
+/// The command that starts node 1 of `cluster` with an open-file limit of
+/// `soft` (and `hard`).
+fn node_with_open_files(cluster: &LocalCluster, soft: u64, hard: u64) -> Command {
+    let dir = cluster.dir().join("a");
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    let mut command = ServeProcess::command(&dir, &cluster.body(1, "the test cluster's secret"));
+    with_open_files(&mut command, soft, hard);
+    command
 }
 
 #[test]
 fn a_flood_of_client_connections_leaves_the_admin_endpoint_and_the_links_working() {
     let cluster = LocalCluster::new();
-    let body = cluster.body(1, "the test cluster's secret");
-    let mut command = ServeProcess::command(&node_dir(&cluster, "a"), &body);
     // Two cores keep 256 + 2 * 80 + 1024 / 8 = 544: 480 sessions at most.
-    with_open_files(&mut command, 1024, 1024);
-    let a = ServeProcess::spawn(command);
-    let said = a.log.lock().unwrap().iter().any(|line| {
-        line.contains("client sessions take what the open-file limit")
-            && line.contains("sessions_cap=480")
-    });
-    assert!(said, "{:?}", a.log.lock().unwrap());
+    let a = ServeProcess::spawn(node_with_open_files(&cluster, 1024, 1024));
+    a.assert_logged(&[
+        "client sessions take what the open-file limit",
+        "sessions_cap=480",
+    ]);
     assert_eq!(metric(&a, "process_max_fds"), 1024.0);
 
     // Player 7 lives on node 1.
@@ -115,29 +115,19 @@ fn a_flood_of_client_connections_leaves_the_admin_endpoint_and_the_links_working
 #[test]
 fn the_node_raises_its_soft_open_file_limit_to_the_hard_one() {
     let cluster = LocalCluster::new();
-    let body = cluster.body(1, "the test cluster's secret");
-    let mut command = ServeProcess::command(&node_dir(&cluster, "a"), &body);
-    with_open_files(&mut command, 1024, 4096);
-    let node = ServeProcess::spawn(command);
+    let node = ServeProcess::spawn(node_with_open_files(&cluster, 1024, 4096));
     assert_eq!(metric(&node, "process_max_fds"), 4096.0);
     // 4096 leaves 4096 - (256 + 160 + 512) = 3168 sessions.
-    let said = node
-        .log
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|line| line.contains("sessions_cap=3168"));
-    assert!(said, "{:?}", node.log.lock().unwrap());
+    node.assert_logged(&["sessions_cap=3168"]);
 }
 
 #[test]
 fn a_limit_that_leaves_clients_too_few_sessions_refuses_the_start_with_the_reason() {
     let cluster = LocalCluster::new();
-    let body = cluster.body(1, "the test cluster's secret");
-    let mut command = ServeProcess::command(&node_dir(&cluster, "a"), &body);
     // Two cores keep 256 + 160 + 64 of 512: 32 left, under 64.
-    with_open_files(&mut command, 512, 512);
-    let (status, stderr) = support::run_to_exit(command, Duration::from_secs(20));
+    let command = node_with_open_files(&cluster, 512, 512);
+    let (status, stderr) = support::run_to_exit(command, Duration::from_secs(20))
+        .expect("a node with 512 open files started");
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("the open-file limit is 512 (ulimit -n)") && stderr.contains("32 for"),

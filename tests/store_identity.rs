@@ -37,7 +37,8 @@ fn run_once(dir: &Path, db: &Path) -> i64 {
 /// and stderr.
 fn run_to_exit(dir: &Path, db: &Path) -> (Option<i32>, String) {
     let command = ServeProcess::command(dir, &body(dir, db));
-    let (status, stderr) = support::run_to_exit(command, Duration::from_secs(20));
+    let (status, stderr) = support::run_to_exit(command, Duration::from_secs(20))
+        .expect("node 1 served from a store that never saw it");
     (status.code(), stderr)
 }
 
@@ -105,13 +106,7 @@ fn a_node_restarted_on_its_store_restored_from_a_backup_serves_from_it() {
     // state, says the store went back, and its record follows.
     copy_db(&backup.join("own.db"), &db);
     let node = ServeProcess::start(dir.path(), &body(dir.path(), &db));
-    let warned = node
-        .log
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|line| line.contains("the store went back to before this node's last run"));
-    assert!(warned, "{:?}", node.log.lock().unwrap());
+    node.assert_logged(&["the store went back to before this node's last run"]);
     let mut client = node.connect();
     client.login(7, 1);
     let counter = counter_of(&client.call(route::PLAYER_INCR, 2, &1i64.to_le_bytes()));

@@ -7,7 +7,7 @@
 mod support;
 
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::ServeProcess;
 
@@ -24,37 +24,6 @@ fn body(dir: &std::path::Path, db: &std::path::Path) -> String {
         data = dir.join("data").display().to_string(),
         db = db.display().to_string(),
     )
-}
-
-/// Runs `routerd serve` on `config` until it exits on its own: its status
-/// and stderr, or `None` if it still runs after `limit` (it is killed).
-fn run_to_exit(config: &std::path::Path, limit: Duration) -> Option<(i32, String)> {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .env_remove("ROUTERD_AUTH_SECRET")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("routerd starts");
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            let mut stderr = String::new();
-            child
-                .stderr
-                .take()
-                .expect("stderr")
-                .read_to_string(&mut stderr)
-                .expect("stderr read");
-            return Some((status.code().unwrap_or(-1), stderr));
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -103,11 +72,15 @@ fn a_store_with_overwritten_table_pages_is_refused_at_start() {
     file.sync_all().expect("sync");
     drop(file);
 
-    let config = dir.path().join("node.toml");
-    let exited = run_to_exit(&config, Duration::from_secs(20));
-    let Some((code, stderr)) = exited else {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
+    command
+        .args(["serve", "--config"])
+        .arg(dir.path().join("node.toml"));
+    let exited = support::run_to_exit(command, Duration::from_secs(20));
+    let Some((status, stderr)) = exited else {
         panic!("routerd started on a damaged store instead of refusing it");
     };
+    let code = status.code().unwrap_or(-1);
     println!("the refused start said: {stderr}");
     assert_eq!(code, 1, "{stderr}");
     assert!(

@@ -158,6 +158,7 @@ impl LocalCluster {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
         command.args(["serve", "--config"]).arg(&path);
         super::run_to_exit(command, limit)
+            .unwrap_or_else(|| panic!("node {id} still running after {limit:?}"))
     }
 }
 

@@ -370,6 +370,16 @@ impl ServeProcess {
         rest.split_whitespace().next()?.parse().ok()
     }
 
+    /// Asserts that a line the process logged holds every one of `words`
+    /// (its log in the message otherwise).
+    pub fn assert_logged(&self, words: &[&str]) {
+        let log = self.log.lock().unwrap_or_else(|poison| poison.into_inner());
+        let said = log
+            .iter()
+            .any(|line| words.iter().all(|word| line.contains(word)));
+        assert!(said, "no line with {words:?} in {log:?}");
+    }
+
     fn signal(&self, signal: i32) {
         // SAFETY: kill(2) on the pid of a child this test owns and has not
         // reaped, so the pid cannot have been reused.
@@ -457,31 +467,32 @@ pub fn counter_of(reply: &Reply) -> i64 {
 
 /// Runs `command` (a `routerd serve` that should stop by itself, e.g.
 /// refusing to start) until it exits: its status and what it wrote on
-/// stderr. Kills it and panics if it still runs after `limit`.
+/// stderr, or `None` if it still runs after `limit` (it is killed).
 pub fn run_to_exit(
     mut command: std::process::Command,
     limit: Duration,
-) -> (std::process::ExitStatus, String) {
+) -> Option<(std::process::ExitStatus, String)> {
     let mut child = command
+        .env_remove("ROUTERD_AUTH_SECRET")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("routerd starts");
     let started = std::time::Instant::now();
     loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = child.try_wait().expect("wait") {
             let mut stderr = String::new();
             child
                 .stderr
                 .take()
-                .unwrap()
+                .expect("stderr")
                 .read_to_string(&mut stderr)
-                .unwrap();
-            return (status, stderr);
+                .expect("stderr read");
+            return Some((status, stderr));
         }
         if started.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{command:?} still running after {limit:?}");
+            return None;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
