@@ -630,6 +630,7 @@ const STORE_FACE: &[&str] = &[
     "MemberPoll",
     "MemberRow",
     "MemberState",
+    "MemberTimers",
     "MemberVersion",
     "MemberWrite",
     "TableVersion",

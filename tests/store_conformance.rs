@@ -11,9 +11,9 @@ use futures_lite::future::block_on;
 use routerd::config::{StoreBackend, StoreConfig};
 use routerd::store::{
     open_memory, open_postgres, open_scylla, open_sqlite, AdvertisedActor, CasVersion, GroupCommit,
-    MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion, MemberWrite, NodeId,
-    RecordWrite, RouteRecord, RouteVersion, Store, TableVersion, WriteCondition, WriteError,
-    WriteOutcome, MEMBERS_PAGE_MAX,
+    MemberCondition, MemberOutcome, MemberRow, MemberState, MemberTimers, MemberVersion,
+    MemberWrite, NodeId, RecordWrite, RouteRecord, RouteVersion, Store, TableVersion,
+    WriteCondition, WriteError, WriteOutcome, MEMBERS_PAGE_MAX,
 };
 use wire::ObjectKey;
 
@@ -392,6 +392,11 @@ fn member(node: u64, incarnation: u64, heartbeat: u64) -> MemberRow {
             msg_ids: vec![1, 2, 3],
             weight: 5,
         }],
+        timers: Some(MemberTimers {
+            heartbeat_interval_ms: 500,
+            fence_after_ms: 2000 + node,
+            down_after_ms: u64::MAX - node,
+        }),
         version: MemberVersion(0),
     }
 }
@@ -556,6 +561,26 @@ fn membership_version_moves_with_changes_only(fixture: &Fixture) {
         MemberCondition::VersionEquals(MemberVersion(1)),
     );
     assert!(mine(list_all(&store, seen).0).is_empty());
+    // So are the timers (a restart with another config), and a row written
+    // without them reads back without them.
+    let seen = table_version(&store);
+    let mut retimed = member(base, 1, 6);
+    retimed.state = MemberState::Draining;
+    retimed.gateway = "127.0.0.9:1".to_string();
+    retimed.timers = None;
+    write_member(
+        &store,
+        retimed.clone(),
+        MemberCondition::VersionEquals(MemberVersion(6)),
+    );
+    let changed = mine(list_all(&store, seen).0);
+    assert_eq!(
+        changed,
+        vec![MemberRow {
+            version: MemberVersion(7),
+            ..retimed
+        }]
+    );
 }
 
 /// A row that left is deleted by CAS on its version; its tombstone keeps
@@ -603,6 +628,7 @@ fn a_deleted_member_leaves_a_tombstone(fixture: &Fixture) {
         (own[0].state, own[0].incarnation, own[0].version),
         (MemberState::Left, 1, MemberVersion(3))
     );
+    assert_eq!(own[0].timers, None, "a tombstone keeps no timers");
     for stale in [1, 2] {
         let condition = MemberCondition::VersionEquals(MemberVersion(stale));
         assert!(matches!(

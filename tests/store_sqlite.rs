@@ -49,18 +49,8 @@ fn an_incompatible_schema_version_is_a_clear_startup_error() {
     assert!(error.to_string().contains("schema version 0"), "{error}");
 }
 
-/// A file of schema version 2 (membership without a table version) is
-/// migrated in place: its member rows are listed, stamped with the version
-/// it starts at, and the next change moves that version while a
-/// heartbeat does not.
-#[test]
-fn a_version_2_file_is_migrated() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("v2.db");
-    let connection = rusqlite::Connection::open(&path).expect("raw open");
-    connection
-        .execute_batch(
-            "CREATE TABLE routes (type_id INTEGER NOT NULL, zone_id INTEGER NOT NULL, \
+/// A file as a build of schema version 2 left it, with one member row.
+const VERSION_2: &str = "CREATE TABLE routes (type_id INTEGER NOT NULL, zone_id INTEGER NOT NULL, \
              object_id INTEGER NOT NULL, owner_node INTEGER NOT NULL, \
              route_version INTEGER NOT NULL, save_timepoint_ms INTEGER NOT NULL, \
              cas_version INTEGER NOT NULL, state BLOB NOT NULL, \
@@ -72,9 +62,18 @@ fn a_version_2_file_is_migrated() {
              actors BLOB NOT NULL, version INTEGER NOT NULL);
              INSERT INTO members VALUES (4, 3, 2, 17, '127.0.0.1:7004', '127.0.0.1:9004', \
              x'00000000', 1, x'00000000', 9);
-             PRAGMA user_version = 2;",
-        )
-        .expect("version 2 file");
+             PRAGMA user_version = 2;";
+
+/// A file of schema version 2 (membership without a table version) is
+/// migrated in place: its member rows are listed, stamped with the version
+/// it starts at, and the next change moves that version while a
+/// heartbeat does not.
+#[test]
+fn a_version_2_file_is_migrated() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v2.db");
+    let connection = rusqlite::Connection::open(&path).expect("raw open");
+    connection.execute_batch(VERSION_2).expect("version 2 file");
     drop(connection);
     let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("migrate");
     let page = block_on(store.list_members(TableVersion(0), NodeId(0))).expect("list");
@@ -119,6 +118,41 @@ fn a_version_2_file_is_migrated() {
     let changed = block_on(store.list_members(version, NodeId(0))).expect("changes");
     assert_eq!(changed.rows.len(), 1);
     assert_eq!(changed.rows[0].state, MemberState::Left);
+}
+
+/// A file of schema version 3 (rows without timers) is migrated in place:
+/// its rows read without timers, and a write with them is read back whole
+/// and is a change.
+#[test]
+fn a_version_3_file_is_migrated() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v3.db");
+    let connection = rusqlite::Connection::open(&path).expect("raw open");
+    connection.execute_batch(VERSION_2).expect("version 2 file");
+    // What a build of schema version 3 ran on it.
+    connection
+        .execute_batch(
+            "ALTER TABLE members ADD COLUMN changed INTEGER NOT NULL DEFAULT 1;
+             ALTER TABLE members ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+             CREATE INDEX members_changed ON members (changed);
+             CREATE TABLE members_version (id INTEGER PRIMARY KEY CHECK (id = 0), \
+             version INTEGER NOT NULL);
+             INSERT INTO members_version (id, version) VALUES (0, 1);
+             PRAGMA user_version = 3;",
+        )
+        .expect("version 3 file");
+    drop(connection);
+    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("migrate");
+    let polled = block_on(store.poll_members(vec![NodeId(4)])).expect("poll");
+    let row = polled.rows[0].clone();
+    assert_eq!(row.version, MemberVersion(9));
+    support::member_timers::timers_are_written_as_a_change(&store, row, polled.version);
+    drop(store);
+    let raw = rusqlite::Connection::open(&path).expect("raw open");
+    let version: i64 = raw
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .expect("user_version");
+    assert_eq!(version, SCHEMA_VERSION);
 }
 
 /// A file of schema version 1 (before incarnations) is migrated in place:

@@ -10,9 +10,11 @@ use super::forward::no_cluster;
 use super::routes::{json_response, Body};
 use super::AdminState;
 use crate::clock;
+use crate::cluster::membership::timers_of;
 use crate::cluster::view::{ClusterView, LinkStatus, Peer, Standing};
 use crate::gateway_addresses::{GatewayAddresses, Transport};
 use crate::ids::NodeId;
+use crate::store::MemberTimers;
 
 /// The cluster as this node sees it: itself (incarnation, state, lease,
 /// fence), every other member, and each core's links.
@@ -74,7 +76,23 @@ fn own_member_json(
         own["gateways"] = gateways_json(&advertised.gateway);
         own["admin"] = json!(advertised.admin);
     }
+    if let Some(config) = &state.config {
+        own["timers"] = timers_json(Some(timers_of(&config.cluster)));
+    }
     own
+}
+
+/// A member's failure-detection timers as its row carries them (`null`: a
+/// row from a build that did not record them).
+fn timers_json(timers: Option<MemberTimers>) -> serde_json::Value {
+    match timers {
+        Some(timers) => json!({
+            "heartbeat_interval_ms": timers.heartbeat_interval_ms,
+            "fence_after_ms": timers.fence_after_ms,
+            "down_after_ms": timers.down_after_ms,
+        }),
+        None => serde_json::Value::Null,
+    }
 }
 
 /// Another member as this node knows it, with how this node's links to it
@@ -97,6 +115,7 @@ fn peer_member_json(
         "cores": peer.cores.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "link": link_summary(to_peer),
         "heartbeat_age_ms": heartbeats.get(&peer.node).map(|since| now.saturating_sub(*since)),
+        "timers": timers_json(peer.timers),
     })
 }
 

@@ -15,13 +15,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::conn::before;
-use super::membership::{Action, Event, MemberOpError, Membership, WriteTag};
+use super::membership::{down_wait_ms, Action, Event, MemberOpError, Membership, WriteTag};
 use super::view::{ClusterView, Peer, Standing};
 use crate::catalog::{ActorConfig, ActorEvents, Catalog};
 use crate::clock;
 use crate::ids::NodeId;
 use crate::metrics::CoreMetrics;
-use crate::store::{AdvertisedActor, MemberRow, MemberState, Store};
+use crate::store::{AdvertisedActor, MemberRow, MemberState, MemberTimers, Store};
 
 /// What a start-up join gives.
 pub struct Joined {
@@ -72,6 +72,7 @@ pub fn join(
                 Event::Joined { incarnation: taken } => incarnation = Some(taken),
                 Event::Lease { until_ms } => lease_until_ms = Some(until_ms),
                 Event::Refused { node } => return Err(JoinError::Refused(node.0)),
+                Event::Member { row } => warn_of_other_timers(membership.timers(), &row),
                 _ => {}
             }
         }
@@ -93,6 +94,29 @@ pub fn join(
         }
         std::thread::sleep(Duration::from_millis(membership.tick_ms()));
     }
+}
+
+/// A member whose row shows other timers than `own` is safe (nobody
+/// declares it down before its own lease ran out) but is detected later
+/// than the operator may think, and is a config that drifted: said at the
+/// join's first listing and at every change of its row.
+fn warn_of_other_timers(own: MemberTimers, row: &MemberRow) {
+    let Some(theirs) = row.timers.filter(|theirs| *theirs != own) else {
+        return;
+    };
+    if row.state.is_ended() {
+        return;
+    }
+    tracing::warn!(
+        node = row.node_id.0,
+        heartbeat_interval_ms = theirs.heartbeat_interval_ms,
+        fence_after_ms = theirs.fence_after_ms,
+        down_after_ms = theirs.down_after_ms,
+        declared_down_after_ms = down_wait_ms(own, Some(theirs)),
+        "this member runs other cluster timers than this node: this node declares it down only \
+         once its own lease has run out (declared_down_after_ms); run the same timers on every \
+         node (docs/cluster.md, The timing rule)"
+    );
 }
 
 /// Performs one action on the calling thread, blocking on the store.
@@ -421,6 +445,7 @@ impl Agent {
                     state = row.state.as_str(),
                     "member"
                 );
+                warn_of_other_timers(self.membership.borrow().timers(), row);
             }
             Event::LeaseLapsed { cause, .. } => {
                 tracing::warn!(
@@ -528,6 +553,7 @@ mod tests {
                 msg_ids: vec![500],
                 weight: 1,
             }],
+            timers: None,
             version: MemberVersion(1),
         }
     }

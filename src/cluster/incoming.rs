@@ -344,6 +344,7 @@ mod tests {
             cores: Vec::new(),
             gateway: GatewayAddresses::default(),
             admin: String::new(),
+            timers: None,
         }
     }
 

@@ -9,8 +9,10 @@
 //!   ended (`left`, `down`): take the next incarnation by CAS on the
 //!   version read. A live row: watch it; its heartbeat advancing means a
 //!   live process holds the id, and the start is refused; standing still
-//!   for `down_after_ms` means that process is gone, and the start takes
-//!   the next incarnation as an observer would declare it down.
+//!   for `down_wait_ms` (the longer of this process's `down_after_ms` and
+//!   the lease of the process that wrote the row) means that process is
+//!   gone, and the start takes the next incarnation as an observer would
+//!   declare it down.
 //! - Heartbeat: every `heartbeat_interval_ms`, a CAS on the version this
 //!   node wrote last. Applied: the lease runs to the write's send time +
 //!   `fence_after_ms`. A lease that runs out stops the node serving (it
@@ -26,13 +28,18 @@
 //!   successors on a hash ring of the live members), and lists the rows
 //!   changed since the version it last listed at, only when the version
 //!   moved. A watched member whose row stood still (one version) for
-//!   `down_after_ms` since this node first read it is declared down by CAS
+//!   `down_wait_ms` since this node first read it is declared down by CAS
 //!   on that version, so a late heartbeat wins and the declaration fails.
 //!   The lowest live node deletes the rows of nodes that `left`
 //!   `left_retention_ms` after it first saw them so.
 //!
 //! See `ClusterConfig::check_timing` for why a fenced node has stopped
-//! serving before anyone may declare it down.
+//! serving before anyone may declare it down. That rule spans two
+//! processes' configs, so every row carries its process's timers, and a
+//! row is taken for dead only after the longer of this node's
+//! `down_after_ms` and the row's own lease with the rule's margin
+//! (`down_wait_ms`): a member started with other timers than this node's
+//! is never declared down while it may still serve.
 
 mod check;
 mod joining;
@@ -43,12 +50,41 @@ use std::collections::BTreeMap;
 use crate::config::ClusterConfig;
 use crate::ids::NodeId;
 use crate::store::{
-    AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberVersion,
-    MemberWrite, MembershipError, TableVersion,
+    AdvertisedActor, MemberCondition, MemberOutcome, MemberRow, MemberState, MemberTimers,
+    MemberVersion, MemberWrite, MembershipError, TableVersion,
 };
 
 pub use observing::WATCHED_PER_NODE;
 use observing::{Listing, Observed};
+
+/// The timers a node running `config` writes in its row.
+pub fn timers_of(config: &ClusterConfig) -> MemberTimers {
+    MemberTimers {
+        heartbeat_interval_ms: config.heartbeat_interval_ms,
+        fence_after_ms: config.fence_after_ms,
+        down_after_ms: config.down_after_ms,
+    }
+}
+
+/// How long a row written with `theirs` must stand still on the clock of a
+/// node running `own` before that node may take its process for dead: its
+/// own `down_after_ms`, and never less than the row's process's lease plus
+/// the timing rule's margin (twice the longer heartbeat interval). With
+/// the same timers on both sides that is `down_after_ms` (the config check
+/// holds it to at least the lease plus the margin). A row without timers
+/// (written by a build that did not record them) is judged by this node's
+/// own, as every node then had to run the same ones.
+pub fn down_wait_ms(own: MemberTimers, theirs: Option<MemberTimers>) -> u64 {
+    let Some(theirs) = theirs else {
+        return own.down_after_ms;
+    };
+    let margin = own
+        .heartbeat_interval_ms
+        .max(theirs.heartbeat_interval_ms)
+        .saturating_mul(2);
+    own.down_after_ms
+        .max(theirs.fence_after_ms.saturating_add(margin))
+}
 
 /// What this node advertises in its row.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -414,8 +450,24 @@ impl Membership {
             cluster: self.advert.cluster.clone(),
             core_count: self.advert.core_count,
             actors: self.advert.actors.clone(),
+            timers: Some(self.timers()),
             version,
         }
+    }
+
+    /// The timers this node runs with, as its row carries them.
+    pub fn timers(&self) -> MemberTimers {
+        MemberTimers {
+            heartbeat_interval_ms: self.interval_ms,
+            fence_after_ms: self.fence_after_ms,
+            down_after_ms: self.down_after_ms,
+        }
+    }
+
+    /// How long `row` must stand still on this node's clock before this
+    /// node may take its process for dead (see `down_wait_ms`).
+    pub fn down_wait_ms(&self, row: &MemberRow) -> u64 {
+        down_wait_ms(self.timers(), row.timers)
     }
 
     /// A lease that ran out stops the node serving; it keeps its

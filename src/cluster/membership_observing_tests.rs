@@ -206,6 +206,36 @@ fn a_stopped_node_is_declared_down_by_a_watcher_within_down_after_and_two_ticks(
     }
 }
 
+#[test]
+fn a_node_with_a_longer_lease_is_declared_down_only_once_that_lease_ran_out() {
+    let mut cluster = Cluster::up(6);
+    // Node 7 runs a 6 s lease; the others' down_after is 4 s.
+    let long = super::long_lease();
+    cluster.nodes.insert(7, Some(super::node_with(7, &long)));
+    cluster.run_for(config().heartbeat_interval_ms);
+    let now = cluster.now;
+    cluster.membership(7).set_state(now, MemberState::Up);
+    cluster.run_for(2 * config().heartbeat_interval_ms);
+    assert!(cluster
+        .membership(1)
+        .members()
+        .any(|row| row.node_id == NodeId(7) && row.timers == Some(timers_of(&long))));
+    let stopped_at = cluster.now;
+    cluster.nodes.insert(7, None);
+    let events = cluster.run_for(3 * long.down_after_ms);
+    let at = declared_at(&events, 7).expect("declared down");
+    let detection = at - stopped_at;
+    // Its last heartbeat may have been read up to an interval before it
+    // stopped; its lease ran from that heartbeat's send time.
+    let wait = long.fence_after_ms + 2 * long.heartbeat_interval_ms;
+    assert!(
+        detection >= wait - config().heartbeat_interval_ms,
+        "declared {detection} ms after it stopped, its lease is {} ms",
+        long.fence_after_ms
+    );
+    assert!(detection <= wait + 2 * cluster.tick(), "{detection} ms");
+}
+
 impl Cluster {
     fn tick(&self) -> u64 {
         config().heartbeat_interval_ms / 2

@@ -136,6 +136,81 @@ fn a_restart_after_a_crash_takes_the_next_incarnation_once_the_row_stood_still()
     );
 }
 
+/// A node started with a longer lease than the default (6 s, heartbeat
+/// 500 ms: its own config passes with `down_after_ms` 7 s).
+fn long_lease() -> ClusterConfig {
+    ClusterConfig {
+        fence_after_ms: 6000,
+        down_after_ms: 7000,
+        ..config()
+    }
+}
+
+fn node_with(id: u64, config: &ClusterConfig) -> Membership {
+    let advert = Advertisement {
+        gateway: format!("127.0.0.1:{}", 7400 + id),
+        core_count: 1,
+        ..Advertisement::default()
+    };
+    Membership::new(NodeId(id), config, advert)
+}
+
+#[test]
+fn the_wait_before_a_declaration_covers_the_rows_own_lease() {
+    let own = timers_of(&config());
+    // Same timers, or a row that carries none: this node's down_after.
+    assert_eq!(down_wait_ms(own, Some(own)), config().down_after_ms);
+    assert_eq!(down_wait_ms(own, None), config().down_after_ms);
+    // A longer lease: that lease and twice the longer heartbeat interval.
+    let long = timers_of(&long_lease());
+    assert_eq!(down_wait_ms(own, Some(long)), 6000 + 2 * 500);
+    let slow_beat = MemberTimers {
+        heartbeat_interval_ms: 1500,
+        fence_after_ms: 3000,
+        down_after_ms: 6000,
+    };
+    assert_eq!(down_wait_ms(own, Some(slow_beat)), 3000 + 2 * 1500);
+    // A shorter lease never shortens this node's own wait.
+    assert_eq!(
+        down_wait_ms(long, Some(own)),
+        long_lease().down_after_ms,
+        "{long:?}"
+    );
+    // A row's values are not trusted to be small.
+    let absurd = MemberTimers {
+        heartbeat_interval_ms: u64::MAX,
+        fence_after_ms: u64::MAX,
+        down_after_ms: u64::MAX,
+    };
+    assert_eq!(down_wait_ms(own, Some(absurd)), u64::MAX);
+}
+
+#[test]
+fn a_restart_waits_out_the_lease_of_the_process_it_replaces_not_its_own_config() {
+    let mut table = MemberTable::default();
+    let mut crashed = node_with(1, &long_lease());
+    run(&mut crashed, &mut table, 0);
+    assert_eq!(
+        table.get(NodeId(1)).unwrap().timers,
+        Some(timers_of(&long_lease()))
+    );
+    // Restarted with the default timers: its own down_after (4 s) is
+    // shorter than the old process's lease (6 s) and margin.
+    let mut restart = node(1);
+    let early = run_until(&mut restart, &mut table, 100, 100 + 7000 - 1);
+    assert!(early.is_empty(), "{early:?}");
+    let events = run(&mut restart, &mut table, 100 + 7000);
+    assert!(
+        events.contains(&Event::Joined { incarnation: 2 }),
+        "{events:?}"
+    );
+    assert_eq!(
+        table.get(NodeId(1)).unwrap().timers,
+        Some(timers_of(&config())),
+        "the row carries the new process's timers"
+    );
+}
+
 #[test]
 fn a_state_asked_for_during_a_heartbeat_counts_as_written_only_once_written() {
     let mut table = MemberTable::default();

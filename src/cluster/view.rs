@@ -14,7 +14,7 @@ use std::task::{Poll, Waker};
 use crate::gateway_addresses::GatewayAddresses;
 use crate::ids::NodeId;
 pub use crate::router::driver::CoreStanding;
-use crate::store::{MemberRow, MemberState};
+use crate::store::{MemberRow, MemberState, MemberTimers};
 
 /// Another member as this node knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +29,9 @@ pub struct Peer {
     pub gateway: GatewayAddresses,
     /// Its admin endpoint as advertised (`admin.advertise`).
     pub admin: String,
+    /// The failure-detection timers its row carries (`None`: a row from a
+    /// build that did not record them).
+    pub timers: Option<MemberTimers>,
 }
 
 impl Peer {
@@ -45,6 +48,7 @@ impl Peer {
             cores: cores.unwrap_or_default(),
             gateway: GatewayAddresses::decode(&row.gateway),
             admin: row.admin.clone(),
+            timers: row.timers,
         }
     }
 
@@ -272,6 +276,7 @@ mod tests {
                     cores: vec!["127.0.0.1:7600".parse().unwrap()],
                     gateway: GatewayAddresses::default(),
                     admin: String::new(),
+                    timers: None,
                 },
             );
         });
@@ -298,6 +303,7 @@ mod tests {
             cluster: vec!["127.0.0.1:1".into(), "nonsense".into()],
             core_count: 2,
             actors: Vec::new(),
+            timers: None,
             version: crate::store::MemberVersion(1),
         };
         assert!(Peer::from_row(&row).cores.is_empty());

@@ -125,7 +125,10 @@ impl ClusterConfig {
     /// later. A heartbeat write whose answer N never got extends nothing,
     /// which only makes N stop earlier. The first condition lets N write at
     /// least one heartbeat per lease. With the defaults (500, 2000, 4000)
-    /// the margin is 2000 ms.
+    /// the margin is 2000 ms. N and O may run different configs: each
+    /// row carries its node's timers, and O waits the longer of its
+    /// `down_after_ms` and N's `fence_after_ms` plus the margin
+    /// (`cluster::membership::down_wait_ms`).
     pub fn check_timing(&self) -> Result<(), String> {
         if self.heartbeat_interval_ms == 0 {
             return Err("cluster.heartbeat_interval_ms must be positive".into());

@@ -421,6 +421,7 @@ mod tests {
             cores: Vec::new(),
             gateway,
             admin: String::new(),
+            timers: None,
         };
         let at = |port: u16| GatewayAddresses::plain(format!("127.0.0.1:{port}"));
         let peers = [

@@ -14,7 +14,9 @@
 //! nodes crash, restart, shut down, are partitioned, are cut off from the
 //! store but not from their peers, and freeze for up to longer than
 //! `down_after_ms` and than the lock lifetime while their clocks run on,
-//! each at its own rate; an outside writer re-saves records. Nobody is told
+//! each at its own rate; an outside writer re-saves records; a process may
+//! start with a longer lease than the others' config (another operator's
+//! timers), which they must wait out before claiming. Nobody is told
 //! of a crash: peers learn through membership, declare the node down, and
 //! claim its objects; a node past its lease fences and rejoins. Then a calm
 //! phase checks that everything recovers, and every node shuts down.

@@ -14,7 +14,7 @@ use super::world::{Event, Fate, World};
 use crate::builtins::player::PlayerType;
 use crate::builtins::room::RoomType;
 use crate::cluster::membership::{Advertisement, Membership};
-use crate::config::{DuplicateLogin, Persist};
+use crate::config::{ClusterConfig, DuplicateLogin, Persist};
 use crate::ids::NodeId;
 use crate::router::RouterCore;
 use crate::store::MemberState;
@@ -113,7 +113,8 @@ impl World {
             core_count: self.config.cores,
             ..Advertisement::default()
         };
-        let membership = Membership::new(NodeId(node), &self.config.cluster, advert);
+        let timers = self.process_timers();
+        let membership = Membership::new(NodeId(node), &timers, advert);
         self.nodes.insert(
             node,
             SimNode {
@@ -130,6 +131,21 @@ impl World {
             },
         );
         self.schedule(self.now_ms, Event::MemberTick { node, process });
+    }
+
+    /// The membership timers of a new process: the config's, or, in one
+    /// start of five under faults, a lease two or three times as long with
+    /// the shortest `down_after_ms` its own config check allows. Every
+    /// other process must wait that lease out before it claims what this
+    /// one owns (the safety check's claims while a lease holds).
+    fn process_timers(&mut self) -> ClusterConfig {
+        let mut timers = self.config.cluster.clone();
+        if self.faults && self.rng.random_range(0..5) == 0 {
+            timers.fence_after_ms *= self.rng.random_range(2..=3);
+            timers.down_after_ms = timers.fence_after_ms + 2 * timers.heartbeat_interval_ms;
+            self.report.longer_leases += 1;
+        }
+        timers
     }
 
     /// Membership gave `node` its first incarnation: its cores start, with

@@ -93,6 +93,9 @@ pub struct SimReport {
     /// Processes frozen, and those frozen longer than `down_after_ms`.
     pub pauses: u64,
     pub long_pauses: u64,
+    /// Processes started with a longer lease than the config's (a node
+    /// whose operator set other timers), which the others must wait out.
+    pub longer_leases: u64,
     /// Events held for a paused process and delivered when it resumed.
     pub held_events: u64,
     /// Members declared down by another node's CAS.

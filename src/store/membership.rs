@@ -10,7 +10,8 @@
 //! - the owner heartbeats with a CAS on the version it wrote last, so a
 //!   write by anyone else (a declaration of death) fails its next heartbeat;
 //! - an observer declares a member `down` with a CAS on the version it saw
-//!   unchanged for `down_after_ms`, so a late heartbeat wins over it.
+//!   unchanged for `down_after_ms` (or the member's own lease, which its
+//!   row's timers say, when longer), so a late heartbeat wins over it.
 //!
 //! The table version (`TableVersion`, one row of its own, as Orleans keeps
 //! it): a write that changes a row in anything but its heartbeat (an
@@ -150,6 +151,7 @@ pub fn is_change(old: &MemberRow, new: &MemberRow) -> bool {
         || old.cluster != new.cluster
         || old.core_count != new.core_count
         || old.actors != new.actors
+        || old.timers != new.timers
 }
 
 /// The row a deleted row leaves to its node's own reads: its id, last
@@ -165,6 +167,7 @@ pub fn tombstone(node_id: NodeId, incarnation: u64, version: MemberVersion) -> M
         cluster: Vec::new(),
         core_count: 0,
         actors: Vec::new(),
+        timers: None,
         version,
     }
 }
@@ -191,9 +194,32 @@ pub struct MemberRow {
     pub core_count: u32,
     /// The object types and services it hosts.
     pub actors: Vec<AdvertisedActor>,
+    /// The failure-detection timers its process runs with: what every
+    /// other node needs to know before it may declare this one down (see
+    /// `MemberTimers`). `None` in a row written by a build that did not
+    /// record them, and in a tombstone.
+    pub timers: Option<MemberTimers>,
     /// The row's CAS version as stored; ignored in a write.
     pub version: MemberVersion,
 }
+
+/// A node's failure-detection timers (`cluster.heartbeat_interval_ms`,
+/// `fence_after_ms`, `down_after_ms`), carried in its row because the
+/// timing rule spans two nodes' configs: an observer may declare a node
+/// down only once that node's own lease (its `fence_after_ms`) has run out
+/// with a margin, whatever the observer's `down_after_ms` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MemberTimers {
+    /// How often the node heartbeats.
+    pub heartbeat_interval_ms: u64,
+    /// Its lease from each applied heartbeat's send time.
+    pub fence_after_ms: u64,
+    /// How long it lets a peer's row stand still before declaring it down.
+    pub down_after_ms: u64,
+}
+
+/// The encoded size of a row's timers.
+pub(crate) const TIMERS_BYTES: usize = 24;
 
 /// An actor the node hosts, the message ids it serves and its weight for
 /// weighted selection.
@@ -383,6 +409,39 @@ pub(crate) fn decode_actors(bytes: &[u8]) -> Result<Vec<AdvertisedActor>, Decode
     Ok(actors)
 }
 
+/// Encodes a row's timers: the three as `u64` in their field order, or
+/// nothing for a row without them.
+pub(crate) fn encode_timers(timers: Option<MemberTimers>) -> Vec<u8> {
+    let Some(timers) = timers else {
+        return Vec::new();
+    };
+    let mut bytes = Vec::with_capacity(TIMERS_BYTES);
+    for value in [
+        timers.heartbeat_interval_ms,
+        timers.fence_after_ms,
+        timers.down_after_ms,
+    ] {
+        bytes.extend_from_slice(&value.to_le_bytes());
+    }
+    bytes
+}
+
+/// The timers `encode_timers` wrote; no bytes (a row from a build that did
+/// not record them) is `None`.
+pub(crate) fn decode_timers(bytes: &[u8]) -> Result<Option<MemberTimers>, DecodeError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    let mut reader = Reader { bytes };
+    let timers = MemberTimers {
+        heartbeat_interval_ms: reader.u64()?,
+        fence_after_ms: reader.u64()?,
+        down_after_ms: reader.u64()?,
+    };
+    reader.finish()?;
+    Ok(Some(timers))
+}
+
 pub(crate) fn decode_state(value: i64) -> Result<MemberState, DecodeError> {
     u8::try_from(value)
         .ok()
@@ -395,7 +454,7 @@ pub(crate) fn encoded_len(row: &MemberRow) -> usize {
     let strings = row.gateway.len() + row.admin.len();
     let cluster: usize = row.cluster.iter().map(|a| 4 + a.len()).sum();
     let actors: usize = row.actors.iter().map(|a| 20 + 4 * a.msg_ids.len()).sum();
-    8 + strings + cluster + actors
+    8 + strings + cluster + actors + TIMERS_BYTES
 }
 
 #[cfg(test)]
@@ -426,6 +485,17 @@ mod tests {
         assert_eq!(decode_addresses(&encoded), Ok(addresses.clone()));
         let encoded_actors = encode_actors(&actors());
         assert_eq!(decode_actors(&encoded_actors), Ok(actors()));
+        let timers = MemberTimers {
+            heartbeat_interval_ms: 500,
+            fence_after_ms: u64::MAX,
+            down_after_ms: 4000,
+        };
+        assert_eq!(encode_timers(Some(timers)).len(), TIMERS_BYTES);
+        assert_eq!(
+            decode_timers(&encode_timers(Some(timers))),
+            Ok(Some(timers))
+        );
+        assert_eq!(decode_timers(&encode_timers(None)), Ok(None));
     }
 
     #[test]
@@ -441,6 +511,17 @@ mod tests {
         for len in 0..addresses.len() {
             assert!(decode_addresses(&addresses[..len]).is_err(), "prefix {len}");
         }
+        let mut timers = encode_timers(Some(MemberTimers {
+            heartbeat_interval_ms: 1,
+            fence_after_ms: 2,
+            down_after_ms: 3,
+        }));
+        // Every prefix but the empty one (a row without timers).
+        for len in 1..timers.len() {
+            assert!(decode_timers(&timers[..len]).is_err(), "prefix {len}");
+        }
+        timers.push(0);
+        assert!(decode_timers(&timers).is_err());
     }
 
     #[test]
@@ -479,6 +560,7 @@ mod tests {
             cluster: Vec::new(),
             core_count: 1,
             actors: Vec::new(),
+            timers: None,
             version: MemberVersion(99),
         };
         let insert = MemberWrite {

@@ -291,6 +291,7 @@ mod tests {
                 cluster: Vec::new(),
                 core_count: 1,
                 actors: Vec::new(),
+                timers: None,
                 version: MemberVersion(0),
             },
             condition,

@@ -55,8 +55,8 @@ pub(crate) use crate::gateway_addresses::{GatewayAddresses, Transport};
 pub use health::StoreHealth;
 pub use membership::{
     AdvertisedActor, MemberCondition, MemberOutcome, MemberPage, MemberPoll, MemberRow,
-    MemberState, MemberVersion, MemberWrite, TableVersion, MEMBERS_PAGE_MAX, MEMBER_ROW_BYTES_MAX,
-    POLL_ROWS_MAX,
+    MemberState, MemberTimers, MemberVersion, MemberWrite, TableVersion, MEMBERS_PAGE_MAX,
+    MEMBER_ROW_BYTES_MAX, POLL_ROWS_MAX,
 };
 #[cfg(feature = "testing")]
 pub use memory::{open_memory, Fault, MemoryFaults, FAULTS_MAX};

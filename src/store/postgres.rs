@@ -243,6 +243,7 @@ async fn ensure_schema(client: &mut Client) -> Result<(), OpenError> {
                 .await
                 .map_err(open_error)?;
             migrate_1_to_2(&transaction).await?;
+            migrate_2_to_3(&transaction).await?;
             tracing::info!("postgres store: tables created");
         }
         [true, true, true] => {
@@ -256,9 +257,14 @@ async fn ensure_schema(client: &mut Client) -> Result<(), OpenError> {
                 [row] => row.try_get::<_, i64>(0).map_err(open_error)?,
                 _ => 0,
             };
-            if found == 1 {
-                migrate_1_to_2(&transaction).await?;
-                tracing::info!("postgres store: schema migrated from version 1 to 2");
+            if found == 1 || found == 2 {
+                if found == 1 {
+                    migrate_1_to_2(&transaction).await?;
+                }
+                migrate_2_to_3(&transaction).await?;
+                tracing::info!(
+                    "postgres store: schema migrated from version {found} to {POSTGRES_SCHEMA_VERSION}"
+                );
             } else if found != POSTGRES_SCHEMA_VERSION {
                 return Err(OpenError::PostgresSchemaVersion {
                     found,
@@ -278,11 +284,21 @@ async fn ensure_schema(client: &mut Client) -> Result<(), OpenError> {
     transaction.commit().await.map_err(open_error)
 }
 
-/// Version 1 to 2: the membership table version and its functions.
+/// Version 1 to 2: the membership table version.
 async fn migrate_1_to_2(transaction: &tokio_postgres::Transaction<'_>) -> Result<(), OpenError> {
-    use super::postgres_membership::{MEMBER_FUNCTIONS_SQL, MIGRATE_1_TO_2};
+    use super::postgres_membership::MIGRATE_1_TO_2;
     transaction
         .batch_execute(MIGRATE_1_TO_2)
+        .await
+        .map_err(open_error)
+}
+
+/// Version 2 to 3: the member rows' timers, and the membership functions
+/// that write them.
+async fn migrate_2_to_3(transaction: &tokio_postgres::Transaction<'_>) -> Result<(), OpenError> {
+    use super::postgres_membership::{MEMBER_FUNCTIONS_SQL, MIGRATE_2_TO_3};
+    transaction
+        .batch_execute(MIGRATE_2_TO_3)
         .await
         .map_err(open_error)?;
     transaction

@@ -50,6 +50,7 @@ fn member(node: u64) -> MemberWrite {
             cluster: Vec::new(),
             core_count: 1,
             actors: Vec::new(),
+            timers: None,
             version: MemberVersion(0),
         },
     }

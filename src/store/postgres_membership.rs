@@ -29,13 +29,12 @@ use super::record::NodeId;
 /// The columns of a stored membership row, in statement order: the row,
 /// then whether it is a tombstone.
 const MEMBER_COLUMNS: &str = "node_id, incarnation, state, heartbeat, gateway, admin, cluster, \
-     core_count, actors, version, deleted";
+     core_count, actors, version, deleted, timers";
 
 /// Schema version 1 to 2: the table version, each row's stamp of the
 /// version its last change made (`changed`; a version 1 store's rows are
-/// stamped 1, the version it starts at) and its tombstone flag, and the
-/// two functions every membership write goes through. Also what a new
-/// store runs after creating version 1's tables.
+/// stamped 1, the version it starts at) and its tombstone flag. Also what
+/// a new store runs after creating version 1's tables.
 pub(crate) const MIGRATE_1_TO_2: &str = "
 ALTER TABLE routerd_members ADD COLUMN changed BIGINT NOT NULL DEFAULT 1,
     ADD COLUMN deleted BOOLEAN NOT NULL DEFAULT false;
@@ -48,19 +47,39 @@ INSERT INTO routerd_members_version (id, version) VALUES (0, 1);
 UPDATE routerd_schema SET version = 2;
 ";
 
+/// Schema version 2 to 3: each member row carries its process's
+/// failure-detection timers (`MemberTimers`; empty in the rows a version 2
+/// store holds, which their readers treat as unknown), and the write
+/// function takes them (`MEMBER_FUNCTIONS_SQL`, run after it). The write
+/// function of version 2 (without them) stays, for a node of the previous
+/// build still running during a rolling upgrade: it writes a row without
+/// timers, never the timers of the process before it. Also what a new
+/// store runs after version 2.
+pub(crate) const MIGRATE_2_TO_3: &str = "
+ALTER TABLE routerd_members ADD COLUMN timers BYTEA NOT NULL DEFAULT '';
+UPDATE routerd_schema SET version = 3;
+";
+
 /// `routerd_write_member(node, incarnation, state, heartbeat, gateway,
-/// admin, cluster, core_count, actors, expected)`: `expected` 0 inserts if
-/// the node has no row. Returns the row's new version, or 0 when the
-/// condition did not hold (nothing written).
+/// admin, cluster, core_count, actors, timers, expected)`: `expected` 0
+/// inserts if the node has no row. Returns the row's new version, or 0
+/// when the condition did not hold (nothing written). The same without
+/// `timers` writes none.
 ///
 /// `routerd_delete_member(node, expected, left, cluster, actors)`: turns
 /// the row, if it is `left` (state `left`) at version `expected`, into its
-/// tombstone (addresses `cluster` and actors `actors`, both empty) at the
-/// next version. Returns that version, or 0.
+/// tombstone (addresses `cluster` and actors `actors`, both empty; no
+/// timers) at the next version. Returns that version, or 0.
+///
+/// Version 2 created the write without `timers` and the deletion; version
+/// 3 adds the write with them and replaces the other two (the write
+/// without them becomes a call of the one with them), all by `CREATE OR
+/// REPLACE`, so one text serves a new store and a migrated one.
 pub(crate) const MEMBER_FUNCTIONS_SQL: &str = "
-CREATE FUNCTION routerd_write_member(p_node BIGINT, p_incarnation BIGINT, p_state BIGINT,
-    p_heartbeat BIGINT, p_gateway TEXT, p_admin TEXT, p_cluster BYTEA, p_core_count BIGINT,
-    p_actors BYTEA, p_expected BIGINT) RETURNS BIGINT LANGUAGE plpgsql AS $fn$
+CREATE OR REPLACE FUNCTION routerd_write_member(p_node BIGINT, p_incarnation BIGINT,
+    p_state BIGINT, p_heartbeat BIGINT, p_gateway TEXT, p_admin TEXT, p_cluster BYTEA,
+    p_core_count BIGINT, p_actors BYTEA, p_timers BYTEA, p_expected BIGINT) RETURNS BIGINT
+    LANGUAGE plpgsql AS $fn$
 DECLARE
     cur routerd_members%ROWTYPE;
     stamp BIGINT;
@@ -71,9 +90,9 @@ BEGIN
             RETURN 0;
         END IF;
         INSERT INTO routerd_members (node_id, incarnation, state, heartbeat, gateway, admin,
-            cluster, core_count, actors, version, changed, deleted)
+            cluster, core_count, actors, timers, version, changed, deleted)
         VALUES (p_node, p_incarnation, p_state, p_heartbeat, p_gateway, p_admin, p_cluster,
-            p_core_count, p_actors, 1, 0, false)
+            p_core_count, p_actors, p_timers, 1, 0, false)
         ON CONFLICT DO NOTHING;
         IF NOT FOUND THEN
             RETURN 0;
@@ -89,20 +108,27 @@ BEGIN
     stamp := cur.changed;
     IF cur.deleted OR cur.incarnation <> p_incarnation OR cur.state <> p_state
         OR cur.gateway <> p_gateway OR cur.admin <> p_admin OR cur.cluster <> p_cluster
-        OR cur.core_count <> p_core_count OR cur.actors <> p_actors THEN
+        OR cur.core_count <> p_core_count OR cur.actors <> p_actors
+        OR cur.timers <> p_timers THEN
         UPDATE routerd_members_version SET version = version + 1 WHERE id = 0
             RETURNING version INTO stamp;
     END IF;
     UPDATE routerd_members SET incarnation = p_incarnation, state = p_state,
         heartbeat = p_heartbeat, gateway = p_gateway, admin = p_admin, cluster = p_cluster,
-        core_count = p_core_count, actors = p_actors, version = p_expected + 1,
-        changed = stamp, deleted = false
+        core_count = p_core_count, actors = p_actors, timers = p_timers,
+        version = p_expected + 1, changed = stamp, deleted = false
     WHERE node_id = p_node;
     RETURN p_expected + 1;
 END
 $fn$;
-CREATE FUNCTION routerd_delete_member(p_node BIGINT, p_expected BIGINT, p_left BIGINT,
-    p_cluster BYTEA, p_actors BYTEA) RETURNS BIGINT LANGUAGE plpgsql AS $fn$
+CREATE OR REPLACE FUNCTION routerd_write_member(p_node BIGINT, p_incarnation BIGINT,
+    p_state BIGINT, p_heartbeat BIGINT, p_gateway TEXT, p_admin TEXT, p_cluster BYTEA,
+    p_core_count BIGINT, p_actors BYTEA, p_expected BIGINT) RETURNS BIGINT LANGUAGE sql AS $fn$
+    SELECT routerd_write_member(p_node, p_incarnation, p_state, p_heartbeat, p_gateway,
+        p_admin, p_cluster, p_core_count, p_actors, ''::BYTEA, p_expected)
+$fn$;
+CREATE OR REPLACE FUNCTION routerd_delete_member(p_node BIGINT, p_expected BIGINT,
+    p_left BIGINT, p_cluster BYTEA, p_actors BYTEA) RETURNS BIGINT LANGUAGE plpgsql AS $fn$
 DECLARE
     cur routerd_members%ROWTYPE;
     stamp BIGINT;
@@ -114,8 +140,8 @@ BEGIN
     UPDATE routerd_members_version SET version = version + 1 WHERE id = 0
         RETURNING version INTO stamp;
     UPDATE routerd_members SET heartbeat = 0, gateway = '', admin = '', cluster = p_cluster,
-        core_count = 0, actors = p_actors, version = p_expected + 1, changed = stamp,
-        deleted = true
+        core_count = 0, actors = p_actors, timers = '', version = p_expected + 1,
+        changed = stamp, deleted = true
     WHERE node_id = p_node;
     RETURN p_expected + 1;
 END
@@ -123,7 +149,7 @@ $fn$;
 ";
 
 pub(crate) const WRITE_MEMBER: &str =
-    "SELECT routerd_write_member($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+    "SELECT routerd_write_member($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 pub(crate) const DELETE_MEMBER: &str = "SELECT routerd_delete_member($1, $2, $3, $4, $5)";
 
@@ -163,6 +189,7 @@ fn stored_from_row(row: &Row, at: usize) -> Result<(MemberRow, bool), BackendErr
     let corrupt = |error: membership::DecodeError| BackendError::Corrupt(error.0);
     let cluster: Vec<u8> = column(row, at + 6)?;
     let actors: Vec<u8> = column(row, at + 8)?;
+    let timers: Vec<u8> = column(row, at + 11)?;
     let core_count: i64 = column(row, at + 7)?;
     let member = MemberRow {
         node_id: NodeId(uint(column(row, at)?)),
@@ -175,6 +202,7 @@ fn stored_from_row(row: &Row, at: usize) -> Result<(MemberRow, bool), BackendErr
         core_count: u32::try_from(core_count)
             .map_err(|_| BackendError::Corrupt("core_count out of range"))?,
         actors: membership::decode_actors(&actors).map_err(corrupt)?,
+        timers: membership::decode_timers(&timers).map_err(corrupt)?,
         version: MemberVersion(uint(column(row, at + 9)?)),
     };
     Ok((member, column(row, at + 10)?))
@@ -289,12 +317,13 @@ pub(crate) fn write_member<'a>(
     let cluster = membership::encode_addresses(&row.cluster);
     let core_count = i64::from(row.core_count);
     let actors = membership::encode_actors(&row.actors);
+    let timers = membership::encode_timers(row.timers);
     let expected = match write.condition {
         MemberCondition::Absent => 0,
         MemberCondition::VersionEquals(expected) => int(expected.0),
     };
     Box::pin(async move {
-        let params: [&(dyn ToSql + Sync); 10] = [
+        let params: [&(dyn ToSql + Sync); 11] = [
             &node_id,
             &incarnation,
             &state,
@@ -304,6 +333,7 @@ pub(crate) fn write_member<'a>(
             &cluster,
             &core_count,
             &actors,
+            &timers,
             &expected,
         ];
         Reply::Rows(client.query(&st.write_member, &params).await)

@@ -12,8 +12,9 @@ use super::error::BackendError;
 use super::record::{CasVersion, NodeId, RouteRecord, RouteVersion};
 
 /// The schema this build writes and reads, kept in `routerd_schema`.
-/// Version 1 (no membership table version) is migrated at open.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
+/// Versions 1 (no membership table version) and 2 (no timers in the member
+/// rows) are migrated at open.
+pub const POSTGRES_SCHEMA_VERSION: i64 = 3;
 
 /// Serialises schema creation between processes opening one new database
 /// at once: an arbitrary constant, the same in every routerd build.
@@ -192,7 +193,7 @@ mod tests {
     use crate::store::membership::MEMBERS_PAGE_MAX;
     use crate::store::postgres_membership::{
         list_members_sql, poll_members_sql, select_member_sql, DELETE_MEMBER, MEMBER_FUNCTIONS_SQL,
-        MIGRATE_1_TO_2, WRITE_MEMBER,
+        MIGRATE_1_TO_2, MIGRATE_2_TO_3, WRITE_MEMBER,
     };
 
     #[test]
@@ -213,13 +214,18 @@ mod tests {
             "an insert, a change and a deletion move the version"
         );
         assert!(MIGRATE_1_TO_2.contains("UPDATE routerd_schema SET version = 2"));
+        assert!(MIGRATE_2_TO_3.contains("UPDATE routerd_schema SET version = 3"));
+        // The write without timers (a node of the previous build) writes
+        // none rather than leaving the process before it's in the row.
+        assert!(MEMBER_FUNCTIONS_SQL.contains("p_actors, ''::BYTEA, p_expected)"));
+        assert!(MEMBER_FUNCTIONS_SQL.contains("OR cur.timers <> p_timers"));
         // Every parameter a statement names is one the code binds.
         for (sql, count) in [
             (LOCK_ROUTES.to_string(), 3),
             (INSERT_ROUTES.to_string(), 8),
             (UPDATE_ROUTES.to_string(), 10),
             (SELECT_ROUTE.to_string(), 3),
-            (WRITE_MEMBER.to_string(), 10),
+            (WRITE_MEMBER.to_string(), 11),
             (DELETE_MEMBER.to_string(), 5),
             (select_member_sql(), 1),
             (poll_members_sql(), 1),
@@ -237,7 +243,7 @@ mod tests {
             assert!(sql.contains(&format!("CREATE TABLE {table} (")), "{table}");
         }
         assert!(sql.contains("VALUES (1)"));
-        assert_eq!(POSTGRES_SCHEMA_VERSION, 2, "version 1 and one migration");
+        assert_eq!(POSTGRES_SCHEMA_VERSION, 3, "version 1 and two migrations");
     }
 
     #[test]

@@ -189,6 +189,7 @@ impl Statements {
                 .await
                 .map_err(|e| open(&e))?;
         }
+        add_timers_column(&session, &config.keyspace).await?;
         session
             .await_schema_agreement()
             .await
@@ -439,8 +440,8 @@ mod cql;
 #[path = "scylla_members.rs"]
 mod members;
 use self::cql::{
-    create_keyspace, map_lwt_row, statement_specs, table_statements, validate_keyspace,
-    warn_if_tablets, LwtResult, STATEMENT_COUNT,
+    add_timers_column, create_keyspace, map_lwt_row, statement_specs, table_statements,
+    validate_keyspace, warn_if_tablets, LwtResult, STATEMENT_COUNT,
 };
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 //! result row. Pure functions, unit-tested without a cluster.
 
 use super::members::{
-    bump_version_cql, heartbeat_member_cql, init_version_cql, insert_member_cql, list_members_cql,
-    membership_table_cql, select_member_cql, select_members_cql, select_version_cql,
-    update_member_cql,
+    add_timers_column_cql, bump_version_cql, heartbeat_member_cql, init_version_cql,
+    insert_member_cql, list_members_cql, membership_table_cql, select_member_cql,
+    select_members_cql, select_version_cql, timers_column_cql, update_member_cql,
 };
 use super::*;
 
@@ -96,6 +96,37 @@ pub(super) async fn create_keyspace(
                 .map(drop)
                 .map_err(|e| open(&e))
         }
+        Err(error) => Err(open(&error)),
+    }
+}
+
+/// Adds the member rows' `timers` column to a membership table made before
+/// it. Two nodes opening the store at once may both find it missing; the
+/// second `ALTER` is refused as a conflict with the column the first
+/// added, which the check after it tells from a real failure.
+pub(super) async fn add_timers_column(session: &Session, keyspace: &str) -> Result<(), OpenError> {
+    let open = |error: &dyn std::fmt::Display| OpenError::Scylla(error.to_string());
+    let has_column = || async {
+        let rows = session
+            .query_unpaged(timers_column_cql(), (keyspace,))
+            .await
+            .map_err(|e| open(&e))?
+            .into_rows_result()
+            .map_err(|e| open(&e))?;
+        Ok::<bool, OpenError>(rows.rows_num() > 0)
+    };
+    if has_column().await? {
+        return Ok(());
+    }
+    match session
+        .query_unpaged(add_timers_column_cql(keyspace), ())
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(keyspace, "store schema: member rows now carry their timers");
+            Ok(())
+        }
+        Err(_) if has_column().await? => Ok(()),
         Err(error) => Err(open(&error)),
     }
 }

@@ -41,15 +41,28 @@ pub(crate) const VERSION_RACES_MAX: usize = 8;
 
 /// The columns of a stored row, in statement order.
 const COLUMNS: &str = "node_id, incarnation, state, heartbeat, gateway, admin, cluster, \
-     core_count, actors, version, changed, deleted";
+     core_count, actors, version, changed, deleted, timers";
 
 pub(crate) fn membership_table_cql(keyspace: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {keyspace}.membership (p int, node_id bigint, \
          table_version bigint STATIC, incarnation bigint, state int, heartbeat bigint, \
          gateway text, admin text, cluster blob, core_count int, actors blob, version bigint, \
-         changed bigint, deleted boolean, PRIMARY KEY (p, node_id))"
+         changed bigint, deleted boolean, timers blob, PRIMARY KEY (p, node_id))"
     )
+}
+
+/// Whether the membership table has the `timers` column (a table made
+/// before it has not; `ALTER TABLE ... ADD` has no `IF NOT EXISTS`).
+pub(crate) fn timers_column_cql() -> &'static str {
+    "SELECT column_name FROM system_schema.columns WHERE keyspace_name = ? \
+     AND table_name = 'membership' AND column_name = 'timers'"
+}
+
+/// Adds the `timers` column to a membership table made before it: its
+/// rows read as written without timers (unknown to their readers).
+pub(crate) fn add_timers_column_cql(keyspace: &str) -> String {
+    format!("ALTER TABLE {keyspace}.membership ADD timers blob")
 }
 
 /// Creates the table version of a new membership partition (applied once,
@@ -92,7 +105,7 @@ pub(crate) fn heartbeat_member_cql(keyspace: &str) -> String {
 pub(crate) fn insert_member_cql(keyspace: &str) -> String {
     format!(
         "INSERT INTO {keyspace}.membership (p, {COLUMNS}) \
-         VALUES (0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
+         VALUES (0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
     )
 }
 
@@ -101,8 +114,8 @@ pub(crate) fn insert_member_cql(keyspace: &str) -> String {
 pub(crate) fn update_member_cql(keyspace: &str) -> String {
     format!(
         "UPDATE {keyspace}.membership SET incarnation = ?, state = ?, heartbeat = ?, \
-         gateway = ?, admin = ?, cluster = ?, core_count = ?, actors = ?, version = ?, \
-         changed = ?, deleted = ? WHERE p = 0 AND node_id = ? IF version = ?"
+         gateway = ?, admin = ?, cluster = ?, core_count = ?, actors = ?, timers = ?, \
+         version = ?, changed = ?, deleted = ? WHERE p = 0 AND node_id = ? IF version = ?"
     )
 }
 
@@ -148,6 +161,7 @@ type Columns = (
     i64,
     Option<i64>,
     Option<bool>,
+    Option<Vec<u8>>,
 );
 
 fn stored_from(columns: Columns) -> Result<Stored, BackendError> {
@@ -164,6 +178,7 @@ fn stored_from(columns: Columns) -> Result<Stored, BackendError> {
         version,
         _changed,
         deleted,
+        timers,
     ) = columns;
     let corrupt = |error: membership::DecodeError| BackendError::Corrupt(error.0);
     Ok(Stored {
@@ -178,6 +193,8 @@ fn stored_from(columns: Columns) -> Result<Stored, BackendError> {
             core_count: u32::try_from(cores)
                 .map_err(|_| BackendError::Corrupt("negative core_count"))?,
             actors: membership::decode_actors(&actors).map_err(corrupt)?,
+            timers: membership::decode_timers(timers.as_deref().unwrap_or_default())
+                .map_err(corrupt)?,
             version: MemberVersion(version as u64),
         },
         deleted: deleted.unwrap_or(false),
@@ -231,6 +248,7 @@ fn update_values(
         Vec<u8>,
         i32,
         Vec<u8>,
+        Vec<u8>,
         i64,
         i64,
         bool,
@@ -248,6 +266,7 @@ fn update_values(
             membership::encode_addresses(&row.cluster),
             row.core_count as i32,
             membership::encode_actors(&row.actors),
+            membership::encode_timers(row.timers),
             version.0 as i64,
             changed,
             deleted,
@@ -397,6 +416,7 @@ impl Statements {
                 version,
                 1_i64,
                 false,
+                Vec::<u8>::new(),
             );
             self.session
                 .execute_unpaged(&self.insert_member, values)
@@ -607,6 +627,7 @@ impl Statements {
                     version.0 as i64,
                     stamp,
                     deleted,
+                    membership::encode_timers(row.timers),
                 );
                 self.session.batch(&batch, (insert, bump)).await
             }
@@ -617,7 +638,7 @@ impl Statements {
                     update_values(row, version, stamp, deleted, expected);
                 let update = (
                     fields.0, fields.1, fields.2, fields.3, fields.4, fields.5, fields.6, fields.7,
-                    fields.8, fields.9, fields.10, node, expected,
+                    fields.8, fields.9, fields.10, fields.11, node, expected,
                 );
                 self.session.batch(&batch, (update, bump)).await
             }

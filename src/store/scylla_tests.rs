@@ -144,9 +144,10 @@ fn statements_use_lwt_and_the_keyspace() {
     assert_eq!(update_if_cas_cql("ks").matches('?').count(), 10);
     assert_eq!(insert_if_absent_cql("ks").matches('?').count(), 8);
     assert!(insert_member_cql("ks").ends_with("IF NOT EXISTS"));
-    assert_eq!(insert_member_cql("ks").matches('?').count(), 12);
+    assert_eq!(insert_member_cql("ks").matches('?').count(), 13);
     assert!(update_member_cql("ks").ends_with("WHERE p = 0 AND node_id = ? IF version = ?"));
-    assert_eq!(update_member_cql("ks").matches('?').count(), 13);
+    assert_eq!(update_member_cql("ks").matches('?').count(), 14);
+    assert!(update_member_cql("ks").contains("timers = ?"));
     assert!(heartbeat_member_cql("ks").contains("SET heartbeat = ?, version = ? WHERE"));
     assert!(!heartbeat_member_cql("ks").contains("table_version"));
     assert!(bump_version_cql("ks").ends_with("WHERE p = 0 IF table_version = ?"));
@@ -158,6 +159,14 @@ fn statements_use_lwt_and_the_keyspace() {
     let table = membership_table_cql("ks");
     assert!(table.contains("table_version bigint STATIC"), "{table}");
     assert!(table.contains("PRIMARY KEY (p, node_id)"), "{table}");
+    // A table made before the timers gets their column at open.
+    assert!(table.contains("timers blob"), "{table}");
+    assert_eq!(
+        add_timers_column_cql("ks"),
+        "ALTER TABLE ks.membership ADD timers blob"
+    );
+    assert!(timers_column_cql().contains("FROM system_schema.columns"));
+    assert!(timers_column_cql().contains("column_name = 'timers'"));
     let tables = table_statements("ks");
     assert_eq!(tables.len(), 2);
     assert!(tables

@@ -44,9 +44,9 @@ use super::record::{
 use crate::config::{SqliteSynchronous, StoreConfig};
 
 /// The schema this build reads and writes, kept in `PRAGMA user_version`.
-/// Versions 1 (no incarnations) and 2 (no table version) are migrated in
-/// place at open.
-pub const SCHEMA_VERSION: i64 = 3;
+/// Versions 1 (no incarnations), 2 (no table version) and 3 (no timers in
+/// the member rows) are migrated in place at open.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// `PRAGMA quick_check` at open may run this long at most; past it the
 /// check is stopped and the store opens (a big file would otherwise delay
@@ -112,6 +112,13 @@ CREATE TABLE members_version (
     version INTEGER NOT NULL
 );
 INSERT INTO members_version (id, version) VALUES (0, 1);
+";
+
+/// Version 3 to 4: each member row carries its process's failure-detection
+/// timers (`MemberTimers`; empty in the rows a version 3 store holds,
+/// which their readers treat as unknown).
+const MIGRATE_3_TO_4: &str = "
+ALTER TABLE members ADD COLUMN timers BLOB NOT NULL DEFAULT x'';
 ";
 
 /// Version 1 to 2: records learn their owner's incarnation (0: unknown,
@@ -301,16 +308,20 @@ fn ensure_schema(connection: &mut Connection, path: &Path) -> Result<(), OpenErr
             transaction.execute_batch(SCHEMA).map_err(sqlite)?;
             transaction.execute_batch(MEMBERS_SCHEMA).map_err(sqlite)?;
             transaction.execute_batch(MIGRATE_2_TO_3).map_err(sqlite)?;
+            transaction.execute_batch(MIGRATE_3_TO_4).map_err(sqlite)?;
             transaction
                 .pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sqlite)?;
         }
-        (1 | 2, _) => {
+        (1..=3, _) => {
             if found == 1 {
                 transaction.execute_batch(MIGRATE_1_TO_2).map_err(sqlite)?;
                 transaction.execute_batch(MEMBERS_SCHEMA).map_err(sqlite)?;
             }
-            transaction.execute_batch(MIGRATE_2_TO_3).map_err(sqlite)?;
+            if found <= 2 {
+                transaction.execute_batch(MIGRATE_2_TO_3).map_err(sqlite)?;
+            }
+            transaction.execute_batch(MIGRATE_3_TO_4).map_err(sqlite)?;
             transaction
                 .pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sqlite)?;

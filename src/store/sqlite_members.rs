@@ -60,8 +60,8 @@ pub(super) fn write_member(
     transaction
         .prepare_cached(
             "INSERT OR REPLACE INTO members (node_id, incarnation, state, heartbeat, gateway, \
-             admin, cluster, core_count, actors, version, changed, deleted) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0)",
+             admin, cluster, core_count, actors, version, changed, deleted, timers) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12)",
         )?
         .execute(params![
             int(row.node_id.0),
@@ -75,6 +75,7 @@ pub(super) fn write_member(
             membership::encode_actors(&row.actors),
             int(next.0),
             changed,
+            membership::encode_timers(row.timers),
         ])?;
     Ok(MemberOutcome::Applied(next))
 }
@@ -101,8 +102,8 @@ pub(super) fn delete_member(
     transaction
         .prepare_cached(
             "UPDATE members SET state = ?2, heartbeat = 0, gateway = '', admin = '', \
-             cluster = ?3, core_count = 0, actors = ?4, version = ?5, changed = ?6, deleted = 1 \
-             WHERE node_id = ?1",
+             cluster = ?3, core_count = 0, actors = ?4, version = ?5, changed = ?6, deleted = 1, \
+             timers = x'' WHERE node_id = ?1",
         )?
         .execute(params![
             int(node_id.0),
@@ -179,7 +180,7 @@ pub(super) fn list_members(
 }
 
 const MEMBER_COLUMNS: &str = "node_id, incarnation, state, heartbeat, gateway, admin, cluster, \
-     core_count, actors, version, changed, deleted";
+     core_count, actors, version, changed, deleted, timers";
 
 fn select_member(
     transaction: &Transaction,
@@ -200,6 +201,7 @@ fn member_from_row(row: &rusqlite::Row<'_>) -> Result<StoredMember, BackendError
     let corrupt = |error: membership::DecodeError| BackendError::Corrupt(error.0);
     let cluster: Vec<u8> = row.get(6)?;
     let actors: Vec<u8> = row.get(8)?;
+    let timers: Vec<u8> = row.get(12)?;
     Ok(StoredMember {
         row: MemberRow {
             node_id: NodeId(uint(row.get(0)?)),
@@ -211,6 +213,7 @@ fn member_from_row(row: &rusqlite::Row<'_>) -> Result<StoredMember, BackendError
             cluster: membership::decode_addresses(&cluster).map_err(corrupt)?,
             core_count: row.get(7)?,
             actors: membership::decode_actors(&actors).map_err(corrupt)?,
+            timers: membership::decode_timers(&timers).map_err(corrupt)?,
             version: MemberVersion(uint(row.get(9)?)),
         },
         changed: row.get(10)?,

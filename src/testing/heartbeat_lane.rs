@@ -270,6 +270,7 @@ fn member(node: u64, heartbeat: u64, condition: MemberCondition) -> MemberWrite 
             cluster: Vec::new(),
             core_count: 1,
             actors: Vec::new(),
+            timers: None,
             version: MemberVersion(0),
         },
     }

@@ -134,11 +134,36 @@ impl LocalCluster {
     }
 
     pub fn start_with_secret(&self, id: u64, secret: &str) -> ServeProcess {
+        self.start_body(&self.body(id, secret))
+    }
+
+    /// Starts node `id` with a lease and a down timer of its own instead
+    /// of the cluster's (the heartbeat interval stays `HEARTBEAT_MS`).
+    pub fn start_with_timers(
+        &self,
+        id: u64,
+        fence_after_ms: u64,
+        down_after_ms: u64,
+    ) -> ServeProcess {
+        let body = self
+            .body(id, "the test cluster's secret")
+            .replace(
+                &format!("fence_after_ms = {FENCE_AFTER_MS}\n"),
+                &format!("fence_after_ms = {fence_after_ms}\n"),
+            )
+            .replace(
+                &format!("down_after_ms = {DOWN_AFTER_MS}\n"),
+                &format!("down_after_ms = {down_after_ms}\n"),
+            );
+        self.start_body(&body)
+    }
+
+    fn start_body(&self, body: &str) -> ServeProcess {
         let start = self.starts.get() + 1;
         self.starts.set(start);
         let dir = self.dir.path().join(format!("start-{start}"));
         std::fs::create_dir_all(&dir).unwrap();
-        ServeProcess::start(&dir, &self.body(id, secret))
+        ServeProcess::start(&dir, body)
     }
 }
 

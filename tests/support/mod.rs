@@ -4,14 +4,16 @@
 //! child). What several tests share beside: local clusters (`cluster`), the
 //! admin endpoint's HTTP client (`http`), network namespaces with cuts
 //! (`netns`), a player side that admits every login (`port`), the two-process store race (`store_race`), a flood of silent
-//! connections (`flood`), a well-behaved game client (`follower`) and a
-//! strict exposition parser (`prometheus`).
+//! connections (`flood`), a well-behaved game client (`follower`), a
+//! strict exposition parser (`prometheus`) and what a migrated store does
+//! with member rows from before their timers (`member_timers`).
 #![allow(dead_code)]
 
 pub mod cluster;
 pub mod flood;
 pub mod follower;
 pub mod http;
+pub mod member_timers;
 pub mod netns;
 pub mod port;
 pub mod prometheus;

@@ -14,7 +14,7 @@
 //!   fewer) live members other than this node, and `lowest_live` the
 //!   lowest live id.
 //! - A declaration sent is a CAS on the row as read, same incarnation, that
-//!   stood at that version for `down_after_ms` (this node's clock); a
+//!   stood at that version for `down_wait_ms` (this node's clock); a
 //!   deletion is of a `left` row, by its lowest live node, after
 //!   `left_retention_ms`; a join takes an incarnation above every one held.
 
@@ -220,10 +220,11 @@ impl Membership {
                         continue;
                     }
                     let stood_ms = now_ms.saturating_sub(seen.since_ms);
+                    let wait_ms = self.down_wait_ms(&seen.row);
                     if write.row.state != MemberState::Down
                         || write.row.incarnation != seen.row.incarnation
                         || seen.row.state.is_ended()
-                        || stood_ms < self.down_after_ms
+                        || stood_ms < wait_ms
                     {
                         return Err(format!(
                             "declares {node:?} down (incarnation {} `{}`) on its row at \
@@ -233,7 +234,7 @@ impl Membership {
                             write.row.state.as_str(),
                             seen.row.incarnation,
                             seen.row.state.as_str(),
-                            self.down_after_ms
+                            wait_ms
                         ));
                     }
                 }

@@ -20,7 +20,7 @@ impl Membership {
             Some(row) if row.incarnation > self.held_incarnation && !row.state.is_ended() => {
                 // Another process holds the id (or this one's own join
                 // whose answer was lost: it stands still, and is taken
-                // after `down_after_ms` like any stalled row).
+                // after `down_wait_ms` like any stalled row).
                 format!(
                     "node id {} is held by incarnation {}, which this process did not take \
                      ({how})",
@@ -43,7 +43,7 @@ impl Membership {
 
     /// Watches a row another process wrote: its heartbeat moving means
     /// that process lives, and this one must go; standing still for
-    /// `down_after_ms` means it is gone, and this one takes the next
+    /// `down_wait_ms` means it is gone, and this one takes the next
     /// incarnation as any start would.
     pub(super) fn watch_displaced(
         &mut self,
@@ -65,7 +65,7 @@ impl Membership {
             self.events.push(Event::TakenOver {
                 incarnation: row.incarnation,
             });
-        } else if now_ms.saturating_sub(since) >= self.down_after_ms {
+        } else if now_ms.saturating_sub(since) >= self.down_wait_ms(&row) {
             let condition = MemberCondition::VersionEquals(row.version);
             self.join(now_ms, row.incarnation + 1, condition);
         }
@@ -90,9 +90,11 @@ impl Membership {
                 if row.version != version || row.heartbeat != heartbeat {
                     self.phase = Phase::Refused;
                     self.events.push(Event::Refused { node: self.me });
-                } else if now_ms.saturating_sub(since) >= self.down_after_ms {
+                } else if now_ms.saturating_sub(since) >= self.down_wait_ms(&row) {
                     // The holder of the id stopped heartbeating as long as
-                    // an observer waits before declaring it down.
+                    // an observer waits before declaring it down (its own
+                    // lease counted, which may be longer than this
+                    // process's config says).
                     let condition = MemberCondition::VersionEquals(row.version);
                     self.join(now_ms, row.incarnation + 1, condition);
                 }

@@ -12,7 +12,7 @@
 //!   on a ring ordered by a hash of their ids; each watches the
 //!   `WATCHED_PER_NODE` that follow it, so every live member is watched by
 //!   as many: those that precede it. A watched member whose row stood at one
-//!   version for `down_after_ms` since this node first read that version
+//!   version for `down_wait_ms` since this node first read that version
 //!   (its own clock) is declared down by CAS on it: a heartbeat in between
 //!   moved the version, and the declaration fails. A row read at any time
 //!   proves the row had that version then, so a version first seen by a
@@ -288,7 +288,8 @@ impl Membership {
     }
 
     /// Declares down every watched member whose row, as this poll read
-    /// it (`read`), stood at one version for `down_after_ms`, by CAS on
+    /// it (`read`), stood at one version for `down_after_ms` (or its own
+    /// lease and margin, when longer: `down_wait_ms`), by CAS on
     /// that version. Only a node that serves judges: its watch list is its
     /// own view's. A member the poll did not read (the ring changed since
     /// it was sent) waits for the next poll: its row as last read may be
@@ -298,11 +299,13 @@ impl Membership {
             return;
         }
         let watched = self.watched().to_vec();
+        let own = self.timers();
         for node in watched.into_iter().filter(|node| read.contains(node)) {
             let Some(seen) = self.observed.get_mut(&node) else {
                 continue;
             };
-            let stalled = now_ms.saturating_sub(seen.since_ms) >= self.down_after_ms;
+            let wait_ms = super::down_wait_ms(own, seen.row.timers);
+            let stalled = now_ms.saturating_sub(seen.since_ms) >= wait_ms;
             let stalled = stalled || mutant::active(Mutant::DeclareMovedRow);
             if seen.row.state.is_ended() || !stalled || seen.declaring {
                 continue;
