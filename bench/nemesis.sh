@@ -24,7 +24,9 @@
 #                             from the seed)
 #   NEMESIS_STORE_TIMEOUT_MS=N  store.request_timeout_ms (default: drawn)
 #   NEMESIS_TIMERS=all        draws the timers among every value tests/nemesis/procs.rs
-#                             lists, not only those on by default
+#                             lists, not only those on by default, and in one run of
+#                             two a node (1 to 3) whose lease is twice the others'
+#   NEMESIS_LONG_LEASE=N|none that node (N), or none, whatever was drawn
 #   NEMESIS_KEYS=0|1          1 (the default here; `cargo test` runs 0): every
 #                             increment carries a request key and an uncertain one
 #                             is retried with it until answered; the checker

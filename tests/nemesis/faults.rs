@@ -587,6 +587,7 @@ fn abilities(partitions: bool, server: bool, kinds: Option<Vec<String>>) -> Abil
         timers: Timers {
             save_interval_ms: 200,
             store_timeout_ms: 300,
+            long_lease_node: None,
         },
         kinds,
     }

@@ -22,7 +22,8 @@
 //! `NEMESIS_SAVE_MS` and `NEMESIS_STORE_TIMEOUT_MS` (the save interval and
 //! the store's request timeout; default drawn from the seed, among the
 //! values `procs.rs` marks on by default, or among all with
-//! `NEMESIS_TIMERS=all`),
+//! `NEMESIS_TIMERS=all`, which in one run of two also gives a node a lease
+//! twice the others'), `NEMESIS_LONG_LEASE=N|none` (that node, or none),
 //! `NEMESIS_HISTORY=FILE` (every operation, fault and poll written there,
 //! one a line, in time order). Partitions need root and `ip netns`, the
 //! disk faults root and tmpfs; without them the run says so and does the
@@ -116,10 +117,14 @@ impl Settings {
         if self.keyed {
             faults += " NEMESIS_KEYS=1";
         }
+        let long_lease = self
+            .timers
+            .long_lease_node
+            .map_or("none".to_string(), |node| node.to_string());
         format!(
             "NEMESIS_SEED={} NEMESIS_SECONDS={} NEMESIS_PERSIST={} NEMESIS_STORE={kind} \
              NEMESIS_NODES={} NEMESIS_PLAYERS={}{faults} NEMESIS_SAVE_MS={} \
-             NEMESIS_STORE_TIMEOUT_MS={}",
+             NEMESIS_STORE_TIMEOUT_MS={} NEMESIS_LONG_LEASE={long_lease}",
             self.seed,
             self.seconds,
             self.persist,

@@ -70,6 +70,11 @@ const STORE_TIMEOUTS_MS: &[(u64, bool)] = &[
 pub struct Timers {
     pub save_interval_ms: u64,
     pub store_timeout_ms: u64,
+    /// A node whose operator set a lease twice the others'
+    /// (`fence_after_ms`, with the shortest `down_after_ms` its own config
+    /// allows): the others must wait it out before they claim what it
+    /// owns. Drawn with `NEMESIS_TIMERS=all` (or `NEMESIS_LONG_LEASE=N`).
+    pub long_lease_node: Option<u64>,
 }
 
 impl Timers {
@@ -78,7 +83,18 @@ impl Timers {
     pub const STEADY: Timers = Timers {
         save_interval_ms: 3000,
         store_timeout_ms: 2000,
+        long_lease_node: None,
     };
+
+    /// The `fence_after_ms` and `down_after_ms` of node `node_id`.
+    pub fn lease_of(&self, node_id: u64) -> (u64, u64) {
+        if self.long_lease_node == Some(node_id) {
+            let fence = 2 * FENCE_AFTER_MS;
+            (fence, fence + 2 * HEARTBEAT_MS)
+        } else {
+            (FENCE_AFTER_MS, DOWN_AFTER_MS)
+        }
+    }
 
     /// Draws from the values on by default, or from all of them when
     /// `NEMESIS_TIMERS=all`.
@@ -101,15 +117,26 @@ impl Timers {
             drawn[rng.random_range(0..drawn.len())]
         };
         let (save, timeout) = (pick(SAVE_INTERVALS_MS), pick(STORE_TIMEOUTS_MS));
+        // Drawn after the others, so a seed keeps the values it drew before.
+        let long_lease = (every && rng.random_range(0..2) == 0).then(|| rng.random_range(1..=3));
         let set = |name: &str, drawn: u64| match std::env::var(name) {
             Ok(text) => text
                 .parse()
                 .unwrap_or_else(|_| panic!("{name}={text:?} is not a number of ms")),
             Err(_) => drawn,
         };
+        let long_lease_node = match std::env::var("NEMESIS_LONG_LEASE") {
+            Ok(text) if text == "none" => None,
+            Ok(text) => Some(
+                text.parse()
+                    .unwrap_or_else(|_| panic!("NEMESIS_LONG_LEASE={text:?} is a node id or none")),
+            ),
+            Err(_) => long_lease,
+        };
         Timers {
             save_interval_ms: set("NEMESIS_SAVE_MS", save),
             store_timeout_ms: set("NEMESIS_STORE_TIMEOUT_MS", timeout),
+            long_lease_node,
         }
     }
 }
@@ -121,7 +148,17 @@ impl std::fmt::Display for Timers {
             "object_save_interval_ms {}, store request_timeout_ms {}, heartbeat {HEARTBEAT_MS} ms, \
              fence_after {FENCE_AFTER_MS} ms, down_after {DOWN_AFTER_MS} ms",
             self.save_interval_ms, self.store_timeout_ms
-        )
+        )?;
+        match self.long_lease_node {
+            Some(node) => {
+                let (fence, down) = self.lease_of(node);
+                write!(
+                    f,
+                    "; node {node}: fence_after {fence} ms, down_after {down} ms"
+                )
+            }
+            None => Ok(()),
+        }
     }
 }
 
@@ -249,6 +286,7 @@ impl NodeSpec {
 
     fn config(&self, node_id: u64, serial: u32, host: &str, cores: usize) -> String {
         let data = self.dir.join(format!("data-{node_id}-{serial}"));
+        let (fence, down) = self.timers.lease_of(node_id);
         let save = if self.persist == "interval" {
             format!(
                 "[router]\nobject_save_interval_ms = {}\n",
@@ -262,8 +300,8 @@ impl NodeSpec {
              [cores]\ncpus = [{cpus}]\nrecv_buffers = 64\nshutdown_deadline_ms = 3000\n\
              {store}\
              [cluster]\nlisten = \"{host}:0\"\nsecret = {CLUSTER_SECRET:?}\n\
-             heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\n\
-             down_after_ms = {DOWN_AFTER_MS}\ndrain_timeout_ms = {DRAIN_TIMEOUT_MS}\n\
+             heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {fence}\n\
+             down_after_ms = {down}\ndrain_timeout_ms = {DRAIN_TIMEOUT_MS}\n\
              [gateway]\nlisten = \"{host}:0\"\nrequest_timeout_ms = {REQUEST_TIMEOUT_MS}\n\
              [admin]\nlisten = \"{host}:0\"\ntoken = {ADMIN_TOKEN:?}\n\
              [auth]\nsecret = {SECRET:?}\nduplicate_login = \"multi\"\n\
