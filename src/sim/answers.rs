@@ -86,11 +86,19 @@ impl Answers {
         }
     }
 
-    /// The earliest request whose deadline passed before `now_ms`.
-    fn overdue(&self, now_ms: u64) -> Option<(u64, RequestId)> {
+    /// The earliest request whose deadline passed before `now_ms`, its
+    /// holder's pause so far left out (`paused_for(node)`: how long the
+    /// process holding it has been frozen, if it is): a pause is added to
+    /// the deadline only when the process resumes (`resumed`), and one
+    /// still going excuses the wait as much.
+    fn overdue(&self, now_ms: u64, paused_for: impl Fn(u64) -> u64) -> Option<(u64, RequestId)> {
         self.deadlines
-            .first()
-            .filter(|(deadline, _)| *deadline < now_ms)
+            .iter()
+            .take_while(|(deadline, _)| *deadline < now_ms)
+            .find(|(deadline, request)| {
+                let paused_ms = self.at(*request).map_or(0, &paused_for);
+                deadline.saturating_add(paused_ms) < now_ms
+            })
             .copied()
     }
 
@@ -109,7 +117,13 @@ impl World {
         if self.safety.is_disabled(Invariant::RequestUnanswered) {
             return Ok(());
         }
-        let Some((deadline, request)) = self.answers.overdue(self.now_ms) else {
+        let paused_for = |node: u64| {
+            self.nodes
+                .get(&node)
+                .and_then(|n| n.paused.as_ref())
+                .map_or(0, |pause| self.now_ms.saturating_sub(pause.since_ms))
+        };
+        let Some((deadline, request)) = self.answers.overdue(self.now_ms, paused_for) else {
             return Ok(());
         };
         let key = self.ops.get(&request).map(|op| op.key);
