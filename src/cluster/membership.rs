@@ -231,9 +231,9 @@ struct Serving {
 /// One node's membership machine.
 pub struct Membership {
     me: NodeId,
-    interval_ms: u64,
-    fence_after_ms: u64,
-    down_after_ms: u64,
+    /// This node's heartbeat interval, lease and wait before declaring,
+    /// as its row carries them.
+    timers: MemberTimers,
     left_retention_ms: u64,
     advert: Advertisement,
     phase: Phase,
@@ -269,9 +269,7 @@ impl Membership {
     pub fn new(me: NodeId, config: &ClusterConfig, advert: Advertisement) -> Membership {
         Membership {
             me,
-            interval_ms: config.heartbeat_interval_ms,
-            fence_after_ms: config.fence_after_ms,
-            down_after_ms: config.down_after_ms,
+            timers: timers_of(config),
             left_retention_ms: config.left_retention_ms,
             advert,
             phase: Phase::Starting { watching: None },
@@ -294,7 +292,7 @@ impl Membership {
 
     /// How often the driver should call `on_tick`.
     pub fn tick_ms(&self) -> u64 {
-        (self.interval_ms / 2).max(1)
+        (self.timers.heartbeat_interval_ms / 2).max(1)
     }
 
     pub fn take_actions(&mut self) -> Vec<Action> {
@@ -416,7 +414,7 @@ impl Membership {
         }
         let heartbeat = serving.heartbeat + 1;
         serving.in_flight = Some(heartbeat);
-        serving.next_heartbeat_ms = now_ms + self.interval_ms;
+        serving.next_heartbeat_ms = now_ms + self.timers.heartbeat_interval_ms;
         let (incarnation, state, version) =
             (serving.incarnation, serving.wanted_state, serving.version);
         let row = self.row(incarnation, state, heartbeat, version);
@@ -457,17 +455,13 @@ impl Membership {
 
     /// The timers this node runs with, as its row carries them.
     pub fn timers(&self) -> MemberTimers {
-        MemberTimers {
-            heartbeat_interval_ms: self.interval_ms,
-            fence_after_ms: self.fence_after_ms,
-            down_after_ms: self.down_after_ms,
-        }
+        self.timers
     }
 
     /// How long `row` must stand still on this node's clock before this
     /// node may take its process for dead (see `down_wait_ms`).
     pub fn down_wait_ms(&self, row: &MemberRow) -> u64 {
-        down_wait_ms(self.timers(), row.timers)
+        down_wait_ms(self.timers, row.timers)
     }
 
     /// A lease that ran out stops the node serving; it keeps its
@@ -490,7 +484,7 @@ impl Membership {
         let cause = format!(
             "no heartbeat applied for {} ms (cluster.fence_after_ms = {}): {failure}",
             now_ms.saturating_sub(serving.last_applied_ms),
-            self.fence_after_ms
+            self.timers.fence_after_ms
         );
         self.events.push(Event::LeaseLapsed {
             at_ms: serving.lease_until_ms,
@@ -571,7 +565,7 @@ impl Membership {
                 // A heartbeat sent before time jumped renews nothing: its
                 // send time undercounts.
                 if sent_at_ms >= serving.renew_from_ms {
-                    let until_ms = sent_at_ms + self.fence_after_ms;
+                    let until_ms = sent_at_ms + self.timers.fence_after_ms;
                     serving.lease_until_ms = serving.lease_until_ms.max(until_ms);
                     self.events.push(Event::Lease { until_ms });
                     if now_ms < serving.lease_until_ms {

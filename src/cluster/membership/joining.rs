@@ -183,7 +183,7 @@ impl Membership {
             return;
         };
         let incarnation = write.row.incarnation;
-        let lease_until_ms = sent_at_ms + self.fence_after_ms;
+        let lease_until_ms = sent_at_ms + self.timers.fence_after_ms;
         let first = !std::mem::replace(&mut self.ever_joined, true);
         self.held_incarnation = self.held_incarnation.max(incarnation);
         self.phase = Phase::Serving(Serving {
@@ -192,7 +192,7 @@ impl Membership {
             heartbeat: 0,
             state: MemberState::Joining,
             in_flight: None,
-            next_heartbeat_ms: now_ms + self.interval_ms,
+            next_heartbeat_ms: now_ms + self.timers.heartbeat_interval_ms,
             wanted_state: if first {
                 MemberState::Joining
             } else {

@@ -299,12 +299,11 @@ impl Membership {
             return;
         }
         let watched = self.watched().to_vec();
-        let own = self.timers();
         for node in watched.into_iter().filter(|node| read.contains(node)) {
             let Some(seen) = self.observed.get_mut(&node) else {
                 continue;
             };
-            let wait_ms = super::down_wait_ms(own, seen.row.timers);
+            let wait_ms = super::down_wait_ms(self.timers, seen.row.timers);
             let stalled = now_ms.saturating_sub(seen.since_ms) >= wait_ms;
             let stalled = stalled || mutant::active(Mutant::DeclareMovedRow);
             if seen.row.state.is_ended() || !stalled || seen.declaring {
