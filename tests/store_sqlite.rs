@@ -10,7 +10,7 @@ use futures_lite::future::block_on;
 use routerd::config::{SqliteSynchronous, StoreConfig};
 use routerd::store::{
     open_sqlite, CasVersion, GroupCommit, LoadError, MemberCondition, MemberOutcome, MemberRow,
-    MemberState, MemberVersion, MemberWrite, NodeId, OpenError, RouteVersion, TableVersion,
+    MemberState, MemberVersion, MemberWrite, NodeId, OpenError, RouteVersion, Store, TableVersion,
     WriteError, WriteOutcome, SCHEMA_VERSION,
 };
 use support::store_race::{self, insert};
@@ -64,6 +64,36 @@ const VERSION_2: &str = "CREATE TABLE routes (type_id INTEGER NOT NULL, zone_id 
              x'00000000', 1, x'00000000', 9);
              PRAGMA user_version = 2;";
 
+/// What a build of schema version 3 ran on a version 2 file.
+const VERSION_2_TO_3: &str = "ALTER TABLE members ADD COLUMN changed INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE members ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX members_changed ON members (changed);
+    CREATE TABLE members_version (id INTEGER PRIMARY KEY CHECK (id = 0), \
+    version INTEGER NOT NULL);
+    INSERT INTO members_version (id, version) VALUES (0, 1);
+    PRAGMA user_version = 3;";
+
+/// The store on a file at `path` made by running `batches` (what an older
+/// build left), opened by this build, which migrates it.
+fn open_migrated(path: &Path, batches: &[&str]) -> Store {
+    let connection = rusqlite::Connection::open(path).expect("raw open");
+    for batch in batches {
+        connection
+            .execute_batch(batch)
+            .expect("an older build's file");
+    }
+    drop(connection);
+    open_sqlite(path, &StoreConfig::default(), GroupCommit::On).expect("migrate")
+}
+
+/// The schema version the file at `path` records.
+fn schema_version_of(path: &Path) -> i64 {
+    rusqlite::Connection::open(path)
+        .expect("raw open")
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .expect("user_version")
+}
+
 /// A file of schema version 2 (membership without a table version) is
 /// migrated in place: its member rows are listed, stamped with the version
 /// it starts at, and the next change moves that version while a
@@ -71,11 +101,7 @@ const VERSION_2: &str = "CREATE TABLE routes (type_id INTEGER NOT NULL, zone_id 
 #[test]
 fn a_version_2_file_is_migrated() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("v2.db");
-    let connection = rusqlite::Connection::open(&path).expect("raw open");
-    connection.execute_batch(VERSION_2).expect("version 2 file");
-    drop(connection);
-    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("migrate");
+    let store = open_migrated(&dir.path().join("v2.db"), &[VERSION_2]);
     let page = block_on(store.list_members(TableVersion(0), NodeId(0))).expect("list");
     assert_eq!(page.rows.len(), 1);
     let row = page.rows[0].clone();
@@ -127,32 +153,13 @@ fn a_version_2_file_is_migrated() {
 fn a_version_3_file_is_migrated() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("v3.db");
-    let connection = rusqlite::Connection::open(&path).expect("raw open");
-    connection.execute_batch(VERSION_2).expect("version 2 file");
-    // What a build of schema version 3 ran on it.
-    connection
-        .execute_batch(
-            "ALTER TABLE members ADD COLUMN changed INTEGER NOT NULL DEFAULT 1;
-             ALTER TABLE members ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
-             CREATE INDEX members_changed ON members (changed);
-             CREATE TABLE members_version (id INTEGER PRIMARY KEY CHECK (id = 0), \
-             version INTEGER NOT NULL);
-             INSERT INTO members_version (id, version) VALUES (0, 1);
-             PRAGMA user_version = 3;",
-        )
-        .expect("version 3 file");
-    drop(connection);
-    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("migrate");
+    let store = open_migrated(&path, &[VERSION_2, VERSION_2_TO_3]);
     let polled = block_on(store.poll_members(vec![NodeId(4)])).expect("poll");
     let row = polled.rows[0].clone();
     assert_eq!(row.version, MemberVersion(9));
     support::member_timers::timers_are_written_as_a_change(&store, row, polled.version);
     drop(store);
-    let raw = rusqlite::Connection::open(&path).expect("raw open");
-    let version: i64 = raw
-        .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .expect("user_version");
-    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(schema_version_of(&path), SCHEMA_VERSION);
 }
 
 /// A file of schema version 1 (before incarnations) is migrated in place:
@@ -161,11 +168,7 @@ fn a_version_3_file_is_migrated() {
 #[test]
 fn a_version_1_file_is_migrated() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("v1.db");
-    let connection = rusqlite::Connection::open(&path).expect("raw open");
-    connection
-        .execute_batch(
-            "CREATE TABLE routes (type_id INTEGER NOT NULL, zone_id INTEGER NOT NULL, \
+    let version_1 = "CREATE TABLE routes (type_id INTEGER NOT NULL, zone_id INTEGER NOT NULL, \
              object_id INTEGER NOT NULL, owner_node INTEGER NOT NULL, \
              route_version INTEGER NOT NULL, save_timepoint_ms INTEGER NOT NULL, \
              cas_version INTEGER NOT NULL, state BLOB NOT NULL, \
@@ -173,11 +176,9 @@ fn a_version_1_file_is_migrated() {
              CREATE TABLE members (node_id INTEGER PRIMARY KEY, addresses BLOB NOT NULL, \
              core_count INTEGER NOT NULL, actors BLOB NOT NULL, heartbeat_ms INTEGER NOT NULL);
              INSERT INTO routes VALUES (2, 0, 42, 3, 5, 1000, 7, x'0102');
-             PRAGMA user_version = 1;",
-        )
-        .expect("version 1 file");
-    drop(connection);
-    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("migrate");
+             PRAGMA user_version = 1;";
+    let path = dir.path().join("v1.db");
+    let store = open_migrated(&path, &[version_1]);
     let record = block_on(store.load(ObjectKey::new(2, 0, 42)))
         .expect("load")
         .expect("record kept");
@@ -196,11 +197,7 @@ fn a_version_1_file_is_migrated() {
     let page = block_on(store.list_members(TableVersion(0), NodeId(0))).expect("list");
     assert!(page.rows.is_empty());
     drop(store);
-    let connection = rusqlite::Connection::open(&path).expect("raw open");
-    let version: i64 = connection
-        .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .expect("version");
-    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(schema_version_of(&path), SCHEMA_VERSION);
 }
 
 /// Holds the file's write lock from another connection, so the store
