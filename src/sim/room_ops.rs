@@ -5,6 +5,7 @@
 use rand::RngExt;
 use wire::ObjectKey;
 
+use super::answers::ANSWER_DEADLINE_MS;
 use super::check::Invariant;
 use super::effects::Submission;
 use super::room_model::{RoomOp, PLAYERS, ROOMS};
@@ -132,31 +133,35 @@ impl World {
         let nodes = self.config.nodes;
         // Without faults a request is answered within a few network and
         // store delays (each at most 20 ms); pulls and saves included,
-        // 300 ms is ample, and each phase waits for the previous one.
+        // 300 ms is ample, and each stage waits for the previous one's
+        // answers. The first waits for what the faults left in flight: a
+        // login of the fault phase still queued somewhere would otherwise
+        // race the calm one, and either may win.
         let step = 300;
+        self.until_answered()?;
         for player in 1..=PLAYERS {
             self.login(player, 1 + player % nodes, true);
         }
-        self.run_until(self.now_ms + step)?;
+        self.calm_stage(step)?;
         for player in 1..=PLAYERS {
             let client = self.rooms.sessions[&player];
             for room in 1..=ROOMS {
                 self.join_or_leave(client, room, false, true);
             }
         }
-        self.run_until(self.now_ms + step)?;
+        self.calm_stage(step)?;
         for player in 1..=PLAYERS {
             let client = self.rooms.sessions[&player];
             for room in (1..=ROOMS).filter(|room| calm_member(player, *room)) {
                 self.join_or_leave(client, room, true, true);
             }
         }
-        self.run_until(self.now_ms + step)?;
+        self.calm_stage(step)?;
         // A login elsewhere moves the player's pushes to the new session.
         for player in (1..=PLAYERS).filter(|p| p % 2 == 0) {
             self.login(player, 1 + (player + 1) % nodes, true);
         }
-        self.run_until(self.now_ms + step)?;
+        self.calm_stage(step)?;
         let mut says = Vec::new();
         for room in 1..=ROOMS {
             let Some(speaker) = (1..=PLAYERS).find(|p| calm_member(*p, room)) else {
@@ -165,7 +170,7 @@ impl World {
             let client = self.rooms.sessions[&speaker];
             says.push((room, self.say(client, room, true)));
         }
-        self.run_until(self.now_ms + step)?;
+        self.calm_stage(step)?;
         self.check_calm_acked()?;
         for (room, token) in says {
             let expected: Vec<(u64, ClientRef)> = (1..=PLAYERS)
@@ -184,6 +189,28 @@ impl World {
                      {pushed:?}, expected {expected:?}"
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// Runs `step_ms`, then on until every request sent was answered: a
+    /// client sends its session's next request once the last was answered
+    /// (the gateway holds a session's requests until its login ended), so a
+    /// join never overtakes the login it follows, whatever held the login.
+    fn calm_stage(&mut self, step_ms: u64) -> Result<(), String> {
+        self.run_until(self.now_ms + step_ms)?;
+        self.until_answered()
+    }
+
+    /// Runs until no request is outstanding, for the answer deadline at
+    /// most (a request still unanswered then fails `check_answers`).
+    fn until_answered(&mut self) -> Result<(), String> {
+        let deadline = self.now_ms + ANSWER_DEADLINE_MS;
+        while self.answers.outstanding() > 0 && self.now_ms < deadline {
+            if !self.next_step()? {
+                break;
+            }
+            self.check()?;
         }
         Ok(())
     }
