@@ -27,21 +27,14 @@ fn libfaketime() -> Option<PathBuf> {
     candidates.into_iter().flatten().find(|path| path.exists())
 }
 
-/// Starts node `id` of `cluster` (its `extra` holds the `[auth]` section),
-/// `wrap` adding to its command.
+/// Starts node `id` of `cluster` with both sessions of a player kept (the
+/// new one must not kick the old), `wrap` adding to its command.
 fn start(
     cluster: &LocalCluster,
     id: u64,
     wrap: impl FnOnce(&mut std::process::Command),
 ) -> ServeProcess {
-    let dir = cluster.dir().join(format!("node-{id}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("node.toml");
-    let body = cluster.body(id, "the test cluster's secret");
-    let listeners = "[gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n";
-    std::fs::write(&config, format!("{body}\n{listeners}")).unwrap();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
-    command.args(["serve", "--config"]).arg(&config);
+    let mut command = cluster.command_with_auth(id, "duplicate_login = \"multi\"\n");
     wrap(&mut command);
     ServeProcess::spawn(command)
 }
@@ -52,12 +45,7 @@ fn a_pause_hidden_from_every_clock_serves_nothing_stale_after_a_takeover() {
         println!("skipped: libfaketime is not installed (apt-get install faketime)");
         return;
     };
-    let mut cluster = LocalCluster::new();
-    // Both sessions of the player stay (the new one must not kick the old).
-    cluster.extra = format!(
-        "[auth]\nsecret = {:?}\nduplicate_login = \"multi\"\n",
-        support::SECRET
-    );
+    let cluster = LocalCluster::new();
     let offset_file = cluster.dir().join("faketime-offset");
     std::fs::write(&offset_file, "+0\n").unwrap();
     // Node 1 under libfaketime: every clock read goes through the offset

@@ -82,6 +82,9 @@ super::metric_set! {
         "routerd_gateway_timeouts_total" Counter { timeouts }
         /// Answers that arrived after their request was answered (timed out) and were dropped.
         "routerd_gateway_late_answers_total" Counter { late_answers }
+        /// Logins the player object admitted after they had ended here (timed out, or the
+        /// session closed), undone by an unbound notice so the player is not left bound to them.
+        "routerd_gateway_late_logins_undone_total" Counter { late_logins_undone }
         /// Sessions closed because gateway.send_queue_max frames, or gateway.send_queue_bytes_max
         /// bytes, waited for them.
         "routerd_gateway_slow_readers_closed_total" Counter { slow_readers_closed }

@@ -226,10 +226,13 @@ impl ServicesSide for Port {
             session_epoch: login.bound_epoch,
             player_id: login.player_id,
         };
+        // A login's route names the binding the player object makes, so
+        // that an admission the gateway no longer waits for can be undone
+        // (`GatewayCore::complete_login`).
         let reply_route = ReplyRoute {
             session_id: login.session_id,
-            session_epoch: login.session_epoch,
-            player_id: 0,
+            session_epoch: login.bound_epoch,
+            player_id: login.player_id,
             route_id: route::AUTH_LOGIN,
             client_seq: login.seq,
         };
@@ -327,7 +330,10 @@ impl ClientSide for Port {
             return self.egress(&route, outcome, answered_at);
         }
         let outcome = match outcome {
-            Ok(_) => LoginOutcome::Admitted,
+            Ok(_) => LoginOutcome::Admitted {
+                player_id: route.player_id,
+                session_epoch: route.session_epoch,
+            },
             Err(Refusal::Code(ErrorCode::AuthFailed)) => {
                 LoginOutcome::Refused(ErrorCode::AuthFailed, ALREADY_LOGGED_IN)
             }
@@ -341,7 +347,7 @@ impl ClientSide for Port {
             ),
         };
         let placed = match (self.placement_grace, outcome) {
-            (Some(grace), LoginOutcome::Admitted) => {
+            (Some(grace), LoginOutcome::Admitted { .. }) => {
                 placement_target(&self.view.snapshot(), self.router.node(), answered_by)
                     .map(|owner| (grace, owner))
             }

@@ -158,6 +158,25 @@ impl LocalCluster {
         self.start_body(&body)
     }
 
+    /// The command that starts node `id` on loopback with `keys` added to
+    /// its `[auth]` section (the test secret is there already), for a test
+    /// that changes how the process starts before `ServeProcess::spawn`.
+    pub fn command_with_auth(&self, id: u64, keys: &str) -> std::process::Command {
+        let dir = self.dir.path().join(format!("node-{id}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("node.toml");
+        let body = format!(
+            "{}\n[gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             [auth]\nsecret = {:?}\n{keys}",
+            self.body(id, "the test cluster's secret"),
+            super::SECRET
+        );
+        std::fs::write(&config, body).unwrap();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
+        command.args(["serve", "--config"]).arg(&config);
+        command
+    }
+
     fn start_body(&self, body: &str) -> ServeProcess {
         let start = self.starts.get() + 1;
         self.starts.set(start);
@@ -255,6 +274,15 @@ pub fn wait_members_up(node: &ServeProcess, peers: &[u64]) {
         };
         (cluster["state"] == "up" && peers.iter().all(|&id| up(id).is_some())).then_some(())
     })
+}
+
+/// The value of one line of a node's `/metrics`, e.g.
+/// `routerd_gateway_sessions_active`.
+pub fn metric_at(admin: SocketAddr, name: &str) -> i64 {
+    let (_, text) = http_get(admin, "/metrics");
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
 }
 
 /// The node id and incarnation `/objects/player/<id>` names as owner.

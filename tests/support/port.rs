@@ -33,7 +33,11 @@ impl ServicesSide for RecordingPort {
             .borrow_mut()
             .push((login.session_id, login.bound_epoch, login.player_id));
         let gateway = self.gateway.borrow().clone().expect("plugged in");
-        gateway.complete_login(login.session_id, login.seq, LoginOutcome::Admitted);
+        let admitted = LoginOutcome::Admitted {
+            player_id: login.player_id,
+            session_epoch: login.bound_epoch,
+        };
+        gateway.complete_login(login.session_id, login.seq, admitted);
         Ok(())
     }
 

@@ -9,6 +9,7 @@ use wire::client::{encode_error_body, ErrorCode, FrameKind, Header};
 use super::egress::{error_code_of, Answered};
 use super::{GatewayCore, PushError};
 use crate::gateway::session::{Binding, EpochExpired, Target};
+use crate::gateway::{Notice, NoticeKind};
 
 /// Why a bind failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -40,8 +41,9 @@ pub struct HeldFrame {
 /// How a login the player object decided ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoginOutcome<'a> {
-    /// Bind the session to the player.
-    Admitted,
+    /// The player object bound the session as `player_id`, under the
+    /// epoch `begin_login` returned: bind it here too.
+    Admitted { player_id: u64, session_epoch: u32 },
     /// Answer this ERROR; the session stays logged out.
     Refused(ErrorCode, &'a str),
 }
@@ -78,7 +80,7 @@ impl GatewayCore {
     /// are released for the driver to replay (`take_released`). Returns the
     /// new binding, if the session was bound. A decision for a login that
     /// is no longer pending (timed out, session closed) is dropped and
-    /// counted as a late answer.
+    /// counted as a late answer (`late_login`).
     pub fn complete_login(
         &mut self,
         session_id: u64,
@@ -86,16 +88,13 @@ impl GatewayCore {
         outcome: LoginOutcome<'_>,
         now: Instant,
     ) -> Option<Binding> {
-        let Some(entry) = self.sessions.get_mut(&session_id) else {
-            self.metrics.gateway.late_answers.inc();
-            return None;
-        };
-        let pending = match entry.login() {
-            Some(pending) if pending.seq == seq => pending,
-            _ => {
-                self.metrics.gateway.late_answers.inc();
-                return None;
-            }
+        let pending = self
+            .sessions
+            .get(&session_id)
+            .and_then(|entry| entry.login())
+            .filter(|pending| pending.seq == seq);
+        let (Some(pending), Some(entry)) = (pending, self.sessions.get_mut(&session_id)) else {
+            return self.late_login(session_id, outcome);
         };
         let transit = entry.transit();
         transit.login = None;
@@ -104,12 +103,11 @@ impl GatewayCore {
         }
         entry.settle();
         let Some(inflight) = entry.inflight.remove(seq) else {
-            self.metrics.gateway.late_answers.inc();
-            return None;
+            return self.late_login(session_id, outcome);
         };
         let epoch = entry.session.session_epoch;
         let (kind, body, binding) = match outcome {
-            LoginOutcome::Admitted => {
+            LoginOutcome::Admitted { .. } => {
                 match self.apply_binding(session_id, Target::Services, pending.player_id, epoch) {
                     Ok(binding) => (
                         FrameKind::Response,
@@ -147,6 +145,45 @@ impl GatewayCore {
         }
         self.settle_resume_offer(session_id, binding.is_some());
         binding
+    }
+
+    /// The player object's decision on a login that already ended here: it
+    /// timed out, or its session closed. An admission left the player
+    /// object bound to a session this gateway never bound, so no close
+    /// will ever unbind it: under `single` the player could not log in
+    /// again, and its pushes would go nowhere. An `Unbound` notice for that
+    /// binding undoes it (the player object drops only the very binding it
+    /// names), unless a later login of the same session holds, or is about
+    /// to hold, that same binding.
+    fn late_login(&mut self, session_id: u64, outcome: LoginOutcome<'_>) -> Option<Binding> {
+        self.metrics.gateway.late_answers.inc();
+        let LoginOutcome::Admitted {
+            player_id,
+            session_epoch,
+        } = outcome
+        else {
+            return None;
+        };
+        let binding = Binding {
+            target: Target::Services,
+            player_id,
+            session_epoch,
+        };
+        if let Some(entry) = self.sessions.get(&session_id) {
+            let rebinding = entry
+                .login()
+                .is_some_and(|login| login.player_id == player_id);
+            if rebinding || entry.session.binding() == binding {
+                return None;
+            }
+        }
+        self.metrics.gateway.late_logins_undone.inc();
+        self.notices.push(Notice {
+            kind: NoticeKind::Unbound,
+            session_id,
+            binding,
+        });
+        None
     }
 
     /// Sessions whose held requests the driver must replay now, with the

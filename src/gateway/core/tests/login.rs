@@ -1,6 +1,7 @@
 //! The login handshake: the binding, held requests and their replay.
 
 use super::*;
+use crate::gateway::Binding;
 
 #[test]
 fn bind_winner_and_loser_are_counted() {
@@ -36,16 +37,13 @@ fn a_login_binds_only_when_its_player_object_admits_it() {
     assert_eq!(f.core.begin_login(s, 1, 7), Some(1));
     assert_eq!(f.core.begin_login(s, 1, 7), None, "one login at a time");
     assert_eq!(f.core.session(s).unwrap().player_id, 0, "not bound yet");
-    let bound = f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    let bound = f.core.complete_login(s, 1, admitted(7, 1), f.now);
     assert_eq!(bound.map(|b| (b.player_id, b.session_epoch)), Some((7, 1)));
     let answer = &frames(&outbox)[0];
     assert_eq!((answer.0, answer.2), (FrameKind::Response, 1));
     assert_eq!(answer.3, 7u64.to_le_bytes());
     // A second decision for the same login is late, and changes nothing.
-    assert!(f
-        .core
-        .complete_login(s, 1, LoginOutcome::Admitted, f.now)
-        .is_none());
+    assert!(f.core.complete_login(s, 1, admitted(7, 1), f.now).is_none());
     assert_eq!(f.core.session(s).unwrap().session_epoch, 1);
 }
 
@@ -78,7 +76,7 @@ fn requests_behind_a_pending_login_wait_then_replay_in_order() {
     let mut released = Vec::new();
     f.core.take_released(&mut released);
     assert!(released.is_empty(), "nothing to replay while pending");
-    f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    f.core.complete_login(s, 1, admitted(7, 1), f.now);
     f.core.take_released(&mut released);
     assert_eq!(released.len(), 1);
     let (session, held) = &released[0];
@@ -106,7 +104,7 @@ fn a_login_s_state_lasts_only_while_the_login_runs() {
     f.request(s, route::AUTH_LOGIN, 1).unwrap();
     f.core.begin_login(s, 1, 7);
     assert!(f.core.sessions[&s].transit.is_some());
-    f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    f.core.complete_login(s, 1, admitted(7, 1), f.now);
     assert!(f.core.session(s).unwrap().is_logged_in());
     assert!(f.core.sessions[&s].transit.is_none());
     // A login that times out leaves none either, once what waited behind
@@ -136,11 +134,80 @@ fn a_login_that_times_out_releases_what_waited_behind_it() {
     f.core.take_released(&mut released);
     assert_eq!(released.len(), 1, "the held get is replayed");
     // The late decision finds no login pending.
+    assert!(f.core.complete_login(s, 1, admitted(7, 1), later).is_none());
+    assert!(!f.core.session(s).unwrap().is_logged_in());
+}
+
+fn unbound(session_id: u64, player_id: u64, session_epoch: u32) -> Notice {
+    Notice {
+        kind: NoticeKind::Unbound,
+        session_id,
+        binding: Binding {
+            target: Target::Services,
+            player_id,
+            session_epoch,
+        },
+    }
+}
+
+/// Nothing here will ever unbind a session from its player object if the
+/// gateway never bound it: a login the player object admitted after it
+/// timed out, or after its session closed, is undone by a notice naming
+/// the very binding the player object made (under `single`, the player
+/// could otherwise never log in again).
+#[test]
+fn a_login_admitted_after_it_ended_here_is_undone() {
+    let mut f = Fixture::new();
+    // Timed out: the session stays open, logged out.
+    let (s, _outbox) = f.open();
+    f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    assert_eq!(f.core.begin_login(s, 1, 7), Some(1));
+    let later = f.now + limits().request_timeout;
+    assert_eq!(f.core.expire(later), 1);
+    assert!(f.core.complete_login(s, 1, admitted(7, 1), later).is_none());
+    assert_eq!(f.notices(), [unbound(s, 7, 1)]);
+    // Closed: the session is gone when the admission arrives.
+    let (closed, _outbox) = f.open();
+    f.request(closed, route::AUTH_LOGIN, 1).unwrap();
+    assert_eq!(f.core.begin_login(closed, 1, 8), Some(1));
+    assert!(f.core.close(closed, CloseReason::PeerClosed));
+    assert!(
+        f.notices()
+            .iter()
+            .all(|notice| notice.binding.target != Target::Services),
+        "never bound here: the player object hears nothing at the close"
+    );
     assert!(f
         .core
-        .complete_login(s, 1, LoginOutcome::Admitted, later)
+        .complete_login(closed, 1, admitted(8, 1), later)
         .is_none());
-    assert!(!f.core.session(s).unwrap().is_logged_in());
+    assert_eq!(f.notices(), [unbound(closed, 8, 1)]);
+    assert_eq!(f.metrics.gateway.late_logins_undone.get(), 2);
+    assert_eq!(f.metrics.gateway.late_answers.get(), 2);
+}
+
+/// A session whose first login timed out logs in again: both logins make
+/// the same binding (same session, player and epoch), which the second
+/// owns, whether the first's admission arrives before or after it ends.
+#[test]
+fn a_late_admission_leaves_the_same_binding_a_later_login_makes() {
+    let mut f = Fixture::new();
+    let (s, _outbox) = f.open();
+    f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    f.core.begin_login(s, 1, 7);
+    let later = f.now + limits().request_timeout;
+    f.core.expire(later);
+    f.request(s, route::AUTH_LOGIN, 2).unwrap();
+    assert_eq!(f.core.begin_login(s, 2, 7), Some(1));
+    // The first's admission while the second is pending.
+    assert!(f.core.complete_login(s, 1, admitted(7, 1), later).is_none());
+    let bound = f.core.complete_login(s, 2, admitted(7, 1), later);
+    assert_eq!(bound.map(|b| (b.player_id, b.session_epoch)), Some((7, 1)));
+    // And once it is bound (a duplicate of the first's admission).
+    assert!(f.core.complete_login(s, 1, admitted(7, 1), later).is_none());
+    assert_eq!(f.notices(), []);
+    assert_eq!(f.metrics.gateway.late_logins_undone.get(), 0);
+    assert!(f.core.session(s).unwrap().is_logged_in());
 }
 
 #[test]
@@ -168,7 +235,7 @@ fn a_logged_in_session_is_kicked_from_the_second_its_token_expires() {
     f.request(s, route::AUTH_LOGIN, 1).unwrap();
     f.core.set_token_expiry(s, 1_000);
     f.core.begin_login(s, 1, 7);
-    f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    f.core.complete_login(s, 1, admitted(7, 1), f.now);
     // A session that is not logged in has no login to expire.
     let (unbound, _) = f.open();
     f.core.set_token_expiry(unbound, 1_000);

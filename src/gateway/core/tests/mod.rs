@@ -93,6 +93,14 @@ impl Fixture {
 }
 
 /// Every frame queued on `outbox`: (kind, route, seq, body).
+/// The player object's admission of a login as `player_id` at `epoch`.
+fn admitted(player_id: u64, session_epoch: u32) -> LoginOutcome<'static> {
+    LoginOutcome::Admitted {
+        player_id,
+        session_epoch,
+    }
+}
+
 fn frames(outbox: &Outbox) -> Vec<(FrameKind, u32, u32, Vec<u8>)> {
     let bytes = outbox.queued_bytes();
     let mut decoder = FrameDecoder::new(Peer::Server, 1 << 20);

@@ -329,7 +329,7 @@ fn a_held_request_is_charged_once() {
     // Two more read behind the login: the bucket is empty now.
     assert!(f.request(s, route::PLAYER_GET, 2).is_none());
     assert!(f.request(s, route::PLAYER_GET, 3).is_none());
-    f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    f.core.complete_login(s, 1, admitted(7, 1), f.now);
     let mut released = Vec::new();
     f.core.take_released(&mut released);
     let (_, held) = released.pop().unwrap();

@@ -20,7 +20,7 @@ fn resumable_login(f: &mut Fixture) -> (u64, Rc<Outbox>) {
     f.request(s, route::AUTH_LOGIN, 1).unwrap();
     f.core.begin_login(s, 1, 7).unwrap();
     f.core.offer_resume(s, TOKEN);
-    f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    f.core.complete_login(s, 1, admitted(7, 1), f.now);
     (s, outbox)
 }
 
@@ -82,7 +82,7 @@ fn a_version_1_session_is_unchanged() {
     let (s, outbox) = f.open();
     f.request(s, route::AUTH_LOGIN, 1).unwrap();
     f.core.begin_login(s, 1, 7).unwrap();
-    f.core.complete_login(s, 1, LoginOutcome::Admitted, f.now);
+    f.core.complete_login(s, 1, admitted(7, 1), f.now);
     push(&mut f, s, 1, b"a");
     let frames = frames(&outbox);
     assert_eq!(frames.len(), 2, "no sys.session");
@@ -304,7 +304,7 @@ fn an_offer_of_a_login_that_timed_out_is_not_the_next_logins() {
     // A version-1 login follows: no token, no numbering.
     f.request(s, route::AUTH_LOGIN, 2).unwrap();
     f.core.begin_login(s, 2, 7).unwrap();
-    f.core.complete_login(s, 2, LoginOutcome::Admitted, f.now);
+    f.core.complete_login(s, 2, admitted(7, 1), f.now);
     push(&mut f, s, 1, b"a");
     let frames = frames(&outbox);
     assert!(frames.iter().all(|frame| frame.1 != route::SYS_SESSION));
