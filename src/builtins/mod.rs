@@ -112,7 +112,7 @@ mod tests {
     use crate::config::{DuplicateLogin, Persist, RouterConfig};
     use crate::ids::NodeId;
     use crate::router::{ClientRef, Effect, Request, RequestId, RouterCore, RouterHead};
-    use crate::store::MemoryTable;
+    use crate::store::{MemberState, MemoryTable};
 
     /// One node, one core: performs Store and Submit effects until quiet and
     /// returns the replies and pushes.
@@ -127,9 +127,11 @@ mod tests {
                 }
                 Effect::Submit { head, request } => core.on_request(0, head, *request),
                 Effect::FlushSavesAfterBatch => core.on_flush(0),
-                effect @ (Effect::Reply { .. } | Effect::Push { .. } | Effect::Kick { .. }) => {
-                    out.push(effect)
-                }
+                effect @ (Effect::Reply { .. }
+                | Effect::Push { .. }
+                | Effect::Kick { .. }
+                | Effect::CheckSession { .. }
+                | Effect::SessionGone { .. }) => out.push(effect),
                 _ => {}
             }
             queue.extend(core.drain_effects());
@@ -246,6 +248,80 @@ mod tests {
         // The player's on_write state (room list) is durable.
         let record = table.load(player::player_key(2)).expect("player saved");
         assert!(!record.state.is_empty());
+    }
+
+    /// Under `single`, a login refused because another session is bound
+    /// asks that session's gateway whether it still stands; a session of
+    /// a node membership has declared down is gone without asking. The
+    /// refused client's next try finds the player free once it was
+    /// unbound.
+    #[test]
+    fn a_login_refused_under_single_asks_after_the_session_in_its_way() {
+        let mut table = MemoryTable::default();
+        let mut core = RouterCore::new(NodeId(1), RouterConfig::default(), 1, 0);
+        let mut registry = crate::object::Registry::default();
+        registry
+            .add_object_type(PlayerType {
+                persist: Persist::OnWrite,
+                duplicate_login: DuplicateLogin::Single,
+                created_per_session_max: 64,
+            })
+            .unwrap();
+        registry.register_all(&mut core);
+        core.on_member(NodeId(2), 1, MemberState::Up);
+        let key = player::player_key(7);
+        let here = client(7, 1);
+        let elsewhere = ClientRef {
+            gateway_node: NodeId(2),
+            ..client(7, 2)
+        };
+        send(&mut core, 1, key, player::OP_BIND, Vec::new(), elsewhere);
+        send(&mut core, 2, key, player::OP_BIND, Vec::new(), here);
+        let effects = settle(&mut core, &mut table);
+        assert!(
+            matches!(outcome_of(&effects, 1), Some(Ok(_))),
+            "{effects:?}"
+        );
+        assert!(
+            matches!(outcome_of(&effects, 2), Some(Err(_))),
+            "{effects:?}"
+        );
+        assert!(
+            effects.contains(&Effect::CheckSession { client: elsewhere }),
+            "{effects:?}"
+        );
+        // Node 2 declared down: its session is gone, no question asked.
+        core.on_member(NodeId(2), 1, MemberState::Down);
+        send(&mut core, 3, key, player::OP_BIND, Vec::new(), here);
+        let effects = settle(&mut core, &mut table);
+        assert!(
+            matches!(outcome_of(&effects, 3), Some(Err(_))),
+            "{effects:?}"
+        );
+        assert!(
+            effects.contains(&Effect::SessionGone { client: elsewhere }),
+            "{effects:?}"
+        );
+        // The answer (the gateway's unbind, here the one for a gone node)
+        // frees the player for the next try.
+        let unbind = Request {
+            id: RequestId {
+                origin_node: NodeId(1),
+                seq: 4,
+            },
+            op: player::OP_UNBIND,
+            body: Vec::new(),
+            client: Some(elsewhere),
+            needs_reply: false,
+            keyed: false,
+        };
+        core.on_request(0, RouterHead::local(key, NodeId(1)), unbind);
+        send(&mut core, 5, key, player::OP_BIND, Vec::new(), here);
+        let effects = settle(&mut core, &mut table);
+        assert!(
+            matches!(outcome_of(&effects, 5), Some(Ok(_))),
+            "{effects:?}"
+        );
     }
 
     /// The reply `effects` hold for request `seq`.

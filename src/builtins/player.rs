@@ -236,7 +236,16 @@ impl Player {
             return ctx.bad_request_because("a login needs a session");
         };
         match decide_login(self.duplicate_login, self.client, new) {
-            LoginDecision::Refuse => ctx.fail(ErrorCode::AuthFailed),
+            LoginDecision::Refuse => {
+                // The session that keeps this login out may be gone without
+                // an unbind ever coming (its node died or restarted, the
+                // unbind was lost): its gateway says, and the refused
+                // client's next try finds the player free if it was.
+                if let Some(current) = self.client {
+                    ctx.check_session(current);
+                }
+                ctx.fail(ErrorCode::AuthFailed)
+            }
             LoginDecision::Bind { kick } => {
                 if let Some(old) = kick {
                     ctx.kick(old);

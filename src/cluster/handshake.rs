@@ -28,8 +28,10 @@ use crate::config::CLUSTER_NAME_LEN_MAX;
 /// sealed with a key of this connection (HMAC-SHA256). 3: records sealed
 /// with AES-128-GCM, every head and payload on a 16-byte grid so that a
 /// reader reads frames in place, payloads without their checksum
-/// (`codec`). 4: a routed request carries the client's request key.
-pub const LINK_VERSION: u16 = 4;
+/// (`codec`). 4: a routed request carries the client's request key. 5: a
+/// player object may ask a session's gateway whether the session still
+/// stands (`SessionCheck`).
+pub const LINK_VERSION: u16 = 5;
 const MAGIC: [u8; 4] = *b"RTLK";
 const NONCE_LEN: usize = 16;
 const MAC_LEN: usize = 32;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shards::{Mesh, SendError};
 use wire::client::ErrorCode;
-use wire::frame::{ArchivedMessage, FrameBuf, Message};
+use wire::frame::{ArchivedMessage, ClientWire, FrameBuf, Message};
 
 use super::auth::{AuthService, AuthStep};
 use super::body_codec::ListenerCodecs;
@@ -222,6 +222,29 @@ impl GatewayHandle {
         }
     }
 
+    /// Whether `session_id` (on whichever core owns it) is still bound as
+    /// `bound`; if not, its target is told it was unbound
+    /// (`GatewayCore::check_session`).
+    pub fn check_session(&self, session_id: u64, bound: super::Binding) {
+        if session_core(session_id) == self.0.core_id {
+            self.0.state.borrow_mut().check_session(session_id, bound);
+            self.flush_notices();
+            return;
+        }
+        let message = Message::SessionCheck {
+            client: ClientWire {
+                gateway_node: self.0.node_id,
+                session_id,
+                session_epoch: bound.session_epoch,
+                player_id: bound.player_id,
+            },
+        };
+        match FrameBuf::encode_local(&message) {
+            Ok(frame) => self.route_to_owner(session_id, frame),
+            Err(error) => tracing::warn!(%error, "cannot encode a session check"),
+        }
+    }
+
     /// An operator's PUSH to one of this core's sessions (see
     /// `GatewayCore::push_to`).
     pub fn push_to(
@@ -283,7 +306,8 @@ impl GatewayHandle {
     }
 
     /// Handles a mesh frame if it is the gateway's (`ClientEgress`,
-    /// `SessionKick`); returns any other frame for the rest of the node.
+    /// `SessionKick`, `SessionCheck`); returns any other frame for the rest
+    /// of the node.
     pub fn handle_mesh(&self, frame: FrameBuf) -> Option<FrameBuf> {
         if self.handle_message(frame.message()) {
             None
@@ -311,6 +335,19 @@ impl GatewayHandle {
                     Some(player_id.to_native()),
                     &reason,
                 );
+                self.flush_notices();
+                true
+            }
+            ArchivedMessage::SessionCheck { client } => {
+                let bound = super::Binding {
+                    target: Target::Services,
+                    player_id: client.player_id.to_native(),
+                    session_epoch: client.session_epoch.to_native(),
+                };
+                self.0
+                    .state
+                    .borrow_mut()
+                    .check_session(client.session_id.to_native(), bound);
                 self.flush_notices();
                 true
             }

@@ -18,7 +18,9 @@ use wire::ObjectKey;
 use crate::builtins::player;
 use crate::catalog::{pick_among, CoreCatalog};
 use crate::cluster::view::{ClusterView, Snapshot};
-use crate::gateway::{EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, ServicesSide};
+use crate::gateway::{
+    Binding, EgressRef, GatewayHandle, Ingress, LoginOutcome, LoginRequest, ServicesSide, Target,
+};
 use crate::gateway_addresses::GatewayAddresses;
 use crate::ids::NodeId;
 use crate::object::Pick;
@@ -75,6 +77,17 @@ impl Port {
         parts.gateway.set_services_side(port.clone());
         parts.router.set_client_side(port.clone());
         port
+    }
+
+    /// A session that was bound to its player ended (closed, kicked, its
+    /// login undone, or found gone): its player object forgets it, if that
+    /// is still the session it holds.
+    fn unbind(&self, client: ClientRef) {
+        self.router.notify(
+            player::player_key(client.player_id),
+            player::OP_UNBIND,
+            client,
+        );
     }
 
     fn egress(&self, route: &ReplyRoute, outcome: Outcome, answered_at: Instant) {
@@ -255,11 +268,7 @@ impl ServicesSide for Port {
             | ArchivedMessage::SessionDisconnected { client } => client_native(client),
             _ => return Err(frame),
         };
-        self.router.notify(
-            player::player_key(client.player_id),
-            player::OP_UNBIND,
-            client,
-        );
+        self.unbind(client);
         Ok(())
     }
 }
@@ -380,6 +389,19 @@ impl ClientSide for Port {
     fn kick(&self, client: ClientRef) {
         self.gateway
             .kick(client.session_id, client.player_id, "logged in elsewhere");
+    }
+
+    fn check_session(&self, client: ClientRef) {
+        let bound = Binding {
+            target: Target::Services,
+            player_id: client.player_id,
+            session_epoch: client.session_epoch,
+        };
+        self.gateway.check_session(client.session_id, bound);
+    }
+
+    fn session_gone(&self, client: ClientRef) {
+        self.unbind(client);
     }
 }
 

@@ -212,6 +212,14 @@ impl<'a> Context<'a> {
         self.out.kicks.push(client);
     }
 
+    /// Asks `client`'s gateway whether the session still stands as
+    /// `client` names it. If it does not (it closed, was never bound, or
+    /// its node restarted or was declared down), its player object gets
+    /// the session's unbind, as at a close. The player's own business.
+    pub(crate) fn check_session(&mut self, client: ClientRef) {
+        self.out.session_checks.push(client);
+    }
+
     /// Says the state changed and must be saved: at once for an `on_write`
     /// type (what this run emits waits for that save), at the next periodic
     /// save otherwise.

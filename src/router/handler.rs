@@ -78,6 +78,10 @@ pub struct HandlerOutput {
     pub sends: Vec<(ObjectKey, Request)>,
     /// Sessions the gateway must kick (duplicate login).
     pub kicks: Vec<ClientRef>,
+    /// Sessions whose gateway must say whether they still stand as named
+    /// (a login refused because of one): one that does not is unbound
+    /// from its player.
+    pub session_checks: Vec<ClientRef>,
     /// Requests to other objects whose answers come back to `caller` as
     /// an answer event (see [`answer_event`]).
     pub calls: Vec<ObjectCall>,
@@ -136,7 +140,7 @@ impl HandlerOutput {
     }
 
     /// Nothing but the reply (and the mutated flag): no push, send, kick,
-    /// call, late answer or timer. Every field is named, so a list added
+    /// session check, call, late answer or timer. Every field is named, so a list added
     /// to the output cannot be forgotten here (`output::emit` skips
     /// its lists when this holds).
     pub(crate) fn is_answer_only(&self) -> bool {
@@ -146,6 +150,7 @@ impl HandlerOutput {
             pushes,
             sends,
             kicks,
+            session_checks,
             calls,
             late_answers,
             timers,
@@ -154,6 +159,7 @@ impl HandlerOutput {
         pushes.is_empty()
             && sends.is_empty()
             && kicks.is_empty()
+            && session_checks.is_empty()
             && calls.is_empty()
             && late_answers.is_empty()
             && timers.is_empty()

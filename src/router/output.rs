@@ -50,8 +50,9 @@ pub(crate) fn arm_object_timers(key: ObjectKey, now_ms: u64, out: &mut HandlerOu
 }
 
 /// Emits a handler's output (its answer, late answers, calls, sends,
-/// pushes, kicks and timers), leaving `out` empty. By reference: the output
-/// is 200 bytes, and moving it costs a `memcpy` call per request.
+/// pushes, kicks, session checks and timers), leaving `out` empty. By
+/// reference: the output is over 200 bytes, and moving it costs a `memcpy`
+/// call per request.
 pub(crate) fn emit(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput) {
     if let HandlerReply::Answer(outcome) = std::mem::take(&mut out.reply) {
         ctx.reply(request, outcome);
@@ -103,6 +104,19 @@ pub(crate) fn emit(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput) {
     }
     for client in out.kicks.drain(..) {
         ctx.effects.push(Effect::Kick { client });
+    }
+    for client in out.session_checks.drain(..) {
+        // No process of a node membership holds dead keeps sessions: a node
+        // declared down serves nothing until it rejoins (its sessions'
+        // requests meet a player bound elsewhere and are kicked), and a
+        // restarted one starts with none.
+        let gone =
+            client.gateway_node != ctx.node && ctx.live_incarnation(client.gateway_node).is_none();
+        ctx.effects.push(if gone {
+            Effect::SessionGone { client }
+        } else {
+            Effect::CheckSession { client }
+        });
     }
 }
 

@@ -397,6 +397,13 @@ pub enum Effect {
     /// Ask the gateway of `client.gateway_node` to kick (PUSH `sys.kicked`,
     /// then close) that session: a duplicate-login decision.
     Kick { client: ClientRef },
+    /// Ask the gateway of `client.gateway_node` whether that session still
+    /// stands as `client` names it; if not, it sends the session's
+    /// `SessionUnbound` (its player object forgets it).
+    CheckSession { client: ClientRef },
+    /// The node of `client`'s session has no live incarnation (declared
+    /// down, or left): the session is gone, its player object forgets it.
+    SessionGone { client: ClientRef },
     /// Like `Submit`, for a request whose answer goes back to the object
     /// `caller` as an answer event (`handler::answer_event(tag, ..)`): the
     /// driver gives `request` an id of its own and keeps where its answer

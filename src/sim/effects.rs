@@ -100,6 +100,10 @@ impl World {
                 body,
             } => self.rooms.push(client, route_id, &body),
             Effect::Kick { client } => self.rooms.kick(client),
+            // Only a login refused under `single` asks; the simulated
+            // players log in under `kick_old`, whose logins are never
+            // refused, and no simulated gateway would answer.
+            Effect::CheckSession { .. } | Effect::SessionGone { .. } => {}
             // Nobody waits for a transfer's end in the simulator.
             Effect::TransferDone(_) => {}
         }

@@ -75,6 +75,7 @@ fn message_strategy() -> impl Strategy<Value = Message> {
         }),
         client_strategy().prop_map(|client| Message::SessionUnbound { client }),
         client_strategy().prop_map(|client| Message::SessionDisconnected { client }),
+        client_strategy().prop_map(|client| Message::SessionCheck { client }),
         (
             head_strategy(),
             any::<(u64, u64, u32, u8, u8)>(),

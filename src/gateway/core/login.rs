@@ -169,21 +169,41 @@ impl GatewayCore {
             player_id,
             session_epoch,
         };
+        if self.release_unless_bound(session_id, binding) {
+            self.metrics.gateway.late_logins_undone.inc();
+        }
+        None
+    }
+
+    /// A target asks whether `session_id` is still bound as `bound` (a
+    /// player object that refused a login under `single` because of it).
+    /// One that is not (closed, never bound, bound again since, or unknown
+    /// to this start of the node: session ids name their start) is
+    /// released: an `Unbound` notice lets the target forget it.
+    pub fn check_session(&mut self, session_id: u64, bound: Binding) {
+        if self.release_unless_bound(session_id, bound) {
+            self.metrics.gateway.stale_sessions_released.inc();
+        }
+    }
+
+    /// Queues an `Unbound` notice for `binding` of `session_id` unless the
+    /// session holds that binding, or is about to (a login of the same
+    /// player pending: it makes the same binding). Whether it did.
+    fn release_unless_bound(&mut self, session_id: u64, binding: Binding) -> bool {
         if let Some(entry) = self.sessions.get(&session_id) {
             let rebinding = entry
                 .login()
-                .is_some_and(|login| login.player_id == player_id);
+                .is_some_and(|login| login.player_id == binding.player_id);
             if rebinding || entry.session.binding() == binding {
-                return None;
+                return false;
             }
         }
-        self.metrics.gateway.late_logins_undone.inc();
         self.notices.push(Notice {
             kind: NoticeKind::Unbound,
             session_id,
             binding,
         });
-        None
+        true
     }
 
     /// Sessions whose held requests the driver must replay now, with the

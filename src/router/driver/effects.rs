@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use wire::frame::{FrameBuf, Message};
 
-use super::frames::{encode_node_message, encode_reply};
+use super::frames::{client_wire, encode_node_message, encode_reply};
 use super::held::Held;
 use super::replies::RouteKind;
 use super::store_ops::perform_store_op;
@@ -53,6 +53,14 @@ impl RouterDriver {
                 body,
             }),
             Effect::Kick { client } => self.hold(|| Held::Kick { client }),
+            // Not held: a question changes nothing until its answer, which
+            // goes to the player object like a close does.
+            Effect::CheckSession { client } => self.check_session(client),
+            Effect::SessionGone { client } => {
+                if let Some(client_side) = self.0.client_side.borrow().clone() {
+                    client_side.session_gone(client);
+                }
+            }
             Effect::Call {
                 head,
                 request,
@@ -260,6 +268,19 @@ impl RouterDriver {
             session_id: client.session_id,
             player_id: client.player_id,
             reason: b"logged in elsewhere".to_vec(),
+        };
+        self.send_to_session(client, &message);
+    }
+
+    fn check_session(&self, client: ClientRef) {
+        if client.gateway_node == self.0.node {
+            if let Some(client_side) = self.0.client_side.borrow().clone() {
+                client_side.check_session(client);
+            }
+            return;
+        }
+        let message = Message::SessionCheck {
+            client: client_wire(client),
         };
         self.send_to_session(client, &message);
     }

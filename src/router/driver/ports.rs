@@ -11,8 +11,8 @@ use super::ReplyRoute;
 use crate::ids::NodeId;
 use crate::router::types::{ClientRef, Outcome};
 
-/// Where answers, pushes and kicks for this node's client sessions go.
-/// The services implement it over the gateway.
+/// Where answers, pushes, kicks and session checks for this node's client
+/// sessions go. The services implement it over the gateway.
 pub trait ClientSide {
     /// The one answer to a client request this core submitted, timed at
     /// `answered_at` (a reading of this core's clock taken while answering),
@@ -29,6 +29,12 @@ pub trait ClientSide {
     fn push(&self, client: ClientRef, route_id: u32, body: &[u8]);
     /// Closes a session of this node (any core) in the kick order.
     fn kick(&self, client: ClientRef);
+    /// Whether a session of this node (any core) still stands as `client`
+    /// names it; if not, its target is told it was unbound.
+    fn check_session(&self, client: ClientRef);
+    /// A session of a node that has no live incarnation any more: its
+    /// target is told it was unbound.
+    fn session_gone(&self, client: ClientRef);
 }
 
 /// Where a message goes on another node.

@@ -244,4 +244,14 @@ pub enum Message {
         /// As in `RouterRequest`.
         body: Vec<u8>,
     },
+    /// A session's target to the core that owns the session: is it still
+    /// bound as `client` says? If not (closed, never bound there, bound
+    /// again since, or unknown to this start of the node) the gateway sends
+    /// `SessionUnbound` with this very `client`, so the target forgets it.
+    /// Sent by a player object that refused a login under `single` because
+    /// of that session.
+    SessionCheck {
+        /// The session as the target holds it.
+        client: ClientWire,
+    },
 }

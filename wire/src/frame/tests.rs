@@ -35,6 +35,7 @@ pub(crate) fn samples() -> Vec<Message> {
         },
         Message::SessionUnbound { client },
         Message::SessionDisconnected { client },
+        Message::SessionCheck { client },
         Message::RouterRequest {
             head: RouterHead {
                 key,

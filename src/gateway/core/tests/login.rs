@@ -256,3 +256,43 @@ fn a_logged_in_session_is_kicked_from_the_second_its_token_expires() {
     assert_eq!(f.metrics.gateway.kicks.get(), 1);
     assert_eq!(f.core.kick_expired(2_000), 0, "kicked once");
 }
+
+/// A player object asks whether a session that keeps a login out still
+/// stands: one bound as it names it, or about to be, does; any other is
+/// released with the very binding the player object holds.
+#[test]
+fn a_session_check_releases_only_a_session_that_no_longer_stands() {
+    let mut f = Fixture::new();
+    let (s, _outbox) = f.open();
+    f.login(s, 7);
+    let bound = f.core.session(s).unwrap().binding();
+    f.core.check_session(s, bound);
+    assert_eq!(f.notices(), [], "bound as named: it stands");
+    // Named with an older epoch: not as it stands.
+    let older = Binding {
+        session_epoch: bound.session_epoch - 1,
+        ..bound
+    };
+    f.core.check_session(s, older);
+    assert_eq!(f.notices(), [unbound(s, 7, older.session_epoch)]);
+    // A session logging in as the player is about to be bound so.
+    let (pending, _outbox) = f.open();
+    f.request(pending, route::AUTH_LOGIN, 1).unwrap();
+    let epoch = f.core.begin_login(pending, 1, 7).unwrap();
+    f.core
+        .check_session(pending, unbound(pending, 7, epoch).binding);
+    assert_eq!(f.notices(), []);
+    // Closed, or never of this start of the node.
+    assert!(f.core.close(s, CloseReason::PeerClosed));
+    f.notices();
+    f.core.check_session(s, bound);
+    f.core.check_session(12_345, bound);
+    assert_eq!(
+        f.notices(),
+        [
+            unbound(s, 7, bound.session_epoch),
+            unbound(12_345, 7, bound.session_epoch)
+        ]
+    );
+    assert_eq!(f.metrics.gateway.stale_sessions_released.get(), 3);
+}
