@@ -2,7 +2,7 @@
 //! config key the READMEs (the root one, the clients', the guild
 //! example's), docs/ and every `--help` text name exists, no document uses
 //! a key's old name, every config file under tuning/ loads, every document
-//! a file cites is in the repository, and every `routerd` command the
+//! and source file a file cites is in the repository, and every `routerd` command the
 //! README shows names a real subcommand and real flags.
 
 use std::path::{Path, PathBuf};
@@ -269,10 +269,18 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The `.md` file names `text` cites.
-fn cited_documents(text: &str) -> Vec<&str> {
+/// The files `text` cites: every `.md` name and, in a document
+/// (`sources`), every path (a name with a `/`) of a source, script or
+/// config file.
+fn cited_documents(text: &str, sources: bool) -> Vec<&str> {
+    const SOURCES: [&str; 7] = [".rs", ".sh", ".toml", ".py", ".ts", ".lua", ".luau"];
     text.split(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c)))
-        .filter(|word| word.ends_with(".md") && word.len() > 3)
+        .map(|word| word.trim_end_matches('.'))
+        .filter(|word| {
+            (word.ends_with(".md") && word.len() > 3)
+                || (sources && word.contains('/') && SOURCES.iter().any(|ext| word.ends_with(ext)))
+        })
+        .filter(|word| !word.contains("//") && !word.starts_with('/'))
         .map(|word| word.trim_start_matches("./"))
         .collect()
 }
@@ -284,6 +292,10 @@ fn every_document_a_file_cites_is_in_the_repository() {
     collect(root, &mut files);
     let mut missing = Vec::new();
     let mut citations = 0;
+    let names: Vec<String> = files
+        .iter()
+        .map(|file| file.to_string_lossy().into_owned())
+        .collect();
     for file in files {
         let cites = file.extension().is_some_and(|ext| {
             ["rs", "md", "sh", "toml", "yml", "json"].contains(&&*ext.to_string_lossy())
@@ -292,15 +304,16 @@ fn every_document_a_file_cites_is_in_the_repository() {
             continue;
         };
         let dir = file.parent().unwrap();
-        for cited in cited_documents(&text) {
+        let document = file.extension().is_some_and(|ext| ext == "md");
+        for cited in cited_documents(&text, document) {
             citations += 1;
-            let found = [
-                root.join(cited),
-                dir.join(cited),
-                root.join("docs").join(cited),
-            ]
-            .iter()
-            .any(|path| path.is_file());
+            // From the citing file's folder or any folder above it, or the
+            // end of some file's path (a document names `steps/route.rs`
+            // under a heading about the router, `docs/` pages cite each
+            // other by name).
+            let suffix = format!("/{cited}");
+            let found = dir.ancestors().any(|base| base.join(cited).is_file())
+                || names.iter().any(|name| name.ends_with(&suffix));
             if !found {
                 let shown = file.strip_prefix(root).unwrap().display().to_string();
                 missing.push(format!("{shown} cites {cited}"));
