@@ -106,10 +106,16 @@ pub(crate) fn emit(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput) {
         ctx.effects.push(Effect::Kick { client });
     }
     for client in out.session_checks.drain(..) {
-        // No process of a node membership holds dead keeps sessions: a node
-        // declared down serves nothing until it rejoins (its sessions'
-        // requests meet a player bound elsewhere and are kicked), and a
-        // restarted one starts with none.
+        // No process of a node membership holds dead keeps sessions that
+        // count: a node declared down serves nothing until it rejoins (its
+        // sessions' requests then meet a player bound elsewhere and are
+        // kicked), and a restarted one starts with none. A node membership
+        // does not know counts as dead too (its row was deleted after its
+        // retention), or its sessions would keep their players out for
+        // good. The price: this core hears of a node's new start up to a
+        // listing after that start's first logins may reach it, and a login
+        // refused in that window frees the player from such a session,
+        // which is kicked at its next request, as under kick_old.
         let gone =
             client.gateway_node != ctx.node && ctx.live_incarnation(client.gateway_node).is_none();
         ctx.effects.push(if gone {
