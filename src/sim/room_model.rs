@@ -19,7 +19,8 @@
 //!   when acknowledged leaves are durable (rooms `on_write`, or no faults),
 //!   not to a player whose leave was acknowledged before the say was sent
 //!   unless one of its joins may have taken effect after that leave (a join
-//!   not answered before the leave's answer).
+//!   not answered before the leave was sent: a leave takes effect anywhere
+//!   between its sending and its answer).
 //!
 //! Not certain, so not checked during the faults: that a member gets a push
 //! (presence notices are one-way and may be lost; `interval` state may be
@@ -49,8 +50,10 @@ pub(super) enum RoomOp {
 struct Pair {
     /// Every join sent: (tick sent, tick its answer was produced).
     joins: BTreeMap<RequestId, (u64, Option<u64>)>,
-    /// Ticks at which a leave was answered Ok, ascending.
-    leaves_acked: Vec<u64>,
+    /// The tick each leave not yet answered was sent at.
+    leaves_sent: BTreeMap<RequestId, u64>,
+    /// (tick sent, tick answered) of every leave answered Ok.
+    leaves_acked: Vec<(u64, u64)>,
 }
 
 struct Say {
@@ -140,6 +143,8 @@ impl RoomModel {
         match op {
             RoomOp::Leave { player, room } => {
                 self.joined.remove(&(player, room));
+                let pair = self.pairs.entry((player, room)).or_default();
+                pair.leaves_sent.insert(id, tick);
             }
             RoomOp::Join { player, room } => {
                 self.joined.insert((player, room));
@@ -173,9 +178,13 @@ impl RoomModel {
                     join.1 = Some(tick);
                 }
             }
-            Some(RoomOp::Leave { player, room }) if outcome.is_ok() => {
+            Some(RoomOp::Leave { player, room }) => {
                 let pair = self.pairs.entry((player, room)).or_default();
-                pair.leaves_acked.push(tick);
+                if let Some(sent) = pair.leaves_sent.remove(&id) {
+                    if outcome.is_ok() {
+                        pair.leaves_acked.push((sent, tick));
+                    }
+                }
             }
             Some(RoomOp::Say { token }) => {
                 let count = match outcome {
@@ -270,14 +279,20 @@ impl RoomModel {
         if !self.leaves_durable {
             return true;
         }
-        let Some(left) = pair.leaves_acked.iter().rev().find(|t| **t < say_sent) else {
-            return true;
-        };
-        // A join answered before the leave's answer took effect before the
-        // leave; any other may have taken effect after it.
-        pair.joins
-            .values()
-            .any(|(_, answered)| !answered.is_some_and(|t| t <= *left))
+        // Certainly out after a leave acknowledged before the say was sent
+        // if every join was answered before that leave was even sent. A
+        // join answered later is concurrent with the leave (or after it):
+        // the leave may have run first, however late its own answer came.
+        !pair
+            .leaves_acked
+            .iter()
+            .any(|&(leave_sent, leave_answered)| {
+                leave_answered < say_sent
+                    && pair
+                        .joins
+                        .values()
+                        .all(|(_, answered)| answered.is_some_and(|t| t < leave_sent))
+            })
     }
 
     /// After one core's effects: every say answered or pushed to since the
