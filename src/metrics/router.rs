@@ -56,6 +56,10 @@ super::counter_set! {
         /// Requests for a writable object answered UNAVAILABLE because the node's membership lease
         /// had run out (it serves again once a heartbeat applies, or after a rejoin).
         "routerd_router_lease_lapsed_refusals_total" { lease_lapsed_refusals_total }
+        /// Requests answered UNAVAILABLE because the write giving their object's ownership up (a
+        /// release, a transfer's removal) failed again, or had no known outcome, while they waited
+        /// for it: who owns the object is unknown until its next retry, a backoff away.
+        "routerd_router_write_retry_refusals_total" { write_retry_refusals_total }
         /// Copies kept aside through a fence that were written back by compare-and-set under the
         /// node's new incarnation: nothing of theirs was lost.
         "routerd_router_readopts_total" { readopts_total }

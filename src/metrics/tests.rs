@@ -155,8 +155,9 @@ fn router_counters_are_all_exported_and_mirrored() {
         write_retries_total: 29,
         unsaved_objects_dropped_total: 30,
         unsaved_changes_dropped_total: 31,
+        write_retry_refusals_total: 32,
     };
-    assert_eq!(series, 31);
+    assert_eq!(series, 32);
     let cells = RouterCounterCells::default();
     cells.mirror(&plain);
     let mut seen: Vec<u64> = families
@@ -168,5 +169,5 @@ fn router_counters_are_all_exported_and_mirrored() {
         })
         .collect();
     seen.sort_unstable();
-    assert_eq!(seen, (1..=31).collect::<Vec<u64>>());
+    assert_eq!(seen, (1..=32).collect::<Vec<u64>>());
 }

@@ -98,6 +98,13 @@ impl Io {
         !matches!(self, Io::Save { degrade: false, .. } if !on_write)
     }
 
+    /// Whether this IO is a backoff before a write that gives ownership up
+    /// goes again: no store operation is in flight, and who owns the object
+    /// is unknown until the retry tells.
+    pub fn is_retry_backoff(&self) -> bool {
+        matches!(self, Io::ReleaseRetry | Io::RemoveRetry { .. })
+    }
+
     /// Whether this IO reads the record (a pull of either kind).
     pub fn is_pull(&self) -> bool {
         matches!(self, Io::PullCache | Io::PullObject)

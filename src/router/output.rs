@@ -3,6 +3,8 @@
 //! entry's IO, a failed write's effect on the route, the write retry's
 //! backoff, and dropping a copy. Nothing here starts IO or chains steps.
 
+use std::collections::VecDeque;
+
 use rand::RngExt;
 use wire::ObjectKey;
 
@@ -137,6 +139,31 @@ pub(crate) fn abandon(ctx: &mut Ctx, request: Request) {
 pub(crate) fn fail_waiters(ctx: &mut Ctx, entry: &mut Entry, code: ErrorCode) {
     for waiter in std::mem::take(&mut entry.io_waiters) {
         ctx.reply(&waiter.request, Err(code.into()));
+    }
+}
+
+/// A write that gives ownership up (a release, a transfer's removal) goes
+/// again after a backoff: who owns the object is unknown until then, up to
+/// `WRITE_RETRY_MAX_MS` away and again as often as the store keeps failing.
+/// The requests waiting on the entry (behind its IO, or its handoff) are
+/// answered UNAVAILABLE now: each waited for one attempt (a request that
+/// comes during the backoff brings the retry near, `route::hasten_retry`),
+/// never for a backoff after another. One-way messages (notices between
+/// objects) have nobody to tell and keep their place.
+pub(crate) fn refuse_during_retry(ctx: &mut Ctx, entry: &mut Entry) {
+    let mut queues = vec![&mut entry.io_waiters];
+    if let Some(transferring) = entry.transferring.as_mut() {
+        queues.push(&mut transferring.transfer_pending);
+    }
+    for queue in queues {
+        let (one_way, refused): (VecDeque<Waiter>, VecDeque<Waiter>) = std::mem::take(queue)
+            .into_iter()
+            .partition(|waiter| !waiter.request.needs_reply);
+        *queue = one_way;
+        for waiter in refused {
+            ctx.counters.write_retry_refusals_total += 1;
+            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
+        }
     }
 }
 

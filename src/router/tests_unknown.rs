@@ -260,6 +260,52 @@ fn a_removal_of_unknown_outcome_keeps_and_blocks_the_copy_until_its_retry_settle
     }
 }
 
+/// A request that meets the copy in the backoff before its removal goes
+/// again brings that retry to within `object_retry_interval_ms` (the first
+/// to wait does, once); if the retry has no known outcome either, every
+/// request that waited for it is answered UNAVAILABLE rather than waiting
+/// through the next backoff, and one that comes later hastens the next.
+#[test]
+fn a_request_waits_for_one_retry_of_a_removal_never_for_a_backoff() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let (owner, target) = removal_in_flight(&mut h);
+    let (backoff_at, _) = unknown(&mut h, owner, 201, Fate::Lost);
+    let first = h.request_key(owner, 202, KEY, OP_GET, Vec::new());
+    let effects: Vec<Effect> = h.core(owner).drain_effects().collect();
+    let interval = config().object_retry_interval_ms;
+    let (hastened_at, timer) = armed_write_retry(&effects).expect("the retry is brought near");
+    assert_eq!(hastened_at, 202 + interval);
+    assert!(hastened_at <= backoff_at, "{hastened_at} > {backoff_at}");
+    let second = h.request_key(owner, 203, KEY, OP_GET, Vec::new());
+    let effects: Vec<Effect> = h.core(owner).drain_effects().collect();
+    assert_eq!(
+        armed_write_retry(&effects),
+        None,
+        "one hastened retry at a time"
+    );
+    assert!(replies(&effects).is_empty(), "{effects:?}");
+    // The hastened retry has no known outcome either: both are told so,
+    // and a backoff is armed again.
+    h.core(owner).on_timer(hastened_at, timer);
+    let (token, _, _) = the_write(h.core(owner).drain_effects().collect());
+    let indeterminate = StoreReply::Written(WriteOutcome::Indeterminate);
+    h.core(owner)
+        .on_store_reply(hastened_at + 1, token, indeterminate);
+    let effects: Vec<Effect> = h.core(owner).drain_effects().collect();
+    let unavailable: Outcome = Err(ErrorCode::Unavailable.into());
+    assert_eq!(
+        replies(&effects),
+        vec![(first, unavailable.clone()), (second, unavailable)]
+    );
+    assert_eq!(h.core(owner).counters().write_retry_refusals_total, 2);
+    let (next_at, next) = armed_write_retry(&effects).expect("a backoff again");
+    // The retry after that applies: the copy moves, nothing was dropped.
+    h.core(owner).on_timer(next_at, next);
+    let effects = settle_at(&mut h, owner, next_at);
+    assert_eq!(confirm(&mut h, owner, target, &effects, next_at), 6);
+    assert_eq!(h.core(owner).counters().unsaved_changes_dropped_total, 0);
+}
+
 #[test]
 fn a_transfer_started_while_a_save_retry_waits_moves_every_change() {
     let mut h = Harness::new(2, Persist::Interval);

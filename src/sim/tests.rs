@@ -81,7 +81,8 @@ fn five_hundred_seeds_with_faults() {
     // Rows of nodes that stopped cleanly deleted after the (short)
     // retention, so later starts of those ids meet their tombstones.
     assert!(total.deletions > 20, "{total:?}");
-    assert!(total.fences > 500, "{total:?}");
+    // About 480 a run of 500 (38,234 in seeds 10,000 to 50,000).
+    assert!(total.fences > 400, "{total:?}");
     // (A store cut no longer ends in declarations: watchers count only
     // answered polls, so fewer fences lead to rejoins than before; nor do
     // the pauses a longer lease outlasts.)

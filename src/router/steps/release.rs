@@ -7,7 +7,8 @@ use crate::ids::NodeId;
 use crate::router::ctx::Ctx;
 use crate::router::entry::{Entry, Io, PendingWrite};
 use crate::router::output::{
-    after_failed_write, drop_copy, fail_waiters, schedule_write_retry, settle_held, take_held,
+    after_failed_write, drop_copy, fail_waiters, refuse_during_retry, schedule_write_retry,
+    settle_held, take_held,
 };
 use crate::router::types::ErrorCode;
 use crate::store::{RecordWrite, WriteOutcome};
@@ -105,6 +106,7 @@ pub(crate) fn reply(
             }
             schedule_write_retry(ctx, key, entry, now_ms);
             entry.io = Some(Box::new(Io::ReleaseRetry));
+            refuse_during_retry(ctx, entry);
             return Released::Then(Next::Done);
         }
     }

@@ -9,10 +9,10 @@ use super::Next;
 use crate::config::Persist;
 use crate::ids::NodeId;
 use crate::router::ctx::{lock_expired, Ctx, SEND_ATTEMPTS_MAX};
-use crate::router::entry::{Entry, Waiter};
+use crate::router::entry::{Entry, Io, Waiter};
 use crate::router::handler::{HandlerOutput, ObjectType};
 use crate::router::output::{arm_object_timers, count_repair, emit};
-use crate::router::types::{ErrorCode, NodeMessage, Request, RouterHead};
+use crate::router::types::{ErrorCode, NodeMessage, Request, RouterHead, Timer};
 
 /// `filter_router_msg` and `send_msg` for one entry, in that order.
 /// Every path ends in exactly one of: queued, sent, answered, or a read
@@ -26,6 +26,9 @@ pub(crate) fn route(
     mut waiter: Waiter,
 ) -> Next {
     entry.last_access_ms = now_ms;
+    if waiter.request.needs_reply && entry.io.as_deref().is_some_and(Io::is_retry_backoff) {
+        hasten_retry(ctx, key, entry, now_ms);
+    }
     if let Some(transferring) = entry.transferring.as_mut() {
         // A request meeting a migration is
         // queued and this path returns; it is never also sent.
@@ -84,6 +87,26 @@ pub(crate) fn route(
         };
     }
     route_by_owner(ctx, kind, key, entry, now_ms, waiter)
+}
+
+/// A request meets its object in the backoff before a write that gives
+/// ownership up goes again (who owns it is unknown until then): the first
+/// to wait brings the retry to within `router.object_retry_interval_ms`,
+/// so that it waits for one store round trip, not for a backoff of up to
+/// `WRITE_RETRY_MAX_MS` armed while the store failed. If that attempt fails
+/// too, everyone waiting is answered UNAVAILABLE
+/// (`output::refuse_during_retry`). The store still sees at most one write
+/// of the object per interval.
+fn hasten_retry(ctx: &mut Ctx, key: ObjectKey, entry: &Entry, now_ms: u64) {
+    let queued = !entry.io_waiters.is_empty()
+        || entry
+            .transferring
+            .as_ref()
+            .is_some_and(|transferring| !transferring.transfer_pending.is_empty());
+    if !queued {
+        let at_ms = now_ms + ctx.config.object_retry_interval_ms.max(1);
+        ctx.arm(at_ms, Timer::WriteRetry { key });
+    }
 }
 
 /// The decision on a fresh, non-writable route.

@@ -10,7 +10,8 @@ use crate::router::ctx::{Ctx, StoreWait};
 use crate::router::entry::{Entry, Io, PendingWrite};
 use crate::router::mutant::{self, Mutant};
 use crate::router::output::{
-    after_failed_write, drop_copy, schedule_write_retry, settle_held, take_held,
+    after_failed_write, drop_copy, refuse_during_retry, schedule_write_retry, settle_held,
+    take_held,
 };
 use crate::router::types::{StoreOp, StoreReply};
 use crate::store::WriteOutcome;
@@ -237,9 +238,10 @@ fn not_applied(
     }
     schedule_write_retry(ctx, key, entry, now_ms);
     if saving == (Saving::Save { degrade: true }) {
-        // It may have given ownership up: requests wait for the retry to
-        // tell.
+        // It may have given ownership up: nothing runs until the retry
+        // tells, and nobody waits for it.
         entry.io = Some(Box::new(Io::ReleaseRetry));
+        refuse_during_retry(ctx, entry);
         return Next::Done;
     }
     Next::FinishIo { fresh_pull: false }

@@ -10,7 +10,9 @@ use crate::ids::NodeId;
 use crate::router::ctx::{Ctx, StoreWait};
 use crate::router::entry::{Entry, Io, PendingWrite, Transferring};
 use crate::router::mutant::{self, Mutant};
-use crate::router::output::{after_failed_write, drop_copy, schedule_write_retry};
+use crate::router::output::{
+    after_failed_write, drop_copy, refuse_during_retry, schedule_write_retry,
+};
 use crate::router::types::{
     NodeMessage, RouterTransfer, StoreOp, StoreReply, Timer, TransferDone, TransferError,
     TransferOutcome,
@@ -263,6 +265,7 @@ fn retry_later(
 ) -> Next {
     schedule_write_retry(ctx, key, entry, now_ms);
     entry.io = Some(Box::new(Io::RemoveRetry { write }));
+    refuse_during_retry(ctx, entry);
     Next::Done
 }
 
