@@ -270,6 +270,20 @@ fn a_request_waits_for_one_retry_of_a_removal_never_for_a_backoff() {
     let mut h = Harness::new(2, Persist::Interval);
     let (owner, target) = removal_in_flight(&mut h);
     let (backoff_at, _) = unknown(&mut h, owner, 201, Fate::Lost);
+    // A one-way notice waits without hastening anything, or being refused.
+    let notice = Request {
+        id: RequestId {
+            origin_node: NodeId(owner),
+            seq: 1_000,
+        },
+        op: OP_GET,
+        body: Vec::new(),
+        client: None,
+        needs_reply: false,
+        keyed: false,
+    };
+    h.core(owner)
+        .on_request(202, RouterHead::local(KEY, NodeId(owner)), notice);
     let first = h.request_key(owner, 202, KEY, OP_GET, Vec::new());
     let effects: Vec<Effect> = h.core(owner).drain_effects().collect();
     let interval = config().object_retry_interval_ms;
@@ -299,6 +313,13 @@ fn a_request_waits_for_one_retry_of_a_removal_never_for_a_backoff() {
     );
     assert_eq!(h.core(owner).counters().write_retry_refusals_total, 2);
     let (next_at, next) = armed_write_retry(&effects).expect("a backoff again");
+    // The notice still waits; a request that comes now hastens the next.
+    h.request_key(owner, hastened_at + 2, KEY, OP_GET, Vec::new());
+    let effects: Vec<Effect> = h.core(owner).drain_effects().collect();
+    assert_eq!(
+        armed_write_retry(&effects).map(|(at_ms, _)| at_ms),
+        Some(hastened_at + 2 + interval)
+    );
     // The retry after that applies: the copy moves, nothing was dropped.
     h.core(owner).on_timer(next_at, next);
     let effects = settle_at(&mut h, owner, next_at);

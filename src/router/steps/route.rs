@@ -3,6 +3,8 @@
 //! stale), `mutable_object`'s start (a claim's read), `send_msg` (with
 //! `router_update_sync`), or the handler run on the writable copy.
 
+use std::collections::VecDeque;
+
 use wire::ObjectKey;
 
 use super::Next;
@@ -98,11 +100,14 @@ pub(crate) fn route(
 /// (`output::refuse_during_retry`). The store still sees at most one write
 /// of the object per interval.
 fn hasten_retry(ctx: &mut Ctx, key: ObjectKey, entry: &Entry, now_ms: u64) {
-    let queued = !entry.io_waiters.is_empty()
+    // One-way notices may wait there too (nobody is refused for them):
+    // only a waiter owed an answer has hastened the retry already.
+    let owed = |queue: &VecDeque<Waiter>| queue.iter().any(|waiter| waiter.request.needs_reply);
+    let queued = owed(&entry.io_waiters)
         || entry
             .transferring
             .as_ref()
-            .is_some_and(|transferring| !transferring.transfer_pending.is_empty());
+            .is_some_and(|transferring| owed(&transferring.transfer_pending));
     if !queued {
         let at_ms = now_ms + ctx.config.object_retry_interval_ms.max(1);
         ctx.arm(at_ms, Timer::WriteRetry { key });
