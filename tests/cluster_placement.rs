@@ -10,14 +10,13 @@
 mod edge;
 mod support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use edge::{client_config, make_cert, tcp_connect, tls_connect, StreamClient, WsClient, WsEvent};
 use routerd::builtins::player::player_key;
 use routerd::router::rendezvous_score;
 use routerd::store::NodeId;
-use support::cluster::{http_get, player_owner, wait_members_up, LocalCluster};
+use support::cluster::{metric_at, player_owner, wait_members_up, LocalCluster};
 use support::{counter_of, Client, ServeProcess};
 use wire::client::{route, FrameKind};
 
@@ -32,42 +31,16 @@ fn start(cluster: &LocalCluster, id: u64, place: bool) -> ServeProcess {
 
 /// Starts node `id` of `cluster` with `gateway` keys besides its listener.
 fn start_with(cluster: &LocalCluster, id: u64, gateway: &str) -> ServeProcess {
-    ServeProcess::spawn(serve_command(cluster, id, gateway))
-}
-
-/// The command that runs node `id` of `cluster` (its config written).
-fn serve_command(cluster: &LocalCluster, id: u64, gateway: &str) -> std::process::Command {
-    let dir = cluster.dir().join(format!("node-{id}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("node.toml");
-    let text = format!(
-        "{}\n[gateway]\nlisten = \"127.0.0.1:0\"\n{gateway}\
-         [admin]\nlisten = \"127.0.0.1:0\"\n[auth]\nsecret = \"{}\"\n",
-        cluster.body(id, "the test cluster's secret"),
-        support::SECRET
-    );
-    std::fs::write(&path, text).unwrap();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"));
-    command.args(["serve", "--config"]).arg(&path);
-    command
-}
-
-/// The value of an unlabelled metric on a node's `/metrics`.
-fn metric(admin: SocketAddr, name: &str) -> u64 {
-    let (status, text) = http_get(admin, "/metrics");
-    assert_eq!(status, 200);
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name}"))
+    ServeProcess::spawn(cluster.command_with(id, gateway, ""))
 }
 
 /// Client requests a node's sessions had answered (locally, remotely).
-fn answered(node: &ServeProcess) -> (u64, u64) {
+fn answered(node: &ServeProcess) -> (i64, i64) {
     // The cores mirror these counts every quarter second.
     std::thread::sleep(Duration::from_millis(400));
     (
-        metric(node.admin, "routerd_router_client_requests_local_total"),
-        metric(node.admin, "routerd_router_client_requests_remote_total"),
+        metric_at(node.admin, "routerd_router_client_requests_local_total"),
+        metric_at(node.admin, "routerd_router_client_requests_remote_total"),
     )
 }
 
@@ -162,9 +135,12 @@ fn a_login_away_from_its_player_is_redirected_once_and_served_either_way() {
         "the login and ten increments crossed to node 1"
     );
     assert_eq!(after.0, before.0, "none was answered on node 2");
-    assert_eq!(metric(node2.admin, "routerd_gateway_placements_total"), 1);
     assert_eq!(
-        metric(node2.admin, "routerd_gateway_redirect_closed_total"),
+        metric_at(node2.admin, "routerd_gateway_placements_total"),
+        1
+    );
+    assert_eq!(
+        metric_at(node2.admin, "routerd_gateway_redirect_closed_total"),
         0
     );
 
@@ -176,14 +152,20 @@ fn a_login_away_from_its_player_is_redirected_once_and_served_either_way() {
     let after1 = answered(node1);
     assert_eq!(after1.0 - before1.0, 2);
     assert_eq!(after1.1, before1.1);
-    assert_eq!(metric(node1.admin, "routerd_gateway_placements_total"), 0);
+    assert_eq!(
+        metric_at(node1.admin, "routerd_gateway_placements_total"),
+        0
+    );
     drop(home);
 
     // A node without the key answers and says nothing.
     let mut elsewhere = node3.connect();
     elsewhere.login(p, 1);
     assert_eq!(incr(&mut elsewhere, 2), 13);
-    assert_eq!(metric(node3.admin, "routerd_gateway_placements_total"), 0);
+    assert_eq!(
+        metric_at(node3.admin, "routerd_gateway_placements_total"),
+        0
+    );
     drop(elsewhere);
 
     // A new player logging in on its default node: created there, and no
@@ -193,7 +175,10 @@ fn a_login_away_from_its_player_is_redirected_once_and_served_either_way() {
     here.login(fresh, 1);
     assert_eq!(incr(&mut here, 2), 1);
     assert_eq!(player_owner(node2.admin, fresh).map(|(n, _)| n), Some(2));
-    assert_eq!(metric(node2.admin, "routerd_gateway_placements_total"), 1);
+    assert_eq!(
+        metric_at(node2.admin, "routerd_gateway_placements_total"),
+        1
+    );
     // A new player logging in elsewhere: created on its default node, and
     // the session is sent there.
     let other = player_placed_on(1, 4242);
@@ -210,7 +195,10 @@ fn a_login_away_from_its_player_is_redirected_once_and_served_either_way() {
     );
     assert_eq!(incr(&mut there, 2), 1);
     assert_eq!(player_owner(node2.admin, other).map(|(n, _)| n), Some(1));
-    assert_eq!(metric(node2.admin, "routerd_gateway_placements_total"), 2);
+    assert_eq!(
+        metric_at(node2.admin, "routerd_gateway_placements_total"),
+        2
+    );
 }
 
 /// A session is sent to the owner's listener of its own transport: a TLS
@@ -226,7 +214,7 @@ fn a_tls_or_websocket_session_is_placed_on_the_owners_listener_of_its_transport(
         cert.key_file.display().to_string()
     );
     let start_listening = |id: u64| {
-        let node = ServeProcess::spawn(serve_command(&cluster, id, &gateway));
+        let node = ServeProcess::spawn(cluster.command_with(id, &gateway, ""));
         let tls = node
             .serving_address("tls")
             .expect("tls in the serving line");
@@ -260,5 +248,8 @@ fn a_tls_or_websocket_session_is_placed_on_the_owners_listener_of_its_transport(
         other => panic!("expected sys.redirect, got {other:?}"),
     }
     assert_eq!(ws.incr(2), 3);
-    assert_eq!(metric(node2.admin, "routerd_gateway_placements_total"), 2);
+    assert_eq!(
+        metric_at(node2.admin, "routerd_gateway_placements_total"),
+        2
+    );
 }

@@ -162,12 +162,18 @@ impl LocalCluster {
     /// its `[auth]` section (the test secret is there already), for a test
     /// that changes how the process starts before `ServeProcess::spawn`.
     pub fn command_with_auth(&self, id: u64, keys: &str) -> std::process::Command {
+        self.command_with(id, "", keys)
+    }
+
+    /// [`Self::command_with_auth`] with `gateway` keys added to the
+    /// `[gateway]` section (its listener is there already) too.
+    pub fn command_with(&self, id: u64, gateway: &str, auth: &str) -> std::process::Command {
         let dir = self.dir.path().join(format!("node-{id}"));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("node.toml");
         let body = format!(
-            "{}\n[gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
-             [auth]\nsecret = {:?}\n{keys}",
+            "{}\n[gateway]\nlisten = \"127.0.0.1:0\"\n{gateway}[admin]\nlisten = \"127.0.0.1:0\"\n\
+             [auth]\nsecret = {:?}\n{auth}",
             self.body(id, "the test cluster's secret"),
             super::SECRET
         );
