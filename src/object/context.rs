@@ -215,7 +215,8 @@ impl<'a> Context<'a> {
     /// Asks `client`'s gateway whether the session still stands as
     /// `client` names it. If it does not (it closed, was never bound, or
     /// its node restarted or was declared down), its player object gets
-    /// the session's unbind, as at a close. The player's own business.
+    /// the session's unbind, as at a close: only the built-in player type
+    /// asks (a login refused under `single`).
     pub(crate) fn check_session(&mut self, client: ClientRef) {
         self.out.session_checks.push(client);
     }
