@@ -27,12 +27,7 @@ impl World {
         self.resume_all();
         // Shutdowns in progress end (by their deadline at the latest) first.
         let until = self.now_ms + 3_000;
-        while self.nodes.values().any(|n| n.shutting_down) && self.now_ms < until {
-            if !self.next_step()? {
-                break;
-            }
-            self.check()?;
-        }
+        self.run_while(until, |world| world.nodes.values().any(|n| n.shutting_down))?;
         self.settle()?;
         // Copies an outside writer made stale notice it at their next save.
         let settled_from = self.now_ms + 2 * self.config.router.object_save_interval_ms;

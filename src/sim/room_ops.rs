@@ -206,13 +206,7 @@ impl World {
     /// most (a request still unanswered then fails `check_answers`).
     fn until_answered(&mut self) -> Result<(), String> {
         let deadline = self.now_ms + ANSWER_DEADLINE_MS;
-        while self.answers.outstanding() > 0 && self.now_ms < deadline {
-            if !self.next_step()? {
-                break;
-            }
-            self.check()?;
-        }
-        Ok(())
+        self.run_while(deadline, |world| world.answers.outstanding() > 0)
     }
 
     /// Every calm-phase request got a successful answer.

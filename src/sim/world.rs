@@ -446,6 +446,22 @@ impl World {
         Ok(())
     }
 
+    /// Runs events, checking after each, while `go_on` holds and until
+    /// `until_ms` at the latest (or no event is left).
+    pub(super) fn run_while(
+        &mut self,
+        until_ms: u64,
+        go_on: impl Fn(&World) -> bool,
+    ) -> Result<(), String> {
+        while go_on(self) && self.now_ms < until_ms {
+            if !self.next_step()? {
+                break;
+            }
+            self.check()?;
+        }
+        Ok(())
+    }
+
     /// Processes the next event; false when none is left.
     pub(super) fn next_step(&mut self) -> Result<bool, String> {
         self.report.events += 1;
