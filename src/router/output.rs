@@ -118,8 +118,8 @@ pub(crate) fn emit(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput) {
         // listing after that start's first logins may reach it, and a login
         // refused in that window frees the player from such a session,
         // which is kicked at its next request, as under kick_old.
-        let gone =
-            client.gateway_node != ctx.node && ctx.live_incarnation(client.gateway_node).is_none();
+        // (This node's own incarnation is always live.)
+        let gone = ctx.live_incarnation(client.gateway_node).is_none();
         ctx.effects.push(if gone {
             Effect::SessionGone { client }
         } else {
