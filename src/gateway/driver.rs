@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shards::{Mesh, SendError};
 use wire::client::ErrorCode;
-use wire::frame::{ArchivedMessage, ClientWire, FrameBuf, Message};
+use wire::frame::{ArchivedMessage, FrameBuf, Message};
 
 use super::auth::{AuthService, AuthStep};
 use super::body_codec::ListenerCodecs;
@@ -232,12 +232,7 @@ impl GatewayHandle {
             return;
         }
         let message = Message::SessionCheck {
-            client: ClientWire {
-                gateway_node: self.0.node_id,
-                session_id,
-                session_epoch: bound.session_epoch,
-                player_id: bound.player_id,
-            },
+            client: super::client_wire(self.0.node_id, session_id, bound),
         };
         match FrameBuf::encode_local(&message) {
             Ok(frame) => self.route_to_owner(session_id, frame),

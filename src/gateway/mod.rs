@@ -91,14 +91,20 @@ pub struct Notice {
     pub binding: Binding,
 }
 
+/// Session `session_id` of `gateway_node` as its target holds it under
+/// `binding`, as frames name it.
+pub(crate) fn client_wire(gateway_node: u64, session_id: u64, binding: Binding) -> ClientWire {
+    ClientWire {
+        gateway_node,
+        session_id,
+        session_epoch: binding.session_epoch,
+        player_id: binding.player_id,
+    }
+}
+
 impl Notice {
     pub fn to_frame(&self, gateway_node: u64) -> Result<FrameBuf, FrameEncodeError> {
-        let client = ClientWire {
-            gateway_node,
-            session_id: self.session_id,
-            session_epoch: self.binding.session_epoch,
-            player_id: self.binding.player_id,
-        };
+        let client = client_wire(gateway_node, self.session_id, self.binding);
         FrameBuf::encode_local(&match self.kind {
             NoticeKind::Unbound => Message::SessionUnbound { client },
             NoticeKind::Disconnected => Message::SessionDisconnected { client },
