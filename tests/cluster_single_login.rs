@@ -15,7 +15,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::cluster::{login_eventually, metric_at, player_owner, wait_members_up, LocalCluster};
+use support::cluster::{
+    login_eventually, metric_at, players_owned_by, wait_members_up, wait_metric_at, LocalCluster,
+};
 use support::{token, Client, ServeProcess};
 use wire::client::route;
 
@@ -27,31 +29,7 @@ fn start(cluster: &LocalCluster, id: u64) -> ServeProcess {
 
 /// Polls `name` on `node` until it equals `want`, for 5 s at most.
 fn wait_metric(node: &ServeProcess, name: &str, want: i64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let got = metric_at(node.admin, name);
-        if got == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{name} = {got}, want {want}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// `count` players node 2 owns, logged out again.
-fn players_of_node_2(owner: &ServeProcess, count: usize) -> Vec<u64> {
-    let players: Vec<u64> = (1..64)
-        .filter(|&player| {
-            let (client, _) = login_eventually(owner.gateway, player, Duration::from_secs(10));
-            let owned_by_2 = player_owner(owner.admin, player).is_some_and(|(node, _)| node == 2);
-            client.shutdown();
-            owned_by_2
-        })
-        .take(count)
-        .collect();
-    assert_eq!(players.len(), count, "node 2 owns {count} players");
-    wait_metric(owner, SESSIONS, 0);
-    players
+    wait_metric_at(node.admin, name, want);
 }
 
 fn a_login_abandoned_while_its_player_was_out_of_reach_is_undone(cluster: LocalCluster) {
@@ -59,7 +37,7 @@ fn a_login_abandoned_while_its_player_was_out_of_reach_is_undone(cluster: LocalC
     let owner = start(&cluster, 2);
     wait_members_up(&gateway, &[2]);
     wait_members_up(&owner, &[1]);
-    let player = players_of_node_2(&owner, 1)[0];
+    let player = players_owned_by(&owner, 2, 1)[0];
 
     // Node 2 stops; a login on node 1 sends its bind there, and its
     // connection closes before any answer. Node 2 resumes well within its
@@ -89,7 +67,7 @@ fn a_session_of_a_node_that_died_or_restarted_keeps_nobody_out(cluster: LocalClu
     let owner = start(&cluster, 2);
     wait_members_up(&gateway, &[2]);
     wait_members_up(&owner, &[1]);
-    let players = players_of_node_2(&owner, 2);
+    let players = players_owned_by(&owner, 2, 2);
     let sessions: Vec<Client> = players
         .iter()
         .map(|&player| login_eventually(gateway.gateway, player, Duration::from_secs(3)).0)

@@ -67,6 +67,9 @@ mod tests_fixtures;
 mod tests_rooms;
 
 #[cfg(test)]
+mod tests_sessions;
+
+#[cfg(test)]
 mod actor_tests {
     use super::*;
     use wire::client::route;
@@ -104,83 +107,26 @@ mod actor_tests {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
-
-    use super::player::{self, PlayerType};
+    use super::player;
     use super::room::{self, RoomType};
-    use super::tests_fixtures::client;
-    use crate::config::{DuplicateLogin, Persist, RouterConfig};
+    use super::tests_fixtures::{
+        client, core_serving, outcome_of, player_type, send, settle, unbind,
+    };
+    use crate::config::{DuplicateLogin, Persist};
     use crate::ids::NodeId;
-    use crate::router::{ClientRef, Effect, Request, RequestId, RouterCore, RouterHead};
+    use crate::router::{ClientRef, Effect, RequestId};
     use crate::store::{MemberState, MemoryTable};
-
-    /// One node, one core: performs Store and Submit effects until quiet and
-    /// returns the replies and pushes.
-    fn settle(core: &mut RouterCore, table: &mut MemoryTable) -> Vec<Effect> {
-        let mut out = Vec::new();
-        let mut queue: VecDeque<Effect> = core.drain_effects().collect();
-        while let Some(effect) = queue.pop_front() {
-            match effect {
-                Effect::Store { token, op } => {
-                    let reply = crate::testing::answer_store(table, op);
-                    core.on_store_reply(0, token, reply);
-                }
-                Effect::Submit { head, request } => core.on_request(0, head, *request),
-                Effect::FlushSavesAfterBatch => core.on_flush(0),
-                effect @ (Effect::Reply { .. }
-                | Effect::Push { .. }
-                | Effect::Kick { .. }
-                | Effect::CheckSession { .. }
-                | Effect::SessionGone { .. }) => out.push(effect),
-                _ => {}
-            }
-            queue.extend(core.drain_effects());
-        }
-        out
-    }
-
-    fn send(
-        core: &mut RouterCore,
-        seq: u64,
-        key: wire::ObjectKey,
-        op: u32,
-        body: Vec<u8>,
-        c: ClientRef,
-    ) {
-        let request = Request {
-            id: RequestId {
-                origin_node: NodeId(1),
-                seq,
-            },
-            op,
-            body,
-            client: Some(c),
-            needs_reply: true,
-            keyed: false,
-        };
-        core.on_request(0, RouterHead::local(key, NodeId(1)), request);
-    }
 
     #[test]
     fn login_join_and_say_through_the_router() {
         let mut table = MemoryTable::default();
-        let mut core = RouterCore::new(NodeId(1), RouterConfig::default(), 1, 0);
-        let mut registry = crate::object::Registry::default();
-        registry
-            .add_object_type(PlayerType {
-                persist: Persist::OnWrite,
-                duplicate_login: DuplicateLogin::KickOld,
-                created_per_session_max: 64,
-            })
-            .unwrap();
-        registry
-            .add_object_type(RoomType {
-                persist: Persist::Interval,
-                members_max: 8,
-                ..RoomType::default()
-            })
-            .unwrap();
-        registry.register_all(&mut core);
+        let player = player_type(DuplicateLogin::KickOld, 64);
+        let room = RoomType {
+            persist: Persist::Interval,
+            members_max: 8,
+            ..RoomType::default()
+        };
+        let mut core = core_serving(player, Some(room));
         for player_id in [1, 2] {
             send(
                 &mut core,
@@ -258,16 +204,7 @@ mod tests {
     #[test]
     fn a_login_refused_under_single_asks_after_the_session_in_its_way() {
         let mut table = MemoryTable::default();
-        let mut core = RouterCore::new(NodeId(1), RouterConfig::default(), 1, 0);
-        let mut registry = crate::object::Registry::default();
-        registry
-            .add_object_type(PlayerType {
-                persist: Persist::OnWrite,
-                duplicate_login: DuplicateLogin::Single,
-                created_per_session_max: 64,
-            })
-            .unwrap();
-        registry.register_all(&mut core);
+        let mut core = core_serving(player_type(DuplicateLogin::Single, 64), None);
         core.on_member(NodeId(2), 1, MemberState::Up);
         let key = player::player_key(7);
         let here = client(7, 1);
@@ -304,18 +241,7 @@ mod tests {
         );
         // The answer (the gateway's unbind, here the one for a gone node)
         // frees the player for the next try.
-        let unbind = Request {
-            id: RequestId {
-                origin_node: NodeId(1),
-                seq: 4,
-            },
-            op: player::OP_UNBIND,
-            body: Vec::new(),
-            client: Some(elsewhere),
-            needs_reply: false,
-            keyed: false,
-        };
-        core.on_request(0, RouterHead::local(key, NodeId(1)), unbind);
+        unbind(&mut core, 4, elsewhere);
         send(&mut core, 5, key, player::OP_BIND, Vec::new(), here);
         let effects = settle(&mut core, &mut table);
         assert!(
@@ -324,34 +250,17 @@ mod tests {
         );
     }
 
-    /// The reply `effects` hold for request `seq`.
-    fn outcome_of(effects: &[Effect], seq: u64) -> Option<crate::router::Outcome> {
-        effects.iter().find_map(|effect| match effect {
-            Effect::Reply { request, outcome } if request.seq == seq => Some(outcome.clone()),
-            _ => None,
-        })
-    }
-
     #[test]
     fn only_a_join_within_both_bounds_creates_a_room() {
         use crate::router::ErrorCode;
         let mut table = MemoryTable::default();
-        let mut core = RouterCore::new(NodeId(1), RouterConfig::default(), 1, 0);
         let rooms = RoomType {
             rooms_per_node_max: 2,
             ..RoomType::default()
         };
         let rooms_live = rooms.rooms_live.clone();
-        let mut registry = crate::object::Registry::default();
-        registry
-            .add_object_type(PlayerType {
-                persist: Persist::OnWrite,
-                duplicate_login: DuplicateLogin::KickOld,
-                created_per_session_max: 1,
-            })
-            .unwrap();
-        registry.add_object_type(rooms).unwrap();
-        registry.register_all(&mut core);
+        let player_type = player_type(DuplicateLogin::KickOld, 1);
+        let mut core = core_serving(player_type, Some(rooms));
         let (one, two) = (client(1, 1), client(2, 2));
         let player = player::player_key;
         send(&mut core, 1, player(1), player::OP_BIND, Vec::new(), one);

@@ -2,11 +2,9 @@
 //! in the order the objects send them: the player's room list ends as the
 //! answers describe, whatever the client pipelines.
 
-use super::player::{
-    player_key, PlayerType, OP_BIND, OP_ROOM_JOIN, OP_ROOM_LEAVE, PLAYER_ROOMS_MAX,
-};
+use super::player::{player_key, OP_BIND, OP_ROOM_JOIN, OP_ROOM_LEAVE, PLAYER_ROOMS_MAX};
 use super::room::{room_key, RoomType};
-use super::tests_fixtures::{client, request};
+use super::tests_fixtures::{client, player_type, request};
 use crate::config::DuplicateLogin;
 use crate::object::{ErrorCode, ObjectKey, Persist};
 use crate::router::{HandlerOutput, HandlerReply, ObjectState, ObjectType, Outcome, Request};
@@ -23,11 +21,7 @@ struct Pair {
 
 impl Pair {
     fn new() -> Pair {
-        let player = PlayerType {
-            persist: Persist::OnWrite,
-            duplicate_login: DuplicateLogin::KickOld,
-            created_per_session_max: 1,
-        };
+        let player = player_type(DuplicateLogin::KickOld, 1);
         let room = RoomType {
             persist: Persist::OnWrite,
             members_max: 10,

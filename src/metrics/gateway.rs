@@ -85,8 +85,9 @@ super::metric_set! {
         /// Logins the player object admitted after they had ended here (timed out, or the
         /// session closed), undone by an unbound notice so the player is not left bound to them.
         "routerd_gateway_late_logins_undone_total" Counter { late_logins_undone }
-        /// Sessions a player object asked about (a login refused under single because of them)
-        /// that no longer stood as it named them, released by an unbound notice.
+        /// Sessions that no longer stood as an object named them, released by an unbound notice
+        /// to their player: asked about (a login refused under single because of them), or sent a
+        /// push (closed without an unbind reaching the player, or of this node's earlier run).
         "routerd_gateway_stale_sessions_released_total" Counter { stale_sessions_released }
         /// Sessions closed because gateway.send_queue_max frames, or gateway.send_queue_bytes_max
         /// bytes, waited for them.

@@ -60,6 +60,9 @@ super::counter_set! {
         /// release, a transfer's removal) failed again, or had no known outcome, while they waited
         /// for it: who owns the object is unknown until its next retry, a backoff away.
         "routerd_router_write_retry_refusals_total" { write_retry_refusals_total }
+        /// Pushes to a session of a node declared down (the run that opened the session ended):
+        /// each also told the session's player its session was gone.
+        "routerd_router_pushes_to_ended_sessions_total" { pushes_to_ended_sessions_total }
         /// Copies kept aside through a fence that were written back by compare-and-set under the
         /// node's new incarnation: nothing of theirs was lost.
         "routerd_router_readopts_total" { readopts_total }

@@ -13,7 +13,7 @@ use super::drain::DrainState;
 use super::entry::Entry;
 use super::mutant::{self, Mutant};
 use super::types::{
-    Effect, NodeMessage, Outcome, Request, StoreOp, StoreToken, Timer, TransferDone,
+    ClientRef, Effect, NodeMessage, Outcome, Request, StoreOp, StoreToken, Timer, TransferDone,
 };
 use crate::config::RouterConfig;
 use crate::ids::NodeId;
@@ -173,6 +173,27 @@ impl Ctx {
             return Some(self.incarnation);
         }
         self.members.get(&node).and_then(|member| member.live)
+    }
+
+    /// Whether `client`'s session ended with the run of its node that
+    /// opened it: membership holds no live incarnation of the node, and has
+    /// declared down the incarnation the session's id names or a later one.
+    /// A session of a node that started again since, and that this core
+    /// has not heard of yet, is not judged (its id names the new start).
+    /// A process that was only fenced keeps its sessions through its
+    /// rejoin; they count as ended meanwhile, as every session of a node
+    /// declared down does (the built-in player object takes such a session
+    /// back at its next request).
+    pub fn is_session_ended(&self, client: ClientRef) -> bool {
+        if client.gateway_node == self.node {
+            return false;
+        }
+        self.members
+            .get(&client.gateway_node)
+            .is_some_and(|member| {
+                member.live.is_none()
+                    && wire::ids::made_at_or_before(client.session_id, member.dead_through)
+            })
     }
 
     /// Whether membership knows anything of `node`.

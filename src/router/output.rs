@@ -91,6 +91,18 @@ pub(crate) fn emit(ctx: &mut Ctx, request: &Request, out: &mut HandlerOutput) {
         ctx.arm(at_ms, timer);
     }
     for (client, route_id, body) in out.pushes.drain(..) {
+        if ctx.is_session_ended(client) {
+            // A session of a node that died never closes to unbind its
+            // player: the player is told here, so it stops counting the
+            // session as its own (rooms stop pushing to it, presence shows
+            // the player gone). The push still goes: nothing takes it from
+            // a dead node's link, and a node that was only cut off and
+            // fenced delivers it to a session it still holds.
+            ctx.counters.pushes_to_ended_sessions_total += 1;
+            if client.player_id != 0 {
+                ctx.effects.push(Effect::SessionGone { client });
+            }
+        }
         ctx.effects.push(Effect::Push {
             client,
             route_id,

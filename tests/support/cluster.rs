@@ -291,9 +291,45 @@ pub fn metric_at(admin: SocketAddr, name: &str) -> i64 {
         .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
 }
 
+/// Polls `name` on the node at `admin` until it equals `want`, for 5 s at
+/// most.
+pub fn wait_metric_at(admin: SocketAddr, name: &str, want: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = metric_at(admin, name);
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name} = {got}, want {want}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `count` players node `owner_id` owns, found by logging players in at
+/// that node (`node`) and out again.
+pub fn players_owned_by(node: &ServeProcess, owner_id: u64, count: usize) -> Vec<u64> {
+    let players: Vec<u64> = (1..64)
+        .filter(|&player| {
+            let (client, _) = login_eventually(node.gateway, player, Duration::from_secs(10));
+            let owned = player_owner(node.admin, player).is_some_and(|(id, _)| id == owner_id);
+            client.shutdown();
+            owned
+        })
+        .take(count)
+        .collect();
+    assert_eq!(players.len(), count, "node {owner_id} owns {count} players");
+    wait_metric_at(node.admin, "routerd_gateway_sessions_active", 0);
+    players
+}
+
 /// The node id and incarnation `/objects/player/<id>` names as owner.
 pub fn player_owner(admin: SocketAddr, player_id: u64) -> Option<(u64, u64)> {
-    let (status, body) = http_get(admin, &format!("/objects/player/{player_id}"));
+    object_owner(admin, "player", player_id)
+}
+
+/// The node id and incarnation `/objects/<type_name>/<id>` names as owner.
+pub fn object_owner(admin: SocketAddr, type_name: &str, id: u64) -> Option<(u64, u64)> {
+    let (status, body) = http_get(admin, &format!("/objects/{type_name}/{id}"));
     if status != 200 {
         return None;
     }

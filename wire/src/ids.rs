@@ -30,6 +30,16 @@ pub const fn core_of(id: u64) -> usize {
     (id >> CORE_SHIFT) as usize
 }
 
+/// Whether `id` was made by incarnation `incarnation` of its node or by an
+/// earlier one, as far as its 16 bits tell: they are read in serial-number
+/// order (RFC 1982), so an id of a start up to 32,767 incarnations later
+/// counts as later, however the bits wrapped.
+pub const fn made_at_or_before(id: u64, incarnation: u64) -> bool {
+    let made = (id >> INCARNATION_SHIFT) & INCARNATION_MASK;
+    let ahead = made.wrapping_sub(incarnation) & INCARNATION_MASK;
+    ahead == 0 || ahead > INCARNATION_MASK / 2
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,5 +57,16 @@ mod tests {
             make(1, 1, 5),
             "local wraps"
         );
+    }
+
+    #[test]
+    fn an_id_is_made_at_or_before_an_incarnation_in_serial_order() {
+        assert!(made_at_or_before(make(0, 7, 1), 7));
+        assert!(made_at_or_before(make(0, 6, 1), 7));
+        assert!(!made_at_or_before(make(0, 8, 1), 7), "a later start");
+        // Across the 16 bits' wrap: 65,535 is just before 65,537 (1 in
+        // its bits), and 65,537 just after 65,535.
+        assert!(made_at_or_before(make(0, 65_535, 1), 65_537));
+        assert!(!made_at_or_before(make(0, 65_537, 1), 65_535));
     }
 }

@@ -139,6 +139,15 @@ impl GatewayCore {
             };
             counter.inc();
             self.warn[slot].warn(clock(), reason, egress.session_id, egress.route_id);
+            let binding_missing = matches!(
+                reason,
+                EgressRejected::UnknownSession
+                    | EgressRejected::StaleEpoch
+                    | EgressRejected::OwnerMismatch
+            );
+            if binding_missing && egress.kind == FrameKind::Push as u8 {
+                self.release_pushed_binding(egress);
+            }
         }
         result.map(drop)
     }

@@ -186,6 +186,26 @@ impl GatewayCore {
         }
     }
 
+    /// A push met no session holding the binding it named (unknown
+    /// session, stale epoch, another player): whoever pushed still counts
+    /// that session as its player's, after a close whose unbind was lost,
+    /// or from before this node restarted. The player is told, as a session
+    /// check tells it (`check_session`), unless the session is about to
+    /// hold that binding.
+    pub(super) fn release_pushed_binding(&mut self, push: &super::egress::EgressRef<'_>) {
+        if push.player_id == 0 {
+            return;
+        }
+        let binding = Binding {
+            target: Target::Services,
+            player_id: push.player_id,
+            session_epoch: push.session_epoch,
+        };
+        if self.release_unless_bound(push.session_id, binding) {
+            self.metrics.gateway.stale_sessions_released.inc();
+        }
+    }
+
     /// Queues an `Unbound` notice for `binding` of `session_id` unless the
     /// session holds that binding, or is about to (a login of the same
     /// player pending: it makes the same binding). Whether it did.

@@ -296,3 +296,46 @@ fn a_session_check_releases_only_a_session_that_no_longer_stands() {
     );
     assert_eq!(f.metrics.gateway.stale_sessions_released.get(), 3);
 }
+
+/// A push names the binding its sender holds for the session: one that
+/// meets a session not holding it (closed, of an earlier run of the node,
+/// logged in again, as another player) releases that binding, so the
+/// player stops counting the session; a push the session takes, or one
+/// naming no player, releases nothing.
+#[test]
+fn a_push_to_a_session_that_no_longer_stands_releases_its_binding() {
+    let mut f = Fixture::new();
+    let (s, _outbox) = f.open();
+    let epoch = f.login(s, 7);
+    let now = f.now;
+    let push = |session, epoch, player| {
+        egress(
+            session,
+            epoch,
+            player,
+            FrameKind::Push,
+            route::ROOM_MESSAGE,
+            0,
+        )
+    };
+    f.core.egress(&push(s, epoch, 7), now).unwrap();
+    assert_eq!(f.notices(), [], "taken: it stands");
+    let stale = [push(s, epoch - 1, 7), push(s, epoch, 8), push(s + 1, 3, 7)];
+    for probe in &stale {
+        assert!(f.core.egress(probe, now).is_err());
+    }
+    assert_eq!(
+        f.notices(),
+        [
+            unbound(s, 7, epoch - 1),
+            unbound(s, 8, epoch),
+            unbound(s + 1, 7, 3)
+        ]
+    );
+    // An answer that misses, and a push for no player, release nothing.
+    let answer = egress(s + 1, 3, 7, FrameKind::Response, route::PLAYER_GET, 1);
+    assert!(f.core.egress(&answer, now).is_err());
+    assert!(f.core.egress(&push(s + 1, 3, 0), now).is_err());
+    assert_eq!(f.notices(), []);
+    assert_eq!(f.metrics.gateway.stale_sessions_released.get(), 3);
+}
