@@ -1,5 +1,6 @@
 //! Protocol violations, idle and slow connections, and sessions_max: the
-//! offending connection is closed and counted, its neighbours keep working.
+//! offending connection is closed and counted, its neighbours keep working;
+//! at the cap a connection that never logged in makes room for a new one.
 //! Connections past the registered file table: served, and counted.
 
 mod support;
@@ -7,6 +8,7 @@ mod support;
 use std::io::Write;
 use std::time::Duration;
 
+use support::flood::SilentFlood;
 use support::TestNode;
 use wire::client::{encode_frame, route, ErrorCode, FrameKind, Header, HEADER_LEN};
 
@@ -127,15 +129,53 @@ fn slow_reader_is_closed_and_max_sessions_refused() {
     node.wait_metric("routerd_gateway_slow_readers_closed_total", 1);
     assert_eq!(neighbour.call(route::SYS_PING, 1, b"fine").body, b"fine");
 
-    // sessions_max = 3: the neighbour and two more; the fourth is refused.
+    // sessions_max = 3: the neighbour and two more, all logged in; the
+    // fourth is refused (none of them may be evicted for it).
     node.wait_metric("routerd_gateway_sessions_active", 1);
+    neighbour.login(1, 2);
     let mut second = node.connect();
+    second.login(2, 1);
     let mut third = node.connect();
-    assert_eq!(third.call(route::SYS_PING, 1, b"3").body, b"3");
+    third.login(3, 1);
     let mut refused = node.connect();
     refused.expect_closed();
     node.wait_metric("routerd_gateway_sessions_refused_total", 1);
-    assert_eq!(second.call(route::SYS_PING, 1, b"2").body, b"2");
+    assert_eq!(second.call(route::SYS_PING, 2, b"2").body, b"2");
+}
+
+/// A flood of silent connections that fills the session cap keeps no
+/// player out: each new connection evicts the oldest session that never
+/// logged in, and one that logged in is never evicted. Once only players
+/// hold the cap, the flood's connections are refused.
+#[test]
+fn silent_connections_at_the_session_cap_make_room_for_players() {
+    let mut config = support::config();
+    // Eviction takes a session of the accepting core: one core holds all.
+    config.cores.count = 1;
+    config.gateway.sessions_max = 8;
+    let node = TestNode::start(config);
+    let flood = SilentFlood::start(node.gateway(), 8, Duration::from_millis(20));
+    node.wait_metric("routerd_gateway_sessions_active", 8);
+    let mut players: Vec<_> = (1..=8)
+        .map(|player| {
+            let mut client = node.connect();
+            client.login(player, 1);
+            client
+        })
+        .collect();
+    // Each player's connection evicted one; the flood's connections
+    // opened again meanwhile evicted each other too.
+    assert!(node.metric("routerd_gateway_unauthenticated_evicted_total") >= 8);
+    let mut late = node.connect();
+    late.expect_closed();
+    assert!(node.metric("routerd_gateway_sessions_refused_total") >= 1);
+    for (seq, player) in players.iter_mut().enumerate() {
+        assert_eq!(
+            player.call(route::SYS_PING, 2 + seq as u32, b"here").body,
+            b"here"
+        );
+    }
+    flood.stop();
 }
 
 /// Connections past the core's registered file table are served the same

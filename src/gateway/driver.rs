@@ -285,6 +285,16 @@ impl GatewayHandle {
         self.0.state.borrow_mut().set_redirect_targets(targets);
     }
 
+    /// Closes this core's oldest session that never logged in, to admit a
+    /// connection at the session cap; whether there was one.
+    pub fn evict_unauthenticated(&self) -> bool {
+        let evicted = self.0.state.borrow_mut().evict_unauthenticated();
+        if evicted {
+            self.flush_notices();
+        }
+        evicted
+    }
+
     /// Sessions open on this core.
     pub fn session_count(&self) -> usize {
         self.0.state.borrow().session_count()

@@ -17,6 +17,10 @@ super::metric_set! {
         /// Client connections refused because the node's session cap was reached: gateway.sessions_max,
         /// or less where the open-file limit leaves clients fewer descriptors.
         "routerd_gateway_sessions_refused_total" Counter { sessions_refused }
+        /// Sessions that had not logged in, closed at the session cap to admit a new connection:
+        /// the accepting core's oldest such session goes (a connection is refused only when its
+        /// core has none).
+        "routerd_gateway_unauthenticated_evicted_total" Counter { unauthenticated_evicted }
         /// Client sessions open.
         "routerd_gateway_sessions_active" Gauge { sessions_active }
         /// Client connections accepted while the core's registered file table

@@ -48,6 +48,7 @@ mod redirect;
 mod relay;
 mod requests;
 mod resume;
+mod slots;
 
 use self::egress::WarnLimiter;
 pub use self::egress::{EgressRef, EgressRejected};
@@ -129,6 +130,9 @@ pub enum CloseReason {
     /// The node fenced with answers made before the fence still queued
     /// (`drop_answers_made_before_fence`).
     Fenced,
+    /// It had not logged in, and a new connection needed its slot at the
+    /// session cap (`evict_unauthenticated`).
+    Evicted,
 }
 
 struct Entry {
@@ -279,6 +283,9 @@ pub struct GatewayCore {
     resume: ResumeTables,
     /// Relay fronts' frames and ends for other cores (`relay`).
     relays: RelayTables,
+    /// Sessions that opened without a login, for eviction at the session
+    /// cap (`slots`).
+    unauthenticated: slots::Unauthenticated,
 }
 
 impl GatewayCore {
@@ -312,6 +319,7 @@ impl GatewayCore {
             codecs: ListenerCodecs::default(),
             resume: ResumeTables::default(),
             relays: RelayTables::default(),
+            unauthenticated: Default::default(),
         }
     }
 
@@ -374,6 +382,7 @@ impl GatewayCore {
                 resume: None,
             }),
         );
+        self.note_unauthenticated(session_id);
         self.stats().sessions_accepted.inc();
         self.stats().sessions_active.add(1);
         // A client that connects to a draining node is told to move at once.
@@ -430,59 +439,6 @@ impl GatewayCore {
         self.sessions
             .get(&session_id)
             .map_or(0, |entry| entry.inflight.len())
-    }
-
-    /// Closes every session whose last complete frame is `idle` or more
-    /// before `now` (a silent client, or one stuck in a half frame);
-    /// returns how many. A walk over the core's sessions, so the driver
-    /// runs it on a period (a fraction of `idle`), not per read.
-    pub fn close_idle(&mut self, now: Instant, idle: Duration) -> usize {
-        let idle_sessions: Vec<u64> = self
-            .sessions
-            .iter()
-            .filter(|(_, entry)| {
-                now.saturating_duration_since(entry.last_frame) >= idle
-                    && !entry.resume.as_ref().is_some_and(|resume| resume.detached)
-            })
-            .map(|(&session_id, _)| session_id)
-            .collect();
-        for &session_id in &idle_sessions {
-            self.close(session_id, CloseReason::Idle);
-        }
-        idle_sessions.len()
-    }
-
-    /// Records the expiry of the token `auth.login` verified for
-    /// `session_id`, before its player object decides the login.
-    pub fn set_token_expiry(&mut self, session_id: u64, expiry_unix_s: u64) {
-        if let Some(entry) = self.sessions.get_mut(&session_id) {
-            // An expiry of 0 is as past as one of 1: both kick at once.
-            entry.token_expiry_unix_s =
-                Some(NonZeroU64::new(expiry_unix_s).unwrap_or(NonZeroU64::MIN));
-        }
-    }
-
-    /// Kicks (PUSH `sys.kicked` with reason `token expired`, then close)
-    /// every logged-in session whose token expired at `now_unix_s`: a
-    /// login lasts no longer than its token. Returns how many. A walk over
-    /// the core's sessions, run on the idle sweep's period.
-    pub fn kick_expired(&mut self, now_unix_s: u64) -> usize {
-        let expired: Vec<u64> = self
-            .sessions
-            .iter()
-            .filter(|(_, entry)| {
-                entry.session.is_logged_in()
-                    && entry
-                        .token_expiry_unix_s
-                        .is_some_and(|expiry| now_unix_s >= expiry.get())
-            })
-            .map(|(&session_id, _)| session_id)
-            .collect();
-        for &session_id in &expired {
-            self.metrics.gateway.token_expired_kicks.inc();
-            self.kick(session_id, None, TOKEN_EXPIRED_REASON);
-        }
-        expired.len()
     }
 
     /// `shield.client.close` in a fixed order: PUSH `sys.kicked`
@@ -572,7 +528,10 @@ impl GatewayCore {
             CloseReason::Fenced => self.metrics.gateway.sessions_closed_at_fence.inc(),
             _ => {}
         }
-        let abort = matches!(reason, CloseReason::SlowReader | CloseReason::Fenced);
+        let abort = matches!(
+            reason,
+            CloseReason::SlowReader | CloseReason::Fenced | CloseReason::Evicted
+        );
         self.finish(session_id, NoticeKind::Disconnected, abort);
         true
     }

@@ -59,7 +59,7 @@ async fn accept_loop(gateway: GatewayHandle, listener: TcpListener, kind: Listen
                 (open < max).then_some(open + 1)
             })
             .is_ok();
-        if !admitted {
+        if !admitted && !make_room(&gateway) {
             gateway.0.metrics.gateway.sessions_refused.inc();
             drop(stream);
             continue;
@@ -83,6 +83,19 @@ async fn accept_loop(gateway: GatewayHandle, listener: TcpListener, kind: Listen
             advertised_as,
         ));
     }
+}
+
+/// At the session cap: closes this core's oldest session that never
+/// logged in (`GatewayCore::evict_unauthenticated`) and takes its slot for
+/// the new connection. The closed one's task gives the slot back when it
+/// ends, a moment later, so the count passes the cap by the evictions whose
+/// tasks have not ended yet.
+fn make_room(gateway: &GatewayHandle) -> bool {
+    if !gateway.evict_unauthenticated() {
+        return false;
+    }
+    gateway.0.sessions_open.fetch_add(1, Ordering::AcqRel);
+    true
 }
 
 /// The transport of a connection accepted on `kind`; `None` if it must be

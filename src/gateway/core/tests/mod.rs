@@ -263,6 +263,61 @@ fn close_idle_closes_only_sessions_silent_for_the_whole_period() {
     assert_eq!(f.core.session_count(), 0);
 }
 
+/// At the session cap the oldest session with no login goes first: one
+/// logged in, or logging in, is never evicted, nor is one closed already;
+/// with none left there is nothing to evict.
+#[test]
+fn eviction_takes_the_oldest_session_that_never_logged_in() {
+    let mut f = Fixture::new();
+    let (logged_in, _) = f.open();
+    f.login(logged_in, 7);
+    let (logging_in, _) = f.open();
+    f.request(logging_in, route::AUTH_LOGIN, 1).unwrap();
+    f.core.begin_login(logging_in, 1, 8);
+    let (closed, _) = f.open();
+    let (oldest, oldest_outbox) = f.open();
+    let (newer, newer_outbox) = f.open();
+    assert!(f.core.close(closed, CloseReason::PeerClosed));
+    // Pinging keeps a session from idling out, not from eviction.
+    f.request(oldest, route::SYS_PING, 1).unwrap();
+
+    assert!(f.core.evict_unauthenticated());
+    assert!(f.core.session(oldest).is_none());
+    assert_eq!(
+        oldest_outbox.state(),
+        crate::gateway::outbox::OutboxState::Aborted
+    );
+    assert!(f.core.evict_unauthenticated());
+    assert!(f.core.session(newer).is_none());
+    assert_eq!(
+        newer_outbox.state(),
+        crate::gateway::outbox::OutboxState::Aborted
+    );
+    assert!(
+        !f.core.evict_unauthenticated(),
+        "only accountable ones left"
+    );
+    assert!(f.core.session(logged_in).is_some());
+    assert!(f.core.session(logging_in).is_some());
+    assert_eq!(f.metrics.gateway.unauthenticated_evicted.get(), 2);
+}
+
+/// The queue of sessions with no login stays within twice the sessions
+/// however many log in and close: its stale ids are dropped as it grows.
+#[test]
+fn the_eviction_queue_stays_bounded_by_the_sessions() {
+    let mut f = Fixture::new();
+    let (silent, _) = f.open();
+    for player in 1..10_000 {
+        let (s, _) = f.open();
+        f.login(s, player);
+        assert!(f.core.close(s, CloseReason::PeerClosed));
+    }
+    assert!(f.core.unauthenticated_queued() <= 2 * f.core.session_count() + 65);
+    assert!(f.core.evict_unauthenticated());
+    assert!(f.core.session(silent).is_none());
+}
+
 /// The bytes one slot of a hash table holds.
 fn slot_bytes<K, V, S>(_: &std::collections::HashMap<K, V, S>) -> usize {
     std::mem::size_of::<(K, V)>()
