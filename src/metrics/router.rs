@@ -56,9 +56,10 @@ super::counter_set! {
         /// Requests for a writable object answered UNAVAILABLE because the node's membership lease
         /// had run out (it serves again once a heartbeat applies, or after a rejoin).
         "routerd_router_lease_lapsed_refusals_total" { lease_lapsed_refusals_total }
-        /// Requests answered UNAVAILABLE because the write giving their object's ownership up (a
-        /// release, a transfer's removal) failed again, or had no known outcome, while they waited
-        /// for it: who owns the object is unknown until its next retry, a backoff away.
+        /// Requests answered UNAVAILABLE because the write they waited for failed again, or had no
+        /// known outcome, on its retry: one giving their object's ownership up (a release, a
+        /// transfer's removal: who owns the object is unknown until its next retry, a backoff
+        /// away), or the save of an on_write change (the copy keeps it for a later save).
         "routerd_router_write_retry_refusals_total" { write_retry_refusals_total }
         /// Pushes to a session of a node declared down (the run that opened the session ended):
         /// each also told the session's player its session was gone.

@@ -164,6 +164,11 @@ pub(crate) struct Writable {
     /// before its flush (a driver bounds its outstanding requests), then
     /// the waiters of a save in flight (`pending_queue_max`).
     pub held: Vec<(Request, HandlerOutput)>,
+    /// How many of `held` (the first ones) were held already when a write
+    /// covering them last failed: at the next failure their answers go out
+    /// UNAVAILABLE (`output::refuse_held_after_retry`). A `u32` beside
+    /// `aside` takes no room of the entry's (`ENTRY_BYTES_MAX`).
+    pub held_failed: u32,
 }
 
 pub(crate) struct Transferring {

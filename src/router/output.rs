@@ -264,8 +264,46 @@ pub(crate) fn take_held(entry: &mut Entry) -> Vec<(Request, HandlerOutput)> {
     entry
         .object
         .as_mut()
-        .map(|object| std::mem::take(&mut object.held))
+        .map(|object| {
+            object.held_failed = 0;
+            std::mem::take(&mut object.held)
+        })
         .unwrap_or_default()
+}
+
+/// A write covering held on_write outputs failed, or its outcome is
+/// unknown. Those already held at the write's previous failure waited for
+/// one retry (the write after a failure is one: `on_flush` starts it at the
+/// next batch, or the retry timer does), and it failed too: they are
+/// answered UNAVAILABLE now, not after backoff upon backoff while the store
+/// fails. A change's output keeps the rest (its sends, pushes, timers) for
+/// the write that covers it: the copy keeps the change and a later write
+/// saves it, so whether it happened is unknown, as at a TIMEOUT. A read
+/// (held only because it saw unsaved state) did not happen: its pushes,
+/// sends and kicks are dropped, as when a write fails for good; what is
+/// owed exactly once (its calls, answers it gave deferred requests, its
+/// timers) still waits. An answer delegated to another object waits for
+/// the write (its forward is part of what waits).
+pub(crate) fn refuse_held_after_retry(ctx: &mut Ctx, entry: &mut Entry) {
+    let Some(object) = entry.object.as_mut() else {
+        return;
+    };
+    for (request, out) in object.held.iter_mut().take(object.held_failed as usize) {
+        if request.needs_reply && matches!(out.reply, HandlerReply::Answer(_)) {
+            out.reply = HandlerReply::Delegated;
+            if !out.mutated {
+                out.pushes.clear();
+                out.sends.clear();
+                out.kicks.clear();
+            }
+            ctx.counters.write_retry_refusals_total += 1;
+            ctx.reply(request, Err(ErrorCode::Unavailable.into()));
+            // Answered: neither the write's success nor its failure
+            // answers it again.
+            request.needs_reply = false;
+        }
+    }
+    object.held_failed = u32::try_from(object.held.len()).unwrap_or(u32::MAX);
 }
 
 /// Settles held on_write outputs once the write covering them replied: all

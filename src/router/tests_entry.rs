@@ -33,6 +33,7 @@ fn copy() -> Writable {
         last_save_ms: 0,
         aside: false,
         held: Vec::new(),
+        held_failed: 0,
     }
 }
 

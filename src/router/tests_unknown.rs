@@ -132,18 +132,29 @@ fn a_save_conflicting_with_another_nodes_record_still_drops_after_unknown_ones()
     assert!(h.core(1).entries().all(|view| !view.writable));
 }
 
+/// A held change whose write and its retry both end unknown (the first
+/// applied, unanswered) is answered UNAVAILABLE at the retry's failure (as
+/// `an_on_write_answer_waits_for_one_retry_of_its_write_never_for_a_backoff`
+/// shows); the third write meets the copy's own record, saves the change,
+/// and answers nothing again.
 #[test]
-fn on_write_answers_held_through_two_indeterminate_saves_are_released_by_the_third() {
+fn on_write_changes_held_through_two_indeterminate_saves_are_saved_by_the_third() {
     let mut h = Harness::new(1, Persist::OnWrite);
     claim_on_default(&mut h, 1);
     let held = h.request_key(1, 100, KEY, OP_ADD, add(1));
     h.core(1).on_flush(100);
     let (at_ms, timer) = unknown(&mut h, 1, 101, Fate::AppliedUnanswered);
     h.core(1).on_timer(at_ms, timer);
-    let (at_ms, timer) = unknown(&mut h, 1, at_ms + 1, Fate::Lost);
+    let (token, _, _) = the_write(h.core(1).drain_effects().collect());
+    let indeterminate = StoreReply::Written(WriteOutcome::Indeterminate);
+    h.core(1).on_store_reply(at_ms + 1, token, indeterminate);
+    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    let unavailable: Outcome = Err(ErrorCode::Unavailable.into());
+    assert_eq!(replies(&effects), vec![(held, unavailable)]);
+    let (at_ms, timer) = armed_write_retry(&effects).expect("a retry is armed");
     h.core(1).on_timer(at_ms, timer);
     let effects = settle_at(&mut h, 1, at_ms);
-    assert_eq!(replies(&effects), vec![(held, Ok(add(6)))]);
+    assert_eq!(replies(&effects), vec![]);
     assert_kept_and_saved(&mut h, 6);
 }
 
@@ -387,4 +398,44 @@ fn a_route_sync_leaves_an_entry_whose_claim_is_in_flight_alone() {
     let view = h.core(owner).entries().next().expect("entry");
     assert!(view.writable, "{view:?}");
     assert_eq!(view.route_version, RouteVersion(1));
+}
+
+/// An on_write answer waits for one retry of the write covering it, never
+/// for the backoffs after: the write that follows its write's failure is
+/// that retry (here a later increment's flush starts it), and when it
+/// fails too the answer goes out UNAVAILABLE, once. The copy keeps the
+/// change, and the write that applies saves it; an answer held since the
+/// first failure waits for its own retry.
+#[test]
+fn an_on_write_answer_waits_for_one_retry_of_its_write_never_for_a_backoff() {
+    let mut h = Harness::new(1, Persist::OnWrite);
+    claim_on_default(&mut h, 1);
+    let flush = |h: &mut Harness, now_ms: u64| {
+        let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+        assert!(
+            effects.contains(&Effect::FlushSavesAfterBatch),
+            "{effects:?}"
+        );
+        assert!(replies(&effects).is_empty(), "held: {effects:?}");
+        h.core(1).on_flush(now_ms);
+    };
+    let first = h.request_key(1, 10, KEY, OP_ADD, add(1));
+    flush(&mut h, 10);
+    unknown(&mut h, 1, 11, Fate::Lost);
+    let second = h.request_key(1, 12, KEY, OP_ADD, add(2));
+    flush(&mut h, 12);
+    let (token, _, _) = the_write(h.core(1).drain_effects().collect());
+    let indeterminate = StoreReply::Written(WriteOutcome::Indeterminate);
+    h.core(1).on_store_reply(13, token, indeterminate);
+    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    let unavailable: Outcome = Err(ErrorCode::Unavailable.into());
+    assert_eq!(replies(&effects), vec![(first, unavailable)]);
+    assert_eq!(h.core(1).counters().write_retry_refusals_total, 1);
+    // The retry applies: the second is answered, the first not again, and
+    // both changes are saved.
+    let (retry_at, timer) = armed_write_retry(&effects).expect("a retry is armed");
+    h.core(1).on_timer(retry_at, timer);
+    let effects = settle_at(&mut h, 1, retry_at);
+    assert_eq!(replies(&effects), vec![(second, Ok(add(8)))]);
+    assert_eq!(stored_value(&h), Some(8));
 }

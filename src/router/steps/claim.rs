@@ -192,6 +192,7 @@ fn claimed(
         last_save_ms: now_ms,
         aside: false,
         held: Vec::new(),
+        held_failed: 0,
     });
     ctx.counters.claims_total += 1;
     true

@@ -10,8 +10,8 @@ use crate::router::ctx::{Ctx, StoreWait};
 use crate::router::entry::{Entry, Io, PendingWrite};
 use crate::router::mutant::{self, Mutant};
 use crate::router::output::{
-    after_failed_write, drop_copy, refuse_during_retry, schedule_write_retry, settle_held,
-    take_held,
+    after_failed_write, drop_copy, refuse_during_retry, refuse_held_after_retry,
+    schedule_write_retry, settle_held, take_held,
 };
 use crate::router::types::{StoreOp, StoreReply};
 use crate::store::WriteOutcome;
@@ -236,6 +236,7 @@ fn not_applied(
     if let Some(object) = entry.object.as_mut() {
         object.changes_in_write = 0;
     }
+    refuse_held_after_retry(ctx, entry);
     schedule_write_retry(ctx, key, entry, now_ms);
     if saving == (Saving::Save { degrade: true }) {
         // It may have given ownership up: nothing runs until the retry
