@@ -1,6 +1,6 @@
 //! `routerd scripts reload --admin ADDR`: every node of the cluster loads
 //! every file of its `[scripts] dir` again (`POST /scripts/reload` on any
-//! node, which asks the others). Prints each node's files: reloaded, or
+//! node, which asks the others). Prints each node's files: reloaded, unchanged, or
 //! kept at the loaded version and why. Exit 0 when every node took every
 //! file, 1 admin unreachable, 2 a file was refused somewhere.
 

@@ -258,6 +258,7 @@ impl Library {
         let mut files = old.files.clone();
         let mut report = Vec::new();
         let mut ok = true;
+        let mut changed = false;
         for (name, source) in found {
             let Some(at) = files.iter().position(|file| file.name == name) else {
                 ok = false;
@@ -265,6 +266,11 @@ impl Library {
                     "reason": "a new file is a new type: restart the nodes to serve it" }));
                 continue;
             };
+            if files[at].source == source {
+                report.push(json!({ "file": name, "status": "unchanged",
+                    "version": files[at].declaration.version }));
+                continue;
+            }
             let taken = check(&name, source, self.bounds)
                 .map_err(|error| error.to_string())
                 .and_then(
@@ -278,6 +284,7 @@ impl Library {
                     report.push(json!({ "file": name, "status": "reloaded",
                         "version": file.declaration.version }));
                     files[at] = file;
+                    changed = true;
                 }
                 Err(reason) => {
                     ok = false;
@@ -285,6 +292,14 @@ impl Library {
                         "version": files[at].declaration.version, "reason": reason }));
                 }
             }
+        }
+        // Nothing to take: the generation stays, so no core runs its files'
+        // top levels again (their locals, caches, survive a reload that
+        // changed nothing, as a configuration tool may send after every
+        // deploy).
+        if !changed {
+            let answer = json!({ "ok": ok, "generation": old.number, "files": report });
+            return if ok { Ok(answer) } else { Err(answer) };
         }
         if let Err(error) = loads_together(&files, self.bounds) {
             return Err(refused_together(&old, report, &error));

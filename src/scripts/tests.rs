@@ -449,7 +449,19 @@ fn a_files_top_level_locals_are_the_cores_not_an_objects() {
         serde_json::json!({"n": 0}),
         "not in the state"
     );
-    std::fs::write(dir.path().join("counter.luau"), &script).unwrap();
+    // A reload that changes no file takes nothing: same generation, and
+    // the locals stay.
+    let generation = library.describe()["generation"].clone();
+    let answer = library.reload().unwrap();
+    assert_eq!(answer["files"][0]["status"], "unchanged", "{answer}");
+    assert_eq!(answer["generation"], generation);
+    assert_eq!(
+        first.answer(2003, "x"),
+        "4",
+        "an unchanged reload leaves them"
+    );
+    let changed = format!("{script}-- changed\n");
+    std::fs::write(dir.path().join("counter.luau"), changed).unwrap();
     library.reload().unwrap();
     assert_eq!(first.answer(2003, "x"), "1", "a reload starts them afresh");
 }
@@ -768,7 +780,9 @@ fn a_core_that_cannot_build_its_vm_answers_why_and_tries_again_later_not_at_each
         "not built: {again}"
     );
 
-    // A reload is a new generation: built at once.
+    // A reload that changes a file is a new generation: built at once.
+    let changed = format!("{COUNTER}-- changed\n");
+    std::fs::write(dir.path().join("counter.luau"), changed).unwrap();
     library.reload().unwrap();
     assert_eq!(counter.answer(2001, r#"{"by": 1}"#), r#"{"n":6}"#);
 }
