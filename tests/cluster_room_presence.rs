@@ -10,12 +10,14 @@
 //!
 //! `room.say` answers how many members the room counts logged in: before
 //! either rule, it counted the dead sessions for as long as the room
-//! lived.
+//! lived. A node that was only frozen past its lease keeps its sessions
+//! through its fence: the first request of such a session takes it back.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
+use routerd::testing::client::Reply;
 use support::cluster::{
     login_eventually, metric_at, object_owner, players_owned_by, wait_members_up, LocalCluster,
     FENCE_AFTER_MS,
@@ -23,21 +25,30 @@ use support::cluster::{
 use support::Client;
 use wire::client::{route, FrameKind};
 
-/// `room.say` in `room` by `client` as request `seq`: the count of members
-/// the room pushed to (the pushes the sayer gets meanwhile are skipped).
-fn say(client: &mut Client, room: u64, seq: u32) -> u32 {
-    let mut body = room.to_le_bytes().to_vec();
-    body.extend_from_slice(b"anyone there?");
-    client.send(route::ROOM_SAY, seq, &body);
+/// The answer to request `seq`, skipping the pushes that come first.
+fn call(client: &mut Client, route_id: u32, seq: u32, body: &[u8]) -> Reply {
+    client.send(route_id, seq, body);
     loop {
         let reply = client.recv();
-        if reply.kind == FrameKind::Push {
-            continue;
+        if reply.kind != FrameKind::Push {
+            assert_eq!(reply.seq, seq, "{reply:?}");
+            return reply;
         }
-        assert_eq!(reply.seq, seq, "{reply:?}");
-        let count = reply.ok();
-        return u32::from_le_bytes(count.try_into().expect("a u32 count"));
     }
+}
+
+/// What `say` says as request `seq`.
+fn said(seq: u32) -> String {
+    format!("say {seq}")
+}
+
+/// `room.say` in `room` by `client` as request `seq`: the count of members
+/// the room pushed to.
+fn say(client: &mut Client, room: u64, seq: u32) -> u32 {
+    let mut body = room.to_le_bytes().to_vec();
+    body.extend_from_slice(said(seq).as_bytes());
+    let count = call(client, route::ROOM_SAY, seq, &body).ok();
+    u32::from_le_bytes(count.try_into().expect("a u32 count"))
 }
 
 /// Says in `room` every 50 ms until the room counts `want` members logged
@@ -63,7 +74,7 @@ fn say_until(client: &mut Client, room: u64, seq: &mut u32, want: u32) -> Durati
 fn join_room_of(client: &mut Client, node: &support::ServeProcess, owner_id: u64) -> u64 {
     for (seq, room) in (1000..1032u64).enumerate() {
         let seq = 100 + 2 * seq as u32;
-        client.call(route::ROOM_JOIN, seq, &room.to_le_bytes()).ok();
+        call(client, route::ROOM_JOIN, seq, &room.to_le_bytes()).ok();
         if object_owner(node.admin, "room", room).is_some_and(|(id, _)| id == owner_id) {
             return room;
         }
@@ -75,7 +86,7 @@ fn join_room_of(client: &mut Client, node: &support::ServeProcess, owner_id: u64
 }
 
 fn join(client: &mut Client, room: u64) {
-    client.call(route::ROOM_JOIN, 2, &room.to_le_bytes()).ok();
+    call(client, route::ROOM_JOIN, 2, &room.to_le_bytes()).ok();
 }
 
 fn a_room_stops_counting_members_whose_node_restarted_or_died(cluster: LocalCluster) {
@@ -139,4 +150,44 @@ fn a_room_stops_counting_members_whose_node_restarted_or_died(cluster: LocalClus
     );
 }
 
-on_every_store!(a_room_stops_counting_members_whose_node_restarted_or_died);
+fn a_session_that_outlived_its_node_s_fence_is_taken_back_at_its_next_request(
+    cluster: LocalCluster,
+) {
+    let survivor = cluster.start(2);
+    let frozen = cluster.start(1);
+    wait_members_up(&survivor, &[1]);
+    wait_members_up(&frozen, &[2]);
+    let players = players_owned_by(&survivor, 2, 2);
+    let (mut sayer, _) = login_eventually(survivor.gateway, players[0], Duration::from_secs(5));
+    let room = join_room_of(&mut sayer, &survivor, 2);
+    let (mut member, _) = login_eventually(frozen.gateway, players[1], Duration::from_secs(5));
+    join(&mut member, room);
+    let mut seq = 1_000;
+    say_until(&mut sayer, room, &mut seq, 2);
+
+    // Node 1 frozen past down_after_ms: declared down, so the next push to
+    // its session unbinds the member's player.
+    frozen.freeze();
+    say_until(&mut sayer, room, &mut seq, 1);
+    frozen.thaw();
+    wait_members_up(&frozen, &[2]);
+    wait_members_up(&survivor, &[1]);
+
+    // It fenced and rejoined with its sessions: the member's next request
+    // takes its session back, and the room pushes to it again.
+    let reply = call(&mut member, route::PLAYER_GET, 3, &[]);
+    assert_eq!(reply.kind, FrameKind::Response, "{reply:?}");
+    say_until(&mut sayer, room, &mut seq, 2);
+    let last = said(seq);
+    loop {
+        let push = member.recv();
+        if push.kind == FrameKind::Push && push.body.ends_with(last.as_bytes()) {
+            break;
+        }
+    }
+}
+
+on_every_store!(
+    a_room_stops_counting_members_whose_node_restarted_or_died,
+    a_session_that_outlived_its_node_s_fence_is_taken_back_at_its_next_request,
+);
