@@ -85,16 +85,33 @@ async fn accept_loop(gateway: GatewayHandle, listener: TcpListener, kind: Listen
     }
 }
 
+/// Connections a node admits past its session cap by evicting, before the
+/// evicted ones' tasks end and give their slots (and descriptors) back: a
+/// burst of connections at the cap must not take the descriptors the node
+/// keeps for its links, store and admin endpoint (256 and more).
+const EVICTION_OVERSHOOT_MAX: u32 = 32;
+
 /// At the session cap: closes this core's oldest session that never
 /// logged in (`GatewayCore::evict_unauthenticated`) and takes its slot for
 /// the new connection. The closed one's task gives the slot back when it
-/// ends, a moment later, so the count passes the cap by the evictions whose
-/// tasks have not ended yet.
+/// ends, a moment later; until then the count is past the cap, by at most
+/// `EVICTION_OVERSHOOT_MAX`, and a connection past that is refused.
 fn make_room(gateway: &GatewayHandle) -> bool {
-    if !gateway.evict_unauthenticated() {
+    let max = gateway.0.config.sessions_max;
+    let reserved = gateway
+        .0
+        .sessions_open
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+            (open < max.saturating_add(EVICTION_OVERSHOOT_MAX)).then_some(open + 1)
+        })
+        .is_ok();
+    if !reserved {
         return false;
     }
-    gateway.0.sessions_open.fetch_add(1, Ordering::AcqRel);
+    if !gateway.evict_unauthenticated() {
+        gateway.0.sessions_open.fetch_sub(1, Ordering::AcqRel);
+        return false;
+    }
     true
 }
 
