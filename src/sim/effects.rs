@@ -8,6 +8,7 @@ use super::check::Invariant;
 use super::counter::{counter_value, COUNTER_TYPE_ID, OP_ADD};
 use super::room_model::RoomOp;
 use super::world::{ClientOp, Event, Fate, World};
+use crate::builtins::player::{self, player_key};
 use crate::ids::NodeId;
 use crate::router::{ClientRef, Effect, Outcome, Request, RequestId, RouterHead};
 
@@ -103,7 +104,29 @@ impl World {
             // Only a login refused under `single` asks; the simulated
             // players log in under `kick_old`, whose logins are never
             // refused, and no simulated gateway would answer.
-            Effect::CheckSession { .. } | Effect::SessionGone { .. } => {}
+            Effect::CheckSession { .. } => {}
+            // A push found the session's node declared down: the node
+            // unbinds the session from its player through its router's
+            // input queue, as its gateway's port does (the player takes
+            // the session back if it asks again).
+            Effect::SessionGone { client } => {
+                let request = Request {
+                    id: self.next_request_id(node),
+                    op: player::OP_UNBIND,
+                    body: Vec::new(),
+                    client: Some(client),
+                    needs_reply: false,
+                    keyed: false,
+                };
+                let head = RouterHead::local(player_key(client.player_id), NodeId(node));
+                let event = Event::Submit {
+                    node,
+                    process,
+                    head,
+                    request,
+                };
+                self.schedule(self.now_ms, event);
+            }
             // Nobody waits for a transfer's end in the simulator.
             Effect::TransferDone(_) => {}
         }
