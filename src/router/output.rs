@@ -278,30 +278,46 @@ pub(crate) fn take_held(entry: &mut Entry) -> Vec<(Request, HandlerOutput)> {
 /// answered UNAVAILABLE now, not after backoff upon backoff while the store
 /// fails. A change's output keeps the rest (its sends, pushes, timers) for
 /// the write that covers it: the copy keeps the change and a later write
-/// saves it, so whether it happened is unknown, as at a TIMEOUT. A read
-/// (held only because it saw unsaved state) did not happen: its pushes,
-/// sends and kicks are dropped, as when a write fails for good; what is
-/// owed exactly once (its calls, answers it gave deferred requests, its
-/// timers) still waits. An answer delegated to another object waits for
-/// the write (its forward is part of what waits).
+/// saves it, so whether it happened is unknown, as at a TIMEOUT; a forward
+/// of its request goes on then as a one-way message (whoever takes it
+/// answers nobody). A read (held only because it saw unsaved state) did
+/// not happen: its pushes, sends (a forward too) and kicks are dropped, as
+/// when a write fails for good. What is owed exactly once (calls, answers
+/// to deferred requests, timers) still waits, and so does a request whose
+/// answer was deferred.
 pub(crate) fn refuse_held_after_retry(ctx: &mut Ctx, entry: &mut Entry) {
     let Some(object) = entry.object.as_mut() else {
         return;
     };
     for (request, out) in object.held.iter_mut().take(object.held_failed as usize) {
-        if request.needs_reply && matches!(out.reply, HandlerReply::Answer(_)) {
-            out.reply = HandlerReply::Delegated;
-            if !out.mutated {
-                out.pushes.clear();
-                out.sends.clear();
-                out.kicks.clear();
-            }
-            ctx.counters.write_retry_refusals_total += 1;
-            ctx.reply(request, Err(ErrorCode::Unavailable.into()));
-            // Answered: neither the write's success nor its failure
-            // answers it again.
-            request.needs_reply = false;
+        let forwarded = |out: &HandlerOutput| {
+            out.sends
+                .iter()
+                .any(|(_, sent)| sent.id == request.id && sent.needs_reply)
+        };
+        let answered_here = matches!(out.reply, HandlerReply::Answer(_));
+        if !request.needs_reply || !(answered_here || forwarded(out)) {
+            continue;
         }
+        out.reply = HandlerReply::Delegated;
+        if out.mutated {
+            for (_, sent) in out
+                .sends
+                .iter_mut()
+                .filter(|(_, sent)| sent.id == request.id)
+            {
+                sent.needs_reply = false;
+            }
+        } else {
+            out.pushes.clear();
+            out.sends.clear();
+            out.kicks.clear();
+        }
+        ctx.counters.write_retry_refusals_total += 1;
+        ctx.reply(request, Err(ErrorCode::Unavailable.into()));
+        // Answered: neither the write's success nor its failure answers it
+        // again.
+        request.needs_reply = false;
     }
     object.held_failed = u32::try_from(object.held.len()).unwrap_or(u32::MAX);
 }
