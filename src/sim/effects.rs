@@ -105,31 +105,33 @@ impl World {
             // players log in under `kick_old`, whose logins are never
             // refused, and no simulated gateway would answer.
             Effect::CheckSession { .. } => {}
-            // A push found the session's node declared down: the node
-            // unbinds the session from its player through its router's
-            // input queue, as its gateway's port does (the player takes
-            // the session back if it asks again).
-            Effect::SessionGone { client } => {
-                let request = Request {
-                    id: self.next_request_id(node),
-                    op: player::OP_UNBIND,
-                    body: Vec::new(),
-                    client: Some(client),
-                    needs_reply: false,
-                    keyed: false,
-                };
-                let head = RouterHead::local(player_key(client.player_id), NodeId(node));
-                let event = Event::Submit {
-                    node,
-                    process,
-                    head,
-                    request,
-                };
-                self.schedule(self.now_ms, event);
-            }
+            Effect::SessionGone { client } => self.session_gone(node, process, client),
             // Nobody waits for a transfer's end in the simulator.
             Effect::TransferDone(_) => {}
         }
+    }
+
+    /// A push found `client`'s node declared down: `node` unbinds the
+    /// session from its player through its router's input queue, as its
+    /// gateway's port does (the player takes the session back if it asks
+    /// again).
+    fn session_gone(&mut self, node: u64, process: u64, client: ClientRef) {
+        let request = Request {
+            id: self.next_request_id(node),
+            op: player::OP_UNBIND,
+            body: Vec::new(),
+            client: Some(client),
+            needs_reply: false,
+            keyed: false,
+        };
+        let head = RouterHead::local(player_key(client.player_id), NodeId(node));
+        let event = Event::Submit {
+            node,
+            process,
+            head,
+            request,
+        };
+        self.schedule(self.now_ms, event);
     }
 
     /// The one answer of `request`, produced at `node`, on its way to the
