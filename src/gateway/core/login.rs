@@ -201,9 +201,7 @@ impl GatewayCore {
             player_id: push.player_id,
             session_epoch: push.session_epoch,
         };
-        if self.release_unless_bound(push.session_id, binding) {
-            self.metrics.gateway.stale_sessions_released.inc();
-        }
+        self.check_session(push.session_id, binding);
     }
 
     /// Queues an `Unbound` notice for `binding` of `session_id` unless the
