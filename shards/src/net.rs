@@ -415,6 +415,19 @@ impl TcpStream {
         (Ok(()), buf)
     }
 
+    /// Stops receiving: the receive in the kernel is cancelled (by its
+    /// `user_data`, as in `Drop`) and the buffers it filled that nobody
+    /// took go back to the core's ring. For a reader that is done while
+    /// the writer still sends (a connection closing): each receive that
+    /// completed meanwhile would otherwise keep a buffer of the ring, up
+    /// to the connection's share, until the stream drops. A later `recv`
+    /// arms a new receive.
+    pub fn stop_receiving(&self) {
+        if let Some(index) = self.recv.take().map(SlotIndex::get) {
+            executor::with_reactor(|reactor| reactor.orphan(index, None));
+        }
+    }
+
     /// Shuts both directions down now: the peer sees the end of the stream
     /// and this side's pending receive ends.
     pub fn shutdown(&self) {

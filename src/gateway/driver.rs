@@ -34,6 +34,7 @@ use crate::config::GatewayConfig;
 use crate::gateway_addresses::GatewayAddresses;
 use crate::metrics::CoreMetrics;
 
+mod closing;
 mod connection;
 mod connection_task;
 mod pending;
@@ -82,6 +83,8 @@ struct CoreGateway {
     answer_gate: Rc<AnswerGate>,
     /// Shared by the node's cores to resume sessions (`resume.rs`).
     resume: Arc<ResumeHub>,
+    /// Connections closing while their writer waits (`closing.rs`).
+    closing: RefCell<closing::Closing>,
 }
 
 /// A TLS connection whose handshake runs: its outbox and its layers, held
@@ -127,6 +130,7 @@ impl GatewayHandle {
             )),
             answer_gate: Rc::new(AnswerGate::default()),
             resume: shared.resume.clone(),
+            closing: RefCell::default(),
         }));
         // A fence drops the answers queued and not yet taken by a writer;
         // those a writer took wait at the gate and are dropped there.

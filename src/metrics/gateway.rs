@@ -96,6 +96,9 @@ super::metric_set! {
         /// Sessions closed because gateway.send_queue_max frames, or gateway.send_queue_bytes_max
         /// bytes, waited for them.
         "routerd_gateway_slow_readers_closed_total" Counter { slow_readers_closed }
+        /// Closing connections reset because they had not sent what they owed within 5 s (a peer
+        /// that stopped reading holds the last send in the kernel).
+        "routerd_gateway_close_flush_timeouts_total" Counter { close_flush_timeouts }
         /// Batches of successful answers that waited to be written because the node's lease ran
         /// out after they were made (a pause): they leave when a heartbeat renews it.
         "routerd_gateway_answers_held_total" Counter { answers_held }

@@ -151,8 +151,9 @@ async fn expire_loop(gateway: GatewayHandle) {
     }
 }
 
-/// Closes sessions silent for `idle_timeout_ms`, and kicks those whose
-/// token expired (docs/protocol.md, section 2). A sweep on a period
+/// Closes sessions silent for `idle_timeout_ms`, kicks those whose token
+/// expired (docs/protocol.md, section 2), and resets closing connections
+/// that did not send what they owed in time (`closing.rs`). A sweep on a period
 /// rather than a timeout on every read: a read timeout is a timer insert
 /// and removal plus a clock read per read, on the ping path's every batch.
 async fn idle_loop(gateway: GatewayHandle) {
@@ -160,10 +161,18 @@ async fn idle_loop(gateway: GatewayHandle) {
     let tick = (idle / 10).clamp(Duration::from_millis(1), MAX_IDLE_TICK);
     loop {
         shards::sleep(tick).await;
+        let now = Instant::now();
         let closed = {
             let mut state = gateway.0.state.borrow_mut();
-            state.close_idle(Instant::now(), idle) + state.kick_expired(unix_now_s())
+            state.close_idle(now, idle) + state.kick_expired(unix_now_s())
         };
+        let unflushed = gateway.0.closing.borrow_mut().abort_overdue(now);
+        gateway
+            .0
+            .metrics
+            .gateway
+            .close_flush_timeouts
+            .add(unflushed);
         if closed > 0 {
             gateway.flush_notices();
         }

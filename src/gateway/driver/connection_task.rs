@@ -43,9 +43,7 @@ pub(super) struct ConnectionTask {
     transport: Transport,
     stream: TcpStream,
     decoder: FrameDecoder,
-    /// The read side runs: until the end of the stream, an error, a
-    /// protocol violation, or the gateway closed the session.
-    reading: bool,
+    read: ReadSide,
     // The write side's state between polls, flat in the task (a nested
     // struct's padding would push the task past its size class, below).
     /// The batch taken from the outbox, waiting for the send before it
@@ -64,6 +62,19 @@ pub(super) struct ConnectionTask {
     /// The answer gate's fence count when the batch was taken (wrapping):
     /// a batch of answers that waited across a fence never leaves.
     batch_fences: u32,
+}
+
+/// A connection's read side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadSide {
+    /// It runs: until the end of the stream, an error, a protocol
+    /// violation, or the gateway closed the session.
+    Reading,
+    /// It ended; the writer may still be sending what the session owes.
+    Ended,
+    /// It ended while the writer still waited, and the connection is
+    /// watched so that it cannot wait for good (`closing.rs`).
+    EndedWatched,
 }
 
 /// The most bytes a connection's task takes: every connection has one, and
@@ -113,7 +124,7 @@ impl ConnectionTask {
             transport,
             stream,
             decoder,
-            reading: true,
+            read: ReadSide::Reading,
             batch: Vec::new(),
             step: None,
             in_flight: None,
@@ -194,7 +205,10 @@ impl ConnectionTask {
     }
 
     fn end_read(&mut self, reason: Option<CloseReason>) {
-        self.reading = false;
+        self.read = ReadSide::Ended;
+        // Nothing more is read: what arrives meanwhile must not take the
+        // core's receive buffers while the writer finishes.
+        self.stream.stop_receiving();
         if let Transport::Layered(layers) = &self.transport {
             if layers.borrow().is_handshaking() {
                 // Ended before its handshake finished: its slot is free.
@@ -400,7 +414,7 @@ impl Future for ConnectionTask {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let task = self.get_mut();
-        if task.reading {
+        if task.read == ReadSide::Reading {
             task.poll_read(cx);
         }
         if !task.written && task.poll_write(cx).is_ready() {
@@ -410,7 +424,17 @@ impl Future for ConnectionTask {
             // stream drops.
             task.stream.shutdown();
         }
-        if task.reading || !task.written {
+        if task.read == ReadSide::Ended && !task.written {
+            // The writer waits with the read side done: a peer that stopped
+            // reading must not hold the connection for good.
+            task.read = ReadSide::EndedWatched;
+            task.gateway
+                .0
+                .closing
+                .borrow_mut()
+                .watch(Rc::downgrade(&task.outbox), Instant::now());
+        }
+        if task.read == ReadSide::Reading || !task.written {
             return Poll::Pending;
         }
         task.gateway.0.sessions_open.fetch_sub(1, Ordering::AcqRel);
