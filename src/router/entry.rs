@@ -272,9 +272,22 @@ impl WriteFingerprint {
         }
     }
 
+    /// The write without its content (`FORGOTTEN_CONTENT`): it still
+    /// recognises the record it left, by what only this copy's writes
+    /// could leave (see `write_unknown`).
+    fn content_forgotten(self) -> WriteFingerprint {
+        WriteFingerprint {
+            state_len: FORGOTTEN_CONTENT,
+            state_hash: 0,
+            ..self
+        }
+    }
+
     /// Whether `other` writes what this write wrote (its version aside).
+    /// Never, for a write whose content was forgotten.
     pub fn same_content(&self, other: &WriteFingerprint) -> bool {
-        self.owner_node == other.owner_node
+        self.state_len != FORGOTTEN_CONTENT
+            && self.owner_node == other.owner_node
             && self.owner_incarnation == other.owner_incarnation
             && self.route_version == other.route_version
             && self.state_len == other.state_len
@@ -287,10 +300,14 @@ impl WriteFingerprint {
             && self.owner_node == record.owner_node
             && self.owner_incarnation == record.owner_incarnation
             && self.route_version == record.route_version
-            && self.state_len == record.state.len()
-            && self.state_hash == wire::hash::stable_hash64(&record.state)
+            && (self.state_len == FORGOTTEN_CONTENT
+                || (self.state_len == record.state.len()
+                    && self.state_hash == wire::hash::stable_hash64(&record.state)))
     }
 }
+
+/// A fingerprint's `state_len` once its content is forgotten.
+const FORGOTTEN_CONTENT: usize = usize::MAX;
 
 /// The most writes of unknown outcome an entry remembers at once. They all
 /// went by CAS on the same record version (`write_unknown` forgets those
@@ -298,8 +315,8 @@ impl WriteFingerprint {
 /// write the same content count once. Only writes with new content add
 /// one: an `interval` copy mutated between retries while the store stays
 /// unanswering (retries back off up to `WRITE_RETRY_MAX_MS`). Past the
-/// bound the oldest is forgotten, and a conflict with the record it left
-/// drops the copy as another node's, counted.
+/// bound the oldest keeps its version, owner and route but forgets its
+/// content (`write_unknown` says why that is enough).
 pub(crate) const UNKNOWN_WRITES_MAX: usize = 64;
 
 /// The route and lock a write in flight persists.
@@ -363,9 +380,37 @@ impl Entry {
             return;
         }
         if self.unknown_writes.len() >= UNKNOWN_WRITES_MAX {
-            self.unknown_writes.remove(0);
+            self.forget_oldest_content();
         }
         self.unknown_writes.push(write);
+    }
+
+    /// Makes room among the writes of unknown outcome, forgetting none:
+    /// the oldest one that still has its content keeps only its version,
+    /// owner and route, merged with an equal one already so kept. That is
+    /// enough to know the record it left for this copy's own whenever the
+    /// record names this copy's owner or no owner: every write of the list
+    /// went by CAS on the one record version the copy knows, which names
+    /// this copy's owner, and any other node's write on it (a claim after
+    /// a takeover) names that node. A write that handed the object to a
+    /// third node (a transfer) is told from such a claim only by its
+    /// content, so it is dropped; a transfer's attempts write one content,
+    /// so it never fills the list.
+    fn forget_oldest_content(&mut self) {
+        let Some(oldest) = self
+            .unknown_writes
+            .iter()
+            .position(|write| write.state_len != FORGOTTEN_CONTENT)
+        else {
+            self.unknown_writes.remove(0);
+            return;
+        };
+        let write = self.unknown_writes.remove(oldest);
+        let ours = write.owner_node == self.owner_node || write.owner_node == NodeId::NONE;
+        let kept = write.content_forgotten();
+        if ours && !self.unknown_writes.contains(&kept) {
+            self.unknown_writes.insert(0, kept);
+        }
     }
 
     /// The write of this entry whose outcome was unknown that left

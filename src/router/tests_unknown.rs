@@ -117,6 +117,22 @@ fn indeterminate_saves_where_a_later_one_applied_keep_the_copy() {
     assert_kept_and_saved(&mut h, 5 + 1 + 10 + 11 + 12);
 }
 
+/// More unknown outcomes in a row than the entry remembers with their
+/// content (a copy changed between each): the first applied, and its
+/// record is still known for the copy's own, so nothing is dropped.
+#[test]
+fn more_indeterminate_saves_than_are_remembered_keep_the_copy_when_the_first_applied() {
+    let mut h = Harness::new(1, Persist::Interval);
+    claim_on_default(&mut h, 1);
+    incr_at(&mut h, 1, 100, 1);
+    let lost = crate::router::entry::UNKNOWN_WRITES_MAX + 3;
+    let mut fates = vec![Fate::AppliedUnanswered];
+    fates.extend(std::iter::repeat_n(Fate::Lost, lost));
+    saves_in_a_row(&mut h, &fates);
+    let increments: i64 = (0..=lost as i64).map(|n| 10 + n).sum();
+    assert_kept_and_saved(&mut h, 5 + 1 + increments);
+}
+
 #[test]
 fn a_save_conflicting_with_another_nodes_record_still_drops_after_unknown_ones() {
     let mut h = Harness::new(1, Persist::Interval);
