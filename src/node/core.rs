@@ -99,8 +99,12 @@ pub(super) async fn core_main(mut core: shards::Core<MeshMessage>, shared: Arc<N
     // close the mesh.
     let stopping = Instant::now();
     let budget = core.shutdown_deadline();
-    router.shutdown(budget * 4 / 5).await;
-    shared.view.core_released();
+    // A core whose releases did not all apply in time does not count as
+    // released: the membership core then leaves without `left`, and
+    // others wait `down_after_ms` before they claim what it held.
+    if router.shutdown(budget * 4 / 5).await {
+        shared.view.core_released();
+    }
     if let Some(agent) = agent {
         agent.leave(stopping + budget * 19 / 20).await;
     }

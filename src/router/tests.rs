@@ -782,12 +782,42 @@ fn shutdown_releases_every_object_in_batches() {
         }
     }
     assert!(h.core(1).is_shutdown_complete());
+    assert!(h.core(1).is_released());
     let record = h
         .table
         .load(ObjectKey::new(COUNTER_TYPE_ID, 0, 3))
         .expect("saved");
     assert_eq!(record.owner_node, NodeId::NONE);
     assert_eq!(counter_value(&record.state), Some(1));
+}
+
+/// A release the store has not answered by the shutdown deadline ends the
+/// shutdown, but the core does not count as released: the node must not
+/// write `left` (others would claim at once a record that still names it,
+/// with older state, while the release may yet apply).
+#[test]
+fn a_release_unanswered_at_the_shutdown_deadline_leaves_the_core_unreleased() {
+    let mut h = Harness::new(1, Persist::Interval);
+    claim_on_default(&mut h, 1);
+    h.core(1).shutdown(10, 1_000);
+    let writes = h
+        .core(1)
+        .drain_effects()
+        .filter(|effect| {
+            matches!(
+                effect,
+                Effect::Store {
+                    op: StoreOp::WriteBatch(_),
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(writes, 1, "the release was sent and is never answered");
+    assert!(!h.core(1).is_shutdown_complete());
+    h.core(1).on_timer(1_010, Timer::ShutdownDeadline);
+    assert!(h.core(1).is_shutdown_complete());
+    assert!(!h.core(1).is_released());
 }
 
 #[test]

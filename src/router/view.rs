@@ -198,15 +198,27 @@ impl RouterCore {
     /// True once shutdown has nothing left to do: no writable object, no IO
     /// in flight, no handoff (or the deadline passed).
     pub fn is_shutdown_complete(&self) -> bool {
-        let Some(shutdown) = self.ctx.shutdown.as_ref() else {
-            return false;
-        };
-        shutdown.expired
-            || self.managers.values().all(|manager| {
-                manager.entries.values().all(|entry| {
-                    !entry.is_writable() && entry.io.is_none() && entry.transferring.is_none()
-                })
+        self.ctx
+            .shutdown
+            .as_ref()
+            .is_some_and(|shutdown| shutdown.expired || self.holds_nothing())
+    }
+
+    /// True once shutdown released every copy: none writable, no IO in
+    /// flight, no handoff. The deadline does not make it true: a release
+    /// still in flight then may apply or not, and until one of them is
+    /// known the record may name this node with older state, so the node
+    /// must not tell the cluster it left (others would claim at once).
+    pub fn is_released(&self) -> bool {
+        self.ctx.shutdown.is_some() && self.holds_nothing()
+    }
+
+    fn holds_nothing(&self) -> bool {
+        self.managers.values().all(|manager| {
+            manager.entries.values().all(|entry| {
+                !entry.is_writable() && entry.io.is_none() && entry.transferring.is_none()
             })
+        })
     }
 
     /// Starts draining this core: no new object is placed here, and every

@@ -518,17 +518,18 @@ impl RouterDriver {
     }
 
     /// Starts shutdown: every writable object is saved and released within
-    /// `deadline`. Resolves when done or when the deadline passed.
-    pub async fn shutdown(&self, deadline: Duration) {
+    /// `deadline`. Resolves when done or when the deadline passed, with
+    /// whether every copy was released (`RouterCore::is_released`).
+    pub async fn shutdown(&self, deadline: Duration) -> bool {
         self.enqueue(Input::Shutdown {
             deadline_ms: deadline.as_millis() as u64,
         });
         let started = Instant::now();
         loop {
             shards::sleep(Duration::from_millis(5)).await;
-            let done = self.0.core.borrow().is_shutdown_complete();
-            if done || started.elapsed() >= deadline {
-                return;
+            let core = self.0.core.borrow();
+            if core.is_shutdown_complete() || started.elapsed() >= deadline {
+                return core.is_released();
             }
         }
     }

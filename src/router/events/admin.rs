@@ -72,11 +72,20 @@ impl RouterCore {
             return;
         };
         shutdown.expired = true;
+        let mut unconfirmed = 0;
         for manager in self.managers.values_mut() {
             for (key, entry) in manager.entries.iter_mut() {
                 release::deadline(ctx, *key, entry);
                 checked(*key, entry);
+                unconfirmed += usize::from(entry.is_writable());
             }
+        }
+        if unconfirmed > 0 {
+            tracing::warn!(
+                copies = unconfirmed,
+                "shutdown deadline passed with releases in flight: their changes are saved only \
+                 if those writes apply, and the node does not write `left`"
+            );
         }
     }
 
