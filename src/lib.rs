@@ -98,6 +98,12 @@ pub mod ops;
 mod ops;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
+pub mod page;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod page;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
 pub mod route;
 #[cfg(not(feature = "testing"))]
 #[allow(dead_code, unused_imports)]

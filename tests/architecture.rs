@@ -7,14 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Which top-level modules each may import, besides the ground floor
-/// (`clock`, `route`, `config`, `metrics`, `in_place`, `ids`,
+/// (`clock`, `route`, `config`, `metrics`, `in_place`, `page`, `ids`,
 /// `gateway_addresses`, `answer_gate`), as the table of docs/architecture.md says. `None`: anything (assembly, test
 /// machinery).
 fn allowed(module: &str) -> Option<&'static [&'static str]> {
     Some(match module {
-        "clock" | "route" | "config" | "in_place" | "ids" | "gateway_addresses" | "answer_gate" => {
-            &[]
-        }
+        "clock" | "route" | "config" | "in_place" | "page" | "ids" | "gateway_addresses"
+        | "answer_gate" => &[],
         "metrics" => &["route"],
         "store" => &["config", "metrics"],
         "catalog" => &[],
@@ -34,13 +33,14 @@ fn allowed(module: &str) -> Option<&'static [&'static str]> {
     })
 }
 
-const GROUND_FLOOR: [&str; 8] = [
+const GROUND_FLOOR: [&str; 9] = [
     "answer_gate",
     "clock",
     "route",
     "config",
     "metrics",
     "in_place",
+    "page",
     "ids",
     "gateway_addresses",
 ];

@@ -31,7 +31,7 @@ pub(super) fn list_refused(refusal: ListRefused) -> Response<Body> {
         ListRefused::Busy => refused(
             StatusCode::SERVICE_UNAVAILABLE,
             "busy",
-            "a core did not take or answer the listing in time; call again",
+            "other listings run, or a core did not take or answer this one in time; call again",
         ),
         ListRefused::Stopped => refused(
             StatusCode::SERVICE_UNAVAILABLE,

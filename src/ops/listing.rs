@@ -7,6 +7,7 @@
 //! walk of what it holds and never a copy of all of it, and the admin
 //! thread never holds more than `cores x limit` rows.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_channel::oneshot;
@@ -20,6 +21,9 @@ use crate::router::driver::RouterDriver;
 pub const PAGE_LIMIT_MAX: usize = 500;
 /// Rows a page holds when the caller does not say.
 pub const PAGE_LIMIT_DEFAULT: usize = 100;
+/// Listings a node runs at once; past them a listing is answered busy.
+pub const LISTINGS_AT_ONCE_MAX: usize = 4;
+
 /// How long the admin side waits for each core's part of a listing.
 pub(super) const CORE_ANSWER_WAIT: Duration = Duration::from_secs(2);
 
@@ -178,9 +182,31 @@ fn merge<T>(parts: Vec<Vec<T>>, limit: usize, id: impl Fn(&T) -> u64) -> (Vec<T>
     (rows, next)
 }
 
+/// A listing under way, counted against `LISTINGS_AT_ONCE_MAX` until it
+/// drops.
+struct ListingTurn<'a>(&'a AtomicUsize);
+
+impl<'a> ListingTurn<'a> {
+    fn take(listings: &'a AtomicUsize) -> Result<ListingTurn<'a>, ListRefused> {
+        listings
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+                (running < LISTINGS_AT_ONCE_MAX).then_some(running + 1)
+            })
+            .map(|_| ListingTurn(listings))
+            .map_err(|_| ListRefused::Busy)
+    }
+}
+
+impl Drop for ListingTurn<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Ops {
     /// A page of this node's objects of `type_id`, as JSON.
     pub async fn list_objects(&self, type_id: u32, page: PageAsk) -> Result<Value, ListRefused> {
+        let _turn = ListingTurn::take(&self.0.listings)?;
         let parts = self
             .ask_every_core(
                 |reply: oneshot::Sender<Vec<ObjectRow>>| Command::ListObjects {
@@ -220,6 +246,7 @@ impl Ops {
         player: Option<u64>,
         page: PageAsk,
     ) -> Result<Value, ListRefused> {
+        let _turn = ListingTurn::take(&self.0.listings)?;
         let parts = self
             .ask_every_core(|reply: oneshot::Sender<(usize, Vec<SessionRow>)>| {
                 Command::ListSessions {
@@ -293,6 +320,18 @@ mod tests {
         });
         assert_eq!(page.unwrap().limit, 2);
         assert_eq!(player, Some(9));
+    }
+
+    #[test]
+    fn at_most_so_many_listings_run_at_once() {
+        let listings = AtomicUsize::new(0);
+        let turns: Vec<_> = (0..LISTINGS_AT_ONCE_MAX)
+            .map(|_| ListingTurn::take(&listings).expect("a turn"))
+            .collect();
+        assert_eq!(ListingTurn::take(&listings).err(), Some(ListRefused::Busy));
+        drop(turns);
+        assert_eq!(listings.load(Ordering::Acquire), 0);
+        assert!(ListingTurn::take(&listings).is_ok());
     }
 
     #[test]

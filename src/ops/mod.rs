@@ -43,6 +43,10 @@ use crate::store::Store;
 /// Commands queued for one core at most; past it a call is answered busy.
 pub const CORE_COMMANDS_MAX: usize = 64;
 
+/// A command that took this long is followed by a pause as long (see
+/// `serve_core`), so commands take at most about half of a core.
+const COMMAND_PAUSE_FROM: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// What the admin side asks of a core.
 enum Command {
     /// Transfer `key` (owned by this core) to `target`; answer on `reply`.
@@ -118,6 +122,8 @@ struct Inner {
     rebalance: Arc<RebalanceStatus>,
     /// `admin.token`, sent with the calls forwarded to another node.
     token: Option<Secret>,
+    /// Listings under way (`listing::LISTINGS_AT_ONCE_MAX`).
+    listings: std::sync::atomic::AtomicUsize,
 }
 
 /// What the node gives operations.
@@ -168,6 +174,7 @@ impl Ops {
                 parts.metrics,
             )),
             token: parts.token,
+            listings: std::sync::atomic::AtomicUsize::new(0),
         }));
         (ops, receivers)
     }
@@ -262,7 +269,24 @@ pub async fn serve_core(commands: CoreCommands, ops: CoreOps) {
         })
         .await;
         match next {
-            Some(Some(command)) => perform(&ops, command),
+            Some(Some(command)) => {
+                let started = std::time::Instant::now();
+                perform(&ops, command);
+                // One command a turn, and after a long one a pause as long
+                // as it took: a listing walks what the core holds (up to
+                // `router.entries_per_core_max` entries, tens of ms), and
+                // the queue's 64 of them in one poll held the core's
+                // requests and its membership agent for seconds, long
+                // enough to be fenced. A plain yield is not enough: the
+                // task runs first again in the next turn, before the
+                // requests that arrived meanwhile.
+                let spent = started.elapsed();
+                if spent >= COMMAND_PAUSE_FROM {
+                    shards::sleep(spent).await;
+                } else {
+                    shards::yield_now().await;
+                }
+            }
             // Every sender is gone: the node is going away.
             Some(None) => return,
             None => {}
@@ -279,6 +303,9 @@ fn perform(ops: &CoreOps, command: Command) {
                 let _ = reply.send(answer);
             });
         }
+        // A listing whose caller gave up is not walked.
+        Command::ListObjects { reply, .. } if reply.is_canceled() => {}
+        Command::ListSessions { reply, .. } if reply.is_canceled() => {}
         Command::ListObjects {
             page,
             type_id,

@@ -13,6 +13,7 @@ use super::entry::Entry;
 use super::types::Effect;
 use crate::config::Persist;
 use crate::ids::{NodeId, RouteVersion};
+use crate::page::smallest_by_key;
 use crate::store::CasVersion;
 
 /// A read-only view of one entry, for metrics, tests and the simulator.
@@ -103,27 +104,10 @@ impl RouterCore {
     pub fn entries(&self) -> impl Iterator<Item = EntryView> + '_ {
         self.managers.values().flat_map(|manager| {
             let on_write = manager.kind.persist() == Persist::OnWrite;
-            manager.entries.iter().map(move |(key, entry)| EntryView {
-                key: *key,
-                owner_node: entry.owner_node,
-                route_version: entry.route_version,
-                cas_version: entry.cas_version,
-                writable: entry.is_writable() && !entry.is_aside(),
-                aside: entry.is_aside(),
-                accepting: entry.is_writable()
-                    && !entry.is_aside()
-                    && entry.transferring.is_none()
-                    && !entry
-                        .io
-                        .as_ref()
-                        .is_some_and(|io| io.blocks_requests(on_write)),
-                io_in_flight: entry.io.is_some(),
-                queued: entry.io_waiters.len()
-                    + entry
-                        .transferring
-                        .as_ref()
-                        .map_or(0, |t| t.transfer_pending.len()),
-            })
+            manager
+                .entries
+                .iter()
+                .map(move |(key, entry)| view_of(on_write, *key, entry))
         })
     }
 
@@ -142,22 +126,21 @@ impl RouterCore {
 
     /// A page of this core's entries of `type_id` (writable objects and
     /// route caches): the `limit` smallest object ids above `after`, in
-    /// id order. One walk of the type's entries, no sort of them all.
+    /// id order. One walk of the type's entries, holding no more than
+    /// twice the page (`page::smallest_by_key`): a core may hold a
+    /// million entries, and this runs on the core that serves them.
     pub fn objects_page(&self, type_id: u32, after: Option<u64>, limit: usize) -> Vec<EntryView> {
-        if !self.managers.contains_key(&type_id) {
+        let Some(manager) = self.managers.get(&type_id) else {
             return Vec::new();
-        }
+        };
+        let on_write = manager.kind.persist() == Persist::OnWrite;
         let above = |id: u64| after.is_none_or(|after| id > after);
-        let mut page: Vec<EntryView> = self
-            .entries()
-            .filter(|view| view.key.type_id == type_id && above(view.key.object_id))
-            .collect();
-        if page.len() > limit {
-            page.select_nth_unstable_by_key(limit, |view| view.key.object_id);
-            page.truncate(limit);
-        }
-        page.sort_unstable_by_key(|view| view.key.object_id);
-        page
+        let walk = manager
+            .entries
+            .iter()
+            .filter(|(key, _)| key.type_id == type_id && above(key.object_id))
+            .map(|(key, entry)| view_of(on_write, *key, entry));
+        smallest_by_key(walk, limit, |view| view.key.object_id)
     }
 
     /// The keys this core's requests named most over the last one to two
@@ -317,5 +300,31 @@ impl RouterCore {
             Some(drain) => drain.progress(&self.managers),
             None => DrainProgress::default(),
         }
+    }
+}
+
+/// What the admin endpoint, the simulator and the tests see of `entry`
+/// (of a type persisted `on_write` or not).
+fn view_of(on_write: bool, key: ObjectKey, entry: &Entry) -> EntryView {
+    EntryView {
+        key,
+        owner_node: entry.owner_node,
+        route_version: entry.route_version,
+        cas_version: entry.cas_version,
+        writable: entry.is_writable() && !entry.is_aside(),
+        aside: entry.is_aside(),
+        accepting: entry.is_writable()
+            && !entry.is_aside()
+            && entry.transferring.is_none()
+            && !entry
+                .io
+                .as_ref()
+                .is_some_and(|io| io.blocks_requests(on_write)),
+        io_in_flight: entry.io.is_some(),
+        queued: entry.io_waiters.len()
+            + entry
+                .transferring
+                .as_ref()
+                .map_or(0, |t| t.transfer_pending.len()),
     }
 }

@@ -40,6 +40,7 @@ use super::{session_core, Notice, NoticeKind};
 use crate::config::GatewayConfig;
 use crate::gateway_addresses::Transport;
 use crate::metrics::{CoreMetrics, GatewayStats};
+use crate::page::smallest_by_key;
 use crate::route::RouteTable;
 
 mod egress;
@@ -400,14 +401,15 @@ impl GatewayCore {
 
     /// A page of this core's sessions, for the admin endpoint: the `limit`
     /// smallest session ids above `after`, of `player` only if given, in
-    /// id order. One walk of the sessions, no sort of them all.
+    /// id order. One walk of the sessions, holding no more than twice the
+    /// page (`page::smallest_by_key`).
     pub fn sessions_page(
         &self,
         player: Option<u64>,
         after: Option<u64>,
         limit: usize,
     ) -> Vec<SessionRow> {
-        let mut page: Vec<SessionRow> = self
+        let walk = self
             .sessions
             .iter()
             .filter(|(id, entry)| {
@@ -419,14 +421,8 @@ impl GatewayCore {
                 player_id: entry.session.player_id,
                 session_epoch: entry.session.session_epoch,
                 inflight: entry.inflight.len(),
-            })
-            .collect();
-        if page.len() > limit {
-            page.select_nth_unstable_by_key(limit, |row| row.session_id);
-            page.truncate(limit);
-        }
-        page.sort_unstable_by_key(|row| row.session_id);
-        page
+            });
+        smallest_by_key(walk, limit, |row| row.session_id)
     }
 
     /// Entries in the deadline heap, due or not (for tests of its bound).
