@@ -13,6 +13,7 @@ mod cluster;
 mod load;
 mod scripts;
 mod secret;
+mod store_url;
 #[cfg(test)]
 mod tests;
 
@@ -484,7 +485,9 @@ pub struct StoreConfig {
     /// scylla: the replication factor of a keyspace it creates.
     pub replication_factor: u32,
     /// PostgreSQL connection URL, `postgresql://user@host:5432/db`;
-    /// `ROUTERD_STORE_URL` wins over it.
+    /// `ROUTERD_STORE_URL` wins over it. Shown with its password masked
+    /// (`store_url.rs`).
+    #[serde(serialize_with = "store_url::serialize")]
     pub url: String,
     /// PostgreSQL connections the store thread keeps, at most
     /// [`POSTGRES_POOL_SIZE_MAX`].

@@ -11,7 +11,6 @@ use super::forward::{no_cluster, refused};
 use super::log_level::{self, SetRefused};
 use super::routes::{json_response, Body};
 use super::AdminState;
-use crate::config::MASK;
 use crate::ops::listing::{ListRefused, PageAsk};
 
 /// The type id `kind` names: a registered object type's name (`player`,
@@ -122,7 +121,8 @@ pub(super) async fn config(state: &AdminState) -> Response<Body> {
             "this node was given no config",
         );
     };
-    let mut value = match serde_json::to_value(&**config) {
+    // Secrets, and `store.url`'s password, serialize masked.
+    let value = match serde_json::to_value(&**config) {
         Ok(value) => value,
         Err(error) => {
             return refused(
@@ -132,33 +132,7 @@ pub(super) async fn config(state: &AdminState) -> Response<Body> {
             )
         }
     };
-    if let Some(url) = value["store"]["url"].as_str() {
-        value["store"]["url"] = Value::from(mask_url_password(url));
-    }
     json_response(value)
-}
-
-/// `scheme://user:password@host/...` or libpq's `key=value` form
-/// (`password=...`) with the password masked; anything else as it is.
-fn mask_url_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        let words: Vec<String> = url
-            .split(' ')
-            .map(|word| match word.split_once('=') {
-                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}={MASK}"),
-                _ => word.to_string(),
-            })
-            .collect();
-        return words.join(" ");
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_string();
-    };
-    match rest[..at].split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:{MASK}{}", &rest[at..]),
-        None => url.to_string(),
-    }
 }
 
 /// `GET /log-level`: the log filter in force.
@@ -197,25 +171,6 @@ pub(super) async fn log_level_set(body: &Bytes) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_store_url_keeps_all_but_its_password() {
-        assert_eq!(
-            mask_url_password("postgres://routerd:hunter2@db:5432/routerd"),
-            format!("postgres://routerd:{MASK}@db:5432/routerd")
-        );
-        assert_eq!(
-            mask_url_password("postgres://routerd@db/routerd"),
-            "postgres://routerd@db/routerd"
-        );
-        assert_eq!(mask_url_password("host=db user=x"), "host=db user=x");
-        assert_eq!(
-            mask_url_password("host=db password=hunter2 user=x"),
-            format!("host=db password={MASK} user=x")
-        );
-        // An @ in the path is not userinfo.
-        assert_eq!(mask_url_password("postgres://db/a@b"), "postgres://db/a@b");
-    }
 
     #[test]
     fn a_filter_out_of_bounds_or_malformed_is_refused() {
