@@ -26,6 +26,21 @@ pub use self::scripts::ScriptsConfig;
 use self::secret::SecretKey;
 pub use self::secret::{Secret, SecretError, MASK};
 
+/// The largest request body (`gateway.body_max_bytes`) and object state
+/// (`store.state_max_bytes`) a config may allow: what one frame between
+/// nodes carries with its headers (`wire::frame::MAX_FRAME_LEN`, less a
+/// margin far above a routed request's or a transfer's own fields). A
+/// request to an object on another node, or a transfer, of more could
+/// never be sent: the same request would work or fail by where its object
+/// lives.
+pub const PAYLOAD_MAX_BYTES: usize = wire::frame::MAX_FRAME_LEN - 4096;
+
+/// The shortest `router.object_save_interval_ms`,
+/// `router.object_free_timeout_ms` and `router.cache_free_timeout_ms`: the
+/// router sweeps every entry of a core at a quarter of the shortest, and a
+/// save interval near zero saves every object on every sweep.
+pub const ROUTER_SWEEP_TIMERS_MIN_MS: u64 = 100;
+
 /// Pool connections one store keeps at most (plus its membership
 /// connection): a PostgreSQL backend process each, and a server's
 /// `max_connections` is shared by every routerd node.
@@ -502,7 +517,7 @@ impl Default for StoreConfig {
             synchronous: SqliteSynchronous::Full,
             queue_max: 65_536,
             batch_max: 1024,
-            state_max_bytes: 1024 * 1024,
+            state_max_bytes: PAYLOAD_MAX_BYTES,
             request_timeout_ms: 5000,
             nodes: Vec::new(),
             keyspace: "routerd".to_string(),

@@ -142,6 +142,12 @@ impl Config {
         if self.gateway.body_max_bytes == 0 || self.gateway.inflight_max == 0 {
             return invalid("gateway.body_max_bytes and gateway.inflight_max must be positive");
         }
+        if self.gateway.body_max_bytes as usize > PAYLOAD_MAX_BYTES {
+            return Err(ConfigError::Invalid(format!(
+                "gateway.body_max_bytes must be at most {PAYLOAD_MAX_BYTES}: a request to an \
+                 object on another node travels in one frame between nodes"
+            )));
+        }
         if self.gateway.request_timeout_ms == 0 || self.gateway.idle_timeout_ms == 0 {
             return invalid("gateway timeouts must be positive");
         }
@@ -200,9 +206,40 @@ impl Config {
         if self.store.queue_max == 0 || self.store.batch_max == 0 {
             return invalid("store.queue_max and store.batch_max must be positive");
         }
+        if self.store.state_max_bytes > PAYLOAD_MAX_BYTES {
+            return Err(ConfigError::Invalid(format!(
+                "store.state_max_bytes must be at most {PAYLOAD_MAX_BYTES}: a transfer carries \
+                 the state in one frame between nodes"
+            )));
+        }
         if self.router.pull_attempts_max == 0 || self.router.forward_hops_max == 0 {
             return invalid(
                 "router.pull_attempts_max and router.forward_hops_max must be positive",
+            );
+        }
+        let router = &self.router;
+        let sweep_timers = [
+            router.object_save_interval_ms,
+            router.object_free_timeout_ms,
+            router.cache_free_timeout_ms,
+        ];
+        if sweep_timers
+            .iter()
+            .any(|ms| *ms < ROUTER_SWEEP_TIMERS_MIN_MS)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "router.object_save_interval_ms, router.object_free_timeout_ms and \
+                 router.cache_free_timeout_ms must be at least {ROUTER_SWEEP_TIMERS_MIN_MS}: \
+                 the router walks every entry at a quarter of the shortest"
+            )));
+        }
+        if router.cache_retry_interval_ms == 0
+            || router.object_retry_interval_ms == 0
+            || router.cache_update_interval_ms == 0
+        {
+            return invalid(
+                "router.cache_update_interval_ms, router.cache_retry_interval_ms and \
+                 router.object_retry_interval_ms must be positive",
             );
         }
         if self.router.object_save_interval_ms >= self.router.object_free_timeout_ms {

@@ -196,6 +196,44 @@ fn relations_are_checked() {
     config.validate().unwrap();
 }
 
+/// Values every check passed that broke the node at run time: timers that
+/// made the router walk and save every entry every millisecond, and bodies
+/// or states no frame between nodes could carry.
+#[test]
+fn timers_and_sizes_the_node_cannot_run_with_are_refused() {
+    let refused = |change: &dyn Fn(&mut Config), key: &str| {
+        let mut config = Config::default();
+        change(&mut config);
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains(key), "{key}: {error}");
+    };
+    refused(
+        &|c| c.router.object_save_interval_ms = 0,
+        "router.object_save_interval_ms",
+    );
+    refused(
+        &|c| c.router.cache_free_timeout_ms = 0,
+        "router.cache_free_timeout_ms",
+    );
+    refused(
+        &|c| c.router.object_retry_interval_ms = 0,
+        "router.object_retry_interval_ms",
+    );
+    refused(
+        &|c| c.gateway.body_max_bytes = 2 << 20,
+        "gateway.body_max_bytes",
+    );
+    refused(
+        &|c| c.store.state_max_bytes = wire::frame::MAX_FRAME_LEN,
+        "store.state_max_bytes",
+    );
+    let mut config = Config::default();
+    config.gateway.body_max_bytes = PAYLOAD_MAX_BYTES as u32;
+    config.store.state_max_bytes = PAYLOAD_MAX_BYTES;
+    config.router.object_save_interval_ms = ROUTER_SWEEP_TIMERS_MIN_MS;
+    config.validate().unwrap();
+}
+
 #[test]
 fn the_client_limits_parse_from_their_keys() {
     let text = "[gateway]\nsession_requests_per_sec_max = 10\nsession_request_burst_max = 3\n\
