@@ -26,6 +26,10 @@ use crate::gateway_addresses::Transport;
 /// core's stack is bounded by the client).
 const DEPTH_MAX: usize = 64;
 
+/// Items a list's decoding reserves room for before they come (see
+/// `Reader::list`).
+const LIST_RESERVED_MAX: usize = 256;
+
 /// The body codec of each listener of a node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ListenerCodecs {
@@ -164,11 +168,15 @@ impl<'a> Reader<'a> {
 
     fn list(&mut self, len: usize, depth: usize) -> Result<Json, String> {
         // Every item is at least a byte: a length past the body is a lie,
-        // and no allocation follows it.
+        // and no allocation follows it. A length within the body may still
+        // be a lie at every level of a nesting (each reserving up to the
+        // body's length in 32-byte values, about 130 MB for a 64 KiB body
+        // of nested headers), so the reservation is capped: a real list
+        // grows as its items come.
         if len > self.rest.len() {
             return Err("cut short".to_string());
         }
-        let mut items = Vec::with_capacity(len);
+        let mut items = Vec::with_capacity(len.min(LIST_RESERVED_MAX));
         for _ in 0..len {
             items.push(self.value(depth + 1)?);
         }
