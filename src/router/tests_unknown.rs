@@ -133,6 +133,25 @@ fn more_indeterminate_saves_than_are_remembered_keep_the_copy_when_the_first_app
     assert_kept_and_saved(&mut h, 5 + 1 + increments);
 }
 
+/// An idle object's degrade that the store refused (nothing applied: the
+/// store was down, or the state is over `store.state_max_bytes`) gave no
+/// ownership up: the copy goes on serving at once.
+#[test]
+fn a_degrade_the_store_refused_keeps_the_copy_serving() {
+    let mut h = Harness::new(1, Persist::Interval);
+    claim_on_default(&mut h, 1);
+    let now = config().object_free_timeout_ms;
+    h.core(1).on_timer(now, Timer::Sweep);
+    let (token, op, _) = the_write(h.core(1).drain_effects().collect());
+    assert!(matches!(op, StoreOp::Write(_)), "{op:?}");
+    let refused = StoreReply::Failed(StoreFailure::Failed);
+    h.core(1).on_store_reply(now, token, refused);
+    let id = h.request_key(1, now + 1, KEY, OP_ADD, add(1));
+    let effects = settle_at(&mut h, 1, now + 1);
+    assert_eq!(replies(&effects), vec![(id, Ok(add(6)))]);
+    assert!(h.core(1).entries().all(|view| view.writable));
+}
+
 #[test]
 fn a_save_conflicting_with_another_nodes_record_still_drops_after_unknown_ones() {
     let mut h = Harness::new(1, Persist::Interval);

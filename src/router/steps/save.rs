@@ -229,7 +229,8 @@ fn not_applied(
     saving: Saving,
     reply: StoreReply,
 ) -> Next {
-    if matches!(reply, StoreReply::Written(WriteOutcome::Indeterminate)) {
+    let unknown = matches!(reply, StoreReply::Written(WriteOutcome::Indeterminate));
+    if unknown {
         ctx.counters.store_indeterminate_total += 1;
         entry.write_unknown();
     }
@@ -238,9 +239,14 @@ fn not_applied(
     }
     refuse_held_after_retry(ctx, entry);
     schedule_write_retry(ctx, key, entry, now_ms);
-    if saving == (Saving::Save { degrade: true }) {
+    if saving == (Saving::Save { degrade: true }) && unknown {
         // It may have given ownership up: nothing runs until the retry
-        // tells, and nobody waits for it.
+        // tells, and nobody waits for it. A degrade the store refused (it
+        // did not apply: the store was down, or the state is over
+        // `store.state_max_bytes` and can never be written) gave nothing
+        // up: the copy goes on serving, and a later sweep degrades it
+        // again. Blocking it until a retry applied made an object whose
+        // state outgrew the bound unavailable for as long as the node ran.
         entry.io = Some(Box::new(Io::ReleaseRetry));
         refuse_during_retry(ctx, entry);
         return Next::Done;
