@@ -244,7 +244,14 @@ impl Ops {
     /// `concurrency` at a time.
     async fn run_rebalance(self) {
         let status = self.0.rebalance.clone();
-        let plan = self.plan().await;
+        let plan = match self.plan().await {
+            Ok(plan) => plan,
+            Err(why) => {
+                // Not a success that moved nothing: the run says it failed.
+                status.ended(NodeId(0), 0, Some(why));
+                Vec::new()
+            }
+        };
         lock(&status.progress).planned = plan.len() as u64;
         tracing::info!(planned = plan.len(), "rebalancing this node's objects");
         let mut in_flight = tokio::task::JoinSet::new();
@@ -277,6 +284,11 @@ impl Ops {
             let (target, failure) = joined.unwrap_or((NodeId(0), Some("internal")));
             status.ended(target, in_flight.len(), failure);
         }
+        // Objects of the plan never started (the node began to drain or
+        // stop): not moved, and counted so.
+        for (_, target) in plan.by_ref() {
+            status.ended(target, 0, Some("not_started"));
+        }
         let mut progress = lock(&status.progress);
         progress.running = false;
         progress.moving = 0;
@@ -293,8 +305,10 @@ impl Ops {
 
     /// Every core's plan, made once every core knows the members this node
     /// sees up (a plan made before would leave a member that just joined
-    /// out). After `PLAN_ASKS_MAX` asks, what the cores gave.
-    async fn plan(&self) -> Vec<(ObjectKey, NodeId)> {
+    /// out). `Err` names why there is none: a core did not answer
+    /// (`plan_unavailable`), or one never saw every member up within
+    /// `PLAN_ASKS_MAX` asks (`plan_incomplete`: its objects stay).
+    async fn plan(&self) -> Result<Vec<(ObjectKey, NodeId)>, &'static str> {
         let expected: Vec<NodeId> = self
             .0
             .view
@@ -312,22 +326,21 @@ impl Ops {
                 })
                 .await;
             match plans {
-                Ok(plans) if plans.iter().all(Option::is_some) || ask == PLAN_ASKS_MAX => {
-                    if plans.iter().any(Option::is_none) {
-                        tracing::warn!(
-                            "rebalance: a core never saw every member up; its objects stay"
-                        );
-                    }
-                    return plans.into_iter().flatten().flatten().collect();
+                Ok(plans) if plans.iter().all(Option::is_some) => {
+                    return Ok(plans.into_iter().flatten().flatten().collect());
                 }
-                Ok(_) => tokio::time::sleep(PLAN_RETRY_WAIT).await,
+                Ok(_) if ask < PLAN_ASKS_MAX => tokio::time::sleep(PLAN_RETRY_WAIT).await,
+                Ok(_) => {
+                    tracing::warn!("rebalance: a core never saw every member up; nothing moves");
+                    return Err("plan_incomplete");
+                }
                 Err(unreached) => {
                     tracing::warn!(?unreached, "rebalance: a core did not give its plan");
-                    return Vec::new();
+                    return Err("plan_unavailable");
                 }
             }
         }
-        Vec::new()
+        Err("plan_incomplete")
     }
 
     /// `send_transfer`, waiting out a full command channel for a while.
@@ -375,5 +388,58 @@ fn failure_of(
         // from the store on its next request (refused, or no answer).
         Ok(Ok(Ok(done))) if done.outcome.moved() => None,
         Ok(Ok(Ok(_))) => Some("not_moved"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::view::{ClusterView, Standing};
+    use crate::ops::{NodePhase, OpsParts};
+
+    /// A rebalance whose cores never answer for a plan moved nothing: it
+    /// must say it failed (the CLI exits 3 on failures), not that it
+    /// succeeded with nothing planned.
+    #[test]
+    fn a_rebalance_that_could_not_plan_is_a_failure() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let standing = Standing {
+            incarnation: 1,
+            lease_until_ms: u64::MAX,
+            fenced: false,
+            state: MemberState::Up,
+        };
+        let shutdown = shards::ShutdownHandle::new();
+        let phase = NodePhase::new(shutdown.clone());
+        phase.set_serving();
+        let (store, _) = crate::store::open_memory(&crate::config::StoreConfig::default());
+        // The cores' receiving ends are kept and never served.
+        let (ops, _cores) = Ops::new(OpsParts {
+            core_count: 1,
+            view: Arc::new(ClusterView::new(NodeId(1), 1, standing)),
+            store,
+            phase,
+            shutdown,
+            token: None,
+            rebalance_concurrency: 4,
+            rebalance_on_join: false,
+            metrics: Arc::new(AdminStats::default()),
+        });
+        let status = runtime.block_on(async {
+            ops.rebalance().unwrap();
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let status = ops.rebalance_status();
+                if status["running"] == false {
+                    return status;
+                }
+            }
+        });
+        assert_eq!(status["planned"], 0);
+        assert_eq!(status["failed"], 1, "{status}");
+        assert_eq!(status["failures"]["plan_unavailable"], 1, "{status}");
     }
 }
