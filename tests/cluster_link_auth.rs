@@ -2,7 +2,8 @@
 //! (by a proxy on loopback between two nodes) fails its record's MAC, the
 //! link closes and counts it, and the next link carries the requests;
 //! garbage where the first record's head should be is counted the same.
-//! Connections that never send a Hello do not keep a peer's link out.
+//! Connections that never send a Hello do not keep a peer's link out, and
+//! a Hello without the secret learns nothing of the membership.
 //! (A node with another cluster secret never links: `cluster_links.rs`.)
 
 mod support;
@@ -13,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use routerd::cluster::handshake::{message_len, Challenge, Hello, LINK_VERSION};
 use support::cluster::{
     get_json, login_eventually, wait_members_up, LocalCluster, DOWN_AFTER_MS, FENCE_AFTER_MS,
     HEARTBEAT_MS,
@@ -236,4 +238,47 @@ fn a_hundred_silent_connections_on_a_link_port_do_not_keep_a_peer_out() {
         "the link took {took:?} to form"
     );
     assert!(evicted >= 1.0);
+
+    // Without the secret a Hello learns nothing of the membership: naming
+    // the member (node 1) at an incarnation it is past, or a node that is
+    // no member, the answer is the same challenge, never a refusal.
+    for (from_node, from_incarnation) in [(1, 0), (77, 1)] {
+        let answer = first_answer(listen, from_node, from_incarnation);
+        assert!(
+            matches!(answer, Challenge::Proceed { .. }),
+            "node {from_node} at incarnation {from_incarnation}: {answer:?}"
+        );
+    }
+}
+
+/// The acceptor's first answer to a Hello from `from_node` at
+/// `from_incarnation` to node 2's core 0, on its link port `listen`.
+fn first_answer(listen: u16, from_node: u64, from_incarnation: u64) -> Challenge {
+    let mut stream = TcpStream::connect(("127.0.0.1", listen)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let hello = Hello {
+        version: LINK_VERSION,
+        cluster: "routerd".to_string(),
+        from_node,
+        from_incarnation,
+        from_core: 0,
+        to_node: 2,
+        to_core: 0,
+        nonce: [3; 16],
+    };
+    stream.write_all(&hello.encode()).unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 256];
+    loop {
+        if let Ok(Some(len)) = message_len(&answer) {
+            if answer.len() >= len {
+                return Challenge::decode(&answer[..len]).unwrap();
+            }
+        }
+        let n = stream.read(&mut buf).expect("an answer");
+        assert!(n > 0, "closed without an answer");
+        answer.extend_from_slice(&buf[..n]);
+    }
 }

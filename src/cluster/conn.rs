@@ -175,8 +175,9 @@ impl Conn {
     /// dialler sends it as soon as it connected), the rest by the
     /// connection's deadline. `admit` judges the dialler's node and
     /// incarnation (membership may not know it, or know it ended); a node
-    /// that is not a member is refused only once it proved the secret. A
-    /// refusal is sent to the peer before it is returned.
+    /// that is not a member, or not at that incarnation, is refused only
+    /// once it proved the secret. A refusal is sent to the peer before it
+    /// is returned.
     pub async fn accept(
         &mut self,
         local: &LocalEnd<'_>,
@@ -198,11 +199,15 @@ impl Conn {
         } else {
             admit(NodeId(hello.from_node), hello.from_incarnation)
         };
-        // Who is a member is told only to a peer that proved the secret:
-        // that refusal waits for the Proof.
-        let (checked, not_member) = match checked {
-            Err(Refusal::NotMember) => (Ok(()), true),
-            other => (other, false),
+        // Who is a member, and at which incarnation, is told only to a
+        // peer that proved the secret: those refusals wait for the Proof
+        // (refused at once, a Hello naming a member at rising
+        // incarnations would read its incarnation off the answers).
+        let (checked, membership) = match checked {
+            Err(refusal @ (Refusal::NotMember | Refusal::StaleIncarnation)) => {
+                (Ok(()), Some(refusal))
+            }
+            other => (other, None),
         };
         if let Err(reason) = checked {
             let _ = self.send(Challenge::Refused(reason).encode()).await;
@@ -221,9 +226,9 @@ impl Conn {
             let _ = self.send(handshake::verdict(Err(Refusal::BadSecret))).await;
             return Err(Refusal::BadSecret);
         }
-        if not_member {
-            let _ = self.send(handshake::verdict(Err(Refusal::NotMember))).await;
-            return Err(Refusal::NotMember);
+        if let Some(refusal) = membership {
+            let _ = self.send(handshake::verdict(Err(refusal))).await;
+            return Err(refusal);
         }
         self.send(handshake::verdict(Ok(()))).await?;
         Ok(Dialler {
