@@ -1,6 +1,7 @@
 //! The admin port against clients that hold it without a request to
 //! show, and against browsers: under 70 connections holding bodies and 150
-//! slow heads, `/healthz` and `/metrics` answer every time within 1 s; a
+//! slow heads, `/healthz` and `/metrics` answer every time within 1 s;
+//! 80 scrapes left unread keep `/healthz` busy for 2 s at most; a
 //! refused call is answered at once, not after its body (401, 413); a
 //! `Host` that is not the endpoint's is refused 421, a mutating call from
 //! another origin 403. Against a `routerd serve` child, as deployed.
@@ -182,6 +183,60 @@ fn probes_answer_within_a_second_under_held_bodies_and_slow_heads() {
     assert!(refused("deadline") >= SLOW_HEADS as u64);
     assert_eq!(refused("unauthorized"), 1);
     assert_eq!(refused("too_large"), 1);
+    node.stop();
+}
+
+/// Clients that send a scrape request and never read the answer: once
+/// the answer outgrows the socket buffers its write waits, and without a
+/// deadline each held its slot for the connection's 30 s lifetime, so
+/// eighty of them took every slot a probe may use and `/healthz` answered
+/// 503 busy. Now a write that makes no progress for 2 s ends its
+/// connection.
+#[test]
+fn probes_answer_while_scrapes_go_unread() {
+    const UNREAD: usize = 80;
+    let dir = tempfile::tempdir().unwrap();
+    let node = serve(dir.path(), &format!("token = \"{TOKEN}\""));
+    let admin = node.admin;
+    let scrape = format!("GET /metrics HTTP/1.1\r\nHost: {admin}\r\n\r\n");
+    let size = support::http::exchange(admin, &scrape, b"").body.len();
+    assert!(
+        size > 32 * 1024,
+        "the scrape ({size} bytes) fits in the buffers"
+    );
+    let unread: Vec<TcpStream> = (0..UNREAD)
+        .map(|_| {
+            let socket =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            socket.set_recv_buffer_size(1024).unwrap();
+            // A small segment size, as a real network has (loopback's 64 KiB
+            // would size the node's send buffer past any answer).
+            socket.set_mss(536).unwrap();
+            socket.connect(&admin.into()).unwrap();
+            let mut stream: TcpStream = socket.into();
+            stream.write_all(scrape.as_bytes()).unwrap();
+            stream
+        })
+        .collect();
+    let started = Instant::now();
+    let healthz = format!("GET /healthz HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
+    loop {
+        let (status, _) = timed(admin, &healthz, b"", PROBE_LIMIT);
+        if status == 200 && started.elapsed() > Duration::from_millis(500) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "/healthz still {status} {:?} after {UNREAD} unread scrapes",
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "/healthz answered 200 {:?} after {UNREAD} unread scrapes of {size} bytes",
+        started.elapsed()
+    );
+    drop(unread);
     node.stop();
 }
 

@@ -58,6 +58,7 @@ mod scripts;
 mod sessions;
 mod slots;
 mod state_view;
+mod write_deadline;
 
 pub use self::access::Access;
 pub use self::history::History;
@@ -284,10 +285,20 @@ async fn connection(stream: tokio::net::TcpStream, state: Arc<AdminState>, pendi
         .keep_alive(false)
         .header_read_timeout(HEAD_READ_TIMEOUT)
         .max_buf_size(REQUEST_HEAD_MAX_BYTES)
-        .serve_connection(TokioIo::new(stream), service);
+        // An answer its client does not read ends the connection, and
+        // frees its slot, after `WRITE_STALL_MAX` (`write_deadline.rs`).
+        .serve_connection(
+            TokioIo::new(write_deadline::WriteDeadline::new(
+                stream,
+                write_deadline::WRITE_STALL_MAX,
+            )),
+            service,
+        );
     match tokio::time::timeout(CONNECTION_LIFETIME_MAX, served).await {
         Ok(Ok(())) => {}
-        Ok(Err(error)) if error.is_timeout() => metrics.admin.refused_deadline.inc(),
+        Ok(Err(error)) if error.is_timeout() || write_deadline::passed(&error) => {
+            metrics.admin.refused_deadline.inc()
+        }
         Ok(Err(error)) => tracing::debug!(%error, "admin connection failed"),
         Err(_) => tracing::debug!("admin connection closed at its lifetime limit"),
     }

@@ -10,8 +10,9 @@ super::metric_set! {
         /// Admin requests refused on their head or for their time, by reason: `unauthorized`
         /// (401), `too_large` (413: Content-Length over the body bound), `origin` (403: a
         /// mutating call from another origin), `host` (421: a Host that is not the endpoint's),
-        /// `slots` (503: every slot taken), `deadline` (a head or body not sent in time),
-        /// `evicted` (a connection still sending its head, closed for a newer one).
+        /// `slots` (503: every slot taken), `deadline` (a head or body not sent in time, or an
+        /// answer its client read nothing of for 2 s), `evicted` (a connection still sending its
+        /// head, closed for a newer one).
         "routerd_admin_refused_total" Counter (reason) {
             refused_unauthorized = "unauthorized",
             refused_too_large = "too_large",
