@@ -13,7 +13,8 @@
 //! - **CSRF.** A browser sends `Origin` with every `POST`, `PUT` and
 //!   `DELETE`, `no-cors` ones included (which need no preflight). A
 //!   mutating request whose `Origin` is neither the endpoint's own
-//!   (`http://` and the request's `Host`) nor in `admin.allowed_origins`
+//!   (`http://` and the request's `Host`, when that names the endpoint
+//!   itself, not only by `"*"`) nor in `admin.allowed_origins`
 //!   is refused `403`. A request without `Origin` is not a browser's (the
 //!   CLI, curl, a node forwarding): the token guards those.
 //!
@@ -73,9 +74,22 @@ impl Access {
         let Ok(value) = value.to_str() else {
             return Err("the Host header is not text".to_string());
         };
-        let host = host_part(value.trim());
+        if self.is_own_host(value) || self.hosts.iter().any(|name| name == "*") {
+            return Ok(());
+        }
+        Err(format!(
+            "Host {value:?} is not an address of this endpoint: add the name to admin.allowed_hosts"
+        ))
+    }
+
+    /// Whether `host` (a `Host` header's value) names this endpoint: an
+    /// address it listens on or advertises, loopback, `localhost`, or a
+    /// name `admin.allowed_hosts` lists. Not by `"*"`: that lets any name
+    /// reach the endpoint, and a rebound name is no more its own for it.
+    fn is_own_host(&self, host: &str) -> bool {
+        let host = host_part(host.trim());
         let lower = host.to_ascii_lowercase();
-        let allowed = match host.parse::<IpAddr>() {
+        let own = match host.parse::<IpAddr>() {
             Ok(ip) => {
                 ip.is_loopback()
                     || self
@@ -85,12 +99,7 @@ impl Access {
             }
             Err(_) => lower.trim_end_matches('.') == "localhost",
         };
-        if allowed || self.hosts.iter().any(|name| name == "*" || *name == lower) {
-            return Ok(());
-        }
-        Err(format!(
-            "Host {value:?} is not an address of this endpoint: add the name to admin.allowed_hosts"
-        ))
+        own || self.hosts.iter().any(|name| *name == lower)
     }
 
     /// Whether a mutating request with `headers` comes from an origin
@@ -100,9 +109,13 @@ impl Access {
             return Ok(());
         };
         let origin = normalized_origin(origin.to_str().unwrap_or("null"));
+        // The endpoint's own pages: `http://` and the Host, if that names
+        // this endpoint (with `allowed_hosts = ["*"]` any Host passes, and
+        // a page on a rebound name would otherwise count as its own).
         let own = headers
             .get(HOST)
             .and_then(|host| host.to_str().ok())
+            .filter(|host| self.is_own_host(host))
             .map(|host| format!("http://{}", host.trim().to_ascii_lowercase()));
         if own.as_deref() == Some(origin.as_str())
             || self
@@ -237,5 +250,22 @@ mod tests {
         assert!(access
             .check_origin(&head(&[("origin", "http://127.0.0.1:9464")]))
             .is_err());
+        // Any Host passes with "*", but a rebound name's page is not the
+        // endpoint's own.
+        let star = Access::new(&AdminConfig {
+            allowed_hosts: vec!["*".to_string()],
+            ..AdminConfig::default()
+        });
+        let rebound = [
+            ("host", "evil.example:9464"),
+            ("origin", "http://evil.example:9464"),
+        ];
+        assert_eq!(star.check_host(&head(&rebound)), Ok(()));
+        assert!(star.check_origin(&head(&rebound)).is_err());
+        let own = [
+            ("host", "localhost:9464"),
+            ("origin", "http://localhost:9464"),
+        ];
+        assert_eq!(star.check_origin(&head(&own)), Ok(()));
     }
 }
