@@ -529,6 +529,10 @@ impl GatewayHandle {
         let now = Instant::now();
         for (session_id, frames) in released {
             for frame in frames {
+                let held_again = self.0.state.borrow_mut().hold_again(session_id, frame);
+                let Some(frame) = held_again else {
+                    continue;
+                };
                 let ingress = self
                     .0
                     .state

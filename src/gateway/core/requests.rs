@@ -68,6 +68,26 @@ impl GatewayCore {
         )
     }
 
+    /// Holds `frame`, released from behind a login that ended, again
+    /// behind the session's next login if one began meanwhile (a held
+    /// login replayed before it): moved, where `on_held_request` would
+    /// copy its body. Each refused login released every frame behind it,
+    /// and each replay copied the rest again behind the next, a cost of
+    /// logins times frames times bodies (about 16 GiB of copying for 32
+    /// MiB a client sent). `Some`: the frame, for `on_held_request`.
+    pub fn hold_again(&mut self, session_id: u64, frame: HeldFrame) -> Option<HeldFrame> {
+        let inflight_max = self.limits.inflight_max;
+        let Some(entry) = self.sessions.get_mut(&session_id) else {
+            return Some(frame);
+        };
+        let waits = !entry.closing && entry.login().is_some();
+        if !waits || entry.held_len() + entry.inflight.len() >= inflight_max {
+            return Some(frame);
+        }
+        entry.transit().held.push(frame);
+        None
+    }
+
     /// The ingress checks, on one lookup of the session (this runs for
     /// every request).
     fn admit<'a>(

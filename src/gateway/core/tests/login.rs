@@ -93,6 +93,40 @@ fn requests_behind_a_pending_login_wait_then_replay_in_order() {
     );
 }
 
+/// Frames released by a refused login, behind a second login that the
+/// replay begins, are held again by move: the same bodies, not copies.
+#[test]
+fn frames_held_again_behind_the_next_login_keep_their_bodies() {
+    let mut f = Fixture::new();
+    f.core.limits.inflight_max = 8;
+    let (s, _outbox) = f.open();
+    f.request(s, route::AUTH_LOGIN, 1).unwrap();
+    f.core.begin_login(s, 1, 7);
+    assert!(f.request(s, route::AUTH_LOGIN, 2).is_none());
+    assert!(f.request(s, route::PLAYER_GET, 3).is_none());
+    let refused = LoginOutcome::Refused(ErrorCode::AuthFailed, "player already logged in");
+    f.core.complete_login(s, 1, refused, f.now);
+    let mut released = Vec::new();
+    f.core.take_released(&mut released);
+    let mut frames = released.pop().unwrap().1.into_iter();
+    // The second login, replayed, begins (as the driver begins it).
+    let login = frames.next().unwrap();
+    assert!(
+        f.core.hold_again(s, login.clone()).is_some(),
+        "no login waits yet"
+    );
+    assert!(f.core.on_held_request(s, &login, f.now).is_some());
+    f.core.begin_login(s, 2, 7);
+    // The request behind it waits again, in the very buffer it came in.
+    let request = frames.next().unwrap();
+    let body = request.body.as_ptr();
+    assert!(f.core.hold_again(s, request).is_none());
+    let held = &f.core.sessions[&s].transit.as_ref().unwrap().held;
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].header.seq, 3);
+    assert_eq!(held[0].body.as_ptr(), body);
+}
+
 /// The login's state is made when a login begins and dropped when it
 /// ends, so no session keeps it after: held in every entry, it made each
 /// one 64 bytes larger.
