@@ -152,6 +152,31 @@ fn a_degrade_the_store_refused_keeps_the_copy_serving() {
     assert!(h.core(1).entries().all(|view| view.writable));
 }
 
+/// A degrade refused after an earlier attempt of unknown outcome: that
+/// attempt may still apply (late) and give ownership up, so the copy
+/// serves nothing until a retry tells.
+#[test]
+fn a_degrade_refused_after_an_unknown_one_keeps_the_copy_blocked() {
+    let mut h = Harness::new(1, Persist::Interval);
+    claim_on_default(&mut h, 1);
+    let now = config().object_free_timeout_ms;
+    h.core(1).on_timer(now, Timer::Sweep);
+    let (at_ms, timer) = unknown(&mut h, 1, now + 1, Fate::Lost);
+    h.core(1).on_timer(at_ms, timer);
+    let (token, op, _) = the_write(h.core(1).drain_effects().collect());
+    assert!(matches!(op, StoreOp::Write(_)), "{op:?}");
+    h.core(1)
+        .on_store_reply(at_ms, token, StoreReply::Failed(StoreFailure::Busy));
+    let id = h.request_key(1, at_ms + 1, KEY, OP_ADD, add(1));
+    let effects: Vec<Effect> = h.core(1).drain_effects().collect();
+    assert!(
+        !replies(&effects)
+            .iter()
+            .any(|(answered, outcome)| *answered == id && outcome.is_ok()),
+        "served while an earlier degrade may still apply: {effects:?}"
+    );
+}
+
 #[test]
 fn a_save_conflicting_with_another_nodes_record_still_drops_after_unknown_ones() {
     let mut h = Harness::new(1, Persist::Interval);

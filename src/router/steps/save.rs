@@ -239,14 +239,17 @@ fn not_applied(
     }
     refuse_held_after_retry(ctx, entry);
     schedule_write_retry(ctx, key, entry, now_ms);
-    if saving == (Saving::Save { degrade: true }) && unknown {
-        // It may have given ownership up: nothing runs until the retry
-        // tells, and nobody waits for it. A degrade the store refused (it
-        // did not apply: the store was down, or the state is over
-        // `store.state_max_bytes` and can never be written) gave nothing
-        // up: the copy goes on serving, and a later sweep degrades it
-        // again. Blocking it until a retry applied made an object whose
-        // state outgrew the bound unavailable for as long as the node ran.
+    if saving == (Saving::Save { degrade: true }) && (unknown || entry.may_have_given_up(ctx.node))
+    {
+        // It, or an earlier attempt of unknown outcome, may have given
+        // ownership up: nothing runs until a retry tells, and nobody
+        // waits for it. A degrade the store refused (it did not apply:
+        // the store was down, or the state is over
+        // `store.state_max_bytes` and can never be written) with no such
+        // attempt before it gave nothing up: the copy goes on serving,
+        // and a later sweep degrades it again. Blocking it until a retry
+        // applied made an object whose state outgrew the bound
+        // unavailable for as long as the node ran.
         entry.io = Some(Box::new(Io::ReleaseRetry));
         refuse_during_retry(ctx, entry);
         return Next::Done;
