@@ -99,7 +99,7 @@ impl Access {
             }
             Err(_) => lower.trim_end_matches('.') == "localhost",
         };
-        own || self.hosts.iter().any(|name| *name == lower)
+        own || self.hosts.contains(&lower)
     }
 
     /// Whether a mutating request with `headers` comes from an origin
