@@ -23,11 +23,26 @@ pub(super) fn perform_store_op(
         }
         StoreOp::Write(mut write) => {
             write.save_timepoint_ms = unix_now_ms();
+            let key = write.key;
             let written = store.write(write);
             Box::pin(async move {
                 match written.await {
                     Ok(outcome) => StoreReply::Written(outcome),
-                    Err(error) => StoreReply::Failed(write_failure(&error)),
+                    Err(error) => {
+                        if matches!(error, WriteError::StateTooLarge { .. }) {
+                            // Not the store's fault, so no store health
+                            // check shows it: said here, at each retry.
+                            tracing::warn!(
+                                object_type = key.type_id,
+                                zone = key.zone_id,
+                                object = key.object_id,
+                                %error,
+                                "an object's state is too large to save: its changes stay \
+                                 unsaved until it shrinks"
+                            );
+                        }
+                        StoreReply::Failed(write_failure(&error))
+                    }
                 }
             })
         }
