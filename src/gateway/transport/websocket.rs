@@ -2,10 +2,10 @@
 //! framing over `wire::websocket`'s sans-IO codec. Each batch of answers
 //! leaves as one binary message (whole protocol frames); each client
 //! message's payload joins the stream of protocol frames. Pings are
-//! answered (the latest of those since the last write); the session's
-//! idle timeout (`gateway.idle_timeout_ms`) counts protocol frames only,
-//! as over TCP, so a client keeps an idle session with `sys.ping`, not
-//! with WebSocket pings.
+//! answered (while the client reads nothing, only the latest past 4 KiB
+//! of pongs owed); the session's idle timeout (`gateway.idle_timeout_ms`)
+//! counts protocol frames only, as over TCP, so a client keeps an idle
+//! session with `sys.ping`, not with WebSocket pings.
 //!
 //! Why not tungstenite: its protocol type owns a `Read + Write` stream and
 //! reads and writes through it, while this driver's receives arrive as
@@ -49,7 +49,7 @@ pub struct WsLayer {
     decoder: Decoder,
     controls: Vec<Control>,
     /// Bytes owed to the peer ahead of the next batch: the upgrade's
-    /// answer, a close frame.
+    /// answer, pongs (up to `PONGS_OWED_MAX_BYTES`), a close frame.
     owed: Vec<u8>,
     /// The payload of the pong owed for the latest ping, once the pongs
     /// in `owed` reach `PONGS_OWED_MAX_BYTES`: a peer that pings and never
