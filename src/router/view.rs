@@ -138,7 +138,7 @@ impl RouterCore {
         let walk = manager
             .entries
             .iter()
-            .filter(|(key, _)| key.type_id == type_id && above(key.object_id))
+            .filter(|(key, _)| above(key.object_id))
             .map(|(key, entry)| view_of(on_write, *key, entry));
         smallest_by_key(walk, limit, |view| view.key.object_id)
     }

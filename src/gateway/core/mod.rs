@@ -191,10 +191,14 @@ impl Entry {
         self.transit.as_ref().and_then(|transit| transit.login)
     }
 
-    fn held_len(&self) -> usize {
-        self.transit
+    /// Whether one more frame may wait behind the session's login: held
+    /// and in-flight requests together stay under `inflight_max`.
+    fn may_hold_another(&self, inflight_max: usize) -> bool {
+        let held = self
+            .transit
             .as_ref()
-            .map_or(0, |transit| transit.held.len())
+            .map_or(0, |transit| transit.held.len());
+        held + self.inflight.len() < inflight_max
     }
 
     /// The session this connection fronts (`relay`), or 0.

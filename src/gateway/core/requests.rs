@@ -81,7 +81,7 @@ impl GatewayCore {
             return Some(frame);
         };
         let waits = !entry.closing && entry.login().is_some();
-        if !waits || entry.held_len() + entry.inflight.len() >= inflight_max {
+        if !waits || !entry.may_hold_another(inflight_max) {
             return Some(frame);
         }
         entry.transit().held.push(frame);
@@ -370,7 +370,7 @@ fn hold_or_refuse(
     }
     // The login's outcome decides how these are checked: hold them until
     // it ends, in order, within the session's in-flight bound.
-    if entry.held_len() + entry.inflight.len() >= limits.inflight_max {
+    if !entry.may_hold_another(limits.inflight_max) {
         stats.ingress_overloaded.inc();
         return NotAdmitted::Refused(ErrorCode::Overloaded, "too many requests behind a login");
     }
