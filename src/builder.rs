@@ -116,8 +116,9 @@ impl NodeBuilder {
 
     /// Everything [`Self::start`] refuses before it binds or opens
     /// anything: a registration refused, a `[services.<name>]` nothing
-    /// registered, a secret the listeners make unsafe, clashing routes, TLS
-    /// files that do not load. `routerd check-config` runs exactly this, so
+    /// registered, a secret the listeners make unsafe, clashing routes, an
+    /// object type that can outgrow `store.state_max_bytes`, TLS files that
+    /// do not load. `routerd check-config` runs exactly this, so
     /// a config it accepts fails `serve` only for the machine (a port
     /// taken, a store down).
     pub fn check(&self) -> Result<(), NodeError> {
@@ -132,6 +133,8 @@ impl NodeBuilder {
             .check_registered(&self.registry.names())?;
         self.config.check_secrets()?;
         self.registry.route_table().map_err(RegistryError::from)?;
+        self.registry
+            .check_state_bounds(self.config.store.state_max_bytes)?;
         crate::gateway::transport::tls::setup(&self.config.gateway)?;
         Ok(())
     }

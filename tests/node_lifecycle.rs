@@ -42,15 +42,20 @@ fn serve_reports_healthy_and_stops_on_sigterm_with_exit_0() {
     assert_eq!(status.code(), Some(0), "clean shutdown exits 0");
 }
 
+/// `routerd check-config --config path`, run to its end.
+fn check_config(path: &std::path::Path) -> std::process::Output {
+    Command::new(ROUTERD)
+        .args(["check-config", "--config"])
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn check_config_names_a_misspelled_key() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "[router]\nretry_max_tll = 4\n");
-    let output = Command::new(ROUTERD)
-        .args(["check-config", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let output = check_config(&config);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("retry_max_tll"), "{stderr}");
@@ -71,11 +76,7 @@ fn check_config_names_a_renamed_key_and_a_key_of_another_backend() {
     ] {
         let path = dir.path().join("renamed.toml");
         std::fs::write(&path, body).unwrap();
-        let output = Command::new(ROUTERD)
-            .args(["check-config", "--config"])
-            .arg(&path)
-            .output()
-            .unwrap();
+        let output = check_config(&path);
         assert!(!output.status.success());
         let stderr = String::from_utf8_lossy(&output.stderr);
         for name in names {
@@ -85,14 +86,30 @@ fn check_config_names_a_renamed_key_and_a_key_of_another_backend() {
 }
 
 #[test]
+fn check_config_refuses_rooms_larger_than_the_store_saves() {
+    // 100,000 members of 41 bytes each: a full room's state is some 4 MB,
+    // four times what a saved state may hold. Served, every join past the
+    // bound would be acknowledged and never saved.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "[services.room]\nmembers_max = 100000\n");
+    let output = check_config(&config);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("room") && stderr.contains("store.state_max_bytes"),
+        "{stderr}"
+    );
+    // A bound the store can hold passes.
+    let config = write_config(dir.path(), "[services.room]\nmembers_max = 20000\n");
+    let output = check_config(&config);
+    assert!(output.status.success(), "{output:?}");
+}
+
+#[test]
 fn check_config_prints_the_effective_config() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "");
-    let output = Command::new(ROUTERD)
-        .args(["check-config", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let output = check_config(&config);
     assert!(output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
     // Defaults the file did not name are filled in.
@@ -118,11 +135,7 @@ fn check_config_refuses_what_serve_refuses() {
     // A section for a type this node does not register: serve refuses it
     // at start, so check-config must too, with the same words.
     let config = write_config(dir.path(), "[services.rooms]\nmembers_max = 3\n");
-    let checked = Command::new(ROUTERD)
-        .args(["check-config", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let checked = check_config(&config);
     assert!(!checked.status.success(), "{checked:?}");
     let check_error = String::from_utf8_lossy(&checked.stderr).to_string();
     assert!(check_error.contains("[services.rooms]"), "{check_error}");

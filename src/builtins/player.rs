@@ -4,7 +4,7 @@
 
 use super::{room, PLAYER_TYPE_ID};
 use crate::config::DuplicateLogin;
-use crate::object::codec::{put_client, Reader};
+use crate::object::codec::{put_client, Reader, CLIENT_LEN_MAX};
 use crate::object::{
     ClientRef, ClientRoute, Context, DecodeError, ErrorCode, KeyFrom, Object, ObjectKey,
     ObjectType, Persist,
@@ -124,6 +124,11 @@ impl ObjectType for PlayerType {
 
     fn persist(&self) -> Persist {
         self.persist
+    }
+
+    /// The counter, the session, and at most `PLAYER_ROOMS_MAX` rooms.
+    fn state_len_max(&self) -> Option<usize> {
+        Some(8 + CLIENT_LEN_MAX + 4 + PLAYER_ROOMS_MAX * 8)
     }
 
     fn state_version(&self) -> u16 {

@@ -255,3 +255,16 @@ fn say_reaches_only_a_room_the_player_joined() {
         ))
     );
 }
+
+#[test]
+fn a_player_in_every_room_it_may_join_is_as_large_as_its_type_says() {
+    // The node checks that bound against the store's at start.
+    let mut state = player();
+    run(&mut state, request(OP_BIND, Vec::new(), Some(client(1))));
+    for room_id in 1..=PLAYER_ROOMS_MAX as u64 {
+        room_took(&mut state, room_id, 1);
+    }
+    let kind = player_type(DuplicateLogin::KickOld, 2);
+    let len_max = ObjectType::state_len_max(&kind).unwrap();
+    assert_eq!(state.encode().len(), 2 + len_max);
+}

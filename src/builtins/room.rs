@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::{player, ROOM_TYPE_ID};
-use crate::object::codec::{put_client, Reader};
+use crate::object::codec::{put_client, Reader, CLIENT_LEN_MAX};
 use crate::object::{
     ClientRef, ClientRoute, Context, DecodeError, ErrorCode, Object, ObjectKey, ObjectType,
     Outcome, Persist, Refusal,
@@ -124,6 +124,11 @@ impl ObjectType for RoomType {
     /// cannot name a room into existence by saying in it).
     fn routes(&self) -> Vec<ClientRoute> {
         vec![ClientRoute::push(ROUTE_ROOM_MESSAGE, "room.message")]
+    }
+
+    /// At most `members_max` members, each a player and its session.
+    fn state_len_max(&self) -> Option<usize> {
+        Some(4 + self.members_max * (8 + CLIENT_LEN_MAX))
     }
 
     /// A room that does not exist is created only by `OP_JOIN_CREATING`,
@@ -430,6 +435,14 @@ mod tests {
         // A member joining again is not a new member.
         let out = run(&mut state, request(OP_JOIN, Vec::new(), Some(client(1, 1))));
         assert_eq!(joined(&out, 1), Some(2));
+        // A full room is as large as its type says a room can be (after
+        // the state version): the node checks that bound against the
+        // store's at start.
+        let kind = RoomType {
+            members_max: 2,
+            ..RoomType::default()
+        };
+        assert_eq!(state.encode().len(), 2 + kind.state_len_max().unwrap());
     }
 
     #[test]

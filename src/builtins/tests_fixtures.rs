@@ -56,7 +56,7 @@ pub(super) fn core_serving(player: PlayerType, room: Option<RoomType>) -> Router
     if let Some(room) = room {
         registry.add_object_type(room).unwrap();
     }
-    registry.register_all(&mut core);
+    registry.register_all(&mut core, crate::config::PAYLOAD_MAX_BYTES);
     core
 }
 

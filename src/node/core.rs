@@ -324,6 +324,6 @@ fn router_core(config: &Config, incarnation: u64, registry: &Registry) -> Router
     let seed = rand::random::<u64>();
     let mut core = RouterCore::new(node, config.router.clone(), seed, now);
     core.set_incarnation(incarnation);
-    registry.register_all(&mut core);
+    registry.register_all(&mut core, config.store.state_max_bytes);
     core
 }

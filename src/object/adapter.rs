@@ -21,9 +21,9 @@ use std::sync::Arc;
 use wire::ObjectKey;
 
 use super::context::{Context, ServiceContext, Timers};
-use super::request_keys::{RequestKeys, SavedState};
+use super::request_keys::{Bounds, RequestKeys, SavedState};
 use super::{Object, ObjectType, Service};
-use crate::config::Persist;
+use crate::config::{Persist, PAYLOAD_MAX_BYTES};
 use crate::router::handler::{
     decode_answer_event, decode_timer_event, ObjectState, ServiceHandler, OP_ANSWER, OP_TIMER,
 };
@@ -55,20 +55,25 @@ impl<T: ObjectType> crate::router::ObjectType for T {
         key: ObjectKey,
         state: Option<&[u8]>,
     ) -> Result<Box<dyn ObjectState>, DecodeError> {
-        activate(self, key, state, 0)
+        let bounds = Bounds {
+            keys_max: 0,
+            state_max: PAYLOAD_MAX_BYTES,
+        };
+        activate(self, key, state, bounds)
     }
 }
 
 /// An object type as a node registers it: its objects remember the answers
-/// of the last `keys_max` keyed requests per player (0: none).
+/// of the last `keys_max` keyed requests per player (0: none), within the
+/// store's bound on a state.
 pub(crate) struct Keyed<T> {
     kind: T,
-    keys_max: usize,
+    bounds: Bounds,
 }
 
 impl<T: ObjectType> Keyed<T> {
-    pub(crate) fn new(kind: T, keys_max: usize) -> Keyed<T> {
-        Keyed { kind, keys_max }
+    pub(crate) fn new(kind: T, bounds: Bounds) -> Keyed<T> {
+        Keyed { kind, bounds }
     }
 }
 
@@ -94,7 +99,7 @@ impl<T: ObjectType> crate::router::ObjectType for Keyed<T> {
         key: ObjectKey,
         state: Option<&[u8]>,
     ) -> Result<Box<dyn ObjectState>, DecodeError> {
-        activate(&self.kind, key, state, self.keys_max)
+        activate(&self.kind, key, state, self.bounds)
     }
 }
 
@@ -103,7 +108,7 @@ fn activate<T: ObjectType>(
     kind: &T,
     key: ObjectKey,
     state: Option<&[u8]>,
-    keys_max: usize,
+    bounds: Bounds,
 ) -> Result<Box<dyn ObjectState>, DecodeError> {
     let current = kind.state_version();
     let (object, memory) = match state {
@@ -132,7 +137,7 @@ fn activate<T: ObjectType>(
             number: NEXT_ACTIVATION.fetch_add(1, Ordering::Relaxed),
             timers_pending: 0,
         },
-        keys: RequestKeys::new(keys_max, memory),
+        keys: RequestKeys::new(bounds, memory),
     }))
 }
 

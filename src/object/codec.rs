@@ -93,8 +93,12 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The most bytes [`put_client`] writes.
+pub const CLIENT_LEN_MAX: usize = 1 + 4 * 8;
+
 /// Appends an optional session: `0`, or `1` and its four fields (33 bytes).
 pub fn put_client(out: &mut Vec<u8>, client: Option<ClientRef>) {
+    // `CLIENT_LEN_MAX` bytes at most: the flag and four `u64`s.
     match client {
         None => out.push(0),
         Some(client) => {

@@ -112,6 +112,16 @@ pub trait ObjectType: Send + Sync + 'static {
         let _ = op;
         Ok(())
     }
+    /// The most bytes [`Object::encode`] can write for an object of this
+    /// type, when the type bounds it (a room of at most `members_max`
+    /// members); `None` (the default): not bounded, or not known. A node
+    /// refuses to start when a bound is over what `store.state_max_bytes`
+    /// leaves for the object: the store would refuse to save such a state,
+    /// and every change made since the object's last save would live in
+    /// that node's memory alone.
+    fn state_len_max(&self) -> Option<usize> {
+        None
+    }
     /// The version [`Object::encode`] writes, stored with the state. Bump it
     /// when the encoding changes, and keep decoding the versions before it.
     fn state_version(&self) -> u16 {
@@ -208,6 +218,9 @@ impl<T: ObjectType> ObjectType for Arc<T> {
     }
     fn may_create(&self, op: u32) -> Result<(), Outcome> {
         (**self).may_create(op)
+    }
+    fn state_len_max(&self) -> Option<usize> {
+        (**self).state_len_max()
     }
     fn state_version(&self) -> u16 {
         (**self).state_version()

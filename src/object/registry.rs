@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::adapter::{Keyed, ServiceAdapter};
-use super::request_keys::SavedState;
+use super::request_keys::{Bounds, SavedState};
 use super::{ClientRoute, Object as _, ObjectKey, ObjectType, Pick, RouteKind, Service};
 use crate::catalog::ActorConfig;
 use crate::route::{RouteError, RouteTable, Served};
@@ -37,12 +37,28 @@ pub enum RegistryError {
         /// The name.
         name: &'static str,
     },
+    /// A type's objects can grow past what the store saves.
+    #[error(
+        "an object of type {name} can take {len} bytes, over the {room} that \
+         store.state_max_bytes leaves for it: the store would refuse to save it"
+    )]
+    StateTooLarge {
+        /// The type's name.
+        name: &'static str,
+        /// Its `ObjectType::state_len_max`.
+        len: usize,
+        /// What `store.state_max_bytes` leaves for the object's own bytes.
+        room: usize,
+    },
     /// Their routes do not make one table.
     #[error(transparent)]
     Routes(#[from] RouteError),
 }
 
-type RegisterFn = Arc<dyn Fn(&mut RouterCore) + Send + Sync>;
+/// The `u16` state version a saved state starts with (`adapter.rs`).
+const STATE_VERSION_BYTES: usize = 2;
+/// Registers an entry on a core, given `store.state_max_bytes`.
+type RegisterFn = Arc<dyn Fn(&mut RouterCore, usize) + Send + Sync>;
 /// An object type's [`super::Object::debug_view`] of a saved state
 /// (`key`, the version that wrote it, the state).
 type DebugFn = Arc<dyn Fn(ObjectKey, u16, &[u8]) -> Option<String> + Send + Sync>;
@@ -61,6 +77,8 @@ struct Registered {
     register: Option<RegisterFn>,
     /// `Some` for an object type: its debug view of a saved state.
     debug: Option<DebugFn>,
+    /// An object type's `ObjectType::state_len_max`.
+    state_len_max: Option<usize>,
 }
 
 /// The object types and services of one node, in registration order.
@@ -78,9 +96,13 @@ impl Registry {
             name: kind.name(),
             routes: kind.routes(),
             service: None,
-            register: Some(Arc::new(move |core: &mut RouterCore| {
-                let keys_max = core.config().request_keys_max;
-                core.register(Box::new(Keyed::new(kind.clone(), keys_max)))
+            state_len_max: kind.state_len_max(),
+            register: Some(Arc::new(move |core: &mut RouterCore, state_max| {
+                let bounds = Bounds {
+                    keys_max: core.config().request_keys_max,
+                    state_max,
+                };
+                core.register(Box::new(Keyed::new(kind.clone(), bounds)))
             })),
             debug: Some(Arc::new(move |key, version, state| {
                 let newest = decoder.state_version();
@@ -100,10 +122,11 @@ impl Registry {
             name: service.name(),
             routes: service.routes(),
             service: Some((service.pick(), service.weight())),
-            register: Some(Arc::new(move |core: &mut RouterCore| {
+            register: Some(Arc::new(move |core: &mut RouterCore, _| {
                 core.register_service(Box::new(ServiceAdapter(service.clone())))
             })),
             debug: None,
+            state_len_max: None,
         };
         self.add(entry)
     }
@@ -118,6 +141,7 @@ impl Registry {
             service: Some((service.pick(), service.weight())),
             register: None,
             debug: None,
+            state_len_max: None,
         };
         self.add(entry)
     }
@@ -192,14 +216,32 @@ impl Registry {
         }))
     }
 
-    /// Registers every object type and service with one core's router.
-    pub fn register_all(&self, core: &mut RouterCore) {
+    /// Refuses an object type whose objects can grow past what a saved
+    /// state may hold (`store.state_max_bytes`, less the state version
+    /// before the object's bytes).
+    pub(crate) fn check_state_bounds(&self, state_max_bytes: usize) -> Result<(), RegistryError> {
+        let room = state_max_bytes.saturating_sub(STATE_VERSION_BYTES);
+        for entry in &self.entries {
+            if let Some(len) = entry.state_len_max.filter(|len| *len > room) {
+                return Err(RegistryError::StateTooLarge {
+                    name: entry.name,
+                    len,
+                    room,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers every object type and service with one core's router,
+    /// their states bound by `state_max_bytes` (`store.state_max_bytes`).
+    pub fn register_all(&self, core: &mut RouterCore, state_max_bytes: usize) {
         for register in self
             .entries
             .iter()
             .filter_map(|entry| entry.register.as_ref())
         {
-            register(core);
+            register(core, state_max_bytes);
         }
     }
 
@@ -332,7 +374,7 @@ mod tests {
             1,
             0,
         );
-        registry.register_all(&mut core);
+        registry.register_all(&mut core, crate::config::PAYLOAD_MAX_BYTES);
         assert_eq!(
             registry.add_remote_service(&Echo(202, "echo", 302)),
             Err(RegistryError::DuplicateName { name: "echo" }),

@@ -14,6 +14,14 @@
 //! object that never saw a keyed request keeps no memory and persists
 //! exactly the bytes it did before keys existed.
 //!
+//! The memory is bounded in bytes by the bound on a saved state
+//! (`store.state_max_bytes`), oldest answer first, whichever player asked,
+//! and a save writes only the newest answers that fit beside the object:
+//! what an object remembers never makes its state too large to save (a
+//! state the store refuses leaves every change since the last save in this
+//! node's memory alone). An object whose own bytes leave no room for an
+//! answer saves without it, and a retry of it after a crash runs again.
+//!
 //! Persisted state with remembered answers: `u16 (state version | 0x8000)`,
 //! `u32 object_len`, the object's encoding, then the memory: `u32 players`,
 //! and per player `u64 player_id`, `u16 answers`, and per answer (oldest
@@ -21,10 +29,10 @@
 //! body or the ERROR reason. Without: `u16 state version`, the object's
 //! encoding.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::router::handler::HandlerReply;
-use crate::router::types::{refusal_from_wire, refusal_wire};
+use crate::router::types::{refusal_from_wire, refusal_wire, Refusal};
 use crate::router::{HandlerOutput, Outcome, Request, RequestId};
 
 /// The flag on the state version that says remembered answers follow the
@@ -41,16 +49,26 @@ const RUNNING_MAX: usize = 1024;
 /// request, and one branch on the path of a request without a key.
 pub(crate) struct RequestKeys {
     memory: Option<Box<Memory>>,
+    bounds: Bounds,
+}
+
+/// What an object's memory of answers may hold.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bounds {
     /// Answers remembered per player (0: none).
-    max: usize,
+    pub keys_max: usize,
+    /// Bytes of the whole persisted state (`store.state_max_bytes`): the
+    /// memory never holds more, and a save writes only the newest answers
+    /// that fit beside the object's own bytes.
+    pub state_max: usize,
 }
 
 impl RequestKeys {
-    /// Remembering `max` answers per player, starting from a saved memory.
-    pub(crate) fn new(max: usize, memory: Option<Memory>) -> RequestKeys {
+    /// Remembering answers within `bounds`, starting from a saved memory.
+    pub(crate) fn new(bounds: Bounds, memory: Option<Memory>) -> RequestKeys {
         RequestKeys {
             memory: memory.map(Box::new),
-            max,
+            bounds,
         }
     }
 
@@ -65,13 +83,13 @@ impl RequestKeys {
         run: impl FnOnce(&mut HandlerOutput),
     ) {
         match request.client {
-            Some(client) if request.keyed && request.needs_reply && self.max > 0 => {
+            Some(client) if request.keyed && request.needs_reply && self.bounds.keys_max > 0 => {
                 self.handle_keyed((client.player_id, request.request_key()), request, out, run)
             }
             _ => {
                 run(out);
                 if let Some(memory) = &mut self.memory {
-                    memory.settle(out, self.max);
+                    memory.settle(out, self.bounds);
                 }
             }
         }
@@ -99,7 +117,7 @@ impl RequestKeys {
         match &out.reply {
             HandlerReply::Answer(outcome) => {
                 let outcome = outcome.clone();
-                memory.remember(asked, outcome, self.max);
+                memory.remember(asked, outcome, self.bounds);
             }
             // Forwarded: another object answers it, so this one cannot
             // remember the answer (docs/protocol.md says so).
@@ -115,12 +133,14 @@ impl RequestKeys {
                 });
             }
         }
-        memory.settle(out, self.max);
+        memory.settle(out, self.bounds);
     }
 
     /// The persisted state: `encode_object` writes the object's encoding
     /// after the version, and the remembered answers follow it when there
-    /// are any (the layout at the top of this file).
+    /// are any (the layout at the top of this file), as many of the newest
+    /// as fit in `store.state_max_bytes` beside the object: an object
+    /// whose own bytes fit is never refused a save for what it remembers.
     pub(crate) fn encode_state(
         &self,
         state_version: u16,
@@ -133,12 +153,20 @@ impl RequestKeys {
             return out;
         };
         out.extend_from_slice(&(state_version | WITH_MEMORY).to_le_bytes());
-        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&[0; STATE_HEAD_BYTES - 2]);
         let object_start = out.len();
         encode_object(&mut out);
         let object_len = (out.len() - object_start) as u32;
         out[object_start - 4..object_start].copy_from_slice(&object_len.to_le_bytes());
-        memory.encode(&mut out);
+        let room = self.bounds.state_max.saturating_sub(out.len());
+        match memory.oldest_fitting(room) {
+            Some(oldest_kept) => memory.encode(&mut out, oldest_kept),
+            None => {
+                // Not one answer fits: the state without memory.
+                out.drain(2..STATE_HEAD_BYTES);
+                out[..2].copy_from_slice(&state_version.to_le_bytes());
+            }
+        }
         out
     }
 }
@@ -182,29 +210,108 @@ struct Running {
 }
 
 /// Remembered answers per player, oldest first, and the running requests.
+///
+/// Every answer carries its place in the order answers were remembered
+/// (`seq`; a decoded memory numbers them as it reads them), so that when
+/// the memory outgrows its bound in bytes the oldest answer of any player
+/// goes first. `fronts` holds each player's oldest answer by that order,
+/// so finding the oldest costs a lookup, not a walk of every player.
 #[derive(Default)]
 pub(crate) struct Memory {
-    answers: BTreeMap<u64, VecDeque<(u64, Outcome)>>,
+    answers: BTreeMap<u64, VecDeque<Remembered>>,
+    fronts: BTreeSet<(u64, u64)>,
+    next_seq: u64,
+    /// What `encode` would write but its count of players: kept as
+    /// answers come and go.
+    bytes: usize,
     running: VecDeque<Running>,
+}
+
+/// One remembered answer.
+struct Remembered {
+    seq: u64,
+    key: u64,
+    outcome: Outcome,
+}
+
+/// A state with memory starts with its version and the object's length.
+const STATE_HEAD_BYTES: usize = 2 + 4;
+/// The encoded memory's own count of players.
+const MEMORY_HEAD_BYTES: usize = 4;
+/// A player's id and count of answers.
+const PLAYER_HEAD_BYTES: usize = 8 + 2;
+
+impl Remembered {
+    /// Its encoding's length: key, code, length, then the body or reason.
+    fn bytes(&self) -> usize {
+        let carried = match &self.outcome {
+            Ok(body) => body.len(),
+            Err(Refusal::Code(_)) => 0,
+            Err(Refusal::Explained { reason, .. } | Refusal::App { reason, .. }) => reason.len(),
+        };
+        8 + 2 + 4 + carried
+    }
 }
 
 impl Memory {
     fn answer(&self, (player, key): (u64, u64)) -> Option<&Outcome> {
         let answers = self.answers.get(&player)?;
-        answers.iter().find(|(k, _)| *k == key).map(|(_, o)| o)
+        answers.iter().find(|r| r.key == key).map(|r| &r.outcome)
     }
 
-    fn remember(&mut self, (player, key): (u64, u64), outcome: Outcome, keys_max: usize) {
+    /// Remembers `outcome`, then forgets the player's oldest past
+    /// `keys_max`, and the oldest of any player while the memory is over
+    /// the state bound, less the state's head (more could never be saved,
+    /// and would only hold the core's memory).
+    fn remember(&mut self, (player, key): (u64, u64), outcome: Outcome, bounds: Bounds) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let remembered = Remembered { seq, key, outcome };
+        self.bytes += remembered.bytes();
         let answers = self.answers.entry(player).or_default();
-        while answers.len() >= keys_max {
-            answers.pop_front();
+        if answers.is_empty() {
+            self.bytes += PLAYER_HEAD_BYTES;
+            self.fronts.insert((seq, player));
         }
-        answers.push_back((key, outcome));
+        answers.push_back(remembered);
+        while self.answers.get(&player).map_or(0, VecDeque::len) > bounds.keys_max {
+            self.forget_oldest_of(player);
+        }
+        while self.encoded_len() > bounds.state_max.saturating_sub(STATE_HEAD_BYTES) {
+            let Some(&(_, oldest)) = self.fronts.first() else {
+                break;
+            };
+            self.forget_oldest_of(oldest);
+        }
+    }
+
+    fn forget_oldest_of(&mut self, player: u64) {
+        let Some(answers) = self.answers.get_mut(&player) else {
+            return;
+        };
+        let Some(forgotten) = answers.pop_front() else {
+            return;
+        };
+        self.bytes -= forgotten.bytes();
+        self.fronts.remove(&(forgotten.seq, player));
+        match answers.front() {
+            Some(next) => {
+                self.fronts.insert((next.seq, player));
+            }
+            None => {
+                self.answers.remove(&player);
+                self.bytes -= PLAYER_HEAD_BYTES;
+            }
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        MEMORY_HEAD_BYTES + self.bytes
     }
 
     /// Remembers the deferred answers among `out.late_answers` of running
     /// keyed requests, and answers their waiting duplicates the same.
-    fn settle(&mut self, out: &mut HandlerOutput, keys_max: usize) {
+    fn settle(&mut self, out: &mut HandlerOutput, bounds: Bounds) {
         if self.running.is_empty() {
             return;
         }
@@ -220,26 +327,68 @@ impl Memory {
             for waiter in running.waiters {
                 out.late_answers.push((waiter, outcome.clone()));
             }
-            self.remember(running.asked, outcome, keys_max);
+            self.remember(running.asked, outcome, bounds);
         }
     }
 
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&(self.answers.len() as u32).to_le_bytes());
+    /// Writes the answers from `oldest_kept` on (by `seq`).
+    fn encode(&self, out: &mut Vec<u8>, oldest_kept: u64) {
+        let kept = |answers: &VecDeque<Remembered>| {
+            answers.iter().filter(|r| r.seq >= oldest_kept).count()
+        };
+        let players = self.answers.values().filter(|a| kept(a) > 0).count();
+        out.extend_from_slice(&(players as u32).to_le_bytes());
         for (player, answers) in &self.answers {
+            let count = kept(answers);
+            if count == 0 {
+                continue;
+            }
             out.extend_from_slice(&player.to_le_bytes());
-            out.extend_from_slice(&(answers.len() as u16).to_le_bytes());
-            for (key, outcome) in answers {
-                let (code, bytes) = match outcome {
+            out.extend_from_slice(&(count as u16).to_le_bytes());
+            for remembered in answers.iter().filter(|r| r.seq >= oldest_kept) {
+                let (code, bytes) = match &remembered.outcome {
                     Ok(body) => (0, body.clone()),
                     Err(refusal) => refusal_wire(refusal.clone()),
                 };
-                out.extend_from_slice(&key.to_le_bytes());
+                out.extend_from_slice(&remembered.key.to_le_bytes());
                 out.extend_from_slice(&code.to_le_bytes());
                 out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
                 out.extend_from_slice(&bytes);
             }
         }
+    }
+
+    /// The `seq` from which on the newest answers fit in `room` bytes (0
+    /// when all do), so that a save leaves out the oldest, as `remember`
+    /// would forget them; `None` when not one does. Walks every answer
+    /// only for a state the bound cuts.
+    fn oldest_fitting(&self, room: usize) -> Option<u64> {
+        if self.encoded_len() <= room {
+            return Some(0);
+        }
+        let mut newest_first: Vec<(u64, u64, usize)> = self
+            .answers
+            .iter()
+            .flat_map(|(player, answers)| answers.iter().map(|r| (r.seq, *player, r.bytes())))
+            .collect();
+        newest_first.sort_unstable_by_key(|answer| std::cmp::Reverse(answer.0));
+        let mut players = BTreeSet::new();
+        let mut used = MEMORY_HEAD_BYTES;
+        let mut oldest_kept = None;
+        for (seq, player, bytes) in newest_first {
+            let head = if players.contains(&player) {
+                0
+            } else {
+                PLAYER_HEAD_BYTES
+            };
+            if used + head + bytes > room {
+                break;
+            }
+            used += head + bytes;
+            players.insert(player);
+            oldest_kept = Some(seq);
+        }
+        oldest_kept
     }
 
     fn decode(reader: &mut Reader<'_>) -> Option<Memory> {
@@ -257,9 +406,20 @@ impl Memory {
                     0 => Ok(bytes.to_vec()),
                     code => Err(refusal_from_wire(code, bytes)),
                 };
-                answers.push_back((key, outcome));
+                let remembered = Remembered {
+                    seq: memory.next_seq,
+                    key,
+                    outcome,
+                };
+                memory.next_seq += 1;
+                memory.bytes += remembered.bytes();
+                answers.push_back(remembered);
             }
-            memory.answers.insert(player, answers);
+            if let Some(front) = answers.front() {
+                memory.fronts.insert((front.seq, player));
+                memory.bytes += PLAYER_HEAD_BYTES;
+                memory.answers.insert(player, answers);
+            }
         }
         Some(memory)
     }

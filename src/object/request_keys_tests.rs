@@ -9,6 +9,7 @@ use wire::ObjectKey;
 use crate::ids::NodeId;
 use crate::object::adapter::Keyed;
 use crate::object::codec::Reader as BodyReader;
+use crate::object::request_keys::Bounds;
 use crate::object::{ClientRoute, Context, Deferred, KeyFrom, Object, ObjectType};
 use crate::router::handler::{HandlerReply, ObjectState};
 use crate::router::{
@@ -80,7 +81,17 @@ fn key() -> ObjectKey {
 }
 
 fn kind(keys_max: usize) -> Keyed<Arc<CounterType>> {
-    Keyed::new(Arc::new(CounterType), keys_max)
+    bounded(keys_max, crate::config::PAYLOAD_MAX_BYTES)
+}
+
+fn bounded(keys_max: usize, state_max: usize) -> Keyed<Arc<CounterType>> {
+    Keyed::new(
+        Arc::new(CounterType),
+        Bounds {
+            keys_max,
+            state_max,
+        },
+    )
 }
 
 struct Run {
@@ -89,6 +100,12 @@ struct Run {
 }
 
 impl Run {
+    /// Remembering 128 answers a player, within `state_max` bytes.
+    fn bounded(state_max: usize) -> Run {
+        let state = bounded(128, state_max).decode(key(), None).unwrap();
+        Run { state, next_seq: 1 }
+    }
+
     fn new(keys_max: usize) -> Run {
         let state = kind(keys_max).decode(key(), None).expect("a new counter");
         Run { state, next_seq: 1 }
@@ -206,4 +223,96 @@ fn a_duplicate_while_the_first_runs_gets_its_answer() {
     assert_eq!(answers, vec![(3, four.clone()), (4, four)]);
     // And remembered for later retries.
     assert_eq!(run.value(7, OP_LATER, 0, 9), Some(4));
+}
+
+/// Keyed requests of `players` players, `per_player` each, adding 1.
+fn keyed_adds(run: &mut Run, players: u64, per_player: u64) {
+    for key in 1..=per_player {
+        for player in 1..=players {
+            run.value(player, OP_ADD, 1, key);
+        }
+    }
+}
+
+#[test]
+fn what_an_object_remembers_never_makes_its_state_too_large_to_save() {
+    // 40 players x 128 answers of 8 bytes is some 115 KB of memory: with
+    // the bound at 4 KiB, a state that kept them all could never be saved
+    // (the store refuses it), and every change acknowledged since would
+    // live only in this node's memory.
+    const STATE_MAX: usize = 4096;
+    let mut run = Run::bounded(STATE_MAX);
+    keyed_adds(&mut run, 40, 128);
+    let saved = run.state.encode();
+    assert!(saved.len() <= STATE_MAX, "{} bytes", saved.len());
+    // The newest answers are the ones kept, through a save and a move.
+    let mut moved = Run {
+        state: bounded(128, STATE_MAX).decode(key(), Some(&saved)).unwrap(),
+        next_seq: 1_000_000,
+    };
+    let total = 40 * 128;
+    assert_eq!(moved.value(40, OP_ADD, 1, 128), Some(total), "the newest");
+    assert_eq!(moved.value(1, OP_ADD, 1, 128), Some(total - 39));
+    assert_eq!(
+        moved.value(1, OP_ADD, 1, 1),
+        Some(total + 1),
+        "the oldest was forgotten: runs again"
+    );
+    assert!(moved.state.encode().len() <= STATE_MAX);
+}
+
+#[test]
+fn the_memory_in_the_core_is_bounded_by_the_state_bound_too() {
+    // Forgetting at the bound, oldest first, whoever asked.
+    const STATE_MAX: usize = 2048;
+    let mut run = Run::bounded(STATE_MAX);
+    keyed_adds(&mut run, 3, 100);
+    // Each answer is 22 bytes (key, code, length, 8 of body): at most
+    // some 90 fit, the last asked.
+    assert_eq!(run.value(3, OP_ADD, 1, 100), Some(300), "the newest");
+    assert_eq!(run.value(1, OP_ADD, 1, 80), Some(238), "recent enough");
+    assert_eq!(
+        run.value(2, OP_ADD, 1, 1),
+        Some(301),
+        "forgotten: runs again"
+    );
+    // And what is in memory is what a save writes (nothing cut there).
+    let saved = run.state.encode();
+    let moved = bounded(128, STATE_MAX).decode(key(), Some(&saved)).unwrap();
+    assert_eq!(moved.encode(), saved);
+}
+
+#[test]
+fn an_object_that_fills_the_bound_itself_saves_without_its_answers() {
+    // An object of 8 bytes under a bound of 2 + 4 + 8 + 4 + 10: room for
+    // the memory's heads, not for one answer.
+    const STATE_MAX: usize = 28;
+    let mut run = Run {
+        state: kind(128).decode(key(), None).unwrap(),
+        next_seq: 1,
+    };
+    assert_eq!(run.value(7, OP_ADD, 1, 5), Some(1));
+    let tight = bounded(128, STATE_MAX)
+        .decode(key(), Some(&run.state.encode()))
+        .unwrap();
+    // Saved as a state without memory: `u16 version | object`.
+    let saved = tight.encode();
+    assert_eq!(
+        saved,
+        [&1u16.to_le_bytes()[..], &1i64.to_le_bytes()].concat()
+    );
+    let mut moved = Run {
+        state: kind(128).decode(key(), Some(&saved)).unwrap(),
+        next_seq: 50,
+    };
+    assert_eq!(
+        moved.value(7, OP_GET, 0, 0),
+        Some(1),
+        "the object's own state"
+    );
+    assert_eq!(
+        moved.value(7, OP_ADD, 1, 5),
+        Some(2),
+        "its answer did not fit"
+    );
 }

@@ -3,7 +3,7 @@
 //! counter. Persisted on every write, so an answer is only sent once what
 //! it reports is durable.
 
-use routerd::object::codec::{put_client, put_str, Reader};
+use routerd::object::codec::{put_client, put_str, Reader, CLIENT_LEN_MAX};
 use routerd::object::{
     ClientRef, ClientRoute, Context, DecodeError, Deferred, ErrorCode, KeyFrom, Object, ObjectKey,
     ObjectType, Outcome, Persist, Refusal,
@@ -70,6 +70,13 @@ impl ObjectType for GuildType {
 
     fn persist(&self) -> Persist {
         Persist::OnWrite
+    }
+
+    /// The name, the creator, the counter, and at most `GUILD_MEMBERS_MAX`
+    /// members with their sessions: the node checks it fits in what the
+    /// store saves.
+    fn state_len_max(&self) -> Option<usize> {
+        Some(4 + NAME_LEN_MAX + 8 + 8 + 4 + GUILD_MEMBERS_MAX * (8 + CLIENT_LEN_MAX))
     }
 
     fn state_version(&self) -> u16 {
@@ -342,5 +349,28 @@ mod tests {
         assert!(Guild::decode(&bytes[..bytes.len() - 1]).is_none());
         bytes.push(0);
         assert!(Guild::decode(&bytes).is_none(), "trailing bytes");
+    }
+
+    #[test]
+    fn a_full_guild_is_as_large_as_its_type_says() {
+        let member = Member {
+            player_id: 4,
+            client: Some(ClientRef {
+                gateway_node: routerd::ids::NodeId(1),
+                session_id: 2,
+                session_epoch: 3,
+                player_id: 4,
+            }),
+        };
+        let guild = Guild {
+            name: "x".repeat(NAME_LEN_MAX),
+            creator: 4,
+            counter: 0,
+            members: vec![member; GUILD_MEMBERS_MAX],
+            creating: None,
+        };
+        let mut bytes = Vec::new();
+        guild.encode(&mut bytes);
+        assert_eq!(Some(bytes.len()), GuildType.state_len_max());
     }
 }
