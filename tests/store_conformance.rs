@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures_lite::future::block_on;
 use routerd::config::{StoreBackend, StoreConfig};
+use routerd::metrics::{ErrorKind, ErrorOp, StoreProbe};
 use routerd::store::{
     open_memory, open_postgres, open_scylla, open_sqlite, AdvertisedActor, CasVersion, GroupCommit,
     MemberCondition, MemberOutcome, MemberRow, MemberState, MemberTimers, MemberVersion,
@@ -703,6 +704,14 @@ fn large_state_at_the_maximum(fixture: &Fixture) {
         other => panic!("max + 1 bytes gave {other:?}"),
     }
     assert_eq!(block_on(store.load(too_big)).expect("load"), None);
+    // Counted where an operator looks (routerd_store_errors_total{kind=
+    // "too_large"}), and never taken for a failing store however often.
+    for _ in 0..4 {
+        let _ = block_on(store.write(insert(too_big, 1, vec![0; max + 1])));
+    }
+    let probe = store.probe();
+    assert_eq!(probe.errors(ErrorOp::Write, ErrorKind::TooLarge), 5);
+    assert_eq!(store.failing(), None);
 }
 
 /// A record written through one handle is read through another one opened

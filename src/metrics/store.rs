@@ -32,7 +32,7 @@ pub(crate) fn write_store_errors<'s>(
         name: STORE_ERRORS,
         help: "Store operations that failed, by operation and kind (timeout, overloaded, closed, \
                corrupt, io, unavailable, conflict_unknown: a write whose outcome is unknown, \
-               backend, injected).",
+               backend, injected, too_large: a state over store.state_max_bytes, never sent).",
         kind: super::Kind::Counter,
         label: None,
         series: &[],
@@ -123,11 +123,15 @@ pub enum ErrorKind {
     Backend,
     /// A fault the memory backend was told to inject.
     Injected,
+    /// A write of a state over `store.state_max_bytes`, refused before it
+    /// was sent: the object's fault, not the store's (it does not make
+    /// the store failing), and its changes stay unsaved.
+    TooLarge,
 }
 
 impl ErrorKind {
     /// Every kind, in the order the metric lists them.
-    pub const ALL: [ErrorKind; 9] = [
+    pub const ALL: [ErrorKind; 10] = [
         ErrorKind::Timeout,
         ErrorKind::Overloaded,
         ErrorKind::Closed,
@@ -137,6 +141,7 @@ impl ErrorKind {
         ErrorKind::ConflictUnknown,
         ErrorKind::Backend,
         ErrorKind::Injected,
+        ErrorKind::TooLarge,
     ];
 
     /// The `kind` label's value.
@@ -151,6 +156,7 @@ impl ErrorKind {
             ErrorKind::ConflictUnknown => "conflict_unknown",
             ErrorKind::Backend => "backend",
             ErrorKind::Injected => "injected",
+            ErrorKind::TooLarge => "too_large",
         }
     }
 }

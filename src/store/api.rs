@@ -7,7 +7,7 @@ use wire::ObjectKey;
 
 use super::bridge::{ready, StoreFuture};
 use super::error::{LoadError, MembershipError, OpenError, WriteError};
-use super::health::{self, ErrorOp, StoreHealth, Verdict};
+use super::health::{self, ErrorKind, ErrorOp, StoreHealth, Verdict};
 use super::membership::{
     self, MemberOutcome, MemberPage, MemberPoll, MemberVersion, MemberWrite, TableVersion,
     MEMBER_ROW_BYTES_MAX, POLL_ROWS_MAX,
@@ -365,12 +365,18 @@ impl Store {
         })
     }
 
+    /// Refuses a state over `store.state_max_bytes` before it is sent,
+    /// counted (`too_large`) and logged like a store error, though it does
+    /// not make the store failing: nothing is wrong with the store.
     fn check_state(&self, write: &RecordWrite) -> Result<(), WriteError> {
         if write.state.len() > self.state_max_bytes {
-            return Err(WriteError::StateTooLarge {
+            let error = WriteError::StateTooLarge {
                 len: write.state.len(),
                 max: self.state_max_bytes,
-            });
+            };
+            let verdict = Verdict::Failed(ErrorKind::TooLarge, error.to_string());
+            self.health.note(ErrorOp::Write, verdict);
+            return Err(error);
         }
         Ok(())
     }

@@ -33,7 +33,7 @@ pub use crate::metrics::{ErrorKind, ErrorOp};
 /// Whether `kind` says the store is failing. A full queue is the store
 /// shedding load it cannot take yet, not a store that fails.
 const fn is_failure(kind: ErrorKind) -> bool {
-    !matches!(kind, ErrorKind::Overloaded)
+    !matches!(kind, ErrorKind::Overloaded | ErrorKind::TooLarge)
 }
 
 const OPS: usize = ErrorOp::ALL.len();
@@ -229,16 +229,13 @@ pub(crate) fn write_verdict(result: &Result<Vec<WriteOutcome>, WriteError>) -> V
                 .to_string(),
         ),
         Ok(_) => Verdict::Answered,
-        Err(WriteError::StateTooLarge { .. } | WriteError::BatchTooLarge { .. }) => {
-            Verdict::Neither
-        }
         Err(error) => Verdict::Failed(
             match error {
                 WriteError::Overloaded => ErrorKind::Overloaded,
                 WriteError::Closed => ErrorKind::Closed,
                 WriteError::Backend(error) => backend_kind(error),
                 WriteError::StateTooLarge { .. } | WriteError::BatchTooLarge { .. } => {
-                    ErrorKind::Backend
+                    ErrorKind::TooLarge
                 }
             },
             error.to_string(),
