@@ -221,6 +221,17 @@ fn the_console_and_the_admin_api_it_reads() {
         json(one.admin, "GET", "/nodes/2/nodes/1/metrics", "").0,
         400
     );
+    // Empty segments hide no second `/nodes`: neither a loop between the
+    // two nodes nor a path this node answers as its own, level after
+    // level (which overflowed the admin thread's stack and aborted the
+    // node, for one unauthenticated GET).
+    assert_eq!(
+        json(one.admin, "GET", "/nodes/2//nodes/1/metrics", "").0,
+        400
+    );
+    let deep = format!("/nodes/1{}/metrics", "//nodes/1".repeat(1500));
+    assert_eq!(json(one.admin, "GET", &deep, "").0, 400);
+    assert_eq!(json(one.admin, "GET", "/nodes/1//cluster", "").0, 200);
     assert_eq!(json(one.admin, "GET", "/nodes/x/metrics", "").0, 400);
 
     // Each peer's heartbeat age and link state, as node 1 sees node 2.

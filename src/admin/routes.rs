@@ -41,7 +41,11 @@ pub(super) async fn route(state: &AdminState, request: Request<Bytes>) -> Respon
             _ => method_not_allowed("GET"),
         };
     }
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // Empty segments are dropped: `/nodes/1//nodes/1/...` must meet the
+    // "not `/nodes` again" check below, or each level answered as this
+    // node's own went round again, one nested call deeper, until the
+    // admin thread's stack overflowed and the process aborted.
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let query = request.uri().query();
     match (request.method(), segments.as_slice()) {
         (&Method::GET, ["console"]) => super::console::redirect(),
