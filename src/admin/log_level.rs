@@ -30,7 +30,7 @@ static INSTALLED: OnceLock<Installed> = OnceLock::new();
 /// formatted lines on stderr, with colours when it is a terminal, and
 /// third-party lines rate-limited (see `log_limit`).
 pub fn init(filter: &str) {
-    let (parsed, filter) = match EnvFilter::try_new(filter) {
+    let (parsed, filter) = match parse(filter) {
         Ok(parsed) => (parsed, filter),
         Err(_) => (EnvFilter::new("info"), "info"),
     };
@@ -53,6 +53,14 @@ pub fn init(filter: &str) {
             limit,
         });
     }
+}
+
+/// `filter` in EnvFilter syntax, its field values matched as written:
+/// compiled as regular expressions (the default), a hundred bytes of
+/// `a(a|b)(a|b)...` build an automaton of 2^n states with no bound, and
+/// the thread that parses it (the admin endpoint's) stops for as long.
+fn parse(filter: &str) -> Result<EnvFilter, tracing_subscriber::filter::ParseError> {
+    EnvFilter::builder().with_regex(false).parse(filter)
 }
 
 /// Why a filter was not set.
@@ -82,8 +90,7 @@ pub(super) fn set(filter: &str) -> Result<(), SetRefused> {
             "a filter is 1 to {FILTER_BYTES_MAX} bytes"
         )));
     }
-    let parsed =
-        EnvFilter::try_new(filter).map_err(|error| SetRefused::Invalid(error.to_string()))?;
+    let parsed = parse(filter).map_err(|error| SetRefused::Invalid(error.to_string()))?;
     let installed = INSTALLED.get().ok_or(SetRefused::NotManaged)?;
     installed.limit.set_filter(filter);
     installed

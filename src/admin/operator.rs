@@ -182,4 +182,22 @@ mod tests {
             Err(SetRefused::Invalid(_))
         ));
     }
+
+    #[test]
+    fn a_field_value_is_matched_as_written_not_compiled_as_a_regex() {
+        // As a regex, `a(a|b){n}` builds a DFA of 2^n states, with no
+        // bound: about a hundred bytes of filter held the admin thread
+        // for seconds and took gigabytes (and more froze it for good).
+        let filter = format!("routerd[{{f=a{}}}]=info", "(a|b)".repeat(22));
+        let started = std::time::Instant::now();
+        let parsed = log_level::set(&filter);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        // Parsed, then refused only because this test process's
+        // subscriber is not the node's.
+        assert_eq!(parsed, Err(SetRefused::NotManaged));
+    }
 }
