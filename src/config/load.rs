@@ -212,6 +212,11 @@ impl Config {
                  the state in one frame between nodes"
             )));
         }
+        if self.router.request_keys_max > usize::from(u16::MAX) {
+            // A saved state counts a player's remembered answers in a u16:
+            // more would save a state no node could read back.
+            return invalid("router.request_keys_max must be at most 65535");
+        }
         if self.router.pull_attempts_max == 0 || self.router.forward_hops_max == 0 {
             return invalid(
                 "router.pull_attempts_max and router.forward_hops_max must be positive",

@@ -227,10 +227,15 @@ fn timers_and_sizes_the_node_cannot_run_with_are_refused() {
         &|c| c.store.state_max_bytes = wire::frame::MAX_FRAME_LEN,
         "store.state_max_bytes",
     );
+    refused(
+        &|c| c.router.request_keys_max = 65_536,
+        "router.request_keys_max",
+    );
     let mut config = Config::default();
     config.gateway.body_max_bytes = PAYLOAD_MAX_BYTES as u32;
     config.store.state_max_bytes = PAYLOAD_MAX_BYTES;
     config.router.object_save_interval_ms = ROUTER_SWEEP_TIMERS_MIN_MS;
+    config.router.request_keys_max = 65_535;
     config.validate().unwrap();
 }
 

@@ -23,16 +23,19 @@
 //! answer saves without it, and a retry of it after a crash runs again.
 //!
 //! Persisted state with remembered answers: `u16 (state version | 0x8000)`,
-//! `u32 object_len`, the object's encoding, then the memory: `u32 players`,
-//! and per player `u64 player_id`, `u16 answers`, and per answer (oldest
-//! first) `u64 key`, `u16 code` (0: a RESPONSE), `u32 len`, the RESPONSE
-//! body or the ERROR reason. Without: `u16 state version`, the object's
-//! encoding.
+//! `u32 object_len`, the object's encoding, then the memory: `u32 (players
+//! | 0x8000_0000)`, and per player `u64 player_id`, `u16 answers`, and per
+//! answer (oldest first) `u64 key`, `u64 seq` (its place in the order the
+//! object's answers were remembered, whoever asked), `u16 code` (0: a
+//! RESPONSE), `u32 len`, the RESPONSE body or the ERROR reason. Without:
+//! `u16 state version`, the object's encoding. A memory saved without the
+//! `0x8000_0000` flag (by an earlier build) has no `seq`: its answers are
+//! taken as remembered in the order they are read.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::router::handler::HandlerReply;
-use crate::router::types::{refusal_from_wire, refusal_wire, Refusal};
+use crate::router::types::{refusal_from_wire, refusal_wire, ErrorCode, Refusal};
 use crate::router::{HandlerOutput, Outcome, Request, RequestId};
 
 /// The flag on the state version that says remembered answers follow the
@@ -238,18 +241,22 @@ struct Remembered {
 const STATE_HEAD_BYTES: usize = 2 + 4;
 /// The encoded memory's own count of players.
 const MEMORY_HEAD_BYTES: usize = 4;
+/// The flag on the count of players that says each answer carries its
+/// `seq`.
+const ORDERED: u32 = 0x8000_0000;
 /// A player's id and count of answers.
 const PLAYER_HEAD_BYTES: usize = 8 + 2;
 
 impl Remembered {
-    /// Its encoding's length: key, code, length, then the body or reason.
+    /// Its encoding's length: key, seq, code, length, then the body or
+    /// reason.
     fn bytes(&self) -> usize {
         let carried = match &self.outcome {
             Ok(body) => body.len(),
             Err(Refusal::Code(_)) => 0,
             Err(Refusal::Explained { reason, .. } | Refusal::App { reason, .. }) => reason.len(),
         };
-        8 + 2 + 4 + carried
+        8 + 8 + 2 + 4 + carried
     }
 }
 
@@ -264,6 +271,9 @@ impl Memory {
     /// the state bound, less the state's head (more could never be saved,
     /// and would only hold the core's memory).
     fn remember(&mut self, (player, key): (u64, u64), outcome: Outcome, bounds: Bounds) {
+        if !is_final(&outcome) {
+            return;
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
         let remembered = Remembered { seq, key, outcome };
@@ -337,7 +347,7 @@ impl Memory {
             answers.iter().filter(|r| r.seq >= oldest_kept).count()
         };
         let players = self.answers.values().filter(|a| kept(a) > 0).count();
-        out.extend_from_slice(&(players as u32).to_le_bytes());
+        out.extend_from_slice(&(players as u32 | ORDERED).to_le_bytes());
         for (player, answers) in &self.answers {
             let count = kept(answers);
             if count == 0 {
@@ -351,6 +361,7 @@ impl Memory {
                     Err(refusal) => refusal_wire(refusal.clone()),
                 };
                 out.extend_from_slice(&remembered.key.to_le_bytes());
+                out.extend_from_slice(&remembered.seq.to_le_bytes());
                 out.extend_from_slice(&code.to_le_bytes());
                 out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
                 out.extend_from_slice(&bytes);
@@ -393,12 +404,19 @@ impl Memory {
 
     fn decode(reader: &mut Reader<'_>) -> Option<Memory> {
         let mut memory = Memory::default();
-        for _ in 0..reader.u32()? {
+        let head = reader.u32()?;
+        let ordered = head & ORDERED != 0;
+        for _ in 0..head & !ORDERED {
             let player = reader.u64()?;
             let count = reader.u16()?;
-            let mut answers = VecDeque::with_capacity(usize::from(count));
+            let mut answers: VecDeque<Remembered> = VecDeque::with_capacity(usize::from(count));
             for _ in 0..count {
                 let key = reader.u64()?;
+                let seq = if ordered {
+                    reader.u64()?
+                } else {
+                    memory.next_seq
+                };
                 let code = reader.u16()?;
                 let len = reader.u32()? as usize;
                 let bytes = reader.take(len)?;
@@ -406,23 +424,40 @@ impl Memory {
                     0 => Ok(bytes.to_vec()),
                     code => Err(refusal_from_wire(code, bytes)),
                 };
-                let remembered = Remembered {
-                    seq: memory.next_seq,
-                    key,
-                    outcome,
-                };
-                memory.next_seq += 1;
+                // A player's answers are oldest first, and no two answers
+                // share a place: anything else was not written by `encode`.
+                if answers.back().is_some_and(|last| last.seq >= seq)
+                    || memory.answers.contains_key(&player)
+                {
+                    return None;
+                }
+                memory.next_seq = memory.next_seq.max(seq.checked_add(1)?);
+                let remembered = Remembered { seq, key, outcome };
                 memory.bytes += remembered.bytes();
                 answers.push_back(remembered);
             }
             if let Some(front) = answers.front() {
-                memory.fronts.insert((front.seq, player));
+                if !memory.fronts.insert((front.seq, player)) {
+                    return None;
+                }
                 memory.bytes += PLAYER_HEAD_BYTES;
                 memory.answers.insert(player, answers);
             }
         }
         Some(memory)
     }
+}
+
+/// Whether an object's answer is the request's last word, to give every
+/// retry of its key. UNAVAILABLE, OVERLOADED and TIMEOUT say it did not
+/// run (a session replaced by a newer login, say): remembered, the
+/// client's retries, which the protocol tells it to send, would get the
+/// same refusal until the key was forgotten, and never run.
+fn is_final(outcome: &Outcome) -> bool {
+    !matches!(
+        outcome.as_ref().err().and_then(Refusal::code),
+        Some(ErrorCode::Unavailable | ErrorCode::Overloaded | ErrorCode::Timeout)
+    )
 }
 
 /// Little-endian fields off the front of a slice.

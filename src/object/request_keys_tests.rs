@@ -10,7 +10,7 @@ use crate::ids::NodeId;
 use crate::object::adapter::Keyed;
 use crate::object::codec::Reader as BodyReader;
 use crate::object::request_keys::Bounds;
-use crate::object::{ClientRoute, Context, Deferred, KeyFrom, Object, ObjectType};
+use crate::object::{ClientRoute, Context, Deferred, ErrorCode, KeyFrom, Object, ObjectType};
 use crate::router::handler::{HandlerReply, ObjectState};
 use crate::router::{
     ClientRef, DecodeError, HandlerOutput, ObjectType as RouterObjectType, Request, RequestId,
@@ -23,6 +23,8 @@ const OP_GET: u32 = 2;
 const OP_LATER: u32 = 3;
 /// Answers the deferred `OP_LATER` with the counter.
 const OP_RELEASE: u32 = 4;
+/// Answers UNAVAILABLE, running nothing.
+const OP_UNAVAILABLE: u32 = 5;
 
 struct CounterType;
 
@@ -64,6 +66,7 @@ impl Object for Counter {
                 ctx.answer(Ok(self.value.to_le_bytes().to_vec()));
             }
             OP_GET => ctx.answer(Ok(self.value.to_le_bytes().to_vec())),
+            OP_UNAVAILABLE => ctx.fail(ErrorCode::Unavailable),
             OP_LATER => self.later = ctx.defer(),
             OP_RELEASE => {
                 if let Some(later) = self.later.take() {
@@ -236,7 +239,7 @@ fn keyed_adds(run: &mut Run, players: u64, per_player: u64) {
 
 #[test]
 fn what_an_object_remembers_never_makes_its_state_too_large_to_save() {
-    // 40 players x 128 answers of 8 bytes is some 115 KB of memory: with
+    // 40 players x 128 answers of 8 bytes is some 150 KB of memory: with
     // the bound at 4 KiB, a state that kept them all could never be saved
     // (the store refuses it), and every change acknowledged since would
     // live only in this node's memory.
@@ -267,8 +270,8 @@ fn the_memory_in_the_core_is_bounded_by_the_state_bound_too() {
     const STATE_MAX: usize = 2048;
     let mut run = Run::bounded(STATE_MAX);
     keyed_adds(&mut run, 3, 100);
-    // Each answer is 22 bytes (key, code, length, 8 of body): at most
-    // some 90 fit, the last asked.
+    // Each answer is 30 bytes (key, seq, code, length, 8 of body): at
+    // most some 68 fit, the last asked.
     assert_eq!(run.value(3, OP_ADD, 1, 100), Some(300), "the newest");
     assert_eq!(run.value(1, OP_ADD, 1, 80), Some(238), "recent enough");
     assert_eq!(
@@ -314,5 +317,49 @@ fn an_object_that_fills_the_bound_itself_saves_without_its_answers() {
         moved.value(7, OP_ADD, 1, 5),
         Some(2),
         "its answer did not fit"
+    );
+}
+
+#[test]
+fn a_refusal_that_says_the_request_did_not_run_is_not_remembered() {
+    let mut run = Run::new(128);
+    // A session replaced by a newer login is answered UNAVAILABLE, say:
+    // the client's retry of the key, from its new session, runs.
+    assert_eq!(run.value(7, OP_UNAVAILABLE, 0, 5), None);
+    assert_eq!(run.value(7, OP_ADD, 3, 5), Some(3));
+    assert_eq!(run.value(7, OP_ADD, 3, 5), Some(3), "remembered now");
+    // A refusal that is the request's last word is remembered.
+    assert_eq!(run.value(7, 99, 0, 6), None, "BAD_REQUEST");
+    assert_eq!(run.value(7, OP_ADD, 3, 6), None, "the same BAD_REQUEST");
+    assert_eq!(run.value(7, OP_GET, 0, 0), Some(3));
+}
+
+#[test]
+fn the_order_answers_were_remembered_in_survives_a_save() {
+    // 66 answers of 30 bytes: just within the memory's 2042 bytes.
+    const STATE_MAX: usize = 2048;
+    let mut run = Run::bounded(STATE_MAX);
+    for key in 1..=33 {
+        run.value(2, OP_ADD, 1, key);
+    }
+    for key in 1..=33 {
+        run.value(1, OP_ADD, 1, key);
+    }
+    let mut moved = Run {
+        state: bounded(128, STATE_MAX)
+            .decode(key(), Some(&run.state.encode()))
+            .unwrap(),
+        next_seq: 1_000,
+    };
+    // Two more answers push the oldest two out: player 2's first two,
+    // though player 1's id comes first in the saved bytes.
+    moved.value(3, OP_ADD, 1, 1);
+    moved.value(3, OP_ADD, 1, 2);
+    assert_eq!(moved.value(1, OP_ADD, 1, 1), Some(34), "remembered");
+    assert_eq!(moved.value(2, OP_ADD, 1, 3), Some(3), "remembered");
+    assert_eq!(
+        moved.value(2, OP_ADD, 1, 1),
+        Some(69),
+        "the oldest: runs again"
     );
 }
