@@ -78,6 +78,13 @@ fn a_node_restarted_on_a_store_that_never_saw_it_refuses_to_start() {
             && stderr.contains("node-1.incarnation"),
         "{stderr}"
     );
+    // And refused again: the refused start wrote nothing the next one
+    // would read as this node's history (a restart policy retries).
+    for _ in 0..2 {
+        let (status, stderr) = run_to_exit(dir.path(), &other);
+        assert_eq!(status, Some(1), "{stderr}");
+        assert!(stderr.contains("gave incarnation 1"), "{stderr}");
+    }
     // Refused, the record still names the own store's incarnation, and
     // the own store serves the player's state on.
     assert_eq!(std::fs::read_to_string(record(dir.path())).unwrap(), "2\n");

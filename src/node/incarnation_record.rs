@@ -70,6 +70,33 @@ pub fn path(data_dir: &Path, node: u64) -> PathBuf {
     data_dir.join(format!("node-{node}.incarnation"))
 }
 
+/// Before a join writes anything: a store with no row of node `node`
+/// would give it incarnation 1, which its record in `data_dir` may say
+/// is a store that never saw it. Checked before the join, not only after
+/// (`check_and_record`): a join writes the node's row, and the next start
+/// on the same store would take incarnation 2 from it and pass for a
+/// store rolled back, so a restart policy turned the refusal into serving.
+pub fn check_before_join(data_dir: &Path, node: u64, row_exists: bool) -> Result<(), RecordError> {
+    if row_exists {
+        return Ok(());
+    }
+    let path = path(data_dir, node);
+    let shown = path.display().to_string();
+    let remembered = read(&path).map_err(|cause| RecordError::Unreadable {
+        path: shown.clone(),
+        cause,
+    })?;
+    match judge(remembered, 1) {
+        Verdict::Forgotten { remembered } => Err(RecordError::Forgotten {
+            node,
+            remembered,
+            given: 1,
+            path: shown,
+        }),
+        Verdict::RolledBack { .. } | Verdict::Newer => Ok(()),
+    }
+}
+
 /// Checks the incarnation `given` to node `node` against its record in
 /// `data_dir` and records it. A record that cannot be written is logged,
 /// not fatal: the node serves as it did before records existed.

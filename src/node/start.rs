@@ -180,6 +180,15 @@ pub(super) fn join(
     };
     let me = NodeId(config.node.id);
     let membership = Membership::new(me, &config.cluster, advertisement);
+    if config.store.backend != StoreBackend::Memory {
+        // A store that cannot be read now fails the join too, or is
+        // caught after it (`check_and_record`).
+        let own = futures_lite::future::block_on(store.poll_members(vec![me]));
+        if let Ok(poll) = own {
+            let row_exists = poll.rows.iter().any(|row| row.node_id == me);
+            incarnation_record::check_before_join(&config.node.data_dir, me.0, row_exists)?;
+        }
+    }
     let joined = agent::join(store, membership, super::JOIN_TIMEOUT)?;
     // The memory store forgets every node at each start, by design.
     if config.store.backend != StoreBackend::Memory {
