@@ -154,6 +154,13 @@ pub fn open_sqlite_lanes(
             source,
         })?;
     }
+    if config.synchronous == SqliteSynchronous::Normal {
+        tracing::warn!(
+            path = %path.display(),
+            "store.synchronous = \"normal\": a crash of the machine or its power may lose the \
+             last acknowledged writes, on_write ones included (\"full\" keeps them)"
+        );
+    }
     let connection = open_connection(path, config)?;
     check_integrity(
         &connection,
