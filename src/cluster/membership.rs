@@ -256,6 +256,11 @@ pub struct Membership {
     /// Whether this node took an incarnation before (a later one is a
     /// rejoin).
     ever_joined: bool,
+    /// The state last asked for (`set_state`), whatever the phase then: a
+    /// rejoin advertises it again. Dropped or forgotten, a drain asked for
+    /// while fenced, or before a fence, came back as `up`, and the others
+    /// placed new objects on the draining node.
+    asked_state: Option<MemberState>,
     /// The highest incarnation this process has held: a row showing a
     /// higher one was written by another process.
     held_incarnation: u64,
@@ -283,6 +288,7 @@ impl Membership {
             lowest_live: me,
             ring_dirty: true,
             ever_joined: false,
+            asked_state: None,
             held_incarnation: 0,
             actions: Vec::new(),
             events: Vec::new(),
@@ -384,8 +390,10 @@ impl Membership {
     }
 
     /// Changes the state this node advertises (`up` once it serves,
-    /// `draining`, `left` at a clean exit); written at the next heartbeat.
+    /// `draining`, `left` at a clean exit); written at the next heartbeat,
+    /// or by the rejoin of a fenced node.
     pub fn set_state(&mut self, now_ms: u64, state: MemberState) {
+        self.asked_state = Some(state);
         if let Phase::Serving(serving) = &mut self.phase {
             serving.wanted_state = state;
             serving.next_heartbeat_ms = now_ms;

@@ -436,10 +436,32 @@ fn a_node_cut_from_the_store_and_declared_down_meanwhile_rejoins_with_the_next_i
     let mut observer = node(2);
     run(&mut m, &mut table, 0);
     run(&mut observer, &mut table, 0);
-    // The store stops answering `m`: every write fails, its lease lapses.
+    let (events, now) = cut_off_until_declared_down(&mut m, &mut observer, &mut table);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::LeaseLapsed { .. })),
+        "{events:?}"
+    );
+    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Down);
+    // The store answers again: the heartbeat is refused, the node fences
+    // and takes the next incarnation.
+    let events = run(&mut m, &mut table, now);
+    assert!(fenced(&events), "{events:?}");
+    assert!(rejoined_as(&events, 2), "{events:?}");
+    assert_eq!(table.get(NodeId(1)).unwrap().incarnation, 2);
+}
+
+/// Fails every store operation of `m` from its next tick until `observer`
+/// declared it down; returns `m`'s events and the time.
+fn cut_off_until_declared_down(
+    m: &mut Membership,
+    observer: &mut Membership,
+    table: &mut MemberTable,
+) -> (Vec<Event>, u64) {
     let mut now = m.tick_ms();
     let mut events = Vec::new();
-    while now <= config().down_after_ms + 1_000 {
+    while table.get(NodeId(1)).unwrap().state != MemberState::Down {
         m.on_tick(now);
         for action in m.take_actions() {
             match action {
@@ -457,22 +479,48 @@ fn a_node_cut_from_the_store_and_declared_down_meanwhile_rejoins_with_the_next_i
             }
         }
         events.extend(m.take_events());
-        run(&mut observer, &mut table, now);
+        run(observer, table, now);
         now += m.tick_ms();
+        assert!(now < 10 * config().down_after_ms, "never declared down");
     }
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::LeaseLapsed { .. })),
-        "{events:?}"
-    );
-    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Down);
-    // The store answers again: the heartbeat is refused, the node fences
-    // and takes the next incarnation.
+    (events, now)
+}
+
+#[test]
+fn a_drain_stays_asked_for_through_a_fence_and_a_rejoin() {
+    // Asked for while serving, then fenced: the rejoin wrote `up`, and
+    // the others placed new objects on the draining node again.
+    let mut table = MemberTable::default();
+    let mut m = node(1);
+    let mut observer = node(2);
+    run(&mut m, &mut table, 0);
+    run(&mut observer, &mut table, 0);
+    m.set_state(0, MemberState::Up);
+    m.set_state(0, MemberState::Draining);
+    run(&mut m, &mut table, 0);
+    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Draining);
+    let (_, now) = cut_off_until_declared_down(&mut m, &mut observer, &mut table);
     let events = run(&mut m, &mut table, now);
-    assert!(fenced(&events), "{events:?}");
     assert!(rejoined_as(&events, 2), "{events:?}");
-    assert_eq!(table.get(NodeId(1)).unwrap().incarnation, 2);
+    let tick = m.tick_ms();
+    run_until(&mut m, &mut table, now, now + 2 * tick);
+    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Draining);
+
+    // Asked for while fenced: it was dropped.
+    let mut table = MemberTable::default();
+    let mut m = node(1);
+    let mut observer = node(2);
+    run(&mut m, &mut table, 0);
+    run(&mut observer, &mut table, 0);
+    m.set_state(0, MemberState::Up);
+    run(&mut m, &mut table, 0);
+    let (_, now) = cut_off_until_declared_down(&mut m, &mut observer, &mut table);
+    m.set_state(now, MemberState::Draining);
+    let events = run(&mut m, &mut table, now);
+    assert!(rejoined_as(&events, 2), "{events:?}");
+    let tick = m.tick_ms();
+    run_until(&mut m, &mut table, now, now + 2 * tick);
+    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Draining);
 }
 
 /// Starts a second process with `m`'s id once `m`'s row stood still for

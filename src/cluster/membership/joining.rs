@@ -196,7 +196,13 @@ impl Membership {
             wanted_state: if first {
                 MemberState::Joining
             } else {
-                MemberState::Up
+                // `left` is written by the clean exit itself, never by a
+                // rejoin: the others would claim at once what the node
+                // may still write back.
+                match self.asked_state {
+                    Some(MemberState::Draining) => MemberState::Draining,
+                    _ => MemberState::Up,
+                }
             },
             lease_until_ms,
             lapsed_at_ms: None,
