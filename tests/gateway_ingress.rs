@@ -219,6 +219,7 @@ fn stale_epoch_egress_is_dropped_and_counted() {
                             route_id: route::ROOM_MESSAGE,
                             seq: 0,
                             body,
+                            connection: None,
                         },
                         Instant::now,
                     );

@@ -61,6 +61,7 @@ impl AuthService {
                     route_id: ingress.route_id,
                     seq: ingress.seq,
                     body,
+                    connection: Some(ingress.connection),
                 },
                 now,
             );

@@ -400,6 +400,7 @@ impl GatewayHandle {
             route_id: route_id.to_native(),
             seq: seq.to_native(),
             body: body.as_slice(),
+            connection: None,
         };
         let _ = self
             .0

@@ -59,6 +59,9 @@ pub fn session_core(session_id: u64) -> usize {
 pub struct Ingress<'a> {
     pub session_id: u64,
     pub binding: Binding,
+    /// Which of the session's connections sent it: its answer carries it
+    /// back ([`EgressRef::connection`]).
+    pub connection: u32,
     pub route_id: u32,
     pub seq: u32,
     pub body: &'a [u8],

@@ -104,6 +104,7 @@ impl Port {
                 route_id: route.route_id,
                 seq: route.client_seq,
                 body: &body,
+                connection: Some(route.connection),
             },
             || answered_at,
         );
@@ -183,6 +184,7 @@ impl ServicesSide for Port {
             player_id: ingress.binding.player_id,
             route_id: ingress.route_id,
             client_seq: ingress.seq,
+            connection: ingress.connection,
         };
         // What the object reads: the value the listener's body codec
         // decoded, when it decoded one, else the body as it came.
@@ -248,6 +250,8 @@ impl ServicesSide for Port {
             player_id: login.player_id,
             route_id: route::AUTH_LOGIN,
             client_seq: login.seq,
+            // Answered through `complete_login`, not the egress gate.
+            connection: 0,
         };
         let key = player::player_key(login.player_id);
         self.router
@@ -381,6 +385,7 @@ impl ClientSide for Port {
                 route_id,
                 seq: 0,
                 body,
+                connection: None,
             },
             Instant::now,
         );

@@ -23,6 +23,12 @@ pub struct EgressRef<'a> {
     pub route_id: u32,
     pub seq: u32,
     pub body: &'a [u8],
+    /// For an answer, the session's connection that sent the request
+    /// (`Ingress::connection`): one the session moved on from since is
+    /// late. `None` for a PUSH, and for a frame from another core or node
+    /// (`ClientEgress` does not carry it: answers are made on the
+    /// session's own core).
+    pub connection: Option<u32>,
 }
 
 /// Why the egress gate dropped a frame, in the gate's order.
@@ -206,6 +212,12 @@ impl GatewayCore {
         // the same route, else it is late (timed out already) and dropped.
         let mut answered = None;
         if kind != FrameKind::Push {
+            if egress
+                .connection
+                .is_some_and(|connection| connection != entry.connection())
+            {
+                return Err(EgressRejected::LateAnswer);
+            }
             match entry.inflight.remove(egress.seq) {
                 Some(inflight) if inflight.route_id == egress.route_id => {
                     answered = Some(Answered {

@@ -167,6 +167,15 @@ struct Entry {
     resume: Option<Box<Resumable>>,
 }
 
+impl Entry {
+    /// The connection its requests come from now (`Resumable::
+    /// connection`; 0 for a session that cannot be resumed, whose
+    /// connection is its whole life).
+    fn connection(&self) -> u32 {
+        self.resume.as_ref().map_or(0, |resume| resume.connection)
+    }
+}
+
 /// What a session has only while a login or a redirect is under way, or
 /// while it fronts a resumed session, boxed in its entry
 /// (`Entry::transit`) and dropped once none is (`Entry::settle`): held

@@ -150,6 +150,7 @@ impl GatewayCore {
         Some(Ingress {
             session_id,
             binding: entry.session.binding(),
+            connection: entry.connection(),
             route_id,
             seq,
             body,

@@ -208,6 +208,12 @@ pub(super) struct Resumable {
     /// The relay front that carries the session's connection since its
     /// last resume (a session id, on any core of the node).
     front: Option<u64>,
+    /// Which of the session's connections its requests now come from:
+    /// moved on whenever one ends or a resume takes the session, so an
+    /// answer to a request of an earlier connection, which the session's
+    /// epoch cannot tell (a resume keeps it), is dropped as late even
+    /// when the new connection reused its seq on the same route.
+    pub(super) connection: u32,
 }
 
 impl Resumable {
@@ -272,6 +278,7 @@ impl GatewayCore {
                 detached: false,
                 detached_at: None,
                 front: None,
+                connection: 0,
             }));
         }
     }
@@ -342,6 +349,7 @@ impl GatewayCore {
         resume.detached_at = None;
         resume.armed = true;
         resume.front = None;
+        resume.connection = resume.connection.wrapping_add(1);
         // Answers to the requests of the connection that ended are dropped
         // as late: the client retries them (with their keys).
         drop_inflight(&mut entry.inflight);
@@ -397,6 +405,7 @@ impl GatewayCore {
         resume.detached_at = None;
         resume.armed = false;
         resume.front = Some(front);
+        resume.connection = resume.connection.wrapping_add(1);
         let old = std::mem::replace(&mut entry.outbox, outbox);
         if !was_detached {
             let _ = old.push_frame(

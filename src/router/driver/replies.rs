@@ -53,6 +53,9 @@ pub struct ReplyRoute {
     pub player_id: u64,
     pub route_id: u32,
     pub client_seq: u32,
+    /// The session's connection that sent the request (`Ingress::
+    /// connection`).
+    pub connection: u32,
 }
 
 struct Slot<T> {
@@ -200,6 +203,7 @@ mod tests {
         player_id: 1,
         route_id: 10,
         client_seq: 1,
+        connection: 0,
     };
 
     #[test]

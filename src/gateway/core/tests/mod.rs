@@ -138,6 +138,7 @@ fn egress(
         route_id,
         seq,
         body: b"ok",
+        connection: None,
     }
 }
 

@@ -331,3 +331,32 @@ fn version_1_frames_on_the_version_2_routes_are_unknown_routes() {
     let ingress = f.core.on_keyed_request(s, header, Some(0), &[0; 20], f.now);
     assert_eq!(ingress.map(|i| i.binding.target), Some(Target::Auth));
 }
+
+#[test]
+fn a_late_answer_to_the_old_connection_never_answers_the_new_ones_same_seq() {
+    let mut f = resumable_core(16);
+    let (s, _) = resumable_login(&mut f);
+    let old = f.request(s, route::PLAYER_INCR, 3).unwrap().connection;
+    assert!(f.core.close(s, CloseReason::PeerClosed));
+    let relay = relay_outbox();
+    f.core
+        .resume(&TOKEN, 0, 1, 99, relay.clone(), f.now)
+        .unwrap();
+    // The new connection starts its seqs again: 3 on the same route.
+    let new = f.request(s, route::PLAYER_INCR, 3).unwrap().connection;
+    assert_ne!(old, new);
+    let mut late = egress(s, 1, 7, FrameKind::Response, route::PLAYER_INCR, 3);
+    late.body = b"old";
+    late.connection = Some(old);
+    assert_eq!(f.core.egress(&late, f.now), Err(EgressRejected::LateAnswer));
+    let mut answer = egress(s, 1, 7, FrameKind::Response, route::PLAYER_INCR, 3);
+    answer.body = b"new";
+    answer.connection = Some(new);
+    f.core.egress(&answer, f.now).unwrap();
+    let answers: Vec<_> = frames(&relay)
+        .into_iter()
+        .filter(|frame| frame.1 == route::PLAYER_INCR)
+        .map(|frame| frame.3)
+        .collect();
+    assert_eq!(answers, [b"new".to_vec()]);
+}
