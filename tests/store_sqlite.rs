@@ -381,3 +381,69 @@ fn two_processes_race_insert_if_absent() {
         || open_sqlite(&path, &race_config(), GroupCommit::On).expect("open"),
     );
 }
+
+/// A tmpfs of `size` mounted on a new directory, unmounted when dropped;
+/// `None` (said on stderr) where this process may not mount one.
+struct SmallDisk(tempfile::TempDir);
+
+impl SmallDisk {
+    fn mount(size: &str) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|status| status.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+            return None;
+        }
+        Some(SmallDisk(dir))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_commit_the_full_disk_failed_is_of_unknown_outcome_and_what_applied_stays() {
+    let Some(disk) = SmallDisk::mount("2m") else {
+        return;
+    };
+    let path = disk.0.path().join("store.db");
+    let config = StoreConfig {
+        batch_max: 1,
+        ..StoreConfig::default()
+    };
+    let store = open_sqlite(&path, &config, GroupCommit::On).expect("open");
+    let write = |id: u64| {
+        let mut write = insert(id, 1);
+        write.state = vec![id as u8; 64 * 1024];
+        block_on(store.write(write))
+    };
+    let mut applied = Vec::new();
+    let failed = loop {
+        let id = applied.len() as u64 + 1;
+        match write(id) {
+            Ok(WriteOutcome::Applied(_)) => applied.push(id),
+            other => break other,
+        }
+        assert!(applied.len() < 100, "a 2 MiB disk took 6 MiB");
+    };
+    // The disk filled as the commit wrote the transaction to the WAL: not
+    // "nothing happened" (frames with their commit mark may be there),
+    // but unknown, which the router answers by re-reading.
+    assert_eq!(failed.expect("an answer"), WriteOutcome::Indeterminate);
+    assert!(!applied.is_empty());
+    for id in &applied {
+        let record = block_on(store.load(ObjectKey::new(1, 0, *id)))
+            .expect("load")
+            .expect("applied");
+        assert_eq!(record.state.len(), 64 * 1024);
+    }
+}

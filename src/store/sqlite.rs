@@ -38,6 +38,7 @@ use wire::ObjectKey;
 use super::api::Store;
 use super::bridge::{Bridge, Done, Lanes, MemberLane, Op, Request};
 use super::error::{BackendError, OpenError};
+use super::membership::MemberOutcome;
 use super::record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };
@@ -407,8 +408,11 @@ impl Worker {
                 answer_all(reads, result);
             }
             if !writes.is_empty() {
-                let result = self.write(&writes);
-                answer_all(writes, result);
+                match self.write(&writes) {
+                    Err(Written::AtCommit(error)) => answer_unknown(writes, &error),
+                    Err(Written::RolledBack(error)) => answer_all(writes, Err(error)),
+                    Ok(done) => answer_all(writes, Ok(done)),
+                }
             }
         }
     }
@@ -438,7 +442,7 @@ impl Worker {
 
     /// Runs write requests in one write transaction; every answer waits
     /// for COMMIT.
-    fn write(&mut self, requests: &[Request]) -> Result<Vec<Done>, BackendError> {
+    fn write(&mut self, requests: &[Request]) -> Result<Vec<Done>, Written> {
         let gate = self.gate.clone();
         if self.lane == Lane::Members {
             gate.members_waiting.store(true, Ordering::Release);
@@ -458,30 +462,69 @@ impl Worker {
         if self.lane == Lane::Members {
             gate.members_waiting.store(false, Ordering::Release);
         }
+        let rolled_back = |error| Written::RolledBack(BackendError::from(error));
         let transaction = self
             .connection
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(rolled_back)?;
         let mut done = Vec::with_capacity(requests.len());
         for request in requests {
             done.push(match &request.op {
                 Op::Write(writes) => {
                     let mut outcomes = Vec::with_capacity(writes.len());
                     for write in writes {
-                        outcomes.push(write_one(&transaction, write)?);
+                        outcomes.push(write_one(&transaction, write).map_err(Written::RolledBack)?);
                     }
                     Done::Write(outcomes)
                 }
-                Op::WriteMember(write) => Done::WriteMember(write_member(&transaction, write)?),
-                Op::DeleteMember(node_id, expected) => {
-                    Done::WriteMember(delete_member(&transaction, *node_id, *expected)?)
-                }
+                Op::WriteMember(write) => Done::WriteMember(
+                    write_member(&transaction, write).map_err(Written::RolledBack)?,
+                ),
+                Op::DeleteMember(node_id, expected) => Done::WriteMember(
+                    delete_member(&transaction, *node_id, *expected)
+                        .map_err(Written::RolledBack)?,
+                ),
                 Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => {
-                    return Err(BackendError::Corrupt("a read among the writes"))
+                    return Err(Written::RolledBack(BackendError::Corrupt(
+                        "a read among the writes",
+                    )))
                 }
             });
         }
-        transaction.commit()?;
+        transaction
+            .commit()
+            .map_err(|error| Written::AtCommit(error.into()))?;
         Ok(done)
+    }
+}
+
+/// Why a write transaction gave no answers.
+enum Written {
+    /// Before its COMMIT: nothing in it happened.
+    RolledBack(BackendError),
+    /// At its COMMIT (a failed sync, a disk full as the WAL index grew):
+    /// its frames may be in the WAL with their commit mark, and come back
+    /// at the next open, so whether it happened is unknown.
+    AtCommit(BackendError),
+}
+
+/// Answers each write of a transaction whose COMMIT failed as of unknown
+/// outcome: read as "did not happen", a retry's compare-and-set could meet
+/// the transaction's own write and take it for another node's.
+fn answer_unknown(requests: Vec<Request>, error: &BackendError) {
+    tracing::warn!(%error, "a SQLite commit failed: its writes' outcome is unknown");
+    for request in requests {
+        let done = match &request.op {
+            Op::Write(writes) => Done::Write(vec![WriteOutcome::Indeterminate; writes.len()]),
+            Op::WriteMember(_) | Op::DeleteMember(..) => {
+                Done::WriteMember(MemberOutcome::Indeterminate)
+            }
+            Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => {
+                request.answer(Err(error.clone()));
+                continue;
+            }
+        };
+        request.answer(Ok(done));
     }
 }
 
