@@ -58,7 +58,11 @@ pub struct StoreHealth {
     /// (0: never).
     logged_at_ms: [[AtomicU64; KINDS]; OPS],
     suppressed: [[AtomicU64; KINDS]; OPS],
-    consecutive_failures: AtomicU64,
+    /// Failures in a row, of reads and of writes apart: a store whose
+    /// reads answer while every write fails (a full disk, a file system
+    /// remounted read-only, a lock held by a frozen process) is failing,
+    /// though the polls and the `/healthz` probe, all reads, answer.
+    consecutive_failures: [AtomicU64; 2],
     /// The last failure's cause, for `/healthz`.
     last_cause: Mutex<String>,
     epoch: Instant,
@@ -70,7 +74,7 @@ impl Default for StoreHealth {
             errors: Default::default(),
             logged_at_ms: Default::default(),
             suppressed: Default::default(),
-            consecutive_failures: AtomicU64::new(0),
+            consecutive_failures: Default::default(),
             last_cause: Mutex::new(String::new()),
             epoch: Instant::now(),
         }
@@ -84,9 +88,14 @@ impl StoreHealth {
     }
 
     /// `Some(cause)` while the store is failing: its last
-    /// `FAILURES_UNHEALTHY_MIN` operations or more all failed.
+    /// `FAILURES_UNHEALTHY_MIN` reads, or its last as many writes, or more,
+    /// all failed.
     pub fn failing(&self) -> Option<String> {
-        if self.consecutive_failures.load(Ordering::Acquire) < FAILURES_UNHEALTHY_MIN {
+        let [reads, writes] = &self.consecutive_failures;
+        let in_a_row = reads
+            .load(Ordering::Acquire)
+            .max(writes.load(Ordering::Acquire));
+        if in_a_row < FAILURES_UNHEALTHY_MIN {
             return None;
         }
         Some(self.cause())
@@ -101,7 +110,7 @@ impl StoreHealth {
 
     pub(crate) fn note(&self, op: ErrorOp, verdict: Verdict) {
         match verdict {
-            Verdict::Answered => self.consecutive_failures.store(0, Ordering::Release),
+            Verdict::Answered => self.consecutive_failures[side(op)].store(0, Ordering::Release),
             Verdict::Failed(kind, cause) => self.failed(op, kind, cause),
             Verdict::Neither => {}
         }
@@ -117,7 +126,7 @@ impl StoreHealth {
                 .last_cause
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = cause;
-            self.consecutive_failures.fetch_add(1, Ordering::AcqRel);
+            self.consecutive_failures[side(op)].fetch_add(1, Ordering::AcqRel);
         }
         // Never 0, so 0 stays "never logged".
         let now_ms = self.epoch.elapsed().as_millis() as u64 + 1;
@@ -140,6 +149,14 @@ impl StoreHealth {
         } else {
             self.suppressed[o][k].fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// Which count of failures in a row `op` moves: 0 reads, 1 writes.
+const fn side(op: ErrorOp) -> usize {
+    match op {
+        ErrorOp::Load | ErrorOp::ListMembers => 0,
+        ErrorOp::Write | ErrorOp::WriteMember => 1,
     }
 }
 
@@ -305,6 +322,25 @@ mod tests {
             FAILURES_UNHEALTHY_MIN
         );
         assert_eq!(health.errors(ErrorOp::Write, ErrorKind::Corrupt), 0);
+    }
+
+    #[test]
+    fn writes_that_keep_failing_mark_the_store_failing_however_reads_answer() {
+        // A full disk: polls and the /healthz probe (reads) answer, every
+        // heartbeat and save (writes) fails.
+        let health = StoreHealth::default();
+        for _ in 0..FAILURES_UNHEALTHY_MIN {
+            health.note(ErrorOp::Load, Verdict::Answered);
+            let cause = "database or disk is full".to_string();
+            health.note(ErrorOp::WriteMember, Verdict::Failed(ErrorKind::Io, cause));
+            health.note(ErrorOp::ListMembers, Verdict::Answered);
+        }
+        assert_eq!(
+            health.failing().as_deref(),
+            Some("database or disk is full")
+        );
+        health.note(ErrorOp::Write, Verdict::Answered);
+        assert_eq!(health.failing(), None, "a write answered again");
     }
 
     #[test]
