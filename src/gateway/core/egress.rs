@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wire::client::{encode_error_body, ErrorCode, FrameKind};
 
 use super::resume::number_push;
-use super::{GatewayCore, PushError};
+use super::{Entry, GatewayCore, PushError};
 use crate::gateway::body_codec::encode_answer;
 use crate::route::{Direction, RouteBody};
 
@@ -65,6 +65,37 @@ pub(super) struct Answered {
     pub(super) deadline: Instant,
     /// The answer's slot in the requests counter (`metrics::answer_slot`).
     pub(super) answer_slot: usize,
+}
+
+/// Request accounting: an answer must close an in-flight request of the
+/// same route, sent on the session's connection of now, else it is late
+/// (timed out already, or sent on a connection a resume replaced) and
+/// dropped.
+fn close_request(
+    entry: &mut Entry,
+    egress: &EgressRef<'_>,
+    kind: FrameKind,
+    route_index: usize,
+) -> Result<Answered, EgressRejected> {
+    if egress
+        .connection
+        .is_some_and(|connection| connection != entry.connection())
+    {
+        return Err(EgressRejected::LateAnswer);
+    }
+    match entry.inflight.remove(egress.seq) {
+        Some(inflight) if inflight.route_id == egress.route_id => Ok(Answered {
+            route_index,
+            deadline: inflight.deadline,
+            answer_slot: crate::metrics::answer_slot(error_code_of(kind, egress.body)),
+        }),
+        Some(other) => {
+            // Another route's request under this seq stays in flight.
+            entry.inflight.insert(egress.seq, other);
+            Err(EgressRejected::LateAnswer)
+        }
+        None => Err(EgressRejected::LateAnswer),
+    }
 }
 
 /// The ERROR code an answer carries; `None` for a RESPONSE. An ERROR body
@@ -208,31 +239,9 @@ impl GatewayCore {
         let Some(kind) = kind.filter(|_| allowed) else {
             return Err(EgressRejected::DirectionRejected);
         };
-        // Request accounting: an answer must close an in-flight request of
-        // the same route, else it is late (timed out already) and dropped.
         let mut answered = None;
         if kind != FrameKind::Push {
-            if egress
-                .connection
-                .is_some_and(|connection| connection != entry.connection())
-            {
-                return Err(EgressRejected::LateAnswer);
-            }
-            match entry.inflight.remove(egress.seq) {
-                Some(inflight) if inflight.route_id == egress.route_id => {
-                    answered = Some(Answered {
-                        route_index,
-                        deadline: inflight.deadline,
-                        answer_slot: crate::metrics::answer_slot(error_code_of(kind, egress.body)),
-                    });
-                }
-                Some(other) => {
-                    // Another route's request under this seq stays in flight.
-                    entry.inflight.insert(egress.seq, other);
-                    return Err(EgressRejected::LateAnswer);
-                }
-                None => return Err(EgressRejected::LateAnswer),
-            }
+            answered = Some(close_request(entry, egress, kind, route_index)?);
         }
         // The session's profile encodes the answer of a `json` route.
         let encoded = match (kind, route.body) {

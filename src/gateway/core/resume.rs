@@ -184,6 +184,15 @@ pub(super) fn number_push(
 }
 
 /// Forgets every request in flight: their answers are dropped as late.
+/// Counts a refused resume by its reason.
+fn count_refusal(stats: &crate::metrics::GatewayStats, refusal: ResumeRefusal) {
+    match refusal {
+        ResumeRefusal::Expired => stats.resumes_refused_expired.inc(),
+        ResumeRefusal::Unknown => stats.resumes_refused_unknown.inc(),
+        ResumeRefusal::PushesLost => stats.resumes_refused_pushes_lost.inc(),
+    }
+}
+
 fn drop_inflight(inflight: &mut crate::gateway::inflight::InFlightTable) {
     let seqs: Vec<u32> = inflight.iter().map(|(seq, _)| seq).collect();
     for seq in seqs {
@@ -384,20 +393,14 @@ impl GatewayCore {
         outbox: Rc<Outbox>,
         now: Instant,
     ) -> Result<Resumed, ResumeRefusal> {
-        let refused = self.resume_check(token, last_seen, now);
-        let stats = &self.metrics.gateway;
-        let session_id = match refused {
+        let session_id = match self.resume_check(token, last_seen, now) {
             Ok(session_id) => session_id,
             Err(refusal) => {
-                match refusal {
-                    ResumeRefusal::Expired => stats.resumes_refused_expired.inc(),
-                    ResumeRefusal::Unknown => stats.resumes_refused_unknown.inc(),
-                    ResumeRefusal::PushesLost => stats.resumes_refused_pushes_lost.inc(),
-                }
+                count_refusal(&self.metrics.gateway, refusal);
                 return Err(refusal);
             }
         };
-        stats.sessions_resumed.inc();
+        self.metrics.gateway.sessions_resumed.inc();
         let entry = self.sessions.get_mut(&session_id).expect("checked");
         let resume = entry.resume.as_mut().expect("checked");
         let was_detached = resume.detached;
