@@ -447,3 +447,50 @@ fn a_commit_the_full_disk_failed_is_of_unknown_outcome_and_what_applied_stays() 
         assert_eq!(record.state.len(), 64 * 1024);
     }
 }
+
+#[test]
+fn a_store_file_deleted_or_replaced_under_the_node_takes_no_more_writes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("open");
+    assert_eq!(
+        block_on(store.write(insert(1, 1))).expect("write"),
+        WriteOutcome::Applied(CasVersion(1))
+    );
+    // A data_dir cleaned under the running node: SQLite would go on
+    // committing into the unnamed file, and all of it would be gone at
+    // the next start.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let refused = block_on(store.write(insert(2, 1)));
+    assert!(
+        matches!(&refused, Err(WriteError::Backend(error)) if error.to_string().contains("deleted or replaced")),
+        "{refused:?}"
+    );
+    let member = MemberRow {
+        node_id: NodeId(1),
+        incarnation: 1,
+        state: MemberState::Up,
+        heartbeat: 1,
+        gateway: String::new(),
+        admin: String::new(),
+        cluster: Vec::new(),
+        core_count: 1,
+        actors: Vec::new(),
+        timers: None,
+        version: MemberVersion(0),
+    };
+    let heartbeat = block_on(store.write_member(MemberWrite {
+        row: member,
+        condition: MemberCondition::Absent,
+    }));
+    assert!(heartbeat.is_err(), "{heartbeat:?}");
+    // Replaced by another file at the same path: the same.
+    drop(store);
+    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("reopen");
+    let aside = dir.path().join("aside.db");
+    drop(open_sqlite(&aside, &StoreConfig::default(), GroupCommit::On).expect("another"));
+    std::fs::rename(&aside, &path).expect("replace");
+    assert!(block_on(store.write(insert(3, 1))).is_err());
+}

@@ -42,6 +42,7 @@ use super::membership::MemberOutcome;
 use super::record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };
+use super::sqlite_file::OpenedFile;
 use crate::config::{SqliteSynchronous, StoreConfig};
 
 /// The schema this build reads and writes, kept in `PRAGMA user_version`.
@@ -169,6 +170,13 @@ pub fn open_sqlite_lanes(
         Duration::from_millis(INTEGRITY_CHECK_MS_MAX),
     )?;
     let members_connection = open_connection(path, config)?;
+    let file = Arc::new(OpenedFile::at(path).map_err(|error| OpenError::Sqlite {
+        path: path.to_path_buf(),
+        source: rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+            Some(error.to_string()),
+        ),
+    })?);
     let (bridge, lanes) = Bridge::new(
         config.queue_max,
         Duration::from_millis(config.request_timeout_ms),
@@ -184,6 +192,7 @@ pub fn open_sqlite_lanes(
         },
         gate: gate.clone(),
         lane: Lane::Objects,
+        file: file.clone(),
     };
     // One membership operation a transaction: a heartbeat is never part of
     // another request's commit, and never waits for one.
@@ -192,6 +201,7 @@ pub fn open_sqlite_lanes(
         batch_max: 1,
         gate,
         lane: Lane::Members,
+        file,
     };
     std::thread::Builder::new()
         .name("store-sqlite".to_string())
@@ -373,6 +383,8 @@ struct Worker {
     batch_max: usize,
     gate: Arc<WriteGate>,
     lane: Lane,
+    /// Checked before each write transaction (`sqlite_file`).
+    file: Arc<OpenedFile>,
 }
 
 impl Worker {
@@ -462,6 +474,7 @@ impl Worker {
         if self.lane == Lane::Members {
             gate.members_waiting.store(false, Ordering::Release);
         }
+        self.file.check().map_err(Written::RolledBack)?;
         let rolled_back = |error| Written::RolledBack(BackendError::from(error));
         let transaction = self
             .connection
