@@ -318,6 +318,18 @@ fn foreign_hosts_and_origins_are_refused_on_the_head() {
         200
     );
     assert!(filter().contains("warn"));
+    // Bad arguments get a clear 400, and are counted.
+    let answer = call(
+        "PUT",
+        "/log-level",
+        std::slice::from_ref(&own),
+        "routerd=notalevel",
+    );
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert_eq!(
+        call("DELETE", "/log-level", std::slice::from_ref(&own), "").status,
+        405
+    );
 
     let metrics = call("GET", "/metrics", std::slice::from_ref(&own), "").body;
     assert!(
@@ -326,6 +338,10 @@ fn foreign_hosts_and_origins_are_refused_on_the_head() {
     );
     assert!(
         metrics.contains("routerd_admin_refused_total{reason=\"origin\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("routerd_admin_refused_total{reason=\"bad_request\"} 2"),
         "{metrics}"
     );
     node.stop();

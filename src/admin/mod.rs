@@ -340,7 +340,13 @@ async fn handle(
     };
     let request = Request::from_parts(parts, body);
     match tokio::time::timeout(HANDLER_TIMEOUT, routes::route(state, request)).await {
-        Ok(response) => response,
+        Ok(response) => {
+            let status = response.status();
+            if status == StatusCode::BAD_REQUEST || status == StatusCode::METHOD_NOT_ALLOWED {
+                state.metrics.admin.refused_bad_request.inc();
+            }
+            response
+        }
         Err(_) => error_json(
             StatusCode::SERVICE_UNAVAILABLE,
             "timed_out",

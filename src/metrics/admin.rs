@@ -12,7 +12,8 @@ super::metric_set! {
         /// mutating call from another origin), `host` (421: a Host that is not the endpoint's),
         /// `slots` (503: every slot taken), `deadline` (a head or body not sent in time, or an
         /// answer its client read nothing of for 2 s), `evicted` (a connection still sending its
-        /// head, closed for a newer one).
+        /// head, closed for a newer one), `bad_request` (400 or 405: arguments, a body or a
+        /// method the call does not take, here or at the member it was forwarded to).
         "routerd_admin_refused_total" Counter (reason) {
             refused_unauthorized = "unauthorized",
             refused_too_large = "too_large",
@@ -21,6 +22,7 @@ super::metric_set! {
             refused_slots = "slots",
             refused_deadline = "deadline",
             refused_evicted = "evicted",
+            refused_bad_request = "bad_request",
         }
         /// Rebalances this node ran over its own objects (POST /rebalance, or a member's join
         /// with cluster.rebalance_on_join).
