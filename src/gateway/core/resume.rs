@@ -112,12 +112,25 @@ pub(super) struct KeptPush {
 }
 
 /// The numbered pushes of a session, the last `max` of them kept.
+///
+/// Pushes are numbered 1, 2, ... `u32::MAX`, then 1 again (0 is never a
+/// number: it means "none seen"). The ring counts every push it numbered
+/// in a `u64`, so a client's `last_seen` is placed in that count even
+/// after the numbers wrapped: the latest push of that number.
 #[derive(Debug)]
 pub(super) struct PushRing {
     kept: VecDeque<KeptPush>,
     max: usize,
-    /// The number of the next push (the first is 1).
-    next_seq: u32,
+    /// Pushes numbered so far; the last kept is the `numbered`-th.
+    numbered: u64,
+}
+
+/// How many numbers a push can have before they repeat (1 to `u32::MAX`).
+const NUMBERS: u64 = u32::MAX as u64;
+
+/// The number of the `count`-th push (`count` from 1).
+fn number_of(count: u64) -> u32 {
+    ((count - 1) % NUMBERS + 1) as u32
 }
 
 impl PushRing {
@@ -125,16 +138,24 @@ impl PushRing {
         PushRing {
             kept: VecDeque::new(),
             max: max.max(1),
-            next_seq: 1,
+            numbered: 0,
+        }
+    }
+
+    /// A ring that numbered `numbered` pushes already (kept none).
+    #[cfg(test)]
+    pub(super) fn after_pushes(max: usize, numbered: u64) -> PushRing {
+        PushRing {
+            numbered,
+            ..PushRing::new(max)
         }
     }
 
     /// Numbers a push and keeps it (dropping the oldest kept past `max`);
     /// returns its number.
     pub(super) fn record(&mut self, route_id: u32, body: &[u8]) -> u32 {
-        let seq = self.next_seq;
-        // 2^32 pushes to one session: numbering wraps past 0.
-        self.next_seq = self.next_seq.checked_add(1).unwrap_or(1);
+        self.numbered += 1;
+        let seq = number_of(self.numbered);
         if self.kept.len() == self.max {
             self.kept.pop_front();
         }
@@ -147,23 +168,24 @@ impl PushRing {
     }
 
     /// The pushes after `last_seen`, in order; `None` if some of them are
-    /// no longer kept. A `last_seen` beyond the last push numbered means
-    /// the client has them all.
+    /// no longer kept. Before the numbers first wrap, a `last_seen` beyond
+    /// the last push numbered means the client has them all; after, every
+    /// number names a push, the latest with it.
     pub(super) fn after(&self, last_seen: u32) -> Option<impl Iterator<Item = &KeptPush>> {
-        let last_numbered = self.next_seq - 1;
-        if last_seen >= last_numbered {
-            return Some(self.kept.range(self.kept.len()..));
-        }
-        let first_kept = self.kept.front().map_or(self.next_seq, |push| push.seq);
-        if last_seen.saturating_add(1) < first_kept {
+        let seen = match u64::from(last_seen) {
+            0 => 0,
+            seen if self.numbered < NUMBERS => seen.min(self.numbered),
+            seen => {
+                let back = (u64::from(number_of(self.numbered)) + NUMBERS - seen) % NUMBERS;
+                self.numbered - back
+            }
+        };
+        let first_kept = self.numbered + 1 - self.kept.len() as u64;
+        if seen + 1 < first_kept {
             return None;
         }
-        let skip = (last_seen.saturating_add(1) - first_kept) as usize;
-        // Past 2^32 pushes the numbers wrap: what is not kept is lost.
-        if skip > self.kept.len() {
-            return None;
-        }
-        Some(self.kept.range(skip..))
+        let skip = (seen + 1 - first_kept) as usize;
+        Some(self.kept.range(skip.min(self.kept.len())..))
     }
 }
 

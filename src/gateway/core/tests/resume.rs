@@ -51,6 +51,25 @@ fn the_ring_keeps_the_last_pushes_and_knows_what_it_lost() {
 }
 
 #[test]
+fn push_numbers_that_wrapped_past_u32_max_still_resume_exactly() {
+    // Four pushes across the wrap: MAX - 1, MAX, 1, 2 (0 is no number).
+    let mut ring = PushRing::after_pushes(16, u64::from(u32::MAX) - 2);
+    let numbers: Vec<u32> = (0..4).map(|n| ring.record(100, &[n])).collect();
+    assert_eq!(numbers, [u32::MAX - 1, u32::MAX, 1, 2]);
+    let seqs = |last| {
+        ring.after(last)
+            .map(|pushes| pushes.map(|p| p.seq).collect::<Vec<_>>())
+    };
+    assert_eq!(seqs(u32::MAX - 1), Some(vec![u32::MAX, 1, 2]));
+    assert_eq!(seqs(u32::MAX), Some(vec![1, 2]));
+    assert_eq!(seqs(1), Some(vec![2]), "not `pushes lost`");
+    assert_eq!(seqs(2), Some(vec![]));
+    assert_eq!(seqs(u32::MAX - 2), Some(numbers.clone()), "all four");
+    // A number from before the ones kept: lost, said so.
+    assert_eq!(seqs(7), None);
+}
+
+#[test]
 fn a_version_2_login_gets_its_token_and_numbered_pushes() {
     let mut f = resumable_core(16);
     let (s, outbox) = resumable_login(&mut f);
