@@ -489,38 +489,33 @@ fn cut_off_until_declared_down(
 #[test]
 fn a_drain_stays_asked_for_through_a_fence_and_a_rejoin() {
     // Asked for while serving, then fenced: the rejoin wrote `up`, and
-    // the others placed new objects on the draining node again.
-    let mut table = MemberTable::default();
-    let mut m = node(1);
-    let mut observer = node(2);
-    run(&mut m, &mut table, 0);
-    run(&mut observer, &mut table, 0);
-    m.set_state(0, MemberState::Up);
-    m.set_state(0, MemberState::Draining);
-    run(&mut m, &mut table, 0);
-    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Draining);
-    let (_, now) = cut_off_until_declared_down(&mut m, &mut observer, &mut table);
-    let events = run(&mut m, &mut table, now);
-    assert!(rejoined_as(&events, 2), "{events:?}");
-    let tick = m.tick_ms();
-    run_until(&mut m, &mut table, now, now + 2 * tick);
-    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Draining);
-
-    // Asked for while fenced: it was dropped.
-    let mut table = MemberTable::default();
-    let mut m = node(1);
-    let mut observer = node(2);
-    run(&mut m, &mut table, 0);
-    run(&mut observer, &mut table, 0);
-    m.set_state(0, MemberState::Up);
-    run(&mut m, &mut table, 0);
-    let (_, now) = cut_off_until_declared_down(&mut m, &mut observer, &mut table);
-    m.set_state(now, MemberState::Draining);
-    let events = run(&mut m, &mut table, now);
-    assert!(rejoined_as(&events, 2), "{events:?}");
-    let tick = m.tick_ms();
-    run_until(&mut m, &mut table, now, now + 2 * tick);
-    assert_eq!(table.get(NodeId(1)).unwrap().state, MemberState::Draining);
+    // the others placed new objects on the draining node again. Asked for
+    // while fenced: it was dropped.
+    for asked_while_fenced in [false, true] {
+        let mut table = MemberTable::default();
+        let mut m = node(1);
+        let mut observer = node(2);
+        run(&mut m, &mut table, 0);
+        run(&mut observer, &mut table, 0);
+        m.set_state(0, MemberState::Up);
+        if !asked_while_fenced {
+            m.set_state(0, MemberState::Draining);
+        }
+        run(&mut m, &mut table, 0);
+        let (_, now) = cut_off_until_declared_down(&mut m, &mut observer, &mut table);
+        if asked_while_fenced {
+            m.set_state(now, MemberState::Draining);
+        }
+        let events = run(&mut m, &mut table, now);
+        assert!(rejoined_as(&events, 2), "{events:?}");
+        let tick = m.tick_ms();
+        run_until(&mut m, &mut table, now, now + 2 * tick);
+        assert_eq!(
+            table.get(NodeId(1)).unwrap().state,
+            MemberState::Draining,
+            "asked while fenced: {asked_while_fenced}"
+        );
+    }
 }
 
 /// Starts a second process with `m`'s id once `m`'s row stood still for

@@ -80,12 +80,7 @@ pub fn check_before_join(data_dir: &Path, node: u64, row_exists: bool) -> Result
     if row_exists {
         return Ok(());
     }
-    let path = path(data_dir, node);
-    let shown = path.display().to_string();
-    let remembered = read(&path).map_err(|cause| RecordError::Unreadable {
-        path: shown.clone(),
-        cause,
-    })?;
+    let (_, shown, remembered) = remembered(data_dir, node)?;
     match judge(remembered, 1) {
         Verdict::Forgotten { remembered } => Err(RecordError::Forgotten {
             node,
@@ -101,12 +96,7 @@ pub fn check_before_join(data_dir: &Path, node: u64, row_exists: bool) -> Result
 /// `data_dir` and records it. A record that cannot be written is logged,
 /// not fatal: the node serves as it did before records existed.
 pub fn check_and_record(data_dir: &Path, node: u64, given: u64) -> Result<(), RecordError> {
-    let path = path(data_dir, node);
-    let shown = path.display().to_string();
-    let remembered = read(&path).map_err(|cause| RecordError::Unreadable {
-        path: shown.clone(),
-        cause,
-    })?;
+    let (path, shown, remembered) = remembered(data_dir, node)?;
     match judge(remembered, given) {
         Verdict::Forgotten { remembered } => {
             return Err(RecordError::Forgotten {
@@ -135,6 +125,18 @@ pub fn check_and_record(data_dir: &Path, node: u64, given: u64) -> Result<(), Re
         );
     }
     Ok(())
+}
+
+/// Node `node`'s record in `data_dir`: its path, as shown in errors, and
+/// the incarnation it remembers (`None` without a record).
+fn remembered(data_dir: &Path, node: u64) -> Result<(PathBuf, String, Option<u64>), RecordError> {
+    let path = path(data_dir, node);
+    let shown = path.display().to_string();
+    let remembered = read(&path).map_err(|cause| RecordError::Unreadable {
+        path: shown.clone(),
+        cause,
+    })?;
+    Ok((path, shown, remembered))
 }
 
 /// The remembered incarnation, `None` without a record.
