@@ -272,12 +272,23 @@ pub fn transfer(args: &TransferArgs) -> Result<(), Failed> {
             } else {
                 Exit::Refused
             },
-            message: format!(
-                "{what} not moved: {} ({})",
-                body["error"].as_str().unwrap_or("error"),
-                body["reason"].as_str().unwrap_or("no reason given")
-            ),
+            message: transfer_refusal(&what, &body),
         }),
+    }
+}
+
+/// What a transfer's answer other than 200 says to the operator. A
+/// `timed_out` (no outcome in time, or a target that did not confirm) and
+/// a `target_refused` (the record names the target) are not "not moved":
+/// the object may have moved, or has, and its reason says how to tell.
+fn transfer_refusal(what: &str, body: &serde_json::Value) -> String {
+    let error = body["error"].as_str().unwrap_or("error");
+    let reason = body["reason"].as_str().unwrap_or("no reason given");
+    match error {
+        "timed_out" | "target_refused" => {
+            format!("{what} may have moved, not confirmed: {error} ({reason})")
+        }
+        _ => format!("{what} not moved: {error} ({reason})"),
     }
 }
 
@@ -427,6 +438,23 @@ fn progress_line(status: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_transfer_that_may_have_moved_is_not_said_not_moved() {
+        let answer = |error: &str| json!({"error": error, "reason": "why"});
+        assert_eq!(
+            transfer_refusal("player 5", &answer("timed_out")),
+            "player 5 may have moved, not confirmed: timed_out (why)"
+        );
+        assert_eq!(
+            transfer_refusal("player 5", &answer("target_refused")),
+            "player 5 may have moved, not confirmed: target_refused (why)"
+        );
+        assert_eq!(
+            transfer_refusal("player 5", &answer("unknown_node")),
+            "player 5 not moved: unknown_node (why)"
+        );
+    }
 
     #[test]
     fn the_status_table_lines_up_and_says_what_it_does_not_know() {
