@@ -74,6 +74,18 @@ impl Op {
             Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. }
         )
     }
+
+    /// The answer of a write op whose outcome is unknown (every write in
+    /// it `Indeterminate`); `None` for a read.
+    pub fn indeterminate(&self) -> Option<Done> {
+        match self {
+            Op::Write(writes) => Some(Done::Write(vec![WriteOutcome::Indeterminate; writes.len()])),
+            Op::WriteMember(_) | Op::DeleteMember(..) => {
+                Some(Done::WriteMember(MemberOutcome::Indeterminate))
+            }
+            Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => None,
+        }
+    }
 }
 
 enum Reply {

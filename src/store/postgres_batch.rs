@@ -660,17 +660,8 @@ fn fold_writes(
             .collect(),
     };
     for (request, item) in requests.iter().enumerate() {
-        match &item.op {
-            Op::Write(writes) => {
-                answers[request] = Some(Ok(Done::Write(vec![
-                    WriteOutcome::Indeterminate;
-                    writes.len()
-                ])))
-            }
-            Op::WriteMember(_) | Op::DeleteMember(..) => {
-                answers[request] = Some(Ok(Done::WriteMember(MemberOutcome::Indeterminate)))
-            }
-            Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => {}
+        if let Some(unknown) = item.op.indeterminate() {
+            answers[request] = Some(Ok(unknown));
         }
     }
     for (planned, outcome) in planned.iter().zip(outcomes) {

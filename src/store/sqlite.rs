@@ -38,7 +38,6 @@ use wire::ObjectKey;
 use super::api::Store;
 use super::bridge::{Bridge, Done, Lanes, MemberLane, Op, Request};
 use super::error::{BackendError, OpenError};
-use super::membership::MemberOutcome;
 use super::record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };
@@ -475,40 +474,41 @@ impl Worker {
             gate.members_waiting.store(false, Ordering::Release);
         }
         self.file.check().map_err(Written::RolledBack)?;
-        let rolled_back = |error| Written::RolledBack(BackendError::from(error));
         let transaction = self
             .connection
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(rolled_back)?;
-        let mut done = Vec::with_capacity(requests.len());
-        for request in requests {
-            done.push(match &request.op {
-                Op::Write(writes) => {
-                    let mut outcomes = Vec::with_capacity(writes.len());
-                    for write in writes {
-                        outcomes.push(write_one(&transaction, write).map_err(Written::RolledBack)?);
-                    }
-                    Done::Write(outcomes)
-                }
-                Op::WriteMember(write) => Done::WriteMember(
-                    write_member(&transaction, write).map_err(Written::RolledBack)?,
-                ),
-                Op::DeleteMember(node_id, expected) => Done::WriteMember(
-                    delete_member(&transaction, *node_id, *expected)
-                        .map_err(Written::RolledBack)?,
-                ),
-                Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => {
-                    return Err(Written::RolledBack(BackendError::Corrupt(
-                        "a read among the writes",
-                    )))
-                }
-            });
-        }
+            .map_err(|error| Written::RolledBack(error.into()))?;
+        let done = write_all(&transaction, requests).map_err(Written::RolledBack)?;
         transaction
             .commit()
             .map_err(|error| Written::AtCommit(error.into()))?;
         Ok(done)
     }
+}
+
+/// Runs the statements of write requests in `transaction`, before its
+/// COMMIT: an error here rolls the whole transaction back.
+fn write_all(transaction: &Transaction, requests: &[Request]) -> Result<Vec<Done>, BackendError> {
+    let mut done = Vec::with_capacity(requests.len());
+    for request in requests {
+        done.push(match &request.op {
+            Op::Write(writes) => {
+                let mut outcomes = Vec::with_capacity(writes.len());
+                for write in writes {
+                    outcomes.push(write_one(transaction, write)?);
+                }
+                Done::Write(outcomes)
+            }
+            Op::WriteMember(write) => Done::WriteMember(write_member(transaction, write)?),
+            Op::DeleteMember(node_id, expected) => {
+                Done::WriteMember(delete_member(transaction, *node_id, *expected)?)
+            }
+            Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => {
+                return Err(BackendError::Corrupt("a read among the writes"))
+            }
+        });
+    }
+    Ok(done)
 }
 
 /// Why a write transaction gave no answers.
@@ -527,17 +527,10 @@ enum Written {
 fn answer_unknown(requests: Vec<Request>, error: &BackendError) {
     tracing::warn!(%error, "a SQLite commit failed: its writes' outcome is unknown");
     for request in requests {
-        let done = match &request.op {
-            Op::Write(writes) => Done::Write(vec![WriteOutcome::Indeterminate; writes.len()]),
-            Op::WriteMember(_) | Op::DeleteMember(..) => {
-                Done::WriteMember(MemberOutcome::Indeterminate)
-            }
-            Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => {
-                request.answer(Err(error.clone()));
-                continue;
-            }
-        };
-        request.answer(Ok(done));
+        match request.op.indeterminate() {
+            Some(unknown) => request.answer(Ok(unknown)),
+            None => request.answer(Err(error.clone())),
+        }
     }
 }
 
