@@ -215,7 +215,16 @@ fn count_refusal(stats: &crate::metrics::GatewayStats, refusal: ResumeRefusal) {
     }
 }
 
-fn drop_inflight(inflight: &mut crate::gateway::inflight::InFlightTable) {
+/// Ends the requests of the session's connection that ended or was
+/// replaced: they leave the in-flight table, and the session moves on to
+/// its next connection, so their answers, when they come, are dropped as
+/// late (`Resumable::connection`), even for a seq the next connection
+/// reuses. The client retries them (with their keys).
+fn end_connection_requests(entry: &mut super::Entry) {
+    if let Some(resume) = entry.resume.as_mut() {
+        resume.connection = resume.connection.wrapping_add(1);
+    }
+    let inflight = &mut entry.inflight;
     let seqs: Vec<u32> = inflight.iter().map(|(seq, _)| seq).collect();
     for seq in seqs {
         inflight.remove(seq);
@@ -380,10 +389,7 @@ impl GatewayCore {
         resume.detached_at = None;
         resume.armed = true;
         resume.front = None;
-        resume.connection = resume.connection.wrapping_add(1);
-        // Answers to the requests of the connection that ended are dropped
-        // as late: the client retries them (with their keys).
-        drop_inflight(&mut entry.inflight);
+        end_connection_requests(entry);
         if let Some(transit) = entry.transit.as_mut() {
             transit.held.clear();
             transit.login = None;
@@ -430,7 +436,6 @@ impl GatewayCore {
         resume.detached_at = None;
         resume.armed = false;
         resume.front = Some(front);
-        resume.connection = resume.connection.wrapping_add(1);
         let old = std::mem::replace(&mut entry.outbox, outbox);
         if !was_detached {
             let _ = old.push_frame(
@@ -442,7 +447,7 @@ impl GatewayCore {
             self.metrics.gateway.kicks.inc();
         }
         old.close();
-        drop_inflight(&mut entry.inflight);
+        end_connection_requests(entry);
         if let Some(transit) = entry.transit.as_mut() {
             transit.held.clear();
         }
