@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::adapter::{Keyed, ServiceAdapter};
-use super::request_keys::{Bounds, SavedState};
+use super::request_keys::{Bounds, SavedState, STATE_VERSION_BYTES};
 use super::{ClientRoute, Object as _, ObjectKey, ObjectType, Pick, RouteKind, Service};
 use crate::catalog::ActorConfig;
 use crate::route::{RouteError, RouteTable, Served};
@@ -55,8 +55,6 @@ pub enum RegistryError {
     Routes(#[from] RouteError),
 }
 
-/// The `u16` state version a saved state starts with (`adapter.rs`).
-const STATE_VERSION_BYTES: usize = 2;
 /// Registers an entry on a core, given `store.state_max_bytes`.
 type RegisterFn = Arc<dyn Fn(&mut RouterCore, usize) + Send + Sync>;
 /// An object type's [`super::Object::debug_view`] of a saved state

@@ -156,7 +156,7 @@ impl RequestKeys {
             return out;
         };
         out.extend_from_slice(&(state_version | WITH_MEMORY).to_le_bytes());
-        out.extend_from_slice(&[0; STATE_HEAD_BYTES - 2]);
+        out.extend_from_slice(&[0; STATE_HEAD_BYTES - STATE_VERSION_BYTES]);
         let object_start = out.len();
         encode_object(&mut out);
         let object_len = (out.len() - object_start) as u32;
@@ -166,8 +166,8 @@ impl RequestKeys {
             Some(oldest_kept) => memory.encode(&mut out, oldest_kept),
             None => {
                 // Not one answer fits: the state without memory.
-                out.drain(2..STATE_HEAD_BYTES);
-                out[..2].copy_from_slice(&state_version.to_le_bytes());
+                out.drain(STATE_VERSION_BYTES..STATE_HEAD_BYTES);
+                out[..STATE_VERSION_BYTES].copy_from_slice(&state_version.to_le_bytes());
             }
         }
         out
@@ -237,8 +237,10 @@ struct Remembered {
     outcome: Outcome,
 }
 
+/// Every saved state starts with its `u16` version.
+pub(crate) const STATE_VERSION_BYTES: usize = 2;
 /// A state with memory starts with its version and the object's length.
-const STATE_HEAD_BYTES: usize = 2 + 4;
+const STATE_HEAD_BYTES: usize = STATE_VERSION_BYTES + 4;
 /// The encoded memory's own count of players.
 const MEMORY_HEAD_BYTES: usize = 4;
 /// The flag on the count of players that says each answer carries its
@@ -408,6 +410,10 @@ impl Memory {
         let ordered = head & ORDERED != 0;
         for _ in 0..head & !ORDERED {
             let player = reader.u64()?;
+            if memory.answers.contains_key(&player) {
+                // Each player once: `encode` wrote no other.
+                return None;
+            }
             let count = reader.u16()?;
             let mut answers: VecDeque<Remembered> = VecDeque::with_capacity(usize::from(count));
             for _ in 0..count {
@@ -426,9 +432,7 @@ impl Memory {
                 };
                 // A player's answers are oldest first, and no two answers
                 // share a place: anything else was not written by `encode`.
-                if answers.back().is_some_and(|last| last.seq >= seq)
-                    || memory.answers.contains_key(&player)
-                {
+                if answers.back().is_some_and(|last| last.seq >= seq) {
                     return None;
                 }
                 memory.next_seq = memory.next_seq.max(seq.checked_add(1)?);

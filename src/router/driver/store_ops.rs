@@ -30,8 +30,9 @@ pub(super) fn perform_store_op(
                     Ok(outcome) => StoreReply::Written(outcome),
                     Err(error) => {
                         if matches!(error, WriteError::StateTooLarge { .. }) {
-                            // Not the store's fault, so no store health
-                            // check shows it: said here, at each retry.
+                            // The store counts it (`too_large`) and logs it
+                            // at most every 5 s without the object; said
+                            // here, at each retry, with the object's key.
                             tracing::warn!(
                                 object_type = key.type_id,
                                 zone = key.zone_id,
