@@ -10,8 +10,8 @@ use futures_lite::future::block_on;
 use routerd::config::{SqliteSynchronous, StoreConfig};
 use routerd::store::{
     open_sqlite, CasVersion, GroupCommit, LoadError, MemberCondition, MemberOutcome, MemberRow,
-    MemberState, MemberVersion, MemberWrite, NodeId, OpenError, RouteVersion, Store, TableVersion,
-    WriteError, WriteOutcome, SCHEMA_VERSION,
+    MemberState, MemberVersion, MemberWrite, NodeId, OpenError, RecordWrite, RouteVersion, Store,
+    TableVersion, WriteCondition, WriteError, WriteOutcome, SCHEMA_VERSION,
 };
 use support::store_race::{self, insert};
 use wire::ObjectKey;
@@ -293,6 +293,60 @@ fn a_request_that_outlives_its_timeout_in_the_queue_is_indeterminate() {
         block_on(store.write(insert(3, 1))).expect("retry"),
         WriteOutcome::Applied(CasVersion(1))
     );
+}
+
+/// A record this version cannot read (its state stored as text, as a
+/// hand-written `UPDATE` leaves it) fails the requests about that record
+/// only: before, it failed every write and load of the batch it rode in,
+/// so one object's retries stopped the saves of all the others.
+#[test]
+fn a_bad_record_fails_only_the_requests_about_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("open");
+    for id in 1..=3 {
+        assert_eq!(
+            block_on(store.write(insert(id, 1))).expect("insert"),
+            WriteOutcome::Applied(CasVersion(1))
+        );
+    }
+    let lock = hold_write_lock(&path);
+    lock.execute(
+        "UPDATE routes SET state = 'not a blob' WHERE object_id = 2",
+        [],
+    )
+    .expect("spoil record 2");
+    // The store thread takes this one alone and waits for the lock, so
+    // the requests below queue up and run as one batch after it.
+    let first = store.write(insert(4, 1));
+    std::thread::sleep(Duration::from_millis(200));
+    let cas = |id, expected| RecordWrite {
+        condition: WriteCondition::CasEquals(CasVersion(expected)),
+        ..insert(id, 1)
+    };
+    // A refused CAS reads the record back: the bad record's read fails.
+    let bad_write = store.write(cas(2, 7));
+    let good_write = store.write(cas(3, 1));
+    let good_refused = store.write(cas(1, 7));
+    let bad_load = store.load(ObjectKey::new(1, 0, 2));
+    let good_load = store.load(ObjectKey::new(1, 0, 3));
+    lock.execute_batch("COMMIT").expect("release lock");
+    assert_eq!(
+        block_on(first).expect("first"),
+        WriteOutcome::Applied(CasVersion(1))
+    );
+    assert!(matches!(block_on(bad_write), Err(WriteError::Backend(_))));
+    assert!(matches!(block_on(bad_load), Err(LoadError::Backend(_))));
+    assert_eq!(
+        block_on(good_write).expect("the good write is not failed by the bad one"),
+        WriteOutcome::Applied(CasVersion(2))
+    );
+    assert!(matches!(
+        block_on(good_refused).expect("a refusal is answered"),
+        WriteOutcome::Conflict(Some(ref record)) if record.cas_version == CasVersion(1)
+    ));
+    let loaded = block_on(good_load).expect("the good load is not failed by the bad one");
+    assert!(loaded.is_some());
 }
 
 #[test]

@@ -9,6 +9,10 @@
 //! with concurrency instead of paying one fsync per write. `BEGIN
 //! IMMEDIATE` takes the file's write lock before the first read, so a CAS
 //! read-check-write is atomic against other processes sharing the file.
+//! One request's failure is its own: a request whose statements fail (a
+//! record this version cannot read) is answered its error and the batch
+//! runs again without it, each request in a savepoint, so one bad record
+//! cannot stop the saves of every object that shares its batches.
 //!
 //! Reads (`load`, `poll_members`, `list_members`) run in a deferred transaction, which in
 //! WAL mode is a read transaction: it never takes the write lock, so a
@@ -415,45 +419,39 @@ impl Worker {
                 }
             }
             if !reads.is_empty() {
-                let result = self.read(&reads);
-                answer_all(reads, result);
+                match self.read(&reads) {
+                    Ok(done) => answer_each(reads, done),
+                    Err(error) => answer_all(reads, &error),
+                }
             }
             if !writes.is_empty() {
                 match self.write(&writes) {
                     Err(Written::AtCommit(error)) => answer_unknown(writes, &error),
-                    Err(Written::RolledBack(error)) => answer_all(writes, Err(error)),
-                    Ok(done) => answer_all(writes, Ok(done)),
+                    Err(Written::RolledBack(error)) => answer_all(writes, &error),
+                    Ok(done) => answer_each(writes, done),
                 }
             }
         }
     }
 
     /// Runs read requests in one read transaction, which in WAL mode never
-    /// takes the write lock.
-    fn read(&mut self, requests: &[Request]) -> Result<Vec<Done>, BackendError> {
+    /// takes the write lock. Each read answers for itself: a record this
+    /// version cannot read fails the load of that record only.
+    fn read(&mut self, requests: &[Request]) -> Result<Vec<Answer>, BackendError> {
         let transaction = self
             .connection
             .transaction_with_behavior(TransactionBehavior::Deferred)?;
-        let mut done = Vec::with_capacity(requests.len());
-        for request in requests {
-            done.push(match &request.op {
-                Op::Load(key) => Done::Load(load(&transaction, *key)?),
-                Op::PollMembers(nodes) => Done::Poll(poll_members(&transaction, nodes)?),
-                Op::ListMembers { since, after } => {
-                    Done::List(list_members(&transaction, *since, *after)?)
-                }
-                Op::Write(_) | Op::WriteMember(_) | Op::DeleteMember(..) => {
-                    return Err(BackendError::Corrupt("a write among the reads"))
-                }
-            });
-        }
+        let done = requests
+            .iter()
+            .map(|request| read_one(&transaction, &request.op))
+            .collect();
         transaction.commit()?;
         Ok(done)
     }
 
     /// Runs write requests in one write transaction; every answer waits
     /// for COMMIT.
-    fn write(&mut self, requests: &[Request]) -> Result<Vec<Done>, Written> {
+    fn write(&mut self, requests: &[Request]) -> Result<Vec<Answer>, Written> {
         let gate = self.gate.clone();
         if self.lane == Lane::Members {
             gate.members_waiting.store(true, Ordering::Release);
@@ -474,11 +472,21 @@ impl Worker {
             gate.members_waiting.store(false, Ordering::Release);
         }
         self.file.check().map_err(Written::RolledBack)?;
-        let transaction = self
-            .connection
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|error| Written::RolledBack(error.into()))?;
-        let done = write_all(&transaction, requests).map_err(Written::RolledBack)?;
+        let mut transaction = begin_write(&mut self.connection)?;
+        let done = match write_all(&transaction, requests) {
+            Ok(done) => done.into_iter().map(Ok).collect(),
+            // One request's statements failed (a record this version cannot
+            // read, a constraint): the others must not fail with it, or one
+            // bad record would stop every save its batches carry, at every
+            // retry. The batch runs again, each request in a savepoint of
+            // its own; the first pass stays free of savepoints.
+            Err(_) if requests.len() > 1 => {
+                drop(transaction);
+                transaction = begin_write(&mut self.connection)?;
+                write_each(&transaction, requests).map_err(Written::RolledBack)?
+            }
+            Err(error) => return Err(Written::RolledBack(error)),
+        };
         transaction
             .commit()
             .map_err(|error| Written::AtCommit(error.into()))?;
@@ -486,29 +494,79 @@ impl Worker {
     }
 }
 
+/// Starts a write transaction, taking the file's write lock.
+fn begin_write(connection: &mut Connection) -> Result<Transaction<'_>, Written> {
+    connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|error| Written::RolledBack(error.into()))
+}
+
+/// One request's answer within a batch.
+type Answer = Result<Done, BackendError>;
+
+/// Runs one read request in `transaction`.
+fn read_one(transaction: &Transaction, op: &Op) -> Answer {
+    Ok(match op {
+        Op::Load(key) => Done::Load(load(transaction, *key)?),
+        Op::PollMembers(nodes) => Done::Poll(poll_members(transaction, nodes)?),
+        Op::ListMembers { since, after } => Done::List(list_members(transaction, *since, *after)?),
+        Op::Write(_) | Op::WriteMember(_) | Op::DeleteMember(..) => {
+            return Err(BackendError::Corrupt("a write among the reads"))
+        }
+    })
+}
+
 /// Runs the statements of write requests in `transaction`, before its
 /// COMMIT: an error here rolls the whole transaction back.
 fn write_all(transaction: &Transaction, requests: &[Request]) -> Result<Vec<Done>, BackendError> {
-    let mut done = Vec::with_capacity(requests.len());
+    requests
+        .iter()
+        .map(|request| write_request(transaction, &request.op))
+        .collect()
+}
+
+/// Runs each write request in `transaction` inside a savepoint of its own:
+/// a request whose statements fail is rolled back to its savepoint and
+/// answers its error, and the others go on. An error that ended the whole
+/// transaction (SQLite rolls back by itself on some I/O, full-disk and
+/// memory errors) fails them all: what ran before it is gone too.
+fn write_each(
+    transaction: &Transaction,
+    requests: &[Request],
+) -> Result<Vec<Answer>, BackendError> {
+    let mut answers = Vec::with_capacity(requests.len());
     for request in requests {
-        done.push(match &request.op {
-            Op::Write(writes) => {
-                let mut outcomes = Vec::with_capacity(writes.len());
-                for write in writes {
-                    outcomes.push(write_one(transaction, write)?);
-                }
-                Done::Write(outcomes)
+        transaction.execute_batch("SAVEPOINT request")?;
+        let answer = write_request(transaction, &request.op);
+        if let Err(error) = &answer {
+            if transaction.is_autocommit() {
+                return Err(error.clone());
             }
-            Op::WriteMember(write) => Done::WriteMember(write_member(transaction, write)?),
-            Op::DeleteMember(node_id, expected) => {
-                Done::WriteMember(delete_member(transaction, *node_id, *expected)?)
-            }
-            Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => {
-                return Err(BackendError::Corrupt("a read among the writes"))
-            }
-        });
+            transaction.execute_batch("ROLLBACK TO request")?;
+        }
+        transaction.execute_batch("RELEASE request")?;
+        answers.push(answer);
     }
-    Ok(done)
+    Ok(answers)
+}
+
+/// Runs the statements of one write request in `transaction`.
+fn write_request(transaction: &Transaction, op: &Op) -> Result<Done, BackendError> {
+    Ok(match op {
+        Op::Write(writes) => Done::Write(
+            writes
+                .iter()
+                .map(|write| write_one(transaction, write))
+                .collect::<Result<_, _>>()?,
+        ),
+        Op::WriteMember(write) => Done::WriteMember(write_member(transaction, write)?),
+        Op::DeleteMember(node_id, expected) => {
+            Done::WriteMember(delete_member(transaction, *node_id, *expected)?)
+        }
+        Op::Load(_) | Op::PollMembers(_) | Op::ListMembers { .. } => {
+            return Err(BackendError::Corrupt("a read among the writes"))
+        }
+    })
 }
 
 /// Why a write transaction gave no answers.
@@ -534,21 +592,19 @@ fn answer_unknown(requests: Vec<Request>, error: &BackendError) {
     }
 }
 
-/// Answers each request with its result, or all of them with the error of
-/// a transaction that rolled back (nothing in it happened).
-fn answer_all(requests: Vec<Request>, result: Result<Vec<Done>, BackendError>) {
-    match result {
-        Ok(done) => {
-            debug_assert_eq!(done.len(), requests.len());
-            for (request, done) in requests.into_iter().zip(done) {
-                request.answer(Ok(done));
-            }
-        }
-        Err(error) => {
-            for request in requests {
-                request.answer(Err(error.clone()));
-            }
-        }
+/// Answers each request with its own result.
+fn answer_each(requests: Vec<Request>, answers: Vec<Answer>) {
+    debug_assert_eq!(answers.len(), requests.len());
+    for (request, answer) in requests.into_iter().zip(answers) {
+        request.answer(answer);
+    }
+}
+
+/// Answers every request with the error of a transaction that rolled back
+/// (nothing in it happened).
+fn answer_all(requests: Vec<Request>, error: &BackendError) {
+    for request in requests {
+        request.answer(Err(error.clone()));
     }
 }
 
