@@ -295,11 +295,15 @@ unsafe fn refusal(vm: &Vm, failed: Failed) -> Refusal {
                     ffi::LUA_TSTRING => {
                         String::from_utf8_lossy(value::string_at(state, -1)).into_owned()
                     }
+                    // Never through `tostring`: a value's `__tostring`
+                    // would run here, past the call's time and memory
+                    // bounds (a loop in it held the core for good).
                     _ => match vm.pop_value() {
                         Value::Error(error) => error.to_string(),
-                        other => other
-                            .to_string()
-                            .unwrap_or_else(|_| other.type_name().to_string()),
+                        Value::Boolean(value) => value.to_string(),
+                        Value::Integer(value) => value.to_string(),
+                        Value::Number(value) => value.to_string(),
+                        other => other.type_name().to_string(),
                     },
                 }
             }

@@ -193,7 +193,7 @@ fn the_sandbox_has_no_io_os_require_load_or_debug_and_bounds_memory() {
     let dir = tempfile::tempdir().unwrap();
     let script = COUNTER.replace(
         "return { n = state.n }\n    end,\n    [\"counter.raw\"]",
-        "local out = {}\n      for _, name in ipairs({\"io\", \"os\", \"require\", \"loadstring\", \"load\", \"debug\", \"getfenv\", \"collectgarbage\"}) do\n        \
+        "local out = {}\n      for _, name in ipairs({\"io\", \"os\", \"require\", \"loadstring\", \"load\", \"debug\", \"getfenv\", \"collectgarbage\", \"print\", \"newproxy\"}) do\n        \
          if _G[name] ~= nil then table.insert(out, name) end\n      end\n      \
          if req.big then local s = string.rep(\"x\", 1024) for i = 1, 20 do s = s .. s end end\n      \
          return out\n    end,\n    [\"counter.raw\"]",

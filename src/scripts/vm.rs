@@ -46,8 +46,14 @@ pub const CHECK_LOAD_BUDGET: Duration = Duration::from_millis(100);
 /// would fail that core's calls of every type).
 const CORE_LOAD_BUDGET: Duration = Duration::from_secs(1);
 
-/// Globals Luau (or mlua) defines that a script must not reach.
-const REMOVED_GLOBALS: [&str; 9] = [
+/// Globals Luau (or mlua) defines that a script must not reach: loading
+/// code, the environment, the collector, files, `print` (a blocking write
+/// to the node's stdout, which no budget stops) and `newproxy` (a userdata
+/// whose metatable the script writes, so its `__tostring` or `__gc` would
+/// run where the node reads it, outside any call's bounds).
+const REMOVED_GLOBALS: [&str; 11] = [
+    "print",
+    "newproxy",
     "require",
     "loadstring",
     "load",
