@@ -600,8 +600,7 @@ fn answer_each(requests: Vec<Request>, answers: Vec<Answer>) {
     }
 }
 
-/// Answers every request with the error of a transaction that rolled back
-/// (nothing in it happened).
+/// Answers every request with the error of a rolled-back transaction.
 fn answer_all(requests: Vec<Request>, error: &BackendError) {
     for request in requests {
         request.answer(Err(error.clone()));
