@@ -21,17 +21,21 @@ use wire::client::{ErrorCode, FrameKind};
 const ADD: u32 = 2001;
 const GET: u32 = 2002;
 const SPIN: u32 = 2901;
+const SPIN_PUSH: u32 = 2902;
 
 /// A type that runs past any budget when asked: for the overrun.
 const SPIN_SCRIPT: &str = r#"
 return {
   type_id = 290, name = "spin", version = 1, persist = "on_write",
   routes = { { id = 2901, name = "spin.add", key = "player", codec = "json" } },
+  pushes = { { id = 2902, name = "spin.added" } },
   init = function(key) return { n = 0 } end,
   handlers = {
     ["spin.add"] = function(ctx, state, req)
       state.n += 1
       if req.forever then while true do end end
+      if req.push then ctx:push(ctx.player, 2902, { n = state.n }) end
+      if req.redirect then ctx:push(ctx.player, 102, "\0\0\0\0elsewhere:7400") end
       return { n = state.n }
     end,
   },
@@ -122,6 +126,28 @@ fn scripted_objects_answer_refuse_and_keep_their_state_through_a_move_and_a_kill
     assert_eq!(code, ErrorCode::Internal as u16);
     assert!(reason.contains("budget of 50000 us"), "{reason}");
     assert_eq!(n_of(call(&mut client, SPIN, 9, "{}")), 2);
+
+    // A push on the route the file declares for pushes reaches the
+    // session; one on routerd's own `sys.redirect` fails the call, so a
+    // script cannot send the client elsewhere in routerd's name.
+    client.send(SPIN, 20, br#"{"push": true}"#);
+    let mut frames = [client.recv(), client.recv()];
+    frames.sort_by_key(|frame| frame.kind != FrameKind::Push);
+    assert_eq!(
+        (frames[0].kind, frames[0].route_id),
+        (FrameKind::Push, SPIN_PUSH),
+        "{frames:?}"
+    );
+    assert_eq!(frames[0].body, br#"{"n":3}"#);
+    assert_eq!((frames[1].kind, frames[1].seq), (FrameKind::Response, 20));
+    let (code, reason) = call(&mut client, SPIN, 21, r#"{"redirect": true}"#).unwrap_err();
+    assert_eq!(code, ErrorCode::Internal as u16);
+    assert!(reason.contains("no push route"), "{reason}");
+    assert_eq!(
+        n_of(call(&mut client, SPIN, 22, "{}")),
+        4,
+        "nothing came between"
+    );
 
     // A transfer to the other node keeps the state.
     let from = owner(a.admin, "counter", 7).expect("an owner");

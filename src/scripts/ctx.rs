@@ -9,7 +9,7 @@
 //! (so nothing of it leaves).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -70,10 +70,22 @@ pub(super) fn methods(
 ) -> mlua::Result<Table> {
     let methods = lua.create_table()?;
     let recorded = effects.clone();
+    // A push goes out only on a route a script declared for pushes: the
+    // gateway would drop one on a request route, and would deliver one on
+    // routerd's own (`sys.redirect`, `sys.kicked`) as if routerd sent it.
+    let push_routes: HashSet<u32> = (declarations.values())
+        .flat_map(|declaration| declaration.pushes.iter().map(|push| push.id))
+        .collect();
     methods.raw_set(
         "push",
         lua.create_function(
             move |lua, (_, player, route, value): (Value, u64, u32, Value)| {
+                if !push_routes.contains(&route) {
+                    return Err(mlua::Error::runtime(format!(
+                        "ctx:push: route {route} is no push route a script declares (a file's \
+                         pushes)"
+                    )));
+                }
                 let body = encode_body(lua, value, &bounds, "ctx:push")?;
                 let mut effects = recorded.borrow_mut();
                 effects.count(lua, &bounds, body.len())?;

@@ -15,6 +15,9 @@ pub const SCRIPT_ROUTE_ID_MIN: u32 = 200;
 /// The highest route id a script may take (the router's ops start past).
 pub const SCRIPT_ROUTE_ID_MAX: u32 = 65_535;
 
+/// The longest name a route may have.
+const ROUTE_NAME_BYTES_MAX: usize = 64;
+
 /// How a route's request body reaches its handler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Codec {
@@ -34,6 +37,13 @@ pub struct ScriptRoute {
     pub codec: Codec,
 }
 
+/// One server-to-client route a script's objects push on (`ctx:push`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PushRoute {
+    pub id: u32,
+    pub name: &'static str,
+}
+
 /// The shape of one scripted type: everything but its functions. A reload
 /// may change the functions and raise `version`, nothing else.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +55,8 @@ pub struct Declaration {
     /// `create = "on_request"`: a request for an unowned object creates it.
     pub create_on_request: bool,
     pub routes: Vec<ScriptRoute>,
+    /// The routes its objects may push on (the file's `pushes`).
+    pub pushes: Vec<PushRoute>,
 }
 
 impl Declaration {
@@ -66,7 +78,7 @@ impl Declaration {
                 old.type_id, old.name
             ));
         }
-        if self.routes != old.routes {
+        if self.routes != old.routes || self.pushes != old.pushes {
             return Some("routes cannot change by reload; restart the nodes".to_string());
         }
         if self.persist != old.persist || self.create_on_request != old.create_on_request {
@@ -130,20 +142,11 @@ pub(super) fn declare(file: &str, source: &str, table: &Table) -> Result<Declara
         Ok(Value::Table(handlers)) => handlers,
         _ => return Err(fail("handlers", "handlers must be a table".to_string())),
     };
-    for function in ["init"] {
-        if !matches!(table.raw_get::<Value>(function), Ok(Value::Function(_))) {
-            return Err(fail(function, format!("{function} must be a function")));
-        }
-    }
-    for function in ["migrate", "on_timer"] {
-        if !matches!(
-            table.raw_get::<Value>(function),
-            Ok(Value::Function(_) | Value::Nil)
-        ) {
-            return Err(fail(function, format!("{function} must be a function")));
-        }
+    if let Some(function) = misdeclared_function(table) {
+        return Err(fail(function, format!("{function} must be a function")));
     }
     let routes = routes(file, source, table, &handlers)?;
+    let pushes = pushes(file, source, table, &routes)?;
     Ok(Declaration {
         type_id: type_id as u32,
         name: leak(name),
@@ -151,7 +154,87 @@ pub(super) fn declare(file: &str, source: &str, table: &Table) -> Result<Declara
         persist,
         create_on_request,
         routes,
+        pushes,
     })
+}
+
+/// The first of the file's functions that is missing (`init`) or not a
+/// function (`init`, `migrate`, `on_timer`), if one is.
+fn misdeclared_function(table: &Table) -> Option<&'static str> {
+    let is = |name: &str, optional: bool| match table.raw_get::<Value>(name) {
+        Ok(Value::Function(_)) => true,
+        Ok(Value::Nil) => optional,
+        _ => false,
+    };
+    [("init", false), ("migrate", true), ("on_timer", true)]
+        .into_iter()
+        .find(|(name, optional)| !is(name, *optional))
+        .map(|(name, _)| name)
+}
+
+/// The file's `pushes` (none when unset): the server-to-client routes its
+/// objects may push on, each with an id and a name of the script range
+/// that no route of the file takes.
+fn pushes(
+    file: &str,
+    source: &str,
+    table: &Table,
+    routes: &[ScriptRoute],
+) -> Result<Vec<PushRoute>, ScriptError> {
+    let list = match table.raw_get::<Value>("pushes") {
+        Ok(Value::Nil) => return Ok(Vec::new()),
+        Ok(Value::Table(list)) => list,
+        _ => {
+            return Err(ScriptError::at(
+                file,
+                line_of(source, "pushes"),
+                "pushes must be a list of tables".to_string(),
+            ))
+        }
+    };
+    let mut pushes: Vec<PushRoute> = Vec::new();
+    for index in 1..=list.raw_len() {
+        let at =
+            |cause: String| ScriptError::at(file, line_of(source, "pushes") + index as u32, cause);
+        let Ok(Value::Table(push)) = list.raw_get::<Value>(index) else {
+            return Err(at(format!("pushes[{index}] must be a table")));
+        };
+        let name = route_name(&push).map_err(|cause| at(format!("pushes[{index}]: {cause}")))?;
+        let id = route_id(&push).map_err(|cause| at(format!("push {name}: {cause}")))?;
+        let taken = routes
+            .iter()
+            .any(|route| route.id == id || route.name == name)
+            || pushes.iter().any(|push| push.id == id || push.name == name);
+        if taken {
+            return Err(at(format!("push {name}: its id or name is declared twice")));
+        }
+        pushes.push(PushRoute {
+            id,
+            name: leak(name),
+        });
+    }
+    Ok(pushes)
+}
+
+/// A route's `id`, in the range scripts may take.
+fn route_id(route: &Table) -> Result<u32, String> {
+    let id = integer(route, "id")?;
+    if id < u64::from(SCRIPT_ROUTE_ID_MIN) || id > u64::from(SCRIPT_ROUTE_ID_MAX) {
+        return Err(format!(
+            "id must be between {SCRIPT_ROUTE_ID_MIN} and {SCRIPT_ROUTE_ID_MAX}, got {id}"
+        ));
+    }
+    Ok(id as u32)
+}
+
+/// A route's `name`: it names the route in metrics and logs, so it is
+/// bounded like a type's.
+fn route_name(route: &Table) -> Result<String, String> {
+    let name = text(route, "name")?;
+    if name.is_empty() || name.len() > ROUTE_NAME_BYTES_MAX {
+        return Err(format!("name must be 1 to {ROUTE_NAME_BYTES_MAX} bytes"));
+    }
+    Ok(name)
 }
 
 fn routes(
@@ -174,18 +257,13 @@ fn routes(
         let Ok(Value::Table(route)) = list.raw_get::<Value>(index) else {
             return Err(at(format!("routes[{index}] must be a table")));
         };
-        let name = text(&route, "name").map_err(|cause| at(format!("routes[{index}]: {cause}")))?;
+        let name = route_name(&route).map_err(|cause| at(format!("routes[{index}]: {cause}")))?;
         let at = |cause: String| {
             let line =
                 quoted_line(source, &name).unwrap_or(line_of(source, "routes") + index as u32);
             ScriptError::at(file, line, format!("route {name}: {cause}"))
         };
-        let id = integer(&route, "id").map_err(at)?;
-        if id < u64::from(SCRIPT_ROUTE_ID_MIN) || id > u64::from(SCRIPT_ROUTE_ID_MAX) {
-            return Err(at(format!(
-                "id must be between {SCRIPT_ROUTE_ID_MIN} and {SCRIPT_ROUTE_ID_MAX}, got {id}"
-            )));
-        }
+        let id = route_id(&route).map_err(at)?;
         let (key, codec) = key_and_codec(&route).map_err(at)?;
         if matches!(key, KeyFrom::JsonField(_)) && codec == Codec::Raw {
             return Err(at("a field key needs codec \"json\"".to_string()));
@@ -198,12 +276,12 @@ fn routes(
         }
         if routes
             .iter()
-            .any(|other| other.id == id as u32 || other.name == name)
+            .any(|other| other.id == id || other.name == name)
         {
             return Err(at("its id or name is declared twice".to_string()));
         }
         routes.push(ScriptRoute {
-            id: id as u32,
+            id,
             name: leak(name),
             key,
             codec,

@@ -409,12 +409,16 @@ fn describe_file(file: &ScriptFile) -> Json {
             json!({ "id": route.id, "name": route.name, "key": key, "codec": codec })
         })
         .collect();
+    let pushes: Vec<Json> = (declaration.pushes.iter())
+        .map(|push| json!({ "id": push.id, "name": push.name }))
+        .collect();
     json!({
         "file": file.name,
         "type_id": declaration.type_id,
         "name": declaration.name,
         "version": declaration.version,
         "routes": routes,
+        "pushes": pushes,
     })
 }
 

@@ -52,17 +52,16 @@ impl ObjectType for ScriptedType {
     }
 
     fn routes(&self) -> Vec<ClientRoute> {
-        self.declaration
-            .routes
-            .iter()
-            .map(|route| {
-                let declared = ClientRoute::request(route.id, route.name, route.key);
-                match route.codec {
-                    Codec::Json => declared.json_body(),
-                    Codec::Raw => declared,
-                }
-            })
-            .collect()
+        let requests = self.declaration.routes.iter().map(|route| {
+            let declared = ClientRoute::request(route.id, route.name, route.key);
+            match route.codec {
+                Codec::Json => declared.json_body(),
+                Codec::Raw => declared,
+            }
+        });
+        let pushes =
+            (self.declaration.pushes.iter()).map(|push| ClientRoute::push(push.id, push.name));
+        requests.chain(pushes).collect()
     }
 
     fn persist(&self) -> Persist {

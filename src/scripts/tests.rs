@@ -18,6 +18,15 @@ const INVENTORY: &str = include_str!("../../examples/scripts/inventory.luau");
 pub(super) const RAW_HANDLER_BODY: &str =
     "state.last = req\n      return \"got \" .. #req .. \" bytes\"";
 
+/// COUNTER with a push route (2010), for the handlers that push.
+fn counter_with_push() -> String {
+    COUNTER.replacen(
+        "  routes = {",
+        "  pushes = { { id = 2010, name = \"counter.changed\" } },\n  routes = {",
+        1,
+    )
+}
+
 pub(super) fn library_of(
     dir: &Path,
     files: &[(&str, &str)],
@@ -129,9 +138,9 @@ fn a_counter_adds_reads_and_keeps_its_state_as_json() {
 #[test]
 fn an_error_or_an_overrun_leaves_the_state_and_lets_nothing_out() {
     let dir = tempfile::tempdir().unwrap();
-    let script = COUNTER.replace(
+    let script = counter_with_push().replace(
         "return { n = state.n }\n    end,\n    [\"counter.get\"]",
-        "ctx:push(7, 2009, \"hi\")\n      if req.spin then while true do end end\n      \
+        "ctx:push(7, 2010, \"hi\")\n      if req.spin then while true do end end\n      \
          if req.escape then while true do pcall(function() while true do end end) end end\n      \
          return { n = state.n }\n    end,\n    [\"counter.get\"]",
     );
@@ -240,6 +249,17 @@ fn bad_files_stop_the_load_naming_file_line_and_cause() {
         (
             &*COUNTER.replace("key = \"field:id\"", "key = \"body\""),
             "x.luau:12: route counter.get: key is",
+        ),
+        (
+            &*counter_with_push().replace("id = 2010", "id = 2001"),
+            "x.luau:11: push counter.changed: its id or name is declared twice",
+        ),
+        (
+            &*COUNTER.replace(
+                "\"counter.raw\", key",
+                &format!("\"{}\", key", "r".repeat(65)),
+            ),
+            "x.luau:13: routes[3]: name must be 1 to 64 bytes",
         ),
         ("local t = {}\nt.x = nil + 1\nreturn t\n", "x.luau:2:"),
         ("return 5\n", "x.luau:1: the file must return a table"),
@@ -524,11 +544,11 @@ fn a_global_a_file_defines_wins_over_the_builtin_of_that_name() {
 #[test]
 fn a_script_cannot_replace_ctxs_methods() {
     let dir = tempfile::tempdir().unwrap();
-    let script = COUNTER.replace(
+    let script = counter_with_push().replace(
         RAW_HANDLER_BODY,
         "if req == \"replace\" then getmetatable(ctx).__index.push = function() end end\n      \
          if req == \"swap\" then getmetatable(ctx).__index = {} end\n      \
-         ctx:push(ctx.player, 2003, req)\n      \
+         ctx:push(ctx.player, 2010, req)\n      \
          return \"pushed\"",
     );
     assert_ne!(script, COUNTER);
@@ -540,7 +560,28 @@ fn a_script_cannot_replace_ctxs_methods() {
         assert!(reason.contains("readonly"), "{attempt}: {reason}");
     }
     let ran = alice.call(2003, "x").unwrap();
-    assert_eq!(ran.effects.pushes, vec![(7, 2003, b"x".to_vec())]);
+    assert_eq!(ran.effects.pushes, vec![(7, 2010, b"x".to_vec())]);
+}
+
+/// `ctx:push` takes only a route a script declares in `pushes`: the
+/// gateway drops a push on a request route, and would deliver one on
+/// routerd's own routes (`sys.redirect`, `sys.kicked`) in its name.
+#[test]
+fn a_push_goes_only_on_a_declared_push_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = counter_with_push().replace(
+        RAW_HANDLER_BODY,
+        "ctx:push(ctx.player, tonumber(req), \"x\")\n      return \"pushed\"",
+    );
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
+    let mut alice = Probe::new(&library, 200);
+    let ran = alice.call(2003, "2010").unwrap();
+    assert_eq!(ran.effects.pushes, vec![(7, 2010, b"x".to_vec())]);
+    for route in ["102", "101", "2003"] {
+        let (code, reason) = refusal_of(alice.call(2003, route));
+        assert_eq!(code, ErrorCode::Internal, "{route}");
+        assert!(reason.contains("no push route"), "{route}: {reason}");
+    }
 }
 
 /// The memory bound is on what the scripts hold, not on garbage Luau has
@@ -580,7 +621,7 @@ fn garbage_not_yet_collected_does_not_count_against_the_bound() {
 #[test]
 fn what_a_call_asks_for_counts_against_the_memory_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let script = "local held = {}\n".to_string() + &COUNTER.replace(
+    let script = "local held = {}\n".to_string() + &counter_with_push().replace(
         RAW_HANDLER_BODY,
         "state.last = req\n      \
          local chunk = string.rep(\"x\", 32 * 1024)\n      \
@@ -588,7 +629,7 @@ fn what_a_call_asks_for_counts_against_the_memory_bound() {
          if req == \"garbage\" then local dropped = string.rep(\"g\", 2 * 1024 * 1024) end\n      \
          local count = if req == \"many\" then 2048 elseif req == \"garbage\" then 96 else 8\n      \
          for i = 1, count do\n        \
-           if i % 2 == 0 then ctx:push(7, 2003, chunk) else ctx:send(\"counter\", i, \"counter.raw\", chunk) end\n      \
+           if i % 2 == 0 then ctx:push(7, 2010, chunk) else ctx:send(\"counter\", i, \"counter.raw\", chunk) end\n      \
          end\n      \
          return count",
     );
@@ -618,12 +659,12 @@ fn what_a_call_asks_for_counts_against_the_memory_bound() {
 #[test]
 fn a_value_whose_json_would_pass_its_bound_is_refused_not_written() {
     let dir = tempfile::tempdir().unwrap();
-    let script = COUNTER.replace(
+    let script = counter_with_push().replace(
         RAW_HANDLER_BODY,
         "local twice = { string.rep(\"x\", 1024) }\n      \
          for _ = 1, 40 do twice = { twice, twice } end\n      \
          if req == \"answer\" then return twice end\n      \
-         if req == \"push\" then ctx:push(7, 2003, twice) return \"pushed\" end\n      \
+         if req == \"push\" then ctx:push(7, 2010, twice) return \"pushed\" end\n      \
          if req == \"state\" then state.twice = twice return \"kept\" end\n      \
          return \"none\"",
     );
