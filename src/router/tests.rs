@@ -739,6 +739,32 @@ fn a_failed_send_is_resolved_again_once_and_not_resent_to_the_same_node() {
     assert_eq!(h.core(other).counters().send_failures_total, 1);
 }
 
+/// A request for an object with no record, whose default node the link
+/// refuses, is answered instead of sent there again: each failed send
+/// re-read the record, found no owner and chose the same default node, a
+/// loop of store reads that never ended (whose copies all ran once the
+/// link came back).
+#[test]
+fn a_failed_send_to_an_unowned_objects_default_node_is_answered_not_repeated() {
+    let mut h = Harness::new(2, Persist::Interval);
+    let default = default_of(2);
+    let other = 3 - default;
+    let id = h.request(other, OP_ADD, add(1));
+    let effects = settle_at(&mut h, other, 1);
+    let sent = effects
+        .into_iter()
+        .find_map(Effect::into_sent)
+        .expect("sent to the default node");
+    assert_eq!(sent.0, NodeId(default));
+    h.core(other).on_send_failed(2, sent.0, sent.1);
+    let effects = settle_at(&mut h, other, 2);
+    assert!(routed(&effects).is_empty(), "{effects:?}");
+    assert_eq!(
+        replies(&effects),
+        vec![(id, Err(ErrorCode::Unavailable.into()))]
+    );
+}
+
 #[test]
 fn shutdown_releases_every_object_in_batches() {
     let mut h = Harness::new(1, Persist::Interval);

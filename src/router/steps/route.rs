@@ -142,12 +142,6 @@ fn route_by_owner(
         }
         return mutable_object(ctx, now_ms, waiter);
     }
-    if waiter.unreachable == Some(owner) && fresh_pull {
-        // Re-read, and the owner is still the node a send just failed to
-        // reach: the second attempt would fail the same way.
-        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
-        return Next::Done;
-    }
     if !ctx.is_node_available(owner) {
         // Clear the local target and resolve once more, at most two attempts
         // in all (`send_msg_raw` in docs/origins.md).
@@ -236,6 +230,14 @@ fn mutable_object(ctx: &mut Ctx, now_ms: u64, mut waiter: Waiter) -> Next {
 /// `send_msg` to `node`, with `router_update_sync` to the request's source
 /// when this node knows a newer route than the request carried.
 fn send_to(ctx: &mut Ctx, entry: &Entry, node: NodeId, waiter: Waiter) -> Next {
+    if waiter.unreachable == Some(node) {
+        // A send to `node` just failed and the route read since chose it
+        // again (its owner, or the default node of an object nobody
+        // owns): it would fail the same way, and each failure re-reads
+        // the record, so the request is answered instead of looping.
+        ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
+        return Next::Done;
+    }
     let next_ttl = waiter.head.forward_hops.saturating_add(1);
     if next_ttl > ctx.config.forward_hops_max {
         ctx.counters.forward_hops_exceeded_total += 1;
