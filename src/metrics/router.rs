@@ -56,6 +56,10 @@ super::counter_set! {
         /// Requests for a writable object answered UNAVAILABLE because the node's membership lease
         /// had run out (it serves again once a heartbeat applies, or after a rejoin).
         "routerd_router_lease_lapsed_refusals_total" { lease_lapsed_refusals_total }
+        /// One-way events (object timers, messages between objects, answers to calls, gateway
+        /// notices) that met a core which could not serve, past the most it keeps to run once it
+        /// serves again (65,536 events or 64 MiB of bodies): dropped.
+        "routerd_router_paused_events_dropped_total" { paused_events_dropped_total }
         /// Requests answered UNAVAILABLE because the write they waited for failed again, or had no
         /// known outcome, on its retry: one giving their object's ownership up (a release, a
         /// transfer's removal: who owns the object is unknown until its next retry, a backoff

@@ -157,8 +157,9 @@ fn router_counters_are_all_exported_and_mirrored() {
         unsaved_changes_dropped_total: 31,
         write_retry_refusals_total: 32,
         pushes_to_ended_sessions_total: 33,
+        paused_events_dropped_total: 34,
     };
-    assert_eq!(series, 33);
+    assert_eq!(series, 34);
     let cells = RouterCounterCells::default();
     cells.mirror(&plain);
     let mut seen: Vec<u64> = families
@@ -170,5 +171,5 @@ fn router_counters_are_all_exported_and_mirrored() {
         })
         .collect();
     seen.sort_unstable();
-    assert_eq!(seen, (1..=33).collect::<Vec<u64>>());
+    assert_eq!(seen, (1..=34).collect::<Vec<u64>>());
 }

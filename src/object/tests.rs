@@ -321,23 +321,56 @@ fn every_request_is_answered_once_whatever_the_handler_does() {
     );
 }
 
+/// OP_REMIND's body: fire tag `tag` after `after_ms`.
+fn remind(after_ms: u64, tag: u64) -> Vec<u8> {
+    let mut body = after_ms.to_le_bytes().to_vec();
+    body.extend_from_slice(&tag.to_le_bytes());
+    body
+}
+
+/// The tags account `id`'s timers fired, in order.
+fn fired(h: &mut Harness, id: u64) -> Vec<u64> {
+    let bytes = h.ask(id, OP_FIRED, Vec::new()).unwrap().unwrap();
+    bytes
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// A lapsed lease pauses the core without losing what nobody retries: an
+/// object's timers that fire in the lapse run once a heartbeat renews the
+/// lease. Dropped, they never ran, and their places among the object's
+/// pending timers were never given back (at the bound, every later timer
+/// was refused).
+#[test]
+fn timers_that_fire_while_the_lease_lapsed_run_once_it_is_renewed() {
+    let mut h = Harness::new(account_type(Persist::Interval));
+    h.core.extend_lease(0, 1_000);
+    for tag in 0..OBJECT_TIMERS_MAX as u64 {
+        assert_eq!(h.ask(1, OP_REMIND, remind(500, tag)), Some(Ok(Vec::new())));
+    }
+    h.core.end_lease(400);
+    h.advance(600);
+    assert_eq!(
+        h.ask(1, OP_FIRED, Vec::new()),
+        Some(Err(ErrorCode::Unavailable.into())),
+        "the lapse pauses the core"
+    );
+    h.core.extend_lease(700, 5_000);
+    h.settle();
+    h.now_ms = 700;
+    let all: Vec<u64> = (0..OBJECT_TIMERS_MAX as u64).collect();
+    assert_eq!(fired(&mut h, 1), all);
+    assert_eq!(h.ask(1, OP_REMIND, remind(10, 99)), Some(Ok(Vec::new())));
+    assert_eq!(h.core.counters().paused_events_dropped_total, 0);
+}
+
 #[test]
 fn timers_fire_in_order_for_their_activation_only_and_are_bounded() {
     let mut h = Harness::new(account_type(Persist::Interval));
-    let remind = |after_ms: u64, tag: u64| {
-        let mut body = after_ms.to_le_bytes().to_vec();
-        body.extend_from_slice(&tag.to_le_bytes());
-        body
-    };
     assert_eq!(h.ask(1, OP_REMIND, remind(200, 2)), Some(Ok(Vec::new())));
     assert_eq!(h.ask(1, OP_REMIND, remind(100, 1)), Some(Ok(Vec::new())));
-    let fired = |h: &mut Harness| -> Vec<u64> {
-        let bytes = h.ask(1, OP_FIRED, Vec::new()).unwrap().unwrap();
-        bytes
-            .chunks(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-            .collect()
-    };
+    let fired = |h: &mut Harness| fired(h, 1);
     h.advance(99);
     assert_eq!(fired(&mut h), Vec::<u64>::new());
     h.advance(150);

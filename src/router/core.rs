@@ -59,6 +59,7 @@ impl RouterCore {
                 flush_keys: BTreeSet::new(),
                 drain: None,
                 hot: Default::default(),
+                paused: Default::default(),
             },
             managers: BTreeMap::new(),
             services: BTreeMap::new(),

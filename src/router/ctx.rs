@@ -10,10 +10,11 @@ use rand::rngs::SmallRng;
 use wire::ObjectKey;
 
 use super::drain::DrainState;
-use super::entry::Entry;
+use super::entry::{Entry, Waiter};
 use super::mutant::{self, Mutant};
 use super::types::{
-    ClientRef, Effect, NodeMessage, Outcome, Request, StoreOp, StoreToken, Timer, TransferDone,
+    ClientRef, Effect, ErrorCode, NodeMessage, Outcome, Request, StoreOp, StoreToken, Timer,
+    TransferDone,
 };
 use crate::config::RouterConfig;
 use crate::ids::NodeId;
@@ -87,9 +88,30 @@ pub(crate) struct Ctx {
     pub drain: Option<DrainState>,
     /// The keys this core's requests name most (`RouterCore::hot_objects`).
     pub hot: super::hot::HotCounter,
+    /// One-way events that met their object while the core could not
+    /// serve, to run once it can (`paused.rs`).
+    pub paused: super::paused::PausedEvents,
 }
 
 impl Ctx {
+    /// Refuses `waiter` because the core may not serve now: a request is
+    /// answered UNAVAILABLE (its client retries), a one-way event is kept
+    /// to run once the core serves again (nobody would retry it).
+    pub fn refuse_while_paused(&mut self, waiter: Waiter) {
+        if waiter.request.needs_reply {
+            self.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
+        } else {
+            let key = waiter.head.key;
+            if !self.paused.keep(waiter) {
+                self.counters.paused_events_dropped_total += 1;
+                tracing::warn!(
+                    ?key,
+                    "a one-way event met a paused core with too many events kept; dropped"
+                );
+            }
+        }
+    }
+
     /// Emits the one answer of `request` (none for one-way messages).
     pub fn reply(&mut self, request: &Request, outcome: Outcome) {
         if request.needs_reply {

@@ -33,6 +33,7 @@ pub mod handler;
 mod hot;
 pub(crate) mod mutant;
 mod output;
+mod paused;
 mod service;
 mod steps;
 pub mod types;

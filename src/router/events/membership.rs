@@ -5,6 +5,7 @@ use crate::ids::NodeId;
 use crate::router::core::{checked, run, RouterCore};
 use crate::router::ctx::Member;
 use crate::router::entry::Manager;
+use crate::router::handler::OP_TIMER;
 use crate::router::mutant::{self, Mutant};
 use crate::router::steps::Next;
 use crate::router::types::{TransferDone, TransferOutcome};
@@ -58,13 +59,34 @@ impl RouterCore {
     /// copies were kept, and nobody could claim them meanwhile, since a
     /// claim needs this incarnation declared down, and a declaration makes
     /// that heartbeat's compare-and-set fail (`ClusterConfig::check_timing`).
-    pub fn extend_lease(&mut self, _now_ms: u64, until_ms: u64) {
+    pub fn extend_lease(&mut self, now_ms: u64, until_ms: u64) {
         if self.ctx.fenced {
             return;
         }
         let current = self.ctx.lease_until_ms.unwrap_or(0);
         if until_ms > current {
             self.ctx.lease_until_ms = Some(until_ms);
+        }
+        self.resume_paused(now_ms);
+    }
+
+    /// Runs the one-way events kept while this core could not serve
+    /// (`paused.rs`), in arrival order, once it can. A timer whose copy
+    /// is gone meanwhile went with it, as one firing then would have.
+    fn resume_paused(&mut self, now_ms: u64) {
+        if self.ctx.paused.is_empty() || !self.ctx.may_serve(now_ms) {
+            return;
+        }
+        for waiter in self.ctx.paused.take() {
+            let timer = waiter.request.op == OP_TIMER;
+            if timer
+                && !self
+                    .entry_mut(waiter.head.key)
+                    .is_some_and(|entry| entry.is_writable())
+            {
+                continue;
+            }
+            self.dispatch(now_ms, waiter);
         }
     }
 

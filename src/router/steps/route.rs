@@ -59,8 +59,10 @@ pub(crate) fn route(
             // The lease ran out (or the node is fenced): the copy is kept,
             // but no handler runs until a heartbeat extends the lease or
             // the node rejoins.
-            ctx.counters.lease_lapsed_refusals_total += 1;
-            ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
+            if waiter.request.needs_reply {
+                ctx.counters.lease_lapsed_refusals_total += 1;
+            }
+            ctx.refuse_while_paused(waiter);
             return Next::Done;
         }
         if entry.is_aside() {
@@ -214,8 +216,12 @@ fn route_unowned(
 /// `mutable_object`: read the record to claim it (the claim itself follows
 /// the read: `pull::reply`, then `claim::start`).
 fn mutable_object(ctx: &mut Ctx, now_ms: u64, mut waiter: Waiter) -> Next {
-    if ctx.is_shutting_down() || !ctx.may_serve(now_ms) {
+    if ctx.is_shutting_down() {
         ctx.reply(&waiter.request, Err(ErrorCode::Unavailable.into()));
+        return Next::Done;
+    }
+    if !ctx.may_serve(now_ms) {
+        ctx.refuse_while_paused(waiter);
         return Next::Done;
     }
     if !count_repair(ctx, &mut waiter) {
