@@ -60,11 +60,17 @@ impl ListenerCodecs {
 /// The JSON bytes of the value a request body holds, or why it holds
 /// none. `None` when `codec` leaves bodies as they are, and for an empty
 /// body (no value: the handler gets what an empty body gives on any
-/// listener).
+/// listener). JSON longer than `json_max` (the listener's body bound) is
+/// refused: a MessagePack byte can stand for six of JSON (`false,`), and
+/// the JSON is what travels to the object, in one frame.
 ///
 /// Decoded here rather than by `rmpv`, which reads the reserved byte
 /// `0xc1` as nil: a body that is not MessagePack must be refused.
-pub fn decode_request(codec: BodyCodec, body: &[u8]) -> Result<Option<Vec<u8>>, String> {
+pub fn decode_request(
+    codec: BodyCodec,
+    body: &[u8],
+    json_max: usize,
+) -> Result<Option<Vec<u8>>, String> {
     if codec == BodyCodec::None || body.is_empty() {
         return Ok(None);
     }
@@ -78,9 +84,14 @@ pub fn decode_request(codec: BodyCodec, body: &[u8]) -> Result<Option<Vec<u8>>, 
             reader.rest.len()
         ));
     }
-    serde_json::to_vec(&json)
-        .map(Some)
-        .map_err(|error| error.to_string())
+    let json = serde_json::to_vec(&json).map_err(|error| error.to_string())?;
+    if json.len() > json_max {
+        return Err(format!(
+            "body is {} bytes as JSON, past the {json_max} a request may carry",
+            json.len()
+        ));
+    }
+    Ok(Some(json))
 }
 
 /// A MessagePack decoder straight into JSON over the bytes left.
@@ -259,7 +270,7 @@ mod tests {
     }
 
     fn decoded(body: &[u8]) -> Result<Json, String> {
-        let bytes = decode_request(BodyCodec::Msgpack, body)?.expect("a value");
+        let bytes = decode_request(BodyCodec::Msgpack, body, 1 << 20)?.expect("a value");
         Ok(serde_json::from_slice(&bytes).unwrap())
     }
 
@@ -315,7 +326,7 @@ mod tests {
 
     #[test]
     fn a_body_without_a_json_form_is_refused_with_its_reason() {
-        let refused = |body: &[u8]| decode_request(BodyCodec::Msgpack, body).unwrap_err();
+        let refused = |body: &[u8]| decode_request(BodyCodec::Msgpack, body, 1 << 20).unwrap_err();
         assert!(
             refused(&[0xc1]).contains("not MessagePack"),
             "reserved byte"
@@ -340,10 +351,29 @@ mod tests {
         assert!(refused(&pack(&deep)).contains("not MessagePack"));
     }
 
+    /// 65,535 `false`s are 65,538 bytes of MessagePack and 393,211 of
+    /// JSON: the JSON is held to the body bound, not the MessagePack.
+    #[test]
+    fn a_body_whose_json_passes_the_bound_is_refused() {
+        let mut body = vec![0xdc, 0xff, 0xff];
+        body.extend(std::iter::repeat_n(0xc2, 65_535));
+        let bound = 1 << 18;
+        let refused = decode_request(BodyCodec::Msgpack, &body, bound).unwrap_err();
+        assert!(refused.contains("393211 bytes as JSON"), "{refused}");
+        let json = decode_request(BodyCodec::Msgpack, &body[..3 + 100], bound);
+        assert!(json.is_err(), "cut short is still refused");
+        let small = [0x92, 0xc2, 0xc3];
+        assert_eq!(
+            decode_request(BodyCodec::Msgpack, &small, 12),
+            Ok(Some(b"[false,true]".to_vec()))
+        );
+        assert!(decode_request(BodyCodec::Msgpack, &small, 11).is_err());
+    }
+
     #[test]
     fn no_codec_and_empty_bodies_pass_as_they_are() {
-        assert_eq!(decode_request(BodyCodec::None, &[0xc1]), Ok(None));
-        assert_eq!(decode_request(BodyCodec::Msgpack, b""), Ok(None));
+        assert_eq!(decode_request(BodyCodec::None, &[0xc1], 0), Ok(None));
+        assert_eq!(decode_request(BodyCodec::Msgpack, b"", 0), Ok(None));
         assert_eq!(encode_answer(BodyCodec::None, br#"{"n":1}"#), None);
         assert_eq!(encode_answer(BodyCodec::Msgpack, b""), None);
     }

@@ -343,10 +343,11 @@ fn check_request(
     }
     let route_body = check_route(routes, entry, limits, stats, header)?;
     match route_body {
-        RouteBody::Json => decode_request(entry.session.protocol_profile, body).map_err(|reason| {
-            stats.ingress_body_undecodable.inc();
-            NotAdmitted::Undecodable(reason)
-        }),
+        RouteBody::Json => decode_request(entry.session.protocol_profile, body, limits.body_max)
+            .map_err(|reason| {
+                stats.ingress_body_undecodable.inc();
+                NotAdmitted::Undecodable(reason)
+            }),
         RouteBody::Bytes => Ok(None),
     }
 }
