@@ -126,6 +126,7 @@ impl FrameDecoder {
         if self.buffered_len() > 0 {
             return Ok(None);
         }
+        self.release_grown();
         let Some((header_bytes, after)) = bytes.split_first_chunk::<HEADER_LEN>() else {
             return Ok(None);
         };
@@ -236,6 +237,7 @@ impl FrameDecoder {
             // Nothing pending: rewinding is free.
             self.start = 0;
             self.end = 0;
+            self.release_grown();
         }
         let needed = match self.peek_header() {
             Ok(Some((header, _))) => HEADER_LEN + header.body_len as usize,
@@ -262,6 +264,17 @@ impl FrameDecoder {
         }
         debug_assert!(self.start + needed <= self.buf.len());
         true
+    }
+
+    /// Gives back a buffer grown past its first size for a large frame,
+    /// once no byte waits in it: a connection that once sent a frame near
+    /// `max_body` would otherwise hold that much for the rest of its life.
+    fn release_grown(&mut self) {
+        if self.start == self.end && self.buf.len() > INITIAL_BUFFER_LEN {
+            self.buf = Vec::new();
+            self.start = 0;
+            self.end = 0;
+        }
     }
 
     /// Compacting is a memmove of at most one partial frame; doing it only
@@ -311,6 +324,42 @@ mod tests {
         assert_eq!(decoder.extend(tail), 2);
         let third = decoder.next_frame().unwrap().unwrap();
         assert_eq!((third.header.seq, third.body), (3, &b"three"[..]));
+    }
+
+    #[test]
+    fn a_drained_decoder_gives_back_a_grown_buffer() {
+        // Gives `bytes` to the decoder, as many reads as it takes.
+        fn feed(decoder: &mut FrameDecoder, bytes: &[u8]) {
+            let mut fed = 0;
+            while fed < bytes.len() {
+                let taken = decoder.extend(&bytes[fed..]);
+                assert!(taken > 0, "the decoder took nothing");
+                fed += taken;
+            }
+        }
+        let mut bytes = Vec::new();
+        encode_frame(&mut bytes, FrameKind::Request, 7, 1, &[5u8; 40_000]);
+        let mut decoder = FrameDecoder::new(Peer::Client, 1 << 16);
+        // Cut across receive buffers: the frame is put together in the
+        // decoder's own buffer, which grows to hold it.
+        let mut rest = &bytes[..16_384];
+        assert_eq!(decoder.next_frame_in(&mut rest).unwrap(), None);
+        feed(&mut decoder, &bytes);
+        let frame = decoder.next_frame().unwrap().unwrap();
+        assert_eq!(frame.body.len(), 40_000);
+        assert!(decoder.buffer_bytes() >= 40_000);
+        // Whole frames after it need no buffer: the grown one is let go.
+        let mut small = Vec::new();
+        encode_frame(&mut small, FrameKind::Request, 7, 2, b"ping");
+        let mut rest = &small[..];
+        let next = decoder.next_frame_in(&mut rest).unwrap().unwrap();
+        assert_eq!(next.body, b"ping");
+        assert_eq!(decoder.buffer_bytes(), 0);
+        // A reader that reads into the decoder gets its first size back.
+        feed(&mut decoder, &bytes);
+        assert!(decoder.next_frame().unwrap().is_some());
+        assert!(!decoder.read_buf().is_empty());
+        assert_eq!(decoder.buffer_bytes(), INITIAL_BUFFER_LEN);
     }
 
     #[test]
