@@ -40,9 +40,13 @@ struct Harness {
 
 impl Harness {
     fn new(nodes: u64, persist: Persist) -> Harness {
+        Harness::with_config(nodes, persist, config())
+    }
+
+    fn with_config(nodes: u64, persist: Persist, config: RouterConfig) -> Harness {
         let mut cores = BTreeMap::new();
         for node in 1..=nodes {
-            let mut core = RouterCore::new(NodeId(node), config(), node, 0);
+            let mut core = RouterCore::new(NodeId(node), config.clone(), node, 0);
             core.register(Box::new(CounterType { persist }));
             for peer in 1..=nodes {
                 core.on_node_up(NodeId(peer), 1);
@@ -1102,6 +1106,37 @@ fn a_core_holds_at_most_entries_per_core_max_keys() {
     assert!(h.table.load(other).is_none());
     assert_eq!(h.core(1).counters().entries_full_total, 1);
     assert_eq!(h.core(1).entries().count(), 1);
+}
+
+/// Requests for keys with no record leave no entry behind once answered
+/// or sent on: kept until the sweep (`cache_free_timeout_ms`), a flood of
+/// them (a `room.leave` of any room id) filled the core, and every new
+/// object was refused OVERLOADED until the sweep freed them.
+#[test]
+fn keys_with_no_record_leave_no_entry_behind() {
+    let bounded = RouterConfig {
+        entries_per_core_max: 2,
+        ..config()
+    };
+    let mut h = Harness::with_config(2, Persist::Interval, bounded);
+    let default_of_key = |key| {
+        (1..=2)
+            .max_by_key(|node| (rendezvous_score(key, NodeId(*node)), *node))
+            .unwrap()
+    };
+    let elsewhere: Vec<ObjectKey> = (1_000..)
+        .map(|id| ObjectKey::new(COUNTER_TYPE_ID, 0, id))
+        .filter(|key| default_of_key(*key) == 2)
+        .take(5)
+        .collect();
+    for (seq, key) in (1..).zip(elsewhere) {
+        let id = h.request_key(1, seq, key, OP_GET, Vec::new());
+        let effects = settle_at(&mut h, 1, seq);
+        assert_eq!(routed(&effects).len(), 1, "{effects:?}");
+        assert!(replies(&effects).is_empty(), "{id:?}: {effects:?}");
+    }
+    assert_eq!(h.core(1).counters().entries_full_total, 0);
+    assert_eq!(h.core(1).entries().count(), 0);
 }
 
 #[test]

@@ -190,8 +190,19 @@ fn a_full_target_refuses_a_transfer_of_a_key_it_does_not_hold() {
         cores: [(2, core)].into_iter().collect(),
         next_seq: 0,
     };
-    // One key fills the core.
+    // One key fills the core: the route of an object node 1 owns (a key
+    // with no record would leave no entry behind).
     let other = ObjectKey::new(COUNTER_TYPE_ID, 0, 43);
+    let owned_elsewhere = crate::store::RecordWrite {
+        key: other,
+        condition: crate::store::WriteCondition::Absent,
+        owner_node: NodeId(1),
+        owner_incarnation: 1,
+        route_version: RouteVersion(1),
+        save_timepoint_ms: 0,
+        state: add(1),
+    };
+    h.table.write(&owned_elsewhere);
     let request = get_request(RequestId {
         origin_node: NodeId(2),
         seq: 1,

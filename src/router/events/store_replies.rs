@@ -92,6 +92,16 @@ impl RouterCore {
         };
         run(ctx, kind, key, entry, now_ms, next);
         checked(key, entry);
+        if entry.is_idle_cache() && entry.cas_version.is_none() {
+            // Nothing is known of the key but that it has no record (or
+            // that its read failed), and nobody waits: the entry is not
+            // worth its slot. Kept until the sweep, requests for keys
+            // nobody made (a `room.leave` of any room id) filled the core
+            // and locked new objects out until it freed them.
+            entries.remove(&key);
+            ctx.entries_total -= 1;
+            ctx.counters.caches_freed_total += 1;
+        }
     }
 
     /// The outcomes of a shutdown batch, each to its key's release step.
