@@ -3,6 +3,8 @@
 //! (answered to the calling object as an event). One slab type serves both;
 //! a bit of the number says which slab made it.
 
+use std::collections::VecDeque;
+
 /// Requests of one core waiting for their answer. Each is also in the
 /// gateway's in-flight table (bounded by `max_inflight` per session); this
 /// bound only guards the driver's own memory.
@@ -10,8 +12,15 @@ pub const REPLY_ROUTES_MAX: usize = 1 << 20;
 
 /// The low 40 bits of a request number (`wire::ids` holds the core and the
 /// node's incarnation above them): the slab's kind bit, a slot's
-/// generation, then its index.
-const SLOT_BITS: u32 = 24;
+/// generation, then its index. The index takes only the bits the bound
+/// needs, so the generation gets the rest (19 bits): an answer that comes
+/// after its route expired (a deferred answer, a peer paused past the
+/// gateway's timeout) finds its slot reused, and would be taken for the
+/// answer of the request there now, to another client, if the slot's
+/// generation had come round to its own. With the slots also reused
+/// oldest-freed first, a slot comes round once every 2^19 times the
+/// slab's requests in flight.
+const SLOT_BITS: u32 = 20;
 const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
 const KIND_BIT: u64 = 1 << (wire::ids::INCARNATION_SHIFT - 1);
 const GENERATION_MASK: u64 = (1 << (wire::ids::INCARNATION_SHIFT - 1 - SLOT_BITS)) - 1;
@@ -78,7 +87,8 @@ pub(super) struct ReplyRoutes<T = ReplyRoute> {
     core_id: usize,
     incarnation: u64,
     slots: Vec<Slot<T>>,
-    free: Vec<u32>,
+    /// Free slots, oldest freed first.
+    free: VecDeque<u32>,
     waiting: usize,
     sweep_interval_ms: u64,
     next_sweep_ms: u64,
@@ -105,7 +115,7 @@ impl<T: Copy> ReplyRoutes<T> {
             core_id,
             incarnation,
             slots: Vec::new(),
-            free: Vec::new(),
+            free: VecDeque::new(),
             waiting: 0,
             sweep_interval_ms: (request_timeout_ms / 4).max(1),
             next_sweep_ms: 0,
@@ -118,7 +128,7 @@ impl<T: Copy> ReplyRoutes<T> {
         if self.waiting >= REPLY_ROUTES_MAX {
             return None;
         }
-        let index = match self.free.pop() {
+        let index = match self.free.pop_front() {
             Some(index) => index,
             None => {
                 // Generations start at 1: no request of core 0 is seq 0,
@@ -188,7 +198,7 @@ impl<T: Copy> ReplyRoutes<T> {
     /// so a late answer naming the old one finds nothing.
     fn free_slot(&mut self, index: usize) {
         self.slots[index].generation += 1;
-        self.free.push(index as u32);
+        self.free.push_back(index as u32);
         self.waiting -= 1;
     }
 }
@@ -233,6 +243,36 @@ mod tests {
         assert!(routes.take(first).is_none(), "the earlier use is gone");
         assert!(routes.take(reused).is_some());
         assert!(routes.take(u64::MAX).is_none(), "no such slot");
+    }
+
+    /// A route dropped unanswered (expired) leaves a late answer that must
+    /// not be taken for a later request's: with 15 bits of generation and
+    /// the slot reused first, 32,768 requests made its number again.
+    #[test]
+    fn a_late_answer_is_not_taken_for_a_later_request() {
+        let mut routes = ReplyRoutes::new(0, 1, 100);
+        let late = routes.insert(ROUTE, 10).unwrap();
+        routes.expire(10);
+        for _ in 0..(1 << 15) {
+            let seq = routes.insert(ROUTE, 1_000).unwrap();
+            assert_ne!(seq, late);
+            assert!(routes.take(seq).is_some());
+        }
+        let now = routes.insert(ROUTE, 1_000).unwrap();
+        assert!(routes.take(late).is_none(), "the late answer finds nothing");
+        assert!(routes.take(now).is_some());
+    }
+
+    #[test]
+    fn slots_are_reused_oldest_freed_first() {
+        let mut routes = ReplyRoutes::new(0, 1, 100);
+        let seqs: Vec<u64> = (0..3).map(|_| routes.insert(ROUTE, 100).unwrap()).collect();
+        for &seq in seqs.iter().rev() {
+            assert!(routes.take(seq).is_some());
+        }
+        let slot = |seq: u64| seq & SLOT_MASK;
+        let next = routes.insert(ROUTE, 100).unwrap();
+        assert_eq!(slot(next), slot(seqs[2]), "freed first, reused first");
     }
 
     #[test]
