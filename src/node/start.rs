@@ -318,6 +318,7 @@ impl NodeShared {
                 resume: Arc::new(ResumeHub::new(ResumeSettings::new(
                     config.auth.resume_window_ms,
                     config.auth.resume_pushes_max,
+                    config.gateway.send_queue_bytes_max as usize,
                 ))),
             },
             config,

@@ -45,6 +45,9 @@ pub struct ResumeSettings {
     pub window: Duration,
     /// Pushes a resumable session keeps for a resume.
     pub pushes_max: usize,
+    /// Bytes of push bodies it keeps at most (`gateway.send_queue_bytes_max`:
+    /// a connected client further behind is closed as a slow reader).
+    pub bytes_max: usize,
 }
 
 impl ResumeSettings {
@@ -52,12 +55,14 @@ impl ResumeSettings {
     pub const OFF: ResumeSettings = ResumeSettings {
         window: Duration::ZERO,
         pushes_max: 0,
+        bytes_max: 0,
     };
 
-    pub fn new(window_ms: u64, pushes_max: u32) -> ResumeSettings {
+    pub fn new(window_ms: u64, pushes_max: u32, bytes_max: usize) -> ResumeSettings {
         ResumeSettings {
             window: Duration::from_millis(window_ms),
             pushes_max: pushes_max as usize,
+            bytes_max,
         }
     }
 
@@ -121,6 +126,10 @@ pub(super) struct KeptPush {
 pub(super) struct PushRing {
     kept: VecDeque<KeptPush>,
     max: usize,
+    /// Bytes of kept bodies at most (the newest push is kept whatever its
+    /// size), and the bytes kept now.
+    bytes_max: usize,
+    bytes: usize,
     /// Pushes numbered so far; the last kept is the `numbered`-th.
     numbered: u64,
 }
@@ -134,10 +143,12 @@ fn number_of(count: u64) -> u32 {
 }
 
 impl PushRing {
-    pub(super) fn new(max: usize) -> PushRing {
+    pub(super) fn new(max: usize, bytes_max: usize) -> PushRing {
         PushRing {
             kept: VecDeque::new(),
             max: max.max(1),
+            bytes_max,
+            bytes: 0,
             numbered: 0,
         }
     }
@@ -147,23 +158,26 @@ impl PushRing {
     pub(super) fn after_pushes(max: usize, numbered: u64) -> PushRing {
         PushRing {
             numbered,
-            ..PushRing::new(max)
+            ..PushRing::new(max, usize::MAX)
         }
     }
 
-    /// Numbers a push and keeps it (dropping the oldest kept past `max`);
-    /// returns its number.
+    /// Numbers a push and keeps it (dropping the oldest kept past `max`
+    /// pushes or `bytes_max` bytes); returns its number.
     pub(super) fn record(&mut self, route_id: u32, body: &[u8]) -> u32 {
         self.numbered += 1;
         let seq = number_of(self.numbered);
-        if self.kept.len() == self.max {
-            self.kept.pop_front();
-        }
+        self.bytes += body.len();
         self.kept.push_back(KeptPush {
             seq,
             route_id,
             body: body.to_vec(),
         });
+        while self.kept.len() > self.max || (self.bytes > self.bytes_max && self.kept.len() > 1) {
+            if let Some(dropped) = self.kept.pop_front() {
+                self.bytes -= dropped.body.len();
+            }
+        }
         seq
     }
 
@@ -313,7 +327,7 @@ impl GatewayCore {
         if let Some(entry) = self.sessions.get_mut(&session_id) {
             entry.resume = Some(Box::new(Resumable {
                 token,
-                ring: PushRing::new(settings.pushes_max),
+                ring: PushRing::new(settings.pushes_max, settings.bytes_max),
                 armed: false,
                 detached: false,
                 detached_at: None,

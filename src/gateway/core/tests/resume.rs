@@ -9,8 +9,11 @@ const WINDOW: Duration = Duration::from_millis(500);
 
 fn resumable_core(pushes_max: u32) -> Fixture {
     let mut f = Fixture::new();
-    f.core
-        .set_resume_settings(ResumeSettings::new(WINDOW.as_millis() as u64, pushes_max));
+    f.core.set_resume_settings(ResumeSettings::new(
+        WINDOW.as_millis() as u64,
+        pushes_max,
+        usize::MAX,
+    ));
     f
 }
 
@@ -36,7 +39,7 @@ fn relay_outbox() -> Rc<Outbox> {
 
 #[test]
 fn the_ring_keeps_the_last_pushes_and_knows_what_it_lost() {
-    let mut ring = PushRing::new(3);
+    let mut ring = PushRing::new(3, usize::MAX);
     for n in 1..=5u8 {
         assert_eq!(ring.record(100, &[n]), u32::from(n));
     }
@@ -47,7 +50,30 @@ fn the_ring_keeps_the_last_pushes_and_knows_what_it_lost() {
     assert_eq!(seqs(4), [5]);
     assert!(seqs(5).is_empty());
     assert!(seqs(9).is_empty(), "a client ahead has everything");
-    assert!(PushRing::new(3).after(0).unwrap().next().is_none());
+    assert!(PushRing::new(3, usize::MAX)
+        .after(0)
+        .unwrap()
+        .next()
+        .is_none());
+}
+
+/// The ring is bounded in bytes too: 1,024 pushes of 64 KiB each were
+/// 64 MiB kept for every resumable session, connected or not.
+#[test]
+fn the_ring_is_bounded_in_bytes() {
+    let mut ring = PushRing::new(1024, 10_000);
+    for n in 1..=5u8 {
+        ring.record(100, &[n; 4_000]);
+    }
+    // 8,000 bytes fit: pushes 4 and 5 are kept.
+    assert!(ring.after(2).is_none(), "push 3 was let go");
+    let seqs: Vec<u32> = ring.after(3).unwrap().map(|p| p.seq).collect();
+    assert_eq!(seqs, [4, 5]);
+    // A push larger than the bound is still kept, alone.
+    ring.record(100, &[6; 20_000]);
+    let seqs: Vec<u32> = ring.after(5).unwrap().map(|p| p.seq).collect();
+    assert_eq!(seqs, [6]);
+    assert!(ring.after(4).is_none());
 }
 
 #[test]
