@@ -136,6 +136,29 @@ fn a_restart_after_a_crash_takes_the_next_incarnation_once_the_row_stood_still()
     );
 }
 
+/// A start watching the row of its id counts the row's standing still
+/// only over answered polls: after a store outage (no poll answered, and
+/// no heartbeat of the process holding the id applied either) the first
+/// poll restarts the watch, and that process's next heartbeat refuses the
+/// start. Before, the first poll after an outage longer than
+/// `down_after_ms` took the id from the live process.
+#[test]
+fn a_start_watch_restarts_after_a_store_outage() {
+    let mut table = MemberTable::default();
+    let mut live = node(1);
+    run_until(&mut live, &mut table, 0, 300);
+    let mut second = node(1);
+    assert!(run(&mut second, &mut table, 400).is_empty());
+    // The store is gone for longer than down_after: nobody polls or writes.
+    let back = 400 + config().down_after_ms + 1_000;
+    let events = run(&mut second, &mut table, back);
+    assert!(events.is_empty(), "{events:?}");
+    run(&mut live, &mut table, back + 10);
+    let events = run(&mut second, &mut table, back + 250);
+    assert_eq!(events, vec![Event::Refused { node: NodeId(1) }]);
+    assert_eq!(table.get(NodeId(1)).unwrap().incarnation, 1);
+}
+
 /// A node started with a longer lease than the default (6 s, heartbeat
 /// 500 ms: its own config passes with `down_after_ms` 7 s).
 fn long_lease() -> ClusterConfig {

@@ -166,6 +166,19 @@ impl Membership {
         if !gap {
             return;
         }
+        // A start (or a displaced process) watching its own id's row waits
+        // for it to stand still the same way: the process holding the id
+        // could not heartbeat through the outage either, and taking the id
+        // then would make two processes of one node.
+        if let Phase::Starting {
+            watching: Some((_, _, since)),
+        }
+        | Phase::Displaced {
+            watching: (_, _, since),
+        } = &mut self.phase
+        {
+            *since = (*since).max(now_ms);
+        }
         for seen in self.observed.values_mut() {
             if seen.row.state != MemberState::Left {
                 seen.since_ms = seen.since_ms.max(now_ms);
