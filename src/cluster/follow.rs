@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::incoming::Incoming;
 use super::outgoing::CoreLinks;
-use super::view::{ClusterView, Snapshot};
+use super::view::{ClusterView, Snapshot, Standing};
 use crate::router::driver::RouterDriver;
 
 /// How often a core reports its links and standing for `/cluster` when
@@ -33,14 +33,23 @@ impl Follower {
     /// Follows the view until the core stops.
     pub async fn run(self) {
         let mut seen = self.view.snapshot();
-        for peer in seen.peers.values() {
-            self.router
-                .on_member(peer.node, peer.incarnation, peer.state);
-        }
-        self.router.extend_lease(seen.me.lease_until_ms);
-        if seen.me.fenced {
-            self.router.fence();
-        }
+        // The first look is a change from what the router was built
+        // with: its boot incarnation, no lease, no peers. So a rejoin that
+        // happened before this core's follower ran (the process paused
+        // between its cores' starts) reaches the router too, which would
+        // otherwise serve under the incarnation that ended.
+        let built = self.router.standing();
+        let boot = Snapshot {
+            version: 0,
+            me: Standing {
+                incarnation: built.incarnation,
+                lease_until_ms: 0,
+                fenced: false,
+                state: seen.me.state,
+            },
+            peers: Default::default(),
+        };
+        self.apply(&boot, &seen);
         loop {
             futures_lite::future::or(self.view.changed(seen.version), async {
                 shards::sleep(REPORT_INTERVAL).await;
@@ -65,6 +74,11 @@ impl Follower {
             // them again as the new one.
             self.links.close_node(None);
             self.incoming.close_all();
+            if me.fenced {
+                // The new incarnation was fenced too before this core saw
+                // it (both changes in one look).
+                self.router.fence();
+            }
         } else if me.fenced && !before.fenced {
             self.router.fence();
         } else if me.lease_until_ms > before.lease_until_ms && !me.fenced {
