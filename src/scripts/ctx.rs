@@ -56,6 +56,10 @@ impl Effects {
             )));
         }
         self.bytes = held;
+        // What the call holds outside the VM comes off what the VM may
+        // allocate, so the two together stay under the bound (the VM's
+        // own allocations are not counted here).
+        lua.set_memory_limit(bounds.memory_max.saturating_sub(held).max(1))?;
         Ok(())
     }
 }

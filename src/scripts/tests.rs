@@ -651,6 +651,29 @@ fn what_a_call_asks_for_counts_against_the_memory_bound() {
     assert_eq!(ran.effects.pushes.len() + ran.effects.sends.len(), 96);
 }
 
+/// What a call asks ctx for and what its VM holds share one bound: after
+/// 6 MiB of sends, 4 MiB more inside the VM passes the 8 MiB bound. Before,
+/// the VM's own limit stayed at the whole bound, so a call could hold
+/// twice it.
+#[test]
+fn the_vm_may_allocate_only_what_the_calls_effects_leave_of_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = COUNTER.replace(
+        RAW_HANDLER_BODY,
+        "local chunk = string.rep(\"x\", 32 * 1024)\n      \
+         for i = 1, 192 do ctx:send(\"counter\", i, \"counter.raw\", chunk) end\n      \
+         if req == \"grow\" then local big = string.rep(\"y\", 4 * 1024 * 1024) return #big end\n      \
+         return 0",
+    );
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 5_000_000).unwrap();
+    let mut counter = Probe::new(&library, 200);
+    assert_eq!(counter.call(2003, "stay").unwrap().effects.sends.len(), 192);
+    let (code, reason) = refusal_of(counter.call(2003, "grow"));
+    assert_eq!(code, ErrorCode::Internal);
+    assert!(reason.contains("memory"), "{reason}");
+    assert_eq!(counter.call(2003, "stay").unwrap().effects.sends.len(), 192);
+}
+
 /// A table may hold one table many times over: its JSON then repeats it,
 /// and a few lines of script describe more text than any node holds. The
 /// answer, a push and the state are each written only up to the most a
