@@ -2,6 +2,9 @@
 //! into a [`Declaration`]. Every refusal names the line of the field at
 //! fault (found in the source, since a table's fields carry no lines).
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
 use mlua::{Table, Value};
 
 use super::ScriptError;
@@ -363,9 +366,20 @@ fn optional_text(table: &Table, field: &str) -> Result<Option<String>, String> {
 }
 
 /// Names and route names live as long as the node (routes name them in
-/// metrics); a reload that keeps them leaks nothing new past the first.
+/// metrics). Each distinct text is leaked once: a file is declared again
+/// at every check, reload and core's VM, and a refused reload retries
+/// every few seconds, so leaking at each declaration grew without end.
 fn leak(text: String) -> &'static str {
-    Box::leak(text.into_boxed_str())
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(name) = names.get(text.as_str()) {
+        return name;
+    }
+    let name: &'static str = Box::leak(text.into_boxed_str());
+    names.insert(name);
+    name
 }
 
 /// The line (from 1) where `field = ...` is first set in `source`, or the
@@ -393,4 +407,17 @@ fn quoted_line(source: &str, text: &str) -> Option<u32> {
         .lines()
         .position(|line| line.contains(&double) || line.contains(&single))
         .map(|index| index as u32 + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::leak;
+
+    #[test]
+    fn a_name_is_leaked_once_however_often_it_is_declared() {
+        let first = leak("counter.once".to_string());
+        let again = leak("counter.once".to_string());
+        assert!(std::ptr::eq(first, again));
+        assert!(!std::ptr::eq(first, leak("counter.other".to_string())));
+    }
 }
