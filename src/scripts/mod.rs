@@ -20,6 +20,7 @@
 //! leaves (`call`).
 
 mod budget;
+mod builtins;
 mod call;
 mod ctx;
 mod declare;

@@ -632,6 +632,7 @@ fn sandboxed() -> mlua::Result<Lua> {
     for name in REMOVED_GLOBALS {
         globals.raw_set(name, Value::Nil)?;
     }
+    super::builtins::install(&lua)?;
     lua.sandbox(true)?;
     // Unbounded at rest: the bound is set around a script's own code.
     lua.set_memory_limit(0)?;
