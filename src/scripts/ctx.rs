@@ -83,7 +83,8 @@ pub(super) fn methods(
     methods.raw_set(
         "push",
         lua.create_function(
-            move |lua, (_, player, route, value): (Value, u64, u32, Value)| {
+            move |lua, (_, player, route, value): (Value, Value, u32, Value)| {
+                let player = exact_id(player, "ctx:push")?;
                 if !push_routes.contains(&route) {
                     return Err(mlua::Error::runtime(format!(
                         "ctx:push: route {route} is no push route a script declares (a file's \
@@ -116,6 +117,29 @@ pub(super) fn methods(
     Ok(meta)
 }
 
+/// The largest id a Luau number holds exactly (2^53): `ctx.player` and
+/// `ctx.key` are numbers up to it and decimal text past it.
+pub(super) const EXACT_NUMBER_MAX: u64 = 1 << 53;
+
+/// A player or object id a script passed: a whole number a double holds
+/// exactly, or the decimal text `ctx.player` and `ctx.key` are past that.
+fn exact_id(value: Value, method: &str) -> mlua::Result<u64> {
+    let exact = match &value {
+        Value::Integer(id) => u64::try_from(*id).ok(),
+        Value::Number(id) if id.fract() == 0.0 && (0.0..=EXACT_NUMBER_MAX as f64).contains(id) => {
+            Some(*id as u64)
+        }
+        Value::String(text) => text.to_str().ok().and_then(|text| text.parse().ok()),
+        _ => None,
+    };
+    exact.ok_or_else(|| {
+        mlua::Error::runtime(format!(
+            "{method}: an id is a whole number up to 2^53 or its decimal text, not {}",
+            value.type_name()
+        ))
+    })
+}
+
 /// `ctx:send(type_name, id, route_name, value)`.
 fn send(
     lua: &Lua,
@@ -124,7 +148,8 @@ fn send(
     bounds: Bounds,
 ) -> mlua::Result<Function> {
     lua.create_function(
-        move |lua, (_, type_name, id, route, value): (Value, String, u64, String, Value)| {
+        move |lua, (_, type_name, id, route, value): (Value, String, Value, String, Value)| {
+            let id = exact_id(id, "ctx:send")?;
             let Some(declaration) = declarations.get(type_name.as_str()) else {
                 return Err(mlua::Error::runtime(format!(
                     "ctx:send: no scripted type named {type_name}"

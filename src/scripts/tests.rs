@@ -584,6 +584,28 @@ fn a_push_goes_only_on_a_declared_push_route() {
     }
 }
 
+/// Ids past 2^53 reach a script exactly, as decimal text: as numbers,
+/// players 2^53 and 2^53 + 1 were one `ctx.player`, and a push to the
+/// second's `ctx.player` went to the first.
+#[test]
+fn ids_past_what_a_number_holds_reach_a_script_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = counter_with_push().replace(
+        RAW_HANDLER_BODY,
+        "ctx:push(ctx.player, 2010, \"x\")\n      \
+         return type(ctx.player) .. \" \" .. tostring(ctx.player)",
+    );
+    let library = library_of(dir.path(), &[("counter.luau", &script)], 10_000).unwrap();
+    let far = (1u64 << 53) + 1;
+    let mut probe = Probe::new(&library, 200);
+    probe.player = Some(far);
+    let ran = probe.call(2003, "").unwrap();
+    assert_eq!(ran.answer, format!("string {far}").into_bytes());
+    assert_eq!(ran.effects.pushes, vec![(far, 2010, b"x".to_vec())]);
+    probe.player = Some(7);
+    assert_eq!(probe.answer(2003, ""), "number 7");
+}
+
 /// The memory bound is on what the scripts hold, not on garbage Luau has
 /// not collected yet: Luau collects nothing when an allocation fails, so
 /// a core holding more than half its bound would refuse calls whose

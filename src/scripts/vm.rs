@@ -398,12 +398,12 @@ impl Vm {
             ffi::lua_setreadonly(state, -1, 0);
             self.push(self.player_name);
             match player {
-                Some(player) => ffi::lua_pushnumber(state, player as f64),
+                Some(player) => push_id(state, player),
                 None => ffi::lua_pushnil(state),
             }
             ffi::lua_rawset(state, -3);
             self.push(self.key_name);
-            ffi::lua_pushnumber(state, key as f64);
+            push_id(state, key);
             ffi::lua_rawset(state, -3);
             ffi::lua_setreadonly(state, -1, 1);
             self.ctx_holds.set(Some((player, key)));
@@ -607,6 +607,23 @@ fn hold(lua: &Lua, state: *mut lua_State, value: impl IntoLua) -> mlua::Result<R
         ffi::lua_unref(state, held);
         ffi::lua_rawseti(state, KIT, at.into());
         Ok(Ref(at))
+    }
+}
+
+/// Pushes id `id` as a number when a double holds it exactly, else as its
+/// decimal text: rounded, two players past 2^53 were one `ctx.player`.
+///
+/// # Safety
+/// Room for one value on `state`'s stack; no memory bound holds.
+unsafe fn push_id(state: *mut lua_State, id: u64) {
+    // SAFETY: this function's own contract (its `# Safety`).
+    unsafe {
+        if id <= super::ctx::EXACT_NUMBER_MAX {
+            ffi::lua_pushnumber(state, id as f64);
+        } else {
+            let text = id.to_string();
+            ffi::lua_pushlstring(state, text.as_ptr().cast(), text.len());
+        }
     }
 }
 
