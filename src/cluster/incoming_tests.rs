@@ -1,8 +1,28 @@
-//! The accepting side: who may link in.
+//! The accepting side: who may link in; and on loopback, against a core's
+//! own links, that a link stays open while its dialler pings.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::mpsc;
 
 use super::*;
+use crate::answer_gate::AnswerGate;
+use crate::cluster::outgoing::SUSPECT_AFTER_PINGS;
+use crate::cluster::view::Standing;
 use crate::gateway_addresses::GatewayAddresses;
+use crate::router::driver::{Destination, NodeLinks};
 use crate::store::MemberState;
+use wire::frame::Message;
+
+/// The links' ping interval: short, so that three of them pass within a
+/// test's time.
+const PING: Duration = Duration::from_millis(100);
+/// The acceptor, at its incarnation.
+const ME: NodeId = NodeId(1);
+const ME_INCARNATION: u64 = 1;
+/// The dialling node, at its incarnation.
+const DIALLER: NodeId = NodeId(2);
+const DIALLER_INCARNATION: u64 = 5;
 
 fn peer(node: u64, incarnation: u64, state: MemberState) -> Peer {
     Peer {
@@ -34,4 +54,150 @@ fn only_members_link_in_and_only_at_a_live_incarnation() {
         Err(Refusal::StaleIncarnation)
     );
     assert_eq!(admission(&peers, NodeId(9), 1), Err(Refusal::NotMember));
+}
+
+fn settings(me: NodeId, ping_interval: Duration) -> LinkSettings {
+    LinkSettings {
+        cluster: "test".to_string(),
+        secret: b"the tests' cluster secret".to_vec(),
+        me,
+        core: 0,
+        queue_max: 64,
+        ping_interval,
+        handshake_timeout: ping_interval * SUSPECT_AFTER_PINGS,
+    }
+}
+
+/// A view of `me` at `incarnation` whose one other member is `peer`.
+fn view(me: NodeId, incarnation: u64, peer: Peer) -> Arc<ClusterView> {
+    let standing = Standing {
+        incarnation,
+        lease_until_ms: u64::MAX,
+        fenced: false,
+        state: MemberState::Up,
+    };
+    let view = Arc::new(ClusterView::new(me, 1, standing));
+    view.update(|_, peers| {
+        peers.insert(peer.node, peer);
+    });
+    view
+}
+
+/// Runs `body` on a core of its own and gives back what it returned: the
+/// test's thread asserts on it (a panic on a core stops the process).
+fn on_a_core<T, F, Fut>(body: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + Clone + 'static,
+    Fut: Future<Output = T> + 'static,
+{
+    let (report, reported) = mpsc::channel();
+    let shutdown = shards::ShutdownHandle::new();
+    let mut config = shards::RuntimeConfig::new(shards::CorePlacement::Unpinned(1));
+    config.shutdown_deadline = Duration::from_secs(2);
+    let runtime = shards::Runtime::start::<(), _, _>(&config, shutdown.clone(), move |core| {
+        let (report, body) = (report.clone(), body.clone());
+        async move {
+            core.ready();
+            let _ = report.send(body().await);
+            core.shutdown().wait().await;
+        }
+    })
+    .expect("runtime starts");
+    let result = reported.recv_timeout(Duration::from_secs(30));
+    shutdown.trigger();
+    runtime.join().expect("the core ends");
+    result.expect("the core reported")
+}
+
+/// Node 1's core 0 accepting links on loopback; its view holds node 2 up.
+struct Acceptor {
+    address: SocketAddr,
+    metrics: Arc<CoreMetrics>,
+    /// How many messages it handed on.
+    handed_on: Rc<Cell<usize>>,
+}
+
+impl Acceptor {
+    fn start(ping_interval: Duration) -> Acceptor {
+        let view = view(
+            ME,
+            ME_INCARNATION,
+            peer(DIALLER.0, DIALLER_INCARNATION, MemberState::Up),
+        );
+        let settings = settings(ME, ping_interval);
+        let metrics = Arc::new(CoreMetrics::default());
+        let links = CoreLinks::new(
+            settings.clone(),
+            view.clone(),
+            metrics.clone(),
+            Rc::default(),
+        );
+        let handed_on = Rc::new(Cell::new(0));
+        let counted = handed_on.clone();
+        let dispatch: Dispatch = Rc::new(move |_, _, _| counted.set(counted.get() + 1));
+        let incoming = Incoming::new(settings, view, dispatch, links, metrics.clone());
+        let listener = TcpListener::bind(([127, 0, 0, 1], 0).into()).expect("a loopback port");
+        let address = listener.local_addr();
+        shards::spawn(incoming.clone().serve(listener)).detach();
+        Acceptor {
+            address,
+            metrics,
+            handed_on,
+        }
+    }
+}
+
+/// A successful answer for node 1.
+fn answer() -> Message {
+    Message::RouterReply {
+        origin_node: 1,
+        request_seq: 7,
+        error_code: 0,
+        body: Vec::new(),
+    }
+}
+
+/// A dialling core's writer that holds an answer while the answer gate is
+/// shut (its node's lease ran out) keeps pinging: a ping acknowledges
+/// nothing, and a link silent for three intervals looks dead to the
+/// acceptor. The answer leaves once the gate opens.
+#[test]
+fn a_writer_waiting_at_the_answer_gate_keeps_pinging_and_its_link_open() {
+    let (while_shut, after) = on_a_core(|| async {
+        let acceptor = Acceptor::start(PING);
+        let mut node_1 = peer(ME.0, ME_INCARNATION, MemberState::Up);
+        node_1.cores = vec![acceptor.address];
+        let view = view(DIALLER, DIALLER_INCARNATION, node_1);
+        let gate = Rc::new(AnswerGate::default());
+        gate.publish(Some(0));
+        let metrics = Arc::new(CoreMetrics::default());
+        let links = CoreLinks::new(settings(DIALLER, PING), view, metrics, gate.clone());
+        let queued = links.send(ME, Destination::Core(0), &answer());
+        shards::sleep(PING * 3 * SUSPECT_AFTER_PINGS).await;
+        let records = &acceptor.metrics.cluster.records_received;
+        let while_shut = (acceptor.handed_on.get(), records.get());
+        gate.publish(Some(u64::MAX));
+        for _ in 0..20 {
+            if acceptor.handed_on.get() > 0 {
+                break;
+            }
+            shards::sleep(PING / 2).await;
+        }
+        let after = (queued, acceptor.handed_on.get());
+        (while_shut, after)
+    });
+    let (handed_on, records) = while_shut;
+    assert_eq!(handed_on, 0, "an answer passed the shut gate");
+    // A ping every interval, each in a record of its own.
+    assert!(
+        records >= u64::from(SUSPECT_AFTER_PINGS) * 2,
+        "{records} records arrived while the gate was shut for {} ping intervals",
+        3 * SUSPECT_AFTER_PINGS
+    );
+    assert_eq!(
+        after,
+        (Ok(()), 1),
+        "the answer did not arrive once the gate opened"
+    );
 }

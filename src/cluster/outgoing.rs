@@ -10,16 +10,18 @@
 //! at once, and the frames a failed link still held go back to the router
 //! as send failures.
 //!
-//! The writer pings every heartbeat interval; a peer that answers no ping
-//! for `SUSPECT_AFTER_PINGS` intervals, or takes that long to take bytes,
-//! is closed as dead: direct link heartbeats find a frozen or cut-off peer
-//! long before membership declares it down, so its frames fail fast
-//! instead of queueing. Declaring a node down stays membership's decision.
+//! The writer pings every heartbeat interval, also while a batch waits at
+//! the answer gate; a peer that answers no ping for `SUSPECT_AFTER_PINGS`
+//! intervals, or takes that long to take bytes, is closed as dead: direct
+//! link heartbeats find a frozen or cut-off peer long before membership
+//! declares it down, so its frames fail fast instead of queueing.
+//! Declaring a node down stays membership's decision.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
@@ -384,7 +386,6 @@ impl CoreLinks {
         decoder: codec::LinkDecoder,
     ) -> Ended {
         let settings = &self.0.settings;
-        let stats = &self.0.metrics.cluster;
         let base = Instant::now();
         let last_pong = Rc::new(Cell::new(base));
         let reader_done = Rc::new(Cell::new(false));
@@ -411,8 +412,16 @@ impl CoreLinks {
             }
             slot.link.borrow_mut().take_all(&mut batch);
             let sent = batch.messages() as u64;
-            if slot.answers.replace(false) && sent > 0 && !self.pass_answer_gate().await {
-                return Ended::Io;
+            if slot.answers.replace(false) && sent > 0 {
+                let pinging = Pinging {
+                    stream: &stream,
+                    sealer: &mut sealer,
+                    base,
+                    next_ping: &mut next_ping,
+                };
+                if !self.pass_answer_gate(pinging).await {
+                    return Ended::Io;
+                }
             }
             let now = Instant::now();
             if now >= next_ping {
@@ -420,21 +429,9 @@ impl CoreLinks {
                 next_ping = now + settings.ping_interval;
             }
             if !batch.is_empty() {
-                let records_before = sealer.records_sealed();
-                sealer.seal(&mut batch);
-                let records = sealer.records_sealed() - records_before;
-                let sealed = batch.take_sealed();
-                let bytes = sealed.len() as u64;
-                let written = before(now + settings.suspect_after(), stream.send_all(sealed)).await;
-                match written {
-                    None => return Ended::Silent,
-                    Some((Err(_), _)) => return Ended::Io,
-                    Some((Ok(()), back)) => batch.reuse(back),
+                if let Err(ended) = self.send(&stream, &mut sealer, &mut batch, sent).await {
+                    return ended;
                 }
-                stats.frames_sent.add(sent);
-                count_send(stats, sent);
-                stats.records_sent.add(records);
-                stats.record_bytes_sent.add(bytes);
                 continue;
             }
             if now.duration_since(last_pong.get()) > settings.suspect_after() {
@@ -446,6 +443,44 @@ impl CoreLinks {
             .await;
         }
     }
+
+    /// Seals `batch`, which holds `sent` message frames, and sends it,
+    /// counted; it comes back empty, its buffer kept for the next. A peer
+    /// that takes no bytes for `SUSPECT_AFTER_PINGS` intervals is silent.
+    async fn send(
+        &self,
+        stream: &TcpStream,
+        sealer: &mut codec::Sealer,
+        batch: &mut codec::Batch,
+        sent: u64,
+    ) -> Result<(), Ended> {
+        let stats = &self.0.metrics.cluster;
+        let records_before = sealer.records_sealed();
+        sealer.seal(batch);
+        let records = sealer.records_sealed() - records_before;
+        let sealed = batch.take_sealed();
+        let bytes = sealed.len() as u64;
+        let deadline = Instant::now() + self.0.settings.suspect_after();
+        match before(deadline, stream.send_all(sealed)).await {
+            None => return Err(Ended::Silent),
+            Some((Err(_), _)) => return Err(Ended::Io),
+            Some((Ok(()), back)) => batch.reuse(back),
+        }
+        stats.frames_sent.add(sent);
+        count_send(stats, sent);
+        stats.records_sent.add(records);
+        stats.record_bytes_sent.add(bytes);
+        Ok(())
+    }
+}
+
+/// What a writer needs to ping while it waits: its connection and sealer,
+/// the time its ping nonces count from, and when the next ping is due.
+struct Pinging<'a> {
+    stream: &'a TcpStream,
+    sealer: &'a mut codec::Sealer,
+    base: Instant,
+    next_ping: &'a mut Instant,
 }
 
 impl CoreLinks {
@@ -453,11 +488,26 @@ impl CoreLinks {
     /// the lease holds (`answer_gate`). After a pause it waits for a
     /// heartbeat to renew the lease; `false` when the node fenced meanwhile,
     /// and the batch is dropped with the connection (a rejoin closes every
-    /// link too).
-    async fn pass_answer_gate(&self) -> bool {
+    /// link too), or when a ping sent while waiting failed. The peer is
+    /// pinged meanwhile, when pings fall due: a ping acknowledges nothing,
+    /// and the wait may outlast the silence after which the accepting side
+    /// closes a link (`SUSPECT_AFTER_PINGS` intervals), answers and all.
+    async fn pass_answer_gate(&self, pinging: Pinging<'_>) -> bool {
         let gate = &self.0.answer_gate;
         let fences = gate.fences();
-        let passage = poll_fn(|cx| gate.poll_pass(cx, fences, clock::now_ms())).await;
+        let mut passage = pin!(poll_fn(|cx| gate.poll_pass(cx, fences, clock::now_ms())));
+        let passage = loop {
+            if let Some(passage) = before(*pinging.next_ping, &mut passage).await {
+                break passage;
+            }
+            let mut ping = codec::Batch::new();
+            ping.ping(pinging.base.elapsed().as_micros() as u64);
+            *pinging.next_ping = Instant::now() + self.0.settings.ping_interval;
+            let sent = self.send(pinging.stream, pinging.sealer, &mut ping, 0);
+            if sent.await.is_err() {
+                return false;
+            }
+        };
         if passage == Passage::Fenced {
             self.0.metrics.cluster.links_closed_at_fence.inc();
             return false;
