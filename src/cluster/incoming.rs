@@ -9,6 +9,13 @@
 //! validated (length, checksum, archive) before it is handed on; a frame
 //! that fails closes the link and is counted. The dialling side sends the
 //! messages; this side only answers its pings.
+//!
+//! A dialler gives a link up (silent, retired, restarted) with a reset
+//! that a cut network may lose, and dials again; so this side closes a
+//! link on which nothing arrived for `SUSPECT_AFTER_PINGS` of the
+//! dialler's ping intervals, as the dialler closes one whose pongs stop.
+//! Each flap of a network would otherwise leave a descriptor and a task
+//! here for good, until accepts fail.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -22,7 +29,7 @@ use wire::frame::ArchivedMessage;
 use super::codec::{self, LinkFrame};
 use super::conn::{before, Conn, End, LocalEnd};
 use super::handshake::Refusal;
-use super::outgoing::{count_refusal, CoreLinks, LinkSettings};
+use super::outgoing::{count_refusal, CoreLinks, LinkSettings, SUSPECT_AFTER_PINGS};
 use super::view::{ClusterView, Peer};
 use crate::ids::NodeId;
 use crate::metrics::CoreMetrics;
@@ -218,8 +225,26 @@ impl Incoming {
             core = dialler.core,
             "link in"
         );
-        self.read(dialler.node, &stream, sealer, decoder).await;
+        let silence_max = self.silence_max(dialler.node);
+        self.read(dialler.node, &stream, sealer, decoder, silence_max)
+            .await;
         stream.shutdown();
+    }
+
+    /// How long a link in from `node` may stay silent before it is
+    /// closed: `SUSPECT_AFTER_PINGS` of its pings, as the dialler allows
+    /// this side for its pongs. The dialler pings every heartbeat interval
+    /// of its own, which its membership row names; a member may run other
+    /// timers than this node (`agent::warn_of_other_timers`), so the longer
+    /// of the two counts, and a link is never closed while its dialler
+    /// still pings on time.
+    fn silence_max(&self, node: NodeId) -> Duration {
+        let peers = self.0.view.snapshot().peers;
+        let theirs = peers.get(&node).and_then(|peer| peer.timers);
+        let theirs = theirs.map_or(Duration::ZERO, |timers| {
+            Duration::from_millis(timers.heartbeat_interval_ms)
+        });
+        self.0.settings.ping_interval.max(theirs) * SUSPECT_AFTER_PINGS
     }
 
     fn log_refusal(&self, conn: &Conn, reason: Refusal) {
@@ -243,12 +268,16 @@ impl Incoming {
         admission(&self.0.view.snapshot().peers, node, incarnation)
     }
 
+    /// Serves the link until it fails, is closed, or stays silent for
+    /// `silence_max` (on this node's clock, from the last bytes that
+    /// arrived: every ping is some).
     async fn read(
         &self,
         from: NodeId,
         stream: &TcpStream,
         mut sealer: codec::Sealer,
         mut decoder: codec::LinkDecoder,
+        silence_max: Duration,
     ) {
         let stats = &self.0.metrics.cluster;
         let mut pongs = codec::Batch::new();
@@ -257,34 +286,8 @@ impl Incoming {
         loop {
             // Every frame of what arrived, then one send of the pongs it
             // asked for (in one record).
-            loop {
-                match decoder.next_frame() {
-                    Ok(None) => break,
-                    Ok(Some(LinkFrame::Message(message))) => {
-                        stats.frames_received.inc();
-                        (self.0.dispatch)(from, message, arrived_at);
-                    }
-                    Ok(Some(LinkFrame::Ping(nonce))) => pongs.pong(nonce),
-                    Ok(Some(LinkFrame::Pong(_))) => {
-                        stats.frames_invalid.inc();
-                        tracing::warn!(node = from.0, "a pong sent to the accepting side; closed");
-                        return;
-                    }
-                    Err(error) if error.is_unauthenticated() => {
-                        stats.link_auth_failures.inc();
-                        tracing::warn!(
-                            node = from.0,
-                            %error,
-                            "a link record failed its authentication; closed"
-                        );
-                        return;
-                    }
-                    Err(error) => {
-                        stats.frames_invalid.inc();
-                        tracing::warn!(node = from.0, %error, "invalid frame on a link; closed");
-                        return;
-                    }
-                }
+            if !self.hand_on(from, &mut decoder, &mut pongs, arrived_at) {
+                return;
             }
             stats.records_received.add(decoder.records() - records);
             records = decoder.records();
@@ -296,11 +299,58 @@ impl Incoming {
                     _ => return,
                 }
             }
-            match stream.recv().await {
-                Ok(Some(bytes)) => decoder.extend(&bytes),
-                Ok(None) | Err(_) => return,
+            match before(arrived_at + silence_max, stream.recv()).await {
+                Some(Ok(Some(bytes))) => decoder.extend(&bytes),
+                Some(Ok(None) | Err(_)) => return,
+                None => {
+                    stats.links_closed_silent.inc();
+                    tracing::warn!(node = from.0, "link dialler silent; closed");
+                    return;
+                }
             }
             arrived_at = Instant::now();
+        }
+    }
+
+    /// Hands on every message `decoder` holds whole, and queues a pong in
+    /// `pongs` for every ping; `false` when a frame fails (counted and
+    /// logged) and the link is to close.
+    fn hand_on(
+        &self,
+        from: NodeId,
+        decoder: &mut codec::LinkDecoder,
+        pongs: &mut codec::Batch,
+        arrived_at: Instant,
+    ) -> bool {
+        let stats = &self.0.metrics.cluster;
+        loop {
+            match decoder.next_frame() {
+                Ok(None) => return true,
+                Ok(Some(LinkFrame::Message(message))) => {
+                    stats.frames_received.inc();
+                    (self.0.dispatch)(from, message, arrived_at);
+                }
+                Ok(Some(LinkFrame::Ping(nonce))) => pongs.pong(nonce),
+                Ok(Some(LinkFrame::Pong(_))) => {
+                    stats.frames_invalid.inc();
+                    tracing::warn!(node = from.0, "a pong sent to the accepting side; closed");
+                    return false;
+                }
+                Err(error) if error.is_unauthenticated() => {
+                    stats.link_auth_failures.inc();
+                    tracing::warn!(
+                        node = from.0,
+                        %error,
+                        "a link record failed its authentication; closed"
+                    );
+                    return false;
+                }
+                Err(error) => {
+                    stats.frames_invalid.inc();
+                    tracing::warn!(node = from.0, %error, "invalid frame on a link; closed");
+                    return false;
+                }
+            }
         }
     }
 }

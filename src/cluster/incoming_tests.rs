@@ -1,5 +1,6 @@
-//! The accepting side: who may link in; and on loopback, against a core's
-//! own links, that a link stays open while its dialler pings.
+//! The accepting side: who may link in; and on loopback, against diallers
+//! played by hand (they send only what a test says) or by a core's own
+//! links, that a link stays open while its dialler pings and no longer.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -7,7 +8,6 @@ use std::sync::mpsc;
 
 use super::*;
 use crate::answer_gate::AnswerGate;
-use crate::cluster::outgoing::SUSPECT_AFTER_PINGS;
 use crate::cluster::view::Standing;
 use crate::gateway_addresses::GatewayAddresses;
 use crate::router::driver::{Destination, NodeLinks};
@@ -146,6 +146,100 @@ impl Acceptor {
             handed_on,
         }
     }
+
+    fn closed_silent(&self) -> u64 {
+        self.metrics.cluster.links_closed_silent.get()
+    }
+}
+
+/// A link node 2's core `core` dialled to the acceptor by hand: after
+/// the handshake it sends only what the test says.
+struct HandDialled {
+    stream: Rc<TcpStream>,
+    sealer: codec::Sealer,
+}
+
+impl HandDialled {
+    async fn dial(to: SocketAddr, core: usize) -> HandDialled {
+        let stream = TcpStream::connect(to).await.expect("connects");
+        let mut conn = Conn::new(stream, Instant::now() + Duration::from_secs(5));
+        let settings = settings(DIALLER, PING);
+        let local = LocalEnd {
+            cluster: &settings.cluster,
+            secret: &settings.secret,
+            node: DIALLER,
+            incarnation: DIALLER_INCARNATION,
+            core,
+        };
+        let accepted = conn.dial(&local, (ME, 0), ME_INCARNATION).await;
+        let accepted = accepted.expect("the handshake passes");
+        let (stream, sealer, _) = conn.into_link(&accepted.keys, End::Dialler);
+        HandDialled { stream, sealer }
+    }
+
+    /// How long until the acceptor ended the link, if it did within
+    /// `patience`; what it sends meanwhile (pongs) is read and dropped.
+    async fn ended_within(&self, patience: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        loop {
+            match before(started + patience, self.stream.recv()).await {
+                None => return None,
+                Some(Ok(Some(_))) => continue,
+                Some(Ok(None) | Err(_)) => return Some(started.elapsed()),
+            }
+        }
+    }
+
+    /// Pings `count` times a ping interval apart, as a dialler with
+    /// nothing else to send does; whether the link stayed open throughout.
+    async fn ping(&mut self, count: u64) -> bool {
+        for nonce in 0..count {
+            let mut ping = codec::Batch::new();
+            ping.ping(nonce);
+            self.sealer.seal(&mut ping);
+            if self.stream.send_all(ping.take_sealed()).await.0.is_err() {
+                return false;
+            }
+            if self.ended_within(PING).await.is_some() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// A dialler that finished its handshake and then sent nothing (it gave
+/// the link up across a cut that lost its reset, or it hangs) has its link
+/// closed after three ping intervals, counted; before, it held the
+/// connection, its descriptor and its task for good.
+#[test]
+fn a_link_in_that_stays_silent_is_closed_after_three_ping_intervals() {
+    let (ended, closed_silent) = on_a_core(|| async {
+        let acceptor = Acceptor::start(PING);
+        let link = HandDialled::dial(acceptor.address, 0).await;
+        let ended = link.ended_within(PING * 20).await;
+        (ended, acceptor.closed_silent())
+    });
+    let ended = ended.expect("the silent link was not closed within 20 ping intervals");
+    assert!(
+        ended >= PING * 5 / 2 && ended <= PING * 6,
+        "closed {ended:?} after the handshake, for a ping interval of {PING:?}"
+    );
+    assert_eq!(closed_silent, 1);
+}
+
+/// The silence is counted from the last bytes that arrived: a dialler
+/// that only pings, every interval, keeps its link however long.
+#[test]
+fn a_link_in_whose_dialler_pings_stays_open() {
+    let (stayed, closed_silent) = on_a_core(|| async {
+        let acceptor = Acceptor::start(PING);
+        let mut link = HandDialled::dial(acceptor.address, 0).await;
+        let stayed = link.ping(3 * u64::from(SUSPECT_AFTER_PINGS)).await;
+        (stayed, acceptor.closed_silent())
+    });
+    assert!(stayed, "a link whose dialler pings was closed");
+    assert_eq!(closed_silent, 0);
 }
 
 /// A successful answer for node 1.
@@ -164,7 +258,7 @@ fn answer() -> Message {
 /// acceptor. The answer leaves once the gate opens.
 #[test]
 fn a_writer_waiting_at_the_answer_gate_keeps_pinging_and_its_link_open() {
-    let (while_shut, after) = on_a_core(|| async {
+    let (while_shut, after, closed_silent) = on_a_core(|| async {
         let acceptor = Acceptor::start(PING);
         let mut node_1 = peer(ME.0, ME_INCARNATION, MemberState::Up);
         node_1.cores = vec![acceptor.address];
@@ -185,7 +279,7 @@ fn a_writer_waiting_at_the_answer_gate_keeps_pinging_and_its_link_open() {
             shards::sleep(PING / 2).await;
         }
         let after = (queued, acceptor.handed_on.get());
-        (while_shut, after)
+        (while_shut, after, acceptor.closed_silent())
     });
     let (handed_on, records) = while_shut;
     assert_eq!(handed_on, 0, "an answer passed the shut gate");
@@ -200,4 +294,5 @@ fn a_writer_waiting_at_the_answer_gate_keeps_pinging_and_its_link_open() {
         (Ok(()), 1),
         "the answer did not arrive once the gate opened"
     );
+    assert_eq!(closed_silent, 0);
 }

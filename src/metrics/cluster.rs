@@ -59,6 +59,10 @@ super::metric_set! {
         /// Links closed when the node fenced, because successful answers made before the fence
         /// waited in them to be written: those answers never leave.
         "routerd_cluster_links_closed_at_fence_total" Counter { links_closed_at_fence }
+        /// Links in (dialled by another node's core) that this core closed because nothing, not
+        /// even a ping, arrived on them for three of the dialler's ping intervals: a dialler that
+        /// gave the link up across a cut, or a peer that went silent.
+        "routerd_cluster_links_closed_silent_total" Counter { links_closed_silent }
         /// Link connections closed before their handshake finished because 64 were handshaking
         /// on the core: the oldest is closed to admit the newest.
         "routerd_cluster_handshakes_evicted_total" Counter { handshakes_evicted }
