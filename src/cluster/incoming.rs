@@ -11,11 +11,14 @@
 //! messages; this side only answers its pings.
 //!
 //! A dialler gives a link up (silent, retired, restarted) with a reset
-//! that a cut network may lose, and dials again; so this side closes a
-//! link on which nothing arrived for `SUSPECT_AFTER_PINGS` of the
-//! dialler's ping intervals, as the dialler closes one whose pongs stop.
-//! Each flap of a network would otherwise leave a descriptor and a task
-//! here for good, until accepts fail.
+//! that a cut network may lose, and dials again; so this side lets no link
+//! outlive its dialler's interest. A link on which nothing arrived for
+//! `SUSPECT_AFTER_PINGS` of the dialler's ping intervals is closed, as the
+//! dialler closes one whose pongs stop; a new link from a dialling core
+//! closes the one it had before (a dialler keeps one link to each core);
+//! and the links that ended leave the list as the next is added. Each
+//! flap of a network would otherwise leave a descriptor and a task here
+//! for good, until accepts fail.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -27,7 +30,7 @@ use shards::net::{TcpListener, TcpStream};
 use wire::frame::ArchivedMessage;
 
 use super::codec::{self, LinkFrame};
-use super::conn::{before, Conn, End, LocalEnd};
+use super::conn::{before, Conn, Dialler, End, LocalEnd};
 use super::handshake::Refusal;
 use super::outgoing::{count_refusal, CoreLinks, LinkSettings, SUSPECT_AFTER_PINGS};
 use super::view::{ClusterView, Peer};
@@ -47,6 +50,17 @@ const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 /// A connection handshaking: its number, its stream, whether its Hello
 /// arrived.
 type Handshaking = (u64, Weak<TcpStream>, Rc<Cell<bool>>);
+
+/// A link in: the dialling node, its incarnation and core, the
+/// connection's number (in the order accepted), and the connection (gone
+/// once the link ended).
+struct LinkIn {
+    node: NodeId,
+    incarnation: u64,
+    core: usize,
+    number: u64,
+    stream: Weak<TcpStream>,
+}
 
 /// Where a validated message from another node goes: read where it lies
 /// in the link's buffer, so the callee copies what it keeps; with when the
@@ -71,8 +85,9 @@ struct Inner {
     accepted: Cell<u64>,
     /// When a refusal was last logged, and how many went unlogged since.
     refusals_logged: Cell<(Option<Instant>, u64)>,
-    /// Live links in: the dialler and its incarnation.
-    incoming: RefCell<Vec<(NodeId, u64, Weak<TcpStream>)>>,
+    /// Links in, oldest first; those that ended are dropped as the next
+    /// is added.
+    incoming: RefCell<Vec<LinkIn>>,
 }
 
 impl Incoming {
@@ -118,25 +133,22 @@ impl Incoming {
     /// Closes every link in from `node` at an incarnation below `live`
     /// (or at all, with `None`: the node ended).
     pub fn close_older(&self, node: NodeId, live: Option<u64>) {
-        self.0
-            .incoming
-            .borrow_mut()
-            .retain(|(from, incarnation, stream)| {
-                let Some(stream) = stream.upgrade() else {
-                    return false;
-                };
-                let stale = *from == node && live.is_none_or(|live| *incarnation < live);
-                if stale {
-                    stream.shutdown();
-                }
-                !stale
-            });
+        self.0.incoming.borrow_mut().retain(|link| {
+            let Some(stream) = link.stream.upgrade() else {
+                return false;
+            };
+            let stale = link.node == node && live.is_none_or(|live| link.incarnation < live);
+            if stale {
+                stream.shutdown();
+            }
+            !stale
+        });
     }
 
     /// Closes every link in (this node took a new incarnation).
     pub fn close_all(&self) {
-        for (_, _, stream) in self.0.incoming.borrow_mut().drain(..) {
-            if let Some(stream) = stream.upgrade() {
+        for link in self.0.incoming.borrow_mut().drain(..) {
+            if let Some(stream) = link.stream.upgrade() {
                 stream.shutdown();
             }
         }
@@ -214,11 +226,7 @@ impl Incoming {
         };
         let (stream, sealer, decoder) = conn.into_link(&dialler.keys, End::Acceptor);
         inner.links.peer_alive(dialler.node, dialler.incarnation);
-        inner.incoming.borrow_mut().push((
-            dialler.node,
-            dialler.incarnation,
-            Rc::downgrade(&stream),
-        ));
+        self.add_link(&dialler, number, &stream);
         tracing::debug!(
             node = dialler.node.0,
             incarnation = dialler.incarnation,
@@ -229,6 +237,38 @@ impl Incoming {
         self.read(dialler.node, &stream, sealer, decoder, silence_max)
             .await;
         stream.shutdown();
+    }
+
+    /// Lists the link in from `dialler` on connection `number`. A dialler
+    /// keeps one link to each core, so the link its core had here before
+    /// (accepted earlier, at its incarnation or an older one) is one it
+    /// gave up on, and is shut down: its reset may have been lost in the
+    /// cut that made it give up. Earlier by accept order, not by the end
+    /// of the handshake: one the dialler gave up on mid-handshake may
+    /// finish here after its successor. The links that ended leave the
+    /// list, so it holds no more than the links open.
+    fn add_link(&self, dialler: &Dialler, number: u64, stream: &Rc<TcpStream>) {
+        let mut incoming = self.0.incoming.borrow_mut();
+        incoming.retain(|link| {
+            let Some(earlier) = link.stream.upgrade() else {
+                return false;
+            };
+            let replaced = link.node == dialler.node
+                && link.core == dialler.core
+                && link.incarnation <= dialler.incarnation
+                && link.number < number;
+            if replaced {
+                earlier.shutdown();
+            }
+            !replaced
+        });
+        incoming.push(LinkIn {
+            node: dialler.node,
+            incarnation: dialler.incarnation,
+            core: dialler.core,
+            number,
+            stream: Rc::downgrade(stream),
+        });
     }
 
     /// How long a link in from `node` may stay silent before it is

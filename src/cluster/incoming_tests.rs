@@ -1,6 +1,6 @@
-//! The accepting side: who may link in; and on loopback, against diallers
-//! played by hand (they send only what a test says) or by a core's own
-//! links, that a link stays open while its dialler pings and no longer.
+//! The accepting side on loopback, against diallers played by hand (they
+//! send only what a test says) or by a core's own links: who may link in,
+//! and that no link in outlives its dialler's interest in it.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -112,6 +112,7 @@ where
 
 /// Node 1's core 0 accepting links on loopback; its view holds node 2 up.
 struct Acceptor {
+    incoming: Incoming,
     address: SocketAddr,
     metrics: Arc<CoreMetrics>,
     /// How many messages it handed on.
@@ -141,10 +142,16 @@ impl Acceptor {
         let address = listener.local_addr();
         shards::spawn(incoming.clone().serve(listener)).detach();
         Acceptor {
+            incoming,
             address,
             metrics,
             handed_on,
         }
+    }
+
+    /// The links in its list, open or ended.
+    fn links_listed(&self) -> usize {
+        self.incoming.0.incoming.borrow().len()
     }
 
     fn closed_silent(&self) -> u64 {
@@ -240,6 +247,49 @@ fn a_link_in_whose_dialler_pings_stays_open() {
     });
     assert!(stayed, "a link whose dialler pings was closed");
     assert_eq!(closed_silent, 0);
+}
+
+/// A dialler keeps one link to each core, so a new link from one of its
+/// cores closes the one that core had: at once, long before its silence
+/// would (a ping interval of 1 s here: 3 s). A link from its other core
+/// stays, and so does the new one.
+#[test]
+fn a_new_link_from_a_dialling_core_closes_the_one_it_had() {
+    let (first, other_core, second, listed) = on_a_core(|| async {
+        let acceptor = Acceptor::start(PING * 10);
+        let first = HandDialled::dial(acceptor.address, 0).await;
+        let other_core = HandDialled::dial(acceptor.address, 1).await;
+        let second = HandDialled::dial(acceptor.address, 0).await;
+        (
+            first.ended_within(PING * 5).await,
+            other_core.ended_within(PING).await,
+            second.ended_within(PING).await,
+            acceptor.links_listed(),
+        )
+    });
+    assert!(first.is_some(), "the link core 0 had stayed open");
+    assert_eq!(other_core, None, "core 1's link was closed");
+    assert_eq!(second, None, "core 0's new link was closed");
+    assert_eq!(listed, 2);
+}
+
+/// Links that ended leave the acceptor's list as the next is added:
+/// however many came and went, it holds no more than the links open.
+#[test]
+fn links_in_that_ended_leave_the_list_as_the_next_is_added() {
+    let listed = on_a_core(|| async {
+        let acceptor = Acceptor::start(PING * 10);
+        // From four cores, so none replaces another: each one ends
+        // (its dialler closes it) before the next is dialled.
+        for core in 0..4 {
+            let link = HandDialled::dial(acceptor.address, core).await;
+            link.stream.shutdown();
+            shards::sleep(PING / 2).await;
+        }
+        let _open = HandDialled::dial(acceptor.address, 4).await;
+        acceptor.links_listed()
+    });
+    assert_eq!(listed, 1);
 }
 
 /// A successful answer for node 1.
