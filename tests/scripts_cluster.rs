@@ -36,6 +36,7 @@ return {
       if req.forever then while true do end end
       if req.push then ctx:push(ctx.player, 2902, { n = state.n }) end
       if req.redirect then ctx:push(ctx.player, 102, "\0\0\0\0elsewhere:7400") end
+      if req.slow then local x = 0 for i = 1, req.slow do x += i end end
       return { n = state.n }
     end,
   },
@@ -302,6 +303,60 @@ return {
   },
 }
 "#;
+
+/// A core behind its clients drops what they gave up on: requests that
+/// waited in its queue past the gateway's request timeout (their client was
+/// answered TIMEOUT) are counted and never run. Before, every one of them
+/// ran after its client had been told TIMEOUT, and each timeout freed a
+/// session's slot for more: a queue that only grew.
+#[test]
+fn requests_that_waited_past_their_timeout_are_dropped_not_run() {
+    let (mut cluster, _dir) = cluster_with_scripts();
+    // One core: the requests run where their sessions' reply routes are
+    // (a core drops only its own sessions' requests).
+    cluster.cores = 1;
+    // A short timeout: the turns that run what is in time stay far below
+    // the test cluster's lease (400 ms), which a long turn would lapse.
+    let node = ServeProcess::spawn(cluster.command_with(1, "request_timeout_ms = 100\n", ""));
+    let (mut client, _) = login_eventually(node.gateway, 7, Duration::from_secs(10));
+    assert_eq!(n_of(call(&mut client, SPIN, 2, "{}")), 1);
+    // Each takes a millisecond or more: far more of them than 100 ms holds.
+    let sent = 500;
+    for seq in 0..sent {
+        client.send(SPIN, 10 + seq, br#"{"slow": 100000}"#);
+    }
+    let (mut answered, mut timed_out) = (0, 0);
+    for _ in 0..sent {
+        let reply = client.recv();
+        match reply.kind {
+            FrameKind::Response => answered += 1,
+            FrameKind::Error if reply.error_code() == ErrorCode::Timeout as u16 => timed_out += 1,
+            other => panic!("{other:?}: {}", reply.error_reason()),
+        }
+    }
+    assert!(timed_out > 0, "{answered} answered in time");
+    // UNAVAILABLE while the node serves nothing (a lapse) ran nothing.
+    let mut seq = 10 + sent;
+    let n = support::cluster::eventually(Duration::from_secs(5), "served again", || {
+        seq += 1;
+        call(&mut client, SPIN, seq, "{}").ok()
+    });
+    let ran = n["n"].as_i64().unwrap() - 2;
+    assert!(
+        ran < i64::from(sent),
+        "all {sent} ran, {timed_out} after their TIMEOUT"
+    );
+    assert!(ran >= answered, "{ran} ran, {answered} answered");
+    // Counted, once the core's counters are next mirrored.
+    let dropped = support::cluster::eventually(Duration::from_secs(5), "drops counted", || {
+        let dropped = metric(&node, "routerd_router_requests_expired_total");
+        (dropped > 0.0).then_some(dropped)
+    });
+    assert!(
+        dropped as i64 + ran <= i64::from(sent),
+        "{dropped} dropped, {ran} ran of {sent}"
+    );
+}
 
 /// A node's unlabelled metric, which must be exported.
 fn metric(node: &ServeProcess, name: &str) -> f64 {

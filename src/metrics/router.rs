@@ -114,6 +114,10 @@ super::metric_set! {
         /// such messages already waited in the core's queue (a request among them is answered
         /// OVERLOADED): the bound a message to another core meets in the mesh.
         "routerd_router_local_queue_full_total" Counter { local_queue_full }
+        /// Client requests of this core's sessions dropped before they ran, because they waited
+        /// past the gateway's request timeout (their clients were answered TIMEOUT): a core
+        /// behind its clients runs what they still wait for, not what they gave up on.
+        "routerd_router_requests_expired_total" Counter { expired_before_run }
         /// Client requests of this node's sessions answered by this node (its own objects, or
         /// refused here).
         "routerd_router_client_requests_local_total" Counter { client_answers_local }

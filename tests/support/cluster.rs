@@ -28,6 +28,8 @@ pub struct LocalCluster {
     pub cluster_extra: String,
     /// The players' persistence policy (`[services.player] persist`).
     pub persist: &'static str,
+    /// Cores of every node (`[cores] count`).
+    pub cores: usize,
 }
 
 /// The admin token of nodes whose admin endpoint listens off loopback
@@ -61,6 +63,7 @@ impl LocalCluster {
             store: None,
             cluster_extra: String::new(),
             persist: "on_write",
+            cores: 2,
         }
     }
 
@@ -106,7 +109,7 @@ impl LocalCluster {
     pub fn body_on(&self, id: u64, secret: &str, host: &str) -> String {
         format!(
             "[node]\nid = {id}\ndata_dir = {data:?}\n\
-             [cores]\ncount = 2\nrecv_buffers = 64\nshutdown_deadline_ms = 3000\n\
+             [cores]\ncount = {cores}\nrecv_buffers = 64\nshutdown_deadline_ms = 3000\n\
              {store}\
              [cluster]\nlisten = \"{host}:0\"\nsecret = {secret:?}\n\
              heartbeat_interval_ms = {HEARTBEAT_MS}\nfence_after_ms = {FENCE_AFTER_MS}\n\
@@ -124,6 +127,7 @@ impl LocalCluster {
             )),
             extra = self.extra,
             cluster_extra = self.cluster_extra,
+            cores = self.cores,
             persist = self.persist,
         )
     }

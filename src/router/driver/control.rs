@@ -1,13 +1,16 @@
 //! The inputs off the request path, by family: membership (a member's
-//! state, this node's lease, fence and rejoin, draining) and the
-//! operator's (transfer, drain, shutdown). Rare beside requests, they are
-//! applied here, so that `RouterDriver::apply` keeps the request arms
-//! together and inline.
+//! state, this node's lease, fence and rejoin, draining, a node or link
+//! lost) and the operator's (transfer, drain, shutdown, the listings).
+//! Rare beside requests, they are applied here, so that
+//! `RouterDriver::apply` keeps the request arms together and inline.
 
 use std::cell::RefMut;
+use std::time::Instant;
 
 use super::{Input, RouterDriver, TRANSFER_WAITERS_MAX};
-use crate::router::{RouterCore, TransferError};
+use crate::clock;
+use crate::ids::NodeId;
+use crate::router::{ErrorCode, RouterCore, TransferError};
 
 impl RouterDriver {
     /// A membership input, applied to `core` (borrowed for it).
@@ -73,5 +76,54 @@ impl RouterDriver {
             Input::DrainStep => core.drain_step(now),
             _ => unreachable!("apply hands only operator inputs to apply_operator"),
         }
+    }
+}
+
+impl RouterDriver {
+    /// Abandons the requests waiting on `node`, then applies `input` (its
+    /// end in membership).
+    pub(super) fn abandon_then(&self, now_ms: u64, node: NodeId, input: Input) {
+        self.abandon_requests_to(now_ms, node);
+        if let Input::Member {
+            node,
+            incarnation,
+            state,
+        } = input
+        {
+            self.0.core.borrow_mut().on_member(node, incarnation, state);
+        }
+    }
+
+    /// The requests this core sent `node` will get no answer from it (it
+    /// ended, or the link that carried them broke): answered TIMEOUT now
+    /// (see `forwarded`).
+    pub(super) fn abandon_requests_to(&self, now_ms: u64, node: NodeId) {
+        let abandoned = self.0.forwarded.borrow_mut().take_node(now_ms, node);
+        if !abandoned.is_empty() {
+            tracing::debug!(
+                node = node.0,
+                requests = abandoned.len(),
+                "answering the requests a lost node held"
+            );
+        }
+        for request in abandoned {
+            self.reply(request, Err(ErrorCode::Timeout.into()), Instant::now());
+        }
+    }
+
+    /// A page of this core's entries of `type_id` (see
+    /// `RouterCore::objects_page`), for the admin endpoint's listing.
+    pub fn objects_page(
+        &self,
+        type_id: u32,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Vec<crate::router::EntryView> {
+        self.0.core.borrow().objects_page(type_id, after, limit)
+    }
+
+    /// This core's hottest objects (see `RouterCore::hot_objects`).
+    pub fn hot_objects(&self) -> (Vec<crate::router::HotObject>, u64) {
+        self.0.core.borrow_mut().hot_objects(clock::now_ms())
     }
 }

@@ -38,6 +38,11 @@ impl RouterDriver {
             .router
             .local_queue_full
             .mirror(self.0.local_queue_full_total.get());
+        self.0
+            .metrics
+            .router
+            .expired_before_run
+            .mirror(self.0.expired_before_run_total.get());
         self.mirror_client_answers();
     }
 

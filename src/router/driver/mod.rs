@@ -226,6 +226,8 @@ struct Inner {
     local_queue_max: usize,
     /// Objects' messages refused at `local_queue_max`.
     local_queue_full_total: Cell<u64>,
+    /// Client requests dropped unrun, past their expiry (`expired_before_run`).
+    expired_before_run_total: Cell<u64>,
     /// Answers to this core's client requests made on this node and on
     /// another (`routerd_router_client_requests_{local,remote}_total`).
     client_answers: Cell<(u64, u64)>,
@@ -279,6 +281,7 @@ impl RouterDriver {
             unroutable_total: Cell::new(0),
             local_queue_max: parts.local_queue_max,
             local_queue_full_total: Cell::new(0),
+            expired_before_run_total: Cell::new(0),
             client_answers: Cell::new((0, 0)),
             transfer_waiters: RefCell::new(HashMap::new()),
         }));
@@ -454,6 +457,26 @@ impl RouterDriver {
         self.submit(RouterHead::local(key, self.0.node), request);
     }
 
+    /// Whether `request`, a client request of this core's sessions, is
+    /// past its expiry before it runs: its session was answered TIMEOUT
+    /// (the request stays uncertain to the client), so it is dropped and
+    /// counted instead of run. A core behind its clients would otherwise
+    /// run every request they gave up on, each session sending more as the
+    /// timeouts free its in-flight slots, a queue that only grows.
+    fn expired_before_run(&self, request: &Request, now_ms: u64) -> bool {
+        let seq = request.id.seq;
+        let ours = request.needs_reply
+            && request.id.origin_node == self.0.node
+            && wire::ids::core_of(seq) == self.0.core_id
+            && RouteKind::of(seq) == RouteKind::Client;
+        if !ours || self.0.replies.borrow().is_waiting(seq, now_ms) {
+            return false;
+        }
+        let expired = &self.0.expired_before_run_total;
+        expired.set(expired.get() + 1);
+        true
+    }
+
     /// Hands a request to the core that owns its key on this node.
     ///
     /// This and `enqueue` are inlined into every caller, and the remote
@@ -590,6 +613,11 @@ impl RouterDriver {
             Input::LinkLost { node } => return self.abandon_requests_to(now, *node),
             _ => {}
         }
+        if let Input::Request { request, .. } = &input {
+            if self.expired_before_run(request, now) {
+                return;
+            }
+        }
         let mut core = self.0.core.borrow_mut();
         match input {
             Input::Request { head, request } => core.on_request(now, head, request),
@@ -618,53 +646,6 @@ impl RouterDriver {
             | Input::Drain { .. }
             | Input::DrainStep) => self.apply_operator(core, now, input),
         }
-    }
-
-    /// Abandons the requests waiting on `node`, then applies `input` (its
-    /// end in membership).
-    fn abandon_then(&self, now_ms: u64, node: NodeId, input: Input) {
-        self.abandon_requests_to(now_ms, node);
-        if let Input::Member {
-            node,
-            incarnation,
-            state,
-        } = input
-        {
-            self.0.core.borrow_mut().on_member(node, incarnation, state);
-        }
-    }
-
-    /// The requests this core sent `node` will get no answer from it (it
-    /// ended, or the link that carried them broke): answered TIMEOUT now
-    /// (see `forwarded`).
-    fn abandon_requests_to(&self, now_ms: u64, node: NodeId) {
-        let abandoned = self.0.forwarded.borrow_mut().take_node(now_ms, node);
-        if !abandoned.is_empty() {
-            tracing::debug!(
-                node = node.0,
-                requests = abandoned.len(),
-                "answering the requests a lost node held"
-            );
-        }
-        for request in abandoned {
-            self.reply(request, Err(ErrorCode::Timeout.into()), Instant::now());
-        }
-    }
-
-    /// A page of this core's entries of `type_id` (see
-    /// `RouterCore::objects_page`), for the admin endpoint's listing.
-    pub fn objects_page(
-        &self,
-        type_id: u32,
-        after: Option<u64>,
-        limit: usize,
-    ) -> Vec<crate::router::EntryView> {
-        self.0.core.borrow().objects_page(type_id, after, limit)
-    }
-
-    /// This core's hottest objects (see `RouterCore::hot_objects`).
-    pub fn hot_objects(&self) -> (Vec<crate::router::HotObject>, u64) {
-        self.0.core.borrow_mut().hot_objects(clock::now_ms())
     }
 }
 

@@ -164,6 +164,16 @@ impl<T: Copy> ReplyRoutes<T> {
         }
     }
 
+    /// Whether request `seq` still waits for its answer at `now_ms`: made
+    /// here, not answered, not past its expiry (whether swept yet or not).
+    pub(super) fn is_waiting(&self, seq: u64, now_ms: u64) -> bool {
+        let index = (seq & SLOT_MASK) as usize;
+        self.slots.get(index).is_some_and(|slot| {
+            matches!(slot.waiting, Some((_, expires_ms, waiting_seq))
+                if waiting_seq == seq && now_ms < expires_ms)
+        })
+    }
+
     /// Drops the routes that expired by `now_ms`; cheap until the next
     /// sweep is due.
     pub(super) fn expire(&mut self, now_ms: u64) {
@@ -261,6 +271,16 @@ mod tests {
         let now = routes.insert(ROUTE, 1_000).unwrap();
         assert!(routes.take(late).is_none(), "the late answer finds nothing");
         assert!(routes.take(now).is_some());
+    }
+
+    #[test]
+    fn a_route_waits_until_it_is_answered_or_expires() {
+        let mut routes = ReplyRoutes::new(0, 1, 100);
+        let seq = routes.insert(ROUTE, 50).unwrap();
+        assert!(routes.is_waiting(seq, 49));
+        assert!(!routes.is_waiting(seq, 50), "expired, if not swept yet");
+        assert!(routes.take(seq).is_some());
+        assert!(!routes.is_waiting(seq, 0), "answered");
     }
 
     #[test]
