@@ -49,7 +49,15 @@ pub(super) enum Held {
 #[derive(Default)]
 pub(super) struct HeldTurn {
     items: Vec<Held>,
+    /// Bytes of the pushes' bodies held.
+    bytes: usize,
 }
+
+/// What a turn holds at most before it ends early (`is_full`): a turn of
+/// 1,024 `room.say` to a room of 4,096 members made 4 M pushes, gigabytes
+/// held until its end. The input that passes the bound is handled whole.
+const HELD_ITEMS_MAX: usize = 65_536;
+const HELD_BYTES_MAX: usize = 32 << 20;
 
 impl HeldTurn {
     /// Holds what `build` makes, built in its slot (`in_place.rs`: an
@@ -58,10 +66,19 @@ impl HeldTurn {
     #[inline(always)]
     pub(super) fn push_with(&mut self, build: impl FnOnce() -> Held) {
         crate::in_place::push_in_place(&mut self.items, build);
+        if let Some(Held::Push { body, .. }) = self.items.last() {
+            self.bytes += body.len();
+        }
     }
 
     pub(super) fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+
+    /// Whether the turn holds as much as it may: it ends before its next
+    /// input.
+    pub(super) fn is_full(&self) -> bool {
+        self.items.len() >= HELD_ITEMS_MAX || self.bytes >= HELD_BYTES_MAX
     }
 
     /// Hands `send` what the turn held, in order: all of it, or, when the
@@ -70,6 +87,7 @@ impl HeldTurn {
     /// turn allocates nothing once it has grown.
     pub(super) fn release(&mut self, lapsed: bool, mut send: impl FnMut(Held)) -> u64 {
         let mut withheld = 0;
+        self.bytes = 0;
         for item in self.items.drain(..) {
             match item {
                 Held::Reply { outcome, .. } if lapsed && outcome.is_ok() => withheld += 1,
@@ -191,6 +209,30 @@ mod tests {
             Held::Kick { .. } => sent.push('k'),
         });
         (sent, withheld)
+    }
+
+    /// A fan-out's pushes fill a turn by bytes or by count; releasing it
+    /// empties it for the next.
+    #[test]
+    fn a_turn_is_full_at_its_bound_of_pushes() {
+        let mut turn = HeldTurn::default();
+        let push = |bytes: usize| Held::Push {
+            client: client(),
+            route_id: 100,
+            body: vec![0; bytes],
+        };
+        for _ in 0..31 {
+            turn.push_with(|| push(1 << 20));
+        }
+        assert!(!turn.is_full());
+        turn.push_with(|| push(1 << 20));
+        assert!(turn.is_full(), "32 MiB of bodies");
+        turn.release(false, drop);
+        assert!(!turn.is_full());
+        for _ in 0..HELD_ITEMS_MAX {
+            turn.push_with(|| push(0));
+        }
+        assert!(turn.is_full(), "as many pushes as a turn holds");
     }
 
     #[test]

@@ -572,10 +572,15 @@ impl RouterDriver {
         let start_ms = self.checked_reading(self.ms_at(polled_at));
         let served_at_start = self.0.core.borrow().may_serve(start_ms);
         let mut turn = TurnClock::new(start_ms);
-        self.0.inputs.handle_turn(INPUTS_PER_TURN_MAX, |input| {
-            self.apply(input, turn.next(clock::now_ms));
-            self.perform_effects(polled_at);
-        });
+        let go_on = || !self.0.held.borrow().is_full();
+        self.0.inputs.handle_turn_while(
+            INPUTS_PER_TURN_MAX,
+            |input| {
+                self.apply(input, turn.next(clock::now_ms));
+                self.perform_effects(polled_at);
+            },
+            go_on,
+        );
         if turn.was_long() {
             // A pause hidden from the clock inside this turn ends the lease
             // now, so the answers the turn holds are withheld (`held`).

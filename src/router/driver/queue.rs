@@ -70,9 +70,21 @@ impl<T> Inputs<T> {
     /// Hands up to `max` inputs to `handle`, each queue in its order: a
     /// share of the objects' messages (`MESSAGES_SHARE`), then the other
     /// inputs.
-    pub(super) fn handle_turn(&self, max: usize, mut handle: impl FnMut(T)) {
-        let handled = self.messages.handle_turn(max / MESSAGES_SHARE, &mut handle);
-        self.others.handle_turn(max - handled, handle);
+    #[cfg(test)]
+    pub(super) fn handle_turn(&self, max: usize, handle: impl FnMut(T)) {
+        self.handle_turn_while(max, handle, || true);
+    }
+
+    /// [`Self::handle_turn`], ending the turn before an input once `go_on`
+    /// says no (the turn holds as much as it may).
+    pub(super) fn handle_turn_while(
+        &self,
+        max: usize,
+        mut handle: impl FnMut(T),
+        go_on: impl Fn() -> bool,
+    ) {
+        let handled = (self.messages).handle_while(max / MESSAGES_SHARE, &mut handle, &go_on);
+        self.others.handle_while(max - handled, handle, &go_on);
     }
 }
 
@@ -114,8 +126,23 @@ impl<T> InputQueue<T> {
     /// Hands up to `max` inputs to `handle` in the order they were queued,
     /// those `handle` queues meanwhile included; the rest stay queued, in
     /// order, ahead of anything queued later. Says how many it handed.
-    pub(super) fn handle_turn(&self, max: usize, mut handle: impl FnMut(T)) -> usize {
+    #[cfg(test)]
+    pub(super) fn handle_turn(&self, max: usize, handle: impl FnMut(T)) -> usize {
+        self.handle_while(max, handle, &|| true)
+    }
+
+    /// [`Self::handle_turn`], stopping before an input once `go_on` says
+    /// no.
+    fn handle_while(
+        &self,
+        max: usize,
+        mut handle: impl FnMut(T),
+        go_on: &dyn Fn() -> bool,
+    ) -> usize {
         for handled in 0..max {
+            if !go_on() {
+                return handled;
+            }
             // `handle` may queue more: no borrow is held while it runs.
             let Some(input) = self.next() else {
                 return handled;
@@ -146,6 +173,27 @@ mod tests {
     use std::cell::RefCell;
 
     use super::{InputQueue, Inputs};
+
+    #[test]
+    fn a_turn_ends_before_an_input_once_it_may_hold_no_more() {
+        let inputs = Inputs::new();
+        for input in 0..10 {
+            inputs.push_with(|| input);
+        }
+        let handled = RefCell::new(Vec::new());
+        inputs.handle_turn_while(
+            100,
+            |input| handled.borrow_mut().push(input),
+            || handled.borrow().len() < 4,
+        );
+        assert_eq!(*handled.borrow(), vec![0, 1, 2, 3]);
+        inputs.handle_turn(100, |input| handled.borrow_mut().push(input));
+        assert_eq!(
+            *handled.borrow(),
+            (0..10).collect::<Vec<_>>(),
+            "the rest next turn"
+        );
+    }
 
     #[test]
     fn a_turn_handles_in_order_what_its_inputs_queue_too() {
