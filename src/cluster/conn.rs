@@ -5,8 +5,9 @@
 
 use std::cell::Cell;
 use std::future::Future;
+use std::io;
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use shards::net::TcpStream;
 
@@ -21,6 +22,33 @@ pub async fn before<T>(deadline: Instant, future: impl Future<Output = T>) -> Op
         None
     })
     .await
+}
+
+/// Bytes one send of a large batch carries at most: a send completes
+/// only once all its bytes are in the socket, and each must complete
+/// within the silence a peer is allowed.
+const SEND_CHUNK_MAX: usize = 256 << 10;
+
+/// Sends all of `buf`, giving up (`None`) only when `silence` passes with
+/// no piece of it taken: a peer that reads a large batch slowly but
+/// steadily is not taken for a silent one (a deadline on the whole batch
+/// closed a healthy link whose batch took longer than `silence` to cross).
+/// The buffer comes back, for the next batch.
+pub async fn send_all_progressing(
+    stream: &TcpStream,
+    buf: Vec<u8>,
+    silence: Duration,
+) -> Option<(io::Result<()>, Vec<u8>)> {
+    if buf.len() <= SEND_CHUNK_MAX {
+        return before(Instant::now() + silence, stream.send_all(buf)).await;
+    }
+    for start in (0..buf.len()).step_by(SEND_CHUNK_MAX) {
+        let piece = buf[start..buf.len().min(start + SEND_CHUNK_MAX)].to_vec();
+        if let (Err(error), _) = before(Instant::now() + silence, stream.send_all(piece)).await? {
+            return Some((Err(error), buf));
+        }
+    }
+    Some((Ok(()), buf))
 }
 
 /// A connection during its handshake.

@@ -8,6 +8,7 @@ use std::sync::mpsc;
 
 use super::*;
 use crate::answer_gate::AnswerGate;
+use crate::cluster::conn::send_all_progressing;
 use crate::cluster::view::Standing;
 use crate::gateway_addresses::GatewayAddresses;
 use crate::router::driver::{Destination, NodeLinks};
@@ -345,4 +346,43 @@ fn a_writer_waiting_at_the_answer_gate_keeps_pinging_and_its_link_open() {
         "the answer did not arrive once the gate opened"
     );
     assert_eq!(closed_silent, 0);
+}
+
+/// A peer that reads a large batch slowly but steadily is not silent: the
+/// batch crosses in pieces, each within the silence allowed, though the
+/// whole takes several times that. Under one deadline for the whole batch
+/// the link was closed as silent, and its frames failed.
+#[test]
+fn a_slow_but_steady_reader_is_not_taken_for_a_silent_peer() {
+    use std::io::Read;
+    let listener =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    listener
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    listener.listen(1).unwrap();
+    let address = listener.local_addr().unwrap().as_socket().unwrap();
+    const TOTAL: usize = 24 << 20;
+    let reader = std::thread::spawn(move || {
+        let mut stream: std::net::TcpStream = listener.accept().unwrap().0.into();
+        let (mut read, mut buf) = (0, vec![0u8; 64 << 10]);
+        while read < TOTAL {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        read
+    });
+    let silence = Duration::from_millis(1000);
+    let (sent, took) = on_a_core(move || async move {
+        let stream = TcpStream::connect(address).await.unwrap();
+        let started = std::time::Instant::now();
+        let sent = send_all_progressing(&stream, vec![7u8; TOTAL], silence).await;
+        (sent.map(|(result, _)| result.is_ok()), started.elapsed())
+    });
+    assert_eq!(sent, Some(true), "sent in {took:?}");
+    assert!(took > silence, "the reader was not slow: {took:?}");
+    assert_eq!(reader.join().unwrap(), TOTAL);
 }

@@ -31,7 +31,7 @@ use shards::net::TcpStream;
 use wire::frame::{FrameBuf, Message};
 
 use super::codec::{self, LinkFrame};
-use super::conn::{before, Conn, End, LocalEnd};
+use super::conn::{before, send_all_progressing, Conn, End, LocalEnd};
 use super::handshake::Refusal;
 use super::link::{Link, LinkState, Refused};
 use super::view::{ClusterView, LinkStatus, Snapshot};
@@ -460,8 +460,8 @@ impl CoreLinks {
         let records = sealer.records_sealed() - records_before;
         let sealed = batch.take_sealed();
         let bytes = sealed.len() as u64;
-        let deadline = Instant::now() + self.0.settings.suspect_after();
-        match before(deadline, stream.send_all(sealed)).await {
+        let silence = self.0.settings.suspect_after();
+        match send_all_progressing(stream, sealed, silence).await {
             None => return Err(Ended::Silent),
             Some((Err(_), _)) => return Err(Ended::Io),
             Some((Ok(()), back)) => batch.reuse(back),
