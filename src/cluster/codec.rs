@@ -194,6 +194,11 @@ impl Batch {
         self.messages
     }
 
+    /// Bytes the batch holds (its frames, before sealing).
+    pub fn bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// Whether nothing is queued (no frame since the last seal).
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()

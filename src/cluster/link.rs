@@ -35,6 +35,14 @@ pub enum Refused {
     Encode(FrameEncodeError),
 }
 
+/// Bytes a link's queue holds at most beside its frame bound: 4,096
+/// frames of requests near the body bound were 256 MiB a link (and as much
+/// again in the batch being written), which its writer could not send
+/// within the silence a peer is allowed anyway. Past it a message is
+/// refused as on a full queue (its request answered OVERLOADED or sent
+/// elsewhere).
+pub const QUEUE_BYTES_MAX: usize = 16 << 20;
+
 pub struct Link {
     state: LinkState,
     queue: Batch,
@@ -86,7 +94,7 @@ impl Link {
                 true
             }
         };
-        if self.queue.messages() >= self.queue_max {
+        if self.queue.messages() >= self.queue_max || self.queue.bytes() >= QUEUE_BYTES_MAX {
             return Err(Refused::Link(LinkRefusal::Full));
         }
         self.queue.message(message).map_err(Refused::Encode)?;
@@ -164,6 +172,28 @@ mod tests {
         assert_eq!(backoff_ms(10, 0.0), 2_500);
         assert_eq!(backoff_ms(40, 0.999), 4_997);
         assert!((0..60).all(|n| backoff_ms(n, 1.0) <= BACKOFF_MAX_MS));
+    }
+
+    /// Large frames fill the queue by bytes long before its frame bound.
+    #[test]
+    fn the_queue_is_bounded_in_bytes() {
+        let big = Message::RouterReply {
+            origin_node: 1,
+            request_seq: 2,
+            error_code: 0,
+            body: vec![0; 64 << 10],
+        };
+        let mut link = Link::new(4096, 1);
+        let mut taken = 0;
+        while link.offer(|| 0, &big).is_ok() {
+            taken += 1;
+        }
+        assert!(matches!(
+            link.offer(|| 0, &big),
+            Err(Refused::Link(LinkRefusal::Full))
+        ));
+        let fit = QUEUE_BYTES_MAX / (64 << 10);
+        assert!((fit - 1..=fit + 1).contains(&taken), "{taken} frames");
     }
 
     #[test]
