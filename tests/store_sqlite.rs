@@ -532,3 +532,50 @@ fn a_store_file_deleted_or_replaced_under_the_node_takes_no_more_writes() {
     std::fs::rename(&aside, &path).expect("replace");
     assert!(block_on(store.write(insert(3, 1))).is_err());
 }
+
+/// The WAL file next to the store file at `path`.
+fn wal_of(path: &Path) -> std::path::PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    wal.into()
+}
+
+/// Object writes that put 12000 pages through the WAL, twelve times the
+/// length at which a checkpoint runs: the checkpointer copies the WAL
+/// into the database file each time it passes that length, SQLite starts
+/// it over from its beginning, and its file stays far shorter than all
+/// that was written. (No commit checkpoints, so without the checkpointer
+/// the WAL would hold every page written.)
+#[test]
+fn the_checkpointer_keeps_the_wal_short() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("open");
+    // 64 overflow pages of 4 KiB each, and a few more.
+    let state = vec![7u8; 256 * 1024];
+    let writes = 12_000 / 64;
+    for id in 0..writes {
+        let write = RecordWrite {
+            state: state.clone(),
+            ..insert(id, 1)
+        };
+        assert_eq!(
+            block_on(store.write(write)).expect("write"),
+            WriteOutcome::Applied(CasVersion(1))
+        );
+    }
+    let written = writes * state.len() as u64;
+    let wal = std::fs::metadata(wal_of(&path)).expect("the WAL").len();
+    // Generous: the longest the checkpointer lets the WAL grow before the
+    // object writes wait for it (4000 pages) and more, against 48 MB
+    // written.
+    assert!(
+        wal < 20 << 20,
+        "the WAL holds {wal} bytes after {written} bytes of states"
+    );
+    let database = std::fs::metadata(&path).expect("the file").len();
+    assert!(
+        database > 24 << 20,
+        "the database file holds {database} bytes of the {written} written"
+    );
+}

@@ -42,6 +42,7 @@ pub mod record;
 #[cfg(feature = "scylla")]
 mod scylla;
 mod sqlite;
+mod sqlite_checkpoint;
 mod sqlite_file;
 
 pub use crate::config::POSTGRES_POOL_SIZE_MAX;

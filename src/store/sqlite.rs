@@ -27,6 +27,11 @@
 //! already running is answered when it finishes, so a stalled disk can
 //! delay an answer past the timeout; the answer is then exact.
 //!
+//! Checkpoints: no commit copies the WAL into the database file
+//! (`wal_autocheckpoint = 0`), or a heartbeat would wait for the copy and
+//! its sync at the gate. A third thread does, on a connection of its own,
+//! outside the gate, once the WAL is long enough (`sqlite_checkpoint`).
+//!
 //! Integrity: opening a file runs `PRAGMA quick_check`, stopped after
 //! `INTEGRITY_CHECK_MS_MAX`; a file it finds damaged is refused.
 
@@ -45,6 +50,7 @@ use super::error::{BackendError, OpenError};
 use super::record::{
     CasVersion, NodeId, RecordWrite, RouteRecord, RouteVersion, WriteCondition, WriteOutcome,
 };
+use super::sqlite_checkpoint::{self, Checkpoints, LaneHook};
 use super::sqlite_file::OpenedFile;
 use crate::config::{SqliteSynchronous, StoreConfig};
 
@@ -86,19 +92,18 @@ pub fn open_sqlite_lanes(
     group_commit: GroupCommit,
     lane: MemberLane,
 ) -> Result<Store, OpenError> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|source| OpenError::CreateDir {
-            path: parent.to_path_buf(),
-            source,
-        })?;
-    }
-    if config.synchronous == SqliteSynchronous::Normal {
-        tracing::warn!(
-            path = %path.display(),
-            "store.synchronous = \"normal\": a crash of the machine or its power may lose the \
-             last acknowledged writes, on_write ones included (\"full\" keeps them)"
-        );
-    }
+    open_store(path, config, group_commit, lane).map(|(store, _)| store)
+}
+
+/// [`open_sqlite_lanes`], with the store's checkpoints (which tests hold
+/// back).
+fn open_store(
+    path: &Path,
+    config: &StoreConfig,
+    group_commit: GroupCommit,
+    lane: MemberLane,
+) -> Result<(Store, Arc<Checkpoints>), OpenError> {
+    prepare(path, config)?;
     let connection = open_connection(path, config)?;
     check_integrity(
         &connection,
@@ -120,25 +125,26 @@ pub fn open_sqlite_lanes(
     );
     let Lanes { objects, members } = lanes;
     let gate = Arc::new(WriteGate::default());
-    let objects_worker = Worker {
-        connection,
-        batch_max: match group_commit {
-            GroupCommit::On => config.batch_max,
-            GroupCommit::Off => 1,
-        },
-        gate: gate.clone(),
-        lane: Lane::Objects,
-        file: file.clone(),
+    let checkpoints = Arc::new(Checkpoints::default());
+    let batch_max = match group_commit {
+        GroupCommit::On => config.batch_max,
+        GroupCommit::Off => 1,
     };
+    let worker = |connection, lane, batch_max| {
+        Worker::new(connection, lane, batch_max, &gate, &file, &checkpoints).map_err(|source| {
+            OpenError::Sqlite {
+                path: path.to_path_buf(),
+                source,
+            }
+        })
+    };
+    let objects_worker = worker(connection, Lane::Objects, batch_max)?;
     // One membership operation a transaction: a heartbeat is never part of
     // another request's commit, and never waits for one.
-    let members_worker = Worker {
-        connection: members_connection,
-        batch_max: 1,
-        gate,
-        lane: Lane::Members,
-        file,
-    };
+    let members_worker = worker(members_connection, Lane::Members, 1)?;
+    // Its own connection: a checkpoint runs beside the lanes' commits.
+    sqlite_checkpoint::spawn(checkpoints.clone(), open_connection(path, config)?)
+        .map_err(OpenError::Thread)?;
     std::thread::Builder::new()
         .name("store-sqlite".to_string())
         .spawn(move || objects_worker.run(objects))
@@ -147,7 +153,26 @@ pub fn open_sqlite_lanes(
         .name("store-sqlite-members".to_string())
         .spawn(move || members_worker.run(members))
         .map_err(OpenError::Thread)?;
-    Ok(Store::from_backend(Arc::new(bridge), config))
+    Ok((Store::from_backend(Arc::new(bridge), config), checkpoints))
+}
+
+/// Creates the file's folder, and warns of a `synchronous` that may lose
+/// acknowledged writes.
+fn prepare(path: &Path, config: &StoreConfig) -> Result<(), OpenError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|source| OpenError::CreateDir {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    }
+    if config.synchronous == SqliteSynchronous::Normal {
+        tracing::warn!(
+            path = %path.display(),
+            "store.synchronous = \"normal\": a crash of the machine or its power may lose the \
+             last acknowledged writes, on_write ones included (\"full\" keeps them)"
+        );
+    }
+    Ok(())
 }
 
 /// Runs `PRAGMA quick_check` on `connection`, stopping it after `limit`.
@@ -236,6 +261,14 @@ fn open_connection(path: &Path, config: &StoreConfig) -> Result<Connection, Open
     connection
         .pragma_update(None, "synchronous", synchronous)
         .map_err(sqlite)?;
+    // No checkpoint inside a commit: it would copy the WAL into the file
+    // and sync it while the committing lane holds the write gate, with a
+    // heartbeat waiting behind it. The checkpointer runs them
+    // (`sqlite_checkpoint`). Before the lanes' WAL hooks, which this
+    // pragma would replace.
+    connection
+        .pragma_update(None, "wal_autocheckpoint", 0)
+        .map_err(sqlite)?;
     ensure_schema(&mut connection, path)?;
     Ok(connection)
 }
@@ -267,9 +300,33 @@ struct Worker {
     lane: Lane,
     /// Checked before each write transaction (`sqlite_file`).
     file: Arc<OpenedFile>,
+    /// Tells the checkpointer of each commit; dropped with the worker, it
+    /// tells it the lane has ended.
+    checkpoints: LaneHook,
 }
 
 impl Worker {
+    /// A worker for `lane` on `connection`, its commits hooked to
+    /// `checkpoints`.
+    fn new(
+        mut connection: Connection,
+        lane: Lane,
+        batch_max: usize,
+        gate: &Arc<WriteGate>,
+        file: &Arc<OpenedFile>,
+        checkpoints: &Arc<Checkpoints>,
+    ) -> Result<Worker, rusqlite::Error> {
+        let hook = checkpoints.hook(&mut connection)?;
+        Ok(Worker {
+            connection,
+            batch_max,
+            gate: gate.clone(),
+            lane,
+            file: file.clone(),
+            checkpoints: hook,
+        })
+    }
+
     /// Serves requests until every `Store` handle is gone.
     fn run(mut self, receiver: Receiver<Request>) {
         let mut batch: Vec<Request> = Vec::with_capacity(self.batch_max);
@@ -331,6 +388,10 @@ impl Worker {
     /// Runs write requests in one write transaction; every answer waits
     /// for COMMIT.
     fn write(&mut self, requests: &[Request]) -> Result<Vec<Answer>, Written> {
+        let checkpoints = &self.checkpoints;
+        // Outside the gate: a checkpoint's catch-up holds back this lane
+        // only, never a heartbeat.
+        let _catch_up = (self.lane == Lane::Objects).then(|| checkpoints.write_turn());
         let gate = self.gate.clone();
         if self.lane == Lane::Members {
             gate.members_waiting.store(true, Ordering::Release);

@@ -1,5 +1,8 @@
-//! The SQLite backend's integrity check, on real files.
+//! The SQLite backend's integrity check and checkpoints, on real files.
 
+use futures_lite::future::block_on;
+
+use super::sqlite_checkpoint::CHECKPOINT_PAGES;
 use super::*;
 
 /// A store file with `rows` records of `state_bytes` each.
@@ -73,4 +76,84 @@ fn a_damaged_file_is_refused_with_its_path_and_sqlites_words() {
     let message = error.to_string();
     assert!(matches!(error, OpenError::Corrupt { .. }), "{message}");
     assert!(message.contains(&path.display().to_string()), "{message}");
+}
+
+/// The WAL file next to the store file at `path`.
+fn wal_of(path: &Path) -> std::path::PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    wal.into()
+}
+
+/// Writes `count` records from `first` on, each with a state of 64 pages.
+fn write_pages(store: &Store, first: u64, count: u64) {
+    for id in first..first + count {
+        let write = RecordWrite {
+            key: ObjectKey::new(1, 0, id),
+            condition: WriteCondition::Absent,
+            owner_node: NodeId(1),
+            owner_incarnation: 1,
+            route_version: RouteVersion(1),
+            save_timepoint_ms: 0,
+            state: vec![5u8; 64 * 4096],
+        };
+        let outcome = block_on(store.write(write)).expect("write");
+        assert_eq!(outcome, WriteOutcome::Applied(CasVersion(1)));
+    }
+}
+
+/// `path`'s length once it passes `bytes`, or its last length after 10 s.
+fn grown_past(path: &Path, bytes: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let length = std::fs::metadata(path).expect("the file").len();
+        if length > bytes || Instant::now() > deadline {
+            return length;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// With the checkpointer held back, commits alone take the WAL three times
+/// past the length at which SQLite would checkpoint inside a commit (1000
+/// pages), and the database file does not change: no commit checkpoints,
+/// so none holds a heartbeat at the write gate. Let go, the checkpointer
+/// copies the WAL at the next commit.
+#[test]
+fn no_commit_checkpoints() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("store.db");
+    let config = StoreConfig::default();
+    let (store, checkpoints) =
+        open_store(&path, &config, GroupCommit::On, MemberLane::Own).expect("open");
+    checkpoints.pause(true);
+    let database = std::fs::metadata(&path).expect("the file").len();
+    let pages = u64::from(3 * CHECKPOINT_PAGES);
+    write_pages(&store, 0, pages / 64 + 2);
+    let wal = std::fs::metadata(wal_of(&path)).expect("the WAL").len();
+    assert!(wal > pages * 4096, "the WAL holds {wal} bytes");
+    let now = std::fs::metadata(&path).expect("the file").len();
+    assert_eq!(now, database, "a commit checkpointed into the file");
+    checkpoints.pause(false);
+    write_pages(&store, pages / 64 + 2, 1);
+    let copied = grown_past(&path, pages * 4096);
+    assert!(copied > pages * 4096, "the file holds {copied} bytes");
+}
+
+/// Dropping the store ends the checkpointer with the lanes: their hooks
+/// and the thread let go of what they shared.
+#[test]
+fn the_checkpointer_ends_with_the_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("store.db");
+    let config = StoreConfig::default();
+    let (store, checkpoints) =
+        open_store(&path, &config, GroupCommit::On, MemberLane::Own).expect("open");
+    write_pages(&store, 0, u64::from(CHECKPOINT_PAGES) / 64 + 1);
+    drop(store);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Arc::strong_count(&checkpoints) > 1 {
+        assert!(Instant::now() < deadline, "the checkpointer still runs");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
