@@ -60,7 +60,11 @@ fn add(total: &mut SimReport, report: &SimReport) {
 fn five_hundred_seeds_with_faults() {
     let total = run_seeds(0..500, &SimConfig::default());
     eprintln!("{total:?}");
-    assert!(total.acked * 2 > total.requests, "{total:?}");
+    // Most requests are acknowledged (49 % with these seeds): those a
+    // refusing link met are answered UNAVAILABLE rather than sent to the
+    // same node again, which looped on store reads until the link took them
+    // (50 % acknowledged, three times the dropped messages).
+    assert!(total.acked * 5 > total.requests * 2, "{total:?}");
     assert!(total.crashes > 100, "{total:?}");
     assert!(total.transfers > 500, "{total:?}");
     assert!(total.store_faults > 1_000, "{total:?}");
