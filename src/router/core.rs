@@ -253,6 +253,14 @@ fn finish_transfer(
     }
 }
 
+/// Forgets the idle route cache of `key`, counted as freed.
+pub(crate) fn free_cache(ctx: &mut Ctx, entries: &mut Entries, key: ObjectKey) {
+    if entries.remove(&key).is_some() {
+        ctx.entries_total -= 1;
+        ctx.counters.caches_freed_total += 1;
+    }
+}
+
 /// The entry's invariants after an event (`Entry::check`): in debug builds
 /// and the simulator; release builds skip the walk.
 #[inline]

@@ -4,7 +4,7 @@
 
 use wire::ObjectKey;
 
-use crate::router::core::{checked, run, RouterCore};
+use crate::router::core::{checked, free_cache, run, RouterCore};
 use crate::router::ctx::StoreWait;
 use crate::router::entry::{Io, Manager};
 use crate::router::mutant::{self, Mutant};
@@ -98,9 +98,7 @@ impl RouterCore {
             // worth its slot. Kept until the sweep, requests for keys
             // nobody made (a `room.leave` of any room id) filled the core
             // and locked new objects out until it freed them.
-            entries.remove(&key);
-            ctx.entries_total -= 1;
-            ctx.counters.caches_freed_total += 1;
+            free_cache(ctx, entries, key);
         }
     }
 

@@ -3,7 +3,7 @@
 
 use wire::ObjectKey;
 
-use crate::router::core::{checked, run, RouterCore};
+use crate::router::core::{checked, free_cache, run, RouterCore};
 use crate::router::ctx::sweep_interval_ms;
 use crate::router::entry::{Manager, Waiter};
 use crate::router::handler::timer_event;
@@ -77,9 +77,7 @@ impl RouterCore {
                 }
             }
             for key in freed {
-                entries.remove(&key);
-                ctx.entries_total -= 1;
-                ctx.counters.caches_freed_total += 1;
+                free_cache(ctx, entries, key);
             }
         }
         if !self.is_shutdown_complete() {
