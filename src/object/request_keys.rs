@@ -47,6 +47,12 @@ const WITH_MEMORY: u16 = 0x8000;
 /// the object never gives would otherwise hold its entry forever.
 const RUNNING_MAX: usize = 1024;
 
+/// Duplicates that wait for one running keyed request at most; past it a
+/// duplicate is refused OVERLOADED (it did not run, so a later retry may
+/// still get the answer). A client that retries a deferred request at each
+/// timeout would otherwise grow the list until the object answers.
+const WAITERS_MAX: usize = 64;
+
 /// One object's memory of keyed answers, beside its state in the adapter's
 /// live activation: nothing on the heap until the object's first keyed
 /// request, and one branch on the path of a request without a key.
@@ -111,6 +117,10 @@ impl RequestKeys {
             return;
         }
         if let Some(running) = memory.running.iter_mut().find(|r| r.asked == asked) {
+            if running.waiters.len() >= WAITERS_MAX {
+                out.answer(Err(ErrorCode::Overloaded.into()));
+                return;
+            }
             // Answered when the first run's answer comes (`settle`).
             running.waiters.push(request.id);
             out.reply = HandlerReply::Delegated;

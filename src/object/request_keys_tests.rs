@@ -12,6 +12,7 @@ use crate::object::codec::Reader as BodyReader;
 use crate::object::request_keys::Bounds;
 use crate::object::{ClientRoute, Context, Deferred, ErrorCode, KeyFrom, Object, ObjectType};
 use crate::router::handler::{HandlerReply, ObjectState};
+use crate::router::types::Refusal;
 use crate::router::{
     ClientRef, DecodeError, HandlerOutput, ObjectType as RouterObjectType, Request, RequestId,
 };
@@ -226,6 +227,32 @@ fn a_duplicate_while_the_first_runs_gets_its_answer() {
     assert_eq!(answers, vec![(3, four.clone()), (4, four)]);
     // And remembered for later retries.
     assert_eq!(run.value(7, OP_LATER, 0, 9), Some(4));
+}
+
+#[test]
+fn duplicates_waiting_for_one_deferred_request_are_bounded() {
+    let mut run = Run::new(128);
+    assert_eq!(run.value(7, OP_LATER, 0, 9), None, "deferred");
+    for _ in 0..64 {
+        let duplicate = run.request(7, OP_LATER, 0, 9);
+        assert!(matches!(duplicate.reply, HandlerReply::Delegated));
+    }
+    let refused = run.request(7, OP_LATER, 0, 9);
+    assert!(
+        matches!(
+            refused.reply,
+            HandlerReply::Answer(Err(Refusal::Code(ErrorCode::Overloaded)))
+        ),
+        "the 65th duplicate is refused, not kept"
+    );
+    let released = run.request(7, OP_RELEASE, 0, 0);
+    assert_eq!(
+        released.late_answers.len(),
+        65,
+        "the first and 64 duplicates"
+    );
+    // The refused duplicate did not run: a retry now gets the answer.
+    assert_eq!(run.value(7, OP_LATER, 0, 9), Some(0));
 }
 
 /// Keyed requests of `players` players, `per_player` each, adding 1.
