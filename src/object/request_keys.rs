@@ -43,8 +43,9 @@ use crate::router::{HandlerOutput, Outcome, Request, RequestId};
 const WITH_MEMORY: u16 = 0x8000;
 
 /// Keyed requests an object tracks as running (deferred) at most; past it
-/// the oldest is forgotten (its retries then run again). A deferred answer
-/// the object never gives would otherwise hold its entry forever.
+/// a new keyed request is refused OVERLOADED before it runs. A deferred
+/// answer the object never gives holds its entry until the object is
+/// dropped from memory.
 const RUNNING_MAX: usize = 1024;
 
 /// Duplicates that wait for one running keyed request at most; past it a
@@ -126,19 +127,24 @@ impl RequestKeys {
             out.reply = HandlerReply::Delegated;
             return;
         }
+        if memory.running.len() >= RUNNING_MAX {
+            // Refused before it runs: forgetting a running request instead
+            // would let its retry run a second time.
+            out.answer(Err(ErrorCode::Overloaded.into()));
+            return;
+        }
         run(out);
         match &out.reply {
             HandlerReply::Answer(outcome) => {
                 let outcome = outcome.clone();
-                memory.remember(asked, outcome, self.bounds);
+                if memory.remember(asked, outcome, self.bounds) {
+                    out.mutated = true;
+                }
             }
             // Forwarded: another object answers it, so this one cannot
             // remember the answer (docs/protocol.md says so).
             HandlerReply::Delegated if out.sends.iter().any(|(_, r)| r.id == request.id) => {}
             HandlerReply::Delegated => {
-                if memory.running.len() >= RUNNING_MAX {
-                    memory.running.pop_front();
-                }
                 memory.running.push_back(Running {
                     asked,
                     id: request.id,
@@ -281,10 +287,16 @@ impl Memory {
     /// Remembers `outcome`, then forgets the player's oldest past
     /// `keys_max`, and the oldest of any player while the memory is over
     /// the state bound, less the state's head (more could never be saved,
-    /// and would only hold the core's memory).
-    fn remember(&mut self, (player, key): (u64, u64), outcome: Outcome, bounds: Bounds) {
+    /// and would only hold the core's memory). Whether it remembered: an
+    /// answer that says the request did not run is not. One remembered
+    /// changes the state the object saves, so the caller marks its output
+    /// mutated: with `on_write` the answer then leaves only once the save
+    /// that holds it committed, so a retry after a crash of the owner gets
+    /// it even when the request changed nothing else (a `room.say`, whose
+    /// effect is its pushes).
+    fn remember(&mut self, (player, key): (u64, u64), outcome: Outcome, bounds: Bounds) -> bool {
         if !is_final(&outcome) {
-            return;
+            return false;
         }
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -305,6 +317,7 @@ impl Memory {
             };
             self.forget_oldest_of(oldest);
         }
+        true
     }
 
     fn forget_oldest_of(&mut self, player: u64) {
@@ -349,7 +362,9 @@ impl Memory {
             for waiter in running.waiters {
                 out.late_answers.push((waiter, outcome.clone()));
             }
-            self.remember(running.asked, outcome, bounds);
+            if self.remember(running.asked, outcome, bounds) {
+                out.mutated = true;
+            }
         }
     }
 

@@ -255,6 +255,41 @@ fn duplicates_waiting_for_one_deferred_request_are_bounded() {
     assert_eq!(run.value(7, OP_LATER, 0, 9), Some(0));
 }
 
+#[test]
+fn a_remembered_answer_changes_the_state_even_when_the_request_did_not() {
+    let mut run = Run::new(128);
+    // A keyless read changes nothing: with on_write it leaves at once.
+    assert!(!run.request(7, OP_GET, 0, 0).mutated);
+    // A keyed one is remembered: the save that holds the memory must
+    // commit before its answer leaves, or a retry after a crash runs again.
+    assert!(run.request(7, OP_GET, 0, 5).mutated);
+    // A retry answered from memory changes nothing more.
+    assert!(!run.request(7, OP_GET, 0, 5).mutated);
+    // Nor does a refusal that says the request did not run.
+    assert!(!run.request(7, OP_UNAVAILABLE, 0, 6).mutated);
+    // A deferred answer is remembered when it is given.
+    assert!(!run.request(7, OP_LATER, 0, 8).mutated, "deferred");
+    assert!(run.request(7, OP_RELEASE, 0, 0).mutated);
+}
+
+#[test]
+fn past_the_running_bound_a_keyed_request_is_refused_before_it_runs() {
+    let mut run = Run::new(128);
+    for key in 1..=1024 {
+        assert_eq!(run.value(7, OP_LATER, 0, key), None, "deferred");
+    }
+    let refused = run.request(7, OP_ADD, 1, 2000);
+    assert!(matches!(
+        refused.reply,
+        HandlerReply::Answer(Err(Refusal::Code(ErrorCode::Overloaded)))
+    ));
+    assert_eq!(run.value(7, OP_GET, 0, 0), Some(0), "the add did not run");
+    // The first deferred request is still known as running: its retry
+    // waits for its answer instead of running a second time.
+    let retry = run.request(7, OP_LATER, 0, 1);
+    assert!(matches!(retry.reply, HandlerReply::Delegated));
+}
+
 /// Keyed requests of `players` players, `per_player` each, adding 1.
 fn keyed_adds(run: &mut Run, players: u64, per_player: u64) {
     for key in 1..=per_player {
