@@ -163,8 +163,10 @@ impl<'a> Context<'a> {
 
     /// Passes this request on to the object `key` as op `op` with `body`:
     /// that object answers it (or forwards it further), and gets the same
-    /// client session. Routed like a client request, in order with this
-    /// object's other messages to it.
+    /// client session and request key: the object that answers a keyed
+    /// request remembers its answer (docs/protocol.md, section 12), so a
+    /// retry forwarded again is answered from that memory. Routed like a
+    /// client request, in order with this object's other messages to it.
     pub fn forward(&mut self, key: ObjectKey, op: u32, body: Vec<u8>) {
         let Some(request) = self.request else {
             return self.misuse("forward outside a request");
@@ -179,7 +181,7 @@ impl<'a> Context<'a> {
             self.answer = Answer::Settled;
         }
         self.out.reply = HandlerReply::Delegated;
-        let forwarded = Request {
+        let mut forwarded = Request {
             id: request.id,
             op,
             body,
@@ -187,6 +189,7 @@ impl<'a> Context<'a> {
             needs_reply: request.needs_reply,
             keyed: false,
         };
+        forwarded.add_request_key(request.request_key());
         self.out.sends.push((key, forwarded));
     }
 
