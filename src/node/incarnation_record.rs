@@ -70,26 +70,49 @@ pub fn path(data_dir: &Path, node: u64) -> PathBuf {
     data_dir.join(format!("node-{node}.incarnation"))
 }
 
-/// Before a join writes anything: a store with no row of node `node`
-/// would give it incarnation 1, which its record in `data_dir` may say
-/// is a store that never saw it. Checked before the join, not only after
-/// (`check_and_record`): a join writes the node's row, and the next start
-/// on the same store would take incarnation 2 from it and pass for a
-/// store rolled back, so a restart policy turned the refusal into serving.
-pub fn check_before_join(data_dir: &Path, node: u64, row_exists: bool) -> Result<(), RecordError> {
-    if row_exists {
-        return Ok(());
-    }
+/// Where a refused start notes the incarnation the store that forgot
+/// node `node` gave it (see `check_before_join`).
+fn refused_path(data_dir: &Path, node: u64) -> PathBuf {
+    data_dir.join(format!("node-{node}.incarnation-refused"))
+}
+
+/// Before a join writes anything, with the incarnation of the node's row
+/// as the store holds it (`None`: no row). A store with no row of node
+/// `node` would give it incarnation 1, which its record in `data_dir` may
+/// say is a store that never saw it. Checked before the join, not only
+/// after (`check_and_record`): a join writes the node's row, and the next
+/// start on the same store would take incarnation 2 from it and pass for
+/// a store rolled back, so a restart policy turned the refusal into
+/// serving. For the same reason a row that is only what a refused start
+/// left (its incarnation is the one noted at the refusal) is refused too.
+pub fn check_before_join(data_dir: &Path, node: u64, row: Option<u64>) -> Result<(), RecordError> {
     let (_, shown, remembered) = remembered(data_dir, node)?;
-    match judge(remembered, 1) {
+    let Some(remembered) = remembered else {
+        return Ok(());
+    };
+    // What the store gave this node: nothing yet, or only the refused
+    // start's incarnation; either way what a join would get is judged as
+    // a first one.
+    let given = match row {
+        None => 1,
+        Some(row) if refused(data_dir, node) == Some(row) => row,
+        Some(_) => return Ok(()),
+    };
+    match judge(Some(remembered), 1) {
         Verdict::Forgotten { remembered } => Err(RecordError::Forgotten {
             node,
             remembered,
-            given: 1,
+            given,
             path: shown,
         }),
         Verdict::RolledBack { .. } | Verdict::Newer => Ok(()),
     }
+}
+
+/// The incarnation noted by a start refused after its join, if any (an
+/// unreadable note is none: the record itself still judges).
+fn refused(data_dir: &Path, node: u64) -> Option<u64> {
+    read(&refused_path(data_dir, node)).ok().flatten()
 }
 
 /// Checks the incarnation `given` to node `node` against its record in
@@ -99,12 +122,20 @@ pub fn check_and_record(data_dir: &Path, node: u64, given: u64) -> Result<(), Re
     let (path, shown, remembered) = remembered(data_dir, node)?;
     match judge(remembered, given) {
         Verdict::Forgotten { remembered } => {
+            // The join wrote this node's row, which the refused start
+            // leaves as `left`: noted, so the next start reads that row
+            // as no history (`check_before_join`) rather than taking the
+            // next incarnation from it for a rollback.
+            let noted = refused_path(data_dir, node);
+            if let Err(error) = write(data_dir, &noted, given) {
+                tracing::warn!(path = %noted.display(), %error, "cannot note the refused start");
+            }
             return Err(RecordError::Forgotten {
                 node,
                 remembered,
                 given,
                 path: shown,
-            })
+            });
         }
         Verdict::RolledBack { remembered } => tracing::warn!(
             node,
@@ -115,6 +146,13 @@ pub fn check_and_record(data_dir: &Path, node: u64, given: u64) -> Result<(), Re
              is safe only if every node was stopped (docs/cluster.md)"
         ),
         Verdict::Newer => {}
+    }
+    // A start that serves ends what a refused one noted.
+    match std::fs::remove_file(refused_path(data_dir, node)) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            tracing::warn!(%error, "cannot remove the note of a refused start")
+        }
+        _ => {}
     }
     if let Err(error) = write(data_dir, &path, given) {
         tracing::warn!(
@@ -156,7 +194,9 @@ fn read(path: &Path) -> Result<Option<u64>, String> {
 /// and the directory synced, so a crash leaves the old record or the new.
 fn write(data_dir: &Path, path: &Path, incarnation: u64) -> std::io::Result<()> {
     std::fs::create_dir_all(data_dir)?;
-    let partial = path.with_extension("incarnation.partial");
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
     let mut file = std::fs::File::create(&partial)?;
     writeln!(file, "{incarnation}")?;
     file.sync_all()?;
@@ -210,5 +250,33 @@ mod tests {
             check_and_record(&data, 3, 9),
             Err(RecordError::Unreadable { .. })
         ));
+    }
+
+    #[test]
+    fn the_row_a_refused_start_left_is_refused_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        check_and_record(&data, 3, 7).unwrap();
+        check_before_join(&data, 3, Some(7)).unwrap();
+        check_before_join(&data, 3, None).unwrap_err();
+        // A join took incarnation 1 all the same, refused after it: the
+        // row it leaves (`left`, incarnation 1) is no history of node 3.
+        check_and_record(&data, 3, 1).unwrap_err();
+        assert!(matches!(
+            check_before_join(&data, 3, Some(1)),
+            Err(RecordError::Forgotten { remembered: 7, .. })
+        ));
+        // The own store (a higher row) serves, and the note goes.
+        check_before_join(&data, 3, Some(7)).unwrap();
+        check_and_record(&data, 3, 8).unwrap();
+        assert!(!refused_path(&data, 3).exists());
+        check_before_join(&data, 3, Some(1)).unwrap();
+        // A removed record (a new store meant) is not refused by the note.
+        check_and_record(&data, 4, 9).unwrap();
+        check_and_record(&data, 4, 1).unwrap_err();
+        std::fs::remove_file(path(&data, 4)).unwrap();
+        check_before_join(&data, 4, Some(1)).unwrap();
+        check_and_record(&data, 4, 2).unwrap();
+        assert_eq!(read(&path(&data, 4)).unwrap(), Some(2));
     }
 }

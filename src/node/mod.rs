@@ -92,6 +92,12 @@ pub enum NodeError {
     OpenFiles(#[from] open_files::TooFewFiles),
     #[error(transparent)]
     StoreForgot(#[from] incarnation_record::RecordError),
+    #[error(
+        "refusing to start: cannot read this node's membership row within {waited:?} (last \
+         answer: {cause}), and the start must check it against the incarnation this node \
+         remembers before it joins"
+    )]
+    OwnRowUnread { waited: Duration, cause: String },
 }
 
 /// The message type cores exchange over the mesh: one rkyv frame in one

@@ -7,6 +7,7 @@
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use shards::{Runtime, RuntimeConfig, ShutdownHandle};
 
@@ -34,6 +35,9 @@ use crate::ops::drain::DrainStatus;
 use crate::ops::{CoreCommands, NodePhase, Ops, OpsParts};
 use crate::route::RouteTable;
 use crate::store::{MemberState, Store};
+
+/// The wait between two reads of this node's row before its join.
+const OWN_ROW_RETRY: Duration = Duration::from_millis(100);
 
 /// The listeners a start binds before it joins (its membership row says
 /// where they are); the reservations are held until the cores have bound
@@ -180,16 +184,13 @@ pub(super) fn join(
     };
     let me = NodeId(config.node.id);
     let membership = Membership::new(me, &config.cluster, advertisement);
+    let started = Instant::now();
     if config.store.backend != StoreBackend::Memory {
-        // A store that cannot be read now fails the join too, or is
-        // caught after it (`check_and_record`).
-        let own = futures_lite::future::block_on(store.poll_members(vec![me]));
-        if let Ok(poll) = own {
-            let row_exists = poll.rows.iter().any(|row| row.node_id == me);
-            incarnation_record::check_before_join(&config.node.data_dir, me.0, row_exists)?;
-        }
+        let row = own_row(store, me, super::JOIN_TIMEOUT)?;
+        incarnation_record::check_before_join(&config.node.data_dir, me.0, row)?;
     }
-    let joined = agent::join(store, membership, super::JOIN_TIMEOUT)?;
+    let left = super::JOIN_TIMEOUT.saturating_sub(started.elapsed());
+    let joined = agent::join(store, membership, left)?;
     // The memory store forgets every node at each start, by design.
     if config.store.backend != StoreBackend::Memory {
         let data_dir = &config.node.data_dir;
@@ -217,6 +218,32 @@ pub(super) fn join(
         agent::feed_catalog(&catalog, row);
     }
     Ok((catalog, joined))
+}
+
+/// The incarnation of node `me`'s row as the store holds it (`None`: no
+/// row), read again until the store answers or `give_up` has passed. A
+/// read that failed is no answer: joining without it would write the row
+/// the check before the join is there to keep out of a store that never
+/// saw this node (`incarnation_record::check_before_join`).
+fn own_row(store: &Store, me: NodeId, give_up: Duration) -> Result<Option<u64>, NodeError> {
+    let started = Instant::now();
+    loop {
+        let error = match futures_lite::future::block_on(store.poll_members(vec![me])) {
+            Ok(poll) => {
+                let row = poll.rows.iter().find(|row| row.node_id == me);
+                return Ok(row.map(|row| row.incarnation));
+            }
+            Err(error) => error,
+        };
+        if started.elapsed() >= give_up {
+            return Err(NodeError::OwnRowUnread {
+                waited: give_up,
+                cause: error.to_string(),
+            });
+        }
+        tracing::debug!(%error, "reading this node's membership row again");
+        std::thread::sleep(OWN_ROW_RETRY);
+    }
 }
 
 /// The node's view of the cluster as the join left it.
@@ -435,3 +462,7 @@ pub(super) fn serve(
         view,
     })
 }
+
+#[cfg(test)]
+#[path = "start_tests.rs"]
+mod tests;
