@@ -533,6 +533,35 @@ fn a_store_file_deleted_or_replaced_under_the_node_takes_no_more_writes() {
     assert!(block_on(store.write(insert(3, 1))).is_err());
 }
 
+#[test]
+fn a_wal_deleted_under_the_node_takes_no_more_writes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("open");
+    assert!(wal_of(&path).exists(), "the open made no WAL");
+    assert_eq!(
+        block_on(store.write(insert(1, 1))).expect("write"),
+        WriteOutcome::Applied(CasVersion(1))
+    );
+    // The WAL removed (a remedy for "database is locked" often given):
+    // SQLite would append to the unlinked file, and the commits since the
+    // last checkpoint, this one's among them, would be gone at the next
+    // open.
+    std::fs::remove_file(wal_of(&path)).expect("remove the WAL");
+    let refused = block_on(store.write(insert(2, 1)));
+    assert!(
+        matches!(&refused, Err(WriteError::Backend(error)) if error.to_string().contains("-wal was deleted or replaced")),
+        "{refused:?}"
+    );
+    // Replaced by another file: the same.
+    let path = dir.path().join("other.db");
+    let store = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On).expect("open");
+    assert!(block_on(store.write(insert(3, 1))).is_ok());
+    std::fs::remove_file(wal_of(&path)).expect("remove the WAL");
+    std::fs::write(wal_of(&path), b"").expect("another WAL");
+    assert!(block_on(store.write(insert(4, 1))).is_err());
+}
+
 /// The WAL file next to the store file at `path`.
 fn wal_of(path: &Path) -> std::path::PathBuf {
     let mut wal = path.as_os_str().to_owned();
