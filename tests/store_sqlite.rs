@@ -94,6 +94,52 @@ fn schema_version_of(path: &Path) -> i64 {
         .expect("user_version")
 }
 
+/// A damaged file of an older schema is refused as it was found: the
+/// integrity check runs before the migration, which would otherwise
+/// change the file (its tables, its `user_version`) before refusing it,
+/// and leave a build of that schema unable to open it for a repair.
+#[test]
+fn a_damaged_file_of_an_older_schema_is_refused_unmigrated() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v3.db");
+    let connection = rusqlite::Connection::open(&path).expect("raw open");
+    connection
+        .execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; {VERSION_2}; {VERSION_2_TO_3}"
+        ))
+        .expect("a version 3 file");
+    let state = vec![5u8; 500];
+    for id in 0..500i64 {
+        connection
+            .execute(
+                "INSERT INTO routes (type_id, zone_id, object_id, owner_node, route_version, \
+                 save_timepoint_ms, cas_version, state) VALUES (1, 0, ?1, 1, 1, 0, 1, ?2)",
+                rusqlite::params![id, state],
+            )
+            .expect("insert");
+    }
+    connection
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            row.get::<_, i64>(0)
+        })
+        .expect("checkpoint");
+    drop(connection);
+    // Page 1 (the header and the schema) intact, the table pages after it
+    // garbage.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("file");
+    file.seek(SeekFrom::Start(4096)).expect("seek");
+    file.write_all(&[0xa5; 4096 * 8]).expect("overwrite");
+    drop(file);
+    let error = open_sqlite(&path, &StoreConfig::default(), GroupCommit::On)
+        .expect_err("a damaged file is refused");
+    assert!(matches!(error, OpenError::Corrupt { .. }), "{error}");
+    assert_eq!(schema_version_of(&path), 3);
+}
+
 /// A file of schema version 2 (membership without a table version) is
 /// migrated in place: its member rows are listed, stamped with the version
 /// it starts at, and the next change moves that version while a

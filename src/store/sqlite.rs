@@ -33,7 +33,8 @@
 //! outside the gate, once the WAL is long enough (`sqlite_checkpoint`).
 //!
 //! Integrity: opening a file runs `PRAGMA quick_check`, stopped after
-//! `INTEGRITY_CHECK_MS_MAX`; a file it finds damaged is refused.
+//! `INTEGRITY_CHECK_MS_MAX`, before anything is written to it (WAL mode,
+//! a schema migration); a file it finds damaged is refused untouched.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,12 +105,15 @@ fn open_store(
     lane: MemberLane,
 ) -> Result<(Store, Arc<Checkpoints>), OpenError> {
     prepare(path, config)?;
-    let connection = open_connection(path, config)?;
+    // Checked before anything is written to the file (WAL mode, a schema
+    // migration): a damaged file is refused as it was found.
+    let mut connection = connect(path, config)?;
     check_integrity(
         &connection,
         path,
         Duration::from_millis(INTEGRITY_CHECK_MS_MAX),
     )?;
+    set_up(&mut connection, path, config)?;
     let members_connection = open_connection(path, config)?;
     let file = Arc::new(OpenedFile::at(path).map_err(|error| OpenError::Sqlite {
         path: path.to_path_buf(),
@@ -235,15 +239,35 @@ fn quick_check(connection: &Connection) -> Result<Vec<String>, rusqlite::Error> 
     Ok(lines)
 }
 
+/// A connection to the store file at `path`, set up and its schema made
+/// or migrated.
 fn open_connection(path: &Path, config: &StoreConfig) -> Result<Connection, OpenError> {
+    let mut connection = connect(path, config)?;
+    set_up(&mut connection, path, config)?;
+    Ok(connection)
+}
+
+/// A connection to the file at `path` (created if there is none) that
+/// has written nothing to it.
+fn connect(path: &Path, config: &StoreConfig) -> Result<Connection, OpenError> {
     let sqlite = |source| OpenError::Sqlite {
         path: path.to_path_buf(),
         source,
     };
-    let mut connection = Connection::open(path).map_err(sqlite)?;
+    let connection = Connection::open(path).map_err(sqlite)?;
     connection
         .busy_timeout(Duration::from_millis(config.request_timeout_ms))
         .map_err(sqlite)?;
+    Ok(connection)
+}
+
+/// Puts `connection` in WAL mode with the store's settings, and makes or
+/// migrates the schema.
+fn set_up(connection: &mut Connection, path: &Path, config: &StoreConfig) -> Result<(), OpenError> {
+    let sqlite = |source| OpenError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    };
     // WAL lets readers of other processes proceed during a commit and
     // makes a commit one sequential append (one fsync with FULL).
     let mode: String = connection
@@ -269,8 +293,7 @@ fn open_connection(path: &Path, config: &StoreConfig) -> Result<Connection, Open
     connection
         .pragma_update(None, "wal_autocheckpoint", 0)
         .map_err(sqlite)?;
-    ensure_schema(&mut connection, path)?;
-    Ok(connection)
+    ensure_schema(connection, path)
 }
 
 /// How the two connections of one store take turns at SQLite's write
