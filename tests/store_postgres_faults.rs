@@ -394,3 +394,75 @@ fn a_timed_out_write_that_waited_for_a_connection_never_happens() {
         );
     }
 }
+
+/// Writes `insert(id)` again until it applies, for at most `limit`; how
+/// long that took.
+fn write_until_applied(store: &Store, id: u64, limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let answer = block_on(store.write(insert(id)));
+        if matches!(answer, Ok(WriteOutcome::Applied(_))) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no write applied within {limit:?}: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// After a failover the server a reconnect reaches may be a standby (here,
+/// a database whose new sessions are read-only): the store keeps no
+/// connection to it, whose every write would be refused, and writes again
+/// within a few seconds of a server taking them.
+#[test]
+fn a_reconnect_reaches_only_a_server_that_takes_writes() {
+    let Some(server) = server() else { return };
+    let store = open_postgres(&config(&server, 1000, 1), GroupCommit::On).expect("open");
+    write_until_applied(&store, 40, Duration::ZERO);
+    let sql = |statement: &str| server.psql("postgres", statement).expect(statement);
+    sql("ALTER DATABASE routerd SET default_transaction_read_only = on");
+    sql(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE application_name = 'routerd'",
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    for id in 41..45 {
+        match block_on(store.write(insert(id))) {
+            Ok(WriteOutcome::Indeterminate) => {}
+            Err(WriteError::Backend(error)) => assert!(
+                !error.to_string().contains("25006"),
+                "a write was sent on a read-only session: {error}"
+            ),
+            other => panic!("write {id} on a read-only server: {other:?}"),
+        }
+    }
+    sql("ALTER DATABASE routerd RESET default_transaction_read_only");
+    let took = write_until_applied(&store, 45, Duration::from_secs(5));
+    println!("writes applied again {took:?} after the server took them");
+}
+
+/// A live connection whose server stops taking writes (a primary made
+/// read-only) has each write refused with SQLSTATE 25006 for good: the
+/// store drops it, and its next connection (to a server that takes
+/// writes) applies them.
+#[test]
+fn a_connection_that_turned_read_only_is_replaced() {
+    let Some(server) = server() else { return };
+    let store = open_postgres(&config(&server, 1000, 1), GroupCommit::On).expect("open");
+    write_until_applied(&store, 50, Duration::ZERO);
+    let sql = |statement: &str| server.psql("postgres", statement).expect(statement);
+    // The open sessions turn read-only at the reload; new ones do not.
+    sql("ALTER SYSTEM SET default_transaction_read_only = on");
+    sql("ALTER DATABASE routerd SET default_transaction_read_only = off");
+    sql("SELECT pg_reload_conf()");
+    std::thread::sleep(Duration::from_millis(500));
+    let refused = block_on(store.write(insert(51)));
+    assert!(
+        matches!(&refused, Err(WriteError::Backend(error)) if error.to_string().contains("25006")),
+        "{refused:?}"
+    );
+    let took = write_until_applied(&store, 52, Duration::from_secs(5));
+    println!("a write applied {took:?} after the refusal");
+}

@@ -41,6 +41,7 @@ use crossbeam_channel::Receiver;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use tokio::sync::mpsc;
+use tokio_postgres::config::TargetSessionAttrs;
 use tokio_postgres::{Client, NoTls};
 
 use super::api::Store;
@@ -153,6 +154,14 @@ impl Target {
             // Lets an operator tell routerd's connections apart in
             // pg_stat_activity.
             pg.application_name("routerd");
+        }
+        // A standby (or a server made read-only) refuses every write, and
+        // a connection to one would be kept and fail them all: unless the
+        // URL says otherwise, a connection is made only to a server that
+        // takes writes (with several hosts in the URL, the one that does),
+        // at the start and at every reconnect after a failover.
+        if !config.url.contains("target_session_attrs") {
+            pg.target_session_attrs(TargetSessionAttrs::ReadWrite);
         }
         pg.connect_timeout(CONNECT_TIMEOUT);
         // A peer that vanished without a FIN is found by keepalives while
@@ -324,3 +333,27 @@ async fn open_pool(target: &Target, pool_size: usize) -> Result<Vec<Conn>, OpenE
 #[path = "postgres_lane.rs"]
 mod lane;
 use self::lane::driver_thread;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_go_to_a_server_that_takes_writes_unless_the_url_says_otherwise() {
+        let attrs = |url: &str| {
+            let config = StoreConfig {
+                url: url.to_string(),
+                ..StoreConfig::default()
+            };
+            let target = Target::new(&config).expect("target");
+            target.config.get_target_session_attrs()
+        };
+        let read_write = TargetSessionAttrs::ReadWrite;
+        assert_eq!(attrs("postgresql://routerd@127.0.0.1/routerd"), read_write);
+        assert_eq!(attrs("host=127.0.0.1 dbname=routerd"), read_write);
+        assert_eq!(
+            attrs("postgresql://routerd@127.0.0.1/routerd?target_session_attrs=any"),
+            TargetSessionAttrs::Any
+        );
+    }
+}

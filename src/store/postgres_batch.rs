@@ -181,10 +181,12 @@ pub(crate) async fn run(client: &Client, st: &Statements, requests: &[Request]) 
         .map(|(index, _)| index)
         .collect();
     let (commit, read_replies) = run_writes(client, st, &planned, requests, &reads).await;
-    let mut connection_suspect = matches!(
-        commit,
-        Commit::Unknown | Commit::RolledBack { clean: false, .. }
-    );
+    let mut connection_suspect = match &commit {
+        Commit::Unknown | Commit::RolledBack { clean: false, .. } => true,
+        // A server that takes no writes: a new connection finds one that does.
+        Commit::RolledBack { error, .. } => sql::is_read_only(error),
+        Commit::Committed(_) => false,
+    };
     let read_replies = match read_replies {
         Some(replies) => replies,
         None => {

@@ -175,6 +175,15 @@ fn is_plain(severity: Option<Severity>, code: &str) -> bool {
     severity == Some(Severity::Error) && !code.starts_with("57") && !code.starts_with("08")
 }
 
+/// Whether a plain failure says the server takes no writes (SQLSTATE
+/// 25006, `read_only_sql_transaction`: a standby, a primary demoted or
+/// made read-only). It refuses them on this connection for good, so the
+/// connection is dropped, and the reconnect finds a server that takes
+/// them (`target_session_attrs`, see `postgres::Target`).
+pub(crate) fn is_read_only(error: &tokio_postgres::Error) -> bool {
+    error.code() == Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION)
+}
+
 /// An error with the server's own words when it has them; the driver's
 /// `Display` alone says only "db error".
 pub fn describe(error: &tokio_postgres::Error) -> String {
