@@ -75,3 +75,47 @@ fn a_failing_store_turns_healthz_503_until_it_answers() {
     let mut client = node.connect();
     client.login(player, 1);
 }
+
+/// A store that answers every heartbeat, but past its deadline (three
+/// quarters of `heartbeat_interval_ms`), lapses the lease though each
+/// write applies: a store failing, not a node. The heartbeats given up
+/// are counted (`write_member`, outcome unknown), and `/healthz` says
+/// the store fails until a heartbeat is answered in time.
+#[test]
+fn heartbeats_answered_too_late_are_counted_and_turn_healthz_503() {
+    let (node, faults) = TestNode::start_with_faults(config());
+    let deadline = Instant::now() + LIMIT;
+    while http_get(node.admin(), "/healthz") != (200, "ok".to_string()) {
+        assert!(Instant::now() < deadline, "the node never served");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Late, not lost: each call applies and answers after 1 s, well within
+    // store.request_timeout_ms.
+    assert!(faults.inject(Fault::Delay(Duration::from_secs(1)), FAULTS));
+    let failing = loop {
+        let (status, body) = http_get(node.admin(), "/healthz");
+        if status == 503 {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "healthz stayed {status} {body} with every heartbeat late ({} given up)",
+            errors(&node, "write_member", "conflict_unknown")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        failing.starts_with("store: write_member outcome unknown: no answer within"),
+        "{failing}"
+    );
+    assert!(errors(&node, "write_member", "conflict_unknown") >= 3);
+    // Answered in time again, the store is well again.
+    loop {
+        let (status, body) = http_get(node.admin(), "/healthz");
+        if faults.pending() == 0 && status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "healthz stayed {status} {body}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -20,7 +20,7 @@ use super::view::{ClusterView, Peer, Standing};
 use crate::catalog::{ActorConfig, ActorEvents, Catalog};
 use crate::clock;
 use crate::ids::NodeId;
-use crate::metrics::CoreMetrics;
+use crate::metrics::{CoreMetrics, ErrorOp};
 use crate::store::{AdvertisedActor, MemberRow, MemberState, MemberTimers, Store};
 
 /// What a start-up join gives.
@@ -345,7 +345,7 @@ impl Agent {
                 Action::Poll { nodes } => {
                     let polled = self.store.poll_members(nodes);
                     self.answer(
-                        polled,
+                        (polled, ErrorOp::ListMembers),
                         self.request_deadline,
                         |m, now, polled| match polled {
                             Ok(poll) => m.on_polled(now, poll),
@@ -356,7 +356,7 @@ impl Agent {
                 Action::List { since, after } => {
                     let listed = self.store.list_members(since, after);
                     self.answer(
-                        listed,
+                        (listed, ErrorOp::ListMembers),
                         self.request_deadline,
                         |m, now, listed| match listed {
                             Ok(page) => m.on_listed(now, page),
@@ -365,7 +365,10 @@ impl Agent {
                     );
                 }
                 Action::Delete { node, version } => {
-                    let deleted = self.store.delete_member(node, version);
+                    let deleted = (
+                        self.store.delete_member(node, version),
+                        ErrorOp::WriteMember,
+                    );
                     self.answer(deleted, self.request_deadline, move |m, now, deleted| {
                         m.on_deleted(now, node, deleted)
                     });
@@ -375,7 +378,7 @@ impl Agent {
                         WriteTag::Heartbeat { .. } => self.heartbeat_deadline,
                         _ => self.request_deadline,
                     };
-                    let written = self.store.write_member(write.clone());
+                    let written = (self.store.write_member(write.clone()), ErrorOp::WriteMember);
                     self.answer(written, wait, move |m, now, outcome| {
                         m.on_written(now, tag, &write, outcome)
                     });
@@ -385,23 +388,32 @@ impl Agent {
         self.publish();
     }
 
-    /// Feeds `answer` to membership once it is in (`Err` with why not, by
-    /// `wait`), then performs what that asked for.
+    /// Feeds the answer to operation `op` to membership once it is in
+    /// (`Err` with why not, by `wait`), then performs what that asked for.
+    /// An answer given up at `wait` is the store's failure, and counted so
+    /// (`Store::gave_up`): the store never sees its answer awaited.
     fn answer<T: 'static>(
         self: &Rc<Self>,
-        answer: crate::store::StoreFuture<Result<T, crate::store::MembershipError>>,
+        (answer, op): (
+            crate::store::StoreFuture<Result<T, crate::store::MembershipError>>,
+            ErrorOp,
+        ),
         wait: Duration,
         feed: impl FnOnce(&mut Membership, u64, Result<T, MemberOpError>) + 'static,
     ) {
         let agent = self.clone();
-        let deadline = Instant::now() + wait;
+        let started = Instant::now();
+        let deadline = started + wait;
         shards::spawn(async move {
             let result = match before(deadline, answer).await {
                 Some(Ok(value)) => Ok(value),
                 Some(Err(error)) => Err(MemberOpError::Store(error)),
-                None => Err(MemberOpError::TimedOut {
-                    waited_ms: wait.as_millis() as u64,
-                }),
+                None => {
+                    agent.store.gave_up(op, started.elapsed());
+                    Err(MemberOpError::TimedOut {
+                        waited_ms: wait.as_millis() as u64,
+                    })
+                }
             };
             feed(&mut agent.membership.borrow_mut(), clock::now_ms(), result);
             agent.pump();

@@ -102,8 +102,9 @@ impl ErrorOp {
 /// Why an operation failed, as the metric's `kind` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorKind {
-    /// No answer within `store.request_timeout_ms` (a read), or another
-    /// process held SQLite's write lock past `busy_timeout`.
+    /// No answer within `store.request_timeout_ms` (a read) or before its
+    /// caller gave up (a membership poll or list), or another process held
+    /// SQLite's write lock past `busy_timeout`.
     Timeout,
     /// The request queue was full; nothing was sent.
     Overloaded,
@@ -116,8 +117,9 @@ pub enum ErrorKind {
     Io,
     /// No connection to the store server could be had; nothing was sent.
     Unavailable,
-    /// A write whose outcome is unknown (timed out, or its connection was
-    /// lost after it was sent): the caller must re-read.
+    /// A write whose outcome is unknown (timed out, given up by its caller
+    /// as a heartbeat past its deadline is, or its connection was lost
+    /// after it was sent): the caller must re-read.
     ConflictUnknown,
     /// Any other refusal by the backend.
     Backend,

@@ -350,6 +350,45 @@ impl Store {
         )
     }
 
+    /// An operation `op` whose caller stopped waiting for it after
+    /// `waited` (a heartbeat past its deadline) and dropped its future: no
+    /// answer in time is a failure of the store like any other. It is
+    /// counted and weighed into the store's health as the store's own
+    /// timeout would be (a write's outcome unknown, a read timed out), and
+    /// `waited`, the least it took, recorded as its latency. Without this a
+    /// store answering every heartbeat a little late lapsed the lease with
+    /// no error counted and `/healthz` saying ok.
+    pub fn gave_up(&self, op: ErrorOp, waited: std::time::Duration) {
+        let waited_ms = waited.as_millis() as u64;
+        let verdict = match op {
+            ErrorOp::Write | ErrorOp::WriteMember => Verdict::Failed(
+                ErrorKind::ConflictUnknown,
+                format!(
+                    "{} outcome unknown: no answer within {waited_ms} ms, when its caller \
+                     stopped waiting",
+                    op.name()
+                ),
+            ),
+            ErrorOp::Load | ErrorOp::ListMembers => Verdict::Failed(
+                ErrorKind::Timeout,
+                format!(
+                    "{}: no answer within {waited_ms} ms, when its caller stopped waiting",
+                    op.name()
+                ),
+            ),
+        };
+        self.health.note(op, verdict);
+        if let Some(stats) = self.backend.stats() {
+            let histogram = match op {
+                ErrorOp::Load => &stats.load,
+                ErrorOp::Write => &stats.write,
+                ErrorOp::WriteMember => &stats.write_member,
+                ErrorOp::ListMembers => &stats.list_members,
+            };
+            histogram.record_shared(waited);
+        }
+    }
+
     /// `answer`, noting what it says of the store once it is in.
     fn observed<T: Send + 'static>(
         &self,
@@ -379,5 +418,39 @@ impl Store {
             return Err(error);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::sqlite::{open_sqlite, GroupCommit};
+
+    #[test]
+    fn an_operation_given_up_is_a_failure_with_its_wait_as_latency() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = StoreConfig::default();
+        let store =
+            open_sqlite(&dir.path().join("store.db"), &config, GroupCommit::On).expect("open");
+        let probe = store.probe();
+        for _ in 0..health::FAILURES_UNHEALTHY_MIN {
+            store.gave_up(ErrorOp::WriteMember, Duration::from_millis(400));
+        }
+        let unknown = probe
+            .health()
+            .errors(ErrorOp::WriteMember, ErrorKind::ConflictUnknown);
+        assert_eq!(unknown, health::FAILURES_UNHEALTHY_MIN);
+        let cause = store.failing().expect("failing");
+        assert!(cause.contains("no answer within 400 ms"), "{cause}");
+        let latencies = &probe.stats().write_member;
+        assert_eq!(latencies.count(), health::FAILURES_UNHEALTHY_MIN);
+        assert!(latencies.sum_ns() >= 3 * 400_000_000);
+        store.gave_up(ErrorOp::ListMembers, Duration::from_millis(5));
+        let timeouts = probe
+            .health()
+            .errors(ErrorOp::ListMembers, ErrorKind::Timeout);
+        assert_eq!(timeouts, 1);
     }
 }
