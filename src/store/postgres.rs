@@ -126,6 +126,22 @@ struct Target {
     session_sql: String,
 }
 
+/// Whether `url` (a URL or `key=value` pairs) sets `sslmode` to one that
+/// requires TLS. The connections are made without TLS, so such a URL
+/// would fail at connect with the driver's words (`require`), or at parse
+/// as an unknown value (`verify-ca`, `verify-full`).
+fn asks_for_tls(url: &str) -> bool {
+    url.match_indices("sslmode=").any(|(at, key)| {
+        let value = &url[at + key.len()..];
+        let value = value
+            .split(['&', ' ', '\t', '\n'])
+            .next()
+            .unwrap_or_default()
+            .trim_matches(['\'', '"']);
+        matches!(value, "require" | "verify-ca" | "verify-full")
+    })
+}
+
 /// One live connection and its prepared statements.
 struct Conn {
     client: Client,
@@ -143,6 +159,13 @@ impl Target {
         if config.pool_size == 0 || config.pool_size > POSTGRES_POOL_SIZE_MAX {
             return Err(OpenError::Config(
                 "store.pool_size must be between 1 and 64",
+            ));
+        }
+        if asks_for_tls(&config.url) {
+            return Err(OpenError::Config(
+                "store.url asks for TLS (sslmode=require, verify-ca or verify-full), and this \
+                 build does not support TLS to PostgreSQL: reach the server on a trusted network \
+                 or through a TLS tunnel, with sslmode=disable or prefer (docs/cluster.md)",
             ));
         }
         // The message never echoes the URL: it may hold a password.
@@ -355,5 +378,34 @@ mod tests {
             attrs("postgresql://routerd@127.0.0.1/routerd?target_session_attrs=any"),
             TargetSessionAttrs::Any
         );
+    }
+
+    #[test]
+    fn a_url_that_asks_for_tls_is_refused_saying_so() {
+        let target = |url: &str| {
+            Target::new(&StoreConfig {
+                url: url.to_string(),
+                ..StoreConfig::default()
+            })
+        };
+        for url in [
+            "postgresql://routerd@db.example/routerd?sslmode=require",
+            "postgresql://routerd@db.example/routerd?application_name=a&sslmode=verify-full",
+            "host=db.example dbname=routerd sslmode=verify-ca",
+            "host=db.example sslmode='require' dbname=routerd",
+        ] {
+            let error = target(url).err().expect(url).to_string();
+            assert!(
+                error.contains("does not support TLS to PostgreSQL"),
+                "{url}: {error}"
+            );
+        }
+        for url in [
+            "postgresql://routerd@db.example/routerd",
+            "postgresql://routerd@db.example/routerd?sslmode=prefer",
+            "host=db.example dbname=routerd sslmode=disable",
+        ] {
+            assert!(target(url).is_ok(), "{url}");
+        }
     }
 }
