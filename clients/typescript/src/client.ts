@@ -80,6 +80,10 @@ class Connection {
   violation: string | null = null;
   /** The session was resumed on this connection rather than logged in. */
   resumed = false;
+  /** Its login (or resume) went out on it while it was open. */
+  loginSent = false;
+  /** A frame came on it other than a frame-level refusal (route 0, section 1). */
+  heard = false;
 
   constructor(
     readonly address: Address,
@@ -103,6 +107,13 @@ class Connection {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * A version-2 connection the server closed right after its login went out, with no frame back but
+ * a frame-level refusal, on a client the server never answered in version 2: what a server that
+ * does not speak version 2 does (section 12).
+ */
+class ClosedAtVersion2 extends ConnectionLost {}
+
 export class Client {
   readonly requestTimeoutMs: number;
   readonly inflightMax: number;
@@ -119,7 +130,12 @@ export class Client {
   private readonly random: () => number;
   private readonly exactlyOnce: boolean;
   private readonly retry: RetryPolicy;
-  /** Learned at a login: 1 once a server closed at a version-2 login and took a version-1 one. */
+  /**
+   * 2 once the server answered on a version-2 connection: from then on a connection lost at a login
+   * is a lost connection, never a sign the server does not speak version 2 (a node at its session
+   * cap closes a new connection at once, as one that does not closes at a version-2 login). 1 once
+   * a version-2 login was closed so and a version-1 one taken.
+   */
   private serverVersion: 1 | 2 | null = null;
   /** The resumable session's sys.session, and the highest push sequence number delivered from it. */
   private session: p.Session | null = null;
@@ -290,16 +306,18 @@ export class Client {
     }
   }
 
-  /** Sends a request on conn, keyed when key is not 0 and conn speaks version 2. */
-  private send(conn: Connection, routeId: number, body: Uint8Array, entry: Pending, key = 0n, version2 = false): void {
+  /** Sends a request on conn, keyed when key is not 0 and conn speaks version 2; false if the transport refused it. */
+  private send(conn: Connection, routeId: number, body: Uint8Array, entry: Pending, key = 0n, version2 = false): boolean {
     this.free -= 1;
     const seq = conn.takeSeq();
     conn.pending.set(seq, entry);
     const keyed = (key !== 0n || version2) && conn.version === 2;
     try {
       conn.transport.send(keyed ? p.encodeKeyedRequest(routeId, seq, key, body) : p.encodeFrame(p.Kind.REQUEST, routeId, seq, body));
+      return true;
     } catch {
       // The transport reports the same end through onClose, which fails what is pending.
+      return false;
     }
   }
 
@@ -352,7 +370,9 @@ export class Client {
   /**
    * A new connection to address, its session resumed or logged in. With exactlyOnce the login is
    * a version-2 REQUEST; a server that closes at it does not speak version 2 (section 12), and
-   * the client logs in again, in version 1, on a new connection.
+   * the client logs in again, in version 1, on a new connection. Only that close counts
+   * (ClosedAtVersion2): a refused connect, a connection lost before the login went out, or one lost
+   * after the server answered version 2 is a lost connection, and the next attempt is version 2.
    */
   private async open(address: Address): Promise<Connection> {
     if (!this.exactlyOnce || this.serverVersion === 1) return this.openWith(address, 1);
@@ -361,7 +381,7 @@ export class Client {
       this.serverVersion = 2;
       return conn;
     } catch (error) {
-      if (!(error instanceof ConnectionLost)) throw error;
+      if (!(error instanceof ClosedAtVersion2)) throw error;
       const conn = await this.openWith(address, 1);
       this.serverVersion = 1;
       if (this.session !== null) this.forgetSession("the server does not speak protocol version 2");
@@ -385,7 +405,8 @@ export class Client {
     } catch (error) {
       conn.retired = true;
       transport.close();
-      throw error;
+      const refused = version === 2 && this.serverVersion === null && error instanceof ConnectionLost && conn.loginSent && !conn.heard;
+      throw refused ? new ClosedAtVersion2(error.reason) : error;
     }
     return conn;
   }
@@ -412,12 +433,14 @@ export class Client {
   /** One login-time request on a connection not yet the session's (version 2 on a version-2 one), within connectTimeoutMs. */
   private handshake(conn: Connection, routeId: number, body: Uint8Array): Promise<Uint8Array> {
     return new Promise<Uint8Array>((resolve, reject) => {
+      // Ended already (while a token was fetched, say): nothing would answer it.
+      if (conn.retired) return reject(new ConnectionLost(`the connection closed before route ${routeId} was sent`));
       const entry: Pending = { resolve, reject, timer: null, done: false };
       entry.timer = setTimeout(() => {
         entry.done = true;
         reject(new RequestTimeout(`no answer to route ${routeId} within ${this.connectTimeoutMs} ms`));
       }, this.connectTimeoutMs);
-      this.send(conn, routeId, body, entry, 0n, true);
+      if (this.send(conn, routeId, body, entry, 0n, true)) conn.loginSent = true;
     });
   }
 
@@ -434,6 +457,7 @@ export class Client {
   }
 
   private onFrame(conn: Connection, frame: p.Frame): void {
+    if (frame.kind !== p.Kind.ERROR || frame.routeId !== 0) conn.heard = true;
     if (frame.kind === p.Kind.PUSH) return this.onPush(conn, frame);
     const entry = conn.pending.get(frame.seq);
     if (entry === undefined) {
@@ -445,6 +469,8 @@ export class Client {
       return;
     }
     conn.pending.delete(frame.seq);
+    // An answer on a version-2 connection (a login's, refused or not, included): the server speaks version 2.
+    if (conn.version === 2) this.serverVersion = 2;
     this.free += 1;
     if (!entry.done) {
       entry.done = true;

@@ -252,6 +252,59 @@ test("a server that closes at a version-2 login gets a version-1 one, and no key
   server.close();
 });
 
+/**
+ * A player's counter behind a scripted server that remembers request keys as an object does: a
+ * keyed playerIncr runs once, an unkeyed one every time it arrives. `runs` counts the runs and
+ * `logins` the protocol version of every login.
+ */
+function keyedCounter() {
+  const answers = new Map<bigint, bigint>();
+  const state = { counter: 0n, runs: 0, logins: [] as number[] };
+  /** Logs in whatever the version, then serves playerIncr; `cut`: closes after the first run, unanswered. */
+  const serveWith =
+    (cut: boolean) =>
+    async (peer: Peer): Promise<void> => {
+      const login = await peer.next();
+      assert.ok(login !== null && login.routeId === p.Route.AUTH_LOGIN, "a login first");
+      state.logins.push(login.version);
+      peer.answer(login, p.encodeU64(42));
+      for (let request = await peer.next(); request !== null; request = await peer.next()) {
+        assert.equal(request.routeId, p.Route.PLAYER_INCR);
+        let answer = answers.get(request.key);
+        if (request.key === 0n || answer === undefined) {
+          state.runs += 1;
+          state.counter += p.decodeI64(request.body);
+          answer = state.counter;
+          if (request.key !== 0n) answers.set(request.key, answer);
+        }
+        if (cut) return peer.close();
+        peer.answer(request, p.encodeI64(answer));
+      }
+    };
+  return { state, serveWith };
+}
+
+test("a connection closed at once after the server answered version 2 is a lost one: the call goes again with its key, in version 2", async () => {
+  // The keyed call runs and its connection drops before the answer; the reconnect lands on a node
+  // at its session cap, which accepts and closes at once with no frame (docs/protocol.md,
+  // section 8), as a server that does not speak version 2 closes at a version-2 login. This server
+  // answered version 2 before: that close is a lost connection, and the next one logs in with
+  // version 2 and sends the call again with its key, which runs once.
+  const { state, serveWith } = keyedCounter();
+  const { url, server, done } = await serve(serveWith(true), async (peer) => peer.close(), serveWith(false));
+  const client = await connect(url, "t", FAST);
+  try {
+    assert.equal(await client.playerIncr(1), 1n);
+    assert.equal(state.runs, 1, "the call ran once");
+    assert.deepEqual(state.logins, [2, 2]);
+    assert.equal(client.protocolVersion, 2);
+  } finally {
+    client.close();
+    server.close();
+  }
+  await done;
+});
+
 test("exactlyOnce: false speaks version 1 and returns every failure", async () => {
   const { url, server, done } = await serve(async (peer) => {
     await login(peer, 1);
