@@ -105,6 +105,18 @@ class Connection {
   }
 }
 
+/** What the attempts of one call sent. */
+interface Sent {
+  /** One went out with the request key: the call is never sent without it, which could apply it twice. */
+  keyed: boolean;
+  /** Sending it again could apply it twice: one went out without its key (a version-1 server), or could not go with it. */
+  resendUnsafe: boolean;
+}
+
+const KEY_NOT_CARRIED =
+  "not sent again: an earlier attempt went out with the request key, and the connection now speaks protocol version 1, " +
+  "which cannot carry it (the call may or may not have taken effect)";
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -227,14 +239,13 @@ export class Client {
     if (body.length > room) return Promise.reject(new RangeError(`body of ${body.length} bytes exceeds max_body ${this.maxBody}${keyed ? " with its key" : ""}`));
     if (options.key === 0n) return Promise.reject(new RangeError("request key 0 means no key: use idempotent"));
     const timeoutMs = options.timeoutMs ?? this.requestTimeoutMs;
-    if (!this.exactlyOnce) return this.attempt(routeId, body, 0n, timeoutMs, { unkeyed: false });
+    if (!this.exactlyOnce) return this.attempt(routeId, body, 0n, timeoutMs, { keyed: false, resendUnsafe: false });
     return this.callWithRetries(routeId, body, keyed ? (options.key ?? randomKey()) : 0n, options.idempotent ?? false, timeoutMs);
   }
 
   private async callWithRetries(routeId: number, body: Uint8Array, key: bigint, idempotent: boolean, timeoutMs: number): Promise<Uint8Array> {
     const deadline = Date.now() + timeoutMs;
-    // Set once an attempt went out without the key (a version-1 server): sending it again could apply it twice.
-    const sent = { unkeyed: false };
+    const sent: Sent = { keyed: false, resendUnsafe: false };
     // A failure not retried is the call's answer. One retried until the deadline (or until the
     // client closed) is reported as: the last failure, but a maybe-applied one over one that was
     // not (a later attempt not sent, or refused before it ran, does not undo an earlier one that
@@ -251,7 +262,7 @@ export class Client {
         const deadlineCut = allowanceMs < this.retry.attemptTimeoutMs && (error instanceof RequestTimeout || error instanceof NotSent);
         if (!error.retrySafe && !(deadlineCut && maybeApplied !== null)) maybeApplied = error;
         if (!deadlineCut || last === null) last = error;
-        if (!retryable(error, idempotent || !sent.unkeyed)) throw error;
+        if (!retryable(error, idempotent || !sent.resendUnsafe)) throw error;
         const failure = maybeApplied ?? last;
         if (this.closedError !== null) throw failure;
         const delay = retryDelayMs(this.retry, retry, this.random);
@@ -262,7 +273,7 @@ export class Client {
   }
 
   /** One send of a call and its answer, within timeoutMs. */
-  private attempt(routeId: number, body: Uint8Array, key: bigint, timeoutMs: number, sent: { unkeyed: boolean }): Promise<Uint8Array> {
+  private attempt(routeId: number, body: Uint8Array, key: bigint, timeoutMs: number, sent: Sent): Promise<Uint8Array> {
     return new Promise((resolve, reject) => {
       let entry: Pending | null = null;
       let gaveUp = false;
@@ -282,8 +293,17 @@ export class Client {
           this.waiters.push(attempt);
           return;
         }
+        if (key !== 0n && this.conn.version === 2) sent.keyed = true;
+        else if (key !== 0n) {
+          // A version-1 connection carries no key.
+          sent.resendUnsafe = true;
+          if (sent.keyed) {
+            // Sent with its key before: sent without it, it would run again if that one ran.
+            clearTimeout(timer);
+            return reject(new ConnectionLost(KEY_NOT_CARRIED));
+          }
+        }
         entry = { resolve, reject, timer, done: false };
-        if (key !== 0n && this.conn.version === 1) sent.unkeyed = true;
         this.send(this.conn, routeId, body, entry, key);
       };
       attempt();

@@ -305,6 +305,27 @@ test("a connection closed at once after the server answered version 2 is a lost 
   await done;
 });
 
+test("a call once sent with its key is never sent without it: on a version-1 connection it fails, outcome unknown", async () => {
+  // No path leads there once the server answered version 2 (the test above); this one stands for
+  // any that would: the client takes the server for a version-1 one while a keyed call it sent
+  // waits to be sent again. Sent without its key, the call would run a second time.
+  const { state, serveWith } = keyedCounter();
+  const { url, server, done } = await serve(serveWith(true), serveWith(false));
+  const client = await connect(url, "t", FAST);
+  (client as unknown as { serverVersion: number }).serverVersion = 1;
+  try {
+    const failed = await client.playerIncr(1).catch((e: Error) => e);
+    assert.ok(failed instanceof ConnectionLost && !failed.retrySafe, String(failed));
+    assert.match(failed.reason, /request key/);
+    assert.equal(state.runs, 1, "the call ran once");
+    assert.deepEqual(state.logins, [2, 1]);
+  } finally {
+    client.close();
+    server.close();
+  }
+  await done;
+});
+
 test("exactlyOnce: false speaks version 1 and returns every failure", async () => {
   const { url, server, done } = await serve(async (peer) => {
     await login(peer, 1);
