@@ -91,6 +91,13 @@ class _Connection:
         self.retired = False
         self.moving_to: Address | None = None
         self.violation: str | None = None
+        # It ended (the reader saw its end).
+        self.ended = False
+        # Its login (or resume) went out on it while it was open.
+        self.login_sent = False
+        # A frame came on it other than a frame-level refusal (route 0,
+        # section 1).
+        self.heard = False
 
     def take_seq(self) -> int:
         # A u32 the server sees as unique among this connection's requests
@@ -100,6 +107,13 @@ class _Connection:
             self.next_seq = (self.next_seq + 1) & 0xFFFFFFFF
             if seq not in self.pending:
                 return seq
+
+
+class _ClosedAtVersion2(ConnectionLost):
+    """A version-2 connection the server closed right after its login went
+    out, with no frame back but a frame-level refusal, on a client the
+    server never answered in version 2: what a server that does not speak
+    version 2 does (section 12)."""
 
 
 class _Sent:
@@ -150,8 +164,12 @@ class Client:
         if reconnect is _DEFAULT:
             reconnect = Backoff() if exactly_once else None
         self._reconnect: Backoff | None = reconnect
-        # Learned at a login: 1 once a server closed at a version-2 login
-        # and took a version-1 one.
+        # 2 once the server answered on a version-2 connection: from then on
+        # a connection lost at a login is a lost connection, never a sign
+        # the server does not speak version 2 (a node at its session cap
+        # closes a new connection at once, as one that does not closes at a
+        # version-2 login). 1 once a version-2 login was closed so and a
+        # version-1 one taken.
         self._server_version: int | None = None
         # The resumable session's `sys.session`, and the highest push
         # sequence number delivered from it.
@@ -348,7 +366,8 @@ class Client:
         self, conn: _Connection, route_id: int, body: bytes, key: int = 0, version2: bool = False
     ) -> asyncio.Future[bytes]:
         """Sends a request on `conn`, keyed when `key` is not 0 (or
-        `version2`) and `conn` speaks version 2."""
+        `version2`) and `conn` speaks version 2. A login that the transport
+        took is marked `login_sent`."""
         seq = conn.take_seq()
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         conn.pending[seq] = future
@@ -361,6 +380,9 @@ class Client:
         except (ConnectionError, OSError) as error:
             # The reader sees the same end and fails what is pending.
             log.debug("send failed: %s", error)
+        else:
+            if version2:
+                conn.login_sent = True
         return future
 
     async def _await(self, future: asyncio.Future[bytes], remaining_s: float, timeout: float) -> bytes:
@@ -405,12 +427,15 @@ class Client:
         """A new connection to `address`, its session resumed or logged in.
         With `exactly_once` the login is a version-2 REQUEST; a server that
         closes at it does not speak version 2 (section 12), and the client
-        logs in again, in version 1, on a new connection."""
+        logs in again, in version 1, on a new connection. Only that close
+        counts (`_ClosedAtVersion2`): a refused connect, a connection lost
+        before the login went out, or one lost after the server answered
+        version 2 is a lost connection, and the next attempt is version 2."""
         if not self._exactly_once or self._server_version == 1:
             return await self._open_with(address, 1)
         try:
             conn = await self._open_with(address, 2)
-        except ConnectionLost as error:
+        except _ClosedAtVersion2 as error:
             log.info("%s closed at a version-2 login (%s): logging in with version 1", address, error)
             conn = await self._open_with(address, 1)
             self._server_version = 1
@@ -431,9 +456,18 @@ class Client:
                 token = await self._fresh_token()
                 body = await self._handshake(conn, p.Route.AUTH_LOGIN, token.encode("ascii"))
                 self.player_id = p.decode_u64(body)
-        except BaseException:
+        except BaseException as error:
             conn.retired = True
             await transport.close()
+            refused = (
+                version == 2
+                and self._server_version is None
+                and isinstance(error, ConnectionLost)
+                and conn.login_sent
+                and not conn.heard
+            )
+            if refused:
+                raise _ClosedAtVersion2(error.reason) from error
             raise
         return conn
 
@@ -459,6 +493,10 @@ class Client:
     async def _handshake(self, conn: _Connection, route_id: int, body: bytes) -> bytes:
         """One login-time request on a connection not yet the session's
         (version 2 on a version-2 one), within the connect timeout."""
+        if conn.ended:
+            # Ended already (while a token was fetched, say): nothing would
+            # answer it.
+            raise ConnectionLost(f"the connection closed before route {route_id} was sent")
         await self._slots.acquire()
         future = await self._send(conn, route_id, body, 0, version2=True)
         return await self._await(future, self._connect_timeout_s, self._connect_timeout_s)
@@ -484,6 +522,8 @@ class Client:
         self._on_end(conn, error)
 
     def _on_frame(self, conn: _Connection, frame: p.Frame) -> None:
+        if frame.kind != p.Kind.ERROR or frame.route_id != 0:
+            conn.heard = True
         if frame.kind == p.Kind.PUSH:
             return self._on_push(conn, frame)
         future = conn.pending.pop(frame.seq, None)
@@ -495,6 +535,10 @@ class Client:
                 conn.violation = str(server_error(*p.decode_error(frame.body)))
             log.warning("answer for no request in flight: seq %d", frame.seq)
             return
+        if conn.version == 2:
+            # An answer on a version-2 connection (a login's, refused or
+            # not, included): the server speaks version 2.
+            self._server_version = 2
         self._slots.release()
         if not future.done():
             if frame.kind == p.Kind.RESPONSE:
@@ -586,6 +630,7 @@ class Client:
             self._emit("resumed", str(target))
 
     def _on_end(self, conn: _Connection, error: RouterdError | None) -> None:
+        conn.ended = True
         if conn.retired:
             self._fail_pending(conn, ConnectionLost("the connection was left"))
             return

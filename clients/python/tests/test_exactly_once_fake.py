@@ -81,6 +81,48 @@ async def login(peer: Peer, version: int = 2) -> Request:
     return request
 
 
+class KeyedCounter:
+    """A player's counter behind a scripted server that remembers request
+    keys as an object does: a keyed `player.incr` runs once, an unkeyed one
+    every time it arrives. `runs` counts the runs and `logins` the protocol
+    version of every login."""
+
+    def __init__(self) -> None:
+        self.counter = 0
+        self.runs = 0
+        self.logins: list[int] = []
+        self._answers: dict[int, int] = {}
+
+    def serve(self, cut: bool) -> Script:
+        """Logs in whatever the version, then serves `player.incr`; `cut`:
+        closes after the first run, unanswered."""
+
+        async def script(peer: Peer) -> None:
+            login = await peer.next()
+            assert login is not None and login.route_id == p.Route.AUTH_LOGIN, login
+            self.logins.append(login.version)
+            peer.answer(login, p.encode_u64(42))
+            while (request := await peer.next()) is not None:
+                assert request.route_id == p.Route.PLAYER_INCR, request
+                answer = self._answers.get(request.key)
+                if not request.key or answer is None:
+                    self.runs += 1
+                    self.counter += p.decode_i64(request.body)
+                    answer = self.counter
+                    if request.key:
+                        self._answers[request.key] = answer
+                if cut:
+                    return
+                peer.answer(request, p.encode_i64(answer))
+
+        return script
+
+
+async def close_at_once(peer: Peer) -> None:
+    """A node at its session cap: accepts, then closes with no frame."""
+    peer.close()
+
+
 class ExactlyOnce(AsyncTestCase):
     async def serve(self, *scripts: Script) -> str:
         """A server whose n-th connection runs scripts[n] (a connection past
@@ -236,6 +278,26 @@ class ExactlyOnce(AsyncTestCase):
             await client.player_incr(1)
         self.assertEqual(await client.ping(b"ok"), b"ok")
         await client.close()
+        await self.scripts_done(3)
+
+    async def test_a_close_at_accept_after_version_2_answered_is_a_lost_connection(self) -> None:
+        # The keyed call runs and its connection drops before the answer;
+        # the reconnect lands on a node at its session cap, which accepts
+        # and closes at once with no frame (docs/protocol.md, section 8), as
+        # a server that does not speak version 2 closes at a version-2
+        # login. This server answered version 2 before: that close is a lost
+        # connection, and the next one logs in with version 2 and sends the
+        # call again with its key, which runs once.
+        counter = KeyedCounter()
+        url = await self.serve(counter.serve(cut=True), close_at_once, counter.serve(cut=False))
+        client = await Client.connect(url, "t", **FAST)
+        try:
+            self.assertEqual(await client.player_incr(1), 1)
+            self.assertEqual(counter.runs, 1, "the call ran once")
+            self.assertEqual(counter.logins, [2, 2])
+            self.assertEqual(client.protocol_version, 2)
+        finally:
+            await client.close()
         await self.scripts_done(3)
 
     async def test_exactly_once_false_speaks_version_1_and_raises_every_failure(self) -> None:
