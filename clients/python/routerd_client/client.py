@@ -117,10 +117,20 @@ class _ClosedAtVersion2(ConnectionLost):
 
 
 class _Sent:
-    """What the attempts of one call sent: once one went out without its key
-    (a version-1 server), sending it again could apply it twice."""
+    """What the attempts of one call sent."""
 
-    unkeyed = False
+    # One went out with the request key: the call is never sent without it,
+    # which could apply it twice.
+    keyed = False
+    # Sending it again could apply it twice: one went out without its key
+    # (a version-1 server), or could not go with it.
+    resend_unsafe = False
+
+
+_KEY_NOT_CARRIED = (
+    "not sent again: an earlier attempt went out with the request key, and the connection now "
+    "speaks protocol version 1, which cannot carry it (the call may or may not have taken effect)"
+)
 
 
 class Client:
@@ -314,7 +324,7 @@ class Client:
                     maybe_applied = error
                 if not deadline_cut or last is None:
                     last = error
-                if not retryable(error, idempotent or not sent.unkeyed):
+                if not retryable(error, idempotent or not sent.resend_unsafe):
                     raise
                 failure = maybe_applied or last
                 if self._closed is not None:
@@ -343,8 +353,16 @@ class Client:
             self._slots.release()
         conn = self._conn
         assert conn is not None
-        if key and conn.version == 1:
-            sent.unkeyed = True
+        if key and conn.version == 2:
+            sent.keyed = True
+        elif key:
+            # A version-1 connection carries no key.
+            sent.resend_unsafe = True
+            if sent.keyed:
+                # Sent with its key before: sent without it, it would run
+                # again if that one ran.
+                self._slots.release()
+                raise ConnectionLost(_KEY_NOT_CARRIED)
         # The request is in conn.pending from here on, with its slot: the
         # answer (or the connection's end) releases it, even if this caller
         # is cancelled.

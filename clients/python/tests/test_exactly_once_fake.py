@@ -300,6 +300,26 @@ class ExactlyOnce(AsyncTestCase):
             await client.close()
         await self.scripts_done(3)
 
+    async def test_a_call_once_sent_with_its_key_is_never_sent_without_it(self) -> None:
+        # No path leads there once the server answered version 2 (the test
+        # above); this one stands for any that would: the client takes the
+        # server for a version-1 one while a keyed call it sent waits to be
+        # sent again. Sent without its key, the call would run a second time.
+        counter = KeyedCounter()
+        url = await self.serve(counter.serve(cut=True), counter.serve(cut=False))
+        client = await Client.connect(url, "t", **FAST)
+        client._server_version = 1
+        try:
+            with self.assertRaises(ConnectionLost) as failed:
+                await client.player_incr(1)
+            self.assertFalse(failed.exception.retry_safe)
+            self.assertIn("request key", failed.exception.reason)
+            self.assertEqual(counter.runs, 1, "the call ran once")
+            self.assertEqual(counter.logins, [2, 1])
+        finally:
+            await client.close()
+        await self.scripts_done(2)
+
     async def test_exactly_once_false_speaks_version_1_and_raises_every_failure(self) -> None:
         async def script(peer: Peer) -> None:
             await login(peer, 1)
