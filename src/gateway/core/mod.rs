@@ -60,7 +60,8 @@ use self::redirect::Redirecting;
 use self::relay::RelayTables;
 use self::resume::{number_push, Resumable, ResumeTables};
 pub use self::resume::{
-    ResumeRefusal, ResumeSettings, ResumeToken, Resumed, TokenEvent, RESUMED_ELSEWHERE_REASON,
+    NewConnection, ResumeRefusal, ResumeSettings, ResumeToken, Resumed, TokenEvent,
+    RESUMED_ELSEWHERE_REASON,
 };
 
 /// What became of an operator's PUSH to one session ([`GatewayCore::push_to`]).

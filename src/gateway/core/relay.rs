@@ -10,6 +10,7 @@ use super::login::HeldFrame;
 use super::resume::ResumeRefusal;
 use super::{GatewayCore, PushError};
 use crate::gateway::NoticeKind;
+use crate::gateway_addresses::Transport;
 
 /// What the fronts of a core owe other cores, for the driver to take.
 #[derive(Default)]
@@ -32,11 +33,13 @@ impl RelayTables {
 impl GatewayCore {
     /// Makes `front` (a new connection's session whose `auth.resume` is
     /// on its way to `session_id`'s core) a relay: the frames it reads
-    /// from now on go to that session (`take_relayed`).
-    pub fn begin_relay(&mut self, front: u64, session_id: u64) {
-        if let Some(entry) = self.sessions.get_mut(&front) {
-            entry.set_relay_to(session_id);
-        }
+    /// from now on go to that session (`take_relayed`). Returns the
+    /// transport of the front's listener, which the session takes if the
+    /// resume succeeds; `None` if the front is gone.
+    pub fn begin_relay(&mut self, front: u64, session_id: u64) -> Option<Transport> {
+        let entry = self.sessions.get_mut(&front)?;
+        entry.set_relay_to(session_id);
+        Some(entry.transport)
     }
 
     /// The resume a front relays was accepted: its `auth.resume` request

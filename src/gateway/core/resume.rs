@@ -28,6 +28,7 @@ use wire::client::{route, ErrorCode, FrameKind};
 use super::{FastMap, GatewayCore, PushError};
 use crate::gateway::outbox::Outbox;
 use crate::gateway::NoticeKind;
+use crate::gateway_addresses::Transport;
 
 /// A session's resume token: 128 random bits, a secret of the session.
 pub type ResumeToken = [u8; 16];
@@ -277,6 +278,17 @@ impl Resumable {
     }
 }
 
+/// The connection a resume moves its session to.
+pub struct NewConnection {
+    /// Its relay front: a session id, on any core of the node.
+    pub front: u64,
+    /// The transport of the listener that accepted it.
+    pub transport: Transport,
+    /// Where the session's frames go from now on: the driver pumps them to
+    /// the front.
+    pub outbox: Rc<Outbox>,
+}
+
 /// What a successful resume did, for the driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Resumed {
@@ -421,18 +433,19 @@ impl GatewayCore {
         tracing::debug!(session_id, "session detached: resumable");
     }
 
-    /// Resumes the session `token` names on a new connection, whose relay
-    /// front is `front` and whose frames reach this core's session through
-    /// `outbox` (the driver pumps it to the front): answers the
-    /// `auth.resume` request `seq` with the player id, then every kept
-    /// push after `last_seen`. The old connection, if open, is kicked.
+    /// Resumes the session `token` names on a new connection (`via`):
+    /// answers the `auth.resume` request `seq` with the player id, then
+    /// every kept push after `last_seen`. The old connection, if open, is
+    /// kicked. The session speaks as the new connection does from now on:
+    /// in its listener's body codec, and a later `sys.redirect` names a
+    /// listener of its transport (a client that resumed over plain TCP a
+    /// session it logged in over WebSocket speaks plain TCP).
     pub fn resume(
         &mut self,
         token: &ResumeToken,
         last_seen: u32,
         seq: u32,
-        front: u64,
-        outbox: Rc<Outbox>,
+        via: NewConnection,
         now: Instant,
     ) -> Result<Resumed, ResumeRefusal> {
         let session_id = match self.resume_check(token, last_seen, now) {
@@ -443,30 +456,8 @@ impl GatewayCore {
             }
         };
         self.metrics.gateway.sessions_resumed.inc();
+        self.take_connection(session_id, via, now);
         let entry = self.sessions.get_mut(&session_id).expect("checked");
-        let resume = entry.resume.as_mut().expect("checked");
-        let was_detached = resume.detached;
-        resume.detached = false;
-        resume.detached_at = None;
-        resume.armed = false;
-        resume.front = Some(front);
-        let old = std::mem::replace(&mut entry.outbox, outbox);
-        if !was_detached {
-            let _ = old.push_frame(
-                FrameKind::Push,
-                route::SYS_KICKED,
-                0,
-                RESUMED_ELSEWHERE_REASON.as_bytes(),
-            );
-            self.metrics.gateway.kicks.inc();
-        }
-        old.close();
-        end_connection_requests(entry);
-        if let Some(transit) = entry.transit.as_mut() {
-            transit.held.clear();
-        }
-        entry.settle();
-        entry.last_frame = now;
         let player_id = entry.session.player_id;
         let _ = entry.outbox.push_frame(
             FrameKind::Response,
@@ -489,6 +480,40 @@ impl GatewayCore {
             player_id,
             replayed,
         })
+    }
+
+    /// The resumed session `session_id` moves to the connection `via`:
+    /// the old one, if still open, is kicked (`resumed elsewhere`) and
+    /// closed, the old one's requests end, and the session is served as
+    /// one of `via`'s listener (its body codec, its transport).
+    fn take_connection(&mut self, session_id: u64, via: NewConnection, now: Instant) {
+        let profile = self.codecs.of(via.transport);
+        let entry = self.sessions.get_mut(&session_id).expect("checked");
+        entry.transport = via.transport;
+        entry.session.protocol_profile = profile;
+        let resume = entry.resume.as_mut().expect("checked");
+        let was_detached = resume.detached;
+        resume.detached = false;
+        resume.detached_at = None;
+        resume.armed = false;
+        resume.front = Some(via.front);
+        let old = std::mem::replace(&mut entry.outbox, via.outbox);
+        if !was_detached {
+            let _ = old.push_frame(
+                FrameKind::Push,
+                route::SYS_KICKED,
+                0,
+                RESUMED_ELSEWHERE_REASON.as_bytes(),
+            );
+            self.metrics.gateway.kicks.inc();
+        }
+        old.close();
+        end_connection_requests(entry);
+        if let Some(transit) = entry.transit.as_mut() {
+            transit.held.clear();
+        }
+        entry.settle();
+        entry.last_frame = now;
     }
 
     fn resume_check(

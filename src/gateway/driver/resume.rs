@@ -26,9 +26,10 @@ use ring::rand::{SecureRandom, SystemRandom};
 use wire::client::ErrorCode;
 
 use super::GatewayHandle;
-use crate::gateway::core::{HeldFrame, ResumeSettings, ResumeToken, TokenEvent};
+use crate::gateway::core::{HeldFrame, NewConnection, ResumeSettings, ResumeToken, TokenEvent};
 use crate::gateway::outbox::{Outbox, WriterStep};
 use crate::gateway::session_core;
+use crate::gateway_addresses::Transport;
 
 /// Work for one core, posted from any core.
 type Job = Box<dyn FnOnce(&GatewayHandle) + Send>;
@@ -148,18 +149,20 @@ impl GatewayHandle {
         };
         // What the front reads from now on goes to the session's core,
         // after this request.
-        self.0.state.borrow_mut().begin_relay(front, session);
+        let Some(transport) = self.0.state.borrow_mut().begin_relay(front, session) else {
+            return; // the front's connection is gone: nothing to resume
+        };
         let front_core = self.0.core_id;
         self.0.resume.post(
             session_core(session),
             Box::new(move |gateway: &GatewayHandle| {
-                gateway.resume_here(token, last_seen, seq, front_core, front)
+                gateway.resume_here(token, last_seen, seq, front_core, front, transport)
             }),
         );
     }
 
-    /// On the session's core: resumes it through `front` (on `front_core`)
-    /// or answers why not.
+    /// On the session's core: resumes it through `front` (on `front_core`,
+    /// accepted on a listener of `transport`) or answers why not.
     fn resume_here(
         &self,
         token: ResumeToken,
@@ -167,18 +170,21 @@ impl GatewayHandle {
         seq: u32,
         front_core: usize,
         front: u64,
+        transport: Transport,
     ) {
         // The front's outbox bounds what waits for the client; this one
         // only carries batches to it.
         let outbox = Rc::new(Outbox::new(usize::MAX));
-        let resumed = self.0.state.borrow_mut().resume(
-            &token,
-            last_seen,
-            seq,
+        let via = NewConnection {
             front,
-            outbox.clone(),
-            Instant::now(),
-        );
+            transport,
+            outbox: outbox.clone(),
+        };
+        let resumed = self
+            .0
+            .state
+            .borrow_mut()
+            .resume(&token, last_seen, seq, via, Instant::now());
         match resumed {
             Ok(_) => {
                 self.0.resume.post(

@@ -5,7 +5,7 @@
 use super::*;
 use crate::config::BodyCodec;
 use crate::gateway::body_codec::ListenerCodecs;
-use crate::gateway_addresses::Transport;
+use crate::gateway_addresses::{GatewayAddresses, Transport};
 use crate::route::{ClientRoute, KeyFrom, RouteTable, Served};
 
 const COUNTER_ADD: u32 = 2001;
@@ -158,4 +158,54 @@ fn a_listener_without_a_codec_passes_json_routes_through() {
     core.egress(&answer, now).unwrap();
     assert_eq!(frames(&outbox)[0].3, br#"{"n":5}"#.to_vec());
     assert_eq!(metrics.gateway.ingress_body_undecodable.get(), 0);
+}
+
+/// A session logged in on the MessagePack plain listener and resumed on
+/// the TLS one, which has no codec, speaks as its new connection does:
+/// JSON bodies taken as they are, answers not encoded, and a drain's
+/// `sys.redirect` naming a TLS listener.
+#[test]
+fn a_resumed_session_speaks_its_new_connection_s_codec_and_transport() {
+    let metrics = Arc::new(CoreMetrics::default());
+    let mut core = msgpack_core(metrics.clone());
+    core.set_resume_settings(ResumeSettings::new(500, 16, usize::MAX));
+    let now = Instant::now();
+    let s = core.open_session_via(Rc::new(Outbox::new(8)), Transport::Plain, now);
+    let token = [7; 16];
+    core.on_request(s, header(route::AUTH_LOGIN, 1, b"t"), b"t", now)
+        .unwrap();
+    core.begin_login(s, 1, 7).unwrap();
+    core.offer_resume(s, token);
+    core.complete_login(s, 1, admitted(7, 1), now);
+    assert!(core.close(s, CloseReason::PeerClosed), "detached");
+    let relay = Rc::new(Outbox::new(usize::MAX));
+    let via = NewConnection {
+        front: 99,
+        transport: Transport::Tls,
+        outbox: relay.clone(),
+    };
+    core.resume(&token, 0, 1, via, now).unwrap();
+    assert_eq!(core.session(s).unwrap().protocol_profile, BodyCodec::None);
+    let body = br#"{"by":5}"#;
+    let ingress = core
+        .on_request(s, header(COUNTER_ADD, 2, body), body, now)
+        .expect("a JSON body is no MessagePack error");
+    assert_eq!(ingress.decoded_request, None);
+    assert_eq!(metrics.gateway.ingress_body_undecodable.get(), 0);
+    let answer = EgressRef {
+        body: br#"{"n":5}"#,
+        ..egress(s, 1, 7, FrameKind::Response, COUNTER_ADD, 2)
+    };
+    core.egress(&answer, now).unwrap();
+    let mut addresses = GatewayAddresses::plain("10.0.0.2:7400");
+    addresses.set(Transport::Tls, "10.0.0.2:7443");
+    core.redirect_all(now, Duration::from_millis(500), vec![addresses]);
+    let written = frames(&relay);
+    let answered: Vec<_> = written.iter().filter(|f| f.1 == COUNTER_ADD).collect();
+    assert_eq!(answered[0].3, br#"{"n":5}"#.to_vec(), "not MessagePack");
+    let redirect = written.iter().find(|f| f.1 == route::SYS_REDIRECT).unwrap();
+    assert_eq!(
+        redirect.3,
+        redirect_body(Duration::from_millis(500), "10.0.0.2:7443")
+    );
 }

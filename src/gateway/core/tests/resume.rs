@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::gateway::core::resume::PushRing;
+use crate::gateway_addresses::Transport;
 
 const TOKEN: ResumeToken = [7; 16];
 const WINDOW: Duration = Duration::from_millis(500);
@@ -35,6 +36,16 @@ fn push(f: &mut Fixture, s: u64, epoch: u32, body: &'static [u8]) {
 
 fn relay_outbox() -> Rc<Outbox> {
     Rc::new(Outbox::new(usize::MAX))
+}
+
+/// A new connection, accepted on the plain listener, whose front is
+/// `front` and whose frames for the client go to `outbox`.
+fn via(front: u64, outbox: Rc<Outbox>) -> NewConnection {
+    NewConnection {
+        front,
+        transport: Transport::Plain,
+        outbox,
+    }
 }
 
 #[test]
@@ -147,7 +158,7 @@ fn a_refused_login_offers_nothing() {
     let refused = LoginOutcome::Refused(ErrorCode::AuthFailed, "no");
     f.core.complete_login(s, 1, refused, f.now);
     assert_eq!(frames(&outbox).len(), 1, "the ERROR only");
-    let resumed = f.core.resume(&TOKEN, 0, 1, 99, relay_outbox(), f.now);
+    let resumed = f.core.resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now);
     assert_eq!(resumed, Err(ResumeRefusal::Unknown));
 }
 
@@ -166,7 +177,7 @@ fn a_detached_session_keeps_its_pushes_and_resumes_once_after_the_last_seen() {
     let relay = relay_outbox();
     let resumed = f
         .core
-        .resume(&TOKEN, 1, 4, 99, relay.clone(), f.now)
+        .resume(&TOKEN, 1, 4, via(99, relay.clone()), f.now)
         .unwrap();
     assert_eq!(
         (resumed.session_id, resumed.player_id, resumed.replayed),
@@ -192,7 +203,7 @@ fn a_detached_session_keeps_its_pushes_and_resumes_once_after_the_last_seen() {
         ]
     );
     // The token resumes once: the second use is refused.
-    let again = f.core.resume(&TOKEN, 1, 1, 98, relay_outbox(), f.now);
+    let again = f.core.resume(&TOKEN, 1, 1, via(98, relay_outbox()), f.now);
     assert_eq!(again, Err(ResumeRefusal::Unknown));
     assert_eq!(f.metrics.gateway.sessions_resumed.get(), 1);
     assert_eq!(f.metrics.gateway.resumes_refused_unknown.get(), 1);
@@ -201,7 +212,7 @@ fn a_detached_session_keeps_its_pushes_and_resumes_once_after_the_last_seen() {
     f.core.front_ended(s, 99);
     assert!(f
         .core
-        .resume(&TOKEN, 4, 1, 97, relay_outbox(), f.now)
+        .resume(&TOKEN, 4, 1, via(97, relay_outbox()), f.now)
         .is_ok());
 }
 
@@ -211,7 +222,7 @@ fn an_open_old_connection_is_kicked_by_a_resume() {
     let (s, old) = resumable_login(&mut f);
     assert!(f
         .core
-        .resume(&TOKEN, 0, 1, 99, relay_outbox(), f.now)
+        .resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now)
         .is_ok());
     let last = frames(&old).pop().unwrap();
     assert_eq!((last.0, last.1), (FrameKind::Push, route::SYS_KICKED));
@@ -237,12 +248,12 @@ fn the_window_ends_a_detached_session_as_a_disconnect() {
     assert!(f.core.session(s).is_none());
     let late = f
         .core
-        .resume(&TOKEN, 0, 1, 99, relay_outbox(), f.now + WINDOW);
+        .resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now + WINDOW);
     assert_eq!(late, Err(ResumeRefusal::Expired));
     assert_eq!(f.metrics.gateway.resumes_refused_expired.get(), 1);
     // Remembered a while (a minute at least), then forgotten.
     f.core.expire_detached(f.now + Duration::from_secs(61));
-    let forgotten = f.core.resume(&TOKEN, 0, 1, 99, relay_outbox(), f.now);
+    let forgotten = f.core.resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now);
     assert_eq!(forgotten, Err(ResumeRefusal::Unknown));
 }
 
@@ -254,7 +265,7 @@ fn a_resume_after_the_window_but_before_the_sweep_is_expired() {
     f.core.expire_detached(f.now);
     let late = f
         .core
-        .resume(&TOKEN, 0, 1, 99, relay_outbox(), f.now + WINDOW * 2);
+        .resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now + WINDOW * 2);
     assert_eq!(late, Err(ResumeRefusal::Expired));
     assert!(f.core.session(s).is_none());
     assert_eq!(f.notices()[0].kind, NoticeKind::Disconnected);
@@ -268,14 +279,14 @@ fn more_pushes_than_kept_are_lost() {
     for _ in 0..3 {
         push(&mut f, s, 1, b"x");
     }
-    let lost = f.core.resume(&TOKEN, 0, 1, 99, relay_outbox(), f.now);
+    let lost = f.core.resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now);
     assert_eq!(lost, Err(ResumeRefusal::PushesLost));
     assert_eq!(ResumeRefusal::PushesLost.reason(), "pushes lost");
     assert_eq!(f.metrics.gateway.resumes_refused_pushes_lost.get(), 1);
     // A client that saw the first still gets the other two.
     assert_eq!(
         f.core
-            .resume(&TOKEN, 1, 1, 99, relay_outbox(), f.now)
+            .resume(&TOKEN, 1, 1, via(99, relay_outbox()), f.now)
             .map(|r| r.replayed),
         Ok(2)
     );
@@ -291,7 +302,7 @@ fn a_kick_ends_a_detached_session_and_forgets_its_token() {
     let mut events = Vec::new();
     f.core.take_token_events(&mut events);
     assert_eq!(events.last(), Some(&TokenEvent::Forgotten(TOKEN)));
-    let resumed = f.core.resume(&TOKEN, 0, 1, 99, relay_outbox(), f.now);
+    let resumed = f.core.resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now);
     assert_eq!(resumed, Err(ResumeRefusal::Unknown));
 }
 
@@ -324,7 +335,7 @@ fn a_front_that_ends_detaches_its_session() {
     f.core.begin_relay(front, s);
     assert!(f
         .core
-        .resume(&TOKEN, 0, 1, front, relay_outbox(), f.now)
+        .resume(&TOKEN, 0, 1, via(front, relay_outbox()), f.now)
         .is_ok());
     f.core.close(front, CloseReason::PeerClosed);
     let mut ended = Vec::new();
@@ -334,7 +345,7 @@ fn a_front_that_ends_detaches_its_session() {
     push(&mut f, s, 1, b"kept");
     assert!(f
         .core
-        .resume(&TOKEN, 0, 1, 5, relay_outbox(), f.now)
+        .resume(&TOKEN, 0, 1, via(5, relay_outbox()), f.now)
         .is_ok());
 }
 
@@ -385,7 +396,7 @@ fn a_late_answer_to_the_old_connection_never_answers_the_new_ones_same_seq() {
     assert!(f.core.close(s, CloseReason::PeerClosed));
     let relay = relay_outbox();
     f.core
-        .resume(&TOKEN, 0, 1, 99, relay.clone(), f.now)
+        .resume(&TOKEN, 0, 1, via(99, relay.clone()), f.now)
         .unwrap();
     // The new connection starts its seqs again: 3 on the same route.
     let new = f.request(s, route::PLAYER_INCR, 3).unwrap().connection;
