@@ -18,8 +18,8 @@
 //!   request latency it records;
 //! - [`redirect`]: a draining node moving its sessions away, and a
 //!   session placed on its player's node;
-//! - [`resume`]: resumable sessions: the token, the numbered pushes kept,
-//!   the detached session and its window, `auth.resume`;
+//! - [`resume`]: resumable sessions: the token, the detached session and
+//!   its window, `auth.resume`; [`push_ring`]: the numbered pushes kept;
 //! - [`relay`]: a connection that resumed a session, relaying to it.
 
 use std::cmp::Reverse;
@@ -45,6 +45,7 @@ use crate::route::RouteTable;
 
 mod egress;
 mod login;
+mod push_ring;
 mod redirect;
 mod relay;
 mod requests;

@@ -2,7 +2,7 @@
 //! detached session and its window, and a resume's answers.
 
 use super::*;
-use crate::gateway::core::resume::PushRing;
+use crate::gateway::core::push_ring::PushRing;
 use crate::gateway_addresses::Transport;
 
 const TOKEN: ResumeToken = [7; 16];
