@@ -189,6 +189,8 @@ pub struct GatewayConfig {
     /// A connection that sends nothing this long is closed.
     pub idle_timeout_ms: u64,
     /// Sessions this node holds at once, over all cores; more are refused.
+    /// It bounds the detached sessions waiting for a resume as well, apart
+    /// (docs/protocol.md, 8).
     pub sessions_max: u32,
     /// Frames waiting to be written to one session; a session whose queue
     /// is full is a slow reader and is closed.

@@ -14,6 +14,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use routerd::config::DuplicateLogin;
 use support::{Client, TestNode};
 use wire::client::{encode_keyed_request, route, ErrorCode, FrameKind};
 
@@ -314,4 +315,35 @@ fn more_pushes_than_kept_are_lost() {
     assert_eq!(answer.kind, FrameKind::Response, "{answer:?}");
     assert_push(&again.recv(), 2);
     assert_push(&again.recv(), 3);
+}
+
+/// Under `multi` a client may log in and drop its connection over and
+/// over, each session detached with its token and kept pushes for the
+/// window: a node keeps no more detached sessions than
+/// `gateway.sessions_max` (each core its share), the oldest ending first.
+#[test]
+fn login_and_close_cycles_leave_at_most_sessions_max_detached() {
+    let mut config = support::config();
+    config.auth.duplicate_login = DuplicateLogin::Multi;
+    config.gateway.sessions_max = 8; // 4 detached sessions a core, at most
+    let node = TestNode::start(config);
+    let cycles = 12;
+    for _ in 0..cycles {
+        let mut client = node.connect();
+        login_v2(&mut client, 5);
+        client.shutdown();
+        drop(client);
+    }
+    // Every session detached, or ended to keep the bound.
+    let (mut active, mut evicted) = (0, 0);
+    for _ in 0..500 {
+        active = node.metric("routerd_gateway_sessions_active");
+        evicted = node.metric("routerd_gateway_detached_evicted_total");
+        if active + evicted == cycles && active <= 8 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(active <= 8, "{active} sessions kept, {evicted} ended");
+    assert_eq!(active + evicted, cycles);
 }

@@ -114,7 +114,12 @@ impl GatewayHandle {
             shared.routes.clone(),
         );
         state.set_listener_codecs(ListenerCodecs::from_config(&shared.config));
-        state.set_resume_settings(shared.resume.settings());
+        state.set_resume_settings(
+            shared
+                .resume
+                .settings()
+                .for_core_of(shared.config.sessions_max, mesh.core_count()),
+        );
         let gateway = GatewayHandle(Rc::new(CoreGateway {
             core_id,
             node_id: shared.node_id,

@@ -69,6 +69,9 @@ super::metric_set! {
             resumes_refused_unknown = "unknown",
             resumes_refused_pushes_lost = "pushes_lost",
         }
+        /// Detached sessions ended before their resume window passed because their core held
+        /// its share of gateway.sessions_max detached sessions: the core's oldest goes first.
+        "routerd_gateway_detached_evicted_total" Counter { detached_evicted }
         /// Sessions told to move to another gateway (sys.redirect) because this node drains.
         "routerd_gateway_redirects_total" Counter { redirects }
         /// Redirected sessions the gateway closed when cluster.redirect_grace_ms had passed (the

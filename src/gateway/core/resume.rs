@@ -19,6 +19,7 @@
 //! CSPRNG), `now` is passed in, and the node-wide token directory is fed
 //! from [`TokenEvent`]s the driver takes.
 
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,9 @@ pub struct ResumeSettings {
     /// Bytes of push bodies it keeps at most (`gateway.send_queue_bytes_max`:
     /// a connected client further behind is closed as a slow reader).
     pub bytes_max: usize,
+    /// Detached sessions a core keeps at most (`for_core_of`): past
+    /// it, the core's oldest detached session ends.
+    pub detached_max: usize,
 }
 
 impl ResumeSettings {
@@ -57,6 +61,7 @@ impl ResumeSettings {
         window: Duration::ZERO,
         pushes_max: 0,
         bytes_max: 0,
+        detached_max: 0,
     };
 
     pub fn new(window_ms: u64, pushes_max: u32, bytes_max: usize) -> ResumeSettings {
@@ -64,6 +69,19 @@ impl ResumeSettings {
             window: Duration::from_millis(window_ms),
             pushes_max: pushes_max as usize,
             bytes_max,
+            detached_max: usize::MAX,
+        }
+    }
+
+    /// These settings for one of `cores` cores of a node that holds
+    /// `sessions_max` sessions (`gateway.sessions_max`): a core keeps at
+    /// most its share of that many detached sessions, so a node's detached
+    /// sessions (which hold no connection, nor a slot of `sessions_max`)
+    /// are at most about as many as its connected ones.
+    pub fn for_core_of(self, sessions_max: u32, cores: usize) -> ResumeSettings {
+        ResumeSettings {
+            detached_max: (sessions_max as usize).div_ceil(cores.max(1)).max(1),
+            ..self
         }
     }
 
@@ -209,10 +227,15 @@ pub(super) struct ResumeTables {
     pub(super) settings: Option<ResumeSettings>,
     /// Tokens of this core's resumable sessions.
     tokens: FastMap<ResumeToken, u64>,
-    /// Tokens whose window passed, and when.
-    expired: FastMap<ResumeToken, Instant>,
-    /// Detached sessions (the sweep walks these, not every session).
-    detached: Vec<u64>,
+    /// Tokens whose window passed, and when (`None`: stamped by the next
+    /// sweep that prunes them).
+    expired: FastMap<ResumeToken, Option<Instant>>,
+    /// Detached sessions, oldest first (the sweep walks these, not every
+    /// session); sessions that ended since may stay until the sweep.
+    detached: VecDeque<u64>,
+    /// How many sessions are detached now (`detached` without those that
+    /// ended), against `ResumeSettings::detached_max`.
+    detached_count: usize,
     /// When the sweep last looked for expired tokens to forget.
     pruned_at: Option<Instant>,
     /// Changes for the node-wide directory (`take_token_events`).
@@ -334,8 +357,38 @@ impl GatewayCore {
         } else {
             connection.close();
         }
-        self.resume.detached.push(session_id);
+        self.resume.detached.push_back(session_id);
+        self.resume.detached_count += 1;
         tracing::debug!(session_id, "session detached: resumable");
+        self.bound_detached();
+    }
+
+    /// Past `detached_max` detached sessions, the oldest end first, as if
+    /// their window had passed (counted in
+    /// `routerd_gateway_detached_evicted_total`): a client that logs in
+    /// and drops its connection over and over (as `multi` allows) cannot
+    /// keep more sessions, each with its token and kept pushes, than the
+    /// core's share of `gateway.sessions_max`.
+    fn bound_detached(&mut self) {
+        let max = self.resume.settings.map_or(usize::MAX, |s| s.detached_max);
+        while self.resume.detached_count > max {
+            let Some(oldest) = self.resume.detached.pop_front() else {
+                break;
+            };
+            let detached = self
+                .sessions
+                .get(&oldest)
+                .and_then(|entry| entry.resume.as_ref())
+                .is_some_and(|resume| resume.detached);
+            if detached {
+                self.metrics.gateway.detached_evicted.inc();
+                tracing::info!(
+                    session_id = oldest,
+                    "too many detached sessions: the oldest ends"
+                );
+                self.end_detached(oldest, None);
+            }
+        }
     }
 
     /// Resumes the session `token` names on a new connection (`via`):
@@ -403,7 +456,9 @@ impl GatewayCore {
         resume.armed = false;
         resume.front = Some(via.front);
         let old = std::mem::replace(&mut entry.outbox, via.outbox);
-        if !was_detached {
+        if was_detached {
+            self.resume.detached_count -= 1;
+        } else {
             let _ = old.push_frame(
                 FrameKind::Push,
                 route::SYS_KICKED,
@@ -447,7 +502,7 @@ impl GatewayCore {
             .detached_at
             .is_some_and(|at| now.saturating_duration_since(at) >= window)
         {
-            self.end_detached(session_id, now);
+            self.end_detached(session_id, Some(now));
             return Err(ResumeRefusal::Expired);
         }
         if resume.ring.after(last_seen).is_none() {
@@ -479,7 +534,7 @@ impl GatewayCore {
             }
         }
         for &session_id in &due {
-            self.end_detached(session_id, now);
+            self.end_detached(session_id, Some(now));
         }
         let sessions = &self.sessions;
         self.resume
@@ -498,7 +553,7 @@ impl GatewayCore {
         let memory = settings.expired_memory();
         let events = &mut self.resume.events;
         self.resume.expired.retain(|token, at| {
-            let keep = now.saturating_duration_since(*at) < memory;
+            let keep = now.saturating_duration_since(*at.get_or_insert(now)) < memory;
             if !keep {
                 events.push(TokenEvent::Forgotten(*token));
             }
@@ -507,20 +562,20 @@ impl GatewayCore {
         due.len()
     }
 
-    /// A detached session whose window passed: it ends as a disconnect
-    /// ends one, and its token is remembered as expired.
-    fn end_detached(&mut self, session_id: u64, now: Instant) {
-        let token = self
+    /// A detached session whose window passed (at `now`; `None`: one
+    /// ended to make room): it ends as a disconnect ends one, and its
+    /// token is remembered as expired.
+    fn end_detached(&mut self, session_id: u64, now: Option<Instant>) {
+        let resume = self
             .sessions
-            .get(&session_id)
-            .and_then(|entry| entry.resume.as_ref())
-            .map(|resume| resume.token);
-        if let Some(token) = token {
-            self.resume.tokens.remove(&token);
-            self.resume.expired.insert(token, now);
-        }
-        if let Some(entry) = self.sessions.get_mut(&session_id) {
-            entry.resume = None;
+            .get_mut(&session_id)
+            .and_then(|entry| entry.resume.take());
+        if let Some(resume) = resume {
+            self.resume.tokens.remove(&resume.token);
+            self.resume.expired.insert(resume.token, now);
+            if resume.detached {
+                self.resume.detached_count -= 1;
+            }
         }
         tracing::info!(session_id, "resume window passed: session ends");
         self.finish(session_id, NoticeKind::Disconnected, false);
@@ -529,10 +584,25 @@ impl GatewayCore {
     /// A session ends for good: its token resumes nothing from now.
     pub(super) fn forget_resume(&mut self, resume: Option<Box<Resumable>>) {
         if let Some(resume) = resume {
+            if resume.detached {
+                self.resume.detached_count -= 1;
+            }
             if self.resume.tokens.remove(&resume.token).is_some() {
                 self.resume.events.push(TokenEvent::Forgotten(resume.token));
             }
         }
+    }
+
+    /// How many sessions are detached now (checked against the sessions).
+    #[cfg(test)]
+    pub(super) fn detached_sessions(&self) -> usize {
+        let detached = self
+            .sessions
+            .values()
+            .filter(|entry| entry.resume.as_ref().is_some_and(|resume| resume.detached))
+            .count();
+        assert_eq!(detached, self.resume.detached_count);
+        detached
     }
 
     /// Changes for the node-wide token directory since the last call.

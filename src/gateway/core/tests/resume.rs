@@ -251,6 +251,7 @@ fn the_window_ends_a_detached_session_as_a_disconnect() {
         .resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now + WINDOW);
     assert_eq!(late, Err(ResumeRefusal::Expired));
     assert_eq!(f.metrics.gateway.resumes_refused_expired.get(), 1);
+    assert_eq!(f.core.detached_sessions(), 0);
     // Remembered a while (a minute at least), then forgotten.
     f.core.expire_detached(f.now + Duration::from_secs(61));
     let forgotten = f.core.resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now);
@@ -304,6 +305,7 @@ fn a_kick_ends_a_detached_session_and_forgets_its_token() {
     assert_eq!(events.last(), Some(&TokenEvent::Forgotten(TOKEN)));
     let resumed = f.core.resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now);
     assert_eq!(resumed, Err(ResumeRefusal::Unknown));
+    assert_eq!(f.core.detached_sessions(), 0);
 }
 
 #[test]
@@ -415,4 +417,55 @@ fn a_late_answer_to_the_old_connection_never_answers_the_new_ones_same_seq() {
         .map(|frame| frame.3)
         .collect();
     assert_eq!(answers, [b"new".to_vec()]);
+}
+
+/// Under `multi` one player's client can log in and drop its connection
+/// over and over: each session is detached, with its token and kept
+/// pushes, for the window. A core keeps at most `detached_max` of them;
+/// past it the oldest ends as at the end of its window (the player is told
+/// it disconnected, its token is answered `resume window expired`).
+#[test]
+fn detached_sessions_are_bounded_and_the_oldest_ends_first() {
+    let mut f = Fixture::new();
+    let settings = ResumeSettings::new(WINDOW.as_millis() as u64, 16, usize::MAX);
+    // A node of 12 sessions over 4 cores: 3 detached sessions a core.
+    f.core.set_resume_settings(settings.for_core_of(12, 4));
+    let mut sessions = Vec::new();
+    for n in 0..10u8 {
+        let (s, _) = f.open();
+        f.request(s, route::AUTH_LOGIN, 1).unwrap();
+        f.core.begin_login(s, 1, 7).unwrap();
+        f.core.offer_resume(s, [n; 16]);
+        f.core.complete_login(s, 1, admitted(7, 1), f.now);
+        assert!(f.core.close(s, CloseReason::PeerClosed));
+        assert!(f.core.detached_sessions() <= 3);
+        sessions.push(s);
+    }
+    assert_eq!(f.core.detached_sessions(), 3);
+    assert_eq!(f.core.session_count(), 3);
+    assert_eq!(f.metrics.gateway.detached_evicted.get(), 7);
+    let notices = f.notices();
+    assert_eq!(notices.len(), 7);
+    assert!(notices.iter().all(|n| n.kind == NoticeKind::Disconnected));
+    let ended: Vec<u64> = notices.iter().map(|n| n.session_id).collect();
+    assert_eq!(ended, sessions[..7], "the oldest first");
+    // The newest three resume; an evicted one is told its window passed.
+    let evicted = f
+        .core
+        .resume(&[0; 16], 0, 1, via(99, relay_outbox()), f.now);
+    assert_eq!(evicted, Err(ResumeRefusal::Expired));
+    for n in 7..10u8 {
+        let resumed = f
+            .core
+            .resume(&[n; 16], 0, 1, via(99, relay_outbox()), f.now);
+        assert_eq!(resumed.map(|r| r.session_id), Ok(sessions[n as usize]));
+    }
+    assert_eq!(f.core.detached_sessions(), 0);
+    // The evicted token is forgotten, stamped by the sweep, a while later.
+    f.core.expire_detached(f.now);
+    f.core.expire_detached(f.now + Duration::from_secs(61));
+    let forgotten = f
+        .core
+        .resume(&[0; 16], 0, 1, via(99, relay_outbox()), f.now);
+    assert_eq!(forgotten, Err(ResumeRefusal::Unknown));
 }
