@@ -347,3 +347,26 @@ fn login_and_close_cycles_leave_at_most_sessions_max_detached() {
     assert!(active <= 8, "{active} sessions kept, {evicted} ended");
     assert_eq!(active + evicted, cycles);
 }
+
+/// Under `kick_old`, device A's connection is lost, device B logs in and
+/// kicks A's waiting session. A's resume is told `session kicked`: it
+/// must not log in afresh (that would kick B), as after a `sys.kicked`.
+#[test]
+fn a_resume_of_a_session_kicked_while_it_waited_is_told_of_the_kick() {
+    let node = TestNode::start(support::config());
+    let mut device_a = node.connect();
+    let (token, _) = login_v2(&mut device_a, 4);
+    device_a.shutdown();
+    drop(device_a);
+    let mut device_b = node.connect();
+    device_b.login(4, 1);
+    node.wait_metric("routerd_gateway_kicks_total", 1);
+    let mut again = node.connect();
+    assert_refused(&resume(&mut again, &token, 0), "session kicked");
+    node.wait_metric(
+        "routerd_gateway_resumes_refused_total{reason=\"kicked\"}",
+        1,
+    );
+    // B stays logged in.
+    assert_eq!(device_b.call(route::SYS_PING, 2, b"b").body, b"b");
+}

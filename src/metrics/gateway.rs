@@ -63,11 +63,14 @@ super::metric_set! {
         /// auth.resume requests refused, by reason (expired: the session's window passed;
         /// unknown: the token names no session of this node, or was used already; pushes_lost:
         /// more pushes were sent to the session than auth.resume_pushes_max since the client's
-        /// last one).
+        /// last one; kicked: the session was kicked; token_expired: it was kicked because its
+        /// login's token expired).
         "routerd_gateway_resumes_refused_total" Counter (reason) {
             resumes_refused_expired = "expired",
             resumes_refused_unknown = "unknown",
             resumes_refused_pushes_lost = "pushes_lost",
+            resumes_refused_kicked = "kicked",
+            resumes_refused_token_expired = "token_expired",
         }
         /// Detached sessions ended before their resume window passed because their core held
         /// its share of gateway.sessions_max detached sessions: the core's oldest goes first.

@@ -476,6 +476,7 @@ impl GatewayCore {
         );
         self.metrics.gateway.kicks.inc();
         tracing::info!(session_id, reason, "session kicked");
+        self.remember_kick(session_id, reason);
         self.finish(session_id, NoticeKind::Unbound, false);
         true
     }

@@ -90,8 +90,9 @@ impl ResumeSettings {
     }
 
     /// How long a token whose window passed is still answered `resume
-    /// window expired` rather than `unknown session`.
-    fn expired_memory(&self) -> Duration {
+    /// window expired` rather than `unknown session` (and a kicked
+    /// session's, `session kicked`).
+    fn ended_memory(&self) -> Duration {
         self.window.max(Duration::from_secs(60))
     }
 }
@@ -102,6 +103,13 @@ pub enum ResumeRefusal {
     Expired,
     Unknown,
     PushesLost,
+    /// The session was kicked (its `sys.kicked` may never have reached
+    /// the client): as after that push, the client does not log in again
+    /// by itself.
+    Kicked,
+    /// The session was kicked because its login's token expired: the
+    /// client logs in with a fresh one.
+    TokenExpired,
 }
 
 impl ResumeRefusal {
@@ -110,6 +118,18 @@ impl ResumeRefusal {
             ResumeRefusal::Expired => "resume window expired",
             ResumeRefusal::Unknown => "unknown session",
             ResumeRefusal::PushesLost => "pushes lost",
+            ResumeRefusal::Kicked => "session kicked",
+            ResumeRefusal::TokenExpired => super::TOKEN_EXPIRED_REASON,
+        }
+    }
+
+    /// What a resume of a session kicked with the `sys.kicked` reason
+    /// `reason` is told: the same as that push would have.
+    fn after_kick(reason: &str) -> ResumeRefusal {
+        if reason == super::TOKEN_EXPIRED_REASON {
+            ResumeRefusal::TokenExpired
+        } else {
+            ResumeRefusal::Kicked
         }
     }
 
@@ -121,7 +141,8 @@ impl ResumeRefusal {
 /// A change the node-wide token directory must follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenEvent {
-    /// A session of this core holds `token` (or remembers it expired).
+    /// A session of this core holds `token` (or it remembers the token of
+    /// a session that ended: expired, or kicked).
     Held(ResumeToken, u64),
     /// This core forgot `token`.
     Forgotten(ResumeToken),
@@ -150,6 +171,8 @@ fn count_refusal(stats: &crate::metrics::GatewayStats, refusal: ResumeRefusal) {
         ResumeRefusal::Expired => stats.resumes_refused_expired.inc(),
         ResumeRefusal::Unknown => stats.resumes_refused_unknown.inc(),
         ResumeRefusal::PushesLost => stats.resumes_refused_pushes_lost.inc(),
+        ResumeRefusal::Kicked => stats.resumes_refused_kicked.inc(),
+        ResumeRefusal::TokenExpired => stats.resumes_refused_token_expired.inc(),
     }
 }
 
@@ -227,9 +250,11 @@ pub(super) struct ResumeTables {
     pub(super) settings: Option<ResumeSettings>,
     /// Tokens of this core's resumable sessions.
     tokens: FastMap<ResumeToken, u64>,
-    /// Tokens whose window passed, and when (`None`: stamped by the next
-    /// sweep that prunes them).
-    expired: FastMap<ResumeToken, Option<Instant>>,
+    /// Tokens of sessions that ended while a resume could still come
+    /// (their window passed, or they were kicked): what a resume with one
+    /// is told, and since when (`None`: stamped by the next sweep that
+    /// prunes them).
+    ended: FastMap<ResumeToken, (ResumeRefusal, Option<Instant>)>,
     /// Detached sessions, oldest first (the sweep walks these, not every
     /// session); sessions that ended since may stay until the sweep.
     detached: VecDeque<u64>,
@@ -484,11 +509,11 @@ impl GatewayCore {
     ) -> Result<u64, ResumeRefusal> {
         let window = self.resume.settings.map_or(Duration::ZERO, |s| s.window);
         let Some(&session_id) = self.resume.tokens.get(token) else {
-            return Err(if self.resume.expired.contains_key(token) {
-                ResumeRefusal::Expired
-            } else {
-                ResumeRefusal::Unknown
-            });
+            return Err(self
+                .resume
+                .ended
+                .get(token)
+                .map_or(ResumeRefusal::Unknown, |(refusal, _)| *refusal));
         };
         let resume = self
             .sessions
@@ -550,9 +575,9 @@ impl GatewayCore {
             return due.len();
         }
         self.resume.pruned_at = Some(now);
-        let memory = settings.expired_memory();
+        let memory = settings.ended_memory();
         let events = &mut self.resume.events;
-        self.resume.expired.retain(|token, at| {
+        self.resume.ended.retain(|token, (_, at)| {
             let keep = now.saturating_duration_since(*at.get_or_insert(now)) < memory;
             if !keep {
                 events.push(TokenEvent::Forgotten(*token));
@@ -572,13 +597,39 @@ impl GatewayCore {
             .and_then(|entry| entry.resume.take());
         if let Some(resume) = resume {
             self.resume.tokens.remove(&resume.token);
-            self.resume.expired.insert(resume.token, now);
+            self.resume
+                .ended
+                .insert(resume.token, (ResumeRefusal::Expired, now));
             if resume.detached {
                 self.resume.detached_count -= 1;
             }
         }
         tracing::info!(session_id, "resume window passed: session ends");
         self.finish(session_id, NoticeKind::Disconnected, false);
+    }
+
+    /// `session_id` is kicked with the `sys.kicked` reason `reason`: a
+    /// resumable session's token is remembered as an expired one is, so
+    /// a resume with it is told of the kick (`session kicked`, or `token
+    /// expired`) rather than `unknown session`. Its client may never have
+    /// read the `sys.kicked` (its connection was lost before, or soon
+    /// after): told `unknown session`, it would log in afresh and, under
+    /// `kick_old`, kick the login that replaced it.
+    pub(super) fn remember_kick(&mut self, session_id: u64, reason: &str) {
+        let resume = self
+            .sessions
+            .get_mut(&session_id)
+            .and_then(|entry| entry.resume.take());
+        let Some(resume) = resume else {
+            return;
+        };
+        if resume.detached {
+            self.resume.detached_count -= 1;
+        }
+        if self.resume.tokens.remove(&resume.token).is_some() {
+            let refusal = ResumeRefusal::after_kick(reason);
+            self.resume.ended.insert(resume.token, (refusal, None));
+        }
     }
 
     /// A session ends for good: its token resumes nothing from now.

@@ -293,19 +293,53 @@ fn more_pushes_than_kept_are_lost() {
     );
 }
 
+/// Under `kick_old`, device A's session is detached when device B logs
+/// in and kicks it: A never read the `sys.kicked`. A's resume is told of
+/// the kick, not `unknown session`, so A does not log in afresh and kick
+/// B in turn. The token is remembered as an expired one is, then
+/// forgotten.
 #[test]
-fn a_kick_ends_a_detached_session_and_forgets_its_token() {
+fn a_kicked_session_s_resume_is_told_of_the_kick() {
     let mut f = resumable_core(16);
     let (s, _) = resumable_login(&mut f);
     f.core.close(s, CloseReason::PeerClosed);
-    assert!(f.core.kick(s, Some(7), "duplicate login"));
+    assert!(f.core.kick(s, Some(7), "logged in elsewhere"));
     assert_eq!(f.notices()[0].kind, NoticeKind::Unbound);
+    assert!(f.core.session(s).is_none());
+    assert_eq!(f.core.detached_sessions(), 0);
     let mut events = Vec::new();
     f.core.take_token_events(&mut events);
-    assert_eq!(events.last(), Some(&TokenEvent::Forgotten(TOKEN)));
+    assert_eq!(
+        events,
+        [TokenEvent::Held(TOKEN, s)],
+        "the node's directory still sends the token here"
+    );
     let resumed = f.core.resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now);
-    assert_eq!(resumed, Err(ResumeRefusal::Unknown));
-    assert_eq!(f.core.detached_sessions(), 0);
+    assert_eq!(resumed, Err(ResumeRefusal::Kicked));
+    assert_eq!(ResumeRefusal::Kicked.reason(), "session kicked");
+    assert_eq!(f.metrics.gateway.resumes_refused_kicked.get(), 1);
+    // Remembered a while (a minute at least), then forgotten.
+    f.core.expire_detached(f.now);
+    f.core.expire_detached(f.now + Duration::from_secs(61));
+    f.core.take_token_events(&mut events);
+    assert_eq!(events.last(), Some(&TokenEvent::Forgotten(TOKEN)));
+    let forgotten = f.core.resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now);
+    assert_eq!(forgotten, Err(ResumeRefusal::Unknown));
+}
+
+/// A session kicked because its token expired, whose client lost the
+/// connection before it read the kick: its resume is told `token
+/// expired`, after which a client may log in with a fresh token.
+#[test]
+fn a_session_kicked_for_its_expired_token_is_told_so_at_its_resume() {
+    let mut f = resumable_core(16);
+    let (s, _) = resumable_login(&mut f);
+    f.core.set_token_expiry(s, 100);
+    assert_eq!(f.core.kick_expired(100), 1);
+    let resumed = f.core.resume(&TOKEN, 0, 1, via(99, relay_outbox()), f.now);
+    assert_eq!(resumed, Err(ResumeRefusal::TokenExpired));
+    assert_eq!(ResumeRefusal::TokenExpired.reason(), "token expired");
+    assert_eq!(f.metrics.gateway.resumes_refused_token_expired.get(), 1);
 }
 
 #[test]
