@@ -44,6 +44,7 @@ use crate::page::smallest_by_key;
 use crate::route::RouteTable;
 
 mod egress;
+mod ended_tokens;
 mod login;
 mod push_ring;
 mod redirect;

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use wire::client::{route, ErrorCode, FrameKind};
 
+use super::ended_tokens::EndedTokens;
 use super::push_ring::PushRing;
 use super::{FastMap, GatewayCore, PushError};
 use crate::gateway::outbox::Outbox;
@@ -250,11 +251,8 @@ pub(super) struct ResumeTables {
     pub(super) settings: Option<ResumeSettings>,
     /// Tokens of this core's resumable sessions.
     tokens: FastMap<ResumeToken, u64>,
-    /// Tokens of sessions that ended while a resume could still come
-    /// (their window passed, or they were kicked): what a resume with one
-    /// is told, and since when (`None`: stamped by the next sweep that
-    /// prunes them).
-    ended: FastMap<ResumeToken, (ResumeRefusal, Option<Instant>)>,
+    /// Tokens of sessions that ended while a resume could still come.
+    ended: EndedTokens,
     /// Detached sessions, oldest first (the sweep walks these, not every
     /// session); sessions that ended since may stay until the sweep.
     detached: VecDeque<u64>,
@@ -271,6 +269,13 @@ impl ResumeTables {
     /// Whether a directory change waits to be taken.
     pub(super) fn has_events(&self) -> bool {
         !self.events.is_empty()
+    }
+
+    /// Remembers an ended session's token, within as many as the core
+    /// keeps detached sessions (`detached_max`).
+    fn remember_ended(&mut self, ended: (ResumeToken, ResumeRefusal, Option<Instant>)) {
+        let max = self.settings.map_or(1, |settings| settings.detached_max);
+        self.ended.insert(ended, max, &mut self.events);
     }
 }
 
@@ -509,11 +514,8 @@ impl GatewayCore {
     ) -> Result<u64, ResumeRefusal> {
         let window = self.resume.settings.map_or(Duration::ZERO, |s| s.window);
         let Some(&session_id) = self.resume.tokens.get(token) else {
-            return Err(self
-                .resume
-                .ended
-                .get(token)
-                .map_or(ResumeRefusal::Unknown, |(refusal, _)| *refusal));
+            let ended = self.resume.ended.refusal(token);
+            return Err(ended.unwrap_or(ResumeRefusal::Unknown));
         };
         let resume = self
             .sessions
@@ -575,15 +577,9 @@ impl GatewayCore {
             return due.len();
         }
         self.resume.pruned_at = Some(now);
+        let tables = &mut self.resume;
         let memory = settings.ended_memory();
-        let events = &mut self.resume.events;
-        self.resume.ended.retain(|token, (_, at)| {
-            let keep = now.saturating_duration_since(*at.get_or_insert(now)) < memory;
-            if !keep {
-                events.push(TokenEvent::Forgotten(*token));
-            }
-            keep
-        });
+        tables.ended.prune(now, memory, &mut tables.events);
         due.len()
     }
 
@@ -598,8 +594,7 @@ impl GatewayCore {
         if let Some(resume) = resume {
             self.resume.tokens.remove(&resume.token);
             self.resume
-                .ended
-                .insert(resume.token, (ResumeRefusal::Expired, now));
+                .remember_ended((resume.token, ResumeRefusal::Expired, now));
             if resume.detached {
                 self.resume.detached_count -= 1;
             }
@@ -628,7 +623,7 @@ impl GatewayCore {
         }
         if self.resume.tokens.remove(&resume.token).is_some() {
             let refusal = ResumeRefusal::after_kick(reason);
-            self.resume.ended.insert(resume.token, (refusal, None));
+            self.resume.remember_ended((resume.token, refusal, None));
         }
     }
 

@@ -483,11 +483,17 @@ fn detached_sessions_are_bounded_and_the_oldest_ends_first() {
     assert!(notices.iter().all(|n| n.kind == NoticeKind::Disconnected));
     let ended: Vec<u64> = notices.iter().map(|n| n.session_id).collect();
     assert_eq!(ended, sessions[..7], "the oldest first");
-    // The newest three resume; an evicted one is told its window passed.
+    // The newest three resume; an evicted one is told its window passed,
+    // as long as the core remembers its token: the last `detached_max`
+    // ended tokens.
     let evicted = f
         .core
-        .resume(&[0; 16], 0, 1, via(99, relay_outbox()), f.now);
+        .resume(&[6; 16], 0, 1, via(99, relay_outbox()), f.now);
     assert_eq!(evicted, Err(ResumeRefusal::Expired));
+    let oldest = f
+        .core
+        .resume(&[3; 16], 0, 1, via(99, relay_outbox()), f.now);
+    assert_eq!(oldest, Err(ResumeRefusal::Unknown), "past the bound");
     for n in 7..10u8 {
         let resumed = f
             .core
@@ -500,6 +506,6 @@ fn detached_sessions_are_bounded_and_the_oldest_ends_first() {
     f.core.expire_detached(f.now + Duration::from_secs(61));
     let forgotten = f
         .core
-        .resume(&[0; 16], 0, 1, via(99, relay_outbox()), f.now);
+        .resume(&[6; 16], 0, 1, via(99, relay_outbox()), f.now);
     assert_eq!(forgotten, Err(ResumeRefusal::Unknown));
 }
