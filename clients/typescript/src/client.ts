@@ -11,8 +11,17 @@ import { CallOptions, RETRY_DEFAULT, RetryPolicy, randomKey, retryDelayMs, retry
 /** A token, or a function returning one (called at every login, so a reconnect or redirect can use a fresh one). */
 export type TokenSource = string | (() => string | Promise<string>);
 
-/** The sys.kicked reason of a session whose token expired (docs/protocol.md, section 2). */
+/**
+ * The sys.kicked reason of a session whose token expired (docs/protocol.md, section 2), and the
+ * reason an auth.resume is refused for such a session kicked while its connection was lost.
+ */
 export const TOKEN_EXPIRED = "token expired";
+
+/**
+ * The reason an auth.resume is refused for a session kicked while its connection was lost (a newer
+ * login of the player under kick_old, an operator): the sys.kicked the client never read (section 12).
+ */
+export const SESSION_KICKED = "session kicked";
 
 /** Reconnect with full jitter: before attempt n (from 0) wait uniform [0, min(maxDelayMs, baseDelayMs * 2^n)]. */
 export interface Backoff {
@@ -48,6 +57,7 @@ export interface ClientOptions {
 
 export interface ClientEvents {
   room_message: (message: p.RoomMessage) => void;
+  /** The session was kicked: its sys.kicked reason, or "session kicked" / "token expired" when the kick was learnt from a refused resume. */
   kicked: (reason: string) => void;
   redirect: (redirect: p.Redirect) => void;
   /** Every PUSH, unknown routes included. */
@@ -57,7 +67,11 @@ export interface ClientEvents {
   reconnected: (address: string) => void;
   /** The lost session was resumed: every push it missed arrives, once and in order. */
   resumed: (address: string) => void;
-  /** The server refused to resume (its reason, e.g. "resume window expired"): the client logged in afresh, and pushes may have been lost. */
+  /**
+   * The server refused to resume (its reason, e.g. "resume window expired"): the client logged in
+   * afresh, and pushes may have been lost. A refusal that says the session was kicked is a kick
+   * instead (the kicked event).
+   */
   resume_failed: (reason: string) => void;
   closed: (error: RouterdError | null) => void;
 }
@@ -431,7 +445,11 @@ export class Client {
     return conn;
   }
 
-  /** auth.resume on conn; an ERROR (the window passed, say) forgets the session and leaves conn to log in. */
+  /**
+   * auth.resume on conn; an ERROR (the window passed, say) forgets the session and leaves conn to
+   * log in. A refusal saying the session was kicked is the sys.kicked the client missed: a kick, so
+   * it throws Kicked (no login), but for an expired token when a fresh one can be had.
+   */
   private async resume(conn: Connection, session: p.Session): Promise<void> {
     try {
       const body = await this.handshake(conn, p.Route.AUTH_RESUME, p.encodeResume(session.token, this.lastPushSeq));
@@ -440,8 +458,23 @@ export class Client {
     } catch (error) {
       // A lost connection keeps the session for the next attempt; a refusal ends it.
       if (!(error instanceof ServerError)) throw error;
+      if (error.code === p.Code.AUTH_FAILED && (error.reason === SESSION_KICKED || error.reason === TOKEN_EXPIRED)) {
+        this.session = null;
+        this.lastPushSeq = 0;
+        this.emit("kicked", error.reason);
+        if (!this.mayLogInAfterKick(error.reason)) throw new Kicked(error.reason);
+        return;
+      }
       this.forgetSession(error.reason || error.codeName);
     }
+  }
+
+  /**
+   * A kick is final: two clients of one player would kick each other forever. But for an expired
+   * token, when reconnecting is on and a fresh token can be had (section 2).
+   */
+  private mayLogInAfterKick(reason: string): boolean {
+    return this.backoff !== null && reason === TOKEN_EXPIRED && typeof this.token !== "string";
   }
 
   private forgetSession(reason: string): void {
@@ -568,9 +601,10 @@ export class Client {
       opened = await this.open(target);
     } catch (error) {
       this.conn = null;
-      const lost = new ConnectionLost(`redirect to ${target} failed: ${(error as Error).message}`);
+      // Its resume told the session was kicked: final, as after sys.kicked.
+      const lost = error instanceof Kicked ? error : new ConnectionLost(`redirect to ${target} failed: ${(error as Error).message}`);
       this.emit("disconnected", lost);
-      if (this.backoff === null) return this.closeForGood(lost);
+      if (this.backoff === null || error instanceof Kicked) return this.closeForGood(lost);
       return this.reconnectLoop([target, conn.address, ...this.fallbacks]);
     }
     this.redirectsFollowed += 1;
@@ -587,9 +621,8 @@ export class Client {
     this.conn = null;
     this.ready = false;
     this.emit("disconnected", lost);
-    // A kick is final, but for an expired token when a fresh one can be had.
-    const mayReconnect = conn.kicked === null || (conn.kicked === TOKEN_EXPIRED && typeof this.token !== "string");
-    if (this.backoff === null || !mayReconnect) return this.closeForGood(lost);
+    const mayReconnect = conn.kicked === null ? this.backoff !== null : this.mayLogInAfterKick(conn.kicked);
+    if (!mayReconnect) return this.closeForGood(lost);
     void this.reconnectLoop([conn.address, ...this.fallbacks]);
   }
 
@@ -615,7 +648,9 @@ export class Client {
       let opened: Connection;
       try {
         opened = await this.open(address);
-      } catch {
+      } catch (error) {
+        // Its resume told the session was kicked while the connection was lost: final, as after sys.kicked.
+        if (error instanceof Kicked) return this.closeForGood(error);
         continue;
       }
       this.reconnects += 1;

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { createServer, Server, Socket } from "node:net";
 
 import * as p from "../src/protocol.js";
-import { connect, ConnectionLost, RoomMessage, ServerError } from "../src/node.js";
+import { connect, ConnectionLost, Kicked, NotSent, RoomMessage, RouterdError, ServerError } from "../src/node.js";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Fast retries and reconnects, so a test spends its time on the script. */
@@ -444,6 +444,73 @@ test("a kicked session is not resumed: the reconnect with a fresh token logs in"
   await client.ping();
   await reconnected;
   await client.ping();
+  client.close();
+  await done;
+  server.close();
+});
+
+test("a resume refused `session kicked` is a kick: the client does not log in again, and says it was kicked", async () => {
+  // Under kick_old the session was kicked by a newer login of the player while its connection was
+  // lost: logging in again would kick that one in turn.
+  let after: Request | null | undefined;
+  const { url, server, done } = await serve(
+    async (peer) => {
+      await login(peer);
+      peer.push(p.Route.SYS_SESSION, 0, p.encodeSession({ token: TOKEN, windowMs: 30000 }));
+      peer.answer(await peer.expect(p.Route.SYS_PING, 1), new Uint8Array());
+      peer.close();
+    },
+    async (peer) => {
+      peer.refuse(await peer.expect(p.Route.AUTH_RESUME, 2), 4, "session kicked");
+      after = await peer.next();
+    },
+  );
+  // A token function, which could give a fresh token: still no login.
+  const client = await connect(url, () => "fresh", FAST);
+  const events: string[] = [];
+  client.on("kicked", (reason) => events.push(`kicked: ${reason}`));
+  client.on("resume_failed", (reason) => events.push(`resume_failed: ${reason}`));
+  client.on("reconnected", () => events.push("reconnected"));
+  const closed = new Promise<RouterdError | null>((resolve) => client.on("closed", resolve));
+  try {
+    await client.ping();
+    await done;
+    assert.equal(after?.routeId ?? null, null, "the client closed after the refusal, no login");
+    const error = await closed;
+    assert.ok(error instanceof Kicked && error.reason === "session kicked", String(error));
+    assert.deepEqual(events, ["kicked: session kicked"]);
+    await assert.rejects(client.ping(), NotSent);
+  } finally {
+    client.close();
+    server.close();
+  }
+});
+
+test("a resume refused `token expired` is a kick for an expired token: a token function's fresh token logs in", async () => {
+  const { url, server, done } = await serve(
+    async (peer) => {
+      await login(peer);
+      peer.push(p.Route.SYS_SESSION, 0, p.encodeSession({ token: TOKEN, windowMs: 30000 }));
+      peer.answer(await peer.expect(p.Route.SYS_PING, 1), new Uint8Array());
+      peer.close();
+    },
+    async (peer) => {
+      peer.refuse(await peer.expect(p.Route.AUTH_RESUME, 2), 4, "token expired");
+      assert.equal(p.fromUtf8((await login(peer)).body), "fresh 2");
+      peer.answer(await peer.expect(p.Route.SYS_PING, 1), new Uint8Array());
+      await peer.next();
+    },
+  );
+  let tokens = 0;
+  const client = await connect(url, () => `fresh ${++tokens}`, FAST);
+  const events: string[] = [];
+  client.on("kicked", (reason) => events.push(`kicked: ${reason}`));
+  client.on("resume_failed", (reason) => events.push(`resume_failed: ${reason}`));
+  const reconnected = new Promise((resolve) => client.on("reconnected", resolve));
+  await client.ping();
+  await reconnected;
+  await client.ping();
+  assert.deepEqual(events, ["kicked: token expired"]);
   client.close();
   await done;
   server.close();
