@@ -5,7 +5,7 @@ speaks it, see `Client`'s `exactly_once`).
     await client.player_incr(5)
 """
 
-from .client import TOKEN_EXPIRED, Backoff, Client, TokenSource
+from .client import SESSION_KICKED, TOKEN_EXPIRED, Backoff, Client, TokenSource
 from .errors import (
     AuthFailed,
     AuthRequired,
@@ -65,6 +65,7 @@ __all__ = [
     "RoomMessage",
     "Route",
     "RouterdError",
+    "SESSION_KICKED",
     "ServerError",
     "ServerTimeout",
     "Session",

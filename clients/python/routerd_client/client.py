@@ -37,8 +37,14 @@ TokenSource = Union[str, Callable[[], Union[str, Awaitable[str]]]]
 
 #: The `sys.kicked` reason of a session whose token expired
 #: (docs/protocol.md, section 2): the one kick after which reconnecting,
-#: with a fresh token, is allowed.
+#: with a fresh token, is allowed. Also the reason an `auth.resume` is
+#: refused for such a session kicked while its connection was lost.
 TOKEN_EXPIRED = "token expired"
+
+#: The reason an `auth.resume` is refused for a session kicked while its
+#: connection was lost (a newer login of the player under `kick_old`, an
+#: operator): the `sys.kicked` the client never read (section 12).
+SESSION_KICKED = "session kicked"
 
 EVENTS = (
     "room_message",
@@ -226,12 +232,15 @@ class Client:
 
     def on(self, event: str, handler: Callable[..., Any]) -> None:
         """Calls `handler` on `event`: `room_message` (RoomMessage), `kicked`
-        (reason), `redirect` (Redirect), `push` (every PUSH as a Frame,
-        unknown routes included), `disconnected` (the error), `reconnected`
+        (reason: the `sys.kicked` one, or `session kicked` or `token
+        expired` when a refused resume said so), `redirect` (Redirect),
+        `push` (every PUSH as a Frame, unknown routes included),
+        `disconnected` (the error), `reconnected`
         (address, after every reconnect), `resumed` (address: the lost
         session was resumed, every push it missed arrives once and in
         order), `resume_failed` (the server's reason: the client logged in
-        afresh, and pushes may have been lost), `closed` (the error or
+        afresh, and pushes may have been lost; a refusal that says the
+        session was kicked is a `kicked` instead), `closed` (the error or
         None). A coroutine handler runs as a task."""
         if event not in self._handlers:
             raise ValueError(f"unknown event {event!r}; events: {', '.join(EVENTS)}")
@@ -491,17 +500,35 @@ class Client:
 
     async def _resume(self, conn: _Connection, session: p.Session) -> None:
         """`auth.resume` on `conn`; an ERROR (the window passed, say) forgets
-        the session and leaves `conn` to log in."""
+        the session and leaves `conn` to log in. A refusal saying the
+        session was kicked is the `sys.kicked` the client missed: a kick, so
+        it raises `Kicked` (no login), but for an expired token when a fresh
+        one can be had."""
         try:
             resume = p.encode_resume(session.token, self._last_push_seq)
             body = await self._handshake(conn, p.Route.AUTH_RESUME, resume)
         except ServerError as refused:
             # A lost connection keeps the session for the next attempt; a
             # refusal ends it.
+            kicked = refused.code == p.Code.AUTH_FAILED and refused.reason in (SESSION_KICKED, TOKEN_EXPIRED)
+            if kicked:
+                self._session = None
+                self._last_push_seq = 0
+                self._emit("kicked", refused.reason)
+                if not self._may_log_in_after_kick(refused.reason):
+                    raise Kicked(refused.reason) from None
+                return
             self._forget_session(refused.reason or refused.name)
             return
         self.player_id = p.decode_u64(body)
         conn.resumed = True
+
+    def _may_log_in_after_kick(self, reason: str) -> bool:
+        """A kick is final: two clients of one player would kick each other
+        forever. But for an expired token, when reconnecting is on and a
+        fresh token can be had (section 2)."""
+        fresh_token = not isinstance(self._token, str)
+        return self._reconnect is not None and reason == TOKEN_EXPIRED and fresh_token
 
     def _forget_session(self, reason: str) -> None:
         self._session = None
@@ -635,6 +662,12 @@ class Client:
         await conn.transport.close()
         try:
             opened = await self._open(target)
+        except Kicked as kicked:
+            # Its resume told the session was kicked: final, as after
+            # `sys.kicked`.
+            self._conn = None
+            self._emit("disconnected", kicked)
+            return self._close_for_good(kicked)
         except (OSError, asyncio.TimeoutError, RouterdError) as error:
             log.warning("redirect to %s failed: %s", target, error)
             self._conn = None
@@ -664,12 +697,11 @@ class Client:
         self._conn = None
         self._ready.clear()
         self._emit("disconnected", lost)
-        # A kick is final, but for an expired token when a fresh one can be
-        # had: two clients of one player would kick each other forever.
-        may_reconnect = conn.kicked is None or (
-            conn.kicked == TOKEN_EXPIRED and not isinstance(self._token, str)
-        )
-        if self._reconnect is None or not may_reconnect:
+        if conn.kicked is None:
+            may_reconnect = self._reconnect is not None
+        else:
+            may_reconnect = self._may_log_in_after_kick(conn.kicked)
+        if not may_reconnect:
             return self._close_for_good(lost)
         self._spawn(self._reconnect_loop([conn.address, *self._fallbacks]))
 
@@ -691,6 +723,10 @@ class Client:
             address = addresses[attempt % len(addresses)]
             try:
                 opened = await self._open(address)
+            except Kicked as kicked:
+                # Its resume told the session was kicked while the
+                # connection was lost: final, as after `sys.kicked`.
+                return self._close_for_good(kicked)
             except (OSError, asyncio.TimeoutError, RouterdError) as error:
                 log.info("reconnect %d to %s failed: %s", attempt + 1, address, error)
                 continue

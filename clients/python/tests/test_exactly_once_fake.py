@@ -10,7 +10,7 @@ import unittest
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from routerd_client import Backoff, Client, ConnectionLost, Retry, RoomMessage, ServerError
+from routerd_client import Backoff, Client, ConnectionLost, Kicked, NotSent, Retry, RoomMessage, RouterdError, ServerError
 from routerd_client import protocol as p
 
 from case import AsyncTestCase
@@ -431,6 +431,74 @@ class ExactlyOnce(AsyncTestCase):
         await client.ping()
         await asyncio.wait_for(reconnected.wait(), 5)
         await client.ping()
+        await client.close()
+        await self.scripts_done(2)
+
+    async def test_a_resume_refused_session_kicked_is_a_kick_and_no_login_follows(self) -> None:
+        # Under kick_old the session was kicked by a newer login of the
+        # player while its connection was lost: logging in again would kick
+        # that one in turn.
+        after: list[Request | None] = []
+
+        async def first(peer: Peer) -> None:
+            await login(peer)
+            peer.push(p.Route.SYS_SESSION, 0, p.encode_session(p.Session(TOKEN, 30000)))
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"")
+
+        async def second(peer: Peer) -> None:
+            peer.refuse(await peer.expect(p.Route.AUTH_RESUME, 2), 4, "session kicked")
+            after.append(await peer.next())
+
+        # A token function, which could give a fresh token: still no login.
+        client = await Client.connect(await self.serve(first, second), lambda: "fresh", **FAST)
+        events: list[str] = []
+        closed: asyncio.Future[RouterdError | None] = asyncio.get_running_loop().create_future()
+        client.on("kicked", lambda reason: events.append(f"kicked: {reason}"))
+        client.on("resume_failed", lambda reason: events.append(f"resume_failed: {reason}"))
+        client.on("reconnected", lambda _: events.append("reconnected"))
+        client.on("closed", lambda error: closed.done() or closed.set_result(error))
+        try:
+            await client.ping()
+            await self.scripts_done(2)
+            self.assertEqual(after, [None], "the client closed after the refusal, no login")
+            error = await asyncio.wait_for(closed, 5)
+            self.assertIsInstance(error, Kicked)
+            assert error is not None
+            self.assertEqual(error.reason, "session kicked")
+            self.assertEqual(events, ["kicked: session kicked"])
+            with self.assertRaises(NotSent):
+                await client.ping()
+        finally:
+            await client.close()
+
+    async def test_a_resume_refused_token_expired_logs_in_with_a_fresh_token(self) -> None:
+        async def first(peer: Peer) -> None:
+            await login(peer)
+            peer.push(p.Route.SYS_SESSION, 0, p.encode_session(p.Session(TOKEN, 30000)))
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"")
+
+        async def second(peer: Peer) -> None:
+            peer.refuse(await peer.expect(p.Route.AUTH_RESUME, 2), 4, "token expired")
+            assert (await login(peer)).body == b"fresh 2"
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"")
+            await peer.next()
+
+        tokens: list[str] = []
+
+        def token() -> str:
+            tokens.append(f"fresh {len(tokens) + 1}")
+            return tokens[-1]
+
+        client = await Client.connect(await self.serve(first, second), token, **FAST)
+        events: list[str] = []
+        reconnected = asyncio.Event()
+        client.on("kicked", lambda reason: events.append(f"kicked: {reason}"))
+        client.on("resume_failed", lambda reason: events.append(f"resume_failed: {reason}"))
+        client.on("reconnected", lambda _: reconnected.set())
+        await client.ping()
+        await asyncio.wait_for(reconnected.wait(), 5)
+        await client.ping()
+        self.assertEqual(events, ["kicked: token expired"])
         await client.close()
         await self.scripts_done(2)
 
