@@ -243,10 +243,17 @@ unsafe fn push_state(vm: &Vm, loaded: &Loaded, before: &Before<'_>) -> Result<u3
             return Err(internal("the state is not a table"));
         }
         if before.version > current {
-            return Err(internal(&format!(
-                "the state is of version {}, newer than the script's {current}",
-                before.version
-            )));
+            // UNAVAILABLE, not INTERNAL: the call did not run, and runs
+            // once this node has the newer script (a reload that reached
+            // other nodes first), so a keyed retry must not be given this
+            // refusal from the object's memory of answers.
+            return Err(Refusal::explained(
+                ErrorCode::Unavailable,
+                &format!(
+                    "the state is of version {}, newer than the script's {current}",
+                    before.version
+                ),
+            ));
         }
         let Some(migrate) = loaded.migrate.filter(|_| before.version < current) else {
             return Ok(current);

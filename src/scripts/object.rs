@@ -152,8 +152,11 @@ impl Scripted {
             .library
             .with_vm(|vm| call::run(vm, &before, invocation))
             .unwrap_or_else(|reason| {
+                // The core has no VM to run it in: the call did not run,
+                // and a retry runs once the build succeeds (UNAVAILABLE is
+                // not remembered as a keyed request's answer).
                 Err(crate::object::Refusal::explained(
-                    ErrorCode::Internal,
+                    ErrorCode::Unavailable,
                     &reason,
                 ))
             });

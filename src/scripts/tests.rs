@@ -318,10 +318,11 @@ fn a_newer_version_migrates_an_older_state_in_the_call() {
         1,
         "the migrated state is the one kept"
     );
-    // A state newer than the script is refused, and kept.
+    // A state newer than the script is refused, and kept: UNAVAILABLE,
+    // which says the call did not run (a keyed retry runs again).
     inventory.version = 3;
     let (code, _) = refusal_of(inventory.call(2102, "{}"));
-    assert_eq!(code, ErrorCode::Internal);
+    assert_eq!(code, ErrorCode::Unavailable);
 }
 
 #[test]
