@@ -92,8 +92,12 @@ impl RequestKeys {
         out: &mut HandlerOutput,
         run: impl FnOnce(&mut HandlerOutput),
     ) {
+        // A node that remembers no answers (`keys_max` 0) still gives the
+        // ones an object brought from its last owner: a retry must not run
+        // again because it reached a node configured otherwise.
+        let remembers = self.bounds.keys_max > 0 || self.memory.is_some();
         match request.client {
-            Some(client) if request.keyed && request.needs_reply && self.bounds.keys_max > 0 => {
+            Some(client) if request.keyed && request.needs_reply && remembers => {
                 self.handle_keyed((client.player_id, request.request_key()), request, out, run)
             }
             _ => {
@@ -288,7 +292,8 @@ impl Memory {
     /// `keys_max`, and the oldest of any player while the memory is over
     /// the state bound, less the state's head (more could never be saved,
     /// and would only hold the core's memory). Whether it remembered: an
-    /// answer that says the request did not run is not. One remembered
+    /// answer that says the request did not run is not, nor one the bounds
+    /// leave no room for. One remembered
     /// changes the state the object saves, so the caller marks its output
     /// mutated: with `on_write` the answer then leaves only once the save
     /// that holds it committed, so a retry after a crash of the owner gets
@@ -317,7 +322,11 @@ impl Memory {
             };
             self.forget_oldest_of(oldest);
         }
-        true
+        // Still there unless the bounds left no room for it.
+        self.answers
+            .get(&player)
+            .and_then(VecDeque::back)
+            .is_some_and(|newest| newest.seq == seq)
     }
 
     fn forget_oldest_of(&mut self, player: u64) {

@@ -290,6 +290,28 @@ fn past_the_running_bound_a_keyed_request_is_refused_before_it_runs() {
     assert!(matches!(retry.reply, HandlerReply::Delegated));
 }
 
+#[test]
+fn a_node_that_remembers_nothing_still_gives_the_answers_an_object_brought() {
+    let mut run = Run::new(128);
+    assert_eq!(run.value(7, OP_ADD, 5, 41), Some(5));
+    let bytes = run.state.encode();
+    // The object moves to a node with `router.request_keys_max = 0`.
+    let mut moved = Run {
+        state: kind(0).decode(key(), Some(&bytes)).expect("decodes"),
+        next_seq: 50,
+    };
+    assert_eq!(
+        moved.value(7, OP_ADD, 5, 41),
+        Some(5),
+        "the retry ran again"
+    );
+    assert_eq!(moved.value(7, OP_GET, 0, 0), Some(5));
+    // New keyed requests are not remembered there, and change no state
+    // for a memory they are not in.
+    let fresh = moved.request(7, OP_GET, 0, 42);
+    assert!(!fresh.mutated);
+}
+
 /// Keyed requests of `players` players, `per_player` each, adding 1.
 fn keyed_adds(run: &mut Run, players: u64, per_player: u64) {
     for key in 1..=per_player {
