@@ -33,9 +33,15 @@ pub(super) fn state_json(key: ObjectKey, saved: &[u8], debug: Option<&DebugView>
     if saved.is_empty() {
         return json!({ "saved": false });
     }
-    let version = saved
-        .first_chunk::<2>()
-        .map(|version| u16::from_le_bytes(*version));
+    // The type's version, without the flag that says remembered answers
+    // of request keys follow the object's bytes.
+    let version = crate::object::request_keys::SavedState::split(saved)
+        .map(|split| split.version)
+        .or_else(|| {
+            saved
+                .first_chunk::<2>()
+                .map(|version| u16::from_le_bytes(*version))
+        });
     match decode_saved(type_id, saved) {
         Some(SavedState::Player {
             counter,

@@ -188,7 +188,12 @@ impl ObjectType for RoomType {
         let mut room = self.create(key);
         let mut reader = Reader::new(state);
         let count = reader.u32().ok_or(DecodeError)? as usize;
-        if count > self.members_max {
+        // Each member takes at least 9 bytes: a count past that is garbage.
+        // A room saved with more members than this node's `members_max`
+        // (a node configured with more, or the bound lowered) loads whole
+        // and refuses new joins: refusing to decode it would leave it
+        // with no node that can serve it.
+        if count > state.len() / 9 {
             return Err(DecodeError);
         }
         for _ in 0..count {
@@ -533,6 +538,30 @@ mod tests {
         assert_eq!(answer(&out), Some(Ok(1u32.to_le_bytes().to_vec())));
         let bad = [1, 0, 5, 0, 0, 0];
         assert!(crate::router::ObjectType::decode(&kind, room_key(7), Some(&bad)).is_err());
+    }
+
+    #[test]
+    fn a_room_saved_past_this_nodes_bound_loads_whole_and_takes_no_new_member() {
+        let mut state = room(10);
+        for player in 1..=3 {
+            run(
+                &mut state,
+                request(OP_JOIN, Vec::new(), Some(client(player, player))),
+            );
+        }
+        // A node whose `members_max` is 2 takes the room over.
+        let small = RoomType {
+            persist: Persist::Interval,
+            members_max: 2,
+            ..RoomType::default()
+        };
+        let mut moved =
+            crate::router::ObjectType::decode(&small, room_key(7), Some(&state.encode()))
+                .expect("a room larger than the bound still loads");
+        let out = run(&mut moved, request(OP_SAY, say("x"), Some(client(3, 3))));
+        assert_eq!(answer(&out), Some(Ok(3u32.to_le_bytes().to_vec())));
+        let out = run(&mut moved, request(OP_JOIN, Vec::new(), Some(client(4, 4))));
+        assert_eq!(answer(&out).map(|o| o.is_err()), Some(true), "full");
     }
 
     #[test]

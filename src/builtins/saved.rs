@@ -40,13 +40,15 @@ pub enum SavedState {
 }
 
 /// The state `saved` (`u16 version | the type's bytes`, as the store
-/// holds it) of a built-in type; `None` for another type, another version,
-/// or bytes that do not decode.
+/// holds it, the memory of request keys after them when the version says
+/// so) of a built-in type; `None` for another type, another version, or
+/// bytes that do not decode.
 pub fn decode_saved(type_id: u32, saved: &[u8]) -> Option<SavedState> {
-    let (version, bytes) = saved.split_first_chunk::<2>()?;
-    if u16::from_le_bytes(*version) != 1 {
+    let split = crate::object::request_keys::SavedState::split(saved)?;
+    if split.version != 1 {
         return None;
     }
+    let bytes = split.object;
     match type_id {
         PLAYER_TYPE_ID => {
             let player = player::Player::decode_saved(bytes)?;
@@ -78,6 +80,27 @@ mod tests {
     use super::*;
     use crate::builtins::tests_fixtures::client;
     use crate::object::codec::put_client;
+
+    #[test]
+    fn a_player_that_remembers_request_keys_reads_back() {
+        let mut object = 5i64.to_le_bytes().to_vec();
+        put_client(&mut object, None);
+        object.extend_from_slice(&0u32.to_le_bytes());
+        // Version 1 flagged: the object's length, its bytes, then the
+        // memory (no player's answers here).
+        let mut saved = (1u16 | 0x8000).to_le_bytes().to_vec();
+        saved.extend_from_slice(&(object.len() as u32).to_le_bytes());
+        saved.extend_from_slice(&object);
+        saved.extend_from_slice(&0x8000_0000u32.to_le_bytes());
+        assert_eq!(
+            decode_saved(PLAYER_TYPE_ID, &saved),
+            Some(SavedState::Player {
+                counter: 5,
+                session: None,
+                rooms: Vec::new(),
+            })
+        );
+    }
 
     #[test]
     fn a_player_and_a_room_read_back_and_garbage_does_not() {

@@ -60,7 +60,7 @@ mod adapter;
 pub mod codec;
 mod context;
 mod registry;
-mod request_keys;
+pub(crate) mod request_keys;
 #[cfg(test)]
 mod tests;
 
