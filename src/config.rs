@@ -43,6 +43,15 @@ pub const PAYLOAD_MAX_BYTES: usize = wire::frame::MAX_FRAME_LEN - 4096;
 /// save interval near zero saves every object on every sweep.
 pub const ROUTER_SWEEP_TIMERS_MIN_MS: u64 = 100;
 
+/// The shortest `cores.shutdown_deadline_ms`. A clean stop saves and
+/// releases every object (a store write for each batch of them) within
+/// four fifths of the deadline, then writes `left` before nineteen
+/// twentieths of it, and the cores end at the deadline whatever is still
+/// in flight: under a second, even a store that answers at once in a few
+/// milliseconds leaves a node with many objects unreleased, its unsaved
+/// changes lost to the node that claims them.
+pub const SHUTDOWN_DEADLINE_MIN_MS: u64 = 1_000;
+
 /// The effective configuration of one node.
 /// The whole configuration: one section a concern, as the TOML file has them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -142,7 +151,9 @@ pub struct CoresConfig {
     /// fail and are counted; also the messages of a core's objects to
     /// objects of that core that may wait before the next one does.
     pub mesh_queue_max: usize,
-    /// How long cores may take to drain their work at shutdown.
+    /// How long cores may take to drain their work at shutdown: saving
+    /// and releasing every object, then writing `left`. At least
+    /// `SHUTDOWN_DEADLINE_MIN_MS`.
     pub shutdown_deadline_ms: u64,
 }
 

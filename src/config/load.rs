@@ -107,6 +107,13 @@ impl Config {
         if self.cores.recv_buffer_bytes == 0 || self.cores.recv_buffer_bytes > 1 << 20 {
             return invalid("cores.recv_buffer_bytes must be between 1 and 1048576");
         }
+        if self.cores.shutdown_deadline_ms < SHUTDOWN_DEADLINE_MIN_MS {
+            return Err(ConfigError::Invalid(format!(
+                "cores.shutdown_deadline_ms must be at least {SHUTDOWN_DEADLINE_MIN_MS}: a clean \
+                 stop saves and releases every object, then writes `left`, within it, and a \
+                 shorter one ends the cores before those writes (the unsaved changes lost)"
+            )));
+        }
         let per_conn_max = self.cores.recv_buffers_per_conn_max;
         if per_conn_max == 0 || per_conn_max > u32::from(self.cores.recv_buffers) {
             return invalid(

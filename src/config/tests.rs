@@ -459,3 +459,25 @@ fn resume_settings_are_read_and_bounded() {
     config.auth.resume_window_ms = 3_600_001;
     assert!(config.validate().is_err());
 }
+
+/// A shutdown deadline of a few milliseconds ended the cores before a
+/// clean stop had saved and released its objects and written `left`.
+#[test]
+fn a_shutdown_deadline_too_short_to_release_the_objects_is_refused() {
+    for refused in [0, 5, SHUTDOWN_DEADLINE_MIN_MS - 1] {
+        let mut config = Config::default();
+        config.cores.shutdown_deadline_ms = refused;
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("cores.shutdown_deadline_ms"), "{error}");
+        assert!(error.contains("at least 1000"), "{error}");
+    }
+    let mut config = Config::default();
+    config.cores.shutdown_deadline_ms = SHUTDOWN_DEADLINE_MIN_MS;
+    config.validate().unwrap();
+    let error = Config::from_toml("[cores]\nshutdown_deadline_ms = 0\n")
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("cores.shutdown_deadline_ms"), "{error}");
+}
