@@ -52,6 +52,12 @@ pub const ROUTER_SWEEP_TIMERS_MIN_MS: u64 = 100;
 /// changes lost to the node that claims them.
 pub const SHUTDOWN_DEADLINE_MIN_MS: u64 = 1_000;
 
+/// The largest `cores.mesh_queue_max`. Every core-to-core channel holds
+/// that many slots from the start (C·(C−1) channels on C cores); a node
+/// also refuses a bound whose channels would take more than
+/// `shards::MESH_BYTES_MAX` on its number of cores.
+pub const MESH_QUEUE_MAX: usize = 65_536;
+
 /// The effective configuration of one node.
 /// The whole configuration: one section a concern, as the TOML file has them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -149,7 +155,9 @@ pub struct CoresConfig {
     pub throughput_shares: usize,
     /// Frames that may wait in one core-to-core channel before sends to it
     /// fail and are counted; also the messages of a core's objects to
-    /// objects of that core that may wait before the next one does.
+    /// objects of that core that may wait before the next one does. Each
+    /// channel's slots are allocated at start: 1 to `MESH_QUEUE_MAX`, and
+    /// less on many cores (`shards::MESH_BYTES_MAX` over every channel).
     pub mesh_queue_max: usize,
     /// How long cores may take to drain their work at shutdown: saving
     /// and releasing every object, then writing `left`. At least

@@ -47,7 +47,7 @@ pub use executor::{
     spawn_detached, yield_now, FileTableStats, JoinHandle,
 };
 pub use files::{registered_files_mode, RegisteredFiles};
-pub use mesh::{Inbox, Mesh, MeshStats, SendError};
+pub use mesh::{mesh_bytes, Inbox, Mesh, MeshStats, SendError, MESH_BYTES_MAX};
 pub use ring::RingError;
 pub use runtime::{allowed_cpus, pin_to, Core, Runtime, RuntimeError};
 pub use shutdown::{ShutdownHandle, ShutdownListener};

@@ -103,6 +103,23 @@ impl Signal {
     }
 }
 
+/// The most memory the mesh's channels may take. Each of the C·(C−1)
+/// channels of C cores is an array of `mesh_queue_max` slots allocated
+/// (and written) when the runtime starts, whether or not a message ever
+/// waits: a queue bound meant for a few cores takes gigabytes on a
+/// machine of a hundred.
+pub const MESH_BYTES_MAX: u128 = 4 << 30;
+
+/// The bytes the channels of `cores` cores take up front with room for
+/// `queue_max` messages of `T` each: a slot is the message beside a stamp
+/// (crossbeam's bounded channel).
+pub fn mesh_bytes<T>(cores: usize, queue_max: usize) -> u128 {
+    let align = std::mem::align_of::<T>().max(std::mem::align_of::<usize>());
+    let slot = (std::mem::size_of::<usize>() + std::mem::size_of::<T>()).next_multiple_of(align);
+    let channels = cores as u128 * cores.saturating_sub(1) as u128;
+    channels * queue_max as u128 * slot as u128
+}
+
 /// The channels of `count` cores: `senders[from][to]`, `receivers[to][from]`.
 pub(crate) struct Wiring<T> {
     pub senders: Vec<Vec<Option<Sender<T>>>>,

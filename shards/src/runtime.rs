@@ -53,6 +53,20 @@ pub enum RuntimeError {
     /// Not every core was ready within the set-up timeout.
     #[error("cores not ready within {0:?}")]
     ReadyTimeout(Duration),
+    /// The mesh's channels would take more than `MESH_BYTES_MAX` bytes.
+    #[error(
+        "the channels between {cores} cores with mesh_queue_max = {queue_max} would take \
+         {bytes} bytes up front, over {max}: lower mesh_queue_max or run fewer cores",
+        max = crate::mesh::MESH_BYTES_MAX
+    )]
+    MeshTooLarge {
+        /// The cores asked for.
+        cores: usize,
+        /// Messages per channel.
+        queue_max: usize,
+        /// What the channels would take.
+        bytes: u128,
+    },
     /// A core's body panicked or failed.
     #[error("core {core} failed: {message}")]
     CoreFailed {
@@ -61,6 +75,20 @@ pub enum RuntimeError {
         /// What it said.
         message: String,
     },
+}
+
+/// Refuses a mesh whose channels would take more than `MESH_BYTES_MAX`,
+/// before any is made.
+fn check_mesh<T>(cores: usize, queue_max: usize) -> Result<(), RuntimeError> {
+    let bytes = crate::mesh::mesh_bytes::<T>(cores, queue_max);
+    if bytes > crate::mesh::MESH_BYTES_MAX {
+        return Err(RuntimeError::MeshTooLarge {
+            cores,
+            queue_max,
+            bytes,
+        });
+    }
+    Ok(())
 }
 
 /// How long `Runtime::start` waits for every core to set up its ring.
@@ -278,6 +306,7 @@ impl Runtime {
         install_fail_stop_hook();
         let cpus = resolve_cpus(&config.placement)?;
         let count = cpus.len();
+        check_mesh::<T>(count, config.mesh_queue_max)?;
         let mut wiring = Wiring::<T>::new(count, config.mesh_queue_max);
         let (events_tx, events) = crossbeam_channel::bounded(count * 8);
         let mut threads = Vec::with_capacity(count);

@@ -215,3 +215,31 @@ fn a_core_panic_takes_the_process_down() {
         "{stderr}"
     );
 }
+
+/// Every channel of the mesh is allocated when the runtime starts: a
+/// queue bound whose channels would not fit in memory is refused then,
+/// before any is made (crossbeam would abort or panic on it).
+#[test]
+fn a_mesh_too_large_for_memory_is_refused_before_it_is_made() {
+    let mut config = two_cores();
+    config.mesh_queue_max = usize::MAX / 2;
+    let started = Runtime::start::<u32, _, _>(&config, ShutdownHandle::new(), |core| async move {
+        core.ready();
+    });
+    let error = match started {
+        Ok(_) => panic!("a mesh of 2^63 slots a channel must be refused"),
+        Err(error) => error,
+    };
+    assert!(
+        matches!(error, shards::RuntimeError::MeshTooLarge { cores: 2, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("mesh_queue_max"), "{error}");
+    // What the channels of a node's default take: 4096 slots of a
+    // 32-byte message between 64 cores.
+    assert_eq!(
+        shards::mesh_bytes::<[u64; 4]>(64, 4096),
+        64 * 63 * 4096 * 40
+    );
+    assert_eq!(shards::mesh_bytes::<[u64; 4]>(1, 1 << 40), 0);
+}

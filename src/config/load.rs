@@ -114,6 +114,12 @@ impl Config {
                  shorter one ends the cores before those writes (the unsaved changes lost)"
             )));
         }
+        if !(1..=MESH_QUEUE_MAX).contains(&self.cores.mesh_queue_max) {
+            return Err(ConfigError::Invalid(format!(
+                "cores.mesh_queue_max must be between 1 and {MESH_QUEUE_MAX}: every channel \
+                 between two cores holds that many slots from the start"
+            )));
+        }
         let per_conn_max = self.cores.recv_buffers_per_conn_max;
         if per_conn_max == 0 || per_conn_max > u32::from(self.cores.recv_buffers) {
             return invalid(
@@ -166,10 +172,7 @@ impl Config {
                  gateway.session_requests_per_sec_max is set",
             );
         }
-        if self.gateway.send_queue_max == 0
-            || self.gateway.send_queue_bytes_max == 0
-            || self.cores.mesh_queue_max == 0
-        {
+        if self.gateway.send_queue_max == 0 || self.gateway.send_queue_bytes_max == 0 {
             return invalid("queue bounds must be positive");
         }
         let gateway = &self.gateway;

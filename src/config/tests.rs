@@ -481,3 +481,20 @@ fn a_shutdown_deadline_too_short_to_release_the_objects_is_refused() {
         .to_string();
     assert!(error.contains("cores.shutdown_deadline_ms"), "{error}");
 }
+
+/// Every core-to-core channel's slots are allocated at start: the bound
+/// is refused past `MESH_QUEUE_MAX`, as at 0.
+#[test]
+fn the_mesh_queue_bound_is_bounded() {
+    for refused in [0, MESH_QUEUE_MAX + 1, usize::MAX] {
+        let mut config = Config::default();
+        config.cores.mesh_queue_max = refused;
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("cores.mesh_queue_max"), "{refused}: {error}");
+    }
+    let mut config = Config::default();
+    config.cores.mesh_queue_max = MESH_QUEUE_MAX;
+    config.validate().unwrap();
+    config.cores.mesh_queue_max = 1;
+    config.validate().unwrap();
+}

@@ -179,6 +179,7 @@ impl Node {
         };
         let runtime_config = runtime_config(&config);
         let core_count = runtime_config.placement.core_count();
+        check_mesh(&config, core_count)?;
         let open_files = open_files_budget(&config, core_count)?;
         let mut metrics = start::node_metrics(&store, &registry, &routes, core_count);
         // Bound before the join: the membership row advertises where the
@@ -345,6 +346,28 @@ fn open_files_budget(config: &Config, cores: usize) -> Result<open_files::OpenFi
     Ok(files)
 }
 
+/// Refuses, before anything is bound or joined, a `cores.mesh_queue_max`
+/// whose channels between `core_count` cores would take more memory than
+/// the runtime allows (they are allocated when it starts), naming the key
+/// and the largest bound this many cores may have.
+fn check_mesh(config: &Config, core_count: usize) -> Result<(), crate::config::ConfigError> {
+    let queue_max = config.cores.mesh_queue_max;
+    let bytes = shards::mesh_bytes::<MeshMessage>(core_count, queue_max);
+    if bytes <= shards::MESH_BYTES_MAX {
+        return Ok(());
+    }
+    let per_slot = shards::mesh_bytes::<MeshMessage>(core_count, 1).max(1);
+    let most = shards::MESH_BYTES_MAX / per_slot;
+    Err(crate::config::ConfigError::Invalid(format!(
+        "cores.mesh_queue_max = {queue_max} on {core_count} cores would take {} MiB up front \
+         (each of the {} channels between two cores holds that many slots), over {} MiB: set \
+         it to at most {most} on this many cores, or run fewer (cores.count, cores.cpus)",
+        bytes >> 20,
+        core_count * core_count.saturating_sub(1),
+        shards::MESH_BYTES_MAX >> 20,
+    )))
+}
+
 fn runtime_config(config: &Config) -> RuntimeConfig {
     let placement = match &config.cores.cpus {
         Some(cpus) => CorePlacement::Cpus(cpus.clone()),
@@ -433,6 +456,34 @@ fn edge_listeners(
 mod tests {
     use super::*;
     use crate::gateway_addresses::Transport;
+
+    /// The mesh's channels are allocated at start, C·(C−1) of them: a
+    /// bound that fits a few cores is refused on many, naming the key and
+    /// what would fit.
+    #[test]
+    fn a_mesh_queue_bound_too_large_for_the_cores_is_refused() {
+        let mut config = Config::default();
+        config.cores.mesh_queue_max = crate::config::MESH_QUEUE_MAX;
+        check_mesh(&config, 2).unwrap();
+        check_mesh(&config, 16).unwrap();
+        let error = check_mesh(&config, 64).unwrap_err().to_string();
+        assert!(
+            error.contains("cores.mesh_queue_max = 65536 on 64 cores"),
+            "{error}"
+        );
+        let most: usize = error
+            .split("at most ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("the largest that fits: {error}"));
+        config.cores.mesh_queue_max = most;
+        check_mesh(&config, 64).unwrap();
+        config.cores.mesh_queue_max = most + 1;
+        assert!(check_mesh(&config, 64).is_err());
+        // The default fits the cores of a large machine.
+        check_mesh(&Config::default(), 128).unwrap();
+    }
 
     #[test]
     fn edge_listeners_are_advertised_on_the_advertised_host_with_their_own_port() {
