@@ -26,7 +26,10 @@ pub use self::cluster::{
 pub use self::scripts::ScriptsConfig;
 use self::secret::SecretKey;
 pub use self::secret::{Secret, SecretError, MASK};
-pub use self::store::{SqliteSynchronous, StoreBackend, StoreConfig, POSTGRES_POOL_SIZE_MAX};
+pub use self::store::{
+    SqliteSynchronous, StoreBackend, StoreConfig, POSTGRES_POOL_SIZE_MAX,
+    STORE_REQUEST_TIMEOUT_MAX_MS, STORE_REQUEST_TIMEOUT_MIN_MS,
+};
 
 /// The largest request body (`gateway.body_max_bytes`) and object state
 /// (`store.state_max_bytes`) a config may allow: what one frame between

@@ -66,7 +66,8 @@ impl Config {
         self.validate_admin()?;
         self.check_secrets()?;
         self.validate_resume()?;
-        self.validate_store_and_router()?;
+        self.validate_store()?;
+        self.validate_router()?;
         self.cluster.check_timing().map_err(ConfigError::Invalid)?;
         self.scripts.validate()?;
         Ok(())
@@ -201,8 +202,8 @@ impl Config {
         Ok(())
     }
 
-    /// The `store` and `router` sections.
-    fn validate_store_and_router(&self) -> Result<(), ConfigError> {
+    /// The `store` section.
+    fn validate_store(&self) -> Result<(), ConfigError> {
         let invalid = |message: &str| Err(ConfigError::Invalid(message.to_string()));
         if self.store.backend == StoreBackend::Scylla && self.store.nodes.is_empty() {
             return invalid("store.backend = \"scylla\" needs store.nodes");
@@ -222,6 +223,21 @@ impl Config {
                  the state in one frame between nodes"
             )));
         }
+        let timeouts = STORE_REQUEST_TIMEOUT_MIN_MS..=STORE_REQUEST_TIMEOUT_MAX_MS;
+        if !timeouts.contains(&self.store.request_timeout_ms) {
+            return Err(ConfigError::Invalid(format!(
+                "store.request_timeout_ms must be between {STORE_REQUEST_TIMEOUT_MIN_MS} and \
+                 {STORE_REQUEST_TIMEOUT_MAX_MS} (10 minutes): a shorter one times out every \
+                 request before the store could answer it (0: every request is dropped unrun), \
+                 and the backends' own timeouts, derived from it, have bounds"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The `router` section.
+    fn validate_router(&self) -> Result<(), ConfigError> {
+        let invalid = |message: &str| Err(ConfigError::Invalid(message.to_string()));
         if self.router.request_keys_max > usize::from(u16::MAX) {
             // A saved state counts a player's remembered answers in a u16:
             // more would save a state no node could read back.

@@ -12,6 +12,20 @@ use super::{store_url, PAYLOAD_MAX_BYTES};
 /// `max_connections` is shared by every routerd node.
 pub const POSTGRES_POOL_SIZE_MAX: usize = 64;
 
+/// The shortest `store.request_timeout_ms`: a store answers within a few
+/// milliseconds when well, and a request whose time has run out is
+/// answered timed out without being run (0 dropped every one).
+pub const STORE_REQUEST_TIMEOUT_MIN_MS: u64 = 100;
+
+/// The longest `store.request_timeout_ms` (10 minutes): the backends
+/// derive their own timeouts from it, SQLite's busy timeout (an `i32` of
+/// milliseconds) and PostgreSQL's `statement_timeout` and, twice it,
+/// `idle_in_transaction_session_timeout` (under 2^30 ms, or the server
+/// refuses the session's settings).
+pub const STORE_REQUEST_TIMEOUT_MAX_MS: u64 = 600_000;
+
+const _: () = assert!(STORE_REQUEST_TIMEOUT_MAX_MS * 2 < 1 << 30);
+
 /// The ownership store's backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -107,7 +121,8 @@ pub struct StoreConfig {
     pub batch_max: usize,
     /// Largest object state blob, in bytes.
     pub state_max_bytes: usize,
-    /// A store request unanswered this long is Indeterminate.
+    /// A store request unanswered this long is Indeterminate; between
+    /// [`STORE_REQUEST_TIMEOUT_MIN_MS`] and [`STORE_REQUEST_TIMEOUT_MAX_MS`].
     pub request_timeout_ms: u64,
     /// scylla: contact points, `host:port`.
     pub nodes: Vec<String>,

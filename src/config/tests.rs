@@ -498,3 +498,31 @@ fn the_mesh_queue_bound_is_bounded() {
     config.cores.mesh_queue_max = 1;
     config.validate().unwrap();
 }
+
+/// A store request timeout of 0 dropped every request unrun; one past
+/// what the backends' own timeouts hold panicked in SQLite's busy timeout
+/// (over i32::MAX ms) or made PostgreSQL refuse the session's settings.
+#[test]
+fn the_store_request_timeout_is_bounded_both_ways() {
+    for refused in [
+        0,
+        STORE_REQUEST_TIMEOUT_MIN_MS - 1,
+        STORE_REQUEST_TIMEOUT_MAX_MS + 1,
+    ]
+    .into_iter()
+    .chain([1 << 30, i32::MAX as u64 + 1, u64::MAX])
+    {
+        let mut config = Config::default();
+        config.store.request_timeout_ms = refused;
+        let error = config.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("store.request_timeout_ms"),
+            "{refused}: {error}"
+        );
+    }
+    for accepted in [STORE_REQUEST_TIMEOUT_MIN_MS, STORE_REQUEST_TIMEOUT_MAX_MS] {
+        let mut config = Config::default();
+        config.store.request_timeout_ms = accepted;
+        config.validate().unwrap();
+    }
+}
