@@ -110,6 +110,39 @@ mod tests {
         }
     }
 
+    /// The config takes exactly the tokens a call can present: one that
+    /// passes `check_secrets` authenticates with its header, and one a
+    /// header cannot carry back whole is refused when the node starts
+    /// rather than answering every call 401.
+    #[test]
+    fn a_token_the_config_accepts_is_one_a_call_can_present() {
+        for value in [
+            "t0ken",
+            "a b",
+            "~!@#",
+            " lead",
+            "trail ",
+            "tab\tin",
+            "tab\t",
+            "caf\u{e9}",
+            "nul\u{0}",
+            "cr\r",
+            "del\x7f",
+        ] {
+            let mut config = crate::config::Config::default();
+            let token = Secret::new(value);
+            config.admin.token = Some(token.clone());
+            let accepted = config.check_secrets().is_ok();
+            let mut presented = HeaderMap::new();
+            let header = HeaderValue::from_bytes(format!("Bearer {value}").as_bytes());
+            if let Ok(header) = header {
+                presented.insert(AUTHORIZATION, header);
+            }
+            let authenticates = authorize(Some(&token), &presented).is_ok();
+            assert_eq!(accepted, authenticates, "{value:?}");
+        }
+    }
+
     #[test]
     fn reads_are_open_and_everything_else_mutates() {
         assert!(!is_mutating(&Method::GET));

@@ -117,6 +117,15 @@ pub enum SecretError {
         /// The address it listens on.
         address: SocketAddr,
     },
+    /// The admin token holds what no `Authorization` header can carry
+    /// back: it could never be presented.
+    #[error(
+        "admin.token (or ROUTERD_ADMIN_TOKEN) must be visible ASCII, spaces and tabs inside \
+         only: no control characters, non-ASCII letters, or spaces or tabs at either end; a call \
+         presents it in the Authorization header, which cannot carry those (its value is \
+         trimmed), so no call could ever match it"
+    )]
+    AdminTokenUnusable,
     /// The admin endpoint listens off loopback and no token guards its
     /// mutating calls.
     #[error(
@@ -130,9 +139,10 @@ pub enum SecretError {
     },
 }
 
-/// The admin token's rules: when set, not empty and not the mask; and set
-/// whenever the endpoint listens off loopback, since the token is all that
-/// stands between a reachable port and a drain of the node.
+/// The admin token's rules: when set, not empty, not the mask, and what an
+/// `Authorization` header carries; and set whenever the endpoint listens
+/// off loopback, since the token is all that stands between a reachable
+/// port and a drain of the node.
 pub(crate) fn check_admin_token(
     token: Option<&Secret>,
     listen: SocketAddr,
@@ -141,10 +151,25 @@ pub(crate) fn check_admin_token(
     match token {
         Some(token) if token.is_empty() => Err(SecretError::Empty { key: KEY }),
         Some(token) if token.expose() == MASK => Err(SecretError::Masked { key: KEY }),
+        Some(token) if !fits_a_header(token.expose()) => Err(SecretError::AdminTokenUnusable),
         Some(_) => Ok(()),
         None if listen.ip().is_loopback() => Ok(()),
         None => Err(SecretError::AdminTokenMissing { address: listen }),
     }
+}
+
+/// Whether `token` comes back whole from `Authorization: Bearer <token>`:
+/// the endpoint reads a header's value only as visible ASCII (with spaces
+/// and tabs), and trims the credentials, so a token with anything else, or
+/// with a space or a tab at either end, never matches.
+fn fits_a_header(token: &str) -> bool {
+    let bytes = token.as_bytes();
+    let blank = |byte: &u8| *byte == b' ' || *byte == b'\t';
+    bytes
+        .iter()
+        .all(|byte| byte.is_ascii_graphic() || blank(byte))
+        && !bytes.first().is_some_and(blank)
+        && !bytes.last().is_some_and(blank)
 }
 
 /// The rules for every secret: not empty, not the mask, and not the
@@ -262,6 +287,41 @@ mod tests {
             check_admin_token(Some(&Secret::new(MASK)), any),
             Err(SecretError::Masked { key: "admin.token" })
         );
+    }
+
+    /// A token an `Authorization` header cannot carry back whole was
+    /// taken, and then no call could present it: every one was 401.
+    #[test]
+    fn an_admin_token_no_header_can_carry_is_refused() {
+        let loopback: SocketAddr = "127.0.0.1:9464".parse().unwrap();
+        for unusable in [
+            " s3cret",
+            "s3cret ",
+            "s3cret\n",
+            "\ts3cret",
+            "s3cr\u{e9}t",
+            "s3\u{0}cret",
+            "s3\x7fcret",
+        ] {
+            let token = Secret::new(unusable);
+            let refused = check_admin_token(Some(&token), loopback);
+            assert_eq!(
+                refused,
+                Err(SecretError::AdminTokenUnusable),
+                "{unusable:?}"
+            );
+            let message = refused.unwrap_err().to_string();
+            assert!(message.contains("admin.token"), "{message}");
+            assert!(message.contains("ROUTERD_ADMIN_TOKEN"), "{message}");
+        }
+        for usable in ["s3cret", "a b", "a\tb", "!~#$%&'()*+,-./:;<=>?@[]^_`{|}"] {
+            let token = Secret::new(usable);
+            assert_eq!(
+                check_admin_token(Some(&token), loopback),
+                Ok(()),
+                "{usable:?}"
+            );
+        }
     }
 
     #[test]
