@@ -132,10 +132,11 @@ pub mod testing;
 pub use builder::serving_addresses;
 
 /// Installs the process's log subscriber with `filter` (EnvFilter syntax),
-/// changeable at run time through the admin endpoint's `/log-level`.
+/// changeable at run time through the admin endpoint's `/log-level`. A
+/// filter that does not parse logs at `info` instead: `Err` says why.
 #[doc(hidden)]
-pub fn init_logging(filter: &str) {
-    admin::log_level::init(filter);
+pub fn init_logging(filter: &str) -> Result<(), String> {
+    admin::log_level::init(filter)
 }
 pub use builder::NodeBuilder;
 

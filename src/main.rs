@@ -152,7 +152,7 @@ enum Command {
 fn main() -> ExitCode {
     disable_transparent_huge_pages();
     let cli = Cli::parse();
-    routerd::init_logging(&std::env::var("ROUTERD_LOG").unwrap_or_else(|_| "info".to_string()));
+    init_logging();
     let result = match cli.command {
         Command::Serve { config } => serve(config),
         Command::CheckConfig { config } => check_config(config),
@@ -195,6 +195,20 @@ fn serve(config: Option<PathBuf>) -> Result<(), String> {
 }
 
 /// `serve`'s own checks (`NodeBuilder::check`), without binding anything.
+/// The log filter of `ROUTERD_LOG` (`info` without it). One that does not
+/// parse is said on stderr, naming the variable and why, before the node
+/// logs at `info`: an operator who asked for `debug` with a typo would
+/// otherwise see only fewer lines than asked for.
+fn init_logging() {
+    let filter = std::env::var("ROUTERD_LOG").unwrap_or_else(|_| "info".to_string());
+    if let Err(error) = routerd::init_logging(&filter) {
+        eprintln!(
+            "routerd: warning: ROUTERD_LOG={filter:?} is not a log filter ({error}); logging at \
+             info instead"
+        );
+    }
+}
+
 fn check_config(config: Option<PathBuf>) -> Result<(), String> {
     let config = Config::load(config.as_deref()).map_err(|e| e.to_string())?;
     let effective = config.to_toml();

@@ -125,3 +125,32 @@ fn a_third_party_warning_per_handshake_is_rate_limited_unless_named() {
     node.stop();
     assert_eq!(named, HANDSHAKES);
 }
+
+/// A `ROUTERD_LOG` that does not parse used to become `info` without a
+/// word: the operator who asked for `debug` saw fewer lines and no reason.
+#[test]
+fn a_log_filter_that_does_not_parse_is_said_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |filter: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))
+            .arg("check-config")
+            .current_dir(dir.path())
+            .env("ROUTERD_LOG", filter)
+            .output()
+            .unwrap()
+    };
+    let output = run("routerd=notalevel");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "still runs, at info: {stderr}");
+    assert!(
+        stderr.contains("ROUTERD_LOG=\"routerd=notalevel\" is not a log filter"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("logging at info instead"), "{stderr}");
+    let output = run("warn,routerd::cluster=debug");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("ROUTERD_LOG"),
+        "a filter that parses: {stderr}"
+    );
+}

@@ -28,11 +28,13 @@ static INSTALLED: OnceLock<Installed> = OnceLock::new();
 
 /// Installs the process's subscriber: `filter` (EnvFilter syntax), the
 /// formatted lines on stderr, with colours when it is a terminal, and
-/// third-party lines rate-limited (see `log_limit`).
-pub fn init(filter: &str) {
-    let (parsed, filter) = match parse(filter) {
-        Ok(parsed) => (parsed, filter),
-        Err(_) => (EnvFilter::new("info"), "info"),
+/// third-party lines rate-limited (see `log_limit`). A filter that does
+/// not parse is replaced by `info`, and the answer says why, for the
+/// caller to tell whoever set it.
+pub fn init(filter: &str) -> Result<(), String> {
+    let (parsed, filter, refused) = match parse(filter) {
+        Ok(parsed) => (parsed, filter, None),
+        Err(error) => (EnvFilter::new("info"), "info", Some(error.to_string())),
     };
     let (layer, handle) = reload::Layer::new(parsed);
     let limit = Arc::new(ThirdPartyLimit::default());
@@ -53,6 +55,7 @@ pub fn init(filter: &str) {
             limit,
         });
     }
+    refused.map_or(Ok(()), Err)
 }
 
 /// `filter` in EnvFilter syntax, its field values matched as written:
