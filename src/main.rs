@@ -135,7 +135,8 @@ enum Command {
     /// Drain a node: its objects move to the others, its clients are told
     /// where to reconnect, then it leaves the cluster and exits; follows it
     /// to the end. Exit 0 drained, 1 admin unreachable, 2 refused,
-    /// 3 not finished in time.
+    /// 3 not finished in time, or the node stopped with objects it did not
+    /// move (no other node took them, or cluster.drain_timeout_ms passed).
     Drain(routerd::cli::ctl::DrainArgs),
     /// Move objects so that every up node holds about its rendezvous
     /// share, through any node's admin endpoint; follows every node's

@@ -102,3 +102,29 @@ fn status_transfer_and_drain_from_the_command_line() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("cannot connect"), "{err}");
 }
+
+/// A drain with nowhere to send its objects stops the node with them
+/// (saved and released), which `routerd drain` reported as "drained",
+/// exit 0: it says what was left, exit 3.
+#[test]
+fn a_drain_that_left_objects_behind_exits_3() {
+    let cluster = LocalCluster::new();
+    let alone = cluster.start(1);
+    let admin = alone.admin.to_string();
+    let mut client = alone.connect();
+    client.login(7, 1);
+    assert_eq!(player_owner(alone.admin, 7).unwrap().0, 1);
+    drop(client);
+    let (code, out, err) = text(&routerd(&[
+        "drain",
+        "--admin",
+        &admin,
+        "--timeout-secs",
+        "20",
+    ]));
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(!out.contains("drained:"), "{out}");
+    assert!(err.contains("objects not moved"), "{err}");
+    assert!(err.contains("no other node takes objects"), "{err}");
+    assert!(alone.wait_exit_within(Duration::from_secs(10)).success());
+}

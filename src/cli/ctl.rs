@@ -5,7 +5,8 @@
 //! Exit codes: 0 done; 1 the admin endpoint could not be reached or
 //! answered nonsense; 2 refused (the object, the target or the node is not
 //! in a state that allows it; the reason is printed); 3 not finished in
-//! time or the cluster is unavailable for it (try again).
+//! time or the cluster is unavailable for it (try again); for a drain,
+//! also a node that stopped with objects it did not move.
 
 use std::time::{Duration, Instant};
 
@@ -345,18 +346,21 @@ pub fn drain(args: &DrainArgs) -> Result<(), Failed> {
             .ok()
             .and_then(|answer| answer.json());
         let Some(status) = polled else {
-            // The endpoint went away with the process: fine once every
-            // core had finished, or once the membership table says `left`.
-            return if drain_finished(&last) || left_per_witnesses(&witnesses) {
-                println!("drained: the node left the cluster and stopped");
-                Ok(())
-            } else {
-                Err(unreachable(format!(
-                    "lost contact with {} before the drain finished (last: {})",
-                    args.admin,
-                    progress_line(&last)
-                )))
-            };
+            // The endpoint went away with the process: how the drain ended
+            // is in its last status once every core had finished (the
+            // node waits for it to be read), or, failing that, the
+            // membership table says `left`.
+            if drain_finished(&last) {
+                return drain_outcome(&last, true);
+            }
+            if left_per_witnesses(&witnesses) {
+                return drain_outcome(&last, false);
+            }
+            return Err(unreachable(format!(
+                "lost contact with {} before the drain finished (last: {})",
+                args.admin,
+                progress_line(&last)
+            )));
         };
         let line = progress_line(&status);
         if line != last_line {
@@ -414,6 +418,55 @@ fn left_per_witnesses((me, admins): &(u64, Vec<String>)) -> bool {
         std::thread::sleep(DRAIN_POLL);
     }
     false
+}
+
+/// How a drain ended, from its last status (`finished`: every core was
+/// done, so the counts are final; otherwise the node was seen to leave
+/// before they were read). Drained only when nothing was left behind:
+/// objects the drain did not move (no other node took them, it gave up on
+/// them, or it timed out) were saved and released as the node stopped,
+/// and load wherever they are next used, but the drain did not do its
+/// job: exit 3.
+fn drain_outcome(last: &Value, finished: bool) -> Result<(), Failed> {
+    let left = |key: &str| last[key].as_u64().unwrap_or(0);
+    let incomplete = if finished {
+        last["complete"] != true
+    } else {
+        left("objects") > 0
+            || left("moving") > 0
+            || left("given_up") > 0
+            || last["no_target"] == true
+            || last["timed_out"] == true
+    };
+    if !incomplete {
+        println!("drained: the node left the cluster and stopped");
+        return Ok(());
+    }
+    let mut why = Vec::new();
+    if last["no_target"] == true {
+        why.push("no other node takes objects".to_string());
+    }
+    if left("given_up") > 0 {
+        why.push(format!(
+            "{} given up after failed transfers",
+            left("given_up")
+        ));
+    }
+    if last["timed_out"] == true {
+        why.push("cluster.drain_timeout_ms passed".to_string());
+    }
+    if !finished {
+        why.push("its final count was not read".to_string());
+    }
+    Err(Failed {
+        exit: Exit::Unavailable,
+        message: format!(
+            "the node stopped with objects not moved ({}; last: {}): they were saved and \
+             released as it stopped, and load where they are next used",
+            why.join(", "),
+            progress_line(last)
+        ),
+    })
 }
 
 fn drain_finished(status: &Value) -> bool {
@@ -491,6 +544,48 @@ mod tests {
             lines[4],
             "3     4            down   127.0.0.1:7402  9000 ms ago  connecting  -"
         );
+    }
+
+    /// A drain that ended with objects left (no other node to take them,
+    /// or its timeout) was reported "drained" with exit 0, as the node
+    /// stops either way: only one that left nothing behind is.
+    #[test]
+    fn a_drain_that_left_objects_is_not_said_drained() {
+        let done = |extra: Value| {
+            let mut status = json!({
+                "cores": 2, "cores_done": 2, "objects": 0, "moving": 0, "given_up": 0,
+                "no_target": false, "timed_out": false, "complete": true,
+            });
+            for (key, value) in extra.as_object().unwrap() {
+                status[key] = value.clone();
+            }
+            status
+        };
+        assert!(drain_outcome(&done(json!({})), true).is_ok());
+        // Nowhere to send objects, but none to send: nothing left behind.
+        assert!(drain_outcome(&done(json!({"no_target": true})), true).is_ok());
+        for left in [
+            json!({"objects": 4, "no_target": true, "complete": false}),
+            json!({"objects": 2, "timed_out": true, "complete": false}),
+            json!({"moving": 1, "timed_out": true, "complete": false}),
+            json!({"objects": 1, "given_up": 1, "complete": false}),
+        ] {
+            let failed = drain_outcome(&done(left.clone()), true).unwrap_err();
+            assert_eq!(failed.exit, Exit::Unavailable, "{left}");
+            assert!(
+                failed.message.contains("objects not moved"),
+                "{}",
+                failed.message
+            );
+        }
+        let failed = drain_outcome(&done(json!({"no_target": true, "objects": 3})), false);
+        assert!(failed
+            .unwrap_err()
+            .message
+            .contains("no other node takes objects"));
+        // Seen to leave with nothing counted as left: drained.
+        let started = json!({"cores": 2, "cores_done": 0, "objects": 0, "moving": 0});
+        assert!(drain_outcome(&started, false).is_ok());
     }
 
     #[test]
