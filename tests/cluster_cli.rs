@@ -68,8 +68,8 @@ fn status_transfer_and_drain_from_the_command_line() {
     let (code, _, err) = text(&routerd(&[
         "transfer", "--admin", &admin_b, "--id", "7", "--to", "42",
     ]));
-    assert_eq!(code, 3, "{err}");
-    assert!(err.contains("target_unavailable"), "{err}");
+    assert_eq!(code, 2, "a node id no member has: {err}");
+    assert!(err.contains("player 7 not moved: unknown_node"), "{err}");
     let (code, _, err) = text(&routerd(&[
         "transfer", "--admin", &admin_b, "--id", "999", "--to", "1",
     ]));

@@ -170,7 +170,7 @@ fn a_transfer_that_cannot_be_made_is_refused_and_the_object_keeps_serving() {
     let (status, body) = post_json(admin, &transfer_path(player, 42));
     assert_eq!(
         (status, body["error"].as_str()),
-        (503, Some("target_unavailable")),
+        (404, Some("unknown_node")),
         "{body}"
     );
     // Where it is already: nothing to do.

@@ -375,6 +375,7 @@ fn failure_of(
         Err(_) => Some("timed_out"),
         Ok(Err(_)) => Some("stopping"),
         Ok(Ok(Err(error))) => Some(match error {
+            TransferError::UnknownNode => "unknown_node",
             TransferError::TargetUnavailable => "target_unavailable",
             TransferError::TargetDraining => "target_draining",
             TransferError::InProgress => "busy",

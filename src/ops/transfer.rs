@@ -231,10 +231,19 @@ impl Ops {
 /// The answer to a transfer the owner's router would not start.
 fn refused(error: TransferError, target: NodeId) -> OpAnswer {
     match error {
+        TransferError::UnknownNode => OpAnswer::error(
+            404,
+            "unknown_node",
+            format!(
+                "no member of the cluster is node {}: no membership row names it (never \
+                 started, or its row was deleted after it left)",
+                target.0
+            ),
+        ),
         TransferError::TargetUnavailable => OpAnswer::error(
             503,
             "target_unavailable",
-            format!("node {} is not a live member", target.0),
+            format!("node {} is a member but not live (down or left)", target.0),
         ),
         TransferError::TargetDraining => OpAnswer::error(
             409,

@@ -111,6 +111,12 @@ fn a_transfer_to_a_draining_or_down_node_is_refused_and_the_object_stays() {
         h.core(owner).transfer(0, KEY, NodeId(down), true),
         Err(TransferError::TargetUnavailable)
     );
+    // An id no member has is not a member that is down: a call again
+    // cannot succeed.
+    assert_eq!(
+        h.core(owner).transfer(0, KEY, NodeId(42), true),
+        Err(TransferError::UnknownNode)
+    );
     assert_eq!(
         h.core(owner).transfer(0, KEY, NodeId(owner), true),
         Err(TransferError::SameNode)

@@ -508,7 +508,10 @@ pub enum TransferError {
     /// A transfer of this key is already in progress or queued.
     InProgress,
     ShuttingDown,
-    /// Membership does not know the target up (unknown, down or left).
+    /// No member of the cluster has the target's id: no membership row
+    /// names it (never started, or its row was deleted after it left).
+    UnknownNode,
+    /// Membership knows the target but not up (down or left).
     TargetUnavailable,
     /// The target drains: no object is placed on it.
     TargetDraining,

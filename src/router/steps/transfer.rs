@@ -30,6 +30,11 @@ pub(crate) fn refusal(ctx: &Ctx, now_ms: u64, target: NodeId) -> Option<Transfer
     if target == ctx.node {
         return Some(TransferError::SameNode);
     }
+    // A node id membership never reported is not a member that is down
+    // for now: calling again will not help.
+    if !target.is_none() && !ctx.knows(target) {
+        return Some(TransferError::UnknownNode);
+    }
     // The record names the target with its live incarnation; a target
     // without one could never confirm.
     let target_available = target.is_none() || ctx.live_incarnation(target).is_some();
