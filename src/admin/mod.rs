@@ -82,8 +82,18 @@ pub const BODY_READ_TIMEOUT: Duration = HEAD_READ_TIMEOUT;
 /// that reads its answer too slowly.
 const CONNECTION_LIFETIME_MAX: Duration = Duration::from_secs(30);
 /// The longest a handler may take before the server answers 503 for it (a
-/// handler that waits for the cores must not hang its client).
-const HANDLER_TIMEOUT: Duration = Duration::from_secs(10);
+/// handler that waits for the cores must not hang its client). The owner
+/// of an object answers a transfer within it, which the node that forwards
+/// the call outwaits (`ops::transfer`).
+const HANDLER_TIMEOUT: Duration = crate::ops::transfer::OWNER_ANSWER_MAX;
+/// The handler time of a transfer this node may forward to the owner: its
+/// own part and the forward, which outwaits the owner's `HANDLER_TIMEOUT`.
+const FORWARDING_HANDLER_TIMEOUT: Duration = crate::ops::transfer::FORWARDING_ANSWER_MAX;
+
+const _: () = assert!(
+    FORWARDING_HANDLER_TIMEOUT.as_millis() + HEAD_READ_TIMEOUT.as_millis()
+        < CONNECTION_LIFETIME_MAX.as_millis()
+);
 /// The largest request head, in bytes (hyper's floor is 8 KiB).
 const REQUEST_HEAD_MAX_BYTES: usize = 16 * 1024;
 /// The largest request body, in bytes: a `Content-Length` over it is
@@ -338,8 +348,9 @@ async fn handle(
             Err(refused) => return refused,
         },
     };
+    let timeout = handler_timeout(&parts);
     let request = Request::from_parts(parts, body);
-    match tokio::time::timeout(HANDLER_TIMEOUT, routes::route(state, request)).await {
+    match tokio::time::timeout(timeout, routes::route(state, request)).await {
         Ok(response) => {
             let status = response.status();
             if status == StatusCode::BAD_REQUEST || status == StatusCode::METHOD_NOT_ALLOWED {
@@ -352,6 +363,25 @@ async fn handle(
             "timed_out",
             "the handler did not finish in time",
         ),
+    }
+}
+
+/// How long the handler of a request may take: `HANDLER_TIMEOUT`, and
+/// longer for a transfer called on this node, which it may forward to the
+/// object's owner (one forwarded here, `forwarded=1`, is the owner's part).
+fn handler_timeout(parts: &hyper::http::request::Parts) -> Duration {
+    let path = parts.uri.path();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let transfer = parts.method == hyper::Method::POST
+        && matches!(segments.as_slice(), ["objects", _, _, "transfer"]);
+    let forwarded = parts
+        .uri
+        .query()
+        .is_some_and(|query| query.split('&').any(|pair| pair == "forwarded=1"));
+    if transfer && !forwarded {
+        FORWARDING_HANDLER_TIMEOUT
+    } else {
+        HANDLER_TIMEOUT
     }
 }
 
@@ -382,5 +412,30 @@ async fn read_body(state: &AdminState, body: Incoming) -> Result<Bytes, Response
                 "the request body was not sent in time",
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout_of(method: &str, uri: &str) -> Duration {
+        let request = Request::builder().method(method).uri(uri).body(()).unwrap();
+        handler_timeout(&request.into_parts().0)
+    }
+
+    /// A transfer called on a node that is not the owner waits for the
+    /// owner's answer, which may take the owner's whole handler time: the
+    /// calling node's handler must outwait the forward, and the owner's
+    /// part (`forwarded=1`) stays within what the forward waits.
+    #[test]
+    fn a_transfer_that_may_be_forwarded_outwaits_the_owner() {
+        let owner = timeout_of("POST", "/objects/player/7/transfer?to=2&forwarded=1");
+        let asked = timeout_of("POST", "/objects/player/7/transfer?to=2");
+        assert_eq!(owner, HANDLER_TIMEOUT);
+        assert!(crate::ops::transfer::FORWARD_TIMEOUT > owner);
+        assert!(asked >= HANDLER_TIMEOUT + crate::ops::transfer::FORWARD_TIMEOUT);
+        assert_eq!(timeout_of("GET", "/objects/player/7"), HANDLER_TIMEOUT);
+        assert_eq!(timeout_of("POST", "/drain"), HANDLER_TIMEOUT);
     }
 }

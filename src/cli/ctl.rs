@@ -14,9 +14,15 @@ use serde_json::Value;
 
 use crate::ops::client::{self, Answer};
 
-/// How long one admin call may take (a transfer waits up to 8 s at the
-/// owner, 9 s when forwarded).
+/// How long one admin call may take.
 pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(12);
+/// How long a transfer call may take: past what the node asked takes when
+/// it forwards the call to the owner and waits for its answer.
+const TRANSFER_CALL_TIMEOUT: Duration = Duration::from_secs(25);
+
+const _: () = assert!(
+    TRANSFER_CALL_TIMEOUT.as_millis() > crate::ops::transfer::FORWARDING_ANSWER_MAX.as_millis()
+);
 /// How long `cluster status` waits for each peer's own count of objects.
 pub(super) const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often `drain` looks at the drain's progress.
@@ -115,6 +121,11 @@ pub(super) fn call(
 ) -> Result<Answer, Failed> {
     let answer = client::call(admin, method, path, token, timeout)
         .map_err(|error| unreachable(error.to_string()))?;
+    refuse_unauthorized(answer, method, path)
+}
+
+/// `answer`, unless it is a 401: then what to print and exit 2.
+fn refuse_unauthorized(answer: Answer, method: &str, path: &str) -> Result<Answer, Failed> {
     if answer.status == 401 {
         let reason = answer
             .json()
@@ -249,10 +260,13 @@ pub fn transfer(args: &TransferArgs) -> Result<(), Failed> {
     let path = format!("/objects/{}/{}/transfer?to={}", args.kind, args.id, args.to);
     let started = Instant::now();
     let token = token_of(&args.token);
-    let answer = call(&args.admin, "POST", &path, token.as_deref(), CALL_TIMEOUT)?;
+    let what = format!("{} {}", args.kind, args.id);
+    let token = token.as_deref();
+    let answer = client::call(&args.admin, "POST", &path, token, TRANSFER_CALL_TIMEOUT)
+        .map_err(|error| unanswered_transfer(&what, args, &error))?;
+    let answer = refuse_unauthorized(answer, "POST", &path)?;
     let body = json_of(&answer, "POST transfer")?;
     let elapsed = started.elapsed();
-    let what = format!("{} {}", args.kind, args.id);
     match answer.status {
         200 if body["moved"] == false => {
             println!("{what} is on node {} already", body["owner"]);
@@ -275,6 +289,21 @@ pub fn transfer(args: &TransferArgs) -> Result<(), Failed> {
             },
             message: transfer_refusal(&what, &body),
         }),
+    }
+}
+
+/// A transfer call that got no answer: after it was sent, the node may
+/// be moving the object (exit 3, as `timed_out`); before, nothing started.
+fn unanswered_transfer(what: &str, args: &TransferArgs, error: &client::CallError) -> Failed {
+    if !error.may_have_arrived() {
+        return unreachable(error.to_string());
+    }
+    Failed {
+        exit: Exit::Unavailable,
+        message: format!(
+            "{what} may have moved, not confirmed: {error}; GET /objects/{}/{} on any node tells",
+            args.kind, args.id
+        ),
     }
 }
 
@@ -506,6 +535,45 @@ mod tests {
         assert_eq!(
             transfer_refusal("player 5", &answer("unknown_node")),
             "player 5 not moved: unknown_node (why)"
+        );
+    }
+
+    /// The CLI's own call timing out after it was sent said "cannot
+    /// reach" (exit 1) of a transfer the node may be making.
+    #[test]
+    fn a_transfer_call_sent_and_unanswered_may_have_moved() {
+        let args = TransferArgs {
+            admin: "127.0.0.1:9464".into(),
+            kind: "player".into(),
+            id: 5,
+            to: 2,
+            token: None,
+        };
+        let timeout = client::CallError::Timeout {
+            address: args.admin.clone(),
+            timeout: TRANSFER_CALL_TIMEOUT,
+        };
+        let failed = unanswered_transfer("player 5", &args, &timeout);
+        assert_eq!(failed.exit, Exit::Unavailable);
+        assert!(
+            failed
+                .message
+                .starts_with("player 5 may have moved, not confirmed"),
+            "{}",
+            failed.message
+        );
+        assert!(
+            failed.message.contains("GET /objects/player/5"),
+            "{}",
+            failed.message
+        );
+        let refused = client::CallError::Connect {
+            address: args.admin.clone(),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert_eq!(
+            unanswered_transfer("player 5", &args, &refused).exit,
+            Exit::Unreachable
         );
     }
 

@@ -35,6 +35,22 @@ pub enum CallError {
     TooLarge { address: String },
 }
 
+impl CallError {
+    /// Whether the request may have reached the endpoint and been acted
+    /// on: the call failed after it was sent (no answer in time, the
+    /// connection lost, an answer that could not be read). A call that
+    /// never connected was not.
+    pub fn may_have_arrived(&self) -> bool {
+        match self {
+            CallError::Resolve(_) | CallError::Connect { .. } => false,
+            CallError::Timeout { .. }
+            | CallError::Io { .. }
+            | CallError::Malformed { .. }
+            | CallError::TooLarge { .. } => true,
+        }
+    }
+}
+
 /// An HTTP answer: the status and the body as text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer {
@@ -61,19 +77,12 @@ pub fn call(
 ) -> Result<Answer, CallError> {
     let deadline = Instant::now() + timeout;
     let socket = resolve(address)?;
-    let mut stream = TcpStream::connect_timeout(&socket, timeout).map_err(|source| {
-        if source.kind() == std::io::ErrorKind::TimedOut {
-            CallError::Timeout {
-                address: address.to_string(),
-                timeout,
-            }
-        } else {
-            CallError::Connect {
-                address: address.to_string(),
-                source,
-            }
-        }
-    })?;
+    // Not connected in time is not a `Timeout`: nothing was sent.
+    let mut stream =
+        TcpStream::connect_timeout(&socket, timeout).map_err(|source| CallError::Connect {
+            address: address.to_string(),
+            source,
+        })?;
     let io = |source: std::io::Error| match source.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => CallError::Timeout {
             address: address.to_string(),
@@ -172,10 +181,12 @@ mod tests {
         let started = Instant::now();
         let error = call(&address, "GET", "/", None, Duration::from_millis(200)).unwrap_err();
         assert!(matches!(error, CallError::Timeout { .. }), "{error}");
+        assert!(error.may_have_arrived(), "sent, then no answer");
         assert!(started.elapsed() < Duration::from_secs(2));
         drop(listener);
         let error = call(&address, "GET", "/", None, Duration::from_secs(1)).unwrap_err();
         assert!(matches!(error, CallError::Connect { .. }), "{error}");
+        assert!(!error.may_have_arrived(), "never sent");
         assert!(matches!(
             call("no-port-given", "GET", "/", None, Duration::from_secs(1)),
             Err(CallError::Resolve(_))

@@ -14,6 +14,13 @@
 //! call says so (503 `owner_unreachable`) and can be made at the owner.
 //! A forwarded call carries `forwarded=1` and is never forwarded again: an
 //! owner that changed meanwhile is answered 409 `not_owner`.
+//!
+//! Time: the owner answers within `OWNER_ANSWER_MAX` (its record read and
+//! `TRANSFER_WAIT`, cut there by its admin endpoint), and the node that
+//! forwards waits longer than that (`FORWARD_TIMEOUT`), so the owner's
+//! answer, whatever it is, comes back. A forward that got no answer after
+//! its request went out may have started the transfer: it is answered 503
+//! `timed_out` (may have moved), never as not moved.
 
 use std::time::Duration;
 
@@ -32,8 +39,24 @@ use crate::store::RouteRecord;
 /// endpoint's handler timeout, so the answer is this JSON and not the
 /// endpoint's own 503.
 pub const TRANSFER_WAIT: Duration = Duration::from_secs(8);
-/// How long a forwarded call may take: the owner's wait and a margin.
-const FORWARD_TIMEOUT: Duration = Duration::from_millis(9_000);
+/// The longest the owner takes to answer a transfer: its record read and
+/// `TRANSFER_WAIT`, bounded by the admin endpoint's handler timeout (which
+/// is this), past which the endpoint answers 503 `timed_out` itself.
+pub const OWNER_ANSWER_MAX: Duration = Duration::from_secs(10);
+/// How long a forwarded call may take: past the owner's own bound, with a
+/// margin for the connection and the node's admin thread, so that the
+/// owner's answer is what comes back.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(12);
+/// The longest the node asked takes to answer a transfer it forwards: its
+/// own record read (bounded as any handler's time) and the forward. Its
+/// admin endpoint gives such a call this long.
+pub const FORWARDING_ANSWER_MAX: Duration = Duration::from_secs(22);
+
+const _: () = assert!(TRANSFER_WAIT.as_millis() < OWNER_ANSWER_MAX.as_millis());
+const _: () = assert!(FORWARD_TIMEOUT.as_millis() > OWNER_ANSWER_MAX.as_millis());
+const _: () = assert!(
+    FORWARDING_ANSWER_MAX.as_millis() >= OWNER_ANSWER_MAX.as_millis() + FORWARD_TIMEOUT.as_millis()
+);
 
 /// An answer of an operation: the HTTP status and the JSON body.
 #[derive(Clone, Debug, PartialEq)]
@@ -161,7 +184,7 @@ impl Ops {
             .token
             .as_ref()
             .map(|token| token.expose().to_string());
-        forward(&peer.admin, token, owner, call).await
+        forward(&peer.admin, token, owner, call, FORWARD_TIMEOUT).await
     }
 
     /// The owner's part: the core that holds the object runs the transfer.
@@ -275,12 +298,14 @@ fn refused(error: TransferError, target: NodeId) -> OpAnswer {
 }
 
 /// Passes the call to the owner's admin endpoint and its answer back,
-/// with this node's admin token (the nodes of a cluster share one).
+/// with this node's admin token (the nodes of a cluster share one), within
+/// `timeout`.
 async fn forward(
     admin: &str,
     token: Option<String>,
     owner: NodeId,
     call: TransferCall<'_>,
+    timeout: Duration,
 ) -> OpAnswer {
     if admin.is_empty() {
         return OpAnswer::error(
@@ -295,7 +320,7 @@ async fn forward(
         call.kind, call.key.object_id, call.target.0
     );
     let called = tokio::task::spawn_blocking(move || {
-        client::call(&address, "POST", &path, token.as_deref(), FORWARD_TIMEOUT)
+        client::call(&address, "POST", &path, token.as_deref(), timeout)
     })
     .await;
     match called {
@@ -315,6 +340,16 @@ async fn forward(
                 ),
             ),
         },
+        // Sent, and no answer: the owner may be moving the object.
+        Ok(Err(error)) if error.may_have_arrived() => OpAnswer::error(
+            503,
+            "timed_out",
+            format!(
+                "node {} took the call but gave no answer ({error}): the transfer may have \
+                 completed; GET /objects/{}/{} tells",
+                owner.0, call.kind, call.key.object_id
+            ),
+        ),
         Ok(Err(error)) => OpAnswer::error(
             503,
             "owner_unreachable",
@@ -324,5 +359,60 @@ async fn forward(
             ),
         ),
         Err(_) => OpAnswer::error(503, "stopping", "this node is stopping"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call() -> TransferCall<'static> {
+        TransferCall {
+            key: ObjectKey {
+                type_id: 1,
+                zone_id: 0,
+                object_id: 7,
+            },
+            kind: "player",
+            target: NodeId(2),
+            forwarded: false,
+        }
+    }
+
+    fn forward_to(admin: &str, timeout: Duration) -> OpAnswer {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(forward(admin, None, NodeId(3), call(), timeout))
+    }
+
+    /// A forward whose request went out and got no answer in time was
+    /// answered `owner_unreachable`, which says the object did not move,
+    /// while the owner may have moved it: it is `timed_out` (may have).
+    #[test]
+    fn a_forward_sent_and_unanswered_may_have_moved_the_object() {
+        // Accepted by the kernel, never answered.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = silent.local_addr().unwrap().to_string();
+        let answer = forward_to(&address, Duration::from_millis(200));
+        assert_eq!(
+            (answer.status, answer.body["error"].as_str()),
+            (503, Some("timed_out")),
+            "{}",
+            answer.body
+        );
+        let reason = answer.body["reason"].as_str().unwrap();
+        assert!(reason.contains("may have completed"), "{reason}");
+        assert!(reason.contains("GET /objects/player/7"), "{reason}");
+        // Never connected: nothing started, so not moved.
+        drop(silent);
+        let answer = forward_to(&address, Duration::from_millis(500));
+        assert_eq!(
+            (answer.status, answer.body["error"].as_str()),
+            (503, Some("owner_unreachable")),
+            "{}",
+            answer.body
+        );
     }
 }
