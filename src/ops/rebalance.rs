@@ -48,6 +48,9 @@ const PLAN_RETRY_WAIT: Duration = Duration::from_millis(20);
 const PLAN_ASKS_MAX: u32 = 250;
 /// How long the node asked waits for each member to start its own.
 const FAN_OUT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often a join not rebalanced to yet (a run was under way, or the
+/// node did not serve) is looked at again.
+const JOIN_RETRY_WAIT: Duration = Duration::from_millis(200);
 
 /// One node's rebalances: the last one's progress.
 #[derive(Debug, Default)]
@@ -147,6 +150,18 @@ impl RebalanceStatus {
     }
 }
 
+/// What a rebalance asked for after a join did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AfterJoin {
+    /// A run started, whose plan sees the members up now.
+    Started,
+    /// Not now: a run planned before the join is under way, or the node
+    /// does not serve (starting, fenced). Asked again later.
+    Later,
+    /// Never: the node drains or stops.
+    Refused(RebalanceRefused),
+}
+
 /// Why a rebalance could not start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RebalanceRefused {
@@ -163,6 +178,12 @@ impl Ops {
     /// changes nothing) and returns its status. Must be called on the
     /// admin thread's runtime, where the rebalance then runs.
     pub fn rebalance(&self) -> Result<Value, RebalanceRefused> {
+        self.start_rebalance()?;
+        Ok(self.rebalance_status())
+    }
+
+    /// Starts a run unless one is under way; whether it started one.
+    fn start_rebalance(&self) -> Result<bool, RebalanceRefused> {
         match self.0.phase.get() {
             Phase::Starting => return Err(RebalanceRefused::Starting),
             Phase::Draining => return Err(RebalanceRefused::Draining),
@@ -170,21 +191,33 @@ impl Ops {
             Phase::Serving => {}
         }
         let status = &self.0.rebalance;
-        {
-            let mut progress = lock(&status.progress);
-            if !progress.running {
-                let runs = progress.runs + 1;
-                *progress = Progress {
-                    running: true,
-                    runs,
-                    started_at: Some(Instant::now()),
-                    ..Progress::default()
-                };
-                status.metrics.rebalance_runs.inc();
-                drop(tokio::spawn(self.clone().run_rebalance()));
-            }
+        let mut progress = lock(&status.progress);
+        if progress.running {
+            return Ok(false);
         }
-        Ok(self.rebalance_status())
+        let runs = progress.runs + 1;
+        *progress = Progress {
+            running: true,
+            runs,
+            started_at: Some(Instant::now()),
+            ..Progress::default()
+        };
+        status.metrics.rebalance_runs.inc();
+        drop(tokio::spawn(self.clone().run_rebalance()));
+        Ok(true)
+    }
+
+    /// A rebalance for members that joined: a run of its own, since one
+    /// under way planned without them.
+    fn rebalance_after_join(&self) -> AfterJoin {
+        if self.0.view.snapshot().me.fenced {
+            return AfterJoin::Later;
+        }
+        match self.start_rebalance() {
+            Ok(true) => AfterJoin::Started,
+            Ok(false) | Err(RebalanceRefused::Starting) => AfterJoin::Later,
+            Err(refused) => AfterJoin::Refused(refused),
+        }
     }
 
     /// This node's last rebalance, as `GET /rebalance` shows it.
@@ -208,8 +241,11 @@ impl Ops {
     }
 
     /// With `cluster.rebalance_on_join`: watches membership and starts a
-    /// rebalance of this node each time another member comes up. Runs on
-    /// the admin thread's runtime for the node's life.
+    /// rebalance of this node each time another member comes up. A join
+    /// while a run is under way (its plan did not see the new member), or
+    /// while the node starts or is fenced, is rebalanced to once the run
+    /// ended or the node serves. Runs on the admin thread's runtime for
+    /// the node's life.
     pub async fn rebalance_on_joins(self) {
         if !self.0.rebalance.on_join {
             return;
@@ -224,18 +260,32 @@ impl Ops {
                 .collect()
         };
         let mut known = up(&view);
+        // Members that joined and no run has planned with yet.
+        let mut joined: BTreeSet<u64> = BTreeSet::new();
         loop {
             let seen = view.version();
-            view.changed(seen).await;
+            if joined.is_empty() {
+                view.changed(seen).await;
+            } else {
+                futures_lite::future::or(view.changed(seen), tokio::time::sleep(JOIN_RETRY_WAIT))
+                    .await;
+            }
             let now_up = up(&view);
-            let joined: Vec<u64> = now_up.difference(&known).map(|node| node.0).collect();
+            joined.extend(now_up.difference(&known).map(|node| node.0));
             known = now_up;
             if joined.is_empty() {
                 continue;
             }
-            match self.rebalance() {
-                Ok(_) => tracing::info!(?joined, "rebalancing: members joined"),
-                Err(refused) => tracing::info!(?joined, ?refused, "not rebalancing on join"),
+            match self.rebalance_after_join() {
+                AfterJoin::Started => {
+                    tracing::info!(?joined, "rebalancing: members joined");
+                    joined.clear();
+                }
+                AfterJoin::Later => {}
+                AfterJoin::Refused(refused) => {
+                    tracing::info!(?joined, ?refused, "not rebalancing on join");
+                    joined.clear();
+                }
             }
         }
     }
@@ -442,5 +492,94 @@ mod tests {
         assert_eq!(status["planned"], 0);
         assert_eq!(status["failed"], 1, "{status}");
         assert_eq!(status["failures"]["plan_unavailable"], 1, "{status}");
+    }
+
+    /// The plan asks a core receives, held until the test answers them.
+    async fn next_plan_ask(
+        cores: &mut [crate::ops::CoreCommands],
+        within: Duration,
+    ) -> Option<futures_channel::oneshot::Sender<Option<Vec<(ObjectKey, NodeId)>>>> {
+        use futures_lite::StreamExt;
+        let next = tokio::time::timeout(within, cores[0].0.next()).await;
+        match next.ok()?? {
+            crate::ops::Command::RebalancePlan { reply, .. } => Some(reply),
+            _ => panic!("only plans are asked for"),
+        }
+    }
+
+    fn join(view: &ClusterView, node: u64) {
+        view.update(|_, peers| {
+            peers.insert(
+                NodeId(node),
+                crate::cluster::view::Peer {
+                    node: NodeId(node),
+                    incarnation: 1,
+                    state: MemberState::Up,
+                    cores: Vec::new(),
+                    gateway: Default::default(),
+                    admin: String::new(),
+                    timers: None,
+                },
+            );
+        });
+    }
+
+    /// A member that joined while a run was under way (planned without
+    /// it), or while the node was starting, was never rebalanced to: the
+    /// join's call found the run going, or the node not serving, and was
+    /// dropped. It is now kept until a run can plan with the member.
+    #[test]
+    fn a_join_during_a_run_or_the_start_is_rebalanced_to_after() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let standing = Standing {
+            incarnation: 1,
+            lease_until_ms: u64::MAX,
+            fenced: false,
+            state: MemberState::Up,
+        };
+        let shutdown = shards::ShutdownHandle::new();
+        let phase = NodePhase::new(shutdown.clone());
+        let (store, _) = crate::store::open_memory(&crate::config::StoreConfig::default());
+        let view = Arc::new(ClusterView::new(NodeId(1), 1, standing));
+        let (ops, mut cores) = Ops::new(OpsParts {
+            core_count: 1,
+            view: view.clone(),
+            store,
+            phase: phase.clone(),
+            shutdown,
+            token: None,
+            rebalance_concurrency: 4,
+            rebalance_on_join: true,
+            metrics: Arc::new(AdminStats::default()),
+        });
+        let wait = Duration::from_secs(3);
+        let settle = Duration::from_millis(400);
+        runtime.block_on(async {
+            drop(tokio::spawn(ops.clone().rebalance_on_joins()));
+            tokio::task::yield_now().await;
+            // Node 2 joins while this node starts: nothing runs yet.
+            join(&view, 2);
+            assert!(next_plan_ask(&mut cores, settle).await.is_none());
+            phase.set_serving();
+            let first = next_plan_ask(&mut cores, wait).await;
+            let first = first.expect("a run once the node serves");
+            // Node 3 joins while that run (planned without it) goes on.
+            join(&view, 3);
+            assert!(next_plan_ask(&mut cores, settle).await.is_none());
+            first.send(Some(Vec::new())).unwrap();
+            let second = next_plan_ask(&mut cores, wait).await;
+            let second = second.expect("a run for the member that joined during the first");
+            second.send(Some(Vec::new())).unwrap();
+            tokio::time::sleep(settle).await;
+        });
+        let status = ops.rebalance_status();
+        assert_eq!(
+            (&status["runs"], &status["running"]),
+            (&json!(2), &json!(false)),
+            "{status}"
+        );
     }
 }
