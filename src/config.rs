@@ -200,7 +200,7 @@ pub struct GatewayConfig {
     /// membership row advertises and `sys.redirect` names. Default: the
     /// bound address; port 0: the bound port. Required (an address that is
     /// not `0.0.0.0` or `::`) when `listen` is unspecified and the cluster
-    /// has other members.
+    /// has other members, or this node's links are reached off loopback.
     pub advertise: Option<SocketAddr>,
     /// Largest accepted frame body, in bytes.
     pub body_max_bytes: u32,

@@ -13,6 +13,15 @@
 
 use std::fmt;
 
+/// Whether `address` (`host:port`) is the unspecified address
+/// (`0.0.0.0`, `[::]`): where a node listens on every interface, which is
+/// no address to reach it at. Dialed, it reaches the dialer's own machine.
+pub fn is_unspecified(address: &str) -> bool {
+    address
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|address| address.ip().is_unspecified())
+}
+
 /// How a client speaks to a gateway listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Transport {
@@ -86,6 +95,19 @@ impl GatewayAddresses {
         Transport::ALL
             .into_iter()
             .filter_map(|transport| Some((transport, self.get(transport)?)))
+    }
+
+    /// The advertised transports whose address is unspecified (see
+    /// [`is_unspecified`]), taken out: where no client could be sent.
+    pub fn take_unspecified(&mut self) -> Vec<(Transport, String)> {
+        let mut taken = Vec::new();
+        for transport in Transport::ALL {
+            let slot = &mut self.by_transport[transport.index()];
+            if slot.as_deref().is_some_and(is_unspecified) {
+                taken.extend(slot.take().map(|address| (transport, address)));
+            }
+        }
+        taken
     }
 
     /// The text of a membership row's `gateway` column.

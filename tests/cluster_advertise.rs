@@ -129,3 +129,77 @@ fn beside_other_members_an_unspecified_advertised_address_refuses_to_start() {
     let mut client = first.connect();
     client.login(3, 1);
 }
+
+/// Runs `routerd serve` on `body` and waits for it to exit (a refused
+/// start); one still running after a while started, and is stopped.
+fn refused_start(dir: &std::path::Path, body: &str) -> String {
+    let path = dir.join("node.toml");
+    std::fs::write(&path, body).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_routerd"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            let output = child.wait_with_output().unwrap();
+            panic!("started: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "must not start: {stderr}");
+    stderr
+}
+
+/// A first node alone advertised `0.0.0.0` (nothing to refuse it beside),
+/// and every node that joined later dialed that, reaching itself. Alone
+/// too, a node that nodes of other machines may join refuses it; one
+/// whose links listen on loopback, a single node's default, still starts.
+#[test]
+fn alone_a_node_others_may_join_refuses_an_unspecified_address() {
+    let cluster = LocalCluster::new();
+    let dir = cluster.dir().join("alone");
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = "the test cluster's secret";
+    let listeners = "[gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n";
+    let stderr = refused_start(
+        &dir,
+        &format!(
+            "{}\n{listeners}[auth]\nsecret = \"{SECRET}\"\n",
+            cluster.body_on(1, secret, "0.0.0.0")
+        ),
+    );
+    assert!(
+        stderr.contains("cluster.advertise would advertise 0.0.0.0:"),
+        "{stderr}"
+    );
+    let mut links_elsewhere = LocalCluster::new();
+    links_elsewhere.cluster_extra = "advertise = \"192.0.2.1:0\"\n".into();
+    let stderr = refused_start(
+        &dir,
+        &format!(
+            "{}\n[gateway]\nlisten = \"0.0.0.0:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             [auth]\nsecret = \"{SECRET}\"\n",
+            links_elsewhere.body_on(1, secret, "0.0.0.0")
+        ),
+    );
+    assert!(
+        stderr.contains("gateway.advertise would advertise 0.0.0.0:"),
+        "{stderr}"
+    );
+
+    // Links on loopback: alone on 0.0.0.0 is a single node, and starts.
+    let single = start_with(
+        &cluster,
+        1,
+        "[gateway]\nlisten = \"0.0.0.0:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+    );
+    let mut client = single.connect();
+    client.login(3, 1);
+}

@@ -43,7 +43,8 @@ fn admin_address(state: &AdminState, node_id: u64) -> Result<String, (StatusCode
     if peer.admin.is_empty() {
         return Err((
             StatusCode::BAD_GATEWAY,
-            "the member advertises no admin address",
+            "the member advertises no admin address others can reach (none, or an unspecified \
+             one such as 0.0.0.0: set its admin.advertise)",
         ));
     }
     Ok(peer.admin.clone())

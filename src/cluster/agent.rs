@@ -72,7 +72,10 @@ pub fn join(
                 Event::Joined { incarnation: taken } => incarnation = Some(taken),
                 Event::Lease { until_ms } => lease_until_ms = Some(until_ms),
                 Event::Refused { node } => return Err(JoinError::Refused(node.0)),
-                Event::Member { row } => warn_of_other_timers(membership.timers(), &row),
+                Event::Member { row } => {
+                    warn_of_other_timers(membership.timers(), &row);
+                    super::view::warn_of_unspecified_addresses(&row);
+                }
                 _ => {}
             }
         }
@@ -458,6 +461,7 @@ impl Agent {
                     "member"
                 );
                 warn_of_other_timers(self.membership.borrow().timers(), row);
+                super::view::warn_of_unspecified_addresses(row);
             }
             Event::LeaseLapsed { cause, .. } => {
                 tracing::warn!(

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
-use crate::gateway_addresses::GatewayAddresses;
+use crate::gateway_addresses::{is_unspecified, GatewayAddresses};
 use crate::ids::NodeId;
 pub use crate::router::driver::CoreStanding;
 use crate::store::{MemberRow, MemberState, MemberTimers};
@@ -35,19 +35,34 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// The member a row describes. An unspecified address it advertises
+    /// (`0.0.0.0`: its node listens on every interface and set no
+    /// `advertise`) is left out, as if not advertised: dialed, it would
+    /// reach this node's own machine, not the member (see
+    /// [`unspecified_addresses`], which says which).
     pub fn from_row(row: &MemberRow) -> Peer {
         let cores: Option<Vec<SocketAddr>> = row
             .cluster
             .iter()
             .map(|address| address.parse().ok())
             .collect();
+        let cores = cores
+            .filter(|cores| !cores.iter().any(|address| address.ip().is_unspecified()))
+            .unwrap_or_default();
+        let mut gateway = GatewayAddresses::decode(&row.gateway);
+        gateway.take_unspecified();
+        let admin = if is_unspecified(&row.admin) {
+            String::new()
+        } else {
+            row.admin.clone()
+        };
         Peer {
             node: row.node_id,
             incarnation: row.incarnation,
             state: row.state,
-            cores: cores.unwrap_or_default(),
-            gateway: GatewayAddresses::decode(&row.gateway),
-            admin: row.admin.clone(),
+            cores,
+            gateway,
+            admin,
             timers: row.timers,
         }
     }
@@ -56,6 +71,44 @@ impl Peer {
     /// not ended.
     pub fn is_live(&self) -> bool {
         !self.state.is_ended()
+    }
+}
+
+/// The unspecified addresses a member's row advertises, each with the key
+/// its node sets to advertise a reachable one instead: what
+/// [`Peer::from_row`] leaves out.
+pub fn unspecified_addresses(row: &MemberRow) -> Vec<(&'static str, String)> {
+    let mut found: Vec<(&'static str, String)> = GatewayAddresses::decode(&row.gateway)
+        .take_unspecified()
+        .into_iter()
+        .map(|(_, address)| ("gateway.advertise", address))
+        .collect();
+    if is_unspecified(&row.admin) {
+        found.push(("admin.advertise", row.admin.clone()));
+    }
+    found.extend(
+        row.cluster
+            .iter()
+            .find(|address| is_unspecified(address))
+            .map(|address| ("cluster.advertise", address.clone())),
+    );
+    found
+}
+
+/// Says, once per row that changed, that a member advertises addresses
+/// this node will not dial or forward to, and what its operator sets.
+pub fn warn_of_unspecified_addresses(row: &MemberRow) {
+    for (key, address) in unspecified_addresses(row) {
+        tracing::error!(
+            node = row.node_id.0,
+            key,
+            %address,
+            "member {} advertises {address}, an unspecified address that reaches no other \
+             machine: this node does not dial or forward to it there; set {key} on node {} to \
+             the address the others reach it at",
+            row.node_id.0,
+            row.node_id.0
+        );
     }
 }
 
@@ -237,6 +290,62 @@ mod tests {
     use super::*;
     use std::future::Future;
     use std::task::{Context, Wake};
+
+    fn row(gateway: &str, admin: &str, cluster: &[&str]) -> MemberRow {
+        MemberRow {
+            node_id: NodeId(2),
+            incarnation: 1,
+            state: MemberState::Up,
+            heartbeat: 1,
+            gateway: gateway.to_string(),
+            admin: admin.to_string(),
+            cluster: cluster.iter().map(|address| address.to_string()).collect(),
+            core_count: 2,
+            actors: Vec::new(),
+            timers: None,
+            version: crate::store::MemberVersion(1),
+        }
+    }
+
+    /// A first node alone may listen on `0.0.0.0` without `advertise`,
+    /// and its row then says `0.0.0.0`: a member that joined later dialed
+    /// that for links, forwarded admin calls to it and sent clients
+    /// there, reaching its own machine. Such an address is not used.
+    #[test]
+    fn an_unspecified_address_in_a_row_is_never_dialed() {
+        let unspecified = row(
+            "0.0.0.0:7400;tls=10.0.0.5:7443;ws=[::]:7480",
+            "0.0.0.0:9464",
+            &["10.0.0.5:7600", "0.0.0.0:7601"],
+        );
+        let peer = Peer::from_row(&unspecified);
+        assert!(peer.cores.is_empty(), "no link to it: {:?}", peer.cores);
+        assert_eq!(peer.admin, "", "no admin call forwarded to it");
+        assert_eq!(
+            peer.gateway.encode(),
+            ";tls=10.0.0.5:7443",
+            "{}",
+            peer.gateway
+        );
+        assert_eq!(
+            unspecified_addresses(&unspecified),
+            vec![
+                ("gateway.advertise", "0.0.0.0:7400".to_string()),
+                ("gateway.advertise", "[::]:7480".to_string()),
+                ("admin.advertise", "0.0.0.0:9464".to_string()),
+                ("cluster.advertise", "0.0.0.0:7601".to_string()),
+            ]
+        );
+        let reachable = row("10.0.0.5:7400", "10.0.0.5:9464", &["10.0.0.5:7600"]);
+        let peer = Peer::from_row(&reachable);
+        assert_eq!(
+            peer.cores,
+            vec!["10.0.0.5:7600".parse::<SocketAddr>().unwrap()]
+        );
+        assert_eq!(peer.admin, "10.0.0.5:9464");
+        assert_eq!(peer.gateway.encode(), "10.0.0.5:7400");
+        assert!(unspecified_addresses(&reachable).is_empty());
+    }
 
     struct Flag(std::sync::atomic::AtomicBool);
     impl Wake for Flag {

@@ -26,6 +26,8 @@ pub struct ClusterConfig {
     pub listen: SocketAddr,
     /// The address other nodes dial (core `i`: its port + `i`, or the port
     /// each core bound when `listen` has port 0); default: `listen`.
+    /// Required when `listen` is unspecified (`0.0.0.0`, `::`): a node
+    /// never advertises such an address.
     #[serde(default, deserialize_with = "super::address::deserialize_option")]
     pub advertise: Option<SocketAddr>,
     /// The cluster's name: a link from a node of another cluster is refused.

@@ -84,6 +84,17 @@ pub enum NodeError {
         key: &'static str,
         address: SocketAddr,
     },
+    #[error(
+        "refusing to start: {key} would advertise {address}, which no other machine can reach, \
+         and this node's links are reached off loopback, so a node of another machine may join \
+         and read it: set {key} to the address the others reach this node at (alone, an \
+         unspecified address is taken only while cluster.listen, or cluster.advertise, is a \
+         loopback address)"
+    )]
+    UnreachableOffMachine {
+        key: &'static str,
+        address: SocketAddr,
+    },
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error("cannot serve the scripts: {0}")]

@@ -144,19 +144,43 @@ impl Reached {
         }
     }
 
-    /// An address the others could not reach, with the key that sets it.
+    /// An address the others could not reach, with the key that sets it:
+    /// an unspecified one (`0.0.0.0`, `::`), which a node that dials it
+    /// takes for its own machine.
     fn unreachable(&self) -> Option<(&'static str, SocketAddr)> {
+        // Each gateway transport is advertised on gateway.advertise's host.
+        let gateways = self
+            .gateway_addresses
+            .iter()
+            .filter_map(|(_, address)| address.parse().ok())
+            .map(|address| ("gateway.advertise", address));
         [
             ("gateway.advertise", self.gateway),
             ("admin.advertise", self.admin),
         ]
         .into_iter()
+        .chain(gateways)
         .chain(
             self.cluster
                 .iter()
                 .map(|address| ("cluster.advertise", *address)),
         )
         .find(|(_, address)| address.ip().is_unspecified())
+    }
+
+    /// An address the others could not reach, when nodes on other machines
+    /// may join this one (its links are reached off loopback): a member
+    /// that joins after this node started would read it. A node whose
+    /// links listen on loopback is joined from its own machine at most.
+    fn unreachable_off_machine(&self) -> Option<(&'static str, SocketAddr)> {
+        if self
+            .cluster
+            .iter()
+            .all(|address| address.ip().is_loopback())
+        {
+            return None;
+        }
+        self.unreachable()
     }
 }
 
@@ -170,6 +194,10 @@ pub(super) fn join(
     reached: &Reached,
     core_count: usize,
 ) -> Result<(Arc<Catalog>, Joined), NodeError> {
+    // Refused before the row is written, alone too: others may join later.
+    if let Some((key, address)) = reached.unreachable_off_machine() {
+        return Err(NodeError::UnreachableOffMachine { key, address });
+    }
     let catalog = Arc::new(Catalog::new());
     let actors = registry.local_actors(config.node.id, &reached.gateway.to_string());
     for actor in actors.clone() {
@@ -200,9 +228,10 @@ pub(super) fn join(
             return Err(error.into());
         }
     }
-    // Alone, an unspecified address harms no one (and a node on its own is
-    // the common single-machine case); beside other live members it would
-    // send them and the clients they redirect nowhere.
+    // Alone, with links on loopback, an unspecified address harms no one
+    // (a node on its own is the common single-machine case); beside other
+    // live members it would send them and the clients they redirect
+    // nowhere.
     if joined.peers.iter().any(|row| !row.state.is_ended()) {
         if let Some((key, address)) = reached.unreachable() {
             agent::leave_blocking(store, joined.membership);

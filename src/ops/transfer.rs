@@ -311,7 +311,11 @@ async fn forward(
         return OpAnswer::error(
             503,
             "owner_unreachable",
-            format!("node {} advertises no admin address", owner.0),
+            format!(
+                "node {} advertises no admin address others can reach (none, or an unspecified \
+                 one such as 0.0.0.0: set its admin.advertise)",
+                owner.0
+            ),
         );
     }
     let address = admin.to_string();
