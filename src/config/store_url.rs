@@ -40,24 +40,28 @@ fn names_a_password(text: &str) -> bool {
         .any(|(at, word)| !text[at + word.len()..].starts_with(&masked_value))
 }
 
-/// A URI's user information and `password` query parameters masked.
+/// A URI's user information and `password` query parameters masked. The
+/// user information is read as the driver reads it: everything before the
+/// first `@`, wherever it is (a password may hold `/` or `?`), its password
+/// after the first `:`.
 fn masked_uri(scheme: &str, rest: &str) -> String {
-    let (before_query, query) = match rest.split_once('?') {
-        Some((before, query)) => (before, Some(query)),
-        None => (rest, None),
-    };
-    let authority_end = before_query.find('/').unwrap_or(before_query.len());
     let mut out = format!("{scheme}://");
-    match before_query[..authority_end].rfind('@') {
-        Some(at) => {
-            match before_query[..at].split_once(':') {
+    let after_credentials = match rest.split_once('@') {
+        Some((credentials, after)) => {
+            match credentials.split_once(':') {
                 Some((user, _)) => out.push_str(&format!("{user}:{MASK}")),
-                None => out.push_str(&before_query[..at]),
+                None => out.push_str(credentials),
             }
-            out.push_str(&before_query[at..]);
+            out.push('@');
+            after
         }
-        None => out.push_str(before_query),
-    }
+        None => rest,
+    };
+    let (before_query, query) = match after_credentials.split_once('?') {
+        Some((before, query)) => (before, Some(query)),
+        None => (after_credentials, None),
+    };
+    out.push_str(before_query);
     if let Some(query) = query {
         let pairs: Vec<String> = query
             .split('&')
@@ -131,6 +135,11 @@ mod tests {
             // Not readable as any form: masked whole.
             "host=db password='hunter2",
             "postgres://u@h/d#password=hunter2",
+            // The driver takes the user information up to the first `@`
+            // anywhere: a password may hold `/` and `?`.
+            "postgresql://routerd:hunter2/9k@db/routerd",
+            "postgresql://routerd:Xy?hunter2@db/routerd",
+            "postgresql://routerd:a/b?hunter2@db/routerd?sslmode=disable",
         ] {
             let shown = masked(url);
             assert!(!shown.contains("hunter2"), "{url} shows {shown}");
