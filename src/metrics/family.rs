@@ -106,6 +106,29 @@ pub fn write_family_list<'s, S: 'static>(
     }
 }
 
+/// A label value as the text exposition format writes it: `\\`, `"` and
+/// a line feed escaped. Values are mostly the node's own words, but a
+/// script names its types and routes, and one name holding a quote or a
+/// line feed would otherwise end the series early and make the whole
+/// scrape unreadable (or add series of its own).
+pub(crate) struct LabelValue<'a>(pub &'a str);
+
+impl std::fmt::Display for LabelValue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut rest = self.0;
+        while let Some(at) = rest.find(['\\', '"', '\n']) {
+            f.write_str(&rest[..at])?;
+            f.write_str(match rest.as_bytes()[at] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        f.write_str(rest)
+    }
+}
+
 /// The `# HELP` and `# TYPE` lines of `family`.
 pub(crate) fn write_family_head<S: 'static>(out: &mut String, family: &Family<S>) {
     // Writing into a String cannot fail.
@@ -151,7 +174,7 @@ impl Labels {
         }
         out.push('{');
         if let Some((name, value)) = pair {
-            let _ = write!(out, "{name}=\"{value}\"");
+            let _ = write!(out, "{name}=\"{}\"", LabelValue(value));
             if le.is_some() {
                 out.push(',');
             }
@@ -367,3 +390,15 @@ macro_rules! counter_set {
 }
 
 pub(crate) use {counter_set, metric_label, metric_label_value, metric_set};
+
+#[cfg(test)]
+mod label_tests {
+    use super::LabelValue;
+
+    #[test]
+    fn a_label_value_is_escaped_as_the_exposition_format_says() {
+        let shown = LabelValue("a\"b\nc\\d").to_string();
+        assert_eq!(shown, r#"a\"b\nc\\d"#);
+        assert_eq!(LabelValue("room.say").to_string(), "room.say");
+    }
+}

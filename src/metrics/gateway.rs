@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::family::{write_family_head, write_histogram_of, Family, Kind};
+use super::family::{write_family_head, write_histogram_of, Family, Kind, LabelValue};
 use super::histogram::Histogram;
 use crate::metrics::Counter;
 use crate::route::{Direction, RouteTable, ROUTES_MAX};
@@ -310,7 +310,7 @@ pub(super) fn write_request_counts<'s>(
             let _ = writeln!(
                 out,
                 "{REQUESTS_TOTAL}{{route=\"{}\",code=\"{code}\"}} {total}",
-                route.name
+                LabelValue(route.name)
             );
         }
     }

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::family::{write_family_head, Family, Kind};
+use super::family::{write_family_head, Family, Kind, LabelValue};
 use super::{CoreMetrics, Gauge};
 
 /// Object types one core counts its writable objects of, by type. A node
@@ -78,7 +78,11 @@ pub(super) fn write_objects_by_type<'c>(
             .map(|core| core.objects_by_type.get(type_id))
             .sum();
         // Writing into a String cannot fail.
-        let _ = writeln!(out, "{OBJECTS_BY_TYPE}{{type=\"{name}\"}} {objects}");
+        let _ = writeln!(
+            out,
+            "{OBJECTS_BY_TYPE}{{type=\"{}\"}} {objects}",
+            LabelValue(name)
+        );
     }
 }
 
