@@ -98,6 +98,11 @@ class Connection {
   loginSent = false;
   /** A frame came on it other than a frame-level refusal (route 0, section 1). */
   heard = false;
+  /**
+   * Before any other frame, the refusal section 1 gives an unsupported version: ERROR on route 0,
+   * BAD_REQUEST. At a version-2 login it says the server does not speak version 2.
+   */
+  versionRefused = false;
 
   constructor(
     readonly address: Address,
@@ -135,8 +140,10 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * A version-2 connection the server closed right after its login went out, with no frame back but
- * a frame-level refusal, on a client the server never answered in version 2: what a server that
- * does not speak version 2 does (section 12).
+ * a frame-level refusal, on a client the server never answered in version 2; or, whatever the
+ * server answered before, with that refusal being section 1's for an unsupported version (a
+ * cluster rolled back to a build without version 2). What a server that does not speak version 2
+ * does (section 12).
  */
 class ClosedAtVersion2 extends ConnectionLost {}
 
@@ -158,9 +165,11 @@ export class Client {
   private readonly retry: RetryPolicy;
   /**
    * 2 once the server answered on a version-2 connection: from then on a connection lost at a login
-   * is a lost connection, never a sign the server does not speak version 2 (a node at its session
-   * cap closes a new connection at once, as one that does not closes at a version-2 login). 1 once
-   * a version-2 login was closed so and a version-1 one taken.
+   * is a lost connection, not a sign the server does not speak version 2 (a node at its session
+   * cap closes a new connection at once, as one that does not closes at a version-2 login), unless
+   * the server said so: the route-0 refusal of an unsupported version (section 1) right at the
+   * login, as after the cluster was rolled back to a build without version 2. 1 once a version-2
+   * login was closed so and a version-1 one taken: kept until the client is closed.
    */
   private serverVersion: 1 | 2 | null = null;
   /** The resumable session's sys.session, and the highest push sequence number delivered from it. */
@@ -405,8 +414,12 @@ export class Client {
    * A new connection to address, its session resumed or logged in. With exactlyOnce the login is
    * a version-2 REQUEST; a server that closes at it does not speak version 2 (section 12), and
    * the client logs in again, in version 1, on a new connection. Only that close counts
-   * (ClosedAtVersion2): a refused connect, a connection lost before the login went out, or one lost
-   * after the server answered version 2 is a lost connection, and the next attempt is version 2.
+   * (ClosedAtVersion2): a refused connect, or a connection lost before the login went out, is a
+   * lost connection, and the next attempt is version 2. Once the server answered version 2, a close
+   * at the login counts only after section 1's refusal of an unsupported version (the cluster was
+   * rolled back to a build without version 2); a bare close (a node at its session cap) or one
+   * after any other frame is a lost connection. A call sent with its key is never sent again
+   * without it (attempt()).
    */
   private async open(address: Address): Promise<Connection> {
     if (!this.exactlyOnce || this.serverVersion === 1) return this.openWith(address, 1);
@@ -439,7 +452,12 @@ export class Client {
     } catch (error) {
       conn.retired = true;
       transport.close();
-      const refused = version === 2 && this.serverVersion === null && error instanceof ConnectionLost && conn.loginSent && !conn.heard;
+      const refused =
+        version === 2 &&
+        error instanceof ConnectionLost &&
+        conn.loginSent &&
+        !conn.heard &&
+        (this.serverVersion === null || conn.versionRefused);
       throw refused ? new ClosedAtVersion2(error.reason) : error;
     }
     return conn;
@@ -518,6 +536,8 @@ export class Client {
       if (frame.kind === p.Kind.ERROR) {
         const { code, reason } = p.decodeError(frame.body);
         conn.violation = new ServerError(code, reason).message;
+        // As a server refuses a version it does not speak; the reason is for people (section 4).
+        if (frame.routeId === 0 && code === p.Code.BAD_REQUEST && !conn.heard) conn.versionRefused = true;
       }
       return;
     }

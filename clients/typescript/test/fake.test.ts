@@ -306,9 +306,9 @@ test("a connection closed at once after the server answered version 2 is a lost 
 });
 
 test("a call once sent with its key is never sent without it: on a version-1 connection it fails, outcome unknown", async () => {
-  // No path leads there once the server answered version 2 (the test above); this one stands for
-  // any that would: the client takes the server for a version-1 one while a keyed call it sent
-  // waits to be sent again. Sent without its key, the call would run a second time.
+  // The client takes the server for a version-1 one while a keyed call it sent waits to be sent
+  // again: after a rollback (the tests below), or by any other path. Sent without its key, the
+  // call would run a second time.
   const { state, serveWith } = keyedCounter();
   const { url, server, done } = await serve(serveWith(true), serveWith(false));
   const client = await connect(url, "t", FAST);
@@ -319,6 +319,92 @@ test("a call once sent with its key is never sent without it: on a version-1 con
     assert.match(failed.reason, /request key/);
     assert.equal(state.runs, 1, "the call ran once");
     assert.deepEqual(state.logins, [2, 1]);
+  } finally {
+    client.close();
+    server.close();
+  }
+  await done;
+});
+
+/** What a server that does not speak version 2 does at a version-2 frame (section 1): an ERROR on route 0 naming the version, then the close. */
+function refuseVersion2(peer: Peer): void {
+  peer.socket.end(p.encodeFrame(p.Kind.ERROR, 0, 0, p.encodeError(p.Code.BAD_REQUEST, "unsupported protocol version 2, expected 1")));
+}
+
+for (const resumable of [true, false]) {
+  const refused = resumable ? "its resume" : "its login";
+  test(`a cluster rolled back to a build without version 2 (${refused} refused): the client falls back to version 1, the keyed call in flight fails rather than go unkeyed`, async () => {
+    // The node answered version 2; the operator rolls the cluster back. The reconnect's version-2
+    // frame is refused as an unsupported version, as section 1 says, which is evidence enough
+    // even though the server spoke version 2 before: the client logs in with version 1 and keeps
+    // serving. The keyed call in flight at the drop may have run and cannot carry its key now:
+    // it fails ("key not carried") and is not sent again.
+    const { url, server, done } = await serve(
+      async (peer) => {
+        await login(peer);
+        if (resumable) peer.push(p.Route.SYS_SESSION, 0, p.encodeSession({ token: TOKEN, windowMs: 30000 }));
+        peer.answer(await peer.expect(p.Route.SYS_PING, 1), new Uint8Array());
+        await peer.expect(p.Route.PLAYER_INCR, 2);
+        peer.close();
+      },
+      async (peer) => {
+        await peer.expect(resumable ? p.Route.AUTH_RESUME : p.Route.AUTH_LOGIN, 2);
+        refuseVersion2(peer);
+      },
+      async (peer) => {
+        await login(peer, 1);
+        // The first request is the new ping: the call in flight was not sent again without its key.
+        peer.answer(await peer.expect(p.Route.SYS_PING, 1), p.utf8("ok"));
+        const incr = await peer.expect(p.Route.PLAYER_INCR, 1);
+        assert.deepEqual(incr.body, p.encodeI64(2));
+        peer.answer(incr, p.encodeI64(2));
+        await peer.next();
+      },
+    );
+    const client = await connect(url, "t", FAST);
+    const events: string[] = [];
+    client.on("resume_failed", (reason) => events.push(`resume_failed: ${reason}`));
+    client.on("reconnected", () => events.push("reconnected"));
+    try {
+      await client.ping();
+      const failed = await client.playerIncr(1).catch((e: Error) => e);
+      assert.ok(failed instanceof ConnectionLost && !failed.retrySafe, String(failed));
+      assert.match(failed.reason, /request key/);
+      assert.equal(client.protocolVersion, 1);
+      assert.equal(p.fromUtf8(await client.ping(p.utf8("ok"))), "ok");
+      assert.equal(await client.playerIncr(2), 2n);
+      const forgotten = resumable ? ["resume_failed: the server does not speak protocol version 2"] : [];
+      assert.deepEqual(events, [...forgotten, "reconnected"]);
+    } finally {
+      client.close();
+      server.close();
+    }
+    await done;
+  });
+}
+
+test("after version 2 answered, a route-0 ERROR after another frame, or of another code, is a lost connection: the next login is version 2", async () => {
+  // Only the refusal of section 1 right at the version-2 login says the server lacks version 2.
+  const { state, serveWith } = keyedCounter();
+  const { url, server, done } = await serve(
+    serveWith(true),
+    async (peer) => {
+      await peer.expect(p.Route.AUTH_LOGIN, 2);
+      peer.push(999, 0, new Uint8Array());
+      refuseVersion2(peer);
+    },
+    async (peer) => {
+      await peer.expect(p.Route.AUTH_LOGIN, 2);
+      peer.socket.end(p.encodeFrame(p.Kind.ERROR, 0, 0, p.encodeError(p.Code.INTERNAL, "server fault: see the server log")));
+    },
+    serveWith(false),
+  );
+  const client = await connect(url, "t", FAST);
+  try {
+    assert.equal(await client.playerIncr(1), 1n);
+    assert.equal(state.runs, 1, "the call ran once");
+    assert.deepEqual(state.logins, [2, 2]);
+    assert.equal(client.protocolVersion, 2);
   } finally {
     client.close();
     server.close();
