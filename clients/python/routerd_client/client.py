@@ -104,6 +104,10 @@ class _Connection:
         # A frame came on it other than a frame-level refusal (route 0,
         # section 1).
         self.heard = False
+        # Before any other frame, the refusal section 1 gives an unsupported
+        # version: ERROR on route 0, BAD_REQUEST. At a version-2 login it
+        # says the server does not speak version 2.
+        self.version_refused = False
 
     def take_seq(self) -> int:
         # A u32 the server sees as unique among this connection's requests
@@ -118,8 +122,10 @@ class _Connection:
 class _ClosedAtVersion2(ConnectionLost):
     """A version-2 connection the server closed right after its login went
     out, with no frame back but a frame-level refusal, on a client the
-    server never answered in version 2: what a server that does not speak
-    version 2 does (section 12)."""
+    server never answered in version 2; or, whatever the server answered
+    before, with that refusal being section 1's for an unsupported version
+    (a cluster rolled back to a build without version 2). What a server
+    that does not speak version 2 does (section 12)."""
 
 
 class _Sent:
@@ -181,11 +187,14 @@ class Client:
             reconnect = Backoff() if exactly_once else None
         self._reconnect: Backoff | None = reconnect
         # 2 once the server answered on a version-2 connection: from then on
-        # a connection lost at a login is a lost connection, never a sign
-        # the server does not speak version 2 (a node at its session cap
-        # closes a new connection at once, as one that does not closes at a
-        # version-2 login). 1 once a version-2 login was closed so and a
-        # version-1 one taken.
+        # a connection lost at a login is a lost connection, not a sign the
+        # server does not speak version 2 (a node at its session cap closes
+        # a new connection at once, as one that does not closes at a
+        # version-2 login), unless the server said so: the route-0 refusal
+        # of an unsupported version (section 1) right at the login, as after
+        # the cluster was rolled back to a build without version 2. 1 once a
+        # version-2 login was closed so and a version-1 one taken: kept
+        # until the client is closed.
         self._server_version: int | None = None
         # The resumable session's `sys.session`, and the highest push
         # sequence number delivered from it.
@@ -455,9 +464,14 @@ class Client:
         With `exactly_once` the login is a version-2 REQUEST; a server that
         closes at it does not speak version 2 (section 12), and the client
         logs in again, in version 1, on a new connection. Only that close
-        counts (`_ClosedAtVersion2`): a refused connect, a connection lost
-        before the login went out, or one lost after the server answered
-        version 2 is a lost connection, and the next attempt is version 2."""
+        counts (`_ClosedAtVersion2`): a refused connect, or a connection
+        lost before the login went out, is a lost connection, and the next
+        attempt is version 2. Once the server answered version 2, a close at
+        the login counts only after section 1's refusal of an unsupported
+        version (the cluster was rolled back to a build without version 2);
+        a bare close (a node at its session cap) or one after any other
+        frame is a lost connection. A call sent with its key is never sent
+        again without it (`_attempt`)."""
         if not self._exactly_once or self._server_version == 1:
             return await self._open_with(address, 1)
         try:
@@ -488,10 +502,10 @@ class Client:
             await transport.close()
             refused = (
                 version == 2
-                and self._server_version is None
                 and isinstance(error, ConnectionLost)
                 and conn.login_sent
                 and not conn.heard
+                and (self._server_version is None or conn.version_refused)
             )
             if refused:
                 raise _ClosedAtVersion2(error.reason) from error
@@ -577,7 +591,12 @@ class Client:
             # server closes (section 1). Anything else unmatched is a
             # server fault, logged and dropped.
             if frame.kind == p.Kind.ERROR:
-                conn.violation = str(server_error(*p.decode_error(frame.body)))
+                code, reason = p.decode_error(frame.body)
+                conn.violation = str(server_error(code, reason))
+                # As a server refuses a version it does not speak; the
+                # reason is for people (section 4).
+                if frame.route_id == 0 and code == p.Code.BAD_REQUEST and not conn.heard:
+                    conn.version_refused = True
             log.warning("answer for no request in flight: seq %d", frame.seq)
             return
         if conn.version == 2:

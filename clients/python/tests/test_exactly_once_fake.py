@@ -118,6 +118,15 @@ class KeyedCounter:
         return script
 
 
+def refuse_version_2(peer: Peer) -> None:
+    """What a server that does not speak version 2 does at a version-2
+    frame (section 1): an ERROR on route 0 naming the version, then the
+    close."""
+    reason = "unsupported protocol version 2, expected 1"
+    peer.writer.write(p.encode_frame(p.Kind.ERROR, 0, 0, p.encode_error(p.Code.BAD_REQUEST, reason)))
+    peer.close()
+
+
 async def close_at_once(peer: Peer) -> None:
     """A node at its session cap: accepts, then closes with no frame."""
     peer.close()
@@ -301,10 +310,10 @@ class ExactlyOnce(AsyncTestCase):
         await self.scripts_done(3)
 
     async def test_a_call_once_sent_with_its_key_is_never_sent_without_it(self) -> None:
-        # No path leads there once the server answered version 2 (the test
-        # above); this one stands for any that would: the client takes the
-        # server for a version-1 one while a keyed call it sent waits to be
-        # sent again. Sent without its key, the call would run a second time.
+        # The client takes the server for a version-1 one while a keyed
+        # call it sent waits to be sent again: after a rollback (the tests
+        # below), or by any other path. Sent without its key, the call would
+        # run a second time.
         counter = KeyedCounter()
         url = await self.serve(counter.serve(cut=True), counter.serve(cut=False))
         client = await Client.connect(url, "t", **FAST)
@@ -319,6 +328,89 @@ class ExactlyOnce(AsyncTestCase):
         finally:
             await client.close()
         await self.scripts_done(2)
+
+    async def rolled_back(self, resumable: bool) -> None:
+        """The node answered version 2; the operator rolls the cluster back.
+        The reconnect's version-2 frame (a resume, or a login when the server
+        sent no `sys.session`) is refused as an unsupported version, as
+        section 1 says, which is evidence enough even though the server spoke
+        version 2 before: the client logs in with version 1 and keeps
+        serving. The keyed call in flight at the drop may have run and cannot
+        carry its key now: it fails ("key not carried") and is not sent
+        again."""
+
+        async def new_build(peer: Peer) -> None:
+            await login(peer)
+            if resumable:
+                peer.push(p.Route.SYS_SESSION, 0, p.encode_session(p.Session(TOKEN, 30000)))
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"")
+            await peer.expect(p.Route.PLAYER_INCR, 2)
+
+        async def old_build_refuses(peer: Peer) -> None:
+            await peer.expect(p.Route.AUTH_RESUME if resumable else p.Route.AUTH_LOGIN, 2)
+            refuse_version_2(peer)
+
+        async def old_build(peer: Peer) -> None:
+            await login(peer, 1)
+            # The first request is the new ping: the call in flight was not
+            # sent again without its key.
+            peer.answer(await peer.expect(p.Route.SYS_PING, 1), b"ok")
+            incr = await peer.expect(p.Route.PLAYER_INCR, 1)
+            assert incr.body == p.encode_i64(2), incr
+            peer.answer(incr, p.encode_i64(2))
+            await peer.next()
+
+        url = await self.serve(new_build, old_build_refuses, old_build)
+        client = await Client.connect(url, "t", **FAST)
+        events: list[str] = []
+        client.on("resume_failed", lambda reason: events.append(f"resume_failed: {reason}"))
+        client.on("reconnected", lambda _: events.append("reconnected"))
+        try:
+            await client.ping()
+            with self.assertRaises(ConnectionLost) as failed:
+                await client.player_incr(1)
+            self.assertFalse(failed.exception.retry_safe)
+            self.assertIn("request key", failed.exception.reason)
+            self.assertEqual(client.protocol_version, 1)
+            self.assertEqual(await client.ping(b"ok"), b"ok")
+            self.assertEqual(await client.player_incr(2), 2)
+            forgotten = ["resume_failed: the server does not speak protocol version 2"] if resumable else []
+            self.assertEqual(events, [*forgotten, "reconnected"])
+        finally:
+            await client.close()
+        await self.scripts_done(3)
+
+    async def test_a_rolled_back_server_refusing_the_version_2_resume_gets_a_version_1_login(self) -> None:
+        await self.rolled_back(resumable=True)
+
+    async def test_a_rolled_back_server_refusing_the_version_2_login_gets_a_version_1_login(self) -> None:
+        await self.rolled_back(resumable=False)
+
+    async def test_after_version_2_answered_only_the_version_refusal_at_the_login_counts(self) -> None:
+        # A route-0 ERROR after another frame, or of another code, is a
+        # lost connection: the next login is version 2 again.
+        async def push_then_refuse(peer: Peer) -> None:
+            await peer.expect(p.Route.AUTH_LOGIN, 2)
+            peer.push(999, 0, b"")
+            refuse_version_2(peer)
+
+        async def another_code(peer: Peer) -> None:
+            await peer.expect(p.Route.AUTH_LOGIN, 2)
+            fault = p.encode_error(p.Code.INTERNAL, "server fault: see the server log")
+            peer.writer.write(p.encode_frame(p.Kind.ERROR, 0, 0, fault))
+            peer.close()
+
+        counter = KeyedCounter()
+        url = await self.serve(counter.serve(cut=True), push_then_refuse, another_code, counter.serve(cut=False))
+        client = await Client.connect(url, "t", **FAST)
+        try:
+            self.assertEqual(await client.player_incr(1), 1)
+            self.assertEqual(counter.runs, 1, "the call ran once")
+            self.assertEqual(counter.logins, [2, 2])
+            self.assertEqual(client.protocol_version, 2)
+        finally:
+            await client.close()
+        await self.scripts_done(4)
 
     async def test_exactly_once_false_speaks_version_1_and_raises_every_failure(self) -> None:
         async def script(peer: Peer) -> None:
