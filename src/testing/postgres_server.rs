@@ -1,7 +1,9 @@
 //! A throwaway PostgreSQL server for tests and benchmarks: `initdb` into a
 //! fresh directory, started on a free loopback port, stopped and removed
 //! when dropped. Tests that kill or stop their server use one of their own
-//! instead of a shared one.
+//! instead of a shared one. A server can also be made a streaming standby
+//! of another (`PgServer::standby_of`), for the tests of synchronous
+//! replication.
 //!
 //! PostgreSQL refuses to run as root, so under root the server runs as the
 //! unprivileged `postgres` user. The binaries are found in
@@ -53,6 +55,38 @@ impl std::fmt::Display for PgServerError {
 impl PgServer {
     /// Creates a data directory and starts a server on a free port.
     pub fn start() -> Result<PgServer, PgServerError> {
+        let server = PgServer::unstarted()?;
+        server.init()?;
+        server.start_on_a_free_port()
+    }
+
+    /// A streaming-replication standby of `primary`: a base backup of it
+    /// (`pg_basebackup -R`, which writes the connection to the primary and
+    /// `standby.signal`), started on a free port of its own. `primary` must
+    /// not wait for a synchronous standby yet: the backup's checkpoint is a
+    /// commit of its own.
+    pub fn standby_of(primary: &PgServer) -> Result<PgServer, PgServerError> {
+        let server = PgServer::unstarted()?;
+        if !server.bin.join("pg_basebackup").is_file() {
+            return Err(PgServerError::Unavailable(
+                "pg_basebackup not found beside initdb".to_string(),
+            ));
+        }
+        let output = server
+            .command("pg_basebackup")
+            .arg("-D")
+            .arg(&server.data)
+            .args(["-h", "127.0.0.1", "-U", SUPERUSER, "-p"])
+            .arg(primary.port.to_string())
+            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"])
+            .output();
+        check("pg_basebackup", output).map_err(PgServerError::Failed)?;
+        server.start_on_a_free_port()
+    }
+
+    /// A fresh directory (owned by the server's user) and the binaries,
+    /// before any data directory is made in it.
+    fn unstarted() -> Result<PgServer, PgServerError> {
         let bin = find_bin().ok_or_else(|| {
             PgServerError::Unavailable(
                 "initdb not found (set ROUTERD_PG_BIN, or install Debian's postgresql)".to_string(),
@@ -61,19 +95,27 @@ impl PgServer {
         let user = server_user()?;
         let root = unique_dir().map_err(|error| PgServerError::Failed(error.to_string()))?;
         let data = root.join("data");
-        let mut server = PgServer {
+        let server = PgServer {
             bin,
             root,
             data,
             port: 0,
             user,
         };
-        server.init()?;
+        // From here on, dropping the server removes the directory.
+        if let Some((uid, gid)) = server.user {
+            std::os::unix::fs::chown(&server.root, Some(uid), Some(gid))
+                .map_err(|error| PgServerError::Failed(format!("chown: {error}")))?;
+        }
+        Ok(server)
+    }
+
+    fn start_on_a_free_port(mut self) -> Result<PgServer, PgServerError> {
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
-            server.port = free_port().map_err(|error| PgServerError::Failed(error.to_string()))?;
-            match server.start_again() {
-                Ok(()) => return Ok(server),
+            self.port = free_port().map_err(|error| PgServerError::Failed(error.to_string()))?;
+            match self.start_again() {
+                Ok(()) => return Ok(self),
                 Err(error) => last_error = error,
             }
         }
@@ -81,10 +123,6 @@ impl PgServer {
     }
 
     fn init(&self) -> Result<(), PgServerError> {
-        if let Some((uid, gid)) = self.user {
-            std::os::unix::fs::chown(&self.root, Some(uid), Some(gid))
-                .map_err(|error| PgServerError::Failed(format!("chown: {error}")))?;
-        }
         // --no-sync: the directory is thrown away; the server itself still
         // fsyncs its commits.
         let output = self
@@ -125,6 +163,23 @@ impl PgServer {
             .args(["-m", "immediate", "-w", "-t", PG_CTL_WAIT_SECS, "stop"])
             .output();
         check("pg_ctl stop", output)
+    }
+
+    /// Stops this standby's WAL receiver where it stands (SIGSTOP), as a
+    /// standby that hangs or lags without end: it receives no more WAL and
+    /// acknowledges none, while the rest of the standby answers queries.
+    /// It goes on when the guard is dropped.
+    pub fn stop_wal_receiver(&self) -> Result<StoppedProcess, String> {
+        let pid = self.psql("postgres", "SELECT pid FROM pg_stat_wal_receiver")?;
+        let pid: i32 = pid
+            .parse()
+            .map_err(|_| format!("no WAL receiver: {pid:?}"))?;
+        // SAFETY: kill has no memory preconditions; the pid is the
+        // server's own WAL receiver, named by the server a moment ago.
+        if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
+            return Err(format!("kill: {}", std::io::Error::last_os_error()));
+        }
+        Ok(StoppedProcess { pid })
     }
 
     /// The loopback port the server listens on.
@@ -178,6 +233,24 @@ impl PgServer {
             command.uid(uid).gid(gid);
         }
         command
+    }
+}
+
+/// A server process stopped by SIGSTOP; dropping the guard continues it
+/// (SIGCONT), on a test's failure too, so that the server can be stopped.
+pub struct StoppedProcess {
+    pid: i32,
+}
+
+impl StoppedProcess {
+    /// Lets the process go on.
+    pub fn resume(self) {}
+}
+
+impl Drop for StoppedProcess {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(self.pid, libc::SIGCONT) };
     }
 }
 
