@@ -25,7 +25,10 @@
 //! out (a write `Indeterminate`); a batch runs under the earliest deadline
 //! in it. A batch cut short by its deadline has its backend terminated
 //! before its writes are answered `Indeterminate` (see `Worker::abandon`),
-//! so such a write either committed before the answer or never will.
+//! so such a write either committed before the answer or never will;
+//! unless it was already committing, then it is left to finish: a commit
+//! waiting for a synchronous standby stays invisible, its rows locked,
+//! until the standby has it (see `postgres_sql::TERMINATE_UNLESS_COMMITTING`).
 //!
 //! Connections: a worker whose connection is lost reconnects by itself,
 //! with exponential backoff and jitter. While no connection is up (for

@@ -435,6 +435,8 @@ fn segment_statements<'a>(
         }
     }
     if bounds.commit {
+        // This exact text tells `Worker::abandon` that the backend is
+        // committing (see `sql::TERMINATE_UNLESS_COMMITTING`).
         pending.push(simple(client, "COMMIT"));
         roles.push(Role::Commit);
     }

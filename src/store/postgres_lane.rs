@@ -343,15 +343,19 @@ impl Worker {
         }
     }
 
-    /// Stops the batch this worker's connection is running, for good, and
-    /// drops the connection. Dropping it alone would not do: the server
-    /// holds the whole pipeline, `COMMIT` included, in its socket buffer,
-    /// and a backend waiting for a row lock does not notice a closed
-    /// socket, so the batch would still commit once the lock is free. A
-    /// terminated backend rolls back whatever it has not committed, and
-    /// `pg_terminate_backend` with a timeout returns once it has exited.
-    /// If the server cannot be reached within `ABANDON_TIMEOUT`, the batch
-    /// is left to the server's own `statement_timeout` and
+    /// Stops the batch this worker's connection is running, for good,
+    /// unless it is committing, and drops the connection. Dropping it
+    /// alone would not do: the server holds the whole pipeline, `COMMIT`
+    /// included, in its socket buffer, and a backend waiting for a row lock
+    /// does not notice a closed socket, so the batch would still commit
+    /// once the lock is free. A terminated backend rolls back whatever it
+    /// has not committed, and `pg_terminate_backend` with a timeout returns
+    /// once it has exited. A backend already committing is left to finish:
+    /// terminating it could only cut its wait for a synchronous standby
+    /// short, making the commit visible on the primary alone (see
+    /// `sql::TERMINATE_UNLESS_COMMITTING`, and the race that remains). If
+    /// the server cannot be reached within `ABANDON_TIMEOUT`, the batch is
+    /// left to the server's own `statement_timeout` and
     /// `idle_in_transaction_session_timeout` (see `session_sql`).
     async fn abandon(&mut self) {
         let Some(pid) = self.conn.as_ref().map(|conn| conn.backend_pid) else {
@@ -359,15 +363,31 @@ impl Worker {
         };
         self.drop_conn();
         let wait_ms = ABANDON_TIMEOUT.as_millis() as i64;
+        // The wait event of a backend left to finish its commit; None
+        // when it was terminated, or was gone already (no row).
         let terminate = async {
             let client = self.target.connect_raw().await?;
-            client
-                .query_one("SELECT pg_terminate_backend($1, $2)", &[&pid, &wait_ms])
-                .await?
-                .try_get::<_, bool>(0)
+            let rows = client
+                .query(sql::TERMINATE_UNLESS_COMMITTING, &[&pid, &wait_ms])
+                .await?;
+            let Some(row) = rows.first() else {
+                return Ok::<_, tokio_postgres::Error>(None);
+            };
+            if row.try_get::<_, Option<bool>>(1)?.is_some() {
+                return Ok(None);
+            }
+            Ok(Some(
+                row.try_get::<_, Option<String>>(0)?.unwrap_or_default(),
+            ))
         };
         match tokio::time::timeout(ABANDON_TIMEOUT, terminate).await {
-            Ok(Ok(_terminated_or_already_gone)) => {}
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some(wait_event))) => {
+                // `SyncRep`: the synchronous standby has not acknowledged
+                // it; its row locks hold until it does.
+                tracing::warn!(worker = self.id, pid, %wait_event,
+                    "postgres store left a timed-out batch to finish its commit");
+            }
             Ok(Err(error)) => {
                 tracing::warn!(worker = self.id, error = %describe(&error),
                     "postgres store could not terminate a timed-out batch's backend");

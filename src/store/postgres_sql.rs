@@ -107,6 +107,25 @@ pub(crate) const SELECT_ROUTE: &str = "SELECT owner_node, owner_incarnation, rou
 /// server's default; the timeouts make the server drop a statement or a
 /// transaction that the store has already answered as timed out, so it
 /// does not hold row locks after its caller gave up.
+///
+/// Neither timeout ever cuts a commit's wait for a synchronous standby
+/// short, which would leave the transaction committed and visible on the
+/// primary alone (see `TERMINATE_UNLESS_COMMITTING`). The server disarms
+/// `statement_timeout` before it commits (`finish_xact_command` in its
+/// `postgres.c`), for a `COMMIT` and for an autocommit statement alike, so
+/// the store need not turn it off around `COMMIT`;
+/// `idle_in_transaction_session_timeout` runs only while the server waits
+/// for the client inside a transaction, never during a commit. Nor does a
+/// dropped connection end the wait: the server holds off interrupts while
+/// it commits, so not even `client_connection_check_interval` (off by
+/// default) would. `tests/store_postgres_syncrep.rs` holds a commit in its
+/// wait past both timeouts after the store dropped its connection. One
+/// narrow case remains: a statement timer that fires after a statement's
+/// last interrupt check and before that disarming leaves a cancel pending,
+/// which the wait then honours. A `COMMIT` starts a timer of its own and
+/// disarms it microseconds later; an autocommit write meets it only when
+/// it finishes within microseconds of its whole timeout, by when the store
+/// has already given it up.
 pub(crate) fn session_sql(request_timeout_ms: u64) -> String {
     let idle_ms = request_timeout_ms.saturating_mul(2);
     format!(
@@ -117,6 +136,41 @@ pub(crate) fn session_sql(request_timeout_ms: u64) -> String {
          SET plan_cache_mode = force_generic_plan"
     )
 }
+
+/// Terminates backend `$1`, that of a batch given up at its deadline,
+/// waiting up to `$2` ms for it to exit, unless it is committing. Answers
+/// one row while the backend lives: its wait event, and whether it was
+/// terminated (NULL: left alone).
+///
+/// A committing backend is left alone because a signal can no longer roll
+/// it back (the server holds off interrupts from the start of a commit):
+/// it can only cancel the commit's wait for the synchronous standby
+/// (wait event `SyncRep`). A transaction whose wait is cancelled stays
+/// committed and becomes visible on the primary (with a WARNING "canceling
+/// the wait for synchronous replication"), though the standby may not
+/// have it. The retry then meets that record and takes it as its own
+/// applied write, and a failover to the standby takes it back: changes
+/// acknowledged since are lost, and no node is declared down. Left alone,
+/// the commit ends when the standby acknowledges it; until then its row
+/// locks hold, so a retry waits, and is itself answered Indeterminate:
+/// unavailable, never wrong. A backend in `SyncRep` is in that wait; one
+/// running `COMMIT` (a group commit's, a simple query of that text) is in
+/// it or on its way there (flushing the commit record).
+///
+/// What remains is a race: the activity view is read, then the signal is
+/// sent, and a backend that starts committing in between is signalled in
+/// its commit. For a group commit that takes the backend to begin `COMMIT`
+/// within those few tens of microseconds. A batch of one write commits at
+/// the end of its statement (autocommit), which the view cannot tell from
+/// the statement itself, so its window is also the flush of its commit
+/// record before the wait shows (an fsync: commonly 0.1 ms to a few ms).
+/// Either way the commit has to begin that close to the batch's deadline
+/// (the backend waited on a lock until then, say), and the primary to fail
+/// before the standby has the commit, which streams to it regardless.
+pub(crate) const TERMINATE_UNLESS_COMMITTING: &str = "SELECT wait_event, \
+     CASE WHEN wait_event IS DISTINCT FROM 'SyncRep' AND query IS DISTINCT FROM 'COMMIT' \
+     THEN pg_terminate_backend(pid, $2) END \
+     FROM pg_stat_activity WHERE pid = $1";
 
 // PostgreSQL integers are i64; u64 values are stored bit for bit.
 pub(crate) fn int(value: u64) -> i64 {
@@ -261,6 +315,16 @@ mod tests {
         assert!(sql.contains("synchronous_commit = on"));
         assert!(sql.contains("statement_timeout = 5000"));
         assert!(sql.contains("idle_in_transaction_session_timeout = 10000"));
+    }
+
+    #[test]
+    fn a_committing_backend_is_never_terminated() {
+        let sql = TERMINATE_UNLESS_COMMITTING;
+        let (condition, signal) = sql.split_once("THEN").expect("a condition");
+        assert!(condition.contains("wait_event IS DISTINCT FROM 'SyncRep'"));
+        assert!(condition.contains("query IS DISTINCT FROM 'COMMIT'"));
+        assert!(signal.contains("pg_terminate_backend(pid, $2) END"));
+        assert!(sql.ends_with("WHERE pid = $1"));
     }
 
     #[test]
