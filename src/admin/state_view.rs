@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 use wire::ObjectKey;
 
-use crate::builtins::{decode_saved, SavedSession, SavedState};
+use crate::builtins::{decode_saved, saved_version, SavedSession, SavedState};
 
 /// Bytes of a state the viewer shows in hex when it cannot decode it.
 const HEX_SHOWN_MAX: usize = 256;
@@ -33,15 +33,7 @@ pub(super) fn state_json(key: ObjectKey, saved: &[u8], debug: Option<&DebugView>
     if saved.is_empty() {
         return json!({ "saved": false });
     }
-    // The type's version, without the flag that says remembered answers
-    // of request keys follow the object's bytes.
-    let version = crate::object::request_keys::SavedState::split(saved)
-        .map(|split| split.version)
-        .or_else(|| {
-            saved
-                .first_chunk::<2>()
-                .map(|version| u16::from_le_bytes(*version))
-        });
+    let version = saved_version(saved);
     match decode_saved(type_id, saved) {
         Some(SavedState::Player {
             counter,

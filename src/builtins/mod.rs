@@ -27,7 +27,7 @@ use crate::route::RouteTable;
 pub const PLAYER_TYPE_ID: u32 = 2;
 pub const ROOM_TYPE_ID: u32 = 3;
 
-pub use self::saved::{decode_saved, SavedSession, SavedState};
+pub use self::saved::{decode_saved, saved_version, SavedSession, SavedState};
 
 /// The built-in object types as `config` sets them up, registered exactly
 /// as a user's types are (`NodeBuilder::new` starts from this).

@@ -39,6 +39,19 @@ pub enum SavedState {
     },
 }
 
+/// The type's version of a saved state, without the flag that says
+/// remembered answers of request keys follow the object's bytes; `None`
+/// for bytes too short to hold one.
+pub fn saved_version(saved: &[u8]) -> Option<u16> {
+    crate::object::request_keys::SavedState::split(saved)
+        .map(|split| split.version)
+        .or_else(|| {
+            saved
+                .first_chunk::<2>()
+                .map(|version| u16::from_le_bytes(*version))
+        })
+}
+
 /// The state `saved` (`u16 version | the type's bytes`, as the store
 /// holds it, the memory of request keys after them when the version says
 /// so) of a built-in type; `None` for another type, another version, or
